@@ -1,0 +1,69 @@
+# Wharf developer commands. `make run` and `make test` create .venv/ on first use.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+PYTEST := $(PY) -m pytest
+
+.PHONY: setup run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,spark,bench]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# Run the broker on embedded defaults: data under ./data, gRPC 127.0.0.1:8081, metrics 127.0.0.1:9100.
+run: $(STAMP)
+	$(PY) -m broker $(ARGS)
+
+# Debian packages the ops and benchmark tests drive as real peers (prometheus, promtool, redis-server).
+system-deps:
+	@if ! command -v promtool >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus redis-server >/dev/null; \
+	  else \
+	    echo "install Debian packages: sudo apt-get install prometheus redis-server"; exit 1; \
+	  fi; \
+	fi
+
+# The whole suite, as CI runs it: fast tests, slow end-to-end tests, ops tests and the Spark tests.
+test: $(STAMP) system-deps
+	$(PYTEST) -q -m "not spark"
+	$(PYTEST) -q -m spark -p no:randomly
+
+# Unit and integration tests without the slow, ops and Spark ones (seconds, not minutes).
+test-fast: $(STAMP)
+	$(PYTEST) -q -m "not spark and not slow and not ops"
+
+test-spark: $(STAMP)
+	$(PYTEST) -q -m spark
+
+test-slow: $(STAMP)
+	$(PYTEST) -q -m slow
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports
+
+fmt: $(STAMP)
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+typecheck: $(STAMP)
+	$(PY) -m mypy store broker client
+
+# Regenerate the gRPC stubs after editing proto/wharf/v1/*.proto (generated code is committed).
+proto: $(STAMP)
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto proto/wharf/v1/*.proto
+
+bench-store: $(STAMP)
+	$(PY) -m store.bench
+
+bench-compare: $(STAMP) system-deps
+	$(PY) -m client.bench.compare
+
+clean:
+	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache

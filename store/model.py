@@ -1,0 +1,150 @@
+"""Values that cross the store's public boundary (the broker builds and reads these).
+
+Kept free of I/O and of any gRPC type. Slotted classes: thousands are made per batch.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class MessageInput:
+    """One message handed to the store. ``properties`` holds user AND system properties
+    (KEYS joined by a space, TAGS, UNIQ_KEY, DELAY ...; names from ``store.format``)."""
+
+    body: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0  # ms; 0 = store time
+    born_host: str = "127.0.0.1:0"  # "ipv4:port"
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+
+class PutStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"  # stored, but not synced within syncFlushTimeout
+
+
+@dataclass(slots=True)
+class AppendResult:
+    """Where a batch landed. Records are contiguous: record i starts at ``offsets[i]``."""
+
+    topic: str  # the topic really written (SCHEDULE_TOPIC_XXXX for delayed messages)
+    queue_id: int
+    first_queue_offset: int
+    offsets: list[int]  # commit log offset of each record
+    sizes: list[int]  # record sizes in bytes
+    store_timestamp: int  # ms
+    end_offset: int  # commit log offset right after the batch (what a sync flush must reach)
+
+
+@dataclass(slots=True)
+class PutResult:
+    status: PutStatus
+    append: AppendResult
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    """A record decoded from the CommitLog (MessageExt)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    store_size: int
+    body: bytes
+    properties: dict[str, str]
+    flag: int
+    sys_flag: int
+    body_crc: int
+    born_timestamp: int
+    born_host: str
+    store_timestamp: int
+    store_host: str
+    reconsume_times: int
+    prepared_transaction_offset: int
+
+    @property
+    def tags(self) -> str:
+        return self.properties.get("TAGS", "")
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get("KEYS", "")
+        return raw.split(" ") if raw else []
+
+    @property
+    def unique_id(self) -> str:
+        return self.properties.get("UNIQ_KEY", "")
+
+
+class GetStatus(enum.Enum):
+    """RocketMQ's GetMessageStatus; the broker maps these to PullStatus."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"  # read some, none matched the filter
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"  # queue empty (or unknown)
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"  # offset == max: nothing new (long-poll)
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"  # offset > max
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"  # offset < min (retention removed it)
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"  # unit points to a commit log range already deleted
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+
+
+@dataclass(slots=True)
+class GetResult:
+    status: GetStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[StoredMessage] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TagFilter:
+    """Subscription tag expression: ``*`` (or empty) matches everything; ``a || b`` matches
+    tags a or b. ``codes`` are Java String.hashCode values checked against ConsumeQueue
+    tagsCode first; the exact tag string is checked on the decoded record."""
+
+    tags: frozenset[str]
+    codes: frozenset[int]
+
+    @property
+    def match_all(self) -> bool:
+        return not self.tags
+
+
+@dataclass(slots=True)
+class QueueStat:
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int  # ms; 0 if empty
+
+
+@dataclass(slots=True)
+class StoreStats:
+    """Cheap counters read at scrape / status time (no file walking)."""
+
+    commit_log_min_offset: int
+    commit_log_max_offset: int  # end of written data
+    commit_log_flushed_offset: int
+    commit_log_committed_offset: int  # == max unless transientStorePoolEnable
+    dispatch_behind_bytes: int  # max offset - reput offset
+    commit_log_segments: int
+    consume_queue_files: int
+    index_files: int
+    disk_used_ratio: float  # 0..1, of the filesystem holding the commit log
+    writable: bool
+    not_writable_reason: str
+    messages_put_total: int
+    bytes_put_total: int
+    recovery_seconds: float
+    flush_count: int
+    last_flush_seconds: float
+    storage_size_bytes: int  # commitlog + consumequeue + index bytes on disk
