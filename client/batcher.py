@@ -1,0 +1,148 @@
+"""Kafka-style auto-batching: many ``send()`` calls become few multi-message requests.
+
+Messages for the same (topic, queue) accumulate in an open batch. A batch closes when it
+reaches ``max_messages`` / ``max_bytes`` or when its linger expires (``linger_s = 0`` means
+"at the next event-loop turn", which already gathers every send issued in the same turn).
+Closed batches wait while ``max_in_flight`` requests are outstanding, so under load batches
+grow by themselves (Nagle-like) and a lone sender pays no linger. Every message keeps its
+own future, resolved with its own result entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+# The send function: (key, messages) -> one result per message, in order.
+SendBatchFn = Callable[[Any, list[Any]], Awaitable[list[Any]]]
+
+
+@dataclass(slots=True)
+class _Batch:
+    key: Hashable
+    messages: list[Any] = field(default_factory=list)
+    futures: list[asyncio.Future[Any]] = field(default_factory=list)
+    nbytes: int = 0
+    timer: asyncio.TimerHandle | asyncio.Handle | None = None
+
+
+class AutoBatcher:
+    def __init__(
+        self,
+        send_batch: SendBatchFn,
+        *,
+        linger_s: float = 0.0,
+        max_messages: int = 512,
+        max_bytes: int = 1 << 20,
+        max_in_flight: int = 4,
+        max_buffered: int = 65536,
+    ) -> None:
+        if max_messages < 1 or max_bytes < 1 or max_in_flight < 1 or linger_s < 0:
+            raise ValueError("batcher limits must be positive (linger_s >= 0)")
+        self._send_batch = send_batch
+        self._linger_s = linger_s
+        self._max_messages = max_messages
+        self._max_bytes = max_bytes
+        self._max_in_flight = max_in_flight
+        self._max_buffered = max_buffered
+        self._open: dict[Hashable, _Batch] = {}
+        self._ready: collections.deque[_Batch] = collections.deque()
+        self._in_flight = 0
+        self._buffered = 0  # messages accepted but not yet answered
+        self._space = asyncio.Event()
+        self._space.set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def buffered(self) -> int:
+        return self._buffered
+
+    async def wait_for_space(self) -> None:
+        """Back-pressure: wait while ``max_buffered`` messages are unanswered."""
+        while self._buffered >= self._max_buffered:
+            self._space.clear()
+            await self._space.wait()
+
+    def submit(self, key: Hashable, message: Any, nbytes: int) -> asyncio.Future[Any]:
+        """Queue one message; the future resolves to its result entry (or the batch's error)."""
+        loop = asyncio.get_running_loop()
+        batch = self._open.get(key)
+        if batch is None:
+            batch = _Batch(key)
+            self._open[key] = batch
+            if self._linger_s > 0:
+                batch.timer = loop.call_later(self._linger_s, self._close, batch)
+            else:
+                batch.timer = loop.call_soon(self._close, batch)
+        future: asyncio.Future[Any] = loop.create_future()
+        batch.messages.append(message)
+        batch.futures.append(future)
+        batch.nbytes += nbytes
+        self._buffered += 1
+        self._idle.clear()
+        if len(batch.messages) >= self._max_messages or batch.nbytes >= self._max_bytes:
+            self._close(batch)
+        return future
+
+    def flush_now(self) -> None:
+        """Close every open batch at once (used on close)."""
+        for batch in list(self._open.values()):
+            self._close(batch)
+
+    async def drain(self) -> None:
+        """Send everything buffered and wait for every answer."""
+        self.flush_now()
+        await self._idle.wait()
+
+    def _close(self, batch: _Batch) -> None:
+        if self._open.get(batch.key) is not batch:
+            return  # already closed by size
+        del self._open[batch.key]
+        if batch.timer is not None:
+            batch.timer.cancel()
+        self._ready.append(batch)
+        self._pump()
+
+    def _pump(self) -> None:
+        while self._ready and self._in_flight < self._max_in_flight:
+            batch = self._ready.popleft()
+            self._in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._run(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, batch: _Batch) -> None:
+        try:
+            results = await self._send_batch(batch.key, batch.messages)
+            if len(results) != len(batch.futures):
+                raise RuntimeError(
+                    f"broker answered {len(results)} results for {len(batch.futures)} messages"
+                )
+            for future, result in zip(batch.futures, results, strict=True):
+                if not future.done():
+                    future.set_result(result)
+        except BaseException as exc:  # every waiter must learn the outcome, even on cancel
+            for future in batch.futures:
+                if not future.done():
+                    future.set_exception(
+                        exc if isinstance(exc, Exception) else asyncio.CancelledError()
+                    )
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._in_flight -= 1
+            self._buffered -= len(batch.futures)
+            if self._buffered < self._max_buffered:
+                self._space.set()
+            self._pump()
+            if self._buffered == 0 and not self._open and not self._ready:
+                self._idle.set()

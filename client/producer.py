@@ -1,0 +1,334 @@
+"""Asyncio producer with auto-batching over a bidi stream, retries and per-call deadlines.
+
+    async with Producer("127.0.0.1:8081") as producer:
+        result = await producer.send("orders", b"hello", tags="paid", keys=("order-17",))
+        results = await asyncio.gather(*(producer.send("orders", b"x") for _ in range(10_000)))
+
+Many concurrent ``send()`` calls share multi-message requests on ``SendMessageStream``
+(see :mod:`client.batcher`); every call still gets its own :class:`SendResult`. Each message
+carries a client-generated UNIQ_KEY, so a retried send is recognisable downstream
+(delivery is at-least-once: a retry after a lost reply may store a message twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import grpc
+from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
+
+from client.batcher import AutoBatcher
+from client.channel import open_channel
+from client.compression import COMPRESS_THRESHOLD
+from client.errors import (
+    ClientClosedError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    WharfError,
+    error_for_status_number,
+    from_rpc_error,
+)
+from client.message import Message, SendResult, to_wire
+from client.route import RouteCache
+from client.selector import MessageQueueSelector
+from client.send_stream import SendStream
+
+log = logging.getLogger(__name__)
+
+_BatchKey = tuple[str, int | None]
+
+
+class Producer:
+    """Send messages to a Wharf broker.
+
+    Args:
+        endpoints: ``host:port`` of the broker.
+        group: producer group name (reported in heartbeats / requests).
+        send_timeout: default deadline of one ``send`` call in seconds, retries included.
+        retry_times: retries on retriable errors (RocketMQ's retryTimesWhenSendFailed = 2).
+        linger_ms: how long an open batch waits for more messages (0 = next loop turn).
+        batch_max_messages / batch_max_bytes: close a batch when it reaches either.
+        max_in_flight: outstanding batch requests per stream before batches queue up.
+        streams: number of SendMessageStream calls, each on its own connection.
+        transport: ``"stream"`` (bidi, default) or ``"unary"`` (one SendMessage per batch).
+        compress_threshold: bodies larger than this are zlib-compressed (4 KiB).
+    """
+
+    def __init__(
+        self,
+        endpoints: str = "127.0.0.1:8081",
+        *,
+        group: str = "DEFAULT_PRODUCER",
+        send_timeout: float = 3.0,
+        retry_times: int = 2,
+        linger_ms: float = 0.0,
+        batch_max_messages: int = 512,
+        batch_max_bytes: int = 1 << 20,
+        max_in_flight: int = 8,
+        streams: int = 1,
+        transport: str = "stream",
+        compress_threshold: int = COMPRESS_THRESHOLD,
+        max_buffered: int = 65536,
+    ) -> None:
+        if transport not in ("stream", "unary"):
+            raise InvalidArgumentError(f"transport must be 'stream' or 'unary', got {transport!r}")
+        if streams < 1:
+            raise InvalidArgumentError("streams must be >= 1")
+        self.endpoints = endpoints
+        self.group = group
+        self.send_timeout = send_timeout
+        self.retry_times = retry_times
+        self.compress_threshold = compress_threshold
+        self._transport = transport
+        self._stream_count = streams
+        self._batcher_options: dict[str, Any] = dict(
+            linger_s=linger_ms / 1000.0,
+            max_messages=batch_max_messages,
+            max_bytes=batch_max_bytes,
+            max_in_flight=max_in_flight * streams,
+            max_buffered=max_buffered,
+        )
+        self._channels: list[grpc.aio.Channel] = []
+        self._stubs: list[messaging_pb2_grpc.MessagingServiceStub] = []
+        self._streams: list[SendStream | None] = []
+        self._next_stream = 0
+        self._batcher: AutoBatcher | None = None
+        self._routes: RouteCache | None = None
+        self._oneway_tasks: set[asyncio.Future[Any]] = set()
+        self._closed = False
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        if self._stubs:
+            return
+        for _ in range(self._stream_count):
+            channel = open_channel(self.endpoints, dedicated=self._stream_count > 1)
+            self._channels.append(channel)
+            self._stubs.append(messaging_pb2_grpc.MessagingServiceStub(channel))
+            self._streams.append(None)
+        self._routes = RouteCache(self._stubs[0])
+        self._batcher = AutoBatcher(self._send_request, **self._batcher_options)
+
+    async def close(self) -> None:
+        """Send what is buffered, wait for the answers, then close the connections."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._batcher is not None:
+            try:
+                await asyncio.wait_for(self._batcher.drain(), self.send_timeout + 1)
+            except TimeoutError:
+                log.warning("producer closed with unanswered messages")
+        for stream in self._streams:
+            if stream is not None:
+                await stream.close()
+        for channel in self._channels:
+            await channel.close()
+
+    # ------------------------------------------------------------------ public API
+    async def send(
+        self,
+        topic: str,
+        body: bytes | str,
+        *,
+        tags: str | None = None,
+        keys: Iterable[str] = (),
+        properties: Mapping[str, str] | None = None,
+        delay_level: int = 0,
+        queue_id: int | None = None,
+        selector: MessageQueueSelector | None = None,
+        selector_arg: object = None,
+        deadline_s: float | None = None,
+    ) -> SendResult:
+        """Send one message and wait until the broker stored it.
+
+        ``queue_id`` pins a queue; ``selector`` + ``selector_arg`` pick one from the topic's
+        route (ordered messages: the same arg always lands in the same queue). Raises a
+        :class:`~client.errors.WharfError` subclass after ``retry_times`` retries."""
+        wire = to_wire(
+            body,
+            tags=tags,
+            keys=keys,
+            properties=properties,
+            delay_level=delay_level,
+            compress_threshold=self.compress_threshold,
+        )
+        if selector is not None:
+            queue_id = await self._select_queue(topic, selector, selector_arg)
+        return await self._send_with_retry(topic, queue_id, wire, deadline_s)
+
+    async def send_message(self, message: Message, **options: Any) -> SendResult:
+        """Send a :class:`Message` (same options as :meth:`send`)."""
+        return await self.send(
+            message.topic,
+            message.body,
+            tags=message.tags,
+            keys=message.keys,
+            properties=message.properties,
+            delay_level=message.delay_level,
+            **options,
+        )
+
+    async def send_oneway(
+        self,
+        topic: str,
+        body: bytes | str,
+        *,
+        tags: str | None = None,
+        keys: Iterable[str] = (),
+        properties: Mapping[str, str] | None = None,
+        queue_id: int | None = None,
+    ) -> None:
+        """Fire and forget: no result, no retry, errors only logged (RocketMQ's sendOneway)."""
+        batcher = self._require_started()
+        wire = to_wire(
+            body,
+            tags=tags,
+            keys=keys,
+            properties=properties,
+            compress_threshold=self.compress_threshold,
+        )
+        await batcher.wait_for_space()
+        future = batcher.submit((topic, queue_id), wire, len(wire.body))
+        future.add_done_callback(_log_oneway_failure)
+
+    async def send_batch(
+        self,
+        topic: str,
+        messages: Sequence[bytes | str | Message],
+        *,
+        queue_id: int | None = None,
+        deadline_s: float | None = None,
+    ) -> list[SendResult]:
+        """Send many messages of one topic as one request (one store append, one queue).
+
+        Items are bodies or :class:`Message` objects (their ``topic`` must match)."""
+        if not messages:
+            raise InvalidArgumentError("send_batch needs at least one message")
+        wires = [self._wire_of(topic, item) for item in messages]
+        deadline = asyncio.get_running_loop().time() + (deadline_s or self.send_timeout)
+        attempt = 0
+        while True:
+            try:
+                remaining = deadline - asyncio.get_running_loop().time()
+                entries = await asyncio.wait_for(
+                    self._send_request((topic, queue_id), wires), max(remaining, 0.001)
+                )
+                return [SendResult.from_entry(e, topic) for e in entries]
+            except TimeoutError:
+                raise DeadlineExceededError(f"send_batch to {topic!r} timed out") from None
+            except WharfError as exc:
+                attempt += 1
+                if not exc.retriable or attempt > self.retry_times:
+                    raise
+                await self._backoff(attempt, deadline)
+
+    # ------------------------------------------------------------------ internals
+    def _wire_of(self, topic: str, item: bytes | str | Message) -> common_pb2.Message:
+        if isinstance(item, Message):
+            if item.topic != topic:
+                raise InvalidArgumentError(f"batch message topic {item.topic!r} != {topic!r}")
+            return to_wire(
+                item.body,
+                tags=item.tags,
+                keys=item.keys,
+                properties=item.properties,
+                delay_level=item.delay_level,
+                flag=item.flag,
+                compress_threshold=self.compress_threshold,
+            )
+        return to_wire(item, compress_threshold=self.compress_threshold)
+
+    def _require_started(self) -> AutoBatcher:
+        if self._closed:
+            raise ClientClosedError("producer is closed")
+        if self._batcher is None:
+            raise ClientClosedError("producer not started: use 'async with' or await start()")
+        return self._batcher
+
+    async def _select_queue(self, topic: str, selector: MessageQueueSelector, arg: object) -> int:
+        self._require_started()
+        assert self._routes is not None
+        route = await self._routes.get(topic)
+        return selector.select(route.write_queues(), arg).queue_id
+
+    async def _send_with_retry(
+        self, topic: str, queue_id: int | None, wire: common_pb2.Message, deadline_s: float | None
+    ) -> SendResult:
+        batcher = self._require_started()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (deadline_s or self.send_timeout)
+        attempt = 0
+        while True:
+            await batcher.wait_for_space()
+            future = batcher.submit((topic, queue_id), wire, len(wire.body))
+            try:
+                entry = await asyncio.wait_for(future, max(deadline - loop.time(), 0.001))
+                return SendResult.from_entry(entry, topic)
+            except TimeoutError:
+                raise DeadlineExceededError(
+                    f"send to {topic!r} not answered within {deadline_s or self.send_timeout}s"
+                ) from None
+            except WharfError as exc:
+                attempt += 1
+                if not exc.retriable or attempt > self.retry_times:
+                    raise
+                await self._backoff(attempt, deadline)
+
+    async def _backoff(self, attempt: int, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        delay = min(0.05 * (2 ** (attempt - 1)), 1.0) * (0.5 + random.random())
+        if loop.time() + delay >= deadline:
+            raise DeadlineExceededError("send deadline reached while backing off")
+        await asyncio.sleep(delay)
+
+    async def _send_request(
+        self, key: _BatchKey, wires: list[common_pb2.Message]
+    ) -> list[messaging_pb2.SendResultEntry]:
+        topic, queue_id = key
+        request = messaging_pb2.SendMessageRequest(
+            topic=topic, queue_id=queue_id, messages=wires, producer_group=self.group
+        )
+        index = self._next_stream
+        self._next_stream = (index + 1) % len(self._stubs)
+        if self._transport == "unary":
+            return await self._send_unary(index, request)
+        stream = self._streams[index]
+        if stream is None or stream.broken is not None:
+            stream = SendStream(self._stubs[index])
+            self._streams[index] = stream
+        try:
+            response = await stream.request(request)
+        except WharfError as exc:
+            if exc.code == "UNIMPLEMENTED":  # an older broker: fall back to unary for good
+                log.info("broker has no SendMessageStream; using unary SendMessage")
+                self._transport = "unary"
+                return await self._send_unary(index, request)
+            raise
+        if response.HasField("error") and response.error.code != 0:
+            raise error_for_status_number(response.error.code, response.error.message)
+        return list(response.results)
+
+    async def _send_unary(
+        self, index: int, request: messaging_pb2.SendMessageRequest
+    ) -> list[messaging_pb2.SendResultEntry]:
+        try:
+            response = await self._stubs[index].SendMessage(request, timeout=self.send_timeout)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return list(response.results)
+
+
+def _log_oneway_failure(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.debug("oneway send failed: %s", future.exception())
