@@ -14,6 +14,11 @@ class InvalidMessageError(StoreError):
     Nothing was written. Maps to INVALID_ARGUMENT."""
 
 
+class InvalidFilterError(InvalidMessageError):
+    """A subscription tag expression is malformed (``||`` alone, empty alternatives ...).
+    Maps to INVALID_ARGUMENT like every other bad input."""
+
+
 class StoreNotWritableError(StoreError):
     """Writes are refused: disk over diskSpaceWarningLevelRatio (90 %), or a sticky flush
     error made the on-disk state unknown, or the store is shutting down. Maps to

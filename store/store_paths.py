@@ -1,0 +1,104 @@
+"""The store's directory layout under ``store_path_root_dir`` (RocketMQ's StorePathConfigHelper).
+
+::
+
+    <root>/abort                          present while a store runs; left behind by a crash
+    <root>/checkpoint                     flush timestamps (StoreCheckpoint)
+    <root>/commitlog/<20-digit offset>    CommitLog segments
+    <root>/consumequeue/<topic>/<qid>/<20-digit byte offset>
+    <root>/index/<yyyyMMddHHmmssSSS>      IndexFiles
+    <root>/config/delayOffset.json        ScheduleMessageService progress (+ .bak)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class StorePaths:
+    root: Path
+
+    @classmethod
+    def of(cls, root: str | os.PathLike[str]) -> StorePaths:
+        return cls(Path(root))
+
+    @property
+    def commit_log_dir(self) -> Path:
+        return self.root / "commitlog"
+
+    @property
+    def consume_queue_root(self) -> Path:
+        return self.root / "consumequeue"
+
+    def consume_queue_dir(self, topic: str, queue_id: int) -> Path:
+        return self.consume_queue_root / topic / str(queue_id)
+
+    @property
+    def index_dir(self) -> Path:
+        return self.root / "index"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.root / "config"
+
+    @property
+    def delay_offset_file(self) -> Path:
+        return self.config_dir / "delayOffset.json"
+
+    @property
+    def checkpoint_file(self) -> Path:
+        return self.root / "checkpoint"
+
+    @property
+    def abort_file(self) -> Path:
+        return self.root / "abort"
+
+    def create_dirs_blocking(self) -> None:
+        for directory in (
+            self.commit_log_dir,
+            self.consume_queue_root,
+            self.index_dir,
+            self.config_dir,
+        ):
+            directory.mkdir(parents=True, exist_ok=True)
+
+
+def write_json_atomic_blocking(path: Path, payload: object) -> None:
+    """RocketMQ's ConfigManager.persist idea, made crash safe: keep the previous version as
+    ``<name>.bak``, write ``<name>.tmp``, fsync it, then rename over ``<name>`` (atomic on POSIX),
+    so a crash leaves either the old or the new file, never a torn one."""
+    text = json.dumps(payload, indent=2, sort_keys=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    if path.exists():
+        os.replace(path, path.with_name(path.name + ".bak"))
+    os.replace(tmp, path)
+    _fsync_dir_blocking(path.parent)
+
+
+def read_json_with_backup_blocking(path: Path) -> object | None:
+    """The file, else its ``.bak`` (a crash between the two renames), else None."""
+    for candidate in (path, path.with_name(path.name + ".bak")):
+        try:
+            with open(candidate, encoding="utf-8") as handle:
+                return json.load(handle)
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _fsync_dir_blocking(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
