@@ -1,52 +1,191 @@
-"""Broker metrics (Prometheus, RocketMQ 5 metric names). CONTRACT SKELETON.
+"""Broker metrics (Prometheus, RocketMQ 5 metric names).
 
-The broker calls these hooks on its hot paths; they must be cheap (a counter increment, no
-locks held across awaits, no file walking). Store figures are collected at scrape time from
-``MessageStore.stats()`` and the broker's managers. The same object is the store's
-``StoreObserver`` (on_flush, on_group_commit).
+The broker calls the ``on_*`` / ``observe_*`` hooks on its hot paths: each is one lock and a
+few dict/list operations per call (per batch, never per message). Store figures, topic and
+group counts and consumer lag are read at scrape time: the scrape runs on the HTTP server's
+thread and hands one ``take_snapshot`` call to the event loop that owns the store (the store
+is a single-loop object), waiting at most ``SNAPSHOT_TIMEOUT_S``. The same object is the
+store's ``StoreObserver`` (``on_flush``, ``on_group_commit``), which may be called from flush
+threads: every accumulator is thread-safe.
 
 Label rules: ``topic``, ``consumer_group``, ``method``, ``status``, ``kind`` only -- never a
-client id or message id (bounded cardinality).
+client id or message id (bounded cardinality). Units: seconds and bytes (Prometheus base
+units); RocketMQ's own exporter reports latencies in ms/µs, so RocketMQ dashboards need the
+unit adjusted.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.registry import Collector
+
+from broker import metrics_families as families
+from broker.metrics_accumulators import LabelledCounters, LabelledHistograms
+from broker.metrics_http import MetricsHttpServer
+from broker.metrics_snapshot import BrokerSnapshot, take_snapshot
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# How long a scrape waits for the event loop to produce the snapshot. A loop busier than this
+# is itself the news: the scrape still answers (hot-path families, snapshot_failures_total).
+SNAPSHOT_TIMEOUT_S = 2.0
+
+# Bucket bounds. Message sizes: RocketMQ's 1K/4K/512K/1M/2M/4M plus finer small sizes.
+MESSAGE_SIZE_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 524288, 1048576, 2097152, 4194304)
+RPC_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+FLUSH_LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)  # fmt: skip
+GROUP_COMMIT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 class BrokerMetrics:
     def __init__(self) -> None:
-        pass
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.messages_in = LabelledCounters()  # (topic,)
+        self.bytes_in = LabelledCounters()  # (topic,)
+        self.message_size = LabelledHistograms(MESSAGE_SIZE_BUCKETS)  # (topic,)
+        self.messages_out = LabelledCounters()  # (topic, consumer_group)
+        self.bytes_out = LabelledCounters()  # (topic, consumer_group)
+        self.send_to_dlq = LabelledCounters()  # (topic, consumer_group)
+        self.rpc_latency = LabelledHistograms(RPC_LATENCY_BUCKETS)  # (method, status)
+        self.flush_latency = LabelledHistograms(FLUSH_LATENCY_BUCKETS)  # (kind,)
+        self.flush_bytes = LabelledCounters()  # (kind,)
+        self.group_commit_batch = LabelledHistograms(GROUP_COMMIT_BUCKETS)  # ()
+        self.snapshot_failures = LabelledCounters()  # ()
+        self._controller: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._http: MetricsHttpServer | None = None
+        self.registry.register(_BrokerCollector(self))
 
     # --- called by the broker's processors -------------------------------------------------
     def observe_rpc(self, method: str, status: str, seconds: float) -> None:
         """One finished RPC: method name (e.g. 'SendMessage'), gRPC status name ('OK')."""
+        self.rpc_latency.child((method, status)).observe(seconds)
 
     def on_messages_in(self, topic: str, sizes: list[int]) -> None:
         """Messages stored for ``topic``; ``sizes`` are body sizes in bytes."""
+        if not sizes:
+            return
+        key = (topic,)
+        self.messages_in.inc(key, len(sizes))
+        self.bytes_in.inc(key, sum(sizes))
+        self.message_size.child(key).observe_many(sizes)
 
     def on_messages_out(self, topic: str, consumer_group: str, count: int, nbytes: int) -> None:
         """Messages delivered by a pull."""
+        if count <= 0:
+            return
+        key = (topic, consumer_group)
+        self.messages_out.inc(key, count)
+        self.bytes_out.inc(key, nbytes)
 
     def on_send_to_dlq(self, topic: str, consumer_group: str) -> None:
         """A message moved to %DLQ%<group>; ``topic`` is its original topic."""
+        self.send_to_dlq.inc((topic, consumer_group))
 
     # --- StoreObserver -----------------------------------------------------------------------
     def on_flush(self, kind: str, seconds: float, nbytes: int) -> None:
         """kind: 'sync' | 'async' | 'cq'."""
+        self.flush_latency.child((kind,)).observe(seconds)
+        if nbytes > 0:
+            self.flush_bytes.inc((kind,), nbytes)
 
     def on_group_commit(self, waiters: int) -> None:
         """One fdatasync served ``waiters`` put requests."""
+        self.group_commit_batch.child(()).observe(waiters)
 
     # --- wiring ------------------------------------------------------------------------------
     def attach(self, controller: Any) -> None:
         """Called once at start with the BrokerController, so scrape-time collectors can read
         the store's stats(), topic/group managers, consumer offsets and the long-poll holder."""
+        self._controller = controller
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None  # serve() records it
 
     async def serve(self, host: str, port: int) -> int:
         """Serve /metrics on host:port without blocking the event loop; returns the bound port
         (port 0 picks an ephemeral one)."""
-        return port
+        if self._http is not None:
+            raise RuntimeError("metrics server already serving")
+        self._loop = asyncio.get_running_loop()
+        server = MetricsHttpServer(self.registry)
+        bound = await asyncio.to_thread(server.start_blocking, host, port)
+        self._http = server
+        return bound
 
     async def close(self) -> None:
         """Stop the metrics HTTP server."""
+        server, self._http = self._http, None
+        if server is not None:
+            await asyncio.to_thread(server.stop_blocking)
+
+    # --- scrape side -------------------------------------------------------------------------
+    def snapshot(self) -> BrokerSnapshot | None:
+        """The controller's figures, read on the store's loop; None before attach() or if the
+        loop did not answer in time (counted in wharf_metrics_snapshot_failures_total)."""
+        controller = self._controller
+        if controller is None:
+            return None
+        try:
+            return self._call_on_loop(lambda: take_snapshot(controller))
+        except Exception:
+            self.snapshot_failures.inc(())
+            log.exception("metrics snapshot failed")
+            return None
+
+    def _call_on_loop(self, fn: Callable[[], T]) -> T:
+        loop = self._loop
+        if loop is None or _running_in(loop):
+            return fn()
+        if loop.is_closed():
+            raise RuntimeError("the broker's event loop is closed")
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            if done.set_running_or_notify_cancel():
+                try:
+                    done.set_result(fn())
+                except BaseException as exc:
+                    done.set_exception(exc)
+
+        loop.call_soon_threadsafe(run)
+        try:
+            return done.result(SNAPSHOT_TIMEOUT_S)
+        finally:
+            done.cancel()  # no-op if it ran; stops a late run() from doing the work
+
+
+def _running_in(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:  # a plain thread (the HTTP server's): not on the loop
+        return False
+
+
+class _BrokerCollector(Collector):
+    """Turns the accumulators and one snapshot per scrape into metric families."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        m = self._metrics
+        yield from families.hot_path_families(m)
+        snapshot = m.snapshot()
+        yield families.counter(
+            "wharf_metrics_snapshot_failures_total",
+            "Scrapes whose broker snapshot failed or timed out (event loop too busy).",
+            [],
+            m.snapshot_failures.items(),
+        )
+        if snapshot is not None:
+            yield from families.snapshot_families(snapshot)

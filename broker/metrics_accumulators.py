@@ -1,0 +1,120 @@
+"""Cheap, thread-safe accumulators behind the broker's counters and histograms.
+
+Why not prometheus_client's Counter/Histogram on the hot path: ``Histogram.observe`` costs
+about 2.3 µs per value here (a lock and a bucket scan per call), i.e. ~23 % of a core at
+100k msg/s. These accumulators take one lock per *batch*, bucket values with ``bisect`` and
+collapse a batch of equal sizes into a single increment. They are exposed at scrape time by
+the collector in ``broker.metrics`` (no ``_created`` series, no per-message work).
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+LabelKey = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramSnapshot:
+    """Cumulative buckets as Prometheus wants them: (upper bound, count <= bound), +Inf last."""
+
+    buckets: list[tuple[float, int]]
+    count: int
+    total: float
+
+
+class HistogramAccumulator:
+    """One histogram child. Bucket i counts values in (bounds[i-1], bounds[i]]; the last slot
+    is +Inf. ``count`` is derived from the buckets, so a scrape is always self-consistent."""
+
+    __slots__ = ("_bounds", "_counts", "_lock", "_total")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        if list(bounds) != sorted(bounds) or len(set(bounds)) != len(bounds):
+            raise ValueError(f"histogram bounds must be strictly increasing: {bounds!r}")
+        self._bounds = tuple(float(b) for b in bounds)
+        self._counts = [0] * (len(self._bounds) + 1)
+        self._total = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, value: float) -> None:
+        slot = bisect_left(self._bounds, value)
+        with self._lock:
+            self._counts[slot] += 1
+            self._total += value
+
+    def observe_many(self, values: Sequence[float]) -> None:
+        if not values:
+            return
+        bounds = self._bounds
+        low, high = min(values), max(values)
+        total = sum(values)
+        low_slot = bisect_left(bounds, low)
+        if low_slot == bisect_left(bounds, high):
+            # The common case (one producer, similar sizes): the whole batch is one increment.
+            with self._lock:
+                self._counts[low_slot] += len(values)
+                self._total += total
+            return
+        slots = [bisect_left(bounds, v) for v in values]
+        with self._lock:
+            counts = self._counts
+            for slot in slots:
+                counts[slot] += 1
+            self._total += total
+
+    def snapshot(self) -> HistogramSnapshot:
+        with self._lock:
+            counts = list(self._counts)
+            total = self._total
+        cumulative: list[tuple[float, int]] = []
+        running = 0
+        for bound, count in zip((*self._bounds, float("inf")), counts, strict=True):
+            running += count
+            cumulative.append((bound, running))
+        return HistogramSnapshot(cumulative, running, total)
+
+
+class LabelledHistograms:
+    """Histogram children by label values, created on first use and cached."""
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self._bounds = tuple(bounds)
+        self._children: dict[Hashable, HistogramAccumulator] = {}
+        self._lock = threading.Lock()
+
+    def child(self, key: LabelKey) -> HistogramAccumulator:
+        found = self._children.get(key)
+        if found is None:
+            with self._lock:
+                found = self._children.setdefault(key, HistogramAccumulator(self._bounds))
+        return found
+
+    def items(self) -> list[tuple[LabelKey, HistogramSnapshot]]:
+        with self._lock:
+            children = list(self._children.items())
+        return [(key, child.snapshot()) for key, child in children]  # type: ignore[misc]
+
+
+class LabelledCounters:
+    """Monotonic counters by label values. One lock per increment (not per message)."""
+
+    def __init__(self) -> None:
+        self._values: dict[LabelKey, float] = {}
+        self._lock = threading.Lock()
+
+    def inc(self, key: LabelKey, amount: float = 1) -> None:
+        if amount < 0:
+            raise ValueError(f"counters only go up; got increment {amount}")
+        with self._lock:
+            self._values[key] = self._values.get(key, 0) + amount
+
+    def get(self, key: LabelKey) -> float:
+        return self._values.get(key, 0)
+
+    def items(self) -> list[tuple[LabelKey, float]]:
+        with self._lock:
+            return list(self._values.items())

@@ -1,0 +1,96 @@
+"""Metric families exposed by the broker: names, help texts and types in one place.
+
+RocketMQ 5 names (``rocketmq_*``, from its BrokerMetricsConstant) where RocketMQ has one;
+``wharf_*`` for store internals RocketMQ does not export. Every family is emitted on every
+scrape, even with no samples yet, so dashboards and alerts can rely on the names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from broker.metrics_accumulators import HistogramSnapshot, LabelKey, LabelledHistograms
+from broker.metrics_snapshot import BrokerSnapshot
+
+if TYPE_CHECKING:
+    from broker.metrics import BrokerMetrics
+
+STORE_KINDS = ("commitlog", "consumequeue", "index")
+
+
+def counter(
+    name: str, doc: str, labels: Sequence[str], items: Iterable[tuple[LabelKey, float]]
+) -> CounterMetricFamily:
+    # Pass the name without "_total": prometheus_client appends it to the samples.
+    family = CounterMetricFamily(name.removesuffix("_total"), doc, labels=list(labels))
+    for key, value in items:
+        family.add_metric(list(key), value)
+    return family
+
+
+def gauge(
+    name: str, doc: str, labels: Sequence[str], items: Iterable[tuple[LabelKey, float]]
+) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=list(labels))
+    for key, value in items:
+        family.add_metric(list(key), value)
+    return family
+
+
+def histogram(
+    name: str, doc: str, labels: Sequence[str], children: LabelledHistograms
+) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, doc, labels=list(labels))
+    for key, snap in children.items():
+        _add_histogram(family, key, snap)
+    return family
+
+
+def _add_histogram(family: HistogramMetricFamily, key: LabelKey, snap: HistogramSnapshot) -> None:
+    buckets = [(_bound_text(bound), count) for bound, count in snap.buckets]
+    family.add_metric(list(key), buckets, sum_value=snap.total)
+
+
+def _bound_text(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(float(bound))
+
+
+def hot_path_families(m: BrokerMetrics) -> Iterator[Any]:
+    """Families fed by the broker's hooks (send, pull, DLQ, RPCs, flushes)."""
+    yield counter("rocketmq_messages_in_total", "Messages stored, by topic.", ["topic"], m.messages_in.items())  # fmt: skip
+    yield counter("rocketmq_throughput_in_total", "Message body bytes stored, by topic.", ["topic"], m.bytes_in.items())  # fmt: skip
+    yield histogram("rocketmq_message_size", "Message body size in bytes, by topic.", ["topic"], m.message_size)  # fmt: skip
+    yield counter("rocketmq_messages_out_total", "Messages delivered by pulls, by topic and consumer group.", ["topic", "consumer_group"], m.messages_out.items())  # fmt: skip
+    yield counter("rocketmq_throughput_out_total", "Message body bytes delivered by pulls, by topic and consumer group.", ["topic", "consumer_group"], m.bytes_out.items())  # fmt: skip
+    yield counter("rocketmq_send_to_dlq_messages_total", "Messages moved to %DLQ%<group> after max reconsume times, by original topic and group.", ["topic", "consumer_group"], m.send_to_dlq.items())  # fmt: skip
+    yield histogram("rocketmq_rpc_latency", "gRPC call latency in seconds, by method and gRPC status.", ["method", "status"], m.rpc_latency)  # fmt: skip
+    yield histogram("wharf_store_flush_latency_seconds", "Time of one flush (fdatasync): kind=sync (group commit), async (FlushRealTimeService), cq (queues and index).", ["kind"], m.flush_latency)  # fmt: skip
+    yield counter("wharf_store_flush_bytes_total", "Bytes made durable by flushes, by kind.", ["kind"], m.flush_bytes.items())  # fmt: skip
+    yield histogram("wharf_store_group_commit_batch_size", "Put requests served by one group-commit fdatasync (SYNC_FLUSH).", [], m.group_commit_batch)  # fmt: skip
+
+
+def snapshot_families(s: BrokerSnapshot) -> Iterator[Any]:
+    """Families read from the controller at scrape time."""
+    st = s.stats
+    yield gauge("rocketmq_topic_number", "Topics known to the broker (system topics included).", [], [((), s.topic_count)])  # fmt: skip
+    yield gauge("rocketmq_consumer_group_number", "Subscription groups known to the broker.", [], [((), s.group_count)])  # fmt: skip
+    yield gauge("rocketmq_consumer_lag_messages", "Messages stored but not yet consumed (committed), by topic and consumer group.", ["topic", "consumer_group"], [((lag.topic, lag.consumer_group), lag.messages) for lag in s.lags])  # fmt: skip
+    yield gauge("rocketmq_consumer_lag_latency", "Age in seconds of the oldest unconsumed message, by topic and consumer group (0 without lag).", ["topic", "consumer_group"], [((lag.topic, lag.consumer_group), lag.latency_seconds) for lag in s.lags if lag.latency_seconds is not None])  # fmt: skip
+    yield gauge("rocketmq_storage_size", "Bytes on disk of the commit log, consume queues and index files.", [], [((), st.storage_size_bytes)])  # fmt: skip
+    yield gauge("wharf_store_writable", "1 if the store accepts writes; 0 on a full disk or a sticky flush error.", [], [((), 1 if st.writable else 0)])  # fmt: skip
+    yield gauge("wharf_store_flush_behind_bytes", "Commit log bytes written but not yet flushed to disk.", [], [((), max(0, st.commit_log_max_offset - st.commit_log_flushed_offset))])  # fmt: skip
+    yield gauge("wharf_store_dispatch_behind_bytes", "Commit log bytes not yet dispatched to consume queues and index (reput lag).", [], [((), st.dispatch_behind_bytes)])  # fmt: skip
+    yield gauge("wharf_store_commit_log_max_offset_bytes", "End of written data in the commit log (its rate is the write bandwidth).", [], [((), st.commit_log_max_offset)])  # fmt: skip
+    yield gauge("wharf_store_commit_log_min_offset_bytes", "First commit log offset still on disk (retention moves it).", [], [((), st.commit_log_min_offset)])  # fmt: skip
+    segments = (st.commit_log_segments, st.consume_queue_files, st.index_files)
+    yield gauge("wharf_store_segments", "Mapped files per store: kind=commitlog, consumequeue, index.", ["kind"], [((kind,), n) for kind, n in zip(STORE_KINDS, segments, strict=True)])  # fmt: skip
+    yield gauge("wharf_store_disk_used_ratio", "Used fraction (0..1) of the filesystem holding the commit log.", [], [((), st.disk_used_ratio)])  # fmt: skip
+    yield gauge("wharf_store_disk_used_ratio_threshold", "Disk thresholds: kind=clean (diskMaxUsedSpaceRatio), clean_forcibly (diskSpaceCleanForciblyRatio), refuse_writes (diskSpaceWarningLevelRatio).", ["kind"], [((kind,), ratio) for kind, ratio in s.disk_thresholds.items()])  # fmt: skip
+    yield counter("wharf_store_messages_put_total", "Messages appended to the commit log (all topics, system ones included).", [], [((), st.messages_put_total)])  # fmt: skip
+    yield counter("wharf_store_bytes_put_total", "Record bytes appended to the commit log.", [], [((), st.bytes_put_total)])  # fmt: skip
+    yield gauge("wharf_store_recovery_seconds", "Duration of the recovery run at start.", [], [((), st.recovery_seconds)])  # fmt: skip
+    yield gauge("wharf_long_poll_parked_requests", "Pull requests parked waiting for messages (long polling).", [], [((), s.parked_pulls)])  # fmt: skip
+    yield gauge("wharf_broker_uptime_seconds", "Seconds since the broker started.", [], [((), s.uptime_seconds)])  # fmt: skip

@@ -1,0 +1,124 @@
+"""Scrape-time figures read from the BrokerController: one plain-data ``BrokerSnapshot``.
+
+``take_snapshot`` runs ON THE EVENT LOOP that owns the store (``BrokerMetrics`` hands it over
+from the HTTP thread), because the store and the managers are single-loop objects. Everything
+it reads is an in-memory counter or table: ``store.stats()``, the topic/group tables,
+committed offsets, queue max offsets. The only record reads are for consumer lag latency
+(the store time of the first unconsumed message of each lagging queue), capped at
+``LAG_LATENCY_READ_BUDGET`` per scrape so a broker with thousands of lagging queues cannot
+stall the loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from store.model import StoreStats
+
+# Max records read per scrape to date the oldest unconsumed message of lagging queues.
+LAG_LATENCY_READ_BUDGET = 256
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLag:
+    """Lag of one consumer group on one topic, summed over the topic's queues."""
+
+    topic: str
+    consumer_group: str
+    messages: int
+    # Age of the oldest unconsumed message (now - its store time); None if not measured.
+    latency_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSnapshot:
+    stats: StoreStats
+    topic_count: int
+    group_count: int
+    parked_pulls: int
+    uptime_seconds: float
+    # diskMaxUsedSpaceRatio / diskSpaceCleanForciblyRatio / diskSpaceWarningLevelRatio as 0..1.
+    disk_thresholds: dict[str, float]
+    lags: list[GroupLag] = field(default_factory=list)
+
+
+def take_snapshot(controller: Any, now: float | None = None) -> BrokerSnapshot:
+    """Read the controller's cheap figures. Call on the store's event loop."""
+    now = time.time() if now is None else now
+    store = controller.store
+    config = store.config
+    return BrokerSnapshot(
+        stats=store.stats(),
+        topic_count=len(list(_topic_names(controller))),
+        group_count=len(list(_group_names(controller))),
+        parked_pulls=int(getattr(controller.long_poll, "parked_count", 0)),
+        uptime_seconds=max(0.0, now - _started_at_seconds(controller, now)),
+        disk_thresholds={
+            "clean": config.disk_max_used_space_ratio / 100,
+            "clean_forcibly": config.disk_space_clean_forcibly_ratio / 100,
+            "refuse_writes": config.disk_space_warning_level_ratio / 100,
+        },
+        lags=consumer_lags(controller, now),
+    )
+
+
+def consumer_lags(controller: Any, now: float) -> list[GroupLag]:
+    """Per (group, topic): sum over queues of max_offset - max(committed, min_offset)."""
+    store = controller.store
+    budget = LAG_LATENCY_READ_BUDGET
+    totals: dict[tuple[str, str], int] = {}
+    oldest_ms: dict[tuple[str, str], int] = {}
+    for group, topic, queue_id, committed in _committed_offsets(controller):
+        key = (topic, group)
+        min_offset = store.get_min_offset(topic, queue_id)
+        max_offset = store.get_max_offset(topic, queue_id)
+        next_unconsumed = max(committed, min_offset)
+        lag = max(0, max_offset - next_unconsumed)
+        totals[key] = totals.get(key, 0) + lag
+        if lag > 0 and budget > 0:
+            budget -= 1
+            stored_ms = _store_time_ms(store, topic, queue_id, next_unconsumed)
+            if stored_ms is not None:
+                oldest_ms[key] = min(oldest_ms.get(key, stored_ms), stored_ms)
+    lags = []
+    for (topic, group), lag in sorted(totals.items()):
+        oldest = oldest_ms.get((topic, group))
+        if lag == 0:
+            latency: float | None = 0.0
+        elif oldest is None:
+            latency = None
+        else:
+            latency = max(0.0, now - oldest / 1000)
+        lags.append(GroupLag(topic, group, lag, latency))
+    return lags
+
+
+def _store_time_ms(store: Any, topic: str, queue_id: int, offset: int) -> int | None:
+    result = store.get_messages(topic, queue_id, offset, 1)
+    if not result.messages:
+        return None
+    return int(result.messages[0].store_timestamp)
+
+
+# --- the controller's managers (broker/controller.py documents these attributes) ----------
+def _topic_names(controller: Any) -> Iterable[str]:
+    return controller.topics.names()
+
+
+def _group_names(controller: Any) -> Iterable[str]:
+    return controller.groups.names()
+
+
+def _committed_offsets(controller: Any) -> Iterator[tuple[str, str, int, int]]:
+    """(consumer_group, topic, queue_id, committed offset) for every committed offset."""
+    for (group, topic), by_queue in controller.offsets.snapshot().items():
+        for queue_id, offset in by_queue.items():
+            yield group, topic, int(queue_id), int(offset)
+
+
+def _started_at_seconds(controller: Any, now: float) -> float:
+    started = getattr(controller, "started_at", None)
+    return float(started) if started else now

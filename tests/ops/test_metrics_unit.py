@@ -1,0 +1,216 @@
+"""BrokerMetrics against a fake controller: names, labels, values, histogram shape."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+
+import pytest
+from prometheus_client import generate_latest
+
+from broker.metrics import BrokerMetrics
+from broker.metrics_accumulators import HistogramAccumulator, LabelledCounters
+from tests.ops.exposition import family_types, parse_samples, value
+from tests.ops.fakes import (
+    FakeController,
+    FakeLongPoll,
+    FakeNames,
+    FakeOffsets,
+    FakeStore,
+    make_stats,
+)
+
+NOW_MS = 1_700_000_000_000
+
+
+def fake_controller(**stats: object) -> FakeController:
+    store = FakeStore(
+        queues={("orders", 0): [NOW_MS - 30_000] * 10, ("orders", 1): [NOW_MS - 5_000] * 4},
+        stats_value=make_stats(**stats),
+    )
+    return FakeController(
+        store=store,
+        topics=FakeNames(["orders", "%RETRY%billing"]),
+        groups=FakeNames(["billing", "audit"]),
+        offsets=FakeOffsets(
+            {("billing", "orders"): {0: 7, 1: 4}, ("audit", "orders"): {0: 10, 1: 4}}
+        ),
+        long_poll=FakeLongPoll(parked_count=3),
+        started_at=NOW_MS / 1000 - 60,
+    )
+
+
+def scrape(metrics: BrokerMetrics) -> str:
+    return generate_latest(metrics.registry).decode()
+
+
+def test_send_and_pull_hooks_count_messages_bytes_and_sizes_per_topic() -> None:
+    metrics = BrokerMetrics()
+    metrics.on_messages_in("orders", [100, 100, 2000])
+    metrics.on_messages_in("orders", [5000])
+    metrics.on_messages_in("audit", [])
+    metrics.on_messages_out("orders", "billing", 3, 2200)
+    metrics.on_send_to_dlq("orders", "billing")
+    samples = parse_samples(scrape(metrics))
+    assert value(samples, "rocketmq_messages_in_total", topic="orders") == 4
+    assert value(samples, "rocketmq_throughput_in_total", topic="orders") == 7200
+    assert value(samples, "rocketmq_message_size_bucket", topic="orders", le="256.0") == 2
+    assert value(samples, "rocketmq_message_size_bucket", topic="orders", le="4096.0") == 3
+    assert value(samples, "rocketmq_message_size_bucket", topic="orders", le="+Inf") == 4
+    assert value(samples, "rocketmq_message_size_count", topic="orders") == 4
+    assert value(samples, "rocketmq_message_size_sum", topic="orders") == 7200
+    assert (
+        value(samples, "rocketmq_messages_out_total", topic="orders", consumer_group="billing") == 3
+    )
+    assert (
+        value(samples, "rocketmq_throughput_out_total", topic="orders", consumer_group="billing")
+        == 2200
+    )
+    assert (
+        value(
+            samples, "rocketmq_send_to_dlq_messages_total", topic="orders", consumer_group="billing"
+        )
+        == 1
+    )
+    assert ("rocketmq_messages_in_total", frozenset({("topic", "audit")})) not in samples
+
+
+def test_rpc_flush_and_group_commit_histograms() -> None:
+    metrics = BrokerMetrics()
+    metrics.observe_rpc("SendMessage", "OK", 0.003)
+    metrics.observe_rpc("SendMessage", "OK", 0.2)
+    metrics.observe_rpc("PullMessage", "NOT_FOUND", 0.0001)
+    metrics.on_flush("sync", 0.0004, 4096)
+    metrics.on_flush("async", 0.02, 65536)
+    metrics.on_group_commit(12)
+    samples = parse_samples(scrape(metrics))
+    assert value(samples, "rocketmq_rpc_latency_count", method="SendMessage", status="OK") == 2
+    assert (
+        value(samples, "rocketmq_rpc_latency_bucket", method="SendMessage", status="OK", le="0.005")
+        == 1
+    )
+    assert (
+        value(samples, "rocketmq_rpc_latency_count", method="PullMessage", status="NOT_FOUND") == 1
+    )
+    assert value(samples, "wharf_store_flush_latency_seconds_bucket", kind="sync", le="0.0005") == 1
+    assert value(samples, "wharf_store_flush_latency_seconds_bucket", kind="async", le="0.01") == 0
+    assert value(samples, "wharf_store_flush_bytes_total", kind="async") == 65536
+    assert value(samples, "wharf_store_group_commit_batch_size_bucket", le="16.0") == 1
+    assert value(samples, "wharf_store_group_commit_batch_size_bucket", le="8.0") == 0
+
+
+def test_scrape_reads_store_figures_counts_and_consumer_lag() -> None:
+    metrics = BrokerMetrics()
+    controller = fake_controller(writable=False, disk_used_ratio=0.87)
+    metrics.attach(controller)
+    samples = parse_samples(scrape(metrics))
+    assert value(samples, "rocketmq_topic_number") == 2
+    assert value(samples, "rocketmq_consumer_group_number") == 2
+    # billing: queue 0 at 7 of 10, queue 1 at 4 of 4 -> 3 behind; audit is caught up.
+    assert (
+        value(samples, "rocketmq_consumer_lag_messages", topic="orders", consumer_group="billing")
+        == 3
+    )
+    assert (
+        value(samples, "rocketmq_consumer_lag_messages", topic="orders", consumer_group="audit")
+        == 0
+    )
+    billing_latency = value(
+        samples, "rocketmq_consumer_lag_latency", topic="orders", consumer_group="billing"
+    )
+    assert billing_latency >= 30  # the oldest unconsumed message was stored 30 s before NOW_MS
+    assert (
+        value(samples, "rocketmq_consumer_lag_latency", topic="orders", consumer_group="audit") == 0
+    )
+    assert value(samples, "rocketmq_storage_size") == 123_456
+    assert value(samples, "wharf_store_writable") == 0
+    assert value(samples, "wharf_store_flush_behind_bytes") == 1000
+    assert value(samples, "wharf_store_dispatch_behind_bytes") == 120
+    assert value(samples, "wharf_store_segments", kind="commitlog") == 3
+    assert value(samples, "wharf_store_segments", kind="consumequeue") == 5
+    assert value(samples, "wharf_store_segments", kind="index") == 1
+    assert value(samples, "wharf_store_disk_used_ratio") == 0.87
+    assert value(samples, "wharf_store_disk_used_ratio_threshold", kind="clean_forcibly") == 0.85
+    assert value(samples, "wharf_store_disk_used_ratio_threshold", kind="refuse_writes") == 0.90
+    assert value(samples, "wharf_store_recovery_seconds") == 0.25
+    assert value(samples, "wharf_long_poll_parked_requests") == 3
+    assert value(samples, "wharf_broker_uptime_seconds") >= 60
+    assert controller.store.reads == 1  # one record read: the lagging queue only
+
+
+def test_lag_counts_from_min_offset_when_retention_removed_the_committed_one() -> None:
+    metrics = BrokerMetrics()
+    controller = fake_controller()
+    controller.store.min_offsets[("orders", 0)] = 9  # offsets 0..8 deleted; billing is at 7
+    metrics.attach(controller)
+    samples = parse_samples(scrape(metrics))
+    assert (
+        value(samples, "rocketmq_consumer_lag_messages", topic="orders", consumer_group="billing")
+        == 1
+    )
+
+
+def test_every_family_is_typed_even_before_any_traffic() -> None:
+    metrics = BrokerMetrics()
+    metrics.attach(fake_controller())
+    types = family_types(scrape(metrics))
+    assert types["rocketmq_messages_in_total"] == "counter"
+    assert types["rocketmq_send_to_dlq_messages_total"] == "counter"
+    assert types["rocketmq_message_size"] == "histogram"
+    assert types["rocketmq_rpc_latency"] == "histogram"
+    assert types["rocketmq_consumer_lag_latency"] == "gauge"
+    assert not any(name.endswith("_created") for name in types)
+
+
+def test_a_failing_snapshot_still_serves_hot_path_metrics_and_counts_the_failure() -> None:
+    metrics = BrokerMetrics()
+    controller = fake_controller()
+    controller.store.stats = None  # type: ignore[assignment,method-assign]  # stats() now raises
+    metrics.attach(controller)
+    metrics.on_messages_in("orders", [10])
+    samples = parse_samples(scrape(metrics))
+    assert value(samples, "rocketmq_messages_in_total", topic="orders") == 1
+    assert value(samples, "wharf_metrics_snapshot_failures_total") == 1
+    assert not any(name == "wharf_store_writable" for name, _ in samples)
+
+
+async def test_serve_binds_port_zero_and_scrape_runs_snapshot_on_the_loop() -> None:
+    metrics = BrokerMetrics()
+    controller = fake_controller()
+    metrics.attach(controller)
+    metrics.on_messages_in("orders", [10, 20])
+    port = await metrics.serve("127.0.0.1", 0)
+    try:
+        assert port > 0
+        url = f"http://127.0.0.1:{port}/metrics"
+        body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read())
+        samples = parse_samples(body.decode())
+        assert value(samples, "rocketmq_messages_in_total", topic="orders") == 2
+        assert value(samples, "rocketmq_topic_number") == 2
+        with pytest.raises(RuntimeError):
+            await metrics.serve("127.0.0.1", 0)
+    finally:
+        await metrics.close()
+    with pytest.raises(OSError):
+        await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=2).read())
+
+
+def test_histogram_accumulator_batches_match_one_by_one_observation() -> None:
+    bounds = (1, 10, 100)
+    batch, single = HistogramAccumulator(bounds), HistogramAccumulator(bounds)
+    values = [0, 1, 2, 10, 11, 100, 101, 5, 5]
+    batch.observe_many(values)
+    batch.observe_many([7, 7, 7])
+    for v in [*values, 7, 7, 7]:
+        single.observe(v)
+    assert batch.snapshot() == single.snapshot()
+    snap = batch.snapshot()
+    assert snap.buckets == [(1.0, 2), (10.0, 9), (100.0, 11), (float("inf"), 12)]
+    assert snap.count == 12 and snap.total == sum(values) + 21
+
+
+def test_accumulators_reject_bad_input() -> None:
+    with pytest.raises(ValueError):
+        HistogramAccumulator((10, 1))
+    with pytest.raises(ValueError):
+        LabelledCounters().inc(("t",), -1)
