@@ -1,0 +1,170 @@
+"""IndexService: the list of IndexFiles under ``index/`` (RocketMQ's IndexService).
+
+Keys are ``topic#UNIQ_KEY`` and ``topic#key`` for every KEYS entry. A new file (named by its
+creation time, yyyyMMddHHmmssSSS) is started when the newest is full; creating a file runs in a
+thread because a default file maps ~420 MB. Entries for records already indexed (offset below
+the newest file's endPhyOffset) are skipped, which makes a re-dispatch after recovery idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+
+from store.format import SYSFLAG_TRANSACTION_ROLLBACK, DispatchRequest, index_key_hash
+from store.index_file import IndexEntry, IndexFile
+
+_NAME_FORMAT = "%Y%m%d%H%M%S"
+
+
+def index_file_name(epoch_ms: int) -> str:
+    """yyyyMMddHHmmssSSS in local time, as RocketMQ's UtilAll.timeMillisToHumanString."""
+    moment = datetime.fromtimestamp(epoch_ms / 1000)
+    return moment.strftime(_NAME_FORMAT) + f"{epoch_ms % 1000:03d}"
+
+
+def _name_to_ms(name: str) -> int:
+    moment = datetime.strptime(name[:14], _NAME_FORMAT)
+    return int(moment.timestamp()) * 1000 + int(name[14:17])
+
+
+def build_index_keys(topic: str, uniq_key: str, keys: Iterable[str]) -> list[str]:
+    out = [f"{topic}#{uniq_key}"] if uniq_key else []
+    out.extend(f"{topic}#{key}" for key in keys if key)
+    return out
+
+
+class IndexService:
+    def __init__(self, directory: Path, slot_num: int, index_num: int) -> None:
+        self.directory = directory
+        self.slot_num = slot_num
+        self.index_num = index_num
+        self.files: list[IndexFile] = []
+
+    @classmethod
+    def load_blocking(cls, directory: Path, slot_num: int, index_num: int) -> IndexService:
+        service = cls(directory, slot_num, index_num)
+        directory.mkdir(parents=True, exist_ok=True)
+        for path in sorted(
+            p for p in directory.iterdir() if len(p.name) == 17 and p.name.isdigit()
+        ):
+            service.files.append(IndexFile.load_blocking(path, slot_num, index_num))
+        return service
+
+    # --- building ------------------------------------------------------------------------
+    @property
+    def indexed_until(self) -> int:
+        """Commit log offset of the newest indexed record (entries below it exist)."""
+        return self.files[-1].end_phy_offset if self.files else 0
+
+    def entries_for(self, requests: Iterable[DispatchRequest]) -> list[IndexEntry]:
+        entries: list[IndexEntry] = []
+        add = entries.append
+        already = self.indexed_until
+        # A fresh newest file inherits the previous file's end offset, so it counts too.
+        has_entries = bool(self.files) and (len(self.files) > 1 or self.files[-1].index_count > 1)
+        for req in requests:
+            offset = req.commit_log_offset
+            if has_entries and offset <= already:
+                continue
+            if req.sys_flag & 0xC == SYSFLAG_TRANSACTION_ROLLBACK:
+                continue
+            topic, stamp = req.topic, req.store_timestamp
+            if req.uniq_key:
+                add((index_key_hash(f"{topic}#{req.uniq_key}"), offset, stamp))
+            for key in req.keys:
+                add((index_key_hash(f"{topic}#{key}"), offset, stamp))
+        return entries
+
+    def put_entries_nowait(self, entries: list[IndexEntry]) -> int:
+        """Write what fits in the newest file without creating one (no await). Returns count."""
+        if not entries or not self.files:
+            return 0
+        return self.files[-1].put_entries(entries)
+
+    async def put_entries(self, entries: list[IndexEntry]) -> None:
+        done = self.put_entries_nowait(entries)
+        while done < len(entries):
+            await self.roll()
+            done += self.files[-1].put_entries(entries[done:])
+
+    async def roll(self) -> IndexFile:
+        """Start a new file (in a thread: file creation and the map of ~420 MB)."""
+        last = self.files[-1] if self.files else None
+        name = self._next_name()
+        new = await asyncio.to_thread(
+            IndexFile.create_blocking,
+            self.directory / name,
+            self.slot_num,
+            self.index_num,
+            last.end_phy_offset if last else 0,
+            last.end_timestamp if last else 0,
+        )
+        self.files.append(new)
+        return new
+
+    def _next_name(self) -> str:
+        now = int(time.time() * 1000)
+        if self.files:
+            # Names must sort in creation order even for files made within one millisecond.
+            now = max(now, _name_to_ms(self.files[-1].path.name) + 1)
+        return index_file_name(now)
+
+    # --- queries -------------------------------------------------------------------------
+    def query_offsets(
+        self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int
+    ) -> list[int]:
+        """Commit log offsets whose index entry matches ``topic#key`` (by hash) within the
+        window, newest file first. The caller re-checks the key on the decoded record."""
+        key_hash = index_key_hash(f"{topic}#{key}")
+        out: list[int] = []
+        for index in reversed(self.files):
+            if len(out) >= max_num:
+                break
+            if index.is_time_matched(begin_ms, end_ms):
+                index.select_phy_offsets(key_hash, begin_ms, end_ms, max_num, out)
+            if index.begin_timestamp < begin_ms:
+                break
+        return out
+
+    # --- recovery / retention ------------------------------------------------------------
+    def truncate_from_physical_blocking(self, commit_log_end: int) -> int:
+        """Drop entries pointing at or beyond the valid end of the CommitLog; files left
+        with no entries that start beyond it are deleted. Returns entries removed."""
+        removed = 0
+        while self.files:
+            newest = self.files[-1]
+            removed += newest.truncate_from_physical(commit_log_end)
+            if newest.index_count > 1 or len(self.files) == 1:
+                break
+            if newest.begin_phy_offset < commit_log_end:
+                break
+            self.files.pop()
+            newest.close()
+            newest.path.unlink(missing_ok=True)
+        return removed
+
+    def expired_files(self, commit_log_min: int) -> list[IndexFile]:
+        """Files (never the newest) whose entries all point below ``commit_log_min``."""
+        expired = []
+        for index in self.files[:-1]:
+            if index.end_phy_offset >= commit_log_min:
+                break
+            expired.append(index)
+        return expired
+
+    def detach_files(self, files: list[IndexFile]) -> None:
+        for index in files:
+            self.files.remove(index)
+
+    def flush_blocking(self) -> None:
+        for index in list(self.files):
+            index.flush_blocking()
+
+    def close(self) -> None:
+        for index in self.files:
+            index.close()
+        self.files.clear()
