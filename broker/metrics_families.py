@@ -75,7 +75,7 @@ def hot_path_families(m: BrokerMetrics) -> Iterator[Any]:
 def snapshot_families(s: BrokerSnapshot) -> Iterator[Any]:
     """Families read from the controller at scrape time."""
     st = s.stats
-    yield gauge("rocketmq_topic_number", "Topics known to the broker (system topics included).", [], [((), s.topic_count)])  # fmt: skip
+    yield gauge("rocketmq_topic_number", "Topics known to the broker (system topics such as %RETRY%/%DLQ% excluded).", [], [((), s.topic_count)])  # fmt: skip
     yield gauge("rocketmq_consumer_group_number", "Subscription groups known to the broker.", [], [((), s.group_count)])  # fmt: skip
     yield gauge("rocketmq_consumer_lag_messages", "Messages stored but not yet consumed (committed), by topic and consumer group.", ["topic", "consumer_group"], [((lag.topic, lag.consumer_group), lag.messages) for lag in s.lags])  # fmt: skip
     yield gauge("rocketmq_consumer_lag_latency", "Age in seconds of the oldest unconsumed message, by topic and consumer group (0 without lag).", ["topic", "consumer_group"], [((lag.topic, lag.consumer_group), lag.latency_seconds) for lag in s.lags if lag.latency_seconds is not None])  # fmt: skip

@@ -12,7 +12,7 @@ stall the loop.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,8 +52,8 @@ def take_snapshot(controller: Any, now: float | None = None) -> BrokerSnapshot:
     config = store.config
     return BrokerSnapshot(
         stats=store.stats(),
-        topic_count=len(list(_topic_names(controller))),
-        group_count=len(list(_group_names(controller))),
+        topic_count=_topic_count(controller),
+        group_count=_group_count(controller),
         parked_pulls=int(getattr(controller.long_poll, "parked_count", 0)),
         uptime_seconds=max(0.0, now - _started_at_seconds(controller, now)),
         disk_thresholds={
@@ -104,18 +104,20 @@ def _store_time_ms(store: Any, topic: str, queue_id: int, offset: int) -> int | 
 
 
 # --- the controller's managers (broker/controller.py documents these attributes) ----------
-def _topic_names(controller: Any) -> Iterable[str]:
-    return controller.topics.names()
+def _topic_count(controller: Any) -> int:
+    return len(controller.topics)  # TopicConfigManager: user topics (system ones excluded)
 
 
-def _group_names(controller: Any) -> Iterable[str]:
-    return controller.groups.names()
+def _group_count(controller: Any) -> int:
+    return len(controller.groups)  # SubscriptionGroupManager
 
 
 def _committed_offsets(controller: Any) -> Iterator[tuple[str, str, int, int]]:
     """(consumer_group, topic, queue_id, committed offset) for every committed offset."""
-    for (group, topic), by_queue in controller.offsets.snapshot().items():
-        for queue_id, offset in by_queue.items():
+    # ConsumerOffsetManager.table: (topic, group) -> {queue_id: offset}. Copied first: cheap,
+    # and the loop below must not see the table change under it.
+    for (topic, group), by_queue in list(controller.offsets.table.items()):
+        for queue_id, offset in list(by_queue.items()):
             yield group, topic, int(queue_id), int(offset)
 
 

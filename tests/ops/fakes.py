@@ -69,19 +69,20 @@ class FakeStore:
 
 
 class FakeNames:
+    """Like the topic/group managers: len() counts user entries."""
+
     def __init__(self, names: list[str]) -> None:
         self._names = names
 
-    def names(self) -> list[str]:
-        return list(self._names)
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 class FakeOffsets:
+    """Like ConsumerOffsetManager: ``table`` is (topic, group) -> {queue_id: offset}."""
+
     def __init__(self, table: dict[tuple[str, str], dict[int, int]]) -> None:
         self.table = table
-
-    def snapshot(self) -> dict[tuple[str, str], dict[int, int]]:
-        return {key: dict(value) for key, value in self.table.items()}
 
 
 @dataclass

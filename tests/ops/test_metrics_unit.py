@@ -30,10 +30,10 @@ def fake_controller(**stats: object) -> FakeController:
     )
     return FakeController(
         store=store,
-        topics=FakeNames(["orders", "%RETRY%billing"]),
+        topics=FakeNames(["orders", "payments"]),
         groups=FakeNames(["billing", "audit"]),
         offsets=FakeOffsets(
-            {("billing", "orders"): {0: 7, 1: 4}, ("audit", "orders"): {0: 10, 1: 4}}
+            {("orders", "billing"): {0: 7, 1: 4}, ("orders", "audit"): {0: 10, 1: 4}}
         ),
         long_poll=FakeLongPoll(parked_count=3),
         started_at=NOW_MS / 1000 - 60,
