@@ -1,0 +1,212 @@
+"""Admin client: one method per ``wharf.v1.AdminService`` RPC (replies are the proto messages).
+
+async with Admin("127.0.0.1:8081") as admin:
+    await admin.create_topic("orders", queue_nums=4)
+    for topic in (await admin.list_topics()).topics:
+        print(topic.name, topic.write_queue_nums)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import grpc
+from wharf.v1 import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
+
+from client.channel import open_channel
+from client.errors import ClientClosedError, from_rpc_error
+
+T = TypeVar("T")
+
+_WHERE = {
+    "LAST": common_pb2.CONSUME_FROM_LAST_OFFSET,
+    "FIRST": common_pb2.CONSUME_FROM_FIRST_OFFSET,
+    "TIMESTAMP": common_pb2.CONSUME_FROM_TIMESTAMP,
+}
+
+
+class Admin:
+    def __init__(self, endpoints: str = "127.0.0.1:8081", *, rpc_timeout_s: float = 10.0) -> None:
+        self.endpoints = endpoints
+        self.rpc_timeout_s = rpc_timeout_s
+        self._channel: grpc.aio.Channel | None = None
+        self._admin: admin_pb2_grpc.AdminServiceStub | None = None
+        self._messaging: messaging_pb2_grpc.MessagingServiceStub | None = None
+
+    async def __aenter__(self) -> Admin:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        if self._channel is None:
+            self._channel = open_channel(self.endpoints)
+            self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+            self._messaging = messaging_pb2_grpc.MessagingServiceStub(self._channel)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+    async def _call(self, method: Callable[..., Awaitable[T]], request: Any) -> T:
+        if self._channel is None:
+            raise ClientClosedError("admin client not started: use 'async with'")
+        try:
+            return await method(request, timeout=self.rpc_timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    @property
+    def _a(self) -> admin_pb2_grpc.AdminServiceStub:
+        if self._admin is None:
+            raise ClientClosedError("admin client not started: use 'async with'")
+        return self._admin
+
+    @property
+    def _m(self) -> messaging_pb2_grpc.MessagingServiceStub:
+        if self._messaging is None:
+            raise ClientClosedError("admin client not started: use 'async with'")
+        return self._messaging
+
+    # ------------------------------------------------------------------ topics
+    async def create_topic(
+        self,
+        name: str,
+        *,
+        queue_nums: int = 0,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: int = 0,
+        attributes: Mapping[str, str] | None = None,
+    ) -> admin_pb2.TopicConfig:
+        """``queue_nums`` sets both read and write counts (0 = the broker's default, 8)."""
+        request = admin_pb2.CreateTopicRequest(
+            name=name,
+            read_queue_nums=read_queue_nums if read_queue_nums is not None else queue_nums,
+            write_queue_nums=write_queue_nums if write_queue_nums is not None else queue_nums,
+            perm=perm,
+            attributes=dict(attributes or {}),
+        )
+        return await self._call(self._a.CreateTopic, request)
+
+    async def update_topic(
+        self,
+        name: str,
+        *,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: int | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> admin_pb2.TopicConfig:
+        request = admin_pb2.UpdateTopicRequest(name=name, attributes=dict(attributes or {}))
+        if read_queue_nums is not None:
+            request.read_queue_nums = read_queue_nums
+        if write_queue_nums is not None:
+            request.write_queue_nums = write_queue_nums
+        if perm is not None:
+            request.perm = perm
+        return await self._call(self._a.UpdateTopic, request)
+
+    async def delete_topic(self, name: str) -> None:
+        await self._call(self._a.DeleteTopic, admin_pb2.DeleteTopicRequest(name=name))
+
+    async def list_topics(self, *, include_system: bool = False) -> admin_pb2.ListTopicsResponse:
+        return await self._call(
+            self._a.ListTopics, admin_pb2.ListTopicsRequest(include_system=include_system)
+        )
+
+    async def topic_stats(self, name: str) -> admin_pb2.GetTopicStatsResponse:
+        return await self._call(self._a.GetTopicStats, admin_pb2.GetTopicStatsRequest(name=name))
+
+    async def topic_route(self, name: str) -> messaging_pb2.QueryRouteResponse:
+        return await self._call(self._m.QueryRoute, messaging_pb2.QueryRouteRequest(topic=name))
+
+    # ------------------------------------------------------------------ groups
+    async def create_group(
+        self,
+        name: str,
+        *,
+        retry_max_times: int = 0,
+        retry_queue_nums: int = 0,
+        consume_from_where: str = "LAST",
+        consume_timestamp_ms: int = 0,
+        consume_broadcast_enable: bool = False,
+        consume_enable: bool = True,
+    ) -> admin_pb2.SubscriptionGroupConfig:
+        """Create or update a subscription group (0 = the broker's defaults: 16 retries, 1 queue)."""
+        request = admin_pb2.SubscriptionGroupConfig(
+            group_name=name,
+            consume_enable=consume_enable,
+            consume_broadcast_enable=consume_broadcast_enable,
+            retry_max_times=retry_max_times,
+            retry_queue_nums=retry_queue_nums,
+            consume_from_where=_WHERE[consume_from_where],
+            consume_timestamp=consume_timestamp_ms,
+        )
+        return await self._call(self._a.CreateSubscriptionGroup, request)
+
+    async def list_groups(self) -> admin_pb2.ListSubscriptionGroupsResponse:
+        return await self._call(
+            self._a.ListSubscriptionGroups, admin_pb2.ListSubscriptionGroupsRequest()
+        )
+
+    async def delete_group(self, name: str) -> None:
+        await self._call(
+            self._a.DeleteSubscriptionGroup,
+            admin_pb2.DeleteSubscriptionGroupRequest(group_name=name),
+        )
+
+    async def consumer_progress(
+        self, group: str, topic: str = ""
+    ) -> admin_pb2.GetConsumerProgressResponse:
+        return await self._call(
+            self._a.GetConsumerProgress,
+            admin_pb2.GetConsumerProgressRequest(consumer_group=group, topic=topic),
+        )
+
+    async def reset_offsets(
+        self, group: str, topic: str, timestamp_ms: int
+    ) -> admin_pb2.ResetConsumerOffsetResponse:
+        return await self._call(
+            self._a.ResetConsumerOffset,
+            admin_pb2.ResetConsumerOffsetRequest(
+                consumer_group=group, topic=topic, timestamp=timestamp_ms
+            ),
+        )
+
+    async def consumer_list(self, group: str) -> messaging_pb2.GetConsumerListResponse:
+        return await self._call(
+            self._m.GetConsumerList, messaging_pb2.GetConsumerListRequest(consumer_group=group)
+        )
+
+    # ------------------------------------------------------------------ broker and messages
+    async def broker_status(self) -> admin_pb2.BrokerStatus:
+        return await self._call(self._a.GetBrokerStatus, admin_pb2.GetBrokerStatusRequest())
+
+    async def query_messages(
+        self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int = 0, max_num: int = 32
+    ) -> messaging_pb2.QueryMessageResponse:
+        return await self._call(
+            self._m.QueryMessage,
+            messaging_pb2.QueryMessageRequest(
+                topic=topic,
+                key=key,
+                begin_timestamp=begin_ms,
+                end_timestamp=end_ms,
+                max_num=max_num,
+            ),
+        )
+
+    async def view_message(self, msg_id: str, topic: str = "") -> messaging_pb2.ViewMessageResponse:
+        return await self._call(
+            self._m.ViewMessage, messaging_pb2.ViewMessageRequest(msg_id=msg_id, topic=topic)
+        )
+
+    async def queue_offsets(self, topic: str) -> messaging_pb2.GetQueueOffsetsResponse:
+        return await self._call(
+            self._m.GetQueueOffsets, messaging_pb2.GetQueueOffsetsRequest(topic=topic)
+        )

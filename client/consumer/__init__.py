@@ -1,0 +1,1 @@
+"""Consumers: :class:`~client.consumer.push.PushConsumer` and :class:`~client.consumer.pull.PullConsumer`."""

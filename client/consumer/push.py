@@ -1,0 +1,407 @@
+"""Push consumer: the SDK pulls, your async handler consumes.
+
+    async def handle(msg: ReceivedMessage) -> ConsumeResult:
+        print(msg.topic, msg.tags, msg.body)
+        return ConsumeResult.SUCCESS          # raise or return RECONSUME_LATER to retry
+
+    consumer = PushConsumer("127.0.0.1:8081", "billing", handler=handle)
+    consumer.subscribe("orders", "paid || refunded")
+    async with consumer:
+        await asyncio.sleep(60)
+
+Delivery is AT-LEAST-ONCE: offsets are committed after handlers finish (periodically, piggy-
+backed on pulls, on rebalance and on close), so a crash or a rebalance can deliver a message
+again. Make handlers idempotent (``msg.msg_id`` is stable across redeliveries).
+
+CLUSTERING (default): the group's members split the queues (AllocateMessageQueueAveragely over
+GetConsumerList, re-run when the broker reports a membership change and every
+``rebalance_interval_s``); failed messages go back through SendMessageBack to
+``%RETRY%<group>`` (subscribed automatically) and to ``%DLQ%<group>`` after max reconsume
+times. BROADCASTING: every member gets every message; offsets are kept locally
+(``offset_store_path`` or memory); a failed message is logged and skipped, as in RocketMQ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import grpc
+from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
+
+from client.channel import open_channel
+from client.consumer.offset_store import LocalOffsetStore, RemoteOffsetStore
+from client.consumer.queue_worker import QueueWorker
+from client.consumer.start_offset import compute_start_offset
+from client.errors import InvalidArgumentError, WharfError, from_rpc_error
+from client.message import ConsumeResult, MessageQueue, ReceivedMessage, retry_topic
+from client.rebalance import allocate_averagely
+from client.route import RouteCache
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[ReceivedMessage], Awaitable[ConsumeResult | None]]
+
+CLUSTERING = common_pb2.CLUSTERING
+BROADCASTING = common_pb2.BROADCASTING
+CONSUME_FROM_LAST_OFFSET = common_pb2.CONSUME_FROM_LAST_OFFSET
+CONSUME_FROM_FIRST_OFFSET = common_pb2.CONSUME_FROM_FIRST_OFFSET
+CONSUME_FROM_TIMESTAMP = common_pb2.CONSUME_FROM_TIMESTAMP
+
+
+def _new_client_id() -> str:
+    return f"{os.uname().nodename}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
+
+
+class PushConsumer:
+    """Consume a group's share of one or more topics with an async handler.
+
+    Args:
+        endpoints: broker ``host:port``.
+        group: consumer group.
+        handler: ``async (ReceivedMessage) -> ConsumeResult`` (``None`` counts as SUCCESS).
+        message_model: ``"CLUSTERING"`` or ``"BROADCASTING"``.
+        consume_from_where: ``"LAST"``, ``"FIRST"`` or ``"TIMESTAMP"`` (new groups only).
+        consume_timestamp_ms: start time for ``"TIMESTAMP"``.
+        consume_concurrency: handlers running at once (RocketMQ's consumeThreadMax).
+        max_in_flight_per_queue: flow control per queue (RocketMQ's pullThresholdForQueue).
+        pull_batch_size: messages per pull (32).
+        long_poll_ms: how long a pull waits on the broker for new messages.
+        rebalance_interval_s / heartbeat_interval_s / commit_interval_s: 20 / 10 / 5 s.
+        max_reconsume_times: retries before the DLQ (``None`` = the group's setting, 16).
+        offset_store_path: broadcasting only: JSON file for local offsets (``None`` = memory).
+        shutdown_grace_s: how long close() waits for running handlers.
+    """
+
+    def __init__(
+        self,
+        endpoints: str = "127.0.0.1:8081",
+        group: str = "DEFAULT_CONSUMER",
+        *,
+        handler: Handler | None = None,
+        message_model: str = "CLUSTERING",
+        consume_from_where: str = "LAST",
+        consume_timestamp_ms: int = 0,
+        consume_concurrency: int = 20,
+        max_in_flight_per_queue: int = 1000,
+        pull_batch_size: int = 32,
+        long_poll_ms: int = 15_000,
+        rebalance_interval_s: float = 20.0,
+        heartbeat_interval_s: float = 10.0,
+        commit_interval_s: float = 5.0,
+        max_reconsume_times: int | None = None,
+        offset_store_path: str | Path | None = None,
+        shutdown_grace_s: float = 10.0,
+        client_id: str | None = None,
+    ) -> None:
+        models = {"CLUSTERING": CLUSTERING, "BROADCASTING": BROADCASTING}
+        wheres = {
+            "LAST": CONSUME_FROM_LAST_OFFSET,
+            "FIRST": CONSUME_FROM_FIRST_OFFSET,
+            "TIMESTAMP": CONSUME_FROM_TIMESTAMP,
+        }
+        if message_model not in models:
+            raise InvalidArgumentError(f"message_model must be one of {sorted(models)}")
+        if consume_from_where not in wheres:
+            raise InvalidArgumentError(f"consume_from_where must be one of {sorted(wheres)}")
+        if not group:
+            raise InvalidArgumentError("a consumer group name is required")
+        self.endpoints = endpoints
+        self.group = group
+        self.client_id = client_id or _new_client_id()
+        self.handler = handler
+        self.message_model = models[message_model]
+        self.consume_from_where = wheres[consume_from_where]
+        self.consume_timestamp_ms = consume_timestamp_ms
+        self.max_in_flight_per_queue = max_in_flight_per_queue
+        self.pull_batch_size = pull_batch_size
+        self.long_poll_ms = long_poll_ms
+        self.rebalance_interval_s = rebalance_interval_s
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.commit_interval_s = commit_interval_s
+        self.max_reconsume_times = max_reconsume_times
+        self.shutdown_grace_s = shutdown_grace_s
+        self._offset_store_path = Path(offset_store_path) if offset_store_path else None
+        self._consume_slots = asyncio.Semaphore(consume_concurrency)
+        self._subscriptions: dict[str, str] = {}
+        self._workers: dict[MessageQueue, QueueWorker] = {}
+        self._handler_tasks: set[asyncio.Task[None]] = set()
+        self._background: list[asyncio.Task[None]] = []
+        self._rebalance_now = asyncio.Event()
+        self._list_version: int | None = None
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: messaging_pb2_grpc.MessagingServiceStub | None = None
+        self._offsets: RemoteOffsetStore | LocalOffsetStore | None = None
+        self._routes: RouteCache | None = None
+        self._running = False
+        self.rebalance_count = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def subscribe(self, topic: str, tag_expression: str = "*") -> None:
+        """Subscribe before start(); ``tag_expression`` is ``*`` or ``"tagA || tagB"``."""
+        if not topic:
+            raise InvalidArgumentError("topic must not be empty")
+        self._subscriptions[topic] = tag_expression or "*"
+
+    @property
+    def assigned_queues(self) -> list[MessageQueue]:
+        return sorted(self._workers)
+
+    async def __aenter__(self) -> PushConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        if self.handler is None:
+            raise InvalidArgumentError("PushConsumer needs a handler")
+        if not self._subscriptions:
+            raise InvalidArgumentError("subscribe to at least one topic before start()")
+        if self.message_model == CLUSTERING:
+            self._subscriptions.setdefault(retry_topic(self.group), "*")
+        self._channel = open_channel(self.endpoints)
+        self._stub = messaging_pb2_grpc.MessagingServiceStub(self._channel)
+        self._routes = RouteCache(self._stub, ttl_s=0.0)
+        if self.message_model == CLUSTERING:
+            self._offsets = RemoteOffsetStore(self._stub, self.group)
+        else:
+            self._offsets = LocalOffsetStore(self._offset_store_path)
+        self._running = True
+        await self._heartbeat()
+        await self._rebalance()
+        loop = asyncio.get_running_loop()
+        self._background = [
+            loop.create_task(self._every(self.heartbeat_interval_s, self._heartbeat)),
+            loop.create_task(self._rebalance_loop()),
+            loop.create_task(self._every(self.commit_interval_s, self.commit)),
+        ]
+
+    async def close(self) -> None:
+        """Stop pulling, let running handlers finish (``shutdown_grace_s``), commit, leave."""
+        if not self._running:
+            return
+        self._running = False
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        await asyncio.gather(*(w.stop() for w in self._workers.values()))
+        if self._handler_tasks:
+            _, slow = await asyncio.wait(self._handler_tasks, timeout=self.shutdown_grace_s)
+            for task in slow:
+                task.cancel()
+        self._record_progress(list(self._workers))
+        await self.commit()
+        assert self._stub is not None and self._channel is not None
+        if self.message_model == CLUSTERING:
+            try:
+                await self._stub.UnregisterClient(
+                    messaging_pb2.UnregisterClientRequest(
+                        client_id=self.client_id, consumer_groups=[self.group]
+                    ),
+                    timeout=3.0,
+                )
+            except grpc.RpcError as exc:
+                log.warning("unregister failed: %s", from_rpc_error(exc))
+        self._workers.clear()
+        await self._channel.close()
+
+    async def commit(self) -> None:
+        """Commit the progress of every assigned queue now."""
+        if self._offsets is None:
+            return
+        self._record_progress(list(self._workers))
+        await self._offsets.persist()
+
+    # ------------------------------------------------------------------ membership
+    async def _every(self, interval: float, action: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await action()
+            except WharfError as exc:
+                log.warning("%s failed: %s", getattr(action, "__name__", action), exc)
+
+    async def _heartbeat(self) -> None:
+        assert self._stub is not None
+        data = messaging_pb2.ConsumerData(
+            group=self.group,
+            subscriptions=[
+                messaging_pb2.Subscription(topic=t, tag_expression=e)
+                for t, e in self._subscriptions.items()
+            ],
+            message_model=self.message_model,
+            consume_from_where=self.consume_from_where,
+            consume_timestamp=self.consume_timestamp_ms,
+        )
+        try:
+            reply = await self._stub.Heartbeat(
+                messaging_pb2.HeartbeatRequest(client_id=self.client_id, consumers=[data]),
+                timeout=5.0,
+            )
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        version = reply.consumer_list_versions.get(self.group)
+        if version is not None and version != self._list_version:
+            if self._list_version is not None:
+                self._rebalance_now.set()
+            self._list_version = version
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._rebalance_now.wait(), self.rebalance_interval_s)
+            self._rebalance_now.clear()
+            try:
+                await self._rebalance()
+            except WharfError as exc:
+                log.warning("rebalance of %s failed: %s", self.group, exc)
+
+    async def _rebalance(self) -> None:
+        assert self._stub is not None and self._routes is not None
+        wanted: dict[MessageQueue, str] = {}
+        members: list[str] = []
+        if self.message_model == CLUSTERING:
+            try:
+                reply = await self._stub.GetConsumerList(
+                    messaging_pb2.GetConsumerListRequest(consumer_group=self.group), timeout=5.0
+                )
+            except grpc.RpcError as exc:
+                raise from_rpc_error(exc) from None
+            members = list(reply.client_ids) or [self.client_id]
+            self._list_version = reply.version
+        for topic, expression in self._subscriptions.items():
+            route = await self._routes.get(topic, refresh=True)
+            queues = route.read_queues()
+            if self.message_model == CLUSTERING:
+                queues = allocate_averagely(self.client_id, members, queues)
+            for queue in queues:
+                wanted[queue] = expression
+        removed = [q for q in self._workers if q not in wanted]
+        added = [q for q in wanted if q not in self._workers]
+        if not removed and not added:
+            return
+        self.rebalance_count += 1
+        log.info("%s rebalance: +%s -%s", self.client_id, added, removed)
+        await self._drop_queues(removed)
+        for queue in added:
+            self._start_worker(queue, wanted[queue])
+
+    async def _drop_queues(self, queues: list[MessageQueue]) -> None:
+        if not queues:
+            return
+        workers = [self._workers[q] for q in queues]
+        await asyncio.gather(*(w.stop() for w in workers))
+        # Give running handlers a moment so their progress is committed before another
+        # member starts from it (fewer duplicates; correctness does not depend on it).
+        waits = [w.process_queue.wait_empty() for w in workers if w.process_queue is not None]
+        if waits:
+            await asyncio.wait([asyncio.ensure_future(w) for w in waits], timeout=2.0)
+        self._record_progress(queues)
+        assert self._offsets is not None
+        await self._offsets.persist(queues)
+        for queue in queues:
+            del self._workers[queue]
+            self._offsets.forget(queue)
+
+    def _start_worker(self, queue: MessageQueue, expression: str) -> None:
+        assert self._stub is not None and self._offsets is not None
+        offsets = self._offsets
+
+        async def start_offset() -> int:
+            assert self._stub is not None
+            offset = await compute_start_offset(
+                self._stub,
+                offsets,
+                queue,
+                self.consume_from_where,
+                self.consume_timestamp_ms,
+                is_retry_topic=queue.topic == retry_topic(self.group),
+            )
+            offsets.update(queue, offset)
+            return offset
+
+        worker = QueueWorker(
+            stub=self._stub,
+            group=self.group,
+            queue=queue,
+            tag_expression=expression,
+            start_offset=start_offset,
+            pending_commit=lambda: self._pending_commit(queue),
+            on_committed=lambda offset: offsets.mark_committed(queue, offset),
+            dispatch=self._dispatch,
+            pull_batch_size=self.pull_batch_size,
+            max_in_flight=self.max_in_flight_per_queue,
+            long_poll_ms=self.long_poll_ms,
+        )
+        self._workers[queue] = worker
+        worker.start()
+
+    def _pending_commit(self, queue: MessageQueue) -> int | None:
+        if self.message_model != CLUSTERING:
+            return None
+        self._record_progress([queue])
+        assert isinstance(self._offsets, RemoteOffsetStore)
+        return self._offsets.pending(queue)
+
+    def _record_progress(self, queues: list[MessageQueue]) -> None:
+        assert self._offsets is not None
+        for queue in queues:
+            worker = self._workers.get(queue)
+            if worker is not None and worker.process_queue is not None:
+                self._offsets.update(queue, worker.process_queue.committable_offset())
+
+    # ------------------------------------------------------------------ consumption
+    def _dispatch(self, worker: QueueWorker, messages: list[ReceivedMessage]) -> None:
+        loop = asyncio.get_running_loop()
+        for message in messages:
+            task = loop.create_task(self._consume(worker, message))
+            self._handler_tasks.add(task)
+            task.add_done_callback(self._handler_tasks.discard)
+
+    async def _consume(self, worker: QueueWorker, message: ReceivedMessage) -> None:
+        assert self.handler is not None and worker.process_queue is not None
+        pq = worker.process_queue
+        while True:
+            async with self._consume_slots:
+                try:
+                    result = await self.handler(message)
+                except Exception:
+                    log.exception("handler failed on %s (%s)", message.msg_id, worker.queue)
+                    result = ConsumeResult.RECONSUME_LATER
+            if result is None or result == ConsumeResult.SUCCESS:
+                break
+            if self.message_model == BROADCASTING:
+                log.warning("broadcast message %s not consumed; skipped", message.msg_id)
+                break
+            if await self._send_back(message):
+                break
+            await asyncio.sleep(1.0)  # SendMessageBack failed: consume again locally
+            if not self._running:
+                return  # not committed: redelivered after restart
+        pq.done(message.queue_offset, worker.max_in_flight)
+
+    async def _send_back(self, message: ReceivedMessage) -> bool:
+        assert self._stub is not None
+        request = messaging_pb2.SendMessageBackRequest(
+            consumer_group=self.group,
+            commit_log_offset=message.commit_log_offset,
+            origin_msg_id=message.msg_id,
+            origin_topic=message.topic,
+            max_reconsume_times=self.max_reconsume_times or 0,
+        )
+        try:
+            reply = await self._stub.SendMessageBack(request, timeout=5.0)
+        except grpc.RpcError as exc:
+            log.warning("SendMessageBack of %s failed: %s", message.msg_id, from_rpc_error(exc))
+            return False
+        retry_queue = MessageQueue(retry_topic(self.group), 0)
+        if not reply.sent_to_dlq and retry_queue not in self._workers:
+            self._rebalance_now.set()  # the retry topic may just have been created
+        return True

@@ -1,0 +1,120 @@
+"""The pull loop of one assigned queue: long-poll, hand messages to the consumer, flow control."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+import grpc
+from wharf.v1 import messaging_pb2, messaging_pb2_grpc
+
+from client.consumer.process_queue import ProcessQueue
+from client.errors import WharfError, from_rpc_error
+from client.message import MessageQueue, ReceivedMessage
+
+log = logging.getLogger(__name__)
+
+Dispatch = Callable[["QueueWorker", list[ReceivedMessage]], None]
+
+
+class QueueWorker:
+    def __init__(
+        self,
+        *,
+        stub: messaging_pb2_grpc.MessagingServiceStub,
+        group: str,
+        queue: MessageQueue,
+        tag_expression: str,
+        start_offset: Callable[[], Awaitable[int]],
+        pending_commit: Callable[[], int | None],
+        on_committed: Callable[[int], None],
+        dispatch: Dispatch,
+        pull_batch_size: int,
+        max_in_flight: int,
+        long_poll_ms: int,
+        error_backoff_s: float = 1.0,
+    ) -> None:
+        self.queue = queue
+        self.process_queue: ProcessQueue | None = None
+        self._stub = stub
+        self._group = group
+        self._tag_expression = tag_expression
+        self._start_offset = start_offset
+        self._pending_commit = pending_commit
+        self._on_committed = on_committed
+        self._dispatch = dispatch
+        self._batch = pull_batch_size
+        self.max_in_flight = max_in_flight
+        self._long_poll_ms = long_poll_ms
+        self._error_backoff_s = error_backoff_s
+        self._task: asyncio.Task[None] | None = None
+        self.started = asyncio.Event()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"pull {self.queue}")
+
+    async def stop(self) -> None:
+        """Stop pulling (an in-flight long poll is cancelled); handlers keep running."""
+        if self.process_queue is not None:
+            self.process_queue.dropped = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                offset = await self._start_offset()
+                break
+            except WharfError as exc:
+                log.warning("cannot read start offset of %s: %s", self.queue, exc)
+                await asyncio.sleep(self._error_backoff_s)
+        pq = ProcessQueue(offset)
+        self.process_queue = pq
+        self.started.set()
+        while True:
+            await pq.wait_for_space(self.max_in_flight)
+            room = self.max_in_flight - len(pq)
+            request = messaging_pb2.PullMessageRequest(
+                consumer_group=self._group,
+                topic=self.queue.topic,
+                queue_id=self.queue.queue_id,
+                queue_offset=pq.next_offset,
+                max_messages=max(1, min(self._batch, room)),
+                max_wait_ms=self._long_poll_ms,
+                tag_expression=self._tag_expression,
+            )
+            commit = self._pending_commit()
+            if commit is not None:
+                request.commit_offset = commit
+            try:
+                reply = await self._stub.PullMessage(
+                    request, timeout=self._long_poll_ms / 1000.0 + 10.0
+                )
+            except grpc.RpcError as exc:
+                log.warning("pull %s failed: %s", self.queue, from_rpc_error(exc))
+                await asyncio.sleep(self._error_backoff_s)
+                continue
+            if commit is not None:
+                self._on_committed(commit)
+            self._handle(pq, reply)
+
+    def _handle(self, pq: ProcessQueue, reply: messaging_pb2.PullMessageResponse) -> None:
+        if reply.status == messaging_pb2.FOUND:
+            messages = [ReceivedMessage.from_view(view) for view in reply.messages]
+            pq.add(messages, reply.next_begin_offset)
+            if messages:
+                self._dispatch(self, messages)
+        elif reply.status == messaging_pb2.OFFSET_ILLEGAL:
+            log.warning(
+                "offset %d of %s is illegal; moving to %d",
+                pq.next_offset,
+                self.queue,
+                reply.next_begin_offset,
+            )
+            pq.next_offset = reply.next_begin_offset
+        else:  # NO_NEW_MSG / NO_MATCHED_MSG: move past filtered-out messages
+            pq.next_offset = reply.next_begin_offset

@@ -1,0 +1,134 @@
+"""Output schemas and a columnar accumulator that turns messages into Arrow batches or tuples.
+
+Arrow batches are checked by Spark against ``to_arrow_schema(schema, timezone="UTC")``
+exactly, so the Arrow schema is derived from the Spark schema the same way. Timestamps
+travel as microseconds since the epoch (UTC).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+_BASE_COLUMNS = (
+    "topic string, queueId int, offset long, body binary, tags string, keys array<string>"
+)
+_TAIL_COLUMNS = "msgId string, bornTimestamp timestamp, storeTimestamp timestamp"
+
+
+def topic_schema(include_properties: bool) -> str:
+    """DDL of the ``wharf`` source: the properties map only when asked (includeProperties)."""
+    props = ", properties map<string,string>" if include_properties else ""
+    return f"{_BASE_COLUMNS}{props}, {_TAIL_COLUMNS}"
+
+
+def store_schema() -> str:
+    """DDL of the ``wharf-store`` scan: the topic schema with properties, plus where the record
+    sits in the CommitLog and, for a record that failed its checks, why (else null)."""
+    return f"{topic_schema(True)}, commitLogOffset long, corruptReason string"
+
+
+KNOWN_COLUMNS = frozenset(
+    [
+        "topic",
+        "queueId",
+        "offset",
+        "body",
+        "tags",
+        "keys",
+        "properties",
+        "msgId",
+        "bornTimestamp",
+        "storeTimestamp",
+        "commitLogOffset",
+        "corruptReason",
+    ]
+)
+
+
+def check_schema(schema: StructType, allowed: frozenset[str]) -> None:
+    unknown = [f.name for f in schema.fields if f.name not in allowed]
+    if unknown:
+        raise ValueError(
+            f"unknown column(s) {unknown} in the schema given to the wharf source; "
+            f"known columns: {sorted(allowed)}"
+        )
+
+
+def _ms_to_datetime(ms: int | None) -> dt.datetime | None:
+    if ms is None:
+        return None
+    return dt.datetime.fromtimestamp(ms / 1000.0, tz=dt.UTC)
+
+
+class ColumnBuffer:
+    """Rows accumulated column by column (lists), emitted as one Arrow batch or as tuples."""
+
+    def __init__(self, schema: StructType) -> None:
+        self.schema = schema
+        self.names = [f.name for f in schema.fields]
+        self.columns: dict[str, list[Any]] = {name: [] for name in KNOWN_COLUMNS}
+        self.rows = 0
+
+    def append(
+        self,
+        topic: str | None,
+        queue_id: int | None,
+        offset: int | None,
+        body: bytes | None,
+        tags: str | None,
+        keys: list[str] | None,
+        properties: dict[str, str] | None,
+        msg_id: str | None,
+        born_ms: int | None,
+        store_ms: int | None,
+        commit_log_offset: int | None = None,
+        corrupt_reason: str | None = None,
+    ) -> None:
+        c = self.columns
+        c["topic"].append(topic)
+        c["queueId"].append(queue_id)
+        c["offset"].append(offset)
+        c["body"].append(body)
+        c["tags"].append(tags)
+        c["keys"].append(keys)
+        c["properties"].append(properties)
+        c["msgId"].append(msg_id)
+        # Arrow timestamps in microseconds (the unit Spark's TimestampType maps to).
+        c["bornTimestamp"].append(None if born_ms is None else born_ms * 1000)
+        c["storeTimestamp"].append(None if store_ms is None else store_ms * 1000)
+        c["commitLogOffset"].append(commit_log_offset)
+        c["corruptReason"].append(corrupt_reason)
+        self.rows += 1
+
+    def clear(self) -> None:
+        for values in self.columns.values():
+            values.clear()
+        self.rows = 0
+
+    def to_arrow(self) -> pa.RecordBatch:
+        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
+        arrays = []
+        for field in arrow_schema:
+            values = self.columns[field.name]
+            if pa.types.is_map(field.type):
+                values = [None if v is None else list(v.items()) for v in values]
+            arrays.append(pa.array(values, type=field.type))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+        self.clear()
+        return batch
+
+    def to_tuples(self) -> Iterator[tuple[Any, ...]]:
+        columns = []
+        for name in self.names:
+            values = self.columns[name]
+            if name in ("bornTimestamp", "storeTimestamp"):
+                values = [_ms_to_datetime(None if v is None else v // 1000) for v in values]
+            columns.append(list(values))
+        self.clear()
+        return iter(list(zip(*columns, strict=True)))

@@ -1,0 +1,255 @@
+"""Parse the connector's string options into typed, picklable values, once, with clear errors.
+
+Spark hands a data source a case-insensitive dict of strings. Names mirror spark-sql-kafka
+(``startingOffsets``, ``maxOffsetsPerTrigger``, ``failOnDataLoss`` ...); lookups here are
+case-insensitive too, so ``maxoffsetspertrigger`` works as in Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# Special offsets inside an offsets JSON, as in spark-sql-kafka.
+EARLIEST = -2
+LATEST = -1
+
+# Broker cap on messages per PullMessage (messaging.proto); bigger asks are clipped anyway.
+MAX_PULL_BATCH = 1024
+
+_TOPIC_NAME = re.compile(r"^[%A-Za-z0-9_-]{1,127}$")
+
+
+class OptionError(ValueError):
+    """A connector option is missing or malformed; the message names the option."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSpec:
+    """Where a range starts or ends: ``earliest``/``latest`` for every queue, or explicit
+    offsets per (topic, queue) with the rest defaulting to ``default`` (EARLIEST or LATEST)."""
+
+    default: int  # EARLIEST or LATEST
+    explicit: tuple[tuple[str, int, int], ...] = ()  # (topic, queue id, offset or -1/-2)
+
+    def lookup(self, topic: str, queue_id: int) -> int:
+        for t, q, off in self.explicit:
+            if t == topic and q == queue_id:
+                return off
+        return self.default
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    endpoints: tuple[str, ...]
+    topics: tuple[str, ...]
+    starting: OffsetSpec
+    ending: OffsetSpec
+    starting_timestamp: int | None  # ms; overrides ``starting`` (SearchOffset per queue)
+    max_offsets_per_trigger: int | None
+    min_partitions: int | None
+    fail_on_data_loss: bool
+    include_properties: bool
+    tag_expression: str
+    consumer_group: str  # sent with PullMessage; never used to commit offsets
+    pull_batch_size: int
+    arrow_batches: bool  # yield pyarrow.RecordBatch (faster, see bench.py) or tuples
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    endpoints: tuple[str, ...]
+    topic: str | None  # overrides the ``topic`` column when set
+    batch_size: int  # messages per SendMessage request
+    idempotent: bool  # deterministic unique ids + skip chunks a previous attempt stored
+    writer_id: str | None  # stable id of the write job; see topic_writer.py
+    producer_group: str
+    timeout_s: float
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    wanted = name.lower()
+    for key, value in options.items():
+        if key.lower() == wanted:
+            return None if value is None else str(value)
+    return None
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    lowered = raw.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise OptionError(f"option {name!r} must be true or false, got {raw!r}")
+
+
+def _positive_int(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise OptionError(f"option {name!r} must be a positive integer, got {raw!r}") from None
+    if value <= 0:
+        raise OptionError(f"option {name!r} must be a positive integer, got {raw!r}")
+    return value
+
+
+def _endpoints(options: Mapping[str, str]) -> tuple[str, ...]:
+    raw = _get(options, "endpoints")
+    if not raw:
+        raise OptionError("option 'endpoints' is required: the broker address, e.g. 127.0.0.1:8081")
+    endpoints = tuple(e.strip() for e in raw.split(",") if e.strip())
+    for endpoint in endpoints:
+        host, sep, port = endpoint.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise OptionError(f"option 'endpoints': {endpoint!r} is not host:port")
+    return endpoints
+
+
+def check_topic_name(topic: str, what: str = "topic") -> str:
+    if not _TOPIC_NAME.match(topic):
+        raise OptionError(
+            f"{what} {topic!r} is not a valid topic name (1..127 of A-Z a-z 0-9 _ - %)"
+        )
+    return topic
+
+
+def _topics(options: Mapping[str, str]) -> tuple[str, ...]:
+    raw = _get(options, "topic") or _get(options, "topics") or _get(options, "subscribe")
+    if not raw:
+        raise OptionError("option 'topic' is required: a topic name or a comma-separated list")
+    topics = tuple(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
+    if not topics:
+        raise OptionError("option 'topic' names no topic")
+    return tuple(check_topic_name(t) for t in topics)
+
+
+def parse_offset_spec(name: str, raw: str | None, default: int, allow_earliest: bool) -> OffsetSpec:
+    """``earliest`` | ``latest`` | JSON ``{"topic": {"0": 12, "1": -2}}`` (string queue keys;
+    -2 earliest, -1 latest)."""
+    if raw is None or not raw.strip():
+        return OffsetSpec(default)
+    text = raw.strip()
+    if text.lower() == "earliest":
+        if not allow_earliest:
+            raise OptionError(f"option {name!r} cannot be 'earliest'")
+        return OffsetSpec(EARLIEST)
+    if text.lower() == "latest":
+        return OffsetSpec(LATEST)
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OptionError(
+            f"option {name!r} must be 'earliest', 'latest' or JSON like "
+            f'{{"topic": {{"0": 12}}}}: {exc.msg}'
+        ) from None
+    if not isinstance(parsed, dict):
+        raise OptionError(f"option {name!r}: JSON must be an object of topics")
+    explicit: list[tuple[str, int, int]] = []
+    for topic, queues in parsed.items():
+        check_topic_name(str(topic), f"option {name!r}: topic")
+        if not isinstance(queues, dict):
+            raise OptionError(f"option {name!r}: topic {topic!r} must map queue ids to offsets")
+        for queue, offset in queues.items():
+            try:
+                queue_id = int(queue)
+            except (TypeError, ValueError):
+                raise OptionError(
+                    f"option {name!r}: queue id {queue!r} is not an integer"
+                ) from None
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
+                raise OptionError(
+                    f"option {name!r}: offset of {topic}/{queue} must be an integer >= -2"
+                )
+            if offset == EARLIEST and not allow_earliest:
+                raise OptionError(f"option {name!r}: -2 (earliest) is not allowed here")
+            explicit.append((str(topic), queue_id, offset))
+    return OffsetSpec(default, tuple(explicit))
+
+
+def _timeout(options: Mapping[str, str]) -> float:
+    raw = _get(options, "timeoutMs")
+    if raw is None:
+        return 30.0
+    ms = _positive_int(options, "timeoutMs", None)
+    assert ms is not None
+    return ms / 1000.0
+
+
+def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
+    # spark-sql-kafka defaults: streams start at latest, batch reads at earliest.
+    starting = parse_offset_spec(
+        "startingOffsets",
+        _get(options, "startingOffsets"),
+        LATEST if streaming else EARLIEST,
+        allow_earliest=True,
+    )
+    ending_raw = _get(options, "endingOffsets")
+    if streaming and ending_raw is not None:
+        raise OptionError("option 'endingOffsets' applies to batch reads only")
+    ending = parse_offset_spec("endingOffsets", ending_raw, LATEST, allow_earliest=False)
+    ts_raw = _get(options, "startingTimestamp")
+    starting_timestamp = None
+    if ts_raw is not None:
+        try:
+            starting_timestamp = int(ts_raw)
+        except ValueError:
+            raise OptionError(
+                f"option 'startingTimestamp' must be milliseconds since the epoch, got {ts_raw!r}"
+            ) from None
+        if starting_timestamp < 0:
+            raise OptionError("option 'startingTimestamp' must be >= 0")
+    max_per_trigger = _positive_int(options, "maxOffsetsPerTrigger", None)
+    if max_per_trigger is not None and not streaming:
+        raise OptionError("option 'maxOffsetsPerTrigger' applies to streaming reads only")
+    pull_batch = _positive_int(options, "pullBatchSize", MAX_PULL_BATCH)
+    assert pull_batch is not None
+    tag_expression = (_get(options, "tagExpression") or "*").strip() or "*"
+    return ReadOptions(
+        endpoints=_endpoints(options),
+        topics=_topics(options),
+        starting=starting,
+        ending=ending,
+        starting_timestamp=starting_timestamp,
+        max_offsets_per_trigger=max_per_trigger,
+        min_partitions=_positive_int(options, "minPartitions", None),
+        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        include_properties=_bool(options, "includeProperties", False),
+        tag_expression=tag_expression,
+        consumer_group=_get(options, "groupId") or "wharf-spark-source",
+        pull_batch_size=min(pull_batch, MAX_PULL_BATCH),
+        arrow_batches=_bool(options, "arrowBatches", True),
+        timeout_s=_timeout(options),
+    )
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    topic = _get(options, "topic")
+    batch_size = _positive_int(options, "batchSize", 256)
+    assert batch_size is not None
+    writer_id = _get(options, "writerId")
+    if writer_id is not None and not re.match(r"^[A-Za-z0-9_.-]{1,64}$", writer_id):
+        raise OptionError("option 'writerId' must be 1..64 of A-Z a-z 0-9 _ . -")
+    return WriteOptions(
+        endpoints=_endpoints(options),
+        topic=check_topic_name(topic.strip()) if topic else None,
+        batch_size=batch_size,
+        idempotent=_bool(options, "idempotent", True),
+        writer_id=writer_id,
+        producer_group=_get(options, "producerGroup") or "wharf-spark-sink",
+        timeout_s=_timeout(options),
+    )
+
+
+def new_writer_id() -> str:
+    return uuid.uuid4().hex[:16]

@@ -1,0 +1,119 @@
+"""Executor side of the ``wharf`` source: read one planned ``QueueRange`` over PullMessage.
+
+Runs in a Spark Python worker: it only uses the partition and the options (never driver
+state), opens its own channel, and pulls up to ``pullBatchSize`` (max 1024) messages per RPC,
+emitting one Arrow batch per pull answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.types import StructType
+from wharf.v1 import messaging_pb2
+
+from client.spark.columns import ColumnBuffer
+from client.spark.offsets import DataLossError, QueueRange
+from client.spark.options import ReadOptions
+from client.spark.rpc import BrokerRpc
+
+log = logging.getLogger(__name__)
+
+_FOUND = messaging_pb2.FOUND
+_NO_MATCHED = messaging_pb2.NO_MATCHED_MSG
+_NO_NEW = messaging_pb2.NO_NEW_MSG
+_ILLEGAL = messaging_pb2.OFFSET_ILLEGAL
+
+_HIDDEN_PROPERTIES = ("KEYS", "TAGS", "UNIQ_KEY")
+
+
+def _lost(opts: ReadOptions, r: QueueRange, what: str) -> None:
+    if opts.fail_on_data_loss:
+        raise DataLossError(
+            f"{what} while reading {r.topic}/{r.queue_id} [{r.start}, {r.end}). "
+            "Set failOnDataLoss=false to skip lost offsets with a warning."
+        )
+    log.warning("wharf source: %s; skipping (failOnDataLoss=false)", what)
+
+
+def _append_views(
+    buffer: ColumnBuffer,
+    views: Any,
+    end: int,
+    include_properties: bool,
+) -> None:
+    append = buffer.append
+    for m in views:
+        if m.queue_offset >= end:
+            break
+        body = zlib.decompress(m.body) if m.compressed else m.body
+        properties = None
+        if include_properties:
+            properties = {k: v for k, v in m.properties.items() if k not in _HIDDEN_PROPERTIES}
+        append(
+            m.topic,
+            m.queue_id,
+            m.queue_offset,
+            body,
+            m.tags,
+            list(m.keys),
+            properties,
+            m.msg_id,
+            m.born_timestamp,
+            m.store_timestamp,
+        )
+
+
+def read_queue_range(opts: ReadOptions, schema: StructType, r: QueueRange) -> Iterator[Any]:
+    """Yield Arrow batches (or tuples with ``arrowBatches=false``) for ``[r.start, r.end)``."""
+    buffer = ColumnBuffer(schema)
+    match_all = opts.tag_expression in ("", "*")
+    offset = r.start
+    with BrokerRpc(opts.endpoints, opts.timeout_s) as rpc:
+        while offset < r.end:
+            want = min(opts.pull_batch_size, r.end - offset)
+            reply = rpc.pull(
+                opts.consumer_group, r.topic, r.queue_id, offset, want, opts.tag_expression
+            )
+            status = reply.status
+            if status == _FOUND:
+                first = reply.messages[0].queue_offset if reply.messages else offset
+                if match_all and first > offset:
+                    # Without a tag filter every offset yields a message: a jump is a hole
+                    # (retention raced this read, or the ConsumeQueue lost units).
+                    _lost(opts, r, f"offsets [{offset}, {first}) are missing")
+                _append_views(buffer, reply.messages, r.end, opts.include_properties)
+                next_offset = reply.next_begin_offset
+            elif status == _NO_MATCHED:
+                next_offset = reply.next_begin_offset  # filtered out: move on, emit nothing
+            elif status == _ILLEGAL and offset < reply.min_offset:
+                _lost(
+                    opts,
+                    r,
+                    f"offsets [{offset}, {min(reply.min_offset, r.end)}) were removed by "
+                    f"retention (queue min offset is now {reply.min_offset})",
+                )
+                next_offset = reply.min_offset
+            else:
+                # NO_NEW_MSG or past the max: the broker has fewer messages than were planned
+                # (e.g. a crash lost unflushed ASYNC_FLUSH data). Never wait for them.
+                _lost(
+                    opts,
+                    r,
+                    f"the queue ends at {reply.max_offset}, before the planned end {r.end}",
+                )
+                break
+            if next_offset <= offset:
+                raise RuntimeError(
+                    f"broker did not advance {r.topic}/{r.queue_id} past offset {offset} "
+                    f"(status {messaging_pb2.PullStatus.Name(status)})"
+                )
+            offset = next_offset
+            if buffer.rows:
+                if opts.arrow_batches:
+                    yield buffer.to_arrow()
+                else:
+                    yield from buffer.to_tuples()

@@ -1,0 +1,165 @@
+"""A small synchronous gRPC client for the connector, over the generated ``wharf.v1`` stubs.
+
+Spark pickles readers and writers into other processes, and a ``grpc.Channel`` cannot be
+pickled: a ``BrokerRpc`` is therefore made inside ``read()``/``write()`` (or a driver
+method) and closed there, never stored on a pickled object. Sync stubs suffice: one Spark
+task reads one queue range sequentially and every request carries up to 1024 messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
+
+# Bodies go up to 4 MiB and a pull answer up to 1024 of them (the broker caps bytes too).
+_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+]
+
+
+class BrokerCallError(RuntimeError):
+    """A broker call failed; the message names the call, the endpoint and the gRPC status."""
+
+    def __init__(self, call: str, endpoint: str, error: grpc.RpcError) -> None:
+        code = error.code() if hasattr(error, "code") else None
+        details = error.details() if hasattr(error, "details") else str(error)
+        super().__init__(f"{call} to {endpoint} failed: {code}: {details}")
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class QueueBounds:
+    topic: str
+    queue_id: int
+    min_offset: int
+    max_offset: int  # next offset to be written
+
+
+class BrokerRpc:
+    """One channel to the first answering endpoint; use as a context manager."""
+
+    def __init__(self, endpoints: Sequence[str], timeout_s: float = 30.0) -> None:
+        if not endpoints:
+            raise ValueError("no broker endpoint given")
+        self._endpoints = list(endpoints)
+        self._timeout = timeout_s
+        self._index = 0
+        self._channel: grpc.Channel | None = None
+        self._stub: messaging_pb2_grpc.MessagingServiceStub | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return self._endpoints[self._index]
+
+    def _connect(self) -> messaging_pb2_grpc.MessagingServiceStub:
+        if self._stub is None:
+            self._channel = grpc.insecure_channel(self.endpoint, options=_CHANNEL_OPTIONS)
+            self._stub = messaging_pb2_grpc.MessagingServiceStub(self._channel)
+        return self._stub
+
+    def _call(self, name: str, request: object) -> object:
+        """Unary call; on UNAVAILABLE try the next endpoint once around the list."""
+        last: grpc.RpcError | None = None
+        for _ in range(len(self._endpoints)):
+            stub = self._connect()
+            try:
+                return getattr(stub, name)(request, timeout=self._timeout)
+            except grpc.RpcError as exc:
+                last = exc
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or len(self._endpoints) == 1:
+                    raise BrokerCallError(name, self.endpoint, exc) from None
+                self.close()
+                self._index = (self._index + 1) % len(self._endpoints)
+        assert last is not None
+        raise BrokerCallError(name, self.endpoint, last) from None
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+        self._channel = None
+        self._stub = None
+
+    def __enter__(self) -> BrokerRpc:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- calls the connector makes -----------------------------------------------------------
+    def queue_bounds(self, topic: str) -> list[QueueBounds]:
+        """Min/max offset of every queue of ``topic`` (empty list: topic unknown)."""
+        reply = self._call("GetQueueOffsets", messaging_pb2.GetQueueOffsetsRequest(topic=topic))
+        assert isinstance(reply, messaging_pb2.GetQueueOffsetsResponse)
+        return [
+            QueueBounds(topic, q.queue_id, q.min_offset, q.max_offset)
+            for q in sorted(reply.queues, key=lambda q: q.queue_id)
+        ]
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        request = messaging_pb2.SearchOffsetRequest(
+            topic=topic, queue_id=queue_id, timestamp=timestamp_ms
+        )
+        reply = self._call("SearchOffset", request)
+        assert isinstance(reply, messaging_pb2.SearchOffsetResponse)
+        return reply.offset
+
+    def pull(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int,
+        tag_expression: str,
+    ) -> messaging_pb2.PullMessageResponse:
+        request = messaging_pb2.PullMessageRequest(
+            consumer_group=group,
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=offset,
+            max_messages=max_messages,
+            max_wait_ms=0,  # a Spark range is planned from known offsets: never long-poll
+            tag_expression=tag_expression,
+        )
+        reply = self._call("PullMessage", request)
+        assert isinstance(reply, messaging_pb2.PullMessageResponse)
+        return reply
+
+    def send(
+        self,
+        topic: str,
+        queue_id: int | None,
+        messages: Sequence[common_pb2.Message],
+        producer_group: str,
+    ) -> messaging_pb2.SendMessageResponse:
+        request = messaging_pb2.SendMessageRequest(
+            topic=topic, messages=messages, producer_group=producer_group
+        )
+        if queue_id is not None:
+            request.queue_id = queue_id
+        reply = self._call("SendMessage", request)
+        assert isinstance(reply, messaging_pb2.SendMessageResponse)
+        return reply
+
+    def unique_id_exists(self, topic: str, unique_id: str) -> bool:
+        """True if a message with this UNIQ_KEY is stored in ``topic`` (IndexFile lookup)."""
+        request = messaging_pb2.ViewMessageRequest(msg_id=unique_id, topic=topic)
+        stub = self._connect()
+        try:
+            stub.ViewMessage(request, timeout=self._timeout)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                return False
+            raise BrokerCallError("ViewMessage", self.endpoint, exc) from None
+        return True
+
+    def update_consumer_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        request = messaging_pb2.UpdateConsumerOffsetRequest(
+            consumer_group=group, topic=topic, queue_id=queue_id, offset=offset
+        )
+        self._call("UpdateConsumerOffset", request)

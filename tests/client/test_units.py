@@ -1,0 +1,238 @@
+"""Unit tests of the SDK pieces that need no broker."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import zlib
+
+import grpc
+import pytest
+from wharf.v1 import common_pb2
+
+from client.batcher import AutoBatcher
+from client.channel import parse_endpoints
+from client.compression import COMPRESS_THRESHOLD, decompress, maybe_compress
+from client.consumer.process_queue import ProcessQueue
+from client.errors import (
+    DeadlineExceededError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnavailableError,
+    WharfError,
+    error_for_status,
+    error_for_status_number,
+)
+from client.ids import UniqueIdGenerator, new_unique_id
+from client.message import MessageQueue, ReceivedMessage, to_wire
+from client.rebalance import allocate_averagely
+from client.selector import SelectMessageQueueByHash
+
+
+def queues(n: int, topic: str = "t") -> list[MessageQueue]:
+    return [MessageQueue(topic, i) for i in range(n)]
+
+
+# ---------------------------------------------------------------- allocation
+@pytest.mark.parametrize("n_queues", [1, 3, 8, 9, 16])
+@pytest.mark.parametrize("n_clients", [1, 2, 3, 5, 10])
+def test_allocation_is_a_partition_balanced_within_one(n_queues: int, n_clients: int) -> None:
+    clients = [f"c{i}" for i in range(n_clients)]
+    shares = [allocate_averagely(c, clients, queues(n_queues)) for c in clients]
+    flat = [q for share in shares for q in share]
+    assert sorted(flat) == queues(n_queues)  # every queue exactly once
+    sizes = [len(s) for s in shares]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_allocation_matches_rocketmq_averagely() -> None:
+    # 8 queues over 3 clients: 3, 3, 2 in contiguous ranges (RocketMQ's layout).
+    clients = ["a", "b", "c"]
+    got = [[q.queue_id for q in allocate_averagely(c, clients, queues(8))] for c in clients]
+    assert got == [[0, 1, 2], [3, 4, 5], [6, 7]]
+
+
+def test_allocation_ignores_input_order_and_unknown_client() -> None:
+    assert allocate_averagely("b", ["b", "a"], list(reversed(queues(4)))) == queues(4)[2:]
+    assert allocate_averagely("zz", ["a", "b"], queues(4)) == []
+
+
+# ---------------------------------------------------------------- ids, compression, wire
+def test_unique_ids_are_32_hex_and_distinct() -> None:
+    ids = {new_unique_id() for _ in range(20_000)}
+    assert len(ids) == 20_000
+    assert all(re.fullmatch(r"[0-9A-F]{32}", i) for i in ids)
+
+
+def test_unique_id_embeds_ip_and_pid() -> None:
+    gen = UniqueIdGenerator(ip=bytes([10, 1, 2, 3]), pid=0x1234)
+    assert gen.next_id().startswith("0A0102031234")
+
+
+def test_bodies_over_threshold_are_compressed_and_round_trip() -> None:
+    body = b"abc" * 4000
+    payload, compressed = maybe_compress(body)
+    assert compressed and len(payload) < len(body)
+    assert zlib.decompress(payload) == body
+    small, flag = maybe_compress(b"x" * COMPRESS_THRESHOLD)
+    assert not flag and small == b"x" * COMPRESS_THRESHOLD
+    assert decompress(payload, True) == body
+
+
+def test_incompressible_body_is_sent_raw() -> None:
+    import os
+
+    body = os.urandom(8192)
+    assert maybe_compress(body) == (body, False)
+
+
+def test_to_wire_sets_unique_id_and_rejects_bad_input() -> None:
+    wire = to_wire("héllo", tags="a", keys="k1", properties={"p": "v"})
+    assert wire.body == "héllo".encode() and wire.keys == ["k1"] and len(wire.unique_id) == 32
+    with pytest.raises(InvalidArgumentError, match="empty"):
+        to_wire(b"")
+    with pytest.raises(InvalidArgumentError, match="delay_level"):
+        to_wire(b"x", delay_level=-1)
+
+
+def test_received_message_is_decompressed_and_retry_topic_restored() -> None:
+    view = common_pb2.MessageView(
+        topic="%RETRY%g",
+        body=zlib.compress(b"payload" * 1000),
+        compressed=True,
+        properties={"RETRY_TOPIC": "orders"},
+        reconsume_times=2,
+    )
+    msg = ReceivedMessage.from_view(view)
+    assert msg.body == b"payload" * 1000
+    assert msg.topic == "orders" and msg.queue_topic == "%RETRY%g"
+
+
+def test_hash_selector_is_stable() -> None:
+    sel = SelectMessageQueueByHash()
+    picks = {sel.select(queues(8), "order-42").queue_id for _ in range(10)}
+    assert len(picks) == 1
+
+
+# ---------------------------------------------------------------- errors, endpoints
+def test_status_codes_map_to_typed_errors_with_message() -> None:
+    err = error_for_status(grpc.StatusCode.NOT_FOUND, "topic 'x' not found")
+    assert isinstance(err, NotFoundError) and str(err) == "topic 'x' not found"
+    assert err.code == "NOT_FOUND" and not err.retriable
+    assert isinstance(error_for_status_number(14, "down"), UnavailableError)
+    assert error_for_status_number(14, "down").retriable
+    assert isinstance(error_for_status_number(4, ""), DeadlineExceededError)
+    assert type(error_for_status_number(12, "nope")) is WharfError  # UNIMPLEMENTED
+    assert error_for_status_number(12, "nope").code == "UNIMPLEMENTED"
+
+
+def test_endpoints_are_validated() -> None:
+    assert parse_endpoints("127.0.0.1:8081") == "127.0.0.1:8081"
+    assert parse_endpoints("http://h:1;h2:2") == "h:1"
+    for bad in ("nohost", "h:0", "h:abc", ":80"):
+        with pytest.raises(InvalidArgumentError, match="host:port"):
+            parse_endpoints(bad)
+
+
+# ---------------------------------------------------------------- batcher
+async def test_batcher_groups_concurrent_sends_per_key_and_keeps_order() -> None:
+    calls: list[tuple[object, list[int]]] = []
+
+    async def send(key: object, items: list[int]) -> list[int]:
+        calls.append((key, list(items)))
+        await asyncio.sleep(0)
+        return [i * 10 for i in items]
+
+    batcher = AutoBatcher(send, max_messages=100)
+    futures = [batcher.submit("a" if i % 2 else "b", i, 1) for i in range(50)]
+    results = await asyncio.gather(*futures)
+    assert results == [i * 10 for i in range(50)]
+    assert sorted(k for k, _ in calls) == ["a", "b"]  # one request per key
+    assert all(items == sorted(items) for _, items in calls)
+
+
+async def test_batcher_closes_batches_at_size_limit_and_caps_in_flight() -> None:
+    active = 0
+    peak = 0
+    sizes: list[int] = []
+
+    async def send(key: object, items: list[int]) -> list[int]:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        sizes.append(len(items))
+        await asyncio.sleep(0.01)
+        active -= 1
+        return items
+
+    batcher = AutoBatcher(send, max_messages=10, max_in_flight=2)
+    results = await asyncio.gather(*(batcher.submit("k", i, 1) for i in range(95)))
+    assert results == list(range(95))
+    assert max(sizes) <= 10 and sum(sizes) == 95
+    assert peak <= 2
+
+
+async def test_batcher_linger_waits_for_more_messages() -> None:
+    sizes: list[int] = []
+
+    async def send(key: object, items: list[int]) -> list[int]:
+        sizes.append(len(items))
+        return items
+
+    batcher = AutoBatcher(send, linger_s=0.05)
+    first = batcher.submit("k", 1, 1)
+    await asyncio.sleep(0.01)
+    second = batcher.submit("k", 2, 1)
+    assert await asyncio.gather(first, second) == [1, 2]
+    assert sizes == [2]
+
+
+async def test_batcher_fails_every_future_of_a_failed_batch() -> None:
+    async def send(key: object, items: list[int]) -> list[int]:
+        raise UnavailableError("broker gone")
+
+    batcher = AutoBatcher(send)
+    futures = [batcher.submit("k", i, 1) for i in range(5)]
+    outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    assert all(isinstance(o, UnavailableError) for o in outcomes)
+    await asyncio.wait_for(batcher.drain(), 1)
+    assert batcher.buffered == 0
+
+
+async def test_batcher_rejects_mismatched_result_count() -> None:
+    async def send(key: object, items: list[int]) -> list[int]:
+        return items[:-1]
+
+    batcher = AutoBatcher(send)
+    futures = [batcher.submit("k", i, 1) for i in range(3)]
+    outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    assert all(isinstance(o, RuntimeError) for o in outcomes)
+
+
+# ---------------------------------------------------------------- process queue
+def _msg(offset: int) -> ReceivedMessage:
+    return ReceivedMessage.from_view(common_pb2.MessageView(topic="t", queue_offset=offset))
+
+
+async def test_committable_offset_never_skips_an_unfinished_message() -> None:
+    pq = ProcessQueue(0)
+    pq.add([_msg(i) for i in range(5)], next_offset=5)
+    assert pq.committable_offset() == 0
+    pq.done(1, 100)
+    pq.done(2, 100)
+    assert pq.committable_offset() == 0
+    pq.done(0, 100)
+    assert pq.committable_offset() == 3
+    pq.done(3, 100)
+    pq.done(4, 100)
+    assert pq.committable_offset() == 5
+
+
+async def test_process_queue_flow_control_blocks_until_space() -> None:
+    pq = ProcessQueue(0)
+    pq.add([_msg(i) for i in range(3)], next_offset=3)
+    waiter = asyncio.ensure_future(pq.wait_for_space(3))
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    pq.done(0, 3)
+    await asyncio.wait_for(waiter, 1)
