@@ -1,0 +1,87 @@
+"""Broker configuration: BrokerConfig (this file) next to the store's StoreConfig.
+
+Both are frozen dataclasses resolved ONCE at start (``broker.settings.load_settings``) and passed
+as values. Setting names in TOML are RocketMQ's camelCase names (``autoCreateTopicEnable``), in
+the environment ``WHARF_<UPPER_SNAKE>`` (``WHARF_AUTO_CREATE_TOPIC_ENABLE``); see settings.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from store.config import StoreConfig
+
+__all__ = ["BrokerConfig", "Config", "StoreConfig", "parse_host_port"]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    # brokerName: reported by QueryRoute and BrokerStatus ("broker-a" as in RocketMQ's samples).
+    broker_name: str = "broker-a"
+    # listen: gRPC address. Loopback by default so a fresh `make run` exposes nothing; port 0 =
+    # an ephemeral port (the ready file reports the real one).
+    listen: str = "127.0.0.1:8081"
+    # metricsListen: Prometheus /metrics address (9100, the node-exporter convention).
+    metrics_listen: str = "127.0.0.1:9100"
+    # advertisedAddress: the address clients should dial (QueryRoute, BrokerStatus). Empty = the
+    # listen host with the real bound port. Set it behind Docker/NAT so clients never get a
+    # container IP (a classic RocketMQ pain point).
+    advertised_address: str = ""
+    # autoCreateTopicEnable: the first send to an unknown topic creates it (RocketMQ default on).
+    auto_create_topic_enable: bool = True
+    # defaultTopicQueueNums: read/write queues of auto-created topics (RocketMQ's broker uses 8).
+    default_topic_queue_nums: int = 8
+    # autoCreateSubscriptionGroup: a heartbeat / pull / send-back from an unknown group creates it.
+    auto_create_subscription_group: bool = True
+    # longPollingEnable: park pulls with max_wait_ms until a message arrives (else answer at once).
+    long_polling_enable: bool = True
+    # maxParkedPulls: bound on parked long-poll pulls; beyond it pulls fail RESOURCE_EXHAUSTED
+    # (each parked pull holds a gRPC call and a future: memory must stay bounded).
+    max_parked_pulls: int = 10_000
+    # defaultPullBatchSize / maxPullBatchSize: messages per pull when max_messages is 0, and the
+    # cap (RocketMQ's pullBatchSize is 32; 1024 keeps one reply within a few MiB at 1 KiB).
+    default_pull_batch_size: int = 32
+    max_pull_batch_size: int = 1024
+    # maxPullBytes: byte budget of one pull reply (below the client's 4 MiB default gRPC limit
+    # unless a single message is larger: one message is always returned).
+    max_pull_bytes: int = 4 * 1024 * 1024
+    # flushConsumerOffsetInterval (ms): metadata (offsets, topics, groups) persisted this often
+    # when dirty (RocketMQ: 5 s), and always at shutdown.
+    flush_consumer_offset_interval: int = 5000
+    # channelExpiredTimeout (ms): a client without a heartbeat for this long leaves its groups
+    # (RocketMQ: 120 s).
+    channel_expired_timeout: int = 120_000
+    # maxReconsumeTimes: retries before %DLQ% for groups that do not set retryMaxTimes (16).
+    max_reconsume_times: int = 16
+    # maxInflightStreamRequests: requests of one SendMessageStream processed concurrently; the
+    # stream stops reading beyond it (flow control: bounded memory per stream). 64 batches in
+    # flight let SYNC_FLUSH group commits gather many waiters.
+    max_inflight_stream_requests: int = 64
+    # grpcMaxMessageSize: largest gRPC request/reply. A batch may carry up to maxMessageSize of
+    # body plus framing; 0 = derived: maxMessageSize + 1 MiB, at least 16 MiB.
+    grpc_max_message_size: int = 0
+    # shutdownGracePeriod (ms): in-flight RPCs get this long to finish on SIGTERM.
+    shutdown_grace_period: int = 5000
+    # logLevel: DEBUG, INFO, WARNING, ERROR.
+    log_level: str = "INFO"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Everything resolved at start: the broker's settings and the store's."""
+
+    broker: BrokerConfig
+    store: StoreConfig
+
+    def replace_store(self, **changes: object) -> Config:
+        return dataclasses.replace(self, store=self.store.replace(**changes))
+
+
+def parse_host_port(value: str, setting: str) -> tuple[str, int]:
+    """'host:port' -> (host, port); raises ValueError naming ``setting``."""
+    host, sep, port_text = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"{setting}: expected HOST:PORT with a port 0..65535, got {value!r}")
+    return host, int(port_text)

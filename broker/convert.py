@@ -1,0 +1,126 @@
+"""Conversions between the wire (wharf.v1 protos) and the store's values, in ONE place.
+
+Hot paths: ``to_inputs`` runs once per send request and ``to_view`` once per pulled message,
+so both avoid per-message work that can be hoisted (property dicts are built directly, the
+offset message id prefix is precomputed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from wharf.v1 import common_pb2
+
+from broker.errors import InvalidArgumentError
+from broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
+from store.format import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    SYSFLAG_COMPRESSED,
+)
+from store.model import MessageInput, StoredMessage
+
+# Properties the view carries in dedicated fields instead of the properties map.
+_VIEW_HIDDEN = frozenset((PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY))
+_RESERVED_CHARS = ("\x01", "\x02")
+MessageView = common_pb2.MessageView
+
+
+def _check_properties(properties: dict[str, str], index: int) -> None:
+    for name, value in properties.items():
+        if not name:
+            raise InvalidArgumentError(f"message #{index}: property names must not be empty")
+        for text in (name, value):
+            if "\x01" in text or "\x02" in text:
+                raise InvalidArgumentError(
+                    f"message #{index}: property {name!r} contains \\x01 or \\x02 "
+                    "(reserved as separators)"
+                )
+
+
+def to_inputs(
+    messages: Sequence[common_pb2.Message],
+    ids: UniqueIdGenerator,
+    max_message_size: int,
+    max_delay_level: int,
+    born_host: str,
+) -> tuple[list[MessageInput], list[str], int]:
+    """Proto messages -> (store inputs, unique ids, the batch's delay level).
+
+    A batch is ONE store append into one queue, so its messages must share a delay level
+    (delayed messages are appended to SCHEDULE_TOPIC_XXXX's queue for that level)."""
+    inputs = []
+    unique_ids = []
+    delay = messages[0].delay_level
+    for index, m in enumerate(messages):
+        body = m.body
+        if not body:
+            raise InvalidArgumentError(f"message #{index}: body is empty")
+        if len(body) > max_message_size:
+            raise InvalidArgumentError(
+                f"message #{index}: body is {len(body)} bytes; maxMessageSize is "
+                f"{max_message_size} (compress it or split it)"
+            )
+        if m.delay_level != delay:
+            raise InvalidArgumentError(
+                "messages of one batch must share a delay level; send delayed messages in "
+                "their own request"
+            )
+        properties = dict(m.properties) if m.properties else {}
+        if properties:
+            _check_properties(properties, index)
+        if m.tags:
+            properties[PROPERTY_TAGS] = m.tags
+        if m.keys:
+            properties[PROPERTY_KEYS] = " ".join(m.keys)
+        uid = m.unique_id or ids.next_id()
+        properties[PROPERTY_UNIQ_KEY] = uid
+        unique_ids.append(uid)
+        if delay:
+            properties[PROPERTY_DELAY_TIME_LEVEL] = str(delay)
+        inputs.append(
+            MessageInput(
+                body,
+                properties,
+                m.flag,
+                SYSFLAG_COMPRESSED if m.compressed else 0,
+                m.born_timestamp,
+                born_host,
+            )
+        )
+    if delay < 0:
+        raise InvalidArgumentError(f"delay_level must be >= 0, got {delay}")
+    if delay > max_delay_level:
+        # RocketMQ clamps to the longest level rather than failing the send.
+        delay = max_delay_level
+        for message_input in inputs:
+            message_input.properties[PROPERTY_DELAY_TIME_LEVEL] = str(delay)
+    return inputs, unique_ids, delay
+
+
+def to_view(m: StoredMessage, ids: OffsetMsgIdFormatter) -> common_pb2.MessageView:
+    """Store record -> MessageView (keys/tags/unique id lifted out of the properties map)."""
+    props = m.properties
+    keys = props.get(PROPERTY_KEYS)
+    return MessageView(
+        topic=m.topic,
+        queue_id=m.queue_id,
+        queue_offset=m.queue_offset,
+        commit_log_offset=m.commit_log_offset,
+        msg_id=props.get(PROPERTY_UNIQ_KEY, ""),
+        offset_msg_id=ids.format(m.commit_log_offset),
+        body=m.body,
+        tags=props.get(PROPERTY_TAGS, ""),
+        keys=keys.split(" ") if keys else None,
+        properties={k: v for k, v in props.items() if k not in _VIEW_HIDDEN},
+        born_timestamp=m.born_timestamp,
+        store_timestamp=m.store_timestamp,
+        reconsume_times=m.reconsume_times,
+        compressed=bool(m.sys_flag & SYSFLAG_COMPRESSED),
+        flag=m.flag,
+        born_host=m.born_host,
+        store_host=m.store_host,
+        store_size=m.store_size,
+    )

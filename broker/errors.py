@@ -1,0 +1,88 @@
+"""The broker's error family and THE one table mapping domain/store errors to gRPC statuses.
+
+Processors raise these (or let store errors through); the RPC wrapper in ``rpc.py`` turns any
+of them into a status with the exception's message, which must tell the user what to do.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from store.errors import (
+    CorruptRecordError,
+    DiskFullError,
+    FlushFailedError,
+    InvalidMessageError,
+    MessageNotFoundError,
+    StoreError,
+    StoreNotWritableError,
+    StoreShutDownError,
+)
+
+
+class BrokerError(Exception):
+    """Base of the broker's own errors; the subclass decides the status code."""
+
+
+class InvalidArgumentError(BrokerError):
+    """Bad input: topic name, body size, offsets, queue id, tag expression ..."""
+
+
+class NotFoundError(BrokerError):
+    """Unknown topic (auto-create off), group, message."""
+
+
+class AlreadyExistsError(BrokerError):
+    """CreateTopic on an existing topic."""
+
+
+class PermissionDeniedError(BrokerError):
+    """Topic permission forbids the operation (perm bits)."""
+
+
+class ResourceExhaustedError(BrokerError):
+    """Too many parked pulls or in-flight requests."""
+
+
+class UnavailableError(BrokerError):
+    """The broker is shutting down."""
+
+
+# Checked in order: the first matching class wins (subclasses before their bases).
+ERROR_STATUS: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
+    (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
+    (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
+    (ResourceExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (UnavailableError, grpc.StatusCode.UNAVAILABLE),
+    (InvalidMessageError, grpc.StatusCode.INVALID_ARGUMENT),
+    (MessageNotFoundError, grpc.StatusCode.NOT_FOUND),
+    (DiskFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (FlushFailedError, grpc.StatusCode.UNAVAILABLE),
+    (StoreShutDownError, grpc.StatusCode.UNAVAILABLE),
+    (StoreNotWritableError, grpc.StatusCode.UNAVAILABLE),
+    (CorruptRecordError, grpc.StatusCode.DATA_LOSS),
+    (StoreError, grpc.StatusCode.INTERNAL),
+    (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
+)
+
+_HINTS: dict[type[BaseException], str] = {
+    DiskFullError: " (disk full: free space or lower fileReservedTime; writes resume by themselves)",
+    FlushFailedError: " (a disk flush failed: the store refuses writes until restarted; check "
+    "the disk and the broker log)",
+}
+
+
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """(status code, user-facing message) for an exception raised while serving an RPC.
+    Unknown exceptions are INTERNAL with their type named (and logged by the caller)."""
+    for cls, code in ERROR_STATUS:
+        if isinstance(exc, cls):
+            message = str(exc) or cls.__name__
+            for hint_cls, hint in _HINTS.items():
+                if isinstance(exc, hint_cls):
+                    message += hint
+                    break
+            return code, message
+    return grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}): {exc}"

@@ -1,0 +1,120 @@
+"""PullRequestHoldService, asyncio style: pulls that found nothing park here until the store's
+dispatch reports an arrival on their queue, their wait runs out, or the broker shuts down.
+
+Woken by ``on_arrival`` (registered as the store's arrival listener), never by a sleep loop.
+Bounded by ``max_parked``: beyond it ``park`` raises ResourceExhaustedError, so a flood of idle
+consumers cannot grow memory without limit. A cancelled pull (client deadline or disconnect)
+removes its own entry in ``finally``: nothing leaks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from broker.errors import ResourceExhaustedError, UnavailableError
+
+
+class _Parked:
+    __slots__ = ("future", "offset")
+
+    def __init__(self, future: asyncio.Future[bool], offset: int) -> None:
+        self.future = future
+        self.offset = offset
+
+
+class LongPollHolder:
+    def __init__(self, max_parked: int) -> None:
+        self.max_parked = max_parked
+        self._parked: dict[tuple[str, int], list[_Parked]] = {}
+        self._count = 0
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+
+    @property
+    def parked_count(self) -> int:
+        """Pulls parked right now (read by the metrics collector)."""
+        return self._count
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+
+    async def park(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
+        """Wait until the queue's max offset passes ``offset``. True: woken by an arrival;
+        False: the time ran out or the broker is shutting down."""
+        if self._closed:
+            raise UnavailableError("the broker is shutting down; retry on another broker")
+        if self._count >= self.max_parked:
+            raise ResourceExhaustedError(
+                f"too many parked pulls ({self.max_parked}, maxParkedPulls); retry later or "
+                "use shorter max_wait_ms"
+            )
+        key = (topic, queue_id)
+        entry = _Parked(asyncio.get_running_loop().create_future(), offset)
+        waiters = self._parked.get(key)
+        if waiters is None:
+            waiters = self._parked[key] = []
+        waiters.append(entry)
+        self._count += 1
+        try:
+            return await asyncio.wait_for(entry.future, timeout_s)
+        except TimeoutError:
+            return False
+        finally:
+            self._remove(key, entry)
+
+    def _remove(self, key: tuple[str, int], entry: _Parked) -> None:
+        waiters = self._parked.get(key)
+        if waiters is None:
+            return
+        try:
+            waiters.remove(entry)
+        except ValueError:
+            return  # already taken by on_arrival / close
+        self._count -= 1
+        if not waiters:
+            del self._parked[key]
+
+    def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """The store's ArrivalListener: wake pulls of this queue waiting below ``max_offset``.
+        Cheap when nobody waits (one dict lookup): dispatch calls it for every batch."""
+        if not self._parked:
+            return
+        if self._loop is not None and threading.get_ident() != self._loop_thread:
+            self._loop.call_soon_threadsafe(self.on_arrival, topic, queue_id, max_offset)
+            return
+        key = (topic, queue_id)
+        waiters = self._parked.get(key)
+        if not waiters:
+            return
+        keep = []
+        for entry in waiters:
+            if entry.offset < max_offset:
+                self._count -= 1
+                if not entry.future.done():
+                    entry.future.set_result(True)
+            else:
+                keep.append(entry)
+        if keep:
+            self._parked[key] = keep
+        else:
+            del self._parked[key]
+
+    def close(self) -> int:
+        """Shutdown: answer every parked pull now (they reply with what they have)."""
+        self._closed = True
+        answered = 0
+        for waiters in self._parked.values():
+            for entry in waiters:
+                if not entry.future.done():
+                    entry.future.set_result(False)
+                    answered += 1
+        self._parked.clear()
+        self._count = 0
+        return answered

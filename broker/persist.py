@@ -1,0 +1,68 @@
+"""Atomic JSON files for the broker's metadata under ``<store>/config/`` (as RocketMQ's
+ConfigManager): write ``name.tmp``, fsync, keep the previous file as ``name.bak``, rename over.
+Load falls back to ``.bak`` when the main file is missing or unreadable (torn by a crash before
+the rename cannot happen, but a disk error or a hand edit can).
+
+Blocking functions are named ``*_blocking`` and run through a thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def write_json_atomic_blocking(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    if path.exists():
+        os.replace(path, path.with_name(path.name + ".bak"))
+    os.replace(tmp, path)
+    # The renames are durable only once the directory entry is synced.
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class MetadataError(RuntimeError):
+    """A metadata file exists but neither it nor its backup can be read: refuse to start
+    rather than silently forget topics or consumer offsets."""
+
+
+def load_json_blocking(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path`` (or its ``.bak``); None when neither exists."""
+    seen = False
+    for candidate in (path, path.with_name(path.name + ".bak")):
+        if not candidate.exists():
+            continue
+        seen = True
+        try:
+            data = json.loads(candidate.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            log.error("cannot read %s (%s); trying the backup", candidate, exc)
+            continue
+        if isinstance(data, dict):
+            if candidate != path:
+                log.warning("loaded %s from its backup %s", path.name, candidate.name)
+            return data
+        log.error("%s does not hold a JSON object; trying the backup", candidate)
+    if seen:
+        raise MetadataError(
+            f"{path} and its backup are unreadable; repair or move them away to start empty"
+        )
+    return None
+
+
+def dumps(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, sort_keys=True)

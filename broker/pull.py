@@ -1,0 +1,129 @@
+"""Pull processor: reads one queue from an offset, filtered by a tag expression, and long-polls
+(parks in LongPollHolder, woken by the store's arrival listener) when nothing is there yet."""
+
+from __future__ import annotations
+
+import time
+
+from wharf.v1 import messaging_pb2
+
+from broker.context import BrokerContext
+from broker.convert import to_view
+from broker.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+from broker.groups import validate_group_name
+from broker.tags import parse_tag_expression
+from broker.topics import is_system_topic, validate_topic_name
+from store.model import GetResult, GetStatus
+
+PullMessageResponse = messaging_pb2.PullMessageResponse
+MAX_WAIT_MS = 60_000  # longer waits would outlive typical client deadlines
+
+_STATUS = {
+    GetStatus.FOUND: messaging_pb2.FOUND,
+    GetStatus.NO_MATCHED_MESSAGE: messaging_pb2.NO_MATCHED_MSG,
+    GetStatus.OFFSET_OVERFLOW_ONE: messaging_pb2.NO_NEW_MSG,
+    GetStatus.OFFSET_OVERFLOW_BADLY: messaging_pb2.OFFSET_ILLEGAL,
+    GetStatus.OFFSET_TOO_SMALL: messaging_pb2.OFFSET_ILLEGAL,
+    # The unit points below the commit log's min offset, or retention is deleting it: skip
+    # ahead to next_begin_offset like a filtered-out range.
+    GetStatus.OFFSET_FOUND_NULL: messaging_pb2.NO_MATCHED_MSG,
+    GetStatus.MESSAGE_WAS_REMOVING: messaging_pb2.NO_MATCHED_MSG,
+}
+
+
+def pull_status(result: GetResult, offset: int) -> int:
+    if result.status is GetStatus.NO_MESSAGE_IN_QUEUE:
+        # An empty queue: offset 0 simply waits; any other offset is illegal (RocketMQ:
+        # PULL_OFFSET_MOVED), the reply's next_begin_offset says where to go.
+        return messaging_pb2.NO_NEW_MSG if offset == 0 else messaging_pb2.OFFSET_ILLEGAL
+    return _STATUS[result.status]
+
+
+class PullProcessor:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+
+    def _validate(self, request: messaging_pb2.PullMessageRequest) -> None:
+        ctx = self.ctx
+        validate_group_name(request.consumer_group)
+        topic_name = request.topic
+        topic = ctx.topics.get(topic_name)
+        if topic is None:
+            validate_topic_name(topic_name)
+            if not ctx.topics.auto_create and not is_system_topic(topic_name):
+                raise NotFoundError(
+                    f"topic {topic_name!r} does not exist; create it with CreateTopic"
+                )
+            max_queues = ctx.topics.default_queue_nums
+        else:
+            if not topic.readable:
+                raise PermissionDeniedError(
+                    f"topic {topic_name!r} is not readable (perm={topic.perm})"
+                )
+            max_queues = topic.read_queue_nums
+        if not 0 <= request.queue_id < max_queues:
+            raise InvalidArgumentError(
+                f"queue_id {request.queue_id} is out of range: topic {topic_name!r} has "
+                f"{max_queues} read queues"
+            )
+        if request.queue_offset < 0:
+            raise InvalidArgumentError(f"queue_offset must be >= 0, got {request.queue_offset}")
+        if request.max_messages < 0 or request.max_wait_ms < 0:
+            raise InvalidArgumentError("max_messages and max_wait_ms must be >= 0")
+
+    async def pull(self, request: messaging_pb2.PullMessageRequest) -> PullMessageResponse:
+        ctx = self.ctx
+        self._validate(request)
+        group = request.consumer_group
+        topic = request.topic
+        queue_id = request.queue_id
+        offset = request.queue_offset
+        tag_filter = parse_tag_expression(request.tag_expression)
+        ctx.groups.for_use(group)
+        if request.HasField("commit_offset"):
+            ctx.offsets.commit(group, topic, queue_id, request.commit_offset)
+        cfg = ctx.config
+        max_count = min(
+            request.max_messages or cfg.default_pull_batch_size, cfg.max_pull_batch_size
+        )
+        wait_ms = min(request.max_wait_ms, MAX_WAIT_MS) if cfg.long_polling_enable else 0
+        deadline = time.monotonic() + wait_ms / 1000
+        store = ctx.store
+        while True:
+            result = store.get_messages(
+                topic, queue_id, offset, max_count, tag_filter, cfg.max_pull_bytes
+            )
+            status = pull_status(result, offset)
+            if result.messages or wait_ms == 0:
+                break
+            # Park only when caught up (nothing new, or everything new filtered out).
+            caught_up = status == messaging_pb2.NO_NEW_MSG or (
+                status == messaging_pb2.NO_MATCHED_MSG
+                and result.next_begin_offset >= result.max_offset
+            )
+            remaining = deadline - time.monotonic()
+            if not caught_up or remaining <= 0 or ctx.long_poll.closed:
+                break
+            offset = max(offset, result.next_begin_offset)
+            woken = await ctx.long_poll.park(topic, queue_id, offset, remaining)
+            if not woken and (ctx.long_poll.closed or time.monotonic() >= deadline):
+                result = store.get_messages(
+                    topic, queue_id, offset, max_count, tag_filter, cfg.max_pull_bytes
+                )
+                status = pull_status(result, offset)
+                break
+        response = PullMessageResponse(
+            status=status,
+            next_begin_offset=result.next_begin_offset,
+            min_offset=result.min_offset,
+            max_offset=result.max_offset,
+        )
+        if result.messages:
+            fmt = ctx.offset_ids
+            response.messages.extend([to_view(m, fmt) for m in result.messages])
+            count = len(result.messages)
+            ctx.messages_out += count
+            ctx.metrics.on_messages_out(
+                topic, group, count, sum(len(m.body) for m in result.messages)
+            )
+        return response

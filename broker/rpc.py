@@ -1,0 +1,53 @@
+"""The one place where exceptions become gRPC statuses (via broker.errors.status_for) and
+where every RPC is timed for metrics.
+
+``@rpc("SendMessage")`` wraps a servicer method ``async def m(self, request, context)`` whose
+``self.ctx`` is a BrokerContext.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from broker.errors import status_for
+
+log = logging.getLogger("broker.rpc")
+_T = TypeVar("_T")
+_LOGGED_CODES = (grpc.StatusCode.INTERNAL, grpc.StatusCode.DATA_LOSS)
+
+Handler = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[_T]]
+
+
+def rpc(method: str) -> Callable[[Handler[_T]], Handler[_T]]:
+    def decorate(fn: Handler[_T]) -> Handler[_T]:
+        @functools.wraps(fn)
+        async def handler(self: Any, request: Any, context: grpc.aio.ServicerContext) -> _T:
+            started = time.perf_counter()
+            status = "OK"
+            try:
+                return await fn(self, request, context)
+            except asyncio.CancelledError:
+                status = "CANCELLED"  # client deadline or disconnect: nothing to answer
+                raise
+            except grpc.aio.AbortError:
+                raise
+            except Exception as exc:
+                code, message = status_for(exc)
+                status = code.name
+                if code in _LOGGED_CODES:
+                    log.exception("%s failed: %s", method, message)
+                await context.abort(code, message)
+                raise  # abort() raises; this line only satisfies the type checker
+            finally:
+                self.ctx.metrics.observe_rpc(method, status, time.perf_counter() - started)
+
+        return handler
+
+    return decorate

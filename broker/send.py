@@ -1,0 +1,175 @@
+"""Send processor: SendMessage (unary) and SendMessageStream (bidi, many requests in flight).
+
+One request = one validated batch = ONE store append into one queue = one reply. Per-message
+work is limited to building the store input and the result entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from functools import lru_cache
+
+import grpc
+from wharf.v1 import common_pb2, messaging_pb2
+
+from broker.context import BrokerContext
+from broker.convert import to_inputs
+from broker.errors import (
+    InvalidArgumentError,
+    PermissionDeniedError,
+    UnavailableError,
+    status_for,
+)
+from store.config import SYNC_FLUSH
+from store.model import PutStatus
+
+log = logging.getLogger("broker.send")
+SendResultEntry = messaging_pb2.SendResultEntry
+SendMessageResponse = messaging_pb2.SendMessageResponse
+_STATUS = {
+    PutStatus.PUT_OK: messaging_pb2.SEND_OK,
+    PutStatus.FLUSH_DISK_TIMEOUT: messaging_pb2.FLUSH_DISK_TIMEOUT,
+}
+_END = object()
+
+
+@lru_cache(maxsize=4096)
+def born_host_of(peer: str) -> str:
+    """grpc peer 'ipv4:127.0.0.1:5555' -> '127.0.0.1:5555' (ipv6 peers keep the port only)."""
+    kind, _, address = peer.partition(":")
+    if kind == "ipv4":
+        return address
+    _, _, port = address.rpartition(":")
+    return f"0.0.0.0:{port if port.isdigit() else 0}"
+
+
+class SendProcessor:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+        self._next_queue: dict[str, int] = {}
+        self._sync_flush = ctx.store.config.flush_disk_type == SYNC_FLUSH
+        self._max_message_size = ctx.store.config.max_message_size
+
+    async def send(
+        self, request: messaging_pb2.SendMessageRequest, born_host: str
+    ) -> SendMessageResponse:
+        ctx = self.ctx
+        if ctx.shutting_down:
+            raise UnavailableError("the broker is shutting down; retry on another broker")
+        messages = request.messages
+        if not messages:
+            raise InvalidArgumentError("messages is empty: send at least one message")
+        topic_name = request.topic
+        topic = ctx.topics.for_send(topic_name)
+        if not topic.writable:
+            raise PermissionDeniedError(
+                f"topic {topic_name!r} is not writable (perm={topic.perm}); "
+                "UpdateTopic perm=6 to allow sends"
+            )
+        if request.HasField("queue_id"):
+            queue_id = request.queue_id
+            if not 0 <= queue_id < topic.write_queue_nums:
+                raise InvalidArgumentError(
+                    f"queue_id {queue_id} is out of range: topic {topic_name!r} has "
+                    f"{topic.write_queue_nums} write queues (0..{topic.write_queue_nums - 1})"
+                )
+        else:
+            turn = self._next_queue.get(topic_name, 0)
+            self._next_queue[topic_name] = turn + 1
+            queue_id = turn % topic.write_queue_nums
+        inputs, unique_ids, _ = to_inputs(
+            messages,
+            ctx.unique_ids,
+            self._max_message_size,
+            len(ctx.delay_levels_ms),
+            born_host,
+        )
+        result = await ctx.store.put(topic_name, queue_id, inputs)
+        status = _STATUS[result.status]
+        append = result.append
+        first = append.first_queue_offset
+        fmt = ctx.offset_ids.format
+        entries = [
+            SendResultEntry(
+                status=status,
+                msg_id=uid,
+                offset_msg_id=fmt(offset),
+                queue_id=queue_id,
+                queue_offset=first + i,
+                commit_log_offset=offset,
+            )
+            for i, (uid, offset) in enumerate(zip(unique_ids, append.offsets, strict=True))
+        ]
+        ctx.messages_in += len(inputs)
+        ctx.metrics.on_messages_in(topic_name, [len(m.body) for m in inputs])
+        return SendMessageResponse(results=entries, request_id=request.request_id)
+
+    async def _send_or_error(
+        self, request: messaging_pb2.SendMessageRequest, born_host: str
+    ) -> SendMessageResponse:
+        """Stream flavour: an error becomes the reply's ``error``; the stream goes on."""
+        try:
+            return await self.send(request, born_host)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            code, message = status_for(exc)
+            if code is grpc.StatusCode.INTERNAL:
+                log.exception("SendMessageStream request %d failed", request.request_id)
+            self.ctx.metrics.observe_rpc("SendMessageStream", code.name, 0.0)
+            return SendMessageResponse(
+                request_id=request.request_id,
+                error=common_pb2.ErrorInfo(code=code.value[0], message=message),
+            )
+
+    async def stream(
+        self,
+        requests: AsyncIterator[messaging_pb2.SendMessageRequest],
+        born_host: str,
+    ) -> AsyncIterator[SendMessageResponse]:
+        if not self._sync_flush:
+            # ASYNC_FLUSH: a put never waits for the disk, so handling requests in order on
+            # this task is the cheapest path (no task or queue per request).
+            async for request in requests:
+                yield await self._send_or_error(request, born_host)
+            return
+        # SYNC_FLUSH: many requests wait on group commits at once; one fdatasync serves them
+        # all. At most max_inflight_stream_requests in flight (a slot is freed when its reply
+        # is written), so a fast writer cannot grow memory without bound.
+        slots = asyncio.Semaphore(self.ctx.config.max_inflight_stream_requests)
+        replies: asyncio.Queue[object] = asyncio.Queue()
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def handle(request: messaging_pb2.SendMessageRequest) -> None:
+            replies.put_nowait(await self._send_or_error(request, born_host))
+
+        async def read_requests() -> None:
+            try:
+                async for request in requests:
+                    await slots.acquire()
+                    task = asyncio.create_task(handle(request))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                if tasks:
+                    await asyncio.gather(*list(tasks))
+            finally:
+                replies.put_nowait(_END)
+
+        reader = asyncio.create_task(read_requests())
+        try:
+            while True:
+                reply = await replies.get()
+                if reply is _END:
+                    break
+                yield reply  # type: ignore[misc]
+                slots.release()
+            await reader  # surfaces a broken request stream as the RPC's error
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader

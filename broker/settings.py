@@ -1,0 +1,229 @@
+"""Resolve the configuration once at start: embedded defaults < TOML file < environment < flags.
+
+TOML keys are RocketMQ's camelCase setting names (``flushDiskType``); environment variables are
+``WHARF_<UPPER_SNAKE_NAME>`` (``WHARF_FLUSH_DISK_TYPE``). Unknown TOML keys and invalid values
+raise ConfigError naming the setting (the daemon exits with code 2). Unknown ``WHARF_*``
+variables are ignored: the CLI shares the prefix (``WHARF_ENDPOINTS``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from broker.config import BrokerConfig, Config, StoreConfig, parse_host_port
+from store.config import ASYNC_FLUSH, SYNC_FLUSH
+
+ENV_PREFIX = "WHARF_"
+# RocketMQ spells a few settings unlike the camelCase of our snake_case field names.
+_CAMEL_OVERRIDES = {
+    "warm_mapped_file_enable": "warmMapedFileEnable",
+    "check_crc_on_recover": "checkCRCOnRecover",
+}
+_DELAY_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DELAY_TOKEN = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class ConfigError(ValueError):
+    """An invalid or unknown setting; the message names it."""
+
+
+def camel_name(field_name: str) -> str:
+    if field_name in _CAMEL_OVERRIDES:
+        return _CAMEL_OVERRIDES[field_name]
+    head, *rest = field_name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """'1s 5s 1m' -> [1000, 5000, 60000] (ms per 1-based delay level)."""
+    levels = []
+    for token in text.split():
+        match = _DELAY_TOKEN.match(token)
+        if not match or int(match.group(1)) == 0:
+            raise ValueError(f"bad delay {token!r}: use a positive number with ms, s, m, h or d")
+        levels.append(int(match.group(1)) * _DELAY_UNITS_MS[match.group(2)])
+    if not levels:
+        raise ValueError("at least one delay level is required, e.g. '1s 5s 10s'")
+    return levels
+
+
+def _check_delete_when(text: str) -> None:
+    for hour in text.split(";"):
+        if not hour.isdigit() or not 0 <= int(hour) <= 23:
+            raise ValueError(f"expected hours 00..23 separated by ';', got {text!r}")
+
+
+def _check_host_port(text: str) -> None:
+    parse_host_port(text, "address")
+
+
+def _one_of(*choices: str) -> Callable[[str], None]:
+    def check(text: str) -> None:
+        if text not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {text!r}")
+
+    return check
+
+
+def _percent(value: int) -> None:
+    if not 1 <= value <= 99:
+        raise ValueError(f"expected a percentage 1..99, got {value}")
+
+
+def _queue_count(value: int) -> None:
+    if not 1 <= value <= 1024:
+        raise ValueError(f"expected 1..1024 queues, got {value}")
+
+
+def _non_empty(text: str) -> None:
+    if not text.strip():
+        raise ValueError("must not be empty")
+
+
+def _multiple_of_unit(value: int) -> None:
+    if value % 20:
+        raise ValueError(f"must be a multiple of 20 (the ConsumeQueue unit size), got {value}")
+
+
+# Extra checks beyond the type (ints must also be >= 0, and > 0 unless listed in _ZERO_OK).
+_CHECKS: dict[str, Callable[[Any], None]] = {
+    "flush_disk_type": _one_of(ASYNC_FLUSH, SYNC_FLUSH),
+    "delete_when": _check_delete_when,
+    "message_delay_level": parse_delay_levels,
+    "store_host": _check_host_port,
+    "listen": _check_host_port,
+    "metrics_listen": _check_host_port,
+    "advertised_address": lambda v: v == "" or _check_host_port(v),
+    "log_level": _one_of(*LOG_LEVELS),
+    "disk_max_used_space_ratio": _percent,
+    "disk_space_clean_forcibly_ratio": _percent,
+    "disk_space_warning_level_ratio": _percent,
+    "default_topic_queue_nums": _queue_count,
+    "broker_name": _non_empty,
+    "mapped_file_size_consume_queue": _multiple_of_unit,
+}
+_ZERO_OK = {
+    "grpc_max_message_size",
+    "max_reconsume_times",
+    "file_reserved_time",
+    "flush_commit_log_least_pages",
+    "flush_consume_queue_least_pages",
+    "commit_commit_log_least_pages",
+    "delete_commit_log_files_interval",
+}
+
+
+def _fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+_BROKER_FIELDS = _fields(BrokerConfig)
+_STORE_FIELDS = _fields(StoreConfig)
+_BY_CAMEL = {camel_name(n): n for n in (*_BROKER_FIELDS, *_STORE_FIELDS)}
+
+
+def _coerce(field_name: str, value: Any, from_text: bool) -> Any:
+    """Check ``value`` against the field's type (parsing text from env/flags)."""
+    field = _BROKER_FIELDS.get(field_name) or _STORE_FIELDS[field_name]
+    kind = type(field.default)
+    if from_text and isinstance(value, str):
+        if kind is bool:
+            lowered = value.strip().lower()
+            if lowered not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+                raise ValueError(f"expected true or false, got {value!r}")
+            value = lowered in ("true", "1", "yes", "on")
+        elif kind is int:
+            try:
+                value = int(value.strip(), 0)
+            except ValueError:
+                raise ValueError(f"expected an integer, got {value!r}") from None
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"expected an integer, got {value!r}")
+    if kind is not int and not isinstance(value, kind):
+        raise ValueError(f"expected a {kind.__name__}, got {value!r}")
+    if kind is int and (value < 0 or (value == 0 and field_name not in _ZERO_OK)):
+        raise ValueError(f"expected a positive integer, got {value}")
+    check = _CHECKS.get(field_name)
+    if check is not None:
+        check(value)
+    return value
+
+
+def _apply(values: dict[str, Any], field_name: str, raw: Any, label: str, text: bool) -> None:
+    try:
+        values[field_name] = _coerce(field_name, raw, text)
+    except ValueError as exc:
+        raise ConfigError(f"invalid setting {label}: {exc}") from None
+
+
+def load_settings(
+    config_file: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> Config:
+    """Resolve the configuration. ``overrides`` are command-line flags keyed by snake_case
+    field name, as text (``{"listen": "127.0.0.1:0"}``)."""
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        path = Path(config_file)
+        try:
+            table = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        for key, raw in table.items():
+            field_name = _BY_CAMEL.get(key)
+            if field_name is None:
+                raise ConfigError(f"unknown setting {key!r} in {path}{_suggest(key)}")
+            _apply(values, field_name, raw, f"{key} (in {path})", text=False)
+    for key, raw in (env or {}).items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        field_name = key[len(ENV_PREFIX) :].lower()
+        if field_name in _BROKER_FIELDS or field_name in _STORE_FIELDS:
+            _apply(values, field_name, raw, f"{key} (environment)", text=True)
+    for field_name, raw in (overrides or {}).items():
+        _apply(values, field_name, raw, f"--{field_name.replace('_', '-')}", text=True)
+    broker = BrokerConfig(**{k: v for k, v in values.items() if k in _BROKER_FIELDS})
+    store = StoreConfig(**{k: v for k, v in values.items() if k in _STORE_FIELDS})
+    _check_cross_field(store)
+    return Config(broker=broker, store=store)
+
+
+def _check_cross_field(store: StoreConfig) -> None:
+    ratios = (
+        store.disk_max_used_space_ratio,
+        store.disk_space_clean_forcibly_ratio,
+        store.disk_space_warning_level_ratio,
+    )
+    if list(ratios) != sorted(ratios):
+        raise ConfigError(
+            "invalid setting diskMaxUsedSpaceRatio/diskSpaceCleanForciblyRatio/"
+            f"diskSpaceWarningLevelRatio: must be increasing, got {ratios}"
+        )
+    if store.max_message_size >= store.mapped_file_size_commit_log:
+        raise ConfigError(
+            "invalid setting maxMessageSize: must be smaller than mappedFileSizeCommitLog "
+            f"({store.max_message_size} >= {store.mapped_file_size_commit_log}), a record "
+            "never spans segments"
+        )
+
+
+def _suggest(key: str) -> str:
+    lowered = key.lower().replace("_", "")
+    for camel in _BY_CAMEL:
+        if camel.lower() == lowered:
+            return f" (did you mean {camel!r}?)"
+    return ""
+
+
+def setting_names() -> list[str]:
+    """Every accepted TOML setting name (for docs and error messages)."""
+    return sorted(_BY_CAMEL)

@@ -1,0 +1,26 @@
+"""Tag expressions (``*`` or ``tagA || tagB``) -> store TagFilter. The grammar and Java's
+String.hashCode live in the store (``store.filter``); the broker only caches parsed filters,
+because every pull of a subscription repeats the same expression."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from store.errors import InvalidFilterError
+from store.filter import MATCH_ALL
+from store.filter import parse_tag_expression as _parse
+from store.model import TagFilter
+
+__all__ = ["MATCH_ALL", "parse_tag_expression"]
+
+MAX_EXPRESSION_LENGTH = 4096
+
+
+@lru_cache(maxsize=1024)
+def parse_tag_expression(expression: str) -> TagFilter:
+    """Raises store.errors.InvalidFilterError (INVALID_ARGUMENT) for a malformed expression."""
+    if len(expression) > MAX_EXPRESSION_LENGTH:
+        raise InvalidFilterError(
+            f"tag expression is {len(expression)} characters; the limit is {MAX_EXPRESSION_LENGTH}"
+        )
+    return _parse(expression)

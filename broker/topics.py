@@ -1,0 +1,187 @@
+"""TopicConfigManager: the topic table, persisted as RocketMQ's ``config/topics.json``.
+
+System topics: ``SCHEDULE_TOPIC_XXXX`` (one queue per delay level, made at start),
+``%RETRY%<group>`` (1 queue, made on heartbeat / send-back), ``%DLQ%<group>`` (1 queue, made on
+the first dead letter). They are hidden from ListTopics unless include_system is set.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from store.format import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC
+
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_READ_WRITE = PERM_READ | PERM_WRITE
+MAX_TOPIC_LENGTH = 127  # v1 record format: 1-byte topic length
+MAX_QUEUE_NUMS = 1024
+_TOPIC_NAME = re.compile(r"^[%a-zA-Z0-9_-]+$")
+# Names a producer may not send to directly (the broker writes them itself).
+RESERVED_FOR_SEND = (SCHEDULE_TOPIC, "TBW102")
+
+
+def validate_topic_name(name: str) -> None:
+    if not name:
+        raise InvalidArgumentError("topic is required")
+    if len(name) > MAX_TOPIC_LENGTH:
+        raise InvalidArgumentError(
+            f"topic name is {len(name)} characters; the limit is {MAX_TOPIC_LENGTH}"
+        )
+    if not _TOPIC_NAME.match(name):
+        raise InvalidArgumentError(f"topic name {name!r} has characters outside [%a-zA-Z0-9_-]")
+
+
+def is_system_topic(name: str) -> bool:
+    return (
+        name == SCHEDULE_TOPIC
+        or name.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        or name.startswith(DLQ_GROUP_TOPIC_PREFIX)
+    )
+
+
+def validate_queue_nums(read: int, write: int) -> None:
+    for label, value in (("read_queue_nums", read), ("write_queue_nums", write)):
+        if not 1 <= value <= MAX_QUEUE_NUMS:
+            raise InvalidArgumentError(f"{label} must be 1..{MAX_QUEUE_NUMS}, got {value}")
+
+
+def validate_perm(perm: int) -> None:
+    if perm & ~PERM_READ_WRITE or perm < 0:
+        raise InvalidArgumentError(
+            f"perm must combine 4 (read) and 2 (write): 2, 4 or 6; got {perm}"
+        )
+
+
+@dataclass(slots=True)
+class TopicConfig:
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = PERM_READ_WRITE
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topicName": self.name,
+            "readQueueNums": self.read_queue_nums,
+            "writeQueueNums": self.write_queue_nums,
+            "perm": self.perm,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": False,
+            "attributes": dict(self.attributes),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TopicConfig:
+        return cls(
+            name=str(data["topicName"]),
+            read_queue_nums=int(data["readQueueNums"]),
+            write_queue_nums=int(data["writeQueueNums"]),
+            perm=int(data.get("perm", PERM_READ_WRITE)),
+            attributes={str(k): str(v) for k, v in data.get("attributes", {}).items()},
+        )
+
+
+class TopicConfigManager:
+    FILE_NAME = "topics.json"
+
+    def __init__(self, default_queue_nums: int, auto_create: bool) -> None:
+        self.default_queue_nums = default_queue_nums
+        self.auto_create = auto_create
+        self.table: dict[str, TopicConfig] = {}
+        self.dirty = False
+        self.version = 0  # bumped on every change (dataVersion)
+
+    def __len__(self) -> int:
+        return sum(1 for name in self.table if not is_system_topic(name))
+
+    def get(self, name: str) -> TopicConfig | None:
+        return self.table.get(name)
+
+    def require(self, name: str) -> TopicConfig:
+        topic = self.table.get(name)
+        if topic is None:
+            raise NotFoundError(f"topic {name!r} does not exist; create it with CreateTopic")
+        return topic
+
+    def _put(self, topic: TopicConfig) -> TopicConfig:
+        self.table[topic.name] = topic
+        self.dirty = True
+        self.version += 1
+        return topic
+
+    def create(
+        self, name: str, read: int, write: int, perm: int, attributes: dict[str, str]
+    ) -> TopicConfig:
+        validate_topic_name(name)
+        validate_queue_nums(read, write)
+        validate_perm(perm)
+        if name in self.table:
+            raise AlreadyExistsError(f"topic {name!r} already exists; use UpdateTopic to change it")
+        return self._put(TopicConfig(name, read, write, perm, dict(attributes)))
+
+    def for_send(self, name: str) -> TopicConfig:
+        """The topic a producer writes to, auto-created when allowed."""
+        topic = self.table.get(name)
+        if topic is not None:
+            return topic
+        validate_topic_name(name)
+        if name in RESERVED_FOR_SEND or name.startswith(DLQ_GROUP_TOPIC_PREFIX):
+            raise InvalidArgumentError(f"topic {name!r} is reserved for the broker")
+        if name.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return self.ensure_system(name, 1)
+        if not self.auto_create:
+            raise NotFoundError(
+                f"topic {name!r} does not exist and autoCreateTopicEnable is off; "
+                "create it first (CreateTopic or `wharf topic create`)"
+            )
+        n = self.default_queue_nums
+        return self._put(TopicConfig(name, n, n))
+
+    def ensure_system(self, name: str, queue_nums: int) -> TopicConfig:
+        topic = self.table.get(name)
+        if topic is None:
+            topic = self._put(TopicConfig(name, queue_nums, queue_nums))
+        return topic
+
+    def delete(self, name: str) -> TopicConfig:
+        topic = self.require(name)
+        del self.table[name]
+        self.dirty = True
+        self.version += 1
+        return topic
+
+    def listing(self, include_system: bool) -> list[TopicConfig]:
+        return [
+            t
+            for name, t in sorted(self.table.items())
+            if include_system or not is_system_topic(name)
+        ]
+
+    # --- persistence ---------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topicConfigTable": {name: t.to_json() for name, t in self.table.items()},
+            "dataVersion": {"counter": self.version},
+        }
+
+    def load(self, data: dict[str, Any] | None) -> None:
+        if not data:
+            return
+        for raw in data.get("topicConfigTable", {}).values():
+            topic = TopicConfig.from_json(raw)
+            self.table[topic.name] = topic
+        self.version = int(data.get("dataVersion", {}).get("counter", 0))
