@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,20 +55,24 @@ def write_commit_log(
             born_timestamp=1_700_000_000_000 + i,
         )
 
-        def encode(at: int) -> fmt.EncodedBatch:
-            return fmt.encode_batch(
-                topic, queue_id, queue_offset, [msg], at, 1_700_000_000_500 + i,
-                "127.0.0.1:8081", 4 * 1024 * 1024,
-            )  # fmt: skip
-
-        batch = encode(seg_start + pos)
+        encode = functools.partial(
+            fmt.encode_batch,
+            topic,
+            queue_id,
+            queue_offset,
+            [msg],
+            store_timestamp=1_700_000_000_500 + i,
+            store_host="127.0.0.1:8081",
+            max_message_size=4 * 1024 * 1024,
+        )
+        batch = encode(start_offset=seg_start + pos)
         if pos + len(batch.data) + fmt.END_FILE_MIN_BLANK_LENGTH > segment_size:
             segment[pos : pos + 8] = fmt.encode_blank(segment_size - pos)
             (commit_log / fmt.segment_file_name(seg_start)).write_bytes(bytes(segment))
             seg_start += segment_size
             segment = bytearray(segment_size)
             pos = 0
-            batch = encode(seg_start)
+            batch = encode(start_offset=seg_start)
         segment[pos : pos + len(batch.data)] = batch.data
         written.append(
             Written(topic, queue_id, queue_offset, seg_start + pos, body, tags, keys, unique_id)

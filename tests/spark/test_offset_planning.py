@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -68,7 +69,7 @@ def test_min_partitions_splits_big_ranges_into_contiguous_pieces() -> None:
     queue0 = [r for r in split if r.queue_id == 0]
     assert len(queue0) == 9
     assert queue0[0].start == 0 and queue0[-1].end == 90
-    assert all(a.end == b.start for a, b in zip(queue0, queue0[1:], strict=False))
+    assert all(a.end == b.start for a, b in itertools.pairwise(queue0))
     assert sum(r.size for r in split) == 100
 
 
