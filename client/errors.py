@@ -19,6 +19,7 @@ class WharfError(Exception):
 
     code: str = "UNKNOWN"
     retriable: bool = False
+    from_broker: bool = False  # True when the broker (or gRPC) reported it, not a local check
 
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
@@ -109,7 +110,9 @@ _BY_NUMBER: dict[int, grpc.StatusCode] = {code.value[0]: code for code in grpc.S
 def error_for_status(status: grpc.StatusCode, message: str) -> WharfError:
     """The typed exception for a gRPC status, carrying the broker's message."""
     cls = _BY_STATUS.get(status, WharfError)
-    return cls(message or status.name, code=status.name)
+    error = cls(message or status.name, code=status.name)
+    error.from_broker = True
+    return error
 
 
 def error_for_status_number(number: int, message: str) -> WharfError:

@@ -1,0 +1,160 @@
+"""The three benchmark workloads, driving the public SDK (Producer / PullConsumer)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import time
+from dataclasses import dataclass
+
+from client.bench.stats import BenchStats
+from client.consumer.pull import PullConsumer
+from client.message import MessageQueue
+from client.producer import Producer
+
+_STAMP = struct.Struct(">q")  # e2e bodies start with the send time (ns since the epoch)
+
+
+@dataclass
+class BenchOptions:
+    endpoints: str
+    topic: str
+    tasks: int = 64
+    size: int = 1024
+    batch: int = 1
+    duration_s: float = 10.0
+    count: int = 0  # 0 = run for duration_s
+    streams: int = 2
+    linger_ms: float = 0.0
+    rate: int = 10_000  # e2e: target messages per second
+    group: str = "wharf-bench"
+
+
+class _Budget:
+    """Shared stop condition: a message count and/or a deadline."""
+
+    def __init__(self, options: BenchOptions) -> None:
+        self.remaining = options.count or -1
+        self.deadline = time.perf_counter() + options.duration_s if not options.count else None
+        self.stop = asyncio.Event()
+
+    def claim(self, n: int) -> int:
+        if self.stop.is_set():
+            return 0
+        if self.deadline is not None and time.perf_counter() >= self.deadline:
+            self.stop.set()
+            return 0
+        if self.remaining < 0:
+            return n
+        take = min(n, self.remaining)
+        self.remaining -= take
+        if self.remaining == 0:
+            self.stop.set()
+        return take
+
+
+async def run_produce(options: BenchOptions, stats: BenchStats) -> None:
+    """``tasks`` coroutines each await ``send`` (auto-batched) or ``send_batch`` of ``batch``."""
+    body = os.urandom(options.size)
+    budget = _Budget(options)
+    async with Producer(
+        options.endpoints,
+        streams=options.streams,
+        linger_ms=options.linger_ms,
+        compress_threshold=1 << 30,  # measure the transport, not zlib
+        send_timeout=30.0,
+    ) as producer:
+
+        async def worker() -> None:
+            while (n := budget.claim(options.batch)) > 0:
+                started = time.perf_counter()
+                try:
+                    if options.batch == 1:
+                        await producer.send(options.topic, body)
+                    else:
+                        await producer.send_batch(options.topic, [body] * n)
+                except Exception:
+                    stats.errors += 1
+                    continue
+                stats.record(n, n * options.size, (time.perf_counter() - started) * 1000)
+
+        await asyncio.gather(*(worker() for _ in range(options.tasks)))
+
+
+async def run_consume(options: BenchOptions, stats: BenchStats) -> None:
+    """Read the topic from its beginning with ``tasks`` pullers over the queues, ``batch``
+    messages per pull, until caught up (or the budget ends)."""
+    budget = _Budget(options)
+    async with PullConsumer(options.endpoints, options.group) as consumer:
+        queues = await consumer.queues(options.topic)
+        bounds = {q: await consumer.bounds(q) for q in queues}
+        pending = [q for q in queues if bounds[q][1] > bounds[q][0]]
+        lock = asyncio.Lock()
+
+        async def worker() -> None:
+            while True:
+                async with lock:
+                    if not pending:
+                        return
+                    queue = pending.pop()
+                offset, end = bounds[queue]
+                while offset < end and budget.claim(1):
+                    started = time.perf_counter()
+                    result = await consumer.pull(queue, offset, max_messages=options.batch)
+                    elapsed = (time.perf_counter() - started) * 1000
+                    nbytes = sum(len(m.body) for m in result.messages)
+                    stats.record(len(result.messages), nbytes, elapsed)
+                    if result.next_begin_offset <= offset:
+                        break
+                    offset = result.next_begin_offset
+
+        await asyncio.gather(*(worker() for _ in range(max(1, options.tasks))))
+
+
+async def run_e2e(options: BenchOptions, stats: BenchStats) -> None:
+    """Send at ``rate`` msg/s and long-poll every queue; latency = receive time - send time."""
+    async with (
+        Producer(options.endpoints, linger_ms=options.linger_ms, send_timeout=30.0) as producer,
+        PullConsumer(options.endpoints, options.group) as consumer,
+    ):
+        await producer.send(options.topic, b"warm-up")  # auto-creates the topic
+        queues = await consumer.queues(options.topic)
+        starts = {q: (await consumer.bounds(q))[1] for q in queues}
+        budget = _Budget(options)
+        padding = b"\0" * max(0, options.size - _STAMP.size)
+
+        async def receiver(queue: MessageQueue) -> None:
+            offset = starts[queue]
+            while not budget.stop.is_set():
+                result = await consumer.pull(queue, offset, max_messages=256, max_wait_ms=500)
+                now = time.time_ns()
+                latencies = [
+                    (now - _STAMP.unpack_from(m.body)[0]) / 1e6
+                    for m in result.messages
+                    if len(m.body) >= _STAMP.size
+                ]
+                stats.record(len(latencies), len(latencies) * options.size)
+                stats.record_latencies(latencies)
+                offset = result.next_begin_offset
+
+        async def sender() -> None:
+            interval = 1.0 / max(options.rate, 1)
+            tick = time.perf_counter()
+            in_flight: set[asyncio.Task[object]] = set()
+            while budget.claim(1):
+                body = _STAMP.pack(time.time_ns()) + padding
+                task = asyncio.ensure_future(producer.send(options.topic, body))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+                tick += interval
+                delay = tick - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                elif int(tick / interval) % 64 == 0:
+                    await asyncio.sleep(0)  # behind schedule: still let replies in
+            await asyncio.gather(*in_flight, return_exceptions=True)
+            await asyncio.sleep(0.5)  # let the receivers drain
+            budget.stop.set()
+
+        await asyncio.gather(sender(), *(receiver(q) for q in queues))

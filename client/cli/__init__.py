@@ -1,0 +1,1 @@
+"""The ``wharf`` command line (see :mod:`client.cli.main`)."""

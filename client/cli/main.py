@@ -1,0 +1,78 @@
+"""``wharf``: the command line for a Wharf broker (what RocketMQ's mqadmin does for one broker).
+
+    wharf topic create orders --queues 4
+    echo hello | wharf send orders
+    wharf consume orders --follow --json
+    wharf group progress billing
+
+Global options: ``--endpoints HOST:PORT`` (env ``WHARF_ENDPOINTS``, default 127.0.0.1:8081)
+and ``--json`` (one JSON document per line on stdout; errors as JSON on stderr). Exit codes
+are listed in :mod:`client.cli.exit_codes`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+
+from client.channel import DEFAULT_ENDPOINTS, parse_endpoints
+from client.cli import group_commands, message_commands, topic_commands
+from client.cli.exit_codes import INTERRUPTED, USAGE, exit_code_for
+from client.cli.output import Output
+from client.errors import InvalidArgumentError, WharfError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="wharf",
+        description="Command line for the Wharf message broker.",
+        epilog="exit codes: 0 ok, 1 broker error, 2 usage, 3 unavailable, 4 not found, "
+        "5 already exists, 130 interrupted",
+    )
+    parser.add_argument(
+        "--endpoints",
+        default=os.environ.get("WHARF_ENDPOINTS", DEFAULT_ENDPOINTS),
+        help="broker HOST:PORT (env WHARF_ENDPOINTS; default %(default)s)",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    topic_commands.add_parsers(sub)
+    group_commands.add_parsers(sub)
+    message_commands.add_parsers(sub)
+    from client.bench.cli import add_parsers as add_bench_parsers
+
+    add_bench_parsers(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # exits with 2 on usage errors
+    out = Output(args.json)
+    try:
+        parse_endpoints(args.endpoints)
+        return asyncio.run(args.run(args, out))
+    except (ValueError, InvalidArgumentError) as exc:
+        if isinstance(exc, WharfError) and exc.code == "INVALID_ARGUMENT" and _from_broker(exc):
+            out.error(exc.code, str(exc))
+            return exit_code_for(exc)
+        out.error("USAGE", str(exc))
+        return USAGE
+    except WharfError as exc:
+        out.error(exc.code, str(exc))
+        return exit_code_for(exc)
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    except BrokenPipeError:
+        return 0
+
+
+def _from_broker(exc: WharfError) -> bool:
+    return getattr(exc, "from_broker", False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""``wharf topic create|update|delete|list|status`` and ``wharf broker status``."""
+
+from __future__ import annotations
+
+import argparse
+
+from client.admin import Admin
+from client.cli.output import Output, fmt_ms, proto_dict
+
+PERM_NAMES = {6: "RW", 4: "R", 2: "W", 0: "-"}
+
+
+def parse_attributes(items: list[str] | None) -> dict[str, str]:
+    attributes: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--attr expects KEY=VALUE, got {item!r}")
+        attributes[key] = value
+    return attributes
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    topic = sub.add_parser("topic", help="create, update, delete, list and inspect topics")
+    tsub = topic.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    create = tsub.add_parser("create", help="create a topic (exit 5 if it exists)")
+    create.add_argument("name")
+    create.add_argument("--queues", type=int, default=0, help="read and write queues (default 8)")
+    create.add_argument("--read-queues", type=int)
+    create.add_argument("--write-queues", type=int)
+    create.add_argument("--perm", type=int, default=0, help="6 read-write, 4 read, 2 write")
+    create.add_argument("--attr", action="append", metavar="KEY=VALUE")
+    create.set_defaults(run=topic_create)
+
+    update = tsub.add_parser("update", help="change queue counts, permission or attributes")
+    update.add_argument("name")
+    update.add_argument("--read-queues", type=int)
+    update.add_argument("--write-queues", type=int)
+    update.add_argument("--perm", type=int)
+    update.add_argument("--attr", action="append", metavar="KEY=VALUE")
+    update.set_defaults(run=topic_update)
+
+    delete = tsub.add_parser("delete", help="delete a topic")
+    delete.add_argument("name")
+    delete.set_defaults(run=topic_delete)
+
+    listing = tsub.add_parser("list", help="list topics")
+    listing.add_argument("--system", action="store_true", help="include %%RETRY%%, %%DLQ%% ...")
+    listing.set_defaults(run=topic_list)
+
+    status = tsub.add_parser("status", help="min/max offset and last update per queue")
+    status.add_argument("name")
+    status.set_defaults(run=topic_status)
+
+    broker = sub.add_parser("broker", help="broker information")
+    bsub = broker.add_subparsers(dest="action", required=True, metavar="ACTION")
+    bstatus = bsub.add_parser("status", help="version, flush mode, store figures")
+    bstatus.set_defaults(run=broker_status)
+
+
+async def topic_create(args: argparse.Namespace, out: Output) -> int:
+    async with Admin(args.endpoints) as admin:
+        config = await admin.create_topic(
+            args.name,
+            queue_nums=args.queues,
+            read_queue_nums=args.read_queues,
+            write_queue_nums=args.write_queues,
+            perm=args.perm,
+            attributes=parse_attributes(args.attr),
+        )
+    _print_topic(out, config, "created")
+    return 0
+
+
+async def topic_update(args: argparse.Namespace, out: Output) -> int:
+    async with Admin(args.endpoints) as admin:
+        config = await admin.update_topic(
+            args.name,
+            read_queue_nums=args.read_queues,
+            write_queue_nums=args.write_queues,
+            perm=args.perm,
+            attributes=parse_attributes(args.attr),
+        )
+    _print_topic(out, config, "updated")
+    return 0
+
+
+def _print_topic(out: Output, config: object, verb: str) -> None:
+    data = proto_dict(config)  # type: ignore[arg-type]
+    if out.as_json:
+        out.data(data)
+    else:
+        out.line(
+            f"topic {data['name']} {verb}: read_queues={data['read_queue_nums']} "
+            f"write_queues={data['write_queue_nums']} perm={PERM_NAMES.get(data['perm'], data['perm'])}"
+        )
+
+
+async def topic_delete(args: argparse.Namespace, out: Output) -> int:
+    async with Admin(args.endpoints) as admin:
+        await admin.delete_topic(args.name)
+    if out.as_json:
+        out.data({"deleted": args.name})
+    else:
+        out.line(f"topic {args.name} deleted")
+    return 0
+
+
+async def topic_list(args: argparse.Namespace, out: Output) -> int:
+    async with Admin(args.endpoints) as admin:
+        reply = await admin.list_topics(include_system=args.system)
+    topics = sorted(reply.topics, key=lambda t: t.name)
+    if out.as_json:
+        out.data([proto_dict(t) for t in topics])
+        return 0
+    out.table(
+        "Topics",
+        ["name", "read queues", "write queues", "perm", "attributes"],
+        [
+            (
+                t.name,
+                t.read_queue_nums,
+                t.write_queue_nums,
+                PERM_NAMES.get(t.perm, t.perm),
+                ",".join(f"{k}={v}" for k, v in sorted(t.attributes.items())),
+            )
+            for t in topics
+        ],
+    )
+    return 0
+
+
+async def topic_status(args: argparse.Namespace, out: Output) -> int:
+    async with Admin(args.endpoints) as admin:
+        stats = await admin.topic_stats(args.name)
+    if out.as_json:
+        out.data(proto_dict(stats))
+        return 0
+    out.table(
+        f"Topic {stats.name}: {stats.total_messages} messages",
+        ["queue", "min offset", "max offset", "last update (UTC)"],
+        [
+            (q.queue_id, q.min_offset, q.max_offset, fmt_ms(q.last_update_timestamp))
+            for q in sorted(stats.queues, key=lambda q: q.queue_id)
+        ],
+    )
+    return 0
+
+
+async def broker_status(args: argparse.Namespace, out: Output) -> int:
+    async with Admin(args.endpoints) as admin:
+        status = await admin.broker_status()
+    data = proto_dict(status)
+    if out.as_json:
+        out.data(data)
+        return 0
+    runtime = data.pop("runtime", {}) or {}
+    rows = [(k, v) for k, v in data.items()] + [(f"runtime.{k}", v) for k, v in runtime.items()]
+    out.table(f"Broker {status.broker_name or status.endpoint}", ["field", "value"], rows)
+    return 0
