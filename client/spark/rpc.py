@@ -93,7 +93,12 @@ class BrokerRpc:
     # --- calls the connector makes -----------------------------------------------------------
     def queue_bounds(self, topic: str) -> list[QueueBounds]:
         """Min/max offset of every queue of ``topic`` (empty list: topic unknown)."""
-        reply = self._call("GetQueueOffsets", messaging_pb2.GetQueueOffsetsRequest(topic=topic))
+        try:
+            reply = self._call("GetQueueOffsets", messaging_pb2.GetQueueOffsetsRequest(topic=topic))
+        except BrokerCallError as exc:
+            if exc.code == grpc.StatusCode.NOT_FOUND:
+                return []  # not created yet: a stream picks its queues up once it exists
+            raise
         assert isinstance(reply, messaging_pb2.GetQueueOffsetsResponse)
         return [
             QueueBounds(topic, q.queue_id, q.min_offset, q.max_offset)
