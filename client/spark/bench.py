@@ -198,9 +198,11 @@ def main() -> None:
     if args.endpoints:
         results = run(args, args.endpoints, Path(args.store_dir))
     else:
-        with tempfile.TemporaryDirectory(prefix="wharf-spark-bench-") as tmp:
-            with _broker(Path(tmp), args.queues) as (endpoint, store):
-                results = run(args, endpoint, store)
+        with (
+            tempfile.TemporaryDirectory(prefix="wharf-spark-bench-") as tmp,
+            _broker(Path(tmp), args.queues) as (endpoint, store),
+        ):
+            results = run(args, endpoint, store)
 
     print(f"\nwharf Spark connector, local[2], {args.messages} messages of {args.body_size} B")
     print(f"{'what':42} {'rows':>9} {'seconds':>8} {'rows/s':>10}")
