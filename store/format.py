@@ -54,15 +54,19 @@ Names other modules import (stable):
 from __future__ import annotations
 
 import functools
+import mmap
 import re
 import socket
 import struct
 import zlib
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 from store.errors import CorruptRecordError, InvalidMessageError
 from store.model import MessageInput, StoredMessage
+
+# Anything the decoders accept: bytes, or an mmap scanned in place (recovery).
+ReadableBuffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
 
 # --- Magic codes -------------------------------------------------------------------------------
 MESSAGE_MAGIC_CODE = 0xDAA320A7
@@ -506,13 +510,13 @@ class DispatchRequest:
         )
 
 
-def read_total_size(buf: bytes | bytearray | memoryview, pos: int) -> int:
+def read_total_size(buf: ReadableBuffer, pos: int) -> int:
     """TOTALSIZE of the record at ``pos`` (0 past the written data)."""
     return TOTAL_SIZE.unpack_from(buf, pos)[0]
 
 
 def check_record(
-    buf: bytes | bytearray | memoryview,
+    buf: ReadableBuffer,
     pos: int,
     check_crc: bool = True,
     expected_offset: int | None = None,
@@ -556,7 +560,7 @@ def check_record(
     return total
 
 
-def _layout(buf: bytes | bytearray | memoryview, pos: int) -> tuple[tuple, int, str, int, int]:
+def _layout(buf: ReadableBuffer, pos: int) -> tuple[tuple, int, str, int, int]:
     """Header fields, body position, topic, properties position and length; CorruptRecordError
     when the sizes do not add up (decoding never reads past the record)."""
     try:
@@ -580,7 +584,7 @@ def _layout(buf: bytes | bytearray | memoryview, pos: int) -> tuple[tuple, int, 
 
 
 def decode_record(
-    buf: bytes | bytearray | memoryview, pos: int = 0, base_offset: int | None = None
+    buf: ReadableBuffer, pos: int = 0, base_offset: int | None = None
 ) -> StoredMessage:
     """Decode the message record at ``buf[pos:]`` into a StoredMessage (bytes copied out, so
     it is safe on an mmap). ``commit_log_offset`` is the PHYSICALOFFSET field unless
@@ -609,7 +613,7 @@ def decode_record(
 
 
 def decode_dispatch(
-    buf: bytes | bytearray | memoryview, pos: int = 0, base_offset: int | None = None
+    buf: ReadableBuffer, pos: int = 0, base_offset: int | None = None
 ) -> DispatchRequest:
     """Decode what dispatch needs from the record at ``buf[pos:]`` (no body copy)."""
     fields, _, topic, props_pos, props_len = _layout(buf, pos)

@@ -1,0 +1,145 @@
+"""A background-service base on asyncio tasks (RocketMQ's ServiceThread, minus the thread).
+
+A service is a loop: ``run_once()``, then ``wait_for_running(interval)`` until a ``wakeup()`` or
+the interval passes. Subclasses do blocking work through ``run_blocking`` (a thread), never on
+the event loop.
+
+Failure policy: an exception from ``run_once`` is logged with the service name and recorded
+(``failures``, ``last_error``) for health and metrics, then the loop backs off for one interval
+and continues. A subclass whose failures must stop the world (the flush services: a failed
+fdatasync leaves the file state unknown) handles that itself in ``on_failure`` -- nothing is
+swallowed silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Service:
+    """Subclass and implement ``run_once``. ``interval_s`` is the idle wait between runs."""
+
+    def __init__(self, name: str, interval_s: float, executor: Executor | None = None) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"{name}: interval must be > 0, got {interval_s}")
+        self.name = name
+        self.interval_s = interval_s
+        self._executor = executor
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._notified = False
+        self._waiter: asyncio.Future[None] | None = None
+        self.failures = 0
+        self.last_error: BaseException | None = None
+        self.last_error_at = 0.0  # time.time() of the last failure, 0 if none
+        self.runs = 0
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        """Start the loop on the running event loop (idempotent)."""
+        if self.running:
+            return
+        self._stopping = False
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name=self.name)
+
+    async def stop(self) -> None:
+        """Ask the loop to end, wait for the current run and ``on_stop`` to finish."""
+        self._stopping = True
+        self.wakeup()
+        task, self._task = self._task, None
+        if task is not None:
+            await task
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    # --- waiting ------------------------------------------------------------------------------
+    def wakeup(self) -> None:
+        """Make the current (or next) ``wait_for_running`` return at once. Loop thread only."""
+        self._notified = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait_for_running(self, timeout_s: float) -> None:
+        """Wait until ``wakeup()`` or ``timeout_s``; a wakeup that came earlier counts."""
+        if self._notified or self._stopping:
+            self._notified = False
+            return
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        self._waiter = waiter
+        timer = loop.call_later(timeout_s, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+            self._notified = False
+
+    async def run_blocking(self, fn: Callable[..., T], *args: object) -> T:
+        """Run a ``*_blocking`` function in this service's executor (a thread)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # --- the loop -----------------------------------------------------------------------------
+    async def run_once(self) -> None:
+        raise NotImplementedError
+
+    async def on_stop(self) -> None:
+        """Final work after the loop ends (a last flush, failing parked waiters ...)."""
+
+    def on_failure(self, exc: BaseException) -> None:
+        """Hook called after a failure was logged and recorded."""
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            try:
+                await self.run_once()
+                self.runs += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._record_failure(exc)
+                await self.wait_for_running(self.interval_s)  # back off, no hot error loop
+                continue
+            if not self._stopping:
+                await self.wait_for_running(self.interval_s)
+        try:
+            await self.on_stop()
+        except Exception as exc:
+            self._record_failure(exc)
+
+    def _record_failure(self, exc: BaseException) -> None:
+        self.failures += 1
+        self.last_error = exc
+        self.last_error_at = time.time()
+        log.error("%s failed (failure #%d): %r", self.name, self.failures, exc, exc_info=exc)
+        self.on_failure(exc)
+
+    def health(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "running": self.running,
+            "runs": self.runs,
+            "failures": self.failures,
+            "last_error": repr(self.last_error) if self.last_error else "",
+        }
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
