@@ -1,0 +1,303 @@
+"""``make bench-compare``: Wharf vs Redis Streams on loopback, same size/count/concurrency.
+
+Pairs with equivalent durability: Wharf ASYNC_FLUSH vs ``appendfsync everysec`` and Wharf
+SYNC_FLUSH vs ``appendfsync always``. Redis is driven by its own C client (redis-benchmark,
+the peer at its best) and by redis-py + hiredis (pipelined, the same language as our SDK).
+Prints ratios Wharf/peer and writes ``bench-results.json`` at the repository root.
+
+    python -m client.bench.compare               # about 2 minutes
+    python -m client.bench.compare --quick       # seconds; smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from client.bench import redis_peer
+from client.bench.launcher import REPO_ROOT, start_redis, start_wharf
+
+
+def wharf_bench(endpoint: str, workload: str, **options: Any) -> dict[str, Any]:
+    """Run ``wharf bench`` in its own process (client and broker are separate processes,
+    as for redis-benchmark) and return its final figures."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "client.cli.main",
+        "--endpoints",
+        endpoint,
+        "--json",
+        "bench",
+        workload,
+    ]
+    for key, value in options.items():
+        cmd += [f"--{key.replace('_', '-')}", str(value)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    for line in reversed(proc.stdout.splitlines()):
+        doc = json.loads(line)
+        if "result" in doc:
+            return dict(doc["result"])
+    raise RuntimeError(f"wharf bench {workload} failed ({proc.returncode}): {proc.stderr[-800:]}")
+
+
+def ratio(ours: float, theirs: float) -> float | None:
+    return round(ours / theirs, 3) if theirs else None
+
+
+class Comparison:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.scale = 0.1 if args.quick else 1.0
+        self.duration = 2.0 if args.quick else args.duration
+        self.measures: dict[str, dict[str, Any]] = {}
+        self.console = Console(stderr=True)
+
+    def note(self, text: str) -> None:
+        self.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {text}")
+
+    def n(self, count: int) -> int:
+        return max(1000, int(count * self.scale))
+
+    def run(self) -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="wharf-compare-") as tmp:
+            root = Path(tmp)
+            self.run_wharf_async(root / "wharf-async")
+            self.run_wharf_sync(root / "wharf-sync")
+            self.run_redis_everysec(root / "redis-everysec")
+            self.run_redis_always(root / "redis-always")
+        self.compute_ratios()
+        return {
+            "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "message_size": self.args.size,
+            "clients": self.args.clients,
+            "duration_s": self.duration,
+            "measures": self.measures,
+        }
+
+    def _set(self, measure: str, who: str, figures: dict[str, Any], **extra: Any) -> None:
+        self.measures.setdefault(measure, {})[who] = {**figures, **extra}
+
+    # ------------------------------------------------------------------ wharf
+    def run_wharf_async(self, root: Path) -> None:
+        c, size = self.args.clients, self.args.size
+        with start_wharf(root, {"flushDiskType": "ASYNC_FLUSH"}) as broker:
+            self.note(f"wharf ASYNC_FLUSH produce: {c} tasks x batch 16")
+            figures = wharf_bench(
+                broker.endpoint,
+                "produce",
+                topic="bench",
+                tasks=c,
+                batch=16,
+                size=size,
+                duration=self.duration,
+            )
+            self._set("produce_async", "wharf", figures, how=f"{c} tasks x send_batch(16)")
+            self.note(f"wharf ASYNC_FLUSH produce: {c * 16} tasks x auto-batched send()")
+            figures = wharf_bench(
+                broker.endpoint,
+                "produce",
+                topic="bench2",
+                tasks=c * 16,
+                batch=1,
+                size=size,
+                duration=self.duration,
+            )
+            self._set("produce_async", "wharf_autobatch", figures, how=f"{c * 16} tasks x send()")
+            self.note("wharf consume: pulls of 100")
+            figures = wharf_bench(
+                broker.endpoint,
+                "consume",
+                topic="bench",
+                tasks=8,
+                batch=100,
+                duration=self.duration * 2,
+            )
+            self._set("consume", "wharf", figures, how="8 pullers, 100 per pull")
+
+    def run_wharf_sync(self, root: Path) -> None:
+        c, size = self.args.clients, self.args.size
+        with start_wharf(root, {"flushDiskType": "SYNC_FLUSH"}) as broker:
+            self.note(f"wharf SYNC_FLUSH produce: {c} tasks x send()")
+            figures = wharf_bench(
+                broker.endpoint,
+                "produce",
+                topic="bench",
+                tasks=c,
+                batch=1,
+                size=size,
+                duration=self.duration,
+            )
+            self._set("produce_sync", "wharf", figures, how=f"{c} tasks x send() (auto-batched)")
+            self.note(f"wharf SYNC_FLUSH e2e at {self.args.rate} msg/s")
+            figures = wharf_bench(
+                broker.endpoint,
+                "e2e",
+                topic="e2e",
+                rate=self.args.rate,
+                size=size,
+                duration=self.duration,
+            )
+            self._set(
+                "e2e_sync", "wharf", figures, how=f"send() at {self.args.rate}/s, long-poll pulls"
+            )
+
+    # ------------------------------------------------------------------ redis
+    def run_redis_everysec(self, root: Path) -> None:
+        c, size = self.args.clients, self.args.size
+        with start_redis(root, "everysec") as redis:
+            self.note(f"redis everysec: redis-benchmark XADD -c {c} -P 16")
+            rb = redis_peer.redis_benchmark(
+                redis.endpoint,
+                redis_peer.xadd_args(size),
+                clients=c,
+                requests=self.n(1_000_000),
+                pipeline=16,
+            )
+            self._set(
+                "produce_async",
+                "redis_benchmark",
+                {"msgs_per_s": rb["rps"], **rb},
+                how=f"-c {c} -P 16 XADD",
+            )
+            self.note(f"redis everysec: redis-py XADD {c} tasks x pipeline 16")
+            rp = asyncio.run(
+                redis_peer.redispy_produce(
+                    redis.endpoint, tasks=c, pipeline=16, count=self.n(300_000), size=size
+                )
+            )
+            self._set("produce_async", "redis_py", rp, how=f"{c} tasks x pipeline 16")
+            self.note(f"redis: redis-benchmark XRANGE COUNT 100 -c {c}")
+            rb = redis_peer.redis_benchmark(
+                redis.endpoint,
+                ["XRANGE", redis_peer.STREAM, "-", "+", "COUNT", "100"],
+                clients=c,
+                requests=self.n(50_000),
+                pipeline=1,
+            )
+            self._set(
+                "consume",
+                "redis_benchmark",
+                {"msgs_per_s": rb["rps"] * 100, **rb},
+                how=f"-c {c} XRANGE COUNT 100",
+            )
+            self.note("redis: redis-py XRANGE COUNT 100, 8 tasks x pipeline 8")
+            rp = asyncio.run(
+                redis_peer.redispy_consume(
+                    redis.endpoint, tasks=8, count_per_read=100, reads=self.n(20_000)
+                )
+            )
+            self._set("consume", "redis_py", rp, how="8 tasks x pipeline 8 XRANGE COUNT 100")
+
+    def run_redis_always(self, root: Path) -> None:
+        c, size = self.args.clients, self.args.size
+        with start_redis(root, "always") as redis:
+            self.note(f"redis always: redis-benchmark XADD -c {c} -P 1")
+            rb = redis_peer.redis_benchmark(
+                redis.endpoint,
+                redis_peer.xadd_args(size),
+                clients=c,
+                requests=self.n(150_000),
+                pipeline=1,
+            )
+            self._set(
+                "produce_sync",
+                "redis_benchmark",
+                {"msgs_per_s": rb["rps"], **rb},
+                how=f"-c {c} -P 1 XADD",
+            )
+            self.note(f"redis always: redis-py XADD {c} tasks, no pipeline")
+            rp = asyncio.run(
+                redis_peer.redispy_produce(
+                    redis.endpoint, tasks=c, pipeline=1, count=self.n(60_000), size=size
+                )
+            )
+            self._set("produce_sync", "redis_py", rp, how=f"{c} tasks x 1")
+            self.note(f"redis always: redis-py e2e at {self.args.rate} msg/s (XADD + XREAD BLOCK)")
+            rp = asyncio.run(
+                redis_peer.redispy_e2e(
+                    redis.endpoint, rate=self.args.rate, duration_s=self.duration, size=size
+                )
+            )
+            self._set("e2e_sync", "redis_py", rp, how=f"XADD at {self.args.rate}/s, XREAD BLOCK")
+
+    # ------------------------------------------------------------------ ratios
+    def compute_ratios(self) -> None:
+        for name, entry in self.measures.items():
+            ours = entry.get("wharf", {})
+            ratios: dict[str, float | None] = {}
+            for peer in ("redis_benchmark", "redis_py"):
+                theirs = entry.get(peer)
+                if not theirs or not ours:
+                    continue
+                if name.startswith("e2e"):
+                    # latency: ratio > 1 means Wharf is slower (higher p99)
+                    ratios[f"p99_vs_{peer}"] = ratio(ours.get("p99_ms", 0), theirs.get("p99_ms", 0))
+                else:
+                    ratios[f"throughput_vs_{peer}"] = ratio(
+                        ours.get("msgs_per_s", 0), theirs.get("msgs_per_s", 0)
+                    )
+            entry["ratios"] = ratios
+
+    def print_table(self) -> None:
+        table = Table(title="Wharf vs Redis Streams (1 box, loopback)", title_justify="left")
+        for col in (
+            "measure",
+            "wharf",
+            "redis-benchmark",
+            "redis-py",
+            "wharf/redis-benchmark",
+            "wharf/redis-py",
+        ):
+            table.add_column(col)
+        for name, entry in self.measures.items():
+            latency = name.startswith("e2e")
+            key, unit, prefix = (
+                ("p99_ms", " ms p99", "p99") if latency else ("msgs_per_s", " msg/s", "throughput")
+            )
+            cells = []
+            for who in ("wharf", "redis_benchmark", "redis_py"):
+                value = entry.get(who, {}).get(key)
+                cells.append("-" if value is None else f"{value:,.1f}{unit}")
+            ratios = entry.get("ratios", {})
+            for peer in ("redis_benchmark", "redis_py"):
+                value = ratios.get(f"{prefix}_vs_{peer}")
+                cells.append("-" if value is None else f"{value:.2f}x")
+            table.add_row(name, *cells)
+        auto = self.measures.get("produce_async", {}).get("wharf_autobatch")
+        if auto:
+            table.caption = f"produce_async, {auto['how']}: {auto.get('msgs_per_s', 0):,.0f} msg/s"
+        Console().print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m client.bench.compare", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds per Wharf run")
+    parser.add_argument("--rate", type=int, default=10_000, help="e2e target msg/s")
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds each")
+    parser.add_argument("--output", default=str(REPO_ROOT / "bench-results.json"))
+    args = parser.parse_args(argv)
+    comparison = Comparison(args)
+    results = comparison.run()
+    Path(args.output).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    comparison.print_table()
+    comparison.console.print(f"results written to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
