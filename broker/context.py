@@ -4,6 +4,7 @@ not hold the controller: they see only the parts they use)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from broker.config import BrokerConfig
 from broker.consumers import ConsumerManager
@@ -13,7 +14,9 @@ from broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from broker.metrics import BrokerMetrics
 from broker.offsets import ConsumerOffsetManager
 from broker.topics import TopicConfigManager
-from store.message_store import MessageStore
+
+if TYPE_CHECKING:
+    from store.message_store import MessageStore
 
 
 @dataclass(slots=True)

@@ -151,6 +151,11 @@ class TopicConfigManager:
         n = self.default_queue_nums
         return self._put(TopicConfig(name, n, n))
 
+    def replace(self, topic: TopicConfig) -> TopicConfig:
+        """UpdateTopic: swap in a validated config for an existing topic."""
+        self.require(topic.name)
+        return self._put(topic)
+
     def ensure_system(self, name: str, queue_nums: int) -> TopicConfig:
         topic = self.table.get(name)
         if topic is None:

@@ -1,0 +1,129 @@
+"""``python -m broker`` / ``wharf-broker``: run the broker daemon until SIGTERM or SIGINT.
+
+Exit codes: 0 clean stop, 1 failure while starting or serving, 2 invalid configuration,
+130 forced exit on a second signal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import uvloop
+
+from broker.controller import BrokerController
+from broker.settings import LOG_LEVELS, ConfigError, load_settings
+
+log = logging.getLogger("broker")
+EXIT_CONFIG = 2
+EXIT_FORCED = 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="wharf-broker",
+        description="Run the Wharf broker. Settings: defaults < --config TOML (RocketMQ names, "
+        "e.g. flushDiskType) < WHARF_<NAME> environment variables < these flags.",
+    )
+    parser.add_argument("--config", metavar="FILE", help="TOML file with broker settings")
+    parser.add_argument("--store-dir", metavar="DIR", help="storePathRootDir (default: data)")
+    parser.add_argument("--listen", metavar="HOST:PORT", help="gRPC address (127.0.0.1:8081)")
+    parser.add_argument(
+        "--metrics-listen", metavar="HOST:PORT", help="metrics address (127.0.0.1:9100)"
+    )
+    parser.add_argument(
+        "--advertise", metavar="HOST:PORT", help="address clients should dial (default: listen)"
+    )
+    parser.add_argument(
+        "--ready-file",
+        metavar="PATH",
+        help='written once serving: {"grpc": "host:port", "metrics": "host:port", "pid": N}',
+    )
+    parser.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper)
+    return parser
+
+
+def _flag_overrides(args: argparse.Namespace) -> dict[str, str]:
+    pairs = {
+        "store_path_root_dir": args.store_dir,
+        "listen": args.listen,
+        "metrics_listen": args.metrics_listen,
+        "advertised_address": args.advertise,
+        "log_level": args.log_level,
+    }
+    return {name: value for name, value in pairs.items() if value is not None}
+
+
+def write_ready_file(path: Path, info: dict[str, object]) -> None:
+    """Atomically (tmp + rename): a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, path)
+
+
+async def serve(controller: BrokerController, ready_file: Path | None) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals_seen = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen > 1:
+            log.warning("second %s: forcing exit", signal.Signals(signum).name)
+            os._exit(EXIT_FORCED)
+        log.info("%s received: stopping (send it again to force)", signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        await controller.start()
+        if ready_file is not None:
+            broker = controller.config.broker
+            host = broker.listen.rpartition(":")[0].strip("[]")
+            metrics_host = broker.metrics_listen.rpartition(":")[0].strip("[]")
+            write_ready_file(
+                ready_file,
+                {
+                    "grpc": f"{host}:{controller.grpc_port}",
+                    "metrics": f"{metrics_host}:{controller.metrics_port}",
+                    "advertised": controller.endpoint,
+                    "pid": os.getpid(),
+                },
+            )
+        await stop.wait()
+    finally:
+        await controller.shutdown()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = load_settings(args.config, os.environ, _flag_overrides(args))
+    except ConfigError as exc:
+        print(f"wharf-broker: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    logging.basicConfig(
+        level=config.broker.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    controller = BrokerController(config)
+    ready_file = Path(args.ready_file) if args.ready_file else None
+    try:
+        return uvloop.run(serve(controller, ready_file))
+    except Exception:
+        log.exception("broker failed")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""AdminService: topics, subscription groups, consumer progress, offset reset, broker status
+(what RocketMQ's mqadmin does against one broker)."""
+
+from __future__ import annotations
+
+import platform
+import time
+from importlib import metadata
+
+import grpc
+from wharf.v1 import admin_pb2, admin_pb2_grpc
+
+from broker.context import BrokerContext
+from broker.errors import InvalidArgumentError, NotFoundError
+from broker.groups import SubscriptionGroup, validate_group_name
+from broker.rpc import rpc
+from broker.topics import (
+    PERM_READ_WRITE,
+    TopicConfig,
+    validate_perm,
+    validate_queue_nums,
+    validate_topic_name,
+)
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _topic_proto(topic: TopicConfig) -> admin_pb2.TopicConfig:
+    return admin_pb2.TopicConfig(
+        name=topic.name,
+        read_queue_nums=topic.read_queue_nums,
+        write_queue_nums=topic.write_queue_nums,
+        perm=topic.perm,
+        attributes=topic.attributes,
+    )
+
+
+def _group_proto(group: SubscriptionGroup) -> admin_pb2.SubscriptionGroupConfig:
+    return admin_pb2.SubscriptionGroupConfig(
+        group_name=group.group_name,
+        consume_enable=group.consume_enable,
+        consume_broadcast_enable=group.consume_broadcast_enable,
+        retry_max_times=group.retry_max_times,
+        retry_queue_nums=group.retry_queue_nums,
+        consume_from_where=group.consume_from_where,  # type: ignore[arg-type]
+        consume_timestamp=group.consume_timestamp,
+    )
+
+
+class AdminService(admin_pb2_grpc.AdminServiceServicer):
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+
+    # --- topics ---------------------------------------------------------------------------------
+    @rpc("CreateTopic")
+    async def CreateTopic(self, request, context):  # type: ignore[no-untyped-def]
+        default = self.ctx.topics.default_queue_nums
+        topic = self.ctx.topics.create(
+            request.name,
+            request.read_queue_nums or default,
+            request.write_queue_nums or default,
+            request.perm or PERM_READ_WRITE,
+            dict(request.attributes),
+        )
+        return _topic_proto(topic)
+
+    @rpc("UpdateTopic")
+    async def UpdateTopic(self, request, context):  # type: ignore[no-untyped-def]
+        validate_topic_name(request.name)
+        current = self.ctx.topics.require(request.name)
+        read = request.read_queue_nums if request.HasField("read_queue_nums") else None
+        write = request.write_queue_nums if request.HasField("write_queue_nums") else None
+        perm = request.perm if request.HasField("perm") else current.perm
+        new_read = current.read_queue_nums if read is None else read
+        new_write = current.write_queue_nums if write is None else write
+        validate_queue_nums(new_read, new_write)
+        validate_perm(perm)
+        attributes = dict(current.attributes)
+        for key, value in request.attributes.items():
+            if value:
+                attributes[key] = value
+            else:
+                attributes.pop(key, None)
+        updated = TopicConfig(request.name, new_read, new_write, perm, attributes)
+        return _topic_proto(self.ctx.topics.replace(updated))
+
+    @rpc("DeleteTopic")
+    async def DeleteTopic(self, request, context):  # type: ignore[no-untyped-def]
+        validate_topic_name(request.name)
+        self.ctx.topics.delete(request.name)
+        self.ctx.offsets.remove_topic(request.name)
+        self.ctx.store.delete_topics([request.name])
+        return admin_pb2.DeleteTopicResponse()
+
+    @rpc("ListTopics")
+    async def ListTopics(self, request, context):  # type: ignore[no-untyped-def]
+        topics = self.ctx.topics.listing(request.include_system)
+        return admin_pb2.ListTopicsResponse(topics=[_topic_proto(t) for t in topics])
+
+    @rpc("GetTopicStats")
+    async def GetTopicStats(self, request, context):  # type: ignore[no-untyped-def]
+        validate_topic_name(request.name)
+        topic = self.ctx.topics.require(request.name)
+        stats = {s.queue_id: s for s in self.ctx.store.get_queue_stats(request.name)}
+        queues = []
+        total = 0
+        for queue_id in range(max(topic.read_queue_nums, topic.write_queue_nums)):
+            stat = stats.get(queue_id)
+            low, high = (stat.min_offset, stat.max_offset) if stat else (0, 0)
+            total += high - low
+            queues.append(
+                admin_pb2.QueueStats(
+                    queue_id=queue_id,
+                    min_offset=low,
+                    max_offset=high,
+                    last_update_timestamp=stat.last_update_timestamp if stat else 0,
+                )
+            )
+        return admin_pb2.GetTopicStatsResponse(
+            name=request.name, queues=queues, total_messages=total
+        )
+
+    # --- groups ---------------------------------------------------------------------------------
+    @rpc("CreateSubscriptionGroup")
+    async def CreateSubscriptionGroup(self, request, context):  # type: ignore[no-untyped-def]
+        validate_group_name(request.group_name)
+        if request.retry_max_times < 0 or request.retry_queue_nums < 0:
+            raise InvalidArgumentError("retry_max_times and retry_queue_nums must be >= 0")
+        existing = self.ctx.groups.get(request.group_name)
+        group = SubscriptionGroup(
+            group_name=request.group_name,
+            # proto3 bools cannot say "unset": a new group is enabled, an update keeps the
+            # value unless the request enables it.
+            consume_enable=request.consume_enable or existing is None or existing.consume_enable,
+            consume_broadcast_enable=request.consume_broadcast_enable,
+            retry_max_times=request.retry_max_times or self.ctx.config.max_reconsume_times,
+            retry_queue_nums=request.retry_queue_nums or 1,
+            consume_from_where=int(request.consume_from_where),
+            consume_timestamp=request.consume_timestamp,
+        )
+        return _group_proto(self.ctx.groups.put(group))
+
+    @rpc("ListSubscriptionGroups")
+    async def ListSubscriptionGroups(self, request, context):  # type: ignore[no-untyped-def]
+        groups = [_group_proto(g) for g in self.ctx.groups.listing()]
+        return admin_pb2.ListSubscriptionGroupsResponse(groups=groups)
+
+    @rpc("DeleteSubscriptionGroup")
+    async def DeleteSubscriptionGroup(self, request, context):  # type: ignore[no-untyped-def]
+        validate_group_name(request.group_name)
+        self.ctx.groups.delete(request.group_name)
+        self.ctx.offsets.remove_group(request.group_name)
+        return admin_pb2.DeleteSubscriptionGroupResponse()
+
+    # --- progress -------------------------------------------------------------------------------
+    @rpc("GetConsumerProgress")
+    async def GetConsumerProgress(self, request, context):  # type: ignore[no-untyped-def]
+        ctx = self.ctx
+        group = request.consumer_group
+        validate_group_name(group)
+        committed = ctx.offsets.of_group(group)
+        topics = set(committed) | ctx.consumers.subscribed_topics(group)
+        if request.topic:
+            validate_topic_name(request.topic)
+            topics = {request.topic}
+        if ctx.groups.get(group) is None and not committed:
+            raise NotFoundError(f"consumer group {group!r} has no offsets and is not known")
+        queues = []
+        total = 0
+        for topic in sorted(topics):
+            offsets = committed.get(topic, {})
+            for stat in sorted(ctx.store.get_queue_stats(topic), key=lambda s: s.queue_id):
+                consumer = offsets.get(stat.queue_id, -1)
+                lag = max(0, stat.max_offset - max(consumer, stat.min_offset))
+                total += lag
+                queues.append(
+                    admin_pb2.QueueProgress(
+                        topic=topic,
+                        queue_id=stat.queue_id,
+                        broker_offset=stat.max_offset,
+                        consumer_offset=consumer,
+                        lag=lag,
+                        last_timestamp=self._last_consumed_timestamp(topic, stat, consumer),
+                    )
+                )
+        return admin_pb2.GetConsumerProgressResponse(
+            consumer_group=group,
+            queues=queues,
+            total_lag=total,
+            online_clients=ctx.consumers.online_count(group),
+        )
+
+    def _last_consumed_timestamp(self, topic: str, stat, consumer: int) -> int:  # type: ignore[no-untyped-def]
+        if consumer <= stat.min_offset:
+            return 0
+        result = self.ctx.store.get_messages(topic, stat.queue_id, consumer - 1, 1)
+        return result.messages[0].store_timestamp if result.messages else 0
+
+    @rpc("ResetConsumerOffset")
+    async def ResetConsumerOffset(self, request, context):  # type: ignore[no-untyped-def]
+        ctx = self.ctx
+        validate_group_name(request.consumer_group)
+        validate_topic_name(request.topic)
+        topic = ctx.topics.require(request.topic)
+        if request.timestamp < 0:
+            raise InvalidArgumentError(f"timestamp must be >= 0, got {request.timestamp}")
+        ctx.groups.for_use(request.consumer_group)
+        offsets = {}
+        for queue_id in range(topic.read_queue_nums):
+            offset = ctx.store.get_offset_by_timestamp(request.topic, queue_id, request.timestamp)
+            ctx.offsets.commit(request.consumer_group, request.topic, queue_id, offset)
+            offsets[queue_id] = offset
+        return admin_pb2.ResetConsumerOffsetResponse(offsets=offsets)
+
+    # --- status ---------------------------------------------------------------------------------
+    @rpc("GetBrokerStatus")
+    async def GetBrokerStatus(self, request, context):  # type: ignore[no-untyped-def]
+        ctx = self.ctx
+        stats = ctx.store.stats()
+        store_config = ctx.store.config
+        return admin_pb2.BrokerStatus(
+            version=_version("wharf"),
+            broker_name=ctx.config.broker_name,
+            endpoint=ctx.endpoint,
+            flush_disk_type=store_config.flush_disk_type,
+            uptime_ms=int((time.time() - ctx.started_at) * 1000) if ctx.started_at else 0,
+            writable=stats.writable,
+            not_writable_reason=stats.not_writable_reason,
+            commit_log_min_offset=stats.commit_log_min_offset,
+            commit_log_max_offset=stats.commit_log_max_offset,
+            commit_log_flushed_offset=stats.commit_log_flushed_offset,
+            dispatch_behind_bytes=stats.dispatch_behind_bytes,
+            disk_used_ratio=stats.disk_used_ratio,
+            topic_count=len(ctx.topics),
+            group_count=len(ctx.groups),
+            messages_in_total=ctx.messages_in,
+            messages_out_total=ctx.messages_out,
+            runtime={
+                "python": platform.python_version(),
+                "grpcio": grpc.__version__,
+                "uvloop": _version("uvloop"),
+                "protobuf": _version("protobuf"),
+                "store_dir": store_config.store_path_root_dir,
+                "store_host": store_config.store_host,
+            },
+        )

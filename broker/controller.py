@@ -1,0 +1,250 @@
+"""BrokerController: owns the store, the metadata managers, the long-poll holder, the metrics
+object and the gRPC server, and runs the lifecycle (start -> serve -> graceful shutdown).
+
+Attributes other components read (the ops engineer's scrape-time collectors among them):
+
+- ``config``: the resolved ``Config`` (``config.broker``: BrokerConfig, ``config.store``:
+  StoreConfig as the store really runs, with ``store_host`` set from the advertised address).
+- ``store``: the ``MessageStore`` (``.stats()`` for cheap counters). None before ``start()``.
+- ``topics``: TopicConfigManager (``len()`` = user topics; ``.table``: name -> TopicConfig).
+- ``groups``: SubscriptionGroupManager (``len()``; ``.table``: name -> SubscriptionGroup).
+- ``offsets``: ConsumerOffsetManager (``.table``: (topic, group) -> {queue_id: offset}).
+- ``consumers``: ConsumerManager (online clients per group, membership versions).
+- ``long_poll``: LongPollHolder (``parked_count``: pulls parked right now).
+- ``metrics``: BrokerMetrics (also the store's observer).
+- ``started_at``: ``time.time()`` when the broker began serving; 0.0 before.
+- ``endpoint``: the advertised address; ``grpc_port`` / ``metrics_port``: real bound ports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import socket
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from wharf.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
+
+from broker.admin import AdminService
+from broker.config import Config, parse_host_port
+from broker.consumers import ConsumerManager
+from broker.context import BrokerContext
+from broker.groups import SubscriptionGroupManager
+from broker.long_poll import LongPollHolder
+from broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
+from broker.messaging import MessagingService
+from broker.metrics import BrokerMetrics
+from broker.offsets import ConsumerOffsetManager
+from broker.persist import dumps, load_json_blocking, write_json_atomic_blocking
+from broker.settings import parse_delay_levels
+from broker.topics import TopicConfigManager
+from store.config import StoreConfig
+from store.format import SCHEDULE_TOPIC
+
+if TYPE_CHECKING:
+    from store.message_store import MessageStore
+
+log = logging.getLogger("broker")
+CLIENT_EXPIRY_SCAN_S = 10.0
+SERVICE_NAMES = (
+    messaging_pb2.DESCRIPTOR.services_by_name["MessagingService"].full_name,
+    admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+    health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+    reflection.SERVICE_NAME,
+)
+
+
+def _is_ipv4(host: str) -> bool:
+    try:
+        socket.inet_aton(host)
+    except OSError:
+        return False
+    return host.count(".") == 3
+
+
+def store_host_for(endpoint: str, listen_host: str) -> str:
+    """The 'ipv4:port' written into records and offset msg ids. Records hold only ipv4, so a
+    host name or ipv6 endpoint falls back to the listen host, then to 127.0.0.1."""
+    host, port = parse_host_port(endpoint, "advertisedAddress")
+    for candidate in (host, listen_host):
+        if _is_ipv4(candidate) and candidate != "0.0.0.0":
+            return f"{candidate}:{port}"
+    return f"127.0.0.1:{port}"
+
+
+class BrokerController:
+    def __init__(self, config: Config, store_factory: Any = None) -> None:
+        """``store_factory(config, observer=...)`` builds the store; default MessageStore
+        (tests pass an in-memory stand-in)."""
+        broker = config.broker
+        self.config = config
+        self._store_factory = store_factory
+        self.store: MessageStore = None  # type: ignore[assignment]  # set by start()
+        self.topics = TopicConfigManager(
+            broker.default_topic_queue_nums, broker.auto_create_topic_enable
+        )
+        self.groups = SubscriptionGroupManager(
+            broker.auto_create_subscription_group, broker.max_reconsume_times
+        )
+        self.offsets = ConsumerOffsetManager()
+        self.consumers = ConsumerManager(broker.channel_expired_timeout / 1000)
+        self.long_poll = LongPollHolder(broker.max_parked_pulls)
+        self.metrics = BrokerMetrics()
+        self.started_at = 0.0
+        self.endpoint = ""
+        self.grpc_port = 0
+        self.metrics_port = 0
+        self.ctx: BrokerContext | None = None
+        self._server: grpc.aio.Server | None = None
+        self._health = health.aio.HealthServicer()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._metadata_dir = Path(config.store.store_path_root_dir) / "config"
+        self._metrics_started = False
+
+    # --- start ----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        broker = self.config.broker
+        self.long_poll.bind_loop(asyncio.get_running_loop())
+        max_size = broker.grpc_max_message_size or max(
+            16 * 1024 * 1024, self.config.store.max_message_size + 1024 * 1024
+        )
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", max_size),
+                ("grpc.max_send_message_length", max_size),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        self._server = server
+        # Bind before starting the store: the real port is part of the store host that goes
+        # into every record and offset message id.
+        listen_host, _ = parse_host_port(broker.listen, "listen")
+        self.grpc_port = server.add_insecure_port(broker.listen)
+        if self.grpc_port == 0:
+            raise OSError(f"cannot listen on {broker.listen}")
+        self.endpoint = broker.advertised_address or f"{listen_host}:{self.grpc_port}"
+        store_config = self.config.store
+        if store_config.store_host == StoreConfig().store_host:
+            store_config = store_config.replace(
+                store_host=store_host_for(self.endpoint, listen_host)
+            )
+        self.config = dataclasses.replace(self.config, store=store_config)
+
+        if self._store_factory is None:
+            from store.message_store import MessageStore
+
+            self._store_factory = MessageStore
+        self.store = self._store_factory(store_config, observer=self.metrics)
+        self.store.add_arrival_listener(self.long_poll.on_arrival)
+        started = time.perf_counter()
+        await self.store.start()
+        log.info("store started in %.3f s at %s", time.perf_counter() - started,
+                 store_config.store_path_root_dir)  # fmt: skip
+        await asyncio.to_thread(self._load_metadata_blocking)
+        delay_levels = parse_delay_levels(store_config.message_delay_level)
+        self.topics.ensure_system(SCHEDULE_TOPIC, len(delay_levels))
+
+        self.ctx = BrokerContext(
+            config=broker,
+            store=self.store,
+            topics=self.topics,
+            groups=self.groups,
+            offsets=self.offsets,
+            consumers=self.consumers,
+            long_poll=self.long_poll,
+            metrics=self.metrics,
+            endpoint=self.endpoint,
+            delay_levels_ms=delay_levels,
+            unique_ids=UniqueIdGenerator(store_config.store_host.rpartition(":")[0]),
+            offset_ids=OffsetMsgIdFormatter(store_config.store_host),
+        )
+        messaging_pb2_grpc.add_MessagingServiceServicer_to_server(
+            MessagingService(self.ctx), server
+        )
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(self.ctx), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(SERVICE_NAMES, server)
+        await server.start()
+        for name in ("", *SERVICE_NAMES[:2]):
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+        self.metrics.attach(self)
+        metrics_host, metrics_port = parse_host_port(broker.metrics_listen, "metricsListen")
+        self.metrics_port = await self.metrics.serve(metrics_host, metrics_port)
+        self._metrics_started = True
+        self.started_at = time.time()
+        self.ctx.started_at = self.started_at
+        self._tasks = [
+            asyncio.create_task(self._persist_loop(), name="persist-metadata"),
+            asyncio.create_task(self._expire_clients_loop(), name="expire-clients"),
+        ]
+        log.info("broker %s serving gRPC on %s:%d (advertised %s), metrics on %s:%d",
+                 broker.broker_name, listen_host, self.grpc_port, self.endpoint,
+                 metrics_host, self.metrics_port)  # fmt: skip
+
+    # --- metadata -------------------------------------------------------------------------------
+    def _managers(self) -> tuple[Any, ...]:
+        return (self.topics, self.groups, self.offsets)
+
+    def _load_metadata_blocking(self) -> None:
+        for manager in self._managers():
+            manager.load(load_json_blocking(self._metadata_dir / manager.FILE_NAME))
+
+    async def persist_metadata(self) -> None:
+        """Write dirty tables (snapshot on the loop, file I/O in a thread)."""
+        for manager in self._managers():
+            if not manager.dirty:
+                continue
+            manager.dirty = False
+            text = dumps(manager.to_json())
+            try:
+                await asyncio.to_thread(
+                    write_json_atomic_blocking, self._metadata_dir / manager.FILE_NAME, text
+                )
+            except OSError:
+                manager.dirty = True  # retried next round
+                log.exception("cannot persist %s", manager.FILE_NAME)
+
+    async def _persist_loop(self) -> None:
+        interval = self.config.broker.flush_consumer_offset_interval / 1000
+        while True:
+            await asyncio.sleep(interval)
+            await self.persist_metadata()
+
+    async def _expire_clients_loop(self) -> None:
+        while True:
+            await asyncio.sleep(CLIENT_EXPIRY_SCAN_S)
+            for group, client in self.consumers.expire():
+                log.info("client %s left group %s (no heartbeat)", client, group)
+
+    # --- shutdown -------------------------------------------------------------------------------
+    async def shutdown(self) -> None:
+        """Graceful stop: NOT_SERVING, answer parked pulls, stop the server with a bounded
+        grace period, persist metadata, shut the store down (final flush + checkpoint)."""
+        log.info("shutting down")
+        await self._health.enter_graceful_shutdown()
+        if self.ctx is not None:
+            self.ctx.shutting_down = True
+        answered = self.long_poll.close()
+        if answered:
+            log.info("answered %d parked pulls", answered)
+        if self._server is not None:
+            await self._server.stop(self.config.broker.shutdown_grace_period / 1000)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.store is not None:
+            await self.persist_metadata()
+            await self.store.shutdown()
+        if self._metrics_started:
+            await self.metrics.close()
+        log.info("broker stopped")

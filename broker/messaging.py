@@ -1,0 +1,89 @@
+"""MessagingService: the gRPC servicer. Each method is a thin shell (timing + error mapping in
+``rpc``) around the processor that does the work."""
+
+from __future__ import annotations
+
+import time
+
+from wharf.v1 import messaging_pb2_grpc
+
+from broker.consumer import ConsumerProcessor
+from broker.context import BrokerContext
+from broker.pull import PullProcessor
+from broker.query import QueryProcessor
+from broker.rpc import rpc
+from broker.send import SendProcessor, born_host_of
+
+
+class MessagingService(messaging_pb2_grpc.MessagingServiceServicer):
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+        self.sender = SendProcessor(ctx)
+        self.puller = PullProcessor(ctx)
+        self.queries = QueryProcessor(ctx)
+        self.consumers = ConsumerProcessor(ctx)
+
+    @rpc("SendMessage")
+    async def SendMessage(self, request, context):  # type: ignore[no-untyped-def]
+        return await self.sender.send(request, born_host_of(context.peer()))
+
+    async def SendMessageStream(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        # Errors are reported per request inside the replies; only a broken stream ends it.
+        started = time.perf_counter()
+        status = "OK"
+        try:
+            async for reply in self.sender.stream(request_iterator, born_host_of(context.peer())):
+                yield reply
+        except BaseException:
+            status = "CANCELLED"
+            raise
+        finally:
+            self.ctx.metrics.observe_rpc("SendMessageStream", status, time.perf_counter() - started)
+
+    @rpc("PullMessage")
+    async def PullMessage(self, request, context):  # type: ignore[no-untyped-def]
+        return await self.puller.pull(request)
+
+    @rpc("QueryMessage")
+    async def QueryMessage(self, request, context):  # type: ignore[no-untyped-def]
+        return self.queries.query_message(request)
+
+    @rpc("ViewMessage")
+    async def ViewMessage(self, request, context):  # type: ignore[no-untyped-def]
+        return self.queries.view_message(request)
+
+    @rpc("SearchOffset")
+    async def SearchOffset(self, request, context):  # type: ignore[no-untyped-def]
+        return self.queries.search_offset(request)
+
+    @rpc("GetQueueOffsets")
+    async def GetQueueOffsets(self, request, context):  # type: ignore[no-untyped-def]
+        return self.queries.get_queue_offsets(request)
+
+    @rpc("QueryRoute")
+    async def QueryRoute(self, request, context):  # type: ignore[no-untyped-def]
+        return self.queries.query_route(request)
+
+    @rpc("Heartbeat")
+    async def Heartbeat(self, request, context):  # type: ignore[no-untyped-def]
+        return self.consumers.heartbeat(request)
+
+    @rpc("UnregisterClient")
+    async def UnregisterClient(self, request, context):  # type: ignore[no-untyped-def]
+        return self.consumers.unregister(request)
+
+    @rpc("GetConsumerList")
+    async def GetConsumerList(self, request, context):  # type: ignore[no-untyped-def]
+        return self.consumers.consumer_list(request)
+
+    @rpc("UpdateConsumerOffset")
+    async def UpdateConsumerOffset(self, request, context):  # type: ignore[no-untyped-def]
+        return self.consumers.update_offset(request)
+
+    @rpc("QueryConsumerOffset")
+    async def QueryConsumerOffset(self, request, context):  # type: ignore[no-untyped-def]
+        return self.consumers.query_offset(request)
+
+    @rpc("SendMessageBack")
+    async def SendMessageBack(self, request, context):  # type: ignore[no-untyped-def]
+        return await self.consumers.send_back(request)

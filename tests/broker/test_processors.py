@@ -1,0 +1,292 @@
+"""The processors and their gRPC wiring, in-process over an in-memory fake store (the real
+daemon with the real store is tested in test_daemon*.py). Fast: no subprocess, no disk."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from wharf.v1 import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
+
+from broker.controller import BrokerController
+from broker.settings import load_settings
+from tests.broker.fake_store import FakeStore
+
+Msg = common_pb2.Message
+
+
+class Broker:
+    def __init__(self, controller: BrokerController, channel: grpc.aio.Channel) -> None:
+        self.controller = controller
+        self.channel = channel
+        self.msg = messaging_pb2_grpc.MessagingServiceStub(channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(channel)
+
+    async def send(
+        self, topic: str, *bodies: bytes, **kw: Any
+    ) -> messaging_pb2.SendMessageResponse:
+        messages = [Msg(body=b, **kw) for b in bodies]
+        return await self.msg.SendMessage(
+            messaging_pb2.SendMessageRequest(topic=topic, messages=messages, queue_id=0)
+        )
+
+    async def pull(
+        self, topic: str, offset: int = 0, **kw: Any
+    ) -> messaging_pb2.PullMessageResponse:
+        request = messaging_pb2.PullMessageRequest(
+            consumer_group="g", topic=topic, queue_id=0, queue_offset=offset, **kw
+        )
+        return await self.msg.PullMessage(request)
+
+
+async def start_broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **settings: str) -> Broker:
+    overrides = {
+        "listen": "127.0.0.1:0",
+        "metrics_listen": "127.0.0.1:0",
+        "store_path_root_dir": str(tmp_path),
+        **settings,
+    }
+    controller = BrokerController(load_settings(None, {}, overrides), store_factory=FakeStore)
+    await controller.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{controller.grpc_port}")
+    return Broker(controller, channel)
+
+
+@pytest.fixture
+async def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Broker]:
+    b = await start_broker(tmp_path, monkeypatch)
+    yield b
+    await b.channel.close()
+    await b.controller.shutdown()
+
+
+async def test_send_batch_then_pull_returns_the_messages_with_metadata(broker: Broker) -> None:
+    sent = await broker.send("orders", b"a", b"b", tags="TagA", keys=["k1", "k2"],
+                             properties={"p": "v"})  # fmt: skip
+    assert [r.queue_offset for r in sent.results] == [0, 1]
+    assert all(r.status == messaging_pb2.SEND_OK and len(r.msg_id) == 32 for r in sent.results)
+    pulled = await broker.pull("orders")
+    assert pulled.status == messaging_pb2.FOUND
+    assert pulled.next_begin_offset == 2 and pulled.max_offset == 2
+    first = pulled.messages[0]
+    assert (first.body, first.tags, list(first.keys)) == (b"a", "TagA", ["k1", "k2"])
+    assert dict(first.properties) == {"p": "v"}
+    assert first.msg_id == sent.results[0].msg_id
+    assert first.offset_msg_id == sent.results[0].offset_msg_id
+    assert (await broker.pull("orders", offset=2)).status == messaging_pb2.NO_NEW_MSG
+
+
+async def test_queue_is_round_robin_when_absent(broker: Broker) -> None:
+    queues = []
+    for _ in range(9):
+        reply = await broker.msg.SendMessage(
+            messaging_pb2.SendMessageRequest(topic="rr", messages=[Msg(body=b"x")])
+        )
+        queues.append(reply.results[0].queue_id)
+    assert queues == [0, 1, 2, 3, 4, 5, 6, 7, 0]
+
+
+async def test_tag_expression_filters(broker: Broker) -> None:
+    await broker.send("t", b"1", tags="a")
+    await broker.send("t", b"2", tags="b")
+    await broker.send("t", b"3", tags="c")
+    pulled = await broker.pull("t", tag_expression="a || c")
+    assert [m.body for m in pulled.messages] == [b"1", b"3"]
+
+
+async def test_long_poll_returns_on_arrival_not_before(broker: Broker) -> None:
+    started = time.monotonic()
+    pull = asyncio.create_task(broker.pull("lp", max_wait_ms=5000))
+    await asyncio.sleep(0.3)
+    assert not pull.done()
+    sent_at = time.monotonic()
+    await broker.send("lp", b"wake")
+    reply = await pull
+    assert reply.status == messaging_pb2.FOUND and reply.messages[0].body == b"wake"
+    assert time.monotonic() - started >= sent_at - started
+    assert time.monotonic() - sent_at < 1.0
+
+
+async def test_long_poll_times_out_with_no_new_msg(broker: Broker) -> None:
+    started = time.monotonic()
+    reply = await broker.pull("idle", max_wait_ms=200)
+    assert reply.status == messaging_pb2.NO_NEW_MSG
+    assert time.monotonic() - started >= 0.19
+    assert broker.controller.long_poll.parked_count == 0
+
+
+async def test_send_stream_correlates_replies_and_reports_errors_inline(broker: Broker) -> None:
+    requests = [
+        messaging_pb2.SendMessageRequest(topic="s", messages=[Msg(body=b"x")] * 3, request_id=1),
+        messaging_pb2.SendMessageRequest(
+            topic="bad topic", messages=[Msg(body=b"x")], request_id=2
+        ),
+        messaging_pb2.SendMessageRequest(topic="s", messages=[Msg(body=b"y")], request_id=3),
+    ]
+    replies = {r.request_id: r async for r in broker.msg.SendMessageStream(iter(requests))}
+    assert len(replies[1].results) == 3 and not replies[1].HasField("error")
+    assert replies[2].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "topic name" in replies[2].error.message
+    assert len(replies[3].results) == 1
+
+
+async def test_flush_timeout_is_reported_not_ok(broker: Broker) -> None:
+    from store.model import PutStatus
+
+    broker.controller.store.put_status = PutStatus.FLUSH_DISK_TIMEOUT  # type: ignore[attr-defined]
+    reply = await broker.send("ft", b"x")
+    assert reply.results[0].status == messaging_pb2.FLUSH_DISK_TIMEOUT
+
+
+BAD_INPUTS = [
+    ("SendMessage", messaging_pb2.SendMessageRequest(topic="a b", messages=[Msg(body=b"x")]),
+     grpc.StatusCode.INVALID_ARGUMENT, "topic"),
+    ("SendMessage", messaging_pb2.SendMessageRequest(topic="t", messages=[Msg(body=b"")]),
+     grpc.StatusCode.INVALID_ARGUMENT, "empty"),
+    ("SendMessage", messaging_pb2.SendMessageRequest(topic="t", messages=[]),
+     grpc.StatusCode.INVALID_ARGUMENT, "at least one"),
+    ("SendMessage", messaging_pb2.SendMessageRequest(topic="t", messages=[Msg(body=b"x" * 5000)]),
+     grpc.StatusCode.INVALID_ARGUMENT, "maxMessageSize"),
+    ("SendMessage", messaging_pb2.SendMessageRequest(topic="t", queue_id=8,
+     messages=[Msg(body=b"x")]), grpc.StatusCode.INVALID_ARGUMENT, "queue_id"),
+    ("SendMessage", messaging_pb2.SendMessageRequest(topic="t", messages=[Msg(body=b"x",
+     properties={"a\x01": "b"})]), grpc.StatusCode.INVALID_ARGUMENT, "reserved"),
+    ("PullMessage", messaging_pb2.PullMessageRequest(consumer_group="g", topic="t",
+     queue_offset=-1), grpc.StatusCode.INVALID_ARGUMENT, "queue_offset"),
+    ("PullMessage", messaging_pb2.PullMessageRequest(consumer_group="g", topic="t",
+     tag_expression="a || || b"), grpc.StatusCode.INVALID_ARGUMENT, "tag expression"),
+    ("PullMessage", messaging_pb2.PullMessageRequest(consumer_group="", topic="t"),
+     grpc.StatusCode.INVALID_ARGUMENT, "group"),
+    ("PullMessage", messaging_pb2.PullMessageRequest(consumer_group="g", topic="t",
+     queue_id=99), grpc.StatusCode.INVALID_ARGUMENT, "queue_id"),
+    ("ViewMessage", messaging_pb2.ViewMessageRequest(msg_id="nope"),
+     grpc.StatusCode.NOT_FOUND, "needs its topic"),
+    ("UpdateConsumerOffset", messaging_pb2.UpdateConsumerOffsetRequest(consumer_group="g",
+     topic="t", offset=-3), grpc.StatusCode.INVALID_ARGUMENT, "offset"),
+    ("SendMessageBack", messaging_pb2.SendMessageBackRequest(consumer_group="g",
+     commit_log_offset=123456), grpc.StatusCode.NOT_FOUND, "commit log offset"),
+    ("GetQueueOffsets", messaging_pb2.GetQueueOffsetsRequest(topic="never"),
+     grpc.StatusCode.NOT_FOUND, "never"),
+    ("Heartbeat", messaging_pb2.HeartbeatRequest(client_id=""),
+     grpc.StatusCode.INVALID_ARGUMENT, "client_id"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("method", "request_", "code", "text"), BAD_INPUTS)
+async def test_bad_inputs_get_the_right_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str, request_: Any,
+    code: grpc.StatusCode, text: str,
+) -> None:  # fmt: skip
+    b = await start_broker(tmp_path, monkeypatch, max_message_size="4096",
+                           mapped_file_size_commit_log="65536")  # fmt: skip
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await getattr(b.msg, method)(request_)
+        assert info.value.code() == code
+        assert text in (info.value.details() or "")
+    finally:
+        await b.channel.close()
+        await b.controller.shutdown()
+
+
+async def test_unknown_topic_is_not_found_when_auto_create_is_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = await start_broker(tmp_path, monkeypatch, auto_create_topic_enable="false")
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await b.send("unknown", b"x")
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND
+        assert "CreateTopic" in (info.value.details() or "")
+    finally:
+        await b.channel.close()
+        await b.controller.shutdown()
+
+
+async def test_send_back_goes_to_retry_then_dlq(broker: Broker) -> None:
+    sent = await broker.send("work", b"job")
+    offset = sent.results[0].commit_log_offset
+    back = await broker.msg.SendMessageBack(
+        messaging_pb2.SendMessageBackRequest(
+            consumer_group="g", commit_log_offset=offset, max_reconsume_times=1
+        )
+    )
+    assert (back.sent_to_dlq, back.topic, back.reconsume_times) == (False, "%RETRY%g", 1)
+    store = broker.controller.store
+    retried = next(m for q in store.queues.values() for m in q if m.reconsume_times == 1)  # type: ignore[attr-defined]
+    assert retried.properties["RETRY_TOPIC"] == "work"
+    assert retried.properties["ORIGIN_MESSAGE_ID"] == sent.results[0].msg_id
+    assert retried.properties["DELAY"] == "3"
+    again = await broker.msg.SendMessageBack(
+        messaging_pb2.SendMessageBackRequest(
+            consumer_group="g", commit_log_offset=retried.commit_log_offset, max_reconsume_times=1
+        )
+    )
+    assert (again.sent_to_dlq, again.topic, again.reconsume_times) == (True, "%DLQ%g", 2)
+    dead = (await broker.msg.PullMessage(messaging_pb2.PullMessageRequest(
+        consumer_group="x", topic="%DLQ%g"))).messages  # fmt: skip
+    assert dead[0].body == b"job" and dead[0].properties["RETRY_TOPIC"] == "work"
+
+
+async def test_view_by_offset_id_and_by_unique_id(broker: Broker) -> None:
+    sent = (await broker.send("v", b"seen", unique_id="ABC123")).results[0]
+    by_offset = await broker.msg.ViewMessage(
+        messaging_pb2.ViewMessageRequest(msg_id=sent.offset_msg_id)
+    )
+    assert by_offset.message.body == b"seen"
+    by_uid = await broker.msg.ViewMessage(
+        messaging_pb2.ViewMessageRequest(msg_id="ABC123", topic="v")
+    )
+    assert by_uid.message.commit_log_offset == sent.commit_log_offset
+
+
+async def test_offsets_commit_query_and_piggy_back(broker: Broker) -> None:
+    q = messaging_pb2.QueryConsumerOffsetRequest(consumer_group="g", topic="o", queue_id=0)
+    assert (await broker.msg.QueryConsumerOffset(q)).offset == -1
+    await broker.pull("o", commit_offset=5)
+    assert (await broker.msg.QueryConsumerOffset(q)).offset == 5
+
+
+async def test_heartbeat_membership_and_route(broker: Broker) -> None:
+    data = messaging_pb2.ConsumerData(
+        group="cg", subscriptions=[messaging_pb2.Subscription(topic="t")]
+    )
+    hb = await broker.msg.Heartbeat(
+        messaging_pb2.HeartbeatRequest(client_id="c1", consumers=[data])
+    )
+    members = await broker.msg.GetConsumerList(
+        messaging_pb2.GetConsumerListRequest(consumer_group="cg")
+    )
+    assert list(members.client_ids) == ["c1"] and members.version == hb.consumer_list_versions["cg"]
+    route = await broker.msg.QueryRoute(messaging_pb2.QueryRouteRequest(topic="t"))
+    assert route.endpoint == broker.controller.endpoint and route.write_queue_nums == 8
+
+
+async def test_admin_topics_progress_and_status(broker: Broker) -> None:
+    created = await broker.admin.CreateTopic(
+        admin_pb2.CreateTopicRequest(name="adm", read_queue_nums=2, write_queue_nums=2)
+    )
+    assert created.perm == 6
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await broker.admin.CreateTopic(admin_pb2.CreateTopicRequest(name="adm"))
+    assert info.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    await broker.send("adm", b"1", b"2", b"3")
+    await broker.pull("adm", commit_offset=1)
+    progress = await broker.admin.GetConsumerProgress(
+        admin_pb2.GetConsumerProgressRequest(consumer_group="g")
+    )
+    lag = {(q.topic, q.queue_id): q.lag for q in progress.queues}
+    assert lag[("adm", 0)] == 2
+    status = await broker.admin.GetBrokerStatus(admin_pb2.GetBrokerStatusRequest())
+    assert status.messages_in_total == 3 and status.topic_count >= 1
+    names = [t.name for t in (await broker.admin.ListTopics(admin_pb2.ListTopicsRequest())).topics]
+    assert "adm" in names and "SCHEDULE_TOPIC_XXXX" not in names
+    await broker.admin.UpdateTopic(admin_pb2.UpdateTopicRequest(name="adm", perm=4))
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await broker.send("adm", b"x")
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED

@@ -1,0 +1,109 @@
+"""Configuration: RocketMQ names in TOML, WHARF_* environment, flags winning, clear errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from broker.settings import ConfigError, camel_name, load_settings, parse_delay_levels
+from tests.harness import REPO_ROOT
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "broker.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_are_the_documented_ones() -> None:
+    config = load_settings()
+    assert config.broker.listen == "127.0.0.1:8081"
+    assert config.broker.metrics_listen == "127.0.0.1:9100"
+    assert config.store.store_path_root_dir == "data"
+    assert config.broker.auto_create_topic_enable is True
+    assert config.broker.default_topic_queue_nums == 8
+
+
+def test_toml_uses_rocketmq_camel_case_names(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        'flushDiskType = "SYNC_FLUSH"\nsyncFlushTimeout = 1500\nmappedFileSizeCommitLog = '
+        '65536\nautoCreateTopicEnable = false\nbrokerName = "b1"\nwarmMapedFileEnable = true\n'
+        'messageDelayLevel = "100ms 1s"\ncheckCRCOnRecover = false\nmaxMessageSize = 1024\n',
+    )
+    config = load_settings(path)
+    assert config.store.flush_disk_type == "SYNC_FLUSH"
+    assert config.store.sync_flush_timeout == 1500
+    assert config.store.mapped_file_size_commit_log == 65536
+    assert config.store.warm_mapped_file_enable is True
+    assert config.store.check_crc_on_recover is False
+    assert config.broker.auto_create_topic_enable is False
+    assert config.broker.broker_name == "b1"
+
+
+def test_environment_overrides_file_and_flags_override_environment(tmp_path: Path) -> None:
+    path = write(tmp_path, 'listen = "127.0.0.1:1"\nflushDiskType = "ASYNC_FLUSH"\n')
+    env = {
+        "WHARF_LISTEN": "127.0.0.1:2",
+        "WHARF_FLUSH_DISK_TYPE": "SYNC_FLUSH",
+        "WHARF_AUTO_CREATE_TOPIC_ENABLE": "off",
+        "WHARF_ENDPOINTS": "ignored:1",  # the CLI's variable: not a broker setting
+        "HOME": "/root",
+    }
+    config = load_settings(path, env, {"listen": "127.0.0.1:3"})
+    assert config.broker.listen == "127.0.0.1:3"
+    assert config.store.flush_disk_type == "SYNC_FLUSH"
+    assert config.broker.auto_create_topic_enable is False
+
+
+@pytest.mark.parametrize(
+    ("toml", "named"),
+    [
+        ('flushDiskType = "FAST"', "flushDiskType"),
+        ("syncFlushTimeout = -5", "syncFlushTimeout"),
+        ('syncFlushTimeout = "5"', "syncFlushTimeout"),
+        ("autoCreateTopicEnable = 1", "autoCreateTopicEnable"),
+        ('listen = "nowhere"', "listen"),
+        ('messageDelayLevel = "1s 5x"', "messageDelayLevel"),
+        ('deleteWhen = "25"', "deleteWhen"),
+        ("mappedFileSizeConsumeQueue = 1001", "mappedFileSizeConsumeQueue"),
+        ("defaultTopicQueueNums = 0", "defaultTopicQueueNums"),
+        ("diskMaxUsedSpaceRatio = 120", "diskMaxUsedSpaceRatio"),
+        ("maxMessageSize = 2000000000", "maxMessageSize"),
+        ("flushDiskTyp = 1", "flushDiskTyp"),
+    ],
+)
+def test_invalid_settings_fail_naming_the_setting(tmp_path: Path, toml: str, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load_settings(write(tmp_path, toml + "\n"))
+
+
+def test_invalid_environment_value_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="WHARF_SYNC_FLUSH_TIMEOUT"):
+        load_settings(None, {"WHARF_SYNC_FLUSH_TIMEOUT": "soon"})
+
+
+def test_unknown_setting_suggests_the_right_spelling(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="did you mean 'flushDiskType'"):
+        load_settings(write(tmp_path, 'flushdisktype = "SYNC_FLUSH"\n'))
+
+
+def test_delay_levels_parse_units() -> None:
+    assert parse_delay_levels("100ms 1s 2m 1h") == [100, 1000, 120_000, 3_600_000]
+    assert camel_name("store_path_root_dir") == "storePathRootDir"
+
+
+def test_daemon_exits_2_with_the_setting_named_on_bad_config(tmp_path: Path) -> None:
+    path = write(tmp_path, "maxParkedPulls = -1\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "broker", "--config", str(path), "--store-dir", str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "maxParkedPulls" in proc.stderr
