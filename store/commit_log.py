@@ -6,7 +6,7 @@ API (the MessageStore facade drives it; one event loop owns it)::
     cl.load_blocking()                                   # open segments (thread)
     end = cl.recover_blocking(abnormal, checkpoint)      # validate, truncate torn tail (thread)
     cl.start()                                           # flush/commit/allocate services
-    r = cl.append(topic, queue_id, first_queue_offset, messages, store_timestamp)  # never awaits
+    r = cl.append(topic, queue_id, first_queue_offset, messages, store_timestamp=None)
     ok = await cl.wait_flushed(r.end_offset)             # SYNC_FLUSH; False = FLUSH_DISK_TIMEOUT
     cl.wakeup_flush()                                    # ASYNC_FLUSH
     cl.read_message(offset, size=None) / cl.read_bytes(offset, size)
@@ -14,9 +14,13 @@ API (the MessageStore facade drives it; one event loop owns it)::
     batch = cl.iter_dispatch(from_offset, max_bytes)     # DispatchBatch(requests, next_offset)
     cl.min_offset / cl.max_offset / cl.wrote_offset / cl.flushed_offset / cl.committed_offset
     cl.store_timestamp_at(offset) / cl.earliest_message_time()
-    cl.delete_expired_files_blocking(expired_ms, force, delete_interval_ms, max_batch)
+    cl.read_store_timestamp(offset, size=None)
+    cl.delete_expired_files_blocking(expired_ms, force, delete_interval_ms, max_batch, now_ms)
+    await cl.delete_expired(expired_ms, delete_interval_ms, force, max_batch, now_ms)
+    await cl.flush()                                     # sync now -> flushed offset
     cl.truncate_blocking(offset)
-    await cl.shutdown()                                  # stops services, final flush, closes
+    cl.write_error / cl.writable / cl.flush_count / cl.last_flush_seconds
+    await cl.shutdown(); cl.close()                      # stop services + final flush; unmap
 
 ``max_offset`` is the end of READABLE data (== ``wrote_offset`` unless the transient store pool
 holds uncommitted appends); dispatch and reads stop there.
@@ -47,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
@@ -156,6 +161,8 @@ class CommitLog:
         self._durable_timestamp = 0  # of a record known flushed (checkpoint physic timestamp)
         self.messages_put_total = 0
         self.bytes_put_total = 0
+        self.flush_count = 0  # syncs that moved the flushed offset
+        self.last_flush_seconds = 0.0
 
     # === lifecycle ==============================================================================
     def load_blocking(self) -> None:
@@ -174,8 +181,9 @@ class CommitLog:
         if self.commit_service is not None:
             self.commit_service.start()
 
-    async def shutdown(self, close_files: bool = True) -> None:
-        """Stop the services (each finishes its last commit/flush), sync once more, close."""
+    async def shutdown(self, close_files: bool = False) -> None:
+        """Stop the services (each finishes its last commit/flush), sync once more, write the
+        checkpoint. Reads keep working until ``close()`` (or pass ``close_files=True``)."""
         if self._closed:
             return
         if self._error is None:
@@ -211,19 +219,27 @@ class CommitLog:
     def not_writable_reason(self) -> str:
         return "" if self._error is None else str(self._error)
 
+    @property
+    def write_error(self) -> StoreNotWritableError | None:
+        """Why appends are refused (sticky flush failure, shutdown), or None."""
+        return self._error
+
     def append(
         self,
         topic: str,
         queue_id: int,
         first_queue_offset: int,
         messages: Sequence[MessageInput],
-        store_timestamp: int,
+        store_timestamp: int | None = None,
     ) -> AppendResult:
         """Encode and write a batch as consecutive records (queue offsets first_queue_offset,
-        +1, ...). Never awaits. Raises InvalidMessageError (nothing written) or
-        StoreNotWritableError (sticky flush failure, shutdown)."""
+        +1, ...); ``store_timestamp`` defaults to now (ms). Never awaits. Raises
+        InvalidMessageError (nothing written) or StoreNotWritableError (sticky flush failure,
+        shutdown)."""
         if self._error is not None:
             raise self._error
+        if store_timestamp is None:
+            store_timestamp = int(time.time() * 1000)
         mapped = self.queue.last()
         if mapped is None or mapped.is_full:
             mapped = self._roll()
@@ -293,6 +309,21 @@ class CommitLog:
             raise StoreShutDownError("the commit log's flush services are not running")
         return await self.group_commit.wait_flushed(end_offset)
 
+    async def flush(self) -> int:
+        """Commit and sync everything appended so far, now; returns the flushed offset."""
+        if isinstance(self._error, FlushFailedError):
+            raise self._error
+        started = time.perf_counter()
+        before = self.queue.flushed_where
+        try:
+            flushed = await asyncio.get_running_loop().run_in_executor(
+                self._io, self._sync_blocking
+            )
+        except Exception as exc:
+            raise self._mark_flush_failed(exc) from exc
+        self._after_async_flush(flushed, time.perf_counter() - started, flushed - before)
+        return flushed
+
     def wakeup_flush(self) -> None:
         """ASYNC_FLUSH: nudge the flush (and commit) service after an append."""
         if self.commit_service is not None:
@@ -327,12 +358,17 @@ class CommitLog:
 
     def _after_group_commit(self, flushed: int, seconds: float, nbytes: int, waiters: int) -> None:
         self._advance_checkpoint(flushed)
+        self.flush_count += 1
+        self.last_flush_seconds = seconds
         if self.observer is not None:
             self.observer.on_flush("sync", seconds, nbytes)
             self.observer.on_group_commit(waiters)
 
     def _after_async_flush(self, flushed: int, seconds: float, nbytes: int) -> None:
         self._advance_checkpoint(flushed)
+        if nbytes:
+            self.flush_count += 1
+            self.last_flush_seconds = seconds
         if self.checkpoint is not None and nbytes:
             self._io.submit(self.checkpoint.flush_blocking)
         if self.observer is not None and nbytes:
@@ -415,6 +451,11 @@ class CommitLog:
     def store_timestamp_at(self, offset: int) -> int | None:
         data = self.read_bytes(offset + OFFSET_STORE_TIMESTAMP, STORE_TIMESTAMP.size)
         return None if data is None else STORE_TIMESTAMP.unpack(data)[0]
+
+    def read_store_timestamp(self, offset: int, size: int | None = None) -> int | None:
+        """STORETIMESTAMP of the record at ``offset`` (``size`` is accepted for callers holding
+        a ConsumeQueue unit; the field sits at a fixed position)."""
+        return self.store_timestamp_at(offset)
 
     def earliest_message_time(self) -> int | None:
         first = self.queue.first()
@@ -613,6 +654,24 @@ class CommitLog:
             else delete_interval_ms,
             force,
             self.config.delete_file_batch_max if max_batch is None else max_batch,
+            now_ms,
+        )
+
+    async def delete_expired(
+        self,
+        expired_ms: int,
+        delete_interval_ms: int | None = None,
+        force: bool = False,
+        max_batch: int | None = None,
+        now_ms: int | None = None,
+    ) -> int:
+        """``delete_expired_files_blocking`` in a thread."""
+        return await asyncio.to_thread(
+            self.delete_expired_files_blocking,
+            expired_ms,
+            force,
+            delete_interval_ms,
+            max_batch,
             now_ms,
         )
 
