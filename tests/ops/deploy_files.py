@@ -48,7 +48,7 @@ def exec_form(args: str) -> list[str]:
 
 
 def dashboard_queries(dashboard: dict[str, Any]) -> list[str]:
-    queries = []
+    queries: list[str] = []
     for panel in dashboard["panels"]:
         queries.extend(target["expr"] for target in panel.get("targets", []))
     return queries

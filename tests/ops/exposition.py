@@ -28,11 +28,11 @@ def family_types(text: str) -> dict[str, str]:
 def sample_names(text: str) -> set[str]:
     """Every series name a query may use: the samples present, plus the series a typed family
     exports (a histogram with no observation yet still names its _bucket/_sum/_count)."""
-    names = set()
-    for family, kind in family_types(text).items():
-        names.add(family)
+    names: set[str] = set()
+    for name, kind in family_types(text).items():
+        names.add(name)
         if kind == "histogram":
-            names.update(f"{family}{suffix}" for suffix in ("_bucket", "_sum", "_count"))
+            names.update(f"{name}{suffix}" for suffix in ("_bucket", "_sum", "_count"))
     for family in text_string_to_metric_families(text):
         names.update(sample.name for sample in family.samples)
     return names
