@@ -1,0 +1,227 @@
+"""Push consumer against the real daemon: rebalance, broadcasting, retry/DLQ, offsets."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import Callable
+
+from client import Admin, ConsumeResult, Producer, PullConsumer, PushConsumer, ReceivedMessage
+from client.message import MessageQueue, dlq_topic
+from tests.harness import BrokerProcess
+
+FAST = dict(
+    rebalance_interval_s=0.5,
+    heartbeat_interval_s=0.2,
+    commit_interval_s=0.2,
+    long_poll_ms=500,
+)
+
+
+class Recorder:
+    """A handler that records what it consumed (per consumer)."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.seen: list[ReceivedMessage] = []
+        self.delay_s = delay_s
+
+    async def __call__(self, msg: ReceivedMessage) -> ConsumeResult:
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        self.seen.append(msg)
+        return ConsumeResult.SUCCESS
+
+    def bodies(self) -> list[bytes]:
+        return [m.body for m in self.seen]
+
+
+async def eventually(check: Callable[[], bool], within_s: float = 20.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+async def make_topic(endpoint: str, topic: str, queues: int = 6) -> None:
+    async with Admin(endpoint) as admin:
+        await admin.create_topic(topic, queue_nums=queues)
+
+
+async def test_group_members_split_queues_and_a_joiner_loses_nothing(
+    broker: BrokerProcess, name: str
+) -> None:
+    await make_topic(broker.endpoint, name, queues=6)
+    handlers = [Recorder(delay_s=0.001) for _ in range(3)]
+    consumers = [
+        PushConsumer(broker.endpoint, name, handler=h, consume_from_where="FIRST", **FAST)
+        for h in handlers
+    ]
+    for c in consumers:
+        c.subscribe(name)
+    sent: list[str] = []
+    async with Producer(broker.endpoint) as producer:
+
+        async def send_some(n: int) -> None:
+            results = await asyncio.gather(
+                *(producer.send(name, f"m{len(sent) + i}") for i in range(n))
+            )
+            sent.extend(r.msg_id for r in results)
+
+        await consumers[0].start()
+        await consumers[1].start()
+        await eventually(
+            lambda: (
+                {len(c.assigned_queues) for c in consumers[:2]} == {3}
+                and len({q for c in consumers[:2] for q in c.assigned_queues if q.topic == name})
+                == 6
+            )
+        )
+        await send_some(300)
+        await consumers[2].start()  # joins while messages flow
+        for _ in range(5):
+            await send_some(60)
+            await asyncio.sleep(0.1)
+        await eventually(
+            lambda: (
+                sorted(len([q for q in c.assigned_queues if q.topic == name]) for c in consumers)
+                == [2, 2, 2]
+            )
+        )
+        await send_some(200)
+        seen = lambda: {m.msg_id for h in handlers for m in h.seen}  # noqa: E731
+        await eventually(lambda: set(sent) <= seen())
+    for c in consumers:
+        await c.close()
+    total = sum(len(h.seen) for h in handlers)
+    duplicates = total - len(set(sent))
+    assert set(sent) <= seen()  # at least once: nothing lost
+    assert duplicates <= 200  # redeliveries bounded by what was in flight around the rebalance
+    assert all(h.seen for h in handlers)  # the joiner took over queues and consumed
+
+
+async def test_broadcasting_delivers_everything_to_every_member(
+    broker: BrokerProcess, name: str, tmp_path
+) -> None:
+    await make_topic(broker.endpoint, name, queues=3)
+    handlers = [Recorder(), Recorder()]
+    consumers = [
+        PushConsumer(
+            broker.endpoint,
+            name,
+            handler=h,
+            message_model="BROADCASTING",
+            offset_store_path=tmp_path / f"offsets-{i}.json",
+            **FAST,
+        )
+        for i, h in enumerate(handlers)
+    ]
+    for c in consumers:
+        c.subscribe(name)
+        await c.start()
+    assert all(len(c.assigned_queues) == 3 for c in consumers)
+    async with Producer(broker.endpoint) as producer:
+        await asyncio.gather(*(producer.send(name, f"b{i}") for i in range(50)))
+    expected = sorted(f"b{i}".encode() for i in range(50))
+    await eventually(lambda: all(sorted(h.bodies()) == expected for h in handlers))
+    for c in consumers:
+        await c.close()
+    assert (tmp_path / "offsets-0.json").exists()  # local offsets persisted on close
+
+
+async def test_failing_handler_goes_to_retry_then_dlq(broker: BrokerProcess, name: str) -> None:
+    attempts: collections.Counter[str] = collections.Counter()
+
+    async def always_fails(msg: ReceivedMessage) -> ConsumeResult:
+        attempts[msg.msg_id] += 1
+        assert msg.topic == name  # redeliveries show the original topic
+        if msg.body == b"boom":
+            raise RuntimeError("handler crashed")
+        return ConsumeResult.RECONSUME_LATER
+
+    consumer = PushConsumer(
+        broker.endpoint, name, handler=always_fails, consume_from_where="FIRST",
+        max_reconsume_times=2, **FAST,
+    )  # fmt: skip
+    consumer.subscribe(name)
+    async with consumer:
+        async with Producer(broker.endpoint) as producer:
+            r1 = await producer.send(name, b"later")
+            r2 = await producer.send(name, b"boom")
+        await eventually(lambda: attempts[r1.msg_id] >= 3 and attempts[r2.msg_id] >= 3)
+        async with PullConsumer(broker.endpoint, "dlq-reader") as reader:
+
+            async def dlq_ids() -> set[str]:
+                result = await reader.pull(MessageQueue(dlq_topic(name), 0), 0, max_messages=10)
+                return {m.msg_id for m in result.messages}
+
+            deadline = time.monotonic() + 15
+            while await dlq_ids() != {r1.msg_id, r2.msg_id}:
+                assert time.monotonic() < deadline, "messages never reached the DLQ"
+                await asyncio.sleep(0.1)
+    # first delivery + 2 retries, then the DLQ (no further deliveries)
+    assert attempts[r1.msg_id] == 3 and attempts[r2.msg_id] == 3
+
+
+async def test_tag_subscription_filters(broker: BrokerProcess, name: str) -> None:
+    handler = Recorder()
+    consumer = PushConsumer(
+        broker.endpoint, name, handler=handler, consume_from_where="FIRST", **FAST
+    )
+    consumer.subscribe(name, "a || c")
+    async with Producer(broker.endpoint) as producer:
+        for tag in "abcab":
+            await producer.send(name, tag, tags=tag, queue_id=0)
+    async with consumer:
+        await eventually(lambda: len(handler.seen) >= 3)
+        await asyncio.sleep(0.3)
+    assert sorted(handler.bodies()) == [b"a", b"a", b"c"]
+
+
+async def test_offsets_resume_after_consumer_and_broker_restart(
+    fresh_broker: BrokerProcess, name: str
+) -> None:
+    broker = fresh_broker
+    await make_topic(broker.endpoint, name, queues=2)
+
+    async def consume_round(expected: set[bytes]) -> list[bytes]:
+        handler = Recorder()
+        consumer = PushConsumer(
+            broker.endpoint, name, handler=handler, consume_from_where="FIRST", **FAST
+        )
+        consumer.subscribe(name)
+        async with consumer:
+            await eventually(lambda: expected <= set(handler.bodies()))
+            await asyncio.sleep(0.3)  # nothing else should arrive
+        return handler.bodies()
+
+    async def send(prefix: str) -> set[bytes]:
+        async with Producer(broker.endpoint) as producer:
+            await asyncio.gather(*(producer.send(name, f"{prefix}{i}") for i in range(20)))
+        return {f"{prefix}{i}".encode() for i in range(20)}
+
+    first = await send("a")
+    assert sorted(await consume_round(first)) == sorted(first)
+    second = await send("b")
+    assert sorted(await consume_round(second)) == sorted(second)  # consumer restart: resumes
+    broker.restart()
+    third = await send("c")
+    assert sorted(await consume_round(third)) == sorted(third)  # broker restart: offsets kept
+
+
+async def test_new_group_from_last_skips_history(broker: BrokerProcess, name: str) -> None:
+    await make_topic(broker.endpoint, name, queues=2)
+    async with Producer(broker.endpoint) as producer:
+        await producer.send(name, b"old")
+        handler = Recorder()
+        consumer = PushConsumer(
+            broker.endpoint, name, handler=handler, consume_from_where="LAST", **FAST
+        )
+        consumer.subscribe(name)
+        async with consumer:
+            await eventually(lambda: len(consumer.assigned_queues) >= 2)
+            for worker in list(consumer._workers.values()):
+                await asyncio.wait_for(worker.started.wait(), 10)
+            await producer.send(name, b"new")
+            await eventually(lambda: handler.bodies() == [b"new"])
