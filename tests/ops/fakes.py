@@ -98,3 +98,23 @@ class FakeController:
     offsets: FakeOffsets
     long_poll: FakeLongPoll
     started_at: float = 0.0
+
+
+NOW_MS = 1_700_000_000_000
+
+
+def fake_controller(**stats: object) -> FakeController:
+    store = FakeStore(
+        queues={("orders", 0): [NOW_MS - 30_000] * 10, ("orders", 1): [NOW_MS - 5_000] * 4},
+        stats_value=make_stats(**stats),
+    )
+    return FakeController(
+        store=store,
+        topics=FakeNames(["orders", "payments"]),
+        groups=FakeNames(["billing", "audit"]),
+        offsets=FakeOffsets(
+            {("orders", "billing"): {0: 7, 1: 4}, ("orders", "audit"): {0: 10, 1: 4}}
+        ),
+        long_poll=FakeLongPoll(parked_count=3),
+        started_at=NOW_MS / 1000 - 60,
+    )

@@ -27,7 +27,7 @@ from tests.ops.deploy_files import (
     metric_names_in,
 )
 from tests.ops.exposition import sample_names
-from tests.ops.test_metrics_unit import fake_controller
+from tests.ops.fakes import fake_controller
 
 COMPOSE = load_yaml(DEPLOY / "docker-compose.yml")
 DOCKERFILE = dockerfile_instructions(DEPLOY / "Dockerfile")

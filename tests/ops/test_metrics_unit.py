@@ -11,33 +11,7 @@ from prometheus_client import generate_latest
 from broker.metrics import BrokerMetrics
 from broker.metrics_accumulators import HistogramAccumulator, LabelledCounters
 from tests.ops.exposition import family_types, parse_samples, value
-from tests.ops.fakes import (
-    FakeController,
-    FakeLongPoll,
-    FakeNames,
-    FakeOffsets,
-    FakeStore,
-    make_stats,
-)
-
-NOW_MS = 1_700_000_000_000
-
-
-def fake_controller(**stats: object) -> FakeController:
-    store = FakeStore(
-        queues={("orders", 0): [NOW_MS - 30_000] * 10, ("orders", 1): [NOW_MS - 5_000] * 4},
-        stats_value=make_stats(**stats),
-    )
-    return FakeController(
-        store=store,
-        topics=FakeNames(["orders", "payments"]),
-        groups=FakeNames(["billing", "audit"]),
-        offsets=FakeOffsets(
-            {("orders", "billing"): {0: 7, 1: 4}, ("orders", "audit"): {0: 10, 1: 4}}
-        ),
-        long_poll=FakeLongPoll(parked_count=3),
-        started_at=NOW_MS / 1000 - 60,
-    )
+from tests.ops.fakes import fake_controller
 
 
 def scrape(metrics: BrokerMetrics) -> str:
