@@ -91,20 +91,33 @@ class IndexService:
             await self.roll()
             done += self.files[-1].put_entries(entries[done:])
 
+    def put_entries_blocking(self, entries: list[IndexEntry]) -> None:
+        """As ``put_entries``, creating files in the calling thread (recovery, before the
+        store serves anything)."""
+        done = self.put_entries_nowait(entries)
+        while done < len(entries):
+            self.files.append(self._create_next_blocking())
+            done += self.files[-1].put_entries(entries[done:])
+
     async def roll(self) -> IndexFile:
         """Start a new file (in a thread: file creation and the map of ~420 MB)."""
+        new = await asyncio.to_thread(self._create_next_blocking)
+        self.files.append(new)
+        return new
+
+    def _create_next_blocking(self) -> IndexFile:
         last = self.files[-1] if self.files else None
-        name = self._next_name()
-        new = await asyncio.to_thread(
-            IndexFile.create_blocking,
-            self.directory / name,
+        return IndexFile.create_blocking(
+            self.directory / self._next_name(),
             self.slot_num,
             self.index_num,
             last.end_phy_offset if last else 0,
             last.end_timestamp if last else 0,
         )
-        self.files.append(new)
-        return new
+
+    @property
+    def file_bytes(self) -> int:
+        return IndexFile.file_size(self.slot_num, self.index_num)
 
     def _next_name(self) -> str:
         now = int(time.time() * 1000)

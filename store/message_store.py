@@ -2,7 +2,7 @@
 class). It wires the CommitLog, ConsumeQueues, IndexFiles, ReputService, flush services,
 ScheduleMessageService and cleanup services, and runs recovery at start.
 
-CONTRACT (the broker codes against exactly this; implementations fill in the bodies):
+CONTRACT (the broker codes against exactly this):
 
 - One asyncio event loop owns the store. Appends are synchronous and never await, which makes
   them atomic on that loop without a lock. Blocking syscalls (fdatasync, file creation,
@@ -10,27 +10,71 @@ CONTRACT (the broker codes against exactly this; implementations fill in the bod
 - ``start()`` loads and recovers (in a thread), writes the abort marker, starts the services.
   ``shutdown()`` stops services, flushes everything, writes the checkpoint, removes the abort
   marker.
+
+Additions to the original contract (all additive):
+
+- ``MessageStore(config, observer=None, *, disk_usage=None)``: ``disk_usage(path) -> ratio``
+  replaces ``os.statvfs`` for the retention thresholds (tests simulate 76/86/91 %).
+- ``read_consume_queue(topic, queue_id, offset, max_count)``: raw ConsumeQueue units
+  ``(commit log offset, size, tagsCode)``; the schedule service reads deliver times with it.
+- ``look_message_by_msg_id(offset_msg_id)``: the offset message id -> message (or None).
+- ``await wait_dispatched(timeout_s)``: everything appended so far is visible to reads.
+- ``remove_arrival_listener``, ``dispatch_offset`` (the reput position), ``delay_levels_ms``.
+- A batch whose messages carry different DELAY levels is refused (one batch = one queue).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from store.config import StoreConfig
+from store.checkpoint import StoreCheckpoint
+from store.cleanup import CleanupService, statvfs_used_ratio
+from store.commit_log import CommitLog
+from store.config import SYNC_FLUSH, StoreConfig
+from store.consume_queue import BLANK_UNIT_SIZE, UNIT, ConsumeQueueTable, Unit
+from store.errors import DiskFullError, InvalidMessageError, StoreShutDownError
+from store.filter import MATCH_ALL
+from store.format import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    SCHEDULE_TOPIC,
+    DispatchRequest,
+    decode_offset_msg_id,
+)
+from store.index_service import IndexService
 from store.model import (
     AppendResult,
     GetResult,
+    GetStatus,
     MessageInput,
     PutResult,
+    PutStatus,
     QueueStat,
     StoredMessage,
     StoreStats,
     TagFilter,
 )
+from store.queue_flush import FlushConsumeQueueService
+from store.recovery import RecoveredState, recover_blocking
+from store.reput import Dispatcher, QueueAdvance, ReputService
+from store.schedule import ScheduleMessageService, parse_delay_levels
+from store.store_paths import StorePaths
+
+log = logging.getLogger(__name__)
 
 # Called after dispatch made new messages visible: (topic, queue_id, new max offset).
 ArrivalListener = Callable[[str, int, int], None]
+# Disk usage source: path on the filesystem -> used ratio 0..1.
+DiskUsage = Callable[[str], float]
+
+_MAX_QUEUE_ID = 0x7FFFFFFF
+# RocketMQ's maxFilterMessageCount: a filtered pull scans at least this many units.
+_MIN_FILTER_SCAN_UNITS = 800
 
 
 class StoreObserver(Protocol):
@@ -43,13 +87,159 @@ class StoreObserver(Protocol):
         """One group commit served ``waiters`` put requests with a single fdatasync."""
 
 
+class _ObserverTap:
+    """Counts flushes for ``stats()`` and forwards to the broker's observer."""
+
+    def __init__(self, observer: StoreObserver | None) -> None:
+        self.observer = observer
+        self.flush_count = 0
+        self.last_flush_seconds = 0.0
+
+    def on_flush(self, kind: str, seconds: float, nbytes: int) -> None:
+        self.flush_count += 1
+        self.last_flush_seconds = seconds
+        if self.observer is not None:
+            self.observer.on_flush(kind, seconds, nbytes)
+
+    def on_group_commit(self, waiters: int) -> None:
+        if self.observer is not None:
+            self.observer.on_group_commit(waiters)
+
+
+class _CommitLogSource:
+    """Adapts the CommitLog to the reput's DispatchSource. In SYNC_FLUSH mode dispatch stops
+    at the flushed offset (RocketMQ #8239)."""
+
+    def __init__(self, commit_log: CommitLog, sync_flush: bool) -> None:
+        self.commit_log = commit_log
+        self.sync_flush = sync_flush
+
+    def dispatch_limit(self) -> int:
+        log = self.commit_log
+        return min(log.flushed_offset, log.max_offset) if self.sync_flush else log.max_offset
+
+    def read_dispatch_chunk(
+        self, from_offset: int, limit: int, max_bytes: int
+    ) -> tuple[list[DispatchRequest], int]:
+        batch = self.commit_log.iter_dispatch(from_offset, min(max_bytes, limit - from_offset))
+        requests = batch.requests
+        keep = len(requests)
+        while keep and requests[keep - 1].commit_log_offset + requests[keep - 1].size > limit:
+            keep -= 1
+        if keep == len(requests) and batch.next_offset <= limit:
+            return requests, batch.next_offset
+        if keep == 0:
+            return [], from_offset
+        last = requests[keep - 1]
+        return requests[:keep], last.commit_log_offset + last.size
+
+
 class MessageStore:
-    def __init__(self, config: StoreConfig, observer: StoreObserver | None = None) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        config: StoreConfig,
+        observer: StoreObserver | None = None,
+        *,
+        disk_usage: DiskUsage | None = None,
+    ) -> None:
+        if not config.store_path_root_dir:
+            raise ValueError("store_path_root_dir must be set")
+        self._config = config
+        self._observer = _ObserverTap(observer)
+        self._paths = StorePaths.of(config.store_path_root_dir)
+        self.delay_levels_ms = parse_delay_levels(config.message_delay_level)
+        self._disk_usage: DiskUsage = disk_usage or statvfs_used_ratio
+        self._sync_flush = config.flush_disk_type == SYNC_FLUSH
+        self._sync_timeout_s = config.sync_flush_timeout / 1000
+        self._commit_log: CommitLog | None = None
+        self._checkpoint: StoreCheckpoint | None = None
+        self._source: _CommitLogSource | None = None
+        self._queues = ConsumeQueueTable(
+            self._paths.consume_queue_root, config.mapped_file_size_consume_queue
+        )
+        self._index: IndexService | None = None
+        self._offset_table: dict[tuple[str, int], int] = {}
+        self._listeners: list[ArrivalListener] = []
+        self._reput: ReputService | None = None
+        self._queue_flush: FlushConsumeQueueService | None = None
+        self._schedule: ScheduleMessageService | None = None
+        self._cleanup: CleanupService | None = None
+        self._maintenance = asyncio.Lock()  # CQ/index flush vs. deletion and truncation
+        self._background: set[asyncio.Task[None]] = set()
+        self._state = "new"  # new -> started -> stopping -> stopped
+        self._disk_full_reason = ""
+        self.disk_used_ratio = 0.0
+        self.recovery_seconds = 0.0
+        self.recovered: RecoveredState | None = None
+        self._messages_put = 0
+        self._bytes_put = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
-    async def start(self) -> None: ...
-    async def shutdown(self) -> None: ...
+    async def start(self) -> None:
+        if self._state != "new":
+            raise RuntimeError(f"store already {self._state}")
+        started = time.monotonic()
+        state = await asyncio.to_thread(
+            recover_blocking, self._config, self._paths, self.delay_levels_ms, self._observer
+        )
+        self.recovered = state
+        self.recovery_seconds = time.monotonic() - started
+        self._commit_log = state.commit_log
+        self._checkpoint = state.checkpoint
+        self._source = _CommitLogSource(state.commit_log, self._sync_flush)
+        self._queues = state.queues
+        self._index = state.index
+        self._offset_table = {
+            (queue.topic, queue.queue_id): queue.max_offset for queue in self._queues
+        }
+        dispatcher = Dispatcher(self._queues, self._index, self.delay_levels_ms)
+        self._reput = ReputService(
+            source=self._source,
+            dispatcher=dispatcher,
+            on_advance=self._notify_arrivals,
+            reput_from_offset=state.reput_from_offset,
+        )
+        self._queue_flush = FlushConsumeQueueService(self, self._config)
+        self._schedule = ScheduleMessageService(
+            self, self.delay_levels_ms, self._paths.delay_offset_file
+        )
+        await asyncio.to_thread(self._schedule.load_blocking)
+        self._cleanup = CleanupService(self, self._config, self._disk_usage)
+        self.disk_used_ratio = await asyncio.to_thread(
+            self._disk_usage, str(self._paths.commit_log_dir)
+        )
+        await asyncio.to_thread(self._paths.abort_file.touch)
+        self._commit_log.start()
+        self._reput.last_timestamp = state.last_dispatch_timestamp
+        self._reput.start()
+        self._queue_flush.start()
+        self._cleanup.start()
+        self._schedule.start()
+        self._listeners.append(self._schedule.on_arrival)
+        self._state = "started"
+
+    async def shutdown(self) -> None:
+        if self._state != "started":
+            self._state = "stopped"
+            return
+        self._state = "stopping"
+        assert self._commit_log and self._reput and self._queue_flush and self._cleanup
+        assert self._source is not None
+        if self._schedule is not None:
+            await self._schedule.stop()
+        await self._cleanup.stop()
+        for task in list(self._background):
+            await task
+        await self._commit_log.shutdown(close_files=False)  # stops flushing after a final sync
+        await self._reput.wait_dispatched(self._source.dispatch_limit(), 10.0)
+        await self._reput.stop()
+        await self._queue_flush.stop()  # final flush of queues/index + checkpoint
+        self._queues.close()
+        if self._index is not None:
+            self._index.close()
+        self._commit_log.close()
+        await asyncio.to_thread(self._paths.abort_file.unlink, True)
+        self._state = "stopped"
 
     # --- writes ------------------------------------------------------------------------------
     def append(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> AppendResult:
@@ -57,13 +247,92 @@ class MessageStore:
         Messages with a DELAY property go to SCHEDULE_TOPIC_XXXX queue level-1 (the real
         topic/queue kept in REAL_TOPIC/REAL_QID). Raises InvalidMessageError (nothing written),
         StoreNotWritableError."""
-        raise NotImplementedError
+        self._check_writable()
+        if not messages:
+            raise InvalidMessageError("a batch needs at least one message")
+        if not isinstance(queue_id, int) or not 0 <= queue_id <= _MAX_QUEUE_ID:
+            raise InvalidMessageError(f"queue id {queue_id!r} must be an int in [0, 2^31-1]")
+        level = self._delay_level(messages)
+        if level > 0:
+            topic, queue_id, messages = self._to_schedule_topic(topic, queue_id, level, messages)
+        key = (topic, queue_id)
+        first_queue_offset = self._offset_table.get(key, 0)
+        commit_log = self._commit_log
+        assert commit_log is not None
+        result = commit_log.append(
+            topic, queue_id, first_queue_offset, messages, int(time.time() * 1000)
+        )
+        self._offset_table[key] = first_queue_offset + len(messages)
+        self._messages_put += len(messages)
+        self._bytes_put += result.end_offset - result.offsets[0]
+        if not self._sync_flush:
+            assert self._reput is not None
+            commit_log.wakeup_flush()
+            self._reput.wakeup()
+        return result
 
     async def put(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> PutResult:
         """append() plus the durability wait of the flush mode: SYNC_FLUSH awaits the group
         commit (FLUSH_DISK_TIMEOUT after syncFlushTimeout); ASYNC_FLUSH wakes the flush service
         and returns at once."""
-        raise NotImplementedError
+        result = self.append(topic, queue_id, messages)
+        if not self._sync_flush:
+            return PutResult(PutStatus.PUT_OK, result)
+        assert self._commit_log is not None and self._reput is not None
+        flushed = await self._commit_log.wait_flushed(result.end_offset)
+        self._reput.wakeup()  # SYNC_FLUSH dispatches only what is on disk
+        return PutResult(PutStatus.PUT_OK if flushed else PutStatus.FLUSH_DISK_TIMEOUT, result)
+
+    def _check_writable(self) -> None:
+        if self._state != "started":
+            raise StoreShutDownError(f"the store is {self._state}: writes are refused")
+        if self._disk_full_reason:
+            raise DiskFullError(self._disk_full_reason)
+        # A sticky flush failure is raised by CommitLog.append itself (FlushFailedError).
+
+    def _delay_level(self, messages: Sequence[MessageInput]) -> int:
+        levels = {m.properties.get(PROPERTY_DELAY_TIME_LEVEL, "") for m in messages}
+        if levels == {""}:
+            return 0
+        if len(levels) > 1:
+            raise InvalidMessageError(
+                "all messages of a batch must carry the same DELAY level (a batch goes to "
+                "one queue); send delayed messages in their own batch"
+            )
+        text = levels.pop()
+        try:
+            level = int(text)
+        except ValueError:
+            raise InvalidMessageError(f"DELAY level {text!r} is not an integer") from None
+        if level < 0:
+            raise InvalidMessageError(f"DELAY level {level} must be >= 0")
+        return level
+
+    def _to_schedule_topic(
+        self, topic: str, queue_id: int, level: int, messages: Sequence[MessageInput]
+    ) -> tuple[str, int, list[MessageInput]]:
+        """RocketMQ's CommitLog.asyncPutMessage delay rewrite; levels above the configured
+        count are clamped to the last one."""
+        level = min(level, len(self.delay_levels_ms))
+        rewritten = []
+        for m in messages:
+            properties = dict(m.properties)
+            properties[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+            properties[PROPERTY_REAL_TOPIC] = topic
+            properties[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+            rewritten.append(
+                MessageInput(
+                    m.body,
+                    properties,
+                    m.flag,
+                    m.sys_flag,
+                    m.born_timestamp,
+                    m.born_host,
+                    m.reconsume_times,
+                    m.prepared_transaction_offset,
+                )
+            )
+        return SCHEDULE_TOPIC, level - 1, rewritten
 
     # --- reads -------------------------------------------------------------------------------
     def get_messages(
@@ -74,28 +343,260 @@ class MessageStore:
         max_count: int,
         tag_filter: TagFilter | None = None,
         max_bytes: int = 4 * 1024 * 1024,
-    ) -> GetResult: ...
+    ) -> GetResult:
+        """RocketMQ's DefaultMessageStore.getMessage: statuses and next_begin_offset as there
+        (nextOffsetCorrection as on a master)."""
+        queue = self._queues.find(topic, queue_id)
+        if queue is None:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+        min_offset, max_offset = queue.min_offset, queue.max_offset
+        if max_offset == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
+        if offset < min_offset:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+        if offset == max_offset:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+        if offset > max_offset:
+            next_offset = min_offset if min_offset == 0 else max_offset
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, next_offset, min_offset, max_offset)
+        tag_filter = tag_filter or MATCH_ALL
+        match_all = tag_filter.match_all
+        max_count = max(max_count, 1)
+        scan = max_count if match_all else max(_MIN_FILTER_SCAN_UNITS, max_count)
+        unit_bytes = queue.read_unit_bytes(offset, scan)
+        if not unit_bytes:
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, offset + 1, min_offset, max_offset)
+        commit_log = self._commit_log
+        assert commit_log is not None
+        log_min = commit_log.min_offset
+        codes, tags = tag_filter.codes, tag_filter.tags
+        status = GetStatus.NO_MATCHED_MESSAGE
+        messages: list[StoredMessage] = []
+        total_bytes = 0
+        scanned = 0
+        for phy_offset, size, tags_code in UNIT.iter_unpack(unit_bytes):
+            if messages and (len(messages) >= max_count or total_bytes + size > max_bytes):
+                break
+            scanned += 1
+            if size == BLANK_UNIT_SIZE:
+                continue
+            if not match_all and tags_code not in codes:
+                continue
+            if phy_offset < log_min:
+                if not messages:
+                    status = GetStatus.MESSAGE_WAS_REMOVING
+                continue
+            msg = commit_log.read_message(phy_offset, size)
+            if msg is None:
+                if not messages:
+                    status = GetStatus.MESSAGE_WAS_REMOVING
+                continue
+            if not match_all and msg.tags not in tags:
+                continue
+            messages.append(msg)
+            total_bytes += size
+            status = GetStatus.FOUND
+        return GetResult(status, offset + scanned, min_offset, max_offset, messages)
 
-    def look_message_by_offset(self, commit_log_offset: int) -> StoredMessage | None: ...
+    def read_consume_queue(
+        self, topic: str, queue_id: int, offset: int, max_count: int
+    ) -> list[Unit]:
+        queue = self._queues.find(topic, queue_id)
+        if queue is None or offset >= queue.max_offset:
+            return []
+        return list(queue.read_units(max(offset, queue.min_offset), max_count))
+
+    def look_message_by_offset(self, commit_log_offset: int) -> StoredMessage | None:
+        assert self._commit_log is not None
+        if commit_log_offset < 0:
+            return None
+        return self._commit_log.read_message(commit_log_offset)
+
+    def _store_time(self, offset: int, size: int) -> int | None:
+        assert self._commit_log is not None
+        return self._commit_log.store_timestamp_at(offset)
+
+    def look_message_by_msg_id(self, offset_msg_id: str) -> StoredMessage | None:
+        _, offset = decode_offset_msg_id(offset_msg_id)
+        return self.look_message_by_offset(offset)
 
     def query_messages(
         self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int
     ) -> list[StoredMessage]:
-        """By KEYS entry or unique id, through the IndexFiles; newest first is fine."""
-        raise NotImplementedError
+        """By KEYS entry or unique id, through the IndexFiles; newest first. Hash collisions
+        and records outside [begin_ms, end_ms] are dropped after decoding."""
+        if self._index is None or max_num <= 0 or not key:
+            return []
+        # Index time is whole seconds since the file's begin: widen, then check exactly.
+        offsets = self._index.query_offsets(
+            topic, key, max(max_num * 2, max_num + 16), begin_ms - 1000, end_ms
+        )
+        found: list[StoredMessage] = []
+        for offset in offsets:
+            msg = self.look_message_by_offset(offset)
+            if msg is None or msg.topic != topic:
+                continue
+            if not begin_ms <= msg.store_timestamp <= end_ms:
+                continue
+            if key != msg.unique_id and key not in msg.keys:
+                continue
+            found.append(msg)
+            if len(found) >= max_num:
+                break
+        return found
 
-    def get_offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
-    def get_min_offset(self, topic: str, queue_id: int) -> int: ...
-    def get_max_offset(self, topic: str, queue_id: int) -> int: ...
-    def get_queue_stats(self, topic: str) -> list[QueueStat]: ...
-    def delete_topics(self, topics: Sequence[str]) -> None: ...
+    def get_offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first offset stored at or after ``timestamp_ms`` (max offset if none)."""
+        queue = self._queues.find(topic, queue_id)
+        if queue is None:
+            return 0
+        assert self._commit_log is not None
+        return queue.offset_by_time(timestamp_ms, self._store_time)
+
+    def get_min_offset(self, topic: str, queue_id: int) -> int:
+        queue = self._queues.find(topic, queue_id)
+        return queue.min_offset if queue is not None else 0
+
+    def get_max_offset(self, topic: str, queue_id: int) -> int:
+        queue = self._queues.find(topic, queue_id)
+        return queue.max_offset if queue is not None else 0
+
+    def get_queue_stats(self, topic: str) -> list[QueueStat]:
+        assert self._commit_log is not None
+        stats = []
+        for queue in self._queues.of_topic(topic):
+            last = queue.get_unit(queue.max_offset - 1) if queue.max_offset else None
+            stamp = 0
+            if last is not None and last[1] != BLANK_UNIT_SIZE:
+                stamp = self._store_time(last[0], last[1]) or 0
+            stats.append(QueueStat(queue.queue_id, queue.min_offset, queue.max_offset, stamp))
+        return stats
+
+    def delete_topics(self, topics: Sequence[str]) -> None:
+        """Forget the topics' queues at once; their files are deleted in a thread."""
+        doomed = []
+        for topic in topics:
+            doomed.extend(self._queues.remove_topic(topic))
+            for key in [k for k in self._offset_table if k[0] == topic]:
+                del self._offset_table[key]
+        if doomed:
+            self._spawn(self._destroy_queues(doomed))
+
+    async def _destroy_queues(self, queues: list) -> None:
+        async with self._maintenance:
+            for queue in queues:
+                await asyncio.to_thread(queue.destroy_blocking)
+
+    def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # --- listeners / status ------------------------------------------------------------------
-    def add_arrival_listener(self, listener: ArrivalListener) -> None: ...
-    def stats(self) -> StoreStats: ...
+    def add_arrival_listener(self, listener: ArrivalListener) -> None:
+        self._listeners.append(listener)
+
+    def remove_arrival_listener(self, listener: ArrivalListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def _notify_arrivals(self, advanced: QueueAdvance) -> None:
+        for (topic, queue_id), max_offset in advanced.items():
+            for listener in list(self._listeners):
+                try:
+                    listener(topic, queue_id, max_offset)
+                except Exception:
+                    log.exception("arrival listener %r failed for %s/%d", listener, topic, queue_id)
+
+    async def wait_dispatched(self, timeout_s: float = 5.0) -> bool:
+        assert self._reput is not None and self._source is not None
+        return await self._reput.wait_dispatched(self._source.dispatch_limit(), timeout_s)
 
     @property
-    def writable(self) -> bool: ...
+    def dispatch_offset(self) -> int:
+        return self._reput.reput_from_offset if self._reput is not None else 0
 
     @property
-    def config(self) -> StoreConfig: ...
+    def dispatch_timestamp(self) -> int:
+        return self._reput.last_timestamp if self._reput is not None else 0
+
+    def stats(self) -> StoreStats:
+        commit_log = self._commit_log
+        assert commit_log is not None
+        index_files = len(self._index.files) if self._index is not None else 0
+        return StoreStats(
+            commit_log_min_offset=commit_log.min_offset,
+            commit_log_max_offset=commit_log.max_offset,
+            commit_log_flushed_offset=commit_log.flushed_offset,
+            commit_log_committed_offset=commit_log.committed_offset,
+            dispatch_behind_bytes=max(commit_log.max_offset - self.dispatch_offset, 0),
+            commit_log_segments=commit_log.segment_count,
+            consume_queue_files=self._queues.file_count,
+            index_files=index_files,
+            disk_used_ratio=self.disk_used_ratio,
+            writable=self.writable,
+            not_writable_reason=self.not_writable_reason,
+            messages_put_total=self._messages_put,
+            bytes_put_total=self._bytes_put,
+            recovery_seconds=self.recovery_seconds,
+            flush_count=self._observer.flush_count,
+            last_flush_seconds=self._observer.last_flush_seconds,
+            storage_size_bytes=commit_log.segment_count * self._config.mapped_file_size_commit_log
+            + self._queues.file_count * self._config.mapped_file_size_consume_queue
+            + index_files * (self._index.file_bytes if self._index is not None else 0),
+        )
+
+    @property
+    def not_writable_reason(self) -> str:
+        if self._state != "started":
+            return f"store {self._state}"
+        if self._disk_full_reason:
+            return self._disk_full_reason
+        return self._commit_log.not_writable_reason if self._commit_log is not None else ""
+
+    @property
+    def writable(self) -> bool:
+        return not self.not_writable_reason
+
+    @property
+    def config(self) -> StoreConfig:
+        return self._config
+
+    # --- services' hooks (package internal) --------------------------------------------------
+    def set_disk_full(self, reason: str) -> None:
+        """Called by the cleanup service: non-empty refuses writes with DiskFullError."""
+        if reason and not self._disk_full_reason:
+            log.error("store not writable: %s", reason)
+        elif not reason and self._disk_full_reason:
+            log.warning("store writable again: disk use back under the warning level")
+        self._disk_full_reason = reason
+
+    @property
+    def commit_log(self) -> CommitLog:
+        assert self._commit_log is not None
+        return self._commit_log
+
+    @property
+    def queues(self) -> ConsumeQueueTable:
+        return self._queues
+
+    @property
+    def index(self) -> IndexService | None:
+        return self._index
+
+    @property
+    def maintenance_lock(self) -> asyncio.Lock:
+        return self._maintenance
+
+    @property
+    def paths(self) -> StorePaths:
+        return self._paths
+
+    @property
+    def checkpoint(self) -> StoreCheckpoint:
+        assert self._checkpoint is not None
+        return self._checkpoint
+
+    @property
+    def observer(self) -> _ObserverTap:
+        return self._observer

@@ -1,0 +1,164 @@
+"""The MessageStore facade end to end (append -> reput -> ConsumeQueue -> get_messages)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from store.config import ASYNC_FLUSH, SYNC_FLUSH
+from store.errors import InvalidMessageError, StoreShutDownError
+from store.filter import parse_tag_expression
+from store.format import create_offset_msg_id
+from store.message_store import MessageStore
+from store.model import GetStatus, PutStatus
+from tests.store.store_fixtures import msg, small_config
+
+
+@pytest.fixture(params=[ASYNC_FLUSH, SYNC_FLUSH])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MessageStore]:
+    s = MessageStore(small_config(tmp_path, flush_disk_type=request.param))
+    await s.start()
+    yield s
+    await s.shutdown()
+
+
+async def test_put_then_get_round_trips_bodies_tags_and_properties(store: MessageStore) -> None:
+    result = await store.put(
+        "Orders", 1, [msg(f"body-{i}", tags="a", keys=f"k{i} x") for i in range(5)]
+    )
+    assert result.status is PutStatus.PUT_OK
+    assert result.append.first_queue_offset == 0
+    assert await store.wait_dispatched()
+    got = store.get_messages("Orders", 1, 0, 32)
+    assert got.status is GetStatus.FOUND
+    assert [m.body for m in got.messages] == [f"body-{i}".encode() for i in range(5)]
+    assert [m.queue_offset for m in got.messages] == list(range(5))
+    assert [m.commit_log_offset for m in got.messages] == result.append.offsets
+    assert got.messages[2].keys == ["k2", "x"]
+    assert (got.next_begin_offset, got.min_offset, got.max_offset) == (5, 0, 5)
+
+
+async def test_batches_get_consecutive_queue_offsets_per_queue(store: MessageStore) -> None:
+    first = await store.put("T", 0, [msg("a"), msg("b"), msg("c")])
+    other = await store.put("T", 1, [msg("z")])
+    second = await store.put("T", 0, [msg("d"), msg("e")])
+    assert first.append.first_queue_offset == 0
+    assert other.append.first_queue_offset == 0
+    assert second.append.first_queue_offset == 3
+    assert await store.wait_dispatched()
+    assert store.get_max_offset("T", 0) == 5
+    assert store.get_max_offset("T", 1) == 1
+    assert [m.body for m in store.get_messages("T", 0, 2, 10).messages] == [b"c", b"d", b"e"]
+
+
+async def test_get_statuses_follow_rocketmq_get_message(store: MessageStore) -> None:
+    missing = store.get_messages("Nope", 0, 7, 10)
+    assert (missing.status, missing.next_begin_offset) == (GetStatus.NO_MESSAGE_IN_QUEUE, 0)
+    await store.put("T", 0, [msg(str(i)) for i in range(4)])
+    assert await store.wait_dispatched()
+    one = store.get_messages("T", 0, 4, 10)
+    assert (one.status, one.next_begin_offset, one.max_offset) == (
+        GetStatus.OFFSET_OVERFLOW_ONE,
+        4,
+        4,
+    )
+    badly = store.get_messages("T", 0, 9, 10)
+    # min offset 0: RocketMQ corrects to the min offset.
+    assert (badly.status, badly.next_begin_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, 0)
+    limited = store.get_messages("T", 0, 1, 2)
+    assert (limited.status, limited.next_begin_offset) == (GetStatus.FOUND, 3)
+    assert [m.queue_offset for m in limited.messages] == [1, 2]
+
+
+async def test_max_bytes_caps_a_batch_but_returns_at_least_one(store: MessageStore) -> None:
+    await store.put("T", 0, [msg(b"x" * 500) for _ in range(4)])
+    assert await store.wait_dispatched()
+    size = store.get_messages("T", 0, 0, 1).messages[0].store_size
+    got = store.get_messages("T", 0, 0, 10, max_bytes=2 * size + 10)
+    assert len(got.messages) == 2 and got.next_begin_offset == 2
+    tiny = store.get_messages("T", 0, 0, 10, max_bytes=1)
+    assert len(tiny.messages) == 1 and tiny.next_begin_offset == 1
+
+
+async def test_tag_filter_checks_hash_then_exact_tag(store: MessageStore) -> None:
+    tags = ["a", "b", "c", "a", "b"]
+    await store.put("T", 0, [msg(f"m{i}", tags=t) for i, t in enumerate(tags)])
+    assert await store.wait_dispatched()
+    got = store.get_messages("T", 0, 0, 10, parse_tag_expression("a || c"))
+    assert [m.body for m in got.messages] == [b"m0", b"m2", b"m3"]
+    assert got.next_begin_offset == 5
+    none = store.get_messages("T", 0, 0, 10, parse_tag_expression("zzz"))
+    assert (none.status, none.next_begin_offset, none.messages) == (
+        GetStatus.NO_MATCHED_MESSAGE,
+        5,
+        [],
+    )
+    # "Aa" and "BB" share Java hashCode 2112: the exact check must drop the impostor.
+    await store.put("T", 2, [msg("aa", tags="Aa"), msg("bb", tags="BB")])
+    assert await store.wait_dispatched()
+    exact = store.get_messages("T", 2, 0, 10, parse_tag_expression("BB"))
+    assert [m.body for m in exact.messages] == [b"bb"]
+
+
+async def test_lookups_by_offset_id_key_and_unique_id(store: MessageStore) -> None:
+    result = await store.put(
+        "T", 0, [msg("one", keys="order-1 shared", uniq="U1"), msg("two", keys="shared", uniq="U2")]
+    )
+    assert await store.wait_dispatched()
+    offset = result.append.offsets[1]
+    assert store.look_message_by_offset(offset).body == b"two"  # type: ignore[union-attr]
+    msg_id = create_offset_msg_id(store.config.store_host, offset)
+    assert store.look_message_by_msg_id(msg_id).body == b"two"  # type: ignore[union-attr]
+    assert store.look_message_by_offset(10**9) is None
+    by_key = store.query_messages("T", "shared", 10, 0, 2**62)
+    assert sorted(m.body for m in by_key) == [b"one", b"two"]
+    assert [m.body for m in store.query_messages("T", "U1", 10, 0, 2**62)] == [b"one"]
+    assert store.query_messages("Other", "shared", 10, 0, 2**62) == []
+    stamp = by_key[0].store_timestamp
+    assert store.query_messages("T", "shared", 10, stamp + 60_000, stamp + 120_000) == []
+    assert len(store.query_messages("T", "shared", 1, 0, 2**62)) == 1
+
+
+async def test_offset_by_timestamp_and_queue_stats(store: MessageStore) -> None:
+    await store.put("T", 0, [msg("a")])
+    assert await store.wait_dispatched()
+    first_stamp = store.get_messages("T", 0, 0, 1).messages[0].store_timestamp
+    assert store.get_offset_by_timestamp("T", 0, 0) == 0
+    assert store.get_offset_by_timestamp("T", 0, first_stamp + 10**6) == 1
+    [stat] = store.get_queue_stats("T")
+    assert (stat.queue_id, stat.min_offset, stat.max_offset) == (0, 0, 1)
+    assert stat.last_update_timestamp == first_stamp
+
+
+async def test_invalid_input_writes_nothing(store: MessageStore) -> None:
+    with pytest.raises(InvalidMessageError):
+        store.append("T", -1, [msg("a")])
+    with pytest.raises(InvalidMessageError):
+        store.append("bad topic!", 0, [msg("a")])
+    with pytest.raises(InvalidMessageError):
+        store.append("T", 0, [])
+    with pytest.raises(InvalidMessageError):
+        store.append("T", 0, [msg("a", DELAY="1"), msg("b", DELAY="2")])
+    with pytest.raises(InvalidMessageError):
+        store.append("T", 0, [msg("a", DELAY="soon")])
+    assert store.stats().messages_put_total == 0
+    assert (await store.put("T", 0, [msg("ok")])).append.first_queue_offset == 0
+
+
+async def test_arrival_listeners_hear_each_queue_once_per_dispatch(store: MessageStore) -> None:
+    heard: list[tuple[str, int, int]] = []
+    store.add_arrival_listener(lambda t, q, m: heard.append((t, q, m)))
+    await store.put("T", 3, [msg("a"), msg("b")])
+    assert await store.wait_dispatched()
+    assert heard[-1] == ("T", 3, 2)
+
+
+async def test_writes_after_shutdown_are_refused(tmp_path: Path) -> None:
+    s = MessageStore(small_config(tmp_path))
+    await s.start()
+    await s.shutdown()
+    assert not s.writable
+    with pytest.raises(StoreShutDownError):
+        s.append("T", 0, [msg("late")])
