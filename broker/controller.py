@@ -107,6 +107,7 @@ class BrokerController:
         self._tasks: list[asyncio.Task[Any]] = []
         self._metadata_dir = Path(config.store.store_path_root_dir) / "config"
         self._metrics_started = False
+        self._store_started = False
 
     # --- start ----------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -145,6 +146,7 @@ class BrokerController:
         self.store.add_arrival_listener(self.long_poll.on_arrival)
         started = time.perf_counter()
         await self.store.start()
+        self._store_started = True
         log.info("store started in %.3f s at %s", time.perf_counter() - started,
                  store_config.store_path_root_dir)  # fmt: skip
         await asyncio.to_thread(self._load_metadata_blocking)
@@ -242,7 +244,7 @@ class BrokerController:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self.store is not None:
+        if self._store_started:
             await self.persist_metadata()
             await self.store.shutdown()
         if self._metrics_started:

@@ -9,7 +9,6 @@ variables are ignored: the CLI shares the prefix (``WHARF_ENDPOINTS``).
 from __future__ import annotations
 
 import dataclasses
-import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 from broker.config import BrokerConfig, Config, StoreConfig, parse_host_port
 from store.config import ASYNC_FLUSH, SYNC_FLUSH
+from store.schedule import parse_delay_levels  # one grammar: the store's ScheduleService
 
 ENV_PREFIX = "WHARF_"
 # RocketMQ spells a few settings unlike the camelCase of our snake_case field names.
@@ -24,8 +24,6 @@ _CAMEL_OVERRIDES = {
     "warm_mapped_file_enable": "warmMapedFileEnable",
     "check_crc_on_recover": "checkCRCOnRecover",
 }
-_DELAY_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DELAY_TOKEN = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -38,19 +36,6 @@ def camel_name(field_name: str) -> str:
         return _CAMEL_OVERRIDES[field_name]
     head, *rest = field_name.split("_")
     return head + "".join(part.capitalize() for part in rest)
-
-
-def parse_delay_levels(text: str) -> list[int]:
-    """'1s 5s 1m' -> [1000, 5000, 60000] (ms per 1-based delay level)."""
-    levels = []
-    for token in text.split():
-        match = _DELAY_TOKEN.match(token)
-        if not match or int(match.group(1)) == 0:
-            raise ValueError(f"bad delay {token!r}: use a positive number with ms, s, m, h or d")
-        levels.append(int(match.group(1)) * _DELAY_UNITS_MS[match.group(2)])
-    if not levels:
-        raise ValueError("at least one delay level is required, e.g. '1s 5s 10s'")
-    return levels
 
 
 def _check_delete_when(text: str) -> None:

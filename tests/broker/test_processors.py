@@ -66,8 +66,9 @@ async def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterat
 
 
 async def test_send_batch_then_pull_returns_the_messages_with_metadata(broker: Broker) -> None:
-    sent = await broker.send("orders", b"a", b"b", tags="TagA", keys=["k1", "k2"],
-                             properties={"p": "v"})  # fmt: skip
+    sent = await broker.send(
+        "orders", b"a", b"b", tags="TagA", keys=["k1", "k2"], properties={"p": "v"}
+    )
     assert [r.queue_offset for r in sent.results] == [0, 1]
     assert all(r.status == messaging_pb2.SEND_OK and len(r.msg_id) == 32 for r in sent.results)
     pulled = await broker.pull("orders")
@@ -144,46 +145,113 @@ async def test_flush_timeout_is_reported_not_ok(broker: Broker) -> None:
 
 
 BAD_INPUTS = [
-    ("SendMessage", messaging_pb2.SendMessageRequest(topic="a b", messages=[Msg(body=b"x")]),
-     grpc.StatusCode.INVALID_ARGUMENT, "topic"),
-    ("SendMessage", messaging_pb2.SendMessageRequest(topic="t", messages=[Msg(body=b"")]),
-     grpc.StatusCode.INVALID_ARGUMENT, "empty"),
-    ("SendMessage", messaging_pb2.SendMessageRequest(topic="t", messages=[]),
-     grpc.StatusCode.INVALID_ARGUMENT, "at least one"),
-    ("SendMessage", messaging_pb2.SendMessageRequest(topic="t", messages=[Msg(body=b"x" * 5000)]),
-     grpc.StatusCode.INVALID_ARGUMENT, "maxMessageSize"),
-    ("SendMessage", messaging_pb2.SendMessageRequest(topic="t", queue_id=8,
-     messages=[Msg(body=b"x")]), grpc.StatusCode.INVALID_ARGUMENT, "queue_id"),
-    ("SendMessage", messaging_pb2.SendMessageRequest(topic="t", messages=[Msg(body=b"x",
-     properties={"a\x01": "b"})]), grpc.StatusCode.INVALID_ARGUMENT, "reserved"),
-    ("PullMessage", messaging_pb2.PullMessageRequest(consumer_group="g", topic="t",
-     queue_offset=-1), grpc.StatusCode.INVALID_ARGUMENT, "queue_offset"),
-    ("PullMessage", messaging_pb2.PullMessageRequest(consumer_group="g", topic="t",
-     tag_expression="a || || b"), grpc.StatusCode.INVALID_ARGUMENT, "tag expression"),
-    ("PullMessage", messaging_pb2.PullMessageRequest(consumer_group="", topic="t"),
-     grpc.StatusCode.INVALID_ARGUMENT, "group"),
-    ("PullMessage", messaging_pb2.PullMessageRequest(consumer_group="g", topic="t",
-     queue_id=99), grpc.StatusCode.INVALID_ARGUMENT, "queue_id"),
-    ("ViewMessage", messaging_pb2.ViewMessageRequest(msg_id="nope"),
-     grpc.StatusCode.NOT_FOUND, "needs its topic"),
-    ("UpdateConsumerOffset", messaging_pb2.UpdateConsumerOffsetRequest(consumer_group="g",
-     topic="t", offset=-3), grpc.StatusCode.INVALID_ARGUMENT, "offset"),
-    ("SendMessageBack", messaging_pb2.SendMessageBackRequest(consumer_group="g",
-     commit_log_offset=123456), grpc.StatusCode.NOT_FOUND, "commit log offset"),
-    ("GetQueueOffsets", messaging_pb2.GetQueueOffsetsRequest(topic="never"),
-     grpc.StatusCode.NOT_FOUND, "never"),
-    ("Heartbeat", messaging_pb2.HeartbeatRequest(client_id=""),
-     grpc.StatusCode.INVALID_ARGUMENT, "client_id"),
-]  # fmt: skip
+    (
+        "SendMessage",
+        messaging_pb2.SendMessageRequest(topic="a b", messages=[Msg(body=b"x")]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "topic",
+    ),
+    (
+        "SendMessage",
+        messaging_pb2.SendMessageRequest(topic="t", messages=[Msg(body=b"")]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "empty",
+    ),
+    (
+        "SendMessage",
+        messaging_pb2.SendMessageRequest(topic="t", messages=[]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "at least one",
+    ),
+    (
+        "SendMessage",
+        messaging_pb2.SendMessageRequest(topic="t", messages=[Msg(body=b"x" * 5000)]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "maxMessageSize",
+    ),
+    (
+        "SendMessage",
+        messaging_pb2.SendMessageRequest(topic="t", queue_id=8, messages=[Msg(body=b"x")]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "queue_id",
+    ),
+    (
+        "SendMessage",
+        messaging_pb2.SendMessageRequest(
+            topic="t", messages=[Msg(body=b"x", properties={"a\x01": "b"})]
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "reserved",
+    ),
+    (
+        "PullMessage",
+        messaging_pb2.PullMessageRequest(consumer_group="g", topic="t", queue_offset=-1),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "queue_offset",
+    ),
+    (
+        "PullMessage",
+        messaging_pb2.PullMessageRequest(consumer_group="g", topic="t", tag_expression="a || || b"),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "tag expression",
+    ),
+    (
+        "PullMessage",
+        messaging_pb2.PullMessageRequest(consumer_group="", topic="t"),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "group",
+    ),
+    (
+        "PullMessage",
+        messaging_pb2.PullMessageRequest(consumer_group="g", topic="t", queue_id=99),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "queue_id",
+    ),
+    (
+        "ViewMessage",
+        messaging_pb2.ViewMessageRequest(msg_id="nope"),
+        grpc.StatusCode.NOT_FOUND,
+        "needs its topic",
+    ),
+    (
+        "UpdateConsumerOffset",
+        messaging_pb2.UpdateConsumerOffsetRequest(consumer_group="g", topic="t", offset=-3),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "offset",
+    ),
+    (
+        "SendMessageBack",
+        messaging_pb2.SendMessageBackRequest(consumer_group="g", commit_log_offset=123456),
+        grpc.StatusCode.NOT_FOUND,
+        "commit log offset",
+    ),
+    (
+        "GetQueueOffsets",
+        messaging_pb2.GetQueueOffsetsRequest(topic="never"),
+        grpc.StatusCode.NOT_FOUND,
+        "never",
+    ),
+    (
+        "Heartbeat",
+        messaging_pb2.HeartbeatRequest(client_id=""),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "client_id",
+    ),
+]
 
 
 @pytest.mark.parametrize(("method", "request_", "code", "text"), BAD_INPUTS)
 async def test_bad_inputs_get_the_right_status(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str, request_: Any,
-    code: grpc.StatusCode, text: str,
-) -> None:  # fmt: skip
-    b = await start_broker(tmp_path, monkeypatch, max_message_size="4096",
-                           mapped_file_size_commit_log="65536")  # fmt: skip
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    method: str,
+    request_: Any,
+    code: grpc.StatusCode,
+    text: str,
+) -> None:
+    b = await start_broker(
+        tmp_path, monkeypatch, max_message_size="4096", mapped_file_size_commit_log="65536"
+    )
     try:
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await getattr(b.msg, method)(request_)
@@ -228,8 +296,11 @@ async def test_send_back_goes_to_retry_then_dlq(broker: Broker) -> None:
         )
     )
     assert (again.sent_to_dlq, again.topic, again.reconsume_times) == (True, "%DLQ%g", 2)
-    dead = (await broker.msg.PullMessage(messaging_pb2.PullMessageRequest(
-        consumer_group="x", topic="%DLQ%g"))).messages  # fmt: skip
+    dead = (
+        await broker.msg.PullMessage(
+            messaging_pb2.PullMessageRequest(consumer_group="x", topic="%DLQ%g")
+        )
+    ).messages
     assert dead[0].body == b"job" and dead[0].properties["RETRY_TOPIC"] == "work"
 
 

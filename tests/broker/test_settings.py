@@ -32,7 +32,7 @@ def test_toml_uses_rocketmq_camel_case_names(tmp_path: Path) -> None:
         tmp_path,
         'flushDiskType = "SYNC_FLUSH"\nsyncFlushTimeout = 1500\nmappedFileSizeCommitLog = '
         '65536\nautoCreateTopicEnable = false\nbrokerName = "b1"\nwarmMapedFileEnable = true\n'
-        'messageDelayLevel = "100ms 1s"\ncheckCRCOnRecover = false\nmaxMessageSize = 1024\n',
+        'messageDelayLevel = "1s 2s"\ncheckCRCOnRecover = false\nmaxMessageSize = 1024\n',
     )
     config = load_settings(path)
     assert config.store.flush_disk_type == "SYNC_FLUSH"
@@ -92,7 +92,7 @@ def test_unknown_setting_suggests_the_right_spelling(tmp_path: Path) -> None:
 
 
 def test_delay_levels_parse_units() -> None:
-    assert parse_delay_levels("100ms 1s 2m 1h") == [100, 1000, 120_000, 3_600_000]
+    assert parse_delay_levels("1s 2m 1h") == [1000, 120_000, 3_600_000]
     assert camel_name("store_path_root_dir") == "storePathRootDir"
 
 

@@ -1,0 +1,201 @@
+"""End to end against the real daemon (subprocess, real store on disk, 127.0.0.1:0)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from wharf.v1 import admin_pb2, messaging_pb2
+
+from tests.broker.daemon_helpers import SMALL_STORE, Client
+from tests.harness import BrokerProcess
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with BrokerProcess(tmp_path_factory.mktemp("daemon"), settings=SMALL_STORE) as broker:
+        yield broker
+
+
+@pytest.fixture
+def client(daemon: BrokerProcess) -> Iterator[Client]:
+    c = Client(daemon.endpoint)
+    yield c
+    c.close()
+
+
+def test_send_pull_query_view_round_trip(client: Client) -> None:
+    sent = client.send("rt", b"one", b"two", tags="TagA", keys=["order-1"], properties={"p": "1"})
+    assert [r.status for r in sent.results] == [messaging_pb2.SEND_OK] * 2
+    assert [r.queue_offset for r in sent.results] == [0, 1]
+    pulled = client.pull("rt", max_wait_ms=2000)
+    assert pulled.status == messaging_pb2.FOUND
+    assert [m.body for m in pulled.messages] == [b"one", b"two"]
+    view = pulled.messages[0]
+    assert (view.tags, list(view.keys), dict(view.properties)) == ("TagA", ["order-1"], {"p": "1"})
+    assert view.msg_id == sent.results[0].msg_id
+    assert view.offset_msg_id == sent.results[0].offset_msg_id
+    assert view.commit_log_offset == sent.results[0].commit_log_offset
+    assert pulled.next_begin_offset == 2
+
+    by_offset = client.msg.ViewMessage(
+        messaging_pb2.ViewMessageRequest(msg_id=sent.results[1].offset_msg_id)
+    )
+    assert by_offset.message.body == b"two"
+    by_unique = client.msg.ViewMessage(
+        messaging_pb2.ViewMessageRequest(msg_id=sent.results[1].msg_id, topic="rt")
+    )
+    assert by_unique.message.commit_log_offset == sent.results[1].commit_log_offset
+    deadline = time.monotonic() + 5
+    found: list[bytes] = []
+    while time.monotonic() < deadline and len(found) < 2:  # the index is built by dispatch
+        reply = client.msg.QueryMessage(
+            messaging_pb2.QueryMessageRequest(topic="rt", key="order-1")
+        )
+        found = sorted(m.body for m in reply.messages)
+    assert found == [b"one", b"two"]
+    offsets = client.msg.GetQueueOffsets(messaging_pb2.GetQueueOffsetsRequest(topic="rt"))
+    assert len(offsets.queues) == 8 and offsets.queues[0].max_offset == 2
+
+
+def test_long_poll_wakes_on_arrival(client: Client) -> None:
+    result: dict[str, object] = {}
+
+    def parked_pull() -> None:
+        result["reply"] = client.pull("lp", max_wait_ms=5000)
+        result["at"] = time.monotonic()
+
+    started = time.monotonic()
+    thread = threading.Thread(target=parked_pull)
+    thread.start()
+    time.sleep(0.5)
+    assert "reply" not in result  # parked, not answered before the send
+    sent_at = time.monotonic()
+    client.send("lp", b"wake up")
+    thread.join(10)
+    reply = result["reply"]
+    assert isinstance(reply, messaging_pb2.PullMessageResponse)
+    assert reply.status == messaging_pb2.FOUND and reply.messages[0].body == b"wake up"
+    answered_at = result["at"]
+    assert isinstance(answered_at, float)
+    assert answered_at >= sent_at
+    assert answered_at - started < 3.0  # well before the 5 s wait
+
+
+def test_delay_level_message_arrives_after_its_delay(client: Client) -> None:
+    sent_at = time.monotonic()
+    client.send("later", b"delayed", delay_level=3)  # 1 s in SMALL_STORE
+    early = client.pull("later")
+    assert early.status == messaging_pb2.NO_NEW_MSG and not early.messages
+    reply = client.pull("later", max_wait_ms=5000)
+    assert reply.status == messaging_pb2.FOUND
+    assert reply.messages[0].body == b"delayed"
+    assert time.monotonic() - sent_at >= 0.95
+
+
+def _pull_one(client: Client, topic: str, offset: int, group: str) -> messaging_pb2.MessageView:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        reply = client.pull(topic, offset, group=group, max_wait_ms=2000)
+        if reply.messages:
+            return reply.messages[0]
+    raise AssertionError(f"nothing arrived in {topic} at offset {offset}")
+
+
+def test_retry_then_dlq_after_max_reconsume_times(client: Client) -> None:
+    group = "retry-group"
+    sent = client.send("jobs", b"fails", unique_id="JOB-1")
+    message = _pull_one(client, "jobs", 0, group)
+    retry_topic = f"%RETRY%{group}"
+    for attempt in range(1, 3):
+        back = client.msg.SendMessageBack(
+            messaging_pb2.SendMessageBackRequest(
+                consumer_group=group,
+                commit_log_offset=message.commit_log_offset,
+                max_reconsume_times=2,
+            )
+        )
+        assert (back.sent_to_dlq, back.topic, back.reconsume_times) == (False, retry_topic, attempt)
+        message = _pull_one(client, retry_topic, attempt - 1, group)
+        assert message.reconsume_times == attempt
+        assert message.properties["RETRY_TOPIC"] == "jobs"
+        assert message.properties["ORIGIN_MESSAGE_ID"] == sent.results[0].msg_id
+    back = client.msg.SendMessageBack(
+        messaging_pb2.SendMessageBackRequest(
+            consumer_group=group, commit_log_offset=message.commit_log_offset, max_reconsume_times=2
+        )
+    )
+    assert back.sent_to_dlq and back.topic == f"%DLQ%{group}"
+    dead = _pull_one(client, f"%DLQ%{group}", 0, "inspector")
+    assert dead.body == b"fails" and dead.reconsume_times == 3
+    assert dead.properties["RETRY_TOPIC"] == "jobs"
+
+
+def test_admin_topic_lifecycle_and_status(client: Client) -> None:
+    client.admin.CreateTopic(
+        admin_pb2.CreateTopicRequest(name="adm", read_queue_nums=2, write_queue_nums=2)
+    )
+    with pytest.raises(grpc.RpcError) as info:
+        client.admin.CreateTopic(admin_pb2.CreateTopicRequest(name="adm"))
+    assert info.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    client.send("adm", b"a", b"b", queue_id=1)
+    stats = client.admin.GetTopicStats(admin_pb2.GetTopicStatsRequest(name="adm"))
+    assert stats.total_messages == 2 and stats.queues[1].max_offset == 2
+    status = client.admin.GetBrokerStatus(admin_pb2.GetBrokerStatusRequest())
+    assert status.writable and status.flush_disk_type == "ASYNC_FLUSH"
+    assert status.commit_log_max_offset > 0
+    route = client.msg.QueryRoute(messaging_pb2.QueryRouteRequest(topic="adm"))
+    assert (
+        route.exists
+        and route.read_queue_nums == 2
+        and route.endpoint.endswith(status.endpoint.rpartition(":")[2])
+    )
+
+
+def test_consumer_offsets_survive_a_restart(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path, settings=SMALL_STORE) as broker:
+        client = Client(broker.endpoint)
+        client.send("keep", b"x", b"y", b"z")
+        client.msg.UpdateConsumerOffset(
+            messaging_pb2.UpdateConsumerOffsetRequest(
+                consumer_group="g1", topic="keep", queue_id=0, offset=2
+            )
+        )
+        client.close()
+        assert broker.stop() == 0
+        broker.start()
+        client = Client(broker.endpoint)
+        query = messaging_pb2.QueryConsumerOffsetRequest(consumer_group="g1", topic="keep")
+        assert client.msg.QueryConsumerOffset(query).offset == 2
+        pulled = client.pull("keep", 2, group="g1")
+        assert [m.body for m in pulled.messages] == [b"z"]
+        client.close()
+    assert (broker.store_dir / "config" / "consumerOffset.json").exists()
+
+
+def test_graceful_shutdown_answers_parked_pulls_and_exits_0(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path, settings=SMALL_STORE).start()
+    client = Client(broker.endpoint)
+    replies: list[messaging_pb2.PullMessageResponse] = []
+    threads = [
+        threading.Thread(
+            target=lambda q=q: replies.append(client.pull("idle", queue_id=q, max_wait_ms=20_000))
+        )
+        for q in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.5)
+    assert (broker.store_dir / "abort").exists()
+    started = time.monotonic()
+    assert broker.stop() == 0
+    for thread in threads:
+        thread.join(10)
+    assert time.monotonic() - started < 10
+    assert [r.status for r in replies] == [messaging_pb2.NO_NEW_MSG] * 3
+    assert not (broker.store_dir / "abort").exists()
+    client.close()
