@@ -50,6 +50,11 @@ class AllocateMappedFileService(Service):
                 self._pending.append(offset)
         self.wakeup()
 
+    @property
+    def idle(self) -> bool:
+        """Nothing requested or being created."""
+        return not self._pending and not self._inflight
+
     def take(self, offset: int) -> MappedFile | None:
         """The ready segment for ``offset``; waits for it if its creation is in flight (rare:
         the writer outran the thread), None if it was never requested or creation failed."""

@@ -1,0 +1,169 @@
+"""MappedFile and MappedFileQueue: positions, copies out, flush seam, truncation, deletion."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from store import mapped_file as mf_module
+from store.format import segment_file_name
+from store.mapped_file import MappedFile
+from store.mapped_file_queue import MappedFileQueue, create_segment_blocking
+
+SIZE = 8192
+
+
+def test_created_segment_is_preallocated_and_named_by_offset(tmp_path):
+    mapped = create_segment_blocking(str(tmp_path), 3 * SIZE, SIZE, warm=True)
+    try:
+        assert mapped.file_name == "00000000000000024576"
+        assert os.path.getsize(mapped.path) == SIZE
+        assert os.stat(mapped.path).st_blocks * 512 >= SIZE  # blocks allocated, not sparse
+        assert sorted(os.listdir(tmp_path)) == ["00000000000000024576"]  # no temp name left
+        assert (mapped.wrote_position, mapped.committed_position, mapped.flushed_position) == (
+            0,
+            0,
+            0,
+        )
+    finally:
+        mapped.close()
+
+
+def test_creating_an_existing_segment_fails_without_touching_it(tmp_path):
+    mapped = create_segment_blocking(str(tmp_path), 0, SIZE, warm=False)
+    mapped.append(b"precious")
+    with pytest.raises(FileExistsError):
+        create_segment_blocking(str(tmp_path), 0, SIZE, warm=False)
+    assert mapped.read(0, 8) == b"precious"
+    assert sorted(os.listdir(tmp_path)) == [segment_file_name(0)]
+    mapped.close()
+
+
+def test_append_read_copies_and_positions(tmp_path):
+    mapped = create_segment_blocking(str(tmp_path), 0, SIZE, warm=False)
+    assert mapped.append(b"abc", store_timestamp=7) == 0
+    assert mapped.append(b"defg") == 3
+    assert mapped.wrote_position == 7 and mapped.store_timestamp == 7
+    data = mapped.read(1, 5)
+    assert data == b"bcdef" and isinstance(data, bytes)
+    assert mapped.read(5, 3) is None  # beyond the written data
+    with pytest.raises(ValueError):
+        mapped.append(b"x" * SIZE)
+    mapped.close()  # would raise BufferError if a view of the map were alive
+    assert mapped.closed
+
+
+def test_flush_uses_fdatasync_and_honours_least_pages(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(mf_module, "fdatasync", lambda fd: calls.append(fd))
+    mapped = create_segment_blocking(str(tmp_path), 0, 4 * 4096, warm=False)
+    mapped.append(b"x" * 100)
+    assert mapped.flush_blocking(least_pages=2) == 0 and calls == []  # not enough dirty pages
+    assert mapped.flush_blocking(least_pages=0) == 100 and len(calls) == 1
+    assert mapped.flush_blocking() == 100 and len(calls) == 1  # nothing new: no sync
+    mapped.append(b"y" * 9000)
+    assert mapped.flush_blocking(least_pages=2) == 9100 and len(calls) == 2
+    mapped.close()
+
+
+def test_data_survives_reopen(tmp_path):
+    mapped = create_segment_blocking(str(tmp_path), SIZE, SIZE, warm=False)
+    mapped.append(b"persisted")
+    mapped.flush_blocking()
+    mapped.close()
+    again = MappedFile.open_blocking(mapped.path, SIZE)
+    assert again.file_from_offset == SIZE
+    assert again.wrote_position == SIZE  # recovery moves it back
+    assert again.read(0, 9) == b"persisted"
+    again.close()
+
+
+def test_open_refuses_a_segment_of_the_wrong_size(tmp_path):
+    mapped = create_segment_blocking(str(tmp_path), 0, SIZE, warm=False)
+    mapped.close()
+    with pytest.raises(ValueError, match="segment size"):
+        MappedFile.open_blocking(mapped.path, 2 * SIZE)
+
+
+def test_zero_range_clears_bytes(tmp_path):
+    mapped = create_segment_blocking(str(tmp_path), 0, SIZE, warm=False)
+    mapped.append(b"\xff" * SIZE)
+    mapped.zero_range_blocking(100, SIZE)
+    assert mapped.read_unchecked(0, 100) == b"\xff" * 100
+    assert mapped.read_unchecked(100, SIZE - 100) == bytes(SIZE - 100)
+    mapped.close()
+
+
+def test_transient_buffer_is_invisible_until_committed(tmp_path):
+    mapped = create_segment_blocking(str(tmp_path), 0, SIZE, warm=False)
+    mapped.attach_write_buffer(bytearray(SIZE))
+    mapped.append(b"buffered")
+    assert mapped.read(0, 8) is None and mapped.read_unchecked(0, 8) == bytes(8)
+    with pytest.raises(RuntimeError, match="uncommitted"):
+        mapped.detach_write_buffer()
+    assert mapped.commit_blocking() == 8
+    assert mapped.read(0, 8) == b"buffered"
+    assert mapped.detach_write_buffer() is not None
+    mapped.close()
+
+
+# --- the queue -----------------------------------------------------------------------------------
+
+
+def make_queue(tmp_path, count):
+    queue = MappedFileQueue(str(tmp_path), SIZE)
+    for _ in range(count):
+        mapped = queue.roll()
+        mapped.append(b"z" * 100)
+    return queue
+
+
+def test_roll_find_and_offsets(tmp_path):
+    queue = make_queue(tmp_path, 3)
+    assert [m.file_from_offset for m in queue.files] == [0, SIZE, 2 * SIZE]
+    assert queue.find(SIZE + 5) is queue.files[1]
+    assert queue.find(3 * SIZE) is None and queue.find(-1) is None
+    assert queue.min_offset == 0 and queue.max_offset == 2 * SIZE + 100
+    assert queue.sync_creations == 3  # no preallocation service attached
+    queue.close()
+
+
+def test_load_opens_segments_in_order_and_refuses_gaps(tmp_path):
+    make_queue(tmp_path, 3).close()
+    (tmp_path / "not-a-segment.txt").write_text("x")
+    (tmp_path / f"{segment_file_name(3 * SIZE)}.alloc-1").write_bytes(b"")  # crash leftover
+    loaded = MappedFileQueue(str(tmp_path), SIZE)
+    loaded.load_blocking()
+    assert [m.file_from_offset for m in loaded.files] == [0, SIZE, 2 * SIZE]
+    assert not any(".alloc" in name for name in os.listdir(tmp_path))
+    loaded.close()
+    os.unlink(tmp_path / segment_file_name(SIZE))
+    with pytest.raises(ValueError, match="not contiguous"):
+        MappedFileQueue(str(tmp_path), SIZE).load_blocking()
+
+
+def test_truncate_zeroes_the_tail_and_deletes_later_segments(tmp_path):
+    queue = make_queue(tmp_path, 3)
+    queue.truncate_blocking(SIZE + 40)
+    assert [m.file_from_offset for m in queue.files] == [0, SIZE]
+    assert queue.max_offset == SIZE + 40
+    assert queue.files[1].read_unchecked(40, 60) == bytes(60)
+    assert sorted(os.listdir(tmp_path)) == [segment_file_name(0), segment_file_name(SIZE)]
+    queue.close()
+
+
+def test_delete_expired_keeps_last_and_unflushed(tmp_path):
+    queue = make_queue(tmp_path, 4)
+    old = 1_000_000
+    for mapped in queue.files:
+        os.utime(mapped.path, (old, old))
+    now_ms = (old + 3600) * 1000
+    queue.flushed_where = 2 * SIZE  # segments 0 and 1 are flushed
+    assert queue.delete_expired_blocking(60_000, 0, force=False, max_batch=10, now_ms=now_ms) == 2
+    assert queue.min_offset == 2 * SIZE
+    queue.flushed_where = 4 * SIZE
+    assert queue.delete_expired_blocking(10**9, 0, force=False, max_batch=10, now_ms=now_ms) == 0
+    assert queue.delete_expired_blocking(10**9, 0, force=True, max_batch=10, now_ms=now_ms) == 1
+    assert [m.file_from_offset for m in queue.files] == [3 * SIZE]  # the last one stays
+    queue.close()
