@@ -1,6 +1,6 @@
 """Cost of the metrics hot-path hooks, against prometheus_client's own Counter/Histogram.
 
-    .venv/bin/python -m broker.metrics_bench [--batch 64] [--batches 20000]
+    .venv/bin/python -m broker.metrics_bench [--batch 64] [--batches 20000] [--scrape HOST:PORT]
 
 Prints nanoseconds per message for ``BrokerMetrics.on_messages_in`` (what the send path pays
 per batch, divided by the batch size) and for the same bookkeeping done with labelled
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import random
 import time
+import urllib.request
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -47,6 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m broker.metrics_bench")
     parser.add_argument("--batch", type=int, default=64, help="messages per send batch")
     parser.add_argument("--batches", type=int, default=20_000, help="batches to record")
+    parser.add_argument(
+        "--scrape", metavar="HOST:PORT", help="also time 50 scrapes of a running broker's /metrics"
+    )
     args = parser.parse_args(argv)
     rng = random.Random(7)
     uniform = [1024] * args.batch
@@ -70,6 +74,23 @@ def main(argv: list[str] | None = None) -> None:
         text = generate_latest(metrics.registry)
     per_scrape_ms = (time.perf_counter() - started) / scrapes * 1000
     print(f"scrape of 100 topics (no controller): {per_scrape_ms:.2f} ms, {len(text)} bytes")
+    if args.scrape:
+        time_live_scrapes(args.scrape)
+
+
+def time_live_scrapes(endpoint: str, scrapes: int = 50) -> None:
+    """Wall time of whole HTTP scrapes of a live broker (snapshot on its loop included)."""
+    timings = []
+    for _ in range(scrapes):
+        started = time.perf_counter()
+        with urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=10) as reply:
+            body = reply.read()
+        timings.append(time.perf_counter() - started)
+    timings.sort()
+    print(
+        f"live scrape of {endpoint}: median {timings[len(timings) // 2] * 1000:.2f} ms, "
+        f"max {timings[-1] * 1000:.2f} ms, {len(body)} bytes"
+    )
 
 
 if __name__ == "__main__":

@@ -43,15 +43,20 @@ class BrokerSnapshot:
     # diskMaxUsedSpaceRatio / diskSpaceCleanForciblyRatio / diskSpaceWarningLevelRatio as 0..1.
     disk_thresholds: dict[str, float]
     lags: list[GroupLag] = field(default_factory=list)
+    # How long taking this snapshot held the event loop (its cost per scrape).
+    loop_seconds: float = 0.0
 
 
 def take_snapshot(controller: Any, now: float | None = None) -> BrokerSnapshot:
     """Read the controller's cheap figures. Call on the store's event loop."""
+    started = time.perf_counter()
     now = time.time() if now is None else now
     store = controller.store
     config = store.config
+    stats = store.stats()
+    lags = consumer_lags(controller, now)
     return BrokerSnapshot(
-        stats=store.stats(),
+        stats=stats,
         topic_count=_topic_count(controller),
         group_count=_group_count(controller),
         parked_pulls=int(getattr(controller.long_poll, "parked_count", 0)),
@@ -61,39 +66,65 @@ def take_snapshot(controller: Any, now: float | None = None) -> BrokerSnapshot:
             "clean_forcibly": config.disk_space_clean_forcibly_ratio / 100,
             "refuse_writes": config.disk_space_warning_level_ratio / 100,
         },
-        lags=consumer_lags(controller, now),
+        lags=lags,
+        loop_seconds=time.perf_counter() - started,
     )
 
 
 def consumer_lags(controller: Any, now: float) -> list[GroupLag]:
-    """Per (group, topic): sum over queues of max_offset - max(committed, min_offset)."""
+    """Per (topic, group): messages = sum over queues of max_offset - max(committed, min_offset);
+    latency = age of the oldest first-unconsumed message among the queues read."""
     store = controller.store
-    budget = LAG_LATENCY_READ_BUDGET
     totals: dict[tuple[str, str], int] = {}
-    oldest_ms: dict[tuple[str, str], int] = {}
+    lagging: dict[tuple[str, str], list[tuple[int, int]]] = {}  # key -> [(queue, offset)]
     for group, topic, queue_id, committed in _committed_offsets(controller):
         key = (topic, group)
-        min_offset = store.get_min_offset(topic, queue_id)
-        max_offset = store.get_max_offset(topic, queue_id)
-        next_unconsumed = max(committed, min_offset)
-        lag = max(0, max_offset - next_unconsumed)
+        next_unconsumed = max(committed, store.get_min_offset(topic, queue_id))
+        lag = max(0, store.get_max_offset(topic, queue_id) - next_unconsumed)
         totals[key] = totals.get(key, 0) + lag
-        if lag > 0 and budget > 0:
-            budget -= 1
-            stored_ms = _store_time_ms(store, topic, queue_id, next_unconsumed)
-            if stored_ms is not None:
-                oldest_ms[key] = min(oldest_ms.get(key, stored_ms), stored_ms)
+        if lag > 0:
+            lagging.setdefault(key, []).append((queue_id, next_unconsumed))
+    oldest_ms = _oldest_store_times(store, lagging, LAG_LATENCY_READ_BUDGET)
     lags = []
     for (topic, group), lag in sorted(totals.items()):
         oldest = oldest_ms.get((topic, group))
         if lag == 0:
             latency: float | None = 0.0
         elif oldest is None:
-            latency = None
+            latency = None  # over the read budget (or the record vanished): not exported
         else:
             latency = max(0.0, now - oldest / 1000)
         lags.append(GroupLag(topic, group, lag, latency))
     return lags
+
+
+def _oldest_store_times(
+    store: Any, lagging: dict[tuple[str, str], list[tuple[int, int]]], budget: int
+) -> dict[tuple[str, str], int]:
+    """Store time (ms) of the oldest first-unconsumed message per key. Reads go round robin
+    over the keys, so with more lagging queues than ``budget`` every (topic, group) still gets
+    a figure (a lower bound of its true age) before any gets a second read."""
+    oldest: dict[tuple[str, str], int] = {}
+    cache: dict[tuple[str, int, int], int | None] = {}  # groups often share a position
+    round_index = 0
+    while budget > 0:
+        progressed = False
+        for key, queues in lagging.items():
+            if round_index >= len(queues) or budget <= 0:
+                continue
+            progressed = True
+            queue_id, offset = queues[round_index]
+            position = (key[0], queue_id, offset)
+            if position not in cache:
+                budget -= 1
+                cache[position] = _store_time_ms(store, key[0], queue_id, offset)
+            stored_ms = cache[position]
+            if stored_ms is not None:
+                oldest[key] = min(oldest.get(key, stored_ms), stored_ms)
+        if not progressed:
+            break
+        round_index += 1
+    return oldest
 
 
 def _store_time_ms(store: Any, topic: str, queue_id: int, offset: int) -> int | None:

@@ -8,10 +8,11 @@ import urllib.request
 import pytest
 from prometheus_client import generate_latest
 
+from broker import metrics_snapshot
 from broker.metrics import BrokerMetrics
 from broker.metrics_accumulators import HistogramAccumulator, LabelledCounters
 from tests.ops.exposition import family_types, parse_samples, value
-from tests.ops.fakes import fake_controller
+from tests.ops.fakes import NOW_MS, fake_controller
 
 
 def scrape(metrics: BrokerMetrics) -> str:
@@ -110,6 +111,29 @@ def test_scrape_reads_store_figures_counts_and_consumer_lag() -> None:
     assert value(samples, "wharf_long_poll_parked_requests") == 3
     assert value(samples, "wharf_broker_uptime_seconds") >= 60
     assert controller.store.reads == 1  # one record read: the lagging queue only
+    assert 0 < value(samples, "wharf_metrics_snapshot_seconds") < 5
+
+
+def test_lag_latency_reads_stay_within_budget_and_cover_every_lagging_group(monkeypatch) -> None:
+    monkeypatch.setattr(metrics_snapshot, "LAG_LATENCY_READ_BUDGET", 5)
+    controller = fake_controller()
+    for queue_id in range(4):
+        controller.store.queues[("events", queue_id)] = [NOW_MS - 1000 * (queue_id + 1)] * 3
+    groups = [f"g{n}" for n in range(4)]
+    for n, group in enumerate(groups):  # g0 and g3 sit at the same positions: cached reads
+        controller.offsets.table[("events", group)] = {q: n % 3 for q in range(4)}
+    metrics = BrokerMetrics()
+    metrics.attach(controller)
+    samples = parse_samples(scrape(metrics))
+    assert controller.store.reads == 5
+    for group in groups:
+        assert value(
+            samples, "rocketmq_consumer_lag_messages", topic="events", consumer_group=group
+        ) == 4 * (3 - groups.index(group) % 3)
+        assert (
+            value(samples, "rocketmq_consumer_lag_latency", topic="events", consumer_group=group)
+            > 0
+        )
 
 
 def test_lag_counts_from_min_offset_when_retention_removed_the_committed_one() -> None:
