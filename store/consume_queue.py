@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import shutil
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from itertools import starmap
 from pathlib import Path
@@ -102,6 +104,13 @@ class ConsumeQueue:
                     f"expected {file_size} (mapped_file_size_consume_queue changed?)"
                 )
             queue.files.append(ConsumeQueueFile(path, int(path.name), file_size, create=False))
+        for before, after in zip(queue.files, queue.files[1:], strict=False):
+            if after.start != before.end:
+                queue.close()
+                raise ValueError(
+                    f"consume queue {directory} has a gap: {before.path.name} is followed by "
+                    f"{after.path.name}"
+                )
         if queue.files:
             queue._min_pos = queue.files[0].start
             last = queue.files[-1]
@@ -326,7 +335,7 @@ class ConsumeQueue:
         self.files.clear()
 
     def destroy_blocking(self) -> None:
-        """Close and delete every file (topic deletion)."""
+        """Close and delete every file and the queue's directory (topic deletion)."""
         paths = [file.path for file in self.files]
         self.close()
         for path in paths:
@@ -366,6 +375,9 @@ class ConsumeQueueTable:
             for topic_dir in sorted(root.iterdir()):
                 if not topic_dir.is_dir():
                     continue
+                if topic_dir.name.startswith(".deleted-"):
+                    shutil.rmtree(topic_dir, ignore_errors=True)  # a deletion cut short
+                    continue
                 for queue_dir in sorted(topic_dir.iterdir()):
                     if queue_dir.is_dir() and queue_dir.name.isdigit():
                         queue_id = int(queue_dir.name)
@@ -390,10 +402,20 @@ class ConsumeQueueTable:
         )
 
     def remove_topic(self, topic: str) -> list[ConsumeQueue]:
-        """Forget the topic's queues; the caller destroys them in a thread."""
+        """Forget the topic's queues and move its directory aside (one rename, so a queue
+        re-created at once starts in a fresh directory); the caller destroys the returned
+        queues in a thread."""
         removed = [q for (t, _), q in self.queues.items() if t == topic]
         for queue in removed:
             del self.queues[(queue.topic, queue.queue_id)]
+        topic_dir = self.root / topic
+        if topic_dir.is_dir():
+            trash = self.root / f".deleted-{topic}-{uuid.uuid4().hex[:8]}"
+            os.rename(topic_dir, trash)
+            for queue in removed:
+                queue.directory = trash / str(queue.queue_id)
+                for file in queue.files:
+                    file.path = queue.directory / file.path.name
         return removed
 
     def __iter__(self) -> Iterator[ConsumeQueue]:

@@ -118,6 +118,9 @@ class _CommitLogSource:
         log = self.commit_log
         return min(log.flushed_offset, log.max_offset) if self.sync_flush else log.max_offset
 
+    def has_pending(self) -> bool:
+        return self.commit_log.wrote_offset > self.dispatch_limit()
+
     def read_dispatch_chunk(
         self, from_offset: int, limit: int, max_bytes: int
     ) -> tuple[list[DispatchRequest], int]:
@@ -591,6 +594,16 @@ class MessageStore:
     @property
     def paths(self) -> StorePaths:
         return self._paths
+
+    @property
+    def cleanup_service(self) -> CleanupService:
+        assert self._cleanup is not None
+        return self._cleanup
+
+    @property
+    def schedule_service(self) -> ScheduleMessageService:
+        assert self._schedule is not None
+        return self._schedule
 
     @property
     def checkpoint(self) -> StoreCheckpoint:

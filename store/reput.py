@@ -32,6 +32,10 @@ from store.service import Service
 # Bytes of CommitLog decoded per iteration: ~256 records of 1 KiB, about a millisecond of work.
 DEFAULT_CHUNK_BYTES = 256 * 1024
 
+# While written data waits for a commit (transient pool) or a sync (SYNC_FLUSH), poll at this
+# pace instead of the idle interval: nothing else wakes the reput when that data lands.
+PENDING_POLL_S = 0.005
+
 # (topic, queue id) -> new max offset of that queue, after one chunk.
 QueueAdvance = dict[tuple[str, int], int]
 
@@ -41,6 +45,10 @@ class DispatchSource(Protocol):
 
     def dispatch_limit(self) -> int:
         """Offset the reput may read up to: max (ASYNC) or flushed (SYNC) offset."""
+        ...
+
+    def has_pending(self) -> bool:
+        """Written data that is not dispatchable yet (uncommitted or unflushed)."""
         ...
 
     def read_dispatch_chunk(
@@ -115,6 +123,7 @@ class ReputService(Service):
         interval_s: float = 1.0,
     ) -> None:
         super().__init__("ReputMessageService", interval_s)
+        self.idle_interval_s = interval_s
         self.source = source
         self.dispatcher = dispatcher
         self.on_advance = on_advance
@@ -146,6 +155,7 @@ class ReputService(Service):
             if not progressed:
                 break  # nothing decodable yet: wait for the next wakeup
             await asyncio.sleep(0)  # let puts and pulls in between chunks
+        self.interval_s = PENDING_POLL_S if self.source.has_pending() else self.idle_interval_s
         if self._idle is not None:
             self._idle.set()
 

@@ -1,0 +1,157 @@
+"""Retention thresholds with a simulated disk (76 / 86 / 91 %) and queue/index cleanup."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from store.cleanup import parse_delete_when
+from store.config import SYNC_FLUSH
+from store.errors import DiskFullError
+from store.message_store import MessageStore
+from store.model import GetStatus
+from tests.store.store_fixtures import msg, small_config
+
+HOUR_MS = 3_600_000
+
+
+class FakeDisk:
+    def __init__(self) -> None:
+        self.ratio = 0.5
+
+    def __call__(self, path: str) -> float:
+        assert os.path.isdir(path)
+        return self.ratio
+
+
+@pytest.fixture
+def disk() -> FakeDisk:
+    return FakeDisk()
+
+
+@pytest.fixture
+async def store(tmp_path: Path, disk: FakeDisk) -> AsyncIterator[MessageStore]:
+    not_now = (time.localtime().tm_hour + 12) % 24
+    config = small_config(
+        tmp_path,
+        flush_disk_type=SYNC_FLUSH,
+        delete_when=f"{not_now:02d}",
+        clean_resource_interval=3_600_000,  # tests drive the passes
+        delete_commit_log_files_interval=0,
+    )
+    s = MessageStore(config, disk_usage=disk)
+    await s.start()
+    for i in range(12):
+        await s.put("T", 0, [msg(b"x" * 900, uniq=f"U{i}-{j}") for j in range(10)])
+    assert await s.wait_dispatched()
+    yield s
+    await s.shutdown()
+
+
+def _age_segments(store: MessageStore, hours: float) -> None:
+    past = time.time() - hours * 3600
+    for path in (store.paths.commit_log_dir).iterdir():
+        os.utime(path, (past, past))
+
+
+async def test_nothing_is_deleted_below_the_thresholds_outside_delete_when(
+    store: MessageStore, disk: FakeDisk
+) -> None:
+    _age_segments(store, 100)
+    segments = store.stats().commit_log_segments
+    assert await store.cleanup_service.clean_commit_log() == 0
+    assert store.stats().commit_log_segments == segments
+    assert store.stats().disk_used_ratio == 0.5
+
+
+async def test_above_75_percent_expired_segments_go_and_queues_follow(
+    store: MessageStore, disk: FakeDisk
+) -> None:
+    disk.ratio = 0.76
+    segments = store.stats().commit_log_segments
+    assert segments > 4
+    # Unexpired files stay even though the disk is over 75 %.
+    assert await store.cleanup_service.clean_commit_log() == 0
+    _age_segments(store, 73)
+    await store.cleanup_service.run_once()
+    stats = store.stats()
+    assert 1 <= stats.commit_log_segments < segments
+    log_min = stats.commit_log_min_offset
+    assert log_min > 0
+    # ConsumeQueue: files wholly below the log's min offset are gone, min offset corrected.
+    queue = store.queues.find("T", 0)
+    assert queue is not None
+    min_offset = store.get_min_offset("T", 0)
+    assert min_offset > 0
+    first_unit = queue.get_unit(min_offset)
+    assert first_unit is not None and first_unit[0] >= log_min
+    assert queue.files[0].start // 20 <= min_offset
+    too_small = store.get_messages("T", 0, 0, 5)
+    assert (too_small.status, too_small.next_begin_offset) == (
+        GetStatus.OFFSET_TOO_SMALL,
+        min_offset,
+    )
+    assert store.get_messages("T", 0, min_offset, 5).status is GetStatus.FOUND
+    # Index files whose entries all point below the minimum are gone too.
+    index = store.index
+    assert index is not None
+    assert all(f.end_phy_offset >= log_min for f in index.files[:-1])
+    assert store.cleanup_service.deleted_queue_files > 0
+
+
+async def test_above_85_percent_unexpired_segments_are_deleted_too(
+    store: MessageStore, disk: FakeDisk
+) -> None:
+    disk.ratio = 0.86
+    segments = store.stats().commit_log_segments
+    await store.cleanup_service.run_once()
+    assert store.stats().commit_log_segments < segments
+    assert store.writable
+
+
+async def test_above_90_percent_writes_are_refused_until_back_under(
+    store: MessageStore, disk: FakeDisk
+) -> None:
+    disk.ratio = 0.91
+    await store.cleanup_service.run_once()
+    assert not store.writable
+    assert "disk full" in store.stats().not_writable_reason
+    with pytest.raises(DiskFullError, match="disk full"):
+        await store.put("T", 0, [msg("refused")])
+    disk.ratio = 0.6
+    await store.cleanup_service.run_once()
+    assert store.writable
+    assert (await store.put("T", 0, [msg("accepted")])).append.first_queue_offset == 120
+
+
+async def test_delete_when_hour_deletes_expired_segments(tmp_path: Path, disk: FakeDisk) -> None:
+    now_hour = time.localtime().tm_hour
+    config = small_config(
+        tmp_path,
+        flush_disk_type=SYNC_FLUSH,
+        delete_when=f"{(now_hour + 5) % 24:02d};{now_hour:02d}",
+        clean_resource_interval=3_600_000,
+        delete_commit_log_files_interval=0,
+    )
+    s = MessageStore(config, disk_usage=disk)
+    await s.start()
+    try:
+        for _ in range(6):
+            await s.put("T", 0, [msg(b"y" * 900) for _ in range(10)])
+        before = s.stats().commit_log_segments
+        _age_segments(s, 80)
+        await s.cleanup_service.run_once()
+        assert s.stats().commit_log_segments < before
+    finally:
+        await s.shutdown()
+
+
+def test_delete_when_parsing() -> None:
+    assert parse_delete_when("04") == {4}
+    assert parse_delete_when("04;16") == {4, 16}
+    with pytest.raises(ValueError):
+        parse_delete_when("25")

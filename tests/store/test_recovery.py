@@ -1,0 +1,264 @@
+"""Recovery orchestration: abort file, queues ahead of / behind the log, torn tail, lost
+queues, checkpoint-capped re-dispatch, and a real kill -9."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from store.checkpoint import StoreCheckpoint
+from store.message_store import MessageStore
+from store.model import GetStatus
+from tests.store.store_fixtures import msg, small_config
+
+N_BATCHES = 8
+PER_BATCH = 5
+TOTAL = N_BATCHES * PER_BATCH
+
+
+async def _fill(root: Path) -> list[int]:
+    """A cleanly shut down store with TOTAL keyed messages in T/0; returns their offsets."""
+    store = MessageStore(small_config(root))
+    await store.start()
+    offsets: list[int] = []
+    for b in range(N_BATCHES):
+        batch = [
+            msg(f"m{b * PER_BATCH + i}", keys=f"k{b * PER_BATCH + i}") for i in range(PER_BATCH)
+        ]
+        offsets.extend((await store.put("T", 0, batch)).append.offsets)
+    assert await store.wait_dispatched()
+    await store.shutdown()
+    return offsets
+
+
+def _queue_bytes(root: Path) -> bytes:
+    files = sorted((root / "consumequeue" / "T" / "0").iterdir())
+    return b"".join(p.read_bytes() for p in files)
+
+
+def _zero_log_from(root: Path, cut: int) -> None:
+    for path in sorted((root / "commitlog").iterdir()):
+        start = int(path.name)
+        size = path.stat().st_size
+        if start + size <= cut:
+            continue
+        with open(path, "r+b") as f:
+            local = max(cut - start, 0)
+            f.seek(local)
+            f.write(bytes(size - local))
+
+
+def _write_torn_copy(root: Path, last_offset: int, last_size: int, end: int) -> None:
+    """Half of a copy of the last record, written at the end of the log."""
+    segment = sorted((root / "commitlog").iterdir())[-1]
+    raw = segment.read_bytes()
+    local_last = last_offset - int(segment.name)
+    record = bytearray(raw[local_last : local_last + last_size])
+    record[28:36] = end.to_bytes(8, "big")  # PHYSICALOFFSET of the torn copy
+    with open(segment, "r+b") as f:
+        f.seek(end - int(segment.name))
+        f.write(bytes(record[: len(record) // 2]))
+
+
+def _run_child_and_kill_9_blocking(root: Path) -> str:
+    repo = str(Path(__file__).resolve().parents[2])
+    code = CHILD.format(repo=repo, root=str(root))
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, cwd=repo, text=True
+    )
+    try:
+        assert child.stdout is not None
+        return child.stdout.readline().strip()
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(30)
+        if child.stdout is not None:
+            child.stdout.close()
+
+
+def _crash_marker(root: Path) -> None:
+    (root / "abort").touch()
+
+
+async def _reopen(root: Path) -> MessageStore:
+    store = MessageStore(small_config(root))
+    await store.start()
+    return store
+
+
+def _bodies(store: MessageStore) -> list[bytes]:
+    got = store.get_messages("T", 0, 0, 1000)
+    return [m.body for m in got.messages]
+
+
+async def test_normal_restart_keeps_offsets_without_redispatch(tmp_path: Path) -> None:
+    await _fill(tmp_path)
+    assert not (tmp_path / "abort").exists()
+    store = await _reopen(tmp_path)
+    try:
+        assert store.recovered is not None
+        assert not store.recovered.abnormal
+        assert store.recovered.redispatched_messages == 0
+        assert store.get_max_offset("T", 0) == TOTAL
+        assert (await store.put("T", 0, [msg("next")])).append.first_queue_offset == TOTAL
+        assert store.stats().recovery_seconds > 0
+        assert (tmp_path / "abort").exists()  # present while running
+    finally:
+        await store.shutdown()
+
+
+async def test_queue_behind_the_log_gets_exactly_the_missing_units(tmp_path: Path) -> None:
+    await _fill(tmp_path)
+    original = _queue_bytes(tmp_path)
+    # Lose the last 7 units (as if their pages never reached the disk).
+    files = sorted((tmp_path / "consumequeue" / "T" / "0").iterdir())
+    keep = TOTAL - 7
+    unit_file_size = files[0].stat().st_size
+    for path in files:
+        start = int(path.name)
+        data = bytearray(path.read_bytes())
+        cut = max(keep * 20 - start, 0)
+        if cut < len(data):
+            data[cut:] = bytes(len(data) - cut)
+            path.write_bytes(bytes(data))
+        if start >= keep * 20 and start > 0:
+            path.unlink()
+    _crash_marker(tmp_path)
+    store = await _reopen(tmp_path)
+    try:
+        assert store.recovered is not None and store.recovered.abnormal
+        assert store.recovered.redispatched_messages == 7
+        assert store.get_max_offset("T", 0) == TOTAL
+        assert _queue_bytes(tmp_path)[: TOTAL * 20] == original[: TOTAL * 20]
+        assert unit_file_size == 20 * 16
+        # Index entries were not duplicated by the re-dispatch.
+        assert [m.body for m in store.query_messages("T", "k39", 10, 0, 2**62)] == [b"m39"]
+        assert (await store.put("T", 0, [msg("after")])).append.first_queue_offset == TOTAL
+    finally:
+        await store.shutdown()
+
+
+async def test_queue_and_index_ahead_of_the_log_are_cut_back(tmp_path: Path) -> None:
+    offsets = await _fill(tmp_path)
+    # Power loss: the last 6 records never reached the log, but their units and index entries
+    # did; the checkpoint is gone too, so nothing vouches for the lost range.
+    cut = offsets[TOTAL - 6]
+    _zero_log_from(tmp_path, cut)
+    (tmp_path / "checkpoint").unlink()
+    _crash_marker(tmp_path)
+    store = await _reopen(tmp_path)
+    try:
+        assert store.recovered is not None
+        assert store.recovered.commit_log_end == cut
+        assert store.recovered.dropped_units == 6
+        assert store.get_max_offset("T", 0) == TOTAL - 6
+        assert _bodies(store) == [f"m{i}".encode() for i in range(TOTAL - 6)]
+        assert store.query_messages("T", "k39", 10, 0, 2**62) == []
+        assert [m.body for m in store.query_messages("T", "k33", 10, 0, 2**62)] == [b"m33"]
+        again = await store.put("T", 0, [msg("new", keys="k39")])
+        assert again.append.first_queue_offset == TOTAL - 6
+        assert again.append.offsets[0] == cut
+        assert await store.wait_dispatched()
+        assert [m.body for m in store.query_messages("T", "k39", 10, 0, 2**62)] == [b"new"]
+    finally:
+        await store.shutdown()
+
+
+async def test_torn_tail_after_the_last_record_is_dropped(tmp_path: Path) -> None:
+    offsets = await _fill(tmp_path)
+    store = await _reopen(tmp_path)
+    end = store.stats().commit_log_max_offset
+    last = store.look_message_by_offset(offsets[-1])
+    await store.shutdown()
+    assert last is not None
+    # Half of a record written at the end before the crash.
+    _write_torn_copy(tmp_path, offsets[-1], last.store_size, end)
+    _crash_marker(tmp_path)
+    store = await _reopen(tmp_path)
+    try:
+        assert store.recovered is not None and store.recovered.commit_log_end == end
+        assert store.get_max_offset("T", 0) == TOTAL
+        assert store.get_messages("T", 0, TOTAL, 10).status is GetStatus.OFFSET_OVERFLOW_ONE
+        assert (await store.put("T", 0, [msg("x")])).append.offsets[0] == end
+    finally:
+        await store.shutdown()
+
+
+async def test_lost_consume_queues_are_rebuilt_from_the_log(tmp_path: Path) -> None:
+    await _fill(tmp_path)
+    original = _queue_bytes(tmp_path)
+    shutil.rmtree(tmp_path / "consumequeue")
+    _crash_marker(tmp_path)
+    store = await _reopen(tmp_path)
+    try:
+        assert store.recovered is not None
+        assert store.recovered.redispatch_from == 0
+        assert store.recovered.redispatched_messages == TOTAL
+        assert _queue_bytes(tmp_path) == original
+        assert _bodies(store) == [f"m{i}".encode() for i in range(TOTAL)]
+    finally:
+        await store.shutdown()
+
+
+async def test_checkpoint_caps_where_redispatch_starts_and_it_is_idempotent(tmp_path: Path) -> None:
+    offsets = await _fill(tmp_path)
+    original = _queue_bytes(tmp_path)
+    checkpoint = StoreCheckpoint(str(tmp_path / "checkpoint"))
+    checkpoint.load_blocking()
+    assert checkpoint.logics_offset >= offsets[-1]
+    checkpoint.logics_offset = offsets[20]  # queue flush recorded only half of the dispatch
+    checkpoint.flush_blocking()
+    _crash_marker(tmp_path)
+    store = await _reopen(tmp_path)
+    try:
+        assert store.recovered is not None
+        assert store.recovered.redispatch_from == offsets[20]
+        assert store.recovered.redispatched_messages == TOTAL - 20
+        assert _queue_bytes(tmp_path) == original
+        assert len(store.query_messages("T", "k25", 10, 0, 2**62)) == 1
+    finally:
+        await store.shutdown()
+
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    sys.path.insert(0, {repo!r})
+    from store.message_store import MessageStore
+    from tests.store.store_fixtures import msg, small_config
+
+    async def main():
+        store = MessageStore(small_config({root!r}))
+        await store.start()
+        for b in range(20):
+            await store.put("T", b % 2, [msg(f"m{{b}}-{{i}}", keys=f"k{{b}}-{{i}}") for i in range(10)])
+        assert await store.wait_dispatched()
+        print("ready", flush=True)
+        await asyncio.sleep(60)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_kill_9_keeps_every_dispatched_message_and_rebuilds_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    assert _run_child_and_kill_9_blocking(tmp_path) == "ready"
+    assert (tmp_path / "abort").exists()
+    store = await _reopen(tmp_path)
+    try:
+        assert store.recovered is not None and store.recovered.abnormal
+        for queue_id in (0, 1):
+            assert store.get_max_offset("T", queue_id) == 100
+            got = store.get_messages("T", queue_id, 0, 1000)
+            assert [m.queue_offset for m in got.messages] == list(range(100))
+        assert [m.body for m in store.query_messages("T", "k19-9", 10, 0, 2**62)] == [b"m19-9"]
+        assert (await store.put("T", 1, [msg("x")])).append.first_queue_offset == 100
+    finally:
+        await store.shutdown()

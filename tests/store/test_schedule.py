@@ -1,0 +1,87 @@
+"""Delay levels: the rewrite to SCHEDULE_TOPIC_XXXX, the re-put when due, persisted progress."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from store.format import SCHEDULE_TOPIC
+from store.message_store import MessageStore
+from store.model import GetStatus
+from store.schedule import parse_delay_levels
+from tests.store.store_fixtures import msg, small_config
+
+
+async def _wait_for_messages(store: MessageStore, topic: str, queue_id: int, timeout_s: float):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        got = store.get_messages(topic, queue_id, 0, 10)
+        if got.messages:
+            return got
+        await asyncio.sleep(0.05)
+    return store.get_messages(topic, queue_id, 0, 10)
+
+
+def test_delay_levels_parse_units_and_reject_garbage() -> None:
+    assert parse_delay_levels("1s 5s 1m 2h 1d") == [1000, 5000, 60_000, 7_200_000, 86_400_000]
+    for bad in ["", "1x", "0s", "s", "1s,2s"]:
+        with pytest.raises(ValueError):
+            parse_delay_levels(bad)
+
+
+async def test_delayed_message_is_rewritten_then_delivered_to_its_real_queue(
+    tmp_path: Path,
+) -> None:
+    store = MessageStore(small_config(tmp_path))
+    await store.start()
+    try:
+        put = await store.put("Orders", 3, [msg("later", tags="t", keys="k1", DELAY="1")])
+        assert (put.append.topic, put.append.queue_id) == (SCHEDULE_TOPIC, 0)
+        assert await store.wait_dispatched()
+        # Stored under the schedule topic with the real destination and the deliver time.
+        [scheduled] = store.get_messages(SCHEDULE_TOPIC, 0, 0, 10).messages
+        assert scheduled.properties["REAL_TOPIC"] == "Orders"
+        assert scheduled.properties["REAL_QID"] == "3"
+        [(_, _, deliver_ms)] = store.read_consume_queue(SCHEDULE_TOPIC, 0, 0, 10)
+        assert deliver_ms == scheduled.store_timestamp + 1000
+        assert store.get_messages("Orders", 3, 0, 10).status is GetStatus.NO_MESSAGE_IN_QUEUE
+
+        got = await _wait_for_messages(store, "Orders", 3, timeout_s=5)
+        [delivered] = got.messages
+        assert delivered.body == b"later"
+        assert delivered.tags == "t"
+        assert "DELAY" not in delivered.properties
+        assert delivered.store_timestamp >= scheduled.store_timestamp + 1000
+        assert [m.body for m in store.query_messages("Orders", "k1", 10, 0, 2**62)] == [b"later"]
+    finally:
+        await store.shutdown()
+    table = json.loads((tmp_path / "config" / "delayOffset.json").read_text())
+    assert table == {"offsetTable": {"1": 1}}
+
+    # Progress survives a restart: the message is not delivered twice.
+    again = MessageStore(small_config(tmp_path))
+    await again.start()
+    try:
+        await asyncio.sleep(0.3)
+        assert again.get_max_offset("Orders", 3) == 1
+    finally:
+        await again.shutdown()
+
+
+async def test_levels_beyond_the_configured_count_are_clamped(tmp_path: Path) -> None:
+    store = MessageStore(small_config(tmp_path))  # "1s 2s": two levels
+    await store.start()
+    try:
+        put = await store.put("T", 0, [msg("x", DELAY="9")])
+        assert (put.append.topic, put.append.queue_id) == (SCHEDULE_TOPIC, 1)
+        assert await store.wait_dispatched()
+        [scheduled] = store.get_messages(SCHEDULE_TOPIC, 1, 0, 1).messages
+        assert scheduled.properties["DELAY"] == "2"
+        zero = await store.put("T", 0, [msg("now", DELAY="0")])
+        assert (zero.append.topic, zero.append.queue_id) == ("T", 0)
+    finally:
+        await store.shutdown()
