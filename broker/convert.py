@@ -50,37 +50,45 @@ def to_inputs(
     """Proto messages -> (store inputs, unique ids, the batch's delay level).
 
     A batch is ONE store append into one queue, so its messages must share a delay level
-    (delayed messages are appended to SCHEDULE_TOPIC_XXXX's queue for that level)."""
+    (delayed messages are appended to SCHEDULE_TOPIC_XXXX's queue for that level).
+    Hot path: each proto attribute read costs ~0.3 us, so every field is read once."""
     inputs = []
     unique_ids = []
+    append_input = inputs.append
+    append_id = unique_ids.append
     delay = messages[0].delay_level
+    if delay < 0:
+        raise InvalidArgumentError(f"delay_level must be >= 0, got {delay}")
+    # RocketMQ clamps a level past the last one rather than failing the send.
+    delay_text = str(min(delay, max_delay_level)) if delay else ""
     for index, m in enumerate(messages):
         body = m.body
-        if not body:
-            raise InvalidArgumentError(f"message #{index}: body is empty")
-        if len(body) > max_message_size:
-            raise InvalidArgumentError(
-                f"message #{index}: body is {len(body)} bytes; maxMessageSize is "
-                f"{max_message_size} (compress it or split it)"
-            )
+        size = len(body)
+        if not size or size > max_message_size:
+            raise _bad_body(index, size, max_message_size)
         if m.delay_level != delay:
             raise InvalidArgumentError(
                 "messages of one batch must share a delay level; send delayed messages in "
                 "their own request"
             )
-        properties = dict(m.properties) if m.properties else {}
-        if properties:
+        user_properties = m.properties
+        if user_properties:
+            properties = dict(user_properties)
             _check_properties(properties, index)
-        if m.tags:
-            properties[PROPERTY_TAGS] = m.tags
-        if m.keys:
-            properties[PROPERTY_KEYS] = " ".join(m.keys)
+        else:
+            properties = {}
+        tags = m.tags
+        if tags:
+            properties[PROPERTY_TAGS] = tags
+        keys = m.keys
+        if keys:
+            properties[PROPERTY_KEYS] = " ".join(keys)
         uid = m.unique_id or ids.next_id()
         properties[PROPERTY_UNIQ_KEY] = uid
-        unique_ids.append(uid)
-        if delay:
-            properties[PROPERTY_DELAY_TIME_LEVEL] = str(delay)
-        inputs.append(
+        append_id(uid)
+        if delay_text:
+            properties[PROPERTY_DELAY_TIME_LEVEL] = delay_text
+        append_input(
             MessageInput(
                 body,
                 properties,
@@ -90,14 +98,16 @@ def to_inputs(
                 born_host,
             )
         )
-    if delay < 0:
-        raise InvalidArgumentError(f"delay_level must be >= 0, got {delay}")
-    if delay > max_delay_level:
-        # RocketMQ clamps to the longest level rather than failing the send.
-        delay = max_delay_level
-        for message_input in inputs:
-            message_input.properties[PROPERTY_DELAY_TIME_LEVEL] = str(delay)
     return inputs, unique_ids, delay
+
+
+def _bad_body(index: int, size: int, max_message_size: int) -> InvalidArgumentError:
+    if not size:
+        return InvalidArgumentError(f"message #{index}: body is empty")
+    return InvalidArgumentError(
+        f"message #{index}: body is {size} bytes; maxMessageSize is {max_message_size} "
+        "(compress it or split it)"
+    )
 
 
 def to_view(m: StoredMessage, ids: OffsetMsgIdFormatter) -> common_pb2.MessageView:

@@ -27,7 +27,6 @@ from store.config import SYNC_FLUSH
 from store.model import PutStatus
 
 log = logging.getLogger("broker.send")
-SendResultEntry = messaging_pb2.SendResultEntry
 SendMessageResponse = messaging_pb2.SendMessageResponse
 _STATUS = {
     PutStatus.PUT_OK: messaging_pb2.SEND_OK,
@@ -90,22 +89,26 @@ class SendProcessor:
         result = await ctx.store.put(topic_name, queue_id, inputs)
         status = _STATUS[result.status]
         append = result.append
-        first = append.first_queue_offset
         fmt = ctx.offset_ids.format
-        entries = [
-            SendResultEntry(
+        response = SendMessageResponse(request_id=request.request_id)
+        add = response.results.add  # in place: no intermediate message objects to copy
+        for queue_offset, uid, offset in zip(
+            range(append.first_queue_offset, append.first_queue_offset + len(inputs)),
+            unique_ids,
+            append.offsets,
+            strict=True,
+        ):
+            add(
                 status=status,
                 msg_id=uid,
                 offset_msg_id=fmt(offset),
                 queue_id=queue_id,
-                queue_offset=first + i,
+                queue_offset=queue_offset,
                 commit_log_offset=offset,
             )
-            for i, (uid, offset) in enumerate(zip(unique_ids, append.offsets, strict=True))
-        ]
         ctx.messages_in += len(inputs)
         ctx.metrics.on_messages_in(topic_name, [len(m.body) for m in inputs])
-        return SendMessageResponse(results=entries, request_id=request.request_id)
+        return response
 
     async def _send_or_error(
         self, request: messaging_pb2.SendMessageRequest, born_host: str

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -199,3 +203,36 @@ def test_graceful_shutdown_answers_parked_pulls_and_exits_0(tmp_path: Path) -> N
     assert [r.status for r in replies] == [messaging_pb2.NO_NEW_MSG] * 3
     assert not (broker.store_dir / "abort").exists()
     client.close()
+
+
+GRPCURL = Path(sys.executable).parent / "grpcurl"
+
+
+def grpcurl(endpoint: str, target: str, data: dict[str, object] | None = None) -> str:
+    """Run the real grpcurl binary: ``target`` is 'list' or 'package.Service/Method'."""
+    flags = ["-d", json.dumps(data)] if data is not None else []
+    proc = subprocess.run(
+        [str(GRPCURL), "-plaintext", *flags, endpoint, target],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_grpcurl_lists_services_and_sends_and_pulls_json(daemon: BrokerProcess) -> None:
+    services = grpcurl(daemon.endpoint, "list").split()
+    for name in ("wharf.v1.MessagingService", "wharf.v1.AdminService", "grpc.health.v1.Health"):
+        assert name in services
+    body = base64.b64encode(b"hello grpcurl").decode()
+    request = {"topic": "curl", "queueId": 0, "messages": [{"body": body, "tags": "T"}]}
+    sent = json.loads(grpcurl(daemon.endpoint, "wharf.v1.MessagingService/SendMessage", request))
+    assert sent["results"][0]["status"] == "SEND_OK"
+    pull = {"consumerGroup": "curl-group", "topic": "curl", "queueId": 0, "maxWaitMs": 2000}
+    pulled = json.loads(grpcurl(daemon.endpoint, "wharf.v1.MessagingService/PullMessage", pull))
+    assert pulled["status"] == "FOUND"
+    assert base64.b64decode(pulled["messages"][0]["body"]) == b"hello grpcurl"
+    assert pulled["messages"][0]["tags"] == "T"
+    health = json.loads(grpcurl(daemon.endpoint, "grpc.health.v1.Health/Check"))
+    assert health["status"] == "SERVING"
