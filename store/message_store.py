@@ -512,8 +512,10 @@ class MessageStore:
                     log.exception("arrival listener %r failed for %s/%d", listener, topic, queue_id)
 
     async def wait_dispatched(self, timeout_s: float = 5.0) -> bool:
-        assert self._reput is not None and self._source is not None
-        return await self._reput.wait_dispatched(self._source.dispatch_limit(), timeout_s)
+        """True once everything appended so far is visible to reads (in SYNC_FLUSH mode that
+        includes waiting for its sync)."""
+        assert self._reput is not None and self._commit_log is not None
+        return await self._reput.wait_dispatched(self._commit_log.max_offset, timeout_s)
 
     @property
     def dispatch_offset(self) -> int:

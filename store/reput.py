@@ -166,8 +166,11 @@ class ReputService(Service):
         while self.reput_from_offset < offset:
             if loop.time() >= deadline or not self.running:
                 return self.reput_from_offset >= offset
+            before = self.reput_from_offset
             self._idle = asyncio.Event()
             self.wakeup()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), max(deadline - loop.time(), 0.001))
+            if self.reput_from_offset == before:
+                await asyncio.sleep(PENDING_POLL_S)  # waiting for a commit/sync, not for us
         return True

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import errno
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from store import mapped_file
 from store.config import ASYNC_FLUSH, SYNC_FLUSH
-from store.errors import InvalidMessageError, StoreShutDownError
+from store.errors import FlushFailedError, InvalidMessageError, StoreShutDownError
 from store.filter import parse_tag_expression
 from store.format import create_offset_msg_id
 from store.message_store import MessageStore
@@ -162,3 +165,52 @@ async def test_writes_after_shutdown_are_refused(tmp_path: Path) -> None:
     assert not s.writable
     with pytest.raises(StoreShutDownError):
         s.append("T", 0, [msg("late")])
+
+
+async def test_sync_flush_timeout_is_surfaced_and_unflushed_data_stays_invisible(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = MessageStore(small_config(tmp_path, flush_disk_type=SYNC_FLUSH, sync_flush_timeout=50))
+    await s.start()
+    real_fdatasync = mapped_file.fdatasync
+
+    def slow_fdatasync(fd: int) -> None:
+        time.sleep(0.4)
+        real_fdatasync(fd)
+
+    try:
+        monkeypatch.setattr(mapped_file, "fdatasync", slow_fdatasync)
+        result = await s.put("T", 0, [msg("slow")])
+        assert result.status is PutStatus.FLUSH_DISK_TIMEOUT
+        # Not on disk yet, so not dispatched: a crash could still take it away (RocketMQ #8239).
+        assert s.get_max_offset("T", 0) == 0
+        monkeypatch.setattr(mapped_file, "fdatasync", real_fdatasync)
+        assert await s.wait_dispatched(5)
+        assert [m.body for m in s.get_messages("T", 0, 0, 10).messages] == [b"slow"]
+    finally:
+        monkeypatch.setattr(mapped_file, "fdatasync", real_fdatasync)
+        await s.shutdown()
+
+
+async def test_failed_sync_is_sticky_and_refuses_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = MessageStore(small_config(tmp_path, flush_disk_type=SYNC_FLUSH))
+    await s.start()
+    real_fdatasync = mapped_file.fdatasync
+
+    def failing_fdatasync(fd: int) -> None:
+        raise OSError(errno.EIO, "simulated I/O error")
+
+    try:
+        monkeypatch.setattr(mapped_file, "fdatasync", failing_fdatasync)
+        with pytest.raises(FlushFailedError):
+            await s.put("T", 0, [msg("lost?")])
+        monkeypatch.setattr(mapped_file, "fdatasync", real_fdatasync)
+        assert not s.writable
+        assert "sync failed" in s.stats().not_writable_reason
+        with pytest.raises(FlushFailedError):
+            s.append("T", 0, [msg("after")])
+    finally:
+        monkeypatch.setattr(mapped_file, "fdatasync", real_fdatasync)
+        await s.shutdown()
