@@ -178,8 +178,9 @@ def test_prometheus_scrapes_the_broker_loads_the_rules_and_runs_dashboard_querie
         assert {"WharfStoreNotWritable", "WharfDiskUsageHigh", "WharfFlushLatencyHigh",
                 "WharfConsumerLagGrowing"} <= set(rules)  # fmt: skip
         assert set(rules.values()) == {"ok"}, rules
-        # A healthy broker fires nothing.
-        assert prometheus.api("alerts")["alerts"] == []
+        # A healthy broker raises nothing (disk usage depends on the host running the test).
+        active = {alert["labels"]["alertname"] for alert in prometheus.api("alerts")["alerts"]}
+        assert active <= {"WharfDiskUsageHigh"}, active
         for query in dashboard_queries(json.loads(DASHBOARD.read_text())):
             prometheus.query(runnable_query(query))  # raises unless Prometheus accepts it
 
