@@ -140,6 +140,14 @@ def test_dashboard_json_panels_are_well_formed_and_cover_the_operator_views() ->
     dashboard = json.loads(DASHBOARD.read_text())
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids))
+    covered: dict[tuple[int, int], str] = {}  # Grafana's 24-column grid: no overlaps
+    for panel in dashboard["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                assert (x, y) not in covered, f"{panel['title']} overlaps {covered[(x, y)]}"
+                covered[(x, y)] = panel["title"]
     queries = dashboard_queries(dashboard)
     assert all(metric_names_in(query) for query in queries), "a query names no broker metric"
     used = set().union(*(metric_names_in(query) for query in queries))
