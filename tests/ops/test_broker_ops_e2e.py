@@ -126,25 +126,30 @@ def test_metrics_endpoint_reports_traffic_lag_and_store_state(loaded_broker) -> 
     assert value(samples, "wharf_metrics_snapshot_failures_total") == 0
 
 
-def test_parked_long_poll_pull_shows_in_the_gauge(loaded_broker) -> None:
-    with grpc.insecure_channel(loaded_broker.endpoint) as channel:
-        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
-        max_offset = 10  # queue 0 holds 10 messages: a pull at 10 parks
-        request = messaging_pb2.PullMessageRequest(
-            consumer_group="audit", topic=TOPIC, queue_id=0, queue_offset=max_offset,
-            max_wait_ms=20_000,
-        )  # fmt: skip
-        future = stub.PullMessage.future(request, timeout=30)
-        deadline = time.monotonic() + 10
-        parked = 0.0
-        while time.monotonic() < deadline and parked < 1:
-            parked = value(parse_samples(scrape(loaded_broker)), "wharf_long_poll_parked_requests")
-            time.sleep(0.05)
-        assert parked == 1
-        send(stub, 0, [100])  # wakes the parked pull
-        assert len(future.result(timeout=10).messages) == 1
-    samples = parse_samples(scrape(loaded_broker))
-    assert value(samples, "wharf_long_poll_parked_requests") == 0
+def test_parked_long_poll_pull_shows_in_the_gauge(tmp_path: Path) -> None:
+    # Its own daemon: the exact counts of the loaded broker stay independent of test order.
+    with BrokerProcess(tmp_path, settings=SETTINGS) as broker:
+        with grpc.insecure_channel(broker.endpoint) as channel:
+            stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+            send(stub, 0, [100])
+            request = messaging_pb2.PullMessageRequest(
+                consumer_group="audit", topic=TOPIC, queue_id=0, queue_offset=1,
+                max_wait_ms=20_000,
+            )  # fmt: skip
+            future = stub.PullMessage.future(request, timeout=30)  # offset 1 == max: parks
+            deadline = time.monotonic() + 10
+            parked = 0.0
+            while time.monotonic() < deadline and parked < 1:
+                parked = value(parse_samples(scrape(broker)), "wharf_long_poll_parked_requests")
+                time.sleep(0.05)
+            assert parked == 1
+            send(stub, 0, [100])  # wakes the parked pull
+            assert len(future.result(timeout=10).messages) == 1
+        samples = parse_samples(scrape(broker))
+        assert value(samples, "wharf_long_poll_parked_requests") == 0
+        assert (
+            value(samples, "rocketmq_messages_out_total", topic=TOPIC, consumer_group="audit") == 1
+        )
 
 
 @pytest.mark.ops
