@@ -72,7 +72,9 @@ class PushConsumer:
         max_in_flight_per_queue: flow control per queue (RocketMQ's pullThresholdForQueue).
         pull_batch_size: messages per pull (32).
         long_poll_ms: how long a pull waits on the broker for new messages.
-        rebalance_interval_s / heartbeat_interval_s / commit_interval_s: 20 / 10 / 5 s.
+        rebalance_interval_s / heartbeat_interval_s / commit_interval_s: 20 / 3 / 5 s.
+        handover_delay_s: how long a queue taken over from another member waits before
+            its first pull, so the previous owner can commit (default 1.5 heartbeats).
         max_reconsume_times: retries before the DLQ (``None`` = the group's setting, 16).
         offset_store_path: broadcasting only: JSON file for local offsets (``None`` = memory).
         shutdown_grace_s: how long close() waits for running handlers.
@@ -92,7 +94,8 @@ class PushConsumer:
         pull_batch_size: int = 32,
         long_poll_ms: int = 15_000,
         rebalance_interval_s: float = 20.0,
-        heartbeat_interval_s: float = 10.0,
+        heartbeat_interval_s: float = 3.0,
+        handover_delay_s: float | None = None,
         commit_interval_s: float = 5.0,
         max_reconsume_times: int | None = None,
         offset_store_path: str | Path | None = None,
@@ -123,6 +126,9 @@ class PushConsumer:
         self.long_poll_ms = long_poll_ms
         self.rebalance_interval_s = rebalance_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
+        self.handover_delay_s = (
+            1.5 * heartbeat_interval_s if handover_delay_s is None else handover_delay_s
+        )
         self.commit_interval_s = commit_interval_s
         self.max_reconsume_times = max_reconsume_times
         self.shutdown_grace_s = shutdown_grace_s
@@ -290,8 +296,11 @@ class PushConsumer:
         self.rebalance_count += 1
         log.info("%s rebalance: +%s -%s", self.client_id, added, removed)
         await self._drop_queues(removed)
+        # With other members around, a queue we gain may still be owned by one of them
+        # until its next heartbeat: start it after the handover delay.
+        delay = self.handover_delay_s if len(members) > 1 else 0.0
         for queue in added:
-            self._start_worker(queue, wanted[queue])
+            self._start_worker(queue, wanted[queue], delay)
 
     async def _drop_queues(self, queues: list[MessageQueue]) -> None:
         if not queues:
@@ -310,7 +319,7 @@ class PushConsumer:
             del self._workers[queue]
             self._offsets.forget(queue)
 
-    def _start_worker(self, queue: MessageQueue, expression: str) -> None:
+    def _start_worker(self, queue: MessageQueue, expression: str, delay_s: float) -> None:
         assert self._stub is not None and self._offsets is not None
         offsets = self._offsets
 
@@ -339,6 +348,7 @@ class PushConsumer:
             pull_batch_size=self.pull_batch_size,
             max_in_flight=self.max_in_flight_per_queue,
             long_poll_ms=self.long_poll_ms,
+            start_delay_s=delay_s,
         )
         self._workers[queue] = worker
         worker.start()

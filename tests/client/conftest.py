@@ -10,13 +10,13 @@ import pytest
 
 from tests.harness import BrokerProcess
 
-# Small files keep start-up cheap; 100 ms delay levels make retry/DLQ tests take a second.
+# Small files keep start-up cheap; 1 s delay levels keep retry/DLQ tests to seconds.
 BROKER_SETTINGS = {
     "mappedFileSizeCommitLog": 16 * 1024 * 1024,
     "mappedFileSizeConsumeQueue": 6000 * 20,
     "maxHashSlotNum": 10_000,
     "maxIndexNum": 40_000,
-    "messageDelayLevel": "100ms 100ms 100ms 100ms 100ms 100ms 100ms 100ms 100ms 100ms",
+    "messageDelayLevel": "1s 1s 1s 1s 1s 1s 1s 1s 1s 1s",
 }
 
 _names = itertools.count()

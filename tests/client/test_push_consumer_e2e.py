@@ -61,6 +61,10 @@ async def test_group_members_split_queues_and_a_joiner_loses_nothing(
     for c in consumers:
         c.subscribe(name)
     sent: list[str] = []
+
+    def topic_shares(members: list[PushConsumer]) -> list[int]:
+        return sorted(len([q for q in c.assigned_queues if q.topic == name]) for c in members)
+
     async with Producer(broker.endpoint) as producer:
 
         async def send_some(n: int) -> None:
@@ -71,24 +75,13 @@ async def test_group_members_split_queues_and_a_joiner_loses_nothing(
 
         await consumers[0].start()
         await consumers[1].start()
-        await eventually(
-            lambda: (
-                {len(c.assigned_queues) for c in consumers[:2]} == {3}
-                and len({q for c in consumers[:2] for q in c.assigned_queues if q.topic == name})
-                == 6
-            )
-        )
+        await eventually(lambda: topic_shares(consumers[:2]) == [3, 3])
         await send_some(300)
         await consumers[2].start()  # joins while messages flow
         for _ in range(5):
             await send_some(60)
             await asyncio.sleep(0.1)
-        await eventually(
-            lambda: (
-                sorted(len([q for q in c.assigned_queues if q.topic == name]) for c in consumers)
-                == [2, 2, 2]
-            )
-        )
+        await eventually(lambda: topic_shares(consumers) == [2, 2, 2])
         await send_some(200)
         seen = lambda: {m.msg_id for h in handlers for m in h.seen}  # noqa: E731
         await eventually(lambda: set(sent) <= seen())
@@ -97,7 +90,10 @@ async def test_group_members_split_queues_and_a_joiner_loses_nothing(
     total = sum(len(h.seen) for h in handlers)
     duplicates = total - len(set(sent))
     assert set(sent) <= seen()  # at least once: nothing lost
-    assert duplicates <= 200  # redeliveries bounded by what was in flight around the rebalance
+    # Redeliveries are bounded by what the rebalance window can hold: the handover delay
+    # lets the previous owner commit before the new owner reads the offset, so at most
+    # the messages still in flight at the handover (here: one send burst) come twice.
+    assert duplicates <= 60, [len(h.seen) for h in handlers]
     assert all(h.seen for h in handlers)  # the joiner took over queues and consumed
 
 
