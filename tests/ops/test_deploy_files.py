@@ -4,6 +4,7 @@ Dockerfile, broker.toml, Prometheus, alert rules and Grafana provisioning."""
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -91,7 +92,17 @@ def test_dockerfile_copies_existing_sources_runs_as_non_root_with_a_probe_health
     assert keywords.index("USER") < keywords.index("ENTRYPOINT")
     healthcheck = next(args for keyword, args in DOCKERFILE if keyword == "HEALTHCHECK")
     command = exec_form(healthcheck.split(" CMD ", 1)[1])
-    assert command[:3] == ["wharf-probe", "--endpoint", "127.0.0.1:8081"]
+    assert command[0] == "wharf-probe" and "--endpoint" not in command
+    env = dict(
+        pair.split("=", 1)
+        for keyword, args in DOCKERFILE
+        if keyword == "ENV"
+        for pair in shlex.split(args)
+    )
+    assert env["PYTHONUNBUFFERED"] == "1"  # logs reach `docker logs` at once
+    # The probe dials the port broker.toml listens on (loopback inside the container).
+    listen_port = load_settings(DEPLOY / "broker.toml").broker.listen.rpartition(":")[2]
+    assert env["WHARF_PROBE_ENDPOINT"] == f"127.0.0.1:{listen_port}"
     entrypoint = exec_form(next(args for keyword, args in DOCKERFILE if keyword == "ENTRYPOINT"))
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert entrypoint[0] in scripts and "wharf-probe" in scripts
