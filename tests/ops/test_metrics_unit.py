@@ -212,3 +212,14 @@ def test_accumulators_reject_bad_input() -> None:
         HistogramAccumulator((10, 1))
     with pytest.raises(ValueError):
         LabelledCounters().inc(("t",), -1)
+
+
+async def test_serve_on_a_busy_port_fails_naming_the_address() -> None:
+    first, second = BrokerMetrics(), BrokerMetrics()
+    port = await first.serve("127.0.0.1", 0)
+    try:
+        with pytest.raises(OSError, match=f"cannot serve metrics on 127.0.0.1:{port}"):
+            await second.serve("127.0.0.1", port)
+    finally:
+        await first.close()
+        await second.close()
