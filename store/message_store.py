@@ -35,9 +35,8 @@ from store.checkpoint import StoreCheckpoint
 from store.cleanup import CleanupService, statvfs_used_ratio
 from store.commit_log import CommitLog
 from store.config import SYNC_FLUSH, StoreConfig
-from store.consume_queue import BLANK_UNIT_SIZE, UNIT, ConsumeQueueTable, Unit
+from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable, Unit
 from store.errors import DiskFullError, InvalidMessageError, StoreShutDownError
-from store.filter import MATCH_ALL
 from store.format import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
@@ -46,11 +45,11 @@ from store.format import (
     DispatchRequest,
     decode_offset_msg_id,
 )
+from store.get_message import get_messages
 from store.index_service import IndexService
 from store.model import (
     AppendResult,
     GetResult,
-    GetStatus,
     MessageInput,
     PutResult,
     PutStatus,
@@ -73,8 +72,6 @@ ArrivalListener = Callable[[str, int, int], None]
 DiskUsage = Callable[[str], float]
 
 _MAX_QUEUE_ID = 0x7FFFFFFF
-# RocketMQ's maxFilterMessageCount: a filtered pull scans at least this many units.
-_MIN_FILTER_SCAN_UNITS = 800
 
 
 class StoreObserver(Protocol):
@@ -347,59 +344,16 @@ class MessageStore:
         tag_filter: TagFilter | None = None,
         max_bytes: int = 4 * 1024 * 1024,
     ) -> GetResult:
-        """RocketMQ's DefaultMessageStore.getMessage: statuses and next_begin_offset as there
-        (nextOffsetCorrection as on a master)."""
-        queue = self._queues.find(topic, queue_id)
-        if queue is None:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
-        min_offset, max_offset = queue.min_offset, queue.max_offset
-        if max_offset == 0:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
-        if offset < min_offset:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
-        if offset == max_offset:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
-        if offset > max_offset:
-            next_offset = min_offset if min_offset == 0 else max_offset
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, next_offset, min_offset, max_offset)
-        tag_filter = tag_filter or MATCH_ALL
-        match_all = tag_filter.match_all
-        max_count = max(max_count, 1)
-        scan = max_count if match_all else max(_MIN_FILTER_SCAN_UNITS, max_count)
-        unit_bytes = queue.read_unit_bytes(offset, scan)
-        if not unit_bytes:
-            return GetResult(GetStatus.OFFSET_FOUND_NULL, offset + 1, min_offset, max_offset)
-        commit_log = self._commit_log
-        assert commit_log is not None
-        log_min = commit_log.min_offset
-        codes, tags = tag_filter.codes, tag_filter.tags
-        status = GetStatus.NO_MATCHED_MESSAGE
-        messages: list[StoredMessage] = []
-        total_bytes = 0
-        scanned = 0
-        for phy_offset, size, tags_code in UNIT.iter_unpack(unit_bytes):
-            if messages and (len(messages) >= max_count or total_bytes + size > max_bytes):
-                break
-            scanned += 1
-            if size == BLANK_UNIT_SIZE:
-                continue
-            if not match_all and tags_code not in codes:
-                continue
-            if phy_offset < log_min:
-                if not messages:
-                    status = GetStatus.MESSAGE_WAS_REMOVING
-                continue
-            msg = commit_log.read_message(phy_offset, size)
-            if msg is None:
-                if not messages:
-                    status = GetStatus.MESSAGE_WAS_REMOVING
-                continue
-            if not match_all and msg.tags not in tags:
-                continue
-            messages.append(msg)
-            total_bytes += size
-            status = GetStatus.FOUND
-        return GetResult(status, offset + scanned, min_offset, max_offset, messages)
+        """RocketMQ's DefaultMessageStore.getMessage (see ``store.get_message``)."""
+        assert self._commit_log is not None
+        return get_messages(
+            self._queues.find(topic, queue_id),
+            self._commit_log,
+            offset,
+            max_count,
+            tag_filter,
+            max_bytes,
+        )
 
     def read_consume_queue(
         self, topic: str, queue_id: int, offset: int, max_count: int
