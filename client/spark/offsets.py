@@ -118,15 +118,15 @@ def cap_by_max_rows(start: Mapping[QueueKey, int], latest: OffsetMap, max_rows: 
 
 
 def split_ranges(ranges: list[QueueRange], min_partitions: int | None) -> list[QueueRange]:
-    """Split big ranges so there are about ``min_partitions`` Spark tasks, each range into
-    parts proportional to its share of the total (a hint, like Kafka's minPartitions)."""
+    """Split ranges so there are at least ``min_partitions`` Spark tasks (when the ranges hold
+    that many offsets): each range into parts proportional to its share of the total."""
     ranges = [r for r in ranges if r.size > 0]
     if not min_partitions or len(ranges) >= min_partitions:
         return ranges
     total = sum(r.size for r in ranges)
     out: list[QueueRange] = []
     for r in ranges:
-        parts = max(1, min(r.size, round(r.size * min_partitions / total)))
+        parts = max(1, min(r.size, -(-r.size * min_partitions // total)))  # ceil: >= min
         for i in range(parts):
             lo = r.start + r.size * i // parts
             hi = r.start + r.size * (i + 1) // parts
