@@ -30,13 +30,14 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from wharf.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
+from wharf.v1 import admin_pb2, messaging_pb2
 
 from broker.admin import AdminService
 from broker.config import Config, parse_host_port
 from broker.consumers import ConsumerManager
 from broker.context import BrokerContext
 from broker.groups import SubscriptionGroupManager
+from broker.handlers import add_servicer
 from broker.long_poll import LongPollHolder
 from broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from broker.messaging import MessagingService
@@ -53,10 +54,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("broker")
 CLIENT_EXPIRY_SCAN_S = 10.0
+
+
+def _service(module: Any, name: str) -> Any:
+    return module.DESCRIPTOR.services_by_name[name]
+
+
 SERVICE_NAMES = (
-    messaging_pb2.DESCRIPTOR.services_by_name["MessagingService"].full_name,
-    admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
-    health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+    _service(messaging_pb2, "MessagingService").full_name,
+    _service(admin_pb2, "AdminService").full_name,
+    _service(health_pb2, "Health").full_name,
     reflection.SERVICE_NAME,
 )
 
@@ -167,10 +174,10 @@ class BrokerController:
             unique_ids=UniqueIdGenerator(store_config.store_host.rpartition(":")[0]),
             offset_ids=OffsetMsgIdFormatter(store_config.store_host),
         )
-        messaging_pb2_grpc.add_MessagingServiceServicer_to_server(
-            MessagingService(self.ctx), server
+        add_servicer(
+            server, MessagingService(self.ctx), _service(messaging_pb2, "MessagingService")
         )
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(self.ctx), server)
+        add_servicer(server, AdminService(self.ctx), _service(admin_pb2, "AdminService"))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(SERVICE_NAMES, server)
         await server.start()

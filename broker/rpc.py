@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from broker.errors import status_for
+from broker.errors import InvalidArgumentError, status_for
+from broker.handlers import MalformedRequest
 
 log = logging.getLogger("broker.rpc")
 _T = TypeVar("_T")
@@ -32,6 +33,8 @@ def rpc(method: str) -> Callable[[Handler[_T]], Handler[_T]]:
             started = time.perf_counter()
             status = "OK"
             try:
+                if type(request) is MalformedRequest:
+                    raise InvalidArgumentError(request.message)
                 return await fn(self, request, context)
             except asyncio.CancelledError:
                 status = "CANCELLED"  # client deadline or disconnect: nothing to answer

@@ -23,6 +23,7 @@ from broker.errors import (
     UnavailableError,
     status_for,
 )
+from broker.handlers import MalformedRequest
 from store.config import SYNC_FLUSH
 from store.model import PutStatus
 
@@ -115,16 +116,19 @@ class SendProcessor:
     ) -> SendMessageResponse:
         """Stream flavour: an error becomes the reply's ``error``; the stream goes on."""
         try:
+            if type(request) is MalformedRequest:
+                raise InvalidArgumentError(request.message)
             return await self.send(request, born_host)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             code, message = status_for(exc)
+            request_id = getattr(request, "request_id", 0)  # 0 when it did not even parse
             if code is grpc.StatusCode.INTERNAL:
-                log.exception("SendMessageStream request %d failed", request.request_id)
+                log.exception("SendMessageStream request %d failed", request_id)
             self.ctx.metrics.observe_rpc("SendMessageStream", code.name, 0.0)
             return SendMessageResponse(
-                request_id=request.request_id,
+                request_id=request_id,
                 error=common_pb2.ErrorInfo(code=code.value[0], message=message),
             )
 

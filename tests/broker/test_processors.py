@@ -361,3 +361,23 @@ async def test_admin_topics_progress_and_status(broker: Broker) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await broker.send("adm", b"x")
     assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_undecodable_bytes_are_invalid_argument_and_do_not_break_a_stream(
+    broker: Broker,
+) -> None:
+    raw = broker.channel.unary_unary("/wharf.v1.MessagingService/SendMessage")
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await raw(b"\xff\xff\xff")
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "SendMessageRequest" in (info.value.details() or "")
+    stream = broker.channel.stream_stream("/wharf.v1.MessagingService/SendMessageStream")
+    good = messaging_pb2.SendMessageRequest(
+        topic="s", messages=[Msg(body=b"x")], request_id=7
+    ).SerializeToString()
+    replies = [
+        messaging_pb2.SendMessageResponse.FromString(r)
+        async for r in stream(iter([b"\xff\xff\xff", good]))
+    ]
+    assert replies[0].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert replies[1].request_id == 7 and len(replies[1].results) == 1

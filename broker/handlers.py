@@ -1,0 +1,66 @@
+"""Register servicers with request deserializers that never raise.
+
+grpc's generated ``add_*Servicer_to_server`` lets a DecodeError escape from the deserializer:
+the client gets an opaque error and the broker log a traceback per garbage request. Here a
+request that does not parse becomes a ``MalformedRequest`` value, which the RPC wrapper (and
+the send stream, per request) answers with INVALID_ARGUMENT like any other bad input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError
+
+
+class MalformedRequest:
+    __slots__ = ("reason", "type_name")
+
+    def __init__(self, type_name: str, reason: str) -> None:
+        self.type_name = type_name
+        self.reason = reason
+
+    @property
+    def message(self) -> str:
+        return f"request is not a valid {self.type_name} ({self.reason})"
+
+
+def safe_deserializer(cls: Any) -> Callable[[bytes], Any]:
+    parse = cls.FromString
+    type_name = cls.DESCRIPTOR.full_name
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except DecodeError as exc:
+            return MalformedRequest(type_name, str(exc) or "undecodable bytes")
+
+    return deserialize
+
+
+_HANDLER_FACTORIES = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def add_servicer(server: grpc.aio.Server, servicer: Any, service: ServiceDescriptor) -> None:
+    handlers = {}
+    for method in service.methods:
+        request_cls = message_factory.GetMessageClass(method.input_type)
+        response_cls = message_factory.GetMessageClass(method.output_type)
+        factory = _HANDLER_FACTORIES[(method.client_streaming, method.server_streaming)]
+        handlers[method.name] = factory(
+            getattr(servicer, method.name),
+            request_deserializer=safe_deserializer(request_cls),
+            response_serializer=response_cls.SerializeToString,
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
