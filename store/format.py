@@ -58,12 +58,17 @@ import mmap
 import re
 import socket
 import struct
-import zlib
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import NamedTuple, TypeAlias
 
 from store.errors import CorruptRecordError, InvalidMessageError
 from store.model import MessageInput, StoredMessage
+
+try:  # zlib-ng's crc32 is the same CRC-32, ~3x faster on 1 KiB bodies (PCLMUL)
+    from zlib_ng.zlib_ng import crc32 as _crc32
+except ImportError:  # pragma: no cover - the stdlib one is correct, only slower
+    from zlib import crc32 as _crc32
 
 # Anything the decoders accept: bytes, or an mmap scanned in place (recovery).
 ReadableBuffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
@@ -121,6 +126,8 @@ BLANK_HEADER = struct.Struct(">iI")
 TOPIC_LENGTH = struct.Struct(">B")
 PROPERTIES_LENGTH = struct.Struct(">h")
 TOTAL_SIZE = struct.Struct(">i")
+# PROPERTIESLENGTH for every legal length, precomputed: indexing beats packing per message.
+_PROPERTIES_LENGTH_BYTES = tuple(n.to_bytes(2, "big") for n in range(32768))
 MAGIC = struct.Struct(">I")
 # Field offsets used by readers that need one field only.
 OFFSET_MAGIC = 4
@@ -309,25 +316,6 @@ def string_to_properties(text: str) -> dict[str, str]:
     return result
 
 
-def _encode_properties(properties: dict[str, str]) -> bytes:
-    """Encode and validate in one pass: a separator inside a name/value shows up as extra
-    separator bytes in the result, which is cheaper to count than to scan every item."""
-    try:
-        raw = "".join([f"{k}\x01{v}\x02" for k, v in properties.items()]).encode()
-    except UnicodeEncodeError as exc:
-        raise InvalidMessageError(f"a property is not valid unicode text ({exc.reason})") from None
-    n = len(properties)
-    if raw.count(1) != n or raw.count(2) != n:
-        bad = next(
-            k for k, v in properties.items() if _has_separator(str(k)) or _has_separator(str(v))
-        )
-        raise InvalidMessageError(
-            f"property {bad!r} contains a reserved separator character (\\x01 or \\x02) "
-            "in its name or value"
-        )
-    return raw
-
-
 def _has_separator(text: str) -> bool:
     return "\x01" in text or "\x02" in text
 
@@ -377,59 +365,91 @@ def encode_batch(
     fixed = RECORD_FIXED_SIZE + len(topic_bytes)
 
     pack = RECORD_HEADER.pack
-    pack_props_len = PROPERTIES_LENGTH.pack
-    crc32 = zlib.crc32
+    crc32 = _crc32
     born_host_bytes = _born_host_bytes
-    encode_properties = _encode_properties
+    props_len_bytes = _PROPERTIES_LENGTH_BYTES
     magic = MESSAGE_MAGIC_CODE
 
+    # Hot path (~2.5 us/msg for 1 KiB, GUIDE.md): one pack, one crc, properties encoded once
+    # and validated by counting separators, five parts per record joined once per batch.
     parts: list[bytes] = []
-    append_part = parts.append
-    offsets: list[int] = []
+    extend = parts.extend
     sizes: list[int] = []
+    add_size = sizes.append
     offset = start_offset
     queue_offset = first_queue_offset
+    last_host: str | None = None
+    host_bytes = b""
     for msg in messages:
         body = msg.body
         body_len = len(body)
         if not 0 < body_len <= max_message_size:
             raise _bad_body(body_len, max_message_size, queue_offset - first_queue_offset)
         props = msg.properties
-        props_bytes = encode_properties(props) if props else b""
-        if len(props_bytes) > MAX_PROPERTIES_LENGTH:
-            raise InvalidMessageError(
-                f"properties encode to {len(props_bytes)} bytes; the limit is "
-                f"{MAX_PROPERTIES_LENGTH} (shorten keys/tags/user properties)"
-            )
+        if props:
+            try:
+                props_bytes = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode()
+            except UnicodeEncodeError as exc:
+                raise InvalidMessageError(
+                    f"a property is not valid unicode text ({exc.reason})"
+                ) from None
+            n = len(props)
+            if (
+                props_bytes.count(1) != n
+                or props_bytes.count(2) != n
+                or len(props_bytes) > MAX_PROPERTIES_LENGTH
+            ):
+                raise _bad_properties(props, len(props_bytes))
+        else:
+            props_bytes = b""
         total = fixed + body_len + len(props_bytes)
-        append_part(
-            pack(
-                total,
-                magic,
-                crc32(body) & 0x7FFFFFFF,
-                queue_id,
-                msg.flag,
-                queue_offset,
-                offset,
-                msg.sys_flag,
-                msg.born_timestamp or store_timestamp,
-                born_host_bytes(msg.born_host),
-                store_timestamp,
-                store_host_bytes,
-                msg.reconsume_times,
-                msg.prepared_transaction_offset,
-                body_len,
+        host = msg.born_host
+        if host is not last_host:  # a batch usually has one born host
+            last_host = host
+            host_bytes = born_host_bytes(host)
+        extend(
+            (
+                pack(
+                    total,
+                    magic,
+                    crc32(body) & 0x7FFFFFFF,
+                    queue_id,
+                    msg.flag,
+                    queue_offset,
+                    offset,
+                    msg.sys_flag,
+                    msg.born_timestamp or store_timestamp,
+                    host_bytes,
+                    store_timestamp,
+                    store_host_bytes,
+                    msg.reconsume_times,
+                    msg.prepared_transaction_offset,
+                    body_len,
+                ),
+                body,
+                tail_topic,
+                props_len_bytes[len(props_bytes)],
+                props_bytes,
             )
         )
-        append_part(body)
-        append_part(tail_topic)
-        append_part(pack_props_len(len(props_bytes)))
-        append_part(props_bytes)
-        offsets.append(offset)
-        sizes.append(total)
+        add_size(total)
         offset += total
         queue_offset += 1
+    offsets = list(accumulate(sizes[:-1], initial=start_offset))
     return EncodedBatch(b"".join(parts), offsets, sizes)
+
+
+def _bad_properties(properties: dict[str, str], encoded_length: int) -> InvalidMessageError:
+    for k, v in properties.items():
+        if _has_separator(str(k)) or _has_separator(str(v)):
+            return InvalidMessageError(
+                f"property {k!r} contains a reserved separator character (\\x01 or \\x02) "
+                "in its name or value"
+            )
+    return InvalidMessageError(
+        f"properties encode to {encoded_length} bytes; the limit is {MAX_PROPERTIES_LENGTH} "
+        "(shorten keys/tags/user properties)"
+    )
 
 
 def _bad_body(body_len: int, max_message_size: int, index: int) -> InvalidMessageError:
@@ -555,7 +575,7 @@ def check_record(
     if check_crc:
         body_pos = pos + RECORD_HEADER_SIZE
         body = buf[body_pos : body_pos + body_len]
-        if zlib.crc32(body) & 0x7FFFFFFF != fields[2]:
+        if _crc32(body) & 0x7FFFFFFF != fields[2]:
             return RECORD_CORRUPT
     return total
 

@@ -255,13 +255,16 @@ def _enough_pages(start: int, end: int, least_pages: int, file_size: int) -> boo
 
 
 def _warm_blocking(fd: int, file_size: int) -> None:
-    """warmMapedFileEnable: write zeros through the page cache so later mmap writes hit
-    resident pages (5-7 GB/s instead of ~2 GB/s for fresh pages); pwrite releases the GIL."""
+    """warmMapedFileEnable: write zeros through the page cache and sync them, in the
+    preallocation thread (pwrite and fdatasync release the GIL). Measured here: mmap copies into
+    a fallocated-only segment run at ~0.9 GB/s (page faults on unwritten extents), into a
+    warmed one at ~8 GB/s. The sync keeps the zero pages out of later flushes of real data."""
     pos = 0
     while pos < file_size:
         n = min(len(_ZERO_CHUNK), file_size - pos)
         os.pwrite(fd, _ZERO_CHUNK[:n], pos)
         pos += n
+    os.fdatasync(fd)
 
 
 _libc: list[ctypes.CDLL | None] = []  # loaded on first use
