@@ -58,6 +58,9 @@ class BrokerConfig:
     # stream stops reading beyond it (flow control: bounded memory per stream). 64 batches in
     # flight let SYNC_FLUSH group commits gather many waiters.
     max_inflight_stream_requests: int = 64
+    # maxConcurrentRpcs: RPCs served at once (parked pulls and open streams included); beyond
+    # it gRPC answers RESOURCE_EXHAUSTED, so memory held by in-flight requests stays bounded.
+    max_concurrent_rpcs: int = 20_000
     # grpcMaxMessageSize: largest gRPC request/reply. A batch may carry up to maxMessageSize of
     # body plus framing; 0 = derived: maxMessageSize + 1 MiB, at least 16 MiB.
     grpc_max_message_size: int = 0

@@ -110,7 +110,7 @@ class BrokerController:
         self.metrics_port = 0
         self.ctx: BrokerContext | None = None
         self._server: grpc.aio.Server | None = None
-        self._health = health.aio.HealthServicer()
+        self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self._tasks: list[asyncio.Task[Any]] = []
         self._metadata_dir = Path(config.store.store_path_root_dir) / "config"
         self._metrics_started = False
@@ -124,11 +124,12 @@ class BrokerController:
             16 * 1024 * 1024, self.config.store.max_message_size + 1024 * 1024
         )
         server = grpc.aio.server(
+            maximum_concurrent_rpcs=broker.max_concurrent_rpcs,
             options=[
                 ("grpc.max_receive_message_length", max_size),
                 ("grpc.max_send_message_length", max_size),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         self._server = server
         # Bind before starting the store: the real port is part of the store host that goes

@@ -52,8 +52,8 @@ def to_inputs(
     A batch is ONE store append into one queue, so its messages must share a delay level
     (delayed messages are appended to SCHEDULE_TOPIC_XXXX's queue for that level).
     Hot path: each proto attribute read costs ~0.3 us, so every field is read once."""
-    inputs = []
-    unique_ids = []
+    inputs: list[MessageInput] = []
+    unique_ids: list[str] = []
     append_input = inputs.append
     append_id = unique_ids.append
     delay = messages[0].delay_level

@@ -15,7 +15,6 @@ from broker.tags import parse_tag_expression
 from broker.topics import is_system_topic, validate_topic_name
 from store.model import GetResult, GetStatus
 
-PullMessageResponse = messaging_pb2.PullMessageResponse
 MAX_WAIT_MS = 60_000  # longer waits would outlive typical client deadlines
 
 _STATUS = {
@@ -71,7 +70,9 @@ class PullProcessor:
         if request.max_messages < 0 or request.max_wait_ms < 0:
             raise InvalidArgumentError("max_messages and max_wait_ms must be >= 0")
 
-    async def pull(self, request: messaging_pb2.PullMessageRequest) -> PullMessageResponse:
+    async def pull(
+        self, request: messaging_pb2.PullMessageRequest
+    ) -> messaging_pb2.PullMessageResponse:
         ctx = self.ctx
         self._validate(request)
         group = request.consumer_group
@@ -112,7 +113,7 @@ class PullProcessor:
                 )
                 status = pull_status(result, offset)
                 break
-        response = PullMessageResponse(
+        response = messaging_pb2.PullMessageResponse(
             status=status,
             next_begin_offset=result.next_begin_offset,
             min_offset=result.min_offset,

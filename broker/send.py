@@ -28,7 +28,6 @@ from store.config import SYNC_FLUSH
 from store.model import PutStatus
 
 log = logging.getLogger("broker.send")
-SendMessageResponse = messaging_pb2.SendMessageResponse
 _STATUS = {
     PutStatus.PUT_OK: messaging_pb2.SEND_OK,
     PutStatus.FLUSH_DISK_TIMEOUT: messaging_pb2.FLUSH_DISK_TIMEOUT,
@@ -55,7 +54,7 @@ class SendProcessor:
 
     async def send(
         self, request: messaging_pb2.SendMessageRequest, born_host: str
-    ) -> SendMessageResponse:
+    ) -> messaging_pb2.SendMessageResponse:
         ctx = self.ctx
         if ctx.shutting_down:
             raise UnavailableError("the broker is shutting down; retry on another broker")
@@ -91,7 +90,7 @@ class SendProcessor:
         status = _STATUS[result.status]
         append = result.append
         fmt = ctx.offset_ids.format
-        response = SendMessageResponse(request_id=request.request_id)
+        response = messaging_pb2.SendMessageResponse(request_id=request.request_id)
         add = response.results.add  # in place: no intermediate message objects to copy
         for queue_offset, uid, offset in zip(
             range(append.first_queue_offset, append.first_queue_offset + len(inputs)),
@@ -113,7 +112,7 @@ class SendProcessor:
 
     async def _send_or_error(
         self, request: messaging_pb2.SendMessageRequest, born_host: str
-    ) -> SendMessageResponse:
+    ) -> messaging_pb2.SendMessageResponse:
         """Stream flavour: an error becomes the reply's ``error``; the stream goes on."""
         try:
             if type(request) is MalformedRequest:
@@ -127,7 +126,7 @@ class SendProcessor:
             if code is grpc.StatusCode.INTERNAL:
                 log.exception("SendMessageStream request %d failed", request_id)
             self.ctx.metrics.observe_rpc("SendMessageStream", code.name, 0.0)
-            return SendMessageResponse(
+            return messaging_pb2.SendMessageResponse(
                 request_id=request_id,
                 error=common_pb2.ErrorInfo(code=code.value[0], message=message),
             )
@@ -136,7 +135,7 @@ class SendProcessor:
         self,
         requests: AsyncIterator[messaging_pb2.SendMessageRequest],
         born_host: str,
-    ) -> AsyncIterator[SendMessageResponse]:
+    ) -> AsyncIterator[messaging_pb2.SendMessageResponse]:
         if not self._sync_flush:
             # ASYNC_FLUSH: a put never waits for the disk, so handling requests in order on
             # this task is the cheapest path (no task or queue per request).

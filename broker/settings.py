@@ -38,6 +38,10 @@ def camel_name(field_name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
+def _check_delay_levels(text: str) -> None:
+    parse_delay_levels(text)
+
+
 def _check_delete_when(text: str) -> None:
     for hour in text.split(";"):
         if not hour.isdigit() or not 0 <= int(hour) <= 23:
@@ -80,11 +84,11 @@ def _multiple_of_unit(value: int) -> None:
 _CHECKS: dict[str, Callable[[Any], None]] = {
     "flush_disk_type": _one_of(ASYNC_FLUSH, SYNC_FLUSH),
     "delete_when": _check_delete_when,
-    "message_delay_level": parse_delay_levels,
+    "message_delay_level": _check_delay_levels,
     "store_host": _check_host_port,
     "listen": _check_host_port,
     "metrics_listen": _check_host_port,
-    "advertised_address": lambda v: v == "" or _check_host_port(v),
+    "advertised_address": lambda v: None if v == "" else _check_host_port(v),
     "log_level": _one_of(*LOG_LEVELS),
     "disk_max_used_space_ratio": _percent,
     "disk_space_clean_forcibly_ratio": _percent,

@@ -381,3 +381,19 @@ async def test_undecodable_bytes_are_invalid_argument_and_do_not_break_a_stream(
     ]
     assert replies[0].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert replies[1].request_id == 7 and len(replies[1].results) == 1
+
+
+async def test_client_deadline_on_a_parked_pull_leaves_nothing_parked(broker: Broker) -> None:
+    request = messaging_pb2.PullMessageRequest(
+        consumer_group="g", topic="dl", queue_id=0, max_wait_ms=10_000
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await broker.msg.PullMessage(request, timeout=0.3)
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    for _ in range(50):  # the server side sees the cancellation a moment later
+        if broker.controller.long_poll.parked_count == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert broker.controller.long_poll.parked_count == 0
+    await broker.send("dl", b"after")
+    assert (await broker.pull("dl")).messages[0].body == b"after"
