@@ -108,35 +108,42 @@ class IndexFile:
         return self.index_num - self.index_count
 
     def put_entries(self, entries: list[IndexEntry]) -> int:
-        """Append as many entries as fit; returns how many were written."""
-        mm = self._mm
-        slot_struct, entry_struct = INDEX_SLOT, INDEX_ENTRY
-        slot_num, entries_pos = self.slot_num, self._entries_pos
+        """Append as many entries as fit; returns how many were written. (Hot path of
+        dispatch: header fields live in locals for the loop, written back once.)"""
         count = min(len(entries), self.free_entries)
+        if count <= 0:
+            return 0
+        mm = self._mm
+        slot_unpack, slot_pack = INDEX_SLOT.unpack_from, INDEX_SLOT.pack_into
+        entry_pack = INDEX_ENTRY.pack_into
+        slot_num, entries_pos = self.slot_num, self._entries_pos
+        number = self.index_count
+        begin_timestamp = self.begin_timestamp
+        new_slots = 0
+        if number <= 1:
+            self.begin_phy_offset = entries[0][1]
+            begin_timestamp = self.begin_timestamp = entries[0][2]
         for key_hash, phy_offset, store_timestamp in entries[:count]:
             slot_pos = INDEX_HEADER_SIZE + (key_hash % slot_num) * INDEX_HASH_SLOT_SIZE
-            prev = slot_struct.unpack_from(mm, slot_pos)[0]
-            if prev <= INVALID_INDEX or prev > self.index_count:
+            prev = slot_unpack(mm, slot_pos)[0]
+            if prev <= INVALID_INDEX or prev >= number:
                 prev = INVALID_INDEX
-            if self.index_count <= 1:
-                self.begin_phy_offset = phy_offset
-                self.begin_timestamp = store_timestamp
-            time_diff = 0
-            if self.begin_timestamp > 0:
-                time_diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), _INT_MAX)
-            number = self.index_count
-            entry_struct.pack_into(
+                new_slots += 1
+            time_diff = (store_timestamp - begin_timestamp) // 1000 if begin_timestamp > 0 else 0
+            if time_diff < 0:
+                time_diff = 0
+            elif time_diff > _INT_MAX:
+                time_diff = _INT_MAX
+            entry_pack(
                 mm, entries_pos + number * INDEX_ENTRY_SIZE, key_hash, phy_offset, time_diff, prev
             )
-            slot_struct.pack_into(mm, slot_pos, number)
-            if prev == INVALID_INDEX:
-                self.hash_slot_count += 1
-            self.index_count = number + 1
-            self.end_phy_offset = phy_offset
-            self.end_timestamp = store_timestamp
-        if count:
-            self._write_header()
-            self.dirty = True
+            slot_pack(mm, slot_pos, number)
+            number += 1
+        self.hash_slot_count += new_slots
+        self.index_count = number
+        _, self.end_phy_offset, self.end_timestamp = entries[count - 1]
+        self._write_header()
+        self.dirty = True
         return count
 
     def _write_header(self) -> None:

@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import Iterable
 from datetime import datetime
+from operator import mul
 from pathlib import Path
 
 from store.format import SYSFLAG_TRANSACTION_ROLLBACK, DispatchRequest, index_key_hash
@@ -31,6 +32,48 @@ def _name_to_ms(name: str) -> int:
     return int(moment.timestamp()) * 1000 + int(name[14:17])
 
 
+_MASK32 = 0xFFFFFFFF
+# 31^i mod 2^32: Java's String.hashCode is the polynomial sum(c_i * 31^(n-1-i)) mod 2^32.
+_POW31 = [1]
+_REVERSED_POWERS: dict[int, tuple[int, ...]] = {}
+
+
+def _powers(n: int) -> tuple[int, ...]:
+    """(31^(n-1), ..., 31, 1) mod 2^32, cached per length."""
+    powers = _REVERSED_POWERS.get(n)
+    if powers is None:
+        while len(_POW31) <= n:
+            _POW31.append(_POW31[-1] * 31 & _MASK32)
+        powers = _REVERSED_POWERS[n] = tuple(_POW31[n - 1 - i] for i in range(n))
+    return powers
+
+
+class IndexKeyHasher:
+    """``index_key_hash(f"{topic}#{key}")``, about 3x faster for ASCII keys: the ``topic#``
+    prefix is hashed once per topic (h(p + k) = h(p) * 31^len(k) + h(k)), the key's polynomial
+    is summed by ``map(operator.mul)`` in C, and unique keys bypass the format module's LRU
+    cache (every UNIQ_KEY would miss it). Non-ASCII keys take the reference path."""
+
+    def __init__(self) -> None:
+        self._prefix: dict[str, int] = {}
+
+    def __call__(self, topic: str, key: str) -> int:
+        if not key.isascii() or not topic.isascii():
+            return index_key_hash(f"{topic}#{key}")
+        prefix = self._prefix.get(topic)
+        if prefix is None:
+            raw = f"{topic}#".encode()
+            prefix = self._prefix[topic] = sum(map(mul, raw, _powers(len(raw)))) & _MASK32
+        raw = key.encode()
+        n = len(raw)
+        if n >= len(_POW31):
+            _powers(n)
+        h = (prefix * _POW31[n] + sum(map(mul, raw, _powers(n)))) & _MASK32
+        if h & 0x80000000:
+            h -= 0x100000000
+        return 0 if h == -0x80000000 else abs(h)
+
+
 def build_index_keys(topic: str, uniq_key: str, keys: Iterable[str]) -> list[str]:
     out = [f"{topic}#{uniq_key}"] if uniq_key else []
     out.extend(f"{topic}#{key}" for key in keys if key)
@@ -43,6 +86,7 @@ class IndexService:
         self.slot_num = slot_num
         self.index_num = index_num
         self.files: list[IndexFile] = []
+        self.key_hash = IndexKeyHasher()
 
     @classmethod
     def load_blocking(cls, directory: Path, slot_num: int, index_num: int) -> IndexService:
@@ -63,6 +107,7 @@ class IndexService:
     def entries_for(self, requests: Iterable[DispatchRequest]) -> list[IndexEntry]:
         entries: list[IndexEntry] = []
         add = entries.append
+        key_hash = self.key_hash
         already = self.indexed_until
         # A fresh newest file inherits the previous file's end offset, so it counts too.
         has_entries = bool(self.files) and (len(self.files) > 1 or self.files[-1].index_count > 1)
@@ -74,9 +119,9 @@ class IndexService:
                 continue
             topic, stamp = req.topic, req.store_timestamp
             if req.uniq_key:
-                add((index_key_hash(f"{topic}#{req.uniq_key}"), offset, stamp))
+                add((key_hash(topic, req.uniq_key), offset, stamp))
             for key in req.keys:
-                add((index_key_hash(f"{topic}#{key}"), offset, stamp))
+                add((key_hash(topic, key), offset, stamp))
         return entries
 
     def put_entries_nowait(self, entries: list[IndexEntry]) -> int:
@@ -132,7 +177,7 @@ class IndexService:
     ) -> list[int]:
         """Commit log offsets whose index entry matches ``topic#key`` (by hash) within the
         window, newest file first. The caller re-checks the key on the decoded record."""
-        key_hash = index_key_hash(f"{topic}#{key}")
+        key_hash = self.key_hash(topic, key)
         out: list[int] = []
         for index in reversed(self.files):
             if len(out) >= max_num:

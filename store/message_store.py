@@ -552,6 +552,11 @@ class MessageStore:
         return self._paths
 
     @property
+    def reput_service(self) -> ReputService:
+        assert self._reput is not None
+        return self._reput
+
+    @property
     def cleanup_service(self) -> CleanupService:
         assert self._cleanup is not None
         return self._cleanup

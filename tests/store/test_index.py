@@ -158,3 +158,13 @@ def test_index_files_are_named_by_creation_time_in_order(tmp_path: Path) -> None
     assert names == sorted(names) and len(set(names)) == 3
     assert all(len(n) == 17 and n.isdigit() for n in names)
     service.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(topic=st.text(min_size=1, max_size=20), key=st.text(max_size=80))
+def test_fast_key_hash_equals_the_reference_java_hash(topic: str, key: str) -> None:
+    from store.index_service import IndexKeyHasher
+
+    hasher = IndexKeyHasher()
+    assert hasher(topic, key) == index_key_hash(f"{topic}#{key}")
+    assert hasher(topic, key + "x") == index_key_hash(f"{topic}#{key}x")  # cached prefix
