@@ -10,10 +10,11 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
-from wharf.v1 import admin_pb2, messaging_pb2
+from wharf.v1 import admin_pb2, common_pb2, messaging_pb2
 
 from tests.broker.daemon_helpers import SMALL_STORE, Client
 from tests.harness import BrokerProcess
@@ -64,6 +65,121 @@ def test_send_pull_query_view_round_trip(client: Client) -> None:
     assert found == [b"one", b"two"]
     offsets = client.msg.GetQueueOffsets(messaging_pb2.GetQueueOffsetsRequest(topic="rt"))
     assert len(offsets.queues) == 8 and offsets.queues[0].max_offset == 2
+
+
+Msg = common_pb2.Message
+BAD_INPUTS = [
+    (
+        "SendMessage",
+        messaging_pb2.SendMessageRequest(topic="a b", messages=[Msg(body=b"x")]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "topic",
+    ),
+    (
+        "SendMessage",
+        messaging_pb2.SendMessageRequest(topic="t", messages=[Msg(body=b"")]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "empty",
+    ),
+    (
+        "SendMessage",
+        messaging_pb2.SendMessageRequest(topic="t", messages=[]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "at least one",
+    ),
+    (
+        "SendMessage",
+        messaging_pb2.SendMessageRequest(topic="t", messages=[Msg(body=b"x" * (64 * 1024 + 1))]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "maxMessageSize",
+    ),
+    (
+        "SendMessage",
+        messaging_pb2.SendMessageRequest(topic="t", queue_id=8, messages=[Msg(body=b"x")]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "queue_id",
+    ),
+    (
+        "SendMessage",
+        messaging_pb2.SendMessageRequest(
+            topic="t", messages=[Msg(body=b"x", properties={"a\x01": "b"})]
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "reserved",
+    ),
+    (
+        "PullMessage",
+        messaging_pb2.PullMessageRequest(consumer_group="g", topic="t", queue_offset=-1),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "queue_offset",
+    ),
+    (
+        "PullMessage",
+        messaging_pb2.PullMessageRequest(consumer_group="g", topic="t", tag_expression="a || || b"),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "tag expression",
+    ),
+    (
+        "PullMessage",
+        messaging_pb2.PullMessageRequest(consumer_group="", topic="t"),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "group",
+    ),
+    (
+        "PullMessage",
+        messaging_pb2.PullMessageRequest(consumer_group="g", topic="t", queue_id=99),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "queue_id",
+    ),
+    (
+        "ViewMessage",
+        messaging_pb2.ViewMessageRequest(msg_id="nope"),
+        grpc.StatusCode.NOT_FOUND,
+        "needs its topic",
+    ),
+    (
+        "UpdateConsumerOffset",
+        messaging_pb2.UpdateConsumerOffsetRequest(consumer_group="g", topic="t", offset=-3),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "offset",
+    ),
+    (
+        "SendMessageBack",
+        messaging_pb2.SendMessageBackRequest(consumer_group="g", commit_log_offset=123456),
+        grpc.StatusCode.NOT_FOUND,
+        "commit log offset",
+    ),
+    (
+        "GetQueueOffsets",
+        messaging_pb2.GetQueueOffsetsRequest(topic="never"),
+        grpc.StatusCode.NOT_FOUND,
+        "never",
+    ),
+    (
+        "Heartbeat",
+        messaging_pb2.HeartbeatRequest(client_id=""),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "client_id",
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "request_", "code", "text"), BAD_INPUTS)
+def test_bad_inputs_get_the_right_status(
+    client: Client, method: str, request_: Any, code: grpc.StatusCode, text: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        getattr(client.msg, method)(request_, timeout=10)
+    assert info.value.code() == code
+    assert text in (info.value.details() or "")
+
+
+def test_undecodable_request_bytes_are_invalid_argument(daemon: BrokerProcess) -> None:
+    with grpc.insecure_channel(daemon.endpoint) as channel:
+        raw = channel.unary_unary("/wharf.v1.MessagingService/PullMessage")
+        with pytest.raises(grpc.RpcError) as info:
+            raw(b"\x0a\xff\xff\xff", timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_long_poll_wakes_on_arrival(client: Client) -> None:
@@ -236,3 +352,30 @@ def test_grpcurl_lists_services_and_sends_and_pulls_json(daemon: BrokerProcess) 
     assert pulled["messages"][0]["tags"] == "T"
     health = json.loads(grpcurl(daemon.endpoint, "grpc.health.v1.Health/Check"))
     assert health["status"] == "SERVING"
+
+
+def test_search_offset_progress_and_reset_by_timestamp(client: Client) -> None:
+    client.admin.CreateTopic(
+        admin_pb2.CreateTopicRequest(name="prog", read_queue_nums=1, write_queue_nums=1)
+    )
+    client.send("prog", b"old-1", b"old-2")
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    client.send("prog", b"new-1")
+    search = messaging_pb2.SearchOffsetRequest(topic="prog", queue_id=0, timestamp=cut)
+    assert client.msg.SearchOffset(search).offset == 2
+    client.pull("prog", 0, group="pg", commit_offset=1)
+    progress = client.admin.GetConsumerProgress(
+        admin_pb2.GetConsumerProgressRequest(consumer_group="pg", topic="prog")
+    )
+    assert [(q.queue_id, q.consumer_offset, q.broker_offset, q.lag) for q in progress.queues] == [
+        (0, 1, 3, 2)
+    ]
+    assert progress.total_lag == 2
+    reset = client.admin.ResetConsumerOffset(
+        admin_pb2.ResetConsumerOffsetRequest(consumer_group="pg", topic="prog", timestamp=cut)
+    )
+    assert dict(reset.offsets) == {0: 2}
+    query = messaging_pb2.QueryConsumerOffsetRequest(consumer_group="pg", topic="prog")
+    assert client.msg.QueryConsumerOffset(query).offset == 2
