@@ -118,6 +118,7 @@ def _peer_scan(store: Path) -> int:
 
     opts = parse_scan_options({"path": str(store)})
     schema = StructType.fromDDL(store_schema())
+    assert isinstance(schema, StructType)
     return sum(
         batch.num_rows
         for seg in list_segments(opts.commit_log_dir)

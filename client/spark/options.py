@@ -65,6 +65,7 @@ class WriteOptions:
     endpoints: tuple[str, ...]
     topic: str | None  # overrides the ``topic`` column when set
     batch_size: int  # messages per SendMessage request
+    max_request_bytes: int  # body bytes per SendMessage request (a batch is one store append)
     idempotent: bool  # deterministic unique ids + skip chunks a previous attempt stored
     writer_id: str | None  # stable id of the write job; see topic_writer.py
     producer_group: str
@@ -237,6 +238,8 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     topic = _get(options, "topic")
     batch_size = _positive_int(options, "batchSize", 256)
     assert batch_size is not None
+    max_bytes = _positive_int(options, "maxRequestBytes", 4 * 1024 * 1024)
+    assert max_bytes is not None
     writer_id = _get(options, "writerId")
     if writer_id is not None and not re.match(r"^[A-Za-z0-9_.-]{1,64}$", writer_id):
         raise OptionError("option 'writerId' must be 1..64 of A-Z a-z 0-9 _ . -")
@@ -244,6 +247,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         endpoints=_endpoints(options),
         topic=check_topic_name(topic.strip()) if topic else None,
         batch_size=batch_size,
+        max_request_bytes=max_bytes,
         idempotent=_bool(options, "idempotent", True),
         writer_id=writer_id,
         producer_group=_get(options, "producerGroup") or "wharf-spark-sink",

@@ -2,8 +2,8 @@
 
 Delivery guarantee (see README "Spark"): *idempotent at-least-once*. Every row gets a
 deterministic unique id (UNIQ_KEY) ``spark-<writerId>-<batchId>-<partitionId>-<rowIndex>``
-and rows are sent in chunks of ``batchSize`` per (topic, queueId), each chunk one store
-append (all or nothing). A task first probes the broker for the last id of each chunk it is
+and rows are sent in chunks of ``batchSize`` rows (at most ``maxRequestBytes`` of bodies)
+per (topic, queueId), each chunk one store append (all or nothing). A task first probes the broker for the last id of each chunk it is
 about to send (ViewMessage by unique id) and skips chunks a previous attempt already stored,
 until the first absent one; from there it sends without probing (earlier attempts sent
 chunks in the same order, so the stored chunks form a prefix). So task retries, a streaming
@@ -105,14 +105,19 @@ class _ChunkSender:
         self._rpc = rpc
         self._opts = opts
         self._pending: dict[tuple[str, int | None], list[common_pb2.Message]] = {}
+        self._pending_bytes: dict[tuple[str, int | None], int] = {}
         self._probing = opts.idempotent
         self.sent = 0
         self.skipped = 0
 
     def add(self, topic: str, queue_id: int | None, message: common_pb2.Message) -> None:
         key = (topic, queue_id)
+        size = len(message.body)
+        if key in self._pending and self._pending_bytes[key] + size > self._opts.max_request_bytes:
+            self._flush(key)  # deterministic too: depends only on the rows and their order
         chunk = self._pending.setdefault(key, [])
         chunk.append(message)
+        self._pending_bytes[key] = self._pending_bytes.get(key, 0) + size
         if len(chunk) >= self._opts.batch_size:
             self._flush(key)
 
@@ -122,6 +127,7 @@ class _ChunkSender:
 
     def _flush(self, key: tuple[str, int | None]) -> None:
         chunk = self._pending.pop(key)
+        del self._pending_bytes[key]
         topic, queue_id = key
         if self._probing:
             if self._rpc.unique_id_exists(topic, chunk[-1].unique_id):

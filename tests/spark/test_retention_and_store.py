@@ -1,0 +1,150 @@
+"""Against a real daemon: failOnDataLoss once retention deleted a range, and the offline
+``wharf-store`` scan of the daemon's own store directory (same view, corruption reported)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from client.spark.offsets import DataLossError, QueueRange
+from client.spark.options import parse_read_options
+from tests.harness import BrokerProcess
+from tests.spark.segments import flip_body_byte
+from tests.spark.wire import queue_offsets, read_topic, send, wait_until_visible
+
+pytestmark = pytest.mark.spark
+
+EVERY_HOUR = ";".join(f"{h:02d}" for h in range(24))
+
+
+def retention_broker(root: Path) -> BrokerProcess:
+    """Tiny segments and retention that deletes every full segment within a fraction of a
+    second: fileReservedTime=0 hours, deleteWhen covering every hour, a 200 ms cleanup pass."""
+    return BrokerProcess(
+        root,
+        settings={
+            "defaultTopicQueueNums": 1,
+            "mappedFileSizeCommitLog": 4096,
+            "maxMessageSize": 1024,
+            "mappedFileSizeConsumeQueue": 20 * 10,
+            "fileReservedTime": 0,
+            "deleteWhen": EVERY_HOUR,
+            "cleanResourceInterval": 200,
+        },
+    )
+
+
+def wait_for_retention(endpoint: str, topic: str, timeout: float = 30.0) -> tuple[int, int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        low, high = queue_offsets(endpoint, topic)[0]
+        if low > 0:
+            return low, high
+        time.sleep(0.1)
+    raise TimeoutError("retention did not delete anything")
+
+
+def test_fail_on_data_loss_after_retention_deleted_a_range(spark, tmp_path: Path) -> None:
+    with retention_broker(tmp_path / "broker") as broker:
+        bodies = [f"{i:05d}".encode() * 40 for i in range(200)]
+        send(broker.endpoint, "ledger", bodies, queue_id=0, batch=8)  # a batch fits a segment
+        wait_until_visible(broker.endpoint, "ledger", 1)
+        low, high = wait_for_retention(broker.endpoint, "ledger")
+        assert high == 200
+
+        def read(**options: str):  # type: ignore[no-untyped-def]
+            reader = (
+                spark.read.format("wharf")
+                .option("endpoints", broker.endpoint)
+                .option("topic", "ledger")
+                .option("startingOffsets", '{"ledger": {"0": 0}}')
+            )
+            for key, value in options.items():
+                reader = reader.option(key, value)
+            return reader.load()
+
+        with pytest.raises(Exception, match=r"offsets \[0, \d+\) of ledger/0 were removed"):
+            read().collect()
+
+        rows = read(failOnDataLoss="false").select("offset", "body").collect()
+        low_now = queue_offsets(broker.endpoint, "ledger")[0][0]
+        offsets = sorted(r.offset for r in rows)
+        assert offsets == list(range(offsets[0], 200)) and low <= offsets[0] <= low_now
+        assert all(bytes(r.body) == f"{r.offset:05d}".encode() * 40 for r in rows)
+
+        # The executor-side check: a range planned before retention moved the min offset.
+        planned = QueueRange("ledger", 0, 0, 200)
+        base = {"endpoints": broker.endpoint, "topic": "ledger"}
+        from pyspark.sql.types import StructType
+
+        from client.spark.columns import topic_schema
+        from client.spark.pull_reader import read_queue_range
+
+        schema = StructType.fromDDL(topic_schema(False))
+        strict = parse_read_options(base, streaming=False)
+        with pytest.raises(DataLossError, match="removed by retention"):
+            list(read_queue_range(strict, schema, planned))
+        lenient = parse_read_options({**base, "failOnDataLoss": "false"}, streaming=False)
+        batches = list(read_queue_range(lenient, schema, planned))
+        assert sum(b.num_rows for b in batches) == 200 - low_now
+
+
+def test_offline_scan_matches_the_daemon_and_reports_a_corrupted_record(
+    spark, tmp_path: Path
+) -> None:
+    broker = BrokerProcess(
+        tmp_path / "broker",
+        settings={
+            "defaultTopicQueueNums": 2,
+            "mappedFileSizeCommitLog": 8192,
+            "maxMessageSize": 2048,
+        },
+    )
+    with broker:
+        for q in range(2):
+            send(broker.endpoint, "audit", [f"a{q}-{i}".encode() * 9 for i in range(80)],
+                 queue_id=q, tags=f"t{q}", keys=[f"k{q}"], properties={"q": str(q)}, batch=16)  # fmt: skip
+        send(broker.endpoint, "audit", [b"squeezed" * 64], queue_id=1, compress=True)
+        wait_until_visible(broker.endpoint, "audit", 161)
+        views = [v for vs in read_topic(broker.endpoint, "audit").values() for v in vs]
+        daemon = (
+            spark.read.format("wharf")
+            .option("endpoints", broker.endpoint)
+            .option("topic", "audit")
+            .option("includeProperties", "true")
+            .load()
+            .collect()
+        )
+    # Stopped: the directory is now a plain copy of broker data.
+    store = broker.store_dir
+    assert len(list((store / "commitlog").iterdir())) > 2
+
+    def key(r) -> tuple:  # type: ignore[no-untyped-def]
+        return (
+            r.topic, r.queueId, r.offset, bytes(r.body), r.tags, tuple(r.keys),
+            tuple(sorted(r.properties.items())), r.msgId, r.bornTimestamp, r.storeTimestamp,
+        )  # fmt: skip
+
+    scan = spark.read.format("wharf-store").option("topic", "audit").load(str(store))
+    offline = scan.collect()
+    assert sorted(map(key, offline)) == sorted(map(key, daemon))
+    assert len(offline) == 161
+
+    victim = next(v for v in views if v.queue_id == 1 and v.queue_offset == 42)
+    flip_body_byte(store, victim.commit_log_offset)
+    with pytest.raises(
+        Exception, match=f"corrupt record at commit log offset {victim.commit_log_offset}"
+    ):
+        spark.read.format("wharf-store").load(str(store)).collect()
+    reported = (
+        spark.read.format("wharf-store")
+        .option("corruptRecords", "report")
+        .load(str(store))
+        .where("corruptReason IS NOT NULL")
+        .collect()
+    )
+    assert [(r.commitLogOffset, r.queueId, r.offset, r.corruptReason) for r in reported] == [
+        (victim.commit_log_offset, 1, 42, "body CRC mismatch")
+    ]
