@@ -16,6 +16,10 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from client.errors import DeadlineExceededError
+
+_NEVER = float("inf")
+
 # The send function: (key, messages) -> one result per message, in order.
 SendBatchFn = Callable[[Any, list[Any]], Awaitable[list[Any]]]
 
@@ -26,6 +30,7 @@ class _Batch:
     messages: list[Any] = field(default_factory=list)
     futures: list[asyncio.Future[Any]] = field(default_factory=list)
     nbytes: int = 0
+    deadline: float = float("inf")  # loop time; the earliest deadline of its messages
     timer: asyncio.TimerHandle | asyncio.Handle | None = None
 
 
@@ -66,14 +71,23 @@ class AutoBatcher:
     def buffered(self) -> int:
         return self._buffered
 
+    @property
+    def max_buffered(self) -> int:
+        return self._max_buffered
+
     async def wait_for_space(self) -> None:
         """Back-pressure: wait while ``max_buffered`` messages are unanswered."""
         while self._buffered >= self._max_buffered:
             self._space.clear()
             await self._space.wait()
 
-    def submit(self, key: Hashable, message: Any, nbytes: int) -> asyncio.Future[Any]:
-        """Queue one message; the future resolves to its result entry (or the batch's error)."""
+    def submit(
+        self, key: Hashable, message: Any, nbytes: int, deadline: float = float("inf")
+    ) -> asyncio.Future[Any]:
+        """Queue one message; the future resolves to its result entry (or the batch's error).
+
+        ``deadline`` (loop time) bounds the whole batch request: one timer per batch instead
+        of one per message; a batch past its deadline fails with DeadlineExceededError."""
         loop = asyncio.get_running_loop()
         batch = self._open.get(key)
         if batch is None:
@@ -87,6 +101,8 @@ class AutoBatcher:
         batch.messages.append(message)
         batch.futures.append(future)
         batch.nbytes += nbytes
+        if deadline < batch.deadline:
+            batch.deadline = deadline
         self._buffered += 1
         self._idle.clear()
         if len(batch.messages) >= self._max_messages or batch.nbytes >= self._max_bytes:
@@ -122,7 +138,8 @@ class AutoBatcher:
 
     async def _run(self, batch: _Batch) -> None:
         try:
-            results = await self._send_batch(batch.key, batch.messages)
+            async with asyncio.timeout_at(batch.deadline if batch.deadline != _NEVER else None):
+                results = await self._send_batch(batch.key, batch.messages)
             if len(results) != len(batch.futures):
                 raise RuntimeError(
                     f"broker answered {len(results)} results for {len(batch.futures)} messages"
@@ -130,6 +147,11 @@ class AutoBatcher:
             for future, result in zip(batch.futures, results, strict=True):
                 if not future.done():
                     future.set_result(result)
+        except TimeoutError:
+            error = DeadlineExceededError(f"no answer for a batch of {len(batch.futures)} in time")
+            for future in batch.futures:
+                if not future.done():
+                    future.set_exception(error)
         except BaseException as exc:  # every waiter must learn the outcome, even on cancel
             for future in batch.futures:
                 if not future.done():

@@ -236,3 +236,16 @@ async def test_process_queue_flow_control_blocks_until_space() -> None:
     assert not waiter.done()
     pq.done(0, 3)
     await asyncio.wait_for(waiter, 1)
+
+
+async def test_batcher_fails_a_batch_past_its_deadline_with_one_timer() -> None:
+    async def never_answers(key: object, items: list[int]) -> list[int]:
+        await asyncio.sleep(10)
+        return items
+
+    batcher = AutoBatcher(never_answers)
+    deadline = asyncio.get_running_loop().time() + 0.05
+    futures = [batcher.submit("k", i, 1, deadline) for i in range(3)]
+    outcomes = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), 2)
+    assert all(isinstance(o, DeadlineExceededError) for o in outcomes)
+    assert batcher.buffered == 0
