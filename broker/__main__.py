@@ -17,7 +17,7 @@ from pathlib import Path
 
 import uvloop
 
-from broker.controller import BrokerController
+from broker.controller import BrokerController, StartupError
 from broker.settings import LOG_LEVELS, ConfigError, load_settings
 
 log = logging.getLogger("broker")
@@ -120,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     ready_file = Path(args.ready_file) if args.ready_file else None
     try:
         return uvloop.run(serve(controller, ready_file))
+    except StartupError as exc:
+        log.error("%s", exc)
+        return 1
     except Exception:
         log.exception("broker failed")
         return 1

@@ -68,6 +68,10 @@ SERVICE_NAMES = (
 )
 
 
+class StartupError(RuntimeError):
+    """The broker cannot start for a reason the operator can fix (port taken ...)."""
+
+
 def _is_ipv4(host: str) -> bool:
     try:
         socket.inet_aton(host)
@@ -135,9 +139,15 @@ class BrokerController:
         # Bind before starting the store: the real port is part of the store host that goes
         # into every record and offset message id.
         listen_host, _ = parse_host_port(broker.listen, "listen")
-        self.grpc_port = server.add_insecure_port(broker.listen)
+        try:
+            self.grpc_port = server.add_insecure_port(broker.listen)
+        except RuntimeError:
+            self.grpc_port = 0
         if self.grpc_port == 0:
-            raise OSError(f"cannot listen on {broker.listen}")
+            raise StartupError(
+                f"cannot listen on {broker.listen} (listen): the port is taken or the "
+                "address is not local; pick another with --listen"
+            )
         self.endpoint = broker.advertised_address or f"{listen_host}:{self.grpc_port}"
         store_config = self.config.store
         if store_config.store_host == StoreConfig().store_host:
@@ -187,7 +197,12 @@ class BrokerController:
 
         self.metrics.attach(self)
         metrics_host, metrics_port = parse_host_port(broker.metrics_listen, "metricsListen")
-        self.metrics_port = await self.metrics.serve(metrics_host, metrics_port)
+        try:
+            self.metrics_port = await self.metrics.serve(metrics_host, metrics_port)
+        except OSError as exc:
+            raise StartupError(
+                f"metricsListen {broker.metrics_listen}: {exc}; pick another with --metrics-listen"
+            ) from None
         self._metrics_started = True
         self.started_at = time.time()
         self.ctx.started_at = self.started_at

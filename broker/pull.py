@@ -80,7 +80,11 @@ class PullProcessor:
         queue_id = request.queue_id
         offset = request.queue_offset
         tag_filter = parse_tag_expression(request.tag_expression)
-        ctx.groups.for_use(group)
+        if not ctx.groups.for_use(group).consume_enable:
+            raise PermissionDeniedError(
+                f"consumer group {group!r} has consume_enable off; re-enable it with "
+                "CreateSubscriptionGroup"
+            )
         if request.HasField("commit_offset"):
             ctx.offsets.commit(group, topic, queue_id, request.commit_offset)
         cfg = ctx.config

@@ -279,3 +279,27 @@ async def test_client_deadline_on_a_parked_pull_leaves_nothing_parked(broker: Br
     assert broker.controller.long_poll.parked_count == 0
     await broker.send("dl", b"after")
     assert (await broker.pull("dl")).messages[0].body == b"after"
+
+
+async def test_advertised_address_is_what_clients_are_told_to_dial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = await start_broker(tmp_path, monkeypatch, advertised_address="mq.example.com:9999")
+    try:
+        route = await b.msg.QueryRoute(messaging_pb2.QueryRouteRequest(topic="t"))
+        assert route.endpoint == "mq.example.com:9999" and not route.exists
+        status = await b.admin.GetBrokerStatus(admin_pb2.GetBrokerStatusRequest())
+        assert status.endpoint == "mq.example.com:9999"
+        # Records hold an ipv4 store host: a host name falls back to loopback, same port.
+        assert b.controller.config.store.store_host == "127.0.0.1:9999"
+    finally:
+        await b.channel.close()
+        await b.controller.shutdown()
+
+
+async def test_disabled_group_cannot_pull(broker: Broker) -> None:
+    await broker.admin.CreateSubscriptionGroup(admin_pb2.SubscriptionGroupConfig(group_name="g"))
+    broker.controller.groups.table["g"].consume_enable = False
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await broker.pull("t")
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED

@@ -107,3 +107,20 @@ def test_daemon_exits_2_with_the_setting_named_on_bad_config(tmp_path: Path) -> 
     )
     assert proc.returncode == 2
     assert "maxParkedPulls" in proc.stderr
+
+
+def test_daemon_exits_1_with_a_clear_message_when_the_port_is_taken(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "broker", "--store-dir", str(tmp_path / "s"),
+             "--listen", f"127.0.0.1:{port}", "--metrics-listen", "127.0.0.1:0"],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert proc.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
+    assert "Traceback" not in proc.stderr
