@@ -35,14 +35,10 @@ from store.checkpoint import StoreCheckpoint
 from store.cleanup import CleanupService, statvfs_used_ratio
 from store.commit_log import CommitLog
 from store.config import SYNC_FLUSH, StoreConfig
-from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueueTable, Unit
+from store.consume_queue import BLANK_UNIT_SIZE, Unit
+from store.consume_queue_table import ConsumeQueueTable
 from store.errors import DiskFullError, InvalidMessageError, StoreShutDownError
 from store.format import (
-    PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
-    SCHEDULE_TOPIC,
-    DispatchRequest,
     decode_offset_msg_id,
 )
 from store.get_message import get_messages
@@ -60,8 +56,13 @@ from store.model import (
 )
 from store.queue_flush import FlushConsumeQueueService
 from store.recovery import RecoveredState, recover_blocking
-from store.reput import Dispatcher, QueueAdvance, ReputService
-from store.schedule import ScheduleMessageService, parse_delay_levels
+from store.reput import CommitLogSource, Dispatcher, QueueAdvance, ReputService
+from store.schedule import (
+    ScheduleMessageService,
+    delay_level_of,
+    parse_delay_levels,
+    to_schedule_topic,
+)
 from store.store_paths import StorePaths
 
 log = logging.getLogger(__name__)
@@ -103,37 +104,6 @@ class _ObserverTap:
             self.observer.on_group_commit(waiters)
 
 
-class _CommitLogSource:
-    """Adapts the CommitLog to the reput's DispatchSource. In SYNC_FLUSH mode dispatch stops
-    at the flushed offset (RocketMQ #8239)."""
-
-    def __init__(self, commit_log: CommitLog, sync_flush: bool) -> None:
-        self.commit_log = commit_log
-        self.sync_flush = sync_flush
-
-    def dispatch_limit(self) -> int:
-        log = self.commit_log
-        return min(log.flushed_offset, log.max_offset) if self.sync_flush else log.max_offset
-
-    def has_pending(self) -> bool:
-        return self.commit_log.wrote_offset > self.dispatch_limit()
-
-    def read_dispatch_chunk(
-        self, from_offset: int, limit: int, max_bytes: int
-    ) -> tuple[list[DispatchRequest], int]:
-        batch = self.commit_log.iter_dispatch(from_offset, min(max_bytes, limit - from_offset))
-        requests = batch.requests
-        keep = len(requests)
-        while keep and requests[keep - 1].commit_log_offset + requests[keep - 1].size > limit:
-            keep -= 1
-        if keep == len(requests) and batch.next_offset <= limit:
-            return requests, batch.next_offset
-        if keep == 0:
-            return [], from_offset
-        last = requests[keep - 1]
-        return requests[:keep], last.commit_log_offset + last.size
-
-
 class MessageStore:
     def __init__(
         self,
@@ -153,7 +123,7 @@ class MessageStore:
         self._sync_timeout_s = config.sync_flush_timeout / 1000
         self._commit_log: CommitLog | None = None
         self._checkpoint: StoreCheckpoint | None = None
-        self._source: _CommitLogSource | None = None
+        self._source: CommitLogSource | None = None
         self._queues = ConsumeQueueTable(
             self._paths.consume_queue_root, config.mapped_file_size_consume_queue
         )
@@ -186,7 +156,7 @@ class MessageStore:
         self.recovery_seconds = time.monotonic() - started
         self._commit_log = state.commit_log
         self._checkpoint = state.checkpoint
-        self._source = _CommitLogSource(state.commit_log, self._sync_flush)
+        self._source = CommitLogSource(state.commit_log, self._sync_flush)
         self._queues = state.queues
         self._index = state.index
         self._offset_table = {
@@ -252,9 +222,11 @@ class MessageStore:
             raise InvalidMessageError("a batch needs at least one message")
         if not isinstance(queue_id, int) or not 0 <= queue_id <= _MAX_QUEUE_ID:
             raise InvalidMessageError(f"queue id {queue_id!r} must be an int in [0, 2^31-1]")
-        level = self._delay_level(messages)
+        level = delay_level_of(messages)
         if level > 0:
-            topic, queue_id, messages = self._to_schedule_topic(topic, queue_id, level, messages)
+            topic, queue_id, messages = to_schedule_topic(
+                topic, queue_id, min(level, len(self.delay_levels_ms)), messages
+            )
         key = (topic, queue_id)
         first_queue_offset = self._offset_table.get(key, 0)
         commit_log = self._commit_log
@@ -289,50 +261,6 @@ class MessageStore:
         if self._disk_full_reason:
             raise DiskFullError(self._disk_full_reason)
         # A sticky flush failure is raised by CommitLog.append itself (FlushFailedError).
-
-    def _delay_level(self, messages: Sequence[MessageInput]) -> int:
-        levels = {m.properties.get(PROPERTY_DELAY_TIME_LEVEL, "") for m in messages}
-        if levels == {""}:
-            return 0
-        if len(levels) > 1:
-            raise InvalidMessageError(
-                "all messages of a batch must carry the same DELAY level (a batch goes to "
-                "one queue); send delayed messages in their own batch"
-            )
-        text = levels.pop()
-        try:
-            level = int(text)
-        except ValueError:
-            raise InvalidMessageError(f"DELAY level {text!r} is not an integer") from None
-        if level < 0:
-            raise InvalidMessageError(f"DELAY level {level} must be >= 0")
-        return level
-
-    def _to_schedule_topic(
-        self, topic: str, queue_id: int, level: int, messages: Sequence[MessageInput]
-    ) -> tuple[str, int, list[MessageInput]]:
-        """RocketMQ's CommitLog.asyncPutMessage delay rewrite; levels above the configured
-        count are clamped to the last one."""
-        level = min(level, len(self.delay_levels_ms))
-        rewritten = []
-        for m in messages:
-            properties = dict(m.properties)
-            properties[PROPERTY_DELAY_TIME_LEVEL] = str(level)
-            properties[PROPERTY_REAL_TOPIC] = topic
-            properties[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-            rewritten.append(
-                MessageInput(
-                    m.body,
-                    properties,
-                    m.flag,
-                    m.sys_flag,
-                    m.born_timestamp,
-                    m.born_host,
-                    m.reconsume_times,
-                    m.prepared_transaction_offset,
-                )
-            )
-        return SCHEDULE_TOPIC, level - 1, rewritten
 
     # --- reads -------------------------------------------------------------------------------
     def get_messages(

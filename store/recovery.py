@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from store.checkpoint import StoreCheckpoint
 from store.commit_log import CommitLog
 from store.config import StoreConfig
-from store.consume_queue import ConsumeQueueTable
+from store.consume_queue_table import ConsumeQueueTable
 from store.index_service import IndexService
 from store.reput import Dispatcher
 from store.store_paths import StorePaths

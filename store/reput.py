@@ -16,7 +16,9 @@ import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-from store.consume_queue import ConsumeQueueTable, Unit
+from store.commit_log import CommitLog
+from store.consume_queue import Unit
+from store.consume_queue_table import ConsumeQueueTable
 from store.format import (
     PROPERTY_DELAY_TIME_LEVEL,
     SCHEDULE_TOPIC,
@@ -174,3 +176,34 @@ class ReputService(Service):
             if self.reput_from_offset == before:
                 await asyncio.sleep(PENDING_POLL_S)  # waiting for a commit/sync, not for us
         return True
+
+
+class CommitLogSource:
+    """Adapts the CommitLog to the reput's DispatchSource. In SYNC_FLUSH mode dispatch stops
+    at the flushed offset (RocketMQ #8239)."""
+
+    def __init__(self, commit_log: CommitLog, sync_flush: bool) -> None:
+        self.commit_log = commit_log
+        self.sync_flush = sync_flush
+
+    def dispatch_limit(self) -> int:
+        log = self.commit_log
+        return min(log.flushed_offset, log.max_offset) if self.sync_flush else log.max_offset
+
+    def has_pending(self) -> bool:
+        return self.commit_log.wrote_offset > self.dispatch_limit()
+
+    def read_dispatch_chunk(
+        self, from_offset: int, limit: int, max_bytes: int
+    ) -> tuple[list[DispatchRequest], int]:
+        batch = self.commit_log.iter_dispatch(from_offset, min(max_bytes, limit - from_offset))
+        requests = batch.requests
+        keep = len(requests)
+        while keep and requests[keep - 1].commit_log_offset + requests[keep - 1].size > limit:
+            keep -= 1
+        if keep == len(requests) and batch.next_offset <= limit:
+            return requests, batch.next_offset
+        if keep == 0:
+            return [], from_offset
+        last = requests[keep - 1]
+        return requests[:keep], last.commit_log_offset + last.size

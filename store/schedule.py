@@ -17,11 +17,11 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from store.errors import StoreError, StoreNotWritableError
+from store.errors import InvalidMessageError, StoreError, StoreNotWritableError
 from store.format import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
@@ -58,6 +58,52 @@ def parse_delay_levels(text: str) -> list[int]:
     if not levels:
         raise ValueError("message_delay_level must name at least one level")
     return levels
+
+
+def delay_level_of(messages: Sequence[MessageInput]) -> int:
+    """The batch's DELAY level (0 = none). InvalidMessageError for mixed or bad levels."""
+    levels = {m.properties.get(PROPERTY_DELAY_TIME_LEVEL) or "0" for m in messages}
+    if levels == {"0"}:
+        return 0
+    if len(levels) > 1:
+        raise InvalidMessageError(
+            "all messages of a batch must carry the same DELAY level (a batch goes to "
+            "one queue); send delayed messages in their own batch"
+        )
+    text = levels.pop()
+    try:
+        level = int(text)
+    except ValueError:
+        raise InvalidMessageError(f"DELAY level {text!r} is not an integer") from None
+    if level < 0:
+        raise InvalidMessageError(f"DELAY level {level} must be >= 0")
+    return level
+
+
+def to_schedule_topic(
+    topic: str, queue_id: int, level: int, messages: Sequence[MessageInput]
+) -> tuple[str, int, list[MessageInput]]:
+    """RocketMQ's CommitLog.asyncPutMessage delay rewrite (``level`` already clamped to the
+    configured count): SCHEDULE_TOPIC_XXXX queue level-1, real destination in properties."""
+    rewritten = []
+    for m in messages:
+        properties = dict(m.properties)
+        properties[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+        properties[PROPERTY_REAL_TOPIC] = topic
+        properties[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+        rewritten.append(
+            MessageInput(
+                m.body,
+                properties,
+                m.flag,
+                m.sys_flag,
+                m.born_timestamp,
+                m.born_host,
+                m.reconsume_times,
+                m.prepared_transaction_offset,
+            )
+        )
+    return SCHEDULE_TOPIC, level - 1, rewritten
 
 
 def restore_real_message(msg: StoredMessage) -> tuple[str, int, MessageInput]:
