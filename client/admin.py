@@ -49,7 +49,7 @@ class Admin:
 
     async def close(self) -> None:
         if self._channel is not None:
-            await self._channel.close()
+            await self._channel.close(None)
             self._channel = None
 
     async def _call(self, method: Callable[..., Awaitable[T]], request: Any) -> T:

@@ -134,7 +134,7 @@ class Producer:
             if stream is not None:
                 await stream.close()
         for channel in self._channels:
-            await channel.close()
+            await channel.close(None)
 
     # ------------------------------------------------------------------ public API
     async def send(

@@ -73,7 +73,7 @@ class PullConsumer:
 
     async def close(self) -> None:
         if self._channel is not None:
-            await self._channel.close()
+            await self._channel.close(None)
             self._channel = None
             self._stub = None
 

@@ -216,7 +216,7 @@ class PushConsumer:
             except grpc.RpcError as exc:
                 log.warning("unregister failed: %s", from_rpc_error(exc))
         self._workers.clear()
-        await self._channel.close()
+        await self._channel.close(None)
 
     async def commit(self) -> None:
         """Commit the progress of every assigned queue now."""

@@ -6,12 +6,13 @@ import asyncio
 import collections
 import time
 from collections.abc import Callable
+from typing import Any
 
 from client import Admin, ConsumeResult, Producer, PullConsumer, PushConsumer, ReceivedMessage
 from client.message import MessageQueue, dlq_topic
 from tests.harness import BrokerProcess
 
-FAST = dict(
+FAST: dict[str, Any] = dict(
     rebalance_interval_s=0.5,
     heartbeat_interval_s=0.2,
     commit_interval_s=0.2,

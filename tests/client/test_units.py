@@ -147,7 +147,7 @@ async def test_batcher_groups_concurrent_sends_per_key_and_keeps_order() -> None
     futures = [batcher.submit("a" if i % 2 else "b", i, 1) for i in range(50)]
     results = await asyncio.gather(*futures)
     assert results == [i * 10 for i in range(50)]
-    assert sorted(k for k, _ in calls) == ["a", "b"]  # one request per key
+    assert sorted(str(k) for k, _ in calls) == ["a", "b"]  # one request per key
     assert all(items == sorted(items) for _, items in calls)
 
 
