@@ -14,8 +14,8 @@ Failure policy (``corruptRecords``):
 - When the damaged record's frame is intact (only its CRC or PHYSICALOFFSET is wrong) the
   scan continues at the next record; otherwise the record boundaries are lost and the rest of
   that segment is reported as one unreadable range.
-- Zeros (TOTALSIZE 0) end the data of the last segment (preallocated tail: not corruption);
-  in an earlier segment they mean lost data and are reported.
+- Zeros (TOTALSIZE 0) end the data (preallocated tail or preallocated next segments: not
+  corruption) -- unless a later segment holds records: then they are lost data, reported.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class ScanOptions:
 class SegmentPartition(InputPartition):
     path: str
     start_offset: int  # commit log offset of the file's first byte
-    is_last: bool
+    data_follows: bool  # a later segment holds records (zeros here are then lost data)
 
 
 def parse_scan_options(options: Mapping[str, str]) -> ScanOptions:
@@ -80,17 +80,26 @@ def parse_scan_options(options: Mapping[str, str]) -> ScanOptions:
     return ScanOptions(commit_log_dir, mode, check_crc, topics)
 
 
+def _starts_with_data(path: str) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(4)
+    return len(head) == 4 and head != b"\0\0\0\0"
+
+
 def list_segments(commit_log_dir: str) -> list[SegmentPartition]:
+    """Segments in offset order. The broker preallocates the next segment(s), so trailing
+    all-zero files are normal; reading 4 bytes of each tells where the data really ends."""
     starts = []
     for name in os.listdir(commit_log_dir):
         try:
-            starts.append((fmt.parse_segment_file_name(name), name))
+            starts.append((fmt.parse_segment_file_name(name), os.path.join(commit_log_dir, name)))
         except ValueError:
             continue  # not a segment (e.g. a temporary file)
     starts.sort()
+    has_data = [_starts_with_data(path) for _, path in starts]
     return [
-        SegmentPartition(os.path.join(commit_log_dir, name), start, i == len(starts) - 1)
-        for i, (start, name) in enumerate(starts)
+        SegmentPartition(path, start, any(has_data[i + 1 :]))
+        for i, (start, path) in enumerate(starts)
     ]
 
 
@@ -190,11 +199,11 @@ def scan_segment(opts: ScanOptions, schema: StructType, seg: SegmentPartition) -
                 elif result == fmt.RECORD_BLANK:
                     break
                 elif result == fmt.RECORD_END:
-                    if not seg.is_last and pos < size:
+                    if seg.data_follows:
                         corrupt(
                             base + pos,
-                            f"zeros from here to the end of a non-last segment "
-                            f"({size - pos} bytes): data lost",
+                            f"zeros up to the end of the segment ({size - pos} bytes) while "
+                            "later segments hold records: data lost",
                         )
                     break
                 else:

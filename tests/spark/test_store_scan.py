@@ -103,3 +103,31 @@ def test_the_topic_option_filters_records(spark, tmp_path: Path) -> None:
 def test_a_directory_without_commitlog_is_refused(spark, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="not a Wharf store directory"):
         spark.read.format("wharf-store").load(str(tmp_path)).collect()
+
+
+def test_preallocated_empty_segments_are_not_corruption_but_a_zeroed_middle_is(
+    tmp_path: Path,
+) -> None:
+    from client.spark.store_scan import list_segments
+
+    write_commit_log(tmp_path, sample_messages(60))
+    commit_log = tmp_path / "commitlog"
+    names = sorted(p.name for p in commit_log.iterdir())
+    next_start = int(names[-1]) + 4096
+    (commit_log / f"{next_start:020d}").write_bytes(bytes(4096))  # preallocated, like the broker
+    segments = list_segments(str(commit_log))
+    assert [s.data_follows for s in segments] == [True] * (len(names) - 1) + [False, False]
+
+    from pyspark.sql.types import StructType
+
+    from client.spark.columns import store_schema
+    from client.spark.store_scan import parse_scan_options, scan_segment
+
+    (commit_log / names[1]).write_bytes(bytes(4096))  # a middle segment lost its data
+    opts = parse_scan_options({"path": str(tmp_path), "corruptRecords": "report"})
+    schema = StructType.fromDDL(store_schema())
+    zeroed, preallocated = list_segments(str(commit_log))[1], list_segments(str(commit_log))[-1]
+    rows = [r for b in scan_segment(opts, schema, zeroed) for r in b.to_pylist()]
+    assert [(r["commitLogOffset"], r["topic"]) for r in rows] == [(int(names[1]), None)]
+    assert "data lost" in rows[0]["corruptReason"]
+    assert list(scan_segment(opts, schema, preallocated)) == []
