@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 
@@ -46,8 +47,14 @@ class GroupCommitService(Service):
         self._on_flushed = on_flushed
         self._on_failed = on_failed
         self._requests: list[tuple[int, asyncio.Future[bool]]] = []
+        # Timeouts without a timer per waiter (asyncio.wait_for costs ~3.5 us each): every
+        # waiter has the same timeout, so deadlines are in FIFO order; one timer at a time
+        # fires at the oldest pending deadline.
+        self._deadlines: deque[tuple[float, asyncio.Future[bool]]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
         self._error: FlushFailedError | None = None
         self.syncs = 0
+        self.timeouts = 0
 
     async def wait_flushed(self, end_offset: int) -> bool:
         """True once everything below ``end_offset`` is durable; False after the timeout.
@@ -56,13 +63,33 @@ class GroupCommitService(Service):
             raise self._error
         if self._flushed_offset() >= end_offset:
             return True
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
         self._requests.append((end_offset, future))
+        deadline = loop.time() + self._timeout_s
+        self._deadlines.append((deadline, future))
+        if self._timer is None:
+            self._timer = loop.call_at(deadline, self._expire)
         self.wakeup()
-        try:
-            return await asyncio.wait_for(future, self._timeout_s)
-        except TimeoutError:
-            return False
+        return await future
+
+    def _expire(self) -> None:
+        """Answer False (FLUSH_DISK_TIMEOUT) to every waiter past its deadline."""
+        self._timer = None
+        deadlines = self._deadlines
+        now = asyncio.get_running_loop().time()
+        while deadlines and (deadlines[0][1].done() or deadlines[0][0] <= now):
+            _, future = deadlines.popleft()
+            if not future.done():
+                self.timeouts += 1
+                future.set_result(False)
+        if deadlines:
+            self._timer = asyncio.get_running_loop().call_at(deadlines[0][0], self._expire)
+
+    def _forget_served(self) -> None:
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][1].done():
+            deadlines.popleft()
 
     async def run_once(self) -> None:
         while self._requests:
@@ -79,8 +106,9 @@ class GroupCommitService(Service):
                 raise
             self.syncs += 1
             for end, future in requests:
-                if not future.done():  # a timed-out waiter's future is cancelled
+                if not future.done():  # timed out (answered False) or cancelled
                     future.set_result(flushed >= end)
+            self._forget_served()
             self._on_flushed(
                 flushed, time.perf_counter() - started, flushed - before, len(requests)
             )
@@ -91,8 +119,12 @@ class GroupCommitService(Service):
         for _, future in requests + parked:
             if not future.done():
                 future.set_exception(self._error)
+        self._forget_served()
 
     async def on_stop(self) -> None:
         """Serve whoever is still waiting with a last sync (shutdown is not a timeout)."""
         if self._requests and self._error is None:
             await self.run_once()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
