@@ -18,6 +18,7 @@ Reads copy bytes out of the map, so closing a file never trips over a live memor
 from __future__ import annotations
 
 import contextlib
+import logging
 import mmap
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +26,8 @@ from itertools import starmap
 from pathlib import Path
 
 from store.format import CQ_STORE_UNIT_SIZE, CQ_UNIT, segment_file_name
+
+log = logging.getLogger(__name__)
 
 UNIT = CQ_UNIT
 
@@ -95,6 +98,11 @@ class ConsumeQueue:
         names = (
             sorted(p for p in directory.iterdir() if p.name.isdigit()) if directory.is_dir() else []
         )
+        if names and names[-1].stat().st_size < file_size and _all_zero_blocking(names[-1]):
+            # A crash between creating the newest file and sizing it: it holds nothing.
+            log.warning("removing unfinished consume queue file %s", names[-1])
+            names[-1].unlink()
+            names.pop()
         for path in names:
             if path.stat().st_size != file_size:
                 raise ValueError(
@@ -341,6 +349,11 @@ class ConsumeQueue:
         for directory in (self.directory, self.directory.parent):
             with contextlib.suppress(OSError):
                 directory.rmdir()
+
+
+def _all_zero_blocking(path: Path) -> bool:
+    data = path.read_bytes()
+    return data.count(0) == len(data)
 
 
 def _used_bytes(mm: mmap.mmap) -> int:

@@ -9,6 +9,7 @@ the newest file's endPhyOffset) are skipped, which makes a re-dispatch after rec
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterable
 from datetime import datetime
@@ -17,6 +18,8 @@ from pathlib import Path
 
 from store.format import SYSFLAG_TRANSACTION_ROLLBACK, DispatchRequest, index_key_hash
 from store.index_file import IndexEntry, IndexFile
+
+log = logging.getLogger(__name__)
 
 _NAME_FORMAT = "%Y%m%d%H%M%S"
 
@@ -92,9 +95,13 @@ class IndexService:
     def load_blocking(cls, directory: Path, slot_num: int, index_num: int) -> IndexService:
         service = cls(directory, slot_num, index_num)
         directory.mkdir(parents=True, exist_ok=True)
-        for path in sorted(
-            p for p in directory.iterdir() if len(p.name) == 17 and p.name.isdigit()
-        ):
+        paths = sorted(p for p in directory.iterdir() if len(p.name) == 17 and p.name.isdigit())
+        expected = IndexFile.file_size(slot_num, index_num)
+        if paths and paths[-1].stat().st_size < expected:
+            # A crash while the newest file was being created: it cannot hold entries yet.
+            log.warning("removing unfinished index file %s", paths[-1])
+            paths.pop().unlink()
+        for path in paths:
             service.files.append(IndexFile.load_blocking(path, slot_num, index_num))
         return service
 

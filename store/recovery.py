@@ -83,6 +83,8 @@ def recover_blocking(
     lap("load")
 
     end = commit_log.recover_blocking(abnormal, checkpoint)
+    if checkpoint.logics_offset > end:
+        checkpoint.logics_offset = end  # it vouched for data the log no longer has
     lap("commit_log")
 
     dropped_units = sum(queue.truncate_from_physical(end) for queue in queues)

@@ -77,7 +77,12 @@ async def test_above_75_percent_expired_segments_go_and_queues_follow(
     # Unexpired files stay even though the disk is over 75 %.
     assert await store.cleanup_service.clean_commit_log() == 0
     _age_segments(store, 73)
-    await store.cleanup_service.run_once()
+    assert await store.cleanup_service.clean_commit_log() > 0
+    # Between the log's and the queues' cleanup, units point at deleted data.
+    removing = store.get_messages("T", 0, 0, 4)
+    assert removing.status is GetStatus.MESSAGE_WAS_REMOVING
+    assert (removing.next_begin_offset, removing.messages) == (4, [])
+    await store.cleanup_service.clean_queues_and_index()
     stats = store.stats()
     assert 1 <= stats.commit_log_segments < segments
     log_min = stats.commit_log_min_offset

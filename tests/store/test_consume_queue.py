@@ -178,6 +178,18 @@ def test_file_size_must_be_a_multiple_of_the_unit(tmp_path: Path) -> None:
 
 
 def test_file_of_another_size_is_refused_on_load(tmp_path: Path) -> None:
-    (tmp_path / f"{0:020d}").write_bytes(b"\0" * 40)
+    (tmp_path / f"{0:020d}").write_bytes(b"\1" * 40)
     with pytest.raises(ValueError, match="expected 140"):
         _open(tmp_path)
+
+
+def test_empty_newest_file_left_by_a_crash_is_removed(tmp_path: Path) -> None:
+    queue = _open(tmp_path)
+    queue.append_units(0, _units(0, [10] * 7, [0] * 7))  # exactly one full file
+    queue.close()
+    (tmp_path / f"{140:020d}").write_bytes(b"")
+    reopened = _open(tmp_path)
+    assert reopened.max_offset == 7 and len(reopened.files) == 1
+    reopened.append_units(7, [(70, 10, 0)])
+    assert reopened.get_unit(7) == (70, 10, 0)
+    reopened.close()

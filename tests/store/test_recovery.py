@@ -262,3 +262,21 @@ async def test_kill_9_keeps_every_dispatched_message_and_rebuilds_nothing_twice(
         assert (await store.put("T", 1, [msg("x")])).append.first_queue_offset == 100
     finally:
         await store.shutdown()
+
+
+async def test_files_cut_short_by_a_crash_during_creation_are_removed(tmp_path: Path) -> None:
+    await _fill(tmp_path)
+    queue_dir = tmp_path / "consumequeue" / "T" / "0"
+    newest = sorted(queue_dir.iterdir())[-1]
+    unfinished_queue = queue_dir / f"{int(newest.name) + 320:020d}"
+    unfinished_queue.write_bytes(b"")
+    unfinished_index = tmp_path / "index" / "99991231235959999"
+    unfinished_index.write_bytes(b"\0" * 40)
+    _crash_marker(tmp_path)
+    store = await _reopen(tmp_path)
+    try:
+        assert not unfinished_queue.exists() and not unfinished_index.exists()
+        assert store.get_max_offset("T", 0) == TOTAL
+        assert (await store.put("T", 0, [msg("more")])).append.first_queue_offset == TOTAL
+    finally:
+        await store.shutdown()
