@@ -2,11 +2,12 @@
 concurrent streams, print msg/s for ASYNC_FLUSH and SYNC_FLUSH.
 
     .venv/bin/python -m broker.bench_send [--seconds 5] [--streams 4] [--batch 64]
-        [--window 8] [--size 1024] [--modes ASYNC_FLUSH,SYNC_FLUSH]
+        [--window 8] [--size 1024] [--modes ASYNC_FLUSH,SYNC_FLUSH] [--no-pull]
 
 Each stream keeps ``window`` requests in flight (pipelined); one reply per batch. The client
 runs in this process on uvloop, so on a 2-core box client and broker compete for CPU: the
-figures are for the whole loop (what an SDK on the same host would see).
+figures are for the whole loop (what an SDK on the same host would see). After each send
+phase everything is pulled back (8 queues in parallel, 1024 per pull) and timed.
 """
 
 from __future__ import annotations
@@ -89,6 +90,34 @@ async def drive(endpoint: str, args: argparse.Namespace) -> tuple[int, float, in
     return sent, elapsed, errors
 
 
+async def drain(endpoint: str, queues: int = 8, batch: int = 1024) -> tuple[int, float]:
+    """Pull everything in topic 'bench' back, one task per queue, max_messages=batch."""
+    received = 0
+    async with grpc.aio.insecure_channel(
+        endpoint, options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+    ) as channel:
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+
+        async def one_queue(queue_id: int) -> None:
+            nonlocal received
+            offset = 0
+            while True:
+                reply = await stub.PullMessage(
+                    messaging_pb2.PullMessageRequest(
+                        consumer_group="bench", topic="bench", queue_id=queue_id,
+                        queue_offset=offset, max_messages=batch,
+                    )
+                )  # fmt: skip
+                if not reply.messages:
+                    return
+                received += len(reply.messages)
+                offset = reply.next_begin_offset
+
+        started = time.monotonic()
+        await asyncio.gather(*(one_queue(q) for q in range(queues)))
+        return received, time.monotonic() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -97,6 +126,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=8)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--modes", default="ASYNC_FLUSH,SYNC_FLUSH")
+    parser.add_argument(
+        "--no-pull", dest="pull", action="store_false", help="skip pulling everything back"
+    )
     args = parser.parse_args()
     print(
         f"SendMessageStream: {args.streams} streams x {args.window} in flight, batches of "
@@ -107,6 +139,7 @@ def main() -> None:
             proc, endpoint = start_daemon(Path(tmp), flush)
             try:
                 sent, elapsed, errors = uvloop.run(drive(endpoint, args))
+                pulled, pull_elapsed = uvloop.run(drain(endpoint)) if args.pull else (0, 0.0)
             finally:
                 proc.terminate()
                 proc.wait(30)
@@ -115,6 +148,11 @@ def main() -> None:
             f"{flush:12s} {rate:>10,.0f} msg/s  {rate * args.size / 1e6:7.1f} MB/s  "
             f"({sent:,} msgs in {elapsed:.1f} s, {errors} error replies)"
         )
+        if args.pull:
+            print(
+                f"{'  then pull':12s} {pulled / pull_elapsed:>10,.0f} msg/s  "
+                f"({pulled:,} msgs back in {pull_elapsed:.1f} s, 8 queues x 1024 per pull)"
+            )
 
 
 if __name__ == "__main__":

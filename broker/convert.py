@@ -8,8 +8,9 @@ offset message id prefix is precomputed).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from wharf.v1 import common_pb2
+from wharf.v1 import common_pb2, messaging_pb2
 
 from broker.errors import InvalidArgumentError
 from broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
@@ -25,7 +26,6 @@ from store.model import MessageInput, StoredMessage
 # Properties the view carries in dedicated fields instead of the properties map.
 _VIEW_HIDDEN = frozenset((PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY))
 _RESERVED_CHARS = ("\x01", "\x02")
-MessageView = common_pb2.MessageView
 
 
 def _check_properties(properties: dict[str, str], index: int) -> None:
@@ -110,27 +110,47 @@ def _bad_body(index: int, size: int, max_message_size: int) -> InvalidArgumentEr
     )
 
 
+def add_views(views: Any, messages: Sequence[StoredMessage], ids: OffsetMsgIdFormatter) -> None:
+    """Append store records to a repeated MessageView field (``response.messages``).
+
+    Built in place with ``add()``: about a third cheaper than making MessageView objects and
+    copying them in. Keys/tags/unique id are lifted out of the properties map, and the map is
+    only filled when there is something left in it (usually there is not)."""
+    add = views.add
+    fmt = ids.format
+    hidden = _VIEW_HIDDEN
+    for m in messages:
+        props = m.properties
+        keys = props.get(PROPERTY_KEYS)
+        view = add(
+            topic=m.topic,
+            queue_id=m.queue_id,
+            queue_offset=m.queue_offset,
+            commit_log_offset=m.commit_log_offset,
+            msg_id=props.get(PROPERTY_UNIQ_KEY, ""),
+            offset_msg_id=fmt(m.commit_log_offset),
+            body=m.body,
+            tags=props.get(PROPERTY_TAGS, ""),
+            born_timestamp=m.born_timestamp,
+            store_timestamp=m.store_timestamp,
+            reconsume_times=m.reconsume_times,
+            born_host=m.born_host,
+            store_host=m.store_host,
+            store_size=m.store_size,
+        )
+        # Rarely set fields go through attribute writes: every kwarg costs even when zero.
+        if m.sys_flag & SYSFLAG_COMPRESSED:
+            view.compressed = True
+        if m.flag:
+            view.flag = m.flag
+        if keys:
+            view.keys.extend(keys.split(" "))
+        if not hidden.issuperset(props):
+            view.properties.update({k: v for k, v in props.items() if k not in hidden})
+
+
 def to_view(m: StoredMessage, ids: OffsetMsgIdFormatter) -> common_pb2.MessageView:
-    """Store record -> MessageView (keys/tags/unique id lifted out of the properties map)."""
-    props = m.properties
-    keys = props.get(PROPERTY_KEYS)
-    return MessageView(
-        topic=m.topic,
-        queue_id=m.queue_id,
-        queue_offset=m.queue_offset,
-        commit_log_offset=m.commit_log_offset,
-        msg_id=props.get(PROPERTY_UNIQ_KEY, ""),
-        offset_msg_id=ids.format(m.commit_log_offset),
-        body=m.body,
-        tags=props.get(PROPERTY_TAGS, ""),
-        keys=keys.split(" ") if keys else None,
-        properties={k: v for k, v in props.items() if k not in _VIEW_HIDDEN},
-        born_timestamp=m.born_timestamp,
-        store_timestamp=m.store_timestamp,
-        reconsume_times=m.reconsume_times,
-        compressed=bool(m.sys_flag & SYSFLAG_COMPRESSED),
-        flag=m.flag,
-        born_host=m.born_host,
-        store_host=m.store_host,
-        store_size=m.store_size,
-    )
+    """One store record -> MessageView (QueryMessage / ViewMessage)."""
+    scratch = messaging_pb2.QueryMessageResponse()
+    add_views(scratch.messages, [m], ids)
+    return scratch.messages[0]

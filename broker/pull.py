@@ -8,7 +8,7 @@ import time
 from wharf.v1 import messaging_pb2
 
 from broker.context import BrokerContext
-from broker.convert import to_view
+from broker.convert import add_views
 from broker.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
 from broker.groups import validate_group_name
 from broker.tags import parse_tag_expression
@@ -124,8 +124,7 @@ class PullProcessor:
             max_offset=result.max_offset,
         )
         if result.messages:
-            fmt = ctx.offset_ids
-            response.messages.extend([to_view(m, fmt) for m in result.messages])
+            add_views(response.messages, result.messages, ctx.offset_ids)
             count = len(result.messages)
             ctx.messages_out += count
             ctx.metrics.on_messages_out(

@@ -8,7 +8,7 @@ import time
 from wharf.v1 import messaging_pb2
 
 from broker.context import BrokerContext
-from broker.convert import to_view
+from broker.convert import add_views, to_view
 from broker.errors import InvalidArgumentError, NotFoundError
 from broker.topics import PERM_READ_WRITE, validate_topic_name
 from store.errors import InvalidMessageError, StoreError
@@ -41,8 +41,9 @@ class QueryProcessor:
         found = self.ctx.store.query_messages(
             request.topic, request.key, max_num, request.begin_timestamp, end
         )
-        fmt = self.ctx.offset_ids
-        return messaging_pb2.QueryMessageResponse(messages=[to_view(m, fmt) for m in found])
+        response = messaging_pb2.QueryMessageResponse()
+        add_views(response.messages, found, self.ctx.offset_ids)
+        return response
 
     def _by_offset(self, msg_id: str, topic: str) -> StoredMessage | None:
         try:
