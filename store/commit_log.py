@@ -157,6 +157,7 @@ class CommitLog:
         self._error: StoreNotWritableError | None = None
         self._started = False
         self._closed = False
+        self._io_closed = False
         self.last_store_timestamp = 0  # of the last appended record
         self._durable_timestamp = 0  # of a record known flushed (checkpoint physic timestamp)
         self.messages_put_total = 0
@@ -199,6 +200,7 @@ class CommitLog:
             self._advance_checkpoint(self.queue.flushed_where)
             if self.checkpoint is not None:
                 await loop.run_in_executor(self._io, self.checkpoint.flush_blocking)
+        self._io_closed = True
         self._io.shutdown(wait=True)
         if close_files:
             self.close()
@@ -313,6 +315,8 @@ class CommitLog:
         """Commit and sync everything appended so far, now; returns the flushed offset."""
         if isinstance(self._error, FlushFailedError):
             raise self._error
+        if self._io_closed:
+            raise StoreShutDownError("the commit log was shut down: nothing left to flush")
         started = time.perf_counter()
         before = self.queue.flushed_where
         try:
@@ -369,10 +373,18 @@ class CommitLog:
         if nbytes:
             self.flush_count += 1
             self.last_flush_seconds = seconds
-        if self.checkpoint is not None and nbytes:
-            self._io.submit(self.checkpoint.flush_blocking)
+        if self.checkpoint is not None and nbytes and not self._io_closed:
+            self._io.submit(self._persist_checkpoint_blocking)
         if self.observer is not None and nbytes:
             self.observer.on_flush("async", seconds, nbytes)
+
+    def _persist_checkpoint_blocking(self) -> None:
+        assert self.checkpoint is not None
+        try:
+            self.checkpoint.flush_blocking()
+        except OSError as exc:
+            # Not sticky: the data is durable; only a later recovery starts earlier.
+            log.error("writing the checkpoint %s failed: %r", self.checkpoint.path, exc)
 
     def _after_commit(self) -> None:
         """Return buffers of fully committed segments to the pool; let the flush follow."""

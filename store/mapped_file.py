@@ -210,14 +210,22 @@ class MappedFile:
 
     # --- reads (copy out) ---------------------------------------------------------------------
     def read(self, pos: int, size: int) -> bytes | None:
-        """Copy ``size`` bytes at file position ``pos``; None unless all are readable."""
+        """Copy ``size`` bytes at file position ``pos``; None unless all are readable (or the
+        segment was deleted meanwhile)."""
         if pos < 0 or size < 0 or pos + size > self.read_position:
             return None
-        return self._mm[pos : pos + size]
+        try:
+            return self._mm[pos : pos + size]
+        except ValueError:  # closed by retention between the lookup and the read
+            return None
 
     def read_unchecked(self, pos: int, size: int) -> bytes:
-        """Copy bytes regardless of positions (recovery reads beyond the believed end)."""
-        return self._mm[pos : pos + size]
+        """Copy bytes regardless of positions (recovery, scans bounded by the caller); b"" if
+        the segment was deleted meanwhile."""
+        try:
+            return self._mm[pos : pos + size]
+        except ValueError:
+            return b""
 
     @property
     def raw(self) -> mmap.mmap:

@@ -1,9 +1,10 @@
 """The ordered segments of one log (RocketMQ's MappedFileQueue).
 
 Segments are contiguous and equally sized, so finding the segment of an offset is arithmetic.
-The list is copy-on-write (every change assigns a new list): flush threads iterate a snapshot
-while the event loop rolls or deletes. Only files wholly below the flushed offset are ever
-deleted, so a flush thread never touches a file being closed.
+The list is copy-on-write (every change assigns a new list, under ``_files_lock`` so a roll on
+the loop and a deletion in a thread cannot lose each other's update): flush threads iterate a
+snapshot. Only files wholly below the flushed offset are deleted, so a flush thread never
+touches a file being closed; a read racing a deletion gets None (the message was removed).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class MappedFileQueue:
         self.on_roll: Callable[[int], None] | None = None  # called with the new segment's offset
         self.sync_creations = 0  # rolls that had to create a segment on the event loop
         self._flush_lock = threading.Lock()
+        self._files_lock = threading.Lock()  # held only to swap the list, never across I/O
         self._commit_lock = threading.Lock()
 
     # --- loading ------------------------------------------------------------------------------
@@ -103,7 +105,8 @@ class MappedFileQueue:
         if mapped is None:
             self.sync_creations += 1
             mapped = create_segment_blocking(self.store_path, start, self.file_size, self.warm)
-        self.files = [*self.files, mapped]
+        with self._files_lock:
+            self.files = [*self.files, mapped]
         if self.on_roll is not None:
             self.on_roll(start)
         return mapped
@@ -168,6 +171,7 @@ class MappedFileQueue:
         """Make ``offset`` the end of the log: positions set there, the rest of its segment
         zeroed, every later segment deleted."""
         keep: list[MappedFile] = []
+        doomed: list[MappedFile] = []
         for mapped in self.files:
             if mapped.file_from_offset + self.file_size <= offset:
                 keep.append(mapped)
@@ -177,9 +181,12 @@ class MappedFileQueue:
                 mapped.set_positions(local)
                 keep.append(mapped)
             else:
-                log.warning("deleting segment %s beyond the log end %d", mapped.path, offset)
-                mapped.destroy_blocking()
-        self.files = keep
+                doomed.append(mapped)
+        with self._files_lock:
+            self.files = keep
+        for mapped in doomed:
+            log.warning("deleting segment %s beyond the log end %d", mapped.path, offset)
+            mapped.destroy_blocking()
         self.flushed_where = min(self.flushed_where, offset)
         self.committed_where = min(self.committed_where, offset)
 
@@ -208,7 +215,9 @@ class MappedFileQueue:
             doomed.append(mapped)
         if not doomed:
             return 0
-        self.files = files[len(doomed) :]
+        gone = {id(mapped) for mapped in doomed}
+        with self._files_lock:
+            self.files = [mapped for mapped in self.files if id(mapped) not in gone]
         for i, mapped in enumerate(doomed):
             mapped.destroy_blocking()
             if delete_interval_ms > 0 and i + 1 < len(doomed):

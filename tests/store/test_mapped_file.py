@@ -167,3 +167,12 @@ def test_delete_expired_keeps_last_and_unflushed(tmp_path):
     assert queue.delete_expired_blocking(10**9, 0, force=True, max_batch=10, now_ms=now_ms) == 1
     assert [m.file_from_offset for m in queue.files] == [3 * SIZE]  # the last one stays
     queue.close()
+
+
+def test_read_racing_a_deletion_gets_none_not_an_error(tmp_path):
+    mapped = create_segment_blocking(str(tmp_path), 0, SIZE, warm=False)
+    mapped.append(b"soon gone")
+    mapped.destroy_blocking()
+    assert mapped.read(0, 9) is None
+    assert mapped.read_unchecked(0, 9) == b""
+    assert not os.path.exists(mapped.path)
