@@ -8,8 +8,8 @@ Figures are given as wall-clock rates and as CPU-time rates (``time.process_time
 process): the machine is shared, and CPU time is what a figure costs on an idle core.
 
 - read: ``get_messages`` in batches of 32 and 256 over one queue written in producer batches
-  (records adjacent in the log) and over 8 interleaved queues (each pull touches scattered
-  records), fully decoding every message into a StoredMessage.
+  (records adjacent in the log) and over 8 interleaved queues, fully decoding every message
+  into a StoredMessage; best of 3 passes.
 - dispatch: the ReputService's rate from CommitLog records to ConsumeQueue units + index
   entries (UNIQ_KEY and one KEYS entry per message, as the SDK sends them).
 - recovery: a child process appends ``--recovery-mib`` of 1 KiB messages (ASYNC_FLUSH, real
@@ -36,6 +36,7 @@ from store.model import MessageInput
 
 BODY = b"x" * 1024
 BATCH = 64
+REPEATS = 3
 
 
 def _config(root: str, messages: int) -> StoreConfig:
@@ -68,6 +69,19 @@ class Clock:
         return f"{count / wall:>10,.0f} msg/s wall  {count / max(cpu, 1e-9):>10,.0f} msg/s cpu"
 
 
+def _read_all(store: MessageStore, topic: str, queues: int, batch: int) -> int:
+    read = 0
+    for queue_id in range(queues):
+        offset = 0
+        while True:
+            got = store.get_messages(topic, queue_id, offset, batch)
+            if not got.messages:
+                break
+            read += len(got.messages)
+            offset = got.next_begin_offset
+    return read
+
+
 async def bench_read_and_dispatch(messages: int, root: str) -> None:
     store = MessageStore(_config(root, messages))
     await store.start()
@@ -84,18 +98,16 @@ async def bench_read_and_dispatch(messages: int, root: str) -> None:
             assert await store.wait_dispatched(600), "dispatch did not finish"
             print(f"dispatch  {layout}            {clock.rates(total)}")
             for batch in (32, 256):
-                clock = Clock()
-                read = 0
-                for queue_id in range(queues):
-                    offset = 0
-                    while True:
-                        got = store.get_messages(topic, queue_id, offset, batch)
-                        if not got.messages:
-                            break
-                        read += len(got.messages)
-                        offset = got.next_begin_offset
-                assert read == total, (read, total)
-                print(f"read      {layout} batch {batch:>3}  {clock.rates(read)}")
+                best = ""
+                best_cpu = float("inf")
+                for _ in range(REPEATS):  # best of N: the machine is shared
+                    clock = Clock()
+                    read = _read_all(store, topic, queues, batch)
+                    assert read == total, (read, total)
+                    cpu = time.process_time() - clock.cpu
+                    if cpu < best_cpu:
+                        best_cpu, best = cpu, clock.rates(read)
+                print(f"read      {layout} batch {batch:>3}  {best}")
     finally:
         await store.shutdown()
 

@@ -116,17 +116,21 @@ def _read_chosen(
                 else:
                     messages.append(msg)
         else:
-            pos = 0
-            for _, record_size in chosen[i:j]:
-                msg = decode_record(chunk, pos, start)
-                if msg.store_size != record_size:
-                    # The unit disagrees with the log: let the checked path raise.
-                    msg = commit_log.read_message(start + pos, record_size)  # type: ignore[assignment]
-                    if msg is None:
-                        missing += 1
-                        pos += record_size
-                        continue
-                messages.append(msg)
-                pos += record_size
+            run = chosen[i:j]
+            decoded = [decode_record(chunk, phy - start, start) for phy, _ in run]
+            if [m.store_size for m in decoded] == [size for _, size in run]:
+                messages.extend(decoded)
+                i = j
+                continue
+            for msg, (phy, record_size) in zip(decoded, run, strict=True):
+                if msg.store_size == record_size:
+                    messages.append(msg)
+                    continue
+                # The unit disagrees with the log: the checked path raises CorruptRecordError.
+                checked = commit_log.read_message(phy, record_size)
+                if checked is None:
+                    missing += 1
+                else:
+                    messages.append(checked)
         i = j
     return messages, missing

@@ -214,3 +214,28 @@ async def test_failed_sync_is_sticky_and_refuses_writes(
     finally:
         monkeypatch.setattr(mapped_file, "fdatasync", real_fdatasync)
         await s.shutdown()
+
+
+async def test_delete_topics_forgets_queues_and_removes_their_files(tmp_path: Path) -> None:
+    s = MessageStore(small_config(tmp_path))
+    await s.start()
+    try:
+        await s.put("Gone", 0, [msg(str(i)) for i in range(20)])
+        await s.put("Kept", 0, [msg("k")])
+        assert await s.wait_dispatched()
+        assert (tmp_path / "consumequeue" / "Gone" / "0").is_dir()
+        s.delete_topics(["Gone"])
+        assert s.get_max_offset("Gone", 0) == 0
+        assert s.get_queue_stats("Gone") == []
+        assert s.get_messages("Gone", 0, 0, 10).status is GetStatus.NO_MESSAGE_IN_QUEUE
+        # Re-created at once: offsets start again at 0 in a fresh directory.
+        again = await s.put("Gone", 0, [msg("new")])
+        assert again.append.first_queue_offset == 0
+        assert await s.wait_dispatched()
+        assert [m.body for m in s.get_messages("Gone", 0, 0, 10).messages] == [b"new"]
+        assert s.get_max_offset("Kept", 0) == 1
+    finally:
+        await s.shutdown()
+    leftovers = [p.name for p in (tmp_path / "consumequeue").iterdir()]
+    assert sorted(leftovers) == ["Gone", "Kept"]  # the old directory was removed in a thread
+    assert len(list((tmp_path / "consumequeue" / "Gone" / "0").iterdir())) == 1
