@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from wharf.v1 import common_pb2, messaging_pb2
@@ -97,60 +97,117 @@ class MessageQueue:
         return f"{self.topic}#{self.queue_id}"
 
 
-@dataclass(slots=True)
 class ReceivedMessage:
     """A stored message as consumers see it; ``body`` is already decompressed.
 
     For a redelivered message ``topic`` is the ORIGINAL topic (as RocketMQ's client does)
-    and ``queue_topic`` the topic it was pulled from (``%RETRY%<group>``)."""
+    and ``queue_topic`` the topic it was pulled from (``%RETRY%<group>``).
 
-    topic: str
-    queue_id: int
-    queue_offset: int
-    commit_log_offset: int
-    msg_id: str
-    offset_msg_id: str
-    body: bytes
-    tags: str
-    keys: tuple[str, ...]
-    properties: dict[str, str]
-    born_timestamp: int
-    store_timestamp: int
-    reconsume_times: int
-    born_host: str = ""
-    store_host: str = ""
-    store_size: int = 0
-    flag: int = 0
-    queue_topic: str = ""
-    extra: dict[str, object] = field(default_factory=dict)
+    A thin lazy wrapper over the wire ``MessageView``: fields are read (and the body
+    inflated) on first access, because copying 18 fields per message was the consumer's
+    main client-side cost."""
+
+    __slots__ = ("_body", "_properties", "_view")
+
+    def __init__(self, view: common_pb2.MessageView) -> None:
+        self._view = view
+        self._body: bytes | None = None
+        self._properties: dict[str, str] | None = None
 
     @classmethod
     def from_view(cls, view: common_pb2.MessageView) -> ReceivedMessage:
-        props = dict(view.properties)
-        topic = props.get(PROPERTY_RETRY_TOPIC) or view.topic
-        return cls(
-            topic=topic,
-            queue_id=view.queue_id,
-            queue_offset=view.queue_offset,
-            commit_log_offset=view.commit_log_offset,
-            msg_id=view.msg_id,
-            offset_msg_id=view.offset_msg_id,
-            body=decompress(view.body, view.compressed),
-            tags=view.tags,
-            keys=tuple(view.keys),
-            properties=props,
-            born_timestamp=view.born_timestamp,
-            store_timestamp=view.store_timestamp,
-            reconsume_times=view.reconsume_times,
-            born_host=view.born_host,
-            store_host=view.store_host,
-            store_size=view.store_size,
-            flag=view.flag,
-            queue_topic=view.topic,
-        )
+        return cls(view)
+
+    @property
+    def view(self) -> common_pb2.MessageView:
+        """The message exactly as the broker sent it (body possibly compressed)."""
+        return self._view
+
+    @property
+    def body(self) -> bytes:
+        if self._body is None:
+            self._body = decompress(self._view.body, self._view.compressed)
+        return self._body
+
+    @property
+    def properties(self) -> dict[str, str]:
+        if self._properties is None:
+            self._properties = dict(self._view.properties)
+        return self._properties
+
+    @property
+    def topic(self) -> str:
+        retry_of = self._view.properties.get(PROPERTY_RETRY_TOPIC)
+        return retry_of or self._view.topic
+
+    @property
+    def queue_topic(self) -> str:
+        return self._view.topic
+
+    @property
+    def queue_id(self) -> int:
+        return self._view.queue_id
+
+    @property
+    def queue_offset(self) -> int:
+        return self._view.queue_offset
+
+    @property
+    def commit_log_offset(self) -> int:
+        return self._view.commit_log_offset
+
+    @property
+    def msg_id(self) -> str:
+        return self._view.msg_id
+
+    @property
+    def offset_msg_id(self) -> str:
+        return self._view.offset_msg_id
+
+    @property
+    def tags(self) -> str:
+        return self._view.tags
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(self._view.keys)
+
+    @property
+    def born_timestamp(self) -> int:
+        return self._view.born_timestamp
+
+    @property
+    def store_timestamp(self) -> int:
+        return self._view.store_timestamp
+
+    @property
+    def reconsume_times(self) -> int:
+        return self._view.reconsume_times
+
+    @property
+    def born_host(self) -> str:
+        return self._view.born_host
+
+    @property
+    def store_host(self) -> str:
+        return self._view.store_host
+
+    @property
+    def store_size(self) -> int:
+        return self._view.store_size
+
+    @property
+    def flag(self) -> int:
+        return self._view.flag
 
     def text(self, encoding: str = "utf-8") -> str:
         return self.body.decode(encoding, errors="replace")
+
+    def __repr__(self) -> str:
+        return (
+            f"ReceivedMessage(topic={self.topic!r}, queue_id={self.queue_id}, "
+            f"queue_offset={self.queue_offset}, msg_id={self.msg_id!r}, tags={self.tags!r})"
+        )
 
 
 def to_wire(

@@ -144,11 +144,15 @@ async def redispy_e2e(
         interval = 1.0 / rate
         tick = time.perf_counter()
         end = tick + duration_s
-        in_flight: set[asyncio.Future[object]] = set()
+        in_flight: set[asyncio.Task[None]] = set()
+        slots = asyncio.Semaphore(128)  # below the pool's 256 connections
+
+        async def xadd() -> None:
+            async with slots:
+                await producer.xadd(stream, {"t": str(time.time_ns()), "p": padding})
+
         while time.perf_counter() < end:
-            future = asyncio.ensure_future(
-                producer.xadd(stream, {"t": str(time.time_ns()), "p": padding})
-            )
+            future = asyncio.ensure_future(xadd())
             in_flight.add(future)
             future.add_done_callback(in_flight.discard)
             tick += interval
