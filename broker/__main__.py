@@ -60,7 +60,7 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, str]:
     return {name: value for name, value in pairs.items() if value is not None}
 
 
-def write_ready_file(path: Path, info: dict[str, object]) -> None:
+def write_ready_file_blocking(path: Path, info: dict[str, object]) -> None:
     """Atomically (tmp + rename): a reader never sees half a file."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(info))
@@ -89,7 +89,8 @@ async def serve(controller: BrokerController, ready_file: Path | None) -> int:
             broker = controller.config.broker
             host = broker.listen.rpartition(":")[0].strip("[]")
             metrics_host = broker.metrics_listen.rpartition(":")[0].strip("[]")
-            write_ready_file(
+            await asyncio.to_thread(
+                write_ready_file_blocking,
                 ready_file,
                 {
                     "grpc": f"{host}:{controller.grpc_port}",

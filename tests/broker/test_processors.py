@@ -4,6 +4,7 @@ daemon with the real store is tested in test_daemon*.py). Fast: no subprocess, n
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -303,3 +304,22 @@ async def test_disabled_group_cannot_pull(broker: Broker) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await broker.pull("t")
     assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_metadata_is_persisted_periodically_without_a_shutdown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = await start_broker(tmp_path, monkeypatch, flush_consumer_offset_interval="100")
+    try:
+        await b.pull("periodic", commit_offset=3)
+        path = tmp_path / "config" / "consumerOffset.json"
+        for _ in range(100):
+            if path.exists():
+                break
+            await asyncio.sleep(0.02)
+        assert json.loads(path.read_text()) == {"offsetTable": {"periodic@g": {"0": 3}}}
+        groups = json.loads((tmp_path / "config" / "subscriptionGroup.json").read_text())
+        assert groups["subscriptionGroupTable"]["g"]["retryMaxTimes"] == 16  # auto-created
+    finally:
+        await b.channel.close()
+        await b.controller.shutdown()
