@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import time
-
 from wharf.v1 import messaging_pb2_grpc
 
 from broker.consumer import ConsumerProcessor
@@ -28,17 +26,10 @@ class MessagingService(messaging_pb2_grpc.MessagingServiceServicer):
         return await self.sender.send(request, born_host_of(context.peer()))
 
     async def SendMessageStream(self, request_iterator, context):  # type: ignore[no-untyped-def]
-        # Errors are reported per request inside the replies; only a broken stream ends it.
-        started = time.perf_counter()
-        status = "OK"
-        try:
-            async for reply in self.sender.stream(request_iterator, born_host_of(context.peer())):
-                yield reply
-        except BaseException:
-            status = "CANCELLED"
-            raise
-        finally:
-            self.ctx.metrics.observe_rpc("SendMessageStream", status, time.perf_counter() - started)
+        # Errors are reported per request inside the replies (each request is observed as one
+        # RPC for metrics); only a broken stream ends the call.
+        async for reply in self.sender.stream(request_iterator, born_host_of(context.peer())):
+            yield reply
 
     @rpc("PullMessage")
     async def PullMessage(self, request, context):  # type: ignore[no-untyped-def]

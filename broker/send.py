@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from functools import lru_cache
 
@@ -113,11 +114,15 @@ class SendProcessor:
     async def _send_or_error(
         self, request: messaging_pb2.SendMessageRequest, born_host: str
     ) -> messaging_pb2.SendMessageResponse:
-        """Stream flavour: an error becomes the reply's ``error``; the stream goes on."""
+        """Stream flavour: an error becomes the reply's ``error``; the stream goes on.
+        Each request is observed as one RPC for the latency metrics."""
+        started = time.perf_counter()
         try:
             if type(request) is MalformedRequest:
                 raise InvalidArgumentError(request.message)
-            return await self.send(request, born_host)
+            reply = await self.send(request, born_host)
+            self.ctx.metrics.observe_rpc("SendMessageStream", "OK", time.perf_counter() - started)
+            return reply
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -125,7 +130,9 @@ class SendProcessor:
             request_id = getattr(request, "request_id", 0)  # 0 when it did not even parse
             if code is grpc.StatusCode.INTERNAL:
                 log.exception("SendMessageStream request %d failed", request_id)
-            self.ctx.metrics.observe_rpc("SendMessageStream", code.name, 0.0)
+            self.ctx.metrics.observe_rpc(
+                "SendMessageStream", code.name, time.perf_counter() - started
+            )
             return messaging_pb2.SendMessageResponse(
                 request_id=request_id,
                 error=common_pb2.ErrorInfo(code=code.value[0], message=message),

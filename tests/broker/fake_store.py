@@ -32,6 +32,8 @@ class FakeStore:
         self.listeners: list = []
         self.next_offset = 0
         self.put_status = PutStatus.PUT_OK
+        self.put_delay_s = 0.0  # simulates a group-commit wait
+        self.puts_in_flight = self.max_puts_in_flight = 0
         self.started = self.stopped = False
         self.writable = True
 
@@ -72,7 +74,15 @@ class FakeStore:
             listener(topic, queue_id, max_offset)
 
     async def put(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> PutResult:
-        return PutResult(self.put_status, self.append(topic, queue_id, messages))
+        result = self.append(topic, queue_id, messages)
+        if self.put_delay_s:
+            self.puts_in_flight += 1
+            self.max_puts_in_flight = max(self.max_puts_in_flight, self.puts_in_flight)
+            try:
+                await asyncio.sleep(self.put_delay_s)
+            finally:
+                self.puts_in_flight -= 1
+        return PutResult(self.put_status, result)
 
     def get_messages(
         self,

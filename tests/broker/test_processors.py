@@ -323,3 +323,29 @@ async def test_metadata_is_persisted_periodically_without_a_shutdown(
     finally:
         await b.channel.close()
         await b.controller.shutdown()
+
+
+async def test_sync_flush_stream_overlaps_requests_within_the_inflight_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = await start_broker(
+        tmp_path, monkeypatch, flush_disk_type="SYNC_FLUSH", max_inflight_stream_requests="4"
+    )
+    store = b.controller.store
+    store.put_delay_s = 0.05  # type: ignore[attr-defined]
+    try:
+        requests = [
+            messaging_pb2.SendMessageRequest(topic="s", messages=[Msg(body=b"x")], request_id=i)
+            for i in range(1, 21)
+        ]
+        started = time.monotonic()
+        replies = [r async for r in b.msg.SendMessageStream(iter(requests))]
+        elapsed = time.monotonic() - started
+        assert sorted(r.request_id for r in replies) == list(range(1, 21))
+        assert all(len(r.results) == 1 and not r.HasField("error") for r in replies)
+        # Overlapped (20 x 50 ms serially would take 1 s) but never more than 4 at once.
+        assert store.max_puts_in_flight == 4  # type: ignore[attr-defined]
+        assert elapsed < 0.9
+    finally:
+        await b.channel.close()
+        await b.controller.shutdown()
