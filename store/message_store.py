@@ -397,7 +397,7 @@ class MessageStore:
         """True once everything appended so far is visible to reads (in SYNC_FLUSH mode that
         includes waiting for its sync)."""
         assert self._reput is not None and self._commit_log is not None
-        return await self._reput.wait_dispatched(self._commit_log.max_offset, timeout_s)
+        return await self._reput.wait_dispatched(self._commit_log.wrote_offset, timeout_s)
 
     @property
     def dispatch_offset(self) -> int:

@@ -19,9 +19,20 @@ from store.model import GetStatus, PutStatus
 from tests.store.store_fixtures import msg, small_config
 
 
-@pytest.fixture(params=[ASYNC_FLUSH, SYNC_FLUSH])
+@pytest.fixture(params=[ASYNC_FLUSH, SYNC_FLUSH, "ASYNC_FLUSH+transient_pool"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MessageStore]:
-    s = MessageStore(small_config(tmp_path, flush_disk_type=request.param))
+    mode, _, pool = request.param.partition("+")
+    s = MessageStore(
+        small_config(
+            tmp_path,
+            flush_disk_type=mode,
+            transient_store_pool_enable=bool(pool),
+            commit_interval_commit_log=20,
+            # Commit whatever is buffered every 20 ms (the default 4 pages would hold tiny test
+            # batches back: CommitRealTimeService has no thorough interval yet).
+            commit_commit_log_least_pages=0,
+        )
+    )
     await s.start()
     yield s
     await s.shutdown()
