@@ -35,17 +35,16 @@ import grpc
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 from client.channel import open_channel
+from client.consumer.consume_service import ConcurrentConsumeService, Handler
 from client.consumer.offset_store import LocalOffsetStore, RemoteOffsetStore
 from client.consumer.queue_worker import QueueWorker
 from client.consumer.start_offset import compute_start_offset
 from client.errors import InvalidArgumentError, WharfError, from_rpc_error
-from client.message import ConsumeResult, MessageQueue, ReceivedMessage, retry_topic
+from client.message import MessageQueue, retry_topic
 from client.rebalance import allocate_averagely
 from client.route import RouteCache
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[ReceivedMessage], Awaitable[ConsumeResult | None]]
 
 CLUSTERING = common_pb2.CLUSTERING
 BROADCASTING = common_pb2.BROADCASTING
@@ -133,10 +132,10 @@ class PushConsumer:
         self.max_reconsume_times = max_reconsume_times
         self.shutdown_grace_s = shutdown_grace_s
         self._offset_store_path = Path(offset_store_path) if offset_store_path else None
-        self._consume_slots = asyncio.Semaphore(consume_concurrency)
+        self.consume_concurrency = consume_concurrency
+        self._consume: ConcurrentConsumeService | None = None
         self._subscriptions: dict[str, str] = {}
         self._workers: dict[MessageQueue, QueueWorker] = {}
-        self._handler_tasks: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Task[None]] = []
         self._rebalance_now = asyncio.Event()
         self._list_version: int | None = None
@@ -175,6 +174,15 @@ class PushConsumer:
         self._channel = open_channel(self.endpoints)
         self._stub = messaging_pb2_grpc.MessagingServiceStub(self._channel)
         self._routes = RouteCache(self._stub, ttl_s=0.0)
+        self._consume = ConcurrentConsumeService(
+            handler=self.handler,
+            stub=self._stub,
+            group=self.group,
+            broadcasting=self.message_model == BROADCASTING,
+            concurrency=self.consume_concurrency,
+            max_reconsume_times=self.max_reconsume_times,
+            on_sent_back=self._after_send_back,
+        )
         if self.message_model == CLUSTERING:
             self._offsets = RemoteOffsetStore(self._stub, self.group)
         else:
@@ -198,10 +206,8 @@ class PushConsumer:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         await asyncio.gather(*(w.stop() for w in self._workers.values()))
-        if self._handler_tasks:
-            _, slow = await asyncio.wait(self._handler_tasks, timeout=self.shutdown_grace_s)
-            for task in slow:
-                task.cancel()
+        assert self._consume is not None
+        await self._consume.shutdown(self.shutdown_grace_s)
         self._record_progress(list(self._workers))
         await self.commit()
         assert self._stub is not None and self._channel is not None
@@ -320,7 +326,7 @@ class PushConsumer:
             self._offsets.forget(queue)
 
     def _start_worker(self, queue: MessageQueue, expression: str, delay_s: float) -> None:
-        assert self._stub is not None and self._offsets is not None
+        assert self._stub is not None and self._offsets is not None and self._consume is not None
         offsets = self._offsets
 
         async def start_offset() -> int:
@@ -344,7 +350,7 @@ class PushConsumer:
             start_offset=start_offset,
             pending_commit=lambda: self._pending_commit(queue),
             on_committed=lambda offset: offsets.mark_committed(queue, offset),
-            dispatch=self._dispatch,
+            dispatch=self._consume.dispatch,
             pull_batch_size=self.pull_batch_size,
             max_in_flight=self.max_in_flight_per_queue,
             long_poll_ms=self.long_poll_ms,
@@ -367,51 +373,6 @@ class PushConsumer:
             if worker is not None and worker.process_queue is not None:
                 self._offsets.update(queue, worker.process_queue.committable_offset())
 
-    # ------------------------------------------------------------------ consumption
-    def _dispatch(self, worker: QueueWorker, messages: list[ReceivedMessage]) -> None:
-        loop = asyncio.get_running_loop()
-        for message in messages:
-            task = loop.create_task(self._consume(worker, message))
-            self._handler_tasks.add(task)
-            task.add_done_callback(self._handler_tasks.discard)
-
-    async def _consume(self, worker: QueueWorker, message: ReceivedMessage) -> None:
-        assert self.handler is not None and worker.process_queue is not None
-        pq = worker.process_queue
-        while True:
-            async with self._consume_slots:
-                try:
-                    result = await self.handler(message)
-                except Exception:
-                    log.exception("handler failed on %s (%s)", message.msg_id, worker.queue)
-                    result = ConsumeResult.RECONSUME_LATER
-            if result is None or result == ConsumeResult.SUCCESS:
-                break
-            if self.message_model == BROADCASTING:
-                log.warning("broadcast message %s not consumed; skipped", message.msg_id)
-                break
-            if await self._send_back(message):
-                break
-            await asyncio.sleep(1.0)  # SendMessageBack failed: consume again locally
-            if not self._running:
-                return  # not committed: redelivered after restart
-        pq.done(message.queue_offset, worker.max_in_flight)
-
-    async def _send_back(self, message: ReceivedMessage) -> bool:
-        assert self._stub is not None
-        request = messaging_pb2.SendMessageBackRequest(
-            consumer_group=self.group,
-            commit_log_offset=message.commit_log_offset,
-            origin_msg_id=message.msg_id,
-            origin_topic=message.topic,
-            max_reconsume_times=self.max_reconsume_times or 0,
-        )
-        try:
-            reply = await self._stub.SendMessageBack(request, timeout=5.0)
-        except grpc.RpcError as exc:
-            log.warning("SendMessageBack of %s failed: %s", message.msg_id, from_rpc_error(exc))
-            return False
-        retry_queue = MessageQueue(retry_topic(self.group), 0)
-        if not reply.sent_to_dlq and retry_queue not in self._workers:
+    def _after_send_back(self, reply: messaging_pb2.SendMessageBackResponse) -> None:
+        if not reply.sent_to_dlq and MessageQueue(retry_topic(self.group), 0) not in self._workers:
             self._rebalance_now.set()  # the retry topic may just have been created
-        return True

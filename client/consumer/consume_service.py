@@ -1,0 +1,102 @@
+"""Runs the application's handler on pulled messages (RocketMQ's ConsumeMessageConcurrentlyService).
+
+Each message is one task, at most ``concurrency`` handlers run at once. A failure (exception or
+RECONSUME_LATER) is given back to the broker with SendMessageBack (retry topic, then DLQ); if
+that RPC fails the message is consumed again locally after a pause, and it stays uncommitted
+meanwhile, so nothing is lost. Broadcasting has no retry topic: failures are logged, skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import grpc
+from wharf.v1 import messaging_pb2, messaging_pb2_grpc
+
+from client.consumer.queue_worker import QueueWorker
+from client.errors import from_rpc_error
+from client.message import ConsumeResult, ReceivedMessage
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[ReceivedMessage], Awaitable[ConsumeResult | None]]
+
+LOCAL_RETRY_PAUSE_S = 1.0  # after a failed SendMessageBack (RocketMQ waits 5 s)
+
+
+class ConcurrentConsumeService:
+    def __init__(
+        self,
+        *,
+        handler: Handler,
+        stub: messaging_pb2_grpc.MessagingServiceStub,
+        group: str,
+        broadcasting: bool,
+        concurrency: int,
+        max_reconsume_times: int | None,
+        on_sent_back: Callable[[messaging_pb2.SendMessageBackResponse], None],
+    ) -> None:
+        self._handler = handler
+        self._stub = stub
+        self._group = group
+        self._broadcasting = broadcasting
+        self._slots = asyncio.Semaphore(concurrency)
+        self._max_reconsume_times = max_reconsume_times or 0
+        self._on_sent_back = on_sent_back
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.running = True
+
+    def dispatch(self, worker: QueueWorker, messages: list[ReceivedMessage]) -> None:
+        loop = asyncio.get_running_loop()
+        for message in messages:
+            task = loop.create_task(self._consume(worker, message))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Let running handlers finish for ``grace_s``; cancel the rest (left uncommitted)."""
+        self.running = False
+        if self._tasks:
+            _, slow = await asyncio.wait(set(self._tasks), timeout=grace_s)
+            for task in slow:
+                task.cancel()
+
+    async def _consume(self, worker: QueueWorker, message: ReceivedMessage) -> None:
+        pq = worker.process_queue
+        assert pq is not None
+        while True:
+            async with self._slots:
+                try:
+                    result = await self._handler(message)
+                except Exception:
+                    log.exception("handler failed on %s (%s)", message.msg_id, worker.queue)
+                    result = ConsumeResult.RECONSUME_LATER
+            if result is None or result == ConsumeResult.SUCCESS:
+                break
+            if self._broadcasting:
+                log.warning("broadcast message %s not consumed; skipped", message.msg_id)
+                break
+            if await self._send_back(message):
+                break
+            await asyncio.sleep(LOCAL_RETRY_PAUSE_S)
+            if not self.running:
+                return  # not committed: redelivered after a restart
+        pq.done(message.queue_offset, worker.max_in_flight)
+
+    async def _send_back(self, message: ReceivedMessage) -> bool:
+        request = messaging_pb2.SendMessageBackRequest(
+            consumer_group=self._group,
+            commit_log_offset=message.commit_log_offset,
+            origin_msg_id=message.msg_id,
+            origin_topic=message.topic,
+            max_reconsume_times=self._max_reconsume_times,
+        )
+        try:
+            reply = await self._stub.SendMessageBack(request, timeout=5.0)
+        except grpc.RpcError as exc:
+            log.warning("SendMessageBack of %s failed: %s", message.msg_id, from_rpc_error(exc))
+            return False
+        self._on_sent_back(reply)
+        return True
