@@ -40,6 +40,18 @@ def _check_properties(properties: dict[str, str], index: int) -> None:
                 )
 
 
+_FIELD = {f.name: f.number for f in common_pb2.Message.DESCRIPTOR.fields}
+_BODY = _FIELD["body"]
+_TAGS = _FIELD["tags"]
+_KEYS = _FIELD["keys"]
+_PROPERTIES = _FIELD["properties"]
+_DELAY_LEVEL = _FIELD["delay_level"]
+_FLAG = _FIELD["flag"]
+_COMPRESSED = _FIELD["compressed"]
+_UNIQUE_ID = _FIELD["unique_id"]
+_BORN_TIMESTAMP = _FIELD["born_timestamp"]
+
+
 def to_inputs(
     messages: Sequence[common_pb2.Message],
     ids: UniqueIdGenerator,
@@ -51,7 +63,8 @@ def to_inputs(
 
     A batch is ONE store append into one queue, so its messages must share a delay level
     (delayed messages are appended to SCHEDULE_TOPIC_XXXX's queue for that level).
-    Hot path: each proto attribute read costs ~0.3 us, so every field is read once."""
+    Hot path: reading a proto attribute costs ~0.3 us whether set or not, so each message is
+    read with one ``ListFields()`` (only the fields it sets): about twice as fast."""
     inputs: list[MessageInput] = []
     unique_ids: list[str] = []
     append_input = inputs.append
@@ -62,42 +75,51 @@ def to_inputs(
     # RocketMQ clamps a level past the last one rather than failing the send.
     delay_text = str(min(delay, max_delay_level)) if delay else ""
     for index, m in enumerate(messages):
-        body = m.body
+        body = b""
+        uid = ""
+        flag = sys_flag = born_timestamp = level = 0
+        properties: dict[str, str] = {}
+        user_properties = None
+        for field, value in m.ListFields():
+            number = field.number
+            if number == _BODY:
+                body = value
+            elif number == _UNIQUE_ID:
+                uid = value
+            elif number == _TAGS:
+                properties[PROPERTY_TAGS] = value
+            elif number == _KEYS:
+                properties[PROPERTY_KEYS] = " ".join(value)
+            elif number == _PROPERTIES:
+                user_properties = dict(value)
+                _check_properties(user_properties, index)
+            elif number == _DELAY_LEVEL:
+                level = value
+            elif number == _FLAG:
+                flag = value
+            elif number == _COMPRESSED:
+                sys_flag = SYSFLAG_COMPRESSED
+            elif number == _BORN_TIMESTAMP:
+                born_timestamp = value
         size = len(body)
         if not size or size > max_message_size:
             raise _bad_body(index, size, max_message_size)
-        if m.delay_level != delay:
+        if level != delay:
             raise InvalidArgumentError(
                 "messages of one batch must share a delay level; send delayed messages in "
                 "their own request"
             )
-        user_properties = m.properties
-        if user_properties:
-            properties = dict(user_properties)
-            _check_properties(properties, index)
-        else:
-            properties = {}
-        tags = m.tags
-        if tags:
-            properties[PROPERTY_TAGS] = tags
-        keys = m.keys
-        if keys:
-            properties[PROPERTY_KEYS] = " ".join(keys)
-        uid = m.unique_id or ids.next_id()
+        if not uid:
+            uid = ids.next_id()
         properties[PROPERTY_UNIQ_KEY] = uid
         append_id(uid)
         if delay_text:
             properties[PROPERTY_DELAY_TIME_LEVEL] = delay_text
-        append_input(
-            MessageInput(
-                body,
-                properties,
-                m.flag,
-                SYSFLAG_COMPRESSED if m.compressed else 0,
-                m.born_timestamp,
-                born_host,
-            )
-        )
+        if user_properties:
+            # System properties (TAGS, KEYS, UNIQ_KEY, DELAY) win over user ones.
+            user_properties.update(properties)
+            properties = user_properties
+        append_input(MessageInput(body, properties, flag, sys_flag, born_timestamp, born_host))
     return inputs, unique_ids, delay
 
 
