@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -379,3 +380,24 @@ def test_search_offset_progress_and_reset_by_timestamp(client: Client) -> None:
     assert dict(reset.offsets) == {0: 2}
     query = messaging_pb2.QueryConsumerOffsetRequest(consumer_group="pg", topic="prog")
     assert client.msg.QueryConsumerOffset(query).offset == 2
+
+
+def test_health_goes_not_serving_on_sigterm_and_a_second_signal_forces_exit(
+    tmp_path: Path,
+) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    # A long grace period keeps the first shutdown waiting on the open Watch stream.
+    broker = BrokerProcess(tmp_path, settings={**SMALL_STORE, "shutdownGracePeriod": 60_000})
+    broker.start()
+    channel = grpc.insecure_channel(broker.endpoint)
+    watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=60)
+    assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+    assert broker.proc is not None
+    broker.proc.send_signal(signal.SIGTERM)
+    assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+    time.sleep(0.3)
+    assert broker.proc.poll() is None  # still draining: the grace period holds the stream
+    broker.proc.send_signal(signal.SIGTERM)
+    assert broker.proc.wait(10) == 130
+    channel.close()
