@@ -1,0 +1,59 @@
+"""The one mapping table from domain/store errors to gRPC statuses."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from broker.errors import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    UnavailableError,
+    status_for,
+)
+from store.errors import (
+    CorruptRecordError,
+    DiskFullError,
+    FlushFailedError,
+    InvalidFilterError,
+    InvalidMessageError,
+    MessageNotFoundError,
+    StoreNotWritableError,
+    StoreShutDownError,
+)
+
+S = grpc.StatusCode
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (InvalidArgumentError("x"), S.INVALID_ARGUMENT),
+        (NotFoundError("x"), S.NOT_FOUND),
+        (AlreadyExistsError("x"), S.ALREADY_EXISTS),
+        (PermissionDeniedError("x"), S.PERMISSION_DENIED),
+        (ResourceExhaustedError("x"), S.RESOURCE_EXHAUSTED),
+        (UnavailableError("x"), S.UNAVAILABLE),
+        (InvalidMessageError("x"), S.INVALID_ARGUMENT),
+        (InvalidFilterError("x"), S.INVALID_ARGUMENT),
+        (MessageNotFoundError("x"), S.NOT_FOUND),
+        (DiskFullError("disk 91% full"), S.RESOURCE_EXHAUSTED),
+        (FlushFailedError("fdatasync: EIO"), S.UNAVAILABLE),
+        (StoreShutDownError("x"), S.UNAVAILABLE),
+        (StoreNotWritableError("x"), S.UNAVAILABLE),
+        (CorruptRecordError(42, "bad crc"), S.DATA_LOSS),
+        (TimeoutError(), S.DEADLINE_EXCEEDED),
+        (KeyError("boom"), S.INTERNAL),
+    ],
+)
+def test_each_error_maps_to_one_status(error: BaseException, code: grpc.StatusCode) -> None:
+    assert status_for(error)[0] == code
+
+
+def test_messages_tell_the_user_what_to_do() -> None:
+    assert "free space" in status_for(DiskFullError("disk 91% full"))[1]
+    assert "restarted" in status_for(FlushFailedError("fdatasync: EIO"))[1]
+    assert status_for(KeyError("boom"))[1].startswith("internal error (KeyError)")
