@@ -13,24 +13,54 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
-
-_BASE_COLUMNS = (
-    "topic string, queueId int, offset long, body binary, tags string, keys array<string>"
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
 )
-_TAIL_COLUMNS = "msgId string, bornTimestamp timestamp, storeTimestamp timestamp"
 
 
-def topic_schema(include_properties: bool) -> str:
-    """DDL of the ``wharf`` source: the properties map only when asked (includeProperties)."""
-    props = ", properties map<string,string>" if include_properties else ""
-    return f"{_BASE_COLUMNS}{props}, {_TAIL_COLUMNS}"
+def _topic_fields(include_properties: bool) -> list[StructField]:
+    fields = [
+        StructField("topic", StringType()),
+        StructField("queueId", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("body", BinaryType()),
+        StructField("tags", StringType()),
+        StructField("keys", ArrayType(StringType())),
+    ]
+    if include_properties:
+        fields.append(StructField("properties", MapType(StringType(), StringType())))
+    fields += [
+        StructField("msgId", StringType()),
+        StructField("bornTimestamp", TimestampType()),
+        StructField("storeTimestamp", TimestampType()),
+    ]
+    return fields
 
 
-def store_schema() -> str:
-    """DDL of the ``wharf-store`` scan: the topic schema with properties, plus where the record
-    sits in the CommitLog and, for a record that failed its checks, why (else null)."""
-    return f"{topic_schema(True)}, commitLogOffset long, corruptReason string"
+def topic_schema(include_properties: bool) -> StructType:
+    """Schema of the ``wharf`` source: the properties map only when asked (includeProperties).
+    Built as a StructType, not DDL: parsing DDL needs a running SparkContext."""
+    return StructType(_topic_fields(include_properties))
+
+
+def store_schema() -> StructType:
+    """Schema of the ``wharf-store`` scan: the topic schema with properties, plus where the
+    record sits in the CommitLog and, for a record that failed its checks, why (else null)."""
+    return StructType(
+        [
+            *_topic_fields(True),
+            StructField("commitLogOffset", LongType()),
+            StructField("corruptReason", StringType()),
+        ]
+    )
 
 
 KNOWN_COLUMNS = frozenset(

@@ -29,7 +29,7 @@ class WharfDataSource(DataSource):
     def name(cls) -> str:
         return "wharf"
 
-    def schema(self) -> str:
+    def schema(self) -> StructType:
         include = str(self.options.get("includeProperties", "false")).lower() == "true"
         return topic_schema(include)
 
@@ -71,7 +71,7 @@ class WharfStoreDataSource(DataSource):
     def name(cls) -> str:
         return "wharf-store"
 
-    def schema(self) -> str:
+    def schema(self) -> StructType:
         return store_schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:

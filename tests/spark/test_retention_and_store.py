@@ -77,12 +77,11 @@ def test_fail_on_data_loss_after_retention_deleted_a_range(spark, tmp_path: Path
         # The executor-side check: a range planned before retention moved the min offset.
         planned = QueueRange("ledger", 0, 0, 200)
         base = {"endpoints": broker.endpoint, "topic": "ledger"}
-        from pyspark.sql.types import StructType
 
         from client.spark.columns import topic_schema
         from client.spark.pull_reader import read_queue_range
 
-        schema = StructType.fromDDL(topic_schema(False))
+        schema = topic_schema(False)
         strict = parse_read_options(base, streaming=False)
         with pytest.raises(DataLossError, match="removed by retention"):
             list(read_queue_range(strict, schema, planned))

@@ -71,7 +71,6 @@ def test_report_mode_lists_the_corrupted_record_and_reads_the_rest(spark, tmp_pa
 
 
 def test_garbage_in_a_segment_reports_the_unreadable_range(tmp_path: Path) -> None:
-    from pyspark.sql.types import StructType
 
     from client.spark.columns import store_schema
     from client.spark.store_scan import list_segments, parse_scan_options, scan_segment
@@ -84,7 +83,7 @@ def test_garbage_in_a_segment_reports_the_unreadable_range(tmp_path: Path) -> No
     path.write_bytes(bytes(data))
 
     opts = parse_scan_options({"path": str(tmp_path), "corruptRecords": "report"})
-    schema = StructType.fromDDL(store_schema())
+    schema = store_schema()
     first = list_segments(opts.commit_log_dir)[0]
     rows = [row for batch in scan_segment(opts, schema, first) for row in batch.to_pylist()]
     assert [r["commitLogOffset"] for r in rows[:3]] == [w.commit_log_offset for w in written[:3]]
@@ -118,14 +117,12 @@ def test_preallocated_empty_segments_are_not_corruption_but_a_zeroed_middle_is(
     segments = list_segments(str(commit_log))
     assert [s.data_follows for s in segments] == [True] * (len(names) - 1) + [False, False]
 
-    from pyspark.sql.types import StructType
-
     from client.spark.columns import store_schema
     from client.spark.store_scan import parse_scan_options, scan_segment
 
     (commit_log / names[1]).write_bytes(bytes(4096))  # a middle segment lost its data
     opts = parse_scan_options({"path": str(tmp_path), "corruptRecords": "report"})
-    schema = StructType.fromDDL(store_schema())
+    schema = store_schema()
     zeroed, preallocated = list_segments(str(commit_log))[1], list_segments(str(commit_log))[-1]
     rows = [r for b in scan_segment(opts, schema, zeroed) for r in b.to_pylist()]
     assert [(r["commitLogOffset"], r["topic"]) for r in rows] == [(int(names[1]), None)]
