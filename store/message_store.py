@@ -19,7 +19,8 @@ Additions to the original contract (all additive):
   ``(commit log offset, size, tagsCode)``; the schedule service reads deliver times with it.
 - ``look_message_by_msg_id(offset_msg_id)``: the offset message id -> message (or None).
 - ``await wait_dispatched(timeout_s)``: everything appended so far is visible to reads.
-- ``remove_arrival_listener``, ``dispatch_offset`` (the reput position), ``delay_levels_ms``.
+- ``remove_arrival_listener``, ``dispatch_offset`` (the reput position), ``delay_levels_ms``,
+  ``health()`` (per background service: running, runs, failures, last error).
 - A batch whose messages carry different DELAY levels is refused (one batch = one queue).
 """
 
@@ -432,6 +433,20 @@ class MessageStore:
             + self._queues.file_count * self._config.mapped_file_size_consume_queue
             + index_files * (self._index.file_bytes if self._index is not None else 0),
         )
+
+    def health(self) -> list[dict[str, object]]:
+        """Each background service's state: running, runs, failures, last error."""
+        services = (
+            self._commit_log.group_commit if self._commit_log is not None else None,
+            self._commit_log.flush_service if self._commit_log is not None else None,
+            self._reput,
+            self._queue_flush,
+            self._cleanup,
+        )
+        report = [service.health() for service in services if service is not None]
+        if self._schedule is not None:
+            report.append(self._schedule.health())
+        return report
 
     @property
     def not_writable_reason(self) -> str:

@@ -19,6 +19,7 @@ from typing import Protocol
 from store.commit_log import CommitLog
 from store.consume_queue import Unit
 from store.consume_queue_table import ConsumeQueueTable
+from store.errors import CorruptRecordError
 from store.format import (
     PROPERTY_DELAY_TIME_LEVEL,
     SCHEDULE_TOPIC,
@@ -161,12 +162,21 @@ class ReputService(Service):
         if self._idle is not None:
             self._idle.set()
 
+    def on_failure(self, exc: BaseException) -> None:
+        """A chunk that cannot be dispatched (a corrupt record) is retried at the idle pace,
+        not the pending-poll pace, so the log is not flooded; ``health()`` shows it."""
+        self.interval_s = self.idle_interval_s
+        if self._idle is not None:
+            self._idle.set()
+
     async def wait_dispatched(self, offset: int, timeout_s: float = 5.0) -> bool:
-        """Wait until everything below ``offset`` is dispatched (tests, shutdown)."""
+        """Wait until everything below ``offset`` is dispatched (tests, shutdown); False on
+        timeout or as soon as dispatch fails (a corrupt record will not go away by waiting)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        failures = self.failures
         while self.reput_from_offset < offset:
-            if loop.time() >= deadline or not self.running:
+            if loop.time() >= deadline or not self.running or self.failures > failures:
                 return self.reput_from_offset >= offset
             before = self.reput_from_offset
             self._idle = asyncio.Event()
@@ -196,7 +206,14 @@ class CommitLogSource:
     def read_dispatch_chunk(
         self, from_offset: int, limit: int, max_bytes: int
     ) -> tuple[list[DispatchRequest], int]:
-        batch = self.commit_log.iter_dispatch(from_offset, min(max_bytes, limit - from_offset))
+        budget = min(max_bytes, limit - from_offset)
+        try:
+            batch = self.commit_log.iter_dispatch(from_offset, budget)
+        except CorruptRecordError as exc:
+            if exc.offset <= from_offset:
+                raise
+            # Dispatch the good records before the bad one; the next call fails at it.
+            batch = self.commit_log.iter_dispatch(from_offset, exc.offset - from_offset)
         requests = batch.requests
         keep = len(requests)
         while keep and requests[keep - 1].commit_log_offset + requests[keep - 1].size > limit:

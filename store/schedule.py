@@ -170,6 +170,15 @@ class ScheduleMessageService:
         self._dirty = False
         await asyncio.to_thread(write_json_atomic_blocking, self.offset_file, self.encode())
 
+    def health(self) -> dict[str, object]:
+        return {
+            "name": "ScheduleMessageService",
+            "running": any(not task.done() for task in self._tasks),
+            "runs": self.delivered,
+            "failures": self.failures,
+            "last_error": "",
+        }
+
     # --- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         loop = asyncio.get_running_loop()

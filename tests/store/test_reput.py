@@ -1,0 +1,52 @@
+"""ReputService behaviour that the facade tests do not pin down."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from store.format import SCHEDULE_TOPIC, DispatchRequest, java_string_hash
+from store.message_store import MessageStore
+from store.reput import Dispatcher
+from tests.store.store_fixtures import msg, small_config
+
+
+def _request(
+    offset: int, topic: str, queue_offset: int, tags: str = "", **props: str
+) -> DispatchRequest:
+    return DispatchRequest(
+        offset, 100, topic, 0, queue_offset, 1_000_000, 0, tags, [], "", props, 0, 0
+    )
+
+
+def test_tags_code_is_the_java_hash_or_the_deliver_time_for_delayed_messages() -> None:
+    dispatcher = Dispatcher(queues=None, index=None, delay_levels_ms=[1000, 5000])  # type: ignore[arg-type]
+    assert dispatcher.tags_code(_request(0, "T", 0, tags="TagA")) == java_string_hash("TagA")
+    assert dispatcher.tags_code(_request(0, "T", 0)) == 0
+    delayed = _request(0, SCHEDULE_TOPIC, 0, DELAY="2")
+    assert dispatcher.tags_code(delayed) == 1_000_000 + 5000
+    clamped = _request(0, SCHEDULE_TOPIC, 0, DELAY="7")
+    assert dispatcher.tags_code(clamped) == 1_000_000 + 5000
+
+
+async def test_a_corrupt_record_stops_dispatch_and_shows_in_health(tmp_path: Path) -> None:
+    store = MessageStore(small_config(tmp_path))
+    await store.start()
+    try:
+        reput = store.reput_service
+        await reput.stop()
+        result = store.append("T", 0, [msg("good"), msg("bad")])
+        # Garble the second record's magic code in the mapped segment.
+        segment = store.commit_log.queue.files[0]
+        segment.raw[result.offsets[1] + 4 : result.offsets[1] + 8] = b"\0\0\0\1"
+        reput.start()
+        await asyncio.sleep(0.2)
+        [reput_health] = [h for h in store.health() if h["name"] == "ReputMessageService"]
+        assert reput_health["failures"] >= 1
+        assert "corrupt" in str(reput_health["last_error"]).lower()
+        # The good record before it is dispatched; nothing at or past the bad one.
+        assert store.dispatch_offset == result.offsets[1]
+        assert store.get_max_offset("T", 0) == 1
+        assert not await store.wait_dispatched(5)
+    finally:
+        await store.shutdown()
