@@ -30,10 +30,17 @@ class UniqueIdGenerator:
         now = datetime.now(UTC)
         month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         self._month_start_ms = int(month_start.timestamp() * 1000)
+        self._last_ms = -1
+        self._head = ""
 
     def next_id(self) -> str:
-        elapsed = (int(time.time() * 1000) - self._month_start_ms) & 0xFFFFFFFF
-        return f"{self._prefix}{elapsed:08X}{next(self._counter) & 0xFFFF:04X}"
+        # The ip/pid/random/time head changes once per millisecond: format it once per ms.
+        now_ms = int(time.time() * 1000)
+        if now_ms != self._last_ms:
+            self._last_ms = now_ms
+            elapsed = (now_ms - self._month_start_ms) & 0xFFFFFFFF
+            self._head = f"{self._prefix}{elapsed:08X}"
+        return f"{self._head}{next(self._counter) & 0xFFFF:04X}"
 
 
 class OffsetMsgIdFormatter:
