@@ -61,17 +61,21 @@ class IndexKeyHasher:
         self._prefix: dict[str, int] = {}
 
     def __call__(self, topic: str, key: str) -> int:
-        if not key.isascii() or not topic.isascii():
-            return index_key_hash(f"{topic}#{key}")
         prefix = self._prefix.get(topic)
         if prefix is None:
+            if not topic.isascii():
+                return index_key_hash(f"{topic}#{key}")
             raw = f"{topic}#".encode()
             prefix = self._prefix[topic] = sum(map(mul, raw, _powers(len(raw)))) & _MASK32
         raw = key.encode()
         n = len(raw)
-        if n >= len(_POW31):
-            _powers(n)
-        h = (prefix * _POW31[n] + sum(map(mul, raw, _powers(n)))) & _MASK32
+        if n != len(key):  # not ASCII: Java hashes UTF-16 units, take the reference path
+            return index_key_hash(f"{topic}#{key}")
+        if n:
+            powers = _REVERSED_POWERS.get(n) or _powers(n)
+            h = (prefix * powers[0] * 31 + sum(map(mul, raw, powers))) & _MASK32
+        else:
+            h = prefix
         if h & 0x80000000:
             h -= 0x100000000
         return 0 if h == -0x80000000 else abs(h)

@@ -35,6 +35,8 @@ from store.service import Service
 # Bytes of CommitLog decoded per iteration: ~256 records of 1 KiB, about a millisecond of work.
 DEFAULT_CHUNK_BYTES = 256 * 1024
 
+_TAG_CODE_CACHE = 65536
+
 # While written data waits for a commit (transient pool) or a sync (SYNC_FLUSH), poll at this
 # pace instead of the idle interval: nothing else wakes the reput when that data lands.
 PENDING_POLL_S = 0.005
@@ -69,6 +71,7 @@ class Dispatcher:
         self.queues = queues
         self.index = index
         self.delay_levels_ms = list(delay_levels_ms)
+        self._tag_codes: dict[str, int] = {}  # tag -> Java hash: tags repeat, hashing is slow
 
     def tags_code(self, req: DispatchRequest) -> int:
         if req.topic == SCHEDULE_TOPIC:
@@ -87,13 +90,19 @@ class Dispatcher:
         and the index entries still to be written (the caller may need to roll a file)."""
         runs: dict[tuple[str, int], tuple[int, list[Unit]]] = {}
         indexed: list[DispatchRequest] = []
+        codes = self._tag_codes
         for req in requests:
             trans = req.sys_flag & 0xC
             # Prepared and rolled-back transaction halves get no ConsumeQueue unit (RocketMQ).
             if trans not in (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK):
                 key = (req.topic, req.queue_id)
                 run = runs.get(key)
-                unit = (req.commit_log_offset, req.size, self.tags_code(req))
+                code = codes.get(req.tags) if key[0] != SCHEDULE_TOPIC else None
+                if code is None:
+                    code = self.tags_code(req)
+                    if key[0] != SCHEDULE_TOPIC and len(codes) < _TAG_CODE_CACHE:
+                        codes[req.tags] = code
+                unit = (req.commit_log_offset, req.size, code)
                 if run is None:
                     runs[key] = (req.queue_offset, [unit])
                 elif run[0] + len(run[1]) == req.queue_offset:
