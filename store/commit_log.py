@@ -168,6 +168,8 @@ class CommitLog:
     # === lifecycle ==============================================================================
     def load_blocking(self) -> None:
         self.queue.load_blocking()
+        if self.transient_pool is not None:
+            self.transient_pool.init_blocking()
 
     def start(self) -> None:
         """Start the services on the running loop; preallocate the next segments."""

@@ -21,6 +21,12 @@ from concurrent.futures import Executor
 from store.service import Service
 
 _FINAL_FLUSH_ATTEMPTS = 10  # RocketMQ's RETRY_TIMES_OVER on shutdown
+# Appends wake the services once per batch; each run costs the event loop a thread hand-off
+# (~30-50 us) and an fdatasync/pwrite. Measured at 300k msg/s in batches of 128, a flush per
+# batch cost ~2.5 us of CPU per message; these gaps bound the runs to 100 (flush) and 500
+# (commit) per second while keeping the ASYNC durability window at ~10 ms under load.
+FLUSH_MIN_GAP_S = 0.010
+COMMIT_MIN_GAP_S = 0.002
 
 
 class FlushRealTimeService(Service):
@@ -39,7 +45,12 @@ class FlushRealTimeService(Service):
         """``flush_blocking(least_pages) -> flushed offset``; ``on_flushed(offset, seconds,
         nbytes)`` runs on the loop after a sync that moved the offset. ``flush_data=False``
         (SYNC_FLUSH: group commit owns the data syncs) only runs ``on_flushed`` bookkeeping."""
-        super().__init__("FlushRealTimeService", interval_s=interval_ms / 1000, executor=executor)
+        super().__init__(
+            "FlushRealTimeService",
+            interval_s=interval_ms / 1000,
+            executor=executor,
+            min_gap_s=min(FLUSH_MIN_GAP_S, interval_ms / 1000),
+        )
         self._flush_blocking = flush_blocking
         self._flushed_offset = flushed_offset
         self._least_pages = least_pages
@@ -91,7 +102,12 @@ class CommitRealTimeService(Service):
         on_failed: Callable[[BaseException], object],
         executor: Executor | None = None,
     ) -> None:
-        super().__init__("CommitRealTimeService", interval_s=interval_ms / 1000, executor=executor)
+        super().__init__(
+            "CommitRealTimeService",
+            interval_s=interval_ms / 1000,
+            executor=executor,
+            min_gap_s=min(COMMIT_MIN_GAP_S, interval_ms / 1000),
+        )
         self._commit_blocking = commit_blocking
         self._least_pages = least_pages
         self._after_commit = after_commit

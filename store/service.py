@@ -28,11 +28,20 @@ T = TypeVar("T")
 class Service:
     """Subclass and implement ``run_once``. ``interval_s`` is the idle wait between runs."""
 
-    def __init__(self, name: str, interval_s: float, executor: Executor | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        interval_s: float,
+        executor: Executor | None = None,
+        min_gap_s: float = 0.0,
+    ) -> None:
+        """``min_gap_s``: runs start at least this far apart even when woken more often, so a
+        wakeup per append coalesces into one run (bounded coalescing, as NATS' flushLoop)."""
         if interval_s <= 0:
             raise ValueError(f"{name}: interval must be > 0, got {interval_s}")
         self.name = name
         self.interval_s = interval_s
+        self.min_gap_s = min_gap_s
         self._executor = executor
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -106,7 +115,13 @@ class Service:
         """Hook called after a failure was logged and recorded."""
 
     async def _loop(self) -> None:
+        last_start = 0.0
         while not self._stopping:
+            if self.min_gap_s > 0:
+                gap = last_start + self.min_gap_s - time.monotonic()
+                if gap > 0:
+                    await asyncio.sleep(gap)
+                last_start = time.monotonic()
             try:
                 await self.run_once()
                 self.runs += 1

@@ -5,7 +5,9 @@ CommitRealTimeService pwrites the buffered range into the file from a thread (pw
 GIL, a slice copy into an mmap does not), so the page-cache copy can run on the second core.
 Readers see data only once committed. When the pool is empty (all buffers attached to segments
 not yet fully committed) a new segment is written directly, as RocketMQ does when the pool is
-deficient. Buffers are allocated lazily, up to ``pool_size``; each is ``file_size`` bytes.
+deficient. ``init_blocking`` allocates all ``pool_size`` buffers of ``file_size`` bytes and
+touches every page (RocketMQ allocates and mlocks them at start): a first write into a fresh
+buffer page-faults, which would otherwise land on the event loop.
 """
 
 from __future__ import annotations
@@ -20,6 +22,16 @@ class TransientStorePool:
         self._free: list[bytearray] = []
         self._allocated = 0
         self.deficient_borrows = 0  # segments written directly because no buffer was free
+
+    def init_blocking(self) -> None:
+        """Allocate and pre-fault the buffers (run in a thread: seconds for GiB segments)."""
+        page = 4096
+        touch = bytes(self.file_size // page + (1 if self.file_size % page else 0))
+        while self._allocated < self.pool_size:
+            buffer = bytearray(self.file_size)
+            buffer[::page] = touch  # one write per page makes it resident
+            self._allocated += 1
+            self._free.append(buffer)
 
     def borrow(self) -> bytearray | None:
         if self._free:
