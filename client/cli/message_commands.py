@@ -118,7 +118,7 @@ async def _send_stdin(producer: Producer, topic: str, options: dict, out: Output
     """One message per line; results printed in input order; sends overlap (auto-batching)."""
     pending: list[asyncio.Task[SendResult]] = []
     sent = 0
-    show_progress = not out.as_json and not sys.stdout.isatty()
+    show_progress = not out.as_json and sys.stderr.isatty()  # a live bar only for a person
     with Progress(console=out.err_console, transient=True, disable=not show_progress) as progress:
         task_id = progress.add_task("sending", total=None)
         for line in _stdin_lines():

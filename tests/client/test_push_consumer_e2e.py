@@ -222,3 +222,75 @@ async def test_new_group_from_last_skips_history(broker: BrokerProcess, name: st
                 await asyncio.wait_for(worker.started.wait(), 10)
             await producer.send(name, b"new")
             await eventually(lambda: handler.bodies() == [b"new"])
+
+
+async def test_flow_control_caps_unprocessed_messages_per_queue(
+    broker: BrokerProcess, name: str
+) -> None:
+    await make_topic(broker.endpoint, name, queues=1)
+    release = asyncio.Event()
+    running = 0
+    peak = 0
+    done = 0
+
+    async def slow(msg: ReceivedMessage) -> ConsumeResult:
+        nonlocal running, peak, done
+        running += 1
+        peak = max(peak, running)
+        await release.wait()
+        running -= 1
+        done += 1
+        return ConsumeResult.SUCCESS
+
+    consumer = PushConsumer(
+        broker.endpoint, name, handler=slow, consume_from_where="FIRST",
+        max_in_flight_per_queue=5, consume_concurrency=50, **FAST,
+    )  # fmt: skip
+    consumer.subscribe(name)
+    async with Producer(broker.endpoint) as producer:
+        await producer.send_batch(name, [f"f{i}" for i in range(30)], queue_id=0)
+    async with consumer:
+        await eventually(lambda: running == 5)
+        await asyncio.sleep(0.5)  # more pulls would have happened by now without the cap
+        assert peak == 5
+        release.set()
+        await eventually(lambda: done == 30)
+    assert peak == 5
+
+
+async def test_close_commits_what_was_processed(broker: BrokerProcess, name: str) -> None:
+    await make_topic(broker.endpoint, name, queues=1)
+    handler = Recorder()
+    consumer = PushConsumer(
+        broker.endpoint, name, handler=handler, consume_from_where="FIRST",
+        **{**FAST, "commit_interval_s": 60.0},  # only close() commits here
+    )  # fmt: skip
+    consumer.subscribe(name)
+    async with Producer(broker.endpoint) as producer:
+        await producer.send_batch(name, [f"c{i}" for i in range(7)], queue_id=0)
+    async with consumer:
+        await eventually(lambda: len(handler.seen) == 7)
+    async with PullConsumer(broker.endpoint, name) as reader:
+        assert await reader.committed(MessageQueue(name, 0)) == 7
+
+
+async def test_consume_from_timestamp_skips_older_messages(
+    broker: BrokerProcess, name: str
+) -> None:
+    await make_topic(broker.endpoint, name, queues=1)
+    async with Producer(broker.endpoint) as producer:
+        await producer.send(name, b"before", queue_id=0)
+        await asyncio.sleep(0.05)
+        cut = int(time.time() * 1000)
+        await asyncio.sleep(0.05)
+        await producer.send(name, b"after", queue_id=0)
+    handler = Recorder()
+    consumer = PushConsumer(
+        broker.endpoint, name, handler=handler, consume_from_where="TIMESTAMP",
+        consume_timestamp_ms=cut, **FAST,
+    )  # fmt: skip
+    consumer.subscribe(name)
+    async with consumer:
+        await eventually(lambda: handler.bodies() == [b"after"])
+        await asyncio.sleep(0.3)
+    assert handler.bodies() == [b"after"]
