@@ -86,6 +86,8 @@ class ConsumeQueue:
         self._min_pos = 0  # absolute byte offset of the first live unit
         self._flushed_pos = 0
         self.max_physical_offset = 0  # end (offset + size) of the newest unit's record
+        self.sync_creations = 0  # files created on the calling thread (see _file_for_write)
+        self._fresh = False  # files adopted before the first unit: start at the first offset
 
     # --- load ----------------------------------------------------------------------------
     @classmethod
@@ -121,6 +123,13 @@ class ConsumeQueue:
             queue._min_pos = queue.files[0].start
             last = queue.files[-1]
             used = _used_bytes(last.mm)
+            while used == 0 and len(queue.files) > 1:
+                # Created ahead of the writer and never written: holds nothing.
+                empty = queue.files.pop()
+                empty.close()
+                empty.path.unlink()
+                last = queue.files[-1]
+                used = _used_bytes(last.mm)
             queue._write_pos = last.start + used
             queue._flushed_pos = queue._write_pos
             queue._refresh_max_physical_offset()
@@ -152,7 +161,7 @@ class ConsumeQueue:
         if not units:
             return 0
         fresh_min = -1
-        if not self.files and first_offset > 0:
+        if (not self.files or self._fresh) and first_offset > 0:
             # A queue re-created above zero (its files were removed): start at the file that
             # holds first_offset instead of writing blanks from zero.
             fresh_min = first_offset * CQ_STORE_UNIT_SIZE
@@ -164,6 +173,7 @@ class ConsumeQueue:
         self._write(data)
         if fresh_min >= 0:
             self._min_pos = fresh_min
+        self._fresh = False
         last_offset, last_size, _ = units[-1]
         self.max_physical_offset = max(self.max_physical_offset, last_offset + last_size)
         return len(units)
@@ -183,17 +193,52 @@ class ConsumeQueue:
 
     def _file_for_write(self) -> ConsumeQueueFile:
         if self.files and self._write_pos < self.files[-1].end:
-            return self.files[-1]
+            file = self._file_at(self._write_pos)  # files may be created ahead of the writer
+            assert file is not None
+            return file
+        # Normally the ReputService created this file in a thread beforehand (missing_files /
+        # create_files_blocking); this fallback (recovery, tests) creates it in place: sparse,
+        # so it costs an open and an ftruncate.
+        self.sync_creations += 1
         start = self.files[-1].end if self.files else self._write_pos
-        self.directory.mkdir(parents=True, exist_ok=True)
-        # Sparse creation (ftruncate) costs tens of microseconds: cheaper than a thread hop.
-        file = ConsumeQueueFile(
-            self.directory / segment_file_name(start), start, self.file_size, True
-        )
+        file = self._create_file_blocking(start)
         if not self.files:
             self._min_pos = max(self._min_pos, start)
         self.files.append(file)
         return file
+
+    def _create_file_blocking(self, start: int) -> ConsumeQueueFile:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        return ConsumeQueueFile(
+            self.directory / segment_file_name(start), start, self.file_size, True
+        )
+
+    def missing_files(self, first_offset: int, count: int) -> list[int]:
+        """Start positions of the files that appending ``count`` units at ``first_offset``
+        needs and that do not exist yet (so they can be created off the event loop)."""
+        end = (first_offset + count) * CQ_STORE_UNIT_SIZE
+        if self.files:
+            start = self.files[-1].end
+        elif first_offset > 0:
+            start = first_offset * CQ_STORE_UNIT_SIZE
+            start -= start % self.file_size
+        else:
+            start = self._write_pos
+        return list(range(start, end, self.file_size)) if start < end else []
+
+    def create_files_blocking(self, starts: Sequence[int]) -> list[ConsumeQueueFile]:
+        """Create files in a thread; ``adopt_files`` then attaches them on the loop."""
+        return [self._create_file_blocking(start) for start in starts]
+
+    def adopt_files(self, files: Sequence[ConsumeQueueFile]) -> None:
+        for file in files:
+            if self.files and file.start != self.files[-1].end:
+                file.close()  # the queue moved on meanwhile (truncated/deleted): not needed
+                continue
+            if not self.files:
+                self._start_at(file.start)
+                self._fresh = True
+            self.files.append(file)
 
     # --- reads ---------------------------------------------------------------------------
     def read_unit_bytes(self, offset: int, max_count: int) -> bytes:

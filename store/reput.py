@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from store.commit_log import CommitLog
-from store.consume_queue import Unit
+from store.consume_queue import ConsumeQueue, ConsumeQueueFile, Unit
 from store.consume_queue_table import ConsumeQueueTable
 from store.errors import CorruptRecordError
 from store.format import (
@@ -82,6 +82,31 @@ class Dispatcher:
                 level = min(int(level_text), len(self.delay_levels_ms))
                 return req.store_timestamp + self.delay_levels_ms[level - 1]
         return java_string_hash(req.tags) if req.tags else 0
+
+    def missing_files(
+        self, requests: Iterable[DispatchRequest]
+    ) -> list[tuple[ConsumeQueue, list[int]]]:
+        """Per queue, the file starts that dispatching ``requests`` would create."""
+        spans: dict[tuple[str, int], tuple[int, int]] = {}
+        for req in requests:
+            if req.sys_flag & 0xC in (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK):
+                continue  # no unit (see dispatch)
+            key = (req.topic, req.queue_id)
+            span = spans.get(key)
+            offset = req.queue_offset
+            if span is None:
+                spans[key] = (offset, offset + 1)
+            elif offset >= span[1]:
+                spans[key] = (span[0], offset + 1)
+        needed = []
+        for key, (first, end) in spans.items():
+            queue = self.queues.find_or_create(*key)
+            starts = queue.missing_files(
+                max(first, queue.max_offset), end - max(first, queue.max_offset)
+            )
+            if starts:
+                needed.append((queue, starts))
+        return needed
 
     def dispatch(
         self, requests: Iterable[DispatchRequest]
@@ -153,6 +178,7 @@ class ReputService(Service):
             requests, next_offset = self.source.read_dispatch_chunk(
                 self.reput_from_offset, limit, self.chunk_bytes
             )
+            await self._create_queue_files(requests)
             advanced, leftover = self.dispatcher.dispatch(requests)
             if leftover and self.dispatcher.index is not None:
                 await self.dispatcher.index.put_entries(leftover)  # rolls a file in a thread
@@ -170,6 +196,15 @@ class ReputService(Service):
         self.interval_s = PENDING_POLL_S if self.source.has_pending() else self.idle_interval_s
         if self._idle is not None:
             self._idle.set()
+
+    async def _create_queue_files(self, requests: list[DispatchRequest]) -> None:
+        """Create, in a thread, the ConsumeQueue files this chunk will need (file creation
+        never runs on the event loop)."""
+        needed = self.dispatcher.missing_files(requests)
+        if needed:
+            created = await asyncio.to_thread(_create_files_blocking, needed)
+            for queue, files in created:
+                queue.adopt_files(files)
 
     def on_failure(self, exc: BaseException) -> None:
         """A chunk that cannot be dispatched (a corrupt record) is retried at the idle pace,
@@ -195,6 +230,12 @@ class ReputService(Service):
             if self.reput_from_offset == before:
                 await asyncio.sleep(PENDING_POLL_S)  # waiting for a commit/sync, not for us
         return True
+
+
+def _create_files_blocking(
+    needed: list[tuple[ConsumeQueue, list[int]]],
+) -> list[tuple[ConsumeQueue, list[ConsumeQueueFile]]]:
+    return [(queue, queue.create_files_blocking(starts)) for queue, starts in needed]
 
 
 class CommitLogSource:

@@ -193,3 +193,17 @@ def test_empty_newest_file_left_by_a_crash_is_removed(tmp_path: Path) -> None:
     reopened.append_units(7, [(70, 10, 0)])
     assert reopened.get_unit(7) == (70, 10, 0)
     reopened.close()
+
+
+def test_files_created_ahead_but_never_written_are_dropped_on_load(tmp_path: Path) -> None:
+    queue = _open(tmp_path)
+    queue.append_units(0, _units(0, [10] * 3, [0] * 3))
+    starts = queue.missing_files(3, 20)  # 23 units of 7 per file: three more files
+    assert starts == [140, 280, 420]
+    queue.adopt_files(queue.create_files_blocking(starts))
+    queue.close()  # crash before any unit reached them
+    reopened = _open(tmp_path)
+    assert (reopened.max_offset, len(reopened.files)) == (3, 1)
+    reopened.append_units(3, _units(30, [10] * 10, [0] * 10))
+    assert [u[0] for u in reopened.read_units(0, 20)] == [i * 10 for i in range(13)]
+    reopened.close()

@@ -50,3 +50,21 @@ async def test_a_corrupt_record_stops_dispatch_and_shows_in_health(tmp_path: Pat
         assert not await store.wait_dispatched(5)
     finally:
         await store.shutdown()
+
+
+async def test_queue_files_are_created_off_the_event_loop(tmp_path: Path) -> None:
+    store = MessageStore(small_config(tmp_path))  # 16 units per queue file
+    await store.start()
+    try:
+        for _ in range(5):
+            await store.put("T", 0, [msg(str(i)) for i in range(10)])
+        await store.put("U", 7, [msg("x")])
+        assert await store.wait_dispatched()
+        queue = store.queues.find("T", 0)
+        assert queue is not None and len(queue.files) == 4
+        assert queue.sync_creations == 0
+        assert [m.queue_offset for m in store.get_messages("T", 0, 0, 100).messages] == list(
+            range(50)
+        )
+    finally:
+        await store.shutdown()
