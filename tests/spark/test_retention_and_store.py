@@ -36,23 +36,22 @@ def retention_broker(root: Path) -> BrokerProcess:
     )
 
 
-def wait_for_retention(endpoint: str, topic: str, timeout: float = 30.0) -> tuple[int, int]:
+def wait_for_retention(endpoint: str, topic: str, count: int, timeout: float = 30.0) -> int:
+    """Wait until all ``count`` messages are dispatched and retention moved the min offset."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        low, high = queue_offsets(endpoint, topic)[0]
-        if low > 0:
-            return low, high
+        offsets = queue_offsets(endpoint, topic)
+        if offsets and offsets[0][1] == count and offsets[0][0] > 0:
+            return offsets[0][0]
         time.sleep(0.1)
-    raise TimeoutError("retention did not delete anything")
+    raise TimeoutError(f"retention did not delete anything: {queue_offsets(endpoint, topic)}")
 
 
 def test_fail_on_data_loss_after_retention_deleted_a_range(spark, tmp_path: Path) -> None:
     with retention_broker(tmp_path / "broker") as broker:
         bodies = [f"{i:05d}".encode() * 40 for i in range(200)]
         send(broker.endpoint, "ledger", bodies, queue_id=0, batch=8)  # a batch fits a segment
-        wait_until_visible(broker.endpoint, "ledger", 1)
-        low, high = wait_for_retention(broker.endpoint, "ledger")
-        assert high == 200
+        low = wait_for_retention(broker.endpoint, "ledger", 200)
 
         def read(**options: str):  # type: ignore[no-untyped-def]
             reader = (
@@ -80,6 +79,7 @@ def test_fail_on_data_loss_after_retention_deleted_a_range(spark, tmp_path: Path
 
         from client.spark.columns import topic_schema
         from client.spark.pull_reader import read_queue_range
+        from client.spark.topic_readers import TopicStreamReader
 
         schema = topic_schema(False)
         strict = parse_read_options(base, streaming=False)
@@ -88,6 +88,16 @@ def test_fail_on_data_loss_after_retention_deleted_a_range(spark, tmp_path: Path
         lenient = parse_read_options({**base, "failOnDataLoss": "false"}, streaming=False)
         batches = list(read_queue_range(lenient, schema, planned))
         assert sum(b.num_rows for b in batches) == 200 - low_now
+
+        # A stream whose checkpoint still points at offset 0 (as after a long pause).
+        checkpointed, latest = {"ledger": {"0": 0}}, {"ledger": {"0": 200}}
+        with pytest.raises(DataLossError, match="removed by retention"):
+            TopicStreamReader(parse_read_options(base, True), schema).partitions(
+                checkpointed, latest
+            )
+        streaming = parse_read_options({**base, "failOnDataLoss": "false"}, True)
+        ranges = TopicStreamReader(streaming, schema).partitions(checkpointed, latest)
+        assert [(r.start, r.end) for r in ranges] == [(low_now, 200)]
 
 
 def test_offline_scan_matches_the_daemon_and_reports_a_corrupted_record(

@@ -142,3 +142,39 @@ def test_stream_restart_from_checkpoint_neither_loses_nor_duplicates(
     assert len(keys) == len(set(keys)) == QUEUES * 40
     got = {(r.queueId, r.offset): bytes(r.body) for r in rows}
     assert got == {(q, off): body for q, items in sent.items() for off, body, _ in items}
+
+
+def test_stream_reader_admission_control_and_available_now_target(broker: BrokerProcess) -> None:
+    """Drive the driver-side stream reader directly (as Spark's runner does), no Spark job."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from client.spark.columns import topic_schema
+    from client.spark.options import parse_read_options
+    from client.spark.topic_readers import TopicStreamReader
+
+    for q, count in enumerate([30, 10, 0, 0]):
+        if count:
+            send(broker.endpoint, "lag", [b"x"] * count, queue_id=q)
+    wait_until_visible(broker.endpoint, "lag", 40)
+    opts = parse_read_options(
+        {"endpoints": broker.endpoint, "topic": "lag", "startingOffsets": "earliest",
+         "maxOffsetsPerTrigger": "8"},
+        streaming=True,
+    )  # fmt: skip
+    reader = TopicStreamReader(opts, topic_schema(False))
+    assert reader.getDefaultReadLimit() == ReadMaxRows(8)
+
+    start = reader.initialOffset()
+    assert start == {"lag": {"0": 0, "1": 0, "2": 0, "3": 0}}
+    reader.prepareForTriggerAvailableNow()
+    send(broker.endpoint, "lag", [b"late"] * 5, queue_id=2)  # after the target: not this run
+    wait_until_visible(broker.endpoint, "lag", 45)
+
+    end = reader.latestOffset(start, ReadMaxRows(8))
+    assert end == {"lag": {"0": 6, "1": 2, "2": 0, "3": 0}}  # 8 rows split 30:10
+    ranges = reader.partitions(start, end)
+    assert [(r.queue_id, r.start, r.end) for r in ranges] == [(0, 0, 6), (1, 0, 2)]
+
+    everything = reader.latestOffset(end, ReadAllAvailable())
+    assert everything == {"lag": {"0": 30, "1": 10, "2": 0, "3": 0}}  # capped at the target
+    assert reader.latestOffset(everything, ReadAllAvailable()) == everything  # run ends
