@@ -33,15 +33,13 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from store.checkpoint import StoreCheckpoint
-from store.cleanup import CleanupService, statvfs_used_ratio
+from store.cleanup import CleanupService, parse_delete_when, statvfs_used_ratio
 from store.commit_log import CommitLog
-from store.config import SYNC_FLUSH, StoreConfig
+from store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from store.consume_queue import BLANK_UNIT_SIZE, Unit
 from store.consume_queue_table import ConsumeQueueTable
 from store.errors import DiskFullError, InvalidMessageError, StoreShutDownError
-from store.format import (
-    decode_offset_msg_id,
-)
+from store.format import CQ_STORE_UNIT_SIZE, decode_offset_msg_id
 from store.get_message import get_messages
 from store.index_service import IndexService
 from store.model import (
@@ -105,6 +103,33 @@ class _ObserverTap:
             self.observer.on_group_commit(waiters)
 
 
+def _validate_config(config: StoreConfig) -> None:
+    """Refuse settings the store cannot honour, at construction, with the setting's name."""
+    if not config.store_path_root_dir:
+        raise ValueError("store_path_root_dir must be set")
+    if config.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
+        raise ValueError(
+            f"flush_disk_type must be {ASYNC_FLUSH} or {SYNC_FLUSH}, got {config.flush_disk_type!r}"
+        )
+    size = config.mapped_file_size_consume_queue
+    if size <= 0 or size % CQ_STORE_UNIT_SIZE:
+        raise ValueError(
+            f"mapped_file_size_consume_queue must be a positive multiple of {CQ_STORE_UNIT_SIZE}"
+            f" (bytes per unit), got {size}"
+        )
+    if config.message_index_enable and (config.max_hash_slot_num <= 0 or config.max_index_num <= 1):
+        raise ValueError("max_hash_slot_num must be > 0 and max_index_num > 1")
+    ratios = (
+        config.disk_max_used_space_ratio,
+        config.disk_space_clean_forcibly_ratio,
+        config.disk_space_warning_level_ratio,
+    )
+    if not all(0 < r <= 100 for r in ratios):
+        raise ValueError(f"disk space ratios are percentages in (0, 100], got {ratios}")
+    parse_delete_when(config.delete_when)  # ValueError names the bad hour
+    parse_delay_levels(config.message_delay_level)
+
+
 class MessageStore:
     def __init__(
         self,
@@ -113,15 +138,13 @@ class MessageStore:
         *,
         disk_usage: DiskUsage | None = None,
     ) -> None:
-        if not config.store_path_root_dir:
-            raise ValueError("store_path_root_dir must be set")
+        _validate_config(config)
         self._config = config
         self._observer = _ObserverTap(observer)
         self._paths = StorePaths.of(config.store_path_root_dir)
         self.delay_levels_ms = parse_delay_levels(config.message_delay_level)
         self._disk_usage: DiskUsage = disk_usage or statvfs_used_ratio
         self._sync_flush = config.flush_disk_type == SYNC_FLUSH
-        self._sync_timeout_s = config.sync_flush_timeout / 1000
         self._commit_log: CommitLog | None = None
         self._checkpoint: StoreCheckpoint | None = None
         self._source: CommitLogSource | None = None

@@ -250,3 +250,20 @@ async def test_delete_topics_forgets_queues_and_removes_their_files(tmp_path: Pa
     leftovers = [p.name for p in (tmp_path / "consumequeue").iterdir()]
     assert sorted(leftovers) == ["Gone", "Kept"]  # the old directory was removed in a thread
     assert len(list((tmp_path / "consumequeue" / "Gone" / "0").iterdir())) == 1
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("flush_disk_type", "SOMETIMES", "flush_disk_type"),
+        ("mapped_file_size_consume_queue", 30, "multiple of 20"),
+        ("delete_when", "4;25", "25"),
+        ("message_delay_level", "1s 2x", "2x"),
+        ("disk_space_warning_level_ratio", 150, "percentages"),
+    ],
+)
+def test_bad_settings_are_refused_at_construction(
+    tmp_path: Path, setting: str, value: object, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        MessageStore(small_config(tmp_path, **{setting: value}))
