@@ -10,9 +10,15 @@ BYTE offset (20 digits) under ``consumequeue/<topic>/<queueId>/``; the logical (
 unit is its index, so unit ``n`` lives at byte ``n * 20``. Files are created sparse (ftruncate) and
 mapped; a unit whose size is 0 marks the end of written data, as RocketMQ's recovery assumes.
 
-Ownership: one event loop mutates a ConsumeQueue (append, truncate); ``flush_blocking`` and the
-``*_blocking`` deletions run in a thread while the facade's maintenance lock keeps them apart.
-Reads copy bytes out of the map, so closing a file never trips over a live memoryview.
+Why not ``store.mapped_file.MappedFile``: that class is shaped for the CommitLog (write buffer,
+committed position, fallocate'd segments). A queue file needs none of it, and sparse files keep
+thousands of mostly empty queues cheap on disk; the shared part (open + size + mmap) is 20 lines.
+
+Ownership: one event loop mutates a ConsumeQueue (append, truncate). Files are created in a
+thread ahead of the writer (``missing_files`` -> ``create_files_blocking`` -> ``adopt_files``,
+driven by the ReputService); ``flush_blocking`` and deletions run in a thread while the facade's
+maintenance lock keeps them apart. Reads copy bytes out of the map, so closing a file never
+trips over a live memoryview.
 """
 
 from __future__ import annotations
