@@ -213,16 +213,19 @@ async def sync_run(args: argparse.Namespace, root: str, batch_size: int, total: 
                 timeouts += 1
             latencies.append(time.perf_counter() - began)
 
-    started = time.perf_counter()
+    started, loop_cpu_started = time.perf_counter(), time.thread_time()
     await asyncio.gather(*(writer(w) for w in range(args.writers)))
     wall = time.perf_counter() - started
+    loop_cpu = time.thread_time() - loop_cpu_started
     messages = per_writer * args.writers * batch_size
     syncs = log.group_commit.syncs - syncs_before
     latencies.sort()
     report(
         "sync",
         f"SYNC_FLUSH {args.writers} writers x batch {batch_size} (1 KiB)",
-        f"{messages / wall:,.0f} msg/s  ({syncs} syncs, {messages / max(syncs, 1):.0f} msg/sync, "
+        f"{messages / wall:,.0f} msg/s wall; loop thread {loop_cpu / messages * 1e6:.2f} us "
+        f"CPU/msg (= {messages / loop_cpu:,.0f} msg/s on an idle core); "
+        f"{syncs} syncs, {messages / max(syncs, 1):.0f} msg/sync, "
         f"ack p50 {latencies[len(latencies) // 2] * 1e3:.2f} ms, "
         f"p99 {latencies[int(len(latencies) * 0.99)] * 1e3:.2f} ms, timeouts {timeouts})",
     )

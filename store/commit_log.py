@@ -309,6 +309,10 @@ class CommitLog:
             raise self._error
         if self.queue.flushed_where >= end_offset:
             return True
+        if end_offset > self.queue.max_wrote_offset:
+            raise ValueError(
+                f"cannot wait for offset {end_offset}: the log ends at {self.queue.max_wrote_offset}"
+            )
         if not self.group_commit.running:
             raise StoreShutDownError("the commit log's flush services are not running")
         return await self.group_commit.wait_flushed(end_offset)
