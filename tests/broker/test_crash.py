@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -37,13 +38,44 @@ def _producer(endpoint: str, worker: int, stop: threading.Event, acked: set[str]
         client.close()
 
 
+def _stream_producer(endpoint: str, worker: int, stop: threading.Event, acked: set[str]) -> None:
+    """Same load through SendMessageStream: an ack is a reply without error, all SEND_OK."""
+    client = Client(endpoint)
+    batches: dict[int, list[str]] = {}
+
+    def requests() -> Iterator[messaging_pb2.SendMessageRequest]:
+        n = 0
+        while not stop.is_set() and n < 100_000:
+            ids = [f"S{worker}-{n + i}" for i in range(16)]
+            batches[n] = ids
+            yield messaging_pb2.SendMessageRequest(
+                topic="crash",
+                request_id=n,
+                messages=[common_pb2.Message(body=i.encode() * 20, unique_id=i) for i in ids],
+            )
+            n += 16
+            time.sleep(0.002)  # keep a few requests in flight, not thousands
+
+    try:
+        for reply in client.msg.SendMessageStream(requests(), timeout=30):
+            ok = all(r.status == messaging_pb2.SEND_OK for r in reply.results)
+            if not reply.HasField("error") and ok and reply.results:
+                acked.update(batches[reply.request_id])
+    except grpc.RpcError:
+        pass  # the broker died: replies not received are not acknowledged
+    finally:
+        client.close()
+
+
 def test_kill_9_under_sync_flush_loses_no_acknowledged_message(tmp_path: Path) -> None:
     settings = {**SMALL_STORE, "flushDiskType": "SYNC_FLUSH"}
     broker = BrokerProcess(tmp_path, settings=settings).start()
     stop = threading.Event()
     acked: set[str] = set()
+    producers = [_producer, _producer, _stream_producer, _stream_producer]
     workers = [
-        threading.Thread(target=_producer, args=(broker.endpoint, w, stop, acked)) for w in range(4)
+        threading.Thread(target=target, args=(broker.endpoint, w, stop, acked))
+        for w, target in enumerate(producers)
     ]
     for worker in workers:
         worker.start()
@@ -53,6 +85,7 @@ def test_kill_9_under_sync_flush_loses_no_acknowledged_message(tmp_path: Path) -
     for worker in workers:
         worker.join(10)
     assert len(acked) > 100, "the load never got going"
+    assert any(i.startswith("S") for i in acked), "the stream producers never got acks"
     assert (broker.store_dir / "abort").exists()  # a crash, not a clean stop
 
     broker.start()  # abnormal recovery
