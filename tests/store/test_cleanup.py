@@ -14,7 +14,7 @@ from store.config import SYNC_FLUSH
 from store.errors import DiskFullError
 from store.message_store import MessageStore
 from store.model import GetStatus
-from tests.store.store_fixtures import msg, small_config
+from tests.store.test_store_helpers import msg, small_config
 
 HOUR_MS = 3_600_000
 

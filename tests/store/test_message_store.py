@@ -16,7 +16,7 @@ from store.filter import parse_tag_expression
 from store.format import create_offset_msg_id
 from store.message_store import MessageStore
 from store.model import GetStatus, PutStatus
-from tests.store.store_fixtures import msg, small_config
+from tests.store.test_store_helpers import msg, small_config
 
 
 @pytest.fixture(params=[ASYNC_FLUSH, SYNC_FLUSH, "ASYNC_FLUSH+transient_pool"])

@@ -14,7 +14,7 @@ from pathlib import Path
 from store.checkpoint import StoreCheckpoint
 from store.message_store import MessageStore
 from store.model import GetStatus
-from tests.store.store_fixtures import msg, small_config
+from tests.store.test_store_helpers import msg, small_config
 
 N_BATCHES = 8
 PER_BATCH = 5
@@ -230,7 +230,7 @@ CHILD = textwrap.dedent(
     import asyncio, sys, time
     sys.path.insert(0, {repo!r})
     from store.message_store import MessageStore
-    from tests.store.store_fixtures import msg, small_config
+    from tests.store.test_store_helpers import msg, small_config
 
     async def main():
         store = MessageStore(small_config({root!r}))

@@ -8,7 +8,7 @@ from pathlib import Path
 from store.format import SCHEDULE_TOPIC, DispatchRequest, java_string_hash
 from store.message_store import MessageStore
 from store.reput import Dispatcher
-from tests.store.store_fixtures import msg, small_config
+from tests.store.test_store_helpers import msg, small_config
 
 
 def _request(

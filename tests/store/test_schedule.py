@@ -12,7 +12,7 @@ from store.format import SCHEDULE_TOPIC
 from store.message_store import MessageStore
 from store.model import GetStatus
 from store.schedule import parse_delay_levels
-from tests.store.store_fixtures import msg, small_config
+from tests.store.test_store_helpers import msg, small_config
 
 
 async def _wait_for_messages(store: MessageStore, topic: str, queue_id: int, timeout_s: float):

@@ -1,4 +1,4 @@
-"""Shared helpers for the facade tests (not a test module)."""
+"""Shared helpers for the store tests (no tests here; named test_store_* to sit with them)."""
 
 from __future__ import annotations
 
