@@ -8,6 +8,11 @@ Each stream keeps ``window`` requests in flight (pipelined); one reply per batch
 runs in this process on uvloop, so on a 2-core box client and broker compete for CPU: the
 figures are for the whole loop (what an SDK on the same host would see). After each send
 phase everything is pulled back (8 queues in parallel, 1024 per pull) and timed.
+
+Peer, measured in the same run with the same client: a bare grpc.aio server process that
+parses each request and answers a prebuilt reply of the same shape, with no store behind it
+(``--peer`` mode of this module). broker/peer is the share of raw gRPC throughput the broker
+keeps; the rest is the broker's and the store's Python work per message.
 """
 
 from __future__ import annotations
@@ -46,6 +51,62 @@ def start_daemon(root: Path, flush: str) -> tuple[subprocess.Popen[bytes], str]:
     while not ready.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError((root / "broker.log").read_text())
+        time.sleep(0.05)
+    return proc, json.loads(ready.read_text())["grpc"]
+
+
+PEER_REPLIES: dict[int, bytes] = {}
+
+
+async def serve_peer(ready: Path) -> None:
+    """The bare gRPC peer: parse each SendMessageRequest, answer one prebuilt reply."""
+
+    def reply_for(request: messaging_pb2.SendMessageRequest) -> bytes:
+        count = len(request.messages)
+        if count not in PEER_REPLIES:
+            entry = messaging_pb2.SendResultEntry(
+                status=messaging_pb2.SEND_OK, msg_id="0" * 32, offset_msg_id="0" * 32,
+                queue_id=0, queue_offset=123456, commit_log_offset=123456789,
+            )  # fmt: skip
+            PEER_REPLIES[count] = messaging_pb2.SendMessageResponse(
+                results=[entry] * count
+            ).SerializeToString()
+        return PEER_REPLIES[count]
+
+    async def stream(requests, context):  # type: ignore[no-untyped-def]
+        async for request in requests:
+            yield reply_for(request)
+
+    async def unary(request, context):  # type: ignore[no-untyped-def]
+        return reply_for(request)
+
+    handler = grpc.method_handlers_generic_handler(
+        "wharf.v1.MessagingService",
+        {
+            "SendMessageStream": grpc.stream_stream_rpc_method_handler(
+                stream, request_deserializer=messaging_pb2.SendMessageRequest.FromString
+            ),
+            "SendMessage": grpc.unary_unary_rpc_method_handler(
+                unary, request_deserializer=messaging_pb2.SendMessageRequest.FromString
+            ),
+        },
+    )
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    await asyncio.to_thread(ready.write_text, json.dumps({"grpc": f"127.0.0.1:{port}"}))
+    await server.wait_for_termination()
+
+
+def start_peer(root: Path) -> tuple[subprocess.Popen[bytes], str]:
+    ready = root / "peer.json"
+    cmd = [sys.executable, "-m", "broker.bench_send", "--peer", str(ready)]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT)
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the gRPC peer did not start")
         time.sleep(0.05)
     return proc, json.loads(ready.read_text())["grpc"]
 
@@ -129,11 +190,24 @@ def main() -> None:
     parser.add_argument(
         "--no-pull", dest="pull", action="store_false", help="skip pulling everything back"
     )
+    parser.add_argument("--peer", metavar="READY_FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.peer:
+        uvloop.run(serve_peer(Path(args.peer)))
+        return
     print(
         f"SendMessageStream: {args.streams} streams x {args.window} in flight, batches of "
         f"{args.batch} x {args.size} B, {args.seconds:g} s per mode"
     )
+    with tempfile.TemporaryDirectory(prefix="wharf-bench-peer-") as tmp:
+        peer, endpoint = start_peer(Path(tmp))
+        try:
+            peer_sent, peer_elapsed, _ = uvloop.run(drive(endpoint, args))
+        finally:
+            peer.terminate()
+            peer.wait(30)
+    peer_rate = peer_sent / peer_elapsed
+    print(f"{'grpc peer':12s} {peer_rate:>10,.0f} msg/s  (bare grpc.aio, no store: the ceiling)")
     for flush in args.modes.split(","):
         with tempfile.TemporaryDirectory(prefix="wharf-bench-") as tmp:
             proc, endpoint = start_daemon(Path(tmp), flush)
@@ -146,7 +220,8 @@ def main() -> None:
         rate = sent / elapsed
         print(
             f"{flush:12s} {rate:>10,.0f} msg/s  {rate * args.size / 1e6:7.1f} MB/s  "
-            f"({sent:,} msgs in {elapsed:.1f} s, {errors} error replies)"
+            f"({sent:,} msgs in {elapsed:.1f} s, {errors} error replies; "
+            f"broker/peer {rate / peer_rate:.2f})"
         )
         if args.pull:
             print(
