@@ -15,6 +15,11 @@ _OPTIONS: list[tuple[str, int | str]] = [
     # The SDK does its own retries (with idempotent UNIQ_KEYs); gRPC's would double them.
     ("grpc.enable_retries", 0),
     ("grpc.keepalive_time_ms", 30_000),
+    # Reconnect quickly after a broker restart (gRPC's default starts at 1 s and grows to
+    # 120 s, longer than a send's whole retry budget).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
 ]
 
 

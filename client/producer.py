@@ -13,6 +13,7 @@ carries a client-generated UNIQ_KEY, so a retried send is recognisable downstrea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Iterable, Mapping, Sequence
@@ -234,7 +235,7 @@ class Producer:
                 attempt += 1
                 if not exc.retriable or attempt > self.retry_times:
                     raise
-                await self._backoff(attempt, deadline)
+                await self._backoff(attempt, deadline, exc)
 
     # ------------------------------------------------------------------ internals
     def _wire_of(
@@ -287,14 +288,20 @@ class Producer:
                 attempt += 1
                 if not exc.retriable or attempt > self.retry_times:
                     raise
-                await self._backoff(attempt, deadline)
+                await self._backoff(attempt, deadline, exc)
 
-    async def _backoff(self, attempt: int, deadline: float) -> None:
+    async def _backoff(self, attempt: int, deadline: float, error: WharfError) -> None:
         loop = asyncio.get_running_loop()
         delay = min(0.05 * (2 ** (attempt - 1)), 1.0) * (0.5 + random.random())
         if loop.time() + delay >= deadline:
-            raise DeadlineExceededError("send deadline reached while backing off")
+            raise DeadlineExceededError("send deadline reached while backing off") from error
         await asyncio.sleep(delay)
+        if error.code == "UNAVAILABLE":
+            # The connection is down: wait (within the deadline) until it is back instead of
+            # spending the remaining retries on fail-fast calls during the reconnect.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline - 0.05):
+                    await asyncio.gather(*(c.channel_ready() for c in self._channels))
 
     async def _send_request(
         self, key: _BatchKey, wires: list[common_pb2.Message]

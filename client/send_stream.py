@@ -71,6 +71,9 @@ class SendStream:
             error = ClientClosedError("producer closed")
         finally:
             self.broken = error
+            # End the request generator too: gRPC's writer task would otherwise stay parked
+            # in it and be destroyed pending ("aclose(): generator is already running").
+            self._requests.put_nowait(None)
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(error)
