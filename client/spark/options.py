@@ -54,7 +54,8 @@ class ReadOptions:
     fail_on_data_loss: bool
     include_properties: bool
     tag_expression: str
-    consumer_group: str  # sent with PullMessage; never used to commit offsets
+    consumer_group: str  # sent with PullMessage
+    progress_group: str | None  # stream: mirror committed offsets to this group (monitoring)
     pull_batch_size: int
     arrow_batches: bool  # yield pyarrow.RecordBatch (faster, see bench.py) or tuples
     timeout_s: float
@@ -216,6 +217,9 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
     pull_batch = _positive_int(options, "pullBatchSize", MAX_PULL_BATCH)
     assert pull_batch is not None
     tag_expression = (_get(options, "tagExpression") or "*").strip() or "*"
+    progress_group = _get(options, "progressGroup")
+    if progress_group is not None and not streaming:
+        raise OptionError("option 'progressGroup' applies to streaming reads only")
     return ReadOptions(
         endpoints=_endpoints(options),
         topics=_topics(options),
@@ -228,6 +232,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         include_properties=_bool(options, "includeProperties", False),
         tag_expression=tag_expression,
         consumer_group=_get(options, "groupId") or "wharf-spark-source",
+        progress_group=progress_group,
         pull_batch_size=min(pull_batch, MAX_PULL_BATCH),
         arrow_batches=_bool(options, "arrowBatches", True),
         timeout_s=_timeout(options),

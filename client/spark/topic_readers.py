@@ -148,6 +148,13 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_queue_range(self._opts, self._schema, partition)
 
     def commit(self, end: dict) -> None:
-        # Spark's checkpoint is the source of truth; nothing to do on the broker. (commit
-        # also trails by one batch, so it could only ever be a progress mirror.)
-        log.debug("wharf source: batch up to %s committed", end)
+        """Spark finished every batch up to ``end``. Spark's checkpoint stays the source of
+        truth; with ``progressGroup`` the offsets are mirrored to that consumer group so
+        ``wharf group progress`` shows the query's lag. commit trails by one batch, so the
+        mirror does too."""
+        group = self._opts.progress_group
+        if group is None:
+            return
+        with BrokerRpc(self._opts.endpoints, self._opts.timeout_s) as rpc:
+            for (topic, queue_id), offset in sorted(decode_offsets(end).items()):
+                rpc.update_consumer_offset(group, topic, queue_id, offset)

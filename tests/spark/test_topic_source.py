@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import BrokerProcess
-from tests.spark.wire import send, wait_until_visible
+from tests.spark.wire import committed_offsets, send, wait_until_visible
 
 pytestmark = pytest.mark.spark
 
@@ -158,7 +158,7 @@ def test_stream_reader_admission_control_and_available_now_target(broker: Broker
     wait_until_visible(broker.endpoint, "lag", 40)
     opts = parse_read_options(
         {"endpoints": broker.endpoint, "topic": "lag", "startingOffsets": "earliest",
-         "maxOffsetsPerTrigger": "8"},
+         "maxOffsetsPerTrigger": "8", "progressGroup": "lag-mirror"},
         streaming=True,
     )  # fmt: skip
     reader = TopicStreamReader(opts, topic_schema(False))
@@ -174,6 +174,9 @@ def test_stream_reader_admission_control_and_available_now_target(broker: Broker
     assert end == {"lag": {"0": 6, "1": 2, "2": 0, "3": 0}}  # 8 rows split 30:10
     ranges = reader.partitions(start, end)
     assert [(r.queue_id, r.start, r.end) for r in ranges] == [(0, 0, 6), (1, 0, 2)]
+
+    reader.commit(end)  # mirrored to the progress group (monitoring only)
+    assert committed_offsets(broker.endpoint, "lag-mirror", "lag") == {0: 6, 1: 2, 2: 0, 3: 0}
 
     everything = reader.latestOffset(end, ReadAllAvailable())
     assert everything == {"lag": {"0": 30, "1": 10, "2": 0, "3": 0}}  # capped at the target

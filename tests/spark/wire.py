@@ -92,3 +92,17 @@ def wait_until_visible(endpoint: str, topic: str, count: int, timeout: float = 1
         if time.monotonic() > deadline:
             raise TimeoutError(f"{topic}: {total} of {count} messages visible")
         time.sleep(0.05)
+
+
+def committed_offsets(endpoint: str, group: str, topic: str) -> dict[int, int]:
+    with stub(endpoint) as s:
+        queues = queue_offsets(endpoint, topic)
+        return {
+            q: s.QueryConsumerOffset(
+                messaging_pb2.QueryConsumerOffsetRequest(
+                    consumer_group=group, topic=topic, queue_id=q
+                ),
+                timeout=10,
+            ).offset
+            for q in queues
+        }
