@@ -73,6 +73,12 @@ class StoreConfig:
     # messageDelayLevel: the delay levels, 1-based, for SCHEDULE_TOPIC_XXXX.
     message_delay_level: str = DEFAULT_DELAY_LEVELS
 
+    # Wharf: put() waits while dispatch (ReputService) is more than this many bytes behind the
+    # written end (0 = never). Pure-Python dispatch is slower than appends; without a bound the
+    # backlog -- consumer lag, and the re-dispatch a crash restart must do -- grows without limit.
+    # 128 MiB is about 1-2 s of dispatch work for 1 KiB messages. append() itself never waits.
+    max_dispatch_lag_bytes: int = 128 * 1024 * 1024
+
     # Written into every record as STOREHOST and used in offset message ids (ipv4:port).
     store_host: str = "127.0.0.1:8081"
 

@@ -22,6 +22,8 @@ Additions to the original contract (all additive):
 - ``remove_arrival_listener``, ``dispatch_offset`` (the reput position), ``delay_levels_ms``,
   ``health()`` (per background service: running, runs, failures, last error).
 - A batch whose messages carry different DELAY levels is refused (one batch = one queue).
+- ``put()`` waits (before appending) while dispatch lags more than ``max_dispatch_lag_bytes``
+  (a Wharf setting, 128 MiB): consumer lag and crash-restart re-dispatch stay bounded.
 """
 
 from __future__ import annotations
@@ -166,6 +168,7 @@ class MessageStore:
         self.recovery_seconds = 0.0
         self.recovered: RecoveredState | None = None
         self._messages_put = 0
+        self.throttled_puts = 0  # puts that waited for dispatch to catch up
         self._bytes_put = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -271,6 +274,7 @@ class MessageStore:
         """append() plus the durability wait of the flush mode: SYNC_FLUSH awaits the group
         commit (FLUSH_DISK_TIMEOUT after syncFlushTimeout); ASYNC_FLUSH wakes the flush service
         and returns at once."""
+        await self._dispatch_backpressure()
         result = self.append(topic, queue_id, messages)
         if not self._sync_flush:
             return PutResult(PutStatus.PUT_OK, result)
@@ -278,6 +282,19 @@ class MessageStore:
         flushed = await self._commit_log.wait_flushed(result.end_offset)
         self._reput.wakeup()  # SYNC_FLUSH dispatches only what is on disk
         return PutResult(PutStatus.PUT_OK if flushed else PutStatus.FLUSH_DISK_TIMEOUT, result)
+
+    async def _dispatch_backpressure(self) -> None:
+        """Hold a put while dispatch is more than ``max_dispatch_lag_bytes`` behind, until it
+        is back to half of that (bounded by syncFlushTimeout; a failing reput stops the wait)."""
+        limit = self._config.max_dispatch_lag_bytes
+        commit_log, reput = self._commit_log, self._reput
+        if limit <= 0 or commit_log is None or reput is None:
+            return
+        written = commit_log.wrote_offset
+        if written - reput.reput_from_offset <= limit:
+            return
+        self.throttled_puts += 1
+        await reput.wait_dispatched(written - limit // 2, self._config.sync_flush_timeout / 1000)
 
     def _check_writable(self) -> None:
         if self._state != "started":

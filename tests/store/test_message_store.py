@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import time
 from collections.abc import AsyncIterator
@@ -267,3 +268,27 @@ def test_bad_settings_are_refused_at_construction(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         MessageStore(small_config(tmp_path, **{setting: value}))
+
+
+async def test_put_waits_while_dispatch_lags_beyond_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = MessageStore(small_config(tmp_path, max_dispatch_lag_bytes=2000))
+    await s.start()
+    try:
+        source = s.reput_service.source
+        monkeypatch.setattr(source, "dispatch_limit", lambda: 0)  # dispatch stalls
+        for _ in range(5):
+            s.append("T", 0, [msg(b"x" * 500)])  # append() never waits: ~3 KB now undispatched
+        put = asyncio.create_task(s.put("T", 0, [msg("held")]))
+        await asyncio.sleep(0.2)
+        assert not put.done()  # held back: dispatch is more than 2000 bytes behind
+        monkeypatch.undo()  # dispatch resumes
+        result = await asyncio.wait_for(put, 5)
+        assert result.append.first_queue_offset == 5
+        assert s.throttled_puts == 1
+        assert await s.wait_dispatched()
+        assert s.get_max_offset("T", 0) == 6
+    finally:
+        monkeypatch.undo()
+        await s.shutdown()
