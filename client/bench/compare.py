@@ -145,18 +145,17 @@ class Comparison:
                 duration=self.duration,
             )
             self._set("produce_sync", "wharf", figures, how=f"{c} tasks x send() (auto-batched)")
-            self.note(f"wharf SYNC_FLUSH e2e at {self.args.rate} msg/s")
-            figures = wharf_bench(
-                broker.endpoint,
-                "e2e",
-                topic="e2e",
-                rate=self.args.rate,
-                size=size,
-                duration=self.duration,
-            )
-            self._set(
-                "e2e_sync", "wharf", figures, how=f"send() at {self.args.rate}/s, long-poll pulls"
-            )
+            for measure, rate in self.e2e_rates():
+                self.note(f"wharf SYNC_FLUSH e2e at {rate} msg/s")
+                figures = wharf_bench(
+                    broker.endpoint, "e2e", topic=f"e2e-{rate}", rate=rate, size=size,
+                    duration=self.duration,
+                )  # fmt: skip
+                self._set(measure, "wharf", figures, how=f"send() at {rate}/s, long-poll pulls")
+
+    def e2e_rates(self) -> list[tuple[str, int]]:
+        """The target rate, and a low one showing latency when nothing queues up."""
+        return [("e2e_sync", self.args.rate), ("e2e_sync_low_rate", self.args.low_rate)]
 
     # ------------------------------------------------------------------ redis
     def run_redis_everysec(self, root: Path) -> None:
@@ -229,13 +228,14 @@ class Comparison:
                 )
             )
             self._set("produce_sync", "redis_py", rp, how=f"{c} tasks x 1")
-            self.note(f"redis always: redis-py e2e at {self.args.rate} msg/s (XADD + XREAD BLOCK)")
-            rp = asyncio.run(
-                redis_peer.redispy_e2e(
-                    redis.endpoint, rate=self.args.rate, duration_s=self.duration, size=size
+            for measure, rate in self.e2e_rates():
+                self.note(f"redis always: redis-py e2e at {rate} msg/s (XADD + XREAD BLOCK)")
+                rp = asyncio.run(
+                    redis_peer.redispy_e2e(
+                        redis.endpoint, rate=rate, duration_s=self.duration, size=size
+                    )
                 )
-            )
-            self._set("e2e_sync", "redis_py", rp, how=f"XADD at {self.args.rate}/s, XREAD BLOCK")
+                self._set(measure, "redis_py", rp, how=f"XADD at {rate}/s, XREAD BLOCK")
 
     # ------------------------------------------------------------------ ratios
     def compute_ratios(self) -> None:
@@ -294,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per Wharf run")
     parser.add_argument("--rate", type=int, default=10_000, help="e2e target msg/s")
+    parser.add_argument("--low-rate", type=int, default=1_000, help="second, unsaturated e2e rate")
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds each")
     parser.add_argument("--output", default=str(REPO_ROOT / "bench-results.json"))
     args = parser.parse_args(argv)
