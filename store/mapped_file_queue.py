@@ -111,15 +111,6 @@ class MappedFileQueue:
             self.on_roll(start)
         return mapped
 
-    def ensure_first(self, start_offset: int) -> None:
-        """An empty queue starts at ``start_offset`` (rounded down to a segment boundary)."""
-        if not self.files:
-            base = start_offset - start_offset % self.file_size
-            mapped = create_segment_blocking(self.store_path, base, self.file_size, self.warm)
-            mapped.set_positions(start_offset - base)
-            self.files = [mapped]
-            self.flushed_where = self.committed_where = start_offset
-
     # --- offsets ------------------------------------------------------------------------------
     @property
     def min_offset(self) -> int:

@@ -18,12 +18,23 @@ from store.model import MessageInput
 from store.service import Service
 
 
-def make_log(tmp_path, **overrides) -> CommitLog:
+class FlushRecorder:
+    def __init__(self) -> None:
+        self.flushes: list[tuple[str, int]] = []
+
+    def on_flush(self, kind: str, seconds: float, nbytes: int) -> None:
+        self.flushes.append((kind, nbytes))
+
+    def on_group_commit(self, waiters: int) -> None:
+        raise AssertionError("no group commit in ASYNC_FLUSH")
+
+
+def make_log(tmp_path, observer=None, **overrides) -> CommitLog:
     config = StoreConfig(
         store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=1 << 20, **overrides
     )
     checkpoint = StoreCheckpoint(os.path.join(tmp_path, "checkpoint"))
-    log = CommitLog(config, checkpoint=checkpoint)
+    log = CommitLog(config, observer, checkpoint=checkpoint)
     log.load_blocking()
     log.recover_blocking(abnormal=False)
     return log
@@ -39,7 +50,8 @@ async def wait_until(predicate, timeout_s=3.0):
 
 
 async def test_async_flush_syncs_enough_dirty_pages_and_writes_the_checkpoint(tmp_path):
-    log = make_log(tmp_path, flush_interval_commit_log=20, flush_commit_log_least_pages=4)
+    recorder = FlushRecorder()
+    log = make_log(tmp_path, recorder, flush_interval_commit_log=20, flush_commit_log_least_pages=4)
     log.start()
     try:
         log.append("T", 0, 0, [MessageInput(b"x" * 100)], 111)
@@ -55,6 +67,8 @@ async def test_async_flush_syncs_enough_dirty_pages_and_writes_the_checkpoint(tm
             lambda: (on_disk.load_blocking(), on_disk.physic_offset)[1] == result.end_offset
         )
         assert on_disk.valid and on_disk.physic_msg_timestamp == 222
+        assert recorder.flushes[0] == ("async", result.end_offset)  # one sync, all the bytes
+        assert log.flush_count >= 1
     finally:
         await log.shutdown()
         log.close()
