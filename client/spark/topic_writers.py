@@ -186,8 +186,8 @@ def write_rows(
                     keys=[k for k in keys[i] or () if k],
                     unique_id=f"{prefix}{row}",
                 )
-                if props[i]:
-                    message.properties.update(props[i])
+                if props[i]:  # Arrow gives a map as (key, value) pairs; null values dropped
+                    message.properties.update((k, v) for k, v in props[i] if v is not None)
                 sender.add(topic, queues[i], message)
                 row += 1
         sender.flush_all()
