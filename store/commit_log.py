@@ -139,7 +139,9 @@ class CommitLog:
             config.flush_interval_commit_log,
             config.flush_commit_log_least_pages,
             config.flush_commit_log_thorough_interval,
-            self._after_async_flush,
+            self._after_async_flush
+            if config.flush_disk_type != SYNC_FLUSH
+            else self._after_sync_checkpoint_tick,
             self._mark_flush_failed,
             self._io,
             flush_data=config.flush_disk_type != SYNC_FLUSH,
@@ -187,7 +189,7 @@ class CommitLog:
     async def shutdown(self, close_files: bool = False) -> None:
         """Stop the services (each finishes its last commit/flush), sync once more, write the
         checkpoint. Reads keep working until ``close()`` (or pass ``close_files=True``)."""
-        if self._closed:
+        if self._closed or self._io_closed:
             return
         if self._error is None:
             self._error = StoreShutDownError("the store is shutting down")
@@ -212,6 +214,8 @@ class CommitLog:
         self._closed = True
         if self._error is None:
             self._error = StoreShutDownError("the store is shut down")
+        self._io_closed = True
+        self._io.shutdown(wait=False)
         self.queue.close()
 
     # === writes =================================================================================
@@ -383,6 +387,11 @@ class CommitLog:
             self._io.submit(self._persist_checkpoint_blocking)
         if self.observer is not None and nbytes:
             self.observer.on_flush("async", seconds, nbytes)
+
+    def _after_sync_checkpoint_tick(self, flushed: int, seconds: float, nbytes: int) -> None:
+        """SYNC_FLUSH: group commits advanced the checkpoint; write it every flush interval."""
+        if self.checkpoint is not None and nbytes and not self._io_closed:
+            self._io.submit(self._persist_checkpoint_blocking)
 
     def _persist_checkpoint_blocking(self) -> None:
         assert self.checkpoint is not None
