@@ -13,8 +13,9 @@ process): the machine is shared, and CPU time is what a figure costs on an idle 
 - dispatch: the ReputService's rate from CommitLog records to ConsumeQueue units + index
   entries (UNIQ_KEY and one KEYS entry per message, as the SDK sends them).
 - recovery: a child process appends ``--recovery-mib`` of 1 KiB messages (ASYNC_FLUSH, real
-  1 GiB segments), waits for dispatch, keeps appending, and is SIGKILLed mid-load; the parent
-  then times ``MessageStore.start()`` (abnormal recovery) and prints its phases.
+  1 GiB segments), waits for dispatch, keeps putting for 3 s (dispatch falls behind up to
+  ``max_dispatch_lag_bytes``) and is SIGKILLed mid-load; the parent then times
+  ``MessageStore.start()`` (abnormal recovery) and prints its phases.
 """
 
 from __future__ import annotations
@@ -128,10 +129,9 @@ async def main(root, target_bytes):
             await asyncio.sleep(0)
     await store.wait_dispatched(600)
     print("loaded", flush=True)
-    while True:  # keep writing until killed: the crash lands mid-load
-        store.append("Recover", seq % 8, _batch(seq))
+    while True:  # keep writing (as the broker does, through put) until killed mid-load
+        await store.put("Recover", seq % 8, _batch(seq))
         seq += 1
-        await asyncio.sleep(0)
 
 asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 """
@@ -149,7 +149,7 @@ def _load_and_kill_blocking(root: str, target_bytes: int) -> float:
         line = child.stdout.readline().strip()
         if line != "loaded":
             raise RuntimeError(f"loader child failed (said {line!r})")
-        time.sleep(0.5)  # half a second of appends in flight
+        time.sleep(3.0)  # long enough for the dispatch backlog to reach its bound
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait()

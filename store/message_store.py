@@ -23,7 +23,7 @@ Additions to the original contract (all additive):
   ``health()`` (per background service: running, runs, failures, last error).
 - A batch whose messages carry different DELAY levels is refused (one batch = one queue).
 - ``put()`` waits (before appending) while dispatch lags more than ``max_dispatch_lag_bytes``
-  (a Wharf setting, 128 MiB): consumer lag and crash-restart re-dispatch stay bounded.
+  (a Wharf setting, 64 MiB): consumer lag and crash-restart re-dispatch stay bounded.
 """
 
 from __future__ import annotations
