@@ -264,7 +264,12 @@ def test_admin_topic_lifecycle_and_status(client: Client) -> None:
         client.admin.CreateTopic(admin_pb2.CreateTopicRequest(name="adm"))
     assert info.value.code() == grpc.StatusCode.ALREADY_EXISTS
     client.send("adm", b"a", b"b", queue_id=1)
-    stats = client.admin.GetTopicStats(admin_pb2.GetTopicStatsRequest(name="adm"))
+    deadline = time.monotonic() + 5
+    while True:  # queue offsets move when dispatch has run, a moment after the ack
+        stats = client.admin.GetTopicStats(admin_pb2.GetTopicStatsRequest(name="adm"))
+        if stats.total_messages == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
     assert stats.total_messages == 2 and stats.queues[1].max_offset == 2
     status = client.admin.GetBrokerStatus(admin_pb2.GetBrokerStatusRequest())
     assert status.writable and status.flush_disk_type == "ASYNC_FLUSH"
@@ -364,6 +369,7 @@ def test_search_offset_progress_and_reset_by_timestamp(client: Client) -> None:
     cut = int(time.time() * 1000)
     time.sleep(0.05)
     client.send("prog", b"new-1")
+    assert client.pull("prog", 2, group="probe", max_wait_ms=5000).messages  # dispatched
     search = messaging_pb2.SearchOffsetRequest(topic="prog", queue_id=0, timestamp=cut)
     assert client.msg.SearchOffset(search).offset == 2
     client.pull("prog", 0, group="pg", commit_offset=1)
