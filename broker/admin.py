@@ -21,6 +21,7 @@ from broker.topics import (
     validate_queue_nums,
     validate_topic_name,
 )
+from store.model import QueueStat
 
 
 def _version(package: str) -> str:
@@ -195,7 +196,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             online_clients=ctx.consumers.online_count(group),
         )
 
-    def _last_consumed_timestamp(self, topic: str, stat, consumer: int) -> int:  # type: ignore[no-untyped-def]
+    def _last_consumed_timestamp(self, topic: str, stat: QueueStat, consumer: int) -> int:
         if consumer <= stat.min_offset:
             return 0
         result = self.ctx.store.get_messages(topic, stat.queue_id, consumer - 1, 1)
