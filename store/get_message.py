@@ -106,11 +106,14 @@ def _read_chosen(
         while j < n and chosen[j][0] == end and end - start + chosen[j][1] <= MAX_RUN_BYTES:
             end += chosen[j][1]
             j += 1
-        chunk = commit_log.read_bytes(start, end - start)
+        chunk = _read_or_none(commit_log, start, end - start)
         if chunk is None:
             # Not one readable range (deleted meanwhile, or spans segments): one by one.
             for phy_offset, record_size in chosen[i:j]:
-                msg = commit_log.read_message(phy_offset, record_size)
+                try:
+                    msg = commit_log.read_message(phy_offset, record_size)
+                except ValueError:  # its segment was unmapped by retention meanwhile
+                    msg = None
                 if msg is None:
                     missing += 1
                 else:
@@ -134,3 +137,12 @@ def _read_chosen(
                     messages.append(checked)
         i = j
     return messages, missing
+
+
+def _read_or_none(commit_log: CommitLog, offset: int, size: int) -> bytes | None:
+    """``read_bytes``, with a segment that retention unmapped between lookup and copy (a
+    worker thread deletes while the loop reads) treated like a deleted range."""
+    try:
+        return commit_log.read_bytes(offset, size)
+    except ValueError:
+        return None
