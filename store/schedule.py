@@ -152,6 +152,9 @@ class ScheduleMessageService:
         self._wakeups = {level: asyncio.Event() for level in range(1, len(delay_levels_ms) + 1)}
         self._tasks: list[asyncio.Task[None]] = []
         self._dirty = False
+        self._persist_lock = asyncio.Lock()
+        self._persist_task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     # --- persistence ---------------------------------------------------------------------
     def load_blocking(self) -> None:
@@ -167,13 +170,15 @@ class ScheduleMessageService:
         return {"offsetTable": {str(k): v for k, v in sorted(self.offset_table.items())}}
 
     async def persist(self) -> None:
-        self._dirty = False
-        await asyncio.to_thread(write_json_atomic_blocking, self.offset_file, self.encode())
+        # One writer at a time: two would race on the same temporary file.
+        async with self._persist_lock:
+            self._dirty = False
+            await asyncio.to_thread(write_json_atomic_blocking, self.offset_file, self.encode())
 
     def health(self) -> dict[str, object]:
         return {
             "name": "ScheduleMessageService",
-            "running": any(not task.done() for task in self._tasks),
+            "running": bool(self._tasks) and any(not task.done() for task in self._tasks),
             "runs": self.delivered,
             "failures": self.failures,
             "last_error": "",
@@ -186,13 +191,18 @@ class ScheduleMessageService:
             self._tasks.append(
                 loop.create_task(self._run_level(level), name=f"delay-level-{level}")
             )
-        self._tasks.append(loop.create_task(self._persist_loop(), name="delay-offset-persist"))
+        self._persist_task = loop.create_task(self._persist_loop(), name="delay-offset-persist")
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        # The persist loop is asked to end, not cancelled: a write in flight in its thread
+        # completes before the final one starts.
+        self._stopping.set()
+        if self._persist_task is not None:
+            await self._persist_task
         await self.persist()
 
     def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
@@ -204,9 +214,10 @@ class ScheduleMessageService:
 
     # --- the per-level timer -------------------------------------------------------------
     async def _persist_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.persist_interval_s)
-            if self._dirty:
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.persist_interval_s)
+            if self._dirty and not self._stopping.is_set():
                 try:
                     await self.persist()
                 except OSError:
