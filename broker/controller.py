@@ -133,6 +133,15 @@ class BrokerController:
                 ("grpc.max_receive_message_length", max_size),
                 ("grpc.max_send_message_length", max_size),
                 ("grpc.so_reuseport", 0),
+                # Accept client keepalive pings every 10 s even on idle connections (the SDK
+                # pings every 30 s during long polls; gRPC's 5 min default would answer
+                # with GOAWAY "too_many_pings").
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+                # Ping clients every 60 s: a vanished client's parked pulls and streams are
+                # cancelled within ~80 s instead of lingering on a half-open connection.
+                ("grpc.keepalive_time_ms", 60_000),
+                ("grpc.keepalive_timeout_ms", 20_000),
             ],
         )
         self._server = server
