@@ -31,8 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol
 
 from store.checkpoint import StoreCheckpoint
 from store.cleanup import CleanupService, parse_delete_when, statvfs_used_ratio
@@ -40,7 +40,12 @@ from store.commit_log import CommitLog
 from store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from store.consume_queue import BLANK_UNIT_SIZE, Unit
 from store.consume_queue_table import ConsumeQueueTable
-from store.errors import DiskFullError, InvalidMessageError, StoreShutDownError
+from store.errors import (
+    DiskFullError,
+    InvalidMessageError,
+    StoreNotWritableError,
+    StoreShutDownError,
+)
 from store.format import CQ_STORE_UNIT_SIZE, decode_offset_msg_id
 from store.get_message import get_messages
 from store.index_service import IndexService
@@ -243,7 +248,22 @@ class MessageStore:
         """Validate and append a batch (consecutive queue offsets in one queue). Never awaits.
         Messages with a DELAY property go to SCHEDULE_TOPIC_XXXX queue level-1 (the real
         topic/queue kept in REAL_TOPIC/REAL_QID). Raises InvalidMessageError (nothing written),
-        StoreNotWritableError."""
+        StoreNotWritableError. In SYNC_FLUSH mode a background group-commit request is filed
+        (``put`` is the call that waits for it): dispatch only follows synced data."""
+        result = self._append(topic, queue_id, messages)
+        if self._sync_flush:
+            self._spawn(self._sync_in_background(result.end_offset))
+        return result
+
+    async def _sync_in_background(self, end_offset: int) -> None:
+        assert self._commit_log is not None and self._reput is not None
+        try:
+            await self._commit_log.wait_flushed(end_offset)
+        except StoreNotWritableError:
+            return  # sticky failure / shutdown: already surfaced to writers and in health()
+        self._reput.wakeup()
+
+    def _append(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> AppendResult:
         self._check_writable()
         if not messages:
             raise InvalidMessageError("a batch needs at least one message")
@@ -275,7 +295,7 @@ class MessageStore:
         commit (FLUSH_DISK_TIMEOUT after syncFlushTimeout); ASYNC_FLUSH wakes the flush service
         and returns at once."""
         await self._dispatch_backpressure()
-        result = self.append(topic, queue_id, messages)
+        result = self._append(topic, queue_id, messages)
         if not self._sync_flush:
             return PutResult(PutStatus.PUT_OK, result)
         assert self._commit_log is not None and self._reput is not None
@@ -413,7 +433,7 @@ class MessageStore:
             for queue in queues:
                 await asyncio.to_thread(queue.destroy_blocking)
 
-    def _spawn(self, coro) -> None:  # type: ignore[no-untyped-def]
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)

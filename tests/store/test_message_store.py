@@ -292,3 +292,15 @@ async def test_put_waits_while_dispatch_lags_beyond_the_limit(
     finally:
         monkeypatch.undo()
         await s.shutdown()
+
+
+async def test_sync_flush_append_without_put_still_becomes_visible(tmp_path: Path) -> None:
+    s = MessageStore(small_config(tmp_path, flush_disk_type=SYNC_FLUSH))
+    await s.start()
+    try:
+        s.append("T", 0, [msg("no put")])
+        assert await s.wait_dispatched(5)
+        assert [m.body for m in s.get_messages("T", 0, 0, 10).messages] == [b"no put"]
+        assert s.stats().commit_log_flushed_offset == s.stats().commit_log_max_offset
+    finally:
+        await s.shutdown()
