@@ -1,11 +1,12 @@
 """Kafka-style auto-batching: many ``send()`` calls become few multi-message requests.
 
 Messages for the same (topic, queue) accumulate in an open batch. A batch closes when it
-reaches ``max_messages`` / ``max_bytes`` or when its linger expires (``linger_s = 0`` means
-"at the next event-loop turn", which already gathers every send issued in the same turn).
-Closed batches wait while ``max_in_flight`` requests are outstanding, so under load batches
-grow by themselves (Nagle-like) and a lone sender pays no linger. Every message keeps its
-own future, resolved with its own result entry.
+reaches ``max_messages`` / ``max_bytes``, or when its linger expires (``linger_s = 0`` means
+"at the next event-loop turn", which already gathers every send issued in the same turn)
+AND a request slot is free: while ``max_in_flight`` requests are outstanding an expired
+batch stays open and keeps growing until a reply frees a slot (Nagle-like). So a lone sender
+pays no linger, and a steady stream of sends turns into few large requests instead of a
+queue of one-message requests. Every message keeps its own future and result entry.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ class AutoBatcher:
         self._max_in_flight = max_in_flight
         self._max_buffered = max_buffered
         self._open: dict[Hashable, _Batch] = {}
-        self._ready: collections.deque[_Batch] = collections.deque()
+        self._ready: collections.deque[_Batch] = collections.deque()  # full, waiting for a slot
+        self._due: dict[Hashable, None] = {}  # keys whose linger expired (insertion-ordered)
         self._in_flight = 0
         self._buffered = 0  # messages accepted but not yet answered
         self._space = asyncio.Event()
@@ -94,9 +96,9 @@ class AutoBatcher:
             batch = _Batch(key)
             self._open[key] = batch
             if self._linger_s > 0:
-                batch.timer = loop.call_later(self._linger_s, self._close, batch)
+                batch.timer = loop.call_later(self._linger_s, self._linger_expired, batch)
             else:
-                batch.timer = loop.call_soon(self._close, batch)
+                batch.timer = loop.call_soon(self._linger_expired, batch)
         future: asyncio.Future[Any] = loop.create_future()
         batch.messages.append(message)
         batch.futures.append(future)
@@ -119,17 +121,33 @@ class AutoBatcher:
         self.flush_now()
         await self._idle.wait()
 
-    def _close(self, batch: _Batch) -> None:
+    def _linger_expired(self, batch: _Batch) -> None:
         if self._open.get(batch.key) is not batch:
             return  # already closed by size
+        batch.timer = None
+        if self._in_flight < self._max_in_flight:
+            self._close(batch)
+        else:
+            self._due[batch.key] = None  # sent by _pump when a slot frees; grows meanwhile
+
+    def _close(self, batch: _Batch) -> None:
+        if self._open.get(batch.key) is not batch:
+            return  # already closed
         del self._open[batch.key]
+        self._due.pop(batch.key, None)
         if batch.timer is not None:
             batch.timer.cancel()
         self._ready.append(batch)
         self._pump()
 
     def _pump(self) -> None:
-        while self._ready and self._in_flight < self._max_in_flight:
+        while self._in_flight < self._max_in_flight:
+            if not self._ready:
+                if not self._due:
+                    return
+                key = next(iter(self._due))
+                self._close(self._open[key])  # re-enters _pump: one send per step
+                continue
             batch = self._ready.popleft()
             self._in_flight += 1
             task = asyncio.get_running_loop().create_task(self._run(batch))

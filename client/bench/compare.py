@@ -154,8 +154,9 @@ class Comparison:
                 self._set(measure, "wharf", figures, how=f"send() at {rate}/s, long-poll pulls")
 
     def e2e_rates(self) -> list[tuple[str, int]]:
-        """The target rate, and a low one showing latency when nothing queues up."""
-        return [("e2e_sync", self.args.rate), ("e2e_sync_low_rate", self.args.low_rate)]
+        """A low rate showing latency when nothing queues up, then the target rate. Low
+        first: a saturated run leaves a backlog on the broker that would skew the next."""
+        return [("e2e_sync_low_rate", self.args.low_rate), ("e2e_sync", self.args.rate)]
 
     # ------------------------------------------------------------------ redis
     def run_redis_everysec(self, root: Path) -> None:

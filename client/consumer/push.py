@@ -280,14 +280,12 @@ class PushConsumer:
         wanted: dict[MessageQueue, str] = {}
         members: list[str] = []
         if self.message_model == CLUSTERING:
-            try:
-                reply = await self._stub.GetConsumerList(
-                    messaging_pb2.GetConsumerListRequest(consumer_group=self.group), timeout=5.0
-                )
-            except grpc.RpcError as exc:
-                raise from_rpc_error(exc) from None
-            members = list(reply.client_ids) or [self.client_id]
-            self._list_version = reply.version
+            members = await self._members()
+            if self.client_id not in members:
+                # The broker forgot us (it restarted, or expired our heartbeats): register
+                # again rather than dropping every queue until the next heartbeat.
+                await self._heartbeat()
+                members = await self._members()
         for topic, expression in self._subscriptions.items():
             route = await self._routes.get(topic, refresh=True)
             queues = route.read_queues()
@@ -307,6 +305,17 @@ class PushConsumer:
         delay = self.handover_delay_s if len(members) > 1 else 0.0
         for queue in added:
             self._start_worker(queue, wanted[queue], delay)
+
+    async def _members(self) -> list[str]:
+        assert self._stub is not None
+        try:
+            reply = await self._stub.GetConsumerList(
+                messaging_pb2.GetConsumerListRequest(consumer_group=self.group), timeout=5.0
+            )
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        self._list_version = reply.version
+        return list(reply.client_ids)
 
     async def _drop_queues(self, queues: list[MessageQueue]) -> None:
         if not queues:

@@ -324,3 +324,21 @@ def test_compare_ratios_are_wharf_over_peer() -> None:
         "throughput_vs_redis_py": 2.0,
     }
     assert comparison.measures["e2e_sync"]["ratios"] == {"p99_vs_redis_py": 1.5}
+
+
+async def test_batcher_grows_batches_while_all_slots_are_busy() -> None:
+    sizes: list[int] = []
+
+    async def slow_send(key: object, items: list[int]) -> list[int]:
+        sizes.append(len(items))
+        await asyncio.sleep(0.02)
+        return items
+
+    batcher = AutoBatcher(slow_send, max_in_flight=1)
+    futures = []
+    for i in range(100):  # a paced sender: one message per loop turn, over ~2 replies' time
+        futures.append(batcher.submit("k", i, 1))
+        await asyncio.sleep(0.0005)
+    assert await asyncio.gather(*futures) == list(range(100))
+    # Without growth this would be ~100 one-message requests queued behind the slot.
+    assert len(sizes) < 20 and max(sizes) > 10
