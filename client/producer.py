@@ -310,8 +310,13 @@ class Producer:
         request = messaging_pb2.SendMessageRequest(
             topic=topic, queue_id=queue_id, messages=wires, producer_group=self.group
         )
-        index = self._next_stream
-        self._next_stream = (index + 1) % len(self._stubs)
+        if queue_id is None:
+            index = self._next_stream
+            self._next_stream = (index + 1) % len(self._stubs)
+        else:
+            # A pinned queue (ordered messages) always uses the same stream, so its batches
+            # reach the broker in the order they were sent.
+            index = hash(key) % len(self._stubs)
         if self._transport == "unary":
             return await self._send_unary(index, request)
         stream = self._streams[index]
