@@ -178,3 +178,20 @@ async def test_transient_pool_appends_become_readable_after_commit(tmp_path):
     finally:
         await log.shutdown()
         log.close()
+
+
+def test_iter_dispatch_raises_at_a_corrupt_record_and_can_stop_short_of_it(tmp_path):
+    from store.errors import CorruptRecordError
+
+    log = make_log(tmp_path)
+    results = [log.append("T", 0, i, [MessageInput(body(i))], 5) for i in range(3)]
+    bad = results[1].offsets[0]
+    log.queue.files[0].raw[bad + 4 : bad + 8] = b"\0\0\0\1"  # garble the magic code
+    with pytest.raises(CorruptRecordError) as excinfo:
+        log.iter_dispatch(0, 1 << 20)
+    assert excinfo.value.offset == bad
+    batch = log.iter_dispatch(0, bad)  # the budget ends right before the bad record
+    assert [r.commit_log_offset for r in batch.requests] == [0] and batch.next_offset == bad
+    with pytest.raises(CorruptRecordError):
+        log.read_messages(bad, 10)
+    log.close()
