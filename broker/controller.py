@@ -119,6 +119,9 @@ class BrokerController:
         self._metadata_dir = Path(config.store.store_path_root_dir) / "config"
         self._metrics_started = False
         self._store_started = False
+        self._persist_soon = asyncio.Event()
+        self.topics.on_change = self._persist_soon.set
+        self.groups.on_change = self._persist_soon.set
 
     # --- start ----------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -247,9 +250,16 @@ class BrokerController:
                 log.exception("cannot persist %s", manager.FILE_NAME)
 
     async def _persist_loop(self) -> None:
+        """Every flushConsumerOffsetInterval, or ~50 ms after a topic/group change (those are
+        rare and costly to forget in a crash; offsets change all the time and wait)."""
         interval = self.config.broker.flush_consumer_offset_interval / 1000
         while True:
-            await asyncio.sleep(interval)
+            try:
+                await asyncio.wait_for(self._persist_soon.wait(), interval)
+                await asyncio.sleep(0.05)  # coalesce a burst of auto-creates into one write
+            except TimeoutError:
+                pass
+            self._persist_soon.clear()
             await self.persist_metadata()
 
     async def _expire_clients_loop(self) -> None:

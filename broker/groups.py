@@ -5,6 +5,7 @@ autoCreateSubscriptionGroup is on (RocketMQ's default)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +69,7 @@ class SubscriptionGroupManager:
         self.table: dict[str, SubscriptionGroup] = {}
         self.dirty = False
         self.version = 0
+        self.on_change: Callable[[], None] = lambda: None  # see TopicConfigManager.on_change
 
     def __len__(self) -> int:
         return len(self.table)
@@ -93,15 +95,18 @@ class SubscriptionGroupManager:
         if group.retry_max_times < 0 or group.retry_queue_nums < 1:
             raise InvalidArgumentError("retry_max_times must be >= 0 and retry_queue_nums >= 1")
         self.table[group.group_name] = group
+        self._changed()
+        return group
+
+    def _changed(self) -> None:
         self.dirty = True
         self.version += 1
-        return group
+        self.on_change()
 
     def delete(self, name: str) -> None:
         if self.table.pop(name, None) is None:
             raise NotFoundError(f"consumer group {name!r} does not exist")
-        self.dirty = True
-        self.version += 1
+        self._changed()
 
     def listing(self) -> list[SubscriptionGroup]:
         return [g for _, g in sorted(self.table.items())]

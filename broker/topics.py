@@ -8,6 +8,7 @@ the first dead letter). They are hidden from ListTopics unless include_system is
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +105,9 @@ class TopicConfigManager:
         self.table: dict[str, TopicConfig] = {}
         self.dirty = False
         self.version = 0  # bumped on every change (dataVersion)
+        # Called after every change: the controller persists topics within ~50 ms instead of
+        # the periodic 5 s, so a crash right after an auto-create does not forget the topic.
+        self.on_change: Callable[[], None] = lambda: None
 
     def __len__(self) -> int:
         return sum(1 for name in self.table if not is_system_topic(name))
@@ -119,9 +123,13 @@ class TopicConfigManager:
 
     def _put(self, topic: TopicConfig) -> TopicConfig:
         self.table[topic.name] = topic
+        self._changed()
+        return topic
+
+    def _changed(self) -> None:
         self.dirty = True
         self.version += 1
-        return topic
+        self.on_change()
 
     def create(
         self, name: str, read: int, write: int, perm: int, attributes: dict[str, str]
@@ -165,8 +173,7 @@ class TopicConfigManager:
     def delete(self, name: str) -> TopicConfig:
         topic = self.require(name)
         del self.table[name]
-        self.dirty = True
-        self.version += 1
+        self._changed()
         return topic
 
     def listing(self, include_system: bool) -> list[TopicConfig]:

@@ -349,3 +349,15 @@ async def test_sync_flush_stream_overlaps_requests_within_the_inflight_bound(
     finally:
         await b.channel.close()
         await b.controller.shutdown()
+
+
+async def test_auto_created_topic_is_persisted_at_once_not_after_the_interval(
+    broker: Broker, tmp_path: Path
+) -> None:
+    await broker.send("fresh", b"x")  # the 5 s periodic persistence has not run yet
+    path = tmp_path / "config" / "topics.json"
+    for _ in range(100):
+        if path.exists() and "fresh" in path.read_text():
+            break
+        await asyncio.sleep(0.01)
+    assert json.loads(path.read_text())["topicConfigTable"]["fresh"]["writeQueueNums"] == 8
