@@ -551,7 +551,12 @@ def check_record(
     """Validate the record at ``buf[pos:]`` for recovery. Returns its size (> 0), or
     ``RECORD_END`` (zeros or fewer than 4 bytes left), ``RECORD_BLANK`` (end-of-segment
     marker) or ``RECORD_CORRUPT`` (bad magic, impossible sizes, torn, CRC mismatch, or a
-    PHYSICALOFFSET other than ``expected_offset`` when that is given)."""
+    PHYSICALOFFSET other than ``expected_offset`` when that is given).
+
+    What it cannot see (RocketMQ's format: the CRC covers the body only): a flipped bit in
+    QUEUEID, FLAG, QUEUEOFFSET, SYSFLAG, timestamps, hosts, RECONSUMETIMES,
+    PREPAREDTRANSACTIONOFFSET, or inside the topic/properties text. Zeroed (torn) tails are
+    caught."""
     remaining = len(buf) - pos
     if remaining < 4:
         return RECORD_END
@@ -578,6 +583,10 @@ def check_record(
         return RECORD_CORRUPT
     props_len = PROPERTIES_LENGTH.unpack_from(buf, props_pos)[0]
     if props_len < 0 or props_pos + 2 + props_len != pos + total:
+        return RECORD_CORRUPT
+    # BODYCRC covers the body only. A torn write that zeroed the record's last bytes is still
+    # caught: topics never hold \x00 and properties always end with the \x02 separator.
+    if topic_len == 0 or buf[props_pos - 1] == 0 or (props_len and buf[pos + total - 1] != 2):
         return RECORD_CORRUPT
     if check_crc:
         body_pos = pos + RECORD_HEADER_SIZE

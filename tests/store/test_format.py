@@ -308,3 +308,14 @@ def test_segment_file_names_are_twenty_digit_offsets():
     for bad in ["123", "0000000000000000000x", "000000000000000000000"]:
         with pytest.raises(ValueError):
             fmt.parse_segment_file_name(bad)
+
+
+def test_zeroed_record_tail_is_caught_although_the_crc_covers_only_the_body():
+    batch = encode([MessageInput(b"body", {"UNIQ_KEY": "ABC"})])
+    for keep in range(batch.sizes[0] - 1, 88 + 4, -1):  # torn anywhere after the body
+        data = batch.data[:keep] + bytes(batch.sizes[0] - keep)
+        assert fmt.check_record(data, 0) == fmt.RECORD_CORRUPT, keep
+    no_props = encode([MessageInput(b"body")])
+    assert fmt.check_record(no_props.data, 0) == no_props.sizes[0]
+    torn_topic = no_props.data[:-4] + bytes(4)  # last topic byte and the (empty) props length
+    assert fmt.check_record(torn_topic, 0) == fmt.RECORD_CORRUPT
