@@ -34,11 +34,14 @@ Failure policy (LevelDB log_reader style, written down):
 - Recovery walks records from a start point and stops at the first record that is not valid:
   zeros (END) are the normal end of data; a record whose size runs past the segment, whose
   magic is wrong, whose sizes do not add up or whose PHYSICALOFFSET field is not its own offset
-  is a torn tail; a body CRC mismatch is corruption. Either way it is LOGGED with the offset and
+  is a torn tail (so is a record whose last bytes were zeroed: see ``check_record``); a body
+  CRC mismatch is corruption. Either way it is LOGGED with the offset and
   treated as the end of valid data: the rest of that segment is zeroed and later segments are
   deleted. We never skip a bad record to serve data after it: the ConsumeQueue must only point
   at a contiguous valid prefix, and a record after a corrupt one cannot be trusted to start
   where the corrupt one says it ends.
+- Limits of detection, inherited from RocketMQ's format: BODYCRC covers the body only, so a
+  flipped bit in other header fields or inside the topic/properties text goes unnoticed.
 - Start point: a CRC-valid checkpoint's ``physic_offset`` (everything below it was fdatasynced
   before the checkpoint was written) when the record there checks out; else, after a crash,
   the newest segment whose first record is older than the checkpoint timestamps (RocketMQ),
