@@ -69,7 +69,7 @@ from store.schedule import (
     parse_delay_levels,
     to_schedule_topic,
 )
-from store.store_paths import StorePaths
+from store.store_paths import StorePaths, write_abort_marker_blocking
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ class MessageStore:
         self.disk_used_ratio = await asyncio.to_thread(
             self._disk_usage, str(self._paths.commit_log_dir)
         )
-        await asyncio.to_thread(self._paths.abort_file.touch)
+        await asyncio.to_thread(write_abort_marker_blocking, self._paths.abort_file)
         self._commit_log.start()
         self._reput.last_timestamp = state.last_dispatch_timestamp
         self._reput.start()

@@ -8,8 +8,9 @@ blocking function that ``MessageStore.start`` runs in a thread before anything i
 4. ConsumeQueue units and index entries pointing at or past that end are dropped (a queue can
    be AHEAD of the log: its units were written, the records were torn).
 5. Re-dispatch resumes at the ConsumeQueues' max physical offset -- not a full rescan. After a
-   crash the checkpoint's ``logics_offset`` (dispatch position whose queue/index data was
-   fdatasynced) caps it, so units lost with the page cache are rebuilt. The missing tail is
+   machine crash (the abort file's boot id is not this boot's) the checkpoint's
+   ``logics_offset`` (dispatch position whose queue/index data was fdatasynced) caps it, so
+   units lost with the page cache are rebuilt; after a process crash they were not lost. The missing tail is
    dispatched here, synchronously, so the queue offset table built afterwards from the queues'
    max offsets is exact (new appends must not reuse a queue offset).
 6. Each queue's min offset is corrected against the log's min offset (retention).
@@ -27,7 +28,7 @@ from store.config import StoreConfig
 from store.consume_queue_table import ConsumeQueueTable
 from store.index_service import IndexService
 from store.reput import Dispatcher
-from store.store_paths import StorePaths
+from store.store_paths import StorePaths, read_abort_marker_blocking
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class RecoveredState:
     queues: ConsumeQueueTable
     index: IndexService | None
     abnormal: bool
+    page_cache_survived: bool  # abnormal, but the same boot: a process crash
     commit_log_end: int
     reput_from_offset: int
     dropped_units: int = 0
@@ -67,7 +69,7 @@ def recover_blocking(
         mark = now
 
     paths.create_dirs_blocking()
-    abnormal = paths.abort_file.exists()
+    abnormal, page_cache_survived = read_abort_marker_blocking(paths.abort_file)
     checkpoint = StoreCheckpoint(str(paths.checkpoint_file))
     checkpoint.load_blocking()
     commit_log = CommitLog(config, observer, checkpoint)
@@ -92,8 +94,11 @@ def recover_blocking(
     lap("truncate")
 
     reput_from = queues.max_physical_offset
-    if abnormal and checkpoint.valid and checkpoint.logics_offset < reput_from:
-        reput_from = checkpoint.logics_offset
+    # After a machine crash queue units may be lost with the page cache: re-dispatch from the
+    # last position whose queues were synced. After a process crash (same boot) every unit
+    # written through the maps survived, so the queues' own end is exact.
+    if abnormal and not page_cache_survived and checkpoint.valid:
+        reput_from = min(reput_from, checkpoint.logics_offset)
     reput_from = min(max(reput_from, commit_log.min_offset), end)
     redispatch_from = reput_from
 
@@ -134,6 +139,7 @@ def recover_blocking(
         queues=queues,
         index=index,
         abnormal=abnormal,
+        page_cache_survived=page_cache_survived,
         commit_log_end=end,
         reput_from_offset=reput_from,
         dropped_units=dropped_units,

@@ -102,3 +102,30 @@ def _fsync_dir_blocking(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def current_boot_id_blocking() -> str:
+    """Linux's per-boot random id ("" where unavailable)."""
+    try:
+        return _BOOT_ID.read_text().strip()
+    except OSError:
+        return ""
+
+
+def write_abort_marker_blocking(path: Path) -> None:
+    """The abort file holds the boot id: after a crash, recovery can tell a process crash (same
+    boot: the page cache, and so every mmap write, survived) from a machine crash."""
+    path.write_text(current_boot_id_blocking() + "\n")
+
+
+def read_abort_marker_blocking(path: Path) -> tuple[bool, bool]:
+    """(abort file present, the page cache of that run survived)."""
+    try:
+        recorded = path.read_text().strip()
+    except FileNotFoundError:
+        return False, False
+    current = current_boot_id_blocking()
+    return True, bool(recorded) and recorded == current

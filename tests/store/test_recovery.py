@@ -14,6 +14,7 @@ from pathlib import Path
 from store.checkpoint import StoreCheckpoint
 from store.message_store import MessageStore
 from store.model import GetStatus
+from store.store_paths import write_abort_marker_blocking
 from tests.store.test_store_helpers import msg, small_config
 
 N_BATCHES = 8
@@ -278,5 +279,24 @@ async def test_files_cut_short_by_a_crash_during_creation_are_removed(tmp_path: 
         assert not unfinished_queue.exists() and not unfinished_index.exists()
         assert store.get_max_offset("T", 0) == TOTAL
         assert (await store.put("T", 0, [msg("more")])).append.first_queue_offset == TOTAL
+    finally:
+        await store.shutdown()
+
+
+async def test_process_crash_in_the_same_boot_trusts_the_queues_over_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    offsets = await _fill(tmp_path)
+    checkpoint = StoreCheckpoint(str(tmp_path / "checkpoint"))
+    checkpoint.load_blocking()
+    checkpoint.logics_offset = offsets[20]
+    checkpoint.flush_blocking()
+    write_abort_marker_blocking(tmp_path / "abort")  # this boot's id: a process crash
+    store = await _reopen(tmp_path)
+    try:
+        assert store.recovered is not None
+        assert store.recovered.abnormal and store.recovered.page_cache_survived
+        assert store.recovered.redispatched_messages == 0
+        assert store.get_max_offset("T", 0) == TOTAL
     finally:
         await store.shutdown()
