@@ -41,6 +41,7 @@ from store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from store.consume_queue import BLANK_UNIT_SIZE, Unit
 from store.consume_queue_table import ConsumeQueueTable
 from store.errors import (
+    CorruptRecordError,
     DiskFullError,
     InvalidMessageError,
     StoreNotWritableError,
@@ -356,7 +357,12 @@ class MessageStore:
         assert self._commit_log is not None
         if commit_log_offset < 0:
             return None
-        return self._commit_log.read_message(commit_log_offset)
+        try:
+            return self._commit_log.read_message(commit_log_offset)
+        except CorruptRecordError:
+            # Offsets come from users (offset message ids): one that is not a record start is
+            # "not found", not a store fault.
+            return None
 
     def _store_time(self, offset: int, size: int) -> int | None:
         assert self._commit_log is not None

@@ -127,6 +127,7 @@ async def test_lookups_by_offset_id_key_and_unique_id(store: MessageStore) -> No
     msg_id = create_offset_msg_id(store.config.store_host, offset)
     assert store.look_message_by_msg_id(msg_id).body == b"two"  # type: ignore[union-attr]
     assert store.look_message_by_offset(10**9) is None
+    assert store.look_message_by_offset(offset + 3) is None  # not a record start
     by_key = store.query_messages("T", "shared", 10, 0, 2**62)
     assert sorted(m.body for m in by_key) == [b"one", b"two"]
     assert [m.body for m in store.query_messages("T", "U1", 10, 0, 2**62)] == [b"one"]
