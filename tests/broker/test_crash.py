@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
@@ -67,9 +66,11 @@ def _stream_producer(endpoint: str, worker: int, stop: threading.Event, acked: s
         client.close()
 
 
-def test_kill_9_under_sync_flush_loses_no_acknowledged_message(tmp_path: Path) -> None:
+def test_kill_9_under_sync_flush_loses_no_acknowledged_message(
+    spawn_broker: Callable[..., BrokerProcess],
+) -> None:
     settings = {**SMALL_STORE, "flushDiskType": "SYNC_FLUSH"}
-    broker = BrokerProcess(tmp_path, settings=settings).start()
+    broker = spawn_broker(settings=settings)
     stop = threading.Event()
     acked: set[str] = set()
     producers = [_producer, _producer, _stream_producer, _stream_producer]
