@@ -168,7 +168,9 @@ class ReputService(Service):
         self.chunk_bytes = chunk_bytes
         self.dispatched_messages = 0
         self.last_timestamp = 0  # store time of the last dispatched record (checkpoint)
-        self._idle: asyncio.Event | None = None
+        # Set (and replaced) after every chunk, at the end of each run and on failure: any
+        # number of waiters (throttled puts, wait_dispatched) share it.
+        self._progress = asyncio.Event()
 
     async def run_once(self) -> None:
         while not self.stopping:
@@ -190,12 +192,16 @@ class ReputService(Service):
                 self.last_timestamp = requests[-1].store_timestamp
             if advanced:
                 self.on_advance(advanced)
+            self._signal_progress()
             if not progressed:
                 break  # nothing decodable yet: wait for the next wakeup
             await asyncio.sleep(0)  # let puts and pulls in between chunks
         self.interval_s = PENDING_POLL_S if self.source.has_pending() else self.idle_interval_s
-        if self._idle is not None:
-            self._idle.set()
+        self._signal_progress()
+
+    def _signal_progress(self) -> None:
+        event, self._progress = self._progress, asyncio.Event()
+        event.set()
 
     async def _create_queue_files(self, requests: list[DispatchRequest]) -> None:
         """Create, in a thread, the ConsumeQueue files this chunk will need (file creation
@@ -210,8 +216,7 @@ class ReputService(Service):
         """A chunk that cannot be dispatched (a corrupt record) is retried at the idle pace,
         not the pending-poll pace, so the log is not flooded; ``health()`` shows it."""
         self.interval_s = self.idle_interval_s
-        if self._idle is not None:
-            self._idle.set()
+        self._signal_progress()
 
     async def wait_dispatched(self, offset: int, timeout_s: float = 5.0) -> bool:
         """Wait until everything below ``offset`` is dispatched (tests, shutdown); False on
@@ -223,10 +228,10 @@ class ReputService(Service):
             if loop.time() >= deadline or not self.running or self.failures > failures:
                 return self.reput_from_offset >= offset
             before = self.reput_from_offset
-            self._idle = asyncio.Event()
+            progress = self._progress
             self.wakeup()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), max(deadline - loop.time(), 0.001))
+                await asyncio.wait_for(progress.wait(), max(deadline - loop.time(), 0.001))
             if self.reput_from_offset == before:
                 await asyncio.sleep(PENDING_POLL_S)  # waiting for a commit/sync, not for us
         return True

@@ -305,3 +305,27 @@ async def test_sync_flush_append_without_put_still_becomes_visible(tmp_path: Pat
         assert s.stats().commit_log_flushed_offset == s.stats().commit_log_max_offset
     finally:
         await s.shutdown()
+
+
+async def test_many_throttled_puts_resume_together_when_dispatch_catches_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = MessageStore(small_config(tmp_path, max_dispatch_lag_bytes=2000))
+    await s.start()
+    try:
+        monkeypatch.setattr(s.reput_service.source, "dispatch_limit", lambda: 0)
+        for _ in range(5):
+            s.append("T", 0, [msg(b"x" * 500)])
+        puts = [asyncio.create_task(s.put("T", 1, [msg(f"held-{i}")])) for i in range(10)]
+        await asyncio.sleep(0.2)
+        assert not any(p.done() for p in puts)
+        monkeypatch.undo()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.wait_for(asyncio.gather(*puts), 5)
+        # All resume on the dispatch progress, not on their own timeouts (5 s).
+        assert loop.time() - started < 2.0
+        assert s.throttled_puts == 10
+    finally:
+        monkeypatch.undo()
+        await s.shutdown()
