@@ -43,9 +43,10 @@ class BrokerConfig:
     # cap (RocketMQ's pullBatchSize is 32; 1024 keeps one reply within a few MiB at 1 KiB).
     default_pull_batch_size: int = 32
     max_pull_batch_size: int = 1024
-    # maxPullBytes: byte budget of one pull reply (below the client's 4 MiB default gRPC limit
-    # unless a single message is larger: one message is always returned).
-    max_pull_bytes: int = 4 * 1024 * 1024
+    # maxPullBytes: budget of one pull, in CommitLog record bytes (one record is always
+    # returned). 3 MiB keeps a reply, with its per-message view overhead, under the 4 MiB
+    # default receive limit of plain gRPC clients (grpcurl, raw stubs).
+    max_pull_bytes: int = 3 * 1024 * 1024
     # flushConsumerOffsetInterval (ms): metadata (offsets, topics, groups) persisted this often
     # when dirty (RocketMQ: 5 s), and always at shutdown.
     flush_consumer_offset_interval: int = 5000

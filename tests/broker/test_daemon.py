@@ -408,3 +408,13 @@ def test_health_goes_not_serving_on_sigterm_and_a_second_signal_forces_exit(
     broker.proc.send_signal(signal.SIGTERM)
     assert broker.proc.wait(10) == 130
     channel.close()
+
+
+def test_a_full_pull_fits_a_plain_grpc_client_default_4_mib_limit(client: Client) -> None:
+    body = b"x" * 4096
+    for _ in range(40):  # 1280 x 4 KiB = 5 MiB in the queue (batches fit a 256 KiB segment)
+        client.send("big-pull", *([body] * 32))
+    reply = client.pull("big-pull", max_messages=1024, max_wait_ms=5000)  # default 4 MiB limit
+    assert reply.status == messaging_pb2.FOUND
+    assert 600 < len(reply.messages) < 1024  # cut by maxPullBytes, not by the count
+    assert reply.ByteSize() < 4 * 1024 * 1024
