@@ -76,13 +76,26 @@ def bench_config(root: str, args: argparse.Namespace, **overrides: Any) -> Store
     )
 
 
-async def open_log(config: StoreConfig, checkpoint: bool = True) -> CommitLog:
+class SyncTimer:
+    """Observer summing the time spent inside syncs (how disk-bound a run is)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def on_flush(self, kind: str, seconds: float, nbytes: int) -> None:
+        self.seconds += seconds
+
+    def on_group_commit(self, waiters: int) -> None:
+        pass
+
+
+async def open_log(config: StoreConfig, checkpoint: bool = True, observer: Any = None) -> CommitLog:
     cp = (
         StoreCheckpoint(os.path.join(config.store_path_root_dir, "checkpoint"))
         if checkpoint
         else None
     )
-    log = CommitLog(config, checkpoint=cp)
+    log = CommitLog(config, observer, checkpoint=cp)
     await asyncio.to_thread(log.load_blocking)
     await asyncio.to_thread(log.recover_blocking, False, cp)
     log.start()
@@ -195,7 +208,8 @@ async def section_append(args: argparse.Namespace) -> None:
 
 async def sync_run(args: argparse.Namespace, root: str, batch_size: int, total: int) -> None:
     config = bench_config(root, args, flush_disk_type=SYNC_FLUSH, warm_mapped_file_enable=True)
-    log = await open_log(config)
+    timer = SyncTimer()
+    log = await open_log(config, observer=timer)
     batch = make_batch(batch_size)
     per_writer = max(1, total // (args.writers * batch_size))
     latencies: list[float] = []
@@ -226,6 +240,7 @@ async def sync_run(args: argparse.Namespace, root: str, batch_size: int, total: 
         f"{messages / wall:,.0f} msg/s wall; loop thread {loop_cpu / messages * 1e6:.2f} us "
         f"CPU/msg (= {messages / loop_cpu:,.0f} msg/s on an idle core); "
         f"{syncs} syncs, {messages / max(syncs, 1):.0f} msg/sync, "
+        f"a sync in flight {timer.seconds / wall:.0%} of the time, "
         f"ack p50 {latencies[len(latencies) // 2] * 1e3:.2f} ms, "
         f"p99 {latencies[int(len(latencies) * 0.99)] * 1e3:.2f} ms, timeouts {timeouts})",
     )
