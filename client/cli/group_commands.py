@@ -1,4 +1,4 @@
-"""``wharf group create|list|progress`` and ``wharf offsets reset``."""
+"""``wharf group create|list|delete|progress`` and ``wharf offsets reset``."""
 
 from __future__ import annotations
 
@@ -43,6 +43,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
     listing = gsub.add_parser("list", help="list subscription groups")
     listing.set_defaults(run=group_list)
+
+    delete = gsub.add_parser("delete", help="delete a subscription group")
+    delete.add_argument("name")
+    delete.set_defaults(run=group_delete)
 
     progress = gsub.add_parser("progress", help="offsets and lag per queue")
     progress.add_argument("name")
@@ -109,6 +113,16 @@ async def group_list(args: argparse.Namespace, out: Output) -> int:
             for g in groups
         ],
     )
+    return 0
+
+
+async def group_delete(args: argparse.Namespace, out: Output) -> int:
+    async with Admin(args.endpoints) as admin:
+        await admin.delete_group(args.name)
+    if out.as_json:
+        out.data({"deleted": args.name})
+    else:
+        out.line(f"group {args.name} deleted")
     return 0
 
 

@@ -139,6 +139,11 @@ def test_group_progress_and_offset_reset(broker: BrokerProcess, name: str) -> No
     again = json_lines(wharf(ep, "--json", "group", "progress", name, "--topic", name))[0]
     assert again["total_lag"] == 3
 
+    assert wharf(ep, "group", "delete", name).returncode == 0
+    assert name not in {
+        g["group_name"] for g in json_lines(wharf(ep, "--json", "group", "list"))[0]
+    }
+
 
 def test_broker_status_and_endpoint_from_environment(broker: BrokerProcess) -> None:
     status = wharf("", "--json", "broker", "status", env={"WHARF_ENDPOINTS": broker.endpoint})
