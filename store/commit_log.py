@@ -57,53 +57,33 @@ import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import Any
 
 from store.allocate_service import AllocateMappedFileService
 from store.checkpoint import StoreCheckpoint
+from store.commit_log_reader import CommitLogReads, DispatchBatch
+from store.commit_log_recovery import recover_queue_blocking
 from store.config import SYNC_FLUSH, StoreConfig
 from store.errors import (
-    CorruptRecordError,
     FlushFailedError,
     InvalidMessageError,
     StoreNotWritableError,
     StoreShutDownError,
 )
 from store.flush_service import CommitRealTimeService, FlushRealTimeService
-from store.format import (
-    BLANK_HEADER,
-    BLANK_MAGIC_CODE,
-    END_FILE_MIN_BLANK_LENGTH,
-    MESSAGE_MAGIC_CODE,
-    OFFSET_STORE_TIMESTAMP,
-    RECORD_BLANK,
-    RECORD_CORRUPT,
-    RECORD_END,
-    STORE_TIMESTAMP,
-    DispatchRequest,
-    ReadableBuffer,
-    check_record,
-    decode_dispatch,
-    decode_record,
-    encode_batch,
-)
+from store.format import END_FILE_MIN_BLANK_LENGTH, encode_batch
 from store.group_commit import GroupCommitService
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
-from store.model import AppendResult, MessageInput, StoredMessage
+from store.model import AppendResult, MessageInput
 from store.transient_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
 
-NORMAL_RECOVERY_SEGMENTS = 3  # RocketMQ recoverNormally starts from the third-to-last file
+__all__ = ["CommitLog", "DispatchBatch"]  # DispatchBatch is part of iter_dispatch's API
 
 
-class DispatchBatch(NamedTuple):
-    requests: list[DispatchRequest]
-    next_offset: int  # where the next iter_dispatch call continues
-
-
-class CommitLog:
+class CommitLog(CommitLogReads):
     def __init__(
         self,
         config: StoreConfig,
@@ -427,235 +407,14 @@ class CommitLog:
             checkpoint.physic_msg_timestamp, self._durable_timestamp
         )
 
-    # === reads ==================================================================================
-    @property
-    def min_offset(self) -> int:
-        return self.queue.min_offset
-
-    @property
-    def max_offset(self) -> int:
-        return self.queue.max_offset
-
-    @property
-    def wrote_offset(self) -> int:
-        return self.queue.max_wrote_offset
-
-    @property
-    def committed_offset(self) -> int:
-        return self.queue.max_offset
-
-    @property
-    def flushed_offset(self) -> int:
-        return self.queue.flushed_where
-
-    @property
-    def segment_count(self) -> int:
-        return len(self.queue.files)
-
-    def read_bytes(self, offset: int, size: int) -> bytes | None:
-        """A copy of ``[offset, offset + size)`` if it lies in one segment's readable data."""
-        mapped = self.queue.find(offset)
-        if mapped is None:
-            return None
-        return mapped.read(offset - mapped.file_from_offset, size)
-
-    def read_message(self, offset: int, size: int | None = None) -> StoredMessage | None:
-        """The message record at ``offset`` (None if deleted, not written, or not a message).
-        CorruptRecordError if the bytes there are not a well-formed record."""
-        if size is None:
-            header = self.read_bytes(offset, BLANK_HEADER.size)
-            if header is None:
-                return None
-            size, magic = BLANK_HEADER.unpack(header)
-            if magic != MESSAGE_MAGIC_CODE:
-                return None
-        if size <= 0:
-            return None
-        data = self.read_bytes(offset, size)
-        if data is None:
-            return None
-        message = decode_record(data, 0)
-        if message.commit_log_offset != offset or message.store_size != size:
-            raise CorruptRecordError(offset, "record fields do not match the offset/size asked")
-        return message
-
-    def store_timestamp_at(self, offset: int) -> int | None:
-        data = self.read_bytes(offset + OFFSET_STORE_TIMESTAMP, STORE_TIMESTAMP.size)
-        return None if data is None else STORE_TIMESTAMP.unpack(data)[0]
-
-    def read_store_timestamp(self, offset: int, size: int | None = None) -> int | None:
-        """STORETIMESTAMP of the record at ``offset`` (``size`` is accepted for callers holding
-        a ConsumeQueue unit; the field sits at a fixed position)."""
-        return self.store_timestamp_at(offset)
-
-    def earliest_message_time(self) -> int | None:
-        first = self.queue.first()
-        return None if first is None else self.store_timestamp_at(first.file_from_offset)
-
-    def read_messages(
-        self, offset: int, max_count: int, max_bytes: int = 4 * 1024 * 1024
-    ) -> list[StoredMessage]:
-        """Consecutive messages from ``offset`` (a record start), across blank tails."""
-        messages: list[StoredMessage] = []
-        for chunk, base, positions in self._scan(offset, max_count, max_bytes):
-            messages.extend(decode_record(chunk, pos, base) for pos in positions)
-        return messages
-
-    def iter_dispatch(self, from_offset: int, max_bytes: int = 1024 * 1024) -> DispatchBatch:
-        """Decode the records from ``from_offset`` for dispatch: at most about ``max_bytes`` (at
-        least one record), never past the readable end; blank tails are skipped. A
-        ``from_offset`` below the minimum (deleted) continues at the minimum."""
-        requests: list[DispatchRequest] = []
-        next_offset = max(from_offset, self.queue.min_offset)
-        for chunk, base, positions in self._scan(next_offset, 1 << 62, max_bytes):
-            for pos in positions:
-                requests.append(decode_dispatch(chunk, pos, base))
-        if requests:
-            last = requests[-1]
-            next_offset = last.commit_log_offset + last.size
-        return DispatchBatch(requests, self._skip_blank(next_offset))
-
-    def _skip_blank(self, offset: int) -> int:
-        """If ``offset`` is a blank tail, the start of the next segment."""
-        mapped = self.queue.find(offset)
-        if mapped is None:
-            return offset
-        header = mapped.read(offset - mapped.file_from_offset, BLANK_HEADER.size)
-        if header is not None and BLANK_HEADER.unpack(header)[1] == BLANK_MAGIC_CODE:
-            return mapped.file_from_offset + self.file_size
-        return offset
-
-    def _scan(
-        self, offset: int, max_count: int, max_bytes: int
-    ) -> list[tuple[ReadableBuffer, int, list[int]]]:
-        """Record positions from ``offset``, in place in each segment's map (no chunk copy:
-        the decoders copy out only what they keep, and a 1 MiB copy costs more in cache misses
-        than it saves): [(map, segment start offset, [positions in the segment])]. At least one
-        record, then as many as fit ``max_bytes``; stops at the readable end."""
-        result: list[tuple[ReadableBuffer, int, list[int]]] = []
-        count = 0
-        budget = max_bytes
-        unpack = BLANK_HEADER.unpack_from
-        while count < max_count:
-            mapped = self.queue.find(offset)
-            if mapped is None:
-                break
-            buf = mapped.raw
-            limit = mapped.read_position
-            start = pos = offset - mapped.file_from_offset
-            positions: list[int] = []
-            end_of_segment = False
-            try:
-                while count < max_count and pos + BLANK_HEADER.size <= limit:
-                    total, magic = unpack(buf, pos)
-                    if magic == BLANK_MAGIC_CODE:
-                        end_of_segment = True
-                        break
-                    if (positions or result) and pos - start + total > budget:
-                        break  # before validating: a caller may stop just short of bad data
-                    if magic != MESSAGE_MAGIC_CODE or total <= 0 or pos + total > limit:
-                        raise CorruptRecordError(
-                            mapped.file_from_offset + pos,
-                            f"bad record header (magic 0x{magic:08X}, size {total})",
-                        )
-                    positions.append(pos)
-                    pos += total
-                    count += 1
-            except ValueError:  # the segment was deleted (closed) under us: nothing to read
-                break
-            if positions:
-                result.append((buf, mapped.file_from_offset, positions))
-            budget -= pos - start
-            if not end_of_segment or budget <= 0:
-                break
-            offset = mapped.file_from_offset + self.file_size
-        return result
-
-    # === recovery ===============================================================================
+    # === recovery (store/commit_log_recovery.py) ===============================================
     def recover_blocking(self, abnormal: bool, checkpoint: StoreCheckpoint | None = None) -> int:
         """Validate from the start point (see the module docstring), truncate after the last
         valid record, and return that offset: the commit log's max offset. Run in a thread."""
         checkpoint = checkpoint if checkpoint is not None else self.checkpoint
-        files = self.queue.files
-        if not files:
-            return 0
-        index, pos = self._recovery_start(abnormal, checkpoint)
-        check_crc = self.config.check_crc_on_recover
-        log.info(
-            "commit log %s recovery from offset %d (%s restart, CRC %s)",
-            self.store_path,
-            files[index].file_from_offset + pos,
-            "abnormal" if abnormal else "normal",
-            "on" if check_crc else "off",
+        return recover_queue_blocking(
+            self.queue, abnormal, checkpoint, self.config.check_crc_on_recover
         )
-        while True:
-            mapped = files[index]
-            raw = mapped.raw
-            base = mapped.file_from_offset
-            result = check_record(raw, pos, check_crc, base + pos)
-            while result > 0:
-                pos += result
-                result = check_record(raw, pos, check_crc, base + pos)
-            if result == RECORD_BLANK and index + 1 < len(files):
-                index, pos = index + 1, 0
-                continue
-            if result == RECORD_BLANK:
-                end = base + self.file_size
-            else:
-                end = base + pos
-                if result == RECORD_CORRUPT:
-                    log.error(
-                        "commit log: invalid record at offset %d (torn write or corruption); "
-                        "treating it as the end of valid data and truncating there",
-                        end,
-                    )
-            break
-        if result == RECORD_END and pos < self.file_size and index + 1 < len(files):
-            log.warning("commit log: data ends at %d inside a segment that is not the last", end)
-        self.queue.truncate_blocking(end)
-        if checkpoint is not None and checkpoint.physic_offset > end:
-            checkpoint.physic_offset = end
-        return end
-
-    def _recovery_start(
-        self, abnormal: bool, checkpoint: StoreCheckpoint | None
-    ) -> tuple[int, int]:
-        files = self.queue.files
-        if checkpoint is not None and checkpoint.valid and checkpoint.physic_offset > 0:
-            start = self._checkpoint_start(checkpoint.physic_offset)
-            if start is not None:
-                return start
-        if not abnormal:
-            return max(0, len(files) - NORMAL_RECOVERY_SEGMENTS), 0
-        low = checkpoint.min_timestamp if checkpoint is not None else 0
-        for index in range(len(files) - 1, -1, -1):
-            first_ts = STORE_TIMESTAMP.unpack_from(files[index].raw, OFFSET_STORE_TIMESTAMP)[0]
-            if 0 < first_ts <= low:
-                return index, 0
-        return 0, 0
-
-    def _checkpoint_start(self, offset: int) -> tuple[int, int] | None:
-        files = self.queue.files
-        first = files[0].file_from_offset
-        if offset < first:
-            return None  # retention removed it: everything left is newer, validate it all
-        index = (offset - first) // self.file_size
-        if index >= len(files):
-            if offset == files[-1].file_from_offset + self.file_size:
-                return len(files) - 1, self.file_size
-            log.warning("checkpoint offset %d is beyond the last segment: ignoring it", offset)
-            return None
-        mapped = files[index]
-        pos = offset - mapped.file_from_offset
-        result = check_record(mapped.raw, pos, True, offset)
-        if (
-            result > 0
-            or result == RECORD_BLANK
-            or (result == RECORD_END and index == len(files) - 1)
-        ):
-            return index, pos
-        log.warning("checkpoint offset %d is not at a valid record: validating more", offset)
-        return None
 
     # === truncation and retention (threads) =====================================================
     def truncate_blocking(self, offset: int) -> None:
