@@ -566,6 +566,11 @@ class MessageStore:
         return self._reput
 
     @property
+    def queue_flush_service(self) -> FlushConsumeQueueService:
+        assert self._queue_flush is not None
+        return self._queue_flush
+
+    @property
     def cleanup_service(self) -> CleanupService:
         assert self._cleanup is not None
         return self._cleanup

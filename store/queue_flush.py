@@ -5,9 +5,10 @@ Every ``flush_interval_consume_queue`` (1 s) it fdatasyncs the queues that gathe
 ``flush_consume_queue_least_pages`` (2) pages, and everything every
 ``flush_consume_queue_thorough_interval`` (60 s) and at shutdown; index files are synced with
 them. The syncs run in a thread under the store's maintenance lock (so no file is closed under a
-sync). Afterwards the checkpoint's logics fields advance to the dispatch position captured
-BEFORE the sync: abnormal recovery re-dispatches from there at the latest, so units lost with
-the page cache (power loss) are rebuilt, and nothing is skipped.
+sync). After a thorough pass the checkpoint's logics fields advance to the dispatch position
+captured BEFORE the sync: recovery after a machine crash re-dispatches from there at the latest,
+so units lost with the page cache are rebuilt and nothing is skipped. (After a process crash the
+page cache survived and recovery does not need it: see ``store.recovery``.)
 """
 
 from __future__ import annotations
@@ -38,15 +39,16 @@ class FlushConsumeQueueService(Service):
         thorough = now - self._last_thorough >= self.thorough_s
         if thorough:
             self._last_thorough = now
-        await self._flush(0 if thorough else self.least_bytes)
+        await self.flush(0 if thorough else self.least_bytes)
 
     async def on_stop(self) -> None:
         await self.flush_all()
 
     async def flush_all(self) -> None:
-        await self._flush(0)
+        await self.flush(0)
 
-    async def _flush(self, least_bytes: int) -> None:
+    async def flush(self, least_bytes: int) -> None:
+        """Sync the queues with at least ``least_bytes`` unflushed (0: all) and the index."""
         store = self.store
         async with store.maintenance_lock:
             dispatched_offset = store.dispatch_offset
@@ -62,7 +64,10 @@ class FlushConsumeQueueService(Service):
         if observer is not None and nbytes:
             observer.on_flush("cq", seconds, nbytes)
         checkpoint = store.checkpoint
-        if dispatched_offset > checkpoint.logics_offset:
+        # Only a thorough pass synced every queue: a partial one skipped queues with fewer than
+        # least_pages dirty, so it cannot vouch for the dispatch position (RocketMQ, too, moves
+        # logicsMsgTimestamp only on its thorough flush).
+        if least_bytes == 0 and dispatched_offset > checkpoint.logics_offset:
             checkpoint.logics_offset = dispatched_offset
             if dispatched_timestamp:
                 checkpoint.logics_msg_timestamp = dispatched_timestamp

@@ -300,3 +300,21 @@ async def test_process_crash_in_the_same_boot_trusts_the_queues_over_the_checkpo
         assert store.get_max_offset("T", 0) == TOTAL
     finally:
         await store.shutdown()
+
+
+async def test_checkpoint_vouches_for_dispatch_only_after_a_thorough_queue_flush(
+    tmp_path: Path,
+) -> None:
+    store = MessageStore(small_config(tmp_path, flush_interval_consume_queue=3_600_000))
+    await store.start()
+    try:
+        await store.put("T", 0, [msg("a"), msg("b")])  # far less than least_pages dirty
+        assert await store.wait_dispatched()
+        flush = store.queue_flush_service
+        before = store.checkpoint.logics_offset
+        await flush.flush(flush.least_bytes)  # a periodic pass skips the queue
+        assert store.checkpoint.logics_offset == before
+        await flush.flush_all()
+        assert store.checkpoint.logics_offset == store.dispatch_offset > before
+    finally:
+        await store.shutdown()
