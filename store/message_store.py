@@ -35,9 +35,9 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 from store.checkpoint import StoreCheckpoint
-from store.cleanup import CleanupService, parse_delete_when, statvfs_used_ratio
+from store.cleanup import CleanupService, statvfs_used_ratio
 from store.commit_log import CommitLog
-from store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
+from store.config import SYNC_FLUSH, StoreConfig
 from store.consume_queue import BLANK_UNIT_SIZE, Unit
 from store.consume_queue_table import ConsumeQueueTable
 from store.errors import (
@@ -47,7 +47,7 @@ from store.errors import (
     StoreNotWritableError,
     StoreShutDownError,
 )
-from store.format import CQ_STORE_UNIT_SIZE, decode_offset_msg_id
+from store.format import decode_offset_msg_id
 from store.get_message import get_messages
 from store.index_service import IndexService
 from store.model import (
@@ -71,6 +71,7 @@ from store.schedule import (
     to_schedule_topic,
 )
 from store.store_paths import StorePaths, write_abort_marker_blocking
+from store.store_status import FlushTally, build_stats, validate_config
 
 log = logging.getLogger(__name__)
 
@@ -92,52 +93,6 @@ class StoreObserver(Protocol):
         """One group commit served ``waiters`` put requests with a single fdatasync."""
 
 
-class _ObserverTap:
-    """Counts flushes for ``stats()`` and forwards to the broker's observer."""
-
-    def __init__(self, observer: StoreObserver | None) -> None:
-        self.observer = observer
-        self.flush_count = 0
-        self.last_flush_seconds = 0.0
-
-    def on_flush(self, kind: str, seconds: float, nbytes: int) -> None:
-        self.flush_count += 1
-        self.last_flush_seconds = seconds
-        if self.observer is not None:
-            self.observer.on_flush(kind, seconds, nbytes)
-
-    def on_group_commit(self, waiters: int) -> None:
-        if self.observer is not None:
-            self.observer.on_group_commit(waiters)
-
-
-def _validate_config(config: StoreConfig) -> None:
-    """Refuse settings the store cannot honour, at construction, with the setting's name."""
-    if not config.store_path_root_dir:
-        raise ValueError("store_path_root_dir must be set")
-    if config.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
-        raise ValueError(
-            f"flush_disk_type must be {ASYNC_FLUSH} or {SYNC_FLUSH}, got {config.flush_disk_type!r}"
-        )
-    size = config.mapped_file_size_consume_queue
-    if size <= 0 or size % CQ_STORE_UNIT_SIZE:
-        raise ValueError(
-            f"mapped_file_size_consume_queue must be a positive multiple of {CQ_STORE_UNIT_SIZE}"
-            f" (bytes per unit), got {size}"
-        )
-    if config.message_index_enable and (config.max_hash_slot_num <= 0 or config.max_index_num <= 1):
-        raise ValueError("max_hash_slot_num must be > 0 and max_index_num > 1")
-    ratios = (
-        config.disk_max_used_space_ratio,
-        config.disk_space_clean_forcibly_ratio,
-        config.disk_space_warning_level_ratio,
-    )
-    if not all(0 < r <= 100 for r in ratios):
-        raise ValueError(f"disk space ratios are percentages in (0, 100], got {ratios}")
-    parse_delete_when(config.delete_when)  # ValueError names the bad hour
-    parse_delay_levels(config.message_delay_level)
-
-
 class MessageStore:
     def __init__(
         self,
@@ -146,9 +101,9 @@ class MessageStore:
         *,
         disk_usage: DiskUsage | None = None,
     ) -> None:
-        _validate_config(config)
+        validate_config(config)
         self._config = config
-        self._observer = _ObserverTap(observer)
+        self._observer = FlushTally(observer)
         self._paths = StorePaths.of(config.store_path_root_dir)
         self.delay_levels_ms = parse_delay_levels(config.message_delay_level)
         self._disk_usage: DiskUsage = disk_usage or statvfs_used_ratio
@@ -173,9 +128,9 @@ class MessageStore:
         self.disk_used_ratio = 0.0
         self.recovery_seconds = 0.0
         self.recovered: RecoveredState | None = None
-        self._messages_put = 0
+        self.messages_put_total = 0
         self.throttled_puts = 0  # puts that waited for dispatch to catch up
-        self._bytes_put = 0
+        self.bytes_put_total = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -283,8 +238,8 @@ class MessageStore:
             topic, queue_id, first_queue_offset, messages, int(time.time() * 1000)
         )
         self._offset_table[key] = first_queue_offset + len(messages)
-        self._messages_put += len(messages)
-        self._bytes_put += result.end_offset - result.offsets[0]
+        self.messages_put_total += len(messages)
+        self.bytes_put_total += result.end_offset - result.offsets[0]
         if not self._sync_flush:
             assert self._reput is not None
             commit_log.wakeup_flush()
@@ -475,30 +430,7 @@ class MessageStore:
         return self._reput.last_timestamp if self._reput is not None else 0
 
     def stats(self) -> StoreStats:
-        commit_log = self._commit_log
-        assert commit_log is not None
-        index_files = len(self._index.files) if self._index is not None else 0
-        return StoreStats(
-            commit_log_min_offset=commit_log.min_offset,
-            commit_log_max_offset=commit_log.max_offset,
-            commit_log_flushed_offset=commit_log.flushed_offset,
-            commit_log_committed_offset=commit_log.committed_offset,
-            dispatch_behind_bytes=max(commit_log.max_offset - self.dispatch_offset, 0),
-            commit_log_segments=commit_log.segment_count,
-            consume_queue_files=self._queues.file_count,
-            index_files=index_files,
-            disk_used_ratio=self.disk_used_ratio,
-            writable=self.writable,
-            not_writable_reason=self.not_writable_reason,
-            messages_put_total=self._messages_put,
-            bytes_put_total=self._bytes_put,
-            recovery_seconds=self.recovery_seconds,
-            flush_count=self._observer.flush_count,
-            last_flush_seconds=self._observer.last_flush_seconds,
-            storage_size_bytes=commit_log.segment_count * self._config.mapped_file_size_commit_log
-            + self._queues.file_count * self._config.mapped_file_size_consume_queue
-            + index_files * (self._index.file_bytes if self._index is not None else 0),
-        )
+        return build_stats(self)
 
     def health(self) -> list[dict[str, object]]:
         """Each background service's state: running, runs, failures, last error."""
@@ -586,5 +518,5 @@ class MessageStore:
         return self._checkpoint
 
     @property
-    def observer(self) -> _ObserverTap:
+    def observer(self) -> FlushTally:
         return self._observer
