@@ -44,6 +44,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         parser.add_argument("--count", type=int, default=0, help="messages (instead of --duration)")
         parser.add_argument("--streams", type=int, default=2, help="producer send streams")
         parser.add_argument("--linger-ms", type=float, default=0.0)
+        parser.add_argument("--max-in-flight", type=int, default=8, help="requests per stream")
         parser.add_argument("--rate", type=int, default=10_000, help="e2e target msg/s")
         parser.add_argument("--interval", type=float, default=2.0, help="report every N s")
         parser.set_defaults(run=bench_command)
@@ -62,6 +63,7 @@ async def bench_command(args: argparse.Namespace, out: Output) -> int:
         count=args.count,
         streams=args.streams,
         linger_ms=args.linger_ms,
+        max_in_flight=args.max_in_flight,
         rate=args.rate,
     )
     flush_mode = await _flush_mode(args.endpoints)

@@ -27,6 +27,7 @@ class BenchOptions:
     count: int = 0  # 0 = run for duration_s
     streams: int = 2
     linger_ms: float = 0.0
+    max_in_flight: int = 8  # producer requests in flight per stream
     rate: int = 10_000  # e2e: target messages per second
     group: str = "wharf-bench"
 
@@ -62,6 +63,7 @@ async def run_produce(options: BenchOptions, stats: BenchStats) -> None:
         options.endpoints,
         streams=options.streams,
         linger_ms=options.linger_ms,
+        max_in_flight=options.max_in_flight,
         compress_threshold=1 << 30,  # measure the transport, not zlib
         send_timeout=30.0,
     ) as producer:
@@ -115,7 +117,12 @@ async def run_consume(options: BenchOptions, stats: BenchStats) -> None:
 async def run_e2e(options: BenchOptions, stats: BenchStats) -> None:
     """Send at ``rate`` msg/s and long-poll every queue; latency = receive time - send time."""
     async with (
-        Producer(options.endpoints, linger_ms=options.linger_ms, send_timeout=30.0) as producer,
+        Producer(
+            options.endpoints,
+            linger_ms=options.linger_ms,
+            max_in_flight=options.max_in_flight,
+            send_timeout=30.0,
+        ) as producer,
         PullConsumer(options.endpoints, options.group) as consumer,
     ):
         await producer.send(options.topic, b"warm-up")  # auto-creates the topic
