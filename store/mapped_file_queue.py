@@ -220,14 +220,18 @@ class MappedFileQueue:
             mapped.close()
 
 
-def create_segment_blocking(store_path: str, offset: int, file_size: int, warm: bool) -> MappedFile:
+def create_segment_blocking(
+    store_path: str, offset: int, file_size: int, warm: bool, prefault: bool = False
+) -> MappedFile:
     """Create a segment under a temporary name and link it into place, so a concurrent creator
     of the same segment (preallocation vs. a synchronous roll) loses cleanly with
-    FileExistsError instead of clobbering a live file."""
+    FileExistsError instead of clobbering a live file. ``prefault`` only off the event loop."""
     os.makedirs(store_path, exist_ok=True)
     final = os.path.join(store_path, segment_file_name(offset))
     tmp = f"{final}{ALLOC_SUFFIX}-{threading.get_ident()}"
-    scratch = MappedFile.create_blocking(tmp, file_size, warm, name_offset=offset)
+    scratch = MappedFile.create_blocking(
+        tmp, file_size, warm, name_offset=offset, prefault=prefault
+    )
     try:
         os.link(tmp, final)
     except BaseException:
