@@ -1,7 +1,8 @@
 """AllocateMappedFileService: create the next and next-next segment ahead of the writer.
 
-Creating a segment (open, posix_fallocate, mmap, optional warm-up) costs milliseconds to
-seconds for 1 GiB files; the append path must never pay that on the event loop. After every
+Creating a segment (open, posix_fallocate, a read pass that puts its pages in the page cache,
+mmap, optional warm-up) costs milliseconds to seconds for 1 GiB files; the append path must
+never pay that on the event loop. After every
 roll (and at start) the queue asks for the two following segments; a thread creates them; the
 next roll takes one that is ready. If none is ready the queue creates it synchronously and
 counts it (``MappedFileQueue.sync_creations``): a symptom to watch, not an error.
