@@ -16,6 +16,7 @@ from broker.topics import is_system_topic, validate_topic_name
 from store.model import GetResult, GetStatus
 
 MAX_WAIT_MS = 60_000  # longer waits would outlive typical client deadlines
+DISPATCH_WAIT_S = 1.0  # how long a long-poll pull ahead of the queue waits for dispatch
 
 _STATUS = {
     GetStatus.FOUND: messaging_pb2.FOUND,
@@ -94,6 +95,7 @@ class PullProcessor:
         wait_ms = min(request.max_wait_ms, MAX_WAIT_MS) if cfg.long_polling_enable else 0
         deadline = time.monotonic() + wait_ms / 1000
         store = ctx.store
+        waited_for_dispatch = False
         while True:
             result = store.get_messages(
                 topic, queue_id, offset, max_count, tag_filter, cfg.max_pull_bytes
@@ -101,6 +103,16 @@ class PullProcessor:
             status = pull_status(result, offset)
             if result.messages or wait_ms == 0:
                 break
+            ahead = result.status is GetStatus.OFFSET_OVERFLOW_BADLY or (
+                result.status is GetStatus.NO_MESSAGE_IN_QUEUE and offset > 0
+            )
+            if ahead and not waited_for_dispatch:
+                # Ahead of the queue: usually an offset taken from a send ack whose message is
+                # stored but not dispatched yet (acks precede dispatch). Let dispatch catch up
+                # once before calling the offset illegal.
+                waited_for_dispatch = True
+                await store.wait_dispatched(min(DISPATCH_WAIT_S, deadline - time.monotonic()))
+                continue
             # Park only when caught up (nothing new, or everything new filtered out).
             caught_up = status == messaging_pb2.NO_NEW_MSG or (
                 status == messaging_pb2.NO_MATCHED_MSG

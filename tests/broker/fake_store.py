@@ -69,6 +69,10 @@ class FakeStore:
         asyncio.get_running_loop().call_soon(self._dispatch, topic, queue_id, len(queue))
         return AppendResult(topic, queue_id, first, offsets, sizes, now, self.next_offset)
 
+    async def wait_dispatched(self, timeout_s: float = 5.0) -> bool:
+        await asyncio.sleep(0)  # the call_soon dispatch of earlier appends runs first
+        return True
+
     def _dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
         for listener in self.listeners:
             listener(topic, queue_id, max_offset)

@@ -418,3 +418,24 @@ def test_a_full_pull_fits_a_plain_grpc_client_default_4_mib_limit(client: Client
     assert reply.status == messaging_pb2.FOUND
     assert 600 < len(reply.messages) < 1024  # cut by maxPullBytes, not by the count
     assert reply.ByteSize() < 4 * 1024 * 1024
+
+
+def _pull_into(client: Client, result: dict[str, Any], topic: str, offset: int) -> None:
+    result["reply"] = client.pull(topic, offset, max_wait_ms=5000)
+
+
+def test_long_poll_at_the_offset_after_a_fresh_ack_parks_instead_of_offset_illegal(
+    client: Client,
+) -> None:
+    for round_ in range(5):  # acks precede dispatch: the pull may arrive before the message
+        ack = client.send(f"fresh-ack-{round_}", b"first").results[0]
+        result: dict[str, messaging_pb2.PullMessageResponse] = {}
+        thread = threading.Thread(
+            target=_pull_into, args=(client, result, f"fresh-ack-{round_}", ack.queue_offset + 1)
+        )
+        thread.start()
+        time.sleep(0.2)
+        client.send(f"fresh-ack-{round_}", b"second")
+        thread.join(10)
+        assert result["reply"].status == messaging_pb2.FOUND
+        assert [m.body for m in result["reply"].messages] == [b"second"]
