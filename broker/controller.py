@@ -90,6 +90,22 @@ def store_host_for(endpoint: str, listen_host: str) -> str:
     return f"127.0.0.1:{port}"
 
 
+def default_endpoint(listen_host: str, port: int) -> str:
+    """What clients are told to dial when advertisedAddress is not set: the listen address,
+    except that a wildcard (0.0.0.0, ::) is not dialable: use this host's name's address."""
+    if listen_host not in ("0.0.0.0", "::", ""):
+        return f"{listen_host}:{port}"
+    try:
+        host = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        host = "127.0.0.1"
+    log.warning(
+        "listening on all interfaces; advertising %s:%d to clients (set advertisedAddress / "
+        "--advertise to the address they can reach)", host, port,
+    )  # fmt: skip
+    return f"{host}:{port}"
+
+
 class BrokerController:
     def __init__(self, config: Config, store_factory: Any = None) -> None:
         """``store_factory(config, observer=...)`` builds the store; default MessageStore
@@ -160,7 +176,7 @@ class BrokerController:
                 f"cannot listen on {broker.listen} (listen): the port is taken or the "
                 "address is not local; pick another with --listen"
             )
-        self.endpoint = broker.advertised_address or f"{listen_host}:{self.grpc_port}"
+        self.endpoint = broker.advertised_address or default_endpoint(listen_host, self.grpc_port)
         store_config = self.config.store
         if store_config.store_host == StoreConfig().store_host:
             store_config = store_config.replace(

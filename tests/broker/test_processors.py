@@ -361,3 +361,11 @@ async def test_auto_created_topic_is_persisted_at_once_not_after_the_interval(
             break
         await asyncio.sleep(0.01)
     assert json.loads(path.read_text())["topicConfigTable"]["fresh"]["writeQueueNums"] == 8
+
+
+def test_default_endpoint_never_advertises_a_wildcard_address() -> None:
+    from broker.controller import default_endpoint
+
+    assert default_endpoint("127.0.0.1", 8081) == "127.0.0.1:8081"
+    host, _, port = default_endpoint("0.0.0.0", 8081).rpartition(":")
+    assert port == "8081" and host not in ("0.0.0.0", "")
