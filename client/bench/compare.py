@@ -120,16 +120,18 @@ class Comparison:
             self._set(
                 "produce_async", "wharf_send_batch16", figures, how=f"{c} tasks x send_batch(16)"
             )
-            self.note("wharf consume: pulls of 100")
+            self.note(f"wharf consume: {c} pullers, pulls of 100")
             figures = wharf_bench(
                 broker.endpoint,
                 "consume",
                 topic="bench",
-                tasks=8,
+                tasks=c,
                 batch=100,
                 duration=self.duration * 2,
             )
-            self._set("consume", "wharf", figures, how="8 pullers, 100 per pull")
+            self._set(
+                "consume", "wharf", figures, how=f"{c} pullers over queue ranges, 100 per pull"
+            )
 
     def run_wharf_sync(self, root: Path) -> None:
         c, size = self.args.clients, self.args.size
@@ -197,13 +199,13 @@ class Comparison:
                 {"msgs_per_s": rb["rps"] * 100, **rb},
                 how=f"-c {c} XRANGE COUNT 100",
             )
-            self.note("redis: redis-py XRANGE COUNT 100, 8 tasks x pipeline 8")
+            self.note(f"redis: redis-py XRANGE COUNT 100, {c} tasks")
             rp = asyncio.run(
                 redis_peer.redispy_consume(
-                    redis.endpoint, tasks=8, count_per_read=100, reads=self.n(20_000)
+                    redis.endpoint, tasks=c, count_per_read=100, reads=self.n(20_000), pipeline=1
                 )
             )
-            self._set("consume", "redis_py", rp, how="8 tasks x pipeline 8 XRANGE COUNT 100")
+            self._set("consume", "redis_py", rp, how=f"{c} tasks x XRANGE COUNT 100")
 
     def run_redis_always(self, root: Path) -> None:
         c, size = self.args.clients, self.args.size

@@ -91,9 +91,9 @@ async def redispy_produce(
 
 
 async def redispy_consume(
-    endpoint: str, *, tasks: int, count_per_read: int, reads: int
+    endpoint: str, *, tasks: int, count_per_read: int, reads: int, pipeline: int = 8
 ) -> dict[str, float]:
-    """``tasks`` connections, each issuing pipelined ``XRANGE - + COUNT n`` until ``reads``."""
+    """``tasks`` connections, each issuing (pipelined) ``XRANGE - + COUNT n`` until ``reads``."""
     client = _client(endpoint)
     stats = BenchStats()
     remaining = reads
@@ -101,7 +101,7 @@ async def redispy_consume(
     async def worker() -> None:
         nonlocal remaining
         while remaining > 0:
-            n = min(8, remaining)
+            n = min(pipeline, remaining)
             remaining -= n
             started = time.perf_counter()
             async with client.pipeline(transaction=False) as pipe:

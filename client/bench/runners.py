@@ -85,25 +85,28 @@ async def run_produce(options: BenchOptions, stats: BenchStats) -> None:
 
 
 async def run_consume(options: BenchOptions, stats: BenchStats) -> None:
-    """Read the topic from its beginning with ``tasks`` pullers over the queues, ``batch``
-    messages per pull, until caught up (or the budget ends)."""
+    """Read the topic from its beginning with ``tasks`` pullers, ``batch`` messages per pull,
+    until caught up (or the budget ends). Each queue's range is cut into chunks so that more
+    pullers than queues still work in parallel (like parallel range readers, or Redis clients
+    issuing XRANGE side by side)."""
     budget = _Budget(options)
     async with PullConsumer(options.endpoints, options.group) as consumer:
         queues = await consumer.queues(options.topic)
-        bounds = {q: await consumer.bounds(q) for q in queues}
-        pending = [q for q in queues if bounds[q][1] > bounds[q][0]]
-        lock = asyncio.Lock()
+        chunk = options.batch * 16
+        work: list[tuple[MessageQueue, int, int]] = []
+        for queue in queues:
+            low, high = await consumer.bounds(queue)
+            work.extend((queue, lo, min(lo + chunk, high)) for lo in range(low, high, chunk))
+        work.reverse()  # pop() from the end: queues' ranges in ascending order
 
         async def worker() -> None:
-            while True:
-                async with lock:
-                    if not pending:
-                        return
-                    queue = pending.pop()
-                offset, end = bounds[queue]
+            while work:
+                queue, offset, end = work.pop()
                 while offset < end and budget.claim(1):
                     started = time.perf_counter()
-                    result = await consumer.pull(queue, offset, max_messages=options.batch)
+                    result = await consumer.pull(
+                        queue, offset, max_messages=min(options.batch, end - offset)
+                    )
                     elapsed = (time.perf_counter() - started) * 1000
                     nbytes = sum(len(m.body) for m in result.messages)
                     stats.record(len(result.messages), nbytes, elapsed)
