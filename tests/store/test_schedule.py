@@ -93,12 +93,12 @@ async def test_due_messages_wait_while_the_store_refuses_writes_then_all_arrive(
     store = MessageStore(small_config(tmp_path, flush_disk_type="SYNC_FLUSH"))
     await store.start()
     try:
-        for i in range(5):
-            await store.put("Orders", 0, [msg(f"d{i}", DELAY="1")])
+        # Level 2 (2 s): a margin for slow syncs on a busy machine before the refusal starts.
+        await store.put("Orders", 0, [msg(f"d{i}", DELAY="2") for i in range(5)])
         store.set_disk_full("disk full (simulated)")
-        await asyncio.sleep(1.6)  # due now, but every re-put is refused
+        await asyncio.sleep(2.6)  # due now, but every re-put is refused
         assert store.get_max_offset("Orders", 0) == 0
-        assert store.schedule_service.offset_table.get(1, 0) == 0
+        assert store.schedule_service.offset_table.get(2, 0) == 0
         store.set_disk_full("")
         got = store.get_messages("Orders", 0, 0, 10)
         for _ in range(200):  # up to 10 s on a busy machine
@@ -107,6 +107,6 @@ async def test_due_messages_wait_while_the_store_refuses_writes_then_all_arrive(
             await asyncio.sleep(0.05)
             got = store.get_messages("Orders", 0, 0, 10)
         assert sorted(m.body for m in got.messages) == [f"d{i}".encode() for i in range(5)]
-        assert store.schedule_service.offset_table[1] == 5
+        assert store.schedule_service.offset_table[2] == 5
     finally:
         await store.shutdown()
