@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message as ProtoMessage
 from rich.console import Console
 from rich.table import Table
@@ -47,21 +47,38 @@ class Output:
 
 
 def proto_dict(message: ProtoMessage) -> dict[str, Any]:
-    """A proto reply as a plain dict (snake_case names, 64-bit ints kept as ints)."""
-    raw = MessageToDict(
-        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-    )
-    return _ints(raw, message)
+    """A proto reply as a plain dict: snake_case names, every field present, 64-bit integers
+    as JSON numbers (MessageToDict would make them strings), enums by name, bytes base64."""
+    return {
+        field.name: _field_value(field, getattr(message, field.name))
+        for field in message.DESCRIPTOR.fields
+    }
 
 
-def _ints(value: Any, _: Any = None) -> Any:
-    # MessageToDict renders int64 as strings (JSON safety); scripts want numbers.
-    if isinstance(value, dict):
-        return {k: _ints(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_ints(v) for v in value]
-    if isinstance(value, str) and value.lstrip("-").isdigit() and len(value) < 20:
-        return int(value)
+def _field_value(field: Any, value: Any) -> Any:  # a FieldDescriptor (upb or pure)
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        value_field = field.message_type.fields_by_name["value"]
+        return {str(k): _scalar(value_field, v) for k, v in value.items()}
+    if _is_repeated(field):
+        return [_scalar(field, v) for v in value]
+    return _scalar(field, value)
+
+
+def _is_repeated(field: Any) -> bool:
+    repeated = getattr(field, "is_repeated", None)  # protobuf >= 6
+    if repeated is not None:
+        return bool(repeated)
+    return bool(getattr(field, "label", None) == FieldDescriptor.LABEL_REPEATED)
+
+
+def _scalar(field: Any, value: Any) -> Any:
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        return proto_dict(value)
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        enum_value = field.enum_type.values_by_number.get(value)
+        return enum_value.name if enum_value is not None else value
+    if field.type == FieldDescriptor.TYPE_BYTES:
+        return base64.b64encode(value).decode()
     return value
 
 

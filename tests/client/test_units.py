@@ -342,3 +342,25 @@ async def test_batcher_grows_batches_while_all_slots_are_busy() -> None:
     assert await asyncio.gather(*futures) == list(range(100))
     # Without growth this would be ~100 one-message requests queued behind the slot.
     assert len(sizes) < 20 and max(sizes) > 10
+
+
+def test_cli_json_keeps_strings_strings_and_int64_numbers() -> None:
+    from wharf.v1 import admin_pb2
+
+    from client.cli.output import proto_dict
+
+    topic = proto_dict(admin_pb2.TopicConfig(name="123", read_queue_nums=3, attributes={"a": "1"}))
+    assert topic == {
+        "name": "123",
+        "read_queue_nums": 3,
+        "write_queue_nums": 0,
+        "perm": 0,
+        "attributes": {"a": "1"},
+    }
+    status = proto_dict(admin_pb2.BrokerStatus(uptime_ms=2**40))
+    assert status["uptime_ms"] == 2**40 and status["runtime"] == {}
+    group = proto_dict(admin_pb2.SubscriptionGroupConfig(consume_from_where=2))
+    assert group["consume_from_where"] == "CONSUME_FROM_FIRST_OFFSET"
+    assert proto_dict(admin_pb2.ResetConsumerOffsetResponse(offsets={1: 5})) == {
+        "offsets": {"1": 5}
+    }
