@@ -558,40 +558,43 @@ def check_record(
     PREPAREDTRANSACTIONOFFSET, or inside the topic/properties text. Zeroed (torn) tails are
     caught."""
     remaining = len(buf) - pos
-    if remaining < 4:
-        return RECORD_END
-    total = TOTAL_SIZE.unpack_from(buf, pos)[0]
+    if remaining < RECORD_HEADER_SIZE:  # only a blank marker or the end fits here
+        if remaining < 4 or TOTAL_SIZE.unpack_from(buf, pos)[0] == 0:
+            return RECORD_END
+        if remaining >= 8 and BLANK_HEADER.unpack_from(buf, pos) == (remaining, BLANK_MAGIC_CODE):
+            return RECORD_BLANK
+        return RECORD_CORRUPT
+    # One unpack for everything (recovery walks millions of records: ~2 us each).
+    fields = _unpack_header(buf, pos)
+    total = fields[0]
     if total == 0:
         return RECORD_END
-    if remaining < 8:
-        return RECORD_CORRUPT
-    magic = MAGIC.unpack_from(buf, pos + OFFSET_MAGIC)[0]
+    magic = fields[1]
     if magic == BLANK_MAGIC_CODE:
         return RECORD_BLANK if END_FILE_MIN_BLANK_LENGTH <= total <= remaining else RECORD_CORRUPT
     if magic != MESSAGE_MAGIC_CODE or total < RECORD_FIXED_SIZE + 1 or total > remaining:
         return RECORD_CORRUPT
-    fields = RECORD_HEADER.unpack_from(buf, pos)
-    body_len = fields[14]
     if expected_offset is not None and fields[6] != expected_offset:
         return RECORD_CORRUPT
-    if body_len <= 0 or RECORD_HEADER_SIZE + body_len + 1 > total:
+    body_len = fields[14]
+    if body_len <= 0 or RECORD_HEADER_SIZE + body_len + 3 > total:
         return RECORD_CORRUPT
+    end = pos + total
     topic_pos = pos + RECORD_HEADER_SIZE + body_len
     topic_len = buf[topic_pos]
     props_pos = topic_pos + 1 + topic_len
-    if props_pos + 2 > pos + total:
+    if props_pos + 2 > end:
         return RECORD_CORRUPT
-    props_len = PROPERTIES_LENGTH.unpack_from(buf, props_pos)[0]
-    if props_len < 0 or props_pos + 2 + props_len != pos + total:
+    props_len = buf[props_pos] << 8 | buf[props_pos + 1]
+    if props_len > MAX_PROPERTIES_LENGTH or props_pos + 2 + props_len != end:
         return RECORD_CORRUPT
     # BODYCRC covers the body only. A torn write that zeroed the record's last bytes is still
     # caught: topics never hold \x00 and properties always end with the \x02 separator.
-    if topic_len == 0 or buf[props_pos - 1] == 0 or (props_len and buf[pos + total - 1] != 2):
+    if topic_len == 0 or buf[props_pos - 1] == 0 or (props_len and buf[end - 1] != 2):
         return RECORD_CORRUPT
     if check_crc:
         body_pos = pos + RECORD_HEADER_SIZE
-        body = buf[body_pos : body_pos + body_len]
-        if _crc32(body) & 0x7FFFFFFF != fields[2]:
+        if _crc32(buf[body_pos : body_pos + body_len]) & 0x7FFFFFFF != fields[2]:
             return RECORD_CORRUPT
     return total
 
