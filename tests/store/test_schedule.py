@@ -90,16 +90,24 @@ async def test_levels_beyond_the_configured_count_are_clamped(tmp_path: Path) ->
 async def test_due_messages_wait_while_the_store_refuses_writes_then_all_arrive(
     tmp_path: Path,
 ) -> None:
-    store = MessageStore(small_config(tmp_path, flush_disk_type="SYNC_FLUSH"))
+    disk = {"ratio": 0.5}
+    store = MessageStore(
+        small_config(tmp_path, flush_disk_type="SYNC_FLUSH"),
+        disk_usage=lambda path: disk["ratio"],
+    )
     await store.start()
     try:
         # Level 2 (2 s): a margin for slow syncs on a busy machine before the refusal starts.
         await store.put("Orders", 0, [msg(f"d{i}", DELAY="2") for i in range(5)])
-        store.set_disk_full("disk full (simulated)")
+        disk["ratio"] = 0.95
+        await store.cleanup_service.clean_commit_log()
+        assert not store.writable
         await asyncio.sleep(2.6)  # due now, but every re-put is refused
         assert store.get_max_offset("Orders", 0) == 0
         assert store.schedule_service.offset_table.get(2, 0) == 0
-        store.set_disk_full("")
+        disk["ratio"] = 0.5
+        await store.cleanup_service.clean_commit_log()
+        assert store.writable
         got = store.get_messages("Orders", 0, 0, 10)
         for _ in range(200):  # up to 10 s on a busy machine
             if len(got.messages) == 5:
