@@ -176,3 +176,47 @@ def test_read_racing_a_deletion_gets_none_not_an_error(tmp_path):
     assert mapped.read(0, 9) is None
     assert mapped.read_unchecked(0, 9) == b""
     assert not os.path.exists(mapped.path)
+
+
+async def test_roll_waits_for_an_in_flight_preallocation_instead_of_racing_it(
+    tmp_path, monkeypatch
+):
+    import asyncio
+    import threading
+
+    from store import allocate_service
+
+    gate = threading.Event()
+    real_create = allocate_service.create_segment_blocking
+
+    def slow_create(*args):
+        gate.wait(5)
+        return real_create(*args)
+
+    monkeypatch.setattr(allocate_service, "create_segment_blocking", slow_create)
+    queue = MappedFileQueue(str(tmp_path), SIZE)
+    service = allocate_service.AllocateMappedFileService(queue)
+    service.start()
+    try:
+        service.request_after(-SIZE)  # asks for segments 0 and SIZE
+        for _ in range(100):
+            if service._inflight:
+                break
+            await asyncio.sleep(0.01)
+        assert 0 in service._inflight
+        threading.Timer(0.05, gate.set).start()
+        first = queue.roll()  # blocks until the thread is done, then uses its segment
+        assert first.file_from_offset == 0
+        assert service.blocking_takes == 1 and queue.sync_creations == 0
+        for _ in range(200):
+            if service.idle:
+                break
+            await asyncio.sleep(0.01)
+        second = queue.roll()  # preallocated meanwhile: taken without waiting
+        assert second.file_from_offset == SIZE and queue.sync_creations == 0
+        assert service.created >= 1
+    finally:
+        gate.set()
+        await service.stop()
+        queue.close()
+    assert sorted(os.listdir(tmp_path))[:2] == [segment_file_name(0), segment_file_name(SIZE)]
