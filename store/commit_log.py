@@ -22,6 +22,9 @@ API (the MessageStore facade drives it; one event loop owns it)::
     cl.write_error / cl.writable / cl.flush_count / cl.last_flush_seconds
     await cl.shutdown(); cl.close()                      # stop services + final flush; unmap
 
+Reads come from ``store/commit_log_reader.py`` (a mixin), recovery from
+``store/commit_log_recovery.py``; this module holds lifecycle, appends and durability.
+
 ``max_offset`` is the end of READABLE data (== ``wrote_offset`` unless the transient store pool
 holds uncommitted appends); dispatch and reads stop there.
 
