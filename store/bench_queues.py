@@ -10,6 +10,7 @@ process): the machine is shared, and CPU time is what a figure costs on an idle 
 - read: ``get_messages`` in batches of 32 and 256 over one queue written in producer batches
   (records adjacent in the log) and over 8 interleaved queues, fully decoding every message
   into a StoredMessage; best of 3 passes.
+- put: the facade's write path (64 writers, batches of 16, dispatch on the same loop).
 - dispatch: the ReputService's rate from CommitLog records to ConsumeQueue units + index
   entries (UNIQ_KEY and one KEYS entry per message, as the SDK sends them).
 - recovery: a child process appends ``--recovery-mib`` of 1 KiB messages (ASYNC_FLUSH, real
@@ -113,6 +114,35 @@ async def bench_read_and_dispatch(messages: int, root: str) -> None:
         await store.shutdown()
 
 
+async def bench_put(messages: int, root: str, mode: str, writers: int = 64) -> None:
+    """The broker's write path through the facade: ``writers`` tasks each putting batches of
+    16, dispatch running on the same loop (so its cost is included), until ``messages``."""
+    store = MessageStore(_config(root, messages).replace(flush_disk_type=mode))
+    await store.start()
+    per_writer = messages // writers // 16
+    body = [MessageInput(BODY, {"TAGS": "TagA"}) for _ in range(16)]
+
+    async def writer(queue_id: int) -> None:
+        for _ in range(per_writer):
+            await store.put("Put", queue_id % 8, body)
+
+    try:
+        # Not timed: the first segment (1 GiB, preallocated and pre-faulted in a thread) and
+        # the segments after it are still being made right after start.
+        await store.put("Put", 0, body)
+        for _ in range(600):
+            if store.commit_log.allocator.idle:
+                break
+            await asyncio.sleep(0.05)
+        clock = Clock()
+        await asyncio.gather(*(writer(n) for n in range(writers)))
+        assert await store.wait_dispatched(600)
+        total = per_writer * writers * 16
+        print(f"put       {mode:<11} {writers} writers   {clock.rates(total)}  (incl. dispatch)")
+    finally:
+        await store.shutdown()
+
+
 CHILD = """
 import asyncio, sys
 from store.bench_queues import _batch, _config
@@ -209,6 +239,8 @@ def main() -> None:
     try:
         print(f"store bench (queues): {args.messages:,} x 1 KiB messages, batches of {BATCH}")
         asyncio.run(bench_read_and_dispatch(args.messages, os.path.join(base, "read")))
+        for mode in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+            asyncio.run(bench_put(args.messages, os.path.join(base, f"put-{mode}"), mode))
         if args.recovery_mib:
             asyncio.run(bench_recovery(args.recovery_mib, os.path.join(base, "recovery")))
     finally:
