@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from store.commit_log import CommitLog
 from store.consume_queue import ConsumeQueue, ConsumeQueueFile, Unit
@@ -43,6 +43,11 @@ PENDING_POLL_S = 0.005
 
 # (topic, queue id) -> new max offset of that queue, after one chunk.
 QueueAdvance = dict[tuple[str, int], int]
+
+
+class DispatchPlan(NamedTuple):
+    runs: list[tuple[tuple[str, int], int, list[Unit]]]  # (topic, queue), first offset, units
+    indexed: list[DispatchRequest]  # records with KEYS or UNIQ_KEY
 
 
 class DispatchSource(Protocol):
@@ -83,37 +88,11 @@ class Dispatcher:
                 return req.store_timestamp + self.delay_levels_ms[level - 1]
         return java_string_hash(req.tags) if req.tags else 0
 
-    def missing_files(
-        self, requests: Iterable[DispatchRequest]
-    ) -> list[tuple[ConsumeQueue, list[int]]]:
-        """Per queue, the file starts that dispatching ``requests`` would create."""
-        spans: dict[tuple[str, int], tuple[int, int]] = {}
-        for req in requests:
-            if req.sys_flag & 0xC in (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK):
-                continue  # no unit (see dispatch)
-            key = (req.topic, req.queue_id)
-            span = spans.get(key)
-            offset = req.queue_offset
-            if span is None:
-                spans[key] = (offset, offset + 1)
-            elif offset >= span[1]:
-                spans[key] = (span[0], offset + 1)
-        needed = []
-        for key, (first, end) in spans.items():
-            queue = self.queues.find_or_create(*key)
-            starts = queue.missing_files(
-                max(first, queue.max_offset), end - max(first, queue.max_offset)
-            )
-            if starts:
-                needed.append((queue, starts))
-        return needed
-
-    def dispatch(
-        self, requests: Iterable[DispatchRequest]
-    ) -> tuple[QueueAdvance, list[IndexEntry]]:
-        """Append ConsumeQueue units (batched per queue) and return the queues that advanced
-        and the index entries still to be written (the caller may need to roll a file)."""
-        runs: dict[tuple[str, int], tuple[int, list[Unit]]] = {}
+    def plan(self, requests: Iterable[DispatchRequest]) -> DispatchPlan:
+        """One pass over a chunk: ConsumeQueue units grouped into runs of consecutive queue
+        offsets per queue (in log order), and the records that carry index keys."""
+        runs: list[tuple[tuple[str, int], int, list[Unit]]] = []
+        open_runs: dict[tuple[str, int], tuple[int, list[Unit]]] = {}
         indexed: list[DispatchRequest] = []
         codes = self._tag_codes
         for req in requests:
@@ -121,32 +100,52 @@ class Dispatcher:
             # Prepared and rolled-back transaction halves get no ConsumeQueue unit (RocketMQ).
             if trans not in (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK):
                 key = (req.topic, req.queue_id)
-                run = runs.get(key)
                 code = codes.get(req.tags) if key[0] != SCHEDULE_TOPIC else None
                 if code is None:
                     code = self.tags_code(req)
                     if key[0] != SCHEDULE_TOPIC and len(codes) < _TAG_CODE_CACHE:
                         codes[req.tags] = code
                 unit = (req.commit_log_offset, req.size, code)
-                if run is None:
-                    runs[key] = (req.queue_offset, [unit])
-                elif run[0] + len(run[1]) == req.queue_offset:
+                run = open_runs.get(key)
+                if run is not None and run[0] + len(run[1]) == req.queue_offset:
                     run[1].append(unit)
-                else:  # not consecutive (re-dispatch overlap or gap): flush the run first
-                    self.queues.find_or_create(*key).append_units(*run)
-                    runs[key] = (req.queue_offset, [unit])
+                else:  # first unit of the queue, or not consecutive (overlap or gap)
+                    run = open_runs[key] = (req.queue_offset, [unit])
+                    runs.append((key, run[0], run[1]))
             if req.keys or req.uniq_key:
                 indexed.append(req)
+        return DispatchPlan(runs, indexed)
+
+    def missing_files(self, plan: DispatchPlan) -> list[tuple[ConsumeQueue, list[int]]]:
+        """Per queue, the file starts that applying ``plan`` would create."""
+        needed = []
+        for key, first, units in plan.runs:
+            queue = self.queues.find_or_create(*key)
+            start = max(first, queue.max_offset)
+            starts = queue.missing_files(start, first + len(units) - start)
+            if starts:
+                needed.append((queue, starts))
+        return needed
+
+    def apply(self, plan: DispatchPlan) -> tuple[QueueAdvance, list[IndexEntry]]:
+        """Append the units and return the queues that advanced and the index entries still
+        to be written (the caller may need to roll a file)."""
         advanced: QueueAdvance = {}
-        for key, (first, units) in runs.items():
+        for key, first, units in plan.runs:
             queue = self.queues.find_or_create(*key)
             queue.append_units(first, units)
             advanced[key] = queue.max_offset
         entries: list[IndexEntry] = []
-        if self.index is not None and indexed:
-            entries = self.index.entries_for(indexed)
+        if self.index is not None and plan.indexed:
+            entries = self.index.entries_for(plan.indexed)
             entries = entries[self.index.put_entries_nowait(entries) :]
         return advanced, entries
+
+    def dispatch(
+        self, requests: Iterable[DispatchRequest]
+    ) -> tuple[QueueAdvance, list[IndexEntry]]:
+        """``plan`` + ``apply`` (queue files created in place: recovery, tests)."""
+        return self.apply(self.plan(requests))
 
 
 class ReputService(Service):
@@ -180,8 +179,9 @@ class ReputService(Service):
             requests, next_offset = self.source.read_dispatch_chunk(
                 self.reput_from_offset, limit, self.chunk_bytes
             )
-            await self._create_queue_files(requests)
-            advanced, leftover = self.dispatcher.dispatch(requests)
+            plan = self.dispatcher.plan(requests)
+            await self._create_queue_files(plan)
+            advanced, leftover = self.dispatcher.apply(plan)
             if leftover and self.dispatcher.index is not None:
                 await self.dispatcher.index.put_entries(leftover)  # rolls a file in a thread
             progressed = next_offset > self.reput_from_offset
@@ -203,10 +203,10 @@ class ReputService(Service):
         event, self._progress = self._progress, asyncio.Event()
         event.set()
 
-    async def _create_queue_files(self, requests: list[DispatchRequest]) -> None:
+    async def _create_queue_files(self, plan: DispatchPlan) -> None:
         """Create, in a thread, the ConsumeQueue files this chunk will need (file creation
         never runs on the event loop)."""
-        needed = self.dispatcher.missing_files(requests)
+        needed = self.dispatcher.missing_files(plan)
         if needed:
             created = await asyncio.to_thread(_create_files_blocking, needed)
             for queue, files in created:
