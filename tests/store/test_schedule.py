@@ -118,3 +118,20 @@ async def test_due_messages_wait_while_the_store_refuses_writes_then_all_arrive(
         assert store.schedule_service.offset_table[2] == 5
     finally:
         await store.shutdown()
+
+
+def test_delay_offsets_fall_back_to_the_backup_when_the_file_is_damaged(tmp_path: Path) -> None:
+    from store.store_paths import read_json_with_backup_blocking, write_json_atomic_blocking
+
+    path = tmp_path / "delayOffset.json"
+    write_json_atomic_blocking(path, {"offsetTable": {"1": 3}})
+    write_json_atomic_blocking(path, {"offsetTable": {"1": 7}})
+    assert read_json_with_backup_blocking(path) == {"offsetTable": {"1": 7}}
+    assert json.loads(path.with_name("delayOffset.json.bak").read_text()) == {
+        "offsetTable": {"1": 3}
+    }
+    path.write_text('{"offsetTable": {"1": ')  # torn by a crash of another writer
+    assert read_json_with_backup_blocking(path) == {"offsetTable": {"1": 3}}
+    path.unlink()
+    path.with_name("delayOffset.json.bak").unlink()
+    assert read_json_with_backup_blocking(path) is None
