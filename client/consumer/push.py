@@ -77,6 +77,9 @@ class PushConsumer:
         max_reconsume_times: retries before the DLQ (``None`` = the group's setting, 16).
         offset_store_path: broadcasting only: JSON file for local offsets (``None`` = memory).
         shutdown_grace_s: how long close() waits for running handlers.
+        orderly: one handler at a time per queue, in offset order (RocketMQ's
+            MessageListenerOrderly); a failure is retried in place every
+            ``orderly_retry_pause_s`` and goes to the DLQ after max reconsume times.
     """
 
     def __init__(
@@ -100,6 +103,8 @@ class PushConsumer:
         offset_store_path: str | Path | None = None,
         shutdown_grace_s: float = 10.0,
         client_id: str | None = None,
+        orderly: bool = False,
+        orderly_retry_pause_s: float = 1.0,
     ) -> None:
         models = {"CLUSTERING": CLUSTERING, "BROADCASTING": BROADCASTING}
         wheres = {
@@ -133,6 +138,8 @@ class PushConsumer:
         self.shutdown_grace_s = shutdown_grace_s
         self._offset_store_path = Path(offset_store_path) if offset_store_path else None
         self.consume_concurrency = consume_concurrency
+        self.orderly = orderly
+        self.orderly_retry_pause_s = orderly_retry_pause_s
         self._consume: ConcurrentConsumeService | None = None
         self._subscriptions: dict[str, str] = {}
         self._workers: dict[MessageQueue, QueueWorker] = {}
@@ -182,6 +189,8 @@ class PushConsumer:
             concurrency=self.consume_concurrency,
             max_reconsume_times=self.max_reconsume_times,
             on_sent_back=self._after_send_back,
+            orderly=self.orderly,
+            orderly_retry_pause_s=self.orderly_retry_pause_s,
         )
         if self.message_model == CLUSTERING:
             self._offsets = RemoteOffsetStore(self._stub, self.group)

@@ -53,6 +53,7 @@ class QueueWorker:
         self._start_delay_s = start_delay_s
         self._task: asyncio.Task[None] | None = None
         self.started = asyncio.Event()
+        self.order_lock = asyncio.Lock()  # orderly consumption: one handler at a time
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"pull {self.queue}")

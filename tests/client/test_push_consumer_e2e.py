@@ -294,3 +294,41 @@ async def test_consume_from_timestamp_skips_older_messages(
         await eventually(lambda: handler.bodies() == [b"after"])
         await asyncio.sleep(0.3)
     assert handler.bodies() == [b"after"]
+
+
+async def test_orderly_consumer_keeps_queue_order_through_failures(
+    broker: BrokerProcess, name: str
+) -> None:
+    await make_topic(broker.endpoint, name, queues=2)
+    consumed: dict[int, list[int]] = collections.defaultdict(list)
+    failed_once: set[int] = set()
+    running = 0
+    overlap = False
+
+    async def handler(msg: ReceivedMessage) -> ConsumeResult:
+        nonlocal running, overlap
+        running += 1
+        overlap = overlap or running > 2  # at most one per queue, two queues
+        try:
+            seq = int(msg.body)
+            await asyncio.sleep(0.002 * (seq % 3))  # uneven handler times
+            if seq % 10 == 3 and seq not in failed_once:
+                failed_once.add(seq)
+                return ConsumeResult.RECONSUME_LATER  # retried in place, queue waits
+            consumed[msg.queue_id].append(seq)
+            return ConsumeResult.SUCCESS
+        finally:
+            running -= 1
+
+    consumer = PushConsumer(
+        broker.endpoint, name, handler=handler, consume_from_where="FIRST", orderly=True,
+        orderly_retry_pause_s=0.05, **FAST,
+    )  # fmt: skip
+    consumer.subscribe(name)
+    async with Producer(broker.endpoint) as producer:
+        for i in range(40):
+            await producer.send(name, str(i), queue_id=i % 2)
+    async with consumer:
+        await eventually(lambda: sum(len(v) for v in consumed.values()) == 40)
+    assert consumed[0] == list(range(0, 40, 2)) and consumed[1] == list(range(1, 40, 2))
+    assert failed_once == {3, 13, 23, 33} and not overlap
