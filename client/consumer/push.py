@@ -36,10 +36,11 @@ from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 from client.channel import open_channel
 from client.consumer.consume_service import ConcurrentConsumeService, Handler
+from client.consumer.membership import GroupMembership
 from client.consumer.offset_store import LocalOffsetStore, RemoteOffsetStore
 from client.consumer.queue_worker import QueueWorker
 from client.consumer.start_offset import compute_start_offset
-from client.errors import InvalidArgumentError, WharfError, from_rpc_error
+from client.errors import InvalidArgumentError, WharfError
 from client.message import MessageQueue, retry_topic
 from client.rebalance import allocate_averagely
 from client.route import RouteCache
@@ -145,7 +146,7 @@ class PushConsumer:
         self._workers: dict[MessageQueue, QueueWorker] = {}
         self._background: list[asyncio.Task[None]] = []
         self._rebalance_now = asyncio.Event()
-        self._list_version: int | None = None
+        self._membership: GroupMembership | None = None
         self._channel: grpc.aio.Channel | None = None
         self._stub: messaging_pb2_grpc.MessagingServiceStub | None = None
         self._offsets: RemoteOffsetStore | LocalOffsetStore | None = None
@@ -181,6 +182,20 @@ class PushConsumer:
         self._channel = open_channel(self.endpoints)
         self._stub = messaging_pb2_grpc.MessagingServiceStub(self._channel)
         self._routes = RouteCache(self._stub, ttl_s=0.0)
+        self._membership = GroupMembership(
+            self._stub,
+            self.client_id,
+            messaging_pb2.ConsumerData(
+                group=self.group,
+                subscriptions=[
+                    messaging_pb2.Subscription(topic=t, tag_expression=e)
+                    for t, e in self._subscriptions.items()
+                ],
+                message_model=self.message_model,
+                consume_from_where=self.consume_from_where,
+                consume_timestamp=self.consume_timestamp_ms,
+            ),
+        )
         self._consume = ConcurrentConsumeService(
             handler=self.handler,
             stub=self._stub,
@@ -220,16 +235,8 @@ class PushConsumer:
         self._record_progress(list(self._workers))
         await self.commit()
         assert self._stub is not None and self._channel is not None
-        if self.message_model == CLUSTERING:
-            try:
-                await self._stub.UnregisterClient(
-                    messaging_pb2.UnregisterClientRequest(
-                        client_id=self.client_id, consumer_groups=[self.group]
-                    ),
-                    timeout=3.0,
-                )
-            except grpc.RpcError as exc:
-                log.warning("unregister failed: %s", from_rpc_error(exc))
+        if self.message_model == CLUSTERING and self._membership is not None:
+            await self._membership.leave()
         self._workers.clear()
         await self._channel.close(None)
 
@@ -250,29 +257,9 @@ class PushConsumer:
                 log.warning("%s failed: %s", getattr(action, "__name__", action), exc)
 
     async def _heartbeat(self) -> None:
-        assert self._stub is not None
-        data = messaging_pb2.ConsumerData(
-            group=self.group,
-            subscriptions=[
-                messaging_pb2.Subscription(topic=t, tag_expression=e)
-                for t, e in self._subscriptions.items()
-            ],
-            message_model=self.message_model,
-            consume_from_where=self.consume_from_where,
-            consume_timestamp=self.consume_timestamp_ms,
-        )
-        try:
-            reply = await self._stub.Heartbeat(
-                messaging_pb2.HeartbeatRequest(client_id=self.client_id, consumers=[data]),
-                timeout=5.0,
-            )
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-        version = reply.consumer_list_versions.get(self.group)
-        if version is not None and version != self._list_version:
-            if self._list_version is not None:
-                self._rebalance_now.set()
-            self._list_version = version
+        assert self._membership is not None
+        if await self._membership.heartbeat():
+            self._rebalance_now.set()
 
     async def _rebalance_loop(self) -> None:
         while True:
@@ -316,15 +303,8 @@ class PushConsumer:
             self._start_worker(queue, wanted[queue], delay)
 
     async def _members(self) -> list[str]:
-        assert self._stub is not None
-        try:
-            reply = await self._stub.GetConsumerList(
-                messaging_pb2.GetConsumerListRequest(consumer_group=self.group), timeout=5.0
-            )
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-        self._list_version = reply.version
-        return list(reply.client_ids)
+        assert self._membership is not None
+        return await self._membership.members()
 
     async def _drop_queues(self, queues: list[MessageQueue]) -> None:
         if not queues:
