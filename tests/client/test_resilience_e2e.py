@@ -6,7 +6,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from client import ConsumeResult, Producer, PushConsumer, ReceivedMessage
+from client import (
+    ConsumeResult,
+    MessageQueue,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+    ReceivedMessage,
+)
 from client.bench.launcher import free_port
 from tests.client.conftest import BROKER_SETTINGS
 from tests.harness import BrokerProcess
@@ -35,12 +42,14 @@ async def test_producer_and_push_consumer_continue_across_a_broker_restart(
         )  # fmt: skip
         consumer.subscribe("restarts")
         async with Producer(broker.endpoint, send_timeout=10.0) as producer, consumer:
-            await producer.send("restarts", b"before")
-            for _ in range(200):
-                if seen == [b"before"]:
-                    break
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.5)  # let the consumed offset be committed
+            before = await producer.send("restarts", b"before")
+            queue = MessageQueue("restarts", before.queue_id)
+            async with PullConsumer(broker.endpoint, "survivors") as reader:
+                for _ in range(300):  # consumed and committed (periodic commit, 0.2 s)
+                    if seen == [b"before"] and await reader.committed(queue) == 1:
+                        break
+                    await asyncio.sleep(0.05)
+            assert seen == [b"before"]
             await asyncio.to_thread(broker.stop)
             await asyncio.to_thread(broker.start)
             result = await producer.send("restarts", b"after")  # old stream broken: retried
