@@ -9,7 +9,8 @@ Every ``clean_resource_interval`` (10 s):
    ``delete_when`` ("04" or "04;16"), or disk use is above ``disk_max_used_space_ratio`` (75 %),
    or a manual deletion was requested. Above ``disk_space_clean_forcibly_ratio`` (85 %, with
    ``clean_file_forcibly_enable``) the oldest segments go even if unexpired. Retention is by
-   file, not by consumption, as RocketMQ: unconsumed messages are deleted too.
+   file, not by consumption, as RocketMQ: unconsumed messages are deleted too; but never a
+   segment holding records not yet flushed or not yet dispatched to their ConsumeQueues.
 3. ConsumeQueue and index files wholly below the commit log's new minimum offset are deleted
    and each queue's min offset is corrected.
 
@@ -116,6 +117,10 @@ class CleanupService(Service):
             force=force,
             max_batch=cfg.delete_file_batch_max,
             now_ms=int(self.clock() * 1000),
+            # Records past the dispatch offset have no ConsumeQueue unit yet: deleting their
+            # segment would lose them for every consumer. Dispatch only moves forward, so this
+            # snapshot stays a safe bound while the deletion runs in its thread.
+            keep_from_offset=store.dispatch_offset,
         )
         if deleted:
             self.deleted_segments += deleted

@@ -15,8 +15,10 @@ API (the MessageStore facade drives it; one event loop owns it)::
     cl.min_offset / cl.max_offset / cl.wrote_offset / cl.flushed_offset / cl.committed_offset
     cl.store_timestamp_at(offset) / cl.earliest_message_time()
     cl.read_store_timestamp(offset, size=None)
-    cl.delete_expired_files_blocking(expired_ms, force, delete_interval_ms, max_batch, now_ms)
-    await cl.delete_expired(expired_ms, delete_interval_ms, force, max_batch, now_ms)
+    cl.delete_expired_files_blocking(expired_ms, force, delete_interval_ms, max_batch, now_ms,
+                                     keep_from_offset)   # keep_from: the dispatch offset
+    await cl.delete_expired(expired_ms, delete_interval_ms, force, max_batch, now_ms,
+                            keep_from_offset)
     await cl.flush()                                     # sync now -> flushed offset
     cl.truncate_blocking(offset)
     cl.write_error / cl.writable / cl.flush_count / cl.last_flush_seconds
@@ -438,9 +440,11 @@ class CommitLog(CommitLogReads):
         delete_interval_ms: int | None = None,
         max_batch: int | None = None,
         now_ms: int | None = None,
+        keep_from_offset: int | None = None,
     ) -> int:
         """Delete segments older than ``expired_ms`` (oldest first; any age when ``force``),
-        never the last one nor unflushed ones. Returns how many were deleted."""
+        never the last one, unflushed ones, nor one reaching ``keep_from_offset`` (the
+        store's dispatch offset). Returns how many were deleted."""
         return self.queue.delete_expired_blocking(
             expired_ms,
             self.config.delete_commit_log_files_interval
@@ -449,6 +453,7 @@ class CommitLog(CommitLogReads):
             force,
             self.config.delete_file_batch_max if max_batch is None else max_batch,
             now_ms,
+            keep_from_offset,
         )
 
     async def delete_expired(
@@ -458,6 +463,7 @@ class CommitLog(CommitLogReads):
         force: bool = False,
         max_batch: int | None = None,
         now_ms: int | None = None,
+        keep_from_offset: int | None = None,
     ) -> int:
         """``delete_expired_files_blocking`` in a thread."""
         return await asyncio.to_thread(
@@ -467,6 +473,7 @@ class CommitLog(CommitLogReads):
             delete_interval_ms,
             max_batch,
             now_ms,
+            keep_from_offset,
         )
 
     @property

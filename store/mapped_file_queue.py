@@ -188,17 +188,23 @@ class MappedFileQueue:
         force: bool,
         max_batch: int,
         now_ms: int | None = None,
+        keep_from_offset: int | None = None,
     ) -> int:
         """Delete segments last modified more than ``expired_ms`` ago (all of them, oldest
         first, when ``force``), at most ``max_batch`` per call, never the last segment nor one
-        holding data not yet flushed. Returns how many were deleted."""
+        holding data not yet flushed or at/after ``keep_from_offset`` (the CommitLog passes
+        the dispatch offset: undispatched records would never reach their ConsumeQueue).
+        Returns how many were deleted."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        keep_from = self.flushed_where
+        if keep_from_offset is not None:
+            keep_from = min(keep_from, keep_from_offset)
         files = self.files
         doomed: list[MappedFile] = []
         for mapped in files[:-1]:
             if len(doomed) >= max_batch:
                 break
-            if mapped.file_from_offset + self.file_size > self.flushed_where:
+            if mapped.file_from_offset + self.file_size > keep_from:
                 break
             mtime_ms = int(os.path.getmtime(mapped.path) * 1000)
             if not force and now_ms - mtime_ms < expired_ms:
