@@ -1,15 +1,27 @@
 """AllocateMappedFileService: create the next and next-next segment ahead of the writer.
 
 Creating a segment (open, posix_fallocate, a read pass that puts its pages in the page cache,
-mmap, optional warm-up) costs milliseconds to seconds for 1 GiB files; the append path must
-never pay that on the event loop. After every
-roll (and at start) the queue asks for the two following segments; a thread creates them; the
-next roll takes one that is ready. If none is ready the queue creates it synchronously and
-counts it (``MappedFileQueue.sync_creations``): a symptom to watch, not an error.
+mmap, optional warm-up) costs milliseconds to seconds for 1 GiB files (~0.6 s prefaulted); the
+append path must never pay that on the event loop. After every roll (and at start) the queue
+asks for the two following segments; a thread creates them; the next roll takes one that is
+ready. The segment the FIRST append needs is made in the start-up thread
+(``CommitLog.prepare_blocking``, run by recovery) and handed over with ``adopt``.
+
+Why a roll never waits for an in-flight preallocation: ``append`` is synchronous by contract
+(never awaits, atomic on one loop), so "waiting" there means blocking the loop for the rest of
+a prefault (up to ~0.6 s), which stalls every client. A retriable "busy" error would push a
+retry loop into every caller of ``append``. Instead, in that rare case (the writer outran the
+thread: tiny segments, or a burst right after start), ``take`` answers None and the queue
+creates the segment itself WITHOUT the prefault or warm-up (open + posix_fallocate + mmap: a
+few ms even for 1 GiB on ext4; fallocated, so a full disk fails here instead of SIGBUS on a
+page fault later), counted in ``MappedFileQueue.sync_creations`` -- a symptom to watch, not an
+error. Its first writes page-fault on the loop (fresh pages ~2 GB/s): slower than a prefaulted
+segment, never a stall.
 
 A synchronous creation and a preallocation of the same offset cannot clobber each other:
 segments are created under a temporary name and linked into place (the loser discards its
-copy, see ``create_segment_blocking``).
+copy, see ``create_segment_blocking``). If the thread links first, its prefault is already
+done and only an unlink remains: ``claim_linked`` takes its segment (a wait of microseconds).
 """
 
 from __future__ import annotations
@@ -25,6 +37,8 @@ from store.service import Service
 log = logging.getLogger(__name__)
 
 PREALLOCATE_AHEAD = 2  # next and next-next, as RocketMQ
+# claim_linked: after the link only an unlink is left; a generous bound, never a prefault.
+LINKED_WAIT_S = 5.0
 
 
 class AllocateMappedFileService(Service):
@@ -37,9 +51,17 @@ class AllocateMappedFileService(Service):
         self._pending: list[int] = []
         self._inflight: dict[int, Future[MappedFile]] = {}
         self.created = 0
-        self.blocking_takes = 0  # rolls that waited (on the loop) for an in-flight creation
+        self.late_takes = 0  # rolls that found their segment still in flight (not waited for)
         queue.take_preallocated = self.take
+        queue.claim_linked = self.claim_linked
         queue.on_roll = self.request_after
+
+    def has_ready(self, offset: int) -> bool:
+        return offset in self._ready
+
+    def adopt(self, mapped: MappedFile) -> None:
+        """Hand over a segment created ahead elsewhere (``CommitLog.prepare_blocking``)."""
+        self._ready[mapped.file_from_offset] = mapped
 
     def request_after(self, start_offset: int) -> None:
         """Ask for the segments that follow the one starting at ``start_offset``."""
@@ -57,22 +79,34 @@ class AllocateMappedFileService(Service):
         return not self._pending and not self._inflight
 
     def take(self, offset: int) -> MappedFile | None:
-        """The ready segment for ``offset``; waits for it if its creation is in flight (rare:
-        the writer outran the thread), None if it was never requested or creation failed."""
+        """The ready segment for ``offset``, or None: never requested, failed, or still in
+        flight (never waited for: see the module docstring; the caller creates it)."""
         if offset in self._pending:
             self._pending.remove(offset)
         mapped = self._ready.pop(offset, None)
         if mapped is not None:
             return mapped
-        future = self._inflight.pop(offset, None)
+        future = self._inflight.get(offset)
         if future is None:
             return None
-        self.blocking_takes += 1
+        if not future.done():
+            self.late_takes += 1
+            return None  # the thread's link will lose to the caller's (FileExistsError)
+        del self._inflight[offset]
         try:
             return future.result()
         except Exception as exc:
             log.error("preallocating segment %d failed: %r; creating it synchronously", offset, exc)
             return None
+
+    def claim_linked(self, offset: int) -> MappedFile | None:
+        """The in-flight segment for ``offset`` whose file the thread has ALREADY linked into
+        place (a synchronous creation just lost the link race): only the thread's unlink of
+        its temporary name remains, so this wait is microseconds, not a prefault."""
+        future = self._inflight.pop(offset, None)
+        if future is None:
+            return None
+        return future.result(timeout=LINKED_WAIT_S)
 
     async def run_once(self) -> None:
         while self._pending and not self.stopping:
@@ -103,3 +137,9 @@ class AllocateMappedFileService(Service):
             await asyncio.to_thread(mapped.destroy_blocking)
         if self._own_executor:
             self._pool.shutdown(wait=True)
+
+    def discard_ready_blocking(self) -> None:
+        """Delete segments made ahead but never used (a log closed without ``stop``)."""
+        ready, self._ready = self._ready, {}
+        for mapped in ready.values():
+            mapped.destroy_blocking()

@@ -5,6 +5,7 @@ API (the MessageStore facade drives it; one event loop owns it)::
     cl = CommitLog(config, observer=None, checkpoint=None)
     cl.load_blocking()                                   # open segments (thread)
     end = cl.recover_blocking(abnormal, checkpoint)      # validate, truncate torn tail (thread)
+    cl.prepare_blocking()                                # next segment ready (recovery does it)
     cl.start()                                           # flush/commit/allocate services
     r = cl.append(topic, queue_id, first_queue_offset, messages, store_timestamp=None)
     ok = await cl.wait_flushed(r.end_offset)             # SYNC_FLUSH; False = FLUSH_DISK_TIMEOUT
@@ -79,7 +80,7 @@ from store.flush_service import CommitRealTimeService, FlushRealTimeService
 from store.format import END_FILE_MIN_BLANK_LENGTH, encode_batch
 from store.group_commit import GroupCommitService
 from store.mapped_file import MappedFile
-from store.mapped_file_queue import MappedFileQueue
+from store.mapped_file_queue import MappedFileQueue, create_segment_blocking
 from store.model import AppendResult, MessageInput
 from store.transient_pool import TransientStorePool
 
@@ -144,6 +145,7 @@ class CommitLog(CommitLogReads):
                 self._after_commit,
                 self._mark_flush_failed,
                 self._io,
+                config.commit_commit_log_thorough_interval,
             )
         self._error: StoreNotWritableError | None = None
         self._started = False
@@ -162,8 +164,25 @@ class CommitLog(CommitLogReads):
         if self.transient_pool is not None:
             self.transient_pool.init_blocking()
 
+    def prepare_blocking(self) -> None:
+        """Create (prefaulted) the segment the next append will roll to, if it needs one, and
+        hand it to the allocator: the first put after start must not wait for a segment on the
+        event loop (~0.6 s for 1 GiB). Run in a thread before ``start``; ``recover_blocking``
+        does it, so ``MessageStore.start`` (which awaits recovery in a thread) gets it."""
+        last = self.queue.last()
+        if last is not None and not last.is_full:
+            return
+        offset = 0 if last is None else last.file_from_offset + self.file_size
+        if self.allocator.has_ready(offset):
+            return
+        mapped = create_segment_blocking(
+            self.store_path, offset, self.file_size, self.config.warm_mapped_file_enable, True
+        )
+        self.allocator.adopt(mapped)
+
     def start(self) -> None:
-        """Start the services on the running loop; preallocate the next segments."""
+        """Start the services on the running loop; preallocate the next segments (call
+        ``prepare_blocking`` in a thread first, or the first append creates its segment)."""
         if self._closed:
             raise StoreShutDownError("the commit log was shut down")
         self._started = True
@@ -205,6 +224,8 @@ class CommitLog(CommitLogReads):
             self._error = StoreShutDownError("the store is shut down")
         self._io_closed = True
         self._io.shutdown(wait=False)
+        if not self._started:
+            self.allocator.discard_ready_blocking()  # prepared but never started: no data
         self.queue.close()
 
     # === writes =================================================================================
@@ -417,9 +438,11 @@ class CommitLog(CommitLogReads):
         """Validate from the start point (see the module docstring), truncate after the last
         valid record, and return that offset: the commit log's max offset. Run in a thread."""
         checkpoint = checkpoint if checkpoint is not None else self.checkpoint
-        return recover_queue_blocking(
+        end = recover_queue_blocking(
             self.queue, abnormal, checkpoint, self.config.check_crc_on_recover
         )
+        self.prepare_blocking()
+        return end
 
     # === truncation and retention (threads) =====================================================
     def truncate_blocking(self, offset: int) -> None:

@@ -17,6 +17,7 @@ from store.format import (
     STORE_TIMESTAMP,
     check_record,
 )
+from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,14 @@ def recover_queue_blocking(
                 )
         break
     if result == RECORD_END and pos < file_size and index + 1 < len(files):
-        log.warning("commit log: data ends at %d inside a segment that is not the last", end)
+        if _only_empty_after(files, index):
+            log.info(
+                "commit log: removing %d empty preallocated segment(s) after the data end %d",
+                len(files) - index - 1,
+                end,
+            )
+        else:
+            log.warning("commit log: data ends at %d inside a segment that is not the last", end)
     queue.truncate_blocking(end)
     if checkpoint is not None and checkpoint.physic_offset > end:
         checkpoint.physic_offset = end
@@ -111,7 +119,17 @@ def _checkpoint_start(queue: MappedFileQueue, offset: int) -> tuple[int, int] | 
     mapped = files[index]
     pos = offset - mapped.file_from_offset
     result = check_record(mapped.raw, pos, True, offset)
-    if result > 0 or result == RECORD_BLANK or (result == RECORD_END and index == len(files) - 1):
+    if result > 0 or result == RECORD_BLANK:
+        return index, pos
+    # The end of data, in the last segment or followed only by empty segments (preallocated
+    # ahead of the writer and left by a crash): nothing after it to validate.
+    if result == RECORD_END and _only_empty_after(files, index):
         return index, pos
     log.warning("checkpoint offset %d is not at a valid record: validating more", offset)
     return None
+
+
+def _only_empty_after(files: list[MappedFile], index: int) -> bool:
+    """Every segment after ``index`` is empty (starts with zeros): preallocated, never written.
+    A record always starts a segment that holds data, so the first header tells."""
+    return all(check_record(mapped.raw, 0, False) == RECORD_END for mapped in files[index + 1 :])

@@ -49,6 +49,10 @@ class StoreConfig:
     transient_store_pool_size: int = 5
     commit_interval_commit_log: int = 200
     commit_commit_log_least_pages: int = 4
+    # commitCommitLogThoroughInterval (ms): commit whatever is buffered, even below the least
+    # pages, once this long has passed without a commit; otherwise a lone small message stays
+    # invisible (not readable, not dispatched) until more traffic or shutdown.
+    commit_commit_log_thorough_interval: int = 200
 
     # warmMapedFileEnable (RocketMQ's spelling): touch every page of a new segment ahead of use.
     warm_mapped_file_enable: bool = False

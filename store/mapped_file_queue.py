@@ -37,6 +37,9 @@ class MappedFileQueue:
         self.flushed_where = 0  # global offset known durable
         self.committed_where = 0  # global offset in the page cache (transient pool)
         self.take_preallocated: TakePreallocated | None = None
+        # The preallocated segment for an offset the thread has just linked into place (a
+        # synchronous creation lost the race), see AllocateMappedFileService.claim_linked.
+        self.claim_linked: TakePreallocated | None = None
         self.on_roll: Callable[[int], None] | None = None  # called with the new segment's offset
         self.sync_creations = 0  # rolls that had to create a segment on the event loop
         self._flush_lock = threading.Lock()
@@ -98,13 +101,21 @@ class MappedFileQueue:
 
     def roll(self) -> MappedFile:
         """Append the next segment (after the last, or offset 0), preferring a preallocated one.
-        Creating synchronously blocks the event loop: counted in ``sync_creations``."""
+        Otherwise it is created here, on the caller's thread, without prefault or warm-up (open
+        + fallocate + mmap, milliseconds; see store/allocate_service.py for why a roll never
+        waits for a preallocation): counted in ``sync_creations``."""
         last = self.last()
         start = 0 if last is None else last.file_from_offset + self.file_size
         mapped = self.take_preallocated(start) if self.take_preallocated else None
         if mapped is None:
             self.sync_creations += 1
-            mapped = create_segment_blocking(self.store_path, start, self.file_size, self.warm)
+            try:
+                mapped = create_segment_blocking(self.store_path, start, self.file_size, False)
+            except FileExistsError:
+                linked = self.claim_linked(start) if self.claim_linked else None
+                if linked is None:
+                    raise
+                mapped = linked
         with self._files_lock:
             self.files = [*self.files, mapped]
         if self.on_roll is not None:

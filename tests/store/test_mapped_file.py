@@ -178,11 +178,15 @@ def test_read_racing_a_deletion_gets_none_not_an_error(tmp_path):
     assert not os.path.exists(mapped.path)
 
 
-async def test_roll_waits_for_an_in_flight_preallocation_instead_of_racing_it(
+async def test_roll_does_not_wait_for_an_in_flight_preallocation_and_does_not_race_it(
     tmp_path, monkeypatch
 ):
+    # P2 fix: the roll used to block the event loop until the preallocation thread finished
+    # (up to ~0.6 s of prefault). Now it creates the segment itself, without prefault, and the
+    # thread's copy loses the link race cleanly.
     import asyncio
     import threading
+    import time
 
     from store import allocate_service
 
@@ -204,19 +208,59 @@ async def test_roll_waits_for_an_in_flight_preallocation_instead_of_racing_it(
                 break
             await asyncio.sleep(0.01)
         assert 0 in service._inflight
-        threading.Timer(0.05, gate.set).start()
-        first = queue.roll()  # blocks until the thread is done, then uses its segment
+        started = time.monotonic()
+        first = queue.roll()  # the gate is closed: waiting would take 5 s
+        assert time.monotonic() - started < 2.0
         assert first.file_from_offset == 0
-        assert service.blocking_takes == 1 and queue.sync_creations == 0
+        assert service.late_takes == 1 and queue.sync_creations == 1
+        first.append(b"kept")
+        gate.set()
         for _ in range(200):
             if service.idle:
                 break
             await asyncio.sleep(0.01)
-        second = queue.roll()  # preallocated meanwhile: taken without waiting
-        assert second.file_from_offset == SIZE and queue.sync_creations == 0
-        assert service.created >= 1
+        assert service.idle
+        second = queue.roll()  # preallocated meanwhile: taken without a creation
+        assert second.file_from_offset == SIZE and queue.sync_creations == 1
+        # segment 0's preallocation lost the link and was dropped; SIZE and 2*SIZE were made
+        assert service.created == 2 and 0 not in service._ready
+        assert queue.files[0] is first and first.read(0, 4) == b"kept"
     finally:
         gate.set()
         await service.stop()
         queue.close()
-    assert sorted(os.listdir(tmp_path))[:2] == [segment_file_name(0), segment_file_name(SIZE)]
+    assert sorted(os.listdir(tmp_path)) == [segment_file_name(0), segment_file_name(SIZE)]
+
+
+async def test_roll_takes_the_preallocated_segment_when_the_thread_linked_it_first(
+    tmp_path, monkeypatch
+):
+    import asyncio
+
+    from store import allocate_service, mapped_file_queue
+
+    queue = MappedFileQueue(str(tmp_path), SIZE)
+    service = allocate_service.AllocateMappedFileService(queue)
+    service.start()
+    try:
+        service.request_after(-SIZE)
+        for _ in range(200):
+            if service.idle:
+                break
+            await asyncio.sleep(0.01)
+        ready = service._ready.pop(0)
+        # Simulate the race: the thread linked segment 0 but has not returned yet.
+        done = service._pool.submit(lambda: ready)
+        done.result()
+        service._inflight[0] = done
+        real_done = done.done
+        monkeypatch.setattr(done, "done", lambda: False)  # take() sees it in flight
+        mapped = queue.roll()  # the synchronous creation loses the link: claim the thread's
+        monkeypatch.setattr(done, "done", real_done)
+        assert mapped is ready and queue.sync_creations == 1
+        assert 0 not in service._inflight
+    finally:
+        await service.stop()
+        queue.close()
+    assert segment_file_name(0) in os.listdir(tmp_path)
+    assert not [name for name in os.listdir(tmp_path) if ".alloc" in name]
