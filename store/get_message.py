@@ -38,6 +38,34 @@ def get_messages(
     tag_filter: TagFilter | None,
     max_bytes: int,
 ) -> GetResult:
+    early = check_offset(queue, offset)
+    if early is not None:
+        return early
+    assert queue is not None
+    min_offset, max_offset = queue.min_offset, queue.max_offset
+    tag_filter = tag_filter or MATCH_ALL
+    choice = choose_units(queue, commit_log, offset, max_count, tag_filter, max_bytes)
+    if choice is None:
+        return GetResult(GetStatus.OFFSET_FOUND_NULL, offset + 1, min_offset, max_offset)
+    chosen, scanned, removed_first = choice
+
+    # Pass 2: read adjacent records together and decode them.
+    messages, missing = _read_chosen(commit_log, chosen)
+    if not tag_filter.match_all:
+        tags = tag_filter.tags
+        messages = [m for m in messages if m.properties.get("TAGS", "") in tags]
+    if messages:
+        status = GetStatus.FOUND
+    elif removed_first or missing:
+        status = GetStatus.MESSAGE_WAS_REMOVING
+    else:
+        status = GetStatus.NO_MATCHED_MESSAGE
+    return GetResult(status, offset + scanned, min_offset, max_offset, messages)
+
+
+def check_offset(queue: ConsumeQueue | None, offset: int) -> GetResult | None:
+    """The result for an offset with nothing to read (no queue, empty, out of range), else
+    None. Shared by ``get_messages`` and the raw read (``store.get_raw``)."""
     if queue is None:
         return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
     min_offset, max_offset = queue.min_offset, queue.max_offset
@@ -50,16 +78,26 @@ def get_messages(
     if offset > max_offset:
         next_offset = min_offset if min_offset == 0 else max_offset
         return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, next_offset, min_offset, max_offset)
+    return None
 
-    tag_filter = tag_filter or MATCH_ALL
+
+def choose_units(
+    queue: ConsumeQueue,
+    commit_log: CommitLog,
+    offset: int,
+    max_count: int,
+    tag_filter: TagFilter,
+    max_bytes: int,
+) -> tuple[list[tuple[int, int]], int, bool] | None:
+    """Pass 1 of a pull: (chosen (commit log offset, size) by tag HASH and size limits, units
+    scanned, whether the first candidates pointed at deleted log data); None when no unit
+    could be read at ``offset``. No CommitLog access beyond its min offset."""
     match_all = tag_filter.match_all
     max_count = max(max_count, 1)
     scan = max_count if match_all else max(MIN_FILTER_SCAN_UNITS, max_count)
     unit_bytes = queue.read_unit_bytes(offset, scan)
     if not unit_bytes:
-        return GetResult(GetStatus.OFFSET_FOUND_NULL, offset + 1, min_offset, max_offset)
-
-    # Pass 1: choose units by hash and size limits (no CommitLog access).
+        return None
     log_min = commit_log.min_offset
     codes = tag_filter.codes
     chosen: list[tuple[int, int]] = []
@@ -77,19 +115,7 @@ def get_messages(
             continue
         chosen.append((phy_offset, size))
         total_bytes += size
-
-    # Pass 2: read adjacent records together and decode them.
-    messages, missing = _read_chosen(commit_log, chosen)
-    if not match_all:
-        tags = tag_filter.tags
-        messages = [m for m in messages if m.properties.get("TAGS", "") in tags]
-    if messages:
-        status = GetStatus.FOUND
-    elif removed_first or missing:
-        status = GetStatus.MESSAGE_WAS_REMOVING
-    else:
-        status = GetStatus.NO_MATCHED_MESSAGE
-    return GetResult(status, offset + scanned, min_offset, max_offset, messages)
+    return chosen, scanned, removed_first
 
 
 def _read_chosen(

@@ -49,6 +49,7 @@ from store.errors import (
 )
 from store.format import decode_offset_msg_id
 from store.get_message import get_messages
+from store.get_raw import RawGetResult, get_raw_records
 from store.index_service import IndexService
 from store.model import (
     AppendResult,
@@ -292,6 +293,27 @@ class MessageStore:
         """RocketMQ's DefaultMessageStore.getMessage (see ``store.get_message``)."""
         assert self._commit_log is not None
         return get_messages(
+            self._queues.find(topic, queue_id),
+            self._commit_log,
+            offset,
+            max_count,
+            tag_filter,
+            max_bytes,
+        )
+
+    def get_raw_records(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tag_filter: TagFilter | None = None,
+        max_bytes: int = 4 * 1024 * 1024,
+    ) -> RawGetResult:
+        """``get_messages`` without decoding: the stored records' bytes, selected by tag HASH
+        only (readers re-check exact tags; see ``store.get_raw``)."""
+        assert self._commit_log is not None
+        return get_raw_records(
             self._queues.find(topic, queue_id),
             self._commit_log,
             offset,
