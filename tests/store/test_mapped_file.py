@@ -237,7 +237,7 @@ async def test_roll_takes_the_preallocated_segment_when_the_thread_linked_it_fir
 ):
     import asyncio
 
-    from store import allocate_service, mapped_file_queue
+    from store import allocate_service
 
     queue = MappedFileQueue(str(tmp_path), SIZE)
     service = allocate_service.AllocateMappedFileService(queue)
