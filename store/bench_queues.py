@@ -84,7 +84,7 @@ def _read_all(store: MessageStore, topic: str, queues: int, batch: int) -> int:
     return read
 
 
-async def bench_read_and_dispatch(messages: int, root: str) -> None:
+async def bench_read_and_dispatch(messages: int, root: str, reads: bool = True) -> None:
     store = MessageStore(_config(root, messages))
     await store.start()
     try:
@@ -99,7 +99,7 @@ async def bench_read_and_dispatch(messages: int, root: str) -> None:
             reput.start()
             assert await store.wait_dispatched(600), "dispatch did not finish"
             print(f"dispatch  {layout}            {clock.rates(total)}")
-            for batch in (32, 256):
+            for batch in (32, 256) if reads else ():
                 best = ""
                 best_cpu = float("inf")
                 for _ in range(REPEATS):  # best of N: the machine is shared
@@ -234,12 +234,16 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--recovery-mib", type=int, default=0, help="0 skips the recovery run")
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    parser.add_argument(
+        "--dispatch-only", action="store_true", help="only the dispatch section (profiling)"
+    )
     args = parser.parse_args()
     base = tempfile.mkdtemp(prefix="wharf-bench-", dir=args.dir)
     try:
         print(f"store bench (queues): {args.messages:,} x 1 KiB messages, batches of {BATCH}")
-        asyncio.run(bench_read_and_dispatch(args.messages, os.path.join(base, "read")))
-        for mode in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+        root = os.path.join(base, "read")
+        asyncio.run(bench_read_and_dispatch(args.messages, root, not args.dispatch_only))
+        for mode in () if args.dispatch_only else ("ASYNC_FLUSH", "SYNC_FLUSH"):
             asyncio.run(bench_put(args.messages, os.path.join(base, f"put-{mode}"), mode))
         if args.recovery_mib:
             asyncio.run(bench_recovery(args.recovery_mib, os.path.join(base, "recovery")))

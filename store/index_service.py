@@ -18,6 +18,7 @@ from pathlib import Path
 
 from store.format import SYSFLAG_TRANSACTION_ROLLBACK, DispatchRequest, index_key_hash
 from store.index_file import IndexEntry, IndexFile
+from store.index_hash import index_key_hashes
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +117,11 @@ class IndexService:
         return self.files[-1].end_phy_offset if self.files else 0
 
     def entries_for(self, requests: Iterable[DispatchRequest]) -> list[IndexEntry]:
-        entries: list[IndexEntry] = []
-        add = entries.append
-        key_hash = self.key_hash
+        """Index entries of a chunk, in log order: keys are gathered first and hashed in one
+        vectorized pass (``index_key_hashes``)."""
+        keys: list[str] = []
+        offsets: list[int] = []
+        stamps: list[int] = []
         already = self.indexed_until
         # A fresh newest file inherits the previous file's end offset, so it counts too.
         has_entries = bool(self.files) and (len(self.files) > 1 or self.files[-1].index_count > 1)
@@ -130,10 +133,14 @@ class IndexService:
                 continue
             topic, stamp = req.topic, req.store_timestamp
             if req.uniq_key:
-                add((key_hash(topic, req.uniq_key), offset, stamp))
+                keys.append(f"{topic}#{req.uniq_key}")
+                offsets.append(offset)
+                stamps.append(stamp)
             for key in req.keys:
-                add((key_hash(topic, key), offset, stamp))
-        return entries
+                keys.append(f"{topic}#{key}")
+                offsets.append(offset)
+                stamps.append(stamp)
+        return list(zip(index_key_hashes(keys), offsets, stamps, strict=True))
 
     def put_entries_nowait(self, entries: list[IndexEntry]) -> int:
         """Write what fits in the newest file without creating one (no await). Returns count."""

@@ -1,0 +1,56 @@
+"""IndexFile key hashes for a whole dispatch chunk in one vectorized pass.
+
+RocketMQ's keyHash is ``abs(String.hashCode())`` of ``topic#key`` (0 for Integer.MIN_VALUE):
+the polynomial sum(c_i * 31^(n-1-i)) mod 2^32 over UTF-16 code units. A Python loop per
+character cost 10-15 % of the broker's CPU under load (every message has a 32-hex UNIQ_KEY),
+so keys of one length are stacked into a matrix of code units and multiplied by the vector of
+powers of 31 in uint32, whose arithmetic wraps mod 2^32 exactly as Java's int does. Keys with
+non-ASCII characters (their UTF-16 length differs from their UTF-8 length) take the reference
+``index_key_hash``: rare, and correctness there matters more than speed.
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+
+import numpy as np
+
+from store.format import index_key_hash
+
+_INT_MIN = -0x80000000
+_POWERS: dict[int, np.ndarray] = {}
+
+
+def _powers(n: int) -> np.ndarray:
+    """(31^(n-1), ..., 31, 1) mod 2^32 as uint32, cached per key length."""
+    powers = _POWERS.get(n)
+    if powers is None:
+        values = [1] * n
+        for i in range(n - 2, -1, -1):
+            values[i] = values[i + 1] * 31 & 0xFFFFFFFF
+        powers = _POWERS[n] = np.array(values, dtype=np.uint32)
+    return powers
+
+
+def index_key_hashes(keys: list[str]) -> list[int]:
+    """``[index_key_hash(k) for k in keys]``, vectorized per key length."""
+    count = len(keys)
+    if count == 0:
+        return []
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=count)
+    hashes = np.empty(count, dtype=np.uint32)
+    for n in np.unique(lengths).tolist():
+        where = np.flatnonzero(lengths == n)
+        picked = where.tolist()
+        group = itemgetter(*picked)(keys) if len(picked) > 1 else (keys[picked[0]],)
+        text = "".join(group)
+        if text.isascii():
+            units = np.frombuffer(text.encode("ascii"), dtype=np.uint8).reshape(len(picked), n)
+            hashes[where] = units.astype(np.uint32) @ _powers(n)
+        else:
+            # Already abs'd (0 <= h < 2^31): the abs below leaves it unchanged.
+            hashes[where] = [index_key_hash(key) for key in group]
+    signed = hashes.view(np.int32)
+    result = np.abs(signed)  # int32 min stays negative under abs: RocketMQ maps it to 0
+    result[signed == _INT_MIN] = 0
+    return result.tolist()
