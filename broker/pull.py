@@ -13,6 +13,7 @@ from broker.errors import InvalidArgumentError, NotFoundError, PermissionDeniedE
 from broker.groups import validate_group_name
 from broker.tags import parse_tag_expression
 from broker.topics import is_system_topic, validate_topic_name
+from store.get_raw import RawGetResult
 from store.model import GetResult, GetStatus
 
 MAX_WAIT_MS = 60_000  # longer waits would outlive typical client deadlines
@@ -31,7 +32,7 @@ _STATUS = {
 }
 
 
-def pull_status(result: GetResult, offset: int) -> int:
+def pull_status(result: GetResult | RawGetResult, offset: int) -> int:
     if result.status is GetStatus.NO_MESSAGE_IN_QUEUE:
         # An empty queue: offset 0 simply waits; any other offset is illegal (RocketMQ:
         # PULL_OFFSET_MOVED), the reply's next_begin_offset says where to go.
@@ -95,13 +96,13 @@ class PullProcessor:
         wait_ms = min(request.max_wait_ms, MAX_WAIT_MS) if cfg.long_polling_enable else 0
         deadline = time.monotonic() + wait_ms / 1000
         store = ctx.store
+        # Raw mode: stored record bytes, tag HASH filter only (the client re-checks tags).
+        read = store.get_raw_records if request.raw_records else store.get_messages
         waited_for_dispatch = False
         while True:
-            result = store.get_messages(
-                topic, queue_id, offset, max_count, tag_filter, cfg.max_pull_bytes
-            )
+            result = read(topic, queue_id, offset, max_count, tag_filter, cfg.max_pull_bytes)
             status = pull_status(result, offset)
-            if result.messages or wait_ms == 0:
+            if result.status is GetStatus.FOUND or wait_ms == 0:
                 break
             ahead = result.status is GetStatus.OFFSET_OVERFLOW_BADLY or (
                 result.status is GetStatus.NO_MESSAGE_IN_QUEUE and offset > 0
@@ -124,9 +125,7 @@ class PullProcessor:
             offset = max(offset, result.next_begin_offset)
             woken = await ctx.long_poll.park(topic, queue_id, offset, remaining)
             if not woken and (ctx.long_poll.closed or time.monotonic() >= deadline):
-                result = store.get_messages(
-                    topic, queue_id, offset, max_count, tag_filter, cfg.max_pull_bytes
-                )
+                result = read(topic, queue_id, offset, max_count, tag_filter, cfg.max_pull_bytes)
                 status = pull_status(result, offset)
                 break
         response = messaging_pb2.PullMessageResponse(
@@ -135,11 +134,16 @@ class PullProcessor:
             min_offset=result.min_offset,
             max_offset=result.max_offset,
         )
-        if result.messages:
-            add_views(response.messages, result.messages, ctx.offset_ids)
+        if isinstance(result, RawGetResult):
+            count, nbytes = result.count, result.body_bytes
+            if count:
+                response.records = result.records
+        else:
             count = len(result.messages)
+            nbytes = sum(len(m.body) for m in result.messages)
+            if count:
+                add_views(response.messages, result.messages, ctx.offset_ids)
+        if count:
             ctx.messages_out += count
-            ctx.metrics.on_messages_out(
-                topic, group, count, sum(len(m.body) for m in result.messages)
-            )
+            ctx.metrics.on_messages_out(topic, group, count, nbytes)
         return response

@@ -27,6 +27,7 @@ from client.channel import open_channel
 from client.consumer.start_offset import queue_bounds, search_offset
 from client.errors import ClientClosedError, InvalidArgumentError, from_rpc_error
 from client.message import MessageQueue, ReceivedMessage
+from client.records import messages_from_reply
 from client.route import RouteCache
 
 
@@ -109,6 +110,7 @@ class PullConsumer:
             max_messages=max_messages,
             max_wait_ms=max_wait_ms,
             tag_expression=tag_expression,
+            raw_records=True,  # stored record bytes, decoded lazily here (client.records)
         )
         try:
             reply = await self._require().PullMessage(request, timeout=max_wait_ms / 1000.0 + 10.0)
@@ -118,12 +120,12 @@ class PullConsumer:
             status = PullStatus(reply.status)
         except ValueError:
             status = PullStatus.UNKNOWN
+        messages = messages_from_reply(reply, tag_expression)
+        if status is PullStatus.FOUND and not messages:
+            # Raw mode: only tag-hash collisions were found; the exact check dropped them.
+            status = PullStatus.NO_MATCHED_MSG
         return PullResult(
-            status,
-            reply.next_begin_offset,
-            reply.min_offset,
-            reply.max_offset,
-            [ReceivedMessage.from_view(v) for v in reply.messages],
+            status, reply.next_begin_offset, reply.min_offset, reply.max_offset, messages
         )
 
     async def committed(self, queue: MessageQueue) -> int:

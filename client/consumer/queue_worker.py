@@ -13,6 +13,7 @@ from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 from client.consumer.process_queue import ProcessQueue
 from client.errors import WharfError, from_rpc_error
 from client.message import MessageQueue, ReceivedMessage
+from client.records import messages_from_reply
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class QueueWorker:
                 max_messages=max(1, min(self._batch, room)),
                 max_wait_ms=self._long_poll_ms,
                 tag_expression=self._tag_expression,
+                raw_records=True,  # stored record bytes, decoded lazily (client.records)
             )
             commit = self._pending_commit()
             if commit is not None:
@@ -112,7 +114,7 @@ class QueueWorker:
 
     def _handle(self, pq: ProcessQueue, reply: messaging_pb2.PullMessageResponse) -> None:
         if reply.status == messaging_pb2.FOUND:
-            messages = [ReceivedMessage.from_view(view) for view in reply.messages]
+            messages = messages_from_reply(reply, self._tag_expression)
             pq.add(messages, reply.next_begin_offset)
             if messages:
                 self._dispatch(self, messages)
