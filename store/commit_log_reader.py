@@ -22,6 +22,7 @@ from store.format import (
     ReadableBuffer,
     decode_dispatch,
     decode_record,
+    decode_records,
 )
 from store.mapped_file_queue import MappedFileQueue
 from store.model import StoredMessage
@@ -106,7 +107,7 @@ class CommitLogReads:
         """Consecutive messages from ``offset`` (a record start), across blank tails."""
         messages: list[StoredMessage] = []
         for chunk, base, positions in self._scan(offset, max_count, max_bytes):
-            messages.extend(decode_record(chunk, pos, base) for pos in positions)
+            messages.extend(decode_records(chunk, positions, base))
         return messages
 
     def iter_dispatch(self, from_offset: int, max_bytes: int = 1024 * 1024) -> DispatchBatch:

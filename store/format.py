@@ -42,7 +42,8 @@ Names other modules import (stable):
   ``OFFSET_MSG_ID`` (16 raw bytes / 32 hex chars).
 - Encoding: ``encode_batch`` -> ``EncodedBatch``; ``encode_blank``; ``properties_to_string`` /
   ``string_to_properties``; ``encode_host`` / ``decode_host``; ``validate_topic``.
-- Decoding: ``decode_record`` -> ``StoredMessage``; ``decode_dispatch`` -> ``DispatchRequest``;
+- Decoding: ``decode_record`` -> ``StoredMessage`` (``decode_records``: many records of one
+  buffer, the read path's batch form); ``decode_dispatch`` -> ``DispatchRequest``;
   ``check_record`` -> a size > 0, or ``RECORD_END`` / ``RECORD_BLANK`` / ``RECORD_CORRUPT``;
   ``read_total_size``.
 - Hashes and ids: ``java_string_hash`` (tags code), ``index_key_hash`` (IndexFile slot hash),
@@ -58,7 +59,7 @@ import mmap
 import re
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import accumulate
 from typing import NamedTuple, TypeAlias
 
@@ -672,6 +673,101 @@ def decode_record(
         fields[12],
         fields[13],
     )
+
+
+# Small caches for the batch decoder: topics and hosts repeat across records.
+_TOPICS: dict[bytes, str] = {}
+_HOSTS: dict[bytes, str] = {}
+_DECODE_CACHE_MAX = 4096
+
+
+def decode_records(
+    buf: ReadableBuffer, positions: Iterable[int], base_offset: int
+) -> list[StoredMessage]:
+    """``decode_record`` for many records of one buffer (the read path's batch form; same
+    result and same CorruptRecordError): one header unpack per record, the lengths checked
+    with plain arithmetic, topics and hosts from small dicts, properties parsed straight from
+    their slice. ``base_offset`` is the commit log offset of ``buf[0]``. Any record the quick
+    checks do not accept goes through ``decode_record`` (which decodes or raises)."""
+    if not isinstance(buf, bytes | mmap.mmap):
+        buf = bytes(buf)  # slices of these would be unhashable views: cache keys need bytes
+    unpack = _unpack_header
+    new_message = StoredMessage
+    topics, hosts = _TOPICS, _HOSTS
+    size = len(buf)
+    messages: list[StoredMessage] = []
+    append = messages.append
+    for pos in positions:
+        try:
+            (total, magic, crc, queue_id, flag, queue_offset, _, sys_flag, born_ts, born_host,
+             store_ts, store_host, reconsume, prepared, body_len) = unpack(buf, pos)  # fmt: skip
+        except struct.error:
+            append(decode_record(buf, pos, base_offset))  # raises the precise error
+            continue
+        body_end = pos + RECORD_HEADER_SIZE + body_len
+        end = pos + total
+        if magic != MESSAGE_MAGIC_CODE or body_len < 0 or end > size or body_end + 3 > end:
+            append(decode_record(buf, pos, base_offset))
+            continue
+        props_pos = body_end + 3 + buf[body_end]
+        if props_pos > end or props_pos + (buf[props_pos - 2] << 8 | buf[props_pos - 1]) != end:
+            append(decode_record(buf, pos, base_offset))
+            continue
+        raw_topic = buf[body_end + 1 : props_pos - 2]
+        topic = topics.get(raw_topic)  # type: ignore[call-overload]
+        if topic is None:
+            topic = _cached(topics, bytes(raw_topic), pos, _topic_text)
+        born = hosts.get(born_host)
+        if born is None:
+            born = _cached(hosts, born_host, pos, decode_host)
+        stored = hosts.get(store_host)
+        if stored is None:
+            stored = _cached(hosts, store_host, pos, decode_host)
+        properties: dict[str, str] = {}
+        if props_pos < end:  # string_to_properties, inlined: this is half of a decode
+            for pair in str(buf[props_pos:end], "utf-8", "replace").split("\x02"):
+                if pair:
+                    name, _, value = pair.partition("\x01")
+                    properties[name] = value
+        append(
+            new_message(
+                topic,
+                queue_id,
+                queue_offset,
+                base_offset + pos,
+                total,
+                buf[pos + RECORD_HEADER_SIZE : body_end],
+                properties,
+                flag,
+                sys_flag,
+                crc,
+                born_ts,
+                born,
+                store_ts,
+                stored,
+                reconsume,
+                prepared,
+            )
+        )
+    return messages
+
+
+def _topic_text(raw: bytes) -> str:
+    try:
+        return raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise ValueError("topic is not ascii") from None
+
+
+def _cached(cache: dict[bytes, str], raw: bytes, pos: int, decode: Callable[[bytes], str]) -> str:
+    try:
+        text = decode(raw)
+    except ValueError as exc:
+        raise CorruptRecordError(pos, str(exc)) from None
+    if len(cache) >= _DECODE_CACHE_MAX:
+        cache.clear()
+    cache[raw] = text
+    return text
 
 
 def decode_dispatch(

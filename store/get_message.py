@@ -21,7 +21,7 @@ from __future__ import annotations
 from store.commit_log import CommitLog
 from store.consume_queue import BLANK_UNIT_SIZE, UNIT, ConsumeQueue
 from store.filter import MATCH_ALL
-from store.format import decode_record
+from store.format import decode_records
 from store.model import GetResult, GetStatus, StoredMessage, TagFilter
 
 # RocketMQ's maxFilterMessageCount: a filtered pull scans at least this many units.
@@ -146,7 +146,7 @@ def _read_chosen(
                     messages.append(msg)
         else:
             run = chosen[i:j]
-            decoded = [decode_record(chunk, phy - start, start) for phy, _ in run]
+            decoded = decode_records(chunk, [phy - start for phy, _ in run], start)
             if [m.store_size for m in decoded] == [size for _, size in run]:
                 messages.extend(decoded)
                 i = j
