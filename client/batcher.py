@@ -64,6 +64,14 @@ class AutoBatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._loop: asyncio.AbstractEventLoop | None = None  # bound on first use
+
+    def loop_time(self) -> float:
+        """The event loop's clock (the time base of ``submit`` deadlines)."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop.time()
 
     @property
     def in_flight(self) -> int:
@@ -90,7 +98,9 @@ class AutoBatcher:
 
         ``deadline`` (loop time) bounds the whole batch request: one timer per batch instead
         of one per message; a batch past its deadline fails with DeadlineExceededError."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         batch = self._open.get(key)
         if batch is None:
             batch = _Batch(key)

@@ -41,14 +41,21 @@ class UniqueIdGenerator:
         self._counter = random.getrandbits(16)
         self._month_start = 0
         self._next_month = 0
+        self._head_ms = -1  # the millisecond ``_head`` was formatted for
+        self._head = ""
 
     def next_id(self) -> str:
         now = int(time.time() * 1000)
-        if now >= self._next_month:
-            self._roll_month(now)
-        self._counter = (self._counter + 1) & 0xFFFF
-        elapsed = (now - self._month_start) & 0xFFFFFFFF
-        return "%s%08X%04X" % (self._prefix_hex, elapsed, self._counter)  # noqa: UP031 (fastest)
+        if now != self._head_ms:
+            # The first 28 hex chars only change once a millisecond: format them then, so
+            # most ids cost one clock read and a 4-char format (~2x cheaper).
+            if now >= self._next_month:
+                self._roll_month(now)
+            self._head_ms = now
+            elapsed = (now - self._month_start) & 0xFFFFFFFF
+            self._head = "%s%08X" % (self._prefix_hex, elapsed)  # noqa: UP031 (fastest)
+        self._counter = counter = (self._counter + 1) & 0xFFFF
+        return self._head + "%04X" % counter  # noqa: UP031 (fastest)
 
     def next_ids(self, count: int) -> list[str]:
         """``count`` ids sharing one clock read (the batch path: ~4x cheaper per id)."""
