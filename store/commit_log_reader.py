@@ -20,7 +20,7 @@ from store.format import (
     STORE_TIMESTAMP,
     DispatchRequest,
     ReadableBuffer,
-    decode_dispatch,
+    decode_dispatches,
     decode_record,
     decode_records,
 )
@@ -67,6 +67,15 @@ class CommitLogReads:
         if mapped is None:
             return None
         return mapped.read(offset - mapped.file_from_offset, size)
+
+    def readable_segment(self, offset: int, size: int) -> tuple[ReadableBuffer, int] | None:
+        """(segment map, its start offset) when ``[offset, offset + size)`` lies in one
+        segment's readable data: for decoders that copy out only what they keep. Use it at
+        once and keep no view: a map closed by retention raises ValueError."""
+        mapped = self.queue.find(offset)
+        if mapped is None or offset + size > mapped.file_from_offset + mapped.read_position:
+            return None
+        return mapped.raw, mapped.file_from_offset
 
     def read_message(self, offset: int, size: int | None = None) -> StoredMessage | None:
         """The message record at ``offset`` (None if deleted, not written, or not a message).
@@ -117,8 +126,7 @@ class CommitLogReads:
         requests: list[DispatchRequest] = []
         next_offset = max(from_offset, self.queue.min_offset)
         for chunk, base, positions in self._scan(next_offset, 1 << 62, max_bytes):
-            for pos in positions:
-                requests.append(decode_dispatch(chunk, pos, base))
+            requests.extend(decode_dispatches(chunk, positions, base))
         if requests:
             last = requests[-1]
             next_offset = last.commit_log_offset + last.size

@@ -12,8 +12,9 @@ Statuses and ``next_begin_offset`` follow RocketMQ (nextOffsetCorrection as on a
   deleted log data, else NO_MATCHED_MESSAGE.
 
 Speed: units selected for one pull usually point at consecutive records (a producer's batch),
-so each run of adjacent records is copied out of the CommitLog with ONE read and decoded in
-place, instead of one lookup + copy per message.
+so each run of adjacent records is located with ONE segment lookup and decoded straight from the
+segment map by the batch decoder (``decode_records``: bodies and texts are the only copies),
+instead of one lookup + copy + decode call per message.
 """
 
 from __future__ import annotations
@@ -132,10 +133,11 @@ def _read_chosen(
         while j < n and chosen[j][0] == end and end - start + chosen[j][1] <= MAX_RUN_BYTES:
             end += chosen[j][1]
             j += 1
-        chunk = _read_or_none(commit_log, start, end - start)
-        if chunk is None:
+        run = chosen[i:j]
+        decoded = _decode_in_place(commit_log, start, end - start, run)
+        if decoded is None:
             # Not one readable range (deleted meanwhile, or spans segments): one by one.
-            for phy_offset, record_size in chosen[i:j]:
+            for phy_offset, record_size in run:
                 try:
                     msg = commit_log.read_message(phy_offset, record_size)
                 except ValueError:  # its segment was unmapped by retention meanwhile
@@ -145,8 +147,6 @@ def _read_chosen(
                 else:
                     messages.append(msg)
         else:
-            run = chosen[i:j]
-            decoded = decode_records(chunk, [phy - start for phy, _ in run], start)
             if [m.store_size for m in decoded] == [size for _, size in run]:
                 messages.extend(decoded)
                 i = j
@@ -165,10 +165,18 @@ def _read_chosen(
     return messages, missing
 
 
-def _read_or_none(commit_log: CommitLog, offset: int, size: int) -> bytes | None:
-    """``read_bytes``, with a segment that retention unmapped between lookup and copy (a
-    worker thread deletes while the loop reads) treated like a deleted range."""
+def _decode_in_place(
+    commit_log: CommitLog, start: int, size: int, run: list[tuple[int, int]]
+) -> list[StoredMessage] | None:
+    """Decode a run of adjacent records straight from the segment map (no copy of the run:
+    the decoder copies out bodies and texts only), or None when the run is not in one
+    readable segment or retention unmapped it meanwhile (a worker thread deletes while the
+    loop reads): the caller then reads record by record."""
     try:
-        return commit_log.read_bytes(offset, size)
+        located = commit_log.readable_segment(start, size)
+        if located is None:
+            return None
+        raw, base = located
+        return decode_records(raw, [phy - base for phy, _ in run], base)
     except ValueError:
         return None
