@@ -10,6 +10,9 @@ and, where it makes sense, a ratio against a peer measured in the same run:
   one fdatasync per append (no group commit).
 - ``read``: raw batched reads (``read_bytes`` + record framing), dispatch decoding
   (``iter_dispatch``) and full decoding (``read_messages`` -> StoredMessage).
+- ``start``: the first append on a fresh store (does it wait for a segment on the loop?) and
+  an abnormal restart whose checkpoint is at the data end with empty preallocated segments
+  after it (is the tail rescanned?).
 - ``recovery``: a subprocess fills a log of ``--log-gib`` GiB with ASYNC_FLUSH and is SIGKILLed
   mid-load; then the time to reopen and recover (abnormal, from the checkpoint) is printed;
   peer: the same recovery validating every segment (no checkpoint), as a full rescan would.
@@ -443,6 +446,61 @@ async def section_recovery(args: argparse.Namespace) -> None:
         report("recovery", "full rescan / checkpoint recovery", f"{full / max(fast, 1e-9):.1f}x")
 
 
+# === start ====================================================================================
+
+
+async def section_start(args: argparse.Namespace) -> None:
+    """What a (re)start costs the writer: the first append on a fresh store (a roll that found
+    its segment still being prefaulted used to block the loop), and an abnormal restart whose
+    checkpoint sits at the end of data with empty preallocated segments after it."""
+    segment = args.start_segment_mib * MIB
+    batch = make_batch(64)
+    with scratch_dir(args, "start") as root:
+        config = StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=segment)
+        cp = StoreCheckpoint(os.path.join(root, "checkpoint"))
+        log = CommitLog(config, checkpoint=cp)
+        started = time.perf_counter()
+        await asyncio.to_thread(log.load_blocking)
+        await asyncio.to_thread(log.recover_blocking, False, cp)
+        log.start()
+        ready = time.perf_counter()
+        log.append("T", 0, 0, batch)
+        first = time.perf_counter() - ready
+        report(
+            "start",
+            f"fresh store, {args.start_segment_mib} MiB segments: load+recover+start",
+            f"{(ready - started) * 1e3:,.0f} ms",
+        )
+        report(
+            "start",
+            "first append after start (event loop blocked)",
+            f"{first * 1e3:,.1f} ms; segments created on the loop: {log.sync_segment_creations}",
+        )
+        offset = len(batch)
+        for _ in range(args.start_restart_mib * MIB // (len(batch) * (BODY_SIZE + 200))):
+            log.append("T", 0, offset, batch)
+            offset += len(batch)
+        await wait_preallocated(log)
+        await log.flush()
+        await asyncio.to_thread(cp.flush_blocking)
+        log.close()  # no shutdown: the preallocated segments stay, as after kill -9
+        segments = len(os.listdir(os.path.join(root, "commitlog")))
+        cp = StoreCheckpoint(os.path.join(root, "checkpoint"))
+        await asyncio.to_thread(cp.load_blocking)
+        log = CommitLog(config, checkpoint=cp)
+        await asyncio.to_thread(log.load_blocking)
+        started = time.perf_counter()
+        end = await asyncio.to_thread(log.recover_blocking, True, cp)
+        seconds = time.perf_counter() - started
+        log.close()
+        report(
+            "start",
+            f"abnormal restart, {args.start_restart_mib} MiB of data, {segments} segment files "
+            "(checkpoint at the data end)",
+            f"{seconds * 1e3:,.0f} ms recovery (end {end:,})",
+        )
+
+
 # === main =====================================================================================
 
 SECTIONS: dict[str, Section] = {
@@ -450,6 +508,7 @@ SECTIONS: dict[str, Section] = {
     "sync": section_sync,
     "read": section_read,
     "recovery": section_recovery,
+    "start": section_start,
 }
 
 
@@ -477,6 +536,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--log-gib", type=float, default=2.0, help="log size for the recovery run")
     parser.add_argument(
         "--recovery-segment-mib", type=int, default=1024, help="segment size for recovery"
+    )
+    parser.add_argument(
+        "--start-segment-mib", type=int, default=1024, help="segment size for the start section"
+    )
+    parser.add_argument(
+        "--start-restart-mib", type=int, default=256, help="data written before the restart"
     )
     parser.add_argument("--dir", default=None, help="scratch directory (default: system temp)")
     parser.add_argument("--recovery-writer", default=None, help=argparse.SUPPRESS)
