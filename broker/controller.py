@@ -43,7 +43,7 @@ from broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from broker.messaging import MessagingService
 from broker.metrics import BrokerMetrics
 from broker.offsets import ConsumerOffsetManager
-from broker.persist import dumps, load_json_blocking, write_json_atomic_blocking
+from broker.persist import dumps, load_json_blocking, write_text_atomic_blocking
 from broker.settings import parse_delay_levels
 from broker.topics import TopicConfigManager
 from store.config import StoreConfig
@@ -259,7 +259,7 @@ class BrokerController:
             text = dumps(manager.to_json())
             try:
                 await asyncio.to_thread(
-                    write_json_atomic_blocking, self._metadata_dir / manager.FILE_NAME, text
+                    write_text_atomic_blocking, self._metadata_dir / manager.FILE_NAME, text
                 )
             except OSError:
                 manager.dirty = True  # retried next round

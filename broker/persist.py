@@ -1,5 +1,6 @@
 """Atomic JSON files for the broker's metadata under ``<store>/config/`` (as RocketMQ's
-ConfigManager): write ``name.tmp``, fsync, keep the previous file as ``name.bak``, rename over.
+ConfigManager): written by ``store.store_paths.write_text_atomic_blocking`` (tmp + fsync, the
+previous file kept as ``name.bak``, rename over, directory synced).
 Load falls back to ``.bak`` when the main file is missing or unreadable (torn by a crash before
 the rename cannot happen, but a disk error or a hand edit can).
 
@@ -10,29 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
+# One crash-safe writer for every metadata file, shared with the store (delayOffset.json).
+from store.store_paths import write_text_atomic_blocking
+
+__all__ = ["MetadataError", "dumps", "load_json_blocking", "write_text_atomic_blocking"]
+
 log = logging.getLogger(__name__)
-
-
-def write_json_atomic_blocking(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as out:
-        out.write(text)
-        out.flush()
-        os.fsync(out.fileno())
-    if path.exists():
-        os.replace(path, path.with_name(path.name + ".bak"))
-    os.replace(tmp, path)
-    # The renames are durable only once the directory entry is synced.
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class MetadataError(RuntimeError):

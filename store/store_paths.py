@@ -68,10 +68,16 @@ class StorePaths:
 
 
 def write_json_atomic_blocking(path: Path, payload: object) -> None:
+    """``payload`` as indented, key-sorted JSON through ``write_text_atomic_blocking``."""
+    write_text_atomic_blocking(path, json.dumps(payload, indent=2, sort_keys=True))
+
+
+def write_text_atomic_blocking(path: Path, text: str) -> None:
     """RocketMQ's ConfigManager.persist idea, made crash safe: keep the previous version as
-    ``<name>.bak``, write ``<name>.tmp``, fsync it, then rename over ``<name>`` (atomic on POSIX),
-    so a crash leaves either the old or the new file, never a torn one."""
-    text = json.dumps(payload, indent=2, sort_keys=True)
+    ``<name>.bak``, write ``<name>.tmp``, fsync it, then rename over ``<name>`` (atomic on POSIX)
+    and sync the directory, so a crash leaves either the old or the new file, never a torn one.
+    The one writer of every metadata file (store and broker)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text)

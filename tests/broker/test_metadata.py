@@ -15,7 +15,7 @@ from broker.persist import (
     MetadataError,
     dumps,
     load_json_blocking,
-    write_json_atomic_blocking,
+    write_text_atomic_blocking,
 )
 from broker.topics import TopicConfigManager
 
@@ -25,7 +25,7 @@ def test_offsets_persist_in_rocketmq_layout_and_load_back(tmp_path: Path) -> Non
     offsets.commit("g1", "orders", 0, 42)
     offsets.commit("g1", "orders", 3, 7)
     path = tmp_path / "config" / "consumerOffset.json"
-    write_json_atomic_blocking(path, dumps(offsets.to_json()))
+    write_text_atomic_blocking(path, dumps(offsets.to_json()))
     assert json.loads(path.read_text()) == {"offsetTable": {"orders@g1": {"0": 42, "3": 7}}}
     again = ConsumerOffsetManager()
     again.load(load_json_blocking(path))
@@ -36,8 +36,8 @@ def test_offsets_persist_in_rocketmq_layout_and_load_back(tmp_path: Path) -> Non
 
 def test_second_write_keeps_previous_file_as_bak(tmp_path: Path) -> None:
     path = tmp_path / "topics.json"
-    write_json_atomic_blocking(path, '{"v": 1}')
-    write_json_atomic_blocking(path, '{"v": 2}')
+    write_text_atomic_blocking(path, '{"v": 1}')
+    write_text_atomic_blocking(path, '{"v": 2}')
     assert json.loads(path.read_text()) == {"v": 2}
     assert json.loads((tmp_path / "topics.json.bak").read_text()) == {"v": 1}
     assert not (tmp_path / "topics.json.tmp").exists()
@@ -45,8 +45,8 @@ def test_second_write_keeps_previous_file_as_bak(tmp_path: Path) -> None:
 
 def test_corrupt_file_falls_back_to_bak_and_both_corrupt_refuses(tmp_path: Path) -> None:
     path = tmp_path / "topics.json"
-    write_json_atomic_blocking(path, '{"v": 1}')
-    write_json_atomic_blocking(path, '{"v": 2}')
+    write_text_atomic_blocking(path, '{"v": 1}')
+    write_text_atomic_blocking(path, '{"v": 2}')
     path.write_text("{torn")
     assert load_json_blocking(path) == {"v": 1}
     (tmp_path / "topics.json.bak").write_text("[]")
