@@ -20,7 +20,7 @@ from store.format import (
     STORE_TIMESTAMP,
     DispatchRequest,
     ReadableBuffer,
-    decode_dispatch,
+    decode_dispatches,
     decode_record,
     decode_records,
 )
@@ -126,8 +126,7 @@ class CommitLogReads:
         requests: list[DispatchRequest] = []
         next_offset = max(from_offset, self.queue.min_offset)
         for chunk, base, positions in self._scan(next_offset, 1 << 62, max_bytes):
-            for pos in positions:
-                requests.append(decode_dispatch(chunk, pos, base))
+            requests.extend(decode_dispatches(chunk, positions, base))
         if requests:
             last = requests[-1]
             next_offset = last.commit_log_offset + last.size
