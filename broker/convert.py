@@ -75,12 +75,24 @@ def to_inputs(
     # RocketMQ clamps a level past the last one rather than failing the send.
     delay_text = str(min(delay, max_delay_level)) if delay else ""
     for index, m in enumerate(messages):
+        fields = m.ListFields()
+        if len(fields) == 2 and not delay:
+            # Fast path: what the SDK sends for a bare body (body + its unique id), read
+            # without the generic field dispatch below (ListFields sorts by field number).
+            (body_field, body), (uid_field, uid) = fields
+            if body_field.number == _BODY and uid_field.number == _UNIQUE_ID:
+                size = len(body)
+                if size > max_message_size:
+                    raise _bad_body(index, size, max_message_size)
+                append_id(uid)
+                append_input(MessageInput(body, {PROPERTY_UNIQ_KEY: uid}, 0, 0, 0, born_host))
+                continue
         body = b""
         uid = ""
         flag = sys_flag = born_timestamp = level = 0
         properties: dict[str, str] = {}
         user_properties = None
-        for field, value in m.ListFields():
+        for field, value in fields:
             number = field.number
             if number == _BODY:
                 body = value
