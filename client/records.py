@@ -15,6 +15,7 @@ RocketMQ clients do) and drops hash collisions.
 
 from __future__ import annotations
 
+import struct
 from functools import lru_cache
 
 from wharf.v1 import common_pb2, messaging_pb2
@@ -36,12 +37,15 @@ from store.format import (
 )
 
 # Indexes into RECORD_HEADER's fields (see the byte diagram in store.format).
-_TOTAL, _MAGIC, _QUEUE_ID, _FLAG, _QUEUE_OFFSET, _PHYSICAL_OFFSET = 0, 1, 3, 4, 5, 6
-_SYS_FLAG, _BORN_TS, _BORN_HOST, _STORE_TS, _STORE_HOST, _RECONSUME, _BODY_LEN = (
-    7, 8, 9, 10, 11, 12, 14,
-)  # fmt: skip
+_TOTAL, _QUEUE_ID, _FLAG, _QUEUE_OFFSET, _PHYSICAL_OFFSET = 0, 3, 4, 5, 6
+_SYS_FLAG, _BORN_TS, _BORN_HOST, _STORE_TS, _STORE_HOST, _RECONSUME = 7, 8, 9, 10, 11, 12
 _VIEW_HIDDEN = frozenset((PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY))
 _unpack_header = RECORD_HEADER.unpack_from
+# What walking the records needs: TOTALSIZE, MAGICCODE, BODYLENGTH (3.5x cheaper than the
+# whole header; the rest is unpacked on first use).
+_unpack_walk = struct.Struct(">iI76xi").unpack_from
+# SYSFLAG is a big-endian int at byte 36: its compressed bit lives in byte 39.
+_SYS_FLAG_LOW_BYTE = 39
 
 
 class RecordMessage(ReceivedMessage):
@@ -50,23 +54,40 @@ class RecordMessage(ReceivedMessage):
     Same public API as the MessageView-backed one; ``view`` builds the equivalent
     MessageView on first use."""
 
-    __slots__ = ("_all_properties", "_buf", "_fields", "_pos", "_props_pos")
+    __slots__ = ("_all_properties", "_body_len", "_buf", "_end", "_header", "_pos")
 
-    def __init__(self, buf: bytes, pos: int, fields: tuple, props_pos: int) -> None:
+    def __init__(self, buf: bytes, pos: int, end: int, body_len: int) -> None:
         self._buf = buf
         self._pos = pos
-        self._fields = fields
-        self._props_pos = props_pos
+        self._end = end
+        self._body_len = body_len
+        self._header: tuple | None = None
         self._all_properties: dict[str, str] | None = None
         self._body: bytes | None = None
         self._properties: dict[str, str] | None = None
 
     # --- lazily decoded parts -------------------------------------------------------------
+    @property
+    def _fields(self) -> tuple:
+        header = self._header
+        if header is None:
+            header = self._header = _unpack_header(self._buf, self._pos)
+        return header
+
+    def _props_pos(self) -> int:
+        buf = self._buf
+        topic_pos = self._pos + RECORD_HEADER_SIZE + self._body_len
+        props_pos = topic_pos + 3 + buf[topic_pos]
+        if props_pos > self._end or props_pos + (buf[props_pos - 2] << 8 | buf[props_pos - 1]) != (
+            self._end
+        ):
+            raise _malformed(self._pos, "field lengths do not add up to TOTALSIZE")
+        return props_pos
+
     def _props(self) -> dict[str, str]:
         props = self._all_properties
         if props is None:
-            end = self._pos + self._fields[_TOTAL]
-            text = self._buf[self._props_pos : end].decode("utf-8", "replace")
+            text = self._buf[self._props_pos() : self._end].decode("utf-8", "replace")
             props = {}
             for pair in text.split("\x02"):
                 if pair:
@@ -74,6 +95,9 @@ class RecordMessage(ReceivedMessage):
                     props[name] = value
             self._all_properties = props
         return props
+
+    def _compressed(self) -> bool:
+        return bool(self._buf[self._pos + _SYS_FLAG_LOW_BYTE] & SYSFLAG_COMPRESSED)
 
     @property
     def view(self) -> common_pb2.MessageView:
@@ -96,7 +120,7 @@ class RecordMessage(ReceivedMessage):
             born_timestamp=self.born_timestamp,
             store_timestamp=self.store_timestamp,
             reconsume_times=self.reconsume_times,
-            compressed=bool(self._fields[_SYS_FLAG] & SYSFLAG_COMPRESSED),
+            compressed=self._compressed(),
             flag=self.flag,
             born_host=self.born_host,
             store_host=self.store_host,
@@ -107,15 +131,17 @@ class RecordMessage(ReceivedMessage):
 
     def _raw_body(self) -> bytes:
         start = self._pos + RECORD_HEADER_SIZE
-        return self._buf[start : start + self._fields[_BODY_LEN]]
+        return self._buf[start : start + self._body_len]
 
     @property
     def body(self) -> bytes:
-        if self._body is None:
-            self._body = decompress(
-                self._raw_body(), bool(self._fields[_SYS_FLAG] & SYSFLAG_COMPRESSED)
-            )
-        return self._body
+        body = self._body
+        if body is None:
+            body = self._raw_body()
+            if self._buf[self._pos + _SYS_FLAG_LOW_BYTE] & SYSFLAG_COMPRESSED:
+                body = decompress(body, True)
+            self._body = body
+        return body
 
     @property
     def properties(self) -> dict[str, str]:
@@ -129,8 +155,8 @@ class RecordMessage(ReceivedMessage):
 
     @property
     def queue_topic(self) -> str:
-        topic_pos = self._pos + RECORD_HEADER_SIZE + self._fields[_BODY_LEN]
-        return _topic(self._buf[topic_pos + 1 : self._props_pos - 2])
+        topic_pos = self._pos + RECORD_HEADER_SIZE + self._body_len
+        return _topic(self._buf[topic_pos + 1 : self._props_pos() - 2])
 
     @property
     def queue_id(self) -> int:
@@ -185,7 +211,7 @@ class RecordMessage(ReceivedMessage):
 
     @property
     def store_size(self) -> int:
-        return self._fields[_TOTAL]
+        return self._end - self._pos
 
     @property
     def flag(self) -> int:
@@ -214,26 +240,22 @@ def exact_tags(tag_expression: str) -> frozenset[str] | None:
 
 def parse_records(buf: bytes, tags: frozenset[str] | None = None) -> list[ReceivedMessage]:
     """Split a ``records`` blob into messages; with ``tags``, keep only exact tag matches.
-    BrokerInternalError if the bytes are not well-formed records."""
+    BrokerInternalError if the bytes are not well-formed records (the sizes are checked
+    here; the topic/properties lengths when first read)."""
     messages: list[ReceivedMessage] = []
     append = messages.append
+    walk = _unpack_walk
     pos, size = 0, len(buf)
     while pos < size:
-        try:
-            fields = _unpack_header(buf, pos)
-        except Exception:  # struct.error: fewer than 88 bytes left
-            raise _malformed(pos, "truncated record header") from None
-        total = fields[_TOTAL]
+        if size - pos < RECORD_FIXED_SIZE:
+            raise _malformed(pos, "truncated record header")
+        total, magic, body_len = walk(buf, pos)
         end = pos + total
-        if fields[_MAGIC] != MESSAGE_MAGIC_CODE or total < RECORD_FIXED_SIZE or end > size:
+        if magic != MESSAGE_MAGIC_CODE or total < RECORD_FIXED_SIZE or end > size:
             raise _malformed(pos, "bad magic code or TOTALSIZE")
-        topic_pos = pos + RECORD_HEADER_SIZE + fields[_BODY_LEN]
-        if fields[_BODY_LEN] < 0 or topic_pos + 3 > end:
+        if body_len < 0 or pos + RECORD_FIXED_SIZE + body_len > end:
             raise _malformed(pos, "field lengths do not add up to TOTALSIZE")
-        props_pos = topic_pos + 3 + buf[topic_pos]
-        if props_pos > end or props_pos + (buf[props_pos - 2] << 8 | buf[props_pos - 1]) != end:
-            raise _malformed(pos, "field lengths do not add up to TOTALSIZE")
-        message = RecordMessage(buf, pos, fields, props_pos)
+        message = RecordMessage(buf, pos, end, body_len)
         if tags is None or message.tags in tags:
             append(message)
         pos = end

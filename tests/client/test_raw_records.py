@@ -147,3 +147,15 @@ async def test_push_consumer_gets_exact_tags_only(broker: BrokerProcess, name: s
         await asyncio.sleep(0.3)  # anything wrongly delivered would show up meanwhile
     assert sorted(m.body for m in seen) == [b"m1", b"m3", b"m4"]
     assert all(m.tags == "BB" for m in seen)
+
+
+def test_bad_properties_length_is_reported_when_first_read() -> None:
+    data = encoded(MessageInput(b"body", {"TAGS": "t", "UNIQ_KEY": "U"}))
+    props_length_pos = 88 + 4 + 1 + len("orders")  # header, body, topic length byte, topic
+    damaged = data[:props_length_pos] + b"\0\0" + data[props_length_pos + 2 :]
+    (message,) = parse_records(damaged)  # sizes are fine: walking does not read properties
+    assert message.body == b"body" and message.queue_offset == 40
+    with pytest.raises(BrokerInternalError, match="do not add up"):
+        _ = message.tags
+    with pytest.raises(BrokerInternalError, match="do not add up"):
+        parse_records(damaged, exact_tags("t"))  # a tag filter reads them at once
