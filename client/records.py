@@ -271,6 +271,7 @@ def messages_from_reply(
 ) -> list[ReceivedMessage]:
     """The reply's messages: raw records (exact tags re-checked) or, from a broker that does
     not know ``raw_records``, MessageViews (already filtered exactly by the broker)."""
-    if reply.records:
-        return parse_records(reply.records, exact_tags(tag_expression))
+    records = reply.records  # each read of a bytes field copies it out of the message
+    if records:
+        return parse_records(records, exact_tags(tag_expression))
     return [ReceivedMessage.from_view(view) for view in reply.messages]
