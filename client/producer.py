@@ -119,6 +119,7 @@ class Producer:
         self._stubs: list[messaging_pb2_grpc.MessagingServiceStub] = []
         self._streams: list[SendStream | None] = []
         self._next_stream = 0
+        self._heads: dict[_BatchKey, bytes] = {}  # encoded request fields other than messages
         self._batcher: AutoBatcher | None = None
         self._routes: RouteCache | None = None
         self._oneway_tasks: set[asyncio.Future[Any]] = set()
@@ -341,11 +342,7 @@ class Producer:
     async def _send_request(
         self, key: _BatchKey, wires: list[common_pb2.Message]
     ) -> list[messaging_pb2.SendResultEntry]:
-        topic, queue_id = key
-        request = messaging_pb2.SendMessageRequest(
-            topic=topic, queue_id=queue_id, messages=wires, producer_group=self.group
-        )
-        if queue_id is None:
+        if key[1] is None:
             index = self._next_stream
             self._next_stream = (index + 1) % len(self._stubs)
         else:
@@ -353,22 +350,37 @@ class Producer:
             # reach the broker in the order they were sent.
             index = hash(key) % len(self._stubs)
         if self._transport == "unary":
-            return await self._send_unary(index, request)
+            return await self._send_unary(index, self._request_of(key, wires))
         stream = self._streams[index]
         if stream is None or stream.broken is not None:
-            stream = SendStream(self._stubs[index])
+            stream = SendStream(self._channels[index])
             self._streams[index] = stream
+        head = self._heads.get(key)
+        if head is None:
+            if len(self._heads) >= 4096:  # bounded: one entry per (topic, queue) in use
+                self._heads.clear()
+            head = self._heads[key] = self._request_of(key, []).SerializeToString()
         try:
-            response = await stream.request(request)
+            # Encoded by the stream (head + each message's bytes): building a request proto
+            # copies every message into it, which cost more than the encoding itself.
+            response = await stream.request_encoded(head, wires)
         except WharfError as exc:
             if exc.code == "UNIMPLEMENTED":  # an older broker: fall back to unary for good
                 log.info("broker has no SendMessageStream; using unary SendMessage")
                 self._transport = "unary"
-                return await self._send_unary(index, request)
+                return await self._send_unary(index, self._request_of(key, wires))
             raise
         if response.HasField("error") and response.error.code != 0:
             raise error_for_status_number(response.error.code, response.error.message)
         return list(response.results)
+
+    def _request_of(
+        self, key: _BatchKey, wires: list[common_pb2.Message]
+    ) -> messaging_pb2.SendMessageRequest:
+        topic, queue_id = key
+        return messaging_pb2.SendMessageRequest(
+            topic=topic, queue_id=queue_id, messages=wires, producer_group=self.group
+        )
 
     async def _send_unary(
         self, index: int, request: messaging_pb2.SendMessageRequest

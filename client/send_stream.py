@@ -2,6 +2,12 @@
 
 A broken stream fails every pending request with the mapped error (UNAVAILABLE and friends
 are retriable, so the producer re-sends) and the producer opens a new stream on next use.
+
+Requests go out as bytes this module encodes: the request's fixed fields (topic, queue,
+group: encoded once per batch key by the producer) + ``request_id`` + each message as a
+length-delimited field 3. Protobuf allows fields in any order, so this is a valid
+``SendMessageRequest``; it skips copying every message into a request proto (~2.7 ->
+~1.5 us per 1 KiB message for build + serialize).
 """
 
 from __future__ import annotations
@@ -11,17 +17,49 @@ import itertools
 from collections.abc import AsyncIterator
 
 import grpc
-from wharf.v1 import messaging_pb2, messaging_pb2_grpc
+from wharf.v1 import common_pb2, messaging_pb2
 
 from client.errors import ClientClosedError, UnavailableError, WharfError, from_rpc_error
 
+_METHOD = "/wharf.v1.MessagingService/SendMessageStream"
+_MESSAGES_TAG = b"\x1a"  # SendMessageRequest.messages: field 3, length-delimited
+_REQUEST_ID_TAG = b"\x28"  # SendMessageRequest.request_id: field 5, varint
+
+
+def encode_varint(value: int) -> bytes:
+    """Protobuf base-128 varint of a non-negative int."""
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_request(head: bytes, request_id: int, wires: list[common_pb2.Message]) -> bytes:
+    """``head`` (a serialized SendMessageRequest without messages or request_id) + the rest."""
+    parts = [head, _REQUEST_ID_TAG, encode_varint(request_id)]
+    append = parts.append
+    for wire in wires:
+        data = wire.SerializeToString()
+        append(_MESSAGES_TAG + encode_varint(len(data)))
+        append(data)
+    return b"".join(parts)
+
 
 class SendStream:
-    def __init__(self, stub: messaging_pb2_grpc.MessagingServiceStub) -> None:
-        self._requests: asyncio.Queue[messaging_pb2.SendMessageRequest | None] = asyncio.Queue()
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._requests: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._pending: dict[int, asyncio.Future[messaging_pb2.SendMessageResponse]] = {}
         self._ids = itertools.count(1)
-        self._call = stub.SendMessageStream(self._request_iterator())
+        call_factory = channel.stream_stream(
+            _METHOD,
+            request_serializer=None,  # requests are encoded here (bytes)
+            response_deserializer=messaging_pb2.SendMessageResponse.FromString,
+        )
+        self._call = call_factory(self._request_iterator())
         self._reader = asyncio.get_running_loop().create_task(self._read_loop())
         self.broken: WharfError | None = None
 
@@ -32,16 +70,28 @@ class SendStream:
     async def request(
         self, request: messaging_pb2.SendMessageRequest
     ) -> messaging_pb2.SendMessageResponse:
+        """Send one request proto (its ``request_id`` is overwritten) and await its reply."""
+        request_id = next(self._ids)
+        request.request_id = request_id
+        return await self._exchange(request_id, request.SerializeToString())
+
+    async def request_encoded(
+        self, head: bytes, wires: list[common_pb2.Message]
+    ) -> messaging_pb2.SendMessageResponse:
+        """Send ``head`` (encoded topic/queue/group fields) + ``wires``; await the reply."""
+        request_id = next(self._ids)
+        return await self._exchange(request_id, encode_request(head, request_id, wires))
+
+    async def _exchange(self, request_id: int, data: bytes) -> messaging_pb2.SendMessageResponse:
         if self.broken is not None:
             raise self.broken
-        request.request_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
-        self._pending[request.request_id] = future
-        self._requests.put_nowait(request)
+        self._pending[request_id] = future
+        self._requests.put_nowait(data)
         try:
             return await future
         finally:
-            self._pending.pop(request.request_id, None)
+            self._pending.pop(request_id, None)
 
     async def close(self) -> None:
         self._requests.put_nowait(None)  # half-close: the broker ends the stream after replies
@@ -51,7 +101,7 @@ class SendStream:
             self._call.cancel()
             self._reader.cancel()
 
-    async def _request_iterator(self) -> AsyncIterator[messaging_pb2.SendMessageRequest]:
+    async def _request_iterator(self) -> AsyncIterator[bytes]:
         while True:
             request = await self._requests.get()
             if request is None:

@@ -182,3 +182,26 @@ async def test_concurrent_bare_sends_round_trip_with_their_own_ids(
                     break
                 offset = pulled.next_begin_offset
     assert received == sent
+
+
+# ---------------------------------------------------------------- pre-encoded stream requests
+@pytest.mark.parametrize("count", [1, 3, 200])
+def test_encoded_request_parses_as_the_same_request(count: int) -> None:
+    from client.send_stream import encode_request, encode_varint
+
+    wires = [
+        common_pb2.Message(body=b"b" * (i * 97 + 1), unique_id=f"{i:032X}", tags="t" * (i % 2))
+        for i in range(count)
+    ]
+    head = messaging_pb2.SendMessageRequest(
+        topic="orders", queue_id=0, producer_group="G"
+    ).SerializeToString()
+    parsed = messaging_pb2.SendMessageRequest.FromString(encode_request(head, 300 + count, wires))
+    expected = messaging_pb2.SendMessageRequest(
+        topic="orders", queue_id=0, producer_group="G", request_id=300 + count, messages=wires
+    )
+    assert parsed == expected and parsed.HasField("queue_id")
+    assert encode_varint(0) == b"\x00"
+    for value in (1, 127, 128, 300, 16383, 16384, 2**35 + 5):
+        wire = messaging_pb2.SendMessageRequest(request_id=value).SerializeToString()
+        assert encode_varint(value) == wire[1:]  # the wire minus the field tag
