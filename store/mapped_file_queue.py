@@ -187,7 +187,15 @@ class MappedFileQueue:
         with self._files_lock:
             self.files = keep
         for mapped in doomed:
-            log.warning("deleting segment %s beyond the log end %d", mapped.path, offset)
+            # An empty segment there is a preallocation a crash left behind: routine.
+            empty = mapped.raw[:4] == b"\0\0\0\0"
+            log.log(
+                logging.INFO if empty else logging.WARNING,
+                "deleting %ssegment %s beyond the log end %d",
+                "empty preallocated " if empty else "",
+                mapped.path,
+                offset,
+            )
             mapped.destroy_blocking()
         self.flushed_where = min(self.flushed_where, offset)
         self.committed_where = min(self.committed_where, offset)
