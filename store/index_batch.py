@@ -66,14 +66,13 @@ def put_entries_vectorized(
     finally:
         del slot_table  # release the buffer export: the mmap must stay closable
 
-    if begin_timestamp > 0:
-        diffs = np.clip((columns[:, 2] - begin_timestamp) // 1000, 0, _INT_MAX)
-    else:
-        diffs = 0
     packed = np.empty(count, dtype=_ENTRY_DTYPE)
     packed["hash"] = hashes
     packed["offset"] = columns[:, 1]
-    packed["diff"] = diffs
+    if begin_timestamp > 0:
+        packed["diff"] = np.clip((columns[:, 2] - begin_timestamp) // 1000, 0, _INT_MAX)
+    else:
+        packed["diff"] = 0
     packed["prev"] = prev
     start = entries_pos + first_number * _ENTRY_DTYPE.itemsize
     mm[start : start + count * INDEX_ENTRY_SIZE] = packed.tobytes()
