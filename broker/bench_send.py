@@ -99,6 +99,16 @@ async def serve_peer(ready: Path) -> None:
     await server.wait_for_termination()
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process (Linux /proc; 0.0 elsewhere). CPU per message is the
+    figure that stays meaningful when other work shares the machine; wall msg/s is not."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_peer(root: Path) -> tuple[subprocess.Popen[bytes], str]:
     ready = root / "peer.json"
     cmd = [sys.executable, "-m", "broker.bench_send", "--peer", str(ready)]
@@ -202,17 +212,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="wharf-bench-peer-") as tmp:
         peer, endpoint = start_peer(Path(tmp))
         try:
+            peer_cpu_before = process_cpu_seconds(peer.pid)
             peer_sent, peer_elapsed, _ = uvloop.run(drive(endpoint, args))
+            peer_cpu = process_cpu_seconds(peer.pid) - peer_cpu_before
         finally:
             peer.terminate()
             peer.wait(30)
     peer_rate = peer_sent / peer_elapsed
-    print(f"{'grpc peer':12s} {peer_rate:>10,.0f} msg/s  (bare grpc.aio, no store: the ceiling)")
+    print(
+        f"{'grpc peer':12s} {peer_rate:>10,.0f} msg/s  (bare grpc.aio, no store: the ceiling; "
+        f"server CPU {peer_cpu * 1e6 / max(peer_sent, 1):.1f} us/msg)"
+    )
     for flush in args.modes.split(","):
         with tempfile.TemporaryDirectory(prefix="wharf-bench-") as tmp:
             proc, endpoint = start_daemon(Path(tmp), flush)
             try:
+                cpu_before = process_cpu_seconds(proc.pid)
                 sent, elapsed, errors = uvloop.run(drive(endpoint, args))
+                broker_cpu = process_cpu_seconds(proc.pid) - cpu_before
                 pulled, pull_elapsed = uvloop.run(drain(endpoint)) if args.pull else (0, 0.0)
             finally:
                 proc.terminate()
@@ -221,7 +238,8 @@ def main() -> None:
         print(
             f"{flush:12s} {rate:>10,.0f} msg/s  {rate * args.size / 1e6:7.1f} MB/s  "
             f"({sent:,} msgs in {elapsed:.1f} s, {errors} error replies; "
-            f"broker/peer {rate / peer_rate:.2f})"
+            f"broker/peer {rate / peer_rate:.2f}; broker CPU "
+            f"{broker_cpu * 1e6 / max(sent, 1):.1f} us/msg)"
         )
         if args.pull:
             print(
