@@ -3,13 +3,18 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
+
 import pytest
-from wharf.v1 import common_pb2
+from wharf.v1 import common_pb2, messaging_pb2
 
 from broker.convert import to_inputs
 from broker.errors import InvalidArgumentError
 from broker.message_ids import UniqueIdGenerator
 from store.format import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from store.model import PutStatus
+from tests.broker.test_processors import Broker, start_broker
 
 Msg = common_pb2.Message
 HOST = "10.0.0.9:5555"
@@ -67,3 +72,55 @@ def test_delayed_batches_keep_their_delay_property() -> None:
     inputs, _, delay = convert([Msg(body=b"a", unique_id="U1", delay_level=3)])
     assert delay == 3
     assert inputs[0].properties == {PROPERTY_UNIQ_KEY: "U1", PROPERTY_DELAY_TIME_LEVEL: "3"}
+
+
+# ---------------------------------------------------------------- replies, over the real server
+@pytest.fixture
+async def fake_store_broker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Broker]:
+    broker = await start_broker(tmp_path, monkeypatch)
+    yield broker
+    await broker.channel.close()
+    await broker.controller.shutdown()
+
+
+async def test_every_reply_entry_describes_its_own_message(fake_store_broker: Broker) -> None:
+    broker = fake_store_broker
+    messages = [Msg(body=b"m%d" % i, unique_id=f"{i:032X}") for i in range(40)]
+    messages[7] = Msg(body=b"m7")  # the broker makes this one's id
+    request = messaging_pb2.SendMessageRequest(
+        topic="entries", queue_id=2, messages=messages, request_id=9
+    )
+    replies = [r async for r in broker.msg.SendMessageStream(iter([request]))]
+    assert len(replies) == 1 and replies[0].request_id == 9
+    results = replies[0].results
+    assert len(results) == 40
+    assert [r.queue_offset for r in results] == list(range(40))
+    assert all(r.status == messaging_pb2.SEND_OK and r.queue_id == 2 for r in results)
+    assert [r.msg_id for i, r in enumerate(results) if i != 7] == [
+        f"{i:032X}" for i in range(40) if i != 7
+    ]
+    assert len(results[7].msg_id) == 32 and results[7].msg_id != f"{7:032X}"
+    offsets = [r.commit_log_offset for r in results]
+    assert offsets == sorted(set(offsets))
+    pulled = await broker.msg.PullMessage(
+        messaging_pb2.PullMessageRequest(
+            consumer_group="g", topic="entries", queue_id=2, queue_offset=0, max_messages=64
+        )
+    )
+    assert [(m.body, m.msg_id, m.offset_msg_id, m.commit_log_offset) for m in pulled.messages] == [
+        (b"m%d" % i, r.msg_id, r.offset_msg_id, r.commit_log_offset) for i, r in enumerate(results)
+    ]
+
+
+async def test_a_flush_timeout_marks_every_entry_of_the_stream_reply(
+    fake_store_broker: Broker,
+) -> None:
+    broker = fake_store_broker
+    broker.controller.store.put_status = PutStatus.FLUSH_DISK_TIMEOUT  # type: ignore[attr-defined]
+    request = messaging_pb2.SendMessageRequest(
+        topic="ft", messages=[Msg(body=b"x", unique_id=f"U{i}") for i in range(5)]
+    )
+    replies = [r async for r in broker.msg.SendMessageStream(iter([request]))]
+    assert [r.status for r in replies[0].results] == [messaging_pb2.FLUSH_DISK_TIMEOUT] * 5
