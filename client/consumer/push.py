@@ -214,12 +214,28 @@ class PushConsumer:
         self._running = True
         await self._heartbeat()
         await self._rebalance()
+        await self._wait_initial_positions()
         loop = asyncio.get_running_loop()
         self._background = [
             loop.create_task(self._every(self.heartbeat_interval_s, self._heartbeat)),
             loop.create_task(self._rebalance_loop()),
             loop.create_task(self._every(self.commit_interval_s, self.commit)),
         ]
+
+    async def _wait_initial_positions(self, timeout_s: float = 5.0) -> None:
+        """Return from start() only once the queues we own outright know where they start:
+        with CONSUME_FROM_LAST_OFFSET a message sent right after start() would otherwise race
+        the lazy start-offset lookup and be skipped. Queues in a handover delay are not waited
+        for (their previous owner is still committing)."""
+        waits = [
+            asyncio.ensure_future(w.started.wait())
+            for w in self._workers.values()
+            if not w.start_delay_s
+        ]
+        if waits:
+            _, pending = await asyncio.wait(waits, timeout=timeout_s)
+            for task in pending:  # a worker still retrying its lookup: it goes on by itself
+                task.cancel()
 
     async def close(self) -> None:
         """Stop pulling, let running handlers finish (``shutdown_grace_s``), commit, leave."""

@@ -51,7 +51,7 @@ class QueueWorker:
         self.max_in_flight = max_in_flight
         self._long_poll_ms = long_poll_ms
         self._error_backoff_s = error_backoff_s
-        self._start_delay_s = start_delay_s
+        self.start_delay_s = start_delay_s
         self._task: asyncio.Task[None] | None = None
         self.started = asyncio.Event()
         self.order_lock = asyncio.Lock()  # orderly consumption: one handler at a time
@@ -69,11 +69,11 @@ class QueueWorker:
                 await self._task
 
     async def _run(self) -> None:
-        if self._start_delay_s > 0:
+        if self.start_delay_s > 0:
             # Handover: the previous owner drops and commits this queue when its next
             # heartbeat reports the membership change; reading the offset after that
             # avoids re-consuming everything it processed since its last commit.
-            await asyncio.sleep(self._start_delay_s)
+            await asyncio.sleep(self.start_delay_s)
         while True:
             try:
                 offset = await self._start_offset()
