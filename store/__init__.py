@@ -16,7 +16,6 @@ from store.errors import (
     StoreNotWritableError,
     StoreShutDownError,
 )
-from store.message_store import ArrivalListener, MessageStore, StoreObserver
 from store.model import (
     AppendResult,
     GetResult,
@@ -29,6 +28,20 @@ from store.model import (
     StoreStats,
     TagFilter,
 )
+
+# The facade (and with it numpy and every service module) loads on first use, so that importing
+# the sans-IO codec (``store.format``) -- as the SDK's record decoder and the Spark offline scan
+# do -- stays cheap.
+_LAZY = {"ArrivalListener", "MessageStore", "StoreObserver"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        from store import message_store
+
+        return getattr(message_store, name)
+    raise AttributeError(f"module 'store' has no attribute {name!r}")
+
 
 __all__ = [
     "ASYNC_FLUSH",
