@@ -55,6 +55,8 @@ async def store(tmp_path: Path, disk: FakeDisk) -> AsyncIterator[MessageStore]:
 def _age_segments(store: MessageStore, hours: float) -> None:
     past = time.time() - hours * 3600
     for path in (store.paths.commit_log_dir).iterdir():
+        if not (len(path.name) == 20 and path.name.isdigit()):
+            continue  # a preallocation's temporary file, renamed or removed concurrently
         os.utime(path, (past, past))
 
 
