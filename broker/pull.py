@@ -17,7 +17,7 @@ from store.get_raw import RawGetResult
 from store.model import GetResult, GetStatus
 
 MAX_WAIT_MS = 60_000  # longer waits would outlive typical client deadlines
-DISPATCH_WAIT_S = 1.0  # how long a long-poll pull ahead of the queue waits for dispatch
+DISPATCH_WAIT_S = 1.0  # how long a pull that finds nothing waits for pending dispatch, once
 
 _STATUS = {
     GetStatus.FOUND: messaging_pb2.FOUND,
@@ -102,18 +102,17 @@ class PullProcessor:
         while True:
             result = read(topic, queue_id, offset, max_count, tag_filter, cfg.max_pull_bytes)
             status = pull_status(result, offset)
-            if result.status is GetStatus.FOUND or wait_ms == 0:
+            if result.status is GetStatus.FOUND:
                 break
-            ahead = result.status is GetStatus.OFFSET_OVERFLOW_BADLY or (
-                result.status is GetStatus.NO_MESSAGE_IN_QUEUE and offset > 0
-            )
-            if ahead and not waited_for_dispatch:
-                # Ahead of the queue: usually an offset taken from a send ack whose message is
-                # stored but not dispatched yet (acks precede dispatch). Let dispatch catch up
-                # once before calling the offset illegal.
+            if not waited_for_dispatch and store.dispatch_pending:
+                # Read-your-writes: acks precede dispatch, so a pull right after a send ack (or
+                # at an offset taken from one) can miss that message. Let dispatch catch up to
+                # what is written now, once, before answering NO_NEW_MSG / OFFSET_ILLEGAL.
                 waited_for_dispatch = True
-                await store.wait_dispatched(min(DISPATCH_WAIT_S, deadline - time.monotonic()))
+                await store.wait_dispatched(DISPATCH_WAIT_S)
                 continue
+            if wait_ms == 0:
+                break
             # Park only when caught up (nothing new, or everything new filtered out).
             caught_up = status == messaging_pb2.NO_NEW_MSG or (
                 status == messaging_pb2.NO_MATCHED_MSG

@@ -444,6 +444,11 @@ class MessageStore:
         return await self._reput.wait_dispatched(self._commit_log.wrote_offset, timeout_s)
 
     @property
+    def dispatch_pending(self) -> bool:
+        """Appended data is not yet visible to reads (acks precede dispatch)."""
+        return self._commit_log is not None and self.dispatch_offset < self._commit_log.wrote_offset
+
+    @property
     def dispatch_offset(self) -> int:
         return self._reput.reput_from_offset if self._reput is not None else 0
 

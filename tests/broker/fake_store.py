@@ -69,6 +69,9 @@ class FakeStore:
         asyncio.get_running_loop().call_soon(self._dispatch, topic, queue_id, len(queue))
         return AppendResult(topic, queue_id, first, offsets, sizes, now, self.next_offset)
 
+    # Appends are readable at once here (only the arrival listeners run later).
+    dispatch_pending = False
+
     async def wait_dispatched(self, timeout_s: float = 5.0) -> bool:
         await asyncio.sleep(0)  # the call_soon dispatch of earlier appends runs first
         return True

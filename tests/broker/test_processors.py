@@ -369,3 +369,65 @@ def test_default_endpoint_never_advertises_a_wildcard_address() -> None:
     assert default_endpoint("127.0.0.1", 8081) == "127.0.0.1:8081"
     host, _, port = default_endpoint("0.0.0.0", 8081).rpartition(":")
     assert port == "8081" and host not in ("0.0.0.0", "")
+
+
+class LaggingDispatchStore(FakeStore):
+    """Acks before reads can see the data, as the real store's ReputService does: appended
+    messages stay invisible until ``wait_dispatched`` lets dispatch run."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hidden: dict[tuple[str, int], int] = {}  # queue -> messages not dispatched yet
+        self.dispatch_waits = 0
+
+    @property
+    def dispatch_pending(self) -> bool:  # type: ignore[override]
+        return any(self.hidden.values())
+
+    def append(self, topic: str, queue_id: int, messages: Any) -> Any:
+        result = super().append(topic, queue_id, messages)
+        self.hidden[(topic, queue_id)] = self.hidden.get((topic, queue_id), 0) + len(messages)
+        return result
+
+    def get_messages(self, topic: str, queue_id: int, offset: int, *args: Any, **kw: Any) -> Any:
+        queue = self.queues.get((topic, queue_id), [])
+        hidden = self.hidden.get((topic, queue_id), 0)
+        visible, self.queues[(topic, queue_id)] = queue, queue[: len(queue) - hidden]
+        try:
+            return super().get_messages(topic, queue_id, offset, *args, **kw)
+        finally:
+            self.queues[(topic, queue_id)] = visible
+
+    async def wait_dispatched(self, timeout_s: float = 5.0) -> bool:
+        self.dispatch_waits += 1
+        self.hidden.clear()
+        return await super().wait_dispatched(timeout_s)
+
+
+async def test_a_pull_right_after_the_send_ack_sees_the_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    overrides = {
+        "listen": "127.0.0.1:0",
+        "metrics_listen": "127.0.0.1:0",
+        "store_path_root_dir": str(tmp_path),
+    }
+    controller = BrokerController(
+        load_settings(None, {}, overrides), store_factory=LaggingDispatchStore
+    )
+    await controller.start()
+    b = Broker(controller, grpc.aio.insecure_channel(f"127.0.0.1:{controller.grpc_port}"))
+    try:
+        sent = await b.send("ryw", b"first", b"second")
+        assert [r.status for r in sent.results] == [messaging_pb2.SEND_OK] * 2
+        pulled = await b.pull("ryw", max_wait_ms=0)  # no long polling: answer at once
+        assert pulled.status == messaging_pb2.FOUND
+        assert [m.body for m in pulled.messages] == [b"first", b"second"]
+        store = controller.store
+        assert isinstance(store, LaggingDispatchStore) and store.dispatch_waits == 1
+        # Nothing pending: an empty pull answers at once, without waiting for dispatch.
+        assert (await b.pull("ryw", offset=2)).status == messaging_pb2.NO_NEW_MSG
+        assert store.dispatch_waits == 1
+    finally:
+        await b.channel.close()
+        await controller.shutdown()
