@@ -63,6 +63,7 @@ import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 from typing import Any
 
 from store.allocate_service import AllocateMappedFileService
@@ -77,11 +78,12 @@ from store.errors import (
     StoreShutDownError,
 )
 from store.flush_service import CommitRealTimeService, FlushRealTimeService
-from store.format import END_FILE_MIN_BLANK_LENGTH, encode_batch
+from store.format import END_FILE_MIN_BLANK_LENGTH, encode_batch, encode_host
 from store.group_commit import GroupCommitService
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue, create_segment_blocking
 from store.model import AppendResult, MessageInput
+from store.record_batch import born_host_bytes, patch_records
 from store.transient_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
@@ -305,6 +307,60 @@ class CommitLog(CommitLogReads):
             batch.sizes,
             store_timestamp,
             start + size,
+        )
+
+    def append_records(
+        self,
+        topic: str,
+        queue_id: int,
+        first_queue_offset: int,
+        data: bytes,
+        positions: Sequence[int],
+        born_host: str,
+        store_timestamp: int | None = None,
+    ) -> AppendResult:
+        """Append a send batch of pre-encoded records already checked by
+        ``record_batch.check_records`` (``positions``: where each starts in ``data``): the
+        broker-owned fields are patched on a private copy, which is written with one copy.
+        Same contract as ``append``."""
+        if self._error is not None:
+            raise self._error
+        if store_timestamp is None:
+            store_timestamp = int(time.time() * 1000)
+        size = len(data)
+        if size + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            raise InvalidMessageError(
+                f"the batch is {size} bytes, more than a commit log segment holds "
+                f"({self.file_size - END_FILE_MIN_BLANK_LENGTH}): send fewer messages per batch"
+            )
+        mapped = self.queue.last()
+        if mapped is None or mapped.is_full:
+            mapped = self._roll()
+        if size + END_FILE_MIN_BLANK_LENGTH > mapped.remaining:
+            mapped.append_blank()
+            mapped = self._roll()
+        start = mapped.file_from_offset + mapped.wrote_position
+        buf = bytearray(data)
+        patch_records(
+            buf,
+            positions,
+            queue_id,
+            first_queue_offset,
+            start,
+            born_host_bytes(born_host),
+            store_timestamp,
+            encode_host(self.config.store_host),
+        )
+        mapped.append(buf, store_timestamp)
+        self.last_store_timestamp = store_timestamp
+        count = len(positions)
+        self.messages_put_total += count
+        self.bytes_put_total += size
+        offsets = [start + pos for pos in positions]
+        sizes = [b - a for a, b in pairwise(offsets)]
+        sizes.append(start + size - offsets[-1])
+        return AppendResult(
+            topic, queue_id, first_queue_offset, offsets, sizes, store_timestamp, start + size
         )
 
     def _roll(self) -> MappedFile:

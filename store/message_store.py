@@ -63,6 +63,7 @@ from store.model import (
     TagFilter,
 )
 from store.queue_flush import FlushConsumeQueueService
+from store.record_batch import check_records
 from store.recovery import RecoveredState, recover_blocking
 from store.reput import CommitLogSource, Dispatcher, QueueAdvance, ReputService
 from store.schedule import (
@@ -252,13 +253,44 @@ class MessageStore:
         commit (FLUSH_DISK_TIMEOUT after syncFlushTimeout); ASYNC_FLUSH wakes the flush service
         and returns at once."""
         await self._dispatch_backpressure()
-        result = self._append(topic, queue_id, messages)
+        return await self._durable(self._append(topic, queue_id, messages))
+
+    async def _durable(self, result: AppendResult) -> PutResult:
+        """The durability wait of a put: none in ASYNC_FLUSH; SYNC_FLUSH awaits the group
+        commit, then lets dispatch follow (it only dispatches what is on disk)."""
         if not self._sync_flush:
             return PutResult(PutStatus.PUT_OK, result)
         assert self._commit_log is not None and self._reput is not None
         flushed = await self._commit_log.wait_flushed(result.end_offset)
-        self._reput.wakeup()  # SYNC_FLUSH dispatches only what is on disk
+        self._reput.wakeup()
         return PutResult(PutStatus.PUT_OK if flushed else PutStatus.FLUSH_DISK_TIMEOUT, result)
+
+    async def put_records(
+        self, topic: str, queue_id: int, data: bytes, born_host: str
+    ) -> PutResult:
+        """``put`` for a send batch of pre-encoded records (``store.record_batch``): checked
+        (InvalidMessageError names the first bad record; nothing is written then), patched with
+        the broker-owned fields and appended with one copy. Delayed messages are refused here
+        (they must be re-addressed to SCHEDULE_TOPIC_XXXX: use ``put``)."""
+        positions = check_records(data, topic, self._config.max_message_size)
+        await self._dispatch_backpressure()
+        self._check_writable()
+        if not isinstance(queue_id, int) or not 0 <= queue_id <= _MAX_QUEUE_ID:
+            raise InvalidMessageError(f"queue id {queue_id!r} must be an int in [0, 2^31-1]")
+        key = (topic, queue_id)
+        first_queue_offset = self._offset_table.get(key, 0)
+        commit_log = self._commit_log
+        assert commit_log is not None and self._reput is not None
+        result = commit_log.append_records(
+            topic, queue_id, first_queue_offset, data, positions, born_host
+        )
+        self._offset_table[key] = first_queue_offset + len(positions)
+        self.messages_put_total += len(positions)
+        self.bytes_put_total += len(data)
+        if not self._sync_flush:
+            commit_log.wakeup_flush()
+            self._reput.wakeup()
+        return await self._durable(result)
 
     async def _dispatch_backpressure(self) -> None:
         """Hold a put while dispatch is more than ``max_dispatch_lag_bytes`` behind, until it
