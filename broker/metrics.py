@@ -70,7 +70,8 @@ class BrokerMetrics:
         self.rpc_latency.child((method, status)).observe(seconds)
 
     def on_messages_in(self, topic: str, sizes: list[int]) -> None:
-        """Messages stored for ``topic``; ``sizes`` are body sizes in bytes."""
+        """Messages stored for ``topic``; ``sizes`` are body sizes in bytes (stored record
+        sizes for requests of producer-encoded records: their bodies are not looked at)."""
         if not sizes:
             return
         key = (topic,)

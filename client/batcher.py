@@ -29,7 +29,10 @@ SendBatchFn = Callable[[Any, list[Any]], Awaitable[list[Any]]]
 class _Batch:
     key: Hashable
     messages: list[Any] = field(default_factory=list)
-    futures: list[asyncio.Future[Any]] = field(default_factory=list)
+    # One per message: its own future, or None for a member of a group (send_batch).
+    futures: list[asyncio.Future[Any] | None] = field(default_factory=list)
+    # Groups: (future of the group's result list, first index, count).
+    groups: list[tuple[asyncio.Future[Any], int, int]] = field(default_factory=list)
     nbytes: int = 0
     deadline: float = float("inf")  # loop time; the earliest deadline of its messages
     timer: asyncio.TimerHandle | asyncio.Handle | None = None
@@ -103,12 +106,7 @@ class AutoBatcher:
             loop = self._loop = asyncio.get_running_loop()
         batch = self._open.get(key)
         if batch is None:
-            batch = _Batch(key)
-            self._open[key] = batch
-            if self._linger_s > 0:
-                batch.timer = loop.call_later(self._linger_s, self._linger_expired, batch)
-            else:
-                batch.timer = loop.call_soon(self._linger_expired, batch)
+            batch = self._open_batch(key, loop)
         future: asyncio.Future[Any] = loop.create_future()
         batch.messages.append(message)
         batch.futures.append(future)
@@ -120,6 +118,46 @@ class AutoBatcher:
         if len(batch.messages) >= self._max_messages or batch.nbytes >= self._max_bytes:
             self._close(batch)
         return future
+
+    def submit_group(
+        self, key: Hashable, messages: list[Any], nbytes: int, deadline: float = float("inf")
+    ) -> asyncio.Future[list[Any]]:
+        """Queue several messages that must go out together, contiguous in one request (one
+        store append: consecutive queue offsets). They may share the request with other
+        messages of the same key. The future resolves to their result entries, in order."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        batch = self._open.get(key)
+        if batch is not None and (
+            len(batch.messages) + len(messages) > self._max_messages
+            or batch.nbytes + nbytes > self._max_bytes
+        ):
+            self._close(batch)  # the group would overflow it: it goes out as it is
+            batch = None
+        if batch is None:
+            batch = self._open_batch(key, loop)
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        batch.groups.append((future, len(batch.messages), len(messages)))
+        batch.messages.extend(messages)
+        batch.futures.extend([None] * len(messages))
+        batch.nbytes += nbytes
+        if deadline < batch.deadline:
+            batch.deadline = deadline
+        self._buffered += len(messages)
+        self._idle.clear()
+        if len(batch.messages) >= self._max_messages or batch.nbytes >= self._max_bytes:
+            self._close(batch)
+        return future
+
+    def _open_batch(self, key: Hashable, loop: asyncio.AbstractEventLoop) -> _Batch:
+        batch = _Batch(key)
+        self._open[key] = batch
+        if self._linger_s > 0:
+            batch.timer = loop.call_later(self._linger_s, self._linger_expired, batch)
+        else:
+            batch.timer = loop.call_soon(self._linger_expired, batch)
+        return batch
 
     def flush_now(self) -> None:
         """Close every open batch at once (used on close)."""
@@ -173,19 +211,16 @@ class AutoBatcher:
                     f"broker answered {len(results)} results for {len(batch.futures)} messages"
                 )
             for future, result in zip(batch.futures, results, strict=True):
-                if not future.done():
+                if future is not None and not future.done():
                     future.set_result(result)
+            for group, first, count in batch.groups:
+                if not group.done():
+                    group.set_result(results[first : first + count])
         except TimeoutError:
             error = DeadlineExceededError(f"no answer for a batch of {len(batch.futures)} in time")
-            for future in batch.futures:
-                if not future.done():
-                    future.set_exception(error)
+            _fail_all(batch, error)
         except BaseException as exc:  # every waiter must learn the outcome, even on cancel
-            for future in batch.futures:
-                if not future.done():
-                    future.set_exception(
-                        exc if isinstance(exc, Exception) else asyncio.CancelledError()
-                    )
+            _fail_all(batch, exc if isinstance(exc, Exception) else asyncio.CancelledError())
             if not isinstance(exc, Exception):
                 raise
         finally:
@@ -196,3 +231,12 @@ class AutoBatcher:
             self._pump()
             if self._buffered == 0 and not self._open and not self._ready:
                 self._idle.set()
+
+
+def _fail_all(batch: _Batch, error: BaseException) -> None:
+    for future in batch.futures:
+        if future is not None and not future.done():
+            future.set_exception(error)
+    for group, _, _ in batch.groups:
+        if not group.done():
+            group.set_exception(error)

@@ -36,6 +36,7 @@ from client.errors import (
 from client.ids import new_unique_id as _next_unique_id
 from client.ids import new_unique_ids
 from client.message import Message, SendResult, SendStatus, to_wire
+from client.record_encoder import RecordEncoder, results_of
 from client.route import RouteCache
 from client.selector import MessageQueueSelector
 from client.send_stream import SendStream
@@ -62,7 +63,9 @@ def _result_of(entry: messaging_pb2.SendResultEntry, topic: str) -> SendResult:
     )
 
 
-_BatchKey = tuple[str, int | None]
+# (topic, pinned queue or None, as_messages): records (the fast path) and proto messages (delayed
+# messages, which the broker re-addresses to SCHEDULE_TOPIC_XXXX) never share a request.
+_BatchKey = tuple[str, int | None, bool]
 
 
 class Producer:
@@ -106,6 +109,7 @@ class Producer:
         self.send_timeout = send_timeout
         self.retry_times = retry_times
         self.compress_threshold = compress_threshold
+        self._encoder = RecordEncoder(compress_threshold)
         self._transport = transport
         self._stream_count = streams
         self._batcher_options: dict[str, Any] = dict(
@@ -188,43 +192,66 @@ class Producer:
             and selector is None
             and 0 < len(body) <= self.compress_threshold
         ):
-            # Fast path (a bare body, the common high-rate case): skips to_wire's checks.
-            # Attribute writes: cheaper than keyword construction on a upb message.
-            wire = _WireMessage()
-            wire.body = body
-            wire.unique_id = _next_unique_id()
+            # Fast path (a bare body, the common high-rate case): no option checks.
+            uid = _next_unique_id()
+            item: Any = (self._encoder.encode_bare(self._encoder.tail(topic), body, uid), uid)
+            key: _BatchKey = (topic, queue_id, False)
         else:
-            wire = to_wire(
-                body,
-                tags=tags,
-                keys=keys,
-                properties=properties,
-                delay_level=delay_level,
-                compress_threshold=self.compress_threshold,
-            )
+            item, key = self._item_of(topic, body, tags, keys, properties, delay_level, queue_id)
             if selector is not None:
-                queue_id = await self._select_queue(topic, selector, selector_arg)
+                key = (topic, await self._select_queue(topic, selector, selector_arg), key[2])
         # The retry loop is inlined (no helper coroutine): one coroutine frame per send.
         batcher = self._batcher
         if batcher is None or self._closed:
             batcher = self._require_started()
         deadline = batcher.loop_time() + (deadline_s or self.send_timeout)
-        key = (topic, queue_id)
-        nbytes = len(wire.body)
+        nbytes = len(item[0]) if not key[2] else len(item.body)
         attempt = 0
         while True:
             if batcher.buffered >= batcher.max_buffered:
                 await batcher.wait_for_space()
             # The batcher enforces the deadline with one timer per batch: a timer (or a
             # wait_for task) per message dominated the client's CPU at high rates.
-            future = batcher.submit(key, wire, nbytes, deadline)
+            future = batcher.submit(key, item, nbytes, deadline)
             try:
-                return _result_of(await future, topic)
+                return await future  # type: ignore[no-any-return]
             except WharfError as exc:
                 attempt += 1
                 if not exc.retriable or attempt > self.retry_times:
                     raise
                 await self._backoff(attempt, deadline, exc)
+
+    def _item_of(
+        self,
+        topic: str,
+        body: bytes | str,
+        tags: str | None,
+        keys: Iterable[str],
+        properties: Mapping[str, str] | None,
+        delay_level: int,
+        queue_id: int | None,
+        flag: int = 0,
+        unique_id: str | None = None,
+    ) -> tuple[Any, _BatchKey]:
+        """A batcher item and its key: a (record, unique id) pair, or a proto message for a
+        delayed message (the broker re-addresses those, so they travel as messages)."""
+        uid = unique_id or _next_unique_id()
+        if delay_level:
+            wire = to_wire(
+                body,
+                tags=tags,
+                keys=keys,
+                properties=properties,
+                delay_level=delay_level,
+                flag=flag,
+                compress_threshold=self.compress_threshold,
+                unique_id=uid,
+            )
+            return wire, (topic, queue_id, True)
+        record = self._encoder.encode(
+            topic, body, uid, tags=tags, keys=keys, properties=properties, flag=flag
+        )
+        return (record, uid), (topic, queue_id, False)
 
     async def send_message(self, message: Message, **options: Any) -> SendResult:
         """Send a :class:`Message` (same options as :meth:`send`)."""
@@ -250,16 +277,10 @@ class Producer:
     ) -> None:
         """Fire and forget: no result, no retry, errors only logged (RocketMQ's sendOneway)."""
         batcher = self._require_started()
-        wire = to_wire(
-            body,
-            tags=tags,
-            keys=keys,
-            properties=properties,
-            compress_threshold=self.compress_threshold,
-        )
+        item, key = self._item_of(topic, body, tags, keys, properties, 0, queue_id)
         await batcher.wait_for_space()
         deadline = asyncio.get_running_loop().time() + self.send_timeout
-        future = batcher.submit((topic, queue_id), wire, len(wire.body), deadline)
+        future = batcher.submit(key, item, len(item[0]), deadline)
         future.add_done_callback(_log_oneway_failure)
 
     async def send_batch(
@@ -270,24 +291,36 @@ class Producer:
         queue_id: int | None = None,
         deadline_s: float | None = None,
     ) -> list[SendResult]:
-        """Send many messages of one topic as one request (one store append, one queue).
+        """Send many messages of one topic together: one store append into one queue
+        (consecutive queue offsets), possibly sharing a request with other sends.
 
-        Items are bodies or :class:`Message` objects (their ``topic`` must match)."""
+        Items are bodies or :class:`Message` objects (their ``topic`` must match). A batch of
+        delayed messages must share one delay level."""
         if not messages:
             raise InvalidArgumentError("send_batch needs at least one message")
+        batcher = self._require_started()
         ids = new_unique_ids(len(messages))
-        wires = [self._wire_of(topic, item, uid) for item, uid in zip(messages, ids, strict=True)]
-        deadline = asyncio.get_running_loop().time() + (deadline_s or self.send_timeout)
+        items: list[Any] = []
+        key: _BatchKey | None = None
+        for message, uid in zip(messages, ids, strict=True):
+            item, item_key = self._batch_item_of(topic, message, uid, queue_id)
+            if key is None:
+                key = item_key
+            elif item_key != key:
+                raise InvalidArgumentError(
+                    "a batch is one append into one queue: delayed and immediate messages "
+                    "cannot be mixed; send them in separate batches"
+                )
+            items.append(item)
+        assert key is not None
+        nbytes = sum(len(item[0]) for item in items) if not key[2] else 0
+        deadline = batcher.loop_time() + (deadline_s or self.send_timeout)
         attempt = 0
         while True:
+            if batcher.buffered >= batcher.max_buffered:
+                await batcher.wait_for_space()
             try:
-                remaining = deadline - asyncio.get_running_loop().time()
-                entries = await asyncio.wait_for(
-                    self._send_request((topic, queue_id), wires), max(remaining, 0.001)
-                )
-                return [_result_of(e, topic) for e in entries]
-            except TimeoutError:
-                raise DeadlineExceededError(f"send_batch to {topic!r} timed out") from None
+                return await batcher.submit_group(key, items, nbytes, deadline)  # type: ignore[no-any-return]
             except WharfError as exc:
                 attempt += 1
                 if not exc.retriable or attempt > self.retry_times:
@@ -295,23 +328,24 @@ class Producer:
                 await self._backoff(attempt, deadline, exc)
 
     # ------------------------------------------------------------------ internals
-    def _wire_of(
-        self, topic: str, item: bytes | str | Message, unique_id: str
-    ) -> common_pb2.Message:
+    def _batch_item_of(
+        self, topic: str, item: bytes | str | Message, unique_id: str, queue_id: int | None
+    ) -> tuple[Any, _BatchKey]:
         if isinstance(item, Message):
             if item.topic != topic:
                 raise InvalidArgumentError(f"batch message topic {item.topic!r} != {topic!r}")
-            return to_wire(
+            return self._item_of(
+                topic,
                 item.body,
-                tags=item.tags,
-                keys=item.keys,
-                properties=item.properties,
-                delay_level=item.delay_level,
+                item.tags,
+                item.keys,
+                item.properties,
+                item.delay_level,
+                queue_id,
                 flag=item.flag,
-                compress_threshold=self.compress_threshold,
                 unique_id=unique_id,
             )
-        return to_wire(item, compress_threshold=self.compress_threshold, unique_id=unique_id)
+        return self._item_of(topic, item, None, (), None, 0, queue_id, unique_id=unique_id)
 
     def _require_started(self) -> AutoBatcher:
         if self._closed:
@@ -339,57 +373,75 @@ class Producer:
                 async with asyncio.timeout_at(deadline - 0.05):
                     await asyncio.gather(*(c.channel_ready() for c in self._channels))
 
-    async def _send_request(
-        self, key: _BatchKey, wires: list[common_pb2.Message]
-    ) -> list[messaging_pb2.SendResultEntry]:
-        if key[1] is None:
+    async def _send_request(self, key: _BatchKey, items: list[Any]) -> list[SendResult]:
+        """One request for a batch of items; one SendResult per item, in order."""
+        topic, queue_id, as_messages = key
+        if queue_id is None:
             index = self._next_stream
             self._next_stream = (index + 1) % len(self._stubs)
         else:
             # A pinned queue (ordered messages) always uses the same stream, so its batches
             # reach the broker in the order they were sent.
             index = hash(key) % len(self._stubs)
+        if as_messages:
+            entries = await self._send_messages(index, key, items)
+            return [_result_of(entry, topic) for entry in entries]
+        records = [item[0] for item in items]
+        unique_ids = [item[1] for item in items]
         if self._transport == "unary":
-            return await self._send_unary(index, self._request_of(key, wires))
-        stream = self._streams[index]
-        if stream is None or stream.broken is not None:
-            stream = SendStream(self._channels[index])
-            self._streams[index] = stream
-        head = self._heads.get(key)
-        if head is None:
-            if len(self._heads) >= 4096:  # bounded: one entry per (topic, queue) in use
-                self._heads.clear()
-            head = self._heads[key] = self._request_of(key, []).SerializeToString()
-        try:
-            # Encoded by the stream (head + each message's bytes): building a request proto
-            # copies every message into it, which cost more than the encoding itself.
-            response = await stream.request_encoded(head, wires)
-        except WharfError as exc:
-            if exc.code == "UNIMPLEMENTED":  # an older broker: fall back to unary for good
-                log.info("broker has no SendMessageStream; using unary SendMessage")
-                self._transport = "unary"
-                return await self._send_unary(index, self._request_of(key, wires))
-            raise
+            request = self._request_of(key)
+            request.records = b"".join(records)
+            response = await self._send_unary(index, request)
+        else:
+            stream = self._stream(index)
+            response = await stream.request_records(self._head_of(key), records)
+            if response.HasField("error") and response.error.code != 0:
+                raise error_for_status_number(response.error.code, response.error.message)
+        return results_of(response, topic, records, unique_ids)
+
+    async def _send_messages(
+        self, index: int, key: _BatchKey, wires: list[common_pb2.Message]
+    ) -> list[messaging_pb2.SendResultEntry]:
+        """The message form (delayed messages): each message a proto, one entry each."""
+        if self._transport == "unary":
+            request = self._request_of(key)
+            request.messages.extend(wires)
+            return list((await self._send_unary(index, request)).results)
+        response = await self._stream(index).request_encoded(self._head_of(key), wires)
         if response.HasField("error") and response.error.code != 0:
             raise error_for_status_number(response.error.code, response.error.message)
         return list(response.results)
 
-    def _request_of(
-        self, key: _BatchKey, wires: list[common_pb2.Message]
-    ) -> messaging_pb2.SendMessageRequest:
-        topic, queue_id = key
+    def _stream(self, index: int) -> SendStream:
+        stream = self._streams[index]
+        if stream is None or stream.broken is not None:
+            stream = SendStream(self._channels[index])
+            self._streams[index] = stream
+        return stream
+
+    def _head_of(self, key: _BatchKey) -> bytes:
+        """The request's fixed fields, encoded once per (topic, queue): the stream appends
+        request_id and the payload (building a request proto per batch copied every message)."""
+        head = self._heads.get(key)
+        if head is None:
+            if len(self._heads) >= 4096:  # bounded: one entry per (topic, queue) in use
+                self._heads.clear()
+            head = self._heads[key] = self._request_of(key).SerializeToString()
+        return head
+
+    def _request_of(self, key: _BatchKey) -> messaging_pb2.SendMessageRequest:
+        topic, queue_id, _ = key
         return messaging_pb2.SendMessageRequest(
-            topic=topic, queue_id=queue_id, messages=wires, producer_group=self.group
+            topic=topic, queue_id=queue_id, producer_group=self.group
         )
 
     async def _send_unary(
         self, index: int, request: messaging_pb2.SendMessageRequest
-    ) -> list[messaging_pb2.SendResultEntry]:
+    ) -> messaging_pb2.SendMessageResponse:
         try:
-            response = await self._stubs[index].SendMessage(request, timeout=self.send_timeout)
+            return await self._stubs[index].SendMessage(request, timeout=self.send_timeout)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
-        return list(response.results)
 
 
 def _log_oneway_failure(future: asyncio.Future[Any]) -> None:

@@ -146,9 +146,13 @@ async def test_broker_errors_become_typed_exceptions_with_the_message(
     broker: BrokerProcess, name: str
 ) -> None:
     async with Producer(broker.endpoint) as producer:
+        await producer.send(name + "-auto", b"creates the topic with the default queues")
+        with pytest.raises(InvalidArgumentError) as bad_queue:
+            await producer.send(name + "-auto", b"x", queue_id=99)
+        assert bad_queue.value.from_broker and "queue_id 99 is out of range" in str(bad_queue.value)
         with pytest.raises(InvalidArgumentError) as bad_topic:
-            await producer.send("bad topic name!", b"x")
-        assert bad_topic.value.from_broker and str(bad_topic.value)
+            await producer.send("bad topic name!", b"x")  # checked while encoding the record
+        assert not bad_topic.value.from_broker and "is invalid" in str(bad_topic.value)
         with pytest.raises(InvalidArgumentError):
             await producer.send(name, b"")  # rejected locally before any RPC
     async with Admin(broker.endpoint) as admin:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
-from typing import Any
+import zlib
+from typing import Any, NamedTuple
 
 import pytest
 from wharf.v1 import common_pb2, messaging_pb2
@@ -15,6 +16,7 @@ import client.ids as ids_module
 from client import (
     ClientClosedError,
     InvalidArgumentError,
+    Message,
     Producer,
     PullConsumer,
     SendResult,
@@ -23,6 +25,7 @@ from client import (
 )
 from client.consumer.pull import PullStatus
 from client.ids import UniqueIdGenerator
+from store.format import decode_record
 from tests.harness import BrokerProcess
 
 _HEX32 = re.compile(r"[0-9A-F]{32}")
@@ -59,31 +62,43 @@ def test_id_counter_wraps_at_16_bits(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ---------------------------------------------------------------- producer with a fake wire
-class FakeWire:
-    """Stands in for the broker: records each batch, answers per message (or fails)."""
+class Sent(NamedTuple):
+    """What the fake broker saw of one message (decoded from the record, or the proto)."""
 
-    def __init__(self, status: int = messaging_pb2.SEND_OK, failures: int = 0) -> None:
-        self.batches: list[list[common_pb2.Message]] = []
+    body: bytes
+    unique_id: str
+    properties: dict[str, str]
+    sys_flag: int
+    as_message: common_pb2.Message | None  # set for the message form (delayed messages)
+
+
+class FakeWire:
+    """Stands in for the broker: decodes each batch, answers per message (or fails)."""
+
+    def __init__(self, status: SendStatus = SendStatus.SEND_OK, failures: int = 0) -> None:
+        self.batches: list[list[Sent]] = []
         self.status = status
         self.failures = failures
 
-    async def __call__(self, key: Any, wires: list[common_pb2.Message]) -> list[Any]:
-        self.batches.append([common_pb2.Message.FromString(w.SerializeToString()) for w in wires])
+    async def __call__(self, key: Any, items: list[Any]) -> list[SendResult]:
+        topic, queue_id, as_messages = key
+        if as_messages:
+            sent = [Sent(w.body, w.unique_id, {}, int(w.compressed), w) for w in items]
+        else:
+            sent = []
+            for record, uid in items:
+                stored = decode_record(record)  # the store's own decoder reads it back
+                assert stored.topic == topic and stored.properties["UNIQ_KEY"] == uid
+                sent.append(Sent(stored.body, uid, stored.properties, stored.sys_flag, None))
+        self.batches.append(sent)
         await asyncio.sleep(0)
         if self.failures:
             self.failures -= 1
             raise UnavailableError("connection reset (simulated)")
-        reply = messaging_pb2.SendMessageResponse()
-        for i, wire in enumerate(wires):
-            reply.results.add(
-                status=self.status,
-                msg_id=wire.unique_id,
-                offset_msg_id=f"{i:032X}",
-                queue_id=key[1] or 0,
-                queue_offset=100 + i,
-                commit_log_offset=1000 * i,
-            )
-        return list(reply.results)
+        return [
+            SendResult(self.status, m.unique_id, f"{i:032X}", queue_id or 0, 100 + i, topic)
+            for i, m in enumerate(sent)
+        ]
 
 
 async def started_producer(fake: FakeWire, **options: Any) -> Producer:
@@ -94,43 +109,61 @@ async def started_producer(fake: FakeWire, **options: Any) -> Producer:
     return producer
 
 
-async def test_bare_body_goes_out_with_only_body_and_a_fresh_unique_id() -> None:
+async def test_bare_body_goes_out_as_a_record_with_a_fresh_unique_id() -> None:
     fake = FakeWire()
     producer = await started_producer(fake)
     results = await asyncio.gather(*(producer.send("t", b"m%d" % i) for i in range(50)))
-    wires = [w for batch in fake.batches for w in batch]
-    assert [w.body for w in wires] == [b"m%d" % i for i in range(50)]
-    assert all(w.ListFields()[0][0].name == "body" for w in wires)
-    assert all(len(w.ListFields()) == 2 and _HEX32.fullmatch(w.unique_id) for w in wires)
-    assert len({w.unique_id for w in wires}) == 50
+    sent = [m for batch in fake.batches for m in batch]
+    assert [m.body for m in sent] == [b"m%d" % i for i in range(50)]
+    assert all(m.properties == {"UNIQ_KEY": m.unique_id} for m in sent)
+    assert all(_HEX32.fullmatch(m.unique_id) and m.as_message is None for m in sent)
+    assert len({m.unique_id for m in sent}) == 50
     # Every call gets ITS OWN entry, as a real SendResult tuple.
     assert all(type(r) is SendResult for r in results)
-    assert [r.msg_id for r in results] == [w.unique_id for w in wires]
+    assert [r.msg_id for r in results] == [m.unique_id for m in sent]
     assert [r.queue_offset for r in results] == [100 + i for i in range(50)]
     assert all(r.status is SendStatus.SEND_OK and r.topic == "t" for r in results)
 
 
-async def test_other_options_still_take_the_full_wire_path() -> None:
+async def test_options_land_in_the_record_and_delays_take_the_message_form() -> None:
     fake = FakeWire()
     big = b"abc" * 4000  # over the 4 KiB threshold: compressed
     producer = await started_producer(fake)
-    await producer.send("t", "text body", tags="paid", keys=("k1",), properties={"p": "v"})
+    await producer.send("t", "text body", tags="paid", keys=("k1", "k2"), properties={"p": "v"})
     await producer.send("t", big)
     await producer.send("t", b"later", delay_level=2)
     text, compressed, delayed = (batch[0] for batch in fake.batches)
-    assert (text.body, text.tags, list(text.keys), dict(text.properties)) == (
+    assert (text.body, text.properties) == (
         b"text body",
-        "paid",
-        ["k1"],
-        {"p": "v"},
+        {"p": "v", "TAGS": "paid", "KEYS": "k1 k2", "UNIQ_KEY": text.unique_id},
     )
-    assert compressed.compressed and len(compressed.body) < len(big)
-    assert delayed.delay_level == 2
-    assert all(_HEX32.fullmatch(w.unique_id) for w in (text, compressed, delayed))
+    assert compressed.sys_flag == 1 and len(compressed.body) < len(big)
+    assert zlib.decompress(compressed.body) == big
+    assert delayed.as_message is not None and delayed.as_message.delay_level == 2
+    assert all(_HEX32.fullmatch(m.unique_id) for m in (text, compressed, delayed))
+    with pytest.raises(InvalidArgumentError, match="separator"):
+        await producer.send("t", b"x", properties={"a\x01b": "v"})
+    with pytest.raises(InvalidArgumentError, match="invalid"):
+        await producer.send("bad topic!", b"x")
+
+
+async def test_send_batch_shares_requests_but_stays_contiguous() -> None:
+    fake = FakeWire()
+    producer = await started_producer(fake)
+    batches = await asyncio.gather(
+        *(producer.send_batch("t", [b"%d-%d" % (g, i) for i in range(5)]) for g in range(4))
+    )
+    assert len(fake.batches) == 1  # the four groups went out in one request
+    for g, results in enumerate(batches):
+        assert [r.queue_offset for r in results] == [100 + 5 * g + i for i in range(5)]
+    bodies = [m.body for m in fake.batches[0]]
+    assert bodies == [b"%d-%d" % (g, i) for g in range(4) for i in range(5)]
+    with pytest.raises(InvalidArgumentError, match="mixed"):
+        await producer.send_batch("t", [b"now", Message("t", b"later", delay_level=1)])
 
 
 async def test_flush_disk_timeout_is_reported_as_such_not_ok() -> None:
-    producer = await started_producer(FakeWire(status=messaging_pb2.FLUSH_DISK_TIMEOUT))
+    producer = await started_producer(FakeWire(status=SendStatus.FLUSH_DISK_TIMEOUT))
     result = await producer.send("t", b"x")
     assert result.status is SendStatus.FLUSH_DISK_TIMEOUT
 

@@ -1,0 +1,175 @@
+"""The producer's half of the records fast path: messages -> CommitLog records, and the compact
+reply -> one ``SendResult`` per record.
+
+The broker checks and appends producer-encoded records with one copy (see
+``store.record_batch``, whose encoder this module uses: the record layout is defined once, in
+``store.format``, and shared as RocketMQ shares its MessageDecoder). The producer does the
+per-message encoding on its own core, so the broker's event loop does not.
+
+    encoder = RecordEncoder()
+    record = encoder.encode("orders", b"hello", unique_id, tags="paid")
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+
+from wharf.v1 import messaging_pb2
+
+from client.compression import COMPRESS_THRESHOLD, maybe_compress
+from client.errors import InvalidArgumentError
+from client.message import SendResult, SendStatus
+from store.errors import InvalidMessageError
+from store.format import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from store.format import encode_host as _encode_host
+from store.record_batch import encode_record, topic_tail
+
+_SYSFLAG_COMPRESSED = 0x1
+_UNIQ_KEY_NAME = f"{PROPERTY_UNIQ_KEY}\x01"
+_STATUS_OF = {status.value: status for status in SendStatus}.get
+_new_tuple = tuple.__new__
+
+
+def _check_text(what: str, text: str) -> str:
+    if "\x01" in text or "\x02" in text:
+        raise InvalidArgumentError(f"{what} {text!r} contains \\x01 or \\x02 (reserved separators)")
+    return text
+
+
+class RecordEncoder:
+    """Encodes messages as records (bodies over ``compress_threshold`` zlib-compressed)."""
+
+    def __init__(self, compress_threshold: int = COMPRESS_THRESHOLD) -> None:
+        self.compress_threshold = compress_threshold
+        self._tails: dict[str, bytes] = {}
+
+    def tail(self, topic: str) -> bytes:
+        """TOPICLENGTH + TOPIC for ``topic`` (validated once, then cached)."""
+        tail = self._tails.get(topic)
+        if tail is None:
+            try:
+                tail = topic_tail(topic)
+            except InvalidMessageError as exc:
+                raise InvalidArgumentError(str(exc)) from None
+            if len(self._tails) >= 4096:
+                self._tails.clear()
+            self._tails[topic] = tail
+        return tail
+
+    def encode_bare(self, tail: bytes, body: bytes, unique_id: str) -> bytes:
+        """The common high-rate case: a bytes body <= the threshold, no tags/keys/properties."""
+        return encode_record(
+            tail,
+            body,
+            f"{_UNIQ_KEY_NAME}{unique_id}\x02".encode(),
+            0,
+            0,
+            int(time.time() * 1000),
+        )
+
+    def encode(
+        self,
+        topic: str,
+        body: bytes | str,
+        unique_id: str,
+        *,
+        tags: str | None = None,
+        keys: Iterable[str] = (),
+        properties: Mapping[str, str] | None = None,
+        flag: int = 0,
+    ) -> bytes:
+        """One record; raises InvalidArgumentError for what the broker would refuse."""
+        if body.__class__ is not bytes:
+            if isinstance(body, str):
+                body = body.encode()
+            elif isinstance(body, bytearray | memoryview):
+                body = bytes(body)
+            else:
+                raise InvalidArgumentError(
+                    f"message body must be bytes or str, got {type(body).__name__}"
+                )
+        if not body:
+            raise InvalidArgumentError("message body must not be empty")
+        sys_flag = 0
+        if len(body) > self.compress_threshold:
+            body, compressed = maybe_compress(body, self.compress_threshold)
+            sys_flag = _SYSFLAG_COMPRESSED if compressed else 0
+        parts: list[str] = []
+        if properties:
+            for name, value in properties.items():
+                if not name:
+                    raise InvalidArgumentError("property names must not be empty")
+                _check_text("property", str(name))
+                parts.append(f"{name}\x01{_check_text('property value', str(value))}\x02")
+        if tags:
+            parts.append(f"{PROPERTY_TAGS}\x01{_check_text('tags', tags)}\x02")
+        if keys:
+            key_list = (keys,) if isinstance(keys, str) else tuple(keys)
+            if key_list:
+                joined = KEY_SEPARATOR.join(_check_text("key", k) for k in key_list)
+                parts.append(f"{PROPERTY_KEYS}\x01{joined}\x02")
+        parts.append(f"{_UNIQ_KEY_NAME}{unique_id}\x02")
+        if not 0 <= flag <= 0x7FFFFFFF:
+            raise InvalidArgumentError(f"flag must be a non-negative int32, got {flag}")
+        try:
+            return encode_record(
+                self.tail(topic),
+                body,
+                "".join(parts).encode(),
+                flag,
+                sys_flag,
+                int(time.time() * 1000),
+            )
+        except InvalidMessageError as exc:
+            raise InvalidArgumentError(str(exc)) from None
+
+
+class _OffsetIds:
+    """Offset message ids (store host + commit log offset, 32 hex chars) for one store host."""
+
+    def __init__(self) -> None:
+        self._prefixes: dict[str, str] = {}
+
+    def prefix(self, store_host: str) -> str:
+        prefix = self._prefixes.get(store_host)
+        if prefix is None:
+            try:
+                prefix = _encode_host(store_host).hex().upper()
+            except InvalidMessageError:
+                prefix = "0" * 16
+            self._prefixes[store_host] = prefix
+        return prefix
+
+
+_OFFSET_IDS = _OffsetIds()
+
+
+def results_of(
+    response: messaging_pb2.SendMessageResponse,
+    topic: str,
+    records: Sequence[bytes],
+    unique_ids: Sequence[str],
+) -> list[SendResult]:
+    """One SendResult per record from a compact reply (see SendMessageResponse in the proto)."""
+    if response.count != len(records):
+        raise InvalidArgumentError(
+            f"broker stored {response.count} records of the {len(records)} sent"
+        )
+    status = _STATUS_OF(response.status, SendStatus.UNKNOWN)
+    queue_id = response.queue_id
+    queue_offset = response.first_queue_offset
+    offset = response.first_commit_log_offset
+    prefix = _OFFSET_IDS.prefix(response.store_host)
+    results: list[SendResult] = []
+    add = results.append
+    for record, uid in zip(records, unique_ids, strict=True):
+        add(
+            _new_tuple(
+                SendResult,
+                (status, uid, "%s%016X" % (prefix, offset), queue_id, queue_offset, topic),  # noqa: UP031
+            )
+        )
+        offset += len(record)
+        queue_offset += 1
+    return results

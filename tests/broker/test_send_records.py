@@ -1,0 +1,135 @@
+"""Producer-encoded records (SendMessageRequest.records) through the real daemon: stored with
+the broker-owned fields filled in, found by every read path, and refused as a whole -- with the
+bad record named and nothing written -- when one record is wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+from wharf.v1 import messaging_pb2
+
+from store.format import RECORD_HEADER_SIZE, create_offset_msg_id, decode_record
+from store.record_batch import encode_record, topic_tail
+from tests.broker.daemon_helpers import SMALL_STORE, Client
+from tests.harness import BrokerProcess
+
+UID = "7F00000100010000000000000000{:04X}"
+
+
+def record(topic: str, body: bytes, i: int, extra: bytes = b"", flag: int = 0) -> bytes:
+    properties = extra + f"UNIQ_KEY\x01{UID.format(i)}\x02".encode()
+    return encode_record(topic_tail(topic), body, properties, flag, 0, 1_700_000_000_000 + i)
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> BrokerProcess:
+    broker = BrokerProcess(tmp_path, settings={**SMALL_STORE, "flushDiskType": "SYNC_FLUSH"})
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def send_records(
+    client: Client, topic: str, data: bytes, queue_id: int = 1
+) -> messaging_pb2.SendMessageResponse:
+    request = messaging_pb2.SendMessageRequest(topic=topic, queue_id=queue_id, records=data)
+    return client.msg.SendMessage(request, timeout=10)
+
+
+def test_records_are_stored_with_broker_fields_and_found_by_every_read(
+    daemon: BrokerProcess,
+) -> None:
+    client = Client(daemon.endpoint)
+    try:
+        client.send("rec", b"first", queue_id=1)  # queue 1 already holds offset 0
+        records = [
+            record("rec", b"body-%d" % i, i, b"TAGS\x01t%d\x02KEYS\x01k%d\x02" % (i % 2, i), flag=i)
+            for i in range(5)
+        ]
+        reply = send_records(client, "rec", b"".join(records))
+        assert not reply.results and reply.count == 5
+        assert reply.status == messaging_pb2.SEND_OK and reply.queue_id == 1
+        assert reply.first_queue_offset == 1
+
+        pulled = client.pull("rec", offset=1, queue_id=1, max_messages=10).messages
+        assert [m.body for m in pulled] == [b"body-%d" % i for i in range(5)]
+        assert [m.queue_offset for m in pulled] == [1, 2, 3, 4, 5]
+        assert [m.msg_id for m in pulled] == [UID.format(i) for i in range(5)]
+        assert [(m.tags, list(m.keys), m.flag) for m in pulled] == [
+            (f"t{i % 2}", [f"k{i}"], i) for i in range(5)
+        ]
+        assert all(m.born_timestamp == 1_700_000_000_000 + i for i, m in enumerate(pulled))
+        assert all(m.born_host.startswith("127.0.0.1:") for m in pulled)  # the peer, as seen
+        # Commit log offsets follow from the first one and the sizes the producer knows.
+        offset = reply.first_commit_log_offset
+        for sent, view in zip(records, pulled, strict=True):
+            assert view.commit_log_offset == offset
+            assert view.offset_msg_id == create_offset_msg_id(reply.store_host, offset)
+            offset += len(sent)
+        viewed = client.msg.ViewMessage(
+            messaging_pb2.ViewMessageRequest(msg_id=pulled[3].offset_msg_id), timeout=10
+        ).message
+        assert viewed.body == b"body-3"
+        by_key = client.msg.QueryMessage(
+            messaging_pb2.QueryMessageRequest(topic="rec", key="k4"), timeout=10
+        ).messages
+        assert [m.body for m in by_key] == [b"body-4"]
+        by_tag = client.pull("rec", offset=1, queue_id=1, tag_expression="t1").messages
+        assert [m.body for m in by_tag] == [b"body-1", b"body-3"]
+        # Stored bytes: the producer's record with QUEUEID/QUEUEOFFSET/PHYSICALOFFSET/hosts set.
+        raw = client.pull("rec", offset=3, queue_id=1, max_messages=1, raw_records=True).records
+        stored = decode_record(raw)
+        assert (stored.queue_id, stored.queue_offset, stored.body) == (1, 3, b"body-2")
+        assert raw[RECORD_HEADER_SIZE:] == records[2][RECORD_HEADER_SIZE:]
+    finally:
+        client.close()
+
+
+def corrupt_crc(data: bytes) -> bytes:
+    return data[:RECORD_HEADER_SIZE] + b"X" + data[RECORD_HEADER_SIZE + 1 :]
+
+
+@pytest.mark.parametrize(
+    ("second", "message"),
+    [
+        (corrupt_crc(record("rec", b"bad body", 1)), "record #1 of the batch is invalid: BODYCRC"),
+        (record("other", b"wrong topic", 1), "record #1 of the batch is invalid: its topic"),
+        (record("rec", b"later", 1, b"DELAY\x013\x02"), "DELAY"),
+        (record("rec", b"cut short", 1)[:-3], "record #1 of the batch is invalid"),
+        (record("rec", b"x", 1, b"NAME-WITHOUT-VALUE\x02"), "name\\x01value\\x02 pairs"),
+    ],
+)
+def test_one_bad_record_fails_the_request_and_writes_nothing(
+    daemon: BrokerProcess, second: bytes, message: str
+) -> None:
+    client = Client(daemon.endpoint)
+    try:
+        client.send("rec", b"before", queue_id=1)
+        with pytest.raises(grpc.RpcError) as failure:
+            send_records(client, "rec", record("rec", b"fine", 0) + second)
+        assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert message in failure.value.details()
+        reply = send_records(client, "rec", record("rec", b"after", 2))
+        assert reply.first_queue_offset == 1  # the refused batch took no offsets
+        # (A pull that finds messages answers with what is dispatched: read from the new one.)
+        pulled = client.pull("rec", offset=1, queue_id=1, max_messages=10).messages
+        assert [(m.body, m.queue_offset) for m in pulled] == [(b"after", 1)]
+    finally:
+        client.close()
+
+
+def test_records_and_messages_in_one_request_are_refused(daemon: BrokerProcess) -> None:
+    client = Client(daemon.endpoint)
+    try:
+        request = messaging_pb2.SendMessageRequest(
+            topic="rec", queue_id=0, records=record("rec", b"r", 0)
+        )
+        request.messages.add(body=b"m")
+        with pytest.raises(grpc.RpcError) as failure:
+            client.msg.SendMessage(request, timeout=10)
+        assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "not both" in failure.value.details()
+    finally:
+        client.close()
