@@ -157,14 +157,24 @@ class ConsumeQueue:
 
     # --- writes --------------------------------------------------------------------------
     def append_units(self, first_offset: int, units: Sequence[Unit]) -> int:
-        """Write ``units`` at logical offsets ``first_offset...``. Units already present (a
-        re-dispatch after recovery) are skipped; a gap is filled with blank units so logical
-        offsets keep matching the queue offsets stored in the CommitLog. Returns units added."""
+        """Write ``units`` at logical offsets ``first_offset...`` (see ``append_packed``)."""
+        if not units:
+            return 0
+        last_offset, last_size, _ = units[-1]
+        data = b"".join(starmap(UNIT.pack, units))
+        return self.append_packed(first_offset, data, last_offset + last_size)
+
+    def append_packed(self, first_offset: int, data: bytes, physical_end: int) -> int:
+        """Write packed units (``data``, 20 bytes each) at logical offsets ``first_offset...``;
+        ``physical_end`` is the end (offset + size) of the last unit's record. Units already
+        present (a re-dispatch after recovery) are skipped; a gap is filled with blank units
+        so logical offsets keep matching the queue offsets stored in the CommitLog. Returns
+        units added."""
         expected = self.max_offset
         if first_offset < expected:
-            units = units[expected - first_offset :]
+            data = data[(expected - first_offset) * CQ_STORE_UNIT_SIZE :]
             first_offset = expected
-        if not units:
+        if not data:
             return 0
         fresh_min = -1
         if (not self.files or self._fresh) and first_offset > 0:
@@ -173,16 +183,14 @@ class ConsumeQueue:
             fresh_min = first_offset * CQ_STORE_UNIT_SIZE
             self._start_at(fresh_min - fresh_min % self.file_size)
         gap = first_offset - self.max_offset
-        data = b"".join(starmap(UNIT.pack, units))
         if gap > 0:
             data = _BLANK_UNIT * gap + data
         self._write(data)
         if fresh_min >= 0:
             self._min_pos = fresh_min
         self._fresh = False
-        last_offset, last_size, _ = units[-1]
-        self.max_physical_offset = max(self.max_physical_offset, last_offset + last_size)
-        return len(units)
+        self.max_physical_offset = max(self.max_physical_offset, physical_end)
+        return len(data) // CQ_STORE_UNIT_SIZE - max(gap, 0)
 
     def _start_at(self, file_start: int) -> None:
         self._write_pos = self._min_pos = self._flushed_pos = file_start

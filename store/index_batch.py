@@ -1,6 +1,7 @@
 """Write a dispatch chunk's IndexFile entries in one vectorized pass (numpy).
 
-The scalar writer (``IndexFile._put_entries_scalar``) costs a slot read, an entry pack and a
+Entries travel as ``IndexColumns`` (int64 arrays: the dispatch decoder produces them that
+way). The scalar writer (``IndexFile._put_entries_scalar``) costs a slot read, an entry pack and a
 slot write per key, in Python. Here the chain links are computed for the whole batch at once:
 
 - an entry's prevIndex is the previous entry of the batch with the same slot, or, for the first
@@ -16,6 +17,8 @@ entry being written.
 from __future__ import annotations
 
 import mmap
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,19 +30,48 @@ _ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("offset", ">i8"), ("diff", ">i4"), ("
 assert _ENTRY_DTYPE.itemsize == INDEX_ENTRY_SIZE
 
 
+@dataclass(frozen=True, slots=True)
+class IndexColumns:
+    """Index entries to write, as int64 columns (one element per entry, in write order)."""
+
+    hashes: np.ndarray  # indexKeyHash of "topic#key"
+    offsets: np.ndarray  # commit log offset of the record
+    stamps: np.ndarray  # store timestamp of the record, ms
+
+    @classmethod
+    def from_entries(cls, entries: Sequence[tuple[int, int, int]]) -> IndexColumns:
+        if not entries:
+            return EMPTY_COLUMNS
+        columns = np.array(entries, dtype=np.int64).reshape(len(entries), 3)
+        return cls(columns[:, 0], columns[:, 1], columns[:, 2])
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    def __getitem__(self, part: slice) -> IndexColumns:
+        return IndexColumns(self.hashes[part], self.offsets[part], self.stamps[part])
+
+    def entries(self) -> list[tuple[int, int, int]]:
+        return list(
+            zip(self.hashes.tolist(), self.offsets.tolist(), self.stamps.tolist(), strict=True)
+        )
+
+
+EMPTY_COLUMNS = IndexColumns(*(np.zeros(0, dtype=np.int64) for _ in range(3)))
+
+
 def put_entries_vectorized(
     mm: mmap.mmap,
     slot_num: int,
     entries_pos: int,
     first_number: int,
     begin_timestamp: int,
-    entries: list[tuple[int, int, int]],
+    entries: IndexColumns,
 ) -> int:
-    """Write ``entries`` (key hash, phy offset, store timestamp) as entry numbers
-    ``first_number...`` and update their slots. Returns how many slots became used."""
+    """Write ``entries`` as entry numbers ``first_number...`` and update their slots.
+    Returns how many slots became used."""
     count = len(entries)
-    columns = np.array(entries, dtype=np.int64).reshape(count, 3)
-    hashes = columns[:, 0]
+    hashes = entries.hashes
     slots = hashes % slot_num
     numbers = np.arange(first_number, first_number + count, dtype=np.int64)
 
@@ -68,9 +100,9 @@ def put_entries_vectorized(
 
     packed = np.empty(count, dtype=_ENTRY_DTYPE)
     packed["hash"] = hashes
-    packed["offset"] = columns[:, 1]
+    packed["offset"] = entries.offsets
     if begin_timestamp > 0:
-        packed["diff"] = np.clip((columns[:, 2] - begin_timestamp) // 1000, 0, _INT_MAX)
+        packed["diff"] = np.clip((entries.stamps - begin_timestamp) // 1000, 0, _INT_MAX)
     else:
         packed["diff"] = 0
     packed["prev"] = prev

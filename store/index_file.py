@@ -27,13 +27,11 @@ from store.format import (
     INDEX_HEADER_SIZE,
     INDEX_SLOT,
 )
-from store.index_batch import put_entries_vectorized
+from store.index_batch import IndexColumns, put_entries_vectorized
 
 INVALID_INDEX = 0
 _INT_MAX = 0x7FFFFFFF
-# Batches from this size on are written by ``put_entries_vectorized``: numpy's fixed cost per
-# call (~50 us) makes it faster than the scalar loop (~0.55 us an entry) only from about 256
-# entries (measured: 0.52 vs 0.57 us at 256, 0.41 vs 0.56 at 512), i.e. a catching-up reput.
+# Batches from this size on are written by ``put_entries_vectorized``. XXX re-measure
 VECTORIZE_FROM = 256
 
 # One index entry to write: (key hash, commit log offset, store timestamp ms).
@@ -112,18 +110,24 @@ class IndexFile:
     def free_entries(self) -> int:
         return self.index_num - self.index_count
 
-    def put_entries(self, entries: list[IndexEntry]) -> int:
+    def put_entries(self, entries: IndexColumns | list[IndexEntry]) -> int:
         """Append as many entries as fit; returns how many were written. A dispatch chunk
         (hundreds of keys) is written in one vectorized pass; a few entries take the scalar
         loop, which costs less than numpy's fixed overhead."""
         count = min(len(entries), self.free_entries)
         if count <= 0:
             return 0
-        if self.index_count <= 1:
-            self.begin_phy_offset = entries[0][1]
-            self.begin_timestamp = entries[0][2]
         batch = entries[:count]
+        if isinstance(batch, IndexColumns):
+            first = (int(batch.offsets[0]), int(batch.stamps[0]))
+            last = (int(batch.offsets[-1]), int(batch.stamps[-1]))
+        else:
+            first, last = batch[0][1:], batch[-1][1:]
+        if self.index_count <= 1:
+            self.begin_phy_offset, self.begin_timestamp = first
         if count >= VECTORIZE_FROM:
+            if not isinstance(batch, IndexColumns):
+                batch = IndexColumns.from_entries(batch)
             self.hash_slot_count += put_entries_vectorized(
                 self._mm,
                 self.slot_num,
@@ -133,9 +137,11 @@ class IndexFile:
                 batch,
             )
         else:
+            if isinstance(batch, IndexColumns):
+                batch = batch.entries()
             self.hash_slot_count += self._put_entries_scalar(batch)
         self.index_count += count
-        _, self.end_phy_offset, self.end_timestamp = entries[count - 1]
+        self.end_phy_offset, self.end_timestamp = last
         self._write_header()
         self.dirty = True
         return count

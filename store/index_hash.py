@@ -74,3 +74,59 @@ def index_key_hashes(keys: list[str]) -> list[int]:
     result = np.abs(signed)  # int32 min stays negative under abs: RocketMQ maps it to 0
     result[signed == _INT_MIN] = 0
     return result.tolist()
+
+
+# 31 is odd, so it has an inverse mod 2^32: the hash of any segment is a difference of two
+# prefix sums, scaled (see ``SegmentHashes``).
+_INV31 = pow(31, -1, 1 << 32)
+_POW_TABLE = np.ones(1, dtype=np.uint32)  # 31^i mod 2^32
+_INV_TABLE = np.ones(1, dtype=np.uint32)  # 31^-i mod 2^32
+
+
+def _power_tables(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(31^i, 31^-i) mod 2^32 for i < n (uint32), grown on demand and kept."""
+    global _POW_TABLE, _INV_TABLE
+    if len(_POW_TABLE) < n:
+        size = max(n, 2 * len(_POW_TABLE))
+        powers, inverses = [1] * size, [1] * size
+        for i in range(1, size):
+            powers[i] = powers[i - 1] * 31 & _MASK32
+            inverses[i] = inverses[i - 1] * _INV31 & _MASK32
+        _POW_TABLE = np.array(powers, dtype=np.uint32)
+        _INV_TABLE = np.array(inverses, dtype=np.uint32)
+    return _POW_TABLE, _INV_TABLE
+
+
+class SegmentHashes:
+    """Java's hashCode polynomial of any byte segments of one buffer, without a loop per
+    segment or per length: with ``S[i] = sum(c_j * 31^-j for j < i)`` (mod 2^32),
+    ``hash(data[a:b]) = 31^(b-1) * (S[b] - S[a])``. uint32 arithmetic wraps mod 2^32 as
+    Java's int does. Exact for ASCII segments only (Java hashes UTF-16 units): callers check
+    ``ascii`` and hash the others with the reference."""
+
+    def __init__(self, data: np.ndarray) -> None:
+        powers, inverses = _power_tables(len(data) + 1)
+        self._powers = powers
+        self._sums = np.zeros(len(data) + 1, dtype=np.uint32)
+        np.cumsum(data * inverses[: len(data)], dtype=np.uint32, out=self._sums[1:])
+        self._data = data
+        self._high: np.ndarray | None = None
+
+    def __call__(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """uint32 hashCode of each ``data[start:end]`` (0 for empty segments)."""
+        return self._powers[ends - 1] * (self._sums[ends] - self._sums[starts])
+
+    def ascii(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Per segment: True if every byte is below 0x80."""
+        if self._high is None:
+            self._high = np.zeros(len(self._data) + 1, dtype=np.int64)
+            np.cumsum(self._data >= 0x80, out=self._high[1:])
+        return self._high[ends] == self._high[starts]
+
+
+def abs_index_hash(h: np.ndarray) -> np.ndarray:
+    """RocketMQ's indexKeyHashMethod on uint32 hashCodes: abs of the int32, 0 for MIN."""
+    signed = h.astype(np.uint32).view(np.int32).astype(np.int64)
+    result = np.abs(signed)
+    result[signed == _INT_MIN] = 0
+    return result

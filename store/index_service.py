@@ -15,10 +15,15 @@ from collections.abc import Iterable
 from datetime import datetime
 from operator import mul
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from store.format import SYSFLAG_TRANSACTION_ROLLBACK, DispatchRequest, index_key_hash
+from store.index_batch import EMPTY_COLUMNS, IndexColumns
 from store.index_file import IndexEntry, IndexFile
 from store.index_hash import index_key_hashes
+
+if TYPE_CHECKING:
+    from store.dispatch_columns import DispatchColumns
 
 log = logging.getLogger(__name__)
 
@@ -142,19 +147,35 @@ class IndexService:
                 stamps.append(stamp)
         return list(zip(index_key_hashes(keys), offsets, stamps, strict=True))
 
-    def put_entries_nowait(self, entries: list[IndexEntry]) -> int:
+    def entries_for_columns(self, columns: DispatchColumns) -> IndexColumns:
+        """``entries_for`` on a columnar chunk: the decoder already hashed the keys, so this
+        only drops the keys of rolled-back records and of records already indexed."""
+        rows = columns.key_records
+        if not len(rows):
+            return EMPTY_COLUMNS
+        offsets = columns.offsets[rows]
+        keep = columns.sys_flags[rows] & 0xC != SYSFLAG_TRANSACTION_ROLLBACK
+        # A fresh newest file inherits the previous file's end offset, so it counts too.
+        if self.files and (len(self.files) > 1 or self.files[-1].index_count > 1):
+            keep &= offsets > self.indexed_until
+        if keep.all():
+            return IndexColumns(columns.key_hashes, offsets, columns.store_timestamps[rows])
+        rows = rows[keep]
+        return IndexColumns(columns.key_hashes[keep], offsets[keep], columns.store_timestamps[rows])
+
+    def put_entries_nowait(self, entries: IndexColumns | list[IndexEntry]) -> int:
         """Write what fits in the newest file without creating one (no await). Returns count."""
-        if not entries or not self.files:
+        if not len(entries) or not self.files:
             return 0
         return self.files[-1].put_entries(entries)
 
-    async def put_entries(self, entries: list[IndexEntry]) -> None:
+    async def put_entries(self, entries: IndexColumns | list[IndexEntry]) -> None:
         done = self.put_entries_nowait(entries)
         while done < len(entries):
             await self.roll()
             done += self.files[-1].put_entries(entries[done:])
 
-    def put_entries_blocking(self, entries: list[IndexEntry]) -> None:
+    def put_entries_blocking(self, entries: IndexColumns | list[IndexEntry]) -> None:
         """As ``put_entries``, creating files in the calling thread (recovery, before the
         store serves anything)."""
         done = self.put_entries_nowait(entries)

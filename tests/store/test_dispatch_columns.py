@@ -1,0 +1,221 @@
+"""The columnar dispatch path (``decode_dispatch_columns`` + ``Dispatcher`` on columns) against
+the per-record reference (``decode_dispatches`` + ``Dispatcher`` on DispatchRequests): same
+columns on random raw records, byte-identical ConsumeQueue and IndexFile files, same errors."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import store.index_file as index_file_module
+from store import dispatch_columns
+from store import format as fmt
+from store.consume_queue_table import ConsumeQueueTable
+from store.dispatch_columns import (
+    DispatchColumns,
+    columns_from_requests,
+    decode_dispatch_columns,
+)
+from store.errors import CorruptRecordError
+from store.index_service import IndexService
+from store.reput import Dispatcher
+
+BASE = 1 << 33  # commit log offset of the buffer's first byte
+STAMP = 1_700_000_000_000
+
+# Names that must match, and near misses that must not.
+names = st.sampled_from(
+    ["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "TAG", "TAGSX", "XKEYS", "UNIQ_KE", "UNIQ_KEYS", "A"]
+)
+_value_chars = st.sampled_from("ab Z09-_ é€\x01")  # \x01 may sit inside a value, never \x02
+values = st.text(_value_chars, max_size=10) | st.from_regex(r"[0-9A-F]{32}", fullmatch=True)
+# A pair is "name\x01value", or a bare "name" (which sets the name to "").
+pairs = st.tuples(names, values, st.booleans()).map(
+    lambda p: (p[0] + "\x01" + p[1] if p[2] else p[0]).encode()
+)
+properties = st.tuples(st.lists(pairs, max_size=6), st.booleans(), st.booleans()).map(
+    lambda p: b"\x02".join(p[0]) + (b"\x02" if p[0] and p[1] else b"") + (b"\x02" if p[2] else b"")
+)
+records = st.tuples(
+    st.sampled_from(["T", "TopicB", fmt.SCHEDULE_TOPIC]),
+    st.integers(0, 3),  # queue id
+    st.integers(0, 6),  # queue offset (gaps and overlaps happen)
+    st.sampled_from([0, 2, 4, 8, 12]),  # sys flag: transaction bits included
+    st.integers(0, 5000),  # store time after STAMP
+    properties,
+)
+
+
+def raw_record(
+    topic: str, queue_id: int, queue_offset: int, sys_flag: int, stamp: int, props: bytes
+) -> bytes:
+    """One CommitLog record with exactly these properties bytes (the encoder only writes
+    dicts: no duplicate or bare names)."""
+    body = b"body"
+    raw_topic = topic.encode()
+    total = fmt.RECORD_HEADER_SIZE + len(body) + 1 + len(raw_topic) + 2 + len(props)
+    header = fmt.RECORD_HEADER.pack(
+        total,
+        fmt.MESSAGE_MAGIC_CODE,
+        0,
+        queue_id,
+        0,
+        queue_offset,
+        0,
+        sys_flag,
+        STAMP,
+        bytes(8),
+        STAMP + stamp,
+        bytes(8),
+        0,
+        0,
+        len(body),
+    )
+    return (
+        header + body + bytes([len(raw_topic)]) + raw_topic + len(props).to_bytes(2, "big") + props
+    )
+
+
+def chunk(batch: list[tuple], lead: int = 0) -> tuple[bytes, list[int]]:
+    data = bytearray(lead)
+    positions = []
+    for record in batch:
+        positions.append(len(data))
+        data += raw_record(*record)
+    return bytes(data), positions
+
+
+def assert_same_columns(got: DispatchColumns, expected: DispatchColumns) -> None:
+    assert got.topics == expected.topics
+    assert got.delay_texts == expected.delay_texts
+    for name in (
+        "offsets",
+        "sizes",
+        "queue_ids",
+        "queue_offsets",
+        "sys_flags",
+        "store_timestamps",
+        "topic_ids",
+        "tags_codes",
+        "key_records",
+        "key_hashes",
+    ):
+        assert getattr(got, name).tolist() == getattr(expected, name).tolist(), name
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(records, min_size=1, max_size=40), st.integers(0, 9))
+def test_columns_equal_the_reference_decode_on_random_records(batch, lead):
+    data, positions = chunk(batch, lead)
+    expected = columns_from_requests(fmt.decode_dispatches(data, positions, BASE))
+    # Well-formed records never fall back to the reference decoder.
+    with mock.patch.object(dispatch_columns, "_reference", side_effect=AssertionError):
+        for buf in (data, bytearray(data), memoryview(data)):
+            assert_same_columns(decode_dispatch_columns(buf, positions, BASE), expected)
+
+
+def test_last_pair_of_a_name_wins_and_a_bare_name_clears_it():
+    props = b"TAGS\x01a\x02UNIQ_KEY\x01U1\x02TAGS\x01b c\x02KEYS\x01k1  k2\x02UNIQ_KEY\x02"
+    data, positions = chunk([("T", 0, 0, 0, 0, props)] * 2)
+    cols = decode_dispatch_columns(data, positions, BASE)
+    assert cols.tags_codes.tolist() == [fmt.java_string_hash("b c")] * 2
+    # UNIQ_KEY ends up empty (not indexed); KEYS splits on spaces, empty tokens dropped.
+    assert cols.key_records.tolist() == [0, 0, 1, 1]
+    assert cols.key_hashes.tolist() == [fmt.index_key_hash("T#k1"), fmt.index_key_hash("T#k2")] * 2
+
+
+@pytest.mark.parametrize("damage", ["magic", "short", "props_length"])
+def test_corrupt_records_raise_the_reference_error(damage):
+    data, positions = chunk([("T", 0, i, 0, 0, b"TAGS\x01t\x02") for i in range(40)])
+    broken = bytearray(data)
+    if damage == "magic":
+        broken[positions[7] + 4] ^= 0xFF
+    elif damage == "props_length":
+        broken[positions[8] - 8] ^= 0x01  # PROPERTIESLENGTH low byte of record 7
+    else:
+        broken = broken[:-1]
+    with pytest.raises(CorruptRecordError) as reference:
+        fmt.decode_dispatches(bytes(broken), positions, BASE)
+    with pytest.raises(CorruptRecordError) as columnar:
+        decode_dispatch_columns(bytes(broken), positions, BASE)
+    assert str(columnar.value) == str(reference.value)
+
+
+def _store_files(root: Path) -> dict[str, bytes]:
+    """Every queue file by path; index files by rank (they are named by creation time)."""
+    files = {
+        str(path.relative_to(root)): path.read_bytes()
+        for path in sorted((root / "consumequeue").rglob("*"))
+        if path.is_file()
+    }
+    for rank, path in enumerate(sorted((root / "index").iterdir())):
+        files[f"index #{rank}"] = path.read_bytes()
+    return files
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.lists(records, min_size=1, max_size=30), min_size=1, max_size=4),
+    st.booleans(),
+)
+def test_columnar_dispatch_writes_the_same_queue_and_index_files(chunks, vector_index):
+    """Queue files with 4 units and index files of 7 entries force rolls; every chunk is
+    dispatched twice (a re-dispatch after recovery must change nothing)."""
+    saved = index_file_module.VECTORIZE_FROM
+    index_file_module.VECTORIZE_FROM = 1 if vector_index else 10**9
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            roots = [Path(tmp, "reference"), Path(tmp, "columns")]
+            dispatchers = []
+            for root in roots:
+                queues = ConsumeQueueTable(root / "consumequeue", 4 * fmt.CQ_STORE_UNIT_SIZE)
+                index = IndexService.load_blocking(root / "index", 5, 8)
+                dispatchers.append(Dispatcher(queues, index, [1000, 5000]))
+            offset = 0
+            for batch in chunks:
+                data, positions = chunk(batch)
+                base = BASE + offset
+                offset += len(data)
+                reference, columnar = dispatchers
+                for _ in range(2):
+                    requests = fmt.decode_dispatches(data, positions, base)
+                    advanced, left = reference.dispatch(requests)
+                    advanced_c, left_c = columnar.dispatch(
+                        decode_dispatch_columns(data, positions, base)
+                    )
+                    assert advanced_c == advanced
+                    for dispatcher, leftover in ((reference, left), (columnar, left_c)):
+                        if len(leftover):
+                            assert dispatcher.index is not None
+                            dispatcher.index.put_entries_blocking(leftover)
+            for dispatcher in dispatchers:
+                assert dispatcher.index is not None
+                dispatcher.index.close()
+                dispatcher.queues.close()
+            assert _store_files(roots[1]) == _store_files(roots[0])
+    finally:
+        index_file_module.VECTORIZE_FROM = saved
+
+
+def test_plan_groups_each_queue_into_runs_of_consecutive_offsets():
+    batch = [("T", 0, 5, 0, 0, b""), ("T", 1, 0, 0, 0, b""), ("T", 0, 6, 0, 0, b"")]
+    batch += [("T", 0, 9, 0, 0, b""), ("T", 0, 10, 4, 0, b""), ("T", 0, 10, 0, 0, b"")]
+    data, positions = chunk(batch)
+    dispatcher = Dispatcher(None, None, [])  # type: ignore[arg-type]
+    plan = dispatcher.plan(decode_dispatch_columns(data, positions, BASE))
+    # The prepared half (sys flag 4) gets no unit: 9 and 10 stay one run.
+    assert [(run.key, run.first, run.count) for run in plan.runs] == [
+        (("T", 0), 5, 2),
+        (("T", 0), 9, 2),
+        (("T", 1), 0, 1),
+    ]
+    units = np.frombuffer(plan.runs[1].units, ">i8,>i4,>i8")
+    assert units["f0"].tolist() == [BASE + positions[3], BASE + positions[5]]
+    reference = dispatcher.plan(fmt.decode_dispatches(data, positions, BASE))
+    assert sorted(reference.runs) == sorted(plan.runs)
