@@ -14,7 +14,8 @@ segments while the loop works.)
   into a StoredMessage; best of 3 passes.
 - put: the facade's write path (64 writers, batches of 16, dispatch on the same loop).
 - dispatch: the ReputService's rate from CommitLog records to ConsumeQueue units + index
-  entries (UNIQ_KEY and one KEYS entry per message, as the SDK sends them).
+  entries (``--props full``: TAGS, one KEYS entry and a UNIQ_KEY per message; ``--props
+  uniq``: only the UNIQ_KEY every SDK message carries), and its loop-thread CPU per message.
 - recovery: a child process appends ``--recovery-mib`` of 1 KiB messages (ASYNC_FLUSH, real
   1 GiB segments), waits for dispatch, keeps putting for 3 s (dispatch falls behind up to
   ``max_dispatch_lag_bytes``) and is SIGKILLed mid-load; the parent then times
@@ -52,14 +53,16 @@ def _config(root: str, messages: int) -> StoreConfig:
     )
 
 
-def _batch(seq: int) -> list[MessageInput]:
-    return [
-        MessageInput(
-            BODY,
-            {"TAGS": "TagA", "KEYS": f"order-{seq}-{j}", "UNIQ_KEY": f"7F000001{seq:012X}{j:04X}"},
-        )
-        for j in range(BATCH)
-    ]
+def _batch(seq: int, props: str = "full") -> list[MessageInput]:
+    """``full``: TAGS, one KEYS entry and a UNIQ_KEY per message; ``uniq``: only the UNIQ_KEY
+    (what every SDK message carries)."""
+    batch = []
+    for j in range(BATCH):
+        properties = {"UNIQ_KEY": f"7F000001{seq:012X}{j:04X}"}
+        if props == "full":
+            properties = {"TAGS": "TagA", "KEYS": f"order-{seq}-{j}", **properties}
+        batch.append(MessageInput(BODY, properties))
+    return batch
 
 
 class Clock:
@@ -71,6 +74,10 @@ class Clock:
         wall = time.perf_counter() - self.wall
         cpu = time.thread_time() - self.cpu
         return f"{count / wall:>10,.0f} msg/s wall  {count / max(cpu, 1e-9):>10,.0f} msg/s cpu"
+
+    def us_per(self, count: int) -> str:
+        cpu = time.thread_time() - self.cpu
+        return f"{cpu / max(count, 1) * 1e6:5.2f} us/msg cpu"
 
 
 def _read_all(store: MessageStore, topic: str, queues: int, batch: int) -> int:
@@ -86,7 +93,9 @@ def _read_all(store: MessageStore, topic: str, queues: int, batch: int) -> int:
     return read
 
 
-async def bench_read_and_dispatch(messages: int, root: str, reads: bool = True) -> None:
+async def bench_read_and_dispatch(
+    messages: int, root: str, reads: bool = True, props: str = "full", chunk_kib: int = 0
+) -> None:
     store = MessageStore(_config(root, messages))
     await store.start()
     try:
@@ -94,13 +103,15 @@ async def bench_read_and_dispatch(messages: int, root: str, reads: bool = True) 
             topic = f"Bench{queues}"
             reput = store.reput_service
             await reput.stop()  # pause dispatch to time it alone
+            if chunk_kib:
+                reput.chunk_bytes = chunk_kib * 1024
             for seq in range(messages // BATCH):
-                store.append(topic, seq % queues, _batch(seq))
+                store.append(topic, seq % queues, _batch(seq, props))
             total = messages // BATCH * BATCH
             clock = Clock()
             reput.start()
             assert await store.wait_dispatched(600), "dispatch did not finish"
-            print(f"dispatch  {layout}            {clock.rates(total)}")
+            print(f"dispatch  {layout}            {clock.rates(total)}  {clock.us_per(total)}")
             for batch in (32, 256) if reads else ():
                 best = ""
                 best_cpu = float("inf")
@@ -239,12 +250,28 @@ def main() -> None:
     parser.add_argument(
         "--dispatch-only", action="store_true", help="only the dispatch section (profiling)"
     )
+    parser.add_argument(
+        "--props",
+        choices=("full", "uniq"),
+        default="full",
+        help="message properties: TAGS + one KEYS + UNIQ_KEY (full) or only UNIQ_KEY (uniq)",
+    )
+    parser.add_argument(
+        "--chunk-kib", type=int, default=0, help="dispatch chunk size (default: the reput's)"
+    )
     args = parser.parse_args()
     base = tempfile.mkdtemp(prefix="wharf-bench-", dir=args.dir)
     try:
-        print(f"store bench (queues): {args.messages:,} x 1 KiB messages, batches of {BATCH}")
+        print(
+            f"store bench (queues): {args.messages:,} x 1 KiB messages, batches of {BATCH}, "
+            f"properties {args.props}"
+        )
         root = os.path.join(base, "read")
-        asyncio.run(bench_read_and_dispatch(args.messages, root, not args.dispatch_only))
+        asyncio.run(
+            bench_read_and_dispatch(
+                args.messages, root, not args.dispatch_only, args.props, args.chunk_kib
+            )
+        )
         for mode in () if args.dispatch_only else ("ASYNC_FLUSH", "SYNC_FLUSH"):
             asyncio.run(bench_put(args.messages, os.path.join(base, f"put-{mode}"), mode))
         if args.recovery_mib:
