@@ -107,8 +107,14 @@ async def run_consume(options: BenchOptions, stats: BenchStats) -> None:
                     result = await consumer.pull(
                         queue, offset, max_messages=min(options.batch, end - offset)
                     )
+                    # Honest consumption: every message's body and UNIQ_KEY msg_id is read
+                    # (what an application does at the least), not just counted.
+                    nbytes = 0
+                    for message in result.messages:
+                        nbytes += len(message.body)
+                        if not message.msg_id:
+                            stats.errors += 1
                     elapsed = (time.perf_counter() - started) * 1000
-                    nbytes = sum(len(m.body) for m in result.messages)
                     stats.record(len(result.messages), nbytes, elapsed)
                     if result.next_begin_offset <= offset:
                         break

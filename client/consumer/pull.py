@@ -24,6 +24,7 @@ import grpc
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
 from client.channel import open_channel
+from client.consumer.pull_wire import pull_callable
 from client.consumer.start_offset import queue_bounds, search_offset
 from client.errors import ClientClosedError, InvalidArgumentError, from_rpc_error
 from client.message import MessageQueue, ReceivedMessage
@@ -54,6 +55,7 @@ class PullConsumer:
         self.group = group
         self._channel: grpc.aio.Channel | None = None
         self._stub: messaging_pb2_grpc.MessagingServiceStub | None = None
+        self._pull: grpc.aio.UnaryUnaryMultiCallable | None = None
         self._routes: RouteCache | None = None
         self._positions: dict[MessageQueue, int] = {}
         self._tags: dict[str, str] = {}
@@ -70,6 +72,7 @@ class PullConsumer:
         if self._channel is None:
             self._channel = open_channel(self.endpoints)
             self._stub = messaging_pb2_grpc.MessagingServiceStub(self._channel)
+            self._pull = pull_callable(self._channel)
             self._routes = RouteCache(self._stub)
 
     async def close(self) -> None:
@@ -77,6 +80,7 @@ class PullConsumer:
             await self._channel.close(None)
             self._channel = None
             self._stub = None
+            self._pull = None
 
     def _require(self) -> messaging_pb2_grpc.MessagingServiceStub:
         if self._stub is None:
@@ -113,7 +117,9 @@ class PullConsumer:
             raw_records=True,  # stored record bytes, decoded lazily here (client.records)
         )
         try:
-            reply = await self._require().PullMessage(request, timeout=max_wait_ms / 1000.0 + 10.0)
+            self._require()
+            assert self._pull is not None
+            reply = await self._pull(request, timeout=max_wait_ms / 1000.0 + 10.0)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
         try:

@@ -38,6 +38,7 @@ from client.channel import open_channel
 from client.consumer.consume_service import ConcurrentConsumeService, Handler
 from client.consumer.membership import GroupMembership
 from client.consumer.offset_store import LocalOffsetStore, RemoteOffsetStore
+from client.consumer.pull_wire import pull_callable
 from client.consumer.queue_worker import QueueWorker
 from client.consumer.start_offset import compute_start_offset
 from client.errors import InvalidArgumentError, WharfError
@@ -149,6 +150,7 @@ class PushConsumer:
         self._membership: GroupMembership | None = None
         self._channel: grpc.aio.Channel | None = None
         self._stub: messaging_pb2_grpc.MessagingServiceStub | None = None
+        self._pull: grpc.aio.UnaryUnaryMultiCallable | None = None
         self._offsets: RemoteOffsetStore | LocalOffsetStore | None = None
         self._routes: RouteCache | None = None
         self._running = False
@@ -181,6 +183,7 @@ class PushConsumer:
             self._subscriptions.setdefault(retry_topic(self.group), "*")
         self._channel = open_channel(self.endpoints)
         self._stub = messaging_pb2_grpc.MessagingServiceStub(self._channel)
+        self._pull = pull_callable(self._channel)
         self._routes = RouteCache(self._stub, ttl_s=0.0)
         self._membership = GroupMembership(
             self._stub,
@@ -358,6 +361,7 @@ class PushConsumer:
 
         worker = QueueWorker(
             stub=self._stub,
+            pull=self._pull,
             group=self.group,
             queue=queue,
             tag_expression=expression,

@@ -11,6 +11,7 @@ import grpc
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
 from client.consumer.process_queue import ProcessQueue
+from client.consumer.pull_wire import PullReply
 from client.errors import WharfError, from_rpc_error
 from client.message import MessageQueue, ReceivedMessage
 from client.records import messages_from_reply
@@ -25,6 +26,7 @@ class QueueWorker:
         self,
         *,
         stub: messaging_pb2_grpc.MessagingServiceStub,
+        pull: grpc.aio.UnaryUnaryMultiCallable | None = None,
         group: str,
         queue: MessageQueue,
         tag_expression: str,
@@ -40,7 +42,8 @@ class QueueWorker:
     ) -> None:
         self.queue = queue
         self.process_queue: ProcessQueue | None = None
-        self._stub = stub
+        # ``pull``: PullMessage with the zero-copy reply decoder (pull_wire.pull_callable).
+        self._pull = pull if pull is not None else stub.PullMessage
         self._group = group
         self._tag_expression = tag_expression
         self._start_offset = start_offset
@@ -101,9 +104,7 @@ class QueueWorker:
             if commit is not None:
                 request.commit_offset = commit
             try:
-                reply = await self._stub.PullMessage(
-                    request, timeout=self._long_poll_ms / 1000.0 + 10.0
-                )
+                reply = await self._pull(request, timeout=self._long_poll_ms / 1000.0 + 10.0)
             except grpc.RpcError as exc:
                 log.warning("pull %s failed: %s", self.queue, from_rpc_error(exc))
                 await asyncio.sleep(self._error_backoff_s)
@@ -112,7 +113,9 @@ class QueueWorker:
                 self._on_committed(commit)
             self._handle(pq, reply)
 
-    def _handle(self, pq: ProcessQueue, reply: messaging_pb2.PullMessageResponse) -> None:
+    def _handle(
+        self, pq: ProcessQueue, reply: messaging_pb2.PullMessageResponse | PullReply
+    ) -> None:
         if reply.status == messaging_pb2.FOUND:
             messages = messages_from_reply(reply, self._tag_expression)
             pq.add(messages, reply.next_begin_offset)
