@@ -112,7 +112,6 @@ def test_big_raw_pull_returns_the_same_bytes_and_counts_as_the_scalar_path() -> 
 def test_a_unit_that_disagrees_with_the_log_is_not_returned_unchecked() -> None:
     data = records(100)
     units = units_of(data)
-    phys = np.array([u[0] for u in units], np.int64)
     sizes = np.array([u[1] for u in units], np.int64)
     sizes[50] += 1  # the log says otherwise: the vectorized check must refuse the run
     assert get_raw._check_run_vectorized(data, sizes) is None
