@@ -66,6 +66,8 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 from typing import Any
 
+import numpy as np
+
 from store.allocate_service import AllocateMappedFileService
 from store.checkpoint import StoreCheckpoint
 from store.commit_log_reader import CommitLogReads, DispatchBatch
@@ -83,7 +85,8 @@ from store.group_commit import GroupCommitService
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue, create_segment_blocking
 from store.model import AppendResult, MessageInput
-from store.record_batch import born_host_bytes, patch_records
+from store.record_batch import born_host_bytes
+from store.record_check import patch_records
 from store.transient_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
@@ -315,12 +318,12 @@ class CommitLog(CommitLogReads):
         queue_id: int,
         first_queue_offset: int,
         data: bytes,
-        positions: Sequence[int],
+        positions: np.ndarray,
         born_host: str,
         store_timestamp: int | None = None,
     ) -> AppendResult:
         """Append a send batch of pre-encoded records already checked by
-        ``record_batch.check_records`` (``positions``: where each starts in ``data``): the
+        ``record_check.check_records`` (``positions``: where each starts in ``data``): the
         broker-owned fields are patched on a private copy, which is written with one copy.
         Same contract as ``append``."""
         if self._error is not None:
@@ -356,7 +359,7 @@ class CommitLog(CommitLogReads):
         count = len(positions)
         self.messages_put_total += count
         self.bytes_put_total += size
-        offsets = [start + pos for pos in positions]
+        offsets = (positions + start).tolist()
         sizes = [b - a for a, b in pairwise(offsets)]
         sizes.append(start + size - offsets[-1])
         return AppendResult(

@@ -63,7 +63,7 @@ from store.model import (
     TagFilter,
 )
 from store.queue_flush import FlushConsumeQueueService
-from store.record_batch import check_records
+from store.record_check import check_records
 from store.recovery import RecoveredState, recover_blocking
 from store.reput import CommitLogSource, Dispatcher, QueueAdvance, ReputService
 from store.schedule import (

@@ -96,9 +96,15 @@ def corrupt_crc(data: bytes) -> bytes:
     [
         (corrupt_crc(record("rec", b"bad body", 1)), "record #1 of the batch is invalid: BODYCRC"),
         (record("other", b"wrong topic", 1), "record #1 of the batch is invalid: its topic"),
-        (record("rec", b"later", 1, b"DELAY\x013\x02"), "DELAY"),
-        (record("rec", b"cut short", 1)[:-3], "record #1 of the batch is invalid"),
-        (record("rec", b"x", 1, b"NAME-WITHOUT-VALUE\x02"), "name\\x01value\\x02 pairs"),
+        (
+            encode_record(topic_tail("rec"), b"tx", b"UNIQ_KEY\x01U\x02", 0, 4, 0),
+            "record #1 of the batch is invalid: SYSFLAG",
+        ),
+        (
+            encode_record(topic_tail("rec"), b"x", b"UNIQ_KEY\x01no-end", 0, 0, 0),
+            "PROPERTIES do not end with",
+        ),
+        (record("rec", b"x" * 70_000, 1), "maxMessageSize"),
     ],
 )
 def test_one_bad_record_fails_the_request_and_writes_nothing(
