@@ -86,7 +86,7 @@ def decode_dispatch_columns(
     ``buf[0]``) as columns. CorruptRecordError exactly when ``decode_dispatches`` raises."""
     count = len(positions)
     pos = np.fromiter(positions, np.int64, count)
-    if int(pos.max()) + RECORD_HEADER_SIZE > len(buf):
+    if int(np.maximum.reduce(pos)) + RECORD_HEADER_SIZE > len(buf):
         return _reference(buf, positions, base_offset)  # a truncated header
     view = np.frombuffer(buf, np.uint8)  # zero-copy; the gather below copies
     try:
@@ -312,8 +312,9 @@ def _index_keys(
         prefix = np.uint32(_prefix_hash(topics[0]))
     else:
         prefix = np.array([_prefix_hash(t) for t in topics], dtype=np.uint32)[topic_ids[rows]]
-    powers, _ = _power_tables(int((ends - starts).max()) + 1)
-    full = prefix * powers[ends - starts] + hashes(starts, ends)
+    lengths = ends - starts
+    powers, _ = _power_tables(int(np.maximum.reduce(lengths)) + 1)
+    full = prefix * powers[lengths] + hashes(starts, ends)
     result = abs_index_hash(full)
     if check_ascii:
         for i in (~hashes.ascii(starts, ends)).nonzero()[0].tolist():

@@ -102,7 +102,8 @@ def put_entries_vectorized(
     packed["hash"] = hashes
     packed["offset"] = entries.offsets
     if begin_timestamp > 0:
-        packed["diff"] = np.clip((entries.stamps - begin_timestamp) // 1000, 0, _INT_MAX)
+        diffs = (entries.stamps - begin_timestamp) // 1000
+        packed["diff"] = np.minimum(np.maximum(diffs, 0, out=diffs), _INT_MAX, out=diffs)
     else:
         packed["diff"] = 0
     packed["prev"] = prev
