@@ -13,8 +13,8 @@ a length-delimited field 3 or all producer-encoded records as field 6 (the fast 
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
-from collections.abc import AsyncIterator
 
 import grpc
 from wharf.v1 import common_pb2, messaging_pb2
@@ -60,7 +60,11 @@ def encode_records_request(head: bytes, request_id: int, records: list[bytes]) -
 
 class SendStream:
     def __init__(self, channel: grpc.aio.Channel) -> None:
-        self._requests: asyncio.Queue[bytes | None] = asyncio.Queue()
+        # Requests are written by the caller itself when no write is in progress (no queue or
+        # writer task to hop through: a round trip was ~0.6 ms slower with them); a caller
+        # that finds a write in progress leaves its request to that writer.
+        self._backlog: collections.deque[bytes] = collections.deque()
+        self._writing = False
         self._pending: dict[int, asyncio.Future[messaging_pb2.SendMessageResponse]] = {}
         self._ids = itertools.count(1)
         call_factory = channel.stream_stream(
@@ -68,9 +72,10 @@ class SendStream:
             request_serializer=None,  # requests are encoded here (bytes)
             response_deserializer=messaging_pb2.SendMessageResponse.FromString,
         )
-        self._call = call_factory(self._request_iterator())
+        self._call = call_factory()
         self._reader = asyncio.get_running_loop().create_task(self._read_loop())
         self.broken: WharfError | None = None
+        self._orphans: set[asyncio.Task[None]] = set()
 
     @property
     def pending(self) -> int:
@@ -103,26 +108,45 @@ class SendStream:
             raise self.broken
         future = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
-        self._requests.put_nowait(data)
         try:
+            self._backlog.append(data)
+            if not self._writing:
+                await self._write_backlog()
             return await future
         finally:
             self._pending.pop(request_id, None)
 
+    async def _write_backlog(self) -> None:
+        self._writing = True
+        try:
+            while self._backlog and self.broken is None:
+                await self._call.write(self._backlog.popleft())
+        except (grpc.RpcError, asyncio.InvalidStateError):
+            pass  # the call ended: the read loop fails every pending request with the cause
+        finally:
+            self._writing = False
+            if self._backlog and self.broken is None:
+                # This writer was cancelled (its caller's deadline): hand the rest over.
+                task = asyncio.get_running_loop().create_task(self._write_backlog())
+                self._orphans.add(task)
+                task.add_done_callback(self._orphans.discard)
+
     async def close(self) -> None:
-        self._requests.put_nowait(None)  # half-close: the broker ends the stream after replies
+        try:
+            while self._writing or self._backlog:
+                if not self._writing:
+                    await self._write_backlog()
+                else:
+                    await asyncio.sleep(0.001)
+            if self.broken is None:
+                await self._call.done_writing()  # the broker ends the stream after its replies
+        except (grpc.RpcError, asyncio.InvalidStateError):
+            pass
         try:
             await asyncio.wait_for(asyncio.shield(self._reader), 5.0)
         except (TimeoutError, asyncio.CancelledError):
             self._call.cancel()
             self._reader.cancel()
-
-    async def _request_iterator(self) -> AsyncIterator[bytes]:
-        while True:
-            request = await self._requests.get()
-            if request is None:
-                return
-            yield request
 
     async def _read_loop(self) -> None:
         error: WharfError = UnavailableError("send stream ended by the broker")
@@ -137,9 +161,7 @@ class SendStream:
             error = ClientClosedError("producer closed")
         finally:
             self.broken = error
-            # End the request generator too: gRPC's writer task would otherwise stay parked
-            # in it and be destroyed pending ("aclose(): generator is already running").
-            self._requests.put_nowait(None)
+            self._backlog.clear()
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(error)
