@@ -12,7 +12,6 @@ Prints ratios Wharf/peer and writes ``bench-results.json`` at the repository roo
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import uvloop
 from rich.console import Console
 from rich.table import Table
 
@@ -49,6 +49,13 @@ def wharf_bench(endpoint: str, workload: str, **options: Any) -> dict[str, Any]:
         if "result" in doc:
             return dict(doc["result"])
     raise RuntimeError(f"wharf bench {workload} failed ({proc.returncode}): {proc.stderr[-800:]}")
+
+
+# Producer settings of every Wharf produce run: one stream, two requests in flight (while one
+# is being stored the next fills up: few, large requests; measured best on this 2-core box).
+PRODUCER = {"streams": 1, "max_in_flight": 2}
+
+PEERS = ("redis_benchmark", "redis_benchmark_p16", "redis_py")
 
 
 def ratio(ours: float, theirs: float) -> float | None:
@@ -92,33 +99,25 @@ class Comparison:
     def run_wharf_async(self, root: Path) -> None:
         c, size = self.args.clients, self.args.size
         with start_wharf(root, {"flushDiskType": "ASYNC_FLUSH"}) as broker:
-            # Same messages in flight as redis-benchmark -c 50 -P 16: 800 send() calls
-            # outstanding, which the SDK's auto-batcher packs into multi-message requests.
-            self.note(f"wharf ASYNC_FLUSH produce: {c * 16} tasks x auto-batched send()")
-            figures = wharf_bench(
-                broker.endpoint,
-                "produce",
-                topic="bench",
-                tasks=c * 16,
-                batch=1,
-                size=size,
-                duration=self.duration,
-            )
-            self._set(
-                "produce_async", "wharf", figures, how=f"{c * 16} tasks x send() (auto-batched)"
-            )
+            # redis-benchmark -c 50 -P 16 keeps 800 XADDs in flight on 50 connections; the
+            # same here: 50 tasks each awaiting send_batch(16) (the SDK's pipelining), which
+            # the producer packs into few large requests.
             self.note(f"wharf ASYNC_FLUSH produce: {c} tasks x send_batch(16)")
             figures = wharf_bench(
-                broker.endpoint,
-                "produce",
-                topic="bench2",
-                tasks=c,
-                batch=16,
-                size=size,
-                duration=self.duration,
-            )
+                broker.endpoint, "produce", topic="bench", tasks=c, batch=16, size=size,
+                duration=self.duration, **PRODUCER,
+            )  # fmt: skip
+            self._set("produce_async", "wharf", figures, how=f"{c} tasks x send_batch(16)")
+            self.note(f"wharf ASYNC_FLUSH produce: {c * 16} tasks x send() (auto-batched)")
+            figures = wharf_bench(
+                broker.endpoint, "produce", topic="bench2", tasks=c * 16, batch=1, size=size,
+                duration=self.duration, **PRODUCER,
+            )  # fmt: skip
             self._set(
-                "produce_async", "wharf_send_batch16", figures, how=f"{c} tasks x send_batch(16)"
+                "produce_async",
+                "wharf_send",
+                figures,
+                how=f"{c * 16} tasks x send() (auto-batched)",
             )
             self.note(f"wharf consume: {c} pullers, pulls of 100")
             figures = wharf_bench(
@@ -136,17 +135,18 @@ class Comparison:
     def run_wharf_sync(self, root: Path) -> None:
         c, size = self.args.clients, self.args.size
         with start_wharf(root, {"flushDiskType": "SYNC_FLUSH"}) as broker:
-            self.note(f"wharf SYNC_FLUSH produce: {c} tasks x send()")
+            self.note(f"wharf SYNC_FLUSH produce: {c} tasks x send_batch(16)")
             figures = wharf_bench(
-                broker.endpoint,
-                "produce",
-                topic="bench",
-                tasks=c,
-                batch=1,
-                size=size,
-                duration=self.duration,
-            )
-            self._set("produce_sync", "wharf", figures, how=f"{c} tasks x send() (auto-batched)")
+                broker.endpoint, "produce", topic="bench", tasks=c, batch=16, size=size,
+                duration=self.duration, **PRODUCER,
+            )  # fmt: skip
+            self._set("produce_sync", "wharf", figures, how=f"{c} tasks x send_batch(16)")
+            self.note(f"wharf SYNC_FLUSH produce: {c} tasks x send() (one message each)")
+            figures = wharf_bench(
+                broker.endpoint, "produce", topic="bench1", tasks=c, batch=1, size=size,
+                duration=self.duration, **PRODUCER,
+            )  # fmt: skip
+            self._set("produce_sync", "wharf_send", figures, how=f"{c} tasks x send()")
             for measure, rate in self.e2e_rates():
                 self.note(f"wharf SYNC_FLUSH e2e at {rate} msg/s")
                 figures = wharf_bench(
@@ -179,7 +179,7 @@ class Comparison:
                 how=f"-c {c} -P 16 XADD",
             )
             self.note(f"redis everysec: redis-py XADD {c} tasks x pipeline 16")
-            rp = asyncio.run(
+            rp = uvloop.run(
                 redis_peer.redispy_produce(
                     redis.endpoint, tasks=c, pipeline=16, count=self.n(300_000), size=size
                 )
@@ -200,7 +200,7 @@ class Comparison:
                 how=f"-c {c} XRANGE COUNT 100",
             )
             self.note(f"redis: redis-py XRANGE COUNT 100, {c} tasks")
-            rp = asyncio.run(
+            rp = uvloop.run(
                 redis_peer.redispy_consume(
                     redis.endpoint, tasks=c, count_per_read=100, reads=self.n(20_000), pipeline=1
                 )
@@ -224,8 +224,22 @@ class Comparison:
                 {"msgs_per_s": rb["rps"], **rb},
                 how=f"-c {c} -P 1 XADD",
             )
+            self.note(f"redis always: redis-benchmark XADD -c {c} -P 16")
+            rb = redis_peer.redis_benchmark(
+                redis.endpoint,
+                redis_peer.xadd_args(size),
+                clients=c,
+                requests=self.n(600_000),
+                pipeline=16,
+            )
+            self._set(
+                "produce_sync",
+                "redis_benchmark_p16",
+                {"msgs_per_s": rb["rps"], **rb},
+                how=f"-c {c} -P 16 XADD",
+            )
             self.note(f"redis always: redis-py XADD {c} tasks, no pipeline")
-            rp = asyncio.run(
+            rp = uvloop.run(
                 redis_peer.redispy_produce(
                     redis.endpoint, tasks=c, pipeline=1, count=self.n(60_000), size=size
                 )
@@ -233,7 +247,7 @@ class Comparison:
             self._set("produce_sync", "redis_py", rp, how=f"{c} tasks x 1")
             for measure, rate in self.e2e_rates():
                 self.note(f"redis always: redis-py e2e at {rate} msg/s (XADD + XREAD BLOCK)")
-                rp = asyncio.run(
+                rp = uvloop.run(
                     redis_peer.redispy_e2e(
                         redis.endpoint, rate=rate, duration_s=self.duration, size=size
                     )
@@ -245,7 +259,7 @@ class Comparison:
         for name, entry in self.measures.items():
             ours = entry.get("wharf", {})
             ratios: dict[str, float | None] = {}
-            for peer in ("redis_benchmark", "redis_py"):
+            for peer in PEERS:
                 theirs = entry.get(peer)
                 if not theirs or not ours:
                     continue
@@ -259,33 +273,35 @@ class Comparison:
             entry["ratios"] = ratios
 
     def print_table(self) -> None:
+        """One row per comparison: Wharf's figure, a peer's, and the ratio (Wharf variants
+        without a peer of their own get rows of their own)."""
         table = Table(title="Wharf vs Redis Streams (1 box, loopback)", title_justify="left")
-        for col in (
-            "measure",
-            "wharf",
-            "redis-benchmark",
-            "redis-py",
-            "wharf/redis-benchmark",
-            "wharf/redis-py",
-        ):
+        for col in ("measure", "wharf", "how", "peer", "peer how", "peer figure", "wharf/peer"):
             table.add_column(col)
         for name, entry in self.measures.items():
             latency = name.startswith("e2e")
             key, unit, prefix = (
                 ("p99_ms", " ms p99", "p99") if latency else ("msgs_per_s", " msg/s", "throughput")
             )
-            cells = []
-            for who in ("wharf", "redis_benchmark", "redis_py"):
+
+            def figure(
+                who: str, entry: dict[str, Any] = entry, key: str = key, unit: str = unit
+            ) -> str:
                 value = entry.get(who, {}).get(key)
-                cells.append("-" if value is None else f"{value:,.1f}{unit}")
+                return "-" if value is None else f"{value:,.1f}{unit}"
+
+            ours = entry.get("wharf", {})
             ratios = entry.get("ratios", {})
-            for peer in ("redis_benchmark", "redis_py"):
-                value = ratios.get(f"{prefix}_vs_{peer}")
-                cells.append("-" if value is None else f"{value:.2f}x")
-            table.add_row(name, *cells)
-        auto = self.measures.get("produce_async", {}).get("wharf_send_batch16")
-        if auto:
-            table.caption = f"produce_async, {auto['how']}: {auto.get('msgs_per_s', 0):,.0f} msg/s"
+            for peer in PEERS:
+                if peer in entry:
+                    value = ratios.get(f"{prefix}_vs_{peer}")
+                    table.add_row(
+                        name, figure("wharf"), ours.get("how", ""), peer.replace("_", "-"),
+                        entry[peer].get("how", ""), figure(peer),
+                        "-" if value is None else f"{value:.2f}x",
+                    )  # fmt: skip
+            for who in sorted(w for w in entry if w.startswith("wharf_")):
+                table.add_row(name, figure(who), entry[who].get("how", ""), "", "", "", "")
         Console().print(table)
 
 

@@ -35,3 +35,8 @@ def test_quick_comparison_writes_every_measure_and_ratio(tmp_path: Path) -> None
     for name in ("produce_async", "produce_sync", "consume"):
         assert measures[name]["redis_benchmark"]["msgs_per_s"] > 0
         assert "throughput_vs_redis_benchmark" in measures[name]["ratios"]
+    # Each produce measure has the unpipelined send() variant next to the headline figure,
+    # and SYNC_FLUSH is also compared with Redis `always` at the same pipelining.
+    assert measures["produce_async"]["wharf_send"]["msgs_per_s"] > 0
+    assert measures["produce_sync"]["wharf_send"]["msgs_per_s"] > 0
+    assert measures["produce_sync"]["ratios"]["throughput_vs_redis_benchmark_p16"] > 0
