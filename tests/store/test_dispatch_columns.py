@@ -210,7 +210,7 @@ def test_plan_groups_each_queue_into_runs_of_consecutive_offsets():
     dispatcher = Dispatcher(None, None, [])  # type: ignore[arg-type]
     plan = dispatcher.plan(decode_dispatch_columns(data, positions, BASE))
     # The prepared half (sys flag 4) gets no unit: 9 and 10 stay one run.
-    assert [(run.key, run.first, run.count) for run in plan.runs] == [
+    assert [(run.key, run.first, run.unit_count) for run in plan.runs] == [
         (("T", 0), 5, 2),
         (("T", 0), 9, 2),
         (("T", 1), 0, 1),
