@@ -94,7 +94,7 @@ class Producer:
         linger_ms: float = 0.0,
         batch_max_messages: int = 512,
         batch_max_bytes: int = 1 << 20,
-        max_in_flight: int = 8,
+        max_in_flight: int = 2,
         streams: int = 1,
         transport: str = "stream",
         compress_threshold: int = COMPRESS_THRESHOLD,
