@@ -302,7 +302,14 @@ class Producer:
         ids = new_unique_ids(len(messages))
         items: list[Any] = []
         key: _BatchKey | None = None
-        for message, uid in zip(messages, ids, strict=True):
+        threshold = self.compress_threshold
+        if all(m.__class__ is bytes and 0 < len(m) <= threshold for m in messages):
+            # Fast path: bare bodies (the bulk-loading case), no per-message option checks.
+            encoder = self._encoder
+            encode, tail = encoder.encode_bare, encoder.tail(topic)
+            items = [(encode(tail, m, uid), uid) for m, uid in zip(messages, ids, strict=True)]  # type: ignore[arg-type]
+            key = (topic, queue_id, False)
+        for message, uid in zip(() if items else messages, ids, strict=False):
             item, item_key = self._batch_item_of(topic, message, uid, queue_id)
             if key is None:
                 key = item_key
