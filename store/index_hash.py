@@ -83,6 +83,11 @@ _POW_TABLE = np.ones(1, dtype=np.uint32)  # 31^i mod 2^32
 _INV_TABLE = np.ones(1, dtype=np.uint32)  # 31^-i mod 2^32
 
 
+def power_table(n: int) -> np.ndarray:
+    """31^i mod 2^32 for i < n (uint32)."""
+    return _power_tables(n)[0]
+
+
 def _power_tables(n: int) -> tuple[np.ndarray, np.ndarray]:
     """(31^i, 31^-i) mod 2^32 for i < n (uint32), grown on demand and kept."""
     global _POW_TABLE, _INV_TABLE
