@@ -1,5 +1,6 @@
 """CommitLogSource (the reput's reader) returns the records ``CommitLog.iter_dispatch`` returns,
-in one-segment steps, never past the dispatch limit, across blank tails, in both decodings."""
+in one-segment steps, never past the dispatch limit, across blank tails, in both decodings; and
+a backlog dispatched as columns is visible through the facade."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import pytest
 import store.reput as reput_module
 from store.commit_log import CommitLog
 from store.config import StoreConfig
-from store.dispatch_columns import DispatchColumns
+from store.dispatch_columns import DispatchColumns, decode_dispatch_columns
+from store.filter import parse_tag_expression
+from store.message_store import MessageStore
 from store.model import MessageInput
 from store.reput import CommitLogSource
+from tests.store.test_store_helpers import msg, small_config
 
 SEGMENT = 8 * 1024
 
@@ -72,3 +76,43 @@ def test_source_reads_what_iter_dispatch_reads_up_to_the_limit(
         assert seen == expected[:50] and end == expected[50]
     finally:
         log.close()
+
+
+async def test_a_backlog_dispatched_as_columns_is_pulled_and_queried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the facade: a backlog of several hundred records goes through the columnar path
+    (chunks far above COLUMNS_FROM); queues, tag filters and index queries see all of it."""
+    columnar: list[int] = []
+
+    def decode(buf: object, positions: list[int], base: int) -> DispatchColumns:
+        columnar.append(len(positions))
+        return decode_dispatch_columns(buf, positions, base)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reput_module, "decode_dispatch_columns", decode)
+    config = small_config(
+        tmp_path,
+        mapped_file_size_commit_log=1 << 20,
+        mapped_file_size_consume_queue=20 * 1000,
+        max_hash_slot_num=64,
+        max_index_num=2000,
+    )
+    store = MessageStore(config)
+    await store.start()
+    try:
+        reput = store.reput_service
+        await reput.stop()  # build a backlog
+        for i in range(300):
+            tags = "even" if i % 2 == 0 else "odd"
+            store.append("T", i % 2, [msg(f"m{i}", tags=tags, keys=f"k{i} shared", uniq=f"U{i}")])
+        reput.start()
+        assert await store.wait_dispatched()
+        assert reput.dispatched_messages == 300 and sum(columnar) == 300
+        got = store.get_messages("T", 0, 0, 1000, parse_tag_expression("even"))
+        assert [m.body for m in got.messages] == [f"m{i}".encode() for i in range(0, 300, 2)]
+        assert store.get_messages("T", 1, 0, 1000, parse_tag_expression("even")).messages == []
+        assert [m.body for m in store.query_messages("T", "k123", 5, 0, 2**62)] == [b"m123"]
+        assert [m.body for m in store.query_messages("T", "U7", 5, 0, 2**62)] == [b"m7"]
+        assert len(store.query_messages("T", "shared", 1000, 0, 2**62)) == 300
+    finally:
+        await store.shutdown()
