@@ -4,8 +4,9 @@ form and the producer's encoder): check a batch, then fill in the broker-owned f
 Both run in the event loop for every send, so per-record Python work is kept to what cannot
 be done on columns: one TOTALSIZE read per record to find where records start, and one CRC
 per body. Every other check (magic, lengths adding up, topic, flags) and every patched field
-is a numpy gather/scatter over the start positions: a fixed ~50-100 us per batch instead of
-~1.5 us per record.
+works on numpy columns: all headers are gathered in one fancy-index, read and written
+through a structured view of the record header, and scattered back in one (a fixed ~20-30 us
+per batch instead of ~1.5 us per record).
 """
 
 from __future__ import annotations
@@ -26,34 +27,38 @@ from store.record_batch import ALLOWED_SYS_FLAGS, topic_tail
 
 _total_size = struct.Struct(">i").unpack_from
 _PROPERTY_SEPARATOR = 2
-_LANES = {width: np.arange(width, dtype=np.int64) for width in (1, 2, 4, 8, 16, 24)}
 
-# Field offsets in a record (see the byte diagram in store.format).
-_MAGIC_AT, _CRC_AT, _QUEUE_ID_AT, _QUEUE_OFFSET_AT = 4, 8, 12, 20
-_SYS_FLAG_AT, _BORN_HOST_AT, _RECONSUME_AT, _PREPARED_AT, _BODY_LENGTH_AT = 36, 48, 72, 76, 84
-# BORNHOST 8s | STORETIMESTAMP q | STOREHOST 8s: 24 contiguous bytes, one value per batch.
-_HOSTS = struct.Struct(">8sq8s")
-
-
-def _gather(buf: np.ndarray, starts: np.ndarray, width: int, dtype: str) -> np.ndarray:
-    """The big-endian field of ``width`` bytes at each of ``starts``, as one column."""
-    raw = buf[starts[:, None] + _LANES[width]]
-    return raw.view(dtype).ravel()
-
-
-def _scatter(buf: np.ndarray, starts: np.ndarray, values: np.ndarray) -> None:
-    """Write row i of ``values`` (uint8, n x width; or one row for all) at ``starts[i]``."""
-    width = values.shape[-1]
-    buf[starts[:, None] + _LANES[width]] = values
+# The record header (store.format.RECORD_HEADER) as a numpy structured type.
+_HEADER = np.dtype(
+    [
+        ("total", ">i4"),
+        ("magic", ">u4"),
+        ("crc", ">i4"),
+        ("queue_id", ">i4"),
+        ("flag", ">i4"),
+        ("queue_offset", ">i8"),
+        ("physical_offset", ">i8"),
+        ("sys_flag", ">i4"),
+        ("born_timestamp", ">i8"),
+        ("born_host", "V8"),
+        ("store_timestamp", ">i8"),
+        ("store_host", "V8"),
+        ("reconsume", ">i4"),
+        ("prepared", ">i8"),
+        ("body_len", ">i4"),
+    ]
+)
+assert _HEADER.itemsize == RECORD_HEADER_SIZE
+_HEADER_LANES = np.arange(RECORD_HEADER_SIZE, dtype=np.int64)
+_TOTAL_LANES = np.arange(4, dtype=np.int64)
 
 
 def _bad(index: int, reason: str) -> InvalidMessageError:
     return InvalidMessageError(f"record #{index} of the batch is invalid: {reason}")
 
 
-def _first(bad: np.ndarray) -> int | None:
-    hits = np.flatnonzero(bad)
-    return int(hits[0]) if len(hits) else None
+def _total_sizes(buf: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    return buf[starts[:, None] + _TOTAL_LANES].view(">i4").ravel()
 
 
 def check_records(data: bytes, topic: str, max_message_size: int) -> np.ndarray:
@@ -64,52 +69,56 @@ def check_records(data: bytes, topic: str, max_message_size: int) -> np.ndarray:
     RECONSUMETIMES / PREPAREDTRANSACTIONOFFSET not zero, PROPERTIES not ending with a
     separator. Properties are stored as given: a DELAY property does not delay anything in
     this form (delayed messages are re-addressed, so they travel as messages)."""
-    size = len(data)
-    if not size:
+    if not data:
         raise InvalidMessageError("records is empty: send at least one record")
     tail = topic_tail(topic)
     buf = np.frombuffer(data, dtype=np.uint8)
     at = _record_starts(data, buf)
     ends = np.empty_like(at)
     ends[:-1] = at[1:]
-    ends[-1] = size
-    # 2. Header fields, as columns.
-    body_len = _gather(buf, at + _BODY_LENGTH_AT, 4, ">i4").astype(np.int64)
+    ends[-1] = len(data)
+    # Every header in one gather, read through the structured view.
+    headers = buf[at[:, None] + _HEADER_LANES].view(_HEADER).ravel()
+    body_len = headers["body_len"].astype(np.int64)
     body_end = at + RECORD_HEADER_SIZE + body_len
     props_start = body_end + len(tail) + 2
-    checks = [
-        (_gather(buf, at + _MAGIC_AT, 4, ">u4") != MESSAGE_MAGIC_CODE, "MAGICCODE is not a message's"),
-        ((body_len <= 0) | (body_len > max_message_size),
-         f"its body is empty or over maxMessageSize ({max_message_size} bytes)"),
-        (props_start > ends, "TOTALSIZE is smaller than BODYLENGTH + topic"),
-        ((_gather(buf, at + _SYS_FLAG_AT, 4, ">i4") & ~ALLOWED_SYS_FLAGS) != 0,
-         "SYSFLAG may only carry the compressed/multi-tags bits"),
-        ((_gather(buf, at + _RECONSUME_AT, 4, ">i4") != 0)
-         | (_gather(buf, at + _PREPARED_AT, 8, ">i8") != 0),
-         "RECONSUMETIMES and PREPAREDTRANSACTIONOFFSET must be 0"),
-    ]  # fmt: skip
-    _raise_first(checks)
-    # 3. Topic and properties framing (positions are known to lie inside the batch now).
-    topic_bytes = np.frombuffer(tail, dtype=np.uint8)
-    wrong_topic = (buf[body_end[:, None] + np.arange(len(tail))] != topic_bytes).any(axis=1)
-    props_len = _gather(buf, props_start - 2, 2, ">u2").astype(np.int64)
-    props_end_byte = buf[ends - 1]
-    checks = [
-        (wrong_topic, f"its topic is not the request's topic {topic!r}"),
-        ((props_start + props_len != ends) | (props_len > MAX_PROPERTIES_LENGTH),
-         "TOTALSIZE does not match BODYLENGTH + topic + PROPERTIESLENGTH"),
-        ((props_len > 0) & (props_end_byte != _PROPERTY_SEPARATOR),
-         "PROPERTIES do not end with the \\x02 separator"),
-    ]  # fmt: skip
-    _raise_first(checks)
-    # 4. Bodies: one CRC each (the producer's CRC is checked, so a record stored here always
+    _raise_first(
+        (
+            (headers["magic"] != MESSAGE_MAGIC_CODE, "MAGICCODE is not a message's"),
+            ((body_len <= 0) | (body_len > max_message_size),
+             f"its body is empty or over maxMessageSize ({max_message_size} bytes)"),
+            (props_start > ends, "TOTALSIZE is smaller than BODYLENGTH + topic"),
+            ((headers["sys_flag"] & ~ALLOWED_SYS_FLAGS) != 0,
+             "SYSFLAG may only carry the compressed/multi-tags bits"),
+            ((headers["reconsume"] != 0) | (headers["prepared"] != 0),
+             "RECONSUMETIMES and PREPAREDTRANSACTIONOFFSET must be 0"),
+        )
+    )  # fmt: skip
+    # Topic and PROPERTIESLENGTH in one gather (inside the batch, now that lengths add up).
+    tails = buf[body_end[:, None] + np.arange(len(tail) + 2)]
+    wrong_topic = (tails[:, : len(tail)] != np.frombuffer(tail, dtype=np.uint8)).any(axis=1)
+    props_len = tails[:, -2].astype(np.int64) << 8 | tails[:, -1]
+    _raise_first(
+        (
+            (wrong_topic, f"its topic is not the request's topic {topic!r}"),
+            ((props_start + props_len != ends) | (props_len > MAX_PROPERTIES_LENGTH),
+             "TOTALSIZE does not match BODYLENGTH + topic + PROPERTIESLENGTH"),
+            ((props_len > 0) & (buf[ends - 1] != _PROPERTY_SEPARATOR),
+             "PROPERTIES do not end with the \\x02 separator"),
+        )
+    )  # fmt: skip
+    # Bodies: one CRC each (the producer's CRC is checked, so a record stored here always
     # passes recovery's CRC validation).
-    crcs = _gather(buf, at + _CRC_AT, 4, ">i4").tolist()
     view = memoryview(data)
     crc32 = _crc32
     try:
         for index, (start, end, expected) in enumerate(
-            zip((at + RECORD_HEADER_SIZE).tolist(), body_end.tolist(), crcs, strict=True)
+            zip(
+                (at + RECORD_HEADER_SIZE).tolist(),
+                body_end.tolist(),
+                headers["crc"].tolist(),
+                strict=True,
+            )
         ):
             if crc32(view[start:end]) & 0x7FFFFFFF != expected:
                 raise _bad(index, "BODYCRC does not match the body (corrupted in transit?)")
@@ -118,11 +127,16 @@ def check_records(data: bytes, topic: str, max_message_size: int) -> np.ndarray:
     return at
 
 
-def _raise_first(checks: list[tuple[np.ndarray, str]]) -> None:
-    found = [(index, reason) for bad, reason in checks if (index := _first(bad)) is not None]
-    if found:
-        index, reason = min(found, key=lambda hit: hit[0])  # ties: the first check listed
-        raise _bad(index, reason)
+def _raise_first(checks: tuple[tuple[np.ndarray, str], ...]) -> None:
+    """Raise for the first record any check refuses (one ``any`` when all pass); a record
+    failing several checks is reported with the first one listed."""
+    failed = checks[0][0].copy()
+    for bad, _ in checks[1:]:
+        failed |= bad
+    if not failed.any():
+        return
+    index = int(np.flatnonzero(failed)[0])
+    raise _bad(index, next(reason for bad, reason in checks if bad[index]))
 
 
 def _record_starts(data: bytes, buf: np.ndarray) -> np.ndarray:
@@ -133,7 +147,7 @@ def _record_starts(data: bytes, buf: np.ndarray) -> np.ndarray:
     first = _total_size(data, 0)[0] if size >= RECORD_FIXED_SIZE else 0
     if first >= RECORD_FIXED_SIZE and size % first == 0:
         at = np.arange(0, size, first, dtype=np.int64)
-        if (_gather(buf, at, 4, ">i4") == first).all():
+        if (_total_sizes(buf, at) == first).all():
             return at
     starts: list[int] = []
     add = starts.append
@@ -165,11 +179,12 @@ def patch_records(
     STORETIMESTAMP, STOREHOST. Done on a private copy BEFORE the copy into the segment, so a
     crash can never leave a CRC-valid record with unset offsets in the log."""
     target = np.frombuffer(buf, dtype=np.uint8)
-    count = len(starts)
-    _scatter(target, starts + _QUEUE_ID_AT, np.frombuffer(queue_id.to_bytes(4, "big"), np.uint8))
-    offsets = np.empty((count, 2), dtype=">i8")
-    offsets[:, 0] = np.arange(first_queue_offset, first_queue_offset + count, dtype=np.int64)
-    offsets[:, 1] = starts + start_offset
-    _scatter(target, starts + _QUEUE_OFFSET_AT, offsets.view(np.uint8).reshape(count, 16))
-    hosts = _HOSTS.pack(born_host, store_timestamp, store_host)
-    _scatter(target, starts + _BORN_HOST_AT, np.frombuffer(hosts, np.uint8))
+    index = starts[:, None] + _HEADER_LANES
+    headers = target[index].view(_HEADER).ravel()  # a copy: changed, then written back
+    headers["queue_id"] = queue_id
+    headers["queue_offset"] = np.arange(first_queue_offset, first_queue_offset + len(starts))
+    headers["physical_offset"] = starts + start_offset
+    headers["born_host"] = np.void(born_host)
+    headers["store_timestamp"] = store_timestamp
+    headers["store_host"] = np.void(store_host)
+    target[index] = headers.view(np.uint8).reshape(len(starts), RECORD_HEADER_SIZE)
