@@ -142,8 +142,9 @@ class Dispatcher:
         if rows is not None:
             queue_keys = queue_keys[rows]
         n = len(queue_keys)
-        if not n:
-            return DispatchPlan([], cols, count, int(cols.store_timestamps[-1]))
+        last = int(cols.store_timestamps[-1]) if count else 0
+        if not n:  # nothing queued (empty chunk, or only transaction halves)
+            return DispatchPlan([], cols, count, last)
         # Group by queue, log order inside a queue (a stable sort; none for one queue).
         if np.count_nonzero(queue_keys == queue_keys[0]) != n:
             order = queue_keys.argsort(kind="stable")
@@ -190,7 +191,6 @@ class Dispatcher:
                 strict=False,
             )
         ]
-        last = int(cols.store_timestamps[-1]) if count else 0
         return DispatchPlan(runs, cols, count, last)
 
     def missing_files(self, plan: DispatchPlan) -> list[tuple[ConsumeQueue, list[int]]]:

@@ -219,3 +219,12 @@ def test_plan_groups_each_queue_into_runs_of_consecutive_offsets():
     assert units["f0"].tolist() == [BASE + positions[3], BASE + positions[5]]
     reference = dispatcher.plan(fmt.decode_dispatches(data, positions, BASE))
     assert sorted(reference.runs) == sorted(plan.runs)
+
+
+def test_empty_and_transaction_only_chunks_plan_no_units():
+    dispatcher = Dispatcher(None, None, [])  # type: ignore[arg-type]
+    empty = dispatcher.plan(columns_from_requests([]))
+    assert (empty.runs, empty.record_count, empty.last_timestamp) == ([], 0, 0)
+    data, positions = chunk([("T", 0, i, 4, 7, b"") for i in range(3)])  # prepared halves
+    plan = dispatcher.plan(decode_dispatch_columns(data, positions, BASE))
+    assert (plan.runs, plan.record_count, plan.last_timestamp) == ([], 3, STAMP + 7)
