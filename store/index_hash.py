@@ -89,16 +89,16 @@ def power_table(n: int) -> np.ndarray:
 
 
 def _power_tables(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(31^i, 31^-i) mod 2^32 for i < n (uint32), grown on demand and kept."""
+    """(31^i, 31^-i) mod 2^32 for i < n (uint32), grown on demand and kept. A running
+    product in uint32 wraps mod 2^32, so ``cumprod`` computes the powers exactly."""
     global _POW_TABLE, _INV_TABLE
     if len(_POW_TABLE) < n:
         size = max(n, 2 * len(_POW_TABLE))
-        powers, inverses = [1] * size, [1] * size
-        for i in range(1, size):
-            powers[i] = powers[i - 1] * 31 & _MASK32
-            inverses[i] = inverses[i - 1] * _INV31 & _MASK32
-        _POW_TABLE = np.array(powers, dtype=np.uint32)
-        _INV_TABLE = np.array(inverses, dtype=np.uint32)
+        powers = np.ones(size, dtype=np.uint32)
+        inverses = np.ones(size, dtype=np.uint32)
+        np.cumprod(np.full(size - 1, 31, dtype=np.uint32), dtype=np.uint32, out=powers[1:])
+        np.cumprod(np.full(size - 1, _INV31, dtype=np.uint32), dtype=np.uint32, out=inverses[1:])
+        _POW_TABLE, _INV_TABLE = powers, inverses
     return _POW_TABLE, _INV_TABLE
 
 

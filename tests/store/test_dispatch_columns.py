@@ -23,6 +23,7 @@ from store.dispatch_columns import (
     decode_dispatch_columns,
 )
 from store.errors import CorruptRecordError
+from store.index_hash import SegmentHashes
 from store.index_service import IndexService
 from store.reput import Dispatcher
 
@@ -228,3 +229,18 @@ def test_empty_and_transaction_only_chunks_plan_no_units():
     data, positions = chunk([("T", 0, i, 4, 7, b"") for i in range(3)])  # prepared halves
     plan = dispatcher.plan(decode_dispatch_columns(data, positions, BASE))
     assert (plan.runs, plan.record_count, plan.last_timestamp) == ([], 3, STAMP + 7)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=300), st.lists(st.tuples(st.integers(0, 300), st.integers(0, 300))))
+def test_prefix_sum_hashes_equal_java_hash_code_of_ascii_segments(data, segments):
+    segments = [(min(a, b, len(data)), min(max(a, b), len(data))) for a, b in segments]
+    starts = np.array([a for a, _ in segments], dtype=np.int64)
+    ends = np.array([b for _, b in segments], dtype=np.int64)
+    hashes = SegmentHashes(np.frombuffer(data, np.uint8))
+    ascii_mask = hashes.ascii(starts, ends).tolist()
+    assert ascii_mask == [data[a:b].isascii() for a, b in segments]
+    got = hashes(starts, ends).view(np.int32).tolist()
+    for (a, b), value, is_ascii in zip(segments, got, ascii_mask, strict=True):
+        if is_ascii:
+            assert value == fmt.java_string_hash(data[a:b].decode("ascii"))
