@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import accumulate
 
 from wharf.v1 import messaging_pb2
 
@@ -158,18 +159,14 @@ def results_of(
         )
     status = _STATUS_OF(response.status, SendStatus.UNKNOWN)
     queue_id = response.queue_id
-    queue_offset = response.first_queue_offset
-    offset = response.first_commit_log_offset
-    prefix = _OFFSET_IDS.prefix(response.store_host)
-    results: list[SendResult] = []
-    add = results.append
-    for record, uid in zip(records, unique_ids, strict=True):
-        add(
-            _new_tuple(
-                SendResult,
-                (status, uid, "%s%016X" % (prefix, offset), queue_id, queue_offset, topic),  # noqa: UP031
-            )
+    first = response.first_queue_offset
+    offset_id = (_OFFSET_IDS.prefix(response.store_host) + "%016X").__mod__
+    # Record i starts where records 0..i-1 end: the producer knows their sizes.
+    offsets = accumulate(map(len, records), initial=response.first_commit_log_offset)
+    new = _new_tuple
+    return [
+        new(SendResult, (status, uid, offset_id(offset), queue_id, queue_offset, topic))
+        for uid, offset, queue_offset in zip(
+            unique_ids, offsets, range(first, first + len(records)), strict=False
         )
-        offset += len(record)
-        queue_offset += 1
-    return results
+    ]

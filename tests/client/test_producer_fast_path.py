@@ -198,8 +198,10 @@ async def test_concurrent_bare_sends_round_trip_with_their_own_ids(
         results = await asyncio.gather(*(producer.send(name, body) for body in bodies))
     assert len({r.msg_id for r in results}) == len(bodies)
     assert all(r.status is SendStatus.SEND_OK for r in results)
+    # offset_msg_id is derived by the SDK from the compact reply (first commit log offset +
+    # the sizes of the records before): it must name where the broker really stored each one.
     sent = {
-        r.msg_id: (body, r.queue_id, r.queue_offset)
+        r.msg_id: (body, r.queue_id, r.queue_offset, r.offset_msg_id)
         for r, body in zip(results, bodies, strict=True)
     }
     received = {}
@@ -209,7 +211,10 @@ async def test_concurrent_bare_sends_round_trip_with_their_own_ids(
             while True:
                 pulled = await consumer.pull(queue, offset, max_messages=256)
                 received.update(
-                    {m.msg_id: (m.body, m.queue_id, m.queue_offset) for m in pulled.messages}
+                    {
+                        m.msg_id: (m.body, m.queue_id, m.queue_offset, m.offset_msg_id)
+                        for m in pulled.messages
+                    }
                 )
                 if pulled.status != PullStatus.FOUND:
                     break
