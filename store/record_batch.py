@@ -22,6 +22,8 @@ Sans-IO and numpy-free: the SDK imports this module (the broker's half is record
 
 from __future__ import annotations
 
+import struct
+
 from store.errors import InvalidMessageError
 from store.format import (
     _PROPERTIES_LENGTH_BYTES,
@@ -39,8 +41,13 @@ from store.format import (
 # SYSFLAG bits a producer may set on a record it sends (no transaction bits before wave 2).
 ALLOWED_SYS_FLAGS = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS
 
-_ZERO_HOST = bytes(8)
-_pack_header = RECORD_HEADER.pack
+# RECORD_HEADER as a producer sends it: the broker-owned fields are pad bytes (zeros), so one
+# pack takes only the 7 fields the producer sets.
+#   TOTALSIZE i MAGIC I BODYCRC i | QUEUEID 4x | FLAG i | QUEUEOFFSET+PHYSICALOFFSET 16x |
+#   SYSFLAG i BORNTIMESTAMP q | BORNHOST..PREPAREDTRANSACTIONOFFSET 36x | BODYLENGTH i
+_SENT_HEADER = struct.Struct(">iIi4xi16xiq36xi")
+assert _SENT_HEADER.size == RECORD_HEADER.size
+_pack_sent_header = _SENT_HEADER.pack
 
 
 # Peer address -> BORNHOST bytes (ipv6 peers keep only their port: the v1 record holds ipv4).
@@ -67,21 +74,13 @@ def encode_record(
     body_len = len(body)
     return b"".join(
         (
-            _pack_header(
+            _pack_sent_header(
                 RECORD_FIXED_SIZE + body_len + len(tail) - 1 + props_len,
                 MESSAGE_MAGIC_CODE,
                 _crc32(body) & 0x7FFFFFFF,
-                0,
                 flag,
-                0,
-                0,
                 sys_flag,
                 born_ts,
-                _ZERO_HOST,
-                0,
-                _ZERO_HOST,
-                0,
-                0,
                 body_len,
             ),
             body,
