@@ -151,6 +151,9 @@ class BrokerController:
             options=[
                 ("grpc.max_receive_message_length", max_size),
                 ("grpc.max_send_message_length", max_size),
+                # Announce 4 MiB HTTP/2 frames (default 16 KiB): a 400 KiB send batch arrives
+                # in one frame instead of 25 (~10% less receive CPU measured here).
+                ("grpc.http2.max_frame_size", 4 * 1024 * 1024),
                 ("grpc.so_reuseport", 0),
                 # Accept client keepalive pings every 10 s even on idle connections (the SDK
                 # pings every 30 s during long polls; gRPC's 5 min default would answer
