@@ -32,8 +32,10 @@ from store.index_batch import IndexColumns, put_entries_vectorized
 INVALID_INDEX = 0
 _INT_MAX = 0x7FFFFFFF
 # Batches from this size on are written by ``put_entries_vectorized``: numpy's fixed cost per
-# call (~60 us) makes it cheaper than the scalar loop (~0.7 us an entry) from about 100 entries
-# given as columns (measured: 1.7 vs 1.0 us an entry at 64, 0.24 vs 0.67 at 256).
+# call (~60 us) makes it cheaper than the scalar loop (~0.55-0.7 us an entry) from about 100
+# entries given as columns (measured: 1.7 vs 1.0 us an entry at 64, 0.24 vs 0.67 at 256). A list
+# of tuples must be converted first, which moves its crossover to about twice that (0.72 vs 0.53
+# at 96, 0.49 vs 0.56 at 192).
 VECTORIZE_FROM = 96
 
 # One index entry to write: (key hash, commit log offset, store timestamp ms).
@@ -127,7 +129,8 @@ class IndexFile:
             first, last = batch[0][1:], batch[-1][1:]
         if self.index_count <= 1:
             self.begin_phy_offset, self.begin_timestamp = first
-        if count >= VECTORIZE_FROM:
+        columns = isinstance(batch, IndexColumns)
+        if count >= (VECTORIZE_FROM if columns else 2 * VECTORIZE_FROM):
             if not isinstance(batch, IndexColumns):
                 batch = IndexColumns.from_entries(batch)
             self.hash_slot_count += put_entries_vectorized(
