@@ -27,7 +27,7 @@ from store.commit_log import CommitLog
 from store.config import StoreConfig
 from store.consume_queue_table import ConsumeQueueTable
 from store.index_service import IndexService
-from store.reput import Dispatcher
+from store.reput import CommitLogSource, Dispatcher
 from store.store_paths import StorePaths, read_abort_marker_blocking
 
 log = logging.getLogger(__name__)
@@ -103,19 +103,22 @@ def recover_blocking(
     redispatch_from = reput_from
 
     dispatcher = Dispatcher(queues, index, delay_levels_ms)
+    # The reput's own reader: large chunks are decoded as columns, as in live dispatch.
+    source = CommitLogSource(commit_log, sync_flush=False)
     redispatched = 0
     last_timestamp = 0
     while reput_from < end:
-        batch = commit_log.iter_dispatch(reput_from, RECOVERY_CHUNK_BYTES)
-        if batch.next_offset <= reput_from:
+        records, next_offset = source.read_dispatch_chunk(reput_from, end, RECOVERY_CHUNK_BYTES)
+        if next_offset <= reput_from:
             break
-        _, leftover = dispatcher.dispatch(batch.requests)
-        if leftover and index is not None:
+        plan = dispatcher.plan(records)
+        _, leftover = dispatcher.apply(plan)
+        if len(leftover) and index is not None:
             index.put_entries_blocking(leftover)
-        redispatched += len(batch.requests)
-        if batch.requests:
-            last_timestamp = batch.requests[-1].store_timestamp
-        reput_from = batch.next_offset
+        redispatched += plan.record_count
+        if plan.record_count:
+            last_timestamp = plan.last_timestamp
+        reput_from = next_offset
     lap("redispatch")
 
     for queue in queues:
