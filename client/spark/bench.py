@@ -84,29 +84,37 @@ def _timed(fn: Callable[[], object]) -> float:
 
 
 def _peer_send(endpoint: str, count: int, body_size: int, topic: str) -> None:
-    from wharf.v1 import common_pb2
-
+    """What the sink does per row, without Spark: encode a record, send 256 per request."""
+    from client.record_encoder import RecordEncoder
     from client.spark.rpc import BrokerRpc
 
+    encoder = RecordEncoder()
+    tail = encoder.tail(topic)
     with BrokerRpc([endpoint]) as rpc:
         for first in range(0, count, 256):
             chunk = [
-                common_pb2.Message(body=(f"m{i}".encode() + b"x" * body_size)[:body_size])
+                encoder.encode_bare(
+                    tail, (f"m{i}".encode() + b"x" * body_size)[:body_size], f"peer-{i}"
+                )
                 for i in range(first, min(first + 256, count))
             ]
-            rpc.send(topic, None, chunk, "bench")
+            rpc.send_records(topic, None, chunk, "bench")
 
 
 def _peer_pull(endpoint: str, topic: str) -> int:
+    """What the source does per queue, without Spark: raw-record pulls, every body read."""
+    from client.records import messages_from_reply
     from client.spark.rpc import BrokerRpc
 
-    rows = 0
+    rows = body_bytes = 0
     with BrokerRpc([endpoint]) as rpc:
         for q in rpc.queue_bounds(topic):
             offset = q.min_offset
             while offset < q.max_offset:
-                reply = rpc.pull("bench", topic, q.queue_id, offset, 1024, "*")
-                rows += len(reply.messages)
+                reply = rpc.pull_records("bench", topic, q.queue_id, offset, 1024, "*")
+                messages = messages_from_reply(reply, "*")
+                rows += len(messages)
+                body_bytes += sum(len(m.body) for m in messages)
                 offset = reply.next_begin_offset
     return rows
 
@@ -166,7 +174,7 @@ def run(args: argparse.Namespace, endpoint: str, store: Path) -> list[tuple[str,
     results.append(("sink: df.write.format('wharf')", n, sink))
     peer_n = max(n // 4, 1000)
     results.append(
-        ("  peer: 1 process, SendMessage x256", peer_n,
+        ("  peer: 1 process, records x256", peer_n,
          _timed(lambda: _peer_send(endpoint, peer_n, size, "spark-bench-peer")))
     )  # fmt: skip
     _wait_visible(endpoint, TOPIC, n)
@@ -175,7 +183,7 @@ def run(args: argparse.Namespace, endpoint: str, store: Path) -> list[tuple[str,
     tuples = min(_timed(lambda: read(arrowBatches="false")) for _ in range(2))
     results.append(("source: wharf, tuples", n, tuples))
     results.append(
-        ("  peer: 1 process, PullMessage x1024", n, _timed(lambda: _peer_pull(endpoint, TOPIC)))
+        ("  peer: 1 process, raw pulls x1024", n, _timed(lambda: _peer_pull(endpoint, TOPIC)))
     )  # fmt: skip
     scan = spark.read.format("wharf-store").load(str(store))
     total = 2 * n + peer_n + 200

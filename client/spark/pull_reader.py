@@ -1,20 +1,23 @@
 """Executor side of the ``wharf`` source: read one planned ``QueueRange`` over PullMessage.
 
 Runs in a Spark Python worker: it only uses the partition and the options (never driver
-state), opens its own channel, and pulls up to ``pullBatchSize`` (max 1024) messages per RPC,
-emitting Arrow batches of up to 8192 rows.
+state), opens its own channel, and pulls up to ``pullBatchSize`` (max 1024) messages per RPC
+in ``raw_records`` mode (the stored records' bytes, decoded lazily by ``client.records``,
+which also re-checks exact tags: the broker filters by tag hash in that mode), emitting
+Arrow batches of up to 8192 rows.
 """
 
 from __future__ import annotations
 
 import logging
-import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pyspark.sql.types import StructType
 from wharf.v1 import messaging_pb2
 
+from client.message import ReceivedMessage
+from client.records import messages_from_reply
 from client.spark.columns import ColumnBuffer
 from client.spark.offsets import DataLossError, QueueRange
 from client.spark.options import ReadOptions
@@ -27,7 +30,6 @@ _NO_MATCHED = messaging_pb2.NO_MATCHED_MSG
 _NO_NEW = messaging_pb2.NO_NEW_MSG
 _ILLEGAL = messaging_pb2.OFFSET_ILLEGAL
 
-_HIDDEN_PROPERTIES = ("KEYS", "TAGS", "UNIQ_KEY")
 # Rows per Arrow batch handed to Spark: several pull answers (<= 1024 each) per batch, as
 # Spark's own tuple path batches 10,000 rows; small batches cost more on the JVM side.
 _ROWS_PER_BATCH = 8192
@@ -42,28 +44,27 @@ def _lost(opts: ReadOptions, r: QueueRange, what: str) -> None:
     log.warning("wharf source: %s; skipping (failOnDataLoss=false)", what)
 
 
-def _append_views(
+def _append_messages(
     buffer: ColumnBuffer,
-    views: Any,
+    messages: Sequence[ReceivedMessage],
     end: int,
     include_properties: bool,
 ) -> None:
+    """Rows of the source's schema; ``body`` decompressed, ``properties`` without the system
+    ones (KEYS, TAGS, UNIQ_KEY: they have their own columns)."""
     append = buffer.append
-    for m in views:
-        if m.queue_offset >= end:
-            break
-        body = zlib.decompress(m.body) if m.compressed else m.body
-        properties = None
-        if include_properties:
-            properties = {k: v for k, v in m.properties.items() if k not in _HIDDEN_PROPERTIES}
+    for m in messages:
+        offset = m.queue_offset
+        if offset >= end:
+            break  # a tag-filtered pull may return matches past the planned range
         append(
-            m.topic,
+            m.queue_topic,
             m.queue_id,
-            m.queue_offset,
-            body,
+            offset,
+            m.body,
             m.tags,
             list(m.keys),
-            properties,
+            m.properties if include_properties else None,
             m.msg_id,
             m.born_timestamp,
             m.store_timestamp,
@@ -78,17 +79,18 @@ def read_queue_range(opts: ReadOptions, schema: StructType, r: QueueRange) -> It
     with BrokerRpc(opts.endpoints, opts.timeout_s) as rpc:
         while offset < r.end:
             want = min(opts.pull_batch_size, r.end - offset)
-            reply = rpc.pull(
+            reply = rpc.pull_records(
                 opts.consumer_group, r.topic, r.queue_id, offset, want, opts.tag_expression
             )
             status = reply.status
             if status == _FOUND:
-                first = reply.messages[0].queue_offset if reply.messages else offset
+                messages = messages_from_reply(reply, opts.tag_expression)
+                first = messages[0].queue_offset if messages else offset
                 if match_all and first > offset:
                     # Without a tag filter every offset yields a message: a jump is a hole
                     # (retention raced this read, or the ConsumeQueue lost units).
                     _lost(opts, r, f"offsets [{offset}, {first}) are missing")
-                _append_views(buffer, reply.messages, r.end, opts.include_properties)
+                _append_messages(buffer, messages, r.end, opts.include_properties)
                 next_offset = reply.next_begin_offset
             elif status == _NO_MATCHED:
                 next_offset = reply.next_begin_offset  # filtered out: move on, emit nothing

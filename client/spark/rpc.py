@@ -4,21 +4,38 @@ Spark pickles readers and writers into other processes, and a ``grpc.Channel`` c
 pickled: a ``BrokerRpc`` is therefore made inside ``read()``/``write()`` (or a driver
 method) and closed there, never stored on a pickled object. Sync stubs suffice: one Spark
 task reads one queue range sequentially and every request carries up to 1024 messages.
+
+Data moves on the broker's fast wire paths, as the SDK's: sends carry producer-encoded
+CommitLog records (``SendMessageRequest.records``, compact reply) and pulls ask for the stored
+records' bytes (``raw_records``), decoded lazily by ``client.records``. Both calls bypass the
+generated request/response classes where those would copy the records: a send request is
+serialized by joining bytes, a pull reply is walked in place (``client.consumer.pull_wire``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
-from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
+from wharf.v1 import messaging_pb2, messaging_pb2_grpc
+
+from client.consumer.pull_wire import PULL_METHOD, PullReply, decode_pull_reply
+from client.send_stream import encode_records_request
+
+_SEND_METHOD = "/wharf.v1.MessagingService/SendMessage"
+# Names of the fast-path calls in BrokerRpc._call (error messages show them).
+_SEND_RECORDS = "SendMessage(records)"
+_PULL_RECORDS = "PullMessage(raw_records)"
 
 # Bodies go up to 4 MiB and a pull answer up to 1024 of them (the broker caps bytes too).
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+    # 4 MiB HTTP/2 frames, as the SDK's channels: a send chunk or pull reply of records
+    # travels in one frame instead of dozens of 16 KiB ones.
+    ("grpc.http2.max_frame_size", 4 * 1024 * 1024),
 ]
 
 
@@ -51,6 +68,8 @@ class BrokerRpc:
         self._index = 0
         self._channel: grpc.Channel | None = None
         self._stub: messaging_pb2_grpc.MessagingServiceStub | None = None
+        # Calls on the fast wire paths, made with the channel (see the module docstring).
+        self._fast_calls: dict[str, grpc.UnaryUnaryMultiCallable] = {}
 
     @property
     def endpoint(self) -> str:
@@ -58,17 +77,37 @@ class BrokerRpc:
 
     def _connect(self) -> messaging_pb2_grpc.MessagingServiceStub:
         if self._stub is None:
-            self._channel = grpc.insecure_channel(self.endpoint, options=_CHANNEL_OPTIONS)
-            self._stub = messaging_pb2_grpc.MessagingServiceStub(self._channel)
+            channel = grpc.insecure_channel(self.endpoint, options=_CHANNEL_OPTIONS)
+            self._channel = channel
+            self._stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+            self._fast_calls = {
+                # Request bytes joined by encode_records_request are sent as they are.
+                _SEND_RECORDS: channel.unary_unary(
+                    _SEND_METHOD,
+                    request_serializer=bytes,
+                    response_deserializer=messaging_pb2.SendMessageResponse.FromString,
+                ),
+                # The reply's records are left inside the received bytes.
+                _PULL_RECORDS: channel.unary_unary(
+                    PULL_METHOD,
+                    request_serializer=messaging_pb2.PullMessageRequest.SerializeToString,
+                    response_deserializer=decode_pull_reply,
+                ),
+            }
         return self._stub
+
+    def _method(self, name: str) -> Callable[..., object]:
+        stub = self._connect()
+        fast = self._fast_calls.get(name)
+        return fast if fast is not None else getattr(stub, name)
 
     def _call(self, name: str, request: object) -> object:
         """Unary call; on UNAVAILABLE try the next endpoint once around the list."""
         last: grpc.RpcError | None = None
         for _ in range(len(self._endpoints)):
-            stub = self._connect()
+            call = self._method(name)
             try:
-                return getattr(stub, name)(request, timeout=self._timeout)
+                return call(request, timeout=self._timeout)
             except grpc.RpcError as exc:
                 last = exc
                 if exc.code() != grpc.StatusCode.UNAVAILABLE or len(self._endpoints) == 1:
@@ -83,6 +122,7 @@ class BrokerRpc:
             self._channel.close()
         self._channel = None
         self._stub = None
+        self._fast_calls = {}
 
     def __enter__(self) -> BrokerRpc:
         return self
@@ -113,7 +153,7 @@ class BrokerRpc:
         assert isinstance(reply, messaging_pb2.SearchOffsetResponse)
         return reply.offset
 
-    def pull(
+    def pull_records(
         self,
         group: str,
         topic: str,
@@ -121,7 +161,9 @@ class BrokerRpc:
         offset: int,
         max_messages: int,
         tag_expression: str,
-    ) -> messaging_pb2.PullMessageResponse:
+    ) -> PullReply:
+        """PullMessage in raw_records mode: the reply's records stay inside the received
+        bytes (the broker filters by tag HASH here: ``client.records`` re-checks tags)."""
         request = messaging_pb2.PullMessageRequest(
             consumer_group=group,
             topic=topic,
@@ -130,33 +172,34 @@ class BrokerRpc:
             max_messages=max_messages,
             max_wait_ms=0,  # a Spark range is planned from known offsets: never long-poll
             tag_expression=tag_expression,
+            raw_records=True,
         )
-        reply = self._call("PullMessage", request)
-        assert isinstance(reply, messaging_pb2.PullMessageResponse)
+        reply = self._call(_PULL_RECORDS, request)
+        assert isinstance(reply, PullReply)
         return reply
 
-    def send(
+    def send_records(
         self,
         topic: str,
         queue_id: int | None,
-        messages: Sequence[common_pb2.Message],
+        records: Sequence[bytes],
         producer_group: str,
     ) -> messaging_pb2.SendMessageResponse:
-        request = messaging_pb2.SendMessageRequest(
-            topic=topic, messages=messages, producer_group=producer_group
-        )
+        """SendMessage with producer-encoded records (``client.record_encoder``): one store
+        append; the reply is the compact form (status, first offsets, count)."""
+        head = messaging_pb2.SendMessageRequest(topic=topic, producer_group=producer_group)
         if queue_id is not None:
-            request.queue_id = queue_id
-        reply = self._call("SendMessage", request)
+            head.queue_id = queue_id
+        request = encode_records_request(head.SerializeToString(), 0, list(records))
+        reply = self._call(_SEND_RECORDS, request)
         assert isinstance(reply, messaging_pb2.SendMessageResponse)
         return reply
 
     def unique_id_exists(self, topic: str, unique_id: str) -> bool:
         """True if a message with this UNIQ_KEY is stored in ``topic`` (IndexFile lookup)."""
         request = messaging_pb2.ViewMessageRequest(msg_id=unique_id, topic=topic)
-        stub = self._connect()
         try:
-            stub.ViewMessage(request, timeout=self._timeout)
+            self._method("ViewMessage")(request, timeout=self._timeout)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND:
                 return False

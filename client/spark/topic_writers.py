@@ -1,18 +1,23 @@
-"""The ``wharf`` sink: batch and streaming writers sending batched SendMessage requests.
+"""The ``wharf`` sink: batch and streaming writers sending rows as CommitLog records.
+
+Wire path: each row is encoded here, on the executor, as a CommitLog record
+(``client.record_encoder``, the SDK producer's encoder: bodies over 4 KiB zlib-compressed),
+and a chunk of records goes out as one SendMessage ``records`` request (the broker checks and
+appends them without per-message conversion, and answers in the compact form).
 
 Delivery guarantee (see README "Spark"): *idempotent at-least-once*. Every row gets a
 deterministic unique id (UNIQ_KEY) ``spark-<writerId>-<batchId>-<partitionId>-<rowIndex>``
-and rows are sent in chunks of ``batchSize`` rows (at most ``maxRequestBytes`` of bodies)
-per (topic, queueId), each chunk one store append (all or nothing). A task first probes the broker for the last id of each chunk it is
-about to send (ViewMessage by unique id) and skips chunks a previous attempt already stored,
-until the first absent one; from there it sends without probing (earlier attempts sent
-chunks in the same order, so the stored chunks form a prefix). So task retries, a streaming
-micro-batch re-run after a driver restart (same query id, same batch id), and re-running a
-failed batch job with the same ``writerId`` do not duplicate rows -- provided the input of
-each partition is deterministic (same rows, same order), speculative execution is off, and
-the broker's index is enabled. Not transactional: readers can see a batch's rows before
-Spark commits it, and ``abort`` cannot take back what was stored (the broker API has no
-half messages).
+and rows are sent in chunks of ``batchSize`` rows (at most ``maxRequestBytes`` of records)
+per (topic, queueId), each chunk one store append (all or nothing). A task first probes the
+broker for the last id of each chunk it is about to send (ViewMessage by unique id) and skips
+chunks a previous attempt already stored, until the first absent one; from there it sends
+without probing (earlier attempts sent chunks in the same order, so the stored chunks form a
+prefix). So task retries, a streaming micro-batch re-run after a driver restart (same query
+id, same batch id), and re-running a failed batch job with the same ``writerId`` do not
+duplicate rows -- provided the input of each partition is deterministic (same rows, same
+order), speculative execution is off, and the broker's index is enabled. Not transactional:
+readers can see a batch's rows before Spark commits it, and ``abort`` cannot take back what
+was stored (the broker API has no half messages).
 """
 
 from __future__ import annotations
@@ -39,12 +44,20 @@ from pyspark.sql.types import (
     StringType,
     StructType,
 )
-from wharf.v1 import common_pb2, messaging_pb2
+from wharf.v1 import messaging_pb2
 
+from client.errors import InvalidArgumentError
+from client.record_encoder import RecordEncoder
 from client.spark.options import OptionError, WriteOptions
 from client.spark.rpc import BrokerRpc
 
 log = logging.getLogger(__name__)
+
+# System property names (store/format.py), spelled out here: the connector does not import
+# the store (import-linter); the wire form is RocketMQ's, so the names are fixed.
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 
 # Spark sets these on every job of a streaming micro-batch (MicroBatchExecution).
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -98,26 +111,35 @@ class WriteSummary(WriterCommitMessage):
 
 
 class _ChunkSender:
-    """Buffers messages per (topic, queueId) and sends full chunks, probing first (see the
-    module docstring) while previous attempts may have stored them."""
+    """Buffers encoded records per (topic, queueId) and sends full chunks, probing first (see
+    the module docstring) while previous attempts may have stored them."""
 
     def __init__(self, rpc: BrokerRpc, opts: WriteOptions) -> None:
         self._rpc = rpc
         self._opts = opts
-        self._pending: dict[tuple[str, int | None], list[common_pb2.Message]] = {}
+        # Per key: the records, the last record's unique id (what probing asks for), bytes.
+        self._pending: dict[tuple[str, int | None], list[bytes]] = {}
+        self._last_id: dict[tuple[str, int | None], str] = {}
         self._pending_bytes: dict[tuple[str, int | None], int] = {}
         self._probing = opts.idempotent
         self.sent = 0
         self.skipped = 0
 
-    def add(self, topic: str, queue_id: int | None, message: common_pb2.Message) -> None:
+    def add(self, topic: str, queue_id: int | None, record: bytes, unique_id: str) -> None:
         key = (topic, queue_id)
-        size = len(message.body)
-        if key in self._pending and self._pending_bytes[key] + size > self._opts.max_request_bytes:
-            self._flush(key)  # deterministic too: depends only on the rows and their order
-        chunk = self._pending.setdefault(key, [])
-        chunk.append(message)
-        self._pending_bytes[key] = self._pending_bytes.get(key, 0) + size
+        size = len(record)
+        chunk = self._pending.get(key)
+        if chunk is None:
+            chunk = self._pending[key] = []
+            self._pending_bytes[key] = 0
+        elif self._pending_bytes[key] + size > self._opts.max_request_bytes:
+            # Deterministic too: a record's size depends only on its row.
+            self._flush(key)
+            chunk = self._pending[key] = []
+            self._pending_bytes[key] = 0
+        chunk.append(record)
+        self._pending_bytes[key] += size
+        self._last_id[key] = unique_id
         if len(chunk) >= self._opts.batch_size:
             self._flush(key)
 
@@ -128,26 +150,69 @@ class _ChunkSender:
     def _flush(self, key: tuple[str, int | None]) -> None:
         chunk = self._pending.pop(key)
         del self._pending_bytes[key]
+        last_id = self._last_id.pop(key)
         topic, queue_id = key
         if self._probing:
-            if self._rpc.unique_id_exists(topic, chunk[-1].unique_id):
+            if self._rpc.unique_id_exists(topic, last_id):
                 self.skipped += len(chunk)
                 return
             self._probing = False
-        reply = self._rpc.send(topic, queue_id, chunk, self._opts.producer_group)
-        if len(reply.results) != len(chunk):
+        reply = self._rpc.send_records(topic, queue_id, chunk, self._opts.producer_group)
+        if reply.count != len(chunk):
             raise RuntimeError(
-                f"broker acknowledged {len(reply.results)} of {len(chunk)} messages to {topic}"
+                f"broker acknowledged {reply.count} of {len(chunk)} messages to {topic} "
+                f"(chunk ending with {last_id})"
             )
-        for result in reply.results:
-            if result.status == messaging_pb2.FLUSH_DISK_TIMEOUT:
-                log.warning("wharf sink: %s stored but not flushed in time", result.msg_id)
-            elif result.status != messaging_pb2.SEND_OK:
-                raise RuntimeError(
-                    f"broker refused message {result.msg_id}: "
-                    f"{messaging_pb2.SendStatus.Name(result.status)}"
-                )
+        if reply.status == messaging_pb2.FLUSH_DISK_TIMEOUT:
+            log.warning(
+                "wharf sink: %d messages to %s (up to %s) stored but not flushed in time",
+                len(chunk),
+                topic,
+                last_id,
+            )
+        elif reply.status != messaging_pb2.SEND_OK:
+            raise RuntimeError(
+                f"broker refused the chunk ending with {last_id}: "
+                f"{messaging_pb2.SendStatus.Name(reply.status)}"
+            )
         self.sent += len(chunk)
+
+
+class _RowEncoder:
+    """Rows -> CommitLog records (``client.record_encoder``), with the message semantics of
+    a SendMessage ``messages`` request: empty tags and keys are absent, and the system
+    properties (TAGS, KEYS, UNIQ_KEY) win over user properties of the same name."""
+
+    def __init__(self) -> None:
+        self._encoder = RecordEncoder()
+        self._threshold = self._encoder.compress_threshold
+
+    def encode(
+        self,
+        row: int,
+        topic: str,
+        body: bytes,
+        unique_id: str,
+        tags: str | None,
+        keys: list[str | None] | None,
+        properties: list[tuple[str, str | None]] | None,
+    ) -> bytes:
+        encoder = self._encoder
+        try:
+            if not (tags or keys or properties) and 0 < len(body) <= self._threshold:
+                return encoder.encode_bare(encoder.tail(topic), body, unique_id)
+            merged: dict[str, str] = {}
+            if properties:  # Arrow gives a map as (key, value) pairs; null values dropped
+                merged.update((k, v) for k, v in properties if v is not None)
+                merged.pop(PROPERTY_UNIQ_KEY, None)
+            if tags:
+                merged[PROPERTY_TAGS] = tags
+            key_list = [k for k in keys or () if k]
+            if key_list:
+                merged[PROPERTY_KEYS] = " ".join(key_list)
+            return encoder.encode(topic, body, unique_id, properties=merged)
+        except InvalidArgumentError as exc:
+            raise ValueError(f"row {row}: {exc}") from None
 
 
 def _as_body(value: Any, row: int) -> bytes:
@@ -165,6 +230,7 @@ def write_rows(
     attempt = ctx.attemptNumber() if ctx else 0
     prefix = f"spark-{writer_id}-{batch_id}-{partition_id}-"
     row = 0
+    encoder = _RowEncoder()
     with BrokerRpc(opts.endpoints, opts.timeout_s) as rpc:
         sender = _ChunkSender(rpc, opts)
         for batch in batches:
@@ -180,15 +246,10 @@ def write_rows(
                 topic = opts.topic or topics[i]
                 if not topic:
                     raise ValueError(f"row {row}: 'topic' is null and no 'topic' option is set")
-                message = common_pb2.Message(
-                    body=_as_body(bodies[i], row),
-                    tags=tags[i] or "",
-                    keys=[k for k in keys[i] or () if k],
-                    unique_id=f"{prefix}{row}",
-                )
-                if props[i]:  # Arrow gives a map as (key, value) pairs; null values dropped
-                    message.properties.update((k, v) for k, v in props[i] if v is not None)
-                sender.add(topic, queues[i], message)
+                unique_id = f"{prefix}{row}"
+                body = _as_body(bodies[i], row)
+                record = encoder.encode(row, topic, body, unique_id, tags[i], keys[i], props[i])
+                sender.add(topic, queues[i], record, unique_id)
                 row += 1
         sender.flush_all()
     if sender.skipped:
