@@ -19,6 +19,7 @@ import uvloop
 
 from broker.controller import BrokerController, StartupError
 from broker.settings import LOG_LEVELS, ConfigError, load_settings
+from store.malloc_tuning import keep_large_buffers_on_heap
 
 log = logging.getLogger("broker")
 EXIT_CONFIG = 2
@@ -117,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    keep_large_buffers_on_heap()  # send batches and pull replies: no page faults per buffer
     controller = BrokerController(config)
     ready_file = Path(args.ready_file) if args.ready_file else None
     try:

@@ -24,6 +24,7 @@ from client.cli import group_commands, message_commands, topic_commands
 from client.cli.exit_codes import INTERRUPTED, USAGE, exit_code_for
 from client.cli.output import Output
 from client.errors import InvalidArgumentError, WharfError
+from store.malloc_tuning import keep_large_buffers_on_heap
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Output(args.json)
     try:
         parse_endpoints(args.endpoints)
+        keep_large_buffers_on_heap()  # send batches and pull replies: no page faults per buffer
         # uvloop, as the broker: the CLI's clients (and `wharf bench`) spend much of their
         # time in task switches and callbacks, which it runs ~2x cheaper than asyncio's loop.
         return uvloop.run(args.run(args, out))
