@@ -201,16 +201,18 @@ class _RowEncoder:
         try:
             if not (tags or keys or properties) and 0 < len(body) <= self._threshold:
                 return encoder.encode_bare(encoder.tail(topic), body, unique_id)
-            merged: dict[str, str] = {}
+            user: dict[str, str] = {}
             if properties:  # Arrow gives a map as (key, value) pairs; null values dropped
-                merged.update((k, v) for k, v in properties if v is not None)
-                merged.pop(PROPERTY_UNIQ_KEY, None)
-            if tags:
-                merged[PROPERTY_TAGS] = tags
+                user.update((k, v) for k, v in properties if v is not None)
+                user.pop(PROPERTY_UNIQ_KEY, None)
             key_list = [k for k in keys or () if k]
+            if tags:
+                user.pop(PROPERTY_TAGS, None)
             if key_list:
-                merged[PROPERTY_KEYS] = " ".join(key_list)
-            return encoder.encode(topic, body, unique_id, properties=merged)
+                user.pop(PROPERTY_KEYS, None)
+            return encoder.encode(
+                topic, body, unique_id, tags=tags or None, keys=key_list, properties=user
+            )
         except InvalidArgumentError as exc:
             raise ValueError(f"row {row}: {exc}") from None
 
