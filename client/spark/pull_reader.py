@@ -10,7 +10,8 @@ Arrow batches of up to 8192 rows.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from operator import attrgetter
 from typing import Any
 
 from pyspark.sql.types import StructType
@@ -44,36 +45,61 @@ def _lost(opts: ReadOptions, r: QueueRange, what: str) -> None:
     log.warning("wharf source: %s; skipping (failOnDataLoss=false)", what)
 
 
-def _append_messages(
-    buffer: ColumnBuffer,
-    messages: Sequence[ReceivedMessage],
-    end: int,
-    include_properties: bool,
-) -> None:
-    """Rows of the source's schema; ``body`` decompressed, ``properties`` without the system
-    ones (KEYS, TAGS, UNIQ_KEY: they have their own columns)."""
-    append = buffer.append
-    for m in messages:
-        offset = m.queue_offset
-        if offset >= end:
-            break  # a tag-filtered pull may return matches past the planned range
-        append(
-            m.queue_topic,
-            m.queue_id,
-            offset,
-            m.body,
-            m.tags,
-            list(m.keys),
-            m.properties if include_properties else None,
-            m.msg_id,
-            m.born_timestamp,
-            m.store_timestamp,
+_offset_of = attrgetter("queue_offset")
+# Column -> how to read it from a message (client.records reads each field lazily, so
+# columns the schema leaves out cost nothing). Timestamps in microseconds (Arrow's unit).
+_EXTRACTORS: dict[str, Callable[[ReceivedMessage], Any]] = {
+    "offset": _offset_of,
+    "body": attrgetter("body"),  # decompressed
+    "tags": attrgetter("tags"),
+    "keys": attrgetter("keys"),
+    # Without the system properties (KEYS, TAGS, UNIQ_KEY): they have their own columns.
+    "properties": attrgetter("properties"),
+    "msgId": attrgetter("msg_id"),
+    "bornTimestamp": lambda m: m.born_timestamp * 1000,
+    "storeTimestamp": lambda m: m.store_timestamp * 1000,
+}
+
+
+class _RangeColumns:
+    """Turns the messages of one queue range into the source's columns, one comprehension
+    per column the schema asks for."""
+
+    def __init__(self, buffer: ColumnBuffer, r: QueueRange, include_properties: bool) -> None:
+        self.buffer = buffer
+        self._range = r
+        names = set(buffer.names)
+        if not include_properties:
+            names.discard("properties")
+        # ``properties`` first: it parses the properties once, and tags/keys are then read
+        # from that dict instead of being searched for in the record.
+        self._columns = sorted(
+            (name for name in _EXTRACTORS if name in names), key=lambda n: n != "properties"
         )
+        self._topic = "topic" in names
+        self._queue_id = "queueId" in names
+
+    def add(self, messages: Sequence[ReceivedMessage]) -> None:
+        end = self._range.end
+        if messages and _offset_of(messages[-1]) >= end:
+            # A tag-filtered pull may return matches past the planned range.
+            messages = [m for m in messages if _offset_of(m) < end]
+        rows = len(messages)
+        if not rows:
+            return
+        columns = {name: list(map(_EXTRACTORS[name], messages)) for name in self._columns}
+        # Every record of a ConsumeQueue belongs to its topic and queue.
+        if self._topic:
+            columns["topic"] = [self._range.topic] * rows
+        if self._queue_id:
+            columns["queueId"] = [self._range.queue_id] * rows
+        self.buffer.extend(rows, columns)
 
 
 def read_queue_range(opts: ReadOptions, schema: StructType, r: QueueRange) -> Iterator[Any]:
     """Yield Arrow batches (or tuples with ``arrowBatches=false``) for ``[r.start, r.end)``."""
     buffer = ColumnBuffer(schema)
+    columns = _RangeColumns(buffer, r, opts.include_properties)
     match_all = opts.tag_expression in ("", "*")
     offset = r.start
     with BrokerRpc(opts.endpoints, opts.timeout_s) as rpc:
@@ -90,7 +116,7 @@ def read_queue_range(opts: ReadOptions, schema: StructType, r: QueueRange) -> It
                     # Without a tag filter every offset yields a message: a jump is a hole
                     # (retention raced this read, or the ConsumeQueue lost units).
                     _lost(opts, r, f"offsets [{offset}, {first}) are missing")
-                _append_messages(buffer, messages, r.end, opts.include_properties)
+                columns.add(messages)
                 next_offset = reply.next_begin_offset
             elif status == _NO_MATCHED:
                 next_offset = reply.next_begin_offset  # filtered out: move on, emit nothing
