@@ -10,10 +10,11 @@ and the reader must re-check the exact tag, as RocketMQ clients do. FOUND theref
 Speed: each run of adjacent records costs one ``read_bytes`` copy (one run is usually the whole
 reply: a queue's records are mostly adjacent in the log); each record costs one 12-byte unpack
 (TOTALSIZE and MAGICCODE checked against its unit, BODYLENGTH for the metrics) instead of a
-full decode into a ``StoredMessage``. A numpy version of the unit choice and of this check was
-10x faster in a single-threaded micro-benchmark but slower in the broker (1024-record pulls:
-3.2 vs 2.7 us of broker CPU per message, 100-record pulls: 7.4 vs 5.6; probably because its
-loops release and retake the GIL, which the broker's gRPC threads contend for: not verified).
+full decode into a ``StoredMessage``. A numpy version of the unit choice and of this check
+(commit 28a859a) was 5-7x faster in a micro-benchmark, even with a thread contending for the
+GIL, but slower inside the broker: 2.5 vs 1.6 us of broker CPU per message at 1024-record
+pulls, 6.9 vs 4.9 at 100 (three alternated runs each). The cause was not found; measure numpy
+paths in the broker, not only in isolation.
 """
 
 from __future__ import annotations
