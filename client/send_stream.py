@@ -72,7 +72,7 @@ class SendStream:
             request_serializer=None,  # requests are encoded here (bytes)
             response_deserializer=messaging_pb2.SendMessageResponse.FromString,
         )
-        self._call = call_factory()
+        self._call = call_factory()  # type: ignore[call-arg]  # no iterator: we write()
         self._reader = asyncio.get_running_loop().create_task(self._read_loop())
         self.broken: WharfError | None = None
         self._orphans: set[asyncio.Task[None]] = set()

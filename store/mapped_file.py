@@ -131,7 +131,7 @@ class MappedFile:
         self.flushed_position = position
 
     # --- writes (event loop thread) ----------------------------------------------------------
-    def append(self, data: bytes, store_timestamp: int = 0) -> int:
+    def append(self, data: bytes | bytearray, store_timestamp: int = 0) -> int:
         """Copy ``data`` at the write position (one slice assignment); return its file offset."""
         pos = self.wrote_position
         end = pos + len(data)
