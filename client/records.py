@@ -57,8 +57,8 @@ _QUEUE_ID_POS, _FLAG_POS, _QUEUE_OFFSET_POS, _PHYSICAL_OFFSET_POS = 12, 16, 20, 
 _BORN_TS_POS, _BORN_HOST_POS, _STORE_TS_POS, _STORE_HOST_POS, _RECONSUME_POS = 40, 48, 56, 64, 72
 # SYSFLAG is a big-endian int at byte 36: its compressed bit lives in byte 39.
 _SYS_FLAG_LOW_BYTE = 39
-_UNIQ_KEY_PAIR = PROPERTY_UNIQ_KEY.encode() + b"\x01"
-_UNIQ_KEY_PAIR_LEN = len(_UNIQ_KEY_PAIR)
+# UNIQ_KEY as the first pair (how producers write it): one anchored match at the start.
+_UNIQ_KEY_FIRST = re.compile(rb"UNIQ_KEY\x01([^\x02]*)\x02").match
 
 
 class RecordMessage(ReceivedMessage):
@@ -207,16 +207,17 @@ class RecordMessage(ReceivedMessage):
     def msg_id(self) -> str:
         # Fast path for what every consumer reads: the producer writes UNIQ_KEY as the first
         # property and the encoder rejects duplicate names and separators in values, so a
-        # leading ``UNIQ_KEY\x01`` pair is the property (~2x cheaper than the regex).
+        # leading ``UNIQ_KEY\x01`` pair is the property (one anchored match: ~1.5x cheaper
+        # than ``_property``). Anything else, malformed records included, takes that path.
         buf = self._buf
+        end = self._end
         topic_pos = self._pos + RECORD_HEADER_SIZE + self._body_len
         props_pos = topic_pos + 3 + buf[topic_pos]
-        if buf.startswith(_UNIQ_KEY_PAIR, props_pos):
-            end = self._end
-            value_end = buf.find(b"\x02", props_pos, end)
-            if value_end > 0 and props_pos + (buf[props_pos - 2] << 8 | buf[props_pos - 1]) == end:
+        if props_pos <= end and props_pos + (buf[props_pos - 2] << 8 | buf[props_pos - 1]) == end:
+            found = _UNIQ_KEY_FIRST(buf, props_pos, end)
+            if found is not None:
                 try:
-                    return buf[props_pos + _UNIQ_KEY_PAIR_LEN : value_end].decode()
+                    return found[1].decode()
                 except UnicodeDecodeError:
                     pass
         return self._property(PROPERTY_UNIQ_KEY, "")
