@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from wharf.v1 import common_pb2, messaging_pb2
 
 from client.consumer.pull_wire import PullReply, decode_pull_reply
+from client.errors import BrokerInternalError
 from client.records import RecordMessage, messages_from_reply, parse_records
 from store.format import encode_batch
 from store.model import MessageInput
@@ -122,3 +123,13 @@ def test_pull_reply_records_property_copies_on_demand() -> None:
     data = encoded(MessageInput(b"x", {"UNIQ_KEY": "U"}))
     reply = decode_pull_reply(reply_bytes(data))
     assert isinstance(reply, PullReply) and reply.records == data
+
+
+def test_msg_id_of_a_record_with_a_bad_properties_length_is_an_error_not_a_guess() -> None:
+    data = encoded(MessageInput(b"body", {"UNIQ_KEY": "U", "TAGS": "t"}))
+    props_length_pos = 88 + 4 + 1 + len("orders")  # header, body, topic length byte, topic
+    for bad in (b"\0\0", b"\xff\xff"):
+        damaged = data[:props_length_pos] + bad + data[props_length_pos + 2 :]
+        (message,) = parse_records(damaged)
+        with pytest.raises(BrokerInternalError, match="do not add up"):
+            _ = message.msg_id
