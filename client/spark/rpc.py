@@ -57,6 +57,24 @@ class QueueBounds:
     max_offset: int  # next offset to be written
 
 
+class PendingSend:
+    """A records send in flight; ``result()`` waits for the broker's reply (BrokerCallError
+    on failure, after trying the other endpoints on UNAVAILABLE)."""
+
+    def __init__(self, rpc: BrokerRpc, request: bytes, future: grpc.Future) -> None:
+        self._rpc = rpc
+        self._request = request
+        self._future = future
+
+    def result(self) -> messaging_pb2.SendMessageResponse:
+        try:
+            reply = self._future.result()
+        except grpc.RpcError as exc:
+            reply = self._rpc._resend_records(self._request, exc)
+        assert isinstance(reply, messaging_pb2.SendMessageResponse)
+        return reply
+
+
 class BrokerRpc:
     """One channel to the first answering endpoint; use as a context manager."""
 
@@ -178,6 +196,23 @@ class BrokerRpc:
         assert isinstance(reply, PullReply)
         return reply
 
+    def start_send_records(
+        self,
+        topic: str,
+        queue_id: int | None,
+        records: Sequence[bytes],
+        producer_group: str,
+    ) -> PendingSend:
+        """Start a SendMessage with producer-encoded records (``client.record_encoder``): one
+        store append, answered in the compact form (status, first offsets, count). The caller
+        can encode the next chunk while this one travels; ``result()`` waits for the reply."""
+        head = messaging_pb2.SendMessageRequest(topic=topic, producer_group=producer_group)
+        if queue_id is not None:
+            head.queue_id = queue_id
+        request = encode_records_request(head.SerializeToString(), 0, list(records))
+        future = self._method(_SEND_RECORDS).future(request, timeout=self._timeout)  # type: ignore[attr-defined]
+        return PendingSend(self, request, future)
+
     def send_records(
         self,
         topic: str,
@@ -185,15 +220,16 @@ class BrokerRpc:
         records: Sequence[bytes],
         producer_group: str,
     ) -> messaging_pb2.SendMessageResponse:
-        """SendMessage with producer-encoded records (``client.record_encoder``): one store
-        append; the reply is the compact form (status, first offsets, count)."""
-        head = messaging_pb2.SendMessageRequest(topic=topic, producer_group=producer_group)
-        if queue_id is not None:
-            head.queue_id = queue_id
-        request = encode_records_request(head.SerializeToString(), 0, list(records))
-        reply = self._call(_SEND_RECORDS, request)
-        assert isinstance(reply, messaging_pb2.SendMessageResponse)
-        return reply
+        """``start_send_records`` and wait for the reply."""
+        return self.start_send_records(topic, queue_id, records, producer_group).result()
+
+    def _resend_records(self, request: bytes, error: grpc.RpcError) -> object:
+        """A records send failed: UNAVAILABLE moves on to the next endpoint, as ``_call``."""
+        if error.code() != grpc.StatusCode.UNAVAILABLE or len(self._endpoints) == 1:
+            raise BrokerCallError(_SEND_RECORDS, self.endpoint, error) from None
+        self.close()
+        self._index = (self._index + 1) % len(self._endpoints)
+        return self._call(_SEND_RECORDS, request)
 
     def unique_id_exists(self, topic: str, unique_id: str) -> bool:
         """True if a message with this UNIQ_KEY is stored in ``topic`` (IndexFile lookup)."""

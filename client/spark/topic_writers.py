@@ -49,7 +49,7 @@ from wharf.v1 import messaging_pb2
 from client.errors import InvalidArgumentError
 from client.record_encoder import RecordEncoder
 from client.spark.options import OptionError, WriteOptions
-from client.spark.rpc import BrokerRpc
+from client.spark.rpc import BrokerRpc, PendingSend
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,7 @@ class _ChunkSender:
         self._last_id: dict[tuple[str, int | None], str] = {}
         self._pending_bytes: dict[tuple[str, int | None], int] = {}
         self._probing = opts.idempotent
+        self._in_flight: tuple[PendingSend, int, str, str] | None = None
         self.sent = 0
         self.skipped = 0
 
@@ -146,6 +147,7 @@ class _ChunkSender:
     def flush_all(self) -> None:
         for key in list(self._pending):
             self._flush(key)
+        self._settle()
 
     def _flush(self, key: tuple[str, int | None]) -> None:
         chunk = self._pending.pop(key)
@@ -157,16 +159,29 @@ class _ChunkSender:
                 self.skipped += len(chunk)
                 return
             self._probing = False
-        reply = self._rpc.send_records(topic, queue_id, chunk, self._opts.producer_group)
-        if reply.count != len(chunk):
+        # One chunk in flight at a time: the next chunk's rows are encoded while this one
+        # travels, and it is sent only once this one is acknowledged, so stored chunks
+        # still form a prefix of the task's chunks (what probing relies on).
+        self._settle()
+        pending = self._rpc.start_send_records(topic, queue_id, chunk, self._opts.producer_group)
+        self._in_flight = (pending, len(chunk), topic, last_id)
+
+    def _settle(self) -> None:
+        """Wait for the chunk in flight, if any, and check its acknowledgement."""
+        if self._in_flight is None:
+            return
+        pending, count, topic, last_id = self._in_flight
+        self._in_flight = None
+        reply = pending.result()
+        if reply.count != count:
             raise RuntimeError(
-                f"broker acknowledged {reply.count} of {len(chunk)} messages to {topic} "
+                f"broker acknowledged {reply.count} of {count} messages to {topic} "
                 f"(chunk ending with {last_id})"
             )
         if reply.status == messaging_pb2.FLUSH_DISK_TIMEOUT:
             log.warning(
                 "wharf sink: %d messages to %s (up to %s) stored but not flushed in time",
-                len(chunk),
+                count,
                 topic,
                 last_id,
             )
@@ -175,7 +190,7 @@ class _ChunkSender:
                 f"broker refused the chunk ending with {last_id}: "
                 f"{messaging_pb2.SendStatus.Name(reply.status)}"
             )
-        self.sent += len(chunk)
+        self.sent += count
 
 
 class _RowEncoder:

@@ -24,15 +24,25 @@ class FakeBroker:
         self.probes: list[str] = []
         self.sends: list[tuple[str, int | None, list[bytes]]] = []
         self.short_count = False
+        self.in_flight: messaging_pb2.SendMessageResponse | None = None
 
     def unique_id_exists(self, topic: str, unique_id: str) -> bool:
         self.probes.append(unique_id)
         return unique_id in self.stored_ids
 
-    def send_records(self, topic, queue_id, records, producer_group):  # type: ignore[no-untyped-def]
+    def start_send_records(self, topic, queue_id, records, producer_group):  # type: ignore[no-untyped-def]
+        assert self.in_flight is None, "a chunk was sent before the previous one was acknowledged"
         self.sends.append((topic, queue_id, list(records)))
         count = len(records) - 1 if self.short_count else len(records)
-        return messaging_pb2.SendMessageResponse(status=self.status, count=count, queue_id=0)
+        self.in_flight = messaging_pb2.SendMessageResponse(
+            status=self.status, count=count, queue_id=0
+        )
+        return self
+
+    def result(self) -> messaging_pb2.SendMessageResponse:
+        reply, self.in_flight = self.in_flight, None
+        assert reply is not None
+        return reply
 
 
 def write_opts(**extra: str):  # type: ignore[no-untyped-def]
