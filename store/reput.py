@@ -141,16 +141,14 @@ class ReputService(Service):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         failures = self.failures
+        self.wakeup()  # once: later runs come from appends, syncs or the pending-poll pace
         while self.reput_from_offset < offset:
             if loop.time() >= deadline or not self.running or self.failures > failures:
                 return self.reput_from_offset >= offset
-            before = self.reput_from_offset
-            progress = self._progress
-            self.wakeup()
+            # Every run signals progress when it ends, even one that found nothing to do
+            # (data still waiting for its sync): no sleep here, the next run wakes us.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(progress.wait(), max(deadline - loop.time(), 0.001))
-            if self.reput_from_offset == before:
-                await asyncio.sleep(PENDING_POLL_S)  # waiting for a commit/sync, not for us
+                await asyncio.wait_for(self._progress.wait(), max(deadline - loop.time(), 0.001))
         return True
 
 
