@@ -75,3 +75,19 @@ def test_sink_compresses_big_bodies_and_the_source_returns_them_whole(
     assert (got[0].tags, list(got[0].keys), got[0].properties) == ("big", ["k-big"], {"part": "1"})
     assert (got[1].tags, list(got[1].keys), got[1].properties) == ("", [], {})
     assert [got[i].msgId for i in range(3)] == [f"spark-w1-0-0-{i}" for i in range(3)]
+
+
+def test_a_narrower_schema_reads_only_its_columns(spark, broker: BrokerProcess) -> None:
+    send(broker.endpoint, "narrow", [b"a", b"b", b"c"], tags="t", keys=["k"])
+    wait_until_visible(broker.endpoint, "narrow", 3)
+    for arrow in ("true", "false"):
+        df = (
+            spark.read.format("wharf")
+            .schema("offset long, body binary, keys array<string>")
+            .option("endpoints", broker.endpoint)
+            .option("topic", "narrow")
+            .option("arrowBatches", arrow)
+            .load()
+        )
+        rows = sorted((r.offset, bytes(r.body), list(r.keys)) for r in df.collect())
+        assert rows == [(0, b"a", ["k"]), (1, b"b", ["k"]), (2, b"c", ["k"])], arrow
