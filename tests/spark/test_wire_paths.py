@@ -91,3 +91,23 @@ def test_a_narrower_schema_reads_only_its_columns(spark, broker: BrokerProcess) 
         )
         rows = sorted((r.offset, bytes(r.body), list(r.keys)) for r in df.collect())
         assert rows == [(0, b"a", ["k"]), (1, b"b", ["k"]), (2, b"c", ["k"])], arrow
+
+
+def test_records_calls_move_on_to_the_next_endpoint_when_one_is_down(
+    broker: BrokerProcess,
+) -> None:
+    from client.record_encoder import RecordEncoder
+    from client.records import messages_from_reply
+    from client.spark.rpc import BrokerRpc
+
+    encoder = RecordEncoder()
+    records = [encoder.encode("failover", f"r{i}".encode(), f"id-{i}") for i in range(3)]
+    # Port 1 on loopback refuses connections: UNAVAILABLE, then the live broker answers.
+    with BrokerRpc(["127.0.0.1:1", broker.endpoint], timeout_s=10) as rpc:
+        reply = rpc.send_records("failover", 0, records, "g")
+        assert (reply.count, reply.first_queue_offset) == (3, 0)
+        assert rpc.endpoint == broker.endpoint
+    wait_until_visible(broker.endpoint, "failover", 3)
+    with BrokerRpc(["127.0.0.1:1", broker.endpoint], timeout_s=10) as rpc:
+        pulled = rpc.pull_records("g", "failover", 0, 0, 10, "*")
+    assert [m.msg_id for m in messages_from_reply(pulled, "*")] == ["id-0", "id-1", "id-2"]
