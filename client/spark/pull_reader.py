@@ -3,8 +3,8 @@
 Runs in a Spark Python worker: it only uses the partition and the options (never driver
 state), opens its own channel, and pulls up to ``pullBatchSize`` (max 1024) messages per RPC
 in ``raw_records`` mode (the stored records' bytes, decoded lazily by ``client.records``,
-which also re-checks exact tags: the broker filters by tag hash in that mode), emitting
-Arrow batches of up to 8192 rows.
+which also re-checks exact tags: the broker filters by tag hash in that mode), with one pull
+in flight while the previous reply is decoded, emitting Arrow batches of up to 8192 rows.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from client.records import messages_from_reply
 from client.spark.columns import ColumnBuffer
 from client.spark.offsets import DataLossError, QueueRange
 from client.spark.options import ReadOptions
-from client.spark.rpc import BrokerRpc
+from client.spark.rpc import BrokerRpc, PendingPull
 
 log = logging.getLogger(__name__)
 
@@ -103,13 +103,24 @@ def read_queue_range(opts: ReadOptions, schema: StructType, r: QueueRange) -> It
     match_all = opts.tag_expression in ("", "*")
     offset = r.start
     with BrokerRpc(opts.endpoints, opts.timeout_s) as rpc:
-        while offset < r.end:
-            want = min(opts.pull_batch_size, r.end - offset)
-            reply = rpc.pull_records(
-                opts.consumer_group, r.topic, r.queue_id, offset, want, opts.tag_expression
+
+        def start_pull(at: int) -> PendingPull:
+            want = min(opts.pull_batch_size, r.end - at)
+            return rpc.start_pull_records(
+                opts.consumer_group, r.topic, r.queue_id, at, want, opts.tag_expression
             )
+
+        # One pull in flight while the previous reply is decoded and handed to Spark: the
+        # next offset is known as soon as a FOUND reply arrives.
+        pending = start_pull(offset) if offset < r.end else None
+        while pending is not None:
+            reply = pending.result()
+            pending = None
             status = reply.status
             if status == _FOUND:
+                next_offset = reply.next_begin_offset
+                if offset < next_offset < r.end:
+                    pending = start_pull(next_offset)
                 messages = messages_from_reply(reply, opts.tag_expression)
                 first = messages[0].queue_offset if messages else offset
                 if match_all and first > offset:
@@ -117,7 +128,6 @@ def read_queue_range(opts: ReadOptions, schema: StructType, r: QueueRange) -> It
                     # (retention raced this read, or the ConsumeQueue lost units).
                     _lost(opts, r, f"offsets [{offset}, {first}) are missing")
                 columns.add(messages)
-                next_offset = reply.next_begin_offset
             elif status == _NO_MATCHED:
                 next_offset = reply.next_begin_offset  # filtered out: move on, emit nothing
             elif status == _ILLEGAL and offset < reply.min_offset:
@@ -143,6 +153,8 @@ def read_queue_range(opts: ReadOptions, schema: StructType, r: QueueRange) -> It
                     f"(status {messaging_pb2.PullStatus.Name(status)})"
                 )
             offset = next_offset
+            if pending is None and offset < r.end:
+                pending = start_pull(offset)
             if buffer.rows >= _ROWS_PER_BATCH:
                 yield from _drain(buffer, opts.arrow_batches)
         if buffer.rows:

@@ -57,21 +57,34 @@ class QueueBounds:
     max_offset: int  # next offset to be written
 
 
-class PendingSend:
-    """A records send in flight; ``result()`` waits for the broker's reply (BrokerCallError
-    on failure, after trying the other endpoints on UNAVAILABLE)."""
+class PendingCall:
+    """A fast-path call in flight; ``result()`` waits for the broker's reply (BrokerCallError
+    on failure, after trying the other endpoints on UNAVAILABLE, as ``BrokerRpc._call``)."""
 
-    def __init__(self, rpc: BrokerRpc, request: bytes, future: grpc.Future) -> None:
+    def __init__(self, rpc: BrokerRpc, name: str, request: object, future: grpc.Future) -> None:
         self._rpc = rpc
+        self._name = name
         self._request = request
         self._future = future
 
-    def result(self) -> messaging_pb2.SendMessageResponse:
+    def result(self) -> object:
         try:
-            reply = self._future.result()
+            return self._future.result()
         except grpc.RpcError as exc:
-            reply = self._rpc._resend_records(self._request, exc)
+            return self._rpc._retry_elsewhere(self._name, self._request, exc)
+
+
+class PendingSend(PendingCall):
+    def result(self) -> messaging_pb2.SendMessageResponse:
+        reply = super().result()
         assert isinstance(reply, messaging_pb2.SendMessageResponse)
+        return reply
+
+
+class PendingPull(PendingCall):
+    def result(self) -> PullReply:
+        reply = super().result()
+        assert isinstance(reply, PullReply)
         return reply
 
 
@@ -171,7 +184,7 @@ class BrokerRpc:
         assert isinstance(reply, messaging_pb2.SearchOffsetResponse)
         return reply.offset
 
-    def pull_records(
+    def start_pull_records(
         self,
         group: str,
         topic: str,
@@ -179,9 +192,10 @@ class BrokerRpc:
         offset: int,
         max_messages: int,
         tag_expression: str,
-    ) -> PullReply:
-        """PullMessage in raw_records mode: the reply's records stay inside the received
-        bytes (the broker filters by tag HASH here: ``client.records`` re-checks tags)."""
+    ) -> PendingPull:
+        """Start a PullMessage in raw_records mode (the caller can decode the previous reply
+        meanwhile): the reply's records stay inside the received bytes (the broker filters
+        by tag HASH here: ``client.records`` re-checks tags)."""
         request = messaging_pb2.PullMessageRequest(
             consumer_group=group,
             topic=topic,
@@ -192,9 +206,22 @@ class BrokerRpc:
             tag_expression=tag_expression,
             raw_records=True,
         )
-        reply = self._call(_PULL_RECORDS, request)
-        assert isinstance(reply, PullReply)
-        return reply
+        future = self._method(_PULL_RECORDS).future(request, timeout=self._timeout)  # type: ignore[attr-defined]
+        return PendingPull(self, _PULL_RECORDS, request, future)
+
+    def pull_records(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int,
+        tag_expression: str,
+    ) -> PullReply:
+        """``start_pull_records`` and wait for the reply."""
+        return self.start_pull_records(
+            group, topic, queue_id, offset, max_messages, tag_expression
+        ).result()
 
     def start_send_records(
         self,
@@ -211,7 +238,7 @@ class BrokerRpc:
             head.queue_id = queue_id
         request = encode_records_request(head.SerializeToString(), 0, list(records))
         future = self._method(_SEND_RECORDS).future(request, timeout=self._timeout)  # type: ignore[attr-defined]
-        return PendingSend(self, request, future)
+        return PendingSend(self, _SEND_RECORDS, request, future)
 
     def send_records(
         self,
@@ -223,13 +250,13 @@ class BrokerRpc:
         """``start_send_records`` and wait for the reply."""
         return self.start_send_records(topic, queue_id, records, producer_group).result()
 
-    def _resend_records(self, request: bytes, error: grpc.RpcError) -> object:
-        """A records send failed: UNAVAILABLE moves on to the next endpoint, as ``_call``."""
+    def _retry_elsewhere(self, name: str, request: object, error: grpc.RpcError) -> object:
+        """A call in flight failed: UNAVAILABLE moves on to the next endpoint, as ``_call``."""
         if error.code() != grpc.StatusCode.UNAVAILABLE or len(self._endpoints) == 1:
-            raise BrokerCallError(_SEND_RECORDS, self.endpoint, error) from None
+            raise BrokerCallError(name, self.endpoint, error) from None
         self.close()
         self._index = (self._index + 1) % len(self._endpoints)
-        return self._call(_SEND_RECORDS, request)
+        return self._call(name, request)
 
     def unique_id_exists(self, topic: str, unique_id: str) -> bool:
         """True if a message with this UNIQ_KEY is stored in ``topic`` (IndexFile lookup)."""
