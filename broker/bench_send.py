@@ -31,6 +31,8 @@ import grpc
 import uvloop
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
+from store.record_batch import encode_record, topic_tail
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -56,12 +58,17 @@ def start_daemon(root: Path, flush: str) -> tuple[subprocess.Popen[bytes], str]:
 
 
 PEER_REPLIES: dict[int, bytes] = {}
+PEER_BATCH = [0]  # records per request in records form (set from --batch)
 
 
 async def serve_peer(ready: Path) -> None:
     """The bare gRPC peer: parse each SendMessageRequest, answer one prebuilt reply."""
 
     def reply_for(request: messaging_pb2.SendMessageRequest) -> bytes:
+        if request.records:  # compact reply; counting records costs the peer nothing here
+            return messaging_pb2.SendMessageResponse(
+                status=messaging_pb2.SEND_OK, count=PEER_BATCH[0]
+            ).SerializeToString()
         count = len(request.messages)
         if count not in PEER_REPLIES:
             entry = messaging_pb2.SendResultEntry(
@@ -109,9 +116,9 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_peer(root: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_peer(root: Path, batch: int) -> tuple[subprocess.Popen[bytes], str]:
     ready = root / "peer.json"
-    cmd = [sys.executable, "-m", "broker.bench_send", "--peer", str(ready)]
+    cmd = [sys.executable, "-m", "broker.bench_send", "--peer", str(ready), "--batch", str(batch)]
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT)
     deadline = time.monotonic() + 30
     while not ready.exists():
@@ -123,9 +130,16 @@ def start_peer(root: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 async def drive(endpoint: str, args: argparse.Namespace) -> tuple[int, float, int]:
     body = os.urandom(args.size)
-    request = messaging_pb2.SendMessageRequest(
-        topic="bench", messages=[common_pb2.Message(body=body)] * args.batch
-    )
+    if args.form == "records":  # producer-encoded records: what the SDK sends
+        tail = topic_tail("bench")
+        records = b"".join(
+            encode_record(tail, body, b"UNIQ_KEY\x01%032X\x02" % i) for i in range(args.batch)
+        )
+        request = messaging_pb2.SendMessageRequest(topic="bench", records=records)
+    else:
+        request = messaging_pb2.SendMessageRequest(
+            topic="bench", messages=[common_pb2.Message(body=body)] * args.batch
+        )
     sent = 0
     errors = 0
     async with grpc.aio.insecure_channel(endpoint) as channel:
@@ -150,7 +164,7 @@ async def drive(endpoint: str, args: argparse.Namespace) -> tuple[int, float, in
                 if reply.HasField("error"):
                     errors += 1
                 else:
-                    sent += len(reply.results)
+                    sent += reply.count or len(reply.results)
                 if time.monotonic() >= deadline and not stopping:
                     stopping = True
                     await call.done_writing()
@@ -196,6 +210,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--window", type=int, default=8)
     parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument(
+        "--form",
+        choices=("records", "messages"),
+        default="records",
+        help="records: producer-encoded (the SDK's form); messages: protos the broker encodes",
+    )
     parser.add_argument("--modes", default="ASYNC_FLUSH,SYNC_FLUSH")
     parser.add_argument(
         "--no-pull", dest="pull", action="store_false", help="skip pulling everything back"
@@ -203,14 +223,15 @@ def main() -> None:
     parser.add_argument("--peer", metavar="READY_FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peer:
+        PEER_BATCH[0] = args.batch
         uvloop.run(serve_peer(Path(args.peer)))
         return
     print(
-        f"SendMessageStream: {args.streams} streams x {args.window} in flight, batches of "
+        f"SendMessageStream ({args.form}): {args.streams} streams x {args.window} in flight, batches of "
         f"{args.batch} x {args.size} B, {args.seconds:g} s per mode"
     )
     with tempfile.TemporaryDirectory(prefix="wharf-bench-peer-") as tmp:
-        peer, endpoint = start_peer(Path(tmp))
+        peer, endpoint = start_peer(Path(tmp), args.batch)
         try:
             peer_cpu_before = process_cpu_seconds(peer.pid)
             peer_sent, peer_elapsed, _ = uvloop.run(drive(endpoint, args))
