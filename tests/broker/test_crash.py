@@ -10,6 +10,7 @@ import grpc
 import pytest
 from wharf.v1 import common_pb2, messaging_pb2
 
+from store.record_batch import encode_record, topic_tail
 from tests.broker.daemon_helpers import SMALL_STORE, Client
 from tests.harness import BrokerProcess
 
@@ -66,6 +67,29 @@ def _stream_producer(endpoint: str, worker: int, stop: threading.Event, acked: s
         client.close()
 
 
+def _records_producer(endpoint: str, worker: int, stop: threading.Event, acked: set[str]) -> None:
+    """Producer-encoded records (what the SDK sends): an ack is a compact SEND_OK reply."""
+    client = Client(endpoint)
+    tail = topic_tail("crash")
+    n = 0
+    try:
+        while not stop.is_set():
+            ids = [f"R{worker}-{n + i}" for i in range(16)]
+            n += 16
+            records = b"".join(
+                encode_record(tail, i.encode() * 20, f"UNIQ_KEY\x01{i}\x02".encode()) for i in ids
+            )
+            request = messaging_pb2.SendMessageRequest(topic="crash", records=records)
+            try:
+                reply = client.msg.SendMessage(request, timeout=5)
+            except grpc.RpcError:
+                return  # the broker died mid-call: that batch was never acknowledged
+            if reply.status == messaging_pb2.SEND_OK and reply.count == len(ids):
+                acked.update(ids)
+    finally:
+        client.close()
+
+
 def test_kill_9_under_sync_flush_loses_no_acknowledged_message(
     spawn_broker: Callable[..., BrokerProcess],
 ) -> None:
@@ -73,7 +97,13 @@ def test_kill_9_under_sync_flush_loses_no_acknowledged_message(
     broker = spawn_broker(settings=settings)
     stop = threading.Event()
     acked: set[str] = set()
-    producers = [_producer, _producer, _stream_producer, _stream_producer]
+    producers = [
+        _producer,
+        _stream_producer,
+        _stream_producer,
+        _records_producer,
+        _records_producer,
+    ]
     workers = [
         threading.Thread(target=target, args=(broker.endpoint, w, stop, acked))
         for w, target in enumerate(producers)
@@ -87,6 +117,7 @@ def test_kill_9_under_sync_flush_loses_no_acknowledged_message(
         worker.join(10)
     assert len(acked) > 100, "the load never got going"
     assert any(i.startswith("S") for i in acked), "the stream producers never got acks"
+    assert any(i.startswith("R") for i in acked), "the records producers never got acks"
     assert (broker.store_dir / "abort").exists()  # a crash, not a clean stop
 
     broker.start()  # abnormal recovery
