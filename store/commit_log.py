@@ -80,7 +80,7 @@ from store.errors import (
     StoreShutDownError,
 )
 from store.flush_service import CommitRealTimeService, FlushRealTimeService
-from store.format import END_FILE_MIN_BLANK_LENGTH, encode_batch, encode_host
+from store.format import END_FILE_MIN_BLANK_LENGTH, EncodedBatch, encode_batch, encode_host
 from store.group_commit import GroupCommitService
 from store.mapped_file import MappedFile
 from store.mapped_file_queue import MappedFileQueue, create_segment_blocking
@@ -263,32 +263,10 @@ class CommitLog(CommitLogReads):
             raise self._error
         if store_timestamp is None:
             store_timestamp = int(time.time() * 1000)
-        mapped = self.queue.last()
-        if mapped is None or mapped.is_full:
-            mapped = self._roll()
-        start = mapped.file_from_offset + mapped.wrote_position
         config = self.config
-        batch = encode_batch(
-            topic,
-            queue_id,
-            first_queue_offset,
-            messages,
-            start,
-            store_timestamp,
-            config.store_host,
-            config.max_message_size,
-        )
-        size = len(batch.data)
-        if size + END_FILE_MIN_BLANK_LENGTH > mapped.remaining:
-            if size + END_FILE_MIN_BLANK_LENGTH > self.file_size:
-                raise InvalidMessageError(
-                    f"the batch encodes to {size} bytes, more than a commit log segment holds "
-                    f"({self.file_size - END_FILE_MIN_BLANK_LENGTH}): send fewer messages per batch"
-                )
-            mapped.append_blank()
-            mapped = self._roll()
-            start = mapped.file_from_offset
-            batch = encode_batch(
+
+        def encode(start: int) -> EncodedBatch:
+            return encode_batch(
                 topic,
                 queue_id,
                 first_queue_offset,
@@ -298,19 +276,19 @@ class CommitLog(CommitLogReads):
                 config.store_host,
                 config.max_message_size,
             )
-        mapped.append(batch.data, store_timestamp)
-        self.last_store_timestamp = store_timestamp
-        self.messages_put_total += len(batch.sizes)
-        self.bytes_put_total += size
-        return AppendResult(
-            topic,
-            queue_id,
-            first_queue_offset,
-            batch.offsets,
-            batch.sizes,
-            store_timestamp,
-            start + size,
-        )
+
+        # Encoded where the log ends now; again only if the batch has to open a new segment
+        # (the size does not depend on the position, the offsets inside do).
+        start = self.queue.max_wrote_offset
+        batch = encode(start)
+        mapped = self._segment_with_room(len(batch.data))
+        if mapped.file_from_offset + mapped.wrote_position != start:
+            start = mapped.file_from_offset + mapped.wrote_position
+            batch = encode(start)
+        return self._write(
+            mapped, batch.data, topic, queue_id, first_queue_offset, batch.offsets,
+            batch.sizes, store_timestamp,
+        )  # fmt: skip
 
     def append_records(
         self,
@@ -331,17 +309,7 @@ class CommitLog(CommitLogReads):
         if store_timestamp is None:
             store_timestamp = int(time.time() * 1000)
         size = len(data)
-        if size + END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            raise InvalidMessageError(
-                f"the batch is {size} bytes, more than a commit log segment holds "
-                f"({self.file_size - END_FILE_MIN_BLANK_LENGTH}): send fewer messages per batch"
-            )
-        mapped = self.queue.last()
-        if mapped is None or mapped.is_full:
-            mapped = self._roll()
-        if size + END_FILE_MIN_BLANK_LENGTH > mapped.remaining:
-            mapped.append_blank()
-            mapped = self._roll()
+        mapped = self._segment_with_room(size)
         start = mapped.file_from_offset + mapped.wrote_position
         buf = bytearray(data)
         patch_records(
@@ -354,16 +322,55 @@ class CommitLog(CommitLogReads):
             store_timestamp,
             encode_host(self.config.store_host),
         )
-        mapped.append(buf, store_timestamp)
-        self.last_store_timestamp = store_timestamp
-        count = len(positions)
-        self.messages_put_total += count
-        self.bytes_put_total += size
         offsets = (positions + start).tolist()
         sizes = [b - a for a, b in pairwise(offsets)]
         sizes.append(start + size - offsets[-1])
+        return self._write(
+            mapped, buf, topic, queue_id, first_queue_offset, offsets, sizes, store_timestamp
+        )
+
+    def _segment_with_room(self, size: int) -> MappedFile:
+        """The segment a batch of ``size`` bytes goes to: the current one, or a new one after
+        the blank marker when the batch does not fit its rest (a batch never spans segments).
+        InvalidMessageError (nothing written) if no segment could hold it."""
+        if size + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            raise InvalidMessageError(
+                f"the batch encodes to {size} bytes, more than a commit log segment holds "
+                f"({self.file_size - END_FILE_MIN_BLANK_LENGTH}): send fewer messages per batch"
+            )
+        mapped = self.queue.last()
+        if mapped is None or mapped.is_full:
+            mapped = self._roll()
+        if size + END_FILE_MIN_BLANK_LENGTH > mapped.remaining:
+            mapped.append_blank()
+            mapped = self._roll()
+        return mapped
+
+    def _write(
+        self,
+        mapped: MappedFile,
+        data: bytes | bytearray,
+        topic: str,
+        queue_id: int,
+        first_queue_offset: int,
+        offsets: list[int],
+        sizes: list[int],
+        store_timestamp: int,
+    ) -> AppendResult:
+        """Copy a batch at the segment's write position and account for it."""
+        start = mapped.file_from_offset + mapped.wrote_position
+        mapped.append(data, store_timestamp)
+        self.last_store_timestamp = store_timestamp
+        self.messages_put_total += len(sizes)
+        self.bytes_put_total += len(data)
         return AppendResult(
-            topic, queue_id, first_queue_offset, offsets, sizes, store_timestamp, start + size
+            topic,
+            queue_id,
+            first_queue_offset,
+            offsets,
+            sizes,
+            store_timestamp,
+            start + len(data),
         )
 
     def _roll(self) -> MappedFile:
