@@ -225,25 +225,38 @@ class MessageStore:
         self._check_writable()
         if not messages:
             raise InvalidMessageError("a batch needs at least one message")
-        if not isinstance(queue_id, int) or not 0 <= queue_id <= _MAX_QUEUE_ID:
-            raise InvalidMessageError(f"queue id {queue_id!r} must be an int in [0, 2^31-1]")
+        _check_queue_id(queue_id)
         level = delay_level_of(messages)
         if level > 0:
             topic, queue_id, messages = to_schedule_topic(
                 topic, queue_id, min(level, len(self.delay_levels_ms)), messages
             )
+        now = int(time.time() * 1000)
+        return self._append_to_queue(
+            topic,
+            queue_id,
+            len(messages),
+            lambda log, first: log.append(topic, queue_id, first, messages, now),
+        )
+
+    def _append_to_queue(
+        self,
+        topic: str,
+        queue_id: int,
+        count: int,
+        write: Callable[[CommitLog, int], AppendResult],
+    ) -> AppendResult:
+        """Give ``write`` the queue's next offset, then advance it by ``count`` and account
+        for the batch (one place for every kind of append)."""
         key = (topic, queue_id)
         first_queue_offset = self._offset_table.get(key, 0)
         commit_log = self._commit_log
-        assert commit_log is not None
-        result = commit_log.append(
-            topic, queue_id, first_queue_offset, messages, int(time.time() * 1000)
-        )
-        self._offset_table[key] = first_queue_offset + len(messages)
-        self.messages_put_total += len(messages)
+        assert commit_log is not None and self._reput is not None
+        result = write(commit_log, first_queue_offset)
+        self._offset_table[key] = first_queue_offset + count
+        self.messages_put_total += count
         self.bytes_put_total += result.end_offset - result.offsets[0]
         if not self._sync_flush:
-            assert self._reput is not None
             commit_log.wakeup_flush()
             self._reput.wakeup()
         return result
@@ -270,26 +283,20 @@ class MessageStore:
     ) -> PutResult:
         """``put`` for a send batch of pre-encoded records (``store.record_batch``): checked
         (InvalidMessageError names the first bad record; nothing is written then), patched with
-        the broker-owned fields and appended with one copy. Delayed messages are refused here
-        (they must be re-addressed to SCHEDULE_TOPIC_XXXX: use ``put``)."""
+        the broker-owned fields and appended with one copy. Properties are stored as given: a
+        DELAY property does not re-address anything here (delayed messages go through ``put``)."""
         positions = check_records(data, topic, self._config.max_message_size)
         await self._dispatch_backpressure()
         self._check_writable()
-        if not isinstance(queue_id, int) or not 0 <= queue_id <= _MAX_QUEUE_ID:
-            raise InvalidMessageError(f"queue id {queue_id!r} must be an int in [0, 2^31-1]")
-        key = (topic, queue_id)
-        first_queue_offset = self._offset_table.get(key, 0)
-        commit_log = self._commit_log
-        assert commit_log is not None and self._reput is not None
-        result = commit_log.append_records(
-            topic, queue_id, first_queue_offset, data, positions, born_host
+        _check_queue_id(queue_id)
+        result = self._append_to_queue(
+            topic,
+            queue_id,
+            len(positions),
+            lambda log, first: log.append_records(
+                topic, queue_id, first, data, positions, born_host
+            ),
         )
-        self._offset_table[key] = first_queue_offset + len(positions)
-        self.messages_put_total += len(positions)
-        self.bytes_put_total += len(data)
-        if not self._sync_flush:
-            commit_log.wakeup_flush()
-            self._reput.wakeup()
         return await self._durable(result)
 
     async def _dispatch_backpressure(self) -> None:
@@ -579,3 +586,8 @@ class MessageStore:
     @property
     def observer(self) -> FlushTally:
         return self._observer
+
+
+def _check_queue_id(queue_id: int) -> None:
+    if not isinstance(queue_id, int) or not 0 <= queue_id <= _MAX_QUEUE_ID:
+        raise InvalidMessageError(f"queue id {queue_id!r} must be an int in [0, 2^31-1]")
