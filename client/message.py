@@ -210,6 +210,28 @@ class ReceivedMessage:
         )
 
 
+def body_payload(
+    body: bytes | str, compress_threshold: int = COMPRESS_THRESHOLD
+) -> tuple[bytes, bool]:
+    """A message body as sent: bytes (str as UTF-8), zlib-compressed when over the threshold
+    and it saves bytes; returns (payload, compressed). InvalidArgumentError if it is empty or
+    not bytes-like."""
+    if body.__class__ is not bytes:
+        if isinstance(body, str):
+            body = body.encode()
+        elif isinstance(body, bytearray | memoryview):
+            body = bytes(body)
+        else:
+            raise InvalidArgumentError(
+                f"message body must be bytes or str, got {type(body).__name__}"
+            )
+    if not body:
+        raise InvalidArgumentError("message body must not be empty")
+    if len(body) > compress_threshold:
+        return maybe_compress(body, compress_threshold)
+    return body, False
+
+
 def to_wire(
     body: bytes | str,
     *,
@@ -226,22 +248,11 @@ def to_wire(
 
     Hot path of every send: only non-default fields are set (attribute assignment on a
     fresh upb message is about twice as fast as keyword construction)."""
-    if body.__class__ is not bytes:
-        if isinstance(body, str):
-            body = body.encode()
-        elif isinstance(body, bytearray | memoryview):
-            body = bytes(body)
-        else:
-            raise InvalidArgumentError(
-                f"message body must be bytes or str, got {type(body).__name__}"
-            )
-    if not body:
-        raise InvalidArgumentError("message body must not be empty")
+    payload, compressed = body_payload(body, compress_threshold)
     wire = _WireMessage()
-    if len(body) > compress_threshold:
-        body, compressed = maybe_compress(body, compress_threshold)
-        wire.compressed = compressed
-    wire.body = body
+    if compressed:
+        wire.compressed = True
+    wire.body = payload
     wire.unique_id = unique_id or new_unique_id()
     if tags:
         wire.tags = tags

@@ -18,9 +18,9 @@ from itertools import accumulate
 
 from wharf.v1 import messaging_pb2
 
-from client.compression import COMPRESS_THRESHOLD, maybe_compress
+from client.compression import COMPRESS_THRESHOLD
 from client.errors import InvalidArgumentError
-from client.message import SendResult, SendStatus
+from client.message import SendResult, SendStatus, body_payload
 from store.errors import InvalidMessageError
 from store.format import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from store.format import encode_host as _encode_host
@@ -81,21 +81,8 @@ class RecordEncoder:
         flag: int = 0,
     ) -> bytes:
         """One record; raises InvalidArgumentError for what the broker would refuse."""
-        if body.__class__ is not bytes:
-            if isinstance(body, str):
-                body = body.encode()
-            elif isinstance(body, bytearray | memoryview):
-                body = bytes(body)
-            else:
-                raise InvalidArgumentError(
-                    f"message body must be bytes or str, got {type(body).__name__}"
-                )
-        if not body:
-            raise InvalidArgumentError("message body must not be empty")
-        sys_flag = 0
-        if len(body) > self.compress_threshold:
-            body, compressed = maybe_compress(body, self.compress_threshold)
-            sys_flag = _SYSFLAG_COMPRESSED if compressed else 0
+        payload, compressed = body_payload(body, self.compress_threshold)
+        sys_flag = _SYSFLAG_COMPRESSED if compressed else 0
         parts: list[str] = []
         if properties:
             for name, value in properties.items():
@@ -116,7 +103,7 @@ class RecordEncoder:
         try:
             return encode_record(
                 self.tail(topic),
-                body,
+                payload,
                 "".join(parts).encode(),
                 flag,
                 sys_flag,
