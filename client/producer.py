@@ -299,27 +299,7 @@ class Producer:
         if not messages:
             raise InvalidArgumentError("send_batch needs at least one message")
         batcher = self._require_started()
-        ids = new_unique_ids(len(messages))
-        items: list[Any] = []
-        key: _BatchKey | None = None
-        threshold = self.compress_threshold
-        if all(m.__class__ is bytes and 0 < len(m) <= threshold for m in messages):
-            # Fast path: bare bodies (the bulk-loading case), no per-message option checks.
-            encoder = self._encoder
-            encode, tail = encoder.encode_bare, encoder.tail(topic)
-            items = [(encode(tail, m, uid), uid) for m, uid in zip(messages, ids, strict=True)]  # type: ignore[arg-type]
-            key = (topic, queue_id, False)
-        for message, uid in zip(() if items else messages, ids, strict=False):
-            item, item_key = self._batch_item_of(topic, message, uid, queue_id)
-            if key is None:
-                key = item_key
-            elif item_key != key:
-                raise InvalidArgumentError(
-                    "a batch is one append into one queue: delayed and immediate messages "
-                    "cannot be mixed; send them in separate batches"
-                )
-            items.append(item)
-        assert key is not None
+        items, key = self._batch_items(topic, messages, queue_id)
         nbytes = sum(len(item[0]) for item in items) if not key[2] else 0
         deadline = batcher.loop_time() + (deadline_s or self.send_timeout)
         attempt = 0
@@ -335,6 +315,35 @@ class Producer:
                 await self._backoff(attempt, deadline, exc)
 
     # ------------------------------------------------------------------ internals
+    def _batch_items(
+        self, topic: str, messages: Sequence[bytes | str | Message], queue_id: int | None
+    ) -> tuple[list[Any], _BatchKey]:
+        """send_batch's items and their one batch key (a batch is one append into one queue:
+        immediate records and delayed messages cannot share it)."""
+        ids = new_unique_ids(len(messages))
+        threshold = self.compress_threshold
+        if all(m.__class__ is bytes and 0 < len(m) <= threshold for m in messages):
+            # Fast path: bare bodies (the bulk-loading case), no per-message option checks.
+            encoder = self._encoder
+            encode, tail = encoder.encode_bare, encoder.tail(topic)
+            bodies: Sequence[bytes] = messages  # type: ignore[assignment]
+            records = [(encode(tail, m, uid), uid) for m, uid in zip(bodies, ids, strict=True)]
+            return records, (topic, queue_id, False)
+        items: list[Any] = []
+        key: _BatchKey | None = None
+        for message, uid in zip(messages, ids, strict=True):
+            item, item_key = self._batch_item_of(topic, message, uid, queue_id)
+            if key is None:
+                key = item_key
+            elif item_key != key:
+                raise InvalidArgumentError(
+                    "a batch is one append into one queue: delayed and immediate messages "
+                    "cannot be mixed; send them in separate batches"
+                )
+            items.append(item)
+        assert key is not None  # messages is not empty
+        return items, key
+
     def _batch_item_of(
         self, topic: str, item: bytes | str | Message, unique_id: str, queue_id: int | None
     ) -> tuple[Any, _BatchKey]:
@@ -401,9 +410,7 @@ class Producer:
             response = await self._send_unary(index, request)
         else:
             stream = self._stream(index)
-            response = await stream.request_records(self._head_of(key), records)
-            if response.HasField("error") and response.error.code != 0:
-                raise error_for_status_number(response.error.code, response.error.message)
+            response = _checked(await stream.request_records(self._head_of(key), records))
         return results_of(response, topic, records, unique_ids)
 
     async def _send_messages(
@@ -415,9 +422,7 @@ class Producer:
             request.messages.extend(wires)
             return list((await self._send_unary(index, request)).results)
         response = await self._stream(index).request_encoded(self._head_of(key), wires)
-        if response.HasField("error") and response.error.code != 0:
-            raise error_for_status_number(response.error.code, response.error.message)
-        return list(response.results)
+        return list(_checked(response).results)
 
     def _stream(self, index: int) -> SendStream:
         stream = self._streams[index]
@@ -449,6 +454,13 @@ class Producer:
             return await self._stubs[index].SendMessage(request, timeout=self.send_timeout)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
+
+
+def _checked(response: messaging_pb2.SendMessageResponse) -> messaging_pb2.SendMessageResponse:
+    """A stream reply, or the typed error it carries (streams report errors per request)."""
+    if response.HasField("error") and response.error.code != 0:
+        raise error_for_status_number(response.error.code, response.error.message)
+    return response
 
 
 def _log_oneway_failure(future: asyncio.Future[Any]) -> None:
