@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from client.bench import redis_peer
-from client.bench.launcher import REPO_ROOT, start_redis, start_wharf
+from client.bench.launcher import REPO_ROOT, ServerProcess, start_redis, start_wharf
 
 
 def wharf_bench(endpoint: str, workload: str, **options: Any) -> dict[str, Any]:
@@ -164,19 +164,8 @@ class Comparison:
     def run_redis_everysec(self, root: Path) -> None:
         c, size = self.args.clients, self.args.size
         with start_redis(root, "everysec") as redis:
-            self.note(f"redis everysec: redis-benchmark XADD -c {c} -P 16")
-            rb = redis_peer.redis_benchmark(
-                redis.endpoint,
-                redis_peer.xadd_args(size),
-                clients=c,
-                requests=self.n(1_000_000),
-                pipeline=16,
-            )
-            self._set(
-                "produce_async",
-                "redis_benchmark",
-                {"msgs_per_s": rb["rps"], **rb},
-                how=f"-c {c} -P 16 XADD",
+            self._redis_benchmark_xadd(
+                redis, "everysec", "produce_async", "redis_benchmark", 16, 1_000_000
             )
             self.note(f"redis everysec: redis-py XADD {c} tasks x pipeline 16")
             rp = uvloop.run(
@@ -210,33 +199,11 @@ class Comparison:
     def run_redis_always(self, root: Path) -> None:
         c, size = self.args.clients, self.args.size
         with start_redis(root, "always") as redis:
-            self.note(f"redis always: redis-benchmark XADD -c {c} -P 1")
-            rb = redis_peer.redis_benchmark(
-                redis.endpoint,
-                redis_peer.xadd_args(size),
-                clients=c,
-                requests=self.n(150_000),
-                pipeline=1,
+            self._redis_benchmark_xadd(
+                redis, "always", "produce_sync", "redis_benchmark", 1, 150_000
             )
-            self._set(
-                "produce_sync",
-                "redis_benchmark",
-                {"msgs_per_s": rb["rps"], **rb},
-                how=f"-c {c} -P 1 XADD",
-            )
-            self.note(f"redis always: redis-benchmark XADD -c {c} -P 16")
-            rb = redis_peer.redis_benchmark(
-                redis.endpoint,
-                redis_peer.xadd_args(size),
-                clients=c,
-                requests=self.n(600_000),
-                pipeline=16,
-            )
-            self._set(
-                "produce_sync",
-                "redis_benchmark_p16",
-                {"msgs_per_s": rb["rps"], **rb},
-                how=f"-c {c} -P 16 XADD",
+            self._redis_benchmark_xadd(
+                redis, "always", "produce_sync", "redis_benchmark_p16", 16, 600_000
             )
             self.note(f"redis always: redis-py XADD {c} tasks, no pipeline")
             rp = uvloop.run(
@@ -253,6 +220,27 @@ class Comparison:
                     )
                 )
                 self._set(measure, "redis_py", rp, how=f"XADD at {rate}/s, XREAD BLOCK")
+
+    def _redis_benchmark_xadd(
+        self,
+        redis: ServerProcess,
+        fsync: str,
+        measure: str,
+        who: str,
+        pipeline: int,
+        requests: int,
+    ) -> None:
+        """redis-benchmark XADD with the run's clients and message size, recorded as ``who``."""
+        c = self.args.clients
+        self.note(f"redis {fsync}: redis-benchmark XADD -c {c} -P {pipeline}")
+        rb = redis_peer.redis_benchmark(
+            redis.endpoint,
+            redis_peer.xadd_args(self.args.size),
+            clients=c,
+            requests=self.n(requests),
+            pipeline=pipeline,
+        )
+        self._set(measure, who, {"msgs_per_s": rb["rps"], **rb}, how=f"-c {c} -P {pipeline} XADD")
 
     # ------------------------------------------------------------------ ratios
     def compute_ratios(self) -> None:
