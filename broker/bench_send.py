@@ -58,16 +58,15 @@ def start_daemon(root: Path, flush: str) -> tuple[subprocess.Popen[bytes], str]:
 
 
 PEER_REPLIES: dict[int, bytes] = {}
-PEER_BATCH = [0]  # records per request in records form (set from --batch)
 
 
-async def serve_peer(ready: Path) -> None:
+async def serve_peer(ready: Path, batch: int) -> None:
     """The bare gRPC peer: parse each SendMessageRequest, answer one prebuilt reply."""
 
     def reply_for(request: messaging_pb2.SendMessageRequest) -> bytes:
         if request.records:  # compact reply; counting records costs the peer nothing here
             return messaging_pb2.SendMessageResponse(
-                status=messaging_pb2.SEND_OK, count=PEER_BATCH[0]
+                status=messaging_pb2.SEND_OK, count=batch
             ).SerializeToString()
         count = len(request.messages)
         if count not in PEER_REPLIES:
@@ -223,8 +222,7 @@ def main() -> None:
     parser.add_argument("--peer", metavar="READY_FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peer:
-        PEER_BATCH[0] = args.batch
-        uvloop.run(serve_peer(Path(args.peer)))
+        uvloop.run(serve_peer(Path(args.peer), args.batch))
         return
     print(
         f"SendMessageStream ({args.form}): {args.streams} streams x {args.window} in flight, batches of "
