@@ -138,7 +138,7 @@ class MappedFile:
         if end > self.file_size:
             raise ValueError(f"{len(data)} bytes do not fit segment {self.file_name} at {pos}")
         if self.write_buffer is None:
-            self._mm[pos:end] = data
+            _pwrite_all(self._fd, data, pos)
         else:
             self.write_buffer[pos:end] = data
         self.wrote_position = end
@@ -153,7 +153,7 @@ class MappedFile:
         length = self.file_size - pos
         header = encode_blank(length)
         if self.write_buffer is None:
-            self._mm[pos : pos + len(header)] = header  # the tail of a segment is already zeros
+            _pwrite_all(self._fd, header, pos)  # the tail of a segment is already zeros
         else:
             self.write_buffer[pos:] = header + bytes(length - len(header))
         self.wrote_position = self.file_size
@@ -262,6 +262,14 @@ class MappedFile:
             f"MappedFile({self.file_name}, wrote={self.wrote_position}, "
             f"committed={self.committed_position}, flushed={self.flushed_position})"
         )
+
+
+def _pwrite_all(fd: int, data: bytes | bytearray, pos: int) -> None:
+    written = os.pwrite(fd, data, pos)
+    if written < len(data):  # short write (regular files: only on errors); finish it
+        with memoryview(data) as view:
+            while written < len(data):
+                written += os.pwrite(fd, view[written:], pos + written)
 
 
 def _enough_pages(start: int, end: int, least_pages: int, file_size: int) -> bool:
