@@ -3,8 +3,11 @@ FlushConsumeQueueService), separate from the CommitLog flush.
 
 Every ``flush_interval_consume_queue`` (1 s) it fdatasyncs the queues that gathered at least
 ``flush_consume_queue_least_pages`` (2) pages, and everything every
-``flush_consume_queue_thorough_interval`` (60 s) and at shutdown; index files are synced with
-them. The syncs run in a thread under the store's maintenance lock (so no file is closed under a
+``flush_consume_queue_thorough_interval`` (60 s) and at shutdown. Index files are synced only
+by those thorough passes: their hash slots are random 4 KiB pages, and syncing them every second
+queued the commit log's group-commit fdatasync behind a burst of random writes (end-to-end p99
+at 10k msg/s: ~15 ms with, ~7.5 ms without); the checkpoint vouches for the index only after a
+thorough pass anyway (RocketMQ, too, syncs an index file when it is full). The syncs run in a thread under the store's maintenance lock (so no file is closed under a
 sync). After a thorough pass the checkpoint's logics fields advance to the dispatch position
 captured BEFORE the sync: recovery after a machine crash re-dispatches from there at the latest,
 so units lost with the page cache are rebuilt and nothing is skipped. (After a process crash the
@@ -54,7 +57,7 @@ class FlushConsumeQueueService(Service):
             dispatched_offset = store.dispatch_offset
             dispatched_timestamp = store.dispatch_timestamp
             queues = [q for q in store.queues if q.unflushed_bytes > max(least_bytes - 1, 0)]
-            index = store.index
+            index = store.index if least_bytes == 0 else None  # thorough passes only
             started = time.monotonic()
             nbytes = await self.run_blocking(self._flush_blocking, queues, index)
             seconds = time.monotonic() - started
