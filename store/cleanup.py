@@ -39,13 +39,18 @@ DiskUsage = Callable[[str], float]
 
 
 def statvfs_used_ratio(path: str) -> float:
-    """Used fraction of the filesystem holding ``path`` (RocketMQ's
-    getDiskPartitionSpaceUsedPercent: (total - free) / total)."""
+    """Used fraction of the filesystem holding ``path``, as RocketMQ's
+    getDiskPartitionSpaceUsedPercent and ``df`` compute it: used / (used + available), where
+    used = total - free. Blocks reserved for root (ext4 keeps 5% by default; some volumes far
+    more) count neither as used nor as available. Taking (total - available) / total instead
+    counted them as used: on this machine that read 87% while ``df`` said 68%, and retention
+    force-deleted segments holding unconsumed messages."""
     st = os.statvfs(path)
-    total = st.f_blocks * st.f_frsize
-    if total <= 0:
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    usable = used + st.f_bavail * st.f_frsize
+    if usable <= 0:
         return 0.0
-    return (total - st.f_bavail * st.f_frsize) / total
+    return used / usable
 
 
 def parse_delete_when(text: str) -> frozenset[int]:
