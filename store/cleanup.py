@@ -129,7 +129,10 @@ class CleanupService(Service):
         )
         if deleted:
             self.deleted_segments += deleted
-            log.info(
+            # Deleting because the disk is filling up (not by age) may take unconsumed
+            # messages with it: an operator must see that at the default log level.
+            log.log(
+                logging.WARNING if space_full or force else logging.INFO,
                 "retention deleted %d commit log segment(s) (disk %.1f%%, force=%s)",
                 deleted,
                 percent,
