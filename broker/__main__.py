@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -86,6 +87,12 @@ async def serve(controller: BrokerController, ready_file: Path | None) -> int:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
         await controller.start()
+        # Everything alive now (modules, protobuf descriptors, the store's tables) lives as long
+        # as the process: moved out of the collector's generations, a full collection only
+        # walks what was allocated since. A full collection of ~45k start-up objects paused
+        # the loop for 10-14 ms, a visible spike in end-to-end p99.
+        gc.collect()
+        gc.freeze()
         if ready_file is not None:
             broker = controller.config.broker
             host = broker.listen.rpartition(":")[0].strip("[]")

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import time
 
+from client.bench.pacing import due_batches
 from client.bench.stats import BenchStats
 
 STREAM = "bench"
@@ -141,9 +142,6 @@ async def redispy_e2e(
                 last = entries[-1][0]
 
     async def send() -> None:
-        interval = 1.0 / rate
-        tick = time.perf_counter()
-        end = tick + duration_s
         in_flight: set[asyncio.Task[None]] = set()
         slots = asyncio.Semaphore(128)  # below the pool's 256 connections
 
@@ -151,14 +149,11 @@ async def redispy_e2e(
             async with slots:
                 await producer.xadd(stream, {"t": str(time.time_ns()), "p": padding})
 
-        while time.perf_counter() < end:
-            future = asyncio.ensure_future(xadd())
-            in_flight.add(future)
-            future.add_done_callback(in_flight.discard)
-            tick += interval
-            delay = tick - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+        async for due in due_batches(rate, duration_s):
+            for _ in range(due):
+                future = asyncio.ensure_future(xadd())
+                in_flight.add(future)
+                future.add_done_callback(in_flight.discard)
         await asyncio.gather(*in_flight, return_exceptions=True)
         await asyncio.sleep(0.5)
         stop.set()

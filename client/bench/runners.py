@@ -8,6 +8,7 @@ import struct
 import time
 from dataclasses import dataclass
 
+from client.bench.pacing import due_batches
 from client.bench.stats import BenchStats
 from client.consumer.pull import PullConsumer
 from client.message import MessageQueue
@@ -155,20 +156,17 @@ async def run_e2e(options: BenchOptions, stats: BenchStats) -> None:
                 offset = result.next_begin_offset
 
         async def sender() -> None:
-            interval = 1.0 / max(options.rate, 1)
-            tick = time.perf_counter()
             in_flight: set[asyncio.Task[object]] = set()
-            while budget.claim(1):
-                body = _STAMP.pack(time.time_ns()) + padding
-                task = asyncio.ensure_future(producer.send(options.topic, body))
-                in_flight.add(task)
-                task.add_done_callback(in_flight.discard)
-                tick += interval
-                delay = tick - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                elif int(tick / interval) % 64 == 0:
-                    await asyncio.sleep(0)  # behind schedule: still let replies in
+            duration = float("inf") if options.count else options.duration_s
+            async for due in due_batches(max(options.rate, 1), duration):
+                n = budget.claim(due)
+                for _ in range(n):
+                    body = _STAMP.pack(time.time_ns()) + padding
+                    task = asyncio.ensure_future(producer.send(options.topic, body))
+                    in_flight.add(task)
+                    task.add_done_callback(in_flight.discard)
+                if n < due:
+                    break
             await asyncio.gather(*in_flight, return_exceptions=True)
             await asyncio.sleep(0.5)  # let the receivers drain
             budget.stop.set()
