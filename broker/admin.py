@@ -133,11 +133,13 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         if request.retry_max_times < 0 or request.retry_queue_nums < 0:
             raise InvalidArgumentError("retry_max_times and retry_queue_nums must be >= 0")
         existing = self.ctx.groups.get(request.group_name)
+        if request.HasField("consume_enable"):
+            consume_enable = request.consume_enable
+        else:  # unset: a new group is enabled, an update keeps what the group had
+            consume_enable = existing is None or existing.consume_enable
         group = SubscriptionGroup(
             group_name=request.group_name,
-            # proto3 bools cannot say "unset": a new group is enabled, an update keeps the
-            # value unless the request enables it.
-            consume_enable=request.consume_enable or existing is None or existing.consume_enable,
+            consume_enable=consume_enable,
             consume_broadcast_enable=request.consume_broadcast_enable,
             retry_max_times=request.retry_max_times or self.ctx.config.max_reconsume_times,
             retry_queue_nums=request.retry_queue_nums or 1,

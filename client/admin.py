@@ -135,18 +135,23 @@ class Admin:
         consume_from_where: str = "LAST",
         consume_timestamp_ms: int = 0,
         consume_broadcast_enable: bool = False,
-        consume_enable: bool = True,
+        consume_enable: bool | None = None,
     ) -> admin_pb2.SubscriptionGroupConfig:
-        """Create or update a subscription group (0 = the broker's defaults: 16 retries, 1 queue)."""
+        """Create or update a subscription group (0 = the broker's defaults: 16 retries, 1 queue).
+
+        ``consume_enable``: False stops the group's consumers from pulling (they get
+        FAILED_PRECONDITION) until an update sets it back to True; None leaves it as it is
+        (enabled for a new group)."""
         request = admin_pb2.SubscriptionGroupConfig(
             group_name=name,
-            consume_enable=consume_enable,
             consume_broadcast_enable=consume_broadcast_enable,
             retry_max_times=retry_max_times,
             retry_queue_nums=retry_queue_nums,
             consume_from_where=_WHERE[consume_from_where],
             consume_timestamp=consume_timestamp_ms,
         )
+        if consume_enable is not None:
+            request.consume_enable = consume_enable
         return await self._call(self._a.CreateSubscriptionGroup, request)
 
     async def list_groups(self) -> admin_pb2.ListSubscriptionGroupsResponse:

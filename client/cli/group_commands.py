@@ -39,6 +39,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     )
     create.add_argument("--timestamp", help="for --from TIMESTAMP: epoch ms or ISO 8601")
     create.add_argument("--broadcast", action="store_true", help="allow broadcasting consumers")
+    switch = create.add_mutually_exclusive_group()
+    switch.add_argument(
+        "--disable",
+        dest="consume_enable",
+        action="store_false",
+        default=None,
+        help="stop the group's consumers from pulling (kept by later updates)",
+    )
+    switch.add_argument(
+        "--enable", dest="consume_enable", action="store_true", help="let the group consume again"
+    )
     create.set_defaults(run=group_create)
 
     listing = gsub.add_parser("list", help="list subscription groups")
@@ -80,13 +91,15 @@ async def group_create(args: argparse.Namespace, out: Output) -> int:
             consume_from_where=args.from_where,
             consume_timestamp_ms=timestamp,
             consume_broadcast_enable=args.broadcast,
+            consume_enable=args.consume_enable,
         )
     if out.as_json:
         out.data(proto_dict(config))
     else:
         out.line(
             f"group {config.group_name} saved: retry_max_times={config.retry_max_times} "
-            f"from={_WHERE_NAMES.get(config.consume_from_where, '?')}"
+            f"from={_WHERE_NAMES.get(config.consume_from_where, '?')} "
+            f"consume={'enabled' if config.consume_enable else 'disabled'}"
         )
     return 0
 

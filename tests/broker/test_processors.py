@@ -298,12 +298,26 @@ async def test_advertised_address_is_what_clients_are_told_to_dial(
         await b.controller.shutdown()
 
 
-async def test_disabled_group_cannot_pull(broker: Broker) -> None:
-    await broker.admin.CreateSubscriptionGroup(admin_pb2.SubscriptionGroupConfig(group_name="g"))
-    broker.controller.groups.table["g"].consume_enable = False
+async def test_consume_enable_is_switched_off_and_on_through_the_admin_api(
+    broker: Broker,
+) -> None:
+    create = broker.admin.CreateSubscriptionGroup
+    created = await create(admin_pb2.SubscriptionGroupConfig(group_name="g"))
+    assert created.consume_enable  # a new group consumes
+    disabled = await create(admin_pb2.SubscriptionGroupConfig(group_name="g", consume_enable=False))
+    assert not disabled.consume_enable
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await broker.pull("t")
     assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "consume_enable off" in (info.value.details() or "")
+    # An update that does not mention the switch keeps it off (proto3 `optional` presence).
+    kept = await create(admin_pb2.SubscriptionGroupConfig(group_name="g", retry_max_times=3))
+    assert not kept.consume_enable and kept.retry_max_times == 3
+    with pytest.raises(grpc.aio.AioRpcError):
+        await broker.pull("t")
+    enabled = await create(admin_pb2.SubscriptionGroupConfig(group_name="g", consume_enable=True))
+    assert enabled.consume_enable
+    await broker.pull("t")  # allowed again
 
 
 async def test_metadata_is_persisted_periodically_without_a_shutdown(

@@ -139,6 +139,14 @@ def test_group_progress_and_offset_reset(broker: BrokerProcess, name: str) -> No
     again = json_lines(wharf(ep, "--json", "group", "progress", name, "--topic", name))[0]
     assert again["total_lag"] == 3
 
+    disabled = wharf(ep, "--json", "group", "create", name, "--disable")
+    assert disabled.returncode == 0 and json_lines(disabled)[0]["consume_enable"] is False
+    refused = wharf(ep, "consume", name, "--group", name, "--max", "1")
+    assert refused.returncode != 0 and "consume_enable" in refused.stderr
+    enabled = wharf(ep, "group", "create", name, "--enable")
+    assert enabled.returncode == 0 and "consume=enabled" in enabled.stdout
+    assert len(json_lines(wharf(ep, "--json", "consume", name, "--group", name, "--max", "1"))) == 1
+
     assert wharf(ep, "group", "delete", name).returncode == 0
     assert name not in {
         g["group_name"] for g in json_lines(wharf(ep, "--json", "group", "list"))[0]
