@@ -325,10 +325,9 @@ class Producer:
         if all(m.__class__ is bytes and 0 < len(m) <= threshold for m in messages):
             # Fast path: bare bodies (the bulk-loading case), no per-message option checks.
             encoder = self._encoder
-            encode, tail = encoder.encode_bare, encoder.tail(topic)
             bodies: Sequence[bytes] = messages  # type: ignore[assignment]
-            records = [(encode(tail, m, uid), uid) for m, uid in zip(bodies, ids, strict=True)]
-            return records, (topic, queue_id, False)
+            records = encoder.encode_bare_many(encoder.tail(topic), bodies, ids)
+            return list(zip(records, ids, strict=True)), (topic, queue_id, False)
         items: list[Any] = []
         key: _BatchKey | None = None
         for message, uid in zip(messages, ids, strict=True):
