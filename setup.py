@@ -1,0 +1,20 @@
+"""Compiled accelerators, built by ``pip install -e .`` (all metadata is in pyproject.toml).
+
+Every extension is optional: without a C compiler, zlib headers or Python headers the install
+still succeeds and the pure-Python code paths are used (``WHARF_NO_SPEEDUPS=1`` forces them).
+"""
+
+from setuptools import Extension, setup
+
+EXTENSIONS = [
+    # The producer's batch record encoder (client.record_encoder uses it when present).
+    Extension(
+        "store._record_encoder",
+        ["store/_record_encoder.c"],
+        libraries=["z"],
+        extra_compile_args=["-O2"],
+        optional=True,
+    ),
+]
+
+setup(ext_modules=EXTENSIONS)
