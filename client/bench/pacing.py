@@ -14,6 +14,8 @@ import time
 from collections.abc import AsyncIterator
 
 TICK_S = 0.001
+# Sent at the target rate but not recorded: connections, streams and long polls settle first.
+WARMUP_S = 0.5
 
 
 async def due_batches(rate: int, duration_s: float) -> AsyncIterator[int]:

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import time
 
-from client.bench.pacing import due_batches
+from client.bench.pacing import WARMUP_S, due_batches
 from client.bench.stats import BenchStats
 
 STREAM = "bench"
@@ -122,13 +122,15 @@ async def redispy_consume(
 async def redispy_e2e(
     endpoint: str, *, rate: int, duration_s: float, size: int
 ) -> dict[str, float]:
-    """XADD at ``rate`` msg/s with the send time in a field; XREAD BLOCK receives."""
+    """XADD at ``rate`` msg/s with the send time in a field; XREAD BLOCK receives. The first
+    ``WARMUP_S`` are sent but not recorded, as in Wharf's e2e runner."""
     producer = _client(endpoint)
     consumer = _client(endpoint)
     stream = STREAM + "-e2e"
     stats = BenchStats()
     stop = asyncio.Event()
     padding = b"x" * max(0, size - 20)
+    measured_from_ns = time.time_ns() + 10**18  # set when the warm-up ends
 
     async def receive() -> None:
         last = "$"
@@ -136,12 +138,14 @@ async def redispy_e2e(
             reply = await consumer.xread({stream: last}, count=1000, block=200)
             now = time.time_ns()
             for _, entries in reply or []:
-                lat = [(now - int(fields[b"t"])) / 1e6 for _, fields in entries]
+                stamps = [int(fields[b"t"]) for _, fields in entries]
+                lat = [(now - stamp) / 1e6 for stamp in stamps if stamp >= measured_from_ns]
                 stats.record(len(lat), len(lat) * size)
                 stats.record_latencies(lat)
                 last = entries[-1][0]
 
     async def send() -> None:
+        nonlocal measured_from_ns
         in_flight: set[asyncio.Task[None]] = set()
         slots = asyncio.Semaphore(128)  # below the pool's 256 connections
 
@@ -149,11 +153,18 @@ async def redispy_e2e(
             async with slots:
                 await producer.xadd(stream, {"t": str(time.time_ns()), "p": padding})
 
-        async for due in due_batches(rate, duration_s):
-            for _ in range(due):
+        def start_xadds(count: int) -> None:
+            for _ in range(count):
                 future = asyncio.ensure_future(xadd())
                 in_flight.add(future)
                 future.add_done_callback(in_flight.discard)
+
+        async for due in due_batches(rate, WARMUP_S):
+            start_xadds(due)
+        measured_from_ns = time.time_ns()
+        stats.restart_clock()
+        async for due in due_batches(rate, duration_s):
+            start_xadds(due)
         await asyncio.gather(*in_flight, return_exceptions=True)
         await asyncio.sleep(0.5)
         stop.set()

@@ -8,7 +8,7 @@ import struct
 import time
 from dataclasses import dataclass
 
-from client.bench.pacing import due_batches
+from client.bench.pacing import WARMUP_S, due_batches
 from client.bench.stats import BenchStats
 from client.consumer.pull import PullConsumer
 from client.message import MessageQueue
@@ -125,7 +125,11 @@ async def run_consume(options: BenchOptions, stats: BenchStats) -> None:
 
 
 async def run_e2e(options: BenchOptions, stats: BenchStats) -> None:
-    """Send at ``rate`` msg/s and long-poll every queue; latency = receive time - send time."""
+    """Send at ``rate`` msg/s and long-poll every queue; latency = receive time - send time.
+
+    The first ``WARMUP_S`` at the target rate are not recorded (streams opening, long polls
+    parking, first segment pages): the figures are the steady state, as load generators
+    report them; the redis-py peer does the same."""
     async with (
         Producer(
             options.endpoints,
@@ -138,37 +142,50 @@ async def run_e2e(options: BenchOptions, stats: BenchStats) -> None:
         await producer.send(options.topic, b"warm-up")  # auto-creates the topic
         queues = await consumer.queues(options.topic)
         starts = {q: (await consumer.bounds(q))[1] for q in queues}
-        budget = _Budget(options)
+        stop = asyncio.Event()
+        measured_from_ns = time.time_ns() + 10**18  # set when the warm-up ends
         padding = b"\0" * max(0, options.size - _STAMP.size)
+        rate = max(options.rate, 1)
 
         async def receiver(queue: MessageQueue) -> None:
             offset = starts[queue]
-            while not budget.stop.is_set():
+            while not stop.is_set():
                 result = await consumer.pull(queue, offset, max_messages=256, max_wait_ms=500)
                 now = time.time_ns()
-                latencies = [
-                    (now - _STAMP.unpack_from(m.body)[0]) / 1e6
+                stamps = [
+                    _STAMP.unpack_from(m.body)[0]
                     for m in result.messages
                     if len(m.body) >= _STAMP.size
                 ]
+                latencies = [(now - stamp) / 1e6 for stamp in stamps if stamp >= measured_from_ns]
                 stats.record(len(latencies), len(latencies) * options.size)
                 stats.record_latencies(latencies)
                 offset = result.next_begin_offset
 
+        def send(in_flight: set[asyncio.Task[object]]) -> None:
+            body = _STAMP.pack(time.time_ns()) + padding
+            task = asyncio.ensure_future(producer.send(options.topic, body))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+
         async def sender() -> None:
+            nonlocal measured_from_ns
             in_flight: set[asyncio.Task[object]] = set()
+            async for due in due_batches(rate, WARMUP_S):
+                for _ in range(due):
+                    send(in_flight)
+            measured_from_ns = time.time_ns()
+            stats.restart_clock()
+            budget = _Budget(options)
             duration = float("inf") if options.count else options.duration_s
-            async for due in due_batches(max(options.rate, 1), duration):
+            async for due in due_batches(rate, duration):
                 n = budget.claim(due)
                 for _ in range(n):
-                    body = _STAMP.pack(time.time_ns()) + padding
-                    task = asyncio.ensure_future(producer.send(options.topic, body))
-                    in_flight.add(task)
-                    task.add_done_callback(in_flight.discard)
+                    send(in_flight)
                 if n < due:
                     break
             await asyncio.gather(*in_flight, return_exceptions=True)
             await asyncio.sleep(0.5)  # let the receivers drain
-            budget.stop.set()
+            stop.set()
 
         await asyncio.gather(sender(), *(receiver(q) for q in queues))

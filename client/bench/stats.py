@@ -31,6 +31,10 @@ class BenchStats:
         self._max_samples = max_samples
         self.errors = 0
 
+    def restart_clock(self) -> None:
+        """Measure from now (after a warm-up whose messages were not recorded)."""
+        self.started = self._interval_start = time.perf_counter()
+
     def record(self, messages: int, nbytes: int, latency_ms: float | None = None) -> None:
         self._total.messages += messages
         self._total.nbytes += nbytes
