@@ -15,6 +15,13 @@ EXTENSIONS = [
         extra_compile_args=["-O2"],
         optional=True,
     ),
+    # The broker's send-batch check and patch (store.record_check uses it when present).
+    Extension(
+        "store._record_check",
+        ["store/_record_check.c"],
+        extra_compile_args=["-O2"],
+        optional=True,
+    ),
 ]
 
 setup(ext_modules=EXTENSIONS)

@@ -11,6 +11,7 @@ per batch instead of ~1.5 us per record).
 
 from __future__ import annotations
 
+import os
 import struct
 
 import numpy as np
@@ -24,6 +25,13 @@ from store.format import (
     _crc32,
 )
 from store.record_batch import ALLOWED_SYS_FLAGS, topic_tail
+
+try:  # the compiled check and patch (store/_record_check.c), when the install built it
+    from store import _record_check as _compiled
+except ImportError:  # no compiler at install time: the numpy versions below
+    _compiled = None
+if os.environ.get("WHARF_NO_SPEEDUPS"):  # measure or debug the pure-Python path
+    _compiled = None
 
 _total_size = struct.Struct(">i").unpack_from
 _PROPERTY_SEPARATOR = 2
@@ -72,6 +80,32 @@ def check_records(data: bytes, topic: str, max_message_size: int) -> np.ndarray:
     if not data:
         raise InvalidMessageError("records is empty: send at least one record")
     tail = topic_tail(topic)
+    if _compiled is None:
+        return _check_records_numpy(data, tail, topic, max_message_size)
+    found = _compiled.check(data, tail, max_message_size, ALLOWED_SYS_FLAGS, _crc32)
+    if isinstance(found, tuple):
+        index, code, detail = found
+        raise _bad(index, _REASONS[code](topic, max_message_size, detail))
+    return np.frombuffer(found, dtype=np.int64)
+
+
+# The compiled check's codes -> the texts the numpy checks raise (same words, same order).
+_REASONS = {
+    1: lambda topic, limit, left: f"only {left} bytes left: a record needs at least 91",
+    2: lambda topic, limit, total: f"TOTALSIZE {total} does not frame a record in the batch",
+    3: lambda topic, limit, _: "MAGICCODE is not a message's",
+    4: lambda topic, limit, _: f"its body is empty or over maxMessageSize ({limit} bytes)",
+    5: lambda topic, limit, _: "TOTALSIZE is smaller than BODYLENGTH + topic",
+    6: lambda topic, limit, _: "SYSFLAG may only carry the compressed/multi-tags bits",
+    7: lambda topic, limit, _: "RECONSUMETIMES and PREPAREDTRANSACTIONOFFSET must be 0",
+    8: lambda topic, limit, _: f"its topic is not the request's topic {topic!r}",
+    9: lambda topic, limit, _: "TOTALSIZE does not match BODYLENGTH + topic + PROPERTIESLENGTH",
+    10: lambda topic, limit, _: "PROPERTIES do not end with the \\x02 separator",
+    11: lambda topic, limit, _: "BODYCRC does not match the body (corrupted in transit?)",
+}
+
+
+def _check_records_numpy(data: bytes, tail: bytes, topic: str, max_message_size: int) -> np.ndarray:
     buf = np.frombuffer(data, dtype=np.uint8)
     at = _record_starts(data, buf)
     ends = np.empty_like(at)
@@ -178,6 +212,13 @@ def patch_records(
     log ``start_offset``): QUEUEID, QUEUEOFFSET (consecutive), PHYSICALOFFSET, BORNHOST,
     STORETIMESTAMP, STOREHOST. Done on a private copy BEFORE the copy into the segment, so a
     crash can never leave a CRC-valid record with unset offsets in the log."""
+    if _compiled is not None:
+        positions = np.ascontiguousarray(starts, dtype=np.int64)
+        _compiled.patch(
+            buf, positions, queue_id, first_queue_offset, start_offset, born_host,
+            store_timestamp, store_host,
+        )  # fmt: skip
+        return
     target = np.frombuffer(buf, dtype=np.uint8)
     index = starts[:, None] + _HEADER_LANES
     headers = target[index].view(_HEADER).ravel()  # a copy: changed, then written back

@@ -1,0 +1,119 @@
+"""The compiled send-batch check and patch (store/_record_check.c) against the numpy versions
+they replace: same starts, same error for the same bad batch, same patched bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import store.record_check as record_check
+from store.errors import InvalidMessageError
+from store.format import encode_host
+from store.model import MessageInput
+from store.record_batch import born_host_bytes
+from tests.store.test_record_batch import client_batch, messages
+
+TOPIC = "orders"
+
+
+def outcome(data: bytes, topic: str = TOPIC, limit: int = 4096) -> list[int] | str:
+    try:
+        return record_check.check_records(data, topic, limit).tolist()
+    except InvalidMessageError as exc:
+        return str(exc)
+
+
+def both(data: bytes, **kwargs: object) -> tuple[object, object]:
+    compiled = outcome(data, **kwargs)  # type: ignore[arg-type]
+    with pytest.MonkeyPatch.context() as patch:  # hypothesis: no function-scoped fixture
+        patch.setattr(record_check, "_compiled", None)
+        numpy_result = outcome(data, **kwargs)  # type: ignore[arg-type]
+    return compiled, numpy_result
+
+
+def test_the_compiled_check_is_built_and_used() -> None:
+    assert record_check._compiled is not None  # `pip install -e .` builds it (setup.py)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    batch=messages,
+    position=st.integers(0, 10**6),
+    value=st.integers(0, 255),
+    cut=st.integers(0, 10**6),
+    mode=st.sampled_from(["valid", "flip", "truncate", "topic", "limit"]),
+)
+def test_compiled_check_agrees_with_numpy(
+    batch: list[MessageInput],
+    position: int,
+    value: int,
+    cut: int,
+    mode: str,
+) -> None:
+    data = bytearray(client_batch(TOPIC, batch))
+    kwargs: dict[str, object] = {}
+    if mode == "flip":  # one byte anywhere: framing, header, body (CRC), topic or properties
+        data[position % len(data)] = value
+    elif mode == "truncate":
+        del data[cut % len(data) :]
+    elif mode == "topic":
+        kwargs["topic"] = "other"
+    elif mode == "limit":
+        kwargs["limit"] = 1 + position % 300
+    compiled, numpy_result = both(bytes(data), **kwargs)
+    assert compiled == numpy_result
+    if mode == "valid":
+        assert isinstance(compiled, list) and len(compiled) == len(batch)
+
+
+def test_several_bad_records_are_reported_alike() -> None:
+    batch = [MessageInput(b"x" * 10, {}), MessageInput(b"y" * 10, {}), MessageInput(b"z", {})]
+    data = bytearray(client_batch(TOPIC, batch))
+    second = len(client_batch(TOPIC, batch[:1]))
+    third = len(client_batch(TOPIC, batch[:2]))
+    data[third + 4] ^= 0xFF  # record #2: MAGICCODE (a header check) ...
+    data[second + 88] ^= 0xFF  # ... record #1: its body (a CRC check, reported after headers)
+    compiled, numpy_result = both(bytes(data))
+    assert compiled == numpy_result
+    assert compiled == "record #2 of the batch is invalid: MAGICCODE is not a message's"
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    batch=messages,
+    queue_id=st.integers(0, 2**31 - 1),
+    first=st.integers(0, 2**40),
+    start=st.integers(0, 2**40),
+    store_ts=st.integers(0, 2**41),
+)
+def test_compiled_patch_writes_the_same_bytes(
+    batch: list[MessageInput],
+    queue_id: int,
+    first: int,
+    start: int,
+    store_ts: int,
+) -> None:
+    data = client_batch(TOPIC, batch)
+    starts = record_check.check_records(data, TOPIC, 4096)
+    args = (queue_id, first, start, born_host_bytes("10.1.2.3:4567"), store_ts)
+    store_host = encode_host("127.0.0.1:10911")
+    compiled = bytearray(data)
+    record_check.patch_records(compiled, starts, *args, store_host)
+    numpy_patched = bytearray(data)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(record_check, "_compiled", None)
+        record_check.patch_records(numpy_patched, np.array(starts), *args, store_host)
+    assert compiled == numpy_patched
+
+
+def test_compiled_patch_refuses_starts_outside_the_buffer() -> None:
+    compiled = record_check._compiled
+    assert compiled is not None
+    with pytest.raises(ValueError, match="outside the buffer"):
+        compiled.patch(
+            bytearray(100), np.array([50], dtype=np.int64), 0, 0, 0, b"\0" * 8, 0, b"\0" * 8
+        )
+    with pytest.raises(ValueError, match="8 bytes"):
+        compiled.patch(bytearray(100), np.array([0], dtype=np.int64), 0, 0, 0, b"\0", 0, b"\0" * 8)
