@@ -92,6 +92,43 @@ async def test_many_waiters_share_one_sync(tmp_path, monkeypatch):
         log.close()
 
 
+async def test_requests_waiting_after_a_sync_are_synced_again_by_the_same_thread_run(
+    tmp_path, monkeypatch
+):
+    # The sync thread does not hand back to the loop between consecutive group commits: the
+    # writers that appended during the first sync are covered by a second sync in the same
+    # thread run (one executor hand-off for both).
+    from store.group_commit import GroupCommitService
+
+    spy = SyncSpy(delay_s=0.05)
+    monkeypatch.setattr(mf_module, "fdatasync", spy)
+    runs = 0
+    sync_while_requested = GroupCommitService._sync_while_requested
+
+    def counting(self, loop):
+        nonlocal runs
+        runs += 1
+        return sync_while_requested(self, loop)
+
+    monkeypatch.setattr(GroupCommitService, "_sync_while_requested", counting)
+    recorder = Recorder()
+    log = make_log(tmp_path, recorder)
+    log.start()
+    try:
+        first = log.append("T", 0, 0, [MessageInput(b"first")])
+        first_wait = asyncio.create_task(log.wait_flushed(first.end_offset))
+        await asyncio.sleep(0.01)  # the first sync is in progress
+        later = [log.append("T", 0, 1 + i, [MessageInput(b"m%d" % i)]) for i in range(20)]
+        oks = await asyncio.gather(*(log.wait_flushed(r.end_offset) for r in later))
+        assert await first_wait and all(oks)
+        assert (runs, spy.calls) == (1, 2)
+        assert recorder.group_sizes == [1, 20]  # each sync answered the waiters it covered
+        assert log.flushed_offset == log.wrote_offset
+    finally:
+        await log.shutdown()
+        log.close()
+
+
 async def test_already_flushed_offsets_return_at_once_without_a_sync(tmp_path, monkeypatch):
     spy = SyncSpy()
     monkeypatch.setattr(mf_module, "fdatasync", spy)
