@@ -22,6 +22,13 @@ EXTENSIONS = [
         extra_compile_args=["-O2"],
         optional=True,
     ),
+    # The dispatch's record walk over the commit log (store.commit_log_reader uses it).
+    Extension(
+        "store._log_scan",
+        ["store/_log_scan.c"],
+        extra_compile_args=["-O2"],
+        optional=True,
+    ),
 ]
 
 setup(ext_modules=EXTENSIONS)

@@ -9,6 +9,7 @@ bounded by the caller's byte budget and never block on I/O beyond page-cache hit
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 from store.errors import CorruptRecordError
@@ -26,6 +27,46 @@ from store.format import (
 )
 from store.mapped_file_queue import MappedFileQueue
 from store.model import StoredMessage
+
+try:  # the compiled record walk (store/_log_scan.c), when the install built it
+    from store import _log_scan as _compiled
+except ImportError:  # no compiler at install time: _scan_python below
+    _compiled = None
+if os.environ.get("WHARF_NO_SPEEDUPS"):  # measure or debug the pure-Python path
+    _compiled = None
+
+_SCAN_STOPPED, _SCAN_END_OF_SEGMENT, _SCAN_CORRUPT = 0, 1, 2
+_unpack_header = BLANK_HEADER.unpack_from
+
+
+def _scan_python(
+    buf: ReadableBuffer, pos: int, limit: int, max_count: int, budget: int, any_before: bool
+) -> tuple[list[int], int, int, int, int]:
+    """One segment's records from ``pos``: (positions, position reached, status, magic,
+    size). Stops below ``limit``, after ``max_count`` records, or before a record that would
+    take the chunk past ``budget`` bytes -- unless it is the chunk's first (``any_before``:
+    earlier segments gave records); a bad header stops it with _SCAN_CORRUPT. The budget is
+    checked before the header is validated: a caller may stop just short of bad data."""
+    start = pos
+    positions: list[int] = []
+    while len(positions) < max_count and pos + BLANK_HEADER.size <= limit:
+        total, magic = _unpack_header(buf, pos)
+        if magic == BLANK_MAGIC_CODE:
+            return positions, pos, _SCAN_END_OF_SEGMENT, magic, total
+        if (positions or any_before) and pos - start + total > budget:
+            break
+        if magic != MESSAGE_MAGIC_CODE or total <= 0 or pos + total > limit:
+            return positions, pos, _SCAN_CORRUPT, magic, total
+        positions.append(pos)
+        pos += total
+    return positions, pos, _SCAN_STOPPED, 0, 0
+
+
+def _scan_compiled(
+    buf: ReadableBuffer, pos: int, limit: int, max_count: int, budget: int, any_before: bool
+) -> tuple[list[int], int, int, int, int]:
+    assert _compiled is not None
+    return _compiled.scan(buf, pos, limit, max_count, budget, any_before)  # type: ignore[no-any-return]
 
 
 class DispatchBatch(NamedTuple):
@@ -152,38 +193,29 @@ class CommitLogReads:
         result: list[tuple[ReadableBuffer, int, list[int]]] = []
         count = 0
         budget = max_bytes
-        unpack = BLANK_HEADER.unpack_from
         while count < max_count:
             mapped = self.queue.find(offset)
             if mapped is None:
                 break
             buf = mapped.raw
-            limit = mapped.read_position
-            start = pos = offset - mapped.file_from_offset
-            positions: list[int] = []
-            end_of_segment = False
+            start = offset - mapped.file_from_offset
+            scan = _scan_compiled if _compiled is not None else _scan_python
             try:
-                while count < max_count and pos + BLANK_HEADER.size <= limit:
-                    total, magic = unpack(buf, pos)
-                    if magic == BLANK_MAGIC_CODE:
-                        end_of_segment = True
-                        break
-                    if (positions or result) and pos - start + total > budget:
-                        break  # before validating: a caller may stop just short of bad data
-                    if magic != MESSAGE_MAGIC_CODE or total <= 0 or pos + total > limit:
-                        raise CorruptRecordError(
-                            mapped.file_from_offset + pos,
-                            f"bad record header (magic 0x{magic:08X}, size {total})",
-                        )
-                    positions.append(pos)
-                    pos += total
-                    count += 1
+                positions, pos, status, magic, total = scan(
+                    buf, start, mapped.read_position, max_count - count, budget, bool(result)
+                )
             except ValueError:  # the segment was deleted (closed) under us: nothing to read
                 break
+            if status == _SCAN_CORRUPT:
+                raise CorruptRecordError(
+                    mapped.file_from_offset + pos,
+                    f"bad record header (magic 0x{magic:08X}, size {total})",
+                )
             if positions:
                 result.append((buf, mapped.file_from_offset, positions))
+                count += len(positions)
             budget -= pos - start
-            if not end_of_segment or budget <= 0:
+            if status != _SCAN_END_OF_SEGMENT or budget <= 0:
                 break
             offset = mapped.file_from_offset + self.file_size
         return result
