@@ -14,6 +14,13 @@ import socket
 import struct
 import time
 
+try:  # the compiled id formatter (store/_record_encoder.c), when the install built it
+    from store._record_encoder import counter_ids as _counter_ids
+except ImportError:  # no compiler at install time: the list comprehension below
+    _counter_ids = None
+if os.environ.get("WHARF_NO_SPEEDUPS"):  # measure or debug the pure-Python path
+    _counter_ids = None
+
 
 def _local_ipv4() -> bytes:
     try:
@@ -65,6 +72,8 @@ class UniqueIdGenerator:
         head = "%s%08X" % (self._prefix_hex, (now - self._month_start) & 0xFFFFFFFF)  # noqa: UP031
         start = self._counter + 1
         self._counter = (self._counter + count) & 0xFFFF
+        if _counter_ids is not None:
+            return _counter_ids(head, start, count)  # type: ignore[no-any-return]
         return ["%s%04X" % (head, (start + i) & 0xFFFF) for i in range(count)]  # noqa: UP031
 
     def _roll_month(self, now: int) -> None:

@@ -29,10 +29,11 @@ from store.record_batch import encode_record, topic_tail
 
 try:  # the compiled batch encoder (store/_record_encoder.c), when the install built it
     from store._record_encoder import encode_bare_records as _encode_bare_records
-except ImportError:  # no compiler at install time: the Python encoder does the same
-    _encode_bare_records = None
+    from store._record_encoder import send_results as _send_results
+except ImportError:  # no compiler at install time: the Python code does the same
+    _encode_bare_records = _send_results = None
 if os.environ.get("WHARF_NO_SPEEDUPS"):  # measure or debug the pure-Python path
-    _encode_bare_records = None
+    _encode_bare_records = _send_results = None
 
 _SYSFLAG_COMPRESSED = 0x1
 _UNIQ_KEY_NAME = f"{PROPERTY_UNIQ_KEY}\x01"
@@ -169,6 +170,11 @@ def results_of(
     status = _STATUS_OF(response.status, SendStatus.UNKNOWN)
     queue_id = response.queue_id
     first = response.first_queue_offset
+    if _send_results is not None:
+        return _send_results(  # type: ignore[no-any-return]
+            SendResult, status, unique_ids, records, response.first_commit_log_offset,
+            _OFFSET_IDS.prefix(response.store_host), queue_id, first, topic,
+        )  # fmt: skip
     offset_id = (_OFFSET_IDS.prefix(response.store_host) + "%016X").__mod__
     # Record i starts where records 0..i-1 end: the producer knows their sizes.
     offsets = accumulate(map(len, records), initial=response.first_commit_log_offset)

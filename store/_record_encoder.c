@@ -11,6 +11,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -174,8 +175,151 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(send_results_doc,
+             "send_results(result_type, status, unique_ids, records, first_commit_log_offset, "
+             "host_prefix, queue_id, first_queue_offset, topic) -> list\n\n"
+             "One ``result_type`` tuple per record: (status, unique id, host_prefix + the "
+             "record's commit log offset as 16 hex digits, queue_id, its queue offset, topic); "
+             "record i starts where records 0..i-1 end.");
+
+static PyObject *send_results(PyObject *module, PyObject *args) {
+    PyObject *result_type, *status, *ids_arg, *records_arg, *prefix, *queue_id, *topic;
+    long long offset, queue_offset;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "O!OOOLUOLU:send_results", &PyType_Type, &result_type, &status,
+                          &ids_arg, &records_arg, &offset, &prefix, &queue_id, &queue_offset,
+                          &topic)) {
+        return NULL;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)result_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "result_type must be a tuple subclass");
+        return NULL;
+    }
+    Py_ssize_t prefix_len;
+    const char *prefix_chars = PyUnicode_AsUTF8AndSize(prefix, &prefix_len);
+    if (prefix_chars == NULL) {
+        return NULL;
+    }
+    if (prefix_len > 64) {
+        PyErr_SetString(PyExc_ValueError, "host_prefix is too long");
+        return NULL;
+    }
+    PyObject *result = NULL;
+    PyObject *ids = PySequence_Fast(ids_arg, "unique_ids must be a sequence");
+    PyObject *records = ids ? PySequence_Fast(records_arg, "records must be a sequence") : NULL;
+    if (ids == NULL || records == NULL) {
+        goto done;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(records);
+    if (PySequence_Fast_GET_SIZE(ids) < n) {
+        PyErr_SetString(PyExc_ValueError, "fewer unique_ids than records");
+        goto done;
+    }
+    result = PyList_New(n);
+    if (result == NULL) {
+        goto done;
+    }
+    char text[64 + 17];
+    memcpy(text, prefix_chars, (size_t)prefix_len);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *record = PySequence_Fast_GET_ITEM(records, i);
+        Py_ssize_t size = PyObject_Length(record);
+        if (size < 0) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        snprintf(text + prefix_len, 17, "%016llX", (unsigned long long)offset);
+        PyObject *items = PyTuple_New(6);
+        PyObject *offset_id = PyUnicode_FromStringAndSize(text, prefix_len + 16);
+        PyObject *q_offset = PyLong_FromLongLong(queue_offset + i);
+        if (items == NULL || offset_id == NULL || q_offset == NULL) {
+            Py_XDECREF(items);
+            Py_XDECREF(offset_id);
+            Py_XDECREF(q_offset);
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyObject *uid = PySequence_Fast_GET_ITEM(ids, i);
+        Py_INCREF(status);
+        Py_INCREF(uid);
+        Py_INCREF(queue_id);
+        Py_INCREF(topic);
+        PyTuple_SET_ITEM(items, 0, status);
+        PyTuple_SET_ITEM(items, 1, uid);
+        PyTuple_SET_ITEM(items, 2, offset_id);
+        PyTuple_SET_ITEM(items, 3, queue_id);
+        PyTuple_SET_ITEM(items, 4, q_offset);
+        PyTuple_SET_ITEM(items, 5, topic);
+        /* tuple.__new__(result_type, items): the NamedTuple without its Python __new__ */
+        PyObject *new_args = PyTuple_Pack(1, items);
+        Py_DECREF(items);
+        PyObject *entry = NULL;
+        if (new_args != NULL) {
+            entry = PyTuple_Type.tp_new((PyTypeObject *)result_type, new_args, NULL);
+            Py_DECREF(new_args);
+        }
+        if (entry == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, i, entry);
+        offset += size;
+    }
+done:
+    Py_XDECREF(ids);
+    Py_XDECREF(records);
+    return result;
+}
+
+PyDoc_STRVAR(counter_ids_doc,
+             "counter_ids(head, start, count) -> list[str]\n\n"
+             "[head + '%04X' % ((start + i) & 0xFFFF) for i in range(count)]: the producer's "
+             "unique ids of one millisecond (client.ids).");
+
+static PyObject *counter_ids(PyObject *module, PyObject *args) {
+    PyObject *head;
+    long long start;
+    Py_ssize_t count;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "ULn:counter_ids", &head, &start, &count)) {
+        return NULL;
+    }
+    Py_ssize_t head_len;
+    const char *head_chars = PyUnicode_AsUTF8AndSize(head, &head_len);
+    if (head_chars == NULL) {
+        return NULL;
+    }
+    if (head_len > 64 || count < 0) {
+        PyErr_SetString(PyExc_ValueError, "head is too long or count is negative");
+        return NULL;
+    }
+    PyObject *result = PyList_New(count);
+    if (result == NULL) {
+        return NULL;
+    }
+    char text[64 + 5];
+    static const char hex[] = "0123456789ABCDEF";
+    memcpy(text, head_chars, (size_t)head_len);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        unsigned int counter = (unsigned int)((start + i) & 0xFFFF);
+        text[head_len] = hex[(counter >> 12) & 0xF];
+        text[head_len + 1] = hex[(counter >> 8) & 0xF];
+        text[head_len + 2] = hex[(counter >> 4) & 0xF];
+        text[head_len + 3] = hex[counter & 0xF];
+        PyObject *id = PyUnicode_FromStringAndSize(text, head_len + 4);
+        if (id == NULL) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyList_SET_ITEM(result, i, id);
+    }
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"counter_ids", counter_ids, METH_VARARGS, counter_ids_doc},
     {"encode_bare_records", encode_bare_records, METH_VARARGS, encode_bare_records_doc},
+    {"send_results", send_results, METH_VARARGS, send_results_doc},
     {NULL, NULL, 0, NULL},
 };
 

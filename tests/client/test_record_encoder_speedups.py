@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from wharf.v1 import messaging_pb2
 
+import client.ids as ids_module
 import client.record_encoder as record_encoder
 from client.ids import new_unique_ids
+from client.message import SendResult
 from client.record_encoder import RecordEncoder
 from store.format import _crc32
 from store.record_batch import encode_record
@@ -61,3 +64,51 @@ def test_compiled_encoder_refuses_what_it_cannot_encode() -> None:
         encode(tail, [b"x"], ["a", "b"], 0, _crc32)
     # the system zlib CRC (None) and zlib-ng's agree
     assert encode(tail, [b"body"], ["id"], 7, None) == encode(tail, [b"body"], ["id"], 7, _crc32)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sizes=st.lists(st.integers(91, 5000), min_size=1, max_size=30),
+    status=st.integers(0, 5),
+    queue_id=st.integers(0, 2**31 - 1),
+    first_queue_offset=st.integers(0, 2**60),
+    first_offset=st.integers(0, 2**60),
+    store_host=st.sampled_from(["127.0.0.1:10911", "10.1.2.3:8081", "", "not-a-host"]),
+)
+def test_compiled_send_results_equal_the_python_ones(
+    sizes: list[int],
+    status: int,
+    queue_id: int,
+    first_queue_offset: int,
+    first_offset: int,
+    store_host: str,
+) -> None:
+    records = [bytes(size) for size in sizes]
+    ids = new_unique_ids(len(records))
+    response = messaging_pb2.SendMessageResponse(
+        status=status,
+        queue_id=queue_id,
+        first_queue_offset=first_queue_offset,
+        first_commit_log_offset=first_offset,
+        store_host=store_host,
+        count=len(records),
+    )
+    compiled = record_encoder.results_of(response, "t", records, ids)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(record_encoder, "_send_results", None)
+        python = record_encoder.results_of(response, "t", records, ids)
+    assert compiled == python
+    assert all(type(result) is SendResult for result in compiled)
+    # record i's offset id names where it starts: after records 0..i-1
+    assert int(compiled[-1].offset_msg_id[16:], 16) == first_offset + sum(sizes[:-1])
+
+
+@given(
+    head=st.text("0123456789ABCDEF", max_size=28),
+    start=st.integers(0, 2**40),
+    count=st.integers(0, 300),
+)
+def test_compiled_counter_ids_equal_the_python_ones(head: str, start: int, count: int) -> None:
+    assert ids_module._counter_ids is not None
+    expected = ["%s%04X" % (head, (start + i) & 0xFFFF) for i in range(count)]  # noqa: UP031
+    assert ids_module._counter_ids(head, start, count) == expected
