@@ -13,13 +13,9 @@
 #include <Python.h>
 #include <stdint.h>
 
-#define MESSAGE_MAGIC_CODE 0xDAA320A7u
-#define BLANK_MAGIC_CODE 0xCBD43194u
-#define HEADER_SIZE 8 /* TOTALSIZE + MAGICCODE (store.format.BLANK_HEADER) */
+#include "_format.h"
 
-static uint32_t be32(const unsigned char *p) {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
+#define HEADER_SIZE 8 /* TOTALSIZE + MAGICCODE (store.format.BLANK_HEADER) */
 
 PyDoc_STRVAR(scan_doc, "scan(buf, pos, limit, max_count, budget, any_before) -> "
                        "(positions, new_pos, status, magic, total)");
@@ -90,4 +86,4 @@ static struct PyModuleDef module_def = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__log_scan(void) { return PyModule_Create(&module_def); }
+PyMODINIT_FUNC PyInit__log_scan(void) { return new_module_with_format(&module_def); }

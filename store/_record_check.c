@@ -18,25 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define RECORD_HEADER_SIZE 88
-#define RECORD_FIXED_SIZE (RECORD_HEADER_SIZE + 1 + 2)
-#define MESSAGE_MAGIC_CODE 0xDAA320A7u
-#define MAX_PROPERTIES_LENGTH 32767
-#define PROPERTY_SEPARATOR 2
-
-/* Field offsets in the record header (store/format.py RECORD_HEADER). */
-#define OFF_MAGIC 4
-#define OFF_BODY_CRC 8
-#define OFF_QUEUE_ID 12
-#define OFF_QUEUE_OFFSET 20
-#define OFF_PHYSICAL_OFFSET 28
-#define OFF_SYS_FLAG 36
-#define OFF_BORN_HOST 48
-#define OFF_STORE_TIMESTAMP 56
-#define OFF_STORE_HOST 64
-#define OFF_RECONSUME 72
-#define OFF_PREPARED 76
-#define OFF_BODY_LENGTH 84
+#include "_format.h"
 
 /* Check codes: store/record_check.py maps them to its error texts. */
 enum {
@@ -52,24 +34,6 @@ enum {
     BAD_SEPARATOR = 10,
     BAD_CRC = 11,
 };
-
-static uint32_t be32(const unsigned char *p) {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static uint64_t be64(const unsigned char *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
-
-static void put_be32(unsigned char *p, uint32_t v) {
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
-}
-
-static void put_be64(unsigned char *p, uint64_t v) {
-    put_be32(p, (uint32_t)(v >> 32));
-    put_be32(p + 4, (uint32_t)v);
-}
 
 static PyObject *bad(Py_ssize_t index, int code, long long detail) {
     return Py_BuildValue("(niL)", index, code, detail);
@@ -273,4 +237,4 @@ static struct PyModuleDef module_def = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__record_check(void) { return PyModule_Create(&module_def); }
+PyMODINIT_FUNC PyInit__record_check(void) { return new_module_with_format(&module_def); }

@@ -15,29 +15,10 @@
 #include <string.h>
 #include <zlib.h>
 
-#define RECORD_HEADER_SIZE 88
-#define RECORD_FIXED_SIZE (RECORD_HEADER_SIZE + 1 + 2) /* + TOPICLENGTH + PROPERTIESLENGTH */
-#define MESSAGE_MAGIC_CODE 0xDAA320A7u
-#define MAX_PROPERTIES_LENGTH 32767
-#define OFFSET_MAGIC 4
-#define OFFSET_BODY_CRC 8
-#define OFFSET_BORN_TIMESTAMP 40
-#define OFFSET_BODY_LENGTH 84
+#include "_format.h"
 
 static const char UNIQ_KEY_PREFIX[] = "UNIQ_KEY\x01";
 #define UNIQ_KEY_PREFIX_LEN (sizeof(UNIQ_KEY_PREFIX) - 1)
-
-static void put_be32(unsigned char *p, uint32_t v) {
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
-}
-
-static void put_be64(unsigned char *p, uint64_t v) {
-    put_be32(p, (uint32_t)(v >> 32));
-    put_be32(p + 4, (uint32_t)v);
-}
 
 static int body_crc(PyObject *crc_func, PyObject *body, uint32_t *crc_out) {
     if (crc_func != Py_None) {
@@ -101,10 +82,10 @@ static PyObject *encode_one(const char *tail, Py_ssize_t tail_len, PyObject *bod
     const unsigned char *body_bytes = (const unsigned char *)PyBytes_AS_STRING(body);
     memset(out, 0, RECORD_HEADER_SIZE);
     put_be32(out, (uint32_t)total);
-    put_be32(out + OFFSET_MAGIC, MESSAGE_MAGIC_CODE);
-    put_be32(out + OFFSET_BODY_CRC, crc & 0x7FFFFFFFu);
-    put_be64(out + OFFSET_BORN_TIMESTAMP, born_ts);
-    put_be32(out + OFFSET_BODY_LENGTH, (uint32_t)body_len);
+    put_be32(out + OFF_MAGIC, MESSAGE_MAGIC_CODE);
+    put_be32(out + OFF_BODY_CRC, crc & 0x7FFFFFFFu);
+    put_be64(out + OFF_BORN_TIMESTAMP, born_ts);
+    put_be32(out + OFF_BODY_LENGTH, (uint32_t)body_len);
     unsigned char *p = out + RECORD_HEADER_SIZE;
     memcpy(p, body_bytes, (size_t)body_len);
     p += body_len;
@@ -329,4 +310,4 @@ static struct PyModuleDef module_def = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__record_encoder(void) { return PyModule_Create(&module_def); }
+PyMODINIT_FUNC PyInit__record_encoder(void) { return new_module_with_format(&module_def); }
