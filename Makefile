@@ -6,8 +6,8 @@ PYTEST := $(PY) -m pytest
 
 .PHONY: setup run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare clean
 
-# setup.py and the C sources too: a changed accelerator is rebuilt by the editable install.
-$(STAMP): pyproject.toml setup.py $(wildcard store/*.c store/*.h)
+# The C sources too: a changed accelerator is rebuilt by the editable install.
+$(STAMP): pyproject.toml $(wildcard store/*.c store/*.h)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,spark,bench]'

@@ -18,7 +18,7 @@ from store.record_check import check_records
 
 
 def test_the_compiled_encoder_is_built_and_used() -> None:
-    # `pip install -e .` compiles it (setup.py, optional extension); the producer's bulk path
+    # `pip install -e .` compiles it (an optional ext-module); the producer's bulk path
     # only takes it when the import worked, so a silent fallback would show here.
     assert record_encoder._encode_bare_records is not None
 

@@ -14,7 +14,7 @@ from tests.store.test_record_batch import client_batch
 
 
 def test_the_compiled_scan_is_built_and_used() -> None:
-    assert reader._compiled is not None  # `pip install -e .` builds it (setup.py)
+    assert reader._compiled is not None  # `pip install -e .` builds it (pyproject ext-modules)
 
 
 @settings(max_examples=300, deadline=None)

@@ -34,7 +34,7 @@ def both(data: bytes, **kwargs: object) -> tuple[object, object]:
 
 
 def test_the_compiled_check_is_built_and_used() -> None:
-    assert record_check._compiled is not None  # `pip install -e .` builds it (setup.py)
+    assert record_check._compiled is not None  # `pip install -e .` builds it (pyproject ext-modules)
 
 
 @settings(max_examples=200, deadline=None)
