@@ -7,7 +7,7 @@ PYTEST := $(PY) -m pytest
 .PHONY: setup run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare clean
 
 # The C sources too: a changed accelerator is rebuilt by the editable install.
-$(STAMP): pyproject.toml $(wildcard store/*.c store/*.h)
+$(STAMP): pyproject.toml $(wildcard store/fast/*.c store/fast/*.h)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,spark,bench]'
@@ -17,7 +17,7 @@ setup: $(STAMP)
 
 # Run the broker on embedded defaults: data under ./data, gRPC 127.0.0.1:8081, metrics 127.0.0.1:9100.
 run: $(STAMP)
-	$(PY) -m broker $(ARGS)
+	$(PY) -m wharf.broker $(ARGS)
 
 # Debian packages the ops and benchmark tests drive as real peers (prometheus, promtool, redis-server).
 system-deps:
@@ -44,27 +44,36 @@ test-spark: $(STAMP)
 test-slow: $(STAMP)
 	$(PYTEST) -q -m slow
 
-lint: $(STAMP)
+# The `wharf` package spans four folders (package-dir in pyproject.toml); mypy and import-linter
+# find modules by walking folders, so they read it through a tree of symlinks.
+TREE := build/tree
+$(TREE)/wharf:
+	mkdir -p $(TREE)/wharf
+	ln -sfn ../../../proto/wharf/__init__.py $(TREE)/wharf/__init__.py
+	ln -sfn ../../../proto/wharf/v1 $(TREE)/wharf/v1
+	for d in store broker client; do ln -sfn ../../../$$d $(TREE)/wharf/$$d; done
+
+lint: $(STAMP) $(TREE)/wharf
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(VENV)/bin/lint-imports
+	PYTHONPATH=$(TREE) $(VENV)/bin/lint-imports
 
 fmt: $(STAMP)
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-typecheck: $(STAMP)
-	$(PY) -m mypy store broker client
+typecheck: $(STAMP) $(TREE)/wharf
+	MYPYPATH=$(TREE) $(PY) -m mypy -p wharf
 
 # Regenerate the gRPC stubs after editing proto/wharf/v1/*.proto (generated code is committed).
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto proto/wharf/v1/*.proto
 
 bench-store: $(STAMP)
-	$(PY) -m store.bench
+	$(PY) -m tests.bench.store_append
 
 bench-compare: $(STAMP) system-deps
-	$(PY) -m client.bench.compare
+	$(PY) -m tests.bench.compare
 
 clean:
 	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,4 +1,4 @@
-"""``python -m broker`` / ``wharf-broker``: run the broker daemon until SIGTERM or SIGINT.
+"""``python -m wharf.broker`` / ``wharf-broker``: run the broker daemon until SIGTERM or SIGINT.
 
 Exit codes: 0 clean stop, 1 failure while starting or serving, 2 invalid configuration,
 130 forced exit on a second signal.
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import uvloop
 
-from broker.controller import BrokerController, StartupError
-from broker.settings import LOG_LEVELS, ConfigError, load_settings
-from store.malloc_tuning import keep_large_buffers_on_heap
+from wharf.broker.controller import BrokerController, StartupError
+from wharf.broker.settings import LOG_LEVELS, ConfigError, load_settings
+from wharf.store.fast.malloc import keep_large_buffers_on_heap
 
 log = logging.getLogger("broker")
 EXIT_CONFIG = 2

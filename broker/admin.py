@@ -10,18 +10,18 @@ from importlib import metadata
 import grpc
 from wharf.v1 import admin_pb2, admin_pb2_grpc
 
-from broker.context import BrokerContext
-from broker.errors import InvalidArgumentError, NotFoundError
-from broker.groups import SubscriptionGroup, validate_group_name
-from broker.rpc import rpc
-from broker.topics import (
+from wharf.broker.context import BrokerContext
+from wharf.broker.errors import InvalidArgumentError, NotFoundError
+from wharf.broker.groups import SubscriptionGroup, validate_group_name
+from wharf.broker.rpc import rpc
+from wharf.broker.topics import (
     PERM_READ_WRITE,
     TopicConfig,
     validate_perm,
     validate_queue_nums,
     validate_topic_name,
 )
-from store.model import QueueStat
+from wharf.store.model import QueueStat
 
 
 def _version(package: str) -> str:

@@ -1,6 +1,6 @@
 """Broker configuration: BrokerConfig (this file) next to the store's StoreConfig.
 
-Both are frozen dataclasses resolved ONCE at start (``broker.settings.load_settings``) and passed
+Both are frozen dataclasses resolved ONCE at start (``wharf.broker.settings.load_settings``) and passed
 as values. Setting names in TOML are RocketMQ's camelCase names (``autoCreateTopicEnable``), in
 the environment ``WHARF_<UPPER_SNAKE>`` (``WHARF_AUTO_CREATE_TOPIC_ENABLE``); see settings.py.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from store.config import StoreConfig
+from wharf.store.config import StoreConfig
 
 __all__ = ["BrokerConfig", "Config", "StoreConfig", "parse_host_port"]
 

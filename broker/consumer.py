@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from wharf.v1 import messaging_pb2
 
-from broker.context import BrokerContext
-from broker.errors import InvalidArgumentError, NotFoundError
-from broker.groups import validate_group_name
-from broker.tags import parse_tag_expression
-from broker.topics import validate_topic_name
-from store.format import (
+from wharf.broker.context import BrokerContext
+from wharf.broker.errors import InvalidArgumentError, NotFoundError
+from wharf.broker.groups import validate_group_name
+from wharf.broker.tags import parse_tag_expression
+from wharf.broker.topics import validate_topic_name
+from wharf.store.codec.format import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -18,7 +18,7 @@ from store.format import (
     PROPERTY_UNIQ_KEY,
     RETRY_GROUP_TOPIC_PREFIX,
 )
-from store.model import MessageInput
+from wharf.store.model import MessageInput
 
 MAX_CLIENT_ID_LENGTH = 255
 FIRST_RETRY_DELAY_LEVEL = 3  # RocketMQ: delay level 3 + reconsume times (10 s, 30 s, 1 m ...)

@@ -6,17 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from broker.config import BrokerConfig
-from broker.consumers import ConsumerManager
-from broker.groups import SubscriptionGroupManager
-from broker.long_poll import LongPollHolder
-from broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
-from broker.metrics import BrokerMetrics
-from broker.offsets import ConsumerOffsetManager
-from broker.topics import TopicConfigManager
+from wharf.broker.config import BrokerConfig
+from wharf.broker.consumers import ConsumerManager
+from wharf.broker.groups import SubscriptionGroupManager
+from wharf.broker.long_poll import LongPollHolder
+from wharf.broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
+from wharf.broker.metrics import BrokerMetrics
+from wharf.broker.offsets import ConsumerOffsetManager
+from wharf.broker.topics import TopicConfigManager
 
 if TYPE_CHECKING:
-    from store.message_store import MessageStore
+    from wharf.store.message_store import MessageStore
 
 
 @dataclass(slots=True)

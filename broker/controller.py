@@ -32,25 +32,25 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from wharf.v1 import admin_pb2, messaging_pb2
 
-from broker.admin import AdminService
-from broker.config import Config, parse_host_port
-from broker.consumers import ConsumerManager
-from broker.context import BrokerContext
-from broker.groups import SubscriptionGroupManager
-from broker.handlers import add_servicer
-from broker.long_poll import LongPollHolder
-from broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
-from broker.messaging import MessagingService
-from broker.metrics import BrokerMetrics
-from broker.offsets import ConsumerOffsetManager
-from broker.persist import dumps, load_json_blocking, write_text_atomic_blocking
-from broker.settings import parse_delay_levels
-from broker.topics import TopicConfigManager
-from store.config import StoreConfig
-from store.format import SCHEDULE_TOPIC
+from wharf.broker.admin import AdminService
+from wharf.broker.config import Config, parse_host_port
+from wharf.broker.consumers import ConsumerManager
+from wharf.broker.context import BrokerContext
+from wharf.broker.groups import SubscriptionGroupManager
+from wharf.broker.handlers import add_servicer
+from wharf.broker.long_poll import LongPollHolder
+from wharf.broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
+from wharf.broker.messaging import MessagingService
+from wharf.broker.metrics import BrokerMetrics
+from wharf.broker.offsets import ConsumerOffsetManager
+from wharf.broker.persist import dumps, load_json_blocking, write_text_atomic_blocking
+from wharf.broker.settings import parse_delay_levels
+from wharf.broker.topics import TopicConfigManager
+from wharf.store.config import StoreConfig
+from wharf.store.codec.format import SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
-    from store.message_store import MessageStore
+    from wharf.store.message_store import MessageStore
 
 log = logging.getLogger("broker")
 CLIENT_EXPIRY_SCAN_S = 10.0
@@ -188,7 +188,7 @@ class BrokerController:
         self.config = dataclasses.replace(self.config, store=store_config)
 
         if self._store_factory is None:
-            from store.message_store import MessageStore
+            from wharf.store.message_store import MessageStore
 
             self._store_factory = MessageStore
         self.store = self._store_factory(store_config, observer=self.metrics)

@@ -12,16 +12,16 @@ from typing import Any
 
 from wharf.v1 import common_pb2, messaging_pb2
 
-from broker.errors import InvalidArgumentError
-from broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
-from store.format import (
+from wharf.broker.errors import InvalidArgumentError
+from wharf.broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
+from wharf.store.codec.format import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     SYSFLAG_COMPRESSED,
 )
-from store.model import MessageInput, StoredMessage
+from wharf.store.model import MessageInput, StoredMessage
 
 # Properties the view carries in dedicated fields instead of the properties map.
 _VIEW_HIDDEN = frozenset((PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY))

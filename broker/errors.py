@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import grpc
 
-from store.errors import (
+from wharf.store.errors import (
     CorruptRecordError,
     DiskFullError,
     FlushFailedError,

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from broker.errors import InvalidArgumentError, NotFoundError
+from wharf.broker.errors import InvalidArgumentError, NotFoundError
 
 MAX_GROUP_LENGTH = 255
 _GROUP_NAME = re.compile(r"^[%a-zA-Z0-9_-]+$")

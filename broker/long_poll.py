@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from broker.errors import ResourceExhaustedError, UnavailableError
+from wharf.broker.errors import ResourceExhaustedError, UnavailableError
 
 
 class _Parked:

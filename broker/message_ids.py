@@ -3,7 +3,7 @@
 - Unique id (UNIQ_KEY, the "msgId" users see): made by the producer; the broker makes one when
   a request leaves it empty. Layout as MessageClientIDSetter: ip (4) + pid (2) + random (4) +
   ms since the start of the month (4) + counter (2) -> 32 upper-case hex chars.
-- Offset message id: store host (8) + commit log offset (8), defined in ``store.format``;
+- Offset message id: store host (8) + commit log offset (8), defined in ``wharf.store.codec.format``;
   here only a fast formatter for the hot send path (the host prefix computed once).
 """
 
@@ -15,7 +15,7 @@ import socket
 import time
 from datetime import UTC, datetime
 
-from store.format import encode_host
+from wharf.store.codec.format import encode_host
 
 
 class UniqueIdGenerator:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from wharf.v1 import messaging_pb2_grpc
 
-from broker.consumer import ConsumerProcessor
-from broker.context import BrokerContext
-from broker.pull import PullProcessor
-from broker.query import QueryProcessor
-from broker.rpc import rpc
-from broker.send import SendProcessor, born_host_of
+from wharf.broker.consumer import ConsumerProcessor
+from wharf.broker.context import BrokerContext
+from wharf.broker.pull import PullProcessor
+from wharf.broker.query import QueryProcessor
+from wharf.broker.rpc import rpc
+from wharf.broker.send import SendProcessor, born_host_of
 
 
 class MessagingService(messaging_pb2_grpc.MessagingServiceServicer):

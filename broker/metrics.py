@@ -25,10 +25,10 @@ from typing import Any, TypeVar
 from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 
-from broker import metrics_families as families
-from broker.metrics_accumulators import LabelledCounters, LabelledHistograms
-from broker.metrics_http import MetricsHttpServer
-from broker.metrics_snapshot import BrokerSnapshot, take_snapshot
+from wharf.broker import metrics_families as families
+from wharf.broker.metrics_accumulators import LabelledCounters, LabelledHistograms
+from wharf.broker.metrics_http import MetricsHttpServer
+from wharf.broker.metrics_snapshot import BrokerSnapshot, take_snapshot
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Why not prometheus_client's Counter/Histogram on the hot path: ``Histogram.obser
 about 2.3 µs per value here (a lock and a bucket scan per call), i.e. ~23 % of a core at
 100k msg/s. These accumulators take one lock per *batch*, bucket values with ``bisect`` and
 collapse a batch of equal sizes into a single increment. They are exposed at scrape time by
-the collector in ``broker.metrics`` (no ``_created`` series, no per-message work).
+the collector in ``wharf.broker.metrics`` (no ``_created`` series, no per-message work).
 """
 
 from __future__ import annotations

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from broker.metrics_accumulators import HistogramSnapshot, LabelKey, LabelledHistograms
-from broker.metrics_snapshot import BrokerSnapshot
+from wharf.broker.metrics_accumulators import HistogramSnapshot, LabelKey, LabelledHistograms
+from wharf.broker.metrics_snapshot import BrokerSnapshot
 
 if TYPE_CHECKING:
-    from broker.metrics import BrokerMetrics
+    from wharf.broker.metrics import BrokerMetrics
 
 STORE_KINDS = ("commitlog", "consumequeue", "index")
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.model import StoreStats
+from wharf.store.model import StoreStats
 
 # Max records read per scrape to date the oldest unconsumed message of lagging queues.
 LAG_LATENCY_READ_BUDGET = 256

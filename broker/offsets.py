@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.errors import InvalidArgumentError
+from wharf.broker.errors import InvalidArgumentError
 
 TOPIC_GROUP_SEPARATOR = "@"
 

@@ -1,5 +1,5 @@
 """Atomic JSON files for the broker's metadata under ``<store>/config/`` (as RocketMQ's
-ConfigManager): written by ``store.store_paths.write_text_atomic_blocking`` (tmp + fsync, the
+ConfigManager): written by ``wharf.store.paths.write_text_atomic_blocking`` (tmp + fsync, the
 previous file kept as ``name.bak``, rename over, directory synced).
 Load falls back to ``.bak`` when the main file is missing or unreadable (torn by a crash before
 the rename cannot happen, but a disk error or a hand edit can).
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 # One crash-safe writer for every metadata file, shared with the store (delayOffset.json).
-from store.store_paths import write_text_atomic_blocking
+from wharf.store.paths import write_text_atomic_blocking
 
 __all__ = ["MetadataError", "dumps", "load_json_blocking", "write_text_atomic_blocking"]
 

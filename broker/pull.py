@@ -7,14 +7,14 @@ import time
 
 from wharf.v1 import messaging_pb2
 
-from broker.context import BrokerContext
-from broker.convert import add_views
-from broker.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
-from broker.groups import validate_group_name
-from broker.tags import parse_tag_expression
-from broker.topics import is_system_topic, validate_topic_name
-from store.get_raw import RawGetResult
-from store.model import GetResult, GetStatus
+from wharf.broker.context import BrokerContext
+from wharf.broker.convert import add_views
+from wharf.broker.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+from wharf.broker.groups import validate_group_name
+from wharf.broker.tags import parse_tag_expression
+from wharf.broker.topics import is_system_topic, validate_topic_name
+from wharf.store.read.get_raw import RawGetResult
+from wharf.store.model import GetResult, GetStatus
 
 MAX_WAIT_MS = 60_000  # longer waits would outlive typical client deadlines
 DISPATCH_WAIT_S = 1.0  # how long a pull that finds nothing waits for pending dispatch, once

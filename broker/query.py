@@ -7,13 +7,13 @@ import time
 
 from wharf.v1 import messaging_pb2
 
-from broker.context import BrokerContext
-from broker.convert import add_views, to_view
-from broker.errors import InvalidArgumentError, NotFoundError
-from broker.topics import PERM_READ_WRITE, validate_topic_name
-from store.errors import InvalidMessageError, StoreError
-from store.format import PROPERTY_REAL_TOPIC, decode_offset_msg_id
-from store.model import StoredMessage
+from wharf.broker.context import BrokerContext
+from wharf.broker.convert import add_views, to_view
+from wharf.broker.errors import InvalidArgumentError, NotFoundError
+from wharf.broker.topics import PERM_READ_WRITE, validate_topic_name
+from wharf.store.errors import InvalidMessageError, StoreError
+from wharf.store.codec.format import PROPERTY_REAL_TOPIC, decode_offset_msg_id
+from wharf.store.model import StoredMessage
 
 DEFAULT_QUERY_MAX = 32  # RocketMQ's defaultQueryMaxNum
 QUERY_MAX_CAP = 1024

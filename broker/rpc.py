@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 
 import grpc
 
-from broker.errors import InvalidArgumentError, status_for
-from broker.handlers import MalformedRequest
+from wharf.broker.errors import InvalidArgumentError, status_for
+from wharf.broker.handlers import MalformedRequest
 
-log = logging.getLogger("broker.rpc")
+log = logging.getLogger("wharf.broker.rpc")
 _T = TypeVar("_T")
 _LOGGED_CODES = (grpc.StatusCode.INTERNAL, grpc.StatusCode.DATA_LOSS)
 

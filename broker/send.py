@@ -16,19 +16,19 @@ from functools import lru_cache
 import grpc
 from wharf.v1 import common_pb2, messaging_pb2
 
-from broker.context import BrokerContext
-from broker.convert import to_inputs
-from broker.errors import (
+from wharf.broker.context import BrokerContext
+from wharf.broker.convert import to_inputs
+from wharf.broker.errors import (
     InvalidArgumentError,
     PermissionDeniedError,
     UnavailableError,
     status_for,
 )
-from broker.handlers import MalformedRequest
-from store.config import SYNC_FLUSH
-from store.model import PutStatus
+from wharf.broker.handlers import MalformedRequest
+from wharf.store.config import SYNC_FLUSH
+from wharf.store.model import PutStatus
 
-log = logging.getLogger("broker.send")
+log = logging.getLogger("wharf.broker.send")
 _STATUS = {
     PutStatus.PUT_OK: messaging_pb2.SEND_OK,
     PutStatus.FLUSH_DISK_TIMEOUT: messaging_pb2.FLUSH_DISK_TIMEOUT,

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from broker.config import BrokerConfig, Config, StoreConfig, parse_host_port
-from store.config import ASYNC_FLUSH, SYNC_FLUSH
-from store.schedule import parse_delay_levels  # one grammar: the store's ScheduleService
+from wharf.broker.config import BrokerConfig, Config, StoreConfig, parse_host_port
+from wharf.store.config import ASYNC_FLUSH, SYNC_FLUSH
+from wharf.store.services.schedule import parse_delay_levels  # one grammar: the store's ScheduleService
 
 ENV_PREFIX = "WHARF_"
 # RocketMQ spells a few settings unlike the camelCase of our snake_case field names.

@@ -1,15 +1,15 @@
 """Tag expressions (``*`` or ``tagA || tagB``) -> store TagFilter. The grammar and Java's
-String.hashCode live in the store (``store.filter``); the broker only caches parsed filters,
+String.hashCode live in the store (``wharf.store.read.filter``); the broker only caches parsed filters,
 because every pull of a subscription repeats the same expression."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from store.errors import InvalidFilterError
-from store.filter import MATCH_ALL
-from store.filter import parse_tag_expression as _parse
-from store.model import TagFilter
+from wharf.store.errors import InvalidFilterError
+from wharf.store.read.filter import MATCH_ALL
+from wharf.store.read.filter import parse_tag_expression as _parse
+from wharf.store.model import TagFilter
 
 __all__ = ["MATCH_ALL", "parse_tag_expression"]
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
-from store.format import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC
+from wharf.broker.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from wharf.store.codec.format import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC
 
 PERM_READ = 4
 PERM_WRITE = 2

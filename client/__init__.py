@@ -1,15 +1,15 @@
-"""Wharf Python SDK (asyncio first; blocking wrappers in :mod:`client.sync`).
+"""Wharf Python SDK (asyncio first; blocking wrappers in :mod:`wharf.client.sync`).
 
-from client import Producer, PushConsumer, ConsumeResult
+from wharf.client import Producer, PushConsumer, ConsumeResult
 
 async with Producer("127.0.0.1:8081") as producer:
     await producer.send("orders", b"hello", tags="paid")
 """
 
-from client.admin import Admin
-from client.consumer.pull import PullConsumer, PullResult, PullStatus
-from client.consumer.push import PushConsumer
-from client.errors import (
+from wharf.client.admin import Admin
+from wharf.client.consumer.pull import PullConsumer, PullResult, PullStatus
+from wharf.client.consumer.push import PushConsumer
+from wharf.client.errors import (
     AlreadyExistsError,
     BrokerInternalError,
     ClientClosedError,
@@ -23,7 +23,7 @@ from client.errors import (
     UnavailableError,
     WharfError,
 )
-from client.message import (
+from wharf.client.message import (
     ConsumeResult,
     Message,
     MessageQueue,
@@ -31,8 +31,8 @@ from client.message import (
     SendResult,
     SendStatus,
 )
-from client.producer import Producer
-from client.selector import (
+from wharf.client.producer import Producer
+from wharf.client.selector import (
     MessageQueueSelector,
     SelectMessageQueueByHash,
     SelectMessageQueueByRandom,

@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 import grpc
 from wharf.v1 import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
 
-from client.channel import open_channel
-from client.errors import ClientClosedError, from_rpc_error
+from wharf.client.channel import open_channel
+from wharf.client.errors import ClientClosedError, from_rpc_error
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from client.errors import DeadlineExceededError
+from wharf.client.errors import DeadlineExceededError
 
 _NEVER = float("inf")
 

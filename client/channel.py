@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from client.errors import InvalidArgumentError
+from wharf.client.errors import InvalidArgumentError
 
 DEFAULT_ENDPOINTS = "127.0.0.1:8081"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # pulls of 1024 x 4 MiB bodies must not hit gRPC's 4 MiB cap

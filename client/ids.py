@@ -14,8 +14,8 @@ import socket
 import struct
 import time
 
-try:  # the compiled id formatter (store/_record_encoder.c), when the install built it
-    from store._record_encoder import counter_ids as _counter_ids
+try:  # the compiled id formatter (store/fast/_record_encoder.c), when the install built it
+    from wharf.store.fast._record_encoder import counter_ids as _counter_ids
 except ImportError:  # no compiler at install time: the list comprehension below
     _counter_ids = None
 if os.environ.get("WHARF_NO_SPEEDUPS"):  # measure or debug the pure-Python path

@@ -5,7 +5,7 @@
         results = await asyncio.gather(*(producer.send("orders", b"x") for _ in range(10_000)))
 
 Many concurrent ``send()`` calls share multi-message requests on ``SendMessageStream``
-(see :mod:`client.batcher`); every call still gets its own :class:`SendResult`. Each message
+(see :mod:`wharf.client.batcher`); every call still gets its own :class:`SendResult`. Each message
 carries a client-generated UNIQ_KEY, so a retried send is recognisable downstream
 (delivery is at-least-once: a retry after a lost reply may store a message twice).
 """
@@ -22,10 +22,10 @@ from typing import Any
 import grpc
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
-from client.batcher import AutoBatcher
-from client.channel import open_channel
-from client.compression import COMPRESS_THRESHOLD
-from client.errors import (
+from wharf.client.batcher import AutoBatcher
+from wharf.client.channel import open_channel
+from wharf.client.compression import COMPRESS_THRESHOLD
+from wharf.client.errors import (
     ClientClosedError,
     DeadlineExceededError,
     InvalidArgumentError,
@@ -33,13 +33,13 @@ from client.errors import (
     error_for_status_number,
     from_rpc_error,
 )
-from client.ids import new_unique_id as _next_unique_id
-from client.ids import new_unique_ids
-from client.message import Message, SendResult, SendStatus, to_wire
-from client.record_encoder import RecordEncoder, results_of
-from client.route import RouteCache
-from client.selector import MessageQueueSelector
-from client.send_stream import SendStream
+from wharf.client.ids import new_unique_id as _next_unique_id
+from wharf.client.ids import new_unique_ids
+from wharf.client.message import Message, SendResult, SendStatus, to_wire
+from wharf.client.record_encoder import RecordEncoder, results_of
+from wharf.client.route import RouteCache
+from wharf.client.selector import MessageQueueSelector
+from wharf.client.send_stream import SendStream
 
 log = logging.getLogger(__name__)
 _WireMessage = common_pb2.Message

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from client.message import MessageQueue
+from wharf.client.message import MessageQueue
 
 
 def allocate_averagely(

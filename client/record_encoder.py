@@ -2,8 +2,8 @@
 reply -> one ``SendResult`` per record.
 
 The broker checks and appends producer-encoded records with one copy (see
-``store.record_batch``, whose encoder this module uses: the record layout is defined once, in
-``store.format``, and shared as RocketMQ shares its MessageDecoder). The producer does the
+``wharf.store.codec.send_records``, whose encoder this module uses: the record layout is defined once, in
+``wharf.store.codec.format``, and shared as RocketMQ shares its MessageDecoder). The producer does the
 per-message encoding on its own core, so the broker's event loop does not.
 
     encoder = RecordEncoder()
@@ -19,17 +19,17 @@ from itertools import accumulate
 
 from wharf.v1 import messaging_pb2
 
-from client.compression import COMPRESS_THRESHOLD
-from client.errors import InvalidArgumentError
-from client.message import SendResult, SendStatus, body_payload
-from store.errors import InvalidMessageError
-from store.format import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, _crc32
-from store.format import encode_host as _encode_host
-from store.record_batch import encode_record, topic_tail
+from wharf.client.compression import COMPRESS_THRESHOLD
+from wharf.client.errors import InvalidArgumentError
+from wharf.client.message import SendResult, SendStatus, body_payload
+from wharf.store.errors import InvalidMessageError
+from wharf.store.codec.format import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, _crc32
+from wharf.store.codec.format import encode_host as _encode_host
+from wharf.store.codec.send_records import encode_record, topic_tail
 
-try:  # the compiled batch encoder (store/_record_encoder.c), when the install built it
-    from store._record_encoder import encode_bare_records as _encode_bare_records
-    from store._record_encoder import send_results as _send_results
+try:  # the compiled batch encoder (store/fast/_record_encoder.c), when the install built it
+    from wharf.store.fast._record_encoder import encode_bare_records as _encode_bare_records
+    from wharf.store.fast._record_encoder import send_results as _send_results
 except ImportError:  # no compiler at install time: the Python code does the same
     _encode_bare_records = _send_results = None
 if os.environ.get("WHARF_NO_SPEEDUPS"):  # measure or debug the pure-Python path

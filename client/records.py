@@ -2,7 +2,7 @@
 
 The broker's fast pull path sends the stored records' bytes (RocketMQ's design: the broker
 copies the CommitLog bytes out, the client decodes them with the shared MessageDecoder). The
-record layout is defined once in ``store.format`` and is the wire format here, so this module
+record layout is defined once in ``wharf.store.codec.format`` and is the wire format here, so this module
 imports that sans-IO codec (allowed by the import-linter contract in ``pyproject.toml``).
 
 Per record, walking costs one 12-byte unpack and a few comparisons, and creating the message
@@ -10,7 +10,7 @@ stores four fields (~0.3 us together). Everything else is read from the reply's 
 application asks: the body is one slice, a header field one ``unpack_from``, and ``msg_id`` /
 ``tags`` are found in the properties text with one ``bytes.rfind`` (no dict is built unless
 ``properties`` or a rarer property is read). The records may sit inside a larger buffer (the
-whole gRPC reply: ``client.consumer.pull_wire`` hands over the received bytes uncopied). The
+whole gRPC reply: ``wharf.client.consumer.pull_wire`` hands over the received bytes uncopied). The
 broker filters by tag HASH only in this mode, so ``parse_records`` re-checks exact tags (as
 RocketMQ clients do) and drops hash collisions.
 
@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 
 from wharf.v1 import common_pb2, messaging_pb2
 
-from client.compression import decompress
-from client.errors import BrokerInternalError
-from client.message import PROPERTY_RETRY_TOPIC, ReceivedMessage
-from store.format import (
+from wharf.client.compression import decompress
+from wharf.client.errors import BrokerInternalError
+from wharf.client.message import PROPERTY_RETRY_TOPIC, ReceivedMessage
+from wharf.store.codec.format import (
     KEY_SEPARATOR,
     MESSAGE_MAGIC_CODE,
     PROPERTY_KEYS,
@@ -43,7 +43,7 @@ from store.format import (
 )
 
 if TYPE_CHECKING:
-    from client.consumer.pull_wire import PullReply
+    from wharf.client.consumer.pull_wire import PullReply
 
 _VIEW_HIDDEN = frozenset((PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY))
 # What walking the records needs: TOTALSIZE, MAGICCODE, BODYLENGTH (3.5x cheaper than the
@@ -297,7 +297,7 @@ def _hex_host(raw: bytes) -> str:
 @lru_cache(maxsize=256)
 def exact_tags(tag_expression: str) -> frozenset[str] | None:
     """The tags a subscription accepts; None for everything (``*`` or empty). The broker has
-    already validated the expression (same grammar as ``store.filter``)."""
+    already validated the expression (same grammar as ``wharf.store.read.filter``)."""
     text = tag_expression.strip()
     if text in ("", "*"):
         return None

@@ -11,7 +11,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Protocol
 
-from client.message import MessageQueue
+from wharf.client.message import MessageQueue
 
 
 class MessageQueueSelector(Protocol):

@@ -1,6 +1,6 @@
 """Blocking wrappers for scripts: the asyncio clients run on a private event-loop thread.
 
-    from client.sync import Producer
+    from wharf.client.sync import Producer
     with Producer("127.0.0.1:8081") as producer:
         print(producer.send("orders", b"hello").msg_id)
 
@@ -14,10 +14,10 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, Generic, TypeVar
 
-from client.admin import Admin as _AsyncAdmin
-from client.consumer.pull import PullConsumer as _AsyncPullConsumer
-from client.consumer.push import PushConsumer as _AsyncPushConsumer
-from client.producer import Producer as _AsyncProducer
+from wharf.client.admin import Admin as _AsyncAdmin
+from wharf.client.consumer.pull import PullConsumer as _AsyncPullConsumer
+from wharf.client.consumer.push import PushConsumer as _AsyncPushConsumer
+from wharf.client.producer import Producer as _AsyncProducer
 
 C = TypeVar("C")
 T = TypeVar("T")
@@ -85,7 +85,7 @@ class _SyncClient(Generic[C]):
 
 
 class Producer(_SyncClient[_AsyncProducer]):
-    """Blocking :class:`client.producer.Producer` (``send``, ``send_batch``, ``send_oneway``)."""
+    """Blocking :class:`wharf.client.producer.Producer` (``send``, ``send_batch``, ``send_oneway``)."""
 
     _async_cls = _AsyncProducer
 
@@ -99,7 +99,7 @@ class Admin(_SyncClient[_AsyncAdmin]):
 
 
 class PushConsumer(_SyncClient[_AsyncPushConsumer]):
-    """Blocking start/close around :class:`client.consumer.push.PushConsumer`; the handler
+    """Blocking start/close around :class:`wharf.client.consumer.push.PushConsumer`; the handler
     (an async callable) runs on the private loop thread."""
 
     _async_cls = _AsyncPushConsumer

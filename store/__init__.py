@@ -4,8 +4,8 @@ The public surface is the ``MessageStore`` facade plus the values and errors cro
 boundary; everything else in the package is internal.
 """
 
-from store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
-from store.errors import (
+from wharf.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
+from wharf.store.errors import (
     CorruptRecordError,
     DiskFullError,
     FlushFailedError,
@@ -16,7 +16,7 @@ from store.errors import (
     StoreNotWritableError,
     StoreShutDownError,
 )
-from store.model import (
+from wharf.store.model import (
     AppendResult,
     GetResult,
     GetStatus,
@@ -30,14 +30,14 @@ from store.model import (
 )
 
 # The facade (and with it numpy and every service module) loads on first use, so that importing
-# the sans-IO codec (``store.format``) -- as the SDK's record decoder and the Spark offline scan
+# the sans-IO codec (``wharf.store.codec.format``) -- as the SDK's record decoder and the Spark offline scan
 # do -- stays cheap.
 _LAZY = {"ArrivalListener", "MessageStore", "StoreObserver"}
 
 
 def __getattr__(name: str) -> object:
     if name in _LAZY:
-        from store import message_store
+        from wharf.store import message_store
 
         return getattr(message_store, name)
     raise AttributeError(f"module 'store' has no attribute {name!r}")

@@ -34,24 +34,24 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
-from store.checkpoint import StoreCheckpoint
-from store.cleanup import CleanupService, statvfs_used_ratio
-from store.commit_log import CommitLog
-from store.config import SYNC_FLUSH, StoreConfig
-from store.consume_queue import BLANK_UNIT_SIZE, Unit
-from store.consume_queue_table import ConsumeQueueTable
-from store.errors import (
+from wharf.store.log.checkpoint import StoreCheckpoint
+from wharf.store.services.cleanup import CleanupService, statvfs_used_ratio
+from wharf.store.log.commit_log import CommitLog
+from wharf.store.config import SYNC_FLUSH, StoreConfig
+from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE, Unit
+from wharf.store.queue.table import ConsumeQueueTable
+from wharf.store.errors import (
     CorruptRecordError,
     DiskFullError,
     InvalidMessageError,
     StoreNotWritableError,
     StoreShutDownError,
 )
-from store.format import decode_offset_msg_id
-from store.get_message import get_messages
-from store.get_raw import RawGetResult, get_raw_records
-from store.index_service import IndexService
-from store.model import (
+from wharf.store.codec.format import decode_offset_msg_id
+from wharf.store.read.get_message import get_messages
+from wharf.store.read.get_raw import RawGetResult, get_raw_records
+from wharf.store.index.index_files import IndexService
+from wharf.store.model import (
     AppendResult,
     GetResult,
     MessageInput,
@@ -62,18 +62,18 @@ from store.model import (
     StoreStats,
     TagFilter,
 )
-from store.queue_flush import FlushConsumeQueueService
-from store.record_check import check_records
-from store.recovery import RecoveredState, recover_blocking
-from store.reput import CommitLogSource, Dispatcher, QueueAdvance, ReputService
-from store.schedule import (
+from wharf.store.services.queue_flush import FlushConsumeQueueService
+from wharf.store.fast.record_check import check_records
+from wharf.store.recovery import RecoveredState, recover_blocking
+from wharf.store.dispatch.reput import CommitLogSource, Dispatcher, QueueAdvance, ReputService
+from wharf.store.services.schedule import (
     ScheduleMessageService,
     delay_level_of,
     parse_delay_levels,
     to_schedule_topic,
 )
-from store.store_paths import StorePaths, write_abort_marker_blocking
-from store.store_status import FlushTally, build_stats, validate_config
+from wharf.store.paths import StorePaths, write_abort_marker_blocking
+from wharf.store.stats import FlushTally, build_stats, validate_config
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +281,7 @@ class MessageStore:
     async def put_records(
         self, topic: str, queue_id: int, data: bytes, born_host: str
     ) -> PutResult:
-        """``put`` for a send batch of pre-encoded records (``store.record_batch``): checked
+        """``put`` for a send batch of pre-encoded records (``wharf.store.codec.send_records``): checked
         (InvalidMessageError names the first bad record; nothing is written then), patched with
         the broker-owned fields and appended with one copy. Properties are stored as given: a
         DELAY property does not re-address anything here (delayed messages go through ``put``)."""
@@ -329,7 +329,7 @@ class MessageStore:
         tag_filter: TagFilter | None = None,
         max_bytes: int = 4 * 1024 * 1024,
     ) -> GetResult:
-        """RocketMQ's DefaultMessageStore.getMessage (see ``store.get_message``)."""
+        """RocketMQ's DefaultMessageStore.getMessage (see ``wharf.store.read.get_message``)."""
         assert self._commit_log is not None
         return get_messages(
             self._queues.find(topic, queue_id),
@@ -350,7 +350,7 @@ class MessageStore:
         max_bytes: int = 4 * 1024 * 1024,
     ) -> RawGetResult:
         """``get_messages`` without decoding: the stored records' bytes, selected by tag HASH
-        only (readers re-check exact tags; see ``store.get_raw``)."""
+        only (readers re-check exact tags; see ``wharf.store.read.get_raw``)."""
         assert self._commit_log is not None
         return get_raw_records(
             self._queues.find(topic, queue_id),

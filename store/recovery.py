@@ -22,13 +22,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from store.checkpoint import StoreCheckpoint
-from store.commit_log import CommitLog
-from store.config import StoreConfig
-from store.consume_queue_table import ConsumeQueueTable
-from store.index_service import IndexService
-from store.reput import CommitLogSource, Dispatcher
-from store.store_paths import StorePaths, read_abort_marker_blocking
+from wharf.store.log.checkpoint import StoreCheckpoint
+from wharf.store.log.commit_log import CommitLog
+from wharf.store.config import StoreConfig
+from wharf.store.queue.table import ConsumeQueueTable
+from wharf.store.index.index_files import IndexService
+from wharf.store.dispatch.reput import CommitLogSource, Dispatcher
+from wharf.store.paths import StorePaths, read_abort_marker_blocking
 
 log = logging.getLogger(__name__)
 

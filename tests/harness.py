@@ -54,7 +54,7 @@ class BrokerProcess:
         ready = self.root / "ready.json"
         ready.unlink(missing_ok=True)
         cmd = [
-            sys.executable, "-m", "broker",
+            sys.executable, "-m", "wharf.broker",
             "--config", str(config),
             "--store-dir", str(self.store_dir),
             "--listen", "127.0.0.1:0",

@@ -1,1 +1,1 @@
-"""``wharf bench produce|consume|e2e`` and ``python -m client.bench.compare`` (Wharf vs Redis)."""
+"""``wharf bench produce|consume|e2e``: the SDK's load generator (the programs that compare Wharf with peers live in ``tests/bench``)."""

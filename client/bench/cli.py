@@ -15,10 +15,10 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 
-from client.admin import Admin
-from client.bench.runners import BenchOptions, run_consume, run_e2e, run_produce
-from client.bench.stats import BenchStats
-from client.cli.output import Output
+from wharf.client.admin import Admin
+from wharf.client.bench.runners import BenchOptions, run_consume, run_e2e, run_produce
+from wharf.client.bench.stats import BenchStats
+from wharf.client.cli.output import Output
 
 WORKLOADS: dict[str, Callable[[BenchOptions, BenchStats], Awaitable[None]]] = {
     "produce": run_produce,

@@ -8,11 +8,11 @@ import struct
 import time
 from dataclasses import dataclass
 
-from client.bench.pacing import WARMUP_S, due_batches
-from client.bench.stats import BenchStats
-from client.consumer.pull import PullConsumer
-from client.message import MessageQueue
-from client.producer import Producer
+from wharf.client.bench.pacing import WARMUP_S, due_batches
+from wharf.client.bench.stats import BenchStats
+from wharf.client.consumer.pull import PullConsumer
+from wharf.client.message import MessageQueue
+from wharf.client.producer import Producer
 
 _STAMP = struct.Struct(">q")  # e2e bodies start with the send time (ns since the epoch)
 

@@ -1,1 +1,1 @@
-"""The ``wharf`` command line (see :mod:`client.cli.main`)."""
+"""The ``wharf`` command line (see :mod:`wharf.client.cli.main`)."""

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from client.errors import WharfError
+from wharf.client.errors import WharfError
 
 OK = 0
 BROKER_ERROR = 1

@@ -7,8 +7,8 @@ import datetime as dt
 
 from wharf.v1 import common_pb2
 
-from client.admin import Admin
-from client.cli.output import Output, fmt_ms, proto_dict
+from wharf.client.admin import Admin
+from wharf.client.cli.output import Output, fmt_ms, proto_dict
 
 
 def parse_timestamp(text: str) -> int:

@@ -7,7 +7,7 @@
 
 Global options: ``--endpoints HOST:PORT`` (env ``WHARF_ENDPOINTS``, default 127.0.0.1:8081)
 and ``--json`` (one JSON document per line on stdout; errors as JSON on stderr). Exit codes
-are listed in :mod:`client.cli.exit_codes`.
+are listed in :mod:`wharf.client.cli.exit_codes`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from collections.abc import Sequence
 
 import uvloop
 
-from client.channel import DEFAULT_ENDPOINTS, parse_endpoints
-from client.cli import group_commands, message_commands, topic_commands
-from client.cli.exit_codes import INTERRUPTED, USAGE, exit_code_for
-from client.cli.output import Output
-from client.errors import InvalidArgumentError, WharfError
-from store.malloc_tuning import keep_large_buffers_on_heap
+from wharf.client.channel import DEFAULT_ENDPOINTS, parse_endpoints
+from wharf.client.cli import group_commands, message_commands, topic_commands
+from wharf.client.cli.exit_codes import INTERRUPTED, USAGE, exit_code_for
+from wharf.client.cli.output import Output
+from wharf.client.errors import InvalidArgumentError, WharfError
+from wharf.store.fast.malloc import keep_large_buffers_on_heap
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     topic_commands.add_parsers(sub)
     group_commands.add_parsers(sub)
     message_commands.add_parsers(sub)
-    from client.bench.cli import add_parsers as add_bench_parsers
+    from wharf.client.bench.cli import add_parsers as add_bench_parsers
 
     add_bench_parsers(sub)
     return parser

@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 from rich.progress import Progress
 
-from client.admin import Admin
-from client.cli.output import Output, message_dict, message_line, proto_dict
-from client.cli.topic_commands import parse_attributes
-from client.consumer.pull import PullConsumer
-from client.message import MessageQueue, ReceivedMessage, SendResult
-from client.producer import Producer
+from wharf.client.admin import Admin
+from wharf.client.cli.output import Output, message_dict, message_line, proto_dict
+from wharf.client.cli.topic_commands import parse_attributes
+from wharf.client.consumer.pull import PullConsumer
+from wharf.client.message import MessageQueue, ReceivedMessage, SendResult
+from wharf.client.producer import Producer
 
 STDIN_WINDOW = 1024  # stdin lines in flight at once (auto-batched by the producer)
 

@@ -14,7 +14,7 @@ from google.protobuf.message import Message as ProtoMessage
 from rich.console import Console
 from rich.table import Table
 
-from client.message import ReceivedMessage
+from wharf.client.message import ReceivedMessage
 
 
 class Output:

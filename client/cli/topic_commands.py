@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from client.admin import Admin
-from client.cli.output import Output, fmt_ms, proto_dict
+from wharf.client.admin import Admin
+from wharf.client.cli.output import Output, fmt_ms, proto_dict
 
 PERM_NAMES = {6: "RW", 4: "R", 2: "W", 0: "-"}
 

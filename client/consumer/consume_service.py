@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable
 import grpc
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
-from client.consumer.queue_worker import QueueWorker
-from client.errors import from_rpc_error
-from client.message import ConsumeResult, ReceivedMessage
+from wharf.client.consumer.queue_worker import QueueWorker
+from wharf.client.errors import from_rpc_error
+from wharf.client.message import ConsumeResult, ReceivedMessage
 
 log = logging.getLogger(__name__)
 

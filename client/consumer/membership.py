@@ -11,7 +11,7 @@ import logging
 import grpc
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
-from client.errors import from_rpc_error
+from wharf.client.errors import from_rpc_error
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from typing import Protocol
 import grpc
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
-from client.errors import from_rpc_error
-from client.message import MessageQueue
+from wharf.client.errors import from_rpc_error
+from wharf.client.message import MessageQueue
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 
-from client.message import ReceivedMessage
+from wharf.client.message import ReceivedMessage
 
 
 class ProcessQueue:

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 import grpc
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
-from client.channel import open_channel
-from client.consumer.pull_wire import pull_callable
-from client.consumer.start_offset import queue_bounds, search_offset
-from client.errors import ClientClosedError, InvalidArgumentError, from_rpc_error
-from client.message import MessageQueue, ReceivedMessage
-from client.records import messages_from_reply
-from client.route import RouteCache
+from wharf.client.channel import open_channel
+from wharf.client.consumer.pull_wire import pull_callable
+from wharf.client.consumer.start_offset import queue_bounds, search_offset
+from wharf.client.errors import ClientClosedError, InvalidArgumentError, from_rpc_error
+from wharf.client.message import MessageQueue, ReceivedMessage
+from wharf.client.records import messages_from_reply
+from wharf.client.route import RouteCache
 
 
 class PullStatus(enum.IntEnum):

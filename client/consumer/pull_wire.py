@@ -3,7 +3,7 @@
 The generated stub parses a reply into a protobuf message (a copy of the whole ~1 MiB of
 records into its arena) and reading ``reply.records`` copies them once more. A pull reply has
 four varints and the ``records`` bytes, so this decoder walks the protobuf wire format itself
-and keeps ``records`` as a range of the received buffer: ``client.records`` slices bodies
+and keeps ``records`` as a range of the received buffer: ``wharf.client.records`` slices bodies
 straight out of it. A reply carrying MessageViews (a broker that predates ``raw_records``) or
 anything unexpected is handed to the regular protobuf parser, so nothing is lost.
 

@@ -34,17 +34,17 @@ from pathlib import Path
 import grpc
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
-from client.channel import open_channel
-from client.consumer.consume_service import ConcurrentConsumeService, Handler
-from client.consumer.membership import GroupMembership
-from client.consumer.offset_store import LocalOffsetStore, RemoteOffsetStore
-from client.consumer.pull_wire import pull_callable
-from client.consumer.queue_worker import QueueWorker
-from client.consumer.start_offset import compute_start_offset
-from client.errors import InvalidArgumentError, WharfError
-from client.message import MessageQueue, retry_topic
-from client.rebalance import allocate_averagely
-from client.route import RouteCache
+from wharf.client.channel import open_channel
+from wharf.client.consumer.consume_service import ConcurrentConsumeService, Handler
+from wharf.client.consumer.membership import GroupMembership
+from wharf.client.consumer.offset_store import LocalOffsetStore, RemoteOffsetStore
+from wharf.client.consumer.pull_wire import pull_callable
+from wharf.client.consumer.queue_worker import QueueWorker
+from wharf.client.consumer.start_offset import compute_start_offset
+from wharf.client.errors import InvalidArgumentError, WharfError
+from wharf.client.message import MessageQueue, retry_topic
+from wharf.client.rebalance import allocate_averagely
+from wharf.client.route import RouteCache
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ from collections.abc import Awaitable, Callable
 import grpc
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
-from client.consumer.process_queue import ProcessQueue
-from client.consumer.pull_wire import PullReply
-from client.errors import WharfError, from_rpc_error
-from client.message import MessageQueue, ReceivedMessage
-from client.records import messages_from_reply
+from wharf.client.consumer.process_queue import ProcessQueue
+from wharf.client.consumer.pull_wire import PullReply
+from wharf.client.errors import WharfError, from_rpc_error
+from wharf.client.message import MessageQueue, ReceivedMessage
+from wharf.client.records import messages_from_reply
 
 log = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import grpc
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
-from client.consumer.offset_store import LocalOffsetStore, RemoteOffsetStore
-from client.errors import from_rpc_error
-from client.message import MessageQueue
+from wharf.client.consumer.offset_store import LocalOffsetStore, RemoteOffsetStore
+from wharf.client.errors import from_rpc_error
+from wharf.client.message import MessageQueue
 
 
 async def queue_bounds(

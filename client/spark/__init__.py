@@ -1,6 +1,6 @@
 """PySpark connector for Wharf (PySpark 4.3 Python Data Source API).
 
-    from client.spark import register
+    from wharf.client.spark import register
     register(spark)                      # formats "wharf" and "wharf-store"
     df = spark.read.format("wharf").option("endpoints", "127.0.0.1:8081").option("topic", "t").load()
 
@@ -15,7 +15,7 @@ from typing import Any
 def register(spark: Any) -> None:
     """Register the ``wharf`` (topics over gRPC) and ``wharf-store`` (offline CommitLog scan)
     data sources on a SparkSession."""
-    from client.spark.sources import WharfDataSource, WharfStoreDataSource
+    from wharf.client.spark.sources import WharfDataSource, WharfStoreDataSource
 
     spark.dataSource.register(WharfDataSource)
     spark.dataSource.register(WharfStoreDataSource)

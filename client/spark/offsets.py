@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from client.spark.options import EARLIEST, LATEST, OffsetSpec
-from client.spark.rpc import QueueBounds
+from wharf.client.spark.options import EARLIEST, LATEST, OffsetSpec
+from wharf.client.spark.rpc import QueueBounds
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Runs in a Spark Python worker: it only uses the partition and the options (never driver
 state), opens its own channel, and pulls up to ``pullBatchSize`` (max 1024) messages per RPC
-in ``raw_records`` mode (the stored records' bytes, decoded lazily by ``client.records``,
+in ``raw_records`` mode (the stored records' bytes, decoded lazily by ``wharf.client.records``,
 which also re-checks exact tags: the broker filters by tag hash in that mode), with one pull
 in flight while the previous reply is decoded, emitting Arrow batches of up to 8192 rows.
 """
@@ -17,12 +17,12 @@ from typing import Any
 from pyspark.sql.types import StructType
 from wharf.v1 import messaging_pb2
 
-from client.message import ReceivedMessage
-from client.records import messages_from_reply
-from client.spark.columns import ColumnBuffer
-from client.spark.offsets import DataLossError, QueueRange
-from client.spark.options import ReadOptions
-from client.spark.rpc import BrokerRpc, PendingPull
+from wharf.client.message import ReceivedMessage
+from wharf.client.records import messages_from_reply
+from wharf.client.spark.columns import ColumnBuffer
+from wharf.client.spark.offsets import DataLossError, QueueRange
+from wharf.client.spark.options import ReadOptions
+from wharf.client.spark.rpc import BrokerRpc, PendingPull
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ task reads one queue range sequentially and every request carries up to 1024 mes
 
 Data moves on the broker's fast wire paths, as the SDK's: sends carry producer-encoded
 CommitLog records (``SendMessageRequest.records``, compact reply) and pulls ask for the stored
-records' bytes (``raw_records``), decoded lazily by ``client.records``. Both calls bypass the
+records' bytes (``raw_records``), decoded lazily by ``wharf.client.records``. Both calls bypass the
 generated request/response classes where those would copy the records: a send request is
-serialized by joining bytes, a pull reply is walked in place (``client.consumer.pull_wire``).
+serialized by joining bytes, a pull reply is walked in place (``wharf.client.consumer.pull_wire``).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import grpc
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
-from client.consumer.pull_wire import PULL_METHOD, PullReply, decode_pull_reply
-from client.send_stream import encode_records_request
+from wharf.client.consumer.pull_wire import PULL_METHOD, PullReply, decode_pull_reply
+from wharf.client.send_stream import encode_records_request
 
 _SEND_METHOD = "/wharf.v1.MessagingService/SendMessage"
 # Names of the fast-path calls in BrokerRpc._call (error messages show them).
@@ -195,7 +195,7 @@ class BrokerRpc:
     ) -> PendingPull:
         """Start a PullMessage in raw_records mode (the caller can decode the previous reply
         meanwhile): the reply's records stay inside the received bytes (the broker filters
-        by tag HASH here: ``client.records`` re-checks tags)."""
+        by tag HASH here: ``wharf.client.records`` re-checks tags)."""
         request = messaging_pb2.PullMessageRequest(
             consumer_group=group,
             topic=topic,
@@ -230,7 +230,7 @@ class BrokerRpc:
         records: Sequence[bytes],
         producer_group: str,
     ) -> PendingSend:
-        """Start a SendMessage with producer-encoded records (``client.record_encoder``): one
+        """Start a SendMessage with producer-encoded records (``wharf.client.record_encoder``): one
         store append, answered in the compact form (status, first offsets, count). The caller
         can encode the next chunk while this one travels; ``result()`` waits for the reply."""
         head = messaging_pb2.SendMessageRequest(topic=topic, producer_group=producer_group)

@@ -12,8 +12,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from client.spark.columns import KNOWN_COLUMNS, check_schema, store_schema, topic_schema
-from client.spark.options import (
+from wharf.client.spark.columns import KNOWN_COLUMNS, check_schema, store_schema, topic_schema
+from wharf.client.spark.options import (
     OptionError,
     new_writer_id,
     parse_read_options,
@@ -34,19 +34,19 @@ class WharfDataSource(DataSource):
         return topic_schema(include)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from client.spark.topic_readers import TopicBatchReader
+        from wharf.client.spark.topic_readers import TopicBatchReader
 
         check_schema(schema, KNOWN_COLUMNS - {"commitLogOffset", "corruptReason"})
         return TopicBatchReader(parse_read_options(self.options, streaming=False), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from client.spark.topic_readers import TopicStreamReader
+        from wharf.client.spark.topic_readers import TopicStreamReader
 
         check_schema(schema, KNOWN_COLUMNS - {"commitLogOffset", "corruptReason"})
         return TopicStreamReader(parse_read_options(self.options, streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from client.spark.topic_writers import TopicBatchWriter, check_write_schema
+        from wharf.client.spark.topic_writers import TopicBatchWriter, check_write_schema
 
         if overwrite:
             raise OptionError("the wharf sink only appends to topics: use mode('append')")
@@ -55,7 +55,7 @@ class WharfDataSource(DataSource):
         return TopicBatchWriter(opts, opts.writer_id or new_writer_id())
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from client.spark.topic_writers import TopicStreamWriter, check_write_schema
+        from wharf.client.spark.topic_writers import TopicStreamWriter, check_write_schema
 
         opts = parse_write_options(self.options)
         check_write_schema(schema, opts)
@@ -75,7 +75,7 @@ class WharfStoreDataSource(DataSource):
         return store_schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from client.spark.store_scan import StoreScanReader, parse_scan_options
+        from wharf.client.spark.store_scan import StoreScanReader, parse_scan_options
 
         check_schema(schema, KNOWN_COLUMNS)
         return StoreScanReader(parse_scan_options(self.options), schema)

@@ -1,8 +1,8 @@
 """The ``wharf-store`` source: decode a store directory's CommitLog offline, no daemon.
 
 One Spark partition per CommitLog segment (files named by their 20-digit start offset under
-``<store>/commitlog/``). Records are validated with ``store.format.check_record`` and decoded
-with ``store.format.decode_record`` -- the store's own sans-IO codec, the only thing the
+``<store>/commitlog/``). Records are validated with ``wharf.store.codec.format.check_record`` and decoded
+with ``wharf.store.codec.format.decode_record`` -- the store's own sans-IO codec, the only thing the
 connector takes from ``store``.
 
 Failure policy (``corruptRecords``):
@@ -31,10 +31,10 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from client.spark.columns import ColumnBuffer
-from client.spark.options import OptionError, check_topic_name
-from store import format as fmt
-from store.errors import CorruptRecordError
+from wharf.client.spark.columns import ColumnBuffer
+from wharf.client.spark.options import OptionError, check_topic_name
+from wharf.store.codec import format as fmt
+from wharf.store.errors import CorruptRecordError
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from client.spark.offsets import (
+from wharf.client.spark.offsets import (
     OffsetMap,
     QueueKey,
     QueueRange,
@@ -34,9 +34,9 @@ from client.spark.offsets import (
     resolve_offsets,
     split_ranges,
 )
-from client.spark.options import ReadOptions
-from client.spark.pull_reader import read_queue_range
-from client.spark.rpc import BrokerRpc, QueueBounds
+from wharf.client.spark.options import ReadOptions
+from wharf.client.spark.pull_reader import read_queue_range
+from wharf.client.spark.rpc import BrokerRpc, QueueBounds
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The ``wharf`` sink: batch and streaming writers sending rows as CommitLog records.
 
 Wire path: each row is encoded here, on the executor, as a CommitLog record
-(``client.record_encoder``, the SDK producer's encoder: bodies over 4 KiB zlib-compressed),
+(``wharf.client.record_encoder``, the SDK producer's encoder: bodies over 4 KiB zlib-compressed),
 and a chunk of records goes out as one SendMessage ``records`` request (the broker checks and
 appends them without per-message conversion, and answers in the compact form).
 
@@ -46,14 +46,14 @@ from pyspark.sql.types import (
 )
 from wharf.v1 import messaging_pb2
 
-from client.errors import InvalidArgumentError
-from client.record_encoder import RecordEncoder
-from client.spark.options import OptionError, WriteOptions
-from client.spark.rpc import BrokerRpc, PendingSend
+from wharf.client.errors import InvalidArgumentError
+from wharf.client.record_encoder import RecordEncoder
+from wharf.client.spark.options import OptionError, WriteOptions
+from wharf.client.spark.rpc import BrokerRpc, PendingSend
 
 log = logging.getLogger(__name__)
 
-# System property names (store/format.py), spelled out here: the connector does not import
+# System property names (store/codec/format.py), spelled out here: the connector does not import
 # the store (import-linter); the wire form is RocketMQ's, so the names are fixed.
 PROPERTY_TAGS = "TAGS"
 PROPERTY_KEYS = "KEYS"
@@ -194,7 +194,7 @@ class _ChunkSender:
 
 
 class _RowEncoder:
-    """Rows -> CommitLog records (``client.record_encoder``), with the message semantics of
+    """Rows -> CommitLog records (``wharf.client.record_encoder``), with the message semantics of
     a SendMessage ``messages`` request: empty tags and keys are absent, and the system
     properties (TAGS, KEYS, UNIQ_KEY) win over user properties of the same name."""
 

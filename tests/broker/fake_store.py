@@ -8,9 +8,9 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from store.config import StoreConfig
-from store.format import PROPERTY_DELAY_TIME_LEVEL, SCHEDULE_TOPIC, java_string_hash
-from store.model import (
+from wharf.store.config import StoreConfig
+from wharf.store.codec.format import PROPERTY_DELAY_TIME_LEVEL, SCHEDULE_TOPIC, java_string_hash
+from wharf.store.model import (
     AppendResult,
     GetResult,
     GetStatus,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from wharf.v1 import common_pb2, messaging_pb2
 
-from broker.convert import add_views, to_inputs
-from broker.errors import InvalidArgumentError
-from broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
-from store.format import create_offset_msg_id
-from store.model import StoredMessage
+from wharf.broker.convert import add_views, to_inputs
+from wharf.broker.errors import InvalidArgumentError
+from wharf.broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
+from wharf.store.codec.format import create_offset_msg_id
+from wharf.store.model import StoredMessage
 
 Msg = common_pb2.Message
 IDS = UniqueIdGenerator()

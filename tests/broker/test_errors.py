@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from broker.errors import (
+from wharf.broker.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
     NotFoundError,
@@ -14,7 +14,7 @@ from broker.errors import (
     UnavailableError,
     status_for,
 )
-from store.errors import (
+from wharf.store.errors import (
     CorruptRecordError,
     DiskFullError,
     FlushFailedError,

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from broker.errors import ResourceExhaustedError, UnavailableError
-from broker.long_poll import LongPollHolder
+from wharf.broker.errors import ResourceExhaustedError, UnavailableError
+from wharf.broker.long_poll import LongPollHolder
 
 
 async def test_parked_pull_wakes_on_arrival_past_its_offset() -> None:

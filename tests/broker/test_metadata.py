@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from broker.consumers import ConsumerManager
-from broker.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
-from broker.groups import SubscriptionGroup, SubscriptionGroupManager
-from broker.offsets import ConsumerOffsetManager
-from broker.persist import (
+from wharf.broker.consumers import ConsumerManager
+from wharf.broker.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from wharf.broker.groups import SubscriptionGroup, SubscriptionGroupManager
+from wharf.broker.offsets import ConsumerOffsetManager
+from wharf.broker.persist import (
     MetadataError,
     dumps,
     load_json_blocking,
     write_text_atomic_blocking,
 )
-from broker.topics import TopicConfigManager
+from wharf.broker.topics import TopicConfigManager
 
 
 def test_offsets_persist_in_rocketmq_layout_and_load_back(tmp_path: Path) -> None:

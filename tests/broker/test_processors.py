@@ -14,8 +14,8 @@ import grpc
 import pytest
 from wharf.v1 import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
 
-from broker.controller import BrokerController
-from broker.settings import load_settings
+from wharf.broker.controller import BrokerController
+from wharf.broker.settings import load_settings
 from tests.broker.fake_store import FakeStore
 
 Msg = common_pb2.Message
@@ -138,7 +138,7 @@ async def test_send_stream_correlates_replies_and_reports_errors_inline(broker: 
 
 
 async def test_flush_timeout_is_reported_not_ok(broker: Broker) -> None:
-    from store.model import PutStatus
+    from wharf.store.model import PutStatus
 
     broker.controller.store.put_status = PutStatus.FLUSH_DISK_TIMEOUT  # type: ignore[attr-defined]
     reply = await broker.send("ft", b"x")
@@ -378,7 +378,7 @@ async def test_auto_created_topic_is_persisted_at_once_not_after_the_interval(
 
 
 def test_default_endpoint_never_advertises_a_wildcard_address() -> None:
-    from broker.controller import default_endpoint
+    from wharf.broker.controller import default_endpoint
 
     assert default_endpoint("127.0.0.1", 8081) == "127.0.0.1:8081"
     host, _, port = default_endpoint("0.0.0.0", 8081).rpartition(":")

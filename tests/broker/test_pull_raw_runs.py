@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from store import get_raw
-from store.errors import CorruptRecordError
-from store.format import MESSAGE_MAGIC_CODE, encode_batch
-from store.model import MessageInput
+from wharf.store.read import get_raw
+from wharf.store.errors import CorruptRecordError
+from wharf.store.codec.format import MESSAGE_MAGIC_CODE, encode_batch
+from wharf.store.model import MessageInput
 
 TAGS = ["a", "b", "c"]
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from wharf.v1 import common_pb2, messaging_pb2
 
-from broker.convert import to_inputs
-from broker.errors import InvalidArgumentError
-from broker.message_ids import UniqueIdGenerator
-from store.format import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
-from store.model import PutStatus
+from wharf.broker.convert import to_inputs
+from wharf.broker.errors import InvalidArgumentError
+from wharf.broker.message_ids import UniqueIdGenerator
+from wharf.store.codec.format import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from wharf.store.model import PutStatus
 from tests.broker.test_processors import Broker, start_broker
 
 Msg = common_pb2.Message

@@ -10,8 +10,8 @@ import grpc
 import pytest
 from wharf.v1 import messaging_pb2
 
-from store.format import RECORD_HEADER_SIZE, create_offset_msg_id, decode_record
-from store.record_batch import encode_record, topic_tail
+from wharf.store.codec.format import RECORD_HEADER_SIZE, create_offset_msg_id, decode_record
+from wharf.store.codec.send_records import encode_record, topic_tail
 from tests.broker.daemon_helpers import SMALL_STORE, Client
 from tests.harness import BrokerProcess
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.settings import ConfigError, camel_name, load_settings, parse_delay_levels
+from wharf.broker.settings import ConfigError, camel_name, load_settings, parse_delay_levels
 from tests.harness import REPO_ROOT
 
 
@@ -99,7 +99,7 @@ def test_delay_levels_parse_units() -> None:
 def test_daemon_exits_2_with_the_setting_named_on_bad_config(tmp_path: Path) -> None:
     path = write(tmp_path, "maxParkedPulls = -1\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "broker", "--config", str(path), "--store-dir", str(tmp_path)],
+        [sys.executable, "-m", "wharf.broker", "--config", str(path), "--store-dir", str(tmp_path)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -117,7 +117,7 @@ def test_daemon_exits_1_with_a_clear_message_when_the_port_is_taken(tmp_path: Pa
         taken.listen()
         port = taken.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-m", "broker", "--store-dir", str(tmp_path / "s"),
+            [sys.executable, "-m", "wharf.broker", "--store-dir", str(tmp_path / "s"),
              "--listen", f"127.0.0.1:{port}", "--metrics-listen", "127.0.0.1:0"],
             cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
         )  # fmt: skip

@@ -18,7 +18,7 @@ from tests.harness import REPO_ROOT
 def test_quick_comparison_writes_every_measure_and_ratio(tmp_path: Path) -> None:
     output = tmp_path / "bench-results.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "client.bench.compare", "--quick", "--output", str(output)],
+        [sys.executable, "-m", "tests.bench.compare", "--quick", "--output", str(output)],
         capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from client.bench import pacing
+from wharf.client.bench import pacing
 
 
 class FakeClock:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from client.bench.launcher import free_port
+from tests.bench.launcher import free_port
 from tests.harness import REPO_ROOT, BrokerProcess
 
 
@@ -19,7 +19,7 @@ def wharf(
     cmd = [
         sys.executable,
         "-m",
-        "client.cli.main",
+        "wharf.client.cli.main",
         *(["--endpoints", endpoint] if endpoint else []),
         *args,
     ]
@@ -101,7 +101,7 @@ def test_send_file_and_follow_consume(broker: BrokerProcess, name: str, tmp_path
     payload.write_text("from a file " * 1000)  # 12 KB: compressed on the wire
     assert wharf(ep, "send", name, "--file", str(payload)).returncode == 0
     follow = subprocess.Popen(
-        [sys.executable, "-m", "client.cli.main", "--endpoints", ep, "--json", "consume", name,
+        [sys.executable, "-m", "wharf.client.cli.main", "--endpoints", ep, "--json", "consume", name,
          "--follow", "--max", "2"],
         stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
     )  # fmt: skip

@@ -7,7 +7,7 @@ import collections
 
 import pytest
 
-from client import (
+from wharf.client import (
     Admin,
     AlreadyExistsError,
     DeadlineExceededError,
@@ -20,8 +20,8 @@ from client import (
     SendStatus,
     UnavailableError,
 )
-from client.consumer.pull import PullStatus
-from client.message import MessageQueue, ReceivedMessage
+from wharf.client.consumer.pull import PullStatus
+from wharf.client.message import MessageQueue, ReceivedMessage
 from tests.harness import BrokerProcess
 
 
@@ -164,7 +164,7 @@ async def test_broker_errors_become_typed_exceptions_with_the_message(
 
 
 async def test_unreachable_broker_fails_fast_after_retries() -> None:
-    from client.bench.launcher import free_port
+    from tests.bench.launcher import free_port
 
     async with Producer(f"127.0.0.1:{free_port()}", send_timeout=1.5) as producer:
         with pytest.raises((UnavailableError, DeadlineExceededError)):
@@ -172,7 +172,7 @@ async def test_unreachable_broker_fails_fast_after_retries() -> None:
 
 
 def test_sync_wrappers_send_and_pull(broker: BrokerProcess, name: str) -> None:
-    from client import sync
+    from wharf.client import sync
 
     with sync.Producer(broker.endpoint) as producer:
         result = producer.send(name, b"from a script", queue_id=0)

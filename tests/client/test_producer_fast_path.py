@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 import pytest
 from wharf.v1 import common_pb2, messaging_pb2
 
-import client.ids as ids_module
-from client import (
+import wharf.client.ids as ids_module
+from wharf.client import (
     ClientClosedError,
     InvalidArgumentError,
     Message,
@@ -23,9 +23,9 @@ from client import (
     SendStatus,
     UnavailableError,
 )
-from client.consumer.pull import PullStatus
-from client.ids import UniqueIdGenerator
-from store.format import decode_record
+from wharf.client.consumer.pull import PullStatus
+from wharf.client.ids import UniqueIdGenerator
+from wharf.store.codec.format import decode_record
 from tests.harness import BrokerProcess
 
 _HEX32 = re.compile(r"[0-9A-F]{32}")
@@ -225,7 +225,7 @@ async def test_concurrent_bare_sends_round_trip_with_their_own_ids(
 # ---------------------------------------------------------------- pre-encoded stream requests
 @pytest.mark.parametrize("count", [1, 3, 200])
 def test_encoded_request_parses_as_the_same_request(count: int) -> None:
-    from client.send_stream import encode_request, encode_varint
+    from wharf.client.send_stream import encode_request, encode_varint
 
     wires = [
         common_pb2.Message(body=b"b" * (i * 97 + 1), unique_id=f"{i:032X}", tags="t" * (i % 2))

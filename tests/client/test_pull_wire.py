@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from wharf.v1 import common_pb2, messaging_pb2
 
-from client.consumer.pull_wire import PullReply, decode_pull_reply
-from client.errors import BrokerInternalError
-from client.records import RecordMessage, messages_from_reply, parse_records
-from store.format import encode_batch
-from store.model import MessageInput
+from wharf.client.consumer.pull_wire import PullReply, decode_pull_reply
+from wharf.client.errors import BrokerInternalError
+from wharf.client.records import RecordMessage, messages_from_reply, parse_records
+from wharf.store.codec.format import encode_batch
+from wharf.store.model import MessageInput
 
 FIELDS = (
     "topic", "queue_topic", "queue_id", "queue_offset", "commit_log_offset", "msg_id",

@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from client import Admin, ConsumeResult, Producer, PullConsumer, PushConsumer, ReceivedMessage
-from client.message import MessageQueue, dlq_topic
+from wharf.client import Admin, ConsumeResult, Producer, PullConsumer, PushConsumer, ReceivedMessage
+from wharf.client.message import MessageQueue, dlq_topic
 from tests.harness import BrokerProcess
 
 FAST: dict[str, Any] = dict(

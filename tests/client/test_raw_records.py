@@ -10,17 +10,17 @@ import grpc
 import pytest
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
-from client import ConsumeResult, PullConsumer, PushConsumer, ReceivedMessage
-from client.errors import BrokerInternalError
-from client.message import MessageQueue, to_wire
-from client.records import RecordMessage, exact_tags, parse_records
-from store.format import (
+from wharf.client import ConsumeResult, PullConsumer, PushConsumer, ReceivedMessage
+from wharf.client.errors import BrokerInternalError
+from wharf.client.message import MessageQueue, to_wire
+from wharf.client.records import RecordMessage, exact_tags, parse_records
+from wharf.store.codec.format import (
     SYSFLAG_COMPRESSED,
     create_offset_msg_id,
     encode_batch,
     java_string_hash,
 )
-from store.model import MessageInput
+from wharf.store.model import MessageInput
 from tests.harness import BrokerProcess
 
 STORE_HOST = "10.1.2.3:10911"

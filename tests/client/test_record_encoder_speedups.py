@@ -1,4 +1,4 @@
-"""The compiled batch encoder (store/_record_encoder.c) against the Python encoder it replaces."""
+"""The compiled batch encoder (store/fast/_record_encoder.c) against the Python encoder it replaces."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from wharf.v1 import messaging_pb2
 
-import client.ids as ids_module
-import client.record_encoder as record_encoder
-from client.ids import new_unique_ids
-from client.message import SendResult
-from client.record_encoder import RecordEncoder
-from store.format import _crc32
-from store.record_batch import encode_record
-from store.record_check import check_records
+import wharf.client.ids as ids_module
+import wharf.client.record_encoder as record_encoder
+from wharf.client.ids import new_unique_ids
+from wharf.client.message import SendResult
+from wharf.client.record_encoder import RecordEncoder
+from wharf.store.codec.format import _crc32
+from wharf.store.codec.send_records import encode_record
+from wharf.store.fast.record_check import check_records
 
 
 def test_the_compiled_encoder_is_built_and_used() -> None:

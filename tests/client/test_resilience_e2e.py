@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from client import (
+from wharf.client import (
     ConsumeResult,
     MessageQueue,
     Producer,
@@ -14,7 +14,7 @@ from client import (
     PushConsumer,
     ReceivedMessage,
 )
-from client.bench.launcher import free_port
+from tests.bench.launcher import free_port
 from tests.client.conftest import BROKER_SETTINGS
 from tests.harness import BrokerProcess
 

@@ -8,9 +8,9 @@ import asyncio
 
 from wharf.v1 import messaging_pb2
 
-from client.channel import open_channel
-from client.record_encoder import RecordEncoder, results_of
-from client.send_stream import SendStream
+from wharf.client.channel import open_channel
+from wharf.client.record_encoder import RecordEncoder, results_of
+from wharf.client.send_stream import SendStream
 from tests.harness import BrokerProcess
 
 

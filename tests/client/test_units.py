@@ -10,11 +10,11 @@ import grpc
 import pytest
 from wharf.v1 import common_pb2
 
-from client.batcher import AutoBatcher
-from client.channel import parse_endpoints
-from client.compression import COMPRESS_THRESHOLD, decompress, maybe_compress
-from client.consumer.process_queue import ProcessQueue
-from client.errors import (
+from wharf.client.batcher import AutoBatcher
+from wharf.client.channel import parse_endpoints
+from wharf.client.compression import COMPRESS_THRESHOLD, decompress, maybe_compress
+from wharf.client.consumer.process_queue import ProcessQueue
+from wharf.client.errors import (
     DeadlineExceededError,
     InvalidArgumentError,
     NotFoundError,
@@ -23,10 +23,10 @@ from client.errors import (
     error_for_status,
     error_for_status_number,
 )
-from client.ids import UniqueIdGenerator, new_unique_id
-from client.message import MessageQueue, ReceivedMessage, to_wire
-from client.rebalance import allocate_averagely
-from client.selector import SelectMessageQueueByHash
+from wharf.client.ids import UniqueIdGenerator, new_unique_id
+from wharf.client.message import MessageQueue, ReceivedMessage, to_wire
+from wharf.client.rebalance import allocate_averagely
+from wharf.client.selector import SelectMessageQueueByHash
 
 
 def queues(n: int, topic: str = "t") -> list[MessageQueue]:
@@ -253,7 +253,7 @@ async def test_batcher_fails_a_batch_past_its_deadline_with_one_timer() -> None:
 
 # ---------------------------------------------------------------- CLI parsing
 def test_cli_parses_global_options_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from client.cli.main import build_parser
+    from wharf.client.cli.main import build_parser
 
     monkeypatch.setenv("WHARF_ENDPOINTS", "10.0.0.1:9000")
     args = build_parser().parse_args(["--json", "send", "t", "body", "--key", "a", "--key", "b"])
@@ -266,8 +266,8 @@ def test_cli_parses_global_options_and_environment(monkeypatch: pytest.MonkeyPat
 
 
 def test_cli_timestamps_and_attributes() -> None:
-    from client.cli.group_commands import parse_timestamp
-    from client.cli.topic_commands import parse_attributes
+    from wharf.client.cli.group_commands import parse_timestamp
+    from wharf.client.cli.topic_commands import parse_attributes
 
     assert parse_timestamp("1700000000000") == 1_700_000_000_000
     assert parse_timestamp("2023-11-14T22:13:20") == 1_700_000_000_000  # naive = UTC
@@ -280,7 +280,7 @@ def test_cli_timestamps_and_attributes() -> None:
 
 
 def test_cli_exit_codes_follow_the_error_kind() -> None:
-    from client.cli.exit_codes import exit_code_for
+    from wharf.client.cli.exit_codes import exit_code_for
 
     assert exit_code_for(error_for_status(grpc.StatusCode.UNAVAILABLE, "")) == 3
     assert exit_code_for(error_for_status(grpc.StatusCode.DEADLINE_EXCEEDED, "")) == 3
@@ -291,7 +291,7 @@ def test_cli_exit_codes_follow_the_error_kind() -> None:
 
 # ---------------------------------------------------------------- benchmark bookkeeping
 def test_bench_stats_percentiles_and_rates() -> None:
-    from client.bench.stats import BenchStats, percentile
+    from wharf.client.bench.stats import BenchStats, percentile
 
     values = [float(v) for v in range(1, 1001)]
     assert percentile(values, 0.5) == 501.0 and percentile(values, 0.99) == 990.0
@@ -307,7 +307,7 @@ def test_bench_stats_percentiles_and_rates() -> None:
 def test_compare_ratios_are_wharf_over_peer() -> None:
     import argparse
 
-    from client.bench.compare import Comparison
+    from tests.bench.compare import Comparison
 
     comparison = Comparison(argparse.Namespace(quick=True, duration=1.0))
     comparison.measures = {
@@ -347,7 +347,7 @@ async def test_batcher_grows_batches_while_all_slots_are_busy() -> None:
 def test_cli_json_keeps_strings_strings_and_int64_numbers() -> None:
     from wharf.v1 import admin_pb2
 
-    from client.cli.output import proto_dict
+    from wharf.client.cli.output import proto_dict
 
     topic = proto_dict(admin_pb2.TopicConfig(name="123", read_queue_nums=3, attributes={"a": "1"}))
     assert topic == {

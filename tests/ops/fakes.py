@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from store.config import StoreConfig
-from store.model import GetResult, GetStatus, StoredMessage, StoreStats
+from wharf.store.config import StoreConfig
+from wharf.store.model import GetResult, GetStatus, StoredMessage, StoreStats
 
 
 def make_stats(**changes: object) -> StoreStats:

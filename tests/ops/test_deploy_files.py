@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from broker.metrics import BrokerMetrics
-from broker.settings import load_settings
+from wharf.broker.metrics import BrokerMetrics
+from wharf.broker.settings import load_settings
 from tests.harness import REPO_ROOT
 from tests.ops.deploy_files import (
     DASHBOARD,
@@ -239,9 +239,10 @@ def test_the_image_wheel_ships_the_broker_probe_and_generated_stubs(tmp_path: Pa
     assert result.returncode == 0, result.stdout + result.stderr
     (wheel,) = (tmp_path / "wheels").glob("wharf-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"broker/probe.py", "broker/metrics.py", "wharf/v1/messaging_pb2.py"} <= names
+    assert {"wharf/broker/probe.py", "wharf/broker/metrics.py", "wharf/v1/messaging_pb2.py"} <= names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert (
-        "wharf-probe = broker.probe:main" in text and "wharf-broker = broker.__main__:main" in text
+        "wharf-probe = wharf.broker.probe:main" in text
+        and "wharf-broker = wharf.broker.__main__:main" in text
     )

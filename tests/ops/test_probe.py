@@ -12,7 +12,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from broker import probe
+from wharf.broker import probe
 
 Serving = health_pb2.HealthCheckResponse.ServingStatus
 
@@ -32,7 +32,7 @@ def health_server() -> Iterator[tuple[str, health.HealthServicer]]:
 
 def run_probe(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "broker.probe", *args],
+        [sys.executable, "-m", "wharf.broker.probe", *args],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 

@@ -23,7 +23,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from pyspark.sql import SparkSession
 
-    from client.spark import register
+    from wharf.client.spark import register
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = (

@@ -8,8 +8,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from store import format as fmt
-from store.model import MessageInput
+from wharf.store.codec import format as fmt
+from wharf.store.model import MessageInput
 
 
 @dataclass

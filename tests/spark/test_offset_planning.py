@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.spark.offsets import (
+from wharf.client.spark.offsets import (
     DataLossError,
     QueueRange,
     cap_by_max_rows,
@@ -20,8 +20,8 @@ from client.spark.offsets import (
     resolve_offsets,
     split_ranges,
 )
-from client.spark.options import EARLIEST, LATEST, OffsetSpec, parse_offset_spec
-from client.spark.rpc import QueueBounds
+from wharf.client.spark.options import EARLIEST, LATEST, OffsetSpec, parse_offset_spec
+from wharf.client.spark.rpc import QueueBounds
 
 pytestmark = pytest.mark.spark
 

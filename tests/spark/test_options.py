@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from client.spark.options import OptionError, parse_read_options, parse_write_options
+from wharf.client.spark.options import OptionError, parse_read_options, parse_write_options
 
 pytestmark = pytest.mark.spark
 

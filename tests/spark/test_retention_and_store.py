@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from client.spark.offsets import DataLossError, QueueRange
-from client.spark.options import parse_read_options
+from wharf.client.spark.offsets import DataLossError, QueueRange
+from wharf.client.spark.options import parse_read_options
 from tests.harness import BrokerProcess
 from tests.spark.segments import flip_body_byte
 from tests.spark.wire import queue_offsets, read_topic, send, wait_until_visible
@@ -77,9 +77,9 @@ def test_fail_on_data_loss_after_retention_deleted_a_range(spark, tmp_path: Path
         planned = QueueRange("ledger", 0, 0, 200)
         base = {"endpoints": broker.endpoint, "topic": "ledger"}
 
-        from client.spark.columns import topic_schema
-        from client.spark.pull_reader import read_queue_range
-        from client.spark.topic_readers import TopicStreamReader
+        from wharf.client.spark.columns import topic_schema
+        from wharf.client.spark.pull_reader import read_queue_range
+        from wharf.client.spark.topic_readers import TopicStreamReader
 
         schema = topic_schema(False)
         strict = parse_read_options(base, streaming=False)

@@ -8,9 +8,9 @@ import zlib
 import pytest
 from wharf.v1 import messaging_pb2
 
-from client.records import parse_records
-from client.spark.options import parse_write_options
-from client.spark.topic_writers import _ChunkSender, _RowEncoder
+from wharf.client.records import parse_records
+from wharf.client.spark.options import parse_write_options
+from wharf.client.spark.topic_writers import _ChunkSender, _RowEncoder
 
 pytestmark = pytest.mark.spark
 

@@ -72,8 +72,8 @@ def test_report_mode_lists_the_corrupted_record_and_reads_the_rest(spark, tmp_pa
 
 def test_garbage_in_a_segment_reports_the_unreadable_range(tmp_path: Path) -> None:
 
-    from client.spark.columns import store_schema
-    from client.spark.store_scan import list_segments, parse_scan_options, scan_segment
+    from wharf.client.spark.columns import store_schema
+    from wharf.client.spark.store_scan import list_segments, parse_scan_options, scan_segment
 
     written = write_commit_log(tmp_path, sample_messages(30))
     victim = written[3].commit_log_offset  # in the first segment
@@ -107,7 +107,7 @@ def test_a_directory_without_commitlog_is_refused(spark, tmp_path: Path) -> None
 def test_preallocated_empty_segments_are_not_corruption_but_a_zeroed_middle_is(
     tmp_path: Path,
 ) -> None:
-    from client.spark.store_scan import list_segments
+    from wharf.client.spark.store_scan import list_segments
 
     write_commit_log(tmp_path, sample_messages(60))
     commit_log = tmp_path / "commitlog"
@@ -117,8 +117,8 @@ def test_preallocated_empty_segments_are_not_corruption_but_a_zeroed_middle_is(
     segments = list_segments(str(commit_log))
     assert [s.data_follows for s in segments] == [True] * (len(names) - 1) + [False, False]
 
-    from client.spark.columns import store_schema
-    from client.spark.store_scan import parse_scan_options, scan_segment
+    from wharf.client.spark.columns import store_schema
+    from wharf.client.spark.store_scan import parse_scan_options, scan_segment
 
     (commit_log / names[1]).write_bytes(bytes(4096))  # a middle segment lost its data
     opts = parse_scan_options({"path": str(tmp_path), "corruptRecords": "report"})

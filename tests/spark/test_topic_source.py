@@ -148,9 +148,9 @@ def test_stream_reader_admission_control_and_available_now_target(broker: Broker
     """Drive the driver-side stream reader directly (as Spark's runner does), no Spark job."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-    from client.spark.columns import topic_schema
-    from client.spark.options import parse_read_options
-    from client.spark.topic_readers import TopicStreamReader
+    from wharf.client.spark.columns import topic_schema
+    from wharf.client.spark.options import parse_read_options
+    from wharf.client.spark.topic_readers import TopicStreamReader
 
     for q, count in enumerate([30, 10, 0, 0]):
         if count:

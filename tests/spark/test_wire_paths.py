@@ -96,9 +96,9 @@ def test_a_narrower_schema_reads_only_its_columns(spark, broker: BrokerProcess) 
 def test_records_calls_move_on_to_the_next_endpoint_when_one_is_down(
     broker: BrokerProcess,
 ) -> None:
-    from client.record_encoder import RecordEncoder
-    from client.records import messages_from_reply
-    from client.spark.rpc import BrokerRpc
+    from wharf.client.record_encoder import RecordEncoder
+    from wharf.client.records import messages_from_reply
+    from wharf.client.spark.rpc import BrokerRpc
 
     encoder = RecordEncoder()
     records = [encoder.encode("failover", f"r{i}".encode(), f"id-{i}") for i in range(3)]

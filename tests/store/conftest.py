@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-import store.message_store
+from wharf.store import message_store
 
 
 @pytest.fixture(autouse=True)
 def half_full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store.message_store, "statvfs_used_ratio", lambda path: 0.5)
+    monkeypatch.setattr(message_store, "statvfs_used_ratio", lambda path: 0.5)

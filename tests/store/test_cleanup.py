@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from store.cleanup import parse_delete_when, statvfs_used_ratio
-from store.config import SYNC_FLUSH
-from store.errors import DiskFullError
-from store.message_store import MessageStore
-from store.model import GetStatus
+from wharf.store.services.cleanup import parse_delete_when, statvfs_used_ratio
+from wharf.store.config import SYNC_FLUSH
+from wharf.store.errors import DiskFullError
+from wharf.store.message_store import MessageStore
+from wharf.store.model import GetStatus
 from tests.store.test_store_helpers import msg, small_config
 
 HOUR_MS = 3_600_000

@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from store import format as fmt
-from store.commit_log import CommitLog
-from store.config import StoreConfig
-from store.errors import InvalidMessageError, StoreShutDownError
-from store.model import MessageInput
+from wharf.store.codec import format as fmt
+from wharf.store.log.commit_log import CommitLog
+from wharf.store.config import StoreConfig
+from wharf.store.errors import InvalidMessageError, StoreShutDownError
+from wharf.store.model import MessageInput
 
 SEGMENT = 4096
 
@@ -181,7 +181,7 @@ async def test_transient_pool_appends_become_readable_after_commit(tmp_path):
 
 
 def test_iter_dispatch_raises_at_a_corrupt_record_and_can_stop_short_of_it(tmp_path):
-    from store.errors import CorruptRecordError
+    from wharf.store.errors import CorruptRecordError
 
     log = make_log(tmp_path)
     results = [log.append("T", 0, i, [MessageInput(body(i))], 5) for i in range(3)]

@@ -8,15 +8,16 @@ import logging
 import os
 import time
 
-from broker.settings import load_settings
-from store import allocate_service, commit_log_recovery
-from store import format as fmt
-from store.checkpoint import StoreCheckpoint
-from store.commit_log import CommitLog
-from store.config import StoreConfig
-from store.mapped_file_queue import create_segment_blocking
-from store.message_store import MessageStore
-from store.model import MessageInput
+from wharf.broker.settings import load_settings
+from wharf.store.log import allocate as allocate_service
+from wharf.store.log import recovery as commit_log_recovery
+from wharf.store.codec import format as fmt
+from wharf.store.log.checkpoint import StoreCheckpoint
+from wharf.store.log.commit_log import CommitLog
+from wharf.store.config import StoreConfig
+from wharf.store.log.mapped_file_queue import create_segment_blocking
+from wharf.store.message_store import MessageStore
+from wharf.store.model import MessageInput
 
 SEGMENT = 4096
 SLOW_PREALLOCATION_S = 1.0
@@ -176,7 +177,7 @@ def test_checkpoint_at_data_end_before_empty_segments_is_accepted_without_rescan
     config = StoreConfig(store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=SEGMENT)
     log = CommitLog(config, checkpoint=checkpoint)
     log.load_blocking()
-    with caplog.at_level(logging.INFO, logger="store.commit_log_recovery"):
+    with caplog.at_level(logging.INFO, logger="wharf.store.log.recovery"):
         recovered = log.recover_blocking(abnormal=True, checkpoint=checkpoint)
     assert recovered == end
     assert "validating more" not in caplog.text
@@ -204,7 +205,7 @@ def test_checkpoint_at_data_end_before_a_segment_with_data_is_still_validated(tm
     config = StoreConfig(store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=SEGMENT)
     log = CommitLog(config, checkpoint=checkpoint)
     log.load_blocking()
-    with caplog.at_level(logging.WARNING, logger="store.commit_log_recovery"):
+    with caplog.at_level(logging.WARNING, logger="wharf.store.log.recovery"):
         assert log.recover_blocking(abnormal=True, checkpoint=checkpoint) == end
     assert "validating more" in caplog.text
     log.close()

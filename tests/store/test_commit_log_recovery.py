@@ -8,11 +8,11 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import format as fmt
-from store.checkpoint import StoreCheckpoint
-from store.commit_log import CommitLog
-from store.config import StoreConfig
-from store.model import MessageInput
+from wharf.store.codec import format as fmt
+from wharf.store.log.checkpoint import StoreCheckpoint
+from wharf.store.log.commit_log import CommitLog
+from wharf.store.config import StoreConfig
+from wharf.store.model import MessageInput
 
 SEGMENT = 4096
 

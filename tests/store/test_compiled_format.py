@@ -1,5 +1,5 @@
-"""The compiled accelerators carry the record layout in store/_format.h: it must be
-store/format.py's, byte for byte (a drift would write or accept wrong records)."""
+"""The compiled accelerators carry the record layout in store/fast/_format.h: it must be
+store/codec/format.py's, byte for byte (a drift would write or accept wrong records)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from store import format as fmt
+from wharf.store.codec import format as fmt
 
 # RECORD_HEADER (store.format) field by field, with its struct codes: offsets follow from them.
 _FIELDS = [
@@ -26,7 +26,7 @@ def header_offsets() -> dict[str, int]:
 
 
 @pytest.mark.parametrize(
-    "module", ["store._record_encoder", "store._record_check", "store._log_scan"]
+    "module", ["wharf.store.fast._record_encoder", "wharf.store.fast._record_check", "wharf.store.fast._log_scan"]
 )
 def test_compiled_layout_is_store_formats(module: str) -> None:
     compiled = importlib.import_module(module)  # built by `pip install -e .`

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
+from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
 
 UNITS_PER_FILE = 7
 FILE_SIZE = UNITS_PER_FILE * 20

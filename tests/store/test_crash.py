@@ -15,11 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-from store import format as fmt
-from store.checkpoint import StoreCheckpoint
-from store.commit_log import CommitLog
-from store.config import SYNC_FLUSH, StoreConfig
-from store.model import MessageInput
+from wharf.store.codec import format as fmt
+from wharf.store.log.checkpoint import StoreCheckpoint
+from wharf.store.log.commit_log import CommitLog
+from wharf.store.config import SYNC_FLUSH, StoreConfig
+from wharf.store.model import MessageInput
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SEGMENT = 64 * 1024

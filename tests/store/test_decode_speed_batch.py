@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import format as fmt
-from store.errors import CorruptRecordError
-from store.model import MessageInput
+from wharf.store.codec import format as fmt
+from wharf.store.errors import CorruptRecordError
+from wharf.store.model import MessageInput
 
 BASE = 1 << 40  # commit log offset of the buffer's first byte
 

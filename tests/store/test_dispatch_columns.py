@@ -13,19 +13,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import store.index_file as index_file_module
-from store import dispatch_columns
-from store import format as fmt
-from store.consume_queue_table import ConsumeQueueTable
-from store.dispatch_columns import (
+import wharf.store.index.index_file as index_file_module
+from wharf.store.fast import dispatch_columns
+from wharf.store.codec import format as fmt
+from wharf.store.queue.table import ConsumeQueueTable
+from wharf.store.fast.dispatch_columns import (
     DispatchColumns,
     columns_from_requests,
     decode_dispatch_columns,
 )
-from store.errors import CorruptRecordError
-from store.index_hash import SegmentHashes
-from store.index_service import IndexService
-from store.reput import Dispatcher
+from wharf.store.errors import CorruptRecordError
+from wharf.store.fast.index_hash import SegmentHashes
+from wharf.store.index.index_files import IndexService
+from wharf.store.dispatch.reput import Dispatcher
 
 BASE = 1 << 33  # commit log offset of the buffer's first byte
 STAMP = 1_700_000_000_000

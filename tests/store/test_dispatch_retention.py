@@ -7,9 +7,9 @@ import os
 import time
 from pathlib import Path
 
-from store.config import SYNC_FLUSH
-from store.message_store import MessageStore
-from store.model import GetStatus
+from wharf.store.config import SYNC_FLUSH
+from wharf.store.message_store import MessageStore
+from wharf.store.model import GetStatus
 from tests.store.test_store_helpers import msg, small_config
 
 BATCHES = 12

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from store.errors import InvalidFilterError, InvalidMessageError
-from store.filter import parse_tag_expression
-from store.format import java_string_hash
+from wharf.store.errors import InvalidFilterError, InvalidMessageError
+from wharf.store.read.filter import parse_tag_expression
+from wharf.store.codec.format import java_string_hash
 
 
 @pytest.mark.parametrize("expression", [None, "", "   ", "*", " * "])

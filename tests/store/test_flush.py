@@ -9,13 +9,13 @@ import os
 
 import pytest
 
-from store import mapped_file as mf_module
-from store.checkpoint import StoreCheckpoint
-from store.commit_log import CommitLog
-from store.config import StoreConfig
-from store.errors import FlushFailedError
-from store.model import MessageInput
-from store.service import Service
+from wharf.store.log import mapped_file as mf_module
+from wharf.store.log.checkpoint import StoreCheckpoint
+from wharf.store.log.commit_log import CommitLog
+from wharf.store.config import StoreConfig
+from wharf.store.errors import FlushFailedError
+from wharf.store.model import MessageInput
+from wharf.store.service import Service
 
 
 class FlushRecorder:

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import format as fmt
-from store.errors import CorruptRecordError, InvalidMessageError
-from store.model import MessageInput
+from wharf.store.codec import format as fmt
+from wharf.store.errors import CorruptRecordError, InvalidMessageError
+from wharf.store.model import MessageInput
 
 HOST = "10.1.2.3:10911"
 MAX = 64 * 1024

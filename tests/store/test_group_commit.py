@@ -1,6 +1,6 @@
 """SYNC_FLUSH group commit: one sync for many waiters, timeouts, sticky sync failures.
 
-Syncs are observed and slowed/broken through the ``store.mapped_file.fdatasync`` seam.
+Syncs are observed and slowed/broken through the ``wharf.store.log.mapped_file.fdatasync`` seam.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import time
 
 import pytest
 
-from store import mapped_file as mf_module
-from store.commit_log import CommitLog
-from store.config import SYNC_FLUSH, StoreConfig
-from store.errors import FlushFailedError
-from store.model import MessageInput
+from wharf.store.log import mapped_file as mf_module
+from wharf.store.log.commit_log import CommitLog
+from wharf.store.config import SYNC_FLUSH, StoreConfig
+from wharf.store.errors import FlushFailedError
+from wharf.store.model import MessageInput
 
 
 class SyncSpy:
@@ -98,7 +98,7 @@ async def test_requests_waiting_after_a_sync_are_synced_again_by_the_same_thread
     # The sync thread does not hand back to the loop between consecutive group commits: the
     # writers that appended during the first sync are covered by a second sync in the same
     # thread run (one executor hand-off for both).
-    from store.group_commit import GroupCommitService
+    from wharf.store.log.group_commit import GroupCommitService
 
     spy = SyncSpy(delay_s=0.05)
     monkeypatch.setattr(mf_module, "fdatasync", spy)

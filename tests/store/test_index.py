@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.format import INDEX_HEADER, index_key_hash
-from store.index_file import IndexFile
-from store.index_service import IndexService, build_index_keys, index_file_name
+from wharf.store.codec.format import INDEX_HEADER, index_key_hash
+from wharf.store.index.index_file import IndexFile
+from wharf.store.index.index_files import IndexService, build_index_keys, index_file_name
 
 SLOTS = 3
 ENTRIES = 9  # 8 usable entries per file: entry 0 terminates chains
@@ -127,7 +127,7 @@ def test_header_is_rocketmq_layout_and_entry_zero_is_unused(tmp_path: Path) -> N
 
 
 def test_reindexing_already_indexed_records_is_skipped(tmp_path: Path) -> None:
-    from store.format import DispatchRequest
+    from wharf.store.codec.format import DispatchRequest
 
     def req(offset: int, keys: list[str], uniq: str = "") -> DispatchRequest:
         return DispatchRequest(
@@ -163,7 +163,7 @@ def test_index_files_are_named_by_creation_time_in_order(tmp_path: Path) -> None
 @settings(max_examples=300, deadline=None)
 @given(topic=st.text(min_size=1, max_size=20), key=st.text(max_size=80))
 def test_fast_key_hash_equals_the_reference_java_hash(topic: str, key: str) -> None:
-    from store.index_service import IndexKeyHasher
+    from wharf.store.index.index_files import IndexKeyHasher
 
     hasher = IndexKeyHasher()
     assert hasher(topic, key) == index_key_hash(f"{topic}#{key}")

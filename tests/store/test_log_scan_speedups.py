@@ -1,4 +1,4 @@
-"""The compiled commit-log walk of the dispatch (store/_log_scan.c) against its Python
+"""The compiled commit-log walk of the dispatch (store/fast/_log_scan.c) against its Python
 fallback: same positions, same stop, same corrupt-header report, for any start, limit, count
 and byte budget, over valid logs, blank-ended segments and damaged bytes."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import store.commit_log_reader as reader
-from store.format import encode_blank
-from store.model import MessageInput
+import wharf.store.log.reader as reader
+from wharf.store.codec.format import encode_blank
+from wharf.store.model import MessageInput
 from tests.store.test_record_batch import client_batch
 
 

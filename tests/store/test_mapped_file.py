@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from store import mapped_file as mf_module
-from store.format import segment_file_name
-from store.mapped_file import MappedFile
-from store.mapped_file_queue import MappedFileQueue, create_segment_blocking
+from wharf.store.log import mapped_file as mf_module
+from wharf.store.codec.format import segment_file_name
+from wharf.store.log.mapped_file import MappedFile
+from wharf.store.log.mapped_file_queue import MappedFileQueue, create_segment_blocking
 
 SIZE = 8192
 
@@ -188,7 +188,7 @@ async def test_roll_does_not_wait_for_an_in_flight_preallocation_and_does_not_ra
     import threading
     import time
 
-    from store import allocate_service
+    from wharf.store.log import allocate as allocate_service
 
     gate = threading.Event()
     real_create = allocate_service.create_segment_blocking
@@ -237,7 +237,7 @@ async def test_roll_takes_the_preallocated_segment_when_the_thread_linked_it_fir
 ):
     import asyncio
 
-    from store import allocate_service
+    from wharf.store.log import allocate as allocate_service
 
     queue = MappedFileQueue(str(tmp_path), SIZE)
     service = allocate_service.AllocateMappedFileService(queue)

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from store import mapped_file
-from store.config import ASYNC_FLUSH, SYNC_FLUSH
-from store.errors import FlushFailedError, InvalidMessageError, StoreShutDownError
-from store.filter import parse_tag_expression
-from store.format import create_offset_msg_id
-from store.message_store import MessageStore
-from store.model import GetStatus, PutStatus
+from wharf.store.log import mapped_file
+from wharf.store.config import ASYNC_FLUSH, SYNC_FLUSH
+from wharf.store.errors import FlushFailedError, InvalidMessageError, StoreShutDownError
+from wharf.store.read.filter import parse_tag_expression
+from wharf.store.codec.format import create_offset_msg_id
+from wharf.store.message_store import MessageStore
+from wharf.store.model import GetStatus, PutStatus
 from tests.store.test_store_helpers import msg, small_config
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from store.message_store import MessageStore
+from wharf.store.message_store import MessageStore
 from tests.store.test_store_helpers import msg, small_config
 
 

@@ -1,4 +1,4 @@
-"""The compiled send-batch check and patch (store/_record_check.c) against the numpy versions
+"""The compiled send-batch check and patch (store/fast/_record_check.c) against the numpy versions
 they replace: same starts, same error for the same bad batch, same patched bytes."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import store.record_check as record_check
-from store.errors import InvalidMessageError
-from store.format import encode_host
-from store.model import MessageInput
-from store.record_batch import born_host_bytes
+import wharf.store.fast.record_check as record_check
+from wharf.store.errors import InvalidMessageError
+from wharf.store.codec.format import encode_host
+from wharf.store.model import MessageInput
+from wharf.store.codec.send_records import born_host_bytes
 from tests.store.test_record_batch import client_batch, messages
 
 TOPIC = "orders"

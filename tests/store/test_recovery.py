@@ -11,10 +11,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from store.checkpoint import StoreCheckpoint
-from store.message_store import MessageStore
-from store.model import GetStatus
-from store.store_paths import write_abort_marker_blocking
+from wharf.store.log.checkpoint import StoreCheckpoint
+from wharf.store.message_store import MessageStore
+from wharf.store.model import GetStatus
+from wharf.store.paths import write_abort_marker_blocking
 from tests.store.test_store_helpers import msg, small_config
 
 N_BATCHES = 8
@@ -230,7 +230,7 @@ CHILD = textwrap.dedent(
     """
     import asyncio, sys, time
     sys.path.insert(0, {repo!r})
-    from store.message_store import MessageStore
+    from wharf.store.message_store import MessageStore
     from tests.store.test_store_helpers import msg, small_config
 
     async def main():

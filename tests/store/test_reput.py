@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from store.format import SCHEDULE_TOPIC, DispatchRequest, java_string_hash
-from store.message_store import MessageStore
-from store.reput import Dispatcher
+from wharf.store.codec.format import SCHEDULE_TOPIC, DispatchRequest, java_string_hash
+from wharf.store.message_store import MessageStore
+from wharf.store.dispatch.reput import Dispatcher
 from tests.store.test_store_helpers import msg, small_config
 
 

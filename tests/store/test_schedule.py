@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from store.format import SCHEDULE_TOPIC
-from store.message_store import MessageStore
-from store.model import GetStatus
-from store.schedule import parse_delay_levels
+from wharf.store.codec.format import SCHEDULE_TOPIC
+from wharf.store.message_store import MessageStore
+from wharf.store.model import GetStatus
+from wharf.store.services.schedule import parse_delay_levels
 from tests.store.test_store_helpers import msg, small_config
 
 
@@ -121,7 +121,7 @@ async def test_due_messages_wait_while_the_store_refuses_writes_then_all_arrive(
 
 
 def test_delay_offsets_fall_back_to_the_backup_when_the_file_is_damaged(tmp_path: Path) -> None:
-    from store.store_paths import read_json_with_backup_blocking, write_json_atomic_blocking
+    from wharf.store.paths import read_json_with_backup_blocking, write_json_atomic_blocking
 
     path = tmp_path / "delayOffset.json"
     write_json_atomic_blocking(path, {"offsetTable": {"1": 3}})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from store.config import StoreConfig
-from store.model import MessageInput
+from wharf.store.config import StoreConfig
+from wharf.store.model import MessageInput
 
 SMALL_SIZES = {
     "mapped_file_size_commit_log": 16 * 1024,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from store.config import SYNC_FLUSH
-from store.filter import parse_tag_expression
-from store.message_store import MessageStore
-from store.model import GetStatus
+from wharf.store.config import SYNC_FLUSH
+from wharf.store.read.filter import parse_tag_expression
+from wharf.store.message_store import MessageStore
+from wharf.store.model import GetStatus
 from tests.store.test_store_helpers import msg, small_config
 
 TAGS = ["a", "b", "c", ""]

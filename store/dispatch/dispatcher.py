@@ -1,0 +1,230 @@
+"""Dispatch core: a decoded chunk of CommitLog records -> ConsumeQueue units + index entries
+(RocketMQ's CommitLogDispatcherBuildConsumeQueue / BuildIndex), synchronous.
+
+``Dispatcher.plan`` groups a chunk's units into runs of consecutive logical offsets per queue,
+packed; ``apply`` appends them and writes the index entries that fit the newest IndexFile.
+A chunk is either numpy columns (``wharf.store.fast.dispatch_columns``, large chunks) or one
+DispatchRequest per record (small chunks, recovery); both give the same runs and entries
+(tests compare the files they write byte for byte). Used by the ReputService
+(``wharf.store.dispatch.reput``) on the event loop and by recovery in a thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import starmap
+from typing import NamedTuple
+
+import numpy as np
+
+from wharf.store.queue.consume_queue import ConsumeQueue, Unit
+from wharf.store.queue.table import ConsumeQueueTable
+from wharf.store.fast.dispatch_columns import DispatchColumns
+from wharf.store.codec.format import (
+    CQ_STORE_UNIT_SIZE,
+    CQ_UNIT,
+    PROPERTY_DELAY_TIME_LEVEL,
+    SCHEDULE_TOPIC,
+    SYSFLAG_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_ROLLBACK,
+    DispatchRequest,
+    java_string_hash,
+)
+from wharf.store.fast.index_batch import IndexColumns
+from wharf.store.index.index_file import IndexEntry
+from wharf.store.index.index_files import IndexService
+
+_TAG_CODE_CACHE = 65536
+_NOT_QUEUED = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)
+
+# (topic, queue id) -> new max offset of that queue, after one chunk.
+QueueAdvance = dict[tuple[str, int], int]
+# A decoded chunk: columns (large chunks) or one request per record (small chunks, recovery).
+DispatchRecords = DispatchColumns | Sequence[DispatchRequest]
+IndexEntries = IndexColumns | list[IndexEntry]
+
+_CQ_UNITS = np.dtype([("offset", ">i8"), ("size", ">i4"), ("code", ">i8")])
+assert _CQ_UNITS.itemsize == CQ_STORE_UNIT_SIZE
+
+
+class QueueRun(NamedTuple):
+    """Units for consecutive logical offsets of one queue, packed (CQ_UNIT each)."""
+
+    key: tuple[str, int]  # (topic, queue id)
+    first: int  # logical offset of the first unit
+    unit_count: int
+    units: bytes
+    physical_end: int  # offset + size of the last unit's record
+
+
+class DispatchPlan(NamedTuple):
+    runs: list[QueueRun]  # per queue in log order
+    records: DispatchRecords  # for the index entries, computed when applied
+    record_count: int  # records in the chunk
+    last_timestamp: int  # store time of the chunk's last record (0 if empty)
+
+
+class Dispatcher:
+    def __init__(
+        self, queues: ConsumeQueueTable, index: IndexService | None, delay_levels_ms: Sequence[int]
+    ) -> None:
+        self.queues = queues
+        self.index = index
+        self.delay_levels_ms = list(delay_levels_ms)
+        self._tag_codes: dict[str, int] = {}  # tag -> Java hash: tags repeat, hashing is slow
+
+    def tags_code(self, req: DispatchRequest) -> int:
+        if req.topic == SCHEDULE_TOPIC:
+            level_text = req.properties.get(PROPERTY_DELAY_TIME_LEVEL, "")
+            code = self._deliver_time(level_text, req.store_timestamp)
+            if code is not None:
+                return code
+        return java_string_hash(req.tags) if req.tags else 0
+
+    def _deliver_time(self, level_text: str, store_timestamp: int) -> int | None:
+        """For delayed messages the unit carries the deliver time (RocketMQ's
+        computeDeliverTimestamp), which ScheduleMessageService compares with the clock."""
+        if level_text.isdigit() and int(level_text) > 0 and self.delay_levels_ms:
+            level = min(int(level_text), len(self.delay_levels_ms))
+            return store_timestamp + self.delay_levels_ms[level - 1]
+        return None
+
+    def plan(self, records: DispatchRecords) -> DispatchPlan:
+        """One pass over a chunk: ConsumeQueue units grouped into runs of consecutive queue
+        offsets per queue (in log order)."""
+        if isinstance(records, DispatchColumns):
+            return self._plan_columns(records)
+        return self._plan_requests(records)
+
+    def _plan_requests(self, requests: Sequence[DispatchRequest]) -> DispatchPlan:
+        open_runs: dict[tuple[str, int], tuple[int, list[Unit]]] = {}
+        runs: list[tuple[tuple[str, int], int, list[Unit]]] = []
+        codes = self._tag_codes
+        for req in requests:
+            # Prepared and rolled-back transaction halves get no ConsumeQueue unit (RocketMQ).
+            if req.sys_flag & 0xC in _NOT_QUEUED:
+                continue
+            key = (req.topic, req.queue_id)
+            code = codes.get(req.tags) if key[0] != SCHEDULE_TOPIC else None
+            if code is None:
+                code = self.tags_code(req)
+                if key[0] != SCHEDULE_TOPIC and len(codes) < _TAG_CODE_CACHE:
+                    codes[req.tags] = code
+            unit = (req.commit_log_offset, req.size, code)
+            run = open_runs.get(key)
+            if run is not None and run[0] + len(run[1]) == req.queue_offset:
+                run[1].append(unit)
+            else:  # first unit of the queue, or not consecutive (overlap or gap)
+                run = open_runs[key] = (req.queue_offset, [unit])
+                runs.append((key, run[0], run[1]))
+        packed = [
+            QueueRun(key, first, len(units), b"".join(starmap(CQ_UNIT.pack, units)), end)
+            for key, first, units in runs
+            for end in (units[-1][0] + units[-1][1],)
+        ]
+        last = requests[-1].store_timestamp if requests else 0
+        return DispatchPlan(packed, requests, len(requests), last)
+
+    def _plan_columns(self, cols: DispatchColumns) -> DispatchPlan:
+        count = len(cols)
+        codes = cols.tags_codes
+        if cols.delay_texts:
+            codes = codes.copy()
+            stamps = cols.store_timestamps
+            for row, text in cols.delay_texts.items():
+                code = self._deliver_time(text, int(stamps[row]))
+                if code is not None:
+                    codes[row] = code
+        trans = cols.sys_flags & 0xC
+        queued = (trans != SYSFLAG_TRANSACTION_PREPARED) & (trans != SYSFLAG_TRANSACTION_ROLLBACK)
+        rows = None if np.count_nonzero(queued) == count else queued.nonzero()[0]
+        queue_keys = cols.topic_ids << 32 | cols.queue_ids & 0xFFFFFFFF
+        if rows is not None:
+            queue_keys = queue_keys[rows]
+        n = len(queue_keys)
+        last = int(cols.store_timestamps[-1]) if count else 0
+        if not n:  # nothing queued (empty chunk, or only transaction halves)
+            return DispatchPlan([], cols, count, last)
+        # Group by queue, log order inside a queue (a stable sort; none for one queue).
+        if np.count_nonzero(queue_keys == queue_keys[0]) != n:
+            order = queue_keys.argsort(kind="stable")
+            rows = order if rows is None else rows[order]
+            queue_keys = queue_keys[order]
+
+        def take(column: np.ndarray) -> np.ndarray:
+            return column if rows is None else column[rows]
+
+        offsets, sizes, queue_offsets = (
+            take(cols.offsets),
+            take(cols.sizes),
+            take(cols.queue_offsets),
+        )
+        units = np.empty(n, dtype=_CQ_UNITS)
+        units["offset"] = offsets
+        units["size"] = sizes
+        units["code"] = take(codes)
+        data = units.tobytes()
+        # A run ends where the queue changes or the queue offsets stop being consecutive.
+        breaks = (queue_keys[1:] != queue_keys[:-1]) | (queue_offsets[1:] != queue_offsets[:-1] + 1)
+        firsts = np.zeros(1, dtype=np.int64)
+        if np.count_nonzero(breaks):
+            firsts = np.concatenate((firsts, breaks.nonzero()[0] + 1))
+        lasts = np.concatenate((firsts[1:] - 1, [n - 1]))
+        first_rows = firsts if rows is None else rows[firsts]
+        bounds = [*firsts.tolist(), n]
+        topics, topic_ids = cols.topics, cols.topic_ids[first_rows].tolist()
+        runs = [
+            QueueRun(
+                (topics[topic], queue_id),
+                first_offset,
+                b - a,
+                data[a * CQ_STORE_UNIT_SIZE : b * CQ_STORE_UNIT_SIZE],
+                end,
+            )
+            for topic, queue_id, first_offset, end, a, b in zip(
+                topic_ids,
+                cols.queue_ids[first_rows].tolist(),
+                queue_offsets[firsts].tolist(),
+                (offsets[lasts] + sizes[lasts]).tolist(),
+                bounds,
+                bounds[1:],
+                strict=False,
+            )
+        ]
+        return DispatchPlan(runs, cols, count, last)
+
+    def missing_files(self, plan: DispatchPlan) -> list[tuple[ConsumeQueue, list[int]]]:
+        """Per queue, the file starts that applying ``plan`` would create."""
+        needed = []
+        for run in plan.runs:
+            queue = self.queues.find_or_create(*run.key)
+            start = max(run.first, queue.max_offset)
+            starts = queue.missing_files(start, run.first + run.unit_count - start)
+            if starts:
+                needed.append((queue, starts))
+        return needed
+
+    def apply(self, plan: DispatchPlan) -> tuple[QueueAdvance, IndexEntries]:
+        """Append the units and return the queues that advanced and the index entries still
+        to be written (the caller may need to roll a file)."""
+        advanced: QueueAdvance = {}
+        for run in plan.runs:
+            queue = self.queues.find_or_create(*run.key)
+            queue.append_packed(run.first, run.units, run.physical_end)
+            advanced[run.key] = queue.max_offset
+        index = self.index
+        if index is None or not plan.record_count:
+            return advanced, []
+        records = plan.records
+        entries: IndexEntries
+        if isinstance(records, DispatchColumns):
+            entries = index.entries_for_columns(records)
+        else:
+            entries = index.entries_for(r for r in records if r.keys or r.uniq_key)
+        if len(entries):
+            entries = entries[index.put_entries_nowait(entries) :]
+        return advanced, entries
+
+    def dispatch(self, records: DispatchRecords) -> tuple[QueueAdvance, IndexEntries]:
+        """``plan`` + ``apply`` (queue files created in place: recovery, tests)."""
+        return self.apply(self.plan(records))

@@ -1,0 +1,95 @@
+/* The record layout of store/codec/format.py, for the compiled accelerators (one copy in C; every
+ * module exports these values and tests/store/test_compiled_format.py checks them against
+ * store.format, so the two definitions cannot drift apart). */
+#ifndef WHARF_FORMAT_H
+#define WHARF_FORMAT_H
+
+#include <Python.h>
+#include <stdint.h>
+
+#define RECORD_HEADER_SIZE 88
+#define RECORD_FIXED_SIZE (RECORD_HEADER_SIZE + 1 + 2) /* + TOPICLENGTH + PROPERTIESLENGTH */
+#define MESSAGE_MAGIC_CODE 0xDAA320A7u
+#define BLANK_MAGIC_CODE 0xCBD43194u
+#define MAX_PROPERTIES_LENGTH 32767
+#define PROPERTY_SEPARATOR 2
+
+/* Field offsets in the record header (store.format.RECORD_HEADER). */
+#define OFF_MAGIC 4
+#define OFF_BODY_CRC 8
+#define OFF_QUEUE_ID 12
+#define OFF_QUEUE_OFFSET 20
+#define OFF_PHYSICAL_OFFSET 28
+#define OFF_SYS_FLAG 36
+#define OFF_BORN_TIMESTAMP 40
+#define OFF_BORN_HOST 48
+#define OFF_STORE_TIMESTAMP 56
+#define OFF_STORE_HOST 64
+#define OFF_RECONSUME 72
+#define OFF_PREPARED 76
+#define OFF_BODY_LENGTH 84
+
+static inline uint32_t be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static inline uint64_t be64(const unsigned char *p) {
+    return ((uint64_t)be32(p) << 32) | be32(p + 4);
+}
+
+static inline void put_be32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static inline void put_be64(unsigned char *p, uint64_t v) {
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
+}
+
+/* A module's compiled-in layout, for the drift test. */
+static inline PyObject *new_module_with_format(PyModuleDef *def) {
+    PyObject *module = PyModule_Create(def);
+    if (module == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(module, "RECORD_HEADER_SIZE", RECORD_HEADER_SIZE) < 0 ||
+        PyModule_AddIntConstant(module, "RECORD_FIXED_SIZE", RECORD_FIXED_SIZE) < 0 ||
+        PyModule_AddObject(module, "MESSAGE_MAGIC_CODE",
+                           PyLong_FromUnsignedLong(MESSAGE_MAGIC_CODE)) < 0 ||
+        PyModule_AddObject(module, "BLANK_MAGIC_CODE", PyLong_FromUnsignedLong(BLANK_MAGIC_CODE)) <
+            0 ||
+        PyModule_AddIntConstant(module, "MAX_PROPERTIES_LENGTH", MAX_PROPERTIES_LENGTH) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    static const struct {
+        const char *name;
+        long offset;
+    } offsets[] = {
+        {"OFF_MAGIC", OFF_MAGIC},
+        {"OFF_BODY_CRC", OFF_BODY_CRC},
+        {"OFF_QUEUE_ID", OFF_QUEUE_ID},
+        {"OFF_QUEUE_OFFSET", OFF_QUEUE_OFFSET},
+        {"OFF_PHYSICAL_OFFSET", OFF_PHYSICAL_OFFSET},
+        {"OFF_SYS_FLAG", OFF_SYS_FLAG},
+        {"OFF_BORN_TIMESTAMP", OFF_BORN_TIMESTAMP},
+        {"OFF_BORN_HOST", OFF_BORN_HOST},
+        {"OFF_STORE_TIMESTAMP", OFF_STORE_TIMESTAMP},
+        {"OFF_STORE_HOST", OFF_STORE_HOST},
+        {"OFF_RECONSUME", OFF_RECONSUME},
+        {"OFF_PREPARED", OFF_PREPARED},
+        {"OFF_BODY_LENGTH", OFF_BODY_LENGTH},
+    };
+    for (size_t i = 0; i < sizeof(offsets) / sizeof(offsets[0]); i++) {
+        if (PyModule_AddIntConstant(module, offsets[i].name, offsets[i].offset) < 0) {
+            Py_DECREF(module);
+            return NULL;
+        }
+    }
+    return module;
+}
+
+#endif

@@ -1,0 +1,240 @@
+/* The broker's half of send batches, compiled: check a batch of producer-encoded records and
+ * patch the broker-owned fields (store/record_check.py holds the rules, the error texts and the
+ * numpy fallback; this module follows it check for check).
+ *
+ * Why: both run on the event loop for every send. The numpy version does its columns in a
+ * fixed ~60 us per batch, but still walks TOTALSIZE and calls the CRC per record from Python
+ * (~0.7 us per record); here the walk is a C loop and the CRC is the caller's function (zlib-ng
+ * in store.format) called on a memoryview of the body.
+ *
+ * check(data, tail, max_message_size, allowed_sys_flags, crc32) returns the record starts as
+ * bytes (native int64), or (record index, check code, detail) for the first bad record. The
+ * checks run in the same groups and order as the Python version, so a batch with several bad
+ * records is reported identically: framing of every record first, then the header checks of
+ * every record, then topic / properties, then the body CRCs.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_format.h"
+
+/* Check codes: store/record_check.py maps them to its error texts. */
+enum {
+    BAD_SHORT_TAIL = 1,   /* detail: bytes left */
+    BAD_FRAMING = 2,      /* detail: TOTALSIZE */
+    BAD_MAGIC = 3,
+    BAD_BODY_LENGTH = 4,
+    BAD_TOO_SMALL = 5,
+    BAD_SYS_FLAG = 6,
+    BAD_TX_FIELDS = 7,
+    BAD_TOPIC = 8,
+    BAD_PROPERTIES_LENGTH = 9,
+    BAD_SEPARATOR = 10,
+    BAD_CRC = 11,
+};
+
+static PyObject *bad(Py_ssize_t index, int code, long long detail) {
+    return Py_BuildValue("(niL)", index, code, detail);
+}
+
+/* -1 with an exception set, 0 mismatch, 1 match. */
+static int crc_matches(PyObject *crc_func, const unsigned char *body, Py_ssize_t len,
+                       int32_t expected) {
+    PyObject *view = PyMemoryView_FromMemory((char *)body, len, PyBUF_READ);
+    if (view == NULL) {
+        return -1;
+    }
+    PyObject *value = PyObject_CallOneArg(crc_func, view);
+    Py_DECREF(view);
+    if (value == NULL) {
+        return -1;
+    }
+    unsigned long crc = PyLong_AsUnsignedLongMask(value);
+    Py_DECREF(value);
+    if (crc == (unsigned long)-1 && PyErr_Occurred()) {
+        return -1;
+    }
+    return (int32_t)(crc & 0x7FFFFFFFul) == expected;
+}
+
+PyDoc_STRVAR(check_doc,
+             "check(data, tail, max_message_size, allowed_sys_flags, crc32)\n\n"
+             "Record starts as bytes of native int64, or (index, code, detail) for the first "
+             "bad record (see store/record_check.py).");
+
+static PyObject *check(PyObject *module, PyObject *args) {
+    Py_buffer data, tail;
+    long long max_message_size;
+    unsigned int allowed_sys_flags;
+    PyObject *crc_func;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*y*LIO:check", &data, &tail, &max_message_size,
+                          &allowed_sys_flags, &crc_func)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const unsigned char *buf = (const unsigned char *)data.buf;
+    const unsigned char *topic = (const unsigned char *)tail.buf;
+    Py_ssize_t size = data.len, tail_len = tail.len, count = 0, capacity = 0;
+    int64_t *starts = NULL;
+
+    /* 1. framing: every record's TOTALSIZE in turn */
+    Py_ssize_t pos = 0;
+    while (pos < size) {
+        if (size - pos < RECORD_FIXED_SIZE) {
+            result = bad(count, BAD_SHORT_TAIL, (long long)(size - pos));
+            goto done;
+        }
+        int32_t total = (int32_t)be32(buf + pos);
+        if (total < RECORD_FIXED_SIZE || pos + (Py_ssize_t)total > size) {
+            result = bad(count, BAD_FRAMING, (long long)total);
+            goto done;
+        }
+        if (count == capacity) {
+            capacity = capacity ? capacity * 2 : 256;
+            int64_t *grown = PyMem_Realloc(starts, (size_t)capacity * sizeof(int64_t));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            starts = grown;
+        }
+        starts[count++] = pos;
+        pos += total;
+    }
+
+    /* 2. headers */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const unsigned char *h = buf + starts[i];
+        Py_ssize_t end = i + 1 < count ? (Py_ssize_t)starts[i + 1] : size;
+        int64_t body_len = (int32_t)be32(h + OFF_BODY_LENGTH);
+        int64_t props_start = starts[i] + RECORD_HEADER_SIZE + body_len + tail_len + 2;
+        int code = 0;
+        if (be32(h + OFF_MAGIC) != MESSAGE_MAGIC_CODE) {
+            code = BAD_MAGIC;
+        } else if (body_len <= 0 || body_len > max_message_size) {
+            code = BAD_BODY_LENGTH;
+        } else if (props_start > end) {
+            code = BAD_TOO_SMALL;
+        } else if ((be32(h + OFF_SYS_FLAG) & ~allowed_sys_flags) != 0) {
+            code = BAD_SYS_FLAG;
+        } else if (be32(h + OFF_RECONSUME) != 0 || be64(h + OFF_PREPARED) != 0) {
+            code = BAD_TX_FIELDS;
+        }
+        if (code) {
+            result = bad(i, code, 0);
+            goto done;
+        }
+    }
+
+    /* 3. topic and properties (lengths add up now) */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t end = i + 1 < count ? (Py_ssize_t)starts[i + 1] : size;
+        Py_ssize_t body_end =
+            (Py_ssize_t)starts[i] + RECORD_HEADER_SIZE + (int32_t)be32(buf + starts[i] + OFF_BODY_LENGTH);
+        const unsigned char *t = buf + body_end;
+        Py_ssize_t props_len = ((Py_ssize_t)t[tail_len] << 8) | t[tail_len + 1];
+        int code = 0;
+        if (memcmp(t, topic, (size_t)tail_len) != 0) {
+            code = BAD_TOPIC;
+        } else if (body_end + tail_len + 2 + props_len != end || props_len > MAX_PROPERTIES_LENGTH) {
+            code = BAD_PROPERTIES_LENGTH;
+        } else if (props_len > 0 && buf[end - 1] != PROPERTY_SEPARATOR) {
+            code = BAD_SEPARATOR;
+        }
+        if (code) {
+            result = bad(i, code, 0);
+            goto done;
+        }
+    }
+
+    /* 4. body CRCs */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const unsigned char *h = buf + starts[i];
+        int matches = crc_matches(crc_func, h + RECORD_HEADER_SIZE,
+                                  (int32_t)be32(h + OFF_BODY_LENGTH), (int32_t)be32(h + OFF_BODY_CRC));
+        if (matches < 0) {
+            goto done;
+        }
+        if (!matches) {
+            result = bad(i, BAD_CRC, 0);
+            goto done;
+        }
+    }
+    result = PyBytes_FromStringAndSize((const char *)starts, count * (Py_ssize_t)sizeof(int64_t));
+done:
+    PyMem_Free(starts);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&tail);
+    return result;
+}
+
+PyDoc_STRVAR(patch_doc,
+             "patch(buf, starts, queue_id, first_queue_offset, start_offset, born_host, "
+             "store_timestamp, store_host)\n\n"
+             "Write the broker-owned header fields of checked records in ``buf`` (writable); "
+             "``starts`` is a buffer of native int64 record starts.");
+
+static PyObject *patch(PyObject *module, PyObject *args) {
+    Py_buffer buf, starts, born_host, store_host;
+    int queue_id;
+    long long first_queue_offset, start_offset, store_timestamp;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "w*y*iLLy*Ly*:patch", &buf, &starts, &queue_id,
+                          &first_queue_offset, &start_offset, &born_host, &store_timestamp,
+                          &store_host)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (born_host.len != 8 || store_host.len != 8) {
+        PyErr_SetString(PyExc_ValueError, "born_host and store_host are 8 bytes each");
+        goto done;
+    }
+    if (starts.len % (Py_ssize_t)sizeof(int64_t) != 0) {
+        PyErr_SetString(PyExc_ValueError, "starts must be int64 values");
+        goto done;
+    }
+    Py_ssize_t count = starts.len / (Py_ssize_t)sizeof(int64_t);
+    const int64_t *at = (const int64_t *)starts.buf;
+    unsigned char *out = (unsigned char *)buf.buf;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (at[i] < 0 || at[i] + RECORD_HEADER_SIZE > buf.len) {
+            PyErr_Format(PyExc_ValueError, "record start %lld is outside the buffer",
+                         (long long)at[i]);
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        unsigned char *h = out + at[i];
+        put_be32(h + OFF_QUEUE_ID, (uint32_t)queue_id);
+        put_be64(h + OFF_QUEUE_OFFSET, (uint64_t)(first_queue_offset + i));
+        put_be64(h + OFF_PHYSICAL_OFFSET, (uint64_t)(at[i] + start_offset));
+        memcpy(h + OFF_BORN_HOST, born_host.buf, 8);
+        put_be64(h + OFF_STORE_TIMESTAMP, (uint64_t)store_timestamp);
+        memcpy(h + OFF_STORE_HOST, store_host.buf, 8);
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&born_host);
+    PyBuffer_Release(&store_host);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"check", check, METH_VARARGS, check_doc},
+    {"patch", patch, METH_VARARGS, patch_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "store._record_check",
+    "Compiled send-batch check and patch (see store/fast/_record_check.c).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__record_check(void) { return new_module_with_format(&module_def); }

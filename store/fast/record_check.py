@@ -1,0 +1,231 @@
+"""The broker's half of producer-encoded send batches (``wharf.store.codec.send_records`` holds the wire
+form and the producer's encoder): check a batch, then fill in the broker-owned fields.
+
+Both run in the event loop for every send, so per-record Python work is kept to what cannot
+be done on columns: one TOTALSIZE read per record to find where records start, and one CRC
+per body. Every other check (magic, lengths adding up, topic, flags) and every patched field
+works on numpy columns: all headers are gathered in one fancy-index, read and written
+through a structured view of the record header, and scattered back in one (a fixed ~20-30 us
+per batch instead of ~1.5 us per record).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import numpy as np
+
+from wharf.store.errors import InvalidMessageError
+from wharf.store.codec.format import (
+    MAX_PROPERTIES_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    RECORD_FIXED_SIZE,
+    RECORD_HEADER_SIZE,
+    _crc32,
+)
+from wharf.store.codec.send_records import ALLOWED_SYS_FLAGS, topic_tail
+
+try:  # the compiled check and patch (store/fast/_record_check.c), when the install built it
+    from wharf.store.fast import _record_check as _compiled
+except ImportError:  # no compiler at install time: the numpy versions below
+    _compiled = None
+if os.environ.get("WHARF_NO_SPEEDUPS"):  # measure or debug the pure-Python path
+    _compiled = None
+
+_total_size = struct.Struct(">i").unpack_from
+_PROPERTY_SEPARATOR = 2
+
+# The record header (store.format.RECORD_HEADER) as a numpy structured type.
+_HEADER = np.dtype(
+    [
+        ("total", ">i4"),
+        ("magic", ">u4"),
+        ("crc", ">i4"),
+        ("queue_id", ">i4"),
+        ("flag", ">i4"),
+        ("queue_offset", ">i8"),
+        ("physical_offset", ">i8"),
+        ("sys_flag", ">i4"),
+        ("born_timestamp", ">i8"),
+        ("born_host", "V8"),
+        ("store_timestamp", ">i8"),
+        ("store_host", "V8"),
+        ("reconsume", ">i4"),
+        ("prepared", ">i8"),
+        ("body_len", ">i4"),
+    ]
+)
+assert _HEADER.itemsize == RECORD_HEADER_SIZE
+_HEADER_LANES = np.arange(RECORD_HEADER_SIZE, dtype=np.int64)
+_TOTAL_LANES = np.arange(4, dtype=np.int64)
+
+
+def _bad(index: int, reason: str) -> InvalidMessageError:
+    return InvalidMessageError(f"record #{index} of the batch is invalid: {reason}")
+
+
+def _total_sizes(buf: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    return buf[starts[:, None] + _TOTAL_LANES].view(">i4").ravel()
+
+
+def check_records(data: bytes, topic: str, max_message_size: int) -> np.ndarray:
+    """Check a send batch for ``topic``; return each record's start position in ``data``.
+
+    Raises InvalidMessageError naming a bad record (nothing may be written then): framing
+    (TOTALSIZE, MAGICCODE, lengths adding up), body size limits, the topic, BODYCRC, SYSFLAG,
+    RECONSUMETIMES / PREPAREDTRANSACTIONOFFSET not zero, PROPERTIES not ending with a
+    separator. Properties are stored as given: a DELAY property does not delay anything in
+    this form (delayed messages are re-addressed, so they travel as messages)."""
+    if not data:
+        raise InvalidMessageError("records is empty: send at least one record")
+    tail = topic_tail(topic)
+    if _compiled is None:
+        return _check_records_numpy(data, tail, topic, max_message_size)
+    found = _compiled.check(data, tail, max_message_size, ALLOWED_SYS_FLAGS, _crc32)
+    if isinstance(found, tuple):
+        index, code, detail = found
+        raise _bad(index, _REASONS[code](topic, max_message_size, detail))
+    return np.frombuffer(found, dtype=np.int64)
+
+
+# The compiled check's codes -> the texts the numpy checks raise (same words, same order).
+_REASONS = {
+    1: lambda topic, limit, left: f"only {left} bytes left: a record needs at least 91",
+    2: lambda topic, limit, total: f"TOTALSIZE {total} does not frame a record in the batch",
+    3: lambda topic, limit, _: "MAGICCODE is not a message's",
+    4: lambda topic, limit, _: f"its body is empty or over maxMessageSize ({limit} bytes)",
+    5: lambda topic, limit, _: "TOTALSIZE is smaller than BODYLENGTH + topic",
+    6: lambda topic, limit, _: "SYSFLAG may only carry the compressed/multi-tags bits",
+    7: lambda topic, limit, _: "RECONSUMETIMES and PREPAREDTRANSACTIONOFFSET must be 0",
+    8: lambda topic, limit, _: f"its topic is not the request's topic {topic!r}",
+    9: lambda topic, limit, _: "TOTALSIZE does not match BODYLENGTH + topic + PROPERTIESLENGTH",
+    10: lambda topic, limit, _: "PROPERTIES do not end with the \\x02 separator",
+    11: lambda topic, limit, _: "BODYCRC does not match the body (corrupted in transit?)",
+}
+
+
+def _check_records_numpy(data: bytes, tail: bytes, topic: str, max_message_size: int) -> np.ndarray:
+    buf = np.frombuffer(data, dtype=np.uint8)
+    at = _record_starts(data, buf)
+    ends = np.empty_like(at)
+    ends[:-1] = at[1:]
+    ends[-1] = len(data)
+    # Every header in one gather, read through the structured view.
+    headers = buf[at[:, None] + _HEADER_LANES].view(_HEADER).ravel()
+    body_len = headers["body_len"].astype(np.int64)
+    body_end = at + RECORD_HEADER_SIZE + body_len
+    props_start = body_end + len(tail) + 2
+    _raise_first(
+        (
+            (headers["magic"] != MESSAGE_MAGIC_CODE, "MAGICCODE is not a message's"),
+            ((body_len <= 0) | (body_len > max_message_size),
+             f"its body is empty or over maxMessageSize ({max_message_size} bytes)"),
+            (props_start > ends, "TOTALSIZE is smaller than BODYLENGTH + topic"),
+            ((headers["sys_flag"] & ~ALLOWED_SYS_FLAGS) != 0,
+             "SYSFLAG may only carry the compressed/multi-tags bits"),
+            ((headers["reconsume"] != 0) | (headers["prepared"] != 0),
+             "RECONSUMETIMES and PREPAREDTRANSACTIONOFFSET must be 0"),
+        )
+    )  # fmt: skip
+    # Topic and PROPERTIESLENGTH in one gather (inside the batch, now that lengths add up).
+    tails = buf[body_end[:, None] + np.arange(len(tail) + 2)]
+    wrong_topic = (tails[:, : len(tail)] != np.frombuffer(tail, dtype=np.uint8)).any(axis=1)
+    props_len = tails[:, -2].astype(np.int64) << 8 | tails[:, -1]
+    _raise_first(
+        (
+            (wrong_topic, f"its topic is not the request's topic {topic!r}"),
+            ((props_start + props_len != ends) | (props_len > MAX_PROPERTIES_LENGTH),
+             "TOTALSIZE does not match BODYLENGTH + topic + PROPERTIESLENGTH"),
+            ((props_len > 0) & (buf[ends - 1] != _PROPERTY_SEPARATOR),
+             "PROPERTIES do not end with the \\x02 separator"),
+        )
+    )  # fmt: skip
+    # Bodies: one CRC each (the producer's CRC is checked, so a record stored here always
+    # passes recovery's CRC validation).
+    view = memoryview(data)
+    crc32 = _crc32
+    try:
+        for index, (start, end, expected) in enumerate(
+            zip(
+                (at + RECORD_HEADER_SIZE).tolist(),
+                body_end.tolist(),
+                headers["crc"].tolist(),
+                strict=True,
+            )
+        ):
+            if crc32(view[start:end]) & 0x7FFFFFFF != expected:
+                raise _bad(index, "BODYCRC does not match the body (corrupted in transit?)")
+    finally:
+        view.release()
+    return at
+
+
+def _raise_first(checks: tuple[tuple[np.ndarray, str], ...]) -> None:
+    """Raise for the first record any check refuses (one ``any`` when all pass); a record
+    failing several checks is reported with the first one listed."""
+    failed = checks[0][0].copy()
+    for bad, _ in checks[1:]:
+        failed |= bad
+    if not failed.any():
+        return
+    index = int(np.flatnonzero(failed)[0])
+    raise _bad(index, next(reason for bad, reason in checks if bad[index]))
+
+
+def _record_starts(data: bytes, buf: np.ndarray) -> np.ndarray:
+    """Where each record starts: every record's TOTALSIZE is read in turn (the only sequential
+    part), except for a batch of equal-size records (fixed-size payloads), recognised with one
+    gather."""
+    size = len(data)
+    first = _total_size(data, 0)[0] if size >= RECORD_FIXED_SIZE else 0
+    if first >= RECORD_FIXED_SIZE and size % first == 0:
+        at = np.arange(0, size, first, dtype=np.int64)
+        if (_total_sizes(buf, at) == first).all():
+            return at
+    starts: list[int] = []
+    add = starts.append
+    pos = 0
+    read_total = _total_size
+    while pos < size:
+        if size - pos < RECORD_FIXED_SIZE:
+            raise _bad(len(starts), f"only {size - pos} bytes left: a record needs at least 91")
+        total = read_total(data, pos)[0]
+        if total < RECORD_FIXED_SIZE or pos + total > size:
+            raise _bad(len(starts), f"TOTALSIZE {total} does not frame a record in the batch")
+        add(pos)
+        pos += total
+    return np.array(starts, dtype=np.int64)
+
+
+def patch_records(
+    buf: bytearray,
+    starts: np.ndarray,
+    queue_id: int,
+    first_queue_offset: int,
+    start_offset: int,
+    born_host: bytes,
+    store_timestamp: int,
+    store_host: bytes,
+) -> None:
+    """Fill in the broker-owned fields of checked records in ``buf`` (to be written at commit
+    log ``start_offset``): QUEUEID, QUEUEOFFSET (consecutive), PHYSICALOFFSET, BORNHOST,
+    STORETIMESTAMP, STOREHOST. Done on a private copy BEFORE the copy into the segment, so a
+    crash can never leave a CRC-valid record with unset offsets in the log."""
+    if _compiled is not None:
+        positions = np.ascontiguousarray(starts, dtype=np.int64)
+        _compiled.patch(
+            buf, positions, queue_id, first_queue_offset, start_offset, born_host,
+            store_timestamp, store_host,
+        )  # fmt: skip
+        return
+    target = np.frombuffer(buf, dtype=np.uint8)
+    index = starts[:, None] + _HEADER_LANES
+    headers = target[index].view(_HEADER).ravel()  # a copy: changed, then written back
+    headers["queue_id"] = queue_id
+    headers["queue_offset"] = np.arange(first_queue_offset, first_queue_offset + len(starts))
+    headers["physical_offset"] = starts + start_offset
+    headers["born_host"] = np.void(born_host)
+    headers["store_timestamp"] = store_timestamp
+    headers["store_host"] = np.void(store_host)
+    target[index] = headers.view(np.uint8).reshape(len(starts), RECORD_HEADER_SIZE)

@@ -1,0 +1,572 @@
+"""The CommitLog: one append-only log of message records for all topics, in mmap'd segments.
+
+API (the MessageStore facade drives it; one event loop owns it)::
+
+    cl = CommitLog(config, observer=None, checkpoint=None)
+    cl.load_blocking()                                   # open segments (thread)
+    end = cl.recover_blocking(abnormal, checkpoint)      # validate, truncate torn tail (thread)
+    cl.prepare_blocking()                                # next segment ready (recovery does it)
+    cl.start()                                           # flush/commit/allocate services
+    r = cl.append(topic, queue_id, first_queue_offset, messages, store_timestamp=None)
+    ok = await cl.wait_flushed(r.end_offset)             # SYNC_FLUSH; False = FLUSH_DISK_TIMEOUT
+    cl.wakeup_flush()                                    # ASYNC_FLUSH
+    cl.read_message(offset, size=None) / cl.read_bytes(offset, size)
+    cl.read_messages(offset, max_count, max_bytes)       # consecutive records, skips blank tails
+    batch = cl.iter_dispatch(from_offset, max_bytes)     # DispatchBatch(requests, next_offset)
+    cl.min_offset / cl.max_offset / cl.wrote_offset / cl.flushed_offset / cl.committed_offset
+    cl.store_timestamp_at(offset) / cl.earliest_message_time()
+    cl.read_store_timestamp(offset, size=None)
+    cl.delete_expired_files_blocking(expired_ms, force, delete_interval_ms, max_batch, now_ms,
+                                     keep_from_offset)   # keep_from: the dispatch offset
+    await cl.delete_expired(expired_ms, delete_interval_ms, force, max_batch, now_ms,
+                            keep_from_offset)
+    await cl.flush()                                     # sync now -> flushed offset
+    cl.truncate_blocking(offset)
+    cl.write_error / cl.writable / cl.flush_count / cl.last_flush_seconds
+    await cl.shutdown(); cl.close()                      # stop services + final flush; unmap
+
+Reads come from ``store/log/reader.py`` (a mixin), recovery from
+``store/log/recovery.py``; this module holds lifecycle, appends and durability.
+
+``max_offset`` is the end of READABLE data (== ``wrote_offset`` unless the transient store pool
+holds uncommitted appends); dispatch and reads stop there.
+
+Failure policy (LevelDB log_reader style, written down):
+
+- Appends validate the whole batch before writing a byte (InvalidMessageError); a batch larger
+  than a segment is invalid. A batch never spans segments: the tail gets the blank marker.
+- A failed fdatasync / commit is STICKY: the state of the file is unknown, so every later append
+  and every flush waiter gets FlushFailedError (until restart and recovery).
+- Recovery walks records from a start point and stops at the first record that is not valid:
+  zeros (END) are the normal end of data; a record whose size runs past the segment, whose
+  magic is wrong, whose sizes do not add up or whose PHYSICALOFFSET field is not its own offset
+  is a torn tail (so is a record whose last bytes were zeroed: see ``check_record``); a body
+  CRC mismatch is corruption. Either way it is LOGGED with the offset and
+  treated as the end of valid data: the rest of that segment is zeroed and later segments are
+  deleted. We never skip a bad record to serve data after it: the ConsumeQueue must only point
+  at a contiguous valid prefix, and a record after a corrupt one cannot be trusted to start
+  where the corrupt one says it ends.
+- Limits of detection, inherited from RocketMQ's format: BODYCRC covers the body only, so a
+  flipped bit in other header fields or inside the topic/properties text goes unnoticed.
+- Start point: a CRC-valid checkpoint's ``physic_offset`` (everything below it was fdatasynced
+  before the checkpoint was written) when the record there checks out; else, after a crash,
+  the newest segment whose first record is older than the checkpoint timestamps (RocketMQ),
+  else the first segment; for a normal restart the last three segments (RocketMQ). Data below
+  the start point is trusted without reading it: that is what makes restarts fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+
+from wharf.store.log.allocate import AllocateMappedFileService
+from wharf.store.log.checkpoint import StoreCheckpoint
+from wharf.store.log.reader import CommitLogReads, DispatchBatch
+from wharf.store.log.recovery import recover_queue_blocking
+from wharf.store.config import SYNC_FLUSH, StoreConfig
+from wharf.store.errors import (
+    FlushFailedError,
+    InvalidMessageError,
+    StoreNotWritableError,
+    StoreShutDownError,
+)
+from wharf.store.log.flush import CommitRealTimeService, FlushRealTimeService
+from wharf.store.codec.format import END_FILE_MIN_BLANK_LENGTH, EncodedBatch, encode_batch, encode_host
+from wharf.store.log.group_commit import GroupCommitService
+from wharf.store.log.mapped_file import MappedFile
+from wharf.store.log.mapped_file_queue import MappedFileQueue, create_segment_blocking
+from wharf.store.model import AppendResult, MessageInput
+from wharf.store.codec.send_records import born_host_bytes
+from wharf.store.fast.record_check import patch_records
+from wharf.store.transient_pool import TransientStorePool
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CommitLog", "DispatchBatch"]  # DispatchBatch is part of iter_dispatch's API
+
+
+class CommitLog(CommitLogReads):
+    def __init__(
+        self,
+        config: StoreConfig,
+        observer: Any = None,
+        checkpoint: StoreCheckpoint | None = None,
+    ) -> None:
+        """``observer``: optional ``StoreObserver`` (on_flush, on_group_commit)."""
+        self.config = config
+        self.observer = observer
+        self.checkpoint = checkpoint
+        self.store_path = os.path.join(config.store_path_root_dir, "commitlog")
+        self.file_size = config.mapped_file_size_commit_log
+        self.queue = MappedFileQueue(
+            self.store_path, self.file_size, warm=config.warm_mapped_file_enable
+        )
+        self._io = ThreadPoolExecutor(2, thread_name_prefix="commitlog-io")
+        self.transient_pool: TransientStorePool | None = None
+        if config.transient_store_pool_enable:
+            if config.flush_disk_type == SYNC_FLUSH:
+                log.warning("transientStorePoolEnable needs ASYNC_FLUSH (as RocketMQ): ignored")
+            else:
+                self.transient_pool = TransientStorePool(
+                    config.transient_store_pool_size, self.file_size
+                )
+        self.allocator = AllocateMappedFileService(self.queue)
+        self.group_commit = GroupCommitService(
+            self._sync_blocking,
+            lambda: self.queue.flushed_where,
+            config.sync_flush_timeout / 1000,
+            self._after_group_commit,
+            self._mark_flush_failed,
+            self._io,
+        )
+        self.flush_service = FlushRealTimeService(
+            self._flush_blocking,
+            lambda: self.queue.flushed_where,
+            config.flush_interval_commit_log,
+            config.flush_commit_log_least_pages,
+            config.flush_commit_log_thorough_interval,
+            self._after_async_flush
+            if config.flush_disk_type != SYNC_FLUSH
+            else self._after_sync_checkpoint_tick,
+            self._mark_flush_failed,
+            self._io,
+            flush_data=config.flush_disk_type != SYNC_FLUSH,
+        )
+        self.commit_service: CommitRealTimeService | None = None
+        if self.transient_pool is not None:
+            self.commit_service = CommitRealTimeService(
+                self.queue.commit_blocking,
+                config.commit_interval_commit_log,
+                config.commit_commit_log_least_pages,
+                self._after_commit,
+                self._mark_flush_failed,
+                self._io,
+                config.commit_commit_log_thorough_interval,
+            )
+        self._error: StoreNotWritableError | None = None
+        self._started = False
+        self._closed = False
+        self._io_closed = False
+        self.last_store_timestamp = 0  # of the last appended record
+        self._durable_timestamp = 0  # of a record known flushed (checkpoint physic timestamp)
+        self.messages_put_total = 0
+        self.bytes_put_total = 0
+        self.flush_count = 0  # syncs that moved the flushed offset
+        self.last_flush_seconds = 0.0
+
+    # === lifecycle ==============================================================================
+    def load_blocking(self) -> None:
+        self.queue.load_blocking()
+        if self.transient_pool is not None:
+            self.transient_pool.init_blocking()
+
+    def prepare_blocking(self) -> None:
+        """Create (prefaulted) the segment the next append will roll to, if it needs one, and
+        hand it to the allocator: the first put after start must not wait for a segment on the
+        event loop (~0.6 s for 1 GiB). Run in a thread before ``start``; ``recover_blocking``
+        does it, so ``MessageStore.start`` (which awaits recovery in a thread) gets it."""
+        last = self.queue.last()
+        if last is not None and not last.is_full:
+            return
+        offset = 0 if last is None else last.file_from_offset + self.file_size
+        if self.allocator.has_ready(offset):
+            return
+        mapped = create_segment_blocking(
+            self.store_path, offset, self.file_size, self.config.warm_mapped_file_enable, True
+        )
+        self.allocator.adopt(mapped)
+
+    def start(self) -> None:
+        """Start the services on the running loop; preallocate the next segments (call
+        ``prepare_blocking`` in a thread first, or the first append creates its segment)."""
+        if self._closed:
+            raise StoreShutDownError("the commit log was shut down")
+        self._started = True
+        self.allocator.start()
+        last = self.queue.last()
+        self.allocator.request_after(last.file_from_offset if last else -self.file_size)
+        self.group_commit.start()
+        self.flush_service.start()
+        if self.commit_service is not None:
+            self.commit_service.start()
+
+    async def shutdown(self, close_files: bool = False) -> None:
+        """Stop the services (each finishes its last commit/flush), sync once more, write the
+        checkpoint. Reads keep working until ``close()`` (or pass ``close_files=True``)."""
+        if self._closed or self._io_closed:
+            return
+        if self._error is None:
+            self._error = StoreShutDownError("the store is shutting down")
+        if self.commit_service is not None:
+            await self.commit_service.stop()
+        await self.flush_service.stop()
+        await self.group_commit.stop()
+        await self.allocator.stop()
+        if not isinstance(self._error, FlushFailedError):
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._io, self._sync_blocking)
+            self._advance_checkpoint(self.queue.flushed_where)
+            if self.checkpoint is not None:
+                await loop.run_in_executor(self._io, self.checkpoint.flush_blocking)
+        self._io_closed = True
+        self._io.shutdown(wait=True)
+        if close_files:
+            self.close()
+
+    def close(self) -> None:
+        """Unmap every segment (no reads after this)."""
+        self._closed = True
+        if self._error is None:
+            self._error = StoreShutDownError("the store is shut down")
+        self._io_closed = True
+        self._io.shutdown(wait=False)
+        if not self._started:
+            self.allocator.discard_ready_blocking()  # prepared but never started: no data
+        self.queue.close()
+
+    # === writes =================================================================================
+    @property
+    def writable(self) -> bool:
+        return self._error is None
+
+    @property
+    def not_writable_reason(self) -> str:
+        return "" if self._error is None else str(self._error)
+
+    @property
+    def write_error(self) -> StoreNotWritableError | None:
+        """Why appends are refused (sticky flush failure, shutdown), or None."""
+        return self._error
+
+    def append(
+        self,
+        topic: str,
+        queue_id: int,
+        first_queue_offset: int,
+        messages: Sequence[MessageInput],
+        store_timestamp: int | None = None,
+    ) -> AppendResult:
+        """Encode and write a batch as consecutive records (queue offsets first_queue_offset,
+        +1, ...); ``store_timestamp`` defaults to now (ms). Never awaits. Raises
+        InvalidMessageError (nothing written) or StoreNotWritableError (sticky flush failure,
+        shutdown)."""
+        if self._error is not None:
+            raise self._error
+        if store_timestamp is None:
+            store_timestamp = int(time.time() * 1000)
+        config = self.config
+
+        def encode(start: int) -> EncodedBatch:
+            return encode_batch(
+                topic,
+                queue_id,
+                first_queue_offset,
+                messages,
+                start,
+                store_timestamp,
+                config.store_host,
+                config.max_message_size,
+            )
+
+        # Encoded where the log ends now; again only if the batch has to open a new segment
+        # (the size does not depend on the position, the offsets inside do).
+        start = self.queue.max_wrote_offset
+        batch = encode(start)
+        mapped = self._segment_with_room(len(batch.data))
+        if mapped.file_from_offset + mapped.wrote_position != start:
+            start = mapped.file_from_offset + mapped.wrote_position
+            batch = encode(start)
+        return self._write(
+            mapped, batch.data, topic, queue_id, first_queue_offset, batch.offsets,
+            batch.sizes, store_timestamp,
+        )  # fmt: skip
+
+    def append_records(
+        self,
+        topic: str,
+        queue_id: int,
+        first_queue_offset: int,
+        data: bytes,
+        positions: np.ndarray,
+        born_host: str,
+        store_timestamp: int | None = None,
+    ) -> AppendResult:
+        """Append a send batch of pre-encoded records already checked by
+        ``record_check.check_records`` (``positions``: where each starts in ``data``): the
+        broker-owned fields are patched on a private copy, which is written with one copy.
+        Same contract as ``append``."""
+        if self._error is not None:
+            raise self._error
+        if store_timestamp is None:
+            store_timestamp = int(time.time() * 1000)
+        size = len(data)
+        mapped = self._segment_with_room(size)
+        start = mapped.file_from_offset + mapped.wrote_position
+        buf = bytearray(data)
+        patch_records(
+            buf,
+            positions,
+            queue_id,
+            first_queue_offset,
+            start,
+            born_host_bytes(born_host),
+            store_timestamp,
+            encode_host(self.config.store_host),
+        )
+        offsets = (positions + start).tolist()
+        sizes = [b - a for a, b in pairwise(offsets)]
+        sizes.append(start + size - offsets[-1])
+        return self._write(
+            mapped, buf, topic, queue_id, first_queue_offset, offsets, sizes, store_timestamp
+        )
+
+    def _segment_with_room(self, size: int) -> MappedFile:
+        """The segment a batch of ``size`` bytes goes to: the current one, or a new one after
+        the blank marker when the batch does not fit its rest (a batch never spans segments).
+        InvalidMessageError (nothing written) if no segment could hold it."""
+        if size + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            raise InvalidMessageError(
+                f"the batch encodes to {size} bytes, more than a commit log segment holds "
+                f"({self.file_size - END_FILE_MIN_BLANK_LENGTH}): send fewer messages per batch"
+            )
+        mapped = self.queue.last()
+        if mapped is None or mapped.is_full:
+            mapped = self._roll()
+        if size + END_FILE_MIN_BLANK_LENGTH > mapped.remaining:
+            mapped.append_blank()
+            mapped = self._roll()
+        return mapped
+
+    def _write(
+        self,
+        mapped: MappedFile,
+        data: bytes | bytearray,
+        topic: str,
+        queue_id: int,
+        first_queue_offset: int,
+        offsets: list[int],
+        sizes: list[int],
+        store_timestamp: int,
+    ) -> AppendResult:
+        """Copy a batch at the segment's write position and account for it."""
+        start = mapped.file_from_offset + mapped.wrote_position
+        mapped.append(data, store_timestamp)
+        self.last_store_timestamp = store_timestamp
+        self.messages_put_total += len(sizes)
+        self.bytes_put_total += len(data)
+        return AppendResult(
+            topic,
+            queue_id,
+            first_queue_offset,
+            offsets,
+            sizes,
+            store_timestamp,
+            start + len(data),
+        )
+
+    def _roll(self) -> MappedFile:
+        mapped = self.queue.roll()
+        if self.transient_pool is not None:
+            buffer = self.transient_pool.borrow()
+            if buffer is not None:
+                mapped.attach_write_buffer(buffer)
+        return mapped
+
+    # === durability =============================================================================
+    async def wait_flushed(self, end_offset: int) -> bool:
+        """SYNC_FLUSH: True once everything below ``end_offset`` is on disk, False if that took
+        longer than syncFlushTimeout (FLUSH_DISK_TIMEOUT). FlushFailedError if a sync failed."""
+        if isinstance(self._error, FlushFailedError):
+            raise self._error
+        if self.queue.flushed_where >= end_offset:
+            return True
+        if end_offset > self.queue.max_wrote_offset:
+            raise ValueError(
+                f"cannot wait for offset {end_offset}: the log ends at {self.queue.max_wrote_offset}"
+            )
+        if not self.group_commit.running:
+            raise StoreShutDownError("the commit log's flush services are not running")
+        return await self.group_commit.wait_flushed(end_offset)
+
+    async def flush(self) -> int:
+        """Commit and sync everything appended so far, now; returns the flushed offset."""
+        if isinstance(self._error, FlushFailedError):
+            raise self._error
+        if self._io_closed:
+            raise StoreShutDownError("the commit log was shut down: nothing left to flush")
+        started = time.perf_counter()
+        before = self.queue.flushed_where
+        try:
+            flushed = await asyncio.get_running_loop().run_in_executor(
+                self._io, self._sync_blocking
+            )
+        except Exception as exc:
+            raise self._mark_flush_failed(exc) from exc
+        self._after_async_flush(flushed, time.perf_counter() - started, flushed - before)
+        return flushed
+
+    def wakeup_flush(self) -> None:
+        """ASYNC_FLUSH: nudge the commit service (transient pool) after an append: pooled data
+        is invisible until committed. The flush itself keeps its own pace (every
+        flushIntervalCommitLog, 500 ms): woken by every append it ran an fdatasync -- and a
+        thread hand-off on the loop -- for nearly every batch, ~5% of the loop under load."""
+        if self.commit_service is not None:
+            self.commit_service.wakeup()
+
+    def _sync_blocking(self) -> int:
+        """Group commit / shutdown: everything appended so far, committed and synced."""
+        return self._flush_blocking(0, commit_first=self.transient_pool is not None)
+
+    def _flush_blocking(self, least_pages: int, commit_first: bool = False) -> int:
+        """Sync and remember the store time of a record known durable. The timestamp is read
+        BEFORE the end offset, so a concurrent append can only make it older (safe)."""
+        timestamp = self.last_store_timestamp
+        mark = self.queue.max_wrote_offset
+        if commit_first:
+            self.queue.commit_blocking(0)
+        flushed = self.queue.flush_blocking(least_pages)
+        if flushed >= mark and timestamp > self._durable_timestamp:
+            self._durable_timestamp = timestamp
+        return flushed
+
+    def _mark_flush_failed(self, exc: BaseException) -> FlushFailedError:
+        if not isinstance(self._error, FlushFailedError):
+            self._error = FlushFailedError(
+                f"commit log sync failed ({exc!r}); writes are refused until the broker is "
+                "restarted and recovers: the state of the file after a failed sync is unknown"
+            )
+            log.critical("%s", self._error)
+        return self._error
+
+    def _after_group_commit(self, flushed: int, seconds: float, nbytes: int, waiters: int) -> None:
+        self._advance_checkpoint(flushed)
+        self.flush_count += 1
+        self.last_flush_seconds = seconds
+        if self.observer is not None:
+            self.observer.on_flush("sync", seconds, nbytes)
+            self.observer.on_group_commit(waiters)
+
+    def _after_async_flush(self, flushed: int, seconds: float, nbytes: int) -> None:
+        self._advance_checkpoint(flushed)
+        if nbytes:
+            self.flush_count += 1
+            self.last_flush_seconds = seconds
+        if self.checkpoint is not None and nbytes and not self._io_closed:
+            self._io.submit(self._persist_checkpoint_blocking)
+        if self.observer is not None and nbytes:
+            self.observer.on_flush("async", seconds, nbytes)
+
+    def _after_sync_checkpoint_tick(self, flushed: int, seconds: float, nbytes: int) -> None:
+        """SYNC_FLUSH: group commits advanced the checkpoint; write it every flush interval."""
+        if self.checkpoint is not None and nbytes and not self._io_closed:
+            self._io.submit(self._persist_checkpoint_blocking)
+
+    def _persist_checkpoint_blocking(self) -> None:
+        assert self.checkpoint is not None
+        try:
+            self.checkpoint.flush_blocking()
+        except OSError as exc:
+            # Not sticky: the data is durable; only a later recovery starts earlier.
+            log.error("writing the checkpoint %s failed: %r", self.checkpoint.path, exc)
+
+    def _after_commit(self) -> None:
+        """Return buffers of fully committed segments to the pool; let the flush follow."""
+        if self.transient_pool is not None:
+            for mapped in self.queue.files[:-1]:
+                if (
+                    mapped.write_buffer is not None
+                    and mapped.committed_position >= mapped.file_size
+                ):
+                    buffer = mapped.detach_write_buffer()
+                    if buffer is not None:
+                        self.transient_pool.give_back(buffer)
+        self.flush_service.wakeup()
+
+    def _advance_checkpoint(self, flushed: int) -> None:
+        checkpoint = self.checkpoint
+        if checkpoint is None:
+            return
+        checkpoint.physic_offset = max(checkpoint.physic_offset, flushed)
+        checkpoint.physic_msg_timestamp = max(
+            checkpoint.physic_msg_timestamp, self._durable_timestamp
+        )
+
+    # === recovery (store/log/recovery.py) ===============================================
+    def recover_blocking(self, abnormal: bool, checkpoint: StoreCheckpoint | None = None) -> int:
+        """Validate from the start point (see the module docstring), truncate after the last
+        valid record, and return that offset: the commit log's max offset. Run in a thread."""
+        checkpoint = checkpoint if checkpoint is not None else self.checkpoint
+        end = recover_queue_blocking(
+            self.queue, abnormal, checkpoint, self.config.check_crc_on_recover
+        )
+        self.prepare_blocking()
+        return end
+
+    # === truncation and retention (threads) =====================================================
+    def truncate_blocking(self, offset: int) -> None:
+        """Make ``offset`` (a record boundary) the end of the log."""
+        if not self.queue.min_offset <= offset <= self.queue.max_wrote_offset:
+            raise ValueError(
+                f"truncate offset {offset} outside [{self.queue.min_offset}, "
+                f"{self.queue.max_wrote_offset}]"
+            )
+        self.queue.truncate_blocking(offset)
+        if self.checkpoint is not None and self.checkpoint.physic_offset > offset:
+            self.checkpoint.physic_offset = offset
+
+    def delete_expired_files_blocking(
+        self,
+        expired_ms: int,
+        force: bool = False,
+        delete_interval_ms: int | None = None,
+        max_batch: int | None = None,
+        now_ms: int | None = None,
+        keep_from_offset: int | None = None,
+    ) -> int:
+        """Delete segments older than ``expired_ms`` (oldest first; any age when ``force``),
+        never the last one, unflushed ones, nor one reaching ``keep_from_offset`` (the
+        store's dispatch offset). Returns how many were deleted."""
+        return self.queue.delete_expired_blocking(
+            expired_ms,
+            self.config.delete_commit_log_files_interval
+            if delete_interval_ms is None
+            else delete_interval_ms,
+            force,
+            self.config.delete_file_batch_max if max_batch is None else max_batch,
+            now_ms,
+            keep_from_offset,
+        )
+
+    async def delete_expired(
+        self,
+        expired_ms: int,
+        delete_interval_ms: int | None = None,
+        force: bool = False,
+        max_batch: int | None = None,
+        now_ms: int | None = None,
+        keep_from_offset: int | None = None,
+    ) -> int:
+        """``delete_expired_files_blocking`` in a thread."""
+        return await asyncio.to_thread(
+            self.delete_expired_files_blocking,
+            expired_ms,
+            force,
+            delete_interval_ms,
+            max_batch,
+            now_ms,
+            keep_from_offset,
+        )
+
+    @property
+    def sync_segment_creations(self) -> int:
+        """Rolls that created a segment on the event loop (preallocation was late)."""
+        return self.queue.sync_creations

@@ -1,0 +1,211 @@
+"""GroupCommitService: SYNC_FLUSH durability with one fdatasync for many waiters.
+
+Writers append (synchronously, on the loop), then ``await wait_flushed(end_offset)``. Requests
+go to a pending list. When no sync is in flight, the first request starts one AT ONCE in a
+thread, covering everything appended so far; while it runs the loop keeps appending the other
+writers' batches. When the sync returns, the thread reports the durable offset to the loop
+(which answers every waiter it covers) and, if a request now waits past it, syncs again at
+once: consecutive group commits follow each other without a round trip through the event loop
+(RocketMQ's GroupCommitService thread, which swaps its request lists and commits again). That
+round trip (a thread hand-off and the GIL, ~0.1-0.7 ms on a busy loop) had left the disk idle
+~30% of the time under SYNC_FLUSH load. One fdatasync (~0.2 ms for up to 64 KiB here) serves
+every waiter it covers.
+
+Failure policy (LevelDB DBImpl::Write, NATS filestore): a sync that raises leaves the file state
+unknown, so the error is sticky. Every parked waiter and every later ``wait_flushed`` gets
+``FlushFailedError``, and ``on_failed`` makes the commit log refuse appends. The failure is
+logged with context and counted (``failures``, ``last_error``).
+A waiter not served within ``timeout_s`` gets False (FLUSH_DISK_TIMEOUT), never a silent OK;
+its data may still become durable later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Executor
+
+from wharf.store.errors import FlushFailedError, StoreShutDownError
+
+log = logging.getLogger(__name__)
+
+# blocking sync: returns the flushed offset after making everything appended so far durable.
+SyncBlocking = Callable[[], int]
+Request = tuple[int, asyncio.Future[bool]]
+
+
+class GroupCommitService:
+    name = "GroupCommitService"
+
+    def __init__(
+        self,
+        sync_blocking: SyncBlocking,
+        flushed_offset: Callable[[], int],
+        timeout_s: float,
+        on_flushed: Callable[[int, float, int, int], None],
+        on_failed: Callable[[BaseException], FlushFailedError],
+        executor: Executor | None = None,
+    ) -> None:
+        """``on_flushed(flushed_offset, seconds, nbytes, waiters)`` runs on the loop after each
+        sync; ``on_failed(exc)`` records the sticky error and returns it for the waiters."""
+        self._sync_blocking = sync_blocking
+        self._flushed_offset = flushed_offset
+        self._timeout_s = timeout_s
+        self._on_flushed = on_flushed
+        self._on_failed = on_failed
+        self._executor = executor
+        self._pending: list[Request] = []
+        # The highest end offset ever requested: read by the sync thread to decide whether to
+        # sync again at once (an int attribute: a consistent read under the GIL).
+        self._requested_end = 0
+        self._in_flight: asyncio.Future[int] | None = None
+        # Timeouts without a timer per waiter (asyncio.wait_for costs ~3.5 us each): every
+        # waiter has the same timeout, so deadlines are in FIFO order; one timer at a time
+        # fires at the oldest pending deadline.
+        self._deadlines: deque[tuple[float, asyncio.Future[bool]]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._error: FlushFailedError | None = None
+        self._running = False
+        self._idle: asyncio.Event | None = None
+        self.syncs = 0
+        self.timeouts = 0
+        self.failures = 0
+        self.last_error: BaseException | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def start(self) -> None:
+        self._running = True
+
+    async def stop(self) -> None:
+        """Serve whoever is still waiting (shutdown is not a timeout), then stop."""
+        while self._in_flight is not None or (self._pending and self._error is None):
+            if self._in_flight is None:
+                self._kick()
+            if self._in_flight is not None:
+                await asyncio.wait([self._in_flight])
+                await asyncio.sleep(0)  # let the completion callback run
+        self._running = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for _, future in self._pending:
+            if not future.done():
+                future.set_exception(StoreShutDownError("the store shut down before the sync"))
+        self._pending = []
+
+    def health(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "running": self._running,
+            "runs": self.syncs,
+            "failures": self.failures,
+            "last_error": repr(self.last_error) if self.last_error else "",
+        }
+
+    # --- waiting ------------------------------------------------------------------------------
+    async def wait_flushed(self, end_offset: int) -> bool:
+        """True once everything below ``end_offset`` is durable; False after the timeout.
+        Raises FlushFailedError (sticky) if a sync failed."""
+        if self._error is not None:
+            raise self._error
+        if self._flushed_offset() >= end_offset:
+            return True
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        self._pending.append((end_offset, future))
+        if end_offset > self._requested_end:
+            self._requested_end = end_offset
+        deadline = loop.time() + self._timeout_s
+        self._deadlines.append((deadline, future))
+        if self._timer is None:
+            self._timer = loop.call_at(deadline, self._expire)
+        if self._in_flight is None:
+            self._kick()
+        return await future
+
+    def _kick(self) -> None:
+        """Start the sync thread for the pending requests (loop thread, none in flight)."""
+        if not self._pending or self._error is not None or not self._running:
+            return
+        loop = asyncio.get_running_loop()
+        in_flight = loop.run_in_executor(self._executor, self._sync_while_requested, loop)
+        self._in_flight = in_flight
+        in_flight.add_done_callback(self._completed)
+
+    def _sync_while_requested(self, loop: asyncio.AbstractEventLoop) -> int:
+        """Thread: sync, report the durable offset to the loop, and sync again at once while a
+        request waits past it. A request registered after the last check is picked up by
+        ``_completed``, which kicks again."""
+        while True:
+            before = self._flushed_offset()
+            started = time.perf_counter()
+            flushed = self._sync_blocking()
+            loop.call_soon_threadsafe(
+                self._served, flushed, time.perf_counter() - started, flushed - before
+            )
+            if self._requested_end <= flushed or not self._running:
+                return flushed
+
+    def _served(self, flushed: int, seconds: float, nbytes: int) -> None:
+        """Loop: answer every waiter the sync covered (before ``_completed`` runs: callbacks
+        posted from the thread run in order)."""
+        self.syncs += 1
+        waiting: list[Request] = []
+        served = 0
+        for request in self._pending:
+            end, future = request
+            if future.done():  # timed out (answered False) or cancelled
+                continue
+            if flushed >= end:
+                future.set_result(True)
+                served += 1
+            else:
+                waiting.append(request)
+        self._pending = waiting
+        self._forget_served()
+        self._on_flushed(flushed, seconds, nbytes, served)
+
+    def _completed(self, done: asyncio.Future[int]) -> None:
+        self._in_flight = None
+        exc = done.exception()
+        if exc is not None:
+            self._fail(exc)
+            return
+        self._kick()  # requests registered after the thread's last look
+
+    def _expire(self) -> None:
+        """Answer False (FLUSH_DISK_TIMEOUT) to every waiter past its deadline."""
+        self._timer = None
+        deadlines = self._deadlines
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        while deadlines and (deadlines[0][1].done() or deadlines[0][0] <= now):
+            _, future = deadlines.popleft()
+            if not future.done():
+                self.timeouts += 1
+                future.set_result(False)
+        if deadlines:
+            self._timer = loop.call_at(deadlines[0][0], self._expire)
+
+    def _forget_served(self) -> None:
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][1].done():
+            deadlines.popleft()
+
+    def _fail(self, exc: BaseException) -> None:
+        self.failures += 1
+        self.last_error = exc
+        log.error("group commit sync failed: %r", exc, exc_info=exc)
+        self._error = self._on_failed(exc)
+        parked, self._pending = self._pending, []
+        for _, future in parked:
+            if not future.done():
+                future.set_exception(self._error)
+        self._forget_served()

@@ -1,0 +1,326 @@
+"""One mmap'd segment of a log: fixed size, named by its 20-digit start offset.
+
+Positions (bytes from the start of the file), as RocketMQ's MappedFile:
+
+- ``wrote_position``: end of appended data (in the write buffer when one is attached);
+- ``committed_position``: end of data in the file's page cache (== wrote without a buffer);
+- ``flushed_position``: end of data known durable (fdatasync returned).
+
+Why fdatasync and not ``mmap.flush``: a MAP_SHARED mapping lives in the page cache, so syncing the
+file descriptor makes mmap writes durable; ``mmap.flush`` (msync) holds the GIL for the whole
+sync while ``os.fdatasync`` releases it (GUIDE.md, measured). Every ``*_blocking`` method runs in a
+thread. Reads copy bytes out: a memoryview of the map kept alive would make ``close`` fail.
+
+Threading: appends and position updates happen on the event loop thread; ``flush_blocking`` and
+``commit_blocking`` run in a thread and only read positions captured at their start, so they
+never see a half-updated value (ints are replaced atomically under the GIL).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import logging
+import mmap
+import os
+
+from wharf.store.codec.format import encode_blank, parse_segment_file_name, segment_file_name
+
+log = logging.getLogger(__name__)
+
+OS_PAGE_SIZE = mmap.PAGESIZE
+_ZERO_CHUNK = bytes(1 << 20)
+_FALLOC_FL_KEEP_SIZE = 0x01
+_FALLOC_FL_ZERO_RANGE = 0x10
+
+# The sync call, looked up at call time: tests replace it to inject slow or failing syncs.
+fdatasync = os.fdatasync
+
+
+class MappedFile:
+    """Open with ``create_blocking`` or ``open_blocking``; both map the whole file."""
+
+    def __init__(self, path: str, file_size: int, fd: int, name_offset: int | None = None) -> None:
+        self.path = path
+        # name_offset: the start offset when ``path`` is a temporary name (preallocation).
+        self.file_from_offset = (
+            parse_segment_file_name(os.path.basename(path)) if name_offset is None else name_offset
+        )
+        self.file_name = segment_file_name(self.file_from_offset)
+        self.file_size = file_size
+        self._fd = fd
+        self._mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.wrote_position = 0
+        self._committed_position = 0
+        self.flushed_position = 0
+        self.store_timestamp = 0  # store time of the last record appended (ms)
+        self.write_buffer: bytearray | None = None  # transientStorePool buffer, if attached
+        self.closed = False
+
+    # --- opening ------------------------------------------------------------------------------
+    @classmethod
+    def create_blocking(
+        cls,
+        path: str,
+        file_size: int,
+        warm: bool = False,
+        name_offset: int | None = None,
+        prefault: bool = False,
+    ) -> MappedFile:
+        """Create and preallocate (posix_fallocate: overwriting allocated blocks is ~2x faster
+        than extending a file). ``warm``: write and sync zeros over the whole file;
+        ``prefault``: read it once so its pages sit in the page cache (see below)."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, file_size)
+            if warm:
+                _warm_blocking(fd, file_size)
+            elif prefault:
+                _prefault_blocking(fd, file_size)
+            mapped = cls(path, file_size, fd, name_offset)
+        except BaseException:
+            os.close(fd)
+            os.unlink(path)
+            raise
+        return mapped
+
+    @classmethod
+    def open_blocking(cls, path: str, file_size: int) -> MappedFile:
+        """Open an existing segment. Positions start at the END of the file: recovery moves
+        them back to the last valid record (``set_positions``)."""
+        actual = os.path.getsize(path)
+        if actual != file_size:
+            raise ValueError(
+                f"segment {path} is {actual} bytes but the configured segment size is "
+                f"{file_size}: the size setting changed or the file is damaged"
+            )
+        fd = os.open(path, os.O_RDWR)
+        try:
+            mapped = cls(path, file_size, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        mapped.set_positions(file_size)
+        return mapped
+
+    # --- positions ----------------------------------------------------------------------------
+    @property
+    def committed_position(self) -> int:
+        return self.wrote_position if self.write_buffer is None else self._committed_position
+
+    @property
+    def read_position(self) -> int:
+        """Readers see data once it is in the file's page cache (committed)."""
+        return self.committed_position
+
+    @property
+    def remaining(self) -> int:
+        return self.file_size - self.wrote_position
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def set_positions(self, position: int) -> None:
+        """Recovery / truncation: all three positions at ``position``."""
+        if not 0 <= position <= self.file_size:
+            raise ValueError(f"position {position} outside segment of {self.file_size} bytes")
+        self.wrote_position = position
+        self._committed_position = position
+        self.flushed_position = position
+
+    # --- writes (event loop thread) ----------------------------------------------------------
+    def append(self, data: bytes | bytearray, store_timestamp: int = 0) -> int:
+        """Copy ``data`` at the write position (one slice assignment); return its file offset."""
+        pos = self.wrote_position
+        end = pos + len(data)
+        if end > self.file_size:
+            raise ValueError(f"{len(data)} bytes do not fit segment {self.file_name} at {pos}")
+        if self.write_buffer is None:
+            _pwrite_all(self._fd, data, pos)
+        else:
+            self.write_buffer[pos:end] = data
+        self.wrote_position = end
+        if store_timestamp:
+            self.store_timestamp = store_timestamp
+        return pos
+
+    def append_blank(self) -> None:
+        """End the segment: the blank marker over the rest of it (the next record goes to the
+        next segment). In a write buffer the whole tail is zeroed: pooled buffers are reused."""
+        pos = self.wrote_position
+        length = self.file_size - pos
+        header = encode_blank(length)
+        if self.write_buffer is None:
+            _pwrite_all(self._fd, header, pos)  # the tail of a segment is already zeros
+        else:
+            self.write_buffer[pos:] = header + bytes(length - len(header))
+        self.wrote_position = self.file_size
+
+    def attach_write_buffer(self, buffer: bytearray) -> None:
+        """transientStorePool: later appends land in ``buffer`` until committed to the file."""
+        if len(buffer) != self.file_size:
+            raise ValueError("write buffer size must equal the segment size")
+        self._committed_position = self.wrote_position
+        self.write_buffer = buffer
+
+    def detach_write_buffer(self) -> bytearray | None:
+        """Return the buffer to its pool once everything in it is committed."""
+        buffer = self.write_buffer
+        if buffer is not None and self._committed_position < self.wrote_position:
+            raise RuntimeError(f"segment {self.file_name} has uncommitted data in its buffer")
+        self.write_buffer = None
+        return buffer
+
+    # --- blocking I/O (threads) ---------------------------------------------------------------
+    def commit_blocking(self, least_pages: int = 0) -> int:
+        """transientStorePool: pwrite the buffered range into the file (pwrite releases the GIL,
+        unlike a slice copy into the mmap). Returns the new committed position."""
+        buffer = self.write_buffer
+        if buffer is None:
+            return self.wrote_position
+        start, end = self._committed_position, self.wrote_position
+        if end <= start or not _enough_pages(start, end, least_pages, self.file_size):
+            return start
+        with memoryview(buffer) as view:
+            written = 0
+            while start + written < end:
+                written += os.pwrite(self._fd, view[start + written : end], start + written)
+        self._committed_position = end
+        return end
+
+    def flush_blocking(self, least_pages: int = 0) -> int:
+        """fdatasync when at least ``least_pages`` dirty pages (0: whenever anything is dirty).
+        Returns the new flushed position. OSError propagates: the caller makes it sticky."""
+        target = self.committed_position
+        if target <= self.flushed_position:
+            return self.flushed_position
+        if not _enough_pages(self.flushed_position, target, least_pages, self.file_size):
+            return self.flushed_position
+        fdatasync(self._fd)
+        self.flushed_position = target
+        return target
+
+    def zero_range_blocking(self, start: int, end: int) -> None:
+        """Zero ``[start, end)`` of the file: metadata-only FALLOC_FL_ZERO_RANGE when the
+        filesystem supports it, else write zeros over the chunks that are not zero already."""
+        if end <= start:
+            return
+        if _fallocate_zero_range(self._fd, start, end - start):
+            return
+        pos = start
+        while pos < end:
+            n = min(len(_ZERO_CHUNK), end - pos)
+            if self._mm[pos : pos + n] != _ZERO_CHUNK[:n]:
+                os.pwrite(self._fd, _ZERO_CHUNK[:n], pos)
+            pos += n
+
+    # --- reads (copy out) ---------------------------------------------------------------------
+    def read(self, pos: int, size: int) -> bytes | None:
+        """Copy ``size`` bytes at file position ``pos``; None unless all are readable (or the
+        segment was deleted meanwhile)."""
+        if pos < 0 or size < 0 or pos + size > self.read_position:
+            return None
+        try:
+            return self._mm[pos : pos + size]
+        except ValueError:  # closed by retention between the lookup and the read
+            return None
+
+    def read_unchecked(self, pos: int, size: int) -> bytes:
+        """Copy bytes regardless of positions (recovery, scans bounded by the caller); b"" if
+        the segment was deleted meanwhile."""
+        try:
+            return self._mm[pos : pos + size]
+        except ValueError:
+            return b""
+
+    @property
+    def raw(self) -> mmap.mmap:
+        """The map itself, for ``struct.unpack_from``-style scans that copy nothing out and
+        keep no view (recovery). Never keep a memoryview of it."""
+        return self._mm
+
+    # --- closing ------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._mm.close()
+        os.close(self._fd)
+
+    def destroy_blocking(self) -> None:
+        """Close and delete the file."""
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            log.warning("segment %s was already gone when deleting it", self.path)
+
+    def __repr__(self) -> str:
+        return (
+            f"MappedFile({self.file_name}, wrote={self.wrote_position}, "
+            f"committed={self.committed_position}, flushed={self.flushed_position})"
+        )
+
+
+def _pwrite_all(fd: int, data: bytes | bytearray, pos: int) -> None:
+    written = os.pwrite(fd, data, pos)
+    if written < len(data):  # short write (regular files: only on errors); finish it
+        with memoryview(data) as view:
+            while written < len(data):
+                written += os.pwrite(fd, view[written:], pos + written)
+
+
+def _enough_pages(start: int, end: int, least_pages: int, file_size: int) -> bool:
+    if least_pages <= 0 or end >= file_size:  # a full segment is always worth finishing
+        return True
+    return (end // OS_PAGE_SIZE) - (start // OS_PAGE_SIZE) >= least_pages
+
+
+def _prefault_blocking(fd: int, file_size: int) -> None:
+    """Read the fresh segment once (pread releases the GIL): its zero pages land in the page
+    cache, so the writer's first touch of each page is a minor fault instead of allocating and
+    zeroing a page. Measured here: mmap copies at ~4.5 GB/s instead of ~0.8-1.3 GB/s, for
+    ~0.25 s of a thread per GiB, no disk writes and only clean (reclaimable) page cache."""
+    chunk = bytearray(len(_ZERO_CHUNK))
+    pos = 0
+    while pos < file_size:
+        n = os.preadv(fd, [chunk], pos)
+        if n <= 0:
+            break
+        pos += n
+
+
+def _warm_blocking(fd: int, file_size: int) -> None:
+    """warmMapedFileEnable: write zeros through the page cache and sync them, in the
+    preallocation thread (pwrite and fdatasync release the GIL). Measured here: mmap copies into
+    a fallocated-only segment run at ~0.9 GB/s (page faults on unwritten extents), into a
+    warmed one at ~8 GB/s. The sync keeps the zero pages out of later flushes of real data."""
+    pos = 0
+    while pos < file_size:
+        n = min(len(_ZERO_CHUNK), file_size - pos)
+        os.pwrite(fd, _ZERO_CHUNK[:n], pos)
+        pos += n
+    os.fdatasync(fd)
+
+
+_libc: list[ctypes.CDLL | None] = []  # loaded on first use
+
+
+def _fallocate_zero_range(fd: int, offset: int, length: int) -> bool:
+    if not _libc:
+        name = ctypes.util.find_library("c")
+        _libc.append(ctypes.CDLL(name, use_errno=True) if name else None)
+    libc = _libc[0]
+    if libc is None or not hasattr(libc, "fallocate"):
+        return False
+    fallocate = libc.fallocate
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    rc = fallocate(fd, _FALLOC_FL_ZERO_RANGE | _FALLOC_FL_KEEP_SIZE, offset, length)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+        raise OSError(err, f"fallocate(ZERO_RANGE) failed: {os.strerror(err)}")
+    return False

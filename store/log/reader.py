@@ -1,0 +1,221 @@
+"""Reads of the commit log: offsets, single records, consecutive records, dispatch decoding.
+
+A mixin over ``self.queue`` (a MappedFileQueue) and ``self.file_size`` that ``CommitLog``
+inherits, kept apart so the write/durability side and the read side each stay one screenful.
+Reads never go past a segment's read position (committed data); records are decoded in place in
+the segment map, copying out only what callers keep. Reads run on the event loop: they are
+bounded by the caller's byte budget and never block on I/O beyond page-cache hits.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+from wharf.store.errors import CorruptRecordError
+from wharf.store.codec.format import (
+    BLANK_HEADER,
+    BLANK_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE,
+    OFFSET_STORE_TIMESTAMP,
+    STORE_TIMESTAMP,
+    DispatchRequest,
+    ReadableBuffer,
+    decode_dispatches,
+    decode_record,
+    decode_records,
+)
+from wharf.store.log.mapped_file_queue import MappedFileQueue
+from wharf.store.model import StoredMessage
+
+try:  # the compiled record walk (store/fast/_log_scan.c), when the install built it
+    from wharf.store.fast import _log_scan as _compiled
+except ImportError:  # no compiler at install time: _scan_python below
+    _compiled = None
+if os.environ.get("WHARF_NO_SPEEDUPS"):  # measure or debug the pure-Python path
+    _compiled = None
+
+_SCAN_STOPPED, _SCAN_END_OF_SEGMENT, _SCAN_CORRUPT = 0, 1, 2
+_unpack_header = BLANK_HEADER.unpack_from
+
+
+def _scan_python(
+    buf: ReadableBuffer, pos: int, limit: int, max_count: int, budget: int, any_before: bool
+) -> tuple[list[int], int, int, int, int]:
+    """One segment's records from ``pos``: (positions, position reached, status, magic,
+    size). Stops below ``limit``, after ``max_count`` records, or before a record that would
+    take the chunk past ``budget`` bytes -- unless it is the chunk's first (``any_before``:
+    earlier segments gave records); a bad header stops it with _SCAN_CORRUPT. The budget is
+    checked before the header is validated: a caller may stop just short of bad data."""
+    start = pos
+    positions: list[int] = []
+    while len(positions) < max_count and pos + BLANK_HEADER.size <= limit:
+        total, magic = _unpack_header(buf, pos)
+        if magic == BLANK_MAGIC_CODE:
+            return positions, pos, _SCAN_END_OF_SEGMENT, magic, total
+        if (positions or any_before) and pos - start + total > budget:
+            break
+        if magic != MESSAGE_MAGIC_CODE or total <= 0 or pos + total > limit:
+            return positions, pos, _SCAN_CORRUPT, magic, total
+        positions.append(pos)
+        pos += total
+    return positions, pos, _SCAN_STOPPED, 0, 0
+
+
+def _scan_compiled(
+    buf: ReadableBuffer, pos: int, limit: int, max_count: int, budget: int, any_before: bool
+) -> tuple[list[int], int, int, int, int]:
+    assert _compiled is not None
+    return _compiled.scan(buf, pos, limit, max_count, budget, any_before)  # type: ignore[no-any-return]
+
+
+class DispatchBatch(NamedTuple):
+    requests: list[DispatchRequest]
+    next_offset: int  # where the next iter_dispatch call continues
+
+
+class CommitLogReads:
+    queue: MappedFileQueue
+    file_size: int
+
+    @property
+    def min_offset(self) -> int:
+        return self.queue.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.max_offset
+
+    @property
+    def wrote_offset(self) -> int:
+        return self.queue.max_wrote_offset
+
+    @property
+    def committed_offset(self) -> int:
+        return self.queue.max_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.queue.flushed_where
+
+    @property
+    def segment_count(self) -> int:
+        return len(self.queue.files)
+
+    def read_bytes(self, offset: int, size: int) -> bytes | None:
+        """A copy of ``[offset, offset + size)`` if it lies in one segment's readable data."""
+        mapped = self.queue.find(offset)
+        if mapped is None:
+            return None
+        return mapped.read(offset - mapped.file_from_offset, size)
+
+    def readable_segment(self, offset: int, size: int) -> tuple[ReadableBuffer, int] | None:
+        """(segment map, its start offset) when ``[offset, offset + size)`` lies in one
+        segment's readable data: for decoders that copy out only what they keep. Use it at
+        once and keep no view: a map closed by retention raises ValueError."""
+        mapped = self.queue.find(offset)
+        if mapped is None or offset + size > mapped.file_from_offset + mapped.read_position:
+            return None
+        return mapped.raw, mapped.file_from_offset
+
+    def read_message(self, offset: int, size: int | None = None) -> StoredMessage | None:
+        """The message record at ``offset`` (None if deleted, not written, or not a message).
+        CorruptRecordError if the bytes there are not a well-formed record."""
+        if size is None:
+            header = self.read_bytes(offset, BLANK_HEADER.size)
+            if header is None:
+                return None
+            size, magic = BLANK_HEADER.unpack(header)
+            if magic != MESSAGE_MAGIC_CODE:
+                return None
+        if size <= 0:
+            return None
+        data = self.read_bytes(offset, size)
+        if data is None:
+            return None
+        message = decode_record(data, 0)
+        if message.commit_log_offset != offset or message.store_size != size:
+            raise CorruptRecordError(offset, "record fields do not match the offset/size asked")
+        return message
+
+    def store_timestamp_at(self, offset: int) -> int | None:
+        data = self.read_bytes(offset + OFFSET_STORE_TIMESTAMP, STORE_TIMESTAMP.size)
+        return None if data is None else STORE_TIMESTAMP.unpack(data)[0]
+
+    def read_store_timestamp(self, offset: int, size: int | None = None) -> int | None:
+        """STORETIMESTAMP of the record at ``offset`` (``size`` is accepted for callers holding
+        a ConsumeQueue unit; the field sits at a fixed position)."""
+        return self.store_timestamp_at(offset)
+
+    def earliest_message_time(self) -> int | None:
+        first = self.queue.first()
+        return None if first is None else self.store_timestamp_at(first.file_from_offset)
+
+    def read_messages(
+        self, offset: int, max_count: int, max_bytes: int = 4 * 1024 * 1024
+    ) -> list[StoredMessage]:
+        """Consecutive messages from ``offset`` (a record start), across blank tails."""
+        messages: list[StoredMessage] = []
+        for chunk, base, positions in self._scan(offset, max_count, max_bytes):
+            messages.extend(decode_records(chunk, positions, base))
+        return messages
+
+    def iter_dispatch(self, from_offset: int, max_bytes: int = 1024 * 1024) -> DispatchBatch:
+        """Decode the records from ``from_offset`` for dispatch: at most about ``max_bytes`` (at
+        least one record), never past the readable end; blank tails are skipped. A
+        ``from_offset`` below the minimum (deleted) continues at the minimum."""
+        requests: list[DispatchRequest] = []
+        next_offset = max(from_offset, self.queue.min_offset)
+        for chunk, base, positions in self._scan(next_offset, 1 << 62, max_bytes):
+            requests.extend(decode_dispatches(chunk, positions, base))
+        if requests:
+            last = requests[-1]
+            next_offset = last.commit_log_offset + last.size
+        return DispatchBatch(requests, self._skip_blank(next_offset))
+
+    def _skip_blank(self, offset: int) -> int:
+        """If ``offset`` is a blank tail, the start of the next segment."""
+        mapped = self.queue.find(offset)
+        if mapped is None:
+            return offset
+        header = mapped.read(offset - mapped.file_from_offset, BLANK_HEADER.size)
+        if header is not None and BLANK_HEADER.unpack(header)[1] == BLANK_MAGIC_CODE:
+            return mapped.file_from_offset + self.file_size
+        return offset
+
+    def _scan(
+        self, offset: int, max_count: int, max_bytes: int
+    ) -> list[tuple[ReadableBuffer, int, list[int]]]:
+        """Record positions from ``offset``, in place in each segment's map (no chunk copy:
+        the decoders copy out only what they keep, and a 1 MiB copy costs more in cache misses
+        than it saves): [(map, segment start offset, [positions in the segment])]. At least one
+        record, then as many as fit ``max_bytes``; stops at the readable end."""
+        result: list[tuple[ReadableBuffer, int, list[int]]] = []
+        count = 0
+        budget = max_bytes
+        while count < max_count:
+            mapped = self.queue.find(offset)
+            if mapped is None:
+                break
+            buf = mapped.raw
+            start = offset - mapped.file_from_offset
+            scan = _scan_compiled if _compiled is not None else _scan_python
+            try:
+                positions, pos, status, magic, total = scan(
+                    buf, start, mapped.read_position, max_count - count, budget, bool(result)
+                )
+            except ValueError:  # the segment was deleted (closed) under us: nothing to read
+                break
+            if status == _SCAN_CORRUPT:
+                raise CorruptRecordError(
+                    mapped.file_from_offset + pos,
+                    f"bad record header (magic 0x{magic:08X}, size {total})",
+                )
+            if positions:
+                result.append((buf, mapped.file_from_offset, positions))
+                count += len(positions)
+            budget -= pos - start
+            if status != _SCAN_END_OF_SEGMENT or budget <= 0:
+                break
+            offset = mapped.file_from_offset + self.file_size
+        return result

@@ -1,0 +1,430 @@
+"""ConsumeQueue: the per topic/queue index of 20-byte units into the CommitLog (RocketMQ's
+ConsumeQueue.java).
+
+Layout (``wharf.store.codec.format.CQ_STORE_UNIT_SIZE``)::
+
+    commitLogOffset (8) | size (4) | tagsCode (8)        big-endian
+
+Files hold ``mapped_file_size_consume_queue`` bytes (300,000 units) and are named by their start
+BYTE offset (20 digits) under ``consumequeue/<topic>/<queueId>/``; the logical (queue) offset of a
+unit is its index, so unit ``n`` lives at byte ``n * 20``. Files are created sparse (ftruncate) and
+mapped; a unit whose size is 0 marks the end of written data, as RocketMQ's recovery assumes.
+
+Why not ``wharf.store.log.mapped_file.MappedFile``: that class is shaped for the CommitLog (write buffer,
+committed position, fallocate'd segments). A queue file needs none of it, and sparse files keep
+thousands of mostly empty queues cheap on disk; the shared part (open + size + mmap) is 20 lines.
+
+Ownership: one event loop mutates a ConsumeQueue (append, truncate). Files are created in a
+thread ahead of the writer (``missing_files`` -> ``create_files_blocking`` -> ``adopt_files``,
+driven by the ReputService); ``flush_blocking`` and deletions run in a thread while the facade's
+maintenance lock keeps them apart. Reads copy bytes out of the map, so closing a file never
+trips over a live memoryview.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import os
+from collections.abc import Callable, Iterator, Sequence
+from itertools import starmap
+from pathlib import Path
+
+from wharf.store.codec.format import CQ_STORE_UNIT_SIZE, CQ_UNIT, segment_file_name
+
+log = logging.getLogger(__name__)
+
+UNIT = CQ_UNIT
+
+# RocketMQ's fillPreBlank unit: offset 0, size Integer.MAX_VALUE. It keeps logical offsets
+# stable when a queue restarts mid-file; readers skip it.
+BLANK_UNIT_SIZE = 0x7FFFFFFF
+_BLANK_UNIT = UNIT.pack(0, BLANK_UNIT_SIZE, 0)
+
+# A tuple as decoded from one unit: (commit log offset, record size, tags code).
+Unit = tuple[int, int, int]
+# Returns the store timestamp of the record at (offset, size), or None if it is gone.
+StoreTimeReader = Callable[[int, int], "int | None"]
+
+
+class ConsumeQueueFile:
+    """One fixed-size, mapped ConsumeQueue file."""
+
+    __slots__ = ("fd", "mm", "path", "size", "start")
+
+    def __init__(self, path: Path, start: int, size: int, create: bool) -> None:
+        self.path = path
+        self.start = start  # byte offset of the first unit in the whole queue
+        self.size = size
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        self.fd = os.open(path, flags, 0o644)
+        try:
+            if os.fstat(self.fd).st_size != size:
+                os.ftruncate(self.fd, size)  # sparse: zeros read back as "no unit"
+            self.mm = mmap.mmap(self.fd, size)
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+    def close(self) -> None:
+        self.mm.close()
+        os.close(self.fd)
+
+
+class ConsumeQueue:
+    def __init__(self, topic: str, queue_id: int, directory: Path, file_size: int) -> None:
+        if file_size <= 0 or file_size % CQ_STORE_UNIT_SIZE:
+            raise ValueError(
+                f"mapped_file_size_consume_queue must be a positive multiple of "
+                f"{CQ_STORE_UNIT_SIZE}, got {file_size}"
+            )
+        self.topic = topic
+        self.queue_id = queue_id
+        self.directory = directory
+        self.file_size = file_size
+        self.files: list[ConsumeQueueFile] = []
+        self._write_pos = 0  # absolute byte offset after the last unit
+        self._min_pos = 0  # absolute byte offset of the first live unit
+        self._flushed_pos = 0
+        self.max_physical_offset = 0  # end (offset + size) of the newest unit's record
+        self.sync_creations = 0  # files created on the calling thread (see _file_for_write)
+        self._fresh = False  # files adopted before the first unit: start at the first offset
+
+    # --- load ----------------------------------------------------------------------------
+    @classmethod
+    def load_blocking(
+        cls, topic: str, queue_id: int, directory: Path, file_size: int
+    ) -> ConsumeQueue:
+        """Open the existing files and find the end of written data (first zero-size unit of
+        the last file). Files of the wrong size are refused: the layout would be ambiguous."""
+        queue = cls(topic, queue_id, directory, file_size)
+        names = (
+            sorted(p for p in directory.iterdir() if p.name.isdigit()) if directory.is_dir() else []
+        )
+        if names and names[-1].stat().st_size < file_size and _all_zero_blocking(names[-1]):
+            # A crash between creating the newest file and sizing it: it holds nothing.
+            log.warning("removing unfinished consume queue file %s", names[-1])
+            names[-1].unlink()
+            names.pop()
+        for path in names:
+            if path.stat().st_size != file_size:
+                raise ValueError(
+                    f"consume queue file {path} has {path.stat().st_size} bytes, "
+                    f"expected {file_size} (mapped_file_size_consume_queue changed?)"
+                )
+            queue.files.append(ConsumeQueueFile(path, int(path.name), file_size, create=False))
+        for before, after in zip(queue.files, queue.files[1:], strict=False):
+            if after.start != before.end:
+                queue.close()
+                raise ValueError(
+                    f"consume queue {directory} has a gap: {before.path.name} is followed by "
+                    f"{after.path.name}"
+                )
+        if queue.files:
+            queue._min_pos = queue.files[0].start
+            last = queue.files[-1]
+            used = _used_bytes(last.mm)
+            while used == 0 and len(queue.files) > 1:
+                # Created ahead of the writer and never written: holds nothing.
+                empty = queue.files.pop()
+                empty.close()
+                empty.path.unlink()
+                last = queue.files[-1]
+                used = _used_bytes(last.mm)
+            queue._write_pos = last.start + used
+            queue._flushed_pos = queue._write_pos
+            queue._refresh_max_physical_offset()
+        return queue
+
+    # --- offsets -------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        return self._min_pos // CQ_STORE_UNIT_SIZE
+
+    @property
+    def max_offset(self) -> int:
+        """The next logical offset to be written (RocketMQ's getMaxOffsetInQueue)."""
+        return self._write_pos // CQ_STORE_UNIT_SIZE
+
+    @property
+    def unflushed_bytes(self) -> int:
+        return self._write_pos - self._flushed_pos
+
+    # --- writes --------------------------------------------------------------------------
+    def append_units(self, first_offset: int, units: Sequence[Unit]) -> int:
+        """Write ``units`` at logical offsets ``first_offset...`` (see ``append_packed``)."""
+        if not units:
+            return 0
+        last_offset, last_size, _ = units[-1]
+        data = b"".join(starmap(UNIT.pack, units))
+        return self.append_packed(first_offset, data, last_offset + last_size)
+
+    def append_packed(self, first_offset: int, data: bytes, physical_end: int) -> int:
+        """Write packed units (``data``, 20 bytes each) at logical offsets ``first_offset...``;
+        ``physical_end`` is the end (offset + size) of the last unit's record. Units already
+        present (a re-dispatch after recovery) are skipped; a gap is filled with blank units
+        so logical offsets keep matching the queue offsets stored in the CommitLog. Returns
+        units added."""
+        expected = self.max_offset
+        if first_offset < expected:
+            data = data[(expected - first_offset) * CQ_STORE_UNIT_SIZE :]
+            first_offset = expected
+        if not data:
+            return 0
+        fresh_min = -1
+        if (not self.files or self._fresh) and first_offset > 0:
+            # A queue re-created above zero (its files were removed): start at the file that
+            # holds first_offset instead of writing blanks from zero.
+            fresh_min = first_offset * CQ_STORE_UNIT_SIZE
+            self._start_at(fresh_min - fresh_min % self.file_size)
+        gap = first_offset - self.max_offset
+        if gap > 0:
+            data = _BLANK_UNIT * gap + data
+        self._write(data)
+        if fresh_min >= 0:
+            self._min_pos = fresh_min
+        self._fresh = False
+        self.max_physical_offset = max(self.max_physical_offset, physical_end)
+        return len(data) // CQ_STORE_UNIT_SIZE - max(gap, 0)
+
+    def _start_at(self, file_start: int) -> None:
+        self._write_pos = self._min_pos = self._flushed_pos = file_start
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            file = self._file_for_write()
+            at = self._write_pos - file.start
+            n = min(len(view), file.size - at)
+            file.mm[at : at + n] = view[:n]
+            self._write_pos += n
+            view = view[n:]
+
+    def _file_for_write(self) -> ConsumeQueueFile:
+        if self.files and self._write_pos < self.files[-1].end:
+            file = self._file_at(self._write_pos)  # files may be created ahead of the writer
+            assert file is not None
+            return file
+        # Normally the ReputService created this file in a thread beforehand (missing_files /
+        # create_files_blocking); this fallback (recovery, tests) creates it in place: sparse,
+        # so it costs an open and an ftruncate.
+        self.sync_creations += 1
+        start = self.files[-1].end if self.files else self._write_pos
+        file = self._create_file_blocking(start)
+        if not self.files:
+            self._min_pos = max(self._min_pos, start)
+        self.files.append(file)
+        return file
+
+    def _create_file_blocking(self, start: int) -> ConsumeQueueFile:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        return ConsumeQueueFile(
+            self.directory / segment_file_name(start), start, self.file_size, True
+        )
+
+    def missing_files(self, first_offset: int, count: int) -> list[int]:
+        """Start positions of the files that appending ``count`` units at ``first_offset``
+        needs and that do not exist yet (so they can be created off the event loop)."""
+        end = (first_offset + count) * CQ_STORE_UNIT_SIZE
+        if self.files:
+            start = self.files[-1].end
+        elif first_offset > 0:
+            start = first_offset * CQ_STORE_UNIT_SIZE
+            start -= start % self.file_size
+        else:
+            start = self._write_pos
+        return list(range(start, end, self.file_size)) if start < end else []
+
+    def create_files_blocking(self, starts: Sequence[int]) -> list[ConsumeQueueFile]:
+        """Create files in a thread; ``adopt_files`` then attaches them on the loop."""
+        return [self._create_file_blocking(start) for start in starts]
+
+    def adopt_files(self, files: Sequence[ConsumeQueueFile]) -> None:
+        for file in files:
+            if self.files and file.start != self.files[-1].end:
+                file.close()  # the queue moved on meanwhile (truncated/deleted): not needed
+                continue
+            if not self.files:
+                self._start_at(file.start)
+                self._fresh = True
+            self.files.append(file)
+
+    # --- reads ---------------------------------------------------------------------------
+    def read_unit_bytes(self, offset: int, max_count: int) -> bytes:
+        """Copy of up to ``max_count`` units from logical ``offset`` (across files)."""
+        pos = offset * CQ_STORE_UNIT_SIZE
+        end = min(self._write_pos, offset * CQ_STORE_UNIT_SIZE + max_count * CQ_STORE_UNIT_SIZE)
+        chunks = []
+        while pos < end:
+            file = self._file_at(pos)
+            if file is None:
+                break
+            at = pos - file.start
+            n = min(end - pos, file.size - at)
+            chunks.append(file.mm[at : at + n])
+            pos += n
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def read_units(self, offset: int, max_count: int) -> Iterator[Unit]:
+        return UNIT.iter_unpack(self.read_unit_bytes(offset, max_count))
+
+    def get_unit(self, offset: int) -> Unit | None:
+        if offset < self.min_offset or offset >= self.max_offset:
+            return None
+        pos = offset * CQ_STORE_UNIT_SIZE
+        file = self._file_at(pos)
+        if file is None:
+            return None
+        return UNIT.unpack_from(file.mm, pos - file.start)  # type: ignore[return-value]
+
+    def _file_at(self, pos: int) -> ConsumeQueueFile | None:
+        files = self.files
+        if not files or pos < files[0].start:
+            return None
+        index = (pos - files[0].start) // self.file_size
+        return files[index] if index < len(files) else None
+
+    def offset_by_time(self, timestamp_ms: int, store_time: StoreTimeReader) -> int:
+        """The first logical offset whose message was stored at or after ``timestamp_ms``
+        (max offset if none; a removed record counts as older). Binary search, as RocketMQ's
+        getOffsetInQueueByTime with BoundaryType.LOWER."""
+        low, high = self.min_offset, self.max_offset
+        while low < high:
+            mid = (low + high) // 2
+            unit = self.get_unit(mid)
+            stamp = None
+            if unit is not None and unit[1] != BLANK_UNIT_SIZE:
+                stamp = store_time(unit[0], unit[1])
+            if stamp is None or stamp < timestamp_ms:
+                low = mid + 1
+            else:
+                high = mid
+        return low
+
+    # --- recovery / retention ------------------------------------------------------------
+    def truncate_from_physical(self, commit_log_end: int) -> int:
+        """Drop every unit pointing at or beyond ``commit_log_end`` (the valid end of the
+        CommitLog after recovery). Units are zeroed so a reopen does not resurrect them.
+        Returns the number of units dropped."""
+        new_pos = self._write_pos
+        while new_pos > self._min_pos:
+            unit = self.get_unit(new_pos // CQ_STORE_UNIT_SIZE - 1)
+            # Blank units point at offset 0, so they always stay.
+            if unit is None or unit[0] < commit_log_end:
+                break
+            new_pos -= CQ_STORE_UNIT_SIZE
+        dropped = (self._write_pos - new_pos) // CQ_STORE_UNIT_SIZE
+        if dropped:
+            self.truncate_to_offset(new_pos // CQ_STORE_UNIT_SIZE)
+        return dropped
+
+    def truncate_to_offset(self, offset: int) -> None:
+        """Make ``offset`` the new max offset: zero the tail, remove files wholly past it."""
+        new_pos = max(offset * CQ_STORE_UNIT_SIZE, self._min_pos)
+        while self.files and self.files[-1].start > new_pos:
+            file = self.files.pop()
+            file.close()
+            os.unlink(file.path)
+        if self.files and new_pos < self._write_pos:
+            last = self.files[-1]
+            at = new_pos - last.start
+            stop = min(self._write_pos - last.start, last.size)
+            last.mm[at:stop] = bytes(stop - at)
+        if not self.files:
+            self._start_at(new_pos - new_pos % self.file_size)
+        self._write_pos = new_pos
+        self._flushed_pos = min(self._flushed_pos, new_pos)
+        self._refresh_max_physical_offset()
+
+    def _refresh_max_physical_offset(self) -> None:
+        self.max_physical_offset = 0
+        pos = self._write_pos
+        while pos > self._min_pos:
+            unit = self.get_unit(pos // CQ_STORE_UNIT_SIZE - 1)
+            if unit is not None and unit[1] != BLANK_UNIT_SIZE:
+                self.max_physical_offset = unit[0] + unit[1]
+                return
+            pos -= CQ_STORE_UNIT_SIZE
+
+    def correct_min_offset(self, commit_log_min: int) -> None:
+        """Advance the min offset past units whose records retention deleted (RocketMQ's
+        correctMinOffset), by binary search: units are ordered by commit log offset."""
+        low, high = self.min_offset, self.max_offset
+        while low < high:
+            mid = (low + high) // 2
+            unit = self.get_unit(mid)
+            if unit is not None and unit[1] != BLANK_UNIT_SIZE and unit[0] >= commit_log_min:
+                high = mid
+            else:
+                low = mid + 1
+        self._min_pos = max(self._min_pos, low * CQ_STORE_UNIT_SIZE)
+
+    def expired_files(self, commit_log_min: int) -> list[ConsumeQueueFile]:
+        """Files (never the newest) whose last unit points below ``commit_log_min``."""
+        expired = []
+        for file in self.files[:-1]:
+            offset, size, _ = UNIT.unpack_from(file.mm, file.size - CQ_STORE_UNIT_SIZE)
+            if offset + (0 if size == BLANK_UNIT_SIZE else size) > commit_log_min:
+                break
+            expired.append(file)
+        return expired
+
+    def detach_files(self, files: Sequence[ConsumeQueueFile]) -> None:
+        """Forget ``files`` (a prefix); the caller closes and unlinks them in a thread."""
+        for file in files:
+            self.files.remove(file)
+        if self.files:
+            self._min_pos = max(self._min_pos, self.files[0].start)
+
+    # --- flush / close -------------------------------------------------------------------
+    def flush_blocking(self) -> int:
+        """fdatasync the files holding unflushed units. Returns bytes made durable."""
+        target = self._write_pos
+        flushed = self._flushed_pos
+        if target <= flushed:
+            return 0
+        for file in self.files:
+            if file.end > flushed and file.start < target:
+                os.fdatasync(file.fd)
+        self._flushed_pos = max(self._flushed_pos, target)
+        return target - flushed
+
+    def close(self) -> None:
+        for file in self.files:
+            file.close()
+        self.files.clear()
+
+    def destroy_blocking(self) -> None:
+        """Close and delete every file and the queue's directory (topic deletion)."""
+        paths = [file.path for file in self.files]
+        self.close()
+        for path in paths:
+            path.unlink(missing_ok=True)
+        for directory in (self.directory, self.directory.parent):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+
+
+def _all_zero_blocking(path: Path) -> bool:
+    data = path.read_bytes()
+    return data.count(0) == len(data)
+
+
+def _used_bytes(mm: mmap.mmap) -> int:
+    """Bytes before the first unit with size 0 (end of written data)."""
+    unit_size = CQ_STORE_UNIT_SIZE
+    total = len(mm) // unit_size
+    low, high = 0, total
+    # Units are written front to back, so "size != 0" is a prefix property: binary search.
+    while low < high:
+        mid = (low + high) // 2
+        if UNIT.unpack_from(mm, mid * unit_size)[1] != 0:
+            low = mid + 1
+        else:
+            high = mid
+    return low * unit_size

@@ -1,0 +1,87 @@
+"""FlushConsumeQueueService: durability of ConsumeQueues and IndexFiles (RocketMQ's
+FlushConsumeQueueService), separate from the CommitLog flush.
+
+Every ``flush_interval_consume_queue`` (1 s) it fdatasyncs the queues that gathered at least
+``flush_consume_queue_least_pages`` (2) pages, and everything every
+``flush_consume_queue_thorough_interval`` (60 s) and at shutdown. Index files are synced only
+by those thorough passes: their hash slots are random 4 KiB pages, and syncing them every second
+queued the commit log's group-commit fdatasync behind a burst of random writes (end-to-end p99
+at 10k msg/s: ~15 ms with, ~7.5 ms without); the checkpoint vouches for the index only after a
+thorough pass anyway (RocketMQ, too, syncs an index file when it is full). The syncs run in a thread under the store's maintenance lock (so no file is closed under a
+sync). After a thorough pass the checkpoint's logics fields advance to the dispatch position
+captured BEFORE the sync: recovery after a machine crash re-dispatches from there at the latest,
+so units lost with the page cache are rebuilt and nothing is skipped. (After a process crash the
+page cache survived and recovery does not need it: see ``wharf.store.recovery``.)
+"""
+
+from __future__ import annotations
+
+import mmap
+import time
+from typing import TYPE_CHECKING
+
+from wharf.store.config import StoreConfig
+from wharf.store.service import Service
+
+if TYPE_CHECKING:
+    from wharf.store.message_store import MessageStore
+
+
+class FlushConsumeQueueService(Service):
+    def __init__(self, store: MessageStore, config: StoreConfig) -> None:
+        super().__init__("FlushConsumeQueueService", config.flush_interval_consume_queue / 1000)
+        self.store = store
+        self.least_bytes = config.flush_consume_queue_least_pages * mmap.PAGESIZE
+        self.thorough_s = config.flush_consume_queue_thorough_interval / 1000
+        self._last_thorough = time.monotonic()
+        self.flush_count = 0
+        self.last_flush_seconds = 0.0
+
+    async def run_once(self) -> None:
+        now = time.monotonic()
+        thorough = now - self._last_thorough >= self.thorough_s
+        if thorough:
+            self._last_thorough = now
+        await self.flush(0 if thorough else self.least_bytes)
+
+    async def on_stop(self) -> None:
+        await self.flush_all()
+
+    async def flush_all(self) -> None:
+        await self.flush(0)
+
+    async def flush(self, least_bytes: int) -> None:
+        """Sync the queues with at least ``least_bytes`` unflushed (0: all) and the index."""
+        store = self.store
+        async with store.maintenance_lock:
+            dispatched_offset = store.dispatch_offset
+            dispatched_timestamp = store.dispatch_timestamp
+            queues = [q for q in store.queues if q.unflushed_bytes > max(least_bytes - 1, 0)]
+            index = store.index if least_bytes == 0 else None  # thorough passes only
+            started = time.monotonic()
+            nbytes = await self.run_blocking(self._flush_blocking, queues, index)
+            seconds = time.monotonic() - started
+        self.flush_count += 1
+        self.last_flush_seconds = seconds
+        observer = store.observer
+        if observer is not None and nbytes:
+            observer.on_flush("cq", seconds, nbytes)
+        checkpoint = store.checkpoint
+        # Only a thorough pass synced every queue: a partial one skipped queues with fewer than
+        # least_pages dirty, so it cannot vouch for the dispatch position (RocketMQ, too, moves
+        # logicsMsgTimestamp only on its thorough flush).
+        if least_bytes == 0 and dispatched_offset > checkpoint.logics_offset:
+            checkpoint.logics_offset = dispatched_offset
+            if dispatched_timestamp:
+                checkpoint.logics_msg_timestamp = dispatched_timestamp
+                checkpoint.index_msg_timestamp = dispatched_timestamp
+            await self.run_blocking(checkpoint.flush_blocking)
+
+    @staticmethod
+    def _flush_blocking(queues: list, index: object) -> int:  # type: ignore[type-arg]
+        nbytes = 0
+        for queue in queues:
+            nbytes += queue.flush_blocking()
+        if index is not None:
+            index.flush_blocking()  # type: ignore[attr-defined]
+        return nbytes

@@ -1,0 +1,334 @@
+"""``make bench-compare``: Wharf vs Redis Streams on loopback, same size/count/concurrency.
+
+Pairs with equivalent durability: Wharf ASYNC_FLUSH vs ``appendfsync everysec`` and Wharf
+SYNC_FLUSH vs ``appendfsync always``. Redis is driven by its own C client (redis-benchmark,
+the peer at its best) and by redis-py + hiredis (pipelined, the same language as our SDK).
+Prints ratios Wharf/peer and writes ``bench-results.json`` at the repository root.
+
+    python -m tests.bench.compare               # about 2 minutes
+    python -m tests.bench.compare --quick       # seconds; smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import uvloop
+from rich.console import Console
+from rich.table import Table
+
+from tests.bench import redis_peer
+from tests.bench.launcher import REPO_ROOT, ServerProcess, start_redis, start_wharf
+
+
+def wharf_bench(endpoint: str, workload: str, **options: Any) -> dict[str, Any]:
+    """Run ``wharf bench`` in its own process (client and broker are separate processes,
+    as for redis-benchmark) and return its final figures."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "wharf.client.cli.main",
+        "--endpoints",
+        endpoint,
+        "--json",
+        "bench",
+        workload,
+    ]
+    for key, value in options.items():
+        cmd += [f"--{key.replace('_', '-')}", str(value)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    for line in reversed(proc.stdout.splitlines()):
+        doc = json.loads(line)
+        if "result" in doc:
+            return dict(doc["result"])
+    raise RuntimeError(f"wharf bench {workload} failed ({proc.returncode}): {proc.stderr[-800:]}")
+
+
+# Producer settings of every Wharf produce run: one stream, two requests in flight (while one
+# is being stored the next fills up: few, large requests; measured best on this 2-core box).
+PRODUCER = {"streams": 1, "max_in_flight": 2}
+
+PEERS = ("redis_benchmark", "redis_benchmark_p16", "redis_py")
+
+
+def ratio(ours: float, theirs: float) -> float | None:
+    return round(ours / theirs, 3) if theirs else None
+
+
+class Comparison:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.scale = 0.1 if args.quick else 1.0
+        self.duration = 2.0 if args.quick else args.duration
+        self.measures: dict[str, dict[str, Any]] = {}
+        self.console = Console(stderr=True)
+
+    def note(self, text: str) -> None:
+        self.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {text}")
+
+    def n(self, count: int) -> int:
+        return max(1000, int(count * self.scale))
+
+    def run(self) -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="wharf-compare-") as tmp:
+            root = Path(tmp)
+            self.run_wharf_async(root / "wharf-async")
+            self.run_wharf_sync(root / "wharf-sync")
+            self.run_redis_everysec(root / "redis-everysec")
+            self.run_redis_always(root / "redis-always")
+        self.compute_ratios()
+        return {
+            "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "message_size": self.args.size,
+            "clients": self.args.clients,
+            "duration_s": self.duration,
+            "measures": self.measures,
+        }
+
+    def _set(self, measure: str, who: str, figures: dict[str, Any], **extra: Any) -> None:
+        self.measures.setdefault(measure, {})[who] = {**figures, **extra}
+
+    # ------------------------------------------------------------------ wharf
+    def run_wharf_async(self, root: Path) -> None:
+        c, size = self.args.clients, self.args.size
+        with start_wharf(root, {"flushDiskType": "ASYNC_FLUSH"}) as broker:
+            # redis-benchmark -c 50 -P 16 keeps 800 XADDs in flight on 50 connections; the
+            # same here: 50 tasks each awaiting send_batch(16) (the SDK's pipelining), which
+            # the producer packs into few large requests.
+            self.note(f"wharf ASYNC_FLUSH produce: {c} tasks x send_batch(16)")
+            figures = wharf_bench(
+                broker.endpoint, "produce", topic="bench", tasks=c, batch=16, size=size,
+                duration=self.duration, **PRODUCER,
+            )  # fmt: skip
+            self._set("produce_async", "wharf", figures, how=f"{c} tasks x send_batch(16)")
+            produced = int(figures["messages"])  # what the consume run must read back
+            self.note(f"wharf ASYNC_FLUSH produce: {c * 16} tasks x send() (auto-batched)")
+            figures = wharf_bench(
+                broker.endpoint, "produce", topic="bench2", tasks=c * 16, batch=1, size=size,
+                duration=self.duration, **PRODUCER,
+            )  # fmt: skip
+            self._set(
+                "produce_async",
+                "wharf_send",
+                figures,
+                how=f"{c * 16} tasks x send() (auto-batched)",
+            )
+            self.note(f"wharf consume: {c} pullers, pulls of 100")
+            figures = wharf_bench(
+                broker.endpoint,
+                "consume",
+                topic="bench",
+                tasks=c,
+                batch=100,
+                duration=self.duration * 2,
+            )
+            self._set(
+                "consume", "wharf", figures, how=f"{c} pullers over queue ranges, 100 per pull"
+            )
+            if int(figures["messages"]) < produced:
+                # A short read is no throughput figure: say so instead of printing a ratio.
+                self.console.print(
+                    f"[bold red]consume read {figures['messages']} of the {produced} messages "
+                    f"produced[/bold red]: see {broker.log} (retention deleting segments when "
+                    "the disk is nearly full?)"
+                )
+                self.measures["consume"]["wharf"]["msgs_per_s"] = 0.0
+
+    def run_wharf_sync(self, root: Path) -> None:
+        c, size = self.args.clients, self.args.size
+        with start_wharf(root, {"flushDiskType": "SYNC_FLUSH"}) as broker:
+            self.note(f"wharf SYNC_FLUSH produce: {c} tasks x send_batch(16)")
+            figures = wharf_bench(
+                broker.endpoint, "produce", topic="bench", tasks=c, batch=16, size=size,
+                duration=self.duration, **PRODUCER,
+            )  # fmt: skip
+            self._set("produce_sync", "wharf", figures, how=f"{c} tasks x send_batch(16)")
+            self.note(f"wharf SYNC_FLUSH produce: {c} tasks x send() (one message each)")
+            figures = wharf_bench(
+                broker.endpoint, "produce", topic="bench1", tasks=c, batch=1, size=size,
+                duration=self.duration, **PRODUCER,
+            )  # fmt: skip
+            self._set("produce_sync", "wharf_send", figures, how=f"{c} tasks x send()")
+            for measure, rate in self.e2e_rates():
+                self.note(f"wharf SYNC_FLUSH e2e at {rate} msg/s")
+                # One request in flight: at 10k msg/s the broker's loop is nearly busy with
+                # per-call gRPC work, and fewer, larger requests (and so fewer pull wake-ups)
+                # cut p99 by 1-2 ms against the default of two.
+                figures = wharf_bench(
+                    broker.endpoint, "e2e", topic=f"e2e-{rate}", rate=rate, size=size,
+                    duration=self.duration, max_in_flight=1,
+                )  # fmt: skip
+                self._set(
+                    measure,
+                    "wharf",
+                    figures,
+                    how=f"send() at {rate}/s (max_in_flight 1), long-poll pulls",
+                )
+
+    def e2e_rates(self) -> list[tuple[str, int]]:
+        """A low rate showing latency when nothing queues up, then the target rate. Low
+        first: a saturated run leaves a backlog on the broker that would skew the next."""
+        return [("e2e_sync_low_rate", self.args.low_rate), ("e2e_sync", self.args.rate)]
+
+    # ------------------------------------------------------------------ redis
+    def run_redis_everysec(self, root: Path) -> None:
+        c, size = self.args.clients, self.args.size
+        with start_redis(root, "everysec") as redis:
+            self._redis_benchmark_xadd(
+                redis, "everysec", "produce_async", "redis_benchmark", 16, 1_000_000
+            )
+            self.note(f"redis everysec: redis-py XADD {c} tasks x pipeline 16")
+            rp = uvloop.run(
+                redis_peer.redispy_produce(
+                    redis.endpoint, tasks=c, pipeline=16, count=self.n(300_000), size=size
+                )
+            )
+            self._set("produce_async", "redis_py", rp, how=f"{c} tasks x pipeline 16")
+            self.note(f"redis: redis-benchmark XRANGE COUNT 100 -c {c}")
+            rb = redis_peer.redis_benchmark(
+                redis.endpoint,
+                ["XRANGE", redis_peer.STREAM, "-", "+", "COUNT", "100"],
+                clients=c,
+                requests=self.n(50_000),
+                pipeline=1,
+            )
+            self._set(
+                "consume",
+                "redis_benchmark",
+                {"msgs_per_s": rb["rps"] * 100, **rb},
+                how=f"-c {c} XRANGE COUNT 100",
+            )
+            self.note(f"redis: redis-py XRANGE COUNT 100, {c} tasks")
+            rp = uvloop.run(
+                redis_peer.redispy_consume(
+                    redis.endpoint, tasks=c, count_per_read=100, reads=self.n(20_000), pipeline=1
+                )
+            )
+            self._set("consume", "redis_py", rp, how=f"{c} tasks x XRANGE COUNT 100")
+
+    def run_redis_always(self, root: Path) -> None:
+        c, size = self.args.clients, self.args.size
+        with start_redis(root, "always") as redis:
+            self._redis_benchmark_xadd(
+                redis, "always", "produce_sync", "redis_benchmark", 1, 150_000
+            )
+            self._redis_benchmark_xadd(
+                redis, "always", "produce_sync", "redis_benchmark_p16", 16, 600_000
+            )
+            self.note(f"redis always: redis-py XADD {c} tasks, no pipeline")
+            rp = uvloop.run(
+                redis_peer.redispy_produce(
+                    redis.endpoint, tasks=c, pipeline=1, count=self.n(60_000), size=size
+                )
+            )
+            self._set("produce_sync", "redis_py", rp, how=f"{c} tasks x 1")
+            for measure, rate in self.e2e_rates():
+                self.note(f"redis always: redis-py e2e at {rate} msg/s (XADD + XREAD BLOCK)")
+                rp = uvloop.run(
+                    redis_peer.redispy_e2e(
+                        redis.endpoint, rate=rate, duration_s=self.duration, size=size
+                    )
+                )
+                self._set(measure, "redis_py", rp, how=f"XADD at {rate}/s, XREAD BLOCK")
+
+    def _redis_benchmark_xadd(
+        self,
+        redis: ServerProcess,
+        fsync: str,
+        measure: str,
+        who: str,
+        pipeline: int,
+        requests: int,
+    ) -> None:
+        """redis-benchmark XADD with the run's clients and message size, recorded as ``who``."""
+        c = self.args.clients
+        self.note(f"redis {fsync}: redis-benchmark XADD -c {c} -P {pipeline}")
+        rb = redis_peer.redis_benchmark(
+            redis.endpoint,
+            redis_peer.xadd_args(self.args.size),
+            clients=c,
+            requests=self.n(requests),
+            pipeline=pipeline,
+        )
+        self._set(measure, who, {"msgs_per_s": rb["rps"], **rb}, how=f"-c {c} -P {pipeline} XADD")
+
+    # ------------------------------------------------------------------ ratios
+    def compute_ratios(self) -> None:
+        for name, entry in self.measures.items():
+            ours = entry.get("wharf", {})
+            ratios: dict[str, float | None] = {}
+            for peer in PEERS:
+                theirs = entry.get(peer)
+                if not theirs or not ours:
+                    continue
+                if name.startswith("e2e"):
+                    # latency: ratio > 1 means Wharf is slower (higher p99)
+                    ratios[f"p99_vs_{peer}"] = ratio(ours.get("p99_ms", 0), theirs.get("p99_ms", 0))
+                else:
+                    ratios[f"throughput_vs_{peer}"] = ratio(
+                        ours.get("msgs_per_s", 0), theirs.get("msgs_per_s", 0)
+                    )
+            entry["ratios"] = ratios
+
+    def print_table(self) -> None:
+        """One row per comparison: Wharf's figure, a peer's, and the ratio (Wharf variants
+        without a peer of their own get rows of their own)."""
+        table = Table(title="Wharf vs Redis Streams (1 box, loopback)", title_justify="left")
+        for col in ("measure", "wharf", "how", "peer", "peer how", "peer figure", "wharf/peer"):
+            table.add_column(col)
+        for name, entry in self.measures.items():
+            latency = name.startswith("e2e")
+            key, unit, prefix = (
+                ("p99_ms", " ms p99", "p99") if latency else ("msgs_per_s", " msg/s", "throughput")
+            )
+
+            def figure(
+                who: str, entry: dict[str, Any] = entry, key: str = key, unit: str = unit
+            ) -> str:
+                value = entry.get(who, {}).get(key)
+                return "-" if value is None else f"{value:,.1f}{unit}"
+
+            ours = entry.get("wharf", {})
+            ratios = entry.get("ratios", {})
+            for peer in PEERS:
+                if peer in entry:
+                    value = ratios.get(f"{prefix}_vs_{peer}")
+                    table.add_row(
+                        name, figure("wharf"), ours.get("how", ""), peer.replace("_", "-"),
+                        entry[peer].get("how", ""), figure(peer),
+                        "-" if value is None else f"{value:.2f}x",
+                    )  # fmt: skip
+            for who in sorted(w for w in entry if w.startswith("wharf_")):
+                table.add_row(name, figure(who), entry[who].get("how", ""), "", "", "", "")
+        Console().print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench.compare", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds per Wharf run")
+    parser.add_argument("--rate", type=int, default=10_000, help="e2e target msg/s")
+    parser.add_argument("--low-rate", type=int, default=1_000, help="second, unsaturated e2e rate")
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds each")
+    parser.add_argument("--output", default=str(REPO_ROOT / "bench-results.json"))
+    args = parser.parse_args(argv)
+    comparison = Comparison(args)
+    results = comparison.run()
+    Path(args.output).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    comparison.print_table()
+    comparison.console.print(f"results written to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
