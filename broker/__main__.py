@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import uvloop
-
 from wharf.broker.controller import BrokerController, StartupError
 from wharf.broker.settings import LOG_LEVELS, ConfigError, load_settings
 from wharf.store.fast.malloc import keep_large_buffers_on_heap

@@ -8,8 +8,6 @@ import time
 from importlib import metadata
 
 import grpc
-from wharf.v1 import admin_pb2, admin_pb2_grpc
-
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.groups import SubscriptionGroup, validate_group_name
@@ -22,6 +20,7 @@ from wharf.broker.topics import (
     validate_topic_name,
 )
 from wharf.store.model import QueueStat
+from wharf.v1 import admin_pb2, admin_pb2_grpc
 
 
 def _version(package: str) -> str:

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from wharf.v1 import messaging_pb2
-
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.groups import validate_group_name
@@ -19,6 +17,7 @@ from wharf.store.codec.format import (
     RETRY_GROUP_TOPIC_PREFIX,
 )
 from wharf.store.model import MessageInput
+from wharf.v1 import messaging_pb2
 
 MAX_CLIENT_ID_LENGTH = 255
 FIRST_RETRY_DELAY_LEVEL = 3  # RocketMQ: delay level 3 + reconsume times (10 s, 30 s, 1 m ...)

@@ -30,8 +30,6 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from wharf.v1 import admin_pb2, messaging_pb2
-
 from wharf.broker.admin import AdminService
 from wharf.broker.config import Config, parse_host_port
 from wharf.broker.consumers import ConsumerManager
@@ -46,8 +44,9 @@ from wharf.broker.offsets import ConsumerOffsetManager
 from wharf.broker.persist import dumps, load_json_blocking, write_text_atomic_blocking
 from wharf.broker.settings import parse_delay_levels
 from wharf.broker.topics import TopicConfigManager
-from wharf.store.config import StoreConfig
 from wharf.store.codec.format import SCHEDULE_TOPIC
+from wharf.store.config import StoreConfig
+from wharf.v1 import admin_pb2, messaging_pb2
 
 if TYPE_CHECKING:
     from wharf.store.message_store import MessageStore

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from wharf.v1 import common_pb2, messaging_pb2
-
 from wharf.broker.errors import InvalidArgumentError
 from wharf.broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.store.codec.format import (
@@ -22,6 +20,7 @@ from wharf.store.codec.format import (
     SYSFLAG_COMPRESSED,
 )
 from wharf.store.model import MessageInput, StoredMessage
+from wharf.v1 import common_pb2, messaging_pb2
 
 # Properties the view carries in dedicated fields instead of the properties map.
 _VIEW_HIDDEN = frozenset((PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY))

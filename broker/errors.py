@@ -7,7 +7,6 @@ of them into a status with the exception's message, which must tell the user wha
 from __future__ import annotations
 
 import grpc
-
 from wharf.store.errors import (
     CorruptRecordError,
     DiskFullError,

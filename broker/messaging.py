@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-from wharf.v1 import messaging_pb2_grpc
-
 from wharf.broker.consumer import ConsumerProcessor
 from wharf.broker.context import BrokerContext
 from wharf.broker.pull import PullProcessor
 from wharf.broker.query import QueryProcessor
 from wharf.broker.rpc import rpc
 from wharf.broker.send import SendProcessor, born_host_of
+from wharf.v1 import messaging_pb2_grpc
 
 
 class MessagingService(messaging_pb2_grpc.MessagingServiceServicer):

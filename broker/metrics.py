@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
-
 from wharf.broker import metrics_families as families
 from wharf.broker.metrics_accumulators import LabelledCounters, LabelledHistograms
 from wharf.broker.metrics_http import MetricsHttpServer

@@ -11,7 +11,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-
 from wharf.broker.metrics_accumulators import HistogramSnapshot, LabelKey, LabelledHistograms
 from wharf.broker.metrics_snapshot import BrokerSnapshot
 

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import time
 
-from wharf.v1 import messaging_pb2
-
 from wharf.broker.context import BrokerContext
 from wharf.broker.convert import add_views
 from wharf.broker.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
 from wharf.broker.groups import validate_group_name
 from wharf.broker.tags import parse_tag_expression
 from wharf.broker.topics import is_system_topic, validate_topic_name
-from wharf.store.read.get_raw import RawGetResult
 from wharf.store.model import GetResult, GetStatus
+from wharf.store.read.get_raw import RawGetResult
+from wharf.v1 import messaging_pb2
 
 MAX_WAIT_MS = 60_000  # longer waits would outlive typical client deadlines
 DISPATCH_WAIT_S = 1.0  # how long a pull that finds nothing waits for pending dispatch, once
@@ -32,7 +31,7 @@ _STATUS = {
 }
 
 
-def pull_status(result: GetResult | RawGetResult, offset: int) -> int:
+def pull_status(result: GetResult | RawGetResult, offset: int) -> messaging_pb2.PullStatus:
     if result.status is GetStatus.NO_MESSAGE_IN_QUEUE:
         # An empty queue: offset 0 simply waits; any other offset is illegal (RocketMQ:
         # PULL_OFFSET_MOVED), the reply's next_begin_offset says where to go.

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import time
 
-from wharf.v1 import messaging_pb2
-
 from wharf.broker.context import BrokerContext
 from wharf.broker.convert import add_views, to_view
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.topics import PERM_READ_WRITE, validate_topic_name
-from wharf.store.errors import InvalidMessageError, StoreError
 from wharf.store.codec.format import PROPERTY_REAL_TOPIC, decode_offset_msg_id
+from wharf.store.errors import InvalidMessageError, StoreError
 from wharf.store.model import StoredMessage
+from wharf.v1 import messaging_pb2
 
 DEFAULT_QUERY_MAX = 32  # RocketMQ's defaultQueryMaxNum
 QUERY_MAX_CAP = 1024

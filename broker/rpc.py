@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-
 from wharf.broker.errors import InvalidArgumentError, status_for
 from wharf.broker.handlers import MalformedRequest
 

@@ -14,8 +14,6 @@ from collections.abc import AsyncIterator
 from functools import lru_cache
 
 import grpc
-from wharf.v1 import common_pb2, messaging_pb2
-
 from wharf.broker.context import BrokerContext
 from wharf.broker.convert import to_inputs
 from wharf.broker.errors import (
@@ -27,6 +25,7 @@ from wharf.broker.errors import (
 from wharf.broker.handlers import MalformedRequest
 from wharf.store.config import SYNC_FLUSH
 from wharf.store.model import PutStatus
+from wharf.v1 import common_pb2, messaging_pb2
 
 log = logging.getLogger("wharf.broker.send")
 _STATUS = {

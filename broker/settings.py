@@ -16,7 +16,9 @@ from typing import Any
 
 from wharf.broker.config import BrokerConfig, Config, StoreConfig, parse_host_port
 from wharf.store.config import ASYNC_FLUSH, SYNC_FLUSH
-from wharf.store.services.schedule import parse_delay_levels  # one grammar: the store's ScheduleService
+from wharf.store.services.schedule import (
+    parse_delay_levels,  # one grammar: the store's ScheduleService
+)
 
 ENV_PREFIX = "WHARF_"
 # RocketMQ spells a few settings unlike the camelCase of our snake_case field names.

@@ -7,9 +7,9 @@ from __future__ import annotations
 from functools import lru_cache
 
 from wharf.store.errors import InvalidFilterError
+from wharf.store.model import TagFilter
 from wharf.store.read.filter import MATCH_ALL
 from wharf.store.read.filter import parse_tag_expression as _parse
-from wharf.store.model import TagFilter
 
 __all__ = ["MATCH_ALL", "parse_tag_expression"]
 

@@ -13,7 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wharf.broker.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
-from wharf.store.codec.format import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC
+from wharf.store.codec.format import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+)
 
 PERM_READ = 4
 PERM_WRITE = 2

@@ -12,10 +12,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import grpc
-from wharf.v1 import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
-
 from wharf.client.channel import open_channel
 from wharf.client.errors import ClientClosedError, from_rpc_error
+from wharf.v1 import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
 
 T = TypeVar("T")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import grpc
-
 from wharf.client.errors import InvalidArgumentError
 
 DEFAULT_ENDPOINTS = "127.0.0.1:8081"

@@ -12,11 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from wharf.v1 import common_pb2, messaging_pb2
-
 from wharf.client.compression import COMPRESS_THRESHOLD, decompress, maybe_compress
 from wharf.client.errors import InvalidArgumentError
 from wharf.client.ids import new_unique_id
+from wharf.v1 import common_pb2, messaging_pb2
 
 # Property names the broker uses on retried messages (RocketMQ's MessageConst).
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"

@@ -20,8 +20,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import grpc
-from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
-
 from wharf.client.batcher import AutoBatcher
 from wharf.client.channel import open_channel
 from wharf.client.compression import COMPRESS_THRESHOLD
@@ -40,6 +38,7 @@ from wharf.client.record_encoder import RecordEncoder, results_of
 from wharf.client.route import RouteCache
 from wharf.client.selector import MessageQueueSelector
 from wharf.client.send_stream import SendStream
+from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 log = logging.getLogger(__name__)
 _WireMessage = common_pb2.Message

@@ -17,15 +17,20 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate
 
-from wharf.v1 import messaging_pb2
-
 from wharf.client.compression import COMPRESS_THRESHOLD
 from wharf.client.errors import InvalidArgumentError
 from wharf.client.message import SendResult, SendStatus, body_payload
-from wharf.store.errors import InvalidMessageError
-from wharf.store.codec.format import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, _crc32
+from wharf.store.codec.format import (
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    _crc32,
+)
 from wharf.store.codec.format import encode_host as _encode_host
 from wharf.store.codec.send_records import encode_record, topic_tail
+from wharf.store.errors import InvalidMessageError
+from wharf.v1 import messaging_pb2
 
 try:  # the compiled batch encoder (store/fast/_record_encoder.c), when the install built it
     from wharf.store.fast._record_encoder import encode_bare_records as _encode_bare_records

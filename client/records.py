@@ -24,8 +24,6 @@ import struct
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from wharf.v1 import common_pb2, messaging_pb2
-
 from wharf.client.compression import decompress
 from wharf.client.errors import BrokerInternalError
 from wharf.client.message import PROPERTY_RETRY_TOPIC, ReceivedMessage
@@ -41,6 +39,7 @@ from wharf.store.codec.format import (
     SYSFLAG_COMPRESSED,
     decode_host,
 )
+from wharf.v1 import common_pb2, messaging_pb2
 
 if TYPE_CHECKING:
     from wharf.client.consumer.pull_wire import PullReply

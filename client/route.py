@@ -6,10 +6,9 @@ import time
 from dataclasses import dataclass
 
 import grpc
-from wharf.v1 import messaging_pb2, messaging_pb2_grpc
-
 from wharf.client.errors import from_rpc_error
 from wharf.client.message import MessageQueue
+from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
 # A topic that does not exist yet is auto-created by the broker with defaultTopicQueueNums.
 DEFAULT_QUEUE_NUMS = 8

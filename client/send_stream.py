@@ -17,9 +17,8 @@ import collections
 import itertools
 
 import grpc
-from wharf.v1 import common_pb2, messaging_pb2
-
 from wharf.client.errors import ClientClosedError, UnavailableError, WharfError, from_rpc_error
+from wharf.v1 import common_pb2, messaging_pb2
 
 _METHOD = "/wharf.v1.MessagingService/SendMessageStream"
 _MESSAGES_TAG = b"\x1a"  # SendMessageRequest.messages: field 3, length-delimited

@@ -34,12 +34,9 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
-from wharf.store.log.checkpoint import StoreCheckpoint
-from wharf.store.services.cleanup import CleanupService, statvfs_used_ratio
-from wharf.store.log.commit_log import CommitLog
+from wharf.store.codec.format import decode_offset_msg_id
 from wharf.store.config import SYNC_FLUSH, StoreConfig
-from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE, Unit
-from wharf.store.queue.table import ConsumeQueueTable
+from wharf.store.dispatch.reput import CommitLogSource, Dispatcher, QueueAdvance, ReputService
 from wharf.store.errors import (
     CorruptRecordError,
     DiskFullError,
@@ -47,10 +44,10 @@ from wharf.store.errors import (
     StoreNotWritableError,
     StoreShutDownError,
 )
-from wharf.store.codec.format import decode_offset_msg_id
-from wharf.store.read.get_message import get_messages
-from wharf.store.read.get_raw import RawGetResult, get_raw_records
+from wharf.store.fast.record_check import check_records
 from wharf.store.index.index_files import IndexService
+from wharf.store.log.checkpoint import StoreCheckpoint
+from wharf.store.log.commit_log import CommitLog
 from wharf.store.model import (
     AppendResult,
     GetResult,
@@ -62,17 +59,20 @@ from wharf.store.model import (
     StoreStats,
     TagFilter,
 )
-from wharf.store.services.queue_flush import FlushConsumeQueueService
-from wharf.store.fast.record_check import check_records
+from wharf.store.paths import StorePaths, write_abort_marker_blocking
+from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE, Unit
+from wharf.store.queue.table import ConsumeQueueTable
+from wharf.store.read.get_message import get_messages
+from wharf.store.read.get_raw import RawGetResult, get_raw_records
 from wharf.store.recovery import RecoveredState, recover_blocking
-from wharf.store.dispatch.reput import CommitLogSource, Dispatcher, QueueAdvance, ReputService
+from wharf.store.services.cleanup import CleanupService, statvfs_used_ratio
+from wharf.store.services.queue_flush import FlushConsumeQueueService
 from wharf.store.services.schedule import (
     ScheduleMessageService,
     delay_level_of,
     parse_delay_levels,
     to_schedule_topic,
 )
-from wharf.store.paths import StorePaths, write_abort_marker_blocking
 from wharf.store.stats import FlushTally, build_stats, validate_config
 
 log = logging.getLogger(__name__)

@@ -22,13 +22,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from wharf.store.config import StoreConfig
+from wharf.store.dispatch.reput import CommitLogSource, Dispatcher
+from wharf.store.index.index_files import IndexService
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.commit_log import CommitLog
-from wharf.store.config import StoreConfig
-from wharf.store.queue.table import ConsumeQueueTable
-from wharf.store.index.index_files import IndexService
-from wharf.store.dispatch.reput import CommitLogSource, Dispatcher
 from wharf.store.paths import StorePaths, read_abort_marker_blocking
+from wharf.store.queue.table import ConsumeQueueTable
 
 log = logging.getLogger(__name__)
 

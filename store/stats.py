@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from wharf.store.services.cleanup import parse_delete_when
-from wharf.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from wharf.store.codec.format import CQ_STORE_UNIT_SIZE
+from wharf.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from wharf.store.model import StoreStats
+from wharf.store.services.cleanup import parse_delete_when
 from wharf.store.services.schedule import parse_delay_levels
 
 if TYPE_CHECKING:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 
-from wharf.v1 import common_pb2
-
 from wharf.client.admin import Admin
 from wharf.client.cli.output import Output, fmt_ms, proto_dict
+from wharf.v1 import common_pb2
 
 
 def parse_timestamp(text: str) -> int:

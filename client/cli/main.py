@@ -18,7 +18,6 @@ import sys
 from collections.abc import Sequence
 
 import uvloop
-
 from wharf.client.channel import DEFAULT_ENDPOINTS, parse_endpoints
 from wharf.client.cli import group_commands, message_commands, topic_commands
 from wharf.client.cli.exit_codes import INTERRUPTED, USAGE, exit_code_for

@@ -8,7 +8,6 @@ import sys
 from collections.abc import Iterator
 
 from rich.progress import Progress
-
 from wharf.client.admin import Admin
 from wharf.client.cli.output import Output, message_dict, message_line, proto_dict
 from wharf.client.cli.topic_commands import parse_attributes

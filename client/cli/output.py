@@ -13,7 +13,6 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message as ProtoMessage
 from rich.console import Console
 from rich.table import Table
-
 from wharf.client.message import ReceivedMessage
 
 

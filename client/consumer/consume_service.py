@@ -17,11 +17,10 @@ import logging
 from collections.abc import Awaitable, Callable
 
 import grpc
-from wharf.v1 import messaging_pb2, messaging_pb2_grpc
-
 from wharf.client.consumer.queue_worker import QueueWorker
 from wharf.client.errors import from_rpc_error
 from wharf.client.message import ConsumeResult, ReceivedMessage
+from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
 log = logging.getLogger(__name__)
 

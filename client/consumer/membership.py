@@ -9,9 +9,8 @@ from __future__ import annotations
 import logging
 
 import grpc
-from wharf.v1 import messaging_pb2, messaging_pb2_grpc
-
 from wharf.client.errors import from_rpc_error
+from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Protocol
 
 import grpc
-from wharf.v1 import messaging_pb2, messaging_pb2_grpc
-
 from wharf.client.errors import from_rpc_error
 from wharf.client.message import MessageQueue
+from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import grpc
-from wharf.v1 import messaging_pb2, messaging_pb2_grpc
-
 from wharf.client.channel import open_channel
 from wharf.client.consumer.pull_wire import pull_callable
 from wharf.client.consumer.start_offset import queue_bounds, search_offset
@@ -30,6 +28,7 @@ from wharf.client.errors import ClientClosedError, InvalidArgumentError, from_rp
 from wharf.client.message import MessageQueue, ReceivedMessage
 from wharf.client.records import messages_from_reply
 from wharf.client.route import RouteCache
+from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
 
 class PullStatus(enum.IntEnum):

@@ -32,8 +32,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
-from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
-
 from wharf.client.channel import open_channel
 from wharf.client.consumer.consume_service import ConcurrentConsumeService, Handler
 from wharf.client.consumer.membership import GroupMembership
@@ -45,6 +43,7 @@ from wharf.client.errors import InvalidArgumentError, WharfError
 from wharf.client.message import MessageQueue, retry_topic
 from wharf.client.rebalance import allocate_averagely
 from wharf.client.route import RouteCache
+from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 log = logging.getLogger(__name__)
 

@@ -8,13 +8,12 @@ import logging
 from collections.abc import Awaitable, Callable
 
 import grpc
-from wharf.v1 import messaging_pb2, messaging_pb2_grpc
-
 from wharf.client.consumer.process_queue import ProcessQueue
 from wharf.client.consumer.pull_wire import PullReply
 from wharf.client.errors import WharfError, from_rpc_error
 from wharf.client.message import MessageQueue, ReceivedMessage
 from wharf.client.records import messages_from_reply
+from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
 log = logging.getLogger(__name__)
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import grpc
-from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
-
 from wharf.client.consumer.offset_store import LocalOffsetStore, RemoteOffsetStore
 from wharf.client.errors import from_rpc_error
 from wharf.client.message import MessageQueue
+from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 
 async def queue_bounds(

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
-
 from wharf.client.spark.options import EARLIEST, LATEST, OffsetSpec
 from wharf.client.spark.rpc import QueueBounds
 

@@ -15,14 +15,13 @@ from operator import attrgetter
 from typing import Any
 
 from pyspark.sql.types import StructType
-from wharf.v1 import messaging_pb2
-
 from wharf.client.message import ReceivedMessage
 from wharf.client.records import messages_from_reply
 from wharf.client.spark.columns import ColumnBuffer
 from wharf.client.spark.offsets import DataLossError, QueueRange
 from wharf.client.spark.options import ReadOptions
 from wharf.client.spark.rpc import BrokerRpc, PendingPull
+from wharf.v1 import messaging_pb2
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
-from wharf.v1 import messaging_pb2, messaging_pb2_grpc
-
 from wharf.client.consumer.pull_wire import PULL_METHOD, PullReply, decode_pull_reply
 from wharf.client.send_stream import encode_records_request
+from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
 _SEND_METHOD = "/wharf.v1.MessagingService/SendMessage"
 # Names of the fast-path calls in BrokerRpc._call (error messages show them).

@@ -11,7 +11,6 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
 )
 from pyspark.sql.types import StructType
-
 from wharf.client.spark.columns import KNOWN_COLUMNS, check_schema, store_schema, topic_schema
 from wharf.client.spark.options import (
     OptionError,

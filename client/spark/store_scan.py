@@ -30,7 +30,6 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
-
 from wharf.client.spark.columns import ColumnBuffer
 from wharf.client.spark.options import OptionError, check_topic_name
 from wharf.store.codec import format as fmt

@@ -20,7 +20,6 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
-
 from wharf.client.spark.offsets import (
     OffsetMap,
     QueueKey,

@@ -44,12 +44,11 @@ from pyspark.sql.types import (
     StringType,
     StructType,
 )
-from wharf.v1 import messaging_pb2
-
 from wharf.client.errors import InvalidArgumentError
 from wharf.client.record_encoder import RecordEncoder
 from wharf.client.spark.options import OptionError, WriteOptions
 from wharf.client.spark.rpc import BrokerRpc, PendingSend
+from wharf.v1 import messaging_pb2
 
 log = logging.getLogger(__name__)
 

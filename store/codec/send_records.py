@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import struct
 
-from wharf.store.errors import InvalidMessageError
 from wharf.store.codec.format import (
     _PROPERTIES_LENGTH_BYTES,
     MAX_PROPERTIES_LENGTH,
@@ -37,6 +36,7 @@ from wharf.store.codec.format import (
     _crc32,
     validate_topic,
 )
+from wharf.store.errors import InvalidMessageError
 
 # SYSFLAG bits a producer may set on a record it sends (no transaction bits before wave 2).
 ALLOWED_SYS_FLAGS = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS

@@ -16,10 +16,6 @@ from itertools import starmap
 from typing import NamedTuple
 
 import numpy as np
-
-from wharf.store.queue.consume_queue import ConsumeQueue, Unit
-from wharf.store.queue.table import ConsumeQueueTable
-from wharf.store.fast.dispatch_columns import DispatchColumns
 from wharf.store.codec.format import (
     CQ_STORE_UNIT_SIZE,
     CQ_UNIT,
@@ -30,9 +26,12 @@ from wharf.store.codec.format import (
     DispatchRequest,
     java_string_hash,
 )
+from wharf.store.fast.dispatch_columns import DispatchColumns
 from wharf.store.fast.index_batch import IndexColumns
 from wharf.store.index.index_file import IndexEntry
 from wharf.store.index.index_files import IndexService
+from wharf.store.queue.consume_queue import ConsumeQueue, Unit
+from wharf.store.queue.table import ConsumeQueueTable
 
 _TAG_CODE_CACHE = 65536
 _NOT_QUEUED = (SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK)

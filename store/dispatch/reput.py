@@ -17,12 +17,12 @@ import contextlib
 from collections.abc import Callable
 from typing import Protocol
 
-from wharf.store.log.commit_log import CommitLog
-from wharf.store.queue.consume_queue import ConsumeQueue, ConsumeQueueFile
-from wharf.store.fast.dispatch_columns import decode_dispatch_columns
+from wharf.store.codec.format import decode_dispatches, read_total_size
 from wharf.store.dispatch.dispatcher import Dispatcher, DispatchPlan, DispatchRecords, QueueAdvance
 from wharf.store.errors import CorruptRecordError
-from wharf.store.codec.format import decode_dispatches, read_total_size
+from wharf.store.fast.dispatch_columns import decode_dispatch_columns
+from wharf.store.log.commit_log import CommitLog
+from wharf.store.queue.consume_queue import ConsumeQueue, ConsumeQueueFile
 from wharf.store.service import Service
 
 __all__ = ["CommitLogSource", "DispatchSource", "Dispatcher", "QueueAdvance", "ReputService"]

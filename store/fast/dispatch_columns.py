@@ -25,8 +25,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from wharf.store.fast.dispatch_properties import PAD, PropertyPairs, index_keys, tags_codes
 from wharf.store.codec.format import (
     MESSAGE_MAGIC_CODE,
     RECORD_HEADER_SIZE,
@@ -36,6 +34,7 @@ from wharf.store.codec.format import (
     decode_dispatches,
     java_string_hash,
 )
+from wharf.store.fast.dispatch_properties import PAD, PropertyPairs, index_keys, tags_codes
 from wharf.store.fast.index_hash import SegmentHashes, index_key_hashes
 
 # The header bytes dispatch reads (RECORD_HEADER in format.py), gathered into 36-byte rows:

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
 from wharf.store.codec.format import INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE
 
 _INT_MAX = 0x7FFFFFFF

@@ -15,8 +15,6 @@ import os
 import struct
 
 import numpy as np
-
-from wharf.store.errors import InvalidMessageError
 from wharf.store.codec.format import (
     MAX_PROPERTIES_LENGTH,
     MESSAGE_MAGIC_CODE,
@@ -25,6 +23,7 @@ from wharf.store.codec.format import (
     _crc32,
 )
 from wharf.store.codec.send_records import ALLOWED_SYS_FLAGS, topic_tail
+from wharf.store.errors import InvalidMessageError
 
 try:  # the compiled check and patch (store/fast/_record_check.c), when the install built it
     from wharf.store.fast import _record_check as _compiled

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 from wharf.store.codec.format import SYSFLAG_TRANSACTION_ROLLBACK, DispatchRequest, index_key_hash
 from wharf.store.fast.index_batch import EMPTY_COLUMNS, IndexColumns
-from wharf.store.index.index_file import IndexEntry, IndexFile
 from wharf.store.fast.index_hash import index_key_hashes
+from wharf.store.index.index_file import IndexEntry, IndexFile
 
 if TYPE_CHECKING:
     from wharf.store.fast.dispatch_columns import DispatchColumns

@@ -67,11 +67,13 @@ from itertools import pairwise
 from typing import Any
 
 import numpy as np
-
-from wharf.store.log.allocate import AllocateMappedFileService
-from wharf.store.log.checkpoint import StoreCheckpoint
-from wharf.store.log.reader import CommitLogReads, DispatchBatch
-from wharf.store.log.recovery import recover_queue_blocking
+from wharf.store.codec.format import (
+    END_FILE_MIN_BLANK_LENGTH,
+    EncodedBatch,
+    encode_batch,
+    encode_host,
+)
+from wharf.store.codec.send_records import born_host_bytes
 from wharf.store.config import SYNC_FLUSH, StoreConfig
 from wharf.store.errors import (
     FlushFailedError,
@@ -79,15 +81,17 @@ from wharf.store.errors import (
     StoreNotWritableError,
     StoreShutDownError,
 )
+from wharf.store.fast.record_check import patch_records
+from wharf.store.log.allocate import AllocateMappedFileService
+from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.flush import CommitRealTimeService, FlushRealTimeService
-from wharf.store.codec.format import END_FILE_MIN_BLANK_LENGTH, EncodedBatch, encode_batch, encode_host
 from wharf.store.log.group_commit import GroupCommitService
 from wharf.store.log.mapped_file import MappedFile
 from wharf.store.log.mapped_file_queue import MappedFileQueue, create_segment_blocking
+from wharf.store.log.reader import CommitLogReads, DispatchBatch
+from wharf.store.log.recovery import recover_queue_blocking
+from wharf.store.log.transient_pool import TransientStorePool
 from wharf.store.model import AppendResult, MessageInput
-from wharf.store.codec.send_records import born_host_bytes
-from wharf.store.fast.record_check import patch_records
-from wharf.store.transient_pool import TransientStorePool
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from wharf.store.errors import CorruptRecordError
 from wharf.store.codec.format import (
     BLANK_HEADER,
     BLANK_MAGIC_CODE,
@@ -25,6 +24,7 @@ from wharf.store.codec.format import (
     decode_record,
     decode_records,
 )
+from wharf.store.errors import CorruptRecordError
 from wharf.store.log.mapped_file_queue import MappedFileQueue
 from wharf.store.model import StoredMessage
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 
-from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.codec.format import (
     OFFSET_STORE_TIMESTAMP,
     RECORD_BLANK,
@@ -17,6 +16,7 @@ from wharf.store.codec.format import (
     STORE_TIMESTAMP,
     check_record,
 )
+from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.mapped_file import MappedFile
 from wharf.store.log.mapped_file_queue import MappedFileQueue
 

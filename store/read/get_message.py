@@ -19,11 +19,11 @@ instead of one lookup + copy + decode call per message.
 
 from __future__ import annotations
 
+from wharf.store.codec.format import decode_records
 from wharf.store.log.commit_log import CommitLog
+from wharf.store.model import GetResult, GetStatus, StoredMessage, TagFilter
 from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE, UNIT, ConsumeQueue
 from wharf.store.read.filter import MATCH_ALL
-from wharf.store.codec.format import decode_records
-from wharf.store.model import GetResult, GetStatus, StoredMessage, TagFilter
 
 # RocketMQ's maxFilterMessageCount: a filtered pull scans at least this many units.
 MIN_FILTER_SCAN_UNITS = 800

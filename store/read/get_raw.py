@@ -22,12 +22,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from wharf.store.codec.format import MESSAGE_MAGIC_CODE, RECORD_FIXED_SIZE
 from wharf.store.log.commit_log import CommitLog
+from wharf.store.model import GetStatus, TagFilter
 from wharf.store.queue.consume_queue import ConsumeQueue
 from wharf.store.read.filter import MATCH_ALL
-from wharf.store.codec.format import MESSAGE_MAGIC_CODE, RECORD_FIXED_SIZE
 from wharf.store.read.get_message import check_offset, choose_units
-from wharf.store.model import GetStatus, TagFilter
 
 # TOTALSIZE, MAGICCODE at 0; BODYLENGTH at 84 (see store.format's record diagram).
 _SIZE_MAGIC_BODY = struct.Struct(">iI76xi")

@@ -21,13 +21,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wharf.store.errors import InvalidMessageError, StoreError, StoreNotWritableError
 from wharf.store.codec.format import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     SCHEDULE_TOPIC,
 )
+from wharf.store.errors import InvalidMessageError, StoreError, StoreNotWritableError
 from wharf.store.model import MessageInput, StoredMessage
 from wharf.store.paths import read_json_with_backup_blocking, write_json_atomic_blocking
 

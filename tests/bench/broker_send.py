@@ -29,9 +29,8 @@ from pathlib import Path
 
 import grpc
 import uvloop
-from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
-
 from wharf.store.codec.send_records import encode_record, topic_tail
+from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -117,7 +116,15 @@ def process_cpu_seconds(pid: int) -> float:
 
 def start_peer(root: Path, batch: int) -> tuple[subprocess.Popen[bytes], str]:
     ready = root / "peer.json"
-    cmd = [sys.executable, "-m", "tests.bench.broker_send", "--peer", str(ready), "--batch", str(batch)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.bench.broker_send",
+        "--peer",
+        str(ready),
+        "--batch",
+        str(batch),
+    ]
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT)
     deadline = time.monotonic() + 30
     while not ready.exists():

@@ -15,7 +15,6 @@ import time
 import urllib.request
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-
 from wharf.broker.metrics import MESSAGE_SIZE_BUCKETS, BrokerMetrics
 
 

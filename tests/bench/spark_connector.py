@@ -57,7 +57,6 @@ def _spark():  # type: ignore[no-untyped-def]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
-
     from wharf.client.spark import register
 
     spark = (

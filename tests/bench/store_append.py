@@ -37,10 +37,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from wharf.store.codec import format as fmt
+from wharf.store.codec.format import MESSAGE_MAGIC_CODE, encode_batch
+from wharf.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.commit_log import CommitLog
-from wharf.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
-from wharf.store.codec.format import MESSAGE_MAGIC_CODE, encode_batch
 from wharf.store.log.mapped_file_queue import create_segment_blocking
 from wharf.store.model import MessageInput
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from wharf.v1 import common_pb2, messaging_pb2
-
 from wharf.broker.convert import add_views, to_inputs
 from wharf.broker.errors import InvalidArgumentError
 from wharf.broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.store.codec.format import create_offset_msg_id
 from wharf.store.model import StoredMessage
+from wharf.v1 import common_pb2, messaging_pb2
 
 Msg = common_pb2.Message
 IDS = UniqueIdGenerator()

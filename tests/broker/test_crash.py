@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
+from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.v1 import common_pb2, messaging_pb2
 
-from wharf.store.codec.send_records import encode_record, topic_tail
 from tests.broker.daemon_helpers import SMALL_STORE, Client
 from tests.harness import BrokerProcess
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import grpc
 import pytest
-
 from wharf.broker.errors import (
     AlreadyExistsError,
     InvalidArgumentError,

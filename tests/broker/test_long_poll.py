@@ -6,7 +6,6 @@ import asyncio
 import time
 
 import pytest
-
 from wharf.broker.errors import ResourceExhaustedError, UnavailableError
 from wharf.broker.long_poll import LongPollHolder
 

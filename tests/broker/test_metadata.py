@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from wharf.broker.consumers import ConsumerManager
 from wharf.broker.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from wharf.broker.groups import SubscriptionGroup, SubscriptionGroupManager

@@ -12,10 +12,10 @@ from typing import Any
 
 import grpc
 import pytest
-from wharf.v1 import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
-
 from wharf.broker.controller import BrokerController
 from wharf.broker.settings import load_settings
+from wharf.v1 import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
+
 from tests.broker.fake_store import FakeStore
 
 Msg = common_pb2.Message

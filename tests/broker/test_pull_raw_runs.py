@@ -8,11 +8,10 @@ import struct
 from dataclasses import dataclass
 
 import pytest
-
-from wharf.store.read import get_raw
-from wharf.store.errors import CorruptRecordError
 from wharf.store.codec.format import MESSAGE_MAGIC_CODE, encode_batch
+from wharf.store.errors import CorruptRecordError
 from wharf.store.model import MessageInput
+from wharf.store.read import get_raw
 
 TAGS = ["a", "b", "c"]
 

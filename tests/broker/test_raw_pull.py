@@ -11,11 +11,11 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from wharf.v1 import common_pb2, messaging_pb2
-
 from wharf.client.message import ReceivedMessage
 from wharf.client.records import exact_tags, parse_records
 from wharf.store.codec.format import java_string_hash
+from wharf.v1 import common_pb2, messaging_pb2
+
 from tests.broker.daemon_helpers import SMALL_STORE, Client
 from tests.harness import BrokerProcess
 

@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from wharf.v1 import common_pb2, messaging_pb2
-
 from wharf.broker.convert import to_inputs
 from wharf.broker.errors import InvalidArgumentError
 from wharf.broker.message_ids import UniqueIdGenerator
 from wharf.store.codec.format import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from wharf.store.model import PutStatus
+from wharf.v1 import common_pb2, messaging_pb2
+
 from tests.broker.test_processors import Broker, start_broker
 
 Msg = common_pb2.Message

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from wharf.v1 import messaging_pb2
-
 from wharf.store.codec.format import RECORD_HEADER_SIZE, create_offset_msg_id, decode_record
 from wharf.store.codec.send_records import encode_record, topic_tail
+from wharf.v1 import messaging_pb2
+
 from tests.broker.daemon_helpers import SMALL_STORE, Client
 from tests.harness import BrokerProcess
 

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from wharf.broker.settings import ConfigError, camel_name, load_settings, parse_delay_levels
+
 from tests.harness import REPO_ROOT
 
 

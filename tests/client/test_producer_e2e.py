@@ -6,7 +6,6 @@ import asyncio
 import collections
 
 import pytest
-
 from wharf.client import (
     Admin,
     AlreadyExistsError,
@@ -22,6 +21,7 @@ from wharf.client import (
 )
 from wharf.client.consumer.pull import PullStatus
 from wharf.client.message import MessageQueue, ReceivedMessage
+
 from tests.harness import BrokerProcess
 
 

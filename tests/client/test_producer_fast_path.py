@@ -10,8 +10,6 @@ import zlib
 from typing import Any, NamedTuple
 
 import pytest
-from wharf.v1 import common_pb2, messaging_pb2
-
 import wharf.client.ids as ids_module
 from wharf.client import (
     ClientClosedError,
@@ -26,6 +24,8 @@ from wharf.client import (
 from wharf.client.consumer.pull import PullStatus
 from wharf.client.ids import UniqueIdGenerator
 from wharf.store.codec.format import decode_record
+from wharf.v1 import common_pb2, messaging_pb2
+
 from tests.harness import BrokerProcess
 
 _HEX32 = re.compile(r"[0-9A-F]{32}")

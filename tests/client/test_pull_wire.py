@@ -8,13 +8,12 @@ import pytest
 from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wharf.v1 import common_pb2, messaging_pb2
-
 from wharf.client.consumer.pull_wire import PullReply, decode_pull_reply
 from wharf.client.errors import BrokerInternalError
 from wharf.client.records import RecordMessage, messages_from_reply, parse_records
 from wharf.store.codec.format import encode_batch
 from wharf.store.model import MessageInput
+from wharf.v1 import common_pb2, messaging_pb2
 
 FIELDS = (
     "topic", "queue_topic", "queue_id", "queue_offset", "commit_log_offset", "msg_id",

@@ -10,6 +10,7 @@ from typing import Any
 
 from wharf.client import Admin, ConsumeResult, Producer, PullConsumer, PushConsumer, ReceivedMessage
 from wharf.client.message import MessageQueue, dlq_topic
+
 from tests.harness import BrokerProcess
 
 FAST: dict[str, Any] = dict(

@@ -8,8 +8,6 @@ import zlib
 
 import grpc
 import pytest
-from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
-
 from wharf.client import ConsumeResult, PullConsumer, PushConsumer, ReceivedMessage
 from wharf.client.errors import BrokerInternalError
 from wharf.client.message import MessageQueue, to_wire
@@ -21,6 +19,8 @@ from wharf.store.codec.format import (
     java_string_hash,
 )
 from wharf.store.model import MessageInput
+from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
+
 from tests.harness import BrokerProcess
 
 STORE_HOST = "10.1.2.3:10911"

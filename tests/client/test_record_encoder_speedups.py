@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from wharf.v1 import messaging_pb2
-
 import wharf.client.ids as ids_module
 import wharf.client.record_encoder as record_encoder
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from wharf.client.ids import new_unique_ids
 from wharf.client.message import SendResult
 from wharf.client.record_encoder import RecordEncoder
 from wharf.store.codec.format import _crc32
 from wharf.store.codec.send_records import encode_record
 from wharf.store.fast.record_check import check_records
+from wharf.v1 import messaging_pb2
 
 
 def test_the_compiled_encoder_is_built_and_used() -> None:

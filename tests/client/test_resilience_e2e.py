@@ -14,6 +14,7 @@ from wharf.client import (
     PushConsumer,
     ReceivedMessage,
 )
+
 from tests.bench.launcher import free_port
 from tests.client.conftest import BROKER_SETTINGS
 from tests.harness import BrokerProcess

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-from wharf.v1 import messaging_pb2
-
 from wharf.client.channel import open_channel
 from wharf.client.record_encoder import RecordEncoder, results_of
 from wharf.client.send_stream import SendStream
+from wharf.v1 import messaging_pb2
+
 from tests.harness import BrokerProcess
 
 

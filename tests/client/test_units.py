@@ -8,8 +8,6 @@ import zlib
 
 import grpc
 import pytest
-from wharf.v1 import common_pb2
-
 from wharf.client.batcher import AutoBatcher
 from wharf.client.channel import parse_endpoints
 from wharf.client.compression import COMPRESS_THRESHOLD, decompress, maybe_compress
@@ -27,6 +25,7 @@ from wharf.client.ids import UniqueIdGenerator, new_unique_id
 from wharf.client.message import MessageQueue, ReceivedMessage, to_wire
 from wharf.client.rebalance import allocate_averagely
 from wharf.client.selector import SelectMessageQueueByHash
+from wharf.v1 import common_pb2
 
 
 def queues(n: int, topic: str = "t") -> list[MessageQueue]:
@@ -345,9 +344,8 @@ async def test_batcher_grows_batches_while_all_slots_are_busy() -> None:
 
 
 def test_cli_json_keeps_strings_strings_and_int64_numbers() -> None:
-    from wharf.v1 import admin_pb2
-
     from wharf.client.cli.output import proto_dict
+    from wharf.v1 import admin_pb2
 
     topic = proto_dict(admin_pb2.TopicConfig(name="123", read_queue_nums=3, attributes={"a": "1"}))
     assert topic == {

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
-
 from wharf.broker.metrics import BrokerMetrics
 from wharf.broker.settings import load_settings
+
 from tests.harness import REPO_ROOT
 from tests.ops.deploy_files import (
     DASHBOARD,
@@ -239,7 +239,11 @@ def test_the_image_wheel_ships_the_broker_probe_and_generated_stubs(tmp_path: Pa
     assert result.returncode == 0, result.stdout + result.stderr
     (wheel,) = (tmp_path / "wheels").glob("wharf-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"wharf/broker/probe.py", "wharf/broker/metrics.py", "wharf/v1/messaging_pb2.py"} <= names
+    assert {
+        "wharf/broker/probe.py",
+        "wharf/broker/metrics.py",
+        "wharf/v1/messaging_pb2.py",
+    } <= names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert (

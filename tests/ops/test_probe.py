@@ -11,7 +11,6 @@ from concurrent import futures
 import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-
 from wharf.broker import probe
 
 Serving = health_pb2.HealthCheckResponse.ServingStatus

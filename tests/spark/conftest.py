@@ -22,7 +22,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from pyspark.sql import SparkSession
-
     from wharf.client.spark import register
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")

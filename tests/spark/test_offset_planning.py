@@ -8,7 +8,6 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from wharf.client.spark.offsets import (
     DataLossError,
     QueueRange,

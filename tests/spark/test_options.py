@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from wharf.client.spark.options import OptionError, parse_read_options, parse_write_options
 
 pytestmark = pytest.mark.spark

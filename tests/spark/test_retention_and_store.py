@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from wharf.client.spark.offsets import DataLossError, QueueRange
 from wharf.client.spark.options import parse_read_options
+
 from tests.harness import BrokerProcess
 from tests.spark.segments import flip_body_byte
 from tests.spark.wire import queue_offsets, read_topic, send, wait_until_visible

@@ -6,11 +6,10 @@ from __future__ import annotations
 import zlib
 
 import pytest
-from wharf.v1 import messaging_pb2
-
 from wharf.client.records import parse_records
 from wharf.client.spark.options import parse_write_options
 from wharf.client.spark.topic_writers import _ChunkSender, _RowEncoder
+from wharf.v1 import messaging_pb2
 
 pytestmark = pytest.mark.spark
 

@@ -147,7 +147,6 @@ def test_stream_restart_from_checkpoint_neither_loses_nor_duplicates(
 def test_stream_reader_admission_control_and_available_now_target(broker: BrokerProcess) -> None:
     """Drive the driver-side stream reader directly (as Spark's runner does), no Spark job."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-
     from wharf.client.spark.columns import topic_schema
     from wharf.client.spark.options import parse_read_options
     from wharf.client.spark.topic_readers import TopicStreamReader

@@ -8,7 +8,6 @@ had nothing to do with retention. Tests of retention pass their own fake (``test
 from __future__ import annotations
 
 import pytest
-
 from wharf.store import message_store
 
 

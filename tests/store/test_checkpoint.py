@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.codec.format import CHECKPOINT, CHECKPOINT_FILE_SIZE
+from wharf.store.log.checkpoint import StoreCheckpoint
 
 
 def test_round_trip_through_a_4k_file(tmp_path):

@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
-from wharf.store.services.cleanup import parse_delete_when, statvfs_used_ratio
 from wharf.store.config import SYNC_FLUSH
 from wharf.store.errors import DiskFullError
 from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus
+from wharf.store.services.cleanup import parse_delete_when, statvfs_used_ratio
+
 from tests.store.test_store_helpers import msg, small_config
 
 HOUR_MS = 3_600_000

@@ -6,11 +6,10 @@ import asyncio
 import os
 
 import pytest
-
 from wharf.store.codec import format as fmt
-from wharf.store.log.commit_log import CommitLog
 from wharf.store.config import StoreConfig
 from wharf.store.errors import InvalidMessageError, StoreShutDownError
+from wharf.store.log.commit_log import CommitLog
 from wharf.store.model import MessageInput
 
 SEGMENT = 4096

@@ -9,12 +9,12 @@ import os
 import time
 
 from wharf.broker.settings import load_settings
+from wharf.store.codec import format as fmt
+from wharf.store.config import StoreConfig
 from wharf.store.log import allocate as allocate_service
 from wharf.store.log import recovery as commit_log_recovery
-from wharf.store.codec import format as fmt
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.commit_log import CommitLog
-from wharf.store.config import StoreConfig
 from wharf.store.log.mapped_file_queue import create_segment_blocking
 from wharf.store.message_store import MessageStore
 from wharf.store.model import MessageInput

@@ -7,7 +7,6 @@ import importlib
 import struct
 
 import pytest
-
 from wharf.store.codec import format as fmt
 
 # RECORD_HEADER (store.format) field by field, with its struct codes: offsets follow from them.
@@ -26,7 +25,12 @@ def header_offsets() -> dict[str, int]:
 
 
 @pytest.mark.parametrize(
-    "module", ["wharf.store.fast._record_encoder", "wharf.store.fast._record_check", "wharf.store.fast._log_scan"]
+    "module",
+    [
+        "wharf.store.fast._record_encoder",
+        "wharf.store.fast._record_check",
+        "wharf.store.fast._log_scan",
+    ],
 )
 def test_compiled_layout_is_store_formats(module: str) -> None:
     compiled = importlib.import_module(module)  # built by `pip install -e .`

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
 
 UNITS_PER_FILE = 7

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 from wharf.store.codec import format as fmt
+from wharf.store.config import SYNC_FLUSH, StoreConfig
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.commit_log import CommitLog
-from wharf.store.config import SYNC_FLUSH, StoreConfig
 from wharf.store.model import MessageInput
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -10,22 +10,21 @@ from unittest import mock
 
 import numpy as np
 import pytest
+import wharf.store.index.index_file as index_file_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import wharf.store.index.index_file as index_file_module
-from wharf.store.fast import dispatch_columns
 from wharf.store.codec import format as fmt
-from wharf.store.queue.table import ConsumeQueueTable
+from wharf.store.dispatch.reput import Dispatcher
+from wharf.store.errors import CorruptRecordError
+from wharf.store.fast import dispatch_columns
 from wharf.store.fast.dispatch_columns import (
     DispatchColumns,
     columns_from_requests,
     decode_dispatch_columns,
 )
-from wharf.store.errors import CorruptRecordError
 from wharf.store.fast.index_hash import SegmentHashes
 from wharf.store.index.index_files import IndexService
-from wharf.store.dispatch.reput import Dispatcher
+from wharf.store.queue.table import ConsumeQueueTable
 
 BASE = 1 << 33  # commit log offset of the buffer's first byte
 STAMP = 1_700_000_000_000

@@ -10,13 +10,17 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import wharf.store.index.index_file as index_file_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import wharf.store.index.index_file as index_file_module
-from wharf.store.codec.format import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_SLOT, index_key_hash
-from wharf.store.index.index_file import IndexFile
+from wharf.store.codec.format import (
+    INDEX_HASH_SLOT_SIZE,
+    INDEX_HEADER_SIZE,
+    INDEX_SLOT,
+    index_key_hash,
+)
 from wharf.store.fast.index_hash import index_key_hashes
+from wharf.store.index.index_file import IndexFile
 
 key_text = st.text(
     alphabet=st.sampled_from("abcXYZ09#-_ é€😀\x00"), min_size=0, max_size=12

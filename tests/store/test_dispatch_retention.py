@@ -10,6 +10,7 @@ from pathlib import Path
 from wharf.store.config import SYNC_FLUSH
 from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus
+
 from tests.store.test_store_helpers import msg, small_config
 
 BATCHES = 12

@@ -7,15 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 import wharf.store.dispatch.reput as reput_module
-from wharf.store.log.commit_log import CommitLog
 from wharf.store.config import StoreConfig
+from wharf.store.dispatch.reput import CommitLogSource
 from wharf.store.fast.dispatch_columns import DispatchColumns, decode_dispatch_columns
-from wharf.store.read.filter import parse_tag_expression
+from wharf.store.log.commit_log import CommitLog
 from wharf.store.message_store import MessageStore
 from wharf.store.model import MessageInput
-from wharf.store.dispatch.reput import CommitLogSource
+from wharf.store.read.filter import parse_tag_expression
+
 from tests.store.test_store_helpers import msg, small_config
 
 SEGMENT = 8 * 1024

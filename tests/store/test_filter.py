@@ -1,10 +1,9 @@
 from __future__ import annotations
 
 import pytest
-
+from wharf.store.codec.format import java_string_hash
 from wharf.store.errors import InvalidFilterError, InvalidMessageError
 from wharf.store.read.filter import parse_tag_expression
-from wharf.store.codec.format import java_string_hash
 
 
 @pytest.mark.parametrize("expression", [None, "", "   ", "*", " * "])

@@ -8,12 +8,11 @@ import errno
 import os
 
 import pytest
-
+from wharf.store.config import StoreConfig
+from wharf.store.errors import FlushFailedError
 from wharf.store.log import mapped_file as mf_module
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.commit_log import CommitLog
-from wharf.store.config import StoreConfig
-from wharf.store.errors import FlushFailedError
 from wharf.store.model import MessageInput
 from wharf.store.service import Service
 

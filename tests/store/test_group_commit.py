@@ -12,11 +12,10 @@ import threading
 import time
 
 import pytest
-
-from wharf.store.log import mapped_file as mf_module
-from wharf.store.log.commit_log import CommitLog
 from wharf.store.config import SYNC_FLUSH, StoreConfig
 from wharf.store.errors import FlushFailedError
+from wharf.store.log import mapped_file as mf_module
+from wharf.store.log.commit_log import CommitLog
 from wharf.store.model import MessageInput
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from wharf.store.codec.format import INDEX_HEADER, index_key_hash
 from wharf.store.index.index_file import IndexFile
 from wharf.store.index.index_files import IndexService, build_index_keys, index_file_name

@@ -4,12 +4,12 @@ and byte budget, over valid logs, blank-ended segments and damaged bytes."""
 
 from __future__ import annotations
 
+import wharf.store.log.reader as reader
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import wharf.store.log.reader as reader
 from wharf.store.codec.format import encode_blank
 from wharf.store.model import MessageInput
+
 from tests.store.test_record_batch import client_batch
 
 

@@ -9,14 +9,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
-from wharf.store.log import mapped_file
+from wharf.store.codec.format import create_offset_msg_id
 from wharf.store.config import ASYNC_FLUSH, SYNC_FLUSH
 from wharf.store.errors import FlushFailedError, InvalidMessageError, StoreShutDownError
-from wharf.store.read.filter import parse_tag_expression
-from wharf.store.codec.format import create_offset_msg_id
+from wharf.store.log import mapped_file
 from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus, PutStatus
+from wharf.store.read.filter import parse_tag_expression
+
 from tests.store.test_store_helpers import msg, small_config
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from wharf.store.message_store import MessageStore
+
 from tests.store.test_store_helpers import msg, small_config
 
 

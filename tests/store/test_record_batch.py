@@ -6,12 +6,16 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from wharf.store.errors import InvalidMessageError
-from wharf.store.codec.format import RECORD_HEADER_SIZE, encode_batch, encode_host, properties_to_string
-from wharf.store.model import MessageInput
+from wharf.store.codec.format import (
+    RECORD_HEADER_SIZE,
+    encode_batch,
+    encode_host,
+    properties_to_string,
+)
 from wharf.store.codec.send_records import born_host_bytes, encode_record, topic_tail
+from wharf.store.errors import InvalidMessageError
 from wharf.store.fast.record_check import check_records, patch_records
+from wharf.store.model import MessageInput
 
 BORN_HOST = "10.1.2.3:4567"
 STORE_HOST = "127.0.0.1:10911"

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import wharf.store.fast.record_check as record_check
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import wharf.store.fast.record_check as record_check
-from wharf.store.errors import InvalidMessageError
 from wharf.store.codec.format import encode_host
-from wharf.store.model import MessageInput
 from wharf.store.codec.send_records import born_host_bytes
+from wharf.store.errors import InvalidMessageError
+from wharf.store.model import MessageInput
+
 from tests.store.test_record_batch import client_batch, messages
 
 TOPIC = "orders"
@@ -34,7 +34,9 @@ def both(data: bytes, **kwargs: object) -> tuple[object, object]:
 
 
 def test_the_compiled_check_is_built_and_used() -> None:
-    assert record_check._compiled is not None  # `pip install -e .` builds it (pyproject ext-modules)
+    assert (
+        record_check._compiled is not None
+    )  # `pip install -e .` builds it (pyproject ext-modules)
 
 
 @settings(max_examples=200, deadline=None)

@@ -15,6 +15,7 @@ from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus
 from wharf.store.paths import write_abort_marker_blocking
+
 from tests.store.test_store_helpers import msg, small_config
 
 N_BATCHES = 8

@@ -6,8 +6,9 @@ import asyncio
 from pathlib import Path
 
 from wharf.store.codec.format import SCHEDULE_TOPIC, DispatchRequest, java_string_hash
-from wharf.store.message_store import MessageStore
 from wharf.store.dispatch.reput import Dispatcher
+from wharf.store.message_store import MessageStore
+
 from tests.store.test_store_helpers import msg, small_config
 
 

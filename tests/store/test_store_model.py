@@ -8,11 +8,11 @@ import random
 from pathlib import Path
 
 import pytest
-
 from wharf.store.config import SYNC_FLUSH
-from wharf.store.read.filter import parse_tag_expression
 from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus
+from wharf.store.read.filter import parse_tag_expression
+
 from tests.store.test_store_helpers import msg, small_config
 
 TAGS = ["a", "b", "c", ""]
