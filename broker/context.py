@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from wharf.broker.config import BrokerConfig
-from wharf.broker.consumers import ConsumerManager
-from wharf.broker.groups import SubscriptionGroupManager
 from wharf.broker.long_poll import LongPollHolder
 from wharf.broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
+from wharf.broker.meta.consumers import ConsumerManager
+from wharf.broker.meta.groups import SubscriptionGroupManager
+from wharf.broker.meta.offsets import ConsumerOffsetManager
+from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.metrics import BrokerMetrics
-from wharf.broker.offsets import ConsumerOffsetManager
-from wharf.broker.topics import TopicConfigManager
 
 if TYPE_CHECKING:
     from wharf.store.message_store import MessageStore

@@ -30,20 +30,20 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from wharf.broker.admin import AdminService
 from wharf.broker.config import Config, parse_host_port
-from wharf.broker.consumers import ConsumerManager
 from wharf.broker.context import BrokerContext
-from wharf.broker.groups import SubscriptionGroupManager
 from wharf.broker.handlers import add_servicer
 from wharf.broker.long_poll import LongPollHolder
 from wharf.broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
-from wharf.broker.messaging import MessagingService
+from wharf.broker.meta.consumers import ConsumerManager
+from wharf.broker.meta.groups import SubscriptionGroupManager
+from wharf.broker.meta.offsets import ConsumerOffsetManager
+from wharf.broker.meta.persist import dumps, load_json_blocking, write_text_atomic_blocking
+from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.metrics import BrokerMetrics
-from wharf.broker.offsets import ConsumerOffsetManager
-from wharf.broker.persist import dumps, load_json_blocking, write_text_atomic_blocking
+from wharf.broker.processors.admin import AdminService
+from wharf.broker.processors.messaging import MessagingService
 from wharf.broker.settings import parse_delay_levels
-from wharf.broker.topics import TopicConfigManager
 from wharf.store.codec.format import SCHEDULE_TOPIC
 from wharf.store.config import StoreConfig
 from wharf.v1 import admin_pb2, messaging_pb2

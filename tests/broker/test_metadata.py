@@ -6,17 +6,17 @@ import json
 from pathlib import Path
 
 import pytest
-from wharf.broker.consumers import ConsumerManager
 from wharf.broker.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
-from wharf.broker.groups import SubscriptionGroup, SubscriptionGroupManager
-from wharf.broker.offsets import ConsumerOffsetManager
-from wharf.broker.persist import (
+from wharf.broker.meta.consumers import ConsumerManager
+from wharf.broker.meta.groups import SubscriptionGroup, SubscriptionGroupManager
+from wharf.broker.meta.offsets import ConsumerOffsetManager
+from wharf.broker.meta.persist import (
     MetadataError,
     dumps,
     load_json_blocking,
     write_text_atomic_blocking,
 )
-from wharf.broker.topics import TopicConfigManager
+from wharf.broker.meta.topics import TopicConfigManager
 
 
 def test_offsets_persist_in_rocketmq_layout_and_load_back(tmp_path: Path) -> None:

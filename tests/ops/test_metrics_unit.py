@@ -7,9 +7,9 @@ import urllib.request
 
 import pytest
 from prometheus_client import generate_latest
-from wharf.broker import metrics_snapshot
 from wharf.broker.metrics import BrokerMetrics
-from wharf.broker.metrics_accumulators import HistogramAccumulator, LabelledCounters
+from wharf.broker.metrics import snapshot as metrics_snapshot
+from wharf.broker.metrics.accumulators import HistogramAccumulator, LabelledCounters
 
 from tests.ops.exposition import family_types, parse_samples, value
 from tests.ops.fakes import NOW_MS, fake_controller

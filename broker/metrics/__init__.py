@@ -24,10 +24,10 @@ from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
-from wharf.broker import metrics_families as families
-from wharf.broker.metrics_accumulators import LabelledCounters, LabelledHistograms
-from wharf.broker.metrics_http import MetricsHttpServer
-from wharf.broker.metrics_snapshot import BrokerSnapshot, take_snapshot
+from wharf.broker.metrics import families
+from wharf.broker.metrics.accumulators import LabelledCounters, LabelledHistograms
+from wharf.broker.metrics.http import MetricsHttpServer
+from wharf.broker.metrics.snapshot import BrokerSnapshot, take_snapshot
 
 log = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
-from wharf.broker.groups import validate_group_name
+from wharf.broker.meta.groups import validate_group_name
+from wharf.broker.meta.topics import validate_topic_name
 from wharf.broker.tags import parse_tag_expression
-from wharf.broker.topics import validate_topic_name
 from wharf.store.codec.format import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_DELAY_TIME_LEVEL,

@@ -15,7 +15,6 @@ from functools import lru_cache
 
 import grpc
 from wharf.broker.context import BrokerContext
-from wharf.broker.convert import to_inputs
 from wharf.broker.errors import (
     InvalidArgumentError,
     PermissionDeniedError,
@@ -23,11 +22,12 @@ from wharf.broker.errors import (
     status_for,
 )
 from wharf.broker.handlers import MalformedRequest
+from wharf.broker.processors.convert import to_inputs
 from wharf.store.config import SYNC_FLUSH
 from wharf.store.model import PutStatus
 from wharf.v1 import common_pb2, messaging_pb2
 
-log = logging.getLogger("wharf.broker.send")
+log = logging.getLogger("wharf.broker.processors.send")
 _STATUS = {
     PutStatus.PUT_OK: messaging_pb2.SEND_OK,
     PutStatus.FLUSH_DISK_TIMEOUT: messaging_pb2.FLUSH_DISK_TIMEOUT,

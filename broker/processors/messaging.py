@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from wharf.broker.consumer import ConsumerProcessor
 from wharf.broker.context import BrokerContext
-from wharf.broker.pull import PullProcessor
-from wharf.broker.query import QueryProcessor
+from wharf.broker.processors.consumer import ConsumerProcessor
+from wharf.broker.processors.pull import PullProcessor
+from wharf.broker.processors.query import QueryProcessor
+from wharf.broker.processors.send import SendProcessor, born_host_of
 from wharf.broker.rpc import rpc
-from wharf.broker.send import SendProcessor, born_host_of
 from wharf.v1 import messaging_pb2_grpc
 
 

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from wharf.broker.metrics_accumulators import HistogramSnapshot, LabelKey, LabelledHistograms
-from wharf.broker.metrics_snapshot import BrokerSnapshot
+from wharf.broker.metrics.accumulators import HistogramSnapshot, LabelKey, LabelledHistograms
+from wharf.broker.metrics.snapshot import BrokerSnapshot
 
 if TYPE_CHECKING:
     from wharf.broker.metrics import BrokerMetrics

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 
 from wharf.broker.context import BrokerContext
-from wharf.broker.convert import add_views, to_view
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
-from wharf.broker.topics import PERM_READ_WRITE, validate_topic_name
+from wharf.broker.meta.topics import PERM_READ_WRITE, validate_topic_name
+from wharf.broker.processors.convert import add_views, to_view
 from wharf.store.codec.format import PROPERTY_REAL_TOPIC, decode_offset_msg_id
 from wharf.store.errors import InvalidMessageError, StoreError
 from wharf.store.model import StoredMessage

@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 
 from wharf.broker.context import BrokerContext
-from wharf.broker.convert import add_views
 from wharf.broker.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
-from wharf.broker.groups import validate_group_name
+from wharf.broker.meta.groups import validate_group_name
+from wharf.broker.meta.topics import is_system_topic, validate_topic_name
+from wharf.broker.processors.convert import add_views
 from wharf.broker.tags import parse_tag_expression
-from wharf.broker.topics import is_system_topic, validate_topic_name
 from wharf.store.model import GetResult, GetStatus
 from wharf.store.read.get_raw import RawGetResult
 from wharf.v1 import messaging_pb2

@@ -10,15 +10,15 @@ from importlib import metadata
 import grpc
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
-from wharf.broker.groups import SubscriptionGroup, validate_group_name
-from wharf.broker.rpc import rpc
-from wharf.broker.topics import (
+from wharf.broker.meta.groups import SubscriptionGroup, validate_group_name
+from wharf.broker.meta.topics import (
     PERM_READ_WRITE,
     TopicConfig,
     validate_perm,
     validate_queue_nums,
     validate_topic_name,
 )
+from wharf.broker.rpc import rpc
 from wharf.store.model import QueueStat
 from wharf.v1 import admin_pb2, admin_pb2_grpc
 
