@@ -92,5 +92,6 @@ def snapshot_families(s: BrokerSnapshot) -> Iterator[Any]:
     yield counter("wharf_store_bytes_put_total", "Record bytes appended to the commit log.", [], [((), st.bytes_put_total)])  # fmt: skip
     yield gauge("wharf_store_recovery_seconds", "Duration of the recovery run at start.", [], [((), st.recovery_seconds)])  # fmt: skip
     yield gauge("wharf_long_poll_parked_requests", "Pull requests parked waiting for messages (long polling).", [], [((), s.parked_pulls)])  # fmt: skip
+    yield gauge("wharf_event_loop_tasks", "Live asyncio tasks on the broker's event loop.", [], [((), s.loop_tasks)])  # fmt: skip
     yield gauge("wharf_metrics_snapshot_seconds", "Event-loop time this scrape's store and consumer snapshot took.", [], [((), s.loop_seconds)])  # fmt: skip
     yield gauge("wharf_broker_uptime_seconds", "Seconds since the broker started.", [], [((), s.uptime_seconds)])  # fmt: skip

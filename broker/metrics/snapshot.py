@@ -11,6 +11,7 @@ stall the loop.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -45,6 +46,9 @@ class BrokerSnapshot:
     lags: list[GroupLag] = field(default_factory=list)
     # How long taking this snapshot held the event loop (its cost per scrape).
     loop_seconds: float = 0.0
+    # Live asyncio tasks of the broker's loop: a leak of per-request or per-stream tasks shows
+    # as growth here (the soak benchmark watches it).
+    loop_tasks: int = 0
 
 
 def take_snapshot(controller: Any, now: float | None = None) -> BrokerSnapshot:
@@ -68,7 +72,15 @@ def take_snapshot(controller: Any, now: float | None = None) -> BrokerSnapshot:
         },
         lags=lags,
         loop_seconds=time.perf_counter() - started,
+        loop_tasks=_loop_tasks(),
     )
+
+
+def _loop_tasks() -> int:
+    try:
+        return len(asyncio.all_tasks())
+    except RuntimeError:  # no running loop: a snapshot taken outside the broker (unit tests)
+        return 0
 
 
 def consumer_lags(controller: Any, now: float) -> list[GroupLag]:

@@ -132,6 +132,8 @@ def test_parked_long_poll_pull_shows_in_the_gauge(tmp_path: Path) -> None:
         with grpc.insecure_channel(broker.endpoint) as channel:
             stub = messaging_pb2_grpc.MessagingServiceStub(channel)
             send(stub, 0, [100])
+            idle_tasks = value(parse_samples(scrape(broker)), "wharf_event_loop_tasks")
+            assert idle_tasks >= 1  # the broker's own services run as tasks
             request = messaging_pb2.PullMessageRequest(
                 consumer_group="audit", topic=TOPIC, queue_id=0, queue_offset=1,
                 max_wait_ms=20_000,
@@ -143,6 +145,8 @@ def test_parked_long_poll_pull_shows_in_the_gauge(tmp_path: Path) -> None:
                 parked = value(parse_samples(scrape(broker)), "wharf_long_poll_parked_requests")
                 time.sleep(0.05)
             assert parked == 1
+            # The parked call is a task of its own on the broker's loop.
+            assert value(parse_samples(scrape(broker)), "wharf_event_loop_tasks") > idle_tasks
             send(stub, 0, [100])  # wakes the parked pull
             assert len(future.result(timeout=10).messages) == 1
         samples = parse_samples(scrape(broker))
