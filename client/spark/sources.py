@@ -22,7 +22,7 @@ from wharf.client.spark.options import (
 
 class WharfDataSource(DataSource):
     """``spark.read/readStream/write/writeStream.format("wharf")``; options as in
-    spark-sql-kafka (see README "Spark")."""
+    spark-sql-kafka (see client/spark/README.md)."""
 
     @classmethod
     def name(cls) -> str:

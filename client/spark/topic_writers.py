@@ -5,7 +5,7 @@ Wire path: each row is encoded here, on the executor, as a CommitLog record
 and a chunk of records goes out as one SendMessage ``records`` request (the broker checks and
 appends them without per-message conversion, and answers in the compact form).
 
-Delivery guarantee (see README "Spark"): *idempotent at-least-once*. Every row gets a
+Delivery guarantee (see client/spark/README.md): *idempotent at-least-once*. Every row gets a
 deterministic unique id (UNIQ_KEY) ``spark-<writerId>-<batchId>-<partitionId>-<rowIndex>``
 and rows are sent in chunks of ``batchSize`` rows (at most ``maxRequestBytes`` of records)
 per (topic, queueId), each chunk one store append (all or nothing). A task first probes the

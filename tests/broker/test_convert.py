@@ -1,4 +1,4 @@
-"""Wire <-> store conversions (the hot-path code in broker/convert.py)."""
+"""Wire <-> store conversions (the hot-path code in broker/processors/convert.py)."""
 
 from __future__ import annotations
 
