@@ -62,6 +62,13 @@ class BrokerConfig:
     # maxConcurrentRpcs: RPCs served at once (parked pulls and open streams included); beyond
     # it gRPC answers RESOURCE_EXHAUSTED, so memory held by in-flight requests stays bounded.
     max_concurrent_rpcs: int = 20_000
+    # maxUnreadPullBytesPerClient: message bytes of pull replies one client connection may leave
+    # unread in the broker's buffers; its next pull beyond it gets RESOURCE_EXHAUSTED
+    # (broker/reply_budget.py). A held reply costs ~3x its bytes (proto, serialized copy, gRPC
+    # slice): 16 MiB held ~50 MiB of RSS for a stopped consumer, which held 584 MiB without it.
+    max_unread_pull_bytes_per_client: int = 16 * 1024 * 1024
+    # maxUnreadPullBytes: the same for all connections together (many stalled consumers).
+    max_unread_pull_bytes: int = 512 * 1024 * 1024
     # grpcMaxMessageSize: largest gRPC request/reply. A batch may carry up to maxMessageSize of
     # body plus framing; 0 = derived: maxMessageSize + 1 MiB, at least 16 MiB.
     grpc_max_message_size: int = 0

@@ -14,6 +14,7 @@ from wharf.broker.meta.groups import SubscriptionGroupManager
 from wharf.broker.meta.offsets import ConsumerOffsetManager
 from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.metrics import BrokerMetrics
+from wharf.broker.reply_budget import ReplyBudget
 
 if TYPE_CHECKING:
     from wharf.store.message_store import MessageStore
@@ -33,6 +34,7 @@ class BrokerContext:
     delay_levels_ms: list[int]
     unique_ids: UniqueIdGenerator
     offset_ids: OffsetMsgIdFormatter
+    replies: ReplyBudget
     started_at: float = 0.0  # time.time() when serving began
     messages_in: int = 0
     messages_out: int = 0

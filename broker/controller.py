@@ -43,6 +43,7 @@ from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.metrics import BrokerMetrics
 from wharf.broker.processors.admin import AdminService
 from wharf.broker.processors.messaging import MessagingService
+from wharf.broker.reply_budget import ReplyBudget
 from wharf.broker.settings import parse_delay_levels
 from wharf.store.codec.format import SCHEDULE_TOPIC
 from wharf.store.config import StoreConfig
@@ -214,6 +215,9 @@ class BrokerController:
             delay_levels_ms=delay_levels,
             unique_ids=UniqueIdGenerator(store_config.store_host.rpartition(":")[0]),
             offset_ids=OffsetMsgIdFormatter(store_config.store_host),
+            replies=ReplyBudget(
+                broker.max_unread_pull_bytes_per_client, broker.max_unread_pull_bytes
+            ),
         )
         add_servicer(
             server, MessagingService(self.ctx), _service(messaging_pb2, "MessagingService")

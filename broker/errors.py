@@ -6,6 +6,8 @@ of them into a status with the exception's message, which must tell the user wha
 
 from __future__ import annotations
 
+import errno
+
 import grpc
 from wharf.store.errors import (
     CorruptRecordError,
@@ -73,9 +75,20 @@ _HINTS: dict[type[BaseException], str] = {
 }
 
 
+# Operating-system limits that are the operator's to raise, not bugs: a clear status instead of
+# INTERNAL, and the broker keeps serving what does not need a new file.
+_OS_LIMITS: dict[int, str] = {
+    errno.EMFILE: "too many open files: the broker reached its open-file limit (ulimit -n); "
+    "raise it (LimitNOFILE= in systemd, --ulimit nofile= in Docker) or use fewer queues",
+    errno.ENFILE: "too many open files in the system (fs.file-max reached)",
+}
+
+
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """(status code, user-facing message) for an exception raised while serving an RPC.
     Unknown exceptions are INTERNAL with their type named (and logged by the caller)."""
+    if isinstance(exc, OSError) and exc.errno in _OS_LIMITS:
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, f"{_OS_LIMITS[exc.errno]} ({exc})"
     for cls, code in ERROR_STATUS:
         if isinstance(exc, cls):
             message = str(exc) or cls.__name__

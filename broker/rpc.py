@@ -21,6 +21,18 @@ from wharf.broker.handlers import MalformedRequest
 log = logging.getLogger("wharf.broker.rpc")
 _T = TypeVar("_T")
 _LOGGED_CODES = (grpc.StatusCode.INTERNAL, grpc.StatusCode.DATA_LOSS)
+# An operating-system limit (open files) refuses every request that hits it: one WARNING per
+# minute per method says so instead of a line per request.
+_LIMIT_LOG_INTERVAL_S = 60.0
+_limit_logged: dict[str, float] = {}
+
+
+def _log_limit(method: str, message: str) -> None:
+    now = time.monotonic()
+    if now - _limit_logged.get(method, -_LIMIT_LOG_INTERVAL_S) >= _LIMIT_LOG_INTERVAL_S:
+        _limit_logged[method] = now
+        log.warning("%s refused: %s", method, message)
+
 
 Handler = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[_T]]
 
@@ -45,6 +57,8 @@ def rpc(method: str) -> Callable[[Handler[_T]], Handler[_T]]:
                 status = code.name
                 if code in _LOGGED_CODES:
                     log.exception("%s failed: %s", method, message)
+                elif isinstance(exc, OSError):
+                    _log_limit(method, message)
                 await context.abort(code, message)
                 raise  # abort() raises; this line only satisfies the type checker
             finally:

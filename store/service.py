@@ -5,8 +5,11 @@ the interval passes. Subclasses do blocking work through ``run_blocking`` (a thr
 the event loop.
 
 Failure policy: an exception from ``run_once`` is logged with the service name and recorded
-(``failures``, ``last_error``) for health and metrics, then the loop backs off for one interval
-and continues. A subclass whose failures must stop the world (the flush services: a failed
+(``failures``, ``last_error``) for health and metrics, then the loop backs off and continues:
+failures in a row wait from one interval doubling up to 1 s, wakeups ignored (a dispatch that
+fails on a full disk or an exhausted fd table, woken by every append, retried ~60 times in the
+first 10 ms). A failure that repeats (same type and text) logs its traceback once, then one line
+a minute with the count; the first success after failures logs that the service recovered. A subclass whose failures must stop the world (the flush services: a failed
 fdatasync leaves the file state unknown) handles that itself in ``on_failure`` -- nothing is
 swallowed silently.
 """
@@ -28,6 +31,9 @@ T = TypeVar("T")
 class Service:
     """Subclass and implement ``run_once``. ``interval_s`` is the idle wait between runs."""
 
+    MAX_FAILURE_BACKOFF_S = 1.0
+    REPEAT_LOG_INTERVAL_S = 60.0
+
     def __init__(
         self,
         name: str,
@@ -48,6 +54,10 @@ class Service:
         self._notified = False
         self._waiter: asyncio.Future[None] | None = None
         self.failures = 0
+        self.consecutive_failures = 0
+        self._repeat_key: tuple[type, str] | None = None
+        self._repeat_logged_at = 0.0
+        self._repeats = 0
         self.last_error: BaseException | None = None
         self.last_error_at = 0.0  # time.time() of the last failure, 0 if none
         self.runs = 0
@@ -129,8 +139,12 @@ class Service:
                 raise
             except Exception as exc:
                 self._record_failure(exc)
-                await self.wait_for_running(self.interval_s)  # back off, no hot error loop
+                await self._back_off()
                 continue
+            if self.consecutive_failures:
+                log.info("%s recovered after %d failures", self.name, self.consecutive_failures)
+                self.consecutive_failures = 0
+                self._repeat_key = None
             if not self._stopping:
                 await self.wait_for_running(self.interval_s)
         try:
@@ -138,11 +152,31 @@ class Service:
         except Exception as exc:
             self._record_failure(exc)
 
+    async def _back_off(self) -> None:
+        """Wait after a failure, from one interval doubling up to MAX_FAILURE_BACKOFF_S; wakeups
+        do not shorten it, stop() does."""
+        doublings = min(self.consecutive_failures - 1, 16)
+        delay = min(self.MAX_FAILURE_BACKOFF_S, self.interval_s * (1 << doublings))
+        until = time.monotonic() + max(delay, self.interval_s)
+        while not self._stopping and (remaining := until - time.monotonic()) > 0:
+            await self.wait_for_running(remaining)
+
     def _record_failure(self, exc: BaseException) -> None:
         self.failures += 1
+        self.consecutive_failures += 1
         self.last_error = exc
         self.last_error_at = time.time()
-        log.error("%s failed (failure #%d): %r", self.name, self.failures, exc, exc_info=exc)
+        key = (type(exc), str(exc))
+        now = time.monotonic()
+        if key != self._repeat_key:
+            self._repeat_key, self._repeat_logged_at, self._repeats = key, now, 0
+            log.error("%s failed (failure #%d): %r", self.name, self.failures, exc, exc_info=exc)
+        else:
+            self._repeats += 1
+            if now - self._repeat_logged_at >= self.REPEAT_LOG_INTERVAL_S:
+                log.error("%s still failing: %r (%d more times since the last line)",
+                          self.name, exc, self._repeats)  # fmt: skip
+                self._repeat_logged_at, self._repeats = now, 0
         self.on_failure(exc)
 
     def health(self) -> dict[str, object]:

@@ -30,6 +30,11 @@ def _version(package: str) -> str:
         return "unknown"
 
 
+# Read once at import: package metadata is a file read, which fails with EMFILE when the broker
+# is at its open-file limit -- exactly when an operator asks for the status.
+_VERSIONS = {name: _version(name) for name in ("wharf", "uvloop", "protobuf")}
+
+
 def _topic_proto(topic: TopicConfig) -> admin_pb2.TopicConfig:
     return admin_pb2.TopicConfig(
         name=topic.name,
@@ -226,7 +231,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         stats = ctx.store.stats()
         store_config = ctx.store.config
         return admin_pb2.BrokerStatus(
-            version=_version("wharf"),
+            version=_VERSIONS["wharf"],
             broker_name=ctx.config.broker_name,
             endpoint=ctx.endpoint,
             flush_disk_type=store_config.flush_disk_type,
@@ -245,8 +250,8 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             runtime={
                 "python": platform.python_version(),
                 "grpcio": grpc.__version__,
-                "uvloop": _version("uvloop"),
-                "protobuf": _version("protobuf"),
+                "uvloop": _VERSIONS["uvloop"],
+                "protobuf": _VERSIONS["protobuf"],
                 "store_dir": store_config.store_path_root_dir,
                 "store_host": store_config.store_host,
             },

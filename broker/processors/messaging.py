@@ -32,7 +32,7 @@ class MessagingService(messaging_pb2_grpc.MessagingServiceServicer):
 
     @rpc("PullMessage")
     async def PullMessage(self, request, context):  # type: ignore[no-untyped-def]
-        return await self.puller.pull(request)
+        return await self.puller.pull(request, self.ctx.replies.for_call(context))
 
     @rpc("QueryMessage")
     async def QueryMessage(self, request, context):  # type: ignore[no-untyped-def]

@@ -10,6 +10,7 @@ from wharf.broker.errors import InvalidArgumentError, NotFoundError, PermissionD
 from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import is_system_topic, validate_topic_name
 from wharf.broker.processors.convert import add_views
+from wharf.broker.reply_budget import CallReplies, NoReplyBudget
 from wharf.broker.tags import parse_tag_expression
 from wharf.store.model import GetResult, GetStatus
 from wharf.store.read.get_raw import RawGetResult
@@ -37,6 +38,9 @@ def pull_status(result: GetResult | RawGetResult, offset: int) -> messaging_pb2.
         # PULL_OFFSET_MOVED), the reply's next_begin_offset says where to go.
         return messaging_pb2.NO_NEW_MSG if offset == 0 else messaging_pb2.OFFSET_ILLEGAL
     return _STATUS[result.status]
+
+
+_NO_BUDGET = NoReplyBudget()
 
 
 class PullProcessor:
@@ -72,8 +76,12 @@ class PullProcessor:
             raise InvalidArgumentError("max_messages and max_wait_ms must be >= 0")
 
     async def pull(
-        self, request: messaging_pb2.PullMessageRequest
+        self,
+        request: messaging_pb2.PullMessageRequest,
+        replies: CallReplies | NoReplyBudget = _NO_BUDGET,
     ) -> messaging_pb2.PullMessageResponse:
+        """``replies`` accounts the reply against the client's budget of unread pull replies
+        (broker/reply_budget.py): ResourceExhaustedError before a read when it is spent."""
         ctx = self.ctx
         self._validate(request)
         group = request.consumer_group
@@ -99,6 +107,7 @@ class PullProcessor:
         read = store.get_raw_records if request.raw_records else store.get_messages
         waited_for_dispatch = False
         while True:
+            replies.admit()
             result = read(topic, queue_id, offset, max_count, tag_filter, cfg.max_pull_bytes)
             status = pull_status(result, offset)
             if result.status is GetStatus.FOUND:
@@ -125,6 +134,7 @@ class PullProcessor:
             offset = max(offset, result.next_begin_offset)
             woken = await ctx.long_poll.park(topic, queue_id, offset, remaining)
             if not woken and (ctx.long_poll.closed or time.monotonic() >= deadline):
+                replies.admit()
                 result = read(topic, queue_id, offset, max_count, tag_filter, cfg.max_pull_bytes)
                 status = pull_status(result, offset)
                 break
@@ -144,6 +154,7 @@ class PullProcessor:
             if count:
                 add_views(response.messages, result.messages, ctx.offset_ids)
         if count:
+            replies.hold(len(response.records) if response.records else nbytes)
             ctx.messages_out += count
             ctx.metrics.on_messages_out(topic, group, count, nbytes)
         return response
