@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from wharf.store.config import SYNC_FLUSH
+from wharf.store.config import SYNC_FLUSH, parse_delete_when
 from wharf.store.errors import DiskFullError
 from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus
-from wharf.store.services.cleanup import parse_delete_when, statvfs_used_ratio
+from wharf.store.services.cleanup import statvfs_used_ratio
 
 from tests.store.test_store_helpers import msg, small_config
 
