@@ -111,7 +111,6 @@ class MessageStore:
         self._sync_flush = config.flush_disk_type == SYNC_FLUSH
         self._parts: StoreParts | None = None  # set by start()
         self._commit_log: CommitLog | None = None
-        self._checkpoint: StoreCheckpoint | None = None
         self._source: CommitLogSource | None = None
         self._queues = ConsumeQueueTable(
             self._paths.consume_queue_root, config.mapped_file_size_consume_queue
@@ -145,7 +144,6 @@ class MessageStore:
         self.recovered = state
         self.recovery_seconds = time.monotonic() - started
         self._commit_log = state.commit_log
-        self._checkpoint = state.checkpoint
         self._source = CommitLogSource(state.commit_log, self._sync_flush)
         self._queues = state.queues
         self._index = state.index
@@ -607,8 +605,8 @@ class MessageStore:
 
     @property
     def checkpoint(self) -> StoreCheckpoint:
-        assert self._checkpoint is not None
-        return self._checkpoint
+        assert self._parts is not None
+        return self._parts.checkpoint
 
 
 def _check_queue_id(queue_id: int) -> None:
