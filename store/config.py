@@ -1,14 +1,28 @@
-"""Store configuration: one frozen dataclass, resolved once at start and passed as a value.
+"""Store configuration: one frozen dataclass, resolved once at start and passed as a value,
+and the ONE set of bounds its settings are checked against.
 
 Field names are RocketMQ's MessageStoreConfig names in snake_case (the broker's TOML file uses
 the camelCase originals, e.g. ``flushDiskType`` -> ``flush_disk_type``). Defaults are
 RocketMQ's unless a comment says why not.
+
+Validation lives here, next to the fields, because two callers need it: ``MessageStore``
+refuses a config it cannot honour at construction (``StoreConfig.validate``), and the broker's
+settings loader checks each store setting as it reads it (``check_setting``) so that its error
+names the setting as the operator wrote it (camelCase, file, environment variable or flag).
+Both use the same bounds and the same parsers (``parse_delete_when``, ``parse_delay_levels``):
+they used to keep two copies that disagreed (disk ratios 1..99 vs (0, 100], a ``deleteWhen``
+with blanks accepted by one and refused by the other).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from wharf.store.codec.format import CQ_STORE_UNIT_SIZE
 
 ASYNC_FLUSH = "ASYNC_FLUSH"
 SYNC_FLUSH = "SYNC_FLUSH"
@@ -89,3 +103,145 @@ class StoreConfig:
 
     def replace(self, **changes: object) -> StoreConfig:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def validate(self) -> None:
+        """Raise StoreConfigError (naming the settings) for settings the store cannot honour:
+        each field against ``check_setting``, then the bounds that tie fields together."""
+        for field in dataclasses.fields(self):
+            try:
+                check_setting(field.name, getattr(self, field.name))
+            except ValueError as exc:
+                raise StoreConfigError((field.name,), str(exc)) from None
+        if self.message_index_enable and self.max_index_num <= 1:
+            raise StoreConfigError(
+                ("max_index_num",),
+                f"must be > 1 when message_index_enable, got {self.max_index_num}",
+            )
+        ratios = (
+            self.disk_max_used_space_ratio,
+            self.disk_space_clean_forcibly_ratio,
+            self.disk_space_warning_level_ratio,
+        )
+        if list(ratios) != sorted(ratios):
+            # Clean, then clean forcibly, then refuse writes: out of order, writes would stop
+            # before retention had tried to free anything.
+            raise StoreConfigError(
+                (
+                    "disk_max_used_space_ratio",
+                    "disk_space_clean_forcibly_ratio",
+                    "disk_space_warning_level_ratio",
+                ),
+                f"must be increasing, got {ratios}",
+            )
+
+
+class StoreConfigError(ValueError):
+    """A setting the store cannot honour. ``settings``: the fields at fault (snake_case), so
+    the broker can name them as its operators spell them."""
+
+    def __init__(self, settings: tuple[str, ...], problem: str) -> None:
+        super().__init__(f"{'/'.join(settings)}: {problem}")
+        self.settings = settings
+        self.problem = problem
+
+
+# --- parsers (the store runs on their results; the broker checks settings with them) ---------
+
+
+def parse_delete_when(text: str) -> frozenset[int]:
+    """``"04"`` or ``"04;16"`` (blanks around items allowed) -> the hours retention may delete
+    expired files in. ValueError if an item is not an hour 00-23."""
+    hours = set()
+    for item in text.split(";"):
+        item = item.strip()
+        if not item:
+            continue
+        if not item.isdigit() or not 0 <= int(item) <= 23:
+            raise ValueError(f"item {item!r} is not an hour 00-23 (in {text!r})")
+        hours.add(int(item))
+    return frozenset(hours)
+
+
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_LEVEL = re.compile(r"(\d+)([smhd])")
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """``"1s 5s 1m 2h"`` -> milliseconds per level (level 1 first). ValueError if malformed."""
+    levels = []
+    for item in text.split():
+        match = _LEVEL.fullmatch(item)
+        if match is None or int(match.group(1)) <= 0:
+            raise ValueError(
+                f"item {item!r} is not a positive number followed by s, m, h or d (in {text!r})"
+            )
+        levels.append(int(match.group(1)) * _UNIT_MS[match.group(2)])
+    if not levels:
+        raise ValueError("must name at least one level")
+    return levels
+
+
+# --- per-setting bounds ------------------------------------------------------------------------
+
+# Integer settings are > 0, except these, for which 0 means "every time" or "off".
+ZERO_ALLOWED = frozenset(
+    {
+        "file_reserved_time",  # files expire at once (tests; emptying a broker)
+        "flush_commit_log_least_pages",
+        "flush_consume_queue_least_pages",
+        "commit_commit_log_least_pages",
+        "delete_commit_log_files_interval",
+        "max_dispatch_lag_bytes",  # 0: put() never waits for dispatch
+    }
+)
+
+
+def _percent(value: int) -> None:
+    # Integer percentages; 100 is allowed and means "never" (use can not exceed 100 %).
+    if not 0 < value <= 100:
+        raise ValueError(f"disk space ratios are percentages in 1..100, got {value}")
+
+
+def _multiple_of_unit(value: int) -> None:
+    if value % CQ_STORE_UNIT_SIZE:
+        raise ValueError(
+            f"must be a positive multiple of {CQ_STORE_UNIT_SIZE} (the ConsumeQueue unit size),"
+            f" got {value}"
+        )
+
+
+def _flush_type(value: str) -> None:
+    if value not in (ASYNC_FLUSH, SYNC_FLUSH):
+        raise ValueError(f"expected {ASYNC_FLUSH} or {SYNC_FLUSH}, got {value!r}")
+
+
+def _non_empty(value: str) -> None:
+    if not value.strip():
+        raise ValueError("must not be empty")
+
+
+_CHECKS: dict[str, Callable[[Any], object]] = {
+    "store_path_root_dir": _non_empty,
+    "flush_disk_type": _flush_type,
+    "mapped_file_size_consume_queue": _multiple_of_unit,
+    "delete_when": parse_delete_when,
+    "message_delay_level": parse_delay_levels,
+    "disk_max_used_space_ratio": _percent,
+    "disk_space_clean_forcibly_ratio": _percent,
+    "disk_space_warning_level_ratio": _percent,
+}
+_INT_FIELDS = frozenset(
+    f.name
+    for f in dataclasses.fields(StoreConfig)
+    if type(f.default) is int  # not bool
+)
+
+
+def check_setting(name: str, value: Any) -> None:
+    """ValueError (the message does not repeat ``name``) if ``value`` is out of the bounds of
+    store setting ``name``. ``value`` has the field's type (the caller parsed it)."""
+    if name in _INT_FIELDS and (value < 0 or (value == 0 and name not in ZERO_ALLOWED)):
+        raise ValueError(f"expected a positive integer, got {value}")
+    check = _CHECKS.get(name)
+    if check is not None:
+        check(value)

@@ -24,6 +24,13 @@ Additions to the original contract (all additive):
 - A batch whose messages carry different DELAY levels is refused (one batch = one queue).
 - ``put()`` waits (before appending) while dispatch lags more than ``max_dispatch_lag_bytes``
   (a Wharf setting, 64 MiB): consumer lag and crash-restart re-dispatch stay bounded.
+
+WIRING: ``start()`` builds one ``StoreParts`` (``wharf.store.parts``: what recovery opened, the
+maintenance lock, the flush tally) and gives the services those parts plus named callables for
+the facade's live state (dispatch position, disk state); the schedule service gets the facade
+as a ``ScheduleHost`` (four calls). Nothing below this module imports it (the import-linter
+layers contract in pyproject.toml checks that). The ``commit_log``/``queues``/... properties at
+the end are for tests and benchmarks, which look inside a running store.
 """
 
 from __future__ import annotations
@@ -32,10 +39,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from wharf.store.codec.format import decode_offset_msg_id
-from wharf.store.config import SYNC_FLUSH, StoreConfig
+from wharf.store.config import SYNC_FLUSH, StoreConfig, parse_delay_levels
 from wharf.store.dispatch.reput import CommitLogSource, Dispatcher, QueueAdvance, ReputService
 from wharf.store.errors import (
     CorruptRecordError,
@@ -59,40 +66,32 @@ from wharf.store.model import (
     StoreStats,
     TagFilter,
 )
+from wharf.store.observer import FlushTally, StoreObserver
+from wharf.store.parts import StoreParts
 from wharf.store.paths import StorePaths, write_abort_marker_blocking
 from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE, Unit
 from wharf.store.queue.table import ConsumeQueueTable
 from wharf.store.read.get_message import get_messages
 from wharf.store.read.get_raw import RawGetResult, get_raw_records
 from wharf.store.recovery import RecoveredState, recover_blocking
-from wharf.store.services.cleanup import CleanupService, statvfs_used_ratio
+from wharf.store.services.cleanup import CleanupService, DiskUsage, statvfs_used_ratio
 from wharf.store.services.queue_flush import FlushConsumeQueueService
 from wharf.store.services.schedule import (
     ScheduleMessageService,
     delay_level_of,
-    parse_delay_levels,
     to_schedule_topic,
 )
-from wharf.store.stats import FlushTally, build_stats, validate_config
+from wharf.store.stats import build_stats
 
 log = logging.getLogger(__name__)
 
 # Called after dispatch made new messages visible: (topic, queue_id, new max offset).
 ArrivalListener = Callable[[str, int, int], None]
-# Disk usage source: path on the filesystem -> used ratio 0..1.
-DiskUsage = Callable[[str], float]
 
 _MAX_QUEUE_ID = 0x7FFFFFFF
 
-
-class StoreObserver(Protocol):
-    """Hooks the broker's metrics implement (the store imports no prometheus)."""
-
-    def on_flush(self, kind: str, seconds: float, nbytes: int) -> None:
-        """kind: 'sync' (group commit), 'async' (FlushRealTimeService), 'cq' (queues/index)."""
-
-    def on_group_commit(self, waiters: int) -> None:
-        """One group commit served ``waiters`` put requests with a single fdatasync."""
+# Part of the facade's public names (``wharf.store`` exports it lazily from here).
+__all__ = ["ArrivalListener", "DiskUsage", "MessageStore", "StoreObserver"]
 
 
 class MessageStore:
@@ -103,15 +102,15 @@ class MessageStore:
         *,
         disk_usage: DiskUsage | None = None,
     ) -> None:
-        validate_config(config)
+        config.validate()
         self._config = config
         self._observer = FlushTally(observer)
         self._paths = StorePaths.of(config.store_path_root_dir)
         self.delay_levels_ms = parse_delay_levels(config.message_delay_level)
         self._disk_usage: DiskUsage = disk_usage or statvfs_used_ratio
         self._sync_flush = config.flush_disk_type == SYNC_FLUSH
+        self._parts: StoreParts | None = None  # set by start()
         self._commit_log: CommitLog | None = None
-        self._checkpoint: StoreCheckpoint | None = None
         self._source: CommitLogSource | None = None
         self._queues = ConsumeQueueTable(
             self._paths.consume_queue_root, config.mapped_file_size_consume_queue
@@ -145,7 +144,6 @@ class MessageStore:
         self.recovered = state
         self.recovery_seconds = time.monotonic() - started
         self._commit_log = state.commit_log
-        self._checkpoint = state.checkpoint
         self._source = CommitLogSource(state.commit_log, self._sync_flush)
         self._queues = state.queues
         self._index = state.index
@@ -159,12 +157,28 @@ class MessageStore:
             on_advance=self._notify_arrivals,
             reput_from_offset=state.reput_from_offset,
         )
-        self._queue_flush = FlushConsumeQueueService(self, self._config)
+        parts = StoreParts(
+            config=self._config,
+            paths=self._paths,
+            commit_log=state.commit_log,
+            checkpoint=state.checkpoint,
+            queues=state.queues,
+            index=state.index,
+            maintenance=self._maintenance,
+            observer=self._observer,
+        )
+        self._parts = parts
+        self._queue_flush = FlushConsumeQueueService(parts, self._dispatch_position)
         self._schedule = ScheduleMessageService(
             self, self.delay_levels_ms, self._paths.delay_offset_file
         )
         await asyncio.to_thread(self._schedule.load_blocking)
-        self._cleanup = CleanupService(self, self._config, self._disk_usage)
+        self._cleanup = CleanupService(
+            parts,
+            self._disk_usage,
+            dispatch_offset=lambda: self.dispatch_offset,
+            on_disk_state=self._on_disk_state,
+        )
         self.disk_used_ratio = await asyncio.to_thread(
             self._disk_usage, str(self._paths.commit_log_dir)
         )
@@ -495,8 +509,31 @@ class MessageStore:
     def dispatch_timestamp(self) -> int:
         return self._reput.last_timestamp if self._reput is not None else 0
 
+    def _dispatch_position(self) -> tuple[int, int]:
+        """The queue flush service's view of dispatch: (offset, last message's timestamp)."""
+        return self.dispatch_offset, self.dispatch_timestamp
+
+    def _on_disk_state(self, used_ratio: float, full_reason: str) -> None:
+        """The cleanup service's report of each pass: the ratio is cached for ``stats()``; a
+        non-empty reason refuses writes with DiskFullError until a pass reports "" again."""
+        self.disk_used_ratio = used_ratio
+        if full_reason and not self._disk_full_reason:
+            log.error("store not writable: %s", full_reason)
+        elif not full_reason and self._disk_full_reason:
+            log.warning("store writable again: disk use back under the warning level")
+        self._disk_full_reason = full_reason
+
     def stats(self) -> StoreStats:
-        return build_stats(self)
+        assert self._parts is not None, "stats() of a store that was never started"
+        return build_stats(
+            self._parts,
+            dispatch_offset=self.dispatch_offset,
+            disk_used_ratio=self.disk_used_ratio,
+            not_writable_reason=self.not_writable_reason,
+            messages_put_total=self.messages_put_total,
+            bytes_put_total=self.bytes_put_total,
+            recovery_seconds=self.recovery_seconds,
+        )
 
     def health(self) -> list[dict[str, object]]:
         """Each background service's state: running, runs, failures, last error."""
@@ -528,15 +565,7 @@ class MessageStore:
     def config(self) -> StoreConfig:
         return self._config
 
-    # --- services' hooks (package internal) --------------------------------------------------
-    def set_disk_full(self, reason: str) -> None:
-        """Called by the cleanup service: non-empty refuses writes with DiskFullError."""
-        if reason and not self._disk_full_reason:
-            log.error("store not writable: %s", reason)
-        elif not reason and self._disk_full_reason:
-            log.warning("store writable again: disk use back under the warning level")
-        self._disk_full_reason = reason
-
+    # --- a running store's insides, for tests and benchmarks (nothing in the store uses them) --
     @property
     def commit_log(self) -> CommitLog:
         assert self._commit_log is not None
@@ -549,10 +578,6 @@ class MessageStore:
     @property
     def index(self) -> IndexService | None:
         return self._index
-
-    @property
-    def maintenance_lock(self) -> asyncio.Lock:
-        return self._maintenance
 
     @property
     def paths(self) -> StorePaths:
@@ -580,12 +605,8 @@ class MessageStore:
 
     @property
     def checkpoint(self) -> StoreCheckpoint:
-        assert self._checkpoint is not None
-        return self._checkpoint
-
-    @property
-    def observer(self) -> FlushTally:
-        return self._observer
+        assert self._parts is not None
+        return self._parts.checkpoint
 
 
 def _check_queue_id(queue_id: int) -> None:

@@ -3,8 +3,9 @@
 Every ``clean_resource_interval`` (10 s):
 
 1. Disk use of the commit log's filesystem (``os.statvfs``, injectable for tests) is sampled
-   and cached for ``stats()``. Above ``disk_space_warning_level_ratio`` (90 %) the store is
-   marked not writable with DiskFullError; it becomes writable again once back under.
+   and reported through ``on_disk_state(ratio, reason)``: the facade caches the ratio for
+   ``stats()`` and, while ``reason`` is not empty (use above ``disk_space_warning_level_ratio``,
+   90 %), refuses writes with DiskFullError; an empty reason makes it writable again.
 2. Commit log segments older than ``file_reserved_time`` hours are deleted when the hour is in
    ``delete_when`` ("04" or "04;16"), or disk use is above ``disk_max_used_space_ratio`` (75 %),
    or a manual deletion was requested. Above ``disk_space_clean_forcibly_ratio`` (85 %, with
@@ -16,6 +17,9 @@ Every ``clean_resource_interval`` (10 s):
 
 All unlinks run in threads; queue/index deletions hold the store's maintenance lock so a
 concurrent flush never syncs a closed file.
+
+The service works on ``StoreParts`` and named callables (``dispatch_offset``,
+``on_disk_state``), not on the facade (see ``wharf.store.parts``).
 """
 
 from __future__ import annotations
@@ -25,17 +29,17 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from wharf.store.config import StoreConfig
+from wharf.store.config import parse_delete_when
+from wharf.store.parts import StoreParts
 from wharf.store.service import Service
-
-if TYPE_CHECKING:
-    from wharf.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
+# Disk usage source: path on the filesystem -> used ratio 0..1.
 DiskUsage = Callable[[str], float]
+# Where a pass reports the disk state: (used ratio 0..1, not-writable reason or "" if writable).
+DiskStateSink = Callable[[float, str], None]
 
 
 def statvfs_used_ratio(path: str) -> float:
@@ -53,30 +57,24 @@ def statvfs_used_ratio(path: str) -> float:
     return used / usable
 
 
-def parse_delete_when(text: str) -> frozenset[int]:
-    hours = set()
-    for item in text.split(";"):
-        item = item.strip()
-        if not item:
-            continue
-        if not item.isdigit() or not 0 <= int(item) <= 23:
-            raise ValueError(f"delete_when item {item!r} is not an hour 00-23 (in {text!r})")
-        hours.add(int(item))
-    return frozenset(hours)
-
-
 class CleanupService(Service):
     def __init__(
         self,
-        store: MessageStore,
-        config: StoreConfig,
+        parts: StoreParts,
         disk_usage: DiskUsage,
+        *,
+        dispatch_offset: Callable[[], int],
+        on_disk_state: DiskStateSink,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``dispatch_offset()``: the reput position (no segment at or past it is deleted)."""
+        config = parts.config
         super().__init__("CleanupService", config.clean_resource_interval / 1000)
-        self.store = store
+        self.parts = parts
         self.config = config
         self.disk_usage = disk_usage
+        self.dispatch_offset = dispatch_offset
+        self.on_disk_state = on_disk_state
         self.clock = clock
         self.delete_hours = parse_delete_when(config.delete_when)
         self.manual_delete_requests = 0
@@ -96,18 +94,17 @@ class CleanupService(Service):
     # --- commit log ----------------------------------------------------------------------
     async def clean_commit_log(self) -> int:
         cfg = self.config
-        store = self.store
-        ratio = await asyncio.to_thread(self.disk_usage, str(store.paths.commit_log_dir))
-        store.disk_used_ratio = ratio
+        parts = self.parts
+        ratio = await asyncio.to_thread(self.disk_usage, str(parts.paths.commit_log_dir))
         percent = ratio * 100
+        reason = ""
         if percent > cfg.disk_space_warning_level_ratio:
-            store.set_disk_full(
+            reason = (
                 f"disk full: {percent:.1f}% of the commit log's filesystem is used, above "
                 f"diskSpaceWarningLevelRatio {cfg.disk_space_warning_level_ratio}%; writes are "
                 "refused until retention frees space"
             )
-        else:
-            store.set_disk_full("")
+        self.on_disk_state(ratio, reason)
         space_full = percent > cfg.disk_max_used_space_ratio
         force = cfg.clean_file_forcibly_enable and percent > cfg.disk_space_clean_forcibly_ratio
         hour = time.localtime(self.clock()).tm_hour
@@ -116,7 +113,7 @@ class CleanupService(Service):
         if not (time_up or space_full or manual or force):
             return 0
         self.manual_delete_requests = max(self.manual_delete_requests - 1, 0)
-        deleted = await store.commit_log.delete_expired(
+        deleted = await parts.commit_log.delete_expired(
             expired_ms=cfg.file_reserved_time * 3_600_000,
             delete_interval_ms=cfg.delete_commit_log_files_interval,
             force=force,
@@ -125,7 +122,7 @@ class CleanupService(Service):
             # Records past the dispatch offset have no ConsumeQueue unit yet: deleting their
             # segment would lose them for every consumer. Dispatch only moves forward, so this
             # snapshot stays a safe bound while the deletion runs in its thread.
-            keep_from_offset=store.dispatch_offset,
+            keep_from_offset=self.dispatch_offset(),
         )
         if deleted:
             self.deleted_segments += deleted
@@ -142,18 +139,18 @@ class CleanupService(Service):
 
     # --- queues and index ----------------------------------------------------------------
     async def clean_queues_and_index(self) -> int:
-        store = self.store
-        log_min = store.commit_log.min_offset
+        parts = self.parts
+        log_min = parts.commit_log.min_offset
         removed = 0
-        async with store.maintenance_lock:
-            for queue in store.queues:
+        async with parts.maintenance:
+            for queue in parts.queues:
                 expired = queue.expired_files(log_min)
                 if expired:
                     queue.detach_files(expired)
                     await asyncio.to_thread(_destroy_blocking, expired)
                     removed += len(expired)
                 queue.correct_min_offset(log_min)
-            index = store.index
+            index = parts.index
             if index is not None:
                 expired_index = index.expired_files(log_min)
                 if expired_index:

@@ -7,30 +7,36 @@ Every ``flush_interval_consume_queue`` (1 s) it fdatasyncs the queues that gathe
 by those thorough passes: their hash slots are random 4 KiB pages, and syncing them every second
 queued the commit log's group-commit fdatasync behind a burst of random writes (end-to-end p99
 at 10k msg/s: ~15 ms with, ~7.5 ms without); the checkpoint vouches for the index only after a
-thorough pass anyway (RocketMQ, too, syncs an index file when it is full). The syncs run in a thread under the store's maintenance lock (so no file is closed under a
-sync). After a thorough pass the checkpoint's logics fields advance to the dispatch position
-captured BEFORE the sync: recovery after a machine crash re-dispatches from there at the latest,
-so units lost with the page cache are rebuilt and nothing is skipped. (After a process crash the
-page cache survived and recovery does not need it: see ``wharf.store.recovery``.)
+thorough pass anyway (RocketMQ, too, syncs an index file when it is full). The syncs run in a
+thread under the store's maintenance lock (so no file is closed under a sync). After a thorough
+pass the checkpoint's logics fields advance to the dispatch position captured BEFORE the sync:
+recovery after a machine crash re-dispatches from there at the latest, so units lost with the
+page cache are rebuilt and nothing is skipped. (After a process crash the page cache survived
+and recovery does not need it: see ``wharf.store.recovery``.)
+
+The service works on ``StoreParts`` plus ``dispatch_position()`` -> (reput offset, timestamp of
+the last dispatched message), not on the facade (see ``wharf.store.parts``).
 """
 
 from __future__ import annotations
 
 import mmap
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from wharf.store.config import StoreConfig
+from wharf.store.parts import StoreParts
 from wharf.store.service import Service
 
-if TYPE_CHECKING:
-    from wharf.store.message_store import MessageStore
+# () -> (dispatch offset, store timestamp of the last dispatched message; 0 if none yet).
+DispatchPosition = Callable[[], tuple[int, int]]
 
 
 class FlushConsumeQueueService(Service):
-    def __init__(self, store: MessageStore, config: StoreConfig) -> None:
+    def __init__(self, parts: StoreParts, dispatch_position: DispatchPosition) -> None:
+        config = parts.config
         super().__init__("FlushConsumeQueueService", config.flush_interval_consume_queue / 1000)
-        self.store = store
+        self.parts = parts
+        self.dispatch_position = dispatch_position
         self.least_bytes = config.flush_consume_queue_least_pages * mmap.PAGESIZE
         self.thorough_s = config.flush_consume_queue_thorough_interval / 1000
         self._last_thorough = time.monotonic()
@@ -52,21 +58,19 @@ class FlushConsumeQueueService(Service):
 
     async def flush(self, least_bytes: int) -> None:
         """Sync the queues with at least ``least_bytes`` unflushed (0: all) and the index."""
-        store = self.store
-        async with store.maintenance_lock:
-            dispatched_offset = store.dispatch_offset
-            dispatched_timestamp = store.dispatch_timestamp
-            queues = [q for q in store.queues if q.unflushed_bytes > max(least_bytes - 1, 0)]
-            index = store.index if least_bytes == 0 else None  # thorough passes only
+        parts = self.parts
+        async with parts.maintenance:
+            dispatched_offset, dispatched_timestamp = self.dispatch_position()
+            queues = [q for q in parts.queues if q.unflushed_bytes > max(least_bytes - 1, 0)]
+            index = parts.index if least_bytes == 0 else None  # thorough passes only
             started = time.monotonic()
             nbytes = await self.run_blocking(self._flush_blocking, queues, index)
             seconds = time.monotonic() - started
         self.flush_count += 1
         self.last_flush_seconds = seconds
-        observer = store.observer
-        if observer is not None and nbytes:
-            observer.on_flush("cq", seconds, nbytes)
-        checkpoint = store.checkpoint
+        if nbytes:
+            parts.observer.on_flush("cq", seconds, nbytes)
+        checkpoint = parts.checkpoint
         # Only a thorough pass synced every queue: a partial one skipped queues with fewer than
         # least_pages dirty, so it cannot vouch for the dispatch position (RocketMQ, too, moves
         # logicsMsgTimestamp only on its thorough flush).

@@ -8,6 +8,10 @@ the next deliver time (at most ``POLL_INTERVAL_S``) or until dispatch announces 
 message. Progress persists in ``config/delayOffset.json`` (``{"offsetTable": {"1": n}}``, atomic
 write + ``.bak``) every ``persist_interval_s`` and at shutdown; after a crash a few messages may
 be delivered twice (at-least-once, as RocketMQ).
+
+The service reads and re-puts through a ``ScheduleHost``: the four store calls it makes, which
+the facade provides (structurally; nothing here imports it). The level grammar
+(``parse_delay_levels``) lives with the settings in ``wharf.store.config``.
 """
 
 from __future__ import annotations
@@ -15,11 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from wharf.store.codec.format import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -28,36 +31,15 @@ from wharf.store.codec.format import (
     SCHEDULE_TOPIC,
 )
 from wharf.store.errors import InvalidMessageError, StoreError, StoreNotWritableError
-from wharf.store.model import MessageInput, StoredMessage
+from wharf.store.model import MessageInput, PutResult, StoredMessage
 from wharf.store.paths import read_json_with_backup_blocking, write_json_atomic_blocking
-
-if TYPE_CHECKING:
-    from wharf.store.message_store import MessageStore
+from wharf.store.queue.consume_queue import Unit
 
 log = logging.getLogger(__name__)
 
 POLL_INTERVAL_S = 0.1  # RocketMQ's DELAY_FOR_A_WHILE
 RETRY_AFTER_FAILURE_S = 1.0
 BATCH_UNITS = 32
-
-_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_LEVEL = re.compile(r"(\d+)([smhd])")
-
-
-def parse_delay_levels(text: str) -> list[int]:
-    """``"1s 5s 1m 2h"`` -> milliseconds per level (level 1 first). ValueError if malformed."""
-    levels = []
-    for item in text.split():
-        match = _LEVEL.fullmatch(item)
-        if match is None or int(match.group(1)) <= 0:
-            raise ValueError(
-                f"message_delay_level item {item!r} is not a positive number followed by "
-                f"s, m, h or d (in {text!r})"
-            )
-        levels.append(int(match.group(1)) * _UNIT_MS[match.group(2)])
-    if not levels:
-        raise ValueError("message_delay_level must name at least one level")
-    return levels
 
 
 def delay_level_of(messages: Sequence[MessageInput]) -> int:
@@ -132,16 +114,32 @@ def restore_real_message(msg: StoredMessage) -> tuple[str, int, MessageInput]:
     )
 
 
+class ScheduleHost(Protocol):
+    """What the service needs from the store (``MessageStore`` provides it)."""
+
+    def get_min_offset(self, topic: str, queue_id: int) -> int: ...
+
+    def read_consume_queue(
+        self, topic: str, queue_id: int, offset: int, max_count: int
+    ) -> list[Unit]: ...
+
+    def look_message_by_offset(self, commit_log_offset: int) -> StoredMessage | None: ...
+
+    async def put(
+        self, topic: str, queue_id: int, messages: Sequence[MessageInput]
+    ) -> PutResult: ...
+
+
 class ScheduleMessageService:
     def __init__(
         self,
-        store: MessageStore,
+        host: ScheduleHost,
         delay_levels_ms: list[int],
         offset_file: Path,
         persist_interval_s: float = 10.0,
         clock_ms: Callable[[], int] | None = None,
     ) -> None:
-        self.store = store
+        self.host = host
         self.delay_levels_ms = delay_levels_ms
         self.offset_file = offset_file
         self.persist_interval_s = persist_interval_s
@@ -243,15 +241,15 @@ class ScheduleMessageService:
         """Re-put every due message of ``level``; returns seconds to wait before looking again.
         Due messages of one read are put concurrently, so with SYNC_FLUSH one group commit
         covers the lot instead of one fdatasync per message."""
-        store = self.store
+        host = self.host
         queue_id = level - 1
         while True:
             offset = self.offset_table.get(level, 0)
-            min_offset = store.get_min_offset(SCHEDULE_TOPIC, queue_id)
+            min_offset = host.get_min_offset(SCHEDULE_TOPIC, queue_id)
             if offset < min_offset:  # retention removed them: skip ahead, as RocketMQ
                 offset = min_offset
                 self._set_offset(level, offset)
-            units = store.read_consume_queue(SCHEDULE_TOPIC, queue_id, offset, BATCH_UNITS)
+            units = host.read_consume_queue(SCHEDULE_TOPIC, queue_id, offset, BATCH_UNITS)
             if not units:
                 return POLL_INTERVAL_S * 10
             due: list[int] = []
@@ -286,7 +284,7 @@ class ScheduleMessageService:
         return len(results)
 
     async def _deliver(self, level: int, phy_offset: int) -> None:
-        msg = self.store.look_message_by_offset(phy_offset)
+        msg = self.host.look_message_by_offset(phy_offset)
         if msg is None:
             log.warning("delay level %d: message at %d is gone; skipping it", level, phy_offset)
             return
@@ -296,7 +294,7 @@ class ScheduleMessageService:
             log.exception("delay level %d: cannot restore message; skipping it", level)
             return
         try:
-            await self.store.put(topic, queue_id, [real])
+            await self.host.put(topic, queue_id, [real])
             self.delivered += 1
         except StoreNotWritableError:
             raise  # disk full / flush failure / shutdown: the caller keeps the offset

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from wharf.broker.settings import ConfigError, camel_name, load_settings, parse_delay_levels
+from wharf.store.config import StoreConfig
 
 from tests.harness import REPO_ROOT
 
@@ -124,3 +125,40 @@ def test_daemon_exits_1_with_a_clear_message_when_the_port_is_taken(tmp_path: Pa
     assert proc.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# Values of store settings on which the broker's loader and the store used to disagree (disk
+# ratios 1..99 vs 1..100, blanks in deleteWhen, maxDispatchLagBytes 0, maxIndexNum 1): both now
+# use the store's bounds, so the broker accepts exactly what MessageStore accepts.
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("disk_space_warning_level_ratio", 100),
+        ("disk_space_warning_level_ratio", 101),
+        ("disk_max_used_space_ratio", 95),  # above the force-clean level (85): out of order
+        ("delete_when", "04; 16"),
+        ("delete_when", "04;24"),
+        ("max_dispatch_lag_bytes", 0),
+        ("max_index_num", 1),
+        ("mapped_file_size_consume_queue", 1000),
+        ("mapped_file_size_consume_queue", 1010),
+        ("sync_flush_timeout", 0),
+        ("store_path_root_dir", " "),
+    ],
+)
+def test_the_broker_accepts_exactly_the_store_settings_the_store_accepts(
+    tmp_path: Path, setting: str, value: object
+) -> None:
+    config = StoreConfig(**{setting: value})  # type: ignore[arg-type]
+    try:
+        config.validate()
+        store_error = ""
+    except ValueError as exc:
+        store_error = str(exc)
+    key = camel_name(setting)
+    toml = f"{key} = {value!r}\n".replace("'", '"')
+    if store_error:
+        with pytest.raises(ConfigError, match=key):
+            load_settings(write(tmp_path, toml))
+    else:
+        assert getattr(load_settings(write(tmp_path, toml)).store, setting) == value

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from wharf.store.config import SYNC_FLUSH
+from wharf.store.config import SYNC_FLUSH, parse_delete_when
 from wharf.store.errors import DiskFullError
 from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus
-from wharf.store.services.cleanup import parse_delete_when, statvfs_used_ratio
+from wharf.store.observer import FlushTally
+from wharf.store.parts import StoreParts
+from wharf.store.paths import StorePaths
+from wharf.store.recovery import recover_blocking
+from wharf.store.services.cleanup import CleanupService, statvfs_used_ratio
 
 from tests.store.test_store_helpers import msg, small_config
 
@@ -175,3 +180,53 @@ def test_disk_usage_leaves_root_reserved_blocks_out_as_df_does(
     used = 66_053_021 - 48_211_725
     assert statvfs_used_ratio(str(tmp_path)) == pytest.approx(used / (used + 8_756_432))
     assert 0.67 < statvfs_used_ratio(str(tmp_path)) < 0.68
+
+
+async def test_a_pass_on_store_parts_reports_disk_state_and_keeps_undispatched_segments(
+    tmp_path: Path, disk: FakeDisk
+) -> None:
+    # The service runs on what recovery opened plus two callables, with no facade: it reports
+    # the disk state through on_disk_state and asks dispatch_offset() on every pass.
+    config = small_config(tmp_path, flush_disk_type=SYNC_FLUSH, delete_commit_log_files_interval=0)
+    filled = MessageStore(config, disk_usage=disk)
+    await filled.start()
+    for _ in range(6):
+        await filled.put("T", 0, [msg(b"z" * 900) for _ in range(10)])
+    await filled.shutdown()
+    paths = StorePaths.of(config.store_path_root_dir)
+    state = await asyncio.to_thread(recover_blocking, config, paths, [1000, 2000])
+    parts = StoreParts(
+        config=config,
+        paths=paths,
+        commit_log=state.commit_log,
+        checkpoint=state.checkpoint,
+        queues=state.queues,
+        index=state.index,
+        maintenance=asyncio.Lock(),
+        observer=FlushTally(None),
+    )
+    reports: list[tuple[float, str]] = []
+    dispatched = {"offset": 0}
+    cleanup = CleanupService(
+        parts,
+        disk,
+        dispatch_offset=lambda: dispatched["offset"],
+        on_disk_state=lambda ratio, reason: reports.append((ratio, reason)),
+    )
+    try:
+        segments = state.commit_log.segment_count
+        assert segments > 2
+        disk.ratio = 0.95  # above the force-clean and the refuse-writes levels
+        assert await cleanup.clean_commit_log() == 0  # nothing dispatched: every segment kept
+        assert reports[-1][0] == 0.95 and "disk full: 95.0%" in reports[-1][1]
+        dispatched["offset"] = state.commit_log.max_offset
+        assert await cleanup.clean_commit_log() > 0
+        assert state.commit_log.segment_count < segments
+        disk.ratio = 0.5
+        await cleanup.clean_commit_log()
+        assert reports[-1] == (0.5, "")  # writable again
+    finally:
+        state.queues.close()
+        if state.index is not None:
+            state.index.close()
+        state.commit_log.close()

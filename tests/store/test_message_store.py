@@ -262,6 +262,9 @@ async def test_delete_topics_forgets_queues_and_removes_their_files(tmp_path: Pa
         ("delete_when", "4;25", "25"),
         ("message_delay_level", "1s 2x", "2x"),
         ("disk_space_warning_level_ratio", 150, "percentages"),
+        ("disk_max_used_space_ratio", 95, "increasing"),  # above the force-clean level, 85
+        ("max_index_num", 1, "max_index_num"),
+        ("sync_flush_timeout", 0, "sync_flush_timeout: expected a positive integer"),
     ],
 )
 def test_bad_settings_are_refused_at_construction(

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from wharf.store.codec.format import SCHEDULE_TOPIC
+from wharf.store.config import parse_delay_levels
 from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus
-from wharf.store.services.schedule import parse_delay_levels
 
 from tests.store.test_store_helpers import msg, small_config
 
