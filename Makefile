@@ -69,11 +69,12 @@ typecheck: $(STAMP) $(TREE)/wharf
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto proto/wharf/v1/*.proto
 
+# Benchmark programs (tests/bench/README.md); options through ARGS, e.g. ARGS=--quick.
 bench-store: $(STAMP)
-	$(PY) -m tests.bench.store_append
+	$(PY) -m tests.bench.store_append $(ARGS)
 
 bench-compare: $(STAMP) system-deps
-	$(PY) -m tests.bench.compare
+	$(PY) -m tests.bench.compare $(ARGS)
 
 clean:
 	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache

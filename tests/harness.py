@@ -1,10 +1,14 @@
-"""Run the real broker daemon as a subprocess on 127.0.0.1 with ephemeral ports.
+"""The one launcher of the real broker daemon, for tests and benchmarks: a subprocess on
+127.0.0.1 with ephemeral ports.
 
     with BrokerProcess(tmp_path, settings={"flushDiskType": "SYNC_FLUSH"}) as broker:
         channel = grpc.insecure_channel(broker.endpoint)
 
-``settings`` are RocketMQ-named TOML settings written to a config file. The broker writes
-``--ready-file`` (JSON: grpc, metrics, pid) once it serves; we wait for that file.
+``settings`` are RocketMQ-named TOML settings written to ``<root>/broker.toml``; the store is
+``<root>/store`` and the broker's stdout and stderr go to ``<root>/broker.log``. The broker
+writes ``--ready-file`` (JSON: grpc, metrics, pid) once it serves; ``start`` waits for that
+file, so ``endpoint`` is the port the OS picked. ``stop`` is a graceful SIGTERM, ``kill`` a
+crash (SIGKILL). A restart reuses the root, so the store survives it.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +24,14 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A loopback port free right now (for a broker that must keep its port across restarts,
+    or for an address nothing listens on)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _toml_value(value: Any) -> str:
@@ -36,18 +49,21 @@ class BrokerProcess:
         settings: dict[str, Any] | None = None,
         extra_args: list[str] | None = None,
         env: dict[str, str] | None = None,
+        ready_timeout: float = 30.0,
     ) -> None:
         self.root = Path(root)
         self.store_dir = self.root / "store"
         self.settings = dict(settings or {})
         self.extra_args = list(extra_args or [])
         self.env = dict(env or {})
+        self.ready_timeout = ready_timeout
         self.proc: subprocess.Popen[bytes] | None = None
         self.endpoint = ""
         self.metrics_endpoint = ""
         self.log_path = self.root / "broker.log"
 
-    def start(self, timeout: float = 30.0) -> BrokerProcess:
+    def start(self, timeout: float | None = None) -> BrokerProcess:
+        timeout = self.ready_timeout if timeout is None else timeout
         self.root.mkdir(parents=True, exist_ok=True)
         config = self.root / "broker.toml"
         config.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in self.settings.items()))
@@ -73,7 +89,7 @@ class BrokerProcess:
             if ready.exists():
                 try:
                     info = json.loads(ready.read_text())
-                except json.JSONDecodeError:
+                except json.JSONDecodeError:  # caught mid-write
                     time.sleep(0.02)
                     continue
                 self.endpoint = info["grpc"]

@@ -21,7 +21,7 @@ import grpc
 import uvloop
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
-from tests.bench.broker_send import start_daemon
+from tests.bench.broker_send import bench_broker
 
 
 async def measure(endpoint: str, rate: int, seconds: float, batch: int) -> list[float]:
@@ -102,13 +102,11 @@ def main() -> None:
         f"{args.seconds:g} s per mode"
     )
     for flush in args.modes.split(","):
-        with tempfile.TemporaryDirectory(prefix="wharf-latency-") as tmp:
-            proc, endpoint = start_daemon(Path(tmp), flush)
-            try:
-                lat = uvloop.run(measure(endpoint, args.rate, args.seconds, args.batch))
-            finally:
-                proc.terminate()
-                proc.wait(30)
+        with (
+            tempfile.TemporaryDirectory(prefix="wharf-latency-") as tmp,
+            bench_broker(Path(tmp), flush) as broker,
+        ):
+            lat = uvloop.run(measure(broker.endpoint, args.rate, args.seconds, args.batch))
         if not lat:
             print(f"{flush:12s} no messages received")
             continue

@@ -32,28 +32,15 @@ import uvloop
 from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.harness import REPO_ROOT, BrokerProcess
+
+MIB = 1024 * 1024
 
 
-def start_daemon(root: Path, flush: str) -> tuple[subprocess.Popen[bytes], str]:
-    config = root / "broker.toml"
-    config.write_text(
-        f'flushDiskType = "{flush}"\nmappedFileSizeCommitLog = {256 * 1024 * 1024}\n'
-        'logLevel = "WARNING"\n'
-    )
-    ready = root / "ready.json"
-    cmd = [
-        sys.executable, "-m", "wharf.broker", "--config", str(config), "--store-dir", str(root / "s"),
-        "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--ready-file", str(ready),
-    ]  # fmt: skip
-    log = (root / "broker.log").open("wb")
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=log)
-    deadline = time.monotonic() + 60
-    while not ready.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError((root / "broker.log").read_text())
-        time.sleep(0.05)
-    return proc, json.loads(ready.read_text())["grpc"]
+def bench_broker(root: Path, flush: str) -> BrokerProcess:
+    """The daemon under test: 256 MiB commit-log segments, logging at WARNING."""
+    settings = {"flushDiskType": flush, "mappedFileSizeCommitLog": 256 * MIB, "logLevel": "WARNING"}
+    return BrokerProcess(root, settings=settings, ready_timeout=60.0)
 
 
 PEER_REPLIES: dict[int, bytes] = {}
@@ -250,16 +237,14 @@ def main() -> None:
         f"server CPU {peer_cpu * 1e6 / max(peer_sent, 1):.1f} us/msg)"
     )
     for flush in args.modes.split(","):
-        with tempfile.TemporaryDirectory(prefix="wharf-bench-") as tmp:
-            proc, endpoint = start_daemon(Path(tmp), flush)
-            try:
-                cpu_before = process_cpu_seconds(proc.pid)
-                sent, elapsed, errors = uvloop.run(drive(endpoint, args))
-                broker_cpu = process_cpu_seconds(proc.pid) - cpu_before
-                pulled, pull_elapsed = uvloop.run(drain(endpoint)) if args.pull else (0, 0.0)
-            finally:
-                proc.terminate()
-                proc.wait(30)
+        with (
+            tempfile.TemporaryDirectory(prefix="wharf-bench-") as tmp,
+            bench_broker(Path(tmp), flush) as broker,
+        ):
+            cpu_before = process_cpu_seconds(broker.pid)
+            sent, elapsed, errors = uvloop.run(drive(broker.endpoint, args))
+            broker_cpu = process_cpu_seconds(broker.pid) - cpu_before
+            pulled, pull_elapsed = uvloop.run(drain(broker.endpoint)) if args.pull else (0, 0.0)
         rate = sent / elapsed
         print(
             f"{flush:12s} {rate:>10,.0f} msg/s  {rate * args.size / 1e6:7.1f} MB/s  "

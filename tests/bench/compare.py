@@ -3,7 +3,8 @@
 Pairs with equivalent durability: Wharf ASYNC_FLUSH vs ``appendfsync everysec`` and Wharf
 SYNC_FLUSH vs ``appendfsync always``. Redis is driven by its own C client (redis-benchmark,
 the peer at its best) and by redis-py + hiredis (pipelined, the same language as our SDK).
-Prints ratios Wharf/peer and writes ``bench-results.json`` at the repository root.
+Prints ratios Wharf/peer and writes them as JSON to ``--output`` (default:
+``bench-results.json`` at the repository root).
 
     python -m tests.bench.compare               # about 2 minutes
     python -m tests.bench.compare --quick       # seconds; smoke run
@@ -25,7 +26,11 @@ from rich.console import Console
 from rich.table import Table
 
 from tests.bench import redis_peer
-from tests.bench.launcher import REPO_ROOT, ServerProcess, start_redis, start_wharf
+from tests.bench.redis_peer import RedisServer
+from tests.harness import REPO_ROOT, BrokerProcess
+
+# Where `make bench-compare` leaves its figures unless --output says otherwise.
+DEFAULT_OUTPUT = REPO_ROOT / "bench-results.json"
 
 
 def wharf_bench(endpoint: str, workload: str, **options: Any) -> dict[str, Any]:
@@ -43,12 +48,20 @@ def wharf_bench(endpoint: str, workload: str, **options: Any) -> dict[str, Any]:
     ]
     for key, value in options.items():
         cmd += [f"--{key.replace('_', '-')}", str(value)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     for line in reversed(proc.stdout.splitlines()):
         doc = json.loads(line)
         if "result" in doc:
             return dict(doc["result"])
     raise RuntimeError(f"wharf bench {workload} failed ({proc.returncode}): {proc.stderr[-800:]}")
+
+
+def wharf_broker(root: Path, flush: str) -> BrokerProcess:
+    """The Wharf daemon of one run, logging at WARNING."""
+    return BrokerProcess(
+        root, settings={"flushDiskType": flush}, extra_args=["--log-level", "WARNING"],
+        ready_timeout=60.0,
+    )  # fmt: skip
 
 
 # Producer settings of every Wharf produce run: one stream, two requests in flight (while one
@@ -98,7 +111,7 @@ class Comparison:
     # ------------------------------------------------------------------ wharf
     def run_wharf_async(self, root: Path) -> None:
         c, size = self.args.clients, self.args.size
-        with start_wharf(root, {"flushDiskType": "ASYNC_FLUSH"}) as broker:
+        with wharf_broker(root, "ASYNC_FLUSH") as broker:
             # redis-benchmark -c 50 -P 16 keeps 800 XADDs in flight on 50 connections; the
             # same here: 50 tasks each awaiting send_batch(16) (the SDK's pipelining), which
             # the producer packs into few large requests.
@@ -136,14 +149,14 @@ class Comparison:
                 # A short read is no throughput figure: say so instead of printing a ratio.
                 self.console.print(
                     f"[bold red]consume read {figures['messages']} of the {produced} messages "
-                    f"produced[/bold red]: see {broker.log} (retention deleting segments when "
+                    f"produced[/bold red]: see {broker.log_path} (retention deleting segments when "
                     "the disk is nearly full?)"
                 )
                 self.measures["consume"]["wharf"]["msgs_per_s"] = 0.0
 
     def run_wharf_sync(self, root: Path) -> None:
         c, size = self.args.clients, self.args.size
-        with start_wharf(root, {"flushDiskType": "SYNC_FLUSH"}) as broker:
+        with wharf_broker(root, "SYNC_FLUSH") as broker:
             self.note(f"wharf SYNC_FLUSH produce: {c} tasks x send_batch(16)")
             figures = wharf_bench(
                 broker.endpoint, "produce", topic="bench", tasks=c, batch=16, size=size,
@@ -180,7 +193,7 @@ class Comparison:
     # ------------------------------------------------------------------ redis
     def run_redis_everysec(self, root: Path) -> None:
         c, size = self.args.clients, self.args.size
-        with start_redis(root, "everysec") as redis:
+        with RedisServer(root, "everysec") as redis:
             self._redis_benchmark_xadd(
                 redis, "everysec", "produce_async", "redis_benchmark", 16, 1_000_000
             )
@@ -215,7 +228,7 @@ class Comparison:
 
     def run_redis_always(self, root: Path) -> None:
         c, size = self.args.clients, self.args.size
-        with start_redis(root, "always") as redis:
+        with RedisServer(root, "always") as redis:
             self._redis_benchmark_xadd(
                 redis, "always", "produce_sync", "redis_benchmark", 1, 150_000
             )
@@ -240,7 +253,7 @@ class Comparison:
 
     def _redis_benchmark_xadd(
         self,
-        redis: ServerProcess,
+        redis: RedisServer,
         fsync: str,
         measure: str,
         who: str,
@@ -320,7 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=10_000, help="e2e target msg/s")
     parser.add_argument("--low-rate", type=int, default=1_000, help="second, unsaturated e2e rate")
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds each")
-    parser.add_argument("--output", default=str(REPO_ROOT / "bench-results.json"))
+    parser.add_argument(
+        "--output", default=str(DEFAULT_OUTPUT), help="where to write the figures (JSON)"
+    )
     args = parser.parse_args(argv)
     comparison = Comparison(args)
     results = comparison.run()

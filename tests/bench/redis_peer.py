@@ -1,19 +1,91 @@
-"""Redis Streams as the peer: its own C client (redis-benchmark, pipelined) and redis-py
-with hiredis (pipelined, asyncio: the same language and loop as our SDK)."""
+"""Redis Streams as the peer: Debian's redis-server on loopback (``RedisServer``), driven by
+its own C client (redis-benchmark, pipelined) and by redis-py with hiredis (pipelined,
+asyncio: the same language and loop as our SDK). The Wharf side is started by
+tests/harness.py."""
 
 from __future__ import annotations
 
 import asyncio
 import csv
 import io
+import os
 import shutil
+import signal
+import socket
 import subprocess
 import time
+from pathlib import Path
 
 from wharf.client.bench.pacing import WARMUP_S, due_batches
 from wharf.client.bench.stats import BenchStats
 
+from tests.harness import free_port
+
 STREAM = "bench"
+
+
+class RedisServer:
+    """redis-server with an append-only file under ``root`` and ``appendfsync`` as given
+    (``everysec`` is the peer of ASYNC_FLUSH, ``always`` of SYNC_FLUSH); no RDB snapshots."""
+
+    def __init__(self, root: Path, appendfsync: str, ready_timeout: float = 20.0) -> None:
+        self.root = Path(root)
+        self.appendfsync = appendfsync
+        self.ready_timeout = ready_timeout
+        self.log_path = self.root / "redis.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.endpoint = ""
+
+    def start(self) -> RedisServer:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError(
+                "redis-server not found: apt-get install -y redis-server (make system-deps)"
+            )
+        self.root.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        with self.log_path.open("ab") as handle:
+            self.proc = subprocess.Popen(
+                [
+                    binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(self.root),
+                    "--save", "", "--appendonly", "yes", "--appendfsync", self.appendfsync,
+                    "--protected-mode", "yes", "--daemonize", "no",
+                ],
+                stdout=handle, stderr=handle, env={**os.environ},
+            )  # fmt: skip
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"redis-server exited with {self.proc.returncode}: see {self.log_path}"
+                )
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(16).startswith(b"+PONG"):
+                        self.endpoint = f"127.0.0.1:{port}"
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise TimeoutError("redis-server not ready")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def redis_benchmark(

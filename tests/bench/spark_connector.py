@@ -4,7 +4,7 @@ the same run (one Python process doing the same work over the same API or codec)
 
     .venv/bin/python -m tests.bench.spark_connector --messages 100000 --body-size 256
 
-Starts its own broker (``python -m wharf.broker``, 127.0.0.1, ephemeral ports) in a temporary
+Starts its own broker (tests/harness.py: 127.0.0.1, ephemeral ports) in a temporary
 directory unless ``--endpoints`` and ``--store-dir`` name a running one. Spark's one-time
 start-up (JVM, Python workers) is paid by a warm-up query and not counted.
 """
@@ -12,9 +12,7 @@ start-up (JVM, Python workers) is paid by a warm-up query and not counted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,35 +20,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.harness import BrokerProcess
+
 TOPIC = "spark-bench"
 
 
 @contextmanager
 def _broker(root: Path, queues: int) -> Iterator[tuple[str, Path]]:
-    config = root / "broker.toml"
     # 8 MiB segments: the offline scan gets one Spark task per segment to spread over 2 cores.
-    config.write_text(
-        f"defaultTopicQueueNums = {queues}\nmappedFileSizeCommitLog = {8 * 1024 * 1024}\n"
-    )
-    ready = root / "ready.json"
-    store = root / "store"
-    cmd = [
-        sys.executable, "-m", "wharf.broker", "--config", str(config), "--store-dir", str(store),
-        "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--ready-file", str(ready),
-    ]  # fmt: skip
-    with (root / "broker.log").open("ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=log)
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"broker did not start; see {root / 'broker.log'}")
-            time.sleep(0.05)
-        time.sleep(0.05)
-        yield json.loads(ready.read_text())["grpc"], store
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    settings = {"defaultTopicQueueNums": queues, "mappedFileSizeCommitLog": 8 * 1024 * 1024}
+    with BrokerProcess(root, settings=settings, ready_timeout=60.0) as broker:
+        yield broker.endpoint, broker.store_dir
 
 
 def _spark():  # type: ignore[no-untyped-def]

@@ -520,11 +520,9 @@ SECTIONS: dict[str, Section] = {
 
 def all_sections() -> dict[str, Section]:
     sections = dict(SECTIONS)
-    try:
-        from wharf.store import bench_queues  # type: ignore[attr-defined]
-    except ImportError:
-        return sections
-    sections.update(getattr(bench_queues, "SECTIONS", {}))
+    from tests.bench import store_queues
+
+    sections.update(getattr(store_queues, "SECTIONS", {}))
     return sections
 
 

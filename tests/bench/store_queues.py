@@ -156,12 +156,9 @@ async def bench_put(messages: int, root: str, mode: str, writers: int = 64) -> N
         await store.shutdown()
 
 
-CHILD = """
-import asyncio, sys
-from tests.bench.store_queues import _batch, _config
-from wharf.store.message_store import MessageStore
-
-async def main(root, target_bytes):
+async def recovery_loader(root: str, target_bytes: int) -> None:
+    """The child of the recovery run (``--recovery-loader ROOT BYTES``): append until the log
+    holds ``target_bytes``, wait for dispatch, say ``loaded``, then keep putting until killed."""
     store = MessageStore(_config(root, target_bytes // 1100))
     await store.start()
     seq = 0
@@ -176,14 +173,18 @@ async def main(root, target_bytes):
         await store.put("Recover", seq % 8, _batch(seq))
         seq += 1
 
-asyncio.run(main(sys.argv[1], int(sys.argv[2])))
-"""
-
 
 def _load_and_kill_blocking(root: str, target_bytes: int) -> float:
     started = time.perf_counter()
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, root, str(target_bytes)],
+        [
+            sys.executable,
+            "-m",
+            "tests.bench.store_queues",
+            "--recovery-loader",
+            root,
+            str(target_bytes),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -259,7 +260,11 @@ def main() -> None:
     parser.add_argument(
         "--chunk-kib", type=int, default=0, help="dispatch chunk size (default: the reput's)"
     )
+    parser.add_argument("--recovery-loader", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.recovery_loader:
+        asyncio.run(recovery_loader(args.recovery_loader[0], int(args.recovery_loader[1])))
+        return
     base = tempfile.mkdtemp(prefix="wharf-bench-", dir=args.dir)
     try:
         print(

@@ -16,7 +16,7 @@ from wharf.broker.controller import BrokerController
 from wharf.broker.settings import load_settings
 from wharf.v1 import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
 
-from tests.broker.fake_store import FakeStore
+from tests.fakes import FakeStore
 
 Msg = common_pb2.Message
 

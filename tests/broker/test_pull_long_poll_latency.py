@@ -17,7 +17,7 @@ from wharf.broker.controller import BrokerController
 from wharf.broker.settings import load_settings
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
-from tests.broker.fake_store import FakeStore
+from tests.fakes import FakeStore
 
 SLOW_DISPATCH_S = 0.8
 

@@ -9,8 +9,7 @@ import sys
 
 import pytest
 
-from tests.bench.launcher import free_port
-from tests.harness import REPO_ROOT, BrokerProcess
+from tests.harness import REPO_ROOT, BrokerProcess, free_port
 
 
 def wharf(

@@ -164,7 +164,7 @@ async def test_broker_errors_become_typed_exceptions_with_the_message(
 
 
 async def test_unreachable_broker_fails_fast_after_retries() -> None:
-    from tests.bench.launcher import free_port
+    from tests.harness import free_port
 
     async with Producer(f"127.0.0.1:{free_port()}", send_timeout=1.5) as producer:
         with pytest.raises((UnavailableError, DeadlineExceededError)):

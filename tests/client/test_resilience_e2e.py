@@ -15,9 +15,8 @@ from wharf.client import (
     ReceivedMessage,
 )
 
-from tests.bench.launcher import free_port
 from tests.client.conftest import BROKER_SETTINGS
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, free_port
 
 
 async def test_producer_and_push_consumer_continue_across_a_broker_restart(

@@ -1,11 +1,13 @@
-"""A stand-in BrokerController for metrics unit tests (no sockets, no store files)."""
+"""A stand-in BrokerController for metrics unit tests (no sockets, no store files); its store
+is tests/fakes.py's FakeStore."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from wharf.store.config import StoreConfig
-from wharf.store.model import GetResult, GetStatus, StoredMessage, StoreStats
+from wharf.store.model import StoreStats
+
+from tests.fakes import FakeStore
 
 
 def make_stats(**changes: object) -> StoreStats:
@@ -30,42 +32,6 @@ def make_stats(**changes: object) -> StoreStats:
     )
     values.update(changes)
     return StoreStats(**values)  # type: ignore[arg-type]
-
-
-def stored(topic: str, queue_id: int, offset: int, store_ms: int) -> StoredMessage:
-    return StoredMessage(
-        topic=topic, queue_id=queue_id, queue_offset=offset, commit_log_offset=0,
-        store_size=100, body=b"x", properties={}, flag=0, sys_flag=0, body_crc=0,
-        born_timestamp=store_ms, born_host="127.0.0.1:1", store_timestamp=store_ms,
-        store_host="127.0.0.1:8081", reconsume_times=0, prepared_transaction_offset=0,
-    )  # fmt: skip
-
-
-@dataclass
-class FakeStore:
-    """Queues as lists of store timestamps (ms); queue offset = list index."""
-
-    queues: dict[tuple[str, int], list[int]] = field(default_factory=dict)
-    min_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
-    stats_value: StoreStats = field(default_factory=make_stats)
-    config: StoreConfig = field(default_factory=StoreConfig)
-    reads: int = 0
-
-    def stats(self) -> StoreStats:
-        return self.stats_value
-
-    def get_min_offset(self, topic: str, queue_id: int) -> int:
-        return self.min_offsets.get((topic, queue_id), 0)
-
-    def get_max_offset(self, topic: str, queue_id: int) -> int:
-        return len(self.queues.get((topic, queue_id), []))
-
-    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int) -> GetResult:
-        self.reads += 1
-        times = self.queues.get((topic, queue_id), [])
-        found = [stored(topic, queue_id, i, times[i]) for i in range(offset, min(len(times), offset + max_count))]  # fmt: skip
-        status = GetStatus.FOUND if found else GetStatus.NO_MESSAGE_IN_QUEUE
-        return GetResult(status, offset + len(found), 0, len(times), found)
 
 
 class FakeNames:
@@ -104,10 +70,10 @@ NOW_MS = 1_700_000_000_000
 
 
 def fake_controller(**stats: object) -> FakeController:
-    store = FakeStore(
-        queues={("orders", 0): [NOW_MS - 30_000] * 10, ("orders", 1): [NOW_MS - 5_000] * 4},
-        stats_value=make_stats(**stats),
-    )
+    store = FakeStore()
+    store.seed("orders", 0, [NOW_MS - 30_000] * 10)
+    store.seed("orders", 1, [NOW_MS - 5_000] * 4)
+    store.stats_value = make_stats(**stats)
     return FakeController(
         store=store,
         topics=FakeNames(["orders", "payments"]),

@@ -118,7 +118,7 @@ def test_lag_latency_reads_stay_within_budget_and_cover_every_lagging_group(monk
     monkeypatch.setattr(metrics_snapshot, "LAG_LATENCY_READ_BUDGET", 5)
     controller = fake_controller()
     for queue_id in range(4):
-        controller.store.queues[("events", queue_id)] = [NOW_MS - 1000 * (queue_id + 1)] * 3
+        controller.store.seed("events", queue_id, [NOW_MS - 1000 * (queue_id + 1)] * 3)
     groups = [f"g{n}" for n in range(4)]
     for n, group in enumerate(groups):  # g0 and g3 sit at the same positions: cached reads
         controller.offsets.table[("events", group)] = {q: n % 3 for q in range(4)}
