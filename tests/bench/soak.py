@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import tempfile
 import time
 import urllib.request
@@ -39,16 +38,10 @@ from typing import Any
 import uvloop
 from wharf.client import Admin, ConsumeResult, Producer, PullConsumer, PushConsumer, WharfError
 
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, free_port
 
 E2E_TOPIC = "SoakE2E"
 BULK_TOPIC = "SoakBulk"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
