@@ -10,10 +10,10 @@ from wharf.broker.config import BrokerConfig
 from wharf.broker.consumers import ConsumerManager
 from wharf.broker.groups import SubscriptionGroupManager
 from wharf.broker.long_poll import LongPollHolder
-from wharf.broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.broker.metrics import BrokerMetrics
 from wharf.broker.offsets import ConsumerOffsetManager
 from wharf.broker.topics import TopicConfigManager
+from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 
 if TYPE_CHECKING:
     from wharf.store.message_store import MessageStore

@@ -37,14 +37,14 @@ from wharf.broker.context import BrokerContext
 from wharf.broker.groups import SubscriptionGroupManager
 from wharf.broker.handlers import add_servicer
 from wharf.broker.long_poll import LongPollHolder
-from wharf.broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.broker.messaging import MessagingService
 from wharf.broker.metrics import BrokerMetrics
 from wharf.broker.offsets import ConsumerOffsetManager
 from wharf.broker.persist import dumps, load_json_blocking, write_text_atomic_blocking
 from wharf.broker.settings import parse_delay_levels
 from wharf.broker.topics import TopicConfigManager
-from wharf.store.codec.format import SCHEDULE_TOPIC
+from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
+from wharf.store.codec.properties import SCHEDULE_TOPIC
 from wharf.store.config import StoreConfig
 from wharf.v1 import admin_pb2, messaging_pb2
 

@@ -9,7 +9,8 @@ from wharf.broker.context import BrokerContext
 from wharf.broker.convert import add_views, to_view
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.topics import PERM_READ_WRITE, validate_topic_name
-from wharf.store.codec.format import PROPERTY_REAL_TOPIC, decode_offset_msg_id
+from wharf.store.codec.ids import decode_offset_msg_id
+from wharf.store.codec.properties import PROPERTY_REAL_TOPIC
 from wharf.store.errors import InvalidMessageError, StoreError
 from wharf.store.model import StoredMessage
 from wharf.v1 import messaging_pb2

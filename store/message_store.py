@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
-from wharf.store.codec.format import decode_offset_msg_id
+from wharf.store.codec.ids import decode_offset_msg_id
 from wharf.store.config import SYNC_FLUSH, StoreConfig
 from wharf.store.dispatch.reput import CommitLogSource, Dispatcher, QueueAdvance, ReputService
 from wharf.store.errors import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from wharf.store.codec.format import CQ_STORE_UNIT_SIZE
+from wharf.store.codec.layout import CQ_STORE_UNIT_SIZE
 from wharf.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from wharf.store.model import StoreStats
 from wharf.store.services.cleanup import parse_delete_when

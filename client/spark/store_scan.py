@@ -32,7 +32,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 from wharf.client.spark.columns import ColumnBuffer
 from wharf.client.spark.options import OptionError, check_topic_name
-from wharf.store.codec import format as fmt
+from wharf.store import codec as fmt
 from wharf.store.errors import CorruptRecordError
 
 log = logging.getLogger(__name__)

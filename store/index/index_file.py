@@ -19,7 +19,7 @@ import mmap
 import os
 from pathlib import Path
 
-from wharf.store.codec.format import (
+from wharf.store.codec.layout import (
     INDEX_ENTRY,
     INDEX_ENTRY_SIZE,
     INDEX_HASH_SLOT_SIZE,

@@ -16,7 +16,7 @@ import logging
 import os
 import zlib
 
-from wharf.store.codec.format import CHECKPOINT, CHECKPOINT_FILE_SIZE
+from wharf.store.codec.layout import CHECKPOINT, CHECKPOINT_FILE_SIZE
 
 log = logging.getLogger(__name__)
 

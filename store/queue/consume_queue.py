@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import starmap
 from pathlib import Path
 
-from wharf.store.codec.format import CQ_STORE_UNIT_SIZE, CQ_UNIT, segment_file_name
+from wharf.store.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT, segment_file_name
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,8 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from wharf.store.codec.format import PROPERTY_DELAY_TIME_LEVEL, SCHEDULE_TOPIC, java_string_hash
+from wharf.store.codec.hashes import java_string_hash
+from wharf.store.codec.properties import PROPERTY_DELAY_TIME_LEVEL, SCHEDULE_TOPIC
 from wharf.store.config import StoreConfig
 from wharf.store.model import (
     AppendResult,

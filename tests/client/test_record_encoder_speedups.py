@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from wharf.client.ids import new_unique_ids
 from wharf.client.message import SendResult
 from wharf.client.record_encoder import RecordEncoder
-from wharf.store.codec.format import _crc32
+from wharf.store.codec.records import _crc32
 from wharf.store.codec.send_records import encode_record
 from wharf.store.fast.record_check import check_records
 from wharf.v1 import messaging_pb2

@@ -7,7 +7,7 @@ import importlib
 import struct
 
 import pytest
-from wharf.store.codec import format as fmt
+from wharf.store import codec as fmt
 
 # RECORD_HEADER (store.format) field by field, with its struct codes: offsets follow from them.
 _FIELDS = [

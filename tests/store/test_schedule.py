@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from wharf.store.codec.format import SCHEDULE_TOPIC
+from wharf.store.codec.properties import SCHEDULE_TOPIC
 from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus
 from wharf.store.services.schedule import parse_delay_levels
