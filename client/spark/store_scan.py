@@ -1,8 +1,8 @@
 """The ``wharf-store`` source: decode a store directory's CommitLog offline, no daemon.
 
 One Spark partition per CommitLog segment (files named by their 20-digit start offset under
-``<store>/commitlog/``). Records are validated with ``wharf.store.codec.format.check_record`` and decoded
-with ``wharf.store.codec.format.decode_record`` -- the store's own sans-IO codec, the only thing the
+``<store>/commitlog/``). Records are validated with ``wharf.store.codec.check_record`` and decoded
+with ``wharf.store.codec.decode_record`` -- the store's own sans-IO codec, the only thing the
 connector takes from ``store``.
 
 Failure policy (``corruptRecords``):

@@ -62,7 +62,7 @@ static int crc_matches(PyObject *crc_func, const unsigned char *body, Py_ssize_t
 PyDoc_STRVAR(check_doc,
              "check(data, tail, max_message_size, allowed_sys_flags, crc32)\n\n"
              "Record starts as bytes of native int64, or (index, code, detail) for the first "
-             "bad record (see store/record_check.py).");
+             "bad record (see store/fast/record_check.py).");
 
 static PyObject *check(PyObject *module, PyObject *args) {
     Py_buffer data, tail;

@@ -1,5 +1,5 @@
 """IndexFile: a hash index from message keys to CommitLog offsets, byte-compatible with
-RocketMQ's IndexFile.java / IndexHeader.java (layouts in ``wharf.store.codec.format``)::
+RocketMQ's IndexFile.java / IndexHeader.java (layouts in ``wharf.store.codec.layout``)::
 
     header (40)   beginTimestamp 8 | endTimestamp 8 | beginPhyOffset 8 | endPhyOffset 8 |
                   hashSlotCount 4 | indexCount 4

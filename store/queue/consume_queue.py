@@ -1,7 +1,7 @@
 """ConsumeQueue: the per topic/queue index of 20-byte units into the CommitLog (RocketMQ's
 ConsumeQueue.java).
 
-Layout (``wharf.store.codec.format.CQ_STORE_UNIT_SIZE``)::
+Layout (``wharf.store.codec.layout.CQ_STORE_UNIT_SIZE``)::
 
     commitLogOffset (8) | size (4) | tagsCode (8)        big-endian
 
