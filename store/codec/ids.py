@@ -116,9 +116,10 @@ def _counter_ids_python(head: str, start: int, count: int) -> list[str]:
 
 class UniqueIdGenerator:
     """Generates UNIQ_KEY ids; unique per process (counter) and across processes (ip, pid,
-    random). ``ip`` is 4 bytes or a dotted ipv4 address; ``clock`` returns epoch seconds (``time.time`` by default, read at each call so a
-    test may patch it); ``counter_ids`` formats a batch's counters (the compiled twin
-    ``_record_encoder.counter_ids`` when the caller has it)."""
+    random). ``ip`` is 4 bytes or a dotted ipv4 address; ``clock`` returns epoch seconds
+    (``time.time`` by default, looked up at each call so a test may patch it); ``counter_ids``
+    formats a batch's counters (the compiled twin ``_record_encoder.counter_ids`` when the
+    caller has it: the codec cannot import ``wharf.store.fast``, a layer above it)."""
 
     def __init__(
         self,
