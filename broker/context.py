@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 
 from wharf.broker.config import BrokerConfig
 from wharf.broker.long_poll import LongPollHolder
-from wharf.broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.broker.meta.consumers import ConsumerManager
 from wharf.broker.meta.groups import SubscriptionGroupManager
 from wharf.broker.meta.offsets import ConsumerOffsetManager
 from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.metrics import BrokerMetrics
 from wharf.broker.reply_budget import ReplyBudget
+from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 
 if TYPE_CHECKING:
     from wharf.store.message_store import MessageStore

@@ -34,7 +34,6 @@ from wharf.broker.config import Config, parse_host_port
 from wharf.broker.context import BrokerContext
 from wharf.broker.handlers import add_servicer
 from wharf.broker.long_poll import LongPollHolder
-from wharf.broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.broker.meta.consumers import ConsumerManager
 from wharf.broker.meta.groups import SubscriptionGroupManager
 from wharf.broker.meta.offsets import ConsumerOffsetManager
@@ -45,7 +44,8 @@ from wharf.broker.processors.admin import AdminService
 from wharf.broker.processors.messaging import MessagingService
 from wharf.broker.reply_budget import ReplyBudget
 from wharf.broker.settings import parse_delay_levels
-from wharf.store.codec.format import SCHEDULE_TOPIC
+from wharf.store.codec import SCHEDULE_TOPIC
+from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.store.config import StoreConfig
 from wharf.v1 import admin_pb2, messaging_pb2
 

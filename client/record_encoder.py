@@ -2,9 +2,10 @@
 reply -> one ``SendResult`` per record.
 
 The broker checks and appends producer-encoded records with one copy (see
-``wharf.store.codec.send_records``, whose encoder this module uses: the record layout is defined once, in
-``wharf.store.codec.format``, and shared as RocketMQ shares its MessageDecoder). The producer does the
-per-message encoding on its own core, so the broker's event loop does not.
+``wharf.store.codec.send_records``, whose encoder this module uses: the record layout is defined
+once, in ``wharf.store.codec.layout``, and shared as RocketMQ shares its MessageDecoder). The
+producer does the per-message encoding on its own core, so the broker's event loop does not.
+Offset message ids are ``wharf.store.codec.ids``'s (``send_results`` is their compiled twin).
 
     encoder = RecordEncoder()
     record = encoder.encode("orders", b"hello", unique_id, tags="paid")
@@ -12,35 +13,33 @@ per-message encoding on its own core, so the broker's event loop does not.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from itertools import accumulate
 
 from wharf.client.compression import COMPRESS_THRESHOLD
 from wharf.client.errors import InvalidArgumentError
 from wharf.client.message import SendResult, SendStatus, body_payload
-from wharf.store.codec.format import (
+from wharf.store import fast
+from wharf.store.codec.ids import format_offset_msg_id, offset_msg_id_prefix
+from wharf.store.codec.layout import SYSFLAG_COMPRESSED
+from wharf.store.codec.properties import (
     KEY_SEPARATOR,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    _crc32,
 )
-from wharf.store.codec.format import encode_host as _encode_host
+from wharf.store.codec.records import _crc32
 from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.store.errors import InvalidMessageError
 from wharf.v1 import messaging_pb2
 
-try:  # the compiled batch encoder (store/fast/_record_encoder.c), when the install built it
-    from wharf.store.fast._record_encoder import encode_bare_records as _encode_bare_records
-    from wharf.store.fast._record_encoder import send_results as _send_results
-except ImportError:  # no compiler at install time: the Python code does the same
-    _encode_bare_records = _send_results = None
-if os.environ.get("WHARF_NO_SPEEDUPS"):  # measure or debug the pure-Python path
-    _encode_bare_records = _send_results = None
+# The compiled batch encoder (store/fast/_record_encoder.c); None: the Python code does the same.
+_compiled = fast.load("_record_encoder")
+_encode_bare_records = None if _compiled is None else _compiled.encode_bare_records
+_send_results = None if _compiled is None else _compiled.send_results
 
-_SYSFLAG_COMPRESSED = 0x1
 _UNIQ_KEY_NAME = f"{PROPERTY_UNIQ_KEY}\x01"
 _STATUS_OF = {status.value: status for status in SendStatus}.get
 _new_tuple = tuple.__new__
@@ -110,7 +109,7 @@ class RecordEncoder:
     ) -> bytes:
         """One record; raises InvalidArgumentError for what the broker would refuse."""
         payload, compressed = body_payload(body, self.compress_threshold)
-        sys_flag = _SYSFLAG_COMPRESSED if compressed else 0
+        sys_flag = SYSFLAG_COMPRESSED if compressed else 0
         parts: list[str] = []
         if properties:
             for name, value in properties.items():
@@ -141,24 +140,13 @@ class RecordEncoder:
             raise InvalidArgumentError(str(exc)) from None
 
 
-class _OffsetIds:
-    """Offset message ids (store host + commit log offset, 32 hex chars) for one store host."""
-
-    def __init__(self) -> None:
-        self._prefixes: dict[str, str] = {}
-
-    def prefix(self, store_host: str) -> str:
-        prefix = self._prefixes.get(store_host)
-        if prefix is None:
-            try:
-                prefix = _encode_host(store_host).hex().upper()
-            except InvalidMessageError:
-                prefix = "0" * 16
-            self._prefixes[store_host] = prefix
-        return prefix
-
-
-_OFFSET_IDS = _OffsetIds()
+def _offset_id_prefix(store_host: str) -> str:
+    """The offset message id prefix of ``store_host``; zeros for a host that is not
+    ``ipv4:port`` (the ids still name the offsets)."""
+    try:
+        return offset_msg_id_prefix(store_host)
+    except InvalidMessageError:
+        return "0" * 16
 
 
 def results_of(
@@ -178,9 +166,9 @@ def results_of(
     if _send_results is not None:
         return _send_results(  # type: ignore[no-any-return]
             SendResult, status, unique_ids, records, response.first_commit_log_offset,
-            _OFFSET_IDS.prefix(response.store_host), queue_id, first, topic,
+            _offset_id_prefix(response.store_host), queue_id, first, topic,
         )  # fmt: skip
-    offset_id = (_OFFSET_IDS.prefix(response.store_host) + "%016X").__mod__
+    offset_id = partial(format_offset_msg_id, _offset_id_prefix(response.store_host))
     # Record i starts where records 0..i-1 end: the producer knows their sizes.
     offsets = accumulate(map(len, records), initial=response.first_commit_log_offset)
     new = _new_tuple

@@ -2,8 +2,8 @@
 
 The broker's fast pull path sends the stored records' bytes (RocketMQ's design: the broker
 copies the CommitLog bytes out, the client decodes them with the shared MessageDecoder). The
-record layout is defined once in ``wharf.store.codec.format`` and is the wire format here, so this module
-imports that sans-IO codec (allowed by the import-linter contract in ``pyproject.toml``).
+record layout is defined once in ``wharf.store.codec.layout`` and is the wire format here, so this
+module imports that sans-IO codec (allowed by the import-linter contract in ``pyproject.toml``).
 
 Per record, walking costs one 12-byte unpack and a few comparisons, and creating the message
 stores four fields (~0.3 us together). Everything else is read from the reply's bytes when the
@@ -27,17 +27,30 @@ from typing import TYPE_CHECKING
 from wharf.client.compression import decompress
 from wharf.client.errors import BrokerInternalError
 from wharf.client.message import PROPERTY_RETRY_TOPIC, ReceivedMessage
-from wharf.store.codec.format import (
-    KEY_SEPARATOR,
+from wharf.store.codec.hosts import decode_host
+from wharf.store.codec.ids import format_offset_msg_id, host_bytes_prefix
+from wharf.store.codec.layout import (
     MESSAGE_MAGIC_CODE,
+    OFFSET_BORN_HOST,
+    OFFSET_BORN_TIMESTAMP,
+    OFFSET_FLAG,
+    OFFSET_PHYSICAL_OFFSET,
+    OFFSET_QUEUE_ID,
+    OFFSET_QUEUE_OFFSET,
+    OFFSET_RECONSUME_TIMES,
+    OFFSET_STORE_HOST,
+    OFFSET_STORE_TIMESTAMP,
+    OFFSET_SYS_FLAG_LOW_BYTE,
+    RECORD_FIXED_SIZE,
+    RECORD_HEADER_SIZE,
+    SYSFLAG_COMPRESSED,
+    partial_struct,
+)
+from wharf.store.codec.properties import (
+    KEY_SEPARATOR,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    RECORD_FIXED_SIZE,
-    RECORD_HEADER,
-    RECORD_HEADER_SIZE,
-    SYSFLAG_COMPRESSED,
-    decode_host,
 )
 from wharf.v1 import common_pb2, messaging_pb2
 
@@ -46,16 +59,11 @@ if TYPE_CHECKING:
 
 _VIEW_HIDDEN = frozenset((PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY))
 # What walking the records needs: TOTALSIZE, MAGICCODE, BODYLENGTH (3.5x cheaper than the
-# whole header; single fields are unpacked on use, see the byte diagram in store.format).
-_unpack_walk = struct.Struct(">iI76xi").unpack_from
-_unpack_header = RECORD_HEADER.unpack_from
+# whole header; single fields are unpacked on use, see the byte diagram in codec.layout).
+_unpack_walk = partial_struct(("TOTAL_SIZE", "MAGIC", "BODY_LENGTH")).unpack_from
 _int_at = struct.Struct(">i").unpack_from
 _long_at = struct.Struct(">q").unpack_from
 _host_at = struct.Struct("8s").unpack_from
-_QUEUE_ID_POS, _FLAG_POS, _QUEUE_OFFSET_POS, _PHYSICAL_OFFSET_POS = 12, 16, 20, 28
-_BORN_TS_POS, _BORN_HOST_POS, _STORE_TS_POS, _STORE_HOST_POS, _RECONSUME_POS = 40, 48, 56, 64, 72
-# SYSFLAG is a big-endian int at byte 36: its compressed bit lives in byte 39.
-_SYS_FLAG_LOW_BYTE = 39
 # UNIQ_KEY as the first pair (how producers write it): one anchored match at the start.
 _UNIQ_KEY_FIRST = re.compile(rb"UNIQ_KEY\x01([^\x02]*)\x02").match
 
@@ -122,7 +130,7 @@ class RecordMessage(ReceivedMessage):
             return value.decode("utf-8", "replace")
 
     def _compressed(self) -> bool:
-        return bool(self._buf[self._pos + _SYS_FLAG_LOW_BYTE] & SYSFLAG_COMPRESSED)
+        return bool(self._buf[self._pos + OFFSET_SYS_FLAG_LOW_BYTE] & SYSFLAG_COMPRESSED)
 
     @property
     def view(self) -> common_pb2.MessageView:
@@ -161,7 +169,7 @@ class RecordMessage(ReceivedMessage):
     @property
     def body(self) -> bytes:
         pos = self._pos
-        if not self._buf[pos + _SYS_FLAG_LOW_BYTE] & SYSFLAG_COMPRESSED:
+        if not self._buf[pos + OFFSET_SYS_FLAG_LOW_BYTE] & SYSFLAG_COMPRESSED:
             # A fresh slice per read (about as cheap as a cached attribute for 1 KiB bodies,
             # and it spares every message a cache slot store).
             start = pos + RECORD_HEADER_SIZE
@@ -192,15 +200,15 @@ class RecordMessage(ReceivedMessage):
 
     @property
     def queue_id(self) -> int:
-        return _int_at(self._buf, self._pos + _QUEUE_ID_POS)[0]
+        return _int_at(self._buf, self._pos + OFFSET_QUEUE_ID)[0]
 
     @property
     def queue_offset(self) -> int:
-        return _long_at(self._buf, self._pos + _QUEUE_OFFSET_POS)[0]
+        return _long_at(self._buf, self._pos + OFFSET_QUEUE_OFFSET)[0]
 
     @property
     def commit_log_offset(self) -> int:
-        return _long_at(self._buf, self._pos + _PHYSICAL_OFFSET_POS)[0]
+        return _long_at(self._buf, self._pos + OFFSET_PHYSICAL_OFFSET)[0]
 
     @property
     def msg_id(self) -> str:
@@ -224,8 +232,8 @@ class RecordMessage(ReceivedMessage):
     @property
     def offset_msg_id(self) -> str:
         # RocketMQ's MessageDecoder.createMessageId: STOREHOST (8 bytes) + PHYSICALOFFSET.
-        host = _host_at(self._buf, self._pos + _STORE_HOST_POS)[0]
-        return f"{_hex_host(host)}{self.commit_log_offset:016X}"
+        host = _host_at(self._buf, self._pos + OFFSET_STORE_HOST)[0]
+        return format_offset_msg_id(host_bytes_prefix(host), self.commit_log_offset)
 
     @property
     def tags(self) -> str:
@@ -238,23 +246,23 @@ class RecordMessage(ReceivedMessage):
 
     @property
     def born_timestamp(self) -> int:
-        return _long_at(self._buf, self._pos + _BORN_TS_POS)[0]
+        return _long_at(self._buf, self._pos + OFFSET_BORN_TIMESTAMP)[0]
 
     @property
     def store_timestamp(self) -> int:
-        return _long_at(self._buf, self._pos + _STORE_TS_POS)[0]
+        return _long_at(self._buf, self._pos + OFFSET_STORE_TIMESTAMP)[0]
 
     @property
     def reconsume_times(self) -> int:
-        return _int_at(self._buf, self._pos + _RECONSUME_POS)[0]
+        return _int_at(self._buf, self._pos + OFFSET_RECONSUME_TIMES)[0]
 
     @property
     def born_host(self) -> str:
-        return decode_host(_host_at(self._buf, self._pos + _BORN_HOST_POS)[0])
+        return decode_host(_host_at(self._buf, self._pos + OFFSET_BORN_HOST)[0])
 
     @property
     def store_host(self) -> str:
-        return decode_host(_host_at(self._buf, self._pos + _STORE_HOST_POS)[0])
+        return decode_host(_host_at(self._buf, self._pos + OFFSET_STORE_HOST)[0])
 
     @property
     def store_size(self) -> int:
@@ -262,10 +270,7 @@ class RecordMessage(ReceivedMessage):
 
     @property
     def flag(self) -> int:
-        return _int_at(self._buf, self._pos + _FLAG_POS)[0]
-
-
-assert RECORD_HEADER.unpack_from(bytes(range(88)))[5] == _long_at(bytes(range(88)), 20)[0]
+        return _int_at(self._buf, self._pos + OFFSET_FLAG)[0]
 
 
 def _property_pattern(name: str) -> re.Pattern[bytes]:
@@ -286,11 +291,6 @@ _PROPERTY_PATTERNS = {
 @lru_cache(maxsize=1024)
 def _topic(raw: bytes) -> str:
     return raw.decode("ascii", "replace")
-
-
-@lru_cache(maxsize=64)
-def _hex_host(raw: bytes) -> str:
-    return raw.hex().upper()
 
 
 @lru_cache(maxsize=256)

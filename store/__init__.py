@@ -30,7 +30,7 @@ from wharf.store.model import (
 )
 
 # The facade (and with it numpy and every service module) loads on first use, so that importing
-# the sans-IO codec (``wharf.store.codec.format``) -- as the SDK's record decoder and the Spark offline scan
+# the sans-IO codec (``wharf.store.codec``) -- as the SDK's record decoder and the Spark offline scan
 # do -- stays cheap.
 _LAZY = {"ArrivalListener", "MessageStore", "StoreObserver"}
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from wharf.store.codec.format import CQ_STORE_UNIT_SIZE
+from wharf.store.codec.layout import CQ_STORE_UNIT_SIZE
 
 ASYNC_FLUSH = "ASYNC_FLUSH"
 SYNC_FLUSH = "SYNC_FLUSH"

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from wharf.store.codec.format import decode_offset_msg_id
+from wharf.store.codec import decode_offset_msg_id
 from wharf.store.config import SYNC_FLUSH, StoreConfig, parse_delay_levels
 from wharf.store.dispatch.reput import CommitLogSource, Dispatcher, QueueAdvance, ReputService
 from wharf.store.errors import (

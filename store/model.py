@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 @dataclass(slots=True)
 class MessageInput:
     """One message handed to the store. ``properties`` holds user AND system properties
-    (KEYS joined by a space, TAGS, UNIQ_KEY, DELAY ...; names from ``wharf.store.codec.format``)."""
+    (KEYS joined by a space, TAGS, UNIQ_KEY, DELAY ...; names from ``wharf.store.codec.properties``)."""
 
     body: bytes
     properties: dict[str, str] = field(default_factory=dict)

@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from wharf.store.codec.format import PROPERTY_DELAY_TIME_LEVEL, SCHEDULE_TOPIC, java_string_hash
+from wharf.store.codec import PROPERTY_DELAY_TIME_LEVEL, SCHEDULE_TOPIC, java_string_hash
 from wharf.store.config import StoreConfig
 from wharf.store.errors import InvalidMessageError
 from wharf.store.model import (

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wharf.broker.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
-from wharf.store.codec.format import (
+from wharf.store.codec.properties import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,

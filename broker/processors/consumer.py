@@ -8,7 +8,7 @@ from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import validate_topic_name
 from wharf.broker.tags import parse_tag_expression
-from wharf.store.codec.format import (
+from wharf.store.codec import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,

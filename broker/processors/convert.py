@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from wharf.broker.errors import InvalidArgumentError
-from wharf.broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
-from wharf.store.codec.format import (
+from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
+from wharf.store.codec.layout import SYSFLAG_COMPRESSED
+from wharf.store.codec.properties import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    SYSFLAG_COMPRESSED,
 )
 from wharf.store.model import MessageInput, StoredMessage
 from wharf.v1 import common_pb2, messaging_pb2

@@ -1,8 +1,8 @@
 """The ``wharf-store`` source: decode a store directory's CommitLog offline, no daemon.
 
 One Spark partition per CommitLog segment (files named by their 20-digit start offset under
-``<store>/commitlog/``). Records are validated with ``wharf.store.codec.format.check_record`` and decoded
-with ``wharf.store.codec.format.decode_record`` -- the store's own sans-IO codec, the only thing the
+``<store>/commitlog/``). Records are validated with ``wharf.store.codec.check_record`` and decoded
+with ``wharf.store.codec.decode_record`` -- the store's own sans-IO codec, the only thing the
 connector takes from ``store``.
 
 Failure policy (``corruptRecords``):
@@ -32,7 +32,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 from wharf.client.spark.columns import ColumnBuffer
 from wharf.client.spark.options import OptionError, check_topic_name
-from wharf.store.codec import format as fmt
+from wharf.store import codec as fmt
 from wharf.store.errors import CorruptRecordError
 
 log = logging.getLogger(__name__)

@@ -52,7 +52,7 @@ from wharf.v1 import messaging_pb2
 
 log = logging.getLogger(__name__)
 
-# System property names (store/codec/format.py), spelled out here: the connector does not import
+# System property names (store/codec/properties.py), spelled out here: the connector does not import
 # the store (import-linter); the wire form is RocketMQ's, so the names are fixed.
 PROPERTY_TAGS = "TAGS"
 PROPERTY_KEYS = "KEYS"

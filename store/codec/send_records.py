@@ -7,7 +7,7 @@ decode and the per-message reply. Here the client, which has a core of its own, 
 encoding, and the broker's per-record work shrinks to one TOTALSIZE read and a CRC check
 (everything else is checked and patched on numpy columns) (the body CRC travels from the producer to the disk: end-to-end integrity).
 
-Wire form (``SendMessageRequest.records``): whole records in the layout of :mod:`wharf.store.codec.format`,
+Wire form (``SendMessageRequest.records``): whole records in the layout of :mod:`wharf.store.codec.layout`,
 concatenated, each self-delimited by TOTALSIZE. The producer sets TOTALSIZE, MAGICCODE,
 BODYCRC, FLAG, SYSFLAG (only the compressed bit), BORNTIMESTAMP, BODY, TOPIC and PROPERTIES;
 it sends zeros in the fields the broker owns -- QUEUEID, QUEUEOFFSET, PHYSICALOFFSET,
@@ -22,36 +22,31 @@ Sans-IO and numpy-free: the SDK imports this module (the broker's half is record
 
 from __future__ import annotations
 
-import struct
-
-from wharf.store.codec.format import (
-    _PROPERTIES_LENGTH_BYTES,
+from wharf.store.codec.layout import (
     MAX_PROPERTIES_LENGTH,
     MESSAGE_MAGIC_CODE,
     RECORD_FIXED_SIZE,
     RECORD_HEADER,
     SYSFLAG_COMPRESSED,
     SYSFLAG_MULTI_TAGS,
-    _born_host_bytes,
-    _crc32,
-    validate_topic,
+    partial_struct,
 )
+from wharf.store.codec.properties import validate_topic
+from wharf.store.codec.records import _PROPERTIES_LENGTH_BYTES, _crc32
 from wharf.store.errors import InvalidMessageError
 
 # SYSFLAG bits a producer may set on a record it sends (no transaction bits before wave 2).
 ALLOWED_SYS_FLAGS = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS
 
-# RECORD_HEADER as a producer sends it: the broker-owned fields are pad bytes (zeros), so one
-# pack takes only the 7 fields the producer sets.
-#   TOTALSIZE i MAGIC I BODYCRC i | QUEUEID 4x | FLAG i | QUEUEOFFSET+PHYSICALOFFSET 16x |
-#   SYSFLAG i BORNTIMESTAMP q | BORNHOST..PREPAREDTRANSACTIONOFFSET 36x | BODYLENGTH i
-_SENT_HEADER = struct.Struct(">iIi4xi16xiq36xi")
+# RECORD_HEADER as a producer sends it: the broker-owned fields (QUEUEID, QUEUEOFFSET,
+# PHYSICALOFFSET, BORNHOST..PREPAREDTRANSACTIONOFFSET) are pad bytes (zeros), so one pack takes
+# only the 7 fields the producer sets.
+PRODUCER_FIELDS = (
+    "TOTAL_SIZE", "MAGIC", "BODY_CRC", "FLAG", "SYS_FLAG", "BORN_TIMESTAMP", "BODY_LENGTH"
+)  # fmt: skip
+_SENT_HEADER = partial_struct(PRODUCER_FIELDS)
 assert _SENT_HEADER.size == RECORD_HEADER.size
 _pack_sent_header = _SENT_HEADER.pack
-
-
-# Peer address -> BORNHOST bytes (ipv6 peers keep only their port: the v1 record holds ipv4).
-born_host_bytes = _born_host_bytes
 
 
 def topic_tail(topic: str) -> bytes:

@@ -16,18 +16,19 @@ from itertools import starmap
 from typing import NamedTuple
 
 import numpy as np
-from wharf.store.codec.format import (
+from wharf.store.codec.dispatch import DispatchRequest
+from wharf.store.codec.hashes import java_string_hash
+from wharf.store.codec.layout import (
     CQ_STORE_UNIT_SIZE,
     CQ_UNIT,
-    PROPERTY_DELAY_TIME_LEVEL,
-    SCHEDULE_TOPIC,
+    CQ_UNIT_FIELDS,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
-    DispatchRequest,
-    java_string_hash,
 )
+from wharf.store.codec.properties import PROPERTY_DELAY_TIME_LEVEL, SCHEDULE_TOPIC
 from wharf.store.fast.dispatch_columns import DispatchColumns
 from wharf.store.fast.index_batch import IndexColumns
+from wharf.store.fast.layout_dtypes import packed
 from wharf.store.index.index_file import IndexEntry
 from wharf.store.index.index_files import IndexService
 from wharf.store.queue.consume_queue import ConsumeQueue, Unit
@@ -42,7 +43,9 @@ QueueAdvance = dict[tuple[str, int], int]
 DispatchRecords = DispatchColumns | Sequence[DispatchRequest]
 IndexEntries = IndexColumns | list[IndexEntry]
 
-_CQ_UNITS = np.dtype([("offset", ">i8"), ("size", ">i4"), ("code", ">i8")])
+_CQ_UNITS = packed(
+    CQ_UNIT_FIELDS, {"COMMIT_LOG_OFFSET": "offset", "SIZE": "size", "TAGS_CODE": "code"}
+)
 assert _CQ_UNITS.itemsize == CQ_STORE_UNIT_SIZE
 
 

@@ -17,7 +17,8 @@ import contextlib
 from collections.abc import Callable
 from typing import Protocol
 
-from wharf.store.codec.format import decode_dispatches, read_total_size
+from wharf.store.codec.dispatch import decode_dispatches
+from wharf.store.codec.records import read_total_size
 from wharf.store.dispatch.dispatcher import Dispatcher, DispatchPlan, DispatchRecords, QueueAdvance
 from wharf.store.errors import CorruptRecordError
 from wharf.store.fast.dispatch_columns import decode_dispatch_columns

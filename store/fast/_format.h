@@ -1,6 +1,6 @@
-/* The record layout of store/codec/format.py, for the compiled accelerators (one copy in C; every
- * module exports these values and tests/store/test_compiled_format.py checks them against
- * store.format, so the two definitions cannot drift apart). */
+/* The record layout of store/codec/layout.py, for the compiled accelerators (one copy in C; every
+ * module exports these values, and tests/store/test_compiled_format.py checks every #define here
+ * against wharf.store.codec.layout, so the two definitions cannot drift apart). */
 #ifndef WHARF_FORMAT_H
 #define WHARF_FORMAT_H
 
@@ -8,16 +8,19 @@
 #include <stdint.h>
 
 #define RECORD_HEADER_SIZE 88
+#define BLANK_HEADER_SIZE 8 /* TOTALSIZE + MAGICCODE: the end-of-segment marker */
 #define RECORD_FIXED_SIZE (RECORD_HEADER_SIZE + 1 + 2) /* + TOPICLENGTH + PROPERTIESLENGTH */
 #define MESSAGE_MAGIC_CODE 0xDAA320A7u
 #define BLANK_MAGIC_CODE 0xCBD43194u
 #define MAX_PROPERTIES_LENGTH 32767
 #define PROPERTY_SEPARATOR 2
 
-/* Field offsets in the record header (store.format.RECORD_HEADER). */
+/* Field offsets in the record header (wharf.store.codec.layout.RECORD_FIELDS: OFF_<name>). */
+#define OFF_TOTAL_SIZE 0
 #define OFF_MAGIC 4
 #define OFF_BODY_CRC 8
 #define OFF_QUEUE_ID 12
+#define OFF_FLAG 16
 #define OFF_QUEUE_OFFSET 20
 #define OFF_PHYSICAL_OFFSET 28
 #define OFF_SYS_FLAG 36
@@ -25,8 +28,8 @@
 #define OFF_BORN_HOST 48
 #define OFF_STORE_TIMESTAMP 56
 #define OFF_STORE_HOST 64
-#define OFF_RECONSUME 72
-#define OFF_PREPARED 76
+#define OFF_RECONSUME_TIMES 72
+#define OFF_PREPARED_TRANSACTION_OFFSET 76
 #define OFF_BODY_LENGTH 84
 
 static inline uint32_t be32(const unsigned char *p) {
@@ -56,6 +59,8 @@ static inline PyObject *new_module_with_format(PyModuleDef *def) {
         return NULL;
     }
     if (PyModule_AddIntConstant(module, "RECORD_HEADER_SIZE", RECORD_HEADER_SIZE) < 0 ||
+        PyModule_AddIntConstant(module, "BLANK_HEADER_SIZE", BLANK_HEADER_SIZE) < 0 ||
+        PyModule_AddIntConstant(module, "PROPERTY_SEPARATOR", PROPERTY_SEPARATOR) < 0 ||
         PyModule_AddIntConstant(module, "RECORD_FIXED_SIZE", RECORD_FIXED_SIZE) < 0 ||
         PyModule_AddObject(module, "MESSAGE_MAGIC_CODE",
                            PyLong_FromUnsignedLong(MESSAGE_MAGIC_CODE)) < 0 ||
@@ -69,9 +74,11 @@ static inline PyObject *new_module_with_format(PyModuleDef *def) {
         const char *name;
         long offset;
     } offsets[] = {
+        {"OFF_TOTAL_SIZE", OFF_TOTAL_SIZE},
         {"OFF_MAGIC", OFF_MAGIC},
         {"OFF_BODY_CRC", OFF_BODY_CRC},
         {"OFF_QUEUE_ID", OFF_QUEUE_ID},
+        {"OFF_FLAG", OFF_FLAG},
         {"OFF_QUEUE_OFFSET", OFF_QUEUE_OFFSET},
         {"OFF_PHYSICAL_OFFSET", OFF_PHYSICAL_OFFSET},
         {"OFF_SYS_FLAG", OFF_SYS_FLAG},
@@ -79,8 +86,8 @@ static inline PyObject *new_module_with_format(PyModuleDef *def) {
         {"OFF_BORN_HOST", OFF_BORN_HOST},
         {"OFF_STORE_TIMESTAMP", OFF_STORE_TIMESTAMP},
         {"OFF_STORE_HOST", OFF_STORE_HOST},
-        {"OFF_RECONSUME", OFF_RECONSUME},
-        {"OFF_PREPARED", OFF_PREPARED},
+        {"OFF_RECONSUME_TIMES", OFF_RECONSUME_TIMES},
+        {"OFF_PREPARED_TRANSACTION_OFFSET", OFF_PREPARED_TRANSACTION_OFFSET},
         {"OFF_BODY_LENGTH", OFF_BODY_LENGTH},
     };
     for (size_t i = 0; i < sizeof(offsets) / sizeof(offsets[0]); i++) {

@@ -15,8 +15,6 @@
 
 #include "_format.h"
 
-#define HEADER_SIZE 8 /* TOTALSIZE + MAGICCODE (store.format.BLANK_HEADER) */
-
 PyDoc_STRVAR(scan_doc, "scan(buf, pos, limit, max_count, budget, any_before) -> "
                        "(positions, new_pos, status, magic, total)");
 
@@ -42,9 +40,9 @@ static PyObject *scan(PyObject *module, PyObject *args) {
     int status = 0;
     uint32_t magic = 0;
     int32_t total = 0;
-    while (count < max_count && pos >= 0 && pos + HEADER_SIZE <= limit) {
-        total = (int32_t)be32(buf + pos);
-        magic = be32(buf + pos + 4);
+    while (count < max_count && pos >= 0 && pos + BLANK_HEADER_SIZE <= limit) {
+        total = (int32_t)be32(buf + pos + OFF_TOTAL_SIZE);
+        magic = be32(buf + pos + OFF_MAGIC);
         if (magic == BLANK_MAGIC_CODE) {
             status = 1;
             break;

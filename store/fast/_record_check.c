@@ -5,7 +5,7 @@
  * Why: both run on the event loop for every send. The numpy version does its columns in a
  * fixed ~60 us per batch, but still walks TOTALSIZE and calls the CRC per record from Python
  * (~0.7 us per record); here the walk is a C loop and the CRC is the caller's function (zlib-ng
- * in store.format) called on a memoryview of the body.
+ * in wharf.store.codec.records) called on a memoryview of the body.
  *
  * check(data, tail, max_message_size, allowed_sys_flags, crc32) returns the record starts as
  * bytes (native int64), or (record index, check code, detail) for the first bad record. The
@@ -62,7 +62,7 @@ static int crc_matches(PyObject *crc_func, const unsigned char *body, Py_ssize_t
 PyDoc_STRVAR(check_doc,
              "check(data, tail, max_message_size, allowed_sys_flags, crc32)\n\n"
              "Record starts as bytes of native int64, or (index, code, detail) for the first "
-             "bad record (see store/record_check.py).");
+             "bad record (see store/fast/record_check.py).");
 
 static PyObject *check(PyObject *module, PyObject *args) {
     Py_buffer data, tail;
@@ -87,7 +87,7 @@ static PyObject *check(PyObject *module, PyObject *args) {
             result = bad(count, BAD_SHORT_TAIL, (long long)(size - pos));
             goto done;
         }
-        int32_t total = (int32_t)be32(buf + pos);
+        int32_t total = (int32_t)be32(buf + pos + OFF_TOTAL_SIZE);
         if (total < RECORD_FIXED_SIZE || pos + (Py_ssize_t)total > size) {
             result = bad(count, BAD_FRAMING, (long long)total);
             goto done;
@@ -120,7 +120,7 @@ static PyObject *check(PyObject *module, PyObject *args) {
             code = BAD_TOO_SMALL;
         } else if ((be32(h + OFF_SYS_FLAG) & ~allowed_sys_flags) != 0) {
             code = BAD_SYS_FLAG;
-        } else if (be32(h + OFF_RECONSUME) != 0 || be64(h + OFF_PREPARED) != 0) {
+        } else if (be32(h + OFF_RECONSUME_TIMES) != 0 || be64(h + OFF_PREPARED_TRANSACTION_OFFSET) != 0) {
             code = BAD_TX_FIELDS;
         }
         if (code) {

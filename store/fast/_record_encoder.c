@@ -1,10 +1,10 @@
 /* The producer's half of send batches, compiled: encode bare bodies as CommitLog records.
  *
- * Same bytes as store.record_batch.encode_record(tail, body, b"UNIQ_KEY\x01<id>\x02", 0, 0, ts)
- * for every body (the layout is store/codec/format.py's RECORD_HEADER; the broker-owned fields are
+ * Same bytes as wharf.store.codec.send_records.encode_record(tail, body, b"UNIQ_KEY\x01<id>\x02", 0, 0, ts)
+ * for every body (the layout is store/codec/layout.py's RECORD_HEADER; the broker-owned fields are
  * zeros). In Python that is ~0.9 us per 1 KiB message of the producer's event loop (a struct
  * pack, a CRC call, an f-string and a join); here it is one allocation, one copy and one CRC.
- * The CRC is the caller's function (store.format's zlib-ng crc32: ~0.12 us per KiB against
+ * The CRC is the caller's function (wharf.store.codec.records' zlib-ng crc32: ~0.12 us per KiB against
  * ~0.44 us for the system zlib this falls back to when given None).
  * Optional: client/record_encoder.py falls back to the Python encoder when this is not built.
  */
@@ -81,7 +81,7 @@ static PyObject *encode_one(const char *tail, Py_ssize_t tail_len, PyObject *bod
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(record);
     const unsigned char *body_bytes = (const unsigned char *)PyBytes_AS_STRING(body);
     memset(out, 0, RECORD_HEADER_SIZE);
-    put_be32(out, (uint32_t)total);
+    put_be32(out + OFF_TOTAL_SIZE, (uint32_t)total);
     put_be32(out + OFF_MAGIC, MESSAGE_MAGIC_CODE);
     put_be32(out + OFF_BODY_CRC, crc & 0x7FFFFFFFu);
     put_be64(out + OFF_BORN_TIMESTAMP, born_ts);
@@ -105,8 +105,9 @@ static PyObject *encode_one(const char *tail, Py_ssize_t tail_len, PyObject *bod
 PyDoc_STRVAR(encode_bare_records_doc,
              "encode_bare_records(tail, bodies, unique_ids, born_timestamp_ms, crc32) -> "
              "list[bytes]\n\n"
-             "One record per body: store.record_batch.encode_record with a UNIQ_KEY property "
-             "only.\n``tail`` is store.record_batch.topic_tail(topic); bodies are bytes; "
+             "One record per body: wharf.store.codec.send_records.encode_record with a "
+             "UNIQ_KEY property only.\n``tail`` is send_records.topic_tail(topic); bodies are "
+             "bytes; "
              "``crc32`` is a CRC-32 function of bytes (None: zlib's, linked in).");
 
 static PyObject *encode_bare_records(PyObject *module, PyObject *args) {

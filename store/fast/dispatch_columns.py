@@ -25,33 +25,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from wharf.store.codec.format import (
-    MESSAGE_MAGIC_CODE,
-    RECORD_HEADER_SIZE,
-    SCHEDULE_TOPIC,
-    DispatchRequest,
-    ReadableBuffer,
-    decode_dispatches,
-    java_string_hash,
-)
+from wharf.store.codec.dispatch import DispatchRequest, decode_dispatches
+from wharf.store.codec.hashes import java_string_hash
+from wharf.store.codec.layout import MESSAGE_MAGIC_CODE, RECORD_FIELDS, RECORD_HEADER_SIZE
+from wharf.store.codec.properties import SCHEDULE_TOPIC
+from wharf.store.codec.records import ReadableBuffer
 from wharf.store.fast.dispatch_properties import PAD, PropertyPairs, index_keys, tags_codes
 from wharf.store.fast.index_hash import SegmentHashes, index_key_hashes
+from wharf.store.fast.layout_dtypes import columns
 
-# The header bytes dispatch reads (RECORD_HEADER in format.py), gathered into 36-byte rows:
-# TOTALSIZE, MAGICCODE, QUEUEID, QUEUEOFFSET, SYSFLAG, STORETIMESTAMP, BODYLENGTH.
-_HEADER_BYTES = np.r_[0:8, 12:16, 20:28, 36:40, 56:64, 84:88]
-_HEADER = np.dtype(
-    [
-        ("total", ">i4"),
-        ("magic", ">u4"),
-        ("queue_id", ">i4"),
-        ("queue_offset", ">i8"),
-        ("sys_flag", ">i4"),
-        ("store_ts", ">i8"),
-        ("body", ">i4"),
-    ]
+# The header fields dispatch reads (wharf.store.codec.layout.RECORD_FIELDS), gathered into
+# 36-byte rows.
+_HEADER, _HEADER_BYTES = columns(
+    RECORD_FIELDS,
+    {
+        "TOTAL_SIZE": "total",
+        "MAGIC": "magic",
+        "QUEUE_ID": "queue_id",
+        "QUEUE_OFFSET": "queue_offset",
+        "SYS_FLAG": "sys_flag",
+        "STORE_TIMESTAMP": "store_ts",
+        "BODY_LENGTH": "body",
+    },
 )
-assert _HEADER.itemsize == len(_HEADER_BYTES)
 
 
 @dataclass(slots=True, eq=False)

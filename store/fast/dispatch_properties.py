@@ -10,7 +10,7 @@ the reference's properties dict.
 from __future__ import annotations
 
 import numpy as np
-from wharf.store.codec.format import index_key_hash, java_string_hash
+from wharf.store.codec.hashes import index_key_hash, java_string_hash
 from wharf.store.fast.index_hash import SegmentHashes, abs_index_hash, power_table
 
 _INT32 = 0x100000000

@@ -21,11 +21,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from wharf.store.codec.format import INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE
+from wharf.store.codec.layout import INDEX_ENTRY_FIELDS, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE
+from wharf.store.fast.layout_dtypes import packed
 
 _INT_MAX = 0x7FFFFFFF
 # keyHash i | phyOffset q | timeDiff i | prevIndex i, big-endian, packed: INDEX_ENTRY.
-_ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("offset", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
+_ENTRY_DTYPE = packed(
+    INDEX_ENTRY_FIELDS,
+    {"KEY_HASH": "hash", "PHY_OFFSET": "offset", "TIME_DIFF": "diff", "PREV_INDEX": "prev"},
+)
 assert _ENTRY_DTYPE.itemsize == INDEX_ENTRY_SIZE
 
 

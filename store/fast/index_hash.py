@@ -14,7 +14,7 @@ from __future__ import annotations
 from operator import itemgetter, mul
 
 import numpy as np
-from wharf.store.codec.format import index_key_hash
+from wharf.store.codec.hashes import index_key_hash
 
 _INT_MIN = -0x80000000
 _MASK32 = 0xFFFFFFFF

@@ -11,53 +11,53 @@ per batch instead of ~1.5 us per record).
 
 from __future__ import annotations
 
-import os
-import struct
-
 import numpy as np
-from wharf.store.codec.format import (
+from wharf.store.codec.layout import (
     MAX_PROPERTIES_LENGTH,
     MESSAGE_MAGIC_CODE,
+    OFFSET_TOTAL_SIZE,
+    RECORD_FIELDS,
     RECORD_FIXED_SIZE,
     RECORD_HEADER_SIZE,
-    _crc32,
+    TOTAL_SIZE,
 )
+from wharf.store.codec.properties import PROPERTY_SEPARATOR
+from wharf.store.codec.records import _crc32
 from wharf.store.codec.send_records import ALLOWED_SYS_FLAGS, topic_tail
 from wharf.store.errors import InvalidMessageError
+from wharf.store.fast import load
+from wharf.store.fast.layout_dtypes import columns
 
-try:  # the compiled check and patch (store/fast/_record_check.c), when the install built it
-    from wharf.store.fast import _record_check as _compiled
-except ImportError:  # no compiler at install time: the numpy versions below
-    _compiled = None
-if os.environ.get("WHARF_NO_SPEEDUPS"):  # measure or debug the pure-Python path
-    _compiled = None
+# The compiled check and patch (store/fast/_record_check.c); None: the numpy versions below.
+_compiled = load("_record_check")
 
-_total_size = struct.Struct(">i").unpack_from
-_PROPERTY_SEPARATOR = 2
+_total_size = TOTAL_SIZE.unpack_from
+_PROPERTY_SEPARATOR = ord(PROPERTY_SEPARATOR)
 
-# The record header (store.format.RECORD_HEADER) as a numpy structured type.
-_HEADER = np.dtype(
-    [
-        ("total", ">i4"),
-        ("magic", ">u4"),
-        ("crc", ">i4"),
-        ("queue_id", ">i4"),
-        ("flag", ">i4"),
-        ("queue_offset", ">i8"),
-        ("physical_offset", ">i8"),
-        ("sys_flag", ">i4"),
-        ("born_timestamp", ">i8"),
-        ("born_host", "V8"),
-        ("store_timestamp", ">i8"),
-        ("store_host", "V8"),
-        ("reconsume", ">i4"),
-        ("prepared", ">i8"),
-        ("body_len", ">i4"),
-    ]
+# The record header (wharf.store.codec.layout.RECORD_FIELDS) as a numpy structured type.
+_HEADER, _HEADER_LANES = columns(
+    RECORD_FIELDS,
+    {
+        "TOTAL_SIZE": "total",
+        "MAGIC": "magic",
+        "BODY_CRC": "crc",
+        "QUEUE_ID": "queue_id",
+        "FLAG": "flag",
+        "QUEUE_OFFSET": "queue_offset",
+        "PHYSICAL_OFFSET": "physical_offset",
+        "SYS_FLAG": "sys_flag",
+        "BORN_TIMESTAMP": "born_timestamp",
+        "BORN_HOST": "born_host",
+        "STORE_TIMESTAMP": "store_timestamp",
+        "STORE_HOST": "store_host",
+        "RECONSUME_TIMES": "reconsume",
+        "PREPARED_TRANSACTION_OFFSET": "prepared",
+        "BODY_LENGTH": "body_len",
+    },
 )
 assert _HEADER.itemsize == RECORD_HEADER_SIZE
-_HEADER_LANES = np.arange(RECORD_HEADER_SIZE, dtype=np.int64)
-_TOTAL_LANES = np.arange(4, dtype=np.int64)
+assert (np.arange(RECORD_HEADER_SIZE) == _HEADER_LANES).all()
+_TOTAL_LANES = np.arange(OFFSET_TOTAL_SIZE, OFFSET_TOTAL_SIZE + TOTAL_SIZE.size, dtype=np.int64)
 
 
 def _bad(index: int, reason: str) -> InvalidMessageError:

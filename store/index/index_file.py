@@ -1,5 +1,5 @@
 """IndexFile: a hash index from message keys to CommitLog offsets, byte-compatible with
-RocketMQ's IndexFile.java / IndexHeader.java (layouts in ``wharf.store.codec.format``)::
+RocketMQ's IndexFile.java / IndexHeader.java (layouts in ``wharf.store.codec.layout``)::
 
     header (40)   beginTimestamp 8 | endTimestamp 8 | beginPhyOffset 8 | endPhyOffset 8 |
                   hashSlotCount 4 | indexCount 4
@@ -19,7 +19,7 @@ import mmap
 import os
 from pathlib import Path
 
-from wharf.store.codec.format import (
+from wharf.store.codec.layout import (
     INDEX_ENTRY,
     INDEX_ENTRY_SIZE,
     INDEX_HASH_SLOT_SIZE,

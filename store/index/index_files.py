@@ -17,7 +17,9 @@ from operator import mul
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wharf.store.codec.format import SYSFLAG_TRANSACTION_ROLLBACK, DispatchRequest, index_key_hash
+from wharf.store.codec.dispatch import DispatchRequest
+from wharf.store.codec.hashes import index_key_hash
+from wharf.store.codec.layout import SYSFLAG_TRANSACTION_ROLLBACK
 from wharf.store.fast.index_batch import EMPTY_COLUMNS, IndexColumns
 from wharf.store.fast.index_hash import index_key_hashes
 from wharf.store.index.index_file import IndexEntry, IndexFile

@@ -1,4 +1,4 @@
-"""StoreCheckpoint: the 4 KiB ``checkpoint`` file (layout in ``wharf.store.codec.format.CHECKPOINT``).
+"""StoreCheckpoint: the 4 KiB ``checkpoint`` file (layout in ``wharf.store.codec.layout.CHECKPOINT``).
 
 RocketMQ keeps three timestamps (commit log, consume queue, index: store time of the last
 record known flushed). Wharf adds the commit log offsets they stand for (``physic_offset``,
@@ -16,7 +16,7 @@ import logging
 import os
 import zlib
 
-from wharf.store.codec.format import CHECKPOINT, CHECKPOINT_FILE_SIZE
+from wharf.store.codec.layout import CHECKPOINT, CHECKPOINT_FILE_SIZE
 
 log = logging.getLogger(__name__)
 

@@ -67,13 +67,9 @@ from itertools import pairwise
 from typing import Any
 
 import numpy as np
-from wharf.store.codec.format import (
-    END_FILE_MIN_BLANK_LENGTH,
-    EncodedBatch,
-    encode_batch,
-    encode_host,
-)
-from wharf.store.codec.send_records import born_host_bytes
+from wharf.store.codec.hosts import born_host_bytes, encode_host
+from wharf.store.codec.layout import END_FILE_MIN_BLANK_LENGTH
+from wharf.store.codec.records import EncodedBatch, encode_batch
 from wharf.store.config import SYNC_FLUSH, StoreConfig
 from wharf.store.errors import (
     FlushFailedError,

@@ -25,7 +25,8 @@ import logging
 import mmap
 import os
 
-from wharf.store.codec.format import encode_blank, parse_segment_file_name, segment_file_name
+from wharf.store.codec.layout import parse_segment_file_name, segment_file_name
+from wharf.store.codec.records import encode_blank
 
 log = logging.getLogger(__name__)
 

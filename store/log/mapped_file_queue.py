@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from wharf.store.codec.format import parse_segment_file_name, segment_file_name
+from wharf.store.codec.layout import parse_segment_file_name, segment_file_name
 from wharf.store.log.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)

@@ -9,31 +9,24 @@ bounded by the caller's byte budget and never block on I/O beyond page-cache hit
 
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
-from wharf.store.codec.format import (
+from wharf.store.codec.dispatch import DispatchRequest, decode_dispatches
+from wharf.store.codec.layout import (
     BLANK_HEADER,
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     OFFSET_STORE_TIMESTAMP,
     STORE_TIMESTAMP,
-    DispatchRequest,
-    ReadableBuffer,
-    decode_dispatches,
-    decode_record,
-    decode_records,
 )
+from wharf.store.codec.records import ReadableBuffer, decode_record, decode_records
 from wharf.store.errors import CorruptRecordError
+from wharf.store.fast import load
 from wharf.store.log.mapped_file_queue import MappedFileQueue
 from wharf.store.model import StoredMessage
 
-try:  # the compiled record walk (store/fast/_log_scan.c), when the install built it
-    from wharf.store.fast import _log_scan as _compiled
-except ImportError:  # no compiler at install time: _scan_python below
-    _compiled = None
-if os.environ.get("WHARF_NO_SPEEDUPS"):  # measure or debug the pure-Python path
-    _compiled = None
+# The compiled record walk (store/fast/_log_scan.c); None: _scan_python below.
+_compiled = load("_log_scan")
 
 _SCAN_STOPPED, _SCAN_END_OF_SEGMENT, _SCAN_CORRUPT = 0, 1, 2
 _unpack_header = BLANK_HEADER.unpack_from

@@ -8,14 +8,8 @@ from __future__ import annotations
 
 import logging
 
-from wharf.store.codec.format import (
-    OFFSET_STORE_TIMESTAMP,
-    RECORD_BLANK,
-    RECORD_CORRUPT,
-    RECORD_END,
-    STORE_TIMESTAMP,
-    check_record,
-)
+from wharf.store.codec.layout import OFFSET_STORE_TIMESTAMP, STORE_TIMESTAMP
+from wharf.store.codec.records import RECORD_BLANK, RECORD_CORRUPT, RECORD_END, check_record
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.mapped_file import MappedFile
 from wharf.store.log.mapped_file_queue import MappedFileQueue

@@ -1,7 +1,7 @@
 """ConsumeQueue: the per topic/queue index of 20-byte units into the CommitLog (RocketMQ's
 ConsumeQueue.java).
 
-Layout (``wharf.store.codec.format.CQ_STORE_UNIT_SIZE``)::
+Layout (``wharf.store.codec.layout.CQ_STORE_UNIT_SIZE``)::
 
     commitLogOffset (8) | size (4) | tagsCode (8)        big-endian
 
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import starmap
 from pathlib import Path
 
-from wharf.store.codec.format import CQ_STORE_UNIT_SIZE, CQ_UNIT, segment_file_name
+from wharf.store.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT, segment_file_name
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ matching nothing, so a typo in a subscription surfaces at once.
 
 from __future__ import annotations
 
-from wharf.store.codec.format import java_string_hash
+from wharf.store.codec.hashes import java_string_hash
 from wharf.store.errors import InvalidFilterError
 from wharf.store.model import TagFilter
 

@@ -19,7 +19,7 @@ instead of one lookup + copy + decode call per message.
 
 from __future__ import annotations
 
-from wharf.store.codec.format import decode_records
+from wharf.store.codec.records import decode_records
 from wharf.store.log.commit_log import CommitLog
 from wharf.store.model import GetResult, GetStatus, StoredMessage, TagFilter
 from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE, UNIT, ConsumeQueue

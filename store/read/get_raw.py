@@ -22,17 +22,21 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from wharf.store.codec.format import MESSAGE_MAGIC_CODE, RECORD_FIXED_SIZE
+from wharf.store.codec.layout import (
+    MESSAGE_MAGIC_CODE,
+    OFFSET_BODY_LENGTH,
+    RECORD_FIXED_SIZE,
+    partial_struct,
+)
 from wharf.store.log.commit_log import CommitLog
 from wharf.store.model import GetStatus, TagFilter
 from wharf.store.queue.consume_queue import ConsumeQueue
 from wharf.store.read.filter import MATCH_ALL
 from wharf.store.read.get_message import check_offset, choose_units
 
-# TOTALSIZE, MAGICCODE at 0; BODYLENGTH at 84 (see store.format's record diagram).
-_SIZE_MAGIC_BODY = struct.Struct(">iI76xi")
+# TOTALSIZE, MAGICCODE and BODYLENGTH in one unpack (the rest of the header skipped).
+_SIZE_MAGIC_BODY = partial_struct(("TOTAL_SIZE", "MAGIC", "BODY_LENGTH"))
 _BODY_LENGTH = struct.Struct(">i")
-_BODY_LENGTH_POS = 84
 
 
 @dataclass(slots=True)
@@ -108,7 +112,7 @@ def _read_runs(
                 else:
                     chunks.append(record)
                     count += 1
-                    body_bytes += _BODY_LENGTH.unpack_from(record, _BODY_LENGTH_POS)[0]
+                    body_bytes += _BODY_LENGTH.unpack_from(record, OFFSET_BODY_LENGTH)[0]
         i = j
     return chunks, count, body_bytes, missing
 

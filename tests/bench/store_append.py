@@ -36,8 +36,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from wharf.store.codec import format as fmt
-from wharf.store.codec.format import MESSAGE_MAGIC_CODE, encode_batch
+from wharf.store.codec import records as fmt
+from wharf.store.codec.layout import MESSAGE_MAGIC_CODE
+from wharf.store.codec.records import encode_batch
 from wharf.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.commit_log import CommitLog

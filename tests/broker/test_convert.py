@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from wharf.broker.errors import InvalidArgumentError
-from wharf.broker.message_ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.broker.processors.convert import add_views, to_inputs
-from wharf.store.codec.format import create_offset_msg_id
+from wharf.store.codec import create_offset_msg_id
+from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.store.model import StoredMessage
 from wharf.v1 import common_pb2, messaging_pb2
 

@@ -8,7 +8,8 @@ import struct
 from dataclasses import dataclass
 
 import pytest
-from wharf.store.codec.format import MESSAGE_MAGIC_CODE, encode_batch
+from wharf.store.codec.layout import MESSAGE_MAGIC_CODE
+from wharf.store.codec.records import encode_batch
 from wharf.store.errors import CorruptRecordError
 from wharf.store.model import MessageInput
 from wharf.store.read import get_raw

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from wharf.client.message import ReceivedMessage
 from wharf.client.records import exact_tags, parse_records
-from wharf.store.codec.format import java_string_hash
+from wharf.store.codec.hashes import java_string_hash
 from wharf.v1 import common_pb2, messaging_pb2
 
 from tests.broker.daemon_helpers import SMALL_STORE, Client

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from wharf.broker.errors import InvalidArgumentError
-from wharf.broker.message_ids import UniqueIdGenerator
 from wharf.broker.processors.convert import to_inputs
-from wharf.store.codec.format import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from wharf.store.codec import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from wharf.store.codec.ids import UniqueIdGenerator
 from wharf.store.model import PutStatus
 from wharf.v1 import common_pb2, messaging_pb2
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from wharf.store.codec.format import RECORD_HEADER_SIZE, create_offset_msg_id, decode_record
+from wharf.store.codec.ids import create_offset_msg_id
+from wharf.store.codec.layout import RECORD_HEADER_SIZE
+from wharf.store.codec.records import decode_record
 from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.v1 import messaging_pb2
 

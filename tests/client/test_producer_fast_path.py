@@ -23,7 +23,7 @@ from wharf.client import (
 )
 from wharf.client.consumer.pull import PullStatus
 from wharf.client.ids import UniqueIdGenerator
-from wharf.store.codec.format import decode_record
+from wharf.store.codec.records import decode_record
 from wharf.v1 import common_pb2, messaging_pb2
 
 from tests.harness import BrokerProcess

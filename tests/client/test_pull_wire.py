@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from wharf.client.consumer.pull_wire import PullReply, decode_pull_reply
 from wharf.client.errors import BrokerInternalError
 from wharf.client.records import RecordMessage, messages_from_reply, parse_records
-from wharf.store.codec.format import encode_batch
+from wharf.store.codec.records import encode_batch
 from wharf.store.model import MessageInput
 from wharf.v1 import common_pb2, messaging_pb2
 

@@ -12,12 +12,10 @@ from wharf.client import ConsumeResult, PullConsumer, PushConsumer, ReceivedMess
 from wharf.client.errors import BrokerInternalError
 from wharf.client.message import MessageQueue, to_wire
 from wharf.client.records import RecordMessage, exact_tags, parse_records
-from wharf.store.codec.format import (
-    SYSFLAG_COMPRESSED,
-    create_offset_msg_id,
-    encode_batch,
-    java_string_hash,
-)
+from wharf.store.codec.hashes import java_string_hash
+from wharf.store.codec.ids import create_offset_msg_id
+from wharf.store.codec.layout import SYSFLAG_COMPRESSED
+from wharf.store.codec.records import encode_batch
 from wharf.store.model import MessageInput
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from wharf.client.ids import new_unique_ids
 from wharf.client.message import SendResult
 from wharf.client.record_encoder import RecordEncoder
-from wharf.store.codec.format import _crc32
+from wharf.store.codec.ids import _counter_ids_python, create_offset_msg_id
+from wharf.store.codec.records import _crc32
 from wharf.store.codec.send_records import encode_record
 from wharf.store.fast.record_check import check_records
 from wharf.v1 import messaging_pb2
@@ -100,6 +101,16 @@ def test_compiled_send_results_equal_the_python_ones(
     assert all(type(result) is SendResult for result in compiled)
     # record i's offset id names where it starts: after records 0..i-1
     assert int(compiled[-1].offset_msg_id[16:], 16) == first_offset + sum(sizes[:-1])
+    # and it is the codec's offset message id (the one Python implementation)
+    if store_host in ("127.0.0.1:10911", "10.1.2.3:8081"):
+        starts = [first_offset + sum(sizes[:i]) for i in range(len(sizes))]
+        assert [r.offset_msg_id for r in compiled] == [
+            create_offset_msg_id(store_host, start) for start in starts
+        ]
+
+
+def test_the_default_id_generator_uses_the_compiled_counter_ids() -> None:
+    assert ids_module._DEFAULT._counter_ids is ids_module._counter_ids is not None
 
 
 @given(
@@ -110,4 +121,5 @@ def test_compiled_send_results_equal_the_python_ones(
 def test_compiled_counter_ids_equal_the_python_ones(head: str, start: int, count: int) -> None:
     assert ids_module._counter_ids is not None
     expected = ["%s%04X" % (head, (start + i) & 0xFFFF) for i in range(count)]  # noqa: UP031
+    assert _counter_ids_python(head, start, count) == expected  # the codec's reference
     assert ids_module._counter_ids(head, start, count) == expected

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from wharf.store import message_store
-from wharf.store.codec.format import PROPERTY_DELAY_TIME_LEVEL, SCHEDULE_TOPIC
+from wharf.store.codec import PROPERTY_DELAY_TIME_LEVEL, SCHEDULE_TOPIC
 from wharf.store.config import StoreConfig
 from wharf.store.errors import InvalidMessageError
 from wharf.store.message_store import MessageStore

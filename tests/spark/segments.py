@@ -8,7 +8,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from wharf.store.codec import format as fmt
+from wharf.store import codec as fmt
 from wharf.store.model import MessageInput
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from wharf.store.codec.format import CHECKPOINT, CHECKPOINT_FILE_SIZE
+from wharf.store.codec.layout import CHECKPOINT, CHECKPOINT_FILE_SIZE
 from wharf.store.log.checkpoint import StoreCheckpoint
 
 

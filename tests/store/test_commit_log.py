@@ -6,7 +6,7 @@ import asyncio
 import os
 
 import pytest
-from wharf.store.codec import format as fmt
+from wharf.store import codec as fmt
 from wharf.store.config import StoreConfig
 from wharf.store.errors import InvalidMessageError, StoreShutDownError
 from wharf.store.log.commit_log import CommitLog

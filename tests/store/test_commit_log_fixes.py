@@ -9,7 +9,7 @@ import os
 import time
 
 from wharf.broker.settings import load_settings
-from wharf.store.codec import format as fmt
+from wharf.store import codec as fmt
 from wharf.store.config import StoreConfig
 from wharf.store.log import allocate as allocate_service
 from wharf.store.log import recovery as commit_log_recovery

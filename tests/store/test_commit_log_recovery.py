@@ -7,7 +7,7 @@ import os
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wharf.store.codec import format as fmt
+from wharf.store import codec as fmt
 from wharf.store.config import StoreConfig
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.commit_log import CommitLog

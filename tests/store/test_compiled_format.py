@@ -1,47 +1,71 @@
 """The compiled accelerators carry the record layout in store/fast/_format.h: it must be
-store/codec/format.py's, byte for byte (a drift would write or accept wrong records)."""
+wharf.store.codec.layout's, byte for byte (a drift would write or accept wrong records). Both the
+header's text (every #define) and what each built module exports are checked."""
 
 from __future__ import annotations
 
 import importlib
+import re
 import struct
+from pathlib import Path
 
 import pytest
-from wharf.store.codec import format as fmt
+from wharf.store.codec import layout
+from wharf.store.codec.properties import PROPERTY_SEPARATOR
 
-# RECORD_HEADER (store.format) field by field, with its struct codes: offsets follow from them.
-_FIELDS = [
-    ("TOTALSIZE", "i"), ("MAGIC", "I"), ("BODY_CRC", "i"), ("QUEUE_ID", "i"), ("FLAG", "i"),
-    ("QUEUE_OFFSET", "q"), ("PHYSICAL_OFFSET", "q"), ("SYS_FLAG", "i"),
-    ("BORN_TIMESTAMP", "q"), ("BORN_HOST", "8s"), ("STORE_TIMESTAMP", "q"),
-    ("STORE_HOST", "8s"), ("RECONSUME", "i"), ("PREPARED", "q"), ("BODY_LENGTH", "i"),
-]  # fmt: skip
+_HEADER_FILE = Path(layout.__file__).parent.parent / "fast" / "_format.h"
+_COMPILED = [
+    "wharf.store.fast._record_encoder",
+    "wharf.store.fast._record_check",
+    "wharf.store.fast._log_scan",
+]
+
+# Every constant _format.h defines, with the layout value it must equal.
+_EXPECTED = {
+    "RECORD_HEADER_SIZE": layout.RECORD_HEADER_SIZE,
+    "RECORD_FIXED_SIZE": layout.RECORD_FIXED_SIZE,
+    "BLANK_HEADER_SIZE": layout.BLANK_HEADER.size,
+    "MESSAGE_MAGIC_CODE": layout.MESSAGE_MAGIC_CODE,
+    "BLANK_MAGIC_CODE": layout.BLANK_MAGIC_CODE,
+    "MAX_PROPERTIES_LENGTH": layout.MAX_PROPERTIES_LENGTH,
+    "PROPERTY_SEPARATOR": ord(PROPERTY_SEPARATOR),
+    **{f"OFF_{field.name}": field.offset for field in layout.RECORD_FIELDS},
+}
 
 
-def header_offsets() -> dict[str, int]:
-    codes = [code for _, code in _FIELDS]
-    assert ">" + "".join(codes) == fmt.RECORD_HEADER.format  # the table above is format.py's
-    return {name: struct.calcsize(">" + "".join(codes[:i])) for i, (name, _) in enumerate(_FIELDS)}
+def _header_defines() -> dict[str, int]:
+    """``#define NAME value`` lines of _format.h, values evaluated (they are C integer
+    expressions of literals and earlier names)."""
+    defines: dict[str, int] = {}
+    for name, text in re.findall(
+        r"^#define (\w+) (.+?)\s*(?:/\*.*)?$", _HEADER_FILE.read_text(), re.M
+    ):
+        if name == "WHARF_FORMAT_H":
+            continue
+        expression = re.sub(r"\b(0x[0-9A-Fa-f]+|\d+)u\b", r"\1", text)
+        defines[name] = eval(expression, {}, dict(defines))
+    return defines
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        "wharf.store.fast._record_encoder",
-        "wharf.store.fast._record_check",
-        "wharf.store.fast._log_scan",
-    ],
-)
-def test_compiled_layout_is_store_formats(module: str) -> None:
+def test_field_table_is_the_record_header() -> None:
+    # The 15 fields, contiguous, make RECORD_HEADER (RocketMQ's MessageDecoder order).
+    codes = [field.code for field in layout.RECORD_FIELDS]
+    assert ">" + "".join(codes) == layout.RECORD_HEADER.format == ">iIiiiqqiq8sq8siqi"
+    for i, field in enumerate(layout.RECORD_FIELDS):
+        assert field.offset == struct.calcsize(">" + "".join(codes[:i])), field.name
+        assert field.size == struct.calcsize(">" + field.code)
+        assert getattr(layout, f"OFFSET_{field.name}") == field.offset
+    assert len(layout.RECORD_FIELDS) == 15
+
+
+def test_header_file_defines_exactly_the_layout() -> None:
+    assert _header_defines() == _EXPECTED
+
+
+@pytest.mark.parametrize("module", _COMPILED)
+def test_compiled_layout_is_the_codec_layout(module: str) -> None:
     compiled = importlib.import_module(module)  # built by `pip install -e .`
-    assert compiled.RECORD_HEADER_SIZE == fmt.RECORD_HEADER_SIZE
-    assert compiled.RECORD_FIXED_SIZE == fmt.RECORD_FIXED_SIZE
-    assert compiled.MESSAGE_MAGIC_CODE == fmt.MESSAGE_MAGIC_CODE
-    assert compiled.BLANK_MAGIC_CODE == fmt.BLANK_MAGIC_CODE
-    assert compiled.MAX_PROPERTIES_LENGTH == fmt.MAX_PROPERTIES_LENGTH
-    offsets = header_offsets()
-    for name, offset in offsets.items():
-        if hasattr(compiled, f"OFF_{name}"):
-            assert getattr(compiled, f"OFF_{name}") == offset, name
-    assert compiled.OFF_MAGIC == fmt.OFFSET_MAGIC
-    assert compiled.OFF_STORE_TIMESTAMP == fmt.OFFSET_STORE_TIMESTAMP
+    exported = {name: getattr(compiled, name) for name in dir(compiled) if name.isupper()}
+    assert exported == _EXPECTED
+    assert compiled.OFF_MAGIC == layout.OFFSET_MAGIC
+    assert compiled.OFF_STORE_TIMESTAMP == layout.OFFSET_STORE_TIMESTAMP

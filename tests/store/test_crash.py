@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from wharf.store.codec import format as fmt
+from wharf.store import codec as fmt
 from wharf.store.config import SYNC_FLUSH, StoreConfig
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.commit_log import CommitLog

@@ -13,7 +13,7 @@ import pytest
 import wharf.store.index.index_file as index_file_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wharf.store.codec import format as fmt
+from wharf.store import codec as fmt
 from wharf.store.dispatch.reput import Dispatcher
 from wharf.store.errors import CorruptRecordError
 from wharf.store.fast import dispatch_columns

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wharf.store.codec import format as fmt
+from wharf.store import codec as fmt
 from wharf.store.errors import CorruptRecordError
 from wharf.store.model import MessageInput
 

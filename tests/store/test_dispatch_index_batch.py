@@ -13,12 +13,8 @@ from pathlib import Path
 import wharf.store.index.index_file as index_file_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wharf.store.codec.format import (
-    INDEX_HASH_SLOT_SIZE,
-    INDEX_HEADER_SIZE,
-    INDEX_SLOT,
-    index_key_hash,
-)
+from wharf.store.codec.hashes import index_key_hash
+from wharf.store.codec.layout import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_SLOT
 from wharf.store.fast.index_hash import index_key_hashes
 from wharf.store.index.index_file import IndexFile
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from wharf.store.codec.format import java_string_hash
+from wharf.store.codec.hashes import java_string_hash
 from wharf.store.errors import InvalidFilterError, InvalidMessageError
 from wharf.store.read.filter import parse_tag_expression
 

@@ -7,7 +7,7 @@ import zlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wharf.store.codec import format as fmt
+from wharf.store import codec as fmt
 from wharf.store.errors import CorruptRecordError, InvalidMessageError
 from wharf.store.model import MessageInput
 

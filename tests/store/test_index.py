@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wharf.store.codec.format import INDEX_HEADER, index_key_hash
+from wharf.store.codec.hashes import index_key_hash
+from wharf.store.codec.layout import INDEX_HEADER
 from wharf.store.index.index_file import IndexFile
 from wharf.store.index.index_files import IndexService, build_index_keys, index_file_name
 
@@ -126,7 +127,7 @@ def test_header_is_rocketmq_layout_and_entry_zero_is_unused(tmp_path: Path) -> N
 
 
 def test_reindexing_already_indexed_records_is_skipped(tmp_path: Path) -> None:
-    from wharf.store.codec.format import DispatchRequest
+    from wharf.store.codec.dispatch import DispatchRequest
 
     def req(offset: int, keys: list[str], uniq: str = "") -> DispatchRequest:
         return DispatchRequest(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import wharf.store.log.reader as reader
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wharf.store.codec.format import encode_blank
+from wharf.store.codec.records import encode_blank
 from wharf.store.model import MessageInput
 
 from tests.store.test_record_batch import client_batch

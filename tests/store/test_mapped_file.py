@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from wharf.store.codec.format import segment_file_name
+from wharf.store.codec.layout import segment_file_name
 from wharf.store.log import mapped_file as mf_module
 from wharf.store.log.mapped_file import MappedFile
 from wharf.store.log.mapped_file_queue import MappedFileQueue, create_segment_blocking

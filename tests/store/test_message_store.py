@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from wharf.store.codec.format import create_offset_msg_id
+from wharf.store.codec.ids import create_offset_msg_id
 from wharf.store.config import ASYNC_FLUSH, SYNC_FLUSH
 from wharf.store.errors import FlushFailedError, InvalidMessageError, StoreShutDownError
 from wharf.store.log import mapped_file

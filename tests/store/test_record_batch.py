@@ -6,13 +6,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wharf.store.codec.format import (
-    RECORD_HEADER_SIZE,
-    encode_batch,
-    encode_host,
-    properties_to_string,
-)
-from wharf.store.codec.send_records import born_host_bytes, encode_record, topic_tail
+from wharf.store.codec.hosts import born_host_bytes, encode_host
+from wharf.store.codec.layout import RECORD_HEADER_SIZE
+from wharf.store.codec.properties import properties_to_string
+from wharf.store.codec.records import encode_batch
+from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.store.errors import InvalidMessageError
 from wharf.store.fast.record_check import check_records, patch_records
 from wharf.store.model import MessageInput

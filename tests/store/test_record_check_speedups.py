@@ -8,8 +8,7 @@ import pytest
 import wharf.store.fast.record_check as record_check
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wharf.store.codec.format import encode_host
-from wharf.store.codec.send_records import born_host_bytes
+from wharf.store.codec.hosts import born_host_bytes, encode_host
 from wharf.store.errors import InvalidMessageError
 from wharf.store.model import MessageInput
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from wharf.store.codec.format import SCHEDULE_TOPIC, DispatchRequest, java_string_hash
+from wharf.store.codec.dispatch import DispatchRequest
+from wharf.store.codec.hashes import java_string_hash
+from wharf.store.codec.properties import SCHEDULE_TOPIC
 from wharf.store.dispatch.reput import Dispatcher
 from wharf.store.message_store import MessageStore
 

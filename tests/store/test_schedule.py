@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from wharf.store.codec.format import SCHEDULE_TOPIC
+from wharf.store.codec import SCHEDULE_TOPIC
 from wharf.store.config import parse_delay_levels
 from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus

@@ -1,0 +1,233 @@
+"""Wharf's on-disk layouts, defined once: THE spec. Byte-compatible with Apache RocketMQ 4.x
+(big-endian). Sans-IO and numpy-free (the SDK imports it); no I/O, only constants, precompiled
+``struct.Struct`` objects, field tables and import-time asserts.
+
+Every other module derives what it needs from here: the codec's structs, the numpy structured
+dtypes of ``wharf.store.fast`` (``wharf.store.fast.layout_dtypes``), the single-field reads of
+the pull paths (``OFFSET_*``). The C accelerators carry a copy in ``store/fast/_format.h``, and
+tests/store/test_compiled_format.py checks every value of it against this module.
+
+CommitLog message record (v1, magic 0xDAA320A7)::
+
+    offset size field                     (RECORD_FIELDS name)
+         0    4 TOTALSIZE                 TOTAL_SIZE       whole record, bytes
+         4    4 MAGICCODE                 MAGIC            0xDAA320A7 message / 0xCBD43194 blank
+         8    4 BODYCRC                   BODY_CRC         zlib.crc32(body) & 0x7FFFFFFF
+        12    4 QUEUEID                   QUEUE_ID
+        16    4 FLAG                      FLAG
+        20    8 QUEUEOFFSET               QUEUE_OFFSET     logical offset in the ConsumeQueue
+        28    8 PHYSICALOFFSET            PHYSICAL_OFFSET  offset of this record in the CommitLog
+        36    4 SYSFLAG                   SYS_FLAG         0x1 compressed, 0x2 multi tags, 0x4/0x8/0xC tx
+        40    8 BORNTIMESTAMP             BORN_TIMESTAMP   ms
+        48    8 BORNHOST                  BORN_HOST        ipv4 (4) + port (4)
+        56    8 STORETIMESTAMP            STORE_TIMESTAMP  ms
+        64    8 STOREHOST                 STORE_HOST       ipv4 (4) + port (4)
+        72    4 RECONSUMETIMES            RECONSUME_TIMES
+        76    8 PREPAREDTRANSACTIONOFFSET PREPARED_TRANSACTION_OFFSET
+        84    4 BODYLENGTH, then BODY     BODY_LENGTH
+         .    1 TOPICLENGTH, then TOPIC (ascii, <= 127 bytes)
+         .    2 PROPERTIESLENGTH, then PROPERTIES  "k\\x01v\\x02k\\x01v\\x02" (utf-8)
+
+    TOTALSIZE = 88 + BODYLENGTH + 1 + TOPICLENGTH + 2 + PROPERTIESLENGTH  (checked on decode)
+
+A record never spans segments: when it does not fit the rest of a segment the tail gets a blank
+record (TOTALSIZE = bytes left, MAGICCODE = 0xCBD43194; at least 8 bytes) and the record starts
+the next segment. Bytes after the last record of the last segment are zeros (preallocated file):
+a TOTALSIZE of 0 means "no more data".
+
+ConsumeQueue unit (20 bytes): commitLogOffset q | size i | tagsCode q.
+
+IndexFile: header (40 bytes) beginTimestamp q | endTimestamp q | beginPhyOffset q |
+endPhyOffset q | hashSlotCount i | indexCount i; then slots (4 bytes: index of the newest entry
+for the hash, 0 = empty); then entries (20 bytes) keyHash i | phyOffset q | timeDiff i (seconds
+since beginTimestamp) | prevIndex i (previous entry in the slot's chain, 0 = none).
+
+Checkpoint (RocketMQ StoreCheckpoint, a 4 KiB file, 56 bytes used)::
+
+     0  8 physicMsgTimestamp    store time of the last commit log record known flushed (ms)
+     8  8 logicsMsgTimestamp    store time of the last record whose ConsumeQueue unit is flushed
+    16  8 indexMsgTimestamp     store time of the last record whose index entries are flushed
+    24  8 masterFlushedOffset   RocketMQ 5 field, kept 0 (no replication in Wharf)
+    32  8 confirmPhyOffset      RocketMQ 5 field, kept 0
+    40  8 physicOffset          Wharf: commit log offset known flushed (all bytes below it)
+    48  8 logicsOffset          Wharf: commit log offset whose dispatch is flushed in the queues
+
+Offsets make abnormal recovery start exactly at the right segment (timestamps stay for RocketMQ
+tooling and for files written without the Wharf fields: those read as 0).
+
+Offset message id (16 bytes -> 32 upper-case hex chars): STOREHOST ip (4) | port i (4) |
+commitLogOffset q (8), as RocketMQ's MessageDecoder.createMessageId (see ``codec.ids``).
+
+Segment files are named by their start offset, 20 digits zero-padded.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+
+class Field(NamedTuple):
+    """One fixed-size field of a layout: its byte offset, size and ``struct`` code."""
+
+    name: str
+    offset: int
+    size: int
+    code: str
+
+
+def _fields(*named_codes: tuple[str, str]) -> tuple[Field, ...]:
+    """Offsets and sizes follow from the codes (big-endian, no padding between fields)."""
+    fields: list[Field] = []
+    offset = 0
+    for name, code in named_codes:
+        size = struct.calcsize(">" + code)
+        fields.append(Field(name, offset, size, code))
+        offset += size
+    return tuple(fields)
+
+
+def struct_of(fields: tuple[Field, ...]) -> struct.Struct:
+    """The big-endian ``struct.Struct`` of a field table (all its fields, in order)."""
+    return struct.Struct(">" + "".join(field.code for field in fields))
+
+
+# --- Magic codes -------------------------------------------------------------------------------
+MESSAGE_MAGIC_CODE = 0xDAA320A7
+BLANK_MAGIC_CODE = 0xCBD43194
+END_FILE_MIN_BLANK_LENGTH = 4 + 4
+
+# --- sysFlag bits (MessageSysFlag) -------------------------------------------------------------
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_MULTI_TAGS = 0x2
+SYSFLAG_TRANSACTION_NOT_TYPE = 0x0
+SYSFLAG_TRANSACTION_PREPARED = 0x4
+SYSFLAG_TRANSACTION_COMMIT = 0x8
+SYSFLAG_TRANSACTION_ROLLBACK = 0xC
+
+# --- Limits --------------------------------------------------------------------------------------
+MAX_TOPIC_LENGTH = 127
+MAX_PROPERTIES_LENGTH = 32767  # PROPERTIESLENGTH is a signed short in RocketMQ
+
+# --- CommitLog record header: the 15 fixed fields, TOTALSIZE..BODYLENGTH = 88 bytes ------------
+RECORD_FIELDS = _fields(
+    ("TOTAL_SIZE", "i"), ("MAGIC", "I"), ("BODY_CRC", "i"), ("QUEUE_ID", "i"), ("FLAG", "i"),
+    ("QUEUE_OFFSET", "q"), ("PHYSICAL_OFFSET", "q"), ("SYS_FLAG", "i"),
+    ("BORN_TIMESTAMP", "q"), ("BORN_HOST", "8s"), ("STORE_TIMESTAMP", "q"), ("STORE_HOST", "8s"),
+    ("RECONSUME_TIMES", "i"), ("PREPARED_TRANSACTION_OFFSET", "q"), ("BODY_LENGTH", "i"),
+)  # fmt: skip
+RECORD_FIELD = {field.name: field for field in RECORD_FIELDS}
+RECORD_HEADER = struct_of(RECORD_FIELDS)
+RECORD_HEADER_SIZE = 88
+# The fixed part of a record with an empty body, topic and properties.
+RECORD_FIXED_SIZE = RECORD_HEADER_SIZE + 1 + 2
+
+# Field offsets, for readers that need one field only (a literal offset anywhere else is a bug).
+OFFSET_TOTAL_SIZE = RECORD_FIELD["TOTAL_SIZE"].offset
+OFFSET_MAGIC = RECORD_FIELD["MAGIC"].offset
+OFFSET_BODY_CRC = RECORD_FIELD["BODY_CRC"].offset
+OFFSET_QUEUE_ID = RECORD_FIELD["QUEUE_ID"].offset
+OFFSET_FLAG = RECORD_FIELD["FLAG"].offset
+OFFSET_QUEUE_OFFSET = RECORD_FIELD["QUEUE_OFFSET"].offset
+OFFSET_PHYSICAL_OFFSET = RECORD_FIELD["PHYSICAL_OFFSET"].offset
+OFFSET_SYS_FLAG = RECORD_FIELD["SYS_FLAG"].offset
+OFFSET_BORN_TIMESTAMP = RECORD_FIELD["BORN_TIMESTAMP"].offset
+OFFSET_BORN_HOST = RECORD_FIELD["BORN_HOST"].offset
+OFFSET_STORE_TIMESTAMP = RECORD_FIELD["STORE_TIMESTAMP"].offset
+OFFSET_STORE_HOST = RECORD_FIELD["STORE_HOST"].offset
+OFFSET_RECONSUME_TIMES = RECORD_FIELD["RECONSUME_TIMES"].offset
+OFFSET_PREPARED_TRANSACTION_OFFSET = RECORD_FIELD["PREPARED_TRANSACTION_OFFSET"].offset
+OFFSET_BODY_LENGTH = RECORD_FIELD["BODY_LENGTH"].offset
+# SYSFLAG is a big-endian int: its low byte (the compressed bit) is its last.
+OFFSET_SYS_FLAG_LOW_BYTE = OFFSET_SYS_FLAG + RECORD_FIELD["SYS_FLAG"].size - 1
+
+
+def partial_struct(names: tuple[str, ...]) -> struct.Struct:
+    """A struct over the whole record header that unpacks only the fields ``names`` (in header
+    order; the others are pad bytes), e.g. ``(TOTAL_SIZE, MAGIC, BODY_LENGTH)`` -> ``>iI76xi``:
+    one unpack of what a reader needs is ~3x cheaper than the whole header's."""
+    wanted = set(names)
+    unknown = wanted - RECORD_FIELD.keys()
+    if unknown:
+        raise ValueError(f"not record header fields: {sorted(unknown)}")
+    if [f.name for f in RECORD_FIELDS if f.name in wanted] != list(names):
+        raise ValueError(f"fields {names} are not in header order")
+    codes: list[str] = []
+    pad = 0
+    for field in RECORD_FIELDS:
+        if field.name in wanted:
+            if pad:
+                codes.append(f"{pad}x")
+                pad = 0
+            codes.append(field.code)
+        else:
+            pad += field.size
+    if pad:
+        codes.append(f"{pad}x")
+    return struct.Struct(">" + "".join(codes))
+
+
+# TOTALSIZE i | MAGIC I: the end-of-segment blank marker (the rest of the tail is left as is).
+BLANK_HEADER = struct_of(RECORD_FIELDS[:2])
+TOPIC_LENGTH = struct.Struct(">B")
+PROPERTIES_LENGTH = struct.Struct(">h")
+TOTAL_SIZE = struct.Struct(">i")
+MAGIC = struct.Struct(">I")
+STORE_TIMESTAMP = struct.Struct(">q")
+
+# --- ConsumeQueue unit: commitLogOffset q | size i | tagsCode q  = 20 bytes ----------------------
+CQ_UNIT_FIELDS = _fields(("COMMIT_LOG_OFFSET", "q"), ("SIZE", "i"), ("TAGS_CODE", "q"))
+CQ_UNIT = struct_of(CQ_UNIT_FIELDS)
+CQ_STORE_UNIT_SIZE = 20
+
+# --- IndexFile ----------------------------------------------------------------------------------
+INDEX_HEADER_FIELDS = _fields(
+    ("BEGIN_TIMESTAMP", "q"), ("END_TIMESTAMP", "q"), ("BEGIN_PHY_OFFSET", "q"),
+    ("END_PHY_OFFSET", "q"), ("HASH_SLOT_COUNT", "i"), ("INDEX_COUNT", "i"),
+)  # fmt: skip
+INDEX_HEADER = struct_of(INDEX_HEADER_FIELDS)
+INDEX_HEADER_SIZE = 40
+INDEX_SLOT = struct.Struct(">i")
+INDEX_HASH_SLOT_SIZE = 4
+INDEX_ENTRY_FIELDS = _fields(
+    ("KEY_HASH", "i"), ("PHY_OFFSET", "q"), ("TIME_DIFF", "i"), ("PREV_INDEX", "i")
+)
+INDEX_ENTRY = struct_of(INDEX_ENTRY_FIELDS)
+INDEX_ENTRY_SIZE = 20
+
+# --- Checkpoint (7 longs of a 4 KiB file, see the diagram above) -------------------------------
+CHECKPOINT = struct.Struct(">qqqqqqq")
+CHECKPOINT_FILE_SIZE = 4096
+
+# --- Offset message id: storeHost ip (4) | port i (4) | commitLogOffset q (8) -> 32 hex chars ----
+OFFSET_MSG_ID = struct.Struct(">4siq")
+OFFSET_MSG_ID_HEX_LENGTH = 32
+
+# --- Segment files -------------------------------------------------------------------------------
+SEGMENT_NAME_DIGITS = 20
+
+
+def segment_file_name(start_offset: int) -> str:
+    """Commit log / ConsumeQueue segment name: the start offset, 20 digits zero-padded."""
+    if start_offset < 0:
+        raise ValueError(f"negative segment start offset {start_offset}")
+    return f"{start_offset:020d}"
+
+
+def parse_segment_file_name(name: str) -> int:
+    """Inverse of ``segment_file_name``; ValueError for anything that is not 20 digits."""
+    if len(name) != SEGMENT_NAME_DIGITS or not name.isdigit():
+        raise ValueError(f"{name!r} is not a segment file name (20 digits)")
+    return int(name)
+
+
+assert RECORD_HEADER.format == ">iIiiiqqiq8sq8siqi"  # RocketMQ's MessageDecoder order
+assert RECORD_HEADER.size == RECORD_HEADER_SIZE == sum(f.size for f in RECORD_FIELDS)
+assert len(RECORD_FIELDS) == 15
+assert BLANK_HEADER.size == END_FILE_MIN_BLANK_LENGTH
+assert CQ_UNIT.size == CQ_STORE_UNIT_SIZE
+assert INDEX_HEADER.size == INDEX_HEADER_SIZE
+assert INDEX_SLOT.size == INDEX_HASH_SLOT_SIZE
+assert INDEX_ENTRY.size == INDEX_ENTRY_SIZE
+assert CHECKPOINT.size == 56 <= CHECKPOINT_FILE_SIZE
+assert OFFSET_MSG_ID.size * 2 == OFFSET_MSG_ID_HEX_LENGTH

@@ -1,0 +1,16 @@
+# Stub of the compiled module built from _log_scan.c (the twin of store/log/reader.py's
+# _scan_python); loaded through ``wharf.store.fast.load("_log_scan")``.
+from typing_extensions import Buffer
+
+RECORD_HEADER_SIZE: int
+RECORD_FIXED_SIZE: int
+BLANK_HEADER_SIZE: int
+MESSAGE_MAGIC_CODE: int
+BLANK_MAGIC_CODE: int
+MAX_PROPERTIES_LENGTH: int
+PROPERTY_SEPARATOR: int
+
+def scan(
+    buf: Buffer, pos: int, limit: int, max_count: int, budget: int, any_before: bool, /
+) -> tuple[list[int], int, int, int, int]:
+    """(positions, new_pos, status, magic, total); status 0 stopped, 1 blank, 2 corrupt."""

@@ -1,0 +1,36 @@
+# Stub of the compiled module built from _record_check.c (the twin of the numpy
+# check/patch in store/fast/record_check.py); loaded through ``load("_record_check")``.
+from collections.abc import Callable
+
+from typing_extensions import Buffer
+
+RECORD_HEADER_SIZE: int
+RECORD_FIXED_SIZE: int
+BLANK_HEADER_SIZE: int
+MESSAGE_MAGIC_CODE: int
+BLANK_MAGIC_CODE: int
+MAX_PROPERTIES_LENGTH: int
+PROPERTY_SEPARATOR: int
+
+def check(
+    data: Buffer,
+    tail: Buffer,
+    max_message_size: int,
+    allowed_sys_flags: int,
+    crc32: Callable[[Buffer], int],
+    /,
+) -> bytes | tuple[int, int, int]:
+    """Record starts as native int64 bytes, or (index, code, detail) of the first bad record."""
+
+def patch(
+    buf: Buffer,
+    starts: Buffer,
+    queue_id: int,
+    first_queue_offset: int,
+    start_offset: int,
+    born_host: Buffer,
+    store_timestamp: int,
+    store_host: Buffer,
+    /,
+) -> None:
+    """Write the broker-owned header fields of checked records in ``buf`` (writable)."""

@@ -1,0 +1,40 @@
+# Stub of the compiled module built from _record_encoder.c (twins of
+# wharf.store.codec.send_records.encode_record, of the offset message ids of
+# wharf.store.codec.ids, and of its counter formatting); loaded through
+# ``load("_record_encoder")``.
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from typing_extensions import Buffer
+
+_T = TypeVar("_T")
+
+RECORD_HEADER_SIZE: int
+RECORD_FIXED_SIZE: int
+BLANK_HEADER_SIZE: int
+MESSAGE_MAGIC_CODE: int
+BLANK_MAGIC_CODE: int
+MAX_PROPERTIES_LENGTH: int
+PROPERTY_SEPARATOR: int
+
+def encode_bare_records(
+    tail: Buffer,
+    bodies: Sequence[bytes],
+    unique_ids: Sequence[str],
+    born_timestamp_ms: int,
+    crc32: Callable[[Buffer], int] | None,
+    /,
+) -> list[bytes]: ...
+def send_results(
+    result_type: type[_T],
+    status: Any,
+    unique_ids: Sequence[str],
+    records: Sequence[bytes],
+    first_commit_log_offset: int,
+    host_prefix: str,
+    queue_id: int,
+    first_queue_offset: int,
+    topic: str,
+    /,
+) -> list[_T]: ...
+def counter_ids(head: str, start: int, count: int, /) -> list[str]: ...
