@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 import grpc
 import pytest
 from wharf.broker.errors import (
@@ -56,3 +58,15 @@ def test_messages_tell_the_user_what_to_do() -> None:
     assert "free space" in status_for(DiskFullError("disk 91% full"))[1]
     assert "restarted" in status_for(FlushFailedError("fdatasync: EIO"))[1]
     assert status_for(KeyError("boom"))[1].startswith("internal error (KeyError)")
+
+
+def test_open_file_limits_are_resource_exhausted_with_what_to_raise() -> None:
+    code, message = status_for(OSError(errno.EMFILE, "Too many open files"))
+    assert code == S.RESOURCE_EXHAUSTED
+    assert "ulimit -n" in message and "LimitNOFILE" in message
+    assert (
+        status_for(OSError(errno.ENFILE, "Too many open files in system"))[0]
+        == S.RESOURCE_EXHAUSTED
+    )
+    # Other OS errors stay internal: they are bugs or broken disks, not limits to raise.
+    assert status_for(OSError(errno.EIO, "I/O error"))[0] == S.INTERNAL
