@@ -1,7 +1,7 @@
 """Client-side unique message ids (UNIQ_KEY): the codec's ``UniqueIdGenerator`` (RocketMQ's
 MessageClientIDSetter layout, see ``wharf.store.codec.ids``) with this host's ipv4 and the
 compiled batch formatter ``_record_encoder.counter_ids`` when the install built it (its
-differential test: tests/client/test_record_encoder_speedups.py).
+differential test: tests/client/test_fast_record_encoder.py).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ STOREHOST (8 bytes: ip 4 + port 4) + commit log offset (8) -> 32 upper-case hex 
 host part is the same for every record of a broker, so it is hexed once (``offset_msg_id_prefix``)
 and an id costs one ``%016X`` format. ``wharf.store.fast._record_encoder.send_results`` is the
 compiled twin of ``prefix + "%016X" % offset`` for a whole send reply (differential test:
-tests/client/test_record_encoder_speedups.py).
+tests/client/test_fast_record_encoder.py).
 
 Unique id (UNIQ_KEY, the "msgId" users see), RocketMQ's MessageClientIDSetter layout: ip (4) +
 pid (2) + random (4, the class-loader hash stand-in) + ms since the start of the current month

@@ -19,7 +19,7 @@ from wharf.store.paths import StorePaths
 from wharf.store.recovery import recover_blocking
 from wharf.store.services.cleanup import CleanupService, statvfs_used_ratio
 
-from tests.store.test_store_helpers import msg, small_config
+from tests.store.helpers import msg, small_config
 
 HOUR_MS = 3_600_000
 

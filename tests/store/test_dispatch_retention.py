@@ -11,7 +11,7 @@ from wharf.store.config import SYNC_FLUSH
 from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus
 
-from tests.store.test_store_helpers import msg, small_config
+from tests.store.helpers import msg, small_config
 
 BATCHES = 12
 PER_BATCH = 10

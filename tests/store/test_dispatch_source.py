@@ -16,7 +16,7 @@ from wharf.store.message_store import MessageStore
 from wharf.store.model import MessageInput
 from wharf.store.read.filter import parse_tag_expression
 
-from tests.store.test_store_helpers import msg, small_config
+from tests.store.helpers import msg, small_config
 
 SEGMENT = 8 * 1024
 

@@ -17,7 +17,7 @@ from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus, PutStatus
 from wharf.store.read.filter import parse_tag_expression
 
-from tests.store.test_store_helpers import msg, small_config
+from tests.store.helpers import msg, small_config
 
 
 @pytest.fixture(params=[ASYNC_FLUSH, SYNC_FLUSH, "ASYNC_FLUSH+transient_pool"])

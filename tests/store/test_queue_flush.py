@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from wharf.store.message_store import MessageStore
 
-from tests.store.test_store_helpers import msg, small_config
+from tests.store.helpers import msg, small_config
 
 
 async def test_index_is_synced_only_by_thorough_passes(

@@ -16,7 +16,7 @@ from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus
 from wharf.store.paths import write_abort_marker_blocking
 
-from tests.store.test_store_helpers import msg, small_config
+from tests.store.helpers import msg, small_config
 
 N_BATCHES = 8
 PER_BATCH = 5
@@ -232,7 +232,7 @@ CHILD = textwrap.dedent(
     import asyncio, sys, time
     sys.path.insert(0, {repo!r})
     from wharf.store.message_store import MessageStore
-    from tests.store.test_store_helpers import msg, small_config
+    from tests.store.helpers import msg, small_config
 
     async def main():
         store = MessageStore(small_config({root!r}))

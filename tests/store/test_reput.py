@@ -11,7 +11,7 @@ from wharf.store.codec.properties import SCHEDULE_TOPIC
 from wharf.store.dispatch.reput import Dispatcher
 from wharf.store.message_store import MessageStore
 
-from tests.store.test_store_helpers import msg, small_config
+from tests.store.helpers import msg, small_config
 
 
 def _request(

@@ -12,7 +12,7 @@ from wharf.store.config import parse_delay_levels
 from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus
 
-from tests.store.test_store_helpers import msg, small_config
+from tests.store.helpers import msg, small_config
 
 
 async def _wait_for_messages(store: MessageStore, topic: str, queue_id: int, timeout_s: float):

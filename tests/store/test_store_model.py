@@ -13,7 +13,7 @@ from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus
 from wharf.store.read.filter import parse_tag_expression
 
-from tests.store.test_store_helpers import msg, small_config
+from tests.store.helpers import msg, small_config
 
 TAGS = ["a", "b", "c", ""]
 FILTERS = [None, "a", "a || b", "c"]

@@ -1,4 +1,4 @@
-"""Shared helpers for the store tests (no tests here; named test_store_* to sit with them)."""
+"""Shared helpers for the store tests (not collected: no test_ prefix)."""
 
 from __future__ import annotations
 

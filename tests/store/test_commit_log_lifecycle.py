@@ -1,5 +1,4 @@
-"""Regression tests for CommitLog-side defects: a blocked event loop on the first roll, lone
-messages invisible with the transient store pool, and a needless recovery rescan."""
+"""CommitLog lifecycle: the first roll never blocks the event loop, a lone message is visible with the transient store pool, and recovery does not rescan what the checkpoint vouches for."""
 
 from __future__ import annotations
 

@@ -1,0 +1,149 @@
+"""The producer's auto-batcher and the consumer's process queue."""
+
+from __future__ import annotations
+
+import asyncio
+
+from wharf.client.batcher import AutoBatcher
+from wharf.client.consumer.process_queue import ProcessQueue
+from wharf.client.errors import (
+    DeadlineExceededError,
+    UnavailableError,
+)
+from wharf.client.message import ReceivedMessage
+from wharf.v1 import common_pb2
+
+
+# ---------------------------------------------------------------- batcher
+async def test_batcher_groups_concurrent_sends_per_key_and_keeps_order() -> None:
+    calls: list[tuple[object, list[int]]] = []
+
+    async def send(key: object, items: list[int]) -> list[int]:
+        calls.append((key, list(items)))
+        await asyncio.sleep(0)
+        return [i * 10 for i in items]
+
+    batcher = AutoBatcher(send, max_messages=100)
+    futures = [batcher.submit("a" if i % 2 else "b", i, 1) for i in range(50)]
+    results = await asyncio.gather(*futures)
+    assert results == [i * 10 for i in range(50)]
+    assert sorted(str(k) for k, _ in calls) == ["a", "b"]  # one request per key
+    assert all(items == sorted(items) for _, items in calls)
+
+
+async def test_batcher_closes_batches_at_size_limit_and_caps_in_flight() -> None:
+    active = 0
+    peak = 0
+    sizes: list[int] = []
+
+    async def send(key: object, items: list[int]) -> list[int]:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        sizes.append(len(items))
+        await asyncio.sleep(0.01)
+        active -= 1
+        return items
+
+    batcher = AutoBatcher(send, max_messages=10, max_in_flight=2)
+    results = await asyncio.gather(*(batcher.submit("k", i, 1) for i in range(95)))
+    assert results == list(range(95))
+    assert max(sizes) <= 10 and sum(sizes) == 95
+    assert peak <= 2
+
+
+async def test_batcher_linger_waits_for_more_messages() -> None:
+    sizes: list[int] = []
+
+    async def send(key: object, items: list[int]) -> list[int]:
+        sizes.append(len(items))
+        return items
+
+    batcher = AutoBatcher(send, linger_s=0.05)
+    first = batcher.submit("k", 1, 1)
+    await asyncio.sleep(0.01)
+    second = batcher.submit("k", 2, 1)
+    assert await asyncio.gather(first, second) == [1, 2]
+    assert sizes == [2]
+
+
+async def test_batcher_fails_every_future_of_a_failed_batch() -> None:
+    async def send(key: object, items: list[int]) -> list[int]:
+        raise UnavailableError("broker gone")
+
+    batcher = AutoBatcher(send)
+    futures = [batcher.submit("k", i, 1) for i in range(5)]
+    outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    assert all(isinstance(o, UnavailableError) for o in outcomes)
+    await asyncio.wait_for(batcher.drain(), 1)
+    assert batcher.buffered == 0
+
+
+async def test_batcher_rejects_mismatched_result_count() -> None:
+    async def send(key: object, items: list[int]) -> list[int]:
+        return items[:-1]
+
+    batcher = AutoBatcher(send)
+    futures = [batcher.submit("k", i, 1) for i in range(3)]
+    outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    assert all(isinstance(o, RuntimeError) for o in outcomes)
+
+
+# ---------------------------------------------------------------- process queue
+def _msg(offset: int) -> ReceivedMessage:
+    return ReceivedMessage.from_view(common_pb2.MessageView(topic="t", queue_offset=offset))
+
+
+async def test_committable_offset_never_skips_an_unfinished_message() -> None:
+    pq = ProcessQueue(0)
+    pq.add([_msg(i) for i in range(5)], next_offset=5)
+    assert pq.committable_offset() == 0
+    pq.done(1, 100)
+    pq.done(2, 100)
+    assert pq.committable_offset() == 0
+    pq.done(0, 100)
+    assert pq.committable_offset() == 3
+    pq.done(3, 100)
+    pq.done(4, 100)
+    assert pq.committable_offset() == 5
+
+
+async def test_process_queue_flow_control_blocks_until_space() -> None:
+    pq = ProcessQueue(0)
+    pq.add([_msg(i) for i in range(3)], next_offset=3)
+    waiter = asyncio.ensure_future(pq.wait_for_space(3))
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
+    pq.done(0, 3)
+    await asyncio.wait_for(waiter, 1)
+
+
+async def test_batcher_fails_a_batch_past_its_deadline_with_one_timer() -> None:
+    async def never_answers(key: object, items: list[int]) -> list[int]:
+        await asyncio.sleep(10)
+        return items
+
+    batcher = AutoBatcher(never_answers)
+    deadline = asyncio.get_running_loop().time() + 0.05
+    futures = [batcher.submit("k", i, 1, deadline) for i in range(3)]
+    outcomes = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), 2)
+    assert all(isinstance(o, DeadlineExceededError) for o in outcomes)
+    assert batcher.buffered == 0
+
+
+async def test_batcher_grows_batches_while_all_slots_are_busy() -> None:
+    sizes: list[int] = []
+
+    async def slow_send(key: object, items: list[int]) -> list[int]:
+        sizes.append(len(items))
+        await asyncio.sleep(0.02)
+        return items
+
+    batcher = AutoBatcher(slow_send, max_in_flight=1)
+    futures = []
+    for i in range(100):  # a paced sender: one message per loop turn, over ~2 replies' time
+        futures.append(batcher.submit("k", i, 1))
+        await asyncio.sleep(0.0005)
+    assert await asyncio.gather(*futures) == list(range(100))
+    # Without growth this would be ~100 one-message requests queued behind the slot.
+    assert len(sizes) < 20 and max(sizes) > 10

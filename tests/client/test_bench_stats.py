@@ -1,0 +1,40 @@
+"""`wharf bench` statistics and the comparison's ratios."""
+
+from __future__ import annotations
+
+
+# ---------------------------------------------------------------- benchmark bookkeeping
+def test_bench_stats_percentiles_and_rates() -> None:
+    from wharf.client.bench.stats import BenchStats, percentile
+
+    values = [float(v) for v in range(1, 1001)]
+    assert percentile(values, 0.5) == 501.0 and percentile(values, 0.99) == 990.0
+    assert percentile([], 0.5) == 0.0
+    stats = BenchStats()
+    for latency in values:
+        stats.record(2, 2048, latency)
+    summary = stats.summary()
+    assert summary["messages"] == 2000 and summary["p999_ms"] == 999.0
+    assert summary["msgs_per_s"] > 0 and summary["mb_per_s"] > 0
+
+
+def test_compare_ratios_are_wharf_over_peer() -> None:
+    import argparse
+
+    from tests.bench.compare import Comparison
+
+    comparison = Comparison(argparse.Namespace(quick=True, duration=1.0))
+    comparison.measures = {
+        "produce_async": {
+            "wharf": {"msgs_per_s": 50.0},
+            "redis_benchmark": {"msgs_per_s": 200.0},
+            "redis_py": {"msgs_per_s": 25.0},
+        },
+        "e2e_sync": {"wharf": {"p99_ms": 3.0}, "redis_py": {"p99_ms": 2.0}},
+    }
+    comparison.compute_ratios()
+    assert comparison.measures["produce_async"]["ratios"] == {
+        "throughput_vs_redis_benchmark": 0.25,
+        "throughput_vs_redis_py": 2.0,
+    }
+    assert comparison.measures["e2e_sync"]["ratios"] == {"p99_vs_redis_py": 1.5}
