@@ -193,6 +193,7 @@ class BrokerController:
             self._store_factory = MessageStore
         self.store = self._store_factory(store_config, observer=self.metrics)
         self.store.add_arrival_listener(self.long_poll.on_arrival)
+        self.store.set_consumer_progress(self.offsets.by_queue)
         started = time.perf_counter()
         await self.store.start()
         self._store_started = True

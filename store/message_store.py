@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from wharf.store.codec import decode_offset_msg_id
@@ -118,6 +118,7 @@ class MessageStore:
         self._index: IndexService | None = None
         self._offset_table: dict[tuple[str, int], int] = {}
         self._listeners: list[ArrivalListener] = []
+        self._consumer_progress: Callable[[], Mapping[tuple[str, int], Mapping[str, int]]] = dict
         self._reput: ReputService | None = None
         self._queue_flush: FlushConsumeQueueService | None = None
         self._schedule: ScheduleMessageService | None = None
@@ -178,6 +179,7 @@ class MessageStore:
             self._disk_usage,
             dispatch_offset=lambda: self.dispatch_offset,
             on_disk_state=self._on_disk_state,
+            consumer_progress=lambda: self._consumer_progress(),
         )
         self.disk_used_ratio = await asyncio.to_thread(
             self._disk_usage, str(self._paths.commit_log_dir)
@@ -475,6 +477,14 @@ class MessageStore:
         task.add_done_callback(self._background.discard)
 
     # --- listeners / status ------------------------------------------------------------------
+    def set_consumer_progress(
+        self, provider: Callable[[], Mapping[tuple[str, int], Mapping[str, int]]]
+    ) -> None:
+        """The broker's committed offsets, ``(topic, queue_id) -> {group: offset}``: retention
+        counts the messages it deletes that a group had not consumed (the store keeps no
+        consumer offsets itself)."""
+        self._consumer_progress = provider
+
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         self._listeners.append(listener)
 

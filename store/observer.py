@@ -20,6 +20,10 @@ class StoreObserver(Protocol):
     def on_group_commit(self, waiters: int) -> None:
         """One group commit served ``waiters`` put requests with a single fdatasync."""
 
+    def on_unconsumed_deleted(self, topic: str, consumer_group: str, count: int) -> None:
+        """Retention deleted ``count`` messages of ``topic`` that ``consumer_group`` had not
+        consumed yet (``consumer_group`` is "" for a topic no group has committed on)."""
+
 
 class FlushTally:
     """Counts flushes for ``stats()`` and forwards to the broker's observer."""
@@ -38,3 +42,8 @@ class FlushTally:
     def on_group_commit(self, waiters: int) -> None:
         if self.observer is not None:
             self.observer.on_group_commit(waiters)
+
+    def on_unconsumed_deleted(self, topic: str, consumer_group: str, count: int) -> None:
+        hook = getattr(self.observer, "on_unconsumed_deleted", None)  # optional for test fakes
+        if hook is not None:
+            hook(topic, consumer_group, count)

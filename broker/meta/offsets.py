@@ -34,6 +34,15 @@ class ConsumerOffsetManager:
             return -1
         return queues.get(queue_id, -1)
 
+    def by_queue(self) -> dict[tuple[str, int], dict[str, int]]:
+        """``(topic, queue_id) -> {group: committed offset}``: what retention needs to count
+        the messages it deletes before a group consumed them."""
+        out: dict[tuple[str, int], dict[str, int]] = {}
+        for (topic, group), queues in self.table.items():
+            for queue_id, offset in queues.items():
+                out.setdefault((topic, queue_id), {})[group] = offset
+        return out
+
     def of_group(self, group: str) -> dict[str, dict[int, int]]:
         """topic -> {queue_id: offset} for one group."""
         return {t: dict(q) for (t, g), q in self.table.items() if g == group}

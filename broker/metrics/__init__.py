@@ -53,6 +53,7 @@ class BrokerMetrics:
         self.messages_out = LabelledCounters()  # (topic, consumer_group)
         self.bytes_out = LabelledCounters()  # (topic, consumer_group)
         self.send_to_dlq = LabelledCounters()  # (topic, consumer_group)
+        self.unconsumed_deleted = LabelledCounters()  # (topic, consumer_group)
         self.rpc_latency = LabelledHistograms(RPC_LATENCY_BUCKETS)  # (method, status)
         self.flush_latency = LabelledHistograms(FLUSH_LATENCY_BUCKETS)  # (kind,)
         self.flush_bytes = LabelledCounters()  # (kind,)
@@ -91,6 +92,10 @@ class BrokerMetrics:
         self.send_to_dlq.inc((topic, consumer_group))
 
     # --- StoreObserver -----------------------------------------------------------------------
+    def on_unconsumed_deleted(self, topic: str, consumer_group: str, count: int) -> None:
+        """Retention deleted messages the group had not consumed (StoreObserver hook)."""
+        self.unconsumed_deleted.inc((topic, consumer_group), count)
+
     def on_flush(self, kind: str, seconds: float, nbytes: int) -> None:
         """kind: 'sync' | 'async' | 'cq'."""
         self.flush_latency.child((kind,)).observe(seconds)

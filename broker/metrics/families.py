@@ -65,6 +65,7 @@ def hot_path_families(m: BrokerMetrics) -> Iterator[Any]:
     yield counter("rocketmq_messages_out_total", "Messages delivered by pulls, by topic and consumer group.", ["topic", "consumer_group"], m.messages_out.items())  # fmt: skip
     yield counter("rocketmq_throughput_out_total", "Message body bytes delivered by pulls, by topic and consumer group.", ["topic", "consumer_group"], m.bytes_out.items())  # fmt: skip
     yield counter("rocketmq_send_to_dlq_messages_total", "Messages moved to %DLQ%<group> after max reconsume times, by original topic and group.", ["topic", "consumer_group"], m.send_to_dlq.items())  # fmt: skip
+    yield counter("wharf_store_unconsumed_messages_deleted_total", "Messages retention deleted before the consumer group consumed them (group \"\" = a topic no group committed on).", ["topic", "consumer_group"], m.unconsumed_deleted.items())  # fmt: skip
     yield histogram("rocketmq_rpc_latency", "gRPC call latency in seconds, by method and gRPC status.", ["method", "status"], m.rpc_latency)  # fmt: skip
     yield histogram("wharf_store_flush_latency_seconds", "Time of one flush (fdatasync): kind=sync (group commit), async (FlushRealTimeService), cq (queues and index).", ["kind"], m.flush_latency)  # fmt: skip
     yield counter("wharf_store_flush_bytes_total", "Bytes made durable by flushes, by kind.", ["kind"], m.flush_bytes.items())  # fmt: skip

@@ -13,7 +13,16 @@ Every ``clean_resource_interval`` (10 s):
    file, not by consumption, as RocketMQ: unconsumed messages are deleted too; but never a
    segment holding records not yet flushed or not yet dispatched to their ConsumeQueues.
 3. ConsumeQueue and index files wholly below the commit log's new minimum offset are deleted
-   and each queue's min offset is corrected.
+   and each queue's min offset is corrected. Messages that left a queue this way and that a
+   consumer group had not consumed yet (its committed offset, from ``consumer_progress``, was
+   below the new minimum) are counted per topic and group: one WARNING line per pass and
+   ``StoreObserver.on_unconsumed_deleted`` (a metric). A topic no group has committed on counts
+   under the group "".
+
+``clean_file_forcibly_enable`` off (RocketMQ's cleanFileForciblyEnable): above
+``disk_space_clean_forcibly_ratio`` the store refuses writes (DiskFullError) instead of deleting
+unexpired segments; expiry by ``file_reserved_time`` still runs, as it is the retention the
+operator configured.
 
 All unlinks run in threads; queue/index deletions hold the store's maintenance lock so a
 concurrent flush never syncs a closed file.
@@ -28,7 +37,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from wharf.store.config import parse_delete_when
 from wharf.store.parts import StoreParts
@@ -38,6 +47,8 @@ log = logging.getLogger(__name__)
 
 # Disk usage source: path on the filesystem -> used ratio 0..1.
 DiskUsage = Callable[[str], float]
+# (topic, queue_id) -> {consumer group: committed offset}, from the broker's offset table.
+ConsumerProgress = Callable[[], Mapping[tuple[str, int], Mapping[str, int]]]
 # Where a pass reports the disk state: (used ratio 0..1, not-writable reason or "" if writable).
 DiskStateSink = Callable[[float, str], None]
 
@@ -65,6 +76,7 @@ class CleanupService(Service):
         *,
         dispatch_offset: Callable[[], int],
         on_disk_state: DiskStateSink,
+        consumer_progress: ConsumerProgress = lambda: {},
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``dispatch_offset()``: the reput position (no segment at or past it is deleted)."""
@@ -75,7 +87,9 @@ class CleanupService(Service):
         self.disk_usage = disk_usage
         self.dispatch_offset = dispatch_offset
         self.on_disk_state = on_disk_state
+        self.consumer_progress = consumer_progress
         self.clock = clock
+        self.unconsumed_deleted = 0
         self.delete_hours = parse_delete_when(config.delete_when)
         self.manual_delete_requests = 0
         self.deleted_segments = 0
@@ -103,6 +117,14 @@ class CleanupService(Service):
                 f"disk full: {percent:.1f}% of the commit log's filesystem is used, above "
                 f"diskSpaceWarningLevelRatio {cfg.disk_space_warning_level_ratio}%; writes are "
                 "refused until retention frees space"
+            )
+        elif not cfg.clean_file_forcibly_enable and percent > cfg.disk_space_clean_forcibly_ratio:
+            reason = (
+                f"disk full: {percent:.1f}% of the commit log's filesystem is used, above "
+                f"diskSpaceCleanForciblyRatio {cfg.disk_space_clean_forcibly_ratio}%, and "
+                "cleanFileForciblyEnable is off: writes are refused instead of deleting "
+                "messages consumers may not have read; free space, lower fileReservedTime or "
+                "enable cleanFileForciblyEnable"
             )
         self.on_disk_state(ratio, reason)
         space_full = percent > cfg.disk_max_used_space_ratio
@@ -142,14 +164,18 @@ class CleanupService(Service):
         parts = self.parts
         log_min = parts.commit_log.min_offset
         removed = 0
+        dropped: dict[tuple[str, int], tuple[int, int]] = {}  # queue -> (old min, new min)
         async with parts.maintenance:
             for queue in parts.queues:
+                old_min = queue.min_offset  # before detaching files, which moves it too
                 expired = queue.expired_files(log_min)
                 if expired:
                     queue.detach_files(expired)
                     await asyncio.to_thread(_destroy_blocking, expired)
                     removed += len(expired)
                 queue.correct_min_offset(log_min)
+                if queue.min_offset > old_min:
+                    dropped[(queue.topic, queue.queue_id)] = (old_min, queue.min_offset)
             index = parts.index
             if index is not None:
                 expired_index = index.expired_files(log_min)
@@ -158,7 +184,35 @@ class CleanupService(Service):
                     await asyncio.to_thread(_destroy_blocking, expired_index)
                     self.deleted_index_files += len(expired_index)
         self.deleted_queue_files += removed
+        if dropped:
+            self._report_unconsumed(dropped)
         return removed
+
+    def _report_unconsumed(self, dropped: dict[tuple[str, int], tuple[int, int]]) -> None:
+        """Count, per topic and group, the deleted messages the group had not consumed."""
+        progress = self.consumer_progress()
+        lost: dict[tuple[str, str], int] = {}
+        for (topic, queue_id), (old_min, new_min) in dropped.items():
+            groups = progress.get((topic, queue_id)) or {}
+            if not groups and not any(t == topic for t, _ in progress):
+                lost[(topic, "")] = lost.get((topic, ""), 0) + new_min - old_min
+            for group, committed in groups.items():
+                gone = new_min - max(committed, old_min)
+                if gone > 0:
+                    lost[(topic, group)] = lost.get((topic, group), 0) + gone
+        if not lost:
+            return
+        for (topic, group), count in lost.items():
+            self.parts.observer.on_unconsumed_deleted(topic, group, count)
+        total = sum(lost.values())
+        self.unconsumed_deleted += total
+        worst = sorted(lost.items(), key=lambda item: -item[1])[:10]
+        log.warning(
+            "retention deleted %d message(s) not yet consumed (topic/group: count): %s%s",
+            total,
+            ", ".join(f"{t}/{g or '<no group>'}: {n}" for (t, g), n in worst),
+            f" and {len(lost) - len(worst)} more" if len(lost) > len(worst) else "",
+        )
 
 
 def _destroy_blocking(files: list) -> None:  # type: ignore[type-arg]

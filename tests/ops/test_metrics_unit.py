@@ -26,7 +26,18 @@ def test_send_and_pull_hooks_count_messages_bytes_and_sizes_per_topic() -> None:
     metrics.on_messages_in("audit", [])
     metrics.on_messages_out("orders", "billing", 3, 2200)
     metrics.on_send_to_dlq("orders", "billing")
+    metrics.on_unconsumed_deleted("orders", "billing", 40)
+    metrics.on_unconsumed_deleted("orders", "billing", 2)
     samples = parse_samples(scrape(metrics))
+    assert (
+        value(
+            samples,
+            "wharf_store_unconsumed_messages_deleted_total",
+            topic="orders",
+            consumer_group="billing",
+        )
+        == 42
+    )
     assert value(samples, "rocketmq_messages_in_total", topic="orders") == 4
     assert value(samples, "rocketmq_throughput_in_total", topic="orders") == 7200
     assert value(samples, "rocketmq_message_size_bucket", topic="orders", le="256.0") == 2
@@ -154,6 +165,8 @@ def test_every_family_is_typed_even_before_any_traffic() -> None:
     types = family_types(scrape(metrics))
     assert types["rocketmq_messages_in_total"] == "counter"
     assert types["rocketmq_send_to_dlq_messages_total"] == "counter"
+    assert types["wharf_store_unconsumed_messages_deleted_total"] == "counter"
+    assert types["wharf_event_loop_tasks"] == "gauge"
     assert types["rocketmq_message_size"] == "histogram"
     assert types["rocketmq_rpc_latency"] == "histogram"
     assert types["rocketmq_consumer_lag_latency"] == "gauge"

@@ -125,6 +125,68 @@ async def test_above_85_percent_unexpired_segments_are_deleted_too(
     assert store.writable
 
 
+async def test_forced_deletion_counts_unconsumed_messages_per_topic_and_group(
+    store: MessageStore, disk: FakeDisk, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Observer:
+        def __init__(self) -> None:
+            self.deleted: dict[tuple[str, str], int] = {}
+
+        def on_flush(self, kind: str, seconds: float, nbytes: int) -> None:
+            pass
+
+        def on_group_commit(self, waiters: int) -> None:
+            pass
+
+        def on_unconsumed_deleted(self, topic: str, group: str, count: int) -> None:
+            self.deleted[(topic, group)] = self.deleted.get((topic, group), 0) + count
+
+    observer = Observer()
+    store.cleanup_service.parts.observer.observer = observer  # the facade's tally forwards
+    # "billing" has read 30 of the 120 messages of T/0, "audit" all of them.
+    store.set_consumer_progress(lambda: {("T", 0): {"billing": 30, "audit": 120}})
+    disk.ratio = 0.86
+    with caplog.at_level("WARNING", logger="wharf.store.services.cleanup"):
+        await store.cleanup_service.run_once()
+    new_min = store.get_min_offset("T", 0)
+    assert new_min > 30
+    assert observer.deleted == {("T", "billing"): new_min - 30}
+    assert store.cleanup_service.unconsumed_deleted == new_min - 30
+    line = next(r.getMessage() for r in caplog.records if "not yet consumed" in r.getMessage())
+    assert f"T/billing: {new_min - 30}" in line and "audit" not in line
+
+
+async def test_with_clean_file_forcibly_off_writes_are_refused_instead_of_deleting(
+    tmp_path: Path, disk: FakeDisk
+) -> None:
+    not_now = (time.localtime().tm_hour + 12) % 24
+    config = small_config(
+        tmp_path,
+        flush_disk_type=SYNC_FLUSH,
+        delete_when=f"{not_now:02d}",
+        clean_resource_interval=3_600_000,
+        delete_commit_log_files_interval=0,
+        clean_file_forcibly_enable=False,
+    )
+    s = MessageStore(config, disk_usage=disk)
+    await s.start()
+    try:
+        for _ in range(6):
+            await s.put("T", 0, [msg(b"w" * 900) for _ in range(10)])
+        segments = s.stats().commit_log_segments
+        disk.ratio = 0.86
+        await s.cleanup_service.run_once()
+        assert s.stats().commit_log_segments == segments  # nothing unexpired was deleted
+        assert not s.writable
+        with pytest.raises(DiskFullError, match="cleanFileForciblyEnable is off"):
+            await s.put("T", 0, [msg("refused")])
+        disk.ratio = 0.7
+        await s.cleanup_service.run_once()
+        assert s.writable
+    finally:
+        await s.shutdown()
+
+
 async def test_above_90_percent_writes_are_refused_until_back_under(
     store: MessageStore, disk: FakeDisk
 ) -> None:
