@@ -6,9 +6,10 @@ the event loop.
 
 Failure policy: an exception from ``run_once`` is logged with the service name and recorded
 (``failures``, ``last_error``) for health and metrics, then the loop backs off for one interval
-and continues. A subclass whose failures must stop the world (the flush services: a failed
-fdatasync leaves the file state unknown) handles that itself in ``on_failure`` -- nothing is
-swallowed silently.
+and continues. An error with ``log_once`` (disk full, store/errors.py) is logged once per
+episode (until a run succeeds), without a traceback. A subclass whose failures must stop the
+world (the flush services: a failed fdatasync leaves the file state unknown) handles that
+itself in ``on_failure`` -- nothing is swallowed silently.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Service:
         self.failures = 0
         self.last_error: BaseException | None = None
         self.last_error_at = 0.0  # time.time() of the last failure, 0 if none
+        self._quiet_error: BaseException | None = None  # a log_once error already logged
         self.runs = 0
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -125,6 +127,7 @@ class Service:
             try:
                 await self.run_once()
                 self.runs += 1
+                self._quiet_error = None
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -142,7 +145,14 @@ class Service:
         self.failures += 1
         self.last_error = exc
         self.last_error_at = time.time()
-        log.error("%s failed (failure #%d): %r", self.name, self.failures, exc, exc_info=exc)
+        if getattr(exc, "log_once", False):
+            # An expected, lasting condition (disk full): one line per episode, no traceback.
+            if type(exc) is not type(self._quiet_error):
+                log.error("%s: %s (retrying every %.1f s)", self.name, exc, self.interval_s)
+            self._quiet_error = exc
+        else:
+            self._quiet_error = None
+            log.error("%s failed (failure #%d): %r", self.name, self.failures, exc, exc_info=exc)
         self.on_failure(exc)
 
     def health(self) -> dict[str, object]:

@@ -8,7 +8,18 @@ Layout (``wharf.store.codec.format.CQ_STORE_UNIT_SIZE``)::
 Files hold ``mapped_file_size_consume_queue`` bytes (300,000 units) and are named by their start
 BYTE offset (20 digits) under ``consumequeue/<topic>/<queueId>/``; the logical (queue) offset of a
 unit is its index, so unit ``n`` lives at byte ``n * 20``. Files are created sparse (ftruncate) and
-mapped; a unit whose size is 0 marks the end of written data, as RocketMQ's recovery assumes.
+mapped for reads; a unit whose size is 0 marks the end of written data, as RocketMQ's recovery
+assumes.
+
+Units are WRITTEN through the file descriptor (``pwrite``), never through the map: a page of a
+sparse file that the filesystem cannot back once it is full kills a process that stores into
+it through a map (SIGBUS), while ``pwrite`` fails with ENOSPC, which becomes DiskFullError and
+leaves the write position where it was: dispatch retries the same units later, nothing is
+skipped (units already present are skipped by offset). The alternative, posix_fallocate'ing
+each file at creation, would make every queue cost its whole file on disk at once (6 MB by
+default, 300,000 units x 20 B: 4.8 GB for 100 topics x 8 queues) where sparse files cost what is
+written; measured with ``tests.bench.store_queues --dispatch-only``, pwrite costs the dispatch
+no measurable time (one call per run of units, see the figures in the commit message).
 
 Why not ``wharf.store.log.mapped_file.MappedFile``: that class is shaped for the CommitLog (write buffer,
 committed position, fallocate'd segments). A queue file needs none of it, and sparse files keep
@@ -24,6 +35,7 @@ trips over a live memoryview.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import mmap
 import os
@@ -32,6 +44,7 @@ from itertools import starmap
 from pathlib import Path
 
 from wharf.store.codec.format import CQ_STORE_UNIT_SIZE, CQ_UNIT, segment_file_name
+from wharf.store.errors import disk_full_error, is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +71,16 @@ class ConsumeQueueFile:
         self.start = start  # byte offset of the first unit in the whole queue
         self.size = size
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
-        self.fd = os.open(path, flags, 0o644)
+        try:
+            self.fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            if is_disk_full(exc):  # a new directory entry (or inode) needs space too
+                raise disk_full_error(exc, f"creating consume queue file {path}") from exc
+            raise
         try:
             if os.fstat(self.fd).st_size != size:
                 os.ftruncate(self.fd, size)  # sparse: zeros read back as "no unit"
-            self.mm = mmap.mmap(self.fd, size)
+            self.mm = mmap.mmap(self.fd, size)  # read only by convention: see the docstring
         except BaseException:
             os.close(self.fd)
             raise
@@ -70,6 +88,26 @@ class ConsumeQueueFile:
     @property
     def end(self) -> int:
         return self.start + self.size
+
+    def write(self, data: memoryview, at: int) -> None:
+        """pwrite all of ``data`` at file position ``at``, or raise (DiskFullError on ENOSPC /
+        EDQUOT) having zeroed again whatever part was written, so a crash before the retry
+        cannot resurrect a torn unit."""
+        written = 0
+        try:
+            while written < len(data):
+                n = os.pwrite(self.fd, data[written:], at + written)
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                written += n
+        except OSError as exc:
+            if written:
+                with contextlib.suppress(OSError):  # blocks just written: needs no new space
+                    os.pwrite(self.fd, bytes(written), at)
+            if is_disk_full(exc):
+                what = f"writing {len(data)} bytes to consume queue file {self.path}"
+                raise disk_full_error(exc, what) from exc
+            raise
 
     def close(self) -> None:
         self.mm.close()
@@ -201,7 +239,7 @@ class ConsumeQueue:
             file = self._file_for_write()
             at = self._write_pos - file.start
             n = min(len(view), file.size - at)
-            file.mm[at : at + n] = view[:n]
+            file.write(view[:n], at)  # whole units: files split at unit boundaries
             self._write_pos += n
             view = view[n:]
 
@@ -222,7 +260,12 @@ class ConsumeQueue:
         return file
 
     def _create_file_blocking(self, start: int) -> ConsumeQueueFile:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise disk_full_error(exc, f"creating directory {self.directory}") from exc
+            raise
         return ConsumeQueueFile(
             self.directory / segment_file_name(start), start, self.file_size, True
         )
@@ -334,7 +377,7 @@ class ConsumeQueue:
             last = self.files[-1]
             at = new_pos - last.start
             stop = min(self._write_pos - last.start, last.size)
-            last.mm[at:stop] = bytes(stop - at)
+            last.write(memoryview(bytes(stop - at)), at)  # over written units: no new space
         if not self.files:
             self._start_at(new_pos - new_pos % self.file_size)
         self._write_pos = new_pos
