@@ -27,8 +27,6 @@ import mmap
 import os
 from pathlib import Path
 
-from wharf.store.errors import disk_full_error, is_disk_full
-
 from wharf.store.codec.format import (
     INDEX_ENTRY,
     INDEX_ENTRY_SIZE,
@@ -37,6 +35,7 @@ from wharf.store.codec.format import (
     INDEX_HEADER_SIZE,
     INDEX_SLOT,
 )
+from wharf.store.errors import disk_full_error, is_disk_full
 from wharf.store.fast.index_batch import IndexColumns, put_entries_vectorized
 
 INVALID_INDEX = 0

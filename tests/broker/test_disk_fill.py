@@ -159,7 +159,9 @@ def _wait_served(endpoint: str, expected: set[str], timeout: float) -> set[str]:
 
 
 @pytest.mark.parametrize("mode", ["SYNC_FLUSH", "ASYNC_FLUSH"])
-@pytest.mark.parametrize(("body_size", "batch"), [(200, 128), (3 * 1024, 16)], ids=["small", "large"])
+@pytest.mark.parametrize(
+    ("body_size", "batch"), [(200, 128), (3 * 1024, 16)], ids=["small", "large"]
+)
 def test_a_filling_disk_refuses_writes_cleanly_and_loses_nothing(
     tmpfs: Path, tmp_path: Path, mode: str, body_size: int, batch: int
 ) -> None:
