@@ -24,6 +24,7 @@ from wharf.store.log import commit_log as commit_log_module
 from wharf.store.log import mapped_file
 from wharf.store.message_store import MessageStore
 from wharf.store.model import PutStatus
+from wharf.store.queue import consume_queue
 from wharf.store.queue.consume_queue import ConsumeQueue
 from wharf.store.service import Service
 
@@ -161,9 +162,10 @@ async def test_a_roll_on_a_full_disk_is_disk_full_and_writes_resume(
 async def test_dispatch_retries_a_consume_queue_write_that_hit_a_full_disk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    monkeypatch.setattr(consume_queue, "ALLOCATE_AHEAD", 0)  # every write allocates
     store = MessageStore(small_config(tmp_path))
     await store.start()
-    disk = FullDisk(monkeypatch, "consumequeue", partial=True)
+    disk = FullDisk(monkeypatch, "consumequeue")
     try:
         await store.put("T", 0, [msg("q0")])
         assert await store.wait_dispatched()
@@ -180,19 +182,23 @@ async def test_dispatch_retries_a_consume_queue_write_that_hit_a_full_disk(
         await store.shutdown()
 
 
-def test_a_consume_queue_write_failing_part_way_moves_nothing(
+def test_a_consume_queue_file_is_allocated_before_units_are_stored_into_its_map(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(consume_queue, "ALLOCATE_AHEAD", 40)  # two units ahead
     queue = ConsumeQueue("T", 0, tmp_path / "consumequeue" / "T" / "0", 20 * 8)
     try:
         queue.append_units(0, [(0, 100, 0), (100, 100, 0)])
-        disk = FullDisk(monkeypatch, "consumequeue", partial=True)
+        assert queue.files[0].allocated == 80
+        # The filesystem must back the pages before the map is stored into.
+        assert os.fstat(queue.files[0].fd).st_blocks > 0
+        disk = FullDisk(monkeypatch, "consumequeue")
         disk.full = True
-        with pytest.raises(DiskFullError):
+        with pytest.raises(DiskFullError, match="consume queue file"):
             queue.append_units(2, [(200 + 100 * i, 100, 0) for i in range(3)])
-        assert queue.max_offset == 2
+        assert queue.max_offset == 2 and disk.failures == 1
         assert queue.read_unit_bytes(2, 3) == b""
-        assert bytes(queue.files[0].mm[40:100]) == bytes(60)  # the half write was undone
+        assert bytes(queue.files[0].mm[40:100]) == bytes(60)  # nothing stored
         disk.full = False
         queue.append_units(2, [(200 + 100 * i, 100, 0) for i in range(3)])
         assert [u[0] for u in queue.read_units(0, 10)] == [0, 100, 200, 300, 400]
