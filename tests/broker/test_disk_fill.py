@@ -37,9 +37,9 @@ BALLAST_FILES = 3
 CYCLES = 2  # fill -> refused -> free one ballast file -> writes resume, twice
 SETTINGS = {
     "mappedFileSizeCommitLog": 1024 * 1024,
-    "mappedFileSizeConsumeQueue": 20 * 1000,
-    "maxHashSlotNum": 1000,
-    "maxIndexNum": 4000,
+    "mappedFileSizeConsumeQueue": 20 * 100,  # a new queue file every 100 messages
+    "maxHashSlotNum": 100,
+    "maxIndexNum": 400,  # a new index file every ~400 messages
     "maxMessageSize": 64 * 1024,
     "diskMaxUsedSpaceRatio": 97,
     "diskSpaceCleanForciblyRatio": 98,
@@ -72,8 +72,9 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
 class Producer:
     """Sends batches with unique ids; remembers what was acknowledged, refused, or unsure."""
 
-    def __init__(self, endpoint: str, body_size: int, batch: int) -> None:
-        self.client = Client(endpoint)
+    def __init__(self, broker: BrokerProcess, body_size: int, batch: int) -> None:
+        self.broker = broker
+        self.client = Client(broker.endpoint)
         self.body_size = body_size
         self.batch = batch
         self.n = 0
@@ -100,6 +101,10 @@ class Producer:
             reply = self.client.msg.SendMessage(request, timeout=10)
         except grpc.RpcError as exc:
             code, details = exc.code(), exc.details() or ""
+            proc = self.broker.proc
+            assert proc is not None and proc.poll() is None, (
+                f"the broker died: {proc and proc.returncode}"
+            )
             assert code is grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
             assert "disk full" in details, details
             self.refused.update(ids)
@@ -175,7 +180,7 @@ def test_a_filling_disk_refuses_writes_cleanly_and_loses_nothing(
     producer: Producer | None = None
     try:
         broker.start()
-        producer = Producer(broker.endpoint, body_size, batch)
+        producer = Producer(broker, body_size, batch)
         # The topic is auto-created (and topics.json written) before the disk fills: metadata
         # persistence on a full disk is not this test's subject.
         assert producer.send() and producer.send()
