@@ -64,8 +64,7 @@ def disk_full_error(exc: OSError, what: str) -> DiskFullError:
     """The DiskFullError for an ENOSPC/EDQUOT ``exc`` hit while doing ``what``."""
     reason = exc.strerror or str(exc)
     return DiskFullError(
-        f"disk full: {what} failed ({reason}); writes are refused until space is freed "
-        "(retention or an operator)"
+        f"disk full: {what} failed ({reason}); writes are refused until space is freed"
     )
 
 

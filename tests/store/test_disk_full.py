@@ -315,3 +315,21 @@ async def test_a_service_logs_a_disk_full_episode_once_without_a_traceback(
     ]
     assert not any(r.exc_info for r in caplog.records)
     assert service.failures == 3
+
+
+async def test_a_store_starts_on_a_full_disk_and_writes_once_there_is_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk = FullDisk(monkeypatch, "commitlog")
+    disk.full = True  # not even the first segment can be created
+    store = MessageStore(small_config(tmp_path))
+    await store.start()
+    try:
+        with pytest.raises(DiskFullError):
+            await store.put("T", 0, [msg("refused")])
+        disk.full = False
+        await store.put("T", 0, [msg("stored")])
+        assert await store.wait_dispatched()
+        assert _bodies(store) == [b"stored"]
+    finally:
+        await store.shutdown()
