@@ -377,6 +377,8 @@ def _fallocate_zero_range(fd: int, offset: int, length: int) -> bool:
     if rc == 0:
         return True
     err = ctypes.get_errno()
-    if err not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+    # ENOSPC/EDQUOT: the extent change needs a block; writing zeros over the (allocated) range
+    # needs none, so a full disk does not stop recovery from cutting a torn tail.
+    if err not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.ENOSPC, errno.EDQUOT):
         raise OSError(err, f"fallocate(ZERO_RANGE) failed: {os.strerror(err)}")
     return False

@@ -333,3 +333,26 @@ async def test_a_store_starts_on_a_full_disk_and_writes_once_there_is_room(
         assert _bodies(store) == [b"stored"]
     finally:
         await store.shutdown()
+
+
+async def test_a_store_restarts_while_its_queues_cannot_grow_and_catches_up_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(consume_queue, "ALLOCATE_AHEAD", 0)  # every write allocates
+    disk = FullDisk(monkeypatch, "consumequeue")
+    store = MessageStore(small_config(tmp_path))
+    await store.start()
+    try:
+        await store.put("T", 0, [msg("d0")])
+        assert await store.wait_dispatched()
+        disk.full = True
+        await store.put("T", 0, [msg(f"d{i}") for i in range(1, 4)])  # acknowledged
+        # Restarted with those records not dispatched and the queues still unable to grow:
+        # recovery's re-dispatch stops at the full disk instead of failing the start.
+        store = await _restart(store, tmp_path)
+        assert _bodies(store) == [b"d0"]
+        disk.full = False
+        assert await store.wait_dispatched(5)
+        assert _bodies(store) == [b"d0", b"d1", b"d2", b"d3"]
+    finally:
+        await store.shutdown()
