@@ -44,7 +44,8 @@ Failure policy (LevelDB log_reader style, written down):
   ``not_writable_reason``, ``disk_full_episodes``) and refuses appends with DiskFullError for
   ``DISK_FULL_RETRY_S``; then the next append tries again, and its success ends the episode.
   A failed commit is retried by the commit service (the committed position did not move), and
-  the episode ends when one succeeds; appends are refused meanwhile.
+  the episode ends when one succeeds; appends are refused meanwhile. So when dispatch cannot
+  write a consume queue or index file (``report_dispatch_disk_full``), until it can again.
 - Recovery walks records from a start point and stops at the first record that is not valid:
   zeros (END) are the normal end of data; a record whose size runs past the segment, whose
   magic is wrong, whose sizes do not add up or whose PHYSICALOFFSET field is not its own offset
@@ -119,7 +120,7 @@ class _DiskFull(NamedTuple):
 
     error: DiskFullError
     retry_at: float  # time.monotonic() from which an append may try again
-    source: str  # "append" (an append's write or roll) or "commit" (the transient pool's)
+    source: str  # "append" (a write or roll), "commit" (transient pool) or "dispatch" (queues)
 
 
 class CommitLog(CommitLogReads):
@@ -490,6 +491,14 @@ class CommitLog(CommitLogReads):
         if full is not None and full.source == source:
             self._disk_full = None
             log.warning("commit log writable again: a %s succeeded after the disk was full", source)
+
+    def report_dispatch_disk_full(self, error: DiskFullError | None) -> None:
+        """Dispatch could not write a consume queue or index file (``error``): appends are
+        refused until it writes again (None), since accepted records would pile up unseen."""
+        if error is None:
+            self._leave_disk_full("dispatch")
+        else:
+            self._enter_disk_full(error, "dispatch")
 
     def _commit_blocking(self, least_pages: int) -> int:
         """The commit service's commit (thread): disk full is the disk-full state, retried on

@@ -175,9 +175,16 @@ async def test_dispatch_retries_a_consume_queue_write_that_hit_a_full_disk(
         assert not await store.wait_dispatched(0.3)
         assert store.get_max_offset("T", 0) == 1  # not a unit more: nothing half-served
         assert not any(r.exc_info for r in caplog.records), "a traceback for a full disk"
+        # Writes are refused while dispatch cannot write: they would pile up unseen.
+        assert not store.writable and "consume queue" in store.not_writable_reason
+        with pytest.raises(DiskFullError):
+            await store.put("T", 0, [msg("refused")])
         disk.full = False
         assert await store.wait_dispatched(5)
-        assert _bodies(store) == [f"q{i}".encode() for i in range(9)]  # none skipped
+        assert store.writable
+        await store.put("T", 0, [msg("q9")])
+        assert await store.wait_dispatched()
+        assert _bodies(store) == [f"q{i}".encode() for i in range(10)]  # none skipped
     finally:
         await store.shutdown()
 
