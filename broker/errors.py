@@ -18,6 +18,7 @@ from wharf.store.errors import (
     StoreError,
     StoreNotWritableError,
     StoreShutDownError,
+    SyncDiskFullError,
 )
 
 
@@ -59,7 +60,7 @@ ERROR_STATUS: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (UnavailableError, grpc.StatusCode.UNAVAILABLE),
     (InvalidMessageError, grpc.StatusCode.INVALID_ARGUMENT),
     (MessageNotFoundError, grpc.StatusCode.NOT_FOUND),
-    (DiskFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (DiskFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),  # SyncDiskFullError too
     (FlushFailedError, grpc.StatusCode.UNAVAILABLE),
     (StoreShutDownError, grpc.StatusCode.UNAVAILABLE),
     (StoreNotWritableError, grpc.StatusCode.UNAVAILABLE),
@@ -68,7 +69,10 @@ ERROR_STATUS: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
 )
 
+# Checked in order like ERROR_STATUS: the first matching class gives the hint.
 _HINTS: dict[type[BaseException], str] = {
+    SyncDiskFullError: " (disk full during a disk sync: free space, then restart the broker; "
+    "the state of the file after a failed sync is unknown)",
     DiskFullError: " (disk full: free space or lower fileReservedTime; writes resume by themselves)",
     FlushFailedError: " (a disk flush failed: the store refuses writes until restarted; check "
     "the disk and the broker log)",

@@ -2,11 +2,29 @@
 
 Every error carries a message a user can act on. The store never acknowledges data it
 could not persist: write paths raise, they do not log-and-continue.
+
+Disk full is one error wherever it is hit: ENOSPC/EDQUOT from a write, an allocation
+(posix_fallocate of a segment, queue or index file) or a sync becomes DiskFullError
+(``disk_full_error``), which the broker maps to RESOURCE_EXHAUSTED. Errors with ``log_once``
+are expected conditions that last a while: background services log them once per episode,
+without a traceback (store/service.py).
 """
+
+import errno
+
+# errno values that mean "no space": the filesystem is full (ENOSPC) or a quota is (EDQUOT).
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Is ``exc`` an OSError saying the filesystem (or a quota) is full?"""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
 
 
 class StoreError(Exception):
     """Base class of every error the store raises on purpose."""
+
+    log_once = False  # see the module docstring
 
 
 class InvalidMessageError(StoreError):
@@ -26,12 +44,28 @@ class StoreNotWritableError(StoreError):
 
 
 class DiskFullError(StoreNotWritableError):
-    """Disk use passed diskSpaceWarningLevelRatio: writes refused until retention frees space."""
+    """Disk use passed diskSpaceWarningLevelRatio, or a write or allocation hit ENOSPC/EDQUOT:
+    writes refused until space is freed (retention, an operator). Nothing was acknowledged."""
+
+    log_once = True
 
 
 class FlushFailedError(StoreNotWritableError):
     """An fsync/fdatasync failed. Sticky: every later write fails too, because the state of
     the file after a failed sync is unknown (see LevelDB DBImpl::Write, NATS filestore)."""
+
+
+class SyncDiskFullError(DiskFullError, FlushFailedError):
+    """An fdatasync failed with ENOSPC/EDQUOT: disk full, and sticky like any failed sync
+    (the pages it was writing back may be lost), so writes resume only after a restart."""
+
+
+def disk_full_error(exc: OSError, what: str) -> DiskFullError:
+    """The DiskFullError for an ENOSPC/EDQUOT ``exc`` hit while doing ``what``."""
+    reason = exc.strerror or str(exc)
+    return DiskFullError(
+        f"disk full: {what} failed ({reason}); writes are refused until space is freed"
+    )
 
 
 class StoreShutDownError(StoreNotWritableError):

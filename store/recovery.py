@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from wharf.store.config import StoreConfig
 from wharf.store.dispatch.reput import CommitLogSource, Dispatcher
+from wharf.store.errors import DiskFullError
 from wharf.store.index.index_files import IndexService
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.commit_log import CommitLog
@@ -112,9 +113,15 @@ def recover_blocking(
         if next_offset <= reput_from:
             break
         plan = dispatcher.plan(records)
-        _, leftover = dispatcher.apply(plan)
-        if len(leftover) and index is not None:
-            index.put_entries_blocking(leftover)
+        try:
+            _, leftover = dispatcher.apply(plan)
+            if len(leftover) and index is not None:
+                index.put_entries_blocking(leftover)
+        except DiskFullError as exc:
+            # A store must start on a full disk: the ReputService retries from here (units and
+            # index entries already written are skipped) once there is room.
+            log.warning("re-dispatch stopped at commit log offset %d: %s", reput_from, exc)
+            break
         redispatched += plan.record_count
         if plan.record_count:
             last_timestamp = plan.last_timestamp

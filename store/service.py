@@ -8,10 +8,12 @@ Failure policy: an exception from ``run_once`` is logged with the service name a
 (``failures``, ``last_error``) for health and metrics, then the loop backs off and continues:
 failures in a row wait from one interval doubling up to 1 s, wakeups ignored (a dispatch that
 fails on a full disk or an exhausted fd table, woken by every append, retried ~60 times in the
-first 10 ms). A failure that repeats (same type and text) logs its traceback once, then one line
-a minute with the count; the first success after failures logs that the service recovered. A subclass whose failures must stop the world (the flush services: a failed
-fdatasync leaves the file state unknown) handles that itself in ``on_failure`` -- nothing is
-swallowed silently.
+first 10 ms). An error with ``log_once`` (disk full, store/errors.py) is logged once per episode
+(until a run succeeds), without a traceback; any other failure that repeats (same type and
+text) logs its traceback once, then one line a minute with the count; the first success after
+failures logs that the service recovered. A subclass whose failures must stop the world (the
+flush services: a failed fdatasync leaves the file state unknown) handles that itself in
+``on_failure`` -- nothing is swallowed silently.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class Service:
         self._repeats = 0
         self.last_error: BaseException | None = None
         self.last_error_at = 0.0  # time.time() of the last failure, 0 if none
+        self._quiet_error: BaseException | None = None  # a log_once error already logged
         self.runs = 0
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -135,6 +138,7 @@ class Service:
             try:
                 await self.run_once()
                 self.runs += 1
+                self._quiet_error = None
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -166,6 +170,14 @@ class Service:
         self.consecutive_failures += 1
         self.last_error = exc
         self.last_error_at = time.time()
+        if getattr(exc, "log_once", False):
+            # An expected, lasting condition (disk full): one line per episode, no traceback.
+            if type(exc) is not type(self._quiet_error):
+                log.error("%s: %s (retrying with back-off)", self.name, exc)
+            self._quiet_error = exc
+            self.on_failure(exc)
+            return
+        self._quiet_error = None
         key = (type(exc), str(exc))
         now = time.monotonic()
         if key != self._repeat_key:

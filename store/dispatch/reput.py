@@ -20,7 +20,7 @@ from typing import Protocol
 from wharf.store.codec.dispatch import decode_dispatches
 from wharf.store.codec.records import read_total_size
 from wharf.store.dispatch.dispatcher import Dispatcher, DispatchPlan, DispatchRecords, QueueAdvance
-from wharf.store.errors import CorruptRecordError
+from wharf.store.errors import CorruptRecordError, DiskFullError
 from wharf.store.fast.dispatch_columns import decode_dispatch_columns
 from wharf.store.log.commit_log import CommitLog
 from wharf.store.queue.consume_queue import ConsumeQueue, ConsumeQueueFile
@@ -65,6 +65,10 @@ class DispatchSource(Protocol):
         offset right after the last one returned."""
         ...
 
+    def disk_full(self, error: DiskFullError | None) -> None:
+        """Dispatch hit a full disk (``error``), or wrote again after one (None)."""
+        ...
+
 
 class ReputService(Service):
     def __init__(
@@ -88,6 +92,7 @@ class ReputService(Service):
         # Set (and replaced) after every chunk, at the end of each run and on failure: any
         # number of waiters (throttled puts, wait_dispatched) share it.
         self._progress = asyncio.Event()
+        self._disk_full = False  # the last run failed for a full disk (reported to the source)
 
     async def run_once(self) -> None:
         while not self.stopping:
@@ -115,6 +120,9 @@ class ReputService(Service):
                 break  # nothing decodable yet: wait for the next wakeup
             await asyncio.sleep(0)  # let puts and pulls in between chunks
         self.interval_s = PENDING_POLL_S if self.source.has_pending() else self.idle_interval_s
+        if self._disk_full:
+            self._disk_full = False
+            self.source.disk_full(None)
         self._signal_progress()
 
     def _signal_progress(self) -> None:
@@ -134,6 +142,11 @@ class ReputService(Service):
         """A chunk that cannot be dispatched (a corrupt record) is retried at the idle pace,
         not the pending-poll pace, so the log is not flooded; ``health()`` shows it."""
         self.interval_s = self.idle_interval_s
+        if isinstance(exc, DiskFullError):
+            # Appends are refused until dispatch writes again: accepted records would only
+            # pile up invisible to consumers.
+            self._disk_full = True
+            self.source.disk_full(exc)
         self._signal_progress()
 
     async def wait_dispatched(self, offset: int, timeout_s: float = 5.0) -> bool:
@@ -176,6 +189,9 @@ class CommitLogSource:
 
     def has_pending(self) -> bool:
         return self.commit_log.wrote_offset > self.dispatch_limit()
+
+    def disk_full(self, error: DiskFullError | None) -> None:
+        self.commit_log.report_dispatch_disk_full(error)
 
     def read_dispatch_chunk(
         self, from_offset: int, limit: int, max_bytes: int

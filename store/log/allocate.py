@@ -18,6 +18,10 @@ page fault later), counted in ``MappedFileQueue.sync_creations`` -- a symptom to
 error. Its first writes page-fault on the loop (fresh pages ~2 GB/s): slower than a prefaulted
 segment, never a stall.
 
+A full disk (DiskFullError from the creation) is logged once per episode and the request is
+dropped: the roll then creates the segment itself and its append fails with DiskFullError, which
+the CommitLog turns into its disk-full state; a later roll asks again.
+
 A synchronous creation and a preallocation of the same offset cannot clobber each other:
 segments are created under a temporary name and linked into place (the loser discards its
 copy, see ``create_segment_blocking``). If the thread links first, its prefault is already
@@ -30,6 +34,7 @@ import asyncio
 import logging
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 
+from wharf.store.errors import DiskFullError
 from wharf.store.log.mapped_file import MappedFile
 from wharf.store.log.mapped_file_queue import MappedFileQueue, create_segment_blocking
 from wharf.store.service import Service
@@ -50,8 +55,10 @@ class AllocateMappedFileService(Service):
         self._ready: dict[int, MappedFile] = {}
         self._pending: list[int] = []
         self._inflight: dict[int, Future[MappedFile]] = {}
+        self._last_ok = True  # the last creation succeeded: a disk-full failure starts an episode
         self.created = 0
         self.late_takes = 0  # rolls that found their segment still in flight (not waited for)
+        self.disk_full_failures = 0  # preallocations refused by a full disk
         queue.take_preallocated = self.take
         queue.claim_linked = self.claim_linked
         queue.on_roll = self.request_after
@@ -95,6 +102,8 @@ class AllocateMappedFileService(Service):
         del self._inflight[offset]
         try:
             return future.result()
+        except DiskFullError:
+            return None  # logged by run_once; the caller's creation reports it
         except Exception as exc:
             log.error("preallocating segment %d failed: %r; creating it synchronously", offset, exc)
             return None
@@ -129,6 +138,15 @@ class AllocateMappedFileService(Service):
             except FileExistsError:
                 self._inflight.pop(offset, None)
                 continue  # already on disk (created synchronously): nothing to prepare
+            except DiskFullError as exc:
+                self._inflight.pop(offset, None)
+                self._pending.clear()  # asked again after the next roll
+                if self._last_ok:
+                    log.warning("preallocating segment %d: %s", offset, exc)
+                self.disk_full_failures += 1
+                self._last_ok = False
+                return
+            self._last_ok = True
             if self._inflight.pop(offset, None) is future:  # not claimed by take() meanwhile
                 self._ready[offset] = mapped
                 self.created += 1

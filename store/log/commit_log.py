@@ -36,7 +36,16 @@ Failure policy (LevelDB log_reader style, written down):
 - Appends validate the whole batch before writing a byte (InvalidMessageError); a batch larger
   than a segment is invalid. A batch never spans segments: the tail gets the blank marker.
 - A failed fdatasync / commit is STICKY: the state of the file is unknown, so every later append
-  and every flush waiter gets FlushFailedError (until restart and recovery).
+  and every flush waiter gets FlushFailedError (until restart and recovery). A sync that failed
+  with ENOSPC/EDQUOT is SyncDiskFullError: sticky too, but reported as disk full.
+- Disk full (ENOSPC/EDQUOT) from an append's write or a segment creation (roll), or from the
+  transient pool's commit, is NOT sticky: nothing of the batch is acknowledged nor left in the
+  file (``mapped_file``), the commit log enters its disk-full state (one log line per episode,
+  ``not_writable_reason``, ``disk_full_episodes``) and refuses appends with DiskFullError for
+  ``DISK_FULL_RETRY_S``; then the next append tries again, and its success ends the episode.
+  A failed commit is retried by the commit service (the committed position did not move), and
+  the episode ends when one succeeds; appends are refused meanwhile. So when dispatch cannot
+  write a consume queue or index file (``report_dispatch_disk_full``), until it can again.
 - Recovery walks records from a start point and stops at the first record that is not valid:
   zeros (END) are the normal end of data; a record whose size runs past the segment, whose
   magic is wrong, whose sizes do not add up or whose PHYSICALOFFSET field is not its own offset
@@ -64,7 +73,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from wharf.store.codec.hosts import born_host_bytes, encode_host
@@ -72,10 +81,13 @@ from wharf.store.codec.layout import END_FILE_MIN_BLANK_LENGTH
 from wharf.store.codec.records import EncodedBatch, encode_batch
 from wharf.store.config import SYNC_FLUSH, StoreConfig
 from wharf.store.errors import (
+    DiskFullError,
     FlushFailedError,
     InvalidMessageError,
     StoreNotWritableError,
     StoreShutDownError,
+    SyncDiskFullError,
+    is_disk_full,
 )
 from wharf.store.fast.record_check import patch_records
 from wharf.store.log.allocate import AllocateMappedFileService
@@ -92,6 +104,19 @@ from wharf.store.model import AppendResult, MessageInput
 log = logging.getLogger(__name__)
 
 __all__ = ["CommitLog", "DispatchBatch"]  # DispatchBatch is part of iter_dispatch's API
+
+# After a disk-full failure, appends are refused this long before one tries again: a try on a
+# full disk costs a failed pwrite or a failed open + posix_fallocate of a segment (a few ms
+# for 1 GiB on ext4), so at most one a second, while a freed disk is used within a second.
+DISK_FULL_RETRY_S = 1.0
+
+
+class _DiskFull(NamedTuple):
+    """The disk-full state, replaced as a whole (the commit thread sets it too)."""
+
+    error: DiskFullError
+    retry_at: float  # time.monotonic() from which an append may try again
+    source: str  # "append" (a write or roll), "commit" (transient pool) or "dispatch" (queues)
 
 
 class CommitLog(CommitLogReads):
@@ -144,7 +169,7 @@ class CommitLog(CommitLogReads):
         self.commit_service: CommitRealTimeService | None = None
         if self.transient_pool is not None:
             self.commit_service = CommitRealTimeService(
-                self.queue.commit_blocking,
+                self._commit_blocking,
                 config.commit_interval_commit_log,
                 config.commit_commit_log_least_pages,
                 self._after_commit,
@@ -153,6 +178,8 @@ class CommitLog(CommitLogReads):
                 config.commit_commit_log_thorough_interval,
             )
         self._error: StoreNotWritableError | None = None
+        self._disk_full: _DiskFull | None = None
+        self.disk_full_episodes = 0
         self._started = False
         self._closed = False
         self._io_closed = False
@@ -180,9 +207,14 @@ class CommitLog(CommitLogReads):
         offset = 0 if last is None else last.file_from_offset + self.file_size
         if self.allocator.has_ready(offset):
             return
-        mapped = create_segment_blocking(
-            self.store_path, offset, self.file_size, self.config.warm_mapped_file_enable, True
-        )
+        try:
+            mapped = create_segment_blocking(
+                self.store_path, offset, self.file_size, self.config.warm_mapped_file_enable, True
+            )
+        except DiskFullError as exc:
+            # A broker must start on a full disk (and serve reads); the first append reports it.
+            log.warning("not preparing the next commit log segment: %s", exc)
+            return
         self.allocator.adopt(mapped)
 
     def start(self) -> None:
@@ -213,7 +245,11 @@ class CommitLog(CommitLogReads):
         await self.allocator.stop()
         if not isinstance(self._error, FlushFailedError):
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._io, self._sync_blocking)
+            try:
+                await loop.run_in_executor(self._io, self._sync_blocking)
+            except DiskFullError as exc:  # transient pool: buffered appends not committed
+                lost = self.queue.max_wrote_offset - self.queue.committed_where
+                log.error("final commit failed, %d buffered bytes not written: %s", lost, exc)
             self._advance_checkpoint(self.queue.flushed_where)
             if self.checkpoint is not None:
                 await loop.run_in_executor(self._io, self.checkpoint.flush_blocking)
@@ -236,16 +272,20 @@ class CommitLog(CommitLogReads):
     # === writes =================================================================================
     @property
     def writable(self) -> bool:
-        return self._error is None
+        return self._error is None and self._disk_full is None
 
     @property
     def not_writable_reason(self) -> str:
-        return "" if self._error is None else str(self._error)
+        error = self.write_error
+        return "" if error is None else str(error)
 
     @property
     def write_error(self) -> StoreNotWritableError | None:
-        """Why appends are refused (sticky flush failure, shutdown), or None."""
-        return self._error
+        """Why appends are refused (sticky flush failure, shutdown, disk full), or None."""
+        if self._error is not None:
+            return self._error
+        full = self._disk_full
+        return None if full is None else full.error
 
     def append(
         self,
@@ -258,11 +298,30 @@ class CommitLog(CommitLogReads):
         """Encode and write a batch as consecutive records (queue offsets first_queue_offset,
         +1, ...); ``store_timestamp`` defaults to now (ms). Never awaits. Raises
         InvalidMessageError (nothing written) or StoreNotWritableError (sticky flush failure,
-        shutdown)."""
+        shutdown), DiskFullError (nothing acknowledged, nothing left in the file)."""
         if self._error is not None:
             raise self._error
+        full = self._disk_full
+        if full is not None:
+            self._check_disk_full(full)
         if store_timestamp is None:
             store_timestamp = int(time.time() * 1000)
+        try:
+            result = self._append(topic, queue_id, first_queue_offset, messages, store_timestamp)
+        except (DiskFullError, FlushFailedError) as exc:
+            raise self._write_failed(exc) from exc
+        if full is not None:
+            self._leave_disk_full("append")
+        return result
+
+    def _append(
+        self,
+        topic: str,
+        queue_id: int,
+        first_queue_offset: int,
+        messages: Sequence[MessageInput],
+        store_timestamp: int,
+    ) -> AppendResult:
         config = self.config
 
         def encode(start: int) -> EncodedBatch:
@@ -306,8 +365,31 @@ class CommitLog(CommitLogReads):
         Same contract as ``append``."""
         if self._error is not None:
             raise self._error
+        full = self._disk_full
+        if full is not None:
+            self._check_disk_full(full)
         if store_timestamp is None:
             store_timestamp = int(time.time() * 1000)
+        try:
+            result = self._append_records(
+                topic, queue_id, first_queue_offset, data, positions, born_host, store_timestamp
+            )
+        except (DiskFullError, FlushFailedError) as exc:
+            raise self._write_failed(exc) from exc
+        if full is not None:
+            self._leave_disk_full("append")
+        return result
+
+    def _append_records(
+        self,
+        topic: str,
+        queue_id: int,
+        first_queue_offset: int,
+        data: bytes,
+        positions: np.ndarray,
+        born_host: str,
+        store_timestamp: int,
+    ) -> AppendResult:
         size = len(data)
         mapped = self._segment_with_room(size)
         start = mapped.file_from_offset + mapped.wrote_position
@@ -372,6 +454,60 @@ class CommitLog(CommitLogReads):
             store_timestamp,
             start + len(data),
         )
+
+    # --- disk full ----------------------------------------------------------------------------
+    def _check_disk_full(self, full: _DiskFull) -> None:
+        """Refuse an append during a disk-full episode, except one try per retry interval
+        (an episode the commit service started ends only when a commit succeeds)."""
+        if full.source != "append" or time.monotonic() < full.retry_at:
+            raise DiskFullError(str(full.error))  # a fresh one: no traceback pile-up
+
+    def _write_failed(self, exc: DiskFullError | FlushFailedError) -> StoreNotWritableError:
+        """An append's write or roll failed: disk full starts (or extends) an episode; a
+        partial write that could not be undone is sticky (see mapped_file)."""
+        if isinstance(exc, DiskFullError):
+            self._enter_disk_full(exc, "append")
+            return exc
+        if self._error is None:
+            self._error = exc
+            log.critical("%s", exc)
+        return self._error
+
+    def _enter_disk_full(self, exc: DiskFullError, source: str) -> None:
+        """Start or extend the disk-full state: ONE log line per episode (loop or commit
+        thread: the state is replaced as a whole)."""
+        first = self._disk_full is None
+        self._disk_full = _DiskFull(exc, time.monotonic() + DISK_FULL_RETRY_S, source)
+        if first:
+            self.disk_full_episodes += 1
+            log.error("commit log refuses writes: %s", exc)
+
+    def _leave_disk_full(self, source: str) -> None:
+        full = self._disk_full
+        if full is not None and full.source == source:
+            self._disk_full = None
+            log.warning("commit log writable again: a %s succeeded after the disk was full", source)
+
+    def report_dispatch_disk_full(self, error: DiskFullError | None) -> None:
+        """Dispatch could not write a consume queue or index file (``error``): appends are
+        refused until it writes again (None), since accepted records would pile up unseen."""
+        if error is None:
+            self._leave_disk_full("dispatch")
+        else:
+            self._enter_disk_full(error, "dispatch")
+
+    def _commit_blocking(self, least_pages: int) -> int:
+        """The commit service's commit (thread): disk full is the disk-full state, retried on
+        the service's next run, not a sticky failure (nothing was lost: the committed
+        position did not move)."""
+        try:
+            committed = self.queue.commit_blocking(least_pages)
+        except DiskFullError as exc:
+            self._enter_disk_full(exc, "commit")
+            return self.queue.committed_where
+        if self._disk_full is not None:
+            self._leave_disk_full("commit")
+        return committed
 
     def _roll(self) -> MappedFile:
         mapped = self.queue.roll()
@@ -440,10 +576,18 @@ class CommitLog(CommitLogReads):
 
     def _mark_flush_failed(self, exc: BaseException) -> FlushFailedError:
         if not isinstance(self._error, FlushFailedError):
-            self._error = FlushFailedError(
-                f"commit log sync failed ({exc!r}); writes are refused until the broker is "
-                "restarted and recovers: the state of the file after a failed sync is unknown"
-            )
+            if is_disk_full(exc) or isinstance(exc, DiskFullError):
+                self._error = SyncDiskFullError(
+                    f"disk full: a commit log sync failed ({exc}); writes are refused until "
+                    "space is freed and the broker restarted: the state of the file after a "
+                    "failed sync is unknown"
+                )
+            else:
+                self._error = FlushFailedError(
+                    f"commit log sync failed ({exc!r}); writes are refused until the broker "
+                    "is restarted and recovers: the state of the file after a failed sync is "
+                    "unknown"
+                )
             log.critical("%s", self._error)
         return self._error
 

@@ -13,7 +13,8 @@ every waiter it covers.
 
 Failure policy (LevelDB DBImpl::Write, NATS filestore): a sync that raises leaves the file state
 unknown, so the error is sticky. Every parked waiter and every later ``wait_flushed`` gets
-``FlushFailedError``, and ``on_failed`` makes the commit log refuse appends. The failure is
+``FlushFailedError`` (``SyncDiskFullError`` when the sync failed with ENOSPC/EDQUOT: reported
+as disk full, logged without a traceback), and ``on_failed`` makes the commit log refuse appends. The failure is
 logged with context and counted (``failures``, ``last_error``).
 A waiter not served within ``timeout_s`` gets False (FLUSH_DISK_TIMEOUT), never a silent OK;
 its data may still become durable later.
@@ -28,7 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 
-from wharf.store.errors import FlushFailedError, StoreShutDownError
+from wharf.store.errors import DiskFullError, FlushFailedError, StoreShutDownError
 
 log = logging.getLogger(__name__)
 
@@ -202,8 +203,11 @@ class GroupCommitService:
     def _fail(self, exc: BaseException) -> None:
         self.failures += 1
         self.last_error = exc
-        log.error("group commit sync failed: %r", exc, exc_info=exc)
         self._error = self._on_failed(exc)
+        if isinstance(self._error, DiskFullError):  # ENOSPC: the on_failed line says it all
+            log.error("group commit sync failed: %s", exc)
+        else:
+            log.error("group commit sync failed: %r", exc, exc_info=exc)
         parked, self._pending = self._pending, []
         for _, future in parked:
             if not future.done():

@@ -11,6 +11,14 @@ file descriptor makes mmap writes durable; ``mmap.flush`` (msync) holds the GIL 
 sync while ``os.fdatasync`` releases it (GUIDE.md, measured). Every ``*_blocking`` method runs in a
 thread. Reads copy bytes out: a memoryview of the map kept alive would make ``close`` fail.
 
+Disk full (ENOSPC/EDQUOT) never kills the process nor leaves half a batch behind: the file is
+posix_fallocate'd when created (a full disk fails there, not as SIGBUS on a page fault; the map
+is only ever read), appends go through ``pwrite``, and a write that fails part-way zeroes the
+bytes it did write (overwriting written blocks needs no new space) and leaves
+``wrote_position`` where it was, so no later recovery or dispatch can serve records that were
+never acknowledged. The errors raised are DiskFullError (store/errors.py); if even the undo
+fails, FlushFailedError (sticky: the bytes past the write position are unknown).
+
 Threading: appends and position updates happen on the event loop thread; ``flush_blocking`` and
 ``commit_blocking`` run in a thread and only read positions captured at their start, so they
 never see a half-updated value (ints are replaced atomically under the GIL).
@@ -27,6 +35,7 @@ import os
 
 from wharf.store.codec.layout import parse_segment_file_name, segment_file_name
 from wharf.store.codec.records import encode_blank
+from wharf.store.errors import FlushFailedError, disk_full_error, is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +81,12 @@ class MappedFile:
         """Create and preallocate (posix_fallocate: overwriting allocated blocks is ~2x faster
         than extending a file). ``warm``: write and sync zeros over the whole file;
         ``prefault``: read it once so its pages sit in the page cache (see below)."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise disk_full_error(exc, f"creating commit log segment {path}") from exc
+            raise
         try:
             os.posix_fallocate(fd, 0, file_size)
             if warm:
@@ -80,9 +94,12 @@ class MappedFile:
             elif prefault:
                 _prefault_blocking(fd, file_size)
             mapped = cls(path, file_size, fd, name_offset)
-        except BaseException:
+        except BaseException as exc:
             os.close(fd)
             os.unlink(path)
+            if isinstance(exc, OSError) and is_disk_full(exc):
+                what = f"allocating a {file_size}-byte commit log segment"
+                raise disk_full_error(exc, what) from exc
             raise
         return mapped
 
@@ -139,7 +156,7 @@ class MappedFile:
         if end > self.file_size:
             raise ValueError(f"{len(data)} bytes do not fit segment {self.file_name} at {pos}")
         if self.write_buffer is None:
-            _pwrite_all(self._fd, data, pos)
+            _pwrite_all(self._fd, data, pos, self.file_name)
         else:
             self.write_buffer[pos:end] = data
         self.wrote_position = end
@@ -154,7 +171,7 @@ class MappedFile:
         length = self.file_size - pos
         header = encode_blank(length)
         if self.write_buffer is None:
-            _pwrite_all(self._fd, header, pos)  # the tail of a segment is already zeros
+            _pwrite_all(self._fd, header, pos, self.file_name)  # the tail is already zeros
         else:
             self.write_buffer[pos:] = header + bytes(length - len(header))
         self.wrote_position = self.file_size
@@ -184,10 +201,18 @@ class MappedFile:
         start, end = self._committed_position, self.wrote_position
         if end <= start or not _enough_pages(start, end, least_pages, self.file_size):
             return start
+        # Idempotent: a commit that fails (disk full) leaves the committed position alone, and
+        # the next one writes the same range again.
         with memoryview(buffer) as view:
             written = 0
-            while start + written < end:
-                written += os.pwrite(self._fd, view[start + written : end], start + written)
+            try:
+                while start + written < end:
+                    written += os.pwrite(self._fd, view[start + written : end], start + written)
+            except OSError as exc:
+                if is_disk_full(exc):
+                    what = f"committing {end - start} bytes to segment {self.file_name}"
+                    raise disk_full_error(exc, what) from exc
+                raise
         self._committed_position = end
         return end
 
@@ -265,12 +290,43 @@ class MappedFile:
         )
 
 
-def _pwrite_all(fd: int, data: bytes | bytearray, pos: int) -> None:
-    written = os.pwrite(fd, data, pos)
-    if written < len(data):  # short write (regular files: only on errors); finish it
-        with memoryview(data) as view:
-            while written < len(data):
-                written += os.pwrite(fd, view[written:], pos + written)
+def _pwrite_all(fd: int, data: bytes | bytearray, pos: int, file_name: str) -> None:
+    """Write all of ``data`` at ``pos`` or, as far as the file is concerned, none of it: on an
+    error the bytes already written are zeroed again (see the module docstring)."""
+    written = 0
+    try:
+        written = os.pwrite(fd, data, pos)
+        if written < len(data):  # short write (regular files: only on errors); finish it
+            with memoryview(data) as view:
+                while written < len(data):
+                    n = os.pwrite(fd, view[written:], pos + written)
+                    if n <= 0:
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                    written += n
+    except OSError as exc:
+        if written:
+            _undo_partial_write(fd, pos, written, file_name, exc)
+        if is_disk_full(exc):
+            what = f"writing {len(data)} bytes to commit log segment {file_name}"
+            raise disk_full_error(exc, what) from exc
+        raise
+
+
+def _undo_partial_write(fd: int, pos: int, written: int, file_name: str, cause: OSError) -> None:
+    """Zero the ``written`` bytes at ``pos`` of a write that failed part-way: they may hold
+    whole records of a batch that is not acknowledged, which recovery would otherwise serve
+    after a restart. Overwriting blocks just written allocates nothing."""
+    try:
+        done = 0
+        while done < written:
+            n = min(len(_ZERO_CHUNK), written - done)
+            done += os.pwrite(fd, _ZERO_CHUNK[:n], pos + done)
+    except OSError as exc:
+        raise FlushFailedError(
+            f"a write to commit log segment {file_name} failed part-way ({cause.strerror}) and "
+            f"its {written} bytes at {pos} could not be zeroed again ({exc.strerror}): writes are "
+            "refused until the broker is restarted"
+        ) from cause
 
 
 def _enough_pages(start: int, end: int, least_pages: int, file_size: int) -> bool:
@@ -322,6 +378,8 @@ def _fallocate_zero_range(fd: int, offset: int, length: int) -> bool:
     if rc == 0:
         return True
     err = ctypes.get_errno()
-    if err not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+    # ENOSPC/EDQUOT: the extent change needs a block; writing zeros over the (allocated) range
+    # needs none, so a full disk does not stop recovery from cutting a torn tail.
+    if err not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.ENOSPC, errno.EDQUOT):
         raise OSError(err, f"fallocate(ZERO_RANGE) failed: {os.strerror(err)}")
     return False

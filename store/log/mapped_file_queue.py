@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from wharf.store.codec.layout import parse_segment_file_name, segment_file_name
+from wharf.store.errors import disk_full_error, is_disk_full
 from wharf.store.log.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
@@ -250,17 +251,23 @@ def create_segment_blocking(
 ) -> MappedFile:
     """Create a segment under a temporary name and link it into place, so a concurrent creator
     of the same segment (preallocation vs. a synchronous roll) loses cleanly with
-    FileExistsError instead of clobbering a live file. ``prefault`` only off the event loop."""
-    os.makedirs(store_path, exist_ok=True)
+    FileExistsError instead of clobbering a live file. ``prefault`` only off the event loop.
+    A full disk raises DiskFullError (nothing left behind)."""
     final = os.path.join(store_path, segment_file_name(offset))
     tmp = f"{final}{ALLOC_SUFFIX}-{threading.get_ident()}"
-    scratch = MappedFile.create_blocking(
-        tmp, file_size, warm, name_offset=offset, prefault=prefault
-    )
     try:
-        os.link(tmp, final)
-    except BaseException:
-        scratch.destroy_blocking()
+        os.makedirs(store_path, exist_ok=True)
+        scratch = MappedFile.create_blocking(
+            tmp, file_size, warm, name_offset=offset, prefault=prefault
+        )
+        try:
+            os.link(tmp, final)
+        except BaseException:
+            scratch.destroy_blocking()
+            raise
+    except OSError as exc:
+        if is_disk_full(exc):  # a new directory entry can need a block too
+            raise disk_full_error(exc, f"creating commit log segment {final}") from exc
         raise
     os.unlink(tmp)
     scratch.path = final
