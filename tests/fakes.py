@@ -66,6 +66,9 @@ class FakeStore:
     def add_arrival_listener(self, listener) -> None:  # type: ignore[no-untyped-def]
         self.listeners.append(listener)
 
+    def set_consumer_progress(self, provider) -> None:  # type: ignore[no-untyped-def]
+        self.consumer_progress = provider  # the fake has no retention to count with it
+
     # --- writes ------------------------------------------------------------------------------
     def append(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> AppendResult:
         if not messages:

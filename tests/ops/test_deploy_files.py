@@ -241,7 +241,7 @@ def test_the_image_wheel_ships_the_broker_probe_and_generated_stubs(tmp_path: Pa
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {
         "wharf/broker/probe.py",
-        "wharf/broker/metrics.py",
+        "wharf/broker/metrics/__init__.py",
         "wharf/v1/messaging_pb2.py",
     } <= names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
