@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import logging
 import socket
 import time
@@ -47,6 +48,7 @@ from wharf.broker.settings import parse_delay_levels
 from wharf.store.codec import SCHEDULE_TOPIC
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.store.config import StoreConfig
+from wharf.store.errors import is_disk_full
 from wharf.v1 import admin_pb2, messaging_pb2
 
 if TYPE_CHECKING:
@@ -136,6 +138,7 @@ class BrokerController:
         self._metrics_started = False
         self._store_started = False
         self._persist_soon = asyncio.Event()
+        self._persist_failing: set[str] = set()  # metadata files whose last write failed
         self.topics.on_change = self._persist_soon.set
         self.groups.on_change = self._persist_soon.set
 
@@ -268,9 +271,20 @@ class BrokerController:
                 await asyncio.to_thread(
                     write_text_atomic_blocking, self._metadata_dir / manager.FILE_NAME, text
                 )
-            except OSError:
+            except OSError as exc:
                 manager.dirty = True  # retried next round
-                log.exception("cannot persist %s", manager.FILE_NAME)
+                if manager.FILE_NAME in self._persist_failing:
+                    continue  # said once for this episode; a line when it works again
+                self._persist_failing.add(manager.FILE_NAME)
+                if is_disk_full(exc) or exc.errno in (errno.EMFILE, errno.ENFILE):
+                    # A full disk or fd table lasts: one line, no traceback, retried each round.
+                    log.error("cannot persist %s: %s; retrying", manager.FILE_NAME, exc)
+                else:
+                    log.exception("cannot persist %s", manager.FILE_NAME)
+            else:
+                if manager.FILE_NAME in self._persist_failing:
+                    self._persist_failing.discard(manager.FILE_NAME)
+                    log.info("persisted %s again", manager.FILE_NAME)
 
     async def _persist_loop(self) -> None:
         """Every flushConsumerOffsetInterval, or ~50 ms after a topic/group change (those are

@@ -339,6 +339,40 @@ async def test_metadata_is_persisted_periodically_without_a_shutdown(
         await b.controller.shutdown()
 
 
+async def test_metadata_on_a_full_disk_is_retried_with_one_log_line_per_episode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import errno
+
+    import wharf.broker.controller as controller_module
+
+    b = await start_broker(tmp_path, monkeypatch)
+    real_write = controller_module.write_text_atomic_blocking
+    full = True
+
+    def write(path: Path, text: str) -> None:
+        if full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(path, text)
+
+    monkeypatch.setattr(controller_module, "write_text_atomic_blocking", write)
+    try:
+        with caplog.at_level("INFO", logger="broker"):
+            for offset in range(1, 6):
+                await b.pull("full", commit_offset=offset)
+                await b.controller.persist_metadata()
+            full = False
+            await b.controller.persist_metadata()
+        path = tmp_path / "config" / "consumerOffset.json"
+        assert json.loads(path.read_text()) == {"offsetTable": {"full@g": {"0": 5}}}
+        failed = [r for r in caplog.records if "cannot persist consumerOffset.json" in r.message]
+        assert len(failed) == 1 and failed[0].exc_info is None
+        assert any("persisted consumerOffset.json again" in r.message for r in caplog.records)
+    finally:
+        await b.channel.close()
+        await b.controller.shutdown()
+
+
 async def test_sync_flush_stream_overlaps_requests_within_the_inflight_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
