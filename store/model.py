@@ -148,3 +148,5 @@ class StoreStats:
     flush_count: int
     last_flush_seconds: float
     storage_size_bytes: int  # commitlog + consumequeue + index bytes on disk
+    # Times the commit log hit ENOSPC/EDQUOT and started refusing writes (one per episode).
+    disk_full_episodes: int = 0

@@ -38,6 +38,7 @@ def build_stats(
         disk_used_ratio=disk_used_ratio,
         writable=not not_writable_reason,
         not_writable_reason=not_writable_reason,
+        disk_full_episodes=commit_log.disk_full_episodes,
         messages_put_total=messages_put_total,
         bytes_put_total=bytes_put_total,
         recovery_seconds=recovery_seconds,

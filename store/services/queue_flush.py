@@ -24,6 +24,7 @@ import mmap
 import time
 from collections.abc import Callable
 
+from wharf.store.errors import disk_full_error, is_disk_full
 from wharf.store.parts import StoreParts
 from wharf.store.service import Service
 
@@ -64,7 +65,14 @@ class FlushConsumeQueueService(Service):
             queues = [q for q in parts.queues if q.unflushed_bytes > max(least_bytes - 1, 0)]
             index = parts.index if least_bytes == 0 else None  # thorough passes only
             started = time.monotonic()
-            nbytes = await self.run_blocking(self._flush_blocking, queues, index)
+            try:
+                nbytes = await self.run_blocking(self._flush_blocking, queues, index)
+            except OSError as exc:
+                # The checkpoint does not move: recovery re-dispatches these units from the
+                # commit log if the pages are lost. One line per episode (log_once).
+                if is_disk_full(exc):
+                    raise disk_full_error(exc, "syncing consume queue and index files") from exc
+                raise
             seconds = time.monotonic() - started
         self.flush_count += 1
         self.last_flush_seconds = seconds

@@ -114,6 +114,7 @@ def test_metrics_endpoint_reports_traffic_lag_and_store_state(loaded_broker) -> 
     assert value(samples, "rocketmq_rpc_latency_count", method="PullMessage", status="OK") == 1
     assert value(samples, "rocketmq_storage_size") > 0
     assert value(samples, "wharf_store_writable") == 1
+    assert value(samples, "wharf_store_disk_full_episodes_total") == 0
     assert value(samples, "wharf_store_segments", kind="commitlog") >= 1
     assert value(samples, "wharf_store_segments", kind="consumequeue") >= 2
     assert 0 < value(samples, "wharf_store_disk_used_ratio") < 1

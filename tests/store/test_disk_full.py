@@ -147,6 +147,9 @@ async def test_a_roll_on_a_full_disk_is_disk_full_and_writes_resume(
                 refused += 1
         assert refused and disk.failures
         assert not any(r.exc_info for r in caplog.records), "a traceback for a full disk"
+        stats = store.stats()
+        assert not stats.writable and "disk full" in stats.not_writable_reason
+        assert stats.disk_full_episodes == 1  # one episode, however many refusals
         disk.full = False
         body = b"after" + b"." * 900
         await store.put("T", 0, [msg(body)])

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
+from wharf.store.errors import DiskFullError
 from wharf.store.message_store import MessageStore
 
 from tests.store.helpers import msg, small_config
@@ -40,5 +42,29 @@ async def test_index_is_synced_only_by_thorough_passes(
         assert index_syncs == 0
         await flush.flush_all()  # thorough: everything, the index included
         assert index_syncs == 1
+    finally:
+        await store.shutdown()
+
+
+async def test_a_full_disk_during_the_sync_is_disk_full_and_the_checkpoint_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = MessageStore(small_config(tmp_path, flush_interval_consume_queue=3_600_000))
+    await store.start()
+    try:
+        await store.put("T", 0, [msg("a")] * 10)
+        assert await store.wait_dispatched()
+        flush = store.queue_flush_service
+        before = store.checkpoint.logics_offset
+
+        def no_space(queues: object, index: object) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(flush, "_flush_blocking", no_space)
+        with pytest.raises(DiskFullError, match="syncing consume queue"):
+            await flush.flush_all()
+        # Recovery after a machine crash still re-dispatches the unsynced units.
+        assert store.checkpoint.logics_offset == before
+        monkeypatch.undo()
     finally:
         await store.shutdown()
