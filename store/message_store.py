@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
@@ -133,6 +134,10 @@ class MessageStore:
         self.messages_put_total = 0
         self.throttled_puts = 0  # puts that waited for dispatch to catch up
         self.bytes_put_total = 0
+        # Disk use is re-sampled after this many appended bytes (set at start: 1 % of the
+        # filesystem, 1..64 MiB), not only every cleanResourceInterval.
+        self._disk_check_bytes = 64 << 20
+        self._bytes_since_disk_check = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -184,6 +189,8 @@ class MessageStore:
         self.disk_used_ratio = await asyncio.to_thread(
             self._disk_usage, str(self._paths.commit_log_dir)
         )
+        total = (await asyncio.to_thread(shutil.disk_usage, self._paths.commit_log_dir)).total
+        self._disk_check_bytes = max(1 << 20, min(64 << 20, total // 100))
         await asyncio.to_thread(write_abort_marker_blocking, self._paths.abort_file)
         self._commit_log.start()
         self._reput.last_timestamp = state.last_dispatch_timestamp
@@ -271,7 +278,12 @@ class MessageStore:
         result = write(commit_log, first_queue_offset)
         self._offset_table[key] = first_queue_offset + count
         self.messages_put_total += count
-        self.bytes_put_total += result.end_offset - result.offsets[0]
+        nbytes = result.end_offset - result.offsets[0]
+        self.bytes_put_total += nbytes
+        self._bytes_since_disk_check += nbytes
+        if self._bytes_since_disk_check >= self._disk_check_bytes and self._cleanup is not None:
+            self._bytes_since_disk_check = 0
+            self._cleanup.request_disk_check()
         if not self._sync_flush:
             commit_log.wakeup_flush()
             self._reput.wakeup()

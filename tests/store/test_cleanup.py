@@ -202,6 +202,22 @@ async def test_above_90_percent_writes_are_refused_until_back_under(
     assert (await store.put("T", 0, [msg("accepted")])).append.first_queue_offset == 120
 
 
+async def test_the_guard_samples_the_disk_after_enough_bytes_not_only_on_its_timer(
+    store: MessageStore, disk: FakeDisk
+) -> None:
+    # The periodic pass runs once an hour here; a filling disk must still be caught at once.
+    store._disk_check_bytes = 64 * 1024  # 1 % of a 6.4 MiB filesystem
+    disk.ratio = 0.95
+    accepted = 0
+    with pytest.raises(DiskFullError, match="diskSpaceWarningLevelRatio"):
+        for _ in range(100):
+            await store.put("T", 0, [msg(b"f" * 8000)])
+            accepted += 1
+            await asyncio.sleep(0.005)  # the sample runs in the cleanup task
+    assert accepted <= 12  # refused within ~64 KiB (8 records) plus the sample's latency
+    assert store.cleanup_service.deleted_segments == 0  # a sample, not a deletion pass
+
+
 async def test_delete_when_hour_deletes_expired_segments(tmp_path: Path, disk: FakeDisk) -> None:
     now_hour = time.localtime().tm_hour
     config = small_config(
