@@ -70,11 +70,15 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def process_figures(pid: int) -> dict[str, float]:
-    """RSS (MiB), open fds and threads of a process, from /proc."""
+    """RSS (MiB: anonymous memory, the heap a leak grows, and file-backed pages of the mapped
+    segments, which grow with the data read through the maps until retention unmaps them), open
+    fds and threads of a process, from /proc."""
     status = Path(f"/proc/{pid}/status").read_text().splitlines()
     fields = dict(line.split(":", 1) for line in status if ":" in line)
     return {
         "rss_mib": int(fields["VmRSS"].split()[0]) / 1024,
+        "anon_mib": int(fields["RssAnon"].split()[0]) / 1024,
+        "file_mib": int(fields["RssFile"].split()[0]) / 1024,
         "fds": len(os.listdir(f"/proc/{pid}/fd")),
         "threads": int(fields["Threads"]),
     }
@@ -251,6 +255,8 @@ def row(
         "t_s": round(minute),
         "broker": load.name,
         "rss_mib": round(figures.get("rss_mib", float("nan")), 1),
+        "anon_mib": round(figures.get("anon_mib", float("nan")), 1),
+        "file_mib": round(figures.get("file_mib", float("nan")), 1),
         "fds": figures.get("fds"),
         "tasks": figures.get("tasks"),
         "threads": figures.get("threads"),
@@ -271,7 +277,7 @@ def row(
     }
 
 
-COLUMNS = ("t_s", "broker", "rss_mib", "fds", "tasks", "threads", "send_p50_ms", "send_p99_ms",
+COLUMNS = ("t_s", "broker", "rss_mib", "anon_mib", "file_mib", "fds", "tasks", "threads", "send_p50_ms", "send_p99_ms",
            "e2e_p50_ms", "e2e_p99_ms", "dispatch_lag_bytes", "sent", "bulk_sent", "pulled",
            "lookups", "churned")  # fmt: skip
 
@@ -296,6 +302,8 @@ def summary(rows: list[dict[str, Any]], broker: str, span: int) -> dict[str, Any
         "broker": broker,
         "rss_mib_first": mine[0]["rss_mib"],
         "rss_mib_last": mine[-1]["rss_mib"],
+        "anon_mib_first": mine[0]["anon_mib"],
+        "anon_mib_last": mine[-1]["anon_mib"],
         "fds_first": mine[0]["fds"],
         "fds_last": mine[-1]["fds"],
         "tasks_first": mine[0]["tasks"],
