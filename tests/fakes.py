@@ -218,6 +218,6 @@ class FakeStore:
             0, 0.1, self.writable, "", count, self.next_offset, 0.0, 0, 0.0, self.next_offset,
         )  # fmt: skip
 
-    def delete_topics(self, topics: Sequence[str]) -> None:
+    async def delete_topics(self, topics: Sequence[str], timeout_s: float = 5.0) -> None:
         for key in [k for k in self.queues if k[0] in topics]:
             del self.queues[key]

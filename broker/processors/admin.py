@@ -99,7 +99,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         validate_topic_name(request.name)
         self.ctx.topics.delete(request.name)
         self.ctx.offsets.remove_topic(request.name)
-        self.ctx.store.delete_topics([request.name])
+        await self.ctx.store.delete_topics([request.name])
         return admin_pb2.DeleteTopicResponse()
 
     @rpc("ListTopics")

@@ -231,7 +231,7 @@ async def test_queue_stats_list_every_queue_of_a_topic(store: Any) -> None:
 async def test_a_deleted_topic_is_gone_and_starts_over_at_offset_zero(store: Any) -> None:
     await put(store, "Gone", 0, msg("a"), msg("b"))
     await put(store, "Kept", 0, msg("k"))
-    store.delete_topics(["Gone"])
+    await store.delete_topics(["Gone"])
     assert store.get_messages("Gone", 0, 0, 8).status is GetStatus.NO_MESSAGE_IN_QUEUE
     assert store.get_queue_stats("Gone") == []
     assert store.get_max_offset("Gone", 0) == 0
