@@ -41,6 +41,7 @@ from wharf.client import Admin, ConsumeResult, Producer, PullConsumer, PushConsu
 from tests.harness import BrokerProcess, free_port
 
 E2E_TOPIC = "SoakE2E"
+SLOW_E2E_MS = 100.0
 BULK_TOPIC = "SoakBulk"
 
 
@@ -115,6 +116,7 @@ class BrokerLoad:
         self.window = Window()
         self.recent: list[tuple[str, str]] = []  # (key, msg_id) of recent e2e messages
         self.restarting = False
+        self.slow: list[tuple[float, float]] = []  # (send time s, e2e ms) above SLOW_E2E_MS
 
     def take_window(self) -> Window:
         window, self.window = self.window, Window()
@@ -143,7 +145,10 @@ class BrokerLoad:
 
     async def _on_message(self, msg: Any) -> ConsumeResult:
         sent_ns = int.from_bytes(msg.body[:8], "big")
-        self.window.e2e_ms.append((time.time_ns() - sent_ns) / 1e6)
+        e2e_ms = (time.time_ns() - sent_ns) / 1e6
+        self.window.e2e_ms.append(e2e_ms)
+        if e2e_ms > SLOW_E2E_MS:  # when the slow ones were sent: finds a periodic stall
+            self.slow.append((round(sent_ns / 1e9, 3), round(e2e_ms, 1)))
         return ConsumeResult.SUCCESS
 
     async def _paced_sends(self, producer: Producer, stop: asyncio.Event) -> None:
@@ -356,7 +361,28 @@ async def soak(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
         await asyncio.gather(*runners, return_exceptions=True)
         for load in loads:
             await asyncio.to_thread(load.broker.stop)
+    for load in loads:
+        stalls = _stalls(load.slow)
+        print(f"{load.name}: {len(load.slow)} messages over {SLOW_E2E_MS:.0f} ms end to end, "
+              f"in {len(stalls)} stalls (send time, messages, worst ms): {stalls[:40]}", flush=True)  # fmt: skip
     return rows
+
+
+def _stalls(slow: list[tuple[float, float]]) -> list[tuple[str, int, float]]:
+    """Slow messages grouped into stalls (sent within 1 s of each other)."""
+    stalls: list[tuple[str, int, float]] = []
+    start = last = worst = 0.0
+    count = 0
+    for sent, ms in sorted(slow):
+        if count and sent - last > 1.0:
+            stalls.append((time.strftime("%H:%M:%S", time.gmtime(start)), count, worst))
+            count, worst = 0, 0.0
+        if not count:
+            start = sent
+        count, last, worst = count + 1, sent, max(worst, ms)
+    if count:
+        stalls.append((time.strftime("%H:%M:%S", time.gmtime(start)), count, worst))
+    return stalls
 
 
 def main() -> None:
