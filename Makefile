@@ -51,6 +51,7 @@ $(TREE)/wharf:
 	mkdir -p $(TREE)/wharf
 	ln -sfn ../../../proto/wharf/__init__.py $(TREE)/wharf/__init__.py
 	ln -sfn ../../../proto/wharf/v1 $(TREE)/wharf/v1
+	ln -sfn ../../../proto/wharf/rocketmq $(TREE)/wharf/rocketmq
 	for d in store broker client; do ln -sfn ../../../$$d $(TREE)/wharf/$$d; done
 
 lint: $(STAMP) $(TREE)/wharf
@@ -66,8 +67,21 @@ typecheck: $(STAMP) $(TREE)/wharf
 	MYPYPATH=$(TREE) $(PY) -m mypy -p wharf
 
 # Regenerate the gRPC stubs after editing proto/wharf/v1/*.proto (generated code is committed).
+# The vendored apache.rocketmq.v2 protos (proto/apache/, unchanged from rocketmq-apis v2.1.2) are
+# generated into a temp dir and moved to wharf.rocketmq.v2 with their imports rewritten; the
+# descriptors keep their apache/rocketmq/v2/*.proto names (wire-identical to the official clients).
+RMQ_GEN := build/rmq-gen
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto proto/wharf/v1/*.proto
+	rm -rf $(RMQ_GEN) && mkdir -p $(RMQ_GEN) proto/wharf/rocketmq/v2
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=$(RMQ_GEN) --pyi_out=$(RMQ_GEN) --grpc_python_out=$(RMQ_GEN) proto/apache/rocketmq/v2/definition.proto proto/apache/rocketmq/v2/service.proto
+	for f in $(RMQ_GEN)/apache/rocketmq/v2/*_pb2*.py*; do \
+	  sed -e 's/^from apache\.rocketmq\.v2 import/from wharf.rocketmq.v2 import/' \
+	      -e 's/^import apache\.rocketmq\.v2\./import wharf.rocketmq.v2./' \
+	      -e 's/\bapache\.rocketmq\.v2\.\([a-z_]*_pb2\)\b/wharf.rocketmq.v2.\1/g' \
+	      "$$f" > proto/wharf/rocketmq/v2/$$(basename "$$f"); \
+	done
+	touch proto/wharf/rocketmq/__init__.py proto/wharf/rocketmq/v2/__init__.py
 
 # Benchmark programs (tests/bench/README.md); options through ARGS, e.g. ARGS=--quick.
 bench-store: $(STAMP)
