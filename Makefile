@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare clean
+.PHONY: setup rmq-client run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare clean
 
 # The C sources too: a changed accelerator is rebuilt by the editable install.
 $(STAMP): pyproject.toml $(wildcard store/fast/*.c store/fast/*.h)
@@ -14,6 +14,18 @@ $(STAMP): pyproject.toml $(wildcard store/fast/*.c store/fast/*.h)
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# The official RocketMQ 5 Python client, in its own venv: its generated apache.rocketmq.v2 protos
+# clash with wharf.rocketmq.v2 in one process, so tests/broker/v2 runs it in a subprocess.
+RMQ_VENV  := .venv-rmq
+RMQ_STAMP := $(RMQ_VENV)/.installed-stamp
+RMQ_CLIENT := rocketmq-python-client==5.1.2
+$(RMQ_STAMP): Makefile
+	test -x $(RMQ_VENV)/bin/python || python3 -m venv $(RMQ_VENV)
+	$(RMQ_VENV)/bin/python -m pip install -q '$(RMQ_CLIENT)'
+	touch $(RMQ_STAMP)
+
+rmq-client: $(RMQ_STAMP)
 
 # Run the broker on embedded defaults: data under ./data, gRPC 127.0.0.1:8081, metrics 127.0.0.1:9100.
 run: $(STAMP)
@@ -30,7 +42,7 @@ system-deps:
 	fi
 
 # The whole suite, as CI runs it: fast tests, slow end-to-end tests, ops tests and the Spark tests.
-test: $(STAMP) system-deps
+test: $(STAMP) $(RMQ_STAMP) system-deps
 	$(PYTEST) -q -m "not spark"
 	$(PYTEST) -q -m spark -p no:randomly
 
@@ -41,7 +53,7 @@ test-fast: $(STAMP)
 test-spark: $(STAMP)
 	$(PYTEST) -q -m spark
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) $(RMQ_STAMP)
 	$(PYTEST) -q -m slow
 
 # The `wharf` package spans four folders (package-dir in pyproject.toml); mypy and import-linter

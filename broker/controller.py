@@ -45,6 +45,8 @@ from wharf.broker.processors.admin import AdminService
 from wharf.broker.processors.messaging import MessagingService
 from wharf.broker.reply_budget import ReplyBudget
 from wharf.broker.settings import parse_delay_levels
+from wharf.broker.v2.service import V2MessagingService
+from wharf.rocketmq.v2 import service_pb2 as rocketmq_v2_service_pb2
 from wharf.store.codec import SCHEDULE_TOPIC
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.store.config import StoreConfig
@@ -67,6 +69,8 @@ SERVICE_NAMES = (
     _service(admin_pb2, "AdminService").full_name,
     _service(health_pb2, "Health").full_name,
     reflection.SERVICE_NAME,
+    # apache.rocketmq.v2: the official RocketMQ 5 clients (broker/v2/).
+    _service(rocketmq_v2_service_pb2, "MessagingService").full_name,
 )
 
 
@@ -227,6 +231,11 @@ class BrokerController:
             server, MessagingService(self.ctx), _service(messaging_pb2, "MessagingService")
         )
         add_servicer(server, AdminService(self.ctx), _service(admin_pb2, "AdminService"))
+        add_servicer(
+            server,
+            V2MessagingService(self.ctx),
+            _service(rocketmq_v2_service_pb2, "MessagingService"),
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(SERVICE_NAMES, server)
         await server.start()
