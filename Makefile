@@ -59,12 +59,13 @@ test-slow: $(STAMP) $(RMQ_STAMP)
 # The `wharf` package spans four folders (package-dir in pyproject.toml); mypy and import-linter
 # find modules by walking folders, so they read it through a tree of symlinks.
 TREE := build/tree
-$(TREE)/wharf:
+$(TREE)/wharf: Makefile
 	mkdir -p $(TREE)/wharf
 	ln -sfn ../../../proto/wharf/__init__.py $(TREE)/wharf/__init__.py
 	ln -sfn ../../../proto/wharf/v1 $(TREE)/wharf/v1
 	ln -sfn ../../../proto/wharf/rocketmq $(TREE)/wharf/rocketmq
 	for d in store broker client; do ln -sfn ../../../$$d $(TREE)/wharf/$$d; done
+	touch $(TREE)/wharf
 
 lint: $(STAMP) $(TREE)/wharf
 	$(PY) -m ruff check .

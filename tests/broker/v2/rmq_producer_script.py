@@ -50,8 +50,15 @@ def main():
             props = {"order": str(i), "region": "eu-1"}
             msg = new_message(topic, f"sync-{i}".encode(), "TagA", (f"k{i}", "shared"), props)
             receipt = producer.send(msg)
-            out["sent"].append({"id": receipt.message_id, "body": f"sync-{i}", "tag": "TagA",
-                                "keys": [f"k{i}", "shared"], "props": props})
+            out["sent"].append(
+                {
+                    "id": receipt.message_id,
+                    "body": f"sync-{i}",
+                    "tag": "TagA",
+                    "keys": [f"k{i}", "shared"],
+                    "props": props,
+                }
+            )
         futures = []
         for i in range(5):
             props = {"async": "yes", "n": str(i)}
@@ -59,8 +66,15 @@ def main():
             futures.append((i, props, producer.send_async(msg)))
         for i, props, future in futures:
             receipt = future.result(timeout=10)
-            out["sent"].append({"id": receipt.message_id, "body": f"async-{i}", "tag": "TagB",
-                                "keys": [f"a{i}"], "props": props})
+            out["sent"].append(
+                {
+                    "id": receipt.message_id,
+                    "body": f"async-{i}",
+                    "tag": "TagB",
+                    "keys": [f"a{i}"],
+                    "props": props,
+                }
+            )
         for i in range(12):
             group = f"group-{i % 3}"
             msg = new_message(fifo_topic, f"fifo-{i}".encode(), "F", (), None, group)

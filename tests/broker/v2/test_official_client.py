@@ -53,9 +53,12 @@ def pull_all(endpoint: str, topic: str) -> dict[int, list[Any]]:
         for queue_id in range(QUEUES):
             reply = stub.PullMessage(
                 messaging_pb2.PullMessageRequest(
-                    consumer_group="check", topic=topic, queue_id=queue_id, queue_offset=0,
+                    consumer_group="check",
+                    topic=topic,
+                    queue_id=queue_id,
+                    queue_offset=0,
                     max_messages=100,
-                )  # fmt: skip
+                )
             )
             queues[queue_id] = list(reply.messages)
         return queues
