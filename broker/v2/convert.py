@@ -43,6 +43,7 @@ MAX_USER_PROPERTIES = 128
 MAX_USER_PROPERTIES_BYTES = 16 * 1024
 MAX_MESSAGE_GROUP_LENGTH = 64
 MAX_MESSAGE_ID_LENGTH = 128
+MAX_BORN_MS = 1 << 53  # far beyond any real clock; a fuzzed int64 would not fit the record
 
 
 def _has_separator(text: str) -> bool:
@@ -164,5 +165,7 @@ def to_input(
     properties[PROPERTY_UNIQ_KEY] = uid
     if group:
         properties[PROPERTY_MESSAGE_GROUP] = group
-    born_ms = sysp.born_timestamp.ToMilliseconds() if sysp.HasField("born_timestamp") else 0
-    return MessageInput(body, properties, 0, 0, max(born_ms, 0), born_host)
+    born_ms = sysp.born_timestamp.seconds * 1000 + sysp.born_timestamp.nanos // 1_000_000
+    if not 0 < born_ms < MAX_BORN_MS:
+        born_ms = 0  # absent or absurd: the store time stands in
+    return MessageInput(body, properties, 0, 0, born_ms, born_host)

@@ -15,6 +15,7 @@ SyncLiteSubscription answer NOT_IMPLEMENTED until the pop store and transactions
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -59,6 +60,9 @@ def v2_rpc(method: str) -> Callable[..., Any]:
                     raise V2Error(Code.BAD_REQUEST, request.message)
                 self.sweep_clients()
                 return await fn(self, request, context, meta.client_id)
+            except asyncio.CancelledError:
+                code_name = "CANCELLED"  # client deadline or disconnect: nothing to answer
+                raise
             except Exception as exc:
                 code, message = code_for(exc)
                 code_name = Code.Name(code)  # type: ignore[arg-type]

@@ -9,7 +9,21 @@ import json
 import sys
 import time
 
-from rocketmq import ClientConfiguration, Credentials, Message, Producer
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    Message,
+    MessageListener,
+    Producer,
+    PushConsumer,
+)
+
+
+class Listener(MessageListener):
+    def consume(self, message):
+        return ConsumeResult.SUCCESS
 
 
 def new_message(topic, body, tag=None, keys=(), props=None, group=None):
@@ -88,6 +102,13 @@ def main():
         out["too_large_server"] = error_of(lambda: producer.send(new_message(topic, b"x" * big)))
     finally:
         producer.shutdown()
+    # A PushConsumer starts: it waits for its settings reply, then asks QueryAssignment.
+    # (Consuming needs ReceiveMessage, not implemented yet.)
+    config = ClientConfiguration(endpoint, Credentials())
+    consumer = PushConsumer(config, "push-group", Listener(), {topic: FilterExpression("*")})
+    consumer.startup()
+    out["push_consumer_started"] = consumer.is_running
+    consumer.shutdown()
     print(json.dumps(out))
 
 

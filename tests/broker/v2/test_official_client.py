@@ -1,7 +1,7 @@
 """The OFFICIAL RocketMQ Python client (rocketmq-python-client==5.1.2, in .venv-rmq/ made by
 `make rmq-client`, a prerequisite of `make test`) against the real daemon, in a subprocess:
 sync and async sends with tag, keys and properties, FIFO sends with message groups and a
-too-large body; then everything is read back through Wharf's own wharf.v1 pull and compared
+too-large body, and a PushConsumer's start-up; then everything is read back through Wharf's own wharf.v1 pull and compared
 (topic, body, tag, keys, properties, message id, FIFO: one queue per message group)."""
 
 from __future__ import annotations
@@ -107,3 +107,5 @@ def test_official_python_producer_sends_what_wharf_pulls_back(
     server = out["too_large_server"]
     assert server is not None and server["code"] == PAYLOAD_TOO_LARGE, server
     assert sum(len(q) for q in pull_all(broker.endpoint, "orders").values()) == 10
+
+    assert out["push_consumer_started"] is True

@@ -221,6 +221,7 @@ async def test_fifo_send_goes_to_the_queue_of_its_message_group(broker: Broker) 
 async def test_a_retried_message_id_is_stored_once(broker: Broker) -> None:
     first = await broker.send(message(mid="DUP"))
     again = await broker.send(message(mid="DUP"))
+    broker.store.put_delay_s = 0.05  # the retry arrives while the first is being stored
     both = await asyncio.gather(broker.send(message(mid="DUP2")), broker.send(message(mid="DUP2")))
     assert first.entries[0].offset == again.entries[0].offset
     assert again.status.code == Code.OK and all(r.status.code == Code.OK for r in both)
@@ -302,3 +303,30 @@ async def test_query_assignment_gives_a_push_consumer_a_queue(broker: Broker) ->
     assert reply.status.code == Code.OK
     assert [a.message_queue.id for a in reply.assignments] == [-1]
     assert reply.assignments[0].message_queue.broker.id == 0
+
+
+async def test_undecodable_requests_get_bad_request_and_the_broker_keeps_serving(
+    broker: Broker,
+) -> None:
+    garbage = b"\xff\xff\xff\xff\x0f\x12"
+    for method in ("SendMessage", "QueryRoute", "Heartbeat", "ChangeInvisibleDuration"):
+        call = broker.channel.unary_unary(
+            f"/apache.rocketmq.v2.MessagingService/{method}",
+            request_serializer=lambda b: b,
+            response_deserializer=getattr(s, f"{method}Response").FromString,
+        )
+        reply = await call(garbage, metadata=META)
+        assert reply.status.code == Code.BAD_REQUEST, method
+    assert (await broker.send(message(mid="after"))).status.code == Code.OK
+
+
+async def test_born_timestamp_is_kept_in_ms_and_absurd_ones_fall_back(broker: Broker) -> None:
+    good = message(mid="B1")
+    good.system_properties.born_timestamp.seconds = 1_700_000_000
+    absurd = message(mid="B2")
+    absurd.system_properties.born_timestamp.seconds = 2**62
+    for m in (good, absurd):
+        assert (await broker.send(m)).status.code == Code.OK
+    stored = {m.properties["UNIQ_KEY"]: m for q in broker.store.queues.values() for m in q}
+    assert stored["B1"].born_timestamp == 1_700_000_000_000
+    assert stored["B2"].born_timestamp == stored["B2"].store_timestamp
