@@ -20,7 +20,7 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
@@ -36,7 +36,6 @@ from wharf.broker.v2.settings import merge_settings
 from wharf.rocketmq.v2 import definition_pb2, service_pb2, service_pb2_grpc
 
 log = logging.getLogger("wharf.broker.v2")
-_T = TypeVar("_T")
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
 
 
@@ -59,7 +58,9 @@ def v2_rpc(method: str) -> Callable[..., Any]:
                 if type(request) is MalformedRequest:
                     raise V2Error(Code.BAD_REQUEST, request.message)
                 self.sweep_clients()
-                return await fn(self, request, context, meta.client_id)
+                response = await fn(self, request, context, meta.client_id)
+                code_name = Code.Name(response.status.code)
+                return response
             except asyncio.CancelledError:
                 code_name = "CANCELLED"  # client deadline or disconnect: nothing to answer
                 raise
@@ -101,6 +102,9 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return requested if requested.addresses else endpoints_of(self.ctx.endpoint)
 
     def _group(self, name: str) -> Any:
+        """The consumer group (auto-created when allowed). Its FIFO flag is read with
+        ``getattr(group, "fifo", False)``: SubscriptionGroup has none until `wharf group
+        create --fifo` lands, so every group is non-FIFO for now."""
         try:
             return self.ctx.groups.for_use(name)
         except (NotFoundError, InvalidArgumentError) as exc:
