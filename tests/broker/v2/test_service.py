@@ -229,29 +229,32 @@ async def test_a_retried_message_id_is_stored_once(broker: Broker) -> None:
     assert sorted(m.properties["UNIQ_KEY"] for m in stored) == ["DUP", "DUP2"]
 
 
-@pytest.mark.parametrize(
-    ("msg", "code"),
-    [
-        (message(body=b""), Code.MESSAGE_BODY_EMPTY),
-        (message(body=b"x" * 1025), Code.MESSAGE_BODY_TOO_LARGE),
-        (message(topic="bad topic"), Code.ILLEGAL_TOPIC),
-        (message(topic="TBW102"), Code.ILLEGAL_TOPIC),
-        (message(mid=""), Code.ILLEGAL_MESSAGE_ID),
-        (message(tag="a|b"), Code.ILLEGAL_MESSAGE_TAG),
-        (message(keys=["a b"]), Code.ILLEGAL_MESSAGE_KEY),
-        (message(props={"TAGS": "x"}), Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
-        (message(props={f"k{i}": "v" for i in range(129)}), Code.MESSAGE_PROPERTIES_TOO_LARGE),
-        (message(message_type=d.FIFO), Code.ILLEGAL_MESSAGE_GROUP),
-        (message(message_type=d.FIFO, message_group="x" * 65), Code.ILLEGAL_MESSAGE_GROUP),
-        (message(message_type=d.DELAY), Code.UNSUPPORTED),
-        (message(message_type=d.TRANSACTION), Code.UNSUPPORTED),
-    ],
-)
-async def test_bad_sends_get_their_code_and_store_nothing(
-    broker: Broker, msg: d.Message, code: int
-) -> None:
-    sent = await broker.send(msg)
-    assert sent.status.code == code, sent.status.message
+BAD_SENDS = [
+    (message(body=b""), Code.MESSAGE_BODY_EMPTY),
+    (message(body=b"x" * 1025), Code.MESSAGE_BODY_TOO_LARGE),
+    (message(topic="bad topic"), Code.ILLEGAL_TOPIC),
+    (message(topic="TBW102"), Code.ILLEGAL_TOPIC),
+    (message(mid=""), Code.ILLEGAL_MESSAGE_ID),
+    (message(tag="a|b"), Code.ILLEGAL_MESSAGE_TAG),
+    (message(keys=["a b"]), Code.ILLEGAL_MESSAGE_KEY),
+    (message(props={"TAGS": "x"}), Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+    (message(props={f"k{i}": "v" for i in range(129)}), Code.MESSAGE_PROPERTIES_TOO_LARGE),
+    (message(message_type=d.FIFO), Code.ILLEGAL_MESSAGE_GROUP),
+    (message(message_type=d.FIFO, message_group="x" * 65), Code.ILLEGAL_MESSAGE_GROUP),
+    (message(message_type=d.NORMAL, message_group="g"), Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+    (message(message_type=d.DELAY), Code.UNSUPPORTED),
+    (message(message_type=d.TRANSACTION), Code.UNSUPPORTED),
+]
+
+
+async def test_bad_sends_get_their_code_and_store_nothing(broker: Broker) -> None:
+    for msg, code in BAD_SENDS:
+        sent = await broker.send(msg)
+        assert sent.status.code == code, (Code.Name(code), sent.status.message)
+        assert sent.status.message
+    # A batch with one bad message stores none of them.
+    sent = await broker.send(message(mid="ok-1"), message(mid="bad", body=b""))
+    assert sent.status.code == Code.MESSAGE_BODY_EMPTY
     assert not broker.store.queues
 
 
