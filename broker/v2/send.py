@@ -8,7 +8,7 @@ message.
   autoCreateTopicEnable is off (else created, as a wharf.v1 send does), FORBIDDEN when the
   topic is not writable; MESSAGE_PROPERTY_CONFLICT_WITH_TYPE when the topic's message.type does
   not accept the message's type.
-- Types: NORMAL (round-robin over the write queues) and FIFO (queue = crc32(message_group) mod
+- Types: NORMAL (round-robin over the write queues, one queue per request) and FIFO (queue = crc32(message_group) mod
   write queues: stable across restarts, same group -> same queue). DELAY (a
   delivery_timestamp), TRANSACTION, PRIORITY and LITE answer UNSUPPORTED.
 - De-duplication: the official producer retries with the same message_id after a lost reply.
@@ -137,6 +137,7 @@ class V2SendProcessor:
         accepted = accepted_types(topic)
         # Validate everything first: nothing is stored for a request with a bad message.
         planned: list[tuple[str, int, MessageInput]] = []
+        normal_queue = -1  # one round-robin turn per request: its NORMAL messages are one append
         for m in messages:
             group = message_group(m)
             kind = message_type(m, group)
@@ -149,9 +150,11 @@ class V2SendProcessor:
             if group:
                 queue_id = fifo_queue(group, topic.write_queue_nums)
             else:
-                turn = self._next_queue.get(topic_name, 0)
-                self._next_queue[topic_name] = turn + 1
-                queue_id = turn % topic.write_queue_nums
+                if normal_queue < 0:
+                    turn = self._next_queue.get(topic_name, 0)
+                    self._next_queue[topic_name] = turn + 1
+                    normal_queue = turn % topic.write_queue_nums
+                queue_id = normal_queue
             planned.append((uid, queue_id, to_input(m, uid, group, self._max_size, born_host)))
         entries = await self._store_all(topic_name, planned)
         response = service_pb2.SendMessageResponse(entries=entries)

@@ -333,3 +333,22 @@ async def test_born_timestamp_is_kept_in_ms_and_absurd_ones_fall_back(broker: Br
     stored = {m.properties["UNIQ_KEY"]: m for q in broker.store.queues.values() for m in q}
     assert stored["B1"].born_timestamp == 1_700_000_000_000
     assert stored["B2"].born_timestamp == stored["B2"].store_timestamp
+
+
+async def test_normal_sends_round_robin_and_a_batch_is_one_append(broker: Broker) -> None:
+    for i in range(8):
+        assert (await broker.send(message(mid=f"R{i}"))).status.code == Code.OK
+    assert sorted(q for (_, q), msgs in broker.store.queues.items() if msgs) == list(range(8))
+    batch = await broker.send(*(message(mid=f"B{i}") for i in range(3)))
+    assert batch.status.code == Code.OK and [e.message_id for e in batch.entries] == [
+        "B0",
+        "B1",
+        "B2",
+    ]
+    queues = {
+        q
+        for (_, q), msgs in broker.store.queues.items()
+        for m in msgs
+        if m.properties["UNIQ_KEY"].startswith("B")
+    }
+    assert len(queues) == 1
