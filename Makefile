@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare clean
+.PHONY: setup rmq-client run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare clean
 
 # The C sources too: a changed accelerator is rebuilt by the editable install.
 $(STAMP): pyproject.toml $(wildcard store/fast/*.c store/fast/*.h)
@@ -14,6 +14,18 @@ $(STAMP): pyproject.toml $(wildcard store/fast/*.c store/fast/*.h)
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# The official RocketMQ 5 Python client, in its own venv: its generated apache.rocketmq.v2 protos
+# clash with wharf.rocketmq.v2 in one process, so tests/broker/v2 runs it in a subprocess.
+RMQ_VENV  := .venv-rmq
+RMQ_STAMP := $(RMQ_VENV)/.installed-stamp
+RMQ_CLIENT := rocketmq-python-client==5.1.2
+$(RMQ_STAMP): Makefile
+	test -x $(RMQ_VENV)/bin/python || python3 -m venv $(RMQ_VENV)
+	$(RMQ_VENV)/bin/python -m pip install -q '$(RMQ_CLIENT)'
+	touch $(RMQ_STAMP)
+
+rmq-client: $(RMQ_STAMP)
 
 # Run the broker on embedded defaults: data under ./data, gRPC 127.0.0.1:8081, metrics 127.0.0.1:9100.
 run: $(STAMP)
@@ -30,7 +42,7 @@ system-deps:
 	fi
 
 # The whole suite, as CI runs it: fast tests, slow end-to-end tests, ops tests and the Spark tests.
-test: $(STAMP) system-deps
+test: $(STAMP) $(RMQ_STAMP) system-deps
 	$(PYTEST) -q -m "not spark"
 	$(PYTEST) -q -m spark -p no:randomly
 
@@ -41,17 +53,19 @@ test-fast: $(STAMP)
 test-spark: $(STAMP)
 	$(PYTEST) -q -m spark
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) $(RMQ_STAMP)
 	$(PYTEST) -q -m slow
 
 # The `wharf` package spans four folders (package-dir in pyproject.toml); mypy and import-linter
 # find modules by walking folders, so they read it through a tree of symlinks.
 TREE := build/tree
-$(TREE)/wharf:
+$(TREE)/wharf: Makefile
 	mkdir -p $(TREE)/wharf
 	ln -sfn ../../../proto/wharf/__init__.py $(TREE)/wharf/__init__.py
 	ln -sfn ../../../proto/wharf/v1 $(TREE)/wharf/v1
+	ln -sfn ../../../proto/wharf/rocketmq $(TREE)/wharf/rocketmq
 	for d in store broker client; do ln -sfn ../../../$$d $(TREE)/wharf/$$d; done
+	touch $(TREE)/wharf
 
 lint: $(STAMP) $(TREE)/wharf
 	$(PY) -m ruff check .
@@ -66,8 +80,21 @@ typecheck: $(STAMP) $(TREE)/wharf
 	MYPYPATH=$(TREE) $(PY) -m mypy -p wharf
 
 # Regenerate the gRPC stubs after editing proto/wharf/v1/*.proto (generated code is committed).
+# The vendored apache.rocketmq.v2 protos (proto/apache/, unchanged from rocketmq-apis v2.1.2) are
+# generated into a temp dir and moved to wharf.rocketmq.v2 with their imports rewritten; the
+# descriptors keep their apache/rocketmq/v2/*.proto names (wire-identical to the official clients).
+RMQ_GEN := build/rmq-gen
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto proto/wharf/v1/*.proto
+	rm -rf $(RMQ_GEN) && mkdir -p $(RMQ_GEN) proto/wharf/rocketmq/v2
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=$(RMQ_GEN) --pyi_out=$(RMQ_GEN) --grpc_python_out=$(RMQ_GEN) proto/apache/rocketmq/v2/definition.proto proto/apache/rocketmq/v2/service.proto
+	for f in $(RMQ_GEN)/apache/rocketmq/v2/*_pb2*.py*; do \
+	  sed -e 's/^from apache\.rocketmq\.v2 import/from wharf.rocketmq.v2 import/' \
+	      -e 's/^import apache\.rocketmq\.v2\./import wharf.rocketmq.v2./' \
+	      -e 's/\bapache\.rocketmq\.v2\.\([a-z_]*_pb2\)\b/wharf.rocketmq.v2.\1/g' \
+	      "$$f" > proto/wharf/rocketmq/v2/$$(basename "$$f"); \
+	done
+	touch proto/wharf/rocketmq/__init__.py proto/wharf/rocketmq/v2/__init__.py
 
 # Benchmark programs (tests/bench/README.md); options through ARGS, e.g. ARGS=--quick.
 bench-store: $(STAMP)

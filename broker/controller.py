@@ -13,6 +13,7 @@ Attributes other components read (the ops engineer's scrape-time collectors amon
 - ``long_poll``: LongPollHolder (``parked_count``: pulls parked right now).
 - ``metrics``: BrokerMetrics (also the store's observer).
 - ``started_at``: ``time.time()`` when the broker began serving; 0.0 before.
+- ``v2_service``: the apache.rocketmq.v2 servicer (``.clients``: the v2 client registry).
 - ``endpoint``: the advertised address; ``grpc_port`` / ``metrics_port``: real bound ports.
 """
 
@@ -45,6 +46,8 @@ from wharf.broker.processors.admin import AdminService
 from wharf.broker.processors.messaging import MessagingService
 from wharf.broker.reply_budget import ReplyBudget
 from wharf.broker.settings import parse_delay_levels
+from wharf.broker.v2.service import V2MessagingService
+from wharf.rocketmq.v2 import service_pb2 as rocketmq_v2_service_pb2
 from wharf.store.codec import SCHEDULE_TOPIC
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.store.config import StoreConfig
@@ -67,6 +70,8 @@ SERVICE_NAMES = (
     _service(admin_pb2, "AdminService").full_name,
     _service(health_pb2, "Health").full_name,
     reflection.SERVICE_NAME,
+    # apache.rocketmq.v2: the official RocketMQ 5 clients (broker/v2/).
+    _service(rocketmq_v2_service_pb2, "MessagingService").full_name,
 )
 
 
@@ -131,6 +136,7 @@ class BrokerController:
         self.grpc_port = 0
         self.metrics_port = 0
         self.ctx: BrokerContext | None = None
+        self.v2_service: V2MessagingService | None = None  # apache.rocketmq.v2, set by start()
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self._tasks: list[asyncio.Task[Any]] = []
@@ -227,6 +233,8 @@ class BrokerController:
             server, MessagingService(self.ctx), _service(messaging_pb2, "MessagingService")
         )
         add_servicer(server, AdminService(self.ctx), _service(admin_pb2, "AdminService"))
+        self.v2_service = V2MessagingService(self.ctx)
+        add_servicer(server, self.v2_service, _service(rocketmq_v2_service_pb2, "MessagingService"))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(SERVICE_NAMES, server)
         await server.start()

@@ -1,0 +1,260 @@
+"""The ``apache.rocketmq.v2.MessagingService`` servicer: thin shells over the v2 modules.
+
+Every unary response and every streamed reply carries an explicit Status (never code 0):
+``v2_rpc`` turns an exception into the response's status through ``codes.code_for`` (the
+one table), logs INTERNAL_ERROR with its traceback, and times the RPC for metrics as
+``v2.<Method>``. A request that does not parse is BAD_REQUEST. A missing ``x-mq-client-id``
+is CLIENT_ID_REQUIRED on every RPC (metadata.py).
+
+Implemented: QueryRoute, Heartbeat, Telemetry, NotifyClientTermination, SendMessage,
+QueryAssignment. ReceiveMessage, AckMessage, ChangeInvisibleDuration (which still echoes the
+receipt handle: the clients copy it before checking the status), ForwardMessageToDeadLetterQueue,
+PullMessage, UpdateOffset, GetOffset, QueryOffset, EndTransaction, RecallMessage and
+SyncLiteSubscription answer NOT_IMPLEMENTED until the pop store and transactions land.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from wharf.broker.context import BrokerContext
+from wharf.broker.errors import InvalidArgumentError, NotFoundError
+from wharf.broker.handlers import MalformedRequest
+from wharf.broker.processors.send import born_host_of
+from wharf.broker.v2 import codes
+from wharf.broker.v2.clients import ClientRegistry
+from wharf.broker.v2.codes import Code, V2Error, code_for
+from wharf.broker.v2.metadata import client_meta
+from wharf.broker.v2.route import endpoints_of, fill_assignment, fill_route, not_found_group
+from wharf.broker.v2.send import V2SendProcessor
+from wharf.broker.v2.settings import merge_settings
+from wharf.rocketmq.v2 import definition_pb2, service_pb2, service_pb2_grpc
+
+log = logging.getLogger("wharf.broker.v2")
+SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
+
+
+def _response_class(method: str) -> Any:
+    return getattr(service_pb2, SERVICE.methods_by_name[method].output_type.name)
+
+
+def v2_rpc(method: str) -> Callable[..., Any]:
+    """Wrap ``async def m(self, request, context, client_id)`` of a unary v2 RPC."""
+    response_cls = _response_class(method)
+    metric = f"v2.{method}"
+
+    def decorate(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        @functools.wraps(fn)
+        async def handler(self: V2MessagingService, request: Any, context: Any) -> Any:
+            started = time.perf_counter()
+            code_name = "OK"
+            try:
+                meta = client_meta(context.invocation_metadata())
+                if type(request) is MalformedRequest:
+                    raise V2Error(Code.BAD_REQUEST, request.message)
+                self.sweep_clients()
+                response = await fn(self, request, context, meta.client_id)
+                code_name = Code.Name(response.status.code)
+                return response
+            except asyncio.CancelledError:
+                code_name = "CANCELLED"  # client deadline or disconnect: nothing to answer
+                raise
+            except Exception as exc:
+                code, message = code_for(exc)
+                code_name = Code.Name(code)  # type: ignore[arg-type]
+                if codes.is_internal(code):
+                    log.exception("v2 %s failed: %s", method, message)
+                response = response_cls(status=codes.status(code, message))
+                if method == "ChangeInvisibleDuration" and type(request) is not MalformedRequest:
+                    response.receipt_handle = request.receipt_handle
+                return response
+            finally:
+                self.ctx.metrics.observe_rpc(metric, code_name, time.perf_counter() - started)
+
+        return handler
+
+    return decorate
+
+
+class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+        self.clients = ClientRegistry()
+        self._max_body_size = ctx.store.config.max_message_size
+        self.sender = V2SendProcessor(
+            ctx.store, ctx.topics, self._max_body_size, on_stored=self._on_stored
+        )
+
+    def sweep_clients(self) -> None:
+        for client_id in self.clients.sweep_if_due():
+            log.info("v2 client %s dropped (no heartbeat for 120 s)", client_id)
+
+    def _on_stored(self, topic: str, sizes: list[int]) -> None:
+        self.ctx.messages_in += len(sizes)
+        self.ctx.metrics.on_messages_in(topic, sizes)
+
+    def _endpoints(self, requested: definition_pb2.Endpoints) -> definition_pb2.Endpoints:
+        return requested if requested.addresses else endpoints_of(self.ctx.endpoint)
+
+    def _group(self, name: str) -> Any:
+        """The consumer group (auto-created when allowed). Its FIFO flag is read with
+        ``getattr(group, "fifo", False)``: SubscriptionGroup has none until `wharf group
+        create --fifo` lands, so every group is non-FIFO for now."""
+        try:
+            return self.ctx.groups.for_use(name)
+        except (NotFoundError, InvalidArgumentError) as exc:
+            raise not_found_group(exc) from None
+
+    # --- route ----------------------------------------------------------------------------------
+    @v2_rpc("QueryRoute")
+    async def QueryRoute(self, request, context, client_id):  # type: ignore[no-untyped-def]
+        response = service_pb2.QueryRouteResponse(status=codes.ok())
+        fill_route(
+            response.message_queues,
+            self.ctx.topics,
+            request.topic.name,
+            request.topic.resource_namespace,
+            self.ctx.config.broker_name,
+            self._endpoints(request.endpoints),
+        )
+        return response
+
+    @v2_rpc("QueryAssignment")
+    async def QueryAssignment(self, request, context, client_id):  # type: ignore[no-untyped-def]
+        group = self._group(request.group.name)
+        response = service_pb2.QueryAssignmentResponse(status=codes.ok())
+        fill_assignment(
+            response.assignments,
+            self.ctx.topics,
+            request.topic.name,
+            request.topic.resource_namespace,
+            self.ctx.config.broker_name,
+            self._endpoints(request.endpoints),
+            fifo=bool(getattr(group, "fifo", False)),
+        )
+        return response
+
+    # --- clients --------------------------------------------------------------------------------
+    @v2_rpc("Heartbeat")
+    async def Heartbeat(self, request, context, client_id):  # type: ignore[no-untyped-def]
+        entry = self.clients.heartbeat(client_id, request.client_type, request.group.name)
+        if entry.client_type == definition_pb2.CLIENT_TYPE_UNSPECIFIED:
+            return service_pb2.HeartbeatResponse(
+                status=codes.status(
+                    Code.UNRECOGNIZED_CLIENT_TYPE,
+                    "client_type is unknown: set it or send settings over Telemetry first",
+                )
+            )
+        return service_pb2.HeartbeatResponse(status=codes.ok())
+
+    @v2_rpc("NotifyClientTermination")
+    async def NotifyClientTermination(self, request, context, client_id):  # type: ignore[no-untyped-def]
+        self.clients.terminate(client_id)
+        return service_pb2.NotifyClientTerminationResponse(status=codes.ok())
+
+    def settings_reply(self, client_id: str, command: Any) -> service_pb2.TelemetryCommand:
+        """The reply to one TelemetryCommand carrying settings (raises V2Error)."""
+        settings = command.settings
+        if not settings.HasField("publishing") and not settings.HasField("subscription"):
+            raise V2Error(Code.BAD_REQUEST, "settings carry neither publishing nor subscription")
+        fifo, attempts = False, 17
+        if settings.HasField("subscription"):
+            group = self._group(settings.subscription.group.name)
+            fifo = bool(getattr(group, "fifo", False))
+            attempts = group.retry_max_times + 1
+        self.clients.on_settings(client_id, settings)
+        merged = merge_settings(settings, self._max_body_size, fifo, attempts)
+        return service_pb2.TelemetryCommand(status=codes.ok(), settings=merged)
+
+    async def Telemetry(  # type: ignore[override]
+        self, request_iterator: AsyncIterator[Any], context: Any
+    ) -> AsyncIterator[service_pb2.TelemetryCommand]:
+        """One reply per settings frame; other client frames (thread stack traces, verify
+        results) are read and ignored. The stream stays open until the client closes it;
+        then the client is dropped."""
+        try:
+            client_id = client_meta(context.invocation_metadata()).client_id
+        except V2Error as exc:
+            yield service_pb2.TelemetryCommand(status=codes.status(exc.code, exc.message))
+            return
+        self.sweep_clients()
+        self.clients.stream_opened(client_id)
+        try:
+            async for command in request_iterator:
+                started = time.perf_counter()
+                if type(command) is MalformedRequest:
+                    reply = service_pb2.TelemetryCommand(
+                        status=codes.status(Code.BAD_REQUEST, command.message)
+                    )
+                elif command.HasField("settings"):
+                    try:
+                        reply = self.settings_reply(client_id, command)
+                    except Exception as exc:
+                        code, message = code_for(exc)
+                        if codes.is_internal(code):
+                            log.exception("v2 Telemetry settings failed: %s", message)
+                        reply = service_pb2.TelemetryCommand(status=codes.status(code, message))
+                else:
+                    continue
+                self.ctx.metrics.observe_rpc(
+                    "v2.Telemetry",
+                    Code.Name(reply.status.code),
+                    time.perf_counter() - started,
+                )
+                yield reply
+        finally:
+            self.clients.stream_closed(client_id)
+
+    # --- send -----------------------------------------------------------------------------------
+    @v2_rpc("SendMessage")
+    async def SendMessage(self, request, context, client_id):  # type: ignore[no-untyped-def]
+        if self.ctx.shutting_down:
+            raise V2Error(Code.INTERNAL_SERVER_ERROR, "the broker is shutting down; retry")
+        return await self.sender.send(request, born_host_of(context.peer()))
+
+    # --- not implemented yet --------------------------------------------------------------------
+    async def ReceiveMessage(self, request, context):  # type: ignore[no-untyped-def]
+        yield service_pb2.ReceiveMessageResponse(
+            status=await self._unsupported(context, "ReceiveMessage")
+        )
+
+    async def PullMessage(self, request, context):  # type: ignore[no-untyped-def]
+        yield service_pb2.PullMessageResponse(
+            status=await self._unsupported(context, "PullMessage")
+        )
+
+    async def _unsupported(self, context: Any, method: str) -> definition_pb2.Status:
+        try:
+            client_meta(context.invocation_metadata())
+        except V2Error as exc:
+            return codes.status(exc.code, exc.message)
+        self.ctx.metrics.observe_rpc(f"v2.{method}", "NOT_IMPLEMENTED", 0.0)
+        return codes.not_supported(method)
+
+
+def _not_implemented(method: str) -> Callable[..., Awaitable[Any]]:
+    @v2_rpc(method)
+    async def handler(self, request, context, client_id):  # type: ignore[no-untyped-def]
+        raise V2Error(Code.NOT_IMPLEMENTED, f"{method} is {codes.NOT_SUPPORTED_YET}")
+
+    handler.__name__ = method
+    return handler
+
+
+for _method in (
+    "AckMessage",
+    "ChangeInvisibleDuration",
+    "ForwardMessageToDeadLetterQueue",
+    "UpdateOffset",
+    "GetOffset",
+    "QueryOffset",
+    "EndTransaction",
+    "RecallMessage",
+    "SyncLiteSubscription",
+):
+    setattr(V2MessagingService, _method, _not_implemented(_method))

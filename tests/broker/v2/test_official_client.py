@@ -1,0 +1,111 @@
+"""The OFFICIAL RocketMQ Python client (rocketmq-python-client==5.1.2, in .venv-rmq/ made by
+`make rmq-client`, a prerequisite of `make test`) against the real daemon, in a subprocess:
+sync and async sends with tag, keys and properties, FIFO sends with message groups and a
+too-large body, and a PushConsumer's start-up; then everything is read back through Wharf's own wharf.v1 pull and compared
+(topic, body, tag, keys, properties, message id, FIFO: one queue per message group)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from wharf.v1 import messaging_pb2, messaging_pb2_grpc
+
+from tests.harness import REPO_ROOT, BrokerProcess
+
+pytestmark = pytest.mark.slow
+RMQ_PYTHON = REPO_ROOT / ".venv-rmq" / "bin" / "python"
+SCRIPT = Path(__file__).with_name("rmq_producer_script.py")
+MAX_MESSAGE_SIZE = 64 * 1024
+QUEUES = 4
+PAYLOAD_TOO_LARGE = 41301
+
+
+def run_client(endpoint: str, home: Path, *args: str) -> dict[str, Any]:
+    if not RMQ_PYTHON.exists():
+        pytest.skip("the official client's venv is missing: run `make rmq-client`")
+    home.mkdir(exist_ok=True)  # the client logs to ~/logs/rocketmq_python/
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(
+        [str(RMQ_PYTHON), str(SCRIPT), endpoint, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=90,
+        check=False,
+    )
+    logs = "\n".join(p.read_text() for p in home.glob("logs/rocketmq_python/*.log"))
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}\n--- client log ---\n{logs[-4000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def pull_all(endpoint: str, topic: str) -> dict[int, list[Any]]:
+    with grpc.insecure_channel(endpoint) as channel:
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+        queues: dict[int, list[Any]] = {}
+        for queue_id in range(QUEUES):
+            reply = stub.PullMessage(
+                messaging_pb2.PullMessageRequest(
+                    consumer_group="check",
+                    topic=topic,
+                    queue_id=queue_id,
+                    queue_offset=0,
+                    max_messages=100,
+                )
+            )
+            queues[queue_id] = list(reply.messages)
+        return queues
+
+
+def test_official_python_producer_sends_what_wharf_pulls_back(
+    spawn_broker: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    broker = spawn_broker(
+        settings={"maxMessageSize": MAX_MESSAGE_SIZE, "defaultTopicQueueNums": QUEUES}
+    )
+    out = run_client(broker.endpoint, tmp_path / "home", "orders", "fifo-orders")
+
+    # Telemetry: the producer took the broker's body limit from the settings reply.
+    assert out["max_body_size"] == MAX_MESSAGE_SIZE
+
+    pulled = pull_all(broker.endpoint, "orders")
+    views = {v.msg_id: v for queue in pulled.values() for v in queue}
+    assert len(views) == len(out["sent"]) == 10  # each stored once
+    for sent in out["sent"]:
+        view = views[sent["id"]]
+        assert view.topic == "orders"
+        assert view.body == sent["body"].encode()
+        assert view.tags == sent["tag"]
+        assert sorted(view.keys) == sorted(sent["keys"])
+        assert dict(view.properties) == sent["props"]  # exactly the user properties
+    assert sum(1 for q in pulled.values() if q) > 1  # normal sends spread over the queues
+
+    fifo = pull_all(broker.endpoint, "fifo-orders")
+    queue_of_group: dict[str, int] = {}
+    order_in_queue: dict[str, list[str]] = {}
+    for queue_id, queue in fifo.items():
+        for view in queue:
+            group = view.properties["__SHARDINGKEY"]
+            assert queue_of_group.setdefault(group, queue_id) == queue_id  # one queue per group
+            order_in_queue.setdefault(group, []).append(view.body.decode())
+    assert sorted(queue_of_group) == ["group-0", "group-1", "group-2"]
+    for group, bodies in order_in_queue.items():
+        expected = [m["body"] for m in out["fifo"] if m["group"] == group]
+        assert bodies == expected  # send order kept within the group
+    assert {v.msg_id for q in fifo.values() for v in q} == {m["id"] for m in out["fifo"]}
+
+    # Too large: refused by the client with the broker's limit, and by the broker itself.
+    assert out["too_large_client"] is not None
+    assert str(MAX_MESSAGE_SIZE) in out["too_large_client"]["message"]
+    server = out["too_large_server"]
+    assert server is not None and server["code"] == PAYLOAD_TOO_LARGE, server
+    assert sum(len(q) for q in pull_all(broker.endpoint, "orders").values()) == 10
+
+    assert out["push_consumer_started"] is True
