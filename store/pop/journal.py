@@ -36,6 +36,7 @@ waits until the file grows another ``compact_bytes``. Replay cost is ~3 us per r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -173,10 +174,8 @@ class JournalWriter:
         if self._closed:
             return
         if self._error is None and self._appended > self._durable:
-            try:
+            with contextlib.suppress(StoreError):  # already logged and sticky
                 await self.sync()
-            except StoreError:
-                pass  # already logged and sticky
         while self._in_flight is not None:
             await asyncio.wait([self._in_flight])
         self._closed = True

@@ -39,7 +39,7 @@ class PopRecord(NamedTuple):
     topic: str
     queue_id: int
     queue_offset: int
-    count: int = 1
+    span: int = 1  # COUNT: DONE covers offsets [queue_offset, queue_offset + span)
     visible_at: int = 0
     nonce: int = 0
     attempt: int = 0
@@ -59,7 +59,7 @@ def encode_record(record: PopRecord) -> bytes:
         0,
         record.queue_id,
         record.queue_offset,
-        record.count,
+        record.span,
         record.visible_at,
         record.nonce,
         record.attempt,

@@ -55,7 +55,7 @@ from wharf.store.model import (
 from wharf.store.pop.handles import format_handle, new_nonce, parse_handle
 from wharf.store.pop.journal import DEFAULT_COMPACT_BYTES, JournalWriter, load_journal_blocking
 from wharf.store.pop.records import PopRecord, encode_record
-from wharf.store.pop.state import InFlight, PopState, QueueKey, QueueState
+from wharf.store.pop.state import InFlight, PopState, QueueKey
 from wharf.store.pop.wakeups import Wakeups
 
 log = logging.getLogger(__name__)
@@ -392,9 +392,7 @@ class PopService:
         nonce = new_nonce()
         offset = message.queue_offset
         self._record(
-            PopRecord(
-                POP_RECORD_POP, group, topic, queue_id, offset, 1, visible_at, nonce, attempt
-            )
+            PopRecord(POP_RECORD_POP, group, topic, queue_id, offset, 1, visible_at, nonce, attempt)
         )
         self.state.queues[key].in_flight[offset].message_group = message_group
         out.append(PoppedMessage(message, format_handle(queue_id, offset, nonce), attempt))
@@ -429,9 +427,9 @@ class PopService:
         blocked: set[str] = set()
         if fifo:
             expired_set = set(expired)
-            for offset, entry in list(state.in_flight.items()):
-                if offset not in expired_set or entry.dead_lettering:
-                    blocked.add(self._message_group(topic, queue_id, offset, entry))
+            for offset, busy in list(state.in_flight.items()):
+                if offset not in expired_set or busy.dead_lettering:
+                    blocked.add(self._message_group(topic, queue_id, offset, busy))
             blocked.discard("")
         # 1. below the scan cursor: expired deliveries and passed-over messages, in order
         for offset in sorted(set(expired).union(state.gaps())):
@@ -482,9 +480,7 @@ class PopService:
                 if len(out) >= want:
                     finished_from = stop = offset
                     break
-                message_group = (
-                    message.properties.get(MESSAGE_GROUP_PROPERTY, "") if fifo else ""
-                )
+                message_group = message.properties.get(MESSAGE_GROUP_PROPERTY, "") if fifo else ""
                 if message_group in blocked:
                     continue  # left as a gap: handed out once its group is free
                 if message_group:

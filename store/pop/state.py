@@ -171,7 +171,7 @@ class PopState:
         elif kind == POP_RECORD_CHANGE:
             state.change(record.queue_offset, record.visible_at, record.nonce)
         elif kind == POP_RECORD_DONE:
-            state.finish(record.queue_offset, record.count)
+            state.finish(record.queue_offset, record.span)
 
     def snapshot_records(self) -> Iterator[PopRecord]:
         """The whole state as records: applied to an empty state they rebuild it."""

@@ -195,9 +195,7 @@ async def test_fifo_order_survives_a_restart(tmp_path: Path) -> None:
     config = small_config(tmp_path / "store")
     store = MessageStore(config)
     await store.start()
-    await store.put(
-        TOPIC, 0, [msg(b, **{MESSAGE_GROUP_PROPERTY: "A"}) for b in ("a1", "a2", "a3")]
-    )
+    await store.put(TOPIC, 0, [msg(b, **{MESSAGE_GROUP_PROPERTY: "A"}) for b in ("a1", "a2", "a3")])
     assert await store.wait_dispatched()
     (a1,) = await store.pop.pop(G, TOPIC, fifo=True, invisible_ms=1_000, now=T0)
     await store.shutdown()
@@ -343,9 +341,7 @@ async def test_pop_wait_in_fifo_is_woken_by_the_ack_that_frees_the_group(
     await store.put(TOPIC, 0, [msg(b, **{MESSAGE_GROUP_PROPERTY: "A"}) for b in ("a1", "a2")])
     assert await store.wait_dispatched()
     (a1,) = await store.pop.pop(G, TOPIC, fifo=True, invisible_ms=60_000)
-    waiting = asyncio.create_task(
-        store.pop.pop_wait(G, TOPIC, None, fifo=True, timeout_ms=5_000)
-    )
+    waiting = asyncio.create_task(store.pop.pop_wait(G, TOPIC, None, fifo=True, timeout_ms=5_000))
     await asyncio.sleep(0.05)
     assert not waiting.done()
     await store.pop.ack(G, TOPIC, a1.receipt_handle)

@@ -41,7 +41,8 @@ async def _child_main(store_dir: str, log_path: str) -> None:
     pops = 0
     while True:
         store.pop._writer._compact_after = min(  # type: ignore[union-attr]
-            store.pop._writer._compact_after, 4096  # type: ignore[union-attr]
+            store.pop._writer._compact_after,
+            4096,  # type: ignore[union-attr]
         )
         got = await store.pop.pop(GROUP, TOPIC, None, None, BATCH, 60_000, 17)
         if not got:

@@ -170,9 +170,10 @@ async def test_random_fifo_operations_keep_message_group_order(tmp_path: Path, s
                     if group:
                         earlier = [o for o in range(offset) if sent[o] == group]
                         assert all(o in finished for o in earlier), (offset, group)
-                        assert not any(
-                            sent[o] == group for o in in_flight if o != offset
-                        ), (offset, group)
+                        assert not any(sent[o] == group for o in in_flight if o != offset), (
+                            offset,
+                            group,
+                        )
                     in_flight[offset] = p.receipt_handle
             elif op < 0.75 and in_flight:
                 offset = rng.choice(sorted(in_flight))
