@@ -173,12 +173,12 @@ class JournalWriter:
         """Write and sync what is buffered, then close the file."""
         if self._closed:
             return
+        self._closed = True  # appends refused from now on; what is buffered still goes out
         if self._error is None and self._appended > self._durable:
             with contextlib.suppress(StoreError):  # already logged and sticky
                 await self.sync()
         while self._in_flight is not None:
             await asyncio.wait([self._in_flight])
-        self._closed = True
         os.close(self._fd)
 
     # --- the write thread ---------------------------------------------------------------------

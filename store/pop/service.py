@@ -344,8 +344,8 @@ class PopService:
 
     def _record(self, record: PopRecord) -> None:
         assert self._writer is not None
+        self._writer.append(encode_record(record))  # raises a sticky journal error first
         self.state.apply(record)
-        self._writer.append(encode_record(record))
 
     def _snapshot(self) -> bytes:
         return b"".join(encode_record(record) for record in self.state.snapshot_records())
@@ -374,9 +374,7 @@ class PopService:
     def _message_group(self, topic: str, queue_id: int, offset: int, entry: InFlight) -> str:
         if entry.message_group is None:
             message = self._read_one(topic, queue_id, offset)
-            entry.message_group = (
-                message.properties.get(MESSAGE_GROUP_PROPERTY, "") if message else ""
-            )
+            entry.message_group = _message_group_of(message) if message else ""
         return entry.message_group
 
     def _deliver(
@@ -385,7 +383,7 @@ class PopService:
         message: StoredMessage,
         visible_at: int,
         attempt: int,
-        message_group: str,
+        message_group: str | None,
         out: list[PoppedMessage],
     ) -> None:
         group, topic, queue_id = key
@@ -442,8 +440,8 @@ class PopService:
             if message is None or not _matches(tag_filter, message):
                 self._done(key, offset, 1)
                 continue
-            message_group = message.properties.get(MESSAGE_GROUP_PROPERTY, "") if fifo else ""
-            if entry is not None:
+            message_group = _message_group_of(message) if fifo else None
+            if entry is not None and message_group is not None:
                 entry.message_group = message_group
             if message_group in blocked:
                 continue
@@ -480,7 +478,7 @@ class PopService:
                 if len(out) >= want:
                     finished_from = stop = offset
                     break
-                message_group = message.properties.get(MESSAGE_GROUP_PROPERTY, "") if fifo else ""
+                message_group = _message_group_of(message) if fifo else None
                 if message_group in blocked:
                     continue  # left as a gap: handed out once its group is free
                 if message_group:
@@ -518,6 +516,10 @@ class PopService:
             self._done(key, offset, 1)
         self.dead_lettered_total += 1
         self._wakeups.on_state_change(group, topic, queue_id)
+
+
+def _message_group_of(message: StoredMessage) -> str:
+    return message.properties.get(MESSAGE_GROUP_PROPERTY, "")
 
 
 def _matches(tag_filter: TagFilter, message: StoredMessage) -> bool:
