@@ -77,6 +77,7 @@ DEFAULT_MAX_WINDOW = 65536
 # FIFO pops read every passed-over message again on each pop: a smaller window bounds that.
 FIFO_MAX_WINDOW = 2048
 _MAX_FRESH_READS = 4  # reads of new messages per queue per pop
+_MIN_EXPIRED_SCAN = 256  # expired entries considered per queue per pop: at least this many
 
 ReadFn = Callable[[str, int, int, int, "TagFilter | None"], GetResult]
 PutFn = Callable[[str, int, Sequence[MessageInput]], Awaitable[PutResult]]
@@ -421,7 +422,9 @@ class PopService:
         floor = self._min_offset(topic, queue_id)
         if state.pop_offset < floor:  # retention deleted them: nothing left to deliver
             self._done(key, state.pop_offset, floor - state.pop_offset)
-        expired = state.expired(now)
+        # the earliest expiries first, bounded: a dead consumer's thousands of expired
+        # messages cost a pop O(batch log n), not O(n)
+        expired = state.expired(now, max(4 * want, _MIN_EXPIRED_SCAN))
         blocked: set[str] = set()
         if fifo:
             expired_set = set(expired)

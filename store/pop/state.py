@@ -82,8 +82,7 @@ class QueueState:
             self.high = end
         if offset <= self.pop_offset:
             if end > self.pop_offset:
-                self.pop_offset = end
-                self._drop_below()
+                self._raise_floor(end)
         elif count <= 4096:
             for finished in range(offset, end):
                 self.in_flight.pop(finished, None)
@@ -96,12 +95,21 @@ class QueueState:
             self.acked.discard(self.pop_offset)
             self.pop_offset += 1
 
-    def _drop_below(self) -> None:
-        floor = self.pop_offset
-        for finished in [o for o in self.in_flight if o < floor]:
-            del self.in_flight[finished]
-        if self.acked:
-            self.acked = {o for o in self.acked if o >= floor}
+    def _raise_floor(self, floor: int) -> None:
+        """Everything below ``floor`` is finished: cost O(min(floor - pop offset, entries))."""
+        old, self.pop_offset = self.pop_offset, floor
+        in_flight, acked = self.in_flight, self.acked
+        if not in_flight and not acked:
+            return
+        if floor - old <= len(in_flight) + len(acked):
+            for finished in range(old, floor):
+                in_flight.pop(finished, None)
+                acked.discard(finished)
+        else:
+            for finished in [o for o in in_flight if o < floor]:
+                del in_flight[finished]
+            if acked:
+                self.acked = {o for o in acked if o >= floor}
 
     # --- queries ----------------------------------------------------------------------------
     def live(self, item: tuple[int, int, int]) -> InFlight | None:
@@ -118,12 +126,13 @@ class QueueState:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
-    def expired(self, now_ms: int) -> list[int]:
-        """Offsets in flight whose invisible time has passed, ascending."""
-        found = []
+    def expired(self, now_ms: int, limit: int) -> list[int]:
+        """Up to ``limit`` offsets in flight whose invisible time has passed (the earliest
+        expiries first), returned ascending."""
+        found: list[int] = []
         heap = self.expiry
         kept = []
-        while heap and heap[0][0] <= now_ms:
+        while heap and heap[0][0] <= now_ms and len(found) < limit:
             item = heapq.heappop(heap)
             if self.live(item) is not None:
                 found.append(item[1])

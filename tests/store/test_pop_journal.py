@@ -160,9 +160,9 @@ def test_state_bookkeeping_out_of_order_acks_gaps_and_snapshot() -> None:
     apply(PopRecord(POP_RECORD_ACK, "g", "T", 0, 0, nonce=1))
     apply(PopRecord(POP_RECORD_ACK, "g", "T", 0, 1, nonce=2))
     assert (queue.pop_offset, queue.acked) == (4, set())
-    assert queue.expired(104) == [4] and queue.next_visible_at() == 104
+    assert queue.expired(104, 10) == [4] and queue.next_visible_at() == 104
     apply(PopRecord(POP_RECORD_CHANGE, "g", "T", 0, 4, visible_at=500, nonce=77))
-    assert queue.expired(104) == [] and queue.next_visible_at() == 105
+    assert queue.expired(104, 10) == [] and queue.next_visible_at() == 105
     queue.high = 9  # a FIFO scan passed over 6..8
     assert list(queue.gaps()) == [6, 7, 8]
     apply(PopRecord(POP_RECORD_DONE, "g", "T", 0, 0, 5))  # retention: below 5 is gone
