@@ -77,6 +77,7 @@ DEFAULT_MAX_WINDOW = 65536
 # FIFO pops read every passed-over message again on each pop: a smaller window bounds that.
 FIFO_MAX_WINDOW = 2048
 _MAX_FRESH_READS = 4  # reads of new messages per queue per pop
+_FIFO_READ_AHEAD = 32  # messages a FIFO pop reads at least per read
 _MIN_EXPIRED_SCAN = 256  # expired entries considered per queue per pop: at least this many
 
 ReadFn = Callable[[str, int, int, int, "TagFilter | None"], GetResult]
@@ -170,6 +171,25 @@ class PopService:
         fifo: bool = False,
         now: int | None = None,
     ) -> list[PoppedMessage]:
+        found, _ = await self._pop(
+            group, topic, queue_ids, tag_filter, batch, invisible_ms, max_attempts, fifo, now
+        )
+        return found
+
+    async def _pop(
+        self,
+        group: str,
+        topic: str,
+        queue_ids: Sequence[int] | None,
+        tag_filter: TagFilter | None,
+        batch: int,
+        invisible_ms: int,
+        max_attempts: int,
+        fifo: bool,
+        now: int | None,
+    ) -> tuple[list[PoppedMessage], bool]:
+        """``pop``, and whether a queue has messages left unscanned (its read budget ran out
+        before the batch filled): a long poll then pops again instead of waiting."""
         writer = self._check_running()
         _check_group_topic(group, topic)
         _check_range("batch", batch, 1, MAX_BATCH)
@@ -180,13 +200,14 @@ class PopService:
         tag_filter = tag_filter or _MATCH_ALL
         out: list[PoppedMessage] = []
         dead: list[tuple[QueueKey, int, StoredMessage, InFlight]] = []
+        more = False
         if queues:
             start = self._rotation.get((group, topic), 0) % len(queues)
             self._rotation[(group, topic)] = start + 1
             for queue_id in queues[start:] + queues[:start]:
                 if len(out) >= batch:
                     break
-                self._pop_queue(
+                more |= self._pop_queue(
                     (group, topic, queue_id),
                     tag_filter,
                     batch,
@@ -201,7 +222,7 @@ class PopService:
             await self._dead_letter(key, offset, message, entry)
         if out or dead:
             await writer.sync()
-        return out
+        return out, more
 
     async def pop_wait(
         self,
@@ -224,12 +245,16 @@ class PopService:
         waiter = self._wakeups.register(group, topic, queue_ids)
         try:
             while True:
-                found = await self.pop(
-                    group, topic, queue_ids, tag_filter, batch, invisible_ms, max_attempts, fifo
-                )
+                found, more = await self._pop(
+                    group, topic, queue_ids, tag_filter, batch, invisible_ms, max_attempts, fifo,
+                    None,
+                )  # fmt: skip
                 remaining = deadline - loop.time()
                 if found or remaining <= 0 or not self._running:
                     return found
+                if more:  # a read budget ran out: scan on, after letting the loop breathe
+                    await asyncio.sleep(0)
+                    continue
                 now = self._clock()
                 next_at = self.next_visible_at(group, topic, queue_ids, now)
                 waiter.wake_at_ms = next_at
@@ -261,7 +286,7 @@ class PopService:
             )
         )
         self.acked_total += 1
-        self._wakeups.on_state_change(group, topic, handle.queue_id)
+        self._wake_if_unblocked((group, topic, handle.queue_id))
         await writer.sync()
 
     async def change_invisible(
@@ -364,6 +389,14 @@ class PopService:
             )
         return entry
 
+    def _wake_if_unblocked(self, key: QueueKey) -> None:
+        """After an ack or dead-letter: wake the group's long polls only when that may have
+        freed something -- passed-over (FIFO) messages wait, or the window was full -- not
+        on every ack of a drained queue."""
+        state = self.state.queues.get(key)
+        if state is not None and (state.has_gaps or state.window >= FIFO_MAX_WINDOW - 1):
+            self._wakeups.on_state_change(*key)
+
     def _read_one(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
         result = self._read(topic, queue_id, offset, 1, None)
         if result.status == GetStatus.FOUND and result.messages:
@@ -415,8 +448,9 @@ class PopService:
         now: int,
         out: list[PoppedMessage],
         dead: list[tuple[QueueKey, int, StoredMessage, InFlight]],
-    ) -> None:
-        """Choose this queue's messages (no await in here: see the module docstring)."""
+    ) -> bool:
+        """Choose this queue's messages (no await in here: see the module docstring). True
+        when the read budget ran out with messages left to scan."""
         _, topic, queue_id = key
         state = self.state.queue(key)
         floor = self._min_offset(topic, queue_id)
@@ -435,7 +469,7 @@ class PopService:
         # 1. below the scan cursor: expired deliveries and passed-over messages, in order
         for offset in sorted(set(expired).union(state.gaps())):
             if len(out) >= want:
-                return
+                return False
             entry = state.in_flight.get(offset)
             if entry is not None and entry.dead_lettering:
                 continue
@@ -461,14 +495,16 @@ class PopService:
         for _ in range(_MAX_FRESH_READS):
             room = max_window - state.window
             if len(out) >= want or room <= 0:
-                return
+                return False
             start = state.high
-            result = self._read(topic, queue_id, start, min(want - len(out), room), tag_filter)
+            # FIFO reads ahead: messages of busy message groups are passed over
+            count = max(want - len(out), _FIFO_READ_AHEAD) if fifo else want - len(out)
+            result = self._read(topic, queue_id, start, min(count, room), tag_filter)
             if result.status not in _READABLE:
-                return
+                return False
             end = min(result.next_begin_offset, start + room)
             if end <= start:
-                return
+                return False
             by_offset = {m.queue_offset: m for m in result.messages}
             finished_from = start
             stop = end
@@ -490,6 +526,7 @@ class PopService:
             self._done(key, finished_from, stop - finished_from)
             if stop > state.high:
                 state.high = stop
+        return len(out) < want
 
     async def _dead_letter(
         self, key: QueueKey, offset: int, message: StoredMessage, entry: InFlight
@@ -518,7 +555,7 @@ class PopService:
         if state is not None and offset >= state.pop_offset and offset not in state.acked:
             self._done(key, offset, 1)
         self.dead_lettered_total += 1
-        self._wakeups.on_state_change(group, topic, queue_id)
+        self._wake_if_unblocked(key)
 
 
 def _message_group_of(message: StoredMessage) -> str:

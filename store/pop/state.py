@@ -144,12 +144,16 @@ class QueueState:
 
     def gaps(self) -> Iterator[int]:
         """Offsets in [pop_offset, high) neither in flight nor finished, ascending."""
-        in_flight, acked = self.in_flight, self.acked
-        if self.high - self.pop_offset == len(in_flight) + len(acked):
+        if not self.has_gaps:
             return
+        in_flight, acked = self.in_flight, self.acked
         for offset in range(self.pop_offset, self.high):
             if offset not in in_flight and offset not in acked:
                 yield offset
+
+    @property
+    def has_gaps(self) -> bool:
+        return self.high - self.pop_offset != len(self.in_flight) + len(self.acked)
 
     @property
     def window(self) -> int:

@@ -355,3 +355,29 @@ async def test_shutdown_answers_waiting_pops(tmp_path: Path) -> None:
     await asyncio.sleep(0.05)
     await store.shutdown()
     assert await asyncio.wait_for(waiting, 2) == []
+
+
+async def test_a_long_poll_scans_past_its_read_budget_instead_of_waiting(
+    store: MessageStore,
+) -> None:
+    # FIFO: 300 messages of a busy group, then one of a free group
+    for start in range(0, 300, 100):  # (small test segments: batches of 100)
+        busy = [msg(f"a{i}", **{MESSAGE_GROUP_PROPERTY: "A"}) for i in range(start, start + 100)]
+        await store.put(TOPIC, 0, busy)
+    await store.put(TOPIC, 0, [msg("b1", **{MESSAGE_GROUP_PROPERTY: "B"})])
+    assert await store.wait_dispatched()
+    assert bodies(await store.pop.pop(G, TOPIC, fifo=True, batch=1)) == [b"a0"]
+    assert await store.pop.pop(G, TOPIC, fifo=True, batch=1) == []  # budget: 4 reads
+    started = time.monotonic()
+    got = await store.pop.pop_wait(G, TOPIC, None, fifo=True, batch=1, timeout_ms=3_000)
+    assert bodies(got) == [b"b1"] and time.monotonic() - started < 1.0
+    # a selective tag filter behind a long run of other tags
+    for start in range(0, 5_000, 100):
+        await store.put("Tags", 0, [msg(f"x{i}", tags="x") for i in range(start, start + 100)])
+    await store.put("Tags", 0, [msg("y", tags="y")])
+    assert await store.wait_dispatched()
+    only_y = parse_tag_expression("y")
+    assert await store.pop.pop(G, "Tags", tag_filter=only_y) == []
+    started = time.monotonic()
+    got = await store.pop.pop_wait(G, "Tags", None, only_y, timeout_ms=3_000)
+    assert bodies(got) == [b"y"] and time.monotonic() - started < 1.0
