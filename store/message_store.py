@@ -485,7 +485,10 @@ class MessageStore:
         return stats
 
     def delete_topics(self, topics: Sequence[str]) -> None:
-        """Forget the topics' queues at once; their files are deleted in a thread."""
+        """Forget the topics' queues (and their pop state) at once; their files are deleted in
+        a thread."""
+        if self._pop is not None:
+            self._pop.forget(topics=topics)
         doomed = []
         for topic in topics:
             doomed.extend(self._queues.remove_topic(topic))

@@ -66,7 +66,7 @@ Pop journal (``<root>/pop/journal``, ``wharf.store.pop.journal``): an 8-byte fil
     offset size field                     (POP_RECORD_FIELDS name)
          0    4 LENGTH                    LENGTH        whole record: 52 + GROUPLEN + TOPICLEN
          4    4 CRC                       CRC           zlib.crc32 of bytes 8..LENGTH (unsigned)
-         8    1 TYPE                      TYPE          1 POP, 2 ACK, 3 CHANGE, 4 DONE
+         8    1 TYPE                      TYPE          1 POP, 2 ACK, 3 CHANGE, 4 DONE, 5 RESET
          9    1 GROUPLEN                  GROUP_LENGTH  1..255
         10    1 TOPICLEN                  TOPIC_LENGTH  1..127
         11    1 RESERVED                  RESERVED      0
@@ -75,11 +75,12 @@ Pop journal (``<root>/pop/journal``, ``wharf.store.pop.journal``): an 8-byte fil
         24    8 COUNT                     COUNT         DONE: offsets [QUEUEOFFSET, +COUNT); else 1
         32    8 VISIBLEAT                 VISIBLE_AT    POP, CHANGE: ms since the epoch; else 0
         40    8 NONCE                     NONCE         POP, CHANGE: the new handle's; ACK: the
-                                                        acked handle's; DONE: 0
+                                                        acked handle's; DONE, RESET: 0
         48    4 ATTEMPT                   ATTEMPT       POP: delivery attempt (1, 2, ...); else 0
         52    . GROUP (ascii), then TOPIC (ascii)
 
-A record that does not parse whole (LENGTH out of range or past the end, CRC mismatch) ends the
+RESET forgets the state of (group, topic, queue) (a deleted topic or group): it starts over
+empty (QUEUEOFFSET 0, the other fields 0). A record that does not parse whole (LENGTH out of range or past the end, CRC mismatch) ends the
 valid data: recovery drops it and everything after it (a torn tail: never answered).
 """
 
@@ -240,6 +241,7 @@ POP_RECORD_POP = 1
 POP_RECORD_ACK = 2
 POP_RECORD_CHANGE = 3
 POP_RECORD_DONE = 4
+POP_RECORD_RESET = 5
 
 # --- Segment files -------------------------------------------------------------------------------
 SEGMENT_NAME_DIGITS = 20

@@ -26,9 +26,12 @@ from wharf.store.codec.layout import (
     POP_RECORD_HEADER_SIZE,
     POP_RECORD_MAX_SIZE,
     POP_RECORD_POP,
+    POP_RECORD_RESET,
 )
 
-KINDS = frozenset({POP_RECORD_POP, POP_RECORD_ACK, POP_RECORD_CHANGE, POP_RECORD_DONE})
+KINDS = frozenset(
+    {POP_RECORD_POP, POP_RECORD_ACK, POP_RECORD_CHANGE, POP_RECORD_DONE, POP_RECORD_RESET}
+)
 
 
 class PopRecord(NamedTuple):

@@ -28,6 +28,7 @@ from wharf.store.codec.layout import (
     POP_RECORD_CHANGE,
     POP_RECORD_DONE,
     POP_RECORD_POP,
+    POP_RECORD_RESET,
     SYSFLAG_COMPRESSED,
     SYSFLAG_MULTI_TAGS,
 )
@@ -218,6 +219,8 @@ class PopService:
                     out,
                     dead,
                 )
+        for queue_id in {p.message.queue_id for p in out}:  # re-arm the group's long polls
+            self._wakeups.on_expiry(group, topic, queue_id, now + invisible_ms)
         for key, offset, message, entry in dead:
             await self._dead_letter(key, offset, message, entry)
         if out or dead:
@@ -321,6 +324,25 @@ class PopService:
         self._wakeups.on_expiry(group, topic, handle.queue_id, visible_at)
         await writer.sync()
         return format_handle(handle.queue_id, handle.queue_offset, nonce)
+
+    def forget(self, *, topics: Sequence[str] = (), groups: Sequence[str] = ()) -> int:
+        """Drop the pop state of every queue of these topics and of these groups (the topic or
+        group was deleted: one created again under that name starts over, from the queue's
+        minimum offset). Journaled (RESET records, synced with the next burst); their receipt
+        handles become invalid. Returns the number of queue states dropped."""
+        if self._writer is None:
+            return 0
+        topic_set, group_set = set(topics), set(groups)
+        doomed = [k for k in self.state.queues if k[1] in topic_set or k[0] in group_set]
+        for group, topic, queue_id in doomed:
+            try:
+                self._record(PopRecord(POP_RECORD_RESET, group, topic, queue_id, 0, 0))
+            except StoreError as exc:  # journal failed or closed: forget in memory anyway
+                log.warning(
+                    "pop: forgetting %s/%s/%d not journaled: %s", group, topic, queue_id, exc
+                )
+                self.state.queues.pop((group, topic, queue_id), None)
+        return len(doomed)
 
     def next_visible_at(
         self, group: str, topic: str, queue_ids: Sequence[int] | None, now: int
@@ -431,7 +453,6 @@ class PopService:
         self.delivered_total += 1
         if attempt > 1:
             self.redelivered_total += 1
-        self._wakeups.on_expiry(group, topic, queue_id, visible_at)
 
     def _done(self, key: QueueKey, offset: int, count: int) -> None:
         if count > 0:

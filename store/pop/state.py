@@ -11,6 +11,8 @@ Per queue (``QueueState``):
   ``[pop_offset, high)`` that are neither in flight nor finished are "gaps": messages a FIFO
   pop passed over because their message group was busy; they are handed out like new ones.
 
+RESET drops a queue's state (its topic or group was deleted: a re-created one starts over).
+
 ``PopState.apply(record)`` is the ONLY way the state changes: the service builds a record,
 applies it and appends it to the journal; recovery applies the journal's records in order, so
 the state after a restart is the state that was journaled. ``snapshot_records()`` is the
@@ -32,6 +34,7 @@ from wharf.store.codec.layout import (
     POP_RECORD_CHANGE,
     POP_RECORD_DONE,
     POP_RECORD_POP,
+    POP_RECORD_RESET,
 )
 from wharf.store.pop.records import PopRecord
 
@@ -185,6 +188,8 @@ class PopState:
             state.change(record.queue_offset, record.visible_at, record.nonce)
         elif kind == POP_RECORD_DONE:
             state.finish(record.queue_offset, record.span)
+        elif kind == POP_RECORD_RESET:
+            del self.queues[(record.group, record.topic, record.queue_id)]
 
     def snapshot_records(self) -> Iterator[PopRecord]:
         """The whole state as records: applied to an empty state they rebuild it."""

@@ -381,3 +381,30 @@ async def test_a_long_poll_scans_past_its_read_budget_instead_of_waiting(
     started = time.monotonic()
     got = await store.pop.pop_wait(G, "Tags", None, only_y, timeout_ms=3_000)
     assert bodies(got) == [b"y"] and time.monotonic() - started < 1.0
+
+
+async def test_a_deleted_topic_forgets_its_pop_state_and_a_recreated_one_starts_over(
+    tmp_path: Path,
+) -> None:
+    config = small_config(tmp_path / "store")
+    store = MessageStore(config)
+    await store.start()
+    try:
+        await fill(store, 0, ["old1", "old2"])
+        (old1, _) = await store.pop.pop(G, TOPIC, now=T0)
+        await store.pop.ack(G, TOPIC, old1.receipt_handle)
+        store.delete_topics([TOPIC])
+        assert not [k for k in store.pop.state.queues if k[1] == TOPIC]
+        with pytest.raises(InvalidReceiptHandleError):
+            await store.pop.ack(G, TOPIC, old1.receipt_handle)
+        await fill(store, 0, ["new1"])
+        assert bodies(await store.pop.pop(G, TOPIC, now=T0)) == [b"new1"]
+        assert store.pop.forget(groups=[G]) == 1
+    finally:
+        await store.shutdown()
+    store = MessageStore(config)
+    await store.start()
+    try:  # the RESET records were journaled: nothing comes back
+        assert not store.pop.state.queues
+    finally:
+        await store.shutdown()

@@ -16,6 +16,7 @@ from wharf.store.codec.layout import (
     POP_RECORD_DONE,
     POP_RECORD_HEADER_SIZE,
     POP_RECORD_POP,
+    POP_RECORD_RESET,
 )
 from wharf.store.errors import (
     DiskFullError,
@@ -36,6 +37,7 @@ RECORDS = [
     PopRecord(POP_RECORD_ACK, "group-x", "%RETRY%t", 0, 2**40, nonce=5),
     PopRecord(POP_RECORD_CHANGE, "g" * 122, "t" * 127, 2**31 - 1, 0, visible_at=9, nonce=7),
     PopRecord(POP_RECORD_DONE, "g", "T", 1, 0, 2**40),
+    PopRecord(POP_RECORD_RESET, "g", "T", 1, 0, 0),
 ]
 
 
