@@ -13,6 +13,9 @@ USE (the v2 layer, on the store's loop; ``store.pop`` is the running ``PopServic
     # ChangeInvisibleDuration: the duration counts from this call; returns the NEW handle
     new_handle = await store.pop.change_invisible(group, topic, receipt_handle, 30_000)
 
+    # a deleted consumer group (deleted topics are forgotten by the store's delete_topics)
+    store.pop.forget(groups=[group])
+
 ``pop(...)`` is the same as ``pop_wait`` without the wait (returns [] at once); every call
 accepts ``now`` (ms since the epoch) for tests, else the service's clock.
 
@@ -45,11 +48,11 @@ CONTRACT
   InvalidMessageError otherwise. Per queue at most 65,536 offsets lie between the pop offset
   and the newest handed out (a message in flight holds that window).
 - Wake-ups: ``pop_wait`` waits on the store's arrival listener (``on_arrival``), on acks /
-  dead-letters of the group, and on a timer at the earliest in-flight expiry of the group's
+  dead-letters of the group that may free a FIFO message group or a full window, and on a timer at the earliest in-flight expiry of the group's
   queues -- no polling loop. The caller bounds how many receives wait at once.
 
-DURABILITY (``journal.py``): every change is a record (POP / ACK / CHANGE / DONE, CRC each) in
-``<store>/pop/journal``; a pop returns its messages, an ack or change its answer, only after its
+DURABILITY (``journal.py``): every change is a record (POP / ACK / CHANGE / DONE / RESET, a CRC
+each) in ``<store>/pop/journal``; a pop returns its messages, an ack or change its answer, only after its
 records are fdatasync'd (batched: one sync per event-loop burst, in a thread). At start the
 journal is replayed and a torn tail dropped (those calls were never answered). After a restart
 or kill -9, an acked message is never delivered again; an un-acked one comes back when the
