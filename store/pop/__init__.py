@@ -48,17 +48,18 @@ CONTRACT
   InvalidMessageError otherwise. Per queue at most 65,536 offsets lie between the pop offset
   and the newest handed out (a message in flight holds that window).
 - Wake-ups: ``pop_wait`` waits on the store's arrival listener (``on_arrival``), on acks /
-  dead-letters of the group that may free a FIFO message group or a full window, and on a timer at the earliest in-flight expiry of the group's
-  queues -- no polling loop. The caller bounds how many receives wait at once.
+  dead-letters of the group that may free a FIFO message group or a full window, and on a
+  timer at the earliest in-flight expiry of the group's queues -- no polling loop. The caller
+  bounds how many receives wait at once.
 
-DURABILITY (``journal.py``): every change is a record (POP / ACK / CHANGE / DONE / RESET, a CRC
-each) in ``<store>/pop/journal``; a pop returns its messages, an ack or change its answer, only after its
-records are fdatasync'd (batched: one sync per event-loop burst, in a thread). At start the
-journal is replayed and a torn tail dropped (those calls were never answered). After a restart
-or kill -9, an acked message is never delivered again; an un-acked one comes back when the
-invisible time journaled with it passes (wall clock: the consumer may still ack it with its
-handle meanwhile), with attempt + 1. The journal is compacted (snapshot + new file) once it
-passes 16 MiB. A failed journal write/sync is sticky (FlushFailedError / SyncDiskFullError):
+DURABILITY (``journal.py``): every change is a record (POP / ACK / CHANGE / DONE / RESET, a
+CRC each) in ``<store>/pop/journal``; a pop returns its messages, an ack or change its answer,
+only after its records are fdatasync'd (batched: one sync per event-loop burst, in a thread).
+At start the journal is replayed and a torn tail dropped (those calls were never answered).
+After a restart or kill -9, an acked message is never delivered again; an un-acked one comes
+back when the invisible time journaled with it passes (wall clock: the consumer may still ack
+it with its handle meanwhile), with attempt + 1. The journal is compacted (snapshot + new
+file) once it passes 16 MiB. A failed journal write/sync is sticky (FlushFailedError / SyncDiskFullError):
 pop, ack and change fail until the store restarts.
 
 Modules: ``records`` (journal record codec; layout in ``wharf.store.codec.layout``), ``state``
