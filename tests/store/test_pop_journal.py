@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -204,4 +205,43 @@ async def test_a_failed_dlq_put_leaves_the_message_in_flight_and_is_retried(
         assert not store.pop.state.queues[("g", "T", 0)].in_flight
         del first
     finally:
+        await store.shutdown()
+
+
+async def test_pop_ack_and_change_answer_only_after_their_records_are_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = MessageStore(small_config(tmp_path / "store"))
+    await store.start()
+    gate = threading.Event()
+    real = os.fdatasync
+
+    def held(fd: int) -> None:
+        gate.wait(5)
+        real(fd)
+
+    try:
+        await store.put("T", 0, [msg("a")])
+        assert await store.wait_dispatched()
+        monkeypatch.setattr(journal_module.os, "fdatasync", held)
+        calls = [
+            lambda: store.pop.pop("g", "T", now=0),
+            lambda: store.pop.change_invisible("g", "T", handle, 1_000, now=1),
+            lambda: store.pop.ack("g", "T", handle),
+        ]
+        handle = ""
+        for call in calls:
+            gate.clear()
+            task = asyncio.ensure_future(call())
+            await asyncio.sleep(0.1)
+            assert not task.done(), "answered before its journal record was synced"
+            gate.set()
+            result = await asyncio.wait_for(task, 5)
+            if isinstance(result, list):
+                handle = result[0].receipt_handle
+            elif isinstance(result, str):
+                handle = result
+    finally:
+        gate.set()
+        monkeypatch.undo()
         await store.shutdown()
