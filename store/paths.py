@@ -8,7 +8,7 @@
     <root>/consumequeue/<topic>/<qid>/<20-digit byte offset>
     <root>/index/<yyyyMMddHHmmssSSS>      IndexFiles
     <root>/config/delayOffset.json        ScheduleMessageService progress (+ .bak)
-    <root>/pop/journal                    pop (invisible time) journal (``wharf.store.pop``);
+    <root>/pop/journal                    pop (invisible time) journal (``wharf.store.pop``)
     <root>/pop/journal.tmp                a compaction snapshot being written
 """
 
