@@ -37,6 +37,14 @@ class InvalidFilterError(InvalidMessageError):
     Maps to INVALID_ARGUMENT like every other bad input."""
 
 
+class InvalidReceiptHandleError(InvalidMessageError):
+    """A pop receipt handle that is malformed (forged), names no message in flight for that
+    group and topic, or belongs to an earlier delivery (the message was redelivered, acked,
+    dead-lettered, or its invisible time changed since). Nothing was changed. The v2 protocol
+    maps it to INVALID_RECEIPT_HANDLE; as an InvalidMessageError it is INVALID_ARGUMENT
+    elsewhere."""
+
+
 class StoreNotWritableError(StoreError):
     """Writes are refused: disk over diskSpaceWarningLevelRatio (90 %), or a sticky flush
     error made the on-disk state unknown, or the store is shutting down. Maps to

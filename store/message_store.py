@@ -22,6 +22,9 @@ Additions to the original contract (all additive):
 - ``remove_arrival_listener``, ``dispatch_offset`` (the reput position), ``delay_levels_ms``,
   ``health()`` (per background service: running, runs, failures, last error).
 - A batch whose messages carry different DELAY levels is refused (one batch = one queue).
+- ``pop``: the running ``PopService`` (``wharf.store.pop``: pop / ack / change-invisible with
+  invisible time, journal ``<root>/pop/journal``), started after recovery and the services,
+  stopped first at shutdown (its DLQ copies still go through ``put``).
 - ``put()`` waits (before appending) while dispatch lags more than ``max_dispatch_lag_bytes``
   (a Wharf setting, 64 MiB): consumer lag and crash-restart re-dispatch stay bounded.
 
@@ -70,6 +73,7 @@ from wharf.store.model import (
 from wharf.store.observer import FlushTally, StoreObserver
 from wharf.store.parts import StoreParts
 from wharf.store.paths import StorePaths, write_abort_marker_blocking
+from wharf.store.pop import PopService
 from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE, Unit
 from wharf.store.queue.table import ConsumeQueueTable
 from wharf.store.read.get_message import get_messages
@@ -124,6 +128,7 @@ class MessageStore:
         self._queue_flush: FlushConsumeQueueService | None = None
         self._schedule: ScheduleMessageService | None = None
         self._cleanup: CleanupService | None = None
+        self._pop: PopService | None = None
         self._maintenance = asyncio.Lock()  # CQ/index flush vs. deletion and truncation
         self._background: set[asyncio.Task[None]] = set()
         self._state = "new"  # new -> started -> stopping -> stopped
@@ -199,6 +204,15 @@ class MessageStore:
         self._cleanup.start()
         self._schedule.start()
         self._listeners.append(self._schedule.on_arrival)
+        self._pop = PopService(
+            self._paths.pop_journal_file,
+            read=self.get_messages,
+            queue_ids=lambda topic: [q.queue_id for q in self._queues.of_topic(topic)],
+            min_offset=self.get_min_offset,
+            put=self.put,
+        )
+        await self._pop.start()
+        self._listeners.append(self._pop.on_arrival)
         self._state = "started"
 
     async def shutdown(self) -> None:
@@ -208,6 +222,8 @@ class MessageStore:
         self._state = "stopping"
         assert self._commit_log and self._reput and self._queue_flush and self._cleanup
         assert self._source is not None
+        if self._pop is not None:
+            await self._pop.stop()
         if self._schedule is not None:
             await self._schedule.stop()
         await self._cleanup.stop()
@@ -469,13 +485,15 @@ class MessageStore:
         return stats
 
     async def delete_topics(self, topics: Sequence[str], timeout_s: float = 5.0) -> None:
-        """Forget the topics' queues; their files are deleted in a thread. First wait (up to
-        ``timeout_s``) for dispatch to reach what is written now: a record of a topic dispatched
-        after its queues were dropped re-created the queue, and a queue file created in a
-        thread for a queue dropped meanwhile was never closed (a soak deleting a topic every
-        5 s, right after sending to it, leaked ~10 descriptors a minute)."""
+        """Forget the topics' queues and their pop state; their files are deleted in a thread.
+        First wait (up to ``timeout_s``) for dispatch to reach what is written now: a record of
+        a topic dispatched after its queues were dropped re-created the queue, and a queue file
+        created in a thread for a queue dropped meanwhile was never closed (a soak deleting a
+        topic every 5 s, right after sending to it, leaked ~10 descriptors a minute)."""
         if not await self.wait_dispatched(timeout_s):
             log.warning("deleting topics %s before dispatch caught up", ", ".join(topics))
+        if self._pop is not None:
+            self._pop.forget(topics=topics)
         doomed = []
         for topic in topics:
             doomed.extend(self._queues.remove_topic(topic))
@@ -592,6 +610,13 @@ class MessageStore:
     @property
     def config(self) -> StoreConfig:
         return self._config
+
+    @property
+    def pop(self) -> PopService:
+        """Pop consumption (invisible time, ack, DLQ): see ``wharf.store.pop``."""
+        if self._pop is None:
+            raise StoreShutDownError("pop is available once the store has started")
+        return self._pop
 
     # --- a running store's insides, for tests and benchmarks (nothing in the store uses them) --
     @property

@@ -8,6 +8,8 @@
     <root>/consumequeue/<topic>/<qid>/<20-digit byte offset>
     <root>/index/<yyyyMMddHHmmssSSS>      IndexFiles
     <root>/config/delayOffset.json        ScheduleMessageService progress (+ .bak)
+    <root>/pop/journal                    pop (invisible time) journal (``wharf.store.pop``)
+    <root>/pop/journal.tmp                a compaction snapshot being written
 """
 
 from __future__ import annotations
@@ -50,6 +52,14 @@ class StorePaths:
         return self.config_dir / "delayOffset.json"
 
     @property
+    def pop_dir(self) -> Path:
+        return self.root / "pop"
+
+    @property
+    def pop_journal_file(self) -> Path:
+        return self.pop_dir / "journal"
+
+    @property
     def checkpoint_file(self) -> Path:
         return self.root / "checkpoint"
 
@@ -63,6 +73,7 @@ class StorePaths:
             self.consume_queue_root,
             self.index_dir,
             self.config_dir,
+            self.pop_dir,
         ):
             directory.mkdir(parents=True, exist_ok=True)
 

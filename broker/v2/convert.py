@@ -30,7 +30,7 @@ from wharf.store.codec import properties as store_properties
 from wharf.store.codec.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from wharf.store.model import MessageInput
 
-PROPERTY_MESSAGE_GROUP = "__SHARDINGKEY"
+PROPERTY_MESSAGE_GROUP = store_properties.PROPERTY_MESSAGE_GROUP  # the pop store reads it too
 RESERVED_PROPERTY_NAMES = frozenset(
     {
         value

@@ -59,6 +59,29 @@ Offset message id (16 bytes -> 32 upper-case hex chars): STOREHOST ip (4) | port
 commitLogOffset q (8), as RocketMQ's MessageDecoder.createMessageId (see ``codec.ids``).
 
 Segment files are named by their start offset, 20 digits zero-padded.
+
+Pop journal (``<root>/pop/journal``, ``wharf.store.pop.journal``): an 8-byte file magic
+``WPOPJNL1``, then records, each one a state change of a consumer group's pop state::
+
+    offset size field                     (POP_RECORD_FIELDS name)
+         0    4 LENGTH                    LENGTH        whole record: 52 + GROUPLEN + TOPICLEN
+         4    4 CRC                       CRC           zlib.crc32 of bytes 8..LENGTH (unsigned)
+         8    1 TYPE                      TYPE          1 POP, 2 ACK, 3 CHANGE, 4 DONE, 5 RESET
+         9    1 GROUPLEN                  GROUP_LENGTH  1..255
+        10    1 TOPICLEN                  TOPIC_LENGTH  1..127
+        11    1 RESERVED                  RESERVED      0
+        12    4 QUEUEID                   QUEUE_ID
+        16    8 QUEUEOFFSET               QUEUE_OFFSET  the message's ConsumeQueue offset
+        24    8 COUNT                     COUNT         DONE: offsets [QUEUEOFFSET, +COUNT); else 1
+        32    8 VISIBLEAT                 VISIBLE_AT    POP, CHANGE: ms since the epoch; else 0
+        40    8 NONCE                     NONCE         POP, CHANGE: the new handle's; ACK: the
+                                                        acked handle's; DONE, RESET: 0
+        48    4 ATTEMPT                   ATTEMPT       POP: delivery attempt (1, 2, ...); else 0
+        52    . GROUP (ascii), then TOPIC (ascii)
+
+RESET forgets the state of (group, topic, queue) (a deleted topic or group): it starts over
+empty (QUEUEOFFSET 0, the other fields 0). A record that does not parse whole (LENGTH out of range or past the end, CRC mismatch) ends the
+valid data: recovery drops it and everything after it (a torn tail: never answered).
 """
 
 from __future__ import annotations
@@ -203,6 +226,23 @@ CHECKPOINT_FILE_SIZE = 4096
 OFFSET_MSG_ID = struct.Struct(">4siq")
 OFFSET_MSG_ID_HEX_LENGTH = 32
 
+# --- Pop journal (see the diagram above) -------------------------------------------------------
+POP_JOURNAL_MAGIC = b"WPOPJNL1"
+POP_RECORD_FIELDS = _fields(
+    ("LENGTH", "i"), ("CRC", "I"), ("TYPE", "B"), ("GROUP_LENGTH", "B"), ("TOPIC_LENGTH", "B"),
+    ("RESERVED", "B"), ("QUEUE_ID", "i"), ("QUEUE_OFFSET", "q"), ("COUNT", "q"),
+    ("VISIBLE_AT", "q"), ("NONCE", "Q"), ("ATTEMPT", "i"),
+)  # fmt: skip
+POP_RECORD_HEADER = struct_of(POP_RECORD_FIELDS)
+POP_RECORD_HEADER_SIZE = 52
+POP_RECORD_CRC_START = 8  # the CRC covers the record from TYPE on
+POP_RECORD_MAX_SIZE = POP_RECORD_HEADER_SIZE + 255 + MAX_TOPIC_LENGTH
+POP_RECORD_POP = 1
+POP_RECORD_ACK = 2
+POP_RECORD_CHANGE = 3
+POP_RECORD_DONE = 4
+POP_RECORD_RESET = 5
+
 # --- Segment files -------------------------------------------------------------------------------
 SEGMENT_NAME_DIGITS = 20
 
@@ -231,3 +271,6 @@ assert INDEX_SLOT.size == INDEX_HASH_SLOT_SIZE
 assert INDEX_ENTRY.size == INDEX_ENTRY_SIZE
 assert CHECKPOINT.size == 56 <= CHECKPOINT_FILE_SIZE
 assert OFFSET_MSG_ID.size * 2 == OFFSET_MSG_ID_HEX_LENGTH
+assert POP_RECORD_HEADER.size == POP_RECORD_HEADER_SIZE == sum(f.size for f in POP_RECORD_FIELDS)
+assert {f.name: f.offset for f in POP_RECORD_FIELDS}["TYPE"] == POP_RECORD_CRC_START
+assert len(POP_JOURNAL_MAGIC) == 8

@@ -29,6 +29,8 @@ PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
 PROPERTY_PRODUCER_GROUP = "PGROUP"
+# RocketMQ's MessageConst.PROPERTY_SHARDING_KEY: a FIFO message group (v2 ``message_group``).
+PROPERTY_MESSAGE_GROUP = "__SHARDINGKEY"
 
 # --- Reserved topics ---------------------------------------------------------------------------
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
