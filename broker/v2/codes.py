@@ -33,7 +33,9 @@ from wharf.store.errors import (
     CorruptRecordError,
     DiskFullError,
     FlushFailedError,
+    InvalidFilterError,
     InvalidMessageError,
+    InvalidReceiptHandleError,
     MessageNotFoundError,
     StoreError,
     StoreNotWritableError,
@@ -62,6 +64,8 @@ ERROR_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (PermissionDeniedError, Code.FORBIDDEN),
     (ResourceExhaustedError, Code.TOO_MANY_REQUESTS),
     (UnavailableError, Code.INTERNAL_SERVER_ERROR),
+    (InvalidReceiptHandleError, Code.INVALID_RECEIPT_HANDLE),
+    (InvalidFilterError, Code.ILLEGAL_FILTER_EXPRESSION),
     (InvalidMessageError, Code.BAD_REQUEST),
     (MessageNotFoundError, Code.MESSAGE_NOT_FOUND),
     (DiskFullError, Code.TOO_MANY_REQUESTS),  # SyncDiskFullError too

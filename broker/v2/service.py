@@ -7,10 +7,11 @@ one table), logs INTERNAL_ERROR with its traceback, and times the RPC for metric
 is CLIENT_ID_REQUIRED on every RPC (metadata.py).
 
 Implemented: QueryRoute, Heartbeat, Telemetry, NotifyClientTermination, SendMessage,
-QueryAssignment. ReceiveMessage, AckMessage, ChangeInvisibleDuration (which still echoes the
-receipt handle: the clients copy it before checking the status), ForwardMessageToDeadLetterQueue,
-PullMessage, UpdateOffset, GetOffset, QueryOffset, EndTransaction, RecallMessage and
-SyncLiteSubscription answer NOT_IMPLEMENTED until the pop store and transactions land.
+QueryAssignment, and pop consumption (receive.py): ReceiveMessage, AckMessage,
+ChangeInvisibleDuration (which echoes the request's receipt handle on error: the clients copy
+it before checking the status). ForwardMessageToDeadLetterQueue, PullMessage, UpdateOffset,
+GetOffset, QueryOffset, EndTransaction, RecallMessage and SyncLiteSubscription answer
+NOT_IMPLEMENTED until transactions and the pull RPCs land.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from wharf.broker.v2 import codes
 from wharf.broker.v2.clients import ClientRegistry
 from wharf.broker.v2.codes import Code, V2Error, code_for
 from wharf.broker.v2.metadata import client_meta
+from wharf.broker.v2.receive import V2ReceiveProcessor
 from wharf.broker.v2.route import endpoints_of, fill_assignment, fill_route, not_found_group
 from wharf.broker.v2.send import V2SendProcessor
 from wharf.broker.v2.settings import merge_settings
@@ -89,6 +91,13 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.sender = V2SendProcessor(
             ctx.store, ctx.topics, self._max_body_size, on_stored=self._on_stored
         )
+        self.receiver = V2ReceiveProcessor(lambda: ctx.store.pop, ctx.topics, self._group_settings)
+
+    def _group_settings(self, name: str) -> tuple[int, bool]:
+        """(max deliveries, fifo) of a consumer group: retryMaxTimes + 1, as the settings
+        reply tells the clients."""
+        group = self._group(name)
+        return group.retry_max_times + 1, bool(getattr(group, "fifo", False))
 
     def sweep_clients(self) -> None:
         for client_id in self.clients.sweep_if_due():
@@ -217,11 +226,44 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             raise V2Error(Code.INTERNAL_SERVER_ERROR, "the broker is shutting down; retry")
         return await self.sender.send(request, born_host_of(context.peer()))
 
-    # --- not implemented yet --------------------------------------------------------------------
+    # --- pop consumption ------------------------------------------------------------------------
     async def ReceiveMessage(self, request, context):  # type: ignore[no-untyped-def]
-        yield service_pb2.ReceiveMessageResponse(
-            status=await self._unsupported(context, "ReceiveMessage")
+        """Server-streaming: the replies are built whole, then written (the clients collect
+        the whole stream before acting on it)."""
+        started = time.perf_counter()
+        try:
+            client_meta(context.invocation_metadata())
+            if type(request) is MalformedRequest:
+                raise V2Error(Code.BAD_REQUEST, request.message)
+            if self.ctx.shutting_down:
+                raise V2Error(Code.INTERNAL_SERVER_ERROR, "the broker is shutting down; retry")
+            replies = await self.receiver.receive(request, context.time_remaining())
+            code: int = replies[0].status.code
+        except asyncio.CancelledError:
+            self.ctx.metrics.observe_rpc("v2.ReceiveMessage", "CANCELLED", 0.0)
+            raise
+        except Exception as exc:
+            code, message = code_for(exc)
+            if codes.is_internal(code):
+                log.exception("v2 ReceiveMessage failed: %s", message)
+            replies = [service_pb2.ReceiveMessageResponse(status=codes.status(code, message))]
+        self.ctx.metrics.observe_rpc(
+            "v2.ReceiveMessage",
+            Code.Name(code),
+            time.perf_counter() - started,  # type: ignore[arg-type]
         )
+        for reply in replies:
+            yield reply
+
+    @v2_rpc("AckMessage")
+    async def AckMessage(self, request, context, client_id):  # type: ignore[no-untyped-def]
+        return await self.receiver.ack(request)
+
+    @v2_rpc("ChangeInvisibleDuration")
+    async def ChangeInvisibleDuration(self, request, context, client_id):  # type: ignore[no-untyped-def]
+        return await self.receiver.change_invisible(request)
+
+    # --- not implemented yet --------------------------------------------------------------------
 
     async def PullMessage(self, request, context):  # type: ignore[no-untyped-def]
         yield service_pb2.PullMessageResponse(
@@ -247,8 +289,6 @@ def _not_implemented(method: str) -> Callable[..., Awaitable[Any]]:
 
 
 for _method in (
-    "AckMessage",
-    "ChangeInvisibleDuration",
     "ForwardMessageToDeadLetterQueue",
     "UpdateOffset",
     "GetOffset",

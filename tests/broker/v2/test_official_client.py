@@ -28,13 +28,17 @@ PAYLOAD_TOO_LARGE = 41301
 
 
 def run_client(endpoint: str, home: Path, *args: str) -> dict[str, Any]:
+    return run_script(SCRIPT, endpoint, home, *args)
+
+
+def run_script(script: Path, endpoint: str, home: Path, *args: str) -> dict[str, Any]:
     if not RMQ_PYTHON.exists():
         pytest.skip("the official client's venv is missing: run `make rmq-client`")
     home.mkdir(exist_ok=True)  # the client logs to ~/logs/rocketmq_python/
     env = {**os.environ, "HOME": str(home)}
     env.pop("PYTHONPATH", None)
     proc = subprocess.run(
-        [str(RMQ_PYTHON), str(SCRIPT), endpoint, *args],
+        [str(RMQ_PYTHON), str(script), endpoint, *args],
         capture_output=True,
         text=True,
         env=env,
@@ -109,3 +113,32 @@ def test_official_python_producer_sends_what_wharf_pulls_back(
     assert sum(len(q) for q in pull_all(broker.endpoint, "orders").values()) == 10
 
     assert out["push_consumer_started"] is True
+
+
+CONSUMER_SCRIPT = Path(__file__).with_name("rmq_consumer_script.py")
+
+
+def test_official_simple_consumer_receives_acks_and_gets_redeliveries(tmp_path: Path) -> None:
+    settings = {"defaultTopicQueueNums": QUEUES}
+    with BrokerProcess(tmp_path / "broker", settings=settings) as broker:
+        out = run_script(
+            CONSUMER_SCRIPT, broker.endpoint, tmp_path / "home", "PopTopic", "pop-group"
+        )
+    first = {m["body"]: m for m in out["first"]}
+    # Everything sent is received once, with its id, tag, keys and properties, attempt 1.
+    assert sorted(first) == [f"pop-{i}" for i in range(6)]
+    assert [first[f"pop-{i}"]["id"] for i in range(6)] == out["sent"]
+    assert first["pop-2"] == {
+        "id": out["sent"][2], "body": "pop-2", "tag": "TagA", "keys": ["key-2"],
+        "props": {"n": "2"}, "attempt": 1, "corrupted": False,
+    }  # fmt: skip
+    assert first["pop-3"]["tag"] == "TagB"
+    # ChangeInvisibleDuration gave a new handle; the un-acked message came back after its 2 s
+    # with attempt 2, and only it (pop-3 is still invisible, the others were acked).
+    assert out["handle_changed"] is True
+    assert [(m["body"], m["attempt"], m["id"]) for m in out["again"]] == [
+        ("pop-2", 2, out["sent"][2])
+    ]
+    # The handle of the earlier delivery is refused (INVALID_RECEIPT_HANDLE, 40013).
+    assert out["stale_ack"] is not None and out["stale_ack"]["code"] == 40013
+    assert out["after"] == []

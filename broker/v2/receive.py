@@ -1,0 +1,216 @@
+"""ReceiveMessage, AckMessage and ChangeInvisibleDuration over the store's durable pop state
+(``wharf.store.pop``): RocketMQ 5's consumption with invisible time.
+
+ReceiveMessage pops up to ``batch_size`` visible messages of the subscription from ANY readable
+queue of the topic (the request's queue is a hint the official clients pick at random: the proxy
+ignores its id too), makes them invisible for ``invisible_duration``, and long-polls up to the
+request's ``long_polling_timeout`` (clamped to 20 s, and to the call's deadline minus a 200 ms
+reserve, so the client never sees DEADLINE_EXCEEDED); the pop store wakes it on an arrival or an
+in-flight expiry. The stream is ``status OK`` -> one ``message`` each -> ``delivery_timestamp``, or
+``status MESSAGE_NOT_FOUND`` -> ``delivery_timestamp`` (reference §6). Each message carries its
+receipt handle, delivery attempt (1, then +1 per redelivery), queue id/offset, store time and
+host, and an uppercase-hex MD5 body digest (the only digest every official client checks alike);
+bodies leave IDENTITY-encoded (the store's zlib bodies are inflated first).
+
+Limits: invisible time ``MIN_INVISIBLE_MS`` (1 s; RocketMQ's proxy defaults to 10 s) to 12 h
+(ILLEGAL_INVISIBLE_TIME); ``auto_renew`` (the PushConsumer) gets 60 s; batch 1..1024 (0 = 32);
+TAG filter expressions (``*``, ``a||b``); SQL92 answers NOT_IMPLEMENTED. After the group's
+``retryMaxTimes`` + 1 deliveries a message goes to ``%DLQ%<group>`` (the pop store does it).
+Ack and ChangeInvisibleDuration map a stale or forged handle to INVALID_RECEIPT_HANDLE;
+ChangeInvisibleDuration returns the new handle (the duration counts from the call).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+from wharf.broker.meta.topics import TopicConfigManager
+from wharf.broker.tags import parse_tag_expression
+from wharf.broker.v2 import codes
+from wharf.broker.v2.codes import Code, V2Error
+from wharf.broker.v2.convert import PROPERTY_MESSAGE_GROUP, RESERVED_PROPERTY_NAMES
+from wharf.rocketmq.v2 import definition_pb2, service_pb2
+from wharf.store.codec.layout import SYSFLAG_COMPRESSED
+from wharf.store.codec.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from wharf.store.errors import InvalidReceiptHandleError
+from wharf.store.model import StoredMessage
+
+MIN_INVISIBLE_MS = 1_000
+MAX_INVISIBLE_MS = 12 * 3_600_000
+AUTO_RENEW_INVISIBLE_MS = 60_000
+MAX_POLLING_MS = 20_000
+DEADLINE_RESERVE_S = 0.2
+DEFAULT_BATCH = 32
+MAX_BATCH = 1024
+
+
+def _ms(duration: Duration) -> int:
+    return duration.seconds * 1000 + duration.nanos // 1_000_000
+
+
+def _timestamp(ms: int) -> Timestamp:
+    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def _duration(ms: int) -> Duration:
+    return Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def to_v2_message(
+    stored: StoredMessage, handle: str, attempt: int, invisible_ms: int
+) -> definition_pb2.Message:
+    """A popped record as the official clients read it (reference §6, GrpcConverter)."""
+    body = stored.body
+    if stored.sys_flag & SYSFLAG_COMPRESSED:
+        body = zlib.decompress(body)
+    props = stored.properties
+    message = definition_pb2.Message(
+        topic=definition_pb2.Resource(name=stored.topic),
+        body=body,
+        user_properties={k: v for k, v in props.items() if k not in RESERVED_PROPERTY_NAMES},
+    )
+    sysp = message.system_properties
+    sysp.message_id = props.get(PROPERTY_UNIQ_KEY, "")
+    if props.get(PROPERTY_TAGS):
+        sysp.tag = props[PROPERTY_TAGS]
+    if props.get(PROPERTY_KEYS):
+        sysp.keys.extend(props[PROPERTY_KEYS].split(" "))
+    group = props.get(PROPERTY_MESSAGE_GROUP, "")
+    if group:
+        sysp.message_group = group
+    sysp.message_type = definition_pb2.FIFO if group else definition_pb2.NORMAL
+    sysp.body_encoding = definition_pb2.IDENTITY
+    sysp.body_digest.type = definition_pb2.MD5
+    sysp.body_digest.checksum = hashlib.md5(body).hexdigest().upper()
+    sysp.born_timestamp.CopyFrom(_timestamp(stored.born_timestamp or stored.store_timestamp))
+    sysp.born_host = stored.born_host
+    sysp.store_timestamp.CopyFrom(_timestamp(stored.store_timestamp))
+    sysp.store_host = stored.store_host
+    sysp.queue_id = stored.queue_id
+    sysp.queue_offset = stored.queue_offset
+    sysp.receipt_handle = handle
+    sysp.delivery_attempt = attempt
+    sysp.invisible_duration.CopyFrom(_duration(invisible_ms))
+    return message
+
+
+class V2ReceiveProcessor:
+    """The pop-based half of the v2 servicer. ``pop`` is the store's PopService (``store.pop``);
+    ``group_settings(name)`` -> (max attempts, fifo) of a consumer group (auto-created as the
+    wharf.v1 path does), raising what the code table maps."""
+
+    def __init__(
+        self,
+        pop: Callable[[], Any],
+        topics: TopicConfigManager,
+        group_settings: Callable[[str], tuple[int, bool]],
+    ) -> None:
+        self._pop = pop
+        self._topics = topics
+        self._group_settings = group_settings
+
+    def _topic(self, name: str) -> None:
+        topic = self._topics.get(name)
+        if topic is None:
+            raise V2Error(Code.TOPIC_NOT_FOUND, f"topic {name!r} does not exist")
+        if not topic.readable:
+            raise V2Error(Code.FORBIDDEN, f"topic {name!r} is not readable (perm={topic.perm})")
+
+    async def receive(
+        self, request: service_pb2.ReceiveMessageRequest, time_remaining: float | None
+    ) -> list[service_pb2.ReceiveMessageResponse]:
+        """The replies of one ReceiveMessage call, delivery timestamp last (raises V2Error and
+        store errors for the code table)."""
+        topic = request.message_queue.topic.name
+        self._topic(topic)
+        max_attempts, fifo = self._group_settings(request.group.name)
+        expression = request.filter_expression
+        if expression.type == definition_pb2.SQL:
+            raise V2Error(Code.NOT_IMPLEMENTED, "SQL92 filter expressions are not supported yet")
+        tag_filter = parse_tag_expression(expression.expression or "*")
+        if request.auto_renew:
+            invisible_ms = AUTO_RENEW_INVISIBLE_MS
+        else:
+            invisible_ms = _ms(request.invisible_duration)
+            if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
+                raise V2Error(
+                    Code.ILLEGAL_INVISIBLE_TIME,
+                    f"invisible_duration must be {MIN_INVISIBLE_MS // 1000} s to "
+                    f"{MAX_INVISIBLE_MS // 3_600_000} h, got {invisible_ms} ms",
+                )
+        polling_ms = min(max(_ms(request.long_polling_timeout), 0), MAX_POLLING_MS)
+        if time_remaining is not None:
+            polling_ms = min(polling_ms, max(int((time_remaining - DEADLINE_RESERVE_S) * 1000), 0))
+        batch = request.batch_size or DEFAULT_BATCH
+        if not 1 <= batch <= MAX_BATCH:
+            raise V2Error(Code.BAD_REQUEST, f"batch_size must be 1..{MAX_BATCH}, got {batch}")
+        found = await self._pop().pop_wait(
+            request.group.name, topic, None, tag_filter, batch, invisible_ms, max_attempts, fifo,
+            polling_ms,
+        )  # fmt: skip
+        if found:
+            replies = [service_pb2.ReceiveMessageResponse(status=codes.ok())]
+            replies.extend(
+                service_pb2.ReceiveMessageResponse(
+                    message=to_v2_message(m.message, m.receipt_handle, m.attempt, invisible_ms)
+                )
+                for m in found
+            )
+        else:
+            replies = [
+                service_pb2.ReceiveMessageResponse(
+                    status=codes.status(Code.MESSAGE_NOT_FOUND, "no new message")
+                )
+            ]
+        replies.append(
+            service_pb2.ReceiveMessageResponse(
+                delivery_timestamp=_timestamp(int(time.time() * 1000))
+            )
+        )
+        return replies
+
+    async def ack(self, request: service_pb2.AckMessageRequest) -> service_pb2.AckMessageResponse:
+        """Ack every entry; the top status is OK when all were, else the first failure's code
+        (per-entry statuses say which)."""
+        group, topic = request.group.name, request.topic.name
+        self._topic(topic)
+        response = service_pb2.AckMessageResponse()
+        first_error: definition_pb2.Status | None = None
+        for entry in request.entries:
+            try:
+                await self._pop().ack(group, topic, entry.receipt_handle)
+                status = codes.ok()
+            except InvalidReceiptHandleError as exc:
+                status = codes.status(Code.INVALID_RECEIPT_HANDLE, str(exc))
+            if status.code != Code.OK and first_error is None:
+                first_error = status
+            response.entries.add(
+                message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=status
+            )
+        response.status.CopyFrom(first_error or codes.ok())
+        return response
+
+    async def change_invisible(
+        self, request: service_pb2.ChangeInvisibleDurationRequest
+    ) -> service_pb2.ChangeInvisibleDurationResponse:
+        self._topic(request.topic.name)
+        invisible_ms = _ms(request.invisible_duration)
+        if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
+            raise V2Error(
+                Code.ILLEGAL_INVISIBLE_TIME,
+                f"invisible_duration must be {MIN_INVISIBLE_MS // 1000} s to "
+                f"{MAX_INVISIBLE_MS // 3_600_000} h, got {invisible_ms} ms",
+            )
+        try:
+            handle = await self._pop().change_invisible(
+                request.group.name, request.topic.name, request.receipt_handle, invisible_ms
+            )
+        except InvalidReceiptHandleError as exc:
+            raise V2Error(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        return service_pb2.ChangeInvisibleDurationResponse(status=codes.ok(), receipt_handle=handle)
