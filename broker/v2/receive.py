@@ -54,6 +54,18 @@ def _ms(duration: Duration) -> int:
     return duration.seconds * 1000 + duration.nanos // 1_000_000
 
 
+def _invisible_ms(duration: Duration) -> int:
+    """A requested invisible time in ms, within the broker's bounds (ILLEGAL_INVISIBLE_TIME)."""
+    invisible_ms = _ms(duration)
+    if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
+        raise V2Error(
+            Code.ILLEGAL_INVISIBLE_TIME,
+            f"invisible_duration must be {MIN_INVISIBLE_MS // 1000} s to "
+            f"{MAX_INVISIBLE_MS // 3_600_000} h, got {invisible_ms} ms",
+        )
+    return invisible_ms
+
+
 def _timestamp(ms: int) -> Timestamp:
     return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
@@ -137,13 +149,7 @@ class V2ReceiveProcessor:
         if request.auto_renew:
             invisible_ms = AUTO_RENEW_INVISIBLE_MS
         else:
-            invisible_ms = _ms(request.invisible_duration)
-            if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
-                raise V2Error(
-                    Code.ILLEGAL_INVISIBLE_TIME,
-                    f"invisible_duration must be {MIN_INVISIBLE_MS // 1000} s to "
-                    f"{MAX_INVISIBLE_MS // 3_600_000} h, got {invisible_ms} ms",
-                )
+            invisible_ms = _invisible_ms(request.invisible_duration)
         polling_ms = min(max(_ms(request.long_polling_timeout), 0), MAX_POLLING_MS)
         if time_remaining is not None:
             polling_ms = min(polling_ms, max(int((time_remaining - DEADLINE_RESERVE_S) * 1000), 0))
@@ -200,13 +206,7 @@ class V2ReceiveProcessor:
         self, request: service_pb2.ChangeInvisibleDurationRequest
     ) -> service_pb2.ChangeInvisibleDurationResponse:
         self._topic(request.topic.name)
-        invisible_ms = _ms(request.invisible_duration)
-        if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
-            raise V2Error(
-                Code.ILLEGAL_INVISIBLE_TIME,
-                f"invisible_duration must be {MIN_INVISIBLE_MS // 1000} s to "
-                f"{MAX_INVISIBLE_MS // 3_600_000} h, got {invisible_ms} ms",
-            )
+        invisible_ms = _invisible_ms(request.invisible_duration)
         try:
             handle = await self._pop().change_invisible(
                 request.group.name, request.topic.name, request.receipt_handle, invisible_ms
