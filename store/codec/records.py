@@ -33,7 +33,7 @@ from wharf.store.codec.layout import (
     TOPIC_LENGTH,
     TOTAL_SIZE,
 )
-from wharf.store.codec.properties import has_separator, validate_topic
+from wharf.store.codec.properties import has_separator, string_to_properties, validate_topic
 from wharf.store.errors import CorruptRecordError, InvalidMessageError
 from wharf.store.model import MessageInput, StoredMessage
 
@@ -288,12 +288,7 @@ def _decode_properties(buf: ReadableBuffer, start: int, end: int) -> dict[str, s
         return {}
     raw = buf[start:end]
     text = raw.decode("utf-8", "replace") if type(raw) is bytes else str(raw, "utf-8", "replace")
-    result: dict[str, str] = {}
-    for pair in text.split("\x02"):
-        if pair:
-            name, _, value = pair.partition("\x01")
-            result[name] = value
-    return result
+    return string_to_properties(text)
 
 
 def decode_record(
