@@ -62,7 +62,6 @@ class Service:
         self._repeats = 0
         self.last_error: BaseException | None = None
         self.last_error_at = 0.0  # time.time() of the last failure, 0 if none
-        self._quiet_error: BaseException | None = None  # a log_once error already logged
         self.runs = 0
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -138,7 +137,6 @@ class Service:
             try:
                 await self.run_once()
                 self.runs += 1
-                self._quiet_error = None
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -170,20 +168,21 @@ class Service:
         self.consecutive_failures += 1
         self.last_error = exc
         self.last_error_at = time.time()
-        if getattr(exc, "log_once", False):
-            # An expected, lasting condition (disk full): one line per episode, no traceback.
-            if type(exc) is not type(self._quiet_error):
-                log.error("%s: %s (retrying with back-off)", self.name, exc)
-            self._quiet_error = exc
-            self.on_failure(exc)
-            return
-        self._quiet_error = None
-        key = (type(exc), str(exc))
+        # An expected, lasting condition (log_once: disk full) is one episode whatever its
+        # text says, logged once without a traceback; any other failure repeats when its type
+        # and text do.
+        quiet = getattr(exc, "log_once", False)
+        key: tuple[type, str] = (type(exc), "" if quiet else str(exc))
         now = time.monotonic()
         if key != self._repeat_key:
             self._repeat_key, self._repeat_logged_at, self._repeats = key, now, 0
-            log.error("%s failed (failure #%d): %r", self.name, self.failures, exc, exc_info=exc)
-        else:
+            if quiet:
+                log.error("%s: %s (retrying with back-off)", self.name, exc)
+            else:
+                log.error(
+                    "%s failed (failure #%d): %r", self.name, self.failures, exc, exc_info=exc
+                )
+        elif not quiet:
             self._repeats += 1
             if now - self._repeat_logged_at >= self.REPEAT_LOG_INTERVAL_S:
                 log.error("%s still failing: %r (%d more times since the last line)",
