@@ -135,12 +135,15 @@ class Admin:
         consume_timestamp_ms: int = 0,
         consume_broadcast_enable: bool = False,
         consume_enable: bool | None = None,
+        fifo: bool | None = None,
     ) -> admin_pb2.SubscriptionGroupConfig:
         """Create or update a subscription group (0 = the broker's defaults: 16 retries, 1 queue).
 
         ``consume_enable``: False stops the group's consumers from pulling (they get
         FAILED_PRECONDITION) until an update sets it back to True; None leaves it as it is
-        (enabled for a new group)."""
+        (enabled for a new group). ``fifo``: RocketMQ's consumeMessageOrderly, a FIFO group for
+        RocketMQ 5 clients (one in-flight message per message group); None leaves it as it is
+        (off for a new group)."""
         request = admin_pb2.SubscriptionGroupConfig(
             group_name=name,
             consume_broadcast_enable=consume_broadcast_enable,
@@ -151,6 +154,8 @@ class Admin:
         )
         if consume_enable is not None:
             request.consume_enable = consume_enable
+        if fifo is not None:
+            request.consume_message_orderly = fifo
         return await self._call(self._a.CreateSubscriptionGroup, request)
 
     async def list_groups(self) -> admin_pb2.ListSubscriptionGroupsResponse:

@@ -35,6 +35,8 @@ class SubscriptionGroup:
     retry_queue_nums: int = 1
     consume_from_where: int = 0  # wharf.v1.ConsumeFromWhere value
     consume_timestamp: int = 0
+    # RocketMQ's consumeMessageOrderly: a FIFO group for apache.rocketmq.v2 pop consumers.
+    consume_message_orderly: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -45,6 +47,7 @@ class SubscriptionGroup:
             "retryQueueNums": self.retry_queue_nums,
             "consumeFromWhere": self.consume_from_where,
             "consumeTimestamp": self.consume_timestamp,
+            "consumeMessageOrderly": self.consume_message_orderly,
         }
 
     @classmethod
@@ -57,6 +60,7 @@ class SubscriptionGroup:
             retry_queue_nums=int(data.get("retryQueueNums", 1)),
             consume_from_where=int(data.get("consumeFromWhere", 0)),
             consume_timestamp=int(data.get("consumeTimestamp", 0)),
+            consume_message_orderly=bool(data.get("consumeMessageOrderly", False)),
         )
 
 

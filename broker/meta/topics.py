@@ -48,6 +48,25 @@ def is_system_topic(name: str) -> bool:
     )
 
 
+# RocketMQ 5's topic attribute: which message types its producers may send (TopicMessageType);
+# absent = any, as a topic created before the attribute existed.
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+
+
+def checked_attributes(attributes: dict[str, str]) -> dict[str, str]:
+    """The attributes to store: ``message.type`` upper-cased and one of MESSAGE_TYPES."""
+    out = dict(attributes)
+    kind = out.get(MESSAGE_TYPE_ATTRIBUTE)
+    if kind is not None:
+        out[MESSAGE_TYPE_ATTRIBUTE] = kind = kind.strip().upper()
+        if kind not in MESSAGE_TYPES:
+            raise InvalidArgumentError(
+                f"{MESSAGE_TYPE_ATTRIBUTE} must be one of {', '.join(MESSAGE_TYPES)}; got {kind!r}"
+            )
+    return out
+
+
 def validate_queue_nums(read: int, write: int) -> None:
     for label, value in (("read_queue_nums", read), ("write_queue_nums", write)):
         if not 1 <= value <= MAX_QUEUE_NUMS:
@@ -143,7 +162,7 @@ class TopicConfigManager:
         validate_perm(perm)
         if name in self.table:
             raise AlreadyExistsError(f"topic {name!r} already exists; use UpdateTopic to change it")
-        return self._put(TopicConfig(name, read, write, perm, dict(attributes)))
+        return self._put(TopicConfig(name, read, write, perm, checked_attributes(attributes)))
 
     def for_send(self, name: str) -> TopicConfig:
         """The topic a producer writes to, auto-created when allowed."""

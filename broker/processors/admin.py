@@ -14,6 +14,7 @@ from wharf.broker.meta.groups import SubscriptionGroup, validate_group_name
 from wharf.broker.meta.topics import (
     PERM_READ_WRITE,
     TopicConfig,
+    checked_attributes,
     validate_perm,
     validate_queue_nums,
     validate_topic_name,
@@ -54,6 +55,7 @@ def _group_proto(group: SubscriptionGroup) -> admin_pb2.SubscriptionGroupConfig:
         retry_queue_nums=group.retry_queue_nums,
         consume_from_where=group.consume_from_where,  # type: ignore[arg-type]
         consume_timestamp=group.consume_timestamp,
+        consume_message_orderly=group.consume_message_orderly,
     )
 
 
@@ -91,7 +93,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
                 attributes[key] = value
             else:
                 attributes.pop(key, None)
-        updated = TopicConfig(request.name, new_read, new_write, perm, attributes)
+        updated = TopicConfig(
+            request.name, new_read, new_write, perm, checked_attributes(attributes)
+        )
         return _topic_proto(self.ctx.topics.replace(updated))
 
     @rpc("DeleteTopic")
@@ -141,6 +145,10 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             consume_enable = request.consume_enable
         else:  # unset: a new group is enabled, an update keeps what the group had
             consume_enable = existing is None or existing.consume_enable
+        if request.HasField("consume_message_orderly"):
+            orderly = request.consume_message_orderly
+        else:  # the same rule: unset keeps what the group had
+            orderly = existing is not None and existing.consume_message_orderly
         group = SubscriptionGroup(
             group_name=request.group_name,
             consume_enable=consume_enable,
@@ -149,6 +157,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             retry_queue_nums=request.retry_queue_nums or 1,
             consume_from_where=int(request.consume_from_where),
             consume_timestamp=request.consume_timestamp,
+            consume_message_orderly=orderly,
         )
         return _group_proto(self.ctx.groups.put(group))
 

@@ -12,7 +12,7 @@ from wharf.broker.meta.topics import is_system_topic, validate_topic_name
 from wharf.broker.processors.convert import add_views
 from wharf.broker.reply_budget import CallReplies, NoReplyBudget
 from wharf.broker.tags import parse_tag_expression
-from wharf.store.model import GetResult, GetStatus
+from wharf.store.model import GetResult, GetStatus, TagFilter
 from wharf.store.read.get_raw import RawGetResult
 from wharf.v1 import messaging_pb2
 
@@ -96,15 +96,58 @@ class PullProcessor:
             )
         if request.HasField("commit_offset"):
             ctx.offsets.commit(group, topic, queue_id, request.commit_offset)
-        cfg = ctx.config
-        max_count = min(
-            request.max_messages or cfg.default_pull_batch_size, cfg.max_pull_batch_size
+        result, status = await self.read_waiting(
+            topic,
+            queue_id,
+            offset,
+            request.max_messages,
+            tag_filter,
+            request.max_wait_ms,
+            request.raw_records,
+            replies,
         )
-        wait_ms = min(request.max_wait_ms, MAX_WAIT_MS) if cfg.long_polling_enable else 0
+        response = messaging_pb2.PullMessageResponse(
+            status=status,
+            next_begin_offset=result.next_begin_offset,
+            min_offset=result.min_offset,
+            max_offset=result.max_offset,
+        )
+        if isinstance(result, RawGetResult):
+            count, nbytes = result.count, result.body_bytes
+            if count:
+                response.records = result.records
+        else:
+            count = len(result.messages)
+            nbytes = sum(len(m.body) for m in result.messages)
+            if count:
+                add_views(response.messages, result.messages, ctx.offset_ids)
+        if count:
+            replies.hold(len(response.records) if response.records else nbytes)
+            ctx.messages_out += count
+            ctx.metrics.on_messages_out(topic, group, count, nbytes)
+        return response
+
+    async def read_waiting(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int,
+        tag_filter: TagFilter,
+        max_wait_ms: int,
+        raw: bool = False,
+        replies: CallReplies | NoReplyBudget = _NO_BUDGET,
+    ) -> tuple[GetResult | RawGetResult, messaging_pb2.PullStatus]:
+        """Read one queue from ``offset`` (at most ``max_messages``, 0 = the default batch),
+        long-polling up to ``max_wait_ms`` while caught up: the read both protocols' pulls
+        share. ``raw``: stored record bytes, tag HASH filter only (the client re-checks)."""
+        ctx = self.ctx
+        cfg = ctx.config
+        max_count = min(max_messages or cfg.default_pull_batch_size, cfg.max_pull_batch_size)
+        wait_ms = min(max_wait_ms, MAX_WAIT_MS) if cfg.long_polling_enable else 0
         deadline = time.monotonic() + wait_ms / 1000
         store = ctx.store
-        # Raw mode: stored record bytes, tag HASH filter only (the client re-checks tags).
-        read = store.get_raw_records if request.raw_records else store.get_messages
+        read = store.get_raw_records if raw else store.get_messages
         waited_for_dispatch = False
         while True:
             replies.admit()
@@ -138,23 +181,4 @@ class PullProcessor:
                 result = read(topic, queue_id, offset, max_count, tag_filter, cfg.max_pull_bytes)
                 status = pull_status(result, offset)
                 break
-        response = messaging_pb2.PullMessageResponse(
-            status=status,
-            next_begin_offset=result.next_begin_offset,
-            min_offset=result.min_offset,
-            max_offset=result.max_offset,
-        )
-        if isinstance(result, RawGetResult):
-            count, nbytes = result.count, result.body_bytes
-            if count:
-                response.records = result.records
-        else:
-            count = len(result.messages)
-            nbytes = sum(len(m.body) for m in result.messages)
-            if count:
-                add_views(response.messages, result.messages, ctx.offset_ids)
-        if count:
-            replies.hold(len(response.records) if response.records else nbytes)
-            ctx.messages_out += count
-            ctx.metrics.on_messages_out(topic, group, count, nbytes)
-        return response
+        return result, status

@@ -16,8 +16,9 @@ Limits: invisible time ``MIN_INVISIBLE_MS`` (1 s; RocketMQ's proxy defaults to 1
 (ILLEGAL_INVISIBLE_TIME); ``auto_renew`` (the PushConsumer) gets 60 s; batch 1..1024 (0 = 32);
 TAG filter expressions (``*``, ``a||b``); SQL92 answers NOT_IMPLEMENTED. After the group's
 ``retryMaxTimes`` + 1 deliveries a message goes to ``%DLQ%<group>`` (the pop store does it).
-Ack and ChangeInvisibleDuration map a stale or forged handle to INVALID_RECEIPT_HANDLE;
-ChangeInvisibleDuration returns the new handle (the duration counts from the call).
+Ack, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue map a stale or forged handle to
+INVALID_RECEIPT_HANDLE; ChangeInvisibleDuration returns the new handle (the duration counts from
+the call); ForwardMessageToDeadLetterQueue dead-letters a delivery whatever its attempt.
 """
 
 from __future__ import annotations
@@ -75,9 +76,10 @@ def _duration(ms: int) -> Duration:
 
 
 def to_v2_message(
-    stored: StoredMessage, handle: str, attempt: int, invisible_ms: int
+    stored: StoredMessage, handle: str = "", attempt: int = 0, invisible_ms: int = 0
 ) -> definition_pb2.Message:
-    """A popped record as the official clients read it (reference §6, GrpcConverter)."""
+    """A popped record as the official clients read it (reference §6, GrpcConverter); a
+    pulled one (PullMessage) has no handle, attempt or invisible time."""
     body = stored.body
     if stored.sys_flag & SYSFLAG_COMPRESSED:
         body = zlib.decompress(body)
@@ -106,26 +108,30 @@ def to_v2_message(
     sysp.store_host = stored.store_host
     sysp.queue_id = stored.queue_id
     sysp.queue_offset = stored.queue_offset
-    sysp.receipt_handle = handle
-    sysp.delivery_attempt = attempt
-    sysp.invisible_duration.CopyFrom(_duration(invisible_ms))
+    if handle:
+        sysp.receipt_handle = handle
+        sysp.delivery_attempt = attempt
+        sysp.invisible_duration.CopyFrom(_duration(invisible_ms))
     return message
 
 
 class V2ReceiveProcessor:
     """The pop-based half of the v2 servicer. ``pop`` is the store's PopService (``store.pop``);
     ``group_settings(name)`` -> (max attempts, fifo) of a consumer group (auto-created as the
-    wharf.v1 path does), raising what the code table maps."""
+    wharf.v1 path does), raising what the code table maps; ``on_delivered(topic, group, count,
+    bytes)`` counts what leaves."""
 
     def __init__(
         self,
         pop: Callable[[], Any],
         topics: TopicConfigManager,
         group_settings: Callable[[str], tuple[int, bool]],
+        on_delivered: Callable[[str, str, int, int], None] = lambda *_: None,
     ) -> None:
         self._pop = pop
         self._topics = topics
         self._group_settings = group_settings
+        self._on_delivered = on_delivered
 
     def _topic(self, name: str) -> None:
         topic = self._topics.get(name)
@@ -161,6 +167,9 @@ class V2ReceiveProcessor:
             polling_ms,
         )  # fmt: skip
         if found:
+            self._on_delivered(
+                topic, request.group.name, len(found), sum(len(m.message.body) for m in found)
+            )
             replies = [service_pb2.ReceiveMessageResponse(status=codes.ok())]
             replies.extend(
                 service_pb2.ReceiveMessageResponse(
@@ -214,3 +223,18 @@ class V2ReceiveProcessor:
         except InvalidReceiptHandleError as exc:
             raise V2Error(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
         return service_pb2.ChangeInvisibleDurationResponse(status=codes.ok(), receipt_handle=handle)
+
+    async def forward_to_dead_letter(
+        self, request: service_pb2.ForwardMessageToDeadLetterQueueRequest
+    ) -> service_pb2.ForwardMessageToDeadLetterQueueResponse:
+        """The consumer gave up on a delivery (a push consumer after its local attempts): copy
+        it to ``%DLQ%<group>`` now and finish it for the group. The request's attempt figures
+        are the client's; the broker's own count goes into the copy."""
+        group, topic = request.group.name, request.topic.name
+        self._topic(topic)
+        self._group_settings(group)  # the group exists (or is auto-created) with its DLQ topic
+        try:
+            await self._pop().dead_letter(group, topic, request.receipt_handle)
+        except InvalidReceiptHandleError as exc:
+            raise V2Error(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=codes.ok())

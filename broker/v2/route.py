@@ -21,6 +21,7 @@ import socket
 
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.topics import (
+    MESSAGE_TYPE_ATTRIBUTE,
     PERM_READ,
     PERM_WRITE,
     TopicConfig,
@@ -32,7 +33,6 @@ from wharf.rocketmq.v2 import definition_pb2
 
 MessageType = definition_pb2.MessageType
 Permission = definition_pb2.Permission
-MESSAGE_TYPE_ATTRIBUTE = "message.type"
 ALL_TYPES: tuple[int, ...] = (
     MessageType.NORMAL,
     MessageType.FIFO,

@@ -26,16 +26,20 @@ from typing import Any
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.handlers import MalformedRequest
+from wharf.broker.meta.groups import SubscriptionGroup
+from wharf.broker.processors.pull import PullProcessor
 from wharf.broker.processors.send import born_host_of
 from wharf.broker.v2 import codes
 from wharf.broker.v2.clients import ClientRegistry
 from wharf.broker.v2.codes import Code, V2Error, code_for
 from wharf.broker.v2.metadata import client_meta
+from wharf.broker.v2.pull import V2PullProcessor
 from wharf.broker.v2.receive import V2ReceiveProcessor
 from wharf.broker.v2.route import endpoints_of, fill_assignment, fill_route, not_found_group
 from wharf.broker.v2.send import V2SendProcessor
 from wharf.broker.v2.settings import merge_settings
 from wharf.rocketmq.v2 import definition_pb2, service_pb2, service_pb2_grpc
+from wharf.store.codec.properties import DLQ_GROUP_TOPIC_PREFIX
 
 log = logging.getLogger("wharf.broker.v2")
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
@@ -91,13 +95,28 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.sender = V2SendProcessor(
             ctx.store, ctx.topics, self._max_body_size, on_stored=self._on_stored
         )
-        self.receiver = V2ReceiveProcessor(lambda: ctx.store.pop, ctx.topics, self._group_settings)
+        self.receiver = V2ReceiveProcessor(
+            lambda: ctx.store.pop, ctx.topics, self._group_settings, self._on_delivered
+        )
+        self.puller = V2PullProcessor(
+            ctx.topics,
+            ctx.offsets,
+            PullProcessor(ctx).read_waiting,
+            self._group,
+            ctx.store.get_min_offset,
+            ctx.store.get_max_offset,
+            ctx.store.get_offset_by_timestamp,
+            self._on_delivered,
+        )
 
     def _group_settings(self, name: str) -> tuple[int, bool]:
-        """(max deliveries, fifo) of a consumer group: retryMaxTimes + 1, as the settings
-        reply tells the clients."""
+        """(max deliveries, fifo) of a consumer group that receives: retryMaxTimes + 1, as the
+        settings reply tells the clients. Its ``%DLQ%<group>`` topic (1 queue) is registered
+        here, before the pop store can dead-letter into it, so the copies are listed and
+        readable like the wharf.v1 path's."""
         group = self._group(name)
-        return group.retry_max_times + 1, bool(getattr(group, "fifo", False))
+        self.ctx.topics.ensure_system(DLQ_GROUP_TOPIC_PREFIX + name, 1)
+        return group.retry_max_times + 1, group.consume_message_orderly
 
     def sweep_clients(self) -> None:
         for client_id in self.clients.sweep_if_due():
@@ -107,13 +126,15 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.ctx.messages_in += len(sizes)
         self.ctx.metrics.on_messages_in(topic, sizes)
 
+    def _on_delivered(self, topic: str, group: str, count: int, nbytes: int) -> None:
+        self.ctx.messages_out += count
+        self.ctx.metrics.on_messages_out(topic, group, count, nbytes)
+
     def _endpoints(self, requested: definition_pb2.Endpoints) -> definition_pb2.Endpoints:
         return requested if requested.addresses else endpoints_of(self.ctx.endpoint)
 
-    def _group(self, name: str) -> Any:
-        """The consumer group (auto-created when allowed). Its FIFO flag is read with
-        ``getattr(group, "fifo", False)``: SubscriptionGroup has none until `wharf group
-        create --fifo` lands, so every group is non-FIFO for now."""
+    def _group(self, name: str) -> SubscriptionGroup:
+        """The consumer group (auto-created when allowed; NOT_FOUND otherwise)."""
         try:
             return self.ctx.groups.for_use(name)
         except (NotFoundError, InvalidArgumentError) as exc:
@@ -144,7 +165,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             request.topic.resource_namespace,
             self.ctx.config.broker_name,
             self._endpoints(request.endpoints),
-            fifo=bool(getattr(group, "fifo", False)),
+            fifo=group.consume_message_orderly,
         )
         return response
 
@@ -174,7 +195,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         fifo, attempts = False, 17
         if settings.HasField("subscription"):
             group = self._group(settings.subscription.group.name)
-            fifo = bool(getattr(group, "fifo", False))
+            fifo = group.consume_message_orderly
             attempts = group.retry_max_times + 1
         self.clients.on_settings(client_id, settings)
         merged = merge_settings(settings, self._max_body_size, fifo, attempts)
@@ -226,10 +247,16 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             raise V2Error(Code.INTERNAL_SERVER_ERROR, "the broker is shutting down; retry")
         return await self.sender.send(request, born_host_of(context.peer()))
 
-    # --- pop consumption ------------------------------------------------------------------------
-    async def ReceiveMessage(self, request, context):  # type: ignore[no-untyped-def]
-        """Server-streaming: the replies are built whole, then written (the clients collect
-        the whole stream before acting on it)."""
+    # --- server-streaming reads -----------------------------------------------------------------
+    async def _stream(
+        self,
+        method: str,
+        request: Any,
+        context: Any,
+        produce: Callable[[Any, float | None], Awaitable[list[Any]]],
+    ) -> AsyncIterator[Any]:
+        """The replies of a server-streaming read, built whole and then written (the clients
+        collect the whole stream before acting on it); a failure is one status reply."""
         started = time.perf_counter()
         try:
             client_meta(context.invocation_metadata())
@@ -237,23 +264,43 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 raise V2Error(Code.BAD_REQUEST, request.message)
             if self.ctx.shutting_down:
                 raise V2Error(Code.INTERNAL_SERVER_ERROR, "the broker is shutting down; retry")
-            replies = await self.receiver.receive(request, context.time_remaining())
+            replies = await produce(request, context.time_remaining())
             code: int = replies[0].status.code
         except asyncio.CancelledError:
-            self.ctx.metrics.observe_rpc("v2.ReceiveMessage", "CANCELLED", 0.0)
+            self.ctx.metrics.observe_rpc(f"v2.{method}", "CANCELLED", 0.0)
             raise
         except Exception as exc:
             code, message = code_for(exc)
             if codes.is_internal(code):
-                log.exception("v2 ReceiveMessage failed: %s", message)
-            replies = [service_pb2.ReceiveMessageResponse(status=codes.status(code, message))]
-        self.ctx.metrics.observe_rpc(
-            "v2.ReceiveMessage",
-            Code.Name(code),
-            time.perf_counter() - started,  # type: ignore[arg-type]
-        )
+                log.exception("v2 %s failed: %s", method, message)
+            replies = [_response_class(method)(status=codes.status(code, message))]
+        self.ctx.metrics.observe_rpc(f"v2.{method}", Code.Name(code), time.perf_counter() - started)
         for reply in replies:
             yield reply
+
+    # grpc.aio serves a server-streaming method as one only when it is an async generator
+    # function itself: these delegate with ``async for``, not ``return``.
+    async def ReceiveMessage(self, request, context):  # type: ignore[no-untyped-def]
+        async for reply in self._stream("ReceiveMessage", request, context, self.receiver.receive):
+            yield reply
+
+    async def PullMessage(self, request, context):  # type: ignore[no-untyped-def]
+        async for reply in self._stream("PullMessage", request, context, self.puller.pull):
+            yield reply
+
+    @v2_rpc("UpdateOffset")
+    async def UpdateOffset(self, request, context, client_id):  # type: ignore[no-untyped-def]
+        return self.puller.update_offset(request)
+
+    @v2_rpc("GetOffset")
+    async def GetOffset(self, request, context, client_id):  # type: ignore[no-untyped-def]
+        return self.puller.get_offset(request)
+
+    @v2_rpc("QueryOffset")
+    async def QueryOffset(self, request, context, client_id):  # type: ignore[no-untyped-def]
+        return self.puller.query_offset(request)
+
+    # --- pop consumption ------------------------------------------------------------------------
 
     @v2_rpc("AckMessage")
     async def AckMessage(self, request, context, client_id):  # type: ignore[no-untyped-def]
@@ -263,20 +310,11 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def ChangeInvisibleDuration(self, request, context, client_id):  # type: ignore[no-untyped-def]
         return await self.receiver.change_invisible(request)
 
+    @v2_rpc("ForwardMessageToDeadLetterQueue")
+    async def ForwardMessageToDeadLetterQueue(self, request, context, client_id):  # type: ignore[no-untyped-def]
+        return await self.receiver.forward_to_dead_letter(request)
+
     # --- not implemented yet --------------------------------------------------------------------
-
-    async def PullMessage(self, request, context):  # type: ignore[no-untyped-def]
-        yield service_pb2.PullMessageResponse(
-            status=await self._unsupported(context, "PullMessage")
-        )
-
-    async def _unsupported(self, context: Any, method: str) -> definition_pb2.Status:
-        try:
-            client_meta(context.invocation_metadata())
-        except V2Error as exc:
-            return codes.status(exc.code, exc.message)
-        self.ctx.metrics.observe_rpc(f"v2.{method}", "NOT_IMPLEMENTED", 0.0)
-        return codes.not_supported(method)
 
 
 def _not_implemented(method: str) -> Callable[..., Awaitable[Any]]:
@@ -289,10 +327,6 @@ def _not_implemented(method: str) -> Callable[..., Awaitable[Any]]:
 
 
 for _method in (
-    "ForwardMessageToDeadLetterQueue",
-    "UpdateOffset",
-    "GetOffset",
-    "QueryOffset",
     "EndTransaction",
     "RecallMessage",
     "SyncLiteSubscription",

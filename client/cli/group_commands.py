@@ -38,6 +38,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     )
     create.add_argument("--timestamp", help="for --from TIMESTAMP: epoch ms or ISO 8601")
     create.add_argument("--broadcast", action="store_true", help="allow broadcasting consumers")
+    order = create.add_mutually_exclusive_group()
+    order.add_argument(
+        "--fifo",
+        dest="fifo",
+        action="store_true",
+        default=None,
+        help="FIFO group (consumeMessageOrderly): RocketMQ 5 consumers get a message group's "
+        "messages one at a time, in order (kept by later updates)",
+    )
+    order.add_argument("--no-fifo", dest="fifo", action="store_false", help="a concurrent group")
     switch = create.add_mutually_exclusive_group()
     switch.add_argument(
         "--disable",
@@ -91,6 +101,7 @@ async def group_create(args: argparse.Namespace, out: Output) -> int:
             consume_timestamp_ms=timestamp,
             consume_broadcast_enable=args.broadcast,
             consume_enable=args.consume_enable,
+            fifo=args.fifo,
         )
     if out.as_json:
         out.data(proto_dict(config))
@@ -98,7 +109,8 @@ async def group_create(args: argparse.Namespace, out: Output) -> int:
         out.line(
             f"group {config.group_name} saved: retry_max_times={config.retry_max_times} "
             f"from={_WHERE_NAMES.get(config.consume_from_where, '?')} "
-            f"consume={'enabled' if config.consume_enable else 'disabled'}"
+            f"consume={'enabled' if config.consume_enable else 'disabled'} "
+            f"fifo={'yes' if config.consume_message_orderly else 'no'}"
         )
     return 0
 
@@ -112,12 +124,13 @@ async def group_list(args: argparse.Namespace, out: Output) -> int:
         return 0
     out.table(
         "Subscription groups",
-        ["group", "consume", "broadcast", "retry max", "retry queues", "from"],
+        ["group", "consume", "broadcast", "fifo", "retry max", "retry queues", "from"],
         [
             (
                 g.group_name,
                 "yes" if g.consume_enable else "no",
                 "yes" if g.consume_broadcast_enable else "no",
+                "yes" if g.consume_message_orderly else "no",
                 g.retry_max_times,
                 g.retry_queue_nums,
                 _WHERE_NAMES.get(g.consume_from_where, "?"),

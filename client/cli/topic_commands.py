@@ -8,6 +8,15 @@ from wharf.client.admin import Admin
 from wharf.client.cli.output import Output, fmt_ms, proto_dict
 
 PERM_NAMES = {6: "RW", 4: "R", 2: "W", 0: "-"}
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")  # RocketMQ 5's TopicMessageType
+
+
+def topic_attributes(args: argparse.Namespace) -> dict[str, str]:
+    """--attr KEY=VALUE pairs, with --message-type as the ``message.type`` attribute."""
+    attributes = parse_attributes(args.attr)
+    if args.message_type:
+        attributes["message.type"] = args.message_type
+    return attributes
 
 
 def parse_attributes(items: list[str] | None) -> dict[str, str]:
@@ -31,6 +40,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     create.add_argument("--write-queues", type=int)
     create.add_argument("--perm", type=int, default=0, help="6 read-write, 4 read, 2 write")
     create.add_argument("--attr", action="append", metavar="KEY=VALUE")
+    create.add_argument(
+        "--message-type",
+        type=str.upper,
+        choices=MESSAGE_TYPES,
+        help="RocketMQ 5's message.type attribute: what RocketMQ 5 producers may send to it",
+    )
     create.set_defaults(run=topic_create)
 
     update = tsub.add_parser("update", help="change queue counts, permission or attributes")
@@ -39,6 +54,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     update.add_argument("--write-queues", type=int)
     update.add_argument("--perm", type=int)
     update.add_argument("--attr", action="append", metavar="KEY=VALUE")
+    update.add_argument("--message-type", type=str.upper, choices=MESSAGE_TYPES)
     update.set_defaults(run=topic_update)
 
     delete = tsub.add_parser("delete", help="delete a topic")
@@ -67,7 +83,7 @@ async def topic_create(args: argparse.Namespace, out: Output) -> int:
             read_queue_nums=args.read_queues,
             write_queue_nums=args.write_queues,
             perm=args.perm,
-            attributes=parse_attributes(args.attr),
+            attributes=topic_attributes(args),
         )
     _print_topic(out, config, "created")
     return 0
@@ -80,7 +96,7 @@ async def topic_update(args: argparse.Namespace, out: Output) -> int:
             read_queue_nums=args.read_queues,
             write_queue_nums=args.write_queues,
             perm=args.perm,
-            attributes=parse_attributes(args.attr),
+            attributes=topic_attributes(args),
         )
     _print_topic(out, config, "updated")
     return 0

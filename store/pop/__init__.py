@@ -12,6 +12,8 @@ USE (the v2 layer, on the store's loop; ``store.pop`` is the running ``PopServic
     await store.pop.ack(group, topic, receipt_handle)
     # ChangeInvisibleDuration: the duration counts from this call; returns the NEW handle
     new_handle = await store.pop.change_invisible(group, topic, receipt_handle, 30_000)
+    # ForwardMessageToDeadLetterQueue: the consumer gave up; %DLQ%<group> now
+    await store.pop.dead_letter(group, topic, receipt_handle)
 
     # a deleted consumer group (deleted topics are forgotten by the store's delete_topics)
     store.pop.forget(groups=[group])
@@ -35,6 +37,8 @@ CONTRACT
   store's ``put``; properties kept, plus ``DLQ_ORIGIN_TOPIC`` / ``DLQ_ORIGIN_MESSAGE_ID``,
   reconsume times = attempts) and journals it DONE. A failed put leaves it in flight; the next
   pop retries. So a message is delivered at most ``max_attempts`` times (RocketMQ: 17).
+  ``dead_letter`` does the same copy at once for a live handle, whatever the attempt (a failed
+  put raises and leaves the delivery as it was).
 - Tag filter: messages that do not match are finished for the group (RocketMQ's pop does the
   same); a new group starts at the queue's minimum offset (everything still stored); messages
   retention deleted before they were finished are skipped.

@@ -323,6 +323,28 @@ class PopService:
         await writer.sync()
         return format_handle(handle.queue_id, handle.queue_offset, nonce)
 
+    async def dead_letter(self, group: str, topic: str, receipt_handle: str) -> None:
+        """Move the delivery named by the handle to ``%DLQ%<group>`` now, whatever its attempt
+        (the consumer gave up on it: RocketMQ 5's ForwardMessageToDeadLetterQueue). Same handle
+        checks as ``ack``; a message retention already deleted is finished without a copy.
+        Raises the put's StoreError (disk full ...) with the message left in flight. Returns
+        once the copy is stored and the DONE record durable."""
+        writer = self._check_running()
+        handle = parse_handle(receipt_handle)
+        entry = self._live_entry(group, topic, handle.queue_id, handle.queue_offset, handle.nonce)
+        key = (group, topic, handle.queue_id)
+        if entry.dead_lettering:
+            raise InvalidReceiptHandleError(
+                f"receipt handle {receipt_handle} is being dead-lettered already"
+            )
+        message = self._read_one(topic, handle.queue_id, handle.queue_offset)
+        if message is None:
+            self._done(key, handle.queue_offset, 1)
+        else:
+            entry.dead_lettering = True
+            await self._forward(key, handle.queue_offset, message, entry)
+        await writer.sync()
+
     def forget(self, *, topics: Sequence[str] = (), groups: Sequence[str] = ()) -> int:
         """Drop the pop state of every queue of these topics and of these groups (the topic or
         group was deleted: one created again under that name starts over, from the queue's
@@ -550,15 +572,12 @@ class PopService:
     async def _dead_letter(
         self, key: QueueKey, offset: int, message: StoredMessage, entry: InFlight
     ) -> None:
-        """Copy the message to %DLQ%<group> queue 0, then journal DONE. A failed put (disk
-        full ...) leaves it in flight and expired: the next pop tries again."""
+        """A pop's dead-lettering after the last attempt: ``_forward``; a failed put (disk
+        full ...) leaves the message in flight and expired: the next pop tries again."""
         group, topic, queue_id = key
         try:
-            await self._put(
-                DLQ_GROUP_TOPIC_PREFIX + group, 0, [_dlq_copy(message, topic, entry.attempt)]
-            )
+            await self._forward(key, offset, message, entry)
         except StoreError as exc:
-            entry.dead_lettering = False
             log.warning(
                 "pop: dead-lettering %s queue %d offset %d for group %s failed (%s); retried "
                 "at the next pop",
@@ -568,8 +587,18 @@ class PopService:
                 group,
                 exc,
             )
-            return
-        entry.dead_lettering = False
+
+    async def _forward(
+        self, key: QueueKey, offset: int, message: StoredMessage, entry: InFlight
+    ) -> None:
+        """Copy the message to %DLQ%<group> queue 0, then journal DONE (the caller syncs)."""
+        group, topic, _ = key
+        try:
+            await self._put(
+                DLQ_GROUP_TOPIC_PREFIX + group, 0, [_dlq_copy(message, topic, entry.attempt)]
+            )
+        finally:
+            entry.dead_lettering = False
         state = self.state.queues.get(key)
         if state is not None and offset >= state.pop_offset and offset not in state.acked:
             self._done(key, offset, 1)

@@ -141,6 +141,37 @@ async def test_after_max_attempts_the_message_goes_to_the_dlq_once(store: Messag
     assert store.pop.stats()["dead_lettered_total"] == 1
 
 
+async def test_dead_letter_forwards_a_live_delivery_at_once_and_survives_a_restart(
+    tmp_path: Path,
+) -> None:
+    store = MessageStore(small_config(tmp_path / "store"))
+    await store.start()
+    await fill(store, 0, ["give-up", "next"], uniq="ID9")
+    got = await store.pop.pop(G, TOPIC, batch=1, invisible_ms=60_000, now=T0)
+    handle = got[0].receipt_handle
+    with pytest.raises(InvalidReceiptHandleError):  # a forged one changes nothing
+        await store.pop.dead_letter(G, TOPIC, "0.0.00000000000000ff")
+    await store.pop.dead_letter(G, TOPIC, handle)
+    with pytest.raises(InvalidReceiptHandleError):  # the delivery is over
+        await store.pop.ack(G, TOPIC, handle)
+    with pytest.raises(InvalidReceiptHandleError):
+        await store.pop.dead_letter(G, TOPIC, handle)
+    assert await store.wait_dispatched()
+    dlq = store.get_messages("%DLQ%cg", 0, 0, 10).messages
+    assert [m.body for m in dlq] == [b"give-up"] and dlq[0].reconsume_times == 1
+    assert dlq[0].properties["DLQ_ORIGIN_MESSAGE_ID"] == "ID9"
+    await store.shutdown()
+
+    store = MessageStore(small_config(tmp_path / "store"))
+    await store.start()
+    try:  # journaled: after a restart it neither comes back nor is copied again
+        later = await store.pop.pop(G, TOPIC, batch=10, now=T0 + 3_600_000)
+        assert bodies(later) == [b"next"]
+        assert len(store.get_messages("%DLQ%cg", 0, 0, 10).messages) == 1
+    finally:
+        await store.shutdown()
+
+
 async def test_pop_takes_from_every_queue_of_the_topic_and_only_listed_queues(
     store: MessageStore,
 ) -> None:

@@ -121,7 +121,7 @@ class GetTopicStatsResponse(_message.Message):
     def __init__(self, name: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[QueueStats, _Mapping]]] = ..., total_messages: _Optional[int] = ...) -> None: ...
 
 class SubscriptionGroupConfig(_message.Message):
-    __slots__ = ("group_name", "consume_enable", "consume_broadcast_enable", "retry_max_times", "retry_queue_nums", "consume_from_where", "consume_timestamp")
+    __slots__ = ("group_name", "consume_enable", "consume_broadcast_enable", "retry_max_times", "retry_queue_nums", "consume_from_where", "consume_timestamp", "consume_message_orderly")
     GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
     CONSUME_ENABLE_FIELD_NUMBER: _ClassVar[int]
     CONSUME_BROADCAST_ENABLE_FIELD_NUMBER: _ClassVar[int]
@@ -129,6 +129,7 @@ class SubscriptionGroupConfig(_message.Message):
     RETRY_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     CONSUME_FROM_WHERE_FIELD_NUMBER: _ClassVar[int]
     CONSUME_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_MESSAGE_ORDERLY_FIELD_NUMBER: _ClassVar[int]
     group_name: str
     consume_enable: bool
     consume_broadcast_enable: bool
@@ -136,7 +137,8 @@ class SubscriptionGroupConfig(_message.Message):
     retry_queue_nums: int
     consume_from_where: _common_pb2.ConsumeFromWhere
     consume_timestamp: int
-    def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_broadcast_enable: _Optional[bool] = ..., retry_max_times: _Optional[int] = ..., retry_queue_nums: _Optional[int] = ..., consume_from_where: _Optional[_Union[_common_pb2.ConsumeFromWhere, str]] = ..., consume_timestamp: _Optional[int] = ...) -> None: ...
+    consume_message_orderly: bool
+    def __init__(self, group_name: _Optional[str] = ..., consume_enable: _Optional[bool] = ..., consume_broadcast_enable: _Optional[bool] = ..., retry_max_times: _Optional[int] = ..., retry_queue_nums: _Optional[int] = ..., consume_from_where: _Optional[_Union[_common_pb2.ConsumeFromWhere, str]] = ..., consume_timestamp: _Optional[int] = ..., consume_message_orderly: _Optional[bool] = ...) -> None: ...
 
 class ListSubscriptionGroupsRequest(_message.Message):
     __slots__ = ()

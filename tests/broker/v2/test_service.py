@@ -294,8 +294,7 @@ async def test_pop_rpcs_on_an_unknown_topic_answer_topic_not_found(broker: Broke
 async def test_unimplemented_rpcs_answer_an_explicit_code(broker: Broker) -> None:
     for rpc, request in (
         (broker.v2.EndTransaction, s.EndTransactionRequest()),
-        (broker.v2.ForwardMessageToDeadLetterQueue, s.ForwardMessageToDeadLetterQueueRequest()),
-        (broker.v2.GetOffset, s.GetOffsetRequest()),
+        (broker.v2.SyncLiteSubscription, s.SyncLiteSubscriptionRequest()),
         (broker.v2.RecallMessage, s.RecallMessageRequest()),
     ):
         reply = await rpc(request, metadata=META)

@@ -1,0 +1,172 @@
+"""PullMessage, UpdateOffset, GetOffset and QueryOffset: RocketMQ 5's offset-based consumption
+(the pull consumers of newer official clients) over the same read and the same committed offsets
+as wharf.v1's pull consumers, so a RocketMQ 5 client and a Wharf SDK consumer of one group share
+its progress (``consumerOffset.json``). Nothing is in flight: no receipt handle, no invisible
+time; the consumer moves its own offset and commits it with UpdateOffset.
+
+- PullMessage streams ``status`` -> one ``message`` each -> ``next_offset``: OK with messages;
+  MESSAGE_NOT_FOUND when nothing new or nothing matched the tag filter before the long poll ran
+  out (``long_polling_timeout``, at most 20 s and the call's deadline minus 200 ms, as
+  ReceiveMessage); ILLEGAL_OFFSET when the offset is outside the queue (``next_offset`` says
+  where to go on). The queue is the request's (id within the topic's read queues).
+- UpdateOffset commits; GetOffset answers the committed offset or OFFSET_NOT_FOUND;
+  QueryOffset answers BEGINNING (min offset), END (max offset) or the first offset stored at or
+  after a TIMESTAMP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from google.protobuf.duration_pb2 import Duration
+from wharf.broker.meta.offsets import ConsumerOffsetManager
+from wharf.broker.meta.topics import TopicConfig, TopicConfigManager
+from wharf.broker.tags import parse_tag_expression
+from wharf.broker.v2 import codes
+from wharf.broker.v2.codes import Code, V2Error
+from wharf.broker.v2.receive import DEADLINE_RESERVE_S, MAX_POLLING_MS, to_v2_message
+from wharf.rocketmq.v2 import definition_pb2, service_pb2
+from wharf.store.model import GetResult, TagFilter
+from wharf.store.read.get_raw import RawGetResult
+from wharf.v1 import messaging_pb2
+
+# (topic, queue id, offset, max messages, tag filter, max wait ms) -> (result, wharf.v1 status)
+ReadWaiting = Callable[
+    [str, int, int, int, TagFilter, int],
+    Awaitable[tuple[GetResult | RawGetResult, "messaging_pb2.PullStatus"]],
+]
+
+MAX_BATCH = 1024
+_PULL_CODES = {
+    messaging_pb2.FOUND: Code.OK,
+    messaging_pb2.NO_NEW_MSG: Code.MESSAGE_NOT_FOUND,
+    messaging_pb2.NO_MATCHED_MSG: Code.MESSAGE_NOT_FOUND,
+    messaging_pb2.OFFSET_ILLEGAL: Code.ILLEGAL_OFFSET,
+}
+
+
+def _ms(duration: Duration) -> int:
+    return duration.seconds * 1000 + duration.nanos // 1_000_000
+
+
+class V2PullProcessor:
+    """``group_check(name)`` validates (or auto-creates) a consumer group, raising what the
+    code table maps; ``on_out(topic, group, count, bytes)`` counts delivered messages."""
+
+    def __init__(
+        self,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        read_waiting: ReadWaiting,
+        group_check: Callable[[str], object],
+        min_offset: Callable[[str, int], int],
+        max_offset: Callable[[str, int], int],
+        offset_by_time: Callable[[str, int, int], int],
+        on_out: Callable[[str, str, int, int], None],
+    ) -> None:
+        self._topics = topics
+        self._offsets = offsets
+        self._read_waiting = read_waiting
+        self._group_check = group_check
+        self._min_offset = min_offset
+        self._max_offset = max_offset
+        self._offset_by_time = offset_by_time
+        self._on_out = on_out
+
+    def _queue(self, queue: definition_pb2.MessageQueue) -> tuple[str, int]:
+        name = queue.topic.name
+        topic: TopicConfig | None = self._topics.get(name)
+        if topic is None:
+            raise V2Error(Code.TOPIC_NOT_FOUND, f"topic {name!r} does not exist")
+        if not topic.readable:
+            raise V2Error(Code.FORBIDDEN, f"topic {name!r} is not readable (perm={topic.perm})")
+        if not 0 <= queue.id < topic.read_queue_nums:
+            raise V2Error(
+                Code.BAD_REQUEST,
+                f"queue id {queue.id} is out of range: topic {name!r} has "
+                f"{topic.read_queue_nums} read queues",
+            )
+        return name, queue.id
+
+    async def pull(
+        self, request: service_pb2.PullMessageRequest, time_remaining: float | None
+    ) -> list[service_pb2.PullMessageResponse]:
+        topic, queue_id = self._queue(request.message_queue)
+        group = request.group.name
+        self._group_check(group)
+        if request.offset < 0:
+            raise V2Error(Code.ILLEGAL_OFFSET, f"offset must be >= 0, got {request.offset}")
+        batch = request.batch_size or 32
+        if not 1 <= batch <= MAX_BATCH:
+            raise V2Error(Code.BAD_REQUEST, f"batch_size must be 1..{MAX_BATCH}, got {batch}")
+        expression = request.filter_expression
+        if expression.type == definition_pb2.SQL:
+            raise V2Error(Code.NOT_IMPLEMENTED, "SQL92 filter expressions are not supported yet")
+        tag_filter = parse_tag_expression(expression.expression or "*")
+        polling_ms = min(max(_ms(request.long_polling_timeout), 0), MAX_POLLING_MS)
+        if time_remaining is not None:
+            polling_ms = min(polling_ms, max(int((time_remaining - DEADLINE_RESERVE_S) * 1000), 0))
+        result, status = await self._read_waiting(
+            topic, queue_id, request.offset, batch, tag_filter, polling_ms
+        )
+        code = _PULL_CODES[status]
+        if code == Code.OK:
+            first = service_pb2.PullMessageResponse(status=codes.ok())
+        elif code == Code.ILLEGAL_OFFSET:
+            first = service_pb2.PullMessageResponse(
+                status=codes.status(
+                    code,
+                    f"offset {request.offset} is outside queue {queue_id} of {topic!r} "
+                    f"[{result.min_offset}, {result.max_offset}]; go on from next_offset",
+                )
+            )
+        else:
+            first = service_pb2.PullMessageResponse(status=codes.status(code, "no new message"))
+        replies = [first]
+        messages = getattr(result, "messages", [])
+        replies.extend(service_pb2.PullMessageResponse(message=to_v2_message(m)) for m in messages)
+        replies.append(service_pb2.PullMessageResponse(next_offset=result.next_begin_offset))
+        if messages:
+            self._on_out(topic, group, len(messages), sum(len(m.body) for m in messages))
+        return replies
+
+    def update_offset(
+        self, request: service_pb2.UpdateOffsetRequest
+    ) -> service_pb2.UpdateOffsetResponse:
+        topic, queue_id = self._queue(request.message_queue)
+        self._group_check(request.group.name)
+        if request.offset < 0:
+            raise V2Error(Code.ILLEGAL_OFFSET, f"offset must be >= 0, got {request.offset}")
+        self._offsets.commit(request.group.name, topic, queue_id, request.offset)
+        return service_pb2.UpdateOffsetResponse(status=codes.ok())
+
+    def get_offset(self, request: service_pb2.GetOffsetRequest) -> service_pb2.GetOffsetResponse:
+        topic, queue_id = self._queue(request.message_queue)
+        group = request.group.name
+        self._group_check(group)
+        offset = self._offsets.query(group, topic, queue_id)
+        if offset < 0:
+            raise V2Error(
+                Code.OFFSET_NOT_FOUND,
+                f"group {group!r} has committed no offset for queue {queue_id} of {topic!r}",
+            )
+        return service_pb2.GetOffsetResponse(status=codes.ok(), offset=offset)
+
+    def query_offset(
+        self, request: service_pb2.QueryOffsetRequest
+    ) -> service_pb2.QueryOffsetResponse:
+        topic, queue_id = self._queue(request.message_queue)
+        policy = request.query_offset_policy
+        if policy == definition_pb2.BEGINNING:
+            offset = self._min_offset(topic, queue_id)
+        elif policy == definition_pb2.END:
+            offset = self._max_offset(topic, queue_id)
+        elif policy == definition_pb2.TIMESTAMP:
+            if not request.HasField("timestamp"):
+                raise V2Error(Code.BAD_REQUEST, "query_offset_policy TIMESTAMP needs a timestamp")
+            stamp = request.timestamp
+            ms = stamp.seconds * 1000 + stamp.nanos // 1_000_000
+            offset = self._offset_by_time(topic, queue_id, ms)
+        else:
+            raise V2Error(Code.BAD_REQUEST, f"unknown query_offset_policy {policy}")
+        return service_pb2.QueryOffsetResponse(status=codes.ok(), offset=offset)
