@@ -7,7 +7,9 @@ print(result.msg_id, result.queue_id, result.queue_offset)
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -229,6 +231,31 @@ def body_payload(
     if len(body) > compress_threshold:
         return maybe_compress(body, compress_threshold)
     return body, False
+
+
+# The broker's timer (RocketMQ 5's delivery at any time): ms since the epoch, in a property.
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+
+
+def timer_property(deliver_at: float | dt.datetime | None, delay: float | None) -> dict[str, str]:
+    """``{TIMER_DELIVER_MS: ms}`` for a send's ``deliver_at`` (datetime, or seconds since the
+    epoch; a naive datetime is UTC) or ``delay`` (seconds from now), not both."""
+    if deliver_at is not None and delay is not None:
+        raise InvalidArgumentError("give deliver_at or delay, not both")
+    if delay is not None:
+        if delay < 0:
+            raise InvalidArgumentError(f"delay must be >= 0 seconds, got {delay}")
+        at_s = time.time() + delay
+    elif isinstance(deliver_at, dt.datetime):
+        moment = deliver_at if deliver_at.tzinfo else deliver_at.replace(tzinfo=dt.UTC)
+        at_s = moment.timestamp()
+    elif isinstance(deliver_at, int | float):
+        at_s = float(deliver_at)
+    else:
+        raise InvalidArgumentError(
+            f"deliver_at must be a datetime or epoch seconds, got {type(deliver_at).__name__}"
+        )
+    return {TIMER_DELIVER_MS: str(int(at_s * 1000))}
 
 
 def to_wire(

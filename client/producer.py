@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import random
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,7 +34,14 @@ from wharf.client.errors import (
 )
 from wharf.client.ids import new_unique_id as _next_unique_id
 from wharf.client.ids import new_unique_ids
-from wharf.client.message import Message, SendResult, SendStatus, to_wire
+from wharf.client.message import (
+    TIMER_DELIVER_MS,
+    Message,
+    SendResult,
+    SendStatus,
+    timer_property,
+    to_wire,
+)
 from wharf.client.record_encoder import RecordEncoder, results_of
 from wharf.client.route import RouteCache
 from wharf.client.selector import MessageQueueSelector
@@ -176,12 +184,20 @@ class Producer:
         selector: MessageQueueSelector | None = None,
         selector_arg: object = None,
         deadline_s: float | None = None,
+        deliver_at: float | dt.datetime | None = None,
+        delay: float | None = None,
     ) -> SendResult:
         """Send one message and wait until the broker stored it.
 
         ``queue_id`` pins a queue; ``selector`` + ``selector_arg`` pick one from the topic's
-        route (ordered messages: the same arg always lands in the same queue). Raises a
-        :class:`~client.errors.WharfError` subclass after ``retry_times`` retries."""
+        route (ordered messages: the same arg always lands in the same queue). ``deliver_at``
+        (a datetime, or seconds since the epoch) or ``delay`` (seconds from now) makes the
+        message visible to consumers only from then on (the broker's timer: at most
+        ``timerMaxDelaySec`` ahead, 3 days by default; the result's queue fields are then the
+        timer's). Raises a :class:`~client.errors.WharfError` subclass after ``retry_times``
+        retries."""
+        if deliver_at is not None or delay is not None:
+            properties = {**(properties or {}), **timer_property(deliver_at, delay)}
         if (
             body.__class__ is bytes
             and tags is None
@@ -233,9 +249,9 @@ class Producer:
         unique_id: str | None = None,
     ) -> tuple[Any, _BatchKey]:
         """A batcher item and its key: a (record, unique id) pair, or a proto message for a
-        delayed message (the broker re-addresses those, so they travel as messages)."""
+        delayed or timed message (the broker re-addresses those, so they travel as messages)."""
         uid = unique_id or _next_unique_id()
-        if delay_level:
+        if delay_level or (properties and TIMER_DELIVER_MS in properties):
             wire = to_wire(
                 body,
                 tags=tags,

@@ -90,6 +90,9 @@ class StoreConfig:
     check_crc_on_recover: bool = True
     # messageDelayLevel: the delay levels, 1-based, for SCHEDULE_TOPIC_XXXX.
     message_delay_level: str = DEFAULT_DELAY_LEVELS
+    # timerMaxDelaySec: how far ahead a delivery time may lie (RocketMQ: 3 days). Keep it below
+    # fileReservedTime: retention deletes timers with the segment that holds them.
+    timer_max_delay_sec: int = 3 * 24 * 3600
 
     # Wharf: put() waits while dispatch (ReputService) is more than this many bytes behind the
     # written end (0 = never). Pure-Python dispatch is slower than appends; without a bound the

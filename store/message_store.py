@@ -46,6 +46,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from wharf.store.codec import decode_offset_msg_id
+from wharf.store.codec.properties import PROPERTY_TIMER_QUEUE_OFFSET, TIMER_TOPIC
 from wharf.store.config import SYNC_FLUSH, StoreConfig, parse_delay_levels
 from wharf.store.dispatch.reput import CommitLogSource, Dispatcher, QueueAdvance, ReputService
 from wharf.store.errors import (
@@ -86,6 +87,7 @@ from wharf.store.services.schedule import (
     delay_level_of,
     to_schedule_topic,
 )
+from wharf.store.services.timer import TimerMessageService, timer_deliver_ms, to_timer_topic
 from wharf.store.stats import build_stats
 
 log = logging.getLogger(__name__)
@@ -127,6 +129,7 @@ class MessageStore:
         self._reput: ReputService | None = None
         self._queue_flush: FlushConsumeQueueService | None = None
         self._schedule: ScheduleMessageService | None = None
+        self._timer: TimerMessageService | None = None
         self._cleanup: CleanupService | None = None
         self._pop: PopService | None = None
         self._maintenance = asyncio.Lock()  # CQ/index flush vs. deletion and truncation
@@ -184,6 +187,12 @@ class MessageStore:
             self, self.delay_levels_ms, self._paths.delay_offset_file
         )
         await asyncio.to_thread(self._schedule.load_blocking)
+        self._timer = TimerMessageService(
+            self,
+            self._paths.timer_checkpoint_file,
+            max_put_bytes=min(4 << 20, self._config.mapped_file_size_commit_log // 4),
+        )
+        await asyncio.to_thread(self._timer.load_blocking)
         self._cleanup = CleanupService(
             parts,
             self._disk_usage,
@@ -204,6 +213,8 @@ class MessageStore:
         self._cleanup.start()
         self._schedule.start()
         self._listeners.append(self._schedule.on_arrival)
+        self._timer.start()
+        self._listeners.append(self._timer.on_arrival)
         self._pop = PopService(
             self._paths.pop_journal_file,
             read=self.get_messages,
@@ -226,6 +237,8 @@ class MessageStore:
             await self._pop.stop()
         if self._schedule is not None:
             await self._schedule.stop()
+        if self._timer is not None:
+            await self._timer.stop()
         await self._cleanup.stop()
         for task in list(self._background):
             await task
@@ -266,11 +279,16 @@ class MessageStore:
             raise InvalidMessageError("a batch needs at least one message")
         _check_queue_id(queue_id)
         level = delay_level_of(messages)
+        now = int(time.time() * 1000)
         if level > 0:
             topic, queue_id, messages = to_schedule_topic(
                 topic, queue_id, min(level, len(self.delay_levels_ms)), messages
             )
-        now = int(time.time() * 1000)
+        elif topic != TIMER_TOPIC:
+            cfg = self._config
+            deliver_ms = timer_deliver_ms(messages, now, cfg.timer_max_delay_sec)
+            if deliver_ms is not None:
+                topic, queue_id, messages = to_timer_topic(topic, queue_id, deliver_ms, messages)
         return self._append_to_queue(
             topic,
             queue_id,
@@ -591,8 +609,9 @@ class MessageStore:
             self._cleanup,
         )
         report = [service.health() for service in services if service is not None]
-        if self._schedule is not None:
-            report.append(self._schedule.health())
+        for extra in (self._schedule, self._timer):
+            if extra is not None:
+                report.append(extra.health())
         return report
 
     @property
@@ -655,6 +674,35 @@ class MessageStore:
     def schedule_service(self) -> ScheduleMessageService:
         assert self._schedule is not None
         return self._schedule
+
+    @property
+    def timer(self) -> TimerMessageService:
+        """Delivery at any time: ``cancel`` (recall), ``stats``."""
+        assert self._timer is not None
+        return self._timer
+
+    # --- TimerHost (the timer service's view of the store) ------------------------------------
+    def commit_log_end(self) -> int:
+        assert self._commit_log is not None
+        return self._commit_log.max_offset
+
+    def copies_since(self, commit_log_offset: int) -> list[int]:
+        """TIMER_QUEUE_OFFSET of every delivered timer copy from ``commit_log_offset`` on (a
+        start-up walk of what was written after the timer's last checkpoint)."""
+        assert self._commit_log is not None
+        found: list[int] = []
+        offset = commit_log_offset
+        end = self._commit_log.max_offset
+        while offset < end:
+            batch = self._commit_log.iter_dispatch(offset, 4 << 20)
+            for req in batch.requests:
+                text = req.properties.get(PROPERTY_TIMER_QUEUE_OFFSET, "")
+                if text.isdigit():
+                    found.append(int(text))
+            if batch.next_offset <= offset:
+                break
+            offset = batch.next_offset
+        return found
 
     @property
     def checkpoint(self) -> StoreCheckpoint:

@@ -8,6 +8,7 @@
     <root>/consumequeue/<topic>/<qid>/<20-digit byte offset>
     <root>/index/<yyyyMMddHHmmssSSS>      IndexFiles
     <root>/config/delayOffset.json        ScheduleMessageService progress (+ .bak)
+    <root>/config/timerCheckpoint.json    TimerMessageService checkpoint (+ .bak)
     <root>/pop/journal                    pop (invisible time) journal (``wharf.store.pop``)
     <root>/pop/journal.tmp                a compaction snapshot being written
 """
@@ -50,6 +51,10 @@ class StorePaths:
     @property
     def delay_offset_file(self) -> Path:
         return self.config_dir / "delayOffset.json"
+
+    @property
+    def timer_checkpoint_file(self) -> Path:
+        return self.config_dir / "timerCheckpoint.json"
 
     @property
     def pop_dir(self) -> Path:

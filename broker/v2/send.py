@@ -8,9 +8,11 @@ message.
   autoCreateTopicEnable is off (else created, as a wharf.v1 send does), FORBIDDEN when the
   topic is not writable; MESSAGE_PROPERTY_CONFLICT_WITH_TYPE when the topic's message.type does
   not accept the message's type.
-- Types: NORMAL (round-robin over the write queues, one queue per request) and FIFO (queue = crc32(message_group) mod
-  write queues: stable across restarts, same group -> same queue). DELAY (a
-  delivery_timestamp), TRANSACTION, PRIORITY and LITE answer UNSUPPORTED.
+- Types: NORMAL (round-robin over the write queues, one queue per request), FIFO (queue =
+  crc32(message_group) mod write queues: stable across restarts, same group -> same queue) and
+  DELAY (a ``delivery_timestamp``, NORMAL routing, held by the store's timer until then: at
+  most ``timerMaxDelaySec`` ahead, ILLEGAL_DELIVERY_TIME otherwise; its entry carries a
+  ``recall_handle`` for RecallMessage). TRANSACTION, PRIORITY and LITE answer UNSUPPORTED.
 - De-duplication: the official producer retries with the same message_id after a lost reply.
   The last ``DEDUPE_WINDOW`` (65536) stored (topic, message_id) pairs are remembered with
   their entry, and a retry gets that entry back without a second copy; a retry that arrives
@@ -25,17 +27,21 @@ message.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from google.protobuf.timestamp_pb2 import Timestamp
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.v2.codes import PUT_STATUS_CODES, PUT_STATUS_MESSAGES, Code, V2Error, code_for
 from wharf.broker.v2.convert import message_group, message_id, to_input
 from wharf.broker.v2.route import accepted_types
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
+from wharf.store.codec.properties import PROPERTY_TIMER_DELIVER_MS
 from wharf.store.model import MessageInput
 
 if TYPE_CHECKING:
@@ -45,7 +51,6 @@ MessageType = definition_pb2.MessageType
 DEDUPE_WINDOW = 65536
 MAX_BATCH = 1024
 _UNSUPPORTED_TYPES = {
-    MessageType.DELAY: "delay messages (delivery_timestamp)",
     MessageType.TRANSACTION: "transaction messages",
     MessageType.PRIORITY: "priority messages",
     MessageType.LITE: "lite topics",
@@ -74,6 +79,15 @@ def message_type(message: definition_pb2.Message, group: str) -> int:
         raise V2Error(
             Code.UNSUPPORTED, f"{_UNSUPPORTED_TYPES[declared]} are not supported by Wharf yet"
         )
+    if declared == MessageType.DELAY:
+        if group:
+            raise V2Error(
+                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                "a DELAY message has no message_group (FIFO messages cannot be timed)",
+            )
+        if not sysp.HasField("delivery_timestamp"):
+            raise V2Error(Code.ILLEGAL_DELIVERY_TIME, "a DELAY message needs delivery_timestamp")
+        return declared
     if declared == MessageType.FIFO and not group:
         raise V2Error(Code.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message_group")
     if declared == MessageType.NORMAL and group:
@@ -99,6 +113,7 @@ class V2SendProcessor:
         max_message_size: int,
         on_stored: Callable[[str, list[int]], None] | None = None,
         dedupe_window: int = DEDUPE_WINDOW,
+        max_delay_s: int = 3 * 24 * 3600,
     ) -> None:
         """``on_stored(topic, body_sizes)`` is told about every stored batch (metrics)."""
         self._store = store
@@ -106,6 +121,7 @@ class V2SendProcessor:
         self._max_size = max_message_size
         self._on_stored = on_stored
         self._window = dedupe_window
+        self._max_delay_ms = max_delay_s * 1000
         self._next_queue: dict[str, int] = {}
         self._done: OrderedDict[tuple[str, str], service_pb2.SendResultEntry] = OrderedDict()
         self._pending: dict[tuple[str, str], asyncio.Future[service_pb2.SendResultEntry]] = {}
@@ -155,7 +171,10 @@ class V2SendProcessor:
                     self._next_queue[topic_name] = turn + 1
                     normal_queue = turn % topic.write_queue_nums
                 queue_id = normal_queue
-            planned.append((uid, queue_id, to_input(m, uid, group, self._max_size, born_host)))
+            stored = to_input(m, uid, group, self._max_size, born_host)
+            if kind == MessageType.DELAY:
+                stored = self._timed(stored, m.system_properties.delivery_timestamp)
+            planned.append((uid, queue_id, stored))
         entries = await self._store_all(topic_name, planned)
         response = service_pb2.SendMessageResponse(entries=entries)
         codes = {e.status.code for e in entries}
@@ -166,13 +185,27 @@ class V2SendProcessor:
             response.status.message = "the messages have different results: see entries"
         return response
 
+    def _timed(self, stored: MessageInput, stamp: Timestamp) -> MessageInput:
+        deliver_ms = stamp.seconds * 1000 + stamp.nanos // 1_000_000
+        ahead_ms = deliver_ms - int(time.time() * 1000)
+        if ahead_ms > self._max_delay_ms:
+            raise V2Error(
+                Code.ILLEGAL_DELIVERY_TIME,
+                f"delivery_timestamp is {ahead_ms // 1000} s ahead; the limit is "
+                f"timerMaxDelaySec = {self._max_delay_ms // 1000} s",
+            )
+        return dataclasses.replace(
+            stored, properties={**stored.properties, PROPERTY_TIMER_DELIVER_MS: str(deliver_ms)}
+        )
+
     async def _store_all(
         self, topic: str, planned: Sequence[tuple[str, int, MessageInput]]
     ) -> list[service_pb2.SendResultEntry]:
         results: list[service_pb2.SendResultEntry | None] = [None] * len(planned)
         waits: list[tuple[int, asyncio.Future[service_pb2.SendResultEntry]]] = []
-        by_queue: dict[int, list[int]] = {}
-        for index, (uid, queue_id, _) in enumerate(planned):
+        # One append per queue and delivery time (the store times a batch as one).
+        by_queue: dict[tuple[int, str | None], list[int]] = {}
+        for index, (uid, queue_id, stored) in enumerate(planned):
             key = (topic, uid)
             done = self._done.get(key)
             if done is not None:
@@ -181,9 +214,10 @@ class V2SendProcessor:
                 waits.append((index, self._pending[key]))
             else:
                 self._pending[key] = asyncio.get_running_loop().create_future()
-                by_queue.setdefault(queue_id, []).append(index)
+                deliver = stored.properties.get(PROPERTY_TIMER_DELIVER_MS)
+                by_queue.setdefault((queue_id, deliver), []).append(index)
         try:
-            for queue_id, indexes in by_queue.items():
+            for (queue_id, _), indexes in by_queue.items():
                 entries = await self._put(topic, queue_id, [planned[i] for i in indexes])
                 for index, entry in zip(indexes, entries, strict=True):
                     results[index] = entry
@@ -223,8 +257,10 @@ class V2SendProcessor:
         text = PUT_STATUS_MESSAGES[result.status]
         entries = []
         first = result.append.first_queue_offset
-        for i, ((uid, _, _), key) in enumerate(zip(batch, keys, strict=True)):
+        for i, ((uid, _, stored), key) in enumerate(zip(batch, keys, strict=True)):
             entry = service_pb2.SendResultEntry(message_id=uid, offset=first + i)
+            if PROPERTY_TIMER_DELIVER_MS in stored.properties:
+                entry.recall_handle = recall_handle(first + i, uid)
             entry.status.code = code  # type: ignore[assignment]
             entry.status.message = text
             entries.append(entry)
@@ -242,6 +278,18 @@ class V2SendProcessor:
         self._done[key] = entry
         if len(self._done) > self._window:
             self._done.popitem(last=False)
+
+
+def recall_handle(timer_offset: int, message_id: str) -> str:
+    """The handle RecallMessage takes back: the timer queue offset and the message id."""
+    return f"{timer_offset}.{message_id}"
+
+
+def parse_recall_handle(handle: str) -> tuple[int, str]:
+    offset, _, message_id = handle.partition(".")
+    if not offset.isdigit() or not message_id:
+        raise V2Error(Code.BAD_REQUEST, f"malformed recall_handle {handle[:64]!r}")
+    return int(offset), message_id
 
 
 def _error_entry(uid: str, code: int, message: str) -> service_pb2.SendResultEntry:

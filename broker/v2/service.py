@@ -36,10 +36,11 @@ from wharf.broker.v2.metadata import client_meta
 from wharf.broker.v2.pull import V2PullProcessor
 from wharf.broker.v2.receive import V2ReceiveProcessor
 from wharf.broker.v2.route import endpoints_of, fill_assignment, fill_route, not_found_group
-from wharf.broker.v2.send import V2SendProcessor
+from wharf.broker.v2.send import V2SendProcessor, parse_recall_handle
 from wharf.broker.v2.settings import merge_settings
 from wharf.rocketmq.v2 import definition_pb2, service_pb2, service_pb2_grpc
 from wharf.store.codec.properties import DLQ_GROUP_TOPIC_PREFIX
+from wharf.store.errors import InvalidMessageError
 
 log = logging.getLogger("wharf.broker.v2")
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
@@ -93,7 +94,11 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.clients = ClientRegistry()
         self._max_body_size = ctx.store.config.max_message_size
         self.sender = V2SendProcessor(
-            ctx.store, ctx.topics, self._max_body_size, on_stored=self._on_stored
+            ctx.store,
+            ctx.topics,
+            self._max_body_size,
+            on_stored=self._on_stored,
+            max_delay_s=ctx.store.config.timer_max_delay_sec,
         )
         self.receiver = V2ReceiveProcessor(
             lambda: ctx.store.pop, ctx.topics, self._group_settings, self._on_delivered
@@ -310,6 +315,16 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def ChangeInvisibleDuration(self, request, context, client_id):  # type: ignore[no-untyped-def]
         return await self.receiver.change_invisible(request)
 
+    @v2_rpc("RecallMessage")
+    async def RecallMessage(self, request, context, client_id):  # type: ignore[no-untyped-def]
+        """Cancel a DELAY message before it is due (its send entry's ``recall_handle``)."""
+        offset, message_id = parse_recall_handle(request.recall_handle)
+        try:
+            await self.ctx.store.timer.cancel(offset, message_id, request.topic.name)
+        except InvalidMessageError as exc:
+            raise V2Error(Code.NOT_FOUND, str(exc)) from None
+        return service_pb2.RecallMessageResponse(status=codes.ok(), message_id=message_id)
+
     @v2_rpc("ForwardMessageToDeadLetterQueue")
     async def ForwardMessageToDeadLetterQueue(self, request, context, client_id):  # type: ignore[no-untyped-def]
         return await self.receiver.forward_to_dead_letter(request)
@@ -328,7 +343,6 @@ def _not_implemented(method: str) -> Callable[..., Awaitable[Any]]:
 
 for _method in (
     "EndTransaction",
-    "RecallMessage",
     "SyncLiteSubscription",
 ):
     setattr(V2MessagingService, _method, _not_implemented(_method))

@@ -31,9 +31,17 @@ PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
 PROPERTY_PRODUCER_GROUP = "PGROUP"
 # RocketMQ's MessageConst.PROPERTY_SHARDING_KEY: a FIFO message group (v2 ``message_group``).
 PROPERTY_MESSAGE_GROUP = "__SHARDINGKEY"
+# Delivery at any time (RocketMQ 5's timer): the time in ms since the epoch, or a delay in s.
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+# A recall's cancel marker names the timer message it cancels (RocketMQ's name).
+PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+# Wharf: the timer queue offset a delivered copy came from (the record of its delivery).
+PROPERTY_TIMER_QUEUE_OFFSET = "TIMER_QUEUE_OFFSET"
 
 # --- Reserved topics ---------------------------------------------------------------------------
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TIMER_TOPIC = "rmq_sys_wheel_timer"  # queue 0: timer messages; queue 1: cancel markers
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 

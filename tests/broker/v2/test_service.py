@@ -242,7 +242,8 @@ BAD_SENDS = [
     (message(message_type=d.FIFO), Code.ILLEGAL_MESSAGE_GROUP),
     (message(message_type=d.FIFO, message_group="x" * 65), Code.ILLEGAL_MESSAGE_GROUP),
     (message(message_type=d.NORMAL, message_group="g"), Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
-    (message(message_type=d.DELAY), Code.UNSUPPORTED),
+    (message(message_type=d.DELAY), Code.ILLEGAL_DELIVERY_TIME),  # no delivery_timestamp
+    (message(message_type=d.DELAY, message_group="g"), Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
     (message(message_type=d.TRANSACTION), Code.UNSUPPORTED),
 ]
 
@@ -295,7 +296,6 @@ async def test_unimplemented_rpcs_answer_an_explicit_code(broker: Broker) -> Non
     for rpc, request in (
         (broker.v2.EndTransaction, s.EndTransactionRequest()),
         (broker.v2.SyncLiteSubscription, s.SyncLiteSubscriptionRequest()),
-        (broker.v2.RecallMessage, s.RecallMessageRequest()),
     ):
         reply = await rpc(request, metadata=META)
         assert reply.status.code == Code.NOT_IMPLEMENTED

@@ -1,0 +1,481 @@
+"""TimerMessageService: delivery at any time (RocketMQ 5's timer, RIP-43), durable across
+restarts and kill -9, each due message delivered once.
+
+WHERE TIMERS LIVE. A message whose ``TIMER_DELIVER_MS`` (or ``TIMER_DELAY_SEC``) lies ahead is
+stored under ``rmq_sys_wheel_timer`` queue 0 (``to_timer_topic``;
+the facade rewrites it, the destination kept in REAL_TOPIC / REAL_QID as for delay levels).
+A recall writes a cancel marker to queue 1 naming the timer's queue offset and unique key.
+The commit log is the only durable record of timers, deliveries and cancels: this service has
+no log of its own, only a small checkpoint.
+
+IN MEMORY. ``pending``: timer queue offset -> deliver ms for every timer not yet delivered or
+cancelled, with a heap by time (what is due next) and a heap by offset (the watermark W, the
+lowest pending offset); ``done``: offsets >= W delivered or cancelled; the read cursors of
+queues 0 and 1 (units below a cursor are pending or done).
+
+DELIVERY. One task sleeps until the earliest deliver time (woken when an earlier timer
+arrives); due timers are re-put in time order, grouped by destination queue into one put each
+(thousands due in one second cost one put per queue, not one per message). Each copy carries
+``TIMER_QUEUE_OFFSET``: the copy itself is the record that the timer was delivered.
+
+CHECKPOINT (``config/timerCheckpoint.json``, atomic write + .bak, after a burst of deliveries
+or cancels, at most every ``checkpoint_interval_s``): W, the done offsets >= W as ranges, both
+cursors, and P, a commit-log offset below every copy not counted in ``done`` (taken before the
+puts in flight began). START: load it; walk the commit log from P to its end and count every
+copy found there as done (deliveries after the checkpoint); read queue 1 from its cursor
+(cancels after the checkpoint); read queue 0 from W, skipping done offsets, into ``pending``.
+So after kill -9 a delivered timer is never delivered again and a pending one is delivered
+when due -- at once if its time passed while the broker was down.
+
+LIMITS. ``timerMaxDelaySec`` (3 days) bounds how far ahead a timer may be (the facade refuses
+later ones). Start-up reads every pending timer's record once (~10 us each: 100k pending timers
+~1 s). ``done`` holds the offsets delivered above the oldest pending timer: a 3-day timer in
+front of a million short ones keeps a million ints (~60 MB) until it is due; the checkpoint
+stores them as ranges, compact for the usual runs of consecutive offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import heapq
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from wharf.store.codec.properties import (
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DEL_UNIQKEY,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_QUEUE_OFFSET,
+    TIMER_TOPIC,
+)
+from wharf.store.errors import InvalidMessageError, StoreError, StoreNotWritableError
+from wharf.store.model import MessageInput, PutResult, StoredMessage
+from wharf.store.paths import read_json_with_backup_blocking, write_json_atomic_blocking
+from wharf.store.queue.consume_queue import Unit
+
+log = logging.getLogger(__name__)
+
+TIMER_QUEUE = 0
+CANCEL_QUEUE = 1
+READ_BATCH = 256  # units read per step when loading or following a queue
+RETRY_AFTER_FAILURE_S = 1.0
+IDLE_WAIT_S = 60.0  # nothing pending: sleep until an arrival wakes the task
+
+
+def timer_deliver_ms(messages: Sequence[MessageInput], now_ms: int, max_delay_s: int) -> int | None:
+    """The batch's deliver time when it lies ahead (None: no timer, or due: store it now).
+    InvalidMessageError for mixed times, bad values or more than ``max_delay_s`` ahead."""
+    times: set[int | None] = set()
+    for m in messages:
+        props = m.properties
+        if PROPERTY_TIMER_DELIVER_MS in props:
+            text, scale, base = props[PROPERTY_TIMER_DELIVER_MS], 1, 0
+        elif PROPERTY_TIMER_DELAY_SEC in props:
+            text, scale, base = props[PROPERTY_TIMER_DELAY_SEC], 1000, now_ms
+        else:
+            times.add(None)
+            continue
+        try:
+            times.add(base + int(text) * scale)
+        except ValueError:
+            raise InvalidMessageError(f"timer property {text!r} is not an integer") from None
+    if times == {None}:
+        return None
+    if len(times) > 1:
+        raise InvalidMessageError(
+            "all messages of a batch must carry the same delivery time (a batch goes to one "
+            "queue); send timed messages in their own batch"
+        )
+    deliver_ms = times.pop()
+    assert deliver_ms is not None
+    if deliver_ms - now_ms > max_delay_s * 1000:
+        raise InvalidMessageError(
+            f"delivery time {deliver_ms} is {(deliver_ms - now_ms) // 1000} s ahead; the limit "
+            f"is timerMaxDelaySec = {max_delay_s} s"
+        )
+    return deliver_ms if deliver_ms > now_ms else None
+
+
+def to_timer_topic(
+    topic: str, queue_id: int, deliver_ms: int, messages: Sequence[MessageInput]
+) -> tuple[str, int, list[MessageInput]]:
+    """The rewrite of a timed batch: TIMER_TOPIC queue 0, destination and time in properties."""
+    out = []
+    for m in messages:
+        props = dict(m.properties)
+        props.pop(PROPERTY_TIMER_DELAY_SEC, None)
+        props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
+        props[PROPERTY_REAL_TOPIC] = topic
+        props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+        out.append(dataclasses.replace(m, properties=props))
+    return TIMER_TOPIC, TIMER_QUEUE, out
+
+
+def cancel_marker(timer_offset: int, unique_key: str) -> MessageInput:
+    """The queue-1 record of a recall: which timer (offset and unique key) is cancelled."""
+    return MessageInput(
+        body=b"recall",  # a record needs a body; the properties say it all
+        properties={
+            PROPERTY_TIMER_DEL_UNIQKEY: unique_key,
+            PROPERTY_TIMER_QUEUE_OFFSET: str(timer_offset),
+        },
+    )
+
+
+def _restore(msg: StoredMessage, timer_offset: int) -> tuple[str, int, MessageInput]:
+    props = dict(msg.properties)
+    topic = props.pop(PROPERTY_REAL_TOPIC, "")
+    queue = props.pop(PROPERTY_REAL_QUEUE_ID, "")
+    if not topic or not queue.isdigit():
+        raise ValueError(f"timer message at {msg.commit_log_offset} has no REAL_TOPIC/REAL_QID")
+    props[PROPERTY_TIMER_QUEUE_OFFSET] = str(timer_offset)
+    return (
+        topic,
+        int(queue),
+        MessageInput(
+            body=msg.body,
+            properties=props,
+            flag=msg.flag,
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            reconsume_times=msg.reconsume_times,
+        ),
+    )
+
+
+def _ranges(offsets: Iterable[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for offset in sorted(offsets):
+        if out and out[-1][1] == offset:
+            out[-1][1] = offset + 1
+        else:
+            out.append([offset, offset + 1])
+    return out
+
+
+class TimerHost(Protocol):
+    """What the service needs from the store (``MessageStore`` provides it)."""
+
+    def read_consume_queue(
+        self, topic: str, queue_id: int, offset: int, max_count: int
+    ) -> list[Unit]: ...
+
+    def look_message_by_offset(self, commit_log_offset: int) -> StoredMessage | None: ...
+
+    def commit_log_end(self) -> int: ...
+
+    def copies_since(self, commit_log_offset: int) -> list[int]:
+        """TIMER_QUEUE_OFFSET of every record from ``commit_log_offset`` to the end."""
+        ...
+
+    async def put(
+        self, topic: str, queue_id: int, messages: Sequence[MessageInput]
+    ) -> PutResult: ...
+
+
+class TimerMessageService:
+    def __init__(
+        self,
+        host: TimerHost,
+        checkpoint_file: Path,
+        checkpoint_interval_s: float = 0.2,
+        clock_ms: Callable[[], int] | None = None,
+        max_put_bytes: int = 4 << 20,
+    ) -> None:
+        self.host = host
+        # A put must fit a commit log segment: due timers of one queue go out in chunks.
+        self.max_put_bytes = max_put_bytes
+        self.checkpoint_file = checkpoint_file
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.pending: dict[int, tuple[int, int]] = {}  # timer offset -> (deliver ms, log offset)
+        self.done: set[int] = set()  # offsets >= the watermark, delivered or cancelled
+        self._by_time: list[tuple[int, int]] = []  # (deliver ms, offset), lazily pruned
+        self._by_offset: list[int] = []  # offsets, lazily pruned
+        self._cursor = 0  # queue 0 units below it are pending or done
+        self._cancel_cursor = 0  # queue 1 units below it are applied
+        self._floors: dict[int, int] = {}  # put id -> log end before it began
+        self._next_put = 0
+        self._low_log_offset = 0  # P of the last checkpoint
+        self._wakeup = asyncio.Event()
+        self._dirty = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self.delivered = 0
+        self.cancelled = 0
+        self.failures = 0
+        self.last_error = ""
+
+    # --- start / stop ---------------------------------------------------------------------
+    def load_blocking(self) -> None:
+        """Checkpoint + the commit log since it + both queues since their cursors (in a
+        thread at start, before anything is put)."""
+        data = read_json_with_backup_blocking(self.checkpoint_file)
+        data = data if isinstance(data, dict) else {}
+        watermark = int(data.get("watermark", 0))
+        self.done = {o for lo, hi in data.get("done", []) for o in range(int(lo), int(hi))}
+        self._cursor = watermark
+        self._cancel_cursor = int(data.get("cancelCursor", 0))
+        low = int(data.get("logOffset", 0))
+        copies = self.host.copies_since(low)
+        self.done.update(o for o in copies if o >= watermark)
+        self._follow_cancels()
+        self._follow_timers()
+        self._low_log_offset = self.host.commit_log_end()
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._run(), name="timer-delivery"),
+            loop.create_task(self._checkpoint_loop(), name="timer-checkpoint"),
+        ]
+
+    async def stop(self) -> None:
+        self._stopping = True
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.checkpoint()
+
+    def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """Arrival listener: new timers or cancel markers were dispatched."""
+        if topic == TIMER_TOPIC:
+            self._wakeup.set()
+
+    def health(self) -> dict[str, object]:
+        return {
+            "name": "TimerMessageService",
+            "running": any(not t.done() for t in self._tasks),
+            "runs": self.delivered,
+            "failures": self.failures,
+            "last_error": self.last_error,
+        }
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "pending": len(self.pending),
+            "delivered_total": self.delivered,
+            "cancelled_total": self.cancelled,
+        }
+
+    # --- recall ---------------------------------------------------------------------------
+    async def cancel(self, timer_offset: int, unique_key: str, topic: str | None = None) -> None:
+        """Recall a pending timer (of ``topic`` when given): it is never delivered.
+        InvalidMessageError when no pending timer has that offset, unique key and topic
+        (delivered, cancelled, or not a timer). Returns once the cancel marker is stored
+        (durable per the flush mode)."""
+        entry = self.pending.get(timer_offset)
+        msg = self.host.look_message_by_offset(entry[1]) if entry else None
+        if (
+            msg is None
+            or msg.unique_id != unique_key
+            or (topic is not None and msg.properties.get(PROPERTY_REAL_TOPIC) != topic)
+        ):
+            raise InvalidMessageError(
+                f"no pending timer message {unique_key!r} at timer offset {timer_offset}: "
+                "it was delivered or recalled already, or the handle is not from this broker"
+            )
+        self._finish(timer_offset)  # before the put: a due delivery must not race it
+        self.cancelled += 1
+        await self.host.put(TIMER_TOPIC, CANCEL_QUEUE, [cancel_marker(timer_offset, unique_key)])
+        self._dirty.set()
+
+    # --- following the queues -------------------------------------------------------------
+    def _follow_timers(self) -> bool:
+        """Read queue 0 units past the cursor into ``pending``; True if an earlier deliver
+        time than the heap's head arrived."""
+        earlier = False
+        while True:
+            units = self.host.read_consume_queue(TIMER_TOPIC, TIMER_QUEUE, self._cursor, READ_BATCH)
+            if not units:
+                return earlier
+            for phy_offset, _size, _code in units:
+                offset = self._cursor
+                self._cursor += 1
+                if offset in self.done:
+                    continue
+                msg = self.host.look_message_by_offset(phy_offset)
+                text = msg.properties.get(PROPERTY_TIMER_DELIVER_MS, "") if msg else ""
+                if not text.isdigit():
+                    log.warning("timer offset %d has no readable delivery time; dropped", offset)
+                    self.done.add(offset)
+                    continue
+                deliver_ms = int(text)
+                head = self._by_time[0][0] if self._by_time else None
+                earlier |= head is None or deliver_ms < head
+                self.pending[offset] = (deliver_ms, phy_offset)
+                heapq.heappush(self._by_time, (deliver_ms, offset))
+                heapq.heappush(self._by_offset, offset)
+
+    def _follow_cancels(self) -> None:
+        while True:
+            units = self.host.read_consume_queue(
+                TIMER_TOPIC, CANCEL_QUEUE, self._cancel_cursor, READ_BATCH
+            )
+            if not units:
+                return
+            for phy_offset, _size, _code in units:
+                self._cancel_cursor += 1
+                msg = self.host.look_message_by_offset(phy_offset)
+                text = msg.properties.get(PROPERTY_TIMER_QUEUE_OFFSET, "") if msg else ""
+                if text.isdigit():
+                    target = int(text)
+                    if target in self.pending or target >= self._cursor:
+                        self._finish(target)
+
+    def _finish(self, offset: int) -> None:
+        self.pending.pop(offset, None)
+        self.done.add(offset)
+
+    def watermark(self) -> int:
+        """The lowest pending offset (the cursor when nothing is pending)."""
+        heap = self._by_offset
+        while heap and heap[0] not in self.pending:
+            heapq.heappop(heap)
+        return heap[0] if heap else self._cursor
+
+    # --- delivery -------------------------------------------------------------------------
+    async def _run(self) -> None:
+        while True:
+            self._wakeup.clear()
+            try:
+                self._follow_cancels()
+                self._follow_timers()
+                wait_s = await self.deliver_due()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.failures += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("timer delivery failed; retrying")
+                wait_s = RETRY_AFTER_FAILURE_S
+            if wait_s > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), wait_s)
+
+    async def deliver_due(self) -> float:
+        """Deliver every due timer; seconds until the next one (IDLE_WAIT_S when none)."""
+        now = self.clock_ms()
+        due: list[int] = []
+        heap = self._by_time
+        pending = self.pending
+        while heap and (heap[0][0] <= now or heap[0][1] not in pending):
+            deliver_ms, offset = heapq.heappop(heap)
+            entry = pending.get(offset)
+            if entry is not None and entry[0] == deliver_ms:
+                due.append(offset)
+        if due:
+            delivered = await self._deliver(due)
+            self._dirty.set()
+            if not delivered:
+                return RETRY_AFTER_FAILURE_S
+        if not heap:
+            return IDLE_WAIT_S
+        return max(heap[0][0] - self.clock_ms(), 0) / 1000
+
+    async def _deliver(self, offsets: list[int]) -> bool:
+        """Re-put the due timers, one put per destination queue, in time order. False when the
+        store refused writes (disk full, flush failure, stopping): the rest stay pending and
+        are retried after RETRY_AFTER_FAILURE_S, with one log line per episode."""
+        groups: dict[tuple[str, int], list[tuple[int, MessageInput]]] = {}
+        for offset in offsets:
+            msg = self.host.look_message_by_offset(self.pending[offset][1])
+            try:
+                if msg is None:
+                    raise ValueError("its record is gone (retention)")
+                topic, queue_id, copy = _restore(msg, offset)
+            except ValueError as exc:
+                log.warning("timer offset %d cannot be delivered: %s; dropped", offset, exc)
+                self._finish(offset)
+                continue
+            groups.setdefault((topic, queue_id), []).append((offset, copy))
+        failed: BaseException | None = None
+        for (topic, queue_id), items in self._chunks(groups):
+            if failed is not None:
+                self._retry_later(offset for offset, _ in items)
+                continue
+            put_id = self._next_put
+            self._next_put += 1
+            self._floors[put_id] = self.host.commit_log_end()
+            try:
+                await self.host.put(topic, queue_id, [copy for _, copy in items])
+            except StoreNotWritableError as exc:
+                failed = exc
+                self._retry_later(offset for offset, _ in items)
+                if not self.last_error:
+                    log.warning("timer delivery paused: %s; retrying every %.0f s", exc,
+                                RETRY_AFTER_FAILURE_S)  # fmt: skip
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                continue
+            except StoreError as exc:  # refused for good (topic name, size): not retried
+                log.warning("timer messages for %s/%d refused: %s; dropped", topic, queue_id, exc)
+            finally:
+                del self._floors[put_id]
+            for offset, _ in items:
+                if offset in self.pending:
+                    self._finish(offset)
+                    self.delivered += 1
+        if failed is None:
+            self.last_error = ""
+        return failed is None
+
+    def _chunks(
+        self, groups: dict[tuple[str, int], list[tuple[int, MessageInput]]]
+    ) -> Iterable[tuple[tuple[str, int], list[tuple[int, MessageInput]]]]:
+        """Each destination's timers in puts of at most ``max_put_bytes`` (bodies and
+        properties plus ~100 bytes of record header each) and 1024 messages."""
+        for key, items in groups.items():
+            chunk: list[tuple[int, MessageInput]] = []
+            size = 0
+            for item in items:
+                m = item[1]
+                cost = 100 + len(m.body) + sum(len(k) + len(v) + 2 for k, v in m.properties.items())
+                if chunk and (size + cost > self.max_put_bytes or len(chunk) >= 1024):
+                    yield key, chunk
+                    chunk, size = [], 0
+                chunk.append(item)
+                size += cost
+            if chunk:
+                yield key, chunk
+
+    def _retry_later(self, offsets: Iterable[int]) -> None:
+        for offset in offsets:
+            entry = self.pending.get(offset)
+            if entry is not None:
+                heapq.heappush(self._by_time, (entry[0], offset))
+
+    # --- checkpoint -----------------------------------------------------------------------
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            try:
+                await self.checkpoint()
+            except OSError:
+                log.exception("timer checkpoint failed; will retry")
+                self._dirty.set()
+            await asyncio.sleep(self.checkpoint_interval_s)
+
+    async def checkpoint(self) -> None:
+        """Write W, done ranges >= W, cursors and P (see the module docstring)."""
+        low = min([self.host.commit_log_end(), *self._floors.values()])
+        watermark = self.watermark()
+        self.done = {o for o in self.done if o >= watermark}
+        payload = {
+            "watermark": watermark,
+            "done": _ranges(self.done),
+            "cursor": self._cursor,
+            "cancelCursor": self._cancel_cursor,
+            "logOffset": low,
+        }
+        await asyncio.to_thread(write_json_atomic_blocking, self.checkpoint_file, payload)
+        self._low_log_offset = low
