@@ -93,6 +93,12 @@ class LabelledHistograms:
                 found = self._children.setdefault(key, HistogramAccumulator(self._bounds))
         return found
 
+    def drop(self, first_label: str) -> None:
+        """Forget the children whose first label value is ``first_label`` (a deleted topic)."""
+        with self._lock:
+            for key in [k for k in self._children if k and k[0] == first_label]:  # type: ignore[index]
+                del self._children[key]
+
     def items(self) -> list[tuple[LabelKey, HistogramSnapshot]]:
         with self._lock:
             children = list(self._children.items())
@@ -114,6 +120,12 @@ class LabelledCounters:
 
     def get(self, key: LabelKey) -> float:
         return self._values.get(key, 0)
+
+    def drop(self, first_label: str) -> None:
+        """Forget the series whose first label value is ``first_label`` (a deleted topic)."""
+        with self._lock:
+            for key in [k for k in self._values if k and k[0] == first_label]:
+                del self._values[key]
 
     def items(self) -> list[tuple[LabelKey, float]]:
         with self._lock:

@@ -104,6 +104,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         self.ctx.topics.delete(request.name)
         self.ctx.offsets.remove_topic(request.name)
         await self.ctx.store.delete_topics([request.name])
+        self.ctx.metrics.forget_topic(request.name)
         return admin_pb2.DeleteTopicResponse()
 
     @rpc("ListTopics")

@@ -61,6 +61,22 @@ def test_send_and_pull_hooks_count_messages_bytes_and_sizes_per_topic() -> None:
     assert ("rocketmq_messages_in_total", frozenset({("topic", "audit")})) not in samples
 
 
+def test_a_deleted_topic_leaves_metrics_and_others_stay() -> None:
+    metrics = BrokerMetrics()
+    for topic in ("gone", "kept"):
+        metrics.on_messages_in(topic, [100])
+        metrics.on_messages_out(topic, "billing", 1, 100)
+        metrics.on_send_to_dlq(topic, "billing")
+    metrics.forget_topic("gone")
+    samples = parse_samples(scrape(metrics))
+    assert not [key for key in samples if ("topic", "gone") in key[1]]
+    assert value(samples, "rocketmq_messages_in_total", topic="kept") == 1
+    assert value(samples, "rocketmq_message_size_count", topic="kept") == 1
+    assert (
+        value(samples, "rocketmq_messages_out_total", topic="kept", consumer_group="billing") == 1
+    )
+
+
 def test_rpc_flush_and_group_commit_histograms() -> None:
     metrics = BrokerMetrics()
     metrics.observe_rpc("SendMessage", "OK", 0.003)
