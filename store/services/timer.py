@@ -8,30 +8,26 @@ A recall writes a cancel marker to queue 1 naming the timer's queue offset and u
 The commit log is the only durable record of timers, deliveries and cancels: this service has
 no log of its own, only a small checkpoint.
 
-IN MEMORY. ``pending``: timer queue offset -> deliver ms for every timer not yet delivered or
-cancelled, with a heap by time (what is due next) and a heap by offset (the watermark W, the
-lowest pending offset); ``done``: offsets >= W delivered or cancelled; the read cursors of
-queues 0 and 1 (units below a cursor are pending or done).
+IN MEMORY. The pending timers (timer queue offset -> deliver ms and record offset) in an
+``OffsetLedger`` (``services/ledger.py``: open and closed offsets, watermark, checkpoint), a heap
+by time (what is due next), and the cursor of the cancel queue.
 
 DELIVERY. One task sleeps until the earliest deliver time (woken when an earlier timer
 arrives); due timers are re-put in time order, grouped by destination queue into one put each
 (thousands due in one second cost one put per queue, not one per message). Each copy carries
 ``TIMER_QUEUE_OFFSET``: the copy itself is the record that the timer was delivered.
 
-CHECKPOINT (``config/timerCheckpoint.json``, atomic write + .bak, after a burst of deliveries
-or cancels, at most every ``checkpoint_interval_s``): W, the done offsets >= W as ranges, both
-cursors, and P, a commit-log offset below every copy not counted in ``done`` (taken before the
-puts in flight began). START: load it; walk the commit log from P to its end and count every
-copy found there as done (deliveries after the checkpoint); read queue 1 from its cursor
-(cancels after the checkpoint); read queue 0 from W, skipping done offsets, into ``pending``.
+CHECKPOINT (``config/timerCheckpoint.json``, the ledger's, after a burst of deliveries or
+cancels, at most every ``checkpoint_interval_s``; the cancel cursor rides in it). START: load
+it; walk the commit log from its P for copies (deliveries after the checkpoint); read queue 1
+from its cursor (cancels after it); read queue 0 from the watermark, skipping closed offsets.
 So after kill -9 a delivered timer is never delivered again and a pending one is delivered
 when due -- at once if its time passed while the broker was down.
 
 LIMITS. ``timerMaxDelaySec`` (3 days) bounds how far ahead a timer may be (the facade refuses
 later ones). Start-up reads every pending timer's record once (~10 us each: 100k pending timers
-~1 s). ``done`` holds the offsets delivered above the oldest pending timer: a 3-day timer in
-front of a million short ones keeps a million ints (~60 MB) until it is due; the checkpoint
-stores them as ranges, compact for the usual runs of consecutive offsets.
+~1 s). A 3-day timer in front of a million short ones keeps their offsets until it is due (the
+ledger's bound).
 """
 
 from __future__ import annotations
@@ -57,8 +53,8 @@ from wharf.store.codec.properties import (
 )
 from wharf.store.errors import InvalidMessageError, StoreError, StoreNotWritableError
 from wharf.store.model import MessageInput, PutResult, StoredMessage
-from wharf.store.paths import read_json_with_backup_blocking, write_json_atomic_blocking
 from wharf.store.queue.consume_queue import Unit
+from wharf.store.services.ledger import OffsetLedger
 
 log = logging.getLogger(__name__)
 
@@ -151,16 +147,6 @@ def _restore(msg: StoredMessage, timer_offset: int) -> tuple[str, int, MessageIn
     )
 
 
-def _ranges(offsets: Iterable[int]) -> list[list[int]]:
-    out: list[list[int]] = []
-    for offset in sorted(offsets):
-        if out and out[-1][1] == offset:
-            out[-1][1] = offset + 1
-        else:
-            out.append([offset, offset + 1])
-    return out
-
-
 class TimerHost(Protocol):
     """What the service needs from the store (``MessageStore`` provides it)."""
 
@@ -196,15 +182,11 @@ class TimerMessageService:
         self.checkpoint_file = checkpoint_file
         self.checkpoint_interval_s = checkpoint_interval_s
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
-        self.pending: dict[int, tuple[int, int]] = {}  # timer offset -> (deliver ms, log offset)
-        self.done: set[int] = set()  # offsets >= the watermark, delivered or cancelled
+        # pending timers: timer offset -> (deliver ms, commit log offset); closed by copies
+        self.ledger: OffsetLedger[tuple[int, int]] = OffsetLedger(checkpoint_file)
+        self.pending = self.ledger.open
         self._by_time: list[tuple[int, int]] = []  # (deliver ms, offset), lazily pruned
-        self._by_offset: list[int] = []  # offsets, lazily pruned
-        self._cursor = 0  # queue 0 units below it are pending or done
         self._cancel_cursor = 0  # queue 1 units below it are applied
-        self._floors: dict[int, int] = {}  # put id -> log end before it began
-        self._next_put = 0
-        self._low_log_offset = 0  # P of the last checkpoint
         self._wakeup = asyncio.Event()
         self._dirty = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -218,18 +200,12 @@ class TimerMessageService:
     def load_blocking(self) -> None:
         """Checkpoint + the commit log since it + both queues since their cursors (in a
         thread at start, before anything is put)."""
-        data = read_json_with_backup_blocking(self.checkpoint_file)
-        data = data if isinstance(data, dict) else {}
-        watermark = int(data.get("watermark", 0))
-        self.done = {o for lo, hi in data.get("done", []) for o in range(int(lo), int(hi))}
-        self._cursor = watermark
-        self._cancel_cursor = int(data.get("cancelCursor", 0))
-        low = int(data.get("logOffset", 0))
-        copies = self.host.copies_since(low)
-        self.done.update(o for o in copies if o >= watermark)
+        ledger = self.ledger
+        ledger.load_blocking()
+        self._cancel_cursor = int(str(ledger.extra.get("cancelCursor", 0)))
+        ledger.close_marked(self.host.copies_since(ledger.log_offset))
         self._follow_cancels()
         self._follow_timers()
-        self._low_log_offset = self.host.commit_log_end()
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -295,26 +271,28 @@ class TimerMessageService:
         time than the heap's head arrived."""
         earlier = False
         while True:
-            units = self.host.read_consume_queue(TIMER_TOPIC, TIMER_QUEUE, self._cursor, READ_BATCH)
+            ledger = self.ledger
+            units = self.host.read_consume_queue(
+                TIMER_TOPIC, TIMER_QUEUE, ledger.cursor, READ_BATCH
+            )
             if not units:
                 return earlier
             for phy_offset, _size, _code in units:
-                offset = self._cursor
-                self._cursor += 1
-                if offset in self.done:
+                offset = ledger.cursor
+                ledger.cursor += 1
+                if offset in ledger.closed:
                     continue
                 msg = self.host.look_message_by_offset(phy_offset)
                 text = msg.properties.get(PROPERTY_TIMER_DELIVER_MS, "") if msg else ""
                 if not text.isdigit():
                     log.warning("timer offset %d has no readable delivery time; dropped", offset)
-                    self.done.add(offset)
+                    ledger.close(offset)
                     continue
                 deliver_ms = int(text)
                 head = self._by_time[0][0] if self._by_time else None
                 earlier |= head is None or deliver_ms < head
-                self.pending[offset] = (deliver_ms, phy_offset)
+                ledger.add(offset, (deliver_ms, phy_offset))
                 heapq.heappush(self._by_time, (deliver_ms, offset))
-                heapq.heappush(self._by_offset, offset)
 
     def _follow_cancels(self) -> None:
         while True:
@@ -329,19 +307,11 @@ class TimerMessageService:
                 text = msg.properties.get(PROPERTY_TIMER_QUEUE_OFFSET, "") if msg else ""
                 if text.isdigit():
                     target = int(text)
-                    if target in self.pending or target >= self._cursor:
+                    if target in self.pending or target >= self.ledger.cursor:
                         self._finish(target)
 
     def _finish(self, offset: int) -> None:
-        self.pending.pop(offset, None)
-        self.done.add(offset)
-
-    def watermark(self) -> int:
-        """The lowest pending offset (the cursor when nothing is pending)."""
-        heap = self._by_offset
-        while heap and heap[0] not in self.pending:
-            heapq.heappop(heap)
-        return heap[0] if heap else self._cursor
+        self.ledger.close(offset)
 
     # --- delivery -------------------------------------------------------------------------
     async def _run(self) -> None:
@@ -403,9 +373,7 @@ class TimerMessageService:
             if failed is not None:
                 self._retry_later(offset for offset, _ in items)
                 continue
-            put_id = self._next_put
-            self._next_put += 1
-            self._floors[put_id] = self.host.commit_log_end()
+            write_id = self.ledger.begin_write(self.host.commit_log_end())
             try:
                 await self.host.put(topic, queue_id, [copy for _, copy in items])
             except StoreNotWritableError as exc:
@@ -419,7 +387,7 @@ class TimerMessageService:
             except StoreError as exc:  # refused for good (topic name, size): not retried
                 log.warning("timer messages for %s/%d refused: %s; dropped", topic, queue_id, exc)
             finally:
-                del self._floors[put_id]
+                self.ledger.end_write(write_id)
             for offset, _ in items:
                 if offset in self.pending:
                     self._finish(offset)
@@ -467,15 +435,6 @@ class TimerMessageService:
 
     async def checkpoint(self) -> None:
         """Write W, done ranges >= W, cursors and P (see the module docstring)."""
-        low = min([self.host.commit_log_end(), *self._floors.values()])
-        watermark = self.watermark()
-        self.done = {o for o in self.done if o >= watermark}
-        payload = {
-            "watermark": watermark,
-            "done": _ranges(self.done),
-            "cursor": self._cursor,
-            "cancelCursor": self._cancel_cursor,
-            "logOffset": low,
-        }
-        await asyncio.to_thread(write_json_atomic_blocking, self.checkpoint_file, payload)
-        self._low_log_offset = low
+        self.ledger.extra["cancelCursor"] = self._cancel_cursor
+        payload = self.ledger.snapshot(self.host.commit_log_end())
+        await asyncio.to_thread(self.ledger.write_blocking, payload)

@@ -1,0 +1,116 @@
+"""OffsetLedger: which entries of a system queue are still open, kept exact across kill -9 with
+no log of its own -- the pattern the timer and the transaction services share.
+
+An entry is a queue offset of a system queue (a timer message, a half message). It is opened
+when its unit is read and closed by a record the service writes to the commit log carrying the
+entry's offset in a property (``mark_property``): a delivered timer copy, a committed message,
+a rollback marker. So the commit log alone says what is closed.
+
+IN MEMORY: ``open`` (offset -> the service's value), ``closed`` (offsets at or above the
+watermark W, the lowest open offset), the read cursor (units below it are open or closed).
+
+CHECKPOINT (JSON, atomic write + .bak): W, closed offsets >= W as ranges, the cursor, extra
+fields of the service, and P: a commit-log offset below every closing record not yet counted in
+``closed`` (``begin_write`` / ``end_write`` bracket the writes of closing records, so P stays
+below those in flight). START: ``load`` the checkpoint, then ``close_marked`` the offsets found
+in the commit log from P on; the service then reads its queue from W, skipping closed offsets.
+
+BOUND: ``closed`` holds offsets closed above the oldest open entry: one entry open for days in
+front of a million closed ones keeps a million ints (~60 MB); the checkpoint stores ranges,
+compact for runs of consecutive offsets.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from wharf.store.paths import read_json_with_backup_blocking, write_json_atomic_blocking
+
+V = TypeVar("V")
+
+
+def ranges(offsets: Iterable[int]) -> list[list[int]]:
+    """Sorted offsets as [start, end) runs."""
+    out: list[list[int]] = []
+    for offset in sorted(offsets):
+        if out and out[-1][1] == offset:
+            out[-1][1] = offset + 1
+        else:
+            out.append([offset, offset + 1])
+    return out
+
+
+class OffsetLedger(Generic[V]):
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.open: dict[int, V] = {}
+        self.closed: set[int] = set()
+        self.cursor = 0
+        self.extra: dict[str, object] = {}  # the service's own checkpoint fields
+        self.log_offset = 0  # P of the checkpoint loaded or last written
+        self._by_offset: list[int] = []  # open offsets, lazily pruned
+        self._writes: dict[int, int] = {}  # write id -> log end before it
+        self._next_write = 0
+
+    # --- start ----------------------------------------------------------------------------
+    def load_blocking(self) -> None:
+        data = read_json_with_backup_blocking(self.path)
+        data = data if isinstance(data, dict) else {}
+        watermark = int(data.get("watermark", 0))
+        self.closed = {o for lo, hi in data.get("closed", []) for o in range(int(lo), int(hi))}
+        self.cursor = watermark
+        self.log_offset = int(data.get("logOffset", 0))
+        self.extra = dict(data.get("extra", {}))
+
+    def close_marked(self, offsets: Iterable[int]) -> None:
+        """Offsets found marked in the commit log after the checkpoint: closed."""
+        watermark = self.cursor
+        self.closed.update(o for o in offsets if o >= watermark)
+
+    # --- entries --------------------------------------------------------------------------
+    def add(self, offset: int, value: V) -> None:
+        self.open[offset] = value
+        heapq.heappush(self._by_offset, offset)
+
+    def close(self, offset: int) -> V | None:
+        self.closed.add(offset)
+        return self.open.pop(offset, None)
+
+    def watermark(self) -> int:
+        """The lowest open offset (the cursor when none is open)."""
+        heap = self._by_offset
+        while heap and heap[0] not in self.open:
+            heapq.heappop(heap)
+        return heap[0] if heap else self.cursor
+
+    # --- closing writes -------------------------------------------------------------------
+    def begin_write(self, log_end: int) -> int:
+        """Before writing closing records: returns an id for ``end_write``."""
+        write_id = self._next_write
+        self._next_write += 1
+        self._writes[write_id] = log_end
+        return write_id
+
+    def end_write(self, write_id: int) -> None:
+        del self._writes[write_id]
+
+    # --- checkpoint -----------------------------------------------------------------------
+    def snapshot(self, log_end: int) -> dict[str, object]:
+        """The checkpoint payload now (prunes ``closed`` below the watermark)."""
+        watermark = self.watermark()
+        self.closed = {o for o in self.closed if o >= watermark}
+        low = min([log_end, *self._writes.values()])
+        self.log_offset = low
+        return {
+            "watermark": watermark,
+            "closed": ranges(self.closed),
+            "cursor": self.cursor,
+            "logOffset": low,
+            "extra": self.extra,
+        }
+
+    def write_blocking(self, payload: dict[str, object]) -> None:
+        write_json_atomic_blocking(self.path, payload)
