@@ -55,6 +55,12 @@ class BrokerConfig:
     channel_expired_timeout: int = 120_000
     # maxReconsumeTimes: retries before %DLQ% for groups that do not set retryMaxTimes (16).
     max_reconsume_times: int = 16
+    # Transactions (RocketMQ's names and defaults): a half message unresolved after
+    # transactionTimeOut ms is checked back every transactionCheckInterval ms, at most
+    # transactionCheckMax times, then discarded.
+    transaction_time_out: int = 6_000
+    transaction_check_interval: int = 30_000
+    transaction_check_max: int = 15
     # maxInflightStreamRequests: requests of one SendMessageStream processed concurrently; the
     # stream stops reading beyond it (flow control: bounded memory per stream). 64 batches in
     # flight let SYNC_FLUSH group commits gather many waiters.

@@ -255,6 +255,7 @@ class BrokerController:
         self._tasks = [
             asyncio.create_task(self._persist_loop(), name="persist-metadata"),
             asyncio.create_task(self._expire_clients_loop(), name="expire-clients"),
+            asyncio.create_task(self.v2_service.checker.run(), name="transaction-check-back"),
         ]
         log.info("broker %s serving gRPC on %s:%d (advertised %s), metrics on %s:%d",
                  broker.broker_name, listen_host, self.grpc_port, self.endpoint,

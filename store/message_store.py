@@ -46,7 +46,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from wharf.store.codec import decode_offset_msg_id
-from wharf.store.codec.properties import PROPERTY_TIMER_QUEUE_OFFSET, TIMER_TOPIC
+from wharf.store.codec.properties import TIMER_TOPIC, TRANS_HALF_TOPIC
 from wharf.store.config import SYNC_FLUSH, StoreConfig, parse_delay_levels
 from wharf.store.dispatch.reput import CommitLogSource, Dispatcher, QueueAdvance, ReputService
 from wharf.store.errors import (
@@ -88,6 +88,7 @@ from wharf.store.services.schedule import (
     to_schedule_topic,
 )
 from wharf.store.services.timer import TimerMessageService, timer_deliver_ms, to_timer_topic
+from wharf.store.services.transactions import TransactionService, is_half, to_half_topic
 from wharf.store.stats import build_stats
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ class MessageStore:
         self._queue_flush: FlushConsumeQueueService | None = None
         self._schedule: ScheduleMessageService | None = None
         self._timer: TimerMessageService | None = None
+        self._transactions: TransactionService | None = None
         self._cleanup: CleanupService | None = None
         self._pop: PopService | None = None
         self._maintenance = asyncio.Lock()  # CQ/index flush vs. deletion and truncation
@@ -193,6 +195,8 @@ class MessageStore:
             max_put_bytes=min(4 << 20, self._config.mapped_file_size_commit_log // 4),
         )
         await asyncio.to_thread(self._timer.load_blocking)
+        self._transactions = TransactionService(self, self._paths.transaction_checkpoint_file)
+        await asyncio.to_thread(self._transactions.load_blocking)
         self._cleanup = CleanupService(
             parts,
             self._disk_usage,
@@ -215,6 +219,7 @@ class MessageStore:
         self._listeners.append(self._schedule.on_arrival)
         self._timer.start()
         self._listeners.append(self._timer.on_arrival)
+        self._transactions.start()
         self._pop = PopService(
             self._paths.pop_journal_file,
             read=self.get_messages,
@@ -239,6 +244,8 @@ class MessageStore:
             await self._schedule.stop()
         if self._timer is not None:
             await self._timer.stop()
+        if self._transactions is not None:
+            await self._transactions.stop()
         await self._cleanup.stop()
         for task in list(self._background):
             await task
@@ -284,6 +291,8 @@ class MessageStore:
             topic, queue_id, messages = to_schedule_topic(
                 topic, queue_id, min(level, len(self.delay_levels_ms)), messages
             )
+        elif topic not in (TIMER_TOPIC, TRANS_HALF_TOPIC) and is_half(messages):
+            topic, queue_id, messages = to_half_topic(topic, queue_id, messages)
         elif topic != TIMER_TOPIC:
             cfg = self._config
             deliver_ms = timer_deliver_ms(messages, now, cfg.timer_max_delay_sec)
@@ -681,14 +690,21 @@ class MessageStore:
         assert self._timer is not None
         return self._timer
 
-    # --- TimerHost (the timer service's view of the store) ------------------------------------
+    @property
+    def transactions(self) -> TransactionService:
+        """Half messages: ``end`` (commit / rollback), check-back bookkeeping, ``stats``."""
+        assert self._transactions is not None
+        return self._transactions
+
+    # --- TimerHost / TransactionHost (the services' view of the store) ------------------------
     def commit_log_end(self) -> int:
         assert self._commit_log is not None
         return self._commit_log.max_offset
 
-    def copies_since(self, commit_log_offset: int) -> list[int]:
-        """TIMER_QUEUE_OFFSET of every delivered timer copy from ``commit_log_offset`` on (a
-        start-up walk of what was written after the timer's last checkpoint)."""
+    def marks_since(self, commit_log_offset: int, prop: str) -> list[int]:
+        """The integer value of property ``prop`` in every record from ``commit_log_offset``
+        on: a start-up walk for the records that closed ledger entries after a checkpoint
+        (delivered timer copies, transaction resolutions)."""
         assert self._commit_log is not None
         found: list[int] = []
         offset = commit_log_offset
@@ -696,7 +712,7 @@ class MessageStore:
         while offset < end:
             batch = self._commit_log.iter_dispatch(offset, 4 << 20)
             for req in batch.requests:
-                text = req.properties.get(PROPERTY_TIMER_QUEUE_OFFSET, "")
+                text = req.properties.get(prop, "")
                 if text.isdigit():
                     found.append(int(text))
             if batch.next_offset <= offset:

@@ -9,6 +9,7 @@
     <root>/index/<yyyyMMddHHmmssSSS>      IndexFiles
     <root>/config/delayOffset.json        ScheduleMessageService progress (+ .bak)
     <root>/config/timerCheckpoint.json    TimerMessageService checkpoint (+ .bak)
+    <root>/config/transactionCheckpoint.json  TransactionService checkpoint (+ .bak)
     <root>/pop/journal                    pop (invisible time) journal (``wharf.store.pop``)
     <root>/pop/journal.tmp                a compaction snapshot being written
 """
@@ -55,6 +56,10 @@ class StorePaths:
     @property
     def timer_checkpoint_file(self) -> Path:
         return self.config_dir / "timerCheckpoint.json"
+
+    @property
+    def transaction_checkpoint_file(self) -> Path:
+        return self.config_dir / "transactionCheckpoint.json"
 
     @property
     def pop_dir(self) -> Path:

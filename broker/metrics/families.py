@@ -93,6 +93,15 @@ def snapshot_families(s: BrokerSnapshot) -> Iterator[Any]:
     yield counter("wharf_store_messages_put_total", "Messages appended to the commit log (all topics, system ones included).", [], [((), st.messages_put_total)])  # fmt: skip
     yield counter("wharf_store_bytes_put_total", "Record bytes appended to the commit log.", [], [((), st.bytes_put_total)])  # fmt: skip
     yield gauge("wharf_store_recovery_seconds", "Duration of the recovery run at start.", [], [((), st.recovery_seconds)])  # fmt: skip
+    tx, timer = s.transactions, s.timer
+    yield gauge("rocketmq_half_messages", "Transactional half messages not yet committed or rolled back.", [], [((), tx.get("half_messages", 0))])  # fmt: skip
+    yield counter("rocketmq_commit_messages_total", "Transactional messages committed (made visible) since start.", [], [((), tx.get("commits_total", 0))])  # fmt: skip
+    yield counter("rocketmq_rollback_messages_total", "Transactional messages rolled back since start.", [], [((), tx.get("rollbacks_total", 0))])  # fmt: skip
+    yield counter("wharf_transaction_checks_total", "Transaction check-backs sent to producers since start.", [], [((), tx.get("checks_total", 0))])  # fmt: skip
+    yield counter("wharf_transaction_discards_total", "Half messages discarded unresolved after transactionCheckMax check-backs.", [], [((), tx.get("discards_total", 0))])  # fmt: skip
+    yield gauge("wharf_timer_pending_messages", "Messages waiting in the timer for their delivery time.", [], [((), timer.get("pending", 0))])  # fmt: skip
+    yield counter("wharf_timer_delivered_total", "Timed messages delivered since start.", [], [((), timer.get("delivered_total", 0))])  # fmt: skip
+    yield counter("wharf_timer_recalled_total", "Timed messages recalled before delivery since start.", [], [((), timer.get("cancelled_total", 0))])  # fmt: skip
     yield gauge("wharf_long_poll_parked_requests", "Pull requests parked waiting for messages (long polling).", [], [((), s.parked_pulls)])  # fmt: skip
     yield gauge("wharf_event_loop_tasks", "Live asyncio tasks on the broker's event loop.", [], [((), s.loop_tasks)])  # fmt: skip
     yield gauge("wharf_metrics_snapshot_seconds", "Event-loop time this scrape's store and consumer snapshot took.", [], [((), s.loop_seconds)])  # fmt: skip

@@ -49,6 +49,9 @@ class BrokerSnapshot:
     # Live asyncio tasks of the broker's loop: a leak of per-request or per-stream tasks shows
     # as growth here (the soak benchmark watches it).
     loop_tasks: int = 0
+    # Transaction and timer figures (``transactions.stats()``, ``timer.stats()``).
+    transactions: dict[str, int] = field(default_factory=dict)
+    timer: dict[str, int] = field(default_factory=dict)
 
 
 def take_snapshot(controller: Any, now: float | None = None) -> BrokerSnapshot:
@@ -73,7 +76,17 @@ def take_snapshot(controller: Any, now: float | None = None) -> BrokerSnapshot:
         lags=lags,
         loop_seconds=time.perf_counter() - started,
         loop_tasks=_loop_tasks(),
+        transactions=_service_stats(store, "transactions"),
+        timer=_service_stats(store, "timer"),
     )
+
+
+def _service_stats(store: Any, name: str) -> dict[str, int]:
+    """``store.<name>.stats()``, or {} for a store without the service (test fakes)."""
+    try:
+        return dict(getattr(store, name).stats())
+    except (AttributeError, AssertionError):
+        return {}
 
 
 def _loop_tasks() -> int:

@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from wharf.rocketmq.v2 import definition_pb2
 
@@ -32,6 +33,9 @@ class ClientEntry:
     settings: definition_pb2.Settings | None = None
     streams: int = 0  # open Telemetry streams
     last_seen: float = field(default=0.0)
+    # The newest open Telemetry stream's way out: commands the broker sends the client
+    # (RecoverOrphanedTransactionCommand), as ``send(command) -> bool`` (False: not queued).
+    send: Callable[[Any], bool] | None = None
 
 
 class ClientRegistry:
@@ -86,18 +90,34 @@ class ClientRegistry:
             entry.group = group
         return entry
 
-    def stream_opened(self, client_id: str) -> None:
-        self._touch(client_id).streams += 1
+    def stream_opened(self, client_id: str, send: Callable[[Any], bool] | None = None) -> None:
+        entry = self._touch(client_id)
+        entry.streams += 1
+        if send is not None:
+            entry.send = send
 
-    def stream_closed(self, client_id: str) -> None:
+    def stream_closed(self, client_id: str, send: Callable[[Any], bool] | None = None) -> None:
         """The client's Telemetry stream ended: the client is gone (it opens a new stream and
         sends its settings again if it is not)."""
         entry = self._clients.get(client_id)
         if entry is None:
             return
         entry.streams -= 1
+        if send is not None and entry.send is send:
+            entry.send = None
         if entry.streams <= 0:
             del self._clients[client_id]
+
+    def producers_of(self, topic: str) -> list[ClientEntry]:
+        """Producers with an open Telemetry stream whose settings list ``topic`` (the
+        check-back targets: apache.rocketmq.v2 has no producer group), newest first."""
+        return [
+            entry
+            for entry in reversed(self._clients.values())
+            if entry.send is not None
+            and entry.client_type == definition_pb2.PRODUCER
+            and topic in entry.topics
+        ]
 
     def terminate(self, client_id: str) -> bool:
         """NotifyClientTermination: True when the client was known."""

@@ -12,7 +12,9 @@ message.
   crc32(message_group) mod write queues: stable across restarts, same group -> same queue) and
   DELAY (a ``delivery_timestamp``, NORMAL routing, held by the store's timer until then: at
   most ``timerMaxDelaySec`` ahead, ILLEGAL_DELIVERY_TIME otherwise; its entry carries a
-  ``recall_handle`` for RecallMessage). TRANSACTION, PRIORITY and LITE answer UNSUPPORTED.
+  ``recall_handle`` for RecallMessage) and TRANSACTION (a half message, invisible until
+  EndTransaction commits it; its entry's ``transaction_id`` is the half-queue offset). PRIORITY
+  and LITE answer UNSUPPORTED.
 - De-duplication: the official producer retries with the same message_id after a lost reply.
   The last ``DEDUPE_WINDOW`` (65536) stored (topic, message_id) pairs are remembered with
   their entry, and a retry gets that entry back without a second copy; a retry that arrives
@@ -41,7 +43,7 @@ from wharf.broker.v2.codes import PUT_STATUS_CODES, PUT_STATUS_MESSAGES, Code, V
 from wharf.broker.v2.convert import message_group, message_id, to_input
 from wharf.broker.v2.route import accepted_types
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
-from wharf.store.codec.properties import PROPERTY_TIMER_DELIVER_MS
+from wharf.store.codec.properties import PROPERTY_TIMER_DELIVER_MS, PROPERTY_TRANSACTION_PREPARED
 from wharf.store.model import MessageInput
 
 if TYPE_CHECKING:
@@ -51,7 +53,6 @@ MessageType = definition_pb2.MessageType
 DEDUPE_WINDOW = 65536
 MAX_BATCH = 1024
 _UNSUPPORTED_TYPES = {
-    MessageType.TRANSACTION: "transaction messages",
     MessageType.PRIORITY: "priority messages",
     MessageType.LITE: "lite topics",
 }
@@ -87,6 +88,13 @@ def message_type(message: definition_pb2.Message, group: str) -> int:
             )
         if not sysp.HasField("delivery_timestamp"):
             raise V2Error(Code.ILLEGAL_DELIVERY_TIME, "a DELAY message needs delivery_timestamp")
+        return declared
+    if declared == MessageType.TRANSACTION:
+        if sysp.HasField("delivery_timestamp"):
+            raise V2Error(
+                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                "a TRANSACTION message cannot carry a delivery_timestamp",
+            )
         return declared
     if declared == MessageType.FIFO and not group:
         raise V2Error(Code.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message_group")
@@ -174,6 +182,10 @@ class V2SendProcessor:
             stored = to_input(m, uid, group, self._max_size, born_host)
             if kind == MessageType.DELAY:
                 stored = self._timed(stored, m.system_properties.delivery_timestamp)
+            elif kind == MessageType.TRANSACTION:  # a half message until EndTransaction
+                stored = dataclasses.replace(
+                    stored, properties={**stored.properties, PROPERTY_TRANSACTION_PREPARED: "true"}
+                )
             planned.append((uid, queue_id, stored))
         entries = await self._store_all(topic_name, planned)
         response = service_pb2.SendMessageResponse(entries=entries)
@@ -203,8 +215,9 @@ class V2SendProcessor:
     ) -> list[service_pb2.SendResultEntry]:
         results: list[service_pb2.SendResultEntry | None] = [None] * len(planned)
         waits: list[tuple[int, asyncio.Future[service_pb2.SendResultEntry]]] = []
-        # One append per queue and delivery time (the store times a batch as one).
-        by_queue: dict[tuple[int, str | None], list[int]] = {}
+        # One append per queue, delivery time and kind (the store times, and makes half
+        # messages of, a batch as a whole).
+        by_queue: dict[tuple[int, str | None, str | None], list[int]] = {}
         for index, (uid, queue_id, stored) in enumerate(planned):
             key = (topic, uid)
             done = self._done.get(key)
@@ -214,10 +227,15 @@ class V2SendProcessor:
                 waits.append((index, self._pending[key]))
             else:
                 self._pending[key] = asyncio.get_running_loop().create_future()
-                deliver = stored.properties.get(PROPERTY_TIMER_DELIVER_MS)
-                by_queue.setdefault((queue_id, deliver), []).append(index)
+                props = stored.properties
+                batch_key = (
+                    queue_id,
+                    props.get(PROPERTY_TIMER_DELIVER_MS),
+                    props.get(PROPERTY_TRANSACTION_PREPARED),
+                )
+                by_queue.setdefault(batch_key, []).append(index)
         try:
-            for (queue_id, _), indexes in by_queue.items():
+            for (queue_id, _, _), indexes in by_queue.items():
                 entries = await self._put(topic, queue_id, [planned[i] for i in indexes])
                 for index, entry in zip(indexes, entries, strict=True):
                     results[index] = entry
@@ -261,6 +279,8 @@ class V2SendProcessor:
             entry = service_pb2.SendResultEntry(message_id=uid, offset=first + i)
             if PROPERTY_TIMER_DELIVER_MS in stored.properties:
                 entry.recall_handle = recall_handle(first + i, uid)
+            elif PROPERTY_TRANSACTION_PREPARED in stored.properties:
+                entry.transaction_id = str(first + i)  # the half-queue offset
             entry.status.code = code  # type: ignore[assignment]
             entry.status.message = text
             entries.append(entry)

@@ -38,11 +38,13 @@ from wharf.broker.v2.receive import V2ReceiveProcessor
 from wharf.broker.v2.route import endpoints_of, fill_assignment, fill_route, not_found_group
 from wharf.broker.v2.send import V2SendProcessor, parse_recall_handle
 from wharf.broker.v2.settings import merge_settings
+from wharf.broker.v2.transactions import TransactionChecker, end_transaction
 from wharf.rocketmq.v2 import definition_pb2, service_pb2, service_pb2_grpc
 from wharf.store.codec.properties import DLQ_GROUP_TOPIC_PREFIX
 from wharf.store.errors import InvalidMessageError
 
 log = logging.getLogger("wharf.broker.v2")
+TELEMETRY_OUTBOX_MAX = 1024  # broker commands queued for one client at most
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
 
 
@@ -102,6 +104,14 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         )
         self.receiver = V2ReceiveProcessor(
             lambda: ctx.store.pop, ctx.topics, self._group_settings, self._on_delivered
+        )
+        broker = ctx.config
+        self.checker = TransactionChecker(
+            lambda: ctx.store.transactions,
+            self.clients,
+            broker.transaction_time_out,
+            broker.transaction_check_interval,
+            broker.transaction_check_max,
         )
         self.puller = V2PullProcessor(
             ctx.topics,
@@ -210,15 +220,39 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self, request_iterator: AsyncIterator[Any], context: Any
     ) -> AsyncIterator[service_pb2.TelemetryCommand]:
         """One reply per settings frame; other client frames (thread stack traces, verify
-        results) are read and ignored. The stream stays open until the client closes it;
-        then the client is dropped."""
+        results) are read and ignored; commands of the broker (transaction check-backs) go
+        out on the same stream. The stream stays open until the client closes it; then the
+        client is dropped. A reader task answers the client's frames into an outbox the
+        stream writes from, so the broker can speak while the client is silent."""
         try:
             client_id = client_meta(context.invocation_metadata()).client_id
         except V2Error as exc:
             yield service_pb2.TelemetryCommand(status=codes.status(exc.code, exc.message))
             return
         self.sweep_clients()
-        self.clients.stream_opened(client_id)
+        outbox: asyncio.Queue[service_pb2.TelemetryCommand | None] = asyncio.Queue()
+
+        def send(command: service_pb2.TelemetryCommand) -> bool:
+            if outbox.qsize() >= TELEMETRY_OUTBOX_MAX:  # a client not reading: drop, not grow
+                return False
+            outbox.put_nowait(command)
+            return True
+
+        self.clients.stream_opened(client_id, send)
+        reader = asyncio.ensure_future(self._read_telemetry(client_id, request_iterator, outbox))
+        try:
+            while (command := await outbox.get()) is not None:
+                yield command
+        finally:
+            reader.cancel()
+            self.clients.stream_closed(client_id, send)
+
+    async def _read_telemetry(
+        self,
+        client_id: str,
+        request_iterator: AsyncIterator[Any],
+        outbox: asyncio.Queue[service_pb2.TelemetryCommand | None],
+    ) -> None:
         try:
             async for command in request_iterator:
                 started = time.perf_counter()
@@ -241,9 +275,13 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     Code.Name(reply.status.code),
                     time.perf_counter() - started,
                 )
-                yield reply
+                outbox.put_nowait(reply)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the client's side of the stream broke: end ours too
+            log.debug("v2 Telemetry of %s ended: %s", client_id, exc)
         finally:
-            self.clients.stream_closed(client_id)
+            outbox.put_nowait(None)
 
     # --- send -----------------------------------------------------------------------------------
     @v2_rpc("SendMessage")
@@ -315,6 +353,10 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def ChangeInvisibleDuration(self, request, context, client_id):  # type: ignore[no-untyped-def]
         return await self.receiver.change_invisible(request)
 
+    @v2_rpc("EndTransaction")
+    async def EndTransaction(self, request, context, client_id):  # type: ignore[no-untyped-def]
+        return await end_transaction(self.ctx.store.transactions, request)
+
     @v2_rpc("RecallMessage")
     async def RecallMessage(self, request, context, client_id):  # type: ignore[no-untyped-def]
         """Cancel a DELAY message before it is due (its send entry's ``recall_handle``)."""
@@ -341,8 +383,5 @@ def _not_implemented(method: str) -> Callable[..., Awaitable[Any]]:
     return handler
 
 
-for _method in (
-    "EndTransaction",
-    "SyncLiteSubscription",
-):
+for _method in ("SyncLiteSubscription",):
     setattr(V2MessagingService, _method, _not_implemented(_method))

@@ -38,10 +38,17 @@ PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
 PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 # Wharf: the timer queue offset a delivered copy came from (the record of its delivery).
 PROPERTY_TIMER_QUEUE_OFFSET = "TIMER_QUEUE_OFFSET"
+# Transactions (RocketMQ's names): a half message; its check-back immunity in seconds.
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_CHECK_IMMUNITY_TIME = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+# Wharf: the half-queue offset a committed copy or a rollback marker resolves.
+PROPERTY_TRAN_HALF_OFFSET = "TRAN_HALF_OFFSET"
 
 # --- Reserved topics ---------------------------------------------------------------------------
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # queue 0: timer messages; queue 1: cancel markers
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 

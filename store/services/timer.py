@@ -158,9 +158,7 @@ class TimerHost(Protocol):
 
     def commit_log_end(self) -> int: ...
 
-    def copies_since(self, commit_log_offset: int) -> list[int]:
-        """TIMER_QUEUE_OFFSET of every record from ``commit_log_offset`` to the end."""
-        ...
+    def marks_since(self, commit_log_offset: int, prop: str) -> list[int]: ...
 
     async def put(
         self, topic: str, queue_id: int, messages: Sequence[MessageInput]
@@ -203,7 +201,7 @@ class TimerMessageService:
         ledger = self.ledger
         ledger.load_blocking()
         self._cancel_cursor = int(str(ledger.extra.get("cancelCursor", 0)))
-        ledger.close_marked(self.host.copies_since(ledger.log_offset))
+        ledger.close_marked(self.host.marks_since(ledger.log_offset, PROPERTY_TIMER_QUEUE_OFFSET))
         self._follow_cancels()
         self._follow_timers()
 

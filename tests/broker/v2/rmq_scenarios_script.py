@@ -21,6 +21,8 @@ from rocketmq import (
     Producer,
     PushConsumer,
     SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
 )
 
 
@@ -176,6 +178,51 @@ def receive_rest(config, topic, group, want):
     return {"back": sorted([m.body.decode(), m.delivery_attempt] for m in got), "after": after}
 
 
+class Checker(TransactionChecker):
+    """Answers check-backs: commit "check-commit", roll back anything else."""
+
+    def __init__(self):
+        self.asked = []
+        self.lock = threading.Lock()
+
+    def check(self, message):
+        body = message.body.decode()
+        with self.lock:
+            self.asked.append([body, message.topic])
+        if body == "check-commit":
+            return TransactionResolution.COMMIT
+        return TransactionResolution.ROLLBACK
+
+
+def transactions(config, topic, group, _):
+    """Commit, rollback, and two halves left open for the broker's check-back to resolve."""
+    checker = Checker()
+    producer = Producer(config, (topic,), checker=checker)
+    producer.startup()
+    out = {}
+    try:
+        for body, action in (("commit-me", "commit"), ("rollback-me", "rollback"),
+                             ("check-commit", None), ("check-rollback", None)):  # fmt: skip
+            msg = Message()
+            msg.topic = topic
+            msg.body = body.encode()
+            tx = producer.begin_transaction()
+            receipt = producer.send(msg, tx)
+            out.setdefault("ids", {})[body] = receipt.message_id
+            if action == "commit":
+                tx.commit()
+            elif action == "rollback":
+                tx.rollback()
+        deadline = time.time() + 30
+        while time.time() < deadline and len({b for b, _ in checker.asked}) < 2:
+            time.sleep(0.1)
+        time.sleep(1.0)  # the checker's END reaches the broker
+    finally:
+        producer.shutdown()
+    out["asked"] = checker.asked
+    return out
+
+
 SCENARIOS = {
     "fifo": fifo,
     "simple-dlq": simple_dlq,
@@ -183,6 +230,7 @@ SCENARIOS = {
     "push-fifo-dlq": push_fifo_dlq,
     "receive-partial": receive_partial,
     "receive-rest": receive_rest,
+    "transactions": transactions,
 }
 
 

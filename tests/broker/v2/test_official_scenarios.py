@@ -119,3 +119,37 @@ def test_a_restart_between_receive_and_ack_redelivers_only_the_unacked(
         rest = scenario(broker, tmp_path / "home", "receive-rest", "Crash", "crash-group", "2")
     assert rest["back"] == [[body, 2] for body in first["unacked"]]
     assert rest["after"] == []
+
+
+def test_transactions_commit_rollback_and_check_back(tmp_path: Path) -> None:
+    settings = {
+        "defaultTopicQueueNums": 4,
+        "transactionTimeOut": 1000,  # ms: check-backs start 1 s after the send
+        "transactionCheckInterval": 1000,
+    }
+    with BrokerProcess(tmp_path / "broker", settings=settings) as broker:
+        wharf_cli(broker.endpoint, "topic", "create", "Tx", "--message-type", "TRANSACTION")
+        out = scenario(broker, tmp_path / "home", "transactions", "Tx", "unused")
+        bodies = sorted(
+            m.body for queue in pull_all_queues(broker.endpoint, "Tx", 4) for m in queue
+        )
+    # Committed by the client and by the check-back: visible once each; the others never.
+    assert bodies == [b"check-commit", b"commit-me"]
+    asked = {body for body, _ in out["asked"]}
+    assert asked == {"check-commit", "check-rollback"}  # only the unresolved were checked
+    assert {topic for _, topic in out["asked"]} == {"Tx"}  # shown with their real topic
+
+
+def pull_all_queues(endpoint: str, topic: str, queues: int) -> list[list[Any]]:
+    with grpc.insecure_channel(endpoint) as channel:
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+        return [
+            list(
+                stub.PullMessage(
+                    messaging_pb2.PullMessageRequest(
+                        consumer_group="check", topic=topic, queue_id=q, queue_offset=0
+                    )
+                ).messages
+            )
+            for q in range(queues)
+        ]

@@ -244,7 +244,7 @@ BAD_SENDS = [
     (message(message_type=d.NORMAL, message_group="g"), Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
     (message(message_type=d.DELAY), Code.ILLEGAL_DELIVERY_TIME),  # no delivery_timestamp
     (message(message_type=d.DELAY, message_group="g"), Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
-    (message(message_type=d.TRANSACTION), Code.UNSUPPORTED),
+    (message(message_type=d.PRIORITY), Code.UNSUPPORTED),
 ]
 
 
@@ -293,10 +293,7 @@ async def test_pop_rpcs_on_an_unknown_topic_answer_topic_not_found(broker: Broke
 
 
 async def test_unimplemented_rpcs_answer_an_explicit_code(broker: Broker) -> None:
-    for rpc, request in (
-        (broker.v2.EndTransaction, s.EndTransactionRequest()),
-        (broker.v2.SyncLiteSubscription, s.SyncLiteSubscriptionRequest()),
-    ):
+    for rpc, request in ((broker.v2.SyncLiteSubscription, s.SyncLiteSubscriptionRequest()),):
         reply = await rpc(request, metadata=META)
         assert reply.status.code == Code.NOT_IMPLEMENTED
 

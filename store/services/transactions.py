@@ -1,0 +1,321 @@
+"""TransactionService: half messages (RocketMQ's transactional messages), each resolved once,
+exactly, across restarts and kill -9.
+
+PREPARE. A message with ``TRAN_MSG=true`` is stored under ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0
+(``to_half_topic``; the facade rewrites it, the destination kept in REAL_TOPIC / REAL_QID). Its
+half offset -- that queue's offset -- identifies the transaction. Nothing reads the half topic
+but this service: consumers never see a half message.
+
+END. ``end(offset, message_id, commit)``: COMMIT re-puts the message to its destination with
+``TRAN_HALF_OFFSET`` and without TRAN_MSG (visible from then on); ROLLBACK writes a marker to
+``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0 carrying ``TRAN_HALF_OFFSET``. Either record closes the
+half in an ``OffsetLedger`` (``services/ledger.py``): the commit log alone says what was
+resolved, so after kill -9 a commit is neither lost nor doubled and a rollback never comes
+back. An END for a half already resolved writes nothing and says how it was resolved: a COMMIT
+retried by a producer, or repeated after a check-back, never makes a second copy.
+
+CHECK-BACK (driven by the broker, which knows the producers): ``due_for_check(now, timeout_ms,
+interval_ms)`` lists open halves older than ``timeout_ms`` (or their
+``CHECK_IMMUNITY_TIME_IN_SECONDS``) not checked in the last ``interval_ms``; the broker asks a
+producer and calls ``checked(offset)``; ``discard(offset)`` ends one for good (a marker, as a
+rollback, reason ``discard``). Check counts live in memory and ride in the checkpoint: a crash
+may forget the last few (a few extra checks, never a lost resolution).
+
+CHECKPOINT ``config/transactionCheckpoint.json`` (the ledger's), after each burst of ENDs, at
+most every ``checkpoint_interval_s``. START: load it, walk the commit log from its P for
+TRAN_HALF_OFFSET marks, read the half queue from the watermark (one record read per open half).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from wharf.store.codec.properties import (
+    PROPERTY_CHECK_IMMUNITY_TIME,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TRAN_HALF_OFFSET,
+    PROPERTY_TRANSACTION_PREPARED,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+)
+from wharf.store.errors import InvalidMessageError
+from wharf.store.model import MessageInput, PutResult, StoredMessage
+from wharf.store.queue.consume_queue import Unit
+from wharf.store.services.ledger import OffsetLedger
+
+log = logging.getLogger(__name__)
+
+HALF_QUEUE = 0
+READ_BATCH = 256
+COMMITTED, ROLLED_BACK, RESOLVED = "committed", "rolled back", "resolved before"
+
+
+def is_half(messages: Sequence[MessageInput]) -> bool:
+    """True when the batch is transactional (all or none: InvalidMessageError for a mix)."""
+    flags = {m.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true" for m in messages}
+    if len(flags) > 1:
+        raise InvalidMessageError("a batch is transactional as a whole or not at all")
+    return flags == {True}
+
+
+def to_half_topic(
+    topic: str, queue_id: int, messages: Sequence[MessageInput]
+) -> tuple[str, int, list[MessageInput]]:
+    out = []
+    for m in messages:
+        props = dict(m.properties)
+        props[PROPERTY_REAL_TOPIC] = topic
+        props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+        out.append(dataclasses.replace(m, properties=props))
+    return TRANS_HALF_TOPIC, HALF_QUEUE, out
+
+
+@dataclass(slots=True)
+class Half:
+    log_offset: int  # of the half record
+    message_id: str
+    topic: str  # the destination
+    stored_ms: int
+    immunity_ms: int  # 0 = the broker's transactionTimeOut
+    checks: int = 0
+    last_check_ms: int = 0
+
+
+class TransactionHost(Protocol):
+    def read_consume_queue(
+        self, topic: str, queue_id: int, offset: int, max_count: int
+    ) -> list[Unit]: ...
+
+    def look_message_by_offset(self, commit_log_offset: int) -> StoredMessage | None: ...
+
+    def commit_log_end(self) -> int: ...
+
+    def marks_since(self, commit_log_offset: int, prop: str) -> list[int]: ...
+
+    async def wait_dispatched(self, timeout_s: float = 5.0) -> bool: ...
+
+    async def put(
+        self, topic: str, queue_id: int, messages: Sequence[MessageInput]
+    ) -> PutResult: ...
+
+
+class TransactionService:
+    def __init__(
+        self, host: TransactionHost, checkpoint_file: Path, checkpoint_interval_s: float = 0.2
+    ) -> None:
+        self.host = host
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self.ledger: OffsetLedger[Half] = OffsetLedger(checkpoint_file)
+        self.open = self.ledger.open
+        self._how: dict[int, str] = {}  # resolutions this run, for "already resolved" answers
+        self._dirty = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.commits = 0
+        self.rollbacks = 0
+        self.discards = 0
+        self.checks = 0
+
+    # --- start / stop ---------------------------------------------------------------------
+    def load_blocking(self) -> None:
+        ledger = self.ledger
+        ledger.load_blocking()
+        ledger.close_marked(self.host.marks_since(ledger.log_offset, PROPERTY_TRAN_HALF_OFFSET))
+        self.follow()
+        for text, (checks, last) in dict(ledger.extra.get("checks", {})).items():  # type: ignore[call-overload]
+            half = self.open.get(int(text))
+            if half is not None:
+                half.checks, half.last_check_ms = int(checks), int(last)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._checkpoint_loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.checkpoint()
+
+    def follow(self) -> None:
+        """Read new half-queue units into the open set (on arrival, and before each use)."""
+        ledger = self.ledger
+        while True:
+            units = self.host.read_consume_queue(
+                TRANS_HALF_TOPIC, HALF_QUEUE, ledger.cursor, READ_BATCH
+            )
+            if not units:
+                return
+            for phy_offset, _size, _code in units:
+                offset = ledger.cursor
+                ledger.cursor += 1
+                if offset in ledger.closed:
+                    continue
+                msg = self.host.look_message_by_offset(phy_offset)
+                if msg is None:
+                    ledger.close(offset)
+                    continue
+                immunity = msg.properties.get(PROPERTY_CHECK_IMMUNITY_TIME, "")
+                ledger.add(
+                    offset,
+                    Half(
+                        phy_offset,
+                        msg.unique_id,
+                        msg.properties.get(PROPERTY_REAL_TOPIC, ""),
+                        msg.store_timestamp,
+                        int(immunity) * 1000 if immunity.isdigit() else 0,
+                    ),
+                )
+
+    def stats(self) -> dict[str, int]:
+        self.follow()
+        return {
+            "half_messages": len(self.open),
+            "commits_total": self.commits,
+            "rollbacks_total": self.rollbacks,
+            "checks_total": self.checks,
+            "discards_total": self.discards,
+        }
+
+    # --- resolution -----------------------------------------------------------------------
+    def half(self, offset: int) -> StoredMessage | None:
+        """An open half message (for a check-back), or None."""
+        self.follow()
+        half = self.open.get(offset)
+        return self.host.look_message_by_offset(half.log_offset) if half else None
+
+    async def end(self, offset: int, message_id: str, commit: bool, topic: str = "") -> str:
+        """Resolve a half: COMMITTED or ROLLED_BACK; for a half resolved before, what happened
+        then (RESOLVED when that was before a restart) and nothing is written.
+        InvalidMessageError when no half of that message id (and topic) is at that offset."""
+        if offset >= self.ledger.cursor:  # an END right after its SEND: dispatch it first
+            await self.host.wait_dispatched()
+        self.follow()
+        half = self.open.get(offset)
+        if half is None:
+            ledger = self.ledger
+            if offset in self._how or offset in ledger.closed or offset < ledger.watermark():
+                return self._how.get(offset, RESOLVED)
+            raise InvalidMessageError(
+                f"no transaction {offset} for message {message_id!r}: unknown, or not from "
+                "this broker"
+            )
+        if half.message_id != message_id or (topic and half.topic != topic):
+            raise InvalidMessageError(
+                f"transaction {offset} is not message {message_id!r} of topic {topic!r}"
+            )
+        msg = self.host.look_message_by_offset(half.log_offset)
+        write_id = self.ledger.begin_write(self.host.commit_log_end())
+        try:
+            if commit and msg is not None:
+                real_topic, real_queue, copy = _restore(msg, offset)
+                await self.host.put(real_topic, real_queue, [copy])
+                how = COMMITTED
+            else:
+                await self.host.put(TRANS_OP_HALF_TOPIC, 0, [_marker(offset, "rollback")])
+                how = ROLLED_BACK
+        finally:
+            self.ledger.end_write(write_id)
+        if self.ledger.close(offset) is not None:
+            self._how[offset] = how
+            if how == COMMITTED:
+                self.commits += 1
+            else:
+                self.rollbacks += 1
+        self._dirty.set()
+        return how
+
+    # --- check-back -----------------------------------------------------------------------
+    def due_for_check(self, now_ms: int, timeout_ms: int, interval_ms: int) -> list[int]:
+        self.follow()
+        due = []
+        for offset, half in self.open.items():
+            age = now_ms - half.stored_ms
+            if age < (half.immunity_ms or timeout_ms):
+                continue
+            if half.checks and now_ms - half.last_check_ms < interval_ms:
+                continue
+            due.append(offset)
+        return due
+
+    def checked(self, offset: int, now_ms: int) -> int:
+        """Count a check-back sent for the half; returns its checks so far."""
+        half = self.open.get(offset)
+        if half is None:
+            return 0
+        half.checks += 1
+        half.last_check_ms = now_ms
+        self.checks += 1
+        self._dirty.set()
+        return half.checks
+
+    def checks_of(self, offset: int) -> int:
+        half = self.open.get(offset)
+        return half.checks if half else 0
+
+    async def discard(self, offset: int) -> None:
+        """End an unresolved half for good (transactionCheckMax reached): never delivered."""
+        if offset not in self.open:
+            return
+        write_id = self.ledger.begin_write(self.host.commit_log_end())
+        try:
+            await self.host.put(TRANS_OP_HALF_TOPIC, 0, [_marker(offset, "discard")])
+        finally:
+            self.ledger.end_write(write_id)
+        if self.ledger.close(offset) is not None:
+            self._how[offset] = ROLLED_BACK
+            self.discards += 1
+        self._dirty.set()
+
+    # --- checkpoint -----------------------------------------------------------------------
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            try:
+                await self.checkpoint()
+            except OSError:
+                log.exception("transaction checkpoint failed; will retry")
+                self._dirty.set()
+            await asyncio.sleep(self.checkpoint_interval_s)
+
+    async def checkpoint(self) -> None:
+        self.ledger.extra["checks"] = {
+            str(o): [h.checks, h.last_check_ms] for o, h in self.open.items() if h.checks
+        }
+        payload = self.ledger.snapshot(self.host.commit_log_end())
+        await asyncio.to_thread(self.ledger.write_blocking, payload)
+        if len(self._how) > 65536:  # answers for old resolutions: bounded
+            self._how.clear()
+
+
+def _marker(offset: int, reason: str) -> MessageInput:
+    return MessageInput(body=reason.encode(), properties={PROPERTY_TRAN_HALF_OFFSET: str(offset)})
+
+
+def _restore(msg: StoredMessage, offset: int) -> tuple[str, int, MessageInput]:
+    props = dict(msg.properties)
+    topic = props.pop(PROPERTY_REAL_TOPIC, "")
+    queue = props.pop(PROPERTY_REAL_QUEUE_ID, "")
+    props.pop(PROPERTY_TRANSACTION_PREPARED, None)
+    if not topic or not queue.isdigit():
+        raise InvalidMessageError(f"half message at {msg.commit_log_offset} has no destination")
+    props[PROPERTY_TRAN_HALF_OFFSET] = str(offset)
+    return (
+        topic,
+        int(queue),
+        MessageInput(
+            body=msg.body,
+            properties=props,
+            flag=msg.flag,
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            reconsume_times=msg.reconsume_times,
+        ),
+    )
