@@ -70,9 +70,10 @@ def _result_of(entry: messaging_pb2.SendResultEntry, topic: str) -> SendResult:
     )
 
 
-# (topic, pinned queue or None, as_messages): records (the fast path) and proto messages (delayed
-# messages, which the broker re-addresses to SCHEDULE_TOPIC_XXXX) never share a request.
-_BatchKey = tuple[str, int | None, bool]
+# (topic, pinned queue or None, as_messages): records (the fast path, False) and proto messages
+# (delayed and timed messages, which the broker re-addresses) never share a request; delayed
+# ones batch by level (the value), timed ones together (True).
+_BatchKey = tuple[str, int | None, int]
 
 
 class Producer:
@@ -262,7 +263,9 @@ class Producer:
                 compress_threshold=self.compress_threshold,
                 unique_id=uid,
             )
-            return wire, (topic, queue_id, True)
+            # A batch goes to one delay-level queue: delayed sends batch by level; timed
+            # ones (level 0 here) share batches (each record keeps its own time).
+            return wire, (topic, queue_id, delay_level or True)
         record = self._encoder.encode(
             topic, body, uid, tags=tags, keys=keys, properties=properties, flag=flag
         )

@@ -87,7 +87,7 @@ from wharf.store.services.schedule import (
     delay_level_of,
     to_schedule_topic,
 )
-from wharf.store.services.timer import TimerMessageService, timer_deliver_ms, to_timer_topic
+from wharf.store.services.timer import TimerMessageService, timer_times, to_timer_topic
 from wharf.store.services.transactions import TransactionService, is_half, to_half_topic
 from wharf.store.stats import build_stats
 
@@ -295,9 +295,9 @@ class MessageStore:
             topic, queue_id, messages = to_half_topic(topic, queue_id, messages)
         elif topic != TIMER_TOPIC:
             cfg = self._config
-            deliver_ms = timer_deliver_ms(messages, now, cfg.timer_max_delay_sec)
-            if deliver_ms is not None:
-                topic, queue_id, messages = to_timer_topic(topic, queue_id, deliver_ms, messages)
+            times = timer_times(messages, now, cfg.timer_max_delay_sec)
+            if times is not None:
+                topic, queue_id, messages = to_timer_topic(topic, queue_id, times, messages)
         return self._append_to_queue(
             topic,
             queue_id,

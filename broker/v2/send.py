@@ -215,9 +215,9 @@ class V2SendProcessor:
     ) -> list[service_pb2.SendResultEntry]:
         results: list[service_pb2.SendResultEntry | None] = [None] * len(planned)
         waits: list[tuple[int, asyncio.Future[service_pb2.SendResultEntry]]] = []
-        # One append per queue, delivery time and kind (the store times, and makes half
-        # messages of, a batch as a whole).
-        by_queue: dict[tuple[int, str | None, str | None], list[int]] = {}
+        # One append per queue and kind: the store makes half messages of a batch as a whole
+        # (timed messages may share a batch: each record keeps its own time).
+        by_queue: dict[tuple[int, bool, str | None], list[int]] = {}
         for index, (uid, queue_id, stored) in enumerate(planned):
             key = (topic, uid)
             done = self._done.get(key)
@@ -230,7 +230,7 @@ class V2SendProcessor:
                 props = stored.properties
                 batch_key = (
                     queue_id,
-                    props.get(PROPERTY_TIMER_DELIVER_MS),
+                    PROPERTY_TIMER_DELIVER_MS in props,
                     props.get(PROPERTY_TRANSACTION_PREPARED),
                 )
                 by_queue.setdefault(batch_key, []).append(index)

@@ -65,10 +65,15 @@ RETRY_AFTER_FAILURE_S = 1.0
 IDLE_WAIT_S = 60.0  # nothing pending: sleep until an arrival wakes the task
 
 
-def timer_deliver_ms(messages: Sequence[MessageInput], now_ms: int, max_delay_s: int) -> int | None:
-    """The batch's deliver time when it lies ahead (None: no timer, or due: store it now).
-    InvalidMessageError for mixed times, bad values or more than ``max_delay_s`` ahead."""
-    times: set[int | None] = set()
+def timer_times(
+    messages: Sequence[MessageInput], now_ms: int, max_delay_s: int
+) -> list[int] | None:
+    """Each message's delivery time when the batch must wait in the timer, None when no
+    message of it lies ahead (no timer property, or all due: store it now). A batch may mix
+    times, and untimed messages (due now): every record carries its own time. An
+    InvalidMessageError for a bad value or a time more than ``max_delay_s`` ahead."""
+    times: list[int] = []
+    ahead = False
     for m in messages:
         props = m.properties
         if PROPERTY_TIMER_DELIVER_MS in props:
@@ -76,35 +81,28 @@ def timer_deliver_ms(messages: Sequence[MessageInput], now_ms: int, max_delay_s:
         elif PROPERTY_TIMER_DELAY_SEC in props:
             text, scale, base = props[PROPERTY_TIMER_DELAY_SEC], 1000, now_ms
         else:
-            times.add(None)
+            times.append(now_ms)
             continue
         try:
-            times.add(base + int(text) * scale)
+            deliver_ms = base + int(text) * scale
         except ValueError:
             raise InvalidMessageError(f"timer property {text!r} is not an integer") from None
-    if times == {None}:
-        return None
-    if len(times) > 1:
-        raise InvalidMessageError(
-            "all messages of a batch must carry the same delivery time (a batch goes to one "
-            "queue); send timed messages in their own batch"
-        )
-    deliver_ms = times.pop()
-    assert deliver_ms is not None
-    if deliver_ms - now_ms > max_delay_s * 1000:
-        raise InvalidMessageError(
-            f"delivery time {deliver_ms} is {(deliver_ms - now_ms) // 1000} s ahead; the limit "
-            f"is timerMaxDelaySec = {max_delay_s} s"
-        )
-    return deliver_ms if deliver_ms > now_ms else None
+        if deliver_ms - now_ms > max_delay_s * 1000:
+            raise InvalidMessageError(
+                f"delivery time {deliver_ms} is {(deliver_ms - now_ms) // 1000} s ahead; the "
+                f"limit is timerMaxDelaySec = {max_delay_s} s"
+            )
+        ahead |= deliver_ms > now_ms
+        times.append(deliver_ms)
+    return times if ahead else None
 
 
 def to_timer_topic(
-    topic: str, queue_id: int, deliver_ms: int, messages: Sequence[MessageInput]
+    topic: str, queue_id: int, times: Sequence[int], messages: Sequence[MessageInput]
 ) -> tuple[str, int, list[MessageInput]]:
     """The rewrite of a timed batch: TIMER_TOPIC queue 0, destination and time in properties."""
     out = []
-    for m in messages:
+    for m, deliver_ms in zip(messages, times, strict=True):
         props = dict(m.properties)
         props.pop(PROPERTY_TIMER_DELAY_SEC, None)
         props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
