@@ -14,6 +14,7 @@ from wharf.broker.meta.offsets import ConsumerOffsetManager
 from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.metrics import BrokerMetrics
 from wharf.broker.reply_budget import ReplyBudget
+from wharf.broker.transactions import CheckChannels
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ class BrokerContext:
     unique_ids: UniqueIdGenerator
     offset_ids: OffsetMsgIdFormatter
     replies: ReplyBudget
+    check_channels: CheckChannels = field(default_factory=CheckChannels)
     started_at: float = 0.0  # time.time() when serving began
     messages_in: int = 0
     messages_out: int = 0

@@ -46,7 +46,9 @@ from wharf.broker.processors.admin import AdminService
 from wharf.broker.processors.messaging import MessagingService
 from wharf.broker.reply_budget import ReplyBudget
 from wharf.broker.settings import parse_delay_levels
+from wharf.broker.transactions import TransactionChecker
 from wharf.broker.v2.service import V2MessagingService
+from wharf.broker.v2.transactions import v2_check_targets
 from wharf.rocketmq.v2 import service_pb2 as rocketmq_v2_service_pb2
 from wharf.store.codec import SCHEDULE_TOPIC
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
@@ -234,6 +236,15 @@ class BrokerController:
         )
         add_servicer(server, AdminService(self.ctx), _service(admin_pb2, "AdminService"))
         self.v2_service = V2MessagingService(self.ctx)
+        v2_targets = v2_check_targets(self.v2_service.clients)
+        channels = self.ctx.check_channels
+        self.checker = TransactionChecker(
+            lambda: self.store.transactions,
+            lambda topic: [*channels.targets(topic), *v2_targets(topic)],
+            broker.transaction_time_out,
+            broker.transaction_check_interval,
+            broker.transaction_check_max,
+        )
         add_servicer(server, self.v2_service, _service(rocketmq_v2_service_pb2, "MessagingService"))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(SERVICE_NAMES, server)
@@ -255,7 +266,7 @@ class BrokerController:
         self._tasks = [
             asyncio.create_task(self._persist_loop(), name="persist-metadata"),
             asyncio.create_task(self._expire_clients_loop(), name="expire-clients"),
-            asyncio.create_task(self.v2_service.checker.run(), name="transaction-check-back"),
+            asyncio.create_task(self.checker.run(), name="transaction-check-back"),
         ]
         log.info("broker %s serving gRPC on %s:%d (advertised %s), metrics on %s:%d",
                  broker.broker_name, listen_host, self.grpc_port, self.endpoint,

@@ -19,6 +19,7 @@ from wharf.broker.meta.topics import (
     validate_queue_nums,
     validate_topic_name,
 )
+from wharf.broker.processors.transactions import TransactionProcessor
 from wharf.broker.rpc import rpc
 from wharf.store.model import QueueStat
 from wharf.v1 import admin_pb2, admin_pb2_grpc
@@ -62,6 +63,7 @@ def _group_proto(group: SubscriptionGroup) -> admin_pb2.SubscriptionGroupConfig:
 class AdminService(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
+        self.transactions = TransactionProcessor(ctx)
 
     # --- topics ---------------------------------------------------------------------------------
     @rpc("CreateTopic")
@@ -266,3 +268,12 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
                 "store_host": store_config.store_host,
             },
         )
+
+    # --- transactions ---------------------------------------------------------------------------
+    @rpc("ListHalfMessages")
+    async def ListHalfMessages(self, request, context):  # type: ignore[no-untyped-def]
+        return self.transactions.list_halves(request)
+
+    @rpc("ResolveHalfMessage")
+    async def ResolveHalfMessage(self, request, context):  # type: ignore[no-untyped-def]
+        return await self.transactions.resolve(request)

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 from wharf.broker.context import BrokerContext
+from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.processors.consumer import ConsumerProcessor
 from wharf.broker.processors.pull import PullProcessor
 from wharf.broker.processors.query import QueryProcessor
 from wharf.broker.processors.send import SendProcessor, born_host_of
-from wharf.broker.rpc import rpc
+from wharf.broker.processors.transactions import TransactionProcessor
+from wharf.broker.rpc import rpc, status_for
 from wharf.v1 import messaging_pb2_grpc
 
 
@@ -19,6 +21,7 @@ class MessagingService(messaging_pb2_grpc.MessagingServiceServicer):
         self.puller = PullProcessor(ctx)
         self.queries = QueryProcessor(ctx)
         self.consumers = ConsumerProcessor(ctx)
+        self.transactions = TransactionProcessor(ctx)
 
     @rpc("SendMessage")
     async def SendMessage(self, request, context):  # type: ignore[no-untyped-def]
@@ -77,3 +80,16 @@ class MessagingService(messaging_pb2_grpc.MessagingServiceServicer):
     @rpc("SendMessageBack")
     async def SendMessageBack(self, request, context):  # type: ignore[no-untyped-def]
         return await self.consumers.send_back(request)
+
+    @rpc("EndTransaction")
+    async def EndTransaction(self, request, context):  # type: ignore[no-untyped-def]
+        return await self.transactions.end(request)
+
+    async def TransactionChecks(self, request, context):  # type: ignore[no-untyped-def]
+        """Server-streaming until the producer goes away; a bad request is one abort."""
+        try:
+            async for check in self.transactions.checks(request):
+                yield check
+        except (InvalidArgumentError, NotFoundError) as exc:
+            code, message = status_for(exc)
+            await context.abort(code, message)

@@ -38,7 +38,7 @@ from wharf.broker.v2.receive import V2ReceiveProcessor
 from wharf.broker.v2.route import endpoints_of, fill_assignment, fill_route, not_found_group
 from wharf.broker.v2.send import V2SendProcessor, parse_recall_handle
 from wharf.broker.v2.settings import merge_settings
-from wharf.broker.v2.transactions import TransactionChecker, end_transaction
+from wharf.broker.v2.transactions import end_transaction
 from wharf.rocketmq.v2 import definition_pb2, service_pb2, service_pb2_grpc
 from wharf.store.codec.properties import DLQ_GROUP_TOPIC_PREFIX
 from wharf.store.errors import InvalidMessageError
@@ -104,14 +104,6 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         )
         self.receiver = V2ReceiveProcessor(
             lambda: ctx.store.pop, ctx.topics, self._group_settings, self._on_delivered
-        )
-        broker = ctx.config
-        self.checker = TransactionChecker(
-            lambda: ctx.store.transactions,
-            self.clients,
-            broker.transaction_time_out,
-            broker.transaction_check_interval,
-            broker.transaction_check_max,
         )
         self.puller = V2PullProcessor(
             ctx.topics,

@@ -7,6 +7,46 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ListHalfMessagesRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class HalfMessage(_message.Message):
+    __slots__ = ("transaction_id", "topic", "msg_id", "store_timestamp", "checks")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    topic: str
+    msg_id: str
+    store_timestamp: int
+    checks: int
+    def __init__(self, transaction_id: _Optional[str] = ..., topic: _Optional[str] = ..., msg_id: _Optional[str] = ..., store_timestamp: _Optional[int] = ..., checks: _Optional[int] = ...) -> None: ...
+
+class ListHalfMessagesResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[HalfMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[HalfMessage, _Mapping]]] = ...) -> None: ...
+
+class ResolveHalfMessageRequest(_message.Message):
+    __slots__ = ("transaction_id", "commit")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    commit: bool
+    def __init__(self, transaction_id: _Optional[str] = ..., commit: _Optional[bool] = ...) -> None: ...
+
+class ResolveHalfMessageResponse(_message.Message):
+    __slots__ = ("resolution",)
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    resolution: str
+    def __init__(self, resolution: _Optional[str] = ...) -> None: ...
+
 class TopicConfig(_message.Message):
     __slots__ = ("name", "read_queue_nums", "write_queue_nums", "perm", "attributes")
     class AttributesEntry(_message.Message):

@@ -89,6 +89,16 @@ class AdminServiceStub:
                 request_serializer=wharf_dot_v1_dot_admin__pb2.GetBrokerStatusRequest.SerializeToString,
                 response_deserializer=wharf_dot_v1_dot_admin__pb2.BrokerStatus.FromString,
                 _registered_method=True)
+        self.ListHalfMessages = channel.unary_unary(
+                '/wharf.v1.AdminService/ListHalfMessages',
+                request_serializer=wharf_dot_v1_dot_admin__pb2.ListHalfMessagesRequest.SerializeToString,
+                response_deserializer=wharf_dot_v1_dot_admin__pb2.ListHalfMessagesResponse.FromString,
+                _registered_method=True)
+        self.ResolveHalfMessage = channel.unary_unary(
+                '/wharf.v1.AdminService/ResolveHalfMessage',
+                request_serializer=wharf_dot_v1_dot_admin__pb2.ResolveHalfMessageRequest.SerializeToString,
+                response_deserializer=wharf_dot_v1_dot_admin__pb2.ResolveHalfMessageResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -163,6 +173,19 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListHalfMessages(self, request, context):
+        """Transactional messages not yet committed or rolled back, and their resolution by hand.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResolveHalfMessage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -220,6 +243,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetBrokerStatus,
                     request_deserializer=wharf_dot_v1_dot_admin__pb2.GetBrokerStatusRequest.FromString,
                     response_serializer=wharf_dot_v1_dot_admin__pb2.BrokerStatus.SerializeToString,
+            ),
+            'ListHalfMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListHalfMessages,
+                    request_deserializer=wharf_dot_v1_dot_admin__pb2.ListHalfMessagesRequest.FromString,
+                    response_serializer=wharf_dot_v1_dot_admin__pb2.ListHalfMessagesResponse.SerializeToString,
+            ),
+            'ResolveHalfMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolveHalfMessage,
+                    request_deserializer=wharf_dot_v1_dot_admin__pb2.ResolveHalfMessageRequest.FromString,
+                    response_serializer=wharf_dot_v1_dot_admin__pb2.ResolveHalfMessageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -519,6 +552,60 @@ class AdminService:
             '/wharf.v1.AdminService/GetBrokerStatus',
             wharf_dot_v1_dot_admin__pb2.GetBrokerStatusRequest.SerializeToString,
             wharf_dot_v1_dot_admin__pb2.BrokerStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListHalfMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wharf.v1.AdminService/ListHalfMessages',
+            wharf_dot_v1_dot_admin__pb2.ListHalfMessagesRequest.SerializeToString,
+            wharf_dot_v1_dot_admin__pb2.ListHalfMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveHalfMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wharf.v1.AdminService/ResolveHalfMessage',
+            wharf_dot_v1_dot_admin__pb2.ResolveHalfMessageRequest.SerializeToString,
+            wharf_dot_v1_dot_admin__pb2.ResolveHalfMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -34,6 +34,42 @@ NO_NEW_MSG: PullStatus
 NO_MATCHED_MSG: PullStatus
 OFFSET_ILLEGAL: PullStatus
 
+class EndTransactionRequest(_message.Message):
+    __slots__ = ("topic", "msg_id", "transaction_id", "commit", "from_check")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    FROM_CHECK_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    msg_id: str
+    transaction_id: str
+    commit: bool
+    from_check: bool
+    def __init__(self, topic: _Optional[str] = ..., msg_id: _Optional[str] = ..., transaction_id: _Optional[str] = ..., commit: _Optional[bool] = ..., from_check: _Optional[bool] = ...) -> None: ...
+
+class EndTransactionResponse(_message.Message):
+    __slots__ = ("resolution",)
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    resolution: str
+    def __init__(self, resolution: _Optional[str] = ...) -> None: ...
+
+class TransactionChecksRequest(_message.Message):
+    __slots__ = ("topics", "producer_group")
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    producer_group: str
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., producer_group: _Optional[str] = ...) -> None: ...
+
+class TransactionCheck(_message.Message):
+    __slots__ = ("transaction_id", "message")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    message: _common_pb2.MessageView
+    def __init__(self, transaction_id: _Optional[str] = ..., message: _Optional[_Union[_common_pb2.MessageView, _Mapping]] = ...) -> None: ...
+
 class SendMessageRequest(_message.Message):
     __slots__ = ("topic", "queue_id", "messages", "producer_group", "request_id", "records")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

@@ -104,6 +104,16 @@ class MessagingServiceStub:
                 request_serializer=wharf_dot_v1_dot_messaging__pb2.SendMessageBackRequest.SerializeToString,
                 response_deserializer=wharf_dot_v1_dot_messaging__pb2.SendMessageBackResponse.FromString,
                 _registered_method=True)
+        self.EndTransaction = channel.unary_unary(
+                '/wharf.v1.MessagingService/EndTransaction',
+                request_serializer=wharf_dot_v1_dot_messaging__pb2.EndTransactionRequest.SerializeToString,
+                response_deserializer=wharf_dot_v1_dot_messaging__pb2.EndTransactionResponse.FromString,
+                _registered_method=True)
+        self.TransactionChecks = channel.unary_stream(
+                '/wharf.v1.MessagingService/TransactionChecks',
+                request_serializer=wharf_dot_v1_dot_messaging__pb2.TransactionChecksRequest.SerializeToString,
+                response_deserializer=wharf_dot_v1_dot_messaging__pb2.TransactionCheck.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -202,6 +212,23 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EndTransaction(self, request, context):
+        """Resolve a transactional (half) message: a message sent with property TRAN_MSG=true is
+        invisible until COMMIT; its transaction id is its send result's queue_offset.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TransactionChecks(self, request, context):
+        """A transactional producer's check-back channel: it sends the topics it produces to, the
+        broker sends a TransactionCheck for each half message left unresolved past
+        transactionTimeOut, and the producer answers with EndTransaction.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -274,6 +301,16 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.SendMessageBack,
                     request_deserializer=wharf_dot_v1_dot_messaging__pb2.SendMessageBackRequest.FromString,
                     response_serializer=wharf_dot_v1_dot_messaging__pb2.SendMessageBackResponse.SerializeToString,
+            ),
+            'EndTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTransaction,
+                    request_deserializer=wharf_dot_v1_dot_messaging__pb2.EndTransactionRequest.FromString,
+                    response_serializer=wharf_dot_v1_dot_messaging__pb2.EndTransactionResponse.SerializeToString,
+            ),
+            'TransactionChecks': grpc.unary_stream_rpc_method_handler(
+                    servicer.TransactionChecks,
+                    request_deserializer=wharf_dot_v1_dot_messaging__pb2.TransactionChecksRequest.FromString,
+                    response_serializer=wharf_dot_v1_dot_messaging__pb2.TransactionCheck.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -654,6 +691,60 @@ class MessagingService:
             '/wharf.v1.MessagingService/SendMessageBack',
             wharf_dot_v1_dot_messaging__pb2.SendMessageBackRequest.SerializeToString,
             wharf_dot_v1_dot_messaging__pb2.SendMessageBackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wharf.v1.MessagingService/EndTransaction',
+            wharf_dot_v1_dot_messaging__pb2.EndTransactionRequest.SerializeToString,
+            wharf_dot_v1_dot_messaging__pb2.EndTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransactionChecks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/wharf.v1.MessagingService/TransactionChecks',
+            wharf_dot_v1_dot_messaging__pb2.TransactionChecksRequest.SerializeToString,
+            wharf_dot_v1_dot_messaging__pb2.TransactionCheck.FromString,
             options,
             channel_credentials,
             insecure,

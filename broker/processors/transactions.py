@@ -1,0 +1,119 @@
+"""EndTransaction, TransactionChecks, ListHalfMessages and ResolveHalfMessage for wharf.v1.
+
+A message sent with property ``TRAN_MSG=true`` is a half message (``wharf.store.services.
+transactions``): invisible until EndTransaction commits it; its transaction id is its send
+result's ``queue_offset``. A producer that keeps a ``TransactionChecks`` stream open for its
+topics gets a ``TransactionCheck`` for each half left unresolved past ``transactionTimeOut``
+(``wharf.broker.transactions``) and answers with EndTransaction. An unknown transaction, or one
+of another message or topic: NOT_FOUND. A repeated END answers how it was resolved and writes
+nothing. The admin pair lists open halves and resolves one by hand (the CLI's ``wharf tx``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+
+from wharf.broker.context import BrokerContext
+from wharf.broker.errors import InvalidArgumentError, NotFoundError
+from wharf.broker.meta.topics import validate_topic_name
+from wharf.broker.processors.convert import to_view
+from wharf.store.codec.properties import (
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TRANSACTION_PREPARED,
+)
+from wharf.store.errors import InvalidMessageError
+from wharf.store.model import StoredMessage
+from wharf.v1 import admin_pb2, messaging_pb2
+
+
+def _offset(transaction_id: str) -> int:
+    if not transaction_id.isdigit():
+        raise InvalidArgumentError(
+            f"transaction_id {transaction_id[:64]!r} is not one this broker gave (a send "
+            "result's queue_offset)"
+        )
+    return int(transaction_id)
+
+
+def as_sent(message: StoredMessage) -> StoredMessage:
+    """A half message as its producer sent it: its topic and queue, no broker properties."""
+    props = dict(message.properties)
+    topic = props.pop(PROPERTY_REAL_TOPIC, message.topic)
+    queue = props.pop(PROPERTY_REAL_QUEUE_ID, "")
+    props.pop(PROPERTY_TRANSACTION_PREPARED, None)
+    return dataclasses.replace(
+        message,
+        topic=topic,
+        queue_id=int(queue) if queue.isdigit() else message.queue_id,
+        properties=props,
+    )
+
+
+class TransactionProcessor:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+
+    async def end(
+        self, request: messaging_pb2.EndTransactionRequest
+    ) -> messaging_pb2.EndTransactionResponse:
+        offset = _offset(request.transaction_id)
+        try:
+            how = await self.ctx.store.transactions.end(
+                offset, request.msg_id, request.commit, request.topic
+            )
+        except InvalidMessageError as exc:
+            raise NotFoundError(str(exc)) from None
+        return messaging_pb2.EndTransactionResponse(resolution=how)
+
+    async def checks(
+        self, request: messaging_pb2.TransactionChecksRequest
+    ) -> AsyncIterator[messaging_pb2.TransactionCheck]:
+        topics = list(dict.fromkeys(request.topics))
+        if not topics:
+            raise InvalidArgumentError("TransactionChecks needs the topics the producer sends to")
+        for topic in topics:
+            validate_topic_name(topic)
+        channels = self.ctx.check_channels
+        queue = channels.open(topics)
+        try:
+            while True:
+                message, offset = await queue.get()
+                yield messaging_pb2.TransactionCheck(
+                    transaction_id=str(offset),
+                    message=to_view(as_sent(message), self.ctx.offset_ids),
+                )
+        finally:
+            channels.close(topics, queue)
+
+    def list_halves(
+        self, request: admin_pb2.ListHalfMessagesRequest
+    ) -> admin_pb2.ListHalfMessagesResponse:
+        tx = self.ctx.store.transactions
+        tx.follow()
+        reply = admin_pb2.ListHalfMessagesResponse()
+        for offset, half in sorted(tx.open.items()):
+            if request.topic and half.topic != request.topic:
+                continue
+            reply.messages.add(
+                transaction_id=str(offset),
+                topic=half.topic,
+                msg_id=half.message_id,
+                store_timestamp=half.stored_ms,
+                checks=half.checks,
+            )
+        return reply
+
+    async def resolve(
+        self, request: admin_pb2.ResolveHalfMessageRequest
+    ) -> admin_pb2.ResolveHalfMessageResponse:
+        offset = _offset(request.transaction_id)
+        tx = self.ctx.store.transactions
+        message = tx.half(offset)
+        if message is None:
+            raise NotFoundError(
+                f"transaction {offset} is not open: resolved or discarded already, or unknown"
+            )
+        how = await tx.end(offset, message.unique_id, request.commit)
+        return admin_pb2.ResolveHalfMessageResponse(resolution=how)

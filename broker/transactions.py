@@ -1,0 +1,119 @@
+"""Transaction check-back (RocketMQ's TransactionalMessageCheckService), for both protocols.
+
+A task wakes every ``step_s`` and asks the store for open halves older than
+``transactionTimeOut`` ms (or their ``CHECK_IMMUNITY_TIME_IN_SECONDS``) and not checked in the
+last ``transactionCheckInterval`` ms. Each goes to the first check target of its topic that
+takes it: a RocketMQ 5 producer's Telemetry stream (``v2/transactions.py``) or a Wharf SDK
+producer's ``TransactionChecks`` stream (``CheckChannels`` below); the producer answers with
+EndTransaction. Every round counts as a check, producer or not; after ``transactionCheckMax``
+checks the half is discarded (never delivered) with a WARNING line and a count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from wharf.store.codec.properties import PROPERTY_REAL_TOPIC
+from wharf.store.model import StoredMessage
+
+log = logging.getLogger("wharf.broker.transactions")
+
+# Sends a check-back for (half message, transaction id) in its protocol; False: not taken.
+CheckTarget = Callable[[StoredMessage, int], bool]
+CHANNEL_QUEUE_MAX = 1024  # checks queued for one SDK producer at most
+
+
+class CheckChannels:
+    """The open ``TransactionChecks`` streams of Wharf SDK producers, by topic."""
+
+    def __init__(self) -> None:
+        self._by_topic: dict[str, list[asyncio.Queue[tuple[StoredMessage, int]]]] = {}
+
+    def open(self, topics: list[str]) -> asyncio.Queue[tuple[StoredMessage, int]]:
+        queue: asyncio.Queue[tuple[StoredMessage, int]] = asyncio.Queue(CHANNEL_QUEUE_MAX)
+        for topic in topics:
+            self._by_topic.setdefault(topic, []).append(queue)
+        return queue
+
+    def close(self, topics: list[str], queue: asyncio.Queue[tuple[StoredMessage, int]]) -> None:
+        for topic in topics:
+            queues = self._by_topic.get(topic, [])
+            if queue in queues:
+                queues.remove(queue)
+            if not queues:
+                self._by_topic.pop(topic, None)
+
+    def targets(self, topic: str) -> list[CheckTarget]:
+        def target(queue: asyncio.Queue[tuple[StoredMessage, int]]) -> CheckTarget:
+            def put(message: StoredMessage, offset: int) -> bool:
+                if queue.full():
+                    return False
+                queue.put_nowait((message, offset))
+                return True
+
+            return put
+
+        return [target(q) for q in reversed(self._by_topic.get(topic, []))]
+
+
+class TransactionChecker:
+    """``transactions`` returns the store's TransactionService (it exists once the store
+    runs); ``targets(topic)`` the check targets of a topic, best first."""
+
+    def __init__(
+        self,
+        transactions: Callable[[], Any],
+        targets: Callable[[str], list[CheckTarget]],
+        timeout_ms: int,
+        interval_ms: int,
+        check_max: int,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self._transactions = transactions
+        self._targets = targets
+        self.timeout_ms = timeout_ms
+        self.interval_ms = interval_ms
+        self.check_max = check_max
+        self._clock = clock_ms
+        # Wake often enough for small test settings, at most every 5 s.
+        self.step_s = min(max(min(timeout_ms, interval_ms) / 4000, 0.05), 5.0)
+        self.sent = 0
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.step_s)
+            try:
+                await self.check_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("transaction check-back round failed; next round in %.1f s",
+                              self.step_s)  # fmt: skip
+
+    async def check_once(self) -> None:
+        tx = self._transactions()
+        now = self._clock()
+        for offset in tx.due_for_check(now, self.timeout_ms, self.interval_ms):
+            message = tx.half(offset)
+            if message is None:
+                continue
+            topic = message.properties.get(PROPERTY_REAL_TOPIC, "")
+            if tx.checks_of(offset) >= self.check_max:
+                await tx.discard(offset)
+                log.warning(
+                    "transaction %d (message %s, topic %s) discarded: unresolved after %d "
+                    "check-backs (transactionCheckMax)", offset, message.unique_id, topic,
+                    self.check_max,
+                )  # fmt: skip
+                continue
+            tx.checked(offset, now)
+            for target in self._targets(topic):
+                with contextlib.suppress(Exception):
+                    if target(message, offset):
+                        self.sent += 1
+                        break
