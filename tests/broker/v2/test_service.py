@@ -248,6 +248,19 @@ BAD_SENDS = [
 ]
 
 
+async def test_the_brokers_own_topics_refuse_v2_sends_even_once_they_exist(broker: Broker) -> None:
+    # Found by test_fuzz.py: SCHEDULE_TOPIC_XXXX exists from the start, so a send reached it and
+    # the schedule service later failed on a record without REAL_TOPIC/REAL_QID.
+    names = ["SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer", "%RETRY%g", "%DLQ%g", "TBW102"]
+    for name in names:
+        broker.controller.topics.ensure_system(name, 2)
+    for name in names:
+        sent = await broker.send(message(topic=name))
+        assert sent.status.code == Code.ILLEGAL_TOPIC, (name, sent.status)
+        assert "broker's own" in sent.status.message
+    assert not broker.store.queues
+
+
 async def test_bad_sends_get_their_code_and_store_nothing(broker: Broker) -> None:
     for msg, code in BAD_SENDS:
         sent = await broker.send(msg)
