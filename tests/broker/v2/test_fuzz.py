@@ -6,7 +6,7 @@ hostile requests (SendMessage with odd topics, bodies, encodings, digests, prope
 types, timestamps and ids; ReceiveMessage/Ack/ChangeInvisibleDuration/Forward with live,
 forged and random receipt handles and durations; PullMessage and the offset RPCs with random
 queues and offsets; QueryRoute, QueryAssignment, Heartbeat, RecallMessage ...) and raw random
-bytes on each method path. 630 examples in all (about 10 s), bounded by a 60 s assertion.
+bytes on each method path. 920 examples in all (about 10 s), bounded by a 60 s assertion.
 
 Every reply must be a well-formed response of the method's type with a status whose code is a
 defined ``Code`` (never CODE_UNSPECIFIED, never INTERNAL_ERROR: that is an unhandled exception),
@@ -439,12 +439,15 @@ def handle_case(draw: st.DrawFn) -> Case:
 @st.composite
 def queue_case(draw: st.DrawFn) -> Case:
     method = draw(st.sampled_from(["PullMessage", "UpdateOffset", "GetOffset", "QueryOffset"]))
-    queue = d.MessageQueue(
-        topic=_resource(draw(st.one_of(st.sampled_from(GOOD_TOPICS), TOPIC_NAMES)))
+    queue = d.MessageQueue(topic=_resource(draw(mostly(st.sampled_from(GOOD_TOPICS), TOPIC_NAMES))))
+    queue.id = draw(
+        mostly(
+            st.sampled_from(range(QUEUES)),
+            st.one_of(st.integers(-2, QUEUES + 1), st.integers(-(2**31), 2**31 - 1)),
+        )
     )
-    queue.id = draw(st.one_of(st.integers(-2, QUEUES + 1), st.integers(-(2**31), 2**31 - 1)))
     offset = draw(st.one_of(st.integers(-2, 50), st.integers(-(2**63), 2**63 - 1)))
-    group = _resource(draw(st.one_of(st.just(GROUP), GROUP_NAMES)))
+    group = _resource(draw(mostly(st.just(GROUP), GROUP_NAMES)))
     reasons = []
     if queue.topic.name in GOOD_TOPICS and not 0 <= queue.id < QUEUES:
         reasons.append("queue id out of range")
@@ -470,13 +473,19 @@ def queue_case(draw: st.DrawFn) -> Case:
     elif method == "GetOffset":
         request = s.GetOffsetRequest(group=group, message_queue=queue)
     else:
-        policy = draw(st.integers(-1, 5))
+        policy = draw(
+            mostly(st.sampled_from([d.BEGINNING, d.END, d.TIMESTAMP]), st.integers(-1, 9))
+        )
         request = s.QueryOffsetRequest(message_queue=queue)
         request.query_offset_policy = policy  # type: ignore[assignment]
-        if draw(st.booleans()):
-            request.timestamp.CopyFrom(
-                _stamp(draw(st.integers(-(2**63), 2**63 - 1)), draw(st.integers(0, 999_999_999)))
+        if draw(mostly(st.just(True), st.just(False))):
+            seconds = draw(
+                st.one_of(
+                    st.integers(int(time.time()) - 60, int(time.time()) + 60),
+                    st.integers(-(2**63), 2**63 - 1),
+                )
             )
+            request.timestamp.CopyFrom(_stamp(seconds, draw(st.integers(-(2**31), 2**31 - 1))))
         elif policy == d.TIMESTAMP:
             reasons.append("TIMESTAMP without timestamp")
         if policy not in (d.BEGINNING, d.END, d.TIMESTAMP):
@@ -676,12 +685,12 @@ def live_handles(channel: grpc.Channel) -> list[tuple[str, str]]:
 
 
 STRATEGIES: list[tuple[Callable[[], st.SearchStrategy[Case]], int]] = [  # (cases, examples)
-    (send_case, 250),
-    (receive_case, 60),
-    (handle_case, 80),
-    (queue_case, 80),
-    (misc_case, 60),
-    (raw_case, 80),
+    (send_case, 300),
+    (receive_case, 80),
+    (handle_case, 100),
+    (queue_case, 200),
+    (misc_case, 100),
+    (raw_case, 120),
     (no_client_id_case, 20),
 ]
 
