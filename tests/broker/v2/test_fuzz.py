@@ -113,7 +113,7 @@ def v2_message(draw: st.DrawFn, topic: str) -> tuple[d.Message, str, bytes, floa
     encoding = draw(
         mostly(
             st.sampled_from(["identity", "unset", "gzip"]),
-            st.sampled_from(["bad-gzip", "enum", "empty"]),
+            st.sampled_from(["bad-gzip", "cut-gzip", "enum", "empty"]),
         )
     )
     if encoding == "identity":
@@ -125,6 +125,11 @@ def v2_message(draw: st.DrawFn, topic: str) -> tuple[d.Message, str, bytes, floa
         sysp.body_encoding = d.GZIP
         body = b"\x1f\x8b" + draw(st.binary(max_size=64))
         reasons.append("body is not gzip")
+    elif encoding == "cut-gzip":
+        sysp.body_encoding = d.GZIP
+        packed = gzip.compress(body)
+        body = packed[: -draw(st.integers(1, 8))]  # in the CRC/size trailer: all data inflates
+        reasons.append("gzip body cut short")
     elif encoding == "enum":
         sysp.body_encoding = draw(st.integers(3, 2**31 - 1))  # type: ignore[assignment]
         reasons.append("unknown body_encoding")
