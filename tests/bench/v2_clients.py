@@ -1,6 +1,6 @@
 """The OFFICIAL RocketMQ 5 Python client against Wharf's own SDK, through one daemon, same run.
 
-    .venv/bin/python -m tests.bench.v2_clients [--messages 20000] [--size 1024] [--inflight 64]
+    .venv/bin/python -m tests.bench.v2_clients [--messages 10000] [--size 1024] [--inflight 64]
         [--output FILE]
 
 One broker (``BrokerProcess``: ASYNC_FLUSH, 8 queues per topic, logging at WARNING). Phases,
@@ -226,7 +226,7 @@ def run(messages: int, size: int, inflight: int) -> list[Phase]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=20000)
+    parser.add_argument("--messages", type=int, default=10000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--inflight", type=int, default=64)
     parser.add_argument("--output", type=Path)
