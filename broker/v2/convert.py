@@ -2,8 +2,9 @@
 with the pop store).
 
 What a record keeps (so a wharf.v1 pull of the topic shows it):
-- body (IDENTITY as is; GZIP inflated, bounded by maxMessageSize); a ``body_digest`` that is
-  sent is checked (MESSAGE_CORRUPTED on mismatch);
+- body (IDENTITY as is; GZIP inflated, bounded by maxMessageSize; a gzip stream that does not
+  parse or ends before its trailer, so its CRC is unchecked, is MESSAGE_CORRUPTED); a
+  ``body_digest`` that is sent is checked (MESSAGE_CORRUPTED on mismatch);
 - ``tag`` -> TAGS, ``keys`` -> KEYS (space-joined, so a key may not contain a space),
   ``message_id`` -> UNIQ_KEY (the client's own id, returned on send), ``message_group`` ->
   ``__SHARDINGKEY`` (RocketMQ's MessageConst.PROPERTY_SHARDING_KEY: the FIFO message group);
@@ -60,6 +61,8 @@ def _body(message: definition_pb2.Message, max_size: int) -> bytes:
             body = inflater.decompress(body, max_size + 1)
         except zlib.error as exc:
             raise V2Error(Code.MESSAGE_CORRUPTED, f"body is not valid gzip: {exc}") from None
+        if not inflater.eof and len(body) <= max_size:  # cut short: its CRC was never checked
+            raise V2Error(Code.MESSAGE_CORRUPTED, "body is truncated gzip (no end of stream)")
     elif encoding not in (definition_pb2.IDENTITY, definition_pb2.ENCODING_UNSPECIFIED):
         raise V2Error(Code.BAD_REQUEST, "body_encoding must be IDENTITY or GZIP")
     if not body:

@@ -4,7 +4,9 @@ message.
 - A request's messages must share one topic (RocketMQ's batch rule; BAD_REQUEST otherwise),
   at most ``MAX_BATCH`` (1024). Every message is validated before anything is stored: one bad
   message fails the request with its code and nothing is written.
-- Topic: ILLEGAL_TOPIC for a bad or reserved name, TOPIC_NOT_FOUND when unknown and
+- Topic: ILLEGAL_TOPIC for a bad name or one of the broker's own (``SCHEDULE_TOPIC_XXXX``,
+  ``TBW102``, ``%RETRY%*``, ``%DLQ%*``, ``rmq_sys_*``: refused even once they exist, since the
+  schedule and timer services read records there they wrote themselves), TOPIC_NOT_FOUND when unknown and
   autoCreateTopicEnable is off (else created, as a wharf.v1 send does), FORBIDDEN when the
   topic is not writable; MESSAGE_PROPERTY_CONFLICT_WITH_TYPE when the topic's message.type does
   not accept the message's type.
@@ -38,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
-from wharf.broker.meta.topics import TopicConfigManager
+from wharf.broker.meta.topics import RESERVED_FOR_SEND, TopicConfigManager, is_system_topic
 from wharf.broker.v2.codes import PUT_STATUS_CODES, PUT_STATUS_MESSAGES, Code, V2Error, code_for
 from wharf.broker.v2.convert import message_group, message_id, to_input
 from wharf.broker.v2.route import accepted_types
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from wharf.store.message_store import MessageStore
 
 MessageType = definition_pb2.MessageType
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"  # RocketMQ's TopicValidator.SYSTEM_TOPIC_PREFIX (the timer's)
 DEDUPE_WINDOW = 65536
 MAX_BATCH = 1024
 _UNSUPPORTED_TYPES = {
@@ -135,6 +138,15 @@ class V2SendProcessor:
         self._pending: dict[tuple[str, str], asyncio.Future[service_pb2.SendResultEntry]] = {}
 
     def _topic(self, name: str):  # type: ignore[no-untyped-def]
+        if (
+            is_system_topic(name)
+            or name in RESERVED_FOR_SEND
+            or name.startswith(SYSTEM_TOPIC_PREFIX)
+        ):
+            raise V2Error(
+                Code.ILLEGAL_TOPIC,
+                f"topic {name!r} is the broker's own: producers cannot send to it",
+            )
         try:
             return self._topics.for_send(name)
         except InvalidArgumentError as exc:

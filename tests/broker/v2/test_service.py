@@ -4,6 +4,7 @@ metadata, route, telemetry, send validation and storage as a wharf.v1 pull sees 
 from __future__ import annotations
 
 import asyncio
+import gzip
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -246,6 +247,32 @@ BAD_SENDS = [
     (message(message_type=d.DELAY, message_group="g"), Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
     (message(message_type=d.PRIORITY), Code.UNSUPPORTED),
 ]
+
+
+async def test_gzip_bodies_are_stored_inflated_and_truncated_ones_refused(broker: Broker) -> None:
+    packed = gzip.compress(b"z" * 300)
+    sent = await broker.send(message(mid="gz", body=packed, body_encoding=d.GZIP))
+    assert sent.status.code == Code.OK
+    # Found by test_fuzz.py: a stream cut before its trailer inflated "fine" and was stored
+    # without its CRC ever being checked.
+    for cut in (packed[:-8], packed[:-1], packed[: len(packed) // 2]):
+        bad = await broker.send(message(mid="cut", body=cut, body_encoding=d.GZIP))
+        assert bad.status.code == Code.MESSAGE_CORRUPTED, bad.status
+    stored = [m for q in broker.store.queues.values() for m in q]
+    assert [m.body for m in stored] == [b"z" * 300]
+
+
+async def test_the_brokers_own_topics_refuse_v2_sends_even_once_they_exist(broker: Broker) -> None:
+    # Found by test_fuzz.py: SCHEDULE_TOPIC_XXXX exists from the start, so a send reached it and
+    # the schedule service later failed on a record without REAL_TOPIC/REAL_QID.
+    names = ["SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer", "%RETRY%g", "%DLQ%g", "TBW102"]
+    for name in names:
+        broker.controller.topics.ensure_system(name, 2)
+    for name in names:
+        sent = await broker.send(message(topic=name))
+        assert sent.status.code == Code.ILLEGAL_TOPIC, (name, sent.status)
+        assert "broker's own" in sent.status.message
+    assert not broker.store.queues
 
 
 async def test_bad_sends_get_their_code_and_store_nothing(broker: Broker) -> None:
