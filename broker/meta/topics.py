@@ -27,6 +27,8 @@ MAX_QUEUE_NUMS = 1024
 _TOPIC_NAME = re.compile(r"^[%a-zA-Z0-9_-]+$")
 # Names a producer may not send to directly (the broker writes them itself).
 RESERVED_FOR_SEND = (SCHEDULE_TOPIC, "TBW102")
+# The timer's and the transactions' topics (RocketMQ's rmq_sys_ / RMQ_SYS_ prefixes).
+SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_")
 
 
 def validate_topic_name(name: str) -> None:
@@ -165,13 +167,19 @@ class TopicConfigManager:
         return self._put(TopicConfig(name, read, write, perm, checked_attributes(attributes)))
 
     def for_send(self, name: str) -> TopicConfig:
-        """The topic a producer writes to, auto-created when allowed."""
+        """The topic a producer writes to, auto-created when allowed. The broker's own
+        topics are refused even once they exist (SCHEDULE_TOPIC_XXXX exists from the start:
+        a send there reached the delay service with no destination)."""
+        if (
+            name in RESERVED_FOR_SEND
+            or name.startswith(DLQ_GROUP_TOPIC_PREFIX)
+            or name.startswith(SYSTEM_TOPIC_PREFIXES)
+        ):
+            raise InvalidArgumentError(f"topic {name!r} is reserved for the broker")
         topic = self.table.get(name)
         if topic is not None:
             return topic
         validate_topic_name(name)
-        if name in RESERVED_FOR_SEND or name.startswith(DLQ_GROUP_TOPIC_PREFIX):
-            raise InvalidArgumentError(f"topic {name!r} is reserved for the broker")
         if name.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return self.ensure_system(name, 1)
         if not self.auto_create:
