@@ -13,6 +13,10 @@
  *            with delivery attempt 2; an ack with its old handle is refused.
  *   fifo     3 message groups x 4 FIFO sends; GROUP (a FIFO group) receives them in batches of
  *            up to 32, acking each batch; every batch is reported as received.
+ *   delay    (a DELAY topic) one message for now + 2 s, one with delay 2 s recalled by its
+ *            recall handle; the first is received with its delivery time, the second never.
+ * A client is given one topic up front: with more, 1.0.8's startup can miss the broker's
+ * (immediate) settings reply while it still queries the later routes, then waits forever.
  * The client logs to stderr (its default logger writes to ~/logs/rocketmq/).
  */
 
@@ -37,7 +41,7 @@ function view(m) {
   return {
     id: m.messageId,
     body: m.body.toString(),
-    tag: m.tag ?? null,
+    tag: m.tag || null,
     keys: [ ...m.keys ].sort(),
     props: Object.fromEntries(m.properties),
     group: m.messageGroup || null,
@@ -85,7 +89,7 @@ async function receiveUntil(consumer, want, invisibleMs, deadlineMs) {
 
 async function produce(endpoint, topic) {
   const fifoTopic = `${topic}-fifo`;
-  return withProducer(endpoint, [ topic, fifoTopic ], async producer => {
+  return withProducer(endpoint, [ topic ], async producer => {  // fifoTopic: routed on first send
     const sent = [];
     for (let i = 0; i < 5; i++) {
       const props = { order: String(i), region: 'eu-1' };
@@ -192,7 +196,30 @@ async function fifo(endpoint, topic, group) {
   });
 }
 
-const SCENARIOS = { produce, simple, fifo };
+async function delay(endpoint, topic, group) {
+  const deliverAt = new Date(Date.now() + 2000);
+  const sent = await withProducer(endpoint, [ topic ], async producer => {
+    const later = await producer.send({ topic, body: Buffer.from('later'), deliveryTimestamp: deliverAt });
+    const gone = await producer.send({ topic, body: Buffer.from('recalled'), delay: 2000 });
+    const recalled = await producer.recallMessage(topic, gone.recallHandle);
+    return { later: later.messageId, recalled: recalled.messageId, recall_handle: gone.recallHandle };
+  });
+  return withConsumer(endpoint, topic, group, 3000, async consumer => {
+    const got = await receiveUntil(consumer, 1, 30000, 20000);
+    const receivedAt = Date.now();
+    for (const m of got) await consumer.ack(m);
+    const after = await receiveUntil(consumer, 1, 30000, 4000);  // the recalled one never comes
+    return {
+      sent,
+      deliver_at: deliverAt.getTime(),
+      received_at: receivedAt,
+      got: got.map(m => ({ ...view(m), delivery_timestamp: m.deliveryTimestamp?.getTime() ?? null })),
+      after: after.map(view),
+    };
+  });
+}
+
+const SCENARIOS = { produce, simple, fifo, delay };
 
 async function main() {
   const [ endpoint, scenario, topic, group ] = process.argv.slice(2);
