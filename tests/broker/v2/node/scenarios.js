@@ -33,10 +33,6 @@ function options(endpoint, extra) {
   return { endpoints: endpoint, namespace: '', logger, ...extra };
 }
 
-function sleep(ms) {
-  return new Promise(resolve => setTimeout(resolve, ms));
-}
-
 function view(m) {
   return {
     id: m.messageId,
