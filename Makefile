@@ -25,7 +25,17 @@ $(RMQ_STAMP): Makefile
 	$(RMQ_VENV)/bin/python -m pip install -q '$(RMQ_CLIENT)'
 	touch $(RMQ_STAMP)
 
-rmq-client: $(RMQ_STAMP)
+# The official RocketMQ 5 Node.js client (npm rocketmq-client-nodejs, exact version pinned with
+# its lock file) for tests/broker/v2/test_node_client.py; node and npm come from the machine.
+NODE_DIR   := tests/broker/v2/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed-stamp
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+	  echo "node and npm are needed for the Node.js client tests: install Node.js >= 18 (e.g. apt-get install nodejs npm)"; exit 1; }
+	npm ci --prefix $(NODE_DIR) --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
+rmq-client: $(RMQ_STAMP) $(NODE_STAMP)
 
 # Run the broker on embedded defaults: data under ./data, gRPC 127.0.0.1:8081, metrics 127.0.0.1:9100.
 run: $(STAMP)
@@ -42,7 +52,7 @@ system-deps:
 	fi
 
 # The whole suite, as CI runs it: fast tests, slow end-to-end tests, ops tests and the Spark tests.
-test: $(STAMP) $(RMQ_STAMP) system-deps
+test: $(STAMP) $(RMQ_STAMP) $(NODE_STAMP) system-deps
 	$(PYTEST) -q -m "not spark"
 	$(PYTEST) -q -m spark -p no:randomly
 
@@ -53,7 +63,7 @@ test-fast: $(STAMP)
 test-spark: $(STAMP)
 	$(PYTEST) -q -m spark
 
-test-slow: $(STAMP) $(RMQ_STAMP)
+test-slow: $(STAMP) $(RMQ_STAMP) $(NODE_STAMP)
 	$(PYTEST) -q -m slow
 
 # The `wharf` package spans four folders (package-dir in pyproject.toml); mypy and import-linter

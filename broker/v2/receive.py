@@ -9,8 +9,10 @@ reserve, so the client never sees DEADLINE_EXCEEDED); the pop store wakes it on 
 in-flight expiry. The stream is ``status OK`` -> one ``message`` each -> ``delivery_timestamp``, or
 ``status MESSAGE_NOT_FOUND`` -> ``delivery_timestamp`` (reference §6). Each message carries its
 receipt handle, delivery attempt (1, then +1 per redelivery), queue id/offset, store time and
-host, and an uppercase-hex MD5 body digest (the only digest every official client checks alike);
-bodies leave IDENTITY-encoded (the store's zlib bodies are inflated first).
+host, its type (DELAY with the ``delivery_timestamp`` it was sent with, as the proxy's
+GrpcConverter does: the clients show it as the delivery time; else FIFO with a message group,
+else NORMAL), and an uppercase-hex MD5 body digest (the only digest every official client
+checks alike); bodies leave IDENTITY-encoded (the store's zlib bodies are inflated first).
 
 Limits: invisible time ``MIN_INVISIBLE_MS`` (1 s; RocketMQ's proxy defaults to 10 s) to 12 h
 (ILLEGAL_INVISIBLE_TIME); ``auto_renew`` (the PushConsumer) gets 60 s; batch 1..1024 (0 = 32);
@@ -38,7 +40,12 @@ from wharf.broker.v2.codes import Code, V2Error
 from wharf.broker.v2.convert import PROPERTY_MESSAGE_GROUP, RESERVED_PROPERTY_NAMES
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
 from wharf.store.codec.layout import SYSFLAG_COMPRESSED
-from wharf.store.codec.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from wharf.store.codec.properties import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_UNIQ_KEY,
+)
 from wharf.store.errors import InvalidReceiptHandleError
 from wharf.store.model import StoredMessage
 
@@ -98,7 +105,12 @@ def to_v2_message(
     group = props.get(PROPERTY_MESSAGE_GROUP, "")
     if group:
         sysp.message_group = group
-    sysp.message_type = definition_pb2.FIFO if group else definition_pb2.NORMAL
+    deliver_ms = props.get(PROPERTY_TIMER_DELIVER_MS, "")
+    if deliver_ms.isdigit():  # a DELAY message (the timer's copy keeps its time), as the proxy
+        sysp.delivery_timestamp.CopyFrom(_timestamp(int(deliver_ms)))
+        sysp.message_type = definition_pb2.DELAY
+    else:
+        sysp.message_type = definition_pb2.FIFO if group else definition_pb2.NORMAL
     sysp.body_encoding = definition_pb2.IDENTITY
     sysp.body_digest.type = definition_pb2.MD5
     sysp.body_digest.checksum = hashlib.md5(body).hexdigest().upper()

@@ -6,6 +6,7 @@ offset-based RPCs sharing offsets with wharf.v1, and topic message types checked
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,36 @@ async def test_a_fifo_group_gets_one_message_of_a_message_group_at_a_time_in_ord
         admin_pb2.SubscriptionGroupConfig(group_name="fifo-g", retry_max_times=3)
     )
     assert kept.consume_message_orderly and kept.retry_max_times == 3
+
+
+async def test_a_delay_message_is_received_as_delay_with_its_delivery_time(
+    broker: Broker,
+) -> None:
+    # As the proxy's GrpcConverter: the clients show delivery_timestamp as the message's
+    # delivery time (Node's MessageView.deliveryTimestamp, Python's delivery_timestamp).
+    deliver_ms = int(time.time() * 1000) + 1_000
+    m = d.Message(body=b"later", user_properties={"k": "v"})
+    m.topic.name = TOPIC
+    m.system_properties.message_id = "id-later"
+    m.system_properties.message_type = d.DELAY
+    m.system_properties.delivery_timestamp.CopyFrom(
+        Timestamp(seconds=deliver_ms // 1000, nanos=deliver_ms % 1000 * 1_000_000)
+    )
+    reply = await broker.v2.SendMessage(s.SendMessageRequest(messages=[m]), metadata=META)
+    assert reply.status.code == Code.OK, reply.status
+    await broker.send("now", group="g1")
+    messages: dict[bytes, d.Message] = {}
+    for _ in range(20):
+        if len(messages) == 2:
+            break
+        _, more = await broker.receive("cg", polling_s=0.5)
+        messages.update((x.body, x) for x in more)
+    later, fifo = messages[b"later"].system_properties, messages[b"now"].system_properties
+    assert later.message_type == d.DELAY
+    stamp = later.delivery_timestamp
+    assert stamp.seconds * 1000 + stamp.nanos // 1_000_000 == deliver_ms
+    assert dict(messages[b"later"].user_properties) == {"k": "v"}  # the timer's keys stay hidden
+    assert fifo.message_type == d.FIFO and not fifo.HasField("delivery_timestamp")
 
 
 async def test_forward_to_dead_letter_moves_the_message_to_a_listed_dlq(broker: Broker) -> None:
