@@ -169,6 +169,20 @@ class Admin:
             admin_pb2.DeleteSubscriptionGroupRequest(group_name=name),
         )
 
+    async def list_half_messages(self, topic: str = "") -> admin_pb2.ListHalfMessagesResponse:
+        """Transactional messages not yet committed or rolled back ("" = every topic)."""
+        return await self._call(
+            self._a.ListHalfMessages, admin_pb2.ListHalfMessagesRequest(topic=topic)
+        )
+
+    async def resolve_half_message(self, transaction_id: str, commit: bool) -> str:
+        """Commit or roll back an open half message by hand; how it was resolved."""
+        reply = await self._call(
+            self._a.ResolveHalfMessage,
+            admin_pb2.ResolveHalfMessageRequest(transaction_id=transaction_id, commit=commit),
+        )
+        return str(reply.resolution)
+
     async def consumer_progress(
         self, group: str, topic: str = ""
     ) -> admin_pb2.GetConsumerProgressResponse:

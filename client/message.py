@@ -235,6 +235,8 @@ def body_payload(
 
 # The broker's timer (RocketMQ 5's delivery at any time): ms since the epoch, in a property.
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+# A transactional (half) message: invisible until its transaction commits (RocketMQ's name).
+TRANSACTION_PREPARED = "TRAN_MSG"
 
 
 def timer_property(deliver_at: float | dt.datetime | None, delay: float | None) -> dict[str, str]:

@@ -36,6 +36,7 @@ from wharf.client.ids import new_unique_id as _next_unique_id
 from wharf.client.ids import new_unique_ids
 from wharf.client.message import (
     TIMER_DELIVER_MS,
+    TRANSACTION_PREPARED,
     Message,
     SendResult,
     SendStatus,
@@ -46,6 +47,7 @@ from wharf.client.record_encoder import RecordEncoder, results_of
 from wharf.client.route import RouteCache
 from wharf.client.selector import MessageQueueSelector
 from wharf.client.send_stream import SendStream
+from wharf.client.transaction import CheckListener, Transaction, TransactionChecker
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -70,10 +72,22 @@ def _result_of(entry: messaging_pb2.SendResultEntry, topic: str) -> SendResult:
     )
 
 
-# (topic, pinned queue or None, as_messages): records (the fast path, False) and proto messages
-# (delayed and timed messages, which the broker re-addresses) never share a request; delayed
-# ones batch by level (the value), timed ones together (True).
-_BatchKey = tuple[str, int | None, int]
+# (topic, pinned queue or None, kind): records (the fast path, kind "") and proto messages
+# (delayed, timed and transactional ones, which the broker re-addresses) never share a request,
+# nor do messages of different kinds (a batch is one append: one delay-level queue, all half
+# messages or none); timed ones share batches (each record keeps its own time).
+_BatchKey = tuple[str, int | None, str]
+
+
+def _message_kind(delay_level: int, properties: Mapping[str, str] | None) -> str:
+    if delay_level:
+        return f"delay{delay_level}"
+    if properties:
+        if properties.get(TRANSACTION_PREPARED) == "true":
+            return "half"
+        if TIMER_DELIVER_MS in properties:
+            return "timed"
+    return ""
 
 
 class Producer:
@@ -107,6 +121,8 @@ class Producer:
         transport: str = "stream",
         compress_threshold: int = COMPRESS_THRESHOLD,
         max_buffered: int = 65536,
+        transaction_checker: TransactionChecker | None = None,
+        transaction_topics: Iterable[str] = (),
     ) -> None:
         if transport not in ("stream", "unary"):
             raise InvalidArgumentError(f"transport must be 'stream' or 'unary', got {transport!r}")
@@ -136,6 +152,9 @@ class Producer:
         self._routes: RouteCache | None = None
         self._oneway_tasks: set[asyncio.Future[Any]] = set()
         self._closed = False
+        self._checker = transaction_checker
+        self._transaction_topics = list(transaction_topics)
+        self._check_listener: CheckListener | None = None
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -154,12 +173,27 @@ class Producer:
             self._streams.append(None)
         self._routes = RouteCache(self._stubs[0])
         self._batcher = AutoBatcher(self._send_request, **self._batcher_options)
+        if self._checker is not None:
+            self._check_listener = CheckListener(
+                self._stubs[0], self._transaction_topics, self._checker, self.send_timeout,
+                self.group,
+            )  # fmt: skip
+            self._check_listener.start()
+
+    def transaction(self) -> Transaction:
+        """Half messages resolved together: ``async with producer.transaction() as tx:
+        await tx.send(...)`` commits on a clean exit and rolls back when the block raises
+        (``wharf.client.transaction``)."""
+        self._require_started()
+        return Transaction(self.send, self._stubs[0], self.send_timeout)
 
     async def close(self) -> None:
         """Send what is buffered, wait for the answers, then close the connections."""
         if self._closed:
             return
         self._closed = True
+        if self._check_listener is not None:
+            await self._check_listener.close()
         if self._batcher is not None:
             try:
                 await asyncio.wait_for(self._batcher.drain(), self.send_timeout + 1)
@@ -211,7 +245,7 @@ class Producer:
             # Fast path (a bare body, the common high-rate case): no option checks.
             uid = _next_unique_id()
             item: Any = (self._encoder.encode_bare(self._encoder.tail(topic), body, uid), uid)
-            key: _BatchKey = (topic, queue_id, False)
+            key: _BatchKey = (topic, queue_id, "")
         else:
             item, key = self._item_of(topic, body, tags, keys, properties, delay_level, queue_id)
             if selector is not None:
@@ -250,9 +284,11 @@ class Producer:
         unique_id: str | None = None,
     ) -> tuple[Any, _BatchKey]:
         """A batcher item and its key: a (record, unique id) pair, or a proto message for a
-        delayed or timed message (the broker re-addresses those, so they travel as messages)."""
+        delayed, timed or transactional message (the broker re-addresses those, so they travel
+        as messages)."""
         uid = unique_id or _next_unique_id()
-        if delay_level or (properties and TIMER_DELIVER_MS in properties):
+        kind = _message_kind(delay_level, properties)
+        if kind:
             wire = to_wire(
                 body,
                 tags=tags,
@@ -263,13 +299,11 @@ class Producer:
                 compress_threshold=self.compress_threshold,
                 unique_id=uid,
             )
-            # A batch goes to one delay-level queue: delayed sends batch by level; timed
-            # ones (level 0 here) share batches (each record keeps its own time).
-            return wire, (topic, queue_id, delay_level or True)
+            return wire, (topic, queue_id, kind)
         record = self._encoder.encode(
             topic, body, uid, tags=tags, keys=keys, properties=properties, flag=flag
         )
-        return (record, uid), (topic, queue_id, False)
+        return (record, uid), (topic, queue_id, "")
 
     async def send_message(self, message: Message, **options: Any) -> SendResult:
         """Send a :class:`Message` (same options as :meth:`send`)."""
@@ -345,7 +379,7 @@ class Producer:
             encoder = self._encoder
             bodies: Sequence[bytes] = messages  # type: ignore[assignment]
             records = encoder.encode_bare_many(encoder.tail(topic), bodies, ids)
-            return list(zip(records, ids, strict=True)), (topic, queue_id, False)
+            return list(zip(records, ids, strict=True)), (topic, queue_id, "")
         items: list[Any] = []
         key: _BatchKey | None = None
         for message, uid in zip(messages, ids, strict=True):

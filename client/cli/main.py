@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import uvloop
 from wharf.client.channel import DEFAULT_ENDPOINTS, parse_endpoints
-from wharf.client.cli import group_commands, message_commands, topic_commands
+from wharf.client.cli import group_commands, message_commands, topic_commands, tx_commands
 from wharf.client.cli.exit_codes import INTERRUPTED, USAGE, exit_code_for
 from wharf.client.cli.output import Output
 from wharf.client.errors import InvalidArgumentError, WharfError
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     topic_commands.add_parsers(sub)
     group_commands.add_parsers(sub)
     message_commands.add_parsers(sub)
+    tx_commands.add_parsers(sub)
     from wharf.client.bench.cli import add_parsers as add_bench_parsers
 
     add_bench_parsers(sub)
