@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
+from wharf.broker.handlers import MalformedRequest
 from wharf.broker.processors.consumer import ConsumerProcessor
 from wharf.broker.processors.pull import PullProcessor
 from wharf.broker.processors.query import QueryProcessor
@@ -88,6 +89,8 @@ class MessagingService(messaging_pb2_grpc.MessagingServiceServicer):
     async def TransactionChecks(self, request, context):  # type: ignore[no-untyped-def]
         """Server-streaming until the producer goes away; a bad request is one abort."""
         try:
+            if type(request) is MalformedRequest:
+                raise InvalidArgumentError(request.message)
             async for check in self.transactions.checks(request):
                 yield check
         except (InvalidArgumentError, NotFoundError) as exc:

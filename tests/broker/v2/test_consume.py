@@ -143,6 +143,10 @@ async def test_a_fifo_group_gets_one_message_of_a_message_group_at_a_time_in_ord
     # A concurrent group on the same topic takes all six at once.
     code, messages = await broker.receive("plain-g")
     assert code == Code.OK and len(messages) == 6
+    # A wharf.v1 pull consumer of its own group reads all of them too: pop groups keep their
+    # state apart from committed offsets.
+    pulled = [v.body for q in (0, 1) for v in await broker.v1_pull(TOPIC, q, group="v1-g")]
+    assert sorted(pulled) == sorted(f"{g}{i}".encode() for g in "ab" for i in range(3))
 
     # An update that does not name the flag keeps it (as consume_enable).
     kept = await broker.admin.CreateSubscriptionGroup(
