@@ -17,6 +17,7 @@ from typing import NamedTuple
 from wharf.client.compression import COMPRESS_THRESHOLD, decompress, maybe_compress
 from wharf.client.errors import InvalidArgumentError
 from wharf.client.ids import new_unique_id
+from wharf.store.codec.ids import recall_handle
 from wharf.v1 import common_pb2, messaging_pb2
 
 # Property names the broker uses on retried messages (RocketMQ's MessageConst).
@@ -66,6 +67,12 @@ class SendResult(NamedTuple):
     queue_id: int
     queue_offset: int
     topic: str = ""
+
+    @property
+    def recall_handle(self) -> str:
+        """For a message sent with ``deliver_at`` / ``delay``: the handle ``Producer.recall``
+        takes to cancel it before it is due (its place in the broker's timer)."""
+        return recall_handle(self.queue_offset, self.msg_id)
 
     @classmethod
     def from_entry(cls, entry: messaging_pb2.SendResultEntry, topic: str) -> SendResult:

@@ -180,6 +180,18 @@ class Producer:
             )  # fmt: skip
             self._check_listener.start()
 
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        """Cancel a timed message (sent with ``deliver_at`` / ``delay``) before it is due, by
+        its ``SendResult.recall_handle``; returns its message id. NotFoundError once it was
+        delivered or recalled."""
+        self._require_started()
+        request = messaging_pb2.RecallMessageRequest(topic=topic, recall_handle=recall_handle)
+        try:
+            reply = await self._stubs[0].RecallMessage(request, timeout=self.send_timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise from_rpc_error(exc) from None
+        return str(reply.msg_id)
+
     def transaction(self) -> Transaction:
         """Half messages resolved together: ``async with producer.transaction() as tx:
         await tx.send(...)`` commits on a clean exit and rolls back when the block raises

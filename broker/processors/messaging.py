@@ -96,3 +96,7 @@ class MessagingService(messaging_pb2_grpc.MessagingServiceServicer):
         except (InvalidArgumentError, NotFoundError) as exc:
             code, message = status_for(exc)
             await context.abort(code, message)
+
+    @rpc("RecallMessage")
+    async def RecallMessage(self, request, context):  # type: ignore[no-untyped-def]
+        return await self.transactions.recall(request)

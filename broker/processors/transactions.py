@@ -1,4 +1,5 @@
-"""EndTransaction, TransactionChecks, ListHalfMessages and ResolveHalfMessage for wharf.v1.
+"""EndTransaction, TransactionChecks, ListHalfMessages and ResolveHalfMessage for wharf.v1, and
+RecallMessage of timed messages (the other broker-resolved fate of a stored message).
 
 A message sent with property ``TRAN_MSG=true`` is a half message (``wharf.store.services.
 transactions``): invisible until EndTransaction commits it; its transaction id is its send
@@ -18,6 +19,7 @@ from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.topics import validate_topic_name
 from wharf.broker.processors.convert import to_view
+from wharf.store.codec.ids import parse_recall_handle
 from wharf.store.codec.properties import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -117,3 +119,20 @@ class TransactionProcessor:
             )
         how = await tx.end(offset, message.unique_id, request.commit)
         return admin_pb2.ResolveHalfMessageResponse(resolution=how)
+
+    async def recall(
+        self, request: messaging_pb2.RecallMessageRequest
+    ) -> messaging_pb2.RecallMessageResponse:
+        """Cancel a timed message before it is due (the timer's cancel)."""
+        parsed = parse_recall_handle(request.recall_handle)
+        if parsed is None:
+            raise InvalidArgumentError(
+                f"malformed recall_handle {request.recall_handle[:64]!r}: expected "
+                "<queue_offset>.<msg_id> of a timed message's send result"
+            )
+        offset, msg_id = parsed
+        try:
+            await self.ctx.store.timer.cancel(offset, msg_id, request.topic)
+        except InvalidMessageError as exc:
+            raise NotFoundError(str(exc)) from None
+        return messaging_pb2.RecallMessageResponse(msg_id=msg_id)

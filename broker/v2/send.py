@@ -45,6 +45,7 @@ from wharf.broker.v2.codes import PUT_STATUS_CODES, PUT_STATUS_MESSAGES, Code, V
 from wharf.broker.v2.convert import message_group, message_id, to_input
 from wharf.broker.v2.route import accepted_types
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
+from wharf.store.codec.ids import recall_handle
 from wharf.store.codec.properties import PROPERTY_TIMER_DELIVER_MS, PROPERTY_TRANSACTION_PREPARED
 from wharf.store.model import MessageInput
 
@@ -310,18 +311,6 @@ class V2SendProcessor:
         self._done[key] = entry
         if len(self._done) > self._window:
             self._done.popitem(last=False)
-
-
-def recall_handle(timer_offset: int, message_id: str) -> str:
-    """The handle RecallMessage takes back: the timer queue offset and the message id."""
-    return f"{timer_offset}.{message_id}"
-
-
-def parse_recall_handle(handle: str) -> tuple[int, str]:
-    offset, _, message_id = handle.partition(".")
-    if not offset.isdigit() or not message_id:
-        raise V2Error(Code.BAD_REQUEST, f"malformed recall_handle {handle[:64]!r}")
-    return int(offset), message_id
 
 
 def _error_entry(uid: str, code: int, message: str) -> service_pb2.SendResultEntry:

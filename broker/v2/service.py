@@ -37,10 +37,11 @@ from wharf.broker.v2.metadata import client_meta
 from wharf.broker.v2.pull import V2PullProcessor
 from wharf.broker.v2.receive import V2ReceiveProcessor
 from wharf.broker.v2.route import endpoints_of, fill_assignment, fill_route, not_found_group
-from wharf.broker.v2.send import V2SendProcessor, parse_recall_handle
+from wharf.broker.v2.send import V2SendProcessor
 from wharf.broker.v2.settings import merge_settings
 from wharf.broker.v2.transactions import end_transaction
 from wharf.rocketmq.v2 import definition_pb2, service_pb2, service_pb2_grpc
+from wharf.store.codec.ids import parse_recall_handle
 from wharf.store.codec.properties import DLQ_GROUP_TOPIC_PREFIX
 from wharf.store.errors import InvalidMessageError
 
@@ -353,7 +354,12 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
     @v2_rpc("RecallMessage")
     async def RecallMessage(self, request, context, client_id):  # type: ignore[no-untyped-def]
         """Cancel a DELAY message before it is due (its send entry's ``recall_handle``)."""
-        offset, message_id = parse_recall_handle(request.recall_handle)
+        parsed = parse_recall_handle(request.recall_handle)
+        if parsed is None:
+            raise V2Error(
+                Code.BAD_REQUEST, f"malformed recall_handle {request.recall_handle[:64]!r}"
+            )
+        offset, message_id = parsed
         try:
             await self.ctx.store.timer.cancel(offset, message_id, request.topic.name)
         except InvalidMessageError as exc:

@@ -168,3 +168,17 @@ class UniqueIdGenerator:
         start = self._counter + 1
         self._counter = (self._counter + count) & 0xFFFF
         return self._counter_ids(head, start, count)
+
+
+def recall_handle(timer_offset: int, message_id: str) -> str:
+    """The recall handle of a timed message: its timer queue offset and unique id (the timer's
+    cancel needs both: the offset finds it, the id proves the handle names it)."""
+    return f"{timer_offset}.{message_id}"
+
+
+def parse_recall_handle(handle: str) -> tuple[int, str] | None:
+    """(timer offset, message id), or None for a malformed handle."""
+    offset, _, message_id = handle.partition(".")
+    if not offset.isdigit() or not message_id:
+        return None
+    return int(offset), message_id

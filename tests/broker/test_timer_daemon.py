@@ -13,6 +13,7 @@ import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from wharf.client import Admin, Producer, PullConsumer
+from wharf.client.errors import InvalidArgumentError, NotFoundError
 from wharf.rocketmq.v2 import definition_pb2 as d
 from wharf.rocketmq.v2 import service_pb2 as s
 from wharf.rocketmq.v2 import service_pb2_grpc
@@ -50,14 +51,22 @@ async def _create(endpoint: str) -> None:
         await admin.create_topic(TOPIC, queue_nums=2)
 
 
-async def test_sdk_deliver_at_and_delay(broker: BrokerProcess) -> None:
+async def test_sdk_deliver_at_delay_and_recall(broker: BrokerProcess) -> None:
     await _create(broker.endpoint)
     async with Producer(broker.endpoint) as producer:
         await producer.send(TOPIC, b"in-1.5s", deliver_at=time.time() + 1.5)
         await producer.send(TOPIC, b"delay-1s", delay=1.0)
+        recalled = await producer.send(TOPIC, b"recalled", delay=1.0)
         await producer.send(TOPIC, b"now")
+        assert await producer.recall(TOPIC, recalled.recall_handle) == recalled.msg_id
+        with pytest.raises(NotFoundError):  # once recalled (or delivered): nothing to cancel
+            await producer.recall(TOPIC, recalled.recall_handle)
+        with pytest.raises(InvalidArgumentError):
+            await producer.recall(TOPIC, "not-a-handle")
     assert await bodies(broker.endpoint) == [b"now"]
     await eventually(broker.endpoint, [b"delay-1s", b"in-1.5s", b"now"])
+    await asyncio.sleep(0.5)
+    assert await bodies(broker.endpoint) == [b"delay-1s", b"in-1.5s", b"now"]
 
 
 @pytest.mark.parametrize("when", ["before delivery", "after delivery"])

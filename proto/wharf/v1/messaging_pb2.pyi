@@ -34,6 +34,20 @@ NO_NEW_MSG: PullStatus
 NO_MATCHED_MSG: PullStatus
 OFFSET_ILLEGAL: PullStatus
 
+class RecallMessageRequest(_message.Message):
+    __slots__ = ("topic", "recall_handle")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    recall_handle: str
+    def __init__(self, topic: _Optional[str] = ..., recall_handle: _Optional[str] = ...) -> None: ...
+
+class RecallMessageResponse(_message.Message):
+    __slots__ = ("msg_id",)
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    msg_id: str
+    def __init__(self, msg_id: _Optional[str] = ...) -> None: ...
+
 class EndTransactionRequest(_message.Message):
     __slots__ = ("topic", "msg_id", "transaction_id", "commit", "from_check")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

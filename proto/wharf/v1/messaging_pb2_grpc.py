@@ -114,6 +114,11 @@ class MessagingServiceStub:
                 request_serializer=wharf_dot_v1_dot_messaging__pb2.TransactionChecksRequest.SerializeToString,
                 response_deserializer=wharf_dot_v1_dot_messaging__pb2.TransactionCheck.FromString,
                 _registered_method=True)
+        self.RecallMessage = channel.unary_unary(
+                '/wharf.v1.MessagingService/RecallMessage',
+                request_serializer=wharf_dot_v1_dot_messaging__pb2.RecallMessageRequest.SerializeToString,
+                response_deserializer=wharf_dot_v1_dot_messaging__pb2.RecallMessageResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -229,6 +234,14 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecallMessage(self, request, context):
+        """Cancel a timed message (sent with property TIMER_DELIVER_MS) before it is due, by its
+        recall handle "<queue_offset>.<msg_id>" of its send result. NOT_FOUND once delivered.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -311,6 +324,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.TransactionChecks,
                     request_deserializer=wharf_dot_v1_dot_messaging__pb2.TransactionChecksRequest.FromString,
                     response_serializer=wharf_dot_v1_dot_messaging__pb2.TransactionCheck.SerializeToString,
+            ),
+            'RecallMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecallMessage,
+                    request_deserializer=wharf_dot_v1_dot_messaging__pb2.RecallMessageRequest.FromString,
+                    response_serializer=wharf_dot_v1_dot_messaging__pb2.RecallMessageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -745,6 +763,33 @@ class MessagingService:
             '/wharf.v1.MessagingService/TransactionChecks',
             wharf_dot_v1_dot_messaging__pb2.TransactionChecksRequest.SerializeToString,
             wharf_dot_v1_dot_messaging__pb2.TransactionCheck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecallMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wharf.v1.MessagingService/RecallMessage',
+            wharf_dot_v1_dot_messaging__pb2.RecallMessageRequest.SerializeToString,
+            wharf_dot_v1_dot_messaging__pb2.RecallMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,
