@@ -26,14 +26,13 @@ from typing import Protocol
 
 from wharf.store.codec.properties import (
     PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
     SCHEDULE_TOPIC,
 )
 from wharf.store.errors import InvalidMessageError, StoreError, StoreNotWritableError
 from wharf.store.model import MessageInput, PutResult, StoredMessage
 from wharf.store.paths import read_json_with_backup_blocking, write_json_atomic_blocking
 from wharf.store.queue.consume_queue import Unit
+from wharf.store.services.parking import park, unpark
 
 log = logging.getLogger(__name__)
 
@@ -67,51 +66,14 @@ def to_schedule_topic(
 ) -> tuple[str, int, list[MessageInput]]:
     """RocketMQ's CommitLog.asyncPutMessage delay rewrite (``level`` already clamped to the
     configured count): SCHEDULE_TOPIC_XXXX queue level-1, real destination in properties."""
-    rewritten = []
-    for m in messages:
-        properties = dict(m.properties)
-        properties[PROPERTY_DELAY_TIME_LEVEL] = str(level)
-        properties[PROPERTY_REAL_TOPIC] = topic
-        properties[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-        rewritten.append(
-            MessageInput(
-                m.body,
-                properties,
-                m.flag,
-                m.sys_flag,
-                m.born_timestamp,
-                m.born_host,
-                m.reconsume_times,
-                m.prepared_transaction_offset,
-            )
-        )
-    return SCHEDULE_TOPIC, level - 1, rewritten
+    level_prop = {PROPERTY_DELAY_TIME_LEVEL: str(level)}
+    return SCHEDULE_TOPIC, level - 1, [park(m, topic, queue_id, level_prop) for m in messages]
 
 
 def restore_real_message(msg: StoredMessage) -> tuple[str, int, MessageInput]:
-    """The (topic, queue id, message) to re-put for a due delayed message."""
-    properties = dict(msg.properties)
-    real_topic = properties.get(PROPERTY_REAL_TOPIC, "")
-    real_qid = properties.get(PROPERTY_REAL_QUEUE_ID, "")
-    if not real_topic or not real_qid.isdigit():
-        raise ValueError(
-            f"delayed message at offset {msg.commit_log_offset} has no REAL_TOPIC/REAL_QID"
-        )
-    properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-    return (
-        real_topic,
-        int(real_qid),
-        MessageInput(
-            body=msg.body,
-            properties=properties,
-            flag=msg.flag,
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-            reconsume_times=msg.reconsume_times,
-            prepared_transaction_offset=msg.prepared_transaction_offset,
-        ),
-    )
+    """The (topic, queue id, message) to re-put for a due delayed message (REAL_TOPIC and
+    REAL_QID stay in its properties, as RocketMQ leaves them)."""
+    return unpark(msg, drop=(PROPERTY_DELAY_TIME_LEVEL,), keep_destination=True)
 
 
 class ScheduleHost(Protocol):

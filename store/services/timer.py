@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import heapq
 import logging
 import time
@@ -43,7 +42,6 @@ from pathlib import Path
 from typing import Protocol
 
 from wharf.store.codec.properties import (
-    PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TIMER_DEL_UNIQKEY,
     PROPERTY_TIMER_DELAY_SEC,
@@ -55,6 +53,7 @@ from wharf.store.errors import InvalidMessageError, StoreError, StoreNotWritable
 from wharf.store.model import MessageInput, PutResult, StoredMessage
 from wharf.store.queue.consume_queue import Unit
 from wharf.store.services.ledger import OffsetLedger
+from wharf.store.services.parking import park, unpark
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +71,11 @@ def timer_times(
     message of it lies ahead (no timer property, or all due: store it now). A batch may mix
     times, and untimed messages (due now): every record carries its own time. An
     InvalidMessageError for a bad value or a time more than ``max_delay_s`` ahead."""
+    if not any(
+        PROPERTY_TIMER_DELIVER_MS in m.properties or PROPERTY_TIMER_DELAY_SEC in m.properties
+        for m in messages
+    ):
+        return None  # every put asks: no list built for the untimed ones
     times: list[int] = []
     ahead = False
     for m in messages:
@@ -101,14 +105,10 @@ def to_timer_topic(
     topic: str, queue_id: int, times: Sequence[int], messages: Sequence[MessageInput]
 ) -> tuple[str, int, list[MessageInput]]:
     """The rewrite of a timed batch: TIMER_TOPIC queue 0, destination and time in properties."""
-    out = []
-    for m, deliver_ms in zip(messages, times, strict=True):
-        props = dict(m.properties)
-        props.pop(PROPERTY_TIMER_DELAY_SEC, None)
-        props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
-        props[PROPERTY_REAL_TOPIC] = topic
-        props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-        out.append(dataclasses.replace(m, properties=props))
+    out = [
+        park(m, topic, queue_id, {PROPERTY_TIMER_DELIVER_MS: str(t)}, (PROPERTY_TIMER_DELAY_SEC,))
+        for m, t in zip(messages, times, strict=True)
+    ]
     return TIMER_TOPIC, TIMER_QUEUE, out
 
 
@@ -120,28 +120,6 @@ def cancel_marker(timer_offset: int, unique_key: str) -> MessageInput:
             PROPERTY_TIMER_DEL_UNIQKEY: unique_key,
             PROPERTY_TIMER_QUEUE_OFFSET: str(timer_offset),
         },
-    )
-
-
-def _restore(msg: StoredMessage, timer_offset: int) -> tuple[str, int, MessageInput]:
-    props = dict(msg.properties)
-    topic = props.pop(PROPERTY_REAL_TOPIC, "")
-    queue = props.pop(PROPERTY_REAL_QUEUE_ID, "")
-    if not topic or not queue.isdigit():
-        raise ValueError(f"timer message at {msg.commit_log_offset} has no REAL_TOPIC/REAL_QID")
-    props[PROPERTY_TIMER_QUEUE_OFFSET] = str(timer_offset)
-    return (
-        topic,
-        int(queue),
-        MessageInput(
-            body=msg.body,
-            properties=props,
-            flag=msg.flag,
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-            reconsume_times=msg.reconsume_times,
-        ),
     )
 
 
@@ -358,7 +336,7 @@ class TimerMessageService:
             try:
                 if msg is None:
                     raise ValueError("its record is gone (retention)")
-                topic, queue_id, copy = _restore(msg, offset)
+                topic, queue_id, copy = unpark(msg, {PROPERTY_TIMER_QUEUE_OFFSET: str(offset)})
             except ValueError as exc:
                 log.warning("timer offset %d cannot be delivered: %s; dropped", offset, exc)
                 self._finish(offset)

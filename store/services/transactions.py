@@ -29,7 +29,6 @@ TRAN_HALF_OFFSET marks, read the half queue from the watermark (one record read 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,7 +37,6 @@ from typing import Protocol
 
 from wharf.store.codec.properties import (
     PROPERTY_CHECK_IMMUNITY_TIME,
-    PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TRAN_HALF_OFFSET,
     PROPERTY_TRANSACTION_PREPARED,
@@ -49,6 +47,7 @@ from wharf.store.errors import InvalidMessageError
 from wharf.store.model import MessageInput, PutResult, StoredMessage
 from wharf.store.queue.consume_queue import Unit
 from wharf.store.services.ledger import OffsetLedger
+from wharf.store.services.parking import park, unpark
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +67,7 @@ def is_half(messages: Sequence[MessageInput]) -> bool:
 def to_half_topic(
     topic: str, queue_id: int, messages: Sequence[MessageInput]
 ) -> tuple[str, int, list[MessageInput]]:
-    out = []
-    for m in messages:
-        props = dict(m.properties)
-        props[PROPERTY_REAL_TOPIC] = topic
-        props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-        out.append(dataclasses.replace(m, properties=props))
-    return TRANS_HALF_TOPIC, HALF_QUEUE, out
+    return TRANS_HALF_TOPIC, HALF_QUEUE, [park(m, topic, queue_id) for m in messages]
 
 
 @dataclass(slots=True)
@@ -213,7 +206,14 @@ class TransactionService:
         write_id = self.ledger.begin_write(self.host.commit_log_end())
         try:
             if commit and msg is not None:
-                real_topic, real_queue, copy = _restore(msg, offset)
+                try:
+                    real_topic, real_queue, copy = unpark(
+                        msg,
+                        {PROPERTY_TRAN_HALF_OFFSET: str(offset)},
+                        (PROPERTY_TRANSACTION_PREPARED,),
+                    )
+                except ValueError as exc:
+                    raise InvalidMessageError(str(exc)) from None
                 await self.host.put(real_topic, real_queue, [copy])
                 how = COMMITTED
             else:
@@ -296,26 +296,3 @@ class TransactionService:
 
 def _marker(offset: int, reason: str) -> MessageInput:
     return MessageInput(body=reason.encode(), properties={PROPERTY_TRAN_HALF_OFFSET: str(offset)})
-
-
-def _restore(msg: StoredMessage, offset: int) -> tuple[str, int, MessageInput]:
-    props = dict(msg.properties)
-    topic = props.pop(PROPERTY_REAL_TOPIC, "")
-    queue = props.pop(PROPERTY_REAL_QUEUE_ID, "")
-    props.pop(PROPERTY_TRANSACTION_PREPARED, None)
-    if not topic or not queue.isdigit():
-        raise InvalidMessageError(f"half message at {msg.commit_log_offset} has no destination")
-    props[PROPERTY_TRAN_HALF_OFFSET] = str(offset)
-    return (
-        topic,
-        int(queue),
-        MessageInput(
-            body=msg.body,
-            properties=props,
-            flag=msg.flag,
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-            reconsume_times=msg.reconsume_times,
-        ),
-    )
