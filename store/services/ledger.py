@@ -12,7 +12,8 @@ watermark W, the lowest open offset), the read cursor (units below it are open o
 CHECKPOINT (JSON, atomic write + .bak): W, closed offsets >= W as ranges, the cursor, extra
 fields of the service, and P: a commit-log offset below every closing record not yet counted in
 ``closed`` (``begin_write`` / ``end_write`` bracket the writes of closing records, so P stays
-below those in flight). START: ``load`` the checkpoint, then ``close_marked`` the offsets found
+below those in flight). ``checkpoint_loop`` writes it after bursts and, while idle, every
+``IDLE_CHECKPOINT_S`` the commit log moved, so P trails the log's end by seconds. START: ``load`` the checkpoint, then ``close_marked`` the offsets found
 in the commit log from P on; the service then reads its queue from W, skipping closed offsets.
 
 BOUND: ``closed`` holds offsets closed above the oldest open entry: one entry open for days in
@@ -22,14 +23,22 @@ compact for runs of consecutive offsets.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import heapq
-from collections.abc import Iterable
+import logging
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Generic, TypeVar
 
 from wharf.store.paths import read_json_with_backup_blocking, write_json_atomic_blocking
 
 V = TypeVar("V")
+log = logging.getLogger(__name__)
+# An idle service still checkpoints this often while the commit log grows, so P stays close to
+# the log's end and a start-up after kill -9 walks at most ~this much log for closing records
+# (a checkpoint written only after activity left P at the last clean stop: hours of log).
+IDLE_CHECKPOINT_S = 10.0
 
 
 def ranges(offsets: Iterable[int]) -> list[list[int]]:
@@ -114,3 +123,28 @@ class OffsetLedger(Generic[V]):
 
     def write_blocking(self, payload: dict[str, object]) -> None:
         write_json_atomic_blocking(self.path, payload)
+
+
+async def checkpoint_loop(
+    write: Callable[[], Awaitable[None]],
+    dirty: asyncio.Event,
+    interval_s: float,
+    log_moved: Callable[[], bool],
+    what: str,
+    idle_s: float = IDLE_CHECKPOINT_S,
+) -> None:
+    """A service's checkpoint writer: after each burst of closings (``dirty``), at most every
+    ``interval_s``; and every ``idle_s`` while the commit log moved since the last one. A
+    failed write is logged and retried."""
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(dirty.wait(), idle_s)
+        if not dirty.is_set() and not log_moved():
+            continue
+        dirty.clear()
+        try:
+            await write()
+        except OSError:
+            log.exception("%s checkpoint failed; will retry", what)
+            dirty.set()
+        await asyncio.sleep(interval_s)

@@ -52,7 +52,7 @@ from wharf.store.codec.properties import (
 from wharf.store.errors import InvalidMessageError, StoreError, StoreNotWritableError
 from wharf.store.model import MessageInput, PutResult, StoredMessage
 from wharf.store.queue.consume_queue import Unit
-from wharf.store.services.ledger import OffsetLedger
+from wharf.store.services.ledger import OffsetLedger, checkpoint_loop
 from wharf.store.services.parking import park, unpark
 
 log = logging.getLogger(__name__)
@@ -185,7 +185,16 @@ class TimerMessageService:
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._run(), name="timer-delivery"),
-            loop.create_task(self._checkpoint_loop(), name="timer-checkpoint"),
+            loop.create_task(
+                checkpoint_loop(
+                    self.checkpoint,
+                    self._dirty,
+                    self.checkpoint_interval_s,
+                    self._log_moved,
+                    "timer",
+                ),
+                name="timer-checkpoint",
+            ),
         ]
 
     async def stop(self) -> None:
@@ -396,16 +405,8 @@ class TimerMessageService:
                 heapq.heappush(self._by_time, (entry[0], offset))
 
     # --- checkpoint -----------------------------------------------------------------------
-    async def _checkpoint_loop(self) -> None:
-        while True:
-            await self._dirty.wait()
-            self._dirty.clear()
-            try:
-                await self.checkpoint()
-            except OSError:
-                log.exception("timer checkpoint failed; will retry")
-                self._dirty.set()
-            await asyncio.sleep(self.checkpoint_interval_s)
+    def _log_moved(self) -> bool:
+        return self.host.commit_log_end() != self.ledger.log_offset
 
     async def checkpoint(self) -> None:
         """Write W, done ranges >= W, cursors and P (see the module docstring)."""

@@ -46,7 +46,7 @@ from wharf.store.codec.properties import (
 from wharf.store.errors import InvalidMessageError
 from wharf.store.model import MessageInput, PutResult, StoredMessage
 from wharf.store.queue.consume_queue import Unit
-from wharf.store.services.ledger import OffsetLedger
+from wharf.store.services.ledger import OffsetLedger, checkpoint_loop
 from wharf.store.services.parking import park, unpark
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,15 @@ class TransactionService:
                 half.checks, half.last_check_ms = int(checks), int(last)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._checkpoint_loop())
+        self._task = asyncio.get_running_loop().create_task(
+            checkpoint_loop(
+                self.checkpoint,
+                self._dirty,
+                self.checkpoint_interval_s,
+                self._log_moved,
+                "transaction",
+            )
+        )
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -273,16 +281,8 @@ class TransactionService:
         self._dirty.set()
 
     # --- checkpoint -----------------------------------------------------------------------
-    async def _checkpoint_loop(self) -> None:
-        while True:
-            await self._dirty.wait()
-            self._dirty.clear()
-            try:
-                await self.checkpoint()
-            except OSError:
-                log.exception("transaction checkpoint failed; will retry")
-                self._dirty.set()
-            await asyncio.sleep(self.checkpoint_interval_s)
+    def _log_moved(self) -> bool:
+        return self.host.commit_log_end() != self.ledger.log_offset
 
     async def checkpoint(self) -> None:
         self.ledger.extra["checks"] = {
