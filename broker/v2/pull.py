@@ -18,13 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from google.protobuf.duration_pb2 import Duration
 from wharf.broker.meta.offsets import ConsumerOffsetManager
-from wharf.broker.meta.topics import TopicConfig, TopicConfigManager
-from wharf.broker.tags import parse_tag_expression
+from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.v2 import codes
 from wharf.broker.v2.codes import Code, V2Error
-from wharf.broker.v2.receive import DEADLINE_RESERVE_S, MAX_POLLING_MS, to_v2_message
+from wharf.broker.v2.receive import (
+    batch_of,
+    polling_ms_of,
+    readable_topic,
+    tag_filter_of,
+    to_v2_message,
+)
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
 from wharf.store.model import GetResult, TagFilter
 from wharf.store.read.get_raw import RawGetResult
@@ -36,17 +40,12 @@ ReadWaiting = Callable[
     Awaitable[tuple[GetResult | RawGetResult, "messaging_pb2.PullStatus"]],
 ]
 
-MAX_BATCH = 1024
 _PULL_CODES = {
     messaging_pb2.FOUND: Code.OK,
     messaging_pb2.NO_NEW_MSG: Code.MESSAGE_NOT_FOUND,
     messaging_pb2.NO_MATCHED_MSG: Code.MESSAGE_NOT_FOUND,
     messaging_pb2.OFFSET_ILLEGAL: Code.ILLEGAL_OFFSET,
 }
-
-
-def _ms(duration: Duration) -> int:
-    return duration.seconds * 1000 + duration.nanos // 1_000_000
 
 
 class V2PullProcessor:
@@ -75,11 +74,7 @@ class V2PullProcessor:
 
     def _queue(self, queue: definition_pb2.MessageQueue) -> tuple[str, int]:
         name = queue.topic.name
-        topic: TopicConfig | None = self._topics.get(name)
-        if topic is None:
-            raise V2Error(Code.TOPIC_NOT_FOUND, f"topic {name!r} does not exist")
-        if not topic.readable:
-            raise V2Error(Code.FORBIDDEN, f"topic {name!r} is not readable (perm={topic.perm})")
+        topic = readable_topic(self._topics, name)
         if not 0 <= queue.id < topic.read_queue_nums:
             raise V2Error(
                 Code.BAD_REQUEST,
@@ -96,16 +91,9 @@ class V2PullProcessor:
         self._group_check(group)
         if request.offset < 0:
             raise V2Error(Code.ILLEGAL_OFFSET, f"offset must be >= 0, got {request.offset}")
-        batch = request.batch_size or 32
-        if not 1 <= batch <= MAX_BATCH:
-            raise V2Error(Code.BAD_REQUEST, f"batch_size must be 1..{MAX_BATCH}, got {batch}")
-        expression = request.filter_expression
-        if expression.type == definition_pb2.SQL:
-            raise V2Error(Code.NOT_IMPLEMENTED, "SQL92 filter expressions are not supported yet")
-        tag_filter = parse_tag_expression(expression.expression or "*")
-        polling_ms = min(max(_ms(request.long_polling_timeout), 0), MAX_POLLING_MS)
-        if time_remaining is not None:
-            polling_ms = min(polling_ms, max(int((time_remaining - DEADLINE_RESERVE_S) * 1000), 0))
+        batch = batch_of(request.batch_size)
+        tag_filter = tag_filter_of(request.filter_expression)
+        polling_ms = polling_ms_of(request.long_polling_timeout, time_remaining)
         result, status = await self._read_waiting(
             topic, queue_id, request.offset, batch, tag_filter, polling_ms
         )

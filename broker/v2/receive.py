@@ -33,7 +33,7 @@ from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
-from wharf.broker.meta.topics import TopicConfigManager
+from wharf.broker.meta.topics import TopicConfig, TopicConfigManager
 from wharf.broker.tags import parse_tag_expression
 from wharf.broker.v2 import codes
 from wharf.broker.v2.codes import Code, V2Error
@@ -47,7 +47,7 @@ from wharf.store.codec.properties import (
     PROPERTY_UNIQ_KEY,
 )
 from wharf.store.errors import InvalidReceiptHandleError
-from wharf.store.model import StoredMessage
+from wharf.store.model import StoredMessage, TagFilter
 
 MIN_INVISIBLE_MS = 1_000
 MAX_INVISIBLE_MS = 12 * 3_600_000
@@ -60,6 +60,38 @@ MAX_BATCH = 1024
 
 def _ms(duration: Duration) -> int:
     return duration.seconds * 1000 + duration.nanos // 1_000_000
+
+
+def readable_topic(topics: TopicConfigManager, name: str) -> TopicConfig:
+    """The topic a consumer reads: TOPIC_NOT_FOUND, or FORBIDDEN when not readable."""
+    topic = topics.get(name)
+    if topic is None:
+        raise V2Error(Code.TOPIC_NOT_FOUND, f"topic {name!r} does not exist")
+    if not topic.readable:
+        raise V2Error(Code.FORBIDDEN, f"topic {name!r} is not readable (perm={topic.perm})")
+    return topic
+
+
+def tag_filter_of(expression: definition_pb2.FilterExpression) -> TagFilter:
+    """A TAG expression (``*`` when empty); SQL92 answers NOT_IMPLEMENTED."""
+    if expression.type == definition_pb2.SQL:
+        raise V2Error(Code.NOT_IMPLEMENTED, "SQL92 filter expressions are not supported yet")
+    return parse_tag_expression(expression.expression or "*")
+
+
+def polling_ms_of(duration: Duration, time_remaining: float | None) -> int:
+    """A long poll's wait: at most MAX_POLLING_MS and the call's deadline minus the reserve."""
+    polling_ms = min(max(_ms(duration), 0), MAX_POLLING_MS)
+    if time_remaining is not None:
+        polling_ms = min(polling_ms, max(int((time_remaining - DEADLINE_RESERVE_S) * 1000), 0))
+    return polling_ms
+
+
+def batch_of(batch_size: int) -> int:
+    batch = batch_size or DEFAULT_BATCH
+    if not 1 <= batch <= MAX_BATCH:
+        raise V2Error(Code.BAD_REQUEST, f"batch_size must be 1..{MAX_BATCH}, got {batch}")
+    return batch
 
 
 def _invisible_ms(duration: Duration) -> int:
@@ -146,11 +178,7 @@ class V2ReceiveProcessor:
         self._on_delivered = on_delivered
 
     def _topic(self, name: str) -> None:
-        topic = self._topics.get(name)
-        if topic is None:
-            raise V2Error(Code.TOPIC_NOT_FOUND, f"topic {name!r} does not exist")
-        if not topic.readable:
-            raise V2Error(Code.FORBIDDEN, f"topic {name!r} is not readable (perm={topic.perm})")
+        readable_topic(self._topics, name)
 
     async def receive(
         self, request: service_pb2.ReceiveMessageRequest, time_remaining: float | None
@@ -160,20 +188,13 @@ class V2ReceiveProcessor:
         topic = request.message_queue.topic.name
         self._topic(topic)
         max_attempts, fifo = self._group_settings(request.group.name)
-        expression = request.filter_expression
-        if expression.type == definition_pb2.SQL:
-            raise V2Error(Code.NOT_IMPLEMENTED, "SQL92 filter expressions are not supported yet")
-        tag_filter = parse_tag_expression(expression.expression or "*")
+        tag_filter = tag_filter_of(request.filter_expression)
         if request.auto_renew:
             invisible_ms = AUTO_RENEW_INVISIBLE_MS
         else:
             invisible_ms = _invisible_ms(request.invisible_duration)
-        polling_ms = min(max(_ms(request.long_polling_timeout), 0), MAX_POLLING_MS)
-        if time_remaining is not None:
-            polling_ms = min(polling_ms, max(int((time_remaining - DEADLINE_RESERVE_S) * 1000), 0))
-        batch = request.batch_size or DEFAULT_BATCH
-        if not 1 <= batch <= MAX_BATCH:
-            raise V2Error(Code.BAD_REQUEST, f"batch_size must be 1..{MAX_BATCH}, got {batch}")
+        polling_ms = polling_ms_of(request.long_polling_timeout, time_remaining)
+        batch = batch_of(request.batch_size)
         found = await self._pop().pop_wait(
             request.group.name, topic, None, tag_filter, batch, invisible_ms, max_attempts, fifo,
             polling_ms,
