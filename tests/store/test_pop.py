@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,14 +20,6 @@ from tests.store.helpers import msg, small_config
 
 T0 = 1_800_000_000_000  # the injected clock's start (ms)
 G, TOPIC = "cg", "Pop"
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[MessageStore]:
-    s = MessageStore(small_config(tmp_path / "store"))
-    await s.start()
-    yield s
-    await s.shutdown()
 
 
 async def fill(store: MessageStore, queue_id: int, bodies: list[str], **props: str) -> None:

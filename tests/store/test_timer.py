@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -34,14 +33,6 @@ async def wait_for(predicate, timeout_s: float = 5.0) -> float:  # type: ignore[
         assert time.monotonic() - started < timeout_s, "timed out"
         await asyncio.sleep(0.01)
     return time.monotonic() - started
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[MessageStore]:
-    s = MessageStore(small_config(tmp_path / "store"))
-    await s.start()
-    yield s
-    await s.shutdown()
 
 
 async def test_a_timed_message_is_invisible_until_due_then_delivered_once(

@@ -5,7 +5,6 @@ restart and a lost checkpoint; check-back bookkeeping and discards."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -25,14 +24,6 @@ def half(body: str, uniq: str, **props: str):  # type: ignore[no-untyped-def]
 async def bodies(store: MessageStore) -> list[bytes]:
     assert await store.wait_dispatched()
     return [m.body for m in store.get_messages(TOPIC, 1, 0, 100).messages]
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[MessageStore]:
-    s = MessageStore(small_config(tmp_path / "store"))
-    await s.start()
-    yield s
-    await s.shutdown()
 
 
 async def test_commit_makes_a_half_visible_once_and_rollback_never(store: MessageStore) -> None:

@@ -15,7 +15,7 @@ import grpc
 import pytest
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
-from tests.broker.v2.test_official_client import run_script
+from tests.broker.v2.test_official_client import QUEUES, pull_all, run_script
 from tests.harness import REPO_ROOT, BrokerProcess
 
 pytestmark = pytest.mark.slow
@@ -123,33 +123,16 @@ def test_a_restart_between_receive_and_ack_redelivers_only_the_unacked(
 
 def test_transactions_commit_rollback_and_check_back(tmp_path: Path) -> None:
     settings = {
-        "defaultTopicQueueNums": 4,
+        "defaultTopicQueueNums": QUEUES,  # pull_all reads this many
         "transactionTimeOut": 1000,  # ms: check-backs start 1 s after the send
         "transactionCheckInterval": 1000,
     }
     with BrokerProcess(tmp_path / "broker", settings=settings) as broker:
         wharf_cli(broker.endpoint, "topic", "create", "Tx", "--message-type", "TRANSACTION")
         out = scenario(broker, tmp_path / "home", "transactions", "Tx", "unused")
-        bodies = sorted(
-            m.body for queue in pull_all_queues(broker.endpoint, "Tx", 4) for m in queue
-        )
+        bodies = sorted(m.body for queue in pull_all(broker.endpoint, "Tx").values() for m in queue)
     # Committed by the client and by the check-back: visible once each; the others never.
     assert bodies == [b"check-commit", b"commit-me"]
     asked = {body for body, _ in out["asked"]}
     assert asked == {"check-commit", "check-rollback"}  # only the unresolved were checked
     assert {topic for _, topic in out["asked"]} == {"Tx"}  # shown with their real topic
-
-
-def pull_all_queues(endpoint: str, topic: str, queues: int) -> list[list[Any]]:
-    with grpc.insecure_channel(endpoint) as channel:
-        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
-        return [
-            list(
-                stub.PullMessage(
-                    messaging_pb2.PullMessageRequest(
-                        consumer_group="check", topic=topic, queue_id=q, queue_offset=0
-                    )
-                ).messages
-            )
-            for q in range(queues)
-        ]
