@@ -276,8 +276,11 @@ def v2_message(draw: st.DrawFn, topic: str) -> tuple[d.Message, str, bytes, floa
         sysp.message_type = d.NORMAL
         sysp.delivery_timestamp.CopyFrom(_stamp(now))
         reasons.append("NORMAL with delivery_timestamp")
-    elif kind in ("transaction", "priority", "lite"):
-        sysp.message_type = {"transaction": d.TRANSACTION, "priority": d.PRIORITY}.get(kind, d.LITE)
+    elif kind == "transaction":
+        sysp.message_type = d.TRANSACTION
+        due = float("inf")  # a half message: invisible until an EndTransaction the fuzz never sends
+    elif kind in ("priority", "lite"):
+        sysp.message_type = d.PRIORITY if kind == "priority" else d.LITE
         reasons.append("unsupported message type")
     elif kind == "unknown-type":
         sysp.message_type = draw(st.integers(7, 2**31 - 1))  # type: ignore[assignment]
