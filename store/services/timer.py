@@ -136,6 +136,8 @@ class TimerHost(Protocol):
 
     def marks_since(self, commit_log_offset: int, prop: str) -> list[int]: ...
 
+    async def wait_dispatched(self, timeout_s: float = 5.0) -> bool: ...
+
     async def put(
         self, topic: str, queue_id: int, messages: Sequence[MessageInput]
     ) -> PutResult: ...
@@ -232,6 +234,9 @@ class TimerMessageService:
         InvalidMessageError when no pending timer has that offset, unique key and topic
         (delivered, cancelled, or not a timer). Returns once the cancel marker is stored
         (durable per the flush mode)."""
+        if timer_offset >= self.ledger.cursor:  # a recall right after its send: read it first
+            await self.host.wait_dispatched()
+            self._follow_timers()
         entry = self.pending.get(timer_offset)
         msg = self.host.look_message_by_offset(entry[1]) if entry else None
         if (
