@@ -86,6 +86,10 @@ class MessagingService(messaging_pb2_grpc.MessagingServiceServicer):
     async def EndTransaction(self, request, context):  # type: ignore[no-untyped-def]
         return await self.transactions.end(request)
 
+    @rpc("EndTransactions")
+    async def EndTransactions(self, request, context):  # type: ignore[no-untyped-def]
+        return await self.transactions.end_batch(request)
+
     async def TransactionChecks(self, request, context):  # type: ignore[no-untyped-def]
         """Server-streaming until the producer goes away; a bad request is one abort."""
         try:

@@ -7,7 +7,8 @@ result's ``queue_offset``. A producer that keeps a ``TransactionChecks`` stream 
 topics gets a ``TransactionCheck`` for each half left unresolved past ``transactionTimeOut``
 (``wharf.broker.transactions``) and answers with EndTransaction. An unknown transaction, or one
 of another message or topic: NOT_FOUND. A repeated END answers how it was resolved and writes
-nothing. The admin pair lists open halves and resolves one by hand (the CLI's ``wharf tx``).
+nothing. EndTransactions resolves many halves of one writer (a msg_id prefix) at once: the Spark
+sink's micro-batch commit. The admin pair lists open halves and resolves one by hand (the CLI's ``wharf tx``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ from wharf.store.codec.properties import (
 from wharf.store.errors import InvalidMessageError
 from wharf.store.model import StoredMessage
 from wharf.v1 import admin_pb2, messaging_pb2
+
+# Halves one EndTransactions may name: its commit copies are appended while the call waits, so
+# a request stays around a second of broker work (~20 us per half).
+_MAX_BATCH_END = 65536
 
 
 def _offset(transaction_id: str) -> int:
@@ -68,6 +73,35 @@ class TransactionProcessor:
         except InvalidMessageError as exc:
             raise NotFoundError(str(exc)) from None
         return messaging_pb2.EndTransactionResponse(resolution=how)
+
+    async def end_batch(
+        self, request: messaging_pb2.EndTransactionsRequest
+    ) -> messaging_pb2.EndTransactionsResponse:
+        if not request.msg_id_prefix:
+            raise InvalidArgumentError(
+                "EndTransactions needs msg_id_prefix: the unique id prefix of the writer's "
+                "half messages"
+            )
+        offsets: list[int] = []
+        for r in request.ranges:
+            if r.first < 0 or not 0 < r.count <= _MAX_BATCH_END:
+                raise InvalidArgumentError(
+                    f"transaction range {r.first}+{r.count}: ids are >= 0 and a range has "
+                    f"1..{_MAX_BATCH_END} of them"
+                )
+            offsets.extend(range(r.first, r.first + r.count))
+            if len(offsets) > _MAX_BATCH_END:
+                raise InvalidArgumentError(
+                    f"EndTransactions resolves at most {_MAX_BATCH_END} halves per request; "
+                    "split the ranges"
+                )
+        try:
+            counts = await self.ctx.store.transactions.end_batch(
+                offsets, request.commit, request.msg_id_prefix, request.rollback_rest
+            )
+        except InvalidMessageError as exc:
+            raise NotFoundError(str(exc)) from None
+        return messaging_pb2.EndTransactionsResponse(**counts)
 
     async def checks(
         self, request: messaging_pb2.TransactionChecksRequest

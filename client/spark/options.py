@@ -68,6 +68,8 @@ class WriteOptions:
     batch_size: int  # messages per SendMessage request
     max_request_bytes: int  # body bytes per SendMessage request (a batch is one store append)
     idempotent: bool  # deterministic unique ids + skip chunks a previous attempt stored
+    transactional: bool  # rows are half messages, committed by the driver's commit()
+    check_immunity_s: int  # no check-back for a half before this (the batch is still running)
     writer_id: str | None  # stable id of the write job; see topic_writer.py
     producer_group: str
     timeout_s: float
@@ -246,14 +248,27 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     max_bytes = _positive_int(options, "maxRequestBytes", 4 * 1024 * 1024)
     assert max_bytes is not None
     writer_id = _get(options, "writerId")
-    if writer_id is not None and not re.match(r"^[A-Za-z0-9_.-]{1,64}$", writer_id):
-        raise OptionError("option 'writerId' must be 1..64 of A-Z a-z 0-9 _ . -")
+    # No '.': it separates the writer id from the batch id in the rows' unique ids, so one
+    # writer's id prefix never matches another's (the transactional commit selects by it).
+    if writer_id is not None and not re.match(r"^[A-Za-z0-9_-]{1,64}$", writer_id):
+        raise OptionError("option 'writerId' must be 1..64 of A-Z a-z 0-9 _ -")
+    transactional = _bool(options, "transactional", True)
+    idempotent = _bool(options, "idempotent", True)
+    if transactional and not idempotent:
+        raise OptionError(
+            "option 'idempotent=false' needs 'transactional=false': a transactional sink "
+            "skips rows a committed run of the same batch stored"
+        )
+    immunity = _positive_int(options, "checkImmunitySec", 3600)
+    assert immunity is not None
     return WriteOptions(
         endpoints=_endpoints(options),
         topic=check_topic_name(topic.strip()) if topic else None,
         batch_size=batch_size,
         max_request_bytes=max_bytes,
-        idempotent=_bool(options, "idempotent", True),
+        idempotent=idempotent,
+        transactional=transactional,
+        check_immunity_s=immunity,
         writer_id=writer_id,
         producer_group=_get(options, "producerGroup") or "wharf-spark-sink",
         timeout_s=_timeout(options),

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import grpc
 from wharf.client.consumer.pull_wire import PULL_METHOD, PullReply, decode_pull_reply
 from wharf.client.send_stream import encode_records_request
-from wharf.v1 import messaging_pb2, messaging_pb2_grpc
+from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 _SEND_METHOD = "/wharf.v1.MessagingService/SendMessage"
 # Names of the fast-path calls in BrokerRpc._call (error messages show them).
@@ -248,6 +248,40 @@ class BrokerRpc:
     ) -> messaging_pb2.SendMessageResponse:
         """``start_send_records`` and wait for the reply."""
         return self.start_send_records(topic, queue_id, records, producer_group).result()
+
+    def start_send_messages(
+        self,
+        topic: str,
+        queue_id: int | None,
+        messages: Sequence[common_pb2.Message],
+        producer_group: str,
+    ) -> PendingSend:
+        """Start a SendMessage of proto messages (the path of messages the broker re-addresses,
+        such as half messages): one store append, one result entry per message."""
+        request = messaging_pb2.SendMessageRequest(
+            topic=topic, producer_group=producer_group, messages=messages
+        )
+        if queue_id is not None:
+            request.queue_id = queue_id
+        future = self._method("SendMessage").future(request, timeout=self._timeout)  # type: ignore[attr-defined]
+        return PendingSend(self, "SendMessage", request, future)
+
+    def end_transactions(
+        self,
+        msg_id_prefix: str,
+        ranges: Sequence[tuple[int, int]],
+        commit: bool,
+        rollback_rest: bool,
+    ) -> messaging_pb2.EndTransactionsResponse:
+        """Commit or roll back half messages by transaction id ranges (first, count)."""
+        request = messaging_pb2.EndTransactionsRequest(
+            msg_id_prefix=msg_id_prefix, commit=commit, rollback_rest=rollback_rest
+        )
+        for first, count in ranges:
+            request.ranges.add(first=first, count=count)
+        reply = self._call("EndTransactions", request)
+        assert isinstance(reply, messaging_pb2.EndTransactionsResponse)
+        return reply
 
     def _retry_elsewhere(self, name: str, request: object, error: grpc.RpcError) -> object:
         """A call in flight failed: UNAVAILABLE moves on to the next endpoint, as ``_call``."""

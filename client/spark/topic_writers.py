@@ -1,23 +1,32 @@
-"""The ``wharf`` sink: batch and streaming writers sending rows as CommitLog records.
+"""The ``wharf`` sink: batch and streaming writers, exactly-once through half messages.
 
-Wire path: each row is encoded here, on the executor, as a CommitLog record
-(``wharf.client.record_encoder``, the SDK producer's encoder: bodies over 4 KiB zlib-compressed),
-and a chunk of records goes out as one SendMessage ``records`` request (the broker checks and
-appends them without per-message conversion, and answers in the compact form).
+Delivery guarantee (see client/spark/README.md), default ``transactional=true``: *exactly
+once*. Every row gets a deterministic unique id (UNIQ_KEY)
+``spark-<writerId>.<batchId>.<partitionId>.<rowIndex>`` and rows go out in chunks of
+``batchSize`` rows (at most ``maxRequestBytes``) per (topic, queueId), each chunk one store
+append of *half messages* (TRAN_MSG=true: invisible to every consumer). A task returns the
+transaction id ranges the broker gave its chunks; the driver's ``commit`` resolves them with
+EndTransactions (commit copies appended in chunk order) and rolls back every other open half
+of the same ``spark-<writerId>.<batchId>.`` prefix -- what failed task attempts left. ``abort``
+rolls back the whole prefix. So a reader never sees rows of a batch Spark did not commit.
 
-Delivery guarantee (see client/spark/README.md): *idempotent at-least-once*. Every row gets a
-deterministic unique id (UNIQ_KEY) ``spark-<writerId>-<batchId>-<partitionId>-<rowIndex>``
-and rows are sent in chunks of ``batchSize`` rows (at most ``maxRequestBytes`` of records)
-per (topic, queueId), each chunk one store append (all or nothing). A task first probes the
-broker for the last id of each chunk it is about to send (ViewMessage by unique id) and skips
-chunks a previous attempt already stored, until the first absent one; from there it sends
-without probing (earlier attempts sent chunks in the same order, so the stored chunks form a
-prefix). So task retries, a streaming micro-batch re-run after a driver restart (same query
-id, same batch id), and re-running a failed batch job with the same ``writerId`` do not
-duplicate rows -- provided the input of each partition is deterministic (same rows, same
-order), speculative execution is off, and the broker's index is enabled. Not transactional:
-readers can see a batch's rows before Spark commits it, and ``abort`` cannot take back what
-was stored (the broker API has no half messages).
+A re-run of a batch (a streaming batch after a driver crash: same query id and batch id; a
+batch job re-run with the same ``writerId``) does not duplicate rows: before sending, a task
+probes the broker for the last id of each chunk in the destination topic (ViewMessage by
+unique id) and skips chunks a committed run stored, until the first absent one; commits go in
+chunk order, so committed chunks are a prefix of each task's chunks even when the driver died
+half-way through a commit. Conditions: deterministic partition input (same rows, same order),
+speculative execution off, the broker's index on. A driver that dies inside ``commit`` leaves
+the batch partly visible until the re-run completes it (the re-run commits the rest, never
+takes committed rows back).
+
+``transactional=false``: the previous mode, *idempotent at-least-once* on the records fast
+path (the probe above; rows are visible as soon as a task stores them, ``abort`` cannot take
+them back): faster, see the README's figures.
+
+Wire paths: half messages travel as proto messages (the broker re-addresses them to
+``RMQ_SYS_TRANS_HALF_TOPIC``); plain rows are encoded here as CommitLog records
+(``wharf.client.record_encoder``) and sent as one SendMessage ``records`` request per chunk.
 """
 
 from __future__ import annotations
@@ -44,11 +53,12 @@ from pyspark.sql.types import (
     StringType,
     StructType,
 )
+from wharf.client.compression import maybe_compress
 from wharf.client.errors import InvalidArgumentError
 from wharf.client.record_encoder import RecordEncoder
 from wharf.client.spark.options import OptionError, WriteOptions
 from wharf.client.spark.rpc import BrokerRpc, PendingSend
-from wharf.v1 import messaging_pb2
+from wharf.v1 import common_pb2, messaging_pb2
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +67,10 @@ log = logging.getLogger(__name__)
 PROPERTY_TAGS = "TAGS"
 PROPERTY_KEYS = "KEYS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+# Halves one EndTransactions request names (the broker's cap is 65536).
+END_BATCH_HALVES = 16384
 
 # Spark sets these on every job of a streaming micro-batch (MicroBatchExecution).
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -107,6 +121,8 @@ class WriteSummary(WriterCommitMessage):
     attempt: int
     sent: int  # messages this attempt stored
     skipped: int  # messages a previous attempt had stored already (idempotent retry)
+    prefix: str = ""  # the rows' unique id prefix up to the partition: spark-<writer>.<batch>.
+    halves: list[tuple[int, int]] | None = None  # transaction id ranges (first, count) to commit
 
 
 class _ChunkSender:
@@ -117,17 +133,28 @@ class _ChunkSender:
         self._rpc = rpc
         self._opts = opts
         # Per key: the records, the last record's unique id (what probing asks for), bytes.
-        self._pending: dict[tuple[str, int | None], list[bytes]] = {}
+        self._pending: dict[tuple[str, int | None], list[Any]] = {}
         self._last_id: dict[tuple[str, int | None], str] = {}
         self._pending_bytes: dict[tuple[str, int | None], int] = {}
-        self._probing = opts.idempotent
+        self._probing = opts.idempotent or opts.transactional
         self._in_flight: tuple[PendingSend, int, str, str] | None = None
         self.sent = 0
         self.skipped = 0
+        self.halves: list[tuple[int, int]] = []  # transactional: (first id, count) per chunk
 
-    def add(self, topic: str, queue_id: int | None, record: bytes, unique_id: str) -> None:
+    def add(
+        self,
+        topic: str,
+        queue_id: int | None,
+        record: bytes | common_pb2.Message,
+        unique_id: str,
+        size: int | None = None,
+    ) -> None:
+        """Buffer one row (a record, or a half message with its ``size``: its body's)."""
+        if size is None:
+            assert isinstance(record, bytes)
+            size = len(record)
         key = (topic, queue_id)
-        size = len(record)
         chunk = self._pending.get(key)
         if chunk is None:
             chunk = self._pending[key] = []
@@ -162,7 +189,14 @@ class _ChunkSender:
         # travels, and it is sent only once this one is acknowledged, so stored chunks
         # still form a prefix of the task's chunks (what probing relies on).
         self._settle()
-        pending = self._rpc.start_send_records(topic, queue_id, chunk, self._opts.producer_group)
+        if self._opts.transactional:
+            pending = self._rpc.start_send_messages(
+                topic, queue_id, chunk, self._opts.producer_group
+            )
+        else:
+            pending = self._rpc.start_send_records(
+                topic, queue_id, chunk, self._opts.producer_group
+            )
         self._in_flight = (pending, len(chunk), topic, last_id)
 
     def _settle(self) -> None:
@@ -172,22 +206,35 @@ class _ChunkSender:
         pending, count, topic, last_id = self._in_flight
         self._in_flight = None
         reply = pending.result()
-        if reply.count != count:
+        status = reply.status
+        if self._opts.transactional:
+            entries = reply.results
+            first = entries[0].queue_offset if entries else -1
+            if len(entries) != count or any(
+                e.queue_offset != first + i for i, e in enumerate(entries)
+            ):
+                raise RuntimeError(
+                    f"broker acknowledged {len(entries)} of {count} half messages to {topic} "
+                    f"with non-consecutive transaction ids (chunk ending with {last_id})"
+                )
+            status = entries[-1].status
+            self.halves.append((first, count))
+        elif reply.count != count:
             raise RuntimeError(
                 f"broker acknowledged {reply.count} of {count} messages to {topic} "
                 f"(chunk ending with {last_id})"
             )
-        if reply.status == messaging_pb2.FLUSH_DISK_TIMEOUT:
+        if status == messaging_pb2.FLUSH_DISK_TIMEOUT:
             log.warning(
                 "wharf sink: %d messages to %s (up to %s) stored but not flushed in time",
                 count,
                 topic,
                 last_id,
             )
-        elif reply.status != messaging_pb2.SEND_OK:
+        elif status != messaging_pb2.SEND_OK:
             raise RuntimeError(
                 f"broker refused the chunk ending with {last_id}: "
-                f"{messaging_pb2.SendStatus.Name(reply.status)}"
+                f"{messaging_pb2.SendStatus.Name(status)}"
             )
         self.sent += count
 
@@ -231,22 +278,73 @@ class _RowEncoder:
             raise ValueError(f"row {row}: {exc}") from None
 
 
+class _HalfEncoder:
+    """Rows -> half messages (proto ``Message``, TRAN_MSG=true), with the semantics of
+    ``_RowEncoder``: bodies over 4 KiB zlib-compressed, empty tags and keys absent, system
+    properties winning over user properties of the same name."""
+
+    def __init__(self, producer_group: str, check_immunity_s: int) -> None:
+        del producer_group  # travels in the request
+        self._system = {
+            PROPERTY_TRANSACTION_PREPARED: "true",
+            PROPERTY_CHECK_IMMUNITY: str(check_immunity_s),
+        }
+
+    def encode(
+        self,
+        row: int,
+        topic: str,
+        body: bytes,
+        unique_id: str,
+        tags: str | None,
+        keys: list[str | None] | None,
+        properties: list[tuple[str, str | None]] | None,
+    ) -> common_pb2.Message:
+        del row, topic  # errors surface as the broker's INVALID_ARGUMENT naming the message
+        user: dict[str, str] = {}
+        if properties:
+            user.update((k, v) for k, v in properties if v is not None)
+            for name in (PROPERTY_UNIQ_KEY, PROPERTY_TAGS, PROPERTY_KEYS):
+                user.pop(name, None)
+        user.update(self._system)
+        payload, compressed = maybe_compress(body)
+        return common_pb2.Message(
+            body=payload,
+            tags=tags or "",
+            keys=[k for k in keys or () if k],
+            properties=user,
+            unique_id=unique_id,
+            compressed=compressed,
+        )
+
+
 def _as_body(value: Any, row: int) -> bytes:
     if value is None:
         raise ValueError(f"row {row}: 'body' is null; the wharf sink needs a body")
     return value.encode("utf-8") if isinstance(value, str) else bytes(value)
 
 
+def row_prefix(writer_id: str, batch_id: int) -> str:
+    """The unique id prefix of a writer's batch: ``spark-<writer>.<batch>.`` (writer ids have
+    no '.', so no other writer's or batch's ids start with it)."""
+    return f"spark-{writer_id}.{batch_id}."
+
+
 def write_rows(
     opts: WriteOptions, writer_id: str, batch_id: int, batches: Iterator[pa.RecordBatch]
 ) -> WriteSummary:
-    """Send every row of this task; ids are ``spark-<writer>-<batch>-<partition>-<row>``."""
+    """Send every row of this task; ids are ``spark-<writer>.<batch>.<partition>.<row>``."""
     ctx = TaskContext.get()
     partition_id = ctx.partitionId() if ctx else 0
     attempt = ctx.attemptNumber() if ctx else 0
-    prefix = f"spark-{writer_id}-{batch_id}-{partition_id}-"
+    batch_prefix = row_prefix(writer_id, batch_id)
+    prefix = f"{batch_prefix}{partition_id}."
     row = 0
-    encoder = _RowEncoder()
+    encoder: _RowEncoder | _HalfEncoder = (
+        _HalfEncoder(opts.producer_group, opts.check_immunity_s)
+        if opts.transactional
+        else _RowEncoder()
+    )
     with BrokerRpc(opts.endpoints, opts.timeout_s) as rpc:
         sender = _ChunkSender(rpc, opts)
         for batch in batches:
@@ -264,8 +362,11 @@ def write_rows(
                     raise ValueError(f"row {row}: 'topic' is null and no 'topic' option is set")
                 unique_id = f"{prefix}{row}"
                 body = _as_body(bodies[i], row)
-                record = encoder.encode(row, topic, body, unique_id, tags[i], keys[i], props[i])
-                sender.add(topic, queues[i], record, unique_id)
+                item = encoder.encode(row, topic, body, unique_id, tags[i], keys[i], props[i])
+                # Sizes cut chunks, so they are deterministic: a record's length, a half's body
+                # plus 256 bytes for its header and properties.
+                size = None if isinstance(item, bytes) else len(body) + 256
+                sender.add(topic, queues[i], item, unique_id, size)
                 row += 1
         sender.flush_all()
     if sender.skipped:
@@ -275,16 +376,48 @@ def write_rows(
             attempt,
             sender.skipped,
         )
-    return WriteSummary(partition_id, attempt, sender.sent, sender.skipped)
-
-
-def _summarise(messages: list[WriterCommitMessage | None]) -> tuple[int, int, int]:
-    done = [m for m in messages if isinstance(m, WriteSummary)]
-    return (
-        sum(m.sent for m in done),
-        sum(m.skipped for m in done),
-        len(messages) - len(done),
+    return WriteSummary(
+        partition_id,
+        attempt,
+        sender.sent,
+        sender.skipped,
+        batch_prefix,
+        sender.halves if opts.transactional else None,
     )
+
+
+def end_batch(opts: WriteOptions, prefix: str, summaries: list[WriteSummary], commit: bool) -> None:
+    """The driver's side of a transactional batch: commit the halves the tasks reported, in
+    partition and chunk order, or none; then roll back every other open half of ``prefix``.
+    Requests of at most END_BATCH_HALVES; each is repeatable."""
+    ranges = [r for m in sorted(summaries, key=lambda m: m.partition_id) for r in m.halves or ()]
+    pieces: list[list[tuple[int, int]]] = [[]]
+    count = 0
+    for first, n in ranges if commit else ():
+        if count + n > END_BATCH_HALVES and pieces[-1]:
+            pieces.append([])
+            count = 0
+        pieces[-1].append((first, n))
+        count += n
+    committed = rolled_back = before = 0
+    with BrokerRpc(opts.endpoints, opts.timeout_s) as rpc:
+        for i, piece in enumerate(pieces):
+            reply = rpc.end_transactions(prefix, piece, commit, i == len(pieces) - 1)
+            committed += reply.committed
+            rolled_back += reply.rolled_back
+            before += reply.resolved_before
+    log.info(
+        "wharf sink %s: %d messages committed, %d half messages rolled back, %d resolved before",
+        prefix,
+        committed,
+        rolled_back,
+        before,
+    )
+
+
+def _summarise(messages: list[WriterCommitMessage | None]) -> tuple[list[WriteSummary], int, int]:
+    done = [m for m in messages if isinstance(m, WriteSummary)]
+    return done, sum(m.sent for m in done), len(messages) - len(done)
 
 
 class TopicBatchWriter(DataSourceArrowWriter):
@@ -296,13 +429,23 @@ class TopicBatchWriter(DataSourceArrowWriter):
         return write_rows(self._opts, self._writer_id, 0, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        sent, skipped, _ = _summarise(messages)
-        log.info(
-            "wharf sink %s: %d messages stored (%d deduplicated)", self._writer_id, sent, skipped
-        )
+        done, sent, _ = _summarise(messages)
+        if self._opts.transactional:
+            end_batch(self._opts, row_prefix(self._writer_id, 0), done, commit=True)
+        log.info("wharf sink %s: %d messages stored", self._writer_id, sent)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        sent, _, failed = _summarise(messages)
+        done, sent, failed = _summarise(messages)
+        if self._opts.transactional:
+            end_batch(self._opts, row_prefix(self._writer_id, 0), done, commit=False)
+            log.warning(
+                "wharf sink %s: job aborted with %d failed tasks; its %d stored messages were "
+                "rolled back",
+                self._writer_id,
+                failed,
+                sent,
+            )
+            return
         log.warning(
             "wharf sink %s: job aborted with %d failed tasks; %d messages already stored stay "
             "visible. Re-run with option writerId=%s to complete it without duplicates.",
@@ -326,14 +469,36 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
             raise RuntimeError("wharf stream sink: no streaming query id / batch id in the task")
         return write_rows(self._opts, writer_id, int(batch_id), iterator)
 
+    def _prefix(self, done: list[WriteSummary], batch_id: int) -> str | None:
+        """The batch's id prefix: from the option, else from the tasks (the query id is only
+        known inside tasks)."""
+        if self._opts.writer_id:
+            return row_prefix(self._opts.writer_id, batch_id)
+        return done[0].prefix if done else None
+
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        sent, skipped, _ = _summarise(messages)
-        log.info(
-            "wharf sink: batch %d: %d messages stored (%d deduplicated)", batchId, sent, skipped
-        )
+        done, sent, _ = _summarise(messages)
+        prefix = self._prefix(done, batchId)
+        if self._opts.transactional and prefix is not None:
+            end_batch(self._opts, prefix, done, commit=True)
+        log.info("wharf sink: batch %d: %d messages stored", batchId, sent)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        sent, _, failed = _summarise(messages)
+        done, sent, failed = _summarise(messages)
+        prefix = self._prefix(done, batchId)
+        if self._opts.transactional:
+            if prefix is not None:
+                end_batch(self._opts, prefix, done, commit=False)
+            # Else no task finished: their halves are rolled back by the re-run's commit (same
+            # query and batch id) or, never re-run, discarded by the broker's check-back.
+            log.warning(
+                "wharf sink: batch %d aborted (%d failed tasks); its half messages were rolled "
+                "back (%d from finished tasks)",
+                batchId,
+                failed,
+                sent,
+            )
+            return
         log.warning(
             "wharf sink: batch %d aborted (%d failed tasks); %d stored messages stay visible and "
             "are skipped when the batch is re-run",

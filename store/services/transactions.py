@@ -14,6 +14,10 @@ resolved, so after kill -9 a commit is neither lost nor doubled and a rollback n
 back. An END for a half already resolved writes nothing and says how it was resolved: a COMMIT
 retried by a producer, or repeated after a check-back, never makes a second copy.
 
+BATCH END (``end_batch``): many halves of one writer -- message ids sharing a prefix -- resolved
+in one call, commit copies of one destination appended together; with ``rest`` it also rolls
+back that writer's other open halves. The Spark sink commits a micro-batch this way.
+
 CHECK-BACK (driven by the broker, which knows the producers): ``due_for_check(now, timeout_ms,
 interval_ms)`` lists open halves older than ``timeout_ms`` (or their
 ``CHECK_IMMUNITY_TIME_IN_SECONDS``) not checked in the last ``interval_ms``; the broker asks a
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -53,6 +57,12 @@ log = logging.getLogger(__name__)
 
 HALF_QUEUE = 0
 READ_BATCH = 256
+# One append of a batch END: 1024 messages (the send batch cap) or 4 MiB of bodies.
+BATCH_COUNT = 1024
+BATCH_BYTES = 4 * 1024 * 1024
+# A committed copy is an ordinary message: no prepared flag, no check-back immunity; it keeps
+# TRAN_HALF_OFFSET (the mark a restart reads) as RocketMQ's does.
+_DROP_ON_COMMIT = (PROPERTY_TRANSACTION_PREPARED, PROPERTY_CHECK_IMMUNITY_TIME)
 COMMITTED, ROLLED_BACK, RESOLVED = "committed", "rolled back", "resolved before"
 
 
@@ -218,7 +228,7 @@ class TransactionService:
                     real_topic, real_queue, copy = unpark(
                         msg,
                         {PROPERTY_TRAN_HALF_OFFSET: str(offset)},
-                        (PROPERTY_TRANSACTION_PREPARED,),
+                        _DROP_ON_COMMIT,
                     )
                 except ValueError as exc:
                     raise InvalidMessageError(str(exc)) from None
@@ -237,6 +247,113 @@ class TransactionService:
                 self.rollbacks += 1
         self._dirty.set()
         return how
+
+    async def end_batch(
+        self, offsets: Sequence[int], commit: bool, id_prefix: str, rest: bool = False
+    ) -> dict[str, int]:
+        """Resolve many halves of one writer at once (the Spark sink's commit), in order.
+
+        Every half named must be this writer's: its message id starts with ``id_prefix``
+        (InvalidMessageError naming the first that does not, or an unknown offset, before
+        anything is written). Halves resolved before are counted, not written again, so the
+        call is repeatable. COMMIT puts consecutive halves of one destination as one append
+        (at most ``BATCH_COUNT`` messages / ``BATCH_BYTES``), ROLLBACK writes markers in
+        batches of ``BATCH_COUNT``. ``rest``: every other open half whose id starts with
+        ``id_prefix`` is rolled back too (what failed task attempts left behind).
+        Returns counts: committed, rolled_back, resolved_before."""
+        if not id_prefix:
+            raise InvalidMessageError("a batch END needs the message id prefix of its writer")
+        if offsets and max(offsets) >= self.ledger.cursor:
+            await self.host.wait_dispatched()
+        self.follow()
+        counts = {COMMITTED: 0, ROLLED_BACK: 0, RESOLVED: 0}
+        todo: list[tuple[int, Half]] = []
+        seen: set[int] = set()
+        for offset in offsets:
+            if offset in seen:
+                continue
+            seen.add(offset)
+            half = self.open.get(offset)
+            if half is None:
+                ledger = self.ledger
+                if offset in self._how or offset in ledger.closed or offset < ledger.watermark():
+                    counts[RESOLVED] += 1
+                    continue
+                raise InvalidMessageError(
+                    f"no transaction {offset}: unknown, or not from this broker"
+                )
+            if not half.message_id.startswith(id_prefix):
+                raise InvalidMessageError(
+                    f"transaction {offset} (message {half.message_id!r}) is not one of "
+                    f"{id_prefix!r}"
+                )
+            todo.append((offset, half))
+        rollbacks = [] if commit else [o for o, _ in todo]
+        commits = todo if commit else []
+        if rest:
+            rollbacks += [
+                o
+                for o, h in self.open.items()
+                if o not in seen and h.message_id.startswith(id_prefix)
+            ]
+        write_id = self.ledger.begin_write(self.host.commit_log_end())
+        try:
+            for group in self._commit_groups(commits):
+                topic, queue_id = group[0][1], group[0][2]
+                await self.host.put(topic, queue_id, [copy for _, _, _, copy in group])
+                self._closed_as([o for o, _, _, _ in group], COMMITTED, counts)
+            for i in range(0, len(rollbacks), BATCH_COUNT):
+                chunk = rollbacks[i : i + BATCH_COUNT]
+                await self.host.put(TRANS_OP_HALF_TOPIC, 0, [_marker(o, "rollback") for o in chunk])
+                self._closed_as(chunk, ROLLED_BACK, counts)
+        finally:
+            self.ledger.end_write(write_id)
+            self._dirty.set()
+        return {
+            "committed": counts[COMMITTED],
+            "rolled_back": counts[ROLLED_BACK],
+            "resolved_before": counts[RESOLVED],
+        }
+
+    def _commit_groups(
+        self, halves: list[tuple[int, Half]]
+    ) -> Iterator[list[tuple[int, str, int, MessageInput]]]:
+        """The commit copies of ``halves`` in order, cut where the destination changes or a
+        batch is full."""
+        group: list[tuple[int, str, int, MessageInput]] = []
+        size = 0
+        for offset, half in halves:
+            msg = self.host.look_message_by_offset(half.log_offset)
+            if msg is None:
+                raise InvalidMessageError(f"transaction {offset}: its half message is gone")
+            try:
+                topic, queue_id, copy = unpark(
+                    msg, {PROPERTY_TRAN_HALF_OFFSET: str(offset)}, _DROP_ON_COMMIT
+                )
+            except ValueError as exc:
+                raise InvalidMessageError(str(exc)) from None
+            if group and (
+                (topic, queue_id) != group[0][1:3]
+                or len(group) >= BATCH_COUNT
+                or size + len(copy.body) > BATCH_BYTES
+            ):
+                yield group
+                group, size = [], 0
+            group.append((offset, topic, queue_id, copy))
+            size += len(copy.body)
+        if group:
+            yield group
+
+    def _closed_as(self, offsets: list[int], how: str, counts: dict[str, int]) -> None:
+        for offset in offsets:
+            if self.ledger.close(offset) is None:
+                continue
+            self._how[offset] = how
+            counts[how] += 1
+            if how == COMMITTED:
+                self.commits += 1
+            else:
+                self.rollbacks += 1
 
     # --- check-back -----------------------------------------------------------------------
     def due_for_check(self, now_ms: int, timeout_ms: int, interval_ms: int) -> list[int]:

@@ -133,13 +133,13 @@ def run(args: argparse.Namespace, endpoint: str, store: Path) -> list[tuple[str,
             reader = reader.option(key, value)
         return reader.load().agg(F.sum(F.length("body"))).collect()
 
-    def write(count: int, topic: str) -> None:
+    def write(count: int, topic: str, transactional: str = "true") -> None:
         df = spark.range(0, count, 1, numPartitions=2).selectExpr(
             f"substr(concat('m', id, repeat('x', {size})), 1, {size}) AS body"
         )
-        df.write.format("wharf").option("endpoints", endpoint).option("topic", topic).mode(
-            "append"
-        ).save()
+        df.write.format("wharf").option("endpoints", endpoint).option("topic", topic).option(
+            "transactional", transactional
+        ).mode("append").save()
 
     # JVM and Python worker start-up and the first use of each source: not measured.
     write(200, "spark-bench-warmup")
@@ -150,7 +150,9 @@ def run(args: argparse.Namespace, endpoint: str, store: Path) -> list[tuple[str,
 
     # Best of two runs each: the machine is shared, the slower run measures the neighbours.
     sink = min(_timed(lambda: write(n, TOPIC)), _timed(lambda: write(n, f"{TOPIC}-2")))
-    results.append(("sink: df.write.format('wharf')", n, sink))
+    results.append(("sink: df.write.format('wharf'), exactly once", n, sink))
+    plain = min(_timed(lambda i=i: write(n, f"{TOPIC}-{i}", "false")) for i in (3, 4))
+    results.append(("sink: transactional=false (records)", n, plain))
     peer_n = max(n // 4, 1000)
     results.append(
         ("  peer: 1 process, records x256", peer_n,
@@ -165,7 +167,7 @@ def run(args: argparse.Namespace, endpoint: str, store: Path) -> list[tuple[str,
         ("  peer: 1 process, raw pulls x1024", n, _timed(lambda: _peer_pull(endpoint, TOPIC)))
     )  # fmt: skip
     scan = spark.read.format("wharf-store").load(str(store))
-    total = 2 * n + peer_n + 200
+    total = scan.count()  # every record: half messages and markers of the exactly-once writes too
     segments = scan.rdd.getNumPartitions()
     offline = min(_timed(lambda: scan.agg(F.sum(F.length("body"))).collect()) for _ in range(2))
     results.append((f"offline scan: wharf-store, {segments} segments", total, offline))
@@ -195,9 +197,9 @@ def main() -> None:
             results = run(args, endpoint, store)
 
     print(f"\nwharf Spark connector, local[2], {args.messages} messages of {args.body_size} B")
-    print(f"{'what':42} {'rows':>9} {'seconds':>8} {'rows/s':>10}")
+    print(f"{'what':46} {'rows':>9} {'seconds':>8} {'rows/s':>10}")
     for name, rows, seconds in results:
-        print(f"{name:42} {rows:>9} {seconds:>8.2f} {rows / seconds:>10,.0f}")
+        print(f"{name:46} {rows:>9} {seconds:>8.2f} {rows / seconds:>10,.0f}")
 
 
 if __name__ == "__main__":

@@ -100,3 +100,56 @@ async def test_commit_rollback_check_back_and_cli(broker: BrokerProcess) -> None
     assert await visible(ep) == [b"by-hand", b"orphan-commit", b"paid-1", b"paid-2"]
     proc = run_cli(ep, "tx", "rollback", by_hand)
     assert proc.returncode == 4, proc.stdout + proc.stderr  # not open any more: NOT_FOUND
+
+
+async def test_end_transactions_resolves_a_writer_s_halves_after_a_kill_9(
+    broker: BrokerProcess,
+) -> None:
+    """The batch END the Spark sink commits with: refused without a prefix or for another
+    writer's half (nothing resolved); after kill -9 between the halves and the END, one call
+    commits the named ranges, rolls back the writer's other halves, and a repeat is a no-op."""
+    import grpc
+    from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
+
+    def halves(ids: list[str]) -> messaging_pb2.SendMessageRequest:
+        return messaging_pb2.SendMessageRequest(
+            topic=TOPIC, queue_id=0, messages=[
+                common_pb2.Message(body=i.encode(), unique_id=i, properties={"TRAN_MSG": "true"})
+                for i in ids
+            ],
+        )  # fmt: skip
+
+    def end(stub, first: int, count: int, prefix: str, rest: bool = True):  # type: ignore[no-untyped-def]
+        request = messaging_pb2.EndTransactionsRequest(
+            msg_id_prefix=prefix, commit=True, rollback_rest=rest
+        )
+        request.ranges.add(first=first, count=count)
+        return stub.EndTransactions(request, timeout=10)
+
+    async with Admin(broker.endpoint) as admin:
+        await admin.create_topic(TOPIC, queue_nums=2)
+    with grpc.insecure_channel(broker.endpoint) as channel:
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+        sent = stub.SendMessage(halves(["w.0.0", "w.0.1", "w.0.2"]), timeout=10).results
+        assert [r.queue_offset for r in sent] == [0, 1, 2]
+        stub.SendMessage(halves(["w.0.0"]), timeout=10)  # a failed attempt's copy: id 3
+        stub.SendMessage(halves(["v.0.0"]), timeout=10)  # another writer's: id 4
+        with pytest.raises(grpc.RpcError) as err:
+            end(stub, 0, 3, "")
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.RpcError) as err:
+            end(stub, 2, 3, "w.0.")
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        assert "v.0.0" in (err.value.details() or "")
+    broker.kill()
+    broker.start()
+    assert await visible(broker.endpoint) == []
+    with grpc.insecure_channel(broker.endpoint) as channel:
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+        reply = end(stub, 0, 3, "w.0.")
+        assert (reply.committed, reply.rolled_back, reply.resolved_before) == (3, 1, 0)
+        again = end(stub, 0, 3, "w.0.")
+        assert (again.committed, again.rolled_back, again.resolved_before) == (0, 0, 3)
+    assert await visible(broker.endpoint) == [b"w.0.0", b"w.0.1", b"w.0.2"]
+    async with Admin(broker.endpoint) as admin:
+        assert [h.msg_id for h in (await admin.list_half_messages(TOPIC)).messages] == ["v.0.0"]

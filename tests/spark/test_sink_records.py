@@ -1,5 +1,6 @@
-"""The sink's records path without Spark or sockets: how rows become CommitLog records and how
-records are chunked, probed and acknowledged (a fake broker stands in for BrokerRpc)."""
+"""The sink's send paths without Spark or sockets: how rows become CommitLog records or half
+messages and how they are chunked, probed and acknowledged (a fake broker stands in for
+BrokerRpc)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import zlib
 import pytest
 from wharf.client.records import parse_records
 from wharf.client.spark.options import parse_write_options
-from wharf.client.spark.topic_writers import _ChunkSender, _RowEncoder
+from wharf.client.spark.topic_writers import _ChunkSender, _HalfEncoder, _RowEncoder
 from wharf.v1 import messaging_pb2
 
 pytestmark = pytest.mark.spark
@@ -38,6 +39,19 @@ class FakeBroker:
         )
         return self
 
+    def start_send_messages(self, topic, queue_id, messages, producer_group):  # type: ignore[no-untyped-def]
+        """Half messages: one result per message, consecutive transaction ids from 100 (or
+        a gap when ``short_count``)."""
+        assert self.in_flight is None, "a chunk was sent before the previous one was acknowledged"
+        self.sends.append((topic, queue_id, list(messages)))
+        first = 100 + sum(len(chunk) for _, _, chunk in self.sends[:-1])
+        reply = messaging_pb2.SendMessageResponse()
+        for i in range(len(messages)):
+            gap = 1 if self.short_count and i == len(messages) - 1 else 0
+            reply.results.add(status=self.status, queue_offset=first + i + gap)
+        self.in_flight = reply
+        return self
+
     def result(self) -> messaging_pb2.SendMessageResponse:
         reply, self.in_flight = self.in_flight, None
         assert reply is not None
@@ -45,7 +59,8 @@ class FakeBroker:
 
 
 def write_opts(**extra: str):  # type: ignore[no-untyped-def]
-    return parse_write_options({"endpoints": "127.0.0.1:1", **extra})
+    """Options of the records path (``transactional=false``) unless the test says otherwise."""
+    return parse_write_options({"endpoints": "127.0.0.1:1", "transactional": "false", **extra})
 
 
 def ids_of(records: list[bytes]) -> list[str]:
@@ -184,3 +199,50 @@ def test_a_refused_or_short_acknowledgement_fails_the_task() -> None:
     sender.add("t", None, encode_rows(1)[0], "id-0")
     with pytest.raises(RuntimeError, match="acknowledged 0 of 1"):
         sender.flush_all()
+
+
+def test_rows_become_half_messages_whose_id_ranges_the_task_reports() -> None:
+    """The transactional path (the default): prepared messages with the send semantics of
+    records (system properties win, big bodies compressed), the chunk's transaction ids kept
+    for the driver's commit; the probe still skips chunks a committed run stored."""
+    encoder = _HalfEncoder("g", 3600)
+    big = b"line of text\n" * 1000
+    half = encoder.encode(
+        0, "t", big, "id-0", "tg", ["k", None, ""], [("UNIQ_KEY", "x"), ("a", "1")]
+    )
+    assert dict(half.properties) == {
+        "a": "1", "TRAN_MSG": "true", "CHECK_IMMUNITY_TIME_IN_SECONDS": "3600"
+    }  # fmt: skip
+    assert (half.unique_id, half.tags, list(half.keys)) == ("id-0", "tg", ["k"])
+    assert half.compressed and zlib.decompress(half.body) == big
+
+    broker = FakeBroker(stored_ids={"id-2"})  # a committed run stored the first chunk
+    sender = _ChunkSender(broker, write_opts(batchSize="3", transactional="true"))  # type: ignore[arg-type]
+    for i in range(8):
+        sender.add(
+            "t", None, encoder.encode(i, "t", b"x", f"id-{i}", None, None, None), f"id-{i}", 1
+        )
+    sender.flush_all()
+    assert broker.probes == ["id-2", "id-5"]
+    assert [[m.unique_id for m in chunk] for _, _, chunk in broker.sends] == [
+        ["id-3", "id-4", "id-5"], ["id-6", "id-7"]
+    ]  # fmt: skip
+    assert sender.halves == [(100, 3), (103, 2)] and (sender.sent, sender.skipped) == (5, 3)
+
+    gap = FakeBroker()
+    gap.short_count = True
+    sender = _ChunkSender(gap, write_opts(transactional="true"))  # type: ignore[arg-type]
+    sender.add("t", None, encoder.encode(0, "t", b"x", "id-0", None, None, None), "id-0", 1)
+    sender.add("t", None, encoder.encode(1, "t", b"x", "id-1", None, None, None), "id-1", 1)
+    with pytest.raises(RuntimeError, match="non-consecutive"):
+        sender.flush_all()
+
+
+def test_transactional_writes_keep_idempotence_and_writer_ids_have_no_dot() -> None:
+    from wharf.client.spark.options import OptionError
+
+    with pytest.raises(OptionError, match="transactional=false"):
+        write_opts(idempotent="false", transactional="true")
+    with pytest.raises(OptionError, match="writerId"):
+        write_opts(writerId="a.b")
+    assert write_opts(transactional="true").check_immunity_s == 3600

@@ -66,15 +66,20 @@ def test_sink_compresses_big_bodies_and_the_source_returns_them_whole(
     views = read_topic(broker.endpoint, "zipped")[0]
     assert [v.compressed for v in views] == [True, False, True]
     assert zlib.decompress(views[0].body) == big and len(views[0].body) < len(big) // 10
-    assert [v.msg_id for v in views] == [f"spark-w1-0-0-{i}" for i in range(3)]
-    assert dict(views[2].properties) == {"part": "2"}  # the deterministic id wins
+    assert [v.msg_id for v in views] == [f"spark-w1.0.0.{i}" for i in range(3)]
+    # The deterministic id wins; TRAN_HALF_OFFSET: committed through a transaction (the default).
+    assert dict(views[2].properties) == {"part": "2", "TRAN_HALF_OFFSET": "2"}
 
     read = source(spark, broker, "zipped", includeProperties="true").collect()
     got = {r.offset: r for r in read}
     assert [bytes(got[i].body) for i in range(3)] == [big, b"small", big[::-1]]
-    assert (got[0].tags, list(got[0].keys), got[0].properties) == ("big", ["k-big"], {"part": "1"})
-    assert (got[1].tags, list(got[1].keys), got[1].properties) == ("", [], {})
-    assert [got[i].msgId for i in range(3)] == [f"spark-w1-0-0-{i}" for i in range(3)]
+    assert (got[0].tags, list(got[0].keys), got[0].properties) == (
+        "big", ["k-big"], {"part": "1", "TRAN_HALF_OFFSET": "0"}
+    )  # fmt: skip
+    assert (got[1].tags, list(got[1].keys), got[1].properties) == (
+        "", [], {"TRAN_HALF_OFFSET": "1"}
+    )  # fmt: skip
+    assert [got[i].msgId for i in range(3)] == [f"spark-w1.0.0.{i}" for i in range(3)]
 
 
 def test_a_narrower_schema_reads_only_its_columns(spark, broker: BrokerProcess) -> None:

@@ -106,3 +106,13 @@ def committed_offsets(endpoint: str, group: str, topic: str) -> dict[int, int]:
             ).offset
             for q in queues
         }
+
+
+def open_halves(endpoint: str, topic: str) -> list[str]:
+    """Message ids of the half messages (uncommitted transactional rows) open for ``topic``."""
+    from wharf.v1 import admin_pb2, admin_pb2_grpc
+
+    with grpc.insecure_channel(endpoint) as channel:
+        admin = admin_pb2_grpc.AdminServiceStub(channel)
+        reply = admin.ListHalfMessages(admin_pb2.ListHalfMessagesRequest(topic=topic), timeout=10)
+    return [m.msg_id for m in reply.messages]

@@ -109,3 +109,37 @@ async def test_check_back_bookkeeping_immunity_and_discard(store: MessageStore) 
     assert await tx.end(0, "P", commit=True) == ROLLED_BACK  # discarded: never delivered
     assert await bodies(store) == []
     assert tx.stats()["discards_total"] == 1 and tx.stats()["checks_total"] == 1
+
+
+async def test_a_batch_end_commits_in_order_rolls_back_the_rest_and_is_repeatable(
+    store: MessageStore, tmp_path: Path
+) -> None:
+    """The Spark sink's commit: ranges of one writer's halves committed (one append per
+    destination run), its other open halves rolled back, other writers untouched."""
+    tx = store.transactions
+    chunk1 = [half(f"r{i}", f"spark-w.0.0.{i}") for i in range(3)]
+    chunk2 = [half(f"r{i}", f"spark-w.0.0.{i}") for i in range(3, 5)]
+    await store.put(TOPIC, 1, chunk1)  # ids 0..2
+    await store.put(TOPIC, 2, chunk2)  # ids 3..4, another queue
+    await store.put(TOPIC, 1, [half("failed attempt", "spark-w.0.0.0")])  # id 5
+    await store.put(TOPIC, 1, [half("other writer", "spark-w2.0.0.0")])  # id 6
+    with pytest.raises(InvalidMessageError, match="not one of"):  # not this writer's: no write
+        await tx.end_batch([0, 6], True, "spark-w.0.")
+    with pytest.raises(InvalidMessageError, match="unknown"):
+        await tx.end_batch([0, 99], True, "spark-w.0.")
+    with pytest.raises(InvalidMessageError, match="prefix"):
+        await tx.end_batch([0], True, "")
+    assert await bodies(store) == []
+
+    counts = await tx.end_batch([0, 1, 2, 3, 4], True, "spark-w.0.", rest=True)
+    assert counts == {"committed": 5, "rolled_back": 1, "resolved_before": 0}
+    assert await bodies(store) == [b"r0", b"r1", b"r2"]
+    assert [m.body for m in store.get_messages(TOPIC, 2, 0, 10).messages] == [b"r3", b"r4"]
+    assert sorted(tx.open) == [6]  # the other writer's half is still open
+    again = await tx.end_batch([0, 1, 2, 3, 4], True, "spark-w.0.", rest=True)
+    assert again == {"committed": 0, "rolled_back": 0, "resolved_before": 5}
+    assert await bodies(store) == [b"r0", b"r1", b"r2"]  # no second copy
+
+    aborted = await tx.end_batch([], False, "spark-w2.0.", rest=True)
+    assert aborted == {"committed": 0, "rolled_back": 1, "resolved_before": 0}
+    assert tx.stats()["half_messages"] == 0

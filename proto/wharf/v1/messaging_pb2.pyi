@@ -68,6 +68,36 @@ class EndTransactionResponse(_message.Message):
     resolution: str
     def __init__(self, resolution: _Optional[str] = ...) -> None: ...
 
+class TransactionRange(_message.Message):
+    __slots__ = ("first", "count")
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    first: int
+    count: int
+    def __init__(self, first: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+
+class EndTransactionsRequest(_message.Message):
+    __slots__ = ("msg_id_prefix", "ranges", "commit", "rollback_rest")
+    MSG_ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACK_REST_FIELD_NUMBER: _ClassVar[int]
+    msg_id_prefix: str
+    ranges: _containers.RepeatedCompositeFieldContainer[TransactionRange]
+    commit: bool
+    rollback_rest: bool
+    def __init__(self, msg_id_prefix: _Optional[str] = ..., ranges: _Optional[_Iterable[_Union[TransactionRange, _Mapping]]] = ..., commit: _Optional[bool] = ..., rollback_rest: _Optional[bool] = ...) -> None: ...
+
+class EndTransactionsResponse(_message.Message):
+    __slots__ = ("committed", "rolled_back", "resolved_before")
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    ROLLED_BACK_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    committed: int
+    rolled_back: int
+    resolved_before: int
+    def __init__(self, committed: _Optional[int] = ..., rolled_back: _Optional[int] = ..., resolved_before: _Optional[int] = ...) -> None: ...
+
 class TransactionChecksRequest(_message.Message):
     __slots__ = ("topics", "producer_group")
     TOPICS_FIELD_NUMBER: _ClassVar[int]

@@ -109,6 +109,11 @@ class MessagingServiceStub:
                 request_serializer=wharf_dot_v1_dot_messaging__pb2.EndTransactionRequest.SerializeToString,
                 response_deserializer=wharf_dot_v1_dot_messaging__pb2.EndTransactionResponse.FromString,
                 _registered_method=True)
+        self.EndTransactions = channel.unary_unary(
+                '/wharf.v1.MessagingService/EndTransactions',
+                request_serializer=wharf_dot_v1_dot_messaging__pb2.EndTransactionsRequest.SerializeToString,
+                response_deserializer=wharf_dot_v1_dot_messaging__pb2.EndTransactionsResponse.FromString,
+                _registered_method=True)
         self.TransactionChecks = channel.unary_stream(
                 '/wharf.v1.MessagingService/TransactionChecks',
                 request_serializer=wharf_dot_v1_dot_messaging__pb2.TransactionChecksRequest.SerializeToString,
@@ -225,6 +230,14 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EndTransactions(self, request, context):
+        """Resolve many half messages of one writer at once (the Spark sink's micro-batch commit):
+        see EndTransactionsRequest. Repeatable: halves resolved before are counted, not redone.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def TransactionChecks(self, request, context):
         """A transactional producer's check-back channel: it sends the topics it produces to, the
         broker sends a TransactionCheck for each half message left unresolved past
@@ -319,6 +332,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.EndTransaction,
                     request_deserializer=wharf_dot_v1_dot_messaging__pb2.EndTransactionRequest.FromString,
                     response_serializer=wharf_dot_v1_dot_messaging__pb2.EndTransactionResponse.SerializeToString,
+            ),
+            'EndTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTransactions,
+                    request_deserializer=wharf_dot_v1_dot_messaging__pb2.EndTransactionsRequest.FromString,
+                    response_serializer=wharf_dot_v1_dot_messaging__pb2.EndTransactionsResponse.SerializeToString,
             ),
             'TransactionChecks': grpc.unary_stream_rpc_method_handler(
                     servicer.TransactionChecks,
@@ -736,6 +754,33 @@ class MessagingService:
             '/wharf.v1.MessagingService/EndTransaction',
             wharf_dot_v1_dot_messaging__pb2.EndTransactionRequest.SerializeToString,
             wharf_dot_v1_dot_messaging__pb2.EndTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wharf.v1.MessagingService/EndTransactions',
+            wharf_dot_v1_dot_messaging__pb2.EndTransactionsRequest.SerializeToString,
+            wharf_dot_v1_dot_messaging__pb2.EndTransactionsResponse.FromString,
             options,
             channel_credentials,
             insecure,
