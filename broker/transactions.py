@@ -97,6 +97,7 @@ class TransactionChecker:
 
     async def check_once(self) -> None:
         tx = self._transactions()
+        await tx.catch_up()
         now = self._clock()
         for offset in tx.due_for_check(now, self.timeout_ms, self.interval_ms):
             message = tx.half(offset)

@@ -153,15 +153,20 @@ class TransactionService:
             await asyncio.gather(self._task, return_exceptions=True)
         await self.checkpoint()
 
-    def follow(self) -> None:
-        """Read new half-queue units into the open set (on arrival, and before each use)."""
+    def follow(self, limit: int | None = None) -> bool:
+        """Read new half-queue units into the open set (before each use): all of them, or at
+        most ``limit`` (about ``limit`` x 8 us of decoding); True when caught up."""
         ledger = self.ledger
+        read = 0
         while True:
+            if limit is not None and read >= limit:
+                return False
             units = self.host.read_consume_queue(
                 TRANS_HALF_TOPIC, HALF_QUEUE, ledger.cursor, READ_BATCH
             )
             if not units:
-                return
+                return True
+            read += len(units)
             for phy_offset, _size, _code in units:
                 offset = ledger.cursor
                 ledger.cursor += 1
@@ -182,6 +187,14 @@ class TransactionService:
                         int(immunity) * 1000 if immunity.isdigit() else 0,
                     ),
                 )
+
+    async def catch_up(self) -> None:
+        """``follow`` in slices of ``READ_BATCH`` units (~2 ms), yielding the event loop in
+        between: a Spark batch leaves tens of thousands of halves to read at once."""
+        caught_up = False
+        while not caught_up:
+            caught_up = self.follow(READ_BATCH)
+            await asyncio.sleep(0)
 
     def stats(self) -> dict[str, int]:
         self.follow()
@@ -206,7 +219,7 @@ class TransactionService:
         InvalidMessageError when no half of that message id (and topic) is at that offset."""
         if offset >= self.ledger.cursor:  # an END right after its SEND: dispatch it first
             await self.host.wait_dispatched()
-        self.follow()
+        await self.catch_up()
         half = self.open.get(offset)
         if half is None:
             ledger = self.ledger
@@ -265,7 +278,7 @@ class TransactionService:
             raise InvalidMessageError("a batch END needs the message id prefix of its writer")
         if offsets and max(offsets) >= self.ledger.cursor:
             await self.host.wait_dispatched()
-        self.follow()
+        await self.catch_up()
         counts = {COMMITTED: 0, ROLLED_BACK: 0, RESOLVED: 0}
         todo: list[tuple[int, Half]] = []
         seen: set[int] = set()
@@ -302,10 +315,12 @@ class TransactionService:
                 topic, queue_id = group[0][1], group[0][2]
                 await self.host.put(topic, queue_id, [copy for _, _, _, copy in group])
                 self._closed_as([o for o, _, _, _ in group], COMMITTED, counts)
+                await asyncio.sleep(0)  # ~13 ms of work per group: let the loop breathe
             for i in range(0, len(rollbacks), BATCH_COUNT):
                 chunk = rollbacks[i : i + BATCH_COUNT]
                 await self.host.put(TRANS_OP_HALF_TOPIC, 0, [_marker(o, "rollback") for o in chunk])
                 self._closed_as(chunk, ROLLED_BACK, counts)
+                await asyncio.sleep(0)
         finally:
             self.ledger.end_write(write_id)
             self._dirty.set()
