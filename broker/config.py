@@ -19,6 +19,16 @@ __all__ = ["BrokerConfig", "Config", "StoreConfig", "parse_host_port"]
 class BrokerConfig:
     # brokerName: reported by QueryRoute and BrokerStatus ("broker-a" as in RocketMQ's samples).
     broker_name: str = "broker-a"
+    # Cluster membership (RocketMQ's names). namesrvAddr: "host:port;host2:port2", the
+    # NameServers to register with; empty = a standalone broker that registers nowhere.
+    namesrv_addr: str = ""
+    # brokerClusterName: the cluster this broker group belongs to.
+    broker_cluster_name: str = "DefaultCluster"
+    # brokerId: 0 = the group's master, >= 1 a slave (replication is the next step).
+    broker_id: int = 0
+    # brokerHeartbeatInterval (ms): heartbeat on each NameServer session (RocketMQ 5: 1 s); a
+    # NameServer drops a broker silent for its brokerNotActiveTimeoutMillis (10 s).
+    broker_heartbeat_interval: int = 1000
     # listen: gRPC address. Loopback by default so a fresh `make run` exposes nothing; port 0 =
     # an ephemeral port (the ready file reports the real one).
     listen: str = "127.0.0.1:8081"

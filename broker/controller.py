@@ -44,6 +44,7 @@ from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.metrics import BrokerMetrics
 from wharf.broker.processors.admin import AdminService
 from wharf.broker.processors.messaging import MessagingService
+from wharf.broker.registration import Identity, NamesrvRegistrar, parse_namesrv_addr
 from wharf.broker.reply_budget import ReplyBudget
 from wharf.broker.settings import parse_delay_levels
 from wharf.broker.transactions import TransactionChecker
@@ -54,7 +55,7 @@ from wharf.store.codec import SCHEDULE_TOPIC
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.store.config import StoreConfig
 from wharf.store.errors import is_disk_full
-from wharf.v1 import admin_pb2, messaging_pb2
+from wharf.v1 import admin_pb2, messaging_pb2, namesrv_pb2
 
 if TYPE_CHECKING:
     from wharf.store.message_store import MessageStore
@@ -142,6 +143,7 @@ class BrokerController:
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self._tasks: list[asyncio.Task[Any]] = []
+        self.registrar: NamesrvRegistrar | None = None  # with namesrvAddr
         self._metadata_dir = Path(config.store.store_path_root_dir) / "config"
         self._metrics_started = False
         self._store_started = False
@@ -263,6 +265,10 @@ class BrokerController:
         self._metrics_started = True
         self.started_at = time.time()
         self.ctx.started_at = self.started_at
+        if broker.namesrv_addr:
+            self.registrar = self._registrar()
+            self.topics.on_change = self._on_topics_changed
+            self.registrar.start()
         self._tasks = [
             asyncio.create_task(self._persist_loop(), name="persist-metadata"),
             asyncio.create_task(self._expire_clients_loop(), name="expire-clients"),
@@ -271,6 +277,37 @@ class BrokerController:
         log.info("broker %s serving gRPC on %s:%d (advertised %s), metrics on %s:%d",
                  broker.broker_name, listen_host, self.grpc_port, self.endpoint,
                  metrics_host, self.metrics_port)  # fmt: skip
+
+    # --- cluster ---------------------------------------------------------------------------------
+    def _registrar(self) -> NamesrvRegistrar:
+        broker = self.config.broker
+        identity = Identity(
+            broker.broker_cluster_name, broker.broker_name, broker.broker_id, self.endpoint
+        )
+
+        def snapshot() -> tuple[int, list[namesrv_pb2.TopicQueues]]:
+            topics = [
+                namesrv_pb2.TopicQueues(
+                    topic=t.name,
+                    read_queue_nums=t.read_queue_nums,
+                    write_queue_nums=t.write_queue_nums,
+                    perm=t.perm,
+                )
+                for t in self.topics.table.values()
+            ]
+            return self.topics.version, topics
+
+        return NamesrvRegistrar(
+            parse_namesrv_addr(broker.namesrv_addr),
+            identity,
+            snapshot,
+            broker.broker_heartbeat_interval,
+        )
+
+    def _on_topics_changed(self) -> None:
+        self._persist_soon.set()
+        if self.registrar is not None:
+            self.registrar.wake()
 
     # --- metadata -------------------------------------------------------------------------------
     def _managers(self) -> tuple[Any, ...]:
@@ -331,6 +368,8 @@ class BrokerController:
         grace period, persist metadata, shut the store down (final flush + checkpoint)."""
         log.info("shutting down")
         await self._health.enter_graceful_shutdown()
+        if self.registrar is not None:  # clients stop routing here before the port closes
+            await self.registrar.stop()
         if self.ctx is not None:
             self.ctx.shutting_down = True
         answered = self.long_poll.close()

@@ -52,6 +52,13 @@ def _check_host_port(text: str) -> None:
     parse_host_port(text, "address")
 
 
+def _check_addresses(text: str) -> None:
+    """``host:port;host2:port2`` (empty: none)."""
+    for address in text.replace(",", ";").split(";"):
+        if address.strip():
+            _check_host_port(address.strip())
+
+
 def _one_of(*choices: str) -> Callable[[str], None]:
     def check(text: str) -> None:
         if text not in choices:
@@ -81,9 +88,12 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
     "log_level": _one_of(*LOG_LEVELS),
     "default_topic_queue_nums": _queue_count,
     "broker_name": _non_empty,
+    "broker_cluster_name": _non_empty,
+    "namesrv_addr": _check_addresses,
 }
 # Broker settings only: the store's own list is wharf.store.config.ZERO_ALLOWED.
 _ZERO_OK = {
+    "broker_id",
     "grpc_max_message_size",
     "max_reconsume_times",
 }

@@ -42,6 +42,31 @@ def _toml_value(value: Any) -> str:
     return json.dumps(str(value))
 
 
+def _launch(
+    cmd: list[str], env: dict[str, str], log_path: Path, ready: Path, timeout: float, what: str
+) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    """Start a daemon with its output in ``log_path`` and wait for its ready file."""
+    log = log_path.open("ab")
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**os.environ, **env}, stdout=log, stderr=log)
+    log.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            text = log_path.read_text(errors="replace")
+            raise RuntimeError(f"{what} exited with {proc.returncode}:\n{text}")
+        if ready.exists():
+            try:
+                return proc, json.loads(ready.read_text())
+            except json.JSONDecodeError:  # caught mid-write
+                pass
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait()
+    raise TimeoutError(
+        f"{what} not ready after {timeout}s:\n{log_path.read_text(errors='replace')}"
+    )
+
+
 class BrokerProcess:
     def __init__(
         self,
@@ -78,26 +103,10 @@ class BrokerProcess:
             "--ready-file", str(ready),
             *self.extra_args,
         ]  # fmt: skip
-        env = {**os.environ, **self.env}
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=log)
-        log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log()}")
-            if ready.exists():
-                try:
-                    info = json.loads(ready.read_text())
-                except json.JSONDecodeError:  # caught mid-write
-                    time.sleep(0.02)
-                    continue
-                self.endpoint = info["grpc"]
-                self.metrics_endpoint = info.get("metrics", "")
-                return self
-            time.sleep(0.02)
-        self.kill()
-        raise TimeoutError(f"broker not ready after {timeout}s:\n{self.log()}")
+        self.proc, info = _launch(cmd, self.env, self.log_path, ready, timeout, "broker")
+        self.endpoint = info["grpc"]
+        self.metrics_endpoint = info.get("metrics", "")
+        return self
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -138,3 +147,32 @@ class BrokerProcess:
                 self.stop()
             except Exception:
                 self.kill()
+
+
+class NamesrvProcess(BrokerProcess):
+    """A ``wharf-namesrv`` on 127.0.0.1 with an ephemeral port (or ``port``, to keep it across
+    restarts); ``settings`` go to ``<root>/namesrv.toml``, output to ``<root>/namesrv.log``."""
+
+    def __init__(self, root: Path, settings: dict[str, Any] | None = None, port: int = 0) -> None:
+        super().__init__(root, settings)
+        self.port = port
+        self.log_path = self.root / "namesrv.log"
+
+    def start(self, timeout: float | None = None) -> NamesrvProcess:
+        self.root.mkdir(parents=True, exist_ok=True)
+        config = self.root / "namesrv.toml"
+        config.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in self.settings.items()))
+        ready = self.root / "ready.json"
+        ready.unlink(missing_ok=True)
+        cmd = [
+            sys.executable, "-m", "wharf.broker.namesrv", "--config", str(config),
+            "--listen", f"127.0.0.1:{self.port}", "--ready-file", str(ready),
+        ]  # fmt: skip
+        self.proc, info = _launch(
+            cmd, self.env, self.log_path, ready, timeout or self.ready_timeout, "namesrv"
+        )
+        self.endpoint = info["grpc"]
+        return self
+
+    def __enter__(self) -> NamesrvProcess:
+        return self.start()

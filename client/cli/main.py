@@ -5,8 +5,9 @@
     wharf consume orders --follow --json
     wharf group progress billing
 
-Global options: ``--endpoints HOST:PORT`` (env ``WHARF_ENDPOINTS``, default 127.0.0.1:8081)
-and ``--json`` (one JSON document per line on stdout; errors as JSON on stderr). Exit codes
+Global options: ``--endpoints HOST:PORT`` (env ``WHARF_ENDPOINTS``, default 127.0.0.1:8081),
+``--namesrv HOST:PORT;HOST:PORT`` (env ``NAMESRV_ADDR``: a cluster's NameServers, for
+``wharf cluster list`` and ``wharf topic create --cluster``) and ``--json`` (one JSON document per line on stdout; errors as JSON on stderr). Exit codes
 are listed in :mod:`wharf.client.cli.exit_codes`.
 """
 
@@ -19,7 +20,13 @@ from collections.abc import Sequence
 
 import uvloop
 from wharf.client.channel import DEFAULT_ENDPOINTS, parse_endpoints
-from wharf.client.cli import group_commands, message_commands, topic_commands, tx_commands
+from wharf.client.cli import (
+    cluster_commands,
+    group_commands,
+    message_commands,
+    topic_commands,
+    tx_commands,
+)
 from wharf.client.cli.exit_codes import INTERRUPTED, USAGE, exit_code_for
 from wharf.client.cli.output import Output
 from wharf.client.errors import InvalidArgumentError, WharfError
@@ -38,12 +45,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("WHARF_ENDPOINTS", DEFAULT_ENDPOINTS),
         help="broker HOST:PORT (env WHARF_ENDPOINTS; default %(default)s)",
     )
+    parser.add_argument(
+        "--namesrv",
+        default=os.environ.get("NAMESRV_ADDR", ""),
+        help="NameServers HOST:PORT[;HOST:PORT] of a cluster (env NAMESRV_ADDR): `cluster` "
+        "commands, `topic create --cluster/--broker`",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     topic_commands.add_parsers(sub)
     group_commands.add_parsers(sub)
     message_commands.add_parsers(sub)
     tx_commands.add_parsers(sub)
+    cluster_commands.add_parsers(sub)
     from wharf.client.bench.cli import add_parsers as add_bench_parsers
 
     add_bench_parsers(sub)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 
 from wharf.client.admin import Admin
+from wharf.client.cli.cluster_commands import namesrv_of
 from wharf.client.cli.output import Output, fmt_ms, proto_dict
+from wharf.client.errors import AlreadyExistsError, NotFoundError
 
 PERM_NAMES = {6: "RW", 4: "R", 2: "W", 0: "-"}
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")  # RocketMQ 5's TopicMessageType
@@ -46,6 +48,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         choices=MESSAGE_TYPES,
         help="RocketMQ 5's message.type attribute: what RocketMQ 5 producers may send to it",
     )
+    where = create.add_mutually_exclusive_group()
+    where.add_argument(
+        "--cluster", help="create it on every master of this cluster (needs --namesrv)"
+    )
+    where.add_argument("--broker", help="create it on this broker group's master (needs --namesrv)")
     create.set_defaults(run=topic_create)
 
     update = tsub.add_parser("update", help="change queue counts, permission or attributes")
@@ -76,16 +83,49 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
 
 async def topic_create(args: argparse.Namespace, out: Output) -> int:
+    if args.cluster or args.broker:
+        return await _create_on_masters(args, out)
     async with Admin(args.endpoints) as admin:
-        config = await admin.create_topic(
-            args.name,
-            queue_nums=args.queues,
-            read_queue_nums=args.read_queues,
-            write_queue_nums=args.write_queues,
-            perm=args.perm,
-            attributes=topic_attributes(args),
-        )
+        config = await _create(admin, args)
     _print_topic(out, config, "created")
+    return 0
+
+
+async def _create(admin: Admin, args: argparse.Namespace) -> object:
+    return await admin.create_topic(
+        args.name,
+        queue_nums=args.queues,
+        read_queue_nums=args.read_queues,
+        write_queue_nums=args.write_queues,
+        perm=args.perm,
+        attributes=topic_attributes(args),
+    )
+
+
+async def _create_on_masters(args: argparse.Namespace, out: Output) -> int:
+    """RocketMQ's ``updateTopic -c CLUSTER`` / ``-b BROKER``: the topic on every master of the
+    cluster, or on one group's master; a master that has it already counts as done."""
+    async with namesrv_of(args) as namesrv:
+        masters = await namesrv.masters(args.cluster)
+    if args.broker:
+        masters = {n: a for n, a in masters.items() if n == args.broker}
+    if not masters:
+        where = f"cluster {args.cluster!r}" if args.cluster else f"broker {args.broker!r}"
+        raise NotFoundError(f"no live master in {where}: see `wharf cluster list`")
+    created = []
+    for name, address in sorted(masters.items()):
+        async with Admin(address) as admin:
+            try:
+                await _create(admin, args)
+                created.append({"broker": name, "address": address, "created": True})
+            except AlreadyExistsError:
+                created.append({"broker": name, "address": address, "created": False})
+    if out.as_json:
+        out.data({"topic": args.name, "brokers": created})
+    else:
+        for c in created:
+            verb = "created" if c["created"] else "exists already"
+            out.line(f"topic {args.name} {verb} on {c['broker']} ({c['address']})")
     return 0
 
 

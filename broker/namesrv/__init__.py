@@ -1,0 +1,1 @@
+"""The NameServer (``wharf-namesrv``): a stateless registry of live brokers and topic routes."""

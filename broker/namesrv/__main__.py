@@ -1,0 +1,112 @@
+"""``python -m wharf.broker.namesrv`` / ``wharf-namesrv``: run a NameServer until SIGTERM/SIGINT.
+
+It keeps nothing on disk: brokers register again with a restarted NameServer within one
+heartbeat (their session breaks and they reconnect). Exit codes: 0 clean stop, 1 failure,
+2 invalid configuration. ``--ready-file`` is written once it serves: {"grpc", "pid"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import grpc
+import uvloop
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from wharf.broker.namesrv.config import (
+    LOG_LEVELS,
+    ConfigError,
+    NamesrvConfig,
+    load_namesrv_settings,
+)
+from wharf.broker.namesrv.routes import RouteTable
+from wharf.broker.namesrv.service import NameService
+from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
+
+log = logging.getLogger("wharf.namesrv")
+SERVICE_NAME = namesrv_pb2.DESCRIPTOR.services_by_name["NameService"].full_name
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="wharf-namesrv",
+        description="Run a Wharf NameServer. Settings: defaults < --config TOML (RocketMQ "
+        "names) < WHARF_NAMESRV_<NAME> environment variables < these flags.",
+    )
+    parser.add_argument("--config", metavar="FILE", help="TOML file with NameServer settings")
+    parser.add_argument("--listen", metavar="HOST:PORT", help="gRPC address (127.0.0.1:9876)")
+    parser.add_argument(
+        "--ready-file", metavar="PATH", help='written once serving: {"grpc", "pid"}'
+    )
+    parser.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper)
+    return parser
+
+
+def _write_ready_blocking(path: Path, info: dict[str, object]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, path)
+
+
+async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
+    service = NameService(RouteTable(), config.broker_not_active_timeout_millis)
+    server = grpc.aio.server()
+    namesrv_pb2_grpc.add_NameServiceServicer_to_server(service, server)
+    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection((SERVICE_NAME, reflection.SERVICE_NAME), server)
+    port = server.add_insecure_port(config.listen)
+    await server.start()
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    expire = asyncio.get_running_loop().create_task(service.expire_loop())
+    host = config.listen.rpartition(":")[0].strip("[]")
+    log.info("NameServer serving on %s:%d", host, port)
+    if ready_file is not None:
+        await asyncio.to_thread(
+            _write_ready_blocking, ready_file, {"grpc": f"{host}:{port}", "pid": os.getpid()}
+        )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    log.info("stopping")
+    expire.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await expire
+    await server.stop(1.0)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    flags = {"listen": args.listen, "log_level": args.log_level}
+    try:
+        config = load_namesrv_settings(
+            args.config, os.environ, {k: v for k, v in flags.items() if v is not None}
+        )
+    except ConfigError as exc:
+        print(f"wharf-namesrv: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=config.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return uvloop.run(serve(config, Path(args.ready_file) if args.ready_file else None))
+    except Exception:
+        log.exception("NameServer failed")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

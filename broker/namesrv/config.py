@@ -1,0 +1,100 @@
+"""NameServer settings, resolved once at start as the broker's are: embedded defaults < TOML
+file (RocketMQ's camelCase names) < ``WHARF_NAMESRV_<UPPER_SNAKE>`` environment < flags.
+Unknown TOML keys and bad values raise ConfigError naming the setting (exit code 2).
+
+Its own small loader: the NameServer imports nothing of the broker or the store (a separate
+failure domain with a tiny dependency set; the import-linter contract holds it to that).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "WHARF_NAMESRV_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class ConfigError(ValueError):
+    """An invalid or unknown setting; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class NamesrvConfig:
+    # listen: gRPC address (RocketMQ's NameServer port 9876; loopback unless told otherwise).
+    listen: str = "127.0.0.1:9876"
+    # brokerNotActiveTimeoutMillis: a broker silent this long is dropped (RocketMQ 5's
+    # controller default, 10 s; a broker whose connection breaks is dropped at once).
+    broker_not_active_timeout_millis: int = 10_000
+    # logLevel: DEBUG, INFO, WARNING, ERROR.
+    log_level: str = "INFO"
+
+
+def camel_name(field_name: str) -> str:
+    head, *rest = field_name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(NamesrvConfig)}
+_BY_CAMEL = {camel_name(n): n for n in _FIELDS}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    kind = type(_FIELDS[name].default)
+    if kind is int:
+        if isinstance(value, str):
+            try:
+                value = int(value.strip(), 0)
+            except ValueError:
+                raise ValueError(f"expected an integer, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"expected a positive integer, got {value!r}")
+    elif not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    if name == "listen":
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise ValueError(f"expected HOST:PORT, got {value!r}")
+    if name == "log_level" and value not in LOG_LEVELS:
+        raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}, got {value!r}")
+    return value
+
+
+def load_namesrv_settings(
+    config_file: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> NamesrvConfig:
+    values: dict[str, Any] = {}
+
+    def apply(name: str, raw: Any, label: str) -> None:
+        try:
+            values[name] = _coerce(name, raw)
+        except ValueError as exc:
+            raise ConfigError(f"invalid setting {label}: {exc}") from None
+
+    if config_file is not None:
+        path = Path(config_file)
+        try:
+            table = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        for key, raw in table.items():
+            if key not in _BY_CAMEL:
+                raise ConfigError(
+                    f"unknown setting {key!r} in {path} (known: {', '.join(sorted(_BY_CAMEL))})"
+                )
+            apply(_BY_CAMEL[key], raw, f"{key} (in {path})")
+    for key, raw in (env or {}).items():
+        name = key[len(ENV_PREFIX) :].lower() if key.startswith(ENV_PREFIX) else ""
+        if name in _FIELDS:
+            apply(name, raw, f"{key} (environment)")
+    for name, raw in (overrides or {}).items():
+        apply(name, raw, f"--{name.replace('_', '-')}")
+    return NamesrvConfig(**values)

@@ -1,0 +1,160 @@
+"""RouteTable: the NameServer's whole state, RocketMQ's RouteInfoManager as plain dicts owned
+by the event loop (no locks: every change happens between two awaits).
+
+A broker is known by (cluster, broker name, broker id) and lives as long as its session
+(``service.py``): ``register`` stores its address and topics, ``heartbeat`` refreshes it,
+``drop`` forgets it (session closed, unregister, or silence past ``not_active_timeout_ms`` found
+by ``expire``). A topic's route is derived on demand from the live brokers: the queues of every
+group whose *master* (id 0) holds the topic (a slave's copy is not a route of its own: it serves
+reads of its master's queues, the next issue), and the addresses of those groups.
+
+Every change bumps ``version`` and tells the watchers which topics' routes moved, so clients
+refresh at once (RocketMQ clients poll every 30 s and send to dead brokers meanwhile).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+BrokerKey = tuple[str, str, int]  # cluster, broker name, broker id
+Watcher = Callable[[set[str]], None]  # the topics whose route changed
+
+
+@dataclass(frozen=True, slots=True)
+class TopicQueues:
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+
+
+@dataclass(slots=True)
+class LiveBroker:
+    cluster: str
+    broker_name: str
+    broker_id: int
+    address: str
+    data_version: int
+    topics: dict[str, TopicQueues]
+    registered_at_ms: int
+    last_seen: float  # monotonic seconds
+    owner: object = None  # the session that registered it (a newer session takes it over)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    topic: str
+    queues: list[tuple[str, TopicQueues]]  # (broker name, queues), sorted by broker name
+    brokers: list[tuple[str, str, dict[int, str]]]  # (cluster, broker name, id -> address)
+    version: int
+
+
+class RouteTable:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.brokers: dict[BrokerKey, LiveBroker] = {}
+        self.version = 0
+        self._topic_versions: dict[str, int] = {}
+        self._watchers: list[Watcher] = []
+
+    # --- changes --------------------------------------------------------------------------
+    def register(
+        self,
+        key: BrokerKey,
+        address: str,
+        data_version: int,
+        topics: dict[str, TopicQueues],
+        owner: object = None,
+    ) -> None:
+        old = self.brokers.get(key)
+        touched = set(topics)
+        if old is not None:
+            touched |= set(old.topics)
+            if old.address == address and old.topics == topics:
+                touched = set()  # a repeated registration changes no route
+        cluster, name, broker_id = key
+        self.brokers[key] = LiveBroker(
+            cluster, name, broker_id, address, data_version, topics,
+            old.registered_at_ms if old else int(time.time() * 1000), self._clock(), owner,
+        )  # fmt: skip
+        self._changed(touched)
+
+    def heartbeat(self, key: BrokerKey, data_version: int) -> bool:
+        """Refresh a broker; False when it must register (unknown, or older topics known)."""
+        broker = self.brokers.get(key)
+        if broker is None or broker.data_version != data_version:
+            return False
+        broker.last_seen = self._clock()
+        return True
+
+    def drop(self, key: BrokerKey, owner: object = None) -> bool:
+        """Forget a broker (only if ``owner`` registered it, when given: the session of a
+        restarted broker's old connection ends after its new one registered)."""
+        broker = self.brokers.get(key)
+        if broker is None or (owner is not None and broker.owner is not owner):
+            return False
+        del self.brokers[key]
+        self._changed(set(broker.topics))
+        return True
+
+    def expire(self, not_active_timeout_s: float) -> list[LiveBroker]:
+        """Drop brokers silent for longer than the timeout; returns them."""
+        now = self._clock()
+        gone = [b for b in self.brokers.values() if now - b.last_seen > not_active_timeout_s]
+        for broker in gone:
+            self.drop((broker.cluster, broker.broker_name, broker.broker_id))
+        return gone
+
+    def _changed(self, topics: set[str]) -> None:
+        if not topics:
+            return
+        self.version += 1
+        for topic in topics:
+            self._topic_versions[topic] = self.version
+        for watcher in list(self._watchers):
+            watcher(topics)
+
+    # --- queries --------------------------------------------------------------------------
+    def route(self, topic: str) -> Route | None:
+        """The topic's route, or None when no live master holds it."""
+        queues: list[tuple[str, TopicQueues]] = []
+        groups: dict[str, tuple[str, dict[int, str]]] = {}
+        for broker in self.brokers.values():
+            if broker.broker_id == 0 and topic in broker.topics:
+                queues.append((broker.broker_name, broker.topics[topic]))
+                groups.setdefault(broker.broker_name, (broker.cluster, {}))
+        if not queues:
+            return None
+        for broker in self.brokers.values():  # every replica of the groups that hold it
+            if broker.broker_name in groups:
+                groups[broker.broker_name][1][broker.broker_id] = broker.address
+        queues.sort(key=lambda q: q[0])
+        brokers = [(c, name, addrs) for name, (c, addrs) in sorted(groups.items())]
+        return Route(topic, queues, brokers, self._topic_versions.get(topic, self.version))
+
+    def topic_version(self, topic: str) -> int:
+        """The version of the topic's route; 0 when it has none."""
+        return self._topic_versions.get(topic, 0) if self.route(topic) else 0
+
+    def masters(self, cluster: str | None = None) -> list[LiveBroker]:
+        return sorted(
+            (b for b in self.brokers.values() if b.broker_id == 0 and cluster in (None, b.cluster)),
+            key=lambda b: b.broker_name,
+        )
+
+    def listing(self) -> list[LiveBroker]:
+        return sorted(self.brokers.values(), key=lambda b: (b.cluster, b.broker_name, b.broker_id))
+
+    def seen_ago_ms(self, broker: LiveBroker) -> int:
+        return int((self._clock() - broker.last_seen) * 1000)
+
+    # --- watchers -------------------------------------------------------------------------
+    def watch(self, watcher: Watcher) -> None:
+        self._watchers.append(watcher)
+
+    def unwatch(self, watcher: Watcher) -> None:
+        self._watchers.remove(watcher)
+
+    def topics(self) -> Iterable[str]:
+        return {t for b in self.brokers.values() for t in b.topics}
