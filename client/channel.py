@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+from wharf.client.auth import SigningInterceptor, resolve_credentials
 from wharf.client.errors import InvalidArgumentError
 
 DEFAULT_ENDPOINTS = "127.0.0.1:8081"
@@ -37,10 +38,24 @@ def parse_endpoints(endpoints: str) -> str:
     return first
 
 
-def open_channel(endpoints: str, *, dedicated: bool = False) -> grpc.aio.Channel:
+def open_channel(
+    endpoints: str,
+    *,
+    dedicated: bool = False,
+    access_key: str | None = None,
+    secret_key: str | None = None,
+) -> grpc.aio.Channel:
     """An asyncio channel. ``dedicated`` gives it its own TCP connection (a local subchannel
-    pool): several producer streams on separate connections use both cores' worth of gRPC I/O."""
+    pool): several producer streams on separate connections use both cores' worth of gRPC I/O.
+    Calls are signed for aclEnable brokers when credentials are given or in the environment
+    (wharf.client.auth)."""
     options = list(_OPTIONS)
     if dedicated:
         options.append(("grpc.use_local_subchannel_pool", 1))
-    return grpc.aio.insecure_channel(parse_endpoints(endpoints), options=options)
+    credentials = resolve_credentials(access_key, secret_key)
+    interceptors = [SigningInterceptor(credentials)] if credentials is not None else None
+    return grpc.aio.insecure_channel(
+        parse_endpoints(endpoints),
+        options=options,
+        interceptors=interceptors,  # type: ignore[arg-type]  # grpc-stubs: a partial stub
+    )
