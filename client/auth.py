@@ -11,7 +11,7 @@ Credentials: explicit ``access_key`` / ``secret_key`` arguments, else the enviro
 One without the other is an InvalidArgumentError. The secret is never in a repr.
 
 Channels: ``grpc.metadata_call_credentials`` needs a secure channel, so signing is a client
-interceptor that works on plaintext and TLS channels alike: ``SigningInterceptor`` for
+interceptor that works on plaintext and TLS channels alike: ``signing_interceptors`` for
 grpc.aio channels (the SDK), ``SyncSigningInterceptor`` for blocking channels (Spark).
 """
 
@@ -91,31 +91,44 @@ class Signer:
         return (*tuple(metadata), *signed)
 
 
-class SigningInterceptor(
-    grpc.aio.UnaryUnaryClientInterceptor,
-    grpc.aio.UnaryStreamClientInterceptor,
-    grpc.aio.StreamUnaryClientInterceptor,
-    grpc.aio.StreamStreamClientInterceptor,
-):
-    """Signs every call of a grpc.aio channel."""
-
-    def __init__(self, credentials: Credentials) -> None:
-        self._signer = Signer(credentials)
+class _AioSigning:
+    def __init__(self, signer: Signer) -> None:
+        self._signer = signer
 
     def _details(self, details: Any) -> Any:
         return details._replace(metadata=self._signer.add_to(details.metadata))
 
+
+class _SignUnaryUnary(_AioSigning, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
         return await continuation(self._details(client_call_details), request)
 
+
+class _SignUnaryStream(_AioSigning, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
         return await continuation(self._details(client_call_details), request)
 
+
+class _SignStreamUnary(_AioSigning, grpc.aio.StreamUnaryClientInterceptor):
     async def intercept_stream_unary(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
         return await continuation(self._details(client_call_details), request_iterator)
 
+
+class _SignStreamStream(_AioSigning, grpc.aio.StreamStreamClientInterceptor):
     async def intercept_stream_stream(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
         return await continuation(self._details(client_call_details), request_iterator)
+
+
+def signing_interceptors(credentials: Credentials) -> list[Any]:
+    """Interceptors that sign every call of a grpc.aio channel: one per call kind (grpc.aio
+    files an interceptor under the FIRST kind it implements, so one object cannot do all)."""
+    signer = Signer(credentials)
+    return [
+        _SignUnaryUnary(signer),
+        _SignUnaryStream(signer),
+        _SignStreamUnary(signer),
+        _SignStreamStream(signer),
+    ]
 
 
 class _SyncDetails(grpc.ClientCallDetails):  # type: ignore[misc]

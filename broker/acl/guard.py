@@ -198,12 +198,14 @@ class AclGuard:
                     f"({method}; granted: {owned.label})"
                 )
 
-    def _log_refusal(self, message: str) -> None:
+    def _log_refusal(self, key: str, message: str) -> None:
+        """At most one line a minute per (method, kind of refusal): a flood of forged
+        requests (each with its own date or key) cannot flood the log."""
         now = time.monotonic()
-        if now - self._logged.get(message, -_LOG_INTERVAL_S) >= _LOG_INTERVAL_S:
+        if now - self._logged.get(key, -_LOG_INTERVAL_S) >= _LOG_INTERVAL_S:
             if len(self._logged) > 1000:
                 self._logged.clear()
-            self._logged[message] = now
+            self._logged[key] = now
             log.warning("refused: %s", message)
 
     # --- wrapping handlers ----------------------------------------------------------------------
@@ -242,7 +244,7 @@ class AclGuard:
             except Denied as exc:
                 name, code, message = codes[2], codes[3], f"permission denied: {exc}"
             self._observe(metric, name, time.perf_counter() - started)
-            self._log_refusal(f"{path}: {message}")
+            self._log_refusal(f"{path} {name}", f"{path}: {message}")
             return code, message
 
         def v2_reply(code: int, message: str) -> Any:
@@ -282,7 +284,7 @@ class AclGuard:
                             self.authorize(account, needs_of(request), path)
                         except Denied as exc:
                             message = f"permission denied: {exc}"
-                            self._log_refusal(f"{path}: {message}")
+                            self._log_refusal(f"{path} DENIED", f"{path}: {message}")
                             yield RefusedRequest(message, getattr(request, "request_id", 0))
                             continue
                     yield request
