@@ -9,7 +9,7 @@ File: ``<storePathRootDir>/config/plain_acl.yml`` (YAML, read with PyYAML's safe
         admin: false                       # true: every RPC, every resource, AdminService
         defaultTopicPerm: DENY             # topics not listed below (default DENY)
         defaultGroupPerm: DENY             # groups not listed below (default DENY)
-        topicPerms: ["orders=PUB|SUB", "orders.*=SUB", "audit=DENY"]
+        topicPerms: ["orders=PUB|SUB", "orders-*=SUB", "audit=DENY"]
         groupPerms: ["billing=SUB"]
         whiteRemoteAddress: "127.0.0.1"    # optional; a string or a list; empty = any
 
@@ -24,7 +24,7 @@ Semantics (Wharf's, stated where they differ from RocketMQ 4):
   A topic needs PUB to be sent to, SUB to be read; a group needs SUB to consume or commit
   offsets with it. ``%RETRY%<g>`` and ``%DLQ%<g>`` topics are checked as group ``<g>``.
 - Resource patterns: an exact name wins; otherwise the LONGEST matching pattern of
-  ``fnmatch`` syntax (``*``, ``orders.*``, ``orders-?``) wins; otherwise the default perm.
+  ``fnmatch`` syntax (``*``, ``orders-*``, ``orders-??``) wins; otherwise the default perm.
 - ``admin: true`` grants everything (as RocketMQ 4's PlainPermissionChecker skips admins).
 - Addresses are ALLOW-lists: a request must come from an address matching
   ``globalWhiteRemoteAddresses`` (if set) AND the account's ``whiteRemoteAddress`` (if set).

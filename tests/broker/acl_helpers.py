@@ -26,7 +26,7 @@ accounts:
     admin: true
   - accessKey: {PRODUCER[0]}
     secretKey: {PRODUCER[1]}
-    topicPerms: ["{TOPIC}=PUB", "orders.*=PUB"]
+    topicPerms: ["{TOPIC}=PUB", "orders-*=PUB"]
   - accessKey: {CONSUMER[0]}
     secretKey: {CONSUMER[1]}
     topicPerms: ["{TOPIC}=SUB"]
