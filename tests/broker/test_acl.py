@@ -406,23 +406,23 @@ def test_acl_off_needs_no_credentials(tmp_path: Path) -> None:
 
 
 # --- fuzz -------------------------------------------------------------------------------------
-_HEADER_CHARS = st.characters(min_codepoint=0x20, max_codepoint=0x7E)
-_AUTH_VALUES = st.one_of(
-    st.text(_HEADER_CHARS, max_size=300),
+HEADER_CHARS = st.characters(min_codepoint=0x20, max_codepoint=0x7E)
+AUTH_VALUES = st.one_of(
+    st.text(HEADER_CHARS, max_size=300),
     st.builds(
         lambda ak, headers, sig, sep: (
             f"MQv2-HMAC-SHA1 Credential={ak}{sep} SignedHeaders={headers}{sep} Signature={sig}"
         ),
-        st.text(_HEADER_CHARS, max_size=40),
+        st.text(HEADER_CHARS, max_size=40),
         st.sampled_from(["x-mq-date-time", "", "X-MQ-DATE-TIME", "x-mq-date-time;host", "=="]),
         st.text("0123456789abcdefABCDEFxyz=,", max_size=60),
         st.sampled_from([",", ";", "", ",,", " ,"]),
     ),
-    st.text(_HEADER_CHARS, min_size=1000, max_size=1200),
+    st.text(HEADER_CHARS, min_size=1000, max_size=1200),
 )
-_DATES = st.one_of(
+DATES = st.one_of(
     st.just(None),
-    st.text(_HEADER_CHARS, max_size=30),
+    st.text(HEADER_CHARS, max_size=30),
     st.builds(lambda d: date_now(d), st.floats(-1e9, 1e9, allow_nan=False)),
 )
 
@@ -433,7 +433,7 @@ _DATES = st.one_of(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(auth=_AUTH_VALUES, date=_DATES, method=st.sampled_from(V1_METHODS))
+@given(auth=AUTH_VALUES, date=DATES, method=st.sampled_from(V1_METHODS))
 def test_fuzzed_authorization_headers_never_crash_the_broker(
     broker: BrokerProcess, channel: grpc.Channel, auth: str, date: str | None, method: Any
 ) -> None:
@@ -445,3 +445,23 @@ def test_fuzzed_authorization_headers_never_crash_the_broker(
     assert code == grpc.StatusCode.UNAUTHENTICATED
     assert broker.proc is not None and broker.proc.poll() is None
     assert "Traceback" not in broker.log()
+
+
+def test_spark_connector_options_sign_its_calls(broker: BrokerProcess) -> None:
+    from wharf.client.spark.options import OptionError, parse_read_options
+    from wharf.client.spark.rpc import BrokerCallError, BrokerRpc
+
+    base = {"endpoints": broker.endpoint, "topic": TOPIC}
+    opts = parse_read_options({**base, "accessKey": CONSUMER[0], "secretKey": CONSUMER[1]}, False)
+    assert opts.credentials is not None and CONSUMER[1] not in repr(opts)
+    with BrokerRpc(opts.endpoints, opts.timeout_s, opts.credentials) as rpc:
+        assert [b.queue_id for b in rpc.queue_bounds(TOPIC)] == [0, 1, 2, 3]
+        rpc.update_consumer_offset(GROUP, TOPIC, 0, 0)
+    with pytest.raises(OptionError, match="go together"):
+        parse_read_options({**base, "accessKey": "x"}, False)
+    unsigned = parse_read_options(base, False)
+    with (
+        BrokerRpc(unsigned.endpoints, 5.0, unsigned.credentials) as rpc,
+        pytest.raises(BrokerCallError, match="UNAUTHENTICATED"),
+    ):
+        rpc.queue_bounds(TOPIC)

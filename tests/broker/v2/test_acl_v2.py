@@ -16,6 +16,8 @@ from typing import Any
 
 import grpc
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from wharf.broker.acl.table import ACCESS
 from wharf.rocketmq.v2 import definition_pb2 as d
 from wharf.rocketmq.v2 import service_pb2 as s
@@ -34,6 +36,7 @@ from tests.broker.acl_helpers import (
     signed,
     write_acl,
 )
+from tests.broker.test_acl import AUTH_VALUES, DATES
 from tests.broker.v2.test_official_client import run_script
 from tests.harness import BrokerProcess
 
@@ -173,4 +176,21 @@ def test_official_python_client_without_valid_credentials_is_refused(
         out = run_script(SCRIPT, broker.endpoint, tmp_path / home, TOPIC, GROUP, *keys)
         assert out["sent"] == [] and out["send_error"] is not None, out
         assert out["received"] == [] and out["receive_error"] is not None, out
+    assert "Traceback" not in broker.log()
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(auth=AUTH_VALUES, date=DATES, method=st.sampled_from(list(SERVICE.methods)))
+def test_fuzzed_authorization_headers_never_crash_the_broker_v2(
+    broker: BrokerProcess, channel: grpc.Channel, auth: str, date: str | None, method: Any
+) -> None:
+    metadata = [("authorization", auth.strip() or "x")]
+    if date is not None:
+        metadata.append(("x-mq-date-time", date.strip() or "x"))
+    replies = statuses(channel, method, empty_request(method), tuple(metadata))
+    assert [r.code for r in replies] == [Code.UNAUTHORIZED], (method.name, replies)
+    assert broker.proc is not None and broker.proc.poll() is None
     assert "Traceback" not in broker.log()
