@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import grpc
-from wharf.client.auth import resolve_credentials, signing_interceptors
+from wharf.client.auth import SignedChannel, resolve_credentials
 from wharf.client.errors import InvalidArgumentError
 
 DEFAULT_ENDPOINTS = "127.0.0.1:8081"
@@ -53,9 +53,5 @@ def open_channel(
     if dedicated:
         options.append(("grpc.use_local_subchannel_pool", 1))
     credentials = resolve_credentials(access_key, secret_key)
-    interceptors = signing_interceptors(credentials) if credentials is not None else None
-    return grpc.aio.insecure_channel(
-        parse_endpoints(endpoints),
-        options=options,
-        interceptors=interceptors,  # type: ignore[arg-type]  # grpc-stubs: a partial stub
-    )
+    channel = grpc.aio.insecure_channel(parse_endpoints(endpoints), options=options)
+    return channel if credentials is None else SignedChannel(channel, credentials)

@@ -26,8 +26,9 @@ FORBIDDEN) and logged at most once a minute per message. Secrets are never logge
 
 Reload: ``watch()`` stats the file every second (mtime, size, inode); a changed file is parsed
 and swapped in whole; a file that does not parse keeps the previous rules and logs an ERROR
-(once per change). Signature checks are memoised per (key, date, signature) for the current
-rules only (cleared on reload; at most 4096 entries).
+(once per change). Good signatures are memoised per (authorization, date) value for the
+current rules only (cleared on reload; at most 4096 entries); the clock window is checked on
+every request.
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ class AclGuard:
         self.rules = AclRules()
         self._observe = observe or (lambda method, code, seconds: None)
         self._stat: tuple[int, int, int] | None = None
-        self._verified: dict[tuple[str, str, str], bool] = {}
+        # (authorization, date) -> (account, date as epoch): good signatures of these rules
+        self._verified: dict[tuple[Any, Any], tuple[Account, float]] = {}
         self._logged: dict[str, float] = {}
 
     # --- the file -------------------------------------------------------------------------------
@@ -149,23 +151,21 @@ class AclGuard:
     # --- checks ---------------------------------------------------------------------------------
     def authenticate(self, metadata: Any, peer: str) -> Account:
         """The account a request is signed by; Unauthenticated / Denied (addresses)."""
-        try:
-            signed = signature.parse(metadata)
-            signature.check_date(signed.date, self.max_skew_s)
-        except signature.AuthError as exc:
-            raise Unauthenticated(str(exc)) from None
-        account = self.rules.accounts.get(signed.access_key)
-        key = (signed.access_key, signed.date, signed.signature)
-        ok = self._verified.get(key)
-        if ok is None:
-            ok = account is not None and signature.verify(signed, account.secret_key)
-            if len(self._verified) >= _CACHE_MAX:
-                self._verified.clear()
-            self._verified[key] = ok
-        if not ok or account is None:
-            raise Unauthenticated(
-                f"access key {signed.access_key!r} is unknown or its signature does not match"
-            )
+        auth = date = None
+        for key, value in metadata or ():
+            if key == signature.AUTH_HEADER:
+                auth = value
+            elif key == signature.DATE_HEADER:
+                date = value
+        hit = self._verified.get((auth, date))
+        if hit is not None:  # a good signature seen before under these rules: only the clock
+            account, stamp = hit
+            try:
+                signature.check_stamp(date or "", stamp, self.max_skew_s)
+            except signature.AuthError as exc:
+                raise Unauthenticated(str(exc)) from None
+        else:
+            account = self._authenticate_slow(metadata, auth, date)
         address = peer_address(peer)
         if not allowed_from(self.rules.global_white_remote_addresses, address):
             raise Denied(
@@ -177,6 +177,22 @@ class AclGuard:
                 f"user {account.access_key!r} may not connect from {address or peer!r} "
                 "(its whiteRemoteAddress)"
             )
+        return account
+
+    def _authenticate_slow(self, metadata: Any, auth: Any, date: Any) -> Account:
+        try:
+            signed = signature.parse(metadata)
+            stamp = signature.check_date(signed.date, self.max_skew_s)
+        except signature.AuthError as exc:
+            raise Unauthenticated(str(exc)) from None
+        account = self.rules.accounts.get(signed.access_key)
+        if account is None or not signature.verify(signed, account.secret_key):
+            raise Unauthenticated(
+                f"access key {signed.access_key!r} is unknown or its signature does not match"
+            )
+        if len(self._verified) >= _CACHE_MAX:
+            self._verified.clear()
+        self._verified[(auth, date)] = (account, stamp)
         return account
 
     @staticmethod
