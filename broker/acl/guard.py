@@ -14,15 +14,16 @@ Refusals: wharf.v1 aborts with UNAUTHENTICATED (1) or PERMISSION_DENIED (2,3);
 apache.rocketmq.v2 answers the method's response with Status UNAUTHORIZED (40100) or
 FORBIDDEN (40300) (a server stream: one such reply; Telemetry: one TelemetryCommand, then the
 stream ends). A client stream (wharf.v1 SendMessageStream) is authenticated once when it
-opens; each request is then authorized on its own and a refused one gets its own
-PERMISSION_DENIED error reply (the stream goes on). A request that does not parse is
+opens; each request is then authorized on its own under the rules in force when it arrives,
+and a refused one gets its own PERMISSION_DENIED error reply (the stream goes on). A request that does not parse is
 authenticated, then left to the handler (INVALID_ARGUMENT / BAD_REQUEST), except on
 AdminService where a non-admin is refused first.
 
 Messages name the user, the resource and the action, never which part of a signature was
 wrong: an unknown access key and a wrong signature get the same message. Refusals are counted
 in the RPC metrics under their status (UNAUTHENTICATED, PERMISSION_DENIED, UNAUTHORIZED,
-FORBIDDEN) and logged at most once a minute per message. Secrets are never logged.
+FORBIDDEN) and logged at most once a minute per method and kind of refusal. Secrets are
+never logged.
 
 Reload: ``watch()`` stats the file every second (mtime, size, inode); a changed file is parsed
 and swapped in whole; a file that does not parse keeps the previous rules and logs an ERROR
@@ -314,9 +315,13 @@ class AclGuard:
         def per_request(requests: AsyncIterator[Any], account: Account) -> AsyncIterator[Any]:
             async def checked() -> AsyncIterator[Any]:
                 async for request in requests:
-                    if type(request) is not MalformedRequest and not account.admin:
+                    # the rules in force now (a reload may have changed or removed the user)
+                    current = self.rules.accounts.get(account.access_key)
+                    if type(request) is not MalformedRequest and not (current and current.admin):
                         try:
-                            self.authorize(account, needs_of(request), path)
+                            if current is None:
+                                raise Denied(f"user {account.access_key!r} was removed")
+                            self.authorize(current, needs_of(request), path)
                         except Denied as exc:
                             message = f"permission denied: {exc}"
                             self._log_refusal(f"{path} DENIED", f"{path}: {message}")

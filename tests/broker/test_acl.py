@@ -465,3 +465,48 @@ def test_spark_connector_options_sign_its_calls(broker: BrokerProcess) -> None:
         pytest.raises(BrokerCallError, match="UNAUTHENTICATED"),
     ):
         rpc.queue_bounds(TOPIC)
+
+
+def test_an_open_send_stream_follows_a_reload(tmp_path: Path) -> None:
+    import queue
+
+    store = tmp_path / "store"
+    write_acl(store)
+    with (
+        BrokerProcess(tmp_path, settings=ACL_SETTINGS) as broker,
+        grpc.insecure_channel(broker.endpoint) as channel,
+    ):
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+        requests: queue.Queue[Any] = queue.Queue()
+
+        def request_iterator() -> Iterator[Any]:
+            while (item := requests.get()) is not None:
+                yield item
+
+        def send(request_id: int) -> None:
+            requests.put(
+                messaging_pb2.SendMessageRequest(
+                    topic=TOPIC, request_id=request_id, messages=[{"body": b"s"}]
+                )
+            )
+
+        replies = stub.SendMessageStream(request_iterator(), metadata=signed(PRODUCER))
+        send(1)
+        assert next(replies).results[0].status == messaging_pb2.SEND_OK
+        write_acl(store, ACL_YAML.replace(f'"{TOPIC}=PUB", ', ""))  # producer loses orders
+
+        def refused_now() -> bool:
+            unary = messaging_pb2.SendMessageRequest(topic=TOPIC, messages=[{"body": b"u"}])
+            try:
+                stub.SendMessage(unary, metadata=signed(PRODUCER))
+                return False
+            except grpc.RpcError:
+                return True
+
+        wait_for(refused_now)
+        send(2)
+        reply = next(replies)
+        assert reply.request_id == 2
+        assert "user 'producer' may not PUB on topic 'orders'" in reply.error.message
+        requests.put(None)
+        assert list(replies) == []
