@@ -138,6 +138,24 @@ def test_dates_outside_the_skew_window_are_refused() -> None:
         signature.check_date("yesterday", 900, now)
 
 
+def test_local_time_with_a_z_is_accepted_as_the_official_clients_send_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Python's client formats datetime.now() (local time) with a literal 'Z'."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")  # UTC+9, no daylight saving
+    time.tzset()
+    try:
+        now = time.time()
+        local = time.strftime("%Y%m%dT%H%M%SZ", time.localtime(now))
+        signature.check_date(local, 900, now)
+        three_hours_off = time.strftime("%Y%m%dT%H%M%SZ", time.localtime(now - 3 * 3600))
+        with pytest.raises(signature.AuthError, match="replayed"):
+            signature.check_date(three_hours_off, 900, now)
+    finally:
+        monkeypatch.undo()  # the TZ the process had
+        time.tzset()
+
+
 def test_rules_patterns_exact_then_longest_then_default() -> None:
     rules = acl_rules.parse_rules(
         "accounts:\n  - accessKey: a\n    secretKey: 12345678\n    defaultTopicPerm: SUB\n"
