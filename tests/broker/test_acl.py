@@ -528,3 +528,24 @@ def test_an_open_send_stream_follows_a_reload(tmp_path: Path) -> None:
         assert "user 'producer' may not PUB on topic 'orders'" in reply.error.message
         requests.put(None)
         assert list(replies) == []
+
+
+def test_global_and_per_user_address_allow_lists() -> None:
+    from wharf.broker.acl.guard import AclGuard, Denied, peer_address
+
+    guard = AclGuard(Path("/nonexistent/plain_acl.yml"), 900)
+    guard._swap(
+        acl_rules.parse_rules(
+            "globalWhiteRemoteAddresses: ['10.0.0.0/8', '192.168.0.*', '::1']\n"
+            "accounts:\n  - {accessKey: a, secretKey: s}\n"
+            "  - {accessKey: b, secretKey: t, whiteRemoteAddress: '10.1.*'}\n"
+        )
+    )
+    assert peer_address("ipv6:[::1]:5000") == "::1" and peer_address("unix:/x") == ""
+    for peer in ("ipv4:10.9.9.9:1", "ipv4:192.168.0.7:2", "ipv6:[::1]:3"):
+        assert guard.authenticate(signed(("a", "s")), peer).access_key == "a"
+    with pytest.raises(Denied, match=r"may not connect from '127.0.0.1' \(globalWhite"):
+        guard.authenticate(signed(("a", "s")), "ipv4:127.0.0.1:1")
+    assert guard.authenticate(signed(("b", "t")), lambda: "ipv4:10.1.2.3:1").access_key == "b"
+    with pytest.raises(Denied, match=r"user 'b' may not connect from '10.2.0.1' \(its white"):
+        guard.authenticate(signed(("b", "t")), "ipv4:10.2.0.1:1")
