@@ -92,6 +92,13 @@ class BrokerConfig:
     shutdown_grace_period: int = 5000
     # logLevel: DEBUG, INFO, WARNING, ERROR.
     log_level: str = "INFO"
+    # aclEnable: authenticate and authorize every wharf.v1 and apache.rocketmq.v2 request
+    # (RocketMQ's name; off by default). Accounts: <storePathRootDir>/config/plain_acl.yml,
+    # reloaded within ~1 s of a change (broker/acl/; gRPC health and reflection stay open).
+    acl_enable: bool = False
+    # aclMaxClockSkew (ms): a signed request's x-mq-date-time may differ from the broker's
+    # clock by this much (15 min); older dates are refused as replays.
+    acl_max_clock_skew: int = 900_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,9 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from wharf.broker.acl.guard import AclGuard
+from wharf.broker.acl.rules import FILE_NAME as ACL_FILE_NAME
+from wharf.broker.acl.rules import AclFileError
 from wharf.broker.config import Config, parse_host_port
 from wharf.broker.context import BrokerContext
 from wharf.broker.handlers import add_servicer
@@ -151,6 +154,14 @@ class BrokerController:
         self._persist_failing: set[str] = set()  # metadata files whose last write failed
         self.topics.on_change = self._persist_soon.set
         self.groups.on_change = self._persist_soon.set
+        # aclEnable: the guard every wharf.v1 / v2 handler runs first (broker/acl/guard.py).
+        self.acl: AclGuard | None = None
+        if broker.acl_enable:
+            self.acl = AclGuard(
+                self._metadata_dir / ACL_FILE_NAME,
+                broker.acl_max_clock_skew / 1000,
+                self.metrics.observe_rpc,
+            )
 
     # --- start ----------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -233,10 +244,16 @@ class BrokerController:
                 broker.max_unread_pull_bytes_per_client, broker.max_unread_pull_bytes
             ),
         )
+        if self.acl is not None:
+            try:
+                await asyncio.to_thread(self.acl.load_blocking)
+            except (AclFileError, OSError, UnicodeDecodeError) as exc:
+                raise StartupError(f"aclEnable: cannot use {self.acl.path}: {exc}") from None
+        wrap = self.acl.wrap if self.acl is not None else None
         add_servicer(
-            server, MessagingService(self.ctx), _service(messaging_pb2, "MessagingService")
+            server, MessagingService(self.ctx), _service(messaging_pb2, "MessagingService"), wrap
         )
-        add_servicer(server, AdminService(self.ctx), _service(admin_pb2, "AdminService"))
+        add_servicer(server, AdminService(self.ctx), _service(admin_pb2, "AdminService"), wrap)
         self.v2_service = V2MessagingService(self.ctx)
         v2_targets = v2_check_targets(self.v2_service.clients)
         channels = self.ctx.check_channels
@@ -247,7 +264,9 @@ class BrokerController:
             broker.transaction_check_interval,
             broker.transaction_check_max,
         )
-        add_servicer(server, self.v2_service, _service(rocketmq_v2_service_pb2, "MessagingService"))
+        add_servicer(
+            server, self.v2_service, _service(rocketmq_v2_service_pb2, "MessagingService"), wrap
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(SERVICE_NAMES, server)
         await server.start()
@@ -274,6 +293,8 @@ class BrokerController:
             asyncio.create_task(self._expire_clients_loop(), name="expire-clients"),
             asyncio.create_task(self.checker.run(), name="transaction-check-back"),
         ]
+        if self.acl is not None:
+            self._tasks.append(asyncio.create_task(self.acl.watch(), name="acl-reload"))
         log.info("broker %s serving gRPC on %s:%d (advertised %s), metrics on %s:%d",
                  broker.broker_name, listen_host, self.grpc_port, self.endpoint,
                  metrics_host, self.metrics_port)  # fmt: skip

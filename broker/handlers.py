@@ -29,6 +29,17 @@ class MalformedRequest:
         return f"request is not a valid {self.type_name} ({self.reason})"
 
 
+class RefusedRequest:
+    """A request of a client stream the ACL refused (broker/acl/guard.py): the stream's
+    handler answers it with PERMISSION_DENIED in its own reply and goes on."""
+
+    __slots__ = ("message", "request_id")
+
+    def __init__(self, message: str, request_id: int = 0) -> None:
+        self.message = message
+        self.request_id = request_id
+
+
 def safe_deserializer(cls: Any) -> Callable[[bytes], Any]:
     parse = cls.FromString
     type_name = cls.DESCRIPTOR.full_name
@@ -50,14 +61,23 @@ _HANDLER_FACTORIES = {
 }
 
 
-def add_servicer(server: grpc.aio.Server, servicer: Any, service: ServiceDescriptor) -> None:
+# (service full name, method, behavior, response class) -> the behavior to serve (the ACL).
+Wrap = Callable[[str, Any, Any, Any], Any]
+
+
+def add_servicer(
+    server: grpc.aio.Server, servicer: Any, service: ServiceDescriptor, wrap: Wrap | None = None
+) -> None:
     handlers = {}
     for method in service.methods:
         request_cls = message_factory.GetMessageClass(method.input_type)
         response_cls = message_factory.GetMessageClass(method.output_type)
         factory = _HANDLER_FACTORIES[(method.client_streaming, method.server_streaming)]
+        behavior = getattr(servicer, method.name)
+        if wrap is not None:
+            behavior = wrap(service.full_name, method, behavior, response_cls)
         handlers[method.name] = factory(
-            getattr(servicer, method.name),
+            behavior,
             request_deserializer=safe_deserializer(request_cls),
             response_serializer=response_cls.SerializeToString,
         )

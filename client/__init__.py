@@ -20,6 +20,7 @@ from wharf.client.errors import (
     NotFoundError,
     PermissionDeniedError,
     ResourceExhaustedError,
+    UnauthenticatedError,
     UnavailableError,
     WharfError,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "SelectMessageQueueByRandom",
     "SendResult",
     "SendStatus",
+    "UnauthenticatedError",
     "UnavailableError",
     "WharfError",
 ]

@@ -26,8 +26,18 @@ _WHERE = {
 
 
 class Admin:
-    def __init__(self, endpoints: str = "127.0.0.1:8081", *, rpc_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        endpoints: str = "127.0.0.1:8081",
+        *,
+        rpc_timeout_s: float = 10.0,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+    ) -> None:
+        """``access_key`` / ``secret_key``: sign calls for an aclEnable broker (default: the
+        environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY)."""
         self.endpoints = endpoints
+        self._keys = (access_key, secret_key)
         self.rpc_timeout_s = rpc_timeout_s
         self._channel: grpc.aio.Channel | None = None
         self._admin: admin_pb2_grpc.AdminServiceStub | None = None
@@ -42,7 +52,9 @@ class Admin:
 
     async def start(self) -> None:
         if self._channel is None:
-            self._channel = open_channel(self.endpoints)
+            self._channel = open_channel(
+                self.endpoints, access_key=self._keys[0], secret_key=self._keys[1]
+            )
             self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
             self._messaging = messaging_pb2_grpc.MessagingServiceStub(self._channel)
 

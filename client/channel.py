@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+from wharf.client.auth import SignedChannel, resolve_credentials
 from wharf.client.errors import InvalidArgumentError
 
 DEFAULT_ENDPOINTS = "127.0.0.1:8081"
@@ -37,10 +38,20 @@ def parse_endpoints(endpoints: str) -> str:
     return first
 
 
-def open_channel(endpoints: str, *, dedicated: bool = False) -> grpc.aio.Channel:
+def open_channel(
+    endpoints: str,
+    *,
+    dedicated: bool = False,
+    access_key: str | None = None,
+    secret_key: str | None = None,
+) -> grpc.aio.Channel:
     """An asyncio channel. ``dedicated`` gives it its own TCP connection (a local subchannel
-    pool): several producer streams on separate connections use both cores' worth of gRPC I/O."""
+    pool): several producer streams on separate connections use both cores' worth of gRPC I/O.
+    Calls are signed for aclEnable brokers when credentials are given or in the environment
+    (wharf.client.auth)."""
     options = list(_OPTIONS)
     if dedicated:
         options.append(("grpc.use_local_subchannel_pool", 1))
-    return grpc.aio.insecure_channel(parse_endpoints(endpoints), options=options)
+    credentials = resolve_credentials(access_key, secret_key)
+    channel = grpc.aio.insecure_channel(parse_endpoints(endpoints), options=options)
+    return channel if credentials is None else SignedChannel(channel, credentials)

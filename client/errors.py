@@ -70,6 +70,13 @@ class PermissionDeniedError(WharfError):
     code = "PERMISSION_DENIED"
 
 
+class UnauthenticatedError(WharfError):
+    """The broker has aclEnable and the call carried no valid signature (credentials missing,
+    unknown, wrong, or a clock more than aclMaxClockSkew off)."""
+
+    code = "UNAUTHENTICATED"
+
+
 class FailedPreconditionError(WharfError):
     code = "FAILED_PRECONDITION"
 
@@ -99,6 +106,7 @@ _BY_STATUS: dict[grpc.StatusCode, type[WharfError]] = {
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
     grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,
     grpc.StatusCode.INTERNAL: BrokerInternalError,
     grpc.StatusCode.CANCELLED: UnavailableError,

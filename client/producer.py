@@ -104,6 +104,8 @@ class Producer:
         streams: number of SendMessageStream calls, each on its own connection.
         transport: ``"stream"`` (bidi, default) or ``"unary"`` (one SendMessage per batch).
         compress_threshold: bodies larger than this are zlib-compressed (4 KiB).
+        access_key / secret_key: sign every call for a broker with aclEnable (default: the
+            environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY; none = unsigned).
     """
 
     def __init__(
@@ -123,12 +125,15 @@ class Producer:
         max_buffered: int = 65536,
         transaction_checker: TransactionChecker | None = None,
         transaction_topics: Iterable[str] = (),
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         if transport not in ("stream", "unary"):
             raise InvalidArgumentError(f"transport must be 'stream' or 'unary', got {transport!r}")
         if streams < 1:
             raise InvalidArgumentError("streams must be >= 1")
         self.endpoints = endpoints
+        self._keys = (access_key, secret_key)
         self.group = group
         self.send_timeout = send_timeout
         self.retry_times = retry_times
@@ -167,7 +172,12 @@ class Producer:
         if self._stubs:
             return
         for _ in range(self._stream_count):
-            channel = open_channel(self.endpoints, dedicated=self._stream_count > 1)
+            channel = open_channel(
+                self.endpoints,
+                dedicated=self._stream_count > 1,
+                access_key=self._keys[0],
+                secret_key=self._keys[1],
+            )
             self._channels.append(channel)
             self._stubs.append(messaging_pb2_grpc.MessagingServiceStub(channel))
             self._streams.append(None)

@@ -21,7 +21,7 @@ from wharf.broker.errors import (
     UnavailableError,
     status_for,
 )
-from wharf.broker.handlers import MalformedRequest
+from wharf.broker.handlers import MalformedRequest, RefusedRequest
 from wharf.broker.processors.convert import to_inputs
 from wharf.store.config import SYNC_FLUSH
 from wharf.store.model import PutStatus
@@ -151,6 +151,8 @@ class SendProcessor:
         try:
             if type(request) is MalformedRequest:
                 raise InvalidArgumentError(request.message)
+            if type(request) is RefusedRequest:  # by the ACL (broker/acl/guard.py)
+                raise PermissionDeniedError(request.message)
             reply = await self.send(request, born_host)
             self.ctx.metrics.observe_rpc("SendMessageStream", "OK", time.perf_counter() - started)
             return reply

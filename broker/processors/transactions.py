@@ -97,7 +97,11 @@ class TransactionProcessor:
                 )
         try:
             counts = await self.ctx.store.transactions.end_batch(
-                offsets, request.commit, request.msg_id_prefix, request.rollback_rest
+                offsets,
+                request.commit,
+                request.msg_id_prefix,
+                request.rollback_rest,
+                set(request.topics),
             )
         except InvalidMessageError as exc:
             raise NotFoundError(str(exc)) from None

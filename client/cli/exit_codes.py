@@ -8,6 +8,7 @@
 | 3 | broker unavailable: cannot connect, shutting down, or the deadline passed |
 | 4 | not found: topic, group or message does not exist |
 | 5 | already exists (e.g. ``topic create`` of an existing topic) |
+| 6 | access refused: UNAUTHENTICATED (no or a wrong signature) or PERMISSION_DENIED |
 | 130 | interrupted (Ctrl-C) |
 """
 
@@ -21,6 +22,7 @@ USAGE = 2
 UNAVAILABLE = 3
 NOT_FOUND = 4
 ALREADY_EXISTS = 5
+ACCESS_REFUSED = 6
 INTERRUPTED = 130
 
 _BY_CODE = {
@@ -29,6 +31,8 @@ _BY_CODE = {
     "CLIENT_CLOSED": UNAVAILABLE,
     "NOT_FOUND": NOT_FOUND,
     "ALREADY_EXISTS": ALREADY_EXISTS,
+    "UNAUTHENTICATED": ACCESS_REFUSED,
+    "PERMISSION_DENIED": ACCESS_REFUSED,
 }
 
 

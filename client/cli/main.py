@@ -7,7 +7,11 @@
 
 Global options: ``--endpoints HOST:PORT`` (env ``WHARF_ENDPOINTS``, default 127.0.0.1:8081),
 ``--namesrv HOST:PORT;HOST:PORT`` (env ``NAMESRV_ADDR``: a cluster's NameServers, for
-``wharf cluster list`` and ``wharf topic create --cluster``) and ``--json`` (one JSON document per line on stdout; errors as JSON on stderr). Exit codes
+``wharf cluster list`` and ``wharf topic create --cluster``),
+``--access-key`` / ``--secret-key`` (env ``WHARF_ACCESS_KEY`` / ``WHARF_SECRET_KEY``: every
+call is signed for a broker with aclEnable; they are handed to the SDK through those two
+variables of this process; prefer the environment, a secret on the command line is visible
+to other local users) and ``--json`` (one JSON document per line on stdout; errors as JSON on stderr). Exit codes
 are listed in :mod:`wharf.client.cli.exit_codes`.
 """
 
@@ -19,8 +23,10 @@ import sys
 from collections.abc import Sequence
 
 import uvloop
+from wharf.client.auth import ACCESS_KEY_ENV, SECRET_KEY_ENV
 from wharf.client.channel import DEFAULT_ENDPOINTS, parse_endpoints
 from wharf.client.cli import (
+    acl_commands,
     cluster_commands,
     group_commands,
     message_commands,
@@ -38,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="wharf",
         description="Command line for the Wharf message broker.",
         epilog="exit codes: 0 ok, 1 broker error, 2 usage, 3 unavailable, 4 not found, "
-        "5 already exists, 130 interrupted",
+        "5 already exists, 6 access refused (unauthenticated or permission denied), "
+        "130 interrupted",
     )
     parser.add_argument(
         "--endpoints",
@@ -51,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="NameServers HOST:PORT[;HOST:PORT] of a cluster (env NAMESRV_ADDR): `cluster` "
         "commands, `topic create --cluster/--broker`",
     )
+    parser.add_argument(
+        "--access-key",
+        help=f"sign requests for an aclEnable broker (env {ACCESS_KEY_ENV})",
+    )
+    parser.add_argument(
+        "--secret-key", help=f"the access key's secret (env {SECRET_KEY_ENV}; prefer the env)"
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     topic_commands.add_parsers(sub)
@@ -58,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     message_commands.add_parsers(sub)
     tx_commands.add_parsers(sub)
     cluster_commands.add_parsers(sub)
+    acl_commands.add_parsers(sub)
     from wharf.client.bench.cli import add_parsers as add_bench_parsers
 
     add_bench_parsers(sub)
@@ -68,6 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # exits with 2 on usage errors
     out = Output(args.json)
+    if args.access_key is not None:
+        os.environ[ACCESS_KEY_ENV] = args.access_key
+    if args.secret_key is not None:
+        os.environ[SECRET_KEY_ENV] = args.secret_key
     try:
         parse_endpoints(args.endpoints)
         keep_large_buffers_on_heap()  # send batches and pull replies: no page faults per buffer

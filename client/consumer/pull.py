@@ -49,8 +49,18 @@ class PullResult:
 
 
 class PullConsumer:
-    def __init__(self, endpoints: str = "127.0.0.1:8081", group: str = "DEFAULT_PULL") -> None:
+    def __init__(
+        self,
+        endpoints: str = "127.0.0.1:8081",
+        group: str = "DEFAULT_PULL",
+        *,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+    ) -> None:
+        """``access_key`` / ``secret_key``: sign calls for an aclEnable broker (default: the
+        environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY)."""
         self.endpoints = endpoints
+        self._keys = (access_key, secret_key)
         self.group = group
         self._channel: grpc.aio.Channel | None = None
         self._stub: messaging_pb2_grpc.MessagingServiceStub | None = None
@@ -69,7 +79,9 @@ class PullConsumer:
 
     async def start(self) -> None:
         if self._channel is None:
-            self._channel = open_channel(self.endpoints)
+            self._channel = open_channel(
+                self.endpoints, access_key=self._keys[0], secret_key=self._keys[1]
+            )
             self._stub = messaging_pb2_grpc.MessagingServiceStub(self._channel)
             self._pull = pull_callable(self._channel)
             self._routes = RouteCache(self._stub)

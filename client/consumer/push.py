@@ -81,6 +81,8 @@ class PushConsumer:
         orderly: one handler at a time per queue, in offset order (RocketMQ's
             MessageListenerOrderly); a failure is retried in place every
             ``orderly_retry_pause_s`` and goes to the DLQ after max reconsume times.
+        access_key / secret_key: sign every call for a broker with aclEnable (default: the
+            environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY; none = unsigned).
     """
 
     def __init__(
@@ -106,6 +108,8 @@ class PushConsumer:
         client_id: str | None = None,
         orderly: bool = False,
         orderly_retry_pause_s: float = 1.0,
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         models = {"CLUSTERING": CLUSTERING, "BROADCASTING": BROADCASTING}
         wheres = {
@@ -120,6 +124,7 @@ class PushConsumer:
         if not group:
             raise InvalidArgumentError("a consumer group name is required")
         self.endpoints = endpoints
+        self._keys = (access_key, secret_key)
         self.group = group
         self.client_id = client_id or _new_client_id()
         self.handler = handler
@@ -180,7 +185,9 @@ class PushConsumer:
             raise InvalidArgumentError("subscribe to at least one topic before start()")
         if self.message_model == CLUSTERING:
             self._subscriptions.setdefault(retry_topic(self.group), "*")
-        self._channel = open_channel(self.endpoints)
+        self._channel = open_channel(
+            self.endpoints, access_key=self._keys[0], secret_key=self._keys[1]
+        )
         self._stub = messaging_pb2_grpc.MessagingServiceStub(self._channel)
         self._pull = pull_callable(self._channel)
         self._routes = RouteCache(self._stub, ttl_s=0.0)

@@ -13,6 +13,9 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from wharf.client.auth import Credentials, resolve_credentials
+from wharf.client.errors import InvalidArgumentError
+
 # Special offsets inside an offsets JSON, as in spark-sql-kafka.
 EARLIEST = -2
 LATEST = -1
@@ -59,6 +62,7 @@ class ReadOptions:
     pull_batch_size: int
     arrow_batches: bool  # yield pyarrow.RecordBatch (faster, see bench.py) or tuples
     timeout_s: float
+    credentials: Credentials | None = None  # accessKey/secretKey: signed calls (aclEnable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +77,7 @@ class WriteOptions:
     writer_id: str | None  # stable id of the write job; see topic_writer.py
     producer_group: str
     timeout_s: float
+    credentials: Credentials | None = None  # accessKey/secretKey: signed calls (aclEnable)
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -181,6 +186,16 @@ def parse_offset_spec(name: str, raw: str | None, default: int, allow_earliest: 
     return OffsetSpec(default, tuple(explicit))
 
 
+def _credentials(options: Mapping[str, str]) -> Credentials | None:
+    """Options ``accessKey`` / ``secretKey`` (else the driver's WHARF_ACCESS_KEY /
+    WHARF_SECRET_KEY): every broker call is signed for a broker with aclEnable. Resolved on
+    the driver and pickled to the executors with the options."""
+    try:
+        return resolve_credentials(_get(options, "accessKey"), _get(options, "secretKey"))
+    except InvalidArgumentError:
+        raise OptionError("options 'accessKey' and 'secretKey' go together") from None
+
+
 def _timeout(options: Mapping[str, str]) -> float:
     raw = _get(options, "timeoutMs")
     if raw is None:
@@ -238,6 +253,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         pull_batch_size=min(pull_batch, MAX_PULL_BATCH),
         arrow_batches=_bool(options, "arrowBatches", True),
         timeout_s=_timeout(options),
+        credentials=_credentials(options),
     )
 
 
@@ -272,6 +288,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         writer_id=writer_id,
         producer_group=_get(options, "producerGroup") or "wharf-spark-sink",
         timeout_s=_timeout(options),
+        credentials=_credentials(options),
     )
 
 

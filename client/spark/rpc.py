@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
+from wharf.client.auth import Credentials, sign_sync_channel
 from wharf.client.consumer.pull_wire import PULL_METHOD, PullReply, decode_pull_reply
 from wharf.client.send_stream import encode_records_request
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
@@ -90,11 +91,18 @@ class PendingPull(PendingCall):
 class BrokerRpc:
     """One channel to the first answering endpoint; use as a context manager."""
 
-    def __init__(self, endpoints: Sequence[str], timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        timeout_s: float = 30.0,
+        credentials: Credentials | None = None,
+    ) -> None:
+        """``credentials``: sign every call (wharf.client.auth) for a broker with aclEnable."""
         if not endpoints:
             raise ValueError("no broker endpoint given")
         self._endpoints = list(endpoints)
         self._timeout = timeout_s
+        self._credentials = credentials
         self._index = 0
         self._channel: grpc.Channel | None = None
         self._stub: messaging_pb2_grpc.MessagingServiceStub | None = None
@@ -107,7 +115,9 @@ class BrokerRpc:
 
     def _connect(self) -> messaging_pb2_grpc.MessagingServiceStub:
         if self._stub is None:
-            channel = grpc.insecure_channel(self.endpoint, options=_CHANNEL_OPTIONS)
+            channel = sign_sync_channel(
+                grpc.insecure_channel(self.endpoint, options=_CHANNEL_OPTIONS), self._credentials
+            )
             self._channel = channel
             self._stub = messaging_pb2_grpc.MessagingServiceStub(channel)
             self._fast_calls = {
@@ -272,10 +282,15 @@ class BrokerRpc:
         ranges: Sequence[tuple[int, int]],
         commit: bool,
         rollback_rest: bool,
+        topics: Sequence[str] = (),
     ) -> messaging_pb2.EndTransactionsResponse:
-        """Commit or roll back half messages by transaction id ranges (first, count)."""
+        """Commit or roll back half messages by transaction id ranges (first, count), of
+        ``topics`` (empty: any)."""
         request = messaging_pb2.EndTransactionsRequest(
-            msg_id_prefix=msg_id_prefix, commit=commit, rollback_rest=rollback_rest
+            msg_id_prefix=msg_id_prefix,
+            commit=commit,
+            rollback_rest=rollback_rest,
+            topics=topics,
         )
         for first, count in ranges:
             request.ranges.add(first=first, count=count)

@@ -123,6 +123,7 @@ class WriteSummary(WriterCommitMessage):
     skipped: int  # messages a previous attempt had stored already (idempotent retry)
     prefix: str = ""  # the rows' unique id prefix up to the partition: spark-<writer>.<batch>.
     halves: list[tuple[int, int]] | None = None  # transaction id ranges (first, count) to commit
+    topics: list[str] | None = None  # the topics its rows went to
 
 
 class _ChunkSender:
@@ -141,6 +142,7 @@ class _ChunkSender:
         self.sent = 0
         self.skipped = 0
         self.halves: list[tuple[int, int]] = []  # transactional: (first id, count) per chunk
+        self.topics: set[str] = set()
 
     def add(
         self,
@@ -155,6 +157,7 @@ class _ChunkSender:
             assert isinstance(record, bytes)
             size = len(record)
         key = (topic, queue_id)
+        self.topics.add(topic)
         chunk = self._pending.get(key)
         if chunk is None:
             chunk = self._pending[key] = []
@@ -345,7 +348,7 @@ def write_rows(
         if opts.transactional
         else _RowEncoder()
     )
-    with BrokerRpc(opts.endpoints, opts.timeout_s) as rpc:
+    with BrokerRpc(opts.endpoints, opts.timeout_s, opts.credentials) as rpc:
         sender = _ChunkSender(rpc, opts)
         for batch in batches:
             cols = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
@@ -383,6 +386,7 @@ def write_rows(
         sender.skipped,
         batch_prefix,
         sender.halves if opts.transactional else None,
+        sorted(sender.topics),
     )
 
 
@@ -399,10 +403,14 @@ def end_batch(opts: WriteOptions, prefix: str, summaries: list[WriteSummary], co
             count = 0
         pieces[-1].append((first, n))
         count += n
+    # The topics bound what the END may touch (and what ACL checks PUB on): the option's, or
+    # those the tasks wrote (a topic only failed attempts wrote is not rolled back here: the
+    # broker's check-back discards those halves).
+    topics = sorted({opts.topic} if opts.topic else {t for m in summaries for t in m.topics or ()})
     committed = rolled_back = before = 0
-    with BrokerRpc(opts.endpoints, opts.timeout_s) as rpc:
+    with BrokerRpc(opts.endpoints, opts.timeout_s, opts.credentials) as rpc:
         for i, piece in enumerate(pieces):
-            reply = rpc.end_transactions(prefix, piece, commit, i == len(pieces) - 1)
+            reply = rpc.end_transactions(prefix, piece, commit, i == len(pieces) - 1, topics)
             committed += reply.committed
             rolled_back += reply.rolled_back
             before += reply.resolved_before

@@ -262,7 +262,12 @@ class TransactionService:
         return how
 
     async def end_batch(
-        self, offsets: Sequence[int], commit: bool, id_prefix: str, rest: bool = False
+        self,
+        offsets: Sequence[int],
+        commit: bool,
+        id_prefix: str,
+        rest: bool = False,
+        topics: set[str] | None = None,
     ) -> dict[str, int]:
         """Resolve many halves of one writer at once (the Spark sink's commit), in order.
 
@@ -272,7 +277,9 @@ class TransactionService:
         call is repeatable. COMMIT puts consecutive halves of one destination as one append
         (at most ``BATCH_COUNT`` messages / ``BATCH_BYTES``), ROLLBACK writes markers in
         batches of ``BATCH_COUNT``. ``rest``: every other open half whose id starts with
-        ``id_prefix`` is rolled back too (what failed task attempts left behind).
+        ``id_prefix`` is rolled back too (what failed task attempts left behind). ``topics``
+        (when not empty) bounds both: a named half of another topic is refused, and ``rest``
+        touches only halves of these topics.
         Returns counts: committed, rolled_back, resolved_before."""
         if not id_prefix:
             raise InvalidMessageError("a batch END needs the message id prefix of its writer")
@@ -295,6 +302,11 @@ class TransactionService:
                 raise InvalidMessageError(
                     f"no transaction {offset}: unknown, or not from this broker"
                 )
+            if topics and half.topic not in topics:
+                raise InvalidMessageError(
+                    f"transaction {offset} is a message of topic {half.topic!r}, not of "
+                    f"{sorted(topics)}"
+                )
             if not half.message_id.startswith(id_prefix):
                 raise InvalidMessageError(
                     f"transaction {offset} (message {half.message_id!r}) is not one of "
@@ -307,7 +319,9 @@ class TransactionService:
             rollbacks += [
                 o
                 for o, h in self.open.items()
-                if o not in seen and h.message_id.startswith(id_prefix)
+                if o not in seen
+                and h.message_id.startswith(id_prefix)
+                and (not topics or h.topic in topics)
             ]
         write_id = self.ledger.begin_write(self.host.commit_log_end())
         try:

@@ -129,6 +129,8 @@ async def test_a_batch_end_commits_in_order_rolls_back_the_rest_and_is_repeatabl
         await tx.end_batch([0, 99], True, "spark-w.0.")
     with pytest.raises(InvalidMessageError, match="prefix"):
         await tx.end_batch([0], True, "")
+    with pytest.raises(InvalidMessageError, match="not of"):  # bounded to the writer's topics
+        await tx.end_batch([0], True, "spark-w.0.", topics={"Other"})
     assert await bodies(store) == []
 
     counts = await tx.end_batch([0, 1, 2, 3, 4], True, "spark-w.0.", rest=True)

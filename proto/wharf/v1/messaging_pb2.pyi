@@ -77,16 +77,18 @@ class TransactionRange(_message.Message):
     def __init__(self, first: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
 
 class EndTransactionsRequest(_message.Message):
-    __slots__ = ("msg_id_prefix", "ranges", "commit", "rollback_rest")
+    __slots__ = ("msg_id_prefix", "ranges", "commit", "rollback_rest", "topics")
     MSG_ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
     RANGES_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
     ROLLBACK_REST_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
     msg_id_prefix: str
     ranges: _containers.RepeatedCompositeFieldContainer[TransactionRange]
     commit: bool
     rollback_rest: bool
-    def __init__(self, msg_id_prefix: _Optional[str] = ..., ranges: _Optional[_Iterable[_Union[TransactionRange, _Mapping]]] = ..., commit: _Optional[bool] = ..., rollback_rest: _Optional[bool] = ...) -> None: ...
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, msg_id_prefix: _Optional[str] = ..., ranges: _Optional[_Iterable[_Union[TransactionRange, _Mapping]]] = ..., commit: _Optional[bool] = ..., rollback_rest: _Optional[bool] = ..., topics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class EndTransactionsResponse(_message.Message):
     __slots__ = ("committed", "rolled_back", "resolved_before")
