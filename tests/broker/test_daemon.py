@@ -52,11 +52,18 @@ def test_send_pull_query_view_round_trip(client: Client) -> None:
         messaging_pb2.ViewMessageRequest(msg_id=sent.results[1].offset_msg_id)
     )
     assert by_offset.message.body == b"two"
-    by_unique = client.msg.ViewMessage(
-        messaging_pb2.ViewMessageRequest(msg_id=sent.results[1].msg_id, topic="rt")
-    )
-    assert by_unique.message.commit_log_offset == sent.results[1].commit_log_offset
     deadline = time.monotonic() + 5
+    while True:  # the index may trail the consume queue a little: both are built by dispatch
+        try:
+            by_unique = client.msg.ViewMessage(
+                messaging_pb2.ViewMessageRequest(msg_id=sent.results[1].msg_id, topic="rt")
+            )
+            break
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.NOT_FOUND or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+    assert by_unique.message.commit_log_offset == sent.results[1].commit_log_offset
     found: list[bytes] = []
     while time.monotonic() < deadline and len(found) < 2:  # the index is built by dispatch
         reply = client.msg.QueryMessage(
