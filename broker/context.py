@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from wharf.broker.cluster_routes import ClusterRoutes
 from wharf.broker.config import BrokerConfig
 from wharf.broker.long_poll import LongPollHolder
 from wharf.broker.meta.consumers import ConsumerManager
@@ -37,6 +38,8 @@ class BrokerContext:
     offset_ids: OffsetMsgIdFormatter
     replies: ReplyBudget
     check_channels: CheckChannels = field(default_factory=CheckChannels)
+    # With namesrvAddr: the topic's queues on every group (RocketMQ 5 routes); else None.
+    cluster_routes: ClusterRoutes | None = None
     started_at: float = 0.0  # time.time() when serving began
     messages_in: int = 0
     messages_out: int = 0

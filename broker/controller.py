@@ -35,6 +35,7 @@ from grpc_reflection.v1alpha import reflection
 from wharf.broker.acl.guard import AclGuard
 from wharf.broker.acl.rules import FILE_NAME as ACL_FILE_NAME
 from wharf.broker.acl.rules import AclFileError
+from wharf.broker.cluster_routes import ClusterRoutes
 from wharf.broker.config import Config, parse_host_port
 from wharf.broker.context import BrokerContext
 from wharf.broker.handlers import add_servicer
@@ -285,6 +286,7 @@ class BrokerController:
         self.started_at = time.time()
         self.ctx.started_at = self.started_at
         if broker.namesrv_addr:
+            self.ctx.cluster_routes = ClusterRoutes(parse_namesrv_addr(broker.namesrv_addr))
             self.registrar = self._registrar()
             self.topics.on_change = self._on_topics_changed
             self.registrar.start()
@@ -391,6 +393,8 @@ class BrokerController:
         await self._health.enter_graceful_shutdown()
         if self.registrar is not None:  # clients stop routing here before the port closes
             await self.registrar.stop()
+        if self.ctx is not None and self.ctx.cluster_routes is not None:
+            await self.ctx.cluster_routes.close()
         if self.ctx is not None:
             self.ctx.shutting_down = True
         answered = self.long_poll.close()

@@ -13,12 +13,16 @@
   (the topic is created by its first send, as on the wharf.v1 path).
 - QueryAssignment (PushConsumer): one queue per readable id for a FIFO group, else one queue
   with id -1 ("pop from any queue", as the proxy does); FORBIDDEN when nothing is readable.
+- In a cluster (namesrvAddr): the queues and assignments of every group whose master holds the
+  topic (``cluster_groups``, from the NameServers), each with its group's broker name and
+  master endpoints, so clients send to and receive from every group through one access point.
 """
 
 from __future__ import annotations
 
 import socket
 
+from wharf.broker.cluster_routes import GroupQueues
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.topics import (
     MESSAGE_TYPE_ATTRIBUTE,
@@ -127,30 +131,57 @@ def _queue(
     queue.accept_message_types.extend(types)  # type: ignore[arg-type]
 
 
+# One broker group's share of a topic: (broker name, its endpoints, its queues of the topic
+# -- None: not created yet, the default count).
+Group = tuple[str, definition_pb2.Endpoints, TopicConfig | None]
+
+
+def cluster_groups(
+    topics: TopicConfigManager,
+    topic_name: str,
+    own: tuple[str, definition_pb2.Endpoints],
+    cluster: list[GroupQueues] | None,
+) -> list[Group]:
+    """The groups a route lists: this broker alone, or (with NameServers that know the topic)
+    every group whose master holds it -- this one answered with the endpoints the client
+    dialled, the others with their masters' addresses."""
+    topic = route_topic(topics, topic_name)
+    if not cluster:
+        return [(own[0], own[1], topic)]
+    attributes = topic.attributes if topic else {}
+    return [
+        (
+            g.broker_name,
+            own[1] if g.broker_name == own[0] else endpoints_of(g.address),
+            TopicConfig(topic_name, g.read_queue_nums, g.write_queue_nums, g.perm, attributes),
+        )
+        for g in cluster
+    ]
+
+
 def fill_route(
     queues: object,
     topics: TopicConfigManager,
     topic_name: str,
     namespace: str,
-    broker_name: str,
-    endpoints: definition_pb2.Endpoints,
+    groups: list[Group],
 ) -> None:
-    """Append the topic's queues to ``queues`` (a repeated MessageQueue field)."""
-    topic = route_topic(topics, topic_name)
+    """Append the topic's queues on every group to ``queues`` (a repeated MessageQueue)."""
     default = topics.default_queue_nums
-    count = max(topic.read_queue_nums, topic.write_queue_nums) if topic else default
-    types = accepted_types(topic)
-    for queue_id in range(count):
-        _queue(
-            queues.add(),  # type: ignore[attr-defined]
-            topic_name,
-            namespace,
-            queue_id,
-            _permission(topic, queue_id, default),
-            broker_name,
-            endpoints,
-            types,
-        )
+    for broker_name, endpoints, topic in groups:
+        count = max(topic.read_queue_nums, topic.write_queue_nums) if topic else default
+        types = accepted_types(topic)
+        for queue_id in range(count):
+            _queue(
+                queues.add(),  # type: ignore[attr-defined]
+                topic_name,
+                namespace,
+                queue_id,
+                _permission(topic, queue_id, default),
+                broker_name,
+                endpoints,
+                types,
+            )
 
 
 def fill_assignment(
@@ -158,32 +189,35 @@ def fill_assignment(
     topics: TopicConfigManager,
     topic_name: str,
     namespace: str,
-    broker_name: str,
-    endpoints: definition_pb2.Endpoints,
+    groups: list[Group],
     fifo: bool,
 ) -> None:
-    topic = route_topic(topics, topic_name)
     default = topics.default_queue_nums
-    readable = [
-        queue_id
-        for queue_id in range(topic.read_queue_nums if topic else default)
-        if _permission(topic, queue_id, default) in (Permission.READ, Permission.READ_WRITE)
-    ]
-    if not readable:
+    any_readable = False
+    for broker_name, endpoints, topic in groups:
+        readable = [
+            queue_id
+            for queue_id in range(topic.read_queue_nums if topic else default)
+            if _permission(topic, queue_id, default) in (Permission.READ, Permission.READ_WRITE)
+        ]
+        if not readable:
+            continue
+        any_readable = True
+        types = accepted_types(topic)
+        for queue_id in readable if fifo else [-1]:
+            assignment = assignments.add()  # type: ignore[attr-defined]
+            _queue(
+                assignment.message_queue,
+                topic_name,
+                namespace,
+                queue_id,
+                Permission.READ_WRITE if queue_id == -1 else _permission(topic, queue_id, default),
+                broker_name,
+                endpoints,
+                types,
+            )
+    if not any_readable:
         raise V2Error(Code.FORBIDDEN, f"topic {topic_name!r} has no readable queue")
-    types = accepted_types(topic)
-    for queue_id in readable if fifo else [-1]:
-        assignment = assignments.add()  # type: ignore[attr-defined]
-        _queue(
-            assignment.message_queue,
-            topic_name,
-            namespace,
-            queue_id,
-            Permission.READ_WRITE if queue_id == -1 else _permission(topic, queue_id, default),
-            broker_name,
-            endpoints,
-            types,
-        )
 
 
 def not_found_group(exc: NotFoundError | InvalidArgumentError) -> V2Error:

@@ -36,7 +36,14 @@ from wharf.broker.v2.codes import Code, V2Error, code_for
 from wharf.broker.v2.metadata import client_meta
 from wharf.broker.v2.pull import V2PullProcessor
 from wharf.broker.v2.receive import V2ReceiveProcessor
-from wharf.broker.v2.route import endpoints_of, fill_assignment, fill_route, not_found_group
+from wharf.broker.v2.route import (
+    Group,
+    cluster_groups,
+    endpoints_of,
+    fill_assignment,
+    fill_route,
+    not_found_group,
+)
 from wharf.broker.v2.send import V2SendProcessor
 from wharf.broker.v2.settings import merge_settings
 from wharf.broker.v2.transactions import end_transaction
@@ -158,10 +165,15 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self.ctx.topics,
             request.topic.name,
             request.topic.resource_namespace,
-            self.ctx.config.broker_name,
-            self._endpoints(request.endpoints),
+            await self._groups(request.topic.name, request.endpoints),
         )
         return response
+
+    async def _groups(self, topic: str, requested: definition_pb2.Endpoints) -> list[Group]:
+        routes = self.ctx.cluster_routes
+        cluster = await routes.groups(topic) if routes is not None else None
+        own = (self.ctx.config.broker_name, self._endpoints(requested))
+        return cluster_groups(self.ctx.topics, topic, own, cluster)
 
     @v2_rpc("QueryAssignment")
     async def QueryAssignment(self, request, context, client_id):  # type: ignore[no-untyped-def]
@@ -172,8 +184,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self.ctx.topics,
             request.topic.name,
             request.topic.resource_namespace,
-            self.ctx.config.broker_name,
-            self._endpoints(request.endpoints),
+            await self._groups(request.topic.name, request.endpoints),
             fifo=group.consume_message_orderly,
         )
         return response

@@ -11,18 +11,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 import pytest
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
-from tests.harness import REPO_ROOT, BrokerProcess, NamesrvProcess, free_port
+from tests.cluster.conftest import SILENCE_MS
+from tests.harness import REPO_ROOT
 
 pytestmark = pytest.mark.slow
-SILENCE_MS = 2000
 
 
 def route(ns: str, topic: str) -> dict[str, int]:
@@ -55,36 +54,6 @@ def cli(namesrv: str, *args: str) -> Any:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout)
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[list[NamesrvProcess], dict[str, BrokerProcess]]]:
-    settings = {"brokerNotActiveTimeoutMillis": SILENCE_MS}
-    names = [NamesrvProcess(tmp_path / f"ns{i}", settings, port=free_port()) for i in range(2)]
-    for ns in names:
-        ns.start()
-    addr = ";".join(ns.endpoint for ns in names)
-    brokers = {
-        name: BrokerProcess(
-            tmp_path / name,
-            settings={
-                "namesrvAddr": addr,
-                "brokerClusterName": "C",
-                "brokerName": name,
-                "autoCreateTopicEnable": False,
-            },
-        )
-        for name in ("broker-a", "broker-b")
-    }
-    try:
-        for broker in brokers.values():
-            broker.start()
-        yield names, brokers
-    finally:
-        for process in [*brokers.values(), *names]:
-            if process.proc is not None and process.proc.poll() is None:
-                os.kill(process.pid, signal.SIGCONT)
-                process.kill()
 
 
 def test_routes_follow_registration_death_silence_and_goodbye(cluster) -> None:  # type: ignore[no-untyped-def]
