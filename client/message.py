@@ -100,9 +100,11 @@ class ConsumeResult(enum.Enum):
 class MessageQueue:
     topic: str
     queue_id: int
+    broker_name: str = ""  # set in a cluster (several groups hold queues of the topic)
 
     def __str__(self) -> str:
-        return f"{self.topic}#{self.queue_id}"
+        where = f"{self.broker_name}@" if self.broker_name else ""
+        return f"{where}{self.topic}#{self.queue_id}"
 
 
 class ReceivedMessage:

@@ -23,6 +23,7 @@ from typing import Any
 import grpc
 from wharf.client.batcher import AutoBatcher
 from wharf.client.channel import open_channel
+from wharf.client.cluster import ClusterSender
 from wharf.client.compression import COMPRESS_THRESHOLD
 from wharf.client.errors import (
     ClientClosedError,
@@ -106,6 +107,10 @@ class Producer:
         compress_threshold: bodies larger than this are zlib-compressed (4 KiB).
         access_key / secret_key: sign every call for a broker with aclEnable (default: the
             environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY; none = unsigned).
+        namesrv: a cluster's NameServers ``"host:port;host2:port2"`` instead of ``endpoints``:
+            sends spread over every broker group of the topic, avoid failing ones and retry on
+            another group within the deadline (``wharf.client.cluster``); transactions and
+            ``recall`` need ``endpoints`` for now.
     """
 
     def __init__(
@@ -127,7 +132,27 @@ class Producer:
         transaction_topics: Iterable[str] = (),
         access_key: str | None = None,
         secret_key: str | None = None,
+        namesrv: str | None = None,
     ) -> None:
+        self._cluster: ClusterSender[Producer] | None = None
+        if namesrv:
+            if transaction_checker is not None:
+                raise InvalidArgumentError(
+                    "transactions through namesrv= are not supported yet: give endpoints="
+                )
+            options = dict(
+                group=group, send_timeout=send_timeout, retry_times=0, linger_ms=linger_ms,
+                batch_max_messages=batch_max_messages, batch_max_bytes=batch_max_bytes,
+                max_in_flight=max_in_flight, streams=streams, transport=transport,
+                compress_threshold=compress_threshold, max_buffered=max_buffered,
+                access_key=access_key, secret_key=secret_key,
+            )  # fmt: skip
+            self._cluster = ClusterSender(
+                namesrv,
+                lambda address: Producer(address, **options),  # type: ignore[arg-type]
+                send_timeout,
+                retry_times,
+            )
         if transport not in ("stream", "unary"):
             raise InvalidArgumentError(f"transport must be 'stream' or 'unary', got {transport!r}")
         if streams < 1:
@@ -169,7 +194,7 @@ class Producer:
         await self.close()
 
     async def start(self) -> None:
-        if self._stubs:
+        if self._stubs or self._cluster is not None:  # a cluster's clients start on first use
             return
         for _ in range(self._stream_count):
             channel = open_channel(
@@ -194,6 +219,7 @@ class Producer:
         """Cancel a timed message (sent with ``deliver_at`` / ``delay``) before it is due, by
         its ``SendResult.recall_handle``; returns its message id. NotFoundError once it was
         delivered or recalled."""
+        self._not_in_cluster("recall")
         self._require_started()
         request = messaging_pb2.RecallMessageRequest(topic=topic, recall_handle=recall_handle)
         try:
@@ -206,6 +232,7 @@ class Producer:
         """Half messages resolved together: ``async with producer.transaction() as tx:
         await tx.send(...)`` commits on a clean exit and rolls back when the block raises
         (``wharf.client.transaction``)."""
+        self._not_in_cluster("transactions")
         self._require_started()
         return Transaction(self.send, self._stubs[0], self.send_timeout)
 
@@ -214,6 +241,9 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        if self._cluster is not None:
+            await self._cluster.close()
+            return
         if self._check_listener is not None:
             await self._check_listener.close()
         if self._batcher is not None:
@@ -255,6 +285,15 @@ class Producer:
         retries."""
         if deliver_at is not None or delay is not None:
             properties = {**(properties or {}), **timer_property(deliver_at, delay)}
+        if self._cluster is not None:
+            return await self._cluster.send(
+                topic,
+                lambda p, q, budget: p.send(
+                    topic, body, tags=tags, keys=keys, properties=properties,
+                    delay_level=delay_level, queue_id=q, deadline_s=budget,
+                ),
+                queue_id, selector, selector_arg, deadline_s,
+            )  # fmt: skip
         if (
             body.__class__ is bytes
             and tags is None
@@ -350,6 +389,15 @@ class Producer:
         queue_id: int | None = None,
     ) -> None:
         """Fire and forget: no result, no retry, errors only logged (RocketMQ's sendOneway)."""
+        if self._cluster is not None:
+            task = asyncio.ensure_future(
+                self.send(topic, body, tags=tags, keys=keys, properties=properties,
+                          queue_id=queue_id)
+            )  # fmt: skip
+            self._oneway_tasks.add(task)
+            task.add_done_callback(self._oneway_tasks.discard)
+            task.add_done_callback(_log_oneway_failure)
+            return
         batcher = self._require_started()
         item, key = self._item_of(topic, body, tags, keys, properties, 0, queue_id)
         await batcher.wait_for_space()
@@ -372,6 +420,13 @@ class Producer:
         delayed messages must share one delay level."""
         if not messages:
             raise InvalidArgumentError("send_batch needs at least one message")
+        if self._cluster is not None:
+            return await self._cluster.send(
+                topic,
+                lambda p, q, budget: p.send_batch(topic, messages, queue_id=q, deadline_s=budget),
+                queue_id,
+                deadline_s=deadline_s,
+            )
         batcher = self._require_started()
         items, key = self._batch_items(topic, messages, queue_id)
         nbytes = sum(len(item[0]) for item in items) if not key[2] else 0
@@ -435,6 +490,12 @@ class Producer:
                 unique_id=unique_id,
             )
         return self._item_of(topic, item, None, (), None, 0, queue_id, unique_id=unique_id)
+
+    def _not_in_cluster(self, what: str) -> None:
+        if self._cluster is not None:
+            raise InvalidArgumentError(
+                f"{what} through namesrv= are not supported yet: use a Producer with endpoints="
+            )
 
     def _require_started(self) -> AutoBatcher:
         if self._closed:

@@ -30,9 +30,11 @@ import os
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 from wharf.client.channel import open_channel
+from wharf.client.cluster import ClusterConsumers
 from wharf.client.consumer.consume_service import ConcurrentConsumeService, Handler
 from wharf.client.consumer.membership import GroupMembership
 from wharf.client.consumer.offset_store import LocalOffsetStore, RemoteOffsetStore
@@ -110,7 +112,29 @@ class PushConsumer:
         orderly_retry_pause_s: float = 1.0,
         access_key: str | None = None,
         secret_key: str | None = None,
+        namesrv: str | None = None,
     ) -> None:
+        self._cluster: ClusterConsumers[PushConsumer] | None = None
+        if namesrv:
+            if message_model != "CLUSTERING":
+                raise InvalidArgumentError("namesrv= consumes in CLUSTERING mode only, for now")
+            options = dict(
+                handler=handler, consume_from_where=consume_from_where,
+                consume_timestamp_ms=consume_timestamp_ms,
+                consume_concurrency=consume_concurrency,
+                max_in_flight_per_queue=max_in_flight_per_queue, pull_batch_size=pull_batch_size,
+                long_poll_ms=long_poll_ms, rebalance_interval_s=rebalance_interval_s,
+                heartbeat_interval_s=heartbeat_interval_s, handover_delay_s=handover_delay_s,
+                commit_interval_s=commit_interval_s, max_reconsume_times=max_reconsume_times,
+                shutdown_grace_s=shutdown_grace_s, client_id=client_id, orderly=orderly,
+                orderly_retry_pause_s=orderly_retry_pause_s, access_key=access_key,
+                secret_key=secret_key,
+            )  # fmt: skip
+            self._cluster = ClusterConsumers(
+                namesrv,
+                lambda: list(self._subscriptions),
+                lambda address: self._broker_consumer(address, options),
+            )
         models = {"CLUSTERING": CLUSTERING, "BROADCASTING": BROADCASTING}
         wheres = {
             "LAST": CONSUME_FROM_LAST_OFFSET,
@@ -167,8 +191,21 @@ class PushConsumer:
             raise InvalidArgumentError("topic must not be empty")
         self._subscriptions[topic] = tag_expression or "*"
 
+    def _broker_consumer(self, address: str, options: dict[str, Any]) -> PushConsumer:
+        """The single-broker consumer of one group master (``namesrv=``)."""
+        consumer = PushConsumer(address, self.group, **options)
+        for topic, expression in self._subscriptions.items():
+            consumer.subscribe(topic, expression)
+        return consumer
+
     @property
     def assigned_queues(self) -> list[MessageQueue]:
+        if self._cluster is not None:  # (broker, queue) pairs of every group
+            return sorted(
+                MessageQueue(q.topic, q.queue_id, address)
+                for address, c in self._cluster.consumers.items()
+                for q in c.assigned_queues
+            )
         return sorted(self._workers)
 
     async def __aenter__(self) -> PushConsumer:
@@ -183,6 +220,10 @@ class PushConsumer:
             raise InvalidArgumentError("PushConsumer needs a handler")
         if not self._subscriptions:
             raise InvalidArgumentError("subscribe to at least one topic before start()")
+        if self._cluster is not None:
+            await self._cluster.start()
+            self._running = True
+            return
         if self.message_model == CLUSTERING:
             self._subscriptions.setdefault(retry_topic(self.group), "*")
         self._channel = open_channel(
@@ -251,6 +292,9 @@ class PushConsumer:
         if not self._running:
             return
         self._running = False
+        if self._cluster is not None:
+            await self._cluster.close()
+            return
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -267,6 +311,9 @@ class PushConsumer:
 
     async def commit(self) -> None:
         """Commit the progress of every assigned queue now."""
+        if self._cluster is not None:
+            await self._cluster.each(lambda c: c.commit())
+            return
         if self._offsets is None:
             return
         self._record_progress(list(self._workers))

@@ -22,13 +22,19 @@ def stored(endpoint: str, topic: str) -> list[bytes]:
     with grpc.insecure_channel(endpoint) as channel:
         stub = messaging_pb2_grpc.MessagingServiceStub(channel)
         for queue_id in range(QUEUES):
-            reply = stub.PullMessage(
-                messaging_pb2.PullMessageRequest(
-                    consumer_group="check", topic=topic, queue_id=queue_id, max_messages=100
-                ),
-                timeout=10,
-            )
-            out += [m.body for m in reply.messages]
+            offset = 0
+            while True:
+                reply = stub.PullMessage(
+                    messaging_pb2.PullMessageRequest(
+                        consumer_group="check", topic=topic, queue_id=queue_id,
+                        queue_offset=offset, max_messages=100,
+                    ),
+                    timeout=10,
+                )  # fmt: skip
+                if not reply.messages:
+                    break
+                out += [m.body for m in reply.messages]
+                offset = reply.next_begin_offset
     return out
 
 

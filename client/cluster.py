@@ -1,0 +1,272 @@
+"""The SDK over a cluster (``Producer(namesrv=...)``, ``PushConsumer(namesrv=...)``): routes
+from the NameServers (``wharf.client.namesrv``), one single-broker client per group master.
+
+Sends (``ClusterSender``): a topic's writable groups (a master and write queues) in turn, round
+robin per topic; a group that failed a send, or answered slowly, is avoided for a while
+(RocketMQ's latency fault tolerance: failures 30 s; latency >= 550 / 1000 / 2000 / 3000 /
+15000 ms avoided 30 / 60 / 120 / 180 / 600 s); retries go to another group, and each attempt
+gets ``remaining deadline / attempts left`` so a dead broker cannot eat the whole send timeout
+(RocketMQ #8997). A selector picks among (broker, queue) pairs of every group and the message
+stays on its group (ordered messages never fail over). Routes are cached and refreshed every
+``route_ttl_s`` (30 s, as RocketMQ clients poll) and at once after a failed send; a dead
+broker's route is gone from the NameServers within milliseconds, so the refresh skips it.
+
+Consumption (``ClusterConsumers``): one single-broker ``PushConsumer`` per master holding a
+subscribed topic, each rebalancing that broker's queues among the group's members (every
+member reaches every broker, so every (broker, queue) has exactly one owner in the group);
+offsets live on each queue's broker. The set of masters follows the routes (checked every
+``route_refresh_s``, 5 s): a new group gets a consumer, a vanished one's consumer is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+from wharf.client.errors import NotFoundError, WharfError
+from wharf.client.message import MessageQueue
+from wharf.client.namesrv import NameServerClient, TopicRoute
+from wharf.client.selector import MessageQueueSelector
+
+log = logging.getLogger("wharf.client.cluster")
+
+PERM_WRITE = 2
+FAILURE_ISOLATION_S = 30.0
+# RocketMQ's MQFaultStrategy: latency (ms) at least -> not available for (s).
+LATENCY_TIERS = ((15000, 600.0), (3000, 180.0), (2000, 120.0), (1000, 60.0), (550, 30.0))
+
+C = TypeVar("C")  # a single-broker client
+R = TypeVar("R")
+
+
+class FaultTolerance:
+    """When each broker may be chosen again (monotonic seconds)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._until: dict[str, float] = {}
+
+    def available(self, broker: str) -> bool:
+        return self._until.get(broker, 0.0) <= self._clock()
+
+    def failed(self, broker: str) -> None:
+        self._until[broker] = self._clock() + FAILURE_ISOLATION_S
+
+    def answered(self, broker: str, latency_ms: float) -> None:
+        for at_least, avoid_s in LATENCY_TIERS:
+            if latency_ms >= at_least:
+                self._until[broker] = self._clock() + avoid_s
+                return
+        self._until.pop(broker, None)
+
+
+class _Clients(Generic[C]):
+    """One started single-broker client per address."""
+
+    def __init__(self, make: Callable[[str], C]) -> None:
+        self._make = make
+        self.by_address: dict[str, C] = {}
+        self._lock = asyncio.Lock()
+
+    async def get(self, address: str) -> C:
+        client = self.by_address.get(address)
+        if client is None:
+            async with self._lock:
+                client = self.by_address.get(address)
+                if client is None:
+                    client = self._make(address)
+                    await client.start()  # type: ignore[attr-defined]
+                    self.by_address[address] = client
+        return client
+
+    async def close(self, address: str | None = None) -> None:
+        addresses = [address] if address is not None else list(self.by_address)
+        for a in addresses:
+            client = self.by_address.pop(a, None)
+            if client is not None:
+                try:
+                    await client.close()  # type: ignore[attr-defined]
+                except WharfError as exc:  # a dead broker: its last commit cannot land
+                    log.warning("closing the client of %s: %s", a, exc)
+
+
+class ClusterSender(Generic[C]):
+    def __init__(
+        self,
+        namesrv: str,
+        make_client: Callable[[str], C],
+        send_timeout: float,
+        retry_times: int,
+        route_ttl_s: float = 30.0,
+    ) -> None:
+        self.namesrv = NameServerClient(namesrv)
+        self._clients: _Clients[C] = _Clients(make_client)
+        self.send_timeout = send_timeout
+        self.retry_times = retry_times
+        self.route_ttl_s = route_ttl_s
+        self.faults = FaultTolerance()
+        self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        self._next: dict[str, int] = {}
+
+    async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
+        cached = self._routes.get(topic)
+        now = time.monotonic()
+        if cached is None or refresh or now - cached[0] > self.route_ttl_s:
+            route = await self.namesrv.query_route(topic)
+            self._routes[topic] = (now, route)
+            return route
+        return cached[1]
+
+    @staticmethod
+    def writable(route: TopicRoute) -> list[tuple[str, str, int]]:
+        """(broker name, master address, write queues) of the groups that take writes."""
+        out = []
+        for name, queues in sorted(route.queues.items()):
+            group = route.groups.get(name)
+            master = group.master if group else None
+            if master and queues.write_queue_nums > 0 and queues.perm & PERM_WRITE:
+                out.append((name, master, queues.write_queue_nums))
+        return out
+
+    def _pick(self, topic: str, groups: list[tuple[str, str, int]], tried: set[str]) -> int:
+        fresh = [i for i, g in enumerate(groups) if g[0] not in tried]
+        healthy = [i for i in fresh if self.faults.available(groups[i][0])]
+        choices = healthy or fresh or list(range(len(groups)))
+        n = self._next.get(topic, 0)
+        self._next[topic] = n + 1
+        return choices[n % len(choices)]
+
+    async def send(
+        self,
+        topic: str,
+        call: Callable[[C, int | None, float], Awaitable[R]],
+        queue_id: int | None = None,
+        selector: MessageQueueSelector | None = None,
+        selector_arg: object = None,
+        deadline_s: float | None = None,
+    ) -> R:
+        """``call(client, queue_id, seconds)`` on a group's client, retried on other groups."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (deadline_s or self.send_timeout)
+        tried: set[str] = set()
+        pinned: str | None = None  # a selector's group: ordered messages stay on it
+        last: WharfError | None = None
+        for attempt in range(self.retry_times + 1):
+            route = await self.route(topic, refresh=attempt > 0)
+            groups = self.writable(route)
+            if not groups:
+                raise NotFoundError(f"no broker group of the cluster takes writes to {topic!r}")
+            if selector is not None:
+                if pinned is None:
+                    queues = [
+                        MessageQueue(topic, q, name) for name, _, n in groups for q in range(n)
+                    ]
+                    chosen = selector.select(queues, selector_arg)
+                    pinned, queue_id = chosen.broker_name, chosen.queue_id
+                match = [g for g in groups if g[0] == pinned]
+                if not match:
+                    raise NotFoundError(
+                        f"broker group {pinned!r} no longer takes writes to {topic!r}"
+                    )
+                name, address, _ = match[0]
+            else:
+                name, address, _ = groups[self._pick(topic, groups, tried)]
+            budget = (deadline - loop.time()) / (self.retry_times + 1 - attempt)
+            if budget <= 0:
+                break
+            client = await self._clients.get(address)
+            started = loop.time()
+            try:
+                result = await call(client, queue_id, budget)
+            except WharfError as exc:
+                if not exc.retriable:
+                    raise
+                self.faults.failed(name)
+                tried.add(name)
+                last = exc
+                log.debug("send to %s (%s) failed: %s; %d retries left", name, address, exc,
+                          self.retry_times - attempt)  # fmt: skip
+                continue
+            self.faults.answered(name, (loop.time() - started) * 1000)
+            return result
+        if last is not None:
+            raise last
+        raise NotFoundError(f"no attempt left within the deadline for {topic!r}")
+
+    async def any_client(self, topic: str) -> C:
+        """The client of one writable group's master (calls that need a broker, not a queue)."""
+        groups = self.writable(await self.route(topic))
+        if not groups:
+            raise NotFoundError(f"no broker group of the cluster takes writes to {topic!r}")
+        return await self._clients.get(groups[0][1])
+
+    async def close(self) -> None:
+        await self._clients.close()
+        await self.namesrv.close()
+
+
+class ClusterConsumers(Generic[C]):
+    """One single-broker consumer per master holding a subscribed topic (see the module)."""
+
+    def __init__(
+        self,
+        namesrv: str,
+        topics: Callable[[], list[str]],
+        make_consumer: Callable[[str], C],
+        route_refresh_s: float = 5.0,
+    ) -> None:
+        self.namesrv = NameServerClient(namesrv)
+        self._topics = topics
+        self._clients: _Clients[C] = _Clients(make_consumer)
+        self.route_refresh_s = route_refresh_s
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def consumers(self) -> dict[str, C]:
+        return dict(self._clients.by_address)
+
+    async def start(self) -> None:
+        await self.reconcile()
+        self._task = asyncio.get_running_loop().create_task(self._follow())
+
+    async def reconcile(self) -> None:
+        """Start a consumer on each master that holds a subscribed topic, close the others."""
+        masters: set[str] = set()
+        for topic in self._topics():
+            try:
+                route = await self.namesrv.query_route(topic)
+            except NotFoundError:
+                continue
+            masters |= {g.master for g in route.groups.values() if g.master}
+        for address in sorted(masters - set(self._clients.by_address)):
+            log.info("consuming from broker %s", address)
+            await self._clients.get(address)
+        for address in sorted(set(self._clients.by_address) - masters):
+            log.info("broker %s left the routes; its consumer closes", address)
+            await self._clients.close(address)
+
+    async def _follow(self) -> None:
+        while True:
+            await asyncio.sleep(self.route_refresh_s)
+            try:
+                await self.reconcile()
+            except asyncio.CancelledError:
+                raise
+            except WharfError as exc:
+                log.warning("route refresh failed (%s); next in %.0f s", exc, self.route_refresh_s)
+
+    async def each(self, action: Callable[[C], Awaitable[Any]]) -> None:
+        for client in list(self._clients.by_address.values()):
+            await action(client)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._clients.close()
+        await self.namesrv.close()
