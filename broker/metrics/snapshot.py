@@ -52,6 +52,10 @@ class BrokerSnapshot:
     # Transaction and timer figures (``transactions.stats()``, ``timer.stats()``).
     transactions: dict[str, int] = field(default_factory=dict)
     timer: dict[str, int] = field(default_factory=dict)
+    # Who this broker is in its cluster (cluster, broker, broker_id) and, per NameServer of
+    # namesrvAddr, whether its registration session is up.
+    identity: dict[str, str] = field(default_factory=dict)
+    namesrv_sessions: dict[str, bool] = field(default_factory=dict)
 
 
 def take_snapshot(controller: Any, now: float | None = None) -> BrokerSnapshot:
@@ -78,7 +82,20 @@ def take_snapshot(controller: Any, now: float | None = None) -> BrokerSnapshot:
         loop_tasks=_loop_tasks(),
         transactions=_service_stats(store, "transactions"),
         timer=_service_stats(store, "timer"),
+        identity=_identity(controller),
+        namesrv_sessions=dict(getattr(getattr(controller, "registrar", None), "registered", {})),
     )
+
+
+def _identity(controller: Any) -> dict[str, str]:
+    broker = getattr(getattr(controller, "config", None), "broker", None)
+    if broker is None:  # a stand-in controller (unit tests)
+        return {}
+    return {
+        "cluster": broker.broker_cluster_name,
+        "broker": broker.broker_name,
+        "broker_id": str(broker.broker_id),
+    }
 
 
 def _service_stats(store: Any, name: str) -> dict[str, int]:

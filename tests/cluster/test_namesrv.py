@@ -112,3 +112,20 @@ def test_clients_use_the_other_name_server_when_one_is_dead(cluster) -> None:  #
     names[0].kill()
     for _ in range(3):  # whichever NameServer a client starts with
         assert len(cli(ns, "cluster", "list")) == 2
+
+
+def test_broker_metrics_name_its_cluster_and_its_name_server_sessions(cluster) -> None:  # type: ignore[no-untyped-def]
+    import urllib.request
+
+    names, brokers = cluster
+    ns = ";".join(n.endpoint for n in names)
+    wait_for(lambda: len(cli(ns, "cluster", "list")) == 2, 10, "both brokers registered")
+    url = f"http://{brokers['broker-a'].metrics_endpoint}/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    assert 'wharf_broker_info{broker="broker-a",broker_id="0",cluster="C"} 1.0' in text
+    for n in names:
+        assert f'wharf_namesrv_session_up{{namesrv="{n.endpoint}"}} 1.0' in text
+    names[0].kill()
+    time.sleep(0.5)
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    assert f'wharf_namesrv_session_up{{namesrv="{names[0].endpoint}"}} 0.0' in text
