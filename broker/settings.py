@@ -14,12 +14,12 @@ only the parsing of text, the broker's settings, and the checks the store does n
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from wharf.broker.config import BrokerConfig, Config, StoreConfig, parse_host_port
+from wharf.broker.toml_file import read_settings_file
 from wharf.store.config import (
     StoreConfigError,
     check_setting,
@@ -154,12 +154,7 @@ def load_settings(
     values: dict[str, Any] = {}
     if config_file is not None:
         path = Path(config_file)
-        try:
-            table = tomllib.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        table = read_settings_file(path, ConfigError)
         for key, raw in table.items():
             field_name = _BY_CAMEL.get(key)
             if field_name is None:

@@ -9,11 +9,12 @@ failure domain with a tiny dependency set; the import-linter contract holds it t
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from wharf.broker.toml_file import read_settings_file
 
 ENV_PREFIX = "WHARF_NAMESRV_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -79,12 +80,7 @@ def load_namesrv_settings(
 
     if config_file is not None:
         path = Path(config_file)
-        try:
-            table = tomllib.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        table = read_settings_file(path, ConfigError)
         for key, raw in table.items():
             if key not in _BY_CAMEL:
                 raise ConfigError(

@@ -265,15 +265,8 @@ class _RowEncoder:
         try:
             if not (tags or keys or properties) and 0 < len(body) <= self._threshold:
                 return encoder.encode_bare(encoder.tail(topic), body, unique_id)
-            user: dict[str, str] = {}
-            if properties:  # Arrow gives a map as (key, value) pairs; null values dropped
-                user.update((k, v) for k, v in properties if v is not None)
-                user.pop(PROPERTY_UNIQ_KEY, None)
             key_list = [k for k in keys or () if k]
-            if tags:
-                user.pop(PROPERTY_TAGS, None)
-            if key_list:
-                user.pop(PROPERTY_KEYS, None)
+            user = _user_properties(properties, tags, key_list)
             return encoder.encode(
                 topic, body, unique_id, tags=tags or None, keys=key_list, properties=user
             )
@@ -304,21 +297,35 @@ class _HalfEncoder:
         properties: list[tuple[str, str | None]] | None,
     ) -> common_pb2.Message:
         del row, topic  # errors surface as the broker's INVALID_ARGUMENT naming the message
-        user: dict[str, str] = {}
-        if properties:
-            user.update((k, v) for k, v in properties if v is not None)
-            for name in (PROPERTY_UNIQ_KEY, PROPERTY_TAGS, PROPERTY_KEYS):
-                user.pop(name, None)
+        key_list = [k for k in keys or () if k]
+        user = _user_properties(properties, tags, key_list)
         user.update(self._system)
         payload, compressed = maybe_compress(body)
         return common_pb2.Message(
             body=payload,
             tags=tags or "",
-            keys=[k for k in keys or () if k],
+            keys=key_list,
             properties=user,
             unique_id=unique_id,
             compressed=compressed,
         )
+
+
+def _user_properties(
+    properties: list[tuple[str, str | None]] | None, tags: str | None, keys: list[str]
+) -> dict[str, str]:
+    """A row's user properties (Arrow gives a map as (key, value) pairs; null values dropped):
+    the row's unique id always wins over a UNIQ_KEY property, the tags and keys columns over
+    TAGS / KEYS properties when set (else those properties stand in for them)."""
+    user: dict[str, str] = {}
+    if properties:
+        user.update((k, v) for k, v in properties if v is not None)
+        user.pop(PROPERTY_UNIQ_KEY, None)
+    if tags:
+        user.pop(PROPERTY_TAGS, None)
+    if keys:
+        user.pop(PROPERTY_KEYS, None)
+    return user
 
 
 def _as_body(value: Any, row: int) -> bytes:
