@@ -48,6 +48,20 @@ def san_hosts(hosts: Iterable[str]) -> list[str]:
     return list(seen)
 
 
+# digitalSignature only: what an ECDHE-ECDSA TLS server key does.
+_SERVER_KEY_USAGE = x509.KeyUsage(
+    digital_signature=True,
+    content_commitment=False,
+    key_encipherment=False,
+    data_encipherment=False,
+    key_agreement=False,
+    key_cert_sign=False,
+    crl_sign=False,
+    encipher_only=False,
+    decipher_only=False,
+)
+
+
 def _general_name(host: str) -> x509.GeneralName:
     try:
         return x509.IPAddress(ipaddress.ip_address(host))
@@ -62,7 +76,7 @@ def build_self_signed(hosts: Iterable[str], days: int = DEFAULT_DAYS) -> tuple[b
     subject = x509.Name(
         [
             x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Wharf development"),
-            x509.NameAttribute(NameOID.COMMON_NAME, names[0]),
+            x509.NameAttribute(NameOID.COMMON_NAME, names[0][:64]),  # the X.509 bound
         ]
     )
     now = datetime.datetime.now(datetime.UTC)
@@ -76,14 +90,7 @@ def build_self_signed(hosts: Iterable[str], days: int = DEFAULT_DAYS) -> tuple[b
         .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.SubjectAlternativeName([_general_name(h) for h in names]), False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                crl_sign=False, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )  # fmt: skip
+        .add_extension(_SERVER_KEY_USAGE, critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
         .sign(key, hashes.SHA256())
     )

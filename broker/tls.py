@@ -126,7 +126,9 @@ def load_server_tls_blocking(broker: BrokerConfig, store_root: str | Path) -> Se
     return tls
 
 
-def _check_pair(cert_pem: bytes, key_pem: bytes, cert_path: Path, key_path: Path) -> datetime.datetime:
+def _check_pair(
+    cert_pem: bytes, key_pem: bytes, cert_path: Path, key_path: Path
+) -> datetime.datetime:
     """The certificate's expiry; TlsError when either file does not parse or they differ."""
     try:
         cert = x509.load_pem_x509_certificates(cert_pem)[0]
@@ -135,9 +137,7 @@ def _check_pair(cert_pem: bytes, key_pem: bytes, cert_path: Path, key_path: Path
     try:
         key = serialization.load_pem_private_key(key_pem, password=None)
     except (ValueError, TypeError):
-        raise TlsError(
-            f"tlsKeyPath: {key_path} is not an unencrypted PEM private key"
-        ) from None
+        raise TlsError(f"tlsKeyPath: {key_path} is not an unencrypted PEM private key") from None
     spki = serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     if key.public_key().public_bytes(*spki) != cert.public_key().public_bytes(*spki):
         raise TlsError(f"tlsKeyPath: {key_path} is not the key of the certificate {cert_path}")

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import grpc
-from wharf.client.channel import open_channel
+from wharf.client.channel import TlsConfig, open_channel, tls_config
 from wharf.client.errors import ClientClosedError, from_rpc_error
 from wharf.v1 import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
 
@@ -26,8 +26,19 @@ _WHERE = {
 
 
 class Admin:
-    def __init__(self, endpoints: str = "127.0.0.1:8081", *, rpc_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        endpoints: str = "127.0.0.1:8081",
+        *,
+        rpc_timeout_s: float = 10.0,
+        tls: bool | TlsConfig | None = False,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+    ) -> None:
+        """TLS arguments as the Producer's (``wharf.client.channel.tls_config``)."""
         self.endpoints = endpoints
+        self.tls = tls_config(tls, ca_file, cert_file, key_file)
         self.rpc_timeout_s = rpc_timeout_s
         self._channel: grpc.aio.Channel | None = None
         self._admin: admin_pb2_grpc.AdminServiceStub | None = None
@@ -42,7 +53,7 @@ class Admin:
 
     async def start(self) -> None:
         if self._channel is None:
-            self._channel = open_channel(self.endpoints)
+            self._channel = open_channel(self.endpoints, tls=self.tls)
             self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
             self._messaging = messaging_pb2_grpc.MessagingServiceStub(self._channel)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 from wharf.client.batcher import AutoBatcher
-from wharf.client.channel import open_channel
+from wharf.client.channel import TlsConfig, open_channel, tls_config
 from wharf.client.compression import COMPRESS_THRESHOLD
 from wharf.client.errors import (
     ClientClosedError,
@@ -104,6 +104,9 @@ class Producer:
         streams: number of SendMessageStream calls, each on its own connection.
         transport: ``"stream"`` (bidi, default) or ``"unary"`` (one SendMessage per batch).
         compress_threshold: bodies larger than this are zlib-compressed (4 KiB).
+        tls / ca_file / cert_file / key_file: TLS to the broker (``wharf.client.channel``):
+            ``tls=True`` trusts the system roots, ``ca_file`` a PEM bundle; the client
+            certificate and key are for a broker requiring mutual TLS.
     """
 
     def __init__(
@@ -123,12 +126,17 @@ class Producer:
         max_buffered: int = 65536,
         transaction_checker: TransactionChecker | None = None,
         transaction_topics: Iterable[str] = (),
+        tls: bool | TlsConfig | None = False,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
     ) -> None:
         if transport not in ("stream", "unary"):
             raise InvalidArgumentError(f"transport must be 'stream' or 'unary', got {transport!r}")
         if streams < 1:
             raise InvalidArgumentError("streams must be >= 1")
         self.endpoints = endpoints
+        self.tls = tls_config(tls, ca_file, cert_file, key_file)
         self.group = group
         self.send_timeout = send_timeout
         self.retry_times = retry_times
@@ -167,7 +175,7 @@ class Producer:
         if self._stubs:
             return
         for _ in range(self._stream_count):
-            channel = open_channel(self.endpoints, dedicated=self._stream_count > 1)
+            channel = open_channel(self.endpoints, dedicated=self._stream_count > 1, tls=self.tls)
             self._channels.append(channel)
             self._stubs.append(messaging_pb2_grpc.MessagingServiceStub(channel))
             self._streams.append(None)

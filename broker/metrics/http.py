@@ -65,7 +65,7 @@ def bearer_guard(app: WsgiApp, token: str) -> WsgiApp:
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: Any) -> None:
         """No access log on stderr (a scrape every 15 s would fill the broker's log)."""
 
 
@@ -90,11 +90,13 @@ class MetricsHttpServer:
         app: WsgiApp = make_wsgi_app(self._registry)
         if self._bearer_token:
             app = bearer_guard(app, self._bearer_token)
-        # A subclass per server: ThreadingWSGIServer's address family is a class attribute.
-        server_class = type("_MetricsServer", (ThreadingWSGIServer,), {})
-        server_class.address_family = _family(host)
+        family = _family(host)
+
+        class _Server(ThreadingWSGIServer):
+            address_family = family  # a class attribute: one subclass per server
+
         try:
-            server = make_server(host, port, app, server_class, handler_class=_QuietHandler)
+            server = make_server(host, port, app, _Server, handler_class=_QuietHandler)
         except OSError as exc:
             raise OSError(
                 exc.errno, f"cannot serve metrics on {host}:{port}: {exc.strerror}"

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from wharf.client.bench.pacing import WARMUP_S, due_batches
 from wharf.client.bench.stats import BenchStats
+from wharf.client.channel import TlsConfig
 from wharf.client.consumer.pull import PullConsumer
 from wharf.client.message import MessageQueue
 from wharf.client.producer import Producer
@@ -31,6 +32,7 @@ class BenchOptions:
     max_in_flight: int = 8  # producer requests in flight per stream
     rate: int = 10_000  # e2e: target messages per second
     group: str = "wharf-bench"
+    tls: TlsConfig | None = None  # the CLI's --tls / --ca-file
 
 
 class _Budget:
@@ -67,6 +69,7 @@ async def run_produce(options: BenchOptions, stats: BenchStats) -> None:
         max_in_flight=options.max_in_flight,
         compress_threshold=1 << 30,  # measure the transport, not zlib
         send_timeout=30.0,
+        tls=options.tls,
     ) as producer:
 
         async def worker() -> None:
@@ -91,7 +94,7 @@ async def run_consume(options: BenchOptions, stats: BenchStats) -> None:
     pullers than queues still work in parallel (like parallel range readers, or Redis clients
     issuing XRANGE side by side)."""
     budget = _Budget(options)
-    async with PullConsumer(options.endpoints, options.group) as consumer:
+    async with PullConsumer(options.endpoints, options.group, tls=options.tls) as consumer:
         queues = await consumer.queues(options.topic)
         chunk = options.batch * 16
         work: list[tuple[MessageQueue, int, int]] = []
@@ -136,8 +139,9 @@ async def run_e2e(options: BenchOptions, stats: BenchStats) -> None:
             linger_ms=options.linger_ms,
             max_in_flight=options.max_in_flight,
             send_timeout=30.0,
+            tls=options.tls,
         ) as producer,
-        PullConsumer(options.endpoints, options.group) as consumer,
+        PullConsumer(options.endpoints, options.group, tls=options.tls) as consumer,
     ):
         await producer.send(options.topic, b"warm-up")  # auto-creates the topic
         queues = await consumer.queues(options.topic)

@@ -5,8 +5,10 @@
     wharf consume orders --follow --json
     wharf group progress billing
 
-Global options: ``--endpoints HOST:PORT`` (env ``WHARF_ENDPOINTS``, default 127.0.0.1:8081)
-and ``--json`` (one JSON document per line on stdout; errors as JSON on stderr). Exit codes
+Global options: ``--endpoints HOST:PORT`` (env ``WHARF_ENDPOINTS``, default 127.0.0.1:8081),
+``--json`` (one JSON document per line on stdout; errors as JSON on stderr) and TLS:
+``--tls`` (env ``WHARF_TLS``), ``--ca-file`` (``WHARF_CA_FILE``, implies TLS), ``--cert-file`` /
+``--key-file`` (``WHARF_CERT_FILE`` / ``WHARF_KEY_FILE``, mutual TLS). Exit codes
 are listed in :mod:`wharf.client.cli.exit_codes`.
 """
 
@@ -18,7 +20,7 @@ import sys
 from collections.abc import Sequence
 
 import uvloop
-from wharf.client.channel import DEFAULT_ENDPOINTS, parse_endpoints
+from wharf.client.channel import DEFAULT_ENDPOINTS, parse_endpoints, tls_config
 from wharf.client.cli import group_commands, message_commands, topic_commands, tx_commands
 from wharf.client.cli.exit_codes import INTERRUPTED, USAGE, exit_code_for
 from wharf.client.cli.output import Output
@@ -39,6 +41,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="broker HOST:PORT (env WHARF_ENDPOINTS; default %(default)s)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    tls = parser.add_argument_group("TLS (a broker with tlsEnable)")
+    tls.add_argument(
+        "--tls",
+        dest="tls_flag",
+        action="store_true",
+        default=os.environ.get("WHARF_TLS", "").lower() in ("1", "true", "yes", "on"),
+        help="connect over TLS, trusting the system roots unless --ca-file (env WHARF_TLS=true)",
+    )
+    tls.add_argument(
+        "--ca-file",
+        default=os.environ.get("WHARF_CA_FILE"),
+        metavar="PEM",
+        help="CA bundle to trust (implies --tls; env WHARF_CA_FILE), e.g. the broker's "
+        "self-signed <store>/config/tls/broker.crt",
+    )
+    tls.add_argument(
+        "--cert-file",
+        default=os.environ.get("WHARF_CERT_FILE"),
+        metavar="PEM",
+        help="client certificate for mutual TLS (env WHARF_CERT_FILE)",
+    )
+    tls.add_argument(
+        "--key-file",
+        default=os.environ.get("WHARF_KEY_FILE"),
+        metavar="PEM",
+        help="client private key for mutual TLS (env WHARF_KEY_FILE)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     topic_commands.add_parsers(sub)
     group_commands.add_parsers(sub)
@@ -56,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Output(args.json)
     try:
         parse_endpoints(args.endpoints)
+        args.tls = tls_config(args.tls_flag, args.ca_file, args.cert_file, args.key_file)
         keep_large_buffers_on_heap()  # send batches and pull replies: no page faults per buffer
         # uvloop, as the broker: the CLI's clients (and `wharf bench`) spend much of their
         # time in task switches and callbacks, which it runs ~2x cheaper than asyncio's loop.

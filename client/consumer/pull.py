@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import grpc
-from wharf.client.channel import open_channel
+from wharf.client.channel import TlsConfig, open_channel, tls_config
 from wharf.client.consumer.pull_wire import pull_callable
 from wharf.client.consumer.start_offset import queue_bounds, search_offset
 from wharf.client.errors import ClientClosedError, InvalidArgumentError, from_rpc_error
@@ -49,8 +49,19 @@ class PullResult:
 
 
 class PullConsumer:
-    def __init__(self, endpoints: str = "127.0.0.1:8081", group: str = "DEFAULT_PULL") -> None:
+    def __init__(
+        self,
+        endpoints: str = "127.0.0.1:8081",
+        group: str = "DEFAULT_PULL",
+        *,
+        tls: bool | TlsConfig | None = False,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+    ) -> None:
+        """TLS arguments as the Producer's (``wharf.client.channel.tls_config``)."""
         self.endpoints = endpoints
+        self.tls = tls_config(tls, ca_file, cert_file, key_file)
         self.group = group
         self._channel: grpc.aio.Channel | None = None
         self._stub: messaging_pb2_grpc.MessagingServiceStub | None = None
@@ -69,7 +80,7 @@ class PullConsumer:
 
     async def start(self) -> None:
         if self._channel is None:
-            self._channel = open_channel(self.endpoints)
+            self._channel = open_channel(self.endpoints, tls=self.tls)
             self._stub = messaging_pb2_grpc.MessagingServiceStub(self._channel)
             self._pull = pull_callable(self._channel)
             self._routes = RouteCache(self._stub)

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
-from wharf.client.channel import open_channel
+from wharf.client.channel import TlsConfig, open_channel, tls_config
 from wharf.client.consumer.consume_service import ConcurrentConsumeService, Handler
 from wharf.client.consumer.membership import GroupMembership
 from wharf.client.consumer.offset_store import LocalOffsetStore, RemoteOffsetStore
@@ -81,6 +81,7 @@ class PushConsumer:
         orderly: one handler at a time per queue, in offset order (RocketMQ's
             MessageListenerOrderly); a failure is retried in place every
             ``orderly_retry_pause_s`` and goes to the DLQ after max reconsume times.
+        tls / ca_file / cert_file / key_file: TLS as the Producer's.
     """
 
     def __init__(
@@ -106,6 +107,10 @@ class PushConsumer:
         client_id: str | None = None,
         orderly: bool = False,
         orderly_retry_pause_s: float = 1.0,
+        tls: bool | TlsConfig | None = False,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
     ) -> None:
         models = {"CLUSTERING": CLUSTERING, "BROADCASTING": BROADCASTING}
         wheres = {
@@ -120,6 +125,7 @@ class PushConsumer:
         if not group:
             raise InvalidArgumentError("a consumer group name is required")
         self.endpoints = endpoints
+        self.tls = tls_config(tls, ca_file, cert_file, key_file)
         self.group = group
         self.client_id = client_id or _new_client_id()
         self.handler = handler
@@ -180,7 +186,7 @@ class PushConsumer:
             raise InvalidArgumentError("subscribe to at least one topic before start()")
         if self.message_model == CLUSTERING:
             self._subscriptions.setdefault(retry_topic(self.group), "*")
-        self._channel = open_channel(self.endpoints)
+        self._channel = open_channel(self.endpoints, tls=self.tls)
         self._stub = messaging_pb2_grpc.MessagingServiceStub(self._channel)
         self._pull = pull_callable(self._channel)
         self._routes = RouteCache(self._stub, ttl_s=0.0)

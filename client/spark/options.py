@@ -13,6 +13,9 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from wharf.client.channel import TlsConfig, tls_config
+from wharf.client.errors import WharfError
+
 # Special offsets inside an offsets JSON, as in spark-sql-kafka.
 EARLIEST = -2
 LATEST = -1
@@ -59,6 +62,7 @@ class ReadOptions:
     pull_batch_size: int
     arrow_batches: bool  # yield pyarrow.RecordBatch (faster, see bench.py) or tuples
     timeout_s: float
+    tls: TlsConfig | None = None  # options tls / caFile / certFile / keyFile
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,7 @@ class WriteOptions:
     writer_id: str | None  # stable id of the write job; see topic_writer.py
     producer_group: str
     timeout_s: float
+    tls: TlsConfig | None = None
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -179,6 +184,28 @@ def parse_offset_spec(name: str, raw: str | None, default: int, allow_earliest: 
     return OffsetSpec(default, tuple(explicit))
 
 
+def parse_tls(options: Mapping[str, str]) -> TlsConfig | None:
+    """``tls`` (true: system roots), ``caFile`` (implies tls), ``certFile`` + ``keyFile``
+    (mutual TLS). The files are read here, on the driver: executors get their bytes pickled
+    with the options, so the files need not exist on the workers."""
+    try:
+        return tls_config(
+            _bool(options, "tls", False),
+            _get(options, "caFile"),
+            _get(options, "certFile"),
+            _get(options, "keyFile"),
+        )
+    except WharfError as exc:
+        message = str(exc)
+        for arg, option in (
+            ("ca_file", "caFile"),
+            ("cert_file", "certFile"),
+            ("key_file", "keyFile"),
+        ):
+            message = message.replace(arg, option)
+        raise OptionError(f"option {message}") from None
+
+
 def _timeout(options: Mapping[str, str]) -> float:
     raw = _get(options, "timeoutMs")
     if raw is None:
@@ -236,6 +263,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         pull_batch_size=min(pull_batch, MAX_PULL_BATCH),
         arrow_batches=_bool(options, "arrowBatches", True),
         timeout_s=_timeout(options),
+        tls=parse_tls(options),
     )
 
 
@@ -257,6 +285,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         writer_id=writer_id,
         producer_group=_get(options, "producerGroup") or "wharf-spark-sink",
         timeout_s=_timeout(options),
+        tls=parse_tls(options),
     )
 
 

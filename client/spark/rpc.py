@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
+from wharf.client.channel import TlsConfig
 from wharf.client.consumer.pull_wire import PULL_METHOD, PullReply, decode_pull_reply
 from wharf.client.send_stream import encode_records_request
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
@@ -90,11 +91,14 @@ class PendingPull(PendingCall):
 class BrokerRpc:
     """One channel to the first answering endpoint; use as a context manager."""
 
-    def __init__(self, endpoints: Sequence[str], timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, endpoints: Sequence[str], timeout_s: float = 30.0, tls: TlsConfig | None = None
+    ) -> None:
         if not endpoints:
             raise ValueError("no broker endpoint given")
         self._endpoints = list(endpoints)
         self._timeout = timeout_s
+        self._tls = tls  # None: plaintext
         self._index = 0
         self._channel: grpc.Channel | None = None
         self._stub: messaging_pb2_grpc.MessagingServiceStub | None = None
@@ -107,7 +111,12 @@ class BrokerRpc:
 
     def _connect(self) -> messaging_pb2_grpc.MessagingServiceStub:
         if self._stub is None:
-            channel = grpc.insecure_channel(self.endpoint, options=_CHANNEL_OPTIONS)
+            if self._tls is not None:
+                channel = grpc.secure_channel(
+                    self.endpoint, self._tls.credentials(), options=_CHANNEL_OPTIONS
+                )
+            else:
+                channel = grpc.insecure_channel(self.endpoint, options=_CHANNEL_OPTIONS)
             self._channel = channel
             self._stub = messaging_pb2_grpc.MessagingServiceStub(channel)
             self._fast_calls = {

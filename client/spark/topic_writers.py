@@ -247,7 +247,7 @@ def write_rows(
     prefix = f"spark-{writer_id}-{batch_id}-{partition_id}-"
     row = 0
     encoder = _RowEncoder()
-    with BrokerRpc(opts.endpoints, opts.timeout_s) as rpc:
+    with BrokerRpc(opts.endpoints, opts.timeout_s, opts.tls) as rpc:
         sender = _ChunkSender(rpc, opts)
         for batch in batches:
             cols = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
