@@ -1,13 +1,14 @@
-"""Self-signed development certificates (``cryptography``), written atomically.
+"""Development certificates (``cryptography``), written atomically.
 
-``generate_self_signed_blocking(cert_path, key_path, hosts)`` makes an ECDSA P-256 key and a
-certificate signed by that key: valid ``DEFAULT_DAYS`` (365) days from one hour ago (clock skew),
-SubjectAlternativeName = ``hosts`` plus ``localhost``, ``127.0.0.1`` and ``::1`` (IP literals as
-IP entries, names as DNS entries), basicConstraints CA:FALSE, extendedKeyUsage serverAuth. A
-client trusts it by using the certificate file itself as its CA bundle. Each file is written to
-``<name>.tmp`` (the key created with mode 0600 before a byte is written), fsynced and renamed,
-key first: a reader never sees half a file. Blocking: call it before the event loop starts or
-in a thread.
+``generate_self_signed_blocking(cert_path, key_path, hosts)`` makes an ECDSA P-256 key and its
+certificate, valid ``DEFAULT_DAYS`` (365) days from one hour ago (clock skew), with
+SubjectAlternativeName = ``hosts`` plus ``localhost``, ``127.0.0.1`` and ``::1`` (IP literals
+as IP entries, names as DNS entries), CA:FALSE, extendedKeyUsage serverAuth. It is signed by a
+one-off CA whose private key is discarded at once (nothing else can ever be signed by it), and
+the certificate file holds both: the chain the broker presents, and the bundle a client
+trusts (``ca_file=<store>/config/tls/broker.crt``). Each file is written to ``<name>.tmp``
+(the key created with mode 0600 before a byte is written), fsynced and renamed, key first: a
+reader never sees half a file. Blocking: call it before the event loop starts or in a thread.
 
 Also a command for deployments that want the pair before the first start (docker-compose
 secrets)::
@@ -62,6 +63,19 @@ _SERVER_KEY_USAGE = x509.KeyUsage(
 )
 
 
+_CA_KEY_USAGE = x509.KeyUsage(
+    digital_signature=False,
+    content_commitment=False,
+    key_encipherment=False,
+    data_encipherment=False,
+    key_agreement=False,
+    key_cert_sign=True,
+    crl_sign=True,
+    encipher_only=False,
+    decipher_only=False,
+)
+
+
 def _general_name(host: str) -> x509.GeneralName:
     try:
         return x509.IPAddress(ipaddress.ip_address(host))
@@ -69,37 +83,65 @@ def _general_name(host: str) -> x509.GeneralName:
         return x509.DNSName(host)
 
 
-def build_self_signed(hosts: Iterable[str], days: int = DEFAULT_DAYS) -> tuple[bytes, bytes]:
-    """(certificate PEM, PKCS#8 private key PEM) for ``san_hosts(hosts)``."""
-    names = san_hosts(hosts)
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name(
+def _name(organization: str, common_name: str) -> x509.Name:
+    return x509.Name(
         [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Wharf development"),
-            x509.NameAttribute(NameOID.COMMON_NAME, names[0][:64]),  # the X.509 bound
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64]),  # the X.509 bound
         ]
     )
+
+
+def _pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def build_self_signed(hosts: Iterable[str], days: int = DEFAULT_DAYS) -> tuple[bytes, bytes]:
+    """(certificate chain PEM, PKCS#8 private key PEM) for ``san_hosts(hosts)``.
+
+    The chain is the server certificate followed by the one-off CA that signed it, whose key
+    is dropped here. Trusting the chain file trusts that CA: a self-signed CA:FALSE
+    certificate alone is refused by gRPC's default root store (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH,
+    how the official clients are pointed at a private CA), a CA:TRUE one used as the server's
+    own certificate by webpki (the Rust client)."""
+    names = san_hosts(hosts)
     now = datetime.datetime.now(datetime.UTC)
+    start, end = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=days)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name("Wharf development CA", f"Wharf development CA {names[0]}")
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_CA_KEY_USAGE, critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
     cert = (
         x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
+        .subject_name(_name("Wharf development", names[0]))
+        .issuer_name(ca_name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=days))
+        .not_valid_before(start)
+        .not_valid_after(end)
         .add_extension(x509.SubjectAlternativeName([_general_name(h) for h in names]), False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_SERVER_KEY_USAGE, critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
-        .sign(key, hashes.SHA256())
+        .sign(ca_key, hashes.SHA256())
     )
     key_pem = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+    return _pem(cert) + _pem(ca_cert), key_pem
 
 
 def write_atomic_blocking(path: Path, data: bytes, mode: int) -> None:

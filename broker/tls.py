@@ -4,9 +4,10 @@
 
 - paths: ``tlsCertPath`` / ``tlsKeyPath``, by default ``<store>/config/tls/broker.crt`` and
   ``broker.key``;
-- both files missing: a self-signed pair is generated there (``wharf.broker.certs``; SAN =
-  the listen, tlsListen and advertised hosts plus localhost, 127.0.0.1 and ::1) and a WARNING
-  says so: fine for development, clients must be given the certificate as their CA bundle;
+- both files missing: a development pair is generated there (``wharf.broker.certs``: the
+  certificate signed by a one-off CA whose key is discarded, the file holding both; SAN = the
+  listen, tlsListen and advertised hosts plus localhost, 127.0.0.1 and ::1) and a WARNING says
+  so: fine for development, clients are given the certificate file as their CA bundle;
 - one of the two missing, an unreadable file or a key that does not match the certificate:
   ``TlsError`` naming the setting and path (the broker does not start);
 - ``tlsClientAuth = require``: ``tlsTrustCertPath`` is read, and gRPC refuses a handshake
@@ -147,9 +148,9 @@ def _check_pair(
 def _log_certificate(tls: ServerTls, not_after: datetime.datetime) -> None:
     if tls.generated:
         log.warning(
-            "TLS: generated a self-signed development certificate %s (key %s, mode 0600); "
-            "clients must trust this file as their CA bundle; use a CA-signed certificate in "
-            "production", tls.cert_path, tls.key_path,
+            "TLS: generated a development certificate %s (key %s, mode 0600), signed by a "
+            "one-off CA whose key was discarded; clients trust this file as their CA bundle; "
+            "use a certificate of your own CA in production", tls.cert_path, tls.key_path,
         )  # fmt: skip
     log.info("TLS certificate %s SHA-256 fingerprint %s, valid until %s",
              tls.cert_path, tls.fingerprint, not_after.isoformat())  # fmt: skip

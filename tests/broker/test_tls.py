@@ -101,7 +101,13 @@ def test_first_start_generates_a_self_signed_pair_and_logs_its_fingerprint(
     key_path = cert_path.with_name("broker.key")
     assert key_path.stat().st_mode & 0o777 == 0o600
     assert not list(cert_path.parent.glob("*.tmp"))
-    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    cert, ca = x509.load_pem_x509_certificates(cert_path.read_bytes())
+    # The server certificate (CA:FALSE) and the one-off CA that signed it (its key discarded).
+    assert not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert cert.issuer == ca.subject and cert.subject != ca.subject
+    cert.verify_directly_issued_by(ca)
+    assert not list(cert_path.parent.glob("*ca*.key"))
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "localhost" in san.get_values_for_type(x509.DNSName)
     assert {str(ip) for ip in san.get_values_for_type(x509.IPAddress)} >= {"127.0.0.1", "::1"}
@@ -109,7 +115,7 @@ def test_first_start_generates_a_self_signed_pair_and_logs_its_fingerprint(
     assert re.fullmatch(r"([0-9A-F]{2}:){31}[0-9A-F]{2}", fingerprint)
     log = tls_broker.log()
     assert f"SHA-256 fingerprint {fingerprint}" in log
-    assert "generated a self-signed development certificate" in log
+    assert "generated a development certificate" in log
     # The ready file: the listen port is the TLS port, there is no plaintext one.
     info = json.loads((tls_broker.root / "ready.json").read_text())
     assert info["tls"] == info["grpc"] == tls_broker.endpoint
@@ -188,7 +194,7 @@ def test_the_second_start_reuses_the_pair(tmp_path: Path) -> None:
         broker.restart()
         assert generated_cert(broker).read_bytes() == first
         assert health(secure(broker.endpoint, generated_cert(broker))) == "SERVING"
-        assert broker.log().count("generated a self-signed") == 1
+        assert broker.log().count("generated a development certificate") == 1
 
 
 def test_tls_listen_serves_tls_next_to_the_plaintext_listen_port(tmp_path: Path) -> None:
@@ -214,7 +220,7 @@ def test_mutual_tls_refuses_clients_without_a_certificate_of_the_trusted_ca(
         "tlsClientAuth": "require", "tlsTrustCertPath": str(ca.cert),
     }  # fmt: skip
     with BrokerProcess(tmp_path / "broker", settings=settings) as broker:
-        assert "generated a self-signed" not in broker.log()
+        assert "generated a development" not in broker.log()
         assert not (broker.store_dir / "config" / "tls").exists()
         ep = broker.endpoint
         assert refused(secure(ep, ca.cert)) == grpc.StatusCode.UNAVAILABLE  # no certificate
