@@ -181,7 +181,7 @@ def test_client_tls_arguments_fail_early_with_the_argument_named(tmp_path: Path)
     with pytest.raises(InvalidArgumentError, match="ca_file: cannot read"):
         Producer("127.0.0.1:1", ca_file=str(tmp_path / "missing.pem"))
     (tmp_path / "not.pem").write_text("hello")
-    with pytest.raises(InvalidArgumentError, match="cert_file: .* is not a PEM file"):
+    with pytest.raises(InvalidArgumentError, match=r"cert_file: .* is not a PEM file"):
         tls_config(cert_file=tmp_path / "not.pem", key_file=tmp_path / "not.pem")
     with pytest.raises(InvalidArgumentError, match="go together"):
         PullConsumer("127.0.0.1:1", cert_file=str(tmp_path / "not.pem"))
