@@ -178,6 +178,14 @@ class BrokerController:
     async def start(self) -> None:
         broker = self.config.broker
         self.long_poll.bind_loop(asyncio.get_running_loop())
+        token = None  # checked before anything starts: a bad file stops the broker at once
+        if broker.metrics_bearer_token_file:
+            try:
+                token = await asyncio.to_thread(
+                    read_token_file_blocking, broker.metrics_bearer_token_file
+                )
+            except ValueError as exc:
+                raise StartupError(str(exc)) from None
         max_size = broker.grpc_max_message_size or max(
             16 * 1024 * 1024, self.config.store.max_message_size + 1024 * 1024
         )
@@ -270,14 +278,6 @@ class BrokerController:
 
         self.metrics.attach(self)
         metrics_host, metrics_port = parse_host_port(broker.metrics_listen, "metricsListen")
-        token = None
-        if broker.metrics_bearer_token_file:
-            try:
-                token = await asyncio.to_thread(
-                    read_token_file_blocking, broker.metrics_bearer_token_file
-                )
-            except ValueError as exc:
-                raise StartupError(str(exc)) from None
         try:
             self.metrics_port = await self.metrics.serve(metrics_host, metrics_port, token)
         except OSError as exc:
