@@ -13,6 +13,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.harness import BrokerProcess
+from tests.ops.prometheus_server import PrometheusServer
 
 TOKEN = "s3cr3t-token-for-prometheus_0123456789"
 
@@ -47,6 +48,24 @@ def test_metrics_require_the_bearer_token_when_configured(tmp_path: Path) -> Non
             )
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
     assert TOKEN not in broker.log()
+
+
+@pytest.mark.ops
+def test_prometheus_with_the_deploy_config_scrapes_a_broker_requiring_the_token(
+    tmp_path: Path,
+) -> None:
+    """deploy/prometheus.yml's authorization block, its credentials_file rebased onto the
+    broker's token file (both are the same compose secret)."""
+    token_file = tmp_path / "metrics_token"
+    token_file.write_text(TOKEN)
+    settings = {"metricsBearerTokenFile": str(token_file)}
+    with (
+        BrokerProcess(tmp_path / "broker", settings=settings) as broker,
+        PrometheusServer(tmp_path, broker.metrics_endpoint, token_file) as prom,
+    ):
+        (up,) = prom.wait_for('up{job="wharf"} == 1')
+        assert up["metric"]["instance"] == broker.metrics_endpoint
+        assert prom.wait_for("wharf_broker_uptime_seconds > 0")
 
 
 def test_metrics_stay_open_without_a_token(tmp_path: Path) -> None:
