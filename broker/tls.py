@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,8 +70,6 @@ def tls_paths(broker: BrokerConfig, store_root: str | Path) -> tuple[Path, Path]
 def certificate_hosts(broker: BrokerConfig) -> list[str]:
     """Hosts clients may dial: listen, tlsListen, advertisedAddress (wildcards dropped by
     ``san_hosts``; a wildcard adds this machine's name)."""
-    import socket
-
     hosts = []
     for address in (broker.listen, broker.tls_listen, broker.advertised_address):
         if address:
