@@ -6,13 +6,13 @@ same run.
 
 One broker (``BrokerProcess``: ASYNC_FLUSH, 8 queues per topic, logging at WARNING) with
 ``tlsEnable`` and ``tlsListen``: its plaintext port and its TLS port (the generated development
-certificate, ECDSA P-256; grpcio negotiates TLS 1.3 with AES-GCM) serve the same store. Each
-round runs, on each port: ``wharf bench produce`` of ``--messages`` messages of ``--size`` bytes
-from ``--tasks`` concurrent ``send()`` calls (the SDK auto-batches them), then ``wharf bench
-consume`` of the same topic from its beginning (batches of 256, 8 pullers). The client is the
-``wharf`` CLI in its own process (``--ca-file`` for TLS), so the broker and the client each get
-their own interpreter as in production. Phases alternate plaintext / TLS, so drift from the
-neighbours on a shared machine hits both.
+certificate, ECDSA P-256; TLS 1.3 with TLS_AES_256_GCM_SHA384, as ``openssl s_client`` reports)
+serve the same store. Each round runs, on each port: ``wharf bench produce`` of ``--messages``
+messages of ``--size`` bytes from ``--tasks`` concurrent ``send()`` calls (the SDK auto-batches
+them), then ``wharf bench consume`` of the same topic from its beginning (8 pullers, 256
+messages or 256 KiB a pull). The client is the ``wharf`` CLI in its own process (``--ca-file``
+for TLS), so the broker and the client each get their own interpreter as in production. Phases
+alternate plaintext / TLS, so drift from the neighbours on a shared machine hits both.
 
 For every phase: msg/s (the CLI's own figure, client start-up excluded), the broker's CPU per
 message (utime + stime from /proc/PID/stat around the phase) and the client's (the child's
@@ -51,6 +51,12 @@ class Phase:
     client_cpu_us: float  # per message
 
 
+def consume_batch(size: int) -> int:
+    """Messages per pull: 256, or 256 KiB of bodies for larger messages (8 pullers x 3 MiB
+    replies would pass the broker's 16 MiB maxUnreadPullBytesPerClient)."""
+    return max(1, min(256, 256 * 1024 // size))
+
+
 def run_phase(
     broker: BrokerProcess, transport: str, workload: str, topic: str, args: argparse.Namespace,
     round_no: int,
@@ -60,7 +66,7 @@ def run_phase(
     extra = (
         ["--tasks", str(args.tasks), "--batch", "1", "--streams", "1", "--max-in-flight", "4"]
         if workload == "produce"
-        else ["--tasks", "8", "--batch", "256"]
+        else ["--tasks", "8", "--batch", str(consume_batch(args.size))]
     )
     cmd = [
         sys.executable, "-m", "wharf.client.cli.main", "--endpoints", endpoint,
