@@ -6,11 +6,11 @@ import asyncio
 import os
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from wharf.client.bench.pacing import WARMUP_S, due_batches
 from wharf.client.bench.stats import BenchStats
-from wharf.client.channel import TlsConfig
 from wharf.client.consumer.pull import PullConsumer
 from wharf.client.message import MessageQueue
 from wharf.client.producer import Producer
@@ -32,7 +32,8 @@ class BenchOptions:
     max_in_flight: int = 8  # producer requests in flight per stream
     rate: int = 10_000  # e2e: target messages per second
     group: str = "wharf-bench"
-    tls: TlsConfig | None = None  # the CLI's --tls / --ca-file
+    # The CLI's connection options (``tls`` ...), keyword arguments of every client.
+    connect: dict[str, Any] = field(default_factory=dict)
 
 
 class _Budget:
@@ -69,7 +70,7 @@ async def run_produce(options: BenchOptions, stats: BenchStats) -> None:
         max_in_flight=options.max_in_flight,
         compress_threshold=1 << 30,  # measure the transport, not zlib
         send_timeout=30.0,
-        tls=options.tls,
+        **options.connect,
     ) as producer:
 
         async def worker() -> None:
@@ -94,7 +95,7 @@ async def run_consume(options: BenchOptions, stats: BenchStats) -> None:
     pullers than queues still work in parallel (like parallel range readers, or Redis clients
     issuing XRANGE side by side)."""
     budget = _Budget(options)
-    async with PullConsumer(options.endpoints, options.group, tls=options.tls) as consumer:
+    async with PullConsumer(options.endpoints, options.group, **options.connect) as consumer:
         queues = await consumer.queues(options.topic)
         chunk = options.batch * 16
         work: list[tuple[MessageQueue, int, int]] = []
@@ -139,9 +140,9 @@ async def run_e2e(options: BenchOptions, stats: BenchStats) -> None:
             linger_ms=options.linger_ms,
             max_in_flight=options.max_in_flight,
             send_timeout=30.0,
-            tls=options.tls,
+            **options.connect,
         ) as producer,
-        PullConsumer(options.endpoints, options.group, tls=options.tls) as consumer,
+        PullConsumer(options.endpoints, options.group, **options.connect) as consumer,
     ):
         await producer.send(options.topic, b"warm-up")  # auto-creates the topic
         queues = await consumer.queues(options.topic)

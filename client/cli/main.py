@@ -85,7 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Output(args.json)
     try:
         parse_endpoints(args.endpoints)
-        args.tls = tls_config(args.tls_flag, args.ca_file, args.cert_file, args.key_file)
+        # How every command's client connects (keyword arguments of Producer, Admin ...).
+        args.connect = {
+            "tls": tls_config(args.tls_flag, args.ca_file, args.cert_file, args.key_file),
+        }
         keep_large_buffers_on_heap()  # send batches and pull replies: no page faults per buffer
         # uvloop, as the broker: the CLI's clients (and `wharf bench`) spend much of their
         # time in task switches and callbacks, which it runs ~2x cheaper than asyncio's loop.

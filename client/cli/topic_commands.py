@@ -76,7 +76,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
 
 async def topic_create(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints, tls=args.tls) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         config = await admin.create_topic(
             args.name,
             queue_nums=args.queues,
@@ -90,7 +90,7 @@ async def topic_create(args: argparse.Namespace, out: Output) -> int:
 
 
 async def topic_update(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints, tls=args.tls) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         config = await admin.update_topic(
             args.name,
             read_queue_nums=args.read_queues,
@@ -114,7 +114,7 @@ def _print_topic(out: Output, config: object, verb: str) -> None:
 
 
 async def topic_delete(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints, tls=args.tls) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         await admin.delete_topic(args.name)
     if out.as_json:
         out.data({"deleted": args.name})
@@ -124,7 +124,7 @@ async def topic_delete(args: argparse.Namespace, out: Output) -> int:
 
 
 async def topic_list(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints, tls=args.tls) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         reply = await admin.list_topics(include_system=args.system)
     topics = sorted(reply.topics, key=lambda t: t.name)
     if out.as_json:
@@ -148,7 +148,7 @@ async def topic_list(args: argparse.Namespace, out: Output) -> int:
 
 
 async def topic_status(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints, tls=args.tls) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         stats = await admin.topic_stats(args.name)
     if out.as_json:
         out.data(proto_dict(stats))
@@ -165,7 +165,7 @@ async def topic_status(args: argparse.Namespace, out: Output) -> int:
 
 
 async def broker_status(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints, tls=args.tls) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         status = await admin.broker_status()
     data = proto_dict(status)
     if out.as_json:
