@@ -1,6 +1,6 @@
 """Development certificates (``cryptography``), written atomically.
 
-``generate_self_signed_blocking(cert_path, key_path, hosts)`` makes an ECDSA P-256 key and its
+``generate_development_pair_blocking(cert_path, key_path, hosts)`` makes an ECDSA P-256 key and its
 certificate, valid ``DEFAULT_DAYS`` (365) days from one hour ago (clock skew), with
 SubjectAlternativeName = ``hosts`` plus ``localhost``, ``127.0.0.1`` and ``::1`` (IP literals
 as IP entries, names as DNS entries), CA:FALSE, extendedKeyUsage serverAuth. It is signed by a
@@ -96,7 +96,7 @@ def _pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
-def build_self_signed(hosts: Iterable[str], days: int = DEFAULT_DAYS) -> tuple[bytes, bytes]:
+def build_development_pair(hosts: Iterable[str], days: int = DEFAULT_DAYS) -> tuple[bytes, bytes]:
     """(certificate chain PEM, PKCS#8 private key PEM) for ``san_hosts(hosts)``.
 
     The chain is the server certificate followed by the one-off CA that signed it, whose key
@@ -162,11 +162,11 @@ def write_atomic_blocking(path: Path, data: bytes, mode: int) -> None:
         os.close(dir_fd)
 
 
-def generate_self_signed_blocking(
+def generate_development_pair_blocking(
     cert_path: Path, key_path: Path, hosts: Iterable[str], days: int = DEFAULT_DAYS
 ) -> bytes:
     """Write a new pair (key mode 0600, certificate 0644); returns the certificate PEM."""
-    cert_pem, key_pem = build_self_signed(hosts, days)
+    cert_pem, key_pem = build_development_pair(hosts, days)
     for path in (cert_path, key_path):
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_atomic_blocking(key_path, key_pem, 0o600)
@@ -188,7 +188,7 @@ def fingerprint_sha256(cert_pem: bytes) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m wharf.broker.certs",
-        description="Write a self-signed development certificate and key for tlsEnable.",
+        description="Write a development certificate (signed by a one-off CA) and key for tlsEnable.",
     )
     parser.add_argument("--cert", required=True, type=Path, help="certificate PEM to write")
     parser.add_argument("--key", required=True, type=Path, help="private key PEM to write")
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         if path.exists() and not args.force:
             print(f"{path} exists (use --force to replace it)", file=sys.stderr)
             return 1
-    cert_pem = generate_self_signed_blocking(args.cert, args.key, args.host, args.days)
+    cert_pem = generate_development_pair_blocking(args.cert, args.key, args.host, args.days)
     os.chmod(args.key, args.key_mode)
     print(f"wrote {args.cert} and {args.key}; SHA-256 fingerprint {fingerprint_sha256(cert_pem)}")
     return 0

@@ -89,8 +89,8 @@ class BrokerConfig:
     # tlsListen: a second, TLS port next to the plaintext listen port ("" = none).
     tls_listen: str = ""
     # tlsCertPath / tlsKeyPath: PEM certificate chain and private key. "" = <store>/config/tls/
-    # broker.crt and broker.key. Both missing at start: a self-signed pair is generated there
-    # (development; SHA-256 fingerprint logged).
+    # broker.crt and broker.key. Both missing at start: a development pair is generated there
+    # (signed by a one-off CA, broker/certs.py; SHA-256 fingerprint logged).
     tls_cert_path: str = ""
     tls_key_path: str = ""
     # tlsClientAuth: none | require (mutual TLS: clients present a certificate signed by a CA

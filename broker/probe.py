@@ -9,7 +9,7 @@ in time. Made for Docker's HEALTHCHECK, where the image has no grpcurl.
 
 A broker with tlsEnable: ``--tls`` (env ``WHARF_PROBE_TLS=true``) trusts the system roots,
 ``--ca-file`` (``WHARF_PROBE_CA_FILE``, implies TLS) a PEM bundle such as the broker's
-self-signed certificate; ``--cert-file`` / ``--key-file`` (``WHARF_PROBE_CERT_FILE`` /
+development certificate; ``--cert-file`` / ``--key-file`` (``WHARF_PROBE_CERT_FILE`` /
 ``WHARF_PROBE_KEY_FILE``) for a broker requiring mutual TLS. An unreadable file exits 2.
 A plaintext probe of a TLS port (or the reverse) is UNREACHABLE, exit 2.
 """

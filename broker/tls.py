@@ -29,7 +29,7 @@ from pathlib import Path
 import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from wharf.broker.certs import fingerprint_sha256, generate_self_signed_blocking
+from wharf.broker.certs import fingerprint_sha256, generate_development_pair_blocking
 from wharf.broker.config import BrokerConfig
 
 log = logging.getLogger("broker")
@@ -50,7 +50,7 @@ class ServerTls:
     key_pem: bytes
     trust_pem: bytes | None  # client CA bundle when tlsClientAuth = require
     fingerprint: str
-    generated: bool  # the self-signed pair was made at this start
+    generated: bool  # the development pair was made at this start
 
     def credentials(self) -> grpc.ServerCredentials:
         return grpc.ssl_server_credentials(
@@ -92,10 +92,10 @@ def load_server_tls_blocking(broker: BrokerConfig, store_root: str | Path) -> Se
     generated = False
     if not cert_path.exists() and not key_path.exists():
         try:
-            generate_self_signed_blocking(cert_path, key_path, certificate_hosts(broker))
+            generate_development_pair_blocking(cert_path, key_path, certificate_hosts(broker))
         except OSError as exc:
             raise TlsError(
-                f"tlsCertPath/tlsKeyPath: cannot write a self-signed pair to {cert_path} and "
+                f"tlsCertPath/tlsKeyPath: cannot write a development pair to {cert_path} and "
                 f"{key_path}: {exc.strerror}"
             ) from None
         generated = True
@@ -105,7 +105,7 @@ def load_server_tls_blocking(broker: BrokerConfig, store_root: str | Path) -> Se
         )
         raise TlsError(
             f"{setting}: {missing} does not exist while its pair does; provide both (or "
-            "neither, to have a self-signed pair generated for development)"
+            "neither, to have a development pair generated)"
         )
     cert_pem = _read(cert_path, "tlsCertPath")
     key_pem = _read(key_path, "tlsKeyPath")

@@ -3,7 +3,7 @@
 TLS: ``tls_config(tls, ca_file, cert_file, key_file)`` turns a client's keyword arguments into a
 ``TlsConfig`` (None = plaintext): ``tls=True`` alone trusts the system roots (gRPC's, or the
 file in ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``); ``ca_file`` (a PEM bundle, e.g. the broker's
-self-signed certificate) implies TLS; ``cert_file`` + ``key_file`` present a client certificate
+development certificate) implies TLS; ``cert_file`` + ``key_file`` present a client certificate
 for a broker with ``tlsClientAuth = require``. Missing or unreadable files are an
 InvalidArgumentError naming the argument, raised when the client is made.
 """

@@ -6,7 +6,7 @@
 
 A CA (CA:TRUE) signs server certificates (SAN 127.0.0.1 + localhost, serverAuth) and client
 certificates (clientAuth): what an operator's PKI gives a broker and its clients, unlike the
-broker's self-signed development pair.
+broker's generated development pair.
 """
 
 from __future__ import annotations

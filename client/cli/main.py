@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("WHARF_CA_FILE"),
         metavar="PEM",
         help="CA bundle to trust (implies --tls; env WHARF_CA_FILE), e.g. the broker's "
-        "self-signed <store>/config/tls/broker.crt",
+        "development <store>/config/tls/broker.crt",
     )
     tls.add_argument(
         "--cert-file",

@@ -88,13 +88,13 @@ async def pull_everything(consumer: PullConsumer, topic: str) -> list[ReceivedMe
 
 @pytest.fixture(scope="module")
 def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    """tlsEnable without tlsListen: listen is TLS-only, with the generated self-signed pair."""
+    """tlsEnable without tlsListen: listen is TLS-only, with the generated development pair."""
     root = tmp_path_factory.mktemp("tls-broker")
     with BrokerProcess(root, settings={**SMALL, "tlsEnable": True}) as broker:
         yield broker
 
 
-def test_first_start_generates_a_self_signed_pair_and_logs_its_fingerprint(
+def test_first_start_generates_a_development_pair_and_logs_its_fingerprint(
     tls_broker: BrokerProcess,
 ) -> None:
     cert_path = generated_cert(tls_broker)
@@ -160,7 +160,7 @@ async def test_plaintext_and_untrusting_clients_are_refused_by_the_tls_port(
     tls_broker: BrokerProcess, tmp_path: Path
 ) -> None:
     assert refused(grpc.insecure_channel(tls_broker.endpoint)) == grpc.StatusCode.UNAVAILABLE
-    # A client trusting another CA (a different self-signed certificate) fails verification.
+    # A client trusting another CA fails verification.
     other = CertAuthority.create(tmp_path / "other")
     assert refused(secure(tls_broker.endpoint, other.cert)) == grpc.StatusCode.UNAVAILABLE
     async with Producer(tls_broker.endpoint, send_timeout=2.0, retry_times=0) as producer:
