@@ -1,7 +1,7 @@
 """``wharf-probe``: ask a broker's standard gRPC health service whether it serves.
 
     wharf-probe [--endpoint HOST:PORT] [--timeout S] [--service NAME]
-                [--tls] [--ca-file PEM] [--cert-file PEM --key-file PEM]
+                [--tls] [--ca-file PEM] [--cert-file PEM --key-file PEM] [--server-name NAME]
 
 Prints the serving status and exits 0 only for SERVING: 1 for any other answer (NOT_SERVING
 while the broker drains at shutdown, SERVICE_UNKNOWN), 2 when the broker cannot be reached
@@ -10,7 +10,9 @@ in time. Made for Docker's HEALTHCHECK, where the image has no grpcurl.
 A broker with tlsEnable: ``--tls`` (env ``WHARF_PROBE_TLS=true``) trusts the system roots,
 ``--ca-file`` (``WHARF_PROBE_CA_FILE``, implies TLS) a PEM bundle such as the broker's
 development certificate; ``--cert-file`` / ``--key-file`` (``WHARF_PROBE_CERT_FILE`` /
-``WHARF_PROBE_KEY_FILE``) for a broker requiring mutual TLS. An unreadable file exits 2.
+``WHARF_PROBE_KEY_FILE``) for a broker requiring mutual TLS; ``--server-name``
+(``WHARF_PROBE_SERVER_NAME``) when the certificate does not name the dialled host (a container
+probing 127.0.0.1 with a certificate for mq.example.com). An unreadable file exits 2.
 A plaintext probe of a TLS port (or the reverse) is UNREACHABLE, exit 2.
 """
 
@@ -28,10 +30,13 @@ DEFAULT_ENDPOINT = "127.0.0.1:8081"
 EXIT_SERVING, EXIT_NOT_SERVING, EXIT_UNREACHABLE = 0, 1, 2
 
 
-def _channel(endpoint: str, tls: grpc.ChannelCredentials | None) -> grpc.Channel:
+def _channel(
+    endpoint: str, tls: grpc.ChannelCredentials | None, server_name: str | None
+) -> grpc.Channel:
     if tls is None:
         return grpc.insecure_channel(endpoint)
-    return grpc.secure_channel(endpoint, tls)
+    options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+    return grpc.secure_channel(endpoint, tls, options=options)
 
 
 def tls_credentials(
@@ -52,9 +57,11 @@ def check(
     timeout: float,
     service: str = "",
     tls: grpc.ChannelCredentials | None = None,
+    server_name: str | None = None,
 ) -> tuple[int, str]:
-    """One health Check call (over TLS when ``tls`` is given): (exit code, text to print)."""
-    with _channel(endpoint, tls) as channel:
+    """One health Check call (over TLS when ``tls`` is given, checking the certificate for
+    ``server_name`` instead of the endpoint's host): (exit code, text to print)."""
+    with _channel(endpoint, tls, server_name) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = stub.Check(
@@ -96,6 +103,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     for name, text in (
         ("ca-file", "CA bundle to trust, implies --tls"),
+        ("server-name", "name the certificate must hold, when not the endpoint's host"),
         ("cert-file", "client certificate (mutual TLS)"),
         ("key-file", "client key (mutual TLS)"),
     ):
@@ -121,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return EXIT_UNREACHABLE
-    code, text = check(args.endpoint, args.timeout, args.service, tls)
+    code, text = check(args.endpoint, args.timeout, args.service, tls, args.server_name)
     print(text, file=sys.stdout if code == EXIT_SERVING else sys.stderr)
     return code
 

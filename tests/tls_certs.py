@@ -32,6 +32,13 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
+def _general_name(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
 @dataclass(frozen=True)
 class Issued:
     cert: Path
@@ -64,7 +71,15 @@ class CertAuthority:
         path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         return cls(path, key, cert)
 
-    def issue(self, directory: Path, common_name: str, *, server: bool) -> Issued:
+    def issue(
+        self,
+        directory: Path,
+        common_name: str,
+        *,
+        server: bool,
+        names: tuple[str, ...] = ("127.0.0.1", "localhost"),
+    ) -> Issued:
+        """A certificate signed by this CA; a server's SubjectAlternativeName is ``names``."""
         directory.mkdir(parents=True, exist_ok=True)
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
@@ -81,9 +96,7 @@ class CertAuthority:
         )
         if server:
             builder = builder.add_extension(
-                x509.SubjectAlternativeName(
-                    [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-                ),
+                x509.SubjectAlternativeName([_general_name(name) for name in names]),
                 critical=False,
             )
         cert = builder.sign(self.key_obj, hashes.SHA256())

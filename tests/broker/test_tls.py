@@ -341,3 +341,23 @@ def test_unusable_tls_files_stop_the_broker_with_the_setting_named(tmp_path: Pat
         with pytest.raises(RuntimeError, match="broker exited with 1") as caught:
             broker.start()
         assert re.search(message, str(caught.value)), str(caught.value)
+
+
+def test_probe_checks_the_certificate_for_server_name_when_given(tmp_path: Path) -> None:
+    """A certificate naming only mq.example.com, probed at 127.0.0.1 (a container's health
+    check): refused unless --server-name says which name to expect."""
+    ca = CertAuthority.create(tmp_path / "ca")
+    server = ca.issue(tmp_path / "server", "mq", server=True, names=("mq.example.com",))
+    settings = {
+        **SMALL, "tlsEnable": True, "tlsCertPath": str(server.cert), "tlsKeyPath": str(server.key),
+    }  # fmt: skip
+    with BrokerProcess(tmp_path / "broker", settings=settings) as broker:
+        probe = [sys.executable, "-m", "wharf.broker.probe", "--endpoint", broker.endpoint,
+                 "--timeout", "3", "--ca-file", str(ca.cert)]  # fmt: skip
+        mismatch = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+        assert mismatch.returncode == 2, mismatch.stdout + mismatch.stderr
+        named = subprocess.run(
+            probe, capture_output=True, text=True, timeout=30,
+            env={**os.environ, "WHARF_PROBE_SERVER_NAME": "mq.example.com"},
+        )  # fmt: skip
+        assert named.returncode == 0 and named.stdout.strip() == "SERVING", named.stderr
