@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime
 import logging
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -47,7 +47,7 @@ class ServerTls:
     cert_path: Path
     key_path: Path
     cert_pem: bytes
-    key_pem: bytes
+    key_pem: bytes = field(repr=False)  # never in a log line or traceback
     trust_pem: bytes | None  # client CA bundle when tlsClientAuth = require
     fingerprint: str
     generated: bool  # the development pair was made at this start

@@ -59,6 +59,11 @@ class TlsConfig:
     def credentials(self) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(self.ca_pem, self.key_pem, self.cert_pem)
 
+    def __repr__(self) -> str:
+        """Never the key (options and clients get printed in errors and logs)."""
+        ca = "file" if self.ca_pem is not None else "system roots"
+        return f"TlsConfig(ca={ca}, client_certificate={self.cert_pem is not None})"
+
 
 def _read_pem(path: str | Path, argument: str) -> bytes:
     try:

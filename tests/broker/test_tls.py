@@ -186,6 +186,15 @@ def test_client_tls_arguments_fail_early_with_the_argument_named(tmp_path: Path)
     with pytest.raises(InvalidArgumentError, match="go together"):
         PullConsumer("127.0.0.1:1", cert_file=str(tmp_path / "not.pem"))
     assert tls_config() is None and tls_config(tls=True) is not None
+    ca = CertAuthority.create(tmp_path / "ca")
+    client = ca.issue(tmp_path / "client", "c", server=False)
+    config = tls_config(ca_file=ca.cert, cert_file=client.cert, key_file=client.key)
+    assert config is not None and config.key_pem == client.key.read_bytes()
+    assert b"PRIVATE" not in repr(config).encode() and "key" not in repr(config)
+    assert "PRIVATE" not in repr(parse_read_options(
+        {"endpoints": "h:1", "topic": "t", "caFile": str(ca.cert), "certFile": str(client.cert),
+         "keyFile": str(client.key)}, streaming=False,
+    ))  # fmt: skip
 
 
 def test_the_second_start_reuses_the_pair(tmp_path: Path) -> None:
