@@ -51,6 +51,7 @@ from wharf.broker.processors.messaging import MessagingService
 from wharf.broker.reply_budget import ReplyBudget
 from wharf.broker.settings import parse_delay_levels
 from wharf.broker.tls import ServerTls, TlsError, load_server_tls_blocking
+from wharf.broker.tls_reload import CertificateReloader
 from wharf.broker.transactions import TransactionChecker
 from wharf.broker.v2.service import V2MessagingService
 from wharf.broker.v2.transactions import v2_check_targets
@@ -160,7 +161,8 @@ class BrokerController:
         self.grpc_port = 0
         self.metrics_port = 0
         self.tls_port = 0  # the TLS port (= grpc_port when listen is TLS-only); 0 = no TLS
-        self.tls: ServerTls | None = None
+        self.tls: ServerTls | None = None  # as loaded at start (tls_reloader.current: now)
+        self.tls_reloader: CertificateReloader | None = None
         self.ctx: BrokerContext | None = None
         self.v2_service: V2MessagingService | None = None  # apache.rocketmq.v2, set by start()
         self._server: grpc.aio.Server | None = None
@@ -310,7 +312,8 @@ class BrokerController:
                 )
             except TlsError as exc:
                 raise StartupError(str(exc)) from None
-            credentials = self.tls.credentials()
+            self.tls_reloader = CertificateReloader(self.tls)
+            credentials = self.tls_reloader.credentials()
         main_tls = credentials is not None and not broker.tls_listen
         self.grpc_port = _bind(server, broker.listen, "listen", credentials if main_tls else None)
         if main_tls:

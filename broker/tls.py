@@ -14,7 +14,8 @@
   without a client certificate signed by one of its CAs.
 
 The certificate's SHA-256 fingerprint and expiry are logged at every start (a WARNING within
-``EXPIRY_WARNING_DAYS``, 30, of expiry or after it). Plaintext and TLS cannot share a port in
+``EXPIRY_WARNING_DAYS``, 30, of expiry or after it). Replaced files are picked up without a
+restart (``wharf.broker.tls_reload``). Plaintext and TLS cannot share a port in
 grpcio: the controller binds ``listen`` TLS-only, or ``tlsListen`` as a second port.
 """
 
@@ -46,17 +47,17 @@ class TlsError(RuntimeError):
 class ServerTls:
     cert_path: Path
     key_path: Path
+    trust_path: Path | None  # tlsTrustCertPath when tlsClientAuth = require
     cert_pem: bytes
     key_pem: bytes = field(repr=False)  # never in a log line or traceback
     trust_pem: bytes | None  # client CA bundle when tlsClientAuth = require
     fingerprint: str
+    not_after: datetime.datetime
     generated: bool  # the development pair was made at this start
 
-    def credentials(self) -> grpc.ServerCredentials:
-        return grpc.ssl_server_credentials(
-            [(self.key_pem, self.cert_pem)],
-            root_certificates=self.trust_pem,
-            require_client_auth=self.trust_pem is not None,
+    def certificate_configuration(self) -> grpc.ServerCertificateConfiguration:
+        return grpc.ssl_server_certificate_configuration(
+            [(self.key_pem, self.cert_pem)], root_certificates=self.trust_pem
         )
 
 
@@ -88,6 +89,8 @@ def _read(path: Path, setting: str) -> bytes:
 
 
 def load_server_tls_blocking(broker: BrokerConfig, store_root: str | Path) -> ServerTls:
+    """The material at start (generating the development pair when both files are missing);
+    logs the fingerprint and expiry."""
     cert_path, key_path = tls_paths(broker, store_root)
     generated = False
     if not cert_path.exists() and not key_path.exists():
@@ -99,7 +102,17 @@ def load_server_tls_blocking(broker: BrokerConfig, store_root: str | Path) -> Se
                 f"{key_path}: {exc.strerror}"
             ) from None
         generated = True
-    elif not cert_path.exists() or not key_path.exists():
+    trust_path = Path(broker.tls_trust_cert_path) if broker.tls_client_auth == "require" else None
+    tls = read_server_tls_blocking(cert_path, key_path, trust_path, generated)
+    log_certificate(tls)
+    return tls
+
+
+def read_server_tls_blocking(
+    cert_path: Path, key_path: Path, trust_path: Path | None, generated: bool = False
+) -> ServerTls:
+    """Read and check the files (TlsError naming the setting when they cannot serve)."""
+    if not cert_path.exists() or not key_path.exists():
         missing, setting = (
             (cert_path, "tlsCertPath") if not cert_path.exists() else (key_path, "tlsKeyPath")
         )
@@ -111,19 +124,16 @@ def load_server_tls_blocking(broker: BrokerConfig, store_root: str | Path) -> Se
     key_pem = _read(key_path, "tlsKeyPath")
     not_after = _check_pair(cert_pem, key_pem, cert_path, key_path)
     trust_pem = None
-    if broker.tls_client_auth == "require":
-        trust_pem = _read(Path(broker.tls_trust_cert_path), "tlsTrustCertPath")
+    if trust_path is not None:
+        trust_pem = _read(trust_path, "tlsTrustCertPath")
         try:
             x509.load_pem_x509_certificates(trust_pem)
         except ValueError:
-            raise TlsError(
-                f"tlsTrustCertPath: {broker.tls_trust_cert_path} holds no PEM certificate"
-            ) from None
-    tls = ServerTls(
-        cert_path, key_path, cert_pem, key_pem, trust_pem, fingerprint_sha256(cert_pem), generated
-    )
-    _log_certificate(tls, not_after)
-    return tls
+            raise TlsError(f"tlsTrustCertPath: {trust_path} holds no PEM certificate") from None
+    return ServerTls(
+        cert_path, key_path, trust_path, cert_pem, key_pem, trust_pem,
+        fingerprint_sha256(cert_pem), not_after, generated,
+    )  # fmt: skip
 
 
 def _check_pair(
@@ -144,7 +154,7 @@ def _check_pair(
     return cert.not_valid_after_utc
 
 
-def _log_certificate(tls: ServerTls, not_after: datetime.datetime) -> None:
+def log_certificate(tls: ServerTls) -> None:
     if tls.generated:
         log.warning(
             "TLS: generated a development certificate %s (key %s, mode 0600), signed by a "
@@ -152,8 +162,8 @@ def _log_certificate(tls: ServerTls, not_after: datetime.datetime) -> None:
             "use a certificate of your own CA in production", tls.cert_path, tls.key_path,
         )  # fmt: skip
     log.info("TLS certificate %s SHA-256 fingerprint %s, valid until %s",
-             tls.cert_path, tls.fingerprint, not_after.isoformat())  # fmt: skip
-    left = not_after - datetime.datetime.now(datetime.UTC)
+             tls.cert_path, tls.fingerprint, tls.not_after.isoformat())  # fmt: skip
+    left = tls.not_after - datetime.datetime.now(datetime.UTC)
     if left < datetime.timedelta(days=EXPIRY_WARNING_DAYS):
-        log.warning("TLS certificate %s expires %s (%s)", tls.cert_path, not_after.isoformat(),
+        log.warning("TLS certificate %s expires %s (%s)", tls.cert_path, tls.not_after.isoformat(),
                     "already expired" if left.total_seconds() < 0 else f"in {left.days} days")  # fmt: skip

@@ -5,9 +5,12 @@ TLS port, mutual TLS refusing a client without a certificate, and the settings' 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
+import socket
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -370,3 +373,55 @@ def test_probe_checks_the_certificate_for_server_name_when_given(tmp_path: Path)
             env={**os.environ, "WHARF_PROBE_SERVER_NAME": "mq.example.com"},
         )  # fmt: skip
         assert named.returncode == 0 and named.stdout.strip() == "SERVING", named.stderr
+
+
+def served_fingerprint(endpoint: str, ca: Path) -> str:
+    """SHA-256 of the certificate a new TLS connection is served (as the broker logs it)."""
+    host, _, port = endpoint.rpartition(":")
+    context = ssl.create_default_context(cafile=str(ca))
+    context.set_alpn_protocols(["h2"])
+    with (
+        socket.create_connection((host, int(port)), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return ":".join(f"{b:02X}" for b in hashlib.sha256(der).digest())
+
+
+def replace_atomically(target: Path, source: Path) -> None:
+    tmp = target.with_name(target.name + ".new")
+    tmp.write_bytes(source.read_bytes())
+    os.replace(tmp, target)
+
+
+def test_replaced_certificate_files_are_served_without_a_restart(tmp_path: Path) -> None:
+    ca = CertAuthority.create(tmp_path / "ca")
+    first = ca.issue(tmp_path / "first", "first", server=True)
+    second = ca.issue(tmp_path / "second", "second", server=True)
+    live = tmp_path / "live"
+    live.mkdir()
+    cert, key = live / "broker.crt", live / "broker.key"
+    replace_atomically(cert, first.cert)
+    replace_atomically(key, first.key)
+    settings = {**SMALL, "tlsEnable": True, "tlsCertPath": str(cert), "tlsKeyPath": str(key)}
+    with BrokerProcess(tmp_path / "broker", settings=settings) as broker:
+        ep = broker.endpoint
+        assert served_fingerprint(ep, ca.cert) == fingerprint_sha256(first.cert.read_bytes())
+        before = secure(ep, ca.cert)
+        assert health(before) == "SERVING"
+
+        replace_atomically(key, second.key)  # key first: a handshake now would see a mismatch
+        replace_atomically(cert, second.cert)
+        assert served_fingerprint(ep, ca.cert) == fingerprint_sha256(second.cert.read_bytes())
+        assert health(secure(ep, ca.cert)) == "SERVING"
+        assert health(before) == "SERVING"  # an open connection keeps its session
+        assert "TLS certificate reloaded" in broker.log()
+
+        # A replacement that cannot serve (the certificate without its key) keeps the pair.
+        replace_atomically(cert, first.cert)
+        assert served_fingerprint(ep, ca.cert) == fingerprint_sha256(second.cert.read_bytes())
+        assert "TLS files changed but cannot serve" in broker.log()
+        assert health(secure(ep, ca.cert)) == "SERVING"
+        replace_atomically(key, first.key)  # the pair is whole again
+        assert served_fingerprint(ep, ca.cert) == fingerprint_sha256(first.cert.read_bytes())
