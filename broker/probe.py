@@ -101,15 +101,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=os.environ.get("WHARF_PROBE_TLS", "").lower() in ("1", "true", "yes", "on"),
         help="connect over TLS (default $WHARF_PROBE_TLS)",
     )
-    for name, text in (
-        ("ca-file", "CA bundle to trust, implies --tls"),
-        ("server-name", "name the certificate must hold, when not the endpoint's host"),
-        ("cert-file", "client certificate (mutual TLS)"),
-        ("key-file", "client key (mutual TLS)"),
+    for name, metavar, text in (
+        ("ca-file", "PEM", "CA bundle to trust, implies --tls"),
+        ("server-name", "NAME", "name the certificate must hold, when not the endpoint's host"),
+        ("cert-file", "PEM", "client certificate (mutual TLS)"),
+        ("key-file", "PEM", "client key (mutual TLS)"),
     ):
         env = "WHARF_PROBE_" + name.replace("-", "_").upper()
         parser.add_argument(
-            f"--{name}", metavar="PEM", default=os.environ.get(env), help=f"{text} (${env})"
+            f"--{name}", metavar=metavar, default=os.environ.get(env), help=f"{text} (${env})"
         )
     args = parser.parse_args(argv)
     if (args.cert_file is None) != (args.key_file is None):
