@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup rmq-client run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare clean
+.PHONY: setup rmq-client deploy-secrets run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare clean
 
 # The C sources too: a changed accelerator is rebuilt by the editable install.
 $(STAMP): pyproject.toml $(wildcard store/fast/*.c store/fast/*.h)
@@ -105,6 +105,21 @@ proto: $(STAMP)
 	      "$$f" > proto/wharf/rocketmq/v2/$$(basename "$$f"); \
 	done
 	touch proto/wharf/rocketmq/__init__.py proto/wharf/rocketmq/v2/__init__.py
+
+# docker-compose secrets in deploy/secrets/ (git-ignored; files that exist are kept): a
+# development certificate for the names clients dial (localhost, the compose service `broker`)
+# and a random metrics token. Compose bind-mounts file secrets with their host owner and mode,
+# and the containers run as uid 10001 (broker) and nobody (Prometheus): SECRETS_MODE=644 lets
+# them read the files on a development machine (deploy/README.md: chown instead on a shared one).
+SECRETS_DIR  := deploy/secrets
+SECRETS_MODE := 644
+deploy-secrets: $(STAMP)
+	mkdir -p $(SECRETS_DIR)
+	test -e $(SECRETS_DIR)/broker.crt || $(PY) -m wharf.broker.certs --cert $(SECRETS_DIR)/broker.crt \
+	  --key $(SECRETS_DIR)/broker.key --host localhost --host broker --key-mode $(SECRETS_MODE)
+	test -e $(SECRETS_DIR)/metrics_token || { umask 077; \
+	  $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > $(SECRETS_DIR)/metrics_token; \
+	  chmod $(SECRETS_MODE) $(SECRETS_DIR)/metrics_token; }
 
 # Benchmark programs (tests/bench/README.md); options through ARGS, e.g. ARGS=--quick.
 bench-store: $(STAMP)

@@ -43,9 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--advertise", metavar="HOST:PORT", help="address clients should dial (default: listen)"
     )
     parser.add_argument(
+        "--tls-listen",
+        metavar="HOST:PORT",
+        help="tlsListen: a TLS port next to the plaintext --listen (needs tlsEnable)",
+    )
+    parser.add_argument(
         "--ready-file",
         metavar="PATH",
-        help='written once serving: {"grpc": "host:port", "metrics": "host:port", "pid": N}',
+        help='written once serving: {"grpc": "host:port", "metrics": "host:port", "pid": N, '
+        '"tls": "host:port" or null, "plaintext": "host:port" or null}',
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper)
     return parser
@@ -57,6 +63,7 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, str]:
         "listen": args.listen,
         "metrics_listen": args.metrics_listen,
         "advertised_address": args.advertise,
+        "tls_listen": args.tls_listen,
         "log_level": args.log_level,
     }
     return {name: value for name, value in pairs.items() if value is not None}
@@ -84,6 +91,28 @@ def write_ready_file_blocking(path: Path, info: dict[str, object]) -> None:
     os.replace(tmp, path)
 
 
+def ready_info(controller: BrokerController) -> dict[str, object]:
+    """What the ready file says: ``grpc`` is the listen port (TLS-only when tlsEnable without
+    tlsListen); ``tls`` / ``plaintext`` name the port serving each (null when none)."""
+    broker = controller.config.broker
+    host = broker.listen.rpartition(":")[0].strip("[]")
+    metrics_host = broker.metrics_listen.rpartition(":")[0].strip("[]")
+    grpc = f"{host}:{controller.grpc_port}"
+    tls = None
+    if controller.tls_port == controller.grpc_port:
+        tls = grpc
+    elif controller.tls_port:
+        tls = f"{broker.tls_listen.rpartition(':')[0].strip('[]')}:{controller.tls_port}"
+    return {
+        "grpc": grpc,
+        "metrics": f"{metrics_host}:{controller.metrics_port}",
+        "advertised": controller.endpoint,
+        "pid": os.getpid(),
+        "tls": tls,
+        "plaintext": None if tls == grpc else grpc,
+    }
+
+
 async def serve(controller: BrokerController, ready_file: Path | None) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -109,19 +138,7 @@ async def serve(controller: BrokerController, ready_file: Path | None) -> int:
         gc.collect()
         gc.freeze()
         if ready_file is not None:
-            broker = controller.config.broker
-            host = broker.listen.rpartition(":")[0].strip("[]")
-            metrics_host = broker.metrics_listen.rpartition(":")[0].strip("[]")
-            await asyncio.to_thread(
-                write_ready_file_blocking,
-                ready_file,
-                {
-                    "grpc": f"{host}:{controller.grpc_port}",
-                    "metrics": f"{metrics_host}:{controller.metrics_port}",
-                    "advertised": controller.endpoint,
-                    "pid": os.getpid(),
-                },
-            )
+            await asyncio.to_thread(write_ready_file_blocking, ready_file, ready_info(controller))
         await stop.wait()
     finally:
         await controller.shutdown()

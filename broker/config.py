@@ -99,6 +99,24 @@ class BrokerConfig:
     # aclMaxClockSkew (ms): a signed request's x-mq-date-time may differ from the broker's
     # clock by this much (15 min); older dates are refused as replays.
     acl_max_clock_skew: int = 900_000
+    # --- TLS (broker/tls.py; off by default: nothing changes) ---------------------------------
+    # tlsEnable: serve gRPC over TLS. Without tlsListen the listen port is TLS-only (grpcio
+    # cannot serve plaintext and TLS on one port); with it, listen stays plaintext.
+    tls_enable: bool = False
+    # tlsListen: a second, TLS port next to the plaintext listen port ("" = none).
+    tls_listen: str = ""
+    # tlsCertPath / tlsKeyPath: PEM certificate chain and private key. "" = <store>/config/tls/
+    # broker.crt and broker.key. Both missing at start: a development pair is generated there
+    # (signed by a one-off CA, broker/certs.py; SHA-256 fingerprint logged).
+    tls_cert_path: str = ""
+    tls_key_path: str = ""
+    # tlsClientAuth: none | require (mutual TLS: clients present a certificate signed by a CA
+    # of tlsTrustCertPath, a PEM bundle).
+    tls_client_auth: str = "none"
+    tls_trust_cert_path: str = ""
+    # metricsBearerTokenFile: a file holding the token /metrics requires as
+    # "Authorization: Bearer <token>" (401 otherwise). "" = no token needed.
+    metrics_bearer_token_file: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,8 @@ Attributes other components read (the ops engineer's scrape-time collectors amon
 - ``started_at``: ``time.time()`` when the broker began serving; 0.0 before.
 - ``v2_service``: the apache.rocketmq.v2 servicer (``.clients``: the v2 client registry).
 - ``endpoint``: the advertised address; ``grpc_port`` / ``metrics_port``: real bound ports.
+- ``tls_port``: the port serving TLS (``grpc_port`` when ``listen`` is TLS-only, the
+  ``tlsListen`` port otherwise; 0 without tlsEnable); ``tls``: the loaded ``ServerTls``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import contextlib
 import dataclasses
 import errno
 import logging
+import re
 import socket
 import time
 from pathlib import Path
@@ -46,11 +49,14 @@ from wharf.broker.meta.offsets import ConsumerOffsetManager
 from wharf.broker.meta.persist import dumps, load_json_blocking, write_text_atomic_blocking
 from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.metrics import BrokerMetrics
+from wharf.broker.metrics.http import read_token_file_blocking
 from wharf.broker.processors.admin import AdminService
 from wharf.broker.processors.messaging import MessagingService
 from wharf.broker.registration import Identity, NamesrvRegistrar, parse_namesrv_addr
 from wharf.broker.reply_budget import ReplyBudget
 from wharf.broker.settings import parse_delay_levels
+from wharf.broker.tls import ServerTls, TlsError, load_server_tls_blocking
+from wharf.broker.tls_reload import CertificateReloader
 from wharf.broker.transactions import TransactionChecker
 from wharf.broker.v2.service import V2MessagingService
 from wharf.broker.v2.transactions import v2_check_targets
@@ -120,6 +126,23 @@ def default_endpoint(listen_host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
+def _bind(
+    server: grpc.aio.Server, address: str, setting: str, tls: grpc.ServerCredentials | None
+) -> int:
+    """Add a plaintext (``tls`` None) or TLS port; returns the bound port."""
+    try:
+        port = server.add_secure_port(address, tls) if tls else server.add_insecure_port(address)
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        flag = "--" + "-".join(part.lower() for part in re.findall(r"[a-z]+|[A-Z][a-z]*", setting))
+        raise StartupError(
+            f"cannot listen on {address} ({setting}): the port is taken or the address is "
+            f"not local; pick another with {flag}"
+        )
+    return port
+
+
 class BrokerController:
     def __init__(self, config: Config, store_factory: Any = None) -> None:
         """``store_factory(config, observer=...)`` builds the store; default MessageStore
@@ -142,6 +165,9 @@ class BrokerController:
         self.endpoint = ""
         self.grpc_port = 0
         self.metrics_port = 0
+        self.tls_port = 0  # the TLS port (= grpc_port when listen is TLS-only); 0 = no TLS
+        self.tls: ServerTls | None = None  # as loaded at start (tls_reloader.current: now)
+        self.tls_reloader: CertificateReloader | None = None
         self.ctx: BrokerContext | None = None
         self.v2_service: V2MessagingService | None = None  # apache.rocketmq.v2, set by start()
         self._server: grpc.aio.Server | None = None
@@ -168,6 +194,14 @@ class BrokerController:
     async def start(self) -> None:
         broker = self.config.broker
         self.long_poll.bind_loop(asyncio.get_running_loop())
+        token = None  # checked before anything starts: a bad file stops the broker at once
+        if broker.metrics_bearer_token_file:
+            try:
+                token = await asyncio.to_thread(
+                    read_token_file_blocking, broker.metrics_bearer_token_file
+                )
+            except ValueError as exc:
+                raise StartupError(str(exc)) from None
         max_size = broker.grpc_max_message_size or max(
             16 * 1024 * 1024, self.config.store.max_message_size + 1024 * 1024
         )
@@ -195,15 +229,7 @@ class BrokerController:
         # Bind before starting the store: the real port is part of the store host that goes
         # into every record and offset message id.
         listen_host, _ = parse_host_port(broker.listen, "listen")
-        try:
-            self.grpc_port = server.add_insecure_port(broker.listen)
-        except RuntimeError:
-            self.grpc_port = 0
-        if self.grpc_port == 0:
-            raise StartupError(
-                f"cannot listen on {broker.listen} (listen): the port is taken or the "
-                "address is not local; pick another with --listen"
-            )
+        await self._bind_ports(server)
         self.endpoint = broker.advertised_address or default_endpoint(listen_host, self.grpc_port)
         store_config = self.config.store
         if store_config.store_host == StoreConfig().store_host:
@@ -277,7 +303,7 @@ class BrokerController:
         self.metrics.attach(self)
         metrics_host, metrics_port = parse_host_port(broker.metrics_listen, "metricsListen")
         try:
-            self.metrics_port = await self.metrics.serve(metrics_host, metrics_port)
+            self.metrics_port = await self.metrics.serve(metrics_host, metrics_port, token)
         except OSError as exc:
             raise StartupError(
                 f"metricsListen {broker.metrics_listen}: {exc}; pick another with --metrics-listen"
@@ -297,9 +323,32 @@ class BrokerController:
         ]
         if self.acl is not None:
             self._tasks.append(asyncio.create_task(self.acl.watch(), name="acl-reload"))
-        log.info("broker %s serving gRPC on %s:%d (advertised %s), metrics on %s:%d",
-                 broker.broker_name, listen_host, self.grpc_port, self.endpoint,
-                 metrics_host, self.metrics_port)  # fmt: skip
+        log.info("broker %s serving gRPC on %s:%d (%s; advertised %s), metrics on %s:%d%s",
+                 broker.broker_name, listen_host, self.grpc_port,
+                 "TLS" if self.tls_port == self.grpc_port else "plaintext", self.endpoint,
+                 metrics_host, self.metrics_port,
+                 f", gRPC over TLS on {broker.tls_listen.rpartition(':')[0]}:{self.tls_port}"
+                 if self.tls_port and self.tls_port != self.grpc_port else "")  # fmt: skip
+
+    async def _bind_ports(self, server: grpc.aio.Server) -> None:
+        """listen plaintext; or TLS-only with tlsEnable; or plaintext + tlsListen TLS."""
+        broker = self.config.broker
+        credentials = None
+        if broker.tls_enable:
+            try:
+                self.tls = await asyncio.to_thread(
+                    load_server_tls_blocking, broker, self.config.store.store_path_root_dir
+                )
+            except TlsError as exc:
+                raise StartupError(str(exc)) from None
+            self.tls_reloader = CertificateReloader(self.tls)
+            credentials = self.tls_reloader.credentials()
+        main_tls = credentials is not None and not broker.tls_listen
+        self.grpc_port = _bind(server, broker.listen, "listen", credentials if main_tls else None)
+        if main_tls:
+            self.tls_port = self.grpc_port
+        elif credentials is not None:
+            self.tls_port = _bind(server, broker.tls_listen, "tlsListen", credentials)
 
     # --- cluster ---------------------------------------------------------------------------------
     def _registrar(self) -> NamesrvRegistrar:

@@ -85,6 +85,8 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
     "listen": _check_host_port,
     "metrics_listen": _check_host_port,
     "advertised_address": lambda v: None if v == "" else _check_host_port(v),
+    "tls_listen": lambda v: None if v == "" else _check_host_port(v),
+    "tls_client_auth": _one_of("none", "require"),
     "log_level": _one_of(*LOG_LEVELS),
     "default_topic_queue_nums": _queue_count,
     "broker_name": _non_empty,
@@ -171,7 +173,23 @@ def load_settings(
     broker = BrokerConfig(**{k: v for k, v in values.items() if k in _BROKER_FIELDS})
     store = StoreConfig(**{k: v for k, v in values.items() if k in _STORE_FIELDS})
     _check_cross_field(store)
+    _check_tls(broker)
     return Config(broker=broker, store=store)
+
+
+def _check_tls(broker: BrokerConfig) -> None:
+    if broker.tls_listen and not broker.tls_enable:
+        raise ConfigError("invalid setting tlsListen: set tlsEnable = true to serve TLS on it")
+    if broker.tls_listen == broker.listen and not broker.listen.endswith(":0"):
+        raise ConfigError(
+            "invalid setting tlsListen: must differ from listen (grpcio cannot serve plaintext "
+            "and TLS on one port; leave tlsListen empty to make listen TLS-only)"
+        )
+    if broker.tls_client_auth == "require" and not broker.tls_trust_cert_path:
+        raise ConfigError(
+            "invalid setting tlsClientAuth: 'require' needs tlsTrustCertPath, the PEM bundle "
+            "of the CAs that sign client certificates"
+        )
 
 
 def _check_cross_field(store: StoreConfig) -> None:

@@ -7,6 +7,7 @@ async with Producer("127.0.0.1:8081") as producer:
 """
 
 from wharf.client.admin import Admin
+from wharf.client.channel import TlsConfig
 from wharf.client.consumer.pull import PullConsumer, PullResult, PullStatus
 from wharf.client.consumer.push import PushConsumer
 from wharf.client.errors import (
@@ -65,6 +66,7 @@ __all__ = [
     "SelectMessageQueueByRandom",
     "SendResult",
     "SendStatus",
+    "TlsConfig",
     "UnauthenticatedError",
     "UnavailableError",
     "WharfError",

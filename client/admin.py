@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import grpc
-from wharf.client.channel import open_channel
+from wharf.client.channel import TlsConfig, open_channel, tls_config
 from wharf.client.errors import ClientClosedError, from_rpc_error
 from wharf.v1 import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
 
@@ -33,11 +33,17 @@ class Admin:
         rpc_timeout_s: float = 10.0,
         access_key: str | None = None,
         secret_key: str | None = None,
+        tls: bool | TlsConfig | None = False,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
     ) -> None:
         """``access_key`` / ``secret_key``: sign calls for an aclEnable broker (default: the
-        environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY)."""
+        environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY). TLS arguments as the Producer's
+        (``wharf.client.channel.tls_config``)."""
         self.endpoints = endpoints
         self._keys = (access_key, secret_key)
+        self.tls = tls_config(tls, ca_file, cert_file, key_file)
         self.rpc_timeout_s = rpc_timeout_s
         self._channel: grpc.aio.Channel | None = None
         self._admin: admin_pb2_grpc.AdminServiceStub | None = None
@@ -53,7 +59,7 @@ class Admin:
     async def start(self) -> None:
         if self._channel is None:
             self._channel = open_channel(
-                self.endpoints, access_key=self._keys[0], secret_key=self._keys[1]
+                self.endpoints, tls=self.tls, access_key=self._keys[0], secret_key=self._keys[1]
             )
             self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
             self._messaging = messaging_pb2_grpc.MessagingServiceStub(self._channel)

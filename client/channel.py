@@ -1,6 +1,17 @@
-"""gRPC channel construction shared by every client (one place for options)."""
+"""gRPC channel construction shared by every client (one place for options).
+
+TLS: ``tls_config(tls, ca_file, cert_file, key_file)`` turns a client's keyword arguments into a
+``TlsConfig`` (None = plaintext): ``tls=True`` alone trusts the system roots (gRPC's, or the
+file in ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``); ``ca_file`` (a PEM bundle, e.g. the broker's
+development certificate) implies TLS; ``cert_file`` + ``key_file`` present a client certificate
+for a broker with ``tlsClientAuth = require``. Missing or unreadable files are an
+InvalidArgumentError naming the argument, raised when the client is made.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from wharf.client.auth import SignedChannel, resolve_credentials
@@ -38,20 +49,72 @@ def parse_endpoints(endpoints: str) -> str:
     return first
 
 
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """PEM bytes (read once, so a Spark task can be pickled with it); None = not given."""
+
+    ca_pem: bytes | None = None  # None: the system roots
+    cert_pem: bytes | None = None  # client certificate chain (mutual TLS)
+    key_pem: bytes | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(self.ca_pem, self.key_pem, self.cert_pem)
+
+    def __repr__(self) -> str:
+        """Never the key (options and clients get printed in errors and logs)."""
+        ca = "file" if self.ca_pem is not None else "system roots"
+        return f"TlsConfig(ca={ca}, client_certificate={self.cert_pem is not None})"
+
+
+def _read_pem(path: str | Path, argument: str) -> bytes:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidArgumentError(f"{argument}: cannot read {path}: {exc.strerror}") from None
+    if b"-----BEGIN " not in data:
+        raise InvalidArgumentError(f"{argument}: {path} is not a PEM file")
+    return data
+
+
+def tls_config(
+    tls: bool | TlsConfig | None = False,
+    ca_file: str | Path | None = None,
+    cert_file: str | Path | None = None,
+    key_file: str | Path | None = None,
+) -> TlsConfig | None:
+    """A client's TLS arguments as one value; None = plaintext (see the module docstring)."""
+    if isinstance(tls, TlsConfig):
+        return tls
+    if (cert_file is None) != (key_file is None):
+        raise InvalidArgumentError("cert_file and key_file go together (mutual TLS)")
+    if not tls and ca_file is None and cert_file is None:
+        return None
+    return TlsConfig(
+        ca_pem=_read_pem(ca_file, "ca_file") if ca_file is not None else None,
+        cert_pem=_read_pem(cert_file, "cert_file") if cert_file is not None else None,
+        key_pem=_read_pem(key_file, "key_file") if key_file is not None else None,
+    )
+
+
 def open_channel(
     endpoints: str,
     *,
     dedicated: bool = False,
+    tls: TlsConfig | None = None,
     access_key: str | None = None,
     secret_key: str | None = None,
 ) -> grpc.aio.Channel:
-    """An asyncio channel. ``dedicated`` gives it its own TCP connection (a local subchannel
-    pool): several producer streams on separate connections use both cores' worth of gRPC I/O.
-    Calls are signed for aclEnable brokers when credentials are given or in the environment
-    (wharf.client.auth)."""
+    """An asyncio channel, over TLS when ``tls`` is given. ``dedicated`` gives it its own TCP
+    connection (a local subchannel pool): several producer streams on separate connections
+    use both cores' worth of gRPC I/O. Calls are signed for aclEnable brokers when
+    credentials are given or in the environment (wharf.client.auth)."""
     options = list(_OPTIONS)
     if dedicated:
         options.append(("grpc.use_local_subchannel_pool", 1))
+    target = parse_endpoints(endpoints)
+    if tls is not None:
+        channel = grpc.aio.secure_channel(target, tls.credentials(), options=options)
+    else:
+        channel = grpc.aio.insecure_channel(target, options=options)
     credentials = resolve_credentials(access_key, secret_key)
-    channel = grpc.aio.insecure_channel(parse_endpoints(endpoints), options=options)
     return channel if credentials is None else SignedChannel(channel, credentials)

@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 from wharf.client.batcher import AutoBatcher
-from wharf.client.channel import open_channel
+from wharf.client.channel import TlsConfig, open_channel, tls_config
 from wharf.client.cluster import ClusterSender
 from wharf.client.compression import COMPRESS_THRESHOLD
 from wharf.client.errors import (
@@ -105,6 +105,9 @@ class Producer:
         streams: number of SendMessageStream calls, each on its own connection.
         transport: ``"stream"`` (bidi, default) or ``"unary"`` (one SendMessage per batch).
         compress_threshold: bodies larger than this are zlib-compressed (4 KiB).
+        tls / ca_file / cert_file / key_file: TLS to the broker (``wharf.client.channel``):
+            ``tls=True`` trusts the system roots, ``ca_file`` a PEM bundle; the client
+            certificate and key are for a broker requiring mutual TLS.
         access_key / secret_key: sign every call for a broker with aclEnable (default: the
             environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY; none = unsigned).
         namesrv: a cluster's NameServers ``"host:port;host2:port2"`` instead of ``endpoints``:
@@ -132,6 +135,10 @@ class Producer:
         transaction_topics: Iterable[str] = (),
         access_key: str | None = None,
         secret_key: str | None = None,
+        tls: bool | TlsConfig | None = False,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
         namesrv: str | None = None,
     ) -> None:
         self._cluster: ClusterSender[Producer] | None = None
@@ -146,6 +153,7 @@ class Producer:
                 max_in_flight=max_in_flight, streams=streams, transport=transport,
                 compress_threshold=compress_threshold, max_buffered=max_buffered,
                 access_key=access_key, secret_key=secret_key,
+                tls=tls_config(tls, ca_file, cert_file, key_file),
             )  # fmt: skip
             self._cluster = ClusterSender(
                 namesrv,
@@ -159,6 +167,7 @@ class Producer:
             raise InvalidArgumentError("streams must be >= 1")
         self.endpoints = endpoints
         self._keys = (access_key, secret_key)
+        self.tls = tls_config(tls, ca_file, cert_file, key_file)
         self.group = group
         self.send_timeout = send_timeout
         self.retry_times = retry_times
@@ -200,6 +209,7 @@ class Producer:
             channel = open_channel(
                 self.endpoints,
                 dedicated=self._stream_count > 1,
+                tls=self.tls,
                 access_key=self._keys[0],
                 secret_key=self._keys[1],
             )

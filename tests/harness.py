@@ -7,8 +7,9 @@
 ``settings`` are RocketMQ-named TOML settings written to ``<root>/broker.toml``; the store is
 ``<root>/store`` and the broker's stdout and stderr go to ``<root>/broker.log``. The broker
 writes ``--ready-file`` (JSON: grpc, metrics, pid) once it serves; ``start`` waits for that
-file, so ``endpoint`` is the port the OS picked. ``stop`` is a graceful SIGTERM, ``kill`` a
-crash (SIGKILL). A restart reuses the root, so the store survives it.
+file, so ``endpoint`` is the port the OS picked. With ``tlsEnable`` it also names the ``tls``
+and ``plaintext`` ports (``tls_endpoint``, ``plaintext_endpoint``; ``endpoint`` is TLS-only
+without ``tlsListen``). ``stop`` is a graceful SIGTERM, ``kill`` a crash (SIGKILL). A restart reuses the root, so the store survives it.
 """
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ class BrokerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.endpoint = ""
         self.metrics_endpoint = ""
+        # With tlsEnable: the port serving TLS (= endpoint without tlsListen), and the
+        # plaintext one ("" when listen is TLS-only).
+        self.tls_endpoint = ""
+        self.plaintext_endpoint = ""
         self.log_path = self.root / "broker.log"
 
     def start(self, timeout: float | None = None) -> BrokerProcess:
@@ -106,6 +111,8 @@ class BrokerProcess:
         self.proc, info = _launch(cmd, self.env, self.log_path, ready, timeout, "broker")
         self.endpoint = info["grpc"]
         self.metrics_endpoint = info.get("metrics", "")
+        self.tls_endpoint = info.get("tls") or ""
+        self.plaintext_endpoint = info.get("plaintext") or ""
         return self
 
     def log(self) -> str:

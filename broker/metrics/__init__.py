@@ -131,13 +131,13 @@ class BrokerMetrics:
         except RuntimeError:
             self._loop = None  # serve() records it
 
-    async def serve(self, host: str, port: int) -> int:
+    async def serve(self, host: str, port: int, bearer_token: str | None = None) -> int:
         """Serve /metrics on host:port without blocking the event loop; returns the bound port
-        (port 0 picks an ephemeral one)."""
+        (port 0 picks an ephemeral one). ``bearer_token``: required of every scrape."""
         if self._http is not None:
             raise RuntimeError("metrics server already serving")
         self._loop = asyncio.get_running_loop()
-        server = MetricsHttpServer(self.registry)
+        server = MetricsHttpServer(self.registry, bearer_token)
         bound = await asyncio.to_thread(server.start_blocking, host, port)
         self._http = server
         return bound

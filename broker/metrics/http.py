@@ -1,21 +1,78 @@
-"""The /metrics HTTP endpoint: prometheus_client's threaded WSGI server on its own thread.
+"""The /metrics HTTP endpoint: prometheus_client's WSGI app on a threaded server thread.
 
 A scrape never runs on the event loop: each request is served on a server thread, and the
 only loop work is the short snapshot call ``BrokerMetrics`` schedules there. Binding port 0
 picks an ephemeral port; ``start_blocking`` returns the port really bound.
+
+With a bearer token (``metricsBearerTokenFile``, read once at start) every request must carry
+``Authorization: Bearer <token>``: otherwise 401 with ``WWW-Authenticate: Bearer`` and no
+metric in the body. The comparison is constant-time (``hmac.compare_digest``); the token is
+never logged. Without a token the endpoint is open, as before.
 """
 
 from __future__ import annotations
 
+import hmac
+import socket
 import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+MAX_TOKEN_BYTES = 4096
+
+
+def read_token_file_blocking(path: str | Path) -> str:
+    """The token in ``path`` (surrounding whitespace stripped). ValueError naming the setting
+    for an unreadable, empty or oversized file or one with inner whitespace."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"metricsBearerTokenFile: cannot read {path}: {exc.strerror}") from None
+    token = raw.decode("utf-8", errors="replace").strip()
+    if not token or len(raw) > MAX_TOKEN_BYTES or any(c.isspace() for c in token):
+        raise ValueError(
+            f"metricsBearerTokenFile: {path} must hold one token of 1..{MAX_TOKEN_BYTES} "
+            "bytes without spaces"
+        )
+    return token
+
+
+def bearer_guard(app: WsgiApp, token: str) -> WsgiApp:
+    expected = f"Bearer {token}".encode()
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        given = environ.get("HTTP_AUTHORIZATION", "").encode("utf-8", errors="replace")
+        if hmac.compare_digest(given, expected):
+            return app(environ, start_response)
+        body = b"401 Unauthorized: send Authorization: Bearer <metrics token>\n"
+        start_response(
+            "401 Unauthorized",
+            [
+                ("Content-Type", "text/plain; charset=utf-8"),
+                ("Content-Length", str(len(body))),
+                ("WWW-Authenticate", 'Bearer realm="wharf-metrics"'),
+            ],
+        )
+        return [body]
+
+    return guarded
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log on stderr (a scrape every 15 s would fill the broker's log)."""
 
 
 class MetricsHttpServer:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, bearer_token: str | None = None) -> None:
         self._registry = registry
+        self._bearer_token = bearer_token
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -30,12 +87,23 @@ class MetricsHttpServer:
         in use or not local, with the address in the message."""
         if not 0 <= port <= 65535:
             raise ValueError(f"metrics port must be 0..65535, got {port}")
+        app: WsgiApp = make_wsgi_app(self._registry)
+        if self._bearer_token:
+            app = bearer_guard(app, self._bearer_token)
+        family = _family(host)
+
+        class _Server(ThreadingWSGIServer):
+            address_family = family  # a class attribute: one subclass per server
+
         try:
-            self._server, self._thread = start_http_server(port, addr=host, registry=self._registry)
+            server = make_server(host, port, app, _Server, handler_class=_QuietHandler)
         except OSError as exc:
             raise OSError(
                 exc.errno, f"cannot serve metrics on {host}:{port}: {exc.strerror}"
             ) from exc
+        thread = threading.Thread(target=server.serve_forever, daemon=True, name="metrics-http")
+        thread.start()
+        self._server, self._thread = server, thread
         return self.port
 
     def stop_blocking(self) -> None:
@@ -48,3 +116,10 @@ class MetricsHttpServer:
         server.server_close()
         if thread is not None:
             thread.join(timeout=5)
+
+
+def _family(host: str) -> socket.AddressFamily:
+    try:
+        return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][0]
+    except OSError:
+        return socket.AF_INET

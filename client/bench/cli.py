@@ -14,6 +14,7 @@ import gc
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from wharf.client.admin import Admin
 from wharf.client.bench.runners import BenchOptions, run_consume, run_e2e, run_produce
@@ -66,8 +67,9 @@ async def bench_command(args: argparse.Namespace, out: Output) -> int:
         linger_ms=args.linger_ms,
         max_in_flight=args.max_in_flight,
         rate=args.rate,
+        connect=args.connect,
     )
-    flush_mode = await _flush_mode(args.endpoints)
+    flush_mode = await _flush_mode(args.endpoints, args.connect)
     stats = BenchStats()
     # Start-up objects (modules, descriptors) live as long as the process; out of the
     # collector's generations, a full collection no longer pauses the measured loop for ms.
@@ -84,7 +86,8 @@ async def bench_command(args: argparse.Namespace, out: Output) -> int:
     result = {
         "workload": args.workload,
         "flush_disk_type": flush_mode,
-        "options": {k: v for k, v in vars(options).items() if k != "endpoints"},
+        "options": {k: v for k, v in vars(options).items() if k not in ("endpoints", "connect")},
+        "tls": options.connect.get("tls") is not None,
         "result": summary,
     }
     if out.as_json:
@@ -100,9 +103,9 @@ async def bench_command(args: argparse.Namespace, out: Output) -> int:
     return 0 if summary["messages"] > 0 else 1
 
 
-async def _flush_mode(endpoints: str) -> str:
+async def _flush_mode(endpoints: str, connect: dict[str, Any]) -> str:
     try:
-        async with Admin(endpoints, rpc_timeout_s=3.0) as admin:
+        async with Admin(endpoints, rpc_timeout_s=3.0, **connect) as admin:
             return (await admin.broker_status()).flush_disk_type or "unknown"
     except Exception:
         return "unknown"

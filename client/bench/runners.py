@@ -6,7 +6,8 @@ import asyncio
 import os
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from wharf.client.bench.pacing import WARMUP_S, due_batches
 from wharf.client.bench.stats import BenchStats
@@ -31,6 +32,8 @@ class BenchOptions:
     max_in_flight: int = 8  # producer requests in flight per stream
     rate: int = 10_000  # e2e: target messages per second
     group: str = "wharf-bench"
+    # The CLI's connection options (``tls`` ...), keyword arguments of every client.
+    connect: dict[str, Any] = field(default_factory=dict)
 
 
 class _Budget:
@@ -67,6 +70,7 @@ async def run_produce(options: BenchOptions, stats: BenchStats) -> None:
         max_in_flight=options.max_in_flight,
         compress_threshold=1 << 30,  # measure the transport, not zlib
         send_timeout=30.0,
+        **options.connect,
     ) as producer:
 
         async def worker() -> None:
@@ -91,7 +95,7 @@ async def run_consume(options: BenchOptions, stats: BenchStats) -> None:
     pullers than queues still work in parallel (like parallel range readers, or Redis clients
     issuing XRANGE side by side)."""
     budget = _Budget(options)
-    async with PullConsumer(options.endpoints, options.group) as consumer:
+    async with PullConsumer(options.endpoints, options.group, **options.connect) as consumer:
         queues = await consumer.queues(options.topic)
         chunk = options.batch * 16
         work: list[tuple[MessageQueue, int, int]] = []
@@ -136,8 +140,9 @@ async def run_e2e(options: BenchOptions, stats: BenchStats) -> None:
             linger_ms=options.linger_ms,
             max_in_flight=options.max_in_flight,
             send_timeout=30.0,
+            **options.connect,
         ) as producer,
-        PullConsumer(options.endpoints, options.group) as consumer,
+        PullConsumer(options.endpoints, options.group, **options.connect) as consumer,
     ):
         await producer.send(options.topic, b"warm-up")  # auto-creates the topic
         queues = await consumer.queues(options.topic)

@@ -92,7 +92,7 @@ _WHERE_NAMES = {
 
 async def group_create(args: argparse.Namespace, out: Output) -> int:
     timestamp = parse_timestamp(args.timestamp) if args.timestamp else 0
-    async with Admin(args.endpoints) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         config = await admin.create_group(
             args.name,
             retry_max_times=args.retry_max_times,
@@ -116,7 +116,7 @@ async def group_create(args: argparse.Namespace, out: Output) -> int:
 
 
 async def group_list(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         reply = await admin.list_groups()
     groups = sorted(reply.groups, key=lambda g: g.group_name)
     if out.as_json:
@@ -142,7 +142,7 @@ async def group_list(args: argparse.Namespace, out: Output) -> int:
 
 
 async def group_delete(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         await admin.delete_group(args.name)
     if out.as_json:
         out.data({"deleted": args.name})
@@ -152,7 +152,7 @@ async def group_delete(args: argparse.Namespace, out: Output) -> int:
 
 
 async def group_progress(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         reply = await admin.consumer_progress(args.name, args.topic)
     if out.as_json:
         out.data(proto_dict(reply))
@@ -178,7 +178,7 @@ async def group_progress(args: argparse.Namespace, out: Output) -> int:
 
 async def offsets_reset(args: argparse.Namespace, out: Output) -> int:
     timestamp = parse_timestamp(args.timestamp)
-    async with Admin(args.endpoints) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         reply = await admin.reset_offsets(args.group, args.topic, timestamp)
     offsets = dict(sorted(reply.offsets.items()))
     if out.as_json:

@@ -11,7 +11,10 @@ Global options: ``--endpoints HOST:PORT`` (env ``WHARF_ENDPOINTS``, default 127.
 ``--access-key`` / ``--secret-key`` (env ``WHARF_ACCESS_KEY`` / ``WHARF_SECRET_KEY``: every
 call is signed for a broker with aclEnable; they are handed to the SDK through those two
 variables of this process; prefer the environment, a secret on the command line is visible
-to other local users) and ``--json`` (one JSON document per line on stdout; errors as JSON on stderr). Exit codes
+to other local users), ``--json`` (one JSON document per line on stdout; errors as JSON on
+stderr) and TLS: ``--tls`` (env ``WHARF_TLS``), ``--ca-file`` (``WHARF_CA_FILE``, implies
+TLS), ``--cert-file`` / ``--key-file`` (``WHARF_CERT_FILE`` / ``WHARF_KEY_FILE``, mutual
+TLS). Exit codes
 are listed in :mod:`wharf.client.cli.exit_codes`.
 """
 
@@ -24,7 +27,7 @@ from collections.abc import Sequence
 
 import uvloop
 from wharf.client.auth import ACCESS_KEY_ENV, SECRET_KEY_ENV
-from wharf.client.channel import DEFAULT_ENDPOINTS, parse_endpoints
+from wharf.client.channel import DEFAULT_ENDPOINTS, parse_endpoints, tls_config
 from wharf.client.cli import (
     acl_commands,
     cluster_commands,
@@ -66,6 +69,33 @@ def build_parser() -> argparse.ArgumentParser:
         "--secret-key", help=f"the access key's secret (env {SECRET_KEY_ENV}; prefer the env)"
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    tls = parser.add_argument_group("TLS (a broker with tlsEnable)")
+    tls.add_argument(
+        "--tls",
+        dest="tls_flag",
+        action="store_true",
+        default=os.environ.get("WHARF_TLS", "").lower() in ("1", "true", "yes", "on"),
+        help="connect over TLS, trusting the system roots unless --ca-file (env WHARF_TLS=true)",
+    )
+    tls.add_argument(
+        "--ca-file",
+        default=os.environ.get("WHARF_CA_FILE"),
+        metavar="PEM",
+        help="CA bundle to trust (implies --tls; env WHARF_CA_FILE), e.g. the broker's "
+        "development <store>/config/tls/broker.crt",
+    )
+    tls.add_argument(
+        "--cert-file",
+        default=os.environ.get("WHARF_CERT_FILE"),
+        metavar="PEM",
+        help="client certificate for mutual TLS (env WHARF_CERT_FILE)",
+    )
+    tls.add_argument(
+        "--key-file",
+        default=os.environ.get("WHARF_KEY_FILE"),
+        metavar="PEM",
+        help="client private key for mutual TLS (env WHARF_KEY_FILE)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     topic_commands.add_parsers(sub)
     group_commands.add_parsers(sub)
@@ -89,6 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[SECRET_KEY_ENV] = args.secret_key
     try:
         parse_endpoints(args.endpoints)
+        # How every command's client connects (keyword arguments of Producer, Admin ...).
+        args.connect = {
+            "tls": tls_config(args.tls_flag, args.ca_file, args.cert_file, args.key_file),
+        }
         keep_large_buffers_on_heap()  # send batches and pull replies: no page faults per buffer
         # uvloop, as the broker: the CLI's clients (and `wharf bench`) spend much of their
         # time in task switches and callbacks, which it runs ~2x cheaper than asyncio's loop.

@@ -97,7 +97,7 @@ async def send_command(args: argparse.Namespace, out: Output) -> int:
         delay_level=args.delay_level,
         queue_id=args.queue,
     )
-    async with Producer(args.endpoints, group="wharf-cli") as producer:
+    async with Producer(args.endpoints, group="wharf-cli", **args.connect) as producer:
         if args.file or args.body is not None:
             if args.file:
                 body = await asyncio.to_thread(_read_file_blocking, args.file)
@@ -145,7 +145,7 @@ async def _drain(pending: list[asyncio.Task[SendResult]], out: Output) -> int:
 async def consume_command(args: argparse.Namespace, out: Output) -> int:
     if args.max < 0:
         raise ValueError("--max must be >= 0")
-    async with PullConsumer(args.endpoints, args.group) as consumer:
+    async with PullConsumer(args.endpoints, args.group, **args.connect) as consumer:
         queues = await consumer.queues(args.topic)
         if args.queue is not None:
             queues = [q for q in queues if q.queue_id == args.queue]
@@ -225,7 +225,7 @@ def _print_message(out: Output, msg: ReceivedMessage) -> None:
 
 
 async def query_command(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         reply = await admin.query_messages(
             args.topic, args.key, begin_ms=args.begin_ms, end_ms=args.end_ms, max_num=args.max
         )
@@ -247,7 +247,7 @@ async def query_command(args: argparse.Namespace, out: Output) -> int:
 
 
 async def view_command(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         reply = await admin.view_message(args.msg_id, args.topic)
     msg = ReceivedMessage.from_view(reply.message)
     data = message_dict(msg)

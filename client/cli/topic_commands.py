@@ -85,7 +85,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 async def topic_create(args: argparse.Namespace, out: Output) -> int:
     if args.cluster or args.broker:
         return await _create_on_masters(args, out)
-    async with Admin(args.endpoints) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         config = await _create(admin, args)
     _print_topic(out, config, "created")
     return 0
@@ -114,7 +114,7 @@ async def _create_on_masters(args: argparse.Namespace, out: Output) -> int:
         raise NotFoundError(f"no live master in {where}: see `wharf cluster list`")
     created = []
     for name, address in sorted(masters.items()):
-        async with Admin(address) as admin:
+        async with Admin(address, **args.connect) as admin:
             try:
                 await _create(admin, args)
                 created.append({"broker": name, "address": address, "created": True})
@@ -130,7 +130,7 @@ async def _create_on_masters(args: argparse.Namespace, out: Output) -> int:
 
 
 async def topic_update(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         config = await admin.update_topic(
             args.name,
             read_queue_nums=args.read_queues,
@@ -154,7 +154,7 @@ def _print_topic(out: Output, config: object, verb: str) -> None:
 
 
 async def topic_delete(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         await admin.delete_topic(args.name)
     if out.as_json:
         out.data({"deleted": args.name})
@@ -164,7 +164,7 @@ async def topic_delete(args: argparse.Namespace, out: Output) -> int:
 
 
 async def topic_list(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         reply = await admin.list_topics(include_system=args.system)
     topics = sorted(reply.topics, key=lambda t: t.name)
     if out.as_json:
@@ -188,7 +188,7 @@ async def topic_list(args: argparse.Namespace, out: Output) -> int:
 
 
 async def topic_status(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         stats = await admin.topic_stats(args.name)
     if out.as_json:
         out.data(proto_dict(stats))
@@ -205,7 +205,7 @@ async def topic_status(args: argparse.Namespace, out: Output) -> int:
 
 
 async def broker_status(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         status = await admin.broker_status()
     data = proto_dict(status)
     if out.as_json:

@@ -22,7 +22,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
 
 async def tx_list(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         reply = await admin.list_half_messages(args.topic)
     if out.as_json:
         out.data([proto_dict(m) for m in reply.messages])
@@ -39,7 +39,7 @@ async def tx_list(args: argparse.Namespace, out: Output) -> int:
 
 
 async def tx_resolve(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints) as admin:
+    async with Admin(args.endpoints, **args.connect) as admin:
         resolution = await admin.resolve_half_message(args.transaction_id, args.commit)
     if out.as_json:
         out.data({"transaction_id": args.transaction_id, "resolution": resolution})

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import grpc
-from wharf.client.channel import open_channel
+from wharf.client.channel import TlsConfig, open_channel, tls_config
 from wharf.client.consumer.pull_wire import pull_callable
 from wharf.client.consumer.start_offset import queue_bounds, search_offset
 from wharf.client.errors import ClientClosedError, InvalidArgumentError, from_rpc_error
@@ -56,11 +56,17 @@ class PullConsumer:
         *,
         access_key: str | None = None,
         secret_key: str | None = None,
+        tls: bool | TlsConfig | None = False,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
     ) -> None:
         """``access_key`` / ``secret_key``: sign calls for an aclEnable broker (default: the
-        environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY)."""
+        environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY). TLS arguments as the Producer's
+        (``wharf.client.channel.tls_config``)."""
         self.endpoints = endpoints
         self._keys = (access_key, secret_key)
+        self.tls = tls_config(tls, ca_file, cert_file, key_file)
         self.group = group
         self._channel: grpc.aio.Channel | None = None
         self._stub: messaging_pb2_grpc.MessagingServiceStub | None = None
@@ -80,7 +86,7 @@ class PullConsumer:
     async def start(self) -> None:
         if self._channel is None:
             self._channel = open_channel(
-                self.endpoints, access_key=self._keys[0], secret_key=self._keys[1]
+                self.endpoints, tls=self.tls, access_key=self._keys[0], secret_key=self._keys[1]
             )
             self._stub = messaging_pb2_grpc.MessagingServiceStub(self._channel)
             self._pull = pull_callable(self._channel)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from wharf.client.channel import open_channel
+from wharf.client.channel import TlsConfig, open_channel, tls_config
 from wharf.client.cluster import ClusterConsumers
 from wharf.client.consumer.consume_service import ConcurrentConsumeService, Handler
 from wharf.client.consumer.membership import GroupMembership
@@ -85,6 +85,7 @@ class PushConsumer:
             ``orderly_retry_pause_s`` and goes to the DLQ after max reconsume times.
         access_key / secret_key: sign every call for a broker with aclEnable (default: the
             environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY; none = unsigned).
+        tls / ca_file / cert_file / key_file: TLS as the Producer's.
     """
 
     def __init__(
@@ -112,6 +113,10 @@ class PushConsumer:
         orderly_retry_pause_s: float = 1.0,
         access_key: str | None = None,
         secret_key: str | None = None,
+        tls: bool | TlsConfig | None = False,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
         namesrv: str | None = None,
     ) -> None:
         self._cluster: ClusterConsumers[PushConsumer] | None = None
@@ -128,7 +133,7 @@ class PushConsumer:
                 commit_interval_s=commit_interval_s, max_reconsume_times=max_reconsume_times,
                 shutdown_grace_s=shutdown_grace_s, client_id=client_id, orderly=orderly,
                 orderly_retry_pause_s=orderly_retry_pause_s, access_key=access_key,
-                secret_key=secret_key,
+                secret_key=secret_key, tls=tls_config(tls, ca_file, cert_file, key_file),
             )  # fmt: skip
             self._cluster = ClusterConsumers(
                 namesrv,
@@ -149,6 +154,7 @@ class PushConsumer:
             raise InvalidArgumentError("a consumer group name is required")
         self.endpoints = endpoints
         self._keys = (access_key, secret_key)
+        self.tls = tls_config(tls, ca_file, cert_file, key_file)
         self.group = group
         self.client_id = client_id or _new_client_id()
         self.handler = handler
@@ -227,7 +233,7 @@ class PushConsumer:
         if self.message_model == CLUSTERING:
             self._subscriptions.setdefault(retry_topic(self.group), "*")
         self._channel = open_channel(
-            self.endpoints, access_key=self._keys[0], secret_key=self._keys[1]
+            self.endpoints, tls=self.tls, access_key=self._keys[0], secret_key=self._keys[1]
         )
         self._stub = messaging_pb2_grpc.MessagingServiceStub(self._channel)
         self._pull = pull_callable(self._channel)

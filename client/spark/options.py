@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from wharf.client.auth import Credentials, resolve_credentials
-from wharf.client.errors import InvalidArgumentError
+from wharf.client.channel import TlsConfig, tls_config
+from wharf.client.errors import InvalidArgumentError, WharfError
 
 # Special offsets inside an offsets JSON, as in spark-sql-kafka.
 EARLIEST = -2
@@ -63,6 +64,7 @@ class ReadOptions:
     arrow_batches: bool  # yield pyarrow.RecordBatch (faster, see bench.py) or tuples
     timeout_s: float
     credentials: Credentials | None = None  # accessKey/secretKey: signed calls (aclEnable)
+    tls: TlsConfig | None = None  # options tls / caFile / certFile / keyFile
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,7 @@ class WriteOptions:
     producer_group: str
     timeout_s: float
     credentials: Credentials | None = None  # accessKey/secretKey: signed calls (aclEnable)
+    tls: TlsConfig | None = None
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -196,6 +199,28 @@ def _credentials(options: Mapping[str, str]) -> Credentials | None:
         raise OptionError("options 'accessKey' and 'secretKey' go together") from None
 
 
+def parse_tls(options: Mapping[str, str]) -> TlsConfig | None:
+    """``tls`` (true: system roots), ``caFile`` (implies tls), ``certFile`` + ``keyFile``
+    (mutual TLS). The files are read here, on the driver: executors get their bytes pickled
+    with the options, so the files need not exist on the workers."""
+    try:
+        return tls_config(
+            _bool(options, "tls", False),
+            _get(options, "caFile"),
+            _get(options, "certFile"),
+            _get(options, "keyFile"),
+        )
+    except WharfError as exc:
+        message = str(exc)
+        for arg, option in (
+            ("ca_file", "caFile"),
+            ("cert_file", "certFile"),
+            ("key_file", "keyFile"),
+        ):
+            message = message.replace(arg, option)
+        raise OptionError(f"option {message}") from None
+
+
 def _timeout(options: Mapping[str, str]) -> float:
     raw = _get(options, "timeoutMs")
     if raw is None:
@@ -254,6 +279,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         arrow_batches=_bool(options, "arrowBatches", True),
         timeout_s=_timeout(options),
         credentials=_credentials(options),
+        tls=parse_tls(options),
     )
 
 
@@ -289,6 +315,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         producer_group=_get(options, "producerGroup") or "wharf-spark-sink",
         timeout_s=_timeout(options),
         credentials=_credentials(options),
+        tls=parse_tls(options),
     )
 
 

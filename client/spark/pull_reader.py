@@ -101,7 +101,7 @@ def read_queue_range(opts: ReadOptions, schema: StructType, r: QueueRange) -> It
     columns = _RangeColumns(buffer, r, opts.include_properties)
     match_all = opts.tag_expression in ("", "*")
     offset = r.start
-    with BrokerRpc(opts.endpoints, opts.timeout_s, opts.credentials) as rpc:
+    with BrokerRpc.for_options(opts) as rpc:
 
         def start_pull(at: int) -> PendingPull:
             want = min(opts.pull_batch_size, r.end - at)

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from wharf.client.auth import Credentials, sign_sync_channel
+from wharf.client.channel import TlsConfig
 from wharf.client.consumer.pull_wire import PULL_METHOD, PullReply, decode_pull_reply
 from wharf.client.send_stream import encode_records_request
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
@@ -96,18 +98,27 @@ class BrokerRpc:
         endpoints: Sequence[str],
         timeout_s: float = 30.0,
         credentials: Credentials | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
-        """``credentials``: sign every call (wharf.client.auth) for a broker with aclEnable."""
+        """``credentials``: sign every call (wharf.client.auth) for a broker with aclEnable;
+        ``tls``: TLS to the broker (None: plaintext)."""
         if not endpoints:
             raise ValueError("no broker endpoint given")
         self._endpoints = list(endpoints)
         self._timeout = timeout_s
         self._credentials = credentials
+        self._tls = tls  # None: plaintext
         self._index = 0
         self._channel: grpc.Channel | None = None
         self._stub: messaging_pb2_grpc.MessagingServiceStub | None = None
         # Calls on the fast wire paths, made with the channel (see the module docstring).
         self._fast_calls: dict[str, grpc.UnaryUnaryMultiCallable] = {}
+
+    @classmethod
+    def for_options(cls, opts: Any) -> BrokerRpc:
+        """A client as the connector's read or write options say (endpoints, timeout,
+        accessKey/secretKey, TLS)."""
+        return cls(opts.endpoints, opts.timeout_s, opts.credentials, opts.tls)
 
     @property
     def endpoint(self) -> str:
@@ -115,9 +126,13 @@ class BrokerRpc:
 
     def _connect(self) -> messaging_pb2_grpc.MessagingServiceStub:
         if self._stub is None:
-            channel = sign_sync_channel(
-                grpc.insecure_channel(self.endpoint, options=_CHANNEL_OPTIONS), self._credentials
-            )
+            if self._tls is not None:
+                plain = grpc.secure_channel(
+                    self.endpoint, self._tls.credentials(), options=_CHANNEL_OPTIONS
+                )
+            else:
+                plain = grpc.insecure_channel(self.endpoint, options=_CHANNEL_OPTIONS)
+            channel = sign_sync_channel(plain, self._credentials)
             self._channel = channel
             self._stub = messaging_pb2_grpc.MessagingServiceStub(channel)
             self._fast_calls = {

@@ -63,7 +63,7 @@ class TopicBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self._opts
-        with BrokerRpc(opts.endpoints, opts.timeout_s, opts.credentials) as rpc:
+        with BrokerRpc.for_options(opts) as rpc:
             bounds = fetch_bounds(opts, rpc)
             start = _starting_offsets(opts, rpc, bounds)
         end = resolve_offsets(opts.ending, bounds)
@@ -92,11 +92,11 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: OffsetMap | None = None  # availableNow: never read past this
 
     def _bounds(self) -> dict[QueueKey, QueueBounds]:
-        with BrokerRpc(self._opts.endpoints, self._opts.timeout_s, self._opts.credentials) as rpc:
+        with BrokerRpc.for_options(self._opts) as rpc:
             return fetch_bounds(self._opts, rpc)
 
     def initialOffset(self) -> dict:
-        with BrokerRpc(self._opts.endpoints, self._opts.timeout_s, self._opts.credentials) as rpc:
+        with BrokerRpc.for_options(self._opts) as rpc:
             bounds = fetch_bounds(self._opts, rpc)
             start = _starting_offsets(self._opts, rpc, bounds)
         return encode_offsets(start)
@@ -154,6 +154,6 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         group = self._opts.progress_group
         if group is None:
             return
-        with BrokerRpc(self._opts.endpoints, self._opts.timeout_s, self._opts.credentials) as rpc:
+        with BrokerRpc.for_options(self._opts) as rpc:
             for (topic, queue_id), offset in sorted(decode_offsets(end).items()):
                 rpc.update_consumer_offset(group, topic, queue_id, offset)

@@ -355,7 +355,7 @@ def write_rows(
         if opts.transactional
         else _RowEncoder()
     )
-    with BrokerRpc(opts.endpoints, opts.timeout_s, opts.credentials) as rpc:
+    with BrokerRpc.for_options(opts) as rpc:
         sender = _ChunkSender(rpc, opts)
         for batch in batches:
             cols = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
@@ -415,7 +415,7 @@ def end_batch(opts: WriteOptions, prefix: str, summaries: list[WriteSummary], co
     # broker's check-back discards those halves).
     topics = sorted({opts.topic} if opts.topic else {t for m in summaries for t in m.topics or ()})
     committed = rolled_back = before = 0
-    with BrokerRpc(opts.endpoints, opts.timeout_s, opts.credentials) as rpc:
+    with BrokerRpc.for_options(opts) as rpc:
         for i, piece in enumerate(pieces):
             reply = rpc.end_transactions(prefix, piece, commit, i == len(pieces) - 1, topics)
             committed += reply.committed

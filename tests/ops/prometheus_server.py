@@ -23,21 +23,27 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def derive_config(metrics_endpoint: str) -> dict[str, Any]:
+def derive_config(metrics_endpoint: str, token_file: Path | None = None) -> dict[str, Any]:
+    """``token_file``: the broker's metricsBearerTokenFile, in place of the compose secret's
+    path; None: a broker without a token (the bearer header is left out)."""
     config = load_yaml(DEPLOY / "prometheus.yml")
     config["global"]["scrape_interval"] = "1s"
     config["global"]["evaluation_interval"] = "1s"
     config["rule_files"] = [str(DEPLOY / "alerts.yml")]
     (job,) = config["scrape_configs"]
     job["static_configs"][0]["targets"] = [metrics_endpoint]
+    if token_file is None:
+        del job["authorization"]
+    else:
+        job["authorization"]["credentials_file"] = str(token_file)
     return config
 
 
 class PrometheusServer:
-    def __init__(self, root: Path, metrics_endpoint: str) -> None:
+    def __init__(self, root: Path, metrics_endpoint: str, token_file: Path | None = None) -> None:
         self.root = root
         self.config_path = root / "prometheus.yml"
-        self.config_path.write_text(json.dumps(derive_config(metrics_endpoint)))
+        self.config_path.write_text(json.dumps(derive_config(metrics_endpoint, token_file)))
         self.port = free_port()
         self.log_path = root / "prometheus.log"
         self.proc: subprocess.Popen[bytes] | None = None

@@ -134,6 +134,44 @@ def test_prometheus_scrapes_the_broker_service_and_loads_the_mounted_rules() -> 
     assert job["static_configs"][0]["targets"] == ["broker:9100"]
 
 
+def test_compose_turns_tls_and_the_metrics_token_on_with_files_passed_as_secrets() -> None:
+    broker = COMPOSE["services"]["broker"]
+    env = {name: str(value) for name, value in broker["environment"].items()}
+    env.pop("WHARF_ADVERTISED_ADDRESS")  # ${...:-default}: compose interpolates it
+    secret_files = {name: spec["file"] for name, spec in COMPOSE["secrets"].items()}
+    config = load_settings(DEPLOY / "broker.toml", env=env).broker
+    assert config.tls_enable and not config.tls_listen  # the published 8081 is TLS-only
+    assert config.tls_client_auth == "none"
+    paths = {
+        "tlsCertPath": config.tls_cert_path,
+        "tlsKeyPath": config.tls_key_path,
+        "metricsBearerTokenFile": config.metrics_bearer_token_file,
+        "probe CA": env["WHARF_PROBE_CA_FILE"],
+    }
+    for what, path in paths.items():
+        name = path.removeprefix("/run/secrets/")
+        assert path.startswith("/run/secrets/") and name in broker["secrets"], what
+        assert secret_files[name].startswith("./secrets/"), what
+    assert env["WHARF_PROBE_CA_FILE"] == config.tls_cert_path
+    # Prometheus sends the same token, read from the same secret mounted in its container.
+    (job,) = load_yaml(DEPLOY / "prometheus.yml")["scrape_configs"]
+    token_path = job["authorization"]["credentials_file"]
+    assert job["authorization"]["type"] == "Bearer"
+    assert token_path == config.metrics_bearer_token_file
+    assert token_path.removeprefix("/run/secrets/") in COMPOSE["services"]["prometheus"]["secrets"]
+    # Nothing secret is inline, and the secret files never reach git or the image.
+    lines = (DEPLOY / "docker-compose.yml").read_text().splitlines()
+    text = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+    assert "BEGIN" not in text and "Bearer " not in text and "TOKEN:" not in text
+    ignored = (DEPLOY / "secrets" / ".gitignore").read_text().splitlines()
+    assert "*" in ignored and {f"!{n}" for n in (".gitignore", "README.md")} <= set(ignored)
+    assert not any(
+        "secrets" in line
+        for line in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    )
+
+
 def test_grafana_provisioning_points_at_the_mounted_dashboards_and_datasource_uid() -> None:
     mounts = compose_mounts("grafana")
     provisioning = DEPLOY / "grafana" / "provisioning"
@@ -206,6 +244,10 @@ def test_promtool_accepts_the_prometheus_config(tmp_path: Path) -> None:
     # The rule path is the container's: rebase it onto the repo file for promtool.
     prometheus = load_yaml(DEPLOY / "prometheus.yml")
     prometheus["rule_files"] = [str(DEPLOY / "alerts.yml")]
+    # So is the metrics token's (a compose secret): promtool wants the file to exist.
+    token = tmp_path / "metrics_token"
+    token.write_text("token\n")
+    prometheus["scrape_configs"][0]["authorization"]["credentials_file"] = str(token)
     config = tmp_path / "prometheus.yml"
     config.write_text(json.dumps(prometheus))
     result = subprocess.run(
