@@ -120,6 +120,12 @@ deploy-secrets: $(STAMP)
 	test -e $(SECRETS_DIR)/metrics_token || { umask 077; \
 	  $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > $(SECRETS_DIR)/metrics_token; \
 	  chmod $(SECRETS_MODE) $(SECRETS_DIR)/metrics_token; }
+	test -e $(SECRETS_DIR)/plain_acl.yml || { umask 077; \
+	  $(PY) -m wharf.client.cli.main --json acl user create admin --admin \
+	    --file $(SECRETS_DIR)/plain_acl.yml | $(PY) -c 'import json, sys; d = json.load(sys.stdin); \
+	    print("WHARF_ACCESS_KEY=" + d["access_key"]); print("WHARF_SECRET_KEY=" + d["secret_key"])' \
+	    > $(SECRETS_DIR)/admin.env; \
+	  chmod $(SECRETS_MODE) $(SECRETS_DIR)/plain_acl.yml; }
 
 # Benchmark programs (tests/bench/README.md); options through ARGS, e.g. ARGS=--quick.
 bench-store: $(STAMP)

@@ -96,6 +96,9 @@ class BrokerConfig:
     # (RocketMQ's name; off by default). Accounts: <storePathRootDir>/config/plain_acl.yml,
     # reloaded within ~1 s of a change (broker/acl/; gRPC health and reflection stay open).
     acl_enable: bool = False
+    # aclFile: the accounts file; "" = <storePathRootDir>/config/plain_acl.yml (a compose secret
+    # mounts it elsewhere).
+    acl_file: str = ""
     # aclMaxClockSkew (ms): a signed request's x-mq-date-time may differ from the broker's
     # clock by this much (15 min); older dates are refused as replays.
     acl_max_clock_skew: int = 900_000

@@ -185,7 +185,7 @@ class BrokerController:
         self.acl: AclGuard | None = None
         if broker.acl_enable:
             self.acl = AclGuard(
-                self._metadata_dir / ACL_FILE_NAME,
+                Path(broker.acl_file) if broker.acl_file else self._metadata_dir / ACL_FILE_NAME,
                 broker.acl_max_clock_skew / 1000,
                 self.metrics.observe_rpc,
             )

@@ -35,8 +35,11 @@ PERMS = {"DENY": "DENY", "PUB": "PUB", "SUB": "SUB", "PUB|SUB": "PUB|SUB", "SUB|
 HEADER = "# Wharf ACL (RocketMQ 4 plain_acl.yml shape); see broker/README.md\n"
 
 
-def acl_path(store: str) -> Path:
-    return Path(store) / "config" / FILE_NAME
+def acl_path(args: argparse.Namespace) -> Path:
+    """``--file``, else ``<--store>/config/plain_acl.yml``."""
+    if getattr(args, "file", None):
+        return Path(args.file)
+    return Path(args.store) / "config" / FILE_NAME
 
 
 def _perm(text: str) -> str:
@@ -89,7 +92,7 @@ def _set_perm(entries: list[str], name: str, perm: str | None) -> list[str]:
 
 
 def user_create(args: argparse.Namespace, out: Output) -> int:
-    path = acl_path(args.store)
+    path = acl_path(args)
     doc = load(path)
     name = args.name
     if not name or any(c in name for c in " ,="):
@@ -132,7 +135,7 @@ def _public(account: dict[str, Any]) -> dict[str, Any]:
 
 
 def user_list(args: argparse.Namespace, out: Output) -> int:
-    doc = load(acl_path(args.store))
+    doc = load(acl_path(args))
     users = [_public(a) for a in doc["accounts"] if isinstance(a, dict)]
     if out.as_json:
         for user in users:
@@ -160,7 +163,7 @@ def user_list(args: argparse.Namespace, out: Output) -> int:
 
 
 def user_delete(args: argparse.Namespace, out: Output) -> int:
-    path = acl_path(args.store)
+    path = acl_path(args)
     doc = load(path)
     account = _find(doc, args.name)
     doc["accounts"].remove(account)
@@ -172,7 +175,7 @@ def user_delete(args: argparse.Namespace, out: Output) -> int:
 
 
 def grant(args: argparse.Namespace, out: Output) -> int:
-    path = acl_path(args.store)
+    path = acl_path(args)
     doc = load(path)
     account = _find(doc, args.name)
     for entry in args.topic or []:
@@ -189,7 +192,7 @@ def grant(args: argparse.Namespace, out: Output) -> int:
 
 
 def revoke(args: argparse.Namespace, out: Output) -> int:
-    path = acl_path(args.store)
+    path = acl_path(args)
     doc = load(path)
     account = _find(doc, args.name)
     for name in args.topic or []:
@@ -222,6 +225,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
             "--store",
             default=os.environ.get("WHARF_STORE_DIR", "data"),
             help="the broker's storePathRootDir (env WHARF_STORE_DIR; default %(default)s)",
+        )
+        parser.add_argument(
+            "--file",
+            default=os.environ.get("WHARF_ACL_FILE"),
+            help="the accounts file itself, when the broker's aclFile names one (env "
+            "WHARF_ACL_FILE; wins over --store)",
         )
         return parser
 

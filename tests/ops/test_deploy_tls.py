@@ -1,7 +1,8 @@
 """The docker-compose TLS set-up without Docker: `make deploy-secrets` writes the files the
 compose secrets name, and the broker started with the compose's environment (its /run/secrets
 paths rebased onto those files) serves TLS that wharf-probe (the image's HEALTHCHECK, with the
-compose's WHARF_PROBE_CA_FILE) accepts, and /metrics only with the token Prometheus sends."""
+compose's WHARF_PROBE_CA_FILE) accepts, /metrics only with the token Prometheus sends, and
+gRPC only with the admin keys the same make target wrote (ACL on)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,15 @@ def test_deploy_secrets_and_the_compose_environment_give_a_tls_broker(tmp_path: 
         request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
         with urllib.request.urlopen(request, timeout=10) as reply:
             assert reply.status == 200 and b"rocketmq_topic_number" in reply.read()
+
+        # ACL on: the CLI over TLS is refused unsigned, served with the admin keys of admin.env.
+        keys = dict(line.split("=", 1) for line in (secrets_dir / "admin.env").read_text().split())
+        assert keys["WHARF_ACCESS_KEY"] == "admin" and len(keys["WHARF_SECRET_KEY"]) >= 24
+        cli = [sys.executable, "-m", "wharf.client.cli.main", "--endpoints", broker.endpoint,
+               "--ca-file", env["WHARF_PROBE_CA_FILE"], "topic", "list"]  # fmt: skip
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("WHARF_")}
+        refused = subprocess.run(cli, capture_output=True, text=True, timeout=60, env=clean)
+        assert refused.returncode != 0 and "UNAUTHENTICATED" in refused.stderr + refused.stdout
+        served = subprocess.run(cli, capture_output=True, text=True, timeout=60,
+                                env={**clean, **keys})  # fmt: skip
+        assert served.returncode == 0, served.stderr
