@@ -68,6 +68,16 @@ def _launch(
     )
 
 
+# Store sizes of test brokers unless a test sets its own: the defaults preallocate a 1 GiB
+# commit log segment (and the next one ahead) and a 420 MB index file per broker, ~2.5 GB of
+# disk each; a CI run starts a few hundred brokers (it once filled 83 GB of /tmp).
+TEST_STORE_SIZES: dict[str, Any] = {
+    "mappedFileSizeCommitLog": 32 * 1024 * 1024,
+    "maxHashSlotNum": 50_000,
+    "maxIndexNum": 200_000,
+}
+
+
 class BrokerProcess:
     def __init__(
         self,
@@ -79,7 +89,7 @@ class BrokerProcess:
     ) -> None:
         self.root = Path(root)
         self.store_dir = self.root / "store"
-        self.settings = dict(settings or {})
+        self.settings = {**TEST_STORE_SIZES, **(settings or {})}
         self.extra_args = list(extra_args or [])
         self.env = dict(env or {})
         self.ready_timeout = ready_timeout
@@ -161,7 +171,8 @@ class NamesrvProcess(BrokerProcess):
     restarts); ``settings`` go to ``<root>/namesrv.toml``, output to ``<root>/namesrv.log``."""
 
     def __init__(self, root: Path, settings: dict[str, Any] | None = None, port: int = 0) -> None:
-        super().__init__(root, settings)
+        super().__init__(root)
+        self.settings = dict(settings or {})  # NameServer settings only (no store sizes)
         self.port = port
         self.log_path = self.root / "namesrv.log"
 
