@@ -93,9 +93,12 @@ def snapshot_families(s: BrokerSnapshot) -> Iterator[Any]:
     yield counter("wharf_store_messages_put_total", "Messages appended to the commit log (all topics, system ones included).", [], [((), st.messages_put_total)])  # fmt: skip
     yield counter("wharf_store_bytes_put_total", "Record bytes appended to the commit log.", [], [((), st.bytes_put_total)])  # fmt: skip
     yield gauge("wharf_store_recovery_seconds", "Duration of the recovery run at start.", [], [((), st.recovery_seconds)])  # fmt: skip
-    if s.identity:
-        names = sorted(s.identity)
-        yield gauge("wharf_broker_info", "1, labelled with this broker's cluster, broker (group) name and broker id: join on instance to group any series by cluster or broker.", names, [(tuple(s.identity[n] for n in names), 1)])  # fmt: skip
+    info = (
+        [((s.identity["broker"], s.identity["broker_id"], s.identity["cluster"]), 1)]
+        if s.identity
+        else []
+    )
+    yield gauge("wharf_broker_info", "1, labelled with this broker's cluster, broker (group) name and broker id: join on instance to group any series by cluster or broker.", ["broker", "broker_id", "cluster"], info)  # fmt: skip
     yield gauge("wharf_namesrv_session_up", "1 while this broker's registration session with the NameServer is open (namesrvAddr), else 0.", ["namesrv"], [((ns,), 1 if up else 0) for ns, up in sorted(s.namesrv_sessions.items())])  # fmt: skip
     tx, timer = s.transactions, s.timer
     yield gauge("rocketmq_half_messages", "Transactional half messages not yet committed or rolled back.", [], [((), tx.get("half_messages", 0))])  # fmt: skip
