@@ -57,6 +57,11 @@ def encode_records_request(head: bytes, request_id: int, records: list[bytes]) -
     return b"".join((*prefix, *records))
 
 
+# A write on a call the broker already ended (it refused the stream at once: ACL, shutdown)
+# raises one of these; grpc.aio's BaseError ("Internal error from Core") is not an RpcError.
+_CALL_ENDED = (grpc.RpcError, grpc.aio.BaseError, asyncio.InvalidStateError)
+
+
 class SendStream:
     def __init__(self, channel: grpc.aio.Channel) -> None:
         # Requests are written by the caller itself when no write is in progress (no queue or
@@ -120,7 +125,7 @@ class SendStream:
         try:
             while self._backlog and self.broken is None:
                 await self._call.write(self._backlog.popleft())
-        except (grpc.RpcError, asyncio.InvalidStateError):
+        except _CALL_ENDED:
             pass  # the call ended: the read loop fails every pending request with the cause
         finally:
             self._writing = False
@@ -139,7 +144,7 @@ class SendStream:
                     await asyncio.sleep(0.001)
             if self.broken is None:
                 await self._call.done_writing()  # the broker ends the stream after its replies
-        except (grpc.RpcError, asyncio.InvalidStateError):
+        except _CALL_ENDED:
             pass
         try:
             await asyncio.wait_for(asyncio.shield(self._reader), 5.0)

@@ -52,3 +52,52 @@ async def test_concurrent_requests_all_answered_even_when_a_writer_is_cancelled(
         await stream.close()
         await channel.close()
     assert stream.pending == 0
+
+
+async def test_a_stream_the_broker_ends_at_once_fails_its_requests_with_the_broker_s_status() -> (
+    None
+):
+    """The broker may end a stream before the first write lands (ACL refuses it at open): the
+    write then raises grpc.aio's BaseError ("Internal error from Core", not an RpcError); the
+    caller must get the status the broker ended the call with, not an INTERNAL error."""
+    import grpc
+    from wharf.client.errors import UnauthenticatedError
+
+    class EndedCall:
+        def __init__(self) -> None:
+            self.ended = asyncio.Event()
+
+        async def write(self, data: bytes) -> None:
+            self.ended.set()
+            raise grpc.aio.InternalError("Internal error from Core")
+
+        async def done_writing(self) -> None:
+            raise grpc.aio.UsageError("call already done")
+
+        def __aiter__(self):  # type: ignore[no-untyped-def]
+            return self._replies()
+
+        async def _replies(self):  # type: ignore[no-untyped-def]
+            await self.ended.wait()
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.UNAUTHENTICATED,
+                grpc.aio.Metadata(),
+                grpc.aio.Metadata(),
+                details="no signature",
+            )
+            yield  # an async generator
+
+        def cancel(self) -> None:
+            pass
+
+    class Channel:
+        def stream_stream(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+            return lambda: EndedCall()
+
+    stream = SendStream(Channel())  # type: ignore[arg-type]
+    try:
+        await stream.request_records(_head("t"), [b"x"])
+        raise AssertionError("the request was answered")
+    except UnauthenticatedError as exc:
+        assert "no signature" in str(exc)
+    await stream.close()
