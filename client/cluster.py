@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
@@ -136,7 +137,11 @@ class ClusterSender(Generic[C]):
         fresh = [i for i, g in enumerate(groups) if g[0] not in tried]
         healthy = [i for i in fresh if self.faults.available(groups[i][0])]
         choices = healthy or fresh or list(range(len(groups)))
-        n = self._next.get(topic, 0)
+        # A random start per topic (RocketMQ's ThreadLocalIndex): short-lived producers -- one
+        # CLI send each -- would otherwise all pick the first group.
+        n = self._next.get(topic)
+        if n is None:
+            n = random.randrange(1 << 16)
         self._next[topic] = n + 1
         return choices[n % len(choices)]
 

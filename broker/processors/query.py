@@ -46,7 +46,7 @@ class QueryProcessor:
 
     def _by_offset(self, msg_id: str, topic: str) -> StoredMessage | None:
         try:
-            _, offset = decode_offset_msg_id(msg_id)
+            host, offset = decode_offset_msg_id(msg_id)
         except InvalidMessageError:
             return None
         try:
@@ -54,6 +54,10 @@ class QueryProcessor:
         except (StoreError, ValueError):
             return None  # not a record boundary: the id was a unique id after all
         if message is None or message.commit_log_offset != offset:
+            return None
+        if message.store_host != host:
+            # Another broker's id (a cluster has one commit log per group): a record that
+            # happens to start at that offset here is not that message.
             return None
         if topic and topic not in (message.topic, message.properties.get(PROPERTY_REAL_TOPIC)):
             return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from wharf.client.cli.output import Output, proto_dict
-from wharf.client.errors import InvalidArgumentError
+from wharf.client.errors import InvalidArgumentError, NotFoundError
 from wharf.client.namesrv import NameServerClient
 
 
@@ -22,6 +22,22 @@ def namesrv_of(args: argparse.Namespace) -> NameServerClient:
             "this command needs --namesrv HOST:PORT[;HOST:PORT] (env NAMESRV_ADDR)"
         )
     return NameServerClient(args.namesrv)
+
+
+async def brokers_of(args: argparse.Namespace, topic: str | None) -> list[str]:
+    """Where a query goes: ``--endpoints``; with ``--namesrv`` the masters of every group that
+    holds ``topic`` (every master of the cluster when no topic is named)."""
+    if not args.namesrv:
+        return [args.endpoints]
+    async with namesrv_of(args) as namesrv:
+        if topic is None:
+            found = sorted((await namesrv.masters()).values())
+        else:
+            route = await namesrv.query_route(topic)
+            found = sorted(g.master for g in route.groups.values() if g.master)
+    if not found:
+        raise NotFoundError(f"no live master holds {topic!r}" if topic else "no live master")
+    return found
 
 
 async def cluster_list(args: argparse.Namespace, out: Output) -> int:

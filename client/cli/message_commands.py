@@ -9,11 +9,14 @@ from collections.abc import Iterator
 
 from rich.progress import Progress
 from wharf.client.admin import Admin
+from wharf.client.cli.cluster_commands import brokers_of
 from wharf.client.cli.output import Output, message_dict, message_line, proto_dict
 from wharf.client.cli.topic_commands import parse_attributes
 from wharf.client.consumer.pull import PullConsumer
+from wharf.client.errors import NotFoundError
 from wharf.client.message import MessageQueue, ReceivedMessage, SendResult
 from wharf.client.producer import Producer
+from wharf.v1 import common_pb2
 
 STDIN_WINDOW = 1024  # stdin lines in flight at once (auto-batched by the producer)
 
@@ -97,7 +100,9 @@ async def send_command(args: argparse.Namespace, out: Output) -> int:
         delay_level=args.delay_level,
         queue_id=args.queue,
     )
-    async with Producer(args.endpoints, group="wharf-cli", **args.connect) as producer:
+    # --namesrv: the sends spread over the topic's broker groups (Producer(namesrv=)).
+    where = {"namesrv": args.namesrv} if args.namesrv else {"endpoints": args.endpoints}
+    async with Producer(group="wharf-cli", **where, **args.connect) as producer:
         if args.file or args.body is not None:
             if args.file:
                 body = await asyncio.to_thread(_read_file_blocking, args.file)
@@ -225,11 +230,15 @@ def _print_message(out: Output, msg: ReceivedMessage) -> None:
 
 
 async def query_command(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints, **args.connect) as admin:
-        reply = await admin.query_messages(
-            args.topic, args.key, begin_ms=args.begin_ms, end_ms=args.end_ms, max_num=args.max
-        )
-    messages = [ReceivedMessage.from_view(v) for v in reply.messages]
+    views: list[common_pb2.MessageView] = []
+    for address in await brokers_of(args, args.topic):  # every group of a cluster (--namesrv)
+        async with Admin(address, **args.connect) as admin:
+            reply = await admin.query_messages(
+                args.topic, args.key, begin_ms=args.begin_ms, end_ms=args.end_ms, max_num=args.max
+            )
+        views += reply.messages
+    views.sort(key=lambda v: v.store_timestamp)
+    messages = [ReceivedMessage.from_view(v) for v in views[: args.max]]
     if out.as_json:
         out.data([message_dict(m) for m in messages])
     elif not messages:
@@ -247,8 +256,15 @@ async def query_command(args: argparse.Namespace, out: Output) -> int:
 
 
 async def view_command(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints, **args.connect) as admin:
-        reply = await admin.view_message(args.msg_id, args.topic)
+    addresses = await brokers_of(args, args.topic or None)
+    for i, address in enumerate(addresses):  # the first group that has it (--namesrv)
+        async with Admin(address, **args.connect) as admin:
+            try:
+                reply = await admin.view_message(args.msg_id, args.topic)
+                break
+            except NotFoundError:
+                if i == len(addresses) - 1:
+                    raise
     msg = ReceivedMessage.from_view(reply.message)
     data = message_dict(msg)
     if out.as_json:

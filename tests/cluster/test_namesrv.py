@@ -129,3 +129,25 @@ def test_broker_metrics_name_its_cluster_and_its_name_server_sessions(cluster) -
     time.sleep(0.5)
     text = urllib.request.urlopen(url, timeout=10).read().decode()
     assert f'wharf_namesrv_session_up{{namesrv="{names[0].endpoint}"}} 0.0' in text
+
+
+def test_cli_sends_through_the_cluster_and_queries_fan_out_over_its_groups(cluster) -> None:  # type: ignore[no-untyped-def]
+    names, _brokers = cluster
+    ns = ";".join(n.endpoint for n in names)
+    wait_for(lambda: len(cli(ns, "cluster", "list")) == 2, 10, "both brokers registered")
+    cli(ns, "topic", "create", "audit", "--cluster", "C", "--queues", "1")
+    for n in names:
+        wait_for(lambda n=n: route(n.endpoint, "audit") == {"broker-a": 1, "broker-b": 1}, 5, "")
+    sent = [cli(ns, "send", "audit", f"entry-{i}", "--key", "k-1") for i in range(6)]
+    stores = {s["offset_msg_id"][:16] for s in sent}
+    assert len(stores) == 2  # the CLI's sends went to both groups
+    found = []
+    deadline = time.monotonic() + 10
+    while len(found) < 6 and time.monotonic() < deadline:  # the index is built by dispatch
+        found = cli(ns, "query", "--topic", "audit", "--key", "k-1")
+    assert sorted(m["body"] for m in found) == [f"entry-{i}" for i in range(6)]
+    for s in sent:  # by unique id (with the topic) and by offset id: whichever group has it
+        assert cli(ns, "view", "--msg-id", s["msg_id"], "--topic", "audit")["body"].startswith(
+            "entry-"
+        )
+        assert cli(ns, "view", "--msg-id", s["offset_msg_id"])["msg_id"] == s["msg_id"]
