@@ -35,7 +35,7 @@ from wharf.client.selector import MessageQueueSelector
 
 log = logging.getLogger("wharf.client.cluster")
 
-PERM_WRITE = 2
+PERM_READ, PERM_WRITE = 4, 2
 FAILURE_ISOLATION_S = 30.0
 # RocketMQ's MQFaultStrategy: latency (ms) at least -> not available for (s).
 LATENCY_TIERS = ((15000, 600.0), (3000, 180.0), (2000, 120.0), (1000, 60.0), (550, 30.0))
@@ -273,5 +273,43 @@ class ClusterConsumers(Generic[C]):
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        await self._clients.close()
+        await self.namesrv.close()
+
+
+class ClusterQueues(Generic[C]):
+    """Queues of every group as (topic, queue, broker name), and the started single-broker
+    client of the master that serves each (``PullConsumer(namesrv=...)``)."""
+
+    def __init__(self, namesrv: str, make_client: Callable[[str], C]) -> None:
+        self.namesrv = NameServerClient(namesrv)
+        self._clients: _Clients[C] = _Clients(make_client)
+        self._masters: dict[str, str] = {}  # broker name -> master address
+
+    async def queues(self, topic: str) -> list[MessageQueue]:
+        """The readable queues of every group whose master holds the topic."""
+        route = await self.namesrv.query_route(topic)
+        out = []
+        for name, queues in sorted(route.queues.items()):
+            group = route.groups.get(name)
+            if group is None or not group.master or not queues.perm & PERM_READ:
+                continue
+            self._masters[name] = group.master
+            out += [MessageQueue(topic, q, name) for q in range(queues.read_queue_nums)]
+        return out
+
+    async def client(self, queue: MessageQueue) -> tuple[C, MessageQueue]:
+        """The client of the queue's master, and the queue as that broker knows it."""
+        if not queue.broker_name:
+            raise NotFoundError(f"{queue} names no broker group: take queues from queues()")
+        address = self._masters.get(queue.broker_name)
+        if address is None:
+            await self.queues(queue.topic)
+            address = self._masters.get(queue.broker_name)
+            if address is None:
+                raise NotFoundError(f"broker group {queue.broker_name!r} has no live master")
+        return await self._clients.get(address), MessageQueue(queue.topic, queue.queue_id)
+
+    async def close(self) -> None:
         await self._clients.close()
         await self.namesrv.close()

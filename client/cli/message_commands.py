@@ -150,7 +150,9 @@ async def _drain(pending: list[asyncio.Task[SendResult]], out: Output) -> int:
 async def consume_command(args: argparse.Namespace, out: Output) -> int:
     if args.max < 0:
         raise ValueError("--max must be >= 0")
-    async with PullConsumer(args.endpoints, args.group, **args.connect) as consumer:
+    # --namesrv: the queues of every group of the cluster, each read from its master.
+    where = {"namesrv": args.namesrv} if args.namesrv else {"endpoints": args.endpoints}
+    async with PullConsumer(group=args.group, **where, **args.connect) as consumer:
         queues = await consumer.queues(args.topic)
         if args.queue is not None:
             queues = [q for q in queues if q.queue_id == args.queue]

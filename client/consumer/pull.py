@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import grpc
 from wharf.client.channel import TlsConfig, open_channel, tls_config
+from wharf.client.cluster import ClusterQueues
 from wharf.client.consumer.pull_wire import pull_callable
 from wharf.client.consumer.start_offset import queue_bounds, search_offset
 from wharf.client.errors import ClientClosedError, InvalidArgumentError, from_rpc_error
@@ -60,10 +61,22 @@ class PullConsumer:
         ca_file: str | None = None,
         cert_file: str | None = None,
         key_file: str | None = None,
+        namesrv: str | None = None,
     ) -> None:
         """``access_key`` / ``secret_key``: sign calls for an aclEnable broker (default: the
         environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY). TLS arguments as the Producer's
-        (``wharf.client.channel.tls_config``)."""
+        (``wharf.client.channel.tls_config``). ``namesrv``: a cluster's NameServers instead of
+        ``endpoints``: ``queues()`` lists (topic, queue, broker name) of every group and every
+        call on a queue goes to its group's master (``wharf.client.cluster``)."""
+        self._cluster: ClusterQueues[PullConsumer] | None = None
+        if namesrv:
+            self._cluster = ClusterQueues(
+                namesrv,
+                lambda address: PullConsumer(
+                    address, group, access_key=access_key, secret_key=secret_key,
+                    tls=tls_config(tls, ca_file, cert_file, key_file),
+                ),
+            )  # fmt: skip
         self.endpoints = endpoints
         self._keys = (access_key, secret_key)
         self.tls = tls_config(tls, ca_file, cert_file, key_file)
@@ -84,7 +97,7 @@ class PullConsumer:
         await self.close()
 
     async def start(self) -> None:
-        if self._channel is None:
+        if self._cluster is None and self._channel is None:  # a cluster's start on first use
             self._channel = open_channel(
                 self.endpoints, tls=self.tls, access_key=self._keys[0], secret_key=self._keys[1]
             )
@@ -93,6 +106,8 @@ class PullConsumer:
             self._routes = RouteCache(self._stub)
 
     async def close(self) -> None:
+        if self._cluster is not None:
+            await self._cluster.close()
         if self._channel is not None:
             await self._channel.close(None)
             self._channel = None
@@ -106,7 +121,9 @@ class PullConsumer:
 
     # ------------------------------------------------------------------ stateless calls
     async def queues(self, topic: str) -> list[MessageQueue]:
-        """The topic's readable queues (from QueryRoute)."""
+        """The topic's readable queues (from QueryRoute; in a cluster, of every group)."""
+        if self._cluster is not None:
+            return await self._cluster.queues(topic)
         self._require()
         assert self._routes is not None
         return (await self._routes.get(topic, refresh=True)).read_queues()
@@ -123,6 +140,12 @@ class PullConsumer:
         """Read up to ``max_messages`` from ``offset``; long-polls up to ``max_wait_ms``."""
         if offset < 0:
             raise InvalidArgumentError(f"offset must be >= 0, got {offset}")
+        if self._cluster is not None:
+            sub, local = await self._cluster.client(queue)
+            return await sub.pull(
+                local, offset, max_messages=max_messages, max_wait_ms=max_wait_ms,
+                tag_expression=tag_expression,
+            )  # fmt: skip
         request = messaging_pb2.PullMessageRequest(
             consumer_group=self.group,
             topic=queue.topic,
@@ -153,6 +176,9 @@ class PullConsumer:
 
     async def committed(self, queue: MessageQueue) -> int:
         """The group's committed offset for ``queue``; -1 if none."""
+        if self._cluster is not None:
+            sub, local = await self._cluster.client(queue)
+            return await sub.committed(local)
         try:
             reply = await self._require().QueryConsumerOffset(
                 messaging_pb2.QueryConsumerOffsetRequest(
@@ -166,6 +192,9 @@ class PullConsumer:
 
     async def commit(self, queue: MessageQueue, offset: int) -> None:
         """Store ``offset`` (the NEXT offset to consume) as the group's progress."""
+        if self._cluster is not None:
+            sub, local = await self._cluster.client(queue)
+            return await sub.commit(local, offset)
         try:
             await self._require().UpdateConsumerOffset(
                 messaging_pb2.UpdateConsumerOffsetRequest(
@@ -181,9 +210,15 @@ class PullConsumer:
 
     async def bounds(self, queue: MessageQueue) -> tuple[int, int]:
         """(min offset, max offset) of ``queue``; max is the next offset to be written."""
+        if self._cluster is not None:
+            sub, local = await self._cluster.client(queue)
+            return await sub.bounds(local)
         return await queue_bounds(self._require(), queue)
 
     async def offset_for_time(self, queue: MessageQueue, timestamp_ms: int) -> int:
+        if self._cluster is not None:
+            sub, local = await self._cluster.client(queue)
+            return await sub.offset_for_time(local, timestamp_ms)
         return await search_offset(self._require(), queue, timestamp_ms)
 
     # ------------------------------------------------------------------ positions

@@ -56,6 +56,16 @@ def cli(namesrv: str, *args: str) -> Any:
     return json.loads(proc.stdout)
 
 
+def cli_lines(namesrv: str, *args: str) -> list[Any]:
+    """A command printing one JSON document per line (consume --json)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "wharf.client.cli.main", "--namesrv", namesrv, "--json", *args],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
 def test_routes_follow_registration_death_silence_and_goodbye(cluster) -> None:  # type: ignore[no-untyped-def]
     names, brokers = cluster
     ns = ";".join(n.endpoint for n in names)
@@ -146,6 +156,9 @@ def test_cli_sends_through_the_cluster_and_queries_fan_out_over_its_groups(clust
     while len(found) < 6 and time.monotonic() < deadline:  # the index is built by dispatch
         found = cli(ns, "query", "--topic", "audit", "--key", "k-1")
     assert sorted(m["body"] for m in found) == [f"entry-{i}" for i in range(6)]
+    consumed = cli_lines(ns, "consume", "audit", "--group", "g-audit", "--commit")
+    assert sorted(m["body"] for m in consumed) == [f"entry-{i}" for i in range(6)]
+    assert cli_lines(ns, "consume", "audit", "--group", "g-audit", "--from", "committed") == []
     for s in sent:  # by unique id (with the topic) and by offset id: whichever group has it
         assert cli(ns, "view", "--msg-id", s["msg_id"], "--topic", "audit")["body"].startswith(
             "entry-"
