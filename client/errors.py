@@ -129,8 +129,15 @@ def error_for_status_number(number: int, message: str) -> WharfError:
     return error_for_status(status, message)
 
 
+# What gRPC's client core says when the connection under a call broke in a way it cannot name
+# (a broker killed mid-stream): a transport failure on this side, not the broker's INTERNAL.
+_CORE_INTERNAL = "Internal error from Core"
+
+
 def from_rpc_error(err: grpc.RpcError) -> WharfError:
     """Map a failed gRPC call (sync or aio) to the SDK's exception."""
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     details = err.details() if hasattr(err, "details") else str(err)
+    if code is grpc.StatusCode.INTERNAL and details == _CORE_INTERNAL:
+        return UnavailableError(f"the connection to the broker broke ({details})")
     return error_for_status(code or grpc.StatusCode.UNKNOWN, details or "")

@@ -101,3 +101,20 @@ async def test_a_stream_the_broker_ends_at_once_fails_its_requests_with_the_brok
     except UnauthenticatedError as exc:
         assert "no signature" in str(exc)
     await stream.close()
+
+
+def test_a_connection_broken_under_a_call_is_retriable_and_a_broker_internal_error_is_not() -> None:
+    """gRPC's client core reports a connection torn down mid-call (a broker killed with
+    SIGKILL under a send stream) as INTERNAL "Internal error from Core": that is a transport
+    failure (retriable, another broker may take the send), unlike the broker's own INTERNAL."""
+    import grpc
+    from wharf.client.errors import BrokerInternalError, UnavailableError, from_rpc_error
+
+    def error(details: str) -> grpc.aio.AioRpcError:
+        meta = grpc.aio.Metadata()
+        return grpc.aio.AioRpcError(grpc.StatusCode.INTERNAL, meta, meta, details=details)
+
+    broken = from_rpc_error(error("Internal error from Core"))
+    assert isinstance(broken, UnavailableError) and broken.retriable
+    broker = from_rpc_error(error("internal error: the store failed"))
+    assert isinstance(broker, BrokerInternalError) and not broker.retriable
