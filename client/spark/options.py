@@ -48,7 +48,7 @@ class OffsetSpec:
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
-    endpoints: tuple[str, ...]
+    endpoints: tuple[str, ...]  # empty with namesrv
     topics: tuple[str, ...]
     starting: OffsetSpec
     ending: OffsetSpec
@@ -65,6 +65,9 @@ class ReadOptions:
     timeout_s: float
     credentials: Credentials | None = None  # accessKey/secretKey: signed calls (aclEnable)
     tls: TlsConfig | None = None  # options tls / caFile / certFile / keyFile
+    # A cluster's NameServers instead of endpoints: one partition per (group, queue),
+    # queues keyed "<topic>@<broker>" (client/spark/cluster_rpc.py).
+    namesrv: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +119,15 @@ def _positive_int(options: Mapping[str, str], name: str, default: int | None) ->
     return value
 
 
-def _endpoints(options: Mapping[str, str]) -> tuple[str, ...]:
+def _endpoints(options: Mapping[str, str], namesrv_ok: bool = False) -> tuple[str, ...]:
     raw = _get(options, "endpoints")
+    if not raw and namesrv_ok and _get(options, "namesrv"):
+        return ()
     if not raw:
-        raise OptionError("option 'endpoints' is required: the broker address, e.g. 127.0.0.1:8081")
+        raise OptionError(
+            "option 'endpoints' is required: the broker address, e.g. 127.0.0.1:8081"
+            + (" (or 'namesrv': a cluster's NameServers)" if namesrv_ok else "")
+        )
     endpoints = tuple(e.strip() for e in raw.split(",") if e.strip())
     for endpoint in endpoints:
         host, sep, port = endpoint.rpartition(":")
@@ -263,7 +271,8 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
     if progress_group is not None and not streaming:
         raise OptionError("option 'progressGroup' applies to streaming reads only")
     return ReadOptions(
-        endpoints=_endpoints(options),
+        endpoints=_endpoints(options, namesrv_ok=True),
+        namesrv=_get(options, "namesrv") or None,
         topics=_topics(options),
         starting=starting,
         ending=ending,

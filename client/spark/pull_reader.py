@@ -17,10 +17,11 @@ from typing import Any
 from pyspark.sql.types import StructType
 from wharf.client.message import ReceivedMessage
 from wharf.client.records import messages_from_reply
+from wharf.client.spark.cluster_rpc import connect, split_key
 from wharf.client.spark.columns import ColumnBuffer
 from wharf.client.spark.offsets import DataLossError, QueueRange
 from wharf.client.spark.options import ReadOptions
-from wharf.client.spark.rpc import BrokerRpc, PendingPull
+from wharf.client.spark.rpc import PendingPull
 from wharf.v1 import messaging_pb2
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,8 @@ class _RangeColumns:
             return
         columns = {name: list(map(_EXTRACTORS[name], messages)) for name in self._columns}
         # Every record of a ConsumeQueue belongs to its topic and queue.
-        if self._topic:
-            columns["topic"] = [self._range.topic] * rows
+        if self._topic:  # the topic, not a cluster's "<topic>@<broker>" queue key
+            columns["topic"] = [split_key(self._range.topic)[0]] * rows
         if self._queue_id:
             columns["queueId"] = [self._range.queue_id] * rows
         self.buffer.extend(rows, columns)
@@ -101,7 +102,7 @@ def read_queue_range(opts: ReadOptions, schema: StructType, r: QueueRange) -> It
     columns = _RangeColumns(buffer, r, opts.include_properties)
     match_all = opts.tag_expression in ("", "*")
     offset = r.start
-    with BrokerRpc.for_options(opts) as rpc:
+    with connect(opts) as rpc:
 
         def start_pull(at: int) -> PendingPull:
             want = min(opts.pull_batch_size, r.end - at)

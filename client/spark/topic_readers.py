@@ -20,6 +20,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
+from wharf.client.spark.cluster_rpc import ClusterRpc, connect
 from wharf.client.spark.offsets import (
     OffsetMap,
     QueueKey,
@@ -40,7 +41,7 @@ from wharf.client.spark.rpc import BrokerRpc, QueueBounds
 log = logging.getLogger(__name__)
 
 
-def fetch_bounds(opts: ReadOptions, rpc: BrokerRpc) -> dict[QueueKey, QueueBounds]:
+def fetch_bounds(opts: ReadOptions, rpc: BrokerRpc | ClusterRpc) -> dict[QueueKey, QueueBounds]:
     bounds: list[QueueBounds] = []
     for topic in opts.topics:
         found = rpc.queue_bounds(topic)
@@ -51,7 +52,7 @@ def fetch_bounds(opts: ReadOptions, rpc: BrokerRpc) -> dict[QueueKey, QueueBound
 
 
 def _starting_offsets(
-    opts: ReadOptions, rpc: BrokerRpc, bounds: dict[QueueKey, QueueBounds]
+    opts: ReadOptions, rpc: BrokerRpc | ClusterRpc, bounds: dict[QueueKey, QueueBounds]
 ) -> OffsetMap:
     return resolve_offsets(opts.starting, bounds, opts.starting_timestamp, rpc.search_offset)
 
@@ -63,7 +64,7 @@ class TopicBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self._opts
-        with BrokerRpc.for_options(opts) as rpc:
+        with connect(opts) as rpc:
             bounds = fetch_bounds(opts, rpc)
             start = _starting_offsets(opts, rpc, bounds)
         end = resolve_offsets(opts.ending, bounds)
@@ -92,11 +93,11 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: OffsetMap | None = None  # availableNow: never read past this
 
     def _bounds(self) -> dict[QueueKey, QueueBounds]:
-        with BrokerRpc.for_options(self._opts) as rpc:
+        with connect(self._opts) as rpc:
             return fetch_bounds(self._opts, rpc)
 
     def initialOffset(self) -> dict:
-        with BrokerRpc.for_options(self._opts) as rpc:
+        with connect(self._opts) as rpc:
             bounds = fetch_bounds(self._opts, rpc)
             start = _starting_offsets(self._opts, rpc, bounds)
         return encode_offsets(start)
@@ -154,6 +155,6 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         group = self._opts.progress_group
         if group is None:
             return
-        with BrokerRpc.for_options(self._opts) as rpc:
+        with connect(self._opts) as rpc:
             for (topic, queue_id), offset in sorted(decode_offsets(end).items()):
                 rpc.update_consumer_offset(group, topic, queue_id, offset)

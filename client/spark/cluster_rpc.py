@@ -1,0 +1,133 @@
+"""The source's broker calls over every group of a cluster (option ``namesrv``).
+
+A topic that spans broker groups is read as one Spark partition per (group, queue): its queues
+are keyed ``"<topic>@<broker name>"`` (``@`` is not a topic character, so the key is never a
+topic), in the planning, in Spark's checkpoint (``{"orders@broker-a": {"0": 12}}``) and in the
+partitions; each call on such a key goes to that group's master, as the NameServers route it.
+A group that appears later is read from its earliest offset, as a new queue is.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+from wharf.client.auth import Credentials
+from wharf.client.channel import TlsConfig
+from wharf.client.spark.rpc import BrokerCallError, BrokerRpc, PendingPull, QueueBounds
+from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
+
+SEPARATOR = "@"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """``"orders@broker-a"`` -> ("orders", "broker-a"); a plain topic -> (topic, "")."""
+    topic, _, broker = key.partition(SEPARATOR)
+    return topic, broker
+
+
+class ClusterRpc:
+    """BrokerRpc's calls of the source over a cluster (``BrokerRpc`` per master, lazily)."""
+
+    def __init__(
+        self,
+        namesrv: str,
+        timeout_s: float = 30.0,
+        credentials: Credentials | None = None,
+        tls: TlsConfig | None = None,
+    ) -> None:
+        self._namesrv = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
+        random.shuffle(self._namesrv)  # spread executors over the NameServers
+        self._timeout = timeout_s
+        self._credentials = credentials
+        self._tls = tls
+        self._brokers: dict[str, BrokerRpc] = {}  # master address -> its client
+        self._masters: dict[str, str] = {}  # broker name -> master address
+
+    @property
+    def endpoint(self) -> str:
+        return ";".join(self._namesrv)
+
+    def _route(self, topic: str) -> dict[str, str]:
+        """broker name -> master address of the groups that hold ``topic`` ({}: none)."""
+        last: grpc.RpcError | None = None
+        for address in self._namesrv:
+            with grpc.insecure_channel(address) as channel:
+                stub = namesrv_pb2_grpc.NameServiceStub(channel)
+                try:
+                    reply = stub.QueryRoute(
+                        namesrv_pb2.QueryTopicRouteRequest(topic=topic), timeout=5.0
+                    )
+                except grpc.RpcError as exc:
+                    if exc.code() == grpc.StatusCode.NOT_FOUND:
+                        return {}
+                    last = exc
+                    continue
+            masters = {b.broker_name: b.addresses.get(0, "") for b in reply.brokers}
+            found = {q.broker_name: masters[q.broker_name] for q in reply.queues
+                     if masters.get(q.broker_name)}  # fmt: skip
+            self._masters.update(found)
+            return found
+        assert last is not None
+        raise BrokerCallError("QueryRoute (NameServer)", self.endpoint, last)
+
+    def _broker(self, key: str) -> tuple[BrokerRpc, str]:
+        topic, name = split_key(key)
+        address = self._masters.get(name) or self._route(topic).get(name)
+        if not address:
+            raise RuntimeError(f"broker group {name!r} of topic {topic!r} has no live master")
+        rpc = self._brokers.get(address)
+        if rpc is None:
+            rpc = self._brokers[address] = BrokerRpc(
+                [address], self._timeout, self._credentials, self._tls
+            )
+        return rpc, topic
+
+    # --- the calls the source makes, on "<topic>@<broker>" keys ------------------------------
+    def queue_bounds(self, topic: str) -> list[QueueBounds]:
+        out: list[QueueBounds] = []
+        for name in sorted(self._route(topic)):
+            rpc, _ = self._broker(f"{topic}{SEPARATOR}{name}")
+            out += [
+                QueueBounds(f"{topic}{SEPARATOR}{name}", b.queue_id, b.min_offset, b.max_offset)
+                for b in rpc.queue_bounds(topic)
+            ]
+        return out
+
+    def search_offset(self, key: str, queue_id: int, timestamp_ms: int) -> int:
+        rpc, topic = self._broker(key)
+        return rpc.search_offset(topic, queue_id, timestamp_ms)
+
+    def start_pull_records(
+        self, group: str, key: str, queue_id: int, offset: int, max_messages: int, tags: str
+    ) -> PendingPull:
+        rpc, topic = self._broker(key)
+        return rpc.start_pull_records(group, topic, queue_id, offset, max_messages, tags)
+
+    def update_consumer_offset(self, group: str, key: str, queue_id: int, offset: int) -> None:
+        rpc, topic = self._broker(key)
+        rpc.update_consumer_offset(group, topic, queue_id, offset)
+
+    def close(self) -> None:
+        for rpc in self._brokers.values():
+            rpc.close()
+        self._brokers.clear()
+
+    def __enter__(self) -> ClusterRpc:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(opts: Any) -> BrokerRpc | ClusterRpc:
+    """The source's client: one broker (``endpoints``) or a cluster (``namesrv``)."""
+    namesrv = getattr(opts, "namesrv", None)
+    if namesrv:
+        return ClusterRpc(namesrv, opts.timeout_s, opts.credentials, opts.tls)
+    return BrokerRpc.for_options(opts)
+
+
+__all__: Sequence[str] = ("ClusterRpc", "connect", "split_key")
