@@ -42,6 +42,10 @@ class PermissionDeniedError(BrokerError):
     """Topic permission forbids the operation (perm bits)."""
 
 
+class UnauthenticatedError(BrokerError):
+    """A request without a valid signature (aclEnable), answered inside a stream."""
+
+
 class ResourceExhaustedError(BrokerError):
     """Too many parked pulls or in-flight requests."""
 
@@ -56,6 +60,7 @@ ERROR_STATUS: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
     (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
+    (UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
     (ResourceExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (UnavailableError, grpc.StatusCode.UNAVAILABLE),
     (InvalidMessageError, grpc.StatusCode.INVALID_ARGUMENT),

@@ -31,13 +31,15 @@ class MalformedRequest:
 
 class RefusedRequest:
     """A request of a client stream the ACL refused (broker/acl/guard.py): the stream's
-    handler answers it with PERMISSION_DENIED in its own reply and goes on."""
+    handler answers it with PERMISSION_DENIED (UNAUTHENTICATED when ``unauthenticated``) in
+    its own reply and goes on."""
 
-    __slots__ = ("message", "request_id")
+    __slots__ = ("message", "request_id", "unauthenticated")
 
-    def __init__(self, message: str, request_id: int = 0) -> None:
+    def __init__(self, message: str, request_id: int = 0, unauthenticated: bool = False) -> None:
         self.message = message
         self.request_id = request_id
+        self.unauthenticated = unauthenticated
 
 
 def safe_deserializer(cls: Any) -> Callable[[bytes], Any]:

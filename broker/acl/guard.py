@@ -14,8 +14,11 @@ Refusals: wharf.v1 aborts with UNAUTHENTICATED (1) or PERMISSION_DENIED (2,3);
 apache.rocketmq.v2 answers the method's response with Status UNAUTHORIZED (40100) or
 FORBIDDEN (40300) (a server stream: one such reply; Telemetry: one TelemetryCommand, then the
 stream ends). A client stream (wharf.v1 SendMessageStream) is authenticated once when it
-opens; each request is then authorized on its own under the rules in force when it arrives,
-and a refused one gets its own PERMISSION_DENIED error reply (the stream goes on). A request that does not parse is
+opens (refused: the first request gets an UNAUTHENTICATED / PERMISSION_DENIED error reply,
+then the call ends with that status; an abort at once raced the client's first write, which
+then saw an INTERNAL error);
+each request is then authorized on its own under the rules in force when it arrives, and a
+refused one gets its own PERMISSION_DENIED error reply (the stream goes on). A request that does not parse is
 authenticated, then left to the handler (INVALID_ARGUMENT / BAD_REQUEST), except on
 AdminService where a non-admin is refused first.
 
@@ -331,6 +334,24 @@ class AclGuard:
 
             return checked()
 
+        async def refuse_first(
+            requests: AsyncIterator[Any], message: str, unauthenticated: bool
+        ) -> AsyncIterator[Any]:
+            async for request in requests:
+                yield RefusedRequest(message, getattr(request, "request_id", 0), unauthenticated)
+                return
+
+        async def refuse_stream(
+            requests: AsyncIterator[Any], context: Any, code: Any, message: str
+        ) -> AsyncIterator[Any]:
+            """A bidi stream refused at open: the client's first request gets the refusal in
+            its reply, then the call ends with the status. Aborting at once raced the client's
+            first write, which then saw gRPC core's INTERNAL "Internal error from Core"."""
+            unauthenticated = code is grpc.StatusCode.UNAUTHENTICATED
+            async for reply in behavior(refuse_first(requests, message, unauthenticated), context):
+                yield reply
+            await context.abort(code, message)
+
         async def client_stream(requests: AsyncIterator[Any], context: Any) -> Any:
             refused = verdict(None, context)
             if refused is not None:
@@ -338,6 +359,8 @@ class AclGuard:
                     if method.server_streaming:
                         return _one(v2_reply(*refused))
                     return v2_reply(*refused)
+                if method.server_streaming:
+                    return refuse_stream(requests, context, *refused)
                 await context.abort(*refused)
             account = self.authenticate(context.invocation_metadata(), context.peer)
             return behavior(per_request(requests, account), context)

@@ -18,6 +18,7 @@ from wharf.broker.context import BrokerContext
 from wharf.broker.errors import (
     InvalidArgumentError,
     PermissionDeniedError,
+    UnauthenticatedError,
     UnavailableError,
     status_for,
 )
@@ -152,6 +153,8 @@ class SendProcessor:
             if type(request) is MalformedRequest:
                 raise InvalidArgumentError(request.message)
             if type(request) is RefusedRequest:  # by the ACL (broker/acl/guard.py)
+                if request.unauthenticated:
+                    raise UnauthenticatedError(request.message)
                 raise PermissionDeniedError(request.message)
             reply = await self.send(request, born_host)
             self.ctx.metrics.observe_rpc("SendMessageStream", "OK", time.perf_counter() - started)
