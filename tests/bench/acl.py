@@ -33,6 +33,7 @@ from wharf.client import MessageQueue, Producer, PullConsumer
 from wharf.client.channel import open_channel
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
+from tests.bench.broker_send import process_cpu_seconds
 from tests.harness import BrokerProcess
 
 TOPIC = "bench-acl"
@@ -45,11 +46,6 @@ ACL_FILE = f"""accounts:
     groupPerms: ["{GROUP}=SUB"]
 """
 SETTINGS = {"defaultTopicQueueNums": 4, "flushDiskType": "ASYNC_FLUSH"}
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def run_phases(endpoint: str, acl: bool, args: argparse.Namespace) -> dict[str, float]:
@@ -107,10 +103,10 @@ def one_round(acl: bool, args: argparse.Namespace) -> dict[str, float]:
             (root / "store" / "config").mkdir(parents=True)
             (root / "store" / "config" / "plain_acl.yml").write_text(ACL_FILE)
         with BrokerProcess(root, settings=settings) as broker:
-            cpu0 = cpu_seconds(broker.pid)
+            cpu0 = process_cpu_seconds(broker.pid)
             out = uvloop.run(run_phases(broker.endpoint, acl, args))
             out["broker CPU µs/msg"] = (
-                (cpu_seconds(broker.pid) - cpu0) * 1e6 / (2 * args.messages + args.unary)
+                (process_cpu_seconds(broker.pid) - cpu0) * 1e6 / (2 * args.messages + args.unary)
             )
         return out
 

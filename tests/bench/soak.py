@@ -40,6 +40,7 @@ from typing import Any
 import uvloop
 from wharf.client import Admin, ConsumeResult, Producer, PullConsumer, PushConsumer, WharfError
 
+from tests.bench.broker_send import process_cpu_seconds
 from tests.harness import BrokerProcess, free_port
 
 E2E_TOPIC = "SoakE2E"
@@ -87,15 +88,8 @@ def process_figures(pid: int) -> dict[str, float]:
         "file_mib": int(fields["RssFile"].split()[0]) / 1024,
         "fds": len(os.listdir(f"/proc/{pid}/fd")),
         "threads": int(fields["Threads"]),
-        "cpu_s": cpu_seconds(pid),
+        "cpu_s": process_cpu_seconds(pid),
     }
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used (fields 14 and 15 of /proc/PID/stat)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def process_age(pid: int) -> float:

@@ -33,7 +33,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tests.bench.soak import cpu_seconds
+from tests.bench.broker_send import process_cpu_seconds as cpu_seconds
 from tests.harness import REPO_ROOT, BrokerProcess
 
 QUEUES = 8
