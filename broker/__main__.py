@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import logging
 import os
 import resource
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import uvloop
 from wharf.broker.controller import BrokerController, StartupError
+from wharf.broker.ready_file import write_ready_file_blocking
 from wharf.broker.settings import LOG_LEVELS, ConfigError, load_settings
 from wharf.store.fast.malloc import keep_large_buffers_on_heap
 
@@ -82,13 +82,6 @@ def raise_open_file_limit() -> tuple[int, int]:
         except (ValueError, OSError) as exc:  # e.g. an unlimited hard limit some kernels refuse
             log.warning("cannot raise the open-file limit from %d to %d: %s", soft, hard, exc)
     return soft, hard
-
-
-def write_ready_file_blocking(path: Path, info: dict[str, object]) -> None:
-    """Atomically (tmp + rename): a reader never sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(info))
-    os.replace(tmp, path)
 
 
 def ready_info(controller: BrokerController) -> dict[str, object]:

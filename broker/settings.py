@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from wharf.broker.config import BrokerConfig, Config, StoreConfig, parse_host_port
+from wharf.broker.registration import parse_namesrv_addr
 from wharf.broker.toml_file import read_settings_file
 from wharf.store.config import (
     StoreConfigError,
@@ -53,10 +54,9 @@ def _check_host_port(text: str) -> None:
 
 
 def _check_addresses(text: str) -> None:
-    """``host:port;host2:port2`` (empty: none)."""
-    for address in text.replace(",", ";").split(";"):
-        if address.strip():
-            _check_host_port(address.strip())
+    """``host:port;host2:port2`` (empty: none), split as the registrar splits it."""
+    for address in parse_namesrv_addr(text):
+        _check_host_port(address)
 
 
 def _one_of(*choices: str) -> Callable[[str], None]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -29,6 +28,7 @@ from wharf.broker.namesrv.config import (
 )
 from wharf.broker.namesrv.routes import RouteTable
 from wharf.broker.namesrv.service import NameService
+from wharf.broker.ready_file import write_ready_file_blocking
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
 log = logging.getLogger("wharf.namesrv")
@@ -50,12 +50,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _write_ready_blocking(path: Path, info: dict[str, object]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(info))
-    os.replace(tmp, path)
-
-
 async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
     service = NameService(RouteTable(), config.broker_not_active_timeout_millis)
     server = grpc.aio.server()
@@ -71,7 +65,7 @@ async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
     log.info("NameServer serving on %s:%d", host, port)
     if ready_file is not None:
         await asyncio.to_thread(
-            _write_ready_blocking, ready_file, {"grpc": f"{host}:{port}", "pid": os.getpid()}
+            write_ready_file_blocking, ready_file, {"grpc": f"{host}:{port}", "pid": os.getpid()}
         )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
