@@ -103,6 +103,8 @@ def ready_info(controller: BrokerController) -> dict[str, object]:
         "pid": os.getpid(),
         "tls": tls,
         "plaintext": None if tls == grpc else grpc,
+        # The replication listener (haListenPort; 0 = ephemeral), null when none.
+        "ha": controller.ha_address or None,
     }
 
 

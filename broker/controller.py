@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import json
 import logging
 import re
 import socket
@@ -65,6 +66,7 @@ from wharf.store.codec import SCHEDULE_TOPIC
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.store.config import StoreConfig
 from wharf.store.errors import is_disk_full
+from wharf.store.ha import SLAVE, ReplicaLink
 from wharf.v1 import admin_pb2, messaging_pb2, namesrv_pb2
 
 if TYPE_CHECKING:
@@ -236,13 +238,24 @@ class BrokerController:
             store_config = store_config.replace(
                 store_host=store_host_for(self.endpoint, listen_host)
             )
+        if store_config.ha_listen_host == StoreConfig().ha_listen_host and listen_host not in (
+            "127.0.0.1",
+            "localhost",
+            "",
+        ):
+            store_config = store_config.replace(ha_listen_host=listen_host)  # as gRPC binds
         self.config = dataclasses.replace(self.config, store=store_config)
 
         if self._store_factory is None:
             from wharf.store.message_store import MessageStore
 
             self._store_factory = MessageStore
-        self.store = self._store_factory(store_config, observer=self.metrics)
+        if store_config.broker_role == SLAVE or store_config.ha_listen_port >= 0:
+            self.store = self._store_factory(
+                store_config, observer=self.metrics, replication=self._replica_link()
+            )
+        else:
+            self.store = self._store_factory(store_config, observer=self.metrics)
         self.store.add_arrival_listener(self.long_poll.on_arrival)
         self.store.set_consumer_progress(self.offsets.by_queue)
         started = time.perf_counter()
@@ -380,6 +393,44 @@ class BrokerController:
         self._persist_soon.set()
         if self.registrar is not None:
             self.registrar.wake()
+
+    # --- replication ----------------------------------------------------------------------------
+    @property
+    def ha_address(self) -> str:
+        """host:port of the replication listener ('' when this broker has none)."""
+        ha = getattr(self.store, "ha_master", None)
+        if ha is None or not ha.port:
+            return ""
+        return f"{self.config.store.ha_listen_host}:{ha.port}"
+
+    def _replica_link(self) -> ReplicaLink:
+        """What the store's replication needs from the broker: identity, and the metadata a
+        replica follows (topics, groups, consumer offsets) as JSON bytes: the master ships a
+        snapshot whenever its bytes change (checked every second), a replica replaces its
+        tables with it wholesale (RocketMQ #1094: a replica never keeps offsets of its own)."""
+        broker = self.config.broker
+
+        def snapshot() -> bytes:
+            return dumps({m.FILE_NAME: m.to_json() for m in self._managers()}).encode()
+
+        def apply(payload: bytes) -> None:
+            try:
+                tables = json.loads(payload)
+            except ValueError:
+                log.error("ignoring replicated metadata that is not JSON (%d bytes)", len(payload))
+                return
+            topics_before = self.topics.version
+            for manager in self._managers():
+                manager.table.clear()
+                manager.load(tables.get(manager.FILE_NAME))
+                manager.dirty = True
+            self._persist_soon.set()
+            if self.topics.version != topics_before and self.registrar is not None:
+                self.registrar.wake()
+
+        return ReplicaLink(
+            broker.broker_cluster_name, broker.broker_name, broker.broker_id, snapshot, apply
+        )
 
     # --- metadata -------------------------------------------------------------------------------
     def _managers(self) -> tuple[Any, ...]:

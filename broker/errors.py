@@ -15,6 +15,7 @@ from wharf.store.errors import (
     FlushFailedError,
     InvalidMessageError,
     MessageNotFoundError,
+    NotMasterError,
     StoreError,
     StoreNotWritableError,
     StoreShutDownError,
@@ -67,6 +68,7 @@ ERROR_STATUS: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (MessageNotFoundError, grpc.StatusCode.NOT_FOUND),
     (DiskFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),  # SyncDiskFullError too
     (FlushFailedError, grpc.StatusCode.UNAVAILABLE),
+    (NotMasterError, grpc.StatusCode.FAILED_PRECONDITION),
     (StoreShutDownError, grpc.StatusCode.UNAVAILABLE),
     (StoreNotWritableError, grpc.StatusCode.UNAVAILABLE),
     (CorruptRecordError, grpc.StatusCode.DATA_LOSS),

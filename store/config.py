@@ -104,6 +104,37 @@ class StoreConfig:
     # Written into every record as STOREHOST and used in offset message ids (ipv4:port).
     store_host: str = "127.0.0.1:8081"
 
+    # --- replication (store/ha/) -------------------------------------------------------------
+    # brokerRole: ASYNC_MASTER, SYNC_MASTER (acks wait for inSyncReplicas - 1 replicas) or SLAVE.
+    broker_role: str = "ASYNC_MASTER"
+    # haListenPort: the master's replication listener; -1 (Wharf's default) opens none: a
+    # broker without replicas listens on no port it does not use (RocketMQ always opens 10912).
+    # 0 = an ephemeral port (the ready file reports it). haListenHost: the address it binds.
+    ha_listen_port: int = -1
+    ha_listen_host: str = "127.0.0.1"
+    # haMasterAddress: a SLAVE's master HA address, host:port.
+    ha_master_address: str = ""
+    # haSendHeartbeatInterval (ms): a replica reports (and an idle master sends an empty frame)
+    # at least this often; haHousekeepingInterval (ms): a peer silent this long is dropped.
+    ha_send_heartbeat_interval: int = 5000
+    ha_housekeeping_interval: int = 20_000
+    # haTransferBatchSize: bytes per frame at most. RocketMQ's 32 KiB costs ~140 us of Python
+    # per frame; 1 MiB frames move a catching-up replica at ~1.5 GB/s (cluster.md section 3).
+    ha_transfer_batch_size: int = 1024 * 1024
+    # haMaxGapNotInSync: a replica further behind does not count for SYNC_MASTER at all
+    # (SLAVE_NOT_AVAILABLE at once instead of FLUSH_SLAVE_TIMEOUT after slaveTimeout).
+    ha_max_gap_not_in_sync: int = 256 * 1024 * 1024
+    # slaveTimeout (ms): a SYNC_MASTER put not on enough replicas by then -> FLUSH_SLAVE_TIMEOUT.
+    slave_timeout: int = 3000
+    # inSyncReplicas: copies a SYNC_MASTER ack needs, the master included. 2, not RocketMQ 5's 1
+    # (with 1 a SYNC_MASTER acknowledges alone: "SYNC" would mean nothing).
+    in_sync_replicas: int = 2
+    # minInSyncReplicas: in controller mode, fewer in-sync copies refuse writes.
+    min_in_sync_replicas: int = 1
+    # haMaxTimeSlaveNotCatchup (ms): a replica that has not caught up with the log end for this
+    # long leaves the in-sync set (and stops holding back the confirm offset).
+    ha_max_time_slave_not_catchup: int = 15_000
+
     def replace(self, **changes: object) -> StoreConfig:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
@@ -119,6 +150,23 @@ class StoreConfig:
             raise StoreConfigError(
                 ("max_index_num",),
                 f"must be > 1 when message_index_enable, got {self.max_index_num}",
+            )
+        if self.broker_role == "SYNC_MASTER" and self.ha_listen_port < 0:
+            raise StoreConfigError(
+                ("broker_role", "ha_listen_port"),
+                "a SYNC_MASTER needs haListenPort (0 for an ephemeral port): its replicas "
+                "connect there",
+            )
+        if self.broker_role == "SLAVE" and not self.ha_master_address:
+            raise StoreConfigError(
+                ("broker_role", "ha_master_address"),
+                "a SLAVE needs haMasterAddress (host:port of its master's haListenPort)",
+            )
+        if self.min_in_sync_replicas > self.in_sync_replicas:
+            raise StoreConfigError(
+                ("min_in_sync_replicas", "in_sync_replicas"),
+                f"minInSyncReplicas {self.min_in_sync_replicas} exceeds inSyncReplicas "
+                f"{self.in_sync_replicas}",
             )
         ratios = (
             self.disk_max_used_space_ratio,
@@ -223,8 +271,30 @@ def _non_empty(value: str) -> None:
         raise ValueError("must not be empty")
 
 
+def _broker_role(value: str) -> None:
+    if value not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+        raise ValueError(f"expected ASYNC_MASTER, SYNC_MASTER or SLAVE, got {value!r}")
+
+
+def _port_or_off(value: int) -> None:
+    if not -1 <= value <= 65535:
+        raise ValueError(f"expected a port 0..65535, or -1 for none, got {value}")
+
+
+def _host_port_or_empty(value: str) -> None:
+    if not value:
+        return
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ValueError(f"expected host:port, got {value!r}")
+
+
 _CHECKS: dict[str, Callable[[Any], object]] = {
     "store_path_root_dir": _non_empty,
+    "broker_role": _broker_role,
+    "ha_listen_port": _port_or_off,
+    "ha_master_address": _host_port_or_empty,
+    "ha_listen_host": _non_empty,
     "flush_disk_type": _flush_type,
     "mapped_file_size_consume_queue": _multiple_of_unit,
     "delete_when": parse_delete_when,
@@ -240,10 +310,15 @@ _INT_FIELDS = frozenset(
 )
 
 
+_SIGNED_FIELDS = frozenset({"ha_listen_port"})
+
+
 def check_setting(name: str, value: Any) -> None:
     """ValueError (the message does not repeat ``name``) if ``value`` is out of the bounds of
     store setting ``name``. ``value`` has the field's type (the caller parsed it)."""
-    if name in _INT_FIELDS and (value < 0 or (value == 0 and name not in ZERO_ALLOWED)):
+    if name in _SIGNED_FIELDS:
+        pass  # checked by its own rule below
+    elif name in _INT_FIELDS and (value < 0 or (value == 0 and name not in ZERO_ALLOWED)):
         raise ValueError(f"expected a positive integer, got {value}")
     check = _CHECKS.get(name)
     if check is not None:

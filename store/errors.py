@@ -80,6 +80,16 @@ class StoreShutDownError(StoreNotWritableError):
     """The store is stopping or stopped."""
 
 
+class NotMasterError(StoreNotWritableError):
+    """This store is a replica (brokerRole SLAVE): it takes log bytes from its master only and
+    refuses writes; a client sends to the group's master. Maps to FAILED_PRECONDITION."""
+
+
+class ReplicationError(StoreError):
+    """Replicated bytes that do not continue this log (a gap, an overlap, another segment
+    size): the replica drops the connection and starts over with a new handshake."""
+
+
 class MessageNotFoundError(StoreError):
     """No message at that offset / with that id. Maps to NOT_FOUND."""
 

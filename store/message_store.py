@@ -53,10 +53,14 @@ from wharf.store.errors import (
     CorruptRecordError,
     DiskFullError,
     InvalidMessageError,
+    NotMasterError,
     StoreNotWritableError,
     StoreShutDownError,
 )
 from wharf.store.fast.record_check import check_records
+from wharf.store.ha import SLAVE, SYNC_MASTER, ReplicaLink
+from wharf.store.ha.master import HAMaster
+from wharf.store.ha.slave import HASlave
 from wharf.store.index.index_files import IndexService
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.commit_log import CommitLog
@@ -109,6 +113,7 @@ class MessageStore:
         observer: StoreObserver | None = None,
         *,
         disk_usage: DiskUsage | None = None,
+        replication: ReplicaLink | None = None,
     ) -> None:
         config.validate()
         self._config = config
@@ -138,6 +143,10 @@ class MessageStore:
         self._background: set[asyncio.Task[None]] = set()
         self._state = "new"  # new -> started -> stopping -> stopped
         self._disk_full_reason = ""
+        self._link = replication or ReplicaLink()
+        self._replica = config.broker_role == SLAVE
+        self._ha_master: HAMaster | None = None
+        self._ha_slave: HASlave | None = None
         self.disk_used_ratio = 0.0
         self.recovery_seconds = 0.0
         self.recovered: RecoveredState | None = None
@@ -161,6 +170,10 @@ class MessageStore:
         self.recovery_seconds = time.monotonic() - started
         self._commit_log = state.commit_log
         self._source = CommitLogSource(state.commit_log, self._sync_flush)
+        if self._config.broker_role == SYNC_MASTER:
+            # Consumers never see what the in-sync replicas lack (a failover cannot take back
+            # a message someone consumed).
+            self._source.confirm = self._confirm_offset
         self._queues = state.queues
         self._index = state.index
         self._offset_table = {
@@ -215,11 +228,16 @@ class MessageStore:
         self._reput.start()
         self._queue_flush.start()
         self._cleanup.start()
-        self._schedule.start()
-        self._listeners.append(self._schedule.on_arrival)
-        self._timer.start()
-        self._listeners.append(self._timer.on_arrival)
-        self._transactions.start()
+        if not self._replica:
+            self._schedule.start()
+            self._listeners.append(self._schedule.on_arrival)
+            self._timer.start()
+            self._listeners.append(self._timer.on_arrival)
+            self._transactions.start()
+        await self._start_replication(state.commit_log)
+        if self._replica:
+            self._state = "started"
+            return  # a replica writes nothing of its own: no delays, timers, checks, pops
         self._pop = PopService(
             self._paths.pop_journal_file,
             read=self.get_messages,
@@ -238,6 +256,8 @@ class MessageStore:
         self._state = "stopping"
         assert self._commit_log and self._reput and self._queue_flush and self._cleanup
         assert self._source is not None
+        if self._ha_slave is not None:
+            await self._ha_slave.stop()
         if self._pop is not None:
             await self._pop.stop()
         if self._schedule is not None:
@@ -249,6 +269,8 @@ class MessageStore:
         await self._cleanup.stop()
         for task in list(self._background):
             await task
+        if self._ha_master is not None:  # after the last puts: their waiters are answered
+            await self._ha_master.stop()
         await self._commit_log.shutdown(close_files=False)  # stops flushing after a final sync
         await self._reput.wait_dispatched(self._source.dispatch_limit(), 10.0)
         await self._reput.stop()
@@ -330,6 +352,8 @@ class MessageStore:
         if not self._sync_flush:
             commit_log.wakeup_flush()
             self._reput.wakeup()
+        if self._ha_master is not None:
+            self._ha_master.notify_append()  # replication runs alongside the local flush
         return result
 
     async def put(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> PutResult:
@@ -341,13 +365,53 @@ class MessageStore:
 
     async def _durable(self, result: AppendResult) -> PutResult:
         """The durability wait of a put: none in ASYNC_FLUSH; SYNC_FLUSH awaits the group
-        commit, then lets dispatch follow (it only dispatches what is on disk)."""
-        if not self._sync_flush:
-            return PutResult(PutStatus.PUT_OK, result)
-        assert self._commit_log is not None and self._reput is not None
-        flushed = await self._commit_log.wait_flushed(result.end_offset)
-        self._reput.wakeup()
-        return PutResult(PutStatus.PUT_OK if flushed else PutStatus.FLUSH_DISK_TIMEOUT, result)
+        commit, then lets dispatch follow (it only dispatches what is on disk). A SYNC_MASTER
+        also awaits its replicas, in parallel with the flush: FLUSH_DISK_TIMEOUT first, then
+        the replicas' verdict (FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE)."""
+        ha = self._ha_master
+        replicated = (
+            ha.wait_replicated(result.end_offset) if ha is not None and ha.sync_master else None
+        )
+        status = PutStatus.PUT_OK
+        if self._sync_flush:
+            assert self._commit_log is not None and self._reput is not None
+            flushed = await self._commit_log.wait_flushed(result.end_offset)
+            self._reput.wakeup()
+            if not flushed:
+                status = PutStatus.FLUSH_DISK_TIMEOUT
+        if replicated is not None:
+            verdict = await replicated
+            if status is PutStatus.PUT_OK:
+                status = verdict
+        return PutResult(status, result)
+
+    def _confirm_offset(self) -> int:
+        ha = self._ha_master
+        return ha.confirm_offset() if ha is not None else self.commit_log_end()
+
+    async def _start_replication(self, commit_log: CommitLog) -> None:
+        """A SLAVE dials its master; a master with haListenPort listens for replicas."""
+        config, link = self._config, self._link
+        assert self._reput is not None
+        reput = self._reput
+        if self._replica:
+
+            def appended() -> None:
+                commit_log.wakeup_flush()
+                reput.wakeup()
+
+            self._ha_slave = HASlave(
+                commit_log,
+                config,
+                (link.cluster, link.broker_name, link.broker_id),
+                link.master_address or (lambda: config.ha_master_address),
+                appended,
+                link.apply_metadata,
+            )
+            self._ha_slave.start()
+        elif config.ha_listen_port >= 0:
+            self._ha_master = HAMaster(commit_log, config, reput.wakeup, link.metadata)
+            await self._ha_master.start()
 
     async def put_records(
         self, topic: str, queue_id: int, data: bytes, born_host: str
@@ -384,6 +448,11 @@ class MessageStore:
         await reput.wait_dispatched(written - limit // 2, self._config.sync_flush_timeout / 1000)
 
     def _check_writable(self) -> None:
+        if self._replica:
+            raise NotMasterError(
+                f"this broker is a SLAVE of {self._link.broker_name} (brokerRole): it takes "
+                "writes from its master only; send to the master"
+            )
         if self._state != "started":
             raise StoreShutDownError(f"the store is {self._state}: writes are refused")
         if self._disk_full_reason:
@@ -619,7 +688,7 @@ class MessageStore:
         )
         report = [service.health() for service in services if service is not None]
         for extra in (self._schedule, self._timer):
-            if extra is not None:
+            if extra is not None and not self._replica:
                 report.append(extra.health())
         return report
 
@@ -643,8 +712,24 @@ class MessageStore:
     def pop(self) -> PopService:
         """Pop consumption (invisible time, ack, DLQ): see ``wharf.store.pop``."""
         if self._pop is None:
+            if self._replica:
+                raise NotMasterError("pop consumption is served by the master, not a SLAVE")
             raise StoreShutDownError("pop is available once the store has started")
         return self._pop
+
+    @property
+    def ha_master(self) -> HAMaster | None:
+        """The replication listener of a master with haListenPort (None otherwise)."""
+        return self._ha_master
+
+    @property
+    def ha_slave(self) -> HASlave | None:
+        """A SLAVE's connection to its master (None on a master)."""
+        return self._ha_slave
+
+    @property
+    def is_replica(self) -> bool:
+        return self._replica
 
     # --- a running store's insides, for tests and benchmarks (nothing in the store uses them) --
     @property

@@ -27,6 +27,10 @@ class MessageInput:
 class PutStatus(enum.Enum):
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"  # stored, but not synced within syncFlushTimeout
+    # SYNC_MASTER: stored here, but not on enough replicas within slaveTimeout ...
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    # ... or not sent to replicas at all: too few connected (or all too far behind).
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
 
 
 @dataclass(slots=True)

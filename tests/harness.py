@@ -100,6 +100,7 @@ class BrokerProcess:
         # plaintext one ("" when listen is TLS-only).
         self.tls_endpoint = ""
         self.plaintext_endpoint = ""
+        self.ha_endpoint = ""
         self.log_path = self.root / "broker.log"
 
     def start(self, timeout: float | None = None) -> BrokerProcess:
@@ -123,6 +124,7 @@ class BrokerProcess:
         self.metrics_endpoint = info.get("metrics", "")
         self.tls_endpoint = info.get("tls") or ""
         self.plaintext_endpoint = info.get("plaintext") or ""
+        self.ha_endpoint = info.get("ha") or ""  # the replication listener (haListenPort)
         return self
 
     def log(self) -> str:

@@ -32,6 +32,8 @@ log = logging.getLogger("wharf.broker.processors.send")
 _STATUS = {
     PutStatus.PUT_OK: messaging_pb2.SEND_OK,
     PutStatus.FLUSH_DISK_TIMEOUT: messaging_pb2.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: messaging_pb2.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: messaging_pb2.SLAVE_NOT_AVAILABLE,
 }
 _END = object()
 

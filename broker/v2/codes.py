@@ -37,6 +37,7 @@ from wharf.store.errors import (
     InvalidMessageError,
     InvalidReceiptHandleError,
     MessageNotFoundError,
+    NotMasterError,
     StoreError,
     StoreNotWritableError,
     StoreShutDownError,
@@ -70,6 +71,7 @@ ERROR_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (MessageNotFoundError, Code.MESSAGE_NOT_FOUND),
     (DiskFullError, Code.TOO_MANY_REQUESTS),  # SyncDiskFullError too
     (FlushFailedError, Code.INTERNAL_SERVER_ERROR),
+    (NotMasterError, Code.FORBIDDEN),
     (StoreShutDownError, Code.INTERNAL_SERVER_ERROR),
     (StoreNotWritableError, Code.INTERNAL_SERVER_ERROR),
     (CorruptRecordError, Code.INTERNAL_SERVER_ERROR),
@@ -80,10 +82,16 @@ ERROR_CODES: tuple[tuple[type[BaseException], int], ...] = (
 PUT_STATUS_CODES: dict[PutStatus, int] = {
     PutStatus.PUT_OK: Code.OK,
     PutStatus.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE,
 }
 PUT_STATUS_MESSAGES: dict[PutStatus, str] = {
     PutStatus.PUT_OK: "OK",
     PutStatus.FLUSH_DISK_TIMEOUT: "stored, but not flushed to disk within syncFlushTimeout",
+    PutStatus.FLUSH_SLAVE_TIMEOUT: "stored on the master, but not on enough replicas within "
+    "slaveTimeout (SYNC_MASTER)",
+    PutStatus.SLAVE_NOT_AVAILABLE: "stored on the master only: too few replicas connected "
+    "and caught up (SYNC_MASTER, inSyncReplicas)",
 }
 
 _OS_LIMITS = (errno.EMFILE, errno.ENFILE)

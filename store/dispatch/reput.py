@@ -174,7 +174,7 @@ def _create_files_blocking(
 
 class CommitLogSource:
     """Adapts the CommitLog to the reput's DispatchSource. In SYNC_FLUSH mode dispatch stops
-    at the flushed offset (RocketMQ #8239)."""
+    at the flushed offset (RocketMQ #8239); under SYNC_MASTER at the replicas' confirm offset."""
 
     def __init__(
         self, commit_log: CommitLog, sync_flush: bool, max_records: int = DEFAULT_CHUNK_RECORDS
@@ -182,10 +182,14 @@ class CommitLogSource:
         self.commit_log = commit_log
         self.sync_flush = sync_flush
         self.max_records = max_records
+        # SYNC_MASTER: the replicas' confirm offset caps dispatch too (store/ha/master.py).
+        self.confirm: Callable[[], int] | None = None
 
     def dispatch_limit(self) -> int:
         log = self.commit_log
-        return min(log.flushed_offset, log.max_offset) if self.sync_flush else log.max_offset
+        limit = min(log.flushed_offset, log.max_offset) if self.sync_flush else log.max_offset
+        confirm = self.confirm
+        return limit if confirm is None else min(limit, confirm())
 
     def has_pending(self) -> bool:
         return self.commit_log.wrote_offset > self.dispatch_limit()

@@ -84,6 +84,7 @@ from wharf.store.errors import (
     DiskFullError,
     FlushFailedError,
     InvalidMessageError,
+    ReplicationError,
     StoreNotWritableError,
     StoreShutDownError,
     SyncDiskFullError,
@@ -410,6 +411,58 @@ class CommitLog(CommitLogReads):
         return self._write(
             mapped, buf, topic, queue_id, first_queue_offset, offsets, sizes, store_timestamp
         )
+
+    def append_raw(self, offset: int, data: bytes | memoryview, store_timestamp: int) -> int:
+        """A replica's append: ``data`` (whole records a master wrote at ``offset``, inside one
+        of its segments) written as it is, so the segments stay byte-identical. ``offset`` must
+        be where this log ends (a gap or an overlap is ReplicationError); an empty log starts at
+        ``offset`` (a master whose oldest segments are gone). Returns the new end. Never
+        awaits; DiskFullError / FlushFailedError as ``append``."""
+        if self._error is not None:
+            raise self._error
+        end = self.queue.max_wrote_offset
+        if self.queue.last() is not None and offset != end:
+            raise ReplicationError(f"replicated bytes at {offset} but this log ends at {end}")
+        try:
+            mapped = self._replica_segment(offset)
+            if len(data) > mapped.remaining:
+                raise ReplicationError(
+                    f"{len(data)} replicated bytes at {offset} cross the segment end "
+                    f"{mapped.file_from_offset + self.file_size}: segment sizes differ"
+                )
+            mapped.append(data, store_timestamp)
+        except (DiskFullError, FlushFailedError) as exc:
+            raise self._write_failed(exc) from exc
+        if store_timestamp:
+            self.last_store_timestamp = store_timestamp
+        self.bytes_put_total += len(data)
+        if self._disk_full is not None:
+            self._leave_disk_full("append")
+        return mapped.file_from_offset + mapped.wrote_position
+
+    def append_blank_raw(self, offset: int) -> int:
+        """A replica's copy of the master's segment end at ``offset``; returns the new end."""
+        end = self.queue.max_wrote_offset
+        mapped = self.queue.last()
+        if mapped is None or offset != end or mapped.is_full:
+            raise ReplicationError(f"segment end replicated at {offset} but this log ends at {end}")
+        mapped.append_blank()
+        return mapped.file_from_offset + mapped.wrote_position
+
+    def _replica_segment(self, offset: int) -> MappedFile:
+        mapped = self.queue.last()
+        if mapped is not None and not mapped.is_full:
+            return mapped
+        if mapped is None and offset % self.file_size:
+            raise ReplicationError(
+                f"an empty replica cannot start at {offset}: not a segment start "
+                f"(segments of {self.file_size} bytes)"
+            )
+        if mapped is None and offset:
+            # The master's log starts past 0: drop the segment prepared at 0 and start there.
+            self.allocator.discard_ready_blocking()
+            return self.queue.roll(start=offset)
+        return self._roll()
 
     def _segment_with_room(self, size: int) -> MappedFile:
         """The segment a batch of ``size`` bytes goes to: the current one, or a new one after

@@ -149,7 +149,7 @@ class MappedFile:
         self.flushed_position = position
 
     # --- writes (event loop thread) ----------------------------------------------------------
-    def append(self, data: bytes | bytearray, store_timestamp: int = 0) -> int:
+    def append(self, data: bytes | bytearray | memoryview, store_timestamp: int = 0) -> int:
         """Copy ``data`` at the write position (one slice assignment); return its file offset."""
         pos = self.wrote_position
         end = pos + len(data)
@@ -290,7 +290,7 @@ class MappedFile:
         )
 
 
-def _pwrite_all(fd: int, data: bytes | bytearray, pos: int, file_name: str) -> None:
+def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int, file_name: str) -> None:
     """Write all of ``data`` at ``pos`` or, as far as the file is concerned, none of it: on an
     error the bytes already written are zeroed again (see the module docstring)."""
     written = 0

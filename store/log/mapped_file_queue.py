@@ -100,13 +100,15 @@ class MappedFileQueue:
             return files[index]
         return None
 
-    def roll(self) -> MappedFile:
-        """Append the next segment (after the last, or offset 0), preferring a preallocated one.
+    def roll(self, start: int | None = None) -> MappedFile:
+        """Append the next segment (after the last, or offset 0; ``start`` for the first
+        segment of an empty replica whose master starts later), preferring a preallocated one.
         Otherwise it is created here, on the caller's thread, without prefault or warm-up (open
         + fallocate + mmap, milliseconds; see store/log/allocate.py for why a roll never
         waits for a preallocation): counted in ``sync_creations``."""
         last = self.last()
-        start = 0 if last is None else last.file_from_offset + self.file_size
+        if start is None or last is not None:
+            start = 0 if last is None else last.file_from_offset + self.file_size
         mapped = self.take_preallocated(start) if self.take_preallocated else None
         if mapped is None:
             self.sync_creations += 1

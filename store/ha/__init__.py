@@ -1,0 +1,44 @@
+"""Replication: a master streams its CommitLog to replicas byte for byte (RocketMQ's HA).
+
+- ``frames.py``: the wire format (plain TCP on ``haListenPort``; why not gRPC: measured there).
+- ``master.py``: ``HAMaster``, the listener, senders, acknowledgements (SYNC_MASTER), the
+  in-sync set and the confirm offset.
+- ``slave.py``: ``HASlave``, the replica's connection: HELLO, appends, REPORTs.
+- ``acks.py``: ``ReplicaAcks``, the waiters of SYNC_MASTER puts.
+
+Roles are RocketMQ's ``brokerRole``: ASYNC_MASTER (acknowledges after the local flush policy;
+replicas follow), SYNC_MASTER (acknowledges only after the local flush policy AND
+``inSyncReplicas - 1`` replicas have the message; default 2, so a SYNC_MASTER really waits for
+one replica: RocketMQ 5's default of 1 would acknowledge alone), SLAVE (appends only what its
+master sends, refuses writes, serves reads). The ``MessageStore`` facade owns one HAMaster
+(when ``haListenPort`` is set) or one HASlave and wires them with ``ReplicaLink``: what the
+broker above gives (identity, metadata to ship and to apply, the master's address).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+SLAVE = "SLAVE"
+SYNC_MASTER = "SYNC_MASTER"
+ASYNC_MASTER = "ASYNC_MASTER"
+ROLES = (ASYNC_MASTER, SYNC_MASTER, SLAVE)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLink:
+    """What the layers above give replication (all optional but the identity)."""
+
+    cluster: str = "DefaultCluster"
+    broker_name: str = "broker-a"
+    broker_id: int = 0
+    # Master: the metadata replicas must follow (topics, groups, consumer offsets), as bytes.
+    metadata: Callable[[], bytes] | None = None
+    # Replica: apply the master's metadata bytes.
+    apply_metadata: Callable[[bytes], None] | None = None
+    # Replica: the master's HA address ('' while unknown); default: haMasterAddress.
+    master_address: Callable[[], str] | None = None
+
+
+__all__ = ["ASYNC_MASTER", "ROLES", "SLAVE", "SYNC_MASTER", "ReplicaLink"]

@@ -1,0 +1,160 @@
+"""The replication wire format (sans-IO): frames between a master's HA listener and a slave.
+
+Plain TCP, not gRPC: per 32-256 KiB frame a grpc.aio bidi stream cost 6-8x the CPU of asyncio
+streams on this box (``../shared/reference/cluster.md`` section 3), and every SYNC_MASTER send
+batch becomes one small frame. Each frame is::
+
+    u32 length   bytes after this field (type + payload), at most MAX_FRAME
+    u8  type     one of the FrameType values
+    payload      fixed big-endian fields, then a tail of bytes (log data, text, metadata)
+
+Conversation (``VERSION`` 1)::
+
+    slave  -> HELLO    magic b"WHA1", version, segment size, max offset, broker id, "cluster\\nname"
+    master -> WELCOME  min offset, max offset, confirm offset, start offset (where DATA starts)
+           or ERROR    utf-8 text (segment sizes differ, the slave's log does not continue the
+                       master's ...); the master closes after it
+    master -> DATA     offset, confirm offset, log bytes: whole records, never across a segment
+                       end (an empty DATA is the heartbeat)
+           -> BLANK    offset: the segment ends here (the slave writes the same blank marker)
+           -> METADATA opaque bytes the broker layers above give and take (topics, groups,
+                       consumer offsets), sent on connect and when they change
+    slave  -> REPORT   written offset, flushed offset (after each append, each flush, and every
+                       haSendHeartbeatInterval)
+
+Anything else, a frame larger than ``MAX_FRAME``, or a HELLO with another magic or version
+closes the connection: an HA port must not take offsets from whatever connects to it (RocketMQ
+4 had no handshake, #3015).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+MAGIC = b"WHA1"
+VERSION = 1
+# A DATA frame carries at most haTransferBatchSize (default 1 MiB) or one record (<= 4 MiB
+# maxMessageSize + header): 64 MiB bounds what a peer can make the other buffer.
+MAX_FRAME = 64 * 1024 * 1024
+
+_LENGTH = struct.Struct(">IB")  # length, type
+_HELLO = struct.Struct(">4sHQQI")  # magic, version, segment size, max offset, broker id
+_WELCOME = struct.Struct(">QQQQ")  # min, max, confirm, start
+_DATA = struct.Struct(">QQ")  # offset, confirm
+_OFFSET = struct.Struct(">Q")
+_REPORT = struct.Struct(">QQ")  # written, flushed
+
+
+class FrameType(enum.IntEnum):
+    HELLO = 1
+    WELCOME = 2
+    ERROR = 3
+    DATA = 4
+    BLANK = 5
+    METADATA = 6
+    REPORT = 7
+
+
+class ProtocolError(ValueError):
+    """The peer sent something this protocol does not allow: close the connection."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    segment_size: int
+    max_offset: int
+    broker_id: int
+    cluster: str
+    broker_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    min_offset: int
+    max_offset: int
+    confirm_offset: int
+    start_offset: int
+
+
+def frame(kind: FrameType, payload: bytes = b"") -> bytes:
+    return _LENGTH.pack(len(payload) + 1, kind) + payload
+
+
+def data_header(offset: int, confirm: int, size: int) -> bytes:
+    """The frame header of a DATA frame whose ``size`` log bytes follow (sent separately, so
+    the bytes read from the log are not copied into the frame)."""
+    return _LENGTH.pack(_DATA.size + size + 1, FrameType.DATA) + _DATA.pack(offset, confirm)
+
+
+def encode_hello(hello: Hello) -> bytes:
+    fixed = _HELLO.pack(MAGIC, VERSION, hello.segment_size, hello.max_offset, hello.broker_id)
+    return frame(FrameType.HELLO, fixed + f"{hello.cluster}\n{hello.broker_name}".encode())
+
+
+def decode_hello(payload: bytes) -> Hello:
+    if len(payload) < _HELLO.size:
+        raise ProtocolError("HELLO too short")
+    magic, version, segment_size, max_offset, broker_id = _HELLO.unpack_from(payload)
+    if magic != MAGIC or version != VERSION:
+        raise ProtocolError(f"not a Wharf replica (magic {magic!r}, version {version})")
+    cluster, _, name = payload[_HELLO.size :].decode("utf-8", "replace").partition("\n")
+    return Hello(segment_size, max_offset, broker_id, cluster, name)
+
+
+def encode_welcome(welcome: Welcome) -> bytes:
+    return frame(
+        FrameType.WELCOME,
+        _WELCOME.pack(
+            welcome.min_offset, welcome.max_offset, welcome.confirm_offset, welcome.start_offset
+        ),
+    )
+
+
+def decode_welcome(payload: bytes) -> Welcome:
+    return Welcome(*_unpack(_WELCOME, payload, "WELCOME"))
+
+
+def decode_data(payload: memoryview) -> tuple[int, int, memoryview]:
+    """(offset, confirm offset, log bytes)."""
+    offset, confirm = _unpack(_DATA, payload, "DATA")
+    return offset, confirm, payload[_DATA.size :]
+
+
+def encode_blank(offset: int) -> bytes:
+    return frame(FrameType.BLANK, _OFFSET.pack(offset))
+
+
+def decode_offset(payload: bytes) -> int:
+    return int(_unpack(_OFFSET, payload, "BLANK")[0])
+
+
+def encode_report(written: int, flushed: int) -> bytes:
+    return frame(FrameType.REPORT, _REPORT.pack(written, flushed))
+
+
+def decode_report(payload: bytes) -> tuple[int, int]:
+    written, flushed = _unpack(_REPORT, payload, "REPORT")
+    return written, flushed
+
+
+def _unpack(fmt: struct.Struct, payload: bytes | memoryview, name: str) -> tuple[int, ...]:
+    if len(payload) < fmt.size:
+        raise ProtocolError(f"{name} frame too short ({len(payload)} bytes)")
+    return fmt.unpack_from(payload)
+
+
+async def read_frame(reader: object) -> tuple[FrameType, bytes]:
+    """Read one frame from an ``asyncio.StreamReader``. IncompleteReadError at EOF,
+    ProtocolError for an unknown type or an oversized frame."""
+    head = await reader.readexactly(_LENGTH.size)  # type: ignore[attr-defined]
+    length, kind = _LENGTH.unpack(head)
+    if not 1 <= length <= MAX_FRAME:
+        raise ProtocolError(f"frame of {length} bytes (limit {MAX_FRAME})")
+    try:
+        frame_type = FrameType(kind)
+    except ValueError:
+        raise ProtocolError(f"unknown frame type {kind}") from None
+    payload = await reader.readexactly(length - 1) if length > 1 else b""  # type: ignore[attr-defined]
+    return frame_type, payload

@@ -1,0 +1,386 @@
+"""HAMaster: the master's side of replication (RocketMQ's HAService + HAConnection + the
+acknowledgement part of GroupTransferService), on asyncio streams.
+
+One listener on ``haListenHost:haListenPort``; per connected replica, a sender task and the
+connection's reader. Frames and the conversation: ``frames.py``.
+
+- **Handshake.** The replica says where its log ends (HELLO). It continues there if that is a
+  record boundary inside this log; an empty replica starts at this log's oldest offset. A
+  replica that ends past this log's end, or before its oldest data, or with another segment
+  size gets ERROR with what to do (empty the replica's store) and is closed: in static mode
+  nothing here may cut a log, and a replica that diverged must not be fed mismatched bytes.
+- **Sending.** Log bytes from the replica's position up to the readable end, at most
+  ``haTransferBatchSize`` (1 MiB) per frame, cut at a record boundary (a larger single record
+  goes whole) and never across a segment end (a segment's blank tail goes as one BLANK frame):
+  every offset a replica reports is a record boundary, so waiters and the dispatch cap need no
+  torn-record handling. At most ``WINDOW_BYTES`` (4 MiB) are sent beyond the replica's last
+  report, so a slow replica cannot make the master buffer without limit. The sender sleeps on
+  an event every append sets (``notify_append``); an idle connection gets an empty DATA every
+  ``haSendHeartbeatInterval`` (5 s).
+- **Acknowledgement.** REPORT carries the replica's written and flushed ends (RocketMQ acks on
+  written: the replica's page cache, as a master's ASYNC_FLUSH). ``wait_replicated(end)`` under
+  SYNC_MASTER: SLAVE_NOT_AVAILABLE at once when fewer than ``inSyncReplicas - 1`` replicas are
+  connected within ``haMaxGapNotInSync`` (256 MiB) of the end, else PUT_OK once that many
+  have reported ``end`` or FLUSH_SLAVE_TIMEOUT after ``slaveTimeout`` (3 s). The message is
+  stored either way; only PUT_OK counts as acknowledged.
+- **In sync and the confirm offset.** A replica joins the in-sync set once it has reported
+  everything that was sent when the sender had caught up with the log end, and leaves it when
+  it has not caught up for ``haMaxTimeSlaveNotCatchup`` (15 s) or disconnects. ``confirm_offset``
+  = the lowest report among in-sync replicas (the log end when there are none): under
+  SYNC_MASTER dispatch stops there, so no consumer sees a message the replicas may lack.
+- **Metadata.** ``metadata()`` (the broker's topics, groups and consumer offsets, opaque here)
+  goes to a replica on connect and again whenever its bytes change (checked every second).
+- **Safety.** A REPORT past what was sent is a protocol error (RocketMQ #3016): the replica is
+  dropped. A replica that sends nothing for ``haHousekeepingInterval`` (20 s) is dropped too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from wharf.store.codec.layout import BLANK_HEADER, BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+from wharf.store.codec.records import read_total_size
+from wharf.store.config import StoreConfig
+from wharf.store.ha import frames
+from wharf.store.ha.acks import ReplicaAcks
+from wharf.store.log.commit_log import CommitLog
+from wharf.store.model import PutStatus
+
+log = logging.getLogger(__name__)
+
+WINDOW_BYTES = 4 * 1024 * 1024
+METADATA_CHECK_S = 1.0
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
+@dataclass(slots=True)
+class Replica:
+    """One connected replica as the master sees it (also what ``replicas()`` reports)."""
+
+    broker_id: int
+    address: str
+    acked: int  # its written end, as last reported
+    flushed: int = 0
+    sent: int = 0  # the offset the next frame starts at
+    connected_at: float = field(default_factory=time.time)
+    in_sync: bool = False
+    # Set when a frame ended at the log end (``target``: that end, at ``target_at``): once the
+    # replica reports ``target`` it had caught up at ``target_at`` (monotonic).
+    target: int = -1
+    target_at: float = 0.0
+    caught_up_at: float = 0.0  # monotonic; 0 = never
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class HAMaster:
+    def __init__(
+        self,
+        commit_log: CommitLog,
+        config: StoreConfig,
+        on_confirm: Callable[[], None],
+        metadata: Callable[[], bytes] | None = None,
+    ) -> None:
+        """``on_confirm()``: the confirm offset moved (the facade wakes dispatch)."""
+        self._log = commit_log
+        self._config = config
+        self._on_confirm = on_confirm
+        self._metadata = metadata
+        self.sync_master = config.broker_role == "SYNC_MASTER"
+        self._need = max(0, config.in_sync_replicas - 1)
+        self.acks = ReplicaAcks(config.slave_timeout / 1000)
+        self._replicas: dict[int, Replica] = {}  # id(Replica) -> Replica
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self.port = 0
+        self.refused = 0  # handshakes refused (ERROR sent)
+        self.slave_not_available = 0
+        self._confirm_seen = 0  # the last confirm offset on_confirm reported
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> int:
+        """Listen; returns the bound port (``haListenPort`` 0 = an ephemeral one)."""
+        self._server = await asyncio.start_server(
+            self._accept, self._config.ha_listen_host, self._config.ha_listen_port
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("replication listener on %s:%d (%s, inSyncReplicas %d)",
+                 self._config.ha_listen_host, self.port, self._config.broker_role,
+                 self._config.in_sync_replicas)  # fmt: skip
+        return self.port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        for task in list(self._connections):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+        self.acks.fail_all()
+
+    # --- what the facade calls -----------------------------------------------------------------
+    def notify_append(self) -> None:
+        for replica in self._replicas.values():
+            replica.wake.set()
+
+    def wait_replicated(self, end_offset: int) -> asyncio.Future[PutStatus]:
+        """SYNC_MASTER's verdict on the batch ending at ``end_offset`` (see the module doc)."""
+        loop = asyncio.get_running_loop()
+        result: asyncio.Future[PutStatus] = loop.create_future()
+        gap = self._config.ha_max_gap_not_in_sync
+        near = sum(1 for r in self._replicas.values() if end_offset - r.acked < gap)
+        if near < self._need:
+            self.slave_not_available += 1
+            result.set_result(PutStatus.SLAVE_NOT_AVAILABLE)
+            return result
+        waited = self.acks.wait(end_offset)
+
+        def done(future: asyncio.Future[bool]) -> None:
+            if not result.done():
+                ok = future.result()
+                result.set_result(PutStatus.PUT_OK if ok else PutStatus.FLUSH_SLAVE_TIMEOUT)
+
+        waited.add_done_callback(done)
+        return result
+
+    def confirm_offset(self) -> int:
+        """Everything below it is on every in-sync replica (the log end when none is). Read
+        by dispatch for every chunk under SYNC_MASTER: a few replicas, no allocation of note."""
+        end = self._log.max_offset
+        if not self._replicas:
+            return end
+        now = time.monotonic()
+        window = self._config.ha_max_time_slave_not_catchup / 1000
+        for replica in self._replicas.values():
+            replica.in_sync = bool(replica.caught_up_at) and now - replica.caught_up_at <= window
+            if replica.in_sync and replica.acked < end:
+                end = replica.acked
+        return end
+
+    def replicas(self) -> list[Replica]:
+        self.confirm_offset()  # refreshes each replica's in_sync
+        return list(self._replicas.values())
+
+    # --- connections ---------------------------------------------------------------------------
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        replica: Replica | None = None
+        try:
+            replica = await self._handshake(reader, writer, address)
+            if replica is not None:
+                await self._serve(replica, reader, writer)
+        except (frames.ProtocolError, ConnectionError, asyncio.IncompleteReadError) as exc:
+            log.warning("replica %s dropped: %s", address, exc or type(exc).__name__)
+        except TimeoutError:
+            log.warning("replica %s dropped: silent for haHousekeepingInterval", address)
+        finally:
+            self._connections.discard(task)
+            if replica is not None:
+                self._drop(replica)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _handshake(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str
+    ) -> Replica | None:
+        kind, payload = await asyncio.wait_for(frames.read_frame(reader), HANDSHAKE_TIMEOUT_S)
+        if kind != frames.FrameType.HELLO:
+            raise frames.ProtocolError(f"expected HELLO, got {kind.name}")
+        hello = frames.decode_hello(payload)
+        problem = self._refusal(hello)
+        if problem:
+            self.refused += 1
+            log.error("replica %s (id %d) refused: %s", address, hello.broker_id, problem)
+            writer.write(frames.frame(frames.FrameType.ERROR, problem.encode()))
+            await writer.drain()
+            return None
+        commit_log = self._log
+        start = hello.max_offset if hello.max_offset else commit_log.min_offset
+        writer.write(
+            frames.encode_welcome(
+                frames.Welcome(
+                    commit_log.min_offset, commit_log.max_offset, self.confirm_offset(), start
+                )
+            )
+        )
+        replica = Replica(hello.broker_id, address, acked=hello.max_offset, sent=start)
+        self._replicas[id(replica)] = replica
+        log.info("replica %s (%s/%s id %d) connected at offset %d (log end %d)", address,
+                 hello.cluster, hello.broker_name, hello.broker_id, start,
+                 commit_log.max_offset)  # fmt: skip
+        return replica
+
+    def _refusal(self, hello: frames.Hello) -> str:
+        """Why this replica cannot continue from this log ('' = it can)."""
+        commit_log = self._log
+        if hello.segment_size != commit_log.file_size:
+            return (
+                f"segment sizes differ (replica {hello.segment_size}, master "
+                f"{commit_log.file_size}): set mappedFileSizeCommitLog alike on both"
+            )
+        at, low, high = hello.max_offset, commit_log.min_offset, commit_log.max_offset
+        empty_the_store = "; empty the replica's store directory to copy this master afresh"
+        if at > high:
+            return (
+                f"the replica's log ends at {at}, past this master's end {high}: it holds "
+                f"data this master does not have{empty_the_store}"
+            )
+        if at and at < low:
+            return (
+                f"the replica's log ends at {at}, before this master's oldest data "
+                f"({low}): the bytes between are gone{empty_the_store}"
+            )
+        if at and at < high and not self._is_record_start(at):
+            return f"offset {at} is not a record boundary of this master's log{empty_the_store}"
+        return ""
+
+    def _is_record_start(self, offset: int) -> bool:
+        header = self._log.read_bytes(offset, BLANK_HEADER.size)
+        if header is None:
+            return False
+        size, magic = BLANK_HEADER.unpack(header)
+        return size > 0 and magic in (MESSAGE_MAGIC_CODE, BLANK_MAGIC_CODE)
+
+    async def _serve(
+        self, replica: Replica, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        tasks = [
+            asyncio.create_task(self._send_loop(replica, writer)),
+            asyncio.create_task(self._metadata_loop(writer)),
+            asyncio.create_task(self._report_loop(replica, reader)),
+        ]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # raise what ended the connection
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _send_loop(self, replica: Replica, writer: asyncio.StreamWriter) -> None:
+        commit_log = self._log
+        heartbeat = self._config.ha_send_heartbeat_interval / 1000
+        last_frame = time.monotonic()
+        while True:
+            end = commit_log.max_offset
+            if replica.sent < end and replica.sent - replica.acked < WINDOW_BYTES:
+                self._send_chunk(replica, writer, end)
+                await writer.drain()
+                last_frame = time.monotonic()
+                continue
+            if time.monotonic() - last_frame >= heartbeat:
+                writer.write(frames.data_header(replica.sent, self.confirm_offset(), 0))
+                await writer.drain()
+                last_frame = time.monotonic()
+            replica.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(replica.wake.wait(), heartbeat)
+
+    def _send_chunk(self, replica: Replica, writer: asyncio.StreamWriter, end: int) -> None:
+        commit_log = self._log
+        start = replica.sent
+        segment_end = (start // commit_log.file_size + 1) * commit_log.file_size
+        header = commit_log.read_bytes(start, BLANK_HEADER.size)
+        if header is None:
+            raise frames.ProtocolError(f"offset {start} is no longer in this log (retention)")
+        size, magic = BLANK_HEADER.unpack(header)
+        if magic == BLANK_MAGIC_CODE:
+            writer.write(frames.encode_blank(start))
+            replica.sent = segment_end
+        else:
+            limit = min(end, segment_end, start + self._config.ha_transfer_batch_size)
+            data = commit_log.read_bytes(start, limit - start)
+            if data is None:
+                raise frames.ProtocolError(f"cannot read [{start}, {limit}) of this log")
+            if limit < end and limit < segment_end:
+                cut = _whole_records(data)
+                if cut == 0:  # one record larger than a batch: it goes whole
+                    data = commit_log.read_bytes(start, size)
+                    if data is None:
+                        raise frames.ProtocolError(f"cannot read the record at {start}")
+                else:
+                    data = data[:cut]
+            writer.write(frames.data_header(start, self.confirm_offset(), len(data)))
+            writer.write(data)
+            replica.sent = start + len(data)
+        if replica.sent >= end and replica.target < 0:
+            # One probe at a time: a newer target before the report of this one would keep
+            # moving the goal under steady load and the replica would never count as caught up.
+            replica.target, replica.target_at = replica.sent, time.monotonic()
+
+    async def _metadata_loop(self, writer: asyncio.StreamWriter) -> None:
+        if self._metadata is None:
+            await asyncio.Event().wait()  # nothing to send: live as long as the connection
+        last = b""
+        while True:
+            assert self._metadata is not None
+            snapshot = self._metadata()
+            if snapshot != last:
+                writer.write(frames.frame(frames.FrameType.METADATA, snapshot))
+                await writer.drain()
+                last = snapshot
+            await asyncio.sleep(METADATA_CHECK_S)
+
+    async def _report_loop(self, replica: Replica, reader: asyncio.StreamReader) -> None:
+        timeout = self._config.ha_housekeeping_interval / 1000
+        while True:
+            kind, payload = await asyncio.wait_for(frames.read_frame(reader), timeout)
+            if kind != frames.FrameType.REPORT:
+                raise frames.ProtocolError(f"expected REPORT, got {kind.name}")
+            written, flushed = frames.decode_report(payload)
+            if written > replica.sent or written < replica.acked:
+                raise frames.ProtocolError(
+                    f"reported offset {written} outside [{replica.acked}, {replica.sent}]"
+                )
+            replica.acked, replica.flushed = written, flushed
+            if replica.target >= 0 and written >= replica.target:
+                replica.caught_up_at = replica.target_at
+                replica.target = -1
+            self._recompute()
+            replica.wake.set()
+
+    def _drop(self, replica: Replica) -> None:
+        self._replicas.pop(id(replica), None)
+        log.info("replica %s (id %d) disconnected at offset %d", replica.address,
+                 replica.broker_id, replica.acked)  # fmt: skip
+        self._recompute()
+
+    def _recompute(self) -> None:
+        """After a report or a drop: the ack watermark for waiters (the ``need``-th highest
+        report), and dispatch woken when the confirm offset moved."""
+        if self._need:
+            acked = sorted((r.acked for r in self._replicas.values()), reverse=True)
+            if len(acked) >= self._need:
+                self.acks.advance(acked[self._need - 1])
+        confirm = self.confirm_offset()
+        if confirm != self._confirm_seen:
+            self._confirm_seen = confirm
+            self._on_confirm()
+
+
+def _whole_records(data: bytes) -> int:
+    """Length of the longest prefix of ``data`` made of whole records (0 if the first one
+    does not fit)."""
+    pos, size = 0, len(data)
+    while pos + 4 <= size:
+        total = read_total_size(data, pos)
+        if total <= 0 or pos + total > size:
+            break
+        pos += total
+    return pos

@@ -1,0 +1,194 @@
+"""HASlave: a replica's side of replication (RocketMQ's HAClient), on asyncio streams.
+
+The replica dials its master's HA address (``haMasterAddress``, or what ``master_address()``
+returns: the broker may learn it from the NameServer), says where its log ends (HELLO) and then
+only appends what the master sends, byte for byte (``CommitLog.append_raw``: same segments,
+same blank tails), so its CommitLog is a copy of the master's; its ConsumeQueues and IndexFiles
+are built by its own dispatch. It reports its written and flushed ends after every append, and
+every ``haSendHeartbeatInterval`` (5 s). Metadata frames go to ``apply_metadata`` (the broker
+replaces its topics, groups and consumer offsets with the master's: a replica never keeps
+offsets of its own that a master would later overwrite, RocketMQ #1094).
+
+Failures: an ERROR at the handshake (another segment size, a log that does not continue the
+master's) is logged with the master's advice and retried every ``RETRY_REFUSED_S`` (30 s: it
+needs an operator); a broken connection, a master silent for ``haHousekeepingInterval``
+(20 s) or bytes that do not continue this log close the connection and redial after
+``RETRY_S`` (1 s). A disk-full append closes too (nothing half written: ``append_raw`` writes
+a frame whole or not at all) and redials after the same second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from wharf.store.codec.layout import MESSAGE_MAGIC_CODE, OFFSET_STORE_TIMESTAMP, STORE_TIMESTAMP
+from wharf.store.config import StoreConfig
+from wharf.store.errors import ReplicationError, StoreNotWritableError
+from wharf.store.ha import frames
+from wharf.store.log.commit_log import CommitLog
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 1.0
+RETRY_REFUSED_S = 30.0
+CONNECT_TIMEOUT_S = 5.0
+
+
+class HASlave:
+    def __init__(
+        self,
+        commit_log: CommitLog,
+        config: StoreConfig,
+        identity: tuple[str, str, int],
+        master_address: Callable[[], str],
+        on_appended: Callable[[], None],
+        apply_metadata: Callable[[bytes], None] | None = None,
+    ) -> None:
+        """``identity``: (cluster, broker name, broker id) sent in HELLO; ``master_address()``:
+        'host:port' of the master's HA listener, '' while unknown; ``on_appended()`` after
+        every append (the facade wakes dispatch and the flush)."""
+        self._log = commit_log
+        self._config = config
+        self._identity = identity
+        self._master_address = master_address
+        self._on_appended = on_appended
+        self._apply_metadata = apply_metadata
+        self._task: asyncio.Task[None] | None = None
+        self.connected_to = ""  # the master's HA address while connected
+        self.confirm_offset = 0  # the master's, from its last frame
+        self.master_max_offset = 0  # the master's log end, from the handshake
+        self.last_frame_at = 0.0  # time.time() of the master's last frame
+        self.connections = 0
+        self.last_error = ""
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="ha-slave")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    @property
+    def lag_bytes(self) -> int:
+        """How far this replica's log is behind the master's end as last heard of."""
+        return max(0, max(self.master_max_offset, self.confirm_offset) - self._log.max_offset)
+
+    async def _run(self) -> None:
+        while True:
+            address = self._master_address()
+            if not address:
+                await asyncio.sleep(RETRY_S)
+                continue
+            pause = RETRY_S
+            try:
+                pause = await self._session(address)
+            except (OSError, asyncio.IncompleteReadError, frames.ProtocolError) as exc:
+                self._failed(address, f"{type(exc).__name__}: {exc}")
+            except TimeoutError:
+                self._failed(address, "the master was silent for haHousekeepingInterval")
+            except (ReplicationError, StoreNotWritableError) as exc:
+                self._failed(address, str(exc))
+            finally:
+                self.connected_to = ""
+            await asyncio.sleep(pause)
+
+    def _failed(self, address: str, reason: str) -> None:
+        if reason != self.last_error:
+            log.warning("replication from %s stopped: %s; redialling", address, reason)
+        self.last_error = reason
+
+    async def _session(self, address: str) -> float:
+        """One connection; returns how long to wait before the next."""
+        host, _, port = address.rpartition(":")
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S
+        )
+        try:
+            cluster, name, broker_id = self._identity
+            writer.write(
+                frames.encode_hello(
+                    frames.Hello(
+                        self._log.file_size, self._log.max_offset, broker_id, cluster, name
+                    )
+                )
+            )
+            await writer.drain()
+            timeout = self._config.ha_housekeeping_interval / 1000
+            kind, payload = await asyncio.wait_for(frames.read_frame(reader), timeout)
+            if kind == frames.FrameType.ERROR:
+                reason = payload.decode("utf-8", "replace")
+                if reason != self.last_error:
+                    log.error("the master at %s refuses this replica: %s", address, reason)
+                self.last_error = reason
+                return RETRY_REFUSED_S
+            if kind != frames.FrameType.WELCOME:
+                raise frames.ProtocolError(f"expected WELCOME, got {kind.name}")
+            welcome = frames.decode_welcome(payload)
+            self.master_max_offset = welcome.max_offset
+            self.confirm_offset = welcome.confirm_offset
+            self.connected_to = address
+            self.connections += 1
+            self.last_error = ""
+            log.info("replicating from %s at offset %d (master log [%d, %d])", address,
+                     welcome.start_offset, welcome.min_offset, welcome.max_offset)  # fmt: skip
+            reporter = asyncio.create_task(self._report_loop(writer))
+            try:
+                await self._receive(reader, writer, timeout)
+            finally:
+                reporter.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await reporter
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+        return RETRY_S
+
+    async def _receive(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, silence_s: float
+    ) -> None:
+        commit_log = self._log
+        while True:
+            kind, payload = await asyncio.wait_for(frames.read_frame(reader), silence_s)
+            self.last_frame_at = time.time()
+            if kind == frames.FrameType.DATA:
+                offset, confirm, data = frames.decode_data(memoryview(payload))
+                self.confirm_offset = confirm
+                self.master_max_offset = max(self.master_max_offset, confirm)
+                if not data:
+                    continue  # heartbeat
+                commit_log.append_raw(offset, data, _store_timestamp(data))
+            elif kind == frames.FrameType.BLANK:
+                commit_log.append_blank_raw(frames.decode_offset(payload))
+            elif kind == frames.FrameType.METADATA:
+                if self._apply_metadata is not None:
+                    self._apply_metadata(payload)
+                continue
+            else:
+                raise frames.ProtocolError(f"unexpected {kind.name} from the master")
+            self._on_appended()
+            writer.write(frames.encode_report(commit_log.max_offset, commit_log.flushed_offset))
+            await writer.drain()
+
+    async def _report_loop(self, writer: asyncio.StreamWriter) -> None:
+        interval = self._config.ha_send_heartbeat_interval / 1000
+        while True:
+            await asyncio.sleep(interval)
+            writer.write(frames.encode_report(self._log.max_offset, self._log.flushed_offset))
+            await writer.drain()
+
+
+def _store_timestamp(data: memoryview) -> int:
+    """STORETIMESTAMP of the first record in ``data`` (0 if it is no message record): kept as
+    the segment's time for retention; older than the chunk's last record, so never late."""
+    if len(data) < OFFSET_STORE_TIMESTAMP + 8:
+        return 0
+    if int.from_bytes(data[4:8], "big") != MESSAGE_MAGIC_CODE:
+        return 0
+    return int(STORE_TIMESTAMP.unpack_from(data, OFFSET_STORE_TIMESTAMP)[0])
