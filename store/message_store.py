@@ -636,12 +636,23 @@ class MessageStore:
         """True once everything appended so far is visible to reads (in SYNC_FLUSH mode that
         includes waiting for its sync)."""
         assert self._reput is not None and self._commit_log is not None
-        return await self._reput.wait_dispatched(self._commit_log.wrote_offset, timeout_s)
+        return await self._reput.wait_dispatched(self._visible_end(), timeout_s)
 
     @property
     def dispatch_pending(self) -> bool:
         """Appended data is not yet visible to reads (acks precede dispatch)."""
-        return self._commit_log is not None and self.dispatch_offset < self._commit_log.wrote_offset
+        return self._commit_log is not None and self.dispatch_offset < self._visible_end()
+
+    def _visible_end(self) -> int:
+        """What dispatch will reach without new events: the written end, or under SYNC_MASTER
+        the replicas' confirm offset (a paused replica holds it for up to
+        haMaxTimeSlaveNotCatchup: a pull must not wait for that as for a flush)."""
+        assert self._commit_log is not None
+        end = self._commit_log.wrote_offset
+        source = self._source
+        if source is not None and source.confirm is not None:
+            end = min(end, source.confirm())
+        return end
 
     @property
     def dispatch_offset(self) -> int:

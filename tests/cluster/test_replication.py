@@ -1,0 +1,260 @@
+"""Master/slave replication in static mode (brokerRole, haListenPort, haMasterAddress), with
+both brokers as processes on 127.0.0.1: the slave's CommitLog is a byte copy of the master's,
+it serves reads and refuses writes, follows the master's metadata, and SYNC_MASTER
+acknowledges only what the slave has (else FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE, never a
+silent SEND_OK); after kill -9 of the master every acknowledged message is on the slave."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from wharf.client import Admin, Producer, PullConsumer, SendStatus
+from wharf.client.errors import WharfError
+
+from tests.harness import BrokerProcess, free_port
+
+SEGMENT = 1 << 20  # small segments: a few hundred KiB of load rolls several
+SMALL = {"mappedFileSizeCommitLog": SEGMENT, "maxMessageSize": 64 * 1024}
+
+
+def _pair(
+    root: Path, master: dict[str, Any] | None = None, slave: dict[str, Any] | None = None
+) -> tuple[BrokerProcess, BrokerProcess]:
+    m = BrokerProcess(  # a fixed HA port: a restarted master is found where it was
+        root / "master",
+        {**SMALL, "brokerRole": "ASYNC_MASTER", "haListenPort": free_port(), **(master or {})},
+    ).start()
+    s = BrokerProcess(
+        root / "slave",
+        {**SMALL, "brokerRole": "SLAVE", "brokerId": 1, "haMasterAddress": m.ha_endpoint,
+         **(slave or {})},
+    ).start()  # fmt: skip
+    return m, s
+
+
+@pytest.fixture
+def procs() -> Iterator[list[BrokerProcess]]:
+    started: list[BrokerProcess] = []
+    yield started
+    for process in started:
+        if process.proc is not None and process.proc.poll() is None:
+            os.kill(process.pid, signal.SIGCONT)
+            process.kill()
+
+
+def _segments(broker: BrokerProcess) -> dict[str, str]:
+    """sha256 of every segment holding data (a preallocated next one is all zeros)."""
+    digests = {}
+    for f in sorted((broker.store_dir / "commitlog").iterdir()):
+        data = f.read_bytes()
+        if data.count(0) != len(data):
+            digests[f.name] = hashlib.sha256(data).hexdigest()
+    return digests
+
+
+async def _read_all(endpoint: str, topic: str) -> list[bytes]:
+    bodies: list[bytes] = []
+    async with PullConsumer(endpoint, "reader") as consumer:
+        for queue in await consumer.queues(topic):
+            offset = 0
+            while True:
+                result = await consumer.pull(queue, offset, max_messages=500)
+                if not result.messages:
+                    break
+                bodies.extend(m.body for m in result.messages)
+                offset = result.next_begin_offset
+    return bodies
+
+
+async def _eventually(check: Any, within_s: float = 20.0) -> Any:
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            value = await check()
+            if value:
+                return value
+        except (WharfError, grpc.RpcError):
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.1)
+
+
+async def test_the_slave_is_a_byte_copy_serves_reads_and_refuses_writes(
+    tmp_path: Path, procs: list[BrokerProcess]
+) -> None:
+    master, slave = _pair(tmp_path)
+    procs += [master, slave]
+    sent = [f"m{i}".encode() + b"." * 900 for i in range(2500)]  # ~2.3 MiB: 3 segments
+    async with Producer(master.endpoint, retry_times=0) as producer:
+        for i in range(0, len(sent), 50):
+            for body in sent[i : i + 50]:
+                await producer.send("copied", body, keys=(body.split(b".")[0].decode(),))
+
+    async def slave_has_all() -> bool:
+        return len(await _read_all(slave.endpoint, "copied")) == len(sent)
+
+    await _eventually(slave_has_all)
+    assert sorted(await _read_all(slave.endpoint, "copied")) == sorted(sent)
+    segments = _segments(master)
+    assert len(segments) >= 3
+    assert _segments(slave) == segments  # every segment, blank tails included
+    async with Admin(slave.endpoint) as admin:  # the slave's own index answers key queries
+        found = await admin.query_messages("copied", "m1234")
+        assert [m.body for m in found.messages] == [sent[1234]]
+    with pytest.raises(WharfError) as refused:
+        async with Producer(slave.endpoint, retry_times=0) as producer:
+            await producer.send("copied", b"not here")
+    assert refused.value.code == "FAILED_PRECONDITION"
+    assert "SLAVE" in str(refused.value)
+
+    # A stopped slave continues where it stopped (no copy from scratch).
+    slave.stop()
+    async with Producer(master.endpoint, retry_times=0) as producer:
+        for i in range(300):
+            await producer.send("copied", b"later-%d" % i)
+    slave.start()
+    await _eventually(lambda: _count_is(slave.endpoint, "copied", len(sent) + 300))
+    assert _segments(slave) == _segments(master)
+    assert "at offset 0 " not in slave.log().split("SIGTERM")[-1]
+
+
+async def _count_is(endpoint: str, topic: str, count: int) -> bool:
+    return len(await _read_all(endpoint, topic)) == count
+
+
+async def test_the_slave_follows_the_master_s_topics_groups_and_offsets(
+    tmp_path: Path, procs: list[BrokerProcess]
+) -> None:
+    master, slave = _pair(tmp_path, master={"autoCreateTopicEnable": False})
+    procs += [master, slave]
+    async with Admin(master.endpoint) as admin:
+        await admin.create_topic("followed", queue_nums=3)
+        await admin.create_group("followers")
+    async with Producer(master.endpoint, retry_times=0) as producer:
+        await producer.send("followed", b"one")
+    async with PullConsumer(master.endpoint, "followers") as consumer:
+        queue = next(q for q in await consumer.queues("followed") if q.queue_id == 0)
+        await consumer.commit(queue, 7)
+
+    async def replicated() -> bool:
+        async with Admin(slave.endpoint) as admin:
+            topics = {t.name: t for t in (await admin.list_topics()).topics}
+            groups = {g.group_name for g in (await admin.list_groups()).groups}
+        async with PullConsumer(slave.endpoint, "followers") as consumer:
+            queue = next(q for q in await consumer.queues("followed") if q.queue_id == 0)
+            committed = await consumer.committed(queue)
+        return (
+            "followed" in topics
+            and topics["followed"].write_queue_nums == 3
+            and "followers" in groups
+            and committed == 7
+        )
+
+    await _eventually(replicated)
+    # Survives a restart of the slave (persisted like its own metadata).
+    slave.stop()
+    slave.start()
+    async with Admin(slave.endpoint) as admin:
+        assert "followed" in {t.name for t in (await admin.list_topics()).topics}
+
+
+async def test_sync_master_acknowledges_only_what_the_slave_has(
+    tmp_path: Path, procs: list[BrokerProcess]
+) -> None:
+    master, slave = _pair(
+        tmp_path,
+        master={
+            "brokerRole": "SYNC_MASTER",
+            "slaveTimeout": 1000,
+            "haMaxTimeSlaveNotCatchup": 3000,
+        },
+    )
+    procs += [master, slave]
+    async with Producer(master.endpoint, retry_times=0) as producer:
+        ok = await producer.send("synced", b"both have it")
+        assert ok.status == SendStatus.SEND_OK
+        # The slave is paused: stored on the master, not acknowledged as replicated.
+        os.kill(slave.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        late = await producer.send("synced", b"only the master has it")
+        assert late.status == SendStatus.FLUSH_SLAVE_TIMEOUT
+        assert time.monotonic() - started >= 0.9
+        # Consumers do not see it while the in-sync slave lacks it ...
+        assert await _read_all(master.endpoint, "synced") == [b"both have it"]
+        # ... until the slave has not caught up for haMaxTimeSlaveNotCatchup: it leaves the
+        # in-sync set and stops holding back what consumers see.
+        await _eventually(lambda: _count_is(master.endpoint, "synced", 2), within_s=15)
+        os.kill(slave.pid, signal.SIGCONT)
+        await _eventually(lambda: _count_is(slave.endpoint, "synced", 2))
+        again = await producer.send("synced", b"both again")
+        assert again.status == SendStatus.SEND_OK
+        # No slave at all: SLAVE_NOT_AVAILABLE at once (stored, never SEND_OK).
+        slave.kill()
+
+        async def refused_at_once() -> bool:
+            began = time.monotonic()
+            result = await producer.send("synced", b"alone")
+            return (
+                result.status == SendStatus.SLAVE_NOT_AVAILABLE and time.monotonic() - began < 0.5
+            )
+
+        await _eventually(refused_at_once)
+
+
+@pytest.mark.slow
+async def test_kill_9_of_a_sync_master_loses_no_acknowledged_message(
+    tmp_path: Path, procs: list[BrokerProcess]
+) -> None:
+    master, slave = _pair(
+        tmp_path, master={"brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH"}
+    )
+    procs += [master, slave]
+    acked: list[bytes] = []
+    stop = asyncio.Event()
+
+    async def produce(worker: int) -> None:
+        async with Producer(master.endpoint, retry_times=0) as producer:
+            i = 0
+            while not stop.is_set():
+                body = b"w%d-%d" % (worker, i)
+                i += 1
+                try:
+                    result = await producer.send("durable", body, deadline_s=2)
+                except (WharfError, grpc.RpcError, TimeoutError):
+                    return  # the master is gone
+                if result.status == SendStatus.SEND_OK:
+                    acked.append(body)
+
+    workers = [asyncio.create_task(produce(w)) for w in range(4)]
+    await asyncio.sleep(2.5)
+    master.kill()  # SIGKILL under load
+    stop.set()
+    await asyncio.gather(*workers)
+    assert len(acked) > 100
+    on_slave = set(await _read_all(slave.endpoint, "durable"))
+    missing = [body for body in acked if body not in on_slave]
+    assert not missing, f"{len(missing)} acknowledged messages missing on the slave"
+    # The master comes back: the slave continues from where it was, nothing refused.
+    master.start()
+    async with Producer(master.endpoint, retry_times=0) as producer:
+
+        async def acknowledged() -> bool:  # once the slave has redialled (every second)
+            result = await producer.send("durable", b"after restart")
+            return result.status == SendStatus.SEND_OK
+
+        await _eventually(acknowledged)
+    total = len(await _read_all(master.endpoint, "durable"))
+    assert total >= len(on_slave) + 1
+    await _eventually(lambda: _count_is(slave.endpoint, "durable", total), within_s=20)
+    assert _segments(slave) == _segments(master)
+    assert "refuses this replica" not in slave.log()

@@ -1,0 +1,241 @@
+"""Replication inside one event loop: a master store and a SLAVE store over 127.0.0.1 (frames,
+handshake, byte copies, SYNC_MASTER waits and the confirm offset), plus the frame codec and
+the ack waiters on their own."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from wharf.store.errors import NotMasterError, ReplicationError
+from wharf.store.ha import frames
+from wharf.store.ha.acks import ReplicaAcks
+from wharf.store.ha.master import _whole_records
+from wharf.store.message_store import MessageStore
+from wharf.store.model import PutStatus
+
+from tests.store.helpers import msg, small_config
+
+
+async def _until(check, within_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while not check():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def pair(tmp_path: Path) -> AsyncIterator[tuple[MessageStore, MessageStore]]:
+    master = MessageStore(
+        small_config(
+            tmp_path / "m",
+            broker_role="SYNC_MASTER",
+            ha_listen_port=0,
+            slave_timeout=500,
+            ha_max_time_slave_not_catchup=1500,
+        )
+    )
+    await master.start()
+    assert master.ha_master is not None
+    slave = MessageStore(
+        small_config(
+            tmp_path / "s",
+            broker_role="SLAVE",
+            ha_master_address=f"127.0.0.1:{master.ha_master.port}",
+        )
+    )
+    await slave.start()
+    yield master, slave
+    await slave.shutdown()
+    await master.shutdown()
+
+
+def _segment_bytes(store: MessageStore) -> dict[str, bytes]:
+    """Every segment with data (a preallocated next segment is all zeros on either side)."""
+    folder = store.paths.commit_log_dir
+    segments = {name: (folder / name).read_bytes() for name in sorted(os.listdir(folder))}
+    return {name: data for name, data in segments.items() if data.count(0) != len(data)}
+
+
+class FakeReplica:
+    """A replica that reports only when told to: the master's view of a paused slave."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.end = 0
+        self.task = asyncio.create_task(self._read())
+
+    @classmethod
+    async def connect(cls, port: int, segment_size: int) -> FakeReplica:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(frames.encode_hello(frames.Hello(segment_size, 0, 1, "C", "b")))
+        kind, _ = await frames.read_frame(reader)
+        assert kind == frames.FrameType.WELCOME
+        return cls(reader, writer)
+
+    async def _read(self) -> None:
+        while True:
+            kind, payload = await frames.read_frame(self.reader)
+            if kind == frames.FrameType.DATA:
+                offset, _, data = frames.decode_data(memoryview(payload))
+                self.end = max(self.end, offset + len(data))
+
+    async def report(self) -> None:
+        self.writer.write(frames.encode_report(self.end, self.end))
+        await self.writer.drain()
+
+    async def close(self) -> None:
+        self.task.cancel()
+        self.writer.close()
+
+
+async def test_sync_master_waits_for_the_replica_and_caps_what_consumers_see(
+    tmp_path: Path,
+) -> None:
+    master = MessageStore(
+        small_config(tmp_path / "m", broker_role="SYNC_MASTER", ha_listen_port=0,
+                     slave_timeout=300, ha_max_time_slave_not_catchup=1500)
+    )  # fmt: skip
+    await master.start()
+    ha = master.ha_master
+    assert ha is not None
+    replica = await FakeReplica.connect(ha.port, master.commit_log.file_size)
+    try:
+        await _until(lambda: len(ha.replicas()) == 1)
+        put = asyncio.ensure_future(master.put("t", 0, [msg("a")]))
+        await _until(lambda: replica.end > 0)
+        assert not put.done()  # stored, flushed: still waiting for the replica
+        await replica.report()
+        assert (await put).status is PutStatus.PUT_OK
+        assert ha.replicas()[0].in_sync
+        await master.wait_dispatched(1.0)
+        assert master.get_max_offset("t", 0) == 1
+        # The replica stops reporting: stored, not acknowledged ...
+        second = await master.put("t", 0, [msg("b")])
+        assert second.status is PutStatus.FLUSH_SLAVE_TIMEOUT
+        await master.wait_dispatched(0.2)
+        # ... and hidden from consumers while the in-sync replica lacks it,
+        assert master.get_max_offset("t", 0) == 1
+        # until it has not caught up for haMaxTimeSlaveNotCatchup and leaves the in-sync set.
+        await _until(lambda: master.get_max_offset("t", 0) == 2, within_s=5)
+        assert not ha.replicas()[0].in_sync
+    finally:
+        await replica.close()
+        await master.shutdown()
+
+
+async def test_the_slave_log_is_a_byte_copy_across_segments(
+    pair: tuple[MessageStore, MessageStore],
+) -> None:
+    master, slave = pair
+    assert master.ha_master is not None
+    await _until(lambda: len(master.ha_master.replicas()) == 1)  # type: ignore[union-attr]
+    for i in range(200):  # ~200 KiB over 64 KiB segments: rolls with blank tails
+        result = await master.put("t", i % 2, [msg(b"x" * 1000, keys=f"k{i}")])
+        assert result.status is PutStatus.PUT_OK
+    end = master.commit_log.max_offset
+    await _until(lambda: slave.commit_log.max_offset == end)
+    await slave.wait_dispatched(2.0)
+    assert _segment_bytes(slave) == _segment_bytes(master)
+    assert len(_segment_bytes(master)) > 2
+    assert slave.get_max_offset("t", 0) == 100  # its own dispatch built the queues
+    assert [m.body for m in slave.query_messages("t", "k7", 10, 0, 2**62)] == [b"x" * 1000]
+    with pytest.raises(NotMasterError):
+        await slave.put("t", 0, [msg("refused")])
+    with pytest.raises(NotMasterError):
+        _ = slave.pop
+
+
+async def test_without_a_replica_a_sync_master_says_slave_not_available(tmp_path: Path) -> None:
+    master = MessageStore(small_config(tmp_path / "m", broker_role="SYNC_MASTER", ha_listen_port=0))
+    await master.start()
+    try:
+        result = await master.put("t", 0, [msg("alone")])
+        assert result.status is PutStatus.SLAVE_NOT_AVAILABLE  # stored, not replicated
+        await master.wait_dispatched(1.0)
+        assert master.get_max_offset("t", 0) == 1  # no in-sync replica holds consumers back
+    finally:
+        await master.shutdown()
+
+
+async def test_a_replica_with_another_segment_size_is_refused(tmp_path: Path) -> None:
+    master = MessageStore(small_config(tmp_path / "m", ha_listen_port=0))
+    await master.start()
+    assert master.ha_master is not None
+    other = small_config(
+        tmp_path / "s",
+        broker_role="SLAVE",
+        ha_master_address=f"127.0.0.1:{master.ha_master.port}",
+        mapped_file_size_commit_log=128 * 1024,
+    )
+    slave = MessageStore(other)
+    await slave.start()
+    try:
+        ha_slave = slave.ha_slave
+        assert ha_slave is not None
+        await _until(lambda: "segment sizes differ" in ha_slave.last_error)
+        assert master.ha_master.refused == 1 and not master.ha_master.replicas()
+    finally:
+        await slave.shutdown()
+        await master.shutdown()
+
+
+async def test_append_raw_refuses_gaps_and_starts_an_empty_replica_at_a_segment(
+    tmp_path: Path,
+) -> None:
+    store = MessageStore(small_config(tmp_path / "s", broker_role="SLAVE",
+                                      ha_master_address="127.0.0.1:1"))  # fmt: skip
+    await store.start()
+    try:
+        log = store.commit_log
+        size = log.file_size
+        with pytest.raises(ReplicationError):
+            log.append_raw(100, b"x" * 10, 0)  # not a segment start
+        assert log.append_raw(2 * size, b"\1" * 16, 0) == 2 * size + 16
+        with pytest.raises(ReplicationError):
+            log.append_raw(2 * size + 20, b"x", 0)  # a gap
+        assert log.min_offset == 2 * size and log.max_offset == 2 * size + 16
+    finally:
+        await store.shutdown()
+
+
+def test_frames_round_trip_and_refuse_strangers() -> None:
+    hello = frames.Hello(1 << 30, 12345, 2, "C", "broker-a")
+    encoded = frames.encode_hello(hello)
+    assert frames.decode_hello(encoded[5:]) == hello
+    with pytest.raises(frames.ProtocolError):
+        frames.decode_hello(b"HTTP" + encoded[9:])
+    welcome = frames.Welcome(0, 10, 5, 3)
+    assert frames.decode_welcome(frames.encode_welcome(welcome)[5:]) == welcome
+    assert frames.decode_report(frames.encode_report(7, 6)[5:]) == (7, 6)
+    header = frames.data_header(100, 90, 3)
+    offset, confirm, data = frames.decode_data(memoryview(header[5:] + b"abc"))
+    assert (offset, confirm, bytes(data)) == (100, 90, b"abc")
+
+
+async def test_read_frame_refuses_oversized_and_unknown_frames() -> None:
+    for raw in (b"\xff\xff\xff\xff\x04", b"\x00\x00\x00\x01\x63"):
+        reader = asyncio.StreamReader()
+        reader.feed_data(raw)
+        reader.feed_eof()
+        with pytest.raises(frames.ProtocolError):
+            await frames.read_frame(reader)
+
+
+def test_whole_records_cuts_at_a_record_boundary() -> None:
+    record = (12).to_bytes(4, "big") + b"\0" * 8
+    assert _whole_records(record * 3 + record[:5]) == 36
+    assert _whole_records(record[:5]) == 0
+
+
+async def test_replica_acks_resolve_in_order_and_time_out() -> None:
+    acks = ReplicaAcks(0.05)
+    early, late = acks.wait(10), acks.wait(20)
+    acks.advance(15)
+    assert early.done() and early.result() is True and not late.done()
+    assert await late is False and acks.timeouts == 1
+    assert await acks.wait(5) is True  # below the watermark: at once
