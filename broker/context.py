@@ -41,6 +41,7 @@ class BrokerContext:
     # With namesrvAddr: the topic's queues on every group (RocketMQ 5 routes); else None.
     cluster_routes: ClusterRoutes | None = None
     started_at: float = 0.0  # time.time() when serving began
+    ha_address: str = ""  # host:port of the replication listener (haListenPort), "" if none
     messages_in: int = 0
     messages_out: int = 0
     shutting_down: bool = field(default=False)

@@ -284,6 +284,7 @@ class BrokerController:
                 broker.max_unread_pull_bytes_per_client, broker.max_unread_pull_bytes
             ),
         )
+        self.ctx.ha_address = self.ha_address
         if self.acl is not None:
             try:
                 await asyncio.to_thread(self.acl.load_blocking)

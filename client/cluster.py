@@ -246,7 +246,7 @@ class ClusterConsumers(Generic[C]):
                 route = await self.namesrv.query_route(topic)
             except NotFoundError:
                 continue
-            masters |= {g.master for g in route.groups.values() if g.master}
+            masters |= {g.reader for g in route.groups.values() if g.reader}
         for address in sorted(masters - set(self._clients.by_address)):
             log.info("consuming from broker %s", address)
             await self._clients.get(address)
@@ -292,9 +292,9 @@ class ClusterQueues(Generic[C]):
         out = []
         for name, queues in sorted(route.queues.items()):
             group = route.groups.get(name)
-            if group is None or not group.master or not queues.perm & PERM_READ:
+            if group is None or not group.reader or not queues.perm & PERM_READ:
                 continue
-            self._masters[name] = group.master
+            self._masters[name] = group.reader
             out += [MessageQueue(topic, q, name) for q in range(queues.read_queue_nums)]
         return out
 

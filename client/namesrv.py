@@ -36,6 +36,14 @@ class BrokerGroup:
     def master(self) -> str | None:
         return self.addresses.get(0)
 
+    @property
+    def reader(self) -> str | None:
+        """Where to read: the master, or while it is gone its lowest-id replica (a replica
+        serves reads and consumer offsets; the master's offsets win again when it returns)."""
+        if not self.addresses:
+            return None
+        return self.addresses.get(0) or self.addresses[min(self.addresses)]
+
 
 @dataclass(frozen=True, slots=True)
 class TopicRoute:

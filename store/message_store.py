@@ -61,6 +61,7 @@ from wharf.store.fast.record_check import check_records
 from wharf.store.ha import SLAVE, SYNC_MASTER, ReplicaLink
 from wharf.store.ha.master import HAMaster
 from wharf.store.ha.slave import HASlave
+from wharf.store.ha.status import ReplicationStatus, master_status, replica_status
 from wharf.store.index.index_files import IndexService
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.commit_log import CommitLog
@@ -741,6 +742,13 @@ class MessageStore:
     @property
     def is_replica(self) -> bool:
         return self._replica
+
+    def replication_status(self) -> ReplicationStatus:
+        """Role, offsets and replicas (a master) or the link to the master (a SLAVE)."""
+        end = self.commit_log_end()
+        if self._ha_slave is not None:
+            return replica_status(self._ha_slave, end)
+        return master_status(self._config.broker_role, self._ha_master, end)
 
     # --- a running store's insides, for tests and benchmarks (nothing in the store uses them) --
     @property

@@ -100,6 +100,7 @@ def snapshot_families(s: BrokerSnapshot) -> Iterator[Any]:
     )
     yield gauge("wharf_broker_info", "1, labelled with this broker's cluster, broker (group) name and broker id: join on instance to group any series by cluster or broker.", ["broker", "broker_id", "cluster"], info)  # fmt: skip
     yield gauge("wharf_namesrv_session_up", "1 while this broker's registration session with the NameServer is open (namesrvAddr), else 0.", ["namesrv"], [((ns,), 1 if up else 0) for ns, up in sorted(s.namesrv_sessions.items())])  # fmt: skip
+    yield from _replication_families(s)
     tx, timer = s.transactions, s.timer
     yield gauge("rocketmq_half_messages", "Transactional half messages not yet committed or rolled back.", [], [((), tx.get("half_messages", 0))])  # fmt: skip
     yield counter("rocketmq_commit_messages_total", "Transactional messages committed (made visible) since start.", [], [((), tx.get("commits_total", 0))])  # fmt: skip
@@ -113,3 +114,18 @@ def snapshot_families(s: BrokerSnapshot) -> Iterator[Any]:
     yield gauge("wharf_event_loop_tasks", "Live asyncio tasks on the broker's event loop.", [], [((), s.loop_tasks)])  # fmt: skip
     yield gauge("wharf_metrics_snapshot_seconds", "Event-loop time this scrape's store and consumer snapshot took.", [], [((), s.loop_seconds)])  # fmt: skip
     yield gauge("wharf_broker_uptime_seconds", "Seconds since the broker started.", [], [((), s.uptime_seconds)])  # fmt: skip
+
+
+def _replication_families(s: BrokerSnapshot) -> Iterator[Any]:
+    rep = s.replication
+    if rep is None:
+        return
+    yield gauge("wharf_broker_role", "1, labelled with this broker's brokerRole (ASYNC_MASTER, SYNC_MASTER, SLAVE).", ["role"], [((rep.role,), 1)])  # fmt: skip
+    yield gauge("wharf_replication_confirm_offset", "CommitLog offset below which every in-sync replica has the log (a master), or the master's as last heard (a replica).", [], [((), rep.confirm_offset)])  # fmt: skip
+    replicas = [(str(r.broker_id), r.address) for r in rep.replicas]
+    yield gauge("wharf_replica_lag_bytes", "Bytes of this master's CommitLog a connected replica has not reported yet.", ["replica_id", "address"], [(key, r.lag_bytes) for key, r in zip(replicas, rep.replicas, strict=True)])  # fmt: skip
+    yield gauge("wharf_replica_lag_seconds", "Seconds since a connected replica last had everything this master had (0 while caught up).", ["replica_id", "address"], [(key, r.lag_seconds) for key, r in zip(replicas, rep.replicas, strict=True)])  # fmt: skip
+    yield gauge("wharf_replica_in_sync", "1 while a connected replica is in the in-sync set (it holds back the confirm offset and counts for SYNC_MASTER acks).", ["replica_id", "address"], [(key, 1 if r.in_sync else 0) for key, r in zip(replicas, rep.replicas, strict=True)])  # fmt: skip
+    if rep.role == "SLAVE":
+        yield gauge("wharf_replication_master_connected", "1 while this replica is connected to its master's HA listener.", [], [((), 1 if rep.master_address else 0)])  # fmt: skip
+        yield gauge("wharf_replication_master_lag_bytes", "Bytes this replica is behind its master's log end as last heard.", [], [((), rep.lag_bytes)])  # fmt: skip

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from wharf.store.ha.status import ReplicationStatus
 from wharf.store.model import StoreStats
 
 # Max records read per scrape to date the oldest unconsumed message of lagging queues.
@@ -56,6 +57,8 @@ class BrokerSnapshot:
     # namesrvAddr, whether its registration session is up.
     identity: dict[str, str] = field(default_factory=dict)
     namesrv_sessions: dict[str, bool] = field(default_factory=dict)
+    # Role and replication (``store.replication_status()``); None for a store without it.
+    replication: ReplicationStatus | None = None
 
 
 def take_snapshot(controller: Any, now: float | None = None) -> BrokerSnapshot:
@@ -84,7 +87,13 @@ def take_snapshot(controller: Any, now: float | None = None) -> BrokerSnapshot:
         timer=_service_stats(store, "timer"),
         identity=_identity(controller),
         namesrv_sessions=dict(getattr(getattr(controller, "registrar", None), "registered", {})),
+        replication=_replication(store),
     )
+
+
+def _replication(store: Any) -> ReplicationStatus | None:
+    status = getattr(store, "replication_status", None)
+    return status() if callable(status) else None
 
 
 def _identity(controller: Any) -> dict[str, str]:

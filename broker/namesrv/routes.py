@@ -5,8 +5,10 @@ A broker is known by (cluster, broker name, broker id) and lives as long as its 
 (``service.py``): ``register`` stores its address and topics, ``heartbeat`` refreshes it,
 ``drop`` forgets it (session closed, unregister, or silence past ``not_active_timeout_ms`` found
 by ``expire``). A topic's route is derived on demand from the live brokers: the queues of every
-group whose *master* (id 0) holds the topic (a slave's copy is not a route of its own: it serves
-reads of its master's queues, the next issue), and the addresses of those groups.
+group whose master (id 0) holds the topic, and the addresses of every replica of those groups.
+A group whose master is gone keeps its queues in the route through its lowest-id live replica,
+without the write permission: consumers read from the replica (RocketMQ 4's static
+master/slave), producers send to the other groups.
 
 Every change bumps ``version`` and tells the watchers which topics' routes moved, so clients
 refresh at once (RocketMQ clients poll every 30 s and send to dead brokers meanwhile).
@@ -14,12 +16,14 @@ refresh at once (RocketMQ clients poll every 30 s and send to dead brokers meanw
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 BrokerKey = tuple[str, str, int]  # cluster, broker name, broker id
 Watcher = Callable[[set[str]], None]  # the topics whose route changed
+PERM_WRITE = 2  # RocketMQ's PermName.PERM_WRITE (the NameServer imports nothing of the broker)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +124,20 @@ class RouteTable:
         """The topic's route, or None when no live master holds it."""
         queues: list[tuple[str, TopicQueues]] = []
         groups: dict[str, tuple[str, dict[int, str]]] = {}
+        holders: dict[str, LiveBroker] = {}  # per group: its master, else its lowest replica
         for broker in self.brokers.values():
-            if broker.broker_id == 0 and topic in broker.topics:
-                queues.append((broker.broker_name, broker.topics[topic]))
-                groups.setdefault(broker.broker_name, (broker.cluster, {}))
+            if topic in broker.topics:
+                best = holders.get(broker.broker_name)
+                if best is None or broker.broker_id < best.broker_id:
+                    holders[broker.broker_name] = broker
+        for name, broker in holders.items():
+            held = broker.topics[topic]
+            if broker.broker_id != 0:
+                # The master is gone: its replicas serve reads (RocketMQ 4's static mode), so
+                # the group's queues stay routable, read-only: producers go elsewhere.
+                held = dataclasses.replace(held, perm=held.perm & ~PERM_WRITE)
+            queues.append((name, held))
+            groups.setdefault(name, (broker.cluster, {}))
         if not queues:
             return None
         for broker in self.brokers.values():  # every replica of the groups that hold it

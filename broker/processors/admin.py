@@ -267,6 +267,31 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
                 "store_dir": store_config.store_path_root_dir,
                 "store_host": store_config.store_host,
             },
+            replication=self._replication(),
+        )
+
+    def _replication(self) -> admin_pb2.Replication:
+        status = getattr(self.ctx.store, "replication_status", None)
+        if status is None:  # a stand-in store
+            return admin_pb2.Replication(role=self.ctx.store.config.broker_role)
+        rep = status()
+        return admin_pb2.Replication(
+            role=rep.role,
+            confirm_offset=rep.confirm_offset,
+            replicas=[
+                admin_pb2.ReplicaInfo(
+                    broker_id=r.broker_id,
+                    address=r.address,
+                    acked_offset=r.acked_offset,
+                    lag_bytes=r.lag_bytes,
+                    lag_seconds=r.lag_seconds,
+                    in_sync=r.in_sync,
+                )
+                for r in rep.replicas
+            ],
+            master_ha_address=rep.master_address,
+            lag_bytes=rep.lag_bytes,
+            ha_address=self.ctx.ha_address,
         )
 
     # --- transactions ---------------------------------------------------------------------------

@@ -1,12 +1,18 @@
-"""``wharf cluster list``: the live brokers the NameServers know (global ``--namesrv``)."""
+"""``wharf cluster list``: the live brokers the NameServers know (global ``--namesrv``), each
+with its own account of its role and replication (BrokerStatus, asked in parallel)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 
+from wharf.client.admin import Admin
 from wharf.client.cli.output import Output, proto_dict
-from wharf.client.errors import InvalidArgumentError, NotFoundError
+from wharf.client.errors import InvalidArgumentError, NotFoundError, WharfError
 from wharf.client.namesrv import NameServerClient
+from wharf.v1 import admin_pb2
+
+STATUS_TIMEOUT_S = 2.0
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -43,17 +49,52 @@ async def brokers_of(args: argparse.Namespace, topic: str | None) -> list[str]:
 async def cluster_list(args: argparse.Namespace, out: Output) -> int:
     async with namesrv_of(args) as namesrv:
         brokers = await namesrv.cluster_info()
-    rows = [{**proto_dict(b), "role": "MASTER" if b.broker_id == 0 else "SLAVE"} for b in brokers]
+    replication = await asyncio.gather(*(_replication(args, b.address) for b in brokers))
+    rows = []
+    for broker, rep in zip(brokers, replication, strict=True):
+        row = {**proto_dict(broker), "role": "MASTER" if broker.broker_id == 0 else "SLAVE"}
+        if rep is not None:
+            row["broker_role"] = rep.role
+            row["replication"] = proto_dict(rep)
+        rows.append(row)
     if out.as_json:
         out.data(rows)
         return 0
     out.table(
         "Brokers",
-        ["cluster", "broker", "id", "address", "role", "topics", "last seen (ms ago)"],
+        ["cluster", "broker", "id", "address", "role", "topics", "last seen (ms ago)",
+         "replication"],
         [
-            (b.cluster, b.broker_name, b.broker_id, b.address, r["role"], b.topics,
-             b.last_seen_ms_ago)
-            for b, r in zip(brokers, rows, strict=True)
+            (b.cluster, b.broker_name, b.broker_id, b.address, r.get("broker_role", r["role"]),
+             b.topics, b.last_seen_ms_ago, _describe(rep))
+            for b, r, rep in zip(brokers, rows, replication, strict=True)
         ],
     )  # fmt: skip
     return 0
+
+
+async def _replication(args: argparse.Namespace, address: str) -> admin_pb2.Replication | None:
+    """The broker's own account of its role and replicas (None if it does not answer in 2 s:
+    the NameServer's listing still shows it)."""
+    try:
+        async with Admin(address, **args.connect) as admin:
+            status = await asyncio.wait_for(admin.broker_status(), STATUS_TIMEOUT_S)
+    except (WharfError, TimeoutError):
+        return None
+    return status.replication
+
+
+def _describe(rep: admin_pb2.Replication | None) -> str:
+    """One cell: a master's replicas with their lag, or a replica's link to its master."""
+    if rep is None:
+        return "?"
+    if rep.role == "SLAVE":
+        link = f"from {rep.master_ha_address}" if rep.master_ha_address else "master unreachable"
+        return f"{link}, {rep.lag_bytes} B behind"
+    if not rep.replicas:
+        return "no replicas"
+    return ", ".join(
+        f"id {r.broker_id}: {r.lag_bytes} B / {r.lag_seconds:.1f} s behind"
+        f"{' (in sync)' if r.in_sync else ''}"
+        for r in rep.replicas
+    )

@@ -264,7 +264,7 @@ class GetBrokerStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerStatus(_message.Message):
-    __slots__ = ("version", "broker_name", "endpoint", "flush_disk_type", "uptime_ms", "writable", "not_writable_reason", "commit_log_min_offset", "commit_log_max_offset", "commit_log_flushed_offset", "dispatch_behind_bytes", "disk_used_ratio", "topic_count", "group_count", "messages_in_total", "messages_out_total", "runtime")
+    __slots__ = ("version", "broker_name", "endpoint", "flush_disk_type", "uptime_ms", "writable", "not_writable_reason", "commit_log_min_offset", "commit_log_max_offset", "commit_log_flushed_offset", "dispatch_behind_bytes", "disk_used_ratio", "topic_count", "group_count", "messages_in_total", "messages_out_total", "runtime", "replication")
     class RuntimeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -289,6 +289,7 @@ class BrokerStatus(_message.Message):
     MESSAGES_IN_TOTAL_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_OUT_TOTAL_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FIELD_NUMBER: _ClassVar[int]
     version: str
     broker_name: str
     endpoint: str
@@ -306,4 +307,37 @@ class BrokerStatus(_message.Message):
     messages_in_total: int
     messages_out_total: int
     runtime: _containers.ScalarMap[str, str]
-    def __init__(self, version: _Optional[str] = ..., broker_name: _Optional[str] = ..., endpoint: _Optional[str] = ..., flush_disk_type: _Optional[str] = ..., uptime_ms: _Optional[int] = ..., writable: _Optional[bool] = ..., not_writable_reason: _Optional[str] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., commit_log_flushed_offset: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., disk_used_ratio: _Optional[float] = ..., topic_count: _Optional[int] = ..., group_count: _Optional[int] = ..., messages_in_total: _Optional[int] = ..., messages_out_total: _Optional[int] = ..., runtime: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    replication: Replication
+    def __init__(self, version: _Optional[str] = ..., broker_name: _Optional[str] = ..., endpoint: _Optional[str] = ..., flush_disk_type: _Optional[str] = ..., uptime_ms: _Optional[int] = ..., writable: _Optional[bool] = ..., not_writable_reason: _Optional[str] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., commit_log_flushed_offset: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., disk_used_ratio: _Optional[float] = ..., topic_count: _Optional[int] = ..., group_count: _Optional[int] = ..., messages_in_total: _Optional[int] = ..., messages_out_total: _Optional[int] = ..., runtime: _Optional[_Mapping[str, str]] = ..., replication: _Optional[_Union[Replication, _Mapping]] = ...) -> None: ...
+
+class ReplicaInfo(_message.Message):
+    __slots__ = ("broker_id", "address", "acked_offset", "lag_bytes", "lag_seconds", "in_sync")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ACKED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    address: str
+    acked_offset: int
+    lag_bytes: int
+    lag_seconds: float
+    in_sync: bool
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., acked_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., in_sync: _Optional[bool] = ...) -> None: ...
+
+class Replication(_message.Message):
+    __slots__ = ("role", "confirm_offset", "replicas", "master_ha_address", "lag_bytes", "ha_address")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_HA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    confirm_offset: int
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaInfo]
+    master_ha_address: str
+    lag_bytes: int
+    ha_address: str
+    def __init__(self, role: _Optional[str] = ..., confirm_offset: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ..., master_ha_address: _Optional[str] = ..., lag_bytes: _Optional[int] = ..., ha_address: _Optional[str] = ...) -> None: ...
