@@ -14,19 +14,25 @@ import sys
 import time
 from pathlib import Path
 
-from wharf.client import Producer
+from wharf.client import Producer, PullConsumer
 
 from tests.harness import REPO_ROOT, BrokerProcess, NamesrvProcess
 from tests.ops.deploy_files import DEPLOY, load_yaml
 
 CLUSTER = load_yaml(DEPLOY / "docker-compose.cluster.yml")
 BROKERS = ("broker-a", "broker-b")
+SLAVE = "broker-a-s"  # broker-a's replica
 NAMESRVS = ("namesrv-1", "namesrv-2")
 
 
 def test_cluster_compose_runs_two_name_servers_and_two_secured_broker_groups() -> None:
     services = CLUSTER["services"]
-    assert set(services) == {*NAMESRVS, *BROKERS}
+    assert set(services) == {*NAMESRVS, *BROKERS, SLAVE}
+    slave = services[SLAVE]["environment"]
+    assert slave["WHARF_BROKER_ROLE"] == "SLAVE" and slave["WHARF_BROKER_NAME"] == "broker-a"
+    master_ha = services["broker-a"]["environment"]["WHARF_HA_LISTEN_PORT"]
+    assert slave["WHARF_HA_MASTER_ADDRESS"] == f"broker-a:{master_ha}"
+    assert not any(p.endswith(f":{master_ha}") for p in services["broker-a"]["ports"])
     addr = services["broker-a"]["environment"]["WHARF_NAMESRV_ADDR"].split(";")
     assert addr == [f"{name}:9876" for name in NAMESRVS]  # every broker registers with both
     for name in NAMESRVS:
@@ -35,14 +41,14 @@ def test_cluster_compose_runs_two_name_servers_and_two_secured_broker_groups() -
         assert "127.0.0.1:9876" in service["healthcheck"]["test"]
         assert all(p.startswith("127.0.0.1:") for p in service["ports"])  # loopback only
     names = set()
-    for name in BROKERS:
+    for name in (*BROKERS, SLAVE):
         env = services[name]["environment"]
-        names.add(env["WHARF_BROKER_NAME"])
+        names.add(name if name == SLAVE else env["WHARF_BROKER_NAME"])
         assert env["WHARF_TLS_ENABLE"] == "true" and env["WHARF_ACL_ENABLE"] == "true"
         for secret in services[name]["secrets"]:
             assert (DEPLOY / CLUSTER["secrets"][secret]["file"]).parent.name == "secrets"
         assert {"condition": "service_healthy"} in services[name]["depends_on"].values()
-    assert names == set(BROKERS)
+    assert names == {*BROKERS, SLAVE}
     published = [p.split(":")[-2] for s in services.values() for p in s.get("ports", [])]
     assert len(published) == len(set(published))  # no host port twice
 
@@ -63,11 +69,15 @@ def test_the_cluster_compose_topology_runs_as_processes(tmp_path: Path) -> None:
         for ns in names:
             ns.start()
         addr = ";".join(ns.endpoint for ns in names)
-        for name in BROKERS:
+        for name in (*BROKERS, SLAVE):
             env = {k: mounted.get(str(v), str(v)) for k, v in
                    CLUSTER["services"][name]["environment"].items()}  # fmt: skip
             env.pop("WHARF_ADVERTISED_ADDRESS")  # the harness's ephemeral port instead
             env["WHARF_NAMESRV_ADDR"] = addr
+            if "WHARF_HA_LISTEN_PORT" in env:
+                env["WHARF_HA_LISTEN_PORT"] = "0"
+            if "WHARF_HA_MASTER_ADDRESS" in env:
+                env["WHARF_HA_MASTER_ADDRESS"] = brokers[0].ha_endpoint  # broker-a's
             brokers.append(BrokerProcess(tmp_path / name, env=env).start())
 
         cli = [sys.executable, "-m", "wharf.client.cli.main", "--namesrv", addr, "--json",
@@ -78,23 +88,42 @@ def test_the_cluster_compose_topology_runs_as_processes(tmp_path: Path) -> None:
         while True:
             listed = json.loads(subprocess.run([*cli, "cluster", "list"], capture_output=True,
                                                text=True, check=True, env=run_env).stdout)  # fmt: skip
-            if len(listed) == 2 or time.monotonic() > deadline:
+            if len(listed) == 3 or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        assert sorted(b["broker_name"] for b in listed) == list(BROKERS)
+        assert sorted((b["broker_name"], b["broker_role"]) for b in listed) == [
+            ("broker-a", "ASYNC_MASTER"),
+            ("broker-a", "SLAVE"),
+            ("broker-b", "ASYNC_MASTER"),
+        ]
         made = subprocess.run([*cli, "topic", "create", "orders", "--cluster", "DefaultCluster",
                                "--queues", "2"], capture_output=True, text=True, env=run_env)  # fmt: skip
         assert made.returncode == 0, made.stderr
         time.sleep(1.5)  # the NameServers learn the topic within a heartbeat
 
-        async def send() -> set[int]:
+        async def send() -> list[int]:
             async with Producer(namesrv=addr, ca_file=ca_file, access_key=keys["WHARF_ACCESS_KEY"],
                                 secret_key=keys["WHARF_SECRET_KEY"]) as producer:  # fmt: skip
                 results = [await producer.send("orders", f"o-{i}".encode()) for i in range(20)]
-            return {int(r.offset_msg_id[8:16], 16) for r in results}  # the store host's port
+            return [int(r.offset_msg_id[8:16], 16) for r in results]  # the store host's port
 
         ports = asyncio.run(send())
-        assert ports == {int(b.endpoint.rpartition(":")[2]) for b in brokers}  # both groups
+        masters = [int(b.endpoint.rpartition(":")[2]) for b in brokers[:2]]
+        assert set(ports) == set(masters)  # both groups
+
+        async def replicated() -> int:  # broker-a's messages reach its slave (TLS + ACL reads)
+            async with PullConsumer(brokers[2].endpoint, "check", ca_file=ca_file,
+                                    access_key=keys["WHARF_ACCESS_KEY"],
+                                    secret_key=keys["WHARF_SECRET_KEY"]) as reader:  # fmt: skip
+                return sum([len((await reader.pull(q, 0, max_messages=50)).messages)
+                            for q in await reader.queues("orders")])  # fmt: skip
+
+        on_a = asyncio.run(replicated())
+        deadline = time.monotonic() + 10
+        while on_a != ports.count(masters[0]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            on_a = asyncio.run(replicated())
+        assert on_a == ports.count(masters[0])
     finally:
         for process in [*brokers, *names]:
             process.stop()
