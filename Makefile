@@ -41,13 +41,15 @@ rmq-client: $(RMQ_STAMP) $(NODE_STAMP)
 run: $(STAMP)
 	$(PY) -m wharf.broker $(ARGS)
 
-# Debian packages the ops and benchmark tests drive as real peers (prometheus, promtool, redis-server).
+# Debian packages the tests drive as real peers: prometheus/promtool and redis-server (ops and
+# benchmark tests), etcd (controller-mode failover: elections on etcd leases).
 system-deps:
-	@if ! command -v promtool >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1; then \
+	@if ! command -v promtool >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1 \
+	    || ! command -v etcd >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus redis-server >/dev/null; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus redis-server etcd-server >/dev/null; \
 	  else \
-	    echo "install Debian packages: sudo apt-get install prometheus redis-server"; exit 1; \
+	    echo "install Debian packages: sudo apt-get install prometheus redis-server etcd-server"; exit 1; \
 	  fi; \
 	fi
 

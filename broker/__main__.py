@@ -25,6 +25,7 @@ from wharf.store.fast.malloc import keep_large_buffers_on_heap
 log = logging.getLogger("broker")
 EXIT_CONFIG = 2
 EXIT_FORCED = 130
+EXIT_RESTART = 75  # controller mode: exec a fresh broker process (EX_TEMPFAIL)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,6 +125,7 @@ async def serve(controller: BrokerController, ready_file: Path | None) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
+    controller.on_stop = stop.set
     try:
         await controller.start()
         # Everything alive now (modules, protobuf descriptors, the store's tables) lives as long
@@ -137,7 +139,7 @@ async def serve(controller: BrokerController, ready_file: Path | None) -> int:
         await stop.wait()
     finally:
         await controller.shutdown()
-    return 0
+    return EXIT_RESTART if controller.restart_reason else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,13 +160,21 @@ def main(argv: list[str] | None = None) -> int:
     controller = BrokerController(config)
     ready_file = Path(args.ready_file) if args.ready_file else None
     try:
-        return uvloop.run(serve(controller, ready_file))
+        code = uvloop.run(serve(controller, ready_file))
     except StartupError as exc:
         log.error("%s", exc)
         return 1
     except Exception:
         log.exception("broker failed")
         return 1
+    if code == EXIT_RESTART:
+        # Controller mode: a fresh process (same pid, arguments and environment) recovers
+        # from disk as a replica; what a master kept in memory (pop, timers) is rebuilt there.
+        if ready_file is not None:
+            ready_file.unlink(missing_ok=True)
+        logging.shutdown()
+        os.execv(sys.executable, [sys.executable, "-m", "wharf.broker", *(argv or sys.argv[1:])])
+    return code
 
 
 if __name__ == "__main__":

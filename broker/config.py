@@ -24,8 +24,15 @@ class BrokerConfig:
     namesrv_addr: str = ""
     # brokerClusterName: the cluster this broker group belongs to.
     broker_cluster_name: str = "DefaultCluster"
-    # brokerId: 0 = the group's master, >= 1 a slave (replication is the next step).
+    # brokerId: static roles: 0 = the group's master, >= 1 a slave. Controller mode: a stable
+    # replica id >= 1 (registered as 0 while master, as RocketMQ 5 does).
     broker_id: int = 0
+    # enableControllerMode: roles are elected on etcd (controllerAddr, "h:p;h2:p2", its client
+    # endpoints); a master whose lease is not renewed within controllerHeartBeatTimeoutMills
+    # (10 s, RocketMQ's) is replaced by a caught-up replica (broker/failover.py).
+    enable_controller_mode: bool = False
+    controller_addr: str = ""
+    controller_heart_beat_timeout_mills: int = 10_000
     # brokerHeartbeatInterval (ms): heartbeat on each NameServer session (RocketMQ 5: 1 s); a
     # NameServer drops a broker silent for its brokerNotActiveTimeoutMillis (10 s).
     broker_heartbeat_interval: int = 1000

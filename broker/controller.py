@@ -30,6 +30,7 @@ import logging
 import re
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,7 @@ from wharf.broker.acl.rules import AclFileError
 from wharf.broker.cluster_routes import ClusterRoutes
 from wharf.broker.config import Config, parse_host_port
 from wharf.broker.context import BrokerContext
+from wharf.broker.failover import Failover
 from wharf.broker.handlers import add_servicer
 from wharf.broker.long_poll import LongPollHolder
 from wharf.broker.meta.consumers import ConsumerManager
@@ -176,13 +178,16 @@ class BrokerController:
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self._tasks: list[asyncio.Task[Any]] = []
         self.registrar: NamesrvRegistrar | None = None  # with namesrvAddr
+        self.failover: Failover | None = None  # with enableControllerMode
+        self.restart_reason = ""  # why the broker asked to be restarted ('' = it did not)
+        self.on_stop: Callable[[], None] | None = None  # serve() sets it: stop the broker
         self._metadata_dir = Path(config.store.store_path_root_dir) / "config"
         self._metrics_started = False
         self._store_started = False
         self._persist_soon = asyncio.Event()
         self._persist_failing: set[str] = set()  # metadata files whose last write failed
-        self.topics.on_change = self._persist_soon.set
-        self.groups.on_change = self._persist_soon.set
+        self.topics.on_change = self._metadata_changed
+        self.groups.on_change = self._metadata_changed
         # aclEnable: the guard every wharf.v1 / v2 handler runs first (broker/acl/guard.py).
         self.acl: AclGuard | None = None
         if broker.acl_enable:
@@ -250,6 +255,8 @@ class BrokerController:
             from wharf.store.message_store import MessageStore
 
             self._store_factory = MessageStore
+        if broker.enable_controller_mode:
+            self.failover = self._failover()
         if store_config.broker_role == SLAVE or store_config.ha_listen_port >= 0:
             self.store = self._store_factory(
                 store_config, observer=self.metrics, replication=self._replica_link()
@@ -330,6 +337,8 @@ class BrokerController:
             self.registrar = self._registrar()
             self.topics.on_change = self._on_topics_changed
             self.registrar.start()
+        if self.failover is not None:
+            await self.failover.start()
         self._tasks = [
             asyncio.create_task(self._persist_loop(), name="persist-metadata"),
             asyncio.create_task(self._expire_clients_loop(), name="expire-clients"),
@@ -391,9 +400,16 @@ class BrokerController:
         )
 
     def _on_topics_changed(self) -> None:
-        self._persist_soon.set()
+        self._metadata_changed()
         if self.registrar is not None:
             self.registrar.wake()
+
+    def _metadata_changed(self) -> None:
+        """Topics or groups changed: persist soon, and ship them to replicas now."""
+        self._persist_soon.set()
+        ha = getattr(self.store, "ha_master", None)
+        if ha is not None:
+            ha.notify_metadata()
 
     # --- replication ----------------------------------------------------------------------------
     @property
@@ -429,9 +445,51 @@ class BrokerController:
             if self.topics.version != topics_before and self.registrar is not None:
                 self.registrar.wake()
 
+        failover = self.failover
         return ReplicaLink(
-            broker.broker_cluster_name, broker.broker_name, broker.broker_id, snapshot, apply
+            broker.broker_cluster_name,
+            broker.broker_name,
+            broker.broker_id,
+            snapshot,
+            apply,
+            master_address=(lambda: failover.master_ha) if failover else None,
+            controller=failover is not None,
+            restart=self.request_restart if failover else None,
         )
+
+    def _failover(self) -> Failover:
+        broker = self.config.broker
+
+        async def on_master() -> None:
+            if self.registrar is not None:
+                epoch = self.failover.epoch if self.failover else 0
+                identity = Identity(
+                    broker.broker_cluster_name, broker.broker_name, 0, self.endpoint, epoch
+                )
+                await self.registrar.change_identity(identity)
+
+        return Failover(
+            endpoints=parse_namesrv_addr(broker.controller_addr),
+            cluster=broker.broker_cluster_name,
+            broker_name=broker.broker_name,
+            broker_id=broker.broker_id,
+            address=self.endpoint,
+            ttl_ms=broker.controller_heart_beat_timeout_mills,
+            wished_role=self.config.store.broker_role,
+            store=_StoreRef(self),
+            on_master=on_master,
+            restart=self.request_restart,
+        )
+
+    def request_restart(self, reason: str) -> None:
+        """Stop, then start again as a new process (controller mode: a master that lost its
+        term, or a replica with a truncation to apply before recovery)."""
+        if self.restart_reason:
+            return
+        self.restart_reason = reason
+        log.warning("restarting: %s", reason)
+        if self.on_stop is not None:
+            self.on_stop()
 
     # --- metadata -------------------------------------------------------------------------------
     def _managers(self) -> tuple[Any, ...]:
@@ -492,6 +550,8 @@ class BrokerController:
         grace period, persist metadata, shut the store down (final flush + checkpoint)."""
         log.info("shutting down")
         await self._health.enter_graceful_shutdown()
+        if self.failover is not None:  # a master hands over before it leaves the routes
+            await self.failover.stop()
         if self.registrar is not None:  # clients stop routing here before the port closes
             await self.registrar.stop()
         if self.ctx is not None and self.ctx.cluster_routes is not None:
@@ -514,3 +574,14 @@ class BrokerController:
         if self._metrics_started:
             await self.metrics.close()
         log.info("broker stopped")
+
+
+class _StoreRef:
+    """The store as the failover sees it before the store exists (it is built after the
+    failover, which the store's ReplicaLink points at): attribute access goes to the store."""
+
+    def __init__(self, controller: BrokerController) -> None:
+        self._controller = controller
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._controller.store, name)

@@ -37,6 +37,7 @@ class Identity:
     broker_name: str
     broker_id: int
     address: str
+    epoch: int = 0  # controller mode: the master term (a higher one wins a disputed key)
 
 
 def parse_namesrv_addr(text: str) -> list[str]:
@@ -67,6 +68,7 @@ class _Session:
             address=me.address,
             data_version=version,
             heartbeat=not full,
+            epoch=me.epoch,
         )
         if full:
             reg.topics.extend(topics)
@@ -115,6 +117,17 @@ class NamesrvRegistrar:
             asyncio.create_task(self._keep(s), name=f"namesrv-session-{s.address}")
             for s in self._sessions
         ]
+
+    async def change_identity(self, identity: Identity) -> None:
+        """Register under another identity (controller mode: a replica elected master
+        registers as id 0). A NameServer session carries one broker: the sessions are
+        restarted, and each NameServer drops the old key as its session ends."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.identity = identity
+        self._sessions = [_Session(self, s.address) for s in self._sessions]
+        self.start()
 
     def wake(self) -> None:
         """The topic table changed: register the new one now."""

@@ -33,6 +33,7 @@ ENV_PREFIX = "WHARF_"
 # RocketMQ spells a few settings unlike the camelCase of our snake_case field names.
 _CAMEL_OVERRIDES = {
     "warm_mapped_file_enable": "warmMapedFileEnable",
+    "controller_heart_beat_timeout_mills": "controllerHeartBeatTimeoutMills",
     "check_crc_on_recover": "checkCRCOnRecover",
 }
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -92,6 +93,7 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
     "broker_name": _non_empty,
     "broker_cluster_name": _non_empty,
     "namesrv_addr": _check_addresses,
+    "controller_addr": _check_addresses,
 }
 # Broker settings only: the store's own list is wharf.store.config.ZERO_ALLOWED.
 _ZERO_OK = {
@@ -174,7 +176,38 @@ def load_settings(
     store = StoreConfig(**{k: v for k, v in values.items() if k in _STORE_FIELDS})
     _check_cross_field(store)
     _check_tls(broker)
+    _check_roles(broker, store)
     return Config(broker=broker, store=store)
+
+
+def _check_roles(broker: BrokerConfig, store: StoreConfig) -> None:
+    if broker.enable_controller_mode:
+        if not broker.controller_addr:
+            raise ConfigError(
+                "invalid setting controllerAddr: enableControllerMode needs the etcd client "
+                "endpoints (host:port;host2:port2)"
+            )
+        if broker.broker_id < 1:
+            raise ConfigError(
+                "invalid setting brokerId: in controller mode every replica has a stable id >= 1 "
+                "(it registers as 0 while it is the master)"
+            )
+        if store.ha_listen_port < 0:
+            raise ConfigError(
+                "invalid setting haListenPort: in controller mode every replica may become the "
+                "master, so each needs a replication listener (0 = an ephemeral port)"
+            )
+        if broker.controller_heart_beat_timeout_mills < 2000:
+            raise ConfigError(
+                "invalid setting controllerHeartBeatTimeoutMills: at least 2000 ms (the lease "
+                "is renewed every third of it, and a master stops acknowledging 1 s before it "
+                "runs out)"
+            )
+    elif store.broker_role == "SLAVE" and not store.ha_master_address:
+        raise ConfigError(
+            "invalid setting haMasterAddress: a SLAVE needs host:port of its master's "
+            "haListenPort (or enableControllerMode)"
+        )
 
 
 def _check_tls(broker: BrokerConfig) -> None:

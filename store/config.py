@@ -157,11 +157,6 @@ class StoreConfig:
                 "a SYNC_MASTER needs haListenPort (0 for an ephemeral port): its replicas "
                 "connect there",
             )
-        if self.broker_role == "SLAVE" and not self.ha_master_address:
-            raise StoreConfigError(
-                ("broker_role", "ha_master_address"),
-                "a SLAVE needs haMasterAddress (host:port of its master's haListenPort)",
-            )
         if self.min_in_sync_replicas > self.in_sync_replicas:
             raise StoreConfigError(
                 ("min_in_sync_replicas", "in_sync_replicas"),

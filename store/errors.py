@@ -85,6 +85,17 @@ class NotMasterError(StoreNotWritableError):
     refuses writes; a client sends to the group's master. Maps to FAILED_PRECONDITION."""
 
 
+class MasterFencedError(StoreNotWritableError):
+    """Controller mode: this master's lease ran out, so another replica may have been elected;
+    it acknowledges nothing until it knows it is still the master. Maps to UNAVAILABLE: the
+    client retries, on the new master once the routes show it."""
+
+
+class InSyncReplicasNotEnoughError(StoreNotWritableError):
+    """Controller mode: fewer replicas in sync than minInSyncReplicas; nothing was written.
+    Maps to UNAVAILABLE (another group can take the write)."""
+
+
 class ReplicationError(StoreError):
     """Replicated bytes that do not continue this log (a gap, an overlap, another segment
     size): the replica drops the connection and starts over with a new handshake."""

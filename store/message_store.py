@@ -52,13 +52,16 @@ from wharf.store.dispatch.reput import CommitLogSource, Dispatcher, QueueAdvance
 from wharf.store.errors import (
     CorruptRecordError,
     DiskFullError,
+    InSyncReplicasNotEnoughError,
     InvalidMessageError,
+    MasterFencedError,
     NotMasterError,
     StoreNotWritableError,
     StoreShutDownError,
 )
 from wharf.store.fast.record_check import check_records
-from wharf.store.ha import SLAVE, SYNC_MASTER, ReplicaLink
+from wharf.store.ha import SLAVE, SYNC_MASTER, ReplicaLink, epochs, truncation
+from wharf.store.ha.epochs import Epochs
 from wharf.store.ha.master import HAMaster
 from wharf.store.ha.slave import HASlave
 from wharf.store.ha.status import ReplicationStatus, master_status, replica_status
@@ -145,7 +148,9 @@ class MessageStore:
         self._state = "new"  # new -> started -> stopping -> stopped
         self._disk_full_reason = ""
         self._link = replication or ReplicaLink()
-        self._replica = config.broker_role == SLAVE
+        self._replica = config.broker_role == SLAVE or self._link.controller
+        self._epochs: Epochs = []  # master terms (controller mode), loaded at start
+        self._fence: Callable[[], str] | None = None
         self._ha_master: HAMaster | None = None
         self._ha_slave: HASlave | None = None
         self.disk_used_ratio = 0.0
@@ -164,6 +169,11 @@ class MessageStore:
         if self._state != "new":
             raise RuntimeError(f"store already {self._state}")
         started = time.monotonic()
+        if self._link.controller:  # a truncation decided before a restart comes first
+            await asyncio.to_thread(
+                truncation.apply_blocking, self._paths, self._config.mapped_file_size_commit_log
+            )
+            self._epochs = await asyncio.to_thread(epochs.load_blocking, self._paths.epochs_file)
         state = await asyncio.to_thread(
             recover_blocking, self._config, self._paths, self.delay_levels_ms, self._observer
         )
@@ -236,9 +246,11 @@ class MessageStore:
             self._listeners.append(self._timer.on_arrival)
             self._transactions.start()
         await self._start_replication(state.commit_log)
-        if self._replica:
-            self._state = "started"
-            return  # a replica writes nothing of its own: no delays, timers, checks, pops
+        if not self._replica:  # a replica writes nothing of its own: no delays, timers, pops
+            await self._start_pop()
+        self._state = "started"
+
+    async def _start_pop(self) -> None:
         self._pop = PopService(
             self._paths.pop_journal_file,
             read=self.get_messages,
@@ -248,7 +260,6 @@ class MessageStore:
         )
         await self._pop.start()
         self._listeners.append(self._pop.on_arrival)
-        self._state = "started"
 
     async def shutdown(self) -> None:
         if self._state != "started":
@@ -384,6 +395,10 @@ class MessageStore:
             verdict = await replicated
             if status is PutStatus.PUT_OK:
                 status = verdict
+        if self._fence is not None:
+            reason = self._fence()
+            if reason:  # stored, but this master may no longer speak for the group
+                raise MasterFencedError(f"{reason}: the message may not be kept")
         return PutResult(status, result)
 
     def _confirm_offset(self) -> int:
@@ -398,8 +413,11 @@ class MessageStore:
         if self._replica:
 
             def appended() -> None:
-                commit_log.wakeup_flush()
-                reput.wakeup()
+                if self._sync_flush:  # dispatch follows the sync, as for a master's appends
+                    self._spawn(self._sync_in_background(commit_log.max_offset))
+                else:
+                    commit_log.wakeup_flush()
+                    reput.wakeup()
 
             self._ha_slave = HASlave(
                 commit_log,
@@ -408,11 +426,81 @@ class MessageStore:
                 link.master_address or (lambda: config.ha_master_address),
                 appended,
                 link.apply_metadata,
+                epochs=lambda: self._epochs,
+                on_epochs=self._take_epochs,
+                on_truncate=self._truncate_and_restart,
             )
             self._ha_slave.start()
         elif config.ha_listen_port >= 0:
             self._ha_master = HAMaster(commit_log, config, reput.wakeup, link.metadata)
             await self._ha_master.start()
+
+    async def _take_epochs(self, entries: Epochs) -> None:
+        """A replica adopts its master's terms at each handshake."""
+        if entries != self._epochs:
+            self._epochs = list(entries)
+            await asyncio.to_thread(epochs.save_blocking, self._paths.epochs_file, self._epochs)
+
+    async def _truncate_and_restart(self, offset: int) -> None:
+        await asyncio.to_thread(truncation.request_blocking, self._paths, offset)
+        if self._link.restart is not None:
+            self._link.restart(f"replica log truncation at {offset}")
+
+    # --- controller mode -----------------------------------------------------------------------
+    def set_write_fence(self, fence: Callable[[], str] | None) -> None:
+        """``fence()`` returns why this master must not acknowledge now ('' = it may): the
+        controller's lease has run out. Checked before an append and before an ack."""
+        self._fence = fence
+
+    def replica_redial(self) -> None:
+        """A replica's master moved: reconnect to where ``ReplicaLink.master_address`` points."""
+        if self._ha_slave is not None:
+            self._ha_slave.redial()
+
+    @property
+    def epochs(self) -> Epochs:
+        return list(self._epochs)
+
+    async def promote(self, epoch: int, sync_master: bool) -> None:
+        """A replica becomes the master of term ``epoch``: it stops copying, dispatches all it
+        has and takes the queue offsets from its ConsumeQueues (a reused offset would lose
+        messages, RocketMQ #7689), records (epoch, log end) durably before any write, then
+        starts what only a master runs (delays, timers, transaction checks, pop) and its
+        replication listener."""
+        if not self._replica:
+            raise RuntimeError("promote() of a store that is already a master")
+        assert self._commit_log is not None and self._reput is not None
+        assert self._schedule and self._timer and self._transactions and self._source
+        if self._ha_slave is not None:
+            await self._ha_slave.stop()
+            self._ha_slave = None
+        commit_log = self._commit_log
+        end = commit_log.max_offset
+        if not await self._reput.wait_dispatched(end, 60.0):
+            raise StoreNotWritableError(f"dispatch did not reach {end}: cannot take over")
+        self._offset_table = {(q.topic, q.queue_id): q.max_offset for q in self._queues}
+        self._epochs = [*(e for e in self._epochs if e[0] < epoch), (epoch, end)]
+        await asyncio.to_thread(epochs.save_blocking, self._paths.epochs_file, self._epochs)
+        if sync_master:
+            self._source.confirm = self._confirm_offset
+        self._replica = False
+        self._schedule.start()
+        self._listeners.append(self._schedule.on_arrival)
+        self._timer.start()
+        self._listeners.append(self._timer.on_arrival)
+        self._transactions.start()
+        await self._start_pop()
+        self._ha_master = HAMaster(
+            commit_log,
+            self._config,
+            self._reput.wakeup,
+            self._link.metadata,
+            sync_master=sync_master,
+            epochs=lambda: self._epochs,
+        )
+        await self._ha_master.start()
+        log.warning("promoted to master of term %d at log end %d (%s)", epoch, end,
+                    "SYNC_MASTER" if sync_master else "ASYNC_MASTER")  # fmt: skip
 
     async def put_records(
         self, topic: str, queue_id: int, data: bytes, born_host: str
@@ -449,6 +537,15 @@ class MessageStore:
         await reput.wait_dispatched(written - limit // 2, self._config.sync_flush_timeout / 1000)
 
     def _check_writable(self) -> None:
+        if self._fence is not None:
+            reason = self._fence()
+            if reason:
+                raise MasterFencedError(reason)
+        ha = self._ha_master
+        if ha is not None:
+            refusal = ha.refusal()
+            if refusal:
+                raise InSyncReplicasNotEnoughError(refusal)
         if self._replica:
             raise NotMasterError(
                 f"this broker is a SLAVE of {self._link.broker_name} (brokerRole): it takes "
@@ -746,9 +843,12 @@ class MessageStore:
     def replication_status(self) -> ReplicationStatus:
         """Role, offsets and replicas (a master) or the link to the master (a SLAVE)."""
         end = self.commit_log_end()
-        if self._ha_slave is not None:
-            return replica_status(self._ha_slave, end)
-        return master_status(self._config.broker_role, self._ha_master, end)
+        epoch = self._epochs[-1][0] if self._epochs else 0
+        if self._replica:
+            return replica_status(self._ha_slave, end, epoch)
+        return master_status(
+            self._config.broker_role, self._ha_master, end, epoch, self._link.broker_id
+        )
 
     # --- a running store's insides, for tests and benchmarks (nothing in the store uses them) --
     @property

@@ -12,6 +12,8 @@
     <root>/config/transactionCheckpoint.json  TransactionService checkpoint (+ .bak)
     <root>/pop/journal                    pop (invisible time) journal (``wharf.store.pop``)
     <root>/pop/journal.tmp                a compaction snapshot being written
+    <root>/config/epochs.json             master terms and where each began (``store.ha.epochs``)
+    <root>/truncate.json                  a replica's pending truncation (``store.ha.truncation``)
 """
 
 from __future__ import annotations
@@ -76,6 +78,14 @@ class StorePaths:
     @property
     def abort_file(self) -> Path:
         return self.root / "abort"
+
+    @property
+    def epochs_file(self) -> Path:
+        return self.config_dir / "epochs.json"
+
+    @property
+    def truncate_marker_file(self) -> Path:
+        return self.root / "truncate.json"
 
     def create_dirs_blocking(self) -> None:
         for directory in (

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -196,3 +198,64 @@ class NamesrvProcess(BrokerProcess):
 
     def __enter__(self) -> NamesrvProcess:
         return self.start()
+
+
+class EtcdProcess:
+    """A one-member etcd (Debian's ``etcd-server``, installed by ``make test``) on 127.0.0.1
+    with free ports; ``endpoint`` is its client address. Ready once /health says so (~0.7 s)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.port = free_port()
+        self.peer_port = free_port()
+        self.endpoint = f"127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = self.root / "etcd.log"
+
+    def start(self, timeout: float = 30.0) -> EtcdProcess:
+        binary = shutil.which("etcd")
+        if binary is None:
+            raise RuntimeError("etcd is not installed: run `make system-deps` (Debian etcd-server)")
+        self.root.mkdir(parents=True, exist_ok=True)
+        client = f"http://127.0.0.1:{self.port}"
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        cmd = [
+            binary, "--name", "wharf-test", "--data-dir", str(self.root / "data"),
+            "--log-level", "warn", "--logger", "zap",
+            "--listen-client-urls", client, "--advertise-client-urls", client,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"wharf-test={peer}", "--initial-cluster-state", "new",
+        ]  # fmt: skip
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"etcd exited: {self.log_path.read_text(errors='replace')}")
+            try:
+                with urllib.request.urlopen(f"{client}/health", timeout=1) as reply:
+                    if b'"true"' in reply.read():
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.kill()
+        raise TimeoutError("etcd not healthy in time")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()

@@ -121,6 +121,7 @@ def _replication_families(s: BrokerSnapshot) -> Iterator[Any]:
     if rep is None:
         return
     yield gauge("wharf_broker_role", "1, labelled with this broker's brokerRole (ASYNC_MASTER, SYNC_MASTER, SLAVE).", ["role"], [((rep.role,), 1)])  # fmt: skip
+    yield gauge("wharf_replication_epoch", "Controller mode: the newest master term this broker's log knows (0 with static roles).", [], [((), rep.epoch)])  # fmt: skip
     yield gauge("wharf_replication_confirm_offset", "CommitLog offset below which every in-sync replica has the log (a master), or the master's as last heard (a replica).", [], [((), rep.confirm_offset)])  # fmt: skip
     replicas = [(str(r.broker_id), r.address) for r in rep.replicas]
     yield gauge("wharf_replica_lag_bytes", "Bytes of this master's CommitLog a connected replica has not reported yet.", ["replica_id", "address"], [(key, r.lag_bytes) for key, r in zip(replicas, rep.replicas, strict=True)])  # fmt: skip

@@ -44,6 +44,7 @@ class LiveBroker:
     registered_at_ms: int
     last_seen: float  # monotonic seconds
     owner: object = None  # the session that registered it (a newer session takes it over)
+    epoch: int = 0  # controller mode: the master term it claims (0 with static roles)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +71,14 @@ class RouteTable:
         data_version: int,
         topics: dict[str, TopicQueues],
         owner: object = None,
-    ) -> None:
+        epoch: int = 0,
+    ) -> bool:
+        """Store a broker's registration; False (ignored) when another session holds the key
+        with a higher epoch: a deposed master that wakes up (SIGCONT after a partition) must
+        not take the route back from the master elected meanwhile (RocketMQ #6316)."""
         old = self.brokers.get(key)
+        if old is not None and old.owner is not owner and old.epoch > epoch:
+            return False
         touched = set(topics)
         if old is not None:
             touched |= set(old.topics)
@@ -81,14 +88,19 @@ class RouteTable:
         self.brokers[key] = LiveBroker(
             cluster, name, broker_id, address, data_version, topics,
             old.registered_at_ms if old else int(time.time() * 1000), self._clock(), owner,
+            epoch,
         )  # fmt: skip
         self._changed(touched)
+        return True
 
-    def heartbeat(self, key: BrokerKey, data_version: int) -> bool:
-        """Refresh a broker; False when it must register (unknown, or older topics known)."""
+    def heartbeat(self, key: BrokerKey, data_version: int, owner: object = None) -> bool:
+        """Refresh a broker; False when it must register (unknown, or older topics known).
+        A heartbeat of another session than the key's holder refreshes nothing."""
         broker = self.brokers.get(key)
         if broker is None or broker.data_version != data_version:
             return False
+        if owner is not None and broker.owner is not owner:
+            return True
         broker.last_seen = self._clock()
         return True
 

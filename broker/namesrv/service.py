@@ -71,12 +71,12 @@ class NameService(namesrv_pb2_grpc.NameServiceServicer):
                     key = None
                     return
                 if reg.heartbeat:
-                    if not table.heartbeat(_key(reg), reg.data_version):
+                    if not table.heartbeat(_key(reg), reg.data_version, session):
                         yield namesrv_pb2.SessionEvent(need_register=True)
                     continue
                 new = _key(reg) not in table.brokers
                 key = _key(reg)
-                table.register(
+                taken = table.register(
                     key,
                     reg.address,
                     reg.data_version,
@@ -85,8 +85,12 @@ class NameService(namesrv_pb2_grpc.NameServiceServicer):
                         for t in reg.topics
                     },
                     session,
+                    reg.epoch,
                 )
-                if new:
+                if not taken:
+                    log.warning("broker %s/%s/%d at %s claims epoch %d, older than the "
+                                "registered one: ignored", *key, reg.address, reg.epoch)  # fmt: skip
+                elif new:
                     log.info(
                         "broker %s/%s/%d registered at %s with %d topics", *key, reg.address,
                         len(reg.topics),

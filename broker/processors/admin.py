@@ -292,6 +292,8 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             master_ha_address=rep.master_address,
             lag_bytes=rep.lag_bytes,
             ha_address=self.ctx.ha_address,
+            epoch=rep.epoch,
+            sync_state_set=rep.sync_state_set,
         )
 
     # --- transactions ---------------------------------------------------------------------------

@@ -5,6 +5,9 @@
   in-sync set and the confirm offset.
 - ``slave.py``: ``HASlave``, the replica's connection: HELLO, appends, REPORTs.
 - ``acks.py``: ``ReplicaAcks``, the waiters of SYNC_MASTER puts.
+- ``epochs.py``: master terms and the consistent point of two logs (controller mode).
+- ``truncation.py``: a replica's crash-safe truncation, applied at start before recovery.
+- ``status.py``: what metrics and BrokerStatus show.
 
 Roles are RocketMQ's ``brokerRole``: ASYNC_MASTER (acknowledges after the local flush policy;
 replicas follow), SYNC_MASTER (acknowledges only after the local flush policy AND
@@ -39,6 +42,11 @@ class ReplicaLink:
     apply_metadata: Callable[[bytes], None] | None = None
     # Replica: the master's HA address ('' while unknown); default: haMasterAddress.
     master_address: Callable[[], str] | None = None
+    # Controller mode: roles come from outside (elections on etcd). The store starts as a
+    # replica whatever brokerRole says, a ``promote()`` makes it the master, and ``restart``
+    # is how it gets out of a state only a restart leaves cleanly (a truncation to apply).
+    controller: bool = False
+    restart: Callable[[str], None] | None = None
 
 
 __all__ = ["ASYNC_MASTER", "ROLES", "SLAVE", "SYNC_MASTER", "ReplicaLink"]

@@ -10,8 +10,10 @@ batch becomes one small frame. Each frame is::
 
 Conversation (``VERSION`` 1)::
 
-    slave  -> HELLO    magic b"WHA1", version, segment size, max offset, broker id, "cluster\\nname"
-    master -> WELCOME  min offset, max offset, confirm offset, start offset (where DATA starts)
+    slave  -> HELLO    magic b"WHA1", version, segment size, max offset, broker id,
+                       "cluster\\nname\\nepochs" (epochs: "epoch:start,..." of ``epochs.py``)
+    master -> WELCOME  min offset, max offset, confirm offset, start offset (where DATA starts;
+                       below the slave's end: truncate to it first), "epochs" of the master
            or ERROR    utf-8 text (segment sizes differ, the slave's log does not continue the
                        master's ...); the master closes after it
     master -> DATA     offset, confirm offset, log bytes: whole records, never across a segment
@@ -68,6 +70,7 @@ class Hello:
     broker_id: int
     cluster: str
     broker_name: str
+    epochs: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,19 @@ class Welcome:
     max_offset: int
     confirm_offset: int
     start_offset: int
+    epochs: tuple[tuple[int, int], ...] = ()
+
+
+def _epochs_text(epochs: tuple[tuple[int, int], ...]) -> str:
+    return ",".join(f"{epoch}:{start}" for epoch, start in epochs)
+
+
+def _epochs_of(text: str) -> tuple[tuple[int, int], ...]:
+    try:
+        pairs = [item.split(":") for item in text.split(",") if item]
+        return tuple((int(epoch), int(start)) for epoch, start in pairs)
+    except ValueError:
+        raise ProtocolError(f"malformed epoch list {text[:80]!r}") from None
 
 
 def frame(kind: FrameType, payload: bytes = b"") -> bytes:
@@ -90,7 +106,8 @@ def data_header(offset: int, confirm: int, size: int) -> bytes:
 
 def encode_hello(hello: Hello) -> bytes:
     fixed = _HELLO.pack(MAGIC, VERSION, hello.segment_size, hello.max_offset, hello.broker_id)
-    return frame(FrameType.HELLO, fixed + f"{hello.cluster}\n{hello.broker_name}".encode())
+    tail = f"{hello.cluster}\n{hello.broker_name}\n{_epochs_text(hello.epochs)}"
+    return frame(FrameType.HELLO, fixed + tail.encode())
 
 
 def decode_hello(payload: bytes) -> Hello:
@@ -99,21 +116,22 @@ def decode_hello(payload: bytes) -> Hello:
     magic, version, segment_size, max_offset, broker_id = _HELLO.unpack_from(payload)
     if magic != MAGIC or version != VERSION:
         raise ProtocolError(f"not a Wharf replica (magic {magic!r}, version {version})")
-    cluster, _, name = payload[_HELLO.size :].decode("utf-8", "replace").partition("\n")
-    return Hello(segment_size, max_offset, broker_id, cluster, name)
+    cluster, _, rest = payload[_HELLO.size :].decode("utf-8", "replace").partition("\n")
+    name, _, epochs = rest.partition("\n")
+    return Hello(segment_size, max_offset, broker_id, cluster, name, _epochs_of(epochs))
 
 
 def encode_welcome(welcome: Welcome) -> bytes:
-    return frame(
-        FrameType.WELCOME,
-        _WELCOME.pack(
-            welcome.min_offset, welcome.max_offset, welcome.confirm_offset, welcome.start_offset
-        ),
+    fixed = _WELCOME.pack(
+        welcome.min_offset, welcome.max_offset, welcome.confirm_offset, welcome.start_offset
     )
+    return frame(FrameType.WELCOME, fixed + _epochs_text(welcome.epochs).encode())
 
 
 def decode_welcome(payload: bytes) -> Welcome:
-    return Welcome(*_unpack(_WELCOME, payload, "WELCOME"))
+    low, high, confirm, start = _unpack(_WELCOME, payload, "WELCOME")
+    epochs = _epochs_of(payload[_WELCOME.size :].decode("ascii", "replace"))
+    return Welcome(low, high, confirm, start, epochs)
 
 
 def decode_data(payload: memoryview) -> tuple[int, int, memoryview]:

@@ -29,7 +29,8 @@ connection's reader. Frames and the conversation: ``frames.py``.
   = the lowest report among in-sync replicas (the log end when there are none): under
   SYNC_MASTER dispatch stops there, so no consumer sees a message the replicas may lack.
 - **Metadata.** ``metadata()`` (the broker's topics, groups and consumer offsets, opaque here)
-  goes to a replica on connect and again whenever its bytes change (checked every second).
+  goes to a replica on connect, at once after ``notify_metadata()`` (a topic or group changed)
+  and whenever its bytes change (checked every second: consumer offsets).
 - **Safety.** A REPORT past what was sent is a protocol error (RocketMQ #3016): the replica is
   dropped. A replica that sends nothing for ``haHousekeepingInterval`` (20 s) is dropped too.
 """
@@ -48,6 +49,7 @@ from wharf.store.codec.records import read_total_size
 from wharf.store.config import StoreConfig
 from wharf.store.ha import frames
 from wharf.store.ha.acks import ReplicaAcks
+from wharf.store.ha.epochs import Epochs, consistent_point
 from wharf.store.log.commit_log import CommitLog
 from wharf.store.model import PutStatus
 
@@ -84,16 +86,29 @@ class HAMaster:
         config: StoreConfig,
         on_confirm: Callable[[], None],
         metadata: Callable[[], bytes] | None = None,
+        *,
+        sync_master: bool | None = None,
+        epochs: Callable[[], Epochs] = list,
     ) -> None:
-        """``on_confirm()``: the confirm offset moved (the facade wakes dispatch)."""
+        """``on_confirm()``: the confirm offset moved (the facade wakes dispatch);
+        ``sync_master``: acknowledge only replicated puts (default: brokerRole SYNC_MASTER);
+        ``epochs()``: this log's master terms (controller mode; empty with static roles)."""
         self._log = commit_log
         self._config = config
         self._on_confirm = on_confirm
         self._metadata = metadata
-        self.sync_master = config.broker_role == "SYNC_MASTER"
+        self._epochs = epochs
+        self.sync_master = (
+            config.broker_role == "SYNC_MASTER" if sync_master is None else sync_master
+        )
         self._need = max(0, config.in_sync_replicas - 1)
         self.acks = ReplicaAcks(config.slave_timeout / 1000)
         self._replicas: dict[int, Replica] = {}  # id(Replica) -> Replica
+        # Controller mode: the replica ids every acknowledgement needs (the sync-state set
+        # published in etcd, minus this master); None = static mode's count rule.
+        self._required: set[int] | None = None
+        self._last_caught_up: dict[int, float] = {}  # replica id -> monotonic time
+        self._metadata_changed = asyncio.Event()
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.port = 0
@@ -131,13 +146,47 @@ class HAMaster:
         for replica in self._replicas.values():
             replica.wake.set()
 
+    def require(self, replica_ids: set[int] | None) -> None:
+        """Controller mode: acknowledgements and the confirm offset need exactly these
+        replicas from now on (the caller publishes a smaller set in etcd BEFORE calling, a
+        larger one after: an acknowledged message is on every member etcd lists)."""
+        self._required = None if replica_ids is None else set(replica_ids)
+        self._recompute()
+
+    def required(self) -> set[int] | None:
+        """The replicas every acknowledgement needs (controller mode), None in static mode."""
+        return None if self._required is None else set(self._required)
+
+    def in_sync_ids(self) -> set[int]:
+        """Replicas that caught up within haMaxTimeSlaveNotCatchup, connected or not (what the
+        controller publishes as the sync-state set): a replica that just disconnected stays
+        in it for that long, so acknowledgements wait for it (FLUSH_SLAVE_TIMEOUT) instead of
+        silently going on without it."""
+        window = self._config.ha_max_time_slave_not_catchup / 1000
+        now = time.monotonic()
+        return {i for i, at in self._last_caught_up.items() if now - at <= window}
+
+    def refusal(self) -> str:
+        """Why a write must be refused before it is appended ('' = none): in controller mode,
+        fewer copies in sync than minInSyncReplicas."""
+        required = self._required
+        if required is None or len(required) + 1 >= self._config.min_in_sync_replicas:
+            return ""
+        return (
+            f"only {len(required) + 1} in-sync replicas, minInSyncReplicas is "
+            f"{self._config.min_in_sync_replicas}: writes are refused until a replica catches up"
+        )
+
     def wait_replicated(self, end_offset: int) -> asyncio.Future[PutStatus]:
         """SYNC_MASTER's verdict on the batch ending at ``end_offset`` (see the module doc)."""
         loop = asyncio.get_running_loop()
         result: asyncio.Future[PutStatus] = loop.create_future()
+        if self._required is not None and not self._required:
+            result.set_result(PutStatus.PUT_OK)  # the sync-state set is this master alone
+            return result
         gap = self._config.ha_max_gap_not_in_sync
         near = sum(1 for r in self._replicas.values() if end_offset - r.acked < gap)
-        if near < self._need:
+        if self._required is None and near < self._need:
             self.slave_not_available += 1
             result.set_result(PutStatus.SLAVE_NOT_AVAILABLE)
             return result
@@ -155,14 +204,18 @@ class HAMaster:
         """Everything below it is on every in-sync replica (the log end when none is). Read
         by dispatch for every chunk under SYNC_MASTER: a few replicas, no allocation of note."""
         end = self._log.max_offset
+        required = self._required
         if not self._replicas:
-            return end
+            return end if not required else self.acks.watermark
         now = time.monotonic()
         window = self._config.ha_max_time_slave_not_catchup / 1000
         for replica in self._replicas.values():
             replica.in_sync = bool(replica.caught_up_at) and now - replica.caught_up_at <= window
-            if replica.in_sync and replica.acked < end:
+            counts = replica.in_sync if required is None else replica.broker_id in required
+            if counts and replica.acked < end:
                 end = replica.acked
+        if required and not required <= {r.broker_id for r in self._replicas.values()}:
+            end = min(end, self.acks.watermark)  # a required replica is not even connected
         return end
 
     def replicas(self) -> list[Replica]:
@@ -208,20 +261,48 @@ class HAMaster:
             await writer.drain()
             return None
         commit_log = self._log
-        start = hello.max_offset if hello.max_offset else commit_log.min_offset
+        start = self._start_of(hello)
         writer.write(
             frames.encode_welcome(
                 frames.Welcome(
-                    commit_log.min_offset, commit_log.max_offset, self.confirm_offset(), start
+                    commit_log.min_offset,
+                    commit_log.max_offset,
+                    self.confirm_offset(),
+                    start,
+                    tuple(self._epochs()),
                 )
             )
         )
+        if start < hello.max_offset:
+            # The replica must cut its log at ``start`` first (it restarts to do so, see
+            # truncation.py) and comes back with a new HELLO.
+            await writer.drain()
+            log.warning("replica %s (id %d) holds %d bytes past the consistent point %d: it "
+                        "truncates and reconnects", address, hello.broker_id,
+                        hello.max_offset - start, start)  # fmt: skip
+            return None
         replica = Replica(hello.broker_id, address, acked=hello.max_offset, sent=start)
+        if start == commit_log.max_offset:
+            replica.caught_up_at = time.monotonic()  # it has everything already
+            self._last_caught_up[replica.broker_id] = replica.caught_up_at
         self._replicas[id(replica)] = replica
         log.info("replica %s (%s/%s id %d) connected at offset %d (log end %d)", address,
                  hello.cluster, hello.broker_name, hello.broker_id, start,
                  commit_log.max_offset)  # fmt: skip
         return replica
+
+    def _start_of(self, hello: frames.Hello) -> int:
+        """Where this replica's copy continues: its end, the consistent point of the two
+        logs' epochs (controller mode; below its end = it truncates first), or this log's
+        oldest offset for an empty replica. -1: no common history."""
+        mine = self._epochs()
+        if hello.epochs and mine:
+            return consistent_point(
+                mine, self._log.max_offset, list(hello.epochs), hello.max_offset
+            )
+        if hello.max_offset == 0:
+            return self._log.min_offset
+        return hello.max_offset
 
     def _refusal(self, hello: frames.Hello) -> str:
         """Why this replica cannot continue from this log ('' = it can)."""
@@ -231,8 +312,10 @@ class HAMaster:
                 f"segment sizes differ (replica {hello.segment_size}, master "
                 f"{commit_log.file_size}): set mappedFileSizeCommitLog alike on both"
             )
-        at, low, high = hello.max_offset, commit_log.min_offset, commit_log.max_offset
+        at, low, high = self._start_of(hello), commit_log.min_offset, commit_log.max_offset
         empty_the_store = "; empty the replica's store directory to copy this master afresh"
+        if at < 0:
+            return f"the replica's log shares no master term with this one{empty_the_store}"
         if at > high:
             return (
                 f"the replica's log ends at {at}, past this master's end {high}: it holds "
@@ -335,7 +418,14 @@ class HAMaster:
                 writer.write(frames.frame(frames.FrameType.METADATA, snapshot))
                 await writer.drain()
                 last = snapshot
-            await asyncio.sleep(METADATA_CHECK_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._metadata_changed.wait(), METADATA_CHECK_S)
+            self._metadata_changed.clear()
+
+    def notify_metadata(self) -> None:
+        """Topics or groups changed: ship them now, not at the next second's check (a topic
+        created just before a failover must be on the new master, RocketMQ #9804)."""
+        self._metadata_changed.set()
 
     async def _report_loop(self, replica: Replica, reader: asyncio.StreamReader) -> None:
         timeout = self._config.ha_housekeeping_interval / 1000
@@ -352,6 +442,7 @@ class HAMaster:
             if replica.target >= 0 and written >= replica.target:
                 replica.caught_up_at = replica.target_at
                 replica.target = -1
+                self._last_caught_up[replica.broker_id] = replica.caught_up_at
             self._recompute()
             replica.wake.set()
 
@@ -364,7 +455,12 @@ class HAMaster:
     def _recompute(self) -> None:
         """After a report or a drop: the ack watermark for waiters (the ``need``-th highest
         report), and dispatch woken when the confirm offset moved."""
-        if self._need:
+        required = self._required
+        if required is not None:
+            by_id = {r.broker_id: r.acked for r in self._replicas.values()}
+            if required <= set(by_id):
+                self.acks.advance(min((by_id[i] for i in required), default=self._log.max_offset))
+        elif self._need:
             acked = sorted((r.acked for r in self._replicas.values()), reverse=True)
             if len(acked) >= self._need:
                 self.acks.advance(acked[self._need - 1])

@@ -23,12 +23,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from wharf.store.codec.layout import MESSAGE_MAGIC_CODE, OFFSET_STORE_TIMESTAMP, STORE_TIMESTAMP
 from wharf.store.config import StoreConfig
 from wharf.store.errors import ReplicationError, StoreNotWritableError
 from wharf.store.ha import frames
+from wharf.store.ha.epochs import Epochs
 from wharf.store.log.commit_log import CommitLog
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,10 @@ class HASlave:
         master_address: Callable[[], str],
         on_appended: Callable[[], None],
         apply_metadata: Callable[[bytes], None] | None = None,
+        *,
+        epochs: Callable[[], Epochs] = list,
+        on_epochs: Callable[[Epochs], Awaitable[None]] | None = None,
+        on_truncate: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
         """``identity``: (cluster, broker name, broker id) sent in HELLO; ``master_address()``:
         'host:port' of the master's HA listener, '' while unknown; ``on_appended()`` after
@@ -57,7 +62,11 @@ class HASlave:
         self._master_address = master_address
         self._on_appended = on_appended
         self._apply_metadata = apply_metadata
+        self._epochs = epochs
+        self._on_epochs = on_epochs
+        self._on_truncate = on_truncate
         self._task: asyncio.Task[None] | None = None
+        self._session_task: asyncio.Task[float] | None = None
         self.connected_to = ""  # the master's HA address while connected
         self.confirm_offset = 0  # the master's, from its last frame
         self.master_max_offset = 0  # the master's log end, from the handshake
@@ -79,6 +88,12 @@ class HASlave:
         """How far this replica's log is behind the master's end as last heard of."""
         return max(0, max(self.master_max_offset, self.confirm_offset) - self._log.max_offset)
 
+    def redial(self) -> None:
+        """The master moved (controller mode): drop the connection, dial ``master_address()``."""
+        session = self._session_task
+        if session is not None and not session.done():
+            session.cancel()
+
     async def _run(self) -> None:
         while True:
             address = self._master_address()
@@ -86,8 +101,15 @@ class HASlave:
                 await asyncio.sleep(RETRY_S)
                 continue
             pause = RETRY_S
+            self._session_task = asyncio.create_task(self._session(address))
             try:
-                pause = await self._session(address)
+                pause = await self._session_task
+            except asyncio.CancelledError:
+                if self._session_task.cancelled() and not _current_cancelling():
+                    log.info("replication from %s dropped: the master moved", address)
+                    pause = 0.0
+                else:
+                    raise
             except (OSError, asyncio.IncompleteReadError, frames.ProtocolError) as exc:
                 self._failed(address, f"{type(exc).__name__}: {exc}")
             except TimeoutError:
@@ -114,7 +136,12 @@ class HASlave:
             writer.write(
                 frames.encode_hello(
                     frames.Hello(
-                        self._log.file_size, self._log.max_offset, broker_id, cluster, name
+                        self._log.file_size,
+                        self._log.max_offset,
+                        broker_id,
+                        cluster,
+                        name,
+                        tuple(self._epochs()),
                     )
                 )
             )
@@ -130,6 +157,18 @@ class HASlave:
             if kind != frames.FrameType.WELCOME:
                 raise frames.ProtocolError(f"expected WELCOME, got {kind.name}")
             welcome = frames.decode_welcome(payload)
+            if welcome.start_offset < self._log.max_offset:
+                if self._on_truncate is None:
+                    raise ReplicationError(
+                        f"the master continues at {welcome.start_offset}, before this log's end "
+                        f"{self._log.max_offset}, and this replica cannot truncate"
+                    )
+                log.warning("this log diverged from the master's at %d (it ends at %d): "
+                            "truncating", welcome.start_offset, self._log.max_offset)  # fmt: skip
+                await self._on_truncate(welcome.start_offset)
+                return RETRY_REFUSED_S
+            if welcome.epochs and self._on_epochs is not None:
+                await self._on_epochs(list(welcome.epochs))
             self.master_max_offset = welcome.max_offset
             self.confirm_offset = welcome.confirm_offset
             self.connected_to = address
@@ -192,3 +231,9 @@ def _store_timestamp(data: memoryview) -> int:
     if int.from_bytes(data[4:8], "big") != MESSAGE_MAGIC_CODE:
         return 0
     return int(STORE_TIMESTAMP.unpack_from(data, OFFSET_STORE_TIMESTAMP)[0])
+
+
+def _current_cancelling() -> int:
+    """Whether this task itself is being cancelled (stop()), not only the session it awaits."""
+    task = asyncio.current_task()
+    return task.cancelling() if task is not None else 0

@@ -31,11 +31,18 @@ class ReplicationStatus:
     master_address: str = ""  # replica: its master's HA address while connected
     lag_bytes: int = 0  # replica: behind the master's end as last heard
     last_frame_age_seconds: float = -1.0  # replica: since the master's last frame (-1: never)
+    epoch: int = 0  # controller mode: the term of the newest master this log knows (0: none)
+    sync_state_set: list[int] = field(default_factory=list)  # controller mode, a master: ids
 
 
-def master_status(role: str, ha: HAMaster | None, max_offset: int) -> ReplicationStatus:
+def master_status(
+    role: str, ha: HAMaster | None, max_offset: int, epoch: int = 0, me: int = 0
+) -> ReplicationStatus:
     if ha is None:
-        return ReplicationStatus(role, max_offset, max_offset)
+        return ReplicationStatus(role, max_offset, max_offset, epoch=epoch)
+    role = "SYNC_MASTER" if ha.sync_master else "ASYNC_MASTER"
+    required = ha.required()
+    sss = sorted({me, *required}) if required is not None else []
     now = time.monotonic()
     replicas = []
     for replica in ha.replicas():
@@ -51,10 +58,14 @@ def master_status(role: str, ha: HAMaster | None, max_offset: int) -> Replicatio
                 replica.in_sync,
             )
         )
-    return ReplicationStatus(role, max_offset, ha.confirm_offset(), replicas)
+    return ReplicationStatus(
+        role, max_offset, ha.confirm_offset(), replicas, epoch=epoch, sync_state_set=sss
+    )
 
 
-def replica_status(ha: HASlave, max_offset: int) -> ReplicationStatus:
+def replica_status(ha: HASlave | None, max_offset: int, epoch: int = 0) -> ReplicationStatus:
+    if ha is None:
+        return ReplicationStatus("SLAVE", max_offset, 0, epoch=epoch)
     age = time.time() - ha.last_frame_at if ha.last_frame_at else -1.0
     return ReplicationStatus(
         "SLAVE",
@@ -63,4 +74,5 @@ def replica_status(ha: HASlave, max_offset: int) -> ReplicationStatus:
         master_address=ha.connected_to,
         lag_bytes=ha.lag_bytes,
         last_frame_age_seconds=age,
+        epoch=epoch,
     )

@@ -327,17 +327,21 @@ class ReplicaInfo(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., acked_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., in_sync: _Optional[bool] = ...) -> None: ...
 
 class Replication(_message.Message):
-    __slots__ = ("role", "confirm_offset", "replicas", "master_ha_address", "lag_bytes", "ha_address")
+    __slots__ = ("role", "confirm_offset", "replicas", "master_ha_address", "lag_bytes", "ha_address", "epoch", "sync_state_set")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     CONFIRM_OFFSET_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     MASTER_HA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
     HA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
     role: str
     confirm_offset: int
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaInfo]
     master_ha_address: str
     lag_bytes: int
     ha_address: str
-    def __init__(self, role: _Optional[str] = ..., confirm_offset: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ..., master_ha_address: _Optional[str] = ..., lag_bytes: _Optional[int] = ..., ha_address: _Optional[str] = ...) -> None: ...
+    epoch: int
+    sync_state_set: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, role: _Optional[str] = ..., confirm_offset: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ..., master_ha_address: _Optional[str] = ..., lag_bytes: _Optional[int] = ..., ha_address: _Optional[str] = ..., epoch: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ...) -> None: ...

@@ -19,7 +19,7 @@ class TopicQueues(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ...) -> None: ...
 
 class BrokerRegistration(_message.Message):
-    __slots__ = ("cluster", "broker_name", "broker_id", "address", "data_version", "heartbeat", "topics", "unregister")
+    __slots__ = ("cluster", "broker_name", "broker_id", "address", "data_version", "heartbeat", "topics", "unregister", "epoch")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,7 @@ class BrokerRegistration(_message.Message):
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     UNREGISTER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     broker_name: str
     broker_id: int
@@ -36,7 +37,8 @@ class BrokerRegistration(_message.Message):
     heartbeat: bool
     topics: _containers.RepeatedCompositeFieldContainer[TopicQueues]
     unregister: bool
-    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., data_version: _Optional[int] = ..., heartbeat: _Optional[bool] = ..., topics: _Optional[_Iterable[_Union[TopicQueues, _Mapping]]] = ..., unregister: _Optional[bool] = ...) -> None: ...
+    epoch: int
+    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., data_version: _Optional[int] = ..., heartbeat: _Optional[bool] = ..., topics: _Optional[_Iterable[_Union[TopicQueues, _Mapping]]] = ..., unregister: _Optional[bool] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class SessionEvent(_message.Message):
     __slots__ = ("need_register",)
