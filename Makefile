@@ -10,7 +10,7 @@ PYTEST := $(PY) -m pytest
 $(STAMP): pyproject.toml $(wildcard store/fast/*.c store/fast/*.h)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark,bench]'
+	$(PY) -m pip install -q -e '.[dev,spark,bench,console]'
 	touch $(STAMP)
 
 setup: $(STAMP)

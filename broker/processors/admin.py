@@ -266,6 +266,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
                 "protobuf": _VERSIONS["protobuf"],
                 "store_dir": store_config.store_path_root_dir,
                 "store_host": store_config.store_host,
+                "broker_id": str(ctx.config.broker_id),  # 0 = master (RocketMQ's brokerId)
             },
         )
 
