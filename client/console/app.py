@@ -81,8 +81,8 @@ async def _csrf_error(request: Request, exc: Exception) -> Response:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return _error_page(request, exc.status_code, "Not found" if exc.status_code == 404 else
-                       "Error", str(exc.detail))  # fmt: skip
+    title = "Not found" if exc.status_code == 404 else "Error"
+    return _error_page(request, exc.status_code, title, str(exc.detail))
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
