@@ -130,9 +130,10 @@ async def login(request: Request) -> Response:
 async def select_broker(request: Request) -> Response:
     console = console_of(request)
     broker = console.pool.pick(request.query_params.get("broker", "0"))
-    response = RedirectResponse(request.query_params.get("next", "/topics"), 303)
-    if not response.headers["location"].startswith("/"):
-        response = RedirectResponse("/topics", 303)
+    target = request.query_params.get("next", "/topics")
+    if not target.startswith("/") or target.startswith("//") or "\\" in target:
+        target = "/topics"  # only paths of this console: no open redirect
+    response = RedirectResponse(target, 303)
     response.set_cookie(BROKER_COOKIE, str(broker.index), samesite="strict")
     return response
 

@@ -5,7 +5,8 @@
 
 Options come after the subcommand: ``--endpoints HOST:PORT[;HOST:PORT...]`` (default: the
 global ``--endpoints``, env ``WHARF_ENDPOINTS``), ``--listen HOST:PORT`` (default
-127.0.0.1:8082), ``--auth-token TOKEN`` (env ``WHARF_CONSOLE_TOKEN``), ``--basic-auth
+127.0.0.1:8082), ``--auth-token TOKEN`` (env ``WHARF_CONSOLE_TOKEN``) or ``--auth-token-file PATH`` (env
+``WHARF_CONSOLE_TOKEN_FILE``: the token is the file's first line, e.g. a docker secret), ``--basic-auth
 USER:PASSWORD`` (env ``WHARF_CONSOLE_BASIC_AUTH``), ``--sample-interval S`` (the live chart's
 sampling, 2 s). A non-loopback ``--listen`` without credentials exits at once with status 2
 and a message naming ``--auth-token`` and ``--basic-auth``; so does a malformed address. The
@@ -52,6 +53,12 @@ def add_parsers(sub: Any) -> None:
         "once in the browser (env WHARF_CONSOLE_TOKEN)",
     )
     parser.add_argument(
+        "--auth-token-file",
+        default=os.environ.get("WHARF_CONSOLE_TOKEN_FILE") or None,
+        metavar="PATH",
+        help="read the token from this file, e.g. a docker secret (env WHARF_CONSOLE_TOKEN_FILE)",
+    )
+    parser.add_argument(
         "--basic-auth",
         default=os.environ.get("WHARF_CONSOLE_BASIC_AUTH") or None,
         metavar="USER:PASSWORD",
@@ -76,6 +83,8 @@ async def run(args: argparse.Namespace, out: Output) -> int:
     from wharf.client.console.security import Guard, check_bind, split_listen
 
     host, port = split_listen(args.listen)
+    if args.auth_token_file:
+        args.auth_token = read_token(args.auth_token_file)
     check_bind(host, auth_token=args.auth_token, basic_auth=args.basic_auth)
     if args.sample_interval <= 0:
         raise ValueError("--sample-interval must be > 0")
@@ -100,3 +109,15 @@ async def run(args: argparse.Namespace, out: Output) -> int:
     )
     await server.serve()
     return 0
+
+
+def read_token(path: str) -> str:
+    """The token in ``path`` (its first line, stripped); ValueError when unreadable or empty."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            token = handle.readline().strip()
+    except OSError as exc:
+        raise ValueError(f"--auth-token-file {path}: {exc.strerror or exc}") from None
+    if not token:
+        raise ValueError(f"--auth-token-file {path} is empty")
+    return token

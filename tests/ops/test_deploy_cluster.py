@@ -26,7 +26,7 @@ NAMESRVS = ("namesrv-1", "namesrv-2")
 
 def test_cluster_compose_runs_two_name_servers_and_two_secured_broker_groups() -> None:
     services = CLUSTER["services"]
-    assert set(services) == {*NAMESRVS, *BROKERS}
+    assert set(services) == {*NAMESRVS, *BROKERS, "console"}
     addr = services["broker-a"]["environment"]["WHARF_NAMESRV_ADDR"].split(";")
     assert addr == [f"{name}:9876" for name in NAMESRVS]  # every broker registers with both
     for name in NAMESRVS:
