@@ -76,8 +76,14 @@ def add_parsers(sub: Any) -> None:
 
 async def run(args: argparse.Namespace, out: Output) -> int:
     # Imported here: the other commands need neither starlette nor uvicorn.
-    import uvicorn
-    from wharf.client.console.app import build_app
+    try:
+        import uvicorn
+        from wharf.client.console.app import build_app
+    except ImportError as exc:
+        raise ValueError(
+            f"wharf console needs the 'console' extra ({exc.name} is missing): "
+            "pip install 'wharf[console]'"
+        ) from None
     from wharf.client.console.brokers import BrokerPool, split_endpoints
     from wharf.client.console.context import Console
     from wharf.client.console.security import Guard, check_bind, split_listen

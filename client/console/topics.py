@@ -5,8 +5,9 @@ and, with ``system=1``, including system topics (``%RETRY%``, ``%DLQ%`` ...). A 
 read/write queue counts, permission, message type (RocketMQ 5's ``message.type`` attribute;
 "any" when absent), the message count (sum over queues of max - min offset, a plain number) and
 the throughput (messages written per second since this console last listed the topic,
-``rates.CounterRates``). The listing is one ``list_topics`` call plus one ``topic_stats`` call
-per row of the page (at most 64 in flight), so a page costs the same with 10 or 10,000 topics.
+``rates.CounterRates``). The listing is one ``list_topics(with_stats=True)`` call, whose reply
+carries every topic's counts (min/max offsets only, no commit log read); a broker that does not
+fill them gets one ``topic_stats`` call per row of the page instead (at most 64 in flight).
 
 ``/topics/{name}``: configuration, per-queue min/max offsets and last store time, the route
 (``QueryRoute``: broker and endpoint clients dial), a form to update queues / permission /
@@ -16,10 +17,12 @@ on its own page (``/topics/{name}/delete``) whose form repeats the topic name.
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from wharf.client import NotFoundError
+from wharf.client import Admin, NotFoundError
 from wharf.client.console.context import (
     UserError,
     console_of,
@@ -52,18 +55,17 @@ async def topic_list(request: Request) -> Response:
     query = request.query_params.get("q", "").strip()
     system = request.query_params.get("system") == "1"
     page = int_field(request.query_params.get("page"), "page", default=1, low=1, high=10**9)
-    listing = await broker.admin.list_topics(include_system=system)
+    listing = await broker.admin.list_topics(include_system=system, with_stats=True)
     matching = sorted(
         (t for t in listing.topics if query.lower() in t.name.lower()), key=lambda t: t.name
     )
     shown, pages = page_slice(matching, page, PAGE_SIZE)
-    stats = await gather_limited(broker.admin.topic_stats(t.name) for t in shown)
+    counts = await _counts(broker.admin, listing, shown)
     rows = []
-    for topic, stat in zip(shown, stats, strict=True):
+    for topic in shown:
         count = rate = None
-        if not isinstance(stat, BaseException):
-            count = stat.total_messages
-            written = sum(q.max_offset for q in stat.queues)
+        if topic.name in counts:
+            count, written = counts[topic.name]
             rate = console.topic_rates.observe((broker.index, topic.name), written)
         rows.append(
             {
@@ -84,6 +86,19 @@ async def topic_list(request: Request) -> Response:
         system=system,
         message_types=MESSAGE_TYPES,
     )
+
+
+async def _counts(admin: Admin, listing: Any, shown: list[Any]) -> dict[str, tuple[int, int]]:
+    """name -> (message count, messages written) of the shown topics: from the listing's own
+    stats, or (a broker without ``with_stats``) one ``topic_stats`` call per shown topic."""
+    if listing.stats or not shown:
+        return {s.name: (s.total_messages, s.written_messages) for s in listing.stats}
+    found = await gather_limited(admin.topic_stats(t.name) for t in shown)
+    return {
+        stat.name: (stat.total_messages, sum(q.max_offset for q in stat.queues))
+        for stat in found
+        if not isinstance(stat, BaseException)
+    }
 
 
 async def find_topic(request: Request, name: str):  # type: ignore[no-untyped-def]

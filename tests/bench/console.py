@@ -106,7 +106,9 @@ async def sample_message(endpoint: str, topic: str, key: str) -> str:
         found = (await admin.query_messages(topic, key)).messages
     if not found:
         raise RuntimeError(f"no message with key {key} in {topic}")
-    return found[0].offset_msg_id
+    # the unique id with its topic: an offset msg id names the broker's host:port, which a
+    # reused store's broker (a new ephemeral port each run) no longer matches
+    return found[0].msg_id
 
 
 def timed(url: str) -> float:
@@ -158,7 +160,7 @@ def main() -> int:
                 f"/messages?topic={big}&begin=1&page=100",
                 "page 100 of",
             ),
-            "message page + trace": (f"/messages/{msg_id}", 'id="trace"'),
+            "message page + trace": (f"/messages/{msg_id}?topic={big}", 'id="trace"'),
         }
         with ConsoleProcess(broker.endpoint, root / "console.log") as console:
             print(

@@ -13,6 +13,7 @@ from wharf.client.console.render import time_input
 from wharf.client.sync import Admin, Producer, PullConsumer
 
 from tests.console.browser import ConsoleProcess, browser_missing, chromium_driver
+from tests.console.conftest import wait_dispatched
 from tests.harness import BrokerProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
@@ -60,7 +61,7 @@ def _fill(driver, form: str, values: dict[str, str]) -> None:  # type: ignore[no
     driver.find_element(By.CSS_SELECTOR, f"{form} button").click()
 
 
-def test_topic_send_find_open(driver, console: str, name: str) -> None:  # type: ignore[no-untyped-def]
+def test_topic_send_find_open(driver, console: str, broker: BrokerProcess, name: str) -> None:  # type: ignore[no-untyped-def]
     from selenium.webdriver.common.by import By
 
     driver.get(f"{console}/topics")
@@ -71,6 +72,7 @@ def test_topic_send_find_open(driver, console: str, name: str) -> None:  # type:
 
     _fill(driver, "#send-message", {"key": "order-42", "body": '{"order": 42}'})
     assert "sent to" in _wait_for(driver, ".done").text
+    wait_dispatched(broker.endpoint, name, 1)  # in the key index
 
     driver.get(f"{console}/messages")
     _fill(driver, "#search", {"topic": name, "key": "order-42"})
@@ -97,6 +99,7 @@ def test_reset_group_and_overview(driver, console: str, broker: BrokerProcess, n
         admin.create_group(group)
         start = int(time.time() * 1000) - 1000
         producer.send_batch(name, [b"a", b"b", b"c", b"d", b"e"], queue_id=0)
+    wait_dispatched(broker.endpoint, name, 5)
     with PullConsumer(broker.endpoint, group) as consumer:
         consumer.commit(MessageQueue(name, 0), 5)
 

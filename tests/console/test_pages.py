@@ -14,7 +14,7 @@ from wharf.client import MessageQueue
 from wharf.client.sync import Admin, Producer, PullConsumer
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
-from tests.console.conftest import make_client, post
+from tests.console.conftest import make_client, post, wait_dispatched
 from tests.harness import BrokerProcess, free_port
 
 
@@ -51,11 +51,14 @@ def test_down_broker_shows_down_and_the_rest_works(broker: BrokerProcess) -> Non
         assert ">UP<" in page.text  # the live broker still shows
         assert client.get("/topics").status_code == 200
         # pages on the dead broker say so, without a trace
-        client.cookies.set("wharf_console_broker", "1")
-        topics = client.get("/topics")
+        chosen = client.get("/select", params={"broker": "1", "next": "/topics"})
+        topics = chosen  # redirected to /topics on the chosen broker
         assert topics.status_code == 503
         assert f"Broker {dead} is unavailable" in topics.text
         assert "Traceback" not in topics.text
+        away = client.get("/select", params={"broker": "0", "next": "//evil.example/"},
+                          follow_redirects=False)  # fmt: skip
+        assert away.headers["location"] == "/topics"  # no open redirect
 
 
 def test_rates_json_counts_messages_in(
@@ -78,6 +81,7 @@ def test_topic_list_row_has_plain_message_count(
     with Admin(broker.endpoint) as admin, Producer(broker.endpoint) as producer:
         admin.create_topic(name, queue_nums=2, attributes={"message.type": "NORMAL"})
         producer.send_batch(name, [b"m"] * 7)
+    wait_dispatched(broker.endpoint, name, 7)
     page = client.get("/topics", params={"q": name})
     assert page.status_code == 200
     row = cells(row_of(page.text, "data-topic", name))
@@ -154,6 +158,7 @@ def test_search_by_key_and_open_message(
         sent = producer.send(name, body.encode(), keys=["order-17"], tags="paid",
                              properties={"region": "eu"})  # fmt: skip
         producer.send(name, b"other", keys=["order-18"])
+    wait_dispatched(broker.endpoint, name, 2)
     page = client.get("/messages", params={"topic": name, "key": "order-17"})
     assert "1 message with key" in page.text
     link = re.search(r'href="(/messages/[0-9A-F]{32})"', page.text)
@@ -190,6 +195,7 @@ def test_time_range_search_is_paged(client: TestClient, broker: BrokerProcess, n
         before = int(time.time() * 1000) - 1
         for queue in (0, 1):
             producer.send_batch(name, [f"q{queue}-{i}".encode() for i in range(15)], queue_id=queue)
+    wait_dispatched(broker.endpoint, name, 30)
     page1 = client.get("/messages", params={"topic": name, "begin": str(before)})
     assert "30 messages in range" in page1.text and "page 1 of 2" in page1.text
     assert page1.text.count('<td class="preview">') == 20
@@ -217,6 +223,7 @@ def test_groups_lag_trace_reset_and_skip(
         admin.create_topic(name, queue_nums=1)
         start = int(time.time() * 1000) - 1
         sent = [producer.send(name, f"m{i}".encode(), keys=[f"k{i}"]) for i in range(10)]
+    wait_dispatched(broker.endpoint, name, 10)
     _consume(broker, name, group, 4)  # committed offset 4: messages 0..3 consumed
     groups = client.get("/groups", params={"q": group})
     assert cells(row_of(groups.text, "data-group", group))[:2] == [group, "6"]
@@ -254,6 +261,7 @@ def test_dlq_listing_and_resend(client: TestClient, broker: BrokerProcess, name:
                 origin_msg_id=sent.msg_id,
             )
         )
+    wait_dispatched(broker.endpoint, f"%DLQ%{group}", 1)
     page = client.get(f"/groups/{group}")
     dlq_row = re.search(r"<tr><td><a href=\"/topics/%25DLQ%25[^\"]*\">.*?</tr>", page.text, re.S)
     assert dlq_row and cells(dlq_row.group(0))[1] == "1"
@@ -262,6 +270,7 @@ def test_dlq_listing_and_resend(client: TestClient, broker: BrokerProcess, name:
     resent = post(client, f"/groups/{group}/resend", {"msg_id": letter.group(1)})
     assert resent.status_code == 303
     assert f"to {name} as" in client.get(resent.headers["location"]).text
+    wait_dispatched(broker.endpoint, name, 2)
     found = client.get("/messages", params={"topic": name, "key": "bad-1"})
     assert "2 messages with key" in found.text  # the original and the resent copy
     with Admin(broker.endpoint) as admin:

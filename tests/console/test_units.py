@@ -83,3 +83,29 @@ def test_split_endpoints() -> None:
         split_endpoints(" ; ")
     with pytest.raises(InvalidArgumentError, match="host:port"):
         split_endpoints("nohost")
+
+
+async def test_topic_counts_fall_back_to_per_topic_stats() -> None:
+    """A broker that leaves ListTopicsResponse.stats empty: one topic_stats per shown topic."""
+    from wharf.client.console.topics import _counts
+    from wharf.v1 import admin_pb2
+
+    class FakeAdmin:
+        asked: list[str] = []
+
+        async def topic_stats(self, name: str) -> admin_pb2.GetTopicStatsResponse:
+            self.asked.append(name)
+            queues = [admin_pb2.QueueStats(queue_id=0, min_offset=2, max_offset=9)]
+            return admin_pb2.GetTopicStatsResponse(name=name, queues=queues, total_messages=7)
+
+    topics = [admin_pb2.TopicConfig(name=n) for n in ("a", "b", "c")]
+    old_broker = admin_pb2.ListTopicsResponse(topics=topics)
+    admin = FakeAdmin()
+    assert await _counts(admin, old_broker, topics[:2]) == {"a": (7, 9), "b": (7, 9)}  # type: ignore[arg-type]
+    assert admin.asked == ["a", "b"]
+    new_broker = admin_pb2.ListTopicsResponse(
+        topics=topics,
+        stats=[admin_pb2.TopicSummary(name="a", total_messages=1, written_messages=3)],
+    )
+    assert await _counts(admin, new_broker, topics[:1]) == {"a": (1, 3)}  # type: ignore[arg-type]
+    assert admin.asked == ["a", "b"]  # no extra calls
