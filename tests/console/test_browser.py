@@ -18,9 +18,6 @@ from tests.harness import BrokerProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
-if (why := browser_missing()) is not None:  # pragma: no cover - make system-deps installs it
-    pytest.fail(why, pytrace=False)
-
 
 @pytest.fixture(scope="module")
 def console(broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -31,6 +28,8 @@ def console(broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.fixture(scope="module")
 def driver():  # type: ignore[no-untyped-def]
+    if (why := browser_missing()) is not None:  # make system-deps installs both packages
+        pytest.fail(why, pytrace=False)
     browser = chromium_driver()
     try:
         yield browser
