@@ -90,8 +90,18 @@ def main() -> int:
                     driver.get(console.url + path)
                     time.sleep(1.5 if name == "overview" else 0.3)
                     height = driver.execute_script("return document.body.scrollHeight")
-                    driver.set_window_size(1400, max(700, min(int(height) + 40, 2400)))
+                    driver.execute_cdp_cmd(  # the whole page in one shot (capped)
+                        "Emulation.setDeviceMetricsOverride",
+                        {
+                            "width": 1400,
+                            "height": max(700, min(int(height), 2400)),
+                            "deviceScaleFactor": 1,
+                            "mobile": False,
+                        },
+                    )
+                    time.sleep(0.3)
                     driver.save_screenshot(str(args.out / f"{name}.png"))
+                    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
                     print(args.out / f"{name}.png")
             finally:
                 driver.quit()
