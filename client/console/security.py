@@ -12,8 +12,9 @@ Either accepted credential lets a request through; comparisons are constant-time
 request gets 401 (with ``WWW-Authenticate: Basic`` when basic auth is configured).
 
 CSRF: every mutating action is a POST, and a POST is accepted only when
-1. its ``Origin`` header (or, without one, its ``Referer``) names this console's own origin
-   (scheme + the request's ``Host``), and
+1. its ``Origin`` header (or, without one, its ``Referer``) names this console's host (the
+   request's ``Host`` header; the scheme is not compared, so a TLS-terminating proxy that keeps
+   ``Host`` works), and
 2. its form carries ``csrf_token`` equal to this process's random token (32 bytes, made at start,
    written into every form): a cross-site page can neither read it nor forge it.
 Anything else is refused with 403 before the action runs.
@@ -113,8 +114,9 @@ class Guard:
             origin = f"{parts.scheme}://{parts.netloc}"
         if origin == "null":
             return False
-        own = f"{request.url.scheme}://{request.headers.get('host', '')}"
-        return origin.rstrip("/").lower() == own.lower()
+        # Host only, not the scheme: behind a TLS-terminating proxy the browser's origin is
+        # https while the console sees http; another site always has another host.
+        return urlsplit(origin).netloc.lower() == request.headers.get("host", "").lower()
 
     async def checked_form(self, request: Request) -> dict[str, str]:
         """The POST's url-encoded form (first value per field), or CsrfRefused."""

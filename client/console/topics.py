@@ -18,6 +18,7 @@ on its own page (``/topics/{name}/delete``) whose form repeats the topic name.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -153,7 +154,7 @@ async def create(request: Request) -> Response:
     await console.broker(request).admin.create_topic(
         name, queue_nums=queues, perm=_perm(form), attributes=attributes
     )
-    return done(f"/topics/{name}", f"topic {name} created with {queues} queues")
+    return done(f"/topics/{quote(name, safe='')}", f"topic {name} created with {queues} queues")
 
 
 async def update(request: Request) -> Response:
@@ -169,7 +170,7 @@ async def update(request: Request) -> Response:
         perm=_perm(form),
         attributes={TYPE_ATTRIBUTE: _message_type(form)},  # "" removes it: any type
     )
-    return done(f"/topics/{name}", f"topic {name} updated")
+    return done(f"/topics/{quote(name, safe='')}", f"topic {name} updated")
 
 
 async def confirm_delete(request: Request) -> Response:

@@ -302,3 +302,22 @@ def test_cross_site_post_is_refused(client: TestClient, path: str) -> None:
     no_token = client.post(path, data={"name": "evil"}, headers={"Origin": "http://console.test"})
     assert no_token.status_code == 403 and "CSRF" in no_token.text
     assert client.get("/topics/evil").status_code == 404
+
+
+def test_same_host_behind_a_tls_proxy_is_accepted(client: TestClient, name: str) -> None:
+    token = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/topics").text)
+    assert token
+    made = client.post(
+        "/topics",
+        data={"csrf_token": token.group(1), "name": name, "queues": "1"},
+        headers={"Origin": "https://console.test"},  # the browser saw https, the console http
+        follow_redirects=False,
+    )
+    assert made.status_code == 303
+    evil = client.post(
+        "/topics",
+        data={"csrf_token": token.group(1), "name": f"{name}-x", "queues": "1"},
+        headers={"Origin": "https://console.test.evil.example"},
+        follow_redirects=False,
+    )
+    assert evil.status_code == 403
