@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from wharf.client.sync import Admin, Producer
 
-from tests.console.conftest import wait_dispatched
+from tests.console.helpers import wait_dispatched
 from tests.harness import BrokerProcess
 
 

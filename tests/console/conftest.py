@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -66,22 +65,3 @@ def post(client: TestClient, path: str, data: dict[str, str], **kwargs: object):
         follow_redirects=False,
         **kwargs,
     )
-
-
-def wait_dispatched(endpoint: str, topic: str, count: int, timeout: float = 10.0) -> None:
-    """Until ``topic`` holds ``count`` messages in its consume queues (and so in the key index):
-    a send returns once the commit log has the message, dispatch follows asynchronously."""
-    from wharf.client import NotFoundError
-    from wharf.client.sync import Admin
-
-    deadline = time.monotonic() + timeout
-    with Admin(endpoint) as admin:
-        while True:
-            try:
-                total = admin.topic_stats(topic).total_messages
-            except NotFoundError:
-                total = 0
-            if total >= count:
-                return
-            assert time.monotonic() < deadline, f"{topic}: {total} of {count} dispatched"
-            time.sleep(0.02)

@@ -13,7 +13,7 @@ from wharf.client.console.render import time_input
 from wharf.client.sync import Admin, Producer, PullConsumer
 
 from tests.console.browser import ConsoleProcess, browser_missing, chromium_driver
-from tests.console.conftest import wait_dispatched
+from tests.console.helpers import wait_dispatched
 from tests.harness import BrokerProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]

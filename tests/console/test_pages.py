@@ -14,7 +14,8 @@ from wharf.client import MessageQueue
 from wharf.client.sync import Admin, Producer, PullConsumer
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
-from tests.console.conftest import make_client, post, wait_dispatched
+from tests.console.conftest import make_client, post
+from tests.console.helpers import wait_dispatched
 from tests.harness import BrokerProcess, free_port
 
 
