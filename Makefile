@@ -4,13 +4,13 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup rmq-client deploy-secrets run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare clean
+.PHONY: setup rmq-client deploy-secrets run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare console-screenshots bench-console clean
 
 # The C sources too: a changed accelerator is rebuilt by the editable install.
 $(STAMP): pyproject.toml $(wildcard store/fast/*.c store/fast/*.h)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark,bench]'
+	$(PY) -m pip install -q -e '.[dev,spark,bench,console]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -42,7 +42,8 @@ run: $(STAMP)
 	$(PY) -m wharf.broker $(ARGS)
 
 # Debian packages the tests drive as real peers: prometheus/promtool and redis-server (ops and
-# benchmark tests), etcd (controller-mode failover: elections on etcd leases).
+# benchmark tests), etcd (controller-mode failover: elections on etcd leases), and the headless
+# browser of the console's end-to-end tests (chromium + chromedriver).
 system-deps:
 	@if ! command -v promtool >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1 \
 	    || ! command -v etcd >/dev/null 2>&1; then \
@@ -50,6 +51,13 @@ system-deps:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus redis-server etcd-server >/dev/null; \
 	  else \
 	    echo "install Debian packages: sudo apt-get install prometheus redis-server etcd-server"; exit 1; \
+	  fi; \
+	fi
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; \
+	  else \
+	    echo "install Debian packages: sudo apt-get install chromium chromium-driver"; exit 1; \
 	  fi; \
 	fi
 
@@ -60,7 +68,7 @@ test: $(STAMP) $(RMQ_STAMP) $(NODE_STAMP) system-deps
 
 # Unit and integration tests without the slow, ops and Spark ones (seconds, not minutes).
 test-fast: $(STAMP)
-	$(PYTEST) -q -m "not spark and not slow and not ops"
+	$(PYTEST) -q -m "not spark and not slow and not ops and not browser"
 
 test-spark: $(STAMP)
 	$(PYTEST) -q -m spark
@@ -109,8 +117,9 @@ proto: $(STAMP)
 	touch proto/wharf/rocketmq/__init__.py proto/wharf/rocketmq/v2/__init__.py
 
 # docker-compose secrets in deploy/secrets/ (git-ignored; files that exist are kept): a
-# development certificate for the names clients dial (localhost, the compose service `broker`)
-# and a random metrics token. Compose bind-mounts file secrets with their host owner and mode,
+# development certificate for the names clients dial (localhost, the compose services `broker`,
+# `broker-a`, `broker-b`) and random metrics and console tokens. Compose bind-mounts file
+# secrets with their host owner and mode,
 # and the containers run as uid 10001 (broker) and nobody (Prometheus): SECRETS_MODE=644 lets
 # them read the files on a development machine (deploy/README.md: chown instead on a shared one).
 SECRETS_DIR  := deploy/secrets
@@ -118,10 +127,14 @@ SECRETS_MODE := 644
 deploy-secrets: $(STAMP)
 	mkdir -p $(SECRETS_DIR)
 	test -e $(SECRETS_DIR)/broker.crt || $(PY) -m wharf.broker.certs --cert $(SECRETS_DIR)/broker.crt \
-	  --key $(SECRETS_DIR)/broker.key --host localhost --host broker --key-mode $(SECRETS_MODE)
+	  --key $(SECRETS_DIR)/broker.key --host localhost --host broker \
+	  --host broker-a --host broker-b --key-mode $(SECRETS_MODE)
 	test -e $(SECRETS_DIR)/metrics_token || { umask 077; \
 	  $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > $(SECRETS_DIR)/metrics_token; \
 	  chmod $(SECRETS_MODE) $(SECRETS_DIR)/metrics_token; }
+	test -e $(SECRETS_DIR)/console_token || { umask 077; \
+	  $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > $(SECRETS_DIR)/console_token; \
+	  chmod $(SECRETS_MODE) $(SECRETS_DIR)/console_token; }
 	test -e $(SECRETS_DIR)/plain_acl.yml || { umask 077; \
 	  $(PY) -m wharf.client.cli.main --json acl user create admin --admin \
 	    --file $(SECRETS_DIR)/plain_acl.yml | $(PY) -c 'import json, sys; d = json.load(sys.stdin); \
@@ -135,6 +148,15 @@ bench-store: $(STAMP)
 
 bench-compare: $(STAMP) system-deps
 	$(PY) -m tests.bench.compare $(ARGS)
+
+# One PNG per console page (headless chromium against a broker filled with sample data), into
+# client/console/screenshots/ (linked from client/console/README.md).
+console-screenshots: $(STAMP) system-deps
+	$(PY) -m tests.console.screenshots --out client/console/screenshots $(ARGS)
+
+# Console page render times with 1,000 topics and many messages (tests/bench/README.md).
+bench-console: $(STAMP)
+	$(PY) -m tests.bench.console $(ARGS)
 
 clean:
 	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -112,7 +112,17 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     @rpc("ListTopics")
     async def ListTopics(self, request, context):  # type: ignore[no-untyped-def]
         topics = self.ctx.topics.listing(request.include_system)
-        return admin_pb2.ListTopicsResponse(topics=[_topic_proto(t) for t in topics])
+        response = admin_pb2.ListTopicsResponse(topics=[_topic_proto(t) for t in topics])
+        if request.with_stats:  # min/max offsets only: no commit log read per queue
+            store = self.ctx.store
+            for topic in topics:
+                total = written = 0
+                for queue_id in range(max(topic.read_queue_nums, topic.write_queue_nums)):
+                    high = store.get_max_offset(topic.name, queue_id)
+                    total += high - store.get_min_offset(topic.name, queue_id)
+                    written += high
+                response.stats.add(name=topic.name, total_messages=total, written_messages=written)
+        return response
 
     @rpc("GetTopicStats")
     async def GetTopicStats(self, request, context):  # type: ignore[no-untyped-def]
@@ -266,6 +276,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
                 "protobuf": _VERSIONS["protobuf"],
                 "store_dir": store_config.store_path_root_dir,
                 "store_host": store_config.store_host,
+                "broker_id": str(ctx.config.broker_id),  # 0 = master (RocketMQ's brokerId)
             },
             replication=self._replication(),
         )

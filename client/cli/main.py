@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     from wharf.client.bench.cli import add_parsers as add_bench_parsers
 
     add_bench_parsers(sub)
+    from wharf.client.console.cli import add_parsers as add_console_parsers
+
+    add_console_parsers(sub)
     return parser
 
 

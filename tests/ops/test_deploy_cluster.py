@@ -27,7 +27,7 @@ NAMESRVS = ("namesrv-1", "namesrv-2")
 
 def test_cluster_compose_runs_two_name_servers_and_two_secured_broker_groups() -> None:
     services = CLUSTER["services"]
-    assert set(services) == {*NAMESRVS, *BROKERS, SLAVE}
+    assert set(services) == {*NAMESRVS, *BROKERS, SLAVE, "console"}
     slave = services[SLAVE]["environment"]
     assert slave["WHARF_BROKER_ROLE"] == "SLAVE" and slave["WHARF_BROKER_NAME"] == "broker-a"
     master_ha = services["broker-a"]["environment"]["WHARF_HA_LISTEN_PORT"]

@@ -45,7 +45,7 @@ def compose_mounts(service: str) -> dict[str, str]:
 
 def test_compose_defines_broker_prometheus_and_grafana_with_declared_volumes() -> None:
     services = COMPOSE["services"]
-    assert set(services) == {"broker", "prometheus", "grafana"}
+    assert set(services) == {"broker", "prometheus", "grafana", "console"}
     named = set(COMPOSE["volumes"])
     for name in services:
         for source in compose_mounts(name).values():

@@ -121,16 +121,30 @@ class DeleteTopicResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ListTopicsRequest(_message.Message):
-    __slots__ = ("include_system",)
+    __slots__ = ("include_system", "with_stats")
     INCLUDE_SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    WITH_STATS_FIELD_NUMBER: _ClassVar[int]
     include_system: bool
-    def __init__(self, include_system: _Optional[bool] = ...) -> None: ...
+    with_stats: bool
+    def __init__(self, include_system: _Optional[bool] = ..., with_stats: _Optional[bool] = ...) -> None: ...
 
 class ListTopicsResponse(_message.Message):
-    __slots__ = ("topics",)
+    __slots__ = ("topics", "stats")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
-    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ...) -> None: ...
+    stats: _containers.RepeatedCompositeFieldContainer[TopicSummary]
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., stats: _Optional[_Iterable[_Union[TopicSummary, _Mapping]]] = ...) -> None: ...
+
+class TopicSummary(_message.Message):
+    __slots__ = ("name", "total_messages", "written_messages")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    WRITTEN_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    total_messages: int
+    written_messages: int
+    def __init__(self, name: _Optional[str] = ..., total_messages: _Optional[int] = ..., written_messages: _Optional[int] = ...) -> None: ...
 
 class GetTopicStatsRequest(_message.Message):
     __slots__ = ("name",)
