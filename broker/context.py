@@ -4,7 +4,7 @@ not hold the controller: they see only the parts they use)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wharf.broker.cluster_routes import ClusterRoutes
 from wharf.broker.config import BrokerConfig
@@ -42,6 +42,7 @@ class BrokerContext:
     cluster_routes: ClusterRoutes | None = None
     started_at: float = 0.0  # time.time() when serving began
     ha_address: str = ""  # host:port of the replication listener (haListenPort), "" if none
+    failover: Any = None  # broker/failover.py's Failover in controller mode (TransferMaster)
     messages_in: int = 0
     messages_out: int = 0
     shutting_down: bool = field(default=False)

@@ -76,6 +76,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("broker")
 CLIENT_EXPIRY_SCAN_S = 10.0
+DELAY_OFFSETS = "delayOffset"  # the delay levels' progress, in replicated metadata
 
 
 def _service(module: Any, name: str) -> Any:
@@ -292,6 +293,7 @@ class BrokerController:
             ),
         )
         self.ctx.ha_address = self.ha_address
+        self.ctx.failover = self.failover
         if self.acl is not None:
             try:
                 await asyncio.to_thread(self.acl.load_blocking)
@@ -422,13 +424,15 @@ class BrokerController:
 
     def _replica_link(self) -> ReplicaLink:
         """What the store's replication needs from the broker: identity, and the metadata a
-        replica follows (topics, groups, consumer offsets) as JSON bytes: the master ships a
+        replica follows (topics, groups, consumer offsets, delay offsets) as JSON bytes: the master ships a
         snapshot whenever its bytes change (checked every second), a replica replaces its
         tables with it wholesale (RocketMQ #1094: a replica never keeps offsets of its own)."""
         broker = self.config.broker
 
         def snapshot() -> bytes:
-            return dumps({m.FILE_NAME: m.to_json() for m in self._managers()}).encode()
+            tables: dict[str, Any] = {m.FILE_NAME: m.to_json() for m in self._managers()}
+            tables[DELAY_OFFSETS] = {str(k): v for k, v in self.store.delay_offsets().items()}
+            return dumps(tables).encode()
 
         def apply(payload: bytes) -> None:
             try:
@@ -441,6 +445,8 @@ class BrokerController:
                 manager.table.clear()
                 manager.load(tables.get(manager.FILE_NAME))
                 manager.dirty = True
+            delays = tables.get(DELAY_OFFSETS) or {}
+            self.store.follow_delay_offsets({int(k): int(v) for k, v in delays.items()})
             self._persist_soon.set()
             if self.topics.version != topics_before and self.registrar is not None:
                 self.registrar.wake()

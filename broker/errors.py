@@ -51,6 +51,11 @@ class ResourceExhaustedError(BrokerError):
     """Too many parked pulls or in-flight requests."""
 
 
+class FailedPreconditionError(BrokerError):
+    """The request cannot be served in this broker's state (not the master, not in controller
+    mode): the message says what to do instead."""
+
+
 class UnavailableError(BrokerError):
     """The broker is shutting down."""
 
@@ -64,6 +69,7 @@ ERROR_STATUS: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
     (ResourceExhaustedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (UnavailableError, grpc.StatusCode.UNAVAILABLE),
+    (FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
     (InvalidMessageError, grpc.StatusCode.INVALID_ARGUMENT),
     (MessageNotFoundError, grpc.StatusCode.NOT_FOUND),
     (DiskFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),  # SyncDiskFullError too

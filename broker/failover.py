@@ -6,6 +6,7 @@ Keys, under ``/wharf/<cluster>/<brokerName>/``::
     master  {"id", "epoch", "address", "ha"}  bound to the master's lease: gone when it lapses
     epoch   "<n>"                              the last term; only grows, never deleted
     sss     {"epoch", "members": [ids]}        the sync-state set: the master + caught-up replicas
+    transfer {"to", "epoch"}                   a handover in progress (TransferMaster)
     role    "SYNC_MASTER" | "ASYNC_MASTER"     the group's acknowledgement mode (the first
                                                master's brokerRole; a SLAVE-configured replica
                                                that is elected uses it)
@@ -30,7 +31,9 @@ Keys, under ``/wharf/<cluster>/<brokerName>/``::
   truncates what it wrote that the group never acknowledged (crash-safe, before recovery:
   ``wharf.store.ha.truncation``) and catches up. On SIGTERM a master stops taking writes, waits
   (at most ``HANDOVER_WAIT_S``) until its in-sync replicas have everything, then revokes its
-  lease: a replica takes over within a poll.
+  lease: a replica takes over within a poll. ``transfer`` (``wharf admin transfer-master``)
+  does the same naming the successor, which campaigns first; this broker then restarts as a
+  replica.
 - **etcd down.** No election can happen; a master fences itself when its lease cannot be
   renewed and goes on once etcd answers again while its key still stands.
 """
@@ -48,6 +51,7 @@ from typing import Any
 
 import aetcd
 import aetcd.exceptions
+from wharf.broker.errors import FailedPreconditionError
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,7 @@ POLL_S = 0.2
 RANK_DELAY_S = 0.3
 FENCE_MARGIN_S = 1.0
 HANDOVER_WAIT_S = 5.0
+TRANSFER_PRIORITY_RANKS = 5  # a named successor gets ~1.5 s before the others campaign
 SSS_CHECK_S = 0.1  # a local check; etcd is written only on a change
 ETCD_TIMEOUT_S = 2
 
@@ -129,10 +134,10 @@ class Failover:
                 await self.client.close()
 
     def _fence(self) -> str:
+        if self._stepping_down:
+            return "this master is handing over to a replica (or stepping down)"
         if not self.is_master:
             return ""  # a replica refuses writes anyway (NotMasterError)
-        if self._stepping_down:
-            return "this master is handing over to a replica"
         if time.monotonic() > self._renewed_until:
             return (
                 "this master's etcd lease was not renewed in time: another replica may have "
@@ -190,6 +195,10 @@ class Failover:
             return
         candidates = [m for m in members if m != self.master_id] or [self.broker_id]
         rank = candidates.index(self.broker_id) if self.broker_id in candidates else 0
+        transfer, _ = await self._get("transfer")
+        if transfer is not None:  # a handover names its successor: it goes first
+            target = json.loads(transfer)["to"]
+            rank = 0 if target == self.broker_id else rank + TRANSFER_PRIORITY_RANKS
         await asyncio.sleep(rank * RANK_DELAY_S + random.uniform(0, 0.05))
         if (await self._get("master"))[0] is not None:
             return
@@ -216,6 +225,7 @@ class Failover:
                     self._key("sss"),
                     json.dumps({"epoch": term, "members": [self.broker_id]}).encode(),
                 ),
+                t.delete(self._key("transfer")),
             ],
             failure=[],
         )
@@ -305,6 +315,45 @@ class Failover:
             self._sss = {self.broker_id, *wanted}
             ha.require(set(wanted))  # leavers are dropped only AFTER etcd no longer lists them
             log.info("sync-state set of term %d: %s", self.epoch, sorted(self._sss))
+
+    async def transfer(self, to: int) -> tuple[int, int]:
+        """Hand the group to replica ``to`` (0: any in-sync one): stop taking writes, wait
+        until it has everything, name it in ``transfer`` (the others let it campaign first),
+        revoke the lease; then this broker restarts as a replica. Returns (new master id,
+        its term) once etcd shows it (FailedPreconditionError if this is no master, ``to`` is
+        not in the sync-state set, or no replica took over within HANDOVER_WAIT_S)."""
+        if not self.is_master or self._stepping_down:
+            raise FailedPreconditionError(
+                f"broker {self.broker_id} is not the master of {self._prefix}: send "
+                "TransferMaster to the master (wharf cluster list shows it)"
+            )
+        candidates = sorted(self._sss - {self.broker_id})
+        if to == 0 and candidates:
+            to = candidates[0]
+        if to not in candidates:
+            raise FailedPreconditionError(
+                f"replica {to} is not in the sync-state set {sorted(self._sss)}: only a "
+                "caught-up replica can take over without losing acknowledged messages"
+            )
+        assert self.client is not None
+        handover = json.dumps({"to": to, "epoch": self.epoch}).encode()
+        await self.client.put(self._key("transfer"), handover)
+        term = self.epoch
+        await self._hand_over()
+        deadline = time.monotonic() + HANDOVER_WAIT_S
+        while time.monotonic() < deadline:
+            value, _ = await self._get("master")
+            if value is not None:
+                master = json.loads(value)
+                if master["epoch"] > term:
+                    self.restart(f"handed over to replica {master['id']}")
+                    return int(master["id"]), int(master["epoch"])
+            await asyncio.sleep(POLL_S / 2)
+        self.restart("handed over, but no replica took over in time")
+        raise FailedPreconditionError(
+            f"no replica took over within {HANDOVER_WAIT_S:.0f} s; this broker restarts as a "
+            "replica and the group elects a master as after a failure"
+        )
 
     async def _hand_over(self) -> None:
         self._stepping_down = True

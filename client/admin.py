@@ -231,6 +231,13 @@ class Admin:
     async def broker_status(self) -> admin_pb2.BrokerStatus:
         return await self._call(self._a.GetBrokerStatus, admin_pb2.GetBrokerStatusRequest())
 
+    async def transfer_master(self, to_broker_id: int = 0) -> admin_pb2.TransferMasterResponse:
+        """Controller mode, sent to the master: hand the group to replica ``to_broker_id`` (0 =
+        any in-sync one); returns the new master's id and term (FailedPreconditionError when
+        this broker is no master or the replica is not caught up)."""
+        request = admin_pb2.TransferMasterRequest(to_broker_id=to_broker_id)
+        return await self._call(self._a.TransferMaster, request)
+
     async def query_messages(
         self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int = 0, max_num: int = 32
     ) -> messaging_pb2.QueryMessageResponse:

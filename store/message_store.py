@@ -452,6 +452,19 @@ class MessageStore:
         controller's lease has run out. Checked before an append and before an ack."""
         self._fence = fence
 
+    def delay_offsets(self) -> dict[int, int]:
+        """Delay level -> the SCHEDULE_TOPIC_XXXX queue offset delivered up to (replicas
+        follow it, so a promoted replica neither loses nor repeats delayed deliveries)."""
+        return dict(self._schedule.offset_table) if self._schedule is not None else {}
+
+    def follow_delay_offsets(self, table: Mapping[int, int]) -> None:
+        """A replica takes its master's delay offsets (and persists them)."""
+        schedule = self._schedule
+        if schedule is None or not self._replica or table == schedule.offset_table:
+            return
+        schedule.offset_table = dict(table)
+        self._spawn(schedule.persist())
+
     def replica_redial(self) -> None:
         """A replica's master moved: reconnect to where ``ReplicaLink.master_address`` points."""
         if self._ha_slave is not None:

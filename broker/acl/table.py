@@ -128,6 +128,7 @@ ACCESS: dict[str, Needs] = {
             "GetConsumerProgress",
             "ResetConsumerOffset",
             "GetBrokerStatus",
+            "TransferMaster",
             "ListHalfMessages",
             "ResolveHalfMessage",
         )

@@ -9,7 +9,7 @@ from importlib import metadata
 
 import grpc
 from wharf.broker.context import BrokerContext
-from wharf.broker.errors import InvalidArgumentError, NotFoundError
+from wharf.broker.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from wharf.broker.meta.groups import SubscriptionGroup, validate_group_name
 from wharf.broker.meta.topics import (
     PERM_READ_WRITE,
@@ -245,6 +245,18 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             ctx.offsets.commit(request.consumer_group, request.topic, queue_id, offset)
             offsets[queue_id] = offset
         return admin_pb2.ResetConsumerOffsetResponse(offsets=offsets)
+
+    # --- controller mode ------------------------------------------------------------------------
+    @rpc("TransferMaster")
+    async def TransferMaster(self, request, context):  # type: ignore[no-untyped-def]
+        failover = self.ctx.failover
+        if failover is None:
+            raise FailedPreconditionError(
+                "this broker is not in controller mode (enableControllerMode): its role is "
+                "static; restart it with another brokerRole to move the master"
+            )
+        new_id, epoch = await failover.transfer(int(request.to_broker_id))
+        return admin_pb2.TransferMasterResponse(new_master_id=new_id, epoch=epoch)
 
     # --- status ---------------------------------------------------------------------------------
     @rpc("GetBrokerStatus")

@@ -20,6 +20,38 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     csub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = csub.add_parser("list", help="live brokers: cluster, broker name, id, address, role")
     listing.set_defaults(run=cluster_list)
+    add_admin_parsers(sub)
+
+
+def add_admin_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    admin = sub.add_parser("admin", help="group administration (controller mode)")
+    asub = admin.add_subparsers(dest="action", required=True, metavar="ACTION")
+    transfer = asub.add_parser(
+        "transfer-master",
+        help="hand a broker group to an in-sync replica (send to the master: --endpoints, or "
+        "--namesrv with --broker NAME)",
+    )
+    transfer.add_argument("--to", type=int, default=0, help="replica id (default: any in sync)")
+    transfer.add_argument("--broker", default="", help="the group, with --namesrv")
+    transfer.set_defaults(run=transfer_master)
+
+
+async def transfer_master(args: argparse.Namespace, out: Output) -> int:
+    endpoint = args.endpoints
+    if args.namesrv:
+        if not args.broker:
+            raise InvalidArgumentError("with --namesrv, name the group: --broker NAME")
+        async with namesrv_of(args) as namesrv:
+            endpoint = (await namesrv.masters()).get(args.broker, "")
+        if not endpoint:
+            raise NotFoundError(f"broker group {args.broker!r} has no live master")
+    async with Admin(endpoint, **args.connect) as admin:
+        reply = await admin.transfer_master(args.to)
+    if out.as_json:
+        out.data(proto_dict(reply))
+    else:
+        out.line(f"replica {reply.new_master_id} is the master now (term {reply.epoch})")
+    return 0
 
 
 def namesrv_of(args: argparse.Namespace) -> NameServerClient:
@@ -88,13 +120,19 @@ def _describe(rep: admin_pb2.Replication | None) -> str:
     """One cell: a master's replicas with their lag, or a replica's link to its master."""
     if rep is None:
         return "?"
+    term = f"term {rep.epoch}, " if rep.epoch else ""
     if rep.role == "SLAVE":
         link = f"from {rep.master_ha_address}" if rep.master_ha_address else "master unreachable"
-        return f"{link}, {rep.lag_bytes} B behind"
+        return f"{term}{link}, {rep.lag_bytes} B behind"
+    sss = f"sync-state set {list(rep.sync_state_set)}, " if rep.sync_state_set else ""
     if not rep.replicas:
-        return "no replicas"
-    return ", ".join(
-        f"id {r.broker_id}: {r.lag_bytes} B / {r.lag_seconds:.1f} s behind"
-        f"{' (in sync)' if r.in_sync else ''}"
-        for r in rep.replicas
+        return f"{term}{sss}no replicas"
+    return (
+        term
+        + sss
+        + ", ".join(
+            f"id {r.broker_id}: {r.lag_bytes} B / {r.lag_seconds:.1f} s behind"
+            f"{' (in sync)' if r.in_sync else ''}"
+            for r in rep.replicas
+        )
     )

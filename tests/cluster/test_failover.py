@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,7 @@ from wharf.client import Admin, Producer, PullConsumer, SendStatus
 from wharf.client.errors import WharfError
 from wharf.client.namesrv import NameServerClient
 
-from tests.harness import BrokerProcess, EtcdProcess, NamesrvProcess, free_port
+from tests.harness import REPO_ROOT, BrokerProcess, EtcdProcess, NamesrvProcess, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -293,3 +295,32 @@ async def test_a_former_master_cuts_its_unacknowledged_tail_even_across_a_crash(
         assert time.monotonic() < deadline, "the former master's log is no copy of the new one's"
         await asyncio.sleep(0.2)
     assert "truncated at" in old.log()
+
+
+async def test_transfer_master_hands_the_group_over_without_a_failed_send(group: Group) -> None:
+    old = await group.master()
+    await _create_topic(group, old)
+    await group.in_sync(old)
+    target = next(i for i, r in group.replicas.items() if r is not old)
+    load = Load(group.ns.endpoint)
+    await asyncio.sleep(1.0)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "wharf.client.cli.main", "--endpoints", old.endpoint, "--json",
+        "admin", "transfer-master", "--to", str(target),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=REPO_ROOT,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    reply = json.loads(out)
+    assert int(reply["new_master_id"]) == target and int(reply["epoch"]) == 2
+    new = await group.master(other_than=old)
+    assert new is group.replicas[target]
+    await group.in_sync(new, within_s=30)  # the former master came back as a replica
+    await load.stop()
+    assert not load.failed, load.failed[:3]
+    async with Producer(old.endpoint, retry_times=0) as producer:  # it takes no writes now
+        with pytest.raises(WharfError, match=r"SLAVE|replica"):
+            await producer.send("orders", b"to a replica")
+    read = await _read_everything(group.ns.endpoint)
+    bodies = _check_exactly_once_per_offset(read)
+    assert not [body for body, _ in load.acked if body not in bodies]

@@ -359,3 +359,17 @@ class Replication(_message.Message):
     epoch: int
     sync_state_set: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, role: _Optional[str] = ..., confirm_offset: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ..., master_ha_address: _Optional[str] = ..., lag_bytes: _Optional[int] = ..., ha_address: _Optional[str] = ..., epoch: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class TransferMasterRequest(_message.Message):
+    __slots__ = ("to_broker_id",)
+    TO_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    to_broker_id: int
+    def __init__(self, to_broker_id: _Optional[int] = ...) -> None: ...
+
+class TransferMasterResponse(_message.Message):
+    __slots__ = ("new_master_id", "epoch")
+    NEW_MASTER_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    new_master_id: int
+    epoch: int
+    def __init__(self, new_master_id: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...

@@ -89,6 +89,11 @@ class AdminServiceStub:
                 request_serializer=wharf_dot_v1_dot_admin__pb2.GetBrokerStatusRequest.SerializeToString,
                 response_deserializer=wharf_dot_v1_dot_admin__pb2.BrokerStatus.FromString,
                 _registered_method=True)
+        self.TransferMaster = channel.unary_unary(
+                '/wharf.v1.AdminService/TransferMaster',
+                request_serializer=wharf_dot_v1_dot_admin__pb2.TransferMasterRequest.SerializeToString,
+                response_deserializer=wharf_dot_v1_dot_admin__pb2.TransferMasterResponse.FromString,
+                _registered_method=True)
         self.ListHalfMessages = channel.unary_unary(
                 '/wharf.v1.AdminService/ListHalfMessages',
                 request_serializer=wharf_dot_v1_dot_admin__pb2.ListHalfMessagesRequest.SerializeToString,
@@ -173,6 +178,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TransferMaster(self, request, context):
+        """Controller mode, on the master: hand the group over to an in-sync replica (0 = any) once
+        it has everything; this broker then restarts as a replica. FAILED_PRECONDITION otherwise.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListHalfMessages(self, request, context):
         """Transactional messages not yet committed or rolled back, and their resolution by hand.
         """
@@ -243,6 +256,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetBrokerStatus,
                     request_deserializer=wharf_dot_v1_dot_admin__pb2.GetBrokerStatusRequest.FromString,
                     response_serializer=wharf_dot_v1_dot_admin__pb2.BrokerStatus.SerializeToString,
+            ),
+            'TransferMaster': grpc.unary_unary_rpc_method_handler(
+                    servicer.TransferMaster,
+                    request_deserializer=wharf_dot_v1_dot_admin__pb2.TransferMasterRequest.FromString,
+                    response_serializer=wharf_dot_v1_dot_admin__pb2.TransferMasterResponse.SerializeToString,
             ),
             'ListHalfMessages': grpc.unary_unary_rpc_method_handler(
                     servicer.ListHalfMessages,
@@ -552,6 +570,33 @@ class AdminService:
             '/wharf.v1.AdminService/GetBrokerStatus',
             wharf_dot_v1_dot_admin__pb2.GetBrokerStatusRequest.SerializeToString,
             wharf_dot_v1_dot_admin__pb2.BrokerStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransferMaster(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wharf.v1.AdminService/TransferMaster',
+            wharf_dot_v1_dot_admin__pb2.TransferMasterRequest.SerializeToString,
+            wharf_dot_v1_dot_admin__pb2.TransferMasterResponse.FromString,
             options,
             channel_credentials,
             insecure,
