@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from wharf.client.admin import Admin
 from wharf.client.cli.output import Output, proto_dict
-from wharf.client.errors import InvalidArgumentError, NotFoundError
+from wharf.client.cluster_admin import ClusterAdmin
+from wharf.client.errors import InvalidArgumentError
 from wharf.client.namesrv import NameServerClient
 
 
@@ -24,20 +26,12 @@ def namesrv_of(args: argparse.Namespace) -> NameServerClient:
     return NameServerClient(args.namesrv)
 
 
-async def brokers_of(args: argparse.Namespace, topic: str | None) -> list[str]:
-    """Where a query goes: ``--endpoints``; with ``--namesrv`` the masters of every group that
-    holds ``topic`` (every master of the cluster when no topic is named)."""
-    if not args.namesrv:
-        return [args.endpoints]
-    async with namesrv_of(args) as namesrv:
-        if topic is None:
-            found = sorted((await namesrv.masters()).values())
-        else:
-            route = await namesrv.query_route(topic)
-            found = sorted(g.master for g in route.groups.values() if g.master)
-    if not found:
-        raise NotFoundError(f"no live master holds {topic!r}" if topic else "no live master")
-    return found
+def admin_of(args: argparse.Namespace, cluster: str | None = None) -> Admin:
+    """The admin client of a command: ``--endpoints``'s broker, or with ``--namesrv`` every
+    master of the cluster (``ClusterAdmin``: writes on each group, reads merged)."""
+    if args.namesrv:
+        return ClusterAdmin(namesrv=args.namesrv, cluster=cluster, **args.connect)
+    return Admin(args.endpoints, **args.connect)
 
 
 async def cluster_list(args: argparse.Namespace, out: Output) -> int:

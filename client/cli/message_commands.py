@@ -8,15 +8,12 @@ import sys
 from collections.abc import Iterator
 
 from rich.progress import Progress
-from wharf.client.admin import Admin
-from wharf.client.cli.cluster_commands import brokers_of
+from wharf.client.cli.cluster_commands import admin_of
 from wharf.client.cli.output import Output, message_dict, message_line, proto_dict
 from wharf.client.cli.topic_commands import parse_attributes
 from wharf.client.consumer.pull import PullConsumer
-from wharf.client.errors import NotFoundError
 from wharf.client.message import MessageQueue, ReceivedMessage, SendResult
 from wharf.client.producer import Producer
-from wharf.v1 import common_pb2
 
 STDIN_WINDOW = 1024  # stdin lines in flight at once (auto-batched by the producer)
 
@@ -232,15 +229,11 @@ def _print_message(out: Output, msg: ReceivedMessage) -> None:
 
 
 async def query_command(args: argparse.Namespace, out: Output) -> int:
-    views: list[common_pb2.MessageView] = []
-    for address in await brokers_of(args, args.topic):  # every group of a cluster (--namesrv)
-        async with Admin(address, **args.connect) as admin:
-            reply = await admin.query_messages(
-                args.topic, args.key, begin_ms=args.begin_ms, end_ms=args.end_ms, max_num=args.max
-            )
-        views += reply.messages
-    views.sort(key=lambda v: v.store_timestamp)
-    messages = [ReceivedMessage.from_view(v) for v in views[: args.max]]
+    async with admin_of(args) as admin:  # --namesrv: every group holding the topic, merged
+        reply = await admin.query_messages(
+            args.topic, args.key, begin_ms=args.begin_ms, end_ms=args.end_ms, max_num=args.max
+        )
+    messages = [ReceivedMessage.from_view(v) for v in reply.messages]
     if out.as_json:
         out.data([message_dict(m) for m in messages])
     elif not messages:
@@ -258,15 +251,8 @@ async def query_command(args: argparse.Namespace, out: Output) -> int:
 
 
 async def view_command(args: argparse.Namespace, out: Output) -> int:
-    addresses = await brokers_of(args, args.topic or None)
-    for i, address in enumerate(addresses):  # the first group that has it (--namesrv)
-        async with Admin(address, **args.connect) as admin:
-            try:
-                reply = await admin.view_message(args.msg_id, args.topic)
-                break
-            except NotFoundError:
-                if i == len(addresses) - 1:
-                    raise
+    async with admin_of(args) as admin:  # --namesrv: the first group that has it
+        reply = await admin.view_message(args.msg_id, args.topic)
     msg = ReceivedMessage.from_view(reply.message)
     data = message_dict(msg)
     if out.as_json:

@@ -5,6 +5,10 @@ are keyed ``"<topic>@<broker name>"`` (``@`` is not a topic character, so the ke
 topic), in the planning, in Spark's checkpoint (``{"orders@broker-a": {"0": 12}}``) and in the
 partitions; each call on such a key goes to that group's master, as the NameServers route it.
 A group that appears later is read from its earliest offset, as a new queue is.
+
+The sink (``topic_writers.py``) asks ``write_groups`` where a topic takes writes (groups with a
+master, write permission and write queues, in broker name order) and sends each chunk through
+``group_rpc`` to its group's master; the driver ends each group's halves there.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from wharf.client.spark.rpc import BrokerCallError, BrokerRpc, PendingPull, Queu
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
 SEPARATOR = "@"
+PERM_WRITE = 2
 
 
 def split_key(key: str) -> tuple[str, str]:
@@ -45,6 +50,8 @@ class ClusterRpc:
         self._tls = tls
         self._brokers: dict[str, BrokerRpc] = {}  # master address -> its client
         self._masters: dict[str, str] = {}  # broker name -> master address
+        # topic -> [(broker name, write queue nums)] of the groups that take its writes
+        self._writable: dict[str, list[tuple[str, int]]] = {}
 
     @property
     def endpoint(self) -> str:
@@ -69,9 +76,32 @@ class ClusterRpc:
             found = {q.broker_name: masters[q.broker_name] for q in reply.queues
                      if masters.get(q.broker_name)}  # fmt: skip
             self._masters.update(found)
+            self._writable[topic] = sorted(
+                (q.broker_name, q.write_queue_nums)
+                for q in reply.queues
+                if q.broker_name in found and q.write_queue_nums > 0 and q.perm & PERM_WRITE
+            )
             return found
         assert last is not None
         raise BrokerCallError("QueryRoute (NameServer)", self.endpoint, last)
+
+    def write_groups(self, topic: str) -> list[tuple[str, int]]:
+        """(broker name, write queue nums) of the groups taking writes to ``topic``, in broker
+        name order; looked up once per client (a task's rows keep one placement)."""
+        if topic not in self._writable:
+            self._route(topic)
+        groups = self._writable.get(topic, [])
+        if not groups:
+            raise RuntimeError(f"no broker group of the cluster takes writes to {topic!r}")
+        return groups
+
+    def groups_of(self, topic: str) -> list[str]:
+        """The broker names of every group holding ``topic`` now (read or write)."""
+        return sorted(self._route(topic))
+
+    def group_rpc(self, topic: str, broker_name: str) -> BrokerRpc:
+        """The client of ``broker_name``'s master (for calls on ``topic``)."""
+        return self._broker(f"{topic}{SEPARATOR}{broker_name}")[0]
 
     def _broker(self, key: str) -> tuple[BrokerRpc, str]:
         topic, name = split_key(key)

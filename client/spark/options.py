@@ -84,6 +84,9 @@ class WriteOptions:
     timeout_s: float
     credentials: Credentials | None = None  # accessKey/secretKey: signed calls (aclEnable)
     tls: TlsConfig | None = None
+    # A cluster's NameServers instead of endpoints: rows spread over every group's write
+    # queues, each group's halves committed by its own EndTransactions (topic_writers.py).
+    namesrv: str | None = None
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -313,7 +316,8 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     immunity = _positive_int(options, "checkImmunitySec", 3600)
     assert immunity is not None
     return WriteOptions(
-        endpoints=_endpoints(options),
+        endpoints=_endpoints(options, namesrv_ok=True),
+        namesrv=_get(options, "namesrv") or None,
         topic=check_topic_name(topic.strip()) if topic else None,
         batch_size=batch_size,
         max_request_bytes=max_bytes,
