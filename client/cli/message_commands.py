@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 from rich.progress import Progress
 from wharf.client.cli.cluster_commands import admin_of
+from wharf.client.cli.group_commands import parse_timestamp
 from wharf.client.cli.output import Output, message_dict, message_line, proto_dict
 from wharf.client.cli.topic_commands import parse_attributes
 from wharf.client.consumer.pull import PullConsumer
@@ -38,7 +39,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     consume.add_argument("--tags", default="*", help="tag expression, e.g. 'a || b'")
     consume.add_argument("--queue", type=int, help="only this queue")
     consume.add_argument(
-        "--from", dest="start", choices=["beginning", "end", "committed"], default="beginning"
+        "--from",
+        dest="start",
+        type=_start_of,
+        default="beginning",
+        metavar="{beginning,end,committed,TIME}",
+        help="where each queue starts: TIME (epoch ms or ISO 8601, naive = UTC) is the first "
+        "message stored at or after it (with --namesrv, on every group's queues)",
     )
     consume.add_argument("--max", type=int, default=0, help="stop after N messages")
     consume.add_argument("--follow", "-f", action="store_true", help="wait for new messages")
@@ -49,14 +56,30 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     query.add_argument("--topic", required=True)
     query.add_argument("--key", required=True)
     query.add_argument("--max", type=int, default=32)
-    query.add_argument("--begin-ms", type=int, default=0)
-    query.add_argument("--end-ms", type=int, default=0)
+    query.add_argument(
+        "--begin-ms", type=parse_timestamp, default=0, help="stored at/after: epoch ms or ISO 8601"
+    )
+    query.add_argument(
+        "--end-ms", type=parse_timestamp, default=0, help="stored before: epoch ms or ISO 8601"
+    )
     query.set_defaults(run=query_command)
 
     view = sub.add_parser("view", help="show one message by id")
     view.add_argument("--msg-id", required=True, help="offset msg id or unique id (UNIQ_KEY)")
     view.add_argument("--topic", default="", help="required for a unique id")
     view.set_defaults(run=view_command)
+
+
+def _start_of(text: str) -> str | int:
+    """``--from``: a named position, or a time in epoch milliseconds."""
+    if text in ("beginning", "end", "committed"):
+        return text
+    try:
+        return parse_timestamp(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected beginning, end, committed or a time (epoch ms or ISO 8601), got {text!r}"
+        ) from None
 
 
 def _result_dict(result: SendResult) -> dict[str, object]:
@@ -203,7 +226,9 @@ async def _wait_any(
         await asyncio.gather(*polls, return_exceptions=True)
 
 
-async def _start_position(consumer: PullConsumer, queue: MessageQueue, start: str) -> int:
+async def _start_position(consumer: PullConsumer, queue: MessageQueue, start: str | int) -> int:
+    if isinstance(start, int):  # SearchOffset on the queue's own broker (group)
+        return await consumer.offset_for_time(queue, start)
     low, high = await consumer.bounds(queue)
     if start == "end":
         return high
