@@ -7,15 +7,18 @@ robin per topic; a group that failed a send, or answered slowly, is avoided for 
 15000 ms avoided 30 / 60 / 120 / 180 / 600 s); retries go to another group, and each attempt
 gets ``remaining deadline / attempts left`` so a dead broker cannot eat the whole send timeout
 (RocketMQ #8997). A selector picks among (broker, queue) pairs of every group and the message
-stays on its group (ordered messages never fail over). Routes are cached and refreshed every
-``route_ttl_s`` (30 s, as RocketMQ clients poll) and at once after a failed send; a dead
-broker's route is gone from the NameServers within milliseconds, so the refresh skips it.
+stays on its group (ordered messages never fail over). Routes are cached and dropped when the
+NameServer pushes a change of the topic's route (``wharf.client.route_watch``: WatchRoutes;
+a dead broker's route changes within milliseconds), and at once after a failed send; while
+the watch is broken they expire after ``route_ttl_s`` (30 s, RocketMQ's poll) instead.
 
 Consumption (``ClusterConsumers``): one single-broker ``PushConsumer`` per master holding a
 subscribed topic, each rebalancing that broker's queues among the group's members (every
 member reaches every broker, so every (broker, queue) has exactly one owner in the group);
-offsets live on each queue's broker. The set of masters follows the routes (checked every
-``route_refresh_s``, 5 s): a new group gets a consumer, a vanished one's consumer is closed.
+offsets live on each queue's broker. The set of masters follows the routes: reconciled when
+the NameServer pushes a change of a subscribed topic's route (within ~1 s), polled every
+``route_refresh_s`` (5 s) only while the watch is broken; a new group gets a consumer, a
+vanished one's consumer is closed.
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ from typing import Any, Generic, TypeVar
 from wharf.client.errors import NotFoundError, WharfError
 from wharf.client.message import MessageQueue
 from wharf.client.namesrv import NameServerClient, TopicRoute
+from wharf.client.route_watch import RouteWatch
 from wharf.client.selector import MessageQueueSelector
 
 log = logging.getLogger("wharf.client.cluster")
 
 PERM_READ, PERM_WRITE = 4, 2
+WAKE_S = 0.5  # how often a consumer's route follower checks whether the watch broke
 FAILURE_ISOLATION_S = 30.0
 # RocketMQ's MQFaultStrategy: latency (ms) at least -> not available for (s).
 LATENCY_TIERS = ((15000, 600.0), (3000, 180.0), (2000, 120.0), (1000, 60.0), (550, 30.0))
@@ -112,13 +117,23 @@ class ClusterSender(Generic[C]):
         self.faults = FaultTolerance()
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._next: dict[str, int] = {}
+        self.watch = RouteWatch(self.namesrv, self._route_changed)
+
+    def _route_changed(self, topic: str, version: int) -> None:
+        cached = self._routes.get(topic)
+        if cached is not None and cached[1].version != version:
+            del self._routes[topic]
 
     async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
         cached = self._routes.get(topic)
         now = time.monotonic()
-        if cached is None or refresh or now - cached[0] > self.route_ttl_s:
+        expired = cached is not None and (
+            not self.watch.healthy and now - cached[0] > self.route_ttl_s
+        )
+        if cached is None or refresh or expired:
             route = await self.namesrv.query_route(topic)
             self._routes[topic] = (now, route)
+            self.watch.add([topic])
             return route
         return cached[1]
 
@@ -210,6 +225,7 @@ class ClusterSender(Generic[C]):
         return await self._clients.get(groups[0][1])
 
     async def close(self) -> None:
+        await self.watch.close()
         await self._clients.close()
         await self.namesrv.close()
 
@@ -229,10 +245,17 @@ class ClusterConsumers(Generic[C]):
         self._clients: _Clients[C] = _Clients(make_consumer)
         self.route_refresh_s = route_refresh_s
         self._task: asyncio.Task[None] | None = None
+        self.watch = RouteWatch(self.namesrv, self._route_changed)
+        self._versions: dict[str, int] = {}  # the route version each topic was reconciled at
+        self._changed = asyncio.Event()
 
     @property
     def consumers(self) -> dict[str, C]:
         return dict(self._clients.by_address)
+
+    def _route_changed(self, topic: str, version: int) -> None:
+        if self._versions.get(topic) != version:
+            self._changed.set()
 
     async def start(self) -> None:
         await self.reconcile()
@@ -241,11 +264,15 @@ class ClusterConsumers(Generic[C]):
     async def reconcile(self) -> None:
         """Start a consumer on each master that holds a subscribed topic, close the others."""
         masters: set[str] = set()
-        for topic in self._topics():
+        topics = self._topics()
+        self.watch.add(topics)
+        for topic in topics:
             try:
                 route = await self.namesrv.query_route(topic)
             except NotFoundError:
+                self._versions[topic] = 0
                 continue
+            self._versions[topic] = route.version
             masters |= {g.master for g in route.groups.values() if g.master}
         for address in sorted(masters - set(self._clients.by_address)):
             log.info("consuming from broker %s", address)
@@ -255,8 +282,18 @@ class ClusterConsumers(Generic[C]):
             await self._clients.close(address)
 
     async def _follow(self) -> None:
+        """Reconcile on a pushed change; poll every ``route_refresh_s`` while the watch is
+        broken."""
+        loop = asyncio.get_running_loop()
+        last = loop.time()
         while True:
-            await asyncio.sleep(self.route_refresh_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), WAKE_S)
+            polling = not self.watch.healthy and loop.time() - last >= self.route_refresh_s
+            if not (self._changed.is_set() or polling):
+                continue
+            self._changed.clear()
+            last = loop.time()
             try:
                 await self.reconcile()
             except asyncio.CancelledError:
@@ -273,6 +310,7 @@ class ClusterConsumers(Generic[C]):
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        await self.watch.close()
         await self._clients.close()
         await self.namesrv.close()
 
@@ -285,10 +323,20 @@ class ClusterQueues(Generic[C]):
         self.namesrv = NameServerClient(namesrv)
         self._clients: _Clients[C] = _Clients(make_client)
         self._masters: dict[str, str] = {}  # broker name -> master address
+        self._versions: dict[str, int] = {}  # topic -> the route version _masters came from
+        self.watch = RouteWatch(self.namesrv, self._route_changed)
+
+    def _route_changed(self, topic: str, version: int) -> None:
+        """A topic's route moved: forget the masters (looked up again on the next call)."""
+        if self._versions.get(topic, version) != version:
+            self._masters.clear()
+            self._versions.clear()
 
     async def queues(self, topic: str) -> list[MessageQueue]:
         """The readable queues of every group whose master holds the topic."""
         route = await self.namesrv.query_route(topic)
+        self._versions[topic] = route.version
+        self.watch.add([topic])
         out = []
         for name, queues in sorted(route.queues.items()):
             group = route.groups.get(name)
@@ -311,5 +359,6 @@ class ClusterQueues(Generic[C]):
         return await self._clients.get(address), MessageQueue(queue.topic, queue.queue_id)
 
     async def close(self) -> None:
+        await self.watch.close()
         await self._clients.close()
         await self.namesrv.close()

@@ -3,7 +3,8 @@
 ``namesrv`` is RocketMQ's ``namesrvAddr``: ``"host:port;host2:port2"`` (env ``NAMESRV_ADDR``).
 NameServers are stateless copies of each other: a call goes to the one that answered last and
 moves on to the next on UNAVAILABLE or a deadline, so a dead NameServer costs one timeout
-(``call_timeout_s``, 3 s) once, not on every call.
+(``call_timeout_s``, 3 s) once, not on every call. ``watch`` opens a WatchRoutes stream
+(``wharf.client.route_watch`` follows it).
 """
 
 from __future__ import annotations
@@ -92,6 +93,18 @@ class NameServerClient:
         reply = await self._call("QueryRoute", namesrv_pb2.QueryTopicRouteRequest(topic=topic))
         assert isinstance(reply, namesrv_pb2.TopicRoute)
         return TopicRoute.from_proto(reply)
+
+    def watch(self, topics: list[str]) -> tuple[str, grpc.aio.UnaryStreamCall]:
+        """Open a WatchRoutes stream for ``topics`` on the NameServer that answered last (the
+        next one on each call after a failure: ``watch_failed``): (its address, the call)."""
+        address = self.addresses[self._index]
+        call = self._stub(address).WatchRoutes(namesrv_pb2.WatchRoutesRequest(topics=topics))
+        return address, call
+
+    def watch_failed(self, address: str) -> None:
+        """The watch on ``address`` broke: the next ``watch`` (and call) tries another."""
+        if self.addresses[self._index] == address:
+            self._index = (self._index + 1) % len(self.addresses)
 
     async def cluster_info(self) -> list[namesrv_pb2.BrokerInfo]:
         reply = await self._call("GetClusterInfo", namesrv_pb2.GetClusterInfoRequest())

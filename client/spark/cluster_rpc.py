@@ -6,6 +6,12 @@ topic), in the planning, in Spark's checkpoint (``{"orders@broker-a": {"0": 12}}
 partitions; each call on such a key goes to that group's master, as the NameServers route it.
 A group that appears later is read from its earliest offset, as a new queue is.
 
+The cached broker name -> master address map follows the NameServers' pushed route changes
+(``_RouteWatch``: a daemon thread on a WatchRoutes stream of the routed topics): when a topic's
+route moves (a group's master restarted elsewhere, left, came back) the map is forgotten and
+looked up again on the next call; the sink's placement (``write_groups``) stays as a task
+first saw it. The watch reopens on the next NameServer every second while it is broken.
+
 The sink (``topic_writers.py``) asks ``write_groups`` where a topic takes writes (groups with a
 master, write permission and write queues, in broker name order) and sends each chunk through
 ``group_rpc`` to its group's master; the driver ends each group's halves there.
@@ -13,8 +19,11 @@ master, write permission and write queues, in broker name order) and sends each 
 
 from __future__ import annotations
 
+import contextlib
 import random
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -31,6 +40,67 @@ def split_key(key: str) -> tuple[str, str]:
     """``"orders@broker-a"`` -> ("orders", "broker-a"); a plain topic -> (topic, "")."""
     topic, _, broker = key.partition(SEPARATOR)
     return topic, broker
+
+
+class _RouteWatch:
+    """WatchRoutes for a growing set of topics on a daemon thread; ``on_change(topic,
+    version)`` for each pushed change (and once per topic when a stream opens)."""
+
+    RETRY_S = 1.0
+
+    def __init__(self, addresses: list[str], on_change: Callable[[str, int], None]) -> None:
+        self._addresses = addresses
+        self._on_change = on_change
+        self._topics: set[str] = set()
+        self._lock = threading.Lock()
+        self._call: Any = None
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def add(self, topic: str) -> None:
+        with self._lock:
+            if topic in self._topics or self._stopped:
+                return
+            self._topics.add(topic)
+            call = self._call
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="wharf-route-watch",
+                                                daemon=True)  # fmt: skip
+                self._thread.start()
+        if call is not None:
+            call.cancel()  # reopen with the new topic
+
+    def _run(self) -> None:
+        index = 0
+        while not self._stopped:
+            address = self._addresses[index % len(self._addresses)]
+            with grpc.insecure_channel(address) as channel:
+                stub = namesrv_pb2_grpc.NameServiceStub(channel)
+                with self._lock:
+                    if self._stopped:
+                        return
+                    request = namesrv_pb2.WatchRoutesRequest(topics=sorted(self._topics))
+                    self._call = call = stub.WatchRoutes(request)
+                try:
+                    for change in call:
+                        self._on_change(change.topic, change.version)
+                    broken = True  # the NameServer ended the stream
+                except grpc.RpcError as exc:
+                    broken = exc.code() != grpc.StatusCode.CANCELLED  # else: a new topic
+                finally:
+                    with self._lock:
+                        self._call = None
+            if broken and not self._stopped:
+                index += 1
+                time.sleep(self.RETRY_S)
+
+    def close(self) -> None:
+        with self._lock:
+            self._stopped = True
+            call = self._call
+        if call is not None:
+            with contextlib.suppress(Exception):
+                call.cancel()
 
 
 class ClusterRpc:
@@ -52,6 +122,15 @@ class ClusterRpc:
         self._masters: dict[str, str] = {}  # broker name -> master address
         # topic -> [(broker name, write queue nums)] of the groups that take its writes
         self._writable: dict[str, list[tuple[str, int]]] = {}
+        self._versions: dict[str, int] = {}  # topic -> route version _masters has seen
+        self._watch = _RouteWatch(list(self._namesrv), self._route_changed)
+
+    def _route_changed(self, topic: str, version: int) -> None:
+        """A pushed change (watch thread): forget the masters if the topic's route moved."""
+        seen = self._versions.get(topic)
+        if seen is not None and seen != version:
+            self._masters.clear()
+            self._versions.clear()
 
     @property
     def endpoint(self) -> str:
@@ -76,11 +155,16 @@ class ClusterRpc:
             found = {q.broker_name: masters[q.broker_name] for q in reply.queues
                      if masters.get(q.broker_name)}  # fmt: skip
             self._masters.update(found)
-            self._writable[topic] = sorted(
-                (q.broker_name, q.write_queue_nums)
-                for q in reply.queues
-                if q.broker_name in found and q.write_queue_nums > 0 and q.perm & PERM_WRITE
-            )
+            self._versions[topic] = reply.version
+            self._watch.add(topic)
+            self._writable.setdefault(
+                topic,
+                sorted(
+                    (q.broker_name, q.write_queue_nums)
+                    for q in reply.queues
+                    if q.broker_name in found and q.write_queue_nums > 0 and q.perm & PERM_WRITE
+                ),
+            )  # a task's placement keeps the groups it first saw
             return found
         assert last is not None
         raise BrokerCallError("QueryRoute (NameServer)", self.endpoint, last)
@@ -141,6 +225,7 @@ class ClusterRpc:
         rpc.update_consumer_offset(group, topic, queue_id, offset)
 
     def close(self) -> None:
+        self._watch.close()
         for rpc in self._brokers.values():
             rpc.close()
         self._brokers.clear()

@@ -148,3 +148,43 @@ def test_queue_ids_number_the_groups_queues_in_turn(spark, cluster) -> None:
         bad.write.format("wharf").option("namesrv", namesrv).option("topic", "placed").mode(
             "append"
         ).save()
+
+
+def test_a_group_s_new_master_address_is_followed_without_a_failed_call(cluster) -> None:
+    """The source/sink client caches broker name -> master address; a pushed route change
+    (broker-a restarted on another port) makes it look the address up again."""
+    from wharf.client.spark.cluster_rpc import ClusterRpc
+
+    namesrv, brokers = cluster
+    with ClusterRpc(namesrv, timeout_s=5.0) as rpc:
+        assert len(rpc.queue_bounds("placed")) == 4
+        assert rpc.search_offset("placed@broker-a", 0, 0) == 0
+        old = brokers["broker-a"].endpoint
+        brokers["broker-a"].stop()
+        brokers["broker-a"].start()
+        new = brokers["broker-a"].endpoint
+        assert new != old
+        deadline = time.monotonic() + 5
+        while _master_of(namesrv, "placed", "broker-a") != new:  # registered again
+            assert time.monotonic() < deadline, "broker-a did not register again"
+            time.sleep(0.02)
+        while rpc._masters.get("broker-a") != new and time.monotonic() < deadline:
+            # the watch forgets the old address; the next call looks the new one up
+            if "broker-a" not in rpc._masters:
+                assert rpc.search_offset("placed@broker-a", 0, 0) == 0
+            time.sleep(0.02)
+        assert rpc._masters.get("broker-a") == new
+        assert rpc.search_offset("placed@broker-a", 1, 0) == 0
+
+
+def _master_of(namesrv: str, topic: str, broker: str) -> str:
+    import grpc
+    from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
+
+    with grpc.insecure_channel(namesrv) as channel:
+        stub = namesrv_pb2_grpc.NameServiceStub(channel)
+        try:
+            reply = stub.QueryRoute(namesrv_pb2.QueryTopicRouteRequest(topic=topic), timeout=5)
+        except grpc.RpcError:
+            return ""
+    return next((b.addresses.get(0, "") for b in reply.brokers if b.broker_name == broker), "")
