@@ -118,11 +118,58 @@ class ClusterSender(Generic[C]):
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._next: dict[str, int] = {}
         self.watch = RouteWatch(self.namesrv, self._route_changed)
+        self._kept: list[str] = []  # topics whose every master keeps a started client
+        self._kept_versions: dict[str, int] = {}
+        self._connecting: asyncio.Task[None] | None = None
+        self._connect_again = False
 
     def _route_changed(self, topic: str, version: int) -> None:
         cached = self._routes.get(topic)
         if cached is not None and cached[1].version != version:
             del self._routes[topic]
+        if topic in self._kept and self._kept_versions.get(topic) != version:
+            self._connect_again = True  # a pass running now may have read the old route
+            if self._connecting is None or self._connecting.done():
+                self._connecting = asyncio.get_running_loop().create_task(self._follow_kept())
+
+    async def _follow_kept(self) -> None:
+        while self._connect_again:
+            self._connect_again = False
+            await self._connect_kept()
+
+    async def keep_connected(self, topics: list[str]) -> None:
+        """Start a client on every master holding ``topics`` now, and on each master that
+        joins their routes later (a transaction checker's listeners)."""
+        self._kept = sorted(set(topics))
+        await self._connect_kept()
+        self.watch.add(self._kept)
+
+    async def _connect_kept(self) -> None:
+        for topic in self._kept:
+            try:
+                route = await self.namesrv.query_route(topic)
+            except NotFoundError:
+                continue
+            except WharfError as exc:
+                log.warning("connecting to the masters of %s: %s", topic, exc)
+                continue
+            self._kept_versions[topic] = route.version
+            for group in route.groups.values():
+                if group.master:
+                    await self._clients.get(group.master)
+
+    async def first_answer(self, topic: str, call: Callable[[C], Awaitable[R]]) -> R:
+        """``call`` on the masters of the topic's groups in turn: the first that does not
+        answer NotFoundError (calls naming a message only its broker holds)."""
+        route = await self.route(topic, refresh=True)
+        masters = sorted(g.master for g in route.groups.values() if g.master)
+        last: NotFoundError | None = None
+        for address in masters:
+            try:
+                return await call(await self._clients.get(address))
+            except NotFoundError as exc:
+                last = exc
+        raise last or NotFoundError(f"no live master holds {topic!r}")
 
     async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
         cached = self._routes.get(topic)
@@ -226,6 +273,10 @@ class ClusterSender(Generic[C]):
 
     async def close(self) -> None:
         await self.watch.close()
+        if self._connecting is not None:
+            self._connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._connecting
         await self._clients.close()
         await self.namesrv.close()
 
