@@ -108,8 +108,10 @@ class ClusterSender(Generic[C]):
         send_timeout: float,
         retry_times: int,
         route_ttl_s: float = 30.0,
+        connect: dict[str, Any] | None = None,
     ) -> None:
-        self.namesrv = NameServerClient(namesrv)
+        """``connect``: TLS and keys for the NameServers (``NameServerClient``'s arguments)."""
+        self.namesrv = NameServerClient(namesrv, **(connect or {}))
         self._clients: _Clients[C] = _Clients(make_client)
         self.send_timeout = send_timeout
         self.retry_times = retry_times
@@ -290,8 +292,9 @@ class ClusterConsumers(Generic[C]):
         topics: Callable[[], list[str]],
         make_consumer: Callable[[str], C],
         route_refresh_s: float = 5.0,
+        connect: dict[str, Any] | None = None,
     ) -> None:
-        self.namesrv = NameServerClient(namesrv)
+        self.namesrv = NameServerClient(namesrv, **(connect or {}))
         self._topics = topics
         self._clients: _Clients[C] = _Clients(make_consumer)
         self.route_refresh_s = route_refresh_s
@@ -370,8 +373,13 @@ class ClusterQueues(Generic[C]):
     """Queues of every group as (topic, queue, broker name), and the started single-broker
     client of the master that serves each (``PullConsumer(namesrv=...)``)."""
 
-    def __init__(self, namesrv: str, make_client: Callable[[str], C]) -> None:
-        self.namesrv = NameServerClient(namesrv)
+    def __init__(
+        self,
+        namesrv: str,
+        make_client: Callable[[str], C],
+        connect: dict[str, Any] | None = None,
+    ) -> None:
+        self.namesrv = NameServerClient(namesrv, **(connect or {}))
         self._clients: _Clients[C] = _Clients(make_client)
         self._masters: dict[str, str] = {}  # broker name -> master address
         self._versions: dict[str, int] = {}  # topic -> the route version _masters came from

@@ -64,8 +64,10 @@ class ClusterAdmin(Admin):
         return self
 
     async def start(self) -> None:
-        if self._ns is None:
-            self._ns = NameServerClient(self.namesrv)
+        if self._ns is None:  # the NameServers with the brokers' TLS and keys
+            self._ns = NameServerClient(
+                self.namesrv, tls=self.tls, access_key=self._keys[0], secret_key=self._keys[1]
+            )
 
     async def close(self) -> None:
         admins, self._admins = self._admins, {}

@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 
 import grpc
-from wharf.client.channel import open_channel
+from wharf.client.channel import TlsConfig, open_channel
 from wharf.client.errors import InvalidArgumentError, from_rpc_error
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
@@ -59,16 +59,27 @@ class TopicRoute:
 
 
 class NameServerClient:
-    def __init__(self, namesrv: str, call_timeout_s: float = 3.0) -> None:
+    def __init__(
+        self,
+        namesrv: str,
+        call_timeout_s: float = 3.0,
+        *,
+        tls: TlsConfig | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+    ) -> None:
+        """``tls`` / ``access_key`` / ``secret_key``: as the brokers' (a NameServer with
+        tlsEnable / aclEnable; keys default to the environment's WHARF_ACCESS_KEY / ...)."""
         self.addresses = parse_namesrv(namesrv)
         self._index = random.randrange(len(self.addresses))  # spread clients over them
         self._timeout = call_timeout_s
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._connect = {"tls": tls, "access_key": access_key, "secret_key": secret_key}
 
     def _stub(self, address: str) -> namesrv_pb2_grpc.NameServiceStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = open_channel(address)
+            channel = self._channels[address] = open_channel(address, **self._connect)  # type: ignore[arg-type]
         return namesrv_pb2_grpc.NameServiceStub(channel)
 
     async def _call(self, method: str, request: object) -> object:

@@ -161,6 +161,7 @@ class Producer:
                 lambda address: Producer(address, **options),  # type: ignore[arg-type]
                 send_timeout,
                 retry_times,
+                connect={"tls": options["tls"], "access_key": access_key, "secret_key": secret_key},
             )
         if transport not in ("stream", "unary"):
             raise InvalidArgumentError(f"transport must be 'stream' or 'unary', got {transport!r}")

@@ -23,7 +23,7 @@ def namesrv_of(args: argparse.Namespace) -> NameServerClient:
         raise InvalidArgumentError(
             "this command needs --namesrv HOST:PORT[;HOST:PORT] (env NAMESRV_ADDR)"
         )
-    return NameServerClient(args.namesrv)
+    return NameServerClient(args.namesrv, **args.connect)  # TLS as the brokers'; keys: env
 
 
 def admin_of(args: argparse.Namespace, cluster: str | None = None) -> Admin:

@@ -76,6 +76,8 @@ class PullConsumer:
                     address, group, access_key=access_key, secret_key=secret_key,
                     tls=tls_config(tls, ca_file, cert_file, key_file),
                 ),
+                connect={"tls": tls_config(tls, ca_file, cert_file, key_file),
+                         "access_key": access_key, "secret_key": secret_key},
             )  # fmt: skip
         self.endpoints = endpoints
         self._keys = (access_key, secret_key)

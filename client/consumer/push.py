@@ -139,6 +139,7 @@ class PushConsumer:
                 namesrv,
                 lambda: list(self._subscriptions),
                 lambda address: self._broker_consumer(address, options),
+                connect={"tls": options["tls"], "access_key": access_key, "secret_key": secret_key},
             )
         models = {"CLUSTERING": CLUSTERING, "BROADCASTING": BROADCASTING}
         wheres = {

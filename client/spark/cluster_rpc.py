@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
-from wharf.client.auth import Credentials
+from wharf.client.auth import Credentials, sign_sync_channel
 from wharf.client.channel import TlsConfig
 from wharf.client.spark.rpc import BrokerCallError, BrokerRpc, PendingPull, QueueBounds
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
@@ -48,7 +48,13 @@ class _RouteWatch:
 
     RETRY_S = 1.0
 
-    def __init__(self, addresses: list[str], on_change: Callable[[str, int], None]) -> None:
+    def __init__(
+        self,
+        addresses: list[str],
+        on_change: Callable[[str, int], None],
+        dial: Callable[[str], grpc.Channel] = grpc.insecure_channel,
+    ) -> None:
+        self._dial = dial
         self._addresses = addresses
         self._on_change = on_change
         self._topics: set[str] = set()
@@ -74,7 +80,8 @@ class _RouteWatch:
         index = 0
         while not self._stopped:
             address = self._addresses[index % len(self._addresses)]
-            with grpc.insecure_channel(address) as channel:
+            channel = self._dial(address)
+            try:
                 stub = namesrv_pb2_grpc.NameServiceStub(channel)
                 with self._lock:
                     if self._stopped:
@@ -90,6 +97,8 @@ class _RouteWatch:
                 finally:
                     with self._lock:
                         self._call = None
+            finally:
+                channel.close()
             if broken and not self._stopped:
                 index += 1
                 time.sleep(self.RETRY_S)
@@ -123,7 +132,16 @@ class ClusterRpc:
         # topic -> [(broker name, write queue nums)] of the groups that take its writes
         self._writable: dict[str, list[tuple[str, int]]] = {}
         self._versions: dict[str, int] = {}  # topic -> route version _masters has seen
-        self._watch = _RouteWatch(list(self._namesrv), self._route_changed)
+        self._watch = _RouteWatch(list(self._namesrv), self._route_changed, self._dial)
+
+    def _dial(self, address: str) -> grpc.Channel:
+        """A channel to a NameServer: TLS and signing as the brokers' (options tls / caFile,
+        accessKey / secretKey)."""
+        if self._tls is not None:
+            plain = grpc.secure_channel(address, self._tls.credentials())
+        else:
+            plain = grpc.insecure_channel(address)
+        return sign_sync_channel(plain, self._credentials)
 
     def _route_changed(self, topic: str, version: int) -> None:
         """A pushed change (watch thread): forget the masters if the topic's route moved."""
@@ -140,17 +158,24 @@ class ClusterRpc:
         """broker name -> master address of the groups that hold ``topic`` ({}: none)."""
         last: grpc.RpcError | None = None
         for address in self._namesrv:
-            with grpc.insecure_channel(address) as channel:
+            channel = self._dial(address)
+            try:
                 stub = namesrv_pb2_grpc.NameServiceStub(channel)
-                try:
-                    reply = stub.QueryRoute(
-                        namesrv_pb2.QueryTopicRouteRequest(topic=topic), timeout=5.0
-                    )
-                except grpc.RpcError as exc:
-                    if exc.code() == grpc.StatusCode.NOT_FOUND:
-                        return {}
-                    last = exc
-                    continue
+                reply = stub.QueryRoute(
+                    namesrv_pb2.QueryTopicRouteRequest(topic=topic), timeout=5.0
+                )
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                    return {}
+                if exc.code() not in (
+                    grpc.StatusCode.UNAVAILABLE,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                ):
+                    raise BrokerCallError("QueryRoute (NameServer)", address, exc) from None
+                last = exc
+                continue
+            finally:
+                channel.close()
             masters = {b.broker_name: b.addresses.get(0, "") for b in reply.brokers}
             found = {q.broker_name: masters[q.broker_name] for q in reply.queues
                      if masters.get(q.broker_name)}  # fmt: skip
