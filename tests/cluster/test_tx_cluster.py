@@ -7,6 +7,8 @@ recalled on whichever group holds it."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 from wharf.client import Producer
@@ -15,6 +17,7 @@ from wharf.client.errors import NotFoundError
 
 from tests.cluster.test_namesrv import cli, route, wait_for
 from tests.cluster.test_official_client_cluster import stored
+from tests.harness import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -82,3 +85,32 @@ async def test_transactions_and_recall_over_two_groups(cluster) -> None:  # type
             assert await producer.recall("tx", result.recall_handle) == result.msg_id
         with pytest.raises(NotFoundError):
             await producer.recall("tx", timed[0].recall_handle)
+
+    # Halves left open with no checker alive: an operator lists and commits them by hand
+    # through the cluster (transaction ids are per broker: the list names it, commit takes it).
+    async with Producer(namesrv=ns) as quitter:
+        tx = quitter.transaction()
+        for i in range(4):
+            await tx.send("tx", f"by-hand-{i}")
+    halves = await asyncio.to_thread(cli, ns, "tx", "list", "--topic", "tx")
+    assert len(halves) == 4 and {h["broker_name"] for h in halves} == {"broker-a", "broker-b"}
+    refused = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "wharf.client.cli.main", "--namesrv", ns, "tx", "commit",
+         halves[0]["transaction_id"]],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "name the broker" in refused.stderr
+    for half in halves:
+        done = await asyncio.to_thread(
+            cli, ns, "tx", "commit", half["transaction_id"], "--broker", half["broker_name"]
+        )
+        assert done["resolution"]
+    for _ in range(50):  # the committed copies are dispatched asynchronously
+        seen = await _visible(brokers, "tx")
+        if sum(b.startswith(b"by-hand") for v in seen.values() for b in v) == 4:
+            break
+        await asyncio.sleep(0.1)
+    assert sorted(b for v in seen.values() for b in v if b.startswith(b"by-hand")) == [
+        f"by-hand-{i}".encode() for i in range(4)
+    ]
