@@ -49,12 +49,14 @@ class Admin:
         cert_file: str | None = None,
         key_file: str | None = None,
         namesrv: str | None = None,
+        namesrv_tls: bool = False,
     ) -> None:
         """``access_key`` / ``secret_key``: sign calls for an aclEnable broker (default: the
         environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY). TLS arguments as the Producer's
         (``wharf.client.channel.tls_config``). ``namesrv``: a cluster's NameServers instead
-        of one broker (``wharf.client.cluster_admin``)."""
-        del namesrv  # taken by __new__
+        of one broker (``wharf.client.cluster_admin``); ``namesrv_tls``: dial them over TLS
+        too."""
+        del namesrv, namesrv_tls  # taken by __new__ (ClusterAdmin)
         self.endpoints = endpoints
         self._keys = (access_key, secret_key)
         self.tls = tls_config(tls, ca_file, cert_file, key_file)

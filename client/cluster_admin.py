@@ -47,6 +47,7 @@ class ClusterAdmin(Admin):
         endpoints: str = "",
         *,
         namesrv: str | None = None,
+        namesrv_tls: bool = False,
         cluster: str | None = None,
         **connect: Any,
     ) -> None:
@@ -54,6 +55,7 @@ class ClusterAdmin(Admin):
             raise InvalidArgumentError("ClusterAdmin needs namesrv='host:port;host2:port2'")
         super().__init__(endpoints or namesrv, **connect)
         self.namesrv = namesrv
+        self.namesrv_tls = namesrv_tls
         self.cluster = cluster
         self._connect = connect
         self._ns: NameServerClient | None = None
@@ -64,9 +66,12 @@ class ClusterAdmin(Admin):
         return self
 
     async def start(self) -> None:
-        if self._ns is None:  # the NameServers with the brokers' TLS and keys
+        if self._ns is None:  # the NameServers with the brokers' keys (and TLS: namesrv_tls)
             self._ns = NameServerClient(
-                self.namesrv, tls=self.tls, access_key=self._keys[0], secret_key=self._keys[1]
+                self.namesrv,
+                tls=self.tls if self.namesrv_tls else None,
+                access_key=self._keys[0],
+                secret_key=self._keys[1],
             )
 
     async def close(self) -> None:

@@ -141,6 +141,7 @@ class Producer:
         cert_file: str | None = None,
         key_file: str | None = None,
         namesrv: str | None = None,
+        namesrv_tls: bool = False,
     ) -> None:
         self._cluster: ClusterSender[Producer] | None = None
         if namesrv:
@@ -161,7 +162,11 @@ class Producer:
                 lambda address: Producer(address, **options),  # type: ignore[arg-type]
                 send_timeout,
                 retry_times,
-                connect={"tls": options["tls"], "access_key": access_key, "secret_key": secret_key},
+                connect={
+                    "tls": options["tls"] if namesrv_tls else None,
+                    "access_key": access_key,
+                    "secret_key": secret_key,
+                },
             )
         if transport not in ("stream", "unary"):
             raise InvalidArgumentError(f"transport must be 'stream' or 'unary', got {transport!r}")

@@ -18,19 +18,26 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     listing.set_defaults(run=cluster_list)
 
 
-def namesrv_of(args: argparse.Namespace) -> NameServerClient:
+def need_namesrv(args: argparse.Namespace) -> None:
     if not args.namesrv:
         raise InvalidArgumentError(
             "this command needs --namesrv HOST:PORT[;HOST:PORT] (env NAMESRV_ADDR)"
         )
-    return NameServerClient(args.namesrv, **args.connect)  # TLS as the brokers'; keys: env
+
+
+def namesrv_of(args: argparse.Namespace) -> NameServerClient:
+    need_namesrv(args)
+    tls = args.connect["tls"] if args.namesrv_tls else None  # keys: the environment's
+    return NameServerClient(args.namesrv, tls=tls)
 
 
 def admin_of(args: argparse.Namespace, cluster: str | None = None) -> Admin:
     """The admin client of a command: ``--endpoints``'s broker, or with ``--namesrv`` every
     master of the cluster (``ClusterAdmin``: writes on each group, reads merged)."""
     if args.namesrv:
-        return ClusterAdmin(namesrv=args.namesrv, cluster=cluster, **args.connect)
+        return ClusterAdmin(
+            namesrv=args.namesrv, namesrv_tls=args.namesrv_tls, cluster=cluster, **args.connect
+        )
     return Admin(args.endpoints, **args.connect)
 
 

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 from rich.progress import Progress
 from wharf.client.cli.cluster_commands import admin_of
@@ -82,6 +83,13 @@ def _start_of(text: str) -> str | int:
         ) from None
 
 
+def _where(args: argparse.Namespace) -> dict[str, Any]:
+    """A client's target: ``--endpoints``, or ``--namesrv`` (TLS to it with ``--namesrv-tls``)."""
+    if args.namesrv:
+        return {"namesrv": args.namesrv, "namesrv_tls": args.namesrv_tls}
+    return {"endpoints": args.endpoints}
+
+
 def _result_dict(result: SendResult) -> dict[str, object]:
     return {
         "status": result.status.name,
@@ -121,7 +129,7 @@ async def send_command(args: argparse.Namespace, out: Output) -> int:
         queue_id=args.queue,
     )
     # --namesrv: the sends spread over the topic's broker groups (Producer(namesrv=)).
-    where = {"namesrv": args.namesrv} if args.namesrv else {"endpoints": args.endpoints}
+    where = _where(args)
     async with Producer(group="wharf-cli", **where, **args.connect) as producer:
         if args.file or args.body is not None:
             if args.file:
@@ -171,7 +179,7 @@ async def consume_command(args: argparse.Namespace, out: Output) -> int:
     if args.max < 0:
         raise ValueError("--max must be >= 0")
     # --namesrv: the queues of every group of the cluster, each read from its master.
-    where = {"namesrv": args.namesrv} if args.namesrv else {"endpoints": args.endpoints}
+    where = _where(args)
     async with PullConsumer(group=args.group, **where, **args.connect) as consumer:
         queues = await consumer.queues(args.topic)
         if args.queue is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from wharf.client.admin import Admin
-from wharf.client.cli.cluster_commands import admin_of, namesrv_of
+from wharf.client.cli.cluster_commands import admin_of, need_namesrv
 from wharf.client.cli.output import Output, fmt_ms, proto_dict
 from wharf.client.cluster_admin import ClusterAdmin
 
@@ -110,8 +110,9 @@ async def _create_on_masters(args: argparse.Namespace, out: Output) -> int:
     """RocketMQ's ``updateTopic -c CLUSTER`` / ``-b BROKER``: the topic on every master of the
     cluster (all clusters the NameServers know without either), or on one group's master; a
     master that has it already counts as done."""
-    namesrv_of(args)  # --cluster / --broker need --namesrv
-    async with ClusterAdmin(namesrv=args.namesrv, cluster=args.cluster, **args.connect) as admin:
+    need_namesrv(args)  # --cluster / --broker
+    async with admin_of(args, args.cluster) as admin:
+        assert isinstance(admin, ClusterAdmin)
         made = await admin.create_topic_on_masters(
             args.name,
             broker=args.broker,

@@ -121,7 +121,11 @@ class ClusterRpc:
         timeout_s: float = 30.0,
         credentials: Credentials | None = None,
         tls: TlsConfig | None = None,
+        namesrv_tls: bool = False,
     ) -> None:
+        """``tls`` for the brokers, and for the NameServers too with ``namesrv_tls``;
+        ``credentials`` sign both."""
+        self._namesrv_tls = tls if namesrv_tls else None
         self._namesrv = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
         random.shuffle(self._namesrv)  # spread executors over the NameServers
         self._timeout = timeout_s
@@ -135,10 +139,10 @@ class ClusterRpc:
         self._watch = _RouteWatch(list(self._namesrv), self._route_changed, self._dial)
 
     def _dial(self, address: str) -> grpc.Channel:
-        """A channel to a NameServer: TLS and signing as the brokers' (options tls / caFile,
-        accessKey / secretKey)."""
-        if self._tls is not None:
-            plain = grpc.secure_channel(address, self._tls.credentials())
+        """A channel to a NameServer: signed as the brokers' calls (accessKey / secretKey),
+        over TLS with option namesrvTls (the tls / caFile options)."""
+        if self._namesrv_tls is not None:
+            plain = grpc.secure_channel(address, self._namesrv_tls.credentials())
         else:
             plain = grpc.insecure_channel(address)
         return sign_sync_channel(plain, self._credentials)
@@ -266,7 +270,7 @@ def connect(opts: Any) -> BrokerRpc | ClusterRpc:
     """The source's client: one broker (``endpoints``) or a cluster (``namesrv``)."""
     namesrv = getattr(opts, "namesrv", None)
     if namesrv:
-        return ClusterRpc(namesrv, opts.timeout_s, opts.credentials, opts.tls)
+        return ClusterRpc(namesrv, opts.timeout_s, opts.credentials, opts.tls, opts.namesrv_tls)
     return BrokerRpc.for_options(opts)
 
 

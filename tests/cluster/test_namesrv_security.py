@@ -106,11 +106,11 @@ async def test_name_server_with_acl_and_tls(tmp_path: Path) -> None:
             with pytest.raises(UnavailableError):  # a plaintext client: no TLS handshake
                 await plain.cluster_info()
 
-        # The CLI: --ca-file and the keys reach the NameServers too.
+        # The CLI: --namesrv-tls takes --ca-file to the NameServers; the keys sign their calls.
         proc = await asyncio.to_thread(
             subprocess.run,
             [sys.executable, "-m", "wharf.client.cli.main", "--namesrv", ns.endpoint,
-             "--ca-file", str(cert), "--json", "cluster", "list"],
+             "--namesrv-tls", "--ca-file", str(cert), "--json", "cluster", "list"],
             capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False,
             env={"PATH": "/usr/bin:/bin", "WHARF_ACCESS_KEY": READER[0],
                  "WHARF_SECRET_KEY": READER[1]},
@@ -121,7 +121,7 @@ async def test_name_server_with_acl_and_tls(tmp_path: Path) -> None:
         # The Spark connector's cluster client.
         from wharf.client.spark.cluster_rpc import ClusterRpc
 
-        with ClusterRpc(ns.endpoint, 5.0, Credentials(*READER), tls) as rpc:
+        with ClusterRpc(ns.endpoint, 5.0, Credentials(*READER), tls, namesrv_tls=True) as rpc:
             assert rpc._route("orders") == {"broker-a": admin.endpoint}
     finally:
         for broker in brokers:
