@@ -107,3 +107,37 @@ async def test_the_sender_keeps_routes_while_watched_and_polls_while_the_watch_i
     await sender.route("t")
     assert queried == [1, 2, 3]
     await sender.namesrv.close()
+
+
+async def test_pull_queues_forget_master_addresses_when_the_route_moves() -> None:
+    from wharf.client.cluster import ClusterQueues
+    from wharf.client.message import MessageQueue
+    from wharf.client.namesrv import BrokerGroup
+
+    queues: ClusterQueues[str] = ClusterQueues("127.0.0.1:1", lambda address: address)
+    masters = iter(["10.0.0.1:8081", "10.0.0.2:8081"])
+
+    async def query_route(topic: str) -> TopicRoute:
+        master = next(masters)
+        data = namesrv_pb2.QueueData(broker_name="a", read_queue_nums=1, write_queue_nums=1, perm=6)
+        return TopicRoute(topic, {"a": data}, {"a": BrokerGroup("C", "a", {0: master})}, 5)
+
+    class _Started:
+        def __init__(self, address: str) -> None:
+            self.address = address
+
+        async def start(self) -> None:
+            pass
+
+    queues._clients._make = _Started  # type: ignore[assignment]
+    queues.namesrv.query_route = query_route  # type: ignore[method-assign]
+    queues.watch.add = lambda topics: None  # type: ignore[method-assign]
+    found = await queues.queues("t")
+    assert found == [MessageQueue("t", 0, "a")]
+    client, _ = await queues.client(found[0])
+    assert client.address == "10.0.0.1:8081"  # type: ignore[attr-defined]
+    queues._route_changed("t", 5)  # same version (a stream's opening message): kept
+    assert (await queues.client(found[0]))[0].address == "10.0.0.1:8081"  # type: ignore[attr-defined]
+    queues._route_changed("t", 6)  # the route moved: the master is looked up again
+    assert (await queues.client(found[0]))[0].address == "10.0.0.2:8081"  # type: ignore[attr-defined]
+    await queues.namesrv.close()
