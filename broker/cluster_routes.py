@@ -11,6 +11,7 @@ no live master holds the topic.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -30,7 +31,12 @@ class GroupQueues:
 
 
 class ClusterRoutes:
-    def __init__(self, namesrv_addresses: list[str]) -> None:
+    def __init__(
+        self,
+        namesrv_addresses: list[str],
+        open_channel: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
+    ) -> None:
+        self._open_channel = open_channel
         self._addresses = namesrv_addresses
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._failing = False
@@ -40,7 +46,7 @@ class ClusterRoutes:
         for address in self._addresses:
             channel = self._channels.get(address)
             if channel is None:
-                channel = self._channels[address] = grpc.aio.insecure_channel(address)
+                channel = self._channels[address] = self._open_channel(address)
             try:
                 reply = await namesrv_pb2_grpc.NameServiceStub(channel).QueryRoute(
                     request, timeout=CALL_TIMEOUT_S

@@ -8,7 +8,7 @@ the environment ``WHARF_<UPPER_SNAKE>`` (``WHARF_AUTO_CREATE_TOPIC_ENABLE``); se
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from wharf.store.config import StoreConfig
 
@@ -36,6 +36,15 @@ class BrokerConfig:
     # brokerHeartbeatInterval (ms): heartbeat on each NameServer session (RocketMQ 5: 1 s); a
     # NameServer drops a broker silent for its brokerNotActiveTimeoutMillis (10 s).
     broker_heartbeat_interval: int = 1000
+    # namesrvAccessKey / namesrvSecretKey: sign the broker's NameServer calls (registration,
+    # cluster routes) for NameServers with aclEnable (registration needs an admin account of
+    # their aclFile); "" = unsigned.
+    namesrv_access_key: str = ""
+    namesrv_secret_key: str = field(default="", repr=False)
+    # namesrvTlsEnable: dial the NameServers over TLS, trusting namesrvTlsCaFile (a PEM
+    # bundle; "" = the system roots).
+    namesrv_tls_enable: bool = False
+    namesrv_tls_ca_file: str = ""
     # listen: gRPC address. Loopback by default so a fresh `make run` exposes nothing; port 0 =
     # an ephemeral port (the ready file reports the real one).
     listen: str = "127.0.0.1:8081"

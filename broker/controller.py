@@ -63,6 +63,9 @@ from wharf.broker.tls_reload import CertificateReloader
 from wharf.broker.transactions import TransactionChecker
 from wharf.broker.v2.service import V2MessagingService
 from wharf.broker.v2.transactions import v2_check_targets
+from wharf.client.channel import open_channel as open_client_channel
+from wharf.client.channel import tls_config as client_tls_config
+from wharf.client.errors import InvalidArgumentError
 from wharf.rocketmq.v2 import service_pb2 as rocketmq_v2_service_pb2
 from wharf.store.codec import SCHEDULE_TOPIC
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
@@ -335,8 +338,9 @@ class BrokerController:
         self.started_at = time.time()
         self.ctx.started_at = self.started_at
         if broker.namesrv_addr:
-            self.ctx.cluster_routes = ClusterRoutes(parse_namesrv_addr(broker.namesrv_addr))
-            self.registrar = self._registrar()
+            dial = await asyncio.to_thread(self._namesrv_dialer_blocking)
+            self.ctx.cluster_routes = ClusterRoutes(parse_namesrv_addr(broker.namesrv_addr), dial)
+            self.registrar = self._registrar(dial)
             self.topics.on_change = self._on_topics_changed
             self.registrar.start()
         if self.failover is not None:
@@ -376,7 +380,24 @@ class BrokerController:
             self.tls_port = _bind(server, broker.tls_listen, "tlsListen", credentials)
 
     # --- cluster ---------------------------------------------------------------------------------
-    def _registrar(self) -> NamesrvRegistrar:
+    def _namesrv_dialer_blocking(self) -> Callable[[str], grpc.aio.Channel]:
+        """How the broker dials a NameServer: TLS with namesrvTlsEnable, calls signed with
+        namesrvAccessKey / namesrvSecretKey (the SDK's channel; never the environment's keys)."""
+        broker = self.config.broker
+        try:
+            tls = client_tls_config(broker.namesrv_tls_enable, broker.namesrv_tls_ca_file or None)
+        except InvalidArgumentError as exc:
+            raise StartupError(f"namesrvTlsCaFile: {exc}") from None
+        if bool(broker.namesrv_access_key) != bool(broker.namesrv_secret_key):
+            raise StartupError("namesrvAccessKey and namesrvSecretKey go together")
+        keys = broker.namesrv_access_key, broker.namesrv_secret_key
+
+        def dial(address: str) -> grpc.aio.Channel:
+            return open_client_channel(address, tls=tls, access_key=keys[0], secret_key=keys[1])
+
+        return dial
+
+    def _registrar(self, dial: Callable[[str], grpc.aio.Channel]) -> NamesrvRegistrar:
         broker = self.config.broker
         identity = Identity(
             broker.broker_cluster_name, broker.broker_name, broker.broker_id, self.endpoint
@@ -399,6 +420,7 @@ class BrokerController:
             identity,
             snapshot,
             broker.broker_heartbeat_interval,
+            dial,
         )
 
     def _on_topics_changed(self) -> None:

@@ -8,7 +8,8 @@ change (``wake()``) or when the NameServer answers ``need_register`` (it restart
 this broker for silence). A broken session is retried every second; the registration lives
 exactly as long as the session, so a killed broker leaves every route at once. ``stop`` sends
 ``unregister`` on every open session (SIGTERM: clients stop routing here before the port
-closes).
+closes). ``open_channel`` dials a NameServer (the controller's signs and TLS-wraps the calls
+when namesrvAccessKey / namesrvTlsEnable are set; plaintext by default).
 """
 
 from __future__ import annotations
@@ -104,7 +105,9 @@ class NamesrvRegistrar:
         identity: Identity,
         snapshot: TopicSnapshot,
         heartbeat_interval_ms: int,
+        open_channel: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
     ) -> None:
+        self._open_channel = open_channel
         self.identity = identity
         self.snapshot = snapshot
         self.heartbeat_s = heartbeat_interval_ms / 1000
@@ -138,7 +141,7 @@ class NamesrvRegistrar:
         failing = False
         while not session.stopping:
             try:
-                async with grpc.aio.insecure_channel(session.address) as channel:
+                async with self._open_channel(session.address) as channel:
                     stub = namesrv_pb2_grpc.NameServiceStub(channel)
                     call = stub.BrokerSession(session.requests())
                     self.registered[session.address] = True

@@ -22,7 +22,12 @@ import threading
 from pathlib import Path
 
 import grpc
-from wharf.broker.tls import ServerTls, TlsError, log_certificate, read_server_tls_blocking
+from wharf.broker.tls_material import (
+    ServerTls,
+    TlsError,
+    log_certificate,
+    read_server_tls_blocking,
+)
 
 log = logging.getLogger("broker")
 

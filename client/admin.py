@@ -4,6 +4,10 @@ async with Admin("127.0.0.1:8081") as admin:
     await admin.create_topic("orders", queue_nums=4)
     for topic in (await admin.list_topics()).topics:
         print(topic.name, topic.write_queue_nums)
+
+``Admin(namesrv="h:p;h2:p2")`` is a ``wharf.client.cluster_admin.ClusterAdmin``: the same
+calls over every broker group of a cluster (writes on every master holding the topic or
+group, reads merged).
 """
 
 from __future__ import annotations
@@ -26,6 +30,13 @@ _WHERE = {
 
 
 class Admin:
+    def __new__(cls, *args: Any, namesrv: str | None = None, **kwargs: Any) -> Admin:
+        if namesrv and cls is Admin:  # a cluster: the fan-out subclass
+            from wharf.client.cluster_admin import ClusterAdmin
+
+            return super().__new__(ClusterAdmin)
+        return super().__new__(cls)
+
     def __init__(
         self,
         endpoints: str = "127.0.0.1:8081",
@@ -37,10 +48,15 @@ class Admin:
         ca_file: str | None = None,
         cert_file: str | None = None,
         key_file: str | None = None,
+        namesrv: str | None = None,
+        namesrv_tls: bool = False,
     ) -> None:
         """``access_key`` / ``secret_key``: sign calls for an aclEnable broker (default: the
         environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY). TLS arguments as the Producer's
-        (``wharf.client.channel.tls_config``)."""
+        (``wharf.client.channel.tls_config``). ``namesrv``: a cluster's NameServers instead
+        of one broker (``wharf.client.cluster_admin``); ``namesrv_tls``: dial them over TLS
+        too."""
+        del namesrv, namesrv_tls  # taken by __new__ (ClusterAdmin)
         self.endpoints = endpoints
         self._keys = (access_key, secret_key)
         self.tls = tls_config(tls, ca_file, cert_file, key_file)
@@ -145,6 +161,10 @@ class Admin:
     async def topic_route(self, name: str) -> messaging_pb2.QueryRouteResponse:
         return await self._call(self._m.QueryRoute, messaging_pb2.QueryRouteRequest(topic=name))
 
+    async def topic_routes(self, name: str) -> list[messaging_pb2.QueryRouteResponse]:
+        """The topic's route on each broker group (one broker: its own)."""
+        return [await self.topic_route(name)]
+
     # ------------------------------------------------------------------ groups
     async def create_group(
         self,
@@ -222,6 +242,16 @@ class Admin:
             ),
         )
 
+    async def reset_offsets_by_queue(
+        self, group: str, topic: str, timestamp_ms: int
+    ) -> list[admin_pb2.QueueOffset]:
+        """``reset_offsets`` as one entry per queue named by its broker group ("" here; over a
+        cluster, where queue ids repeat across groups, each group's name)."""
+        reply = await self.reset_offsets(group, topic, timestamp_ms)
+        return [
+            admin_pb2.QueueOffset(queue_id=q, offset=o) for q, o in sorted(reply.offsets.items())
+        ]
+
     async def consumer_list(self, group: str) -> messaging_pb2.GetConsumerListResponse:
         return await self._call(
             self._m.GetConsumerList, messaging_pb2.GetConsumerListRequest(consumer_group=group)
@@ -230,6 +260,10 @@ class Admin:
     # ------------------------------------------------------------------ broker and messages
     async def broker_status(self) -> admin_pb2.BrokerStatus:
         return await self._call(self._a.GetBrokerStatus, admin_pb2.GetBrokerStatusRequest())
+
+    async def broker_statuses(self) -> list[admin_pb2.BrokerStatus]:
+        """Every master's status (one broker: its own)."""
+        return [await self.broker_status()]
 
     async def transfer_master(self, to_broker_id: int = 0) -> admin_pb2.TransferMasterResponse:
         """Controller mode, sent to the master: hand the group to replica ``to_broker_id`` (0 =

@@ -7,15 +7,18 @@ robin per topic; a group that failed a send, or answered slowly, is avoided for 
 15000 ms avoided 30 / 60 / 120 / 180 / 600 s); retries go to another group, and each attempt
 gets ``remaining deadline / attempts left`` so a dead broker cannot eat the whole send timeout
 (RocketMQ #8997). A selector picks among (broker, queue) pairs of every group and the message
-stays on its group (ordered messages never fail over). Routes are cached and refreshed every
-``route_ttl_s`` (30 s, as RocketMQ clients poll) and at once after a failed send; a dead
-broker's route is gone from the NameServers within milliseconds, so the refresh skips it.
+stays on its group (ordered messages never fail over). Routes are cached and dropped when the
+NameServer pushes a change of the topic's route (``wharf.client.route_watch``: WatchRoutes;
+a dead broker's route changes within milliseconds), and at once after a failed send; while
+the watch is broken they expire after ``route_ttl_s`` (30 s, RocketMQ's poll) instead.
 
 Consumption (``ClusterConsumers``): one single-broker ``PushConsumer`` per master holding a
 subscribed topic, each rebalancing that broker's queues among the group's members (every
 member reaches every broker, so every (broker, queue) has exactly one owner in the group);
-offsets live on each queue's broker. The set of masters follows the routes (checked every
-``route_refresh_s``, 5 s): a new group gets a consumer, a vanished one's consumer is closed.
+offsets live on each queue's broker. The set of masters follows the routes: reconciled when
+the NameServer pushes a change of a subscribed topic's route (within ~1 s), polled every
+``route_refresh_s`` (5 s) only while the watch is broken; a new group gets a consumer, a
+vanished one's consumer is closed.
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ from typing import Any, Generic, TypeVar
 from wharf.client.errors import NotFoundError, WharfError
 from wharf.client.message import MessageQueue
 from wharf.client.namesrv import NameServerClient, TopicRoute
+from wharf.client.route_watch import RouteWatch
 from wharf.client.selector import MessageQueueSelector
 
 log = logging.getLogger("wharf.client.cluster")
 
 PERM_READ, PERM_WRITE = 4, 2
+WAKE_S = 0.5  # how often a consumer's route follower checks whether the watch broke
 FAILURE_ISOLATION_S = 30.0
 # RocketMQ's MQFaultStrategy: latency (ms) at least -> not available for (s).
 LATENCY_TIERS = ((15000, 600.0), (3000, 180.0), (2000, 120.0), (1000, 60.0), (550, 30.0))
@@ -103,8 +108,10 @@ class ClusterSender(Generic[C]):
         send_timeout: float,
         retry_times: int,
         route_ttl_s: float = 30.0,
+        connect: dict[str, Any] | None = None,
     ) -> None:
-        self.namesrv = NameServerClient(namesrv)
+        """``connect``: TLS and keys for the NameServers (``NameServerClient``'s arguments)."""
+        self.namesrv = NameServerClient(namesrv, **(connect or {}))
         self._clients: _Clients[C] = _Clients(make_client)
         self.send_timeout = send_timeout
         self.retry_times = retry_times
@@ -112,13 +119,70 @@ class ClusterSender(Generic[C]):
         self.faults = FaultTolerance()
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._next: dict[str, int] = {}
+        self.watch = RouteWatch(self.namesrv, self._route_changed)
+        self._kept: list[str] = []  # topics whose every master keeps a started client
+        self._kept_versions: dict[str, int] = {}
+        self._connecting: asyncio.Task[None] | None = None
+        self._connect_again = False
+
+    def _route_changed(self, topic: str, version: int) -> None:
+        cached = self._routes.get(topic)
+        if cached is not None and cached[1].version != version:
+            del self._routes[topic]
+        if topic in self._kept and self._kept_versions.get(topic) != version:
+            self._connect_again = True  # a pass running now may have read the old route
+            if self._connecting is None or self._connecting.done():
+                self._connecting = asyncio.get_running_loop().create_task(self._follow_kept())
+
+    async def _follow_kept(self) -> None:
+        while self._connect_again:
+            self._connect_again = False
+            await self._connect_kept()
+
+    async def keep_connected(self, topics: list[str]) -> None:
+        """Start a client on every master holding ``topics`` now, and on each master that
+        joins their routes later (a transaction checker's listeners)."""
+        self._kept = sorted(set(topics))
+        await self._connect_kept()
+        self.watch.add(self._kept)
+
+    async def _connect_kept(self) -> None:
+        for topic in self._kept:
+            try:
+                route = await self.namesrv.query_route(topic)
+            except NotFoundError:
+                continue
+            except WharfError as exc:
+                log.warning("connecting to the masters of %s: %s", topic, exc)
+                continue
+            self._kept_versions[topic] = route.version
+            for group in route.groups.values():
+                if group.master:
+                    await self._clients.get(group.master)
+
+    async def first_answer(self, topic: str, call: Callable[[C], Awaitable[R]]) -> R:
+        """``call`` on the masters of the topic's groups in turn: the first that does not
+        answer NotFoundError (calls naming a message only its broker holds)."""
+        route = await self.route(topic, refresh=True)
+        masters = sorted(g.master for g in route.groups.values() if g.master)
+        last: NotFoundError | None = None
+        for address in masters:
+            try:
+                return await call(await self._clients.get(address))
+            except NotFoundError as exc:
+                last = exc
+        raise last or NotFoundError(f"no live master holds {topic!r}")
 
     async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
         cached = self._routes.get(topic)
         now = time.monotonic()
-        if cached is None or refresh or now - cached[0] > self.route_ttl_s:
+        expired = cached is not None and (
+            not self.watch.healthy and now - cached[0] > self.route_ttl_s
+        )
+        if cached is None or refresh or expired:
             route = await self.namesrv.query_route(topic)
             self._routes[topic] = (now, route)
+            self.watch.add([topic])
             return route
         return cached[1]
 
@@ -210,6 +274,11 @@ class ClusterSender(Generic[C]):
         return await self._clients.get(groups[0][1])
 
     async def close(self) -> None:
+        await self.watch.close()
+        if self._connecting is not None:
+            self._connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._connecting
         await self._clients.close()
         await self.namesrv.close()
 
@@ -223,16 +292,24 @@ class ClusterConsumers(Generic[C]):
         topics: Callable[[], list[str]],
         make_consumer: Callable[[str], C],
         route_refresh_s: float = 5.0,
+        connect: dict[str, Any] | None = None,
     ) -> None:
-        self.namesrv = NameServerClient(namesrv)
+        self.namesrv = NameServerClient(namesrv, **(connect or {}))
         self._topics = topics
         self._clients: _Clients[C] = _Clients(make_consumer)
         self.route_refresh_s = route_refresh_s
         self._task: asyncio.Task[None] | None = None
+        self.watch = RouteWatch(self.namesrv, self._route_changed)
+        self._versions: dict[str, int] = {}  # the route version each topic was reconciled at
+        self._changed = asyncio.Event()
 
     @property
     def consumers(self) -> dict[str, C]:
         return dict(self._clients.by_address)
+
+    def _route_changed(self, topic: str, version: int) -> None:
+        if self._versions.get(topic) != version:
+            self._changed.set()
 
     async def start(self) -> None:
         await self.reconcile()
@@ -241,11 +318,15 @@ class ClusterConsumers(Generic[C]):
     async def reconcile(self) -> None:
         """Start a consumer on each master that holds a subscribed topic, close the others."""
         masters: set[str] = set()
-        for topic in self._topics():
+        topics = self._topics()
+        self.watch.add(topics)
+        for topic in topics:
             try:
                 route = await self.namesrv.query_route(topic)
             except NotFoundError:
+                self._versions[topic] = 0
                 continue
+            self._versions[topic] = route.version
             masters |= {g.reader for g in route.groups.values() if g.reader}
         for address in sorted(masters - set(self._clients.by_address)):
             log.info("consuming from broker %s", address)
@@ -255,8 +336,18 @@ class ClusterConsumers(Generic[C]):
             await self._clients.close(address)
 
     async def _follow(self) -> None:
+        """Reconcile on a pushed change; poll every ``route_refresh_s`` while the watch is
+        broken."""
+        loop = asyncio.get_running_loop()
+        last = loop.time()
         while True:
-            await asyncio.sleep(self.route_refresh_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), WAKE_S)
+            polling = not self.watch.healthy and loop.time() - last >= self.route_refresh_s
+            if not (self._changed.is_set() or polling):
+                continue
+            self._changed.clear()
+            last = loop.time()
             try:
                 await self.reconcile()
             except asyncio.CancelledError:
@@ -273,6 +364,7 @@ class ClusterConsumers(Generic[C]):
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        await self.watch.close()
         await self._clients.close()
         await self.namesrv.close()
 
@@ -281,14 +373,29 @@ class ClusterQueues(Generic[C]):
     """Queues of every group as (topic, queue, broker name), and the started single-broker
     client of the master that serves each (``PullConsumer(namesrv=...)``)."""
 
-    def __init__(self, namesrv: str, make_client: Callable[[str], C]) -> None:
-        self.namesrv = NameServerClient(namesrv)
+    def __init__(
+        self,
+        namesrv: str,
+        make_client: Callable[[str], C],
+        connect: dict[str, Any] | None = None,
+    ) -> None:
+        self.namesrv = NameServerClient(namesrv, **(connect or {}))
         self._clients: _Clients[C] = _Clients(make_client)
         self._masters: dict[str, str] = {}  # broker name -> master address
+        self._versions: dict[str, int] = {}  # topic -> the route version _masters came from
+        self.watch = RouteWatch(self.namesrv, self._route_changed)
+
+    def _route_changed(self, topic: str, version: int) -> None:
+        """A topic's route moved: forget the masters (looked up again on the next call)."""
+        if self._versions.get(topic, version) != version:
+            self._masters.clear()
+            self._versions.clear()
 
     async def queues(self, topic: str) -> list[MessageQueue]:
         """The readable queues of every group whose master holds the topic."""
         route = await self.namesrv.query_route(topic)
+        self._versions[topic] = route.version
+        self.watch.add([topic])
         out = []
         for name, queues in sorted(route.queues.items()):
             group = route.groups.get(name)
@@ -311,5 +418,6 @@ class ClusterQueues(Generic[C]):
         return await self._clients.get(address), MessageQueue(queue.topic, queue.queue_id)
 
     async def close(self) -> None:
+        await self.watch.close()
         await self._clients.close()
         await self.namesrv.close()

@@ -3,7 +3,8 @@
 ``namesrv`` is RocketMQ's ``namesrvAddr``: ``"host:port;host2:port2"`` (env ``NAMESRV_ADDR``).
 NameServers are stateless copies of each other: a call goes to the one that answered last and
 moves on to the next on UNAVAILABLE or a deadline, so a dead NameServer costs one timeout
-(``call_timeout_s``, 3 s) once, not on every call.
+(``call_timeout_s``, 3 s) once, not on every call. ``watch`` opens a WatchRoutes stream
+(``wharf.client.route_watch`` follows it).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import random
 from dataclasses import dataclass
 
 import grpc
-from wharf.client.channel import open_channel
+from wharf.client.channel import TlsConfig, open_channel
 from wharf.client.errors import InvalidArgumentError, from_rpc_error
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
@@ -66,16 +67,27 @@ class TopicRoute:
 
 
 class NameServerClient:
-    def __init__(self, namesrv: str, call_timeout_s: float = 3.0) -> None:
+    def __init__(
+        self,
+        namesrv: str,
+        call_timeout_s: float = 3.0,
+        *,
+        tls: TlsConfig | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+    ) -> None:
+        """``tls`` / ``access_key`` / ``secret_key``: as the brokers' (a NameServer with
+        tlsEnable / aclEnable; keys default to the environment's WHARF_ACCESS_KEY / ...)."""
         self.addresses = parse_namesrv(namesrv)
         self._index = random.randrange(len(self.addresses))  # spread clients over them
         self._timeout = call_timeout_s
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._connect = {"tls": tls, "access_key": access_key, "secret_key": secret_key}
 
     def _stub(self, address: str) -> namesrv_pb2_grpc.NameServiceStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = open_channel(address)
+            channel = self._channels[address] = open_channel(address, **self._connect)  # type: ignore[arg-type]
         return namesrv_pb2_grpc.NameServiceStub(channel)
 
     async def _call(self, method: str, request: object) -> object:
@@ -100,6 +112,18 @@ class NameServerClient:
         reply = await self._call("QueryRoute", namesrv_pb2.QueryTopicRouteRequest(topic=topic))
         assert isinstance(reply, namesrv_pb2.TopicRoute)
         return TopicRoute.from_proto(reply)
+
+    def watch(self, topics: list[str]) -> tuple[str, grpc.aio.UnaryStreamCall]:
+        """Open a WatchRoutes stream for ``topics`` on the NameServer that answered last (the
+        next one on each call after a failure: ``watch_failed``): (its address, the call)."""
+        address = self.addresses[self._index]
+        call = self._stub(address).WatchRoutes(namesrv_pb2.WatchRoutesRequest(topics=topics))
+        return address, call
+
+    def watch_failed(self, address: str) -> None:
+        """The watch on ``address`` broke: the next ``watch`` (and call) tries another."""
+        if self.addresses[self._index] == address:
+            self._index = (self._index + 1) % len(self.addresses)
 
     async def cluster_info(self) -> list[namesrv_pb2.BrokerInfo]:
         reply = await self._call("GetClusterInfo", namesrv_pb2.GetClusterInfoRequest())

@@ -112,8 +112,9 @@ class Producer:
             environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY; none = unsigned).
         namesrv: a cluster's NameServers ``"host:port;host2:port2"`` instead of ``endpoints``:
             sends spread over every broker group of the topic, avoid failing ones and retry on
-            another group within the deadline (``wharf.client.cluster``); transactions and
-            ``recall`` need ``endpoints`` for now.
+            another group within the deadline (``wharf.client.cluster``); transactions end on
+            the broker that stored each half, a ``transaction_checker`` answers every master
+            of ``transaction_topics``, ``recall`` asks the masters of the topic.
     """
 
     def __init__(
@@ -140,14 +141,15 @@ class Producer:
         cert_file: str | None = None,
         key_file: str | None = None,
         namesrv: str | None = None,
+        namesrv_tls: bool = False,
     ) -> None:
         self._cluster: ClusterSender[Producer] | None = None
         if namesrv:
-            if transaction_checker is not None:
-                raise InvalidArgumentError(
-                    "transactions through namesrv= are not supported yet: give endpoints="
-                )
+            if transaction_checker is not None and not transaction_topics:
+                raise InvalidArgumentError("a transaction_checker needs transaction_topics")
             options = dict(
+                transaction_checker=transaction_checker,
+                transaction_topics=list(transaction_topics),
                 group=group, send_timeout=send_timeout, retry_times=0, linger_ms=linger_ms,
                 batch_max_messages=batch_max_messages, batch_max_bytes=batch_max_bytes,
                 max_in_flight=max_in_flight, streams=streams, transport=transport,
@@ -160,6 +162,11 @@ class Producer:
                 lambda address: Producer(address, **options),  # type: ignore[arg-type]
                 send_timeout,
                 retry_times,
+                connect={
+                    "tls": options["tls"] if namesrv_tls else None,
+                    "access_key": access_key,
+                    "secret_key": secret_key,
+                },
             )
         if transport not in ("stream", "unary"):
             raise InvalidArgumentError(f"transport must be 'stream' or 'unary', got {transport!r}")
@@ -203,7 +210,13 @@ class Producer:
         await self.close()
 
     async def start(self) -> None:
-        if self._stubs or self._cluster is not None:  # a cluster's clients start on first use
+        if self._cluster is not None:
+            # A cluster's clients start on first use, except those answering check-backs:
+            # one on every master holding the transaction topics, following the routes.
+            if self._checker is not None:
+                await self._cluster.keep_connected(self._transaction_topics)
+            return
+        if self._stubs:
             return
         for _ in range(self._stream_count):
             channel = open_channel(
@@ -229,7 +242,8 @@ class Producer:
         """Cancel a timed message (sent with ``deliver_at`` / ``delay``) before it is due, by
         its ``SendResult.recall_handle``; returns its message id. NotFoundError once it was
         delivered or recalled."""
-        self._not_in_cluster("recall")
+        if self._cluster is not None:  # the handle names its message: only its broker has it
+            return await self._cluster.first_answer(topic, lambda p: p.recall(topic, recall_handle))
         self._require_started()
         request = messaging_pb2.RecallMessageRequest(topic=topic, recall_handle=recall_handle)
         try:
@@ -242,9 +256,29 @@ class Producer:
         """Half messages resolved together: ``async with producer.transaction() as tx:
         await tx.send(...)`` commits on a clean exit and rolls back when the block raises
         (``wharf.client.transaction``)."""
-        self._not_in_cluster("transactions")
-        self._require_started()
-        return Transaction(self.send, self._stubs[0], self.send_timeout)
+        if self._cluster is None:
+            self._require_started()
+        return Transaction(self._send_routed, self.send_timeout)
+
+    async def _send_routed(
+        self, topic: str, body: bytes | str, **options: Any
+    ) -> tuple[SendResult, messaging_pb2_grpc.MessagingServiceStub]:
+        """``send``, and the stub of the broker that stored the message."""
+        if self._cluster is None:
+            return await self.send(topic, body, **options), self._stubs[0]
+        queue_id = options.pop("queue_id", None)
+        selector = options.pop("selector", None)
+        selector_arg = options.pop("selector_arg", None)
+        deadline_s = options.pop("deadline_s", None)
+        stored_on: list[Producer] = []
+
+        async def call(p: Producer, q: int | None, budget: float) -> SendResult:
+            result = await p.send(topic, body, queue_id=q, deadline_s=budget, **options)
+            stored_on.append(p)
+            return result
+
+        result = await self._cluster.send(topic, call, queue_id, selector, selector_arg, deadline_s)
+        return result, stored_on[-1]._stubs[0]
 
     async def close(self) -> None:
         """Send what is buffered, wait for the answers, then close the connections."""
@@ -500,12 +534,6 @@ class Producer:
                 unique_id=unique_id,
             )
         return self._item_of(topic, item, None, (), None, 0, queue_id, unique_id=unique_id)
-
-    def _not_in_cluster(self, what: str) -> None:
-        if self._cluster is not None:
-            raise InvalidArgumentError(
-                f"{what} through namesrv= are not supported yet: use a Producer with endpoints="
-            )
 
     def _require_started(self) -> AutoBatcher:
         if self._closed:

@@ -15,6 +15,11 @@ stream this module keeps open (``CheckListener``, started by the Producer when i
 ``transaction_checker``): the checker gets the message as sent and answers True (commit), False
 (roll back) or None (not known yet: asked again later). An END the broker has already seen
 answers how it went and changes nothing, so a commit retried after a lost reply is harmless.
+
+Over a cluster (``Producer(namesrv=...)``) each half goes to a group as a send does (retried
+on another group when one fails) and its END to the broker that stored it; a checker answers
+the check-backs of every master holding ``transaction_topics`` (the producer keeps a client,
+so a ``TransactionChecks`` stream, on each of them as the routes change).
 """
 
 from __future__ import annotations
@@ -38,20 +43,24 @@ TransactionChecker = Callable[[Any], "bool | Awaitable[bool | None] | None"]
 RECONNECT_S = 1.0
 
 
+# A send that also names the stub of the broker that stored the message (where it ends).
+RoutedSend = Callable[..., Awaitable[tuple[SendResult, messaging_pb2_grpc.MessagingServiceStub]]]
+
+
 class Transaction:
     """Half messages sent together and resolved together (see the module docstring)."""
 
-    def __init__(
-        self,
-        send: Callable[..., Awaitable[SendResult]],
-        stub: messaging_pb2_grpc.MessagingServiceStub,
-        timeout_s: float,
-    ) -> None:
+    def __init__(self, send: RoutedSend, timeout_s: float) -> None:
         self._send = send
-        self._stub = stub
         self._timeout_s = timeout_s
-        self.sent: list[tuple[str, SendResult]] = []  # (topic, result)
+        # (topic, result, the storing broker's stub)
+        self._halves: list[tuple[str, SendResult, messaging_pb2_grpc.MessagingServiceStub]] = []
         self.resolution = ""
+
+    @property
+    def sent(self) -> list[tuple[str, SendResult]]:
+        """(topic, send result) of every half sent so far."""
+        return [(topic, result) for topic, result, _ in self._halves]
 
     async def send(self, topic: str, body: bytes | str, **options: Any) -> SendResult:
         """``Producer.send`` of a half message (not ``delay_level`` / ``deliver_at``)."""
@@ -60,8 +69,8 @@ class Transaction:
         if options.get("delay_level") or options.get("deliver_at") or options.get("delay"):
             raise InvalidArgumentError("a transactional message cannot be delayed or timed")
         properties = {**(options.pop("properties", None) or {}), TRANSACTION_PREPARED: "true"}
-        result = await self._send(topic, body, properties=properties, **options)
-        self.sent.append((topic, result))
+        result, stub = await self._send(topic, body, properties=properties, **options)
+        self._halves.append((topic, result, stub))
         return result
 
     async def commit(self) -> None:
@@ -73,9 +82,9 @@ class Transaction:
     async def _end(self, commit: bool) -> None:
         if self.resolution:
             return
-        for topic, result in self.sent:
+        for topic, result, stub in self._halves:
             await end_transaction(
-                self._stub, topic, result.msg_id, str(result.queue_offset), commit,
+                stub, topic, result.msg_id, str(result.queue_offset), commit,
                 self._timeout_s,
             )  # fmt: skip
         self.resolution = "committed" if commit else "rolled back"

@@ -2,7 +2,11 @@
 
 It keeps nothing on disk: brokers register again with a restarted NameServer within one
 heartbeat (their session breaks and they reconnect). Exit codes: 0 clean stop, 1 failure,
-2 invalid configuration. ``--ready-file`` is written once it serves: {"grpc", "pid"}.
+2 invalid configuration (an ACL file or TLS files that cannot be used included).
+``--ready-file`` is written once it serves: {"grpc", "pid", "tls"}.
+
+aclEnable and tlsEnable work as the broker's (``wharf.broker.acl.accounts``,
+``wharf.broker.tls_material``, ``wharf.broker.tls_reload``): see ``config.py``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ import grpc
 import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from wharf.broker.acl.accounts import AccountChecker
+from wharf.broker.acl.rules import AclFileError
+from wharf.broker.certs import generate_development_pair_blocking
 from wharf.broker.namesrv.config import (
     LOG_LEVELS,
     ConfigError,
@@ -29,6 +36,8 @@ from wharf.broker.namesrv.config import (
 from wharf.broker.namesrv.routes import RouteTable
 from wharf.broker.namesrv.service import NameService
 from wharf.broker.ready_file import write_ready_file_blocking
+from wharf.broker.tls_material import TlsError, log_certificate, read_server_tls_blocking
+from wharf.broker.tls_reload import CertificateReloader
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
 log = logging.getLogger("wharf.namesrv")
@@ -50,32 +59,76 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _server_credentials_blocking(config: NamesrvConfig) -> grpc.ServerCredentials:
+    """tlsEnable: the certificate (a development pair generated when both files are missing),
+    served with rotation; TlsError when the files cannot serve."""
+    cert, key = Path(config.tls_cert_path), Path(config.tls_key_path)
+    generated = False
+    if not cert.exists() and not key.exists():
+        host = config.listen.rpartition(":")[0].strip("[]")
+        try:
+            generate_development_pair_blocking(cert, key, [host])
+        except OSError as exc:
+            raise TlsError(
+                f"tlsCertPath/tlsKeyPath: cannot write a development pair to {cert} and {key}: "
+                f"{exc.strerror}"
+            ) from None
+        generated = True
+    trust = Path(config.tls_trust_cert_path) if config.tls_client_auth == "require" else None
+    material = read_server_tls_blocking(cert, key, trust, generated)
+    log_certificate(material)
+    return CertificateReloader(material).credentials()
+
+
+class StartError(Exception):
+    """A setting's files cannot be used (exit code 2)."""
+
+
 async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
-    service = NameService(RouteTable(), config.broker_not_active_timeout_millis)
+    acl: AccountChecker | None = None
+    if config.acl_enable:
+        acl = AccountChecker(Path(config.acl_file), config.acl_max_clock_skew / 1000)
+        try:
+            await asyncio.to_thread(acl.load_blocking)
+        except (AclFileError, OSError, UnicodeDecodeError) as exc:
+            raise StartError(f"aclEnable: cannot use {config.acl_file}: {exc}") from None
+    credentials = None
+    if config.tls_enable:
+        try:
+            credentials = await asyncio.to_thread(_server_credentials_blocking, config)
+        except TlsError as exc:
+            raise StartError(str(exc)) from None
+    service = NameService(RouteTable(), config.broker_not_active_timeout_millis, acl)
     server = grpc.aio.server()
     namesrv_pb2_grpc.add_NameServiceServicer_to_server(service, server)
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((SERVICE_NAME, reflection.SERVICE_NAME), server)
-    port = server.add_insecure_port(config.listen)
+    if credentials is not None:
+        port = server.add_secure_port(config.listen, credentials)
+    else:
+        port = server.add_insecure_port(config.listen)
     await server.start()
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     expire = asyncio.get_running_loop().create_task(service.expire_loop())
+    reload_acl = asyncio.get_running_loop().create_task(acl.watch()) if acl else None
     host = config.listen.rpartition(":")[0].strip("[]")
-    log.info("NameServer serving on %s:%d", host, port)
+    log.info("NameServer serving on %s:%d%s%s", host, port, " over TLS" if credentials else "",
+             " with ACL" if acl else "")  # fmt: skip
     if ready_file is not None:
-        await asyncio.to_thread(
-            write_ready_file_blocking, ready_file, {"grpc": f"{host}:{port}", "pid": os.getpid()}
-        )
+        info = {"grpc": f"{host}:{port}", "pid": os.getpid(), "tls": credentials is not None}
+        await asyncio.to_thread(write_ready_file_blocking, ready_file, info)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     log.info("stopping")
-    expire.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await expire
+    for task in (expire, reload_acl):
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     await server.stop(1.0)
     return 0
 
@@ -97,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return uvloop.run(serve(config, Path(args.ready_file) if args.ready_file else None))
+    except StartError as exc:
+        log.error("%s", exc)
+        return 2
     except Exception:
         log.exception("NameServer failed")
         return 1

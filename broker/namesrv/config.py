@@ -33,6 +33,22 @@ class NamesrvConfig:
     broker_not_active_timeout_millis: int = 10_000
     # logLevel: DEBUG, INFO, WARNING, ERROR.
     log_level: str = "INFO"
+    # aclEnable: every NameService call signed (RocketMQ 5's MQv2-HMAC-SHA1, as the broker's)
+    # by an account of aclFile (plain_acl.yml, the brokers' format; reloaded within ~1 s):
+    # BrokerSession needs an admin account, QueryRoute PUB or SUB on the topic, WatchRoutes
+    # the same on each topic (admin for every topic), GetClusterInfo any account.
+    acl_enable: bool = False
+    acl_file: str = ""
+    # aclMaxClockSkew (ms): a signature's date may be this far from the NameServer's clock.
+    acl_max_clock_skew: int = 900_000
+    # tlsEnable: serve TLS only on ``listen`` with tlsCertPath / tlsKeyPath (both missing: a
+    # development pair is generated there, as the broker does); replaced files are served
+    # from the next handshake. tlsClientAuth = require: mutual TLS against tlsTrustCertPath.
+    tls_enable: bool = False
+    tls_cert_path: str = ""
+    tls_key_path: str = ""
+    tls_client_auth: str = "none"
+    tls_trust_cert_path: str = ""
 
 
 def camel_name(field_name: str) -> str:
@@ -46,6 +62,14 @@ _BY_CAMEL = {camel_name(n): n for n in _FIELDS}
 
 def _coerce(name: str, value: Any) -> Any:
     kind = type(_FIELDS[name].default)
+    if kind is bool:
+        if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.strip().lower() in ("false", "0", "no", "off"):
+            return False
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true or false, got {value!r}")
+        return value
     if kind is int:
         if isinstance(value, str):
             try:
@@ -62,7 +86,19 @@ def _coerce(name: str, value: Any) -> Any:
             raise ValueError(f"expected HOST:PORT, got {value!r}")
     if name == "log_level" and value not in LOG_LEVELS:
         raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}, got {value!r}")
+    if name == "tls_client_auth" and value not in ("none", "require"):
+        raise ValueError(f"expected none or require, got {value!r}")
     return value
+
+
+def _check_together(config: NamesrvConfig) -> None:
+    """Settings that need each other."""
+    if config.acl_enable and not config.acl_file:
+        raise ConfigError("aclEnable needs aclFile: the accounts file (plain_acl.yml)")
+    if config.tls_enable and not (config.tls_cert_path and config.tls_key_path):
+        raise ConfigError("tlsEnable needs tlsCertPath and tlsKeyPath")
+    if config.tls_client_auth == "require" and not config.tls_trust_cert_path:
+        raise ConfigError("tlsClientAuth = require needs tlsTrustCertPath (the client CAs)")
 
 
 def load_namesrv_settings(
@@ -93,4 +129,6 @@ def load_namesrv_settings(
             apply(name, raw, f"{key} (environment)")
     for name, raw in (overrides or {}).items():
         apply(name, raw, f"--{name.replace('_', '-')}")
-    return NamesrvConfig(**values)
+    config = NamesrvConfig(**values)
+    _check_together(config)
+    return config

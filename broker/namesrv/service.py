@@ -9,6 +9,12 @@ SIGSTOPped or partitioned broker keeps its connection open), scanning every seco
 
 QueryRoute answers NOT_FOUND for a topic no live master holds; WatchRoutes pushes
 (topic, version) when a watched route changes, 0 when it is gone.
+
+With an ``AccountChecker`` (aclEnable) every call is authenticated first, as the broker's
+calls are (``wharf.broker.acl.accounts``), and authorized: BrokerSession needs an admin
+account, QueryRoute PUB or SUB on the topic, WatchRoutes the same on each watched topic (an
+admin to watch every topic), GetClusterInfo any account. Refusals: UNAUTHENTICATED /
+PERMISSION_DENIED naming the user and what it lacks (logged at most once a minute per kind).
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ import logging
 from collections.abc import AsyncIterator
 
 import grpc
+from wharf.broker.acl.accounts import AccountChecker, Denied, Unauthenticated
+from wharf.broker.acl.rules import Perm
+from wharf.broker.acl.table import ADMIN, Need
 from wharf.broker.namesrv.routes import BrokerKey, RouteTable, TopicQueues
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
@@ -43,15 +52,47 @@ def _check(reg: namesrv_pb2.BrokerRegistration) -> str:
 
 
 class NameService(namesrv_pb2_grpc.NameServiceServicer):
-    def __init__(self, table: RouteTable, not_active_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        table: RouteTable,
+        not_active_timeout_ms: int,
+        acl: AccountChecker | None = None,
+    ) -> None:
         self.table = table
         self.not_active_timeout_s = not_active_timeout_ms / 1000
+        self.acl = acl
+
+    async def _allow(
+        self, context: grpc.aio.ServicerContext, method: str, needs: list[Need]
+    ) -> None:
+        """Authenticate and authorize a call (aclEnable); abort it when refused."""
+        if self.acl is None:
+            return
+        try:
+            account = self.acl.authenticate(context.invocation_metadata(), context.peer)
+            self.acl.authorize(account, needs, f"wharf.v1.NameService/{method}")
+            return
+        except Unauthenticated as exc:
+            code, kind, message = (
+                grpc.StatusCode.UNAUTHENTICATED,
+                "UNAUTHENTICATED",
+                f"unauthenticated: {exc}",
+            )
+        except Denied as exc:
+            code, kind, message = (
+                grpc.StatusCode.PERMISSION_DENIED,
+                "DENIED",
+                f"permission denied: {exc}",
+            )
+        self.acl.log_refusal(f"{method} {kind}", f"NameService/{method}: {message}")
+        await context.abort(code, message)
 
     async def BrokerSession(
         self,
         request_iterator: AsyncIterator[namesrv_pb2.BrokerRegistration],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[namesrv_pb2.SessionEvent]:
+        await self._allow(context, "BrokerSession", [ADMIN])
         table = self.table
         key: BrokerKey | None = None
         session = object()
@@ -102,6 +143,7 @@ class NameService(namesrv_pb2_grpc.NameServiceServicer):
     async def QueryRoute(
         self, request: namesrv_pb2.QueryTopicRouteRequest, context: grpc.aio.ServicerContext
     ) -> namesrv_pb2.TopicRoute:
+        await self._allow(context, "QueryRoute", [Need("topic", request.topic, Perm.ANY)])
         route = self.table.route(request.topic)
         if route is None:
             await context.abort(
@@ -125,6 +167,7 @@ class NameService(namesrv_pb2_grpc.NameServiceServicer):
     async def GetClusterInfo(
         self, request: namesrv_pb2.GetClusterInfoRequest, context: grpc.aio.ServicerContext
     ) -> namesrv_pb2.ClusterInfo:
+        await self._allow(context, "GetClusterInfo", [])
         reply = namesrv_pb2.ClusterInfo()
         for b in self.table.listing():
             reply.brokers.add(
@@ -142,6 +185,8 @@ class NameService(namesrv_pb2_grpc.NameServiceServicer):
         self, request: namesrv_pb2.WatchRoutesRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[namesrv_pb2.RouteChange]:
         wanted = set(request.topics)
+        needs = [Need("topic", t, Perm.ANY) for t in sorted(wanted)] if wanted else [ADMIN]
+        await self._allow(context, "WatchRoutes", needs)
         changes: asyncio.Queue[set[str]] = asyncio.Queue(WATCH_QUEUE_MAX)
 
         def on_change(topics: set[str]) -> None:

@@ -1,5 +1,6 @@
 """``wharf cluster list``: the live brokers the NameServers know (global ``--namesrv``), each
-with its own account of its role and replication (BrokerStatus, asked in parallel)."""
+with its own account of its role and replication (BrokerStatus, asked in parallel); ``wharf
+admin transfer-master``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 
 from wharf.client.admin import Admin
 from wharf.client.cli.output import Output, proto_dict
+from wharf.client.cluster_admin import ClusterAdmin
 from wharf.client.errors import InvalidArgumentError, NotFoundError, WharfError
 from wharf.client.namesrv import NameServerClient
 from wharf.v1 import admin_pb2
@@ -54,28 +56,27 @@ async def transfer_master(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
-def namesrv_of(args: argparse.Namespace) -> NameServerClient:
+def need_namesrv(args: argparse.Namespace) -> None:
     if not args.namesrv:
         raise InvalidArgumentError(
             "this command needs --namesrv HOST:PORT[;HOST:PORT] (env NAMESRV_ADDR)"
         )
-    return NameServerClient(args.namesrv)
 
 
-async def brokers_of(args: argparse.Namespace, topic: str | None) -> list[str]:
-    """Where a query goes: ``--endpoints``; with ``--namesrv`` the masters of every group that
-    holds ``topic`` (every master of the cluster when no topic is named)."""
-    if not args.namesrv:
-        return [args.endpoints]
-    async with namesrv_of(args) as namesrv:
-        if topic is None:
-            found = sorted((await namesrv.masters()).values())
-        else:
-            route = await namesrv.query_route(topic)
-            found = sorted(g.master for g in route.groups.values() if g.master)
-    if not found:
-        raise NotFoundError(f"no live master holds {topic!r}" if topic else "no live master")
-    return found
+def namesrv_of(args: argparse.Namespace) -> NameServerClient:
+    need_namesrv(args)
+    tls = args.connect["tls"] if args.namesrv_tls else None  # keys: the environment's
+    return NameServerClient(args.namesrv, tls=tls)
+
+
+def admin_of(args: argparse.Namespace, cluster: str | None = None) -> Admin:
+    """The admin client of a command: ``--endpoints``'s broker, or with ``--namesrv`` every
+    master of the cluster (``ClusterAdmin``: writes on each group, reads merged)."""
+    if args.namesrv:
+        return ClusterAdmin(
+            namesrv=args.namesrv, namesrv_tls=args.namesrv_tls, cluster=cluster, **args.connect
+        )
+    return Admin(args.endpoints, **args.connect)
 
 
 async def cluster_list(args: argparse.Namespace, out: Output) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 
-from wharf.client.admin import Admin
+from wharf.client.cli.cluster_commands import admin_of
 from wharf.client.cli.output import Output, fmt_ms, proto_dict
 from wharf.v1 import common_pb2
 
@@ -92,7 +92,7 @@ _WHERE_NAMES = {
 
 async def group_create(args: argparse.Namespace, out: Output) -> int:
     timestamp = parse_timestamp(args.timestamp) if args.timestamp else 0
-    async with Admin(args.endpoints, **args.connect) as admin:
+    async with admin_of(args) as admin:
         config = await admin.create_group(
             args.name,
             retry_max_times=args.retry_max_times,
@@ -116,7 +116,7 @@ async def group_create(args: argparse.Namespace, out: Output) -> int:
 
 
 async def group_list(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints, **args.connect) as admin:
+    async with admin_of(args) as admin:
         reply = await admin.list_groups()
     groups = sorted(reply.groups, key=lambda g: g.group_name)
     if out.as_json:
@@ -142,7 +142,7 @@ async def group_list(args: argparse.Namespace, out: Output) -> int:
 
 
 async def group_delete(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints, **args.connect) as admin:
+    async with admin_of(args) as admin:
         await admin.delete_group(args.name)
     if out.as_json:
         out.data({"deleted": args.name})
@@ -152,7 +152,7 @@ async def group_delete(args: argparse.Namespace, out: Output) -> int:
 
 
 async def group_progress(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints, **args.connect) as admin:
+    async with admin_of(args) as admin:
         reply = await admin.consumer_progress(args.name, args.topic)
     if out.as_json:
         out.data(proto_dict(reply))
@@ -160,9 +160,18 @@ async def group_progress(args: argparse.Namespace, out: Output) -> int:
     out.table(
         f"Group {reply.consumer_group}: total lag {reply.total_lag}, "
         f"{reply.online_clients} online client(s)",
-        ["topic", "queue", "broker offset", "consumer offset", "lag", "last consumed (UTC)"],
+        [
+            "broker",
+            "topic",
+            "queue",
+            "broker offset",
+            "consumer offset",
+            "lag",
+            "last consumed (UTC)",
+        ],
         [
             (
+                q.broker_name or "-",
                 q.topic,
                 q.queue_id,
                 q.broker_offset,
@@ -170,7 +179,7 @@ async def group_progress(args: argparse.Namespace, out: Output) -> int:
                 q.lag,
                 fmt_ms(q.last_timestamp),
             )
-            for q in sorted(reply.queues, key=lambda q: (q.topic, q.queue_id))
+            for q in sorted(reply.queues, key=lambda q: (q.broker_name, q.topic, q.queue_id))
         ],
     )
     return 0
@@ -178,22 +187,23 @@ async def group_progress(args: argparse.Namespace, out: Output) -> int:
 
 async def offsets_reset(args: argparse.Namespace, out: Output) -> int:
     timestamp = parse_timestamp(args.timestamp)
-    async with Admin(args.endpoints, **args.connect) as admin:
-        reply = await admin.reset_offsets(args.group, args.topic, timestamp)
-    offsets = dict(sorted(reply.offsets.items()))
+    data: dict[str, object] = {"group": args.group, "topic": args.topic, "timestamp": timestamp}
+    async with admin_of(args) as admin:
+        if args.namesrv:  # one entry per (broker group, queue): queue ids repeat across groups
+            entries = await admin.reset_offsets_by_queue(args.group, args.topic, timestamp)
+            rows = [(e.broker_name, e.queue_id, e.offset) for e in entries]
+            data["queue_offsets"] = [{"broker": b, "queue": q, "offset": o} for b, q, o in rows]
+        else:
+            reply = await admin.reset_offsets(args.group, args.topic, timestamp)
+            offsets = dict(sorted(reply.offsets.items()))
+            rows = [("-", q, o) for q, o in offsets.items()]
+            data["offsets"] = {str(k): v for k, v in offsets.items()}
     if out.as_json:
-        out.data(
-            {
-                "group": args.group,
-                "topic": args.topic,
-                "timestamp": timestamp,
-                "offsets": {str(k): v for k, v in offsets.items()},
-            }
-        )
+        out.data(data)
         return 0
     out.table(
         f"Offsets of {args.group} on {args.topic} reset to {fmt_ms(timestamp)}",
-        ["queue", "new offset"],
-        list(offsets.items()),
+        ["broker", "queue", "new offset"],
+        rows,
     )
     return 0

@@ -6,8 +6,10 @@
     wharf group progress billing
 
 Global options: ``--endpoints HOST:PORT`` (env ``WHARF_ENDPOINTS``, default 127.0.0.1:8081),
-``--namesrv HOST:PORT;HOST:PORT`` (env ``NAMESRV_ADDR``: a cluster's NameServers, for
-``wharf cluster list`` and ``wharf topic create --cluster``),
+``--namesrv HOST:PORT;HOST:PORT`` (env ``NAMESRV_ADDR``: a cluster's NameServers instead of
+one broker: ``wharf cluster list``, ``topic create --cluster``, sends spread over the groups,
+admin writes on every master holding the topic or group, reads merged over the groups;
+``--namesrv-tls`` / ``NAMESRV_TLS``: the NameServers too over TLS),
 ``--access-key`` / ``--secret-key`` (env ``WHARF_ACCESS_KEY`` / ``WHARF_SECRET_KEY``: every
 call is signed for a broker with aclEnable; they are handed to the SDK through those two
 variables of this process; prefer the environment, a secret on the command line is visible
@@ -58,8 +60,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--namesrv",
         default=os.environ.get("NAMESRV_ADDR", ""),
-        help="NameServers HOST:PORT[;HOST:PORT] of a cluster (env NAMESRV_ADDR): `cluster` "
-        "commands, `topic create --cluster/--broker`",
+        help="NameServers HOST:PORT[;HOST:PORT] of a cluster (env NAMESRV_ADDR) instead of "
+        "--endpoints: every command over the cluster's broker groups",
+    )
+    parser.add_argument(
+        "--namesrv-tls",
+        action="store_true",
+        default=os.environ.get("NAMESRV_TLS", "").lower() in ("1", "true", "yes", "on"),
+        help="dial the NameServers over TLS too, with the TLS options below (env "
+        "NAMESRV_TLS=true; a NameServer with tlsEnable)",
     )
     parser.add_argument(
         "--access-key",

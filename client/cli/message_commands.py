@@ -6,17 +6,16 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 from rich.progress import Progress
-from wharf.client.admin import Admin
-from wharf.client.cli.cluster_commands import brokers_of
+from wharf.client.cli.cluster_commands import admin_of
+from wharf.client.cli.group_commands import parse_timestamp
 from wharf.client.cli.output import Output, message_dict, message_line, proto_dict
 from wharf.client.cli.topic_commands import parse_attributes
 from wharf.client.consumer.pull import PullConsumer
-from wharf.client.errors import NotFoundError
 from wharf.client.message import MessageQueue, ReceivedMessage, SendResult
 from wharf.client.producer import Producer
-from wharf.v1 import common_pb2
 
 STDIN_WINDOW = 1024  # stdin lines in flight at once (auto-batched by the producer)
 
@@ -41,7 +40,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     consume.add_argument("--tags", default="*", help="tag expression, e.g. 'a || b'")
     consume.add_argument("--queue", type=int, help="only this queue")
     consume.add_argument(
-        "--from", dest="start", choices=["beginning", "end", "committed"], default="beginning"
+        "--from",
+        dest="start",
+        type=_start_of,
+        default="beginning",
+        metavar="{beginning,end,committed,TIME}",
+        help="where each queue starts: TIME (epoch ms or ISO 8601, naive = UTC) is the first "
+        "message stored at or after it (with --namesrv, on every group's queues)",
     )
     consume.add_argument("--max", type=int, default=0, help="stop after N messages")
     consume.add_argument("--follow", "-f", action="store_true", help="wait for new messages")
@@ -52,14 +57,37 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     query.add_argument("--topic", required=True)
     query.add_argument("--key", required=True)
     query.add_argument("--max", type=int, default=32)
-    query.add_argument("--begin-ms", type=int, default=0)
-    query.add_argument("--end-ms", type=int, default=0)
+    query.add_argument(
+        "--begin-ms", type=parse_timestamp, default=0, help="stored at/after: epoch ms or ISO 8601"
+    )
+    query.add_argument(
+        "--end-ms", type=parse_timestamp, default=0, help="stored before: epoch ms or ISO 8601"
+    )
     query.set_defaults(run=query_command)
 
     view = sub.add_parser("view", help="show one message by id")
     view.add_argument("--msg-id", required=True, help="offset msg id or unique id (UNIQ_KEY)")
     view.add_argument("--topic", default="", help="required for a unique id")
     view.set_defaults(run=view_command)
+
+
+def _start_of(text: str) -> str | int:
+    """``--from``: a named position, or a time in epoch milliseconds."""
+    if text in ("beginning", "end", "committed"):
+        return text
+    try:
+        return parse_timestamp(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected beginning, end, committed or a time (epoch ms or ISO 8601), got {text!r}"
+        ) from None
+
+
+def _where(args: argparse.Namespace) -> dict[str, Any]:
+    """A client's target: ``--endpoints``, or ``--namesrv`` (TLS to it with ``--namesrv-tls``)."""
+    if args.namesrv:
+        return {"namesrv": args.namesrv, "namesrv_tls": args.namesrv_tls}
+    return {"endpoints": args.endpoints}
 
 
 def _result_dict(result: SendResult) -> dict[str, object]:
@@ -101,7 +129,7 @@ async def send_command(args: argparse.Namespace, out: Output) -> int:
         queue_id=args.queue,
     )
     # --namesrv: the sends spread over the topic's broker groups (Producer(namesrv=)).
-    where = {"namesrv": args.namesrv} if args.namesrv else {"endpoints": args.endpoints}
+    where = _where(args)
     async with Producer(group="wharf-cli", **where, **args.connect) as producer:
         if args.file or args.body is not None:
             if args.file:
@@ -151,7 +179,7 @@ async def consume_command(args: argparse.Namespace, out: Output) -> int:
     if args.max < 0:
         raise ValueError("--max must be >= 0")
     # --namesrv: the queues of every group of the cluster, each read from its master.
-    where = {"namesrv": args.namesrv} if args.namesrv else {"endpoints": args.endpoints}
+    where = _where(args)
     async with PullConsumer(group=args.group, **where, **args.connect) as consumer:
         queues = await consumer.queues(args.topic)
         if args.queue is not None:
@@ -206,7 +234,9 @@ async def _wait_any(
         await asyncio.gather(*polls, return_exceptions=True)
 
 
-async def _start_position(consumer: PullConsumer, queue: MessageQueue, start: str) -> int:
+async def _start_position(consumer: PullConsumer, queue: MessageQueue, start: str | int) -> int:
+    if isinstance(start, int):  # SearchOffset on the queue's own broker (group)
+        return await consumer.offset_for_time(queue, start)
     low, high = await consumer.bounds(queue)
     if start == "end":
         return high
@@ -232,15 +262,11 @@ def _print_message(out: Output, msg: ReceivedMessage) -> None:
 
 
 async def query_command(args: argparse.Namespace, out: Output) -> int:
-    views: list[common_pb2.MessageView] = []
-    for address in await brokers_of(args, args.topic):  # every group of a cluster (--namesrv)
-        async with Admin(address, **args.connect) as admin:
-            reply = await admin.query_messages(
-                args.topic, args.key, begin_ms=args.begin_ms, end_ms=args.end_ms, max_num=args.max
-            )
-        views += reply.messages
-    views.sort(key=lambda v: v.store_timestamp)
-    messages = [ReceivedMessage.from_view(v) for v in views[: args.max]]
+    async with admin_of(args) as admin:  # --namesrv: every group holding the topic, merged
+        reply = await admin.query_messages(
+            args.topic, args.key, begin_ms=args.begin_ms, end_ms=args.end_ms, max_num=args.max
+        )
+    messages = [ReceivedMessage.from_view(v) for v in reply.messages]
     if out.as_json:
         out.data([message_dict(m) for m in messages])
     elif not messages:
@@ -258,15 +284,8 @@ async def query_command(args: argparse.Namespace, out: Output) -> int:
 
 
 async def view_command(args: argparse.Namespace, out: Output) -> int:
-    addresses = await brokers_of(args, args.topic or None)
-    for i, address in enumerate(addresses):  # the first group that has it (--namesrv)
-        async with Admin(address, **args.connect) as admin:
-            try:
-                reply = await admin.view_message(args.msg_id, args.topic)
-                break
-            except NotFoundError:
-                if i == len(addresses) - 1:
-                    raise
+    async with admin_of(args) as admin:  # --namesrv: the first group that has it
+        reply = await admin.view_message(args.msg_id, args.topic)
     msg = ReceivedMessage.from_view(reply.message)
     data = message_dict(msg)
     if out.as_json:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from wharf.client.admin import Admin
-from wharf.client.cli.cluster_commands import namesrv_of
+from wharf.client.cli.cluster_commands import admin_of, need_namesrv
 from wharf.client.cli.output import Output, fmt_ms, proto_dict
-from wharf.client.errors import AlreadyExistsError, NotFoundError
+from wharf.client.cluster_admin import ClusterAdmin
 
 PERM_NAMES = {6: "RW", 4: "R", 2: "W", 0: "-"}
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")  # RocketMQ 5's TopicMessageType
@@ -76,6 +76,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     status.add_argument("name")
     status.set_defaults(run=topic_status)
 
+    route = tsub.add_parser("route", help="queues, permission and endpoint of each broker group")
+    route.add_argument("name")
+    route.set_defaults(run=topic_route)
+
     broker = sub.add_parser("broker", help="broker information")
     bsub = broker.add_subparsers(dest="action", required=True, metavar="ACTION")
     bstatus = bsub.add_parser("status", help="version, flush mode, store figures")
@@ -83,7 +87,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
 
 async def topic_create(args: argparse.Namespace, out: Output) -> int:
-    if args.cluster or args.broker:
+    if args.cluster or args.broker or args.namesrv:
         return await _create_on_masters(args, out)
     async with Admin(args.endpoints, **args.connect) as admin:
         config = await _create(admin, args)
@@ -104,22 +108,21 @@ async def _create(admin: Admin, args: argparse.Namespace) -> object:
 
 async def _create_on_masters(args: argparse.Namespace, out: Output) -> int:
     """RocketMQ's ``updateTopic -c CLUSTER`` / ``-b BROKER``: the topic on every master of the
-    cluster, or on one group's master; a master that has it already counts as done."""
-    async with namesrv_of(args) as namesrv:
-        masters = await namesrv.masters(args.cluster)
-    if args.broker:
-        masters = {n: a for n, a in masters.items() if n == args.broker}
-    if not masters:
-        where = f"cluster {args.cluster!r}" if args.cluster else f"broker {args.broker!r}"
-        raise NotFoundError(f"no live master in {where}: see `wharf cluster list`")
-    created = []
-    for name, address in sorted(masters.items()):
-        async with Admin(address, **args.connect) as admin:
-            try:
-                await _create(admin, args)
-                created.append({"broker": name, "address": address, "created": True})
-            except AlreadyExistsError:
-                created.append({"broker": name, "address": address, "created": False})
+    cluster (all clusters the NameServers know without either), or on one group's master; a
+    master that has it already counts as done."""
+    need_namesrv(args)  # --cluster / --broker
+    async with admin_of(args, args.cluster) as admin:
+        assert isinstance(admin, ClusterAdmin)
+        made = await admin.create_topic_on_masters(
+            args.name,
+            broker=args.broker,
+            queue_nums=args.queues,
+            read_queue_nums=args.read_queues,
+            write_queue_nums=args.write_queues,
+            perm=args.perm,
+            attributes=topic_attributes(args),
+        )
+    created = [{"broker": n, "address": a, "created": c is not None} for n, a, c in made]
     if out.as_json:
         out.data({"topic": args.name, "brokers": created})
     else:
@@ -130,7 +133,7 @@ async def _create_on_masters(args: argparse.Namespace, out: Output) -> int:
 
 
 async def topic_update(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints, **args.connect) as admin:
+    async with admin_of(args) as admin:
         config = await admin.update_topic(
             args.name,
             read_queue_nums=args.read_queues,
@@ -154,7 +157,7 @@ def _print_topic(out: Output, config: object, verb: str) -> None:
 
 
 async def topic_delete(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints, **args.connect) as admin:
+    async with admin_of(args) as admin:
         await admin.delete_topic(args.name)
     if out.as_json:
         out.data({"deleted": args.name})
@@ -164,7 +167,7 @@ async def topic_delete(args: argparse.Namespace, out: Output) -> int:
 
 
 async def topic_list(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints, **args.connect) as admin:
+    async with admin_of(args) as admin:
         reply = await admin.list_topics(include_system=args.system)
     topics = sorted(reply.topics, key=lambda t: t.name)
     if out.as_json:
@@ -188,30 +191,51 @@ async def topic_list(args: argparse.Namespace, out: Output) -> int:
 
 
 async def topic_status(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints, **args.connect) as admin:
+    async with admin_of(args) as admin:
         stats = await admin.topic_stats(args.name)
     if out.as_json:
         out.data(proto_dict(stats))
         return 0
     out.table(
         f"Topic {stats.name}: {stats.total_messages} messages",
-        ["queue", "min offset", "max offset", "last update (UTC)"],
+        ["broker", "queue", "min offset", "max offset", "last update (UTC)"],
         [
-            (q.queue_id, q.min_offset, q.max_offset, fmt_ms(q.last_update_timestamp))
-            for q in sorted(stats.queues, key=lambda q: q.queue_id)
+            (q.broker_name or "-", q.queue_id, q.min_offset, q.max_offset,
+             fmt_ms(q.last_update_timestamp))
+            for q in sorted(stats.queues, key=lambda q: (q.broker_name, q.queue_id))
         ],
-    )
+    )  # fmt: skip
+    return 0
+
+
+async def topic_route(args: argparse.Namespace, out: Output) -> int:
+    async with admin_of(args) as admin:
+        routes = await admin.topic_routes(args.name)
+    if out.as_json:
+        out.data([proto_dict(r) for r in routes])
+        return 0
+    out.table(
+        f"Route of {args.name}",
+        ["broker", "endpoint", "read queues", "write queues", "perm"],
+        [
+            (r.broker_name, r.endpoint, r.read_queue_nums, r.write_queue_nums,
+             PERM_NAMES.get(r.perm, r.perm))
+            for r in routes
+        ],
+    )  # fmt: skip
     return 0
 
 
 async def broker_status(args: argparse.Namespace, out: Output) -> int:
-    async with Admin(args.endpoints, **args.connect) as admin:
-        status = await admin.broker_status()
-    data = proto_dict(status)
+    async with admin_of(args) as admin:
+        statuses = await admin.broker_statuses()
     if out.as_json:
-        out.data(data)
+        docs = [proto_dict(s) for s in statuses]
+        out.data(docs if args.namesrv else docs[0])
         return 0
-    runtime = data.pop("runtime", {}) or {}
-    rows = [(k, v) for k, v in data.items()] + [(f"runtime.{k}", v) for k, v in runtime.items()]
-    out.table(f"Broker {status.broker_name or status.endpoint}", ["field", "value"], rows)
+    for status in statuses:
+        data = proto_dict(status)
+        runtime = data.pop("runtime", {}) or {}
+        rows = [(k, v) for k, v in data.items()] + [(f"runtime.{k}", v) for k, v in runtime.items()]
+        out.table(f"Broker {status.broker_name or status.endpoint}", ["field", "value"], rows)
     return 0

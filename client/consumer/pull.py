@@ -62,6 +62,7 @@ class PullConsumer:
         cert_file: str | None = None,
         key_file: str | None = None,
         namesrv: str | None = None,
+        namesrv_tls: bool = False,
     ) -> None:
         """``access_key`` / ``secret_key``: sign calls for an aclEnable broker (default: the
         environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY). TLS arguments as the Producer's
@@ -76,6 +77,8 @@ class PullConsumer:
                     address, group, access_key=access_key, secret_key=secret_key,
                     tls=tls_config(tls, ca_file, cert_file, key_file),
                 ),
+                connect={"tls": tls_config(tls, ca_file, cert_file, key_file) if namesrv_tls else None,
+                         "access_key": access_key, "secret_key": secret_key},
             )  # fmt: skip
         self.endpoints = endpoints
         self._keys = (access_key, secret_key)

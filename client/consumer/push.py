@@ -118,6 +118,7 @@ class PushConsumer:
         cert_file: str | None = None,
         key_file: str | None = None,
         namesrv: str | None = None,
+        namesrv_tls: bool = False,
     ) -> None:
         self._cluster: ClusterConsumers[PushConsumer] | None = None
         if namesrv:
@@ -139,6 +140,11 @@ class PushConsumer:
                 namesrv,
                 lambda: list(self._subscriptions),
                 lambda address: self._broker_consumer(address, options),
+                connect={
+                    "tls": options["tls"] if namesrv_tls else None,
+                    "access_key": access_key,
+                    "secret_key": secret_key,
+                },
             )
         models = {"CLUSTERING": CLUSTERING, "BROADCASTING": BROADCASTING}
         wheres = {

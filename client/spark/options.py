@@ -68,6 +68,7 @@ class ReadOptions:
     # A cluster's NameServers instead of endpoints: one partition per (group, queue),
     # queues keyed "<topic>@<broker>" (client/spark/cluster_rpc.py).
     namesrv: str | None = None
+    namesrv_tls: bool = False  # namesrvTls: the NameServers over TLS too (the TLS options)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,10 @@ class WriteOptions:
     timeout_s: float
     credentials: Credentials | None = None  # accessKey/secretKey: signed calls (aclEnable)
     tls: TlsConfig | None = None
+    # A cluster's NameServers instead of endpoints: rows spread over every group's write
+    # queues, each group's halves committed by its own EndTransactions (topic_writers.py).
+    namesrv: str | None = None
+    namesrv_tls: bool = False
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -273,6 +278,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
     return ReadOptions(
         endpoints=_endpoints(options, namesrv_ok=True),
         namesrv=_get(options, "namesrv") or None,
+        namesrv_tls=_bool(options, "namesrvTls", False),
         topics=_topics(options),
         starting=starting,
         ending=ending,
@@ -313,7 +319,9 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     immunity = _positive_int(options, "checkImmunitySec", 3600)
     assert immunity is not None
     return WriteOptions(
-        endpoints=_endpoints(options),
+        endpoints=_endpoints(options, namesrv_ok=True),
+        namesrv=_get(options, "namesrv") or None,
+        namesrv_tls=_bool(options, "namesrvTls", False),
         topic=check_topic_name(topic.strip()) if topic else None,
         batch_size=batch_size,
         max_request_bytes=max_bytes,

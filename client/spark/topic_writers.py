@@ -24,6 +24,17 @@ takes committed rows back).
 path (the probe above; rows are visible as soon as a task stores them, ``abort`` cannot take
 them back): faster, see the README's figures.
 
+Over a cluster (option ``namesrv``): rows spread over every group taking writes to their
+topic (``cluster_rpc.ClusterRpc.write_groups``, broker name order): a row without ``queueId``
+goes to group ``(partitionId + rowIndex) mod groups`` (the broker picks its queue); a
+``queueId`` numbers the write queues of the groups one after the other (group a's 0..n-1,
+then group b's), so equal ids keep one (broker, queue). Chunks are cut per (topic, group,
+queue), each sent to its group's master; the probe asks the chunk's own group; the task
+reports which group holds each half range, and the driver ends each group's halves with that
+group's own EndTransactions calls (``rollback_rest`` on every group holding the topic, so a
+failed attempt's halves are rolled back wherever they went). Condition, besides the above:
+the topic's writable groups are the same for a batch and its re-run.
+
 Wire paths: half messages travel as proto messages (the broker re-addresses them to
 ``RMQ_SYS_TRANS_HALF_TOPIC``); plain rows are encoded here as CommitLog records
 (``wharf.client.record_encoder``) and sent as one SendMessage ``records`` request per chunk.
@@ -56,6 +67,7 @@ from pyspark.sql.types import (
 from wharf.client.compression import maybe_compress
 from wharf.client.errors import InvalidArgumentError
 from wharf.client.record_encoder import RecordEncoder
+from wharf.client.spark.cluster_rpc import ClusterRpc
 from wharf.client.spark.options import OptionError, WriteOptions
 from wharf.client.spark.rpc import BrokerRpc, PendingSend
 from wharf.v1 import common_pb2, messaging_pb2
@@ -124,25 +136,58 @@ class WriteSummary(WriterCommitMessage):
     prefix: str = ""  # the rows' unique id prefix up to the partition: spark-<writer>.<batch>.
     halves: list[tuple[int, int]] | None = None  # transaction id ranges (first, count) to commit
     topics: list[str] | None = None  # the topics its rows went to
+    half_brokers: list[str] | None = None  # cluster: the broker group of each ``halves`` range
+
+
+_Key = tuple[str, str, int | None]  # topic, broker group ("" for one broker), queue id
+
+
+class _Placement:
+    """Where a row goes over a cluster (see the module): its group, and its queue there."""
+
+    def __init__(self, rpc: ClusterRpc, partition_id: int) -> None:
+        self._rpc = rpc
+        self._partition = partition_id
+
+    def place(self, topic: str, queue_id: int | None, row: int) -> tuple[str, int | None]:
+        groups = self._rpc.write_groups(topic)
+        if queue_id is None:
+            return groups[(self._partition + row) % len(groups)][0], None
+        first = 0
+        for name, count in groups:
+            if queue_id < first + count:
+                return name, queue_id - first
+            first += count
+        raise ValueError(
+            f"row {row}: queueId {queue_id} is beyond the {first} write queues of {topic!r} "
+            f"across its broker groups {[n for n, _ in groups]}"
+        )
 
 
 class _ChunkSender:
     """Buffers encoded records per (topic, queueId) and sends full chunks, probing first (see
     the module docstring) while previous attempts may have stored them."""
 
-    def __init__(self, rpc: BrokerRpc, opts: WriteOptions) -> None:
+    def __init__(self, rpc: BrokerRpc | ClusterRpc, opts: WriteOptions) -> None:
         self._rpc = rpc
         self._opts = opts
-        # Per key: the records, the last record's unique id (what probing asks for), bytes.
-        self._pending: dict[tuple[str, int | None], list[Any]] = {}
-        self._last_id: dict[tuple[str, int | None], str] = {}
-        self._pending_bytes: dict[tuple[str, int | None], int] = {}
+        # Per key (topic, broker group or "", queue): the records, the last record's unique id
+        # (what probing asks for), bytes.
+        self._pending: dict[_Key, list[Any]] = {}
+        self._last_id: dict[_Key, str] = {}
+        self._pending_bytes: dict[_Key, int] = {}
         self._probing = opts.idempotent or opts.transactional
-        self._in_flight: tuple[PendingSend, int, str, str] | None = None
+        self._in_flight: tuple[PendingSend, int, str, str, str] | None = None
         self.sent = 0
         self.skipped = 0
         self.halves: list[tuple[int, int]] = []  # transactional: (first id, count) per chunk
+        self.half_brokers: list[str] = []  # the group of each range ("" for one broker)
         self.topics: set[str] = set()
+
+    def _target(self, topic: str, broker: str) -> BrokerRpc:
+        if isinstance(self._rpc, ClusterRpc):
+            return self._rpc.group_rpc(topic, broker)
+        return self._rpc
 
     def add(
         self,
@@ -151,12 +196,14 @@ class _ChunkSender:
         record: bytes | common_pb2.Message,
         unique_id: str,
         size: int | None = None,
+        broker: str = "",
     ) -> None:
-        """Buffer one row (a record, or a half message with its ``size``: its body's)."""
+        """Buffer one row (a record, or a half message with its ``size``: its body's) for
+        ``broker``'s group ("" : the one broker)."""
         if size is None:
             assert isinstance(record, bytes)
             size = len(record)
-        key = (topic, queue_id)
+        key = (topic, broker, queue_id)
         self.topics.add(topic)
         chunk = self._pending.get(key)
         if chunk is None:
@@ -178,13 +225,14 @@ class _ChunkSender:
             self._flush(key)
         self._settle()
 
-    def _flush(self, key: tuple[str, int | None]) -> None:
+    def _flush(self, key: _Key) -> None:
         chunk = self._pending.pop(key)
         del self._pending_bytes[key]
         last_id = self._last_id.pop(key)
-        topic, queue_id = key
-        if self._probing:
-            if self._rpc.unique_id_exists(topic, last_id):
+        topic, broker, queue_id = key
+        rpc = self._target(topic, broker)
+        if self._probing:  # the chunk's own group: where a previous attempt sent it
+            if rpc.unique_id_exists(topic, last_id):
                 self.skipped += len(chunk)
                 return
             self._probing = False
@@ -193,20 +241,16 @@ class _ChunkSender:
         # still form a prefix of the task's chunks (what probing relies on).
         self._settle()
         if self._opts.transactional:
-            pending = self._rpc.start_send_messages(
-                topic, queue_id, chunk, self._opts.producer_group
-            )
+            pending = rpc.start_send_messages(topic, queue_id, chunk, self._opts.producer_group)
         else:
-            pending = self._rpc.start_send_records(
-                topic, queue_id, chunk, self._opts.producer_group
-            )
-        self._in_flight = (pending, len(chunk), topic, last_id)
+            pending = rpc.start_send_records(topic, queue_id, chunk, self._opts.producer_group)
+        self._in_flight = (pending, len(chunk), topic, last_id, broker)
 
     def _settle(self) -> None:
         """Wait for the chunk in flight, if any, and check its acknowledgement."""
         if self._in_flight is None:
             return
-        pending, count, topic, last_id = self._in_flight
+        pending, count, topic, last_id, broker = self._in_flight
         self._in_flight = None
         reply = pending.result()
         status = reply.status
@@ -222,6 +266,7 @@ class _ChunkSender:
                 )
             status = entries[-1].status
             self.halves.append((first, count))
+            self.half_brokers.append(broker)
         elif reply.count != count:
             raise RuntimeError(
                 f"broker acknowledged {reply.count} of {count} messages to {topic} "
@@ -355,8 +400,9 @@ def write_rows(
         if opts.transactional
         else _RowEncoder()
     )
-    with BrokerRpc.for_options(opts) as rpc:
+    with _connect(opts) as rpc:
         sender = _ChunkSender(rpc, opts)
+        placement = _Placement(rpc, partition_id) if isinstance(rpc, ClusterRpc) else None
         for batch in batches:
             cols = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
             n = batch.num_rows
@@ -376,7 +422,10 @@ def write_rows(
                 # Sizes cut chunks, so they are deterministic: a record's length, a half's body
                 # plus 256 bytes for its header and properties.
                 size = None if isinstance(item, bytes) else len(body) + 256
-                sender.add(topic, queues[i], item, unique_id, size)
+                queue_id, broker = queues[i], ""
+                if placement is not None:
+                    broker, queue_id = placement.place(topic, queue_id, row)
+                sender.add(topic, queue_id, item, unique_id, size, broker)
                 row += 1
         sender.flush_all()
     if sender.skipped:
@@ -394,33 +443,47 @@ def write_rows(
         batch_prefix,
         sender.halves if opts.transactional else None,
         sorted(sender.topics),
+        sender.half_brokers if opts.transactional and placement is not None else None,
     )
+
+
+def _connect(opts: WriteOptions) -> BrokerRpc | ClusterRpc:
+    """One broker (``endpoints``) or a cluster's groups (``namesrv``)."""
+    if opts.namesrv:
+        return ClusterRpc(
+            opts.namesrv, opts.timeout_s, opts.credentials, opts.tls, opts.namesrv_tls
+        )
+    return BrokerRpc.for_options(opts)
 
 
 def end_batch(opts: WriteOptions, prefix: str, summaries: list[WriteSummary], commit: bool) -> None:
     """The driver's side of a transactional batch: commit the halves the tasks reported, in
     partition and chunk order, or none; then roll back every other open half of ``prefix``.
-    Requests of at most END_BATCH_HALVES; each is repeatable."""
-    ranges = [r for m in sorted(summaries, key=lambda m: m.partition_id) for r in m.halves or ()]
-    pieces: list[list[tuple[int, int]]] = [[]]
-    count = 0
-    for first, n in ranges if commit else ():
-        if count + n > END_BATCH_HALVES and pieces[-1]:
-            pieces.append([])
-            count = 0
-        pieces[-1].append((first, n))
-        count += n
+    Requests of at most END_BATCH_HALVES; each is repeatable. Over a cluster, each group's
+    halves on that group (and the roll-back on every group holding the topics)."""
+    by_broker: dict[str, list[tuple[int, int]]] = {}
+    for m in sorted(summaries, key=lambda m: m.partition_id):
+        brokers = m.half_brokers or [""] * len(m.halves or ())
+        for broker, r in zip(brokers, m.halves or (), strict=True):
+            by_broker.setdefault(broker, []).append(r)
     # The topics bound what the END may touch (and what ACL checks PUB on): the option's, or
     # those the tasks wrote (a topic only failed attempts wrote is not rolled back here: the
     # broker's check-back discards those halves).
     topics = sorted({opts.topic} if opts.topic else {t for m in summaries for t in m.topics or ()})
     committed = rolled_back = before = 0
-    with BrokerRpc.for_options(opts) as rpc:
-        for i, piece in enumerate(pieces):
-            reply = rpc.end_transactions(prefix, piece, commit, i == len(pieces) - 1, topics)
-            committed += reply.committed
-            rolled_back += reply.rolled_back
-            before += reply.resolved_before
+    with _connect(opts) as rpc:
+        if isinstance(rpc, ClusterRpc):
+            groups = {g for t in topics for g in rpc.groups_of(t)} | set(by_broker)
+            targets = [(rpc.group_rpc(topics[0], g), by_broker.get(g, [])) for g in sorted(groups)]
+        else:
+            targets = [(rpc, by_broker.get("", []))]
+        for target, ranges in targets:
+            pieces = _pieces(ranges if commit else [])
+            for i, piece in enumerate(pieces):
+                reply = target.end_transactions(prefix, piece, commit, i == len(pieces) - 1, topics)
+                committed += reply.committed
+                rolled_back += reply.rolled_back
+                before += reply.resolved_before
     log.info(
         "wharf sink %s: %d messages committed, %d half messages rolled back, %d resolved before",
         prefix,
@@ -428,6 +491,19 @@ def end_batch(opts: WriteOptions, prefix: str, summaries: list[WriteSummary], co
         rolled_back,
         before,
     )
+
+
+def _pieces(ranges: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """Ranges cut into requests of at most END_BATCH_HALVES halves (at least one request)."""
+    pieces: list[list[tuple[int, int]]] = [[]]
+    count = 0
+    for first, n in ranges:
+        if count + n > END_BATCH_HALVES and pieces[-1]:
+            pieces.append([])
+            count = 0
+        pieces[-1].append((first, n))
+        count += n
+    return pieces
 
 
 def _summarise(messages: list[WriterCommitMessage | None]) -> tuple[list[WriteSummary], int, int]:

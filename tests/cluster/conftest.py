@@ -33,6 +33,12 @@ def cluster(
                 "brokerClusterName": "C",
                 "brokerName": name,
                 "autoCreateTopicEnable": False,
+                # Heartbeats well inside SILENCE_MS: a SIGSTOPped broker's last one is at most
+                # 0.2 s old, so its drop comes after SILENCE_MS - 0.2 s at the earliest.
+                "brokerHeartbeatInterval": 200,
+                # Transaction check-backs after 0.5 s (the cluster transaction tests).
+                "transactionTimeOut": 500,
+                "transactionCheckInterval": 500,
             },
         )
         for name in ("broker-a", "broker-b")

@@ -57,8 +57,15 @@ async def pair(tmp_path: Path) -> AsyncIterator[tuple[MessageStore, MessageStore
 def _segment_bytes(store: MessageStore) -> dict[str, bytes]:
     """Every segment with data (a preallocated next segment is all zeros on either side)."""
     folder = store.paths.commit_log_dir
-    segments = {name: (folder / name).read_bytes() for name in sorted(os.listdir(folder))}
-    return {name: data for name, data in segments.items() if data.count(0) != len(data)}
+    segments = {}
+    for name in sorted(os.listdir(folder)):
+        try:
+            data = (folder / name).read_bytes()
+        except FileNotFoundError:  # a preallocation (temporary name) renamed meanwhile
+            continue
+        if name.isdigit() and data.count(0) != len(data):
+            segments[name] = data
+    return segments
 
 
 class FakeReplica:

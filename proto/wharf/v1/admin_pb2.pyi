@@ -14,18 +14,20 @@ class ListHalfMessagesRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ...) -> None: ...
 
 class HalfMessage(_message.Message):
-    __slots__ = ("transaction_id", "topic", "msg_id", "store_timestamp", "checks")
+    __slots__ = ("transaction_id", "topic", "msg_id", "store_timestamp", "checks", "broker_name")
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     MSG_ID_FIELD_NUMBER: _ClassVar[int]
     STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     CHECKS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     transaction_id: str
     topic: str
     msg_id: str
     store_timestamp: int
     checks: int
-    def __init__(self, transaction_id: _Optional[str] = ..., topic: _Optional[str] = ..., msg_id: _Optional[str] = ..., store_timestamp: _Optional[int] = ..., checks: _Optional[int] = ...) -> None: ...
+    broker_name: str
+    def __init__(self, transaction_id: _Optional[str] = ..., topic: _Optional[str] = ..., msg_id: _Optional[str] = ..., store_timestamp: _Optional[int] = ..., checks: _Optional[int] = ..., broker_name: _Optional[str] = ...) -> None: ...
 
 class ListHalfMessagesResponse(_message.Message):
     __slots__ = ("messages",)
@@ -153,16 +155,18 @@ class GetTopicStatsRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class QueueStats(_message.Message):
-    __slots__ = ("queue_id", "min_offset", "max_offset", "last_update_timestamp")
+    __slots__ = ("queue_id", "min_offset", "max_offset", "last_update_timestamp", "broker_name")
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAST_UPDATE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     queue_id: int
     min_offset: int
     max_offset: int
     last_update_timestamp: int
-    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., last_update_timestamp: _Optional[int] = ...) -> None: ...
+    broker_name: str
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., last_update_timestamp: _Optional[int] = ..., broker_name: _Optional[str] = ...) -> None: ...
 
 class GetTopicStatsResponse(_message.Message):
     __slots__ = ("name", "queues", "total_messages")
@@ -223,20 +227,22 @@ class GetConsumerProgressRequest(_message.Message):
     def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
 
 class QueueProgress(_message.Message):
-    __slots__ = ("topic", "queue_id", "broker_offset", "consumer_offset", "lag", "last_timestamp")
+    __slots__ = ("topic", "queue_id", "broker_offset", "consumer_offset", "lag", "last_timestamp", "broker_name")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     BROKER_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
     LAST_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     broker_offset: int
     consumer_offset: int
     lag: int
     last_timestamp: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., broker_offset: _Optional[int] = ..., consumer_offset: _Optional[int] = ..., lag: _Optional[int] = ..., last_timestamp: _Optional[int] = ...) -> None: ...
+    broker_name: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., broker_offset: _Optional[int] = ..., consumer_offset: _Optional[int] = ..., lag: _Optional[int] = ..., last_timestamp: _Optional[int] = ..., broker_name: _Optional[str] = ...) -> None: ...
 
 class GetConsumerProgressResponse(_message.Message):
     __slots__ = ("consumer_group", "queues", "total_lag", "online_clients")
@@ -272,6 +278,16 @@ class ResetConsumerOffsetResponse(_message.Message):
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     offsets: _containers.ScalarMap[int, int]
     def __init__(self, offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class QueueOffset(_message.Message):
+    __slots__ = ("broker_name", "queue_id", "offset")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    queue_id: int
+    offset: int
+    def __init__(self, broker_name: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class GetBrokerStatusRequest(_message.Message):
     __slots__ = ()

@@ -265,16 +265,18 @@ class GetQueueOffsetsRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ...) -> None: ...
 
 class QueueOffsets(_message.Message):
-    __slots__ = ("queue_id", "min_offset", "max_offset", "last_update_timestamp")
+    __slots__ = ("queue_id", "min_offset", "max_offset", "last_update_timestamp", "broker_name")
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAST_UPDATE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     queue_id: int
     min_offset: int
     max_offset: int
     last_update_timestamp: int
-    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., last_update_timestamp: _Optional[int] = ...) -> None: ...
+    broker_name: str
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., last_update_timestamp: _Optional[int] = ..., broker_name: _Optional[str] = ...) -> None: ...
 
 class GetQueueOffsetsResponse(_message.Message):
     __slots__ = ("topic", "queues")
