@@ -7,7 +7,6 @@ silent SEND_OK); after kill -9 of the master every acknowledged message is on th
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import signal
 import time
@@ -20,6 +19,7 @@ import pytest
 from wharf.client import Admin, Producer, PullConsumer, SendStatus
 from wharf.client.errors import WharfError
 
+from tests.cluster.failover_helpers import segments
 from tests.harness import BrokerProcess, free_port
 
 SEGMENT = 1 << 20  # small segments: a few hundred KiB of load rolls several
@@ -49,19 +49,6 @@ def procs() -> Iterator[list[BrokerProcess]]:
         if process.proc is not None and process.proc.poll() is None:
             os.kill(process.pid, signal.SIGCONT)
             process.kill()
-
-
-def _segments(broker: BrokerProcess) -> dict[str, str]:
-    """sha256 of every segment holding data (a preallocated next one is all zeros)."""
-    digests = {}
-    for f in sorted((broker.store_dir / "commitlog").iterdir()):
-        try:
-            data = f.read_bytes()
-        except FileNotFoundError:  # a preallocation (temporary name) renamed meanwhile
-            continue
-        if f.name.isdigit() and data.count(0) != len(data):
-            digests[f.name] = hashlib.sha256(data).hexdigest()
-    return digests
 
 
 async def _read_all(endpoint: str, topic: str) -> list[bytes]:
@@ -108,9 +95,9 @@ async def test_the_slave_is_a_byte_copy_serves_reads_and_refuses_writes(
 
     await _eventually(slave_has_all)
     assert sorted(await _read_all(slave.endpoint, "copied")) == sorted(sent)
-    segments = _segments(master)
-    assert len(segments) >= 3
-    assert _segments(slave) == segments  # every segment, blank tails included
+    on_master = segments(master)
+    assert len(on_master) >= 3
+    assert segments(slave) == on_master  # every segment, blank tails included
     async with Admin(slave.endpoint) as admin:  # the slave's own index answers key queries
         found = await admin.query_messages("copied", "m1234")
         assert [m.body for m in found.messages] == [sent[1234]]
@@ -127,7 +114,7 @@ async def test_the_slave_is_a_byte_copy_serves_reads_and_refuses_writes(
             await producer.send("copied", b"later-%d" % i)
     slave.start()
     await _eventually(lambda: _count_is(slave.endpoint, "copied", len(sent) + 300))
-    assert _segments(slave) == _segments(master)
+    assert segments(slave) == segments(master)
     assert "at offset 0 " not in slave.log().split("SIGTERM")[-1]
 
 
@@ -259,5 +246,5 @@ async def test_kill_9_of_a_sync_master_loses_no_acknowledged_message(
     total = len(await _read_all(master.endpoint, "durable"))
     assert total >= len(on_slave) + 1
     await _eventually(lambda: _count_is(slave.endpoint, "durable", total), within_s=20)
-    assert _segments(slave) == _segments(master)
+    assert segments(slave) == segments(master)
     assert "refuses this replica" not in slave.log()
