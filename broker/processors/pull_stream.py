@@ -1,0 +1,150 @@
+"""PullMessageStream: many pulls in flight on one bidirectional call, each answered once by its
+``request_id``.
+
+Each request runs ``PullProcessor.pull`` as its own task (statuses, long polling and the
+``commit_offset`` piggy-back are PullMessage's; a long poll parks only its own pull); replies
+go out in the order they complete through the one writer (the handler's generator). An error
+of one pull becomes its reply's ``error`` (the gRPC code number and message PullMessage would
+have failed with) and the stream goes on.
+
+Bounds, so a client that stops reading cannot make the broker buffer without limit:
+- at most ``maxInflightStreamRequests`` (64) pulls in flight: a slot is freed when its reply
+  has been handed to gRPC (or the pull was cancelled); without a slot the broker reads no
+  further request, and HTTP/2 flow control then holds the client's writes;
+- while the replies built and not yet taken by gRPC reach ``maxUnreadPullBytesPerClient``
+  (16 MiB), no pull of the stream reads (``reply_budget.StreamReplies``): it waits for room
+  instead of failing. A stream therefore holds at most that plus one reply of maxPullBytes.
+
+``cancel``: a request with ``cancel`` set cancels the pull in flight with its ``request_id``
+(a long poll the client gave up on); neither gets a reply. When the client half-closes, the
+pulls in flight are answered and then the call ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from wharf.broker.context import BrokerContext
+from wharf.broker.errors import (
+    InvalidArgumentError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+    status_for,
+)
+from wharf.broker.handlers import MalformedRequest, RefusedRequest
+from wharf.broker.processors.pull import PullProcessor
+from wharf.broker.reply_budget import PullReplies, StreamReplies
+from wharf.v1 import common_pb2, messaging_pb2
+
+log = logging.getLogger("wharf.broker.pull_stream")
+METHOD = "PullMessageStream"
+_END = object()
+
+
+class PullStreamProcessor:
+    def __init__(self, ctx: BrokerContext, puller: PullProcessor) -> None:
+        self.ctx = ctx
+        self.puller = puller
+
+    async def _pull_or_error(
+        self, request: Any, replies: PullReplies
+    ) -> messaging_pb2.PullMessageResponse:
+        started = time.perf_counter()
+        request_id = getattr(request, "request_id", 0)  # 0 when it did not even parse
+        try:
+            if type(request) is MalformedRequest:
+                raise InvalidArgumentError(request.message)
+            if type(request) is RefusedRequest:  # by the ACL (broker/acl/guard.py)
+                if request.unauthenticated:
+                    raise UnauthenticatedError(request.message)
+                raise PermissionDeniedError(request.message)
+            reply = await self.puller.pull(request, replies)
+            reply.request_id = request_id
+            self.ctx.metrics.observe_rpc(METHOD, "OK", time.perf_counter() - started)
+            return reply
+        except asyncio.CancelledError:
+            self.ctx.metrics.observe_rpc(METHOD, "CANCELLED", time.perf_counter() - started)
+            raise
+        except Exception as exc:
+            code, message = status_for(exc)
+            if code is grpc.StatusCode.INTERNAL:
+                log.exception("%s request %d failed", METHOD, request_id)
+            self.ctx.metrics.observe_rpc(METHOD, code.name, time.perf_counter() - started)
+            return messaging_pb2.PullMessageResponse(
+                request_id=request_id,
+                error=common_pb2.ErrorInfo(code=code.value[0], message=message),
+            )
+
+    async def serve(
+        self, requests: AsyncIterator[Any], peer: str
+    ) -> AsyncIterator[messaging_pb2.PullMessageResponse]:
+        cfg = self.ctx.config
+        slots = asyncio.Semaphore(cfg.max_inflight_stream_requests)
+        window = StreamReplies(self.ctx.replies, peer, cfg.max_unread_pull_bytes_per_client)
+        out: asyncio.Queue[Any] = asyncio.Queue()
+        tasks: dict[int, asyncio.Task[None]] = {}
+
+        async def handle(request: Any, replies: PullReplies) -> None:
+            reply = await self._pull_or_error(request, replies)
+            out.put_nowait((reply, replies.nbytes))  # no await since the hold: never lost
+
+        def finished(request_id: int, task: asyncio.Task[None]) -> None:
+            if tasks.get(request_id) is task:
+                del tasks[request_id]
+            if task.cancelled():
+                slots.release()  # no reply to wait for
+
+        async def read_requests() -> None:
+            try:
+                async for request in requests:
+                    if type(request) is messaging_pb2.PullMessageRequest and request.cancel:
+                        task = tasks.get(request.request_id)
+                        if task is not None:
+                            task.cancel()
+                        continue
+                    await slots.acquire()
+                    request_id = getattr(request, "request_id", 0)
+                    if request_id in tasks:
+                        request = MalformedRequest(
+                            "PullMessageRequest", f"request_id {request_id} is already in flight"
+                        )
+                    replies = window.for_pull()
+                    task = asyncio.create_task(handle(request, replies))
+                    if type(request) is not MalformedRequest:
+                        tasks[request_id] = task
+                    task.add_done_callback(functools.partial(finished, request_id))
+                while tasks:
+                    await asyncio.gather(*list(tasks.values()), return_exceptions=True)
+            finally:
+                out.put_nowait(_END)
+
+        reader = asyncio.create_task(read_requests())
+        try:
+            while True:
+                item = await out.get()
+                if item is _END:
+                    break
+                reply, nbytes = item
+                try:
+                    yield reply
+                finally:
+                    window.taken(nbytes)
+                    slots.release()
+            await reader  # surfaces a broken request stream as the RPC's error
+        finally:
+            reader.cancel()
+            for task in list(tasks.values()):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+            while not out.empty():  # replies never sent: give their bytes back
+                item = out.get_nowait()
+                if item is not _END:
+                    window.taken(item[1])
