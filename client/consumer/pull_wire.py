@@ -22,23 +22,27 @@ from wharf.v1 import common_pb2, messaging_pb2
 PULL_METHOD = "/wharf.v1.MessagingService/PullMessage"
 
 # PullMessageResponse field numbers (proto/wharf/v1/messaging.proto).
-_STATUS, _NEXT_BEGIN, _MIN, _MAX, _MESSAGES, _RECORDS = 1, 2, 3, 4, 5, 6
+_STATUS, _NEXT_BEGIN, _MIN, _MAX, _MESSAGES, _RECORDS, _REQUEST_ID = 1, 2, 3, 4, 5, 6, 7
+_ERROR = 8
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 _INT64_WRAP = 1 << 64
 
 
 class PullReply:
     """The fields of a PullMessageResponse; ``buffer[records_start:records_end]`` are the
-    raw records (not copied out)."""
+    raw records (not copied out). ``error``: (gRPC code number, message) of a stream reply
+    that failed, else None."""
 
     __slots__ = (
         "buffer",
+        "error",
         "max_offset",
         "messages",
         "min_offset",
         "next_begin_offset",
         "records_end",
         "records_start",
+        "request_id",
         "status",
     )
 
@@ -51,6 +55,8 @@ class PullReply:
         self.records_start = 0
         self.records_end = 0
         self.messages: Sequence[common_pb2.MessageView] = ()
+        self.request_id = 0
+        self.error: tuple[int, str] | None = None
 
     @property
     def records(self) -> bytes:
@@ -103,11 +109,13 @@ def _walk(data: bytes) -> PullReply:
                 reply.min_offset = _int64(value)
             elif field == _MAX:
                 reply.max_offset = _int64(value)
+            elif field == _REQUEST_ID:
+                reply.request_id = value
         elif wire_type == _LENGTH_DELIMITED:
             length, pos = _varint(data, pos)
             end = pos + length
-            if end > size or field == _MESSAGES:
-                raise _Unexpected
+            if end > size or (field != _RECORDS and field <= _ERROR):
+                raise _Unexpected  # views and errors: the protobuf parser
             if field == _RECORDS:  # last one wins, as protobuf merges scalar fields
                 reply.records_start, reply.records_end = pos, end
             pos = end
@@ -133,6 +141,9 @@ def _from_protobuf(data: bytes) -> PullReply:
     reply.max_offset = message.max_offset
     reply.records_end = len(records)
     reply.messages = list(message.messages)
+    reply.request_id = message.request_id
+    if message.HasField("error"):
+        reply.error = (message.error.code, message.error.message)
     return reply
 
 
