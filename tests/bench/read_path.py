@@ -1,0 +1,207 @@
+"""The read path, measured: consume throughput and CPU per message over PullMessageStream against
+unary PullMessage, and where a lone message's time goes from ``send()`` to the handler.
+
+    .venv/bin/python -m tests.bench.read_path [--messages 200000] [--pullers 50] [--lone 200]
+
+Part 1 (consume): one daemon, ``--messages`` of 1 KiB produced, then read back by
+``--pullers`` tasks of one PullConsumer (100 per pull, queue ranges split as ``wharf bench
+consume`` does), once over the stream and once unary, alternately ``--rounds`` times. It
+prints msg/s and the broker's and the client's CPU per message (the figure that stays
+meaningful when other work shares the machine).
+
+Part 2 (lone message): ``--lone`` messages sent one at a time (the next only after the
+previous reached the handler, so nothing queues) by a Producer to a PushConsumer, under
+ASYNC_FLUSH and SYNC_FLUSH. Each message's time is split with the stamps each stage leaves:
+send() called -> send ack back (produce: client encode + RPC + store append, and the group
+commit under SYNC_FLUSH) and ack -> handler (the broker's store time is in the record, so
+dispatch + long-poll wake-up + pull reply + client decode + hand-off to the handler are
+split as store -> pull reply decoded -> handler entered). Percentiles per stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import uvloop
+from wharf.client import ConsumeResult, MessageQueue, Producer, PullConsumer, PushConsumer
+from wharf.client.message import ReceivedMessage
+
+from tests.bench.broker_send import process_cpu_seconds
+from tests.harness import BrokerProcess
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def produce(endpoint: str, topic: str, count: int, size: int) -> None:
+    body = os.urandom(size)
+    async with Producer(endpoint, max_in_flight=2) as producer:
+        remaining = count
+
+        async def worker() -> None:
+            nonlocal remaining
+            while remaining > 0:
+                n = min(16, remaining)
+                remaining -= n
+                await producer.send_batch(topic, [body] * n)
+
+        await asyncio.gather(*(worker() for _ in range(50)))
+
+
+async def consume(endpoint: str, topic: str, pullers: int, stream: bool) -> tuple[int, float]:
+    """Read the whole topic; (messages, seconds)."""
+    async with PullConsumer(endpoint, f"rp-{time.time_ns()}", stream_pulls=stream) as consumer:
+        work: list[tuple[MessageQueue, int, int]] = []
+        for queue in await consumer.queues(topic):
+            low, high = await consumer.bounds(queue)
+            work.extend((queue, lo, min(lo + 1600, high)) for lo in range(low, high, 1600))
+        work.reverse()
+        total = 0
+
+        async def worker() -> None:
+            nonlocal total
+            while work:
+                queue, offset, end = work.pop()
+                while offset < end:
+                    result = await consumer.pull(queue, offset, max_messages=min(100, end - offset))
+                    for message in result.messages:  # what an application does at the least
+                        if not message.body or not message.msg_id:
+                            raise RuntimeError("empty message")
+                    total += len(result.messages)
+                    offset = result.next_begin_offset
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(pullers)))
+        return total, time.perf_counter() - started
+
+
+def consume_part(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="wharf-readpath-") as tmp:
+        broker = BrokerProcess(Path(tmp), extra_args=["--log-level", "WARNING"]).start()
+        try:
+            uvloop.run(produce(broker.endpoint, "rp", args.messages, args.size))
+            figures: dict[str, list[dict[str, float]]] = {"stream": [], "unary": []}
+            for _ in range(args.rounds):
+                for mode in ("stream", "unary"):
+                    broker_cpu = process_cpu_seconds(broker.pid)
+                    client_cpu = time.process_time()
+                    count, seconds = uvloop.run(
+                        consume(broker.endpoint, "rp", args.pullers, mode == "stream")
+                    )
+                    figures[mode].append(
+                        {
+                            "msgs_per_s": count / seconds,
+                            "broker_us_per_msg": (process_cpu_seconds(broker.pid) - broker_cpu)
+                            / count
+                            * 1e6,
+                            "client_us_per_msg": (time.process_time() - client_cpu) / count * 1e6,
+                        }
+                    )
+        finally:
+            broker.stop()
+    summary = {
+        mode: {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+        for mode, runs in figures.items()
+    }
+    for mode, row in summary.items():
+        print(
+            f"consume {mode:6s}: {row['msgs_per_s']:>9,.0f} msg/s  broker "
+            f"{row['broker_us_per_msg']:.2f} us/msg  client {row['client_us_per_msg']:.2f} us/msg"
+            f"  (median of {args.rounds})"
+        )
+    ratio = summary["stream"]["msgs_per_s"] / summary["unary"]["msgs_per_s"]
+    print(f"consume stream/unary: {ratio:.2f}x")
+    return summary
+
+
+async def lone_messages(endpoint: str, count: int, stream: bool) -> dict[str, list[float]]:
+    """Send one message at a time to a PushConsumer; the stages of each, in ms."""
+    stages: dict[str, list[float]] = {
+        "send->ack": [],
+        "ack->stored?": [],
+        "store->handler": [],
+        "send->handler": [],
+    }
+    arrived: asyncio.Queue[tuple[ReceivedMessage, int]] = asyncio.Queue()
+
+    async def handler(message: ReceivedMessage) -> ConsumeResult:
+        arrived.put_nowait((message, time.time_ns()))
+        return ConsumeResult.SUCCESS
+
+    topic = f"lone-{time.time_ns()}"
+    async with Producer(endpoint) as producer:
+        await producer.send(topic, b"create", queue_id=0)
+        consumer = PushConsumer(
+            endpoint, topic, handler=handler, consume_from_where="LAST", stream_pulls=stream
+        )
+        consumer.subscribe(topic)
+        async with consumer:
+            await asyncio.sleep(0.5)  # pulls parked
+            for i in range(count + 20):
+                sent_ns = time.time_ns()
+                await producer.send(topic, b"x" * 1024, queue_id=0)
+                acked_ns = time.time_ns()
+                message, handled_ns = await asyncio.wait_for(arrived.get(), 10.0)
+                if i < 20:
+                    continue  # warm-up
+                stored_ns = message.store_timestamp * 1_000_000  # ms resolution
+                stages["send->ack"].append((acked_ns - sent_ns) / 1e6)
+                stages["ack->stored?"].append((stored_ns - acked_ns) / 1e6)
+                stages["store->handler"].append((handled_ns - stored_ns) / 1e6)
+                stages["send->handler"].append((handled_ns - sent_ns) / 1e6)
+                await asyncio.sleep(0.002)
+    return stages
+
+
+def lone_part(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+        with tempfile.TemporaryDirectory(prefix="wharf-lone-") as tmp:
+            settings = {"flushDiskType": flush}
+            with BrokerProcess(
+                Path(tmp), settings=settings, extra_args=["--log-level", "WARNING"]
+            ) as broker:
+                for mode in ("stream", "unary"):
+                    stages = uvloop.run(lone_messages(broker.endpoint, args.lone, mode == "stream"))
+                    out[f"{flush} {mode}"] = {
+                        name: {"p50_ms": pct(v, 0.5), "p99_ms": pct(v, 0.99)}
+                        for name, v in stages.items()
+                    }
+                    row = "  ".join(
+                        f"{name} p50 {pct(v, 0.5):.3f} p99 {pct(v, 0.99):.3f}"
+                        for name, v in stages.items()
+                        if not name.endswith("?")
+                    )
+                    print(f"lone {flush:11s} {mode:6s}: {row}")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--pullers", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--lone", type=int, default=200, help="lone messages (0: skip part 2)")
+    parser.add_argument("--skip-consume", action="store_true")
+    args = parser.parse_args()
+    print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores shared)")
+    if not args.skip_consume:
+        consume_part(args)
+    if args.lone:
+        lone_part(args)
+
+
+if __name__ == "__main__":
+    main()
