@@ -64,6 +64,9 @@ def _group(field: str) -> Needs:
 
 
 def _pull_stream(r: Any) -> list[Need]:
+    """SUB on the topic and the group of each pull (of each of a ``batch``); a cancel: none."""
+    if r.batch:
+        return [need for item in r.batch for need in _pull_stream(item)]
     if r.cancel:
         return []
     return [Need("topic", r.topic, Perm.SUB), Need("group", r.consumer_group, Perm.SUB)]

@@ -18,11 +18,17 @@ Bounds, so a client that stops reading cannot make the broker buffer without lim
 ``cancel``: a request with ``cancel`` set cancels the pull in flight with its ``request_id``
 (a long poll the client gave up on); neither gets a reply. When the client half-closes, the
 pulls in flight are answered and then the call ends.
+
+Batching: a stream message costs the broker ~80 us of gRPC work whatever it carries (measured
+with 1-message pulls), so requests may come several to a message (``batch``, as the SDK
+coalesces what waits to be written) and replies that are ready together go out as one message
+(``batch``, up to 1 MiB of records).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import logging
@@ -46,6 +52,25 @@ from wharf.v1 import common_pb2, messaging_pb2
 log = logging.getLogger("wharf.broker.pull_stream")
 METHOD = "PullMessageStream"
 _END = object()
+BATCH_REPLY_BYTES = 1 << 20  # records coalesced into one stream message at most
+
+
+class _Outbox:
+    """Replies ready to be written, (reply, bytes held) in completion order, and _END."""
+
+    def __init__(self) -> None:
+        self.items: collections.deque[Any] = collections.deque()
+        self._ready = asyncio.Event()
+
+    def put(self, item: Any) -> None:
+        self.items.append(item)
+        self._ready.set()
+
+    async def get(self) -> Any:
+        while not self.items:
+            self._ready.clear()
+            await self._ready.wait()
+        return self.items.popleft()
 
 
 class PullStreamProcessor:
@@ -88,12 +113,12 @@ class PullStreamProcessor:
         cfg = self.ctx.config
         slots = asyncio.Semaphore(cfg.max_inflight_stream_requests)
         window = StreamReplies(self.ctx.replies, peer, cfg.max_unread_pull_bytes_per_client)
-        out: asyncio.Queue[Any] = asyncio.Queue()
+        out = _Outbox()
         tasks: dict[int, asyncio.Task[None]] = {}
 
         async def handle(request: Any, replies: PullReplies) -> None:
             reply = await self._pull_or_error(request, replies)
-            out.put_nowait((reply, replies.nbytes))  # no await since the hold: never lost
+            out.put((reply, replies.nbytes))  # no await since the hold: never lost
 
         def finished(request_id: int, task: asyncio.Task[None]) -> None:
             if tasks.get(request_id) is task:
@@ -101,42 +126,71 @@ class PullStreamProcessor:
             if task.cancelled():
                 slots.release()  # no reply to wait for
 
+        async def start(request: Any) -> None:
+            if type(request) is messaging_pb2.PullMessageRequest and request.cancel:
+                task = tasks.get(request.request_id)
+                if task is not None:
+                    task.cancel()
+                return
+            await slots.acquire()
+            request_id = getattr(request, "request_id", 0)
+            if request_id in tasks:
+                request = MalformedRequest(
+                    "PullMessageRequest", f"request_id {request_id} is already in flight"
+                )
+            replies = window.for_pull()
+            task = asyncio.create_task(handle(request, replies))
+            if type(request) is not MalformedRequest:
+                tasks[request_id] = task
+            task.add_done_callback(functools.partial(finished, request_id))
+
         async def read_requests() -> None:
             try:
                 async for request in requests:
-                    if type(request) is messaging_pb2.PullMessageRequest and request.cancel:
-                        task = tasks.get(request.request_id)
-                        if task is not None:
-                            task.cancel()
-                        continue
-                    await slots.acquire()
-                    request_id = getattr(request, "request_id", 0)
-                    if request_id in tasks:
-                        request = MalformedRequest(
-                            "PullMessageRequest", f"request_id {request_id} is already in flight"
-                        )
-                    replies = window.for_pull()
-                    task = asyncio.create_task(handle(request, replies))
-                    if type(request) is not MalformedRequest:
-                        tasks[request_id] = task
-                    task.add_done_callback(functools.partial(finished, request_id))
+                    batch = getattr(request, "batch", None)
+                    if batch:
+                        for item in batch:
+                            await start(item)
+                    else:
+                        await start(request)
                 while tasks:
                     await asyncio.gather(*list(tasks.values()), return_exceptions=True)
             finally:
-                out.put_nowait(_END)
+                out.put(_END)
 
         reader = asyncio.create_task(read_requests())
+        ended = False
         try:
-            while True:
+            while not ended:
                 item = await out.get()
                 if item is _END:
                     break
                 reply, nbytes = item
+                count = 1
+                ready = out.items
+                if ready and nbytes < BATCH_REPLY_BYTES:
+                    # Replies ready together go out as one stream message (a message costs
+                    # far more than its bytes): up to BATCH_REPLY_BYTES of records.
+                    batch = [reply]
+                    while ready:
+                        following = ready[0]
+                        if following is _END:
+                            ended = True
+                            break
+                        if nbytes + following[1] > BATCH_REPLY_BYTES:
+                            break
+                        ready.popleft()
+                        batch.append(following[0])
+                        nbytes += following[1]
+                    count = len(batch)
+                    if count > 1:
+                        reply = messaging_pb2.PullMessageResponse(batch=batch)
                 try:
                     yield reply
                 finally:
                     window.taken(nbytes)
-                    slots.release()
+                    for _ in range(count):
+                        slots.release()
             await reader  # surfaces a broken request stream as the RPC's error
         finally:
             reader.cancel()
@@ -144,7 +198,6 @@ class PullStreamProcessor:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
-            while not out.empty():  # replies never sent: give their bytes back
-                item = out.get_nowait()
+            for item in out.items:  # replies never sent: give their bytes back
                 if item is not _END:
                     window.taken(item[1])

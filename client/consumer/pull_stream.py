@@ -8,6 +8,8 @@ HTTP/2 flow control), each matched to its reply by ``request_id``; a pull costs 
 message each way instead of a call (~145 + 150 us of broker and client CPU against ~330 +
 230 us measured for a unary call).
 
+- Requests that queue up while a write is in progress go out as one stream message
+  (``batch``); the broker does the same with replies that are ready together.
 - A pull given up on (its ``timeout`` passed, or the awaiting task was cancelled) sends a
   ``cancel`` request, so a long poll does not stay parked on the broker for nothing.
 - A broken call (broker restart, network) fails every pending pull with the mapped error
@@ -37,6 +39,10 @@ from wharf.v1 import messaging_pb2
 STREAM_METHOD = "/wharf.v1.MessagingService/PullMessageStream"
 _CANCEL_TAG = b"\x60\x01"  # PullMessageRequest.cancel = true (field 12, varint)
 _REQUEST_ID_TAG = b"\x50"  # PullMessageRequest.request_id (field 10, varint)
+_BATCH_TAG = b"\x6a"  # PullMessageRequest.batch (field 13, length-delimited)
+# Requests coalesced into one stream message at most (a message costs the broker ~80 us of
+# gRPC work whatever it carries; requests are ~60 bytes).
+MAX_BATCH = 64
 # A write on a call that already ended raises one of these (see client/send_stream.py).
 _CALL_ENDED = (grpc.RpcError, grpc.aio.BaseError, asyncio.InvalidStateError)
 
@@ -111,9 +117,18 @@ class PullStream:
         task.add_done_callback(self._orphans.discard)
 
     async def _write_backlog(self) -> None:
+        backlog = self._backlog
         try:
-            while self._backlog and self.broken is None:
-                await self._call.write(self._backlog.popleft())
+            while backlog and self.broken is None:
+                if len(backlog) == 1:
+                    data = backlog.popleft()
+                else:  # what queued up while the last write went out: one message
+                    parts: list[bytes] = []
+                    for _ in range(min(len(backlog), MAX_BATCH)):
+                        item = backlog.popleft()
+                        parts += (_BATCH_TAG, _varint(len(item)), item)
+                    data = b"".join(parts)
+                await self._call.write(data)
         except _CALL_ENDED:
             pass  # the call ended: the read loop fails every pending pull with the cause
         finally:
@@ -122,10 +137,12 @@ class PullStream:
     async def _read_loop(self) -> None:
         error: WharfError = UnavailableError("pull stream ended by the broker")
         try:
+            pending = self._pending
             async for reply in self._call:
-                future = self._pending.get(reply.request_id)
-                if future is not None and not future.done():
-                    future.set_result(reply)
+                for each in reply.batch or (reply,):
+                    future = pending.get(each.request_id)
+                    if future is not None and not future.done():
+                        future.set_result(each)
         except grpc.RpcError as exc:
             error = from_rpc_error(exc)
         except asyncio.CancelledError:

@@ -1,7 +1,8 @@
 """The read path, measured: consume throughput and CPU per message over PullMessageStream against
 unary PullMessage, and where a lone message's time goes from ``send()`` to the handler.
 
-    .venv/bin/python -m tests.bench.read_path [--messages 200000] [--pullers 50] [--lone 200]
+    .venv/bin/python -m tests.bench.read_path [--messages 200000] [--pullers 50] [--pulls 20000]
+        [--lone 200]
 
 Part 1 (consume): one daemon, ``--messages`` of 1 KiB produced, then read back by
 ``--pullers`` tasks of one PullConsumer (100 per pull, queue ranges split as ``wharf bench
@@ -9,7 +10,10 @@ consume`` does), once over the stream and once unary, alternately ``--rounds`` t
 prints msg/s and the broker's and the client's CPU per message (the figure that stays
 meaningful when other work shares the machine).
 
-Part 2 (lone message): ``--lone`` messages sent one at a time (the next only after the
+Part 2 (per pull): ``--pulls`` pulls of one message each by 8 tasks: broker and client CPU per
+pull, stream against unary (the per-call cost, before the first message).
+
+Part 3 (lone message): ``--lone`` messages sent one at a time (the next only after the
 previous reached the handler, so nothing queues) by a Producer to a PushConsumer, under
 ASYNC_FLUSH and SYNC_FLUSH. Each message's time is split with the stamps each stage leaves:
 send() called -> send ack back (produce: client encode + RPC + store append, and the group
@@ -86,18 +90,18 @@ async def consume(endpoint: str, topic: str, pullers: int, stream: bool) -> tupl
         return total, time.perf_counter() - started
 
 
-def consume_part(args: argparse.Namespace) -> dict[str, Any]:
+async def consume_part(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="wharf-readpath-") as tmp:
         broker = BrokerProcess(Path(tmp), extra_args=["--log-level", "WARNING"]).start()
         try:
-            uvloop.run(produce(broker.endpoint, "rp", args.messages, args.size))
+            await produce(broker.endpoint, "rp", args.messages, args.size)
             figures: dict[str, list[dict[str, float]]] = {"stream": [], "unary": []}
             for _ in range(args.rounds):
                 for mode in ("stream", "unary"):
                     broker_cpu = process_cpu_seconds(broker.pid)
                     client_cpu = time.process_time()
-                    count, seconds = uvloop.run(
-                        consume(broker.endpoint, "rp", args.pullers, mode == "stream")
+                    count, seconds = await consume(
+                        broker.endpoint, "rp", args.pullers, mode == "stream"
                     )
                     figures[mode].append(
                         {
@@ -123,6 +127,53 @@ def consume_part(args: argparse.Namespace) -> dict[str, Any]:
     ratio = summary["stream"]["msgs_per_s"] / summary["unary"]["msgs_per_s"]
     print(f"consume stream/unary: {ratio:.2f}x")
     return summary
+
+
+async def small_pulls(endpoint: str, topic: str, pulls: int, stream: bool) -> float:
+    """``pulls`` pulls of ONE message each by 8 tasks: the per-pull cost. Seconds taken."""
+    async with PullConsumer(endpoint, f"sp-{time.time_ns()}", stream_pulls=stream) as consumer:
+        queue = (await consumer.queues(topic))[0]
+        per_task = pulls // 8
+
+        async def worker(start: int) -> None:
+            for i in range(per_task):
+                result = await consumer.pull(queue, start + i, max_messages=1)
+                if len(result.messages) != 1:
+                    raise RuntimeError(f"pull at {start + i}: {result.status}")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(k * per_task) for k in range(8)))
+        return time.perf_counter() - started
+
+
+async def per_pull_part(args: argparse.Namespace) -> dict[str, Any]:
+    """Broker and client CPU per pull of one message: the per-call cost the stream cuts."""
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="wharf-pulls-") as tmp:
+        settings = {"defaultTopicQueueNums": 1}
+        with BrokerProcess(
+            Path(tmp), settings=settings, extra_args=["--log-level", "WARNING"]
+        ) as broker:
+            await produce(broker.endpoint, "sp", args.pulls, args.size)
+            for mode in ("stream", "unary", "stream", "unary"):
+                broker_cpu = process_cpu_seconds(broker.pid)
+                client_cpu = time.process_time()
+                seconds = await small_pulls(broker.endpoint, "sp", args.pulls, mode == "stream")
+                row = {
+                    "pulls_per_s": args.pulls / seconds,
+                    "broker_us_per_pull": (process_cpu_seconds(broker.pid) - broker_cpu)
+                    / args.pulls
+                    * 1e6,
+                    "client_us_per_pull": (time.process_time() - client_cpu) / args.pulls * 1e6,
+                }
+                out[mode] = row  # the second round of each (warm)
+    for mode, row in out.items():
+        print(
+            f"pull of 1 message, {mode:6s}: {row['pulls_per_s']:>8,.0f} pulls/s  broker "
+            f"{row['broker_us_per_pull']:.0f} us/pull  client {row['client_us_per_pull']:.0f} "
+            "us/pull"
+        )
+    return out
 
 
 async def lone_messages(endpoint: str, count: int, stream: bool) -> dict[str, list[float]]:
@@ -164,7 +215,7 @@ async def lone_messages(endpoint: str, count: int, stream: bool) -> dict[str, li
     return stages
 
 
-def lone_part(args: argparse.Namespace) -> dict[str, Any]:
+async def lone_part(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
         with tempfile.TemporaryDirectory(prefix="wharf-lone-") as tmp:
@@ -173,7 +224,7 @@ def lone_part(args: argparse.Namespace) -> dict[str, Any]:
                 Path(tmp), settings=settings, extra_args=["--log-level", "WARNING"]
             ) as broker:
                 for mode in ("stream", "unary"):
-                    stages = uvloop.run(lone_messages(broker.endpoint, args.lone, mode == "stream"))
+                    stages = await lone_messages(broker.endpoint, args.lone, mode == "stream")
                     out[f"{flush} {mode}"] = {
                         name: {"p50_ms": pct(v, 0.5), "p99_ms": pct(v, 0.99)}
                         for name, v in stages.items()
@@ -194,13 +245,20 @@ def main() -> None:
     parser.add_argument("--pullers", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--lone", type=int, default=200, help="lone messages (0: skip part 2)")
+    parser.add_argument("--pulls", type=int, default=20_000, help="one-message pulls (0: skip)")
     parser.add_argument("--skip-consume", action="store_true")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores shared)")
+    uvloop.run(run_parts(args))  # one loop: grpc.aio binds its poller to the first one
+
+
+async def run_parts(args: argparse.Namespace) -> None:
     if not args.skip_consume:
-        consume_part(args)
+        await consume_part(args)
+    if args.pulls:
+        await per_pull_part(args)
     if args.lone:
-        lone_part(args)
+        await lone_part(args)
 
 
 if __name__ == "__main__":

@@ -311,6 +311,19 @@ def test_pull_stream_checks_each_pull_and_goes_on(channel: grpc.Channel) -> None
     assert replies[2].error.code == grpc.StatusCode.PERMISSION_DENIED.value[0]
     assert "user 'consumer' may not SUB on topic 'payments'" in replies[2].error.message
     assert "PullMessageStream" in replies[2].error.message
+    # A batch of pulls in one stream message: each is checked on its own.
+    batch = messaging_pb2.PullMessageRequest(
+        batch=[
+            messaging_pb2.PullMessageRequest(consumer_group=GROUP, topic="payments", request_id=3),
+            messaging_pb2.PullMessageRequest(consumer_group=GROUP, topic=TOPIC, request_id=4),
+        ]
+    )
+    answered = {}
+    for message in stub.PullMessageStream(iter([batch]), metadata=signed(CONSUMER)):
+        for reply in message.batch or [message]:
+            answered[reply.request_id] = reply
+    assert answered[3].error.code == grpc.StatusCode.PERMISSION_DENIED.value[0]
+    assert not answered[4].HasField("error") and answered[4].status != 0
 
 
 def test_admin_rpcs_need_an_admin(channel: grpc.Channel) -> None:

@@ -30,7 +30,15 @@ class Stream:
 
     def __init__(self, client: Client) -> None:
         self._requests: queue.Queue[Any] = queue.Queue()
-        self.replies = client.msg.PullMessageStream(self._iterate(), timeout=60)
+        self.call = client.msg.PullMessageStream(self._iterate(), timeout=60)
+        self.replies = self._flatten()
+        self.messages = 0  # stream messages received (a batch is one)
+
+    def _flatten(self) -> Iterator[messaging_pb2.PullMessageResponse]:
+        """One reply at a time, those of a coalesced ``batch`` message too."""
+        for message in self.call:
+            self.messages += 1
+            yield from message.batch or (message,)
 
     def _iterate(self) -> Iterator[messaging_pb2.PullMessageRequest]:
         while (request := self._requests.get()) is not None:
@@ -40,6 +48,9 @@ class Stream:
         fields.setdefault("consumer_group", "g")
         fields.setdefault("queue_id", 0)
         self._requests.put(messaging_pb2.PullMessageRequest(request_id=request_id, **fields))
+
+    def send_batch(self, *requests: messaging_pb2.PullMessageRequest) -> None:
+        self._requests.put(messaging_pb2.PullMessageRequest(batch=requests))
 
     def cancel(self, request_id: int) -> None:
         self._requests.put(messaging_pb2.PullMessageRequest(request_id=request_id, cancel=True))
@@ -127,6 +138,36 @@ def test_errors_come_back_per_pull_and_the_stream_goes_on(broker: BrokerProcess)
         unary = client.pull("E", offset=99)
         assert illegal.status == unary.status == messaging_pb2.OFFSET_ILLEGAL
         assert (illegal.next_begin_offset, illegal.max_offset) == (unary.next_begin_offset, 3)
+        assert stream.close() == []
+    finally:
+        client.close()
+
+
+def test_a_batch_of_pulls_is_answered_pull_by_pull(broker: BrokerProcess) -> None:
+    client = Client(broker.endpoint)
+    try:
+        client.send("B", *[b"q0-%d" % i for i in range(3)], queue_id=0)
+        client.send("B", b"q1-0", queue_id=1)
+        stream = Stream(client)
+
+        def pull(request_id: int, **fields: Any) -> messaging_pb2.PullMessageRequest:
+            return messaging_pb2.PullMessageRequest(
+                request_id=request_id, consumer_group="g", topic="B", **fields
+            )
+
+        stream.send_batch(
+            pull(1, queue_id=0, queue_offset=0, max_messages=2),
+            pull(2, queue_id=1, queue_offset=0),
+            pull(3, queue_id=5),  # bad: its own error, the others are served
+            pull(4, queue_id=0, queue_offset=2, commit_offset=2),
+        )
+        replies = {r.request_id: r for r in (stream.next() for _ in range(4))}
+        assert [m.body for m in replies[1].messages] == [b"q0-0", b"q0-1"]
+        assert [m.body for m in replies[2].messages] == [b"q1-0"]
+        assert replies[3].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert [m.body for m in replies[4].messages] == [b"q0-2"]
+        # Replies ready together were coalesced into fewer stream messages than pulls.
+        assert stream.messages < 4
         assert stream.close() == []
     finally:
         client.close()

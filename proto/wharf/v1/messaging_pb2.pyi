@@ -171,7 +171,7 @@ class SendMessageResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[SendResultEntry, _Mapping]]] = ..., request_id: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., status: _Optional[_Union[SendStatus, str]] = ..., queue_id: _Optional[int] = ..., first_queue_offset: _Optional[int] = ..., first_commit_log_offset: _Optional[int] = ..., store_host: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_messages", "max_wait_ms", "tag_expression", "commit_offset", "raw_records", "request_id", "max_bytes", "cancel")
+    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_messages", "max_wait_ms", "tag_expression", "commit_offset", "raw_records", "request_id", "max_bytes", "cancel", "batch")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -184,6 +184,7 @@ class PullMessageRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
@@ -196,10 +197,11 @@ class PullMessageRequest(_message.Message):
     request_id: int
     max_bytes: int
     cancel: bool
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., tag_expression: _Optional[str] = ..., commit_offset: _Optional[int] = ..., raw_records: _Optional[bool] = ..., request_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., cancel: _Optional[bool] = ...) -> None: ...
+    batch: _containers.RepeatedCompositeFieldContainer[PullMessageRequest]
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., tag_expression: _Optional[str] = ..., commit_offset: _Optional[int] = ..., raw_records: _Optional[bool] = ..., request_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., cancel: _Optional[bool] = ..., batch: _Optional[_Iterable[_Union[PullMessageRequest, _Mapping]]] = ...) -> None: ...
 
 class PullMessageResponse(_message.Message):
-    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages", "records", "request_id", "error")
+    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages", "records", "request_id", "error", "batch")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     NEXT_BEGIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -208,6 +210,7 @@ class PullMessageResponse(_message.Message):
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     status: PullStatus
     next_begin_offset: int
     min_offset: int
@@ -216,7 +219,8 @@ class PullMessageResponse(_message.Message):
     records: bytes
     request_id: int
     error: _common_pb2.ErrorInfo
-    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.MessageView, _Mapping]]] = ..., records: _Optional[bytes] = ..., request_id: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ...) -> None: ...
+    batch: _containers.RepeatedCompositeFieldContainer[PullMessageResponse]
+    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.MessageView, _Mapping]]] = ..., records: _Optional[bytes] = ..., request_id: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., batch: _Optional[_Iterable[_Union[PullMessageResponse, _Mapping]]] = ...) -> None: ...
 
 class QueryMessageRequest(_message.Message):
     __slots__ = ("topic", "key", "begin_timestamp", "end_timestamp", "max_num")

@@ -166,8 +166,9 @@ class MessagingServiceServicer:
         ends the pull in flight with that request_id: neither gets a reply. Flow control: at
         most maxInflightStreamRequests pulls in flight per call (the broker reads no further
         requests until one is answered), and no pull reads while the call has
-        maxUnreadPullBytesPerClient bytes of replies the client has not taken yet. A broker
-        that predates this RPC answers UNIMPLEMENTED: use PullMessage.
+        maxUnreadPullBytesPerClient bytes of replies the client has not taken yet. Requests and
+        replies may come several to a stream message (`batch`). A broker that predates this RPC
+        answers UNIMPLEMENTED: use PullMessage.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
