@@ -337,7 +337,8 @@ class Comparison:
                     continue
                 if name.startswith("e2e"):
                     # latency: ratio > 1 means Wharf is slower (higher p50 / p99)
-                    ratios[f"p50_vs_{peer}"] = ratio(ours.get("p50_ms", 0), theirs.get("p50_ms", 0))
+                    if "p50_ms" in ours and "p50_ms" in theirs:
+                        ratios[f"p50_vs_{peer}"] = ratio(ours["p50_ms"], theirs["p50_ms"])
                     ratios[f"p99_vs_{peer}"] = ratio(ours.get("p99_ms", 0), theirs.get("p99_ms", 0))
                 else:
                     ratios[f"throughput_vs_{peer}"] = ratio(

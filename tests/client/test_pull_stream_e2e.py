@@ -5,8 +5,11 @@ the fallback to unary PullMessage against a broker without the stream (UNIMPLEME
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import re
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator
@@ -28,7 +31,7 @@ from wharf.client.errors import DeadlineExceededError
 from wharf.v1 import messaging_pb2
 
 from tests.client.conftest import BROKER_SETTINGS
-from tests.harness import BrokerProcess, free_port
+from tests.harness import REPO_ROOT, BrokerProcess, free_port
 
 
 def metrics(broker: BrokerProcess) -> str:
@@ -42,11 +45,15 @@ def parked(broker: BrokerProcess) -> float:
     return float(found.group(1))
 
 
-def stream_pulls_served(broker: BrokerProcess) -> float:
-    """PullMessageStream pulls the broker answered OK (its per-pull RPC metric)."""
-    pattern = r'^rocketmq_rpc_latency_count\{method="PullMessageStream",status="OK"\} (\S+)$'
+def pulls_served(broker: BrokerProcess, method: str = "PullMessageStream") -> float:
+    """Pulls of ``method`` the broker answered OK (its per-pull RPC metric)."""
+    pattern = rf'^rocketmq_rpc_latency_count\{{method="{method}",status="OK"\}} (\S+)$'
     found = re.search(pattern, metrics(broker), re.M)
     return float(found.group(1)) if found else 0.0
+
+
+def stream_pulls_served(broker: BrokerProcess) -> float:
+    return pulls_served(broker)
 
 
 async def test_pull_consumer_reads_in_order_over_the_stream(
@@ -330,3 +337,20 @@ async def test_pulls_cancelled_at_random_never_stall_the_others(
             break
         await asyncio.sleep(0.05)
     assert parked(broker) == 0
+
+
+async def test_wharf_consume_reads_over_the_stream(broker: BrokerProcess, name: str) -> None:
+    async with Producer(broker.endpoint) as producer:
+        await producer.send_batch(name, [b"c%d" % i for i in range(5)], queue_id=0)
+    streamed, unary = pulls_served(broker), pulls_served(broker, "PullMessage")
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "wharf.client.cli.main", "--endpoints", broker.endpoint,
+         "--json", "consume", name],
+        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    bodies = [json.loads(line)["body"] for line in proc.stdout.splitlines() if line.strip()]
+    assert bodies == [f"c{i}" for i in range(5)]
+    assert pulls_served(broker) > streamed
+    assert pulls_served(broker, "PullMessage") == unary  # no unary pull
