@@ -55,6 +55,29 @@ _END = object()
 BATCH_REPLY_BYTES = 1 << 20  # records coalesced into one stream message at most
 
 
+_BATCH_TAG = b"\x4a"  # PullMessageResponse.batch: field 9, length-delimited
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_batch(replies: list[messaging_pb2.PullMessageResponse]) -> bytes:
+    """The wire bytes of PullMessageResponse(batch=replies), each reply serialized once and
+    joined (building the message first would copy every reply's records into it, then again
+    when serialized)."""
+    parts: list[bytes] = []
+    for reply in replies:
+        data = reply.SerializeToString()
+        parts += (_BATCH_TAG, _varint(len(data)), data)
+    return b"".join(parts)
+
+
 class _Outbox:
     """Replies ready to be written, (reply, bytes held) in completion order, and _END."""
 
@@ -109,7 +132,7 @@ class PullStreamProcessor:
 
     async def serve(
         self, requests: AsyncIterator[Any], peer: str
-    ) -> AsyncIterator[messaging_pb2.PullMessageResponse]:
+    ) -> AsyncIterator[messaging_pb2.PullMessageResponse | bytes]:
         cfg = self.ctx.config
         slots = asyncio.Semaphore(cfg.max_inflight_stream_requests)
         window = StreamReplies(self.ctx.replies, peer, cfg.max_unread_pull_bytes_per_client)
@@ -184,7 +207,7 @@ class PullStreamProcessor:
                         nbytes += following[1]
                     count = len(batch)
                     if count > 1:
-                        reply = messaging_pb2.PullMessageResponse(batch=batch)
+                        reply = encode_batch(batch)
                 try:
                     yield reply
                 finally:
