@@ -16,7 +16,9 @@ Bounds, so a client that stops reading cannot make the broker buffer without lim
   instead of failing. A stream therefore holds at most that plus one reply of maxPullBytes.
 
 ``cancel``: a request with ``cancel`` set cancels the pull in flight with its ``request_id``
-(a long poll the client gave up on); neither gets a reply. When the client half-closes, the
+(a long poll the client gave up on); neither gets a reply. A request whose ``request_id`` is
+already in flight gets INVALID_ARGUMENT under request_id 0 (under its own id the client would
+take it for the answer to the pull in flight). When the client half-closes, the
 pulls in flight are answered and then the call ends.
 
 Batching: a stream message costs the broker ~80 us of gRPC work whatever it carries (measured
@@ -137,13 +139,15 @@ class PullStreamProcessor:
         slots = asyncio.Semaphore(cfg.max_inflight_stream_requests)
         window = StreamReplies(self.ctx.replies, peer, cfg.max_unread_pull_bytes_per_client)
         out = _Outbox()
-        tasks: dict[int, asyncio.Task[None]] = {}
+        tasks: dict[int, asyncio.Task[None]] = {}  # by request_id, the ones a cancel can name
+        alive: set[asyncio.Task[None]] = set()  # every pull task (error replies too)
 
         async def handle(request: Any, replies: PullReplies) -> None:
             reply = await self._pull_or_error(request, replies)
             out.put((reply, replies.nbytes))  # no await since the hold: never lost
 
         def finished(request_id: int, task: asyncio.Task[None]) -> None:
+            alive.discard(task)
             if tasks.get(request_id) is task:
                 del tasks[request_id]
             if task.cancelled():
@@ -163,6 +167,7 @@ class PullStreamProcessor:
                 )
             replies = window.for_pull()
             task = asyncio.create_task(handle(request, replies))
+            alive.add(task)
             if type(request) is not MalformedRequest:
                 tasks[request_id] = task
             task.add_done_callback(functools.partial(finished, request_id))
@@ -176,8 +181,8 @@ class PullStreamProcessor:
                             await start(item)
                     else:
                         await start(request)
-                while tasks:
-                    await asyncio.gather(*list(tasks.values()), return_exceptions=True)
+                while alive:  # the client half-closed: answer what is in flight, then end
+                    await asyncio.gather(*list(alive), return_exceptions=True)
             finally:
                 out.put(_END)
 
@@ -217,7 +222,7 @@ class PullStreamProcessor:
             await reader  # surfaces a broken request stream as the RPC's error
         finally:
             reader.cancel()
-            for task in list(tasks.values()):
+            for task in list(alive):
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader

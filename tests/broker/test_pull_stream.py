@@ -201,8 +201,13 @@ def test_half_close_answers_the_pulls_in_flight_then_ends(broker: BrokerProcess)
     try:
         stream = Stream(client)
         stream.send(1, topic="H", queue_offset=0, max_wait_ms=300)
+        # Its id is in flight: refused on its own, under request_id 0 (answering it under 1
+        # would answer the pull in flight).
+        stream.send(1, topic="H", queue_offset=0)
         rest = stream.close()
-        assert [(r.request_id, r.status) for r in rest] == [(1, messaging_pb2.NO_NEW_MSG)]
+        assert [(r.request_id, r.status) for r in rest] == [(0, 0), (1, messaging_pb2.NO_NEW_MSG)]
+        assert rest[0].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert "request_id 1 is already in flight" in rest[0].error.message
     finally:
         client.close()
 
