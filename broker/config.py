@@ -87,16 +87,18 @@ class BrokerConfig:
     transaction_time_out: int = 6_000
     transaction_check_interval: int = 30_000
     transaction_check_max: int = 15
-    # maxInflightStreamRequests: requests of one SendMessageStream processed concurrently; the
-    # stream stops reading beyond it (flow control: bounded memory per stream). 64 batches in
-    # flight let SYNC_FLUSH group commits gather many waiters.
+    # maxInflightStreamRequests: requests of one SendMessageStream processed concurrently, and
+    # pulls of one PullMessageStream in flight (parked ones included); the stream stops
+    # reading beyond it (flow control: bounded memory per stream). 64 batches in flight let
+    # SYNC_FLUSH group commits gather many waiters.
     max_inflight_stream_requests: int = 64
     # maxConcurrentRpcs: RPCs served at once (parked pulls and open streams included); beyond
     # it gRPC answers RESOURCE_EXHAUSTED, so memory held by in-flight requests stays bounded.
     max_concurrent_rpcs: int = 20_000
     # maxUnreadPullBytesPerClient: message bytes of pull replies one client connection may leave
     # unread in the broker's buffers; its next pull beyond it gets RESOURCE_EXHAUSTED
-    # (broker/reply_budget.py). A held reply costs ~3x its bytes (proto, serialized copy, gRPC
+    # (broker/reply_budget.py); a PullMessageStream call's pulls wait instead while the call
+    # holds that much. A held reply costs ~3x its bytes (proto, serialized copy, gRPC
     # slice): 16 MiB held ~50 MiB of RSS for a stopped consumer, which held 584 MiB without it.
     max_unread_pull_bytes_per_client: int = 16 * 1024 * 1024
     # maxUnreadPullBytes: the same for all connections together (many stalled consumers).

@@ -4,6 +4,7 @@ grpc's generated ``add_*Servicer_to_server`` lets a DecodeError escape from the 
 the client gets an opaque error and the broker log a traceback per garbage request. Here a
 request that does not parse becomes a ``MalformedRequest`` value, which the RPC wrapper (and
 the send stream, per request) answers with INVALID_ARGUMENT like any other bad input.
+Responses may be given as their wire bytes (``bytes``): sent as they are.
 """
 
 from __future__ import annotations
@@ -55,6 +56,17 @@ def safe_deserializer(cls: Any) -> Callable[[bytes], Any]:
     return deserialize
 
 
+def _serializer(cls: Any) -> Callable[[Any], bytes]:
+    """The response's SerializeToString; a handler may also yield the wire bytes of a
+    response it encoded itself (PullMessageStream's batches), which pass through as they are."""
+    serialize = cls.SerializeToString
+
+    def to_bytes(response: Any) -> bytes:
+        return response if type(response) is bytes else serialize(response)
+
+    return to_bytes
+
+
 _HANDLER_FACTORIES = {
     (False, False): grpc.unary_unary_rpc_method_handler,
     (False, True): grpc.unary_stream_rpc_method_handler,
@@ -81,7 +93,7 @@ def add_servicer(
         handlers[method.name] = factory(
             behavior,
             request_deserializer=safe_deserializer(request_cls),
-            response_serializer=response_cls.SerializeToString,
+            response_serializer=_serializer(response_cls),
         )
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),)

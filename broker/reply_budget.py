@@ -11,10 +11,16 @@ the last line for many stalled clients at once.
 
 A reservation is released by the call's done callback: when gRPC has sent the reply (or the
 call was cancelled because the client went away).
+
+A pull stream (PullMessageStream) holds its replies from the moment they are built until gRPC
+has taken them for sending (``StreamReplies``): while one stream holds ``per_client`` bytes
+its pulls do not read (they wait, rather than fail, until the client takes replies), so a
+stream that stops reading holds at most ``per_client`` plus one reply of maxPullBytes.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from wharf.broker.errors import ResourceExhaustedError
@@ -71,6 +77,7 @@ class CallReplies:
     in between, so a client holds at most its budget plus one reply of maxPullBytes."""
 
     __slots__ = ("_budget", "_client", "_context")
+    full = False  # a unary call never waits for room (it is refused instead)
 
     def __init__(self, budget: ReplyBudget, context: Any) -> None:
         self._budget = budget
@@ -81,6 +88,9 @@ class CallReplies:
         if not self._client:
             self._client = self._context.peer()  # one HTTP/2 connection: "ipv4:host:port"
         return self._client
+
+    async def room(self) -> None:
+        pass
 
     def admit(self) -> None:
         self._budget.admit(self._client_key())
@@ -93,8 +103,82 @@ class CallReplies:
         self._context.add_done_callback(lambda _context: budget.release(client, nbytes))
 
 
+class StreamReplies:
+    """The replies of one pull stream: ``for_pull()`` gives each pull its accounting object;
+    the stream calls ``taken(nbytes)`` once gRPC has taken a reply of ``nbytes`` for sending
+    (or drops it). ``full`` while the stream holds ``window`` bytes or more."""
+
+    __slots__ = ("_budget", "_client", "_room", "held", "window")
+
+    def __init__(self, budget: ReplyBudget, client: str, window: int) -> None:
+        self._budget = budget
+        self._client = client
+        self.window = window
+        self.held = 0
+        self._room = asyncio.Event()
+        self._room.set()
+
+    @property
+    def full(self) -> bool:
+        return self.held >= self.window
+
+    async def room(self) -> None:
+        while self.held >= self.window:
+            await self._room.wait()
+
+    def admit(self) -> None:
+        self._budget.admit(self._client)
+
+    def hold(self, nbytes: int) -> None:
+        self._budget.hold(self._client, nbytes)
+        self.held += nbytes
+        if self.held >= self.window:
+            self._room.clear()
+
+    def taken(self, nbytes: int) -> None:
+        if nbytes <= 0:
+            return
+        self._budget.release(self._client, nbytes)
+        self.held -= nbytes
+        if self.held < self.window:
+            self._room.set()
+
+    def for_pull(self) -> PullReplies:
+        return PullReplies(self)
+
+
+class PullReplies:
+    """One pull of a stream: remembers the bytes its reply holds (``nbytes``)."""
+
+    __slots__ = ("_stream", "nbytes")
+
+    def __init__(self, stream: StreamReplies) -> None:
+        self._stream = stream
+        self.nbytes = 0
+
+    @property
+    def full(self) -> bool:
+        return self._stream.full
+
+    async def room(self) -> None:
+        await self._stream.room()
+
+    def admit(self) -> None:
+        self._stream.admit()
+
+    def hold(self, nbytes: int) -> None:
+        if nbytes > 0:
+            self._stream.hold(nbytes)
+            self.nbytes += nbytes
+
+
 class NoReplyBudget:
     """For callers without a gRPC context (unit tests of the processor)."""
+
+    full = False
+
+    async def room(self) -> None:
+        pass
 
     def admit(self) -> None:
         pass

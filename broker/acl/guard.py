@@ -17,8 +17,9 @@ stream ends). A client stream (wharf.v1 SendMessageStream) is authenticated once
 opens (refused: the first request gets an UNAUTHENTICATED / PERMISSION_DENIED error reply,
 then the call ends with that status; an abort at once raced the client's first write, which
 then saw an INTERNAL error);
-each request is then authorized on its own under the rules in force when it arrives, and a
-refused one gets its own PERMISSION_DENIED error reply (the stream goes on). A request that does not parse is
+each request is then authorized on its own under the rules in force when it arrives (each of
+a PullMessageStream ``batch`` too), and a refused one gets its own PERMISSION_DENIED error
+reply (the stream goes on). A request that does not parse is
 authenticated, then left to the handler (INVALID_ARGUMENT / BAD_REQUEST), except on
 AdminService where a non-admin is refused first.
 
@@ -141,21 +142,29 @@ class AclGuard(AccountChecker):
             return server_stream
 
         def per_request(requests: AsyncIterator[Any], account: Account) -> AsyncIterator[Any]:
+            def check(request: Any, current: Account | None) -> Any:
+                if type(request) is MalformedRequest or (current and current.admin):
+                    return request
+                try:
+                    if current is None:
+                        raise Denied(f"user {account.access_key!r} was removed")
+                    self.authorize(current, needs_of(request), path)
+                except Denied as exc:
+                    message = f"permission denied: {exc}"
+                    self.log_refusal(f"{path} DENIED", f"{path}: {message}")
+                    return RefusedRequest(message, getattr(request, "request_id", 0))
+                return request
+
             async def checked() -> AsyncIterator[Any]:
                 async for request in requests:
                     # the rules in force now (a reload may have changed or removed the user)
                     current = self.rules.accounts.get(account.access_key)
-                    if type(request) is not MalformedRequest and not (current and current.admin):
-                        try:
-                            if current is None:
-                                raise Denied(f"user {account.access_key!r} was removed")
-                            self.authorize(current, needs_of(request), path)
-                        except Denied as exc:
-                            message = f"permission denied: {exc}"
-                            self.log_refusal(f"{path} DENIED", f"{path}: {message}")
-                            yield RefusedRequest(message, getattr(request, "request_id", 0))
-                            continue
-                    yield request
+                    batch = getattr(request, "batch", None)
+                    if batch:  # PullMessageStream: each request of a batch on its own
+                        for item in batch:
+                            yield check(item, current)
+                    else:
+                        yield check(request, current)
 
             return checked()
 

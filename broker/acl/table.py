@@ -63,6 +63,15 @@ def _group(field: str) -> Needs:
     return lambda r: [Need("group", getattr(r, field), Perm.SUB)]
 
 
+def _pull_stream(r: Any) -> list[Need]:
+    """SUB on the topic and the group of each pull (of each of a ``batch``); a cancel: none."""
+    if r.batch:
+        return [need for item in r.batch for need in _pull_stream(item)]
+    if r.cancel:
+        return []
+    return [Need("topic", r.topic, Perm.SUB), Need("group", r.consumer_group, Perm.SUB)]
+
+
 def _end_transactions(r: Any) -> list[Need]:
     """PUB on every topic the batch END may touch (the broker holds it to ``topics``); no
     topics named: any writer's halves, so admin."""
@@ -98,6 +107,8 @@ ACCESS: dict[str, Needs] = {
     f"{V1_MESSAGING}/SendMessage": _topic(Perm.PUB),
     f"{V1_MESSAGING}/SendMessageStream": _topic(Perm.PUB),  # checked per request
     f"{V1_MESSAGING}/PullMessage": _topic_group("topic", "consumer_group"),
+    # checked per request, as SendMessageStream (a cancel request names no topic: allowed)
+    f"{V1_MESSAGING}/PullMessageStream": _pull_stream,
     f"{V1_MESSAGING}/QueryMessage": _topic(Perm.SUB),
     f"{V1_MESSAGING}/ViewMessage": _view_message,
     f"{V1_MESSAGING}/SearchOffset": _topic(Perm.SUB),

@@ -8,6 +8,7 @@ from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.handlers import MalformedRequest
 from wharf.broker.processors.consumer import ConsumerProcessor
 from wharf.broker.processors.pull import PullProcessor
+from wharf.broker.processors.pull_stream import PullStreamProcessor
 from wharf.broker.processors.query import QueryProcessor
 from wharf.broker.processors.send import SendProcessor, born_host_of
 from wharf.broker.processors.transactions import TransactionProcessor
@@ -20,6 +21,7 @@ class MessagingService(messaging_pb2_grpc.MessagingServiceServicer):
         self.ctx = ctx
         self.sender = SendProcessor(ctx)
         self.puller = PullProcessor(ctx)
+        self.pull_streams = PullStreamProcessor(ctx, self.puller)
         self.queries = QueryProcessor(ctx)
         self.consumers = ConsumerProcessor(ctx)
         self.transactions = TransactionProcessor(ctx)
@@ -37,6 +39,11 @@ class MessagingService(messaging_pb2_grpc.MessagingServiceServicer):
     @rpc("PullMessage")
     async def PullMessage(self, request, context):  # type: ignore[no-untyped-def]
         return await self.puller.pull(request, self.ctx.replies.for_call(context))
+
+    async def PullMessageStream(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        # As SendMessageStream: errors per pull in its reply; only a broken stream ends it.
+        async for reply in self.pull_streams.serve(request_iterator, context.peer()):
+            yield reply
 
     @rpc("QueryMessage")
     async def QueryMessage(self, request, context):  # type: ignore[no-untyped-def]

@@ -10,7 +10,7 @@ from wharf.broker.errors import InvalidArgumentError, NotFoundError, PermissionD
 from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import is_system_topic, validate_topic_name
 from wharf.broker.processors.convert import add_views
-from wharf.broker.reply_budget import CallReplies, NoReplyBudget
+from wharf.broker.reply_budget import CallReplies, NoReplyBudget, PullReplies
 from wharf.broker.tags import parse_tag_expression
 from wharf.store.model import GetResult, GetStatus, TagFilter
 from wharf.store.read.get_raw import RawGetResult
@@ -41,6 +41,7 @@ def pull_status(result: GetResult | RawGetResult, offset: int) -> messaging_pb2.
 
 
 _NO_BUDGET = NoReplyBudget()
+Replies = CallReplies | NoReplyBudget | PullReplies
 
 
 class PullProcessor:
@@ -72,13 +73,13 @@ class PullProcessor:
             )
         if request.queue_offset < 0:
             raise InvalidArgumentError(f"queue_offset must be >= 0, got {request.queue_offset}")
-        if request.max_messages < 0 or request.max_wait_ms < 0:
-            raise InvalidArgumentError("max_messages and max_wait_ms must be >= 0")
+        if request.max_messages < 0 or request.max_wait_ms < 0 or request.max_bytes < 0:
+            raise InvalidArgumentError("max_messages, max_wait_ms and max_bytes must be >= 0")
 
     async def pull(
         self,
         request: messaging_pb2.PullMessageRequest,
-        replies: CallReplies | NoReplyBudget = _NO_BUDGET,
+        replies: Replies = _NO_BUDGET,
     ) -> messaging_pb2.PullMessageResponse:
         """``replies`` accounts the reply against the client's budget of unread pull replies
         (broker/reply_budget.py): ResourceExhaustedError before a read when it is spent."""
@@ -105,6 +106,7 @@ class PullProcessor:
             request.max_wait_ms,
             request.raw_records,
             replies,
+            request.max_bytes,
         )
         response = messaging_pb2.PullMessageResponse(
             status=status,
@@ -136,22 +138,28 @@ class PullProcessor:
         tag_filter: TagFilter,
         max_wait_ms: int,
         raw: bool = False,
-        replies: CallReplies | NoReplyBudget = _NO_BUDGET,
+        replies: Replies = _NO_BUDGET,
+        max_bytes: int = 0,
     ) -> tuple[GetResult | RawGetResult, messaging_pb2.PullStatus]:
-        """Read one queue from ``offset`` (at most ``max_messages``, 0 = the default batch),
-        long-polling up to ``max_wait_ms`` while caught up: the read both protocols' pulls
-        share. ``raw``: stored record bytes, tag HASH filter only (the client re-checks)."""
+        """Read one queue from ``offset`` (at most ``max_messages``, 0 = the default batch,
+        and ``max_bytes``, 0 = maxPullBytes, which also caps it), long-polling up to
+        ``max_wait_ms`` while caught up: the read both protocols' pulls share. ``raw``:
+        stored record bytes, tag HASH filter only (the client re-checks). A stream's
+        ``replies`` may be ``full``: the read then waits for its client to take replies."""
         ctx = self.ctx
         cfg = ctx.config
         max_count = min(max_messages or cfg.default_pull_batch_size, cfg.max_pull_batch_size)
+        byte_cap = min(max_bytes, cfg.max_pull_bytes) if max_bytes > 0 else cfg.max_pull_bytes
         wait_ms = min(max_wait_ms, MAX_WAIT_MS) if cfg.long_polling_enable else 0
         deadline = time.monotonic() + wait_ms / 1000
         store = ctx.store
         read = store.get_raw_records if raw else store.get_messages
         waited_for_dispatch = False
         while True:
+            if replies.full:
+                await replies.room()
             replies.admit()
-            result = read(topic, queue_id, offset, max_count, tag_filter, cfg.max_pull_bytes)
+            result = read(topic, queue_id, offset, max_count, tag_filter, byte_cap)
             status = pull_status(result, offset)
             if result.status is GetStatus.FOUND:
                 break
@@ -177,8 +185,10 @@ class PullProcessor:
             offset = max(offset, result.next_begin_offset)
             woken = await ctx.long_poll.park(topic, queue_id, offset, remaining)
             if not woken and (ctx.long_poll.closed or time.monotonic() >= deadline):
+                if replies.full:
+                    await replies.room()
                 replies.admit()
-                result = read(topic, queue_id, offset, max_count, tag_filter, cfg.max_pull_bytes)
+                result = read(topic, queue_id, offset, max_count, tag_filter, byte_cap)
                 status = pull_status(result, offset)
                 break
         return result, status

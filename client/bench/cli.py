@@ -49,6 +49,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         parser.add_argument("--max-in-flight", type=int, default=2, help="requests per stream")
         parser.add_argument("--rate", type=int, default=10_000, help="e2e target msg/s")
         parser.add_argument("--interval", type=float, default=2.0, help="report every N s")
+        parser.add_argument(
+            "--unary-pulls", action="store_true", help="one PullMessage call per pull (no stream)"
+        )
         parser.set_defaults(run=bench_command)
 
 
@@ -67,6 +70,7 @@ async def bench_command(args: argparse.Namespace, out: Output) -> int:
         linger_ms=args.linger_ms,
         max_in_flight=args.max_in_flight,
         rate=args.rate,
+        stream_pulls=not args.unary_pulls,
         connect=args.connect,
     )
     flush_mode = await _flush_mode(args.endpoints, args.connect)

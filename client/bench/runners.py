@@ -32,6 +32,7 @@ class BenchOptions:
     max_in_flight: int = 8  # producer requests in flight per stream
     rate: int = 10_000  # e2e: target messages per second
     group: str = "wharf-bench"
+    stream_pulls: bool = True  # pulls over PullMessageStream (False: unary PullMessage)
     # The CLI's connection options (``tls`` ...), keyword arguments of every client.
     connect: dict[str, Any] = field(default_factory=dict)
 
@@ -95,7 +96,9 @@ async def run_consume(options: BenchOptions, stats: BenchStats) -> None:
     pullers than queues still work in parallel (like parallel range readers, or Redis clients
     issuing XRANGE side by side)."""
     budget = _Budget(options)
-    async with PullConsumer(options.endpoints, options.group, **options.connect) as consumer:
+    async with PullConsumer(
+        options.endpoints, options.group, stream_pulls=options.stream_pulls, **options.connect
+    ) as consumer:
         queues = await consumer.queues(options.topic)
         chunk = options.batch * 16
         work: list[tuple[MessageQueue, int, int]] = []
@@ -142,7 +145,9 @@ async def run_e2e(options: BenchOptions, stats: BenchStats) -> None:
             send_timeout=30.0,
             **options.connect,
         ) as producer,
-        PullConsumer(options.endpoints, options.group, **options.connect) as consumer,
+        PullConsumer(
+            options.endpoints, options.group, stream_pulls=options.stream_pulls, **options.connect
+        ) as consumer,
     ):
         await producer.send(options.topic, b"warm-up")  # auto-creates the topic
         queues = await consumer.queues(options.topic)

@@ -23,9 +23,13 @@ from dataclasses import dataclass
 import grpc
 from wharf.client.channel import TlsConfig, open_channel, tls_config
 from wharf.client.cluster import ClusterQueues
-from wharf.client.consumer.pull_wire import pull_callable
+from wharf.client.consumer.pull_stream import Puller
 from wharf.client.consumer.start_offset import queue_bounds, search_offset
-from wharf.client.errors import ClientClosedError, InvalidArgumentError, from_rpc_error
+from wharf.client.errors import (
+    ClientClosedError,
+    InvalidArgumentError,
+    from_rpc_error,
+)
 from wharf.client.message import MessageQueue, ReceivedMessage
 from wharf.client.records import messages_from_reply
 from wharf.client.route import RouteCache
@@ -63,19 +67,22 @@ class PullConsumer:
         key_file: str | None = None,
         namesrv: str | None = None,
         namesrv_tls: bool = False,
+        stream_pulls: bool = True,
     ) -> None:
         """``access_key`` / ``secret_key``: sign calls for an aclEnable broker (default: the
         environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY). TLS arguments as the Producer's
         (``wharf.client.channel.tls_config``). ``namesrv``: a cluster's NameServers instead of
         ``endpoints``: ``queues()`` lists (topic, queue, broker name) of every group and every
-        call on a queue goes to its group's master (``wharf.client.cluster``)."""
+        call on a queue goes to its group's master (``wharf.client.cluster``).
+        ``stream_pulls``: pulls share one PullMessageStream call (unary PullMessage against a
+        broker without it, ``consumer.pull_stream``); False: one unary call per pull."""
         self._cluster: ClusterQueues[PullConsumer] | None = None
         if namesrv:
             self._cluster = ClusterQueues(
                 namesrv,
                 lambda address: PullConsumer(
                     address, group, access_key=access_key, secret_key=secret_key,
-                    tls=tls_config(tls, ca_file, cert_file, key_file),
+                    tls=tls_config(tls, ca_file, cert_file, key_file), stream_pulls=stream_pulls,
                 ),
                 connect={"tls": tls_config(tls, ca_file, cert_file, key_file) if namesrv_tls else None,
                          "access_key": access_key, "secret_key": secret_key},
@@ -86,7 +93,8 @@ class PullConsumer:
         self.group = group
         self._channel: grpc.aio.Channel | None = None
         self._stub: messaging_pb2_grpc.MessagingServiceStub | None = None
-        self._pull: grpc.aio.UnaryUnaryMultiCallable | None = None
+        self._stream_pulls = stream_pulls
+        self._pull: Puller | None = None
         self._routes: RouteCache | None = None
         self._positions: dict[MessageQueue, int] = {}
         self._tags: dict[str, str] = {}
@@ -105,12 +113,14 @@ class PullConsumer:
                 self.endpoints, tls=self.tls, access_key=self._keys[0], secret_key=self._keys[1]
             )
             self._stub = messaging_pb2_grpc.MessagingServiceStub(self._channel)
-            self._pull = pull_callable(self._channel)
+            self._pull = Puller(self._channel, stream=self._stream_pulls)
             self._routes = RouteCache(self._stub)
 
     async def close(self) -> None:
         if self._cluster is not None:
             await self._cluster.close()
+        if self._pull is not None:
+            self._pull.close()
         if self._channel is not None:
             await self._channel.close(None)
             self._channel = None
@@ -139,15 +149,18 @@ class PullConsumer:
         max_messages: int = 32,
         max_wait_ms: int = 0,
         tag_expression: str = "*",
+        max_bytes: int = 0,
     ) -> PullResult:
-        """Read up to ``max_messages`` from ``offset``; long-polls up to ``max_wait_ms``."""
+        """Read up to ``max_messages`` from ``offset`` and at most ``max_bytes`` of records (0:
+        the broker's maxPullBytes; the first message always comes); long-polls up to
+        ``max_wait_ms``."""
         if offset < 0:
             raise InvalidArgumentError(f"offset must be >= 0, got {offset}")
         if self._cluster is not None:
             sub, local = await self._cluster.client(queue)
             return await sub.pull(
                 local, offset, max_messages=max_messages, max_wait_ms=max_wait_ms,
-                tag_expression=tag_expression,
+                tag_expression=tag_expression, max_bytes=max_bytes,
             )  # fmt: skip
         request = messaging_pb2.PullMessageRequest(
             consumer_group=self.group,
@@ -158,13 +171,11 @@ class PullConsumer:
             max_wait_ms=max_wait_ms,
             tag_expression=tag_expression,
             raw_records=True,  # stored record bytes, decoded lazily here (client.records)
+            max_bytes=max_bytes,
         )
-        try:
-            self._require()
-            assert self._pull is not None
-            reply = await self._pull(request, timeout=max_wait_ms / 1000.0 + 10.0)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+        self._require()
+        assert self._pull is not None
+        reply = await self._pull(request, timeout=max_wait_ms / 1000.0 + 10.0)
         try:
             status = PullStatus(reply.status)
         except ValueError:

@@ -22,23 +22,28 @@ from wharf.v1 import common_pb2, messaging_pb2
 PULL_METHOD = "/wharf.v1.MessagingService/PullMessage"
 
 # PullMessageResponse field numbers (proto/wharf/v1/messaging.proto).
-_STATUS, _NEXT_BEGIN, _MIN, _MAX, _MESSAGES, _RECORDS = 1, 2, 3, 4, 5, 6
+_STATUS, _NEXT_BEGIN, _MIN, _MAX, _MESSAGES, _RECORDS, _REQUEST_ID = 1, 2, 3, 4, 5, 6, 7
+_ERROR, _BATCH = 8, 9
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 _INT64_WRAP = 1 << 64
 
 
 class PullReply:
     """The fields of a PullMessageResponse; ``buffer[records_start:records_end]`` are the
-    raw records (not copied out)."""
+    raw records (not copied out). ``error``: (gRPC code number, message) of a stream reply
+    that failed, else None."""
 
     __slots__ = (
+        "batch",
         "buffer",
+        "error",
         "max_offset",
         "messages",
         "min_offset",
         "next_begin_offset",
         "records_end",
         "records_start",
+        "request_id",
         "status",
     )
 
@@ -51,6 +56,9 @@ class PullReply:
         self.records_start = 0
         self.records_end = 0
         self.messages: Sequence[common_pb2.MessageView] = ()
+        self.request_id = 0
+        self.error: tuple[int, str] | None = None
+        self.batch: list[PullReply] = []  # PullMessageStream: several replies in one message
 
     @property
     def records(self) -> bytes:
@@ -80,16 +88,16 @@ def _int64(value: int) -> int:
 
 
 def decode_pull_reply(data: bytes) -> PullReply:
-    """A PullMessageResponse's wire bytes -> PullReply, records uncopied."""
+    """A PullMessageResponse's wire bytes -> PullReply, records uncopied (the replies of a
+    stream message's ``batch`` too: each a PullReply over the same buffer)."""
     try:
-        return _walk(data)
+        return _walk(data, 0, len(data))
     except (_Unexpected, IndexError):
         return _from_protobuf(data)
 
 
-def _walk(data: bytes) -> PullReply:
+def _walk(data: bytes, pos: int, size: int) -> PullReply:
     reply = PullReply(data)
-    pos, size = 0, len(data)
     while pos < size:
         key, pos = _varint(data, pos)
         field, wire_type = key >> 3, key & 7
@@ -103,13 +111,20 @@ def _walk(data: bytes) -> PullReply:
                 reply.min_offset = _int64(value)
             elif field == _MAX:
                 reply.max_offset = _int64(value)
+            elif field == _REQUEST_ID:
+                reply.request_id = value
         elif wire_type == _LENGTH_DELIMITED:
             length, pos = _varint(data, pos)
             end = pos + length
-            if end > size or field == _MESSAGES:
-                raise _Unexpected
+            if end > size or (field != _RECORDS and field <= _ERROR):
+                raise _Unexpected  # views and errors: the protobuf parser
             if field == _RECORDS:  # last one wins, as protobuf merges scalar fields
                 reply.records_start, reply.records_end = pos, end
+            elif field == _BATCH:
+                try:
+                    reply.batch.append(_walk(data, pos, end))
+                except (_Unexpected, IndexError):
+                    reply.batch.append(_from_protobuf(data[pos:end]))
             pos = end
         elif wire_type == _FIXED64:
             pos += 8
@@ -133,6 +148,10 @@ def _from_protobuf(data: bytes) -> PullReply:
     reply.max_offset = message.max_offset
     reply.records_end = len(records)
     reply.messages = list(message.messages)
+    reply.request_id = message.request_id
+    if message.HasField("error"):
+        reply.error = (message.error.code, message.error.message)
+    reply.batch = [_from_protobuf(item.SerializeToString()) for item in message.batch]
     return reply
 
 

@@ -38,7 +38,7 @@ from wharf.client.cluster import ClusterConsumers
 from wharf.client.consumer.consume_service import ConcurrentConsumeService, Handler
 from wharf.client.consumer.membership import GroupMembership
 from wharf.client.consumer.offset_store import LocalOffsetStore, RemoteOffsetStore
-from wharf.client.consumer.pull_wire import pull_callable
+from wharf.client.consumer.pull_stream import Puller
 from wharf.client.consumer.queue_worker import QueueWorker
 from wharf.client.consumer.start_offset import compute_start_offset
 from wharf.client.errors import InvalidArgumentError, WharfError
@@ -73,6 +73,10 @@ class PushConsumer:
         consume_concurrency: handlers running at once (RocketMQ's consumeThreadMax).
         max_in_flight_per_queue: flow control per queue (RocketMQ's pullThresholdForQueue).
         pull_batch_size: messages per pull (32).
+        pull_batch_bytes: record bytes per pull (256 KiB, RocketMQ's pullBatchSizeInBytes; the
+            first message always comes; 0 = the broker's maxPullBytes).
+        stream_pulls: pulls of every queue share one PullMessageStream call (unary
+            PullMessage against a broker without it, ``consumer.pull_stream``).
         long_poll_ms: how long a pull waits on the broker for new messages.
         rebalance_interval_s / heartbeat_interval_s / commit_interval_s: 20 / 3 / 5 s.
         handover_delay_s: how long a queue taken over from another member waits before
@@ -100,6 +104,8 @@ class PushConsumer:
         consume_concurrency: int = 20,
         max_in_flight_per_queue: int = 1000,
         pull_batch_size: int = 32,
+        pull_batch_bytes: int = 256 * 1024,
+        stream_pulls: bool = True,
         long_poll_ms: int = 15_000,
         rebalance_interval_s: float = 20.0,
         heartbeat_interval_s: float = 3.0,
@@ -129,6 +135,7 @@ class PushConsumer:
                 consume_timestamp_ms=consume_timestamp_ms,
                 consume_concurrency=consume_concurrency,
                 max_in_flight_per_queue=max_in_flight_per_queue, pull_batch_size=pull_batch_size,
+                pull_batch_bytes=pull_batch_bytes, stream_pulls=stream_pulls,
                 long_poll_ms=long_poll_ms, rebalance_interval_s=rebalance_interval_s,
                 heartbeat_interval_s=heartbeat_interval_s, handover_delay_s=handover_delay_s,
                 commit_interval_s=commit_interval_s, max_reconsume_times=max_reconsume_times,
@@ -169,6 +176,8 @@ class PushConsumer:
         self.consume_timestamp_ms = consume_timestamp_ms
         self.max_in_flight_per_queue = max_in_flight_per_queue
         self.pull_batch_size = pull_batch_size
+        self.pull_batch_bytes = pull_batch_bytes
+        self.stream_pulls = stream_pulls
         self.long_poll_ms = long_poll_ms
         self.rebalance_interval_s = rebalance_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
@@ -190,7 +199,7 @@ class PushConsumer:
         self._membership: GroupMembership | None = None
         self._channel: grpc.aio.Channel | None = None
         self._stub: messaging_pb2_grpc.MessagingServiceStub | None = None
-        self._pull: grpc.aio.UnaryUnaryMultiCallable | None = None
+        self._pull: Puller | None = None
         self._offsets: RemoteOffsetStore | LocalOffsetStore | None = None
         self._routes: RouteCache | None = None
         self._running = False
@@ -242,7 +251,7 @@ class PushConsumer:
             self.endpoints, tls=self.tls, access_key=self._keys[0], secret_key=self._keys[1]
         )
         self._stub = messaging_pb2_grpc.MessagingServiceStub(self._channel)
-        self._pull = pull_callable(self._channel)
+        self._pull = Puller(self._channel, stream=self.stream_pulls)
         self._routes = RouteCache(self._stub, ttl_s=0.0)
         self._membership = GroupMembership(
             self._stub,
@@ -319,6 +328,8 @@ class PushConsumer:
         if self.message_model == CLUSTERING and self._membership is not None:
             await self._membership.leave()
         self._workers.clear()
+        if self._pull is not None:
+            self._pull.close()
         await self._channel.close(None)
 
     async def commit(self) -> None:
@@ -435,6 +446,7 @@ class PushConsumer:
             on_committed=lambda offset: offsets.mark_committed(queue, offset),
             dispatch=self._consume.dispatch,
             pull_batch_size=self.pull_batch_size,
+            pull_batch_bytes=self.pull_batch_bytes,
             max_in_flight=self.max_in_flight_per_queue,
             long_poll_ms=self.long_poll_ms,
             start_delay_s=delay_s,

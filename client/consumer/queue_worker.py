@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 from wharf.client.consumer.process_queue import ProcessQueue
+from wharf.client.consumer.pull_stream import Puller
 from wharf.client.consumer.pull_wire import PullReply
 from wharf.client.errors import WharfError, from_rpc_error
 from wharf.client.message import MessageQueue, ReceivedMessage
@@ -25,7 +26,7 @@ class QueueWorker:
         self,
         *,
         stub: messaging_pb2_grpc.MessagingServiceStub,
-        pull: grpc.aio.UnaryUnaryMultiCallable | None = None,
+        pull: Puller | grpc.aio.UnaryUnaryMultiCallable | None = None,
         group: str,
         queue: MessageQueue,
         tag_expression: str,
@@ -35,13 +36,15 @@ class QueueWorker:
         dispatch: Dispatch,
         pull_batch_size: int,
         max_in_flight: int,
+        pull_batch_bytes: int = 0,
         long_poll_ms: int,
         error_backoff_s: float = 1.0,
         start_delay_s: float = 0.0,
     ) -> None:
         self.queue = queue
         self.process_queue: ProcessQueue | None = None
-        # ``pull``: PullMessage with the zero-copy reply decoder (pull_wire.pull_callable).
+        # ``pull``: a Puller (pull_stream: the stream, else unary PullMessage) or PullMessage
+        # with the zero-copy reply decoder (pull_wire.pull_callable).
         self._pull = pull if pull is not None else stub.PullMessage
         self._group = group
         self._tag_expression = tag_expression
@@ -50,6 +53,7 @@ class QueueWorker:
         self._on_committed = on_committed
         self._dispatch = dispatch
         self._batch = pull_batch_size
+        self._batch_bytes = pull_batch_bytes
         self.max_in_flight = max_in_flight
         self._long_poll_ms = long_poll_ms
         self._error_backoff_s = error_backoff_s
@@ -98,14 +102,16 @@ class QueueWorker:
                 max_wait_ms=self._long_poll_ms,
                 tag_expression=self._tag_expression,
                 raw_records=True,  # stored record bytes, decoded lazily (client.records)
+                max_bytes=self._batch_bytes,
             )
             commit = self._pending_commit()
             if commit is not None:
                 request.commit_offset = commit
             try:
                 reply = await self._pull(request, timeout=self._long_poll_ms / 1000.0 + 10.0)
-            except grpc.RpcError as exc:
-                log.warning("pull %s failed: %s", self.queue, from_rpc_error(exc))
+            except (grpc.RpcError, WharfError) as exc:
+                error = from_rpc_error(exc) if isinstance(exc, grpc.RpcError) else exc
+                log.warning("pull %s failed: %s", self.queue, error)
                 await asyncio.sleep(self._error_backoff_s)
                 continue
             if commit is not None:

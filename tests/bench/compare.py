@@ -6,14 +6,23 @@ the peer at its best) and by redis-py + hiredis (pipelined, the same language as
 Prints ratios Wharf/peer and writes them as JSON to ``--output`` (default:
 ``bench-results.json`` at the repository root).
 
-    python -m tests.bench.compare               # about 2 minutes
-    python -m tests.bench.compare --quick       # seconds; smoke run
+Every figure is the median of ``--runs`` whole runs (3; each run's figures are kept under
+``runs``), ratios are computed from the medians, and each e2e entry counts the runs hit by a
+disk stall (``stalls``: a run whose slowest message took >= 50 ms; it is shown, not dropped).
+The targets of the read path (consume >= 1.5x redis-py and >= 0.35x redis-benchmark XRANGE;
+e2e p50 and p99 at the low rate <= redis-py's; e2e p99 at the target rate <= 5 ms) are
+printed as met or missed under the table and written under ``targets``.
+
+    python -m tests.bench.compare               # about 2 minutes a run
+    python -m tests.bench.compare --quick       # seconds; smoke run (one run)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -69,6 +78,9 @@ def wharf_broker(root: Path, flush: str) -> BrokerProcess:
 PRODUCER = {"streams": 1, "max_in_flight": 2}
 
 PEERS = ("redis_benchmark", "redis_benchmark_p16", "redis_py")
+# Figures merged as the median of the runs; the rest of an entry is the first run's.
+MEDIAN_KEYS = ("msgs_per_s", "rps", "messages", "p50_ms", "p99_ms", "p999_ms", "max_ms")
+STALL_MS = 50.0  # an e2e run whose slowest message took this long was hit by a disk stall
 
 
 def ratio(ours: float, theirs: float) -> float | None:
@@ -90,20 +102,54 @@ class Comparison:
         return max(1000, int(count * self.scale))
 
     def run(self) -> dict[str, Any]:
-        with tempfile.TemporaryDirectory(prefix="wharf-compare-") as tmp:
-            root = Path(tmp)
-            self.run_wharf_async(root / "wharf-async")
-            self.run_wharf_sync(root / "wharf-sync")
-            self.run_redis_everysec(root / "redis-everysec")
-            self.run_redis_always(root / "redis-always")
+        runs: list[dict[str, dict[str, Any]]] = []
+        for index in range(self.args.runs):
+            self.measures = {}
+            self.note(f"[bold]run {index + 1} of {self.args.runs}[/bold]")
+            with tempfile.TemporaryDirectory(prefix="wharf-compare-") as tmp:
+                root = Path(tmp)
+                self.run_wharf_async(root / "wharf-async")
+                self.run_wharf_sync(root / "wharf-sync")
+                self.run_redis_everysec(root / "redis-everysec")
+                self.run_redis_always(root / "redis-always")
+            runs.append(self.measures)
+        self.measures = median_of_runs(runs)
         self.compute_ratios()
         return {
             "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "message_size": self.args.size,
             "clients": self.args.clients,
             "duration_s": self.duration,
+            "runs": self.args.runs,
+            "load_average": round(os.getloadavg()[0], 2),
             "measures": self.measures,
+            "targets": self.targets(),
         }
+
+    def targets(self) -> dict[str, dict[str, Any]]:
+        """The read path's targets, from the median ratios: value, goal, met."""
+        m = self.measures
+        found: dict[str, dict[str, Any]] = {}
+
+        def check(name: str, value: float | None, goal: float, at_most: bool) -> None:
+            met = value is not None and (value <= goal if at_most else value >= goal)
+            found[name] = {
+                "value": value,
+                "goal": f"{'<=' if at_most else '>='} {goal}",
+                "met": met,
+            }
+
+        consume = m.get("consume", {}).get("ratios", {})
+        check("consume_vs_redis_py", consume.get("throughput_vs_redis_py"), 1.5, False)
+        check(
+            "consume_vs_redis_benchmark", consume.get("throughput_vs_redis_benchmark"), 0.35, False
+        )
+        low = m.get("e2e_sync_low_rate", {}).get("ratios", {})
+        check("e2e_low_rate_p50_vs_redis_py", low.get("p50_vs_redis_py"), 1.0, True)
+        check("e2e_low_rate_p99_vs_redis_py", low.get("p99_vs_redis_py"), 1.0, True)
+        p99 = m.get("e2e_sync", {}).get("wharf", {}).get("p99_ms")
+        check("e2e_target_rate_p99_ms", p99, 5.0, True)
+        return found
 
     def _set(self, measure: str, who: str, figures: dict[str, Any], **extra: Any) -> None:
         self.measures.setdefault(measure, {})[who] = {**figures, **extra}
@@ -143,7 +189,10 @@ class Comparison:
                 duration=self.duration * 2,
             )
             self._set(
-                "consume", "wharf", figures, how=f"{c} pullers over queue ranges, 100 per pull"
+                "consume",
+                "wharf",
+                figures,
+                how=f"{c} pullers over queue ranges, 100 per pull, one PullMessageStream",
             )
             if int(figures["messages"]) < produced:
                 # A short read is no throughput figure: say so instead of printing a ratio.
@@ -170,19 +219,24 @@ class Comparison:
             )  # fmt: skip
             self._set("produce_sync", "wharf_send", figures, how=f"{c} tasks x send()")
             for measure, rate in self.e2e_rates():
-                self.note(f"wharf SYNC_FLUSH e2e at {rate} msg/s")
-                # One request in flight: at 10k msg/s the broker's loop is nearly busy with
-                # per-call gRPC work, and fewer, larger requests (and so fewer pull wake-ups)
-                # cut p99 by 1-2 ms against the default of two.
+                # At the target rate one request in flight: the broker's loop is nearly busy
+                # with per-call gRPC work, and fewer, larger requests (and so fewer pull
+                # wake-ups) cut p99 by 1-2 ms against two. At the low rate nothing queues,
+                # and a message sent while the previous request waits for its fdatasync
+                # should not wait for that ack too (measured at 1k msg/s: p50 1.8-2.9 ms with
+                # 4 in flight against 3.6-5.0 ms with 1).
+                in_flight = 1 if rate > self.args.low_rate else 4
+                self.note(f"wharf SYNC_FLUSH e2e at {rate} msg/s, max_in_flight {in_flight}")
                 figures = wharf_bench(
                     broker.endpoint, "e2e", topic=f"e2e-{rate}", rate=rate, size=size,
-                    duration=self.duration, max_in_flight=1,
+                    duration=self.duration, max_in_flight=in_flight,
                 )  # fmt: skip
                 self._set(
                     measure,
                     "wharf",
                     figures,
-                    how=f"send() at {rate}/s (max_in_flight 1), long-poll pulls",
+                    how=f"send() at {rate}/s (max_in_flight {in_flight}), long-poll pulls "
+                    "over PullMessageStream",
                 )
 
     def e2e_rates(self) -> list[tuple[str, int]]:
@@ -282,7 +336,9 @@ class Comparison:
                 if not theirs or not ours:
                     continue
                 if name.startswith("e2e"):
-                    # latency: ratio > 1 means Wharf is slower (higher p99)
+                    # latency: ratio > 1 means Wharf is slower (higher p50 / p99)
+                    if "p50_ms" in ours and "p50_ms" in theirs:
+                        ratios[f"p50_vs_{peer}"] = ratio(ours["p50_ms"], theirs["p50_ms"])
                     ratios[f"p99_vs_{peer}"] = ratio(ours.get("p99_ms", 0), theirs.get("p99_ms", 0))
                 else:
                     ratios[f"throughput_vs_{peer}"] = ratio(
@@ -321,6 +377,40 @@ class Comparison:
             for who in sorted(w for w in entry if w.startswith("wharf_")):
                 table.add_row(name, figure(who), entry[who].get("how", ""), "", "", "", "")
         Console().print(table)
+        runs = self.args.runs
+        for name, entry in self.measures.items():
+            if name.startswith("e2e"):
+                stalls = {
+                    who: fig.get("stalls", 0) for who, fig in entry.items() if who != "ratios"
+                }
+                print(
+                    f"{name}: runs hit by a disk stall (max >= {STALL_MS:.0f} ms) of {runs}: {stalls}"
+                )
+        for name, target in self.targets().items():
+            value = target["value"]
+            shown = "-" if value is None else f"{value:.3f}"
+            print(
+                f"target {name}: {shown} (goal {target['goal']}): {'met' if target['met'] else 'MISSED'}"
+            )
+
+
+def median_of_runs(runs: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """One entry per (measure, who): the median of each figure over the runs that have it,
+    each run's figures under ``runs``, and for e2e measures the runs with a stall."""
+    merged: dict[str, dict[str, Any]] = {}
+    for name in runs[0]:
+        for who in runs[0][name]:
+            entries = [run[name][who] for run in runs if who in run.get(name, {})]
+            entry = dict(entries[0])
+            for key in MEDIAN_KEYS:
+                values = [e[key] for e in entries if isinstance(e.get(key), int | float)]
+                if values:
+                    entry[key] = round(statistics.median(values), 3)
+            entry["runs"] = [{k: e[k] for k in MEDIAN_KEYS if k in e} for e in entries]
+            if name.startswith("e2e"):
+                entry["stalls"] = sum(float(e.get("max_ms", 0)) >= STALL_MS for e in entries)
+            merged.setdefault(name, {})[who] = entry
+    return merged
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -334,9 +424,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--low-rate", type=int, default=1_000, help="second, unsaturated e2e rate")
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds each")
     parser.add_argument(
+        "--runs", type=int, default=0, help="whole runs; figures are their medians (3; --quick: 1)"
+    )
+    parser.add_argument(
         "--output", default=str(DEFAULT_OUTPUT), help="where to write the figures (JSON)"
     )
     args = parser.parse_args(argv)
+    args.runs = args.runs or (1 if args.quick else 3)
     comparison = Comparison(args)
     results = comparison.run()
     Path(args.output).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")

@@ -298,6 +298,34 @@ def test_send_stream_refuses_per_request_and_goes_on(channel: grpc.Channel) -> N
     assert "user 'producer' may not PUB on topic 'payments'" in replies[2].error.message
 
 
+def test_pull_stream_checks_each_pull_and_goes_on(channel: grpc.Channel) -> None:
+    stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+    pulls = [
+        messaging_pb2.PullMessageRequest(consumer_group=GROUP, topic=TOPIC, request_id=1),
+        messaging_pb2.PullMessageRequest(consumer_group=GROUP, topic="payments", request_id=2),
+    ]
+    replies = {
+        r.request_id: r for r in stub.PullMessageStream(iter(pulls), metadata=signed(CONSUMER))
+    }
+    assert not replies[1].HasField("error") and replies[1].status != 0
+    assert replies[2].error.code == grpc.StatusCode.PERMISSION_DENIED.value[0]
+    assert "user 'consumer' may not SUB on topic 'payments'" in replies[2].error.message
+    assert "PullMessageStream" in replies[2].error.message
+    # A batch of pulls in one stream message: each is checked on its own.
+    batch = messaging_pb2.PullMessageRequest(
+        batch=[
+            messaging_pb2.PullMessageRequest(consumer_group=GROUP, topic="payments", request_id=3),
+            messaging_pb2.PullMessageRequest(consumer_group=GROUP, topic=TOPIC, request_id=4),
+        ]
+    )
+    answered = {}
+    for message in stub.PullMessageStream(iter([batch]), metadata=signed(CONSUMER)):
+        for reply in message.batch or [message]:
+            answered[reply.request_id] = reply
+    assert answered[3].error.code == grpc.StatusCode.PERMISSION_DENIED.value[0]
+    assert not answered[4].HasField("error") and answered[4].status != 0
+
+
 def test_admin_rpcs_need_an_admin(channel: grpc.Channel) -> None:
     from wharf.v1 import admin_pb2_grpc
 

@@ -38,3 +38,16 @@ def test_compare_ratios_are_wharf_over_peer() -> None:
         "throughput_vs_redis_py": 2.0,
     }
     assert comparison.measures["e2e_sync"]["ratios"] == {"p99_vs_redis_py": 1.5}
+
+
+def test_compare_takes_the_median_of_runs_and_counts_stalls() -> None:
+    from tests.bench.compare import median_of_runs
+
+    runs = [
+        {"e2e_sync": {"wharf": {"p50_ms": p50, "p99_ms": p99, "max_ms": top, "how": "h"}}}
+        for p50, p99, top in ((1.0, 4.0, 9.0), (3.0, 90.0, 400.0), (2.0, 5.0, 12.0))
+    ]
+    merged = median_of_runs(runs)["e2e_sync"]["wharf"]
+    assert (merged["p50_ms"], merged["p99_ms"], merged["max_ms"]) == (2.0, 5.0, 12.0)
+    assert merged["stalls"] == 1 and merged["how"] == "h"
+    assert [r["p99_ms"] for r in merged["runs"]] == [4.0, 90.0, 5.0]

@@ -132,3 +132,25 @@ def test_msg_id_of_a_record_with_a_bad_properties_length_is_an_error_not_a_guess
         (message,) = parse_records(damaged)
         with pytest.raises(BrokerInternalError, match="do not add up"):
             _ = message.msg_id
+
+
+def test_a_batch_of_stream_replies_decodes_each_in_place_and_errors_too() -> None:
+    records = encoded(MessageInput(body=b"one"), MessageInput(body=b"two"))
+    message = messaging_pb2.PullMessageResponse(
+        batch=[
+            messaging_pb2.PullMessageResponse(
+                request_id=7, status=messaging_pb2.FOUND, next_begin_offset=9, records=records
+            ),
+            messaging_pb2.PullMessageResponse(
+                request_id=8, error=common_pb2.ErrorInfo(code=3, message="queue_id 5 is bad")
+            ),
+        ]
+    )
+    data = message.SerializeToString()
+    reply = decode_pull_reply(data)
+    first, second = reply.batch
+    assert (first.request_id, first.status, first.next_begin_offset) == (7, 1, 9)
+    assert first.buffer is data and first.records == records  # a range of the received bytes
+    assert [m.body for m in messages_from_reply(first, "*")] == [b"one", b"two"]
+    assert (second.request_id, second.error) == (8, (3, "queue_id 5 is bad"))
+    assert second.records == b""

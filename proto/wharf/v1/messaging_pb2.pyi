@@ -171,7 +171,7 @@ class SendMessageResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[SendResultEntry, _Mapping]]] = ..., request_id: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., status: _Optional[_Union[SendStatus, str]] = ..., queue_id: _Optional[int] = ..., first_queue_offset: _Optional[int] = ..., first_commit_log_offset: _Optional[int] = ..., store_host: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_messages", "max_wait_ms", "tag_expression", "commit_offset", "raw_records")
+    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_messages", "max_wait_ms", "tag_expression", "commit_offset", "raw_records", "request_id", "max_bytes", "cancel", "batch")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -181,6 +181,10 @@ class PullMessageRequest(_message.Message):
     TAG_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     RAW_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
@@ -190,23 +194,33 @@ class PullMessageRequest(_message.Message):
     tag_expression: str
     commit_offset: int
     raw_records: bool
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., tag_expression: _Optional[str] = ..., commit_offset: _Optional[int] = ..., raw_records: _Optional[bool] = ...) -> None: ...
+    request_id: int
+    max_bytes: int
+    cancel: bool
+    batch: _containers.RepeatedCompositeFieldContainer[PullMessageRequest]
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., tag_expression: _Optional[str] = ..., commit_offset: _Optional[int] = ..., raw_records: _Optional[bool] = ..., request_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., cancel: _Optional[bool] = ..., batch: _Optional[_Iterable[_Union[PullMessageRequest, _Mapping]]] = ...) -> None: ...
 
 class PullMessageResponse(_message.Message):
-    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages", "records")
+    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages", "records", "request_id", "error", "batch")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     NEXT_BEGIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     status: PullStatus
     next_begin_offset: int
     min_offset: int
     max_offset: int
     messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.MessageView]
     records: bytes
-    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.MessageView, _Mapping]]] = ..., records: _Optional[bytes] = ...) -> None: ...
+    request_id: int
+    error: _common_pb2.ErrorInfo
+    batch: _containers.RepeatedCompositeFieldContainer[PullMessageResponse]
+    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.MessageView, _Mapping]]] = ..., records: _Optional[bytes] = ..., request_id: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., batch: _Optional[_Iterable[_Union[PullMessageResponse, _Mapping]]] = ...) -> None: ...
 
 class QueryMessageRequest(_message.Message):
     __slots__ = ("topic", "key", "begin_timestamp", "end_timestamp", "max_num")

@@ -49,6 +49,11 @@ class MessagingServiceStub:
                 request_serializer=wharf_dot_v1_dot_messaging__pb2.PullMessageRequest.SerializeToString,
                 response_deserializer=wharf_dot_v1_dot_messaging__pb2.PullMessageResponse.FromString,
                 _registered_method=True)
+        self.PullMessageStream = channel.stream_stream(
+                '/wharf.v1.MessagingService/PullMessageStream',
+                request_serializer=wharf_dot_v1_dot_messaging__pb2.PullMessageRequest.SerializeToString,
+                response_deserializer=wharf_dot_v1_dot_messaging__pb2.PullMessageResponse.FromString,
+                _registered_method=True)
         self.QueryMessage = channel.unary_unary(
                 '/wharf.v1.MessagingService/QueryMessage',
                 request_serializer=wharf_dot_v1_dot_messaging__pb2.QueryMessageRequest.SerializeToString,
@@ -148,6 +153,22 @@ class MessagingServiceServicer:
 
     def PullMessage(self, request, context):
         """Read from one queue; long-polls up to max_wait_ms when nothing is there yet.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PullMessageStream(self, request_iterator, context):
+        """PullMessage over a bidirectional stream: many pulls in flight on one call (one per queue
+        is the consumers' use), each answered once by its request_id (replies may come out of
+        order) with PullMessage's statuses, long polling and commit_offset. An error of one pull
+        comes back in its reply's `error`; the stream stays open. A request with `cancel` set
+        ends the pull in flight with that request_id: neither gets a reply. Flow control: at
+        most maxInflightStreamRequests pulls in flight per call (the broker reads no further
+        requests until one is answered), and no pull reads while the call has
+        maxUnreadPullBytesPerClient bytes of replies the client has not taken yet. Requests and
+        replies may come several to a stream message (`batch`). A broker that predates this RPC
+        answers UNIMPLEMENTED: use PullMessage.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -270,6 +291,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
             ),
             'PullMessage': grpc.unary_unary_rpc_method_handler(
                     servicer.PullMessage,
+                    request_deserializer=wharf_dot_v1_dot_messaging__pb2.PullMessageRequest.FromString,
+                    response_serializer=wharf_dot_v1_dot_messaging__pb2.PullMessageResponse.SerializeToString,
+            ),
+            'PullMessageStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PullMessageStream,
                     request_deserializer=wharf_dot_v1_dot_messaging__pb2.PullMessageRequest.FromString,
                     response_serializer=wharf_dot_v1_dot_messaging__pb2.PullMessageResponse.SerializeToString,
             ),
@@ -428,6 +454,33 @@ class MessagingService:
             request,
             target,
             '/wharf.v1.MessagingService/PullMessage',
+            wharf_dot_v1_dot_messaging__pb2.PullMessageRequest.SerializeToString,
+            wharf_dot_v1_dot_messaging__pb2.PullMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullMessageStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/wharf.v1.MessagingService/PullMessageStream',
             wharf_dot_v1_dot_messaging__pb2.PullMessageRequest.SerializeToString,
             wharf_dot_v1_dot_messaging__pb2.PullMessageResponse.FromString,
             options,

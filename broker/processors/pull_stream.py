@@ -1,0 +1,231 @@
+"""PullMessageStream: many pulls in flight on one bidirectional call, each answered once by its
+``request_id``.
+
+Each request runs ``PullProcessor.pull`` as its own task (statuses, long polling and the
+``commit_offset`` piggy-back are PullMessage's; a long poll parks only its own pull); replies
+go out in the order they complete through the one writer (the handler's generator). An error
+of one pull becomes its reply's ``error`` (the gRPC code number and message PullMessage would
+have failed with) and the stream goes on.
+
+Bounds, so a client that stops reading cannot make the broker buffer without limit:
+- at most ``maxInflightStreamRequests`` (64) pulls in flight: a slot is freed when its reply
+  has been handed to gRPC (or the pull was cancelled); without a slot the broker reads no
+  further request, and HTTP/2 flow control then holds the client's writes;
+- while the replies built and not yet taken by gRPC reach ``maxUnreadPullBytesPerClient``
+  (16 MiB), no pull of the stream reads (``reply_budget.StreamReplies``): it waits for room
+  instead of failing. A stream therefore holds at most that plus one reply of maxPullBytes.
+
+``cancel``: a request with ``cancel`` set cancels the pull in flight with its ``request_id``
+(a long poll the client gave up on); neither gets a reply. A request whose ``request_id`` is
+already in flight gets INVALID_ARGUMENT under request_id 0 (under its own id the client would
+take it for the answer to the pull in flight). When the client half-closes, the
+pulls in flight are answered and then the call ends.
+
+Batching: a stream message costs the broker ~80 us of gRPC work whatever it carries (measured
+with 1-message pulls), so requests may come several to a message (``batch``, as the SDK
+coalesces what waits to be written) and replies that are ready together go out as one message
+(``batch``, up to 1 MiB of records).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from wharf.broker.context import BrokerContext
+from wharf.broker.errors import (
+    InvalidArgumentError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+    status_for,
+)
+from wharf.broker.handlers import MalformedRequest, RefusedRequest
+from wharf.broker.processors.pull import PullProcessor
+from wharf.broker.reply_budget import PullReplies, StreamReplies
+from wharf.v1 import common_pb2, messaging_pb2
+
+log = logging.getLogger("wharf.broker.pull_stream")
+METHOD = "PullMessageStream"
+_END = object()
+BATCH_REPLY_BYTES = 1 << 20  # records coalesced into one stream message at most
+
+
+_BATCH_TAG = b"\x4a"  # PullMessageResponse.batch: field 9, length-delimited
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_batch(replies: list[messaging_pb2.PullMessageResponse]) -> bytes:
+    """The wire bytes of PullMessageResponse(batch=replies), each reply serialized once and
+    joined (building the message first would copy every reply's records into it, then again
+    when serialized)."""
+    parts: list[bytes] = []
+    for reply in replies:
+        data = reply.SerializeToString()
+        parts += (_BATCH_TAG, _varint(len(data)), data)
+    return b"".join(parts)
+
+
+class _Outbox:
+    """Replies ready to be written, (reply, bytes held) in completion order, and _END."""
+
+    def __init__(self) -> None:
+        self.items: collections.deque[Any] = collections.deque()
+        self._ready = asyncio.Event()
+
+    def put(self, item: Any) -> None:
+        self.items.append(item)
+        self._ready.set()
+
+    async def get(self) -> Any:
+        while not self.items:
+            self._ready.clear()
+            await self._ready.wait()
+        return self.items.popleft()
+
+
+class PullStreamProcessor:
+    def __init__(self, ctx: BrokerContext, puller: PullProcessor) -> None:
+        self.ctx = ctx
+        self.puller = puller
+
+    async def _pull_or_error(
+        self, request: Any, replies: PullReplies
+    ) -> messaging_pb2.PullMessageResponse:
+        started = time.perf_counter()
+        request_id = getattr(request, "request_id", 0)  # 0 when it did not even parse
+        try:
+            if type(request) is MalformedRequest:
+                raise InvalidArgumentError(request.message)
+            if type(request) is RefusedRequest:  # by the ACL (broker/acl/guard.py)
+                if request.unauthenticated:
+                    raise UnauthenticatedError(request.message)
+                raise PermissionDeniedError(request.message)
+            reply = await self.puller.pull(request, replies)
+            reply.request_id = request_id
+            self.ctx.metrics.observe_rpc(METHOD, "OK", time.perf_counter() - started)
+            return reply
+        except asyncio.CancelledError:
+            self.ctx.metrics.observe_rpc(METHOD, "CANCELLED", time.perf_counter() - started)
+            raise
+        except Exception as exc:
+            code, message = status_for(exc)
+            if code is grpc.StatusCode.INTERNAL:
+                log.exception("%s request %d failed", METHOD, request_id)
+            self.ctx.metrics.observe_rpc(METHOD, code.name, time.perf_counter() - started)
+            return messaging_pb2.PullMessageResponse(
+                request_id=request_id,
+                error=common_pb2.ErrorInfo(code=code.value[0], message=message),
+            )
+
+    async def serve(
+        self, requests: AsyncIterator[Any], peer: str
+    ) -> AsyncIterator[messaging_pb2.PullMessageResponse | bytes]:
+        cfg = self.ctx.config
+        slots = asyncio.Semaphore(cfg.max_inflight_stream_requests)
+        window = StreamReplies(self.ctx.replies, peer, cfg.max_unread_pull_bytes_per_client)
+        out = _Outbox()
+        tasks: dict[int, asyncio.Task[None]] = {}  # by request_id, the ones a cancel can name
+        alive: set[asyncio.Task[None]] = set()  # every pull task (error replies too)
+
+        async def handle(request: Any, replies: PullReplies) -> None:
+            reply = await self._pull_or_error(request, replies)
+            out.put((reply, replies.nbytes))  # no await since the hold: never lost
+
+        def finished(request_id: int, task: asyncio.Task[None]) -> None:
+            alive.discard(task)
+            if tasks.get(request_id) is task:
+                del tasks[request_id]
+            if task.cancelled():
+                slots.release()  # no reply to wait for
+
+        async def start(request: Any) -> None:
+            if type(request) is messaging_pb2.PullMessageRequest and request.cancel:
+                task = tasks.get(request.request_id)
+                if task is not None:
+                    task.cancel()
+                return
+            await slots.acquire()
+            request_id = getattr(request, "request_id", 0)
+            if request_id in tasks:
+                request = MalformedRequest(
+                    "PullMessageRequest", f"request_id {request_id} is already in flight"
+                )
+            replies = window.for_pull()
+            task = asyncio.create_task(handle(request, replies))
+            alive.add(task)
+            if type(request) is not MalformedRequest:
+                tasks[request_id] = task
+            task.add_done_callback(functools.partial(finished, request_id))
+
+        async def read_requests() -> None:
+            try:
+                async for request in requests:
+                    batch = getattr(request, "batch", None)
+                    if batch:
+                        for item in batch:
+                            await start(item)
+                    else:
+                        await start(request)
+                while alive:  # the client half-closed: answer what is in flight, then end
+                    await asyncio.gather(*list(alive), return_exceptions=True)
+            finally:
+                out.put(_END)
+
+        reader = asyncio.create_task(read_requests())
+        ended = False
+        try:
+            while not ended:
+                item = await out.get()
+                if item is _END:
+                    break
+                reply, nbytes = item
+                count = 1
+                ready = out.items
+                if ready and nbytes < BATCH_REPLY_BYTES:
+                    # Replies ready together go out as one stream message (a message costs
+                    # far more than its bytes): up to BATCH_REPLY_BYTES of records.
+                    batch = [reply]
+                    while ready:
+                        following = ready[0]
+                        if following is _END:
+                            ended = True
+                            break
+                        if nbytes + following[1] > BATCH_REPLY_BYTES:
+                            break
+                        ready.popleft()
+                        batch.append(following[0])
+                        nbytes += following[1]
+                    count = len(batch)
+                    if count > 1:
+                        reply = encode_batch(batch)
+                try:
+                    yield reply
+                finally:
+                    window.taken(nbytes)
+                    for _ in range(count):
+                        slots.release()
+            await reader  # surfaces a broken request stream as the RPC's error
+        finally:
+            reader.cancel()
+            for task in list(alive):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+            for item in out.items:  # replies never sent: give their bytes back
+                if item is not _END:
+                    window.taken(item[1])
