@@ -117,7 +117,7 @@ def write_text_atomic_blocking(path: Path, text: str) -> None:
     if path.exists():
         os.replace(path, path.with_name(path.name + ".bak"))
     os.replace(tmp, path)
-    _fsync_dir_blocking(path.parent)
+    fsync_dir_blocking(path.parent)
 
 
 def read_json_with_backup_blocking(path: Path) -> object | None:
@@ -133,7 +133,8 @@ def read_json_with_backup_blocking(path: Path) -> object | None:
     return None
 
 
-def _fsync_dir_blocking(directory: Path) -> None:
+def fsync_dir_blocking(directory: Path) -> None:
+    """Make a directory's entries (a rename, a deletion) durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

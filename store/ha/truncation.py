@@ -23,6 +23,7 @@ from wharf.store.ha import epochs
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.paths import (
     StorePaths,
+    fsync_dir_blocking,
     read_json_with_backup_blocking,
     write_json_atomic_blocking,
 )
@@ -67,7 +68,7 @@ def apply_blocking(paths: StorePaths, segment_size: int) -> int | None:
         elif start + segment_size > offset:
             _zero_tail_blocking(path, offset - start)
     if folder.exists():
-        _fsync_dir(folder)
+        fsync_dir_blocking(folder)
     if os.environ.get(FAULT_ENV) == "crash-during-truncation":
         os._exit(FAULT_EXIT)  # the log is cut, the checkpoint and the marker are not updated
     checkpoint = StoreCheckpoint(str(paths.checkpoint_file))
@@ -80,7 +81,7 @@ def apply_blocking(paths: StorePaths, segment_size: int) -> int | None:
     epochs.save_blocking(paths.epochs_file, kept)
     for marker in (paths.truncate_marker_file, paths.truncate_marker_file.with_suffix(".json.bak")):
         marker.unlink(missing_ok=True)
-    _fsync_dir(paths.root)
+    fsync_dir_blocking(paths.root)
     log.warning("replica log truncated at %d (%d later segments deleted): what lay past it was "
                 "never acknowledged by the group", offset, removed)  # fmt: skip
     return offset
@@ -93,13 +94,5 @@ def _zero_tail_blocking(path: Path, position: int) -> None:
         while position < size:
             position += os.pwrite(fd, _ZEROS[: min(len(_ZEROS), size - position)], position)
         os.fdatasync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
     finally:
         os.close(fd)
