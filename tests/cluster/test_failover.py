@@ -49,11 +49,19 @@ async def test_kill_9_of_the_master_elects_a_replica_and_loses_no_acknowledged_m
     await create_topic(group, old)
     await group.in_sync(old)
     load = Load(group.ns.endpoint)
-    await asyncio.sleep(1.5)
+    async with PullConsumer(old.endpoint, "billing") as consumer:  # a committed offset
+        queue = next(q for q in await consumer.queues("orders") if q.queue_id == 1)
+        await consumer.commit(queue, 3)
+    await asyncio.sleep(1.5)  # consumer offsets reach the replicas every second
     killed_at = time.monotonic()
     old.kill()
     new = await group.master(within_s=TTL_MS / 1000 + 5)
     elected_after = time.monotonic() - killed_at
+    async with Admin(new.endpoint) as admin:  # the topic and the group's offset came along
+        assert "orders" in {t.name for t in (await admin.list_topics()).topics}
+    async with PullConsumer(new.endpoint, "billing") as consumer:
+        queue = next(q for q in await consumer.queues("orders") if q.queue_id == 1)
+        assert await consumer.committed(queue) == 3
     assert new is not old
     assert elected_after < TTL_MS / 1000 + 2, f"a new master after {elected_after:.1f} s"
     async with Producer(new.endpoint, retry_times=0) as direct:  # the new master acknowledges
