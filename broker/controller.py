@@ -259,14 +259,14 @@ class BrokerController:
             from wharf.store.message_store import MessageStore
 
             self._store_factory = MessageStore
-        if broker.enable_controller_mode:
-            self.failover = self._failover()
         if store_config.broker_role == SLAVE or store_config.ha_listen_port >= 0:
             self.store = self._store_factory(
                 store_config, observer=self.metrics, replication=self._replica_link()
             )
         else:
             self.store = self._store_factory(store_config, observer=self.metrics)
+        if broker.enable_controller_mode:
+            self.failover = self._failover()
         self.store.add_arrival_listener(self.long_poll.on_arrival)
         self.store.set_consumer_progress(self.offsets.by_queue)
         started = time.perf_counter()
@@ -473,16 +473,20 @@ class BrokerController:
             if self.topics.version != topics_before and self.registrar is not None:
                 self.registrar.wake()
 
-        failover = self.failover
+        controller_mode = broker.enable_controller_mode
         return ReplicaLink(
             broker.broker_cluster_name,
             broker.broker_name,
             broker.broker_id,
             snapshot,
             apply,
-            master_address=(lambda: failover.master_ha) if failover else None,
-            controller=failover is not None,
-            restart=self.request_restart if failover else None,
+            # Controller mode: the master etcd names (the failover is made right after the
+            # store and started once the broker serves; until then there is none to dial).
+            master_address=(lambda: self.failover.master_ha if self.failover else "")
+            if controller_mode
+            else None,
+            controller=controller_mode,
+            restart=self.request_restart if controller_mode else None,
         )
 
     def _failover(self) -> Failover:
@@ -504,7 +508,7 @@ class BrokerController:
             address=self.endpoint,
             ttl_ms=broker.controller_heart_beat_timeout_mills,
             wished_role=self.config.store.broker_role,
-            store=_StoreRef(self),
+            store=self.store,
             on_master=on_master,
             restart=self.request_restart,
         )
@@ -602,14 +606,3 @@ class BrokerController:
         if self._metrics_started:
             await self.metrics.close()
         log.info("broker stopped")
-
-
-class _StoreRef:
-    """The store as the failover sees it before the store exists (it is built after the
-    failover, which the store's ReplicaLink points at): attribute access goes to the store."""
-
-    def __init__(self, controller: BrokerController) -> None:
-        self._controller = controller
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._controller.store, name)
