@@ -194,3 +194,26 @@ async def test_transfer_master_hands_the_group_over_without_a_failed_send(group:
     read = await read_everything(group.ns.endpoint)
     bodies = check_exactly_once_per_offset(read)
     assert not [body for body, _ in load.acked if body not in bodies]
+
+
+async def test_sigterm_on_the_master_hands_over_at_once(group: Group) -> None:
+    old = await group.master()
+    await create_topic(group, old)
+    await group.in_sync(old)
+    load = Load(group.ns.endpoint)
+    await asyncio.sleep(1.0)
+    stopped_at = time.monotonic()
+    os.kill(old.pid, signal.SIGTERM)  # graceful: wait for the replica, revoke the lease
+    new = await group.master(within_s=TTL_MS / 1000, other_than=old)
+    handed_over_after = time.monotonic() - stopped_at
+    async with Producer(new.endpoint, retry_times=0) as direct:  # the successor acknowledges
+        assert (await direct.send("orders", b"after the handover")).status == SendStatus.SEND_OK
+    assert handed_over_after < TTL_MS / 1000 - 0.5, f"took {handed_over_after:.1f} s: no handover"
+    assert old.proc is not None and old.proc.wait(30) == 0
+    await asyncio.sleep(1.0)
+    await load.stop()
+    assert not load.failed, load.failed[:3]
+    read = await read_everything(group.ns.endpoint)
+    bodies = check_exactly_once_per_offset(read)
+    assert not [body for body, _ in load.acked if body not in bodies]
+    assert "handed over: lease of term 1 revoked" in old.log()
