@@ -7,7 +7,9 @@ robin per topic; a group that failed a send, or answered slowly, is avoided for 
 15000 ms avoided 30 / 60 / 120 / 180 / 600 s); retries go to another group, and each attempt
 gets ``remaining deadline / attempts left`` so a dead broker cannot eat the whole send timeout
 (RocketMQ #8997). A selector picks among (broker, queue) pairs of every group and the message
-stays on its group (ordered messages never fail over). Routes are cached and dropped when the
+stays on its group (ordered messages never fail over). When no group takes writes because a
+group has no master (an election under way), a send polls the route every 100 ms until its
+deadline instead of failing at once (an ordered send waits so for its own group). Routes are cached and dropped when the
 NameServer pushes a change of the topic's route (``wharf.client.route_watch``: WatchRoutes;
 a dead broker's route changes within milliseconds), and at once after a failed send; while
 the watch is broken they expire after ``route_ttl_s`` (30 s, RocketMQ's poll) instead.
@@ -31,7 +33,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
-from wharf.client.errors import NotFoundError, WharfError
+from wharf.client.errors import NotFoundError, UnavailableError, WharfError
 from wharf.client.message import MessageQueue
 from wharf.client.namesrv import NameServerClient, TopicRoute
 from wharf.client.route_watch import RouteWatch
@@ -40,6 +42,8 @@ from wharf.client.selector import MessageQueueSelector
 log = logging.getLogger("wharf.client.cluster")
 
 PERM_READ, PERM_WRITE = 4, 2
+# While a group has no master, a send polls its route this often until its deadline.
+MASTER_WAIT_POLL_S = 0.1
 WAKE_S = 0.5  # how often a consumer's route follower checks whether the watch broke
 FAILURE_ISOLATION_S = 30.0
 # RocketMQ's MQFaultStrategy: latency (ms) at least -> not available for (s).
@@ -227,6 +231,9 @@ class ClusterSender(Generic[C]):
         for attempt in range(self.retry_times + 1):
             route = await self.route(topic, refresh=attempt > 0)
             groups = self.writable(route)
+            if not groups or (pinned is not None and pinned not in {g[0] for g in groups}):
+                route = await self._await_master(topic, route, pinned, deadline)
+                groups = self.writable(route)
             if not groups:
                 raise NotFoundError(f"no broker group of the cluster takes writes to {topic!r}")
             if selector is not None:
@@ -265,6 +272,38 @@ class ClusterSender(Generic[C]):
         if last is not None:
             raise last
         raise NotFoundError(f"no attempt left within the deadline for {topic!r}")
+
+    async def _await_master(
+        self, topic: str, route: TopicRoute, pinned: str | None, deadline: float
+    ) -> TopicRoute:
+        """A group of the route has no master (controller mode elects one within its lease;
+        static roles wait for a restart): wait for the route to show one, until the send's
+        deadline, instead of failing every send of the election (an ordered send waits for
+        its own group). Returns the route to use; UnavailableError (retriable) at the
+        deadline. A route whose groups all have masters is returned as it is."""
+        loop = asyncio.get_running_loop()
+
+        def electing(route: TopicRoute) -> bool:
+            names = [pinned] if pinned is not None else list(route.groups)
+            return any(
+                route.groups.get(name) is None or route.groups[name].master is None
+                for name in names
+            )
+
+        while electing(route) and not (pinned is None and self.writable(route)):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                which = f"broker group {pinned!r}" if pinned else "no broker group"
+                raise UnavailableError(
+                    f"{which} of {topic!r} has a master yet (an election may be under way): "
+                    "retry, or give sends a deadline longer than the controller's lease"
+                )
+            await asyncio.sleep(min(MASTER_WAIT_POLL_S, remaining))
+            try:
+                route = await self.route(topic, refresh=True)
+            except NotFoundError:
+                continue  # the last group of the topic left the route meanwhile
+        return route
 
     async def any_client(self, topic: str) -> C:
         """The client of one writable group's master (calls that need a broker, not a queue)."""

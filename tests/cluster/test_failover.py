@@ -217,3 +217,25 @@ async def test_sigterm_on_the_master_hands_over_at_once(group: Group) -> None:
     bodies = check_exactly_once_per_offset(read)
     assert not [body for body, _ in load.acked if body not in bodies]
     assert "handed over: lease of term 1 revoked" in old.log()
+
+
+async def test_producers_of_a_lone_group_wait_out_the_election(tmp_path: Path) -> None:
+    # No other group to send to: sends wait for the new master (their deadline is 10 s, the
+    # lease 3 s) instead of failing for the whole election.
+    with running_group(tmp_path, other=False) as lone:
+        old = await lone.master()
+        await create_topic(lone, old)
+        await lone.in_sync(old)
+        load = Load(lone.ns.endpoint)
+        await asyncio.sleep(1.0)
+        old.kill()
+        new = await lone.master(within_s=TTL_MS / 1000 + 5, other_than=old)
+        acked_before = len(load.acked)
+        await asyncio.sleep(1.5)
+        await load.stop()
+        assert not load.failed, load.failed[:3]
+        assert len(load.acked) > acked_before  # the new master took the waiting sends
+        new_port = int(new.endpoint.rpartition(":")[2])
+        assert any(int(msg_id[8:16], 16) == new_port for _, msg_id in load.acked if msg_id)
+        bodies = check_exactly_once_per_offset(await read_everything(lone.ns.endpoint))
+        assert not [body for body, _ in load.acked if body not in bodies]
