@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wharf.store.ha.status import ReplicaStatus, ReplicationStatus
 from wharf.store.model import StoreStats
 
 from tests.fakes import FakeStore
@@ -74,6 +75,13 @@ def fake_controller(**stats: object) -> FakeController:
     store.seed("orders", 0, [NOW_MS - 30_000] * 10)
     store.seed("orders", 1, [NOW_MS - 5_000] * 4)
     store.stats_value = make_stats(**stats)
+    # A controller-mode master of term 3 with one replica 512 KiB and 2.5 s behind.
+    status = ReplicationStatus(
+        "SYNC_MASTER", 4 << 20, 3_670_016,
+        [ReplicaStatus(2, "127.0.0.1:40000", 3_670_016, 524_288, 2.5, True)],
+        epoch=3, sync_state_set=[1, 2],
+    )  # fmt: skip
+    store.replication_status = lambda: status  # type: ignore[attr-defined]
     return FakeController(
         store=store,
         topics=FakeNames(["orders", "payments"]),
