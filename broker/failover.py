@@ -256,11 +256,21 @@ class Failover:
         self.epoch, self.is_master = term, True
         self.elections_won += 1
         self._tasks.append(asyncio.create_task(self._keep_lease(), name="failover-lease"))
-        await self.store.promote(term, role == "SYNC_MASTER")
-        ha = self.store.ha_master
-        ha.require(set())  # the set is this master alone until replicas catch up
-        master["ha"] = f"{self.store.config.ha_listen_host}:{ha.port}"
-        await self.client.put(self._key("master"), json.dumps(master).encode(), lease)
+        try:
+            await self.store.promote(term, role == "SYNC_MASTER")
+            ha = self.store.ha_master
+            ha.require(set())  # the set is this master alone until replicas catch up
+            master["ha"] = f"{self.store.config.ha_listen_host}:{ha.port}"
+            await self.client.put(self._key("master"), json.dumps(master).encode(), lease)
+        except Exception as exc:
+            # Half a master (its HA port taken, etcd gone mid-way) serves nobody: give the
+            # term back at once and come back as a replica; the group elects again.
+            log.error("taking over term %d failed (%s: %s): giving it back", term,
+                      type(exc).__name__, exc)  # fmt: skip
+            with contextlib.suppress(Exception):
+                await lease.revoke()
+            self._step_down(f"could not take over term {term}")
+            return
         self._tasks.append(asyncio.create_task(self._keep_sss(), name="failover-sss"))
         log.warning("elected master of %s, term %d (%s)", self._prefix, term, role)
         await self.on_master()

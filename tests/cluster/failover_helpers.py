@@ -52,7 +52,8 @@ class Group:
                 {**common, "brokerName": "broker-a", "brokerId": i, "brokerRole": "SYNC_MASTER",
                  "flushDiskType": "SYNC_FLUSH", "enableControllerMode": True,
                  "controllerAddr": self.etcd.endpoint,
-                 "controllerHeartBeatTimeoutMills": ttl_ms, "haListenPort": free_port(),
+                 "controllerHeartBeatTimeoutMills": ttl_ms,
+                 "haListenPort": 0,  # ephemeral: the master publishes it in etcd
                  "haMaxTimeSlaveNotCatchup": 60_000, **(settings or {})},
                 extra_args=["--listen", f"127.0.0.1:{free_port()}"],  # the same across restarts
             )
