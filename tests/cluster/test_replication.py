@@ -29,9 +29,9 @@ SMALL = {"mappedFileSizeCommitLog": SEGMENT, "maxMessageSize": 64 * 1024}
 def _pair(
     root: Path, master: dict[str, Any] | None = None, slave: dict[str, Any] | None = None
 ) -> tuple[BrokerProcess, BrokerProcess]:
-    m = BrokerProcess(  # a fixed HA port: a restarted master is found where it was
+    m = BrokerProcess(  # an ephemeral HA port unless a test needs it fixed across restarts
         root / "master",
-        {**SMALL, "brokerRole": "ASYNC_MASTER", "haListenPort": free_port(), **(master or {})},
+        {**SMALL, "brokerRole": "ASYNC_MASTER", "haListenPort": 0, **(master or {})},
     ).start()
     s = BrokerProcess(
         root / "slave",
@@ -206,8 +206,10 @@ async def test_kill_9_of_a_sync_master_loses_no_acknowledged_message(
     tmp_path: Path, procs: list[BrokerProcess]
 ) -> None:
     master, slave = _pair(
-        tmp_path, master={"brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH"}
-    )
+        tmp_path,
+        master={"brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH",
+                "haListenPort": free_port()},  # the restarted master must be found again
+    )  # fmt: skip
     procs += [master, slave]
     acked: list[bytes] = []
     stop = asyncio.Event()

@@ -17,7 +17,7 @@ from wharf.client import Admin, Producer, PullConsumer, SendStatus
 from wharf.client.namesrv import NameServerClient
 
 from tests.cluster.test_namesrv import cli
-from tests.harness import BrokerProcess, NamesrvProcess, free_port
+from tests.harness import BrokerProcess, NamesrvProcess
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ def replicated(tmp_path: Path) -> Iterator[tuple[NamesrvProcess, dict[str, Broke
     brokers: dict[str, BrokerProcess] = {}
     try:
         brokers["a0"] = BrokerProcess(
-            tmp_path / "a0", {**common, "brokerName": "broker-a", "haListenPort": free_port()}
+            tmp_path / "a0", {**common, "brokerName": "broker-a", "haListenPort": 0}
         ).start()
         brokers["a1"] = BrokerProcess(
             tmp_path / "a1",
