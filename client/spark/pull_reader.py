@@ -16,11 +16,13 @@ from typing import Any
 
 from pyspark.sql.types import StructType
 from wharf.client.message import ReceivedMessage
-from wharf.client.records import messages_from_reply
+from wharf.client.consumer.pull_wire import PullReply
+from wharf.client.records import exact_tags, messages_from_reply
 from wharf.client.spark.cluster_rpc import connect, split_key
 from wharf.client.spark.columns import ColumnBuffer
 from wharf.client.spark.offsets import DataLossError, QueueRange
 from wharf.client.spark.options import ReadOptions
+from wharf.client.spark.record_columns import decode_reply_columns
 from wharf.client.spark.rpc import PendingPull
 from wharf.v1 import messaging_pb2
 
@@ -79,7 +81,31 @@ class _RangeColumns:
         self._topic = "topic" in names
         self._queue_id = "queueId" in names
 
+    def add_reply(self, reply: PullReply, tag_expression: str, offset: int) -> int:
+        """Add the rows of one FOUND reply; returns the queue offset of its first message
+        (``offset`` when it has none). Raw records are decoded per reply
+        (``record_columns``); MessageViews (an older broker) and malformed records take the
+        per-row path (which raises the precise error for the latter)."""
+        if reply.records_end > reply.records_start:
+            decoded = decode_reply_columns(
+                reply.buffer,
+                reply.records_start,
+                reply.records_end,
+                self._columns,
+                exact_tags(tag_expression),
+                self._range.end,
+            )
+            if decoded is not None:
+                if decoded.rows:
+                    self._extend(decoded.rows, decoded.columns)
+                return offset if decoded.first_offset is None else decoded.first_offset
+        messages = messages_from_reply(reply, tag_expression)
+        first = messages[0].queue_offset if messages else offset
+        self.add(messages)
+        return first
+
     def add(self, messages: Sequence[ReceivedMessage]) -> None:
+        """The per-row path: one attribute read per column and message."""
         end = self._range.end
         if messages and _offset_of(messages[-1]) >= end:
             # A tag-filtered pull may return matches past the planned range.
@@ -88,6 +114,9 @@ class _RangeColumns:
         if not rows:
             return
         columns = {name: list(map(_EXTRACTORS[name], messages)) for name in self._columns}
+        self._extend(rows, columns)
+
+    def _extend(self, rows: int, columns: dict[str, list[Any]]) -> None:
         # Every record of a ConsumeQueue belongs to its topic and queue.
         if self._topic:  # the topic, not a cluster's "<topic>@<broker>" queue key
             columns["topic"] = [split_key(self._range.topic)[0]] * rows
@@ -121,13 +150,11 @@ def read_queue_range(opts: ReadOptions, schema: StructType, r: QueueRange) -> It
                 next_offset = reply.next_begin_offset
                 if offset < next_offset < r.end:
                     pending = start_pull(next_offset)
-                messages = messages_from_reply(reply, opts.tag_expression)
-                first = messages[0].queue_offset if messages else offset
+                first = columns.add_reply(reply, opts.tag_expression, offset)
                 if match_all and first > offset:
                     # Without a tag filter every offset yields a message: a jump is a hole
                     # (retention raced this read, or the ConsumeQueue lost units).
                     _lost(opts, r, f"offsets [{offset}, {first}) are missing")
-                columns.add(messages)
             elif status == _NO_MATCHED:
                 next_offset = reply.next_begin_offset  # filtered out: move on, emit nothing
             elif status == _ILLEGAL and offset < reply.min_offset:
