@@ -67,8 +67,11 @@ class _RangeColumns:
     """Turns the messages of one queue range into the source's columns, one comprehension
     per column the schema asks for."""
 
-    def __init__(self, buffer: ColumnBuffer, r: QueueRange, include_properties: bool) -> None:
+    def __init__(
+        self, buffer: ColumnBuffer, r: QueueRange, include_properties: bool, arrow: bool = True
+    ) -> None:
         self.buffer = buffer
+        self._arrow = arrow
         self._range = r
         names = set(buffer.names)
         if not include_properties:
@@ -94,10 +97,11 @@ class _RangeColumns:
                 self._columns,
                 exact_tags(tag_expression),
                 self._range.end,
+                self._arrow,
             )
             if decoded is not None:
                 if decoded.rows:
-                    self._extend(decoded.rows, decoded.columns)
+                    self._extend(decoded.rows, decoded.columns, self._arrow)
                 return offset if decoded.first_offset is None else decoded.first_offset
         messages = messages_from_reply(reply, tag_expression)
         first = messages[0].queue_offset if messages else offset
@@ -116,19 +120,22 @@ class _RangeColumns:
         columns = {name: list(map(_EXTRACTORS[name], messages)) for name in self._columns}
         self._extend(rows, columns)
 
-    def _extend(self, rows: int, columns: dict[str, list[Any]]) -> None:
+    def _extend(self, rows: int, columns: dict[str, Any], arrays: bool = False) -> None:
         # Every record of a ConsumeQueue belongs to its topic and queue.
         if self._topic:  # the topic, not a cluster's "<topic>@<broker>" queue key
             columns["topic"] = [split_key(self._range.topic)[0]] * rows
         if self._queue_id:
             columns["queueId"] = [self._range.queue_id] * rows
-        self.buffer.extend(rows, columns)
+        if arrays:
+            self.buffer.extend_arrays(rows, columns)
+        else:
+            self.buffer.extend(rows, columns)
 
 
 def read_queue_range(opts: ReadOptions, schema: StructType, r: QueueRange) -> Iterator[Any]:
     """Yield Arrow batches (or tuples with ``arrowBatches=false``) for ``[r.start, r.end)``."""
     buffer = ColumnBuffer(schema)
-    columns = _RangeColumns(buffer, r, opts.include_properties)
+    columns = _RangeColumns(buffer, r, opts.include_properties, opts.arrow_batches)
     match_all = opts.tag_expression in ("", "*")
     offset = r.start
     with connect(opts) as rpc:

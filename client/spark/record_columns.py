@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from wharf.client.compression import decompress
 from wharf.store.codec.layout import (
     MESSAGE_MAGIC_CODE,
@@ -72,7 +73,7 @@ class ReplyColumns:
 
     rows: int
     first_offset: int | None
-    columns: dict[str, list[Any]]
+    columns: dict[str, Any]  # lists, or Arrow arrays (``arrow=True``)
 
 
 def decode_reply_columns(
@@ -82,10 +83,12 @@ def decode_reply_columns(
     names: Collection[str],
     tags: frozenset[str] | None,
     end_offset: int,
+    arrow: bool = False,
 ) -> ReplyColumns | None:
     """Columns ``names`` (of offset, body, tags, keys, properties, msgId, bornTimestamp,
     storeTimestamp; timestamps in microseconds) of the records in ``buf[start:end]`` whose
     exact tag is in ``tags`` (None: all) and whose queue offset is below ``end_offset``.
+    With ``arrow`` the columns are Arrow arrays of the source's Arrow schema, else lists.
     None when a record is malformed (the per-row path raises its error)."""
     positions = _walk(buf, start, end)
     if positions is None:
@@ -124,13 +127,14 @@ def decode_reply_columns(
     pairs = PropertyPairs(data, t_start, props, t_end)
 
     want = set(names)
-    tags_values: list[str] | None = None
+    tags_span: tuple[np.ndarray, np.ndarray] | None = None
     keep: np.ndarray | None = None
     if tags is not None or "tags" in want:
-        tags_values = _values(tail, pairs, _TAGS, count, "", first=False)
+        tags_span = _spans(pairs, _TAGS, count, first=False)
     if tags is not None:
-        assert tags_values is not None
-        keep = np.fromiter((t in tags for t in tags_values), dtype=bool, count=count)
+        assert tags_span is not None
+        texts = _texts(tail, *tags_span)
+        keep = np.fromiter((t in tags for t in texts), dtype=bool, count=count)
     queue_offsets = header["queue_offset"].astype(np.int64)
     kept = queue_offsets if keep is None else queue_offsets[keep]
     first_offset = int(kept[0]) if len(kept) else None
@@ -141,31 +145,29 @@ def decode_reply_columns(
         return ReplyColumns(0, first_offset, {})
     selected: np.ndarray | None = None if rows == count else keep.nonzero()[0]
 
-    def pick(values: list[Any]) -> list[Any]:
-        return values if selected is None else [values[i] for i in selected.tolist()]
+    def pick(values: np.ndarray) -> np.ndarray:
+        return values if selected is None else values[selected]
 
-    def pick_array(values: np.ndarray) -> list[int]:
-        return (values if selected is None else values[selected]).tolist()
-
-    out: dict[str, list[Any]] = {}
+    build = _ArrowColumns(tail) if arrow else _ListColumns(tail)
+    out: dict[str, Any] = {}
     if "offset" in want:
-        out["offset"] = pick_array(queue_offsets)
+        out["offset"] = build.longs(pick(queue_offsets))
     if "bornTimestamp" in want:
-        out["bornTimestamp"] = pick_array(header["born_ts"].astype(np.int64) * 1000)
+        out["bornTimestamp"] = build.micros(pick(header["born_ts"].astype(np.int64)))
     if "storeTimestamp" in want:
-        out["storeTimestamp"] = pick_array(header["store_ts"].astype(np.int64) * 1000)
+        out["storeTimestamp"] = build.micros(pick(header["store_ts"].astype(np.int64)))
     if "body" in want:
-        out["body"] = _bodies(buf, body_start, body_end, header["sys_flag"], selected)
+        compressed = (header["sys_flag"] & SYSFLAG_COMPRESSED) != 0
+        out["body"] = build.bodies(buf, pick(body_start), pick(body_len), pick(compressed))
     if "tags" in want:
-        assert tags_values is not None
-        out["tags"] = pick(tags_values)
+        assert tags_span is not None
+        out["tags"] = build.texts(*(pick(a) for a in tags_span))
     if "keys" in want:
-        texts = _values(tail, pairs, _KEYS, count, "", first=False)
-        out["keys"] = pick([tuple(t.split(KEY_SEPARATOR)) if t else () for t in texts])
+        out["keys"] = build.keys(*(pick(a) for a in _spans(pairs, _KEYS, count, first=False)))
     if "msgId" in want:
-        out["msgId"] = pick(_values(tail, pairs, _UNIQ_KEY, count, "", first=True))
+        out["msgId"] = build.texts(*(pick(a) for a in _spans(pairs, _UNIQ_KEY, count, True)))
     if "properties" in want:
-        out["properties"] = _properties(tail, props, t_end, selected)
+        out["properties"] = build.properties(pick(props), pick(t_end))
     return ReplyColumns(rows, first_offset, out)
 
 
@@ -202,42 +204,41 @@ def _matches(pairs: PropertyPairs, name: bytes) -> np.ndarray:
     return match.nonzero()[0]
 
 
-def _values(
-    tail: bytes, pairs: PropertyPairs, name: bytes, count: int, default: str, first: bool
-) -> list[str]:
-    """Per record, the value of its LAST ``name`` pair (as the per-row regex finds it);
-    with ``first``, a pair that opens the properties wins (the msgId fast path)."""
+def _spans(
+    pairs: PropertyPairs, name: bytes, count: int, first: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per record, (start, length) in the tail of the value of its LAST ``name`` pair (as
+    the per-row regex finds it), length 0 without one; with ``first``, a pair that opens
+    the properties wins (the per-row msgId fast path)."""
     found = _matches(pairs, name)
     records = pairs.records[found]
-    if first and len(found):
-        # Pairs are in tail order; a record's opening pair is the first pair of its record.
-        opening = np.ones(len(found), dtype=bool)
-        opening[1:] = records[1:] != records[:-1]
-        is_first_pair = np.zeros(len(pairs.starts), dtype=bool)
-        is_first_pair[0] = True
-        is_first_pair[1:] = pairs.records[1:] != pairs.records[:-1]
-        opening &= is_first_pair[found]
     last = np.ones(len(found), dtype=bool)
     last[:-1] = records[1:] != records[:-1]
-    n = len(name) + 1
-    starts = pairs.starts[found] + n
-    ends = pairs.ends[found]
+    chosen = last
     if first and len(found):
-        # Records with an opening pair take it; the others their last pair.
+        # Pairs are in tail order: a record's opening pair is the first pair of its record.
+        is_first_pair = np.ones(len(pairs.starts), dtype=bool)
+        is_first_pair[1:] = pairs.records[1:] != pairs.records[:-1]
+        opening = is_first_pair[found]
         has_opening = np.zeros(count, dtype=bool)
         has_opening[records[opening]] = True
         chosen = opening | (last & ~has_opening[records])
-    else:
-        chosen = last
-    rec = records[chosen].tolist()
-    a_list = starts[chosen].tolist()
-    b_list = ends[chosen].tolist()
-    if len(rec) == count:  # every record has the property: the usual case
-        return [_text(tail[a:b]) for a, b in zip(a_list, b_list, strict=True)]
-    out = [default] * count
-    for r, a, b in zip(rec, a_list, b_list, strict=True):
-        out[r] = _text(tail[a:b])
-    return out
+    starts = np.zeros(count, dtype=np.int64)
+    lengths = np.zeros(count, dtype=np.int64)
+    value_start = pairs.starts[found[chosen]] + len(name) + 1
+    starts[records[chosen]] = value_start
+    lengths[records[chosen]] = pairs.ends[found[chosen]] - value_start
+    return starts, lengths
+
+
+def _texts(tail: bytes, starts: np.ndarray, lengths: np.ndarray) -> list[str]:
+    """Values as text: UTF-8, invalid bytes replaced (per value, as the per-row path)."""
+    spans = zip(starts.tolist(), (starts + lengths).tolist(), strict=True)
+    pieces = [tail[a:b] for a, b in spans]
+    try:
+        return [piece.decode() for piece in pieces]
+    except UnicodeDecodeError:
+        return [_text(piece) for piece in pieces]
 
 
 def _text(raw: bytes) -> str:
@@ -247,32 +248,12 @@ def _text(raw: bytes) -> str:
         return raw.decode("utf-8", "replace")
 
 
-def _bodies(
-    buf: bytes,
-    body_start: np.ndarray,
-    body_end: np.ndarray,
-    sys_flags: np.ndarray,
-    selected: np.ndarray | None,
-) -> list[bytes]:
-    compressed = (sys_flags & SYSFLAG_COMPRESSED) != 0
-    if selected is not None:
-        body_start, body_end, compressed = (
-            body_start[selected],
-            body_end[selected],
-            compressed[selected],
-        )
-    bodies = [buf[a:b] for a, b in zip(body_start.tolist(), body_end.tolist(), strict=True)]
-    for i in compressed.nonzero()[0].tolist():
-        bodies[i] = decompress(bodies[i], True)
-    return bodies
+def _split_keys(texts: list[str]) -> list[tuple[str, ...]]:
+    return [tuple(t.split(KEY_SEPARATOR)) if t else () for t in texts]
 
 
-def _properties(
-    tail: bytes, props: np.ndarray, t_end: np.ndarray, selected: np.ndarray | None
-) -> list[dict[str, str]]:
+def _property_dicts(tail: bytes, props: np.ndarray, t_end: np.ndarray) -> list[dict[str, str]]:
     """User properties per record (KEYS, TAGS, UNIQ_KEY left out), as the per-row path."""
-    if selected is not None:
-        props, t_end = props[selected], t_end[selected]
     out: list[dict[str, str]] = []
     for a, b in zip(props.tolist(), t_end.tolist(), strict=True):
         found: dict[str, str] = {}
@@ -282,3 +263,102 @@ def _properties(
                 found[name] = value
         out.append({k: v for k, v in found.items() if k not in _HIDDEN})
     return out
+
+
+def _body_list(
+    buf: bytes, starts: np.ndarray, lengths: np.ndarray, compressed: np.ndarray
+) -> list[bytes]:
+    spans = zip(starts.tolist(), (starts + lengths).tolist(), strict=True)
+    bodies = [buf[a:b] for a, b in spans]
+    for i in compressed.nonzero()[0].tolist():
+        bodies[i] = decompress(bodies[i], True)
+    return bodies
+
+
+class _ListColumns:
+    """Columns as Python lists (the tuple path; timestamps in microseconds)."""
+
+    def __init__(self, tail: bytes) -> None:
+        self.tail = tail
+
+    def longs(self, values: np.ndarray) -> list[int]:
+        return values.tolist()  # type: ignore[no-any-return]
+
+    def micros(self, ms: np.ndarray) -> list[int]:
+        return (ms * 1000).tolist()  # type: ignore[no-any-return]
+
+    def bodies(
+        self, buf: bytes, starts: np.ndarray, lengths: np.ndarray, compressed: np.ndarray
+    ) -> list[bytes]:
+        return _body_list(buf, starts, lengths, compressed)
+
+    def texts(self, starts: np.ndarray, lengths: np.ndarray) -> list[str]:
+        return _texts(self.tail, starts, lengths)
+
+    def keys(self, starts: np.ndarray, lengths: np.ndarray) -> list[tuple[str, ...]]:
+        return _split_keys(_texts(self.tail, starts, lengths))
+
+    def properties(self, props: np.ndarray, t_end: np.ndarray) -> list[dict[str, str]]:
+        return _property_dicts(self.tail, props, t_end)
+
+
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+_KEYS_TYPE = pa.list_(pa.string())
+_PROPERTIES_TYPE = pa.map_(pa.string(), pa.string())
+
+
+def _gather(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The bytes ``source[starts[i] : starts[i] + lengths[i]]`` back to back, in one pass."""
+    total = int(lengths.sum())
+    offsets = np.zeros(len(lengths), dtype=np.int64)
+    lengths[:-1].cumsum(out=offsets[1:])
+    index = np.arange(total, dtype=np.int64) + np.repeat(starts - offsets, lengths)
+    return source[index]
+
+
+def _offsets(lengths: np.ndarray) -> pa.Buffer:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    lengths.cumsum(out=offsets[1:])
+    return pa.py_buffer(offsets)
+
+
+class _ArrowColumns:
+    """Columns as Arrow arrays of the source's Arrow schema (``columns.ColumnBuffer``):
+    short strings gathered from the tail in one numpy pass, bodies joined once."""
+
+    def __init__(self, tail: bytes) -> None:
+        self.tail = tail
+        self._tail_bytes = np.frombuffer(tail, np.uint8)
+
+    def longs(self, values: np.ndarray) -> pa.Array:
+        return pa.array(values, type=pa.int64())
+
+    def micros(self, ms: np.ndarray) -> pa.Array:
+        return pa.array(ms * 1000, type=_TIMESTAMP)
+
+    def bodies(
+        self, buf: bytes, starts: np.ndarray, lengths: np.ndarray, compressed: np.ndarray
+    ) -> pa.Array:
+        if np.count_nonzero(compressed):
+            return pa.array(_body_list(buf, starts, lengths, compressed), type=pa.binary())
+        view = memoryview(buf)
+        spans = zip(starts.tolist(), (starts + lengths).tolist(), strict=True)
+        data = b"".join([view[a:b] for a, b in spans])
+        return pa.Array.from_buffers(
+            pa.binary(), len(lengths), [None, _offsets(lengths), pa.py_buffer(data)]
+        )
+
+    def texts(self, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+        data = _gather(self._tail_bytes, starts, lengths)
+        if np.count_nonzero(data >= 0x80):  # not ASCII: decode (and replace) value by value
+            return pa.array(_texts(self.tail, starts, lengths), type=pa.string())
+        return pa.Array.from_buffers(
+            pa.string(), len(lengths), [None, _offsets(lengths), pa.py_buffer(data)]
+        )
+
+    def keys(self, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+        return pa.array(_split_keys(_texts(self.tail, starts, lengths)), type=_KEYS_TYPE)
+
+    def properties(self, props: np.ndarray, t_end: np.ndarray) -> pa.Array:
+        dicts = _property_dicts(self.tail, props, t_end)
+        return pa.array([list(d.items()) for d in dicts], type=_PROPERTIES_TYPE)
