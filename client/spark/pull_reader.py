@@ -15,8 +15,8 @@ from operator import attrgetter
 from typing import Any
 
 from pyspark.sql.types import StructType
-from wharf.client.message import ReceivedMessage
 from wharf.client.consumer.pull_wire import PullReply
+from wharf.client.message import ReceivedMessage
 from wharf.client.records import exact_tags, messages_from_reply
 from wharf.client.spark.cluster_rpc import connect, split_key
 from wharf.client.spark.columns import ColumnBuffer

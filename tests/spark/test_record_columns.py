@@ -104,13 +104,19 @@ def _both(
 
 
 @pytest.mark.parametrize(
-    ("seed", "count", "ascii_only"), [(1, 300, False), (2, 40, False), (3, 1, False), (4, 200, True)]
+    ("seed", "count", "ascii_only"),
+    [(1, 300, False), (2, 40, False), (3, 1, False), (4, 200, True)],
 )
 @pytest.mark.parametrize("include_properties", [False, True])
 @pytest.mark.parametrize("tag_expression", ["*", "BB", "paid || ünï || nothing"])
 @pytest.mark.parametrize("arrow", [True, False])
 def test_reply_columns_equal_the_per_row_path(
-    seed: int, count: int, ascii_only: bool, include_properties: bool, tag_expression: str, arrow: bool
+    seed: int,
+    count: int,
+    ascii_only: bool,
+    include_properties: bool,
+    tag_expression: str,
+    arrow: bool,
 ) -> None:
     rng = random.Random(seed)
     inputs = _mixed_inputs(rng, count, ascii_only)
