@@ -44,6 +44,7 @@ from wharf.store.codec.properties import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
 )
+from wharf.store.fast import load
 from wharf.store.fast.dispatch_properties import PAD, PropertyPairs
 from wharf.store.fast.layout_dtypes import columns
 
@@ -60,6 +61,10 @@ _HEADER, _HEADER_BYTES = columns(
     },
 )
 _total_at = TOTAL_SIZE.unpack_from
+# The store's compiled record walk (None: not built or disabled; the Python loop below).
+_log_scan = load("_log_scan")
+_SCAN_STOPPED = 0
+_NO_LIMIT = 1 << 40
 _HIDDEN = frozenset((PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY))
 _TAGS = PROPERTY_TAGS.encode()
 _KEYS = PROPERTY_KEYS.encode()
@@ -172,7 +177,18 @@ def decode_reply_columns(
 
 
 def _walk(buf: bytes, start: int, end: int) -> list[int] | None:
-    """Record starts in ``buf[start:end]``; None if the sizes do not chain to ``end``."""
+    """Record starts in ``buf[start:end]``; None if the sizes do not chain to ``end`` or a
+    record is shorter than the fixed part (the compiled walk of the store's log reader when
+    built, ``wharf.store.fast._log_scan``)."""
+    if _log_scan is not None:
+        found, reached, status, _, _ = _log_scan.scan(buf, start, end, _NO_LIMIT, _NO_LIMIT, False)
+        if status != _SCAN_STOPPED or reached != end:
+            return None
+        if found:
+            sizes = np.diff(np.array(found, dtype=np.int64), append=end)
+            if int(sizes.min()) < RECORD_FIXED_SIZE:
+                return None
+        return found
     positions: list[int] = []
     append = positions.append
     last_header = end - RECORD_FIXED_SIZE
@@ -357,7 +373,28 @@ class _ArrowColumns:
         )
 
     def keys(self, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-        return pa.array(_split_keys(_texts(self.tail, starts, lengths)), type=_KEYS_TYPE)
+        """KEYS values split at every space (``str.split(" ")``), an empty list without
+        KEYS; ASCII values are split with array arithmetic."""
+        data = _gather(self._tail_bytes, starts, lengths)
+        if np.count_nonzero(data >= 0x80):
+            return pa.array(_split_keys(_texts(self.tail, starts, lengths)), type=_KEYS_TYPE)
+        spaces = (data == 0x20).nonzero()[0]
+        value_ends = lengths.cumsum()
+        has = lengths > 0
+        # Element ends in ``data``: every space and the end of every non-empty value; with
+        # the spaces removed from the child data, an end moves left by the spaces before it.
+        ends = np.sort(np.concatenate([spaces, value_ends[has]]))
+        child_offsets = np.zeros(len(ends) + 1, dtype=np.int32)
+        child_offsets[1:] = ends - spaces.searchsorted(ends)
+        child_data = data[data != 0x20]
+        spaces_per_value = np.diff(spaces.searchsorted(value_ends), prepend=0)
+        elements = has * (1 + spaces_per_value)
+        list_offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+        elements.cumsum(out=list_offsets[1:])
+        child = pa.Array.from_buffers(
+            pa.string(), len(ends), [None, pa.py_buffer(child_offsets), pa.py_buffer(child_data)]
+        )
+        return pa.ListArray.from_arrays(pa.array(list_offsets), child, type=_KEYS_TYPE)
 
     def properties(self, props: np.ndarray, t_end: np.ndarray) -> pa.Array:
         dicts = _property_dicts(self.tail, props, t_end)
