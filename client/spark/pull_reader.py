@@ -2,9 +2,12 @@
 
 Runs in a Spark Python worker: it only uses the partition and the options (never driver
 state), opens its own channel, and pulls up to ``pullBatchSize`` (max 1024) messages per RPC
-in ``raw_records`` mode (the stored records' bytes, decoded lazily by ``wharf.client.records``,
-which also re-checks exact tags: the broker filters by tag hash in that mode), with one pull
-in flight while the previous reply is decoded, emitting Arrow batches of up to 8192 rows.
+in ``raw_records`` mode (the stored records' bytes), with one pull in flight while the
+previous reply is decoded, emitting Arrow batches of up to 8192 rows. Each reply is decoded
+into the schema's columns at once (``record_columns``: ~1.5-2 us a 1 KiB row as Arrow arrays,
+against ~3.5-5 us for one ``wharf.client.records`` message per row); exact tags are re-checked
+there (the broker filters by tag hash in that mode). Replies of MessageViews (a broker without
+``raw_records``) and malformed records take the per-row path.
 """
 
 from __future__ import annotations
