@@ -90,6 +90,12 @@ def check_schema(schema: StructType, allowed: frozenset[str]) -> None:
         )
 
 
+def _to_array(values: list[Any], arrow_type: pa.DataType) -> pa.Array:
+    if pa.types.is_map(arrow_type):
+        values = [None if v is None else list(v.items()) for v in values]
+    return pa.array(values, type=arrow_type)
+
+
 def _ms_to_datetime(ms: int | None) -> dt.datetime | None:
     if ms is None:
         return None
@@ -104,6 +110,11 @@ class ColumnBuffer:
         self.names = [f.name for f in schema.fields]
         self.columns: dict[str, list[Any]] = {name: [] for name in KNOWN_COLUMNS}
         self.rows = 0
+        self._arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        # Rows added as Arrow arrays (``extend_arrays``), in order with the list rows: the
+        # lists always hold the newest rows.
+        self._chunks: list[pa.RecordBatch] = []
+        self._list_rows = 0
 
     def append(
         self,
@@ -135,6 +146,7 @@ class ColumnBuffer:
         c["commitLogOffset"].append(commit_log_offset)
         c["corruptReason"].append(corrupt_reason)
         self.rows += 1
+        self._list_rows += 1
 
     def extend(self, rows: int, columns: Mapping[str, list[Any]]) -> None:
         """Add ``rows`` rows given column by column (cheaper than ``append`` per row: the
@@ -149,25 +161,58 @@ class ColumnBuffer:
                     raise ValueError(f"column {name!r} has {len(given)} values, expected {rows}")
                 values.extend(given)
         self.rows += rows
+        self._list_rows += rows
+
+    def extend_arrays(self, rows: int, columns: Mapping[str, pa.Array | list[Any]]) -> None:
+        """Add ``rows`` rows given as Arrow arrays of the schema's Arrow types (or lists, as
+        ``extend`` takes them); columns not given are null. Emitted by ``to_arrow`` only."""
+        self._flush_lists()
+        arrays = []
+        for field in self._arrow_schema:
+            given = columns.get(field.name)
+            if given is None:
+                arrays.append(pa.nulls(rows, field.type))
+                continue
+            if len(given) != rows:
+                raise ValueError(f"column {field.name!r} has {len(given)} values, expected {rows}")
+            if not isinstance(given, pa.Array):
+                given = _to_array(given, field.type)
+            arrays.append(given)
+        self._chunks.append(pa.RecordBatch.from_arrays(arrays, schema=self._arrow_schema))
+        self.rows += rows
+
+    def _flush_lists(self) -> None:
+        if not self._list_rows:
+            return
+        arrays = [_to_array(self.columns[f.name], f.type) for f in self._arrow_schema]
+        self._chunks.append(pa.RecordBatch.from_arrays(arrays, schema=self._arrow_schema))
+        for values in self.columns.values():
+            values.clear()
+        self._list_rows = 0
 
     def clear(self) -> None:
         for values in self.columns.values():
             values.clear()
+        self._chunks.clear()
         self.rows = 0
+        self._list_rows = 0
 
     def to_arrow(self) -> pa.RecordBatch:
-        arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
-        arrays = []
-        for field in arrow_schema:
-            values = self.columns[field.name]
-            if pa.types.is_map(field.type):
-                values = [None if v is None else list(v.items()) for v in values]
-            arrays.append(pa.array(values, type=field.type))
-        batch = pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+        self._flush_lists()
+        chunks = self._chunks
+        if len(chunks) == 1:
+            batch = chunks[0]
+        elif chunks:
+            batch = pa.concat_batches(chunks)
+        else:
+            arrays = [pa.array([], type=f.type) for f in self._arrow_schema]
+            batch = pa.RecordBatch.from_arrays(arrays, schema=self._arrow_schema)
         self.clear()
         return batch
 
     def to_tuples(self) -> Iterator[tuple[Any, ...]]:
+        if self._chunks:
+            raise RuntimeError("rows added as Arrow arrays are emitted by to_arrow only")
         columns = []
         for name in self.names:
             values = self.columns[name]

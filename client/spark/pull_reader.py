@@ -2,9 +2,12 @@
 
 Runs in a Spark Python worker: it only uses the partition and the options (never driver
 state), opens its own channel, and pulls up to ``pullBatchSize`` (max 1024) messages per RPC
-in ``raw_records`` mode (the stored records' bytes, decoded lazily by ``wharf.client.records``,
-which also re-checks exact tags: the broker filters by tag hash in that mode), with one pull
-in flight while the previous reply is decoded, emitting Arrow batches of up to 8192 rows.
+in ``raw_records`` mode (the stored records' bytes), with one pull in flight while the
+previous reply is decoded, emitting Arrow batches of up to 8192 rows. Each reply is decoded
+into the schema's columns at once (``record_columns``: ~1.5-2 us a 1 KiB row as Arrow arrays,
+against ~3.5-5 us for one ``wharf.client.records`` message per row); exact tags are re-checked
+there (the broker filters by tag hash in that mode). Replies of MessageViews (a broker without
+``raw_records``) and malformed records take the per-row path.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ from operator import attrgetter
 from typing import Any
 
 from pyspark.sql.types import StructType
+from wharf.client.consumer.pull_wire import PullReply
 from wharf.client.message import ReceivedMessage
-from wharf.client.records import messages_from_reply
+from wharf.client.records import exact_tags, messages_from_reply
 from wharf.client.spark.cluster_rpc import connect, split_key
 from wharf.client.spark.columns import ColumnBuffer
 from wharf.client.spark.offsets import DataLossError, QueueRange
 from wharf.client.spark.options import ReadOptions
+from wharf.client.spark.record_columns import decode_reply_columns
 from wharf.client.spark.rpc import PendingPull
 from wharf.v1 import messaging_pb2
 
@@ -65,8 +70,11 @@ class _RangeColumns:
     """Turns the messages of one queue range into the source's columns, one comprehension
     per column the schema asks for."""
 
-    def __init__(self, buffer: ColumnBuffer, r: QueueRange, include_properties: bool) -> None:
+    def __init__(
+        self, buffer: ColumnBuffer, r: QueueRange, include_properties: bool, arrow: bool = True
+    ) -> None:
         self.buffer = buffer
+        self._arrow = arrow
         self._range = r
         names = set(buffer.names)
         if not include_properties:
@@ -79,7 +87,32 @@ class _RangeColumns:
         self._topic = "topic" in names
         self._queue_id = "queueId" in names
 
+    def add_reply(self, reply: PullReply, tag_expression: str, offset: int) -> int:
+        """Add the rows of one FOUND reply; returns the queue offset of its first message
+        (``offset`` when it has none). Raw records are decoded per reply
+        (``record_columns``); MessageViews (an older broker) and malformed records take the
+        per-row path (which raises the precise error for the latter)."""
+        if reply.records_end > reply.records_start:
+            decoded = decode_reply_columns(
+                reply.buffer,
+                reply.records_start,
+                reply.records_end,
+                self._columns,
+                exact_tags(tag_expression),
+                self._range.end,
+                self._arrow,
+            )
+            if decoded is not None:
+                if decoded.rows:
+                    self._extend(decoded.rows, decoded.columns, self._arrow)
+                return offset if decoded.first_offset is None else decoded.first_offset
+        messages = messages_from_reply(reply, tag_expression)
+        first = messages[0].queue_offset if messages else offset
+        self.add(messages)
+        return first
+
     def add(self, messages: Sequence[ReceivedMessage]) -> None:
+        """The per-row path: one attribute read per column and message."""
         end = self._range.end
         if messages and _offset_of(messages[-1]) >= end:
             # A tag-filtered pull may return matches past the planned range.
@@ -88,18 +121,24 @@ class _RangeColumns:
         if not rows:
             return
         columns = {name: list(map(_EXTRACTORS[name], messages)) for name in self._columns}
+        self._extend(rows, columns)
+
+    def _extend(self, rows: int, columns: dict[str, Any], arrays: bool = False) -> None:
         # Every record of a ConsumeQueue belongs to its topic and queue.
         if self._topic:  # the topic, not a cluster's "<topic>@<broker>" queue key
             columns["topic"] = [split_key(self._range.topic)[0]] * rows
         if self._queue_id:
             columns["queueId"] = [self._range.queue_id] * rows
-        self.buffer.extend(rows, columns)
+        if arrays:
+            self.buffer.extend_arrays(rows, columns)
+        else:
+            self.buffer.extend(rows, columns)
 
 
 def read_queue_range(opts: ReadOptions, schema: StructType, r: QueueRange) -> Iterator[Any]:
     """Yield Arrow batches (or tuples with ``arrowBatches=false``) for ``[r.start, r.end)``."""
     buffer = ColumnBuffer(schema)
-    columns = _RangeColumns(buffer, r, opts.include_properties)
+    columns = _RangeColumns(buffer, r, opts.include_properties, opts.arrow_batches)
     match_all = opts.tag_expression in ("", "*")
     offset = r.start
     with connect(opts) as rpc:
@@ -121,13 +160,11 @@ def read_queue_range(opts: ReadOptions, schema: StructType, r: QueueRange) -> It
                 next_offset = reply.next_begin_offset
                 if offset < next_offset < r.end:
                     pending = start_pull(next_offset)
-                messages = messages_from_reply(reply, opts.tag_expression)
-                first = messages[0].queue_offset if messages else offset
+                first = columns.add_reply(reply, opts.tag_expression, offset)
                 if match_all and first > offset:
                     # Without a tag filter every offset yields a message: a jump is a hole
                     # (retention raced this read, or the ConsumeQueue lost units).
                     _lost(opts, r, f"offsets [{offset}, {first}) are missing")
-                columns.add(messages)
             elif status == _NO_MATCHED:
                 next_offset = reply.next_begin_offset  # filtered out: move on, emit nothing
             elif status == _ILLEGAL and offset < reply.min_offset:

@@ -120,6 +120,19 @@ def _wait_visible(endpoint: str, topic: str, count: int) -> None:
             time.sleep(0.05)
 
 
+def _read_results(
+    results: list[tuple[str, int, float]], read: Callable[..., object], endpoint: str, n: int
+) -> None:
+    """The source (Arrow batches, tuples; best of two each) and its one-process peer."""
+    arrow = min(_timed(lambda: read()) for _ in range(2))
+    results.append(("source: wharf, Arrow batches", n, arrow))
+    tuples = min(_timed(lambda: read(arrowBatches="false")) for _ in range(2))
+    results.append(("source: wharf, tuples", n, tuples))
+    results.append(
+        ("  peer: 1 process, raw pulls x1024", n, _timed(lambda: _peer_pull(endpoint, TOPIC)))
+    )  # fmt: skip
+
+
 def run(args: argparse.Namespace, endpoint: str, store: Path) -> list[tuple[str, int, float]]:
     from pyspark.sql import functions as F
 
@@ -148,6 +161,13 @@ def run(args: argparse.Namespace, endpoint: str, store: Path) -> list[tuple[str,
     ).load().count()
     spark.read.format("wharf-store").load(str(store)).count()
 
+    if args.source_only:  # the rows written once (records path), then the source alone
+        write(n, TOPIC, "false")
+        _wait_visible(endpoint, TOPIC, n)
+        _read_results(results, read, endpoint, n)
+        spark.stop()
+        return results
+
     # Best of two runs each: the machine is shared, the slower run measures the neighbours.
     sink = min(_timed(lambda: write(n, TOPIC)), _timed(lambda: write(n, f"{TOPIC}-2")))
     results.append(("sink: df.write.format('wharf'), exactly once", n, sink))
@@ -159,13 +179,7 @@ def run(args: argparse.Namespace, endpoint: str, store: Path) -> list[tuple[str,
          _timed(lambda: _peer_send(endpoint, peer_n, size, "spark-bench-peer")))
     )  # fmt: skip
     _wait_visible(endpoint, TOPIC, n)
-    arrow = min(_timed(lambda: read()) for _ in range(2))
-    results.append(("source: wharf, Arrow batches", n, arrow))
-    tuples = min(_timed(lambda: read(arrowBatches="false")) for _ in range(2))
-    results.append(("source: wharf, tuples", n, tuples))
-    results.append(
-        ("  peer: 1 process, raw pulls x1024", n, _timed(lambda: _peer_pull(endpoint, TOPIC)))
-    )  # fmt: skip
+    _read_results(results, read, endpoint, n)
     scan = spark.read.format("wharf-store").load(str(store))
     total = scan.count()  # every record: half messages and markers of the exactly-once writes too
     segments = scan.rdd.getNumPartitions()
@@ -183,6 +197,11 @@ def main() -> None:
     parser.add_argument("--queues", type=int, default=4)
     parser.add_argument("--endpoints", help="use a running broker (needs --store-dir)")
     parser.add_argument("--store-dir", help="that broker's store directory")
+    parser.add_argument(
+        "--source-only",
+        action="store_true",
+        help="write the rows once (transactional=false) and time only the source and its peer",
+    )
     args = parser.parse_args()
     if bool(args.endpoints) != bool(args.store_dir):
         parser.error("--endpoints and --store-dir go together")
@@ -200,6 +219,11 @@ def main() -> None:
     print(f"{'what':46} {'rows':>9} {'seconds':>8} {'rows/s':>10}")
     for name, rows, seconds in results:
         print(f"{name:46} {rows:>9} {seconds:>8.2f} {rows / seconds:>10,.0f}")
+    rates = {name: rows / seconds for name, rows, seconds in results}
+    peer = rates.get("  peer: 1 process, raw pulls x1024")
+    if peer:
+        for name in ("source: wharf, Arrow batches", "source: wharf, tuples"):
+            print(f"{name} / its raw-pull peer: {rates[name] / peer:.2f}x")
 
 
 if __name__ == "__main__":
