@@ -239,18 +239,20 @@ class MessageStore:
         self._reput.start()
         self._queue_flush.start()
         self._cleanup.start()
-        if not self._replica:
-            self._schedule.start()
-            self._listeners.append(self._schedule.on_arrival)
-            self._timer.start()
-            self._listeners.append(self._timer.on_arrival)
-            self._transactions.start()
         await self._start_replication(state.commit_log)
         if not self._replica:  # a replica writes nothing of its own: no delays, timers, pops
-            await self._start_pop()
+            await self._start_master_services()
         self._state = "started"
 
-    async def _start_pop(self) -> None:
+    async def _start_master_services(self) -> None:
+        """What only a master runs: delay levels, timers, transaction checks, pop (at start,
+        or when a replica is promoted)."""
+        assert self._schedule and self._timer and self._transactions
+        self._schedule.start()
+        self._listeners.append(self._schedule.on_arrival)
+        self._timer.start()
+        self._listeners.append(self._timer.on_arrival)
+        self._transactions.start()
         self._pop = PopService(
             self._paths.pop_journal_file,
             read=self.get_messages,
@@ -482,8 +484,7 @@ class MessageStore:
         replication listener."""
         if not self._replica:
             raise RuntimeError("promote() of a store that is already a master")
-        assert self._commit_log is not None and self._reput is not None
-        assert self._schedule and self._timer and self._transactions and self._source
+        assert self._commit_log is not None and self._reput is not None and self._source
         if self._ha_slave is not None:
             await self._ha_slave.stop()
             self._ha_slave = None
@@ -497,12 +498,7 @@ class MessageStore:
         if sync_master:
             self._source.confirm = self._confirm_offset
         self._replica = False
-        self._schedule.start()
-        self._listeners.append(self._schedule.on_arrival)
-        self._timer.start()
-        self._listeners.append(self._timer.on_arrival)
-        self._transactions.start()
-        await self._start_pop()
+        await self._start_master_services()
         self._ha_master = HAMaster(
             commit_log,
             self._config,

@@ -31,6 +31,7 @@ closes the connection: an HA port must not take offsets from whatever connects t
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import struct
 from dataclasses import dataclass
@@ -163,10 +164,10 @@ def _unpack(fmt: struct.Struct, payload: bytes | memoryview, name: str) -> tuple
     return fmt.unpack_from(payload)
 
 
-async def read_frame(reader: object) -> tuple[FrameType, bytes]:
+async def read_frame(reader: asyncio.StreamReader) -> tuple[FrameType, bytes]:
     """Read one frame from an ``asyncio.StreamReader``. IncompleteReadError at EOF,
     ProtocolError for an unknown type or an oversized frame."""
-    head = await reader.readexactly(_LENGTH.size)  # type: ignore[attr-defined]
+    head = await reader.readexactly(_LENGTH.size)
     length, kind = _LENGTH.unpack(head)
     if not 1 <= length <= MAX_FRAME:
         raise ProtocolError(f"frame of {length} bytes (limit {MAX_FRAME})")
@@ -174,5 +175,5 @@ async def read_frame(reader: object) -> tuple[FrameType, bytes]:
         frame_type = FrameType(kind)
     except ValueError:
         raise ProtocolError(f"unknown frame type {kind}") from None
-    payload = await reader.readexactly(length - 1) if length > 1 else b""  # type: ignore[attr-defined]
+    payload = await reader.readexactly(length - 1) if length > 1 else b""
     return frame_type, payload

@@ -70,7 +70,6 @@ class Replica:
     flushed: int = 0
     sent: int = 0  # the offset the next frame starts at
     connected_at: float = field(default_factory=time.time)
-    in_sync: bool = False
     # Set when a frame ended at the log end (``target``: that end, at ``target_at``): once the
     # replica reports ``target`` it had caught up at ``target_at`` (monotonic).
     target: int = -1
@@ -208,18 +207,23 @@ class HAMaster:
         if not self._replicas:
             return end if not required else self.acks.watermark
         now = time.monotonic()
-        window = self._config.ha_max_time_slave_not_catchup / 1000
         for replica in self._replicas.values():
-            replica.in_sync = bool(replica.caught_up_at) and now - replica.caught_up_at <= window
-            counts = replica.in_sync if required is None else replica.broker_id in required
+            counts = (
+                self.in_sync(replica, now) if required is None else replica.broker_id in required
+            )
             if counts and replica.acked < end:
                 end = replica.acked
         if required and not required <= {r.broker_id for r in self._replicas.values()}:
             end = min(end, self.acks.watermark)  # a required replica is not even connected
         return end
 
+    def in_sync(self, replica: Replica, now: float | None = None) -> bool:
+        """Caught up with the log end within haMaxTimeSlaveNotCatchup (monotonic ``now``)."""
+        now = time.monotonic() if now is None else now
+        window = self._config.ha_max_time_slave_not_catchup / 1000
+        return bool(replica.caught_up_at) and now - replica.caught_up_at <= window
+
     def replicas(self) -> list[Replica]:
-        self.confirm_offset()  # refreshes each replica's in_sync
         return list(self._replicas.values())
 
     # --- connections ---------------------------------------------------------------------------

@@ -55,7 +55,7 @@ def master_status(
                 replica.acked,
                 behind,
                 0.0 if behind == 0 else max(0.0, now - since),
-                replica.in_sync,
+                ha.in_sync(replica, now),
             )
         )
     return ReplicationStatus(

@@ -118,7 +118,7 @@ async def test_sync_master_waits_for_the_replica_and_caps_what_consumers_see(
         assert not put.done()  # stored, flushed: still waiting for the replica
         await replica.report()
         assert (await put).status is PutStatus.PUT_OK
-        assert ha.replicas()[0].in_sync
+        assert ha.in_sync(ha.replicas()[0])
         await master.wait_dispatched(1.0)
         assert master.get_max_offset("t", 0) == 1
         # The replica stops reporting: stored, not acknowledged ...
@@ -129,7 +129,7 @@ async def test_sync_master_waits_for_the_replica_and_caps_what_consumers_see(
         assert master.get_max_offset("t", 0) == 1
         # until it has not caught up for haMaxTimeSlaveNotCatchup and leaves the in-sync set.
         await _until(lambda: master.get_max_offset("t", 0) == 2, within_s=5)
-        assert not ha.replicas()[0].in_sync
+        assert not ha.in_sync(ha.replicas()[0])
     finally:
         await replica.close()
         await master.shutdown()
