@@ -103,26 +103,47 @@ def write_json_atomic_blocking(path: Path, payload: object) -> None:
     write_text_atomic_blocking(path, json.dumps(payload, indent=2, sort_keys=True))
 
 
+def backup_of(path: Path) -> Path:
+    """Where an atomic write keeps the previous version of ``path``: ``<name>.bak``."""
+    return path.with_name(path.name + ".bak")
+
+
 def write_text_atomic_blocking(path: Path, text: str) -> None:
     """RocketMQ's ConfigManager.persist idea, made crash safe: keep the previous version as
-    ``<name>.bak``, write ``<name>.tmp``, fsync it, then rename over ``<name>`` (atomic on POSIX)
-    and sync the directory, so a crash leaves either the old or the new file, never a torn one.
-    The one writer of every metadata file (store and broker)."""
+    ``<name>.bak`` (``backup_of``) and replace the file atomically (``write_bytes_atomic_blocking``),
+    so a crash leaves either the old or the new file, never a torn one. The one writer of every
+    metadata file (store and broker)."""
+    write_bytes_atomic_blocking(path, text.encode("utf-8"), keep_backup=True)
+
+
+def write_bytes_atomic_blocking(
+    path: Path, data: bytes | bytearray, *, mode: int = 0o644, keep_backup: bool = False
+) -> None:
+    """``data`` as the whole file at ``path``: write ``<name>.tmp`` (created with ``mode``: a
+    private key is 0o600 from its first byte), fsync it, optionally move the old file to
+    ``backup_of(path)``, rename the tmp over ``path`` (atomic on POSIX) and sync the directory.
+    The store's and the broker's atomic file writer (the NameServer, which must not import the
+    store, keeps its own in ``wharf.broker.certs``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    if path.exists():
-        os.replace(path, path.with_name(path.name + ".bak"))
+    tmp.unlink(missing_ok=True)  # a crash's leftover: a new file takes ``mode`` from birth
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if keep_backup and path.exists():
+        os.replace(path, backup_of(path))
     os.replace(tmp, path)
     fsync_dir_blocking(path.parent)
 
 
 def read_json_with_backup_blocking(path: Path) -> object | None:
     """The file, else its ``.bak`` (a crash between the two renames), else None."""
-    for candidate in (path, path.with_name(path.name + ".bak")):
+    for candidate in (path, backup_of(path)):
         try:
             with open(candidate, encoding="utf-8") as handle:
                 return json.load(handle)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 # One crash-safe writer for every metadata file, shared with the store (delayOffset.json).
-from wharf.store.paths import write_text_atomic_blocking
+from wharf.store.paths import backup_of, write_text_atomic_blocking
 
 __all__ = ["MetadataError", "dumps", "load_json_blocking", "write_text_atomic_blocking"]
 
@@ -30,7 +30,7 @@ class MetadataError(RuntimeError):
 def load_json_blocking(path: Path) -> dict[str, Any] | None:
     """The JSON object in ``path`` (or its ``.bak``); None when neither exists."""
     seen = False
-    for candidate in (path, path.with_name(path.name + ".bak")):
+    for candidate in (path, backup_of(path)):
         if not candidate.exists():
             continue
         seen = True

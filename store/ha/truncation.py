@@ -23,6 +23,7 @@ from wharf.store.ha import epochs
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.paths import (
     StorePaths,
+    backup_of,
     fsync_dir_blocking,
     read_json_with_backup_blocking,
     write_json_atomic_blocking,
@@ -79,7 +80,7 @@ def apply_blocking(paths: StorePaths, segment_size: int) -> int | None:
         checkpoint.flush_blocking()
     kept = [e for e in epochs.load_blocking(paths.epochs_file) if e[1] <= offset]
     epochs.save_blocking(paths.epochs_file, kept)
-    for marker in (paths.truncate_marker_file, paths.truncate_marker_file.with_suffix(".json.bak")):
+    for marker in (paths.truncate_marker_file, backup_of(paths.truncate_marker_file)):
         marker.unlink(missing_ok=True)
     fsync_dir_blocking(paths.root)
     log.warning("replica log truncated at %d (%d later segments deleted): what lay past it was "

@@ -51,6 +51,7 @@ from wharf.store.errors import (
     SyncDiskFullError,
     is_disk_full,
 )
+from wharf.store.paths import write_bytes_atomic_blocking
 from wharf.store.pop.records import PopRecord, parse_journal
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ def load_journal_blocking(path: Path) -> tuple[list[PopRecord], int]:
             "(every un-acked and acked pop message would be delivered again)"
         ) from None
     if valid_end < len(POP_JOURNAL_MAGIC):
-        _write_new_blocking(path, POP_JOURNAL_MAGIC)
+        write_bytes_atomic_blocking(path, POP_JOURNAL_MAGIC)
         return records, len(POP_JOURNAL_MAGIC)
     if valid_end < len(data):
         log.warning(
@@ -92,23 +93,6 @@ def load_journal_blocking(path: Path) -> tuple[list[PopRecord], int]:
         finally:
             os.close(fd)
     return records, valid_end
-
-
-def _write_new_blocking(path: Path, data: bytes) -> None:
-    """``data`` as the whole file at ``path``: temp file, fsync, rename, directory fsync."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        _write_all_blocking(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _write_all_blocking(fd: int, data: bytes | bytearray) -> None:
@@ -207,7 +191,7 @@ class JournalWriter:
         """Thread: (new file size, compacted)."""
         if snapshot is not None:
             try:
-                _write_new_blocking(self.path, snapshot)
+                write_bytes_atomic_blocking(self.path, snapshot)
                 new_fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
                 old_fd, self._fd = self._fd, new_fd
                 os.close(old_fd)

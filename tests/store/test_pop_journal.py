@@ -140,7 +140,7 @@ async def test_compaction_replaces_the_file_and_a_failed_one_appends_instead(
     def no_space(path: Path, data: bytes) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(journal_module, "_write_new_blocking", no_space)
+    monkeypatch.setattr(journal_module, "write_bytes_atomic_blocking", no_space)
     writer._compact_after = 0  # due again
     writer.append(encode_record(RECORDS[0]))
     await writer.sync()
