@@ -40,7 +40,7 @@ from pathlib import Path
 from wharf.client import Producer
 from wharf.client.consumer.pull import PullConsumer, PullStatus
 
-from tests.bench.soak import cpu_seconds
+from tests.bench.broker_send import process_cpu_seconds as cpu_seconds
 from tests.harness import REPO_ROOT, BrokerProcess
 
 RMQ_PYTHON = REPO_ROOT / ".venv-rmq" / "bin" / "python"
