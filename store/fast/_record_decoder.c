@@ -32,8 +32,10 @@ static int slot_offsets(PyTypeObject *cls, Py_ssize_t offsets[SLOTS]) {
         if (descr == NULL) {
             return -1;
         }
+        /* a member of cls or of a base: its offset is inside cls's instances */
         if (Py_TYPE(descr) != &PyMemberDescr_Type ||
-            ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX ||
+            !PyType_IsSubtype(cls, PyDescr_TYPE(descr))) {
             Py_DECREF(descr);
             PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", cls->tp_name,
                          SLOT_NAMES[i]);

@@ -28,6 +28,9 @@ _FIELDS = (
 )  # fmt: skip
 
 
+_SLOTS = ("_buf", "_pos", "_end", "_body_len", "_all_properties", "_body", "_msg_id")
+
+
 def test_the_compiled_walk_is_built_and_used() -> None:
     # `pip install -e .` compiles it (an optional ext-module); parse_records only takes it when
     # the import worked, so a silent fallback would show here.
@@ -163,6 +166,11 @@ def test_a_class_without_the_slots_is_refused() -> None:
     class Plain:
         pass
 
+    # another class's slot descriptors: their offsets are not this class's layout
+    borrowed = type("Borrowed", (), {name: getattr(RecordMessage, name) for name in _SLOTS})
+
     buf = encode_record(topic_tail("t"), b"body", b"UNIQ_KEY\x01U\x02")
     with pytest.raises(AttributeError):
         _compiled.walk(Plain, buf, 0, len(buf))
+    with pytest.raises(TypeError, match="not a __slots__ member"):
+        _compiled.walk(borrowed, buf, 0, len(buf))
