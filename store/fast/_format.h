@@ -14,6 +14,7 @@
 #define BLANK_MAGIC_CODE 0xCBD43194u
 #define MAX_PROPERTIES_LENGTH 32767
 #define PROPERTY_SEPARATOR 2
+#define SYSFLAG_COMPRESSED 0x1 /* SYSFLAG bit: the body is zlib-compressed */
 
 /* Field offsets in the record header (wharf.store.codec.layout.RECORD_FIELDS: OFF_<name>). */
 #define OFF_TOTAL_SIZE 0
@@ -61,6 +62,7 @@ static inline PyObject *new_module_with_format(PyModuleDef *def) {
     if (PyModule_AddIntConstant(module, "RECORD_HEADER_SIZE", RECORD_HEADER_SIZE) < 0 ||
         PyModule_AddIntConstant(module, "BLANK_HEADER_SIZE", BLANK_HEADER_SIZE) < 0 ||
         PyModule_AddIntConstant(module, "PROPERTY_SEPARATOR", PROPERTY_SEPARATOR) < 0 ||
+        PyModule_AddIntConstant(module, "SYSFLAG_COMPRESSED", SYSFLAG_COMPRESSED) < 0 ||
         PyModule_AddIntConstant(module, "RECORD_FIXED_SIZE", RECORD_FIXED_SIZE) < 0 ||
         PyModule_AddObject(module, "MESSAGE_MAGIC_CODE",
                            PyLong_FromUnsignedLong(MESSAGE_MAGIC_CODE)) < 0 ||

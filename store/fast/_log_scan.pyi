@@ -9,6 +9,7 @@ MESSAGE_MAGIC_CODE: int
 BLANK_MAGIC_CODE: int
 MAX_PROPERTIES_LENGTH: int
 PROPERTY_SEPARATOR: int
+SYSFLAG_COMPRESSED: int
 
 def scan(
     buf: Buffer, pos: int, limit: int, max_count: int, budget: int, any_before: bool, /

@@ -16,6 +16,7 @@ MESSAGE_MAGIC_CODE: int
 BLANK_MAGIC_CODE: int
 MAX_PROPERTIES_LENGTH: int
 PROPERTY_SEPARATOR: int
+SYSFLAG_COMPRESSED: int
 
 def encode_bare_records(
     tail: Buffer,

@@ -5,9 +5,10 @@ its generated apache.rocketmq.v2 protos clash with wharf.rocketmq.v2 in one proc
     python rmq_v2_client_script.py ENDPOINT PHASE TOPIC GROUP COUNT SIZE INFLIGHT
 
 PHASE is ``sync`` (``Producer.send`` one after another), ``async`` (``send_async`` with at most
-INFLIGHT futures pending) or ``receive`` (``SimpleConsumer.receive(32, 30 s)`` until COUNT
+INFLIGHT futures pending), ``receive`` (``SimpleConsumer.receive(32, 30 s)`` until COUNT
 messages came, each acked; ``ack_async`` returns no future in 5.1.2, so acks run on INFLIGHT
-threads). The client starts first, then the script prints ``READY`` and waits for a line on
+threads) or ``receive_only`` (the same receives, nothing acked: the ReceiveMessage calls alone,
+while the 30 s invisible time keeps every message from coming twice). The client starts first, then the script prints ``READY`` and waits for a line on
 stdin, so the caller can read the broker's CPU counters right before the timed part; it ends
 with one JSON line ``{"phase", "count", "seconds"}`` before shutting the client down.
 """
@@ -67,7 +68,7 @@ def send(endpoint, phase, topic, count, size, inflight):
         producer.shutdown()
 
 
-def receive(endpoint, topic, group, count, inflight):
+def receive(endpoint, topic, group, count, inflight, ack=True):
     config = ClientConfiguration(endpoint, Credentials())
     consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=5)
     consumer.startup()
@@ -78,12 +79,13 @@ def receive(endpoint, topic, group, count, inflight):
             deadline = time.monotonic() + 600
             while got < count and time.monotonic() < deadline:
                 batch = consumer.receive(32, 30)
-                for done in wait([pool.submit(consumer.ack, m) for m in batch]).done:
-                    done.result()
+                if ack:
+                    for done in wait([pool.submit(consumer.ack, m) for m in batch]).done:
+                        done.result()
                 got += len(batch)
             if got < count:
                 raise SystemExit(f"received {got} of {count}")
-            report("receive", count, time.perf_counter() - started)
+            report("receive" if ack else "receive_only", count, time.perf_counter() - started)
     finally:
         consumer.shutdown()
 
@@ -91,8 +93,8 @@ def receive(endpoint, topic, group, count, inflight):
 def main():
     endpoint, phase, topic, group = sys.argv[1:5]
     count, size, inflight = (int(a) for a in sys.argv[5:8])
-    if phase == "receive":
-        receive(endpoint, topic, group, count, inflight)
+    if phase in ("receive", "receive_only"):
+        receive(endpoint, topic, group, count, inflight, ack=phase == "receive")
     else:
         send(endpoint, phase, topic, count, size, inflight)
 

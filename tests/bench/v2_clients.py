@@ -8,7 +8,9 @@ each over ``--messages`` messages of ``--size`` bytes (1 KiB):
 
 - official (rocketmq-python-client 5.1.2 in .venv-rmq/, one subprocess per phase that times
   itself, tests/bench/rmq_v2_client_script.py): ``Producer.send`` one at a time;
-  ``send_async`` with at most ``--inflight`` pending; then ``SimpleConsumer.receive`` in batches
+  ``send_async`` with at most ``--inflight`` pending; ``SimpleConsumer.receive`` in batches of
+  32 by a second group that acks nothing (the ReceiveMessage calls alone: what building the
+  v2 ``Message`` of each record costs shows here); then ``SimpleConsumer.receive`` in batches
   of 32 with every message acked (on ``--inflight`` threads) until all of them came back;
 - SDK (``wharf.client`` in this process): ``Producer.send`` awaited one at a time;
   ``Producer.send`` with ``--inflight`` concurrent (they share requests: auto-batching);
@@ -40,7 +42,7 @@ from pathlib import Path
 from wharf.client import Producer
 from wharf.client.consumer.pull import PullConsumer, PullStatus
 
-from tests.bench.soak import cpu_seconds
+from tests.bench.broker_send import process_cpu_seconds as cpu_seconds
 from tests.harness import REPO_ROOT, BrokerProcess
 
 RMQ_PYTHON = REPO_ROOT / ".venv-rmq" / "bin" / "python"
@@ -67,7 +69,14 @@ class Phase:
 
 
 def official_phase(
-    broker: BrokerProcess, home: Path, phase: str, topic: str, count: int, size: int, inflight: int
+    broker: BrokerProcess,
+    home: Path,
+    phase: str,
+    topic: str,
+    count: int,
+    size: int,
+    inflight: int,
+    group: str = "bench-official",
 ) -> Phase:
     """Run one phase of the official client in its own interpreter; the broker's CPU is read
     between its READY line and its JSON result line."""
@@ -76,7 +85,7 @@ def official_phase(
     home.mkdir(exist_ok=True)  # the client logs to ~/logs/rocketmq_python/
     env = {**os.environ, "HOME": str(home)}
     env.pop("PYTHONPATH", None)
-    args = [broker.endpoint, phase, topic, "bench-official", str(count), str(size), str(inflight)]
+    args = [broker.endpoint, phase, topic, group, str(count), str(size), str(inflight)]
     proc = subprocess.Popen(
         [str(RMQ_PYTHON), str(SCRIPT), *args],
         stdin=subprocess.PIPE,
@@ -173,6 +182,7 @@ PAIRS = (
     ("sync", "send, one at a time"),
     ("async", "send, {inflight} in flight"),
     ("send_batch", "send_batch of 32 (SDK only)"),
+    ("receive_only", "receive, no ack (official only), 32 a time"),
     ("receive", "receive+ack (official) / pull+commit (SDK), 32 a time"),
 )
 
@@ -186,17 +196,18 @@ def table(phases: list[Phase], inflight: int) -> str:
     lines = [header, "-" * len(header)]
     for name, label in PAIRS:
         official, sdk = by.get(("official", name)), by.get(("sdk", name))
-        if sdk is None:
+        if official is None and sdk is None:
             continue
         rate = f"{official.rate:>14.0f}" if official else f"{'-':>14}"
         cpu = f"{official.cpu_us:>16.0f}" if official else f"{'-':>16}"
-        rate_ratio = f"{official.rate / sdk.rate:>6.2f}" if official else f"{'-':>6}"
-        cpu_ratio = (
-            f"{official.cpu_us / sdk.cpu_us:>6.2f}" if official and sdk.cpu_us else f"{'-':>6}"
-        )
+        sdk_rate = f"{sdk.rate:>10.0f}" if sdk else f"{'-':>10}"
+        sdk_cpu = f"{sdk.cpu_us:>11.0f}" if sdk else f"{'-':>11}"
+        both = official is not None and sdk is not None
+        rate_ratio = f"{official.rate / sdk.rate:>6.2f}" if both else f"{'-':>6}"
+        cpu_ratio = f"{official.cpu_us / sdk.cpu_us:>6.2f}" if both and sdk.cpu_us else f"{'-':>6}"
         lines.append(
-            f"{label.format(inflight=inflight):<56} {rate} {sdk.rate:>10.0f} {rate_ratio} "
-            f"{cpu} {sdk.cpu_us:>11.0f} {cpu_ratio}"
+            f"{label.format(inflight=inflight):<56} {rate} {sdk_rate} {rate_ratio} "
+            f"{cpu} {sdk_cpu} {cpu_ratio}"
         )
     return "\n".join(lines)
 
@@ -215,7 +226,18 @@ def run(messages: int, size: int, inflight: int) -> list[Phase]:
             phases = [
                 official_phase(broker, home, "sync", topic, messages, size, inflight),
                 official_phase(broker, home, "async", topic, messages, size, inflight),
-                # both send phases stored one warm-up message too
+                # both send phases stored one warm-up message too; a second group reads them
+                # all without acking first, then the acking group
+                official_phase(
+                    broker,
+                    home,
+                    "receive_only",
+                    topic,
+                    2 * messages + 2,
+                    size,
+                    inflight,
+                    group="bench-official-peek",
+                ),
                 official_phase(broker, home, "receive", topic, 2 * messages + 2, size, inflight),
             ]
             phases += asyncio.run(sdk_phases(broker, messages, size, inflight))

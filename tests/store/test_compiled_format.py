@@ -18,6 +18,7 @@ _COMPILED = [
     "wharf.store.fast._record_encoder",
     "wharf.store.fast._record_check",
     "wharf.store.fast._log_scan",
+    "wharf.store.fast._record_decoder",
 ]
 
 # Every constant _format.h defines, with the layout value it must equal.
@@ -29,6 +30,7 @@ _EXPECTED = {
     "BLANK_MAGIC_CODE": layout.BLANK_MAGIC_CODE,
     "MAX_PROPERTIES_LENGTH": layout.MAX_PROPERTIES_LENGTH,
     "PROPERTY_SEPARATOR": ord(PROPERTY_SEPARATOR),
+    "SYSFLAG_COMPRESSED": layout.SYSFLAG_COMPRESSED,
     **{f"OFF_{field.name}": field.offset for field in layout.RECORD_FIELDS},
 }
 

@@ -1,0 +1,17 @@
+# Stub of the compiled module built from _record_decoder.c (the twin of the pure-Python loop in
+# wharf.client.records.parse_records); loaded through ``wharf.store.fast.load("_record_decoder")``.
+from typing import TypeVar
+
+RECORD_HEADER_SIZE: int
+RECORD_FIXED_SIZE: int
+BLANK_HEADER_SIZE: int
+MESSAGE_MAGIC_CODE: int
+BLANK_MAGIC_CODE: int
+MAX_PROPERTIES_LENGTH: int
+PROPERTY_SEPARATOR: int
+SYSFLAG_COMPRESSED: int
+
+_T = TypeVar("_T")
+
+def walk(cls: type[_T], buf: bytes, start: int, end: int, /) -> list[_T]:
+    """The records of buf[start:end] as cls instances; ValueError(offset, reason) if malformed."""
