@@ -12,8 +12,8 @@ untimed on the measured topic, because a young JVM spends 0.3-1.4 s of JIT compi
 each of its first ~5-10 queries (Spark's own planner and generated code, as much for a
 ``spark.range`` query: 2-core VM, 2026-11-23), more than the 100,000-row read itself;
 ``--warmup-runs 0`` times them cold, as figures before 2026-11-23 02:30 UTC were. Each figure
-is the best of ``--runs`` runs, the peer's too; with ``--source-only`` the CPU seconds of the
-best run are printed per process (the JVM, its Python workers, the broker, this process), from
+is the best of ``--runs`` runs, the peer's too; the CPU seconds of each read's best run are
+printed per process (the JVM, its Python workers, the broker, this process), from
 ``/proc``, which the load of other work on the machine does not inflate as it does wall time.
 """
 
