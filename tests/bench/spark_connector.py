@@ -9,9 +9,9 @@ directory unless ``--endpoints`` and ``--store-dir`` name a running one. Spark's
 start-up (JVM, Python workers) is paid by a warm-up query and not counted. The source's reads
 are measured warm: each read (both sources and the peer) first runs ``--warmup-runs`` times
 untimed on the measured topic, because a young JVM spends 0.3-1.4 s of JIT compiler CPU on
-each of its first ~5-10 queries (Spark's own planner and generated code, as much for a
-``spark.range`` query: 2-core VM, 2026-11-23), more than the 100,000-row read itself;
-``--warmup-runs 0`` times them cold, as figures before 2026-11-23 02:30 UTC were. Each figure
+each of its first ~5-10 queries (Spark's own code: planner, scheduler, listeners; a
+``spark.range`` query pays it too: 2-core VM, 2026-11-23), more than the 100,000-row read
+itself; ``--warmup-runs 0`` times them cold, as figures before 2026-11-23 02:00 UTC were. Each figure
 is the best of ``--runs`` runs, the peer's too; the CPU seconds of each read's best run are
 printed per process (the JVM, its Python workers, the broker, this process), from
 ``/proc``, which the load of other work on the machine does not inflate as it does wall time.
