@@ -6,7 +6,16 @@ the same run (one Python process doing the same work over the same API or codec)
 
 Starts its own broker (tests/harness.py: 127.0.0.1, ephemeral ports) in a temporary
 directory unless ``--endpoints`` and ``--store-dir`` name a running one. Spark's one-time
-start-up (JVM, Python workers) is paid by a warm-up query and not counted.
+start-up (JVM, Python workers) is paid by a warm-up query and not counted. The source's reads
+are measured warm: each read (both sources and the peer) first runs ``--warmup-runs`` times
+untimed on the measured topic, because a young JVM spends 0.3-1.4 s of JIT compiler CPU on
+each of its first ~5-10 queries (Spark's own code: planner, scheduler, listeners; a
+``spark.range`` query pays it too: 2-core VM, 2026-11-23), more than the 100,000-row read
+itself; ``--warmup-runs 0`` times them cold, as figures before 2026-11-23 02:00 UTC were.
+Each figure is the best of ``--runs`` runs, the peer's too; the CPU seconds of each read's
+best run are printed per process (the JVM, its Python workers, the broker, this process),
+from ``/proc``, which the load of other work on the machine does not inflate as it does
+wall time.
 """
 
 from __future__ import annotations
@@ -23,14 +32,15 @@ from pathlib import Path
 from tests.harness import BrokerProcess
 
 TOPIC = "spark-bench"
+_PEER_PULL = "  peer: 1 process, raw pulls x1024"
 
 
 @contextmanager
-def _broker(root: Path, queues: int) -> Iterator[tuple[str, Path]]:
+def _broker(root: Path, queues: int) -> Iterator[BrokerProcess]:
     # 8 MiB segments: the offline scan gets one Spark task per segment to spread over 2 cores.
     settings = {"defaultTopicQueueNums": queues, "mappedFileSizeCommitLog": 8 * 1024 * 1024}
     with BrokerProcess(root, settings=settings, ready_timeout=60.0) as broker:
-        yield broker.endpoint, broker.store_dir
+        yield broker
 
 
 def _spark():  # type: ignore[no-untyped-def]
@@ -60,6 +70,65 @@ def _timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_by_process(broker_pid: int | None) -> dict[str, float]:
+    """CPU seconds so far (user + system, with reaped children) of this process's tree by role:
+    ``jvm``, ``workers`` (the Python processes under the JVM), ``broker``, ``bench`` (this
+    process). Empty where there is no ``/proc``."""
+    table: dict[int, tuple[int, float, str]] = {}
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                exe = f.read().split(b"\0", 1)[0].decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        table[pid] = (int(fields[1]), ticks / _CLOCK_TICKS, exe)
+    me = os.getpid()
+    roles = {"jvm": 0.0, "workers": 0.0, "broker": 0.0, "bench": 0.0}
+    for pid, (_, cpu, exe) in table.items():
+        chain = [pid]
+        while chain[-1] in table and chain[-1] not in (me, 0, 1) and len(chain) < 64:
+            chain.append(table[chain[-1]][0])
+        if chain[-1] != me:
+            continue
+        if broker_pid is not None and broker_pid in chain:
+            roles["broker"] += cpu
+        elif pid == me:
+            roles["bench"] += cpu
+        elif os.path.basename(exe) == "java":
+            roles["jvm"] += cpu
+        else:
+            roles["workers"] += cpu
+    return roles
+
+
+def _best_of(
+    runs: int, fn: Callable[[], object], broker_pid: int | None
+) -> tuple[float, dict[str, float]]:
+    """Wall seconds of the fastest of ``runs`` runs, with the CPU seconds each process spent
+    during that run."""
+    best: tuple[float, dict[str, float]] | None = None
+    for _ in range(runs):
+        before = _cpu_by_process(broker_pid)
+        wall = _timed(fn)
+        after = _cpu_by_process(broker_pid)
+        cpu = {role: after[role] - before.get(role, 0.0) for role in after}
+        if best is None or wall < best[0]:
+            best = (wall, cpu)
+    assert best is not None
+    return best
 
 
 def _peer_send(endpoint: str, count: int, body_size: int, topic: str) -> None:
@@ -121,19 +190,37 @@ def _wait_visible(endpoint: str, topic: str, count: int) -> None:
 
 
 def _read_results(
-    results: list[tuple[str, int, float]], read: Callable[..., object], endpoint: str, n: int
-) -> None:
-    """The source (Arrow batches, tuples; best of two each) and its one-process peer."""
-    arrow = min(_timed(lambda: read()) for _ in range(2))
-    results.append(("source: wharf, Arrow batches", n, arrow))
-    tuples = min(_timed(lambda: read(arrowBatches="false")) for _ in range(2))
-    results.append(("source: wharf, tuples", n, tuples))
-    results.append(
-        ("  peer: 1 process, raw pulls x1024", n, _timed(lambda: _peer_pull(endpoint, TOPIC)))
-    )  # fmt: skip
+    results: list[tuple[str, int, float]],
+    read: Callable[..., object],
+    endpoint: str,
+    n: int,
+    args: argparse.Namespace,
+    broker_pid: int | None = None,
+) -> dict[str, dict[str, float]]:
+    """The source (Arrow batches, tuples) and its one-process peer, each best of ``--runs``
+    after ``--warmup-runs`` untimed runs; returns the CPU seconds of each best run."""
+    reads: list[tuple[str, Callable[[], object]]] = [
+        ("source: wharf, Arrow batches", read),
+        ("source: wharf, tuples", lambda: read(arrowBatches="false")),
+        (_PEER_PULL, lambda: _peer_pull(endpoint, TOPIC)),
+    ]
+    for _ in range(args.warmup_runs):
+        for _, fn in reads:
+            fn()
+    cpu: dict[str, dict[str, float]] = {}
+    for name, fn in reads:
+        wall, cpu[name] = _best_of(args.runs, fn, broker_pid)
+        results.append((name, n, wall))
+    return cpu
 
 
-def run(args: argparse.Namespace, endpoint: str, store: Path) -> list[tuple[str, int, float]]:
+Results = list[tuple[str, int, float]]  # (what, rows, best wall seconds)
+
+
+def run(
+    args: argparse.Namespace, endpoint: str, store: Path, broker_pid: int | None = None
+) -> tuple[Results, dict[str, dict[str, float]]]:
+    """The figures, and the CPU seconds per process of the reads' best runs."""
     from pyspark.sql import functions as F
 
     spark = _spark()
@@ -164,9 +251,9 @@ def run(args: argparse.Namespace, endpoint: str, store: Path) -> list[tuple[str,
     if args.source_only:  # the rows written once (records path), then the source alone
         write(n, TOPIC, "false")
         _wait_visible(endpoint, TOPIC, n)
-        _read_results(results, read, endpoint, n)
+        cpu = _read_results(results, read, endpoint, n, args, broker_pid)
         spark.stop()
-        return results
+        return results, cpu
 
     # Best of two runs each: the machine is shared, the slower run measures the neighbours.
     sink = min(_timed(lambda: write(n, TOPIC)), _timed(lambda: write(n, f"{TOPIC}-2")))
@@ -179,7 +266,7 @@ def run(args: argparse.Namespace, endpoint: str, store: Path) -> list[tuple[str,
          _timed(lambda: _peer_send(endpoint, peer_n, size, "spark-bench-peer")))
     )  # fmt: skip
     _wait_visible(endpoint, TOPIC, n)
-    _read_results(results, read, endpoint, n)
+    cpu = _read_results(results, read, endpoint, n, args, broker_pid)
     scan = spark.read.format("wharf-store").load(str(store))
     total = scan.count()  # every record: half messages and markers of the exactly-once writes too
     segments = scan.rdd.getNumPartitions()
@@ -187,7 +274,7 @@ def run(args: argparse.Namespace, endpoint: str, store: Path) -> list[tuple[str,
     results.append((f"offline scan: wharf-store, {segments} segments", total, offline))
     results.append(("  peer: 1 process, codec scan", total, _timed(lambda: _peer_scan(store))))
     spark.stop()
-    return results
+    return results, cpu
 
 
 def main() -> None:
@@ -202,28 +289,49 @@ def main() -> None:
         action="store_true",
         help="write the rows once (transactional=false) and time only the source and its peer",
     )
+    parser.add_argument(
+        "--runs", type=int, default=2, help="timed runs of each read (the best is shown)"
+    )
+    parser.add_argument(
+        "--warmup-runs",
+        type=int,
+        default=2,
+        help="untimed runs of each read first (JIT warm-up; 0: time them cold)",
+    )
     args = parser.parse_args()
+    if args.runs < 1 or args.warmup_runs < 0:
+        parser.error("--runs must be >= 1 and --warmup-runs >= 0")
     if bool(args.endpoints) != bool(args.store_dir):
         parser.error("--endpoints and --store-dir go together")
 
+    load_before = os.getloadavg()[0]
     if args.endpoints:
-        results = run(args, args.endpoints, Path(args.store_dir))
+        results, cpu = run(args, args.endpoints, Path(args.store_dir))
     else:
         with (
             tempfile.TemporaryDirectory(prefix="wharf-spark-bench-") as tmp,
-            _broker(Path(tmp), args.queues) as (endpoint, store),
+            _broker(Path(tmp), args.queues) as broker,
         ):
-            results = run(args, endpoint, store)
+            results, cpu = run(args, broker.endpoint, broker.store_dir, broker.pid)
 
-    print(f"\nwharf Spark connector, local[2], {args.messages} messages of {args.body_size} B")
+    print(
+        f"\nwharf Spark connector, local[2], {args.messages} messages of {args.body_size} B; "
+        f"reads: best of {args.runs} after {args.warmup_runs} warm-up run(s); "
+        f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
+    )
     print(f"{'what':46} {'rows':>9} {'seconds':>8} {'rows/s':>10}")
     for name, rows, seconds in results:
         print(f"{name:46} {rows:>9} {seconds:>8.2f} {rows / seconds:>10,.0f}")
     rates = {name: rows / seconds for name, rows, seconds in results}
-    peer = rates.get("  peer: 1 process, raw pulls x1024")
+    peer = rates.get(_PEER_PULL)
     if peer:
         for name in ("source: wharf, Arrow batches", "source: wharf, tuples"):
             print(f"{name} / its raw-pull peer: {rates[name] / peer:.2f}x")
+    if any(cpu.values()):
+        print("CPU seconds of each best read run, by process:")
+        for name, split in cpu.items():
+            parts = "  ".join(f"{role} {seconds:5.2f}" for role, seconds in split.items())
+            print(f"{name.strip():46} {parts}  total {sum(split.values()):5.2f}")
 
 
 if __name__ == "__main__":
