@@ -9,6 +9,8 @@ Prints ratios Wharf/peer and writes them as JSON to ``--output`` (default:
 Every figure is the median of ``--runs`` whole runs (3; each run's figures are kept under
 ``runs``), ratios are computed from the medians, and each e2e entry counts the runs hit by a
 disk stall (``stalls``: a run whose slowest message took >= 50 ms; it is shown, not dropped).
+Every e2e run, Wharf's and Redis's, starts after ``os.sync()`` and a 2 s pause (``settle_disk``):
+the kernel's writeback of the produce runs' data does not land in a latency run.
 The targets of the read path (consume >= 1.5x redis-py and >= 0.35x redis-benchmark XRANGE;
 e2e p50 and p99 at the low rate <= redis-py's; e2e p99 at the target rate <= 5 ms) are
 printed as met or missed under the table and written under ``targets``.
@@ -81,6 +83,15 @@ PEERS = ("redis_benchmark", "redis_benchmark_p16", "redis_py")
 # Figures merged as the median of the runs; the rest of an entry is the first run's.
 MEDIAN_KEYS = ("msgs_per_s", "rps", "messages", "p50_ms", "p99_ms", "p999_ms", "max_ms")
 STALL_MS = 50.0  # an e2e run whose slowest message took this long was hit by a disk stall
+
+
+def settle_disk(pause_s: float = 2.0) -> None:
+    """Before a latency run, Wharf's and Redis's alike: write back every dirty page (the produce
+    runs before it leave up to GBs: CommitLog tails, ConsumeQueues and IndexFiles written
+    through mmap, Redis's AOF) and let the disk go idle, so each latency run measures its own
+    fdatasyncs, not the kernel's writeback of an earlier run."""
+    os.sync()
+    time.sleep(pause_s)
 
 
 def ratio(ours: float, theirs: float) -> float | None:
@@ -226,6 +237,7 @@ class Comparison:
                 # should not wait for that ack too (measured at 1k msg/s: p50 1.8-2.9 ms with
                 # 4 in flight against 3.6-5.0 ms with 1).
                 in_flight = 1 if rate > self.args.low_rate else 4
+                settle_disk()
                 self.note(f"wharf SYNC_FLUSH e2e at {rate} msg/s, max_in_flight {in_flight}")
                 figures = wharf_bench(
                     broker.endpoint, "e2e", topic=f"e2e-{rate}", rate=rate, size=size,
@@ -297,6 +309,7 @@ class Comparison:
             )
             self._set("produce_sync", "redis_py", rp, how=f"{c} tasks x 1")
             for measure, rate in self.e2e_rates():
+                settle_disk()
                 self.note(f"redis always: redis-py e2e at {rate} msg/s (XADD + XREAD BLOCK)")
                 rp = uvloop.run(
                     redis_peer.redispy_e2e(
