@@ -13,6 +13,7 @@ import asyncio
 import threading
 
 from wharf.broker.errors import ResourceExhaustedError, UnavailableError
+from wharf.store import hops
 
 
 class _Parked:
@@ -63,7 +64,10 @@ class LongPollHolder:
         waiters.append(entry)
         self._count += 1
         try:
-            return await asyncio.wait_for(entry.future, timeout_s)
+            woken = await asyncio.wait_for(entry.future, timeout_s)
+            if hops.ENABLED:
+                hops.stamp("b.pull_woken")
+            return woken
         except TimeoutError:
             return False
         finally:
@@ -93,6 +97,8 @@ class LongPollHolder:
         waiters = self._parked.get(key)
         if not waiters:
             return
+        if hops.ENABLED:
+            hops.stamp("b.arrival")
         keep = []
         for entry in waiters:
             if entry.offset < max_offset:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wharf.client.errors import DeadlineExceededError
+from wharf.store import hops
 
 _NEVER = float("inf")
 
@@ -203,6 +204,8 @@ class AutoBatcher:
             task.add_done_callback(self._tasks.discard)
 
     async def _run(self, batch: _Batch) -> None:
+        if hops.ENABLED:
+            hops.stamp("c.batch_run")
         try:
             async with asyncio.timeout_at(batch.deadline if batch.deadline != _NEVER else None):
                 results = await self._send_batch(batch.key, batch.messages)

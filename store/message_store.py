@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
+from wharf.store import hops
 from wharf.store.codec import decode_offset_msg_id
 from wharf.store.codec.properties import TIMER_TOPIC, TRANS_HALF_TOPIC
 from wharf.store.config import SYNC_FLUSH, StoreConfig, parse_delay_levels
@@ -363,6 +364,8 @@ class MessageStore:
         if self._bytes_since_disk_check >= self._disk_check_bytes and self._cleanup is not None:
             self._bytes_since_disk_check = 0
             self._cleanup.request_disk_check()
+        if hops.ENABLED:
+            hops.stamp("b.appended")
         if not self._sync_flush:
             commit_log.wakeup_flush()
             self._reput.wakeup()
@@ -390,6 +393,8 @@ class MessageStore:
         if self._sync_flush:
             assert self._commit_log is not None and self._reput is not None
             flushed = await self._commit_log.wait_flushed(result.end_offset)
+            if hops.ENABLED:
+                hops.stamp("b.put_resumed")
             self._reput.wakeup()
             if not flushed:
                 status = PutStatus.FLUSH_DISK_TIMEOUT

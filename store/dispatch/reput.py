@@ -17,6 +17,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Protocol
 
+from wharf.store import hops
 from wharf.store.codec.dispatch import decode_dispatches
 from wharf.store.codec.records import read_total_size
 from wharf.store.dispatch.dispatcher import Dispatcher, DispatchPlan, DispatchRecords, QueueAdvance
@@ -95,6 +96,8 @@ class ReputService(Service):
         self._disk_full = False  # the last run failed for a full disk (reported to the source)
 
     async def run_once(self) -> None:
+        if hops.ENABLED:
+            hops.stamp("b.reput_run")
         while not self.stopping:
             limit = self.source.dispatch_limit()
             if self.reput_from_offset >= limit:
@@ -114,6 +117,8 @@ class ReputService(Service):
             if plan.record_count:
                 self.last_timestamp = plan.last_timestamp
             if advanced:
+                if hops.ENABLED:
+                    hops.stamp("b.dispatched")
                 self.on_advance(advanced)
             self._signal_progress()
             if not progressed:

@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 
+from wharf.store import hops
 from wharf.store.errors import DiskFullError, FlushFailedError, StoreShutDownError
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,8 @@ class GroupCommitService:
         """Start the sync thread for the pending requests (loop thread, none in flight)."""
         if not self._pending or self._error is not None or not self._running:
             return
+        if hops.ENABLED:
+            hops.stamp("b.sync_kick")
         loop = asyncio.get_running_loop()
         in_flight = loop.run_in_executor(self._executor, self._sync_while_requested, loop)
         self._in_flight = in_flight
@@ -146,8 +149,12 @@ class GroupCommitService:
         ``_completed``, which kicks again."""
         while True:
             before = self._flushed_offset()
+            if hops.ENABLED:
+                hops.stamp("b.sync_start")
             started = time.perf_counter()
             flushed = self._sync_blocking()
+            if hops.ENABLED:
+                hops.stamp("b.sync_done")
             loop.call_soon_threadsafe(
                 self._served, flushed, time.perf_counter() - started, flushed - before
             )
@@ -157,6 +164,8 @@ class GroupCommitService:
     def _served(self, flushed: int, seconds: float, nbytes: int) -> None:
         """Loop: answer every waiter the sync covered (before ``_completed`` runs: callbacks
         posted from the thread run in order)."""
+        if hops.ENABLED:
+            hops.stamp("b.sync_served")
         self.syncs += 1
         waiting: list[Request] = []
         served = 0
