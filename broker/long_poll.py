@@ -64,7 +64,11 @@ class LongPollHolder:
         waiters.append(entry)
         self._count += 1
         try:
-            woken = await asyncio.wait_for(entry.future, timeout_s)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for resumes its caller one
+            # loop turn after the future is set (its inner waiter), and the loop turn in
+            # between runs every other ready callback first.
+            async with asyncio.timeout(timeout_s):
+                woken = await entry.future
             if hops.ENABLED:
                 hops.stamp("b.pull_woken")
             return woken

@@ -198,6 +198,10 @@ class MessageStore:
             on_advance=self._notify_arrivals,
             reput_from_offset=state.reput_from_offset,
         )
+        if self._sync_flush:
+            # Dispatch follows each sync at once, ahead of the writers it answers: the reput
+            # runs before their acks are built, so a consumer's long poll is woken first.
+            state.commit_log.group_commit.on_durable = self._reput.wakeup
         parts = StoreParts(
             config=self._config,
             paths=self._paths,
@@ -315,7 +319,8 @@ class MessageStore:
             await self._commit_log.wait_flushed(end_offset)
         except StoreNotWritableError:
             return  # sticky failure / shutdown: already surfaced to writers and in health()
-        self._reput.wakeup()
+        if self._reput.reput_from_offset < end_offset:  # the sync's on_durable woke it
+            self._reput.wakeup()
 
     def _append(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> AppendResult:
         self._check_writable()
@@ -395,7 +400,10 @@ class MessageStore:
             flushed = await self._commit_log.wait_flushed(result.end_offset)
             if hops.ENABLED:
                 hops.stamp("b.put_resumed")
-            self._reput.wakeup()
+            if self._reput.reput_from_offset < result.end_offset:
+                # Normally the sync's on_durable already woke the reput (and it ran before
+                # this writer resumed): a second wakeup would only cost an empty run.
+                self._reput.wakeup()
             if not flushed:
                 status = PutStatus.FLUSH_DISK_TIMEOUT
         if replicated is not None:

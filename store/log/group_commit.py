@@ -4,7 +4,8 @@ Writers append (synchronously, on the loop), then ``await wait_flushed(end_offse
 go to a pending list. When no sync is in flight, the first request starts one AT ONCE in a
 thread, covering everything appended so far; while it runs the loop keeps appending the other
 writers' batches. When the sync returns, the thread reports the durable offset to the loop
-(which answers every waiter it covers) and, if a request now waits past it, syncs again at
+(which first calls ``on_durable``, then answers every waiter it covers) and, if a request
+now waits past it, syncs again at
 once: consecutive group commits follow each other without a round trip through the event loop
 (RocketMQ's GroupCommitService thread, which swaps its request lists and commits again). That
 round trip (a thread hand-off and the GIL, ~0.1-0.7 ms on a busy loop) had left the disk idle
@@ -53,6 +54,9 @@ class GroupCommitService:
     ) -> None:
         """``on_flushed(flushed_offset, seconds, nbytes, waiters)`` runs on the loop after each
         sync; ``on_failed(exc)`` records the sticky error and returns it for the waiters."""
+        # Called on the loop after each sync that moved the flushed offset, BEFORE the waiters
+        # it covers are answered (the store wakes its reput: dispatch goes first).
+        self.on_durable: Callable[[], None] | None = None
         self._sync_blocking = sync_blocking
         self._flushed_offset = flushed_offset
         self._timeout_s = timeout_s
@@ -167,6 +171,8 @@ class GroupCommitService:
         if hops.ENABLED:
             hops.stamp("b.sync_served")
         self.syncs += 1
+        if self.on_durable is not None and nbytes > 0:
+            self.on_durable()
         waiting: list[Request] = []
         served = 0
         for request in self._pending:
