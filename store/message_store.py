@@ -199,9 +199,10 @@ class MessageStore:
             reput_from_offset=state.reput_from_offset,
         )
         if self._sync_flush:
-            # Dispatch follows each sync at once, ahead of the writers it answers: the reput
-            # runs before their acks are built, so a consumer's long poll is woken first.
-            state.commit_log.group_commit.on_durable = self._reput.wakeup
+            # Dispatch follows each sync at once, ahead of the writers it answers: a small
+            # sync is dispatched right in the sync's callback (a lone message's long poll is
+            # woken before its ack is even built), a large one wakes the reput task.
+            state.commit_log.group_commit.on_durable = self._reput.dispatch_inline
         parts = StoreParts(
             config=self._config,
             paths=self._paths,

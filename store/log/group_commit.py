@@ -56,7 +56,7 @@ class GroupCommitService:
         sync; ``on_failed(exc)`` records the sticky error and returns it for the waiters."""
         # Called on the loop after each sync that moved the flushed offset, BEFORE the waiters
         # it covers are answered (the store wakes its reput: dispatch goes first).
-        self.on_durable: Callable[[], None] | None = None
+        self.on_durable: Callable[[], object] | None = None
         self._sync_blocking = sync_blocking
         self._flushed_offset = flushed_offset
         self._timeout_s = timeout_s
