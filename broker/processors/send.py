@@ -190,10 +190,10 @@ class SendProcessor:
             # ASYNC_FLUSH: a put never waits for the disk, so handling requests in order on
             # this task is the cheapest path (no task or queue per request).
             async for request in requests:
-                reply = await self._send_or_error(request, born_host)
+                response = await self._send_or_error(request, born_host)
                 if hops.ENABLED:
                     hops.stamp("b.ack_yield")
-                yield reply
+                yield response
             return
         # SYNC_FLUSH: many requests wait on group commits at once; one fdatasync serves them
         # all. At most max_inflight_stream_requests in flight (a slot is freed when its reply

@@ -276,7 +276,7 @@ def hop_breakdown(stamps: list[tuple[str, int]], windows: list[tuple[int, int]])
             previous = next((first[p] for p in after if p in first), ns)
             step[name].append((ns - previous) / 1000)
     lines = [f"{'hop':14s} {'what':38s} {'at p50':>7s} {'step p50':>9s} {'step p99':>9s}  (us)"]
-    for name, what, after in HOPS:
+    for name, what, _ in HOPS:
         if since_send[name]:
             lines.append(
                 f"{name:14s} {what:38s} {pct(since_send[name], 0.5):7.0f} "
