@@ -2,7 +2,7 @@
 unary PullMessage, and where a lone message's time goes from ``send()`` to the handler.
 
     .venv/bin/python -m tests.bench.read_path [--messages 200000] [--pullers 50] [--pulls 20000]
-        [--lone 200]
+        [--lone 200] [--no-hops]
 
 Part 1 (consume): one daemon, ``--messages`` of 1 KiB produced, then read back by
 ``--pullers`` tasks of one PullConsumer (100 per pull, queue ranges split as ``wharf bench
@@ -18,9 +18,15 @@ previous reached the handler, so nothing queues) by a Producer to a PushConsumer
 ASYNC_FLUSH and SYNC_FLUSH, pulls over the stream and unary. Each message's time is split at
 the send ack: send() -> ack (client encode + RPC + store append, and the group commit's
 fdatasync under SYNC_FLUSH) and ack -> handler (dispatch, long-poll wake-up, pull reply,
-client decode and hand-off to the handler, minus what overlapped the ack's way back).
+client decode and hand-off to the handler, minus what overlapped the ack's way back; under
+SYNC_FLUSH the handler usually runs before the ack is back: < 0).
 Percentiles per stage; the machine's fdatasync and a bare gRPC round trip are printed first
-as the floor.
+as the floor. Then, for the stream pulls, the per-hop breakdown: the broker runs with
+``WHARF_HOP_TRACE`` (``wharf.store.hops``) and this process stamps the SDK's hops, so each
+lone message's time from ``send()`` to its handler is split at every hand-off (batcher,
+stream write, broker handler, append, group commit and its fdatasync thread, dispatch,
+long-poll wake-up, pull reply, client read, handler): per hop, its time since ``send()`` and
+since the hop it follows (p50 / p99, us). ``--no-hops`` leaves the stamps off.
 """
 
 from __future__ import annotations
