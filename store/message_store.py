@@ -51,9 +51,8 @@ import logging
 import shutil
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
 from wharf.store import hops
 from wharf.store.codec import decode_offset_msg_id
 from wharf.store.codec.properties import TIMER_TOPIC, TRANS_HALF_TOPIC
@@ -110,19 +109,6 @@ from wharf.store.services.transactions import TransactionService, is_half, to_ha
 from wharf.store.stats import build_stats
 
 log = logging.getLogger(__name__)
-
-
-class PendingPut(NamedTuple):
-    """An append whose durability wait is still to come (``append_records_now``)."""
-
-    append: AppendResult
-    flushed: asyncio.Future[bool] | None  # SYNC_FLUSH: the group commit request, filed
-
-
-def _retrieve(future: asyncio.Future[bool]) -> None:
-    if not future.cancelled():
-        future.exception()
-
 
 # Called after dispatch made new messages visible: (topic, queue_id, new max offset).
 ArrivalListener = Callable[[str, int, int], None]
@@ -408,9 +394,7 @@ class MessageStore:
         await self._dispatch_backpressure()
         return await self._durable(self._append(topic, queue_id, messages))
 
-    async def _durable(
-        self, result: AppendResult, flushed_future: asyncio.Future[bool] | None = None
-    ) -> PutResult:
+    async def _durable(self, result: AppendResult) -> PutResult:
         """The durability wait of a put: none in ASYNC_FLUSH; SYNC_FLUSH awaits the group
         commit, then lets dispatch follow (it only dispatches what is on disk). A SYNC_MASTER
         also awaits its replicas, in parallel with the flush: FLUSH_DISK_TIMEOUT first, then
@@ -422,10 +406,7 @@ class MessageStore:
         status = PutStatus.PUT_OK
         if self._sync_flush:
             assert self._commit_log is not None and self._reput is not None
-            if flushed_future is not None:
-                flushed = await flushed_future
-            else:
-                flushed = await self._commit_log.wait_flushed(result.end_offset)
+            flushed = await self._commit_log.wait_flushed(result.end_offset)
             if hops.ENABLED:
                 hops.stamp("b.put_resumed")
             if self._reput.reput_from_offset < result.end_offset:
@@ -561,39 +542,9 @@ class MessageStore:
         DELAY property does not re-address anything here (delayed messages go through ``put``)."""
         positions = check_records(data, topic, self._config.max_message_size)
         await self._dispatch_backpressure()
-        return await self._durable(
-            self._append_checked(topic, queue_id, data, positions, born_host)
-        )
-
-    def append_records_now(
-        self, topic: str, queue_id: int, data: bytes, born_host: str
-    ) -> PendingPut | None:
-        """``put_records`` up to its durability wait, synchronously: checked, appended and
-        (SYNC_FLUSH) its group commit requested now, or None (nothing done) when the put would
-        first be held by dispatch back-pressure (then call ``put_records``). Finish with
-        ``await durable(pending)``. The SYNC_FLUSH send stream does this as it reads each
-        request, so the sync thread starts before the loop turn ends, not from a task."""
-        positions = check_records(data, topic, self._config.max_message_size)
-        if self._dispatch_lagging():
-            return None
-        result = self._append_checked(topic, queue_id, data, positions, born_host)
-        flushed = None
-        if self._sync_flush:
-            assert self._commit_log is not None
-            flushed = self._commit_log.request_flush(result.end_offset)
-            flushed.add_done_callback(_retrieve)  # an unawaited failure is not logged twice
-        return PendingPut(result, flushed)
-
-    async def durable(self, pending: PendingPut) -> PutResult:
-        """The durability wait of an ``append_records_now`` (``put``'s, by flush mode)."""
-        return await self._durable(pending.append, pending.flushed)
-
-    def _append_checked(
-        self, topic: str, queue_id: int, data: bytes, positions: np.ndarray, born_host: str
-    ) -> AppendResult:
         self._check_writable()
         _check_queue_id(queue_id)
-        return self._append_to_queue(
+        result = self._append_to_queue(
             topic,
             queue_id,
             len(positions),
@@ -601,26 +552,20 @@ class MessageStore:
                 topic, queue_id, first, data, positions, born_host
             ),
         )
-
-    def _dispatch_lagging(self) -> bool:
-        limit = self._config.max_dispatch_lag_bytes
-        commit_log, reput = self._commit_log, self._reput
-        if limit <= 0 or commit_log is None or reput is None:
-            return False
-        return commit_log.wrote_offset - reput.reput_from_offset > limit
+        return await self._durable(result)
 
     async def _dispatch_backpressure(self) -> None:
         """Hold a put while dispatch is more than ``max_dispatch_lag_bytes`` behind, until it
         is back to half of that (bounded by syncFlushTimeout; a failing reput stops the wait)."""
-        if not self._dispatch_lagging():
-            return
-        commit_log, reput = self._commit_log, self._reput
-        assert commit_log is not None and reput is not None
         limit = self._config.max_dispatch_lag_bytes
+        commit_log, reput = self._commit_log, self._reput
+        if limit <= 0 or commit_log is None or reput is None:
+            return
+        written = commit_log.wrote_offset
+        if written - reput.reput_from_offset <= limit:
+            return
         self.throttled_puts += 1
-        await reput.wait_dispatched(
-            commit_log.wrote_offset - limit // 2, self._config.sync_flush_timeout / 1000
-        )
+        await reput.wait_dispatched(written - limit // 2, self._config.sync_flush_timeout / 1000)
 
     def _check_writable(self) -> None:
         if self._fence is not None:

@@ -20,7 +20,6 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from functools import lru_cache
-from typing import NamedTuple
 
 import grpc
 from wharf.broker.context import BrokerContext
@@ -35,8 +34,7 @@ from wharf.broker.handlers import MalformedRequest, RefusedRequest
 from wharf.broker.processors.convert import to_inputs
 from wharf.store import hops
 from wharf.store.config import SYNC_FLUSH
-from wharf.store.message_store import PendingPut
-from wharf.store.model import PutResult, PutStatus
+from wharf.store.model import PutStatus
 from wharf.v1 import common_pb2, messaging_pb2
 
 log = logging.getLogger("wharf.broker.processors.send")
@@ -47,14 +45,6 @@ _STATUS = {
     PutStatus.SLAVE_NOT_AVAILABLE: messaging_pb2.SLAVE_NOT_AVAILABLE,
 }
 _END = object()
-
-
-class _Appended(NamedTuple):
-    """A stream request appended as it was read: what its task needs to answer it."""
-
-    topic: str
-    queue_id: int
-    pending: PendingPut
 
 
 @lru_cache(maxsize=4096)
@@ -78,14 +68,6 @@ class SendProcessor:
     async def send(
         self, request: messaging_pb2.SendMessageRequest, born_host: str
     ) -> messaging_pb2.SendMessageResponse:
-        topic_name, queue_id = self._route(request)
-        if request.records:
-            return await self._send_records(request, topic_name, queue_id, born_host)
-        return await self._send_messages(request, topic_name, queue_id, born_host)
-
-    def _route(self, request: messaging_pb2.SendMessageRequest) -> tuple[str, int]:
-        """Validate a request and pick its queue: (topic, queue id). Raises the error the
-        request is answered with."""
         ctx = self.ctx
         if ctx.shutting_down:
             raise UnavailableError("the broker is shutting down; retry on another broker")
@@ -110,21 +92,12 @@ class SendProcessor:
             turn = self._next_queue.get(topic_name, 0)
             self._next_queue[topic_name] = turn + 1
             queue_id = turn % topic.write_queue_nums
-        if request.records and messages:
-            raise InvalidArgumentError(
-                "set either messages or records in a SendMessageRequest, not both"
-            )
-        return topic_name, queue_id
-
-    async def _send_messages(
-        self,
-        request: messaging_pb2.SendMessageRequest,
-        topic_name: str,
-        queue_id: int,
-        born_host: str,
-    ) -> messaging_pb2.SendMessageResponse:
-        ctx = self.ctx
-        messages = request.messages
+        if request.records:
+            if messages:
+                raise InvalidArgumentError(
+                    "set either messages or records in a SendMessageRequest, not both"
+                )
+            return await self._send_records(request, topic_name, queue_id, born_host)
         inputs, unique_ids, _ = to_inputs(
             messages,
             ctx.unique_ids,
@@ -165,17 +138,8 @@ class SendProcessor:
     ) -> messaging_pb2.SendMessageResponse:
         """Producer-encoded records (store.record_batch): checked and appended by the store;
         the reply is the compact form, O(1) in the number of records."""
-        result = await self.ctx.store.put_records(topic_name, queue_id, request.records, born_host)
-        return self._records_reply(request, queue_id, topic_name, result)
-
-    def _records_reply(
-        self,
-        request: messaging_pb2.SendMessageRequest,
-        queue_id: int,
-        topic_name: str,
-        result: PutResult,
-    ) -> messaging_pb2.SendMessageResponse:
         ctx = self.ctx
+        result = await ctx.store.put_records(topic_name, queue_id, request.records, born_host)
         append = result.append
         count = len(append.sizes)
         ctx.messages_in += count
@@ -190,37 +154,13 @@ class SendProcessor:
             count=count,
         )
 
-    def _append_now(
-        self, request: messaging_pb2.SendMessageRequest, born_host: str
-    ) -> _Appended | Exception | None:
-        """SYNC_FLUSH stream: a records request validated and appended as it is read, so
-        its group commit starts now rather than a loop turn later in its task (which then
-        only waits for the sync). None: not such a request, or dispatch back-pressure would
-        hold it (the task does it all); an exception: the request's error, for the task."""
-        if type(request) is not messaging_pb2.SendMessageRequest or not request.records:
-            return None
-        if hops.ENABLED:
-            hops.stamp("b.send_in")
-        try:
-            topic_name, queue_id = self._route(request)
-            appended = self.ctx.store.append_records_now(
-                topic_name, queue_id, request.records, born_host
-            )
-        except Exception as exc:
-            return exc
-        return None if appended is None else _Appended(topic_name, queue_id, appended)
-
     async def _send_or_error(
-        self,
-        request: messaging_pb2.SendMessageRequest,
-        born_host: str,
-        appended: _Appended | Exception | None = None,
+        self, request: messaging_pb2.SendMessageRequest, born_host: str
     ) -> messaging_pb2.SendMessageResponse:
         """Stream flavour: an error becomes the reply's ``error``; the stream goes on.
-        Each request is observed as one RPC for the latency metrics. ``appended``: what
-        ``_append_now`` did with it already."""
+        Each request is observed as one RPC for the latency metrics."""
         started = time.perf_counter()
-        if hops.ENABLED and appended is None:
+        if hops.ENABLED:
             hops.stamp("b.send_in")
         try:
             if type(request) is MalformedRequest:
@@ -229,13 +169,7 @@ class SendProcessor:
                 if request.unauthenticated:
                     raise UnauthenticatedError(request.message)
                 raise PermissionDeniedError(request.message)
-            if isinstance(appended, Exception):
-                raise appended
-            if appended is not None:
-                result = await self.ctx.store.durable(appended.pending)
-                reply = self._records_reply(request, appended.queue_id, appended.topic, result)
-            else:
-                reply = await self.send(request, born_host)
+            reply = await self.send(request, born_host)
             if hops.ENABLED:
                 hops.stamp("b.send_done")
             self.ctx.metrics.observe_rpc("SendMessageStream", "OK", time.perf_counter() - started)
@@ -271,32 +205,21 @@ class SendProcessor:
             return
         # SYNC_FLUSH: many requests wait on group commits at once; one fdatasync serves them
         # all. At most max_inflight_stream_requests in flight (a slot is freed when its reply
-        # is written), so a fast writer cannot grow memory without bound. A records request
-        # is appended by this reader as it arrives (in arrival order); its task only waits
-        # for the sync and builds the reply.
+        # is written), so a fast writer cannot grow memory without bound.
         slots = asyncio.Semaphore(self.ctx.config.max_inflight_stream_requests)
         replies: asyncio.Queue[object] = asyncio.Queue()
         tasks: set[asyncio.Task[None]] = set()
-        deferred: set[asyncio.Task[None]] = set()  # tasks that append themselves, not done
 
-        async def handle(
-            request: messaging_pb2.SendMessageRequest, appended: _Appended | Exception | None
-        ) -> None:
-            replies.put_nowait(await self._send_or_error(request, born_host, appended))
+        async def handle(request: messaging_pb2.SendMessageRequest) -> None:
+            replies.put_nowait(await self._send_or_error(request, born_host))
 
         async def read_requests() -> None:
             try:
                 async for request in requests:
                     await slots.acquire()
-                    # Appends keep the stream's order: none on the reader while a task still
-                    # has its own append ahead (a request held by back-pressure, messages).
-                    appended = self._append_now(request, born_host) if not deferred else None
-                    task = asyncio.create_task(handle(request, appended))
+                    task = asyncio.create_task(handle(request))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
-                    if appended is None:
-                        deferred.add(task)
-                        task.add_done_callback(deferred.discard)
                 if tasks:
                     await asyncio.gather(*list(tasks))
             finally:

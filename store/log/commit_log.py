@@ -586,25 +586,6 @@ class CommitLog(CommitLogReads):
             raise StoreShutDownError("the commit log's flush services are not running")
         return await self.group_commit.wait_flushed(end_offset)
 
-    def request_flush(self, end_offset: int) -> asyncio.Future[bool]:
-        """SYNC_FLUSH: ``wait_flushed`` filed now (the group commit may start its sync at
-        once), awaited later; the same answers and errors, through the future."""
-        try:
-            if isinstance(self._error, FlushFailedError):
-                raise self._error
-            if end_offset > self.queue.max_wrote_offset:
-                raise ValueError(
-                    f"cannot wait for offset {end_offset}: the log ends at "
-                    f"{self.queue.max_wrote_offset}"
-                )
-            if not self.group_commit.running:
-                raise StoreShutDownError("the commit log's flush services are not running")
-        except Exception as exc:
-            failed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-            failed.set_exception(exc)
-            return failed
-        return self.group_commit.request(end_offset)
-
     async def flush(self) -> int:
         """Commit and sync everything appended so far, now; returns the flushed offset."""
         if isinstance(self._error, FlushFailedError):

@@ -123,20 +123,8 @@ class GroupCommitService:
             raise self._error
         if self._flushed_offset() >= end_offset:
             return True
-        return await self.request(end_offset)
-
-    def request(self, end_offset: int) -> asyncio.Future[bool]:
-        """``wait_flushed`` without the await: the request is filed (and a sync started if
-        none is in flight) before this returns, so the sync thread runs while the caller's
-        loop turn goes on. The future resolves as ``wait_flushed`` returns or raises."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
-        if self._error is not None:
-            future.set_exception(self._error)
-            return future
-        if self._flushed_offset() >= end_offset:
-            future.set_result(True)
-            return future
         self._pending.append((end_offset, future))
         if end_offset > self._requested_end:
             self._requested_end = end_offset
@@ -146,7 +134,7 @@ class GroupCommitService:
             self._timer = loop.call_at(deadline, self._expire)
         if self._in_flight is None:
             self._kick()
-        return future
+        return await future
 
     def _kick(self) -> None:
         """Start the sync thread for the pending requests (loop thread, none in flight)."""

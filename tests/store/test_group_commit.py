@@ -223,29 +223,3 @@ async def test_on_durable_runs_before_the_waiters_are_answered(tmp_path, monkeyp
     finally:
         await log.shutdown()
         log.close()
-
-
-async def test_request_flush_starts_the_sync_before_the_caller_yields(tmp_path, monkeypatch):
-    """``request_flush`` files the request and starts the sync thread at once: the sync runs
-    while the caller has not given the loop a single turn (the SYNC_FLUSH send stream appends
-    and requests on its reader, then awaits in the request's task)."""
-    synced = threading.Event()
-
-    def fdatasync(fd: int) -> None:
-        os.fdatasync(fd)
-        synced.set()
-
-    monkeypatch.setattr(mf_module, "fdatasync", fdatasync)
-    log = make_log(tmp_path)
-    log.start()
-    try:
-        result = log.append("T", 0, 0, [MessageInput(b"one")])
-        future = log.request_flush(result.end_offset)
-        assert synced.wait(10.0)  # blocks the loop: only the sync thread can set it
-        assert await future is True
-        assert log.flushed_offset >= result.end_offset
-        with pytest.raises(ValueError, match="the log ends at"):
-            await log.request_flush(log.wrote_offset + 1)
-    finally:
-        await log.shutdown()
-        log.close()
