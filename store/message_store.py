@@ -27,14 +27,12 @@ Additions to the original contract (all additive):
   stopped first at shutdown (its DLQ copies still go through ``put``).
 - ``put()`` waits (before appending) while dispatch lags more than ``max_dispatch_lag_bytes``
   (a Wharf setting, 64 MiB): consumer lag and crash-restart re-dispatch stay bounded.
-- ``append_records_now(...)`` + ``await durable(pending)``: ``put_records`` split at its
-  durability wait, the first half synchronous (checked, appended and, under SYNC_FLUSH, the
-  group commit requested: the sync thread starts before the caller's loop turn ends); None
-  when back-pressure would hold the put (use ``put_records``).
-- SYNC_FLUSH dispatch: each sync's callback dispatches up to 64 KiB itself
-  (``ReputService.dispatch_inline``) before the writers it covers are answered, so a
-  consumer's parked pull is woken before the ack is built (~0.4 ms less from the sync to
-  the pull reply for a lone message; larger syncs wake the reput task as before).
+- ``set_dispatch_waiters(fn)``: ``fn()`` True while a reader waits (the broker: a parked
+  long poll). Under SYNC_FLUSH each sync's callback then dispatches up to 64 KiB itself
+  (``ReputService.dispatch_inline``) before the writers it covers are answered, so the
+  parked pull is woken before the ack is built (~0.4 ms less from the sync to the pull
+  reply for a lone message); larger syncs, or nobody waiting, leave dispatch to the reput
+  task, woken by the resumed writers, as before.
 
 WIRING: ``start()`` builds one ``StoreParts`` (``wharf.store.parts``: what recovery opened, the
 maintenance lock, the flush tally) and gives the services those parts plus named callables for
@@ -146,6 +144,7 @@ class MessageStore:
         self._listeners: list[ArrivalListener] = []
         self._consumer_progress: Callable[[], Mapping[tuple[str, int], Mapping[str, int]]] = dict
         self._reput: ReputService | None = None
+        self._dispatch_waiters: Callable[[], bool] | None = None
         self._queue_flush: FlushConsumeQueueService | None = None
         self._schedule: ScheduleMessageService | None = None
         self._timer: TimerMessageService | None = None
@@ -207,10 +206,7 @@ class MessageStore:
             reput_from_offset=state.reput_from_offset,
         )
         if self._sync_flush:
-            # Dispatch follows each sync at once, ahead of the writers it answers: a small
-            # sync is dispatched right in the sync's callback (a lone message's long poll is
-            # woken before its ack is even built), a large one wakes the reput task.
-            state.commit_log.group_commit.on_durable = self._reput.dispatch_inline
+            state.commit_log.group_commit.on_durable = self._after_sync
         parts = StoreParts(
             config=self._config,
             paths=self._paths,
@@ -328,7 +324,7 @@ class MessageStore:
             await self._commit_log.wait_flushed(end_offset)
         except StoreNotWritableError:
             return  # sticky failure / shutdown: already surfaced to writers and in health()
-        if self._reput.reput_from_offset < end_offset:  # the sync's on_durable woke it
+        if self._reput.reput_from_offset < end_offset:  # not dispatched by _after_sync
             self._reput.wakeup()
 
     def _append(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> AppendResult:
@@ -410,8 +406,8 @@ class MessageStore:
             if hops.ENABLED:
                 hops.stamp("b.put_resumed")
             if self._reput.reput_from_offset < result.end_offset:
-                # Normally the sync's on_durable already woke the reput (and it ran before
-                # this writer resumed): a second wakeup would only cost an empty run.
+                # Unless _after_sync dispatched it already (a reader waits): then a wakeup
+                # would only cost an empty reput run.
                 self._reput.wakeup()
             if not flushed:
                 status = PutStatus.FLUSH_DISK_TIMEOUT
@@ -748,6 +744,22 @@ class MessageStore:
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         self._listeners.append(listener)
+
+    def set_dispatch_waiters(self, waiting: Callable[[], bool] | None) -> None:
+        """``waiting()``: True while a reader waits for new messages (a parked long poll).
+        Under SYNC_FLUSH each sync then dispatches what it made durable in its own callback,
+        before its writers are answered (see ``_after_sync``)."""
+        self._dispatch_waiters = waiting
+
+    def _after_sync(self) -> None:
+        """SYNC_FLUSH, after each sync and before its writers are answered: while a reader
+        waits, dispatch a small sync right here (``ReputService.dispatch_inline``: up to
+        64 KiB; a larger one wakes the reput task), so the parked pull is woken before the
+        writers' acks are built. With nobody waiting, dispatch follows the writers as
+        before: answering them first keeps a producer's requests in flight short."""
+        waiting = self._dispatch_waiters
+        if waiting is not None and self._reput is not None and waiting():
+            self._reput.dispatch_inline()
 
     def remove_arrival_listener(self, listener: ArrivalListener) -> None:
         if listener in self._listeners:

@@ -2,14 +2,6 @@
 
 One request = one validated batch = ONE store append into one queue = one reply. Per-message
 work is limited to building the store input and the result entry.
-
-SendMessageStream under SYNC_FLUSH: requests are handled concurrently (one task each, at most
-``maxInflightStreamRequests``), so one fdatasync serves many. A records request is checked,
-appended and its group commit requested by the stream's reader the moment it is read
-(``MessageStore.append_records_now``): the sync thread starts before the loop turn ends, and
-the task only awaits the sync and builds the reply. Appends keep the order of the stream:
-while an earlier request's task still has its own append ahead (the message form, or a put
-held by dispatch back-pressure), later ones are appended by their tasks too, in order.
 """
 
 from __future__ import annotations
