@@ -55,7 +55,7 @@ class GroupCommitService:
         """``on_flushed(flushed_offset, seconds, nbytes, waiters)`` runs on the loop after each
         sync; ``on_failed(exc)`` records the sticky error and returns it for the waiters."""
         # Called on the loop after each sync that moved the flushed offset, BEFORE the waiters
-        # it covers are answered (the store wakes its reput: dispatch goes first).
+        # it covers are answered (the store dispatches there while a reader waits).
         self.on_durable: Callable[[], object] | None = None
         self._sync_blocking = sync_blocking
         self._flushed_offset = flushed_offset
