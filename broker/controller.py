@@ -268,6 +268,8 @@ class BrokerController:
         if broker.enable_controller_mode:
             self.failover = self._failover()
         self.store.add_arrival_listener(self.long_poll.on_arrival)
+        long_poll = self.long_poll
+        self.store.set_dispatch_waiters(lambda: long_poll.parked_count > 0)
         self.store.set_consumer_progress(self.offsets.by_queue)
         started = time.perf_counter()
         await self.store.start()

@@ -13,6 +13,7 @@ import asyncio
 import threading
 
 from wharf.broker.errors import ResourceExhaustedError, UnavailableError
+from wharf.store import hops
 
 
 class _Parked:
@@ -63,7 +64,14 @@ class LongPollHolder:
         waiters.append(entry)
         self._count += 1
         try:
-            return await asyncio.wait_for(entry.future, timeout_s)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for resumes its caller one
+            # loop turn after the future is set (its inner waiter), and the loop turn in
+            # between runs every other ready callback first.
+            async with asyncio.timeout(timeout_s):
+                woken = await entry.future
+            if hops.ENABLED:
+                hops.stamp("b.pull_woken")
+            return woken
         except TimeoutError:
             return False
         finally:
@@ -93,6 +101,8 @@ class LongPollHolder:
         waiters = self._parked.get(key)
         if not waiters:
             return
+        if hops.ENABLED:
+            hops.stamp("b.arrival")
         keep = []
         for entry in waiters:
             if entry.offset < max_offset:

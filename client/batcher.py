@@ -7,6 +7,11 @@ AND a request slot is free: while ``max_in_flight`` requests are outstanding an 
 batch stays open and keeps growing until a reply frees a slot (Nagle-like). So a lone sender
 pays no linger, and a steady stream of sends turns into few large requests instead of a
 queue of one-message requests. Every message keeps its own future and result entry.
+
+With ``linger_s = 0``, a batch opened while a slot is free and nothing else waits gets its
+request task at once; the task closes the batch when it first runs (the next loop turn, as
+the linger callback would): a lone ``send()`` reaches the stream write one loop turn after
+the call instead of two.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wharf.client.errors import DeadlineExceededError
+from wharf.store import hops
 
 _NEVER = float("inf")
 
@@ -36,6 +42,9 @@ class _Batch:
     nbytes: int = 0
     deadline: float = float("inf")  # loop time; the earliest deadline of its messages
     timer: asyncio.TimerHandle | asyncio.Handle | None = None
+    # Its request task exists already (the lone-send fast path): it closes the batch when it
+    # first runs; until then the batch stays open to the sends of the same loop turn.
+    early: bool = False
 
 
 class AutoBatcher:
@@ -155,6 +164,13 @@ class AutoBatcher:
         self._open[key] = batch
         if self._linger_s > 0:
             batch.timer = loop.call_later(self._linger_s, self._linger_expired, batch)
+        elif self._in_flight < self._max_in_flight and not self._ready and not self._due:
+            # Fast path (a lone send: a free slot, nothing waiting): the request task is
+            # created now and closes the batch when it first runs, the next loop turn, when a
+            # linger callback would have. One loop turn instead of two (callback, then task):
+            # ~40-60 us less per lone send, the same batching of a turn's sends.
+            batch.early = True
+            self._start(batch)
         else:
             batch.timer = loop.call_soon(self._linger_expired, batch)
         return batch
@@ -182,6 +198,8 @@ class AutoBatcher:
         if self._open.get(batch.key) is not batch:
             return  # already closed
         del self._open[batch.key]
+        if batch.early:
+            return  # its request task, already started, sends it
         self._due.pop(batch.key, None)
         if batch.timer is not None:
             batch.timer.cancel()
@@ -196,13 +214,20 @@ class AutoBatcher:
                 key = next(iter(self._due))
                 self._close(self._open[key])  # re-enters _pump: one send per step
                 continue
-            batch = self._ready.popleft()
-            self._in_flight += 1
-            task = asyncio.get_running_loop().create_task(self._run(batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._start(self._ready.popleft())
+
+    def _start(self, batch: _Batch) -> None:
+        """Take a request slot and start the batch's request task."""
+        self._in_flight += 1
+        task = asyncio.get_running_loop().create_task(self._run(batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _run(self, batch: _Batch) -> None:
+        if batch.early and self._open.get(batch.key) is batch:
+            del self._open[batch.key]  # closed now: later sends open the next batch
+        if hops.ENABLED:
+            hops.stamp("c.batch_run")
         try:
             async with asyncio.timeout_at(batch.deadline if batch.deadline != _NEVER else None):
                 results = await self._send_batch(batch.key, batch.messages)

@@ -18,6 +18,7 @@ import itertools
 
 import grpc
 from wharf.client.errors import ClientClosedError, UnavailableError, WharfError, from_rpc_error
+from wharf.store import hops
 from wharf.v1 import common_pb2, messaging_pb2
 
 _METHOD = "/wharf.v1.MessagingService/SendMessageStream"
@@ -124,6 +125,8 @@ class SendStream:
         self._writing = True
         try:
             while self._backlog and self.broken is None:
+                if hops.ENABLED:
+                    hops.stamp("c.write")
                 await self._call.write(self._backlog.popleft())
         except _CALL_ENDED:
             pass  # the call ended: the read loop fails every pending request with the cause
@@ -156,6 +159,8 @@ class SendStream:
         error: WharfError = UnavailableError("send stream ended by the broker")
         try:
             async for response in self._call:
+                if hops.ENABLED:
+                    hops.stamp("c.ack_read")
                 future = self._pending.get(response.request_id)
                 if future is not None and not future.done():
                     future.set_result(response)

@@ -69,6 +69,9 @@ class FakeStore:
     def set_consumer_progress(self, provider) -> None:  # type: ignore[no-untyped-def]
         self.consumer_progress = provider  # the fake has no retention to count with it
 
+    def set_dispatch_waiters(self, waiting) -> None:  # type: ignore[no-untyped-def]
+        self.dispatch_waiters = waiting  # the fake dispatches every put at once anyway
+
     # --- writes ------------------------------------------------------------------------------
     def append(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> AppendResult:
         if not messages:

@@ -49,6 +49,7 @@ from wharf.broker.errors import (
 from wharf.broker.handlers import MalformedRequest, RefusedRequest
 from wharf.broker.processors.pull import PullProcessor
 from wharf.broker.reply_budget import PullReplies, StreamReplies
+from wharf.store import hops
 from wharf.v1 import common_pb2, messaging_pb2
 
 log = logging.getLogger("wharf.broker.pull_stream")
@@ -213,6 +214,8 @@ class PullStreamProcessor:
                     count = len(batch)
                     if count > 1:
                         reply = encode_batch(batch)
+                if hops.ENABLED:
+                    hops.stamp("b.pull_yield")
                 try:
                     yield reply
                 finally:

@@ -24,6 +24,7 @@ from wharf.broker.errors import (
 )
 from wharf.broker.handlers import MalformedRequest, RefusedRequest
 from wharf.broker.processors.convert import to_inputs
+from wharf.store import hops
 from wharf.store.config import SYNC_FLUSH
 from wharf.store.model import PutStatus
 from wharf.v1 import common_pb2, messaging_pb2
@@ -151,6 +152,8 @@ class SendProcessor:
         """Stream flavour: an error becomes the reply's ``error``; the stream goes on.
         Each request is observed as one RPC for the latency metrics."""
         started = time.perf_counter()
+        if hops.ENABLED:
+            hops.stamp("b.send_in")
         try:
             if type(request) is MalformedRequest:
                 raise InvalidArgumentError(request.message)
@@ -159,6 +162,8 @@ class SendProcessor:
                     raise UnauthenticatedError(request.message)
                 raise PermissionDeniedError(request.message)
             reply = await self.send(request, born_host)
+            if hops.ENABLED:
+                hops.stamp("b.send_done")
             self.ctx.metrics.observe_rpc("SendMessageStream", "OK", time.perf_counter() - started)
             return reply
         except asyncio.CancelledError:
@@ -185,7 +190,10 @@ class SendProcessor:
             # ASYNC_FLUSH: a put never waits for the disk, so handling requests in order on
             # this task is the cheapest path (no task or queue per request).
             async for request in requests:
-                yield await self._send_or_error(request, born_host)
+                response = await self._send_or_error(request, born_host)
+                if hops.ENABLED:
+                    hops.stamp("b.ack_yield")
+                yield response
             return
         # SYNC_FLUSH: many requests wait on group commits at once; one fdatasync serves them
         # all. At most max_inflight_stream_requests in flight (a slot is freed when its reply
@@ -215,6 +223,8 @@ class SendProcessor:
                 reply = await replies.get()
                 if reply is _END:
                     break
+                if hops.ENABLED:
+                    hops.stamp("b.ack_yield")
                 yield reply  # type: ignore[misc]
                 slots.release()
             await reader  # surfaces a broken request stream as the RPC's error

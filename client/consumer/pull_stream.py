@@ -34,6 +34,7 @@ from wharf.client.errors import (
     error_for_status_number,
     from_rpc_error,
 )
+from wharf.store import hops
 from wharf.v1 import messaging_pb2
 
 STREAM_METHOD = "/wharf.v1.MessagingService/PullMessageStream"
@@ -139,6 +140,8 @@ class PullStream:
         try:
             pending = self._pending
             async for reply in self._call:
+                if hops.ENABLED:
+                    hops.stamp("c.pull_read")
                 for each in reply.batch or (reply,):
                     future = pending.get(each.request_id)
                     if future is not None and not future.done():

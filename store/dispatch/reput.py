@@ -6,8 +6,15 @@ thread, before the store serves). ``ReputService`` is the asyncio task that tail
 ``reput_from_offset``: it is woken by appends (no sleep loop; the interval is only a safety net),
 dispatches bounded chunks so the event loop stays responsive, and in SYNC_FLUSH mode never goes
 past the flushed offset: a consumer must not see a message that a crash could still take away
-(RocketMQ #8239). ``CommitLogSource`` reads a chunk of one segment and decodes it as numpy
-columns when it is large, one DispatchRequest per record when it is small.
+(RocketMQ #8239). ``dispatch_inline`` is the latency fast path: called by whoever moved the
+dispatch limit (the store, after a SYNC_FLUSH sync and before its writers are answered, while
+a reader waits), it dispatches up to ``INLINE_MAX_BYTES`` synchronously when the task is idle
+and nothing needs a thread (a new ConsumeQueue file, an IndexFile roll); otherwise it wakes
+the task. A lone message's long poll is then woken in the same callback that learns of the
+sync, instead of a task wake-up later and after the writers' acks (sync done -> pull reply
+handed to gRPC: 0.36 ms p50 against 0.48 on a quiet box, 0.37 against 0.96 on a busy one).
+``CommitLogSource`` reads a chunk of one segment and decodes it as numpy columns when it is
+large, one DispatchRequest per record when it is small.
 """
 
 from __future__ import annotations
@@ -17,9 +24,16 @@ import contextlib
 from collections.abc import Callable
 from typing import Protocol
 
+from wharf.store import hops
 from wharf.store.codec.dispatch import decode_dispatches
 from wharf.store.codec.records import read_total_size
-from wharf.store.dispatch.dispatcher import Dispatcher, DispatchPlan, DispatchRecords, QueueAdvance
+from wharf.store.dispatch.dispatcher import (
+    Dispatcher,
+    DispatchPlan,
+    DispatchRecords,
+    IndexEntries,
+    QueueAdvance,
+)
 from wharf.store.errors import CorruptRecordError, DiskFullError
 from wharf.store.fast.dispatch_columns import decode_dispatch_columns
 from wharf.store.log.commit_log import CommitLog
@@ -39,6 +53,11 @@ DEFAULT_CHUNK_RECORDS = 1024
 # While written data waits for a commit (transient pool) or a sync (SYNC_FLUSH), poll at this
 # pace instead of the idle interval: nothing else wakes the reput when that data lands.
 PENDING_POLL_S = 0.005
+
+# ``dispatch_inline`` dispatches at most this much at once (more is left to the task, whose
+# columnar chunks cost less per record): a sync covering a lone message or a few small
+# batches is dispatched on the spot, a large one (throughput) the usual way.
+INLINE_MAX_BYTES = 64 * 1024
 
 # Chunks of at least this many records are decoded and planned as numpy columns; smaller ones
 # (a reput keeping up with light traffic) take the per-record path, which has no fixed cost
@@ -93,8 +112,68 @@ class ReputService(Service):
         # number of waiters (throttled puts, wait_dispatched) share it.
         self._progress = asyncio.Event()
         self._disk_full = False  # the last run failed for a full disk (reported to the source)
+        self._in_run = False  # run_once is between its start and its end (it may be suspended)
+        self._index_leftover: list[IndexEntries] = []  # inline chunks' entries awaiting a roll
+        self.inline_dispatches = 0
+
+    def dispatch_inline(self, max_bytes: int = INLINE_MAX_BYTES) -> bool:
+        """Dispatch everything dispatchable now, synchronously, if that is small and needs no
+        thread; True when caught up. False (the task is woken instead) when the task is in a
+        run, the service is stopping, not started or failing, more than ``max_bytes`` wait,
+        or the chunk would create a file or roll the index."""
+        if self._in_run or self.stopping or not self.running or self.consecutive_failures:
+            self.wakeup()
+            return False
+        limit = self.source.dispatch_limit()
+        start = self.reput_from_offset
+        if start >= limit:
+            return True
+        if limit - start > max_bytes:
+            self.wakeup()
+            return False
+        try:
+            records, next_offset = self.source.read_dispatch_chunk(start, limit, max_bytes)
+            plan = self.dispatcher.plan(records)
+            if self.dispatcher.missing_files(plan):
+                self.wakeup()
+                return False
+            if hops.ENABLED:
+                hops.stamp("b.reput_run")
+            advanced, leftover = self.dispatcher.apply(plan)
+        except Exception:  # the task meets it again and records it (health, back-off)
+            self.wakeup()
+            return False
+        if leftover:  # the index needs a new file (a thread): the task's next run writes them
+            self._index_leftover.append(leftover)
+            self.wakeup()
+        self.reput_from_offset = max(next_offset, start)
+        self.dispatched_messages += plan.record_count
+        self.inline_dispatches += 1
+        if plan.record_count:
+            self.last_timestamp = plan.last_timestamp
+        if advanced:
+            if hops.ENABLED:
+                hops.stamp("b.dispatched")
+            self.on_advance(advanced)
+        self._signal_progress()
+        if self.reput_from_offset < limit:
+            self.wakeup()  # a segment end: the rest is the task's
+            return False
+        return True
 
     async def run_once(self) -> None:
+        self._in_run = True
+        try:
+            await self._run_once()
+        finally:
+            self._in_run = False
+
+    async def _run_once(self) -> None:
+        if hops.ENABLED:
+            hops.stamp("b.reput_run")
+        while self._index_leftover and self.dispatcher.index is not None:
+            await self.dispatcher.index.put_entries(self._index_leftover[0])
+            self._index_leftover.pop(0)
         while not self.stopping:
             limit = self.source.dispatch_limit()
             if self.reput_from_offset >= limit:
@@ -114,6 +193,8 @@ class ReputService(Service):
             if plan.record_count:
                 self.last_timestamp = plan.last_timestamp
             if advanced:
+                if hops.ENABLED:
+                    hops.stamp("b.dispatched")
                 self.on_advance(advanced)
             self._signal_progress()
             if not progressed:

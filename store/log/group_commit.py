@@ -4,7 +4,8 @@ Writers append (synchronously, on the loop), then ``await wait_flushed(end_offse
 go to a pending list. When no sync is in flight, the first request starts one AT ONCE in a
 thread, covering everything appended so far; while it runs the loop keeps appending the other
 writers' batches. When the sync returns, the thread reports the durable offset to the loop
-(which answers every waiter it covers) and, if a request now waits past it, syncs again at
+(which first calls ``on_durable``, then answers every waiter it covers) and, if a request
+now waits past it, syncs again at
 once: consecutive group commits follow each other without a round trip through the event loop
 (RocketMQ's GroupCommitService thread, which swaps its request lists and commits again). That
 round trip (a thread hand-off and the GIL, ~0.1-0.7 ms on a busy loop) had left the disk idle
@@ -29,6 +30,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 
+from wharf.store import hops
 from wharf.store.errors import DiskFullError, FlushFailedError, StoreShutDownError
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,9 @@ class GroupCommitService:
     ) -> None:
         """``on_flushed(flushed_offset, seconds, nbytes, waiters)`` runs on the loop after each
         sync; ``on_failed(exc)`` records the sticky error and returns it for the waiters."""
+        # Called on the loop after each sync that moved the flushed offset, BEFORE the waiters
+        # it covers are answered (the store dispatches there while a reader waits).
+        self.on_durable: Callable[[], object] | None = None
         self._sync_blocking = sync_blocking
         self._flushed_offset = flushed_offset
         self._timeout_s = timeout_s
@@ -135,6 +140,8 @@ class GroupCommitService:
         """Start the sync thread for the pending requests (loop thread, none in flight)."""
         if not self._pending or self._error is not None or not self._running:
             return
+        if hops.ENABLED:
+            hops.stamp("b.sync_kick")
         loop = asyncio.get_running_loop()
         in_flight = loop.run_in_executor(self._executor, self._sync_while_requested, loop)
         self._in_flight = in_flight
@@ -146,8 +153,12 @@ class GroupCommitService:
         ``_completed``, which kicks again."""
         while True:
             before = self._flushed_offset()
+            if hops.ENABLED:
+                hops.stamp("b.sync_start")
             started = time.perf_counter()
             flushed = self._sync_blocking()
+            if hops.ENABLED:
+                hops.stamp("b.sync_done")
             loop.call_soon_threadsafe(
                 self._served, flushed, time.perf_counter() - started, flushed - before
             )
@@ -157,7 +168,11 @@ class GroupCommitService:
     def _served(self, flushed: int, seconds: float, nbytes: int) -> None:
         """Loop: answer every waiter the sync covered (before ``_completed`` runs: callbacks
         posted from the thread run in order)."""
+        if hops.ENABLED:
+            hops.stamp("b.sync_served")
         self.syncs += 1
+        if self.on_durable is not None and nbytes > 0:
+            self.on_durable()
         waiting: list[Request] = []
         served = 0
         for request in self._pending:

@@ -2,7 +2,7 @@
 unary PullMessage, and where a lone message's time goes from ``send()`` to the handler.
 
     .venv/bin/python -m tests.bench.read_path [--messages 200000] [--pullers 50] [--pulls 20000]
-        [--lone 200]
+        [--lone 200] [--no-hops]
 
 Part 1 (consume): one daemon, ``--messages`` of 1 KiB produced, then read back by
 ``--pullers`` tasks of one PullConsumer (100 per pull, queue ranges split as ``wharf bench
@@ -18,15 +18,22 @@ previous reached the handler, so nothing queues) by a Producer to a PushConsumer
 ASYNC_FLUSH and SYNC_FLUSH, pulls over the stream and unary. Each message's time is split at
 the send ack: send() -> ack (client encode + RPC + store append, and the group commit's
 fdatasync under SYNC_FLUSH) and ack -> handler (dispatch, long-poll wake-up, pull reply,
-client decode and hand-off to the handler, minus what overlapped the ack's way back).
+client decode and hand-off to the handler, minus what overlapped the ack's way back; under
+SYNC_FLUSH the handler usually runs before the ack is back: < 0).
 Percentiles per stage; the machine's fdatasync and a bare gRPC round trip are printed first
-as the floor.
+as the floor. Then, for the stream pulls, the per-hop breakdown: the broker runs with
+``WHARF_HOP_TRACE`` (``wharf.store.hops``) and this process stamps the SDK's hops, so each
+lone message's time from ``send()`` to its handler is split at every hand-off (batcher,
+stream write, broker handler, append, group commit and its fdatasync thread, dispatch,
+long-poll wake-up, pull reply, client read, handler): per hop, its time since ``send()`` and
+since the hop it follows (p50 / p99, us). ``--no-hops`` leaves the stamps off.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import os
 import statistics
 import tempfile
@@ -37,6 +44,7 @@ from typing import Any
 import uvloop
 from wharf.client import ConsumeResult, MessageQueue, Producer, PullConsumer, PushConsumer
 from wharf.client.message import ReceivedMessage
+from wharf.store import hops
 
 from tests.bench.broker_send import process_cpu_seconds
 from tests.harness import BrokerProcess
@@ -177,13 +185,20 @@ async def per_pull_part(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-async def lone_messages(endpoint: str, count: int, stream: bool) -> dict[str, list[float]]:
-    """Send one message at a time to a PushConsumer; the stages of each, in ms."""
+async def lone_messages(
+    endpoint: str, count: int, stream: bool
+) -> tuple[dict[str, list[float]], list[tuple[int, int]]]:
+    """Send one message at a time to a PushConsumer; the stages of each, in ms, and each
+    measured message's (send ns, handler ns) window (for the hop breakdown)."""
     stages: dict[str, list[float]] = {"send->ack": [], "ack->handler": [], "send->handler": []}
+    windows: list[tuple[int, int]] = []
     arrived: asyncio.Queue[tuple[ReceivedMessage, int]] = asyncio.Queue()
 
     async def handler(message: ReceivedMessage) -> ConsumeResult:
-        arrived.put_nowait((message, time.time_ns()))
+        if hops.ENABLED:
+            hops.stamp("c.handler")
+        handled_ns = time.time_ns()
+        arrived.put_nowait((message, handled_ns))
         return ConsumeResult.SUCCESS
 
     topic = f"lone-{time.time_ns()}"
@@ -197,17 +212,83 @@ async def lone_messages(endpoint: str, count: int, stream: bool) -> dict[str, li
             await asyncio.sleep(0.5)  # pulls parked
             for i in range(count + 20):
                 sent_ns = time.time_ns()
+                if hops.ENABLED:
+                    hops.stamp("c.send")
                 await producer.send(topic, b"x" * 1024, queue_id=0)
                 acked_ns = time.time_ns()
+                if hops.ENABLED:
+                    hops.stamp("c.ack")
                 _, handled_ns = await asyncio.wait_for(arrived.get(), 10.0)
                 if i < 20:
                     continue  # warm-up
+                windows.append((sent_ns, handled_ns))
                 stages["send->ack"].append((acked_ns - sent_ns) / 1e6)
                 # The handler may run before the ack is back (dispatch races the ack): < 0.
                 stages["ack->handler"].append((handled_ns - acked_ns) / 1e6)
                 stages["send->handler"].append((handled_ns - sent_ns) / 1e6)
                 await asyncio.sleep(0.002)
-    return stages
+    return stages, windows
+
+
+# The hops of a lone message (wharf.store.hops stamps; c. = client, b. = broker): name, what,
+# and the hops it follows (the first of them present: ASYNC_FLUSH has no b.sync_* nor
+# b.put_resumed). After the append (ASYNC) or the sync (SYNC) two chains run side by side:
+# the ack (b.send_done ... c.ack) and the dispatch (b.reput_run ... c.handler).
+HOPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("c.send", "send() called", ()),
+    ("c.batch_run", "batcher: batch request task runs", ("c.send",)),
+    ("c.write", "send stream: write starts", ("c.batch_run",)),
+    ("b.send_in", "broker: send handler has the request", ("c.write",)),
+    ("b.appended", "broker: appended to the CommitLog", ("b.send_in",)),
+    ("b.sync_kick", "broker: group commit requested", ("b.appended",)),
+    ("b.sync_start", "flush thread: fdatasync starts", ("b.sync_kick", "b.appended")),
+    ("b.sync_done", "flush thread: fdatasync done", ("b.sync_start",)),
+    ("b.sync_served", "broker loop: sync waiters answered", ("b.sync_done",)),
+    ("b.put_resumed", "broker: put resumes after the sync", ("b.sync_served",)),
+    ("b.send_done", "broker: send reply built", ("b.put_resumed", "b.appended")),
+    ("b.ack_yield", "broker: send reply handed to gRPC", ("b.send_done",)),
+    ("c.ack_read", "client: send reply read", ("b.ack_yield",)),
+    ("c.ack", "send() returned", ("c.ack_read",)),
+    ("b.reput_run", "broker: reput run starts", ("b.sync_served", "b.appended")),
+    ("b.dispatched", "broker: ConsumeQueue advanced", ("b.reput_run",)),
+    ("b.arrival", "broker: parked pulls woken", ("b.dispatched",)),
+    ("b.pull_woken", "broker: the pull resumes", ("b.arrival",)),
+    ("b.pull_yield", "broker: pull reply handed to gRPC", ("b.pull_woken",)),
+    ("c.pull_read", "client: pull reply read", ("b.pull_yield",)),
+    ("c.handler", "handler called", ("c.pull_read", "b.pull_yield")),
+)
+
+
+def hop_breakdown(stamps: list[tuple[str, int]], windows: list[tuple[int, int]]) -> list[str]:
+    """Per lone message, the first stamp of each hop inside its (send, handler) window; a line
+    per hop: its time since send() (p50) and since the hop it follows (p50 / p99), in us."""
+    ordered = sorted(stamps, key=lambda s: s[1])
+    times = [ns for _, ns in ordered]
+    names = {name for name, _, _ in HOPS}
+    since_send: dict[str, list[float]] = {name: [] for name in names}
+    step: dict[str, list[float]] = {name: [] for name in names}
+    for start, end in windows:
+        first: dict[str, int] = {}
+        for name, ns in ordered[bisect.bisect_left(times, start) : bisect.bisect_right(times, end)]:
+            if name in names and name not in first:
+                first[name] = ns
+        if "c.send" not in first:
+            continue
+        for name, _, after in HOPS:
+            ns = first.get(name)
+            if ns is None:
+                continue
+            since_send[name].append((ns - first["c.send"]) / 1000)
+            previous = next((first[p] for p in after if p in first), ns)
+            step[name].append((ns - previous) / 1000)
+    lines = [f"{'hop':14s} {'what':38s} {'at p50':>7s} {'step p50':>9s} {'step p99':>9s}  (us)"]
+    for name, what, _ in HOPS:
+        if since_send[name]:
+            lines.append(
+                f"{name:14s} {what:38s} {pct(since_send[name], 0.5):7.0f} "
+                f"{pct(step[name], 0.5):9.0f} {pct(step[name], 0.99):9.0f}"
+            )
+    return lines
 
 
 def fdatasync_ms(samples: int = 200) -> list[float]:
@@ -246,8 +327,11 @@ async def lone_part(args: argparse.Namespace) -> dict[str, Any]:
     for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
         with tempfile.TemporaryDirectory(prefix="wharf-lone-") as tmp:
             settings = {"flushDiskType": flush}
+            trace = Path(tmp) / "broker-hops.txt"
+            env = {"WHARF_HOP_TRACE": str(trace)} if args.hops else {}
+            hops.ENABLED = args.hops  # this process's stamps (the SDK's hops)
             with BrokerProcess(
-                Path(tmp), settings=settings, extra_args=["--log-level", "WARNING"]
+                Path(tmp), settings=settings, env=env, extra_args=["--log-level", "WARNING"]
             ) as broker:
                 if flush == "ASYNC_FLUSH":
                     rtt = await route_rtt_ms(broker.endpoint)
@@ -255,8 +339,11 @@ async def lone_part(args: argparse.Namespace) -> dict[str, Any]:
                         f"floor: bare gRPC round trip p50 {pct(rtt, 0.5):.3f} "
                         f"p99 {pct(rtt, 0.99):.3f} ms"
                     )
+                windows: dict[str, list[tuple[int, int]]] = {}
                 for mode in ("stream", "unary"):
-                    stages = await lone_messages(broker.endpoint, args.lone, mode == "stream")
+                    stages, windows[mode] = await lone_messages(
+                        broker.endpoint, args.lone, mode == "stream"
+                    )
                     out[f"{flush} {mode}"] = {
                         name: {"p50_ms": pct(v, 0.5), "p99_ms": pct(v, 0.99)}
                         for name, v in stages.items()
@@ -266,6 +353,13 @@ async def lone_part(args: argparse.Namespace) -> dict[str, Any]:
                         for name, v in stages.items()
                     )
                     print(f"lone {flush:11s} {mode:6s}: {row}")
+            hops.ENABLED = False
+            if args.hops and trace.exists():
+                stamps = hops.read(str(trace)) + hops.STAMPS
+                hops.STAMPS.clear()
+                print(f"hops of a lone message, {flush}, pulls over the stream:")
+                for line in hop_breakdown(stamps, windows["stream"]):
+                    print("  " + line)
     return out
 
 
@@ -278,6 +372,12 @@ def main() -> None:
     parser.add_argument("--lone", type=int, default=200, help="lone messages (0: skip part 2)")
     parser.add_argument("--pulls", type=int, default=20_000, help="one-message pulls (0: skip)")
     parser.add_argument("--skip-consume", action="store_true")
+    parser.add_argument(
+        "--no-hops",
+        dest="hops",
+        action="store_false",
+        help="part 3 without the per-hop breakdown (WHARF_HOP_TRACE stamps)",
+    )
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores shared)")
     uvloop.run(run_parts(args))  # one loop: grpc.aio binds its poller to the first one

@@ -64,3 +64,17 @@ async def test_arrival_from_another_thread_is_marshalled_to_the_loop() -> None:
     await asyncio.sleep(0.01)
     await asyncio.to_thread(holder.on_arrival, "t", 0, 1)
     assert await asyncio.wait_for(waiter, 2.0) is True
+
+
+async def test_a_woken_pull_resumes_on_the_next_loop_turn() -> None:
+    """The park awaits its future directly (asyncio.timeout): one loop turn after the arrival
+    the pull is running again, not two (wait_for's inner waiter on Python 3.11)."""
+    holder = LongPollHolder(max_parked=10)
+    holder.bind_loop(asyncio.get_running_loop())
+    waiter = asyncio.create_task(holder.park("t", 0, 0, timeout_s=5.0))
+    await asyncio.sleep(0)
+    assert holder.parked_count == 1
+    holder.on_arrival("t", 0, 1)
+    await asyncio.sleep(0)  # one loop turn
+    assert waiter.done() and waiter.result() is True
+    assert holder.parked_count == 0

@@ -12,7 +12,7 @@ from wharf.store.codec.ids import create_offset_msg_id
 from wharf.store.codec.layout import RECORD_HEADER_SIZE
 from wharf.store.codec.records import decode_record
 from wharf.store.codec.send_records import encode_record, topic_tail
-from wharf.v1 import messaging_pb2
+from wharf.v1 import common_pb2, messaging_pb2
 
 from tests.broker.daemon_helpers import SMALL_STORE, Client
 from tests.harness import BrokerProcess
@@ -139,5 +139,42 @@ def test_records_and_messages_in_one_request_are_refused(daemon: BrokerProcess) 
             client.msg.SendMessage(request, timeout=10)
         assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "not both" in failure.value.details()
+    finally:
+        client.close()
+
+
+def test_sync_flush_send_stream_answers_each_request_and_keeps_the_stream_order(
+    daemon: BrokerProcess,
+) -> None:
+    """Under SYNC_FLUSH the stream handles requests concurrently (a task each, so one sync
+    serves many): a bad request still gets its own error reply, and requests to one queue --
+    records or the message form -- take queue offsets in the order they were sent."""
+    client = Client(daemon.endpoint)
+    try:
+        client.send("ord", b"first", queue_id=1)  # the queue exists: offset 0
+
+        def request(request_id: int, **fields: object) -> messaging_pb2.SendMessageRequest:
+            return messaging_pb2.SendMessageRequest(
+                topic="ord", queue_id=1, request_id=request_id, **fields
+            )
+
+        mixed = request(5, records=record("ord", b"r", 9))
+        mixed.messages.add(body=b"m")
+        requests = [
+            request(1, records=record("ord", b"a", 1) + record("ord", b"b", 2)),
+            request(2, messages=[common_pb2.Message(body=b"c")]),  # the message form
+            request(3, records=record("ord", b"d", 4)),
+            request(4, records=record("ord", b"x" * 70_000, 5)),  # too large: refused
+            mixed,  # refused
+            request(6, records=record("ord", b"e", 6)),
+        ]
+        replies = {r.request_id: r for r in client.msg.SendMessageStream(iter(requests))}
+        assert sorted(replies) == [1, 2, 3, 4, 5, 6]
+        assert replies[4].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert "maxMessageSize" in replies[4].error.message
+        assert "not both" in replies[5].error.message
+        pulled = client.pull("ord", offset=1, queue_id=1, max_messages=10).messages
+        assert [m.body for m in pulled] == [b"a", b"b", b"c", b"d", b"e"]
+        assert [m.queue_offset for m in pulled] == [1, 2, 3, 4, 5]
     finally:
         client.close()

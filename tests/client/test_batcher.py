@@ -147,3 +147,40 @@ async def test_batcher_grows_batches_while_all_slots_are_busy() -> None:
     assert await asyncio.gather(*futures) == list(range(100))
     # Without growth this would be ~100 one-message requests queued behind the slot.
     assert len(sizes) < 20 and max(sizes) > 10
+
+
+async def test_a_lone_send_reaches_the_send_function_one_loop_turn_after_submit() -> None:
+    """Fast path (linger 0, a free slot, nothing waiting): the request task is created at
+    submit and closes the batch when it runs; the sends of the same turn still join it."""
+    calls: list[list[int]] = []
+
+    async def send(key: object, items: list[int]) -> list[int]:
+        calls.append(list(items))
+        return items
+
+    batcher = AutoBatcher(send, max_in_flight=2)
+    first = batcher.submit("k", 1, 1)
+    second = batcher.submit("k", 2, 1)  # same turn: same batch
+    await asyncio.sleep(0)  # one loop turn
+    assert calls == [[1, 2]]
+    assert await asyncio.gather(first, second) == [1, 2]
+    third = batcher.submit("k", 3, 1)  # the batch above is closed: a new one
+    await asyncio.sleep(0)
+    assert calls == [[1, 2], [3]]
+    assert await third == 3
+
+
+async def test_the_fast_path_batch_respects_the_size_limit_and_drains() -> None:
+    calls: list[list[int]] = []
+
+    async def send(key: object, items: list[int]) -> list[int]:
+        calls.append(list(items))
+        await asyncio.sleep(0)
+        return items
+
+    batcher = AutoBatcher(send, max_messages=3, max_in_flight=4)
+    futures = [batcher.submit("k", i, 1) for i in range(7)]
+    await batcher.drain()
+    assert [f.result() for f in futures] == list(range(7))
+    assert calls == [[0, 1, 2], [3, 4, 5], [6]]  # each batch sent once, in order
+    assert batcher.in_flight == 0 and batcher.buffered == 0

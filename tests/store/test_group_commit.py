@@ -203,3 +203,23 @@ async def test_waiters_parked_at_shutdown_are_served_by_a_last_sync(tmp_path, mo
     assert all(await asyncio.gather(*waits))
     assert log.flushed_offset == log.wrote_offset
     log.close()
+
+
+async def test_on_durable_runs_before_the_waiters_are_answered(tmp_path, monkeypatch):
+    """The store hangs its reput here: dispatch must see the sync before any writer resumes."""
+    monkeypatch.setattr(mf_module, "fdatasync", SyncSpy())
+    log = make_log(tmp_path)
+    seen: list[tuple[int, bool]] = []
+    waits: list[asyncio.Task[bool]] = []
+    log.group_commit.on_durable = lambda: seen.append(
+        (log.flushed_offset, any(w.done() for w in waits))
+    )
+    log.start()
+    try:
+        result = log.append("T", 0, 0, [MessageInput(b"one")])
+        waits.append(asyncio.create_task(log.wait_flushed(result.end_offset)))
+        assert await waits[0]
+        assert seen and seen[0] == (result.end_offset, False)
+    finally:
+        await log.shutdown()
+        log.close()

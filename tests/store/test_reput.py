@@ -71,3 +71,95 @@ async def test_queue_files_are_created_off_the_event_loop(tmp_path: Path) -> Non
         )
     finally:
         await store.shutdown()
+
+
+async def test_sync_flush_put_returns_with_its_message_already_dispatched(tmp_path: Path) -> None:
+    """SYNC_FLUSH with a reader waiting: a small sync is dispatched in the sync's own callback,
+    before the writer is answered: no reput wake-up, no polling (the reput's intervals are
+    far away here)."""
+    store = MessageStore(small_config(tmp_path, flush_disk_type="SYNC_FLUSH"))
+    store.set_dispatch_waiters(lambda: True)
+    await store.start()
+    try:
+        reput = store.reput_service
+        reput.idle_interval_s = reput.interval_s = 3600.0  # the safety net never fires
+        arrivals: list[tuple[str, int, int]] = []
+        store.add_arrival_listener(lambda t, q, offset: arrivals.append((t, q, offset)))
+        await store.put("T", 0, [msg("first")])  # creates the queue file
+        assert await store.wait_dispatched()
+        before = reput.inline_dispatches
+        for i in range(1, 4):
+            result = await store.put("T", 0, [msg(f"m{i}")])
+            # Visible the moment the put returns: nothing awaited in between.
+            assert store.dispatch_offset >= result.append.end_offset
+            assert store.get_max_offset("T", 0) == i + 1
+            assert arrivals[-1] == ("T", 0, i + 1)
+        assert reput.inline_dispatches - before == 3
+    finally:
+        await store.shutdown()
+
+
+async def test_inline_dispatch_leaves_index_rolls_to_the_task(tmp_path: Path) -> None:
+    """Entries that do not fit the newest IndexFile (64 here) are written by the task's next
+    run (a roll creates a file in a thread): every key stays queryable."""
+    store = MessageStore(small_config(tmp_path, flush_disk_type="SYNC_FLUSH"))
+    store.set_dispatch_waiters(lambda: True)
+    await store.start()
+    try:
+        await store.put("T", 0, [msg("first")])
+        for i in range(100):
+            await store.put("T", 0, [msg(f"m{i}", keys=f"k{i}")])
+        assert await store.wait_dispatched()
+        for _ in range(50):  # the task's run writing the leftovers
+            if all(store.query_messages("T", f"k{i}", 1, 0, 2**62) for i in (0, 63, 64, 99)):
+                break
+            await asyncio.sleep(0.02)
+        for i in (0, 63, 64, 99):
+            [found] = store.query_messages("T", f"k{i}", 1, 0, 2**62)
+            assert found.body == f"m{i}".encode()
+        assert store.get_max_offset("T", 0) == 101
+    finally:
+        await store.shutdown()
+
+
+async def test_inline_dispatch_defers_to_the_task_when_it_would_create_a_file(
+    tmp_path: Path,
+) -> None:
+    store = MessageStore(small_config(tmp_path))  # ASYNC: dispatch_inline called by hand
+    await store.start()
+    try:
+        reput = store.reput_service
+        store.append("NEW", 3, [msg("x")])  # its ConsumeQueue file does not exist yet
+        assert reput.dispatch_inline() is False  # needs a thread: the task's job
+        assert await store.wait_dispatched()
+        assert store.get_max_offset("NEW", 3) == 1
+        store.append("NEW", 3, [msg("y")])
+        assert reput.dispatch_inline() is True  # the file exists: done on the spot
+        assert store.get_max_offset("NEW", 3) == 2
+    finally:
+        await store.shutdown()
+
+
+async def test_sync_flush_without_a_waiting_reader_answers_writers_first(tmp_path: Path) -> None:
+    """Nobody waits (no parked pull): dispatch is left to the reput task, woken by the resumed
+    writer, so the writers' acks are not held up by dispatch (a producer's requests in
+    flight stay short); the message is still dispatched."""
+    waiting = False
+    store = MessageStore(small_config(tmp_path, flush_disk_type="SYNC_FLUSH"))
+    store.set_dispatch_waiters(lambda: waiting)
+    await store.start()
+    try:
+        reput = store.reput_service
+        await store.put("T", 0, [msg("first")])
+        assert await store.wait_dispatched()
+        result = await store.put("T", 0, [msg("second")])
+        assert store.dispatch_offset < result.append.end_offset  # not yet: the task's turn
+        assert await store.wait_dispatched()
+        assert store.get_max_offset("T", 0) == 2
+        assert reput.inline_dispatches == 0
+        waiting = True
+        result = await store.put("T", 0, [msg("third")])
+        assert store.dispatch_offset >= result.append.end_offset
+        assert reput.inline_dispatches == 1
+    finally:
+        await store.shutdown()
