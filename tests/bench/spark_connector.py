@@ -11,7 +11,9 @@ are measured warm: each read (both sources and the peer) first runs ``--warmup-r
 untimed on the measured topic, because a young JVM spends 0.3-1.4 s of JIT compiler CPU on
 each of its first ~5-10 queries (Spark's own code: planner, scheduler, listeners; a
 ``spark.range`` query pays it too: 2-core VM, 2026-11-23), more than the 100,000-row read
-itself; ``--warmup-runs 0`` times them cold, as figures before 2026-11-23 02:00 UTC were.
+itself. Five warm-up runs by default: after two, the JVM still spent 0.87 CPU s on the measured
+100,000-row Arrow read, after five 0.59 s (quiet box, 2026-11-23 02:58 and 03:00 UTC);
+``--warmup-runs 0`` times them cold, as figures before 2026-11-23 02:00 UTC were.
 Each figure is the best of ``--runs`` runs, the peer's too; the CPU seconds of each read's
 best run are printed per process (the JVM, its Python workers, the broker, this process),
 from ``/proc``, which the load of other work on the machine does not inflate as it does
@@ -295,7 +297,7 @@ def main() -> None:
     parser.add_argument(
         "--warmup-runs",
         type=int,
-        default=2,
+        default=5,
         help="untimed runs of each read first (JIT warm-up; 0: time them cold)",
     )
     args = parser.parse_args()
