@@ -14,6 +14,10 @@ message each way instead of a call (~145 + 150 us of broker and client CPU again
   ``cancel`` request, so a long poll does not stay parked on the broker for nothing.
 - A broken call (broker restart, network) fails every pending pull with the mapped error
   (UNAVAILABLE: retriable); the next pull opens a new call.
+- ``on_reply`` (optional, per pull): the read loop hands it the reply (one without an error)
+  before resolving the pull, so the caller's work on a reply starts one loop turn sooner
+  (the push consumer decodes and dispatches there: its lone message's handler starts ~0.1 ms
+  sooner); an exception it raises is what the pull raises.
 - A broker that answers UNIMPLEMENTED (it predates the stream) switches this Puller to unary
   ``PullMessage`` for good; the pulls that were pending are re-sent that way.
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+from collections.abc import Callable
 
 import grpc
 from wharf.client.consumer.pull_wire import PullReply, decode_pull_reply, pull_callable
@@ -66,6 +71,9 @@ class PullStream:
         )
         self._call = factory()  # type: ignore[call-arg]  # no iterator: we write()
         self._pending: dict[int, asyncio.Future[PullReply]] = {}
+        # Per pending pull, optionally: called by the read loop with a reply without an
+        # error, before the pull's future is resolved (see ``pull``).
+        self._on_reply: dict[int, Callable[[PullReply], None]] = {}
         self._ids = itertools.count(1)
         self._backlog: collections.deque[bytes] = collections.deque()
         self._writing = False
@@ -81,7 +89,11 @@ class PullStream:
         self,
         request: messaging_pb2.PullMessageRequest,
         timeout: float,  # noqa: ASYNC109  # the pull's own timer: a cancel follows it
+        on_reply: Callable[[PullReply], None] | None = None,
     ) -> PullReply:
+        """The pull's reply. ``on_reply(reply)``, when given, runs in the stream's read loop as
+        soon as a reply without an error arrives (one loop turn before the awaiting task
+        resumes); if it raises, the pull raises that."""
         if self.broken is not None:
             raise self.broken
         request_id = next(self._ids)
@@ -89,6 +101,8 @@ class PullStream:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[PullReply] = loop.create_future()
         self._pending[request_id] = future
+        if on_reply is not None:
+            self._on_reply[request_id] = on_reply
         timer = loop.call_later(timeout, _expire, future, timeout)
         answered = False
         try:
@@ -100,6 +114,7 @@ class PullStream:
         finally:
             timer.cancel()
             self._pending.pop(request_id, None)
+            self._on_reply.pop(request_id, None)
             if not answered and self.broken is None:
                 self._send_later(_REQUEST_ID_TAG + _varint(request_id) + _CANCEL_TAG)
         if reply.error is not None:
@@ -138,14 +153,22 @@ class PullStream:
     async def _read_loop(self) -> None:
         error: WharfError = UnavailableError("pull stream ended by the broker")
         try:
-            pending = self._pending
+            pending, callbacks = self._pending, self._on_reply
             async for reply in self._call:
                 if hops.ENABLED:
                     hops.stamp("c.pull_read")
                 for each in reply.batch or (reply,):
                     future = pending.get(each.request_id)
-                    if future is not None and not future.done():
-                        future.set_result(each)
+                    if future is None or future.done():
+                        continue
+                    on_reply = callbacks.pop(each.request_id, None)
+                    if on_reply is not None and each.error is None:
+                        try:
+                            on_reply(each)
+                        except Exception as exc:  # the pull raises it
+                            future.set_exception(exc)
+                            continue
+                    future.set_result(each)
         except grpc.RpcError as exc:
             error = from_rpc_error(exc)
         except asyncio.CancelledError:
@@ -186,13 +209,16 @@ class Puller:
         request: messaging_pb2.PullMessageRequest,
         *,
         timeout: float,  # noqa: ASYNC109  # grpc's callable signature (QueueWorker calls both)
+        on_reply: Callable[[PullReply], None] | None = None,
     ) -> PullReply:
+        """``on_reply``: see ``PullStream.pull`` (over the stream only: a unary reply is
+        returned without it, so the caller checks whether it ran)."""
         if self.streaming:
             stream = self._stream
             if stream is None or stream.broken is not None:
                 stream = self._stream = PullStream(self._channel)
             try:
-                return await stream.pull(request, timeout)
+                return await stream.pull(request, timeout, on_reply)
             except WharfError as exc:
                 if exc.code != "UNIMPLEMENTED":
                     raise

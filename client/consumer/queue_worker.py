@@ -1,4 +1,9 @@
-"""The pull loop of one assigned queue: long-poll, hand messages to the consumer, flow control."""
+"""The pull loop of one assigned queue: long-poll, hand messages to the consumer, flow control.
+
+Over a pull stream the reply is handled (decoded, added to the process queue, dispatched) by
+the stream's read loop as it arrives, one loop turn before this loop resumes to pull again: a
+lone message's handler task starts that turn sooner. A pull answered after ``stop()`` is not
+handled (the process queue is dropped first). Unary replies are handled here, as before."""
 
 from __future__ import annotations
 
@@ -107,8 +112,21 @@ class QueueWorker:
             commit = self._pending_commit()
             if commit is not None:
                 request.commit_offset = commit
+            timeout = self._long_poll_ms / 1000.0 + 10.0
+            handled: list[object] = []
+
+            def on_reply(
+                reply: PullReply, pq: ProcessQueue = pq, handled: list[object] = handled
+            ) -> None:
+                if not pq.dropped:
+                    self._handle(pq, reply)
+                handled.append(reply)
+
             try:
-                reply = await self._pull(request, timeout=self._long_poll_ms / 1000.0 + 10.0)
+                if isinstance(self._pull, Puller):
+                    reply = await self._pull(request, timeout=timeout, on_reply=on_reply)
+                else:
+                    reply = await self._pull(request, timeout=timeout)
             except (grpc.RpcError, WharfError) as exc:
                 error = from_rpc_error(exc) if isinstance(exc, grpc.RpcError) else exc
                 log.warning("pull %s failed: %s", self.queue, error)
@@ -116,7 +134,8 @@ class QueueWorker:
                 continue
             if commit is not None:
                 self._on_committed(commit)
-            self._handle(pq, reply)
+            if not handled:
+                self._handle(pq, reply)
 
     def _handle(
         self, pq: ProcessQueue, reply: messaging_pb2.PullMessageResponse | PullReply

@@ -152,7 +152,6 @@ class CommitLog(CommitLogReads):
             config.sync_flush_timeout / 1000,
             self._after_group_commit,
             self._mark_flush_failed,
-            self._io,
         )
         self.flush_service = FlushRealTimeService(
             self._flush_blocking,

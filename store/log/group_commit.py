@@ -1,8 +1,10 @@
 """GroupCommitService: SYNC_FLUSH durability with one fdatasync for many waiters.
 
 Writers append (synchronously, on the loop), then ``await wait_flushed(end_offset)``. Requests
-go to a pending list. When no sync is in flight, the first request starts one AT ONCE in a
-thread, covering everything appended so far; while it runs the loop keeps appending the other
+go to a pending list. When no sync is in flight, the first request starts one AT ONCE on the
+service's own sync thread (long-lived, started by ``start()``, parked on a Condition between
+group commits, ended by ``stop()``; a lone request's fdatasync starts ~50-60 us after the
+request here against ~115 us through an executor submit), covering everything appended so far; while it runs the loop keeps appending the other
 writers' batches. When the sync returns, the thread reports the durable offset to the loop
 (which first calls ``on_durable``, then answers every waiter it covers) and, if a request
 now waits past it, syncs again at
@@ -25,10 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Executor
 
 from wharf.store import hops
 from wharf.store.errors import DiskFullError, FlushFailedError, StoreShutDownError
@@ -50,7 +52,6 @@ class GroupCommitService:
         timeout_s: float,
         on_flushed: Callable[[int, float, int, int], None],
         on_failed: Callable[[BaseException], FlushFailedError],
-        executor: Executor | None = None,
     ) -> None:
         """``on_flushed(flushed_offset, seconds, nbytes, waiters)`` runs on the loop after each
         sync; ``on_failed(exc)`` records the sticky error and returns it for the waiters."""
@@ -62,7 +63,12 @@ class GroupCommitService:
         self._timeout_s = timeout_s
         self._on_flushed = on_flushed
         self._on_failed = on_failed
-        self._executor = executor
+        # The sync thread: long-lived, parked on a Condition between group commits (an
+        # executor submit cost ~85 us from the request to the fdatasync's start here).
+        self._wake = threading.Condition(threading.Lock())
+        self._job: tuple[asyncio.AbstractEventLoop, asyncio.Future[int]] | None = None
+        self._closing = False
+        self._thread: threading.Thread | None = None
         self._pending: list[Request] = []
         # The highest end offset ever requested: read by the sync thread to decide whether to
         # sync again at once (an int attribute: a consistent read under the GIL).
@@ -88,6 +94,13 @@ class GroupCommitService:
 
     def start(self) -> None:
         self._running = True
+        with self._wake:
+            self._closing = False
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=self._thread_main, name="group-commit", daemon=True
+            )
+            self._thread.start()
 
     async def stop(self) -> None:
         """Serve whoever is still waiting (shutdown is not a timeout), then stop."""
@@ -98,6 +111,9 @@ class GroupCommitService:
                 await asyncio.wait([self._in_flight])
                 await asyncio.sleep(0)  # let the completion callback run
         self._running = False
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -143,9 +159,34 @@ class GroupCommitService:
         if hops.ENABLED:
             hops.stamp("b.sync_kick")
         loop = asyncio.get_running_loop()
-        in_flight = loop.run_in_executor(self._executor, self._sync_while_requested, loop)
+        in_flight: asyncio.Future[int] = loop.create_future()
         self._in_flight = in_flight
         in_flight.add_done_callback(self._completed)
+        with self._wake:
+            self._job = (loop, in_flight)
+            self._wake.notify()
+
+    def _thread_main(self) -> None:
+        """The sync thread: wait for a kick, sync while requested, settle the loop's future."""
+        while True:
+            with self._wake:
+                while self._job is None and not self._closing:
+                    self._wake.wait()
+                job, self._job = self._job, None
+            if job is None:
+                return  # closing, nothing asked
+            loop, future = job
+            try:
+                result: tuple[int | None, BaseException | None] = (
+                    self._sync_while_requested(loop),
+                    None,
+                )
+            except BaseException as exc:  # the loop fails the waiters with it
+                result = (None, exc)
+            try:
+                loop.call_soon_threadsafe(_settle, future, *result)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                return
 
     def _sync_while_requested(self, loop: asyncio.AbstractEventLoop) -> int:
         """Thread: sync, report the durable offset to the loop, and sync again at once while a
@@ -228,3 +269,13 @@ class GroupCommitService:
             if not future.done():
                 future.set_exception(self._error)
         self._forget_served()
+
+
+def _settle(future: asyncio.Future[int], flushed: int | None, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        assert flushed is not None
+        future.set_result(flushed)

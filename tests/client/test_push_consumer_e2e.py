@@ -341,3 +341,49 @@ async def test_orderly_consumer_keeps_queue_order_through_failures(
         await eventually(lambda: sum(len(v) for v in consumed.values()) == 40)
     assert consumed[0] == list(range(0, 40, 2)) and consumed[1] == list(range(1, 40, 2))
     assert failed_once == {3, 13, 23, 33} and not overlap
+
+
+async def test_a_streamed_pull_reply_starts_the_handler_before_the_pull_loop_resumes(
+    broker: BrokerProcess, name: str, monkeypatch: Any
+) -> None:
+    # The stream's read loop hands the reply to the queue (decode, process queue, handler
+    # task) as it arrives: the handler runs before the queue's pull loop resumes from that
+    # pull (one loop turn less from the reply to the handler), in order, with the offset
+    # still committed after the handler.
+    from wharf.client.consumer.pull_stream import Puller
+    from wharf.v1 import messaging_pb2
+
+    events: list[str] = []
+    real_call = Puller.__call__
+
+    async def recording(self: Puller, request: Any, **kwargs: Any) -> Any:
+        reply = await real_call(self, request, **kwargs)
+        if request.topic == name and reply.status == messaging_pb2.FOUND:
+            events.append("pull returned")
+        return reply
+
+    monkeypatch.setattr(Puller, "__call__", recording)
+    await make_topic(broker.endpoint, name, queues=1)
+
+    async def handler(msg: ReceivedMessage) -> ConsumeResult:
+        events.append(f"handler {msg.body.decode()}")
+        return ConsumeResult.SUCCESS
+
+    consumer = PushConsumer(
+        broker.endpoint, name, handler=handler, consume_from_where="FIRST", **FAST
+    )
+    consumer.subscribe(name)
+    async with consumer, Producer(broker.endpoint) as producer:
+        for i in range(3):
+            await producer.send(name, b"m%d" % i, queue_id=0)
+            await eventually(lambda i=i: f"handler m{i}" in events)
+            await eventually(lambda: "pull returned" in events[-1:])
+    # Each lone message: its handler first, then the pull loop resumes.
+    assert [e for e in events if e.startswith("handler")] == [
+        "handler m0",
+        "handler m1",
+        "handler m2",
+    ]
+    for i in range(3):
+        at = events.index(f"handler m{i}")
+        assert events[at + 1] == "pull returned", events

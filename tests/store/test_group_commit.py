@@ -223,3 +223,34 @@ async def test_on_durable_runs_before_the_waiters_are_answered(tmp_path, monkeyp
     finally:
         await log.shutdown()
         log.close()
+
+
+async def test_group_commits_run_on_one_long_lived_sync_thread_that_ends_at_stop(
+    tmp_path, monkeypatch
+):
+    # No executor submit per group commit: one thread, parked between syncs, does them all;
+    # shutdown ends it.
+    threads: list[threading.Thread] = []
+    real = os.fdatasync
+
+    def recording(fd: int) -> None:
+        threads.append(threading.current_thread())
+        real(fd)
+
+    monkeypatch.setattr(mf_module, "fdatasync", recording)
+    log = make_log(tmp_path)
+    log.start()
+    thread = log.group_commit._thread
+    try:
+        assert thread is not None and thread.is_alive() and thread.name == "group-commit"
+        for i in range(3):
+            result = log.append("T", 0, i, [MessageInput(b"m%d" % i)])
+            assert await log.wait_flushed(result.end_offset)
+            await asyncio.sleep(0.01)  # idle between group commits: the thread parks
+        synced_by = {t for t in threads if t.name == "group-commit"}
+        assert synced_by == {thread} and len([t for t in threads if t is thread]) >= 3
+    finally:
+        await log.shutdown()
+        log.close()
+    thread.join(5)
+    assert not thread.is_alive()
