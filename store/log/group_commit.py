@@ -4,23 +4,23 @@ Writers append (synchronously, on the loop), then ``await wait_flushed(end_offse
 go to a pending list. When no sync is in flight, the first request starts one AT ONCE on the
 service's own sync thread (long-lived, started by ``start()``, parked on a Condition between
 group commits, ended by ``stop()``; a lone request's fdatasync starts ~50-60 us after the
-request here against ~115 us through an executor submit), covering everything appended so far; while it runs the loop keeps appending the other
-writers' batches. When the sync returns, the thread reports the durable offset to the loop
-(which first calls ``on_durable``, then answers every waiter it covers) and, if a request
-now waits past it, syncs again at
-once: consecutive group commits follow each other without a round trip through the event loop
-(RocketMQ's GroupCommitService thread, which swaps its request lists and commits again). That
-round trip (a thread hand-off and the GIL, ~0.1-0.7 ms on a busy loop) had left the disk idle
-~30% of the time under SYNC_FLUSH load. One fdatasync (~0.2 ms for up to 64 KiB here) serves
-every waiter it covers.
+request here against ~115 us through an executor submit), covering everything appended so far;
+while it runs the loop keeps appending the other writers' batches. When the sync returns, the
+thread reports the durable offset to the loop (which first calls ``on_durable``, then answers
+every waiter it covers) and, if a request now waits past it, syncs again at once: consecutive
+group commits follow each other without a round trip through the event loop (RocketMQ's
+GroupCommitService thread, which swaps its request lists and commits again). That round trip (a
+thread hand-off and the GIL, ~0.1-0.7 ms on a busy loop) had left the disk idle ~30% of the time
+under SYNC_FLUSH load. One fdatasync (~0.2 ms for up to 64 KiB here) serves every waiter it
+covers.
 
 Failure policy (LevelDB DBImpl::Write, NATS filestore): a sync that raises leaves the file state
 unknown, so the error is sticky. Every parked waiter and every later ``wait_flushed`` gets
-``FlushFailedError`` (``SyncDiskFullError`` when the sync failed with ENOSPC/EDQUOT: reported
-as disk full, logged without a traceback), and ``on_failed`` makes the commit log refuse appends. The failure is
-logged with context and counted (``failures``, ``last_error``).
-A waiter not served within ``timeout_s`` gets False (FLUSH_DISK_TIMEOUT), never a silent OK;
-its data may still become durable later.
+``FlushFailedError`` (``SyncDiskFullError`` when the sync failed with ENOSPC/EDQUOT: reported as
+disk full, logged without a traceback), and ``on_failed`` makes the commit log refuse appends.
+The failure is logged with context and counted (``failures``, ``last_error``). A waiter not
+served within ``timeout_s`` gets False (FLUSH_DISK_TIMEOUT), never a silent OK; its data may
+still become durable later.
 """
 
 from __future__ import annotations
