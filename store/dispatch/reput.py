@@ -147,8 +147,16 @@ class ReputService(Service):
             self._index_leftover.append(leftover)
             self.wakeup()
         self.reput_from_offset = max(next_offset, start)
-        self.dispatched_messages += plan.record_count
         self.inline_dispatches += 1
+        self._applied(plan, advanced)
+        if self.reput_from_offset < limit:
+            self.wakeup()  # a segment end: the rest is the task's
+            return False
+        return True
+
+    def _applied(self, plan: DispatchPlan, advanced: QueueAdvance) -> None:
+        """After a chunk is applied (inline or by the task): counters, arrivals, progress."""
+        self.dispatched_messages += plan.record_count
         if plan.record_count:
             self.last_timestamp = plan.last_timestamp
         if advanced:
@@ -156,10 +164,6 @@ class ReputService(Service):
                 hops.stamp("b.dispatched")
             self.on_advance(advanced)
         self._signal_progress()
-        if self.reput_from_offset < limit:
-            self.wakeup()  # a segment end: the rest is the task's
-            return False
-        return True
 
     async def run_once(self) -> None:
         self._in_run = True
@@ -189,14 +193,7 @@ class ReputService(Service):
             progressed = next_offset > self.reput_from_offset
             if progressed:
                 self.reput_from_offset = next_offset
-            self.dispatched_messages += plan.record_count
-            if plan.record_count:
-                self.last_timestamp = plan.last_timestamp
-            if advanced:
-                if hops.ENABLED:
-                    hops.stamp("b.dispatched")
-                self.on_advance(advanced)
-            self._signal_progress()
+            self._applied(plan, advanced)
             if not progressed:
                 break  # nothing decodable yet: wait for the next wakeup
             await asyncio.sleep(0)  # let puts and pulls in between chunks
