@@ -40,10 +40,8 @@ import numpy as np
 import pyarrow as pa
 from wharf.client.compression import decompress
 from wharf.store.codec.layout import (
-    MESSAGE_MAGIC_CODE,
     RECORD_FIELDS,
     RECORD_FIXED_SIZE,
-    RECORD_HEADER_SIZE,
     SYSFLAG_COMPRESSED,
     TOTAL_SIZE,
 )
@@ -54,8 +52,9 @@ from wharf.store.codec.properties import (
     PROPERTY_UNIQ_KEY,
 )
 from wharf.store.fast import load
-from wharf.store.fast.dispatch_properties import PAD, PropertyPairs
+from wharf.store.fast.dispatch_properties import PropertyPairs
 from wharf.store.fast.layout_dtypes import columns
+from wharf.store.fast.record_tails import gather_record_tails
 
 _HEADER, _HEADER_BYTES = columns(
     RECORD_FIELDS,
@@ -111,33 +110,13 @@ def decode_reply_columns(
     if not count:
         return ReplyColumns(0, None, {})
     pos = np.array(positions, dtype=np.int64)
-    view = np.frombuffer(buf, np.uint8)
-    try:
-        header = view[pos[:, None] + _HEADER_BYTES].view(_HEADER)[:, 0]
-    finally:
-        del view
-    total = header["total"].astype(np.int64)
-    body_len = header["body"].astype(np.int64)
-    body_start = pos + RECORD_HEADER_SIZE
-    body_end = body_start + body_len
-    rec_end = pos + total
-    ok = (header["magic"] == MESSAGE_MAGIC_CODE) & (body_len >= 0) & (body_end + 3 <= rec_end)
-    if np.count_nonzero(ok) != count:
+    gathered = gather_record_tails(buf, pos, _HEADER, _HEADER_BYTES)
+    if gathered is None:
         return None
-    # Tail of each record (TOPICLENGTH, TOPIC, PROPERTIESLENGTH, PROPERTIES), back to back.
-    body_end_list = body_end.tolist()
-    rec_end_list = rec_end.tolist()
-    tail = b"".join([buf[a:b] for a, b in zip(body_end_list, rec_end_list, strict=True)])
-    lengths = rec_end - body_end
-    t_start = np.zeros(count, dtype=np.int64)
-    lengths[:-1].cumsum(out=t_start[1:])
-    t_end = t_start + lengths
-    data = np.zeros(len(tail) + PAD, dtype=np.uint8)
-    data[: len(tail)] = np.frombuffer(tail, np.uint8)
-    props = t_start + 3 + data[t_start].astype(np.int64)
-    props_len = data[props - 2].astype(np.int64) << 8 | data[props - 1]
-    if np.count_nonzero((props <= t_end) & (props + props_len == t_end)) != count:
-        return None
+    header, body_start, body_len = gathered.header, gathered.body_start, gathered.body_len
+    tail, data, t_start, t_end, props = (
+        gathered.tail, gathered.data, gathered.starts, gathered.ends, gathered.props
+    )  # fmt: skip
     pairs = PropertyPairs(data, t_start, props, t_end)
 
     want = set(names)

@@ -27,12 +27,13 @@ from dataclasses import dataclass
 import numpy as np
 from wharf.store.codec.dispatch import DispatchRequest, decode_dispatches
 from wharf.store.codec.hashes import java_string_hash
-from wharf.store.codec.layout import MESSAGE_MAGIC_CODE, RECORD_FIELDS, RECORD_HEADER_SIZE
+from wharf.store.codec.layout import RECORD_FIELDS
 from wharf.store.codec.properties import SCHEDULE_TOPIC
 from wharf.store.codec.records import ReadableBuffer
-from wharf.store.fast.dispatch_properties import PAD, PropertyPairs, index_keys, tags_codes
+from wharf.store.fast.dispatch_properties import PropertyPairs, index_keys, tags_codes
 from wharf.store.fast.index_hash import SegmentHashes, index_key_hashes
 from wharf.store.fast.layout_dtypes import columns
+from wharf.store.fast.record_tails import gather_record_tails
 
 # The header fields dispatch reads (wharf.store.codec.layout.RECORD_FIELDS), gathered into
 # 36-byte rows.
@@ -78,33 +79,12 @@ def decode_dispatch_columns(
     ``buf[0]``) as columns. CorruptRecordError exactly when ``decode_dispatches`` raises."""
     count = len(positions)
     pos = np.fromiter(positions, np.int64, count)
-    if int(np.maximum.reduce(pos)) + RECORD_HEADER_SIZE > len(buf):
-        return _reference(buf, positions, base_offset)  # a truncated header
-    view = np.frombuffer(buf, np.uint8)  # zero-copy; the gather below copies
-    try:
-        header = view[pos[:, None] + _HEADER_BYTES].view(_HEADER)[:, 0]
-    finally:
-        del view  # release the buffer export: the segment map must stay closable
-    total = header["total"].astype(np.int64)
-    body_end = pos + RECORD_HEADER_SIZE + header["body"]
-    end = pos + total
-    ok = (header["magic"] == MESSAGE_MAGIC_CODE) & (header["body"] >= 0)
-    ok &= (end <= len(buf)) & (body_end + 3 <= end)
-    if np.count_nonzero(ok) != count:
+    gathered = gather_record_tails(buf, pos, _HEADER, _HEADER_BYTES)
+    if gathered is None:
         return _reference(buf, positions, base_offset)
-    # Tail of each record: TOPICLENGTH, TOPIC, PROPERTIESLENGTH, PROPERTIES.
-    tail = b"".join([buf[a:b] for a, b in zip(body_end.tolist(), end.tolist(), strict=True)])
-    lengths = end - body_end
-    rec_start = np.zeros(count, dtype=np.int64)
-    lengths[:-1].cumsum(out=rec_start[1:])
-    rec_end = rec_start + lengths
-    data = np.zeros(len(tail) + PAD, dtype=np.uint8)
-    data[: len(tail)] = np.frombuffer(tail, np.uint8)
-    topic_len = data[rec_start].astype(np.int64)
-    props = rec_start + 3 + topic_len
-    props_len = data[props - 2].astype(np.int64) << 8 | data[props - 1]
-    if np.count_nonzero((props <= rec_end) & (props + props_len == rec_end)) != count:
-        return _reference(buf, positions, base_offset)
+    header, total, tail, data = gathered.header, gathered.total, gathered.tail, gathered.data
+    rec_start, rec_end, props = gathered.starts, gathered.ends, gathered.props
+    topic_len = props - rec_start - 3
     topic_ids, topics = _topics(tail, rec_start, topic_len)
     if topics is None:
         return _reference(buf, positions, base_offset)  # a non-ASCII topic: corrupt
