@@ -49,10 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="tlsListen: a TLS port next to the plaintext --listen (needs tlsEnable)",
     )
     parser.add_argument(
+        "--wire-listen",
+        metavar="HOST:PORT",
+        help='wireListen: the wire port (default: listen port + 2; "off" = none)',
+    )
+    parser.add_argument(
         "--ready-file",
         metavar="PATH",
         help='written once serving: {"grpc": "host:port", "metrics": "host:port", "pid": N, '
-        '"tls": "host:port" or null, "plaintext": "host:port" or null}',
+        '"tls": "host:port" or null, "plaintext": "host:port" or null, "wire": "host:port" or null}',
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper)
     return parser
@@ -65,6 +70,7 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, str]:
         "metrics_listen": args.metrics_listen,
         "advertised_address": args.advertise,
         "tls_listen": args.tls_listen,
+        "wire_listen": args.wire_listen,
         "log_level": args.log_level,
     }
     return {name: value for name, value in pairs.items() if value is not None}
@@ -106,6 +112,8 @@ def ready_info(controller: BrokerController) -> dict[str, object]:
         "plaintext": None if tls == grpc else grpc,
         # The replication listener (haListenPort; 0 = ephemeral), null when none.
         "ha": controller.ha_address or None,
+        # The wire port (wireListen: dial it as wire://host:port), null when off.
+        "wire": controller.wire_address or None,
     }
 
 

@@ -48,6 +48,13 @@ class BrokerConfig:
     # listen: gRPC address. Loopback by default so a fresh `make run` exposes nothing; port 0 =
     # an ephemeral port (the ready file reports the real one).
     listen: str = "127.0.0.1:8081"
+    # wireListen: the wire port (the same calls as gRPC over the Wharf wire protocol,
+    # wharf.wire: a round trip ~10x cheaper than a grpc.aio stream message; clients dial it as
+    # wire://host:port). "" = the listen host and listen port + 2 (8083 by default; an
+    # ephemeral port when listen's is 0), as RocketMQ derives its fast remoting port from the
+    # listen port; "off" = none. TLS-only when the listen port is (tlsEnable without
+    # tlsListen), plaintext otherwise.
+    wire_listen: str = ""
     # metricsListen: Prometheus /metrics address (9100, the node-exporter convention).
     metrics_listen: str = "127.0.0.1:9100"
     # advertisedAddress: the address clients should dial (QueryRoute, BrokerStatus). Empty = the

@@ -63,6 +63,8 @@ from wharf.broker.tls_reload import CertificateReloader
 from wharf.broker.transactions import TransactionChecker
 from wharf.broker.v2.service import V2MessagingService
 from wharf.broker.v2.transactions import v2_check_targets
+from wharf.broker.wire.server import WireServer
+from wharf.broker.wire.tls import server_ssl_context
 from wharf.client.channel import open_channel as open_client_channel
 from wharf.client.channel import tls_config as client_tls_config
 from wharf.client.errors import InvalidArgumentError
@@ -179,6 +181,9 @@ class BrokerController:
         self.ctx: BrokerContext | None = None
         self.v2_service: V2MessagingService | None = None  # apache.rocketmq.v2, set by start()
         self._server: grpc.aio.Server | None = None
+        self.wire_port = 0  # the wire port (wireListen); 0 = off
+        self.wire_address = ""
+        self._wire: WireServer | None = None
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self._tasks: list[asyncio.Task[Any]] = []
         self.registrar: NamesrvRegistrar | None = None  # with namesrvAddr
@@ -237,6 +242,8 @@ class BrokerController:
             ],
         )
         self._server = server
+        if broker.wire_listen != "off":
+            self._wire = WireServer(max_size)
         # Bind before starting the store: the real port is part of the store host that goes
         # into every record and offset message id.
         listen_host, _ = parse_host_port(broker.listen, "listen")
@@ -305,10 +312,17 @@ class BrokerController:
             except (AclFileError, OSError, UnicodeDecodeError) as exc:
                 raise StartupError(f"aclEnable: cannot use {self.acl.path}: {exc}") from None
         wrap = self.acl.wrap if self.acl is not None else None
+        wire = self._wire
         add_servicer(
-            server, MessagingService(self.ctx), _service(messaging_pb2, "MessagingService"), wrap
+            server,
+            MessagingService(self.ctx),
+            _service(messaging_pb2, "MessagingService"),
+            wrap,
+            wire,
         )
-        add_servicer(server, AdminService(self.ctx), _service(admin_pb2, "AdminService"), wrap)
+        add_servicer(
+            server, AdminService(self.ctx), _service(admin_pb2, "AdminService"), wrap, wire
+        )
         self.v2_service = V2MessagingService(self.ctx)
         v2_targets = v2_check_targets(self.v2_service.clients)
         channels = self.ctx.check_channels
@@ -320,11 +334,17 @@ class BrokerController:
             broker.transaction_check_max,
         )
         add_servicer(
-            server, self.v2_service, _service(rocketmq_v2_service_pb2, "MessagingService"), wrap
+            server,
+            self.v2_service,
+            _service(rocketmq_v2_service_pb2, "MessagingService"),
+            wrap,
+            wire,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(SERVICE_NAMES, server)
         await server.start()
+        if wire is not None:
+            await self._bind_wire(wire, listen_host)
         for name in ("", *SERVICE_NAMES[:2]):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
@@ -360,6 +380,33 @@ class BrokerController:
                  metrics_host, self.metrics_port,
                  f", gRPC over TLS on {broker.tls_listen.rpartition(':')[0]}:{self.tls_port}"
                  if self.tls_port and self.tls_port != self.grpc_port else "")  # fmt: skip
+        if self.wire_port:
+            log.info("wire port on %s (%s; clients dial wire://%s)", self.wire_address,
+                     "TLS" if self.tls_port == self.grpc_port else "plaintext",
+                     self.wire_address)  # fmt: skip
+
+    async def _bind_wire(self, wire: WireServer, listen_host: str) -> None:
+        """wireListen, or the listen host and port + 2 (ephemeral when listen's is 0); TLS when
+        the listen port is TLS-only."""
+        broker = self.config.broker
+        if broker.wire_listen:
+            host, port = parse_host_port(broker.wire_listen, "wireListen")
+            setting = f"wireListen {broker.wire_listen}"
+        else:
+            _, listen_port = parse_host_port(broker.listen, "listen")
+            host, port = listen_host, (self.grpc_port + 2 if listen_port else 0)
+            setting = f"wireListen (default: listen port + 2 = {port})"
+        context = None
+        if self.tls_reloader is not None and self.tls_port == self.grpc_port:
+            context = server_ssl_context(lambda: self.tls_reloader.current)  # type: ignore[union-attr]
+        try:
+            self.wire_port = await wire.start(host, port, context)
+        except OSError as exc:
+            raise StartupError(
+                f"cannot listen on {host}:{port} ({setting}): {exc.strerror}; pick another "
+                "with --wire-listen HOST:PORT or turn it off with --wire-listen off"
+            ) from None
+        self.wire_address = f"{host.strip('[]') or '0.0.0.0'}:{self.wire_port}"
 
     async def _bind_ports(self, server: grpc.aio.Server) -> None:
         """listen plaintext; or TLS-only with tlsEnable; or plaintext + tlsListen TLS."""
@@ -595,8 +642,12 @@ class BrokerController:
         answered = self.long_poll.close()
         if answered:
             log.info("answered %d parked pulls", answered)
+        if self._wire is not None:
+            self._wire.close_listener()
         if self._server is not None:
             await self._server.stop(self.config.broker.shutdown_grace_period / 1000)
+        if self._wire is not None:
+            await self._wire.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

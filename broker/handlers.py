@@ -10,7 +10,7 @@ Responses may be given as their wire bytes (``bytes``): sent as they are.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf import message_factory
@@ -79,9 +79,20 @@ _HANDLER_FACTORIES = {
 Wrap = Callable[[str, Any, Any, Any], Any]
 
 
+class MethodHandlers(Protocol):
+    """A second transport serving the same handlers (broker/wire/server.py)."""
+
+    def add_method_handlers(self, service: str, handlers: dict[str, Any]) -> None: ...
+
+
 def add_servicer(
-    server: grpc.aio.Server, servicer: Any, service: ServiceDescriptor, wrap: Wrap | None = None
+    server: grpc.aio.Server,
+    servicer: Any,
+    service: ServiceDescriptor,
+    wrap: Wrap | None = None,
+    also: MethodHandlers | None = None,
 ) -> None:
+    """``servicer``'s methods on ``server`` (and on ``also``, the wire port, when given)."""
     handlers = {}
     for method in service.methods:
         request_cls = message_factory.GetMessageClass(method.input_type)
@@ -98,3 +109,5 @@ def add_servicer(
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),)
     )
+    if also is not None:
+        also.add_method_handlers(service.full_name, handlers)

@@ -87,6 +87,7 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
     "metrics_listen": _check_host_port,
     "advertised_address": lambda v: None if v == "" else _check_host_port(v),
     "tls_listen": lambda v: None if v == "" else _check_host_port(v),
+    "wire_listen": lambda v: None if v in ("", "off") else _check_host_port(v),
     "tls_client_auth": _one_of("none", "require"),
     "log_level": _one_of(*LOG_LEVELS),
     "default_topic_queue_nums": _queue_count,

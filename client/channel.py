@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from wharf import wire
 from wharf.client.auth import SignedChannel, resolve_credentials
 from wharf.client.errors import InvalidArgumentError
+from wharf.client.wire_channel import WireChannel, client_ssl_context
 
 DEFAULT_ENDPOINTS = "127.0.0.1:8081"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # pulls of 1024 x 4 MiB bodies must not hit gRPC's 4 MiB cap
@@ -104,10 +106,20 @@ def open_channel(
     access_key: str | None = None,
     secret_key: str | None = None,
 ) -> grpc.aio.Channel:
-    """An asyncio channel, over TLS when ``tls`` is given. ``dedicated`` gives it its own TCP
+    """An asyncio channel, over TLS when ``tls`` is given; ``wire://host:port`` dials a
+    broker's wire port (client/wire_channel.py) instead of gRPC. ``dedicated`` gives it its own TCP
     connection (a local subchannel pool): several producer streams on separate connections
     use both cores' worth of gRPC I/O. Calls are signed for aclEnable brokers when
     credentials are given or in the environment (wharf.client.auth)."""
+    credentials = resolve_credentials(access_key, secret_key)
+    if endpoints.strip().startswith(wire.SCHEME):
+        # The broker's wireListen port: the same calls over the Wharf wire protocol.
+        target = parse_endpoints(endpoints.strip()[len(wire.SCHEME) :])
+        ssl_context = None
+        if tls is not None:
+            ssl_context = client_ssl_context(tls.ca_pem, tls.cert_pem, tls.key_pem)
+        wire_channel = WireChannel(target, ssl_context)
+        return wire_channel if credentials is None else SignedChannel(wire_channel, credentials)
     options = list(_OPTIONS)
     if dedicated:
         options.append(("grpc.use_local_subchannel_pool", 1))
@@ -116,5 +128,4 @@ def open_channel(
         channel = grpc.aio.secure_channel(target, tls.credentials(), options=options)
     else:
         channel = grpc.aio.insecure_channel(target, options=options)
-    credentials = resolve_credentials(access_key, secret_key)
     return channel if credentials is None else SignedChannel(channel, credentials)

@@ -103,6 +103,7 @@ class BrokerProcess:
         self.tls_endpoint = ""
         self.plaintext_endpoint = ""
         self.ha_endpoint = ""
+        self.wire_endpoint = ""  # wire://host:port of the wire port ("" when off)
         self.log_path = self.root / "broker.log"
 
     def start(self, timeout: float | None = None) -> BrokerProcess:
@@ -127,6 +128,7 @@ class BrokerProcess:
         self.tls_endpoint = info.get("tls") or ""
         self.plaintext_endpoint = info.get("plaintext") or ""
         self.ha_endpoint = info.get("ha") or ""  # the replication listener (haListenPort)
+        self.wire_endpoint = f"wire://{info['wire']}" if info.get("wire") else ""
         return self
 
     def log(self) -> str:

@@ -340,9 +340,15 @@ async def lone_part(args: argparse.Namespace) -> dict[str, Any]:
                         f"p99 {pct(rtt, 0.99):.3f} ms"
                     )
                 windows: dict[str, list[tuple[int, int]]] = {}
-                for mode in ("stream", "unary"):
+                # stream / unary: pulls over a PullMessageStream or PullMessage (gRPC); wire:
+                # the same stream over the wire port (send and pull alike).
+                for mode, endpoint in (
+                    ("stream", broker.endpoint),
+                    ("unary", broker.endpoint),
+                    ("wire", broker.wire_endpoint),
+                ):
                     stages, windows[mode] = await lone_messages(
-                        broker.endpoint, args.lone, mode == "stream"
+                        endpoint, args.lone, mode != "unary"
                     )
                     out[f"{flush} {mode}"] = {
                         name: {"p50_ms": pct(v, 0.5), "p99_ms": pct(v, 0.99)}
@@ -357,9 +363,10 @@ async def lone_part(args: argparse.Namespace) -> dict[str, Any]:
             if args.hops and trace.exists():
                 stamps = hops.read(str(trace)) + hops.STAMPS
                 hops.STAMPS.clear()
-                print(f"hops of a lone message, {flush}, pulls over the stream:")
-                for line in hop_breakdown(stamps, windows["stream"]):
-                    print("  " + line)
+                for mode in ("stream", "wire"):
+                    print(f"hops of a lone message, {flush}, pulls over the {mode}:")
+                    for line in hop_breakdown(stamps, windows[mode]):
+                        print("  " + line)
     return out
 
 

@@ -1,0 +1,339 @@
+"""The broker's wire port: the gRPC method handlers of ``handlers.add_servicer`` (ACL-wrapped
+when aclEnable) served over the Wharf wire protocol (``wharf.wire``: framing, why).
+
+One ``_Connection`` (an asyncio Protocol) per client connection; a task per call runs the
+method's behavior with a ``WireContext`` that offers what the handlers use of grpc.aio's
+ServicerContext (peer, invocation_metadata, abort, time_remaining, add_done_callback).
+Errors become a STATUS frame with gRPC's code number: ``context.abort`` (the RPC wrapper and
+the ACL), UNIMPLEMENTED for an unknown method, INTERNAL (logged) for a handler bug.
+
+Bounds (a client that stops reading, or floods requests, cannot grow the broker's memory):
+- writes: the transport's buffer pauses the writer above ``WRITE_HIGH_WATER`` (1 MiB): a
+  stream's handler then waits in its yield, so the pull stream's own windows (64 pulls, 16 MiB
+  of replies per client) stop reading further pulls;
+- reads: requests parsed and not yet taken by their handlers are counted per connection;
+  above ``MAX_QUEUED_REQUESTS`` (256) the connection stops reading the socket until they fall
+  to half, so TCP holds the client's writes (as HTTP/2 flow control does for gRPC);
+- a frame longer than ``max_message_bytes`` (the gRPC limit) ends the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, cast
+
+import grpc
+from wharf import wire
+
+log = logging.getLogger("wharf.broker.wire")
+WRITE_HIGH_WATER = 1 << 20
+MAX_QUEUED_REQUESTS = 256
+_END = object()
+_OK = grpc.StatusCode.OK.value[0]
+_CANCELLED = grpc.StatusCode.CANCELLED.value[0]
+
+
+class WireContext:
+    """What the handlers use of grpc.aio.ServicerContext, for one wire call."""
+
+    __slots__ = ("_callbacks", "_deadline", "_metadata", "_peer", "code", "details")
+
+    def __init__(self, peer: str, metadata: tuple[tuple[str, str], ...], timeout: float | None):
+        self._peer = peer
+        self._metadata = metadata
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._callbacks: list[Callable[[Any], None]] = []
+        self.code = _OK
+        self.details = ""
+
+    def peer(self) -> str:
+        return self._peer
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    def time_remaining(self) -> float | None:
+        return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
+
+    def add_done_callback(self, callback: Callable[[Any], None]) -> None:
+        self._callbacks.append(callback)
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        self.code = code.value[0]
+        self.details = details
+        raise grpc.aio.AbortError(details)
+
+    def done(self) -> None:
+        for callback in self._callbacks:
+            try:
+                callback(self)
+            except Exception:
+                log.exception("a wire call's done callback failed")
+
+
+class _Requests:
+    """A streaming call's requests as an async iterator (what grpc.aio hands a handler)."""
+
+    __slots__ = ("_conn", "_items", "_waiter")
+
+    def __init__(self, conn: _Connection) -> None:
+        self._conn = conn
+        self._items: collections.deque[Any] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: Any) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def __aiter__(self) -> _Requests:
+        return self
+
+    async def __anext__(self) -> Any:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        item = self._items.popleft()
+        if item is _END:
+            self._items.appendleft(_END)  # stays ended
+            raise StopAsyncIteration
+        self._conn.taken()
+        return item
+
+    def discard(self) -> None:
+        self._conn.taken(sum(1 for item in self._items if item is not _END))
+        self._items.clear()
+
+
+class _Call:
+    __slots__ = ("context", "handler", "requests", "task")
+
+    def __init__(self, handler: Any, context: WireContext) -> None:
+        self.handler = handler
+        self.context = context
+        self.requests: _Requests | None = None
+        self.task: asyncio.Task[None] | None = None
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, server: WireServer) -> None:
+        self._server = server
+        self._methods = server.methods
+        self._reader = wire.FrameReader(server.max_message_bytes)
+        self._calls: dict[int, _Call] = {}
+        self._transport: asyncio.Transport | None = None
+        self._peer = "unknown"
+        self._writable: asyncio.Future[None] | None = None  # set while writes are paused
+        self._queued = 0
+        self._reading_paused = False
+        self.closed = False
+
+    # --- transport events -----------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport = cast(asyncio.Transport, transport)
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        address = transport.get_extra_info("peername")
+        if isinstance(address, tuple) and len(address) == 2:
+            self._peer = f"ipv4:{address[0]}:{address[1]}"
+        elif isinstance(address, tuple):
+            self._peer = f"ipv6:[{address[0]}]:{address[1]}"
+        self._server.connections.add(self)
+        transport.write(wire.PREFACE)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._server.connections.discard(self)
+        for call in self._calls.values():
+            if call.task is not None:
+                call.task.cancel()
+        self._calls.clear()
+        self._wake_writers()
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        self._wake_writers()
+
+    def _wake_writers(self) -> None:
+        waiter, self._writable = self._writable, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._reader.feed(data)
+        except wire.ProtocolError as exc:
+            self._fail(str(exc))
+            return
+        for kind, call_id, payload in frames:
+            if kind == wire.MESSAGE:
+                self._on_message(call_id, payload)
+            elif kind == wire.OPEN:
+                self._on_open(call_id, payload)
+            elif kind == wire.HALF_CLOSE:
+                call = self._calls.get(call_id)
+                if call is not None and call.requests is not None:
+                    call.requests.put(_END)
+            elif kind == wire.CANCEL:
+                call = self._calls.pop(call_id, None)
+                if call is not None and call.task is not None:
+                    call.task.cancel()
+            else:
+                self._fail(f"a client sent frame kind {kind}, which only a server sends")
+                return
+            if self.closed:
+                return
+
+    def _fail(self, reason: str) -> None:
+        log.warning("wire connection from %s closed: %s", self._peer, reason)
+        if self._transport is not None:
+            self._transport.close()
+
+    # --- calls ----------------------------------------------------------------------------------
+    def _on_open(self, call_id: int, payload: bytes) -> None:
+        try:
+            method, metadata, timeout = wire.decode_open(payload)
+        except wire.ProtocolError as exc:
+            self._fail(str(exc))
+            return
+        if call_id in self._calls:
+            self._fail(f"call id {call_id} opened twice")
+            return
+        handler = self._methods.get(method)
+        if handler is None:
+            self._write_status(
+                call_id, grpc.StatusCode.UNIMPLEMENTED.value[0], f"unknown method {method}"
+            )
+            return
+        call = _Call(handler, WireContext(self._peer, metadata, timeout))
+        self._calls[call_id] = call
+        if handler.request_streaming:
+            call.requests = _Requests(self)
+            call.task = asyncio.get_running_loop().create_task(self._run(call_id, call, None))
+
+    def _on_message(self, call_id: int, payload: bytes) -> None:
+        call = self._calls.get(call_id)
+        if call is None:
+            return  # cancelled or ended: late requests are dropped
+        request = call.handler.request_deserializer(payload)
+        if call.requests is not None:
+            call.requests.put(request)
+            self._queued += 1
+            if self._queued > MAX_QUEUED_REQUESTS and not self._reading_paused:
+                self._reading_paused = True
+                assert self._transport is not None
+                self._transport.pause_reading()
+        elif call.task is None:
+            call.task = asyncio.get_running_loop().create_task(self._run(call_id, call, request))
+
+    def taken(self, count: int = 1) -> None:
+        self._queued -= count
+        if self._reading_paused and self._queued <= MAX_QUEUED_REQUESTS // 2:
+            self._reading_paused = False
+            if self._transport is not None and not self.closed:
+                self._transport.resume_reading()
+
+    async def _run(self, call_id: int, call: _Call, request: Any) -> None:
+        handler: Any = call.handler
+        context = call.context
+        serialize = handler.response_serializer
+        code, details = _OK, ""
+        try:
+            if handler.response_streaming:
+                if call.requests is not None:
+                    replies = handler.stream_stream(call.requests, context)
+                else:
+                    replies = handler.unary_stream(request, context)
+                try:
+                    async for reply in replies:
+                        await self._write_message(call_id, serialize(reply))
+                finally:
+                    await replies.aclose()  # its finally blocks give stream budgets back now
+            else:
+                if call.requests is not None:
+                    reply = await handler.stream_unary(call.requests, context)
+                else:
+                    reply = await handler.unary_unary(request, context)
+                self._write_message_now(call_id, serialize(reply))
+        except asyncio.CancelledError:
+            code, details = _CANCELLED, "cancelled"  # by the client or the broker's stop
+        except grpc.aio.AbortError:
+            code, details = context.code, context.details
+        except Exception:
+            log.exception("wire call %s failed", _method_name(handler))
+            code, details = grpc.StatusCode.INTERNAL.value[0], "internal error (see the broker log)"
+        finally:
+            if call.requests is not None:
+                call.requests.discard()
+            context.done()
+        if self._calls.get(call_id) is call:
+            del self._calls[call_id]
+            if code != _CANCELLED or not self.closed:
+                self._write_status(call_id, code, details)
+
+    async def _write_message(self, call_id: int, data: bytes) -> None:
+        self._write_message_now(call_id, data)
+        waiter = self._writable
+        if waiter is not None:
+            await asyncio.shield(waiter)
+
+    def _write_message_now(self, call_id: int, data: bytes) -> None:
+        if self.closed or self._transport is None:
+            raise asyncio.CancelledError  # the client went away
+        self._transport.writelines((wire.header(wire.MESSAGE, call_id, len(data)), data))
+
+    def _write_status(self, call_id: int, code: int, details: str) -> None:
+        if not self.closed and self._transport is not None:
+            self._transport.write(
+                wire.frame(wire.STATUS, call_id, wire.encode_status(code, details))
+            )
+
+
+def _method_name(handler: Any) -> str:
+    behavior = (
+        handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
+    )
+    return getattr(behavior, "__qualname__", "?")
+
+
+class WireServer:
+    """Method handlers by path, served on one listening socket (plaintext or TLS)."""
+
+    def __init__(self, max_message_bytes: int) -> None:
+        self.max_message_bytes = max_message_bytes
+        self.methods: dict[str, Any] = {}  # grpc.RpcMethodHandler by "/service/method"
+        self.connections: set[_Connection] = set()
+        self._server: asyncio.Server | None = None
+
+    def add_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        for name, handler in handlers.items():
+            self.methods[f"/{service}/{name}"] = handler
+
+    async def start(self, host: str, port: int, ssl: Any = None) -> int:
+        """Listen; returns the bound port (``port`` 0 = ephemeral). OSError when taken."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Connection(self), host or None, port, ssl=ssl, reuse_address=True
+        )
+        return int(self._server.sockets[0].getsockname()[1])
+
+    def close_listener(self) -> None:
+        """Stop accepting connections (calls in flight go on)."""
+        if self._server is not None:
+            self._server.close()
+
+    async def stop(self) -> None:
+        """Close every connection (their calls are cancelled) and the listener."""
+        self.close_listener()
+        for conn in list(self.connections):
+            if conn._transport is not None:
+                conn._transport.close()
+        if self._server is not None:
+            await self._server.wait_closed()

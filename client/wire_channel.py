@@ -1,0 +1,512 @@
+"""``WireChannel``: a grpc.aio Channel look-alike over the Wharf wire protocol (``wharf.wire``:
+the framing and why), so the SDK's stubs and streams run unchanged on an endpoint written
+``wire://host:port`` (the broker's ``wireListen`` port).
+
+One TCP (or TLS) connection per channel, opened on the first call and again on the first call
+after it broke; calls are multiplexed on it by call id. What the SDK uses of grpc.aio is
+offered: the four multi-callables (``metadata`` and ``timeout`` keywords), a stream call's
+``write`` / ``done_writing`` / ``read`` / ``cancel`` / async iteration, ``await`` on a unary
+call, and errors as ``grpc.aio.AioRpcError`` with the broker's status code, so
+``errors.from_rpc_error`` maps them as for gRPC. A lost connection fails the calls on it with
+UNAVAILABLE (retriable: the SDK's retries open a new one).
+
+Flow control: a write returns once the bytes are handed to the socket, and waits while the
+transport's buffer is above 1 MiB; responses not yet read are counted per connection and
+above 256 the connection stops reading until they are taken (TCP then holds the broker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import os
+import ssl
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from typing import Any, cast
+
+import grpc
+from wharf import wire
+
+WRITE_HIGH_WATER = 1 << 20
+MAX_QUEUED_RESPONSES = 256
+MAX_FRAME_BYTES = 64 * 1024 * 1024  # as the gRPC channel's receive limit (client/channel.py)
+_UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+_END = object()
+_EOF = grpc.aio.EOF  # type: ignore[attr-defined]  # what read() answers at the end (grpc.aio's)
+
+
+def _error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details, None)
+
+
+def client_ssl_context(ca_pem: bytes | None, cert_pem: bytes | None, key_pem: bytes | None):  # type: ignore[no-untyped-def]
+    """An SSLContext verifying the broker (``ca_pem`` or the system roots), presenting a client
+    certificate when given (the ssl module loads a chain from files only: a private temporary
+    directory holds them for the call)."""
+    context = ssl.create_default_context(cadata=ca_pem.decode("ascii") if ca_pem else None)
+    if cert_pem is not None and key_pem is not None:
+        with tempfile.TemporaryDirectory() as folder:
+            cert, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
+            for path, data in ((cert, cert_pem), (key, key_pem)):
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as out:
+                    out.write(data)
+            context.load_cert_chain(cert, key)
+    return context
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.calls: dict[int, _Call] = {}
+        self.transport: asyncio.Transport | None = None
+        self.broken: grpc.aio.AioRpcError | None = None
+        self._reader = wire.FrameReader(MAX_FRAME_BYTES)
+        self._ids = itertools.count(1)
+        self._writable: asyncio.Future[None] | None = None
+        self._queued = 0
+        self._reading_paused = False
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport = cast(asyncio.Transport, transport)
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        transport.write(wire.PREFACE)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.broken is None:
+            reason = f": {exc}" if exc else ""
+            self.broken = _error(_UNAVAILABLE, f"connection to wire://{self.target} lost{reason}")
+        calls, self.calls = self.calls, {}
+        for call in calls.values():
+            call.ended(self.broken)
+        self._wake_writers()
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        self._wake_writers()
+
+    def _wake_writers(self) -> None:
+        waiter, self._writable = self._writable, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._reader.feed(data)
+        except wire.ProtocolError as exc:
+            self.broken = _error(_UNAVAILABLE, f"wire://{self.target}: {exc}")
+            assert self.transport is not None
+            self.transport.close()
+            return
+        calls = self.calls
+        for kind, call_id, payload in frames:
+            call = calls.get(call_id)
+            if call is None:
+                continue  # cancelled here: late frames are dropped
+            if kind == wire.MESSAGE:
+                call.message(payload)
+            elif kind == wire.STATUS:
+                del calls[call_id]
+                try:
+                    number, details = wire.decode_status(payload)
+                except wire.ProtocolError as exc:
+                    number, details = grpc.StatusCode.INTERNAL.value[0], str(exc)
+                code = _CODES.get(number, grpc.StatusCode.UNKNOWN)
+                call.ended(None if code is grpc.StatusCode.OK else _error(code, details))
+
+    def queued(self, count: int) -> None:
+        """Responses received (+) or taken (-) by their readers: reading pauses above 256."""
+        self._queued += count
+        transport = self.transport
+        if transport is None or self.broken is not None:
+            return
+        if not self._reading_paused and self._queued > MAX_QUEUED_RESPONSES:
+            self._reading_paused = True
+            transport.pause_reading()
+        elif self._reading_paused and self._queued <= MAX_QUEUED_RESPONSES // 2:
+            self._reading_paused = False
+            transport.resume_reading()
+
+    def send(self, data: bytes | tuple[bytes, ...]) -> None:
+        if self.broken is not None:
+            raise self.broken
+        assert self.transport is not None
+        if type(data) is tuple:
+            self.transport.writelines(data)
+        else:
+            self.transport.write(data)  # type: ignore[arg-type]
+
+    async def drained(self) -> None:
+        waiter = self._writable
+        if waiter is not None:
+            await asyncio.shield(waiter)
+
+
+class _Call:
+    """One call's responses and end, whatever its kind."""
+
+    __slots__ = ("_deserialize", "_done", "_items", "_waiter", "call_id", "conn", "error")
+
+    def __init__(self, conn: _Connection, deserialize: Callable[[bytes], Any] | None) -> None:
+        self.conn = conn
+        self.call_id = conn.next_id()
+        self._deserialize = deserialize
+        self._items: collections.deque[Any] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._done = False
+        self.error: BaseException | None = None
+        conn.calls[self.call_id] = self
+
+    def message(self, payload: bytes) -> None:
+        self._items.append(payload)
+        self.conn.queued(1)
+        self._wake()
+
+    def ended(self, error: BaseException | None) -> None:
+        self._done = True
+        self.error = error
+        self._items.append(_END)
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def next(self) -> Any:
+        """The next response, or _END once the call ended (``error`` then says how)."""
+        items = self._items
+        while not items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        item = items[0]
+        if item is _END:
+            return _END
+        items.popleft()
+        self.conn.queued(-1)
+        deserialize = self._deserialize
+        return item if deserialize is None else deserialize(item)
+
+    def cancel(self) -> bool:
+        if self._done:
+            return False
+        self._done = True
+        self.conn.calls.pop(self.call_id, None)
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            self.conn.send(wire.frame(wire.CANCEL, self.call_id))
+        self.conn.queued(-sum(1 for item in self._items if item is not _END))
+        self._items.clear()
+        self.error = asyncio.CancelledError()
+        self._items.append(_END)
+        self._wake()
+        return True
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+
+def _opening(call: _Call, method: str, metadata: Any, timeout: float | None) -> bytes:
+    return wire.frame(wire.OPEN, call.call_id, wire.encode_open(method, metadata, timeout))
+
+
+class _StreamCall:
+    """A streaming call (grpc.aio's StreamStreamCall / UnaryStreamCall surface)."""
+
+    def __init__(
+        self,
+        channel: WireChannel,
+        method: str,
+        serialize: Callable[[Any], bytes] | None,
+        deserialize: Callable[[bytes], Any] | None,
+        metadata: Any,
+        timeout: float | None,
+        first: Any = None,
+        has_first: bool = False,
+    ) -> None:
+        self._serialize = serialize
+        self._deserialize = deserialize
+        self._call: _Call | None = None
+        self._cancelled = False
+        self._opened = asyncio.get_running_loop().create_task(
+            self._open(channel, method, metadata, timeout, first, has_first)
+        )
+
+    async def _open(
+        self,
+        channel: WireChannel,
+        method: str,
+        metadata: Any,
+        timeout: float | None,  # noqa: ASYNC109  # the call's deadline, sent to the broker
+        first: Any,
+        has_first: bool,
+    ) -> _Call:
+        conn = await channel.connection()
+        call = self._call = _Call(conn, self._deserialize)
+        frames: tuple[bytes, ...] = (_opening(call, method, metadata, timeout),)
+        if has_first:  # a unary request: OPEN + MESSAGE + HALF_CLOSE in one write
+            data = first if self._serialize is None else self._serialize(first)
+            frames += (
+                wire.header(wire.MESSAGE, call.call_id, len(data)),
+                data,
+                wire.frame(wire.HALF_CLOSE, call.call_id),
+            )
+        conn.send(frames)
+        return call
+
+    async def _ready(self) -> _Call:
+        if self._cancelled:
+            raise asyncio.CancelledError
+        return self._call if self._call is not None else await self._opened
+
+    async def write(self, request: Any) -> None:
+        call = await self._ready()
+        if call.done:
+            raise asyncio.InvalidStateError("the call has ended")
+        data = request if self._serialize is None else self._serialize(request)
+        conn = call.conn
+        conn.send((wire.header(wire.MESSAGE, call.call_id, len(data)), data))
+        await conn.drained()
+
+    async def done_writing(self) -> None:
+        call = await self._ready()
+        if not call.done:
+            call.conn.send(wire.frame(wire.HALF_CLOSE, call.call_id))
+
+    async def read(self) -> Any:
+        call = await self._ready()
+        item = await call.next()
+        if item is _END:
+            if call.error is not None:
+                raise call.error
+            return _EOF
+        return item
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Any]:
+        call = await self._ready()
+        while True:
+            item = await call.next()
+            if item is _END:
+                if call.error is not None:
+                    raise call.error
+                return
+            yield item
+
+    def cancel(self) -> bool:
+        if self._cancelled:
+            return False
+        self._cancelled = True
+        if self._call is not None:
+            return self._call.cancel()
+        self._opened.cancel()
+        return True
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def done(self) -> bool:
+        return self._cancelled or (self._call is not None and self._call.done)
+
+
+class _UnaryUnary:
+    def __init__(self, channel: WireChannel, method: str, serialize: Any, deserialize: Any):
+        self._channel = channel
+        self._method = method
+        self._serialize = serialize
+        self._deserialize = deserialize
+
+    def __call__(
+        self, request: Any, *, timeout: float | None = None, metadata: Any = None, **_: Any
+    ) -> Any:
+        return self._invoke(request, timeout, metadata)
+
+    async def _invoke(self, request: Any, timeout: float | None, metadata: Any) -> Any:  # noqa: ASYNC109
+        conn = await self._channel.connection()
+        call = _Call(conn, self._deserialize)
+        data = request if self._serialize is None else self._serialize(request)
+        call_id = call.call_id
+        conn.send(
+            (
+                _opening(call, self._method, metadata, timeout),
+                wire.header(wire.MESSAGE, call_id, len(data)),
+                data,
+                wire.frame(wire.HALF_CLOSE, call_id),
+            )
+        )
+        try:
+            async with asyncio.timeout(timeout):
+                reply = await call.next()
+                if reply is _END:
+                    raise call.error or _error(
+                        grpc.StatusCode.INTERNAL, "the broker ended a unary call without a reply"
+                    )
+                end = await call.next()
+        except TimeoutError:
+            call.cancel()
+            raise _error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+        except asyncio.CancelledError:
+            call.cancel()
+            raise
+        if end is _END and call.error is not None:
+            raise call.error
+        return reply
+
+
+class _Streaming:
+    def __init__(
+        self, channel: WireChannel, method: str, serialize: Any, deserialize: Any, unary_in: bool
+    ) -> None:
+        self._channel = channel
+        self._method = method
+        self._serialize = serialize
+        self._deserialize = deserialize
+        self._unary_in = unary_in
+
+    def __call__(
+        self,
+        request: Any = None,
+        *,
+        timeout: float | None = None,
+        metadata: Any = None,
+        **_: Any,
+    ) -> _StreamCall:
+        if self._unary_in:
+            return _StreamCall(
+                self._channel,
+                self._method,
+                self._serialize,
+                self._deserialize,
+                metadata,
+                timeout,
+                request,
+                True,
+            )
+        call = _StreamCall(
+            self._channel, self._method, self._serialize, self._deserialize, metadata, timeout
+        )
+        if request is not None:  # a request iterator, as grpc.aio takes one
+            asyncio.get_running_loop().create_task(_feed(call, request))
+        return call
+
+
+async def _feed(call: _StreamCall, requests: Any) -> None:
+    with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+        if hasattr(requests, "__aiter__"):
+            async for request in requests:
+                await call.write(request)
+        else:
+            for request in requests:
+                await call.write(request)
+        await call.done_writing()
+
+
+class _StreamUnary:
+    def __init__(self, channel: WireChannel, method: str, serialize: Any, deserialize: Any):
+        self._streaming = _Streaming(channel, method, serialize, deserialize, False)
+
+    def __call__(self, request_iterator: Any = None, **kwargs: Any) -> Any:
+        return self._invoke(self._streaming(request_iterator, **kwargs))
+
+    async def _invoke(self, call: _StreamCall) -> Any:
+        reply = await call.read()
+        if reply is _EOF:
+            raise _error(grpc.StatusCode.INTERNAL, "the broker ended the call without a reply")
+        return reply
+
+
+class WireChannel(grpc.aio.Channel):
+    """Calls to ``target`` (host:port of a wireListen port) over one wire connection."""
+
+    def __init__(self, target: str, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._target = target
+        self._host, _, port = target.rpartition(":")
+        self._port = int(port)
+        self._ssl = ssl_context
+        self._conn: _Connection | None = None
+        self._connecting: asyncio.Future[_Connection] | None = None
+        self._closed = False
+
+    async def connection(self) -> _Connection:
+        conn = self._conn
+        if conn is not None and conn.broken is None:
+            return conn
+        if self._closed:
+            raise _error(grpc.StatusCode.CANCELLED, "the channel is closed")
+        if self._connecting is None:
+            self._connecting = asyncio.ensure_future(self._connect())
+        try:
+            return await asyncio.shield(self._connecting)
+        finally:
+            if self._connecting is not None and self._connecting.done():
+                self._connecting = None
+
+    async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        host = self._host.strip("[]")
+        try:
+            _, conn = await loop.create_connection(
+                lambda: _Connection(self._target),
+                host,
+                self._port,
+                ssl=self._ssl,
+                server_hostname=host if self._ssl is not None else None,
+            )
+        except (OSError, ssl.SSLError) as exc:
+            raise _error(_UNAVAILABLE, f"cannot connect to wire://{self._target}: {exc}") from None
+        self._conn = conn
+        return conn
+
+    # --- grpc.aio.Channel ------------------------------------------------------------------------
+    def unary_unary(self, method: str, request_serializer: Any = None, response_deserializer: Any = None, **_: Any) -> Any:  # type: ignore[override]  # fmt: skip
+        return _UnaryUnary(self, method, request_serializer, response_deserializer)
+
+    def unary_stream(self, method: str, request_serializer: Any = None, response_deserializer: Any = None, **_: Any) -> Any:  # type: ignore[override]  # fmt: skip
+        return _Streaming(self, method, request_serializer, response_deserializer, True)
+
+    def stream_unary(self, method: str, request_serializer: Any = None, response_deserializer: Any = None, **_: Any) -> Any:  # type: ignore[override]  # fmt: skip
+        return _StreamUnary(self, method, request_serializer, response_deserializer)
+
+    def stream_stream(self, method: str, request_serializer: Any = None, response_deserializer: Any = None, **_: Any) -> Any:  # type: ignore[override]  # fmt: skip
+        return _Streaming(self, method, request_serializer, response_deserializer, False)
+
+    async def __aenter__(self) -> WireChannel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self, grace: float | None = None) -> None:
+        self._closed = True
+        conn, self._conn = self._conn, None
+        if conn is not None and conn.transport is not None:
+            conn.broken = conn.broken or _error(grpc.StatusCode.CANCELLED, "the channel is closed")
+            conn.transport.close()
+
+    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        if self._conn is not None and self._conn.broken is None:
+            return grpc.ChannelConnectivity.READY
+        return grpc.ChannelConnectivity.IDLE
+
+    async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
+        await asyncio.sleep(0.1)
+
+    async def channel_ready(self) -> None:
+        while True:
+            try:
+                await self.connection()
+                return
+            except grpc.aio.AioRpcError:
+                await asyncio.sleep(0.1)
