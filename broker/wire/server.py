@@ -245,6 +245,7 @@ class _Connection(asyncio.Protocol):
         context = call.context
         serialize = handler.response_serializer
         code, details = _OK, ""
+        last: bytes | None = None  # a unary reply: written with its STATUS in one write
         try:
             if handler.response_streaming:
                 if call.requests is not None:
@@ -261,7 +262,7 @@ class _Connection(asyncio.Protocol):
                     reply = await handler.stream_unary(call.requests, context)
                 else:
                     reply = await handler.unary_unary(request, context)
-                self._write_message_now(call_id, serialize(reply))
+                last = serialize(reply)
         except asyncio.CancelledError:
             code, details = _CANCELLED, "cancelled"  # by the client or the broker's stop
         except grpc.aio.AbortError:
@@ -276,7 +277,7 @@ class _Connection(asyncio.Protocol):
         if self._calls.get(call_id) is call:
             del self._calls[call_id]
             if code != _CANCELLED or not self.closed:
-                self._write_status(call_id, code, details)
+                self._write_status(call_id, code, details, last)
 
     async def _write_message(self, call_id: int, data: bytes) -> None:
         self._write_message_now(call_id, data)
@@ -289,11 +290,19 @@ class _Connection(asyncio.Protocol):
             raise asyncio.CancelledError  # the client went away
         self._transport.writelines((wire.header(wire.MESSAGE, call_id, len(data)), data))
 
-    def _write_status(self, call_id: int, code: int, details: str) -> None:
-        if not self.closed and self._transport is not None:
-            self._transport.write(
-                wire.frame(wire.STATUS, call_id, wire.encode_status(code, details))
+    def _write_status(
+        self, call_id: int, code: int, details: str, reply: bytes | None = None
+    ) -> None:
+        """The call's STATUS, after its unary ``reply`` when given (one write for both)."""
+        if self.closed or self._transport is None:
+            return
+        status = wire.frame(wire.STATUS, call_id, wire.encode_status(code, details))
+        if reply is not None:  # b"" too: a reply of default fields
+            self._transport.writelines(
+                (wire.header(wire.MESSAGE, call_id, len(reply)), reply, status)
             )
+        else:
+            self._transport.write(status)
 
 
 def _method_name(handler: Any) -> str:

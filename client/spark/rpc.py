@@ -104,6 +104,13 @@ class BrokerRpc:
         ``tls``: TLS to the broker (None: plaintext)."""
         if not endpoints:
             raise ValueError("no broker endpoint given")
+        for endpoint in endpoints:
+            if endpoint.strip().startswith("wire://"):
+                # Spark's tasks call with blocking gRPC channels; the wire port is asyncio only.
+                raise ValueError(
+                    f"endpoint {endpoint!r}: the Spark connector speaks gRPC, give the broker's "
+                    "gRPC address (host:port, without wire://)"
+                )
         self._endpoints = list(endpoints)
         self._timeout = timeout_s
         self._credentials = credentials

@@ -231,25 +231,33 @@ class Comparison:
             self._set("produce_sync", "wharf_send", figures, how=f"{c} tasks x send()")
             for measure, rate in self.e2e_rates():
                 # At the target rate one request in flight: the broker's loop is nearly busy
-                # with per-call gRPC work, and fewer, larger requests (and so fewer pull
+                # with per-call work, and fewer, larger requests (and so fewer pull
                 # wake-ups) cut p99 by 1-2 ms against two. At the low rate nothing queues,
                 # and a message sent while the previous request waits for its fdatasync
                 # should not wait for that ack too (measured at 1k msg/s: p50 1.8-2.9 ms with
                 # 4 in flight against 3.6-5.0 ms with 1).
                 in_flight = 1 if rate > self.args.low_rate else 4
-                settle_disk()
-                self.note(f"wharf SYNC_FLUSH e2e at {rate} msg/s, max_in_flight {in_flight}")
-                figures = wharf_bench(
-                    broker.endpoint, "e2e", topic=f"e2e-{rate}", rate=rate, size=size,
-                    duration=self.duration, max_in_flight=in_flight,
-                )  # fmt: skip
-                self._set(
-                    measure,
-                    "wharf",
-                    figures,
-                    how=f"send() at {rate}/s (max_in_flight {in_flight}), long-poll pulls "
-                    "over PullMessageStream",
-                )
+                # Wharf's own transport (the wire port, as redis-py speaks RESP), then gRPC.
+                for who, endpoint, transport in (
+                    ("wharf", broker.wire_endpoint, "the wire port"),
+                    ("wharf_grpc", broker.endpoint, "gRPC"),
+                ):
+                    settle_disk()
+                    self.note(
+                        f"wharf SYNC_FLUSH e2e at {rate} msg/s over {transport}, "
+                        f"max_in_flight {in_flight}"
+                    )
+                    figures = wharf_bench(
+                        endpoint, "e2e", topic=f"e2e-{rate}-{who}", rate=rate, size=size,
+                        duration=self.duration, max_in_flight=in_flight,
+                    )  # fmt: skip
+                    self._set(
+                        measure,
+                        who,
+                        figures,
+                        how=f"send() at {rate}/s (max_in_flight {in_flight}), long-poll pulls "
+                        f"over PullMessageStream, over {transport}",
+                    )
 
     def e2e_rates(self) -> list[tuple[str, int]]:
         """A low rate showing latency when nothing queues up, then the target rate. Low

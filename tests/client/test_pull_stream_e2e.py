@@ -56,11 +56,17 @@ def stream_pulls_served(broker: BrokerProcess) -> float:
     return pulls_served(broker)
 
 
+@pytest.fixture(params=["grpc", "wire"])
+def endpoint(request: pytest.FixtureRequest, broker: BrokerProcess) -> str:
+    """The broker's gRPC port, then its wire port: the stream's semantics hold on both."""
+    return broker.endpoint if request.param == "grpc" else broker.wire_endpoint
+
+
 async def test_pull_consumer_reads_in_order_over_the_stream(
-    broker: BrokerProcess, name: str
+    broker: BrokerProcess, endpoint: str, name: str
 ) -> None:
     before = stream_pulls_served(broker)
-    async with Producer(broker.endpoint) as producer, PullConsumer(broker.endpoint, name) as c:
+    async with Producer(endpoint) as producer, PullConsumer(endpoint, name) as c:
         queue = MessageQueue(name, 0)
         sent = [f"m{i}".encode() for i in range(500)]
         for start in range(0, len(sent), 50):
@@ -82,9 +88,9 @@ async def test_pull_consumer_reads_in_order_over_the_stream(
 
 
 async def test_long_poll_wakes_on_send_and_many_pulls_share_one_stream(
-    broker: BrokerProcess, name: str
+    broker: BrokerProcess, endpoint: str, name: str
 ) -> None:
-    async with Producer(broker.endpoint) as producer, PullConsumer(broker.endpoint, name) as c:
+    async with Producer(endpoint) as producer, PullConsumer(endpoint, name) as c:
         await producer.send(name, b"create", queue_id=0)
         queues = await c.queues(name)
         # One long poll per queue on the one stream, all parked together.
@@ -110,9 +116,9 @@ async def test_long_poll_wakes_on_send_and_many_pulls_share_one_stream(
 
 
 async def test_a_pull_given_up_on_is_cancelled_on_the_broker(
-    broker: BrokerProcess, name: str
+    broker: BrokerProcess, endpoint: str, name: str
 ) -> None:
-    async with Producer(broker.endpoint) as producer, PullConsumer(broker.endpoint, name) as c:
+    async with Producer(endpoint) as producer, PullConsumer(endpoint, name) as c:
         await producer.send(name, b"x", queue_id=0)
         queue = MessageQueue(name, 0)
         base = parked(broker)
@@ -135,9 +141,9 @@ async def test_a_pull_given_up_on_is_cancelled_on_the_broker(
 
 
 async def test_a_pull_past_its_timeout_fails_and_leaves_the_stream_usable(
-    broker: BrokerProcess, name: str
+    broker: BrokerProcess, endpoint: str, name: str
 ) -> None:
-    async with Producer(broker.endpoint) as producer, PullConsumer(broker.endpoint, name) as c:
+    async with Producer(endpoint) as producer, PullConsumer(endpoint, name) as c:
         await producer.send(name, b"y", queue_id=0)
         assert c._pull is not None
         request = messaging_pb2.PullMessageRequest(
@@ -305,12 +311,12 @@ async def test_consumers_fall_back_to_unary_pulls_against_an_older_broker(
 
 
 async def test_pulls_cancelled_at_random_never_stall_the_others(
-    broker: BrokerProcess, name: str
+    broker: BrokerProcess, endpoint: str, name: str
 ) -> None:
     """Cancelled pulls write cancels while other pulls write requests: one write at a time
     (two at once broke the call), and no write is ever cancelled (that cancels the call)."""
     rng = random.Random(7)
-    async with Producer(broker.endpoint) as producer, PullConsumer(broker.endpoint, name) as c:
+    async with Producer(endpoint) as producer, PullConsumer(endpoint, name) as c:
         await producer.send(name, b"z", queue_id=0)
         queues = await c.queues(name)
 
@@ -339,13 +345,15 @@ async def test_pulls_cancelled_at_random_never_stall_the_others(
     assert parked(broker) == 0
 
 
-async def test_wharf_consume_reads_over_the_stream(broker: BrokerProcess, name: str) -> None:
-    async with Producer(broker.endpoint) as producer:
+async def test_wharf_consume_reads_over_the_stream(
+    broker: BrokerProcess, endpoint: str, name: str
+) -> None:
+    async with Producer(endpoint) as producer:
         await producer.send_batch(name, [b"c%d" % i for i in range(5)], queue_id=0)
     streamed, unary = pulls_served(broker), pulls_served(broker, "PullMessage")
     proc = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "wharf.client.cli.main", "--endpoints", broker.endpoint,
+        [sys.executable, "-m", "wharf.client.cli.main", "--endpoints", endpoint,
          "--json", "consume", name],
         capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
     )  # fmt: skip

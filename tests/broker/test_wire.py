@@ -1,0 +1,368 @@
+"""The wire port (wharf.wire, broker/wire/) against the real daemon: the same calls and errors
+as gRPC, the SDK end to end over it (ordering, long-poll wake-up, a broker restart), ACL and
+TLS on it, bad peers refused with a clear error while the broker goes on, a frame over the
+limit, a stalled reader holding bounded memory, and the setting's start-up errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from wharf import wire
+from wharf.client import (
+    ConsumeResult,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+    ReceivedMessage,
+    UnauthenticatedError,
+)
+from wharf.client.admin import Admin
+from wharf.client.channel import open_channel
+from wharf.client.errors import InvalidArgumentError, PermissionDeniedError, UnavailableError
+from wharf.client.wire_channel import WireChannel
+from wharf.rocketmq.v2 import service_pb2 as v2_pb2
+from wharf.rocketmq.v2 import service_pb2_grpc as v2_grpc
+from wharf.v1 import messaging_pb2, messaging_pb2_grpc
+
+from tests.broker.acl_helpers import ACL_SETTINGS, ADMIN, NOBODY, PRODUCER, TOPIC, write_acl
+from tests.broker.test_exhaustion import rss_mib
+from tests.harness import REPO_ROOT, BrokerProcess, free_port
+
+SMALL = {
+    "mappedFileSizeCommitLog": 16 * 1024 * 1024,
+    "mappedFileSizeConsumeQueue": 6000 * 20,
+    "maxHashSlotNum": 10_000,
+    "maxIndexNum": 40_000,
+    "defaultTopicQueueNums": 2,
+}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    with BrokerProcess(tmp_path_factory.mktemp("wire"), settings=SMALL) as process:
+        yield process
+
+
+def wire_target(broker: BrokerProcess) -> str:
+    return broker.wire_endpoint.removeprefix(wire.SCHEME)
+
+
+async def test_the_ready_file_names_the_wire_port_and_it_serves_the_grpc_methods(
+    broker: BrokerProcess,
+) -> None:
+    assert broker.wire_endpoint.startswith("wire://127.0.0.1:")
+    async with WireChannel(wire_target(broker)) as channel:
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+        sent = await stub.SendMessage(
+            messaging_pb2.SendMessageRequest(
+                topic="WireUnary", queue_id=1, messages=[{"body": b"u1"}]
+            ),
+            timeout=10,
+        )
+        assert sent.results[0].status == messaging_pb2.SEND_OK
+        assert (sent.results[0].queue_id, sent.results[0].queue_offset) == (1, 0)
+        pulled = await stub.PullMessage(
+            messaging_pb2.PullMessageRequest(
+                consumer_group="g", topic="WireUnary", queue_id=1, queue_offset=0
+            ),
+            timeout=10,
+        )
+        assert pulled.status == messaging_pb2.FOUND
+        assert [m.body for m in pulled.messages] == [b"u1"]
+        # A reply of default fields only is zero bytes long and still a reply.
+        committed = await stub.UpdateConsumerOffset(
+            messaging_pb2.UpdateConsumerOffsetRequest(
+                consumer_group="g", topic="WireUnary", queue_id=1, offset=1
+            ),
+            timeout=10,
+        )
+        assert committed.ByteSize() == 0
+        # The RocketMQ 5 service is there too (every service the gRPC port serves).
+        v2 = v2_grpc.MessagingServiceStub(channel)
+        route = await v2.QueryRoute(
+            v2_pb2.QueryRouteRequest(topic={"name": "WireUnary"}),
+            timeout=10,
+            metadata=(("x-mq-client-id", "wire-test"),),  # metadata travels too
+        )
+        assert route.status.code == 20000 and len(route.message_queues) >= 2
+
+
+async def test_errors_carry_the_grpc_status_and_message(broker: BrokerProcess) -> None:
+    async with WireChannel(wire_target(broker)) as channel:
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as bad:
+            await stub.SendMessage(messaging_pb2.SendMessageRequest(topic="T"), timeout=10)
+        assert bad.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "messages is empty" in (bad.value.details() or "")
+        # A request that does not parse: INVALID_ARGUMENT naming the type, as over gRPC.
+        raw = channel.unary_unary(
+            "/wharf.v1.MessagingService/SendMessage",
+            request_serializer=None,
+            response_deserializer=messaging_pb2.SendMessageResponse.FromString,
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as garbled:
+            await raw(b"\xff\xff\xff", timeout=10)
+        assert garbled.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "wharf.v1.SendMessageRequest" in (garbled.value.details() or "")
+        unknown = channel.unary_unary("/wharf.v1.MessagingService/Nope")
+        with pytest.raises(grpc.aio.AioRpcError) as missing:
+            await unknown(b"", timeout=10)
+        assert missing.value.code() is grpc.StatusCode.UNIMPLEMENTED
+        # The connection survived every error.
+        route = await stub.QueryRoute(messaging_pb2.QueryRouteRequest(topic="WireUnary"))
+        assert route.exists and route.write_queue_nums == 2
+
+
+async def test_sdk_end_to_end_over_the_wire_in_order_with_long_poll_wake_up(
+    broker: BrokerProcess,
+) -> None:
+    endpoint = broker.wire_endpoint
+    got: list[tuple[int, bytes]] = []
+    done = asyncio.Event()
+
+    async def handler(message: ReceivedMessage) -> ConsumeResult:
+        got.append((message.queue_offset, message.body))
+        if len(got) == 40:
+            done.set()
+        return ConsumeResult.SUCCESS
+
+    consumer = PushConsumer(endpoint, "wire-push", handler=handler, consume_from_where="LAST")
+    consumer.subscribe("WireOrder", "*")
+    async with Admin(endpoint) as admin:
+        await admin.create_topic("WireOrder", queue_nums=2)
+    async with Producer(endpoint) as producer, consumer:
+        await asyncio.sleep(1.0)  # the consumer's pulls are parked (caught up)
+        started = time.monotonic()
+        for i in range(40):  # one queue: queue order is send order
+            await producer.send("WireOrder", b"m%02d" % i, queue_id=0)
+        await asyncio.wait_for(done.wait(), 20)
+        woken_after = time.monotonic() - started
+    assert [body for _, body in got] == [b"m%02d" % i for i in range(40)]
+    assert [offset for offset, _ in got] == list(range(40))
+    assert woken_after < 10  # parked pulls were woken, not left to their 20 s poll
+    async with PullConsumer(endpoint, "wire-pull") as puller:
+        queues = await puller.queues("WireOrder")
+        result = await puller.pull(queues[0], 0, max_messages=100)
+        assert [m.body for m in result.messages] == [b"m%02d" % i for i in range(40)]
+    async with Admin(endpoint) as admin:
+        stats = await admin.topic_stats("WireOrder")
+        assert stats.total_messages == 40
+
+
+async def test_a_dead_broker_is_unavailable_and_a_restart_is_picked_up(tmp_path: Path) -> None:
+    port = free_port()
+    extra = ["--wire-listen", f"127.0.0.1:{port}"]
+    with BrokerProcess(tmp_path, settings=SMALL, extra_args=extra) as broker:
+        endpoint = broker.wire_endpoint
+        assert endpoint == f"wire://127.0.0.1:{port}"
+        got: list[bytes] = []
+
+        async def handler(message: ReceivedMessage) -> ConsumeResult:
+            got.append(message.body)
+            return ConsumeResult.SUCCESS
+
+        consumer = PushConsumer(endpoint, "wire-restart", handler=handler, long_poll_ms=2000)
+        consumer.subscribe("WireRestart", "*")
+        async with Admin(endpoint) as admin:
+            await admin.create_topic("WireRestart", queue_nums=2)
+        async with Producer(endpoint, send_timeout=20) as producer, consumer:
+            await producer.send("WireRestart", b"before")
+            await _until(lambda: got == [b"before"])
+            broker.kill()
+            with pytest.raises(UnavailableError):
+                async with Producer(endpoint, retry_times=0) as lone:
+                    await lone.send("WireRestart", b"lost", deadline_s=2)
+            broker.start()
+            await producer.send("WireRestart", b"after")  # retried on a new connection
+            await _until(lambda: got[-1:] == [b"after"], 30)
+        assert got[0] == b"before" and got[-1] == b"after"
+
+
+async def _until(check, within_s: float = 15) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + within_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+def test_bad_peers_get_a_clear_error_and_the_broker_goes_on(broker: BrokerProcess) -> None:
+    host, port = wire_target(broker).rsplit(":", 1)
+    for garbage in (b"GET / HTTP/1.1\r\n\r\n", wire.HTTP2_PREFACE, os.urandom(64)):
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(garbage)
+            assert sock.recv(8) == wire.PREFACE  # the broker's own preface
+            sock.settimeout(5)
+            assert sock.recv(100) == b""  # then it closes the connection
+    # A frame over the limit (grpcMaxMessageSize): the connection ends before it is buffered.
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(wire.PREFACE + wire.header(wire.MESSAGE, 1, 1 << 30))
+        sock.recv(8)
+        assert sock.recv(100) == b""
+    log = broker.log()
+    assert "the peer speaks HTTP/2 (gRPC)" in log and "over this side's limit" in log
+    assert "Traceback" not in log
+
+    async def both_ways() -> tuple[str, str]:
+        # The SDK pointed at the wrong port either way gets UNAVAILABLE naming the mix-up.
+        async with Producer(f"wire://{broker.endpoint}", retry_times=0) as producer:
+            with pytest.raises(UnavailableError) as to_grpc:
+                await producer.send("T", b"x", deadline_s=5)
+        async with Producer(wire_target(broker), retry_times=0) as producer:
+            with pytest.raises(UnavailableError) as to_wire:
+                await producer.send("T", b"x", deadline_s=5)
+        return str(to_grpc.value), str(to_wire.value)
+
+    to_grpc, _ = asyncio.run(both_ways())
+    assert "speaks HTTP/2 (gRPC)" in to_grpc
+    sent = asyncio.run(_send_one(broker.wire_endpoint))  # and the broker serves on
+    assert sent == "SEND_OK"
+
+
+async def _send_one(endpoint: str, **kwargs: object) -> str:
+    async with Producer(endpoint, **kwargs) as producer:  # type: ignore[arg-type]
+        return str((await producer.send(TOPIC, b"x", deadline_s=10)).status.name)
+
+
+def test_acl_holds_on_the_wire_port(tmp_path: Path) -> None:
+    write_acl(tmp_path / "store")
+    with BrokerProcess(tmp_path, settings=ACL_SETTINGS) as broker:
+        endpoint = broker.wire_endpoint
+        with pytest.raises(UnauthenticatedError):
+            asyncio.run(_send_one(endpoint, retry_times=0))
+        with pytest.raises(PermissionDeniedError) as denied:
+            asyncio.run(_send_one(endpoint, access_key=NOBODY[0], secret_key=NOBODY[1]))
+        assert "nobody" in str(denied.value) and TOPIC in str(denied.value)
+        ok = asyncio.run(_send_one(endpoint, access_key=PRODUCER[0], secret_key=PRODUCER[1]))
+        assert ok == "SEND_OK"
+
+        async def admin_count() -> int:
+            async with Admin(endpoint, access_key=ADMIN[0], secret_key=ADMIN[1]) as admin:
+                return (await admin.topic_stats(TOPIC)).total_messages
+
+        assert asyncio.run(admin_count()) == 1
+
+
+def test_tls_port_serves_the_wire_over_tls(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path, settings={**SMALL, "tlsEnable": True}) as broker:
+        ca = tmp_path / "store" / "config" / "tls" / "broker.crt"
+        assert json.loads((tmp_path / "ready.json").read_text())["wire"]
+        log = broker.log()
+        assert "wire port on" in log and "(TLS;" in log
+
+        async def round_trip() -> list[bytes]:
+            got: list[bytes] = []
+            async with Producer(broker.wire_endpoint, ca_file=ca) as producer:
+                await producer.send("WireTls", b"secret", queue_id=0)
+            async with PullConsumer(broker.wire_endpoint, "wtls", ca_file=ca) as puller:
+                queues = await puller.queues("WireTls")
+                result = await puller.pull(queues[0], 0)
+                got += [m.body for m in result.messages]
+            return got
+
+        assert asyncio.run(round_trip()) == [b"secret"]
+        with pytest.raises(UnavailableError) as plain:  # a plaintext client: told why
+            asyncio.run(_send_one(broker.wire_endpoint, retry_times=0))
+        assert "TLS" in str(plain.value) or "lost" in str(plain.value)
+
+
+def test_wire_listen_off_and_a_taken_port(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path / "off", settings={**SMALL, "wireListen": "off"}) as broker:
+        assert broker.wire_endpoint == ""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        failed = BrokerProcess(
+            tmp_path / "taken", settings={**SMALL, "wireListen": f"127.0.0.1:{port}"}
+        )
+        with pytest.raises(RuntimeError):
+            failed.start(timeout=30)
+        assert f"cannot listen on 127.0.0.1:{port} (wireListen" in failed.log()
+        failed.kill()
+    bad = BrokerProcess(tmp_path / "bad", settings={**SMALL, "wireListen": "nowhere"})
+    with pytest.raises(RuntimeError):
+        bad.start(timeout=30)
+    assert "wireListen" in bad.log()
+
+
+STALLED_WIRE_STREAM = """
+import asyncio, sys
+from wharf.client.wire_channel import WireChannel
+from wharf.v1 import messaging_pb2
+async def main():
+    channel = WireChannel(sys.argv[1])
+    call = channel.stream_stream("/wharf.v1.MessagingService/PullMessageStream",
+        response_deserializer=messaging_pb2.PullMessageResponse.FromString)()
+    for i in range(int(sys.argv[2])):
+        await call.write(messaging_pb2.PullMessageRequest(
+            request_id=i + 1, consumer_group="stalled", topic="Big", queue_id=0, queue_offset=0,
+            max_messages=1024, max_wait_ms=30000, raw_records=True).SerializeToString())
+    await call.read()
+    print("reading", flush=True)
+    await asyncio.sleep(600)
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_a_wire_stream_that_stops_reading_holds_bounded_memory(tmp_path: Path) -> None:
+    settings = {**SMALL, "maxMessageSize": 1 << 20, "defaultTopicQueueNums": 1}
+    with BrokerProcess(tmp_path, settings=settings) as broker:
+        bodies = [os.urandom(500_000) for _ in range(8)]
+
+        async def fill() -> None:
+            async with Producer(broker.wire_endpoint) as producer:
+                for body in bodies:
+                    await producer.send("Big", body)
+
+        asyncio.run(fill())
+        stalled = subprocess.Popen(
+            [sys.executable, "-c", STALLED_WIRE_STREAM, wire_target(broker), "400"],
+            stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
+        )  # fmt: skip
+        try:
+            assert stalled.stdout is not None and stalled.stdout.readline().strip() == "reading"
+            os.kill(stalled.pid, signal.SIGSTOP)
+            before = rss_mib(broker.pid)
+            time.sleep(3.0)  # the broker answers what it can of the 400 pulls of ~3 MiB each
+            grown = rss_mib(broker.pid) - before
+            # Unbounded, 400 replies of ~3 MiB would queue (1.2 GB); the stream holds at most
+            # maxUnreadPullBytesPerClient (16 MiB) + the socket's 1 MiB write buffer.
+            assert grown < 100, f"broker grew {grown:.0f} MiB for one stalled wire stream"
+
+            async def other() -> int:  # another consumer is served at once
+                async with PullConsumer(broker.wire_endpoint, "healthy") as puller:
+                    queues = await puller.queues("Big")
+                    result = await puller.pull(queues[0], 0, max_messages=8)
+                    assert result.messages[0].body == bodies[0]
+                    return len(result.messages)
+
+            assert asyncio.run(other()) == 6  # 3 MiB maxPullBytes
+        finally:
+            stalled.kill()
+            stalled.wait()
+
+
+def test_open_channel_picks_the_transport_by_scheme() -> None:
+    async def kinds() -> tuple[str, str]:
+        wire_channel = open_channel("wire://127.0.0.1:1")
+        grpc_channel = open_channel("127.0.0.1:1")
+        try:
+            return type(wire_channel).__name__, type(grpc_channel).__name__
+        finally:
+            await wire_channel.close()
+            await grpc_channel.close()
+
+    assert asyncio.run(kinds()) == ("WireChannel", "Channel")
+    with pytest.raises(InvalidArgumentError):
+        open_channel("wire://nope")
