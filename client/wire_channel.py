@@ -11,8 +11,10 @@ call, and errors as ``grpc.aio.AioRpcError`` with the broker's status code, so
 UNAVAILABLE (retriable: the SDK's retries open a new one).
 
 Flow control: a write returns once the bytes are handed to the socket, and waits while the
-transport's buffer is above 1 MiB; responses not yet read are counted per connection and
-above 256 the connection stops reading until they are taken (TCP then holds the broker).
+transport's buffer is above 1 MiB; the bytes of responses not yet read are counted per
+connection and above 16 MiB the connection stops reading until they are taken (TCP then holds
+the broker; the SDK's stream read loops take replies as they come, so this bounds a process
+too busy to keep up).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import grpc
 from wharf import wire
 
 WRITE_HIGH_WATER = 1 << 20
-MAX_QUEUED_RESPONSES = 256
+MAX_QUEUED_BYTES = 16 << 20
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # as the gRPC channel's receive limit (client/channel.py)
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
@@ -124,16 +126,16 @@ class _Connection(asyncio.Protocol):
                 code = _CODES.get(number, grpc.StatusCode.UNKNOWN)
                 call.ended(None if code is grpc.StatusCode.OK else _error(code, details))
 
-    def queued(self, count: int) -> None:
-        """Responses received (+) or taken (-) by their readers: reading pauses above 256."""
-        self._queued += count
+    def queued(self, nbytes: int) -> None:
+        """Response bytes received (+) or taken (-) by readers: reading pauses above 16 MiB."""
+        self._queued += nbytes
         transport = self.transport
         if transport is None or self.broken is not None:
             return
-        if not self._reading_paused and self._queued > MAX_QUEUED_RESPONSES:
+        if not self._reading_paused and self._queued > MAX_QUEUED_BYTES:
             self._reading_paused = True
             transport.pause_reading()
-        elif self._reading_paused and self._queued <= MAX_QUEUED_RESPONSES // 2:
+        elif self._reading_paused and self._queued <= MAX_QUEUED_BYTES // 2:
             self._reading_paused = False
             transport.resume_reading()
 
@@ -169,7 +171,7 @@ class _Call:
 
     def message(self, payload: bytes) -> None:
         self._items.append(payload)
-        self.conn.queued(1)
+        self.conn.queued(len(payload))
         self._wake()
 
     def ended(self, error: BaseException | None) -> None:
@@ -193,7 +195,7 @@ class _Call:
         if item is _END:
             return _END
         items.popleft()
-        self.conn.queued(-1)
+        self.conn.queued(-len(item))
         deserialize = self._deserialize
         return item if deserialize is None else deserialize(item)
 
@@ -204,7 +206,7 @@ class _Call:
         self.conn.calls.pop(self.call_id, None)
         with contextlib.suppress(grpc.aio.AioRpcError):
             self.conn.send(wire.frame(wire.CANCEL, self.call_id))
-        self.conn.queued(-sum(1 for item in self._items if item is not _END))
+        self.conn.queued(-sum(len(item) for item in self._items if item is not _END))
         self._items.clear()
         self.error = asyncio.CancelledError()
         self._items.append(_END)
@@ -214,6 +216,11 @@ class _Call:
     @property
     def done(self) -> bool:
         return self._done
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _opening(call: _Call, method: str, metadata: Any, timeout: float | None) -> bytes:
@@ -241,6 +248,9 @@ class _StreamCall:
         self._opened = asyncio.get_running_loop().create_task(
             self._open(channel, method, metadata, timeout, first, has_first)
         )
+        # A failure to connect is raised by the call's next write or read; one never made
+        # must not be logged as "never retrieved".
+        self._opened.add_done_callback(_retrieve)
 
     async def _open(
         self,

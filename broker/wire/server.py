@@ -11,8 +11,9 @@ Bounds (a client that stops reading, or floods requests, cannot grow the broker'
 - writes: the transport's buffer pauses the writer above ``WRITE_HIGH_WATER`` (1 MiB): a
   stream's handler then waits in its yield, so the pull stream's own windows (64 pulls, 16 MiB
   of replies per client) stop reading further pulls;
-- reads: requests parsed and not yet taken by their handlers are counted per connection;
-  above ``MAX_QUEUED_REQUESTS`` (256) the connection stops reading the socket until they fall
+- reads: the bytes of requests parsed and not yet taken by their handlers are counted per
+  connection; above ``MAX_QUEUED_BYTES`` (8 MiB) the connection stops reading the socket until
+  they fall
   to half, so TCP holds the client's writes (as HTTP/2 flow control does for gRPC);
 - a frame longer than ``max_message_bytes`` (the gRPC limit) ends the connection.
 """
@@ -31,7 +32,10 @@ from wharf import wire
 
 log = logging.getLogger("wharf.broker.wire")
 WRITE_HIGH_WATER = 1 << 20
-MAX_QUEUED_REQUESTS = 256
+MAX_QUEUED_BYTES = 8 << 20
+# Calls open at once on one connection (the SDK keeps a handful; each holds a task and, for a
+# unary call still waiting for its request, nothing else to bound it).
+MAX_CALLS = 10_000
 _END = object()
 _OK = grpc.StatusCode.OK.value[0]
 _CANCELLED = grpc.StatusCode.CANCELLED.value[0]
@@ -85,8 +89,8 @@ class _Requests:
         self._items: collections.deque[Any] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
 
-    def put(self, item: Any) -> None:
-        self._items.append(item)
+    def put(self, item: Any, nbytes: int = 0) -> None:
+        self._items.append((item, nbytes))
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -98,15 +102,15 @@ class _Requests:
         while not self._items:
             self._waiter = asyncio.get_running_loop().create_future()
             await self._waiter
-        item = self._items.popleft()
+        item, nbytes = self._items[0]
         if item is _END:
-            self._items.appendleft(_END)  # stays ended
-            raise StopAsyncIteration
-        self._conn.taken()
+            raise StopAsyncIteration  # and stays ended
+        self._items.popleft()
+        self._conn.taken(nbytes)
         return item
 
     def discard(self) -> None:
-        self._conn.taken(sum(1 for item in self._items if item is not _END))
+        self._conn.taken(sum(nbytes for _, nbytes in self._items))
         self._items.clear()
 
 
@@ -207,6 +211,13 @@ class _Connection(asyncio.Protocol):
             self._fail(f"call id {call_id} opened twice")
             return
         handler = self._methods.get(method)
+        if len(self._calls) >= MAX_CALLS:
+            self._write_status(
+                call_id,
+                grpc.StatusCode.RESOURCE_EXHAUSTED.value[0],
+                f"{MAX_CALLS} calls are open on this connection; end some first",
+            )
+            return
         if handler is None:
             self._write_status(
                 call_id, grpc.StatusCode.UNIMPLEMENTED.value[0], f"unknown method {method}"
@@ -224,18 +235,18 @@ class _Connection(asyncio.Protocol):
             return  # cancelled or ended: late requests are dropped
         request = call.handler.request_deserializer(payload)
         if call.requests is not None:
-            call.requests.put(request)
-            self._queued += 1
-            if self._queued > MAX_QUEUED_REQUESTS and not self._reading_paused:
+            call.requests.put(request, len(payload))
+            self._queued += len(payload)
+            if self._queued > MAX_QUEUED_BYTES and not self._reading_paused:
                 self._reading_paused = True
                 assert self._transport is not None
                 self._transport.pause_reading()
         elif call.task is None:
             call.task = asyncio.get_running_loop().create_task(self._run(call_id, call, request))
 
-    def taken(self, count: int = 1) -> None:
-        self._queued -= count
-        if self._reading_paused and self._queued <= MAX_QUEUED_REQUESTS // 2:
+    def taken(self, nbytes: int) -> None:
+        self._queued -= nbytes
+        if self._reading_paused and self._queued <= MAX_QUEUED_BYTES // 2:
             self._reading_paused = False
             if self._transport is not None and not self.closed:
                 self._transport.resume_reading()

@@ -366,3 +366,29 @@ def test_open_channel_picks_the_transport_by_scheme() -> None:
     assert asyncio.run(kinds()) == ("WireChannel", "Channel")
     with pytest.raises(InvalidArgumentError):
         open_channel("wire://nope")
+
+
+def test_calls_open_on_one_connection_are_bounded(broker: BrokerProcess) -> None:
+    """Unary calls opened and never given their request hold a slot each: beyond 10,000 on
+    one connection an OPEN gets RESOURCE_EXHAUSTED, and the connection goes on."""
+    host, port = wire_target(broker).rsplit(":", 1)
+    opening = wire.encode_open("/wharf.v1.MessagingService/QueryRoute", (), None)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            wire.PREFACE + b"".join(wire.frame(wire.OPEN, i, opening) for i in range(1, 10_002))
+        )
+        reader = wire.FrameReader(1 << 20)
+        frames: list[tuple[int, int, bytes]] = []
+        while not frames:
+            frames = reader.feed(sock.recv(65536))
+        kind, call_id, payload = frames[0]
+        assert (kind, call_id) == (wire.STATUS, 10_001)
+        code, details = wire.decode_status(payload)
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0] and "10000 calls" in details
+        # Call 1 still works: its request arrives, its reply comes back.
+        request = messaging_pb2.QueryRouteRequest(topic="WireUnary").SerializeToString()
+        sock.sendall(wire.frame(wire.MESSAGE, 1, request) + wire.frame(wire.HALF_CLOSE, 1))
+        while len(frames) < 3:
+            frames += reader.feed(sock.recv(65536))
+        assert [(k, i) for k, i, _ in frames[1:3]] == [(wire.MESSAGE, 1), (wire.STATUS, 1)]
+        assert wire.decode_status(frames[2][2])[0] == 0
