@@ -27,12 +27,11 @@ import os
 import ssl
 import tempfile
 from collections.abc import AsyncIterator, Callable
-from typing import Any, cast
+from typing import Any
 
 import grpc
 from wharf import wire
 
-WRITE_HIGH_WATER = 1 << 20
 MAX_QUEUED_BYTES = 16 << 20
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # as the gRPC channel's receive limit (client/channel.py)
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
@@ -61,50 +60,29 @@ def client_ssl_context(ca_pem: bytes | None, cert_pem: bytes | None, key_pem: by
     return context
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(wire.FramedProtocol):
     def __init__(self, target: str) -> None:
+        super().__init__(MAX_FRAME_BYTES, MAX_QUEUED_BYTES)
         self.target = target
         self.calls: dict[int, _Call] = {}
-        self.transport: asyncio.Transport | None = None
         self.broken: grpc.aio.AioRpcError | None = None
-        self._reader = wire.FrameReader(MAX_FRAME_BYTES)
         self._ids = itertools.count(1)
-        self._writable: asyncio.Future[None] | None = None
-        self._queued = 0
-        self._reading_paused = False
 
     def next_id(self) -> int:
         return next(self._ids)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport = cast(asyncio.Transport, transport)
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        transport.write(wire.PREFACE)
-
     def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
         if self.broken is None:
             reason = f": {exc}" if exc else ""
             self.broken = _error(_UNAVAILABLE, f"connection to wire://{self.target} lost{reason}")
         calls, self.calls = self.calls, {}
         for call in calls.values():
             call.ended(self.broken)
-        self._wake_writers()
-
-    def pause_writing(self) -> None:
-        if self._writable is None:
-            self._writable = asyncio.get_running_loop().create_future()
-
-    def resume_writing(self) -> None:
-        self._wake_writers()
-
-    def _wake_writers(self) -> None:
-        waiter, self._writable = self._writable, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
 
     def data_received(self, data: bytes) -> None:
         try:
-            frames = self._reader.feed(data)
+            frames = self.reader.feed(data)
         except wire.ProtocolError as exc:
             self.broken = _error(_UNAVAILABLE, f"wire://{self.target}: {exc}")
             assert self.transport is not None
@@ -126,19 +104,6 @@ class _Connection(asyncio.Protocol):
                 code = _CODES.get(number, grpc.StatusCode.UNKNOWN)
                 call.ended(None if code is grpc.StatusCode.OK else _error(code, details))
 
-    def queued(self, nbytes: int) -> None:
-        """Response bytes received (+) or taken (-) by readers: reading pauses above 16 MiB."""
-        self._queued += nbytes
-        transport = self.transport
-        if transport is None or self.broken is not None:
-            return
-        if not self._reading_paused and self._queued > MAX_QUEUED_BYTES:
-            self._reading_paused = True
-            transport.pause_reading()
-        elif self._reading_paused and self._queued <= MAX_QUEUED_BYTES // 2:
-            self._reading_paused = False
-            transport.resume_reading()
-
     def send(self, data: bytes | tuple[bytes, ...]) -> None:
         if self.broken is not None:
             raise self.broken
@@ -147,11 +112,6 @@ class _Connection(asyncio.Protocol):
             self.transport.writelines(data)
         else:
             self.transport.write(data)  # type: ignore[arg-type]
-
-    async def drained(self) -> None:
-        waiter = self._writable
-        if waiter is not None:
-            await asyncio.shield(waiter)
 
 
 class _Call:

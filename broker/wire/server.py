@@ -25,13 +25,12 @@ import collections
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import grpc
 from wharf import wire
 
 log = logging.getLogger("wharf.broker.wire")
-WRITE_HIGH_WATER = 1 << 20
 MAX_QUEUED_BYTES = 8 << 20
 # Calls open at once on one connection (the SDK keeps a handful; each holds a task and, for a
 # unary call still waiting for its request, nothing else to bound it).
@@ -106,11 +105,11 @@ class _Requests:
         if item is _END:
             raise StopAsyncIteration  # and stays ended
         self._items.popleft()
-        self._conn.taken(nbytes)
+        self._conn.queued(-nbytes)
         return item
 
     def discard(self) -> None:
-        self._conn.taken(sum(nbytes for _, nbytes in self._items))
+        self._conn.queued(-sum(nbytes for _, nbytes in self._items))
         self._items.clear()
 
 
@@ -124,55 +123,35 @@ class _Call:
         self.task: asyncio.Task[None] | None = None
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(wire.FramedProtocol):
     def __init__(self, server: WireServer) -> None:
+        super().__init__(server.max_message_bytes, MAX_QUEUED_BYTES)
         self._server = server
         self._methods = server.methods
-        self._reader = wire.FrameReader(server.max_message_bytes)
         self._calls: dict[int, _Call] = {}
-        self._transport: asyncio.Transport | None = None
         self._peer = "unknown"
-        self._writable: asyncio.Future[None] | None = None  # set while writes are paused
-        self._queued = 0
-        self._reading_paused = False
-        self.closed = False
 
     # --- transport events -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport = cast(asyncio.Transport, transport)
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        super().connection_made(transport)
         address = transport.get_extra_info("peername")
         if isinstance(address, tuple) and len(address) == 2:
             self._peer = f"ipv4:{address[0]}:{address[1]}"
         elif isinstance(address, tuple):
             self._peer = f"ipv6:[{address[0]}]:{address[1]}"
         self._server.connections.add(self)
-        transport.write(wire.PREFACE)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
+        super().connection_lost(exc)
         self._server.connections.discard(self)
         for call in self._calls.values():
             if call.task is not None:
                 call.task.cancel()
         self._calls.clear()
-        self._wake_writers()
-
-    def pause_writing(self) -> None:
-        if self._writable is None:
-            self._writable = asyncio.get_running_loop().create_future()
-
-    def resume_writing(self) -> None:
-        self._wake_writers()
-
-    def _wake_writers(self) -> None:
-        waiter, self._writable = self._writable, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
 
     def data_received(self, data: bytes) -> None:
         try:
-            frames = self._reader.feed(data)
+            frames = self.reader.feed(data)
         except wire.ProtocolError as exc:
             self._fail(str(exc))
             return
@@ -197,8 +176,8 @@ class _Connection(asyncio.Protocol):
 
     def _fail(self, reason: str) -> None:
         log.warning("wire connection from %s closed: %s", self._peer, reason)
-        if self._transport is not None:
-            self._transport.close()
+        if self.transport is not None:
+            self.transport.close()
 
     # --- calls ----------------------------------------------------------------------------------
     def _on_open(self, call_id: int, payload: bytes) -> None:
@@ -236,20 +215,9 @@ class _Connection(asyncio.Protocol):
         request = call.handler.request_deserializer(payload)
         if call.requests is not None:
             call.requests.put(request, len(payload))
-            self._queued += len(payload)
-            if self._queued > MAX_QUEUED_BYTES and not self._reading_paused:
-                self._reading_paused = True
-                assert self._transport is not None
-                self._transport.pause_reading()
+            self.queued(len(payload))
         elif call.task is None:
             call.task = asyncio.get_running_loop().create_task(self._run(call_id, call, request))
-
-    def taken(self, nbytes: int) -> None:
-        self._queued -= nbytes
-        if self._reading_paused and self._queued <= MAX_QUEUED_BYTES // 2:
-            self._reading_paused = False
-            if self._transport is not None and not self.closed:
-                self._transport.resume_reading()
 
     async def _run(self, call_id: int, call: _Call, request: Any) -> None:
         handler: Any = call.handler
@@ -292,28 +260,26 @@ class _Connection(asyncio.Protocol):
 
     async def _write_message(self, call_id: int, data: bytes) -> None:
         self._write_message_now(call_id, data)
-        waiter = self._writable
-        if waiter is not None:
-            await asyncio.shield(waiter)
+        await self.drained()
 
     def _write_message_now(self, call_id: int, data: bytes) -> None:
-        if self.closed or self._transport is None:
+        if self.closed or self.transport is None:
             raise asyncio.CancelledError  # the client went away
-        self._transport.writelines((wire.header(wire.MESSAGE, call_id, len(data)), data))
+        self.transport.writelines((wire.header(wire.MESSAGE, call_id, len(data)), data))
 
     def _write_status(
         self, call_id: int, code: int, details: str, reply: bytes | None = None
     ) -> None:
         """The call's STATUS, after its unary ``reply`` when given (one write for both)."""
-        if self.closed or self._transport is None:
+        if self.closed or self.transport is None:
             return
         status = wire.frame(wire.STATUS, call_id, wire.encode_status(code, details))
         if reply is not None:  # b"" too: a reply of default fields
-            self._transport.writelines(
+            self.transport.writelines(
                 (wire.header(wire.MESSAGE, call_id, len(reply)), reply, status)
             )
         else:
-            self._transport.write(status)
+            self.transport.write(status)
 
 
 def _method_name(handler: Any) -> str:
@@ -353,7 +319,7 @@ class WireServer:
         """Close every connection (their calls are cancelled) and the listener."""
         self.close_listener()
         for conn in list(self.connections):
-            if conn._transport is not None:
-                conn._transport.close()
+            if conn.transport is not None:
+                conn.transport.close()
         if self._server is not None:
             await self._server.wait_closed()

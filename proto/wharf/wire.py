@@ -34,9 +34,10 @@ reading stops the other side's writes; see the server and client modules).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
-from typing import Any
+from typing import Any, cast
 
 PREFACE = b"WHARF/1\n"
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # what a gRPC client opens with
@@ -45,6 +46,7 @@ HEADER_SIZE = HEADER.size
 OPEN, MESSAGE, HALF_CLOSE, CANCEL, STATUS = 1, 2, 3, 4, 5
 SCHEME = "wire://"  # an endpoint with this prefix dials the wire port
 
+WRITE_HIGH_WATER = 1 << 20  # a transport's write buffer above this holds its writers
 _pack = HEADER.pack
 _unpack_from = HEADER.unpack_from
 
@@ -156,3 +158,58 @@ def _not_wire(head: bytes) -> str:
     if head[:1] in (b"\x15", b"\x16"):  # a TLS record: alert / handshake
         return "the peer speaks TLS and this side does not: enable TLS on both or neither"
     return f"the peer did not open with the Wharf wire preface (got {head[:8]!r})"
+
+
+class FramedProtocol(asyncio.Protocol):
+    """What both ends of a connection share: the preface on connect, frames out of
+    ``self.reader``, writers held while the transport's buffer is above ``WRITE_HIGH_WATER``
+    (``await drained()``), and reading paused while more than ``queue_limit`` bytes of
+    received frames wait for their readers (``queued(+n)`` on arrival, ``queued(-n)`` when
+    taken), so TCP holds the peer's writes."""
+
+    def __init__(self, max_payload: int, queue_limit: int) -> None:
+        self.reader = FrameReader(max_payload)
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self._writable: asyncio.Future[None] | None = None  # set while writes are paused
+        self._queue_limit = queue_limit
+        self._queued = 0
+        self._reading_paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport = cast(asyncio.Transport, transport)
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        transport.write(PREFACE)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.wake_writers()
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        self.wake_writers()
+
+    def wake_writers(self) -> None:
+        waiter, self._writable = self._writable, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def drained(self) -> None:
+        waiter = self._writable
+        if waiter is not None:
+            await asyncio.shield(waiter)
+
+    def queued(self, nbytes: int) -> None:
+        self._queued += nbytes
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        if not self._reading_paused and self._queued > self._queue_limit:
+            self._reading_paused = True
+            transport.pause_reading()
+        elif self._reading_paused and self._queued <= self._queue_limit // 2:
+            self._reading_paused = False
+            transport.resume_reading()
