@@ -212,7 +212,8 @@ class _Connection(wire.FramedProtocol):
         call = self._calls.get(call_id)
         if call is None:
             return  # cancelled or ended: late requests are dropped
-        request = call.handler.request_deserializer(payload)
+        deserialize = call.handler.request_deserializer
+        request = payload if deserialize is None else deserialize(payload)  # None: bytes
         if call.requests is not None:
             call.requests.put(request, len(payload))
             self.queued(len(payload))
@@ -222,7 +223,7 @@ class _Connection(wire.FramedProtocol):
     async def _run(self, call_id: int, call: _Call, request: Any) -> None:
         handler: Any = call.handler
         context = call.context
-        serialize = handler.response_serializer
+        serialize = handler.response_serializer or _as_bytes  # None: the handler gives bytes
         code, details = _OK, ""
         last: bytes | None = None  # a unary reply: written with its STATUS in one write
         try:
@@ -280,6 +281,10 @@ class _Connection(wire.FramedProtocol):
             )
         else:
             self.transport.write(status)
+
+
+def _as_bytes(reply: bytes) -> bytes:
+    return reply
 
 
 def _method_name(handler: Any) -> str:

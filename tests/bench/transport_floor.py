@@ -4,7 +4,9 @@
 
 One process, uvloop, 127.0.0.1, a 4-byte payload echoed: a raw asyncio TCP connection
 (streams API: what a Redis client's request costs the transport), a grpc.aio bidi-stream
-message (Wharf's SendMessageStream and PullMessageStream hops) and a grpc.aio unary call.
+message (Wharf's SendMessageStream and PullMessageStream hops) and a grpc.aio unary call, and
+the same two over Wharf's wire port (broker/wire/server.py serving the same handlers,
+client/wire_channel.py).
 Prints p50 and p99 of each after 100 untimed round trips, and each one's ratio to raw TCP.
 """
 
@@ -19,6 +21,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import grpc
 import uvloop
 from grpc import aio
+from wharf.broker.wire.server import WireServer
+from wharf.client.wire_channel import WireChannel
 
 WARMUP = 100
 
@@ -63,19 +67,10 @@ async def raw_tcp(samples: int) -> list[float]:
 
 
 async def grpc_echo(samples: int, streaming: bool) -> list[float]:
-    async def unary(request: bytes, context: object) -> bytes:
-        return request
-
-    async def stream(requests: AsyncIterator[bytes], context: object) -> AsyncIterator[bytes]:
-        async for request in requests:
-            yield request
-
-    handlers = {
-        "Unary": grpc.unary_unary_rpc_method_handler(unary),
-        "Stream": grpc.stream_stream_rpc_method_handler(stream),
-    }
     server = aio.server()
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("floor.Echo", handlers),))
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("floor.Echo", echo_handlers()),)
+    )
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     channel = aio.insecure_channel(f"127.0.0.1:{port}")
@@ -95,6 +90,41 @@ async def grpc_echo(samples: int, streaming: bool) -> list[float]:
         await server.stop(None)
 
 
+def echo_handlers() -> dict[str, grpc.RpcMethodHandler]:
+    async def unary(request: bytes, context: object) -> bytes:
+        return request
+
+    async def stream(requests: AsyncIterator[bytes], context: object) -> AsyncIterator[bytes]:
+        async for request in requests:
+            yield request
+
+    return {
+        "Unary": grpc.unary_unary_rpc_method_handler(unary),
+        "Stream": grpc.stream_stream_rpc_method_handler(stream),
+    }
+
+
+async def wire_echo(samples: int, streaming: bool) -> list[float]:
+    server = WireServer(1 << 20)
+    server.add_method_handlers("floor.Echo", echo_handlers())
+    port = await server.start("127.0.0.1", 0)
+    channel = WireChannel(f"127.0.0.1:{port}")
+    try:
+        if not streaming:
+            call = channel.unary_unary("/floor.Echo/Unary")
+            return await timed(samples, lambda: call(b"ping"))
+        bidi = channel.stream_stream("/floor.Echo/Stream")()
+
+        async def round_trip() -> object:
+            await bidi.write(b"ping")
+            return await bidi.read()
+
+        return await timed(samples, round_trip)
+    finally:
+        await channel.close()
+        await server.stop()
+
+
 async def run(samples: int) -> None:
     print(f"transport round trips, 4-byte echo, load average {os.getloadavg()[0]:.2f}")
     raw = await raw_tcp(samples)
@@ -102,6 +132,8 @@ async def run(samples: int) -> None:
         ("raw asyncio TCP", raw),
         ("grpc.aio bidi-stream message", await grpc_echo(samples, True)),
         ("grpc.aio unary call", await grpc_echo(samples, False)),
+        ("wire port stream message", await wire_echo(samples, True)),
+        ("wire port unary call", await wire_echo(samples, False)),
     ]
     base = percentile(raw, 0.5)
     for name, values in rows:
