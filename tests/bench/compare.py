@@ -239,8 +239,8 @@ class Comparison:
                 in_flight = 1 if rate > self.args.low_rate else 4
                 # Wharf's own transport (the wire port, as redis-py speaks RESP), then gRPC.
                 for who, endpoint, transport in (
-                    ("wharf", broker.wire_endpoint, "the wire port"),
                     ("wharf_grpc", broker.endpoint, "gRPC"),
+                    ("wharf", broker.wire_endpoint, "the wire port"),
                 ):
                     settle_disk()
                     self.note(
