@@ -75,19 +75,24 @@ async def grpc_echo(samples: int, streaming: bool) -> list[float]:
     await server.start()
     channel = aio.insecure_channel(f"127.0.0.1:{port}")
     try:
-        if not streaming:
-            call = channel.unary_unary("/floor.Echo/Unary")
-            return await timed(samples, lambda: call(b"ping"))
-        bidi = channel.stream_stream("/floor.Echo/Stream")()
-
-        async def round_trip() -> object:
-            await bidi.write(b"ping")
-            return await bidi.read()
-
-        return await timed(samples, round_trip)
+        return await echo_rounds(channel, samples, streaming)
     finally:
         await channel.close()
         await server.stop(None)
+
+
+async def echo_rounds(channel: aio.Channel, samples: int, streaming: bool) -> list[float]:
+    """Timed echoes over ``channel`` (grpc.aio's or the wire port's look-alike)."""
+    if not streaming:
+        call = channel.unary_unary("/floor.Echo/Unary")
+        return await timed(samples, lambda: call(b"ping"))
+    bidi = channel.stream_stream("/floor.Echo/Stream")()
+
+    async def round_trip() -> object:
+        await bidi.write(b"ping")
+        return await bidi.read()
+
+    return await timed(samples, round_trip)
 
 
 def echo_handlers() -> dict[str, grpc.RpcMethodHandler]:
@@ -110,16 +115,7 @@ async def wire_echo(samples: int, streaming: bool) -> list[float]:
     port = await server.start("127.0.0.1", 0)
     channel = WireChannel(f"127.0.0.1:{port}")
     try:
-        if not streaming:
-            call = channel.unary_unary("/floor.Echo/Unary")
-            return await timed(samples, lambda: call(b"ping"))
-        bidi = channel.stream_stream("/floor.Echo/Stream")()
-
-        async def round_trip() -> object:
-            await bidi.write(b"ping")
-            return await bidi.read()
-
-        return await timed(samples, round_trip)
+        return await echo_rounds(channel, samples, streaming)
     finally:
         await channel.close()
         await server.stop()
