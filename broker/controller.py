@@ -398,7 +398,8 @@ class BrokerController:
             setting = f"wireListen (default: listen port + 2 = {port})"
         context = None
         if self.tls_reloader is not None and self.tls_port == self.grpc_port:
-            context = server_ssl_context(lambda: self.tls_reloader.current)  # type: ignore[union-attr]
+            reloader = self.tls_reloader
+            context = server_ssl_context(lambda: reloader.refreshed())
         try:
             self.wire_port = await wire.start(host, port, context)
         except OSError as exc:

@@ -62,6 +62,12 @@ class CertificateReloader:
             require_client_authentication=self.current.trust_pem is not None,
         )
 
+    def refreshed(self) -> ServerTls:
+        """The material in force after checking the files (the wire port's handshakes: gRPC
+        calls ``fetch`` itself)."""
+        self.fetch()
+        return self.current
+
     def fetch(self) -> grpc.ServerCertificateConfiguration | None:
         """A new configuration when the files changed and can serve, else None (no change)."""
         try:

@@ -23,9 +23,7 @@ import asyncio
 import collections
 import contextlib
 import itertools
-import os
 import ssl
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -44,19 +42,14 @@ def _error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details, None)
 
 
-def client_ssl_context(ca_pem: bytes | None, cert_pem: bytes | None, key_pem: bytes | None):  # type: ignore[no-untyped-def]
+def client_ssl_context(
+    ca_pem: bytes | None, cert_pem: bytes | None, key_pem: bytes | None
+) -> ssl.SSLContext:
     """An SSLContext verifying the broker (``ca_pem`` or the system roots), presenting a client
-    certificate when given (the ssl module loads a chain from files only: a private temporary
-    directory holds them for the call)."""
+    certificate when given (mutual TLS)."""
     context = ssl.create_default_context(cadata=ca_pem.decode("ascii") if ca_pem else None)
     if cert_pem is not None and key_pem is not None:
-        with tempfile.TemporaryDirectory() as folder:
-            cert, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
-            for path, data in ((cert, cert_pem), (key, key_pem)):
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "wb") as out:
-                    out.write(data)
-            context.load_cert_chain(cert, key)
+        wire.load_cert_chain_pem(context, cert_pem, key_pem)
     return context
 
 

@@ -36,7 +36,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import ssl
 import struct
+import tempfile
 from typing import Any, cast
 
 PREFACE = b"WHARF/1\n"
@@ -94,6 +97,19 @@ def decode_status(payload: bytes) -> tuple[int, str]:
         return int(status["code"]), str(status.get("details") or "")
     except (ValueError, TypeError, KeyError) as exc:
         raise ProtocolError(f"STATUS frame does not parse: {exc}") from None
+
+
+def load_cert_chain_pem(context: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+    """``context.load_cert_chain`` from PEM bytes (both ends hold checked bytes, not paths): the
+    ssl module loads a chain from files only, so a private temporary directory holds them for
+    the call."""
+    with tempfile.TemporaryDirectory() as folder:
+        cert, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
+        for path, data in ((cert, cert_pem), (key, key_pem)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+        context.load_cert_chain(cert, key)
 
 
 class FrameReader:
