@@ -385,6 +385,11 @@ class BrokerController:
                      "TLS" if self.tls_port == self.grpc_port else "plaintext",
                      self.wire_address)  # fmt: skip
 
+    @property
+    def wire_connections(self) -> int:
+        """Client connections open on the wire port (a metric)."""
+        return len(self._wire.connections) if self._wire is not None else 0
+
     async def _bind_wire(self, wire: WireServer, listen_host: str) -> None:
         """wireListen, or the listen host and port + 2 (ephemeral when listen's is 0); TLS when
         the listen port is TLS-only."""

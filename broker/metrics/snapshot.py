@@ -59,6 +59,8 @@ class BrokerSnapshot:
     namesrv_sessions: dict[str, bool] = field(default_factory=dict)
     # Role and replication (``store.replication_status()``); None for a store without it.
     replication: ReplicationStatus | None = None
+    # Client connections open on the wire port (0 when it is off).
+    wire_connections: int = 0
 
 
 def take_snapshot(controller: Any, now: float | None = None) -> BrokerSnapshot:
@@ -88,6 +90,7 @@ def take_snapshot(controller: Any, now: float | None = None) -> BrokerSnapshot:
         identity=_identity(controller),
         namesrv_sessions=dict(getattr(getattr(controller, "registrar", None), "registered", {})),
         replication=_replication(store),
+        wire_connections=int(getattr(controller, "wire_connections", 0)),
     )
 
 

@@ -9,12 +9,14 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -99,6 +101,10 @@ async def test_the_ready_file_names_the_wire_port_and_it_serves_the_grpc_methods
             metadata=(("x-mq-client-id", "wire-test"),),  # metadata travels too
         )
         assert route.status.code == 20000 and len(route.message_queues) >= 2
+        # Its connection shows in the metrics.
+        url = f"http://{broker.metrics_endpoint}/metrics"
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read())
+        assert re.search(rb"^wharf_wire_connections ([1-9]\d*)\.0$", text, re.M), text[-500:]
 
 
 async def test_errors_carry_the_grpc_status_and_message(broker: BrokerProcess) -> None:
