@@ -66,7 +66,7 @@ def test_broker_service_builds_this_repo_publishes_ports_and_mounts_its_config()
     context = (DEPLOY / broker["build"]["context"]).resolve()
     assert context == REPO_ROOT.resolve()
     assert (context / broker["build"]["dockerfile"]).resolve() == (DEPLOY / "Dockerfile").resolve()
-    assert set(broker["ports"]) == {"8081:8081", "9100:9100"}
+    assert set(broker["ports"]) == {"8081:8081", "8083:8083", "9100:9100"}  # gRPC, wire, metrics
     config_path = broker["command"][broker["command"].index("--config") + 1]
     assert compose_mounts("broker")[config_path] == "./broker.toml"
     assert compose_mounts("broker")["/var/lib/wharf"] == "wharf-data"
@@ -109,7 +109,7 @@ def test_dockerfile_copies_existing_sources_runs_as_non_root_with_a_probe_health
     volumes = exec_form(next(args for keyword, args in DOCKERFILE if keyword == "VOLUME"))
     assert volumes == ["/var/lib/wharf"]
     exposed = next(args for keyword, args in DOCKERFILE if keyword == "EXPOSE").split()
-    assert exposed == ["8081", "9100"]
+    assert exposed == ["8081", "8083", "9100"]
 
 
 def test_broker_toml_loads_with_the_broker_config_loader_and_matches_the_container() -> None:
