@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from wharf import hops
 from wharf.broker.errors import ResourceExhaustedError, UnavailableError
-from wharf.store import hops
 
 
 class _Parked:

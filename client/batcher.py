@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from wharf import hops
 from wharf.client.errors import DeadlineExceededError
-from wharf.store import hops
 
 _NEVER = float("inf")
 

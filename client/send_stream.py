@@ -17,8 +17,8 @@ import collections
 import itertools
 
 import grpc
+from wharf import hops
 from wharf.client.errors import ClientClosedError, UnavailableError, WharfError, from_rpc_error
-from wharf.store import hops
 from wharf.v1 import common_pb2, messaging_pb2
 
 _METHOD = "/wharf.v1.MessagingService/SendMessageStream"

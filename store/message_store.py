@@ -51,7 +51,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
-from wharf.store import hops
+from wharf import hops
 from wharf.store.codec import decode_offset_msg_id
 from wharf.store.codec.properties import TIMER_TOPIC, TRANS_HALF_TOPIC
 from wharf.store.config import SYNC_FLUSH, StoreConfig, parse_delay_levels

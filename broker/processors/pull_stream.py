@@ -39,6 +39,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+from wharf import hops
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import (
     InvalidArgumentError,
@@ -49,7 +50,6 @@ from wharf.broker.errors import (
 from wharf.broker.handlers import MalformedRequest, RefusedRequest
 from wharf.broker.processors.pull import PullProcessor
 from wharf.broker.reply_budget import PullReplies, StreamReplies
-from wharf.store import hops
 from wharf.v1 import common_pb2, messaging_pb2
 
 log = logging.getLogger("wharf.broker.pull_stream")

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from functools import lru_cache
 
 import grpc
+from wharf import hops
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import (
     InvalidArgumentError,
@@ -24,7 +25,6 @@ from wharf.broker.errors import (
 )
 from wharf.broker.handlers import MalformedRequest, RefusedRequest
 from wharf.broker.processors.convert import to_inputs
-from wharf.store import hops
 from wharf.store.config import SYNC_FLUSH
 from wharf.store.model import PutStatus
 from wharf.v1 import common_pb2, messaging_pb2

@@ -30,6 +30,7 @@ import itertools
 from collections.abc import Callable
 
 import grpc
+from wharf import hops
 from wharf.client.consumer.pull_wire import PullReply, decode_pull_reply, pull_callable
 from wharf.client.errors import (
     ClientClosedError,
@@ -39,7 +40,6 @@ from wharf.client.errors import (
     error_for_status_number,
     from_rpc_error,
 )
-from wharf.store import hops
 from wharf.v1 import messaging_pb2
 
 STREAM_METHOD = "/wharf.v1.MessagingService/PullMessageStream"

@@ -24,7 +24,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Protocol
 
-from wharf.store import hops
+from wharf import hops
 from wharf.store.codec.dispatch import decode_dispatches
 from wharf.store.codec.records import read_total_size
 from wharf.store.dispatch.dispatcher import (

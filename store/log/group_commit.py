@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from wharf.store import hops
+from wharf import hops
 from wharf.store.errors import DiskFullError, FlushFailedError, StoreShutDownError
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ client decode and hand-off to the handler, minus what overlapped the ack's way b
 SYNC_FLUSH the handler usually runs before the ack is back: < 0).
 Percentiles per stage; the machine's fdatasync and a bare gRPC round trip are printed first
 as the floor. Then, for the stream pulls, the per-hop breakdown: the broker runs with
-``WHARF_HOP_TRACE`` (``wharf.store.hops``) and this process stamps the SDK's hops, so each
+``WHARF_HOP_TRACE`` (``wharf.hops``) and this process stamps the SDK's hops, so each
 lone message's time from ``send()`` to its handler is split at every hand-off (batcher,
 stream write, broker handler, append, group commit and its fdatasync thread, dispatch,
 long-poll wake-up, pull reply, client read, handler): per hop, its time since ``send()`` and
@@ -42,9 +42,9 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
+from wharf import hops
 from wharf.client import ConsumeResult, MessageQueue, Producer, PullConsumer, PushConsumer
 from wharf.client.message import ReceivedMessage
-from wharf.store import hops
 
 from tests.bench.broker_send import process_cpu_seconds
 from tests.harness import BrokerProcess
@@ -230,7 +230,7 @@ async def lone_messages(
     return stages, windows
 
 
-# The hops of a lone message (wharf.store.hops stamps; c. = client, b. = broker): name, what,
+# The hops of a lone message (wharf.hops stamps; c. = client, b. = broker): name, what,
 # and the hops it follows (the first of them present: ASYNC_FLUSH has no b.sync_* nor
 # b.put_resumed). After the append (ASYNC) or the sync (SYNC) two chains run side by side:
 # the ack (b.send_done ... c.ack) and the dispatch (b.reput_run ... c.handler).
