@@ -5,6 +5,8 @@ offsets reset on both)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from wharf.client import Producer
 from wharf.client.admin import Admin
@@ -109,8 +111,16 @@ def test_cli_admin_commands_over_namesrv(cluster) -> None:  # type: ignore[no-un
     assert sorted(b["broker"] for b in made["brokers"] if b["created"]) == ["broker-a", "broker-b"]
     for n in names:
         wait_for(lambda n=n: route(n.endpoint, "books") == {"broker-a": 1, "broker-b": 1}, 5, "")
-    for i in range(6):
-        cli(ns, "send", "books", f"book-{i}")
+
+    # One producer: its turn alternates the two groups (3 each). Six `wharf send` processes
+    # each start at a random group and put all six on one group 1 time in 32, and the group
+    # progress below then lists that group only.
+    async def send_books() -> None:
+        async with Producer(namesrv=ns) as producer:
+            for i in range(6):
+                await producer.send("books", f"book-{i}".encode())
+
+    asyncio.run(send_books())
 
     status = cli(ns, "topic", "status", "books")
     assert status["total_messages"] == 6
