@@ -403,8 +403,7 @@ class BrokerController:
             setting = f"wireListen (default: listen port + 2 = {port})"
         context = None
         if self.tls_reloader is not None and self.tls_port == self.grpc_port:
-            reloader = self.tls_reloader
-            context = server_ssl_context(lambda: reloader.refreshed())
+            context = server_ssl_context(self.tls_reloader.refreshed)
         try:
             self.wire_port = await wire.start(host, port, context)
         except OSError as exc:

@@ -22,9 +22,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import itertools
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -61,8 +62,13 @@ class _Connection(wire.FramedProtocol):
         self.broken: grpc.aio.AioRpcError | None = None
         self._ids = itertools.count(1)
 
-    def next_id(self) -> int:
-        return next(self._ids)
+    def open_call(self, deserialize: Callable[[bytes], Any] | None) -> _Call:
+        """A new call on this connection, registered for its frames."""
+        call_id = next(self._ids)
+        forget = functools.partial(self.calls.pop, call_id, None)
+        call = _Call(call_id, deserialize, self.send, self.queued, self.drained, forget)
+        self.calls[call_id] = call
+        return call
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -110,21 +116,44 @@ class _Connection(wire.FramedProtocol):
 class _Call:
     """One call's responses and end, whatever its kind."""
 
-    __slots__ = ("_deserialize", "_done", "_items", "_waiter", "call_id", "conn", "error")
+    __slots__ = (
+        "_deserialize",
+        "_done",
+        "_forget",
+        "_items",
+        "_queued",
+        "_waiter",
+        "call_id",
+        "drained",
+        "error",
+        "send",
+    )
 
-    def __init__(self, conn: _Connection, deserialize: Callable[[bytes], Any] | None) -> None:
-        self.conn = conn
-        self.call_id = conn.next_id()
+    def __init__(
+        self,
+        call_id: int,
+        deserialize: Callable[[bytes], Any] | None,
+        send: Callable[[bytes | tuple[bytes, ...]], None],
+        queued: Callable[[int], None],
+        drained: Callable[[], Awaitable[None]],
+        forget: Callable[[], object],
+    ) -> None:
+        self.call_id = call_id
         self._deserialize = deserialize
+        # The connection's parts a call uses: its writes, its count of response bytes not yet
+        # read, its write gate, and dropping this call from its table (frames then ignored).
+        self.send = send
+        self._queued = queued
+        self.drained = drained
+        self._forget = forget
         self._items: collections.deque[Any] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
         self._done = False
         self.error: BaseException | None = None
-        conn.calls[self.call_id] = self
 
     def message(self, payload: bytes) -> None:
         self._items.append(payload)
-        self.conn.queued(len(payload))
+        self._queued(len(payload))
         self._wake()
 
     def ended(self, error: BaseException | None) -> None:
@@ -148,7 +177,7 @@ class _Call:
         if item is _END:
             return _END
         items.popleft()
-        self.conn.queued(-len(item))
+        self._queued(-len(item))
         deserialize = self._deserialize
         return item if deserialize is None else deserialize(item)
 
@@ -156,10 +185,10 @@ class _Call:
         if self._done:
             return False
         self._done = True
-        self.conn.calls.pop(self.call_id, None)
+        self._forget()
         with contextlib.suppress(grpc.aio.AioRpcError):
-            self.conn.send(wire.frame(wire.CANCEL, self.call_id))
-        self.conn.queued(-sum(len(item) for item in self._items if item is not _END))
+            self.send(wire.frame(wire.CANCEL, self.call_id))
+        self._queued(-sum(len(item) for item in self._items if item is not _END))
         self._items.clear()
         self.error = asyncio.CancelledError()
         self._items.append(_END)
@@ -176,8 +205,21 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
-def _opening(call: _Call, method: str, metadata: Any, timeout: float | None) -> bytes:
-    return wire.frame(wire.OPEN, call.call_id, wire.encode_open(method, metadata, timeout))
+def _opening(
+    call_id: int, method: str, metadata: Any, timeout: float | None, request: bytes | None = None
+) -> tuple[bytes, ...]:
+    """The frames that open a call; with a unary ``request`` OPEN + MESSAGE + HALF_CLOSE, to go
+    out in one write."""
+    frames: tuple[bytes, ...] = (
+        wire.frame(wire.OPEN, call_id, wire.encode_open(method, metadata, timeout)),
+    )
+    if request is not None:
+        frames += (
+            wire.header(wire.MESSAGE, call_id, len(request)),
+            request,
+            wire.frame(wire.HALF_CLOSE, call_id),
+        )
+    return frames
 
 
 class _StreamCall:
@@ -198,6 +240,7 @@ class _StreamCall:
         self._deserialize = deserialize
         self._call: _Call | None = None
         self._cancelled = False
+        self.feeder: asyncio.Task[None] | None = None  # writes a request iterator (kept alive)
         self._opened = asyncio.get_running_loop().create_task(
             self._open(channel, method, metadata, timeout, first, has_first)
         )
@@ -215,16 +258,11 @@ class _StreamCall:
         has_first: bool,
     ) -> _Call:
         conn = await channel.connection()
-        call = self._call = _Call(conn, self._deserialize)
-        frames: tuple[bytes, ...] = (_opening(call, method, metadata, timeout),)
-        if has_first:  # a unary request: OPEN + MESSAGE + HALF_CLOSE in one write
+        call = self._call = conn.open_call(self._deserialize)
+        data = None
+        if has_first:  # a unary request
             data = first if self._serialize is None else self._serialize(first)
-            frames += (
-                wire.header(wire.MESSAGE, call.call_id, len(data)),
-                data,
-                wire.frame(wire.HALF_CLOSE, call.call_id),
-            )
-        conn.send(frames)
+        conn.send(_opening(call.call_id, method, metadata, timeout, data))
         return call
 
     async def _ready(self) -> _Call:
@@ -237,14 +275,13 @@ class _StreamCall:
         if call.done:
             raise asyncio.InvalidStateError("the call has ended")
         data = request if self._serialize is None else self._serialize(request)
-        conn = call.conn
-        conn.send((wire.header(wire.MESSAGE, call.call_id, len(data)), data))
-        await conn.drained()
+        call.send((wire.header(wire.MESSAGE, call.call_id, len(data)), data))
+        await call.drained()
 
     async def done_writing(self) -> None:
         call = await self._ready()
         if not call.done:
-            call.conn.send(wire.frame(wire.HALF_CLOSE, call.call_id))
+            call.send(wire.frame(wire.HALF_CLOSE, call.call_id))
 
     async def read(self) -> Any:
         call = await self._ready()
@@ -298,17 +335,9 @@ class _UnaryUnary:
 
     async def _invoke(self, request: Any, timeout: float | None, metadata: Any) -> Any:  # noqa: ASYNC109
         conn = await self._channel.connection()
-        call = _Call(conn, self._deserialize)
+        call = conn.open_call(self._deserialize)
         data = request if self._serialize is None else self._serialize(request)
-        call_id = call.call_id
-        conn.send(
-            (
-                _opening(call, self._method, metadata, timeout),
-                wire.header(wire.MESSAGE, call_id, len(data)),
-                data,
-                wire.frame(wire.HALF_CLOSE, call_id),
-            )
-        )
+        conn.send(_opening(call.call_id, self._method, metadata, timeout, data))
         try:
             async with asyncio.timeout(timeout):
                 reply = await call.next()
@@ -346,22 +375,19 @@ class _Streaming:
         metadata: Any = None,
         **_: Any,
     ) -> _StreamCall:
-        if self._unary_in:
-            return _StreamCall(
-                self._channel,
-                self._method,
-                self._serialize,
-                self._deserialize,
-                metadata,
-                timeout,
-                request,
-                True,
-            )
+        unary_in = self._unary_in
         call = _StreamCall(
-            self._channel, self._method, self._serialize, self._deserialize, metadata, timeout
+            self._channel,
+            self._method,
+            self._serialize,
+            self._deserialize,
+            metadata,
+            timeout,
+            request if unary_in else None,
+            unary_in,
         )
-        if request is not None:  # a request iterator, as grpc.aio takes one
-            asyncio.get_running_loop().create_task(_feed(call, request))
+        if not unary_in and request is not None:  # a request iterator, as grpc.aio takes one
+            call.feeder = asyncio.get_running_loop().create_task(_feed(call, request))
         return call
 
 

@@ -13,8 +13,7 @@ Bounds (a client that stops reading, or floods requests, cannot grow the broker'
   of replies per client) stop reading further pulls;
 - reads: the bytes of requests parsed and not yet taken by their handlers are counted per
   connection; above ``MAX_QUEUED_BYTES`` (8 MiB) the connection stops reading the socket until
-  they fall
-  to half, so TCP holds the client's writes (as HTTP/2 flow control does for gRPC);
+  they fall to half, so TCP holds the client's writes (as HTTP/2 flow control does for gRPC);
 - a frame longer than ``max_message_bytes`` (the gRPC limit) ends the connection.
 """
 
@@ -81,10 +80,10 @@ class WireContext:
 class _Requests:
     """A streaming call's requests as an async iterator (what grpc.aio hands a handler)."""
 
-    __slots__ = ("_conn", "_items", "_waiter")
+    __slots__ = ("_items", "_queued", "_waiter")
 
-    def __init__(self, conn: _Connection) -> None:
-        self._conn = conn
+    def __init__(self, queued: Callable[[int], None]) -> None:
+        self._queued = queued  # the connection's count of request bytes not yet taken
         self._items: collections.deque[Any] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
 
@@ -105,11 +104,11 @@ class _Requests:
         if item is _END:
             raise StopAsyncIteration  # and stays ended
         self._items.popleft()
-        self._conn.queued(-nbytes)
+        self._queued(-nbytes)
         return item
 
     def discard(self) -> None:
-        self._conn.queued(-sum(nbytes for _, nbytes in self._items))
+        self._queued(-sum(nbytes for _, nbytes in self._items))
         self._items.clear()
 
 
@@ -124,10 +123,12 @@ class _Call:
 
 
 class _Connection(wire.FramedProtocol):
-    def __init__(self, server: WireServer) -> None:
-        super().__init__(server.max_message_bytes, MAX_QUEUED_BYTES)
-        self._server = server
-        self._methods = server.methods
+    def __init__(
+        self, methods: dict[str, Any], connections: set[_Connection], max_message_bytes: int
+    ) -> None:
+        super().__init__(max_message_bytes, MAX_QUEUED_BYTES)
+        self._methods = methods
+        self._connections = connections  # the server's open connections (stop closes them)
         self._calls: dict[int, _Call] = {}
         self._peer = "unknown"
 
@@ -139,11 +140,11 @@ class _Connection(wire.FramedProtocol):
             self._peer = f"ipv4:{address[0]}:{address[1]}"
         elif isinstance(address, tuple):
             self._peer = f"ipv6:[{address[0]}]:{address[1]}"
-        self._server.connections.add(self)
+        self._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
-        self._server.connections.discard(self)
+        self._connections.discard(self)
         for call in self._calls.values():
             if call.task is not None:
                 call.task.cancel()
@@ -205,7 +206,7 @@ class _Connection(wire.FramedProtocol):
         call = _Call(handler, WireContext(self._peer, metadata, timeout))
         self._calls[call_id] = call
         if handler.request_streaming:
-            call.requests = _Requests(self)
+            call.requests = _Requests(self.queued)
             call.task = asyncio.get_running_loop().create_task(self._run(call_id, call, None))
 
     def _on_message(self, call_id: int, payload: bytes) -> None:
@@ -311,7 +312,11 @@ class WireServer:
         """Listen; returns the bound port (``port`` 0 = ephemeral). OSError when taken."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _Connection(self), host or None, port, ssl=ssl, reuse_address=True
+            lambda: _Connection(self.methods, self.connections, self.max_message_bytes),
+            host or None,
+            port,
+            ssl=ssl,
+            reuse_address=True,
         )
         return int(self._server.sockets[0].getsockname()[1])
 

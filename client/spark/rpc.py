@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from wharf import wire
 from wharf.client.auth import Credentials, sign_sync_channel
 from wharf.client.channel import TlsConfig
 from wharf.client.consumer.pull_wire import PULL_METHOD, PullReply, decode_pull_reply
@@ -105,7 +106,7 @@ class BrokerRpc:
         if not endpoints:
             raise ValueError("no broker endpoint given")
         for endpoint in endpoints:
-            if endpoint.strip().startswith("wire://"):
+            if endpoint.strip().startswith(wire.SCHEME):
                 # Spark's tasks call with blocking gRPC channels; the wire port is asyncio only.
                 raise ValueError(
                     f"endpoint {endpoint!r}: the Spark connector speaks gRPC, give the broker's "
