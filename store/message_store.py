@@ -324,8 +324,7 @@ class MessageStore:
             await self._commit_log.wait_flushed(end_offset)
         except StoreNotWritableError:
             return  # sticky failure / shutdown: already surfaced to writers and in health()
-        if self._reput.reput_from_offset < end_offset:  # not dispatched by _after_sync
-            self._reput.wakeup()
+        self._reput.wakeup_for(end_offset)
 
     def _append(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> AppendResult:
         self._check_writable()
@@ -405,10 +404,7 @@ class MessageStore:
             flushed = await self._commit_log.wait_flushed(result.end_offset)
             if hops.ENABLED:
                 hops.stamp("b.put_resumed")
-            if self._reput.reput_from_offset < result.end_offset:
-                # Unless _after_sync dispatched it already (a reader waits): then a wakeup
-                # would only cost an empty reput run.
-                self._reput.wakeup()
+            self._reput.wakeup_for(result.end_offset)
             if not flushed:
                 status = PutStatus.FLUSH_DISK_TIMEOUT
         if replicated is not None:

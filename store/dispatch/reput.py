@@ -116,6 +116,13 @@ class ReputService(Service):
         self._index_leftover: list[IndexEntries] = []  # inline chunks' entries awaiting a roll
         self.inline_dispatches = 0
 
+    def wakeup_for(self, end_offset: int) -> None:
+        """Data up to ``end_offset`` became dispatchable (synced): wake the task unless it is
+        dispatched already (inline, while a reader waited: a wakeup would only cost an empty
+        run)."""
+        if self.reput_from_offset < end_offset:
+            self.wakeup()
+
     def dispatch_inline(self, max_bytes: int = INLINE_MAX_BYTES) -> bool:
         """Dispatch everything dispatchable now, synchronously, if that is small and needs no
         thread; True when caught up. False (the task is woken instead) when the task is in a
