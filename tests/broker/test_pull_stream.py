@@ -232,6 +232,16 @@ time.sleep(600)
 """
 
 
+def growth_behind_a_stalled_reader(broker: BrokerProcess, stalled: subprocess.Popen[str]) -> float:
+    """MiB the broker grows in 3 s once ``stalled`` (a client that printed "reading" after its
+    first reply) is stopped with its pulls in flight: it answers what it can of them."""
+    assert stalled.stdout is not None and stalled.stdout.readline().strip() == "reading"
+    os.kill(stalled.pid, signal.SIGSTOP)
+    before = rss_mib(broker.pid)
+    time.sleep(3.0)
+    return rss_mib(broker.pid) - before
+
+
 @pytest.mark.slow
 def test_a_stream_that_stops_reading_holds_bounded_memory(tmp_path: Path) -> None:
     settings = {"maxMessageSize": 1 << 20, "defaultTopicQueueNums": 1}
@@ -245,11 +255,7 @@ def test_a_stream_that_stops_reading_holds_bounded_memory(tmp_path: Path) -> Non
             stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
         )  # fmt: skip
         try:
-            assert stalled.stdout is not None and stalled.stdout.readline().strip() == "reading"
-            os.kill(stalled.pid, signal.SIGSTOP)
-            before = rss_mib(broker.pid)
-            time.sleep(3.0)  # the broker answers what it can of the 400 pulls of 4 MB each
-            grown = rss_mib(broker.pid) - before
+            grown = growth_behind_a_stalled_reader(broker, stalled)
             # Unbounded, 400 replies of ~3 MiB would queue (1.2 GB); the stream holds at most
             # maxUnreadPullBytesPerClient (16 MiB) + one reply, and reads at most 64 requests.
             assert grown < 100, f"broker grew {grown:.0f} MiB for one stalled stream"

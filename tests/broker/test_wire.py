@@ -6,13 +6,10 @@ limit, a stalled reader holding bounded memory, and the setting's start-up error
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import re
-import signal
 import socket
-import ssl
 import subprocess
 import sys
 import time
@@ -40,17 +37,14 @@ from wharf.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
 from tests.broker.acl_helpers import ACL_SETTINGS, ADMIN, NOBODY, PRODUCER, TOPIC, write_acl
-from tests.broker.test_exhaustion import rss_mib
+from tests.broker.test_pull_stream import growth_behind_a_stalled_reader
+from tests.broker.test_tls import replace_atomically, served_fingerprint
+from tests.client.conftest import BROKER_SETTINGS
 from tests.harness import REPO_ROOT, BrokerProcess, free_port
 from tests.tls_certs import CertAuthority
 
-SMALL = {
-    "mappedFileSizeCommitLog": 16 * 1024 * 1024,
-    "mappedFileSizeConsumeQueue": 6000 * 20,
-    "maxHashSlotNum": 10_000,
-    "maxIndexNum": 40_000,
-    "defaultTopicQueueNums": 2,
-}
+# Small files (start-up stays cheap), two queues a topic.
+SMALL = {**BROKER_SETTINGS, "defaultTopicQueueNums": 2}
 
 
 @pytest.fixture(scope="module")
@@ -346,11 +340,7 @@ def test_a_wire_stream_that_stops_reading_holds_bounded_memory(tmp_path: Path) -
             stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
         )  # fmt: skip
         try:
-            assert stalled.stdout is not None and stalled.stdout.readline().strip() == "reading"
-            os.kill(stalled.pid, signal.SIGSTOP)
-            before = rss_mib(broker.pid)
-            time.sleep(3.0)  # the broker answers what it can of the 400 pulls of ~3 MiB each
-            grown = rss_mib(broker.pid) - before
+            grown = growth_behind_a_stalled_reader(broker, stalled)
             # Unbounded, 400 replies of ~3 MiB would queue (1.2 GB); the stream holds at most
             # maxUnreadPullBytesPerClient (16 MiB) + the socket's 1 MiB write buffer.
             assert grown < 100, f"broker grew {grown:.0f} MiB for one stalled wire stream"
@@ -409,19 +399,6 @@ def test_calls_open_on_one_connection_are_bounded(broker: BrokerProcess) -> None
         assert wire.decode_status(frames[2][2])[0] == 0
 
 
-def _served_fingerprint(endpoint: str, ca: Path) -> str:
-    """SHA-256 of the certificate a new TLS connection to ``endpoint`` is served."""
-    host, _, port = endpoint.removeprefix(wire.SCHEME).rpartition(":")
-    context = ssl.create_default_context(cafile=str(ca))
-    with (
-        socket.create_connection((host, int(port)), timeout=5) as raw,
-        context.wrap_socket(raw, server_hostname=host) as tls,
-    ):
-        der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    return ":".join(f"{b:02X}" for b in hashlib.sha256(der).digest())
-
-
 def test_wire_tls_follows_certificate_reloads_and_mutual_tls(tmp_path: Path) -> None:
     ca = CertAuthority.create(tmp_path / "ca")
     first = ca.issue(tmp_path / "first", "first", server=True)
@@ -430,8 +407,8 @@ def test_wire_tls_follows_certificate_reloads_and_mutual_tls(tmp_path: Path) -> 
     live = tmp_path / "live"
     live.mkdir()
     cert, key = live / "broker.crt", live / "broker.key"
-    for target, source in ((cert, first.cert), (key, first.key)):
-        target.write_bytes(source.read_bytes())
+    replace_atomically(cert, first.cert)
+    replace_atomically(key, first.key)
     settings = {
         **SMALL, "tlsEnable": True, "tlsCertPath": str(cert), "tlsKeyPath": str(key),
         "tlsClientAuth": "require", "tlsTrustCertPath": str(ca.cert),
@@ -444,13 +421,11 @@ def test_wire_tls_follows_certificate_reloads_and_mutual_tls(tmp_path: Path) -> 
             asyncio.run(_send_one(endpoint, ca_file=ca.cert, retry_times=0))
         # The files replaced (key first, then the certificate), no gRPC handshake in between:
         # the next wire connection is served the new certificate.
-        for target, source in ((key, second.key), (cert, second.cert)):
-            tmp = target.with_name(target.name + ".new")
-            tmp.write_bytes(source.read_bytes())
-            os.replace(tmp, target)
+        replace_atomically(key, second.key)
+        replace_atomically(cert, second.cert)
         fingerprint = fingerprint_sha256(second.cert.read_bytes())
         # (TLS 1.3: the client's side of the handshake ends before the broker checks the
         # client's certificate, so the served certificate is seen without one.)
-        assert _served_fingerprint(endpoint, ca.cert) == fingerprint
+        assert served_fingerprint(wire_target(broker), ca.cert) == fingerprint
         assert "TLS certificate reloaded" in broker.log()
         assert asyncio.run(_send_one(endpoint, **mutual)) == "SEND_OK"
