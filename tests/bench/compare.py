@@ -237,7 +237,8 @@ class Comparison:
                 # should not wait for that ack too (measured at 1k msg/s: p50 1.8-2.9 ms with
                 # 4 in flight against 3.6-5.0 ms with 1).
                 in_flight = 1 if rate > self.args.low_rate else 4
-                # Wharf's own transport (the wire port, as redis-py speaks RESP), then gRPC.
+                # Over gRPC, then over Wharf's own transport (the wire port: its figures are
+                # the ones held against redis-py, which speaks RESP).
                 for who, endpoint, transport in (
                     ("wharf_grpc", broker.endpoint, "gRPC"),
                     ("wharf", broker.wire_endpoint, "the wire port"),

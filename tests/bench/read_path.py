@@ -15,18 +15,19 @@ pull, stream against unary (the per-call cost, before the first message).
 
 Part 3 (lone message): ``--lone`` messages sent one at a time (the next only after the
 previous reached the handler, so nothing queues) by a Producer to a PushConsumer, under
-ASYNC_FLUSH and SYNC_FLUSH, pulls over the stream and unary. Each message's time is split at
-the send ack: send() -> ack (client encode + RPC + store append, and the group commit's
-fdatasync under SYNC_FLUSH) and ack -> handler (dispatch, long-poll wake-up, pull reply,
-client decode and hand-off to the handler, minus what overlapped the ack's way back; under
-SYNC_FLUSH the handler usually runs before the ack is back: < 0).
-Percentiles per stage; the machine's fdatasync and a bare gRPC round trip are printed first
-as the floor. Then, for the stream pulls, the per-hop breakdown: the broker runs with
-``WHARF_HOP_TRACE`` (``wharf.hops``) and this process stamps the SDK's hops, so each
-lone message's time from ``send()`` to its handler is split at every hand-off (batcher,
-stream write, broker handler, append, group commit and its fdatasync thread, dispatch,
-long-poll wake-up, pull reply, client read, handler): per hop, its time since ``send()`` and
-since the hop it follows (p50 / p99, us). ``--no-hops`` leaves the stamps off.
+ASYNC_FLUSH and SYNC_FLUSH, pulls over the stream, unary, and (``wire``) sends and pulls over
+the wire port. Each message's time is split at the send ack: send() -> ack (client encode +
+RPC + store append, and the group commit's fdatasync under SYNC_FLUSH) and ack -> handler
+(dispatch, long-poll wake-up, pull reply, client decode and hand-off to the handler, minus
+what overlapped the ack's way back; under SYNC_FLUSH the handler usually runs before the ack
+is back: < 0). Percentiles per stage; the machine's fdatasync and a bare gRPC round trip are
+printed first as the floor. Then, for the runs over gRPC streams and over the wire port, the
+per-hop breakdown: the broker runs with ``WHARF_HOP_TRACE`` (``wharf.hops``) and this process
+stamps the SDK's hops, so each lone message's time from ``send()`` to its handler is split at
+every hand-off (batcher, stream write, broker handler, append, group commit and its fdatasync
+thread, dispatch, long-poll wake-up, pull reply, client read, handler): per hop, its time
+since ``send()`` and since the hop it follows (p50 / p99, us). ``--no-hops`` leaves the
+stamps off.
 """
 
 from __future__ import annotations
@@ -246,14 +247,14 @@ HOPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("b.sync_served", "broker loop: sync waiters answered", ("b.sync_done",)),
     ("b.put_resumed", "broker: put resumes after the sync", ("b.sync_served",)),
     ("b.send_done", "broker: send reply built", ("b.put_resumed", "b.appended")),
-    ("b.ack_yield", "broker: send reply handed to gRPC", ("b.send_done",)),
+    ("b.ack_yield", "broker: send reply handed to transport", ("b.send_done",)),
     ("c.ack_read", "client: send reply read", ("b.ack_yield",)),
     ("c.ack", "send() returned", ("c.ack_read",)),
     ("b.reput_run", "broker: reput run starts", ("b.sync_served", "b.appended")),
     ("b.dispatched", "broker: ConsumeQueue advanced", ("b.reput_run",)),
     ("b.arrival", "broker: parked pulls woken", ("b.dispatched",)),
     ("b.pull_woken", "broker: the pull resumes", ("b.arrival",)),
-    ("b.pull_yield", "broker: pull reply handed to gRPC", ("b.pull_woken",)),
+    ("b.pull_yield", "broker: pull reply handed to transport", ("b.pull_woken",)),
     ("c.pull_read", "client: pull reply read", ("b.pull_yield",)),
     ("c.handler", "handler called", ("c.pull_read", "b.pull_yield")),
 )
