@@ -190,6 +190,12 @@ async def test_a_dead_broker_is_unavailable_and_a_restart_is_picked_up(tmp_path:
             await producer.send("WireRestart", b"after")  # retried on a new connection
             await _until(lambda: got[-1:] == [b"after"], 30)
         assert got[0] == b"before" and got[-1] == b"after"
+        # What was acknowledged before the kill -9 is still stored after it.
+        async with PullConsumer(endpoint, "wire-restart-audit") as puller:
+            stored = []
+            for queue in await puller.queues("WireRestart"):
+                stored += [m.body for m in (await puller.pull(queue, 0, max_messages=32)).messages]
+        assert b"before" in stored and b"after" in stored
 
 
 async def _until(check, within_s: float = 15) -> None:  # type: ignore[no-untyped-def]
