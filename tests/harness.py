@@ -113,6 +113,14 @@ class BrokerProcess:
         config.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in self.settings.items()))
         ready = self.root / "ready.json"
         ready.unlink(missing_ok=True)
+        # The wire port is ephemeral unless the test sets it: its default, the listen port + 2,
+        # is a fixed port once a test fixes --listen (to keep it across restarts), and another
+        # process's ephemeral socket can hold it (it did, in CI).
+        wire = (
+            []
+            if "wireListen" in self.settings or "--wire-listen" in self.extra_args
+            else ["--wire-listen", "127.0.0.1:0"]
+        )
         cmd = [
             sys.executable, "-m", "wharf.broker",
             "--config", str(config),
@@ -120,6 +128,7 @@ class BrokerProcess:
             "--listen", "127.0.0.1:0",
             "--metrics-listen", "127.0.0.1:0",
             "--ready-file", str(ready),
+            *wire,
             *self.extra_args,
         ]  # fmt: skip
         self.proc, info = _launch(cmd, self.env, self.log_path, ready, timeout, "broker")

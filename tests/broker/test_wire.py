@@ -290,6 +290,15 @@ def test_tls_port_serves_the_wire_over_tls(tmp_path: Path) -> None:
         assert "TLS" in str(plain.value) or "lost" in str(plain.value)
 
 
+def test_the_default_wire_port_is_the_listen_port_plus_two(tmp_path: Path) -> None:
+    port = free_port()
+    settings = {**SMALL, "wireListen": ""}  # the default: derived from listen
+    extra = ["--listen", f"127.0.0.1:{port}"]
+    with BrokerProcess(tmp_path, settings=settings, extra_args=extra) as broker:
+        assert broker.wire_endpoint == f"wire://127.0.0.1:{port + 2}"
+        assert asyncio.run(_send_one(broker.wire_endpoint)) == "SEND_OK"
+
+
 def test_wire_listen_off_and_a_taken_port(tmp_path: Path) -> None:
     with BrokerProcess(tmp_path / "off", settings={**SMALL, "wireListen": "off"}) as broker:
         assert broker.wire_endpoint == ""
