@@ -29,6 +29,13 @@ def stamp(name: str) -> None:
         STAMPS.append((name, time.time_ns()))
 
 
+def stamp_at(name: str, ns: int) -> None:
+    """Record that ``name`` happened at ``ns`` (``time.time_ns()`` clock), measured elsewhere
+    (a thread that runs no Python)."""
+    if len(STAMPS) < MAX_STAMPS:
+        STAMPS.append((name, ns))
+
+
 def write(path: str) -> None:
     """Write the stamps recorded so far to ``path`` (``name ns`` lines)."""
     with open(path, "w", encoding="ascii") as handle:

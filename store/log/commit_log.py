@@ -99,6 +99,13 @@ from wharf.store.log.mapped_file import MappedFile
 from wharf.store.log.mapped_file_queue import MappedFileQueue, create_segment_blocking
 from wharf.store.log.reader import CommitLogReads, DispatchBatch
 from wharf.store.log.recovery import recover_queue_blocking
+from wharf.store.log.sync_engine import (
+    NativeSyncEngine,
+    SyncEngine,
+    SyncPlan,
+    ThreadSyncEngine,
+    native_syncer,
+)
 from wharf.store.log.transient_pool import TransientStorePool
 from wharf.store.model import AppendResult, MessageInput
 
@@ -147,7 +154,7 @@ class CommitLog(CommitLogReads):
                 )
         self.allocator = AllocateMappedFileService(self.queue)
         self.group_commit = GroupCommitService(
-            self._sync_blocking,
+            self._sync_engine(config),
             lambda: self.queue.flushed_where,
             config.sync_flush_timeout / 1000,
             self._after_group_commit,
@@ -609,6 +616,39 @@ class CommitLog(CommitLogReads):
         thread hand-off on the loop -- for nearly every batch, ~5% of the loop under load."""
         if self.commit_service is not None:
             self.commit_service.wakeup()
+
+    def _sync_engine(self, config: StoreConfig) -> SyncEngine:
+        """The compiled GIL-free sync thread under SYNC_FLUSH when it is built (and the
+        fdatasync seam is the real one); the Python thread otherwise, and always with the
+        transient store pool (whose commit is Python code)."""
+        syncer = None
+        if config.flush_disk_type == SYNC_FLUSH and self.transient_pool is None:
+            syncer = native_syncer()
+        if syncer is None:
+            return ThreadSyncEngine(self._sync_blocking, self._flushed_where)
+        return NativeSyncEngine(syncer, self._sync_plan, self._settle_sync, self._flushed_where)
+
+    def _flushed_where(self) -> int:
+        return self.queue.flushed_where
+
+    def _sync_plan(self, max_fds: int) -> SyncPlan | None:
+        """Loop: a native sync of everything appended so far (None: nothing dirty). The
+        timestamp is read with the positions: the durable one is recorded when it settles."""
+        targets = self.queue.sync_targets()[:max_fds]
+        if not targets:
+            return None
+        last, position = targets[-1]
+        mark = last.file_from_offset + position
+        fds = tuple(mapped.fileno() for mapped, _ in targets)
+        return SyncPlan(fds, mark, (targets, mark, self.last_store_timestamp))
+
+    def _settle_sync(self, token: tuple[list[tuple[MappedFile, int]], int, int]) -> int:
+        """Loop: the plan's segments are synced; returns the new flushed offset."""
+        targets, mark, timestamp = token
+        flushed = self.queue.synced(targets)
+        if flushed >= mark and timestamp > self._durable_timestamp:
+            self._durable_timestamp = timestamp
+        return flushed
 
     def _sync_blocking(self) -> int:
         """Group commit / shutdown: everything appended so far, committed and synced."""

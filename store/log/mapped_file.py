@@ -225,8 +225,17 @@ class MappedFile:
         if not _enough_pages(self.flushed_position, target, least_pages, self.file_size):
             return self.flushed_position
         fdatasync(self._fd)
-        self.flushed_position = target
-        return target
+        self.flushed_position = max(self.flushed_position, target)  # a native sync may be ahead
+        return self.flushed_position
+
+    def fileno(self) -> int:
+        """The file descriptor (a sync thread without Python syncs it: ``sync_engine``)."""
+        return self._fd
+
+    def synced_to(self, position: int) -> None:
+        """Loop: a sync run elsewhere made everything below ``position`` durable."""
+        if position > self.flushed_position:
+            self.flushed_position = position
 
     def zero_range_blocking(self, start: int, end: int) -> None:
         """Zero ``[start, end)`` of the file: metadata-only FALLOC_FL_ZERO_RANGE when the

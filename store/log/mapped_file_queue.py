@@ -157,6 +157,27 @@ class MappedFileQueue:
                     break
             return self.flushed_where
 
+    def sync_targets(self) -> list[tuple[MappedFile, int]]:
+        """Loop: what ``flush_blocking`` would sync now, planned for a sync thread that runs no
+        Python (``sync_engine.NativeSyncEngine``): each segment with data past the flushed
+        offset, and the position a sync of it makes durable; [] when nothing is dirty."""
+        targets: list[tuple[MappedFile, int]] = []
+        for mapped in self.files:
+            position = mapped.committed_position
+            if mapped.file_from_offset + position <= self.flushed_where:
+                continue
+            targets.append((mapped, position))
+            if position < mapped.file_size:
+                break
+        return targets
+
+    def synced(self, targets: list[tuple[MappedFile, int]]) -> int:
+        """Loop: the ``sync_targets`` were synced; returns the new flushed offset."""
+        for mapped, position in targets:
+            mapped.synced_to(position)
+            self.flushed_where = max(self.flushed_where, mapped.file_from_offset + position)
+        return self.flushed_where
+
     def commit_blocking(self, least_pages: int = 0) -> int:
         """transientStorePool: copy buffered data into the files. Returns the committed offset."""
         with self._commit_lock:

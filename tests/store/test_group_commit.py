@@ -16,6 +16,7 @@ from wharf.store.config import SYNC_FLUSH, StoreConfig
 from wharf.store.errors import FlushFailedError
 from wharf.store.log import mapped_file as mf_module
 from wharf.store.log.commit_log import CommitLog
+from wharf.store.log.sync_engine import ThreadSyncEngine
 from wharf.store.model import MessageInput
 
 
@@ -97,19 +98,17 @@ async def test_requests_waiting_after_a_sync_are_synced_again_by_the_same_thread
     # The sync thread does not hand back to the loop between consecutive group commits: the
     # writers that appended during the first sync are covered by a second sync in the same
     # thread run (one executor hand-off for both).
-    from wharf.store.log.group_commit import GroupCommitService
-
     spy = SyncSpy(delay_s=0.05)
-    monkeypatch.setattr(mf_module, "fdatasync", spy)
+    monkeypatch.setattr(mf_module, "fdatasync", spy)  # the Python sync thread (the seam)
     runs = 0
-    sync_while_requested = GroupCommitService._sync_while_requested
+    sync_while_requested = ThreadSyncEngine._sync_while_requested
 
     def counting(self, loop):
         nonlocal runs
         runs += 1
         return sync_while_requested(self, loop)
 
-    monkeypatch.setattr(GroupCommitService, "_sync_while_requested", counting)
+    monkeypatch.setattr(ThreadSyncEngine, "_sync_while_requested", counting)
     recorder = Recorder()
     log = make_log(tmp_path, recorder)
     log.start()
@@ -240,7 +239,9 @@ async def test_group_commits_run_on_one_long_lived_sync_thread_that_ends_at_stop
     monkeypatch.setattr(mf_module, "fdatasync", recording)
     log = make_log(tmp_path)
     log.start()
-    thread = log.group_commit._thread
+    engine = log.group_commit.engine
+    assert isinstance(engine, ThreadSyncEngine)  # the fdatasync seam is replaced
+    thread = engine._thread
     try:
         assert thread is not None and thread.is_alive() and thread.name == "group-commit"
         for i in range(3):

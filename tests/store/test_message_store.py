@@ -185,49 +185,52 @@ async def test_writes_after_shutdown_are_refused(tmp_path: Path) -> None:
 async def test_sync_flush_timeout_is_surfaced_and_unflushed_data_stays_invisible(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    s = MessageStore(small_config(tmp_path, flush_disk_type=SYNC_FLUSH, sync_flush_timeout=50))
-    await s.start()
-    real_fdatasync = mapped_file.fdatasync
+    # The seam is replaced before the store starts: the Python sync thread runs the syncs.
+    slow = True
 
     def slow_fdatasync(fd: int) -> None:
-        time.sleep(0.4)
-        real_fdatasync(fd)
+        if slow:
+            time.sleep(0.4)
+        os.fdatasync(fd)
 
+    monkeypatch.setattr(mapped_file, "fdatasync", slow_fdatasync)
+    s = MessageStore(small_config(tmp_path, flush_disk_type=SYNC_FLUSH, sync_flush_timeout=50))
+    await s.start()
     try:
-        monkeypatch.setattr(mapped_file, "fdatasync", slow_fdatasync)
         result = await s.put("T", 0, [msg("slow")])
         assert result.status is PutStatus.FLUSH_DISK_TIMEOUT
         # Not on disk yet, so not dispatched: a crash could still take it away (RocketMQ #8239).
         assert s.get_max_offset("T", 0) == 0
-        monkeypatch.setattr(mapped_file, "fdatasync", real_fdatasync)
+        slow = False
         assert await s.wait_dispatched(5)
         assert [m.body for m in s.get_messages("T", 0, 0, 10).messages] == [b"slow"]
     finally:
-        monkeypatch.setattr(mapped_file, "fdatasync", real_fdatasync)
         await s.shutdown()
 
 
 async def test_failed_sync_is_sticky_and_refuses_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    s = MessageStore(small_config(tmp_path, flush_disk_type=SYNC_FLUSH))
-    await s.start()
-    real_fdatasync = mapped_file.fdatasync
+    failing = False
 
     def failing_fdatasync(fd: int) -> None:
-        raise OSError(errno.EIO, "simulated I/O error")
+        if failing:
+            raise OSError(errno.EIO, "simulated I/O error")
+        os.fdatasync(fd)
 
+    monkeypatch.setattr(mapped_file, "fdatasync", failing_fdatasync)  # before the start
+    s = MessageStore(small_config(tmp_path, flush_disk_type=SYNC_FLUSH))
+    await s.start()
     try:
-        monkeypatch.setattr(mapped_file, "fdatasync", failing_fdatasync)
+        failing = True
         with pytest.raises(FlushFailedError):
             await s.put("T", 0, [msg("lost?")])
-        monkeypatch.setattr(mapped_file, "fdatasync", real_fdatasync)
+        failing = False
         assert not s.writable
         assert "sync failed" in s.stats().not_writable_reason
         with pytest.raises(FlushFailedError):
             s.append("T", 0, [msg("after")])
     finally:
-        monkeypatch.setattr(mapped_file, "fdatasync", real_fdatasync)
         await s.shutdown()
 
 
