@@ -155,15 +155,22 @@ class SendStream:
             self._call.cancel()
             self._reader.cancel()
 
+    def _on_response(self, response: messaging_pb2.SendMessageResponse) -> None:
+        if hops.ENABLED:
+            hops.stamp("c.ack_read")
+        future = self._pending.get(response.request_id)
+        if future is not None and not future.done():
+            future.set_result(response)
+
     async def _read_loop(self) -> None:
         error: WharfError = UnavailableError("send stream ended by the broker")
         try:
-            async for response in self._call:
-                if hops.ENABLED:
-                    hops.stamp("c.ack_read")
-                future = self._pending.get(response.request_id)
-                if future is not None and not future.done():
-                    future.set_result(response)
+            deliver = getattr(self._call, "deliver", None)
+            if deliver is not None:  # the wire port: replies handled as they arrive
+                await deliver(self._on_response)
+            else:
+                async for response in self._call:
+                    self._on_response(response)
         except grpc.RpcError as exc:
             error = from_rpc_error(exc)
         except asyncio.CancelledError:

@@ -127,6 +127,7 @@ class _Call:
         "drained",
         "error",
         "send",
+        "sink",
     )
 
     def __init__(
@@ -150,11 +151,37 @@ class _Call:
         self._waiter: asyncio.Future[None] | None = None
         self._done = False
         self.error: BaseException | None = None
+        # Set by ``_StreamCall.deliver``: responses go to it from the connection's read
+        # callback instead of the queue (no task wake-up between a reply and its reader).
+        self.sink: Callable[[Any], None] | None = None
 
     def message(self, payload: bytes) -> None:
+        if self.sink is not None:
+            self._to_sink(self.sink, payload)
+            return
         self._items.append(payload)
         self._queued(len(payload))
         self._wake()
+
+    def sink_into(self, sink: Callable[[Any], None]) -> None:
+        """From now on hand responses to ``sink`` as they arrive, those queued first."""
+        items = self._items
+        while items and items[0] is not _END and not self._done:
+            payload = items.popleft()
+            self._queued(-len(payload))
+            self._to_sink(sink, payload)
+        if not self._done:
+            self.sink = sink
+
+    def _to_sink(self, sink: Callable[[Any], None], payload: bytes) -> None:
+        """A sink that raises (or a response that does not decode) ends the call with that
+        error, here only: the connection and its other calls go on."""
+        try:
+            sink(payload if self._deserialize is None else self._deserialize(payload))
+        except Exception as exc:
+            self.sink = None
+            self.cancel()
+            self.error = exc
 
     def ended(self, error: BaseException | None) -> None:
         self._done = True
@@ -291,6 +318,18 @@ class _StreamCall:
                 raise call.error
             return _EOF
         return item
+
+    async def deliver(self, sink: Callable[[Any], None]) -> None:
+        """Hand each response to ``sink`` as it arrives, inside the connection's read callback
+        (a reader task would wake a loop step later, on the path of every reply), until the
+        call ends; raises the call's error as iteration does. A response that arrived before
+        goes first. Not in grpc.aio: the SDK's stream read loops use it when offered."""
+        call = await self._ready()
+        call.sink_into(sink)
+        while (item := await call.next()) is not _END:  # only when the sink failed
+            sink(item)
+        if call.error is not None:
+            raise call.error
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._iterate()

@@ -18,6 +18,8 @@ message each way instead of a call (~145 + 150 us of broker and client CPU again
   before resolving the pull, so the caller's work on a reply starts one loop turn sooner
   (the push consumer decodes and dispatches there: its lone message's handler starts ~0.1 ms
   sooner); an exception it raises is what the pull raises.
+- Over the wire port (``WireChannel``) replies are handled as they arrive, in the connection's
+  read callback (``deliver``), not by a read task a loop step later.
 - A broker that answers UNIMPLEMENTED (it predates the stream) switches this Puller to unary
   ``PullMessage`` for good; the pulls that were pending are re-sent that way.
 """
@@ -91,7 +93,7 @@ class PullStream:
         timeout: float,  # noqa: ASYNC109  # the pull's own timer: a cancel follows it
         on_reply: Callable[[PullReply], None] | None = None,
     ) -> PullReply:
-        """The pull's reply. ``on_reply(reply)``, when given, runs in the stream's read loop as
+        """The pull's reply. ``on_reply(reply)``, when given, runs where the stream reads as
         soon as a reply without an error arrives (one loop turn before the awaiting task
         resumes); if it raises, the pull raises that."""
         if self.broken is not None:
@@ -153,22 +155,12 @@ class PullStream:
     async def _read_loop(self) -> None:
         error: WharfError = UnavailableError("pull stream ended by the broker")
         try:
-            pending, callbacks = self._pending, self._on_reply
-            async for reply in self._call:
-                if hops.ENABLED:
-                    hops.stamp("c.pull_read")
-                for each in reply.batch or (reply,):
-                    future = pending.get(each.request_id)
-                    if future is None or future.done():
-                        continue
-                    on_reply = callbacks.pop(each.request_id, None)
-                    if on_reply is not None and each.error is None:
-                        try:
-                            on_reply(each)
-                        except Exception as exc:  # the pull raises it
-                            future.set_exception(exc)
-                            continue
-                    future.set_result(each)
+            deliver = getattr(self._call, "deliver", None)
+            if deliver is not None:  # the wire port: replies handled as they arrive
+                await deliver(self._on_stream_reply)
+            else:
+                async for reply in self._call:
+                    self._on_stream_reply(reply)
         except grpc.RpcError as exc:
             error = from_rpc_error(exc)
         except asyncio.CancelledError:
@@ -179,6 +171,23 @@ class PullStream:
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(error)
+
+    def _on_stream_reply(self, reply: PullReply) -> None:
+        if hops.ENABLED:
+            hops.stamp("c.pull_read")
+        pending, callbacks = self._pending, self._on_reply
+        for each in reply.batch or (reply,):
+            future = pending.get(each.request_id)
+            if future is None or future.done():
+                continue
+            on_reply = callbacks.pop(each.request_id, None)
+            if on_reply is not None and each.error is None:
+                try:
+                    on_reply(each)
+                except Exception as exc:  # the pull raises it
+                    future.set_exception(exc)
+                    continue
+            future.set_result(each)
 
     def close(self) -> None:
         if self.broken is None:
