@@ -19,6 +19,7 @@ import itertools
 import grpc
 from wharf import hops
 from wharf.client.errors import ClientClosedError, UnavailableError, WharfError, from_rpc_error
+from wharf.client.wire_channel import each_response
 from wharf.v1 import common_pb2, messaging_pb2
 
 _METHOD = "/wharf.v1.MessagingService/SendMessageStream"
@@ -165,12 +166,7 @@ class SendStream:
     async def _read_loop(self) -> None:
         error: WharfError = UnavailableError("send stream ended by the broker")
         try:
-            deliver = getattr(self._call, "deliver", None)
-            if deliver is not None:  # the wire port: replies handled as they arrive
-                await deliver(self._on_response)
-            else:
-                async for response in self._call:
-                    self._on_response(response)
+            await each_response(self._call, self._on_response)
         except grpc.RpcError as exc:
             error = from_rpc_error(exc)
         except asyncio.CancelledError:

@@ -227,6 +227,17 @@ class _Call:
         return self._done
 
 
+async def each_response(call: Any, handle: Callable[[Any], None]) -> None:
+    """Run ``handle`` on each response of a stream ``call`` until it ends (raising its error):
+    as they arrive on a wire call (``deliver``), by iteration on a grpc.aio one."""
+    deliver = getattr(call, "deliver", None)
+    if deliver is not None:
+        await deliver(handle)
+    else:
+        async for response in call:
+            handle(response)
+
+
 def _retrieve(task: asyncio.Task[Any]) -> None:
     if not task.cancelled():
         task.exception()

@@ -42,6 +42,7 @@ from wharf.client.errors import (
     error_for_status_number,
     from_rpc_error,
 )
+from wharf.client.wire_channel import each_response
 from wharf.v1 import messaging_pb2
 
 STREAM_METHOD = "/wharf.v1.MessagingService/PullMessageStream"
@@ -155,12 +156,7 @@ class PullStream:
     async def _read_loop(self) -> None:
         error: WharfError = UnavailableError("pull stream ended by the broker")
         try:
-            deliver = getattr(self._call, "deliver", None)
-            if deliver is not None:  # the wire port: replies handled as they arrive
-                await deliver(self._on_stream_reply)
-            else:
-                async for reply in self._call:
-                    self._on_stream_reply(reply)
+            await each_response(self._call, self._on_stream_reply)
         except grpc.RpcError as exc:
             error = from_rpc_error(exc)
         except asyncio.CancelledError:
