@@ -27,6 +27,12 @@ Additions to the original contract (all additive):
   stopped first at shutdown (its DLQ copies still go through ``put``).
 - ``put()`` waits (before appending) while dispatch lags more than ``max_dispatch_lag_bytes``
   (a Wharf setting, 64 MiB): consumer lag and crash-restart re-dispatch stay bounded.
+- ``put``/``put_records`` in two parts, for a caller that appends on the spot: the synchronous
+  ``put_append``/``put_records_append`` (no dispatch back-pressure: ``dispatch_lagging()`` is
+  True while ``put`` would wait first), then ``await durable(result)``; or, under SYNC_FLUSH
+  without replicas to wait for, ``flush_waiter(result)`` (the group commit's future, filed at
+  once; cancelling it withdraws the wait) and, once it is done, ``flushed_result``. ``put`` is
+  composed of exactly these.
 - ``set_dispatch_waiters(fn)``: ``fn()`` True while a reader waits (the broker: a parked
   long poll). Under SYNC_FLUSH each sync's callback then dispatches up to 64 KiB itself
   (``ReputService.dispatch_inline``) before the writers it covers are answered, so the
@@ -387,7 +393,21 @@ class MessageStore:
         commit (FLUSH_DISK_TIMEOUT after syncFlushTimeout); ASYNC_FLUSH wakes the flush service
         and returns at once."""
         await self._dispatch_backpressure()
-        return await self._durable(self._append(topic, queue_id, messages))
+        return await self._durable(self.put_append(topic, queue_id, messages))
+
+    def put_append(
+        self, topic: str, queue_id: int, messages: Sequence[MessageInput]
+    ) -> AppendResult:
+        """``put`` in two parts, for a caller that appends on the spot and waits elsewhere:
+        this synchronous append (no dispatch back-pressure: check ``dispatch_lagging()``
+        first and call ``put`` instead while it is True), then ``durable(result)`` or, under
+        SYNC_FLUSH, ``flush_waiter(result)`` + ``flushed_result``. ``put`` is exactly these."""
+        return self._append(topic, queue_id, messages)
+
+    async def durable(self, result: AppendResult) -> PutResult:
+        """The durability part of ``put``/``put_records`` for what ``put_append`` or
+        ``put_records_append`` returned (the same statuses and errors)."""
+        return await self._durable(result)
 
     async def _durable(self, result: AppendResult) -> PutResult:
         """The durability wait of a put: none in ASYNC_FLUSH; SYNC_FLUSH awaits the group
@@ -400,17 +420,42 @@ class MessageStore:
         )
         status = PutStatus.PUT_OK
         if self._sync_flush:
-            assert self._commit_log is not None and self._reput is not None
-            flushed = await self._commit_log.wait_flushed(result.end_offset)
-            if hops.ENABLED:
-                hops.stamp("b.put_resumed")
-            self._reput.wakeup_for(result.end_offset)
-            if not flushed:
-                status = PutStatus.FLUSH_DISK_TIMEOUT
+            assert self._commit_log is not None
+            status = self._flush_status(
+                result, await self._commit_log.wait_flushed(result.end_offset)
+            )
         if replicated is not None:
             verdict = await replicated
             if status is PutStatus.PUT_OK:
                 status = verdict
+        return self._acknowledged(result, status)
+
+    def flush_waiter(self, result: AppendResult) -> asyncio.Future[bool] | None:
+        """SYNC_FLUSH without replicas to wait for (not a SYNC_MASTER): the group commit's
+        future for ``result``, filed now (the sync starts at once); when it is done,
+        ``flushed_result(result, waiter)`` is the PutResult ``durable`` would have returned.
+        Cancelling it withdraws the wait. None when the durability wait is more (or nothing):
+        then await ``durable(result)``. Raises FlushFailedError/StoreShutDownError at once."""
+        ha = self._ha_master
+        if not self._sync_flush or (ha is not None and ha.sync_master):
+            return None
+        assert self._commit_log is not None
+        return self._commit_log.flush_waiter(result.end_offset)
+
+    def flushed_result(self, result: AppendResult, waiter: asyncio.Future[bool]) -> PutResult:
+        """The PutResult of a done ``flush_waiter``: PUT_OK or FLUSH_DISK_TIMEOUT; raises the
+        sync's error, or MasterFencedError when this master was fenced meanwhile."""
+        return self._acknowledged(result, self._flush_status(result, waiter.result()))
+
+    def _flush_status(self, result: AppendResult, flushed: bool) -> PutStatus:
+        """After the group commit answered: dispatch follows (it only dispatches synced data)."""
+        assert self._reput is not None
+        if hops.ENABLED:
+            hops.stamp("b.put_resumed")
+        self._reput.wakeup_for(result.end_offset)
+        return PutStatus.PUT_OK if flushed else PutStatus.FLUSH_DISK_TIMEOUT
+
+    def _acknowledged(self, result: AppendResult, status: PutStatus) -> PutResult:
         if self._fence is not None:
             reason = self._fence()
             if reason:  # stored, but this master may no longer speak for the group
@@ -532,11 +577,17 @@ class MessageStore:
         (InvalidMessageError names the first bad record; nothing is written then), patched with
         the broker-owned fields and appended with one copy. Properties are stored as given: a
         DELAY property does not re-address anything here (delayed messages go through ``put``)."""
-        positions = check_records(data, topic, self._config.max_message_size)
         await self._dispatch_backpressure()
+        return await self._durable(self.put_records_append(topic, queue_id, data, born_host))
+
+    def put_records_append(
+        self, topic: str, queue_id: int, data: bytes, born_host: str
+    ) -> AppendResult:
+        """The synchronous append of ``put_records`` (see ``put_append`` for the two parts)."""
+        positions = check_records(data, topic, self._config.max_message_size)
         self._check_writable()
         _check_queue_id(queue_id)
-        result = self._append_to_queue(
+        return self._append_to_queue(
             topic,
             queue_id,
             len(positions),
@@ -544,20 +595,25 @@ class MessageStore:
                 topic, queue_id, first, data, positions, born_host
             ),
         )
-        return await self._durable(result)
+
+    def dispatch_lagging(self) -> bool:
+        """True while ``put`` would first wait for dispatch to catch up (it is more than
+        ``max_dispatch_lag_bytes`` behind the written end)."""
+        limit = self._config.max_dispatch_lag_bytes
+        commit_log, reput = self._commit_log, self._reput
+        if limit <= 0 or commit_log is None or reput is None:
+            return False
+        return commit_log.wrote_offset - reput.reput_from_offset > limit
 
     async def _dispatch_backpressure(self) -> None:
         """Hold a put while dispatch is more than ``max_dispatch_lag_bytes`` behind, until it
         is back to half of that (bounded by syncFlushTimeout; a failing reput stops the wait)."""
-        limit = self._config.max_dispatch_lag_bytes
-        commit_log, reput = self._commit_log, self._reput
-        if limit <= 0 or commit_log is None or reput is None:
+        if not self.dispatch_lagging():
             return
-        written = commit_log.wrote_offset
-        if written - reput.reput_from_offset <= limit:
-            return
+        assert self._commit_log is not None and self._reput is not None
         self.throttled_puts += 1
-        await reput.wait_dispatched(written - limit // 2, self._config.sync_flush_timeout / 1000)
+        target = self._commit_log.wrote_offset - self._config.max_dispatch_lag_bytes // 2
+        await self._reput.wait_dispatched(target, self._config.sync_flush_timeout / 1000)
 
     def _check_writable(self) -> None:
         if self._fence is not None:

@@ -129,14 +129,43 @@ class FakeStore:
             listener(topic, queue_id, max_offset)
 
     async def put(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> PutResult:
-        result = self.append(topic, queue_id, messages)
-        if self.put_delay_s:
-            self.puts_in_flight += 1
-            self.max_puts_in_flight = max(self.max_puts_in_flight, self.puts_in_flight)
-            try:
-                await asyncio.sleep(self.put_delay_s)
-            finally:
-                self.puts_in_flight -= 1
+        return await self.durable(self.put_append(topic, queue_id, messages))
+
+    def put_append(
+        self, topic: str, queue_id: int, messages: Sequence[MessageInput]
+    ) -> AppendResult:
+        """``put`` in two parts, as the real store: this append, then the durability wait."""
+        return self.append(topic, queue_id, messages)
+
+    def dispatch_lagging(self) -> bool:
+        return False  # the fake dispatches every put at once
+
+    async def durable(self, result: AppendResult) -> PutResult:
+        waiter = self.flush_waiter(result)
+        await waiter
+        return self.flushed_result(result, waiter)
+
+    def flush_waiter(self, result: AppendResult) -> asyncio.Future[bool]:
+        """A group-commit wait of ``put_delay_s`` (done at once without a delay); cancelling
+        it withdraws the wait."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        if not self.put_delay_s:
+            waiter.set_result(True)
+            return waiter
+        self.puts_in_flight += 1
+        self.max_puts_in_flight = max(self.max_puts_in_flight, self.puts_in_flight)
+        timer = loop.call_later(self.put_delay_s, _answer, waiter)
+
+        def finished(_: asyncio.Future[bool]) -> None:
+            self.puts_in_flight -= 1
+            timer.cancel()
+
+        waiter.add_done_callback(finished)
+        return waiter
+
+    def flushed_result(self, result: AppendResult, waiter: asyncio.Future[bool]) -> PutResult:
+        waiter.result()
         return PutResult(self.put_status, result)
 
     # --- reads -------------------------------------------------------------------------------
@@ -224,3 +253,8 @@ class FakeStore:
     async def delete_topics(self, topics: Sequence[str], timeout_s: float = 5.0) -> None:
         for key in [k for k in self.queues if k[0] in topics]:
             del self.queues[key]
+
+
+def _answer(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(True)

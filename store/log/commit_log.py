@@ -580,17 +580,25 @@ class CommitLog(CommitLogReads):
     async def wait_flushed(self, end_offset: int) -> bool:
         """SYNC_FLUSH: True once everything below ``end_offset`` is on disk, False if that took
         longer than syncFlushTimeout (FLUSH_DISK_TIMEOUT). FlushFailedError if a sync failed."""
+        return await self.flush_waiter(end_offset)
+
+    def flush_waiter(self, end_offset: int) -> asyncio.Future[bool]:
+        """``wait_flushed`` without the await: the group commit request is filed (its sync
+        started) now, the same errors are raised at once, and the future is answered as
+        ``wait_flushed`` would be (done already when the data is on disk)."""
         if isinstance(self._error, FlushFailedError):
             raise self._error
         if self.queue.flushed_where >= end_offset:
-            return True
+            done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            done.set_result(True)
+            return done
         if end_offset > self.queue.max_wrote_offset:
             raise ValueError(
                 f"cannot wait for offset {end_offset}: the log ends at {self.queue.max_wrote_offset}"
             )
         if not self.group_commit.running:
             raise StoreShutDownError("the commit log's flush services are not running")
-        return await self.group_commit.wait_flushed(end_offset)
+        return self.group_commit.waiter(end_offset)
 
     async def flush(self) -> int:
         """Commit and sync everything appended so far, now; returns the flushed offset."""

@@ -117,12 +117,19 @@ class GroupCommitService:
     async def wait_flushed(self, end_offset: int) -> bool:
         """True once everything below ``end_offset`` is durable; False after the timeout.
         Raises FlushFailedError (sticky) if a sync failed."""
+        return await self.waiter(end_offset)
+
+    def waiter(self, end_offset: int) -> asyncio.Future[bool]:
+        """``wait_flushed`` without the await: the request is filed (and a sync started) NOW,
+        and the future it returns is answered as ``wait_flushed`` would be (cancelling it
+        withdraws the request: the next sync drops it from the pending list)."""
         if self._error is not None:
             raise self._error
-        if self._flushed_offset() >= end_offset:
-            return True
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
+        if self._flushed_offset() >= end_offset:
+            future.set_result(True)
+            return future
         self._pending.append((end_offset, future))
         if end_offset > self._requested_end:
             self._requested_end = end_offset
@@ -132,7 +139,7 @@ class GroupCommitService:
             self._timer = loop.call_at(deadline, self._expire)
         if self._running:
             self.engine.request(end_offset)
-        return await future
+        return future
 
     def _served(self, flushed: int, seconds: float, nbytes: int) -> None:
         """Loop: answer every waiter the sync covered."""

@@ -1,0 +1,146 @@
+"""``put`` in two parts (``put_append`` + ``durable``, or under SYNC_FLUSH ``flush_waiter`` +
+``flushed_result``): the append is synchronous and files the group commit at once; the
+durability part gives the statuses and errors ``put`` gives; ``dispatch_lagging`` says when
+``put`` would have held the append back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from wharf.store.config import ASYNC_FLUSH, SYNC_FLUSH
+from wharf.store.errors import MasterFencedError
+from wharf.store.log import mapped_file
+from wharf.store.message_store import MessageStore
+from wharf.store.model import PutStatus
+
+from tests.store.helpers import msg, small_config
+
+
+@pytest.fixture
+async def sync_store(tmp_path: Path) -> AsyncIterator[MessageStore]:
+    s = MessageStore(small_config(tmp_path, flush_disk_type=SYNC_FLUSH, sync_flush_timeout=200))
+    await s.start()
+    yield s
+    await s.shutdown()
+
+
+async def test_the_append_files_the_group_commit_at_once_and_the_waiter_gives_put_s_result(
+    sync_store: MessageStore,
+) -> None:
+    group_commit = sync_store.commit_log.group_commit
+    first = sync_store.put_append("T", 0, [msg("a"), msg("b")])
+    waiter = sync_store.flush_waiter(first)
+    assert waiter is not None
+    # Filed without an await: the sync is already asked for.
+    assert [f for _, f in group_commit._pending] == [waiter] or waiter.done()
+    second = sync_store.put_append("T", 0, [msg("c")])
+    second_waiter = sync_store.flush_waiter(second)
+    assert second_waiter is not None
+    await asyncio.wait_for(asyncio.gather(waiter, second_waiter), 5)
+    put = sync_store.flushed_result(first, waiter)
+    assert put.status is PutStatus.PUT_OK and put.append.first_queue_offset == 0
+    assert sync_store.flushed_result(second, second_waiter).append.first_queue_offset == 2
+    assert await sync_store.wait_dispatched(5)
+    assert [m.body for m in sync_store.get_messages("T", 0, 0, 10).messages] == [b"a", b"b", b"c"]
+    # The awaiting composition gives the same: put is put_append + durable.
+    assert (await sync_store.durable(sync_store.put_append("T", 0, [msg("d")]))).status is (
+        PutStatus.PUT_OK
+    )
+
+
+@pytest.fixture
+async def slow_sync_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[MessageStore, list[bool]]]:
+    """A SYNC_FLUSH store whose syncs sleep 0.4 s while ``slow[0]`` (the fdatasync seam is
+    replaced before the start: the Python sync thread runs them)."""
+    slow = [True]
+
+    def slow_fdatasync(fd: int) -> None:
+        if slow[0]:
+            time.sleep(0.4)
+        os.fdatasync(fd)
+
+    monkeypatch.setattr(mapped_file, "fdatasync", slow_fdatasync)
+    s = MessageStore(small_config(tmp_path, flush_disk_type=SYNC_FLUSH, sync_flush_timeout=200))
+    await s.start()
+    yield s, slow
+    await s.shutdown()
+
+
+async def test_a_slow_sync_is_a_flush_disk_timeout_and_a_fence_refuses_the_ack(
+    slow_sync_store: tuple[MessageStore, list[bool]],
+) -> None:
+    sync_store, slow = slow_sync_store
+    result = sync_store.put_append("T", 0, [msg("slow")])
+    waiter = sync_store.flush_waiter(result)
+    assert waiter is not None
+    assert await asyncio.wait_for(waiter, 5) is False
+    assert sync_store.flushed_result(result, waiter).status is PutStatus.FLUSH_DISK_TIMEOUT
+    slow[0] = False
+    fenced = sync_store.put_append("T", 0, [msg("fenced")])
+    waiter = sync_store.flush_waiter(fenced)
+    assert waiter is not None
+    sync_store.set_write_fence(lambda: "the lease ran out")
+    await asyncio.wait_for(waiter, 5)
+    with pytest.raises(MasterFencedError, match="the lease ran out"):
+        sync_store.flushed_result(fenced, waiter)
+    sync_store.set_write_fence(None)
+
+
+async def test_a_cancelled_waiter_leaves_the_pending_list_after_the_next_sync(
+    sync_store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_fdatasync = mapped_file.fdatasync
+    monkeypatch.setattr(mapped_file, "fdatasync", lambda fd: (time.sleep(0.05), real_fdatasync(fd)))
+    group_commit = sync_store.commit_log.group_commit
+    waiters = []
+    for i in range(5):
+        waiter = sync_store.flush_waiter(sync_store.put_append("T", 0, [msg(f"m{i}")]))
+        assert waiter is not None
+        waiters.append(waiter)
+    for waiter in waiters:
+        waiter.cancel()
+    deadline = time.monotonic() + 5
+    while group_commit._pending:
+        assert time.monotonic() < deadline, "cancelled waiters are still pending"
+        await asyncio.sleep(0.01)
+    assert await sync_store.wait_dispatched(5)
+    assert sync_store.get_max_offset("T", 0) == 5
+
+
+async def test_no_flush_waiter_under_async_flush_and_durable_answers_at_once(
+    tmp_path: Path,
+) -> None:
+    s = MessageStore(small_config(tmp_path, flush_disk_type=ASYNC_FLUSH))
+    await s.start()
+    try:
+        result = s.put_append("T", 0, [msg("x")])
+        assert s.flush_waiter(result) is None
+        assert (await s.durable(result)).status is PutStatus.PUT_OK
+    finally:
+        await s.shutdown()
+
+
+async def test_dispatch_lagging_says_when_put_would_hold_the_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = MessageStore(small_config(tmp_path, max_dispatch_lag_bytes=2000))
+    await s.start()
+    try:
+        assert not s.dispatch_lagging()
+        monkeypatch.setattr(s.reput_service.source, "dispatch_limit", lambda: 0)  # stalls
+        for _ in range(5):
+            s.put_append("T", 0, [msg(b"x" * 500)])  # never waits: ~3 KB undispatched
+        assert s.dispatch_lagging()
+        monkeypatch.undo()
+        assert await s.wait_dispatched(5)
+        assert not s.dispatch_lagging()
+    finally:
+        monkeypatch.undo()
+        await s.shutdown()
