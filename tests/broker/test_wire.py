@@ -401,9 +401,10 @@ class WirePullStream:
 async def test_a_woken_pull_writes_its_reply_at_once_and_the_ones_behind_it_stay_in_order(
     broker: BrokerProcess,
 ) -> None:
-    """A pull whose reply is ready while the stream's writer is idle writes it itself; pulls
-    completing in the same loop step behind it queue and go out batched after it: each
-    answered once, in the order they completed (the order they parked in)."""
+    """A pull woken from a long poll whose reply is ready while the stream's writer is idle
+    writes it itself; pulls completing in the same loop step behind it queue and go out
+    batched after it: each answered once, in the order they completed (the order they parked
+    in). Pulls answered without parking are batched as before."""
     topic = "WireDirect"
     async with WireChannel(wire_target(broker)) as channel:
         stub = messaging_pb2_grpc.MessagingServiceStub(channel)
@@ -433,13 +434,26 @@ async def test_a_woken_pull_writes_its_reply_at_once_and_the_ones_behind_it_stay
         assert all([m.body for m in r.messages] == [b"many"] for r in replies)
         # The first woken wrote its own reply at once; the rest were queued and coalesced.
         assert len(messages[0]) == 1 and max(map(len, messages[1:])) > 1
-        # Ready at once too (the writer idle, or not): answered, each once.
-        for request_id in range(22, 42):
+        # Pulls answered without parking stay batched with their request's neighbours: the
+        # five of one request message go out as one reply message.
+        await stream.call.write(
+            messaging_pb2.PullMessageRequest(
+                batch=[
+                    messaging_pb2.PullMessageRequest(
+                        request_id=request_id, consumer_group="g", topic=topic, queue_offset=0
+                    )
+                    for request_id in range(22, 27)
+                ]
+            )
+        )
+        assert [r.request_id for r in await stream.message()] == list(range(22, 27))
+        # Ready at once, one request message each: answered, each once, in order.
+        for request_id in range(27, 47):
             await stream.pull(request_id, topic=topic, queue_offset=0)
         answered: list[int] = []
         while len(answered) < 20:
             answered += [r.request_id for r in await stream.message()]
-        assert answered == list(range(22, 42))
+        assert answered == list(range(27, 47))
         await stream.call.done_writing()
         assert await stream.message() == []  # and the call ends
 
