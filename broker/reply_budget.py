@@ -102,6 +102,9 @@ class CallReplies:
         budget.hold(client, nbytes)
         self._context.add_done_callback(lambda _context: budget.release(client, nbytes))
 
+    def long_polling(self) -> None:
+        pass  # a unary reply is written by its own call whenever it comes
+
 
 class StreamReplies:
     """The replies of one pull stream: ``for_pull()`` gives each pull its accounting object;
@@ -148,13 +151,19 @@ class StreamReplies:
 
 
 class PullReplies:
-    """One pull of a stream: remembers the bytes its reply holds (``nbytes``)."""
+    """One pull of a stream: remembers the bytes its reply holds (``nbytes``) and whether it
+    parked in a long poll (``long_polled``: the stream then writes its reply at once when it
+    can, instead of batching it with the replies of its request's neighbours)."""
 
-    __slots__ = ("_stream", "nbytes")
+    __slots__ = ("_stream", "long_polled", "nbytes")
 
     def __init__(self, stream: StreamReplies) -> None:
         self._stream = stream
         self.nbytes = 0
+        self.long_polled = False
+
+    def long_polling(self) -> None:
+        self.long_polled = True
 
     @property
     def full(self) -> bool:
@@ -184,4 +193,7 @@ class NoReplyBudget:
         pass
 
     def hold(self, nbytes: int) -> None:
+        pass
+
+    def long_polling(self) -> None:
         pass

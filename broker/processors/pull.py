@@ -183,6 +183,7 @@ class PullProcessor:
             if not can_park:
                 break
             offset = max(offset, result.next_begin_offset)
+            replies.long_polling()
             woken = await ctx.long_poll.park(topic, queue_id, offset, remaining)
             if not woken and (ctx.long_poll.closed or time.monotonic() >= deadline):
                 if replies.full:

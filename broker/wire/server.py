@@ -7,10 +7,19 @@ ServicerContext (peer, invocation_metadata, abort, time_remaining, add_done_call
 Errors become a STATUS frame with gRPC's code number: ``context.abort`` (the RPC wrapper and
 the ACL), UNIMPLEMENTED for an unknown method, INTERNAL (logged) for a handler bug.
 
+One addition of its own: ``context.write_now(reply)`` for a response-streaming call writes a
+reply at once from any task (the pull stream's pulls: one loop step sooner than waking the
+call's task to write it); it declines (False) once the call has ended or been cancelled, the
+connection is closing, or the write gate below is shut. The call's task writes every reply
+its handler yields at once (it waits only after writing), so a direct write overtakes no
+reply the task holds; the handler keeps its own replies in order (it writes directly only
+while it has none queued).
+
 Bounds (a client that stops reading, or floods requests, cannot grow the broker's memory):
 - writes: the transport's buffer pauses the writer above ``WRITE_HIGH_WATER`` (1 MiB): a
   stream's handler then waits in its yield, so the pull stream's own windows (64 pulls, 16 MiB
-  of replies per client) stop reading further pulls;
+  of replies per client) stop reading further pulls; ``write_now`` writes only below the
+  mark, so a call writes at most two messages past it (one direct, one by its task);
 - reads: the bytes of requests parsed and not yet taken by their handlers are counted per
   connection; above ``MAX_QUEUED_BYTES`` (8 MiB) the connection stops reading the socket until
   they fall to half, so TCP holds the client's writes (as HTTP/2 flow control does for gRPC);
@@ -21,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -40,17 +50,28 @@ _CANCELLED = grpc.StatusCode.CANCELLED.value[0]
 
 
 class WireContext:
-    """What the handlers use of grpc.aio.ServicerContext, for one wire call."""
+    """What the handlers use of grpc.aio.ServicerContext, for one wire call, and
+    ``write_now`` (the wire port's own)."""
 
-    __slots__ = ("_callbacks", "_deadline", "_metadata", "_peer", "code", "details")
+    __slots__ = ("_callbacks", "_deadline", "_direct", "_metadata", "_peer", "code", "details")
 
     def __init__(self, peer: str, metadata: tuple[tuple[str, str], ...], timeout: float | None):
         self._peer = peer
         self._metadata = metadata
         self._deadline = None if timeout is None else time.monotonic() + timeout
         self._callbacks: list[Callable[[Any], None]] = []
+        # The connection's writer for this call's replies (set by it for a streaming reply).
+        self._direct: Callable[[Any], bool] | None = None
         self.code = _OK
         self.details = ""
+
+    def write_now(self, reply: Any) -> bool:
+        """Write one reply of this response-streaming call now, from any task: True when
+        written; False (nothing written) when the call has ended or was cancelled, the
+        connection is closing, or its write gate is shut (the caller then hands the reply to
+        its handler's generator as usual). The caller keeps its replies in order."""
+        direct = self._direct
+        return direct is not None and direct(reply)
 
     def peer(self) -> str:
         return self._peer
@@ -70,6 +91,7 @@ class WireContext:
         raise grpc.aio.AbortError(details)
 
     def done(self) -> None:
+        self._direct = None  # the call is over: write_now declines from now on
         for callback in self._callbacks:
             try:
                 callback(self)
@@ -203,7 +225,11 @@ class _Connection(wire.FramedProtocol):
                 call_id, grpc.StatusCode.UNIMPLEMENTED.value[0], f"unknown method {method}"
             )
             return
-        call = _Call(handler, WireContext(self._peer, metadata, timeout))
+        context = WireContext(self._peer, metadata, timeout)
+        call = _Call(handler, context)
+        if handler.response_streaming:
+            serialize = handler.response_serializer or _as_bytes
+            context._direct = functools.partial(self._write_direct, call_id, call, serialize)
         self._calls[call_id] = call
         if handler.request_streaming:
             call.requests = _Requests(self.queued)
@@ -263,6 +289,24 @@ class _Connection(wire.FramedProtocol):
     async def _write_message(self, call_id: int, data: bytes) -> None:
         self._write_message_now(call_id, data)
         await self.drained()
+
+    def _write_direct(
+        self, call_id: int, call: _Call, serialize: Callable[[Any], bytes], reply: Any
+    ) -> bool:
+        """``WireContext.write_now``: the reply's MESSAGE frame written now when the call is
+        still open (not ended, not cancelled), the connection too and its write gate open."""
+        transport = self.transport
+        if (
+            self.closed
+            or self.paused
+            or transport is None
+            or transport.is_closing()
+            or self._calls.get(call_id) is not call
+        ):
+            return False
+        data = serialize(reply)
+        transport.writelines((wire.header(wire.MESSAGE, call_id, len(data)), data))
+        return True
 
     def _write_message_now(self, call_id: int, data: bytes) -> None:
         if self.closed or self.transport is None:

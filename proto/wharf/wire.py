@@ -213,6 +213,11 @@ class FramedProtocol(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    @property
+    def paused(self) -> bool:
+        """The transport's buffer is above ``WRITE_HIGH_WATER``: writers wait (``drained``)."""
+        return self._writable is not None
+
     async def drained(self) -> None:
         waiter = self._writable
         if waiter is not None:

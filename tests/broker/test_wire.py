@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import re
 import socket
 import subprocess
@@ -37,7 +38,7 @@ from wharf.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
 from tests.broker.acl_helpers import ACL_SETTINGS, ADMIN, NOBODY, PRODUCER, TOPIC, write_acl
-from tests.broker.test_pull_stream import growth_behind_a_stalled_reader
+from tests.broker.test_pull_stream import growth_behind_a_stalled_reader, parked_pulls
 from tests.broker.test_tls import replace_atomically, served_fingerprint
 from tests.client.conftest import BROKER_SETTINGS
 from tests.harness import REPO_ROOT, BrokerProcess, free_port
@@ -371,6 +372,154 @@ def test_a_wire_stream_that_stops_reading_holds_bounded_memory(tmp_path: Path) -
         finally:
             stalled.kill()
             stalled.wait()
+
+
+class WirePullStream:
+    """One PullMessageStream call on the wire port, read stream message by stream message (a
+    coalesced ``batch`` is one message: which replies went out together shows)."""
+
+    def __init__(self, channel: WireChannel) -> None:
+        self.call = channel.stream_stream(
+            "/wharf.v1.MessagingService/PullMessageStream",
+            request_serializer=messaging_pb2.PullMessageRequest.SerializeToString,
+            response_deserializer=messaging_pb2.PullMessageResponse.FromString,
+        )(timeout=60)
+
+    async def pull(self, request_id: int, **fields: object) -> None:
+        await self.call.write(
+            messaging_pb2.PullMessageRequest(request_id=request_id, consumer_group="g", **fields)
+        )
+
+    async def message(self) -> list[messaging_pb2.PullMessageResponse]:
+        """The replies of the next stream message; [] when the call has ended."""
+        message = await asyncio.wait_for(self.call.read(), 15)
+        if message is grpc.aio.EOF:
+            return []
+        return list(message.batch) or [message]
+
+
+async def test_a_woken_pull_writes_its_reply_at_once_and_the_ones_behind_it_stay_in_order(
+    broker: BrokerProcess,
+) -> None:
+    """A pull woken from a long poll whose reply is ready while the stream's writer is idle
+    writes it itself; pulls completing in the same loop step behind it queue and go out
+    batched after it: each answered once, in the order they completed (the order they parked
+    in). Pulls answered without parking are batched as before."""
+    topic = "WireDirect"
+    async with WireChannel(wire_target(broker)) as channel:
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+
+        async def send(body: bytes, queue_id: int) -> None:
+            request = messaging_pb2.SendMessageRequest(
+                topic=topic, queue_id=queue_id, messages=[{"body": body}]
+            )
+            sent = await stub.SendMessage(request, timeout=10)
+            assert sent.results[0].status == messaging_pb2.SEND_OK
+
+        stream = WirePullStream(channel)
+        base = await asyncio.to_thread(parked_pulls, broker)
+        for request_id in range(1, 21):  # all parked on one queue: woken in one step
+            await stream.pull(request_id, topic=topic, queue_offset=0, max_wait_ms=20_000)
+        await stream.pull(21, topic=topic, queue_id=1, queue_offset=0, max_wait_ms=20_000)
+        await _until(lambda: parked_pulls(broker) == base + 21)
+        await send(b"lone", queue_id=1)
+        lone = await stream.message()
+        assert [(r.request_id, [m.body for m in r.messages]) for r in lone] == [(21, [b"lone"])]
+        await send(b"many", queue_id=0)
+        messages = [await stream.message()]
+        while sum(map(len, messages)) < 20:
+            messages.append(await stream.message())
+        replies = [reply for message in messages for reply in message]
+        assert [r.request_id for r in replies] == list(range(1, 21))
+        assert all([m.body for m in r.messages] == [b"many"] for r in replies)
+        # The first woken wrote its own reply at once; the rest were queued and coalesced.
+        assert len(messages[0]) == 1 and max(map(len, messages[1:])) > 1
+        # Pulls answered without parking stay batched with their request's neighbours: the
+        # five of one request message go out as one reply message.
+        await stream.call.write(
+            messaging_pb2.PullMessageRequest(
+                batch=[
+                    messaging_pb2.PullMessageRequest(
+                        request_id=request_id, consumer_group="g", topic=topic, queue_offset=0
+                    )
+                    for request_id in range(22, 27)
+                ]
+            )
+        )
+        assert [r.request_id for r in await stream.message()] == list(range(22, 27))
+        # Ready at once, one request message each: answered, each once, in order.
+        for request_id in range(27, 47):
+            await stream.pull(request_id, topic=topic, queue_offset=0)
+        answered: list[int] = []
+        while len(answered) < 20:
+            answered += [r.request_id for r in await stream.message()]
+        assert answered == list(range(27, 47))
+        await stream.call.done_writing()
+        assert await stream.message() == []  # and the call ends
+
+
+async def test_many_pulls_on_one_wire_stream_are_each_answered_once(
+    broker: BrokerProcess,
+) -> None:
+    """240 pulls on one stream while messages arrive: answered at once, parked and woken
+    alone or with others, beyond the 64 in flight: every one answered exactly once, with the
+    message at its offset, whether its reply was written directly or queued."""
+    topic, pulls = "WireDirectMix", 240
+    rng = random.Random(5)
+    async with WireChannel(wire_target(broker)) as channel:
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+        stream = WirePullStream(channel)
+        produced = [0, 0]  # acknowledged messages per queue: a pull at that offset parks
+        wanted: dict[int, tuple[int, int]] = {}
+        requested = asyncio.Event()
+
+        async def send_round() -> None:
+            for queue_id in (0, 1):
+                body = b"%d-%d" % (queue_id, produced[queue_id])
+                request = messaging_pb2.SendMessageRequest(
+                    topic=topic, queue_id=queue_id, messages=[{"body": body}]
+                )
+                sent = await stub.SendMessage(request, timeout=10)
+                assert sent.results[0].queue_offset == produced[queue_id]
+                produced[queue_id] += 1
+
+        async def produce() -> None:
+            while not requested.is_set():
+                await send_round()
+                await asyncio.sleep(0.002)
+            await send_round()  # wakes the pulls parked at the end
+
+        async def request() -> None:
+            for request_id in range(1, pulls + 1):
+                queue_id = request_id % 2
+                end = produced[queue_id]  # at the end (parks) or up to 3 before it (at once)
+                wanted[request_id] = queue_id, rng.randint(max(0, end - 3), end)
+                await stream.pull(
+                    request_id, topic=topic, queue_id=queue_id,
+                    queue_offset=wanted[request_id][1], max_messages=1, max_wait_ms=20_000,
+                )  # fmt: skip
+                if request_id % 8 == 0:
+                    await asyncio.sleep(0.001)
+            requested.set()
+
+        async def read() -> dict[int, list[messaging_pb2.PullMessageResponse]]:
+            got: dict[int, list[messaging_pb2.PullMessageResponse]] = {}
+            while sum(map(len, got.values())) < pulls:
+                for reply in await stream.message():
+                    got.setdefault(reply.request_id, []).append(reply)
+            return got
+
+        await send_round()
+        got, _, _ = await asyncio.gather(read(), produce(), request())
+        assert sorted(got) == sorted(wanted) and all(len(r) == 1 for r in got.values())
+        for request_id, (queue_id, offset) in wanted.items():
+            (reply,) = got[request_id]
+            assert reply.status == messaging_pb2.FOUND, (request_id, reply)
+            assert [(m.queue_offset, m.body) for m in reply.messages] == [
+                (offset, b"%d-%d" % (queue_id, offset))
+            ]
+        await stream.call.done_writing()
+        assert await stream.message() == []
 
 
 def test_open_channel_picks_the_transport_by_scheme() -> None:
