@@ -172,9 +172,15 @@ async def run_e2e(options: BenchOptions, stats: BenchStats) -> None:
                 stats.record_latencies(latencies)
                 offset = result.next_begin_offset
 
-        def send(in_flight: set[asyncio.Task[object]]) -> None:
+        async def send_one() -> object:
+            # Stamped when send() is called, in the message's own task: the redis-py peer
+            # stamps inside its XADD task too (tests/bench/redis_peer.py), so both measure
+            # from the client API call, not from the pacing loop's ensure_future.
             body = _STAMP.pack(time.time_ns()) + padding
-            task = asyncio.ensure_future(producer.send(options.topic, body))
+            return await producer.send(options.topic, body)
+
+        def send(in_flight: set[asyncio.Task[object]]) -> None:
+            task = asyncio.ensure_future(send_one())
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
 
