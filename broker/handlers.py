@@ -16,6 +16,7 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
+from wharf.broker.errors import InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
 
 
 class MalformedRequest:
@@ -41,6 +42,17 @@ class RefusedRequest:
         self.message = message
         self.request_id = request_id
         self.unauthenticated = unauthenticated
+
+
+def check_stream_item(request: object) -> None:
+    """A client-stream item that did not parse, or that the ACL refused, is its own error
+    (the stream's handler answers it in the item's reply and goes on)."""
+    if type(request) is MalformedRequest:
+        raise InvalidArgumentError(request.message)
+    if type(request) is RefusedRequest:  # by the ACL (broker/acl/guard.py)
+        if request.unauthenticated:
+            raise UnauthenticatedError(request.message)
+        raise PermissionDeniedError(request.message)
 
 
 def safe_deserializer(cls: Any) -> Callable[[bytes], Any]:

@@ -58,12 +58,9 @@ import grpc
 from wharf import hops
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import (
-    InvalidArgumentError,
-    PermissionDeniedError,
-    UnauthenticatedError,
     status_for,
 )
-from wharf.broker.handlers import MalformedRequest, RefusedRequest
+from wharf.broker.handlers import MalformedRequest, check_stream_item
 from wharf.broker.processors.pull import PullProcessor
 from wharf.broker.reply_budget import PullReplies, StreamReplies
 from wharf.v1 import common_pb2, messaging_pb2
@@ -159,12 +156,7 @@ class PullStreamProcessor:
         started = time.perf_counter()
         request_id = getattr(request, "request_id", 0)  # 0 when it did not even parse
         try:
-            if type(request) is MalformedRequest:
-                raise InvalidArgumentError(request.message)
-            if type(request) is RefusedRequest:  # by the ACL (broker/acl/guard.py)
-                if request.unauthenticated:
-                    raise UnauthenticatedError(request.message)
-                raise PermissionDeniedError(request.message)
+            check_stream_item(request)
             reply = await self.puller.pull(request, replies)
             reply.request_id = request_id
             self.ctx.metrics.observe_rpc(METHOD, "OK", time.perf_counter() - started)

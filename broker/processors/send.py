@@ -20,11 +20,10 @@ from wharf.broker.context import BrokerContext
 from wharf.broker.errors import (
     InvalidArgumentError,
     PermissionDeniedError,
-    UnauthenticatedError,
     UnavailableError,
     status_for,
 )
-from wharf.broker.handlers import MalformedRequest, RefusedRequest
+from wharf.broker.handlers import check_stream_item
 from wharf.broker.processors.convert import to_inputs
 from wharf.store.config import SYNC_FLUSH
 from wharf.store.model import AppendResult, MessageInput, PutResult, PutStatus
@@ -59,16 +58,6 @@ class _Accepted(NamedTuple):
     unique_ids: list[str] | None
     records: bytes | None
     born_host: str
-
-
-def _check_parsed(request: messaging_pb2.SendMessageRequest) -> None:
-    """A stream item that did not parse, or that the ACL refused, is its own error."""
-    if type(request) is MalformedRequest:
-        raise InvalidArgumentError(request.message)
-    if type(request) is RefusedRequest:  # by the ACL (broker/acl/guard.py)
-        if request.unauthenticated:
-            raise UnauthenticatedError(request.message)
-        raise PermissionDeniedError(request.message)
 
 
 class SendProcessor:
@@ -223,7 +212,7 @@ class SendProcessor:
         if hops.ENABLED:
             hops.stamp("b.send_in")
         try:
-            _check_parsed(request)
+            check_stream_item(request)
             return self._answered(await self.send(request, born_host), started)
         except asyncio.CancelledError:
             raise
@@ -338,7 +327,7 @@ class _SyncFlushStream:
             self._spawn(self._put_awaited(request))
             return
         try:
-            _check_parsed(request)
+            check_stream_item(request)
             accepted = processor._accept(request, self.born_host)
             result = processor._append(accepted)
             waiter = store.flush_waiter(result)
