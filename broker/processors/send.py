@@ -318,14 +318,14 @@ class _SyncFlushStream:
 
     def _take(self, request: messaging_pb2.SendMessageRequest) -> None:
         """Reader, synchronous: one reply for this request is queued now or later."""
-        started = time.perf_counter()
-        if hops.ENABLED:
-            hops.stamp("b.send_in")
         processor, store = self.processor, self.store
         if self.held or store.dispatch_lagging():
             self.held += 1
-            self._spawn(self._put_awaited(request))
+            self._spawn(self._put_awaited(request))  # stamps b.send_in when it runs
             return
+        started = time.perf_counter()
+        if hops.ENABLED:
+            hops.stamp("b.send_in")
         try:
             check_stream_item(request)
             accepted = processor._accept(request, self.born_host)

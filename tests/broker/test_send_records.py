@@ -146,9 +146,10 @@ def test_records_and_messages_in_one_request_are_refused(daemon: BrokerProcess) 
 def test_sync_flush_send_stream_answers_each_request_and_keeps_the_stream_order(
     daemon: BrokerProcess,
 ) -> None:
-    """Under SYNC_FLUSH the stream handles requests concurrently (a task each, so one sync
-    serves many): a bad request still gets its own error reply, and requests to one queue --
-    records or the message form -- take queue offsets in the order they were sent."""
+    """Under SYNC_FLUSH the stream has many requests in flight (appended as they are read,
+    answered when their group commit is, so one sync serves many): a bad request still gets
+    its own error reply, and requests to one queue -- records or the message form -- take
+    queue offsets in the order they were sent."""
     client = Client(daemon.endpoint)
     try:
         client.send("ord", b"first", queue_id=1)  # the queue exists: offset 0
