@@ -147,22 +147,25 @@ class MappedFileQueue:
         """fdatasync every segment with dirty data up to the current committed end (usually
         one, two right after a roll). Returns the new flushed offset."""
         with self._flush_lock:
-            for mapped in self.files:
-                end = mapped.file_from_offset + mapped.committed_position
-                if end <= self.flushed_where:
-                    continue
+            # Only the last target can be short of full, and a full segment is always synced
+            # (``_enough_pages``): no target is skipped before another.
+            for mapped, _ in self.sync_targets():
                 flushed = mapped.flush_blocking(least_pages)
                 self.flushed_where = max(self.flushed_where, mapped.file_from_offset + flushed)
-                if flushed < mapped.file_size:
-                    break
             return self.flushed_where
 
     def sync_targets(self) -> list[tuple[MappedFile, int]]:
-        """Loop: what ``flush_blocking`` would sync now, planned for a sync thread that runs no
-        Python (``sync_engine.NativeSyncEngine``): each segment with data past the flushed
-        offset, and the position a sync of it makes durable; [] when nothing is dirty."""
+        """The segments with data past the flushed offset (the one holding it first: segments
+        are contiguous and equally sized), each with its committed position, up to the first
+        that is not full; [] when nothing is dirty. ``flush_blocking`` syncs them in a thread;
+        on the loop they plan a sync for a thread that runs no Python
+        (``sync_engine.NativeSyncEngine``)."""
+        files = self.files
+        if not files:
+            return []
+        first = self.flushed_where // self.file_size - files[0].file_from_offset // self.file_size
         targets: list[tuple[MappedFile, int]] = []
-        for mapped in self.files:
+        for mapped in files[max(0, first) :]:
             position = mapped.committed_position
             if mapped.file_from_offset + position <= self.flushed_where:
                 continue
