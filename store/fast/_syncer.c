@@ -282,13 +282,18 @@ PyMODINIT_FUNC PyInit__syncer(void) {
     if (m == NULL) {
         return NULL;
     }
-    Py_INCREF(&SyncerType);
-    if (PyModule_AddObject(m, "Syncer", (PyObject *)&SyncerType) < 0) {
-        Py_DECREF(&SyncerType);
+    /* Syncer.MAX_FDS: what a plan may hold (the engine reads it from the object it is given). */
+    PyObject *max_fds = PyLong_FromLong(MAX_FDS);
+    if (max_fds == NULL || PyDict_SetItemString(SyncerType.tp_dict, "MAX_FDS", max_fds) < 0) {
+        Py_XDECREF(max_fds);
         Py_DECREF(m);
         return NULL;
     }
-    if (PyModule_AddIntConstant(m, "MAX_FDS", MAX_FDS) < 0) {
+    Py_DECREF(max_fds);
+    PyType_Modified(&SyncerType);
+    Py_INCREF(&SyncerType);
+    if (PyModule_AddObject(m, "Syncer", (PyObject *)&SyncerType) < 0) {
+        Py_DECREF(&SyncerType);
         Py_DECREF(m);
         return NULL;
     }

@@ -3,9 +3,8 @@
 # ``wharf.store.fast.load("_syncer")``.
 from collections.abc import Sequence
 
-MAX_FDS: int
-
 class Syncer:
+    MAX_FDS: int  # the fds a job may hold
     def __init__(self) -> None: ...
     def fileno(self) -> int:
         """The eventfd the loop watches: readable once a job ended."""

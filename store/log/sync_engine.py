@@ -89,7 +89,7 @@ class NativeSyncEngine:
         self._plan = plan  # (max fds) -> the plan of a sync of everything appended so far
         self._settle = settle
         self._flushed_offset = flushed_offset
-        self._max_fds: int = getattr(syncer, "MAX_FDS", 16)
+        self._max_fds: int = syncer.MAX_FDS
         self._jobs: deque[tuple[int, SyncPlan]] = deque()  # submitted, not reported
         self._next_id = 0
         self._done_id = 0
