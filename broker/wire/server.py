@@ -304,8 +304,7 @@ class _Connection(wire.FramedProtocol):
             or self._calls.get(call_id) is not call
         ):
             return False
-        data = serialize(reply)
-        transport.writelines((wire.header(wire.MESSAGE, call_id, len(data)), data))
+        self._write_message_now(call_id, serialize(reply))
         return True
 
     def _write_message_now(self, call_id: int, data: bytes) -> None:
