@@ -9,8 +9,13 @@ Prints ratios Wharf/peer and writes them as JSON to ``--output`` (default:
 Every figure is the median of ``--runs`` whole runs (3; each run's figures are kept under
 ``runs``), ratios are computed from the medians, and each e2e entry counts the runs hit by a
 disk stall (``stalls``: a run whose slowest message took >= 50 ms; it is shown, not dropped).
-Every e2e run, Wharf's and Redis's, starts after ``os.sync()`` and a 2 s pause (``settle_disk``):
-the kernel's writeback of the produce runs' data does not land in a latency run.
+Every e2e run, Wharf's and Redis's, starts on a quiet disk (``settle_disk``): after
+``os.sync()`` it probes the disk with small fdatasyncs until two windows in a row see no slow
+one, at most ``SETTLE_MAX_S``. A fixed pause was not enough on this VM: after ~1 GB of
+produce, an idle disk's bare fdatasync p99 stayed at 1.0-1.4 ms (max up to 12 ms) for ~20 s
+against 0.5-0.7 ms before, so the latency run that came next measured the previous run's
+writes (the virtual disk's backend still flushing them: nothing in the guest is dirty after
+``os.sync()``). Each wait is printed and kept under ``disk_settle``.
 The targets of the read path (consume >= 1.5x redis-py and >= 0.35x redis-benchmark XRANGE;
 e2e p50 and p99 at the low rate <= redis-py's; e2e p99 at the target rate <= 5 ms) are
 printed as met or missed under the table and written under ``targets``.
@@ -85,13 +90,55 @@ MEDIAN_KEYS = ("msgs_per_s", "rps", "messages", "p50_ms", "p99_ms", "p999_ms", "
 STALL_MS = 50.0  # an e2e run whose slowest message took this long was hit by a disk stall
 
 
-def settle_disk(pause_s: float = 2.0) -> None:
+# settle_disk: a window is PROBE_SYNCS fdatasyncs of a 4 KiB overwrite, PROBE_PAUSE_S apart
+# (~0.3 s); it is quiet when none took QUIET_MAX_MS or more (an idle disk here: p99 0.5-0.7 ms,
+# max ~2 ms; right after a produce run, maxima of 4-12 ms).
+PROBE_SYNCS = 200
+PROBE_PAUSE_S = 0.001
+QUIET_MAX_MS = 2.5
+QUIET_WINDOWS = 2
+SETTLE_MIN_S = 2.0
+SETTLE_MAX_S = 40.0
+
+
+def settle_disk(
+    directory: Path, min_s: float = SETTLE_MIN_S, max_s: float = SETTLE_MAX_S
+) -> dict[str, Any]:
     """Before a latency run, Wharf's and Redis's alike: write back every dirty page (the produce
     runs before it leave up to GBs: CommitLog tails, ConsumeQueues and IndexFiles written
-    through mmap, Redis's AOF) and let the disk go idle, so each latency run measures its own
-    fdatasyncs, not the kernel's writeback of an earlier run."""
+    through mmap, Redis's AOF), then wait until fdatasyncs in ``directory`` are fast again
+    (``QUIET_WINDOWS`` quiet windows in a row, at least ``min_s``, at most ``max_s``), so each latency run measures its own fdatasyncs, not an earlier run's
+    writes. Returns how long it waited, whether the disk went quiet and the last window's
+    slowest fdatasync."""
+    started = time.monotonic()
     os.sync()
-    time.sleep(pause_s)
+    probe = directory / "settle-probe"
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(probe, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    quiet, slowest_ms = 0, 0.0
+    try:
+        os.pwrite(fd, b"\0" * 4096, 0)
+        os.fsync(fd)
+        while True:
+            slowest_ms = 0.0
+            for _ in range(PROBE_SYNCS):
+                os.pwrite(fd, b"x" * 4096, 0)
+                t0 = time.perf_counter()
+                os.fdatasync(fd)
+                slowest_ms = max(slowest_ms, (time.perf_counter() - t0) * 1000)
+                time.sleep(PROBE_PAUSE_S)
+            quiet = quiet + 1 if slowest_ms < QUIET_MAX_MS else 0
+            waited = time.monotonic() - started
+            if (quiet >= QUIET_WINDOWS and waited >= min_s) or waited >= max_s:
+                break
+    finally:
+        os.close(fd)
+        probe.unlink(missing_ok=True)
+    return {
+        "waited_s": round(time.monotonic() - started, 1),
+        "quiet": quiet >= QUIET_WINDOWS,
+        "last_window_max_ms": round(slowest_ms, 2),
+    }
 
 
 def ratio(ours: float, theirs: float) -> float | None:
@@ -105,6 +152,16 @@ class Comparison:
         self.duration = 2.0 if args.quick else args.duration
         self.measures: dict[str, dict[str, Any]] = {}
         self.console = Console(stderr=True)
+        self.disk_settle: list[dict[str, Any]] = []
+
+    def settle(self, root: Path, label: str) -> None:
+        """``settle_disk`` before the latency run ``label``; the wait is printed and kept."""
+        # --quick is a smoke run: one window, no waiting for the disk.
+        settled = settle_disk(root, 0.0, 0.0) if self.args.quick else settle_disk(root)
+        self.disk_settle.append({"run": label, **settled})
+        state = "quiet" if settled["quiet"] else "NOT quiet (slowest fdatasync of the last window"
+        state += "" if settled["quiet"] else f" {settled['last_window_max_ms']} ms)"
+        self.note(f"disk {state} after {settled['waited_s']} s")
 
     def note(self, text: str) -> None:
         self.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {text}")
@@ -133,6 +190,7 @@ class Comparison:
             "duration_s": self.duration,
             "runs": self.args.runs,
             "load_average": round(os.getloadavg()[0], 2),
+            "disk_settle": self.disk_settle,
             "measures": self.measures,
             "targets": self.targets(),
         }
@@ -243,7 +301,7 @@ class Comparison:
                     ("wharf_grpc", broker.endpoint, "gRPC"),
                     ("wharf", broker.wire_endpoint, "the wire port"),
                 ):
-                    settle_disk()
+                    self.settle(root, f"wharf {who} e2e {rate}/s")
                     self.note(
                         f"wharf SYNC_FLUSH e2e at {rate} msg/s over {transport}, "
                         f"max_in_flight {in_flight}"
@@ -318,7 +376,7 @@ class Comparison:
             )
             self._set("produce_sync", "redis_py", rp, how=f"{c} tasks x 1")
             for measure, rate in self.e2e_rates():
-                settle_disk()
+                self.settle(root, f"redis-py e2e {rate}/s")
                 self.note(f"redis always: redis-py e2e at {rate} msg/s (XADD + XREAD BLOCK)")
                 rp = uvloop.run(
                     redis_peer.redispy_e2e(

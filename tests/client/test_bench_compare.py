@@ -23,7 +23,11 @@ def test_quick_comparison_writes_every_measure_and_ratio(tmp_path: Path) -> None
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Wharf vs Redis Streams" in proc.stdout
-    measures = json.loads(output.read_text())["measures"]
+    results = json.loads(output.read_text())
+    measures = results["measures"]
+    # Every latency run (4 of Wharf's, 2 of redis-py's) waited for a quiet disk first.
+    settled = [entry["run"] for entry in results["disk_settle"]]
+    assert len(settled) == 6 and sum(run.startswith("redis-py") for run in settled) == 2
     assert set(measures) == {
         "produce_async", "produce_sync", "consume", "e2e_sync", "e2e_sync_low_rate",
     }  # fmt: skip
