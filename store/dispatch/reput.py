@@ -301,16 +301,14 @@ class CommitLogSource:
         decoded as columns when there are many."""
         log = self.commit_log
         start = max(from_offset, log.min_offset)
-        # TODO(lead): _scan/_skip_blank are CommitLogReads internals; a public
-        # scan_records / skip_blank would let this adapter stop reaching in.
-        segments = log._scan(start, self.max_records, budget)
+        segments = log.scan_records(start, self.max_records, budget)
         if not segments:
-            next_offset = log._skip_blank(start)
+            next_offset = log.skip_blank(start)
             return [], next_offset if next_offset <= limit else from_offset
         buf, base, positions = segments[0]
         last_end = positions[-1] + read_total_size(buf, positions[-1])
         if base + last_end <= limit:
-            next_offset = log._skip_blank(base + last_end)
+            next_offset = log.skip_blank(base + last_end)
             if next_offset > limit:
                 next_offset = base + last_end
         else:  # the budget let the last records pass the limit: keep those before it

@@ -104,7 +104,7 @@ from wharf.store.log.sync_engine import (
     SyncEngine,
     SyncPlan,
     ThreadSyncEngine,
-    native_syncer,
+    native_syncer_type,
 )
 from wharf.store.log.transient_pool import TransientStorePool
 from wharf.store.model import AppendResult, MessageInput
@@ -629,12 +629,14 @@ class CommitLog(CommitLogReads):
         """The compiled GIL-free sync thread under SYNC_FLUSH when it is built (and the
         fdatasync seam is the real one); the Python thread otherwise, and always with the
         transient store pool (whose commit is Python code)."""
-        syncer = None
+        syncer_type = None
         if config.flush_disk_type == SYNC_FLUSH and self.transient_pool is None:
-            syncer = native_syncer()
-        if syncer is None:
+            syncer_type = native_syncer_type()
+        if syncer_type is None:
             return ThreadSyncEngine(self._sync_blocking, self._flushed_where)
-        return NativeSyncEngine(syncer, self._sync_plan, self._settle_sync, self._flushed_where)
+        return NativeSyncEngine(
+            syncer_type, self._sync_plan, self._settle_sync, self._flushed_where
+        )
 
     def _flushed_where(self) -> int:
         return self.queue.flushed_where

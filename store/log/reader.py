@@ -149,7 +149,7 @@ class CommitLogReads:
     ) -> list[StoredMessage]:
         """Consecutive messages from ``offset`` (a record start), across blank tails."""
         messages: list[StoredMessage] = []
-        for chunk, base, positions in self._scan(offset, max_count, max_bytes):
+        for chunk, base, positions in self.scan_records(offset, max_count, max_bytes):
             messages.extend(decode_records(chunk, positions, base))
         return messages
 
@@ -159,14 +159,14 @@ class CommitLogReads:
         ``from_offset`` below the minimum (deleted) continues at the minimum."""
         requests: list[DispatchRequest] = []
         next_offset = max(from_offset, self.queue.min_offset)
-        for chunk, base, positions in self._scan(next_offset, 1 << 62, max_bytes):
+        for chunk, base, positions in self.scan_records(next_offset, 1 << 62, max_bytes):
             requests.extend(decode_dispatches(chunk, positions, base))
         if requests:
             last = requests[-1]
             next_offset = last.commit_log_offset + last.size
-        return DispatchBatch(requests, self._skip_blank(next_offset))
+        return DispatchBatch(requests, self.skip_blank(next_offset))
 
-    def _skip_blank(self, offset: int) -> int:
+    def skip_blank(self, offset: int) -> int:
         """If ``offset`` is a blank tail, the start of the next segment."""
         mapped = self.queue.find(offset)
         if mapped is None:
@@ -176,7 +176,7 @@ class CommitLogReads:
             return mapped.file_from_offset + self.file_size
         return offset
 
-    def _scan(
+    def scan_records(
         self, offset: int, max_count: int, max_bytes: int
     ) -> list[tuple[ReadableBuffer, int, list[int]]]:
         """Record positions from ``offset``, in place in each segment's map (no chunk copy:

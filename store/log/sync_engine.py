@@ -65,31 +65,35 @@ class SyncPlan:
     token: Any
 
 
-def native_syncer() -> Any | None:
-    """A compiled ``Syncer`` (its thread started), or None when the reference thread must run
-    (not built, ``WHARF_NO_SPEEDUPS``, or the ``mapped_file.fdatasync`` seam replaced)."""
+def native_syncer_type() -> Callable[[], Any] | None:
+    """The compiled ``Syncer`` type (calling it starts its thread), or None when the reference
+    thread must run (not built, ``WHARF_NO_SPEEDUPS``, or the ``mapped_file.fdatasync`` seam
+    replaced)."""
     if mapped_file.fdatasync is not os.fdatasync:
         return None
     module = fast.load("_syncer")
-    return None if module is None else module.Syncer()
+    return None if module is None else module.Syncer
 
 
 class NativeSyncEngine:
     """Syncs on the compiled thread; ``plan()`` and ``settle(token) -> flushed`` run on the
-    loop (they read and move the log's positions where its appends do)."""
+    loop (they read and move the log's positions where its appends do). The thread is made
+    (``make_syncer()``) by ``start`` and joined by ``close``: a log built and never started
+    holds none."""
 
     def __init__(
         self,
-        syncer: Any,
+        make_syncer: Callable[[], Any],
         plan: Callable[[int], SyncPlan | None],
         settle: Callable[[Any], int],
         flushed_offset: Callable[[], int],
     ) -> None:
-        self._syncer = syncer
+        self._make_syncer = make_syncer
+        self._syncer: Any = None
         self._plan = plan  # (max fds) -> the plan of a sync of everything appended so far
         self._settle = settle
         self._flushed_offset = flushed_offset
-        self._max_fds: int = syncer.MAX_FDS
+        self._max_fds = 1
         self._jobs: deque[tuple[int, SyncPlan]] = deque()  # submitted, not reported
         self._next_id = 0
         self._done_id = 0
@@ -108,11 +112,13 @@ class NativeSyncEngine:
     def start(self, served: Served, failed: Failed) -> None:
         self._served, self._failed = served, failed
         self._loop = asyncio.get_running_loop()
+        self._syncer = self._make_syncer()
+        self._max_fds = self._syncer.MAX_FDS
         self._loop.add_reader(self._syncer.fileno(), self._ready)
 
     def request(self, end: int) -> None:
-        if end <= self._planned or self._failure_reported:
-            return  # a job submitted already covers it
+        if end <= self._planned or self._failure_reported or self._syncer is None:
+            return  # a job submitted already covers it (or not started: nothing runs jobs)
         plan = self._plan(self._max_fds)
         if plan is None:
             return
@@ -155,6 +161,8 @@ class NativeSyncEngine:
         await self._idle.wait()
 
     def close(self) -> None:
+        if self._syncer is None:
+            return  # never started: no thread
         if self._loop is not None:
             self._loop.remove_reader(self._syncer.fileno())
             self._loop = None

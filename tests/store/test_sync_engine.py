@@ -57,6 +57,25 @@ def test_the_compiled_syncer_is_built_and_used(tmp_path, monkeypatch) -> None:
     assert isinstance(make_log(tmp_path / "d").group_commit.engine, ThreadSyncEngine)
 
 
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))  # the compiled thread is no Python thread
+
+
+async def test_the_sync_thread_lives_from_start_to_shutdown(tmp_path) -> None:
+    before = _threads()
+    log = make_log(tmp_path)
+    assert _threads() == before  # built, never started: no thread to leak
+    log.start()
+    try:
+        assert _threads() > before
+        result = log.append("T", 0, 0, [MessageInput(b"one")])
+        assert await log.wait_flushed(result.end_offset)
+    finally:
+        await log.shutdown()
+        log.close()
+    make_log(tmp_path / "unstarted").close()  # a log never started closes without a thread
+
+
 def test_syncer_runs_the_newest_job_and_reports_errno(tmp_path) -> None:
     assert _syncer is not None
     syncer = _syncer.Syncer()
@@ -166,7 +185,7 @@ class FailingSyncer:
 async def test_a_failed_native_sync_is_sticky_with_its_errno(tmp_path, code, error) -> None:
     log = make_log(tmp_path)
     log.group_commit.engine = NativeSyncEngine(
-        FailingSyncer(code), log._sync_plan, log._settle_sync, log._flushed_where
+        lambda: FailingSyncer(code), log._sync_plan, log._settle_sync, log._flushed_where
     )
     log.start()
     try:
