@@ -13,8 +13,9 @@ engines keep one contract:
   fdatasync done -> loop told p99 1.3 ms.
 - ``ThreadSyncEngine``: a long-lived Python thread parked on a Condition (the reference twin).
   Used when the compiled module is not built or ``WHARF_NO_SPEEDUPS`` is set, when
-  ``mapped_file.fdatasync`` is not ``os.fdatasync`` at start (the seam through which tests slow
-  down or break syncs), and with the transient store pool (its commit is Python code).
+  ``mapped_file.fdatasync`` is not ``os.fdatasync`` when the CommitLog is built (the seam
+  through which tests slow down or break syncs), and with the transient store pool (its
+  commit is Python code).
 
 Contract, on the loop: ``start(served, failed)``; ``request(end)``: make at least everything
 below ``end`` durable soon (everything appended so far is planned); ``busy``; ``wait_idle()``;
