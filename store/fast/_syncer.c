@@ -282,7 +282,7 @@ PyMODINIT_FUNC PyInit__syncer(void) {
     if (m == NULL) {
         return NULL;
     }
-    /* Syncer.MAX_FDS: what a plan may hold (the engine reads it from the object it is given). */
+    /* Syncer.MAX_FDS: what a plan may hold (the engine reads it from the syncer it makes). */
     PyObject *max_fds = PyLong_FromLong(MAX_FDS);
     if (max_fds == NULL || PyDict_SetItemString(SyncerType.tp_dict, "MAX_FDS", max_fds) < 0) {
         Py_XDECREF(max_fds);

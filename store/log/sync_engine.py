@@ -94,7 +94,6 @@ class NativeSyncEngine:
         self._plan = plan  # (max fds) -> the plan of a sync of everything appended so far
         self._settle = settle
         self._flushed_offset = flushed_offset
-        self._max_fds = 1
         self._jobs: deque[tuple[int, SyncPlan]] = deque()  # submitted, not reported
         self._next_id = 0
         self._done_id = 0
@@ -114,13 +113,12 @@ class NativeSyncEngine:
         self._served, self._failed = served, failed
         self._loop = asyncio.get_running_loop()
         self._syncer = self._make_syncer()
-        self._max_fds = self._syncer.MAX_FDS
         self._loop.add_reader(self._syncer.fileno(), self._ready)
 
     def request(self, end: int) -> None:
         if end <= self._planned or self._failure_reported or self._syncer is None:
             return  # a job submitted already covers it (or not started: nothing runs jobs)
-        plan = self._plan(self._max_fds)
+        plan = self._plan(self._syncer.MAX_FDS)
         if plan is None:
             return
         self._next_id += 1

@@ -110,21 +110,22 @@ def settle_disk(
     runs before it leave up to GBs: CommitLog tails, ConsumeQueues and IndexFiles written
     through mmap, Redis's AOF), then wait until fdatasyncs in ``directory`` are fast again
     (``QUIET_WINDOWS`` quiet windows in a row, at least ``min_s``, at most ``max_s``), so each
-    latency run measures its own fdatasyncs, not an earlier run's writes. Returns how long it waited, whether the disk went quiet and the last window's
-    fdatasync p99 and slowest."""
+    latency run measures its own fdatasyncs, not an earlier run's writes. Returns how long it
+    waited, whether the disk went quiet and the last window's fdatasync p99 and slowest."""
     started = time.monotonic()
     os.sync()
     probe = directory / "settle-probe"
     directory.mkdir(parents=True, exist_ok=True)
     fd = os.open(probe, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     quiet, p99_ms, slowest_ms = 0, 0.0, 0.0
+    block = b"x" * 4096
     try:
-        os.pwrite(fd, b"\0" * 4096, 0)
+        os.pwrite(fd, bytes(len(block)), 0)
         os.fsync(fd)
         while True:
             took: list[float] = []
             for _ in range(PROBE_SYNCS):
-                os.pwrite(fd, b"x" * 4096, 0)
+                os.pwrite(fd, block, 0)
                 t0 = time.perf_counter()
                 os.fdatasync(fd)
                 took.append((time.perf_counter() - t0) * 1000)
