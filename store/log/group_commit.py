@@ -52,6 +52,9 @@ class GroupCommitService:
         # Called on the loop after each sync that moved the flushed offset, BEFORE the waiters
         # it covers are answered (the store dispatches there while a reader waits).
         self.on_durable: Callable[[], object] | None = None
+        # Called on the loop right after a waiter's sync was requested, while the sync runs
+        # (the store plans the dispatch of what it will cover there).
+        self.on_requested: Callable[[], object] | None = None
         self.engine = engine
         self._flushed_offset = flushed_offset
         self._timeout_s = timeout_s
@@ -139,6 +142,8 @@ class GroupCommitService:
             self._timer = loop.call_at(deadline, self._expire)
         if self._running:
             self.engine.request(end_offset)
+            if self.on_requested is not None:
+                self.on_requested()
         return future
 
     def _served(self, flushed: int, seconds: float, nbytes: int) -> None:

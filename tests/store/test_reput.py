@@ -163,3 +163,88 @@ async def test_sync_flush_without_a_waiting_reader_answers_writers_first(tmp_pat
         assert reput.inline_dispatches == 1
     finally:
         await store.shutdown()
+
+
+async def test_sync_flush_plans_the_dispatch_while_the_sync_runs(tmp_path: Path) -> None:
+    """With a reader waiting, the records a sync will cover are read and planned when the sync
+    is requested and applied when it is done: nothing is visible before the sync, everything
+    right after it, as planned."""
+    store = MessageStore(small_config(tmp_path, flush_disk_type="SYNC_FLUSH"))
+    store.set_dispatch_waiters(lambda: True)
+    await store.start()
+    try:
+        reput = store.reput_service
+        reput.idle_interval_s = reput.interval_s = 3600.0  # the safety net never fires
+        await store.put("T", 0, [msg("first", keys="k0")])  # creates the queue and index files
+        assert await store.wait_dispatched()
+        for _ in range(50):  # the task's run that creates the IndexFile
+            if store.query_messages("T", "k0", 1, 0, 2**62):
+                break
+            await asyncio.sleep(0.02)
+        used = reput.prepared_used
+        for i in range(1, 4):
+            result = store.put_append("T", 0, [msg(f"m{i}", keys=f"k{i}")])
+            waiter = store.flush_waiter(result)
+            assert waiter is not None
+            assert store.get_max_offset("T", 0) == i  # planned, not applied: not durable yet
+            put = store.flushed_result(result, waiter=await _done(waiter))
+            assert put.status.name == "PUT_OK"
+            assert store.get_max_offset("T", 0) == i + 1
+        assert reput.prepared_used - used == 3
+        bodies = [m.body for m in store.get_messages("T", 0, 0, 10).messages]
+        assert bodies == [b"first", b"m1", b"m2", b"m3"]
+        [found] = store.query_messages("T", "k2", 1, 0, 2**62)
+        assert found.body == b"m2"
+    finally:
+        await store.shutdown()
+
+
+async def _done(waiter: asyncio.Future[bool]) -> asyncio.Future[bool]:
+    await waiter
+    return waiter
+
+
+async def test_a_stale_or_cut_plan_is_dropped_and_the_records_read_afresh(
+    tmp_path: Path,
+) -> None:
+    """A plan made ahead is applied only when it starts where dispatch stands and ends within
+    the dispatch limit; otherwise the records are read again: none dispatched twice or
+    skipped."""
+    store = MessageStore(small_config(tmp_path))  # ASYNC: the reput is driven by hand
+    await store.start()
+    try:
+        reput = store.reput_service
+        reput.idle_interval_s = reput.interval_s = 3600.0
+        await store.put("T", 0, [msg("first")])
+        assert await store.wait_dispatched()
+        # Stale: planned, then dispatched by the task before dispatch_inline runs.
+        store.append("T", 0, [msg("a")])
+        reput.prepare_inline(store.commit_log.max_offset)
+        assert await store.wait_dispatched()
+        store.append("T", 0, [msg("b")])
+        assert reput.dispatch_inline() is True
+        # Cut: one plan of two records, the limit covers only the first.
+        first = store.append("T", 0, [msg("c")])
+        store.append("T", 0, [msg("d")])
+        reput.prepare_inline(store.commit_log.max_offset)
+        full_limit = reput.source.dispatch_limit
+        reput.source.dispatch_limit = lambda: first.end_offset  # type: ignore[method-assign]
+        assert reput.dispatch_inline() is True
+        assert store.get_max_offset("T", 0) == 4
+        reput.source.dispatch_limit = full_limit  # type: ignore[method-assign]
+        assert reput.dispatch_inline() is True
+        assert reput.prepared_used == 0
+        assert await store.wait_dispatched()
+        result = store.get_messages("T", 0, 0, 10)
+        assert [m.body for m in result.messages] == [b"first", b"a", b"b", b"c", b"d"]
+        assert [m.queue_offset for m in result.messages] == [0, 1, 2, 3, 4]
+        # Planned ahead and in order: both plans are used.
+        store.append("T", 0, [msg("e")])
+        reput.prepare_inline(store.commit_log.max_offset)
+        store.append("T", 0, [msg("f")])
+        reput.prepare_inline(store.commit_log.max_offset)
+        assert reput.dispatch_inline() is True
+        assert reput.prepared_used == 2
+        assert store.get_max_offset("T", 0) == 7
+    finally:
+        await store.shutdown()
