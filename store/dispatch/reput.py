@@ -130,8 +130,7 @@ class ReputService(Service):
         self._in_run = False  # run_once is between its start and its end (it may be suspended)
         self._index_leftover: list[IndexEntries] = []  # inline chunks' entries awaiting a roll
         self.inline_dispatches = 0
-        self._prepared: list[_Prepared] = []  # planned ahead of their sync, in log order
-        self._prepared_bytes = 0
+        self._prepared: list[_Prepared] = []  # planned ahead of their sync, contiguous
         self.prepared_used = 0  # prepared chunks dispatch_inline applied as planned
 
     def wakeup_for(self, end_offset: int) -> None:
@@ -152,7 +151,7 @@ class ReputService(Service):
         if prepared and prepared[0].start != self.reput_from_offset:
             self._drop_prepared()
         start = prepared[-1].end if prepared else self.reput_from_offset
-        budget = max_bytes - self._prepared_bytes
+        budget = max_bytes - (start - prepared[0].start if prepared else 0)
         if start >= written_end or written_end - start > budget:
             return
         try:
@@ -163,11 +162,9 @@ class ReputService(Service):
             return
         if end > start:
             prepared.append(_Prepared(start, end, plan))
-            self._prepared_bytes += end - start
 
     def _drop_prepared(self) -> None:
         self._prepared.clear()
-        self._prepared_bytes = 0
 
     def _take_prepared(self, start: int, limit: int) -> _Prepared | None:
         """The kept plan for the chunk at ``start`` if it ends within ``limit``. Otherwise
@@ -182,7 +179,6 @@ class ReputService(Service):
             self._drop_prepared()
             return None
         prepared.pop(0)
-        self._prepared_bytes -= head.end - head.start
         return head
 
     def dispatch_inline(self, max_bytes: int = INLINE_MAX_BYTES) -> bool:
