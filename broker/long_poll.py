@@ -5,23 +5,39 @@ Woken by ``on_arrival`` (registered as the store's arrival listener), never by a
 Bounded by ``max_parked``: beyond it ``park`` raises ResourceExhaustedError, so a flood of idle
 consumers cannot grow memory without limit. A cancelled pull (client deadline or disconnect)
 removes its own entry in ``finally``: nothing leaks.
+
+Answer in place: a pull may park with an ``answer`` callable. ``on_arrival`` calls it right
+there, synchronously, inside the store's dispatch callback that reported the arrival (the pull
+reads and writes its reply without waiting for its task to be resumed: a lone message's reply
+leaves ~50 us sooner on the 2-core VM, one loop step and the timeout's unwinding less). What
+``answer`` returns (not None) is what ``park`` returns instead of True; None (or an exception,
+logged) wakes the pull as usual and it reads itself. ``answer`` is called only for a pull still
+waiting (its future not done: not timed out, not cancelled), at most once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from wharf import hops
 from wharf.broker.errors import ResourceExhaustedError, UnavailableError
 
+log = logging.getLogger("wharf.broker.long_poll")
+# A parked pull's in-place answer: called with the queue's new max offset; not None = answered.
+Answer = Callable[[int], Any]
+
 
 class _Parked:
-    __slots__ = ("future", "offset")
+    __slots__ = ("answer", "future", "offset")
 
-    def __init__(self, future: asyncio.Future[bool], offset: int) -> None:
+    def __init__(self, future: asyncio.Future[Any], offset: int, answer: Answer | None) -> None:
         self.future = future
         self.offset = offset
+        self.answer = answer
 
 
 class LongPollHolder:
@@ -46,9 +62,17 @@ class LongPollHolder:
         self._loop = loop
         self._loop_thread = threading.get_ident()
 
-    async def park(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
+    async def park(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        timeout_s: float,
+        answer: Answer | None = None,
+    ) -> Any:
         """Wait until the queue's max offset passes ``offset``. True: woken by an arrival;
-        False: the time ran out or the broker is shutting down."""
+        False: the time ran out or the broker is shutting down; anything else: what
+        ``answer`` returned when the arrival called it (see "Answer in place")."""
         if self._closed:
             raise UnavailableError("the broker is shutting down; retry on another broker")
         if self._count >= self.max_parked:
@@ -57,7 +81,7 @@ class LongPollHolder:
                 "use shorter max_wait_ms"
             )
         key = (topic, queue_id)
-        entry = _Parked(asyncio.get_running_loop().create_future(), offset)
+        entry = _Parked(asyncio.get_running_loop().create_future(), offset, answer)
         waiters = self._parked.get(key)
         if waiters is None:
             waiters = self._parked[key] = []
@@ -69,10 +93,15 @@ class LongPollHolder:
             # between runs every other ready callback first.
             async with asyncio.timeout(timeout_s):
                 woken = await entry.future
-            if hops.ENABLED:
+            if hops.ENABLED and woken is True:
                 hops.stamp("b.pull_woken")
             return woken
         except TimeoutError:
+            future = entry.future
+            if future.done() and not future.cancelled():
+                # Woken (or answered in place) just as the time ran out: an answered pull
+                # has written its reply, and must not read and answer again.
+                return future.result()
             return False
         finally:
             self._remove(key, entry)
@@ -104,17 +133,30 @@ class LongPollHolder:
         if hops.ENABLED:
             hops.stamp("b.arrival")
         keep = []
+        woken = []
         for entry in waiters:
             if entry.offset < max_offset:
                 self._count -= 1
-                if not entry.future.done():
-                    entry.future.set_result(True)
+                woken.append(entry)
             else:
                 keep.append(entry)
         if keep:
             self._parked[key] = keep
         else:
             del self._parked[key]
+        for entry in woken:  # taken off the lists first: an answer may park another pull
+            future = entry.future
+            if future.done():
+                continue
+            result = None
+            if entry.answer is not None:
+                if hops.ENABLED:
+                    hops.stamp("b.pull_woken")
+                try:
+                    result = entry.answer(max_offset)
+                except Exception:
+                    log.exception("a parked pull's answer failed; it reads again itself")
+            future.set_result(True if result is None else result)
 
     def close(self) -> int:
         """Shutdown: answer every parked pull now (they reply with what they have)."""

@@ -155,12 +155,15 @@ class PullReplies:
     parked in a long poll (``long_polled``: the stream then writes its reply at once when it
     can, instead of batching it with the replies of its request's neighbours)."""
 
-    __slots__ = ("_stream", "long_polled", "nbytes")
+    __slots__ = ("_stream", "delivered", "long_polled", "nbytes")
 
     def __init__(self, stream: StreamReplies) -> None:
         self._stream = stream
         self.nbytes = 0
         self.long_polled = False
+        # Its reply was written in place by the arrival that answered its long poll (its
+        # slot and bytes given back then): nothing more to give back when its task ends.
+        self.delivered = False
 
     def long_polling(self) -> None:
         self.long_polled = True

@@ -1,12 +1,26 @@
 """Pull processor: reads one queue from an offset, filtered by a tag expression, and long-polls
-(parks in LongPollHolder, woken by the store's arrival listener) when nothing is there yet."""
+(parks in LongPollHolder, woken by the store's arrival listener) when nothing is there yet.
+
+``pull(request, replies, deliver)``: with ``deliver`` (the pull stream's direct writer), a
+parked pull is answered in place (``LongPollHolder`` "Answer in place"): the arrival's
+callback reads the queue, builds the reply and hands it to ``deliver``; the pull then returns
+None (delivered) or, when ``deliver`` declined, that reply. A read there that finds nothing
+(everything new filtered out) leaves the pull to wake and go on as usual.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import NamedTuple
 
 from wharf.broker.context import BrokerContext
-from wharf.broker.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError
+from wharf.broker.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+)
 from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import is_system_topic, validate_topic_name
 from wharf.broker.processors.convert import add_views
@@ -42,6 +56,16 @@ def pull_status(result: GetResult | RawGetResult, offset: int) -> messaging_pb2.
 
 _NO_BUDGET = NoReplyBudget()
 Replies = CallReplies | NoReplyBudget | PullReplies
+Read = tuple[GetResult | RawGetResult, messaging_pb2.PullStatus]
+# A reply's direct writer: True when it wrote (or took) the reply, False to leave it to the caller.
+Deliver = Callable[[messaging_pb2.PullMessageResponse], bool]
+
+
+class Answered(NamedTuple):
+    """A parked pull answered in place: its reply, and whether ``deliver`` took it."""
+
+    response: messaging_pb2.PullMessageResponse
+    delivered: bool
 
 
 class PullProcessor:
@@ -80,15 +104,16 @@ class PullProcessor:
         self,
         request: messaging_pb2.PullMessageRequest,
         replies: Replies = _NO_BUDGET,
-    ) -> messaging_pb2.PullMessageResponse:
+        deliver: Deliver | None = None,
+    ) -> messaging_pb2.PullMessageResponse | None:
         """``replies`` accounts the reply against the client's budget of unread pull replies
-        (broker/reply_budget.py): ResourceExhaustedError before a read when it is spent."""
+        (broker/reply_budget.py): ResourceExhaustedError before a read when it is spent.
+        ``deliver``: answer a long poll in place (module docstring); None = delivered."""
         ctx = self.ctx
         self._validate(request)
         group = request.consumer_group
         topic = request.topic
         queue_id = request.queue_id
-        offset = request.queue_offset
         tag_filter = parse_tag_expression(request.tag_expression)
         if not ctx.groups.for_use(group).consume_enable:
             raise PermissionDeniedError(
@@ -97,17 +122,39 @@ class PullProcessor:
             )
         if request.HasField("commit_offset"):
             ctx.offsets.commit(group, topic, queue_id, request.commit_offset)
-        result, status = await self.read_waiting(
+
+        def respond(read: Read) -> messaging_pb2.PullMessageResponse:
+            return self._response(topic, group, read, replies)
+
+        early = None
+        if deliver is not None:
+
+            def early(read: Read) -> Answered:
+                response = respond(read)
+                return Answered(response, deliver(response))
+
+        outcome = await self._read_waiting(
             topic,
             queue_id,
-            offset,
+            request.queue_offset,
             request.max_messages,
             tag_filter,
             request.max_wait_ms,
             request.raw_records,
             replies,
             request.max_bytes,
+            early,
         )
+        if isinstance(outcome, Answered):
+            return None if outcome.delivered else outcome.response
+        return respond(outcome)
+
+    def _response(
+        self, topic: str, group: str, read: Read, replies: Replies
+    ) -> messaging_pb2.PullMessageResponse:
+        """The reply to a pull that read ``read``, held against the client's budget."""
+        ctx = self.ctx
+        result, status = read
         response = messaging_pb2.PullMessageResponse(
             status=status,
             next_begin_offset=result.next_begin_offset,
@@ -140,12 +187,33 @@ class PullProcessor:
         raw: bool = False,
         replies: Replies = _NO_BUDGET,
         max_bytes: int = 0,
-    ) -> tuple[GetResult | RawGetResult, messaging_pb2.PullStatus]:
+    ) -> Read:
         """Read one queue from ``offset`` (at most ``max_messages``, 0 = the default batch,
         and ``max_bytes``, 0 = maxPullBytes, which also caps it), long-polling up to
         ``max_wait_ms`` while caught up: the read both protocols' pulls share. ``raw``:
         stored record bytes, tag HASH filter only (the client re-checks). A stream's
         ``replies`` may be ``full``: the read then waits for its client to take replies."""
+        outcome = await self._read_waiting(
+            topic, queue_id, offset, max_messages, tag_filter, max_wait_ms, raw, replies, max_bytes
+        )
+        assert not isinstance(outcome, Answered)  # only with ``early``
+        return outcome
+
+    async def _read_waiting(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int,
+        tag_filter: TagFilter,
+        max_wait_ms: int,
+        raw: bool,
+        replies: Replies,
+        max_bytes: int,
+        early: Callable[[Read], Answered] | None = None,
+    ) -> Read | Answered:
+        """``read_waiting``; with ``early``, a long poll is answered in place by the
+        arrival: ``early`` gets what the arrival's read found and its Answered is returned."""
         ctx = self.ctx
         cfg = ctx.config
         max_count = min(max_messages or cfg.default_pull_batch_size, cfg.max_pull_batch_size)
@@ -184,7 +252,14 @@ class PullProcessor:
                 break
             offset = max(offset, result.next_begin_offset)
             replies.long_polling()
-            woken = await ctx.long_poll.park(topic, queue_id, offset, remaining)
+            answer = None
+            if early is not None:
+                answer = self._answer(
+                    early, read, topic, queue_id, offset, max_count, tag_filter, byte_cap, replies
+                )
+            woken = await ctx.long_poll.park(topic, queue_id, offset, remaining, answer)
+            if isinstance(woken, Answered):
+                return woken
             if not woken and (ctx.long_poll.closed or time.monotonic() >= deadline):
                 if replies.full:
                     await replies.room()
@@ -193,3 +268,33 @@ class PullProcessor:
                 status = pull_status(result, offset)
                 break
         return result, status
+
+    @staticmethod
+    def _answer(
+        early: Callable[[Read], Answered],
+        read: Callable[..., GetResult | RawGetResult],
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tag_filter: TagFilter,
+        byte_cap: int,
+        replies: Replies,
+    ) -> Callable[[int], Answered | None]:
+        """A parked pull's in-place answer (LongPollHolder): the read it would do once
+        resumed, answered through ``early`` when it finds messages; None (the pull resumes
+        and goes on as usual) when its stream's replies are full or nothing matched."""
+
+        def answer(_max_offset: int) -> Answered | None:
+            if replies.full:
+                return None
+            try:
+                replies.admit()
+            except ResourceExhaustedError:
+                return None  # the pull resumes and meets the refusal itself
+            result = read(topic, queue_id, offset, max_count, tag_filter, byte_cap)
+            if result.status is not GetStatus.FOUND:
+                return None
+            return early((result, messaging_pb2.FOUND))
+
+        return answer

@@ -48,10 +48,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 import grpc
@@ -151,18 +151,37 @@ class PullStreamProcessor:
         self.puller = puller
 
     async def _pull_or_error(
-        self, request: Any, replies: PullReplies
-    ) -> messaging_pb2.PullMessageResponse:
+        self,
+        request: Any,
+        replies: PullReplies,
+        direct: Callable[[messaging_pb2.PullMessageResponse], bool] | None = None,
+    ) -> messaging_pb2.PullMessageResponse | None:
+        """The pull's reply (an error too, as its ``error``), or None when ``direct`` wrote it
+        in place, from the arrival that answered the long poll (see "Direct write")."""
         started = time.perf_counter()
         request_id = getattr(request, "request_id", 0)  # 0 when it did not even parse
+        metrics = self.ctx.metrics
+        deliver = None
+        if direct is not None:
+
+            def deliver(reply: messaging_pb2.PullMessageResponse) -> bool:
+                reply.request_id = request_id
+                if not direct(reply):
+                    return False
+                metrics.observe_rpc(METHOD, "OK", time.perf_counter() - started)
+                return True
+
         try:
             check_stream_item(request)
-            reply = await self.puller.pull(request, replies)
+            reply = await self.puller.pull(request, replies, deliver)
+            if reply is None:
+                return None  # delivered
             reply.request_id = request_id
-            self.ctx.metrics.observe_rpc(METHOD, "OK", time.perf_counter() - started)
+            metrics.observe_rpc(METHOD, "OK", time.perf_counter() - started)
             return reply
         except asyncio.CancelledError:
-            self.ctx.metrics.observe_rpc(METHOD, "CANCELLED", time.perf_counter() - started)
+            if not replies.delivered:
+                metrics.observe_rpc(METHOD, "CANCELLED", time.perf_counter() - started)
             raise
         except Exception as exc:
             code, message = status_for(exc)
@@ -190,28 +209,41 @@ class PullStreamProcessor:
         tasks: dict[int, asyncio.Task[None]] = {}  # by request_id, the ones a cancel can name
         alive: set[asyncio.Task[None]] = set()  # every pull task (error replies too)
 
+        def direct(reply: messaging_pb2.PullMessageResponse, replies: PullReplies) -> bool:
+            """A long-polled pull's reply written now, if the writer is idle (it holds and
+            waits for nothing); then the writer's bookkeeping. False: nothing written."""
+            if write_now is None or not out.idle:
+                return False
+            if hops.ENABLED:
+                # Before the write, as the writer stamps (after it, the client the write
+                # woke may run first). A declined write (write gate shut, call over)
+                # leaves it a little early: the writer's later stamp is the second.
+                hops.stamp("b.pull_yield")
+            if not _written(write_now, reply):
+                return False
+            # Written (before any reply completed after it): the writer's bookkeeping.
+            out.written_directly()
+            window.taken(replies.nbytes)
+            slots.release()
+            replies.delivered = True
+            return True
+
         async def handle(request: Any, replies: PullReplies) -> None:
-            reply = await self._pull_or_error(request, replies)
+            reply = await self._pull_or_error(
+                request, replies, None if write_now is None else partial(direct, replies=replies)
+            )
             # No await from here on (since the hold): the reply is never lost.
-            if write_now is not None and replies.long_polled and out.idle:
-                if hops.ENABLED:
-                    # Before the write, as the writer stamps (after it, the client the write
-                    # woke may run first). A declined write (write gate shut, call over)
-                    # leaves it a little early: the writer's later stamp is the second.
-                    hops.stamp("b.pull_yield")
-                if _written(write_now, reply):
-                    # Written (before any reply completed after it): the writer's bookkeeping.
-                    out.written_directly()
-                    window.taken(replies.nbytes)
-                    slots.release()
-                    return
+            if reply is None:
+                return  # written in place by the arrival that answered its long poll
+            if replies.long_polled and direct(reply, replies):
+                return
             out.put((reply, replies.nbytes))
 
-        def finished(request_id: int, task: asyncio.Task[None]) -> None:
+        def finished(request_id: int, replies: PullReplies, task: asyncio.Task[None]) -> None:
             alive.discard(task)
             if tasks.get(request_id) is task:
                 del tasks[request_id]
-            if task.cancelled():
+            if task.cancelled() and not replies.delivered:
                 slots.release()  # no reply to wait for
 
         async def start(request: Any) -> None:
@@ -231,7 +263,7 @@ class PullStreamProcessor:
             alive.add(task)
             if type(request) is not MalformedRequest:
                 tasks[request_id] = task
-            task.add_done_callback(functools.partial(finished, request_id))
+            task.add_done_callback(partial(finished, request_id, replies))
 
         async def read_requests() -> None:
             try:

@@ -209,14 +209,22 @@ class Dispatcher:
     def apply(self, plan: DispatchPlan) -> tuple[QueueAdvance, IndexEntries]:
         """Append the units and return the queues that advanced and the index entries still
         to be written (the caller may need to roll a file)."""
+        return self.apply_queues(plan), self.apply_index(plan)
+
+    def apply_queues(self, plan: DispatchPlan) -> QueueAdvance:
+        """The ConsumeQueue half of ``apply``: the queues that advanced."""
         advanced: QueueAdvance = {}
         for run in plan.runs:
             queue = self.queues.find_or_create(*run.key)
             queue.append_packed(run.first, run.units, run.physical_end)
             advanced[run.key] = queue.max_offset
+        return advanced
+
+    def apply_index(self, plan: DispatchPlan) -> IndexEntries:
+        """The index half of ``apply``: the entries still to be written (a roll needed)."""
         index = self.index
         if index is None or not plan.record_count:
-            return advanced, []
+            return []
         records = plan.records
         entries: IndexEntries
         if isinstance(records, DispatchColumns):
@@ -225,7 +233,7 @@ class Dispatcher:
             entries = index.entries_for(r for r in records if r.keys or r.uniq_key)
         if len(entries):
             entries = entries[index.put_entries_nowait(entries) :]
-        return advanced, entries
+        return entries
 
     def dispatch(self, records: DispatchRecords) -> tuple[QueueAdvance, IndexEntries]:
         """``plan`` + ``apply`` (queue files created in place: recovery, tests)."""

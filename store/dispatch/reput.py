@@ -219,16 +219,30 @@ class ReputService(Service):
                 return False
             if hops.ENABLED:
                 hops.stamp("b.reput_run")
-            advanced, leftover = self.dispatcher.apply(plan)
+            advanced = self.dispatcher.apply_queues(plan)
         except Exception:  # the task meets it again and records it (health, back-off)
             self.wakeup()
+            return False
+        self.reput_from_offset = max(next_offset, start)
+        self.inline_dispatches += 1
+        # The arrivals before the index entries: a parked pull is answered in the arrival's
+        # call (broker/long_poll.py), and nothing it reads needs the index; the progress
+        # signal (wait_dispatched: queries by key may follow) comes after both.
+        self._advanced(plan, advanced)
+        try:
+            leftover = self.dispatcher.apply_index(plan)
+        except Exception:
+            # The task dispatches the chunk again (units already written are skipped,
+            # indexed offsets too) and records the failure.
+            self.reput_from_offset = start
+            self.dispatched_messages -= plan.record_count  # counted again then
+            self.wakeup()
+            self._signal_progress()
             return False
         if leftover:  # the index needs a new file (a thread): the task's next run writes them
             self._index_leftover.append(leftover)
             self.wakeup()
-        self.reput_from_offset = max(next_offset, start)
-        self.inline_dispatches += 1
-        self._applied(plan, advanced)
+        self._signal_progress()
         # Nothing decodable (the task meets it and records why), or index entries wait for a
         # roll (later entries must not pass them): the task goes on.
         if next_offset <= start or leftover:
@@ -237,7 +251,12 @@ class ReputService(Service):
         return True
 
     def _applied(self, plan: DispatchPlan, advanced: QueueAdvance) -> None:
-        """After a chunk is applied (inline or by the task): counters, arrivals, progress."""
+        """After a chunk is applied by the task: counters, arrivals, progress."""
+        self._advanced(plan, advanced)
+        self._signal_progress()
+
+    def _advanced(self, plan: DispatchPlan, advanced: QueueAdvance) -> None:
+        """After a chunk's ConsumeQueue units are written: counters, arrivals."""
         self.dispatched_messages += plan.record_count
         if plan.record_count:
             self.last_timestamp = plan.last_timestamp
@@ -245,7 +264,6 @@ class ReputService(Service):
             if hops.ENABLED:
                 hops.stamp("b.dispatched")
             self.on_advance(advanced)
-        self._signal_progress()
 
     async def run_once(self) -> None:
         self._in_run = True

@@ -248,3 +248,56 @@ async def test_a_stale_or_cut_plan_is_dropped_and_the_records_read_afresh(
         assert store.get_max_offset("T", 0) == 7
     finally:
         await store.shutdown()
+
+
+async def test_inline_dispatch_notifies_arrivals_before_writing_the_index(
+    tmp_path: Path,
+) -> None:
+    """A reader woken by the arrival (a parked pull answered in place) runs before the chunk's
+    index entries are written; by the time dispatch reports progress both are written. An
+    index write that fails leaves the chunk to the task, which writes it again (units already
+    written are skipped): no entry is lost."""
+    store = MessageStore(small_config(tmp_path))  # ASYNC: the reput is driven by hand
+    await store.start()
+    try:
+        reput = store.reput_service
+        reput.idle_interval_s = reput.interval_s = 3600.0
+        await store.put("T", 0, [msg("first", keys="k0")])
+        assert await store.wait_dispatched()
+        for _ in range(50):  # the task's run that creates the IndexFile
+            if store.query_messages("T", "k0", 1, 0, 2**62):
+                break
+            await asyncio.sleep(0.02)
+        seen: list[tuple[int, int]] = []
+
+        def listener(topic: str, queue_id: int, max_offset: int) -> None:
+            seen.append((max_offset, len(store.query_messages("T", "k1", 1, 0, 2**62))))
+
+        store.add_arrival_listener(listener)
+        store.append("T", 0, [msg("m1", keys="k1")])
+        assert reput.dispatch_inline() is True
+        assert seen == [(2, 0)]  # woken with its message readable, the index not yet written
+        [found] = store.query_messages("T", "k1", 1, 0, 2**62)
+        assert found.body == b"m1"
+
+        index = reput.dispatcher.index
+        assert index is not None
+        real_put = index.put_entries_nowait
+
+        def failing_put(entries: object) -> int:
+            raise OSError("index write failed")
+
+        index.put_entries_nowait = failing_put  # type: ignore[method-assign]
+        store.append("T", 0, [msg("m2", keys="k2")])
+        dispatched = reput.dispatched_messages
+        assert reput.dispatch_inline() is False  # left to the task
+        index.put_entries_nowait = real_put  # type: ignore[method-assign]
+        assert await store.wait_dispatched()
+        assert reput.dispatched_messages == dispatched + 1  # counted once
+        [found] = store.query_messages("T", "k2", 1, 0, 2**62)
+        assert found.body == b"m2"
+        assert store.get_max_offset("T", 0) == 3
+        bodies = [m.body for m in store.get_messages("T", 0, 0, 10).messages]
+        assert bodies == [b"first", b"m1", b"m2"]
+    finally:
+        await store.shutdown()
