@@ -12,16 +12,6 @@ With ``linger_s = 0``, a batch opened while a slot is free and nothing else wait
 request task at once; the task closes the batch when it first runs (the next loop turn, as
 the linger callback would): a lone ``send()`` reaches the stream write one loop turn after
 the call instead of two.
-
-Sent now: given ``start_now`` (the producer's, over the wire port), a send that finds
-nothing in flight, while sends come one at a time (the last request carried one message), is
-not batched at all: its message is written in the ``submit`` call itself and its results come
-back through a callback, with no request task (a lone message reaches the socket one loop turn
-sooner: c.send -> c.write 67-76 against 126-132 us, the broker's receipt 20-40 us sooner, in
-``tests.bench.read_path`` hop tables on the 2-core VM). Both conditions keep bursts batched:
-sent now whenever nothing was in flight, 50 tasks of ``send()`` in lock step split each turn's
-sends into 1 + 49 requests and lost 5-15% of their rate. At most once per loop turn. Its
-deadline is a timer.
 """
 
 from __future__ import annotations
@@ -30,7 +20,6 @@ import asyncio
 import collections
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from wharf import hops
@@ -40,11 +29,6 @@ _NEVER = float("inf")
 
 # The send function: (key, messages) -> one result per message, in order.
 SendBatchFn = Callable[[Any, list[Any]], Awaitable[list[Any]]]
-# What a request started now reports, once: one result per message, or the exception.
-Outcome = list[Any] | BaseException
-# Starts a batch's request in the caller's step: (key, messages, done) -> a callable that
-# withdraws it (its answer is no longer wanted), or None when it cannot start now.
-StartNowFn = Callable[[Any, list[Any], Callable[[Outcome], None]], Callable[[], None] | None]
 
 
 @dataclass(slots=True)
@@ -61,7 +45,6 @@ class _Batch:
     # Its request task exists already (the lone-send fast path): it closes the batch when it
     # first runs; until then the batch stays open to the sends of the same loop turn.
     early: bool = False
-    answered: bool = False  # a batch sent now: its outcome was delivered (once)
 
 
 class AutoBatcher:
@@ -74,7 +57,6 @@ class AutoBatcher:
         max_bytes: int = 1 << 20,
         max_in_flight: int = 4,
         max_buffered: int = 65536,
-        start_now: StartNowFn | None = None,
     ) -> None:
         if max_messages < 1 or max_bytes < 1 or max_in_flight < 1 or linger_s < 0:
             raise ValueError("batcher limits must be positive (linger_s >= 0)")
@@ -95,10 +77,6 @@ class AutoBatcher:
         self._idle = asyncio.Event()
         self._idle.set()
         self._loop: asyncio.AbstractEventLoop | None = None  # bound on first use
-        self._start_now = start_now if linger_s == 0 else None
-        self._sent_now_this_turn = False
-        # The last request carried one message: sends come one at a time, not in bursts.
-        self._lone = True
 
     def loop_time(self) -> float:
         """The event loop's clock (the time base of ``submit`` deadlines)."""
@@ -137,15 +115,6 @@ class AutoBatcher:
             loop = self._loop = asyncio.get_running_loop()
         batch = self._open.get(key)
         if batch is None:
-            if (
-                self._start_now is not None
-                and self._lone
-                and not self._in_flight
-                and not self._sent_now_this_turn
-            ):
-                sent = self._send_now(key, message, nbytes, deadline, loop)
-                if sent is not None:
-                    return sent
             batch = self._open_batch(key, loop)
         future: asyncio.Future[Any] = loop.create_future()
         batch.messages.append(message)
@@ -158,57 +127,6 @@ class AutoBatcher:
         if len(batch.messages) >= self._max_messages or batch.nbytes >= self._max_bytes:
             self._close(batch)
         return future
-
-    def _send_now(
-        self,
-        key: Hashable,
-        message: Any,
-        nbytes: int,
-        deadline: float,
-        loop: asyncio.AbstractEventLoop,
-    ) -> asyncio.Future[Any] | None:
-        """A batch of one message sent now through ``start_now`` (module docstring); None
-        when it cannot start (nothing was sent: the caller batches the message as usual)."""
-        assert self._start_now is not None
-        future: asyncio.Future[Any] = loop.create_future()
-        batch = _Batch(key, [message], [future], nbytes=nbytes, deadline=deadline)
-        withdraw = self._start_now(key, batch.messages, partial(self._answered, batch))
-        if withdraw is None:
-            return None
-        self._in_flight += 1
-        self._buffered += 1
-        self._idle.clear()
-        self._sent_now_this_turn = True
-        loop.call_soon(self._next_turn)
-        if deadline != _NEVER:
-            batch.timer = loop.call_at(deadline, self._expired, batch, withdraw)
-        return future
-
-    def _next_turn(self) -> None:
-        self._sent_now_this_turn = False
-
-    def _expired(self, batch: _Batch, withdraw: Callable[[], None]) -> None:
-        withdraw()
-        self._answered(
-            batch, DeadlineExceededError(f"no answer for a batch of {len(batch.futures)} in time")
-        )
-
-    def _answered(self, batch: _Batch, outcome: Outcome) -> None:
-        """The outcome of a batch sent now: its waiters answered, its slot given back."""
-        if batch.answered:
-            return
-        batch.answered = True
-        if batch.timer is not None:
-            batch.timer.cancel()
-        try:
-            if isinstance(outcome, BaseException):
-                _fail_all(batch, outcome)
-            else:
-                _resolve(batch, outcome)
-        except Exception as exc:
-            _fail_all(batch, exc)
-        finally:
-            self._finished(batch)
 
     def submit_group(
         self, key: Hashable, messages: list[Any], nbytes: int, deadline: float = float("inf")
@@ -308,13 +226,21 @@ class AutoBatcher:
     async def _run(self, batch: _Batch) -> None:
         if batch.early and self._open.get(batch.key) is batch:
             del self._open[batch.key]  # closed now: later sends open the next batch
-        self._lone = len(batch.messages) == 1
         if hops.ENABLED:
             hops.stamp("c.batch_run")
         try:
             async with asyncio.timeout_at(batch.deadline if batch.deadline != _NEVER else None):
                 results = await self._send_batch(batch.key, batch.messages)
-            _resolve(batch, results)
+            if len(results) != len(batch.futures):
+                raise RuntimeError(
+                    f"broker answered {len(results)} results for {len(batch.futures)} messages"
+                )
+            for future, result in zip(batch.futures, results, strict=True):
+                if future is not None and not future.done():
+                    future.set_result(result)
+            for group, first, count in batch.groups:
+                if not group.done():
+                    group.set_result(results[first : first + count])
         except TimeoutError:
             error = DeadlineExceededError(f"no answer for a batch of {len(batch.futures)} in time")
             _fail_all(batch, error)
@@ -323,31 +249,13 @@ class AutoBatcher:
             if not isinstance(exc, Exception):
                 raise
         finally:
-            self._finished(batch)
-
-    def _finished(self, batch: _Batch) -> None:
-        """A batch's request is over: its slot and its messages' room given back."""
-        self._in_flight -= 1
-        self._buffered -= len(batch.futures)
-        if self._buffered < self._max_buffered:
-            self._space.set()
-        self._pump()
-        if self._buffered == 0 and not self._open and not self._ready:
-            self._idle.set()
-
-
-def _resolve(batch: _Batch, results: list[Any]) -> None:
-    """Each waiter of ``batch`` gets its result(s); RuntimeError when the count is off."""
-    if len(results) != len(batch.futures):
-        raise RuntimeError(
-            f"broker answered {len(results)} results for {len(batch.futures)} messages"
-        )
-    for future, result in zip(batch.futures, results, strict=True):
-        if future is not None and not future.done():
-            future.set_result(result)
-    for group, first, count in batch.groups:
-        if not group.done():
-            group.set_result(results[first : first + count])
+            self._in_flight -= 1
+            self._buffered -= len(batch.futures)
+            if self._buffered < self._max_buffered:
+                self._space.set()
+            self._pump()
+            if self._buffered == 0 and not self._open and not self._ready:
+                self._idle.set()
 
 
 def _fail_all(batch: _Batch, error: BaseException) -> None:

@@ -17,12 +17,11 @@ import contextlib
 import datetime as dt
 import logging
 import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from functools import partial
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import grpc
-from wharf.client.batcher import AutoBatcher, Outcome
+from wharf.client.batcher import AutoBatcher
 from wharf.client.channel import TlsConfig, open_channel, tls_config
 from wharf.client.cluster import ClusterSender
 from wharf.client.compression import COMPRESS_THRESHOLD
@@ -231,9 +230,7 @@ class Producer:
             self._stubs.append(messaging_pb2_grpc.MessagingServiceStub(channel))
             self._streams.append(None)
         self._routes = RouteCache(self._stubs[0])
-        self._batcher = AutoBatcher(
-            self._send_request, start_now=self._start_request, **self._batcher_options
-        )
+        self._batcher = AutoBatcher(self._send_request, **self._batcher_options)
         if self._checker is not None:
             self._check_listener = CheckListener(
                 self._stubs[0], self._transaction_topics, self._checker, self.send_timeout,
@@ -587,38 +584,6 @@ class Producer:
             stream = self._stream(index)
             response = _checked(await stream.request_records(self._head_of(key), records))
         return results_of(response, topic, records, unique_ids)
-
-    def _start_request(
-        self, key: _BatchKey, items: list[Any], done: Callable[[Outcome], None]
-    ) -> Callable[[], None] | None:
-        """``_send_request`` written now, in the caller's step (the batcher's "sent now"):
-        producer-encoded records on a stream that can write without an await (the wire
-        port). ``done`` gets the SendResults or the error; None: not started (nothing sent)."""
-        topic, queue_id, as_messages = key
-        if as_messages or self._transport == "unary":
-            return None
-        index = self._next_stream if queue_id is None else hash(key) % len(self._stubs)
-        stream = self._stream(index)
-        records = [item[0] for item in items]
-        unique_ids = [item[1] for item in items]
-
-        def replied(outcome: messaging_pb2.SendMessageResponse | WharfError) -> None:
-            if isinstance(outcome, WharfError):
-                done(outcome)
-                return
-            try:
-                results = results_of(_checked(outcome), topic, records, unique_ids)
-            except WharfError as exc:
-                done(exc)
-                return
-            done(results)
-
-        request_id = stream.start_records(self._head_of(key), records, replied)
-        if not request_id:
-            return None
-        if queue_id is None:
-            self._next_stream = (index + 1) % len(self._stubs)
-        return partial(stream.forget, request_id)
 
     async def _send_messages(
         self, index: int, key: _BatchKey, wires: list[common_pb2.Message]

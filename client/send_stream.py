@@ -3,12 +3,6 @@
 A broken stream fails every pending request with the mapped error (UNAVAILABLE and friends
 are retriable, so the producer re-sends) and the producer opens a new stream on next use.
 
-``start_records`` is the same exchange without a coroutine: the request is written in the
-caller's own loop step (only over the wire port, whose stream calls can write without an
-await, and only when no write is in progress) and ``done`` gets the reply, or the error that
-broke the stream, from the read callback. The producer's batcher sends a lone message this
-way instead of starting a request task that writes a loop turn later.
-
 Requests go out as bytes this module encodes: the request's fixed fields (topic, queue,
 group: encoded once per batch key by the producer) + ``request_id`` + either each message as
 a length-delimited field 3 or all producer-encoded records as field 6 (the fast path). Protobuf allows fields in any order, so this is a valid
@@ -21,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
-import logging
-from collections.abc import Callable
 
 import grpc
 from wharf import hops
@@ -30,7 +22,6 @@ from wharf.client.errors import ClientClosedError, UnavailableError, WharfError,
 from wharf.client.wire_channel import each_response
 from wharf.v1 import common_pb2, messaging_pb2
 
-log = logging.getLogger("wharf.client.send_stream")
 _METHOD = "/wharf.v1.MessagingService/SendMessageStream"
 _MESSAGES_TAG = b"\x1a"  # SendMessageRequest.messages: field 3, length-delimited
 _REQUEST_ID_TAG = b"\x28"  # SendMessageRequest.request_id: field 5, varint
@@ -81,12 +72,6 @@ class SendStream:
         self._backlog: collections.deque[bytes] = collections.deque()
         self._writing = False
         self._pending: dict[int, asyncio.Future[messaging_pb2.SendMessageResponse]] = {}
-        # The requests of ``start_records``: their ``done`` by request id.
-        self._callbacks: dict[
-            int, Callable[[messaging_pb2.SendMessageResponse | WharfError], None]
-        ] = {}
-        # Set when the call can write without an await (the wire port's stream calls).
-        self._write_nowait: Callable[[bytes], bool] | None = None
         self._ids = itertools.count(1)
         call_factory = channel.stream_stream(
             _METHOD,
@@ -94,7 +79,6 @@ class SendStream:
             response_deserializer=messaging_pb2.SendMessageResponse.FromString,
         )
         self._call = call_factory()  # type: ignore[call-arg]  # no iterator: we write()
-        self._write_nowait = getattr(self._call, "write_nowait", None)
         self._reader = asyncio.get_running_loop().create_task(self._read_loop())
         self.broken: WharfError | None = None
         self._orphans: set[asyncio.Task[None]] = set()
@@ -124,31 +108,6 @@ class SendStream:
         """Send ``head`` + producer-encoded ``records``; await the (compact) reply."""
         request_id = next(self._ids)
         return await self._exchange(request_id, encode_records_request(head, request_id, records))
-
-    def start_records(
-        self,
-        head: bytes,
-        records: list[bytes],
-        done: Callable[[messaging_pb2.SendMessageResponse | WharfError], None],
-    ) -> int:
-        """``request_records`` written now, in the caller's step: its request id, or 0 when
-        it cannot be (not over the wire port, a write in progress, the call not open or its
-        write gate shut, the stream broken: nothing was sent). ``done`` is called once, with
-        the reply or the error that broke the stream, unless ``forget`` comes first."""
-        write_nowait = self._write_nowait
-        if write_nowait is None or self.broken is not None or self._writing or self._backlog:
-            return 0
-        request_id = next(self._ids)
-        if hops.ENABLED:
-            hops.stamp("c.write")
-        if not write_nowait(encode_records_request(head, request_id, records)):
-            return 0
-        self._callbacks[request_id] = done
-        return request_id
-
-    def forget(self, request_id: int) -> None:
-        """A ``start_records`` request whose reply is no longer wanted (its deadline passed)."""
-        self._callbacks.pop(request_id, None)
 
     async def _exchange(self, request_id: int, data: bytes) -> messaging_pb2.SendMessageResponse:
         if self.broken is not None:
@@ -201,13 +160,8 @@ class SendStream:
         if hops.ENABLED:
             hops.stamp("c.ack_read")
         future = self._pending.get(response.request_id)
-        if future is not None:
-            if not future.done():
-                future.set_result(response)
-            return
-        done = self._callbacks.pop(response.request_id, None)
-        if done is not None:
-            _call(done, response)
+        if future is not None and not future.done():
+            future.set_result(response)
 
     async def _read_loop(self) -> None:
         error: WharfError = UnavailableError("send stream ended by the broker")
@@ -223,17 +177,3 @@ class SendStream:
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(error)
-            callbacks, self._callbacks = self._callbacks, {}
-            for done in callbacks.values():
-                _call(done, error)
-
-
-def _call(
-    done: Callable[[messaging_pb2.SendMessageResponse | WharfError], None],
-    outcome: messaging_pb2.SendMessageResponse | WharfError,
-) -> None:
-    """A ``start_records`` callback; one that raises (a bug) must not break the stream."""
-    try:
-        done(outcome)
-    except Exception:
-        log.exception("a send reply callback failed")

@@ -66,9 +66,7 @@ class _Connection(wire.FramedProtocol):
         """A new call on this connection, registered for its frames."""
         call_id = next(self._ids)
         forget = functools.partial(self.calls.pop, call_id, None)
-        call = _Call(
-            call_id, deserialize, self.send, self.queued, self.drained, forget, self.writable
-        )
+        call = _Call(call_id, deserialize, self.send, self.queued, self.drained, forget)
         self.calls[call_id] = call
         return call
 
@@ -105,10 +103,6 @@ class _Connection(wire.FramedProtocol):
                 code = _CODES.get(number, grpc.StatusCode.UNKNOWN)
                 call.ended(None if code is grpc.StatusCode.OK else _error(code, details))
 
-    def writable(self) -> bool:
-        """A write now would be taken at once: connected, not broken, its write gate open."""
-        return self.broken is None and not self.closed and not self.paused
-
     def send(self, data: bytes | tuple[bytes, ...]) -> None:
         if self.broken is not None:
             raise self.broken
@@ -134,7 +128,6 @@ class _Call:
         "error",
         "send",
         "sink",
-        "writable",
     )
 
     def __init__(
@@ -145,18 +138,15 @@ class _Call:
         queued: Callable[[int], None],
         drained: Callable[[], Awaitable[None]],
         forget: Callable[[], object],
-        writable: Callable[[], bool],
     ) -> None:
         self.call_id = call_id
         self._deserialize = deserialize
         # The connection's parts a call uses: its writes, its count of response bytes not yet
-        # read, its write gate (to wait on, and to ask), and dropping this call from its table
-        # (frames then ignored).
+        # read, its write gate, and dropping this call from its table (frames then ignored).
         self.send = send
         self._queued = queued
         self.drained = drained
         self._forget = forget
-        self.writable = writable
         self._items: collections.deque[Any] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
         self._done = False
@@ -325,17 +315,6 @@ class _StreamCall:
         data = request if self._serialize is None else self._serialize(request)
         call.send((wire.header(wire.MESSAGE, call.call_id, len(data)), data))
         await call.drained()
-
-    def write_nowait(self, request: Any) -> bool:
-        """``write`` without the await, for a caller that wants its request on the socket in
-        its own loop step: True when written; False (nothing written) when the call is not
-        open yet, has ended, or its connection's write gate is shut (then ``write``)."""
-        call = self._call
-        if call is None or call.done or self._cancelled or not call.writable():
-            return False
-        data = request if self._serialize is None else self._serialize(request)
-        call.send((wire.header(wire.MESSAGE, call.call_id, len(data)), data))
-        return True
 
     async def done_writing(self) -> None:
         call = await self._ready()

@@ -253,7 +253,7 @@ async def lone_messages(
 HOPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("c.send", "send() called", ()),
     ("c.batch_run", "batcher: batch request task runs", ("c.send",)),
-    ("c.write", "send stream: write starts", ("c.batch_run", "c.send")),
+    ("c.write", "send stream: write starts", ("c.batch_run",)),
     ("b.send_in", "broker: send handler has the request", ("c.write",)),
     ("b.appended", "broker: appended to the CommitLog", ("b.send_in",)),
     ("b.sync_kick", "broker: group commit requested", ("b.appended",)),

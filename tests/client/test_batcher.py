@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from wharf.client.batcher import AutoBatcher
 from wharf.client.consumer.process_queue import ProcessQueue
 from wharf.client.errors import (
@@ -185,97 +184,3 @@ async def test_the_fast_path_batch_respects_the_size_limit_and_drains() -> None:
     assert [f.result() for f in futures] == list(range(7))
     assert calls == [[0, 1, 2], [3, 4, 5], [6]]  # each batch sent once, in order
     assert batcher.in_flight == 0 and batcher.buffered == 0
-
-
-class _StartNow:
-    """A ``start_now`` that records what it started; ``answer`` delivers an outcome."""
-
-    def __init__(self, accept: bool = True) -> None:
-        self.accept = accept
-        self.started: list[list[int]] = []
-        self.done: list[object] = []
-        self.withdrawn = 0
-
-    def __call__(self, key: object, items: list[int], done: object) -> object:
-        if not self.accept:
-            return None
-        self.started.append(list(items))
-        self.done.append(done)
-        return self.withdraw
-
-    def withdraw(self) -> None:
-        self.withdrawn += 1
-
-
-async def test_a_lone_send_is_started_in_the_submit_call_and_answered_by_callback() -> None:
-    """Nothing in flight and sends coming one at a time: the message is handed to
-    ``start_now`` in ``submit`` itself (no request task); a second send of the same turn, or
-    one while it is in flight, is batched as usual."""
-    sent: list[list[int]] = []
-
-    async def send(key: object, items: list[int]) -> list[int]:
-        sent.append(list(items))
-        return items
-
-    start = _StartNow()
-    batcher = AutoBatcher(send, max_in_flight=4, start_now=start)
-    first = batcher.submit("k", 1, 1)
-    assert start.started == [[1]]  # no await yet
-    assert batcher.in_flight == 1
-    second = batcher.submit("k", 2, 1)  # same turn, one in flight: batched
-    await asyncio.sleep(0)
-    assert sent == [[2]]
-    assert await second == 2
-    start.done[0]([10])
-    assert await first == 10
-    assert batcher.in_flight == 0 and batcher.buffered == 0
-    third = batcher.submit("k", 3, 1)  # a new turn, nothing in flight, the last request lone
-    assert start.started == [[1], [3]]
-    start.done[1](UnavailableError("broker went away"))
-    with pytest.raises(UnavailableError):
-        await third
-    await batcher.drain()
-
-
-async def test_sends_in_bursts_are_not_started_one_by_one() -> None:
-    """After a request of several messages (a burst), the next send waits for its turn's
-    neighbours like before: a burst is not split into a lone request plus the rest."""
-
-    async def send(key: object, items: list[int]) -> list[int]:
-        await asyncio.sleep(0)
-        return items
-
-    start = _StartNow()
-    batcher = AutoBatcher(send, max_in_flight=4, start_now=start)
-    start.accept = False  # the first burst goes the usual way
-    assert await asyncio.gather(*(batcher.submit("k", i, 1) for i in range(10))) == list(range(10))
-    start.accept = True
-    assert await asyncio.gather(*(batcher.submit("k", i, 1) for i in range(10))) == list(range(10))
-    assert start.started == []
-
-
-async def test_a_started_request_past_its_deadline_fails_and_is_withdrawn() -> None:
-    async def send(key: object, items: list[int]) -> list[int]:
-        return items
-
-    start = _StartNow()
-    batcher = AutoBatcher(send, start_now=start)
-    future = batcher.submit("k", 1, 1, deadline=batcher.loop_time() + 0.02)
-    with pytest.raises(DeadlineExceededError):
-        await future
-    assert start.withdrawn == 1
-    assert batcher.in_flight == 0 and batcher.buffered == 0
-    start.done[0]([1])  # a late answer changes nothing
-    assert batcher.in_flight == 0
-
-
-async def test_a_request_that_cannot_start_now_is_batched_as_usual() -> None:
-    sent: list[list[int]] = []
-
-    async def send(key: object, items: list[int]) -> list[int]:
-        sent.append(list(items))
-        return items
-
-    batcher = AutoBatcher(send, start_now=_StartNow(accept=False))
-    assert await batcher.submit("k", 1, 1) == 1
-    assert sent == [[1]]
