@@ -100,20 +100,40 @@ class WireContext:
 
 
 class _Requests:
-    """A streaming call's requests as an async iterator (what grpc.aio hands a handler)."""
+    """A streaming call's requests as an async iterator (what grpc.aio hands a handler), and
+    ``sink_into``: the wire port's own, for a handler that can take a request synchronously."""
 
-    __slots__ = ("_items", "_queued", "_waiter")
+    __slots__ = ("_items", "_queued", "_sink", "_waiter")
 
     def __init__(self, queued: Callable[[int], None]) -> None:
         self._queued = queued  # the connection's count of request bytes not yet taken
         self._items: collections.deque[Any] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
+        self._sink: Callable[[Any], bool] | None = None
 
-    def put(self, item: Any, nbytes: int = 0) -> None:
+    def sink_into(self, sink: Callable[[Any], bool]) -> None:
+        """From now on offer each request, while none is queued, to ``sink`` in the
+        connection's read callback: True = taken there (the handler's iterator never sees
+        it), False = queued for the iterator as usual. A sink that raises (a bug) is logged
+        and the request counts as taken: it may have been acted on, so it is not handed on."""
+        self._sink = sink
+
+    def put(self, item: Any, nbytes: int = 0) -> bool:
+        """Hand over a request (or _END); False when a sink took it, True when it was queued
+        (its ``nbytes`` then count against the connection until the iterator takes it)."""
+        sink = self._sink
+        if sink is not None and item is not _END and not self._items:
+            try:
+                if sink(item):
+                    return False
+            except Exception:
+                log.exception("a wire call's request sink failed")
+                return False
         self._items.append((item, nbytes))
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        return True
 
     def __aiter__(self) -> _Requests:
         return self
@@ -242,8 +262,8 @@ class _Connection(wire.FramedProtocol):
         deserialize = call.handler.request_deserializer
         request = payload if deserialize is None else deserialize(payload)  # None: bytes
         if call.requests is not None:
-            call.requests.put(request, len(payload))
-            self.queued(len(payload))
+            if call.requests.put(request, len(payload)):
+                self.queued(len(payload))
         elif call.task is None:
             call.task = asyncio.get_running_loop().create_task(self._run(call_id, call, request))
 

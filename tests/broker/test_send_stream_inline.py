@@ -20,8 +20,9 @@ from pathlib import Path
 
 import grpc
 from wharf.broker.controller import BrokerController
-from wharf.broker.processors.send import SendProcessor
+from wharf.broker.processors.send import SendProcessor, _SyncFlushStream
 from wharf.broker.settings import load_settings
+from wharf.broker.wire.server import _END, _Requests
 from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.store.log.sync_engine import ThreadSyncEngine
 from wharf.store.message_store import MessageStore
@@ -263,4 +264,60 @@ async def test_closing_the_reply_stream_withdraws_the_waits_of_the_requests_in_f
         await asyncio.sleep(0)  # the waits' done-callbacks run
         assert store.puts_in_flight == 0
     finally:
+        await controller.shutdown()
+
+
+async def test_wire_requests_are_taken_in_the_read_callback_in_order_within_the_slots(
+    tmp_path: Path,
+) -> None:
+    """Over the wire port the call's request queue hands each request to the stream at once
+    (no reader task wake-up): appended before anything awaits. Past the slot bound, requests
+    queue for the reader; a request is never taken ahead of one the reader holds or one
+    queued before it: appends stay in the stream's order and each gets one reply."""
+    controller = await start_in_process(tmp_path, FakeStore, max_inflight_stream_requests="4")
+    store = controller.store
+    assert isinstance(store, FakeStore) and controller.ctx is not None
+    store.put_delay_s = 0.05  # group commit waits: replies come late, slots stay taken
+    queued_bytes = [0]
+    requests = _Requests(lambda n: queued_bytes.__setitem__(0, queued_bytes[0] + n))
+
+    def request(request_id: int) -> messaging_pb2.SendMessageRequest:
+        return messaging_pb2.SendMessageRequest(
+            topic="sink", queue_id=0, request_id=request_id,
+            messages=[common_pb2.Message(body=b"m%d" % request_id)],
+        )  # fmt: skip
+
+    processor = SendProcessor(controller.ctx)
+    replies = processor.stream(requests, "127.0.0.1:1")
+    first = asyncio.ensure_future(anext(replies))
+    try:
+        await asyncio.sleep(0)  # the stream starts and registers its sink
+        queued = [requests.put(request(i), 10) for i in range(1, 11)]
+        assert queued == [False] * 4 + [True] * 6  # 4 slots: taken at once, then queued
+        assert [m.body for m in store.queues[("sink", 0)]] == [b"m%d" % i for i in range(1, 5)]
+        got = [await first]
+        while len(got) < 10:
+            got.append(await asyncio.wait_for(anext(replies), 5))
+        assert sorted(r.request_id for r in got) == list(range(1, 11))
+        bodies = [m.body for m in store.queues[("sink", 0)]]
+        assert bodies == [b"m%d" % i for i in range(1, 11)]
+        assert queued_bytes[0] == -60  # the reader took the 6 queued ones, no taken one
+        requests.put(_END)
+        assert [r async for r in replies] == []
+
+        # The sink declines while the reader holds a request waiting for a slot, or no slot
+        # is free; it takes one otherwise.
+        stream = _SyncFlushStream(processor, "127.0.0.1:1")
+        stream.waiting = True
+        assert not stream._take_now(request(11))
+        stream.waiting, stream.free = False, 0
+        assert not stream._take_now(request(11))
+        assert len(store.queues[("sink", 0)]) == 10
+        stream.free = 1
+        assert stream._take_now(request(11))
+        assert len(store.queues[("sink", 0)]) == 11 and stream.free == 0
+    finally:
+        if not first.done():
+            first.cancel()
+        await replies.aclose()
         await controller.shutdown()
