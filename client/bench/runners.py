@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from wharf import hops
 from wharf.client.bench.pacing import WARMUP_S, due_batches
 from wharf.client.bench.stats import BenchStats
 from wharf.client.consumer.pull import PullConsumer
@@ -161,6 +162,8 @@ async def run_e2e(options: BenchOptions, stats: BenchStats) -> None:
             offset = starts[queue]
             while not stop.is_set():
                 result = await consumer.pull(queue, offset, max_messages=256, max_wait_ms=500)
+                if hops.ENABLED:
+                    hops.stamp("c.handler")
                 now = time.time_ns()
                 stamps = [
                     _STAMP.unpack_from(m.body)[0]
@@ -176,6 +179,8 @@ async def run_e2e(options: BenchOptions, stats: BenchStats) -> None:
             # Stamped when send() is called, in the message's own task: the redis-py peer
             # stamps inside its XADD task too (tests/bench/redis_peer.py), so both measure
             # from the client API call, not from the pacing loop's ensure_future.
+            if hops.ENABLED:
+                hops.stamp("c.send")
             body = _STAMP.pack(time.time_ns()) + padding
             return await producer.send(options.topic, body)
 

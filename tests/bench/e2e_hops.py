@@ -1,0 +1,105 @@
+"""Where a message's time goes in ``wharf bench e2e``: hop stamps of the SDK and the broker.
+
+    python -m tests.bench.e2e_hops [--rate 1000] [--seconds 5] [--runs 2] [--flush SYNC_FLUSH]
+
+Starts a broker (``tests/harness.py``) and runs ``wharf bench e2e`` over the wire port, both
+with ``WHARF_HOP_TRACE`` (``wharf.hops``), then prints, per hop, the time since ``send()``
+(p50 and p99, us) of the messages of the last two thirds of the run (the first third is
+warm-up). A message's hops are the first stamp of each name after its ``c.send`` and before
+the next message's, within 3 ms: at 1k msg/s (one message a millisecond, ~0.8 ms each) they
+rarely overlap; at high rates they do and the table blurs. ``read_path`` part 3 gives the same
+split for strictly one-at-a-time messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from wharf import hops
+
+from tests.harness import BrokerProcess
+
+# The hops in path order (c. = client, b. = broker); names of wharf.hops stamps.
+HOPS = (
+    "c.send", "c.batch_run", "c.write", "b.send_in", "b.appended", "b.sync_kick",
+    "b.sync_start", "b.sync_done", "b.sync_served", "b.reput_run", "b.dispatched",
+    "b.arrival", "b.pull_woken", "b.pull_yield", "c.pull_read", "c.handler", "c.ack_read",
+)  # fmt: skip
+WINDOW_NS = 3_000_000
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def breakdown(stamps: list[tuple[str, int]]) -> dict[str, list[float]]:
+    """Per hop, each message's time since its ``c.send`` (us)."""
+    stamps = sorted(stamps, key=lambda s: s[1])
+    times = [ns for _, ns in stamps]
+    sends = [ns for name, ns in stamps if name == "c.send"]
+    since: dict[str, list[float]] = {name: [] for name in HOPS}
+    for sent in sends[len(sends) // 3 :]:
+        seen: set[str] = set()
+        for name, ns in stamps[bisect.bisect_left(times, sent) :]:
+            if ns - sent > WINDOW_NS or (name == "c.send" and ns != sent):
+                break
+            if name in since and name not in seen:
+                seen.add(name)
+                since[name].append((ns - sent) / 1000)
+    return since
+
+
+def run(args: argparse.Namespace, root: Path) -> None:
+    broker_trace, client_trace = root / "broker-hops.txt", root / "client-hops.txt"
+    settings = {"flushDiskType": args.flush}
+    env = {"WHARF_HOP_TRACE": str(broker_trace)}
+    with BrokerProcess(root / "broker", settings=settings, env=env) as broker:
+        command = [
+            sys.executable, "-m", "wharf.client.cli.main", "--endpoints", broker.wire_endpoint,
+            "--json", "bench", "e2e", "--rate", str(args.rate), "--size", "1024",
+            "--duration", str(args.seconds), "--max-in-flight", "4", "--topic", "hops",
+        ]  # fmt: skip
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "WHARF_HOP_TRACE": str(client_trace)},
+        )
+        if done.returncode:
+            raise RuntimeError(f"wharf bench e2e failed: {done.stderr[-800:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])["result"]
+    print(
+        f"e2e at {args.rate} msg/s, {args.flush}: p50 {result['p50_ms']} ms, "
+        f"p99 {result['p99_ms']} ms, max {result['max_ms']} ms"
+    )
+    since = breakdown(hops.read(str(broker_trace)) + hops.read(str(client_trace)))
+    print(f"  {'hop':14s} {'messages':>8s} {'p50 us':>7s} {'p99 us':>7s}")
+    for name in HOPS:
+        if since[name]:
+            values = since[name]
+            print(f"  {name:14s} {len(values):8d} {pct(values, 0.5):7.0f} {pct(values, 0.99):7.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--flush", default="SYNC_FLUSH", choices=("SYNC_FLUSH", "ASYNC_FLUSH"))
+    args = parser.parse_args()
+    for _ in range(args.runs):
+        with tempfile.TemporaryDirectory(prefix="wharf-e2e-hops-") as tmp:
+            run(args, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
