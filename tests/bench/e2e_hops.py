@@ -61,7 +61,9 @@ def run(args: argparse.Namespace, root: Path) -> None:
     broker_trace, client_trace = root / "broker-hops.txt", root / "client-hops.txt"
     settings = {"flushDiskType": args.flush}
     env = {"WHARF_HOP_TRACE": str(broker_trace)}
-    with BrokerProcess(root / "broker", settings=settings, env=env) as broker:
+    with BrokerProcess(
+        root / "broker", settings=settings, env=env, extra_args=["--log-level", "WARNING"]
+    ) as broker:
         command = [
             sys.executable, "-m", "wharf.client.cli.main", "--endpoints", broker.wire_endpoint,
             "--json", "bench", "e2e", "--rate", str(args.rate), "--size", "1024",
