@@ -97,7 +97,9 @@ def timer_times(
                 f"limit is timerMaxDelaySec = {max_delay_s} s"
             )
         ahead |= deliver_ms > now_ms
-        times.append(deliver_ms)
+        # A time already past (even before 1970: a negative timestamp) is due now: it waits
+        # in the timer only beside a later one of its batch, with now as its time.
+        times.append(max(deliver_ms, now_ms))
     return times if ahead else None
 
 
@@ -280,11 +282,13 @@ class TimerMessageService:
                     continue
                 msg = self.host.look_message_by_offset(phy_offset)
                 text = msg.properties.get(PROPERTY_TIMER_DELIVER_MS, "") if msg else ""
-                if not text.isdigit():
+                try:
+                    # A negative time (stored before past times were clamped) is simply due.
+                    deliver_ms = int(text)
+                except ValueError:
                     log.warning("timer offset %d has no readable delivery time; dropped", offset)
                     ledger.close(offset)
                     continue
-                deliver_ms = int(text)
                 head = self._by_time[0][0] if self._by_time else None
                 earlier |= head is None or deliver_ms < head
                 ledger.add(offset, (deliver_ms, phy_offset))

@@ -77,6 +77,22 @@ async def test_due_times_are_stored_at_once_and_bad_ones_refused(
     await wait_for(lambda: store.timer.stats()["pending"] == 1)
 
 
+async def test_past_and_negative_times_beside_a_later_one_are_delivered_at_once(
+    store: MessageStore,
+) -> None:
+    """A batch that must wait in the timer (one time ahead) holds past times too, even before
+    1970 (a client's negative timestamp): they are due now, never dropped as unreadable."""
+    batch = [
+        msg("ahead", TIMER_DELIVER_MS=at(1)),
+        msg("past", TIMER_DELIVER_MS=at(-60)),
+        msg("negative", TIMER_DELIVER_MS="-7748001"),
+    ]
+    await store.put(TOPIC, 1, batch)
+    await wait_for(lambda: sorted(bodies(store, 1)) == [b"negative", b"past"])
+    await wait_for(lambda: sorted(bodies(store, 1)) == [b"ahead", b"negative", b"past"])
+    assert store.timer.stats()["pending"] == 0
+
+
 async def test_timers_come_out_in_time_order_and_a_thousand_in_one_second(
     store: MessageStore,
 ) -> None:
