@@ -61,6 +61,14 @@ async def parked(controller: BrokerController, count: int) -> None:
     raise AssertionError(f"{controller.long_poll.parked_count} pulls parked, not {count}")
 
 
+class Delivered(list[messaging_pb2.PullMessageResponse]):
+    """A stream's direct writer that takes every reply (and keeps it)."""
+
+    def __call__(self, reply: messaging_pb2.PullMessageResponse) -> bool:
+        self.append(reply)
+        return True
+
+
 def arrive(controller: BrokerController, body: bytes, tags: str = "") -> None:
     """Store a message without notifying, then notify: the arrival, as dispatch makes it."""
     store = controller.ctx.store
@@ -75,13 +83,9 @@ async def test_a_parked_pull_is_answered_in_the_arrivals_own_call(
 ) -> None:
     puller = PullProcessor(controller.ctx)
     replies = stream_replies(controller)
-    delivered: list[messaging_pb2.PullMessageResponse] = []
+    delivered = Delivered()
 
-    def deliver(reply: messaging_pb2.PullMessageResponse) -> bool:
-        delivered.append(reply)
-        return True
-
-    pull = asyncio.create_task(puller.pull(pull_request(), replies, deliver))
+    pull = asyncio.create_task(puller.pull(pull_request(), replies, delivered))
     await parked(controller, 1)
     arrive(controller, b"lone")
     # No await since the arrival: the reply was read, built and handed over in its call.
@@ -119,14 +123,10 @@ async def test_an_arrival_that_does_not_match_leaves_the_pull_waiting(
     """Everything new filtered out: the in-place read finds nothing, so the pull resumes as
     usual and parks again; the next matching arrival is answered in place."""
     puller = PullProcessor(controller.ctx)
-    delivered: list[messaging_pb2.PullMessageResponse] = []
-
-    def deliver(reply: messaging_pb2.PullMessageResponse) -> bool:
-        delivered.append(reply)
-        return True
+    delivered = Delivered()
 
     replies = stream_replies(controller)
-    pull = asyncio.create_task(puller.pull(pull_request("paid"), replies, deliver))
+    pull = asyncio.create_task(puller.pull(pull_request("paid"), replies, delivered))
     await parked(controller, 1)
     arrive(controller, b"other", tags="refund")
     assert delivered == []
@@ -146,13 +146,9 @@ async def test_a_pull_whose_stream_replies_are_full_waits_for_room_itself(
     puller = PullProcessor(controller.ctx)
     window = StreamReplies(controller.ctx.replies, "ipv4:127.0.0.1:1", 100)
     replies = window.for_pull()
-    delivered: list[messaging_pb2.PullMessageResponse] = []
+    delivered = Delivered()
 
-    def deliver(reply: messaging_pb2.PullMessageResponse) -> bool:
-        delivered.append(reply)
-        return True
-
-    pull = asyncio.create_task(puller.pull(pull_request(), replies, deliver))
+    pull = asyncio.create_task(puller.pull(pull_request(), replies, delivered))
     await parked(controller, 1)
     window.hold(100)  # another pull's reply, not yet taken by the client
     arrive(controller, b"later")
