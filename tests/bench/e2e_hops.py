@@ -24,6 +24,7 @@ from pathlib import Path
 
 from wharf import hops
 
+from tests.bench.read_path import pct
 from tests.harness import BrokerProcess
 
 # The hops in path order (c. = client, b. = broker); names of wharf.hops stamps.
@@ -33,11 +34,6 @@ HOPS = (
     "b.arrival", "b.pull_woken", "b.pull_yield", "c.pull_read", "c.handler", "c.ack_read",
 )  # fmt: skip
 WINDOW_NS = 3_000_000
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
 def breakdown(stamps: list[tuple[str, int]]) -> dict[str, list[float]]:
