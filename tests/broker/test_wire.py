@@ -199,6 +199,43 @@ async def test_a_dead_broker_is_unavailable_and_a_restart_is_picked_up(tmp_path:
         assert b"before" in stored and b"after" in stored
 
 
+async def test_sync_flush_sends_over_the_wire_survive_kill_9_in_order(tmp_path: Path) -> None:
+    """SYNC_FLUSH over the wire port: the send stream takes requests in the connection's read
+    callback (lone sends) and through its reader (concurrent ones beyond what one read holds);
+    every acknowledged message is stored in send order per queue and still there after
+    kill -9."""
+    port = free_port()
+    settings = {**SMALL, "flushDiskType": "SYNC_FLUSH"}
+    extra = ["--wire-listen", f"127.0.0.1:{port}"]
+    with BrokerProcess(tmp_path, settings=settings, extra_args=extra) as broker:
+        endpoint = broker.wire_endpoint
+        async with Producer(endpoint) as producer:
+            lone = [await producer.send("WireSync", b"l%02d" % i, queue_id=0) for i in range(20)]
+            burst = await asyncio.gather(
+                *(producer.send("WireSync", b"b%02d" % i, queue_id=1) for i in range(200))
+            )
+        assert [r.queue_offset for r in lone] == list(range(20))
+        assert sorted(r.queue_offset for r in burst) == list(range(200))
+        broker.kill()
+        broker.start()
+        async with PullConsumer(endpoint, "wire-sync-audit") as puller:
+            queues = {q.queue_id: q for q in await puller.queues("WireSync")}
+            first = await puller.pull(queues[0], 0, max_messages=64)
+            assert [m.body for m in first.messages] == [b"l%02d" % i for i in range(20)]
+            second: list[ReceivedMessage] = []
+            offset = 0
+            while len(second) < 200:
+                result = await puller.pull(queues[1], offset, max_messages=256)
+                assert result.messages, "acknowledged messages missing after kill -9"
+                second += result.messages
+                offset = result.next_begin_offset
+        by_offset = {m.queue_offset: m.body for m in second}
+        assert sorted(by_offset.values()) == sorted(b"b%02d" % i for i in range(200))
+        assert {r.queue_offset: r.msg_id for r in burst} == {
+            m.queue_offset: m.msg_id for m in second
+        }
+
+
 async def _until(check, within_s: float = 15) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + within_s
     while not check():
