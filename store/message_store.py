@@ -102,6 +102,7 @@ from wharf.store.read.get_message import get_messages
 from wharf.store.read.get_raw import RawGetResult, get_raw_records
 from wharf.store.recovery import RecoveredState, recover_blocking
 from wharf.store.services.cleanup import CleanupService, DiskUsage, statvfs_used_ratio
+from wharf.store.services.ledger import lower_log_offset_blocking
 from wharf.store.services.queue_flush import FlushConsumeQueueService
 from wharf.store.services.schedule import (
     ScheduleMessageService,
@@ -185,7 +186,10 @@ class MessageStore:
         started = time.monotonic()
         if self._link.controller:  # a truncation decided before a restart comes first
             await asyncio.to_thread(
-                truncation.apply_blocking, self._paths, self._config.mapped_file_size_commit_log
+                truncation.apply_blocking,
+                self._paths,
+                self._config.mapped_file_size_commit_log,
+                self._lower_ledgers_blocking,
             )
             self._epochs = await asyncio.to_thread(epochs.load_blocking, self._paths.epochs_file)
         state = await asyncio.to_thread(
@@ -235,9 +239,7 @@ class MessageStore:
             self._paths.timer_checkpoint_file,
             max_put_bytes=min(4 << 20, self._config.mapped_file_size_commit_log // 4),
         )
-        await asyncio.to_thread(self._timer.load_blocking)
         self._transactions = TransactionService(self, self._paths.transaction_checkpoint_file)
-        await asyncio.to_thread(self._transactions.load_blocking)
         self._cleanup = CleanupService(
             parts,
             self._disk_usage,
@@ -265,6 +267,11 @@ class MessageStore:
         """What only a master runs: delay levels, timers, transaction checks, pop (at start,
         or when a replica is promoted)."""
         assert self._schedule and self._timer and self._transactions
+        # Loaded here, not at start: a replica's log grows with its master's deliveries and
+        # resolutions, so the walk for them from the checkpoint's P must happen when it takes
+        # over (a ledger loaded at a replica's start would deliver them again).
+        await asyncio.to_thread(self._timer.load_blocking)
+        await asyncio.to_thread(self._transactions.load_blocking)
         self._schedule.start()
         self._listeners.append(self._schedule.on_arrival)
         self._timer.start()
@@ -502,6 +509,13 @@ class MessageStore:
         if entries != self._epochs:
             self._epochs = list(entries)
             await asyncio.to_thread(epochs.save_blocking, self._paths.epochs_file, self._epochs)
+
+    def _lower_ledgers_blocking(self, offset: int) -> None:
+        """The commit log is cut at ``offset``: the timer's and the transactions' checkpoints
+        must not walk for closing records from a P past it (the bytes there will be other
+        records, replicated from the new master)."""
+        for path in (self._paths.timer_checkpoint_file, self._paths.transaction_checkpoint_file):
+            lower_log_offset_blocking(path, offset)
 
     async def _truncate_and_restart(self, offset: int) -> None:
         await asyncio.to_thread(truncation.request_blocking, self._paths, offset)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,6 +125,24 @@ def write_bytes_atomic_blocking(
     ``backup_of(path)``, rename the tmp over ``path`` (atomic on POSIX) and sync the directory.
     The store's and the broker's atomic file writer (the NameServer, which must not import the
     store, keeps its own in ``wharf.broker.certs``)."""
+    with _lock_of(path):
+        _write_bytes_atomic_blocking(path, data, mode, keep_backup)
+
+
+_locks: dict[Path, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _lock_of(path: Path) -> threading.Lock:
+    """One writer of a file at a time: a cancelled checkpoint task leaves its write running in
+    its thread while the stop writes the final one, and both use the same ``.tmp``."""
+    with _locks_guard:
+        return _locks.setdefault(path, threading.Lock())
+
+
+def _write_bytes_atomic_blocking(
+    path: Path, data: bytes | bytearray, mode: int, keep_backup: bool
+) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)  # a crash's leftover: a new file takes ``mode`` from birth

@@ -7,8 +7,9 @@ replica writes the marker ``StorePaths.truncate_marker_file`` (``{"offset": T}``
 the directory fsynced) and restarts. At start, before recovery, ``apply_blocking`` cuts the
 CommitLog at ``T``: zeros from ``T`` to the end of its segment and fdatasyncs it, deletes every
 later segment, fsyncs the directory, lowers the checkpoint to ``T`` (recovery trusts the bytes
-below the checkpoint without reading them), drops the epochs that begin past ``T``, and only
-then removes the marker. A crash in between leaves the marker: the next start repeats the
+below the checkpoint without reading them) and the P of the timer's and the transactions'
+ledgers (their start-up walk from P would land inside other records), drops the epochs that
+begin past ``T``, and only then removes the marker. A crash in between leaves the marker: the next start repeats the
 same steps (each is idempotent). Recovery then finds the log end at ``T`` and drops the
 ConsumeQueue units and index entries past it, as after any torn tail.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from wharf.store.ha import epochs
@@ -52,8 +54,11 @@ def pending_blocking(paths: StorePaths) -> int | None:
     return int(data["offset"]) if isinstance(data, dict) and "offset" in data else None
 
 
-def apply_blocking(paths: StorePaths, segment_size: int) -> int | None:
-    """Cut the CommitLog at the pending offset, if any (see the module docstring); returns it."""
+def apply_blocking(
+    paths: StorePaths, segment_size: int, lower_offsets: Callable[[int], None]
+) -> int | None:
+    """Cut the CommitLog at the pending offset, if any (see the module docstring); returns it.
+    ``lower_offsets(T)`` lowers the commit-log offsets other files keep to at most T."""
     offset = pending_blocking(paths)
     if offset is None:
         return None
@@ -78,6 +83,7 @@ def apply_blocking(paths: StorePaths, segment_size: int) -> int | None:
         checkpoint.physic_offset = min(checkpoint.physic_offset, offset)
         checkpoint.logics_offset = min(checkpoint.logics_offset, offset)
         checkpoint.flush_blocking()
+    lower_offsets(offset)
     kept = [e for e in epochs.load_blocking(paths.epochs_file) if e[1] <= offset]
     epochs.save_blocking(paths.epochs_file, kept)
     for marker in (paths.truncate_marker_file, backup_of(paths.truncate_marker_file)):

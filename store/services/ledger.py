@@ -125,6 +125,19 @@ class OffsetLedger(Generic[V]):
         write_json_atomic_blocking(self.path, payload)
 
 
+def lower_log_offset_blocking(path: Path, offset: int) -> None:
+    """The commit log was cut at ``offset`` (a replica's truncation): a checkpoint whose P lies
+    past it is rewritten with P = ``offset``. Its closed offsets stay: a closing record is
+    counted once its put returned, which under SYNC_MASTER means the group has it, so it lies
+    below any cut. (A put answered FLUSH_SLAVE_TIMEOUT is counted too; if cut, the entry stays
+    closed here while the new master, whose ledger never saw it, delivers or resolves it.)
+    Idempotent: the truncation repeats it after a crash."""
+    data = read_json_with_backup_blocking(path)
+    if isinstance(data, dict) and int(data.get("logOffset", 0)) > offset:
+        data["logOffset"] = offset
+        write_json_atomic_blocking(path, data)
+
+
 async def checkpoint_loop(
     write: Callable[[], Awaitable[None]],
     dirty: asyncio.Event,

@@ -18,8 +18,8 @@ arrives); due timers are re-put in time order, grouped by destination queue into
 ``TIMER_QUEUE_OFFSET``: the copy itself is the record that the timer was delivered.
 
 CHECKPOINT (``config/timerCheckpoint.json``, the ledger's, after a burst of deliveries or
-cancels, at most every ``checkpoint_interval_s``; the cancel cursor rides in it). START: load
-it; walk the commit log from its P for copies (deliveries after the checkpoint); read queue 1
+cancels, at most every ``checkpoint_interval_s``; the cancel cursor rides in it). START (of a
+master, or when a replica is promoted: only a master delivers): load it; walk the commit log from its P for copies (deliveries after the checkpoint); read queue 1
 from its cursor (cancels after it); read queue 0 from the watermark, skipping closed offsets.
 So after kill -9 a delivered timer is never delivered again and a pending one is delivered
 when due -- at once if its time passed while the broker was down.
@@ -208,7 +208,8 @@ class TimerMessageService:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self.checkpoint()
+        if tasks:  # never started (a replica's): the ledger does not describe this log
+            await self.checkpoint()
 
     def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         """Arrival listener: new timers or cancel markers were dispatched."""

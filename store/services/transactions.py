@@ -148,9 +148,11 @@ class TransactionService:
         )
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        if self._task is None:  # never started (a replica's): nothing of this log to record
+            return
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        self._task = None
         await self.checkpoint()
 
     def follow(self, limit: int | None = None) -> bool:

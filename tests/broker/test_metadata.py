@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,21 @@ def test_second_write_keeps_previous_file_as_bak(tmp_path: Path) -> None:
     assert json.loads(path.read_text()) == {"v": 2}
     assert json.loads((tmp_path / "topics.json.bak").read_text()) == {"v": 1}
     assert not (tmp_path / "topics.json.tmp").exists()
+
+
+def test_concurrent_writes_of_one_file_all_succeed_and_leave_a_whole_one(tmp_path: Path) -> None:
+    """A stop's final checkpoint can overlap the write a cancelled task left in its thread:
+    both go through the same ``.tmp`` and must not trip over each other."""
+    path = tmp_path / "checkpoint.json"
+
+    def writer(n: int) -> None:
+        for i in range(40):
+            write_text_atomic_blocking(path, json.dumps({"writer": n, "i": i}))
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(writer, range(4)))  # re-raises any writer's error
+    assert json.loads(path.read_text())["i"] == 39
+    assert not (tmp_path / "checkpoint.json.tmp").exists()
 
 
 def test_corrupt_file_falls_back_to_bak_and_both_corrupt_refuses(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from tests.cluster.failover_helpers import (
     running_group,
     segments,
 )
-from tests.harness import REPO_ROOT
+from tests.harness import REPO_ROOT, BrokerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -79,6 +79,42 @@ async def test_kill_9_of_the_master_elects_a_replica_and_loses_no_acknowledged_m
     missing = [body for body, _ in load.acked if body not in bodies]
     assert not missing, f"{len(missing)} of {len(load.acked)} acknowledged messages lost"
     assert "refuses this replica" not in old.log()
+
+
+async def test_a_promoted_replica_delivers_each_timer_once(group: Group) -> None:
+    """Timers the old master delivered are not delivered again by the replica that takes over
+    (it reads its master's deliveries from the log when promoted), and one still pending when
+    the master dies is delivered once, by the new master."""
+    old = await group.master()
+    await create_topic(group, old)
+    await group.in_sync(old)
+    async with Producer(old.endpoint, retry_times=0) as producer:
+        for i in range(5):
+            sent = await producer.send("orders", b"early %d" % i, queue_id=0, delay=0.5)
+            assert sent.status == SendStatus.SEND_OK
+        sent = await producer.send("orders", b"late", queue_id=0, delay=TTL_MS / 1000 + 4)
+        assert sent.status == SendStatus.SEND_OK
+    replica = next(r for r in group.replicas.values() if r is not old)
+
+    async def bodies(broker: BrokerProcess) -> list[bytes]:
+        async with PullConsumer(broker.endpoint, "audit") as consumer:
+            queue = next(q for q in await consumer.queues("orders") if q.queue_id == 0)
+            return [m.body for m in (await consumer.pull(queue, 0, max_messages=100)).messages]
+
+    deadline = time.monotonic() + 15
+    while len(await bodies(replica)) < 5:  # the deliveries reached the replica
+        assert time.monotonic() < deadline, "the early timers were not delivered"
+        await asyncio.sleep(0.1)
+    old.kill()
+    new = await group.master(within_s=TTL_MS / 1000 + 10, other_than=old)
+    assert new is replica
+    deadline = time.monotonic() + 15
+    while b"late" not in (got := await bodies(new)):
+        assert time.monotonic() < deadline, f"the pending timer was not delivered: {got}"
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(1.5)  # room for a duplicate to show up
+    got = await bodies(new)
+    assert sorted(got) == sorted([b"early %d" % i for i in range(5)] + [b"late"]), got
 
 
 async def test_a_paused_master_is_replaced_and_steps_down_when_it_wakes(group: Group) -> None:

@@ -5,13 +5,14 @@ the ack waiters on their own."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from wharf.store.errors import NotMasterError, ReplicationError
-from wharf.store.ha import frames
+from wharf.store.ha import ReplicaLink, frames, truncation
 from wharf.store.ha.acks import ReplicaAcks
 from wharf.store.ha.master import _whole_records
 from wharf.store.message_store import MessageStore
@@ -246,3 +247,31 @@ async def test_replica_acks_resolve_in_order_and_time_out() -> None:
     assert early.done() and early.result() is True and not late.done()
     assert await late is False and acks.timeouts == 1
     assert await acks.wait(5) is True  # below the watermark: at once
+
+
+async def test_a_truncation_lowers_the_timer_and_transaction_checkpoints(tmp_path: Path) -> None:
+    """A replica's cut at T also lowers the P of the timer's and the transactions' ledgers: a
+    start-up walk from a P past T would land inside the records replicated there since (a
+    promoted former master failed its start with CorruptRecordError)."""
+    config = small_config(tmp_path, ha_listen_port=0)
+    store = MessageStore(config)
+    await store.start()
+    cut = (await store.put("orders", 0, [msg("kept")])).append.end_offset
+    await store.put("orders", 0, [msg(f"unacknowledged {i}") for i in range(3)])
+    await store.timer.checkpoint()
+    await store.shutdown()  # both ledgers' checkpoints now say P = the log end, past the cut
+    paths = store.paths
+    ledgers = (paths.timer_checkpoint_file, paths.transaction_checkpoint_file)
+    for path in ledgers:
+        assert json.loads(path.read_text())["logOffset"] > cut
+    truncation.request_blocking(paths, cut)
+    replica = MessageStore(config, replication=ReplicaLink(controller=True))
+    await replica.start()
+    try:
+        assert replica.commit_log_end() == cut
+        for path in ledgers:
+            assert json.loads(path.read_text())["logOffset"] == cut
+        await replica.promote(2, sync_master=False)  # loads both ledgers
+        assert (await replica.put("orders", 0, [msg("after")])).status is PutStatus.PUT_OK
+    finally:
+        await replica.shutdown()
