@@ -9,6 +9,11 @@ warm-up). A message's hops are the first stamp of each name after its ``c.send``
 the next message's, within 3 ms: at 1k msg/s (one message a millisecond, ~0.8 ms each) they
 rarely overlap; at high rates they do and the table blurs. ``read_path`` part 3 gives the same
 split for strictly one-at-a-time messages.
+
+The tail, which that window leaves out: the commit-log syncs' durations, and the messages
+slower than 2 ms from ``send()`` to the next handler call, counted by their widest gap between
+consecutive hops (a slow fdatasync shows as ``b.sync_start -> b.sync_done``, a stalled broker
+loop as ``c.write -> b.send_in``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 from wharf import hops
@@ -34,6 +40,7 @@ HOPS = (
     "b.arrival", "b.pull_woken", "b.pull_yield", "c.pull_read", "c.handler", "c.ack_read",
 )  # fmt: skip
 WINDOW_NS = 3_000_000
+SLOW_NS = 2_000_000  # the tail: messages slower than this, from send() to the handler
 
 
 def breakdown(stamps: list[tuple[str, int]]) -> dict[str, list[float]]:
@@ -51,6 +58,47 @@ def breakdown(stamps: list[tuple[str, int]]) -> dict[str, list[float]]:
                 seen.add(name)
                 since[name].append((ns - sent) / 1000)
     return since
+
+
+def tail(stamps: list[tuple[str, int]], slow_ns: int = SLOW_NS) -> tuple[int, Counter[str]]:
+    """The messages slower than ``slow_ns`` from ``c.send`` to the next ``c.handler`` (past
+    the warm-up third), counted by the pair of consecutive hops with the largest gap in the
+    stamps between the two: where the tail goes, which ``breakdown``'s window leaves out."""
+    stamps = sorted(stamps, key=lambda s: s[1])
+    times = [ns for _, ns in stamps]
+    sends = [ns for name, ns in stamps if name == "c.send"]
+    handlers = [ns for name, ns in stamps if name == "c.handler"]
+    where: Counter[str] = Counter()
+    slow = 0
+    for sent in sends[len(sends) // 3 :]:
+        i = bisect.bisect_left(handlers, sent)
+        if i == len(handlers) or handlers[i] - sent <= slow_ns:
+            continue
+        slow += 1
+        prev_name, prev_ns, widest = "c.send", sent, (0, "")
+        seen = {"c.send"}
+        for name, ns in stamps[
+            bisect.bisect_left(times, sent) : bisect.bisect_right(times, handlers[i])
+        ]:
+            if name in seen:  # the next messages' stamps: the first of each name is this one's
+                continue
+            seen.add(name)
+            widest = max(widest, (ns - prev_ns, f"{prev_name} -> {name}"))
+            prev_name, prev_ns = name, ns
+        where[widest[1]] += 1
+    return slow, where
+
+
+def sync_times(stamps: list[tuple[str, int]]) -> list[float]:
+    """Each commit-log sync's duration (us), b.sync_start to the next b.sync_done."""
+    starts = sorted(ns for name, ns in stamps if name == "b.sync_start")
+    dones = sorted(ns for name, ns in stamps if name == "b.sync_done")
+    out = []
+    for start in starts:
+        i = bisect.bisect_left(dones, start)
+        if i < len(dones):
+            out.append((dones[i] - start) / 1000)
+    return out
 
 
 def run(args: argparse.Namespace, root: Path) -> None:
@@ -79,12 +127,22 @@ def run(args: argparse.Namespace, root: Path) -> None:
         f"e2e at {args.rate} msg/s, {args.flush}: p50 {result['p50_ms']} ms, "
         f"p99 {result['p99_ms']} ms, max {result['max_ms']} ms"
     )
-    since = breakdown(hops.read(str(broker_trace)) + hops.read(str(client_trace)))
+    stamps = hops.read(str(broker_trace)) + hops.read(str(client_trace))
+    since = breakdown(stamps)
     print(f"  {'hop':14s} {'messages':>8s} {'p50 us':>7s} {'p99 us':>7s}")
     for name in HOPS:
         if since[name]:
             values = since[name]
             print(f"  {name:14s} {len(values):8d} {pct(values, 0.5):7.0f} {pct(values, 0.99):7.0f}")
+    syncs = sync_times(stamps)
+    print(
+        f"  commit-log syncs: {len(syncs)}, p50 {pct(syncs, 0.5):.0f} us, "
+        f"p99 {pct(syncs, 0.99):.0f} us, max {max(syncs, default=0):.0f} us"
+    )
+    slow, where = tail(stamps)
+    print(f"  slower than {SLOW_NS / 1e6:.0f} ms: {slow} messages; their widest gap:")
+    for gap, count in where.most_common(6):
+        print(f"    {count:5d}  {gap}")
 
 
 def main() -> None:

@@ -51,3 +51,19 @@ def test_compare_takes_the_median_of_runs_and_counts_stalls() -> None:
     assert (merged["p50_ms"], merged["p99_ms"], merged["max_ms"]) == (2.0, 5.0, 12.0)
     assert merged["stalls"] == 1 and merged["how"] == "h"
     assert [r["p99_ms"] for r in merged["runs"]] == [4.0, 90.0, 5.0]
+
+
+def test_e2e_hops_tail_names_the_widest_gap_of_each_slow_message() -> None:
+    from tests.bench.e2e_hops import sync_times, tail
+
+    def message(sent_us: int, sync_us: int) -> list[tuple[str, int]]:
+        hops = [("c.send", 0), ("c.write", 50), ("b.send_in", 130), ("b.sync_start", 250)]
+        hops += [("b.sync_done", 250 + sync_us), ("b.pull_yield", 300 + sync_us)]
+        hops += [("c.handler", 400 + sync_us)]
+        return [(name, (sent_us + at) * 1000) for name, at in hops]
+
+    # Three warm-up messages (the first third), then two fast ones and one slow fdatasync.
+    stamps = [s for i in range(6) for s in message(i * 10_000, 4_000 if i == 5 else 200)]
+    slow, where = tail(stamps)
+    assert slow == 1 and where == {"b.sync_start -> b.sync_done": 1}
+    assert sorted(sync_times(stamps)) == [200.0] * 5 + [4000.0]
