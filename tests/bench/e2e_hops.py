@@ -60,17 +60,19 @@ def breakdown(stamps: list[tuple[str, int]]) -> dict[str, list[float]]:
     return since
 
 
-def tail(stamps: list[tuple[str, int]], slow_ns: int = SLOW_NS) -> tuple[int, Counter[str]]:
-    """The messages slower than ``slow_ns`` from ``c.send`` to the next ``c.handler`` (past
-    the warm-up third), counted by the pair of consecutive hops with the largest gap in the
-    stamps between the two: where the tail goes, which ``breakdown``'s window leaves out."""
+def tail(stamps: list[tuple[str, int]], slow_ns: int = SLOW_NS) -> tuple[int, int, Counter[str]]:
+    """How many messages past the warm-up third took longer than ``slow_ns`` from ``c.send``
+    to the next ``c.handler``, of how many, and those counted by the pair of consecutive hops
+    with the largest gap between the two: where the tail goes, which ``breakdown``'s window
+    leaves out. Approximate: the next handler call may be another queue's reply."""
     stamps = sorted(stamps, key=lambda s: s[1])
     times = [ns for _, ns in stamps]
     sends = [ns for name, ns in stamps if name == "c.send"]
     handlers = [ns for name, ns in stamps if name == "c.handler"]
     where: Counter[str] = Counter()
     slow = 0
-    for sent in sends[len(sends) // 3 :]:
+    measured = sends[len(sends) // 3 :]
+    for sent in measured:
         i = bisect.bisect_left(handlers, sent)
         if i == len(handlers) or handlers[i] - sent <= slow_ns:
             continue
@@ -86,7 +88,7 @@ def tail(stamps: list[tuple[str, int]], slow_ns: int = SLOW_NS) -> tuple[int, Co
             widest = max(widest, (ns - prev_ns, f"{prev_name} -> {name}"))
             prev_name, prev_ns = name, ns
         where[widest[1]] += 1
-    return slow, where
+    return slow, len(measured), where
 
 
 def sync_times(stamps: list[tuple[str, int]]) -> list[float]:
@@ -139,8 +141,8 @@ def run(args: argparse.Namespace, root: Path) -> None:
         f"  commit-log syncs: {len(syncs)}, p50 {pct(syncs, 0.5):.0f} us, "
         f"p99 {pct(syncs, 0.99):.0f} us, max {max(syncs, default=0):.0f} us"
     )
-    slow, where = tail(stamps)
-    print(f"  slower than {SLOW_NS / 1e6:.0f} ms: {slow} messages; their widest gap:")
+    slow, measured, where = tail(stamps)
+    print(f"  slower than {SLOW_NS / 1e6:.0f} ms: {slow} of {measured}; their widest gap:")
     for gap, count in where.most_common(6):
         print(f"    {count:5d}  {gap}")
 
