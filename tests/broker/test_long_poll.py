@@ -78,3 +78,30 @@ async def test_a_woken_pull_resumes_on_the_next_loop_turn() -> None:
     await asyncio.sleep(0)  # one loop turn
     assert waiter.done() and waiter.result() is True
     assert holder.parked_count == 0
+
+
+async def test_an_arrival_answers_at_most_max_in_place_pulls_and_wakes_the_rest() -> None:
+    """Many pulls parked on one queue: the arrival's callback answers a bounded number in
+    place (each reply is loop time) and wakes the others to read for themselves."""
+    from wharf.broker.long_poll import MAX_IN_PLACE
+
+    holder = LongPollHolder(max_parked=100)
+    holder.bind_loop(asyncio.get_running_loop())
+    calls: list[int] = []
+
+    def answer(n: int) -> str:
+        calls.append(n)
+        return f"answer {n}"
+
+    count = MAX_IN_PLACE + 5
+    waiters = [
+        asyncio.create_task(holder.park("t", 0, 0, 5.0, lambda _max, n=n: answer(n)))
+        for n in range(count)
+    ]
+    await asyncio.sleep(0.01)
+    holder.on_arrival("t", 0, 1)
+    results = await asyncio.gather(*waiters)
+    assert len(calls) == MAX_IN_PLACE
+    assert results.count(True) == count - MAX_IN_PLACE
+    assert sorted(r for r in results if r is not True) == sorted(f"answer {n}" for n in calls)
+    assert holder.parked_count == 0
