@@ -228,17 +228,17 @@ class ReputService(Service):
         # The arrivals before the index entries: a parked pull is answered in the arrival's
         # call (broker/long_poll.py), and nothing it reads needs the index; the progress
         # signal (wait_dispatched: queries by key may follow) comes after both.
-        self._advanced(plan, advanced)
+        self._notify(advanced)
         try:
             leftover = self.dispatcher.apply_index(plan)
         except Exception:
             # The task dispatches the chunk again (units already written are skipped,
-            # indexed offsets too) and records the failure.
+            # indexed offsets too), counts it and records the failure.
             self.reput_from_offset = start
-            self.dispatched_messages -= plan.record_count  # counted again then
             self.wakeup()
             self._signal_progress()
             return False
+        self._count(plan)
         if leftover:  # the index needs a new file (a thread): the task's next run writes them
             self._index_leftover.append(leftover)
             self.wakeup()
@@ -252,14 +252,18 @@ class ReputService(Service):
 
     def _applied(self, plan: DispatchPlan, advanced: QueueAdvance) -> None:
         """After a chunk is applied by the task: counters, arrivals, progress."""
-        self._advanced(plan, advanced)
+        self._count(plan)
+        self._notify(advanced)
         self._signal_progress()
 
-    def _advanced(self, plan: DispatchPlan, advanced: QueueAdvance) -> None:
-        """After a chunk's ConsumeQueue units are written: counters, arrivals."""
+    def _count(self, plan: DispatchPlan) -> None:
+        """A chunk is dispatched whole (queue units and index entries): counters."""
         self.dispatched_messages += plan.record_count
         if plan.record_count:
             self.last_timestamp = plan.last_timestamp
+
+    def _notify(self, advanced: QueueAdvance) -> None:
+        """After a chunk's ConsumeQueue units are written: the arrivals."""
         if advanced:
             if hops.ENABLED:
                 hops.stamp("b.dispatched")
