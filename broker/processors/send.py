@@ -329,8 +329,6 @@ class _SyncFlushStream:
                         await self.room.wait()
                     finally:
                         self.waiting = False
-                self.free -= 1
-                self.read += 1
                 self._take(request)
         finally:
             self.replies.put_nowait(_END)
@@ -340,13 +338,14 @@ class _SyncFlushStream:
         and the reader holds none; False leaves it to the reader."""
         if self.free <= 0 or self.waiting:
             return False
-        self.free -= 1
-        self.read += 1
         self._take(request)
         return True
 
     def _take(self, request: messaging_pb2.SendMessageRequest) -> None:
-        """Reader, synchronous: one reply for this request is queued now or later."""
+        """Take ``request`` into a free slot (reader or sink, synchronous): one reply for it
+        is queued now or later."""
+        self.free -= 1
+        self.read += 1
         processor, store = self.processor, self.store
         if self.held or store.dispatch_lagging():
             self.held += 1

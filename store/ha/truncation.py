@@ -9,9 +9,9 @@ CommitLog at ``T``: zeros from ``T`` to the end of its segment and fdatasyncs it
 later segment, fsyncs the directory, lowers the checkpoint to ``T`` (recovery trusts the bytes
 below the checkpoint without reading them) and the P of the timer's and the transactions'
 ledgers (their start-up walk from P would land inside other records), drops the epochs that
-begin past ``T``, and only then removes the marker. A crash in between leaves the marker: the next start repeats the
-same steps (each is idempotent). Recovery then finds the log end at ``T`` and drops the
-ConsumeQueue units and index entries past it, as after any torn tail.
+begin past ``T``, and only then removes the marker. A crash in between leaves the marker: the
+next start repeats the same steps (each is idempotent). Recovery then finds the log end at
+``T`` and drops the ConsumeQueue units and index entries past it, as after any torn tail.
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ arrives); due timers are re-put in time order, grouped by destination queue into
 
 CHECKPOINT (``config/timerCheckpoint.json``, the ledger's, after a burst of deliveries or
 cancels, at most every ``checkpoint_interval_s``; the cancel cursor rides in it). START (of a
-master, or when a replica is promoted: only a master delivers): load it; walk the commit log from its P for copies (deliveries after the checkpoint); read queue 1
-from its cursor (cancels after it); read queue 0 from the watermark, skipping closed offsets.
+master, or when a replica is promoted: only a master delivers): load it; walk the commit log
+from its P for copies (deliveries after the checkpoint); read queue 1 from its cursor (cancels
+after it); read queue 0 from the watermark, skipping closed offsets.
 So after kill -9 a delivered timer is never delivered again and a pending one is delivered
 when due -- at once if its time passed while the broker was down.
 
