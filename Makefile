@@ -130,7 +130,7 @@ deploy-secrets: $(STAMP)
 	mkdir -p $(SECRETS_DIR)
 	test -e $(SECRETS_DIR)/broker.crt || $(PY) -m wharf.broker.certs --cert $(SECRETS_DIR)/broker.crt \
 	  --key $(SECRETS_DIR)/broker.key --host localhost --host broker \
-	  --host broker-a --host broker-b --key-mode $(SECRETS_MODE)
+	  --host broker-a --host broker-b --host broker-a-1 --host broker-a-2 --key-mode $(SECRETS_MODE)
 	test -e $(SECRETS_DIR)/metrics_token || { umask 077; \
 	  $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > $(SECRETS_DIR)/metrics_token; \
 	  chmod $(SECRETS_MODE) $(SECRETS_DIR)/metrics_token; }
@@ -142,6 +142,12 @@ deploy-secrets: $(STAMP)
 	    --file $(SECRETS_DIR)/plain_acl.yml | $(PY) -c 'import json, sys; d = json.load(sys.stdin); \
 	    print("WHARF_ACCESS_KEY=" + d["access_key"]); print("WHARF_SECRET_KEY=" + d["secret_key"])' \
 	    > $(SECRETS_DIR)/admin.env; \
+	  chmod $(SECRETS_MODE) $(SECRETS_DIR)/plain_acl.yml; }
+	test -e $(SECRETS_DIR)/ha.env || { umask 077; \
+	  $(PY) -m wharf.client.cli.main --json acl user create replicator --admin \
+	    --file $(SECRETS_DIR)/plain_acl.yml | $(PY) -c 'import json, sys; d = json.load(sys.stdin); \
+	    print("WHARF_HA_ACCESS_KEY=" + d["access_key"]); print("WHARF_HA_SECRET_KEY=" + d["secret_key"])' \
+	    > $(SECRETS_DIR)/ha.env; \
 	  chmod $(SECRETS_MODE) $(SECRETS_DIR)/plain_acl.yml; }
 
 # Benchmark programs (tests/bench/README.md); options through ARGS, e.g. ARGS=--quick.

@@ -41,6 +41,18 @@ class BrokerConfig:
     # their aclFile); "" = unsigned.
     namesrv_access_key: str = ""
     namesrv_secret_key: str = field(default="", repr=False)
+    # haAccessKey / haSecretKey: the replication account (store/ha/auth.py). A master with
+    # aclEnable accepts only replicas that prove an admin account of its aclFile, from an
+    # address that account may use; a replica with these set replicates only from a master
+    # that proves the same secret. "" = none (a master without aclEnable takes any replica).
+    ha_access_key: str = ""
+    ha_secret_key: str = field(default="", repr=False)
+    # haTlsEnable: replication over TLS: the master's listener serves the broker's certificate
+    # (tlsCertPath / tlsKeyPath, as the gRPC port; with tlsClientAuth = require a replica must
+    # present its own, signed by a CA of tlsTrustCertPath), and a replica verifies its master's
+    # against haTlsCaFile (a PEM bundle; "" = the system roots) and the host it dials.
+    ha_tls_enable: bool = False
+    ha_tls_ca_file: str = ""
     # namesrvTlsEnable: dial the NameServers over TLS, trusting namesrvTlsCaFile (a PEM
     # bundle; "" = the system roots).
     namesrv_tls_enable: bool = False

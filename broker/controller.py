@@ -29,6 +29,7 @@ import json
 import logging
 import re
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -75,6 +76,7 @@ from wharf.store.config import StoreConfig
 from wharf.store.errors import is_disk_full
 from wharf.store.ha import SLAVE, ReplicaLink
 from wharf.v1 import admin_pb2, messaging_pb2, namesrv_pb2
+from wharf.wire import load_cert_chain_pem
 
 if TYPE_CHECKING:
     from wharf.store.message_store import MessageStore
@@ -278,6 +280,11 @@ class BrokerController:
         long_poll = self.long_poll
         self.store.set_dispatch_waiters(lambda: long_poll.parked_count > 0)
         self.store.set_consumer_progress(self.offsets.by_queue)
+        if self.acl is not None:  # before the store: its replication listener checks accounts
+            try:
+                await asyncio.to_thread(self.acl.load_blocking)
+            except (AclFileError, OSError, UnicodeDecodeError) as exc:
+                raise StartupError(f"aclEnable: cannot use {self.acl.path}: {exc}") from None
         started = time.perf_counter()
         await self.store.start()
         self._store_started = True
@@ -306,11 +313,6 @@ class BrokerController:
         )
         self.ctx.ha_address = self.ha_address
         self.ctx.failover = self.failover
-        if self.acl is not None:
-            try:
-                await asyncio.to_thread(self.acl.load_blocking)
-            except (AclFileError, OSError, UnicodeDecodeError) as exc:
-                raise StartupError(f"aclEnable: cannot use {self.acl.path}: {exc}") from None
         wrap = self.acl.wrap if self.acl is not None else None
         wire = self._wire
         add_servicer(
@@ -417,7 +419,7 @@ class BrokerController:
         """listen plaintext; or TLS-only with tlsEnable; or plaintext + tlsListen TLS."""
         broker = self.config.broker
         credentials = None
-        if broker.tls_enable:
+        if broker.tls_enable or broker.ha_tls_enable:  # the material of either
             try:
                 self.tls = await asyncio.to_thread(
                     load_server_tls_blocking, broker, self.config.store.store_path_root_dir
@@ -425,6 +427,7 @@ class BrokerController:
             except TlsError as exc:
                 raise StartupError(str(exc)) from None
             self.tls_reloader = CertificateReloader(self.tls)
+        if broker.tls_enable and self.tls_reloader is not None:
             credentials = self.tls_reloader.credentials()
         main_tls = credentials is not None and not broker.tls_listen
         self.grpc_port = _bind(server, broker.listen, "listen", credentials if main_tls else None)
@@ -541,7 +544,29 @@ class BrokerController:
             else None,
             controller=controller_mode,
             restart=self.request_restart if controller_mode else None,
+            replica_secret=self.acl.replication_secret if self.acl is not None else None,
+            credentials=(broker.ha_access_key, broker.ha_secret_key),
+            **self._replication_tls(),
         )
+
+    def _replication_tls(self) -> dict[str, ssl.SSLContext]:
+        """haTlsEnable: the replication listener's context (the broker's certificate, following
+        its reloads) and the one a replica dials with (haTlsCaFile; its own certificate shown
+        when the master asks: tlsClientAuth = require there)."""
+        broker = self.config.broker
+        if not broker.ha_tls_enable or self.tls_reloader is None or self.tls is None:
+            return {}
+        client = ssl.create_default_context()
+        try:
+            if broker.ha_tls_ca_file:
+                client = ssl.create_default_context(cafile=broker.ha_tls_ca_file)
+            load_cert_chain_pem(client, self.tls.cert_pem, self.tls.key_pem)
+        except (OSError, ssl.SSLError) as exc:
+            raise StartupError(f"haTlsCaFile {broker.ha_tls_ca_file!r}: {exc}") from None
+        return {
+            "server_ssl": server_ssl_context(self.tls_reloader.refreshed),
+            "client_ssl": client,
+        }
 
     def _failover(self) -> Failover:
         broker = self.config.broker

@@ -204,7 +204,16 @@ def _check_roles(broker: BrokerConfig, store: StoreConfig) -> None:
                 "is renewed every third of it, and a master stops acknowledging 1 s before it "
                 "runs out)"
             )
-    elif store.broker_role == "SLAVE" and not store.ha_master_address:
+    if bool(broker.ha_access_key) != bool(broker.ha_secret_key):
+        raise ConfigError(
+            "invalid setting haAccessKey: haAccessKey and haSecretKey go together (the "
+            "replication account)"
+        )
+    if (
+        not broker.enable_controller_mode
+        and store.broker_role == "SLAVE"
+        and not store.ha_master_address
+    ):
         raise ConfigError(
             "invalid setting haMasterAddress: a SLAVE needs host:port of its master's "
             "haListenPort (or enableControllerMode)"

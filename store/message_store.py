@@ -498,10 +498,19 @@ class MessageStore:
                 epochs=lambda: self._epochs,
                 on_epochs=self._take_epochs,
                 on_truncate=self._truncate_and_restart,
+                credentials=link.credentials,
+                ssl_context=link.client_ssl,
             )
             self._ha_slave.start()
         elif config.ha_listen_port >= 0:
-            self._ha_master = HAMaster(commit_log, config, reput.wakeup, link.metadata)
+            self._ha_master = HAMaster(
+                commit_log,
+                config,
+                reput.wakeup,
+                link.metadata,
+                replica_secret=link.replica_secret,
+                ssl_context=link.server_ssl,
+            )
             await self._ha_master.start()
 
     async def _take_epochs(self, entries: Epochs) -> None:
@@ -580,6 +589,8 @@ class MessageStore:
             self._link.metadata,
             sync_master=sync_master,
             epochs=lambda: self._epochs,
+            replica_secret=self._link.replica_secret,
+            ssl_context=self._link.server_ssl,
         )
         await self._ha_master.start()
         log.warning("promoted to master of term %d at log end %d (%s)", epoch, end,

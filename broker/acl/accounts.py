@@ -158,6 +158,25 @@ class AccountChecker:
             )
         return account
 
+    def replication_secret(self, access_key: str, address: str) -> str:
+        """The secret a replica connecting from ``address`` must prove for ``access_key``
+        (the replication handshake, ``wharf.store.ha.auth``): an admin account, since a replica
+        receives every topic and the broker's metadata. PermissionError says why not (an
+        unknown key and a wrong secret read alike)."""
+        account = self.rules.accounts.get(access_key)
+        if account is None:
+            raise PermissionError(
+                f"not authenticated: access key {access_key!r} is unknown or haSecretKey does "
+                "not match it"
+            )
+        if not account.admin:
+            raise PermissionError(f"user {access_key!r} is not an admin: replication needs admin")
+        if not allowed_from(self.rules.global_white_remote_addresses, address) or not allowed_from(
+            account.white_remote_address, address
+        ):
+            raise PermissionError(f"user {access_key!r} may not replicate from {address!r}")
+        return account.secret_key
+
     def _authenticate_slow(self, metadata: Any, auth: Any, date: Any) -> Account:
         try:
             signed = signature.parse(metadata)

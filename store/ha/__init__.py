@@ -1,6 +1,7 @@
 """Replication: a master streams its CommitLog to replicas byte for byte (RocketMQ's HA).
 
 - ``frames.py``: the wire format (plain TCP on ``haListenPort``; why not gRPC: measured there).
+- ``auth.py``: the handshake's proofs: both ends hold the same replication account's secret.
 - ``master.py``: ``HAMaster``, the listener, senders, acknowledgements (SYNC_MASTER), the
   in-sync set and the confirm offset.
 - ``slave.py``: ``HASlave``, the replica's connection: HELLO, appends, REPORTs.
@@ -20,6 +21,7 @@ broker above gives (identity, metadata to ship and to apply, the master's addres
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -47,6 +49,15 @@ class ReplicaLink:
     # is how it gets out of a state only a restart leaves cleanly (a truncation to apply).
     controller: bool = False
     restart: Callable[[str], None] | None = None
+    # Master: (access key, replica host) -> the secret of the account a replica must prove
+    # (PermissionError: refused, with why); None = replicas are not authenticated.
+    replica_secret: Callable[[str, str], str] | None = None
+    # Replica: (access key, secret) of its replication account; ("", "") = none.
+    credentials: tuple[str, str] = ("", "")
+    # haTlsEnable: the master's listener serves TLS with this context, a replica dials with
+    # this one (verifying the master's certificate and host name); None = plain TCP.
+    server_ssl: ssl.SSLContext | None = None
+    client_ssl: ssl.SSLContext | None = None
 
 
 __all__ = ["ASYNC_MASTER", "ROLES", "SLAVE", "SYNC_MASTER", "ReplicaLink"]

@@ -8,14 +8,17 @@ batch becomes one small frame. Each frame is::
     u8  type     one of the FrameType values
     payload      fixed big-endian fields, then a tail of bytes (log data, text, metadata)
 
-Conversation (``VERSION`` 1)::
+Conversation (``VERSION`` 2; the proofs: ``auth.py``)::
 
-    slave  -> HELLO    magic b"WHA1", version, segment size, max offset, broker id,
-                       "cluster\\nname\\nepochs" (epochs: "epoch:start,..." of ``epochs.py``)
+    master -> CHALLENGE a fresh nonce, as soon as the connection is accepted
+    slave  -> HELLO    magic b"WHA1", version, segment size, max offset, broker id, its own
+                       nonce, "cluster\\nname\\nepochs\\naccess key" (epochs: "epoch:start,..."
+                       of ``epochs.py``), proof (zeros without an account)
     master -> WELCOME  min offset, max offset, confirm offset, start offset (where DATA starts;
-                       below the slave's end: truncate to it first), "epochs" of the master
-           or ERROR    utf-8 text (segment sizes differ, the slave's log does not continue the
-                       master's ...); the master closes after it
+                       below the slave's end: truncate to it first), "epochs" of the master,
+                       proof (zeros without an account)
+           or ERROR    utf-8 text (not authenticated, segment sizes differ, the slave's log
+                       does not continue the master's ...); the master closes after it
     master -> DATA     offset, confirm offset, log bytes: whole records, never across a segment
                        end (an empty DATA is the heartbeat)
            -> BLANK    offset: the segment ends here (the slave writes the same blank marker)
@@ -34,16 +37,20 @@ from __future__ import annotations
 import asyncio
 import enum
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from wharf.store.ha.auth import NONCE_SIZE, PROOF_SIZE
+
 MAGIC = b"WHA1"
-VERSION = 1
+VERSION = 2  # 2: CHALLENGE and the proofs
 # A DATA frame carries at most haTransferBatchSize (default 1 MiB) or one record (<= 4 MiB
 # maxMessageSize + header): 64 MiB bounds what a peer can make the other buffer.
 MAX_FRAME = 64 * 1024 * 1024
 
 _LENGTH = struct.Struct(">IB")  # length, type
-_HELLO = struct.Struct(">4sHQQI")  # magic, version, segment size, max offset, broker id
+# magic, version, segment size, max offset, broker id, the replica's nonce
+_HELLO = struct.Struct(f">4sHQQI{NONCE_SIZE}s")
 _WELCOME = struct.Struct(">QQQQ")  # min, max, confirm, start
 _DATA = struct.Struct(">QQ")  # offset, confirm
 _OFFSET = struct.Struct(">Q")
@@ -58,6 +65,7 @@ class FrameType(enum.IntEnum):
     BLANK = 5
     METADATA = 6
     REPORT = 7
+    CHALLENGE = 8
 
 
 class ProtocolError(ValueError):
@@ -72,6 +80,8 @@ class Hello:
     cluster: str
     broker_name: str
     epochs: tuple[tuple[int, int], ...] = ()
+    nonce: bytes = bytes(NONCE_SIZE)
+    access_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,34 +115,70 @@ def data_header(offset: int, confirm: int, size: int) -> bytes:
     return _LENGTH.pack(_DATA.size + size + 1, FrameType.DATA) + _DATA.pack(offset, confirm)
 
 
-def encode_hello(hello: Hello) -> bytes:
-    fixed = _HELLO.pack(MAGIC, VERSION, hello.segment_size, hello.max_offset, hello.broker_id)
-    tail = f"{hello.cluster}\n{hello.broker_name}\n{_epochs_text(hello.epochs)}"
-    return frame(FrameType.HELLO, fixed + tail.encode())
+# A proof over the frame's payload before it: signed bytes -> PROOF_SIZE bytes.
+Prove = Callable[[bytes], bytes]
 
 
-def decode_hello(payload: bytes) -> Hello:
-    if len(payload) < _HELLO.size:
+def encode_challenge(nonce: bytes) -> bytes:
+    return frame(FrameType.CHALLENGE, nonce)
+
+
+def decode_challenge(payload: bytes) -> bytes:
+    if len(payload) != NONCE_SIZE:
+        raise ProtocolError(f"CHALLENGE of {len(payload)} bytes (expected {NONCE_SIZE})")
+    return payload
+
+
+def encode_hello(hello: Hello, prove: Prove) -> bytes:
+    fixed = _HELLO.pack(
+        MAGIC, VERSION, hello.segment_size, hello.max_offset, hello.broker_id, hello.nonce
+    )
+    tail = f"{hello.cluster}\n{hello.broker_name}\n{_epochs_text(hello.epochs)}\n{hello.access_key}"
+    signed = fixed + tail.encode()
+    return frame(FrameType.HELLO, signed + prove(signed))
+
+
+def decode_hello(payload: bytes) -> tuple[Hello, bytes, bytes]:
+    """(the HELLO, the bytes its proof covers, the proof)."""
+    magic, version = payload[:4], int.from_bytes(payload[4:6], "big")
+    if len(payload) >= 6 and (magic != MAGIC or version != VERSION):
+        raise ProtocolError(
+            f"not a Wharf replica of this version (magic {magic!r}, version {version}; "
+            f"this master speaks version {VERSION})"
+        )
+    if len(payload) < _HELLO.size + PROOF_SIZE:
         raise ProtocolError("HELLO too short")
-    magic, version, segment_size, max_offset, broker_id = _HELLO.unpack_from(payload)
-    if magic != MAGIC or version != VERSION:
-        raise ProtocolError(f"not a Wharf replica (magic {magic!r}, version {version})")
-    cluster, _, rest = payload[_HELLO.size :].decode("utf-8", "replace").partition("\n")
-    name, _, epochs = rest.partition("\n")
-    return Hello(segment_size, max_offset, broker_id, cluster, name, _epochs_of(epochs))
+    signed, proof = payload[:-PROOF_SIZE], payload[-PROOF_SIZE:]
+    _, _, segment_size, max_offset, broker_id, nonce = _HELLO.unpack_from(signed)
+    cluster, name, epochs, access_key = _lines(signed[_HELLO.size :], 4)
+    hello = Hello(
+        segment_size, max_offset, broker_id, cluster, name, _epochs_of(epochs), nonce, access_key
+    )
+    return hello, signed, proof
 
 
-def encode_welcome(welcome: Welcome) -> bytes:
+def encode_welcome(welcome: Welcome, prove: Prove) -> bytes:
     fixed = _WELCOME.pack(
         welcome.min_offset, welcome.max_offset, welcome.confirm_offset, welcome.start_offset
     )
-    return frame(FrameType.WELCOME, fixed + _epochs_text(welcome.epochs).encode())
+    signed = fixed + _epochs_text(welcome.epochs).encode()
+    return frame(FrameType.WELCOME, signed + prove(signed))
 
 
-def decode_welcome(payload: bytes) -> Welcome:
-    low, high, confirm, start = _unpack(_WELCOME, payload, "WELCOME")
-    epochs = _epochs_of(payload[_WELCOME.size :].decode("ascii", "replace"))
-    return Welcome(low, high, confirm, start, epochs)
+def decode_welcome(payload: bytes) -> tuple[Welcome, bytes, bytes]:
+    """(the WELCOME, the bytes its proof covers, the proof)."""
+    if len(payload) < _WELCOME.size + PROOF_SIZE:
+        raise ProtocolError(f"WELCOME frame too short ({len(payload)} bytes)")
+    signed, proof = payload[:-PROOF_SIZE], payload[-PROOF_SIZE:]
+    low, high, confirm, start = _WELCOME.unpack_from(signed)
+    epochs = _epochs_of(signed[_WELCOME.size :].decode("ascii", "replace"))
+    return Welcome(low, high, confirm, start, epochs), signed, proof
+
+
+def _lines(data: bytes, count: int) -> list[str]:
+    """``count`` newline-separated fields; missing trailing ones are empty."""
+    parts = data.decode("utf-8", "replace").split("\n", count - 1)
+    return parts + [""] * (count - len(parts))
 
 
 def decode_data(payload: memoryview) -> tuple[int, int, memoryview]:

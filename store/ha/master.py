@@ -4,7 +4,10 @@ acknowledgement part of GroupTransferService), on asyncio streams.
 One listener on ``haListenHost:haListenPort``; per connected replica, a sender task and the
 connection's reader. Frames and the conversation: ``frames.py``.
 
-- **Handshake.** The replica says where its log ends (HELLO). It continues there if that is a
+- **Handshake.** The master challenges (CHALLENGE); with ``replica_secret`` (the broker's ACL)
+  the replica's HELLO must carry the proof of an account it accepts, else ERROR and close
+  (``auth.py``), and WELCOME carries the master's proof back. The replica says where its log
+  ends (HELLO). It continues there if that is a
   record boundary inside this log; an empty replica starts at this log's oldest offset. A
   replica that ends past this log's end, or before its oldest data, or with another segment
   size gets ERROR with what to do (empty the replica's store) and is closed: in static mode
@@ -40,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,7 +51,7 @@ from dataclasses import dataclass, field
 from wharf.store.codec.layout import BLANK_HEADER, BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from wharf.store.codec.records import read_total_size
 from wharf.store.config import StoreConfig
-from wharf.store.ha import frames
+from wharf.store.ha import auth, frames
 from wharf.store.ha.acks import ReplicaAcks
 from wharf.store.ha.epochs import Epochs, consistent_point
 from wharf.store.log.commit_log import CommitLog
@@ -88,15 +92,23 @@ class HAMaster:
         *,
         sync_master: bool | None = None,
         epochs: Callable[[], Epochs] = list,
+        replica_secret: Callable[[str, str], str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         """``on_confirm()``: the confirm offset moved (the facade wakes dispatch);
         ``sync_master``: acknowledge only replicated puts (default: brokerRole SYNC_MASTER);
-        ``epochs()``: this log's master terms (controller mode; empty with static roles)."""
+        ``epochs()``: this log's master terms (controller mode; empty with static roles);
+        ``replica_secret(access_key, peer_host)``: the secret of the replication account a
+        replica must prove, PermissionError (its message goes to the replica) when that
+        account may not replicate from there; None = replicas are not authenticated;
+        ``ssl_context``: serve TLS (haTlsEnable), None = plain TCP."""
         self._log = commit_log
         self._config = config
         self._on_confirm = on_confirm
         self._metadata = metadata
         self._epochs = epochs
+        self._replica_secret = replica_secret
+        self._ssl = ssl_context
         self.sync_master = (
             config.broker_role == "SYNC_MASTER" if sync_master is None else sync_master
         )
@@ -119,12 +131,16 @@ class HAMaster:
     async def start(self) -> int:
         """Listen; returns the bound port (``haListenPort`` 0 = an ephemeral one)."""
         self._server = await asyncio.start_server(
-            self._accept, self._config.ha_listen_host, self._config.ha_listen_port
+            self._accept,
+            self._config.ha_listen_host,
+            self._config.ha_listen_port,
+            ssl=self._ssl,
+            ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if self._ssl else None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("replication listener on %s:%d (%s, inSyncReplicas %d)",
-                 self._config.ha_listen_host, self.port, self._config.broker_role,
-                 self._config.in_sync_replicas)  # fmt: skip
+        log.info("replication listener on %s:%d (%s, %s, inSyncReplicas %d)",
+                 self._config.ha_listen_host, self.port, "TLS" if self._ssl else "plain TCP",
+                 self._config.broker_role, self._config.in_sync_replicas)  # fmt: skip
         return self.port
 
     async def stop(self) -> None:
@@ -253,11 +269,14 @@ class HAMaster:
     async def _handshake(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str
     ) -> Replica | None:
+        challenge = auth.new_nonce()
+        writer.write(frames.encode_challenge(challenge))
         kind, payload = await asyncio.wait_for(frames.read_frame(reader), HANDSHAKE_TIMEOUT_S)
         if kind != frames.FrameType.HELLO:
             raise frames.ProtocolError(f"expected HELLO, got {kind.name}")
-        hello = frames.decode_hello(payload)
-        problem = self._refusal(hello)
+        hello, signed, proof = frames.decode_hello(payload)
+        secret, problem = self._authenticate(hello, signed, proof, challenge, address)
+        problem = problem or self._refusal(hello)
         if problem:
             self.refused += 1
             log.error("replica %s (id %d) refused: %s", address, hello.broker_id, problem)
@@ -274,7 +293,8 @@ class HAMaster:
                     self.confirm_offset(),
                     start,
                     tuple(self._epochs()),
-                )
+                ),
+                lambda welcome: auth.welcome_proof(secret, hello.nonce, challenge, welcome),
             )
         )
         if start < hello.max_offset:
@@ -294,6 +314,26 @@ class HAMaster:
                  hello.cluster, hello.broker_name, hello.broker_id, start,
                  commit_log.max_offset)  # fmt: skip
         return replica
+
+    def _authenticate(
+        self, hello: frames.Hello, signed: bytes, proof: bytes, challenge: bytes, address: str
+    ) -> tuple[str, str]:
+        """(the account's secret, '') when the replica proved an account this master accepts
+        (or none is needed: ``('', '')``), else ('', why not)."""
+        if self._replica_secret is None:
+            return "", ""
+        if not hello.access_key:
+            return "", "not authenticated: this master needs haAccessKey / haSecretKey"
+        try:
+            secret = self._replica_secret(hello.access_key, address.rpartition(":")[0])
+        except PermissionError as exc:
+            return "", str(exc)
+        if not auth.matches(auth.hello_proof(secret, challenge, signed), proof):
+            return "", (
+                f"not authenticated: access key {hello.access_key!r} is unknown or "
+                "haSecretKey does not match it"
+            )
+        return secret, ""
 
     def _start_of(self, hello: frames.Hello) -> int:
         """Where this replica's copy continues: its end, the consistent point of the two

@@ -1,7 +1,10 @@
 """HASlave: a replica's side of replication (RocketMQ's HAClient), on asyncio streams.
 
 The replica dials its master's HA address (``haMasterAddress``, or what ``master_address()``
-returns: the broker may learn it from the NameServer), says where its log ends (HELLO) and then
+returns: the broker may learn it from the NameServer), answers its CHALLENGE with the proof of
+its replication account when it has one (``credentials``; then the master's WELCOME must prove
+the same account's secret, else the replica hangs up: ``auth.py``), says where its log ends
+(HELLO) and then
 only appends what the master sends, byte for byte (``CommitLog.append_raw``: same segments,
 same blank tails), so its CommitLog is a copy of the master's; its ConsumeQueues and IndexFiles
 are built by its own dispatch. It reports its written and flushed ends after every append, and
@@ -22,13 +25,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 
 from wharf.store.codec.layout import MESSAGE_MAGIC_CODE, OFFSET_STORE_TIMESTAMP, STORE_TIMESTAMP
 from wharf.store.config import StoreConfig
 from wharf.store.errors import ReplicationError, StoreNotWritableError
-from wharf.store.ha import frames
+from wharf.store.ha import auth, frames
 from wharf.store.ha.epochs import Epochs
 from wharf.store.log.commit_log import CommitLog
 
@@ -52,10 +56,14 @@ class HASlave:
         epochs: Callable[[], Epochs] = list,
         on_epochs: Callable[[Epochs], Awaitable[None]] | None = None,
         on_truncate: Callable[[int], Awaitable[None]] | None = None,
+        credentials: tuple[str, str] = ("", ""),
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         """``identity``: (cluster, broker name, broker id) sent in HELLO; ``master_address()``:
         'host:port' of the master's HA listener, '' while unknown; ``on_appended()`` after
-        every append (the facade wakes dispatch and the flush)."""
+        every append (the facade wakes dispatch and the flush); ``credentials``: (access key,
+        secret) of the replication account, ('', '') = none; ``ssl_context``: dial over TLS
+        (haTlsEnable; the master's certificate must match its host), None = plain TCP."""
         self._log = commit_log
         self._config = config
         self._identity = identity
@@ -65,6 +73,8 @@ class HASlave:
         self._epochs = epochs
         self._on_epochs = on_epochs
         self._on_truncate = on_truncate
+        self._credentials = credentials
+        self._ssl = ssl_context
         self._task: asyncio.Task[None] | None = None
         self._session_task: asyncio.Task[float] | None = None
         self.connected_to = ""  # the master's HA address while connected
@@ -128,35 +138,16 @@ class HASlave:
     async def _session(self, address: str) -> float:
         """One connection; returns how long to wait before the next."""
         host, _, port = address.rpartition(":")
+        hostname = host.strip("[]") if self._ssl else None
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S
+            asyncio.open_connection(host, int(port), ssl=self._ssl, server_hostname=hostname),
+            CONNECT_TIMEOUT_S,
         )
         try:
-            cluster, name, broker_id = self._identity
-            writer.write(
-                frames.encode_hello(
-                    frames.Hello(
-                        self._log.file_size,
-                        self._log.max_offset,
-                        broker_id,
-                        cluster,
-                        name,
-                        tuple(self._epochs()),
-                    )
-                )
-            )
-            await writer.drain()
             timeout = self._config.ha_housekeeping_interval / 1000
-            kind, payload = await asyncio.wait_for(frames.read_frame(reader), timeout)
-            if kind == frames.FrameType.ERROR:
-                reason = payload.decode("utf-8", "replace")
-                if reason != self.last_error:
-                    log.error("the master at %s refuses this replica: %s", address, reason)
-                self.last_error = reason
+            welcome = await self._handshake(reader, writer, address, timeout)
+            if welcome is None:
                 return RETRY_REFUSED_S
-            if kind != frames.FrameType.WELCOME:
-                raise frames.ProtocolError(f"expected WELCOME, got {kind.name}")
-            welcome = frames.decode_welcome(payload)
             if welcome.start_offset < self._log.max_offset:
                 if self._on_truncate is None:
                     raise ReplicationError(
@@ -188,6 +179,56 @@ class HASlave:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
         return RETRY_S
+
+    async def _handshake(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        address: str,
+        silence_s: float,
+    ) -> frames.Welcome | None:
+        """CHALLENGE, HELLO, WELCOME; None when refused either way (``last_error`` says why:
+        it needs an operator, so the caller waits ``RETRY_REFUSED_S``)."""
+        kind, payload = await asyncio.wait_for(frames.read_frame(reader), silence_s)
+        if kind != frames.FrameType.CHALLENGE:
+            raise frames.ProtocolError(f"expected CHALLENGE, got {kind.name}")
+        challenge = frames.decode_challenge(payload)
+        cluster, name, broker_id = self._identity
+        access_key, secret = self._credentials
+        hello = frames.Hello(
+            self._log.file_size,
+            self._log.max_offset,
+            broker_id,
+            cluster,
+            name,
+            tuple(self._epochs()),
+            auth.new_nonce(),
+            access_key,
+        )
+        writer.write(frames.encode_hello(hello, lambda b: auth.hello_proof(secret, challenge, b)))
+        await writer.drain()
+        kind, payload = await asyncio.wait_for(frames.read_frame(reader), silence_s)
+        if kind == frames.FrameType.ERROR:
+            self._refused(f"the master at {address} refuses this replica: "
+                          f"{payload.decode('utf-8', 'replace')}")  # fmt: skip
+            return None
+        if kind != frames.FrameType.WELCOME:
+            raise frames.ProtocolError(f"expected WELCOME, got {kind.name}")
+        welcome, signed, proof = frames.decode_welcome(payload)
+        if secret and not auth.matches(
+            auth.welcome_proof(secret, hello.nonce, challenge, signed), proof
+        ):
+            self._refused(
+                f"the master at {address} did not prove the secret of replication account "
+                f"{access_key!r} (haAccessKey): is aclEnable on there, with that account?"
+            )
+            return None
+        return welcome
+
+    def _refused(self, reason: str) -> None:
+        if reason != self.last_error:
+            log.error("%s", reason)
+        self.last_error = reason
 
     async def _receive(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, silence_s: float

@@ -75,6 +75,7 @@ def test_environment_overrides_file_and_flags_override_environment(tmp_path: Pat
         ("diskMaxUsedSpaceRatio = 120", "diskMaxUsedSpaceRatio"),
         ("maxMessageSize = 2000000000", "maxMessageSize"),
         ("flushDiskTyp = 1", "flushDiskTyp"),
+        ('haAccessKey = "replicator"', "haAccessKey and haSecretKey go together"),
     ],
 )
 def test_invalid_settings_fail_naming_the_setting(tmp_path: Path, toml: str, named: str) -> None:

@@ -18,7 +18,9 @@ import grpc
 import pytest
 from wharf.client import Admin, Producer, PullConsumer, SendStatus
 from wharf.client.errors import WharfError
+from wharf.store.ha import frames
 
+from tests.broker.acl_helpers import ACL_SETTINGS, ADMIN, PRODUCER, write_acl
 from tests.cluster.failover_helpers import segments
 from tests.harness import BrokerProcess, free_port
 
@@ -250,3 +252,100 @@ async def test_kill_9_of_a_sync_master_loses_no_acknowledged_message(
     await _eventually(lambda: _count_is(slave.endpoint, "durable", total), within_s=20)
     assert segments(slave) == segments(master)
     assert "refuses this replica" not in slave.log()
+
+
+async def test_with_acl_only_a_replica_proving_an_admin_account_gets_the_log(
+    tmp_path: Path, procs: list[BrokerProcess]
+) -> None:
+    """aclEnable on the master: the replication port gives the log and the metadata only to a
+    replica proving an admin account (haAccessKey / haSecretKey); a stranger's HELLO and a
+    replica with a wrong secret or a non-admin account get an ERROR and no byte of the log."""
+    for name in ("master", "slave", "wrong", "plain"):
+        write_acl(tmp_path / name / "store")
+    acl = {**ACL_SETTINGS, "aclEnable": True}
+    keys = {"haAccessKey": ADMIN[0], "haSecretKey": ADMIN[1]}
+    master, slave = _pair(tmp_path, master=acl, slave={**acl, **keys})
+    procs += [master, slave]
+
+    def replica(name: str, account: tuple[str, str]) -> BrokerProcess:
+        settings = {**SMALL, **acl, "brokerRole": "SLAVE", "brokerId": 2,
+                    "haMasterAddress": master.ha_endpoint, "haAccessKey": account[0],
+                    "haSecretKey": account[1]}  # fmt: skip
+        return BrokerProcess(tmp_path / name, settings).start()
+
+    wrong, plain = replica("wrong", (ADMIN[0], "guessed")), replica("plain", PRODUCER)
+    procs += [wrong, plain]
+    async with Producer(master.endpoint, retry_times=0, access_key=ADMIN[0],
+                        secret_key=ADMIN[1]) as producer:  # fmt: skip
+        for i in range(20):
+            await producer.send("guarded", b"secret-%d" % i)
+
+    async def slave_has_all() -> bool:
+        return segments(slave) == segments(master)
+
+    await _eventually(slave_has_all)
+    host, _, port = master.ha_endpoint.rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        kind, _ = await frames.read_frame(reader)
+        assert kind == frames.FrameType.CHALLENGE
+        stranger = frames.Hello(SEGMENT, 0, 9, "DefaultCluster", "broker-a")
+        writer.write(frames.encode_hello(stranger, lambda signed: bytes(32)))
+        kind, text = await frames.read_frame(reader)
+        assert (kind, text) == (
+            frames.FrameType.ERROR,
+            b"not authenticated: this master needs haAccessKey / haSecretKey",
+        )
+    finally:
+        writer.close()
+    await _eventually(lambda: _logged(wrong, "haSecretKey does not match"))
+    await _eventually(lambda: _logged(plain, "is not an admin: replication needs admin"))
+    assert segments(wrong) == segments(plain) == {}
+    assert "secret-" not in wrong.log() + plain.log()
+
+
+async def _logged(process: BrokerProcess, text: str) -> bool:
+    return text in process.log()
+
+
+async def test_with_ha_tls_a_replica_copies_only_a_master_whose_certificate_it_trusts(
+    tmp_path: Path, procs: list[BrokerProcess]
+) -> None:
+    """haTlsEnable: the replication listener speaks TLS only (a plain connection gets no
+    CHALLENGE), a replica trusting the master's certificate (haTlsCaFile) copies the log, and
+    one that does not trust it (the system roots) refuses the master and copies nothing."""
+    tls = {"haTlsEnable": True}
+    master = BrokerProcess(
+        tmp_path / "master", {**SMALL, **tls, "brokerRole": "ASYNC_MASTER", "haListenPort": 0}
+    ).start()
+    procs.append(master)
+    cert = master.store_dir / "config" / "tls" / "broker.crt"  # the development pair
+    assert "(TLS, ASYNC_MASTER" in master.log()
+
+    def replica(name: str, broker_id: int, **more: Any) -> BrokerProcess:
+        settings = {**SMALL, **tls, "brokerRole": "SLAVE", "brokerId": broker_id,
+                    "haMasterAddress": master.ha_endpoint, **more}  # fmt: skip
+        return BrokerProcess(tmp_path / name, settings).start()
+
+    trusting = replica("trusting", 1, haTlsCaFile=str(cert))
+    stranger = replica("stranger", 2)
+    procs += [trusting, stranger]
+    async with Producer(master.endpoint, retry_times=0) as producer:
+        for i in range(20):
+            await producer.send("sealed", b"sealed-%d" % i)
+
+    async def copied() -> bool:
+        return segments(trusting) == segments(master)
+
+    await _eventually(copied)
+    host, _, port = master.ha_endpoint.rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(
+            frames.encode_hello(frames.Hello(SEGMENT, 0, 9, "C", "b"), lambda _: bytes(32))
+        )
+        assert await asyncio.wait_for(reader.read(64), 10) == b""  # no CHALLENGE: closed
+    finally:
+        writer.close()
+    await _eventually(lambda: _logged(stranger, "CERTIFICATE_VERIFY_FAILED"))
+    assert segments(stranger) == {}

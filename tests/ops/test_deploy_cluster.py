@@ -33,6 +33,12 @@ def test_cluster_compose_runs_two_name_servers_and_two_secured_broker_groups() -
     master_ha = services["broker-a"]["environment"]["WHARF_HA_LISTEN_PORT"]
     assert slave["WHARF_HA_MASTER_ADDRESS"] == f"broker-a:{master_ha}"
     assert not any(p.endswith(f":{master_ha}") for p in services["broker-a"]["ports"])
+    # Replication over TLS (the slave trusting the broker certificate), with the replication
+    # account (aclEnable on the master refuses any other replica).
+    assert services["broker-a"]["environment"]["WHARF_HA_TLS_ENABLE"] == "true"
+    assert slave["WHARF_HA_TLS_ENABLE"] == "true"
+    assert slave["WHARF_HA_TLS_CA_FILE"] == "/run/secrets/wharf_tls_cert"
+    assert services[SLAVE]["env_file"] == "./secrets/ha.env"
     addr = services["broker-a"]["environment"]["WHARF_NAMESRV_ADDR"].split(";")
     assert addr == [f"{name}:9876" for name in NAMESRVS]  # every broker registers with both
     for name in NAMESRVS:
@@ -72,6 +78,9 @@ def test_the_cluster_compose_topology_runs_as_processes(tmp_path: Path) -> None:
         for name in (*BROKERS, SLAVE):
             env = {k: mounted.get(str(v), str(v)) for k, v in
                    CLUSTER["services"][name]["environment"].items()}  # fmt: skip
+            if "env_file" in CLUSTER["services"][name]:
+                ha_env = secrets_dir / Path(CLUSTER["services"][name]["env_file"]).name
+                env.update(line.split("=", 1) for line in ha_env.read_text().split())
             env.pop("WHARF_ADVERTISED_ADDRESS")  # the harness's ephemeral port instead
             env["WHARF_NAMESRV_ADDR"] = addr
             if "WHARF_HA_LISTEN_PORT" in env:

@@ -39,6 +39,10 @@ def _compose_env(env: dict[str, Any]) -> dict[str, str]:
     return {str(k): re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(v)) for k, v in env.items()}
 
 
+def _env_file(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().split())
+
+
 def _flags(command: list[str]) -> dict[str, str]:
     return dict(arg.removeprefix("--").split("=", 1) for arg in command[1:])
 
@@ -67,6 +71,10 @@ def test_ha_compose_runs_etcd_a_name_server_and_two_controller_mode_replicas() -
         assert env["WHARF_HA_LISTEN_HOST"] == name
         assert not any(p.endswith(":" + env["WHARF_HA_LISTEN_PORT"]) for p in service["ports"])
         assert env["WHARF_TLS_ENABLE"] == "true" and env["WHARF_ACL_ENABLE"] == "true"
+        # Replication over TLS, trusting the broker certificate, with the replication account.
+        assert env["WHARF_HA_TLS_ENABLE"] == "true"
+        assert env["WHARF_HA_TLS_CA_FILE"] == "/run/secrets/wharf_tls_cert"
+        assert service["env_file"] == "./secrets/ha.env"
         for secret in service["secrets"]:
             assert (DEPLOY / HA["secrets"][secret]["file"]).parent.name == "secrets"
         assert service["depends_on"] == {
@@ -146,6 +154,7 @@ def test_the_ha_compose_topology_runs_as_processes_and_fails_over(tmp_path: Path
         for name in REPLICAS:
             env = {k: mounted.get(str(v), str(v)) for k, v in
                    HA["services"][name]["environment"].items()}  # fmt: skip
+            env.update(_env_file(secrets_dir / Path(HA["services"][name]["env_file"]).name))
             env.pop("WHARF_ADVERTISED_ADDRESS")  # the harness's ephemeral port instead
             env["WHARF_NAMESRV_ADDR"] = ns.endpoint
             env["WHARF_CONTROLLER_ADDR"] = etcd.endpoint

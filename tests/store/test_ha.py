@@ -69,6 +69,10 @@ def _segment_bytes(store: MessageStore) -> dict[str, bytes]:
     return segments
 
 
+def _no_proof(signed: bytes) -> bytes:
+    return bytes(32)
+
+
 class FakeReplica:
     """A replica that reports only when told to: the master's view of a paused slave."""
 
@@ -80,7 +84,9 @@ class FakeReplica:
     @classmethod
     async def connect(cls, port: int, segment_size: int) -> FakeReplica:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(frames.encode_hello(frames.Hello(segment_size, 0, 1, "C", "b")))
+        kind, _ = await frames.read_frame(reader)
+        assert kind == frames.FrameType.CHALLENGE
+        writer.write(frames.encode_hello(frames.Hello(segment_size, 0, 1, "C", "b"), _no_proof))
         kind, _ = await frames.read_frame(reader)
         assert kind == frames.FrameType.WELCOME
         return cls(reader, writer)
@@ -212,13 +218,18 @@ async def test_append_raw_refuses_gaps_and_starts_an_empty_replica_at_a_segment(
 
 
 def test_frames_round_trip_and_refuse_strangers() -> None:
-    hello = frames.Hello(1 << 30, 12345, 2, "C", "broker-a")
-    encoded = frames.encode_hello(hello)
-    assert frames.decode_hello(encoded[5:]) == hello
+    hello = frames.Hello(1 << 30, 12345, 2, "C", "broker-a", ((1, 0),), b"n" * 16, "repl")
+    encoded = frames.encode_hello(hello, lambda signed: bytes(reversed(signed[-32:])))
+    decoded, signed, proof = frames.decode_hello(encoded[5:])
+    assert decoded == hello
+    assert signed == encoded[5:-32] and proof == bytes(reversed(signed[-32:]))
+    with pytest.raises(frames.ProtocolError, match="version 1"):  # the unauthenticated handshake
+        frames.decode_hello(encoded[5:9] + b"\x00\x01" + encoded[11:])
     with pytest.raises(frames.ProtocolError):
         frames.decode_hello(b"HTTP" + encoded[9:])
-    welcome = frames.Welcome(0, 10, 5, 3)
-    assert frames.decode_welcome(frames.encode_welcome(welcome)[5:]) == welcome
+    welcome = frames.Welcome(0, 10, 5, 3, ((1, 0),))
+    decoded_welcome, _, proof = frames.decode_welcome(frames.encode_welcome(welcome, _no_proof)[5:])
+    assert decoded_welcome == welcome and proof == bytes(32)
     assert frames.decode_report(frames.encode_report(7, 6)[5:]) == (7, 6)
     header = frames.data_header(100, 90, 3)
     offset, confirm, data = frames.decode_data(memoryview(header[5:] + b"abc"))
