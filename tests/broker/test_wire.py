@@ -571,6 +571,50 @@ async def test_many_pulls_on_one_wire_stream_are_each_answered_once(
         assert await stream.message() == []
 
 
+async def test_an_arrival_wakes_every_pull_parked_on_its_queue_beyond_those_answered_in_place(
+    broker: BrokerProcess,
+) -> None:
+    """40 pulls parked at one queue's end, more than the 16 an arrival answers in place
+    (broker/long_poll.py MAX_IN_PLACE): one message wakes them all, the rest through their own
+    tasks, and each gets it once."""
+    topic, pulls = "WireManyParked", 40
+    async with WireChannel(wire_target(broker)) as channel:
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+        stream = WirePullStream(channel)
+
+        async def send(body: bytes) -> int:
+            request = messaging_pb2.SendMessageRequest(
+                topic=topic, queue_id=0, messages=[{"body": body}]
+            )
+            return int((await stub.SendMessage(request, timeout=10)).results[0].queue_offset)
+
+        end = await send(b"first") + 1
+        for request_id in range(1, pulls + 1):
+            await stream.pull(
+                request_id, topic=topic, queue_id=0, queue_offset=end, max_messages=1,
+                max_wait_ms=30_000,
+            )  # fmt: skip
+        with pytest.raises(TimeoutError):  # all parked: nothing to answer yet
+            await asyncio.wait_for(stream.message(), 0.5)
+        assert await send(b"wakes them") == end
+
+        async def read() -> dict[int, list[messaging_pb2.PullMessageResponse]]:
+            got: dict[int, list[messaging_pb2.PullMessageResponse]] = {}
+            while sum(map(len, got.values())) < pulls:
+                for reply in await stream.message():
+                    got.setdefault(reply.request_id, []).append(reply)
+            return got
+
+        got = await asyncio.wait_for(read(), 10)  # not the 30 s long poll of a forgotten one
+        assert sorted(got) == list(range(1, pulls + 1))
+        for replies in got.values():
+            assert [(m.queue_offset, m.body) for r in replies for m in r.messages] == [
+                (end, b"wakes them")
+            ]
+        await stream.call.done_writing()
+        assert await stream.message() == []
+
+
 def test_open_channel_picks_the_transport_by_scheme() -> None:
     async def kinds() -> tuple[str, str]:
         wire_channel = open_channel("wire://127.0.0.1:1")
