@@ -73,7 +73,7 @@ from wharf.rocketmq.v2 import service_pb2 as rocketmq_v2_service_pb2
 from wharf.store.codec import SCHEDULE_TOPIC
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.store.config import StoreConfig
-from wharf.store.errors import is_disk_full
+from wharf.store.errors import StoreError, is_disk_full
 from wharf.store.ha import SLAVE, ReplicaLink
 from wharf.v1 import admin_pb2, messaging_pb2, namesrv_pb2
 from wharf.wire import load_cert_chain_pem
@@ -83,6 +83,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("broker")
 CLIENT_EXPIRY_SCAN_S = 10.0
+# How often pop progress becomes committed offsets (and so reaches replicas, whose metadata is
+# checked every second): a master elected after a failover re-delivers at most about this
+# long's acknowledgements, plus what was in flight.
+POP_PROGRESS_S = 1.0
 DELAY_OFFSETS = "delayOffset"  # the delay levels' progress, in replicated metadata
 
 
@@ -280,6 +284,7 @@ class BrokerController:
         long_poll = self.long_poll
         self.store.set_dispatch_waiters(lambda: long_poll.parked_count > 0)
         self.store.set_consumer_progress(self.offsets.by_queue)
+        self.store.set_committed_offsets(self.offsets.query)
         if self.acl is not None:  # before the store: its replication listener checks accounts
             try:
                 await asyncio.to_thread(self.acl.load_blocking)
@@ -372,6 +377,7 @@ class BrokerController:
         self._tasks = [
             asyncio.create_task(self._persist_loop(), name="persist-metadata"),
             asyncio.create_task(self._expire_clients_loop(), name="expire-clients"),
+            asyncio.create_task(self._pop_progress_loop(), name="pop-progress"),
             asyncio.create_task(self.checker.run(), name="transaction-check-back"),
         ]
         if self.acl is not None:
@@ -654,6 +660,21 @@ class BrokerController:
             await asyncio.sleep(CLIENT_EXPIRY_SCAN_S)
             for group, client in self.consumers.expire():
                 log.info("client %s left group %s (no heartbeat)", client, group)
+
+    async def _pop_progress_loop(self) -> None:
+        """Pop consumers' progress as committed offsets (RocketMQ's pop commits the consumer
+        offset too): replicas follow them, so after a failover the new master's pop starts
+        where this one's had finished (``set_committed_offsets``), not at the queue's oldest
+        message; ``wharf consumer progress`` shows pop groups too. Never lowers an offset."""
+        while True:
+            await asyncio.sleep(POP_PROGRESS_S)
+            try:
+                pop = self.store.pop
+            except StoreError:  # a replica, or not started: no pop served here
+                continue
+            for group, topic, queue_id, offset in pop.progress():
+                if offset > self.offsets.query(group, topic, queue_id):
+                    self.offsets.commit(group, topic, queue_id, offset)
 
     # --- shutdown -------------------------------------------------------------------------------
     async def shutdown(self) -> None:

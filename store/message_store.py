@@ -150,6 +150,7 @@ class MessageStore:
         self._offset_table: dict[tuple[str, int], int] = {}
         self._listeners: list[ArrivalListener] = []
         self._consumer_progress: Callable[[], Mapping[tuple[str, int], Mapping[str, int]]] = dict
+        self._committed: Callable[[str, str, int], int] = lambda group, topic, queue_id: -1
         self._reput: ReputService | None = None
         self._dispatch_waiters: Callable[[], bool] | None = None
         self._queue_flush: FlushConsumeQueueService | None = None
@@ -283,6 +284,7 @@ class MessageStore:
             queue_ids=lambda topic: [q.queue_id for q in self._queues.of_topic(topic)],
             min_offset=self.get_min_offset,
             put=self.put,
+            committed=lambda group, topic, queue_id: self._committed(group, topic, queue_id),
         )
         await self._pop.start()
         self._listeners.append(self._pop.on_arrival)
@@ -819,6 +821,11 @@ class MessageStore:
         counts the messages it deletes that a group had not consumed (the store keeps no
         consumer offsets itself)."""
         self._consumer_progress = provider
+
+    def set_committed_offsets(self, committed: Callable[[str, str, int], int]) -> None:
+        """The broker's committed offset of (group, topic, queue id), -1 for none: pop never
+        hands out a group's messages below it (``PopService``'s floor)."""
+        self._committed = committed
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         self._listeners.append(listener)

@@ -17,10 +17,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from typing import NoReturn
 
 from wharf.store.codec import PROPERTY_DELAY_TIME_LEVEL, SCHEDULE_TOPIC, java_string_hash
 from wharf.store.config import StoreConfig
-from wharf.store.errors import InvalidMessageError
+from wharf.store.errors import InvalidMessageError, StoreShutDownError
 from wharf.store.model import (
     AppendResult,
     GetResult,
@@ -68,6 +69,13 @@ class FakeStore:
 
     def set_consumer_progress(self, provider) -> None:  # type: ignore[no-untyped-def]
         self.consumer_progress = provider  # the fake has no retention to count with it
+
+    @property
+    def pop(self) -> NoReturn:
+        raise StoreShutDownError("the fake store serves no pop consumption")
+
+    def set_committed_offsets(self, committed) -> None:  # type: ignore[no-untyped-def]
+        self.committed = committed  # the fake has no pop service to floor with it
 
     def set_dispatch_waiters(self, waiting) -> None:  # type: ignore[no-untyped-def]
         self.dispatch_waiters = waiting  # the fake dispatches every put at once anyway

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import time
 from importlib import metadata
@@ -21,6 +22,7 @@ from wharf.broker.meta.topics import (
 )
 from wharf.broker.processors.transactions import TransactionProcessor
 from wharf.broker.rpc import rpc
+from wharf.store.errors import StoreError
 from wharf.store.model import QueueStat
 from wharf.v1 import admin_pb2, admin_pb2_grpc
 
@@ -184,6 +186,8 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         validate_group_name(request.group_name)
         self.ctx.groups.delete(request.group_name)
         self.ctx.offsets.remove_group(request.group_name)
+        with contextlib.suppress(StoreError):  # a replica serves no pop: nothing to forget
+            self.ctx.store.pop.forget(groups=[request.group_name])
         return admin_pb2.DeleteSubscriptionGroupResponse()
 
     # --- progress -------------------------------------------------------------------------------

@@ -40,7 +40,9 @@ CONTRACT
   ``dead_letter`` does the same copy at once for a live handle, whatever the attempt (a failed
   put raises and leaves the delivery as it was).
 - Tag filter: messages that do not match are finished for the group (RocketMQ's pop does the
-  same); a new group starts at the queue's minimum offset (everything still stored); messages
+  same); a new group starts at its committed offset (``committed``: the broker's consumer
+  offset, which carries a group's progress over a failover; ``progress()`` is what the broker
+  commits), else at the queue's minimum offset (everything still stored); messages
   retention deleted before they were finished are skipped.
 - FIFO (``fifo=True``, the group's setting): within a queue, a message is not handed out while
   an earlier message of the same message group is in flight (visible again or not); message

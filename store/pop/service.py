@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import NamedTuple
@@ -106,6 +106,7 @@ class PopService:
         queue_ids: Callable[[str], list[int]],
         min_offset: Callable[[str, int], int],
         put: PutFn,
+        committed: Callable[[str, str, int], int] | None = None,
         clock_ms: Callable[[], int] | None = None,
         compact_bytes: int = DEFAULT_COMPACT_BYTES,
         max_window: int = DEFAULT_MAX_WINDOW,
@@ -116,6 +117,7 @@ class PopService:
         self._queue_ids = queue_ids
         self._min_offset = min_offset
         self._put = put
+        self._committed = committed or (lambda group, topic, queue_id: -1)
         self._clock = clock_ms or (lambda: int(time.time() * 1000))
         self._compact_bytes = compact_bytes
         self._max_window = max_window
@@ -364,6 +366,13 @@ class PopService:
                 self.state.queues.pop((group, topic, queue_id), None)
         return len(doomed)
 
+    def progress(self) -> Iterator[tuple[str, str, int, int]]:
+        """(group, topic, queue id, pop offset) of every queue state: everything below the pop
+        offset is finished. The broker commits it as the group's consumer offset, which
+        replicas follow, so a master elected after a failover starts there (``committed``)."""
+        for (group, topic, queue_id), state in self.state.queues.items():
+            yield group, topic, queue_id, state.pop_offset
+
     def next_visible_at(
         self, group: str, topic: str, queue_ids: Sequence[int] | None, now: int
     ) -> int | None:
@@ -492,10 +501,12 @@ class PopService:
     ) -> bool:
         """Choose this queue's messages (no await in here: see the module docstring). True
         when the read budget ran out with messages left to scan."""
-        _, topic, queue_id = key
+        group, topic, queue_id = key
         state = self.state.queue(key)
-        floor = self._min_offset(topic, queue_id)
-        if state.pop_offset < floor:  # retention deleted them: nothing left to deliver
+        # Below the queue's minimum retention deleted them; below the group's committed offset
+        # another master (before a failover) or an operator finished them.
+        floor = max(self._min_offset(topic, queue_id), self._committed(group, topic, queue_id))
+        if state.pop_offset < floor:  # nothing left to deliver below it
             self._done(key, state.pop_offset, floor - state.pop_offset)
         # the earliest expiries first, bounded: a dead consumer's thousands of expired
         # messages cost a pop O(batch log n), not O(n)

@@ -15,11 +15,17 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from wharf.client import Admin, Producer, PullConsumer, SendStatus
 from wharf.client.errors import WharfError
 from wharf.client.namesrv import NameServerClient
+from wharf.rocketmq.v2 import definition_pb2 as v2d
+from wharf.rocketmq.v2 import service_pb2 as v2
+from wharf.rocketmq.v2 import service_pb2_grpc as v2_grpc
 
 from tests.cluster.failover_helpers import (
     TTL_MS,
@@ -115,6 +121,88 @@ async def test_a_promoted_replica_delivers_each_timer_once(group: Group) -> None
     await asyncio.sleep(1.5)  # room for a duplicate to show up
     got = await bodies(new)
     assert sorted(got) == sorted([b"early %d" % i for i in range(5)] + [b"late"]), got
+
+
+async def test_a_promoted_replica_pops_from_where_the_old_master_s_acks_had_finished(
+    group: Group,
+) -> None:
+    """RocketMQ 5 pop consumption across a failover: acknowledged messages are not delivered
+    again by the new master, and the ones in flight (received, never acknowledged) are.
+    (The pop journal is the master's own; its progress reaches the replica as the group's
+    committed offset.)"""
+    old = await group.master()
+    await create_topic(group, old)
+    await group.in_sync(old)
+    async with Producer(old.endpoint, retry_times=0) as producer:
+        for i in range(20):
+            sent = await producer.send("orders", b"m%02d" % i, queue_id=0)
+            assert sent.status == SendStatus.SEND_OK
+    received = await _receive(old.endpoint, 20)
+    assert sorted(m.body for m in received) == [b"m%02d" % i for i in range(20)]
+    done = sorted(received, key=lambda m: m.body)[:12]
+    await _ack(old.endpoint, done)
+    replica = next(r for r in group.replicas.values() if r is not old)
+
+    async def committed_on_replica() -> int:
+        async with Admin(replica.endpoint) as admin:
+            progress = await admin.consumer_progress(POP_GROUP, "orders")
+        return max((q.consumer_offset for q in progress.queues if q.queue_id == 0), default=-1)
+
+    deadline = time.monotonic() + 10
+    while await committed_on_replica() != 12:  # pop progress -> offsets -> replicated
+        assert time.monotonic() < deadline, "the pop progress did not reach the replica"
+        await asyncio.sleep(0.2)
+    old.kill()
+    new = await group.master(within_s=TTL_MS / 1000 + 10, other_than=old)
+    assert new is replica
+    again = await _receive(new.endpoint, 8)
+    assert sorted(m.body for m in again) == [b"m%02d" % i for i in range(12, 20)]
+    assert await _receive(new.endpoint, 1, polling_s=1.0) == []  # and nothing more
+
+
+POP_GROUP = "pop-readers"
+V2_META = (("x-mq-client-id", "failover-test@1@0@abc"),)
+
+
+async def _receive(endpoint: str, count: int, polling_s: float = 2.0) -> list[Any]:
+    """v2 ReceiveMessage on ``endpoint`` until ``count`` messages (or an empty answer)."""
+    request = v2.ReceiveMessageRequest(
+        group=v2d.Resource(name=POP_GROUP),
+        message_queue=v2d.MessageQueue(topic=v2d.Resource(name="orders")),
+        filter_expression=v2d.FilterExpression(type=v2d.TAG, expression="*"),
+        batch_size=32,
+        invisible_duration=Duration(seconds=60),
+        long_polling_timeout=Duration(seconds=int(polling_s), nanos=int(polling_s % 1 * 1e9)),
+    )
+    out: list[Any] = []
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        stub = v2_grpc.MessagingServiceStub(channel)
+        while len(out) < count:
+            replies = [r async for r in stub.ReceiveMessage(request, metadata=V2_META, timeout=10)]
+            got = [r.message for r in replies if r.HasField("message")]
+            if not got:
+                break
+            out += got
+    return out
+
+
+async def _ack(endpoint: str, messages: list[Any]) -> None:
+    entries = [
+        v2.AckMessageEntry(
+            message_id=m.system_properties.message_id,
+            receipt_handle=m.system_properties.receipt_handle,
+        )
+        for m in messages
+    ]
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        reply = await v2_grpc.MessagingServiceStub(channel).AckMessage(
+            v2.AckMessageRequest(
+                group=v2d.Resource(name=POP_GROUP), topic=v2d.Resource(name="orders"),
+                entries=entries,
+            ),
+            metadata=V2_META,
+        )  # fmt: skip
+    assert reply.status.code == v2d.Code.OK, reply
 
 
 async def test_a_paused_master_is_replaced_and_steps_down_when_it_wakes(group: Group) -> None:

@@ -430,3 +430,26 @@ async def test_a_deleted_topic_forgets_its_pop_state_and_a_recreated_one_starts_
         assert not store.pop.state.queues
     finally:
         await store.shutdown()
+
+
+async def test_a_group_starts_at_its_committed_offset_and_reports_its_progress(
+    store: MessageStore,
+) -> None:
+    """The broker's committed offset is the floor of a group's pop (what another master
+    finished before a failover, or an operator's reset forward); ``progress()`` is what the
+    broker commits: every offset below it finished, nothing in flight counted."""
+    await fill(store, 0, ["a", "b", "c", "d", "e"])
+    committed = {("cg", TOPIC, 0): 2}
+    store.set_committed_offsets(
+        lambda group, topic, queue_id: committed.get((group, topic, queue_id), -1)
+    )
+    first = await store.pop.pop(G, TOPIC, batch=2, invisible_ms=10_000, now=T0)
+    assert bodies(first) == [b"c", b"d"]  # not a and b: finished elsewhere
+    assert bodies(await store.pop.pop("other", TOPIC, batch=1, now=T0)) == [b"a"]  # its own floor
+    await store.pop.ack(G, TOPIC, first[1].receipt_handle)  # d: c is still in flight
+    progress = {(g, t, q): offset for g, t, q, offset in store.pop.progress()}
+    assert progress[(G, TOPIC, 0)] == 2 and progress[("other", TOPIC, 0)] == 0
+    await store.pop.ack(G, TOPIC, first[0].receipt_handle)
+    assert (G, TOPIC, 0, 4) in set(store.pop.progress())
+    committed[(G, TOPIC, 0)] = 5  # moved forward past e (an operator's reset)
+    assert await store.pop.pop(G, TOPIC, now=T0 + 1) == []

@@ -155,6 +155,32 @@ async def test_a_fifo_group_gets_one_message_of_a_message_group_at_a_time_in_ord
     assert kept.consume_message_orderly and kept.retry_max_times == 3
 
 
+async def test_pop_progress_is_committed_and_a_deleted_group_starts_over(
+    broker: Broker,
+) -> None:
+    """A pop group's acknowledged prefix becomes its committed offset (what replicas follow
+    and ``consumer progress`` shows); deleting the group forgets its pop state and offsets,
+    so a group created again under that name receives every message again."""
+    for i in range(4):
+        await broker.send(f"p{i}")
+    assert await broker.controller.store.wait_dispatched()
+    code, messages = await broker.receive("pop-g")
+    assert code == Code.OK and len(messages) == 4
+    assert (await broker.ack("pop-g", *messages)).status.code == Code.OK
+    offsets = broker.controller.offsets
+    deadline = time.monotonic() + 5
+    while sum(max(0, offsets.query("pop-g", TOPIC, q)) for q in (0, 1)) != 4:
+        assert time.monotonic() < deadline, "pop progress was not committed"
+        await asyncio.sleep(0.1)
+    await broker.admin.DeleteSubscriptionGroup(
+        admin_pb2.DeleteSubscriptionGroupRequest(group_name="pop-g")
+    )
+    await asyncio.sleep(1.5)  # a progress round: the forgotten state commits nothing back
+    assert [offsets.query("pop-g", TOPIC, q) for q in (0, 1)] == [-1, -1]
+    code, again = await broker.receive("pop-g")
+    assert code == Code.OK and sorted(m.body for m in again) == [b"p0", b"p1", b"p2", b"p3"]
+
+
 async def test_a_delay_message_is_received_as_delay_with_its_delivery_time(
     broker: Broker,
 ) -> None:
