@@ -130,7 +130,8 @@ deploy-secrets: $(STAMP)
 	mkdir -p $(SECRETS_DIR)
 	test -e $(SECRETS_DIR)/broker.crt || $(PY) -m wharf.broker.certs --cert $(SECRETS_DIR)/broker.crt \
 	  --key $(SECRETS_DIR)/broker.key --host localhost --host broker \
-	  --host broker-a --host broker-b --host broker-a-1 --host broker-a-2 --key-mode $(SECRETS_MODE)
+	  --host broker-a --host broker-b --host broker-a-1 --host broker-a-2 \
+	  --host namesrv --host namesrv-1 --host namesrv-2 --key-mode $(SECRETS_MODE)
 	test -e $(SECRETS_DIR)/metrics_token || { umask 077; \
 	  $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > $(SECRETS_DIR)/metrics_token; \
 	  chmod $(SECRETS_MODE) $(SECRETS_DIR)/metrics_token; }
@@ -143,11 +144,12 @@ deploy-secrets: $(STAMP)
 	    print("WHARF_ACCESS_KEY=" + d["access_key"]); print("WHARF_SECRET_KEY=" + d["secret_key"])' \
 	    > $(SECRETS_DIR)/admin.env; \
 	  chmod $(SECRETS_MODE) $(SECRETS_DIR)/plain_acl.yml; }
-	test -e $(SECRETS_DIR)/ha.env || { umask 077; \
-	  $(PY) -m wharf.client.cli.main --json acl user create replicator --admin \
+	test -e $(SECRETS_DIR)/broker.env || { umask 077; \
+	  $(PY) -m wharf.client.cli.main --json acl user create broker --admin \
 	    --file $(SECRETS_DIR)/plain_acl.yml | $(PY) -c 'import json, sys; d = json.load(sys.stdin); \
-	    print("WHARF_HA_ACCESS_KEY=" + d["access_key"]); print("WHARF_HA_SECRET_KEY=" + d["secret_key"])' \
-	    > $(SECRETS_DIR)/ha.env; \
+	    [print("WHARF_" + use + "_ACCESS_KEY=" + d["access_key"] + "\nWHARF_" + use \
+	           + "_SECRET_KEY=" + d["secret_key"]) for use in ("HA", "NAMESRV")]' \
+	    > $(SECRETS_DIR)/broker.env.tmp && mv $(SECRETS_DIR)/broker.env.tmp $(SECRETS_DIR)/broker.env; \
 	  chmod $(SECRETS_MODE) $(SECRETS_DIR)/plain_acl.yml; }
 
 # Benchmark programs (tests/bench/README.md); options through ARGS, e.g. ARGS=--quick.

@@ -185,8 +185,14 @@ class NamesrvProcess(BrokerProcess):
     """A ``wharf-namesrv`` on 127.0.0.1 with an ephemeral port (or ``port``, to keep it across
     restarts); ``settings`` go to ``<root>/namesrv.toml``, output to ``<root>/namesrv.log``."""
 
-    def __init__(self, root: Path, settings: dict[str, Any] | None = None, port: int = 0) -> None:
-        super().__init__(root)
+    def __init__(
+        self,
+        root: Path,
+        settings: dict[str, Any] | None = None,
+        port: int = 0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(root, env=env)
         self.settings = dict(settings or {})  # NameServer settings only (no store sizes)
         self.port = port
         self.log_path = self.root / "namesrv.log"

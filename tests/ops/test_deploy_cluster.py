@@ -38,7 +38,7 @@ def test_cluster_compose_runs_two_name_servers_and_two_secured_broker_groups() -
     assert services["broker-a"]["environment"]["WHARF_HA_TLS_ENABLE"] == "true"
     assert slave["WHARF_HA_TLS_ENABLE"] == "true"
     assert slave["WHARF_HA_TLS_CA_FILE"] == "/run/secrets/wharf_tls_cert"
-    assert services[SLAVE]["env_file"] == "./secrets/ha.env"
+    assert services[SLAVE]["env_file"] == "./secrets/broker.env"
     addr = services["broker-a"]["environment"]["WHARF_NAMESRV_ADDR"].split(";")
     assert addr == [f"{name}:9876" for name in NAMESRVS]  # every broker registers with both
     for name in NAMESRVS:
@@ -69,7 +69,11 @@ def test_the_cluster_compose_topology_runs_as_processes(tmp_path: Path) -> None:
     }
     keys = dict(line.split("=", 1) for line in (secrets_dir / "admin.env").read_text().split())
     ca_file = mounted["/run/secrets/wharf_tls_cert"]
-    names = [NamesrvProcess(tmp_path / n) for n in NAMESRVS]
+    names = [
+        NamesrvProcess(tmp_path / n, env={k: mounted.get(str(v), str(v)) for k, v in
+                                         CLUSTER["services"][n]["environment"].items()})
+        for n in NAMESRVS
+    ]  # fmt: skip
     brokers: list[BrokerProcess] = []
     try:
         for ns in names:
@@ -90,7 +94,7 @@ def test_the_cluster_compose_topology_runs_as_processes(tmp_path: Path) -> None:
             brokers.append(BrokerProcess(tmp_path / name, env=env).start())
 
         cli = [sys.executable, "-m", "wharf.client.cli.main", "--namesrv", addr, "--json",
-               "--ca-file", ca_file]  # fmt: skip
+               "--namesrv-tls", "--ca-file", ca_file]  # fmt: skip
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("WHARF_", "NAMESRV"))}
         run_env = {**clean, **keys}
         deadline = time.monotonic() + 15
@@ -111,7 +115,8 @@ def test_the_cluster_compose_topology_runs_as_processes(tmp_path: Path) -> None:
         time.sleep(1.5)  # the NameServers learn the topic within a heartbeat
 
         async def send() -> list[int]:
-            async with Producer(namesrv=addr, ca_file=ca_file, access_key=keys["WHARF_ACCESS_KEY"],
+            async with Producer(namesrv=addr, namesrv_tls=True, ca_file=ca_file,
+                                access_key=keys["WHARF_ACCESS_KEY"],
                                 secret_key=keys["WHARF_SECRET_KEY"]) as producer:  # fmt: skip
                 results = [await producer.send("orders", f"o-{i}".encode()) for i in range(20)]
             return [int(r.offset_msg_id[8:16], 16) for r in results]  # the store host's port

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from wharf.broker.settings import load_settings
 from wharf.client import Admin, Producer, PullConsumer, SendStatus
+from wharf.client.channel import tls_config
 from wharf.client.namesrv import NameServerClient
 
 from tests.harness import REPO_ROOT, BrokerProcess, NamesrvProcess, free_port
@@ -74,7 +75,9 @@ def test_ha_compose_runs_etcd_a_name_server_and_two_controller_mode_replicas() -
         # Replication over TLS, trusting the broker certificate, with the replication account.
         assert env["WHARF_HA_TLS_ENABLE"] == "true"
         assert env["WHARF_HA_TLS_CA_FILE"] == "/run/secrets/wharf_tls_cert"
-        assert service["env_file"] == "./secrets/ha.env"
+        assert service["env_file"] == "./secrets/broker.env"  # the `broker` account's keys
+        assert env["WHARF_NAMESRV_TLS_ENABLE"] == "true"
+        assert env["WHARF_NAMESRV_TLS_CA_FILE"] == "/run/secrets/wharf_tls_cert"
         for secret in service["secrets"]:
             assert (DEPLOY / HA["secrets"][secret]["file"]).parent.name == "secrets"
         assert service["depends_on"] == {
@@ -145,9 +148,13 @@ def test_the_ha_compose_topology_runs_as_processes_and_fails_over(tmp_path: Path
     ca_file = mounted["/run/secrets/wharf_tls_cert"]
     secure: dict[str, Any] = {"ca_file": ca_file, "access_key": keys["WHARF_ACCESS_KEY"],
                               "secret_key": keys["WHARF_SECRET_KEY"]}  # fmt: skip
+    namesrv_keys = {"tls": tls_config(ca_file=ca_file), "access_key": secure["access_key"],
+                    "secret_key": secure["secret_key"]}  # fmt: skip
     ttl_s = int(HA["services"]["broker-a-1"]["environment"]["WHARF_CONTROLLER_HEART_BEAT_TIMEOUT_MILLS"]) / 1000  # fmt: skip
     etcd = _Etcd(tmp_path / "etcd")
-    ns = NamesrvProcess(tmp_path / "namesrv")
+    ns_env = {k: mounted.get(str(v), str(v)) for k, v in
+              HA["services"]["namesrv"]["environment"].items()}  # fmt: skip
+    ns = NamesrvProcess(tmp_path / "namesrv", env=ns_env)
     replicas: dict[str, BrokerProcess] = {}
     try:
         ns.start()
@@ -163,7 +170,7 @@ def test_the_ha_compose_topology_runs_as_processes_and_fails_over(tmp_path: Path
             replicas[name] = BrokerProcess(tmp_path / name, env=env).start()
 
         cli = [sys.executable, "-m", "wharf.client.cli.main", "--namesrv", ns.endpoint, "--json",
-               "--ca-file", ca_file]  # fmt: skip
+               "--namesrv-tls", "--ca-file", ca_file]  # fmt: skip
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("WHARF_", "NAMESRV"))}
         run_env = {**clean, **keys}
         deadline = time.monotonic() + 20
@@ -185,7 +192,7 @@ def test_the_ha_compose_topology_runs_as_processes_and_fails_over(tmp_path: Path
             """The replica name the NameServer routes broker-a's writes to."""
             by_endpoint = {b.endpoint: n for n, b in replicas.items()}
             deadline = time.monotonic() + within_s
-            async with NameServerClient(ns.endpoint) as namesrv:
+            async with NameServerClient(ns.endpoint, **namesrv_keys) as namesrv:
                 while True:
                     for b in await namesrv.cluster_info():
                         name = by_endpoint.get(b.address, "")
@@ -196,7 +203,9 @@ def test_the_ha_compose_topology_runs_as_processes_and_fails_over(tmp_path: Path
                     await asyncio.sleep(0.1)
 
         async def send(prefix: str) -> list[bytes]:
-            async with Producer(namesrv=ns.endpoint, send_timeout=10, **secure) as producer:
+            async with Producer(
+                namesrv=ns.endpoint, namesrv_tls=True, send_timeout=10, **secure
+            ) as producer:
                 sent = [b"%s-%d" % (prefix.encode(), i) for i in range(20)]
                 for body in sent:
                     assert (await producer.send("orders", body)).status == SendStatus.SEND_OK
@@ -208,7 +217,7 @@ def test_the_ha_compose_topology_runs_as_processes_and_fails_over(tmp_path: Path
 
         async def scenario() -> None:
             deadline = time.monotonic() + 10  # the NameServer learns the topic
-            async with NameServerClient(ns.endpoint) as namesrv:
+            async with NameServerClient(ns.endpoint, **namesrv_keys) as namesrv:
                 while True:
                     try:
                         await namesrv.query_route("orders")
