@@ -1,12 +1,14 @@
 """SYNC_MASTER (+ SYNC_FLUSH, one slave) against a single SYNC_FLUSH broker, in one run: produce
 throughput, per-send latency percentiles and broker CPU per message; and the slave's lag.
 
-    .venv/bin/python -m tests.bench.replication --messages 20000 --concurrency 64
+    .venv/bin/python -m tests.bench.replication --messages 20000 --concurrency 64 [--tls]
 
 Each setting runs the same load: ``concurrency`` tasks each awaiting ``send()`` of a 1 KiB
 message (the SDK batches concurrent sends on one stream), every process on 127.0.0.1 with
 ephemeral ports. SYNC_MASTER acknowledges a batch once it is flushed locally AND the slave
 reported it, both in parallel: the extra cost is a round trip to the slave and its append.
+``--tls`` adds a third run: the same group with its replication link over TLS
+(``haTlsEnable``, the slave trusting the master's development certificate).
 """
 
 from __future__ import annotations
@@ -49,17 +51,24 @@ async def produce(endpoint: str, count: int, concurrency: int) -> tuple[float, l
         return time.perf_counter() - started, latencies, not_ok
 
 
-def run(replicated: bool, args: argparse.Namespace, root: Path) -> dict[str, float]:
+def run(
+    replicated: bool, args: argparse.Namespace, root: Path, tls: bool = False
+) -> dict[str, float]:
     common = {"flushDiskType": "SYNC_FLUSH", "mappedFileSizeCommitLog": 256 << 20}
     brokers = []
     if replicated:
+        link: dict[str, object] = {"haTlsEnable": True} if tls else {}
         master = BrokerProcess(
-            root / "master", {**common, "brokerRole": "SYNC_MASTER", "haListenPort": free_port()}
+            root / "master",
+            {**common, **link, "brokerRole": "SYNC_MASTER", "haListenPort": free_port()},
         ).start()
+        if tls:  # the master's development certificate, generated at its start
+            link["haTlsCaFile"] = str(master.store_dir / "config" / "tls" / "broker.crt")
         slave = BrokerProcess(
             root / "slave",
-            {**common, "brokerRole": "SLAVE", "brokerId": 1, "haMasterAddress": master.ha_endpoint},
-        ).start()
+            {**common, **link, "brokerRole": "SLAVE", "brokerId": 1,
+             "haMasterAddress": master.ha_endpoint},
+        ).start()  # fmt: skip
         brokers = [master, slave]
         time.sleep(1.0)  # the slave connects
     else:
@@ -90,13 +99,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--tls", action="store_true", help="also the replication link over TLS")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="wharf-bench-ha-") as tmp:
-        single = run(False, args, Path(tmp))
-        replicated = run(True, args, Path(tmp))
+        single = run(False, args, Path(tmp) / "plain")
+        replicated = run(True, args, Path(tmp) / "replicated")
+        over_tls = run(True, args, Path(tmp) / "tls", tls=True) if args.tls else None
     print(f"{args.messages} x 1 KiB, {args.concurrency} concurrent send() on one stream")
     print(f"{'':34}{'msg/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'CPU us/msg (master, slave)':>30}")
-    for name, r in (("single broker SYNC_FLUSH", single), ("SYNC_MASTER+SYNC_FLUSH, 1 slave", replicated)):  # fmt: skip
+    rows = [("single broker SYNC_FLUSH", single), ("SYNC_MASTER+SYNC_FLUSH, 1 slave", replicated)]
+    if over_tls is not None:
+        rows.append(("the same, replication over TLS", over_tls))
+    for name, r in rows:
         cpu = f"{r['master_cpu_us']:.1f}" + (
             f", {r['slave_cpu_us']:.1f}" if r["slave_cpu_us"] else ""
         )
@@ -105,6 +119,10 @@ def main() -> None:
             print(f"  {r['not_ok']:.0f} sends not SEND_OK")
     print(f"ratio SYNC_MASTER / single: {replicated['msg_s'] / single['msg_s']:.2f}x throughput, "
           f"{replicated['p50_ms'] / single['p50_ms']:.2f}x p50 latency")  # fmt: skip
+    if over_tls is not None:
+        print(f"ratio replication over TLS / plain: {over_tls['msg_s'] / replicated['msg_s']:.2f}x "
+              f"throughput, {over_tls['master_cpu_us'] / replicated['master_cpu_us']:.2f}x master "
+              f"CPU, {over_tls['slave_cpu_us'] / replicated['slave_cpu_us']:.2f}x slave CPU")  # fmt: skip
 
 
 if __name__ == "__main__":
