@@ -562,10 +562,8 @@ class BrokerController:
         broker = self.config.broker
         if not broker.ha_tls_enable or self.tls_reloader is None or self.tls is None:
             return {}
-        client = ssl.create_default_context()
         try:
-            if broker.ha_tls_ca_file:
-                client = ssl.create_default_context(cafile=broker.ha_tls_ca_file)
+            client = ssl.create_default_context(cafile=broker.ha_tls_ca_file or None)
             load_cert_chain_pem(client, self.tls.cert_pem, self.tls.key_pem)
         except (OSError, ssl.SSLError) as exc:
             raise StartupError(f"haTlsCaFile {broker.ha_tls_ca_file!r}: {exc}") from None

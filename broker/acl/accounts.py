@@ -145,18 +145,21 @@ class AccountChecker:
             return account
         if callable(peer):
             peer = peer()
-        address = peer_address(peer)
+        self._check_address(account, peer_address(peer), peer)
+        return account
+
+    def _check_address(self, account: Account, address: str, shown: str) -> None:
+        """Denied when ``account`` may not connect from ``address`` (``shown`` when empty)."""
         if not allowed_from(self.rules.global_white_remote_addresses, address):
             raise Denied(
-                f"user {account.access_key!r} may not connect from {address or peer!r} "
+                f"user {account.access_key!r} may not connect from {address or shown!r} "
                 "(globalWhiteRemoteAddresses)"
             )
         if not allowed_from(account.white_remote_address, address):
             raise Denied(
-                f"user {account.access_key!r} may not connect from {address or peer!r} "
+                f"user {account.access_key!r} may not connect from {address or shown!r} "
                 "(its whiteRemoteAddress)"
             )
-        return account
 
     def replication_secret(self, access_key: str, address: str) -> str:
         """The secret a replica connecting from ``address`` must prove for ``access_key``
@@ -171,10 +174,10 @@ class AccountChecker:
             )
         if not account.admin:
             raise PermissionError(f"user {access_key!r} is not an admin: replication needs admin")
-        if not allowed_from(self.rules.global_white_remote_addresses, address) or not allowed_from(
-            account.white_remote_address, address
-        ):
-            raise PermissionError(f"user {access_key!r} may not replicate from {address!r}")
+        try:
+            self._check_address(account, address, address)
+        except Denied as exc:
+            raise PermissionError(str(exc)) from None
         return account.secret_key
 
     def _authenticate_slow(self, metadata: Any, auth: Any, date: Any) -> Account:

@@ -577,3 +577,25 @@ def test_global_and_per_user_address_allow_lists() -> None:
     assert guard.authenticate(signed(("b", "t")), lambda: "ipv4:10.1.2.3:1").access_key == "b"
     with pytest.raises(Denied, match=r"user 'b' may not connect from '10.2.0.1' \(its white"):
         guard.authenticate(signed(("b", "t")), "ipv4:10.2.0.1:1")
+
+
+def test_replication_needs_an_admin_account_from_an_allowed_address() -> None:
+    """The replication handshake's account check (store/ha/auth.py via replication_secret)."""
+    from wharf.broker.acl.guard import AclGuard
+
+    guard = AclGuard(Path("/nonexistent/plain_acl.yml"), 900)
+    guard._swap(
+        acl_rules.parse_rules(
+            "accounts:\n  - {accessKey: root, secretKey: s, admin: true}\n"
+            "  - {accessKey: far, secretKey: t, admin: true, whiteRemoteAddress: '10.1.*'}\n"
+            "  - {accessKey: app, secretKey: u}\n"
+        )
+    )
+    assert guard.replication_secret("root", "127.0.0.1") == "s"
+    assert guard.replication_secret("far", "10.1.2.3") == "t"
+    with pytest.raises(PermissionError, match=r"user 'far' may not connect from '127.0.0.1'"):
+        guard.replication_secret("far", "127.0.0.1")
+    with pytest.raises(PermissionError, match="is not an admin: replication needs admin"):
+        guard.replication_secret("app", "127.0.0.1")
+    with pytest.raises(PermissionError, match="'nobody' is unknown or haSecretKey"):
+        guard.replication_secret("nobody", "127.0.0.1")

@@ -551,15 +551,8 @@ async def test_many_pulls_on_one_wire_stream_are_each_answered_once(
                     await asyncio.sleep(0.001)
             requested.set()
 
-        async def read() -> dict[int, list[messaging_pb2.PullMessageResponse]]:
-            got: dict[int, list[messaging_pb2.PullMessageResponse]] = {}
-            while sum(map(len, got.values())) < pulls:
-                for reply in await stream.message():
-                    got.setdefault(reply.request_id, []).append(reply)
-            return got
-
         await send_round()
-        got, _, _ = await asyncio.gather(read(), produce(), request())
+        got, _, _ = await asyncio.gather(_replies(stream, pulls), produce(), request())
         assert sorted(got) == sorted(wanted) and all(len(r) == 1 for r in got.values())
         for request_id, (queue_id, offset) in wanted.items():
             (reply,) = got[request_id]
@@ -598,14 +591,7 @@ async def test_an_arrival_wakes_every_pull_parked_on_its_queue_beyond_those_answ
             await asyncio.wait_for(stream.message(), 0.5)
         assert await send(b"wakes them") == end
 
-        async def read() -> dict[int, list[messaging_pb2.PullMessageResponse]]:
-            got: dict[int, list[messaging_pb2.PullMessageResponse]] = {}
-            while sum(map(len, got.values())) < pulls:
-                for reply in await stream.message():
-                    got.setdefault(reply.request_id, []).append(reply)
-            return got
-
-        got = await asyncio.wait_for(read(), 10)  # not the 30 s long poll of a forgotten one
+        got = await asyncio.wait_for(_replies(stream, pulls), 10)  # not a forgotten 30 s poll
         assert sorted(got) == list(range(1, pulls + 1))
         for replies in got.values():
             assert [(m.queue_offset, m.body) for r in replies for m in r.messages] == [
@@ -613,6 +599,17 @@ async def test_an_arrival_wakes_every_pull_parked_on_its_queue_beyond_those_answ
             ]
         await stream.call.done_writing()
         assert await stream.message() == []
+
+
+async def _replies(
+    stream: WirePullStream, pulls: int
+) -> dict[int, list[messaging_pb2.PullMessageResponse]]:
+    """Replies read from ``stream`` by request id, until ``pulls`` of them came."""
+    got: dict[int, list[messaging_pb2.PullMessageResponse]] = {}
+    while sum(map(len, got.values())) < pulls:
+        for reply in await stream.message():
+            got.setdefault(reply.request_id, []).append(reply)
+    return got
 
 
 def test_open_channel_picks_the_transport_by_scheme() -> None:

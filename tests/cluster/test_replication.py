@@ -275,15 +275,7 @@ async def test_with_acl_only_a_replica_proving_an_admin_account_gets_the_log(
 
     wrong, plain = replica("wrong", (ADMIN[0], "guessed")), replica("plain", PRODUCER)
     procs += [wrong, plain]
-    async with Producer(master.endpoint, retry_times=0, access_key=ADMIN[0],
-                        secret_key=ADMIN[1]) as producer:  # fmt: skip
-        for i in range(20):
-            await producer.send("guarded", b"secret-%d" % i)
-
-    async def slave_has_all() -> bool:
-        return segments(slave) == segments(master)
-
-    await _eventually(slave_has_all)
+    await _produce_and_copy(master, slave, "secret", access_key=ADMIN[0], secret_key=ADMIN[1])
     host, _, port = master.ha_endpoint.rpartition(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
@@ -308,6 +300,21 @@ async def _logged(process: BrokerProcess, text: str) -> bool:
     return text in process.log()
 
 
+async def _produce_and_copy(
+    master: BrokerProcess, replica: BrokerProcess, prefix: str, **keys: str
+) -> None:
+    """20 messages ``<prefix>-<i>`` to topic ``prefix`` on ``master``, then wait until
+    ``replica``'s CommitLog segments equal the master's."""
+    async with Producer(master.endpoint, retry_times=0, **keys) as producer:
+        for i in range(20):
+            await producer.send(prefix, b"%s-%d" % (prefix.encode(), i))
+
+    async def copied() -> bool:
+        return segments(replica) == segments(master)
+
+    await _eventually(copied)
+
+
 async def test_with_ha_tls_a_replica_copies_only_a_master_whose_certificate_it_trusts(
     tmp_path: Path, procs: list[BrokerProcess]
 ) -> None:
@@ -330,14 +337,7 @@ async def test_with_ha_tls_a_replica_copies_only_a_master_whose_certificate_it_t
     trusting = replica("trusting", 1, haTlsCaFile=str(cert))
     stranger = replica("stranger", 2)
     procs += [trusting, stranger]
-    async with Producer(master.endpoint, retry_times=0) as producer:
-        for i in range(20):
-            await producer.send("sealed", b"sealed-%d" % i)
-
-    async def copied() -> bool:
-        return segments(trusting) == segments(master)
-
-    await _eventually(copied)
+    await _produce_and_copy(master, trusting, "sealed")
     host, _, port = master.ha_endpoint.rpartition(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     try:

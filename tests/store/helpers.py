@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from wharf.store.config import StoreConfig
@@ -34,3 +36,12 @@ def msg(
     if uniq:
         properties["UNIQ_KEY"] = uniq
     return MessageInput(body.encode() if isinstance(body, str) else body, properties)
+
+
+async def until(check: Callable[[], bool], within_s: float = 10.0) -> None:
+    """Wait until ``check()`` is true, polling every 10 ms; fail after ``within_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while not check():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)

@@ -18,15 +18,7 @@ from wharf.store.ha.master import _whole_records
 from wharf.store.message_store import MessageStore
 from wharf.store.model import PutStatus
 
-from tests.store.helpers import msg, small_config
-
-
-async def _until(check, within_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while not check():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
+from tests.store.helpers import msg, small_config, until
 
 
 @pytest.fixture
@@ -119,9 +111,9 @@ async def test_sync_master_waits_for_the_replica_and_caps_what_consumers_see(
     assert ha is not None
     replica = await FakeReplica.connect(ha.port, master.commit_log.file_size)
     try:
-        await _until(lambda: len(ha.replicas()) == 1)
+        await until(lambda: len(ha.replicas()) == 1)
         put = asyncio.ensure_future(master.put("t", 0, [msg("a")]))
-        await _until(lambda: replica.end > 0)
+        await until(lambda: replica.end > 0)
         assert not put.done()  # stored, flushed: still waiting for the replica
         await replica.report()
         assert (await put).status is PutStatus.PUT_OK
@@ -135,7 +127,7 @@ async def test_sync_master_waits_for_the_replica_and_caps_what_consumers_see(
         # ... and hidden from consumers while the in-sync replica lacks it,
         assert master.get_max_offset("t", 0) == 1
         # until it has not caught up for haMaxTimeSlaveNotCatchup and leaves the in-sync set.
-        await _until(lambda: master.get_max_offset("t", 0) == 2, within_s=5)
+        await until(lambda: master.get_max_offset("t", 0) == 2, within_s=5)
         assert not ha.in_sync(ha.replicas()[0])
     finally:
         await replica.close()
@@ -147,12 +139,12 @@ async def test_the_slave_log_is_a_byte_copy_across_segments(
 ) -> None:
     master, slave = pair
     assert master.ha_master is not None
-    await _until(lambda: len(master.ha_master.replicas()) == 1)  # type: ignore[union-attr]
+    await until(lambda: len(master.ha_master.replicas()) == 1)  # type: ignore[union-attr]
     for i in range(200):  # ~200 KiB over 64 KiB segments: rolls with blank tails
         result = await master.put("t", i % 2, [msg(b"x" * 1000, keys=f"k{i}")])
         assert result.status is PutStatus.PUT_OK
     end = master.commit_log.max_offset
-    await _until(lambda: slave.commit_log.max_offset == end)
+    await until(lambda: slave.commit_log.max_offset == end)
     await slave.wait_dispatched(2.0)
     assert _segment_bytes(slave) == _segment_bytes(master)
     assert len(_segment_bytes(master)) > 2
@@ -191,7 +183,7 @@ async def test_a_replica_with_another_segment_size_is_refused(tmp_path: Path) ->
     try:
         ha_slave = slave.ha_slave
         assert ha_slave is not None
-        await _until(lambda: "segment sizes differ" in ha_slave.last_error)
+        await until(lambda: "segment sizes differ" in ha_slave.last_error)
         assert master.ha_master.refused == 1 and not master.ha_master.replicas()
     finally:
         await slave.shutdown()

@@ -12,7 +12,7 @@ import pytest
 from wharf.store.ha import ReplicaLink, auth, frames
 from wharf.store.message_store import MessageStore
 
-from tests.store.helpers import msg, small_config
+from tests.store.helpers import msg, small_config, until
 
 ACCOUNT = ("replicator", "s3cret")
 
@@ -21,14 +21,6 @@ def _secret_of(key: str, host: str) -> str:
     if key != ACCOUNT[0]:
         raise PermissionError(f"not authenticated: access key {key!r} is unknown")
     return ACCOUNT[1]
-
-
-async def _until(check: Callable[[], bool], within_s: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while not check():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 @pytest.fixture
@@ -64,8 +56,8 @@ async def test_only_a_replica_proving_the_account_gets_the_log(
     await good.start()
     await wrong.start()
     try:
-        await _until(lambda: good.commit_log.max_offset == master.commit_log.max_offset)
-        await _until(lambda: "haSecretKey does not match" in _error(wrong))
+        await until(lambda: good.commit_log.max_offset == master.commit_log.max_offset)
+        await until(lambda: "haSecretKey does not match" in _error(wrong))
         assert wrong.commit_log.max_offset == 0
         assert ha.refused >= 1 and len(ha.replicas()) == 1
     finally:
@@ -138,7 +130,7 @@ async def test_a_replica_with_an_account_refuses_a_master_that_cannot_prove_it(
     replica = _replica(tmp_path / "s", open_master.ha_master.port, ACCOUNT)
     await replica.start()
     try:
-        await _until(lambda: "did not prove" in _error(replica))
+        await until(lambda: "did not prove" in _error(replica))
         assert replica.commit_log.max_offset == 0
     finally:
         await replica.shutdown()
