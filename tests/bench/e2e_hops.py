@@ -44,8 +44,7 @@ SLOW_NS = 2_000_000  # the tail: messages slower than this, from send() to the h
 
 
 def breakdown(stamps: list[tuple[str, int]]) -> dict[str, list[float]]:
-    """Per hop, each message's time since its ``c.send`` (us)."""
-    stamps = sorted(stamps, key=lambda s: s[1])
+    """Per hop, each message's time since its ``c.send`` (us); ``stamps`` in time order."""
     times = [ns for _, ns in stamps]
     sends = [ns for name, ns in stamps if name == "c.send"]
     since: dict[str, list[float]] = {name: [] for name in HOPS}
@@ -64,8 +63,8 @@ def tail(stamps: list[tuple[str, int]], slow_ns: int = SLOW_NS) -> tuple[int, in
     """How many messages past the warm-up third took longer than ``slow_ns`` from ``c.send``
     to the next ``c.handler``, of how many, and those counted by the pair of consecutive hops
     with the largest gap between the two: where the tail goes, which ``breakdown``'s window
-    leaves out. Approximate: the next handler call may be another queue's reply."""
-    stamps = sorted(stamps, key=lambda s: s[1])
+    leaves out. Approximate: the next handler call may be another queue's reply. ``stamps``
+    in time order."""
     times = [ns for _, ns in stamps]
     sends = [ns for name, ns in stamps if name == "c.send"]
     handlers = [ns for name, ns in stamps if name == "c.handler"]
@@ -129,7 +128,7 @@ def run(args: argparse.Namespace, root: Path) -> None:
         f"e2e at {args.rate} msg/s, {args.flush}: p50 {result['p50_ms']} ms, "
         f"p99 {result['p99_ms']} ms, max {result['max_ms']} ms"
     )
-    stamps = hops.read(str(broker_trace)) + hops.read(str(client_trace))
+    stamps = sorted(hops.read(str(broker_trace)) + hops.read(str(client_trace)), key=lambda s: s[1])
     since = breakdown(stamps)
     print(f"  {'hop':14s} {'messages':>8s} {'p50 us':>7s} {'p99 us':>7s}")
     for name in HOPS:

@@ -21,6 +21,7 @@ import grpc
 import pytest
 from wharf import wire
 from wharf.broker.certs import fingerprint_sha256
+from wharf.broker.wire.tls import CHECK_S
 from wharf.client import (
     ConsumeResult,
     Producer,
@@ -674,12 +675,16 @@ def test_wire_tls_follows_certificate_reloads_and_mutual_tls(tmp_path: Path) -> 
         with pytest.raises(UnavailableError):  # no client certificate: refused
             asyncio.run(_send_one(endpoint, ca_file=ca.cert, retry_times=0))
         # The files replaced (key first, then the certificate), no gRPC handshake in between:
-        # the next wire connection is served the new certificate.
+        # new wire connections are served the new certificate once the port's check (a
+        # thread, at most every CHECK_S) has seen it.
         replace_atomically(key, second.key)
         replace_atomically(cert, second.cert)
         fingerprint = fingerprint_sha256(second.cert.read_bytes())
         # (TLS 1.3: the client's side of the handshake ends before the broker checks the
         # client's certificate, so the served certificate is seen without one.)
-        assert served_fingerprint(wire_target(broker), ca.cert) == fingerprint
+        deadline = time.monotonic() + CHECK_S + 5
+        while served_fingerprint(wire_target(broker), ca.cert) != fingerprint:
+            assert time.monotonic() < deadline, "the wire port still serves the old certificate"
+            time.sleep(0.05)
         assert "TLS certificate reloaded" in broker.log()
         assert asyncio.run(_send_one(endpoint, **mutual)) == "SEND_OK"
