@@ -1,17 +1,18 @@
 """The wire port's TLS: the broker's certificate (broker/tls.py) in an ``ssl.SSLContext``.
 
-grpcio takes replaced certificate files through its fetch callback (broker/tls_reload.py), on its
-own threads; the ssl module has no such hook. Here each handshake's SNI callback (run for every
-client hello, with or without a server name) moves the connection to the context of the
+grpcio takes replaced certificate files through its fetch callback (broker/tls_reload.py), on
+its own threads; the ssl module has no such hook. Here each handshake's SNI callback (run for
+every client hello, with or without a server name) moves the connection to the context of the
 material last found in force, and at most every ``CHECK_S`` starts a check in a thread:
 ``current()`` (the reloader's look at the files: three ``stat`` calls, and on a change the read
 and check of the new pair, ~0.3 ms) and, when the material changed, the build of its context
-(certificate chain and key through temporary files, 1.7-3.4 ms here). Neither runs on the event loop, which
-serves every other connection meanwhile: a replaced certificate serves the wire connections
-that start once the check that noticed it has finished (~ms after the first handshake past
-``CHECK_S``). A context is built from the PEM bytes the reloader checked (the key matches the
-certificate), never from the files as they are at that moment; one that cannot be built keeps
-the previous. The replication listener (``haTlsEnable``) serves its TLS the same way.
+(certificate chain and key through temporary files, 1.7-3.4 ms here). Neither runs on the event
+loop, which serves every other connection meanwhile: a replaced certificate serves the
+connections that start once the check that noticed it has finished (~ms after the first
+handshake past ``CHECK_S``). A context is built from the PEM bytes the reloader checked (the
+key matches the certificate), never from the files as they are at that moment; one that cannot
+be built keeps the previous. The replication listener (``haTlsEnable``) serves its TLS the
+same way.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wharf.broker.acl import rules as acl_rules
 from wharf.broker.acl import signature
+from wharf.broker.acl.guard import AclGuard
 from wharf.broker.acl.table import ACCESS, V1_ADMIN, V1_MESSAGING, V2_MESSAGING
 from wharf.client import Producer, PullConsumer, UnauthenticatedError
 from wharf.client.admin import Admin
@@ -558,16 +559,20 @@ def test_an_open_send_stream_follows_a_reload(tmp_path: Path) -> None:
         assert list(replies) == []
 
 
-def test_global_and_per_user_address_allow_lists() -> None:
-    from wharf.broker.acl.guard import AclGuard, Denied, peer_address
-
+def _guard(rules: str) -> AclGuard:
+    """An AclGuard holding ``rules`` (plain_acl.yml text), no file behind it."""
     guard = AclGuard(Path("/nonexistent/plain_acl.yml"), 900)
-    guard._swap(
-        acl_rules.parse_rules(
-            "globalWhiteRemoteAddresses: ['10.0.0.0/8', '192.168.0.*', '::1']\n"
-            "accounts:\n  - {accessKey: a, secretKey: s}\n"
-            "  - {accessKey: b, secretKey: t, whiteRemoteAddress: '10.1.*'}\n"
-        )
+    guard._swap(acl_rules.parse_rules(rules))
+    return guard
+
+
+def test_global_and_per_user_address_allow_lists() -> None:
+    from wharf.broker.acl.guard import Denied, peer_address
+
+    guard = _guard(
+        "globalWhiteRemoteAddresses: ['10.0.0.0/8', '192.168.0.*', '::1']\n"
+        "accounts:\n  - {accessKey: a, secretKey: s}\n"
+        "  - {accessKey: b, secretKey: t, whiteRemoteAddress: '10.1.*'}\n"
     )
     assert peer_address("ipv6:[::1]:5000") == "::1" and peer_address("unix:/x") == ""
     for peer in ("ipv4:10.9.9.9:1", "ipv4:192.168.0.7:2", "ipv6:[::1]:3"):
@@ -581,15 +586,10 @@ def test_global_and_per_user_address_allow_lists() -> None:
 
 def test_replication_needs_an_admin_account_from_an_allowed_address() -> None:
     """The replication handshake's account check (store/ha/auth.py via replication_secret)."""
-    from wharf.broker.acl.guard import AclGuard
-
-    guard = AclGuard(Path("/nonexistent/plain_acl.yml"), 900)
-    guard._swap(
-        acl_rules.parse_rules(
-            "accounts:\n  - {accessKey: root, secretKey: s, admin: true}\n"
-            "  - {accessKey: far, secretKey: t, admin: true, whiteRemoteAddress: '10.1.*'}\n"
-            "  - {accessKey: app, secretKey: u}\n"
-        )
+    guard = _guard(
+        "accounts:\n  - {accessKey: root, secretKey: s, admin: true}\n"
+        "  - {accessKey: far, secretKey: t, admin: true, whiteRemoteAddress: '10.1.*'}\n"
+        "  - {accessKey: app, secretKey: u}\n"
     )
     assert guard.replication_secret("root", "127.0.0.1") == "s"
     assert guard.replication_secret("far", "10.1.2.3") == "t"
