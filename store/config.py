@@ -38,6 +38,10 @@ class StoreConfig:
     mapped_file_size_commit_log: int = 1024 * 1024 * 1024
     # mappedFileSizeConsumeQueue: 300,000 units of 20 bytes per file.
     mapped_file_size_consume_queue: int = 300_000 * 20
+    # Wharf (RocksDB's max_open_files): ConsumeQueue files mapped at once, whatever the number
+    # of queues; one descriptor and one map each, capped at a quarter of the open-file limit
+    # (store/queue/file_cache.py). 2,048 maps at ~12 us a miss.
+    max_open_queue_files: int = 2048
     # maxHashSlotNum / maxIndexNum: IndexFile of 40 + 5M*4 + 20M*20 bytes (~420 MB).
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000

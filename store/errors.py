@@ -96,6 +96,14 @@ class InSyncReplicasNotEnoughError(StoreNotWritableError):
     Maps to UNAVAILABLE (another group can take the write)."""
 
 
+class ResourceLimitError(StoreError):
+    """An operating-system limit the operator sets was met (open files, ``vm.max_map_count``)
+    and freeing the store's own cached files did not help; nothing was written. Maps to
+    RESOURCE_EXHAUSTED; the rest of the store keeps serving."""
+
+    log_once = True
+
+
 class ReplicationError(StoreError):
     """Replicated bytes that do not continue this log (a gap, an overlap, another segment
     size): the replica drops the connection and starts over with a new handshake."""

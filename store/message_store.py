@@ -315,6 +315,11 @@ class MessageStore:
         await self._reput.wait_dispatched(self._source.dispatch_limit(), 10.0)
         await self._reput.stop()
         await self._queue_flush.stop()  # final flush of queues/index + checkpoint
+        if all(queue.unflushed_bytes == 0 for queue in self._queues):
+            # Only what is durable: a failed final flush leaves the next start to read files.
+            await asyncio.to_thread(
+                self._queues.save_summary_blocking, self._paths.consume_queue_summary_file
+            )
         self._queues.close()
         if self._index is not None:
             self._index.close()

@@ -2,7 +2,9 @@
 blocking function that ``MessageStore.start`` runs in a thread before anything is served.
 
 1. Abnormal = the ``abort`` file survived (the last run did not shut down cleanly).
-2. Load the checkpoint, the CommitLog segments, every ConsumeQueue and IndexFile.
+2. Load the checkpoint, the CommitLog segments, every ConsumeQueue (from the shutdown summary
+   after a clean stop, else by reading each queue's newest file; nothing stays open) and
+   IndexFile.
 3. CommitLog recovery (S1's ``recover_blocking``) validates from the checkpoint / last segments
    and truncates a torn tail; it returns the valid end of the log.
 4. ConsumeQueue units and index entries pointing at or past that end are dropped (a queue can
@@ -29,6 +31,7 @@ from wharf.store.index.index_files import IndexService
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.commit_log import CommitLog
 from wharf.store.paths import StorePaths, read_abort_marker_blocking
+from wharf.store.queue.file_cache import QueueFileCache, default_capacity
 from wharf.store.queue.table import ConsumeQueueTable
 
 log = logging.getLogger(__name__)
@@ -76,7 +79,11 @@ def recover_blocking(
     commit_log = CommitLog(config, observer, checkpoint)
     commit_log.load_blocking()
     queues = ConsumeQueueTable.load_blocking(
-        paths.consume_queue_root, config.mapped_file_size_consume_queue
+        paths.consume_queue_root,
+        config.mapped_file_size_consume_queue,
+        QueueFileCache(default_capacity(config.max_open_queue_files)),
+        paths.consume_queue_summary_file,
+        clean=not abnormal,
     )
     index = None
     if config.message_index_enable:

@@ -34,6 +34,7 @@ The service works on ``StoreParts`` and named callables (``dispatch_offset``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -191,8 +192,8 @@ class CleanupService(Service):
                 old_min = queue.min_offset  # before detaching files, which moves it too
                 expired = queue.expired_files(log_min)
                 if expired:
-                    queue.detach_files(expired)
-                    await asyncio.to_thread(_destroy_blocking, expired)
+                    queue.detach_files(expired)  # unmapped there, on the loop
+                    await asyncio.to_thread(_unlink_blocking, [file.path for file in expired])
                     removed += len(expired)
                 queue.correct_min_offset(log_min)
                 if queue.min_offset > old_min:
@@ -234,6 +235,12 @@ class CleanupService(Service):
             ", ".join(f"{t}/{g or '<no group>'}: {n}" for (t, g), n in worst),
             f" and {len(lost) - len(worst)} more" if len(lost) > len(worst) else "",
         )
+
+
+def _unlink_blocking(paths: list[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def _destroy_blocking(files: list) -> None:  # type: ignore[type-arg]

@@ -3,6 +3,8 @@ files so every operation crosses file boundaries, plus reopen, truncation and re
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 import pytest
@@ -140,8 +142,7 @@ def test_expired_files_are_those_wholly_below_the_commit_log_min_offset(tmp_path
     assert [f.start // 20 for f in expired] == [0, 7]
     queue.detach_files(expired)
     for file in expired:
-        file.close()
-        file.path.unlink()
+        os.unlink(file.path)
     queue.correct_min_offset(150)
     assert queue.min_offset == 15
     assert list(queue.read_units(15, 2)) == units[15:17]
