@@ -16,6 +16,7 @@ from wharf.store.errors import (
     InvalidMessageError,
     MessageNotFoundError,
     NotMasterError,
+    ResourceLimitError,
     StoreError,
     StoreNotWritableError,
     StoreShutDownError,
@@ -73,6 +74,7 @@ ERROR_STATUS: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (InvalidMessageError, grpc.StatusCode.INVALID_ARGUMENT),
     (MessageNotFoundError, grpc.StatusCode.NOT_FOUND),
     (DiskFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),  # SyncDiskFullError too
+    (ResourceLimitError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (FlushFailedError, grpc.StatusCode.UNAVAILABLE),
     (NotMasterError, grpc.StatusCode.FAILED_PRECONDITION),
     (StoreShutDownError, grpc.StatusCode.UNAVAILABLE),
@@ -98,6 +100,8 @@ _OS_LIMITS: dict[int, str] = {
     errno.EMFILE: "too many open files: the broker reached its open-file limit (ulimit -n); "
     "raise it (LimitNOFILE= in systemd, --ulimit nofile= in Docker) or use fewer queues",
     errno.ENFILE: "too many open files in the system (fs.file-max reached)",
+    errno.ENOMEM: "out of memory or of memory maps (vm.max_map_count reached): free memory, "
+    "raise vm.max_map_count or use fewer queues",
 }
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -46,11 +47,25 @@ def _toml_value(value: Any) -> str:
 
 
 def _launch(
-    cmd: list[str], env: dict[str, str], log_path: Path, ready: Path, timeout: float, what: str
+    cmd: list[str],
+    env: dict[str, str],
+    log_path: Path,
+    ready: Path,
+    timeout: float,
+    what: str,
+    open_files: int | None = None,
 ) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
-    """Start a daemon with its output in ``log_path`` and wait for its ready file."""
+    """Start a daemon with its output in ``log_path`` and wait for its ready file;
+    ``open_files`` sets its open-file limit (soft and hard: the broker raises soft to hard)."""
     log = log_path.open("ab")
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**os.environ, **env}, stdout=log, stderr=log)
+
+    def limit() -> None:
+        if open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+
+    proc = subprocess.Popen(
+        cmd, cwd=REPO_ROOT, env={**os.environ, **env}, stdout=log, stderr=log, preexec_fn=limit
+    )
     log.close()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -88,8 +103,10 @@ class BrokerProcess:
         extra_args: list[str] | None = None,
         env: dict[str, str] | None = None,
         ready_timeout: float = 30.0,
+        open_files: int | None = None,
     ) -> None:
         self.root = Path(root)
+        self.open_files = open_files  # RLIMIT_NOFILE of the daemon (None: inherited)
         self.store_dir = self.root / "store"
         self.settings = {**TEST_STORE_SIZES, **(settings or {})}
         self.extra_args = list(extra_args or [])
@@ -131,7 +148,9 @@ class BrokerProcess:
             *wire,
             *self.extra_args,
         ]  # fmt: skip
-        self.proc, info = _launch(cmd, self.env, self.log_path, ready, timeout, "broker")
+        self.proc, info = _launch(
+            cmd, self.env, self.log_path, ready, timeout, "broker", self.open_files
+        )
         self.endpoint = info["grpc"]
         self.metrics_endpoint = info.get("metrics", "")
         self.tls_endpoint = info.get("tls") or ""

@@ -38,6 +38,7 @@ from wharf.store.errors import (
     InvalidReceiptHandleError,
     MessageNotFoundError,
     NotMasterError,
+    ResourceLimitError,
     StoreError,
     StoreNotWritableError,
     StoreShutDownError,
@@ -70,6 +71,7 @@ ERROR_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (InvalidMessageError, Code.BAD_REQUEST),
     (MessageNotFoundError, Code.MESSAGE_NOT_FOUND),
     (DiskFullError, Code.TOO_MANY_REQUESTS),  # SyncDiskFullError too
+    (ResourceLimitError, Code.TOO_MANY_REQUESTS),
     (FlushFailedError, Code.INTERNAL_SERVER_ERROR),
     (NotMasterError, Code.FORBIDDEN),
     (StoreShutDownError, Code.INTERNAL_SERVER_ERROR),
@@ -94,7 +96,7 @@ PUT_STATUS_MESSAGES: dict[PutStatus, str] = {
     "and caught up (SYNC_MASTER, inSyncReplicas)",
 }
 
-_OS_LIMITS = (errno.EMFILE, errno.ENFILE)
+_OS_LIMITS = (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
 
 
 def code_for(exc: BaseException) -> tuple[int, str]:

@@ -1,0 +1,151 @@
+"""Queues past the open-file limit, through the daemon: a broker allowed 256 open files serves
+2,000 queues (dispatch, reads, checkpoints), restarts cleanly and after kill -9, and when a
+lowered limit leaves it no descriptor to map a queue file, the pull that needed one gets
+RESOURCE_EXHAUSTED with what to do, everything else keeps working, one log line tells it, and
+the broker serves that queue again once the limit is raised.
+
+Before the queue file cache, 2,000 queues were ~4,000 descriptors: this broker's dispatch failed
+with EMFILE every second and it could not restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+from pathlib import Path
+
+import pytest
+from wharf.client import Producer, PullConsumer
+from wharf.client.errors import ResourceExhaustedError
+from wharf.client.route import MessageQueue
+
+from tests.harness import BrokerProcess
+
+pytestmark = pytest.mark.slow
+
+OPEN_FILES = 256
+TOPICS, QUEUES = 500, 4  # 2,000 queues, each its own file: ~8x the descriptors allowed
+SETTINGS = {
+    "defaultTopicQueueNums": QUEUES,
+    "mappedFileSizeConsumeQueue": 20 * 1000,  # 20 KB files: the count matters, not the size
+    "flushIntervalConsumeQueue": 200,
+    "flushConsumeQueueThoroughInterval": 1000,  # every queue synced (and checkpointed) each second
+}
+
+
+def _queue_maps(pid: int) -> int:
+    with open(f"/proc/{pid}/maps") as maps:
+        return sum("/consumequeue/" in line for line in maps)
+
+
+async def _fill(endpoint: str) -> None:
+    async with Producer(endpoint) as producer:
+        for first in range(0, TOPICS, 50):
+            await asyncio.gather(
+                *(
+                    producer.send(f"scale{t}", f"{t}/{q}".encode(), queue_id=q)
+                    for t in range(first, first + 50)
+                    for q in range(QUEUES)
+                )
+            )
+
+
+async def _read_all(endpoint: str) -> list[bytes]:
+    async with PullConsumer(endpoint, "scale-check") as consumer:
+        bodies: list[bytes] = []
+        for first in range(0, TOPICS, 50):
+            results = await asyncio.gather(
+                *(
+                    consumer.pull(MessageQueue(f"scale{t}", q), 0, max_wait_ms=3000)
+                    for t in range(first, first + 50)
+                    for q in range(QUEUES)
+                )
+            )
+            bodies += [b"".join(m.body for m in r.messages) for r in results]
+        return bodies
+
+
+EXPECTED = [f"{t}/{q}".encode() for t in range(TOPICS) for q in range(QUEUES)]
+
+
+def test_256_open_files_serve_2000_queues_and_restarts_after_stop_and_kill(
+    tmp_path: Path,
+) -> None:
+    broker = BrokerProcess(tmp_path, settings=SETTINGS, open_files=OPEN_FILES)
+    with broker:
+        asyncio.run(_fill(broker.endpoint))
+        assert asyncio.run(_read_all(broker.endpoint)) == EXPECTED
+        assert _queue_maps(broker.pid) <= OPEN_FILES // 4  # the cache's bound
+        checkpoint = broker.store_dir / "checkpoint"
+        before = checkpoint.stat().st_mtime_ns
+        asyncio.run(asyncio.sleep(1.5))
+        assert checkpoint.stat().st_mtime_ns > before  # queue flushes and checkpoints go on
+        assert broker.stop() == 0
+        assert "from the shutdown summary" not in broker.log()
+        broker.start()
+        assert "loaded 2000 consume queues" in broker.log()
+        assert "from the shutdown summary" in broker.log()
+        assert asyncio.run(_read_all(broker.endpoint)) == EXPECTED
+        broker.kill()
+        broker.start()
+        assert "reading their files" in broker.log()
+        assert asyncio.run(_read_all(broker.endpoint)) == EXPECTED
+        log = broker.log()
+    assert "Too many open files" not in log and "met a limit" not in log
+
+
+async def _pull_one(endpoint: str, topic: str, queue_id: int) -> list[bytes]:
+    async with PullConsumer(endpoint, "scale-check") as consumer:
+        result = await consumer.pull(MessageQueue(topic, queue_id), 0, max_wait_ms=0)
+        return [m.body for m in result.messages]
+
+
+def test_no_descriptor_left_a_pull_gets_resource_exhausted_and_the_rest_serves(
+    tmp_path: Path,
+) -> None:
+    broker = BrokerProcess(tmp_path, settings=SETTINGS, open_files=OPEN_FILES)
+    with broker:
+        asyncio.run(_fill(broker.endpoint))
+        endpoint = broker.endpoint
+
+        async def exhausted() -> None:
+            async with (
+                PullConsumer(endpoint, "scale-check") as consumer,
+                Producer(endpoint) as producer,
+            ):
+                # Mapped most recently by the fill: still in the cache.
+                hot = MessageQueue(f"scale{TOPICS - 1}", QUEUES - 1)
+                assert [m.body for m in (await consumer.pull(hot, 0)).messages] == [EXPECTED[-1]]
+                # No descriptor number below 20 is free: nothing new can be opened.
+                resource.prlimit(broker.pid, resource.RLIMIT_NOFILE, (20, OPEN_FILES))
+                for topic in ("scale0", "scale1", "scale2"):
+                    with pytest.raises(ResourceExhaustedError, match="open-file limit"):
+                        await consumer.pull(MessageQueue(topic, 0), 0)
+                # What needs no new file still works: a send to an existing queue, and a read of
+                # a file the cache still holds.
+                sent = await producer.send(hot.topic, b"during", queue_id=hot.queue_id)
+                assert sent.queue_offset == 1
+                assert next(m.body for m in (await consumer.pull(hot, 0)).messages) == EXPECTED[-1]
+                # A message to an unmapped queue waits for dispatch, which resumes with the limit.
+                await producer.send("scale0", b"later", queue_id=0)
+                resource.prlimit(broker.pid, resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES))
+                deadline = asyncio.get_running_loop().time() + 10
+                while True:
+                    bodies = [
+                        m.body
+                        for m in (
+                            await consumer.pull(MessageQueue("scale0", 0), 0, max_wait_ms=500)
+                        ).messages
+                    ]
+                    if len(bodies) == 2 or asyncio.get_running_loop().time() > deadline:
+                        break
+                assert bodies == [b"0/0", b"later"]
+
+        asyncio.run(exhausted())
+        log = broker.log()
+        assert log.count("met a limit") == 1  # one line for the episode, not one per pull
+        assert broker.stop() == 0
+        broker.start()
+        assert asyncio.run(_pull_one(broker.endpoint, "scale0", 0)) == [b"0/0", b"later"]
+    assert os.path.exists(tmp_path / "store" / "consumequeue" / "scale0")

@@ -1,0 +1,191 @@
+"""Queue files through a bounded cache: maps never exceed the capacity whatever the number of
+queues, an unmapped file reads and writes the same bytes when mapped again, a sync of an
+unmapped file works, a limit met gives ResourceLimitError, and the shutdown summary rebuilds
+the table without opening a file."""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+from pathlib import Path
+
+import pytest
+from wharf.store.errors import ResourceLimitError
+from wharf.store.queue import file_cache, summary
+from wharf.store.queue.consume_queue import ConsumeQueue, ConsumeQueueFile
+from wharf.store.queue.file_cache import QueueFileCache
+from wharf.store.queue.table import ConsumeQueueTable
+
+FILE = 20 * 8  # eight units a file
+
+
+def _mapped_here() -> int:
+    """Maps of this process onto consume queue files (from /proc/self/maps)."""
+    with open("/proc/self/maps") as maps:
+        return sum("consumequeue" in line for line in maps)
+
+
+def _units(queue_id: int, count: int, base: int = 0) -> list[tuple[int, int, int]]:
+    return [(base + (queue_id * 1000 + i) * 100, 100, queue_id) for i in range(count)]
+
+
+def test_maps_stay_within_the_capacity_and_every_queue_reads_back(tmp_path: Path) -> None:
+    table = ConsumeQueueTable(tmp_path / "consumequeue", FILE, QueueFileCache(16))
+    try:
+        for queue_id in range(200):  # 200 queues x 3 files (20 units of 8 a file)
+            table.find_or_create("T", queue_id).append_units(0, _units(queue_id, 20))
+            assert len(table.cache) <= 16
+        assert _mapped_here() <= 16
+        assert table.file_count == 600
+        for queue_id in range(200):
+            queue = table.find("T", queue_id)
+            assert queue is not None
+            assert list(queue.read_units(0, 30)) == _units(queue_id, 20)
+            assert queue.get_unit(19) == _units(queue_id, 20)[19]
+        # The oldest queue was unmapped long ago: it takes more units where it stopped.
+        first = table.find("T", 0)
+        assert first is not None and first.mapped_files == 0
+        first.append_units(20, _units(0, 5, base=10_000_000))
+        assert first.max_offset == 25
+        assert list(first.read_units(20, 5)) == _units(0, 5, base=10_000_000)
+        assert table.cache.unmaps > 0 and len(table.cache) <= 16
+    finally:
+        table.close()
+    assert _mapped_here() == 0
+
+
+def test_a_sync_of_an_unmapped_file_uses_its_own_descriptor(tmp_path: Path) -> None:
+    cache = QueueFileCache(16)
+    queue = ConsumeQueue("T", 0, tmp_path / "consumequeue" / "T" / "0", FILE, cache)
+    queue.append_units(0, _units(0, 20))
+    cache.close()  # nothing of it mapped any more
+    assert queue.mapped_files == 0 and queue.unflushed_bytes == 400
+    synced: list[int] = []
+    real = os.fdatasync
+
+    def spy(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    os.fdatasync = spy  # type: ignore[assignment]
+    try:
+        assert queue.flush_blocking() == 400
+    finally:
+        os.fdatasync = real  # type: ignore[assignment]
+    assert synced == [os.stat(f.path).st_ino for f in queue.files]
+    assert queue.unflushed_bytes == 0
+
+
+class _Refusing(ConsumeQueueFile):
+    """A file whose mapping fails as a process at its limits would."""
+
+    __slots__ = ()
+    errors: list[int] = []
+
+    def map_now(self) -> mmap.mmap:
+        if _Refusing.errors:
+            raise OSError(_Refusing.errors.pop(0), "limit")
+        return super().map_now()
+
+
+def test_a_limit_unmaps_half_the_cache_and_then_gives_a_clear_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache = QueueFileCache(64)
+    paths = []
+    for i in range(41):
+        path = str(tmp_path / f"{i:020d}")
+        ConsumeQueueFile.create_blocking(path, 0, FILE)
+        paths.append(path)
+    files = [ConsumeQueueFile(p, 0, FILE) for p in paths[:40]]
+    for file in files:
+        cache.map(file)
+    assert len(cache) == 40
+    # EMFILE once: the cache gives back half its maps and maps the file on the second try.
+    _Refusing.errors = [errno.EMFILE]
+    refusing = _Refusing(paths[40], 0, FILE)
+    assert cache.map(refusing) is refusing.mm
+    assert len(cache) == 20 and cache.limit == 20 and cache.exhaustions == 1
+    assert [f.mm is not None for f in files] == [False] * 21 + [True] * 19  # newest stay
+    cache.forget(refusing)
+    # ENOMEM (vm.max_map_count) twice: nothing more to free that helps, a clear error.
+    _Refusing.errors = [errno.ENOMEM, errno.ENOMEM]
+    with pytest.raises(ResourceLimitError, match=r"vm\.max_map_count"):
+        cache.map(refusing)
+    assert refusing.mm is None
+    assert cache.exhaustions == 1  # the same episode: one warning
+    assert sum("met a limit" in r.getMessage() for r in caplog.records) == 1
+    # Other errors are not limits: they propagate as they are.
+    _Refusing.errors = [errno.EACCES]
+    with pytest.raises(PermissionError):
+        cache.map(refusing)
+    cache.close()
+
+
+def test_the_capacity_is_a_quarter_of_the_open_file_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(file_cache.resource, "getrlimit", lambda _: (256, 1024))
+    assert file_cache.default_capacity(2048) == 64
+    monkeypatch.setattr(file_cache.resource, "getrlimit", lambda _: (1_000_000, 1_000_000))
+    assert file_cache.default_capacity(2048) == 2048
+
+
+def _table_state(table: ConsumeQueueTable) -> dict[tuple[str, int], tuple[int, ...]]:
+    return {key: queue.summary() for key, queue in table.queues.items()}
+
+
+def test_a_clean_shutdown_summary_rebuilds_the_table_without_opening_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, summary_file = tmp_path / "consumequeue", tmp_path / "consumequeue.summary"
+    table = ConsumeQueueTable(root, FILE, QueueFileCache(16))
+    for queue_id in range(30):
+        table.find_or_create(f"T{queue_id % 7}", queue_id).append_units(
+            0, _units(queue_id, queue_id + 1)
+        )
+    for queue in table:
+        queue.flush_blocking()
+    state = _table_state(table)
+    table.save_summary_blocking(summary_file)
+    table.close()
+
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path: str, *args: int) -> int:
+        opened.append(str(path))
+        return real_open(path, *args)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    loaded = ConsumeQueueTable.load_blocking(root, FILE, QueueFileCache(16), summary_file, True)
+    monkeypatch.setattr(os, "open", real_open)
+    assert loaded.from_summary and _table_state(loaded) == state
+    assert not [p for p in opened if "consumequeue/" in p]  # no queue file opened
+    assert not summary_file.exists()  # read once: a later crash never trusts it
+    queue = loaded.find("T3", 10)
+    assert queue is not None and list(queue.read_units(0, 20)) == _units(10, 11)
+    loaded.close()
+
+    # After a crash (or without a summary) the files are read: the same state.
+    crashed = ConsumeQueueTable.load_blocking(root, FILE, QueueFileCache(16), summary_file, False)
+    assert not crashed.from_summary and _table_state(crashed) == {
+        key: (*value[:5], crashed.queues[key].summary()[5]) for key, value in state.items()
+    }
+    crashed.close()
+
+
+def test_a_damaged_or_foreign_summary_is_not_trusted(tmp_path: Path) -> None:
+    root, summary_file = tmp_path / "consumequeue", tmp_path / "consumequeue.summary"
+    table = ConsumeQueueTable(root, FILE, QueueFileCache(16))
+    table.find_or_create("T", 0).append_units(0, _units(0, 12))
+    table.save_summary_blocking(summary_file)
+    table.close()
+    data = bytearray(summary_file.read_bytes())
+    data[12] ^= 1  # one bit of the body
+    summary_file.write_bytes(data)
+    loaded = ConsumeQueueTable.load_blocking(root, FILE, QueueFileCache(16), summary_file, True)
+    assert not loaded.from_summary and loaded.queues[("T", 0)].max_offset == 12
+    loaded.close()
+    # Written for another queue file size: refused as well.
+    summary_file.write_bytes(summary.encode(FILE * 2, [("T", 0, (0, 1, 0, 240, 1300, 0))]))
+    assert summary.take_blocking(summary_file, FILE) is None
