@@ -7,47 +7,42 @@ Layout (``wharf.store.codec.layout.CQ_STORE_UNIT_SIZE``)::
 
 Files hold ``mapped_file_size_consume_queue`` bytes (300,000 units) and are named by their start
 BYTE offset (20 digits) under ``consumequeue/<topic>/<queueId>/``; the logical (queue) offset of a
-unit is its index, so unit ``n`` lives at byte ``n * 20``. Files are created sparse (ftruncate) and
-mapped for reads; a unit whose size is 0 marks the end of written data, as RocketMQ's recovery
-assumes.
+unit is its index, so unit ``n`` lives at byte ``n * 20``. Files are created sparse (ftruncate);
+a unit whose size is 0 marks the end of written data, as RocketMQ's recovery assumes.
 
-No store into the map lands on a page the filesystem has not backed: a page of a sparse file
-that a full filesystem cannot back kills the process that stores into it (SIGBUS). Each file is
-posix_fallocate'd ``ALLOCATE_AHEAD`` bytes ahead of the writer, before the units are stored; when
-that fails (ENOSPC/EDQUOT) the append raises DiskFullError having written nothing, the write
-position stays, and dispatch retries the same units later (none skipped; units already present
-are skipped by offset). Chosen by measurement (``append_packed`` of one unit, as when a dispatch
-chunk spreads over many queues; ext4 and tmpfs, best of runs on a shared 2-core box): storing
-into the sparse map as before ~1.45 us a call, with the allocation ahead ~1.46-1.5 us (one
-posix_fallocate of 64 KiB, ~10 us, per 3,276 units), writing with ``pwrite`` instead ~2.6-3.4 us
-(a system call per run: the dispatch costs ~1.4 us a message in all). Allocating each whole
-file at creation (~10 us on ext4) would take a queue's 6 MB (300,000 units x 20 B) on disk at
-once: 4.8 GB for 100 topics x 8 queues, where sparse files cost what is written (and, on a
-tmpfs, that much memory). ``tests.bench.store_queues --dispatch-only`` shows no difference
-beyond its noise for any of these.
+Units are written with ``pwrite`` and read with ``pread``, not through a map. Measured here
+(ext4 on the VM's disk, 200 files, ``store.queue`` history in CHANGELOG.md): the first store
+into a page of a shared map costs 1.5-3.9 ms (the page fault allocates and journals the block),
+and the first store into a page after each fdatasync ~23 us (the page is write-protected again
+for the next write-back), where ``pwrite`` costs 2.5-4 us in every case (24 us into a hole).
+A queue crosses a page every 204 units and is synced every second while it is busy, so with
+many queues maps cost ~15 us a message plus a fault per queue per second; a warm map store
+(0.4 us) or map read (0.1 us against 2.2 us for ``pread``) never wins that back. Without maps a
+queue file needs no map count either: ``QueueFileCache`` bounds the descriptors, whatever the
+number of queues.
 
-Why not ``wharf.store.log.mapped_file.MappedFile``: that class is shaped for the CommitLog (write buffer,
-committed position, fallocate'd segments). A queue file needs none of it, and sparse files keep
-thousands of mostly empty queues cheap on disk; the shared part (open + size + mmap) is a few
-lines.
+Each file is posix_fallocate'd ``ALLOCATE_AHEAD`` bytes ahead of the writer, before units are
+written (one call of ~10 us per 3,276 units), so a write into it never fails half-way; when the
+allocation fails (ENOSPC/EDQUOT) the append raises DiskFullError having written nothing, the
+write position stays, and dispatch retries the same units later (none skipped; units already
+present are skipped by offset). Allocating each whole file at creation would take a queue's 6
+MB (300,000 units x 20 B) on disk at once: 4.8 GB for 100 topics x 8 queues, where sparse files
+cost what is written.
 
-Maps are a bounded cache (``store.queue.file_cache``, shared by the table's queues): a file is
-mapped on its first read or write and unmapped when less recently used files fill the cache, so
-descriptors and maps do not grow with the number of queues. Syncs and allocations open a
-descriptor of their own by path for the call.
+Why not ``wharf.store.log.mapped_file.MappedFile``: that class is shaped for the CommitLog
+(write buffer, committed position, fallocate'd segments). A queue file needs none of it.
 
-Ownership: one event loop mutates a ConsumeQueue (append, truncate) and touches its maps. Files
-are created in a thread ahead of the writer (``missing_files`` -> ``create_files_blocking`` ->
-``adopt_files``, driven by the ReputService); ``flush_blocking`` and deletions run in a thread
-while the facade's maintenance lock keeps them apart. Reads copy bytes out of the map, so an
-unmap never trips over a live memoryview.
+Ownership: one event loop mutates a ConsumeQueue (append, truncate) and uses the descriptors of
+the cache. Files are created in a thread ahead of the writer (``missing_files`` ->
+``create_files_blocking`` -> ``adopt_files``, driven by the ReputService); ``flush_blocking``
+(a descriptor of its own) and deletions run in a thread while the facade's maintenance lock
+keeps them apart.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import mmap
 import os
 from collections.abc import Callable, Iterator, Sequence
 from itertools import starmap
@@ -77,9 +72,9 @@ StoreTimeReader = Callable[[int, int], "int | None"]
 
 
 class ConsumeQueueFile:
-    """One fixed-size ConsumeQueue file, mapped only while ``QueueFileCache`` holds it."""
+    """One fixed-size ConsumeQueue file, open only while ``QueueFileCache`` holds it."""
 
-    __slots__ = ("allocated", "mm", "path", "size", "start")
+    __slots__ = ("allocated", "fd", "path", "size", "start")
 
     def __init__(self, path: str, start: int, size: int) -> None:
         self.path = path
@@ -88,11 +83,11 @@ class ConsumeQueueFile:
         # Bytes from the start known allocated: none of a new file; a loaded one's first write
         # allocates from 0 (cheap where it is allocated already).
         self.allocated = 0
-        self.mm: mmap.mmap | None = None  # set and cleared by the cache only
+        self.fd = -1  # set and cleared by the cache only
 
     @classmethod
     def create_blocking(cls, path: str, start: int, size: int) -> ConsumeQueueFile:
-        """Create the file (sparse: zeros read back as "no unit"); it is mapped on first use."""
+        """Create the file (sparse: zeros read back as "no unit"); it is opened on first use."""
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
@@ -110,31 +105,23 @@ class ConsumeQueueFile:
     def end(self) -> int:
         return self.start + self.size
 
-    def map_now(self) -> mmap.mmap:
-        """Map the file (the cache calls this); the descriptor opened for it is closed at once:
-        the map keeps its own."""
-        fd = os.open(self.path, os.O_RDWR)
-        try:
-            self.mm = mmap.mmap(fd, self.size)
-        finally:
+    def open_now(self) -> int:
+        """Open the file (the cache calls this)."""
+        self.fd = os.open(self.path, os.O_RDWR)
+        return self.fd
+
+    def close_now(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
             os.close(fd)
-        return self.mm
 
-    def unmap(self) -> None:
-        mm, self.mm = self.mm, None
-        if mm is not None:
-            mm.close()
-
-    def allocate(self, end: int) -> None:
-        """Back the file up to ``end`` (and ``ALLOCATE_AHEAD`` more) before the map stores into
-        it; DiskFullError (nothing written) when the filesystem cannot."""
+    def allocate(self, fd: int, end: int) -> None:
+        """Back the file up to ``end`` (and ``ALLOCATE_AHEAD`` more) before units are written
+        into it, so a write never fails half-way; DiskFullError (nothing written) when the
+        filesystem cannot."""
         stop = min(self.size, end + ALLOCATE_AHEAD)
         try:
-            fd = os.open(self.path, os.O_RDWR)
-            try:
-                os.posix_fallocate(fd, self.allocated, stop - self.allocated)
-            finally:
-                os.close(fd)
+            os.posix_fallocate(fd, self.allocated, stop - self.allocated)
         except OSError as exc:
             if is_disk_full(exc):
                 what = f"allocating {stop - self.allocated} bytes of consume queue file {self.path}"
@@ -144,8 +131,9 @@ class ConsumeQueueFile:
 
     def flush_blocking(self) -> None:
         """fdatasync through a descriptor of its own (any thread): Linux syncs the file's
-        dirty pages whichever descriptor asks, and the loop may unmap the file meanwhile. A
-        file deleted meanwhile (topic deleted, retention) has nothing left to sync."""
+        dirty pages whichever descriptor asks, and the loop may close the cached one (and its
+        number be reused) meanwhile. A file deleted meanwhile (topic deleted, retention) has
+        nothing left to sync."""
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -307,9 +295,9 @@ class ConsumeQueue:
         return self._write_pos - self._flushed_pos
 
     @property
-    def mapped_files(self) -> int:
-        """Files of this queue mapped now (tests, figures)."""
-        return sum(file.mm is not None for file in self.files)
+    def open_files(self) -> int:
+        """Files of this queue open now (tests, figures)."""
+        return sum(file.fd >= 0 for file in self.files)
 
     # --- writes --------------------------------------------------------------------------
     def append_units(self, first_offset: int, units: Sequence[Unit]) -> int:
@@ -360,9 +348,10 @@ class ConsumeQueue:
             file = self._file_for_write()
             at = self._write_pos - file.start
             n = min(len(view), file.size - at)
+            fd = self._cache.fd(file)
             if at + n > file.allocated:
-                file.allocate(at + n)  # see the module docstring
-            self._cache.map(file)[at : at + n] = view[:n]
+                file.allocate(fd, at + n)  # see the module docstring
+            _pwrite_all(fd, view[:n], at, file.path)
             self._write_pos += n
             view = view[n:]
 
@@ -430,7 +419,7 @@ class ConsumeQueue:
                 break
             at = pos - file.start
             n = min(end - pos, file.size - at)
-            chunks.append(self._cache.map(file)[at : at + n])
+            chunks.append(os.pread(self._cache.fd(file), n, at))
             pos += n
         if not chunks:
             return b""
@@ -446,7 +435,8 @@ class ConsumeQueue:
         file = self._file_at(pos)
         if file is None:
             return None
-        return UNIT.unpack_from(self._cache.map(file), pos - file.start)  # type: ignore[return-value]
+        data = os.pread(self._cache.fd(file), CQ_STORE_UNIT_SIZE, pos - file.start)
+        return UNIT.unpack(data)  # type: ignore[return-value]
 
     def _file_at(self, pos: int) -> ConsumeQueueFile | None:
         files = self.files
@@ -504,7 +494,8 @@ class ConsumeQueue:
             last = self.files[-1]
             at = new_pos - last.start
             stop = min(self._write_pos - last.start, last.size)
-            self._cache.map(last)[at:stop] = bytes(stop - at)  # over written (allocated) units
+            # Over written (allocated) units: needs no new space.
+            _pwrite_all(self._cache.fd(last), bytes(stop - at), at, last.path)
         if not self.files:
             self._start_at(new_pos - new_pos % self.file_size)
         self._write_pos = new_pos
@@ -526,7 +517,8 @@ class ConsumeQueue:
     def correct_min_offset(self, commit_log_min: int) -> None:
         """Advance the min offset past units whose records retention deleted (RocketMQ's
         correctMinOffset), by binary search: units are ordered by commit log offset. A queue
-        whose first unit is known to be in the log is not read (no map for idle queues)."""
+        whose first unit is known to be in the log is not read (no file opened for idle
+        queues)."""
         if self._min_physical >= 0 and commit_log_min <= self._min_physical:
             return
         low, high = self.min_offset, self.max_offset
@@ -551,15 +543,17 @@ class ConsumeQueue:
         """Files (never the newest) whose last unit points below ``commit_log_min``."""
         expired = []
         for file in self.files[:-1]:
-            mm = self._cache.map(file)
-            offset, size, _ = UNIT.unpack_from(mm, file.size - CQ_STORE_UNIT_SIZE)
+            data = os.pread(
+                self._cache.fd(file), CQ_STORE_UNIT_SIZE, file.size - CQ_STORE_UNIT_SIZE
+            )
+            offset, size, _ = UNIT.unpack(data)
             if offset + (0 if size == BLANK_UNIT_SIZE else size) > commit_log_min:
                 break
             expired.append(file)
         return expired
 
     def detach_files(self, files: Sequence[ConsumeQueueFile]) -> None:
-        """Forget ``files`` (a prefix, unmapped here); the caller unlinks them in a thread."""
+        """Forget ``files`` (a prefix, closed here); the caller unlinks them in a thread."""
         for file in files:
             self.files.remove(file)
             self._cache.forget(file)
@@ -586,7 +580,7 @@ class ConsumeQueue:
 
     def destroy_blocking(self) -> None:
         """Delete every file and the queue's directory (topic deletion; the queue was closed
-        on the loop first, so nothing of it is mapped)."""
+        on the loop first, so nothing of it is open)."""
         for file in self.files:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(file.path)
@@ -598,6 +592,18 @@ class ConsumeQueue:
 
 # (first file start, file count, min pos, write pos, max physical offset, min physical offset)
 QueueSummary = tuple[int, int, int, int, int, int]
+
+
+def _pwrite_all(fd: int, data: bytes | memoryview, at: int, path: str) -> None:
+    """All of ``data`` at ``at``: into allocated space, so only a failing disk stops it."""
+    done = 0
+    try:
+        while done < len(data):
+            done += os.pwrite(fd, data[done:], at + done)
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full_error(exc, f"writing consume queue file {path}") from exc
+        raise
 
 
 def _all_zero_blocking(path: str) -> bool:

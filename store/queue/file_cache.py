@@ -1,38 +1,29 @@
-"""A bounded cache of mapped ConsumeQueue files (LevelDB's table cache, RocksDB's
-``max_open_files``): descriptors and maps are bounded by a setting, never by the number of
-queues.
+"""A bounded cache of open ConsumeQueue files (LevelDB's table cache, RocksDB's
+``max_open_files``): descriptors are bounded by a setting, never by the number of queues.
 
 Why: a map per queue file for the life of the process ran a broker out of descriptors near
 10,000 queues (CPython's ``mmap`` keeps a dup of the descriptor, so a file cost two) and then
-dispatch, checkpoints and restart all failed with EMFILE. Here a file is mapped on its first
-read or write and unmapped, least recently used first, once ``capacity`` files are mapped; the
-next access maps it again. A mapped file holds ONE descriptor (the map's own dup: the one
-opened to map it is closed at once) and one map. Python 3.13's ``trackfd=False`` would drop
-that descriptor too; 3.11 has no such switch.
-
-Cost of a miss (open + fstat + mmap + close, and the munmap of the evicted file): ~12 us here
-(``python -m tests.bench.queue_scale`` prints it). Dispatch appends a chunk's units per queue
-in one call, so a produce over more queues than the cache holds pays it once per queue per
-chunk, not per message.
+dispatch, checkpoints and restart all failed with EMFILE. Here a file is opened on its first
+read or write and closed, least recently used first, once ``capacity`` files are open; the next
+access opens it again (~5 us here). Queue files are read and written with ``pread``/``pwrite``,
+not mapped (``store.queue.consume_queue`` says why, with figures), so they hold no map at all.
 
 The capacity adapts to the process's open-file limit: at most a quarter of ``RLIMIT_NOFILE``
-(the rest is for connections, commit log and index files, metadata writes). When mapping still
-fails with EMFILE/ENFILE, or ENOMEM (``vm.max_map_count`` reached), the cache unmaps half of
-what it holds and tries once more; if that fails too the caller gets
-``ResourceLimitError`` (RESOURCE_EXHAUSTED on every protocol) and the cache stays at the lower
-bound for ``RELAX_S`` before growing back. One warning per episode.
+(the rest is for connections, commit log and index files, metadata writes). When opening still
+fails with EMFILE/ENFILE the cache closes half of what it holds and tries once more; if that
+fails too the caller gets ``ResourceLimitError`` (RESOURCE_EXHAUSTED on every protocol) and the
+cache stays at the lower bound for ``RELAX_S`` before growing back. One warning per episode.
 
-Threads: the cache and every map are used on the event loop only (reads copy bytes out, so no
-view outlives an unmap). Threads that sync or allocate a queue file open their own descriptor
-by path (``ConsumeQueueFile.flush_blocking``), so an unmap on the loop never races them.
-Recovery runs in a thread before anything else uses the store.
+Threads: the cache and the descriptors it holds are used on the event loop only. Threads that
+sync a queue file open a descriptor of their own by path (``ConsumeQueueFile.flush_blocking``),
+so a close on the loop never races them (a closed descriptor number can be reused at once by
+another open). Recovery runs in a thread before anything else uses the store.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
-import mmap
 import resource
 import time
 from typing import Protocol
@@ -41,19 +32,18 @@ from wharf.store.errors import ResourceLimitError
 
 log = logging.getLogger(__name__)
 
-# errno values of a limit the operator sets: descriptors (process, system) and maps (ENOMEM
-# from mmap once vm.max_map_count is reached).
-LIMIT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+# errno values of a limit the operator sets: descriptors of the process and of the system.
+LIMIT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 MIN_CAPACITY = 16
 RELAX_S = 60.0  # after an exhaustion the cache stays small this long
 
 
-class Mappable(Protocol):
-    mm: mmap.mmap | None
+class Cached(Protocol):
+    fd: int  # -1 while closed
 
-    def map_now(self) -> mmap.mmap: ...
+    def open_now(self) -> int: ...
 
-    def unmap(self) -> None: ...
+    def close_now(self) -> None: ...
 
 
 def default_capacity(configured: int) -> int:
@@ -65,89 +55,88 @@ def default_capacity(configured: int) -> int:
 
 
 class QueueFileCache:
-    """Mapped files, least recently used first (a dict keeps insertion order)."""
+    """Open files, least recently used first (a dict keeps insertion order)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(MIN_CAPACITY, capacity)
         self._limit = self.capacity
-        self._mapped: dict[Mappable, None] = {}
+        self._open: dict[Cached, None] = {}
         self._exhausted_at = 0.0  # monotonic time of the last exhaustion (0: none)
-        self.maps = 0  # files mapped (misses)
-        self.unmaps = 0  # files unmapped to make room
+        self.opens = 0  # files opened (misses)
+        self.closes = 0  # files closed to make room
         self.exhaustions = 0  # episodes of a limit met
 
     def __len__(self) -> int:
-        return len(self._mapped)
+        return len(self._open)
 
     @property
     def limit(self) -> int:
-        """How many files may be mapped now (the capacity, or less after an exhaustion)."""
+        """How many files may be open now (the capacity, or less after an exhaustion)."""
         return self._limit
 
-    def map(self, file: Mappable) -> mmap.mmap:
-        """``file``'s map, mapping it (and unmapping the least recently used) if needed."""
-        mm = file.mm
-        mapped = self._mapped
-        if mm is not None:
+    def fd(self, file: Cached) -> int:
+        """``file``'s descriptor, opening it (and closing the least recently used) if needed."""
+        fd = file.fd
+        opened = self._open
+        if fd >= 0:
             # Most recently used goes last; pop + set is cheaper than OrderedDict.move_to_end.
-            del mapped[file]
-            mapped[file] = None
-            return mm
+            del opened[file]
+            opened[file] = None
+            return fd
         if self._exhausted_at and time.monotonic() - self._exhausted_at >= RELAX_S:
             self._exhausted_at = 0.0
             self._limit = self.capacity
-            log.info("queue file cache back to %d mapped files", self._limit)
-        while len(mapped) >= self._limit:
-            self._unmap_oldest()
+            log.info("queue file cache back to %d open files", self._limit)
+        while len(opened) >= self._limit:
+            self._close_oldest()
         try:
-            mm = file.map_now()
+            fd = file.open_now()
         except OSError as exc:
             if exc.errno not in LIMIT_ERRNOS:
                 raise
-            mm = self._map_after_shrinking(file, exc)
-        mapped[file] = None
-        self.maps += 1
-        return mm
+            fd = self._open_after_shrinking(file, exc)
+        opened[file] = None
+        self.opens += 1
+        return fd
 
-    def _map_after_shrinking(self, file: Mappable, first: OSError) -> mmap.mmap:
+    def _open_after_shrinking(self, file: Cached, first: OSError) -> int:
         if not self._exhausted_at:
             self.exhaustions += 1
             log.warning(
-                "mapping consume queue files met a limit (%s) with %d files mapped: keeping at "
-                "most %d mapped for %.0f s; raise the open-file limit (ulimit -n) or "
-                "vm.max_map_count if this repeats",
+                "opening consume queue files met a limit (%s) with %d files open: keeping at "
+                "most %d open for %.0f s; raise the open-file limit (ulimit -n) if this repeats",
                 first.strerror,
-                len(self._mapped),
-                max(MIN_CAPACITY, len(self._mapped) // 2),
+                len(self._open),
+                max(MIN_CAPACITY, len(self._open) // 2),
                 RELAX_S,
             )
         self._exhausted_at = time.monotonic()
-        self._limit = max(MIN_CAPACITY, len(self._mapped) // 2)
-        while len(self._mapped) >= self._limit:
-            self._unmap_oldest()
+        self._limit = max(MIN_CAPACITY, len(self._open) // 2)
+        while len(self._open) >= self._limit:
+            self._close_oldest()
         try:
-            return file.map_now()
+            return file.open_now()
         except OSError as exc:
             if exc.errno not in LIMIT_ERRNOS:
                 raise
             raise ResourceLimitError(
-                f"cannot map a consume queue file ({exc.strerror}): the broker's open-file "
-                f"limit (ulimit -n) or vm.max_map_count is reached by other files and "
-                f"connections; raise the limit, close idle connections or use fewer queues"
+                f"cannot open a consume queue file ({exc.strerror}): the broker's open-file "
+                f"limit (ulimit -n) is taken by other files and connections; raise the limit, "
+                f"close idle connections or use fewer queues"
             ) from exc
 
-    def _unmap_oldest(self) -> None:
-        oldest = next(iter(self._mapped))
-        del self._mapped[oldest]
-        oldest.unmap()
-        self.unmaps += 1
+    def _close_oldest(self) -> None:
+        oldest = next(iter(self._open))
+        del self._open[oldest]
+        oldest.close_now()
+        self.closes += 1
 
-    def forget(self, file: Mappable) -> None:
+    def forget(self, file: Cached) -> None:
         """``file`` is closed for good (deleted, truncated away, its queue closed)."""
-        if self._mapped.pop(file, 0) is None:
-            file.unmap()
+        if self._open.pop(file, 0) is None:
+            file.close_now()
 
     def close(self) -> None:
-        for file in list(self._mapped):
-            file.unmap()
-        self._mapped.clear()
+        for file in list(self._open):
+            file.close_now()
+        self._open.clear()

@@ -1,12 +1,12 @@
-"""Queue files through a bounded cache: maps never exceed the capacity whatever the number of
-queues, an unmapped file reads and writes the same bytes when mapped again, a sync of an
-unmapped file works, a limit met gives ResourceLimitError, and the shutdown summary rebuilds
-the table without opening a file."""
+"""Queue files through a bounded cache: open descriptors never exceed the capacity whatever
+the number of queues and no queue file is mapped, a closed file reads and writes the same bytes
+when opened again, a sync of a closed file works, a limit met gives ResourceLimitError, and the
+shutdown summary rebuilds the table without opening a file."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
-import mmap
 import os
 from pathlib import Path
 
@@ -20,47 +20,52 @@ from wharf.store.queue.table import ConsumeQueueTable
 FILE = 20 * 8  # eight units a file
 
 
-def _mapped_here() -> int:
-    """Maps of this process onto consume queue files (from /proc/self/maps)."""
+def _open_here() -> tuple[int, int]:
+    """(descriptors, maps) of this process on consume queue files."""
+    fds = 0
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            fds += "consumequeue" in os.readlink(f"/proc/self/fd/{name}")
     with open("/proc/self/maps") as maps:
-        return sum("consumequeue" in line for line in maps)
+        return fds, sum("consumequeue" in line for line in maps)
 
 
 def _units(queue_id: int, count: int, base: int = 0) -> list[tuple[int, int, int]]:
     return [(base + (queue_id * 1000 + i) * 100, 100, queue_id) for i in range(count)]
 
 
-def test_maps_stay_within_the_capacity_and_every_queue_reads_back(tmp_path: Path) -> None:
+def test_descriptors_stay_within_the_capacity_and_every_queue_reads_back(tmp_path: Path) -> None:
     table = ConsumeQueueTable(tmp_path / "consumequeue", FILE, QueueFileCache(16))
     try:
         for queue_id in range(200):  # 200 queues x 3 files (20 units of 8 a file)
             table.find_or_create("T", queue_id).append_units(0, _units(queue_id, 20))
             assert len(table.cache) <= 16
-        assert _mapped_here() <= 16
+        fds, maps = _open_here()
+        assert fds <= 16 and maps == 0
         assert table.file_count == 600
         for queue_id in range(200):
             queue = table.find("T", queue_id)
             assert queue is not None
             assert list(queue.read_units(0, 30)) == _units(queue_id, 20)
             assert queue.get_unit(19) == _units(queue_id, 20)[19]
-        # The oldest queue was unmapped long ago: it takes more units where it stopped.
+        # The oldest queue was closed long ago: it takes more units where it stopped.
         first = table.find("T", 0)
-        assert first is not None and first.mapped_files == 0
+        assert first is not None and first.open_files == 0
         first.append_units(20, _units(0, 5, base=10_000_000))
         assert first.max_offset == 25
         assert list(first.read_units(20, 5)) == _units(0, 5, base=10_000_000)
-        assert table.cache.unmaps > 0 and len(table.cache) <= 16
+        assert table.cache.closes > 0 and len(table.cache) <= 16
     finally:
         table.close()
-    assert _mapped_here() == 0
+    assert _open_here() == (0, 0)
 
 
-def test_a_sync_of_an_unmapped_file_uses_its_own_descriptor(tmp_path: Path) -> None:
+def test_a_sync_of_a_closed_file_uses_its_own_descriptor(tmp_path: Path) -> None:
     cache = QueueFileCache(16)
     queue = ConsumeQueue("T", 0, tmp_path / "consumequeue" / "T" / "0", FILE, cache)
     queue.append_units(0, _units(0, 20))
-    cache.close()  # nothing of it mapped any more
-    assert queue.mapped_files == 0 and queue.unflushed_bytes == 400
+    cache.close()  # nothing of it open any more
+    assert queue.open_files == 0 and queue.unflushed_bytes == 400
     synced: list[int] = []
     real = os.fdatasync
 
@@ -78,18 +83,18 @@ def test_a_sync_of_an_unmapped_file_uses_its_own_descriptor(tmp_path: Path) -> N
 
 
 class _Refusing(ConsumeQueueFile):
-    """A file whose mapping fails as a process at its limits would."""
+    """A file whose opening fails as a process at its limits would."""
 
     __slots__ = ()
     errors: list[int] = []
 
-    def map_now(self) -> mmap.mmap:
+    def open_now(self) -> int:
         if _Refusing.errors:
             raise OSError(_Refusing.errors.pop(0), "limit")
-        return super().map_now()
+        return super().open_now()
 
 
-def test_a_limit_unmaps_half_the_cache_and_then_gives_a_clear_error(
+def test_a_limit_closes_half_the_cache_and_then_gives_a_clear_error(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cache = QueueFileCache(64)
@@ -100,26 +105,26 @@ def test_a_limit_unmaps_half_the_cache_and_then_gives_a_clear_error(
         paths.append(path)
     files = [ConsumeQueueFile(p, 0, FILE) for p in paths[:40]]
     for file in files:
-        cache.map(file)
+        cache.fd(file)
     assert len(cache) == 40
-    # EMFILE once: the cache gives back half its maps and maps the file on the second try.
+    # EMFILE once: the cache closes half its files and opens this one on the second try.
     _Refusing.errors = [errno.EMFILE]
     refusing = _Refusing(paths[40], 0, FILE)
-    assert cache.map(refusing) is refusing.mm
+    assert cache.fd(refusing) == refusing.fd >= 0
     assert len(cache) == 20 and cache.limit == 20 and cache.exhaustions == 1
-    assert [f.mm is not None for f in files] == [False] * 21 + [True] * 19  # newest stay
+    assert [f.fd >= 0 for f in files] == [False] * 21 + [True] * 19  # the newest stay
     cache.forget(refusing)
-    # ENOMEM (vm.max_map_count) twice: nothing more to free that helps, a clear error.
-    _Refusing.errors = [errno.ENOMEM, errno.ENOMEM]
-    with pytest.raises(ResourceLimitError, match=r"vm\.max_map_count"):
-        cache.map(refusing)
-    assert refusing.mm is None
+    # ENFILE twice: closing more does not help, a clear error.
+    _Refusing.errors = [errno.ENFILE, errno.ENFILE]
+    with pytest.raises(ResourceLimitError, match=r"open-file limit \(ulimit -n\)"):
+        cache.fd(refusing)
+    assert refusing.fd == -1
     assert cache.exhaustions == 1  # the same episode: one warning
     assert sum("met a limit" in r.getMessage() for r in caplog.records) == 1
     # Other errors are not limits: they propagate as they are.
     _Refusing.errors = [errno.EACCES]
     with pytest.raises(PermissionError):
-        cache.map(refusing)
+        cache.fd(refusing)
     cache.close()
 
 
