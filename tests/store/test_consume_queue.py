@@ -4,7 +4,6 @@ files so every operation crosses file boundaries, plus reopen, truncation and re
 from __future__ import annotations
 
 import os
-
 from pathlib import Path
 
 import pytest
