@@ -84,6 +84,7 @@ $(TREE)/wharf: Makefile
 	ln -sfn ../../../proto/wharf/__init__.py $(TREE)/wharf/__init__.py
 	ln -sfn ../../../proto/wharf/wire.py $(TREE)/wharf/wire.py
 	ln -sfn ../../../proto/wharf/hops.py $(TREE)/wharf/hops.py
+	ln -sfn ../../../proto/wharf/keepalive.py $(TREE)/wharf/keepalive.py
 	ln -sfn ../../../proto/wharf/v1 $(TREE)/wharf/v1
 	ln -sfn ../../../proto/wharf/rocketmq $(TREE)/wharf/rocketmq
 	for d in store broker client; do ln -sfn ../../../$$d $(TREE)/wharf/$$d; done

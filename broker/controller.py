@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from wharf import keepalive
 from wharf.broker.acl.guard import AclGuard
 from wharf.broker.acl.rules import FILE_NAME as ACL_FILE_NAME
 from wharf.broker.acl.rules import AclFileError
@@ -151,12 +152,70 @@ def _bind(
     except RuntimeError:
         port = 0
     if port == 0:
-        flag = "--" + "-".join(part.lower() for part in re.findall(r"[a-z]+|[A-Z][a-z]*", setting))
         raise StartupError(
             f"cannot listen on {address} ({setting}): the port is taken or the address is "
-            f"not local; pick another with {flag}"
+            f"not local; pick another with {_flag(setting)}"
         )
     return port
+
+
+def _flag(setting: str) -> str:
+    """The command-line flag of a setting: tlsListen -> --tls-listen."""
+    return "--" + "-".join(part.lower() for part in re.findall(r"[a-z]+|[A-Z][a-z]*", setting))
+
+
+def _reserve(address: str, setting: str, held: list[socket.socket]) -> tuple[str, int]:
+    """Hold ``address``'s port without listening (``BrokerController.start``, step 2): a
+    socket bound to each of its addresses, appended to ``held``. SO_REUSEADDR, as gRPC's own
+    sockets: gRPC binds the port next to them when the broker serves, no other process can
+    take it meanwhile, and a client dialing it is refused (nothing listens). A port taken by
+    a listener fails here, before the store starts. Returns the address with the real port
+    (port 0: the one the OS picked) and that port."""
+    host, port = parse_host_port(address, setting)
+    taken = (
+        f"cannot listen on {address} ({setting}): the port is taken or the address is not "
+        f"local; pick another with {_flag(setting)}"
+    )
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise StartupError(f"cannot listen on {address} ({setting}): {exc.strerror}") from None
+    # (family, sockaddr) of each address, once (the port is set below).
+    targets = list(dict.fromkeys((f, a) for f, _, _, _, a in infos if f in _FAMILIES))
+    for _ in range(10):  # port 0: the port picked on the first address may be taken on another
+        sockets: list[socket.socket] = []
+        chosen = port
+        try:
+            for family, sockaddr in targets:
+                sock = socket.socket(family, socket.SOCK_STREAM)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:  # the ipv4 address, if listed, has its own
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                try:
+                    sock.bind((sockaddr[0], chosen, *sockaddr[2:]))
+                except OSError as exc:
+                    sock.close()
+                    # An address of a name this host does not have (localhost's ::1 without
+                    # ipv6): gRPC listens on the others, so does this.
+                    if exc.errno == errno.EADDRNOTAVAIL and len(targets) > 1:
+                        continue
+                    raise
+                sockets.append(sock)
+                chosen = sock.getsockname()[1]
+        except OSError as exc:
+            for sock in sockets:
+                sock.close()
+            if port == 0 and sockets and exc.errno == errno.EADDRINUSE:
+                continue  # try another ephemeral port
+            raise StartupError(taken) from None
+        if not sockets:
+            raise StartupError(taken)
+        held.extend(sockets)
+        return f"{address.rpartition(':')[0]}:{chosen}", chosen
+    raise StartupError(f"cannot listen on {address} ({setting}): no port free on every address")
+
+
+_FAMILIES = (socket.AF_INET, socket.AF_INET6)
 
 
 class BrokerController:
@@ -214,6 +273,35 @@ class BrokerController:
 
     # --- start ----------------------------------------------------------------------------------
     async def start(self) -> None:
+        """Start the broker; its ports accept connections only once it serves (issue 33,
+        "ready means ready": a port that accepts before its server runs leaves a client
+        waiting for a reply that comes seconds later, "timed out before receiving SETTINGS
+        frame", where a refused connection is retried at once). The order, and why:
+
+        1. Settings' files (metrics token, TLS material, ACL file): a bad one stops the broker
+           before anything else starts.
+        2. Reserve the gRPC ports (listen, tlsListen) without listening (``_reserve``): bound,
+           so the port is ours (port 0: the OS picks it now) and a taken one fails at once,
+           but not listening, so a client dialing it now is refused. The real port is needed
+           this early: it is part of the store host in every record and offset message id.
+        3. The store: recovery (seconds on a large or fresh store).
+        4. Metadata, the handlers, health SERVING, the background tasks: everything a call
+           needs, before anything can call.
+        5. Open the ports, last: gRPC (``add_*_port`` listens at once, so it is called right
+           before ``server.start``, with no await between them), then the wire port and the
+           metrics port (both serve as soon as they listen). The reservations are closed.
+        6. Announce the broker: NameServer registration, then controller mode's election
+           (clients and replicas routed here find it serving).
+
+        The caller writes the ready file after this returns."""
+        held: list[socket.socket] = []  # step 2's reservations, closed in step 5 or on failure
+        try:
+            await self._start(held)
+        finally:
+            for sock in held:
+                sock.close()
+
+    async def _start(self, held: list[socket.socket]) -> None:
         broker = self.config.broker
         self.long_poll.bind_loop(asyncio.get_running_loop())
         token = None  # checked before anything starts: a bad file stops the broker at once
@@ -236,11 +324,10 @@ class BrokerController:
                 # in one frame instead of 25 (~10% less receive CPU measured here).
                 ("grpc.http2.max_frame_size", 4 * 1024 * 1024),
                 ("grpc.so_reuseport", 0),
-                # Accept client keepalive pings every 10 s even on idle connections (the SDK
-                # pings every 30 s during long polls; gRPC's 5 min default would answer
-                # with GOAWAY "too_many_pings").
-                ("grpc.keepalive_permit_without_calls", 1),
-                ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+                # Accept the SDK's keepalive pings (every 30 s, idle connections too): the one
+                # client/server pairing is wharf.keepalive (gRPC's 5 min default would answer
+                # them with GOAWAY "too_many_pings").
+                *keepalive.server_options(),
                 # Ping clients every 60 s: a vanished client's parked pulls and streams are
                 # cancelled within ~80 s instead of lingering on a half-open connection.
                 ("grpc.keepalive_time_ms", 60_000),
@@ -250,10 +337,16 @@ class BrokerController:
         self._server = server
         if broker.wire_listen != "off":
             self._wire = WireServer(max_size)
-        # Bind before starting the store: the real port is part of the store host that goes
-        # into every record and offset message id.
         listen_host, _ = parse_host_port(broker.listen, "listen")
-        await self._bind_ports(server)
+        await self._load_tls()
+        # Step 2: the ports, reserved (not listening): the real port goes into the store host.
+        listen_address, self.grpc_port = _reserve(broker.listen, "listen", held)
+        tls_address = ""
+        if self.tls_reloader is not None and broker.tls_enable:
+            if broker.tls_listen:
+                tls_address, self.tls_port = _reserve(broker.tls_listen, "tlsListen", held)
+            else:
+                self.tls_port = self.grpc_port
         self.endpoint = broker.advertised_address or default_endpoint(listen_host, self.grpc_port)
         store_config = self.config.store
         if store_config.store_host == StoreConfig().store_host:
@@ -349,13 +442,31 @@ class BrokerController:
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(SERVICE_NAMES, server)
-        await server.start()
-        if wire is not None:
-            await self._bind_wire(wire, listen_host)
+        # SERVING before the port opens: a health check answered at all says SERVING.
         for name in ("", *SERVICE_NAMES[:2]):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
-
         self.metrics.attach(self)
+        dial = None
+        if broker.namesrv_addr:  # the routes of other brokers' topics, for forwarded calls
+            dial = await asyncio.to_thread(self._namesrv_dialer_blocking)
+            self.ctx.cluster_routes = ClusterRoutes(parse_namesrv_addr(broker.namesrv_addr), dial)
+        self._tasks = [
+            asyncio.create_task(self._persist_loop(), name="persist-metadata"),
+            asyncio.create_task(self._expire_clients_loop(), name="expire-clients"),
+            asyncio.create_task(self._pop_progress_loop(), name="pop-progress"),
+            asyncio.create_task(self.checker.run(), name="transaction-check-back"),
+        ]
+        if self.acl is not None:
+            self._tasks.append(asyncio.create_task(self.acl.watch(), name="acl-reload"))
+
+        # Step 5: open the ports. add_*_port listens at once: no await until server.start().
+        self._bind_ports(server, listen_address, tls_address)
+        await server.start()
+        for sock in held:  # gRPC listens on the reserved ports now (bound next to these)
+            sock.close()
+        held.clear()
+        if wire is not None:
+            await self._bind_wire(wire, listen_host)
         metrics_host, metrics_port = parse_host_port(broker.metrics_listen, "metricsListen")
         try:
             self.metrics_port = await self.metrics.serve(metrics_host, metrics_port, token)
@@ -366,22 +477,14 @@ class BrokerController:
         self._metrics_started = True
         self.started_at = time.time()
         self.ctx.started_at = self.started_at
-        if broker.namesrv_addr:
-            dial = await asyncio.to_thread(self._namesrv_dialer_blocking)
-            self.ctx.cluster_routes = ClusterRoutes(parse_namesrv_addr(broker.namesrv_addr), dial)
+
+        # Step 6: announce the broker, now that it serves.
+        if dial is not None:
             self.registrar = self._registrar(dial)
             self.topics.on_change = self._on_topics_changed
             self.registrar.start()
         if self.failover is not None:
             await self.failover.start()
-        self._tasks = [
-            asyncio.create_task(self._persist_loop(), name="persist-metadata"),
-            asyncio.create_task(self._expire_clients_loop(), name="expire-clients"),
-            asyncio.create_task(self._pop_progress_loop(), name="pop-progress"),
-            asyncio.create_task(self.checker.run(), name="transaction-check-back"),
-        ]
-        if self.acl is not None:
-            self._tasks.append(asyncio.create_task(self.acl.watch(), name="acl-reload"))
         log.info("broker %s serving gRPC on %s:%d (%s; advertised %s), metrics on %s:%d%s",
                  broker.broker_name, listen_host, self.grpc_port,
                  "TLS" if self.tls_port == self.grpc_port else "plaintext", self.endpoint,
@@ -421,11 +524,10 @@ class BrokerController:
             ) from None
         self.wire_address = f"{host.strip('[]') or '0.0.0.0'}:{self.wire_port}"
 
-    async def _bind_ports(self, server: grpc.aio.Server) -> None:
-        """listen plaintext; or TLS-only with tlsEnable; or plaintext + tlsListen TLS."""
+    async def _load_tls(self) -> None:
+        """The TLS material of tlsEnable or haTlsEnable (either), with its reloader."""
         broker = self.config.broker
-        credentials = None
-        if broker.tls_enable or broker.ha_tls_enable:  # the material of either
+        if broker.tls_enable or broker.ha_tls_enable:
             try:
                 self.tls = await asyncio.to_thread(
                     load_server_tls_blocking, broker, self.config.store.store_path_root_dir
@@ -433,14 +535,17 @@ class BrokerController:
             except TlsError as exc:
                 raise StartupError(str(exc)) from None
             self.tls_reloader = CertificateReloader(self.tls)
-        if broker.tls_enable and self.tls_reloader is not None:
+
+    def _bind_ports(self, server: grpc.aio.Server, listen: str, tls_listen: str) -> None:
+        """The reserved addresses (``_reserve``): listen plaintext; or TLS-only with
+        tlsEnable; or plaintext + tlsListen (``tls_listen``) TLS. Listens at once."""
+        credentials = None
+        if self.config.broker.tls_enable and self.tls_reloader is not None:
             credentials = self.tls_reloader.credentials()
-        main_tls = credentials is not None and not broker.tls_listen
-        self.grpc_port = _bind(server, broker.listen, "listen", credentials if main_tls else None)
-        if main_tls:
-            self.tls_port = self.grpc_port
-        elif credentials is not None:
-            self.tls_port = _bind(server, broker.tls_listen, "tlsListen", credentials)
+        main_tls = credentials is not None and not tls_listen
+        _bind(server, listen, "listen", credentials if main_tls else None)
+        if credentials is not None and tls_listen:
+            _bind(server, tls_listen, "tlsListen", credentials)
 
     # --- cluster ---------------------------------------------------------------------------------
     def _namesrv_dialer_blocking(self) -> Callable[[str], grpc.aio.Channel]:
@@ -620,7 +725,7 @@ class BrokerController:
             if not manager.dirty:
                 continue
             manager.dirty = False
-            text = dumps(manager.to_json())
+            text = manager.capture()  # cheap; serialized and written in the thread
             try:
                 await asyncio.to_thread(
                     write_text_atomic_blocking, self._metadata_dir / manager.FILE_NAME, text

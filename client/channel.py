@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from wharf import wire
+from wharf import keepalive, wire
 from wharf.client.auth import SignedChannel, resolve_credentials
 from wharf.client.errors import InvalidArgumentError
 from wharf.client.wire_channel import WireChannel, client_ssl_context
@@ -30,7 +30,6 @@ _OPTIONS: list[tuple[str, int | str]] = [
     ("grpc.http2.max_frame_size", 4 * 1024 * 1024),
     # The SDK does its own retries (with idempotent UNIQ_KEYs); gRPC's would double them.
     ("grpc.enable_retries", 0),
-    ("grpc.keepalive_time_ms", 30_000),
     # Reconnect quickly after a broker restart (gRPC's default starts at 1 s and grows to
     # 120 s, longer than a send's whole retry budget).
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -120,7 +119,9 @@ def open_channel(
             ssl_context = client_ssl_context(tls.ca_pem, tls.cert_pem, tls.key_pem)
         wire_channel = WireChannel(target, ssl_context)
         return wire_channel if credentials is None else SignedChannel(wire_channel, credentials)
-    options = list(_OPTIONS)
+    # Keepalive as the broker and the NameServer accept it (wharf.keepalive), read per channel so
+    # WHARF_GRPC_KEEPALIVE_MS applies to a client made after it is set.
+    options = [*_OPTIONS, *keepalive.client_options()]
     if dedicated:
         options.append(("grpc.use_local_subchannel_pool", 1))
     target = parse_endpoints(endpoints)

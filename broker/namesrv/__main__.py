@@ -24,6 +24,7 @@ import grpc
 import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from wharf import keepalive
 from wharf.broker.acl.accounts import AccountChecker
 from wharf.broker.acl.rules import AclFileError
 from wharf.broker.certs import generate_development_pair_blocking
@@ -85,6 +86,16 @@ class StartError(Exception):
 
 
 async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
+    """Run until SIGTERM/SIGINT. The port accepts connections only once the NameServer serves
+    (issue 33, "ready means ready": a port that accepts before its server runs leaves a client
+    waiting for its deadline, where a refused one is retried at once). The order, and why:
+
+    1. The ACL and TLS files: a bad one stops the NameServer before anything starts.
+    2. The service, its handlers, health SERVING and its background tasks: everything a call
+       needs, before anything can call.
+    3. The port, last: ``add_*_port`` listens at once, so it comes right before
+       ``server.start`` with no await between them.
+    4. The ready file, once it serves."""
     acl: AccountChecker | None = None
     if config.acl_enable:
         acl = AccountChecker(Path(config.acl_file), config.acl_max_clock_skew / 1000)
@@ -99,19 +110,23 @@ async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
         except TlsError as exc:
             raise StartError(str(exc)) from None
     service = NameService(RouteTable(), config.broker_not_active_timeout_millis, acl)
-    server = grpc.aio.server()
+    # Accept the SDK's keepalive pings on route watches and idle connections (wharf.keepalive):
+    # gRPC's defaults answer them with GOAWAY "too_many_pings" after three.
+    server = grpc.aio.server(options=keepalive.server_options())
     namesrv_pb2_grpc.add_NameServiceServicer_to_server(service, server)
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((SERVICE_NAME, reflection.SERVICE_NAME), server)
+    # SERVING before the port opens: a health check answered at all says SERVING.
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    expire = asyncio.get_running_loop().create_task(service.expire_loop())
+    reload_acl = asyncio.get_running_loop().create_task(acl.watch()) if acl else None
+    # The port, last: add_*_port listens at once (no await until server.start()).
     if credentials is not None:
         port = server.add_secure_port(config.listen, credentials)
     else:
         port = server.add_insecure_port(config.listen)
     await server.start()
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    expire = asyncio.get_running_loop().create_task(service.expire_loop())
-    reload_acl = asyncio.get_running_loop().create_task(acl.watch()) if acl else None
     host = config.listen.rpartition(":")[0].strip("[]")
     log.info("NameServer serving on %s:%d%s%s", host, port, " over TLS" if credentials else "",
              " with ACL" if acl else "")  # fmt: skip

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
+from wharf import keepalive
 from wharf.client.auth import Credentials, sign_sync_channel
 from wharf.client.channel import TlsConfig
 from wharf.client.spark.rpc import BrokerCallError, BrokerRpc, PendingPull, QueueBounds
@@ -42,6 +43,11 @@ def split_key(key: str) -> tuple[str, str]:
     return topic, broker
 
 
+def _plain_channel(address: str) -> grpc.Channel:
+    """A plaintext channel to a NameServer, keepalive as it accepts (wharf.keepalive)."""
+    return grpc.insecure_channel(address, options=keepalive.client_options())
+
+
 class _RouteWatch:
     """WatchRoutes for a growing set of topics on a daemon thread; ``on_change(topic,
     version)`` for each pushed change (and once per topic when a stream opens)."""
@@ -52,7 +58,7 @@ class _RouteWatch:
         self,
         addresses: list[str],
         on_change: Callable[[str, int], None],
-        dial: Callable[[str], grpc.Channel] = grpc.insecure_channel,
+        dial: Callable[[str], grpc.Channel] = _plain_channel,
     ) -> None:
         self._dial = dial
         self._addresses = addresses
@@ -142,9 +148,11 @@ class ClusterRpc:
         """A channel to a NameServer: signed as the brokers' calls (accessKey / secretKey),
         over TLS with option namesrvTls (the tls / caFile options)."""
         if self._namesrv_tls is not None:
-            plain = grpc.secure_channel(address, self._namesrv_tls.credentials())
+            plain = grpc.secure_channel(
+                address, self._namesrv_tls.credentials(), options=keepalive.client_options()
+            )
         else:
-            plain = grpc.insecure_channel(address)
+            plain = grpc.insecure_channel(address, options=keepalive.client_options())
         return sign_sync_channel(plain, self._credentials)
 
     def _route_changed(self, topic: str, version: int) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from wharf import wire
+from wharf import keepalive, wire
 from wharf.client.auth import Credentials, sign_sync_channel
 from wharf.client.channel import TlsConfig
 from wharf.client.consumer.pull_wire import PULL_METHOD, PullReply, decode_pull_reply
@@ -40,6 +40,12 @@ _CHANNEL_OPTIONS = [
     # travels in one frame instead of dozens of 16 KiB ones.
     ("grpc.http2.max_frame_size", 4 * 1024 * 1024),
 ]
+
+
+def channel_options() -> list[tuple[str, int]]:
+    """A connector channel's options: the above and the SDK's keepalive, as brokers and
+    NameServers accept it (wharf.keepalive; read per channel, as WHARF_GRPC_KEEPALIVE_MS)."""
+    return [*_CHANNEL_OPTIONS, *keepalive.client_options()]
 
 
 class BrokerCallError(RuntimeError):
@@ -136,10 +142,10 @@ class BrokerRpc:
         if self._stub is None:
             if self._tls is not None:
                 plain = grpc.secure_channel(
-                    self.endpoint, self._tls.credentials(), options=_CHANNEL_OPTIONS
+                    self.endpoint, self._tls.credentials(), options=channel_options()
                 )
             else:
-                plain = grpc.insecure_channel(self.endpoint, options=_CHANNEL_OPTIONS)
+                plain = grpc.insecure_channel(self.endpoint, options=channel_options())
             channel = sign_sync_channel(plain, self._credentials)
             self._channel = channel
             self._stub = messaging_pb2_grpc.MessagingServiceStub(channel)
