@@ -201,10 +201,11 @@ class ConsumeQueue:
         file_size: int,
         cache: QueueFileCache | None = None,
     ) -> ConsumeQueue:
-        """Find the files and the end of written data (first zero-size unit of the last file,
-        by binary search with ``pread``) without mapping anything: a restart after a crash
-        reads ~20 units of each queue and holds one descriptor at a time. Files of the wrong
-        size are refused: the layout would be ambiguous."""
+        """Find the files and the end of written data (first zero-size unit of the last file)
+        with ``pread`` and one descriptor at a time, closed before returning: a restart after a
+        crash reads one 4 KiB block of a queue holding fewer than 204 units in its last file,
+        ~20 units more of a fuller one. Files of the wrong size are refused: the layout would
+        be ambiguous."""
         queue = cls(topic, queue_id, directory, file_size, cache)
         names = sorted(
             (entry.name for entry in os.scandir(directory) if entry.name.isdigit()),
@@ -231,19 +232,21 @@ class ConsumeQueue:
             queue.files.append(ConsumeQueueFile(path, start, file_size))
         if queue.files:
             queue._min_pos = queue.files[0].start
-            used = _used_bytes_blocking(queue.files[-1])
+            used, end, first = _scan_blocking(queue.files[-1])
             while used == 0 and len(queue.files) > 1:
                 # Created ahead of the writer and never written: holds nothing.
                 os.unlink(queue.files.pop().path)
-                used = _used_bytes_blocking(queue.files[-1])
+                used, end, first = _scan_blocking(queue.files[-1])
             last = queue.files[-1]
             queue._write_pos = last.start + used
             queue._flushed_pos = queue._write_pos
-            for file in reversed(queue.files):  # blanks only in the last file: look further
-                end = _physical_end_blocking(file, used if file is last else file.size)
+            if len(queue.files) == 1:
+                queue._min_physical = first
+            for file in reversed(queue.files[:-1]):  # blanks only in the last file: look further
                 if end:
-                    queue.max_physical_offset = end
                     break
+                end = _physical_end_blocking(file, file.size)
+            queue.max_physical_offset = end
         return queue
 
     @classmethod
@@ -612,42 +615,74 @@ def _all_zero_blocking(path: str) -> bool:
     return data.count(0) == len(data)
 
 
-def _used_bytes_blocking(file: ConsumeQueueFile) -> int:
-    """Bytes before the first unit with size 0 (end of written data), by ``pread``: units are
-    written front to back, so "size != 0" is a prefix property (binary search, ~19 reads of a
-    300,000-unit file)."""
+_SCAN_BLOCK = 204 * CQ_STORE_UNIT_SIZE  # 4,080 bytes: one page read holds 204 units
+
+
+def _scan_blocking(file: ConsumeQueueFile) -> tuple[int, int, int]:
+    """(bytes before the first unit of size 0 (end of written data), end (offset + size) of
+    the newest non-blank unit's record or 0, commit log offset of the first unit or -1 when it
+    is blank or absent). Units are written front to back, so "size != 0" is a prefix
+    property: found in the first block, or by binary search (~19 reads of a full file)."""
     unit_size = CQ_STORE_UNIT_SIZE
     fd = os.open(file.path, os.O_RDONLY)
     try:
-        low, high = 0, file.size // unit_size
+        head = os.pread(fd, min(_SCAN_BLOCK, file.size), 0)
+        count = len(head) // unit_size
+        low, high = 0, count
         while low < high:
             mid = (low + high) // 2
-            if UNIT.unpack(os.pread(fd, unit_size, mid * unit_size))[1] != 0:
+            if UNIT.unpack_from(head, mid * unit_size)[1] != 0:
                 low = mid + 1
             else:
                 high = mid
+        if low == count:  # past the first block
+            high = file.size // unit_size
+            while low < high:
+                mid = (low + high) // 2
+                if UNIT.unpack(os.pread(fd, unit_size, mid * unit_size))[1] != 0:
+                    low = mid + 1
+                else:
+                    high = mid
+        used = low * unit_size
+        first = -1
+        if used:
+            offset, size, _ = UNIT.unpack_from(head, 0)
+            first = offset if size != BLANK_UNIT_SIZE else -1
+        end = _last_record_end(head, used) if used <= len(head) else 0
+        if used > len(head):
+            end = _physical_end_fd(fd, used)
     finally:
         os.close(fd)
-    return low * unit_size
+    return used, end, first
+
+
+def _last_record_end(chunk: bytes, used: int) -> int:
+    """End of the record of the newest non-blank unit in ``chunk[:used]`` (0 if none)."""
+    for index in range(used // CQ_STORE_UNIT_SIZE - 1, -1, -1):
+        offset, size, _ = UNIT.unpack_from(chunk, index * CQ_STORE_UNIT_SIZE)
+        if size != BLANK_UNIT_SIZE:
+            return offset + size
+    return 0
 
 
 def _physical_end_blocking(file: ConsumeQueueFile, used: int) -> int:
     """End (offset + size) of the record of the newest non-blank unit in the first ``used``
-    bytes of ``file`` (0 if none), reading back from the end in 4 KiB steps."""
-    if used <= 0:
-        return 0
+    bytes of ``file`` (0 if none)."""
     fd = os.open(file.path, os.O_RDONLY)
     try:
-        end = used
-        step = 204 * CQ_STORE_UNIT_SIZE  # 4,080 bytes
-        while end > 0:
-            begin = max(0, end - step)
-            chunk = os.pread(fd, end - begin, begin)
-            for index in range(len(chunk) // CQ_STORE_UNIT_SIZE - 1, -1, -1):
-                offset, size, _ = UNIT.unpack_from(chunk, index * CQ_STORE_UNIT_SIZE)
-                if size != BLANK_UNIT_SIZE:
-                    return offset + size
-            end = begin
+        return _physical_end_fd(fd, used)
     finally:
         os.close(fd)
+
+
+def _physical_end_fd(fd: int, used: int) -> int:
+    """``_physical_end_blocking`` on an open descriptor, reading back from ``used`` a block at
+    a time."""
+    end = used
+    while end > 0:
+        begin = max(0, end - _SCAN_BLOCK)
+        found = _last_record_end(os.pread(fd, end - begin, begin), end - begin)
+        if found:
+            return found
+        end = begin
     return 0

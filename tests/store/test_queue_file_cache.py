@@ -194,3 +194,20 @@ def test_a_damaged_or_foreign_summary_is_not_trusted(tmp_path: Path) -> None:
     # Written for another queue file size: refused as well.
     summary_file.write_bytes(summary.encode(FILE * 2, [("T", 0, (0, 1, 0, 240, 1300, 0))]))
     assert summary.take_blocking(summary_file, FILE) is None
+
+
+@pytest.mark.parametrize("count", [1, 203, 204, 205, 700, 1000])
+def test_reading_a_queue_s_files_finds_its_end_in_the_first_block_or_beyond(
+    tmp_path: Path, count: int
+) -> None:
+    directory = tmp_path / "consumequeue" / "T" / "0"
+    queue = ConsumeQueue("T", 0, directory, 20 * 1000, QueueFileCache(16))
+    queue.append_units(0, _units(0, count))
+    queue.close()
+    loaded = ConsumeQueue.load_blocking("T", 0, directory, 20 * 1000, QueueFileCache(16))
+    assert loaded.max_offset == count
+    last = _units(0, count)[-1]
+    assert loaded.max_physical_offset == last[0] + last[1]
+    assert loaded.summary()[5] == 0  # the first unit's commit log offset, read in passing
+    assert list(loaded.read_units(count - 1, 5)) == [last]
+    loaded.close()
