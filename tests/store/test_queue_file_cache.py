@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -211,3 +212,51 @@ def test_reading_a_queue_s_files_finds_its_end_in_the_first_block_or_beyond(
     assert loaded.summary()[5] == 0  # the first unit's commit log offset, read in passing
     assert list(loaded.read_units(count - 1, 5)) == [last]
     loaded.close()
+
+
+def test_syncs_in_a_thread_never_touch_a_descriptor_the_loop_closes(tmp_path: Path) -> None:
+    """A flush thread syncs while the writer appends to 300 queues through 16 descriptors, so
+    the loop closes and reopens files all the time (a closed number is reused at once): every
+    queue still holds exactly its own units and every sync hit a queue file."""
+    table = ConsumeQueueTable(tmp_path / "consumequeue", FILE, QueueFileCache(16))
+    synced_paths: list[str] = []
+    real = os.fdatasync
+
+    def spy(fd: int) -> None:
+        synced_paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    stop = threading.Event()
+
+    wrong: list[str] = []
+
+    def flusher() -> None:
+        while not stop.is_set():
+            for queue in table:
+                before = len(synced_paths)
+                queue.flush_blocking()
+                own = {os.path.realpath(f.path) for f in queue.files}
+                wrong.extend(p for p in synced_paths[before:] if p not in own)
+
+    os.fdatasync = spy  # type: ignore[assignment]
+    thread = threading.Thread(target=flusher)
+    thread.start()
+    try:
+        for round_ in range(5):
+            for queue_id in range(300):
+                units = _units(queue_id, 4, base=round_ * 100_000_000)
+                table.find_or_create("T", queue_id).append_units(round_ * 4, units)
+                other = table.find("T", (queue_id * 7) % 300)
+                if other is not None:
+                    other.read_unit_bytes(0, 4)  # reads reopen other files meanwhile
+    finally:
+        stop.set()
+        thread.join()
+        os.fdatasync = real  # type: ignore[assignment]
+    assert synced_paths and not wrong  # each sync hit a file of the queue it synced
+    for queue_id in range(300):
+        queue = table.find("T", queue_id)
+        assert queue is not None
+        expected = [u for r in range(5) for u in _units(queue_id, 4, base=r * 100_000_000)]
+        assert list(queue.read_units(0, 100)) == expected
+    table.close()
