@@ -147,6 +147,7 @@ class ConsumeQueueFile:
 class ConsumeQueue:
     __slots__ = (
         "_cache",
+        "_dirty",
         "_flushed_pos",
         "_fresh",
         "_min_physical",
@@ -168,6 +169,7 @@ class ConsumeQueue:
         directory: Path,
         file_size: int,
         cache: QueueFileCache | None = None,
+        dirty: set[ConsumeQueue] | None = None,
     ) -> None:
         if file_size <= 0 or file_size % CQ_STORE_UNIT_SIZE:
             raise ValueError(
@@ -180,6 +182,9 @@ class ConsumeQueue:
         self.file_size = file_size
         # Shared by every queue of a store (ConsumeQueueTable); a queue on its own gets one.
         self._cache = cache if cache is not None else QueueFileCache(MIN_CAPACITY)
+        # The table's set of queues with unflushed units (the flush visits those, not every
+        # queue); the queue adds itself when its first unflushed unit is written.
+        self._dirty = dirty
         self.files: list[ConsumeQueueFile] = []
         self._write_pos = 0  # absolute byte offset after the last unit
         self._min_pos = 0  # absolute byte offset of the first live unit
@@ -200,13 +205,14 @@ class ConsumeQueue:
         directory: Path,
         file_size: int,
         cache: QueueFileCache | None = None,
+        dirty: set[ConsumeQueue] | None = None,
     ) -> ConsumeQueue:
         """Find the files and the end of written data (first zero-size unit of the last file)
         with ``pread`` and one descriptor at a time, closed before returning: a restart after a
         crash reads one 4 KiB block of a queue holding fewer than 204 units in its last file,
         ~20 units more of a fuller one. Files of the wrong size are refused: the layout would
         be ambiguous."""
-        queue = cls(topic, queue_id, directory, file_size, cache)
+        queue = cls(topic, queue_id, directory, file_size, cache, dirty)
         names = sorted(
             (entry.name for entry in os.scandir(directory) if entry.name.isdigit()),
             key=int,
@@ -258,9 +264,10 @@ class ConsumeQueue:
         file_size: int,
         cache: QueueFileCache,
         entry: QueueSummary,
+        dirty: set[ConsumeQueue] | None = None,
     ) -> ConsumeQueue:
         """A queue as a clean shutdown left it (``store.queue.summary``): nothing is opened."""
-        queue = cls(topic, queue_id, directory, file_size, cache)
+        queue = cls(topic, queue_id, directory, file_size, cache, dirty)
         first, count, min_pos, write_pos, max_physical, min_physical = entry
         for start in range(first, first + count * file_size, file_size):
             path = os.path.join(directory, segment_file_name(start))
@@ -346,6 +353,8 @@ class ConsumeQueue:
         self._write_pos = self._min_pos = self._flushed_pos = file_start
 
     def _write(self, data: bytes) -> None:
+        if self._dirty is not None and self._write_pos == self._flushed_pos:
+            self._dirty.add(self)
         view = memoryview(data)
         while view:
             file = self._file_for_write()

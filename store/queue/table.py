@@ -35,6 +35,7 @@ class ConsumeQueueTable:
         self.file_size = file_size
         self.cache = cache if cache is not None else QueueFileCache(DEFAULT_OPEN_FILES)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.dirty: set[ConsumeQueue] = set()  # queues with unflushed units (loop only)
         self.from_summary = False  # how the last load found the queues
 
     @classmethod
@@ -64,7 +65,13 @@ class ConsumeQueueTable:
         if entries is not None and clean:
             for topic, queue_id, state in entries:
                 table.queues[(topic, queue_id)] = ConsumeQueue.from_summary(
-                    topic, queue_id, root / topic / str(queue_id), file_size, table.cache, state
+                    topic,
+                    queue_id,
+                    root / topic / str(queue_id),
+                    file_size,
+                    table.cache,
+                    state,
+                    table.dirty,
                 )
             table.from_summary = True
         else:
@@ -74,7 +81,12 @@ class ConsumeQueueTable:
                     if entry.is_dir() and entry.name.isdigit():
                         queue_id = int(entry.name)
                         table.queues[(topic, queue_id)] = ConsumeQueue.load_blocking(
-                            topic, queue_id, topic_dir / entry.name, file_size, table.cache
+                            topic,
+                            queue_id,
+                            topic_dir / entry.name,
+                            file_size,
+                            table.cache,
+                            table.dirty,
                         )
         log.info(
             "loaded %d consume queues in %.1f ms (%s)",
@@ -93,6 +105,18 @@ class ConsumeQueueTable:
             ((q.topic, q.queue_id, q.summary()) for q in self.queues.values()),
         )
 
+    def unflushed(self, least_bytes: int) -> list[ConsumeQueue]:
+        """The queues with at least ``least_bytes`` unflushed (at least one unit when 0): the
+        dirty ones only, so an idle broker of 100,000 queues visits none."""
+        floor = max(least_bytes, 1)
+        return [queue for queue in self.dirty if queue.unflushed_bytes >= floor]
+
+    def flushed(self, queues: list[ConsumeQueue]) -> None:
+        """After a flush of ``queues`` (loop): those with nothing unflushed are clean."""
+        for queue in queues:
+            if queue.unflushed_bytes <= 0:
+                self.dirty.discard(queue)
+
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))
 
@@ -100,7 +124,12 @@ class ConsumeQueueTable:
         queue = self.queues.get((topic, queue_id))
         if queue is None:
             queue = ConsumeQueue(
-                topic, queue_id, self.root / topic / str(queue_id), self.file_size, self.cache
+                topic,
+                queue_id,
+                self.root / topic / str(queue_id),
+                self.file_size,
+                self.cache,
+                self.dirty,
             )
             self.queues[(topic, queue_id)] = queue
         return queue
@@ -117,6 +146,7 @@ class ConsumeQueueTable:
         removed = [q for (t, _), q in self.queues.items() if t == topic]
         for queue in removed:
             del self.queues[(queue.topic, queue.queue_id)]
+            self.dirty.discard(queue)
             queue.close()
         topic_dir = self.root / topic
         if topic_dir.is_dir():

@@ -62,7 +62,7 @@ class FlushConsumeQueueService(Service):
         parts = self.parts
         async with parts.maintenance:
             dispatched_offset, dispatched_timestamp = self.dispatch_position()
-            queues = [q for q in parts.queues if q.unflushed_bytes > max(least_bytes - 1, 0)]
+            queues = parts.queues.unflushed(least_bytes)
             index = parts.index if least_bytes == 0 else None  # thorough passes only
             started = time.monotonic()
             try:
@@ -74,6 +74,7 @@ class FlushConsumeQueueService(Service):
                     raise disk_full_error(exc, "syncing consume queue and index files") from exc
                 raise
             seconds = time.monotonic() - started
+            parts.queues.flushed(queues)
         self.flush_count += 1
         self.last_flush_seconds = seconds
         if nbytes:

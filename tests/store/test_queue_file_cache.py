@@ -260,3 +260,27 @@ def test_syncs_in_a_thread_never_touch_a_descriptor_the_loop_closes(tmp_path: Pa
         expected = [u for r in range(5) for u in _units(queue_id, 4, base=r * 100_000_000)]
         assert list(queue.read_units(0, 100)) == expected
     table.close()
+
+
+def test_only_queues_written_since_their_last_flush_are_visited(tmp_path: Path) -> None:
+    table = ConsumeQueueTable(tmp_path / "consumequeue", FILE, QueueFileCache(16))
+    for queue_id in range(100):
+        table.find_or_create("T", queue_id).append_units(0, _units(queue_id, 1))
+    everything = table.unflushed(0)
+    assert len(everything) == 100
+    for queue in everything:
+        queue.flush_blocking()
+    table.flushed(everything)
+    assert table.unflushed(0) == []
+    busy = [table.find_or_create("T", q) for q in (3, 50, 99)]
+    for queue in busy:
+        queue.append_units(1, _units(queue.queue_id, 300)[1:])  # 299 units: 5,980 bytes
+    table.find_or_create("T", 7).append_units(1, _units(7, 2)[1:])  # 20 bytes
+    assert set(table.unflushed(2 * 4096)) == set()
+    assert set(table.unflushed(4096)) == set(busy)
+    assert len(table.unflushed(0)) == 4
+    table.flushed(busy)  # not flushed: still unflushed, still visited
+    assert len(table.unflushed(0)) == 4
+    table.remove_topic("T")
+    assert table.unflushed(0) == []
+    table.close()
