@@ -54,8 +54,9 @@ class ConsumeQueueTable:
         entries = summary.take_blocking(summary_file, file_size) if summary_file else None
         if not root.is_dir():
             return table
+        base = os.fspath(root)
         topics = []
-        for entry in os.scandir(root):
+        for entry in os.scandir(base):
             if not entry.is_dir():
                 continue
             if entry.name.startswith(".deleted-"):
@@ -64,29 +65,18 @@ class ConsumeQueueTable:
             topics.append(entry.name)
         if entries is not None and clean:
             for topic, queue_id, state in entries:
+                directory = os.path.join(base, topic, str(queue_id))
                 table.queues[(topic, queue_id)] = ConsumeQueue.from_summary(
-                    topic,
-                    queue_id,
-                    root / topic / str(queue_id),
-                    file_size,
-                    table.cache,
-                    state,
-                    table.dirty,
+                    topic, queue_id, directory, file_size, table.cache, state, table.dirty
                 )
             table.from_summary = True
         else:
-            for topic in sorted(topics):
-                topic_dir = root / topic
-                for entry in sorted(os.scandir(topic_dir), key=lambda e: e.name):
+            for topic in topics:
+                for entry in os.scandir(os.path.join(base, topic)):
                     if entry.is_dir() and entry.name.isdigit():
                         queue_id = int(entry.name)
                         table.queues[(topic, queue_id)] = ConsumeQueue.load_blocking(
-                            topic,
-                            queue_id,
-                            topic_dir / entry.name,
-                            file_size,
-                            table.cache,
-                            table.dirty,
+                            topic, queue_id, entry.path, file_size, table.cache, table.dirty
                         )
         log.info(
             "loaded %d consume queues in %.1f ms (%s)",
@@ -123,14 +113,8 @@ class ConsumeQueueTable:
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         queue = self.queues.get((topic, queue_id))
         if queue is None:
-            queue = ConsumeQueue(
-                topic,
-                queue_id,
-                self.root / topic / str(queue_id),
-                self.file_size,
-                self.cache,
-                self.dirty,
-            )
+            directory = os.path.join(self.root, topic, str(queue_id))
+            queue = ConsumeQueue(topic, queue_id, directory, self.file_size, self.cache, self.dirty)
             self.queues[(topic, queue_id)] = queue
         return queue
 
@@ -153,7 +137,7 @@ class ConsumeQueueTable:
             trash = self.root / f".deleted-{topic}-{uuid.uuid4().hex[:8]}"
             os.rename(topic_dir, trash)
             for queue in removed:
-                queue.directory = trash / str(queue.queue_id)
+                queue.directory = os.path.join(trash, str(queue.queue_id))
                 for file in queue.files:
                     file.path = os.path.join(queue.directory, os.path.basename(file.path))
         return removed

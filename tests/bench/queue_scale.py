@@ -124,7 +124,9 @@ def run(topics: int, queues: int, tasks: int) -> None:
     per_queue = (loaded["rss_anon_kib"] - idle["rss_anon_kib"]) * 1024 / count
     print(f"{topics:,} topics x {queues} queues = {count:,} queues, {tasks} concurrent sends")
     print(f"  first message to each queue   {first:9,.0f} msg/s")
-    print(f"  second message to each queue  {second:9,.0f} msg/s   first costs {second / first:.2f}x")
+    print(
+        f"  second message to each queue  {second:9,.0f} msg/s   first costs {second / first:.2f}x"
+    )
     print(f"  queues read back intact       {good:,} of {count:,} (after kill -9: {good_after:,})")
     print(f"  {'':28} {'fds':>6} {'maps':>6} {'queue maps':>10} {'RssAnon MiB':>12}")
     for name, figures in (
