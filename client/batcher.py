@@ -12,6 +12,14 @@ With ``linger_s = 0``, a batch opened while a slot is free and nothing else wait
 request task at once; the task closes the batch when it first runs (the next loop turn, as
 the linger callback would): a lone ``send()`` reaches the stream write one loop turn after
 the call instead of two.
+
+With ``send_many`` (and ``mergeable`` saying which keys may share a request), a batch's
+request also takes the other mergeable batches that wait at that moment (full ones waiting
+for a slot, expired ones, and with ``linger_s = 0`` those of the same loop turn), up to
+``max_messages`` / ``max_bytes`` in all: many keys in use (a producer writing to hundreds of
+topics) then cost few requests instead of one each, the per-request cost having dominated
+(issue 33). Each batch keeps its own results, or its own error; the request's deadline is the
+earliest of its batches'.
 """
 
 from __future__ import annotations
@@ -29,6 +37,9 @@ _NEVER = float("inf")
 
 # The send function: (key, messages) -> one result per message, in order.
 SendBatchFn = Callable[[Any, list[Any]], Awaitable[list[Any]]]
+# Several batches in one request: [(key, messages), ...] -> per batch its results or the
+# exception that failed it alone.
+SendManyFn = Callable[[list[tuple[Any, list[Any]]]], Awaitable[list[list[Any] | Exception]]]
 
 
 @dataclass(slots=True)
@@ -57,10 +68,14 @@ class AutoBatcher:
         max_bytes: int = 1 << 20,
         max_in_flight: int = 4,
         max_buffered: int = 65536,
+        send_many: SendManyFn | None = None,
+        mergeable: Callable[[Any], bool] | None = None,
     ) -> None:
         if max_messages < 1 or max_bytes < 1 or max_in_flight < 1 or linger_s < 0:
             raise ValueError("batcher limits must be positive (linger_s >= 0)")
         self._send_batch = send_batch
+        self._send_many = send_many
+        self._mergeable = mergeable or (lambda key: True)
         self._linger_s = linger_s
         self._max_messages = max_messages
         self._max_bytes = max_bytes
@@ -226,36 +241,103 @@ class AutoBatcher:
     async def _run(self, batch: _Batch) -> None:
         if batch.early and self._open.get(batch.key) is batch:
             del self._open[batch.key]  # closed now: later sends open the next batch
+        group = [batch]
+        if self._send_many is not None and self._mergeable(batch.key):
+            self._take_companions(group)
         if hops.ENABLED:
             hops.stamp("c.batch_run")
+        deadline = min(b.deadline for b in group)
         try:
-            async with asyncio.timeout_at(batch.deadline if batch.deadline != _NEVER else None):
-                results = await self._send_batch(batch.key, batch.messages)
-            if len(results) != len(batch.futures):
-                raise RuntimeError(
-                    f"broker answered {len(results)} results for {len(batch.futures)} messages"
-                )
-            for future, result in zip(batch.futures, results, strict=True):
-                if future is not None and not future.done():
-                    future.set_result(result)
-            for group, first, count in batch.groups:
-                if not group.done():
-                    group.set_result(results[first : first + count])
+            async with asyncio.timeout_at(deadline if deadline != _NEVER else None):
+                if len(group) == 1:
+                    outcomes: list[list[Any] | Exception] = [
+                        await self._send_batch(batch.key, batch.messages)
+                    ]
+                else:
+                    assert self._send_many is not None
+                    outcomes = await self._send_many([(b.key, b.messages) for b in group])
+            for member, outcome in zip(group, outcomes, strict=True):
+                if isinstance(outcome, Exception):
+                    _fail_all(member, outcome)
+                else:
+                    _deliver(member, outcome)
         except TimeoutError:
-            error = DeadlineExceededError(f"no answer for a batch of {len(batch.futures)} in time")
-            _fail_all(batch, error)
+            for member in group:
+                count = len(member.futures)
+                _fail_all(
+                    member, DeadlineExceededError(f"no answer for a batch of {count} in time")
+                )
         except BaseException as exc:  # every waiter must learn the outcome, even on cancel
-            _fail_all(batch, exc if isinstance(exc, Exception) else asyncio.CancelledError())
+            for member in group:
+                _fail_all(member, exc if isinstance(exc, Exception) else asyncio.CancelledError())
             if not isinstance(exc, Exception):
                 raise
         finally:
             self._in_flight -= 1
-            self._buffered -= len(batch.futures)
+            self._buffered -= sum(len(member.futures) for member in group)
             if self._buffered < self._max_buffered:
                 self._space.set()
             self._pump()
             if self._buffered == 0 and not self._open and not self._ready:
                 self._idle.set()
+
+    def _take_companions(self, group: list[_Batch]) -> None:
+        """Add to ``group`` (one batch) the mergeable batches waiting now, within the limits
+        of one batch: those waiting for a slot, the expired ones, and with linger 0 the open
+        ones of this loop turn (their linger callback would close them now anyway)."""
+        count = len(group[0].messages)
+        nbytes = group[0].nbytes
+        mergeable = self._mergeable
+        max_messages, max_bytes = self._max_messages, self._max_bytes
+        if self._ready:
+            kept: collections.deque[_Batch] = collections.deque()
+            for other in self._ready:
+                if (
+                    count + len(other.messages) <= max_messages
+                    and nbytes + other.nbytes <= max_bytes
+                    and mergeable(other.key)
+                ):
+                    group.append(other)
+                    count += len(other.messages)
+                    nbytes += other.nbytes
+                else:
+                    kept.append(other)
+            self._ready = kept
+        candidates = self._open.values() if self._linger_s == 0 else [
+            self._open[key] for key in self._due
+        ]  # fmt: skip
+        taken = []
+        for other in candidates:
+            if (
+                not other.early
+                and count + len(other.messages) <= max_messages
+                and nbytes + other.nbytes <= max_bytes
+                and mergeable(other.key)
+            ):
+                taken.append(other)
+                count += len(other.messages)
+                nbytes += other.nbytes
+        for other in taken:
+            del self._open[other.key]
+            self._due.pop(other.key, None)
+            if other.timer is not None:
+                other.timer.cancel()
+        group.extend(taken)
+
+
+def _deliver(batch: _Batch, results: list[Any]) -> None:
+    if len(results) != len(batch.futures):
+        error = RuntimeError(
+            f"broker answered {len(results)} results for {len(batch.futures)} messages"
+        )
+        _fail_all(batch, error)
+        return
+    for future, result in zip(batch.futures, results, strict=True):
+        if future is not None and not future.done():
+            future.set_result(result)
+    for group, first, count in batch.groups:
+        if not group.done():
+            group.set_result(results[first : first + count])
 
 
 def _fail_all(batch: _Batch, error: BaseException) -> None:

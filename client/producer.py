@@ -194,6 +194,8 @@ class Producer:
         self._streams: list[SendStream | None] = []
         self._next_stream = 0
         self._heads: dict[_BatchKey, bytes] = {}  # encoded request fields other than messages
+        # Batches of several topics share a request (``parts``) unless the broker predates it.
+        self._parts = True
         self._batcher: AutoBatcher | None = None
         self._routes: RouteCache | None = None
         self._oneway_tasks: set[asyncio.Future[Any]] = set()
@@ -230,7 +232,12 @@ class Producer:
             self._stubs.append(messaging_pb2_grpc.MessagingServiceStub(channel))
             self._streams.append(None)
         self._routes = RouteCache(self._stubs[0])
-        self._batcher = AutoBatcher(self._send_request, **self._batcher_options)
+        self._batcher = AutoBatcher(
+            self._send_request,
+            send_many=self._send_parts if self._transport == "stream" else None,
+            mergeable=self._mergeable,
+            **self._batcher_options,
+        )
         if self._checker is not None:
             self._check_listener = CheckListener(
                 self._stubs[0], self._transaction_topics, self._checker, self.send_timeout,
@@ -584,6 +591,50 @@ class Producer:
             stream = self._stream(index)
             response = _checked(await stream.request_records(self._head_of(key), records))
         return results_of(response, topic, records, unique_ids)
+
+    def _mergeable(self, key: _BatchKey) -> bool:
+        """Batches that may share a request with other topics' (``parts``): records for a
+        queue the broker picks. A pinned queue's batches keep their own requests on their
+        own stream (ordered messages); messages (delayed, timed, half) keep theirs."""
+        return self._parts and key[1] is None and not key[2]
+
+    async def _send_parts(
+        self, batches: list[tuple[_BatchKey, list[Any]]]
+    ) -> list[list[SendResult] | Exception]:
+        """Several topics' batches (``_mergeable`` keys) in one request, one part each; per
+        batch its results or the error of its part."""
+        index = self._next_stream
+        self._next_stream = (index + 1) % len(self._stubs)
+        records_of = [[item[0] for item in items] for _, items in batches]
+        parts = [
+            (self._head_of(key), records)
+            for (key, _), records in zip(batches, records_of, strict=True)
+        ]
+        try:
+            response = _checked(await self._stream(index).request_parts(parts))
+        except InvalidArgumentError:
+            # A broker without ``parts`` read an empty request: one request per batch from now.
+            self._parts = False
+            fallback: list[list[SendResult] | Exception] = []
+            for key, items in batches:
+                try:
+                    fallback.append(await self._send_request(key, items))
+                except WharfError as exc:
+                    fallback.append(exc)
+            return fallback
+        if len(response.parts) != len(batches):
+            raise WharfError(
+                f"broker answered {len(response.parts)} parts for {len(batches)} batches"
+            )
+        outcomes: list[list[SendResult] | Exception] = []
+        for (key, items), records, part in zip(batches, records_of, response.parts, strict=True):
+            try:
+                outcomes.append(
+                    results_of(_checked(part), key[0], records, [item[1] for item in items])
+                )
+            except WharfError as exc:
+                outcomes.append(exc)
+        return outcomes
 
     async def _send_messages(
         self, index: int, key: _BatchKey, wires: list[common_pb2.Message]

@@ -5,7 +5,8 @@ are retriable, so the producer re-sends) and the producer opens a new stream on 
 
 Requests go out as bytes this module encodes: the request's fixed fields (topic, queue,
 group: encoded once per batch key by the producer) + ``request_id`` + either each message as
-a length-delimited field 3 or all producer-encoded records as field 6 (the fast path). Protobuf allows fields in any order, so this is a valid
+a length-delimited field 3 or all producer-encoded records as field 6 (the fast path), or
+several such batches of records as ``parts`` (field 7). Protobuf allows fields in any order, so this is a valid
 ``SendMessageRequest``; it skips copying every message into a request proto (~2.7 ->
 ~1.5 us per 1 KiB message for build + serialize).
 """
@@ -26,6 +27,7 @@ _METHOD = "/wharf.v1.MessagingService/SendMessageStream"
 _MESSAGES_TAG = b"\x1a"  # SendMessageRequest.messages: field 3, length-delimited
 _REQUEST_ID_TAG = b"\x28"  # SendMessageRequest.request_id: field 5, varint
 _RECORDS_TAG = b"\x32"  # SendMessageRequest.records: field 6, length-delimited
+_PARTS_TAG = b"\x3a"  # SendMessageRequest.parts: field 7, length-delimited
 
 
 def encode_varint(value: int) -> bytes:
@@ -57,6 +59,20 @@ def encode_records_request(head: bytes, request_id: int, records: list[bytes]) -
     size = sum(map(len, records))
     prefix = (head, _REQUEST_ID_TAG, encode_varint(request_id), _RECORDS_TAG, encode_varint(size))
     return b"".join((*prefix, *records))
+
+
+def encode_parts_request(request_id: int, parts: list[tuple[bytes, list[bytes]]]) -> bytes:
+    """request_id + one ``parts`` field per (head, records): several batches (topics) in one
+    request, every record copied once, as in ``encode_records_request``."""
+    pieces = [_REQUEST_ID_TAG, encode_varint(request_id)]
+    extend = pieces.extend
+    for head, records in parts:
+        size = sum(map(len, records))
+        size_varint = encode_varint(size)
+        part_size = len(head) + 1 + len(size_varint) + size
+        extend((_PARTS_TAG, encode_varint(part_size), head, _RECORDS_TAG, size_varint))
+        extend(records)
+    return b"".join(pieces)
 
 
 # A write on a call the broker already ended (it refused the stream at once: ACL, shutdown)
@@ -108,6 +124,14 @@ class SendStream:
         """Send ``head`` + producer-encoded ``records``; await the (compact) reply."""
         request_id = next(self._ids)
         return await self._exchange(request_id, encode_records_request(head, request_id, records))
+
+    async def request_parts(
+        self, parts: list[tuple[bytes, list[bytes]]]
+    ) -> messaging_pb2.SendMessageResponse:
+        """Send several batches of records, each ``head`` + its records, as the ``parts`` of
+        one request; await the reply (one reply part per part, in order)."""
+        request_id = next(self._ids)
+        return await self._exchange(request_id, encode_parts_request(request_id, parts))
 
     async def _exchange(self, request_id: int, data: bytes) -> messaging_pb2.SendMessageResponse:
         if self.broken is not None:

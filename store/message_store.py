@@ -638,6 +638,11 @@ class MessageStore:
             return False
         return commit_log.wrote_offset - reput.reput_from_offset > limit
 
+    async def dispatch_room(self) -> None:
+        """The dispatch back-pressure wait of ``put``, for a caller appending several batches
+        with ``put_append``/``put_records_append`` at once (see ``_dispatch_backpressure``)."""
+        await self._dispatch_backpressure()
+
     async def _dispatch_backpressure(self) -> None:
         """Hold a put while dispatch is more than ``max_dispatch_lag_bytes`` behind, until it
         is back to half of that (bounded by syncFlushTimeout; a failing reput stops the wait)."""

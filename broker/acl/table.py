@@ -72,6 +72,13 @@ def _pull_stream(r: Any) -> list[Need]:
     return [Need("topic", r.topic, Perm.SUB), Need("group", r.consumer_group, Perm.SUB)]
 
 
+def _send(r: Any) -> list[Need]:
+    """PUB on the topic of the request, or of each of its ``parts``."""
+    if r.parts:
+        return [Need("topic", t, Perm.PUB) for t in {part.topic for part in r.parts}]
+    return [Need("topic", r.topic, Perm.PUB)]
+
+
 def _end_transactions(r: Any) -> list[Need]:
     """PUB on every topic the batch END may touch (the broker holds it to ``topics``); no
     topics named: any writer's halves, so admin."""
@@ -104,8 +111,8 @@ def _v2_send(r: Any) -> list[Need]:
 
 ACCESS: dict[str, Needs] = {
     # --- wharf.v1 MessagingService ---
-    f"{V1_MESSAGING}/SendMessage": _topic(Perm.PUB),
-    f"{V1_MESSAGING}/SendMessageStream": _topic(Perm.PUB),  # checked per request
+    f"{V1_MESSAGING}/SendMessage": _send,
+    f"{V1_MESSAGING}/SendMessageStream": _send,  # checked per request
     f"{V1_MESSAGING}/PullMessage": _topic_group("topic", "consumer_group"),
     # checked per request, as SendMessageStream (a cancel request names no topic: allowed)
     f"{V1_MESSAGING}/PullMessageStream": _pull_stream,

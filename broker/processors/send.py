@@ -71,6 +71,8 @@ class SendProcessor:
     async def send(
         self, request: messaging_pb2.SendMessageRequest, born_host: str
     ) -> messaging_pb2.SendMessageResponse:
+        if request.parts:
+            return await self._send_parts(request, born_host)
         accepted = self._accept(request, born_host)
         store = self.ctx.store
         if accepted.records is not None:
@@ -81,6 +83,51 @@ class SendProcessor:
             assert accepted.inputs is not None
             put = await store.put(accepted.topic, accepted.queue_id, accepted.inputs)
         return self._reply(request, accepted, put)
+
+    async def _send_parts(
+        self, request: messaging_pb2.SendMessageRequest, born_host: str
+    ) -> messaging_pb2.SendMessageResponse:
+        """A request of several send batches (``parts``): each checked and appended as a
+        request of its own would be (one store append into one queue), in order, all before
+        the first durability wait (one group commit serves them under SYNC_FLUSH); one reply
+        part each, an error failing its part alone."""
+        if request.topic or request.messages or request.records or request.HasField("queue_id"):
+            raise InvalidArgumentError(
+                "a SendMessageRequest with parts sets no topic, queue_id, messages or records"
+            )
+        store = self.ctx.store
+        await store.dispatch_room()  # once for the whole request, as put() for one batch
+        appended: list[tuple[messaging_pb2.SendMessageRequest, _Accepted, AppendResult]] = []
+        failed: dict[int, Exception] = {}
+        for index, part in enumerate(request.parts):
+            try:
+                if part.parts or part.request_id:
+                    raise InvalidArgumentError("a part of a request has no parts or request_id")
+                accepted = self._accept(part, born_host)
+                appended.append((part, accepted, self._append(accepted)))
+            except Exception as exc:
+                failed[index] = exc
+        replies: list[messaging_pb2.SendMessageResponse] = []
+        done = iter(appended)
+        for index in range(len(request.parts)):
+            error = failed.get(index)
+            if error is None:
+                part, accepted, result = next(done)
+                try:
+                    replies.append(self._reply(part, accepted, await store.durable(result)))
+                    continue
+                except Exception as exc:
+                    error = exc
+            replies.append(self._part_error(error))
+        return messaging_pb2.SendMessageResponse(request_id=request.request_id, parts=replies)
+
+    def _part_error(self, exc: Exception) -> messaging_pb2.SendMessageResponse:
+        code, message = status_for(exc)
+        if code is grpc.StatusCode.INTERNAL:
+            log.error("a part of a send request failed", exc_info=exc)
+        return messaging_pb2.SendMessageResponse(
+            error=common_pb2.ErrorInfo(code=code.value[0], message=message)
+        )
 
     def _accept(self, request: messaging_pb2.SendMessageRequest, born_host: str) -> _Accepted:
         """Everything before the append, synchronous: raises the request's error."""
@@ -347,7 +394,9 @@ class _SyncFlushStream:
         self.free -= 1
         self.read += 1
         processor, store = self.processor, self.store
-        if self.held or store.dispatch_lagging():
+        if self.held or store.dispatch_lagging() or getattr(request, "parts", None):
+            # (A request of several parts is awaited whole in a task: its appends, then the
+            # one group commit they share.)
             self.held += 1
             self._spawn(self._put_awaited(request))  # stamps b.send_in when it runs
             return

@@ -599,3 +599,16 @@ def test_replication_needs_an_admin_account_from_an_allowed_address() -> None:
         guard.replication_secret("app", "127.0.0.1")
     with pytest.raises(PermissionError, match="'nobody' is unknown or haSecretKey"):
         guard.replication_secret("nobody", "127.0.0.1")
+
+
+def test_a_send_of_several_parts_needs_pub_on_the_topic_of_each_part() -> None:
+    """A request of several batches (``parts``) names no topic of its own: the ACL checks
+    every part's topic, for the unary call and per request of the stream."""
+    part = messaging_pb2.SendMessageRequest
+    request = part(parts=[part(topic="a"), part(topic="b"), part(topic="a")])
+    for method in ("SendMessage", "SendMessageStream"):
+        needs = ACCESS[f"{V1_MESSAGING}/{method}"](request)
+        assert sorted((n.kind, n.name, n.perm) for n in needs) == [
+            ("topic", "a", acl_rules.Perm.PUB),
+            ("topic", "b", acl_rules.Perm.PUB),
+        ]

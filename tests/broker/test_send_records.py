@@ -179,3 +179,61 @@ def test_sync_flush_send_stream_answers_each_request_and_keeps_the_stream_order(
         assert [m.queue_offset for m in pulled] == [1, 2, 3, 4, 5]
     finally:
         client.close()
+
+
+def test_parts_of_one_request_are_appended_and_answered_each_on_their_own(
+    daemon: BrokerProcess,
+) -> None:
+    """A request of several batches (``parts``, issue 33): each part is one append into one
+    queue with its own reply part, in order; a bad part fails alone, unary and on the stream
+    (SYNC_FLUSH here: the parts share one group commit), and a part may not nest parts."""
+    client = Client(daemon.endpoint)
+    try:
+        client.send("pa", b"first", queue_id=1)
+        client.send("pb", b"first", queue_id=2)
+
+        def part(topic: str, queue_id: int, *bodies: bytes) -> messaging_pb2.SendMessageRequest:
+            data = b"".join(record(topic, body, i) for i, body in enumerate(bodies))
+            return messaging_pb2.SendMessageRequest(topic=topic, queue_id=queue_id, records=data)
+
+        bad = part("pa", 1, b"x" * 70_000)
+        nested = messaging_pb2.SendMessageRequest(parts=[part("pa", 1, b"n")])
+        reply = client.msg.SendMessage(
+            messaging_pb2.SendMessageRequest(
+                parts=[part("pa", 1, b"a1", b"a2"), bad, part("pb", 2, b"b1"), nested]
+            ),
+            timeout=10,
+        )
+        assert len(reply.parts) == 4 and not reply.results and not reply.count
+        first, refused, second, refused_nested = reply.parts
+        assert (first.queue_id, first.first_queue_offset, first.count) == (1, 1, 2)
+        assert (second.queue_id, second.first_queue_offset, second.count) == (2, 1, 1)
+        assert refused.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert "maxMessageSize" in refused.error.message
+        assert "no parts" in refused_nested.error.message
+        assert first.status == second.status == messaging_pb2.SEND_OK
+
+        stream = [
+            messaging_pb2.SendMessageRequest(
+                request_id=7, parts=[part("pb", 2, b"b2"), part("pa", 1, b"a3")]
+            ),
+            messaging_pb2.SendMessageRequest(request_id=8, topic="pa", queue_id=1,
+                                             records=record("pa", b"a4", 9)),
+        ]  # fmt: skip
+        replies = {r.request_id: r for r in client.msg.SendMessageStream(iter(stream))}
+        assert [p.first_queue_offset for p in replies[7].parts] == [2, 3]
+        assert replies[8].first_queue_offset == 4  # after the parts of the request before it
+
+        pulled = client.pull("pa", offset=1, queue_id=1, max_messages=10).messages
+        assert [m.body for m in pulled] == [b"a1", b"a2", b"a3", b"a4"]
+        pulled = client.pull("pb", offset=1, queue_id=2, max_messages=10).messages
+        assert [m.body for m in pulled] == [b"b1", b"b2"]
+
+        with pytest.raises(grpc.RpcError) as failure:  # parts and a batch of its own: refused
+            client.msg.SendMessage(
+                messaging_pb2.SendMessageRequest(topic="pa", parts=[part("pa", 1, b"z")]),
+                timeout=10,
+            )
+        assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        client.close()

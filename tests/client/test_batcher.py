@@ -184,3 +184,40 @@ async def test_the_fast_path_batch_respects_the_size_limit_and_drains() -> None:
     assert [f.result() for f in futures] == list(range(7))
     assert calls == [[0, 1, 2], [3, 4, 5], [6]]  # each batch sent once, in order
     assert batcher.in_flight == 0 and batcher.buffered == 0
+
+
+async def test_batcher_sends_waiting_batches_of_mergeable_keys_in_one_request() -> None:
+    """With send_many, the batches of several keys waiting at once share a request (issue 33:
+    one request per topic dominated); a non-mergeable key keeps its own; an error of one
+    batch fails that batch alone; the size limits hold over the whole request."""
+    singles: list[object] = []
+    requests: list[list[tuple[object, int]]] = []
+
+    async def send(key: object, items: list[int]) -> list[int]:
+        singles.append(key)
+        await asyncio.sleep(0.01)
+        return [i * 10 for i in items]
+
+    async def send_many(batches: list[tuple[object, list[int]]]) -> list[list[int] | Exception]:
+        requests.append([(key, len(items)) for key, items in batches])
+        await asyncio.sleep(0.01)
+        return [
+            UnavailableError("no") if key == "bad" else [i * 10 for i in items]
+            for key, items in batches
+        ]
+
+    batcher = AutoBatcher(
+        send, send_many=send_many, mergeable=lambda key: key != "pinned",
+        max_messages=20, max_in_flight=1,
+    )  # fmt: skip
+    keys = ["busy", *(f"t{i}" for i in range(8)), "pinned", "bad"]
+    groups = [batcher.submit_group(key, [1, 2, 3], 3) for key in keys]
+    results = await asyncio.gather(*groups, return_exceptions=True)
+    assert results[: len(keys) - 1] == [[10, 20, 30]] * (len(keys) - 1)
+    assert isinstance(results[-1], UnavailableError)
+    assert singles.count("pinned") == 1 and "pinned" not in str(requests)
+    merged = [key for request in requests for key, _ in request]
+    assert sorted(map(str, merged + singles)) == sorted(keys)  # each batch sent exactly once
+    assert any(len(request) > 1 for request in requests)
+    assert all(sum(n for _, n in request) <= 20 for request in requests)
+    await batcher.drain()

@@ -82,6 +82,41 @@ async def test_send_batch_lands_contiguously_in_one_queue(broker: BrokerProcess,
     assert offsets == list(range(offsets[0], offsets[0] + 3))
 
 
+async def test_send_batches_to_many_topics_share_requests_and_keep_their_results(
+    broker: BrokerProcess, name: str
+) -> None:
+    """Concurrent batches to 24 topics travel as parts of few requests (issue 33): each
+    still lands contiguously in one queue of its own topic and gets its own results; a
+    refused batch (a read-only topic) fails alone."""
+    topics = [f"{name}-{i}" for i in range(24)]
+    requests: list[int] = []
+    async with Admin(broker.endpoint) as admin, Producer(broker.endpoint) as producer:
+        await admin.create_topic(topics[-1], queue_nums=4, perm=4)  # read-only
+        stream = producer._stream(0)
+        request_parts = stream.request_parts
+
+        async def counted(parts: list[tuple[bytes, list[bytes]]]):  # type: ignore[no-untyped-def]
+            requests.append(len(parts))
+            return await request_parts(parts)
+
+        stream.request_parts = counted  # type: ignore[method-assign]
+        outcomes = await asyncio.gather(
+            *(producer.send_batch(t, [f"{t}:{j}" for j in range(5)]) for t in topics),
+            return_exceptions=True,
+        )
+    assert max(requests) > 1  # batches of several topics shared a request
+    *stored, refused = outcomes
+    assert isinstance(refused, Exception) and "perm" in str(refused)
+    for topic, results in zip(topics, stored, strict=False):
+        assert isinstance(results, list) and {r.topic for r in results} == {topic}
+        assert len({r.queue_id for r in results}) == 1
+        offsets = [r.queue_offset for r in results]
+        assert offsets == list(range(offsets[0], offsets[0] + 5))
+    for topic, results in list(zip(topics, stored, strict=False))[:3]:
+        bodies = {m.msg_id: m.body for m in await pull_all(broker.endpoint, topic)}
+        assert [bodies[r.msg_id] for r in results] == [f"{topic}:{j}".encode() for j in range(5)]
+
+
 async def test_selector_keeps_a_sharding_key_in_one_queue_in_order(
     broker: BrokerProcess, name: str
 ) -> None:

@@ -117,20 +117,22 @@ class TransactionCheck(_message.Message):
     def __init__(self, transaction_id: _Optional[str] = ..., message: _Optional[_Union[_common_pb2.MessageView, _Mapping]] = ...) -> None: ...
 
 class SendMessageRequest(_message.Message):
-    __slots__ = ("topic", "queue_id", "messages", "producer_group", "request_id", "records")
+    __slots__ = ("topic", "queue_id", "messages", "producer_group", "request_id", "records", "parts")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.Message]
     producer_group: str
     request_id: int
     records: bytes
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.Message, _Mapping]]] = ..., producer_group: _Optional[str] = ..., request_id: _Optional[int] = ..., records: _Optional[bytes] = ...) -> None: ...
+    parts: _containers.RepeatedCompositeFieldContainer[SendMessageRequest]
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.Message, _Mapping]]] = ..., producer_group: _Optional[str] = ..., request_id: _Optional[int] = ..., records: _Optional[bytes] = ..., parts: _Optional[_Iterable[_Union[SendMessageRequest, _Mapping]]] = ...) -> None: ...
 
 class SendResultEntry(_message.Message):
     __slots__ = ("status", "msg_id", "offset_msg_id", "queue_id", "queue_offset", "commit_log_offset")
@@ -149,7 +151,7 @@ class SendResultEntry(_message.Message):
     def __init__(self, status: _Optional[_Union[SendStatus, str]] = ..., msg_id: _Optional[str] = ..., offset_msg_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commit_log_offset: _Optional[int] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
-    __slots__ = ("results", "request_id", "error", "status", "queue_id", "first_queue_offset", "first_commit_log_offset", "store_host", "count")
+    __slots__ = ("results", "request_id", "error", "status", "queue_id", "first_queue_offset", "first_commit_log_offset", "store_host", "count", "parts")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +161,7 @@ class SendMessageResponse(_message.Message):
     FIRST_COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
     STORE_HOST_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[SendResultEntry]
     request_id: int
     error: _common_pb2.ErrorInfo
@@ -168,7 +171,8 @@ class SendMessageResponse(_message.Message):
     first_commit_log_offset: int
     store_host: str
     count: int
-    def __init__(self, results: _Optional[_Iterable[_Union[SendResultEntry, _Mapping]]] = ..., request_id: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., status: _Optional[_Union[SendStatus, str]] = ..., queue_id: _Optional[int] = ..., first_queue_offset: _Optional[int] = ..., first_commit_log_offset: _Optional[int] = ..., store_host: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+    parts: _containers.RepeatedCompositeFieldContainer[SendMessageResponse]
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResultEntry, _Mapping]]] = ..., request_id: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., status: _Optional[_Union[SendStatus, str]] = ..., queue_id: _Optional[int] = ..., first_queue_offset: _Optional[int] = ..., first_commit_log_offset: _Optional[int] = ..., store_host: _Optional[str] = ..., count: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[SendMessageResponse, _Mapping]]] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
     __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_messages", "max_wait_ms", "tag_expression", "commit_offset", "raw_records", "request_id", "max_bytes", "cancel", "batch")

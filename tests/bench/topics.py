@@ -1,0 +1,166 @@
+"""Produce throughput across topics: the same load spread over 1 to 10,000 topics, one daemon,
+one run, with the ratio of each to one topic (issue 33).
+
+    .venv/bin/python -m tests.bench.topics [--topics 1,16,64,256,1024,10000] [--seconds 5]
+        [--rounds 3] [--tasks 64] [--batch 16] [--size 1024] [--quick]
+
+One ``wharf-broker`` daemon (tests/harness.py, default flush: ASYNC_FLUSH, auto-created topics
+with ``defaultTopicQueueNums = 4``) serves every configuration: topics ``t<N>-<i>`` for each N,
+all created and warmed up first (one message into every queue, pinned by ``queue_id``), so
+every queue has had a message before anything is timed. Then rounds: in each round every
+configuration runs once, in turn (alternating, so a neighbour's load moves all of them alike),
+for ``--seconds``: ``--tasks`` tasks share one SDK ``Producer`` (defaults) and loop on
+``send_batch(--batch)`` of ``--size`` byte bodies, task i's k-th batch going to topic
+``(i + k * tasks) % N`` (every topic gets traffic). A configuration's figure is the median of
+its rounds; the client runs in this process on uvloop and shares the 2 cores with the broker.
+Also printed: broker and client CPU per message (less sensitive to the neighbours than msg/s).
+
+``--no-parts``: the SDK sends each topic's batches in requests of their own, as before
+issue 33 (no ``SendMessageRequest.parts``). ``--quick``: 1, 16, 256 topics, 1 s, 1 round.
+The temporary directory (under /tmp) goes at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import uvloop
+from wharf.client import Producer
+
+from tests.bench.broker_send import process_cpu_seconds
+from tests.harness import BrokerProcess
+
+MIB = 1024 * 1024
+QUEUES = 4
+
+
+def topic_names(n: int) -> list[str]:
+    return [f"t{n}-{i}" for i in range(n)]
+
+
+def bench_broker(root: Path) -> BrokerProcess:
+    settings = {
+        "defaultTopicQueueNums": QUEUES,
+        "mappedFileSizeCommitLog": 256 * MIB,
+        "mappedFileSizeConsumeQueue": 20_000 * 20,  # sparse anyway; 10,000s of files
+        "logLevel": "WARNING",
+    }
+    return BrokerProcess(root, settings=settings, ready_timeout=60.0)
+
+
+async def warm_up(endpoint: str, counts: list[int], body: bytes) -> float:
+    """Create every topic (auto-creation by its first send) and put one message into each of
+    its queues; returns the seconds it took."""
+    started = time.perf_counter()
+    async with Producer(endpoint, send_timeout=60.0) as producer:
+        gate = asyncio.Semaphore(256)
+
+        async def one(topic: str, queue_id: int) -> None:
+            async with gate:
+                await producer.send(topic, body, queue_id=queue_id)
+
+        for n in counts:
+            names = topic_names(n)
+            await asyncio.gather(*(one(t, 0) for t in names))  # creates the topics
+            await asyncio.gather(*(one(t, q) for t in names for q in range(1, QUEUES)))
+    return time.perf_counter() - started
+
+
+async def measure(endpoint: str, n: int, args: argparse.Namespace) -> tuple[float, float]:
+    """msg/s of one configuration over ``args.seconds``, and the client CPU per message (us)."""
+    names = topic_names(n)
+    bodies = [os.urandom(args.size) for _ in range(args.batch)]
+    done = 0
+    stop = False
+    async with Producer(endpoint) as producer:
+        if args.no_parts:  # the SDK before issue 33: one request per topic's batch
+            producer._parts = False
+
+        async def task(i: int) -> None:
+            nonlocal done
+            k = 0
+            while not stop:
+                await producer.send_batch(names[(i + k * args.tasks) % n], bodies)
+                done += args.batch
+                k += 1
+
+        tasks = [asyncio.create_task(task(i)) for i in range(args.tasks)]
+        await asyncio.sleep(args.lead_in)  # streams open, routes and batch sizes settle
+        count0, wall0, cpu0 = done, time.perf_counter(), time.process_time()
+        await asyncio.sleep(args.seconds)
+        count1, wall1, cpu1 = done, time.perf_counter(), time.process_time()
+        stop = True
+        await asyncio.gather(*tasks)
+    sent = count1 - count0
+    return sent / (wall1 - wall0), (cpu1 - cpu0) / max(sent, 1) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--topics", default="1,16,64,256,1024,10000")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tasks", type=int, default=64, help="concurrent send_batch loops")
+    parser.add_argument("--batch", type=int, default=16, help="messages per send_batch")
+    parser.add_argument("--size", type=int, default=1024, help="body bytes")
+    parser.add_argument("--lead-in", type=float, default=0.5, help="untimed seconds per run")
+    parser.add_argument("--quick", action="store_true", help="1,16,256 topics, 1 s, 1 round")
+    parser.add_argument(
+        "--no-parts",
+        action="store_true",
+        help="no multi-topic requests (SendMessageRequest.parts): the SDK before issue 33",
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.topics, args.seconds, args.rounds = "1,16,256", 1.0, 1
+    counts = [int(n) for n in args.topics.split(",")]
+    body = os.urandom(args.size)
+    rates: dict[int, list[float]] = {n: [] for n in counts}
+    client_us: dict[int, list[float]] = {n: [] for n in counts}
+    broker_us: dict[int, list[float]] = {n: [] for n in counts}
+    print(
+        f"Produce across topics: {args.tasks} tasks x send_batch({args.batch}) of {args.size} B, "
+        f"{QUEUES} queues per topic, {args.seconds:g} s per run, {args.rounds} rounds "
+        f"(alternating), one broker (ASYNC_FLUSH) for all"
+        + (", one request per topic (--no-parts)" if args.no_parts else "")
+    )
+    with (
+        tempfile.TemporaryDirectory(prefix="wharf-bench-topics-", dir="/tmp") as tmp,
+        bench_broker(Path(tmp)) as broker,
+    ):
+        took = uvloop.run(warm_up(broker.endpoint, counts, body))
+        total = sum(counts)
+        print(f"warm-up: {total:,} topics, {total * QUEUES:,} queues, one message each: "
+              f"{took:.1f} s")  # fmt: skip
+        for _ in range(args.rounds):
+            for n in counts:
+                cpu0 = process_cpu_seconds(broker.pid)
+                rate, client = uvloop.run(measure(broker.endpoint, n, args))
+                cpu1 = process_cpu_seconds(broker.pid)
+                rates[n].append(rate)
+                client_us[n].append(client)
+                # Broker CPU over the timed window and the lead-in: per message of the window,
+                # scaled to the whole run's length.
+                whole = rate * (args.seconds + args.lead_in)
+                broker_us[n].append((cpu1 - cpu0) / max(whole, 1) * 1e6)
+    one = statistics.median(rates[counts[0]])
+    print(f"\n{'topics':>7} {'msg/s':>10} {'ratio':>6} {'broker us/msg':>14} "
+          f"{'client us/msg':>14}  runs (msg/s)")  # fmt: skip
+    for n in counts:
+        rate = statistics.median(rates[n])
+        runs = ", ".join(f"{r:,.0f}" for r in rates[n])
+        print(
+            f"{n:>7,} {rate:>10,.0f} {rate / one:>6.2f} {statistics.median(broker_us[n]):>14.1f} "
+            f"{statistics.median(client_us[n]):>14.1f}  {runs}"
+        )
+    print(f"(ratio: to {counts[0]} topic{'s' if counts[0] != 1 else ''})")
+
+
+if __name__ == "__main__":
+    main()
