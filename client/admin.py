@@ -29,6 +29,28 @@ _WHERE = {
 }
 
 
+def page_topics(
+    reply: admin_pb2.ListTopicsResponse, *, prefix: str = "", after: str = "", limit: int = 0
+) -> admin_pb2.ListTopicsResponse:
+    """One page of a ListTopics reply: the topics named ``prefix``..., after ``after`` (the
+    last name of the previous page), at most ``limit`` of them (0: all), sorted by name, with
+    their ``stats`` when the reply has them. Made on the client: ListTopicsRequest has no such
+    fields (a proto change, ``make proto``), and the broker answers 25,000 topics in ~1 ms
+    from its cached reply (broker/processors/admin.py), ~0.5 MB."""
+    stats = {s.name: s for s in reply.stats}
+    names = sorted(
+        (t.name, i)
+        for i, t in enumerate(reply.topics)
+        if t.name.startswith(prefix) and t.name > after
+    )
+    if limit > 0:
+        names = names[:limit]
+    page = admin_pb2.ListTopicsResponse()
+    page.topics.extend(reply.topics[i] for _, i in names)
+    page.stats.extend(stats[name] for name, _ in names if name in stats)
+    return page
+
+
 class Admin:
     def __new__(cls, *args: Any, namesrv: str | None = None, **kwargs: Any) -> Admin:
         if namesrv and cls is Admin:  # a cluster: the fan-out subclass
@@ -154,6 +176,21 @@ class Admin:
         written (in the order of ``topics``), so a listing costs one call, not one per topic."""
         request = admin_pb2.ListTopicsRequest(include_system=include_system, with_stats=with_stats)
         return await self._call(self._a.ListTopics, request)
+
+    async def list_topics_page(
+        self,
+        *,
+        prefix: str = "",
+        after: str = "",
+        limit: int = 0,
+        include_system: bool = False,
+        with_stats: bool = False,
+    ) -> admin_pb2.ListTopicsResponse:
+        """One page of ``list_topics``, sorted by name: the topics named ``prefix``..., after
+        ``after`` (the previous page's last name), at most ``limit`` (0: all); see
+        ``page_topics``. A cluster's ``ClusterAdmin`` pages its merged listing alike."""
+        reply = await self.list_topics(include_system=include_system, with_stats=with_stats)
+        return page_topics(reply, prefix=prefix, after=after, limit=limit)
 
     async def topic_stats(self, name: str) -> admin_pb2.GetTopicStatsResponse:
         return await self._call(self._a.GetTopicStats, admin_pb2.GetTopicStatsRequest(name=name))

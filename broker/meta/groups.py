@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
+from wharf.broker.meta.persist import PendingWrite, TableJournal
 
 MAX_GROUP_LENGTH = 255
 _GROUP_NAME = re.compile(r"^[%a-zA-Z0-9_-]+$")
@@ -74,6 +75,7 @@ class SubscriptionGroupManager:
         self.dirty = False
         self.version = 0
         self.on_change: Callable[[], None] = lambda: None  # see TopicConfigManager.on_change
+        self.journal = TableJournal("subscriptionGroupTable", SubscriptionGroup.to_json)
 
     def __len__(self) -> int:
         return len(self.table)
@@ -99,10 +101,11 @@ class SubscriptionGroupManager:
         if group.retry_max_times < 0 or group.retry_queue_nums < 1:
             raise InvalidArgumentError("retry_max_times must be >= 0 and retry_queue_nums >= 1")
         self.table[group.group_name] = group
-        self._changed()
+        self._changed(group.group_name)
         return group
 
-    def _changed(self) -> None:
+    def _changed(self, name: str) -> None:
+        self.journal.changed(name)
         self.dirty = True
         self.version += 1
         self.on_change()
@@ -110,7 +113,7 @@ class SubscriptionGroupManager:
     def delete(self, name: str) -> None:
         if self.table.pop(name, None) is None:
             raise NotFoundError(f"consumer group {name!r} does not exist")
-        self._changed()
+        self._changed(name)
 
     def listing(self) -> list[SubscriptionGroup]:
         return [g for _, g in sorted(self.table.items())]
@@ -121,7 +124,12 @@ class SubscriptionGroupManager:
             "dataVersion": {"counter": self.version},
         }
 
+    def capture(self) -> PendingWrite:
+        """See TopicConfigManager.capture."""
+        return self.journal.capture(self.table, {"dataVersion": {"counter": self.version}})
+
     def load(self, data: dict[str, Any] | None) -> None:
+        self.journal.reset()  # the next persist compares the whole table with the files
         if not data:
             return
         for raw in data.get("subscriptionGroupTable", {}).values():

@@ -6,8 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from wharf.broker.errors import InvalidArgumentError
+from wharf.broker.meta.persist import PendingWrite, TableJournal
 
 TOPIC_GROUP_SEPARATOR = "@"
+
+
+def _json_key(key: tuple[str, str]) -> str:
+    return f"{key[0]}{TOPIC_GROUP_SEPARATOR}{key[1]}"
+
+
+def _queues_json(queues: dict[int, int]) -> dict[str, int]:
+    return {str(q): o for q, o in queues.items()}
 
 
 class ConsumerOffsetManager:
@@ -17,6 +26,9 @@ class ConsumerOffsetManager:
         # (topic, group) -> {queue_id: offset}
         self.table: dict[tuple[str, str], dict[int, int]] = {}
         self.dirty = False
+        # The (topic, group) entries changed since the last persist, journaled beside the
+        # snapshot (broker/meta/persist.py): one commit does not rewrite every offset.
+        self.journal = TableJournal("offsetTable", _queues_json, _json_key, dict)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         if offset < 0:
@@ -25,6 +37,7 @@ class ConsumerOffsetManager:
         if queues is None:
             queues = self.table[(topic, group)] = {}
         queues[queue_id] = offset
+        self.journal.changed((topic, group))
         self.dirty = True
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
@@ -53,22 +66,24 @@ class ConsumerOffsetManager:
     def remove_topic(self, topic: str) -> None:
         for key in [k for k in self.table if k[0] == topic]:
             del self.table[key]
+            self.journal.changed(key)
             self.dirty = True
 
     def remove_group(self, group: str) -> None:
         for key in [k for k in self.table if k[1] == group]:
             del self.table[key]
+            self.journal.changed(key)
             self.dirty = True
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "offsetTable": {
-                f"{topic}{TOPIC_GROUP_SEPARATOR}{group}": {str(q): o for q, o in queues.items()}
-                for (topic, group), queues in self.table.items()
-            }
-        }
+        return {"offsetTable": {_json_key(k): _queues_json(q) for k, q in self.table.items()}}
+
+    def capture(self) -> PendingWrite:
+        """See TopicConfigManager.capture: the changed (topic, group) entries, copied."""
+        return self.journal.capture(self.table, {})
 
     def load(self, data: dict[str, Any] | None) -> None:
+        self.journal.reset()  # the next persist compares the whole table with the files
         if not data:
             return
         for key, queues in data.get("offsetTable", {}).items():

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wharf.broker.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from wharf.broker.meta.persist import PendingWrite, TableJournal
 from wharf.store.codec.properties import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -133,6 +134,8 @@ class TopicConfigManager:
         # Called after every change: the controller persists topics within ~50 ms instead of
         # the periodic 5 s, so a crash right after an auto-create does not forget the topic.
         self.on_change: Callable[[], None] = lambda: None
+        # What changed since the last persist (broker/meta/persist.py: a journal record).
+        self.journal = TableJournal("topicConfigTable", TopicConfig.to_json)
 
     def __len__(self) -> int:
         return sum(1 for name in self.table if not is_system_topic(name))
@@ -148,10 +151,11 @@ class TopicConfigManager:
 
     def _put(self, topic: TopicConfig) -> TopicConfig:
         self.table[topic.name] = topic
-        self._changed()
+        self._changed(topic.name)
         return topic
 
-    def _changed(self) -> None:
+    def _changed(self, name: str) -> None:
+        self.journal.changed(name)
         self.dirty = True
         self.version += 1
         self.on_change()
@@ -204,7 +208,7 @@ class TopicConfigManager:
     def delete(self, name: str) -> TopicConfig:
         topic = self.require(name)
         del self.table[name]
-        self._changed()
+        self._changed(name)
         return topic
 
     def listing(self, include_system: bool) -> list[TopicConfig]:
@@ -221,7 +225,13 @@ class TopicConfigManager:
             "dataVersion": {"counter": self.version},
         }
 
+    def capture(self) -> PendingWrite:
+        """The changes since the last capture, cheaply (on the loop), for
+        ``persist.write_text_atomic_blocking`` to serialize and write in a thread."""
+        return self.journal.capture(self.table, {"dataVersion": {"counter": self.version}})
+
     def load(self, data: dict[str, Any] | None) -> None:
+        self.journal.reset()  # the next persist compares the whole table with the files
         if not data:
             return
         for raw in data.get("topicConfigTable", {}).values():
