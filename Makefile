@@ -43,7 +43,8 @@ run: $(STAMP)
 
 # Debian packages the tests drive as real peers: prometheus/promtool and redis-server (ops and
 # benchmark tests), etcd (controller-mode failover: elections on etcd leases), and the headless
-# browser of the console's end-to-end tests (chromium + chromedriver).
+# browser of the console's end-to-end tests (chromium + chromedriver), and FUSE 3 for the
+# power-cut filesystem of tests/fault (fuse3: fusermount3, and the libfuse3 mfusepy loads).
 system-deps:
 	@if ! command -v promtool >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1 \
 	    || ! command -v etcd >/dev/null 2>&1; then \
@@ -51,6 +52,13 @@ system-deps:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus redis-server etcd-server >/dev/null; \
 	  else \
 	    echo "install Debian packages: sudo apt-get install prometheus redis-server etcd-server"; exit 1; \
+	  fi; \
+	fi
+	@if ! command -v fusermount3 >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fuse3 >/dev/null; \
+	  else \
+	    echo "install Debian packages: sudo apt-get install fuse3"; exit 1; \
 	  fi; \
 	fi
 	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
