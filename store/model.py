@@ -6,6 +6,7 @@ Kept free of I/O and of any gRPC type. Slotted classes: thousands are made per b
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -111,16 +112,26 @@ class GetResult:
 
 @dataclass(slots=True)
 class TagFilter:
-    """Subscription tag expression: ``*`` (or empty) matches everything; ``a || b`` matches
-    tags a or b. ``codes`` are Java String.hashCode values checked against ConsumeQueue
-    tagsCode first; the exact tag string is checked on the decoded record."""
+    """A subscription's filter. Tags: ``*`` (or empty) matches everything; ``a || b`` matches
+    tags a or b; ``codes`` are Java String.hashCode values checked against ConsumeQueue
+    tagsCode first, the exact tag string on the decoded record. ``sql``: a compiled SQL92
+    property expression (``wharf.store.read.sql_filter``), checked on the decoded properties
+    (the tag is the property ``TAGS``); ``expression`` is its text."""
 
     tags: frozenset[str]
     codes: frozenset[int]
+    sql: Callable[[Mapping[str, str]], bool] | None = None
+    expression: str = ""
 
     @property
     def match_all(self) -> bool:
-        return not self.tags
+        return not self.tags and self.sql is None
+
+    def matches(self, properties: Mapping[str, str]) -> bool:
+        """Does a message with these properties pass (tags, then the SQL expression)?"""
+        if self.tags and properties.get("TAGS", "") not in self.tags:
+            return False
+        return self.sql is None or self.sql(properties)
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import validate_topic_name
-from wharf.broker.tags import parse_tag_expression
+from wharf.broker.tags import filter_of
 from wharf.store.codec import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -51,8 +51,12 @@ class ConsumerProcessor:
             subscriptions = {}
             for sub in data.subscriptions:
                 validate_topic_name(sub.topic)
-                parse_tag_expression(sub.tag_expression)
-                subscriptions[sub.topic] = sub.tag_expression or "*"
+                filter_of(sub.tag_expression, sub.sql_expression, ctx.config)
+                subscriptions[sub.topic] = (
+                    f"SQL92: {sub.sql_expression}"
+                    if sub.sql_expression
+                    else sub.tag_expression or "*"
+                )
             ctx.groups.for_use(group)
             ctx.topics.ensure_system(retry_topic(group), 1)
             versions[group] = ctx.consumers.heartbeat(

@@ -25,7 +25,7 @@ from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import is_system_topic, validate_topic_name
 from wharf.broker.processors.convert import add_views
 from wharf.broker.reply_budget import CallReplies, NoReplyBudget, PullReplies
-from wharf.broker.tags import parse_tag_expression
+from wharf.broker.tags import filter_of
 from wharf.store.model import GetResult, GetStatus, TagFilter
 from wharf.store.read.get_raw import RawGetResult
 from wharf.v1 import messaging_pb2
@@ -114,7 +114,7 @@ class PullProcessor:
         group = request.consumer_group
         topic = request.topic
         queue_id = request.queue_id
-        tag_filter = parse_tag_expression(request.tag_expression)
+        tag_filter = filter_of(request.tag_expression, request.sql_expression, ctx.config)
         if not ctx.groups.for_use(group).consume_enable:
             raise PermissionDeniedError(
                 f"consumer group {group!r} has consume_enable off; re-enable it with "

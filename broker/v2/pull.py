@@ -62,7 +62,9 @@ class V2PullProcessor:
         max_offset: Callable[[str, int], int],
         offset_by_time: Callable[[str, int, int], int],
         on_out: Callable[[str, str, int, int], None],
+        property_filter: bool = True,
     ) -> None:
+        self._property_filter = property_filter  # enablePropertyFilter
         self._topics = topics
         self._offsets = offsets
         self._read_waiting = read_waiting
@@ -92,7 +94,7 @@ class V2PullProcessor:
         if request.offset < 0:
             raise V2Error(Code.ILLEGAL_OFFSET, f"offset must be >= 0, got {request.offset}")
         batch = batch_of(request.batch_size)
-        tag_filter = tag_filter_of(request.filter_expression)
+        tag_filter = tag_filter_of(request.filter_expression, self._property_filter)
         polling_ms = polling_ms_of(request.long_polling_timeout, time_remaining)
         result, status = await self._read_waiting(
             topic, queue_id, request.offset, batch, tag_filter, polling_ms

@@ -16,7 +16,7 @@ checks alike); bodies leave IDENTITY-encoded (the store's zlib bodies are inflat
 
 Limits: invisible time ``MIN_INVISIBLE_MS`` (1 s; RocketMQ's proxy defaults to 10 s) to 12 h
 (ILLEGAL_INVISIBLE_TIME); ``auto_renew`` (the PushConsumer) gets 60 s; batch 1..1024 (0 = 32);
-TAG filter expressions (``*``, ``a||b``); SQL92 answers NOT_IMPLEMENTED. After the group's
+TAG filter expressions (``*``, ``a||b``) and SQL92 ones (evaluated on the broker). After the group's
 ``retryMaxTimes`` + 1 deliveries a message goes to ``%DLQ%<group>`` (the pop store does it).
 Ack, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue map a stale or forged handle to
 INVALID_RECEIPT_HANDLE; ChangeInvisibleDuration returns the new handle (the duration counts from
@@ -34,7 +34,7 @@ from typing import Any
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from wharf.broker.meta.topics import TopicConfig, TopicConfigManager
-from wharf.broker.tags import parse_tag_expression
+from wharf.broker.tags import parse_filter, parse_tag_expression
 from wharf.broker.v2 import codes
 from wharf.broker.v2.codes import Code, V2Error
 from wharf.broker.v2.convert import PROPERTY_MESSAGE_GROUP, RESERVED_PROPERTY_NAMES
@@ -72,10 +72,13 @@ def readable_topic(topics: TopicConfigManager, name: str) -> TopicConfig:
     return topic
 
 
-def tag_filter_of(expression: definition_pb2.FilterExpression) -> TagFilter:
-    """A TAG expression (``*`` when empty); SQL92 answers NOT_IMPLEMENTED."""
+def tag_filter_of(
+    expression: definition_pb2.FilterExpression, property_filter: bool = True
+) -> TagFilter:
+    """A TAG expression (``*`` when empty) or a SQL92 one (enablePropertyFilter);
+    InvalidFilterError (ILLEGAL_FILTER_EXPRESSION) for a bad one."""
     if expression.type == definition_pb2.SQL:
-        raise V2Error(Code.NOT_IMPLEMENTED, "SQL92 filter expressions are not supported yet")
+        return parse_filter(expression.expression, sql=True, property_filter=property_filter)
     return parse_tag_expression(expression.expression or "*")
 
 
@@ -171,11 +174,13 @@ class V2ReceiveProcessor:
         topics: TopicConfigManager,
         group_settings: Callable[[str], tuple[int, bool]],
         on_delivered: Callable[[str, str, int, int], None] = lambda *_: None,
+        property_filter: bool = True,
     ) -> None:
         self._pop = pop
         self._topics = topics
         self._group_settings = group_settings
         self._on_delivered = on_delivered
+        self._property_filter = property_filter  # enablePropertyFilter
 
     def _topic(self, name: str) -> None:
         readable_topic(self._topics, name)
@@ -188,7 +193,7 @@ class V2ReceiveProcessor:
         topic = request.message_queue.topic.name
         self._topic(topic)
         max_attempts, fifo = self._group_settings(request.group.name)
-        tag_filter = tag_filter_of(request.filter_expression)
+        tag_filter = tag_filter_of(request.filter_expression, self._property_filter)
         if request.auto_renew:
             invisible_ms = AUTO_RENEW_INVISIBLE_MS
         else:

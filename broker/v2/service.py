@@ -111,8 +111,13 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             on_stored=self._on_stored,
             max_delay_s=ctx.store.config.timer_max_delay_sec,
         )
+        property_filter = ctx.config.enable_property_filter
         self.receiver = V2ReceiveProcessor(
-            lambda: ctx.store.pop, ctx.topics, self._group_settings, self._on_delivered
+            lambda: ctx.store.pop,
+            ctx.topics,
+            self._group_settings,
+            self._on_delivered,
+            property_filter=property_filter,
         )
         self.puller = V2PullProcessor(
             ctx.topics,
@@ -123,6 +128,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             ctx.store.get_max_offset,
             ctx.store.get_offset_by_timestamp,
             self._on_delivered,
+            property_filter=property_filter,
         )
 
     def _group_settings(self, name: str) -> tuple[int, bool]:

@@ -150,17 +150,19 @@ class PullConsumer:
         max_wait_ms: int = 0,
         tag_expression: str = "*",
         max_bytes: int = 0,
+        sql_expression: str = "",
     ) -> PullResult:
         """Read up to ``max_messages`` from ``offset`` and at most ``max_bytes`` of records (0:
         the broker's maxPullBytes; the first message always comes); long-polls up to
-        ``max_wait_ms``."""
+        ``max_wait_ms``. ``sql_expression``: a SQL92 property filter the broker applies
+        (instead of ``tag_expression``; the tag is the property ``TAGS``)."""
         if offset < 0:
             raise InvalidArgumentError(f"offset must be >= 0, got {offset}")
         if self._cluster is not None:
             sub, local = await self._cluster.client(queue)
             return await sub.pull(
                 local, offset, max_messages=max_messages, max_wait_ms=max_wait_ms,
-                tag_expression=tag_expression, max_bytes=max_bytes,
+                tag_expression=tag_expression, max_bytes=max_bytes, sql_expression=sql_expression,
             )  # fmt: skip
         request = messaging_pb2.PullMessageRequest(
             consumer_group=self.group,
@@ -170,6 +172,7 @@ class PullConsumer:
             max_messages=max_messages,
             max_wait_ms=max_wait_ms,
             tag_expression=tag_expression,
+            sql_expression=sql_expression,
             raw_records=True,  # stored record bytes, decoded lazily here (client.records)
             max_bytes=max_bytes,
         )

@@ -193,6 +193,7 @@ class PushConsumer:
         self.orderly_retry_pause_s = orderly_retry_pause_s
         self._consume: ConcurrentConsumeService | None = None
         self._subscriptions: dict[str, str] = {}
+        self._sql: dict[str, str] = {}  # topic -> SQL92 expression (instead of its tags)
         self._workers: dict[MessageQueue, QueueWorker] = {}
         self._background: list[asyncio.Task[None]] = []
         self._rebalance_now = asyncio.Event()
@@ -206,17 +207,26 @@ class PushConsumer:
         self.rebalance_count = 0
 
     # ------------------------------------------------------------------ lifecycle
-    def subscribe(self, topic: str, tag_expression: str = "*") -> None:
-        """Subscribe before start(); ``tag_expression`` is ``*`` or ``"tagA || tagB"``."""
+    def subscribe(self, topic: str, tag_expression: str = "*", *, sql: str | None = None) -> None:
+        """Subscribe before start(); ``tag_expression`` is ``*`` or ``"tagA || tagB"``, or
+        ``sql`` a SQL92 property expression the broker evaluates (RocketMQ's
+        ``MessageSelector.bySql``: ``"amount > 100 AND region IN ('eu', 'us')"``; the tag is
+        the property ``TAGS``)."""
         if not topic:
             raise InvalidArgumentError("topic must not be empty")
+        if sql is not None and tag_expression.strip() not in ("", "*"):
+            raise InvalidArgumentError("subscribe by tags or by sql, not both")
         self._subscriptions[topic] = tag_expression or "*"
+        if sql is not None:
+            self._sql[topic] = sql
+        else:
+            self._sql.pop(topic, None)
 
     def _broker_consumer(self, address: str, options: dict[str, Any]) -> PushConsumer:
         """The single-broker consumer of one group master (``namesrv=``)."""
         consumer = PushConsumer(address, self.group, **options)
         for topic, expression in self._subscriptions.items():
-            consumer.subscribe(topic, expression)
+            consumer.subscribe(topic, expression, sql=self._sql.get(topic))
         return consumer
 
     @property
@@ -259,7 +269,9 @@ class PushConsumer:
             messaging_pb2.ConsumerData(
                 group=self.group,
                 subscriptions=[
-                    messaging_pb2.Subscription(topic=t, tag_expression=e)
+                    messaging_pb2.Subscription(
+                        topic=t, tag_expression=e, sql_expression=self._sql.get(t, "")
+                    )
                     for t, e in self._subscriptions.items()
                 ],
                 message_model=self.message_model,
@@ -441,6 +453,7 @@ class PushConsumer:
             group=self.group,
             queue=queue,
             tag_expression=expression,
+            sql_expression=self._sql.get(queue.topic, ""),
             start_offset=start_offset,
             pending_commit=lambda: self._pending_commit(queue),
             on_committed=lambda offset: offsets.mark_committed(queue, offset),

@@ -35,6 +35,7 @@ class QueueWorker:
         group: str,
         queue: MessageQueue,
         tag_expression: str,
+        sql_expression: str = "",
         start_offset: Callable[[], Awaitable[int]],
         pending_commit: Callable[[], int | None],
         on_committed: Callable[[int], None],
@@ -53,6 +54,7 @@ class QueueWorker:
         self._pull = pull if pull is not None else stub.PullMessage
         self._group = group
         self._tag_expression = tag_expression
+        self._sql_expression = sql_expression  # filtered by the broker
         self._start_offset = start_offset
         self._pending_commit = pending_commit
         self._on_committed = on_committed
@@ -106,6 +108,7 @@ class QueueWorker:
                 max_messages=max(1, min(self._batch, room)),
                 max_wait_ms=self._long_poll_ms,
                 tag_expression=self._tag_expression,
+                sql_expression=self._sql_expression,
                 raw_records=True,  # stored record bytes, decoded lazily (client.records)
                 max_bytes=self._batch_bytes,
             )

@@ -291,6 +291,13 @@ def _decode_properties(buf: ReadableBuffer, start: int, end: int) -> dict[str, s
     return string_to_properties(text)
 
 
+def record_properties(buf: ReadableBuffer, pos: int = 0) -> dict[str, str]:
+    """The properties of the message record at ``buf[pos:]`` and nothing else decoded (a
+    broker-side property filter on raw records); CorruptRecordError as ``decode_record``."""
+    _, _, start, end = _layout(buf, pos)
+    return _decode_properties(buf, start, end)
+
+
 def decode_record(
     buf: ReadableBuffer, pos: int = 0, base_offset: int | None = None
 ) -> StoredMessage:

@@ -632,7 +632,7 @@ def _message_group_of(message: StoredMessage) -> str:
 
 
 def _matches(tag_filter: TagFilter, message: StoredMessage) -> bool:
-    return tag_filter.match_all or message.properties.get("TAGS", "") in tag_filter.tags
+    return tag_filter.match_all or tag_filter.matches(message.properties)
 
 
 def _dlq_copy(message: StoredMessage, origin_topic: str, attempts: int) -> MessageInput:

@@ -1,5 +1,5 @@
-"""Subscription tag expressions -> ``wharf.store.model.TagFilter`` (RocketMQ's FilterAPI.build for
-the TAG type).
+"""Subscription expressions -> ``wharf.store.model.TagFilter`` (RocketMQ's FilterAPI.build):
+tag expressions here, SQL92 property expressions compiled by ``sql_filter``.
 
 Grammar: ``*`` or an empty/blank string subscribes to everything; otherwise ``tag ( || tag )*``
 with whitespace around tags ignored. Anything else (``||`` alone, an empty alternative as in
@@ -12,6 +12,7 @@ from __future__ import annotations
 from wharf.store.codec.hashes import java_string_hash
 from wharf.store.errors import InvalidFilterError
 from wharf.store.model import TagFilter
+from wharf.store.read.sql_filter import SqlFilterError, compile_sql
 
 SUBSCRIBE_ALL = "*"
 TAG_SEPARATOR = "||"
@@ -45,6 +46,16 @@ def parse_tag_expression(expression: str | None) -> TagFilter:
             )
         tags.append(tag)
     return TagFilter(tags=frozenset(tags), codes=frozenset(java_string_hash(tag) for tag in tags))
+
+
+def parse_sql_expression(expression: str) -> TagFilter:
+    """A SQL92 property filter (RocketMQ's ExpressionType.SQL92); InvalidFilterError saying
+    where the expression is wrong."""
+    try:
+        predicate = compile_sql(expression)
+    except SqlFilterError as exc:
+        raise InvalidFilterError(f"SQL92 filter {expression!r}: {exc}") from None
+    return TagFilter(tags=frozenset(), codes=frozenset(), sql=predicate, expression=expression)
 
 
 def tag_filter_for(tags: list[str] | tuple[str, ...] | frozenset[str]) -> TagFilter:

@@ -53,8 +53,8 @@ def get_messages(
     # Pass 2: read adjacent records together and decode them.
     messages, missing = _read_chosen(commit_log, chosen)
     if not tag_filter.match_all:
-        tags = tag_filter.tags
-        messages = [m for m in messages if m.properties.get("TAGS", "") in tags]
+        matches = tag_filter.matches
+        messages = [m for m in messages if matches(m.properties)]
     if messages:
         status = GetStatus.FOUND
     elif removed_first or missing:
@@ -94,6 +94,7 @@ def choose_units(
     scanned, whether the first candidates pointed at deleted log data); None when no unit
     could be read at ``offset``. No CommitLog access beyond its min offset."""
     match_all = tag_filter.match_all
+    by_code = bool(tag_filter.tags)  # a SQL filter alone has no tag hash to skip units by
     max_count = max(max_count, 1)
     scan = max_count if match_all else max(MIN_FILTER_SCAN_UNITS, max_count)
     unit_bytes = queue.read_unit_bytes(offset, scan)
@@ -109,7 +110,7 @@ def choose_units(
         if chosen and (len(chosen) >= max_count or total_bytes + size > max_bytes):
             break
         scanned += 1
-        if size == BLANK_UNIT_SIZE or (not match_all and tags_code not in codes):
+        if size == BLANK_UNIT_SIZE or (by_code and tags_code not in codes):
             continue
         if phy_offset < log_min:
             removed_first = removed_first or not chosen

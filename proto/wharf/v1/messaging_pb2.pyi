@@ -175,7 +175,7 @@ class SendMessageResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[SendResultEntry, _Mapping]]] = ..., request_id: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., status: _Optional[_Union[SendStatus, str]] = ..., queue_id: _Optional[int] = ..., first_queue_offset: _Optional[int] = ..., first_commit_log_offset: _Optional[int] = ..., store_host: _Optional[str] = ..., count: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[SendMessageResponse, _Mapping]]] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_messages", "max_wait_ms", "tag_expression", "commit_offset", "raw_records", "request_id", "max_bytes", "cancel", "batch")
+    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_messages", "max_wait_ms", "tag_expression", "commit_offset", "raw_records", "request_id", "max_bytes", "cancel", "batch", "sql_expression")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -189,6 +189,7 @@ class PullMessageRequest(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    SQL_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
@@ -202,7 +203,8 @@ class PullMessageRequest(_message.Message):
     max_bytes: int
     cancel: bool
     batch: _containers.RepeatedCompositeFieldContainer[PullMessageRequest]
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., tag_expression: _Optional[str] = ..., commit_offset: _Optional[int] = ..., raw_records: _Optional[bool] = ..., request_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., cancel: _Optional[bool] = ..., batch: _Optional[_Iterable[_Union[PullMessageRequest, _Mapping]]] = ...) -> None: ...
+    sql_expression: str
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., tag_expression: _Optional[str] = ..., commit_offset: _Optional[int] = ..., raw_records: _Optional[bool] = ..., request_id: _Optional[int] = ..., max_bytes: _Optional[int] = ..., cancel: _Optional[bool] = ..., batch: _Optional[_Iterable[_Union[PullMessageRequest, _Mapping]]] = ..., sql_expression: _Optional[str] = ...) -> None: ...
 
 class PullMessageResponse(_message.Message):
     __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages", "records", "request_id", "error", "batch")
@@ -329,12 +331,14 @@ class QueryRouteResponse(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., exists: _Optional[bool] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., broker_name: _Optional[str] = ..., endpoint: _Optional[str] = ...) -> None: ...
 
 class Subscription(_message.Message):
-    __slots__ = ("topic", "tag_expression")
+    __slots__ = ("topic", "tag_expression", "sql_expression")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     TAG_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    SQL_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
     topic: str
     tag_expression: str
-    def __init__(self, topic: _Optional[str] = ..., tag_expression: _Optional[str] = ...) -> None: ...
+    sql_expression: str
+    def __init__(self, topic: _Optional[str] = ..., tag_expression: _Optional[str] = ..., sql_expression: _Optional[str] = ...) -> None: ...
 
 class ConsumerData(_message.Message):
     __slots__ = ("group", "subscriptions", "message_model", "consume_from_where", "consume_timestamp")
