@@ -94,7 +94,11 @@ from wharf.store.model import (
 )
 from wharf.store.observer import FlushTally, StoreObserver
 from wharf.store.parts import StoreParts
-from wharf.store.paths import StorePaths, write_abort_marker_blocking
+from wharf.store.paths import (
+    StorePaths,
+    remove_abort_marker_blocking,
+    write_abort_marker_blocking,
+)
 from wharf.store.pop import PopService
 from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE, Unit
 from wharf.store.queue.table import ConsumeQueueTable
@@ -324,7 +328,8 @@ class MessageStore:
         if self._index is not None:
             self._index.close()
         self._commit_log.close()
-        await asyncio.to_thread(self._paths.abort_file.unlink, True)
+        # Last, once everything is durable; unlink + directory fsync (store/paths.py).
+        await asyncio.to_thread(remove_abort_marker_blocking, self._paths.abort_file)
         self._state = "stopped"
 
     # --- writes ------------------------------------------------------------------------------

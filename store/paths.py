@@ -15,10 +15,23 @@
     <root>/pop/journal.tmp                a compaction snapshot being written
     <root>/config/epochs.json             master terms and where each began (``store.ha.epochs``)
     <root>/truncate.json                  a replica's pending truncation (``store.ha.truncation``)
+
+Durability of names (a power loss keeps a new, renamed or removed directory entry only once
+the directory holding it was fsynced; a file's own fsync never makes its name durable):
+
+- the store's directories: each parent is fsynced after a ``mkdir`` (``create_dirs_blocking``,
+  ``make_dirs_blocking``; once per directory);
+- the ``abort`` marker: written, fsynced, its directory fsynced; removed at a clean shutdown
+  by unlink + directory fsync: it decides normal against abnormal recovery;
+- metadata files: ``write_bytes_atomic_blocking`` fsyncs the file, renames, fsyncs the directory;
+- files created while the store runs (commit log segments: store/log/mapped_file_queue.py;
+  consume queue and index files: ``DirectorySyncs``, drained by the thorough queue flush before
+  the checkpoint vouches for them, see store/services/queue_flush.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -94,6 +107,8 @@ class StorePaths:
         return self.root / "truncate.json"
 
     def create_dirs_blocking(self) -> None:
+        """Create the store's directories, each durable (its parent fsynced) before anything
+        is written into it: a segment whose name is durable is of no use in a lost directory."""
         for directory in (
             self.commit_log_dir,
             self.consume_queue_root,
@@ -101,7 +116,67 @@ class StorePaths:
             self.config_dir,
             self.pop_dir,
         ):
-            directory.mkdir(parents=True, exist_ok=True)
+            make_dirs_blocking(directory)
+
+
+def make_dirs_blocking(directory: str | os.PathLike[str]) -> list[str]:
+    """``os.makedirs(directory, exist_ok=True)``, then fsync the parent of every directory it
+    created (deepest last), so the new directories survive a power loss. One ``isdir`` when
+    ``directory`` exists. Returns the directories created, outermost first."""
+    path = os.path.abspath(os.fspath(directory))
+    created: list[str] = []
+    while not os.path.isdir(path):
+        created.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    if not created:
+        return []
+    created.reverse()
+    os.makedirs(directory, exist_ok=True)
+    for new in created:
+        fsync_dir_blocking(os.path.dirname(new))
+    return created
+
+
+class DirectorySyncs:
+    """Directories with new entries (files, subdirectories) not yet made durable, to be
+    fsynced together before a checkpoint vouches for what those entries hold: the consume
+    queue and index files created since the last thorough queue flush (which drains this,
+    off the write path). Thread-safe: files are created on the loop and in threads."""
+
+    def __init__(self) -> None:
+        self._dirs: set[str] = set()
+        self._lock = threading.Lock()
+
+    def add(self, *directories: str | os.PathLike[str]) -> None:
+        with self._lock:
+            self._dirs.update(os.fspath(d) for d in directories)
+
+    def __len__(self) -> int:
+        return len(self._dirs)
+
+    def __contains__(self, directory: object) -> bool:
+        return isinstance(directory, str | os.PathLike) and os.fspath(directory) in self._dirs
+
+    def sync_blocking(self) -> int:
+        """fsync every pending directory (a directory deleted meanwhile has nothing to keep).
+        On an error the directories not yet synced stay pending. Returns how many were."""
+        with self._lock:
+            pending, self._dirs = self._dirs, set()
+        ordered = sorted(pending)  # parents before their subdirectories
+        done = 0
+        try:
+            for directory in ordered:
+                with contextlib.suppress(FileNotFoundError):
+                    fsync_dir_blocking(directory)
+                done += 1
+        except BaseException:
+            with self._lock:
+                self._dirs.update(ordered[done:])
+            raise
+        return done
 
 
 def write_json_atomic_blocking(path: Path, payload: object) -> None:
@@ -148,7 +223,7 @@ def _lock_of(path: Path) -> threading.Lock:
 def _write_bytes_atomic_blocking(
     path: Path, data: bytes | bytearray, mode: int, keep_backup: bool
 ) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs_blocking(path.parent)  # durable: a renamed-in file is lost with its directory
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)  # a crash's leftover: a new file takes ``mode`` from birth
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
@@ -178,7 +253,7 @@ def read_json_with_backup_blocking(path: Path) -> object | None:
     return None
 
 
-def fsync_dir_blocking(directory: Path) -> None:
+def fsync_dir_blocking(directory: str | os.PathLike[str]) -> None:
     """Make a directory's entries (a rename, a deletion) durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -200,8 +275,29 @@ def current_boot_id_blocking() -> str:
 
 def write_abort_marker_blocking(path: Path) -> None:
     """The abort file holds the boot id: after a crash, recovery can tell a process crash (same
-    boot: the page cache, and so every mmap write, survived) from a machine crash."""
-    path.write_text(current_boot_id_blocking() + "\n")
+    boot: the page cache, and so every mmap write, survived) from a machine crash. Durable
+    (file and directory fsynced) before the store serves anything: a marker lost with a power
+    cut would make the next start trust the queues as after a clean shutdown."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        data = (current_boot_id_blocking() + "\n").encode()
+        while data:
+            data = data[os.write(fd, data) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir_blocking(path.parent)
+
+
+def remove_abort_marker_blocking(path: Path) -> None:
+    """A clean shutdown's last step, once everything else is durable: unlink the marker and
+    fsync its directory (else a power cut right after brings it back: a needless abnormal
+    recovery, and the shutdown's queue summary ignored)."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    fsync_dir_blocking(path.parent)
 
 
 def read_abort_marker_blocking(path: Path) -> tuple[bool, bool]:

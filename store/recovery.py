@@ -16,6 +16,16 @@ blocking function that ``MessageStore.start`` runs in a thread before anything i
    dispatched here, synchronously, so the queue offset table built afterwards from the queues'
    max offsets is exact (new appends must not reuse a queue offset).
 6. Each queue's min offset is corrected against the log's min offset (retention).
+
+Power loss (which fsync makes what durable: store/README.md). The abort marker is durable
+while the store runs (store/paths.py), so a power cut always gives an abnormal recovery. A
+commit log segment is durable by name and size before any record in it is acknowledged
+(store/log/mapped_file_queue.py); the newest segments, consume queue and index files may still
+come back short or empty (created ahead, never synced): the loads drop them, a short file in
+the middle is refused as damage. After an abnormal stop every loaded name is made durable
+again (the crashed run's may sit in the page cache only): ``commitlog/`` here, the queue and
+index directories by the first thorough queue flush. A checkpoint offset recovery lowers is
+written back before anything is appended past it.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ from wharf.store.errors import DiskFullError
 from wharf.store.index.index_files import IndexService
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.commit_log import CommitLog
-from wharf.store.paths import StorePaths, read_abort_marker_blocking
+from wharf.store.paths import StorePaths, fsync_dir_blocking, read_abort_marker_blocking
 from wharf.store.queue.file_cache import QueueFileCache, default_capacity
 from wharf.store.queue.table import ConsumeQueueTable
 
@@ -90,11 +100,23 @@ def recover_blocking(
         index = IndexService.load_blocking(
             paths.index_dir, config.max_hash_slot_num, config.max_index_num
         )
+    if abnormal:
+        # The crashed run's entries may be in the page cache only (a process crash): durable
+        # before recovery trusts them (cheap: once per abnormal start; the table adds the
+        # queue directories itself).
+        fsync_dir_blocking(paths.commit_log_dir)
+        if index is not None:
+            index.dir_syncs.add(paths.index_dir)
     lap("load")
 
+    vouched = (checkpoint.physic_offset, checkpoint.logics_offset)
     end = commit_log.recover_blocking(abnormal, checkpoint)
     if checkpoint.logics_offset > end:
         checkpoint.logics_offset = end  # it vouched for data the log no longer has
+    if checkpoint.valid and (checkpoint.physic_offset, checkpoint.logics_offset) != vouched:
+        # Lowered: on disk before new records are written past ``end``, or a crash before the
+        # next checkpoint write would start a recovery past records never synced.
+        checkpoint.flush_blocking()
     lap("commit_log")
 
     dropped_units = sum(queue.truncate_from_physical(end) for queue in queues)

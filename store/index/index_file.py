@@ -115,6 +115,10 @@ class IndexFile:
         index.begin_phy_offset = index.end_phy_offset = max(last_phy_offset, 0)
         index.begin_timestamp = index.end_timestamp = max(last_timestamp, 0)
         index._write_header()
+        # Synced by the next thorough flush even without entries: its size then is durable
+        # before (in the same pass) its name is (IndexService.dir_syncs), so a power cut
+        # leaves no short index file followed by a newer one.
+        index.dirty = True
         return index
 
     @classmethod

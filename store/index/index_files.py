@@ -4,6 +4,10 @@ Keys are ``topic#UNIQ_KEY`` and ``topic#key`` for every KEYS entry. A new file (
 creation time, yyyyMMddHHmmssSSS) is started when the newest is full; creating a file runs in a
 thread because a default file maps ~420 MB. Entries for records already indexed (offset below
 the newest file's endPhyOffset) are skipped, which makes a re-dispatch after recovery idempotent.
+
+Power loss: a new file's name is made durable by the thorough queue flush (``dir_syncs``) before
+the checkpoint vouches for its entries; the newest files that come back short (size never
+synced) are removed at load.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from wharf.store.codec.layout import SYSFLAG_TRANSACTION_ROLLBACK
 from wharf.store.fast.index_batch import EMPTY_COLUMNS, IndexColumns
 from wharf.store.fast.index_hash import index_key_hashes
 from wharf.store.index.index_file import IndexEntry, IndexFile
+from wharf.store.paths import DirectorySyncs
 
 if TYPE_CHECKING:
     from wharf.store.fast.dispatch_columns import DispatchColumns
@@ -102,6 +107,9 @@ class IndexService:
         self.index_num = index_num
         self.files: list[IndexFile] = []
         self.key_hash = IndexKeyHasher()
+        # ``index/`` once it has a file whose name is not durable yet: fsynced by the thorough
+        # queue flush before the checkpoint vouches for the entries (store/services/queue_flush.py).
+        self.dir_syncs = DirectorySyncs()
 
     @classmethod
     def load_blocking(cls, directory: Path, slot_num: int, index_num: int) -> IndexService:
@@ -109,8 +117,9 @@ class IndexService:
         directory.mkdir(parents=True, exist_ok=True)
         paths = sorted(p for p in directory.iterdir() if len(p.name) == 17 and p.name.isdigit())
         expected = IndexFile.file_size(slot_num, index_num)
-        if paths and paths[-1].stat().st_size < expected:
-            # A crash while the newest file was being created: it cannot hold entries yet.
+        while paths and paths[-1].stat().st_size < expected:
+            # A crash while the newest file was being created, or a power cut after its name
+            # was made durable but not its size (never synced): it cannot hold entries yet.
             log.warning("removing unfinished index file %s", paths[-1])
             paths.pop().unlink()
         for path in paths:
@@ -193,13 +202,15 @@ class IndexService:
 
     def _create_next_blocking(self) -> IndexFile:
         last = self.files[-1] if self.files else None
-        return IndexFile.create_blocking(
+        created = IndexFile.create_blocking(
             self.directory / self._next_name(),
             self.slot_num,
             self.index_num,
             last.end_phy_offset if last else 0,
             last.end_timestamp if last else 0,
         )
+        self.dir_syncs.add(self.directory)  # its name: see ``dir_syncs``
+        return created
 
     @property
     def file_bytes(self) -> int:

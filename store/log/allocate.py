@@ -22,6 +22,10 @@ A full disk (DiskFullError from the creation) is logged once per episode and the
 dropped: the roll then creates the segment itself and its append fails with DiskFullError, which
 the CommitLog turns into its disk-full state; a later roll asks again.
 
+Durability (power loss): a created segment's size (fsync after posix_fallocate) and name (fsync
+of ``commitlog/`` after the link) are durable before it is handed over, so the directory fsync
+is paid here, in the thread, not by the writer; only a synchronous creation pays it on the loop.
+
 A synchronous creation and a preallocation of the same offset cannot clobber each other:
 segments are created under a temporary name and linked into place (the loser discards its
 copy, see ``create_segment_blocking``). If the thread links first, its prefault is already

@@ -7,7 +7,10 @@ exact offset and can tell a trustworthy file from a damaged one (``valid``). A f
 RocketMQ (no CRC) still loads: its timestamps are used and the offsets are ignored.
 
 Values are set only after the data they vouch for is flushed, so a stale checkpoint makes
-recovery start earlier, never skip unflushed data.
+recovery start earlier, never skip unflushed data. The file is relied on only as it is on
+disk: ``flush_blocking`` fdatasyncs it, and fsyncs its directory after its first write (which
+may create the file), so a power cut never loses a checkpoint the store already acted on; recovery
+rewrites it when it had to lower an offset (store/recovery.py).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 import zlib
 
 from wharf.store.codec.layout import CHECKPOINT, CHECKPOINT_FILE_SIZE
+from wharf.store.paths import fsync_dir_blocking
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +38,7 @@ class StoreCheckpoint:
         self.logics_offset = 0
         self.existed = False  # the file was there at load
         self.valid = False  # ... and its CRC matched (offsets are trustworthy)
+        self._name_synced = False  # its directory was fsynced after a write by this instance
 
     def load_blocking(self) -> None:
         """Read the file if present. A missing file leaves zeros (recovery then validates from
@@ -80,6 +85,11 @@ class StoreCheckpoint:
             os.fdatasync(fd)
         finally:
             os.close(fd)
+        if not self._name_synced:
+            # The file may be new (or left, not yet durable, by a crashed run): its name is
+            # durable once its directory is synced. Once per instance, not per write.
+            fsync_dir_blocking(os.path.dirname(os.path.abspath(self.path)))
+            self._name_synced = True
         self.existed = self.valid = True
 
     @property

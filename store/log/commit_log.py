@@ -57,6 +57,18 @@ Failure policy (LevelDB log_reader style, written down):
   where the corrupt one says it ends.
 - Limits of detection, inherited from RocketMQ's format: BODYCRC covers the body only, so a
   flipped bit in other header fields or inside the topic/properties text goes unnoticed.
+- Power loss (which fsync makes what durable; a file's fsync/fdatasync never makes its NAME
+  durable, only an fsync of its directory does): a segment is created ahead of the writer in
+  the preallocation thread (``create_segment_blocking``; on the loop only when the writer
+  outran it), posix_fallocate'd and fsynced (its size), linked into place, and ``commitlog/``
+  fsynced (its name) before it is handed over, so no record in it is acknowledged under
+  SYNC_FLUSH before the segment survives a power cut; the group commit's fdatasync then makes
+  the records durable. The abort marker and the store's directories: ``store/paths.py``; the
+  checkpoint: ``checkpoint.py``; queue and index files: ``services/queue_flush.py``. After a cut
+  the newest segments may come back 0 bytes or short and all zeros (created ahead, size never
+  synced, e.g. by an older version): the load removes them with a warning (they never held an
+  acknowledged record), as it removes ``.alloc`` leftovers; a short segment followed by
+  another, or a short one holding data, is damage and refused.
 - Start point: a CRC-valid checkpoint's ``physic_offset`` (everything below it was fdatasynced
   before the checkpoint was written) when the record there checks out; else, after a crash,
   the newest segment whose first record is older than the checkpoint timestamps (RocketMQ),

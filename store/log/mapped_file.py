@@ -89,6 +89,10 @@ class MappedFile:
             raise
         try:
             os.posix_fallocate(fd, 0, file_size)
+            # The size durable now, not at the first data sync: a segment created ahead and
+            # named durably (create_segment_blocking) must not come back 0 bytes after a power
+            # cut. Creations run in a thread ahead of the writer (store/log/allocate.py).
+            os.fsync(fd)
             if warm:
                 _warm_blocking(fd, file_size)
             elif prefault:

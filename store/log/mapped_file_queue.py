@@ -5,6 +5,11 @@ The list is copy-on-write (every change assigns a new list, under ``_files_lock`
 the loop and a deletion in a thread cannot lose each other's update): flush threads iterate a
 snapshot. Only files wholly below the flushed offset are deleted, so a flush thread never
 touches a file being closed; a read racing a deletion gets None (the message was removed).
+
+Power loss: ``create_segment_blocking`` returns a segment durable by size and name; at load the
+newest segments that came back short and all zeros (named durably, size never synced) are
+removed, a short segment with later ones after it refused (commit_log.py's failure policy).
+Deletions (retention, truncation) are not made durable: one that a cut undoes is done again.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Callable
 from wharf.store.codec.layout import parse_segment_file_name, segment_file_name
 from wharf.store.errors import disk_full_error, is_disk_full
 from wharf.store.log.mapped_file import MappedFile
+from wharf.store.paths import fsync_dir_blocking, make_dirs_blocking
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +69,7 @@ class MappedFileQueue:
             except ValueError:
                 log.warning("ignoring %s: not a segment file", path)
         offsets.sort()
+        self._drop_unsynced_tail_blocking(offsets)
         files: list[MappedFile] = []
         for offset in offsets:
             if offset % self.file_size:
@@ -76,10 +83,38 @@ class MappedFileQueue:
                     f"{segment_file_name(offset)}"
                 )
             path = os.path.join(self.store_path, segment_file_name(offset))
+            size = os.path.getsize(path)
+            if size < self.file_size and offset != offsets[-1]:
+                raise ValueError(
+                    f"segment {path} is {size} bytes, not {self.file_size}, and later segments "
+                    "follow it: the commit log is damaged in the middle (refusing to start; "
+                    "restore the file or move it and every later segment away)"
+                )
             files.append(MappedFile.open_blocking(path, self.file_size))
         self.files = files
         if files:
             self.flushed_where = self.committed_where = files[-1].file_from_offset + self.file_size
+
+    def _drop_unsynced_tail_blocking(self, offsets: list[int]) -> None:
+        """Remove (from disk and ``offsets``) the newest segments shorter than the segment
+        size that hold only zeros: created ahead of the writer, named durably but never
+        synced (a power cut gives back a size never made durable: 0 bytes, or a short file).
+        Nothing in them was ever acknowledged. A short segment holding data is left for
+        ``open_blocking`` to refuse: damage, or a changed size setting."""
+        while offsets:
+            path = os.path.join(self.store_path, segment_file_name(offsets[-1]))
+            size = os.path.getsize(path)
+            if size >= self.file_size or not _all_zero_blocking(path):
+                return
+            log.warning(
+                "removing commit log segment %s: %d bytes of zeros instead of %d (created "
+                "ahead and never synced before a crash)",
+                path,
+                size,
+                self.file_size,
+            )
+            os.unlink(path)
+            offsets.pop()
 
     # --- segments -----------------------------------------------------------------------------
     def last(self) -> MappedFile | None:
@@ -278,11 +313,12 @@ def create_segment_blocking(
     """Create a segment under a temporary name and link it into place, so a concurrent creator
     of the same segment (preallocation vs. a synchronous roll) loses cleanly with
     FileExistsError instead of clobbering a live file. ``prefault`` only off the event loop.
-    A full disk raises DiskFullError (nothing left behind)."""
+    A full disk raises DiskFullError (nothing left behind). Returns once the segment's size
+    (``MappedFile.create_blocking``) and name (the directory fsync) are durable."""
     final = os.path.join(store_path, segment_file_name(offset))
     tmp = f"{final}{ALLOC_SUFFIX}-{threading.get_ident()}"
     try:
-        os.makedirs(store_path, exist_ok=True)
+        make_dirs_blocking(store_path)
         scratch = MappedFile.create_blocking(
             tmp, file_size, warm, name_offset=offset, prefault=prefault
         )
@@ -296,5 +332,17 @@ def create_segment_blocking(
             raise disk_full_error(exc, f"creating commit log segment {final}") from exc
         raise
     os.unlink(tmp)
+    # The name durable before any record in the segment can be acknowledged: a SYNC_FLUSH
+    # fdatasync makes the data durable, never the file's directory entry (commits the link
+    # and the unlink of the temporary name). Off the write path: segments are created ahead.
+    fsync_dir_blocking(store_path)
     scratch.path = final
     return scratch
+
+
+def _all_zero_blocking(path: str, chunk: int = 1 << 20) -> bool:
+    with open(path, "rb") as handle:
+        while data := handle.read(chunk):
+            if data.count(0) != len(data):
+                return False
+    return True

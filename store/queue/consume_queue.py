@@ -32,6 +32,11 @@ cost what is written.
 Why not ``wharf.store.log.mapped_file.MappedFile``: that class is shaped for the CommitLog
 (write buffer, committed position, fallocate'd segments). A queue file needs none of it.
 
+Power loss: a new file's or directory's name is durable only after an fsync of its directory:
+each creation adds the directories to the table's ``DirectorySyncs``, which the thorough queue
+flush drains before the checkpoint vouches for the units (store/services/queue_flush.py). The
+newest files that come back short and all zeros (sizes never synced) are removed at load.
+
 Ownership: one event loop mutates a ConsumeQueue (append, truncate) and uses the descriptors of
 the cache. Files are created in a thread ahead of the writer (``missing_files`` ->
 ``create_files_blocking`` -> ``adopt_files``, driven by the ReputService); ``flush_blocking``
@@ -49,6 +54,7 @@ from itertools import starmap
 
 from wharf.store.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT, segment_file_name
 from wharf.store.errors import disk_full_error, is_disk_full
+from wharf.store.paths import DirectorySyncs
 from wharf.store.queue.file_cache import MIN_CAPACITY, QueueFileCache
 
 log = logging.getLogger(__name__)
@@ -148,6 +154,7 @@ class ConsumeQueueFile:
 class ConsumeQueue:
     __slots__ = (
         "_cache",
+        "_dir_syncs",
         "_dirty",
         "_flushed_pos",
         "_fresh",
@@ -171,6 +178,7 @@ class ConsumeQueue:
         file_size: int,
         cache: QueueFileCache | None = None,
         dirty: set[ConsumeQueue] | None = None,
+        dir_syncs: DirectorySyncs | None = None,
     ) -> None:
         if file_size <= 0 or file_size % CQ_STORE_UNIT_SIZE:
             raise ValueError(
@@ -186,6 +194,10 @@ class ConsumeQueue:
         # The table's set of queues with unflushed units (the flush visits those, not every
         # queue); the queue adds itself when its first unflushed unit is written.
         self._dirty = dirty
+        # The table's directories with entries not yet durable: every file (and directory)
+        # this queue creates is added, and the thorough queue flush fsyncs them before the
+        # checkpoint vouches for the units (store/services/queue_flush.py).
+        self._dir_syncs = dir_syncs
         self.files: list[ConsumeQueueFile] = []
         self._write_pos = 0  # absolute byte offset after the last unit
         self._min_pos = 0  # absolute byte offset of the first live unit
@@ -207,21 +219,27 @@ class ConsumeQueue:
         file_size: int,
         cache: QueueFileCache | None = None,
         dirty: set[ConsumeQueue] | None = None,
+        dir_syncs: DirectorySyncs | None = None,
     ) -> ConsumeQueue:
         """Find the files and the end of written data (first zero-size unit of the last file)
         with ``pread`` and one descriptor at a time, closed before returning: a restart after a
         crash reads one 4 KiB block of a queue holding fewer than 204 units in its last file,
         ~20 units more of a fuller one. Files of the wrong size are refused: the layout would
         be ambiguous."""
-        queue = cls(topic, queue_id, directory, file_size, cache, dirty)
+        queue = cls(topic, queue_id, directory, file_size, cache, dirty, dir_syncs)
         entries = sorted(
             (entry for entry in os.scandir(directory) if entry.name.isdigit()),
             key=lambda entry: int(entry.name),
         )
-        newest = entries[-1] if entries else None
-        if newest and newest.stat().st_size < file_size and _all_zero_blocking(newest.path):
-            # A crash between creating the newest file and sizing it: it holds nothing.
-            log.warning("removing unfinished consume queue file %s", newest.path)
+        while (
+            entries
+            and entries[-1].stat().st_size < file_size
+            and _all_zero_blocking(entries[-1].path)
+        ):
+            # A crash between creating the newest file(s) and sizing them, or a power cut
+            # after their names were made durable but not their size (created ahead of the
+            # writer, never synced): they hold nothing.
+            log.warning("removing unfinished consume queue file %s", entries[-1].path)
             os.unlink(entries.pop().path)
         for entry in entries:
             actual = entry.stat().st_size
@@ -266,9 +284,10 @@ class ConsumeQueue:
         cache: QueueFileCache,
         entry: QueueSummary,
         dirty: set[ConsumeQueue] | None = None,
+        dir_syncs: DirectorySyncs | None = None,
     ) -> ConsumeQueue:
         """A queue as a clean shutdown left it (``store.queue.summary``): nothing is opened."""
-        queue = cls(topic, queue_id, directory, file_size, cache, dirty)
+        queue = cls(topic, queue_id, directory, file_size, cache, dirty, dir_syncs)
         first, count, min_pos, write_pos, max_physical, min_physical = entry
         for start in range(first, first + count * file_size, file_size):
             path = os.path.join(directory, segment_file_name(start))
@@ -385,14 +404,24 @@ class ConsumeQueue:
         return file
 
     def _create_file_blocking(self, start: int) -> ConsumeQueueFile:
-        try:
-            os.makedirs(self.directory, exist_ok=True)
-        except OSError as exc:
-            if is_disk_full(exc):
-                raise disk_full_error(exc, f"creating directory {self.directory}") from exc
-            raise
+        created: list[str] = []
+        if not os.path.isdir(self.directory):
+            try:
+                os.makedirs(self.directory, exist_ok=True)
+            except OSError as exc:
+                if is_disk_full(exc):
+                    raise disk_full_error(exc, f"creating directory {self.directory}") from exc
+                raise
+            # consumequeue/<topic>/ and consumequeue/: their new entries need a sync too.
+            topic_dir = os.path.dirname(self.directory)
+            created = [topic_dir, os.path.dirname(topic_dir)]
         path = os.path.join(self.directory, segment_file_name(start))
-        return ConsumeQueueFile.create_blocking(path, start, self.file_size)
+        file = ConsumeQueueFile.create_blocking(path, start, self.file_size)
+        if self._dir_syncs is not None:
+            # Durable by name before the checkpoint moves past its units (not here: a
+            # directory fsync per file would cost the dispatch a journal commit).
+            self._dir_syncs.add(self.directory, *created)
+        return file
 
     def missing_files(self, first_offset: int, count: int) -> list[int]:
         """Start positions of the files that appending ``count`` units at ``first_offset``

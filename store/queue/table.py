@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from wharf.store.paths import DirectorySyncs
 from wharf.store.queue import summary
 from wharf.store.queue.consume_queue import ConsumeQueue
 from wharf.store.queue.file_cache import QueueFileCache
@@ -36,6 +37,9 @@ class ConsumeQueueTable:
         self.cache = cache if cache is not None else QueueFileCache(DEFAULT_OPEN_FILES)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.dirty: set[ConsumeQueue] = set()  # queues with unflushed units (loop only)
+        # Directories with queue files (or queue directories) created since the last thorough
+        # flush: fsynced by it before the checkpoint vouches for their units (power loss).
+        self.dir_syncs = DirectorySyncs()
         self.from_summary = False  # how the last load found the queues
 
     @classmethod
@@ -67,16 +71,35 @@ class ConsumeQueueTable:
             for topic, queue_id, state in entries:
                 directory = os.path.join(base, topic, str(queue_id))
                 table.queues[(topic, queue_id)] = ConsumeQueue.from_summary(
-                    topic, queue_id, directory, file_size, table.cache, state, table.dirty
+                    topic,
+                    queue_id,
+                    directory,
+                    file_size,
+                    table.cache,
+                    state,
+                    table.dirty,
+                    table.dir_syncs,
                 )
             table.from_summary = True
         else:
+            if not clean:
+                # A crashed run's new files may sit in the page cache only (a process crash):
+                # make every loaded name durable before the checkpoint vouches for it.
+                table.dir_syncs.add(base, *(os.path.join(base, topic) for topic in topics))
             for topic in topics:
                 for entry in os.scandir(os.path.join(base, topic)):
                     if entry.is_dir() and entry.name.isdigit():
+                        if not clean:
+                            table.dir_syncs.add(entry.path)
                         queue_id = int(entry.name)
                         table.queues[(topic, queue_id)] = ConsumeQueue.load_blocking(
-                            topic, queue_id, entry.path, file_size, table.cache, table.dirty
+                            topic,
+                            queue_id,
+                            entry.path,
+                            file_size,
+                            table.cache,
+                            table.dirty,
+                            table.dir_syncs,
                         )
         log.info(
             "loaded %d consume queues in %.1f ms (%s)",
@@ -114,7 +137,15 @@ class ConsumeQueueTable:
         queue = self.queues.get((topic, queue_id))
         if queue is None:
             directory = os.path.join(self.root, topic, str(queue_id))
-            queue = ConsumeQueue(topic, queue_id, directory, self.file_size, self.cache, self.dirty)
+            queue = ConsumeQueue(
+                topic,
+                queue_id,
+                directory,
+                self.file_size,
+                self.cache,
+                self.dirty,
+                self.dir_syncs,
+            )
             self.queues[(topic, queue_id)] = queue
         return queue
 

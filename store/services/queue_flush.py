@@ -14,6 +14,13 @@ recovery after a machine crash re-dispatches from there at the latest, so units 
 page cache are rebuilt and nothing is skipped. (After a process crash the page cache survived
 and recovery does not need it: see ``wharf.store.recovery``.)
 
+Names too (power loss): re-dispatching from the checkpoint rebuilds units only in files that
+exist, so the files holding units BEFORE ``logics_offset`` must survive by name. Queue and
+index files (and queue directories) are created without a directory fsync (that would put a
+journal commit on the dispatch path); their directories are collected in
+``ConsumeQueueTable.dir_syncs`` / ``IndexService.dir_syncs`` and every thorough pass fsyncs
+them after the file syncs and before the checkpoint moves. A partial pass does neither.
+
 The service works on ``StoreParts`` plus ``dispatch_position()`` -> (reput offset, timestamp of
 the last dispatched message), not on the facade (see ``wharf.store.parts``).
 """
@@ -26,6 +33,7 @@ from collections.abc import Callable
 
 from wharf.store.errors import disk_full_error, is_disk_full
 from wharf.store.parts import StoreParts
+from wharf.store.paths import DirectorySyncs
 from wharf.store.service import Service
 
 # () -> (dispatch offset, store timestamp of the last dispatched message; 0 if none yet).
@@ -64,9 +72,19 @@ class FlushConsumeQueueService(Service):
             dispatched_offset, dispatched_timestamp = self.dispatch_position()
             queues = parts.queues.unflushed(least_bytes)
             index = parts.index if least_bytes == 0 else None  # thorough passes only
+            dir_syncs: list[DirectorySyncs] = []
+            if least_bytes == 0:  # thorough passes only: they move the checkpoint
+                dir_syncs.append(parts.queues.dir_syncs)
+                if parts.index is not None:
+                    dir_syncs.append(parts.index.dir_syncs)
             started = time.monotonic()
             try:
                 nbytes = await self.run_blocking(self._flush_blocking, queues, index)
+                if dir_syncs:
+                    # After the data and sizes: a name made durable here points at a synced
+                    # file (only files created meanwhile, the newest, may be short: recovery
+                    # drops those).
+                    await self.run_blocking(self._sync_dirs_blocking, dir_syncs)
             except OSError as exc:
                 # The checkpoint does not move: recovery re-dispatches these units from the
                 # commit log if the pages are lost. One line per episode (log_once).
@@ -98,3 +116,7 @@ class FlushConsumeQueueService(Service):
         if index is not None:
             index.flush_blocking()  # type: ignore[attr-defined]
         return nbytes
+
+    @staticmethod
+    def _sync_dirs_blocking(dir_syncs: list[DirectorySyncs]) -> int:
+        return sum(pending.sync_blocking() for pending in dir_syncs)

@@ -414,13 +414,6 @@ async def _read(
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 36 finding: the store never fsyncs a directory after creating an entry in it "
-    "(store/, commitlog/ after os.link of a new segment in create_segment_blocking, abort, "
-    "checkpoint, consumequeue/...), so after a power cut the commit log segments are gone and "
-    "every acknowledged message with them; remove this mark once the store is fixed",
-)
 def test_the_broker_keeps_every_acknowledged_message_across_a_power_cut(tmp_path: Path) -> None:
     from tests.harness import BrokerProcess
 

@@ -1,0 +1,241 @@
+"""The store on powerfs (tests/fault/powerfs.py): which fsync makes what durable (issue 36).
+
+A writer subprocess (``python -m tests.fault.test_store_power_cut ...``) runs a MessageStore
+with SYNC_FLUSH and small files on the mount and records every acknowledged put in a file off
+the mount; it is SIGKILLed, the mount is cut (a power loss), and the store is reopened here,
+in-process, as after a reboot (a new boot id: the page cache is gone). Each test checks one
+durability rule and fails without it. Skips where FUSE cannot be mounted, as test_powerfs.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from wharf.store import paths as store_paths
+from wharf.store.config import SYNC_FLUSH
+from wharf.store.log.checkpoint import StoreCheckpoint
+from wharf.store.message_store import MessageStore
+from wharf.store.model import PutStatus
+
+from tests.fault.powerfs import PowerFS
+from tests.fault.test_powerfs import _mount, fsync_dir
+from tests.store.helpers import msg, small_config
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+QUEUES = 4
+SEGMENT = 16 * 1024  # ~15 messages of 1 KiB a segment: every test crosses rolls
+
+
+def store_config(root: Path) -> object:
+    return small_config(
+        root,
+        flush_disk_type=SYNC_FLUSH,
+        mapped_file_size_commit_log=SEGMENT,
+        # Only the writer's explicit thorough flush moves the checkpoint's logics fields.
+        flush_interval_consume_queue=3_600_000,
+        flush_consume_queue_thorough_interval=3_600_000,
+    )
+
+
+def body(i: int) -> bytes:
+    return f"m{i:04d}-".encode() + bytes([65 + i % 26]) * 1000
+
+
+# --- the writer (subprocess) ------------------------------------------------------------------
+
+
+async def _writer_main(root: str, ack_path: str, count: int, flush_at: int, clean: bool) -> None:
+    store = MessageStore(store_config(Path(root)), disk_usage=lambda path: 0.5)  # type: ignore[arg-type]
+    await store.start()
+    ack = os.open(ack_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def note(**fields: object) -> None:
+        os.write(ack, (json.dumps(fields) + "\n").encode())
+
+    for i in range(count):
+        if i == flush_at:
+            assert await store.wait_dispatched()
+            await store.queue_flush_service.flush_all()  # thorough: the checkpoint moves
+            index = sorted(os.listdir(Path(root) / "index"))
+            note(flushed=store.checkpoint.logics_offset, index=index)
+        result = await store.put("T", i % QUEUES, [msg(body(i), keys=f"k{i}")])
+        if result.status is PutStatus.PUT_OK:
+            note(i=i, queue=result.append.queue_id, offset=result.append.first_queue_offset)
+    if clean:
+        await store.shutdown()
+    note(done=True)
+    await asyncio.sleep(3600)  # SIGKILLed here
+
+
+def run_writer(
+    fs: PowerFS, tmp_path: Path, count: int, flush_at: int = -1, clean: bool = False
+) -> tuple[Path, list[dict[str, object]]]:
+    """Run the writer on a new store on the mount until it is done, SIGKILL it, cut. Returns
+    the store root and the writer's notes."""
+    root = fs.mountpoint / "store"
+    root.mkdir()
+    fsync_dir(fs.mountpoint)  # the root is the test's: durable from the start
+    acks = tmp_path / "acks.jsonl"
+    args = [str(root), str(acks), str(count), str(flush_at), "1" if clean else "0"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.fault.test_store_power_cut", *args],
+        cwd=REPO_ROOT,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (acks.exists() and b'"done"' in acks.read_bytes()):
+            if proc.poll() is not None:
+                raise AssertionError(f"the writer died: {proc.stderr.read().decode()[-3000:]}")  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the writer did not finish in time"
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()  # type: ignore[union-attr]
+    fs.cut()
+    notes = [json.loads(line) for line in acks.read_text().splitlines()]
+    return root, notes
+
+
+@pytest.fixture
+def fs(tmp_path: Path) -> Iterator[PowerFS]:
+    mounted = _mount(tmp_path)
+    try:
+        yield mounted
+    finally:
+        mounted.stop()
+
+
+@pytest.fixture
+def new_boot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reopen happens after a reboot: the page cache of the writer's run is gone."""
+    monkeypatch.setattr(store_paths, "current_boot_id_blocking", lambda: "after-the-power-cut")
+
+
+async def reopen_and_check(root: Path, notes: list[dict[str, object]]) -> MessageStore:
+    """Start the store again; every acknowledged message must be readable by its queue
+    offset. Returns the started store (the caller shuts it down)."""
+    store = MessageStore(store_config(root), disk_usage=lambda path: 0.5)  # type: ignore[arg-type]
+    await store.start()
+    lost = []
+    for note in notes:
+        if "i" not in note:
+            continue
+        result = store.get_messages("T", int(note["queue"]), int(note["offset"]), 1)  # type: ignore[call-overload]
+        got = result.messages[0].body if result.messages else None
+        if got != body(int(note["i"])):  # type: ignore[call-overload]
+            lost.append(note["i"])
+    if lost:
+        await store.shutdown()
+        raise AssertionError(f"{len(lost)} acknowledged messages lost after the cut: {lost}")
+    return store
+
+
+# --- tests ------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("new_boot")
+async def test_sync_flush_acknowledged_messages_survive_a_power_cut_across_segment_rolls(
+    fs: PowerFS, tmp_path: Path
+) -> None:
+    """Segment names (commitlog/ fsynced after the link) and the store's directories."""
+    root, notes = run_writer(fs, tmp_path, count=60)
+    assert sum("i" in note for note in notes) == 60
+    segments = sorted(os.listdir(root / "commitlog"))
+    assert len(segments) >= 4, segments  # 60 KiB of records in 16 KiB segments: rolls
+    # Sizes too: those created ahead (never synced) are not 0 bytes (fsync after fallocate).
+    sizes = {name: (root / "commitlog" / name).stat().st_size for name in segments}
+    assert set(sizes.values()) == {SEGMENT}, sizes
+    store = await reopen_and_check(root, notes)
+    try:
+        assert store.recovered is not None and store.recovered.abnormal
+    finally:
+        await store.shutdown()
+
+
+@pytest.mark.usefixtures("new_boot")
+@pytest.mark.parametrize("clean", [False, True], ids=["killed", "clean-shutdown"])
+async def test_the_abort_marker_survives_a_power_cut_and_so_does_its_removal(
+    fs: PowerFS, tmp_path: Path, clean: bool
+) -> None:
+    """A killed store leaves ``abort`` durable (recovery: abnormal); a clean shutdown's removal
+    of it is durable too (recovery: normal)."""
+    root, notes = run_writer(fs, tmp_path, count=5, clean=clean)
+    assert (root / "abort").exists() is not clean
+    store = await reopen_and_check(root, notes)
+    try:
+        assert store.recovered is not None
+        assert store.recovered.abnormal is not clean
+    finally:
+        await store.shutdown()
+
+
+@pytest.mark.usefixtures("new_boot")
+async def test_queue_and_index_files_and_the_checkpoint_the_flush_vouched_for_survive(
+    fs: PowerFS, tmp_path: Path
+) -> None:
+    """The thorough queue flush makes the names of the queue and index files (and their
+    directories) durable before the checkpoint moves past their units; the checkpoint's first
+    creation is durable. Recovery re-dispatches only from the checkpoint's logics offset."""
+    root, notes = run_writer(fs, tmp_path, count=60, flush_at=40)
+    flushed = next(note for note in notes if "flushed" in note)
+    assert int(flushed["flushed"]) > 0  # type: ignore[call-overload]
+    checkpoint = StoreCheckpoint(str(root / "checkpoint"))
+    checkpoint.load_blocking()
+    assert checkpoint.valid, "the checkpoint file was lost with the cut"
+    assert checkpoint.logics_offset == flushed["flushed"]
+    # 10 units a queue before the flush, 16 units a queue file: files and directories exist.
+    for queue in range(QUEUES):
+        assert os.listdir(root / "consumequeue" / "T" / str(queue)), queue
+    index_files = flushed["index"]
+    assert index_files, "the writer had index files"
+    missing = [name for name in index_files if not (root / "index" / name).exists()]  # type: ignore[attr-defined]
+    assert not missing, f"index files lost with the cut: {missing}"
+    store = await reopen_and_check(root, notes)
+    try:
+        recovered = store.recovered
+        assert recovered is not None and recovered.abnormal and not recovered.page_cache_survived
+        assert recovered.redispatch_from == flushed["flushed"]
+        for i in (0, 39):  # units below the checkpoint: not re-dispatched, found by key
+            found = store.query_messages("T", f"k{i}", 10, 0, 2**62)
+            assert [m.body for m in found] == [body(i)], i
+    finally:
+        await store.shutdown()
+
+
+@pytest.mark.usefixtures("new_boot")
+async def test_segments_created_ahead_and_never_synced_do_not_stop_the_restart(
+    fs: PowerFS, tmp_path: Path
+) -> None:
+    """A power cut gives back, at the end of the log, segments whose name was durable but not
+    their size: 0 bytes, or short (created ahead, never synced). Recovery drops them."""
+    root, notes = run_writer(fs, tmp_path, count=20)
+    commitlog = root / "commitlog"
+    last = max(int(name) for name in os.listdir(commitlog))
+    (commitlog / f"{last + SEGMENT:020d}").write_bytes(b"")
+    (commitlog / f"{last + 2 * SEGMENT:020d}").write_bytes(bytes(4096))
+    fsync_dir(commitlog)  # names durable; the data and sizes never synced: lost at the cut
+    fs.cut()
+    assert (commitlog / f"{last + 2 * SEGMENT:020d}").stat().st_size == 0
+    store = await reopen_and_check(root, notes)
+    try:
+        assert store.recovered is not None and store.recovered.abnormal
+    finally:
+        await store.shutdown()
+
+
+if __name__ == "__main__":
+    asyncio.run(
+        _writer_main(
+            sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
+        )
+    )
