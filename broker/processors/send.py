@@ -1,5 +1,9 @@
 """Send processor: SendMessage (unary) and SendMessageStream (bidi, many requests in flight).
 
+The wharf.v1 adapter over the messaging core (``broker/core/send.py``): request -> store inputs
+(``convert.to_inputs``) -> the core's admission (topic, queue, message rules) -> the core's
+append and durability wait -> reply; errors through ``broker/errors.py`` ``status_for``.
+
 One request = one validated batch = ONE store append into one queue = one reply. Per-message
 work is limited to building the store input and the result entry.
 """
@@ -17,12 +21,8 @@ from typing import Any, NamedTuple
 import grpc
 from wharf import hops
 from wharf.broker.context import BrokerContext
-from wharf.broker.errors import (
-    InvalidArgumentError,
-    PermissionDeniedError,
-    UnavailableError,
-    status_for,
-)
+from wharf.broker.core.send import SendCore
+from wharf.broker.errors import InvalidArgumentError, status_for
 from wharf.broker.handlers import check_stream_item
 from wharf.broker.processors.convert import to_inputs
 from wharf.store.config import SYNC_FLUSH
@@ -63,7 +63,8 @@ class _Accepted(NamedTuple):
 class SendProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
-        self._next_queue: dict[str, int] = {}
+        # THE send core of this broker: the v2 front end shares it (one round-robin counter).
+        self.core = SendCore.shared(ctx.store, ctx.topics, shutting_down=lambda: ctx.shutting_down)
         self._sync_flush = ctx.store.config.flush_disk_type == SYNC_FLUSH
         self._max_message_size = ctx.store.config.max_message_size
         self._store_host = ctx.store.config.store_host
@@ -74,14 +75,14 @@ class SendProcessor:
         if request.parts:
             return await self._send_parts(request, born_host)
         accepted = self._accept(request, born_host)
-        store = self.ctx.store
+        core = self.core
         if accepted.records is not None:
-            put = await store.put_records(
+            put = await core.put_records(
                 accepted.topic, accepted.queue_id, accepted.records, born_host
             )
         else:
             assert accepted.inputs is not None
-            put = await store.put(accepted.topic, accepted.queue_id, accepted.inputs)
+            put = await core.put(accepted.topic, accepted.queue_id, accepted.inputs)
         return self._reply(request, accepted, put)
 
     async def _send_parts(
@@ -95,8 +96,8 @@ class SendProcessor:
             raise InvalidArgumentError(
                 "a SendMessageRequest with parts sets no topic, queue_id, messages or records"
             )
-        store = self.ctx.store
-        await store.dispatch_room()  # once for the whole request, as put() for one batch
+        core = self.core
+        await core.dispatch_room()  # once for the whole request, as put() for one batch
         appended: list[tuple[messaging_pb2.SendMessageRequest, _Accepted, AppendResult]] = []
         failed: dict[int, Exception] = {}
         for index, part in enumerate(request.parts):
@@ -114,7 +115,7 @@ class SendProcessor:
             if error is None:
                 part, accepted, result = next(done)
                 try:
-                    replies.append(self._reply(part, accepted, await store.durable(result)))
+                    replies.append(self._reply(part, accepted, await core.durable(result)))
                     continue
                 except Exception as exc:
                     error = exc
@@ -131,30 +132,15 @@ class SendProcessor:
 
     def _accept(self, request: messaging_pb2.SendMessageRequest, born_host: str) -> _Accepted:
         """Everything before the append, synchronous: raises the request's error."""
-        ctx = self.ctx
-        if ctx.shutting_down:
-            raise UnavailableError("the broker is shutting down; retry on another broker")
+        core = self.core
+        core.check_open()
         messages = request.messages
         if not messages and not request.records:
             raise InvalidArgumentError("messages is empty: send at least one message")
         topic_name = request.topic
-        topic = ctx.topics.for_send(topic_name)
-        if not topic.writable:
-            raise PermissionDeniedError(
-                f"topic {topic_name!r} is not writable (perm={topic.perm}); "
-                "UpdateTopic perm=6 to allow sends"
-            )
-        if request.HasField("queue_id"):
-            queue_id = request.queue_id
-            if not 0 <= queue_id < topic.write_queue_nums:
-                raise InvalidArgumentError(
-                    f"queue_id {queue_id} is out of range: topic {topic_name!r} has "
-                    f"{topic.write_queue_nums} write queues (0..{topic.write_queue_nums - 1})"
-                )
-        else:
-            turn = self._next_queue.get(topic_name, 0)
-            self._next_queue[topic_name] = turn + 1
-            queue_id = turn % topic.write_queue_nums
+        _, queue_id = core.admit(
+            topic_name, request.queue_id if request.HasField("queue_id") else None
+        )
         if request.records:
             if messages:
                 raise InvalidArgumentError(
@@ -162,6 +148,7 @@ class SendProcessor:
                 )
             # Producer-encoded records (store.record_batch): checked by the store's append.
             return _Accepted(topic_name, queue_id, None, None, request.records, born_host)
+        ctx = self.ctx
         inputs, unique_ids, _ = to_inputs(
             messages,
             ctx.unique_ids,
@@ -169,17 +156,18 @@ class SendProcessor:
             len(ctx.delay_levels_ms),
             born_host,
         )
+        core.check_inputs(inputs)  # the rules every protocol shares (tags, keys, properties)
         return _Accepted(topic_name, queue_id, inputs, unique_ids, None, born_host)
 
     def _append(self, accepted: _Accepted) -> AppendResult:
         """The store append of an accepted request, now (no dispatch back-pressure wait)."""
-        store = self.ctx.store
+        core = self.core
         if accepted.records is not None:
-            return store.put_records_append(
+            return core.append_records(
                 accepted.topic, accepted.queue_id, accepted.records, accepted.born_host
             )
         assert accepted.inputs is not None
-        return store.put_append(accepted.topic, accepted.queue_id, accepted.inputs)
+        return core.append(accepted.topic, accepted.queue_id, accepted.inputs)
 
     def _reply(
         self,
@@ -322,7 +310,7 @@ class _SyncFlushStream:
 
     def __init__(self, processor: SendProcessor, born_host: str) -> None:
         self.processor = processor
-        self.store = processor.ctx.store
+        self.core = processor.core  # the store calls go through the messaging core
         self.born_host = born_host
         # Request slots: free ones, and the reader's wait for one (``room``, ``waiting``).
         self.free = processor.ctx.config.max_inflight_stream_requests
@@ -393,8 +381,8 @@ class _SyncFlushStream:
         is queued now or later."""
         self.free -= 1
         self.read += 1
-        processor, store = self.processor, self.store
-        if self.held or store.dispatch_lagging() or getattr(request, "parts", None):
+        processor, core = self.processor, self.core
+        if self.held or core.dispatch_lagging() or getattr(request, "parts", None):
             # (A request of several parts is awaited whole in a task: its appends, then the
             # one group commit they share.)
             self.held += 1
@@ -407,7 +395,7 @@ class _SyncFlushStream:
             check_stream_item(request)
             accepted = processor._accept(request, self.born_host)
             result = processor._append(accepted)
-            waiter = store.flush_waiter(result)
+            waiter = core.flush_waiter(result)
         except Exception as exc:
             self.replies.put_nowait(processor._error_reply(request, exc, started))
             return
@@ -431,7 +419,7 @@ class _SyncFlushStream:
             return
         processor = self.processor
         try:
-            put = self.store.flushed_result(result, waiter)
+            put = self.core.flushed_result(result, waiter)
             reply = processor._answered(processor._reply(request, accepted, put), started)
         except Exception as exc:  # FlushFailedError, MasterFencedError, ...
             reply = processor._error_reply(request, exc, started)
@@ -446,7 +434,7 @@ class _SyncFlushStream:
     ) -> None:
         processor = self.processor
         try:
-            put = await self.store.durable(result)
+            put = await self.core.durable(result)
             reply = processor._answered(processor._reply(request, accepted, put), started)
         except asyncio.CancelledError:
             raise

@@ -13,11 +13,14 @@ What a record keeps (so a wharf.v1 pull of the topic shows it):
 - ``born_timestamp`` (the clients send whole seconds) in ms; born host = the gRPC peer (records
   hold an ipv4:port).
 
-Limits (RocketMQ proxy's): user properties <= 128 entries and <= 16 KiB of names + values
-(MESSAGE_PROPERTIES_TOO_LARGE); message group 1..64 characters (ILLEGAL_MESSAGE_GROUP); tag
-not blank and without '|' (ILLEGAL_MESSAGE_TAG); keys not blank (ILLEGAL_MESSAGE_KEY);
-message id 1..128 characters (ILLEGAL_MESSAGE_ID); body 1..maxMessageSize bytes
-(MESSAGE_BODY_EMPTY / MESSAGE_BODY_TOO_LARGE).
+Limits: message group 1..64 characters (ILLEGAL_MESSAGE_GROUP); message id 1..128 characters
+(ILLEGAL_MESSAGE_ID); body 1..maxMessageSize bytes after inflating (MESSAGE_BODY_EMPTY /
+MESSAGE_BODY_TOO_LARGE); no system property name as a user property (v2's own rule: it has
+fields for them). The rules every protocol shares (tag, keys, property names and limits) are
+the messaging core's (``broker/core/validate.py``): ``to_input`` applies the list form of the
+key rule (``check_keys``) and the send's admission the rest; ``send.py`` maps their reasons to
+ILLEGAL_MESSAGE_TAG, ILLEGAL_MESSAGE_KEY, ILLEGAL_MESSAGE_PROPERTY_KEY and
+MESSAGE_PROPERTIES_TOO_LARGE.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import zlib
 
+from wharf.broker.core.validate import SYSTEM_PROPERTY_NAMES, check_keys
 from wharf.broker.v2.codes import Code, V2Error
 from wharf.rocketmq.v2 import definition_pb2
 from wharf.store.codec import properties as store_properties
@@ -32,16 +36,7 @@ from wharf.store.codec.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_
 from wharf.store.model import MessageInput
 
 PROPERTY_MESSAGE_GROUP = store_properties.PROPERTY_MESSAGE_GROUP  # the pop store reads it too
-RESERVED_PROPERTY_NAMES = frozenset(
-    {
-        value
-        for name, value in vars(store_properties).items()
-        if name.startswith("PROPERTY_") and name != "PROPERTY_SEPARATOR" and isinstance(value, str)
-    }
-    | {PROPERTY_MESSAGE_GROUP}
-)
-MAX_USER_PROPERTIES = 128
-MAX_USER_PROPERTIES_BYTES = 16 * 1024
+RESERVED_PROPERTY_NAMES = SYSTEM_PROPERTY_NAMES | {PROPERTY_MESSAGE_GROUP}
 MAX_MESSAGE_GROUP_LENGTH = 64
 MAX_MESSAGE_ID_LENGTH = 128
 MAX_BORN_MS = 1 << 53  # far beyond any real clock; a fuzzed int64 would not fit the record
@@ -118,53 +113,29 @@ def message_id(message: definition_pb2.Message) -> str:
 
 
 def _user_properties(message: definition_pb2.Message) -> dict[str, str]:
+    """The user properties; a system property's name is refused (the core checks the rest)."""
     props = dict(message.user_properties)
-    if len(props) > MAX_USER_PROPERTIES:
-        raise V2Error(
-            Code.MESSAGE_PROPERTIES_TOO_LARGE,
-            f"{len(props)} user properties; the limit is {MAX_USER_PROPERTIES}",
-        )
-    size = 0
-    for name, value in props.items():
-        if not name.strip() or _has_separator(name) or _has_separator(value):
-            raise V2Error(
-                Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                f"user property {name[:64]!r}: names must not be blank; names and values "
-                "must not contain \\x01 or \\x02",
-            )
+    for name in props:
         if name in RESERVED_PROPERTY_NAMES:
             raise V2Error(
                 Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
                 f"user property {name!r} is a reserved system property name",
             )
-        size += len(name.encode()) + len(value.encode())
-    if size > MAX_USER_PROPERTIES_BYTES:
-        raise V2Error(
-            Code.MESSAGE_PROPERTIES_TOO_LARGE,
-            f"user properties are {size} bytes; the limit is {MAX_USER_PROPERTIES_BYTES}",
-        )
     return props
 
 
 def to_input(
     message: definition_pb2.Message, uid: str, group: str, max_size: int, born_host: str
 ) -> MessageInput:
-    """One validated v2 message -> the store's input (raises V2Error)."""
+    """One v2 message -> the store's input (raises V2Error, or the core's InvalidSend for a
+    bad key); the core's ``check_inputs`` completes the validation."""
     sysp = message.system_properties
     body = _body(message, max_size)
     properties = _user_properties(message)
     if sysp.HasField("tag"):
-        tag = sysp.tag
-        if not tag.strip() or "|" in tag or _has_separator(tag):
-            raise V2Error(Code.ILLEGAL_MESSAGE_TAG, "tag must not be blank or contain '|'")
-        properties[PROPERTY_TAGS] = tag
+        properties[PROPERTY_TAGS] = sysp.tag  # checked by the core's admission
     if sysp.keys:
-        for key in sysp.keys:
-            if not key.strip() or " " in key or _has_separator(key):
-                raise V2Error(
-                    Code.ILLEGAL_MESSAGE_KEY, f"key {key[:64]!r} is blank or contains a space"
-                )
-        properties[PROPERTY_KEYS] = " ".join(sysp.keys)
+        properties[PROPERTY_KEYS] = check_keys(sysp.keys)
     properties[PROPERTY_UNIQ_KEY] = uid
     if group:
         properties[PROPERTY_MESSAGE_GROUP] = group

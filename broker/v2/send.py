@@ -1,5 +1,8 @@
 """SendMessage for the v2 protocol: validate, pick the queue, store, answer one entry per
-message.
+message. An adapter over the messaging core (``broker/core/send.py``): the topic admission,
+the round-robin counter (shared with wharf.v1), the tag/key/property rules, the dedupe window
+and the store calls are the core's; the message types, FIFO groups, delivery times and the
+codes are v2's.
 
 - A request's messages must share one topic (RocketMQ's batch rule; BAD_REQUEST otherwise),
   at most ``MAX_BATCH`` (1024). Every message is validated before anything is stored: one bad
@@ -30,17 +33,15 @@ message.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import time
-import zlib
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from google.protobuf.timestamp_pb2 import Timestamp
-from wharf.broker.errors import InvalidArgumentError, NotFoundError
-from wharf.broker.meta.topics import RESERVED_FOR_SEND, TopicConfigManager, is_system_topic
+from wharf.broker.core import Failed, Planned, Reason, Refused, SendCore, SendOutcome, Stored
+from wharf.broker.core.send import DEDUPE_WINDOW, group_queue
+from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.v2.codes import PUT_STATUS_CODES, PUT_STATUS_MESSAGES, Code, V2Error, code_for
 from wharf.broker.v2.convert import message_group, message_id, to_input
 from wharf.broker.v2.route import accepted_types
@@ -53,8 +54,6 @@ if TYPE_CHECKING:
     from wharf.store.message_store import MessageStore
 
 MessageType = definition_pb2.MessageType
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"  # RocketMQ's TopicValidator.SYSTEM_TOPIC_PREFIX (the timer's)
-DEDUPE_WINDOW = 65536
 MAX_BATCH = 1024
 _UNSUPPORTED_TYPES = {
     MessageType.PRIORITY: "priority messages",
@@ -62,9 +61,7 @@ _UNSUPPORTED_TYPES = {
 }
 
 
-def fifo_queue(group: str, write_queue_nums: int) -> int:
-    """The queue of a FIFO message group: stable (crc32, not Python's salted hash)."""
-    return zlib.crc32(group.encode()) % write_queue_nums
+fifo_queue = group_queue  # the queue of a FIFO message group (the core's, stable: crc32)
 
 
 def message_type(message: definition_pb2.Message, group: str) -> int:
@@ -117,7 +114,35 @@ def message_type(message: definition_pb2.Message, group: str) -> int:
     return declared
 
 
+# The core's refusals in v2 codes (``codes.code_for`` would say BAD_REQUEST for most: the
+# protocol has a code per rule). With ERROR_CODES, this is v2's error table for sends.
+REASON_CODES: dict[Reason, int] = {
+    Reason.SHUTTING_DOWN: Code.INTERNAL_SERVER_ERROR,
+    Reason.EMPTY: Code.BAD_REQUEST,
+    Reason.ILLEGAL_TOPIC: Code.ILLEGAL_TOPIC,
+    Reason.OWN_TOPIC: Code.ILLEGAL_TOPIC,
+    Reason.TOPIC_NOT_FOUND: Code.TOPIC_NOT_FOUND,
+    Reason.NOT_WRITABLE: Code.FORBIDDEN,
+    Reason.ILLEGAL_QUEUE: Code.BAD_REQUEST,
+    Reason.BODY_EMPTY: Code.MESSAGE_BODY_EMPTY,
+    Reason.BODY_TOO_LARGE: Code.MESSAGE_BODY_TOO_LARGE,
+    Reason.ILLEGAL_TAG: Code.ILLEGAL_MESSAGE_TAG,
+    Reason.ILLEGAL_KEY: Code.ILLEGAL_MESSAGE_KEY,
+    Reason.ILLEGAL_PROPERTY: Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+    Reason.PROPERTIES_TOO_LARGE: Code.MESSAGE_PROPERTIES_TOO_LARGE,
+}
+
+
+def _v2_error(exc: Refused) -> V2Error:
+    return V2Error(REASON_CODES[exc.reason], str(exc))
+
+
 class V2SendProcessor:
+    """The apache.rocketmq.v2 adapter over the messaging core (``broker/core/send.py``): v2
+    messages -> store inputs (``convert.to_input``) and a plan (queue per message: the core's
+    round-robin turn or FIFO group queue) -> the core's de-duplicated put -> one entry per
+    message; the core's refusals in v2 codes (``REASON_CODES``), store errors by ``code_for``."""
+
     def __init__(
         self,
         store: MessageStore,
@@ -128,32 +153,13 @@ class V2SendProcessor:
         max_delay_s: int = 3 * 24 * 3600,
     ) -> None:
         """``on_stored(topic, body_sizes)`` is told about every stored batch (metrics)."""
-        self._store = store
-        self._topics = topics
+        # THE send core of this broker: the wharf.v1 front end shares it (one round-robin
+        # counter per topic) and the dedupe window.
+        self._core = SendCore.shared(store, topics)
+        self._core.dedupe_window = dedupe_window
         self._max_size = max_message_size
         self._on_stored = on_stored
-        self._window = dedupe_window
         self._max_delay_ms = max_delay_s * 1000
-        self._next_queue: dict[str, int] = {}
-        self._done: OrderedDict[tuple[str, str], service_pb2.SendResultEntry] = OrderedDict()
-        self._pending: dict[tuple[str, str], asyncio.Future[service_pb2.SendResultEntry]] = {}
-
-    def _topic(self, name: str):  # type: ignore[no-untyped-def]
-        if (
-            is_system_topic(name)
-            or name in RESERVED_FOR_SEND
-            or name.startswith(SYSTEM_TOPIC_PREFIX)
-        ):
-            raise V2Error(
-                Code.ILLEGAL_TOPIC,
-                f"topic {name!r} is the broker's own: producers cannot send to it",
-            )
-        try:
-            return self._topics.for_send(name)
-        except InvalidArgumentError as exc:
-            raise V2Error(Code.ILLEGAL_TOPIC, str(exc)) from None
-        except NotFoundError as exc:
-            raise V2Error(Code.TOPIC_NOT_FOUND, str(exc)) from None
 
     async def send(
         self, request: service_pb2.SendMessageRequest, born_host: str
@@ -166,14 +172,37 @@ class V2SendProcessor:
         topic_name = messages[0].topic.name
         if any(m.topic.name != topic_name for m in messages):
             raise V2Error(Code.BAD_REQUEST, "the messages of one request must share a topic")
-        topic = self._topic(topic_name)
-        if not topic.writable:
-            raise V2Error(
-                Code.FORBIDDEN, f"topic {topic_name!r} is not writable (perm={topic.perm})"
-            )
+        try:
+            planned = self._plan(messages, topic_name, born_host)
+        except Refused as exc:
+            raise _v2_error(exc) from None
+        outcomes = await self._core.put_once(topic_name, planned)
+        entries = [_entry(outcome) for outcome in outcomes]
+        if self._on_stored is not None:
+            sizes = [
+                len(item.message.body)
+                for item, outcome in zip(planned, outcomes, strict=True)
+                if isinstance(outcome, Stored) and not outcome.retried
+            ]
+            if sizes:
+                self._on_stored(topic_name, sizes)
+        response = service_pb2.SendMessageResponse(entries=entries)
+        codes = {e.status.code for e in entries}
+        if len(codes) == 1:
+            response.status.CopyFrom(entries[0].status)
+        else:
+            response.status.code = Code.MULTIPLE_RESULTS
+            response.status.message = "the messages have different results: see entries"
+        return response
+
+    def _plan(
+        self, messages: Sequence[definition_pb2.Message], topic_name: str, born_host: str
+    ) -> list[Planned]:
+        """Validate everything first: nothing is stored for a request with a bad message."""
+        core = self._core
+        topic = core.topic(topic_name, own_topics=False)
         accepted = accepted_types(topic)
-        # Validate everything first: nothing is stored for a request with a bad message.
-        planned: list[tuple[str, int, MessageInput]] = []
+        planned: list[Planned] = []
         normal_queue = -1  # one round-robin turn per request: its NORMAL messages are one append
         for m in messages:
             group = message_group(m)
@@ -185,12 +214,10 @@ class V2SendProcessor:
                 )
             uid = message_id(m)
             if group:
-                queue_id = fifo_queue(group, topic.write_queue_nums)
+                queue_id = group_queue(group, topic.write_queue_nums)
             else:
                 if normal_queue < 0:
-                    turn = self._next_queue.get(topic_name, 0)
-                    self._next_queue[topic_name] = turn + 1
-                    normal_queue = turn % topic.write_queue_nums
+                    normal_queue = core.next_queue(topic)
                 queue_id = normal_queue
             stored = to_input(m, uid, group, self._max_size, born_host)
             if kind == MessageType.DELAY:
@@ -199,16 +226,9 @@ class V2SendProcessor:
                 stored = dataclasses.replace(
                     stored, properties={**stored.properties, PROPERTY_TRANSACTION_PREPARED: "true"}
                 )
-            planned.append((uid, queue_id, stored))
-        entries = await self._store_all(topic_name, planned)
-        response = service_pb2.SendMessageResponse(entries=entries)
-        codes = {e.status.code for e in entries}
-        if len(codes) == 1:
-            response.status.CopyFrom(entries[0].status)
-        else:
-            response.status.code = Code.MULTIPLE_RESULTS
-            response.status.message = "the messages have different results: see entries"
-        return response
+            planned.append(Planned(uid, queue_id, stored))
+        core.check_inputs([item.message for item in planned])
+        return planned
 
     def _timed(self, stored: MessageInput, stamp: Timestamp) -> MessageInput:
         deliver_ms = stamp.seconds * 1000 + stamp.nanos // 1_000_000
@@ -223,94 +243,24 @@ class V2SendProcessor:
             stored, properties={**stored.properties, PROPERTY_TIMER_DELIVER_MS: str(deliver_ms)}
         )
 
-    async def _store_all(
-        self, topic: str, planned: Sequence[tuple[str, int, MessageInput]]
-    ) -> list[service_pb2.SendResultEntry]:
-        results: list[service_pb2.SendResultEntry | None] = [None] * len(planned)
-        waits: list[tuple[int, asyncio.Future[service_pb2.SendResultEntry]]] = []
-        # One append per queue and kind: the store makes half messages of a batch as a whole
-        # (timed messages may share a batch: each record keeps its own time).
-        by_queue: dict[tuple[int, bool, str | None], list[int]] = {}
-        for index, (uid, queue_id, stored) in enumerate(planned):
-            key = (topic, uid)
-            done = self._done.get(key)
-            if done is not None:
-                results[index] = done
-            elif key in self._pending:
-                waits.append((index, self._pending[key]))
-            else:
-                self._pending[key] = asyncio.get_running_loop().create_future()
-                props = stored.properties
-                batch_key = (
-                    queue_id,
-                    PROPERTY_TIMER_DELIVER_MS in props,
-                    props.get(PROPERTY_TRANSACTION_PREPARED),
-                )
-                by_queue.setdefault(batch_key, []).append(index)
-        try:
-            for (queue_id, _, _), indexes in by_queue.items():
-                entries = await self._put(topic, queue_id, [planned[i] for i in indexes])
-                for index, entry in zip(indexes, entries, strict=True):
-                    results[index] = entry
-        finally:
-            # Cancelled half-way: the appends not started answer their waiters (a retry
-            # stores them) instead of leaving them parked forever.
-            for indexes in by_queue.values():
-                for index in indexes:
-                    future = self._pending.pop((topic, planned[index][0]), None)
-                    if future is not None and not future.done():
-                        future.set_exception(V2Error(Code.INTERNAL_SERVER_ERROR, "cancelled"))
-                        future.exception()
-        for index, future in waits:
-            try:
-                results[index] = await asyncio.shield(future)
-            except V2Error as exc:
-                results[index] = _error_entry(planned[index][0], exc.code, exc.message)
-        return [r for r in results if r is not None]
 
-    async def _put(
-        self, topic: str, queue_id: int, batch: Sequence[tuple[str, int, MessageInput]]
-    ) -> list[service_pb2.SendResultEntry]:
-        keys = [(topic, uid) for uid, _, _ in batch]
-        try:
-            result = await self._store.put(topic, queue_id, [m for _, _, m in batch])
-        except BaseException as exc:
-            code, message = code_for(exc)
-            for key in keys:
-                future = self._pending.pop(key, None)
-                if future is not None and not future.done():
-                    future.set_exception(V2Error(code, message))
-                    future.exception()  # retrieved: a lone failure is not "never retrieved"
-            if not isinstance(exc, Exception):
-                raise
-            return [_error_entry(uid, code, message) for uid, _, _ in batch]
-        code = PUT_STATUS_CODES[result.status]
-        text = PUT_STATUS_MESSAGES[result.status]
-        entries = []
-        first = result.append.first_queue_offset
-        for i, ((uid, _, stored), key) in enumerate(zip(batch, keys, strict=True)):
-            entry = service_pb2.SendResultEntry(message_id=uid, offset=first + i)
-            if PROPERTY_TIMER_DELIVER_MS in stored.properties:
-                entry.recall_handle = recall_handle(first + i, uid)
-            elif PROPERTY_TRANSACTION_PREPARED in stored.properties:
-                entry.transaction_id = str(first + i)  # the half-queue offset
-            entry.status.code = code  # type: ignore[assignment]
-            entry.status.message = text
-            entries.append(entry)
-            remembered = service_pb2.SendResultEntry()
-            remembered.CopyFrom(entry)
-            remembered.status.code = Code.OK
-            remembered.status.message = "OK (a retry of a stored message)"
-            self._remember(key, remembered)
-            self._pending.pop(key).set_result(remembered)
-        if self._on_stored is not None:
-            self._on_stored(topic, [len(m.body) for _, _, m in batch])
-        return entries
-
-    def _remember(self, key: tuple[str, str], entry: service_pb2.SendResultEntry) -> None:
-        self._done[key] = entry
-        if len(self._done) > self._window:
-            self._done.popitem(last=False)
+def _entry(outcome: SendOutcome) -> service_pb2.SendResultEntry:
+    """A core outcome -> its v2 entry (a retry answered from the window: OK)."""
+    if isinstance(outcome, Failed):
+        code, message = code_for(outcome.error)
+        return _error_entry(outcome.message_id, code, message)
+    entry = service_pb2.SendResultEntry(message_id=outcome.message_id, offset=outcome.queue_offset)
+    if outcome.timed:
+        entry.recall_handle = recall_handle(outcome.queue_offset, outcome.message_id)
+    elif outcome.prepared:
+        entry.transaction_id = str(outcome.queue_offset)  # the half-queue offset
+    if outcome.retried:
+        entry.status.code = Code.OK
+        entry.status.message = "OK (a retry of a stored message)"
+    else:
+        entry.status.code = PUT_STATUS_CODES[outcome.status]  # type: ignore[assignment]
+        entry.status.message = PUT_STATUS_MESSAGES[outcome.status]
+    return entry
 
 
 def _error_entry(uid: str, code: int, message: str) -> service_pb2.SendResultEntry:

@@ -1,0 +1,38 @@
+"""The broker's protocol-neutral messaging core (Wharf's counterpart of the RocketMQ 5 proxy's
+``MessagingProcessor``): what a message operation MEANS, once, under every protocol front end.
+
+Contract:
+- The front ends (``broker/processors/`` = wharf.v1, ``broker/v2/`` = apache.rocketmq.v2, a
+  RocketMQ 4 remoting one next) are adapters: request -> core call -> reply. They own their
+  wire types, their request shape checks and their error tables (``broker/errors.py``
+  ``status_for``, ``broker/v2/codes.py`` ``code_for``); the core owns admission, the rules,
+  queue selection, dedupe and the store calls.
+- The core speaks the store's values (``wharf.store.model``) and its own small dataclasses
+  (``model.py``); it imports no generated protocol module (``wharf.v1``, ``wharf.rocketmq``)
+  and no front end (an import-linter contract in pyproject.toml).
+- It refuses with ``errors.Refused`` subclasses: broker errors (so ``status_for`` maps them)
+  carrying a neutral ``Reason`` (so a front end with finer codes maps each rule).
+- State that must be one per broker (the round-robin counters, the dedupe window) lives here,
+  in the one ``SendCore`` of the broker's topic table (``SendCore.shared``).
+
+Modules: ``send.py`` (admission, queue selection, the store calls, dedupe), ``validate.py``
+(the message rules), ``model.py`` (values), ``errors.py`` (refusals and reasons). Still in
+the front ends (issue 34's next slices): pull/read, pop, the client registry, transactions.
+"""
+
+from wharf.broker.core.errors import InvalidSend, Reason, Refused
+from wharf.broker.core.model import Failed, Planned, SendOutcome, Stored
+from wharf.broker.core.send import SendCore, group_queue, is_own_topic
+
+__all__ = [
+    "Failed",
+    "InvalidSend",
+    "Planned",
+    "Reason",
+    "Refused",
+    "SendCore",
+    "SendOutcome",
+    "Stored",
+    "group_queue",
+    "is_own_topic",
+]

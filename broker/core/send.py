@@ -1,0 +1,310 @@
+"""The send admission every front end calls: ONE for wharf.v1, apache.rocketmq.v2 and whatever
+protocol comes next (RocketMQ 4 remoting).
+
+In order, for a request of messages to one topic:
+
+1. ``topic(name)``: the broker is not shutting down (SHUTTING_DOWN); the topic is a legal name
+   and not reserved for the broker (ILLEGAL_TOPIC; with ``own_topics=False`` also none of the
+   broker's own topics, %RETRY% included: OWN_TOPIC); it exists or is auto-created
+   (autoCreateTopicEnable, else TOPIC_NOT_FOUND); its permission bits allow writes
+   (NOT_WRITABLE).
+2. ``queue(topic, queue_id)``: an explicit queue id is checked against the write queues
+   (ILLEGAL_QUEUE); none -> the next turn of the topic's ONE round-robin counter, shared by
+   every protocol (one turn per request: a request is one append into one queue).
+   ``group_queue`` is the stable queue of a FIFO message group.
+3. ``check_inputs(messages)``: the message rules of ``validate.py`` (one set).
+4. The store: ``put`` / ``put_records`` (append + durability wait, ``PutResult``), or the split
+   forms the fast paths use (``append`` / ``append_records`` now, ``durable`` later, or
+   ``flush_waiter`` + ``flushed_result`` as a done-callback; ``dispatch_lagging`` /
+   ``dispatch_room`` for the dispatch back-pressure). ``put_once``: the de-duplicated put of
+   messages with producer ids (a retry of a stored (topic, message id) gets its first result
+   back, no second copy; a retry racing the first attempt waits for it).
+
+Errors are ``errors.Refused`` (with a ``Reason``) or what the store raises; nothing here knows a
+protocol's codes. Producer-encoded records (wharf.v1's ``records``) are checked by the store's
+append (the record format), not by ``check_inputs``: that path never decodes them here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import weakref
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from wharf.broker.core.errors import (
+    InvalidSend,
+    Reason,
+    ShuttingDown,
+    TopicNotFound,
+    TopicNotWritable,
+)
+from wharf.broker.core.model import Failed, Planned, SendOutcome, Stored
+from wharf.broker.core.validate import check_inputs
+from wharf.broker.errors import InvalidArgumentError, NotFoundError, UnavailableError
+from wharf.broker.meta.topics import (
+    RESERVED_FOR_SEND,
+    SYSTEM_TOPIC_PREFIXES,
+    TopicConfig,
+    TopicConfigManager,
+    is_system_topic,
+)
+from wharf.store.codec.properties import PROPERTY_TIMER_DELIVER_MS, PROPERTY_TRANSACTION_PREPARED
+from wharf.store.model import AppendResult, MessageInput, PutResult, PutStatus
+
+if TYPE_CHECKING:
+    from wharf.store.message_store import MessageStore
+
+DEDUPE_WINDOW = 65536
+_Key = tuple[str, str]  # (topic, message id)
+
+
+def _never() -> bool:
+    return False
+
+
+def is_own_topic(name: str) -> bool:
+    """The broker's own topics: schedule, retry, dead letters, TBW102, timer and transactions."""
+    return (
+        is_system_topic(name) or name in RESERVED_FOR_SEND or name.startswith(SYSTEM_TOPIC_PREFIXES)
+    )
+
+
+def group_queue(group: str, write_queue_nums: int) -> int:
+    """The queue of a FIFO message group: stable (crc32, not Python's salted hash)."""
+    return zlib.crc32(group.encode()) % write_queue_nums
+
+
+# One core per topic table: the front ends are built apart (each from its own parts), and
+# must still share the round-robin counters and the dedupe window.
+_SHARED: weakref.WeakKeyDictionary[TopicConfigManager, SendCore] = weakref.WeakKeyDictionary()
+
+
+class SendCore:
+    """Send admission and storage for every protocol (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        *,
+        shutting_down: Callable[[], bool] = _never,
+        dedupe_window: int = DEDUPE_WINDOW,
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.shutting_down = shutting_down
+        self.max_message_size: int = store.config.max_message_size
+        self.dedupe_window = dedupe_window
+        self._turns: dict[str, int] = {}  # topic -> next round-robin turn
+        self._done: OrderedDict[_Key, Stored] = OrderedDict()
+        self._pending: dict[_Key, asyncio.Future[Stored]] = {}
+
+    @classmethod
+    def shared(
+        cls,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        *,
+        shutting_down: Callable[[], bool] | None = None,
+    ) -> SendCore:
+        """THE core of this broker (of this topic table and store): made by the first front
+        end that asks, found by the others. ``shutting_down`` is kept when given."""
+        core = _SHARED.get(topics)
+        if core is None or core.store is not store:
+            core = _SHARED[topics] = cls(store, topics)
+        if shutting_down is not None:
+            core.shutting_down = shutting_down
+        return core
+
+    # --- admission -------------------------------------------------------------------------
+
+    def check_open(self) -> None:
+        """Refuse sends while the broker shuts down (also the first thing ``topic`` does)."""
+        if self.shutting_down():
+            raise ShuttingDown(
+                Reason.SHUTTING_DOWN, "the broker is shutting down; retry on another broker"
+            )
+
+    def topic(self, name: str, *, own_topics: bool = True) -> TopicConfig:
+        """The topic a send writes to (step 1); ``own_topics=False`` refuses the broker's own
+        topics even when they exist (a producer of that protocol never writes there)."""
+        self.check_open()
+        if not own_topics and is_own_topic(name):
+            raise InvalidSend(
+                Reason.OWN_TOPIC, f"topic {name!r} is the broker's own: producers cannot send to it"
+            )
+        try:
+            topic = self.topics.for_send(name)
+        except InvalidArgumentError as exc:
+            raise InvalidSend(Reason.ILLEGAL_TOPIC, str(exc)) from None
+        except NotFoundError as exc:
+            raise TopicNotFound(Reason.TOPIC_NOT_FOUND, str(exc)) from None
+        if not topic.writable:
+            raise TopicNotWritable(
+                Reason.NOT_WRITABLE,
+                f"topic {name!r} is not writable (perm={topic.perm}); "
+                "UpdateTopic perm=6 to allow sends",
+            )
+        return topic
+
+    def queue(self, topic: TopicConfig, queue_id: int | None = None) -> int:
+        """The queue of a request (step 2): ``queue_id`` checked, or the next turn."""
+        if queue_id is None:
+            return self.next_queue(topic)
+        if not 0 <= queue_id < topic.write_queue_nums:
+            raise InvalidSend(
+                Reason.ILLEGAL_QUEUE,
+                f"queue_id {queue_id} is out of range: topic {topic.name!r} has "
+                f"{topic.write_queue_nums} write queues (0..{topic.write_queue_nums - 1})",
+            )
+        return queue_id
+
+    def next_queue(self, topic: TopicConfig) -> int:
+        """The topic's next round-robin queue: one counter per topic for every protocol."""
+        turns = self._turns
+        name = topic.name
+        turn = turns.get(name, 0)
+        turns[name] = turn + 1
+        return turn % topic.write_queue_nums
+
+    def admit(
+        self, name: str, queue_id: int | None = None, *, own_topics: bool = True
+    ) -> tuple[TopicConfig, int]:
+        """Steps 1 and 2 at once: (topic, queue id)."""
+        topic = self.topic(name, own_topics=own_topics)
+        return topic, self.queue(topic, queue_id)
+
+    def check_inputs(self, messages: Sequence[MessageInput]) -> None:
+        """Step 3: every message against the rules, before anything is stored."""
+        check_inputs(messages, self.max_message_size)
+
+    # --- the store: whole puts ---------------------------------------------------------------
+
+    async def put(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> PutResult:
+        """Append (after the dispatch back-pressure wait) and wait until durable."""
+        return await self.store.put(topic, queue_id, messages)
+
+    async def put_records(
+        self, topic: str, queue_id: int, records: bytes, born_host: str
+    ) -> PutResult:
+        """``put`` of producer-encoded records (the store checks their format)."""
+        return await self.store.put_records(topic, queue_id, records, born_host)
+
+    # --- the store: the split forms of the fast paths ----------------------------------------
+
+    def dispatch_lagging(self) -> bool:
+        """True while ``put`` would hold a request for the dispatch to catch up."""
+        return self.store.dispatch_lagging()
+
+    async def dispatch_room(self) -> None:
+        """The dispatch back-pressure wait of ``put``, once for several appends."""
+        await self.store.dispatch_room()
+
+    def append(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> AppendResult:
+        """The append, now (no back-pressure wait); ``durable`` or ``flush_waiter`` follow."""
+        return self.store.put_append(topic, queue_id, messages)
+
+    def append_records(
+        self, topic: str, queue_id: int, records: bytes, born_host: str
+    ) -> AppendResult:
+        return self.store.put_records_append(topic, queue_id, records, born_host)
+
+    async def durable(self, result: AppendResult) -> PutResult:
+        """Wait until an append is durable (disk and replicas, per the store's settings)."""
+        return await self.store.durable(result)
+
+    def flush_waiter(self, result: AppendResult) -> asyncio.Future[bool] | None:
+        """The group commit's future for an append (None: await ``durable`` instead)."""
+        return self.store.flush_waiter(result)
+
+    def flushed_result(self, result: AppendResult, waiter: asyncio.Future[bool]) -> PutResult:
+        """The verdict of a done ``flush_waiter`` future (raises a failed flush's error)."""
+        return self.store.flushed_result(result, waiter)
+
+    # --- the store: de-duplicated ------------------------------------------------------------
+
+    async def put_once(self, topic: str, planned: Sequence[Planned]) -> list[SendOutcome]:
+        """Store messages with producer ids, once per (topic, message id) within the last
+        ``dedupe_window`` stored: one outcome per message, in order. One append per queue
+        and kind (the store makes half messages of a batch as a whole; timed ones may share a
+        batch). The window is in memory: a retry across a restart may store a second copy."""
+        results: list[SendOutcome | None] = [None] * len(planned)
+        waits: list[tuple[int, asyncio.Future[Stored]]] = []
+        by_queue: dict[tuple[int, bool, str | None], list[int]] = {}
+        for index, item in enumerate(planned):
+            key = (topic, item.message_id)
+            done = self._done.get(key)
+            if done is not None:
+                results[index] = done
+            elif key in self._pending:
+                waits.append((index, self._pending[key]))
+            else:
+                self._pending[key] = asyncio.get_running_loop().create_future()
+                props = item.message.properties
+                batch_key = (
+                    item.queue_id,
+                    PROPERTY_TIMER_DELIVER_MS in props,
+                    props.get(PROPERTY_TRANSACTION_PREPARED),
+                )
+                by_queue.setdefault(batch_key, []).append(index)
+        try:
+            for (queue_id, _, _), indexes in by_queue.items():
+                outcomes = await self._put_batch(topic, queue_id, [planned[i] for i in indexes])
+                for index, outcome in zip(indexes, outcomes, strict=True):
+                    results[index] = outcome
+        finally:
+            # Cancelled half-way: the appends not started answer their waiters (a retry
+            # stores them) instead of leaving them parked forever.
+            for indexes in by_queue.values():
+                for index in indexes:
+                    future = self._pending.pop((topic, planned[index].message_id), None)
+                    if future is not None and not future.done():
+                        future.set_exception(UnavailableError("cancelled"))
+                        future.exception()
+        for index, future in waits:
+            try:
+                results[index] = await asyncio.shield(future)
+            except Exception as exc:
+                results[index] = Failed(planned[index].message_id, exc)
+        return [r for r in results if r is not None]
+
+    async def _put_batch(
+        self, topic: str, queue_id: int, batch: Sequence[Planned]
+    ) -> list[SendOutcome]:
+        keys = [(topic, item.message_id) for item in batch]
+        try:
+            result = await self.store.put(topic, queue_id, [item.message for item in batch])
+        except BaseException as exc:
+            error = exc if isinstance(exc, Exception) else UnavailableError("cancelled")
+            for key in keys:
+                future = self._pending.pop(key, None)
+                if future is not None and not future.done():
+                    future.set_exception(error)
+                    future.exception()  # retrieved: a lone failure is not "never retrieved"
+            if not isinstance(exc, Exception):
+                raise
+            return [Failed(item.message_id, exc) for item in batch]
+        first = result.append.first_queue_offset
+        outcomes: list[SendOutcome] = []
+        for i, (item, key) in enumerate(zip(batch, keys, strict=True)):
+            props = item.message.properties
+            timed = PROPERTY_TIMER_DELIVER_MS in props
+            stored = Stored(
+                item.message_id,
+                queue_id,
+                first + i,
+                result.status,
+                timed=timed,
+                prepared=not timed and PROPERTY_TRANSACTION_PREPARED in props,
+            )
+            outcomes.append(stored)
+            remembered = dataclasses.replace(stored, status=PutStatus.PUT_OK, retried=True)
+            self._done[key] = remembered
+            if len(self._done) > self.dedupe_window:
+                self._done.popitem(last=False)
+            self._pending.pop(key).set_result(remembered)
+        return outcomes
