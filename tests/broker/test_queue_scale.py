@@ -83,7 +83,9 @@ def test_256_open_files_serve_2000_queues_and_restarts_after_stop_and_kill(
         asyncio.run(_fill(broker.endpoint))
         assert asyncio.run(_read_all(broker.endpoint)) == EXPECTED
         fds, maps = _queue_files(broker.pid)
-        assert fds <= OPEN_FILES // 4 and maps == 0  # the cache's bound; no queue file mapped
+        # The cache's bound, plus the one the queue flush thread may hold for a sync (a file
+        # or a directory); no queue file mapped.
+        assert fds <= OPEN_FILES // 4 + 1 and maps == 0
         checkpoint = broker.store_dir / "checkpoint"
         before = checkpoint.stat().st_mtime_ns
         asyncio.run(asyncio.sleep(1.5))
