@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from wharf.broker.cluster_routes import ClusterRoutes
 from wharf.broker.config import BrokerConfig
+from wharf.broker.core.send import SendCore
 from wharf.broker.long_poll import LongPollHolder
 from wharf.broker.meta.consumers import ConsumerManager
 from wharf.broker.meta.groups import SubscriptionGroupManager
@@ -46,3 +47,9 @@ class BrokerContext:
     messages_in: int = 0
     messages_out: int = 0
     shutting_down: bool = field(default=False)
+    # THE send core (broker/core): one per broker, shared by every protocol front end (one
+    # round-robin counter per topic, one dedupe window); made from the fields above.
+    send_core: SendCore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.send_core = SendCore(self.store, self.topics, shutting_down=lambda: self.shutting_down)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import weakref
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -78,11 +77,6 @@ def group_queue(group: str, write_queue_nums: int) -> int:
     return zlib.crc32(group.encode()) % write_queue_nums
 
 
-# One core per topic table: the front ends are built apart (each from its own parts), and
-# must still share the round-robin counters and the dedupe window.
-_SHARED: weakref.WeakKeyDictionary[TopicConfigManager, SendCore] = weakref.WeakKeyDictionary()
-
-
 class SendCore:
     """Send admission and storage for every protocol (see the module docstring)."""
 
@@ -102,23 +96,6 @@ class SendCore:
         self._turns: dict[str, int] = {}  # topic -> next round-robin turn
         self._done: OrderedDict[_Key, Stored] = OrderedDict()
         self._pending: dict[_Key, asyncio.Future[Stored]] = {}
-
-    @classmethod
-    def shared(
-        cls,
-        store: MessageStore,
-        topics: TopicConfigManager,
-        *,
-        shutting_down: Callable[[], bool] | None = None,
-    ) -> SendCore:
-        """THE core of this broker (of this topic table and store): made by the first front
-        end that asks, found by the others. ``shutting_down`` is kept when given."""
-        core = _SHARED.get(topics)
-        if core is None or core.store is not store:
-            core = _SHARED[topics] = cls(store, topics)
-        if shutting_down is not None:
-            core.shutting_down = shutting_down
-        return core
 
     # --- admission -------------------------------------------------------------------------
 

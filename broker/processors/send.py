@@ -21,7 +21,6 @@ from typing import Any, NamedTuple
 import grpc
 from wharf import hops
 from wharf.broker.context import BrokerContext
-from wharf.broker.core.send import SendCore
 from wharf.broker.errors import InvalidArgumentError, status_for
 from wharf.broker.handlers import check_stream_item
 from wharf.broker.processors.convert import to_inputs
@@ -64,7 +63,7 @@ class SendProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
         # THE send core of this broker: the v2 front end shares it (one round-robin counter).
-        self.core = SendCore.shared(ctx.store, ctx.topics, shutting_down=lambda: ctx.shutting_down)
+        self.core = ctx.send_core
         self._sync_flush = ctx.store.config.flush_disk_type == SYNC_FLUSH
         self._max_message_size = ctx.store.config.max_message_size
         self._store_host = ctx.store.config.store_host

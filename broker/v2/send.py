@@ -151,11 +151,13 @@ class V2SendProcessor:
         on_stored: Callable[[str, list[int]], None] | None = None,
         dedupe_window: int = DEDUPE_WINDOW,
         max_delay_s: int = 3 * 24 * 3600,
+        core: SendCore | None = None,
     ) -> None:
-        """``on_stored(topic, body_sizes)`` is told about every stored batch (metrics)."""
-        # THE send core of this broker: the wharf.v1 front end shares it (one round-robin
-        # counter per topic) and the dedupe window.
-        self._core = SendCore.shared(store, topics)
+        """``on_stored(topic, body_sizes)`` is told about every stored batch (metrics).
+        ``core``: THE send core of the broker (``BrokerContext.send_core``), which the wharf.v1
+        front end shares (one round-robin counter per topic, one dedupe window); tests may
+        leave it to make one of their own."""
+        self._core = core if core is not None else SendCore(store, topics)
         self._core.dedupe_window = dedupe_window
         self._max_size = max_message_size
         self._on_stored = on_stored

@@ -110,6 +110,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self._max_body_size,
             on_stored=self._on_stored,
             max_delay_s=ctx.store.config.timer_max_delay_sec,
+            core=ctx.send_core,
         )
         property_filter = ctx.config.enable_property_filter
         self.receiver = V2ReceiveProcessor(

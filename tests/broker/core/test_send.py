@@ -182,13 +182,6 @@ def test_a_shutting_down_broker_refuses_sends() -> None:
         c.admit("a")
 
 
-def test_shared_is_one_core_per_topic_table() -> None:
-    store, topics = FakeStore(), TopicConfigManager(4, True)
-    first = SendCore.shared(store, topics)
-    assert SendCore.shared(store, topics) is first
-    assert SendCore.shared(store, TopicConfigManager(4, True)) is not first
-
-
 # --- the store calls -----------------------------------------------------------------------
 
 
