@@ -61,6 +61,13 @@ system-deps:
 	    echo "install Debian packages: sudo apt-get install fuse3"; exit 1; \
 	  fi; \
 	fi
+	@if ! command -v ip >/dev/null 2>&1 || ! command -v nft >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 nftables >/dev/null; \
+	  else \
+	    echo "install Debian packages: sudo apt-get install iproute2 nftables"; exit 1; \
+	  fi; \
+	fi
 	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; \
