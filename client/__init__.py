@@ -8,6 +8,7 @@ async with Producer("127.0.0.1:8081") as producer:
 
 from wharf.client.admin import Admin
 from wharf.client.channel import TlsConfig
+from wharf.client.connection import Connection
 from wharf.client.consumer.pull import PullConsumer, PullResult, PullStatus
 from wharf.client.consumer.push import PushConsumer
 from wharf.client.errors import (
@@ -45,6 +46,7 @@ __all__ = [
     "AlreadyExistsError",
     "BrokerInternalError",
     "ClientClosedError",
+    "Connection",
     "ConsumeResult",
     "DeadlineExceededError",
     "FailedPreconditionError",

@@ -13,10 +13,10 @@ group, reads merged).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import grpc
-from wharf.client.channel import TlsConfig, open_channel, tls_config
+from wharf.client.connection import Connection, ConnectionOptions, connection_of
 from wharf.client.errors import ClientClosedError, from_rpc_error
 from wharf.v1 import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
 
@@ -53,6 +53,11 @@ def page_topics(
 
 class Admin:
     def __new__(cls, *args: Any, namesrv: str | None = None, **kwargs: Any) -> Admin:
+        connection = kwargs.get("connection")
+        if args and isinstance(args[0], Connection):
+            connection = args[0]
+        if connection is not None and connection.namesrv:
+            namesrv = connection.namesrv
         if namesrv and cls is Admin:  # a cluster: the fan-out subclass
             from wharf.client.cluster_admin import ClusterAdmin
 
@@ -61,27 +66,19 @@ class Admin:
 
     def __init__(
         self,
-        endpoints: str = "127.0.0.1:8081",
+        endpoints: str | Connection | None = None,
         *,
+        connection: Connection | None = None,
         rpc_timeout_s: float = 10.0,
-        access_key: str | None = None,
-        secret_key: str | None = None,
-        tls: bool | TlsConfig | None = False,
-        ca_file: str | None = None,
-        cert_file: str | None = None,
-        key_file: str | None = None,
-        namesrv: str | None = None,
-        namesrv_tls: bool = False,
+        **connect: Unpack[ConnectionOptions],
     ) -> None:
-        """``access_key`` / ``secret_key``: sign calls for an aclEnable broker (default: the
-        environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY). TLS arguments as the Producer's
-        (``wharf.client.channel.tls_config``). ``namesrv``: a cluster's NameServers instead
-        of one broker (``wharf.client.cluster_admin``); ``namesrv_tls``: dial them over TLS
-        too."""
-        del namesrv, namesrv_tls  # taken by __new__ (ClusterAdmin)
-        self.endpoints = endpoints
-        self._keys = (access_key, secret_key)
-        self.tls = tls_config(tls, ca_file, cert_file, key_file)
+        """``connection``: where and how to dial (``wharf.client.connection.Connection``; the
+        keyword arguments ``endpoints``, ``access_key`` / ``secret_key``, TLS, ``namesrv``,
+        ``namesrv_tls`` still build one, as the Producer's). With a cluster's NameServers
+        (``namesrv``) this is a ``wharf.client.cluster_admin.ClusterAdmin`` (``__new__``)."""
+        self.connection = connection_of(endpoints, connection, connect)
+        self.endpoints = self.connection.endpoints
+        self.tls = self.connection.tls
         self.rpc_timeout_s = rpc_timeout_s
         self._channel: grpc.aio.Channel | None = None
         self._admin: admin_pb2_grpc.AdminServiceStub | None = None
@@ -96,9 +93,7 @@ class Admin:
 
     async def start(self) -> None:
         if self._channel is None:
-            self._channel = open_channel(
-                self.endpoints, tls=self.tls, access_key=self._keys[0], secret_key=self._keys[1]
-            )
+            self._channel = self.connection.open_channel()
             self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
             self._messaging = messaging_pb2_grpc.MessagingServiceStub(self._channel)
 

@@ -6,16 +6,22 @@ file in ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``); ``ca_file`` (a PEM bundle, e.g. t
 development certificate) implies TLS; ``cert_file`` + ``key_file`` present a client certificate
 for a broker with ``tlsClientAuth = require``. Missing or unreadable files are an
 InvalidArgumentError naming the argument, raised when the client is made.
+
+Clients hold these settings in one ``wharf.client.connection.Connection`` and open their
+channels through it: ``open_channel`` (grpc.aio) and ``open_sync_channel`` (blocking, the Spark
+connector) are the only places channels are made.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 from wharf import keepalive, wire
-from wharf.client.auth import SignedChannel, resolve_credentials
+from wharf.client.auth import Credentials, SignedChannel, resolve_credentials, sign_sync_channel
 from wharf.client.errors import InvalidArgumentError
 from wharf.client.wire_channel import WireChannel, client_ssl_context
 
@@ -130,3 +136,22 @@ def open_channel(
     else:
         channel = grpc.aio.insecure_channel(target, options=options)
     return channel if credentials is None else SignedChannel(channel, credentials)
+
+
+def open_sync_channel(
+    address: str,
+    options: Sequence[tuple[str, Any]] = (),
+    *,
+    tls: TlsConfig | None = None,
+    credentials: Credentials | None = None,
+) -> grpc.Channel:
+    """A blocking channel (the Spark connector's): TLS when ``tls`` is given, every call
+    signed with ``credentials`` (None: unsigned), keepalive as ``open_channel``'s unless
+    ``options`` set it (wharf.keepalive)."""
+    given = {name for name, _ in options}
+    merged = [*options, *(o for o in keepalive.client_options() if o[0] not in given)]
+    if tls is not None:
+        plain = grpc.secure_channel(address, tls.credentials(), options=merged)
+    else:
+        plain = grpc.insecure_channel(address, options=merged)
+    return sign_sync_channel(plain, credentials)

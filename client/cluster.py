@@ -33,6 +33,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
+from wharf.client.connection import Connection
 from wharf.client.errors import NotFoundError, UnavailableError, WharfError
 from wharf.client.message import MessageQueue
 from wharf.client.namesrv import NameServerClient, TopicRoute
@@ -74,8 +75,18 @@ class FaultTolerance:
         self._until.pop(broker, None)
 
 
-class _Clients(Generic[C]):
-    """One started single-broker client per address."""
+def name_server_client(namesrv: str | Connection) -> NameServerClient:
+    """The NameServers of a cluster client: addresses (unsigned unless the environment has
+    keys, plaintext) or a Connection's (``Connection.namesrv_client``)."""
+    if isinstance(namesrv, Connection):
+        return namesrv.namesrv_client()
+    return NameServerClient(namesrv)
+
+
+class BrokerClients(Generic[C]):
+    """One started single-broker client per address (made by ``make(address)`` on first
+    use): the per-broker delegation every cluster client shares (``ClusterSender``,
+    ``ClusterConsumers``, ``ClusterQueues``, ``wharf.client.cluster_admin.ClusterAdmin``)."""
 
     def __init__(self, make: Callable[[str], C]) -> None:
         self._make = make
@@ -107,16 +118,16 @@ class _Clients(Generic[C]):
 class ClusterSender(Generic[C]):
     def __init__(
         self,
-        namesrv: str,
+        namesrv: str | Connection,
         make_client: Callable[[str], C],
         send_timeout: float,
         retry_times: int,
         route_ttl_s: float = 30.0,
-        connect: dict[str, Any] | None = None,
     ) -> None:
-        """``connect``: TLS and keys for the NameServers (``NameServerClient``'s arguments)."""
-        self.namesrv = NameServerClient(namesrv, **(connect or {}))
-        self._clients: _Clients[C] = _Clients(make_client)
+        """``namesrv``: the NameServers' addresses, or a client's Connection (its keys and,
+        with ``namesrv_tls``, TLS dial them too); ``make_client(address)``: a master's client."""
+        self.namesrv = name_server_client(namesrv)
+        self._clients: BrokerClients[C] = BrokerClients(make_client)
         self.send_timeout = send_timeout
         self.retry_times = retry_times
         self.route_ttl_s = route_ttl_s
@@ -327,15 +338,14 @@ class ClusterConsumers(Generic[C]):
 
     def __init__(
         self,
-        namesrv: str,
+        namesrv: str | Connection,
         topics: Callable[[], list[str]],
         make_consumer: Callable[[str], C],
         route_refresh_s: float = 5.0,
-        connect: dict[str, Any] | None = None,
     ) -> None:
-        self.namesrv = NameServerClient(namesrv, **(connect or {}))
+        self.namesrv = name_server_client(namesrv)
         self._topics = topics
-        self._clients: _Clients[C] = _Clients(make_consumer)
+        self._clients: BrokerClients[C] = BrokerClients(make_consumer)
         self.route_refresh_s = route_refresh_s
         self._task: asyncio.Task[None] | None = None
         self.watch = RouteWatch(self.namesrv, self._route_changed)
@@ -414,12 +424,11 @@ class ClusterQueues(Generic[C]):
 
     def __init__(
         self,
-        namesrv: str,
+        namesrv: str | Connection,
         make_client: Callable[[str], C],
-        connect: dict[str, Any] | None = None,
     ) -> None:
-        self.namesrv = NameServerClient(namesrv, **(connect or {}))
-        self._clients: _Clients[C] = _Clients(make_client)
+        self.namesrv = name_server_client(namesrv)
+        self._clients: BrokerClients[C] = BrokerClients(make_client)
         self._masters: dict[str, str] = {}  # broker name -> master address
         self._versions: dict[str, int] = {}  # topic -> the route version _masters came from
         self.watch = RouteWatch(self.namesrv, self._route_changed)

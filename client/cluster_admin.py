@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from wharf.client.admin import Admin
+from wharf.client.cluster import BrokerClients
+from wharf.client.connection import Connection, ConnectionOptions, connection_of
 from wharf.client.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from wharf.client.namesrv import NameServerClient
 from wharf.v1 import admin_pb2, messaging_pb2
@@ -44,22 +46,25 @@ class ClusterAdmin(Admin):
 
     def __init__(
         self,
-        endpoints: str = "",
+        endpoints: str | Connection | None = None,
         *,
-        namesrv: str | None = None,
-        namesrv_tls: bool = False,
+        connection: Connection | None = None,
         cluster: str | None = None,
-        **connect: Any,
+        rpc_timeout_s: float = 10.0,
+        **connect: Unpack[ConnectionOptions],
     ) -> None:
-        if not namesrv:
+        connection = connection_of(endpoints, connection, connect)
+        if not connection.namesrv:
             raise InvalidArgumentError("ClusterAdmin needs namesrv='host:port;host2:port2'")
-        super().__init__(endpoints or namesrv, **connect)
-        self.namesrv = namesrv
-        self.namesrv_tls = namesrv_tls
+        super().__init__(connection=connection, rpc_timeout_s=rpc_timeout_s)
+        self.namesrv = connection.namesrv
+        self.namesrv_tls = connection.namesrv_tls
         self.cluster = cluster
-        self._connect = connect
         self._ns: NameServerClient | None = None
-        self._admins: dict[str, Admin] = {}
+        # One started single-broker Admin per master, as the other cluster clients' (cluster.py).
+        self._admins: BrokerClients[Admin] = BrokerClients(
+            lambda address: Admin(connection=connection.to(address), rpc_timeout_s=rpc_timeout_s)
+        )
 
     async def __aenter__(self) -> ClusterAdmin:
         await self.start()
@@ -67,17 +72,10 @@ class ClusterAdmin(Admin):
 
     async def start(self) -> None:
         if self._ns is None:  # the NameServers with the brokers' keys (and TLS: namesrv_tls)
-            self._ns = NameServerClient(
-                self.namesrv,
-                tls=self.tls if self.namesrv_tls else None,
-                access_key=self._keys[0],
-                secret_key=self._keys[1],
-            )
+            self._ns = self.connection.namesrv_client()
 
     async def close(self) -> None:
-        admins, self._admins = self._admins, {}
-        for admin in admins.values():
-            await admin.close()
+        await self._admins.close()
         if self._ns is not None:
             await self._ns.close()
             self._ns = None
@@ -104,11 +102,7 @@ class ClusterAdmin(Admin):
         return {name: g.master for name, g in sorted(route.groups.items()) if g.master}
 
     async def _broker_admin(self, address: str) -> Admin:
-        admin = self._admins.get(address)
-        if admin is None:
-            admin = self._admins[address] = Admin(address, **self._connect)
-            await admin.start()
-        return admin
+        return await self._admins.get(address)
 
     async def _each(
         self, masters: Mapping[str, str], call: Callable[[Admin], Awaitable[T]]

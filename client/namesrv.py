@@ -13,7 +13,8 @@ import random
 from dataclasses import dataclass
 
 import grpc
-from wharf.client.channel import TlsConfig, open_channel
+from wharf.client.channel import TlsConfig
+from wharf.client.connection import Connection
 from wharf.client.errors import InvalidArgumentError, from_rpc_error
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
@@ -75,19 +76,32 @@ class NameServerClient:
         tls: TlsConfig | None = None,
         access_key: str | None = None,
         secret_key: str | None = None,
+        connection: Connection | None = None,
     ) -> None:
         """``tls`` / ``access_key`` / ``secret_key``: as the brokers' (a NameServer with
-        tlsEnable / aclEnable; keys default to the environment's WHARF_ACCESS_KEY / ...)."""
+        tlsEnable / aclEnable; keys default to the environment's WHARF_ACCESS_KEY / ...);
+        or ``connection``: a client's Connection, dialing the NameServers as it says
+        (``namesrv_tls``)."""
         self.addresses = parse_namesrv(namesrv)
         self._index = random.randrange(len(self.addresses))  # spread clients over them
         self._timeout = call_timeout_s
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._connect = {"tls": tls, "access_key": access_key, "secret_key": secret_key}
+        if connection is None:
+            connection = Connection(
+                namesrv=namesrv,
+                access_key=access_key,
+                secret_key=secret_key,
+                tls=tls,
+                namesrv_tls=tls is not None,
+            )
+        elif tls is not None or access_key is not None or secret_key is not None:
+            raise InvalidArgumentError("give connection= or tls / access_key / secret_key")
+        self.connection = connection
 
     def _stub(self, address: str) -> namesrv_pb2_grpc.NameServiceStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = open_channel(address, **self._connect)  # type: ignore[arg-type]
+            channel = self._channels[address] = self.connection.open_namesrv_channel(address)
         return namesrv_pb2_grpc.NameServiceStub(channel)
 
     async def _call(self, method: str, request: object) -> object:

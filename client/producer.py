@@ -18,13 +18,13 @@ import datetime as dt
 import logging
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import grpc
 from wharf.client.batcher import AutoBatcher
-from wharf.client.channel import TlsConfig, open_channel, tls_config
 from wharf.client.cluster import ClusterSender
 from wharf.client.compression import COMPRESS_THRESHOLD
+from wharf.client.connection import Connection, ConnectionOptions, connection_of
 from wharf.client.errors import (
     ClientClosedError,
     DeadlineExceededError,
@@ -95,7 +95,7 @@ class Producer:
     """Send messages to a Wharf broker.
 
     Args:
-        endpoints: ``host:port`` of the broker.
+        endpoints: ``host:port`` of the broker (or give ``connection``).
         group: producer group name (reported in heartbeats / requests).
         send_timeout: default deadline of one ``send`` call in seconds, retries included.
         retry_times: retries on retriable errors (RocketMQ's retryTimesWhenSendFailed = 2).
@@ -105,12 +105,12 @@ class Producer:
         streams: number of SendMessageStream calls, each on its own connection.
         transport: ``"stream"`` (bidi, default) or ``"unary"`` (one SendMessage per batch).
         compress_threshold: bodies larger than this are zlib-compressed (4 KiB).
-        tls / ca_file / cert_file / key_file: TLS to the broker (``wharf.client.channel``):
-            ``tls=True`` trusts the system roots, ``ca_file`` a PEM bundle; the client
-            certificate and key are for a broker requiring mutual TLS.
-        access_key / secret_key: sign every call for a broker with aclEnable (default: the
-            environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY; none = unsigned).
-        namesrv: a cluster's NameServers ``"host:port;host2:port2"`` instead of ``endpoints``:
+        connection: where and how to dial (``wharf.client.connection.Connection``):
+            one broker or a cluster's NameServers, the keys, TLS. The keyword arguments
+            ``endpoints`` (positional too), ``namesrv``, ``access_key`` / ``secret_key``,
+            ``tls`` / ``ca_file`` / ``cert_file`` / ``key_file`` and ``namesrv_tls``
+            (``ConnectionOptions``) still build one; give one or the other.
+            With ``namesrv`` (a cluster's NameServers ``"host:port;host2:port2"``):
             sends spread over every broker group of the topic, avoid failing ones and retry on
             another group within the deadline (``wharf.client.cluster``); transactions end on
             the broker that stored each half, a ``transaction_checker`` answers every master
@@ -119,8 +119,9 @@ class Producer:
 
     def __init__(
         self,
-        endpoints: str = "127.0.0.1:8081",
+        endpoints: str | Connection | None = None,
         *,
+        connection: Connection | None = None,
         group: str = "DEFAULT_PRODUCER",
         send_timeout: float = 3.0,
         retry_times: int = 2,
@@ -134,17 +135,11 @@ class Producer:
         max_buffered: int = 65536,
         transaction_checker: TransactionChecker | None = None,
         transaction_topics: Iterable[str] = (),
-        access_key: str | None = None,
-        secret_key: str | None = None,
-        tls: bool | TlsConfig | None = False,
-        ca_file: str | None = None,
-        cert_file: str | None = None,
-        key_file: str | None = None,
-        namesrv: str | None = None,
-        namesrv_tls: bool = False,
+        **connect: Unpack[ConnectionOptions],
     ) -> None:
+        self.connection = connection_of(endpoints, connection, connect)
         self._cluster: ClusterSender[Producer] | None = None
-        if namesrv:
+        if self.connection.namesrv:
             if transaction_checker is not None and not transaction_topics:
                 raise InvalidArgumentError("a transaction_checker needs transaction_topics")
             options = dict(
@@ -154,27 +149,19 @@ class Producer:
                 batch_max_messages=batch_max_messages, batch_max_bytes=batch_max_bytes,
                 max_in_flight=max_in_flight, streams=streams, transport=transport,
                 compress_threshold=compress_threshold, max_buffered=max_buffered,
-                access_key=access_key, secret_key=secret_key,
-                tls=tls_config(tls, ca_file, cert_file, key_file),
             )  # fmt: skip
             self._cluster = ClusterSender(
-                namesrv,
-                lambda address: Producer(address, **options),  # type: ignore[arg-type]
+                self.connection,
+                lambda address: Producer(connection=self.connection.to(address), **options),  # type: ignore[arg-type]
                 send_timeout,
                 retry_times,
-                connect={
-                    "tls": options["tls"] if namesrv_tls else None,
-                    "access_key": access_key,
-                    "secret_key": secret_key,
-                },
             )
         if transport not in ("stream", "unary"):
             raise InvalidArgumentError(f"transport must be 'stream' or 'unary', got {transport!r}")
         if streams < 1:
             raise InvalidArgumentError("streams must be >= 1")
-        self.endpoints = endpoints
-        self._keys = (access_key, secret_key)
-        self.tls = tls_config(tls, ca_file, cert_file, key_file)
+        self.endpoints = self.connection.endpoints
+        self.tls = self.connection.tls
         self.group = group
         self.send_timeout = send_timeout
         self.retry_times = retry_times
@@ -221,13 +208,7 @@ class Producer:
         if self._stubs:
             return
         for _ in range(self._stream_count):
-            channel = open_channel(
-                self.endpoints,
-                dedicated=self._stream_count > 1,
-                tls=self.tls,
-                access_key=self._keys[0],
-                secret_key=self._keys[1],
-            )
+            channel = self.connection.open_channel(dedicated=self._stream_count > 1)
             self._channels.append(channel)
             self._stubs.append(messaging_pb2_grpc.MessagingServiceStub(channel))
             self._streams.append(None)

@@ -14,12 +14,13 @@ import gc
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from wharf.client.admin import Admin
 from wharf.client.bench.runners import BenchOptions, run_consume, run_e2e, run_produce
 from wharf.client.bench.stats import BenchStats
+from wharf.client.cli.cluster_commands import connection_of_args
 from wharf.client.cli.output import Output
+from wharf.client.connection import Connection
 
 WORKLOADS: dict[str, Callable[[BenchOptions, BenchStats], Awaitable[None]]] = {
     "produce": run_produce,
@@ -71,9 +72,10 @@ async def bench_command(args: argparse.Namespace, out: Output) -> int:
         max_in_flight=args.max_in_flight,
         rate=args.rate,
         stream_pulls=not args.unary_pulls,
-        connect=args.connect,
+        # One broker (--endpoints) with the global options' keys and TLS, as ever.
+        connection=connection_of_args(args).to(args.endpoints),
     )
-    flush_mode = await _flush_mode(args.endpoints, args.connect)
+    flush_mode = await _flush_mode(options.client_connection())
     stats = BenchStats()
     # Start-up objects (modules, descriptors) live as long as the process; out of the
     # collector's generations, a full collection no longer pauses the measured loop for ms.
@@ -90,8 +92,12 @@ async def bench_command(args: argparse.Namespace, out: Output) -> int:
     result = {
         "workload": args.workload,
         "flush_disk_type": flush_mode,
-        "options": {k: v for k, v in vars(options).items() if k not in ("endpoints", "connect")},
-        "tls": options.connect.get("tls") is not None,
+        "options": {
+            k: v
+            for k, v in vars(options).items()
+            if k not in ("endpoints", "connect", "connection")
+        },
+        "tls": options.client_connection().tls is not None,
         "result": summary,
     }
     if out.as_json:
@@ -107,9 +113,9 @@ async def bench_command(args: argparse.Namespace, out: Output) -> int:
     return 0 if summary["messages"] > 0 else 1
 
 
-async def _flush_mode(endpoints: str, connect: dict[str, Any]) -> str:
+async def _flush_mode(connection: Connection) -> str:
     try:
-        async with Admin(endpoints, rpc_timeout_s=3.0, **connect) as admin:
+        async with Admin(connection=connection, rpc_timeout_s=3.0) as admin:
             return (await admin.broker_status()).flush_disk_type or "unknown"
     except Exception:
         return "unknown"

@@ -12,6 +12,7 @@ from typing import Any
 from wharf import hops
 from wharf.client.bench.pacing import WARMUP_S, due_batches
 from wharf.client.bench.stats import BenchStats
+from wharf.client.connection import Connection
 from wharf.client.consumer.pull import PullConsumer
 from wharf.client.message import MessageQueue
 from wharf.client.producer import Producer
@@ -34,8 +35,13 @@ class BenchOptions:
     rate: int = 10_000  # e2e: target messages per second
     group: str = "wharf-bench"
     stream_pulls: bool = True  # pulls over PullMessageStream (False: unary PullMessage)
-    # The CLI's connection options (``tls`` ...), keyword arguments of every client.
+    # How every client dials: the CLI's Connection (None: ``endpoints`` with ``connect``, the
+    # Connection keyword arguments, e.g. ``tls``).
+    connection: Connection | None = None
     connect: dict[str, Any] = field(default_factory=dict)
+
+    def client_connection(self) -> Connection:
+        return self.connection or Connection.build(self.endpoints, **self.connect)
 
 
 class _Budget:
@@ -66,13 +72,12 @@ async def run_produce(options: BenchOptions, stats: BenchStats) -> None:
     body = os.urandom(options.size)
     budget = _Budget(options)
     async with Producer(
-        options.endpoints,
+        connection=options.client_connection(),
         streams=options.streams,
         linger_ms=options.linger_ms,
         max_in_flight=options.max_in_flight,
         compress_threshold=1 << 30,  # measure the transport, not zlib
         send_timeout=30.0,
-        **options.connect,
     ) as producer:
 
         async def worker() -> None:
@@ -98,7 +103,9 @@ async def run_consume(options: BenchOptions, stats: BenchStats) -> None:
     issuing XRANGE side by side)."""
     budget = _Budget(options)
     async with PullConsumer(
-        options.endpoints, options.group, stream_pulls=options.stream_pulls, **options.connect
+        connection=options.client_connection(),
+        group=options.group,
+        stream_pulls=options.stream_pulls,
     ) as consumer:
         queues = await consumer.queues(options.topic)
         chunk = options.batch * 16
@@ -140,14 +147,15 @@ async def run_e2e(options: BenchOptions, stats: BenchStats) -> None:
     report them; the redis-py peer does the same."""
     async with (
         Producer(
-            options.endpoints,
+            connection=options.client_connection(),
             linger_ms=options.linger_ms,
             max_in_flight=options.max_in_flight,
             send_timeout=30.0,
-            **options.connect,
         ) as producer,
         PullConsumer(
-            options.endpoints, options.group, stream_pulls=options.stream_pulls, **options.connect
+            connection=options.client_connection(),
+            group=options.group,
+            stream_pulls=options.stream_pulls,
         ) as consumer,
     ):
         await producer.send(options.topic, b"warm-up")  # auto-creates the topic

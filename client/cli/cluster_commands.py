@@ -10,6 +10,7 @@ import asyncio
 from wharf.client.admin import Admin
 from wharf.client.cli.output import Output, proto_dict
 from wharf.client.cluster_admin import ClusterAdmin
+from wharf.client.connection import Connection
 from wharf.client.errors import InvalidArgumentError, NotFoundError, WharfError
 from wharf.client.namesrv import NameServerClient
 from wharf.v1 import admin_pb2
@@ -47,7 +48,7 @@ async def transfer_master(args: argparse.Namespace, out: Output) -> int:
             endpoint = (await namesrv.masters()).get(args.broker, "")
         if not endpoint:
             raise NotFoundError(f"broker group {args.broker!r} has no live master")
-    async with Admin(endpoint, **args.connect) as admin:
+    async with Admin(connection=connection_of_args(args).to(endpoint)) as admin:
         reply = await admin.transfer_master(args.to)
     if out.as_json:
         out.data(proto_dict(reply))
@@ -63,20 +64,31 @@ def need_namesrv(args: argparse.Namespace) -> None:
         )
 
 
+def connection_of_args(args: argparse.Namespace) -> Connection:
+    """The command's Connection, built once by ``main`` from the global options
+    (``args.connection``); a namespace made without it (a script calling a command) gives
+    ``endpoints``, ``namesrv`` and ``connect`` (Connection keyword arguments) instead."""
+    connection = getattr(args, "connection", None)
+    if connection is None:
+        connection = args.connection = Connection.build(
+            args.endpoints, namesrv=getattr(args, "namesrv", None), **getattr(args, "connect", {})
+        )
+    assert isinstance(connection, Connection)
+    return connection
+
+
 def namesrv_of(args: argparse.Namespace) -> NameServerClient:
     need_namesrv(args)
-    tls = args.connect["tls"] if args.namesrv_tls else None  # keys: the environment's
-    return NameServerClient(args.namesrv, tls=tls)
+    return connection_of_args(args).namesrv_client()
 
 
 def admin_of(args: argparse.Namespace, cluster: str | None = None) -> Admin:
     """The admin client of a command: ``--endpoints``'s broker, or with ``--namesrv`` every
     master of the cluster (``ClusterAdmin``: writes on each group, reads merged)."""
-    if args.namesrv:
-        return ClusterAdmin(
-            namesrv=args.namesrv, namesrv_tls=args.namesrv_tls, cluster=cluster, **args.connect
-        )
-    return Admin(args.endpoints, **args.connect)
+    connection = connection_of_args(args)
+    if connection.namesrv:
+        return ClusterAdmin(connection=connection, cluster=cluster)
+    return Admin(connection=connection)
 
 
 async def cluster_list(args: argparse.Namespace, out: Output) -> int:
@@ -110,7 +122,7 @@ async def _replication(args: argparse.Namespace, address: str) -> admin_pb2.Repl
     """The broker's own account of its role and replicas (None if it does not answer in 2 s:
     the NameServer's listing still shows it)."""
     try:
-        async with Admin(address, **args.connect) as admin:
+        async with Admin(connection=connection_of_args(args).to(address)) as admin:
             status = await asyncio.wait_for(admin.broker_status(), STATUS_TIMEOUT_S)
     except (WharfError, TimeoutError):
         return None

@@ -11,13 +11,12 @@ one broker: ``wharf cluster list``, ``topic create --cluster``, sends spread ove
 admin writes on every master holding the topic or group, reads merged over the groups;
 ``--namesrv-tls`` / ``NAMESRV_TLS``: the NameServers too over TLS),
 ``--access-key`` / ``--secret-key`` (env ``WHARF_ACCESS_KEY`` / ``WHARF_SECRET_KEY``: every
-call is signed for a broker with aclEnable; they are handed to the SDK through those two
-variables of this process; prefer the environment, a secret on the command line is visible
-to other local users), ``--json`` (one JSON document per line on stdout; errors as JSON on
+call is signed for a broker with aclEnable; prefer the environment, a secret on the command
+line is visible to other local users), ``--json`` (one JSON document per line on stdout; errors as JSON on
 stderr) and TLS: ``--tls`` (env ``WHARF_TLS``), ``--ca-file`` (``WHARF_CA_FILE``, implies
 TLS), ``--cert-file`` / ``--key-file`` (``WHARF_CERT_FILE`` / ``WHARF_KEY_FILE``, mutual
-TLS). Exit codes
-are listed in :mod:`wharf.client.cli.exit_codes`.
+TLS). They make one ``wharf.client.connection.Connection`` (``args.connection``) that every
+command's clients take. Exit codes are listed in :mod:`wharf.client.cli.exit_codes`.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ from collections.abc import Sequence
 
 import uvloop
 from wharf.client.auth import ACCESS_KEY_ENV, SECRET_KEY_ENV
-from wharf.client.channel import DEFAULT_ENDPOINTS, parse_endpoints, tls_config
+from wharf.client.channel import DEFAULT_ENDPOINTS, parse_endpoints
 from wharf.client.cli import (
     acl_commands,
     cluster_commands,
@@ -40,6 +39,7 @@ from wharf.client.cli import (
 )
 from wharf.client.cli.exit_codes import INTERRUPTED, USAGE, exit_code_for
 from wharf.client.cli.output import Output
+from wharf.client.connection import Connection
 from wharf.client.errors import InvalidArgumentError, WharfError
 from wharf.store.fast.malloc import keep_large_buffers_on_heap
 
@@ -125,16 +125,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # exits with 2 on usage errors
     out = Output(args.json)
-    if args.access_key is not None:
-        os.environ[ACCESS_KEY_ENV] = args.access_key
-    if args.secret_key is not None:
-        os.environ[SECRET_KEY_ENV] = args.secret_key
     try:
         parse_endpoints(args.endpoints)
-        # How every command's client connects (keyword arguments of Producer, Admin ...).
-        args.connect = {
-            "tls": tls_config(args.tls_flag, args.ca_file, args.cert_file, args.key_file),
-        }
+        # How every command's client connects: one Connection from the global options, handed
+        # to every Producer, Admin, ... (keys left None fall back to the environment's).
+        args.connection = Connection.build(
+            args.endpoints,
+            namesrv=args.namesrv or None,
+            access_key=args.access_key,
+            secret_key=args.secret_key,
+            tls=args.tls_flag,
+            ca_file=args.ca_file,
+            cert_file=args.cert_file,
+            key_file=args.key_file,
+            namesrv_tls=args.namesrv_tls,
+        )
         keep_large_buffers_on_heap()  # send batches and pull replies: no page faults per buffer
         # uvloop, as the broker: the CLI's clients (and `wharf bench`) spend much of their
         # time in task switches and callbacks, which it runs ~2x cheaper than asyncio's loop.

@@ -6,10 +6,9 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Iterator
-from typing import Any
 
 from rich.progress import Progress
-from wharf.client.cli.cluster_commands import admin_of
+from wharf.client.cli.cluster_commands import admin_of, connection_of_args
 from wharf.client.cli.group_commands import parse_timestamp
 from wharf.client.cli.output import Output, message_dict, message_line, proto_dict
 from wharf.client.cli.topic_commands import parse_attributes
@@ -83,13 +82,6 @@ def _start_of(text: str) -> str | int:
         ) from None
 
 
-def _where(args: argparse.Namespace) -> dict[str, Any]:
-    """A client's target: ``--endpoints``, or ``--namesrv`` (TLS to it with ``--namesrv-tls``)."""
-    if args.namesrv:
-        return {"namesrv": args.namesrv, "namesrv_tls": args.namesrv_tls}
-    return {"endpoints": args.endpoints}
-
-
 def _result_dict(result: SendResult) -> dict[str, object]:
     return {
         "status": result.status.name,
@@ -129,8 +121,7 @@ async def send_command(args: argparse.Namespace, out: Output) -> int:
         queue_id=args.queue,
     )
     # --namesrv: the sends spread over the topic's broker groups (Producer(namesrv=)).
-    where = _where(args)
-    async with Producer(group="wharf-cli", **where, **args.connect) as producer:
+    async with Producer(connection=connection_of_args(args), group="wharf-cli") as producer:
         if args.file or args.body is not None:
             if args.file:
                 body = await asyncio.to_thread(_read_file_blocking, args.file)
@@ -179,8 +170,7 @@ async def consume_command(args: argparse.Namespace, out: Output) -> int:
     if args.max < 0:
         raise ValueError("--max must be >= 0")
     # --namesrv: the queues of every group of the cluster, each read from its master.
-    where = _where(args)
-    async with PullConsumer(group=args.group, **where, **args.connect) as consumer:
+    async with PullConsumer(connection=connection_of_args(args), group=args.group) as consumer:
         queues = await consumer.queues(args.topic)
         if args.queue is not None:
             queues = [q for q in queues if q.queue_id == args.queue]

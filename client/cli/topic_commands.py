@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from wharf.client.admin import Admin, page_topics
-from wharf.client.cli.cluster_commands import admin_of, need_namesrv
+from wharf.client.cli.cluster_commands import admin_of, connection_of_args, need_namesrv
 from wharf.client.cli.output import Output, fmt_ms, proto_dict
 from wharf.client.cluster_admin import ClusterAdmin
 
@@ -106,7 +106,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 async def topic_create(args: argparse.Namespace, out: Output) -> int:
     if args.cluster or args.broker or args.namesrv:
         return await _create_on_masters(args, out)
-    async with Admin(args.endpoints, **args.connect) as admin:
+    async with Admin(connection=connection_of_args(args)) as admin:
         config = await _create(admin, args)
     _print_topic(out, config, "created")
     return 0

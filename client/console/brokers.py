@@ -21,10 +21,11 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Unpack
 
 from wharf.client import Admin, Producer, PullConsumer, WharfError
 from wharf.client.channel import parse_endpoints
+from wharf.client.connection import Connection, ConnectionOptions, connection_of
 
 CONSOLE_PULL_GROUP = "WHARF_CONSOLE"  # the group named in the console's pulls (never committed)
 
@@ -51,14 +52,14 @@ class Broker:
     endpoint: str
     admin: Admin
     pull: PullConsumer
-    connect: dict[str, Any]
+    connection: Connection  # this endpoint's
     _producer: Producer | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def producer(self) -> Producer:
         async with self._lock:
             if self._producer is None:
-                producer = Producer(self.endpoint, transport="unary", **self.connect)
+                producer = Producer(connection=self.connection, transport="unary")
                 await producer.start()
                 self._producer = producer
             return self._producer
@@ -74,15 +75,24 @@ class BrokerPool:
     """The brokers of one console, in ``--endpoints`` order."""
 
     def __init__(
-        self, endpoints: Sequence[str], *, rpc_timeout_s: float = 3.0, **connect: Any
+        self,
+        endpoints: Sequence[str],
+        *,
+        rpc_timeout_s: float = 3.0,
+        connection: Connection | None = None,
+        **connect: Unpack[ConnectionOptions],
     ) -> None:
+        """``connection``: the keys and TLS every endpoint's clients dial with (its own
+        endpoints are not used: ``endpoints`` lists the brokers); or the keyword arguments
+        (``tls``, ``access_key`` ...) of one."""
+        base = connection_of(None, connection, connect)
         self.brokers = [
             Broker(
                 index,
                 endpoint,
-                Admin(endpoint, rpc_timeout_s=rpc_timeout_s, **connect),
-                PullConsumer(endpoint, CONSOLE_PULL_GROUP, **connect),
-                connect,
+                Admin(connection=base.to(endpoint), rpc_timeout_s=rpc_timeout_s),
+                PullConsumer(connection=base.to(endpoint), group=CONSOLE_PULL_GROUP),
+                base.to(endpoint),
             )
             for index, endpoint in enumerate(endpoints)
         ]

@@ -84,6 +84,7 @@ async def run(args: argparse.Namespace, out: Output) -> int:
             f"wharf console needs the 'console' extra ({exc.name} is missing): "
             "pip install 'wharf[console]'"
         ) from None
+    from wharf.client.cli.cluster_commands import connection_of_args
     from wharf.client.console.brokers import BrokerPool, split_endpoints
     from wharf.client.console.context import Console
     from wharf.client.console.security import Guard, check_bind, split_listen
@@ -97,7 +98,9 @@ async def run(args: argparse.Namespace, out: Output) -> int:
     endpoints = split_endpoints(args.console_endpoints or args.endpoints)
     guard = Guard(auth_token=args.auth_token, basic_auth=args.basic_auth)
     console = Console(
-        BrokerPool(endpoints, **args.connect), guard, sample_interval_s=args.sample_interval
+        BrokerPool(endpoints, connection=connection_of_args(args)),
+        guard,
+        sample_interval_s=args.sample_interval,
     )
     config = uvicorn.Config(
         build_app(console),

@@ -19,10 +19,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Unpack
 
 import grpc
-from wharf.client.channel import TlsConfig, open_channel, tls_config
 from wharf.client.cluster import ClusterQueues
+from wharf.client.connection import Connection, ConnectionOptions, connection_of
 from wharf.client.consumer.pull_stream import Puller
 from wharf.client.consumer.start_offset import queue_bounds, search_offset
 from wharf.client.errors import (
@@ -56,40 +57,31 @@ class PullResult:
 class PullConsumer:
     def __init__(
         self,
-        endpoints: str = "127.0.0.1:8081",
+        endpoints: str | Connection | None = None,
         group: str = "DEFAULT_PULL",
         *,
-        access_key: str | None = None,
-        secret_key: str | None = None,
-        tls: bool | TlsConfig | None = False,
-        ca_file: str | None = None,
-        cert_file: str | None = None,
-        key_file: str | None = None,
-        namesrv: str | None = None,
-        namesrv_tls: bool = False,
+        connection: Connection | None = None,
         stream_pulls: bool = True,
+        **connect: Unpack[ConnectionOptions],
     ) -> None:
-        """``access_key`` / ``secret_key``: sign calls for an aclEnable broker (default: the
-        environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY). TLS arguments as the Producer's
-        (``wharf.client.channel.tls_config``). ``namesrv``: a cluster's NameServers instead of
-        ``endpoints``: ``queues()`` lists (topic, queue, broker name) of every group and every
+        """``connection``: where and how to dial (``wharf.client.connection.Connection``; the
+        keyword arguments ``endpoints``, ``namesrv``, ``access_key`` / ``secret_key``, TLS,
+        ``namesrv_tls`` still build one, as the Producer's). With a cluster's NameServers
+        (``namesrv``): ``queues()`` lists (topic, queue, broker name) of every group and every
         call on a queue goes to its group's master (``wharf.client.cluster``).
         ``stream_pulls``: pulls share one PullMessageStream call (unary PullMessage against a
         broker without it, ``consumer.pull_stream``); False: one unary call per pull."""
+        self.connection = connection_of(endpoints, connection, connect)
         self._cluster: ClusterQueues[PullConsumer] | None = None
-        if namesrv:
+        if self.connection.namesrv:
             self._cluster = ClusterQueues(
-                namesrv,
+                self.connection,
                 lambda address: PullConsumer(
-                    address, group, access_key=access_key, secret_key=secret_key,
-                    tls=tls_config(tls, ca_file, cert_file, key_file), stream_pulls=stream_pulls,
+                    connection=self.connection.to(address), group=group, stream_pulls=stream_pulls
                 ),
-                connect={"tls": tls_config(tls, ca_file, cert_file, key_file) if namesrv_tls else None,
-                         "access_key": access_key, "secret_key": secret_key},
-            )  # fmt: skip
-        self.endpoints = endpoints
-        self._keys = (access_key, secret_key)
-        self.tls = tls_config(tls, ca_file, cert_file, key_file)
+            )
+        self.endpoints = self.connection.endpoints
+        self.tls = self.connection.tls
         self.group = group
         self._channel: grpc.aio.Channel | None = None
         self._stub: messaging_pb2_grpc.MessagingServiceStub | None = None
@@ -109,9 +101,7 @@ class PullConsumer:
 
     async def start(self) -> None:
         if self._cluster is None and self._channel is None:  # a cluster's start on first use
-            self._channel = open_channel(
-                self.endpoints, tls=self.tls, access_key=self._keys[0], secret_key=self._keys[1]
-            )
+            self._channel = self.connection.open_channel()
             self._stub = messaging_pb2_grpc.MessagingServiceStub(self._channel)
             self._pull = Puller(self._channel, stream=self._stream_pulls)
             self._routes = RouteCache(self._stub)

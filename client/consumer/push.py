@@ -30,11 +30,11 @@ import os
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import grpc
-from wharf.client.channel import TlsConfig, open_channel, tls_config
 from wharf.client.cluster import ClusterConsumers
+from wharf.client.connection import Connection, ConnectionOptions, connection_of
 from wharf.client.consumer.consume_service import ConcurrentConsumeService, Handler
 from wharf.client.consumer.membership import GroupMembership
 from wharf.client.consumer.offset_store import LocalOffsetStore, RemoteOffsetStore
@@ -64,7 +64,7 @@ class PushConsumer:
     """Consume a group's share of one or more topics with an async handler.
 
     Args:
-        endpoints: broker ``host:port``.
+        endpoints: broker ``host:port`` (or give ``connection``).
         group: consumer group.
         handler: ``async (ReceivedMessage) -> ConsumeResult`` (``None`` counts as SUCCESS).
         message_model: ``"CLUSTERING"`` or ``"BROADCASTING"``.
@@ -87,16 +87,18 @@ class PushConsumer:
         orderly: one handler at a time per queue, in offset order (RocketMQ's
             MessageListenerOrderly); a failure is retried in place every
             ``orderly_retry_pause_s`` and goes to the DLQ after max reconsume times.
-        access_key / secret_key: sign every call for a broker with aclEnable (default: the
-            environment's WHARF_ACCESS_KEY / WHARF_SECRET_KEY; none = unsigned).
-        tls / ca_file / cert_file / key_file: TLS as the Producer's.
+        connection: where and how to dial (``wharf.client.connection.Connection``); the
+            keyword arguments ``endpoints``, ``namesrv``, ``access_key`` / ``secret_key``,
+            ``tls`` / ``ca_file`` / ``cert_file`` / ``key_file``, ``namesrv_tls`` still build
+            one, as the Producer's.
     """
 
     def __init__(
         self,
-        endpoints: str = "127.0.0.1:8081",
+        endpoints: str | Connection | None = None,
         group: str = "DEFAULT_CONSUMER",
         *,
+        connection: Connection | None = None,
         handler: Handler | None = None,
         message_model: str = "CLUSTERING",
         consume_from_where: str = "LAST",
@@ -117,17 +119,11 @@ class PushConsumer:
         client_id: str | None = None,
         orderly: bool = False,
         orderly_retry_pause_s: float = 1.0,
-        access_key: str | None = None,
-        secret_key: str | None = None,
-        tls: bool | TlsConfig | None = False,
-        ca_file: str | None = None,
-        cert_file: str | None = None,
-        key_file: str | None = None,
-        namesrv: str | None = None,
-        namesrv_tls: bool = False,
+        **connect: Unpack[ConnectionOptions],
     ) -> None:
+        self.connection = connection_of(endpoints, connection, connect)
         self._cluster: ClusterConsumers[PushConsumer] | None = None
-        if namesrv:
+        if self.connection.namesrv:
             if message_model != "CLUSTERING":
                 raise InvalidArgumentError("namesrv= consumes in CLUSTERING mode only, for now")
             options = dict(
@@ -140,18 +136,12 @@ class PushConsumer:
                 heartbeat_interval_s=heartbeat_interval_s, handover_delay_s=handover_delay_s,
                 commit_interval_s=commit_interval_s, max_reconsume_times=max_reconsume_times,
                 shutdown_grace_s=shutdown_grace_s, client_id=client_id, orderly=orderly,
-                orderly_retry_pause_s=orderly_retry_pause_s, access_key=access_key,
-                secret_key=secret_key, tls=tls_config(tls, ca_file, cert_file, key_file),
+                orderly_retry_pause_s=orderly_retry_pause_s,
             )  # fmt: skip
             self._cluster = ClusterConsumers(
-                namesrv,
+                self.connection,
                 lambda: list(self._subscriptions),
                 lambda address: self._broker_consumer(address, options),
-                connect={
-                    "tls": options["tls"] if namesrv_tls else None,
-                    "access_key": access_key,
-                    "secret_key": secret_key,
-                },
             )
         models = {"CLUSTERING": CLUSTERING, "BROADCASTING": BROADCASTING}
         wheres = {
@@ -165,9 +155,8 @@ class PushConsumer:
             raise InvalidArgumentError(f"consume_from_where must be one of {sorted(wheres)}")
         if not group:
             raise InvalidArgumentError("a consumer group name is required")
-        self.endpoints = endpoints
-        self._keys = (access_key, secret_key)
-        self.tls = tls_config(tls, ca_file, cert_file, key_file)
+        self.endpoints = self.connection.endpoints
+        self.tls = self.connection.tls
         self.group = group
         self.client_id = client_id or _new_client_id()
         self.handler = handler
@@ -224,7 +213,7 @@ class PushConsumer:
 
     def _broker_consumer(self, address: str, options: dict[str, Any]) -> PushConsumer:
         """The single-broker consumer of one group master (``namesrv=``)."""
-        consumer = PushConsumer(address, self.group, **options)
+        consumer = PushConsumer(connection=self.connection.to(address), group=self.group, **options)
         for topic, expression in self._subscriptions.items():
             consumer.subscribe(topic, expression, sql=self._sql.get(topic))
         return consumer
@@ -257,9 +246,7 @@ class PushConsumer:
             return
         if self.message_model == CLUSTERING:
             self._subscriptions.setdefault(retry_topic(self.group), "*")
-        self._channel = open_channel(
-            self.endpoints, tls=self.tls, access_key=self._keys[0], secret_key=self._keys[1]
-        )
+        self._channel = self.connection.open_channel()
         self._stub = messaging_pb2_grpc.MessagingServiceStub(self._channel)
         self._pull = Puller(self._channel, stream=self.stream_pulls)
         self._routes = RouteCache(self._stub, ttl_s=0.0)

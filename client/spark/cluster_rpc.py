@@ -27,9 +27,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
-from wharf import keepalive
-from wharf.client.auth import Credentials, sign_sync_channel
-from wharf.client.channel import TlsConfig
+from wharf.client.auth import Credentials
+from wharf.client.channel import TlsConfig, open_sync_channel
+from wharf.client.connection import Connection
 from wharf.client.spark.rpc import BrokerCallError, BrokerRpc, PendingPull, QueueBounds
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
@@ -44,8 +44,8 @@ def split_key(key: str) -> tuple[str, str]:
 
 
 def _plain_channel(address: str) -> grpc.Channel:
-    """A plaintext channel to a NameServer, keepalive as it accepts (wharf.keepalive)."""
-    return grpc.insecure_channel(address, options=keepalive.client_options())
+    """A plaintext, unsigned channel to a NameServer, keepalive as it accepts."""
+    return open_sync_channel(address)
 
 
 class _RouteWatch:
@@ -128,15 +128,26 @@ class ClusterRpc:
         credentials: Credentials | None = None,
         tls: TlsConfig | None = None,
         namesrv_tls: bool = False,
+        *,
+        connection: Connection | None = None,
     ) -> None:
-        """``tls`` for the brokers, and for the NameServers too with ``namesrv_tls``;
-        ``credentials`` sign both."""
-        self._namesrv_tls = tls if namesrv_tls else None
+        """``connection`` (the options' ``ReadOptions.connection``): its keys sign the calls
+        to the brokers and the NameServers, its TLS is the brokers', and the NameServers' too
+        with ``namesrv_tls``; or ``credentials``, ``tls`` and ``namesrv_tls`` as arguments."""
+        if connection is None:
+            connection = Connection(
+                namesrv=namesrv,
+                access_key=credentials.access_key if credentials is not None else "",
+                secret_key=credentials.secret_key if credentials is not None else "",
+                tls=tls,
+                namesrv_tls=namesrv_tls,
+            )
+        elif credentials is not None or tls is not None or namesrv_tls:
+            raise ValueError("give connection= or credentials / tls / namesrv_tls, not both")
+        self.connection = connection
         self._namesrv = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
         random.shuffle(self._namesrv)  # spread executors over the NameServers
         self._timeout = timeout_s
-        self._credentials = credentials
-        self._tls = tls
         self._brokers: dict[str, BrokerRpc] = {}  # master address -> its client
         self._masters: dict[str, str] = {}  # broker name -> master address
         # topic -> [(broker name, write queue nums)] of the groups that take its writes
@@ -147,13 +158,7 @@ class ClusterRpc:
     def _dial(self, address: str) -> grpc.Channel:
         """A channel to a NameServer: signed as the brokers' calls (accessKey / secretKey),
         over TLS with option namesrvTls (the tls / caFile options)."""
-        if self._namesrv_tls is not None:
-            plain = grpc.secure_channel(
-                address, self._namesrv_tls.credentials(), options=keepalive.client_options()
-            )
-        else:
-            plain = grpc.insecure_channel(address, options=keepalive.client_options())
-        return sign_sync_channel(plain, self._credentials)
+        return self.connection.open_sync_channel(address, namesrv=True)
 
     def _route_changed(self, topic: str, version: int) -> None:
         """A pushed change (watch thread): forget the masters if the topic's route moved."""
@@ -232,7 +237,7 @@ class ClusterRpc:
         rpc = self._brokers.get(address)
         if rpc is None:
             rpc = self._brokers[address] = BrokerRpc(
-                [address], self._timeout, self._credentials, self._tls
+                [address], self._timeout, connection=self.connection.to(address)
             )
         return rpc, topic
 
@@ -278,7 +283,7 @@ def connect(opts: Any) -> BrokerRpc | ClusterRpc:
     """The source's client: one broker (``endpoints``) or a cluster (``namesrv``)."""
     namesrv = getattr(opts, "namesrv", None)
     if namesrv:
-        return ClusterRpc(namesrv, opts.timeout_s, opts.credentials, opts.tls, opts.namesrv_tls)
+        return ClusterRpc(namesrv, opts.timeout_s, connection=opts.connection)
     return BrokerRpc.for_options(opts)
 
 

@@ -11,10 +11,11 @@ import json
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from wharf.client.auth import Credentials, resolve_credentials
-from wharf.client.channel import TlsConfig, tls_config
+from wharf.client.channel import DEFAULT_ENDPOINTS, TlsConfig, tls_config
+from wharf.client.connection import Connection
 from wharf.client.errors import InvalidArgumentError, WharfError
 
 # Special offsets inside an offsets JSON, as in spark-sql-kafka.
@@ -69,6 +70,11 @@ class ReadOptions:
     # queues keyed "<topic>@<broker>" (client/spark/cluster_rpc.py).
     namesrv: str | None = None
     namesrv_tls: bool = False  # namesrvTls: the NameServers over TLS too (the TLS options)
+    # The above as one value, built once: what BrokerRpc / ClusterRpc dial with.
+    connection: Connection = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "connection", _connection(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +95,25 @@ class WriteOptions:
     # queues, each group's halves committed by its own EndTransactions (topic_writers.py).
     namesrv: str | None = None
     namesrv_tls: bool = False
+    connection: Connection = field(init=False, repr=False, compare=False)  # as ReadOptions'
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "connection", _connection(self))
+
+
+def _connection(opts: ReadOptions | WriteOptions) -> Connection:
+    """The options' Connection: keys resolved on the driver (``""``: unsigned, whatever an
+    executor's environment says), PEM bytes, the endpoints ``;``-joined (BrokerRpc tries
+    ``opts.endpoints`` in turn)."""
+    credentials = opts.credentials
+    return Connection(
+        ";".join(opts.endpoints) or DEFAULT_ENDPOINTS,
+        namesrv=opts.namesrv,
+        access_key=credentials.access_key if credentials is not None else "",
+        secret_key=credentials.secret_key if credentials is not None else "",
+        tls=opts.tls,
+        namesrv_tls=opts.namesrv_tls,
+    )
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:

@@ -20,8 +20,9 @@ from typing import Any
 
 import grpc
 from wharf import keepalive, wire
-from wharf.client.auth import Credentials, sign_sync_channel
+from wharf.client.auth import Credentials
 from wharf.client.channel import TlsConfig
+from wharf.client.connection import Connection
 from wharf.client.consumer.pull_wire import PULL_METHOD, PullReply, decode_pull_reply
 from wharf.client.send_stream import encode_records_request
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
@@ -106,9 +107,13 @@ class BrokerRpc:
         timeout_s: float = 30.0,
         credentials: Credentials | None = None,
         tls: TlsConfig | None = None,
+        *,
+        connection: Connection | None = None,
     ) -> None:
-        """``credentials``: sign every call (wharf.client.auth) for a broker with aclEnable;
-        ``tls``: TLS to the broker (None: plaintext)."""
+        """``connection``: the keys that sign every call and the TLS to the brokers (the
+        options' ``ReadOptions.connection``); or ``credentials`` (sign every call for a
+        broker with aclEnable, wharf.client.auth; None: unsigned) and ``tls`` (None:
+        plaintext). ``endpoints``: the brokers to try in turn."""
         if not endpoints:
             raise ValueError("no broker endpoint given")
         for endpoint in endpoints:
@@ -120,8 +125,15 @@ class BrokerRpc:
                 )
         self._endpoints = list(endpoints)
         self._timeout = timeout_s
-        self._credentials = credentials
-        self._tls = tls  # None: plaintext
+        if connection is None:
+            connection = Connection(
+                access_key=credentials.access_key if credentials is not None else "",
+                secret_key=credentials.secret_key if credentials is not None else "",
+                tls=tls,
+            )
+        elif credentials is not None or tls is not None:
+            raise ValueError("give connection= or credentials / tls, not both")
+        self.connection = connection
         self._index = 0
         self._channel: grpc.Channel | None = None
         self._stub: messaging_pb2_grpc.MessagingServiceStub | None = None
@@ -130,9 +142,9 @@ class BrokerRpc:
 
     @classmethod
     def for_options(cls, opts: Any) -> BrokerRpc:
-        """A client as the connector's read or write options say (endpoints, timeout,
-        accessKey/secretKey, TLS)."""
-        return cls(opts.endpoints, opts.timeout_s, opts.credentials, opts.tls)
+        """A client as the connector's read or write options say (endpoints, timeout, and
+        their Connection: accessKey/secretKey, TLS)."""
+        return cls(opts.endpoints, opts.timeout_s, connection=opts.connection)
 
     @property
     def endpoint(self) -> str:
@@ -140,13 +152,7 @@ class BrokerRpc:
 
     def _connect(self) -> messaging_pb2_grpc.MessagingServiceStub:
         if self._stub is None:
-            if self._tls is not None:
-                plain = grpc.secure_channel(
-                    self.endpoint, self._tls.credentials(), options=channel_options()
-                )
-            else:
-                plain = grpc.insecure_channel(self.endpoint, options=channel_options())
-            channel = sign_sync_channel(plain, self._credentials)
+            channel = self.connection.open_sync_channel(self.endpoint, _CHANNEL_OPTIONS)
             self._channel = channel
             self._stub = messaging_pb2_grpc.MessagingServiceStub(channel)
             self._fast_calls = {

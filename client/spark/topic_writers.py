@@ -450,9 +450,7 @@ def write_rows(
 def _connect(opts: WriteOptions) -> BrokerRpc | ClusterRpc:
     """One broker (``endpoints``) or a cluster's groups (``namesrv``)."""
     if opts.namesrv:
-        return ClusterRpc(
-            opts.namesrv, opts.timeout_s, opts.credentials, opts.tls, opts.namesrv_tls
-        )
+        return ClusterRpc(opts.namesrv, opts.timeout_s, connection=opts.connection)
     return BrokerRpc.for_options(opts)
 
 
