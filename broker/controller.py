@@ -22,6 +22,7 @@ Attributes other components read (the ops engineer's scrape-time collectors amon
 from __future__ import annotations
 
 import asyncio
+import functools
 import contextlib
 import dataclasses
 import errno
@@ -63,6 +64,7 @@ from wharf.broker.settings import parse_delay_levels
 from wharf.broker.tls import ServerTls, TlsError, load_server_tls_blocking
 from wharf.broker.tls_reload import CertificateReloader
 from wharf.broker.transactions import TransactionChecker
+from wharf.broker.v2.codes import V2_REFUSALS
 from wharf.broker.v2.service import V2MessagingService
 from wharf.broker.v2.transactions import v2_check_targets
 from wharf.broker.wire.server import WireServer
@@ -437,7 +439,7 @@ class BrokerController:
             server,
             self.v2_service,
             _service(rocketmq_v2_service_pb2, "MessagingService"),
-            wrap,
+            functools.partial(self.acl.wrap, refusals=V2_REFUSALS) if self.acl else None,
             wire,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

@@ -10,10 +10,11 @@ and reflection), so every method handler of those services runs this first:
    ``whiteRemoteAddress`` when those are set;
 3. authorization: every ``Need`` of the method's entry in table.py (admins pass all).
 
-Refusals: wharf.v1 aborts with UNAUTHENTICATED (1) or PERMISSION_DENIED (2,3);
-apache.rocketmq.v2 answers the method's response with Status UNAUTHORIZED (40100) or
-FORBIDDEN (40300) (a server stream: one such reply; Telemetry: one TelemetryCommand, then the
-stream ends). A client stream (wharf.v1 SendMessageStream) is authenticated once when it
+Refusals are the front end's (``Refusals``, passed to ``wrap``; the guard knows no protocol):
+wharf.v1 aborts with UNAUTHENTICATED (1) or PERMISSION_DENIED (2,3); apache.rocketmq.v2
+(``broker.v2.codes.V2_REFUSALS``) answers the method's response with Status UNAUTHORIZED
+(40100) or FORBIDDEN (40300) (a server stream: one such reply; Telemetry: one
+TelemetryCommand, then the stream ends). A client stream (wharf.v1 SendMessageStream) is authenticated once when it
 opens (refused: the first request gets an UNAUTHENTICATED / PERMISSION_DENIED error reply,
 then the call ends with that status; an abort at once raced the client's first write, which
 then saw an INTERNAL error);
@@ -42,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,11 +58,27 @@ from wharf.broker.acl.accounts import (
 from wharf.broker.acl.rules import Account
 from wharf.broker.acl.table import ACCESS, ADMIN, V1_ADMIN
 from wharf.broker.handlers import MalformedRequest, RefusedRequest
-from wharf.broker.v2.codes import status as v2_status
 
-__all__ = ["AclGuard", "Denied", "Unauthenticated", "peer_address"]
-V2_UNAUTHORIZED = 40100  # apache.rocketmq.v2.Code.UNAUTHORIZED
-V2_FORBIDDEN = 40300  # apache.rocketmq.v2.Code.FORBIDDEN
+__all__ = ["V1_REFUSALS", "AclGuard", "Denied", "Refusals", "Unauthenticated", "peer_address"]
+
+
+@dataclass(frozen=True, slots=True)
+class Refusals:
+    """How a protocol front end answers a call the ACL refuses: the names (metrics, logs) and
+    codes of its two refusals, the prefix of its methods in the metrics, and ``reply``
+    (response class, code, message) -> response when the protocol answers in the method's
+    response (apache.rocketmq.v2's Status) instead of ending the call with a gRPC status."""
+
+    unauthenticated: tuple[str, Any]
+    denied: tuple[str, Any]
+    metric_prefix: str = ""
+    reply: Callable[[Any, Any, str], Any] | None = None
+
+
+V1_REFUSALS = Refusals(
+    ("UNAUTHENTICATED", grpc.StatusCode.UNAUTHENTICATED),
+    ("PERMISSION_DENIED", grpc.StatusCode.PERMISSION_DENIED),
+)
 
 
 Observe = Callable[[str, str, float], None]
@@ -74,23 +92,21 @@ class AclGuard(AccountChecker):
         self._observe = observe or (lambda method, code, seconds: None)
 
     # --- wrapping handlers ----------------------------------------------------------------------
-    def wrap(self, service: str, method: MethodDescriptor, behavior: Any, response_cls: Any) -> Any:
-        """``behavior`` guarded by the ACL (see the module doc for the refusal forms)."""
+    def wrap(
+        self,
+        service: str,
+        method: MethodDescriptor,
+        behavior: Any,
+        response_cls: Any,
+        refusals: Refusals = V1_REFUSALS,
+    ) -> Any:
+        """``behavior`` guarded by the ACL, refused the front end's way (``refusals``)."""
         path = f"{service}/{method.name}"
         needs_of = ACCESS[path]  # KeyError: a method missing from the table (a test checks)
-        v2 = not service.startswith("wharf.v1.")
-        metric = f"v2.{method.name}" if v2 else method.name
+        in_reply = refusals.reply
+        metric = f"{refusals.metric_prefix}{method.name}"
         admin_only = service == V1_ADMIN
-        codes = (
-            ("UNAUTHORIZED", V2_UNAUTHORIZED, "FORBIDDEN", V2_FORBIDDEN)
-            if v2
-            else (
-                "UNAUTHENTICATED",
-                grpc.StatusCode.UNAUTHENTICATED,
-                "PERMISSION_DENIED",
-                grpc.StatusCode.PERMISSION_DENIED,
-            )
-        )
+        codes = (*refusals.unauthenticated, *refusals.denied)
 
         def verdict(request: Any, context: Any) -> tuple[Any, str] | None:
             """None when allowed, else (status code, message) after counting it."""
@@ -112,8 +128,9 @@ class AclGuard(AccountChecker):
             self.log_refusal(f"{path} {name}", f"{path}: {message}")
             return code, message
 
-        def v2_reply(code: int, message: str) -> Any:
-            return response_cls(status=v2_status(code, message))
+        def in_reply_of(code: Any, message: str) -> Any:
+            assert in_reply is not None
+            return in_reply(response_cls, code, message)
 
         if not method.client_streaming and not method.server_streaming:
 
@@ -121,8 +138,8 @@ class AclGuard(AccountChecker):
                 refused = verdict(request, context)
                 if refused is None:
                     return await behavior(request, context)
-                if v2:
-                    return v2_reply(*refused)
+                if in_reply is not None:
+                    return in_reply_of(*refused)
                 await context.abort(*refused)
 
             return unary
@@ -134,8 +151,8 @@ class AclGuard(AccountChecker):
                 if refused is None:
                     async for reply in behavior(request, context):
                         yield reply
-                elif v2:
-                    yield v2_reply(*refused)
+                elif in_reply is not None:
+                    yield in_reply_of(*refused)
                 else:
                     await context.abort(*refused)
 
@@ -189,10 +206,10 @@ class AclGuard(AccountChecker):
         async def client_stream(requests: AsyncIterator[Any], context: Any) -> Any:
             refused = verdict(None, context)
             if refused is not None:
-                if v2:
+                if in_reply is not None:
                     if method.server_streaming:
-                        return _one(v2_reply(*refused))
-                    return v2_reply(*refused)
+                        return _one(in_reply_of(*refused))
+                    return in_reply_of(*refused)
                 if method.server_streaming:
                     return refuse_stream(requests, context, *refused)
                 await context.abort(*refused)

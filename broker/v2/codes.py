@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 
+from wharf.broker.acl.guard import Refusals
 from wharf.broker.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
@@ -130,3 +131,12 @@ def not_supported(what: str) -> definition_pb2.Status:
     return definition_pb2.Status(
         code=Code.NOT_IMPLEMENTED, message=f"{what} is {NOT_SUPPORTED_YET}"
     )
+
+
+# How the ACL refuses an apache.rocketmq.v2 call (broker/acl/guard.py): in the method's reply.
+V2_REFUSALS = Refusals(
+    ("UNAUTHORIZED", Code.UNAUTHORIZED),
+    ("FORBIDDEN", Code.FORBIDDEN),
+    metric_prefix="v2.",
+    reply=lambda response_cls, code, message: response_cls(status=status(code, message)),
+)
