@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup rmq-client deploy-secrets run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare console-screenshots bench-console clean
+.PHONY: setup rmq-client rmq4-client deploy-secrets run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare console-screenshots bench-console clean
 
 # The C sources too: a changed accelerator is rebuilt by the editable install.
 $(STAMP): pyproject.toml $(wildcard store/fast/*.c store/fast/*.h)
@@ -24,6 +24,19 @@ $(RMQ_STAMP): Makefile
 	test -x $(RMQ_VENV)/bin/python || python3 -m venv $(RMQ_VENV)
 	$(RMQ_VENV)/bin/python -m pip install -q '$(RMQ_CLIENT)'
 	touch $(RMQ_STAMP)
+
+# The RocketMQ 4.x C++ client (PyPI rocketmq: ctypes over Apache's bundled librocketmq) for
+# tests/broker/remoting/test_cpp_client.py, which drives it in a subprocess against the
+# broker's remoting port (--remoting-listen).
+RMQ4_VENV   := .venv-rmq4
+RMQ4_STAMP  := $(RMQ4_VENV)/.installed-stamp
+RMQ4_CLIENT := rocketmq==0.4.4
+$(RMQ4_STAMP): Makefile
+	test -x $(RMQ4_VENV)/bin/python || python3 -m venv $(RMQ4_VENV)
+	$(RMQ4_VENV)/bin/python -m pip install -q '$(RMQ4_CLIENT)'
+	touch $(RMQ4_STAMP)
+
+rmq4-client: $(RMQ4_STAMP)
 
 # The official RocketMQ 5 Node.js client (npm rocketmq-client-nodejs, exact version pinned with
 # its lock file) for tests/broker/v2/test_node_client.py; node and npm come from the machine.
@@ -77,7 +90,7 @@ system-deps:
 	fi
 
 # The whole suite, as CI runs it: fast tests, slow end-to-end tests, ops tests and the Spark tests.
-test: $(STAMP) $(RMQ_STAMP) $(NODE_STAMP) system-deps
+test: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) system-deps
 	$(PYTEST) -q -m "not spark"
 	$(PYTEST) -q -m spark -p no:randomly
 
@@ -88,7 +101,7 @@ test-fast: $(STAMP)
 test-spark: $(STAMP)
 	$(PYTEST) -q -m spark
 
-test-slow: $(STAMP) $(RMQ_STAMP) $(NODE_STAMP)
+test-slow: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP)
 	$(PYTEST) -q -m slow
 
 # The `wharf` package spans four folders (package-dir in pyproject.toml); mypy and import-linter

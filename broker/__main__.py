@@ -54,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
         help='wireListen: the wire port (default: listen port + 2; "off" = none)',
     )
     parser.add_argument(
+        "--remoting-listen",
+        metavar="HOST:PORT",
+        help="RocketMQ 4.x remoting port, the namesrvAddr of 4.x clients (port 0: a free "
+        "port; default off)",
+    )
+    parser.add_argument(
         "--ready-file",
         metavar="PATH",
         help='written once serving: {"grpc": "host:port", "metrics": "host:port", "pid": N, '
@@ -114,6 +120,8 @@ def ready_info(controller: BrokerController) -> dict[str, object]:
         "ha": controller.ha_address or None,
         # The wire port (wireListen: dial it as wire://host:port), null when off.
         "wire": controller.wire_address or None,
+        # The RocketMQ 4.x remoting port (--remoting-listen), null when off.
+        "remoting": controller.remoting_address or None,
     }
 
 
@@ -166,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     soft, _ = raise_open_file_limit()
     log.info("open-file limit %d (connections, queue and index files each hold one)", soft)
     controller = BrokerController(config)
+    controller.remoting_listen = args.remoting_listen or ""
     ready_file = Path(args.ready_file) if args.ready_file else None
     try:
         code = uvloop.run(serve(controller, ready_file))

@@ -22,10 +22,10 @@ Attributes other components read (the ops engineer's scrape-time collectors amon
 from __future__ import annotations
 
 import asyncio
-import functools
 import contextlib
 import dataclasses
 import errno
+import functools
 import json
 import logging
 import re
@@ -59,6 +59,7 @@ from wharf.broker.metrics.http import read_token_file_blocking
 from wharf.broker.processors.admin import AdminService
 from wharf.broker.processors.messaging import MessagingService
 from wharf.broker.registration import Identity, NamesrvRegistrar, parse_namesrv_addr
+from wharf.broker.remoting.service import RemotingService, RemotingStartError
 from wharf.broker.reply_budget import ReplyBudget
 from wharf.broker.settings import parse_delay_levels
 from wharf.broker.tls import ServerTls, TlsError, load_server_tls_blocking
@@ -251,6 +252,8 @@ class BrokerController:
         self.wire_port = 0  # the wire port (wireListen); 0 = off
         self.wire_address = ""
         self._wire: WireServer | None = None
+        self.remoting_listen = ""  # --remoting-listen HOST:PORT: RocketMQ 4.x remoting ("" off)
+        self.remoting: RemotingService | None = None
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self._tasks: list[asyncio.Task[Any]] = []
         self.registrar: NamesrvRegistrar | None = None  # with namesrvAddr
@@ -350,10 +353,15 @@ class BrokerController:
             else:
                 self.tls_port = self.grpc_port
         self.endpoint = broker.advertised_address or default_endpoint(listen_host, self.grpc_port)
+        try:  # reserved now: the remoting address is the store host (records, offset ids)
+            if self.remoting_listen:
+                self.remoting = RemotingService(self.remoting_listen, self.endpoint)
+        except RemotingStartError as exc:
+            raise StartupError(str(exc)) from None
         store_config = self.config.store
         if store_config.store_host == StoreConfig().store_host:
             store_config = store_config.replace(
-                store_host=store_host_for(self.endpoint, listen_host)
+                store_host=store_host_for(self.remoting_address or self.endpoint, listen_host)
             )
         if store_config.ha_listen_host == StoreConfig().ha_listen_host and listen_host not in (
             "127.0.0.1",
@@ -469,6 +477,11 @@ class BrokerController:
         held.clear()
         if wire is not None:
             await self._bind_wire(wire, listen_host)
+        if self.remoting is not None:
+            try:
+                await self.remoting.start(self.ctx)
+            except RemotingStartError as exc:
+                raise StartupError(str(exc)) from None
         metrics_host, metrics_port = parse_host_port(broker.metrics_listen, "metricsListen")
         try:
             self.metrics_port = await self.metrics.serve(metrics_host, metrics_port, token)
@@ -497,6 +510,11 @@ class BrokerController:
             log.info("wire port on %s (%s; clients dial wire://%s)", self.wire_address,
                      "TLS" if self.tls_port == self.grpc_port else "plaintext",
                      self.wire_address)  # fmt: skip
+
+    @property
+    def remoting_address(self) -> str:
+        """host:port clients dial for the remoting port ('' when off)."""
+        return self.remoting.address if self.remoting is not None else ""
 
     @property
     def wire_connections(self) -> int:
@@ -800,10 +818,14 @@ class BrokerController:
             log.info("answered %d parked pulls", answered)
         if self._wire is not None:
             self._wire.close_listener()
+        if self.remoting is not None:
+            self.remoting.close_listener()
         if self._server is not None:
             await self._server.stop(self.config.broker.shutdown_grace_period / 1000)
         if self._wire is not None:
             await self._wire.stop()
+        if self.remoting is not None:
+            await self.remoting.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -121,6 +121,7 @@ class BrokerProcess:
         self.plaintext_endpoint = ""
         self.ha_endpoint = ""
         self.wire_endpoint = ""  # wire://host:port of the wire port ("" when off)
+        self.remoting_endpoint = ""  # host:port of --remoting-listen, RocketMQ 4.x ("" when off)
         self.log_path = self.root / "broker.log"
 
     def start(self, timeout: float | None = None) -> BrokerProcess:
@@ -157,6 +158,7 @@ class BrokerProcess:
         self.plaintext_endpoint = info.get("plaintext") or ""
         self.ha_endpoint = info.get("ha") or ""  # the replication listener (haListenPort)
         self.wire_endpoint = f"wire://{info['wire']}" if info.get("wire") else ""
+        self.remoting_endpoint = info.get("remoting") or ""
         return self
 
     def log(self) -> str:

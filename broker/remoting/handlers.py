@@ -1,0 +1,545 @@
+"""What the remoting listener serves: request code -> handler, over the broker's context
+(``BrokerContext``): the send core, the pull read with its long poll, the offset table, the
+client registry and the send-back of wharf.v1. The broker is also its own NameServer on the
+same port (route, cluster and topic list codes): a 4.x client's ``namesrvAddr`` is the broker's
+remoting address. See README.md in this folder for the table and what is not served yet.
+
+Traps this module handles (the research note remoting.md, section 6):
+
+- Responses are JSON with string extFields (``response_to`` + the typed headers).
+- A send with ``batch`` set (code 10 from the C++ client, 310, always 320) carries
+  ``encodeMessages`` records: decoded into one message each (``batch.py``), one append.
+- A new group's first QUERY_CONSUMER_OFFSET follows RocketMQ's broker rule: 0 while the
+  queue's min offset is 0 (clients then read from the start), QUERY_NOT_FOUND otherwise.
+- The route of ``%RETRY%<group>`` is answered before any heartbeat (the C++ consumer asks it
+  first); ``TBW102`` is answered while autoCreateTopicEnable is on.
+- Negative offset commits (ali-ons commits -1) are ignored.
+- PULL_MESSAGE answers the stored records as they are (the same layout as RocketMQ's
+  CommitLog), statuses mapped as RocketMQ's PullMessageProcessor does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from wharf.broker.context import BrokerContext
+from wharf.broker.core.errors import InvalidSend, Reason, Refused
+from wharf.broker.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    UnavailableError,
+)
+from wharf.broker.meta.groups import validate_group_name
+from wharf.broker.meta.topics import validate_topic_name
+from wharf.broker.processors.consumer import ConsumerProcessor, retry_topic
+from wharf.broker.processors.pull import PullProcessor
+from wharf.broker.remoting.batch import BatchError, decode_messages
+from wharf.broker.remoting.codes import RequestCode, ResponseCode
+from wharf.broker.remoting.frame import RemotingCommand, response_to
+from wharf.broker.remoting.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    GetConsumerListByGroupRequestHeader,
+    GetRouteInfoRequestHeader,
+    HeaderError,
+    OffsetResponseHeader,
+    PullMessageRequestHeader,
+    PullMessageResponseHeader,
+    QueryConsumerOffsetRequestHeader,
+    SearchOffsetRequestHeader,
+    SendMessageResponseHeader,
+    TopicQueueRequestHeader,
+    UnregisterClientRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    parse_send_message_request_header,
+)
+from wharf.broker.remoting.server import Connection, Handler
+from wharf.broker.tags import parse_filter
+from wharf.store.codec.properties import PROPERTY_UNIQ_KEY
+from wharf.store.errors import InvalidFilterError, InvalidMessageError, StoreNotWritableError
+from wharf.store.model import GetStatus, MessageInput, PutStatus, TagFilter
+from wharf.store.read.get_raw import RawGetResult
+from wharf.v1 import common_pb2, messaging_pb2
+
+__all__ = ["RemotingHandlers", "error_response"]
+
+log = logging.getLogger("broker.remoting")
+
+DEFAULT_TOPIC = (
+    "TBW102"  # RocketMQ's auto-create template topic (TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC)
+)
+SQL92 = "SQL92"
+MAX_QUEUE_ID = 1024
+
+_PUT_CODES = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+}
+_REASON_CODES = {
+    Reason.TOPIC_NOT_FOUND: ResponseCode.TOPIC_NOT_EXIST,
+    Reason.NOT_WRITABLE: ResponseCode.NO_PERMISSION,
+    Reason.SHUTTING_DOWN: ResponseCode.SERVICE_NOT_AVAILABLE,
+    Reason.ILLEGAL_QUEUE: ResponseCode.SYSTEM_ERROR,
+}
+
+
+def error_response(request: RemotingCommand, exc: BaseException) -> RemotingCommand:
+    """A handler's exception as RocketMQ's broker answers it (the remark is the message)."""
+    code: int
+    if isinstance(exc, Refused):
+        code = _REASON_CODES.get(exc.reason, ResponseCode.MESSAGE_ILLEGAL)
+    elif isinstance(exc, (BatchError, InvalidMessageError)) and not isinstance(
+        exc, InvalidFilterError
+    ):
+        code = ResponseCode.MESSAGE_ILLEGAL
+    elif isinstance(exc, InvalidFilterError):
+        code = ResponseCode.SUBSCRIPTION_PARSE_FAILED
+    elif isinstance(exc, PermissionDeniedError):
+        code = ResponseCode.NO_PERMISSION
+    elif isinstance(exc, ResourceExhaustedError):
+        code = ResponseCode.SYSTEM_BUSY
+    elif isinstance(exc, (UnavailableError, StoreNotWritableError)):
+        code = ResponseCode.SERVICE_NOT_AVAILABLE
+    elif isinstance(exc, (HeaderError, InvalidArgumentError, NotFoundError, ValueError)):
+        code = ResponseCode.SYSTEM_ERROR
+    else:
+        log.error("remoting: %s failed", request.code, exc_info=exc)
+        code = ResponseCode.SYSTEM_ERROR
+    return response_to(request, code, remark=str(exc) or type(exc).__name__)
+
+
+def _ok(request: RemotingCommand, **kwargs: Any) -> RemotingCommand:
+    return response_to(request, ResponseCode.SUCCESS, **kwargs)
+
+
+def _json_body(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def _parse_json_body(body: bytes) -> Any:
+    """A request body as JSON (fastjson's output, jsoncpp's trailing newline)."""
+    try:
+        return json.loads(body.decode("utf-8", "replace").strip() or "{}")
+    except ValueError as exc:
+        raise InvalidArgumentError(f"body is not JSON: {exc}") from None
+
+
+def _int_or_name(value: Any, names: dict[str, int], default: int) -> int:
+    """A HeartbeatData enum: an ordinal (C++) or a name (Java, ali-ons)."""
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        if value.strip().lstrip("-").isdigit():
+            return int(value)
+        return names.get(value.strip().upper(), default)
+    return default
+
+
+# RocketMQ's ordinals -> wharf.v1's enum values (ConsumerManager keeps the latter).
+_MESSAGE_MODELS = {"BROADCASTING": 0, "CLUSTERING": 1}
+_MESSAGE_MODEL_V1 = {0: common_pb2.BROADCASTING, 1: common_pb2.CLUSTERING}
+_CONSUME_FROM = {
+    "CONSUME_FROM_LAST_OFFSET": 0,
+    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST": 1,
+    "CONSUME_FROM_MIN_OFFSET": 2,
+    "CONSUME_FROM_MAX_OFFSET": 3,
+    "CONSUME_FROM_FIRST_OFFSET": 4,
+    "CONSUME_FROM_TIMESTAMP": 5,
+}
+_CONSUME_FROM_V1 = {
+    4: common_pb2.CONSUME_FROM_FIRST_OFFSET,
+    5: common_pb2.CONSUME_FROM_TIMESTAMP,
+}
+
+
+class RemotingHandlers:
+    """The handler table of one broker; ``address`` is its remoting address as clients dial it
+    (what routes name and what the store host holds)."""
+
+    def __init__(self, ctx: BrokerContext, address: str) -> None:
+        self.ctx = ctx
+        self.address = address
+        self.pulls = PullProcessor(ctx)
+        self.consumer = ConsumerProcessor(ctx)
+        # client id -> the connection it last heartbeated on (NOTIFY_CONSUMER_IDS_CHANGED).
+        self.channels: dict[str, Connection] = {}
+
+    def table(self) -> dict[int, Handler]:
+        codes: dict[int, Callable[[Connection, RemotingCommand], Any]] = {
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_topic_list,
+            RequestCode.GET_KV_CONFIG: self.get_kv_config,
+            RequestCode.HEART_BEAT: self.heartbeat,
+            RequestCode.UNREGISTER_CLIENT: self.unregister,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+            RequestCode.SEND_MESSAGE: self.send,
+            RequestCode.SEND_MESSAGE_V2: self.send,
+            RequestCode.SEND_BATCH_MESSAGE: self.send,
+            RequestCode.PULL_MESSAGE: self.pull,
+            RequestCode.QUERY_CONSUMER_OFFSET: self.query_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self.update_offset,
+            RequestCode.GET_MAX_OFFSET: self.max_offset,
+            RequestCode.GET_MIN_OFFSET: self.min_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
+            RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
+        }
+        return {int(code): handler for code, handler in codes.items()}
+
+    def connection_lost(self, conn: Connection) -> None:
+        for client_id in conn.client_ids:
+            if self.channels.get(client_id) is conn:
+                del self.channels[client_id]
+
+    # --- NameServer -------------------------------------------------------------------------
+    def _broker_data(self) -> dict[str, Any]:
+        cfg = self.ctx.config
+        return {
+            "brokerAddrs": {"0": self.address},
+            "brokerName": cfg.broker_name,
+            "cluster": cfg.broker_cluster_name,
+        }
+
+    async def get_route(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = GetRouteInfoRequestHeader.from_ext_fields(request.ext_fields)
+        ctx = self.ctx
+        name = header.topic
+        topics = ctx.topics
+        topic = topics.get(name)
+        read = write = 0
+        perm = 6
+        if topic is not None:
+            read, write, perm = topic.read_queue_nums, topic.write_queue_nums, topic.perm
+        elif name.startswith(retry_topic("")):
+            try:
+                topic = topics.for_send(name)  # %RETRY%<group>: made with 1 queue
+            except InvalidArgumentError as exc:
+                return response_to(request, ResponseCode.TOPIC_NOT_EXIST, remark=str(exc))
+            read, write, perm = topic.read_queue_nums, topic.write_queue_nums, topic.perm
+        elif name == DEFAULT_TOPIC and topics.auto_create:
+            read = write = topics.default_queue_nums
+        elif topics.auto_create:
+            try:  # RocketMQ's TBW102 logic: the topic is made as the first send would make it
+                topic = topics.for_send(name)
+            except (InvalidArgumentError, NotFoundError) as exc:
+                return response_to(request, ResponseCode.TOPIC_NOT_EXIST, remark=str(exc))
+            read, write, perm = topic.read_queue_nums, topic.write_queue_nums, topic.perm
+        else:
+            return response_to(
+                request,
+                ResponseCode.TOPIC_NOT_EXIST,
+                remark=f"No topic route info in name server for the topic: {name}",
+            )
+        route = {
+            "brokerDatas": [self._broker_data()],
+            "filterServerTable": {},
+            "queueDatas": [
+                {
+                    "brokerName": ctx.config.broker_name,
+                    "perm": perm,
+                    "readQueueNums": read,
+                    "topicSynFlag": 0,
+                    "writeQueueNums": write,
+                }
+            ],
+        }
+        return _ok(request, body=_json_body(route))
+
+    async def get_cluster_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        cfg = self.ctx.config
+        info = {
+            "brokerAddrTable": {cfg.broker_name: self._broker_data()},
+            "clusterAddrTable": {cfg.broker_cluster_name: [cfg.broker_name]},
+        }
+        return _ok(request, body=_json_body(info))
+
+    async def get_topic_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        names = [t.name for t in self.ctx.topics.listing(include_system=True)]
+        return _ok(request, body=_json_body({"topicList": names}))
+
+    async def get_kv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        namespace = request.ext_fields.get("namespace", "")
+        key = request.ext_fields.get("key", "")
+        return response_to(
+            request,
+            ResponseCode.QUERY_NOT_FOUND,
+            remark=f"No config item, Namespace: {namespace} Key: {key}",
+        )
+
+    # --- clients ------------------------------------------------------------------------------
+    async def heartbeat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        ctx = self.ctx
+        data = _parse_json_body(request.body)
+        if not isinstance(data, dict):
+            raise InvalidArgumentError("HeartbeatData must be a JSON object")
+        client_id = str(data.get("clientID") or "")
+        if not client_id or len(client_id) > 255:
+            raise InvalidArgumentError("HeartbeatData.clientID is required (1..255 chars)")
+        changed: list[str] = []
+        for consumer in data.get("consumerDataSet") or []:
+            if not isinstance(consumer, dict):
+                continue
+            group = str(consumer.get("groupName") or "")
+            validate_group_name(group)
+            subscriptions: dict[str, str] = {}
+            for sub in consumer.get("subscriptionDataSet") or []:
+                if not isinstance(sub, dict):
+                    continue
+                topic = str(sub.get("topic") or "")
+                validate_topic_name(topic)
+                expression = str(sub.get("subString") or "*")
+                if str(sub.get("expressionType") or "TAG").upper() == SQL92:
+                    expression = f"SQL92: {expression}"
+                subscriptions[topic] = expression
+            model = _int_or_name(consumer.get("messageModel"), _MESSAGE_MODELS, 1)
+            where = _int_or_name(consumer.get("consumeFromWhere"), _CONSUME_FROM, 0)
+            ctx.groups.for_use(group)
+            ctx.topics.ensure_system(retry_topic(group), 1)
+            before = ctx.consumers.versions.get(group)
+            after = ctx.consumers.heartbeat(
+                client_id,
+                group,
+                subscriptions,
+                int(_MESSAGE_MODEL_V1.get(model, common_pb2.CLUSTERING)),
+                int(_CONSUME_FROM_V1.get(where, common_pb2.CONSUME_FROM_LAST_OFFSET)),
+            )
+            if after != before:
+                changed.append(group)
+        for producer in data.get("producerDataSet") or []:
+            if isinstance(producer, dict) and producer.get("groupName"):
+                ctx.consumers.producer_heartbeat(client_id, str(producer["groupName"]))
+        self.channels[client_id] = conn
+        conn.client_ids.add(client_id)
+        for group in changed:
+            self._notify_ids_changed(group, client_id)
+        return _ok(request)
+
+    def _notify_ids_changed(self, group: str, except_client: str) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED (oneway) to the other members: they rebalance now
+        instead of on their next timer (the C++ client reacts at once)."""
+        ids, _ = self.ctx.consumers.members(group)
+        for client_id in ids:
+            conn = self.channels.get(client_id)
+            if client_id != except_client and conn is not None and not conn.closed:
+                conn.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
+
+    async def unregister(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = UnregisterClientRequestHeader.from_ext_fields(request.ext_fields)
+        groups = [header.consumer_group] if header.consumer_group else []
+        producers = [header.producer_group] if header.producer_group else []
+        self.ctx.consumers.unregister(header.client_id, groups, producers)
+        for group in groups:
+            self._notify_ids_changed(group, header.client_id)
+        return _ok(request)
+
+    async def consumer_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = GetConsumerListByGroupRequestHeader.from_ext_fields(request.ext_fields)
+        ids, _ = self.ctx.consumers.members(header.consumer_group)
+        if not ids:  # as RocketMQ 4.x answers a group without members
+            return response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"no consumer for this group, {header.consumer_group}",
+            )
+        return _ok(request, body=_json_body({"consumerIdList": ids}))
+
+    # --- send ---------------------------------------------------------------------------------
+    async def send(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        ctx = self.ctx
+        core = ctx.send_core
+        header = parse_send_message_request_header(request.code, request.ext_fields)
+        queue_id = header.queue_id if header.queue_id >= 0 else None
+        topic, queue_id = core.admit(header.topic, queue_id)
+
+        def message(body: bytes, properties: dict[str, str], flag: int) -> MessageInput:
+            return MessageInput(
+                body=body,
+                properties=properties,
+                flag=flag,
+                sys_flag=header.sys_flag,
+                born_timestamp=header.born_timestamp,
+                born_host=conn.peer,
+                reconsume_times=header.reconsume_times,
+            )
+
+        if header.batch:  # encodeMessages records: one message each, one append
+            inputs = [message(m.body, m.properties, m.flag) for m in decode_messages(request.body)]
+        else:
+            inputs = [message(request.body, header.properties_map(), header.flag)]
+        for item in inputs:  # ali-ons sends none: the broker makes one
+            if not item.properties.get(PROPERTY_UNIQ_KEY):
+                item.properties[PROPERTY_UNIQ_KEY] = ctx.unique_ids.next_id()
+        core.check_inputs(inputs)
+        result = await core.put(topic.name, queue_id, inputs)
+        append = result.append
+        ctx.messages_in += len(inputs)
+        ctx.metrics.on_messages_in(topic.name, [len(m.body) for m in inputs])
+        ids = ",".join(ctx.offset_ids.format(offset) for offset in append.offsets)
+        reply = SendMessageResponseHeader(
+            msg_id=ids, queue_id=queue_id, queue_offset=append.first_queue_offset
+        )
+        return response_to(request, _PUT_CODES[result.status], ext_fields=reply.to_ext_fields())
+
+    # --- pull ---------------------------------------------------------------------------------
+    def _tag_filter(self, header: PullMessageRequestHeader) -> TagFilter:
+        ctx = self.ctx
+        if header.has_subscription:
+            expression = header.subscription or "*"
+            sql = (header.expression_type or "TAG").upper() == SQL92
+        else:  # the subscription of the group's last heartbeat
+            expression, sql = "*", False
+            for client in ctx.consumers.groups.get(header.consumer_group, {}).values():
+                found = client.subscriptions.get(header.topic)
+                if found is not None:
+                    sql = found.startswith("SQL92: ")
+                    expression = found[len("SQL92: ") :] if sql else found
+                    break
+        return parse_filter(expression, sql, ctx.config.enable_property_filter)
+
+    async def pull(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        ctx = self.ctx
+        header = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
+        name, queue_id, group = header.topic, header.queue_id, header.consumer_group
+        topic = ctx.topics.get(name)
+        if topic is None:
+            return response_to(
+                request,
+                ResponseCode.TOPIC_NOT_EXIST,
+                remark=f"topic[{name}] not exist, apply first please!",
+            )
+        if not topic.readable:
+            return response_to(
+                request,
+                ResponseCode.NO_PERMISSION,
+                remark=f"the topic[{name}] pulling message is forbidden",
+            )
+        if not 0 <= queue_id < topic.read_queue_nums:
+            return response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"queueId[{queue_id}] is illegal, topic:[{name}] "
+                f"topicConfig.readQueueNums:[{topic.read_queue_nums}]",
+            )
+        try:
+            subscription_group = ctx.groups.for_use(group)
+        except NotFoundError as exc:
+            return response_to(request, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, remark=str(exc))
+        if not subscription_group.consume_enable:
+            return response_to(
+                request,
+                ResponseCode.NO_PERMISSION,
+                remark=f"subscription group no permission, {group}",
+            )
+        tag_filter = self._tag_filter(header)
+        if header.has_commit_offset and header.commit_offset >= 0:
+            ctx.offsets.commit(group, name, queue_id, header.commit_offset)
+        offset = max(header.queue_offset, 0)
+        wait_ms = max(header.suspend_timeout_millis, 0) if header.has_suspend else 0
+        result, _ = await self.pulls.read_waiting(
+            name, queue_id, offset, max(header.max_msg_nums, 0), tag_filter, wait_ms, raw=True
+        )
+        assert isinstance(result, RawGetResult)
+        code, next_begin = _pull_code(result, offset)
+        reply = PullMessageResponseHeader(
+            next_begin_offset=next_begin,
+            min_offset=result.min_offset,
+            max_offset=result.max_offset,
+            suggest_which_broker_id=0,
+        )
+        body = b""
+        if code == ResponseCode.SUCCESS:
+            body = result.records
+            ctx.messages_out += result.count
+            ctx.metrics.on_messages_out(name, group, result.count, result.body_bytes)
+        return response_to(request, code, ext_fields=reply.to_ext_fields(), body=body)
+
+    # --- offsets ------------------------------------------------------------------------------
+    async def query_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = QueryConsumerOffsetRequestHeader.from_ext_fields(request.ext_fields)
+        ctx = self.ctx
+        offset = ctx.offsets.query(header.consumer_group, header.topic, header.queue_id)
+        if offset < 0:
+            # RocketMQ's broker rule: a group without an offset starts at 0 while the queue
+            # still starts at 0 (nothing deleted yet), unless the client asked not to.
+            if header.set_zero_if_not_found is not False and (
+                ctx.store.get_min_offset(header.topic, header.queue_id) <= 0
+            ):
+                offset = 0
+            else:
+                return response_to(
+                    request,
+                    ResponseCode.QUERY_NOT_FOUND,
+                    remark="Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
+                )
+        return _ok(request, ext_fields=OffsetResponseHeader(offset=offset).to_ext_fields())
+
+    async def update_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = UpdateConsumerOffsetRequestHeader.from_ext_fields(request.ext_fields)
+        if header.commit_offset >= 0:  # ali-ons commits -1 for an untouched queue: ignored
+            validate_group_name(header.consumer_group)
+            validate_topic_name(header.topic)
+            if not 0 <= header.queue_id < MAX_QUEUE_ID:
+                raise InvalidArgumentError(f"queueId must be 0..{MAX_QUEUE_ID - 1}")
+            self.ctx.offsets.commit(
+                header.consumer_group, header.topic, header.queue_id, header.commit_offset
+            )
+        return _ok(request)
+
+    async def max_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = TopicQueueRequestHeader.from_ext_fields(request.ext_fields)
+        offset = self.ctx.store.get_max_offset(header.topic, header.queue_id)
+        return _ok(request, ext_fields=OffsetResponseHeader(offset=offset).to_ext_fields())
+
+    async def min_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = TopicQueueRequestHeader.from_ext_fields(request.ext_fields)
+        offset = self.ctx.store.get_min_offset(header.topic, header.queue_id)
+        return _ok(request, ext_fields=OffsetResponseHeader(offset=offset).to_ext_fields())
+
+    async def search_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = SearchOffsetRequestHeader.from_ext_fields(request.ext_fields)
+        offset = self.ctx.store.get_offset_by_timestamp(
+            header.topic, header.queue_id, header.timestamp
+        )
+        return _ok(request, ext_fields=OffsetResponseHeader(offset=offset).to_ext_fields())
+
+    # --- retry --------------------------------------------------------------------------------
+    async def send_back(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = ConsumerSendMsgBackRequestHeader.from_ext_fields(request.ext_fields)
+        if header.delay_level < -1:
+            raise InvalidSend(Reason.ILLEGAL_PROPERTY, f"delayLevel {header.delay_level} < -1")
+        back = messaging_pb2.SendMessageBackRequest(
+            consumer_group=header.group,
+            commit_log_offset=header.offset,
+            delay_level=header.delay_level,
+            origin_msg_id=header.origin_msg_id or "",
+            origin_topic=header.origin_topic or "",
+            max_reconsume_times=max(header.max_reconsume_times or 0, 0),
+        )
+        await self.consumer.send_back(back)
+        return _ok(request)
+
+
+def _pull_code(result: RawGetResult, offset: int) -> tuple[int, int]:
+    """(response code, nextBeginOffset) of a read, as RocketMQ's PullMessageProcessor maps
+    GetMessageStatus (master broker)."""
+    status = result.status
+    if status is GetStatus.FOUND:
+        return ResponseCode.SUCCESS, result.next_begin_offset
+    if status in (GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING):
+        return ResponseCode.PULL_RETRY_IMMEDIATELY, result.next_begin_offset
+    if status is GetStatus.NO_MESSAGE_IN_QUEUE:
+        if offset != 0:
+            return ResponseCode.PULL_OFFSET_MOVED, 0
+        return ResponseCode.PULL_NOT_FOUND, 0
+    if status in (GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.OFFSET_TOO_SMALL):
+        return ResponseCode.PULL_OFFSET_MOVED, result.next_begin_offset
+    # OFFSET_OVERFLOW_ONE (caught up), OFFSET_FOUND_NULL (a hole: go past it)
+    return ResponseCode.PULL_NOT_FOUND, max(result.next_begin_offset, offset)

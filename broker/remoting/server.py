@@ -1,0 +1,345 @@
+"""The RocketMQ 4.x remoting listener (``--remoting-listen HOST:PORT``): asyncio, one
+``asyncio.Protocol`` per connection, no thread per connection.
+
+- Bytes go through the sans-IO ``FrameDecoder``; each request becomes a task that runs its
+  handler (a table: request code -> coroutine), so several requests are in flight on one
+  connection and each is answered as soon as it completes, matched by its ``opaque``
+  (pipelined: replies in completion order, not request order).
+- Replies are JSON whatever the request's serialize type (RocketMQ 4.x's default
+  ``serializeTypeConfigInThisServer``): the 4.x C++ client and ali-ons parse nothing else.
+- A request flagged oneway gets no reply (the 4.x clients rarely flag them: see
+  ``RemotingCommand.is_oneway``); an unknown request code gets ``REQUEST_CODE_NOT_SUPPORTED``
+  with the code in the remark; a handler that raises gets the error table's answer
+  (``handlers.error_response``), never a dropped connection.
+- A frame whose framing is lost (a bad length: ``FrameError.recoverable`` False) closes the
+  connection with one log line; a frame that is well delimited but does not decode (a bad
+  header) is skipped with one log line and the connection goes on. Nothing a peer sends can
+  raise out of the protocol callbacks.
+- Back-pressure: past ``max_in_flight`` requests the connection stops reading until half of
+  them are answered; past the transport's write buffer limits, handlers' replies wait in the
+  kernel/transport buffer and reading pauses too.
+- Responses from a peer (flag bit 0) answer the broker's own requests (NOTIFY_CONSUMER_IDS_CHANGED
+  is oneway, so nothing waits for one today): they are ignored.
+
+The listening sockets are bound early (``reserve``: the port is part of the store host written
+into every record, before the store starts) and listen only once the broker serves (``start``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import itertools
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from wharf.broker.remoting.codes import (
+    DEFAULT_MAX_FRAME_LENGTH,
+    FLAG_ONEWAY,
+    ResponseCode,
+    SerializeType,
+    request_code_name,
+)
+from wharf.broker.remoting.frame import (
+    FrameDecoder,
+    FrameError,
+    RemotingCommand,
+    encode,
+    encode_prefix,
+    response_to,
+)
+
+__all__ = ["Connection", "Handler", "RemotingServer", "RemotingStartError"]
+
+log = logging.getLogger("broker.remoting")
+
+# A request handler: (connection, request) -> the response, or None for no response.
+Handler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
+# Maps a handler's exception to its response (handlers.error_response).
+ErrorMapper = Callable[[RemotingCommand, BaseException], RemotingCommand]
+
+MAX_IN_FLIGHT = 1024  # requests running per connection before reading pauses
+LARGE_BODY = 64 * 1024  # bodies written after their prefix, not copied into one frame
+
+
+class RemotingStartError(RuntimeError):
+    """The remoting listener cannot start (address taken, not local, unsupported setting)."""
+
+
+def _default_error(request: RemotingCommand, exc: BaseException) -> RemotingCommand:
+    return response_to(request, ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: decode, dispatch, answer by opaque."""
+
+    def __init__(self, server: RemotingServer) -> None:
+        self.server = server
+        self.decoder = FrameDecoder(server.max_frame_length)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "0.0.0.0:0"  # "ip:port" of the client (the born host of its sends)
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.closed = False
+        self._reading_paused = False
+        self._opaque = itertools.count(1)
+        self.client_ids: set[str] = set()  # the clients that heartbeated on this connection
+
+    # --- asyncio.Protocol ---------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            host = str(peer[0])
+            if host.startswith("::ffff:"):
+                host = host[7:]
+            if ":" in host:  # ipv6: records hold ipv4 born hosts only
+                host = "0.0.0.0"
+            self.peer = f"{host}:{peer[1]}"
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        chunk: bytes = data
+        while True:
+            try:
+                commands = self.decoder.feed(chunk)
+            except FrameError as exc:
+                for cmd in exc.commands:
+                    self._dispatch(cmd)
+                if not exc.recoverable:
+                    log.warning("remoting: closing connection from %s: %s", self.peer, exc)
+                    self.close()
+                    return
+                log.warning("remoting: skipped a frame from %s: %s", self.peer, exc)
+                chunk = b""  # go on with the bytes after the bad frame
+                continue
+            except Exception:  # never raise out of the protocol: close instead
+                log.exception("remoting: closing connection from %s", self.peer)
+                self.close()
+                return
+            for cmd in commands:
+                self._dispatch(cmd)
+            return
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.server.connections.discard(self)
+        for task in self.tasks:
+            task.cancel()
+        if self.server.on_connection_lost is not None:
+            try:
+                self.server.on_connection_lost(self)
+            except Exception:
+                log.exception("remoting: connection-lost hook failed")
+
+    def pause_writing(self) -> None:
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        if len(self.tasks) < self.server.max_in_flight // 2:
+            self._resume_reading()
+
+    # --- dispatch ------------------------------------------------------------------------------
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        if cmd.is_response:
+            return  # an answer to a broker -> client request: nothing waits for one
+        task = asyncio.get_running_loop().create_task(self._serve(cmd))
+        self.tasks.add(task)
+        task.add_done_callback(self._done)
+        if len(self.tasks) >= self.server.max_in_flight:
+            self._pause_reading()
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if self._reading_paused and len(self.tasks) < self.server.max_in_flight // 2:
+            self._resume_reading()
+
+    async def _serve(self, request: RemotingCommand) -> None:
+        server = self.server
+        handler = server.handlers.get(request.code)
+        response: RemotingCommand | None
+        if handler is None:
+            response = response_to(
+                request,
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                remark=f"request code {request.code} not supported",
+            )
+        else:
+            try:
+                response = await handler(self, request)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                response = server.error_mapper(request, exc)
+        if response is None or request.flag & FLAG_ONEWAY:
+            return
+        self.send(response)
+
+    # --- writing -------------------------------------------------------------------------------
+    def send(self, cmd: RemotingCommand) -> None:
+        """Write one command (a response, or a broker -> client request) if still connected."""
+        transport = self.transport
+        if self.closed or transport is None or transport.is_closing():
+            return
+        try:
+            # Always JSON, as a RocketMQ 4.x broker answers by default: every client decodes
+            # it (the C++ client and ali-ons decode nothing else), whatever the request's type.
+            if len(cmd.body) >= LARGE_BODY:
+                transport.writelines((encode_prefix(cmd, SerializeType.JSON), cmd.body))
+            else:
+                transport.write(encode(cmd, SerializeType.JSON))
+        except (ValueError, TypeError) as exc:  # a value the header cannot carry: a bug
+            log.error("remoting: cannot encode %s for %s: %s", request_code_name(cmd.code),
+                      self.peer, exc)  # fmt: skip
+            if not cmd.is_response:
+                return
+            fallback = RemotingCommand(
+                code=ResponseCode.SYSTEM_ERROR,
+                opaque=cmd.opaque,
+                flag=cmd.flag,
+                remark=f"cannot encode the response: {exc}",
+                serialize_type=cmd.serialize_type,
+            )
+            transport.write(encode(fallback, SerializeType.JSON))
+
+    def request(self, code: int, ext_fields: dict[str, str], *, oneway: bool = True) -> None:
+        """Send a broker -> client request (oneway: nothing waits for its answer)."""
+        self.send(
+            RemotingCommand(
+                code=code,
+                opaque=next(self._opaque),
+                flag=FLAG_ONEWAY if oneway else 0,
+                ext_fields=ext_fields,
+            )
+        )
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None and not self.closed:
+            self._reading_paused = True
+            with contextlib.suppress(RuntimeError):
+                self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._reading_paused and self.transport is not None and not self.closed:
+            self._reading_paused = False
+            with contextlib.suppress(RuntimeError):
+                self.transport.resume_reading()
+
+
+class RemotingServer:
+    """The listener: ``reserve(address)`` binds (not listening), ``start(handlers)`` listens,
+    ``close_listener`` stops accepting, ``stop`` closes every connection."""
+
+    def __init__(
+        self,
+        max_frame_length: int = DEFAULT_MAX_FRAME_LENGTH,
+        max_in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:
+        self.max_frame_length = max_frame_length
+        self.max_in_flight = max_in_flight
+        self.handlers: dict[int, Handler] = {}
+        self.error_mapper: ErrorMapper = _default_error
+        self.on_connection_lost: Callable[[Connection], None] | None = None
+        self.connections: set[Connection] = set()
+        self.host = ""
+        self.port = 0
+        self._sockets: list[socket.socket] = []
+        self._servers: list[asyncio.base_events.Server] = []
+
+    @property
+    def address(self) -> str:
+        """host:port bound ('' before ``reserve``)."""
+        return f"{self.host}:{self.port}" if self.port else ""
+
+    def reserve(self, host: str, port: int) -> int:
+        """Bind ``host:port`` (port 0: the OS picks one) without listening; returns the port.
+        RemotingStartError if the address is taken or not local."""
+        try:
+            infos = socket.getaddrinfo(
+                host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )
+        except socket.gaierror as exc:
+            raise RemotingStartError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        targets = list(
+            dict.fromkeys(
+                (f, a) for f, _, _, _, a in infos if f in (socket.AF_INET, socket.AF_INET6)
+            )
+        )
+        chosen = port
+        for family, sockaddr in targets:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind((sockaddr[0], chosen, *sockaddr[2:]))
+            except OSError as exc:
+                sock.close()
+                if exc.errno == errno.EADDRNOTAVAIL and len(targets) > 1:
+                    continue
+                self.close_sockets()
+                raise RemotingStartError(
+                    f"cannot listen on {host}:{port}: {exc.strerror}; pick another with "
+                    "--remoting-listen HOST:PORT"
+                ) from None
+            sock.setblocking(False)
+            self._sockets.append(sock)
+            chosen = sock.getsockname()[1]
+        if not self._sockets:
+            raise RemotingStartError(f"cannot listen on {host}:{port}: no usable address")
+        self.host, self.port = host, chosen
+        return chosen
+
+    async def start(self, handlers: dict[int, Handler], error_mapper: ErrorMapper | None) -> None:
+        """Listen on the reserved sockets with ``handlers``."""
+        self.handlers = dict(handlers)
+        if error_mapper is not None:
+            self.error_mapper = error_mapper
+        loop = asyncio.get_running_loop()
+        try:
+            for sock in self._sockets:
+                server = await loop.create_server(lambda: Connection(self), sock=sock, backlog=1024)
+                self._servers.append(server)
+        except OSError as exc:
+            raise RemotingStartError(f"cannot listen on {self.address}: {exc}") from None
+        self._sockets = []  # owned by the servers now
+
+    def close_sockets(self) -> None:
+        for sock in self._sockets:
+            sock.close()
+        self._sockets = []
+
+    def close_listener(self) -> None:
+        """Stop accepting new connections (the open ones keep being served)."""
+        for server in self._servers:
+            server.close()
+        self.close_sockets()
+
+    async def stop(self) -> None:
+        """Close the listener and every connection; cancel the requests still running."""
+        self.close_listener()
+        for conn in list(self.connections):
+            conn.close()
+        tasks: list[asyncio.Task[Any]] = [t for c in list(self.connections) for t in c.tasks]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for server in self._servers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 5)
+        self._servers = []

@@ -1,0 +1,157 @@
+"""Drives the RocketMQ 4.x C++ client (PyPI ``rocketmq==0.4.4``: Apache's librocketmq behind
+ctypes) in ``.venv-rmq4``; run by test_cpp_client.py as a subprocess:
+
+    python cpp_client_script.py NAMESRV_ADDR MODE JSON_ARGS
+
+Modes: ``send`` (sync, oneway, orderly or batch sends of the given messages) and ``consume``
+(a PushConsumer until it has received ``expect`` messages, or ``timeout`` seconds). Prints one
+JSON line last. Ends with ``os._exit``: the wrapper's destructors shut the client down a
+second time at interpreter exit, which can hang or crash the library.
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+
+from rocketmq.client import Message, Producer, PushConsumer, RecvMessage
+from rocketmq.exceptions import ffi_check
+from rocketmq.ffi import MSG_CALLBACK_FUNC, _CConsumeStatus, dll
+
+
+def message_of(topic, spec):
+    msg = Message(topic)
+    if spec.get("tags"):
+        msg.set_tags(spec["tags"])
+    if spec.get("keys"):
+        msg.set_keys(spec["keys"])
+    for name, value in (spec.get("props") or {}).items():
+        msg.set_property(name, value)
+    msg.set_body(spec["body"])
+    return msg
+
+
+def send(namesrv, args):
+    producer = Producer(args["group"], timeout=args.get("timeout_ms", 10000))
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    topic = args["topic"]
+    results = []
+    try:
+        specs = args["messages"]
+        mode = args.get("mode", "sync")
+        if mode == "batch":
+            result = producer.send_batch([message_of(topic, s) for s in specs])
+            results.append(
+                {"status": int(result.status), "msg_id": result.msg_id, "offset": result.offset}
+            )
+        for spec in specs if mode != "batch" else []:
+            msg = message_of(topic, spec)
+            if mode == "oneway":
+                producer.send_oneway(msg)
+                results.append(None)
+                continue
+            if mode == "orderly":
+                result = producer.send_orderly(msg, int(args["arg"]))
+            else:
+                result = producer.send_sync(msg)
+            results.append(
+                {"status": int(result.status), "msg_id": result.msg_id, "offset": result.offset}
+            )
+            if args.get("pause_s"):
+                time.sleep(args["pause_s"])
+    except Exception as exc:  # reported, not raised: the test decides
+        print(json.dumps({"sent": results, "error": repr(exc)}))
+        sys.stdout.flush()
+        os._exit(0)
+    if args.get("linger_s"):
+        time.sleep(args["linger_s"])  # oneway: let the library write before shutdown
+    producer.shutdown()
+    print(json.dumps({"sent": results, "error": None}))
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def subscribe(consumer, topic, callback, expression):
+    """``PushConsumer.subscribe`` without its bug: the wrapper re-raises the callback's
+    exception inside the ctypes callback, so the status the library sees is undefined (often
+    0, CONSUME_SUCCESS: the failed message is never retried). Here a raise is
+    RECONSUME_LATER, always."""
+
+    def on_message(_consumer, msg):
+        try:
+            callback(RecvMessage(msg))
+        except Exception:
+            return _CConsumeStatus.RECONSUME_LATER.value
+        return _CConsumeStatus.CONSUME_SUCCESS.value
+
+    ffi_check(dll.Subscribe(consumer._handle, topic.encode(), expression.encode()))
+    func = MSG_CALLBACK_FUNC(on_message)
+    consumer._callback_refs.append(func)
+    ffi_check(dll.RegisterMessageCallback(consumer._handle, func))
+
+
+def consume(namesrv, args):
+    received = []
+    lock = threading.Lock()
+    done = threading.Event()
+    props = args.get("props", [])
+    fail_once = set(args.get("fail_once", []))
+    failed = set()
+    seen = set()
+    bodies = set(args.get("bodies", []))  # done once each of these was consumed (and expect)
+
+    def on_message(msg):
+        body = msg.body.decode() if isinstance(msg.body, bytes) else msg.body
+        with lock:
+            if body in fail_once and body not in failed:
+                failed.add(body)
+                raise RuntimeError("fail once: " + body)
+            received.append(
+                {
+                    "topic": msg.topic.decode() if isinstance(msg.topic, bytes) else msg.topic,
+                    "body": body,
+                    "tags": msg.tags.decode() if isinstance(msg.tags, bytes) else msg.tags,
+                    "keys": msg.keys.decode() if isinstance(msg.keys, bytes) else msg.keys,
+                    "id": msg.id.decode() if isinstance(msg.id, bytes) else msg.id,
+                    "queue_id": msg.queue_id,
+                    "offset": msg.queue_offset,
+                    "reconsume_times": msg.reconsume_times,
+                    "props": {
+                        p: (v.decode() if isinstance(v, bytes) else v)
+                        for p, v in ((p, msg.get_property(p)) for p in props)
+                    },
+                }
+            )
+            seen.add(body)
+            if len(received) >= args.get("expect", 0) and seen >= bodies:
+                done.set()
+
+    consumer = PushConsumer(args["group"])
+    consumer.set_namesrv_addr(namesrv)
+    subscribe(consumer, args["topic"], on_message, args.get("expression", "*"))
+    consumer.start()
+    done.wait(args.get("timeout", 60))
+    time.sleep(args.get("settle_s", 0))  # catch duplicates, let offsets be committed
+    with lock:
+        out = list(received)
+    consumer.shutdown()
+    print(json.dumps({"received": out}))
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def main():
+    namesrv, mode, raw = sys.argv[1], sys.argv[2], sys.argv[3]
+    args = json.loads(raw)
+    if mode == "send":
+        send(namesrv, args)
+    elif mode == "consume":
+        consume(namesrv, args)
+    else:
+        raise SystemExit("unknown mode " + mode)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""The RocketMQ 4.x C++ client (PyPI ``rocketmq==0.4.4``, Apache's librocketmq, in .venv-rmq4/
+made by `make rmq4-client`, a prerequisite of `make test`) against the real daemon's remoting
+port, which is also its NameServer: sync sends with tags, keys and user properties received by
+a PushConsumer exactly as sent (retry of a failed one included), oneway, orderly and batch
+sends, and a kill -9 between sends that loses nothing acknowledged. The client runs in a
+subprocess (cpp_client_script.py): the library is Python-2-era ctypes with its own threads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import REPO_ROOT, BrokerProcess
+
+pytestmark = pytest.mark.slow
+RMQ4_PYTHON = REPO_ROOT / ".venv-rmq4" / "bin" / "python"
+SCRIPT = Path(__file__).with_name("cpp_client_script.py")
+REMOTING = ["--remoting-listen", "127.0.0.1:0"]
+SETTINGS = {"defaultTopicQueueNums": 4}
+
+
+def run(broker: BrokerProcess, home: Path, command: str, **args: Any) -> dict[str, Any]:
+    if not RMQ4_PYTHON.exists():
+        pytest.skip("the RocketMQ 4.x C++ client's venv is missing: run `make rmq4-client`")
+    home.mkdir(exist_ok=True)  # the library logs to ~/logs/rocketmq-cpp/
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(
+        [str(RMQ4_PYTHON), str(SCRIPT), broker.remoting_endpoint, command, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=150,
+        check=False,
+    )
+    logs = "\n".join(p.read_text(errors="replace") for p in home.glob("logs/rocketmq-cpp/*"))
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}\n--- client log ---\n{logs[-4000:]}"
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def _spec(i: int, prefix: str = "m") -> dict[str, Any]:
+    return {
+        "body": f"{prefix}-{i}",
+        "tags": f"Tag{i % 3}",
+        "keys": f"key-{i} order-{i}",
+        "props": {"myprop": f"v{i}", "other": f"o{i}"},
+    }
+
+
+def test_sync_sends_are_received_exactly_as_sent(
+    spawn_broker: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    broker = spawn_broker(settings=SETTINGS, extra_args=REMOTING)
+    specs = [_spec(i) for i in range(12)]
+    out = run(broker, tmp_path / "home", "send", group="PG_SYNC", topic="T_SYNC", messages=specs)
+    assert out["error"] is None
+    assert [r["status"] for r in out["sent"]] == [0] * len(specs)  # SendStatus.OK
+    assert all(len(r["msg_id"]) == 32 for r in out["sent"])
+    # Produced first, then a new group: it starts at 0 (RocketMQ's broker rule) and gets all;
+    # one message fails once and comes back from %RETRY%CG_SYNC (reconsume_times 1). The C++
+    # client sends back the rest of that callback batch too: those come back twice (allowed).
+    got = run(broker, tmp_path / "home", "consume", group="CG_SYNC", topic="T_SYNC",
+              bodies=[s["body"] for s in specs], timeout=90, settle_s=1,
+              props=["myprop", "other"], fail_once=["m-5"])  # fmt: skip
+    received = got["received"]
+    assert {m["body"] for m in received} == {s["body"] for s in specs}
+    by_body = {s["body"]: s for s in specs}
+    for message in received:  # every copy as sent, the retried ones included
+        spec = by_body[message["body"]]
+        assert message["topic"] == "T_SYNC"
+        assert message["tags"] == spec["tags"]
+        assert message["keys"] == spec["keys"]
+        assert message["props"] == spec["props"]
+    assert [m["reconsume_times"] for m in received if m["body"] == "m-5"] == [1]
+    assert len({m["queue_id"] for m in received if m["reconsume_times"] == 0}) > 1
+
+
+def test_oneway_orderly_and_batch_sends(
+    spawn_broker: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    broker = spawn_broker(settings=SETTINGS, extra_args=REMOTING)
+    home = tmp_path / "home"
+    oneway = [_spec(i, "oneway") for i in range(3)]
+    out = run(broker, home, "send", group="PG_MIX", topic="T_MIX", messages=oneway,
+              mode="oneway", linger_s=1)  # fmt: skip
+    assert out["error"] is None and out["sent"] == [None] * 3
+    orderly = [_spec(i, "orderly") for i in range(5)]
+    out = run(broker, home, "send", group="PG_MIX", topic="T_MIX", messages=orderly,
+              mode="orderly", arg=7)  # fmt: skip
+    assert out["error"] is None
+    offsets = [r["offset"] for r in out["sent"]]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 5
+    batch = [_spec(i, "batch") for i in range(3)]
+    out = run(broker, home, "send", group="PG_MIX", topic="T_MIX", messages=batch, mode="batch")
+    assert out["error"] is None and out["sent"][0]["status"] == 0
+
+    every = oneway + orderly + batch
+    got = run(broker, home, "consume", group="CG_MIX", topic="T_MIX", expect=len(every),
+              bodies=[s["body"] for s in every], timeout=60, settle_s=1,
+              props=["myprop", "other"])  # fmt: skip
+    received = got["received"]
+    assert sorted(m["body"] for m in received) == sorted(s["body"] for s in every)  # once each
+    by_body = {m["body"]: m for m in received}
+    for spec in every:  # the batch's messages come back one by one, each with its own fields
+        assert (by_body[spec["body"]]["tags"], by_body[spec["body"]]["keys"]) == (
+            spec["tags"],
+            spec["keys"],
+        )
+        assert by_body[spec["body"]]["props"] == spec["props"]
+    in_order = [m for m in received if m["body"].startswith("orderly")]
+    assert {m["queue_id"] for m in in_order} == {7 % 4}  # the queue the selector chose
+    assert [m["body"] for m in sorted(in_order, key=lambda m: m["offset"])] == [
+        s["body"] for s in orderly
+    ]
+
+
+def test_kill_9_between_sends_loses_nothing_acknowledged(
+    spawn_broker: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    broker = spawn_broker(settings=SETTINGS, extra_args=REMOTING)
+    home = tmp_path / "home"
+    acknowledged: list[str] = []
+    for round_ in range(2):
+        specs = [_spec(i, f"crash{round_}") for i in range(6)]
+        out = run(broker, home, "send", group="PG_CRASH", topic="T_CRASH", messages=specs)
+        assert out["error"] is None
+        acknowledged += [
+            s["body"] for s, r in zip(specs, out["sent"], strict=True) if r["status"] == 0
+        ]
+        broker.kill()  # SIGKILL right after the acknowledgements
+        broker.start()  # same store; the remoting port may change
+    assert len(acknowledged) == 12
+    got = run(broker, home, "consume", group="CG_CRASH", topic="T_CRASH",
+              expect=len(acknowledged), bodies=acknowledged,
+              timeout=60, settle_s=1)  # fmt: skip
+    assert sorted(m["body"] for m in got["received"]) == sorted(acknowledged)
