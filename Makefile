@@ -50,6 +50,16 @@ $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
 
 rmq-client: $(RMQ_STAMP) $(NODE_STAMP)
 
+# The RocketMQ 4.x Node.js client (npm ali-ons, exact version pinned with its lock file) for
+# tests/broker/remoting/test_node_client.py, against the broker's remoting port.
+REMOTING_NODE_DIR   := tests/broker/remoting/node
+REMOTING_NODE_STAMP := $(REMOTING_NODE_DIR)/node_modules/.installed-stamp
+$(REMOTING_NODE_STAMP): $(REMOTING_NODE_DIR)/package.json $(REMOTING_NODE_DIR)/package-lock.json
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+	  echo "node and npm are needed for the Node.js client tests: install Node.js >= 18 (e.g. apt-get install nodejs npm)"; exit 1; }
+	npm ci --prefix $(REMOTING_NODE_DIR) --no-audit --no-fund --loglevel=error
+	touch $(REMOTING_NODE_STAMP)
+
 # Run the broker on embedded defaults: data under ./data, gRPC 127.0.0.1:8081, metrics 127.0.0.1:9100.
 run: $(STAMP)
 	$(PY) -m wharf.broker $(ARGS)
@@ -90,7 +100,7 @@ system-deps:
 	fi
 
 # The whole suite, as CI runs it: fast tests, slow end-to-end tests, ops tests and the Spark tests.
-test: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) system-deps
+test: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) system-deps
 	$(PYTEST) -q -m "not spark"
 	$(PYTEST) -q -m spark -p no:randomly
 
@@ -101,7 +111,7 @@ test-fast: $(STAMP)
 test-spark: $(STAMP)
 	$(PYTEST) -q -m spark
 
-test-slow: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP)
+test-slow: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP)
 	$(PYTEST) -q -m slow
 
 # The `wharf` package spans four folders (package-dir in pyproject.toml); mypy and import-linter
