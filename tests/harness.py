@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import signal
 import socket
@@ -46,6 +45,12 @@ def _toml_value(value: Any) -> str:
     return json.dumps(str(value))
 
 
+_LIMIT_AND_EXEC = (
+    "import os, resource, sys; n = int(sys.argv[1]); "
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); os.execv(sys.argv[2], sys.argv[2:])"
+)
+
+
 def _launch(
     cmd: list[str],
     env: dict[str, str],
@@ -58,14 +63,11 @@ def _launch(
     """Start a daemon with its output in ``log_path`` and wait for its ready file;
     ``open_files`` sets its open-file limit (soft and hard: the broker raises soft to hard)."""
     log = log_path.open("ab")
-
-    def limit() -> None:
-        if open_files is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
-
-    proc = subprocess.Popen(
-        cmd, cwd=REPO_ROOT, env={**os.environ, **env}, stdout=log, stderr=log, preexec_fn=limit
-    )
+    if open_files is not None:
+        # Set in a small exec wrapper, not with preexec_fn: that runs Python in a child forked
+        # from a process with gRPC's threads, which is unsafe (it crashed a CI run).
+        cmd = [sys.executable, "-c", _LIMIT_AND_EXEC, str(open_files), *cmd]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**os.environ, **env}, stdout=log, stderr=log)
     log.close()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
