@@ -17,6 +17,9 @@ from wharf.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grp
 from tests.broker.daemon_helpers import SMALL_STORE, Client
 from tests.harness import BrokerProcess
 
+# The group the checks read with: the fuzzer names "g" among others (and may disable it).
+CHECK_GROUP = "sentinel-check"
+
 pytestmark = pytest.mark.slow
 
 SERVICES = [
@@ -140,14 +143,14 @@ def test_random_and_malformed_requests_leave_the_daemon_up_and_store_intact(
     assert health.status == health_pb2.HealthCheckResponse.SERVING
     status = client.admin.GetBrokerStatus(admin_pb2.GetBrokerStatusRequest())
     assert status.writable
-    pulled = client.pull("sentinel", max_messages=10)
+    pulled = client.pull("sentinel", group=CHECK_GROUP, max_messages=10)
     assert [m.body for m in pulled.messages] == [b"before fuzz", b"still here"]
     client.close()
 
     assert daemon.stop() == 0  # clean stop, then recovery must find the same data
     daemon.start()
     client = Client(daemon.endpoint)
-    again = client.pull("sentinel", max_messages=10)
+    again = client.pull("sentinel", group=CHECK_GROUP, max_messages=10)
     assert [m.msg_id for m in again.messages] == [r.msg_id for r in sentinel.results]
     client.close()
 
