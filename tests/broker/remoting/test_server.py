@@ -294,7 +294,14 @@ async def test_query_offset_follows_the_broker_rule(client: Client) -> None:
     assert strict.code == ResponseCode.QUERY_NOT_FOUND
     negative = await client.call(RequestCode.UPDATE_CONSUMER_OFFSET, {**fields, "commitOffset": -1})
     assert negative.code == ResponseCode.SUCCESS  # ignored
-    max_offset = await client.call(RequestCode.GET_MAX_OFFSET, {"topic": "offset-t", "queueId": 0})
+    # A send is acknowledged before dispatch writes its queue unit (ASYNC_FLUSH): wait for it.
+    for _ in range(100):
+        max_offset = await client.call(
+            RequestCode.GET_MAX_OFFSET, {"topic": "offset-t", "queueId": 0}
+        )
+        if max_offset.ext_fields["offset"] == "1":
+            break
+        await asyncio.sleep(0.05)
     assert max_offset.ext_fields["offset"] == "1"
     search = await client.call(
         RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {"topic": "offset-t", "queueId": 0, "timestamp": 0}
