@@ -94,7 +94,6 @@ def recover_blocking(
         QueueFileCache(default_capacity(config.max_open_queue_files)),
         paths.consume_queue_summary_file,
         clean=not abnormal,
-        cold=abnormal and not page_cache_survived,
     )
     index = None
     if config.message_index_enable:

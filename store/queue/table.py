@@ -27,10 +27,10 @@ log = logging.getLogger(__name__)
 # Files mapped at once by default (maxOpenQueueFiles): one descriptor and one map each, ~12 us
 # to map again after an eviction. Capped at a quarter of the open-file limit (file_cache).
 DEFAULT_OPEN_FILES = 2048
-# Threads reading queue files at a start after a MACHINE crash (a cold page cache). 100,000
-# queues of one file each, this VM, 2026-11-24: cold 62 s with 1 thread, 12 s with 4, 15 s
-# with 8; warm (a process crash: the pages survived) 3.3 s with 1, 5-7 s with 4 or 8 and 11.5 s
-# inside a broker with 4 (the GIL). So 4 threads when the cache is cold, 1 when it is warm.
+# Threads reading queue files at a start after a crash. 100,000 queues of one file each, this
+# VM, 2026-11-24: cold cache (a machine crash) 62 s with 1 thread, 12 s with 4, 15 s with 8;
+# warm (a process crash) 3.3 s with 1, 5-7 s with 4 or 8 (the GIL, busy VM). The cold case
+# decides: its reads wait on the disk.
 LOAD_THREADS = 4
 
 
@@ -56,11 +56,9 @@ class ConsumeQueueTable:
         cache: QueueFileCache | None = None,
         summary_file: Path | None = None,
         clean: bool = False,
-        cold: bool = False,
     ) -> ConsumeQueueTable:
         """The queues under ``root``: from ``summary_file`` after a ``clean`` shutdown, else by
-        reading each queue's files (no maps; ``cold``: after a machine crash, in
-        LOAD_THREADS threads)."""
+        reading each queue's files (one descriptor at a time, no maps)."""
         table = cls(root, file_size, cache)
         started = time.monotonic()
         entries = summary.take_blocking(summary_file, file_size) if summary_file else None
@@ -117,9 +115,8 @@ class ConsumeQueueTable:
                             )
                 return loaded
 
-            threads = LOAD_THREADS if cold else 1
-            chunks = [topics[i::threads] for i in range(threads)]
-            with ThreadPoolExecutor(threads, thread_name_prefix="cq-load") as pool:
+            chunks = [topics[i::LOAD_THREADS] for i in range(LOAD_THREADS)]
+            with ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="cq-load") as pool:
                 for loaded in pool.map(load_topics, chunks):
                     for queue in loaded:
                         table.queues[(queue.topic, queue.queue_id)] = queue
