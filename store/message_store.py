@@ -100,7 +100,9 @@ from wharf.store.paths import (
     write_abort_marker_blocking,
 )
 from wharf.store.pop import PopService
-from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE, Unit
+from wharf.store.queue import positions
+from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE, ConsumeQueue, Unit
+from wharf.store.queue.journal import PositionsJournal
 from wharf.store.queue.table import ConsumeQueueTable
 from wharf.store.read.get_message import get_messages
 from wharf.store.read.get_raw import RawGetResult, get_raw_records
@@ -158,6 +160,7 @@ class MessageStore:
         self._reput: ReputService | None = None
         self._dispatch_waiters: Callable[[], bool] | None = None
         self._queue_flush: FlushConsumeQueueService | None = None
+        self._journal: PositionsJournal | None = None
         self._schedule: ScheduleMessageService | None = None
         self._timer: TimerMessageService | None = None
         self._transactions: TransactionService | None = None
@@ -234,7 +237,9 @@ class MessageStore:
             observer=self._observer,
         )
         self._parts = parts
-        self._queue_flush = FlushConsumeQueueService(parts, self._dispatch_position)
+        self._journal = PositionsJournal(state.queues, self._paths.consume_queue_positions_file)
+        self._journal.opened(*state.journal_file)
+        self._queue_flush = FlushConsumeQueueService(parts, self._dispatch_position, self._journal)
         self._schedule = ScheduleMessageService(
             self, self.delay_levels_ms, self._paths.delay_offset_file
         )
@@ -319,11 +324,14 @@ class MessageStore:
         await self._reput.wait_dispatched(self._source.dispatch_limit(), 10.0)
         await self._reput.stop()
         await self._queue_flush.stop()  # final flush of queues/index + checkpoint
+        positions_file = self._paths.consume_queue_positions_file
         if all(queue.unflushed_bytes == 0 for queue in self._queues):
             # Only what is durable: a failed final flush leaves the next start to read files.
             await asyncio.to_thread(
-                self._queues.save_summary_blocking, self._paths.consume_queue_summary_file
+                self._queues.save_positions_blocking, positions_file, self.dispatch_offset
             )
+        else:
+            await asyncio.to_thread(positions.remove_blocking, positions_file)
         self._queues.close()
         if self._index is not None:
             self._index.close()
@@ -810,11 +818,21 @@ class MessageStore:
             log.warning("deleting topics %s before dispatch caught up", ", ".join(topics))
         if self._pop is not None:
             self._pop.forget(topics=topics)
-        doomed = []
-        for topic in topics:
-            doomed.extend(self._queues.remove_topic(topic))
-            for key in [k for k in self._offset_table if k[0] == topic]:
-                del self._offset_table[key]
+
+        def remove() -> list[ConsumeQueue]:
+            doomed = []
+            for topic in topics:
+                doomed.extend(self._queues.remove_topic(topic))
+                for key in [k for k in self._offset_table if k[0] == topic]:
+                    del self._offset_table[key]
+            return doomed
+
+        # Recorded first: a restart after a crash must not load the deleted queues.
+        doomed = (
+            await self._journal.remove_topics(topics, remove)
+            if self._journal is not None
+            else remove()
+        )
         if doomed:
             self._spawn(self._destroy_queues(doomed))
 

@@ -6,7 +6,7 @@
     <root>/checkpoint                     flush timestamps (StoreCheckpoint)
     <root>/commitlog/<20-digit offset>    CommitLog segments
     <root>/consumequeue/<topic>/<qid>/<20-digit byte offset>
-    <root>/consumequeue.summary           queue positions at a clean shutdown (store.queue.summary)
+    <root>/consumequeue.positions         queue positions journal (store.queue.positions)
     <root>/index/<yyyyMMddHHmmssSSS>      IndexFiles
     <root>/config/delayOffset.json        ScheduleMessageService progress (+ .bak)
     <root>/config/timerCheckpoint.json    TimerMessageService checkpoint (+ .bak)
@@ -56,8 +56,8 @@ class StorePaths:
         return self.root / "consumequeue"
 
     @property
-    def consume_queue_summary_file(self) -> Path:
-        return self.root / "consumequeue.summary"
+    def consume_queue_positions_file(self) -> Path:
+        return self.root / "consumequeue.positions"
 
     def consume_queue_dir(self, topic: str, queue_id: int) -> Path:
         return self.consume_queue_root / topic / str(queue_id)

@@ -2,20 +2,24 @@
 blocking function that ``MessageStore.start`` runs in a thread before anything is served.
 
 1. Abnormal = the ``abort`` file survived (the last run did not shut down cleanly).
-2. Load the checkpoint, the CommitLog segments, every ConsumeQueue (from the shutdown summary
-   after a clean stop, else by reading each queue's newest file; nothing stays open) and
-   IndexFile.
+2. Load the checkpoint, the CommitLog segments, every ConsumeQueue (from the positions journal
+   after a clean stop or a process crash, else by reading each queue's newest file; nothing
+   stays open) and IndexFile.
 3. CommitLog recovery (S1's ``recover_blocking``) validates from the checkpoint / last segments
    and truncates a torn tail; it returns the valid end of the log.
 4. ConsumeQueue units and index entries pointing at or past that end are dropped (a queue can
    be AHEAD of the log: its units were written, the records were torn).
-5. Re-dispatch resumes at the ConsumeQueues' max physical offset -- not a full rescan. After a
+5. Re-dispatch resumes at the ConsumeQueues' max physical offset -- not a full rescan -- or
+   at the positions journal's last dispatch position when the queues came from it after a
+   process crash (``store.queue.positions``). After a
    machine crash (the abort file's boot id is not this boot's) the checkpoint's
    ``logics_offset`` (dispatch position whose queue/index data was fdatasynced) caps it, so
    units lost with the page cache are rebuilt; after a process crash they were not lost. The missing tail is
    dispatched here, synchronously, so the queue offset table built afterwards from the queues'
    max offsets is exact (new appends must not reuse a queue offset).
 6. Each queue's min offset is corrected against the log's min offset (retention).
+7. The positions journal starts from a fresh snapshot when the queues were read from their
+   files or units were dropped (it must never list units past the log's end).
 
 Power loss (which fsync makes what durable: store/README.md). The abort marker is durable
 while the store runs (store/paths.py), so a power cut always gives an abnormal recovery. A
@@ -65,6 +69,8 @@ class RecoveredState:
     redispatch_from: int = 0
     last_dispatch_timestamp: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    # The queue positions file after recovery: (size, snapshot size, last D).
+    journal_file: tuple[int, int, int] = (0, 0, 0)
 
 
 def recover_blocking(
@@ -92,8 +98,9 @@ def recover_blocking(
         paths.consume_queue_root,
         config.mapped_file_size_consume_queue,
         QueueFileCache(default_capacity(config.max_open_queue_files)),
-        paths.consume_queue_summary_file,
+        paths.consume_queue_positions_file,
         clean=not abnormal,
+        page_cache_survived=page_cache_survived,
     )
     index = None
     if config.message_index_enable:
@@ -124,6 +131,11 @@ def recover_blocking(
     lap("truncate")
 
     reput_from = queues.max_physical_offset
+    if queues.journal_position is not None:
+        # Queues loaded from the positions journal after a process crash hold every unit of
+        # the records before its last D (a deleted topic's excepted: not lower, or they come
+        # back), maybe more: re-dispatch from there.
+        reput_from = queues.journal_position
     # After a machine crash queue units may be lost with the page cache: re-dispatch from the
     # last position whose queues were synced. After a process crash (same boot) every unit
     # written through the maps survived, so the queues' own end is exact.
@@ -161,6 +173,14 @@ def recover_blocking(
         queue.correct_min_offset(commit_log.min_offset)
     lap("min_offsets")
 
+    journal_file = queues.journal_file
+    if journal_file is None or dropped_units:
+        # Read from the files, or units were dropped that the journal still lists: a fresh
+        # snapshot before anything is appended past ``end`` (store.queue.positions).
+        size = queues.save_positions_blocking(paths.consume_queue_positions_file, reput_from)
+        journal_file = (size, size, reput_from)
+        lap("positions")
+
     log.info(
         "store recovered (%s): log end %d, dropped %d queue units and %d index entries past it, "
         "re-dispatched %d messages from %d; %s",
@@ -187,4 +207,5 @@ def recover_blocking(
         redispatch_from=redispatch_from,
         last_dispatch_timestamp=last_timestamp,
         timings=timings,
+        journal_file=journal_file,
     )

@@ -50,6 +50,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from itertools import starmap
 
 from wharf.store.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT, segment_file_name
@@ -151,13 +152,26 @@ class ConsumeQueueFile:
             os.close(fd)
 
 
+@dataclass(eq=False)
+class QueueLinks:
+    """What the queues of one table share with it (``ConsumeQueueTable.links``), one value
+    instead of a parameter each: the queues add themselves to ``dirty`` (unflushed units: the
+    flush visits those, not every queue) and to ``changed`` (state moved since the positions
+    journal last recorded it: ``store.queue.positions``), and the directories whose new
+    entries the thorough flush must fsync to ``dir_syncs``. A queue of its own gets a private
+    one."""
+
+    dirty: set[ConsumeQueue] = field(default_factory=set)
+    changed: set[ConsumeQueue] = field(default_factory=set)
+    dir_syncs: DirectorySyncs = field(default_factory=DirectorySyncs)
+
+
 class ConsumeQueue:
     __slots__ = (
         "_cache",
-        "_dir_syncs",
-        "_dirty",
         "_flushed_pos",
         "_fresh",
+        "_links",
         "_min_physical",
         "_min_pos",
         "_write_pos",
@@ -177,8 +191,7 @@ class ConsumeQueue:
         directory: str | os.PathLike[str],
         file_size: int,
         cache: QueueFileCache | None = None,
-        dirty: set[ConsumeQueue] | None = None,
-        dir_syncs: DirectorySyncs | None = None,
+        links: QueueLinks | None = None,
     ) -> None:
         if file_size <= 0 or file_size % CQ_STORE_UNIT_SIZE:
             raise ValueError(
@@ -191,13 +204,10 @@ class ConsumeQueue:
         self.file_size = file_size
         # Shared by every queue of a store (ConsumeQueueTable); a queue on its own gets one.
         self._cache = cache if cache is not None else QueueFileCache(MIN_CAPACITY)
-        # The table's set of queues with unflushed units (the flush visits those, not every
-        # queue); the queue adds itself when its first unflushed unit is written.
-        self._dirty = dirty
-        # The table's directories with entries not yet durable: every file (and directory)
-        # this queue creates is added, and the thorough queue flush fsyncs them before the
-        # checkpoint vouches for the units (store/services/queue_flush.py).
-        self._dir_syncs = dir_syncs
+        # The table's dirty and changed sets and directories to sync (QueueLinks): every
+        # file (and directory) this queue creates is added to dir_syncs, which the thorough
+        # queue flush fsyncs before the checkpoint vouches for the units.
+        self._links = links if links is not None else QueueLinks()
         self.files: list[ConsumeQueueFile] = []
         self._write_pos = 0  # absolute byte offset after the last unit
         self._min_pos = 0  # absolute byte offset of the first live unit
@@ -218,15 +228,14 @@ class ConsumeQueue:
         directory: str | os.PathLike[str],
         file_size: int,
         cache: QueueFileCache | None = None,
-        dirty: set[ConsumeQueue] | None = None,
-        dir_syncs: DirectorySyncs | None = None,
+        links: QueueLinks | None = None,
     ) -> ConsumeQueue:
         """Find the files and the end of written data (first zero-size unit of the last file)
         with ``pread`` and one descriptor at a time, closed before returning: a restart after a
         crash reads one 4 KiB block of a queue holding fewer than 204 units in its last file,
         ~20 units more of a fuller one. Files of the wrong size are refused: the layout would
         be ambiguous."""
-        queue = cls(topic, queue_id, directory, file_size, cache, dirty, dir_syncs)
+        queue = cls(topic, queue_id, directory, file_size, cache, links)
         entries = sorted(
             (entry for entry in os.scandir(directory) if entry.name.isdigit()),
             key=lambda entry: int(entry.name),
@@ -283,11 +292,11 @@ class ConsumeQueue:
         file_size: int,
         cache: QueueFileCache,
         entry: QueueSummary,
-        dirty: set[ConsumeQueue] | None = None,
-        dir_syncs: DirectorySyncs | None = None,
+        links: QueueLinks | None = None,
     ) -> ConsumeQueue:
-        """A queue as a clean shutdown left it (``store.queue.summary``): nothing is opened."""
-        queue = cls(topic, queue_id, directory, file_size, cache, dirty, dir_syncs)
+        """A queue as the positions journal recorded it (``store.queue.positions``): nothing
+        is opened."""
+        queue = cls(topic, queue_id, directory, file_size, cache, links)
         first, count, min_pos, write_pos, max_physical, min_physical = entry
         for start in range(first, first + count * file_size, file_size):
             path = os.path.join(directory, segment_file_name(start))
@@ -371,10 +380,13 @@ class ConsumeQueue:
 
     def _start_at(self, file_start: int) -> None:
         self._write_pos = self._min_pos = self._flushed_pos = file_start
+        self._links.changed.add(self)
 
     def _write(self, data: bytes) -> None:
-        if self._dirty is not None and self._write_pos == self._flushed_pos:
-            self._dirty.add(self)
+        if self._write_pos == self._flushed_pos:  # its first unflushed unit
+            links = self._links
+            links.dirty.add(self)
+            links.changed.add(self)
         view = memoryview(data)
         while view:
             file = self._file_for_write()
@@ -417,10 +429,9 @@ class ConsumeQueue:
             created = [topic_dir, os.path.dirname(topic_dir)]
         path = os.path.join(self.directory, segment_file_name(start))
         file = ConsumeQueueFile.create_blocking(path, start, self.file_size)
-        if self._dir_syncs is not None:
-            # Durable by name before the checkpoint moves past its units (not here: a
-            # directory fsync per file would cost the dispatch a journal commit).
-            self._dir_syncs.add(self.directory, *created)
+        # Durable by name before the checkpoint moves past its units (not here: a directory
+        # fsync per file would cost the dispatch a journal commit).
+        self._links.dir_syncs.add(self.directory, *created)
         return file
 
     def missing_files(self, first_offset: int, count: int) -> list[int]:
@@ -448,6 +459,7 @@ class ConsumeQueue:
                 self._start_at(file.start)
                 self._fresh = True
             self.files.append(file)
+            self._links.changed.add(self)
 
     # --- reads ---------------------------------------------------------------------------
     def read_unit_bytes(self, offset: int, max_count: int) -> bytes:
@@ -542,6 +554,7 @@ class ConsumeQueue:
             self._start_at(new_pos - new_pos % self.file_size)
         self._write_pos = new_pos
         self._flushed_pos = min(self._flushed_pos, new_pos)
+        self._links.changed.add(self)
         if self._write_pos <= self._min_pos:
             self._min_physical = -1
         self._refresh_max_physical_offset()
@@ -578,6 +591,7 @@ class ConsumeQueue:
             else:
                 low = mid + 1
         self._min_pos = max(self._min_pos, low * CQ_STORE_UNIT_SIZE)
+        self._links.changed.add(self)
         unit = self.get_unit(self.min_offset)
         self._min_physical = unit[0] if unit is not None and unit[1] != BLANK_UNIT_SIZE else -1
 
@@ -602,6 +616,7 @@ class ConsumeQueue:
         if self.files:
             self._min_pos = max(self._min_pos, self.files[0].start)
             self._min_physical = -1
+        self._links.changed.add(self)
 
     # --- flush / close -------------------------------------------------------------------
     def flush_blocking(self) -> int:

@@ -1,9 +1,10 @@
 """All ConsumeQueues of a store (RocketMQ's consumeQueueTable): loading the
 ``consumequeue/<topic>/<queueId>/`` tree, lookup, creation on first dispatch, topic removal.
 
-The table owns the one ``QueueFileCache`` its queues map their files through (the bound on
-descriptors and maps, whatever the number of queues) and the summary a clean shutdown leaves
-(``store.queue.summary``): a start after one builds every queue from it and opens nothing.
+The table owns the one ``QueueFileCache`` its queues open their files through (the bound on
+descriptors, whatever the number of queues) and captures what the positions journal records
+(``store.queue.positions``): a start after a clean shutdown or a process crash builds every
+queue from it and opens nothing.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from wharf.store.paths import DirectorySyncs
-from wharf.store.queue import summary
-from wharf.store.queue.consume_queue import ConsumeQueue
+from wharf.store.queue import positions
+from wharf.store.queue.consume_queue import ConsumeQueue, QueueLinks
 from wharf.store.queue.file_cache import QueueFileCache
 
 log = logging.getLogger(__name__)
@@ -42,11 +43,24 @@ class ConsumeQueueTable:
         self.file_size = file_size
         self.cache = cache if cache is not None else QueueFileCache(DEFAULT_OPEN_FILES)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self.dirty: set[ConsumeQueue] = set()  # queues with unflushed units (loop only)
-        # Directories with queue files (or queue directories) created since the last thorough
-        # flush: fsynced by it before the checkpoint vouches for their units (power loss).
-        self.dir_syncs = DirectorySyncs()
-        self.from_summary = False  # how the last load found the queues
+        # Shared with every queue: the dirty and changed sets (loop only) and the directories
+        # with entries created since the last thorough flush, which fsyncs them before the
+        # checkpoint vouches for their units (power loss).
+        self.links = QueueLinks()
+        self.loaded_from = "files"  # how the last load found the queues: "files" / "journal"
+        # After a crash, the dispatch position of the journal's last record: re-dispatch
+        # resumes there (None: the queues' own ends are exact, or were read from the files).
+        self.journal_position: int | None = None
+        # The positions file as loaded: (bytes kept, bytes of its snapshot, last D), or None.
+        self.journal_file: tuple[int, int, int] | None = None
+
+    @property
+    def dirty(self) -> set[ConsumeQueue]:
+        return self.links.dirty
+
+    @property
+    def dir_syncs(self) -> DirectorySyncs:
+        return self.links.dir_syncs
 
     @classmethod
     def load_blocking(
@@ -54,14 +68,18 @@ class ConsumeQueueTable:
         root: Path,
         file_size: int,
         cache: QueueFileCache | None = None,
-        summary_file: Path | None = None,
+        positions_file: Path | None = None,
         clean: bool = False,
+        page_cache_survived: bool = False,
     ) -> ConsumeQueueTable:
-        """The queues under ``root``: from ``summary_file`` after a ``clean`` shutdown, else by
-        reading each queue's files (one descriptor at a time, no maps)."""
+        """The queues under ``root``: from the positions journal after a ``clean`` shutdown or a
+        process crash (``page_cache_survived``), else by reading each queue's files (one
+        descriptor at a time, no maps). See ``store.queue.positions`` for what is trusted when."""
         table = cls(root, file_size, cache)
         started = time.monotonic()
-        entries = summary.take_blocking(summary_file, file_size) if summary_file else None
+        loaded = None
+        if positions_file is not None and (clean or page_cache_survived):
+            loaded = positions.read_blocking(positions_file, file_size)
         if not root.is_dir():
             return table
         base = os.fspath(root)
@@ -73,68 +91,100 @@ class ConsumeQueueTable:
                 shutil.rmtree(entry.path, ignore_errors=True)  # a deletion cut short
                 continue
             topics.append(entry.name)
-        if entries is not None and clean:
-            for topic, queue_id, state in entries:
-                directory = os.path.join(base, topic, str(queue_id))
-                table.queues[(topic, queue_id)] = ConsumeQueue.from_summary(
-                    topic,
-                    queue_id,
-                    directory,
-                    file_size,
-                    table.cache,
-                    state,
-                    table.dirty,
-                    table.dir_syncs,
-                )
-            table.from_summary = True
-        else:
+        if not clean:
+            # A crashed run's new files may sit in the page cache only (a process crash):
+            # make every loaded name durable before the checkpoint vouches for it.
+            table.dir_syncs.add(base, *(os.path.join(base, topic) for topic in topics))
+        if loaded is not None:
+            assert positions_file is not None
+            table._load_journal(base, set(topics), loaded, clean)
             if not clean:
-                # A crashed run's new files may sit in the page cache only (a process crash):
-                # make every loaded name durable before the checkpoint vouches for it.
-                table.dir_syncs.add(base, *(os.path.join(base, topic) for topic in topics))
-
-            # Threads: the listing and reads release the GIL, so a cold cache (a machine
-            # crash) is read with LOAD_THREADS requests in flight instead of one.
-            def load_topics(names: list[str]) -> list[ConsumeQueue]:
-                loaded = []
-                for topic in names:
-                    for entry in os.scandir(os.path.join(base, topic)):
-                        if entry.is_dir() and entry.name.isdigit():
-                            if not clean:
-                                table.dir_syncs.add(entry.path)
-                            loaded.append(
-                                ConsumeQueue.load_blocking(
-                                    topic,
-                                    int(entry.name),
-                                    entry.path,
-                                    file_size,
-                                    table.cache,
-                                    table.dirty,
-                                    table.dir_syncs,
-                                )
-                            )
-                return loaded
-
-            chunks = [topics[i::LOAD_THREADS] for i in range(LOAD_THREADS)]
-            with ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="cq-load") as pool:
-                for loaded in pool.map(load_topics, chunks):
-                    for queue in loaded:
-                        table.queues[(queue.topic, queue.queue_id)] = queue
+                positions.cut_torn_tail_blocking(positions_file, loaded)
+            table.journal_file = (loaded.good_length, loaded.snapshot_length, loaded.position)
+        else:
+            table._load_files(base, topics, clean)
         log.info(
             "loaded %d consume queues in %.1f ms (%s)",
             len(table.queues),
             (time.monotonic() - started) * 1000,
-            "from the shutdown summary" if table.from_summary else "reading their files",
+            "from the positions journal" if loaded is not None else "reading their files",
         )
         return table
 
-    def save_summary_blocking(self, summary_file: Path) -> None:
-        """At a clean shutdown, after the last flush: what the next start loads instead of
-        reading every queue."""
-        summary.write_blocking(
-            summary_file,
-            self.file_size,
-            ((q.topic, q.queue_id, q.summary()) for q in self.queues.values()),
+    def _load_journal(
+        self, base: str, topics: set[str], loaded: positions.Loaded, clean: bool
+    ) -> None:
+        """Queues as the journal recorded them. After a crash, a queue whose first file is gone
+        (retention deleted it after the last record) is read from its files; one whose topic
+        directory is gone (deleted) is dropped; re-dispatch from ``journal_position`` brings
+        every queue up to the log's end."""
+        file_size, cache, links = self.file_size, self.cache, self.links
+        join, exists = os.path.join, os.path.exists
+        for topic, queue_id, state in loaded.entries():
+            if not clean and topic not in topics:
+                continue
+            directory = join(base, topic, str(queue_id))
+            queue = ConsumeQueue.from_summary(
+                topic, queue_id, directory, file_size, cache, state, links
+            )
+            if not clean:
+                links.dir_syncs.add(directory)
+                if queue.files and not exists(queue.files[0].path):
+                    if not exists(directory):
+                        continue
+                    queue = ConsumeQueue.load_blocking(
+                        topic, queue_id, directory, file_size, cache, links
+                    )
+            self.queues[(topic, queue_id)] = queue
+        self.loaded_from = "journal"
+        if not clean:
+            self.journal_position = loaded.position
+
+    def _load_files(self, base: str, topics: list[str], clean: bool) -> None:
+        file_size, cache, links = self.file_size, self.cache, self.links
+
+        # Threads: the listing and reads release the GIL, so a cold cache (a machine crash)
+        # is read with LOAD_THREADS requests in flight instead of one.
+        def load_topics(names: list[str]) -> list[ConsumeQueue]:
+            loaded = []
+            for topic in names:
+                for entry in os.scandir(os.path.join(base, topic)):
+                    if entry.is_dir() and entry.name.isdigit():
+                        if not clean:
+                            links.dir_syncs.add(entry.path)
+                        loaded.append(
+                            ConsumeQueue.load_blocking(
+                                topic, int(entry.name), entry.path, file_size, cache, links
+                            )
+                        )
+            return loaded
+
+        chunks = [topics[i::LOAD_THREADS] for i in range(LOAD_THREADS)]
+        with ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="cq-load") as pool:
+            for loaded in pool.map(load_topics, chunks):
+                for queue in loaded:
+                    self.queues[(queue.topic, queue.queue_id)] = queue
+        self.loaded_from = "files"
+
+    def entries(self, queues: Iterable[ConsumeQueue]) -> list[positions.Entry]:
+        return [(q.topic, q.queue_id, q.summary()) for q in queues]
+
+    def take_changed(self) -> list[ConsumeQueue]:
+        """The queues whose state moved since the last call (the dirty ones included: a queue
+        still dirty may have moved again without becoming dirty anew); the set starts over."""
+        links = self.links
+        changed, links.changed = links.changed, set()
+        changed |= links.dirty
+        return list(changed)
+
+    def save_positions_blocking(self, positions_file: Path, position: int) -> int:
+        """A snapshot of every queue as it is now (a clean shutdown after the last flush, the
+        end of a recovery): what the next start loads instead of reading every queue. The
+        changed set starts over. Returns the file's size."""
+        self.links.changed = set()
+        items, count = positions.encode_entries(self.entries(self.queues.values()))
+        return positions.write_snapshot_blocking(
+            positions_file, self.file_size, position, items, count
         )
 
     def unflushed(self, least_bytes: int) -> list[ConsumeQueue]:
@@ -156,15 +206,7 @@ class ConsumeQueueTable:
         queue = self.queues.get((topic, queue_id))
         if queue is None:
             directory = os.path.join(self.root, topic, str(queue_id))
-            queue = ConsumeQueue(
-                topic,
-                queue_id,
-                directory,
-                self.file_size,
-                self.cache,
-                self.dirty,
-                self.dir_syncs,
-            )
+            queue = ConsumeQueue(topic, queue_id, directory, self.file_size, self.cache, self.links)
             self.queues[(topic, queue_id)] = queue
         return queue
 
@@ -178,9 +220,11 @@ class ConsumeQueueTable:
         rename, so a queue re-created at once starts in a fresh directory); the caller destroys
         the returned queues in a thread."""
         removed = [q for (t, _), q in self.queues.items() if t == topic]
+        links = self.links
         for queue in removed:
             del self.queues[(queue.topic, queue.queue_id)]
-            self.dirty.discard(queue)
+            links.dirty.discard(queue)
+            links.changed.discard(queue)
             queue.close()
         topic_dir = self.root / topic
         if topic_dir.is_dir():

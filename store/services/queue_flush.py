@@ -21,6 +21,9 @@ journal commit on the dispatch path); their directories are collected in
 ``ConsumeQueueTable.dir_syncs`` / ``IndexService.dir_syncs`` and every thorough pass fsyncs
 them after the file syncs and before the checkpoint moves. A partial pass does neither.
 
+Every ``RECORD_INTERVAL_S`` (5 s) it also has the positions journal record the queues that
+changed (``store.queue.journal``), for a quick restart after a process crash.
+
 The service works on ``StoreParts`` plus ``dispatch_position()`` -> (reput offset, timestamp of
 the last dispatched message), not on the facade (see ``wharf.store.parts``).
 """
@@ -34,6 +37,7 @@ from collections.abc import Callable
 from wharf.store.errors import disk_full_error, is_disk_full
 from wharf.store.parts import StoreParts
 from wharf.store.paths import DirectorySyncs
+from wharf.store.queue.journal import RECORD_INTERVAL_S, PositionsJournal
 from wharf.store.service import Service
 
 # () -> (dispatch offset, store timestamp of the last dispatched message; 0 if none yet).
@@ -41,7 +45,12 @@ DispatchPosition = Callable[[], tuple[int, int]]
 
 
 class FlushConsumeQueueService(Service):
-    def __init__(self, parts: StoreParts, dispatch_position: DispatchPosition) -> None:
+    def __init__(
+        self,
+        parts: StoreParts,
+        dispatch_position: DispatchPosition,
+        journal: PositionsJournal | None = None,
+    ) -> None:
         config = parts.config
         super().__init__("FlushConsumeQueueService", config.flush_interval_consume_queue / 1000)
         self.parts = parts
@@ -49,6 +58,8 @@ class FlushConsumeQueueService(Service):
         self.least_bytes = config.flush_consume_queue_least_pages * mmap.PAGESIZE
         self.thorough_s = config.flush_consume_queue_thorough_interval / 1000
         self._last_thorough = time.monotonic()
+        self.journal = journal
+        self._last_record = time.monotonic()
         self.flush_count = 0
         self.last_flush_seconds = 0.0
 
@@ -58,6 +69,9 @@ class FlushConsumeQueueService(Service):
         if thorough:
             self._last_thorough = now
         await self.flush(0 if thorough else self.least_bytes)
+        if self.journal is not None and now - self._last_record >= RECORD_INTERVAL_S:
+            self._last_record = now
+            await self.journal.record(lambda: self.dispatch_position()[0])
 
     async def on_stop(self) -> None:
         await self.flush_all()

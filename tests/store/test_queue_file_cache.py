@@ -1,7 +1,7 @@
 """Queue files through a bounded cache: open descriptors never exceed the capacity whatever
 the number of queues and no queue file is mapped, a closed file reads and writes the same bytes
-when opened again, a sync of a closed file works, a limit met gives ResourceLimitError, and the
-shutdown summary rebuilds the table without opening a file."""
+when opened again, a sync of a closed file works, and a limit met gives ResourceLimitError (the
+positions journal that rebuilds the table without opening a file: test_queue_positions.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from wharf.store.errors import ResourceLimitError
-from wharf.store.queue import file_cache, summary
+from wharf.store.queue import file_cache
 from wharf.store.queue.consume_queue import ConsumeQueue, ConsumeQueueFile
 from wharf.store.queue.file_cache import QueueFileCache
 from wharf.store.queue.table import ConsumeQueueTable
@@ -134,67 +134,6 @@ def test_the_capacity_is_a_quarter_of_the_open_file_limit(monkeypatch: pytest.Mo
     assert file_cache.default_capacity(2048) == 64
     monkeypatch.setattr(file_cache.resource, "getrlimit", lambda _: (1_000_000, 1_000_000))
     assert file_cache.default_capacity(2048) == 2048
-
-
-def _table_state(table: ConsumeQueueTable) -> dict[tuple[str, int], tuple[int, ...]]:
-    return {key: queue.summary() for key, queue in table.queues.items()}
-
-
-def test_a_clean_shutdown_summary_rebuilds_the_table_without_opening_files(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    root, summary_file = tmp_path / "consumequeue", tmp_path / "consumequeue.summary"
-    table = ConsumeQueueTable(root, FILE, QueueFileCache(16))
-    for queue_id in range(30):
-        table.find_or_create(f"T{queue_id % 7}", queue_id).append_units(
-            0, _units(queue_id, queue_id + 1)
-        )
-    for queue in table:
-        queue.flush_blocking()
-    state = _table_state(table)
-    table.save_summary_blocking(summary_file)
-    table.close()
-
-    opened: list[str] = []
-    real_open = os.open
-
-    def counting_open(path: str, *args: int) -> int:
-        opened.append(str(path))
-        return real_open(path, *args)
-
-    monkeypatch.setattr(os, "open", counting_open)
-    loaded = ConsumeQueueTable.load_blocking(root, FILE, QueueFileCache(16), summary_file, True)
-    monkeypatch.setattr(os, "open", real_open)
-    assert loaded.from_summary and _table_state(loaded) == state
-    assert not [p for p in opened if "consumequeue/" in p]  # no queue file opened
-    assert not summary_file.exists()  # read once: a later crash never trusts it
-    queue = loaded.find("T3", 10)
-    assert queue is not None and list(queue.read_units(0, 20)) == _units(10, 11)
-    loaded.close()
-
-    # After a crash (or without a summary) the files are read: the same state.
-    crashed = ConsumeQueueTable.load_blocking(root, FILE, QueueFileCache(16), summary_file, False)
-    assert not crashed.from_summary and _table_state(crashed) == {
-        key: (*value[:5], crashed.queues[key].summary()[5]) for key, value in state.items()
-    }
-    crashed.close()
-
-
-def test_a_damaged_or_foreign_summary_is_not_trusted(tmp_path: Path) -> None:
-    root, summary_file = tmp_path / "consumequeue", tmp_path / "consumequeue.summary"
-    table = ConsumeQueueTable(root, FILE, QueueFileCache(16))
-    table.find_or_create("T", 0).append_units(0, _units(0, 12))
-    table.save_summary_blocking(summary_file)
-    table.close()
-    data = bytearray(summary_file.read_bytes())
-    data[12] ^= 1  # one bit of the body
-    summary_file.write_bytes(data)
-    loaded = ConsumeQueueTable.load_blocking(root, FILE, QueueFileCache(16), summary_file, True)
-    assert not loaded.from_summary and loaded.queues[("T", 0)].max_offset == 12
-    loaded.close()
-    # Written for another queue file size: refused as well.
-    summary_file.write_bytes(summary.encode(FILE * 2, [("T", 0, (0, 1, 0, 240, 1300, 0))]))
-    assert summary.take_blocking(summary_file, FILE) is None
 
 
 @pytest.mark.parametrize("count", [1, 203, 204, 205, 700, 1000])
