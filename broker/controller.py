@@ -588,8 +588,9 @@ class BrokerController:
     def _registrar(self, dial: Callable[[str], grpc.aio.Channel]) -> NamesrvRegistrar:
         broker = self.config.broker
         identity = Identity(
-            broker.broker_cluster_name, broker.broker_name, broker.broker_id, self.endpoint
-        )
+            broker.broker_cluster_name, broker.broker_name, broker.broker_id, self.endpoint,
+            remoting_address=self.remoting_address,
+        )  # fmt: skip
 
         def snapshot() -> tuple[int, list[namesrv_pb2.TopicQueues]]:
             topics = [
@@ -704,8 +705,9 @@ class BrokerController:
             if self.registrar is not None:
                 epoch = self.failover.epoch if self.failover else 0
                 identity = Identity(
-                    broker.broker_cluster_name, broker.broker_name, 0, self.endpoint, epoch
-                )
+                    broker.broker_cluster_name, broker.broker_name, 0, self.endpoint, epoch,
+                    self.remoting_address,
+                )  # fmt: skip
                 await self.registrar.change_identity(identity)
 
         return Failover(

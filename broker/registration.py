@@ -2,14 +2,14 @@
 BrokerOuterAPI.registerBrokerAll, over one ``BrokerSession`` stream per NameServer).
 
 Per NameServer, a task holds a session: a full registration (cluster, broker name, id,
-address, data version, every topic's queue numbers and permission) first, then a heartbeat
-every ``brokerHeartbeatInterval`` ms, and a full registration again within ~50 ms of a topic
-change (``wake()``) or when the NameServer answers ``need_register`` (it restarted, or dropped
-this broker for silence). A broken session is retried every second; the registration lives
-exactly as long as the session, so a killed broker leaves every route at once. ``stop`` sends
-``unregister`` on every open session (SIGTERM: clients stop routing here before the port
-closes). ``open_channel`` dials a NameServer (the controller's signs and TLS-wraps the calls
-when namesrvAccessKey / namesrvTlsEnable are set; plaintext by default).
+address, remoting address, data version, every topic's queue numbers and permission) first,
+then a heartbeat every ``brokerHeartbeatInterval`` ms, and a full registration again within
+~50 ms of a topic change (``wake()``) or when the NameServer answers ``need_register`` (it
+restarted, or dropped this broker for silence). A broken session is retried every second;
+the registration lives exactly as long as the session, so a killed broker leaves every route
+at once. ``stop`` sends ``unregister`` on every open session (SIGTERM: clients stop routing
+here before the port closes). ``open_channel`` dials a NameServer (the controller's signs and
+TLS-wraps the calls when namesrvAccessKey / namesrvTlsEnable are set; plaintext by default).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class Identity:
     broker_id: int
     address: str
     epoch: int = 0  # controller mode: the master term (a higher one wins a disputed key)
+    remoting_address: str = ""  # the RocketMQ 4.x remoting port clients dial ("": off)
 
 
 def parse_namesrv_addr(text: str) -> list[str]:
@@ -70,6 +71,7 @@ class _Session:
             data_version=version,
             heartbeat=not full,
             epoch=me.epoch,
+            remoting_address=me.remoting_address,
         )
         if full:
             reg.topics.extend(topics)

@@ -3,10 +3,12 @@
 A task wakes every ``step_s`` and asks the store for open halves older than
 ``transactionTimeOut`` ms (or their ``CHECK_IMMUNITY_TIME_IN_SECONDS``) and not checked in the
 last ``transactionCheckInterval`` ms. Each goes to the first check target of its topic that
-takes it: a RocketMQ 5 producer's Telemetry stream (``v2/transactions.py``) or a Wharf SDK
-producer's ``TransactionChecks`` stream (``CheckChannels`` below); the producer answers with
-EndTransaction. Every round counts as a check, producer or not; after ``transactionCheckMax``
-checks the half is discarded (never delivered) with a WARNING line and a count.
+takes it: a RocketMQ 5 producer's Telemetry stream (``v2/transactions.py``), a Wharf SDK
+producer's ``TransactionChecks`` stream (``CheckChannels`` below) or a RocketMQ 4.x producer's
+remoting connection (``remoting/transactions.py``, a ``CheckChannels.add_source``); the
+producer answers with EndTransaction. Every round counts as a check, producer or not; after
+``transactionCheckMax`` checks the half is discarded (never delivered) with a WARNING line and
+a count.
 """
 
 from __future__ import annotations
@@ -29,10 +31,16 @@ CHANNEL_QUEUE_MAX = 1024  # checks queued for one SDK producer at most
 
 
 class CheckChannels:
-    """The open ``TransactionChecks`` streams of Wharf SDK producers, by topic."""
+    """The open ``TransactionChecks`` streams of Wharf SDK producers, by topic, and the check
+    targets of other front ends (``add_source``: the remoting port's producers)."""
 
     def __init__(self) -> None:
         self._by_topic: dict[str, list[asyncio.Queue[tuple[StoredMessage, int]]]] = {}
+        self._sources: list[Callable[[str], list[CheckTarget]]] = []
+
+    def add_source(self, source: Callable[[str], list[CheckTarget]]) -> None:
+        """More check targets of a topic (after the SDK streams'), asked each round."""
+        self._sources.append(source)
 
     def open(self, topics: list[str]) -> asyncio.Queue[tuple[StoredMessage, int]]:
         queue: asyncio.Queue[tuple[StoredMessage, int]] = asyncio.Queue(CHANNEL_QUEUE_MAX)
@@ -58,7 +66,10 @@ class CheckChannels:
 
             return put
 
-        return [target(q) for q in reversed(self._by_topic.get(topic, []))]
+        out = [target(q) for q in reversed(self._by_topic.get(topic, []))]
+        for source in self._sources:
+            out.extend(source(topic))
+        return out
 
 
 class TransactionChecker:

@@ -3,7 +3,10 @@
 It keeps nothing on disk: brokers register again with a restarted NameServer within one
 heartbeat (their session breaks and they reconnect). Exit codes: 0 clean stop, 1 failure,
 2 invalid configuration (an ACL file or TLS files that cannot be used included).
-``--ready-file`` is written once it serves: {"grpc", "pid", "tls"}.
+``--ready-file`` is written once it serves: {"grpc", "pid", "tls", "remoting"}.
+``--remoting-listen HOST:PORT`` (port 0: a free one) also serves RocketMQ 4.x clients their
+routes over remoting (``remoting.py``); ``"remoting"`` in the ready file is the address they
+dial (null when off).
 
 aclEnable and tlsEnable work as the broker's (``wharf.broker.acl.accounts``,
 ``wharf.broker.tls_material``, ``wharf.broker.tls_reload``): see ``config.py``.
@@ -34,6 +37,7 @@ from wharf.broker.namesrv.config import (
     NamesrvConfig,
     load_namesrv_settings,
 )
+from wharf.broker.namesrv.remoting import NamesrvRemoting, RemotingStartError, reserve
 from wharf.broker.namesrv.routes import RouteTable
 from wharf.broker.namesrv.service import NameService
 from wharf.broker.ready_file import write_ready_file_blocking
@@ -54,7 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE", help="TOML file with NameServer settings")
     parser.add_argument("--listen", metavar="HOST:PORT", help="gRPC address (127.0.0.1:9876)")
     parser.add_argument(
-        "--ready-file", metavar="PATH", help='written once serving: {"grpc", "pid"}'
+        "--remoting-listen",
+        metavar="HOST:PORT",
+        help="RocketMQ 4.x remoting port, the namesrvAddr of 4.x clients (port 0: a free port; "
+        "off by default)",
+    )
+    parser.add_argument(
+        "--ready-file",
+        metavar="PATH",
+        help='written once serving: {"grpc", "pid", "tls", "remoting"}',
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper)
     return parser
@@ -90,11 +102,12 @@ async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
     (issue 33, "ready means ready": a port that accepts before its server runs leaves a client
     waiting for its deadline, where a refused one is retried at once). The order, and why:
 
-    1. The ACL and TLS files: a bad one stops the NameServer before anything starts.
+    1. The ACL and TLS files: a bad one stops the NameServer before anything starts; the
+       remoting port is bound (not listening), so a taken one stops it too.
     2. The service, its handlers, health SERVING and its background tasks: everything a call
        needs, before anything can call.
     3. The port, last: ``add_*_port`` listens at once, so it comes right before
-       ``server.start`` with no await between them.
+       ``server.start`` with no await between them; the remoting port listens right after.
     4. The ready file, once it serves."""
     acl: AccountChecker | None = None
     if config.acl_enable:
@@ -109,7 +122,15 @@ async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
             credentials = await asyncio.to_thread(_server_credentials_blocking, config)
         except TlsError as exc:
             raise StartError(str(exc)) from None
-    service = NameService(RouteTable(), config.broker_not_active_timeout_millis, acl)
+    grpc_host = config.listen.rpartition(":")[0].strip("[]")
+    remoting = remoting_address = None
+    if config.remoting_listen:
+        try:
+            remoting, remoting_address = reserve(config.remoting_listen, grpc_host)
+        except RemotingStartError as exc:
+            raise StartError(f"remotingListen: {exc}") from None
+    table = RouteTable()
+    service = NameService(table, config.broker_not_active_timeout_millis, acl)
     # Accept the SDK's keepalive pings on route watches and idle connections (wharf.keepalive):
     # gRPC's defaults answer them with GOAWAY "too_many_pings" after three.
     server = grpc.aio.server(options=keepalive.server_options())
@@ -127,16 +148,32 @@ async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
     else:
         port = server.add_insecure_port(config.listen)
     await server.start()
-    host = config.listen.rpartition(":")[0].strip("[]")
+    host = grpc_host
+    if remoting is not None:
+        try:
+            await remoting.start(NamesrvRemoting(table).handlers(), None)
+        except RemotingStartError as exc:
+            await server.stop(None)
+            raise StartError(f"remotingListen: {exc}") from None
     log.info("NameServer serving on %s:%d%s%s", host, port, " over TLS" if credentials else "",
              " with ACL" if acl else "")  # fmt: skip
-    if ready_file is not None:
-        info = {"grpc": f"{host}:{port}", "pid": os.getpid(), "tls": credentials is not None}
-        await asyncio.to_thread(write_ready_file_blocking, ready_file, info)
+    if remoting is not None:
+        log.info("remoting (RocketMQ 4.x) on %s (clients: namesrvAddr=%s)", remoting.address,
+                 remoting_address)  # fmt: skip
+    # SIGTERM handled before the ready file names the pid: a supervisor that stops the
+    # NameServer as soon as it is ready gets a clean stop, not Python's default death.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    if ready_file is not None:
+        info = {
+            "grpc": f"{host}:{port}",
+            "pid": os.getpid(),
+            "tls": credentials is not None,
+            "remoting": remoting_address,
+        }
+        await asyncio.to_thread(write_ready_file_blocking, ready_file, info)
     await stop.wait()
     log.info("stopping")
     for task in (expire, reload_acl):
@@ -144,13 +181,21 @@ async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+    if remoting is not None:
+        remoting.close_listener()
     await server.stop(1.0)
+    if remoting is not None:
+        await remoting.stop()
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    flags = {"listen": args.listen, "log_level": args.log_level}
+    flags = {
+        "listen": args.listen,
+        "remoting_listen": args.remoting_listen,
+        "log_level": args.log_level,
+    }
     try:
         config = load_namesrv_settings(
             args.config, os.environ, {k: v for k, v in flags.items() if v is not None}

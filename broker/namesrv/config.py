@@ -28,6 +28,9 @@ class ConfigError(ValueError):
 class NamesrvConfig:
     # listen: gRPC address (RocketMQ's NameServer port 9876; loopback unless told otherwise).
     listen: str = "127.0.0.1:9876"
+    # remotingListen: the RocketMQ 4.x remoting port (HOST:PORT, port 0: a free one; "": off),
+    # the namesrvAddr of 4.x clients: routes of every registered group with a remoting port.
+    remoting_listen: str = ""
     # brokerNotActiveTimeoutMillis: a broker silent this long is dropped (RocketMQ 5's
     # controller default, 10 s; a broker whose connection breaks is dropped at once).
     broker_not_active_timeout_millis: int = 10_000
@@ -80,7 +83,7 @@ def _coerce(name: str, value: Any) -> Any:
             raise ValueError(f"expected a positive integer, got {value!r}")
     elif not isinstance(value, str):
         raise ValueError(f"expected a string, got {value!r}")
-    if name == "listen":
+    if name == "listen" or (name == "remoting_listen" and value):
         host, sep, port = value.rpartition(":")
         if not sep or not host or not port.isdigit() or int(port) > 65535:
             raise ValueError(f"expected HOST:PORT, got {value!r}")
@@ -93,6 +96,11 @@ def _coerce(name: str, value: Any) -> Any:
 
 def _check_together(config: NamesrvConfig) -> None:
     """Settings that need each other."""
+    if config.acl_enable and config.remoting_listen:
+        raise ConfigError(
+            "remotingListen does not check RocketMQ 4 ACL signatures yet: turn it off while "
+            "aclEnable is on"
+        )
     if config.acl_enable and not config.acl_file:
         raise ConfigError("aclEnable needs aclFile: the accounts file (plain_acl.yml)")
     if config.tls_enable and not (config.tls_cert_path and config.tls_key_path):

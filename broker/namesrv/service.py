@@ -127,6 +127,7 @@ class NameService(namesrv_pb2_grpc.NameServiceServicer):
                     },
                     session,
                     reg.epoch,
+                    reg.remoting_address,
                 )
                 if not taken:
                     log.warning("broker %s/%s/%d at %s claims epoch %d, older than the "
@@ -178,6 +179,7 @@ class NameService(namesrv_pb2_grpc.NameServiceServicer):
                 topics=len(b.topics),
                 last_seen_ms_ago=self.table.seen_ago_ms(b),
                 registered_at_ms=b.registered_at_ms,
+                remoting_address=b.remoting_address,
             )
         return reply
 

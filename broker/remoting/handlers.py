@@ -38,8 +38,9 @@ from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import validate_topic_name
 from wharf.broker.processors.consumer import ConsumerProcessor, retry_topic
 from wharf.broker.processors.pull import PullProcessor
+from wharf.broker.remoting.admin import RemotingAdmin
 from wharf.broker.remoting.batch import BatchError, decode_messages
-from wharf.broker.remoting.codes import RequestCode, ResponseCode
+from wharf.broker.remoting.codes import TRANSACTION_ROLLBACK_TYPE, RequestCode, ResponseCode
 from wharf.broker.remoting.frame import RemotingCommand, response_to
 from wharf.broker.remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
@@ -57,7 +58,18 @@ from wharf.broker.remoting.headers import (
     UpdateConsumerOffsetRequestHeader,
     parse_send_message_request_header,
 )
+from wharf.broker.remoting.locks import RemotingLocks
+from wharf.broker.remoting.routes import (
+    GroupAddresses,
+    GroupQueues,
+    cluster_info_response,
+    kv_config_not_found,
+    route_response,
+    topic_list_response,
+    topic_not_exist,
+)
 from wharf.broker.remoting.server import Connection, Handler
+from wharf.broker.remoting.transactions import RemotingTransactions
 from wharf.broker.tags import parse_filter
 from wharf.store.codec.properties import PROPERTY_UNIQ_KEY
 from wharf.store.errors import InvalidFilterError, InvalidMessageError, StoreNotWritableError
@@ -171,6 +183,10 @@ class RemotingHandlers:
         self.consumer = ConsumerProcessor(ctx)
         # client id -> the connection it last heartbeated on (NOTIFY_CONSUMER_IDS_CHANGED).
         self.channels: dict[str, Connection] = {}
+        self.transactions = RemotingTransactions(ctx, self.channels)
+        ctx.check_channels.add_source(self.transactions.targets)
+        self.locks = RemotingLocks()
+        self.admin = RemotingAdmin(ctx, self.channels)
 
     def table(self) -> dict[int, Handler]:
         codes: dict[int, Callable[[Connection, RemotingCommand], Any]] = {
@@ -178,7 +194,7 @@ class RemotingHandlers:
             RequestCode.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_topic_list,
             RequestCode.GET_KV_CONFIG: self.get_kv_config,
-            RequestCode.HEART_BEAT: self.heartbeat,
+            RequestCode.HEART_BEAT: self._heartbeat_noted,
             RequestCode.UNREGISTER_CLIENT: self.unregister,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
             RequestCode.SEND_MESSAGE: self.send,
@@ -191,8 +207,29 @@ class RemotingHandlers:
             RequestCode.GET_MIN_OFFSET: self.min_offset,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
             RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
+            RequestCode.END_TRANSACTION: self.transactions.end,
+            RequestCode.LOCK_BATCH_MQ: self.locks.lock,
+            RequestCode.UNLOCK_BATCH_MQ: self.locks.unlock,
+            # admin and queries (mqadmin, Dashboard): admin.py
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self.admin.update_and_create_topic,
+            RequestCode.DELETE_TOPIC_IN_BROKER: self.admin.delete_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.admin.get_all_topic_config,
+            RequestCode.GET_TOPIC_STATS_INFO: self.admin.get_topic_stats,
+            RequestCode.GET_CONSUME_STATS: self.admin.get_consume_stats,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.admin.get_consumer_connection_list,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: (
+                self.admin.update_and_create_subscription_group
+            ),
+            RequestCode.GET_BROKER_RUNTIME_INFO: self.admin.get_broker_runtime_info,
+            RequestCode.VIEW_MESSAGE_BY_ID: self.admin.view_message,
+            RequestCode.QUERY_MESSAGE: self.admin.query_message,
         }
         return {int(code): handler for code, handler in codes.items()}
+
+    async def _heartbeat_noted(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """HEART_BEAT, the client's language and version noted for the connection list (203)."""
+        self.admin.note_heartbeat(conn, request)
+        return await self.heartbeat(conn, request)
 
     def connection_lost(self, conn: Connection) -> None:
         for client_id in conn.client_ids:
@@ -200,13 +237,9 @@ class RemotingHandlers:
                 del self.channels[client_id]
 
     # --- NameServer -------------------------------------------------------------------------
-    def _broker_data(self) -> dict[str, Any]:
+    def _group(self) -> GroupAddresses:
         cfg = self.ctx.config
-        return {
-            "brokerAddrs": {"0": self.address},
-            "brokerName": cfg.broker_name,
-            "cluster": cfg.broker_cluster_name,
-        }
+        return GroupAddresses(cfg.broker_cluster_name, cfg.broker_name, {0: self.address})
 
     async def get_route(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = GetRouteInfoRequestHeader.from_ext_fields(request.ext_fields)
@@ -233,46 +266,19 @@ class RemotingHandlers:
                 return response_to(request, ResponseCode.TOPIC_NOT_EXIST, remark=str(exc))
             read, write, perm = topic.read_queue_nums, topic.write_queue_nums, topic.perm
         else:
-            return response_to(
-                request,
-                ResponseCode.TOPIC_NOT_EXIST,
-                remark=f"No topic route info in name server for the topic: {name}",
-            )
-        route = {
-            "brokerDatas": [self._broker_data()],
-            "filterServerTable": {},
-            "queueDatas": [
-                {
-                    "brokerName": ctx.config.broker_name,
-                    "perm": perm,
-                    "readQueueNums": read,
-                    "topicSynFlag": 0,
-                    "writeQueueNums": write,
-                }
-            ],
-        }
-        return _ok(request, body=_json_body(route))
+            return topic_not_exist(request, name)
+        queues = GroupQueues(ctx.config.broker_name, read, write, perm)
+        return route_response(request, [self._group()], [queues])
 
     async def get_cluster_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        cfg = self.ctx.config
-        info = {
-            "brokerAddrTable": {cfg.broker_name: self._broker_data()},
-            "clusterAddrTable": {cfg.broker_cluster_name: [cfg.broker_name]},
-        }
-        return _ok(request, body=_json_body(info))
+        return cluster_info_response(request, [self._group()])
 
     async def get_topic_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         names = [t.name for t in self.ctx.topics.listing(include_system=True)]
-        return _ok(request, body=_json_body({"topicList": names}))
+        return topic_list_response(request, names)
 
     async def get_kv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        namespace = request.ext_fields.get("namespace", "")
-        key = request.ext_fields.get("key", "")
-        return response_to(
-            request,
-            ResponseCode.QUERY_NOT_FOUND,
-            remark=f"No config item, Namespace: {namespace} Key: {key}",
-        )
+        return kv_config_not_found(request)
 
     # --- clients ------------------------------------------------------------------------------
     async def heartbeat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -364,7 +370,9 @@ class RemotingHandlers:
                 body=body,
                 properties=properties,
                 flag=flag,
-                sys_flag=header.sys_flag,
+                # The transaction type is the TRAN_MSG property's business: stored as
+                # RocketMQ stores a half, NOT_TYPE (its committed copy is an ordinary record).
+                sys_flag=header.sys_flag & ~TRANSACTION_ROLLBACK_TYPE,
                 born_timestamp=header.born_timestamp,
                 born_host=conn.peer,
                 reconsume_times=header.reconsume_times,

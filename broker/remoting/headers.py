@@ -50,8 +50,12 @@ from wharf.store.codec.properties import properties_to_string, string_to_propert
 
 __all__ = [
     "SEND_V2_FIELD_NAMES",
+    "CheckTransactionStateRequestHeader",
     "ConsumerSendMsgBackRequestHeader",
+    "CreateTopicRequestHeader",
     "EndTransactionRequestHeader",
+    "GetConsumeStatsRequestHeader",
+    "GetConsumerConnectionListRequestHeader",
     "GetConsumerListByGroupRequestHeader",
     "GetRouteInfoRequestHeader",
     "HeaderError",
@@ -61,10 +65,13 @@ __all__ = [
     "PullMessageResponseHeader",
     "QueryConsumerOffsetRequestHeader",
     "QueryConsumerOffsetResponseHeader",
+    "QueryMessageRequestHeader",
+    "QueryMessageResponseHeader",
     "SearchOffsetRequestHeader",
     "SendMessageRequestHeader",
     "SendMessageResponseHeader",
     "TopicQueueRequestHeader",
+    "TopicRequestHeader",
     "UnregisterClientRequestHeader",
     "UpdateConsumerOffsetRequestHeader",
     "ViewMessageRequestHeader",
@@ -391,6 +398,65 @@ class NotifyConsumerIdsChangedRequestHeader(_Header):
     consumer_group: str = _field("consumerGroup", "str")
 
 
+# --- admin (mqadmin, Dashboard), queries -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicRequestHeader(_Header):
+    """UPDATE_AND_CREATE_TOPIC (17): create, or update an existing topic. ``attributes`` (5.x)
+    is ``+name=value,-name``; ``perm`` may carry PERM_INHERIT (1), which Wharf has no use for."""
+
+    topic: str = _field("topic", "str")
+    read_queue_nums: int = _field("readQueueNums", "i32")
+    write_queue_nums: int = _field("writeQueueNums", "i32")
+    perm: int = _field("perm", "i32")
+    default_topic: str | None = _field("defaultTopic", "str", None)
+    topic_filter_type: str | None = _field("topicFilterType", "str", None)
+    topic_sys_flag: int | None = _field("topicSysFlag", "i32", None)
+    order: bool = _field("order", "bool", False)
+    attributes: str | None = _field("attributes", "str", None)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRequestHeader(_Header):
+    """``{topic}``: DELETE_TOPIC_IN_BROKER (215), GET_TOPIC_STATS_INFO (202)."""
+
+    topic: str = _field("topic", "str")
+
+
+@dataclass(frozen=True, slots=True)
+class GetConsumeStatsRequestHeader(_Header):
+    """GET_CONSUME_STATS (208): every topic the group has offsets for when ``topic`` is unset."""
+
+    consumer_group: str = _field("consumerGroup", "str")
+    topic: str | None = _field("topic", "str", None)
+
+
+@dataclass(frozen=True, slots=True)
+class GetConsumerConnectionListRequestHeader(_Header):
+    """GET_CONSUMER_CONNECTION_LIST (203)."""
+
+    consumer_group: str = _field("consumerGroup", "str")
+
+
+@dataclass(frozen=True, slots=True)
+class QueryMessageRequestHeader(_Header):
+    """QUERY_MESSAGE (12): by KEYS entry, or by unique key when the extFields also carry
+    ``_UNIQUE_KEY_QUERY=true``."""
+
+    topic: str = _field("topic", "str")
+    key: str = _field("key", "str")
+    max_num: int = _field("maxNum", "i32")
+    begin_timestamp: int = _field("beginTimestamp", "i64")
+    end_timestamp: int = _field("endTimestamp", "i64")
+
+
+@dataclass(frozen=True, slots=True)
+class QueryMessageResponseHeader(_Header):
+    index_last_update_timestamp: int = _field("indexLastUpdateTimestamp", "i64")
+    index_last_update_phyoffset: int = _field("indexLastUpdatePhyoffset", "i64")
+
+
 # --- transactions, retries --------------------------------------------------------------------
 
 _TRANSACTION_TYPES = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE)
@@ -418,6 +484,19 @@ class EndTransactionRequestHeader(_Header):
                 "commitOrRollback",
                 f"is {self.commit_or_rollback}, not 0 (unknown), 8 (commit) or 12 (rollback)",
             )
+
+
+@dataclass(frozen=True, slots=True)
+class CheckTransactionStateRequestHeader(_Header):
+    """CHECK_TRANSACTION_STATE (39), broker -> producer, oneway; the body is the half message
+    record. The producer answers with END_TRANSACTION (``fromTransactionCheck``) carrying
+    ``tranStateTableOffset`` and ``commitLogOffset`` back."""
+
+    tran_state_table_offset: int = _field("tranStateTableOffset", "i64")  # the transaction id
+    commit_log_offset: int = _field("commitLogOffset", "i64")  # of the half record
+    msg_id: str | None = _field("msgId", "str", None)  # UNIQ_KEY
+    transaction_id: str | None = _field("transactionId", "str", None)  # UNIQ_KEY
+    offset_msg_id: str | None = _field("offsetMsgId", "str", None)  # of the half record
 
 
 @dataclass(frozen=True, slots=True)

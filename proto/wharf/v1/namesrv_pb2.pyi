@@ -19,7 +19,7 @@ class TopicQueues(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ...) -> None: ...
 
 class BrokerRegistration(_message.Message):
-    __slots__ = ("cluster", "broker_name", "broker_id", "address", "data_version", "heartbeat", "topics", "unregister", "epoch")
+    __slots__ = ("cluster", "broker_name", "broker_id", "address", "data_version", "heartbeat", "topics", "unregister", "epoch", "remoting_address")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,7 @@ class BrokerRegistration(_message.Message):
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     UNREGISTER_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REMOTING_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     broker_name: str
     broker_id: int
@@ -38,7 +39,8 @@ class BrokerRegistration(_message.Message):
     topics: _containers.RepeatedCompositeFieldContainer[TopicQueues]
     unregister: bool
     epoch: int
-    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., data_version: _Optional[int] = ..., heartbeat: _Optional[bool] = ..., topics: _Optional[_Iterable[_Union[TopicQueues, _Mapping]]] = ..., unregister: _Optional[bool] = ..., epoch: _Optional[int] = ...) -> None: ...
+    remoting_address: str
+    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., data_version: _Optional[int] = ..., heartbeat: _Optional[bool] = ..., topics: _Optional[_Iterable[_Union[TopicQueues, _Mapping]]] = ..., unregister: _Optional[bool] = ..., epoch: _Optional[int] = ..., remoting_address: _Optional[str] = ...) -> None: ...
 
 class SessionEvent(_message.Message):
     __slots__ = ("need_register",)
@@ -98,7 +100,7 @@ class GetClusterInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerInfo(_message.Message):
-    __slots__ = ("cluster", "broker_name", "broker_id", "address", "topics", "last_seen_ms_ago", "registered_at_ms")
+    __slots__ = ("cluster", "broker_name", "broker_id", "address", "topics", "last_seen_ms_ago", "registered_at_ms", "remoting_address")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -106,6 +108,7 @@ class BrokerInfo(_message.Message):
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     LAST_SEEN_MS_AGO_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    REMOTING_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     broker_name: str
     broker_id: int
@@ -113,7 +116,8 @@ class BrokerInfo(_message.Message):
     topics: int
     last_seen_ms_ago: int
     registered_at_ms: int
-    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., topics: _Optional[int] = ..., last_seen_ms_ago: _Optional[int] = ..., registered_at_ms: _Optional[int] = ...) -> None: ...
+    remoting_address: str
+    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., topics: _Optional[int] = ..., last_seen_ms_ago: _Optional[int] = ..., registered_at_ms: _Optional[int] = ..., remoting_address: _Optional[str] = ...) -> None: ...
 
 class ClusterInfo(_message.Message):
     __slots__ = ("brokers",)

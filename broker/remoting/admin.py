@@ -1,0 +1,519 @@
+"""The admin and query codes of mqadmin and the RocketMQ Dashboard, answered as RocketMQ's
+AdminBrokerProcessor and QueryMessageProcessor answer them, through Wharf's own admin paths
+(``AdminService``'s methods, unwrapped from their gRPC status mapping: the same validation and
+side effects as ``wharf topic create`` and friends) and the store's index.
+
+- 17 UPDATE_AND_CREATE_TOPIC: CreateTopic, or UpdateTopic when it exists (RocketMQ creates or
+  updates); 215 DELETE_TOPIC_IN_BROKER: DeleteTopic (an unknown topic is SUCCESS, as RocketMQ's);
+  21 GET_ALL_TOPIC_CONFIG: ``{dataVersion, topicConfigTable}``, system topics included.
+- 202 GET_TOPIC_STATS_INFO: GetTopicStats as ``{offsetTable: {MessageQueue: TopicOffset}}``;
+  208 GET_CONSUME_STATS: GetConsumerProgress as ``{consumeTps, offsetTable: {MessageQueue:
+  OffsetWrapper}}``; 203 GET_CONSUMER_CONNECTION_LIST: the group's members, their remoting
+  connections (address, language and version of their last heartbeat) and subscriptions.
+- 200 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: CreateSubscriptionGroup from a
+  SubscriptionGroupConfig body; 28 GET_BROKER_RUNTIME_INFO: GetBrokerStatus as RocketMQ's
+  KVTable keys.
+- 33 VIEW_MESSAGE_BY_ID: the record at a commit log offset, as stored; 12 QUERY_MESSAGE: the
+  records of a key (or unique key) from the IndexFiles, as stored.
+
+Bodies are JSON as fastjson writes it, keys sorted. A map keyed by MessageQueue (the offset
+tables) is written as fastjson writes one, with object keys -- ``{{"brokerName":"b","queueId":0,
+"topic":"t"}:{...}}`` -- not standard JSON, but what the Java tools parse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
+
+from wharf.broker.errors import InvalidArgumentError, NotFoundError
+from wharf.broker.processors.admin import AdminService
+from wharf.broker.remoting.codes import LanguageCode, ResponseCode
+from wharf.broker.remoting.frame import RemotingCommand, response_to
+from wharf.broker.remoting.headers import (
+    CreateTopicRequestHeader,
+    GetConsumerConnectionListRequestHeader,
+    GetConsumeStatsRequestHeader,
+    QueryMessageRequestHeader,
+    QueryMessageResponseHeader,
+    TopicRequestHeader,
+    ViewMessageRequestHeader,
+)
+from wharf.store.errors import StoreError
+from wharf.v1 import admin_pb2, common_pb2
+
+if TYPE_CHECKING:
+    from wharf.broker.context import BrokerContext
+    from wharf.broker.remoting.server import Connection
+
+__all__ = ["RemotingAdmin", "fastjson_mq_table", "java_string_hash"]
+
+UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
+DEFAULT_QUERY_MAX_NUM = 32  # RocketMQ's defaultQueryMaxNum
+QUERY_MAX_CAP = 1024
+PERM_READ_WRITE = 6
+# MQVersion.Version.V4_9_4.ordinal(): the 4.x protocol level served (GET_BROKER_RUNTIME_INFO's
+# "brokerVersion"; "brokerVersionDesc" names Wharf's own version).
+MQ_VERSION = 401
+SQL92_PREFIX = "SQL92: "
+
+_MESSAGE_MODEL_NAMES: dict[int, str] = {
+    common_pb2.BROADCASTING: "BROADCASTING",
+    common_pb2.CLUSTERING: "CLUSTERING",
+}
+_CONSUME_FROM_NAMES: dict[int, str] = {
+    common_pb2.CONSUME_FROM_LAST_OFFSET: "CONSUME_FROM_LAST_OFFSET",
+    common_pb2.CONSUME_FROM_FIRST_OFFSET: "CONSUME_FROM_FIRST_OFFSET",
+    common_pb2.CONSUME_FROM_TIMESTAMP: "CONSUME_FROM_TIMESTAMP",
+}
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+
+def fastjson_mq_table(rows: Iterable[tuple[str, str, int, dict[str, Any]]]) -> str:
+    """A ``Map<MessageQueue, V>`` as fastjson writes it: each key the MessageQueue object."""
+    parts = [
+        _json({"brokerName": broker, "queueId": queue_id, "topic": topic}) + ":" + _json(value)
+        for topic, broker, queue_id, value in rows
+    ]
+    return "{" + ",".join(parts) + "}"
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (a SubscriptionData's ``codeSet``)."""
+    data = text.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def _subscription(topic: str, expression: str, version: int) -> dict[str, Any]:
+    """SubscriptionData as a 4.x client sends it in its heartbeat (TAG or SQL92)."""
+    if expression.startswith(SQL92_PREFIX):
+        return {
+            "classFilterMode": False,
+            "codeSet": [],
+            "expressionType": "SQL92",
+            "subString": expression[len(SQL92_PREFIX) :],
+            "subVersion": version,
+            "tagsSet": [],
+            "topic": topic,
+        }
+    tags = [] if expression.strip() in ("", "*") else [t.strip() for t in expression.split("||")]
+    tags = [t for t in tags if t]
+    return {
+        "classFilterMode": False,
+        "codeSet": [java_string_hash(t) for t in tags],
+        "expressionType": "TAG",
+        "subString": expression or "*",
+        "subVersion": version,
+        "tagsSet": tags,
+        "topic": topic,
+    }
+
+
+def _human_bytes(n: int) -> str:
+    """``MixAll.humanReadableByteCount(n, false)``: binary units, one decimal."""
+    if n < 1024:
+        return f"{n} B"
+    exp = 0
+    value = float(n)
+    while value >= 1024 and exp < 6:
+        value /= 1024
+        exp += 1
+    return f"{value:.1f} {'KMGTPE'[exp - 1]}iB"
+
+
+def _runtime(seconds: float) -> str:
+    """``StoreStatsService.getFormatRuntime``."""
+    total = int(seconds)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"[ {days} days, {hours} hours, {minutes} minutes, {secs} seconds ]"
+
+
+def _unwrapped(method: Callable[..., Any]) -> Callable[..., Any]:
+    """An AdminService method without its gRPC wrapper (errors raise as broker errors, which
+    ``error_response`` maps to RocketMQ's codes)."""
+    return getattr(method, "__wrapped__", method)
+
+
+class RemotingAdmin:
+    """The admin and query handlers of one remoting port; ``channels`` is the handlers' client
+    id -> connection map, ``seen`` what each connection's last heartbeat said of its client
+    (language, version), kept by ``note_heartbeat``."""
+
+    def __init__(self, ctx: BrokerContext, channels: dict[str, Connection]) -> None:
+        self.ctx = ctx
+        self.channels = channels
+        self.service = AdminService(ctx)
+        self.seen: WeakKeyDictionary[Connection, tuple[LanguageCode, int]] = WeakKeyDictionary()
+        self._rate_sample: tuple[float, int, int] | None = None  # (time, in, out)
+
+    def note_heartbeat(self, conn: Connection, request: RemotingCommand) -> None:
+        self.seen[conn] = (request.language, request.version)
+
+    async def _call(self, name: str, request: Any) -> Any:
+        method = _unwrapped(getattr(AdminService, name))
+        return await method(self.service, request, None)
+
+    def _ok(self, request: RemotingCommand, body: str | bytes = b"") -> RemotingCommand:
+        data = body.encode() if isinstance(body, str) else body
+        return response_to(request, ResponseCode.SUCCESS, body=data)
+
+    # --- topics -------------------------------------------------------------------------------
+    async def update_and_create_topic(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = CreateTopicRequestHeader.from_ext_fields(request.ext_fields)
+        name = header.topic
+        if name == self.ctx.config.broker_cluster_name:
+            return response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"the topic[{name}] is conflict with system reserved words.",
+            )
+        perm = header.perm & PERM_READ_WRITE  # PERM_INHERIT (1): nothing to inherit here
+        current = self.ctx.topics.get(name)
+        attributes = _parse_attributes(header.attributes, current is not None)
+        if current is None:
+            await self._call(
+                "CreateTopic",
+                admin_pb2.CreateTopicRequest(
+                    name=name,
+                    read_queue_nums=header.read_queue_nums,
+                    write_queue_nums=header.write_queue_nums,
+                    perm=perm,
+                    attributes=attributes,
+                ),
+            )
+        else:
+            await self._call(
+                "UpdateTopic",
+                admin_pb2.UpdateTopicRequest(
+                    name=name,
+                    read_queue_nums=header.read_queue_nums,
+                    write_queue_nums=header.write_queue_nums,
+                    perm=perm,
+                    attributes=attributes,
+                ),
+            )
+        return self._ok(request)
+
+    async def delete_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = TopicRequestHeader.from_ext_fields(request.ext_fields)
+        with contextlib.suppress(NotFoundError):  # RocketMQ: SUCCESS for a topic it lacks
+            await self._call("DeleteTopic", admin_pb2.DeleteTopicRequest(name=header.topic))
+        return self._ok(request)
+
+    async def get_all_topic_config(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        topics = self.ctx.topics
+        table = {t.name: t.to_json() for t in topics.listing(include_system=True)}
+        body = {
+            "dataVersion": {
+                "counter": topics.version,
+                "stateVersion": 0,
+                "timestamp": int(self.ctx.started_at * 1000),
+            },
+            "topicConfigTable": table,
+        }
+        return self._ok(request, _json(body))
+
+    async def get_topic_stats(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = TopicRequestHeader.from_ext_fields(request.ext_fields)
+        if self.ctx.topics.get(header.topic) is None:
+            return response_to(
+                request, ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{header.topic}] not exist"
+            )
+        stats = await self._call("GetTopicStats", admin_pb2.GetTopicStatsRequest(name=header.topic))
+        broker = self.ctx.config.broker_name
+        rows = [
+            (
+                header.topic,
+                broker,
+                q.queue_id,
+                {
+                    "lastUpdateTimestamp": q.last_update_timestamp,
+                    "maxOffset": q.max_offset,
+                    "minOffset": q.min_offset,
+                },
+            )
+            for q in stats.queues
+        ]
+        return self._ok(request, '{"offsetTable":' + fastjson_mq_table(rows) + "}")
+
+    # --- groups -------------------------------------------------------------------------------
+    async def update_and_create_subscription_group(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        data = _json_object(request.body)
+        config = admin_pb2.SubscriptionGroupConfig(
+            group_name=str(data.get("groupName") or ""),
+            consume_enable=_bool(data.get("consumeEnable"), True),
+            consume_broadcast_enable=_bool(data.get("consumeBroadcastEnable"), True),
+            retry_max_times=_int(data.get("retryMaxTimes"), 16),
+            retry_queue_nums=_int(data.get("retryQueueNums"), 1),
+        )
+        if "consumeMessageOrderly" in data:
+            config.consume_message_orderly = _bool(data.get("consumeMessageOrderly"), False)
+        await self._call("CreateSubscriptionGroup", config)
+        return self._ok(request)
+
+    async def get_consume_stats(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = GetConsumeStatsRequestHeader.from_ext_fields(request.ext_fields)
+        ctx = self.ctx
+        group = header.consumer_group
+        try:
+            progress = await self._call(
+                "GetConsumerProgress",
+                admin_pb2.GetConsumerProgressRequest(
+                    consumer_group=group, topic=header.topic or ""
+                ),
+            )
+            queues = list(progress.queues)
+        except NotFoundError:  # RocketMQ: an empty table (the tools say "not consumed yet")
+            queues = []
+        by_queue = {(q.topic, q.queue_id): q for q in queues}
+        # The topics: the one asked, else those with offsets (queues written to or not).
+        names = {header.topic} if header.topic else set(ctx.offsets.of_group(group))
+        names |= {q.topic for q in queues}
+        # RocketMQ's rule: a group online without a subscription to a topic has no stats there.
+        subscribed = ctx.consumers.subscribed_topics(group)
+        if subscribed:
+            names &= subscribed
+        broker = ctx.config.broker_name
+        rows = []
+        for topic_name in sorted(names):
+            topic = ctx.topics.get(topic_name)
+            if topic is None:  # offsets of a deleted topic: RocketMQ skips it
+                continue
+            for queue_id in range(topic.read_queue_nums):  # RocketMQ: the read queues
+                q = by_queue.get((topic_name, queue_id))
+                if q is not None:
+                    broker_offset, consumer_offset = q.broker_offset, max(q.consumer_offset, 0)
+                    last = q.last_timestamp
+                else:  # a queue nothing was written to yet
+                    broker_offset = ctx.store.get_max_offset(topic_name, queue_id)
+                    consumer_offset = max(ctx.offsets.query(group, topic_name, queue_id), 0)
+                    last = 0
+                wrapper = {
+                    "brokerOffset": broker_offset,
+                    "consumerOffset": consumer_offset,
+                    "lastTimestamp": last,
+                    "pullOffset": consumer_offset,
+                }
+                rows.append((topic_name, broker, queue_id, wrapper))
+        return self._ok(request, '{"consumeTps":0.0,"offsetTable":' + fastjson_mq_table(rows) + "}")
+
+    async def get_consumer_connection_list(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        header = GetConsumerConnectionListRequestHeader.from_ext_fields(request.ext_fields)
+        group = header.consumer_group
+        members = self.ctx.consumers.groups.get(group)
+        if not members:
+            return response_to(
+                request,
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                remark=f"the consumer group[{group}] not online",
+            )
+        connections = []
+        subscriptions: dict[str, dict[str, Any]] = {}
+        model = from_where = None
+        version = self.ctx.consumers.versions.get(group, 0)
+        for client_id, client in sorted(members.items()):
+            channel = self.channels.get(client_id)
+            language, client_version = LanguageCode.OTHER, 0
+            address = ""
+            if channel is not None and not channel.closed:
+                language, client_version = self.seen.get(channel, (LanguageCode.OTHER, 0))
+                address = channel.peer
+            connections.append(
+                {
+                    "clientAddr": address,
+                    "clientId": client_id,
+                    "language": language.name,
+                    "version": client_version,
+                }
+            )
+            for topic, expression in client.subscriptions.items():
+                subscriptions.setdefault(topic, _subscription(topic, expression, version))
+            model = client.message_model if model is None else model
+            from_where = client.consume_from_where if from_where is None else from_where
+        body = {
+            "connectionSet": connections,
+            "consumeFromWhere": _CONSUME_FROM_NAMES.get(
+                from_where or 0, "CONSUME_FROM_LAST_OFFSET"
+            ),
+            "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": _MESSAGE_MODEL_NAMES.get(model or 0, "CLUSTERING"),
+            "subscriptionTable": subscriptions,
+        }
+        return self._ok(request, _json(body))
+
+    # --- broker -------------------------------------------------------------------------------
+    async def get_broker_runtime_info(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        ctx = self.ctx
+        status = await self._call("GetBrokerStatus", admin_pb2.GetBrokerStatusRequest())
+        now = time.monotonic()
+        put_tps = get_tps = 0.0
+        last = self._rate_sample
+        if last is not None and now - last[0] > 0:
+            put_tps = (ctx.messages_in - last[1]) / (now - last[0])
+            get_tps = (ctx.messages_out - last[2]) / (now - last[0])
+        self._rate_sample = (now, ctx.messages_in, ctx.messages_out)
+        put, got = f"{put_tps:.2f}", f"{get_tps:.2f}"
+        table = {
+            "brokerVersionDesc": f"Wharf {status.version}",
+            "brokerVersion": str(MQ_VERSION),
+            "brokerActive": "true",
+            "bootTimestamp": str(int(ctx.started_at * 1000)),
+            "runtime": _runtime(status.uptime_ms / 1000),
+            # Counted since the broker started (Wharf keeps no per-day counters).
+            "msgPutTotalTodayNow": str(status.messages_in_total),
+            "msgGetTotalTodayNow": str(status.messages_out_total),
+            "msgPutTotalTodayMorning": "0",
+            "msgGetTotalTodayMorning": "0",
+            "msgPutTotalYesterdayMorning": "0",
+            "msgGetTotalYesterdayMorning": "0",
+            # Rates since the previous GET_BROKER_RUNTIME_INFO ("10s 1min 10min" in RocketMQ).
+            "putTps": f"{put} {put} {put}",
+            "getTransferedTps": f"{got} {got} {got}",
+            "getTotalTps": f"{got} {got} {got}",
+            "getFoundTps": f"{got} {got} {got}",
+            "getMissTps": "0.00 0.00 0.00",
+            "commitLogMinOffset": str(status.commit_log_min_offset),
+            "commitLogMaxOffset": str(status.commit_log_max_offset),
+            "commitLogDiskRatio": str(status.disk_used_ratio),
+            "dispatchBehindBytes": str(status.dispatch_behind_bytes),
+            "remainHowManyDataToFlush": _human_bytes(
+                max(status.commit_log_max_offset - status.commit_log_flushed_offset, 0)
+            ),
+            "pageCacheLockTimeMills": "0",
+            "earliestMessageTimeStamp": "0",
+            "startAcceptSendRequestTimeStamp": "0",
+            "sendThreadPoolQueueSize": "0",
+            "pullThreadPoolQueueSize": "0",
+            "queryThreadPoolQueueSize": "0",
+            "EndTransactionQueueSize": "0",
+            "timerReadBehind": "0",
+            "timerOffsetBehind": "0",
+            "timerCongestNum": "0",
+            "timerEnqueueTps": "0.0",
+            "timerDequeueTps": "0.0",
+            # Wharf's own
+            "brokerName": status.broker_name,
+            "writable": "true" if status.writable else "false",
+            "notWritableReason": status.not_writable_reason,
+            "flushDiskType": status.flush_disk_type,
+            "topicCount": str(status.topic_count),
+            "groupCount": str(status.group_count),
+        }
+        return self._ok(request, _json({"table": table}))
+
+    # --- messages -----------------------------------------------------------------------------
+    def _raw_record(self, offset: int) -> bytes | None:
+        try:
+            message = self.ctx.store.look_message_by_offset(offset)
+        except (StoreError, ValueError):  # not a record start: not found, as a user's offset
+            return None
+        if message is None or message.commit_log_offset != offset:
+            return None
+        return self.ctx.store.commit_log.read_bytes(offset, message.store_size)
+
+    async def view_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = ViewMessageRequestHeader.from_ext_fields(request.ext_fields)
+        record = self._raw_record(header.offset)
+        if record is None:
+            return response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"can not find message by the offset, {header.offset}",
+            )
+        return self._ok(request, record)
+
+    async def query_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = QueryMessageRequestHeader.from_ext_fields(request.ext_fields)
+        store = self.ctx.store
+        max_num = header.max_num
+        if request.ext_fields.get(UNIQUE_MSG_QUERY_FLAG) == "true":
+            max_num = DEFAULT_QUERY_MAX_NUM
+        max_num = min(max(max_num, 0), QUERY_MAX_CAP)
+        found = store.query_messages(
+            header.topic, header.key, max_num, header.begin_timestamp, header.end_timestamp
+        )
+        records = [r for r in (self._raw_record(m.commit_log_offset) for m in found) if r]
+        reply = QueryMessageResponseHeader(
+            index_last_update_timestamp=store.dispatch_timestamp,
+            index_last_update_phyoffset=store.dispatch_offset,
+        )
+        if not records:
+            return response_to(
+                request,
+                ResponseCode.QUERY_NOT_FOUND,
+                remark="can not find message, maybe time range not correct",
+                ext_fields=reply.to_ext_fields(),
+            )
+        return response_to(
+            request, ResponseCode.SUCCESS, ext_fields=reply.to_ext_fields(), body=b"".join(records)
+        )
+
+
+def _parse_attributes(raw: str | None, update: bool) -> dict[str, str]:
+    """``+name=value,-name`` (RocketMQ 5's AttributeParser) -> Wharf's attribute map (an empty
+    value removes an attribute on update)."""
+    out: dict[str, str] = {}
+    for item in (raw or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if item.startswith("-"):
+            if update:
+                out[item[1:]] = ""
+            continue
+        name, _, value = item.lstrip("+").partition("=")
+        if name:
+            out[name] = value
+    return out
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(body.decode("utf-8", "replace").strip() or "{}")
+    except ValueError as exc:
+        raise InvalidArgumentError(f"body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidArgumentError("the body must be a JSON object")
+    return data
+
+
+def _bool(value: Any, default: bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return value.strip().lower() == "true"
+    return default
+
+
+def _int(value: Any, default: int) -> int:
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return default

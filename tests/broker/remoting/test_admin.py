@@ -1,0 +1,305 @@
+"""The admin and query codes of mqadmin and the Dashboard on a real daemon's remoting port, with
+the raw client: topics (17, 215, 21, 202), groups (200, 208, 203), the runtime table (28) and
+messages by offset (33) and key (12), bodies checked in fastjson's shape (MessageQueue-keyed
+maps included)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from wharf.broker.remoting.admin import fastjson_mq_table, java_string_hash
+from wharf.broker.remoting.codes import RequestCode, ResponseCode
+from wharf.broker.remoting.headers import properties_to_string
+from wharf.store.codec.ids import decode_offset_msg_id
+from wharf.store.codec.records import decode_record
+
+from tests.broker.remoting.test_server import Client, _records, _send_fields
+from tests.harness import BrokerProcess
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(
+        tmp_path_factory.mktemp("remoting-admin"),
+        settings={"defaultTopicQueueNums": 4},
+        extra_args=["--remoting-listen", "127.0.0.1:0"],
+    )
+    process.start()
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+@pytest.fixture
+async def client(broker: BrokerProcess) -> AsyncIterator[Client]:
+    host, _, port = broker.remoting_endpoint.rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    yield Client(reader, writer)
+    writer.close()
+
+
+def parse_mq_table(text: str) -> dict[tuple[str, str, int], Any]:
+    """fastjson's ``Map<MessageQueue, V>`` (object keys) -> {(topic, brokerName, queueId): V}."""
+    decoder = json.JSONDecoder()
+    out: dict[tuple[str, str, int], Any] = {}
+    assert text[0] == "{"
+    pos = 1
+    while text[pos] != "}":
+        key, pos = decoder.raw_decode(text, pos)
+        assert text[pos] == ":"
+        value, pos = decoder.raw_decode(text, pos + 1)
+        out[(key["topic"], key["brokerName"], key["queueId"])] = value
+        if text[pos] == ",":
+            pos += 1
+    return out
+
+
+def _offset_table(body: bytes) -> tuple[dict[str, Any], dict[tuple[str, str, int], Any]]:
+    """An ``{..., "offsetTable": {MessageQueue: V}}`` body: (the other fields, the table)."""
+    text = body.decode()
+    start = text.index('"offsetTable":') + len('"offsetTable":')
+    decoder = json.JSONDecoder()
+    depth, pos = 0, start
+    while True:  # the table's extent: braces balanced outside strings
+        if text[pos] == '"':
+            _, pos = decoder.raw_decode(text, pos)
+            continue
+        depth += {"{": 1, "}": -1}.get(text[pos], 0)
+        pos += 1
+        if depth == 0:
+            break
+    table = parse_mq_table(text[start:pos])
+    rest = json.loads(text[:start] + "{}" + text[pos:])
+    rest.pop("offsetTable")
+    return rest, table
+
+
+def test_fastjson_helpers() -> None:
+    assert java_string_hash("TagA") == 2598919
+    assert java_string_hash("") == 0
+    assert java_string_hash("TagATagATagA") == -1266899563  # wraps as Java's int does
+    text = fastjson_mq_table([("t", "b", 1, {"x": 1})])
+    assert text == '{{"brokerName":"b","queueId":1,"topic":"t"}:{"x":1}}'
+    assert parse_mq_table(text) == {("t", "b", 1): {"x": 1}}
+
+
+async def _dispatched(client: Client, topic: str, queue_id: int, count: int) -> None:
+    """Wait until the queue's max offset shows ``count`` sends (dispatch runs behind)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while True:
+        reply = await client.call(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id})
+        if int(reply.ext_fields.get("offset", -1)) >= count:
+            return
+        assert loop.time() < deadline, reply
+        await asyncio.sleep(0.05)
+
+
+async def _topic_config(client: Client) -> dict[str, Any]:
+    reply = await client.call(RequestCode.GET_ALL_TOPIC_CONFIG)
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+    data = json.loads(reply.body)
+    assert set(data["dataVersion"]) >= {"counter", "timestamp"}
+    return dict(data["topicConfigTable"])
+
+
+def _create_fields(topic: str, queues: int, perm: int = 6) -> dict[str, Any]:
+    return {
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "readQueueNums": queues,
+        "writeQueueNums": queues,
+        "perm": perm,
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": 0,
+        "order": "false",
+    }
+
+
+async def test_topics(client: Client) -> None:
+    created = await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, _create_fields("adm-t", 3))
+    assert created.code == ResponseCode.SUCCESS, created.remark
+    table = await _topic_config(client)
+    config = table["adm-t"]
+    assert config["topicName"] == "adm-t"
+    assert (config["readQueueNums"], config["writeQueueNums"], config["perm"]) == (3, 3, 6)
+    assert config["topicFilterType"] == "SINGLE_TAG" and config["order"] is False
+    assert "TBW102" in table or "SCHEDULE_TOPIC_XXXX" in table  # system topics listed
+    # Again: an update (RocketMQ creates or updates); PERM_INHERIT (1) is dropped.
+    updated = await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, _create_fields("adm-t", 5, 7))
+    assert updated.code == ResponseCode.SUCCESS, updated.remark
+    config = (await _topic_config(client))["adm-t"]
+    assert (config["readQueueNums"], config["writeQueueNums"], config["perm"]) == (5, 5, 6)
+    bad = await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, _create_fields("bad topic!", 1))
+    assert bad.code != ResponseCode.SUCCESS and bad.remark
+    # Stats: every queue, fastjson's MessageQueue keys.
+    for i in range(3):
+        sent = await client.call(RequestCode.SEND_MESSAGE, _send_fields("adm-t", 1), b"x%d" % i)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+    await _dispatched(client, "adm-t", 1, 3)
+    stats = await client.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "adm-t"})
+    assert stats.code == ResponseCode.SUCCESS, stats.remark
+    _, offsets = _offset_table(stats.body)
+    assert sorted(q for _, _, q in offsets) == [0, 1, 2, 3, 4]
+    name = next(b for _, b, _ in offsets)
+    queue1 = offsets[("adm-t", name, 1)]
+    assert (queue1["minOffset"], queue1["maxOffset"]) == (0, 3)
+    assert queue1["lastUpdateTimestamp"] > 0
+    assert offsets[("adm-t", name, 0)] == {"lastUpdateTimestamp": 0, "maxOffset": 0, "minOffset": 0}
+    # Delete: gone from the table and the stats; deleting again is fine (RocketMQ's answer).
+    for _ in range(2):
+        deleted = await client.call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "adm-t"})
+        assert deleted.code == ResponseCode.SUCCESS, deleted.remark
+    assert "adm-t" not in await _topic_config(client)
+    missing = await client.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "adm-t"})
+    assert missing.code == ResponseCode.TOPIC_NOT_EXIST
+    assert missing.remark == "topic[adm-t] not exist"
+
+
+async def test_groups_consume_stats_and_connections(client: Client) -> None:
+    group = {
+        "groupName": "CG_ADM",
+        "consumeEnable": True,
+        "consumeBroadcastEnable": True,
+        "consumeFromMinEnable": True,
+        "retryMaxTimes": 5,
+        "retryQueueNums": 1,
+        "brokerId": 0,
+        "whichBrokerWhenConsumeSlowly": 1,
+        "notifyConsumerIdsChangedEnable": True,
+    }
+    made = await client.call(
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(group).encode()
+    )
+    assert made.code == ResponseCode.SUCCESS, made.remark
+    created = await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, _create_fields("adm-c", 2))
+    assert created.code == ResponseCode.SUCCESS, created.remark
+    for i in range(4):
+        sent = await client.call(RequestCode.SEND_MESSAGE, _send_fields("adm-c", 0), b"c%d" % i)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+    await _dispatched(client, "adm-c", 0, 4)
+    commit = {"consumerGroup": "CG_ADM", "topic": "adm-c", "queueId": 0, "commitOffset": 3}
+    assert (await client.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == 0
+    stats = await client.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "CG_ADM"})
+    assert stats.code == ResponseCode.SUCCESS, stats.remark
+    rest, offsets = _offset_table(stats.body)
+    assert rest == {"consumeTps": 0.0}
+    by_queue = {(t, q): v for (t, _, q), v in offsets.items()}
+    assert set(by_queue) == {("adm-c", 0), ("adm-c", 1)}
+    assert by_queue[("adm-c", 0)]["brokerOffset"] == 4
+    assert by_queue[("adm-c", 0)]["consumerOffset"] == 3
+    assert by_queue[("adm-c", 0)]["lastTimestamp"] > 0
+    assert by_queue[("adm-c", 1)]["brokerOffset"] == 0
+    assert by_queue[("adm-c", 1)]["consumerOffset"] == 0
+    nobody = await client.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "CG_NOBODY"})
+    assert nobody.code == ResponseCode.SUCCESS
+    assert _offset_table(nobody.body)[1] == {}
+    # Connections: none online yet, then one heartbeat.
+    offline = await client.call(
+        RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "CG_ADM"}
+    )
+    assert offline.code == ResponseCode.CONSUMER_NOT_ONLINE
+    assert offline.remark == "the consumer group[CG_ADM] not online"
+    heartbeat = {
+        "clientID": "127.0.0.1@adm",
+        "consumerDataSet": [
+            {
+                "groupName": "CG_ADM",
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+                "subscriptionDataSet": [
+                    {"topic": "adm-c", "subString": "TagA || TagB", "expressionType": "TAG"}
+                ],
+            }
+        ],
+    }
+    beat = await client.call(RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())
+    assert beat.code == ResponseCode.SUCCESS, beat.remark
+    listed = await client.call(
+        RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "CG_ADM"}
+    )
+    assert listed.code == ResponseCode.SUCCESS, listed.remark
+    data = json.loads(listed.body)
+    [connection] = data["connectionSet"]
+    assert connection["clientId"] == "127.0.0.1@adm"
+    assert connection["language"] == "JAVA"
+    assert connection["clientAddr"].startswith("127.0.0.1:")
+    assert data["messageModel"] == "CLUSTERING"
+    assert data["consumeFromWhere"] == "CONSUME_FROM_FIRST_OFFSET"
+    assert data["consumeType"] == "CONSUME_PASSIVELY"
+    sub = data["subscriptionTable"]["adm-c"]
+    assert sub["tagsSet"] == ["TagA", "TagB"]
+    assert sub["codeSet"] == [java_string_hash("TagA"), java_string_hash("TagB")]
+    assert sub["expressionType"] == "TAG" and sub["subString"] == "TagA || TagB"
+    # Online and not subscribed to a topic: no stats for it (RocketMQ's rule).
+    commit = {"consumerGroup": "CG_ADM", "topic": "adm-other", "queueId": 0, "commitOffset": 0}
+    assert (await client.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == 0
+    stats = await client.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "CG_ADM"})
+    assert {t for t, _, _ in _offset_table(stats.body)[1]} == {"adm-c"}
+
+
+async def test_runtime_info(client: Client) -> None:
+    for i in range(2):
+        sent = await client.call(RequestCode.SEND_MESSAGE, _send_fields("adm-rt", 0), b"r%d" % i)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+    reply = await client.call(RequestCode.GET_BROKER_RUNTIME_INFO)
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+    table = json.loads(reply.body)["table"]
+    assert all(isinstance(v, str) for v in table.values())
+    assert int(table["msgPutTotalTodayNow"]) >= 2
+    assert int(table["commitLogMaxOffset"]) > 0
+    assert len(table["putTps"].split(" ")) == 3
+    assert table["runtime"].startswith("[ 0 days, ")
+    assert int(table["bootTimestamp"]) > 0
+
+
+async def test_view_and_query_messages(client: Client) -> None:
+    ids = []
+    for i in range(3):
+        props = properties_to_string({"KEYS": f"order-{i} shared", "UNIQ_KEY": f"UQ{i:030d}"})
+        sent = await client.call(
+            RequestCode.SEND_MESSAGE, _send_fields("adm-q", 0, props), b"q%d" % i
+        )
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        ids.append(sent.ext_fields["msgId"])
+    _, offset = decode_offset_msg_id(ids[1])
+    viewed = await client.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
+    assert viewed.code == ResponseCode.SUCCESS, viewed.remark
+    record = decode_record(viewed.body, 0)
+    assert record.body == b"q1" and record.commit_log_offset == offset
+    assert record.store_size == len(viewed.body)
+    nothing = await client.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset + 1})
+    assert nothing.code == ResponseCode.SYSTEM_ERROR
+    assert nothing.remark == f"can not find message by the offset, {offset + 1}"
+
+    def query(key: str, unique: bool = False) -> dict[str, Any]:
+        fields = {"topic": "adm-q", "key": key, "maxNum": 32, "beginTimestamp": 0,
+                  "endTimestamp": 2**62}  # fmt: skip
+        if unique:
+            fields["_UNIQUE_KEY_QUERY"] = "true"
+        return fields
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while True:  # the index is built behind the commit log
+        found = await client.call(RequestCode.QUERY_MESSAGE, query("shared"))
+        if found.code == ResponseCode.SUCCESS and len(_records(found.body)) == 3:
+            break
+        assert loop.time() < deadline, (found.code, found.remark)
+        await asyncio.sleep(0.1)
+    assert sorted(r.body for r in _records(found.body)) == [b"q0", b"q1", b"q2"]
+    assert int(found.ext_fields["indexLastUpdatePhyoffset"]) >= 0
+    assert "indexLastUpdateTimestamp" in found.ext_fields
+    one = await client.call(RequestCode.QUERY_MESSAGE, query("order-2"))
+    assert [r.body for r in _records(one.body)] == [b"q2"]
+    unique = await client.call(RequestCode.QUERY_MESSAGE, query(f"UQ{0:030d}", unique=True))
+    assert [r.body for r in _records(unique.body)] == [b"q0"]
+    missing = await client.call(RequestCode.QUERY_MESSAGE, query("no-such-key"))
+    assert missing.code == ResponseCode.QUERY_NOT_FOUND
+    assert missing.remark == "can not find message, maybe time range not correct"

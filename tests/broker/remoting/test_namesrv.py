@@ -1,0 +1,269 @@
+"""The Wharf NameServer's RocketMQ 4.x remoting port (``wharf-namesrv --remoting-listen``):
+routes of every registered group named by its brokers' remoting addresses, over a RouteTable
+(units) and over real daemons: a NameServer with two groups with remoting ports and one
+without, asked by this suite's raw client (105, 106, 206, 101) and used by the real C++ 4.x
+client as its ``namesrvAddr``, whose sends land on both groups and are all consumed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from wharf.broker.namesrv.config import ConfigError, load_namesrv_settings
+from wharf.broker.namesrv.remoting import NamesrvRemoting
+from wharf.broker.namesrv.routes import RouteTable, TopicQueues
+from wharf.broker.remoting.codes import RequestCode, ResponseCode
+from wharf.broker.remoting.frame import FrameDecoder, RemotingCommand, encode
+from wharf.client.admin import Admin
+from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
+
+from tests.harness import REPO_ROOT, BrokerProcess, NamesrvProcess
+
+RMQ4_PYTHON = REPO_ROOT / ".venv-rmq4" / "bin" / "python"
+SCRIPT = Path(__file__).with_name("cpp_client_script.py")
+TOPIC = "T_NS"
+TIMEOUT = 10.0
+
+
+def _request(code: int, **fields: str) -> RemotingCommand:
+    return RemotingCommand(code=code, opaque=7, ext_fields=fields)
+
+
+def _body(reply: RemotingCommand) -> Any:
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+    return json.loads(reply.body)
+
+
+# --- over a RouteTable ----------------------------------------------------------------------
+
+
+async def test_routes_name_remoting_addresses_and_leave_out_brokers_without_one() -> None:
+    table = RouteTable()
+    held = {"T": TopicQueues(2, 2, 6)}
+    table.register(("C", "a", 0), "g:10", 1, dict(held), remoting_address="r:10")
+    table.register(("C", "a", 1), "g:11", 1, dict(held), remoting_address="r:11")
+    table.register(("C", "b", 0), "g:20", 1, dict(held))  # no remoting port: left out
+    table.register(("C", "c", 0), "g:30", 1, dict(held))  # master without one, slave with one
+    table.register(("C", "c", 1), "g:31", 1, dict(held), remoting_address="r:31")
+    ns = NamesrvRemoting(table)
+    conn: Any = None
+
+    route = _body(await ns.get_route(conn, _request(105, topic="T")))
+    assert route["brokerDatas"] == [
+        {"brokerAddrs": {"0": "r:10", "1": "r:11"}, "brokerName": "a", "cluster": "C"},
+        {"brokerAddrs": {"1": "r:31"}, "brokerName": "c", "cluster": "C"},
+    ]
+    assert route["filterServerTable"] == {}
+    assert [(q["brokerName"], q["perm"], q["readQueueNums"], q["writeQueueNums"])
+            for q in route["queueDatas"]] == [("a", 6, 2, 2), ("c", 4, 2, 2)]  # fmt: skip
+
+    unknown = await ns.get_route(conn, _request(105, topic="nope"))
+    assert unknown.code == ResponseCode.TOPIC_NOT_EXIST
+    assert unknown.remark == "No topic route info in name server for the topic: nope"
+    assert (await ns.get_route(conn, _request(105))).code == ResponseCode.SYSTEM_ERROR
+    # %RETRY%<group> before any broker holds it: one queue on each master with a remoting port.
+    retry = _body(await ns.get_route(conn, _request(105, topic="%RETRY%CG")))
+    assert [b["brokerName"] for b in retry["brokerDatas"]] == ["a"]
+    assert retry["queueDatas"] == [
+        {"brokerName": "a", "perm": 6, "readQueueNums": 1, "topicSynFlag": 0, "writeQueueNums": 1}
+    ]
+
+    info = _body(await ns.get_cluster_info(conn, _request(106)))
+    assert sorted(info["brokerAddrTable"]) == ["a", "c"]
+    assert info["clusterAddrTable"] == {"C": ["a", "c"]}
+    table.register(("C", "b", 0), "g:20", 2, {"U": TopicQueues(1, 1, 6)}, remoting_address="")
+    assert _body(await ns.get_topic_list(conn, _request(206))) == {"topicList": ["T"]}
+    kv = await ns.get_kv_config(conn, _request(101, namespace="ORDER_TOPIC_CONFIG", key="T"))
+    assert kv.code == ResponseCode.QUERY_NOT_FOUND
+
+    # A broker that registers its remoting port later moves the topic's route.
+    before = table.topic_version("U")
+    table.register(("C", "b", 0), "g:20", 2, {"U": TopicQueues(1, 1, 6)}, remoting_address="r:20")
+    assert table.topic_version("U") > before
+    route = _body(await ns.get_route(conn, _request(105, topic="U")))
+    assert route["brokerDatas"] == [
+        {"brokerAddrs": {"0": "r:20"}, "brokerName": "b", "cluster": "C"}
+    ]
+
+
+def test_remoting_listen_setting() -> None:
+    config = load_namesrv_settings(None, {"WHARF_NAMESRV_REMOTING_LISTEN": "0.0.0.0:0"})
+    assert config.remoting_listen == "0.0.0.0:0"
+    assert load_namesrv_settings().remoting_listen == ""  # off by default
+    with pytest.raises(ConfigError, match="HOST:PORT"):
+        load_namesrv_settings(None, None, {"remoting_listen": "9877"})
+    with pytest.raises(ConfigError, match="ACL"):
+        load_namesrv_settings(
+            None, None, {"remoting_listen": "127.0.0.1:0", "acl_enable": "true", "acl_file": "a"}
+        )
+
+
+# --- real daemons ---------------------------------------------------------------------------
+
+
+class Cluster:
+    def __init__(self, namesrv: NamesrvProcess, remoting: str, brokers: dict[str, BrokerProcess]):
+        self.namesrv, self.remoting, self.brokers = namesrv, remoting, brokers
+
+
+async def _call(address: str, code: int, fields: dict[str, Any] | None = None) -> RemotingCommand:
+    host, _, port = address.rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        request = RemotingCommand(
+            code=code, opaque=1, ext_fields={k: str(v) for k, v in (fields or {}).items()}
+        )
+        writer.write(encode(request))
+        decoder = FrameDecoder()
+        while True:
+            data = await asyncio.wait_for(reader.read(65536), TIMEOUT)
+            assert data, "connection closed"
+            for reply in decoder.feed(data):
+                assert reply.is_response and reply.opaque == 1
+                return reply
+    finally:
+        writer.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A NameServer with a remoting port; broker-a and broker-b with remoting ports, broker-c
+    without; auto-create off and ``T_NS`` (2 queues) on each group."""
+    root = tmp_path_factory.mktemp("ns-remoting")
+    namesrv = NamesrvProcess(root / "ns", {"remotingListen": "127.0.0.1:0"})
+    brokers: dict[str, BrokerProcess] = {}
+    try:
+        namesrv.start()
+        remoting = json.loads((namesrv.root / "ready.json").read_text())["remoting"]
+        for name in ("broker-a", "broker-b", "broker-c"):
+            brokers[name] = BrokerProcess(
+                root / name,
+                settings={
+                    "namesrvAddr": namesrv.endpoint,
+                    "brokerName": name,
+                    "brokerClusterName": "C",
+                    "autoCreateTopicEnable": False,
+                    "brokerHeartbeatInterval": 200,
+                },
+                extra_args=["--remoting-listen", "127.0.0.1:0"] if name != "broker-c" else [],
+            ).start()
+
+        async def create() -> None:
+            for broker in brokers.values():
+                async with Admin(broker.endpoint) as admin:
+                    await admin.create_topic(TOPIC, queue_nums=2)
+
+        asyncio.run(create())
+        deadline = time.monotonic() + 10
+        while True:  # until both groups re-registered with the topic
+            reply = asyncio.run(_call(remoting, 105, {"topic": TOPIC}))
+            if reply.code == 0 and len(json.loads(reply.body)["queueDatas"]) == 2:
+                break
+            assert time.monotonic() < deadline, f"{TOPIC} not routed: {reply}"
+            time.sleep(0.1)
+        yield Cluster(namesrv, remoting, brokers)
+    finally:
+        for process in [*brokers.values(), namesrv]:
+            process.kill()
+
+
+async def test_raw_client_gets_the_route_of_both_groups(cluster: Cluster) -> None:
+    a, b = cluster.brokers["broker-a"], cluster.brokers["broker-b"]
+    assert a.remoting_endpoint and b.remoting_endpoint
+    route = _body(
+        await _call(cluster.remoting, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
+    )
+    assert route["brokerDatas"] == [
+        {"brokerAddrs": {"0": a.remoting_endpoint}, "brokerName": "broker-a", "cluster": "C"},
+        {"brokerAddrs": {"0": b.remoting_endpoint}, "brokerName": "broker-b", "cluster": "C"},
+    ]  # broker-c holds the topic too, but has no remoting port
+    assert route["queueDatas"] == [
+        {"brokerName": n, "perm": 6, "readQueueNums": 2, "topicSynFlag": 0, "writeQueueNums": 2}
+        for n in ("broker-a", "broker-b")
+    ]
+    info = _body(await _call(cluster.remoting, RequestCode.GET_BROKER_CLUSTER_INFO))
+    assert info["clusterAddrTable"] == {"C": ["broker-a", "broker-b"]}
+    assert info["brokerAddrTable"]["broker-b"]["brokerAddrs"] == {"0": b.remoting_endpoint}
+    topics = _body(await _call(cluster.remoting, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+    assert TOPIC in topics["topicList"]
+    kv = await _call(cluster.remoting, RequestCode.GET_KV_CONFIG, {"namespace": "N", "key": "K"})
+    assert kv.code == ResponseCode.QUERY_NOT_FOUND
+    assert (await _call(cluster.remoting, RequestCode.SEND_MESSAGE)).code == (
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    )
+    # gRPC GetClusterInfo names the remoting address each broker registered ("" without one).
+    async with grpc.aio.insecure_channel(cluster.namesrv.endpoint) as channel:
+        listing = await namesrv_pb2_grpc.NameServiceStub(channel).GetClusterInfo(
+            namesrv_pb2.GetClusterInfoRequest()
+        )
+    assert {x.broker_name: x.remoting_address for x in listing.brokers} == {
+        "broker-a": a.remoting_endpoint,
+        "broker-b": b.remoting_endpoint,
+        "broker-c": "",
+    }
+
+
+def _run_cpp(namesrv: str, home: Path, command: str, **args: Any) -> dict[str, Any]:
+    if not RMQ4_PYTHON.exists():
+        pytest.skip("the RocketMQ 4.x C++ client's venv is missing: run `make rmq4-client`")
+    home.mkdir(exist_ok=True)  # the library logs to ~/logs/rocketmq-cpp/
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(
+        [str(RMQ4_PYTHON), str(SCRIPT), namesrv, command, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=90,
+        check=False,
+    )
+    logs = "\n".join(p.read_text(errors="replace") for p in home.glob("logs/rocketmq-cpp/*"))
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}\n--- client log ---\n{logs[-4000:]}"
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+async def _stored(broker: BrokerProcess) -> int:
+    """Messages of TOPIC in the broker's two queues (GET_MAX_OFFSET on its remoting port)."""
+    total = 0
+    for queue_id in (0, 1):
+        fields = {"topic": TOPIC, "queueId": queue_id}
+        reply = await _call(broker.remoting_endpoint, RequestCode.GET_MAX_OFFSET, fields)
+        assert reply.code == ResponseCode.SUCCESS, reply.remark
+        total += int(reply.ext_fields["offset"])
+    return total
+
+
+@pytest.mark.slow
+async def test_cpp_client_through_the_namesrv_sends_to_both_groups(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    specs = [{"body": f"ns-{i}", "tags": "TagA", "keys": f"k{i}"} for i in range(20)]
+    out = await asyncio.to_thread(
+        _run_cpp, cluster.remoting, home, "send", group="PG_NS", topic=TOPIC, messages=specs
+    )
+    assert out["error"] is None
+    assert [r["status"] for r in out["sent"]] == [0] * len(specs)  # SendStatus.OK
+    a, b = cluster.brokers["broker-a"], cluster.brokers["broker-b"]
+    deadline = time.monotonic() + 5  # a send is acknowledged before its queue unit is written
+    while sum(stored := (await _stored(a), await _stored(b))) < len(specs):
+        assert time.monotonic() < deadline, stored
+        await asyncio.sleep(0.1)
+    # The C++ producer goes round the route's 4 writable queues: 2 on each group.
+    assert sum(stored) == len(specs) and min(stored) > 0, stored
+
+    got = await asyncio.to_thread(
+        _run_cpp, cluster.remoting, home, "consume", group="CG_NS", topic=TOPIC,
+        expect=len(specs), bodies=[s["body"] for s in specs], timeout=40, settle_s=1,
+    )  # fmt: skip
+    received = got["received"]
+    assert sorted(m["body"] for m in received) == sorted(s["body"] for s in specs)
+    assert all(m["topic"] == TOPIC and m["tags"] == "TagA" for m in received)
