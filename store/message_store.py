@@ -69,6 +69,7 @@ from wharf.store.errors import (
     InvalidMessageError,
     MasterFencedError,
     NotMasterError,
+    StoreError,
     StoreNotWritableError,
     StoreShutDownError,
 )
@@ -80,7 +81,7 @@ from wharf.store.ha.slave import HASlave
 from wharf.store.ha.status import ReplicationStatus, master_status, replica_status
 from wharf.store.index.index_files import IndexService
 from wharf.store.log.checkpoint import StoreCheckpoint
-from wharf.store.log.commit_log import CommitLog
+from wharf.store.log.commit_log import CommitLog, RecordsBatch
 from wharf.store.model import (
     AppendResult,
     GetResult,
@@ -400,8 +401,13 @@ class MessageStore:
         assert commit_log is not None and self._reput is not None
         result = write(commit_log, first_queue_offset)
         self._offset_table[key] = first_queue_offset + count
+        self._account(commit_log, count, result.end_offset - result.offsets[0])
+        return result
+
+    def _account(self, commit_log: CommitLog, count: int, nbytes: int) -> None:
+        """After an append of ``count`` messages in ``nbytes``: totals, the disk check, the
+        wakeups of the flush, the dispatch and the replicas."""
         self.messages_put_total += count
-        nbytes = result.end_offset - result.offsets[0]
         self.bytes_put_total += nbytes
         self._bytes_since_disk_check += nbytes
         if self._bytes_since_disk_check >= self._disk_check_bytes and self._cleanup is not None:
@@ -411,10 +417,10 @@ class MessageStore:
             hops.stamp("b.appended")
         if not self._sync_flush:
             commit_log.wakeup_flush()
+            assert self._reput is not None
             self._reput.wakeup()
         if self._ha_master is not None:
             self._ha_master.notify_append()  # replication runs alongside the local flush
-        return result
 
     async def put(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> PutResult:
         """append() plus the durability wait of the flush mode: SYNC_FLUSH awaits the group
@@ -641,6 +647,62 @@ class MessageStore:
                 topic, queue_id, first, data, positions, born_host
             ),
         )
+
+    def put_records_append_many(
+        self, batches: Sequence[tuple[str, int, bytes]], born_host: str
+    ) -> list[AppendResult | Exception]:
+        """``put_records_append`` of several (topic, queue id, records) at once, appended
+        together (``CommitLog.append_records_many``: one write). A batch that fails its checks
+        gets its error in its place and is not written; the others are. A failed write raises
+        (nothing of it is in the queues' offsets). Where they do not fit the segment together,
+        each is appended on its own, an error failing its batch alone."""
+        self._check_writable()
+        if len(batches) == 1:
+            return [self._records_or_error(t, q, data, born_host) for t, q, data in batches]
+        results: list[AppendResult | Exception] = []
+        checked: list[RecordsBatch] = []
+        where: list[int] = []
+        next_offsets: dict[tuple[str, int], int] = {}
+        offset_table = self._offset_table
+        limit = self._config.max_message_size
+        for index, (topic, queue_id, data) in enumerate(batches):
+            try:
+                positions = check_records(data, topic, limit)
+                _check_queue_id(queue_id)
+            except InvalidMessageError as exc:
+                results.append(exc)
+                continue
+            key = (topic, queue_id)
+            first = next_offsets.get(key)
+            if first is None:
+                first = offset_table.get(key, 0)
+            next_offsets[key] = first + len(positions)
+            checked.append(RecordsBatch(topic, queue_id, first, data, positions))
+            where.append(index)
+            results.append(_NOT_YET)  # replaced by its AppendResult below
+        if not checked:
+            return results
+        commit_log = self._commit_log
+        assert commit_log is not None and self._reput is not None
+        appended = commit_log.append_records_many(checked, born_host)
+        if appended is None:  # not in the rest of the segment together: one by one
+            return [self._records_or_error(t, q, data, born_host) for t, q, data in batches]
+        offset_table.update(next_offsets)
+        count = nbytes = 0
+        for index, result in zip(where, appended, strict=True):
+            results[index] = result
+            count += len(result.sizes)
+            nbytes += result.end_offset - result.offsets[0]
+        self._account(commit_log, count, nbytes)
+        return results
+
+    def _records_or_error(
+        self, topic: str, queue_id: int, data: bytes, born_host: str
+    ) -> AppendResult | Exception:
+        try:
+            return self.put_records_append(topic, queue_id, data, born_host)
+        except StoreError as exc:  # this batch's alone, as a request of its own would get
+            return exc
 
     def dispatch_lagging(self) -> bool:
         """True while ``put`` would first wait for dispatch to catch up (it is more than
@@ -1100,6 +1162,9 @@ class MessageStore:
     def checkpoint(self) -> StoreCheckpoint:
         assert self._parts is not None
         return self._parts.checkpoint
+
+
+_NOT_YET = RuntimeError("not appended")
 
 
 def _check_queue_id(queue_id: int) -> None:

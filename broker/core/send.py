@@ -190,6 +190,13 @@ class SendCore:
     ) -> AppendResult:
         return self.store.put_records_append(topic, queue_id, records, born_host)
 
+    def append_records_many(
+        self, batches: Sequence[tuple[str, int, bytes]], born_host: str
+    ) -> list[AppendResult | Exception]:
+        """Several (topic, queue id, records) appended together (one commit log write); each
+        its result or its own error, in order."""
+        return self.store.put_records_append_many(batches, born_host)
+
     async def durable(self, result: AppendResult) -> PutResult:
         """Wait until an append is durable (disk and replicas, per the store's settings)."""
         return await self.store.durable(result)

@@ -87,39 +87,60 @@ class SendProcessor:
     async def _send_parts(
         self, request: messaging_pb2.SendMessageRequest, born_host: str
     ) -> messaging_pb2.SendMessageResponse:
-        """A request of several send batches (``parts``): each checked and appended as a
-        request of its own would be (one store append into one queue), in order, all before
-        the first durability wait (one group commit serves them under SYNC_FLUSH); one reply
-        part each, an error failing its part alone."""
+        """A request of several send batches (``parts``): each checked as a request of its own
+        would be, then appended, in order, all before the first durability wait (one group
+        commit serves them under SYNC_FLUSH); one reply part each, an error failing its part
+        alone. Parts of producer-encoded records (the SDK's) are appended together, one
+        commit log write for all (``append_records_many``)."""
         if request.topic or request.messages or request.records or request.HasField("queue_id"):
             raise InvalidArgumentError(
                 "a SendMessageRequest with parts sets no topic, queue_id, messages or records"
             )
         core = self.core
         await core.dispatch_room()  # once for the whole request, as put() for one batch
-        appended: list[tuple[messaging_pb2.SendMessageRequest, _Accepted, AppendResult]] = []
-        failed: dict[int, Exception] = {}
-        for index, part in enumerate(request.parts):
+        parts = request.parts
+        accepted: list[_Accepted | Exception] = []
+        for part in parts:
             try:
                 if part.parts or part.request_id:
                     raise InvalidArgumentError("a part of a request has no parts or request_id")
-                accepted = self._accept(part, born_host)
-                appended.append((part, accepted, self._append(accepted)))
+                accepted.append(self._accept(part, born_host))
             except Exception as exc:
-                failed[index] = exc
+                accepted.append(exc)
+        results: list[AppendResult | Exception]
+        ready = [a for a in accepted if not isinstance(a, Exception)]
+        if len(ready) > 1 and all(a.records is not None for a in ready):
+            try:
+                together = iter(
+                    core.append_records_many(
+                        [(a.topic, a.queue_id, a.records) for a in ready],  # type: ignore[misc]
+                        born_host,
+                    )
+                )
+                results = [a if isinstance(a, Exception) else next(together) for a in accepted]
+            except Exception as exc:
+                results = [a if isinstance(a, Exception) else exc for a in accepted]
+        else:
+            results = [
+                a if isinstance(a, Exception) else self._append_or_error(a) for a in accepted
+            ]
         replies: list[messaging_pb2.SendMessageResponse] = []
-        done = iter(appended)
-        for index in range(len(request.parts)):
-            error = failed.get(index)
-            if error is None:
-                part, accepted, result = next(done)
+        for part, accepted_part, result in zip(parts, accepted, results, strict=True):
+            if not isinstance(result, Exception):
+                assert not isinstance(accepted_part, Exception)
                 try:
-                    replies.append(self._reply(part, accepted, await core.durable(result)))
+                    replies.append(self._reply(part, accepted_part, await core.durable(result)))
                     continue
                 except Exception as exc:
-                    error = exc
-            replies.append(self._part_error(error))
+                    result = exc
+            replies.append(self._part_error(result))
         return messaging_pb2.SendMessageResponse(request_id=request.request_id, parts=replies)
+
+    def _append_or_error(self, accepted: _Accepted) -> AppendResult | Exception:
+        try:
+            return self._append(accepted)
+        except Exception as exc:
+            return exc
 
     def _part_error(self, exc: Exception) -> messaging_pb2.SendMessageResponse:
         code, message = status_for(exc)

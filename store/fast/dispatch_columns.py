@@ -152,15 +152,29 @@ def _topics(
         if names.tobytes() == first * len(rec_start):  # one topic: the usual chunk
             text = _topic_text(first)
             return np.zeros(len(rec_start), dtype=np.int64), None if text is None else [text]
+    # Several topics: records come in runs of one topic (a send batch each), so only the
+    # first record of each run is looked up (a lookup per record cost ~0.4 us a message with
+    # 256 topics' batches in a chunk). Runs from one gather of every topic's bytes (shorter
+    # names zero-padded to the longest).
+    width = int(topic_len.max())
+    data = np.frombuffer(tail, np.uint8)
+    lanes = np.arange(width)
+    index = np.minimum(rec_start[:, None] + 1 + lanes, len(data) - 1)
+    names = np.where(lanes < topic_len[:, None], data[index], 0)
+    change = np.ones(len(rec_start), dtype=bool)
+    change[1:] = (topic_len[1:] != topic_len[:-1]) | (names[1:] != names[:-1]).any(axis=1)
+    firsts = np.flatnonzero(change)
     ids: dict[bytes, int] = {}
-    topic_ids = [
+    run_ids = [
         ids.setdefault(tail[a + 1 : a + 1 + n], len(ids))
-        for a, n in zip(rec_start.tolist(), topic_len.tolist(), strict=True)
+        for a, n in zip(rec_start[firsts].tolist(), topic_len[firsts].tolist(), strict=True)
     ]
     topics = [_topic_text(raw) for raw in ids]
     if None in topics:
         return np.zeros(0, dtype=np.int64), None
-    return np.array(topic_ids, dtype=np.int64), topics  # type: ignore[return-value]
+    runs = np.diff(firsts, append=len(rec_start))
+    topic_ids = np.repeat(np.array(run_ids, dtype=np.int64), runs)
+    return topic_ids, topics  # type: ignore[return-value]
 
 
 def columns_from_requests(requests: Sequence[DispatchRequest]) -> DispatchColumns:

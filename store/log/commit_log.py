@@ -84,7 +84,7 @@ import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -129,6 +129,17 @@ __all__ = ["CommitLog", "DispatchBatch"]  # DispatchBatch is part of iter_dispat
 # full disk costs a failed pwrite or a failed open + posix_fallocate of a segment (a few ms
 # for 1 GiB on ext4), so at most one a second, while a freed disk is used within a second.
 DISK_FULL_RETRY_S = 1.0
+
+
+class RecordsBatch(NamedTuple):
+    """One queue's checked records for ``append_records_many`` (``positions``: where each
+    starts in ``data``, from ``record_check.check_records``)."""
+
+    topic: str
+    queue_id: int
+    first_queue_offset: int
+    data: bytes
+    positions: np.ndarray
 
 
 class _DiskFull(NamedTuple):
@@ -429,6 +440,77 @@ class CommitLog(CommitLogReads):
         return self._write(
             mapped, buf, topic, queue_id, first_queue_offset, offsets, sizes, store_timestamp
         )
+
+    def append_records_many(
+        self,
+        batches: Sequence[RecordsBatch],
+        born_host: str,
+        store_timestamp: int | None = None,
+    ) -> list[AppendResult] | None:
+        """``append_records`` of several batches (queues) at once: one buffer patched per batch
+        and ONE write (a request of 32 topics' batches paid 32 writes: ~0.3 us a 1 KiB message
+        more, issue 33). None, with nothing written, when they do not fit the current segment
+        together: the caller appends them one by one (a batch never spans segments). Results
+        in the order of ``batches``; an error fails them all, nothing written."""
+        if self._error is not None:
+            raise self._error
+        full = self._disk_full
+        if full is not None:
+            self._check_disk_full(full)
+        if store_timestamp is None:
+            store_timestamp = int(time.time() * 1000)
+        total = sum(len(batch[3]) for batch in batches)
+        mapped = self.queue.last()
+        if mapped is None or mapped.is_full or total + END_FILE_MIN_BLANK_LENGTH > mapped.remaining:
+            return None
+        start = mapped.file_from_offset + mapped.wrote_position
+        buf = bytearray(b"".join(batch[3] for batch in batches))
+        born, store_host = born_host_bytes(born_host), encode_host(self.config.store_host)
+        # Every record's position in ``buf`` at once (numpy calls cost ~1 us each: once per
+        # request, not per batch), then each batch patched on its slice.
+        counts = [len(batch[4]) for batch in batches]
+        bases = list(accumulate((len(batch[3]) for batch in batches[:-1]), initial=0))
+        local = np.concatenate([batch[4] for batch in batches])
+        local += np.repeat(np.array(bases, dtype=np.int64), counts)
+        offsets = (local + start).tolist()
+        sizes = np.diff(local, append=total).tolist()
+        results = []
+        first_record = 0
+        for (topic, queue_id, first, _, _), count in zip(batches, counts, strict=True):
+            last_record = first_record + count
+            patch_records(
+                buf,
+                local[first_record:last_record],
+                queue_id,
+                first,
+                start,
+                born,
+                store_timestamp,
+                store_host,
+            )
+            end = offsets[last_record - 1] + sizes[last_record - 1]
+            results.append(
+                AppendResult(
+                    topic,
+                    queue_id,
+                    first,
+                    offsets[first_record:last_record],
+                    sizes[first_record:last_record],
+                    store_timestamp,
+                    end,
+                )
+            )
+            first_record = last_record
+        try:
+            mapped.append(buf, store_timestamp)
+        except (DiskFullError, FlushFailedError) as exc:
+            raise self._write_failed(exc) from exc
+        self.last_store_timestamp = store_timestamp
+        self.messages_put_total += len(offsets)
+        self.bytes_put_total += len(buf)
+        if full is not None:
+            self._leave_disk_full("append")
+        return results
 
     def append_raw(self, offset: int, data: bytes | memoryview, store_timestamp: int) -> int:
         """A replica's append: ``data`` (whole records a master wrote at ``offset``, inside one

@@ -43,7 +43,7 @@ properties = st.tuples(st.lists(pairs, max_size=6), st.booleans(), st.booleans()
     lambda p: b"\x02".join(p[0]) + (b"\x02" if p[0] and p[1] else b"") + (b"\x02" if p[2] else b"")
 )
 records = st.tuples(
-    st.sampled_from(["T", "TopicB", fmt.SCHEDULE_TOPIC]),
+    st.sampled_from(["T", "TopicB", "TopicC", fmt.SCHEDULE_TOPIC]),  # B, C: same length
     st.integers(0, 3),  # queue id
     st.integers(0, 6),  # queue offset (gaps and overlaps happen)
     st.sampled_from([0, 2, 4, 8, 12]),  # sys flag: transaction bits included
