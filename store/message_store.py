@@ -443,6 +443,14 @@ class MessageStore:
         ``put_records_append`` returned (the same statuses and errors)."""
         return await self._durable(result)
 
+    async def durable_many(self, results: Sequence[AppendResult]) -> list[PutResult]:
+        """``durable`` of several appends made in order: one wait, for the last one (durability
+        reaches offsets in order), whose status every result gets (a time-out of the last one
+        is reported for all: a retry of an earlier one may store it twice, as after any
+        time-out)."""
+        last = await self._durable(results[-1])
+        return [PutResult(last.status, result) for result in results[:-1]] + [last]
+
     async def _durable(self, result: AppendResult) -> PutResult:
         """The durability wait of a put: none in ASYNC_FLUSH; SYNC_FLUSH awaits the group
         commit, then lets dispatch follow (it only dispatches what is on disk). A SYNC_MASTER

@@ -197,6 +197,10 @@ class SendCore:
         its result or its own error, in order."""
         return self.store.put_records_append_many(batches, born_host)
 
+    async def durable_many(self, results: Sequence[AppendResult]) -> list[PutResult]:
+        """``durable`` of appends made together, in order: one wait (the last one's)."""
+        return await self.store.durable_many(results)
+
     async def durable(self, result: AppendResult) -> PutResult:
         """Wait until an append is durable (disk and replicas, per the store's settings)."""
         return await self.store.durable(result)
