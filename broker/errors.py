@@ -105,6 +105,14 @@ _OS_LIMITS: dict[int, str] = {
 }
 
 
+def os_limit(exc: BaseException) -> str | None:
+    """What to do about an operating-system limit met (every protocol's error table), or
+    None when ``exc`` is not one."""
+    if isinstance(exc, OSError) and exc.errno in _OS_LIMITS:
+        return f"{_OS_LIMITS[exc.errno]} ({exc})"
+    return None
+
+
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """(status code, user-facing message) for an exception raised while serving an RPC.
     Unknown exceptions are INTERNAL with their type named (and logged by the caller)."""

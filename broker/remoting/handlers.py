@@ -33,6 +33,7 @@ from wharf.broker.errors import (
     PermissionDeniedError,
     ResourceExhaustedError,
     UnavailableError,
+    os_limit,
 )
 from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import validate_topic_name
@@ -72,7 +73,12 @@ from wharf.broker.remoting.server import Connection, Handler
 from wharf.broker.remoting.transactions import RemotingTransactions
 from wharf.broker.tags import parse_filter
 from wharf.store.codec.properties import PROPERTY_UNIQ_KEY
-from wharf.store.errors import InvalidFilterError, InvalidMessageError, StoreNotWritableError
+from wharf.store.errors import (
+    InvalidFilterError,
+    InvalidMessageError,
+    ResourceLimitError,
+    StoreNotWritableError,
+)
 from wharf.store.model import GetStatus, MessageInput, PutStatus, TagFilter
 from wharf.store.read.get_raw import RawGetResult
 from wharf.v1 import common_pb2, messaging_pb2
@@ -104,6 +110,9 @@ _REASON_CODES = {
 def error_response(request: RemotingCommand, exc: BaseException) -> RemotingCommand:
     """A handler's exception as RocketMQ's broker answers it (the remark is the message)."""
     code: int
+    limit = os_limit(exc)
+    if limit is not None:  # an OS limit met (the operator's to raise): busy, with what to do
+        return response_to(request, ResponseCode.SYSTEM_BUSY, remark=limit)
     if isinstance(exc, Refused):
         code = _REASON_CODES.get(exc.reason, ResponseCode.MESSAGE_ILLEGAL)
     elif isinstance(exc, (BatchError, InvalidMessageError)) and not isinstance(
@@ -114,8 +123,8 @@ def error_response(request: RemotingCommand, exc: BaseException) -> RemotingComm
         code = ResponseCode.SUBSCRIPTION_PARSE_FAILED
     elif isinstance(exc, PermissionDeniedError):
         code = ResponseCode.NO_PERMISSION
-    elif isinstance(exc, ResourceExhaustedError):
-        code = ResponseCode.SYSTEM_BUSY
+    elif isinstance(exc, (ResourceExhaustedError, ResourceLimitError)):
+        code = ResponseCode.SYSTEM_BUSY  # RocketMQ's answer to flow control and limits
     elif isinstance(exc, (UnavailableError, StoreNotWritableError)):
         code = ResponseCode.SERVICE_NOT_AVAILABLE
     elif isinstance(exc, (HeaderError, InvalidArgumentError, NotFoundError, ValueError)):

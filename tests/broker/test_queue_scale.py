@@ -17,10 +17,13 @@ import resource
 from pathlib import Path
 
 import pytest
+from wharf.broker.remoting.codes import RequestCode, ResponseCode
 from wharf.client import Producer, PullConsumer
 from wharf.client.errors import ResourceExhaustedError
 from wharf.client.route import MessageQueue
 
+from tests.broker.remoting.test_server import Client as RemotingClient
+from tests.broker.remoting.test_server import _pull_fields
 from tests.harness import BrokerProcess
 
 pytestmark = pytest.mark.slow
@@ -120,12 +123,20 @@ async def _pull_one(endpoint: str, topic: str, queue_id: int) -> list[bytes]:
 def test_no_descriptor_left_a_pull_gets_resource_exhausted_and_the_rest_serves(
     tmp_path: Path,
 ) -> None:
-    broker = BrokerProcess(tmp_path, settings=SETTINGS, open_files=OPEN_FILES)
+    broker = BrokerProcess(
+        tmp_path,
+        settings=SETTINGS,
+        open_files=OPEN_FILES,
+        extra_args=["--remoting-listen", "127.0.0.1:0"],
+    )
     with broker:
         asyncio.run(_fill(broker.endpoint))
         endpoint = broker.endpoint
 
         async def exhausted() -> None:
+            host, _, port = broker.remoting_endpoint.rpartition(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+            remoting = RemotingClient(reader, writer)  # a 4.x client, connected before
             async with (
                 PullConsumer(endpoint, "scale-check") as consumer,
                 Producer(endpoint) as producer,
@@ -138,6 +149,11 @@ def test_no_descriptor_left_a_pull_gets_resource_exhausted_and_the_rest_serves(
                 for topic in ("scale0", "scale1", "scale2"):
                     with pytest.raises(ResourceExhaustedError, match="open-file limit"):
                         await consumer.pull(MessageQueue(topic, 0), 0)
+                # The same over RocketMQ 4.x remoting: SYSTEM_BUSY (2) saying what to do.
+                busy = await remoting.call(
+                    RequestCode.PULL_MESSAGE, _pull_fields("scale3", 0, 0, 0)
+                )
+                assert busy.code == ResponseCode.SYSTEM_BUSY and "open-file limit" in busy.remark
                 # What needs no new file still works: a send to an existing queue, and a read of
                 # a file the cache still holds.
                 sent = await producer.send(hot.topic, b"during", queue_id=hot.queue_id)
@@ -157,6 +173,11 @@ def test_no_descriptor_left_a_pull_gets_resource_exhausted_and_the_rest_serves(
                     if len(bodies) == 2 or asyncio.get_running_loop().time() > deadline:
                         break
                 assert bodies == [b"0/0", b"later"]
+                pulled = await remoting.call(
+                    RequestCode.PULL_MESSAGE, _pull_fields("scale3", 0, 0, 0)
+                )
+                assert pulled.code == ResponseCode.SUCCESS
+            writer.close()
 
         asyncio.run(exhausted())
         log = broker.log()
