@@ -161,17 +161,19 @@ class PullProcessor:
             min_offset=result.min_offset,
             max_offset=result.max_offset,
         )
+        held = 0
         if isinstance(result, RawGetResult):
             count, nbytes = result.count, result.body_bytes
             if count:
                 response.records = result.records
+                held = len(result.records)  # not response.records: each read copies it
         else:
             count = len(result.messages)
             nbytes = sum(len(m.body) for m in result.messages)
             if count:
                 add_views(response.messages, result.messages, ctx.offset_ids)
         if count:
-            replies.hold(len(response.records) if response.records else nbytes)
+            replies.hold(held or nbytes)
             ctx.messages_out += count
             ctx.metrics.on_messages_out(topic, group, count, nbytes)
         return response

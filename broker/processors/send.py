@@ -161,19 +161,22 @@ class SendProcessor:
         core = self.core
         core.check_open()
         messages = request.messages
-        if not messages and not request.records:
+        # Read once: each read of a bytes field copies it (upb: ~1 us per 16 KiB, 30 us for
+        # the 512 KiB of a full request).
+        records = request.records
+        if not messages and not records:
             raise InvalidArgumentError("messages is empty: send at least one message")
         topic_name = request.topic
         _, queue_id = core.admit(
             topic_name, request.queue_id if request.HasField("queue_id") else None
         )
-        if request.records:
+        if records:
             if messages:
                 raise InvalidArgumentError(
                     "set either messages or records in a SendMessageRequest, not both"
                 )
             # Producer-encoded records (store.record_batch): checked by the store's append.
-            return _Accepted(topic_name, queue_id, None, None, request.records, born_host)
+            return _Accepted(topic_name, queue_id, None, None, records, born_host)
         ctx = self.ctx
         inputs, unique_ids, _ = to_inputs(
             messages,
