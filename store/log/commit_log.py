@@ -464,7 +464,7 @@ class CommitLog(CommitLogReads):
         if mapped is None or mapped.is_full or total + END_FILE_MIN_BLANK_LENGTH > mapped.remaining:
             return None
         start = mapped.file_from_offset + mapped.wrote_position
-        buf = bytearray(b"".join(batch[3] for batch in batches))
+        buf = bytearray().join(batch[3] for batch in batches)  # one copy, patched in place
         born, store_host = born_host_bytes(born_host), encode_host(self.config.store_host)
         # Every record's position in ``buf`` at once (numpy calls cost ~1 us each: once per
         # request, not per batch), then each batch patched on its slice.
