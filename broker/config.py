@@ -29,7 +29,7 @@ class BrokerConfig:
     broker_id: int = 0
     # enableControllerMode: roles are elected on etcd (controllerAddr, "h:p;h2:p2", its client
     # endpoints); a master whose lease is not renewed within controllerHeartBeatTimeoutMills
-    # (10 s, RocketMQ's) is replaced by a caught-up replica (broker/failover.py).
+    # (10 s, RocketMQ's) is replaced by a caught-up replica (broker/failover/).
     enable_controller_mode: bool = False
     controller_addr: str = ""
     controller_heart_beat_timeout_mills: int = 10_000

@@ -4,7 +4,7 @@ not hold the controller: they see only the parts they use)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from wharf.broker.cluster_routes import ClusterRoutes
 from wharf.broker.config import BrokerConfig
@@ -20,6 +20,7 @@ from wharf.broker.transactions import CheckChannels
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 
 if TYPE_CHECKING:
+    from wharf.broker.failover import MasterTransfer
     from wharf.store.message_store import MessageStore
 
 
@@ -43,7 +44,7 @@ class BrokerContext:
     cluster_routes: ClusterRoutes | None = None
     started_at: float = 0.0  # time.time() when serving began
     ha_address: str = ""  # host:port of the replication listener (haListenPort), "" if none
-    failover: Any = None  # broker/failover.py's Failover in controller mode (TransferMaster)
+    failover: MasterTransfer | None = None  # controller mode: broker/failover (TransferMaster)
     messages_in: int = 0
     messages_out: int = 0
     shutting_down: bool = field(default=False)

@@ -1,7 +1,8 @@
 """BrokerController: owns the store, the metadata managers, the long-poll holder, the metrics
 object and the gRPC server, and runs the lifecycle (start -> serve -> graceful shutdown).
 
-Attributes other components read (the ops engineer's scrape-time collectors among them):
+Attributes other components read (the metrics read a typed ``BrokerView`` built from them,
+``_metrics_view``):
 
 - ``config``: the resolved ``Config`` (``config.broker``: BrokerConfig, ``config.store``:
   StoreConfig as the store really runs, with ``store_host`` set from the advertised address).
@@ -46,7 +47,7 @@ from wharf.broker.acl.rules import AclFileError
 from wharf.broker.cluster_routes import ClusterRoutes
 from wharf.broker.config import Config, parse_host_port
 from wharf.broker.context import BrokerContext
-from wharf.broker.failover import Failover
+from wharf.broker.failover import AetcdEtcd, Failover
 from wharf.broker.handlers import add_servicer
 from wharf.broker.long_poll import LongPollHolder
 from wharf.broker.meta.consumers import ConsumerManager
@@ -56,6 +57,7 @@ from wharf.broker.meta.persist import dumps, load_json_blocking, write_text_atom
 from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.metrics import BrokerMetrics
 from wharf.broker.metrics.http import read_token_file_blocking
+from wharf.broker.metrics.view import BrokerView
 from wharf.broker.processors.admin import AdminService
 from wharf.broker.processors.messaging import MessagingService
 from wharf.broker.registration import Identity, NamesrvRegistrar, parse_namesrv_addr
@@ -455,7 +457,7 @@ class BrokerController:
         # SERVING before the port opens: a health check answered at all says SERVING.
         for name in ("", *SERVICE_NAMES[:2]):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        self.metrics.attach(self)
+        self.metrics.attach(self._metrics_view())
         dial = None
         if broker.namesrv_addr:  # the routes of other brokers' topics, for forwarded calls
             dial = await asyncio.to_thread(self._namesrv_dialer_blocking)
@@ -515,6 +517,39 @@ class BrokerController:
     def remoting_address(self) -> str:
         """host:port clients dial for the remoting port ('' when off)."""
         return self.remoting.address if self.remoting is not None else ""
+
+    def _metrics_view(self) -> BrokerView:
+        """What the metrics read at scrape time (on the loop): a typed view, not this object."""
+        store, broker = self.store, self.config.broker
+
+        def service_stats(name: str) -> Callable[[], dict[str, int]]:
+            def read() -> dict[str, int]:
+                try:  # a replica runs no transaction or timer service
+                    return dict(getattr(store, name).stats())
+                except (AttributeError, AssertionError):
+                    return {}
+
+            return read
+
+        replication = getattr(store, "replication_status", None)  # a test store may lack it
+        return BrokerView(
+            store=store,
+            topic_count=lambda: len(self.topics),
+            group_count=lambda: len(self.groups),
+            committed_offsets=lambda: self.offsets.table,
+            parked_pulls=lambda: self.long_poll.parked_count,
+            started_at=lambda: self.started_at,
+            identity={
+                "cluster": broker.broker_cluster_name,
+                "broker": broker.broker_name,
+                "broker_id": str(broker.broker_id),
+            },
+            namesrv_sessions=lambda: self.registrar.registered if self.registrar else {},
+            wire_connections=lambda: self.wire_connections,
+            replication=replication if callable(replication) else (lambda: None),
+            transactions=service_stats("transactions"),
+            timer=service_stats("timer"),
+        )
 
     @property
     def wire_connections(self) -> int:
@@ -711,7 +746,7 @@ class BrokerController:
                 await self.registrar.change_identity(identity)
 
         return Failover(
-            endpoints=parse_namesrv_addr(broker.controller_addr),
+            etcd=AetcdEtcd(parse_namesrv_addr(broker.controller_addr)),
             cluster=broker.broker_cluster_name,
             broker_name=broker.broker_name,
             broker_id=broker.broker_id,

@@ -28,6 +28,7 @@ from wharf.broker.metrics import families
 from wharf.broker.metrics.accumulators import LabelledCounters, LabelledHistograms
 from wharf.broker.metrics.http import MetricsHttpServer
 from wharf.broker.metrics.snapshot import BrokerSnapshot, take_snapshot
+from wharf.broker.metrics.view import BrokerView
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class BrokerMetrics:
         self.flush_bytes = LabelledCounters()  # (kind,)
         self.group_commit_batch = LabelledHistograms(GROUP_COMMIT_BUCKETS)  # ()
         self.snapshot_failures = LabelledCounters()  # ()
-        self._controller: Any = None
+        self._view: BrokerView | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._http: MetricsHttpServer | None = None
         self.registry.register(_BrokerCollector(self))
@@ -122,10 +123,10 @@ class BrokerMetrics:
         self.group_commit_batch.child(()).observe(waiters)
 
     # --- wiring ------------------------------------------------------------------------------
-    def attach(self, controller: Any) -> None:
-        """Called once at start with the BrokerController, so scrape-time collectors can read
-        the store's stats(), topic/group managers, consumer offsets and the long-poll holder."""
-        self._controller = controller
+    def attach(self, view: BrokerView) -> None:
+        """Called once at start with what scrapes read (``BrokerView``: the store's stats(),
+        topic and group counts, committed offsets, parked pulls ...)."""
+        self._view = view
         try:
             self._loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -152,11 +153,11 @@ class BrokerMetrics:
     def snapshot(self) -> BrokerSnapshot | None:
         """The controller's figures, read on the store's loop; None before attach() or if the
         loop did not answer in time (counted in wharf_metrics_snapshot_failures_total)."""
-        controller = self._controller
-        if controller is None:
+        view = self._view
+        if view is None:
             return None
         try:
-            return self._call_on_loop(lambda: take_snapshot(controller))
+            return self._call_on_loop(lambda: take_snapshot(view))
         except Exception:
             self.snapshot_failures.inc(())
             log.exception("metrics snapshot failed")

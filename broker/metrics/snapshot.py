@@ -1,4 +1,4 @@
-"""Scrape-time figures read from the BrokerController: one plain-data ``BrokerSnapshot``.
+"""Scrape-time figures read from the broker's ``BrokerView``: one plain-data ``BrokerSnapshot``.
 
 ``take_snapshot`` runs ON THE EVENT LOOP that owns the store (``BrokerMetrics`` hands it over
 from the HTTP thread), because the store and the managers are single-loop objects. Everything
@@ -15,8 +15,8 @@ import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
+from wharf.broker.metrics.view import BrokerView, MetricsStore
 from wharf.store.ha.status import ReplicationStatus
 from wharf.store.model import StoreStats
 
@@ -63,20 +63,21 @@ class BrokerSnapshot:
     wire_connections: int = 0
 
 
-def take_snapshot(controller: Any, now: float | None = None) -> BrokerSnapshot:
-    """Read the controller's cheap figures. Call on the store's event loop."""
+def take_snapshot(view: BrokerView, now: float | None = None) -> BrokerSnapshot:
+    """Read the broker's cheap figures. Call on the store's event loop."""
     started = time.perf_counter()
     now = time.time() if now is None else now
-    store = controller.store
+    store = view.store
     config = store.config
     stats = store.stats()
-    lags = consumer_lags(controller, now)
+    lags = consumer_lags(view, now)
+    started_at = view.started_at()
     return BrokerSnapshot(
         stats=stats,
-        topic_count=_topic_count(controller),
-        group_count=_group_count(controller),
-        parked_pulls=int(getattr(controller.long_poll, "parked_count", 0)),
-        uptime_seconds=max(0.0, now - _started_at_seconds(controller, now)),
+        topic_count=view.topic_count(),
+        group_count=view.group_count(),
+        parked_pulls=view.parked_pulls(),
+        uptime_seconds=max(0.0, now - (started_at or now)),
         disk_thresholds={
             "clean": config.disk_max_used_space_ratio / 100,
             "clean_forcibly": config.disk_space_clean_forcibly_ratio / 100,
@@ -85,37 +86,13 @@ def take_snapshot(controller: Any, now: float | None = None) -> BrokerSnapshot:
         lags=lags,
         loop_seconds=time.perf_counter() - started,
         loop_tasks=_loop_tasks(),
-        transactions=_service_stats(store, "transactions"),
-        timer=_service_stats(store, "timer"),
-        identity=_identity(controller),
-        namesrv_sessions=dict(getattr(getattr(controller, "registrar", None), "registered", {})),
-        replication=_replication(store),
-        wire_connections=int(getattr(controller, "wire_connections", 0)),
+        transactions=dict(view.transactions()),
+        timer=dict(view.timer()),
+        identity=dict(view.identity),
+        namesrv_sessions=dict(view.namesrv_sessions()),
+        replication=view.replication(),
+        wire_connections=view.wire_connections(),
     )
-
-
-def _replication(store: Any) -> ReplicationStatus | None:
-    status = getattr(store, "replication_status", None)
-    return status() if callable(status) else None
-
-
-def _identity(controller: Any) -> dict[str, str]:
-    broker = getattr(getattr(controller, "config", None), "broker", None)
-    if broker is None:  # a stand-in controller (unit tests)
-        return {}
-    return {
-        "cluster": broker.broker_cluster_name,
-        "broker": broker.broker_name,
-        "broker_id": str(broker.broker_id),
-    }
-
-
-def _service_stats(store: Any, name: str) -> dict[str, int]:
-    """``store.<name>.stats()``, or {} for a store without the service (test fakes)."""
-    try:
-        return dict(getattr(store, name).stats())
-    except (AttributeError, AssertionError):
-        return {}
 
 
 def _loop_tasks() -> int:
@@ -125,13 +102,13 @@ def _loop_tasks() -> int:
         return 0
 
 
-def consumer_lags(controller: Any, now: float) -> list[GroupLag]:
+def consumer_lags(view: BrokerView, now: float) -> list[GroupLag]:
     """Per (topic, group): messages = sum over queues of max_offset - max(committed, min_offset);
     latency = age of the oldest first-unconsumed message among the queues read."""
-    store = controller.store
+    store = view.store
     totals: dict[tuple[str, str], int] = {}
     lagging: dict[tuple[str, str], list[tuple[int, int]]] = {}  # key -> [(queue, offset)]
-    for group, topic, queue_id, committed in _committed_offsets(controller):
+    for group, topic, queue_id, committed in _committed_offsets(view):
         key = (topic, group)
         next_unconsumed = max(committed, store.get_min_offset(topic, queue_id))
         lag = max(0, store.get_max_offset(topic, queue_id) - next_unconsumed)
@@ -153,7 +130,7 @@ def consumer_lags(controller: Any, now: float) -> list[GroupLag]:
 
 
 def _oldest_store_times(
-    store: Any, lagging: dict[tuple[str, str], list[tuple[int, int]]], budget: int
+    store: MetricsStore, lagging: dict[tuple[str, str], list[tuple[int, int]]], budget: int
 ) -> dict[tuple[str, str], int]:
     """Store time (ms) of the oldest first-unconsumed message per key. Reads go round robin
     over the keys, so with more lagging queues than ``budget`` every (topic, group) still gets
@@ -181,31 +158,16 @@ def _oldest_store_times(
     return oldest
 
 
-def _store_time_ms(store: Any, topic: str, queue_id: int, offset: int) -> int | None:
+def _store_time_ms(store: MetricsStore, topic: str, queue_id: int, offset: int) -> int | None:
     result = store.get_messages(topic, queue_id, offset, 1)
     if not result.messages:
         return None
     return int(result.messages[0].store_timestamp)
 
 
-# --- the controller's managers (broker/controller.py documents these attributes) ----------
-def _topic_count(controller: Any) -> int:
-    return len(controller.topics)  # TopicConfigManager: user topics (system ones excluded)
-
-
-def _group_count(controller: Any) -> int:
-    return len(controller.groups)  # SubscriptionGroupManager
-
-
-def _committed_offsets(controller: Any) -> Iterator[tuple[str, str, int, int]]:
+def _committed_offsets(view: BrokerView) -> Iterator[tuple[str, str, int, int]]:
     """(consumer_group, topic, queue_id, committed offset) for every committed offset."""
-    # ConsumerOffsetManager.table: (topic, group) -> {queue_id: offset}. Copied first: cheap,
-    # and the loop below must not see the table change under it.
-    for (topic, group), by_queue in list(controller.offsets.table.items()):
+    # Copied first: cheap, and the loop below must not see the table change under it.
+    for (topic, group), by_queue in list(view.committed_offsets().items()):
         for queue_id, offset in list(by_queue.items()):
             yield group, topic, int(queue_id), int(offset)
-
-
-def _started_at_seconds(controller: Any, now: float) -> float:
-    started = getattr(controller, "started_at", None)
-    return float(started) if started else now

@@ -1,10 +1,11 @@
-"""A stand-in BrokerController for metrics unit tests (no sockets, no store files); its store
+"""A stand-in BrokerController (its ``view()``) for metrics unit tests (no sockets, no store files); its store
 is tests/fakes.py's FakeStore."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wharf.broker.metrics.view import BrokerView
 from wharf.store.ha.status import ReplicaStatus, ReplicationStatus
 from wharf.store.model import StoreStats
 
@@ -65,6 +66,18 @@ class FakeController:
     offsets: FakeOffsets
     long_poll: FakeLongPoll
     started_at: float = 0.0
+
+    def view(self) -> BrokerView:
+        """What BrokerController._metrics_view gives the metrics, over these fakes."""
+        return BrokerView(
+            store=self.store,  # type: ignore[arg-type]
+            topic_count=lambda: len(self.topics),
+            group_count=lambda: len(self.groups),
+            committed_offsets=lambda: self.offsets.table,
+            parked_pulls=lambda: self.long_poll.parked_count,
+            started_at=lambda: self.started_at,
+            replication=lambda: getattr(self.store, "replication_status", lambda: None)(),
+        )
 
 
 NOW_MS = 1_700_000_000_000

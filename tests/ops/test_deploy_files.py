@@ -214,7 +214,7 @@ def test_dashboard_json_panels_are_well_formed_and_cover_the_operator_views() ->
 
 def test_every_metric_the_dashboard_and_alerts_use_is_exported_by_broker_metrics() -> None:
     metrics = BrokerMetrics()
-    metrics.attach(fake_controller())
+    metrics.attach(fake_controller().view())
     metrics.on_messages_in("orders", [10])
     metrics.observe_rpc("SendMessage", "OK", 0.001)
     exported = sample_names(generate_latest(metrics.registry).decode())

@@ -104,7 +104,7 @@ def test_rpc_flush_and_group_commit_histograms() -> None:
 def test_scrape_reads_store_figures_counts_and_consumer_lag() -> None:
     metrics = BrokerMetrics()
     controller = fake_controller(writable=False, disk_used_ratio=0.87)
-    metrics.attach(controller)
+    metrics.attach(controller.view())
     samples = parse_samples(scrape(metrics))
     assert value(samples, "rocketmq_topic_number") == 2
     assert value(samples, "rocketmq_consumer_group_number") == 2
@@ -150,7 +150,7 @@ def test_lag_latency_reads_stay_within_budget_and_cover_every_lagging_group(monk
     for n, group in enumerate(groups):  # g0 and g3 sit at the same positions: cached reads
         controller.offsets.table[("events", group)] = {q: n % 3 for q in range(4)}
     metrics = BrokerMetrics()
-    metrics.attach(controller)
+    metrics.attach(controller.view())
     samples = parse_samples(scrape(metrics))
     assert controller.store.reads == 5
     for group in groups:
@@ -167,7 +167,7 @@ def test_lag_counts_from_min_offset_when_retention_removed_the_committed_one() -
     metrics = BrokerMetrics()
     controller = fake_controller()
     controller.store.min_offsets[("orders", 0)] = 9  # offsets 0..8 deleted; billing is at 7
-    metrics.attach(controller)
+    metrics.attach(controller.view())
     samples = parse_samples(scrape(metrics))
     assert (
         value(samples, "rocketmq_consumer_lag_messages", topic="orders", consumer_group="billing")
@@ -177,7 +177,7 @@ def test_lag_counts_from_min_offset_when_retention_removed_the_committed_one() -
 
 def test_every_family_is_typed_even_before_any_traffic() -> None:
     metrics = BrokerMetrics()
-    metrics.attach(fake_controller())
+    metrics.attach(fake_controller().view())
     types = family_types(scrape(metrics))
     assert types["rocketmq_messages_in_total"] == "counter"
     assert types["rocketmq_send_to_dlq_messages_total"] == "counter"
@@ -193,7 +193,7 @@ def test_a_failing_snapshot_still_serves_hot_path_metrics_and_counts_the_failure
     metrics = BrokerMetrics()
     controller = fake_controller()
     controller.store.stats = None  # type: ignore[assignment,method-assign]  # stats() now raises
-    metrics.attach(controller)
+    metrics.attach(controller.view())
     metrics.on_messages_in("orders", [10])
     samples = parse_samples(scrape(metrics))
     assert value(samples, "rocketmq_messages_in_total", topic="orders") == 1
@@ -204,7 +204,7 @@ def test_a_failing_snapshot_still_serves_hot_path_metrics_and_counts_the_failure
 async def test_serve_binds_port_zero_and_scrape_runs_snapshot_on_the_loop() -> None:
     metrics = BrokerMetrics()
     controller = fake_controller()
-    metrics.attach(controller)
+    metrics.attach(controller.view())
     metrics.on_messages_in("orders", [10, 20])
     port = await metrics.serve("127.0.0.1", 0)
     try:

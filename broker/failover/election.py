@@ -46,12 +46,13 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import aetcd
-import aetcd.exceptions
 from wharf.broker.errors import FailedPreconditionError
+from wharf.broker.failover.kv import Absent, CreatedAt, Delete, Etcd, ModifiedAt, Put, ValueIs
+from wharf.broker.failover.role import StoreRole
 
 log = logging.getLogger(__name__)
 
@@ -61,38 +62,63 @@ FENCE_MARGIN_S = 1.0
 HANDOVER_WAIT_S = 5.0
 TRANSFER_PRIORITY_RANKS = 5  # a named successor gets ~1.5 s before the others campaign
 SSS_CHECK_S = 0.1  # a local check; etcd is written only on a change
-ETCD_TIMEOUT_S = 2
-# gRPC's reconnect backoff starts at 1 s and grows x1.6 per failed attempt (to 120 s): after
-# ~6-12 s without etcd its next attempt came 3-4 s after etcd was back (measured), while etcd
-# gives a lease only its TTL (+ ~1 s) from its restart: a master lost its key to a lapse it could
-# have prevented and stepped down. Capped at 0.5 s, it reaches etcd within ~0.5 s of its return.
-ETCD_CHANNEL_OPTIONS = {
-    "grpc.initial_reconnect_backoff_ms": 100,
-    "grpc.min_reconnect_backoff_ms": 100,
-    "grpc.max_reconnect_backoff_ms": 500,
-}
 RENEW_RETRY_S = 0.25  # after a failed renewal (TTL/3, 1 s by default, between good ones)
+RANK_JITTER_S = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """The election's delays: the defaults are the broker's; unit tests shorten them."""
+
+    poll_s: float = POLL_S
+    rank_delay_s: float = RANK_DELAY_S
+    jitter_s: float = RANK_JITTER_S
+    sss_check_s: float = SSS_CHECK_S
+    renew_s: float | None = None  # between good renewals; None: TTL/3
+    renew_retry_s: float = RENEW_RETRY_S
+    fence_margin_s: float = FENCE_MARGIN_S
+    handover_wait_s: float = HANDOVER_WAIT_S
+
+
+def campaign_rank(
+    me: int, members: Sequence[int], last_master: int, transfer_to: int | None
+) -> int:
+    """How many rank delays a replica of the sync-state set ``members`` (sorted; empty: no set
+    yet) waits before it campaigns: its place among the members other than the master it
+    last followed (so the lowest id campaigns first, and a master that comes back as a replica
+    comes last); a transfer's named successor goes first and everyone else waits
+    TRANSFER_PRIORITY_RANKS more. (A replica outside a non-empty set does not campaign at all:
+    the caller checks that first.)"""
+    candidates = [m for m in members if m != last_master] or [me]
+    rank = candidates.index(me) if me in candidates else 0
+    if transfer_to is not None:  # a handover names its successor: it goes first
+        rank = 0 if transfer_to == me else rank + TRANSFER_PRIORITY_RANKS
+    return rank
 
 
 class Failover:
     def __init__(
         self,
         *,
-        endpoints: list[str],
+        etcd: Etcd,
         cluster: str,
         broker_name: str,
         broker_id: int,
         address: str,
         ttl_ms: int,
         wished_role: str,
-        store: Any,
+        store: StoreRole,
         on_master: Callable[[], Awaitable[None]],
         restart: Callable[[str], None],
+        timing: Timing = Timing(),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``store``: the MessageStore (promote, replica_redial, set_write_fence, ha_master);
+        """``etcd``: the controller's etcd (``AetcdEtcd``; ``MemoryEtcd`` in unit tests);
+        ``store``: what failover drives of the store (``StoreRole``: the MessageStore);
         ``on_master()``: this broker became the master (the controller re-registers it as
-        id 0); ``restart(reason)``: restart the process as a replica."""
-        self._endpoints = endpoints
+        id 0); ``restart(reason)``: restart the process as a replica; ``clock``: monotonic
+        seconds (the write fence's)."""
+        self.etcd = etcd
         self._prefix = f"/wharf/{cluster}/{broker_name}/"
         self.broker_id = broker_id
         self.address = address
@@ -101,32 +127,36 @@ class Failover:
         self.store = store
         self.on_master = on_master
         self.restart = restart
-        self.client: aetcd.Client | None = None
+        self.timing = timing
+        self._clock = clock
         self.master_ha = ""  # the master's HA address, as a replica follows it
         self.master_id = 0
         self.epoch = 0  # the term this broker is master of (0 = not master)
         self.is_master = False
-        self._lease: Any = None
+        self._lease = 0  # the id of our master key's lease (0 = none)
         self._create_revision = 0  # of our master key
         self._sss_revision = 0
         self._sss: set[int] = set()
-        self._renewed_until = 0.0  # monotonic: acknowledge nothing after it
+        self._renewed_until = 0.0  # clock(): acknowledge nothing after it
         self._tasks: list[asyncio.Task[None]] = []
         self._stepping_down = False
         self.elections_won = 0
         self.last_error = ""
         self._said = ""
 
+    @property
+    def sync_state_set(self) -> set[int]:
+        """The sync-state set as this master last published it (empty on a replica)."""
+        return set(self._sss)
+
+    @property
+    def stepping_down(self) -> bool:
+        """This master is handing over or has asked to restart as a replica."""
+        return self._stepping_down
+
     # --- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
-        # aetcd dials one target; gRPC's ipv4: URI lists them all (cluster.md, section 3).
-        first, _, port = self._endpoints[0].rpartition(":")
-        if len(self._endpoints) > 1:
-            first = "ipv4:" + ",".join(self._endpoints)
-        self.client = aetcd.Client(
-            host=first, port=int(port), timeout=ETCD_TIMEOUT_S, options=ETCD_CHANNEL_OPTIONS
-        )
-        self.store.set_write_fence(self._fence)
+        self.store.set_write_fence(self.fence)
         self._tasks = [asyncio.create_task(self._run(), name="failover")]
 
     async def stop(self) -> None:
@@ -138,16 +168,16 @@ class Failover:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self.client is not None:
-            with contextlib.suppress(Exception):
-                await self.client.close()
+        with contextlib.suppress(Exception):
+            await self.etcd.close()
 
-    def _fence(self) -> str:
+    def fence(self) -> str:
+        """The store's write fence: why this broker must not acknowledge now ('' = it may)."""
         if self._stepping_down:
             return "this master is handing over to a replica (or stepping down)"
         if not self.is_master:
             return ""  # a replica refuses writes anyway (NotMasterError)
-        if time.monotonic() > self._renewed_until:
+        if self._clock() > self._renewed_until:
             return (
                 "this master's etcd lease was not renewed in time: another replica may have "
                 "been elected"
@@ -158,27 +188,28 @@ class Failover:
     async def _run(self) -> None:
         while True:
             try:
-                await self._step()
+                await self.poll_once()
                 self.last_error = ""
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # etcd unreachable, a timeout: try again next poll
                 reason = f"{type(exc).__name__}: {exc}"
                 if reason != self.last_error:
-                    log.warning("controller (etcd %s): %s", ",".join(self._endpoints), reason)
+                    log.warning("controller (etcd %s): %s", self.etcd.target, reason)
                 self.last_error = reason
-            await asyncio.sleep(POLL_S)
+            await asyncio.sleep(self.timing.poll_s)
 
-    async def _step(self) -> None:
-        assert self.client is not None
-        value, meta = await self._get("master")
+    async def poll_once(self) -> None:
+        """One poll: a master checks its key is still its own; a replica follows the master
+        etcd names, or campaigns when there is none."""
+        entry = await self.etcd.get(self._key("master"))
         if self.is_master:
-            mine = meta is not None and meta.create_revision == self._create_revision
+            mine = entry is not None and entry.create_revision == self._create_revision
             if not mine:
                 self._step_down("its master key is gone or another replica's")
             return
-        if value is not None:
-            master = json.loads(value)
+        if entry is not None:
+            master = json.loads(entry.value)
             if master["id"] == self.broker_id:
                 return  # this broker's previous life (kill -9): its lease has yet to run out
             if master.get("ha") and master["ha"] != self.master_ha:
@@ -191,10 +222,8 @@ class Failover:
         await self._campaign()
 
     async def _campaign(self) -> None:
-        assert self.client is not None
-        t = self.client.transactions
-        sss_value, sss_meta = await self._get("sss")
-        members = sorted(json.loads(sss_value)["members"]) if sss_value else []
+        sss = await self.etcd.get(self._key("sss"))
+        members = sorted(json.loads(sss.value)["members"]) if sss is not None and sss.value else []
         if members and self.broker_id not in members:
             # Not caught up when the master last said: electing it could lose acks.
             self._say(
@@ -202,147 +231,163 @@ class Failover:
                 "not campaigning (an unclean election could lose acknowledged messages)"
             )
             return
-        candidates = [m for m in members if m != self.master_id] or [self.broker_id]
-        rank = candidates.index(self.broker_id) if self.broker_id in candidates else 0
-        transfer, _ = await self._get("transfer")
-        if transfer is not None:  # a handover names its successor: it goes first
-            target = json.loads(transfer)["to"]
-            rank = 0 if target == self.broker_id else rank + TRANSFER_PRIORITY_RANKS
-        await asyncio.sleep(rank * RANK_DELAY_S + random.uniform(0, 0.05))
-        if (await self._get("master"))[0] is not None:
-            return
-        epoch_value, epoch_meta = await self._get("epoch")
-        epoch = int(epoch_value) if epoch_value else 0
-        lease = await self.client.lease(self.ttl_s)
-        sent = time.monotonic()
-        term = epoch + 1
-        compare = [t.create(self._key("master")) == 0]
-        compare.append(
-            t.value(self._key("epoch")) == str(epoch).encode()
-            if epoch_meta is not None
-            else t.create(self._key("epoch")) == 0
+        transfer = await self.etcd.get(self._key("transfer"))
+        transfer_to = json.loads(transfer.value)["to"] if transfer is not None else None
+        rank = campaign_rank(self.broker_id, members, self.master_id, transfer_to)
+        await asyncio.sleep(
+            rank * self.timing.rank_delay_s + random.uniform(0, self.timing.jitter_s)
         )
-        if sss_meta is not None:
-            compare.append(t.mod(self._key("sss")) == sss_meta.mod_revision)
+        if await self.etcd.get(self._key("master")) is not None:
+            return
+        epoch_entry = await self.etcd.get(self._key("epoch"))
+        epoch = int(epoch_entry.value) if epoch_entry is not None and epoch_entry.value else 0
+        lease = await self.etcd.grant(self.ttl_s)
+        sent = self._clock()
+        term = epoch + 1
         master = {"id": self.broker_id, "epoch": term, "address": self.address, "ha": ""}
-        won, _ = await self.client.transaction(
-            compare=compare,
-            success=[
-                t.put(self._key("master"), json.dumps(master).encode(), lease),
-                t.put(self._key("epoch"), str(term).encode()),
-                t.put(
-                    self._key("sss"),
-                    json.dumps({"epoch": term, "members": [self.broker_id]}).encode(),
-                ),
-                t.delete(self._key("transfer")),
+        sss_value = {"epoch": term, "members": [self.broker_id]}
+        won = await self.etcd.transaction(
+            compare=[
+                Absent(self._key("master")),
+                ValueIs(self._key("epoch"), str(epoch).encode())
+                if epoch_entry is not None
+                else Absent(self._key("epoch")),
+                *([ModifiedAt(self._key("sss"), sss.mod_revision)] if sss is not None else []),
             ],
-            failure=[],
+            success=[
+                Put(self._key("master"), json.dumps(master).encode(), lease),
+                Put(self._key("epoch"), str(term).encode()),
+                Put(self._key("sss"), json.dumps(sss_value).encode()),
+                Delete(self._key("transfer")),
+            ],
         )
         if not won:
             self._say(f"lost the election for term {term}")
             with contextlib.suppress(Exception):
-                await lease.revoke()
+                await self.etcd.revoke(lease)
             return
         await self._become_master(lease, sent, term, master)
 
     async def _become_master(
-        self, lease: Any, sent: float, term: int, master: dict[str, Any]
+        self, lease: int, sent: float, term: int, master: dict[str, Any]
     ) -> None:
-        assert self.client is not None
         self._lease = lease
-        self._renewed_until = sent + self.ttl_s - FENCE_MARGIN_S
-        _, meta = await self._get("master")
-        self._create_revision = meta.create_revision if meta is not None else 0
-        _, sss_meta = await self._get("sss")
-        self._sss_revision = sss_meta.mod_revision if sss_meta is not None else 0
+        self._renewed_until = sent + self.ttl_s - self.timing.fence_margin_s
+        entry = await self.etcd.get(self._key("master"))
+        self._create_revision = entry.create_revision if entry is not None else 0
+        sss = await self.etcd.get(self._key("sss"))
+        self._sss_revision = sss.mod_revision if sss is not None else 0
         self._sss = {self.broker_id}
-        role_value, _ = await self._get("role")
+        role_entry = await self.etcd.get(self._key("role"))
+        role_value = role_entry.value if role_entry is not None else b""
         role = role_value.decode() if role_value else self.wished_role
         if role not in ("SYNC_MASTER", "ASYNC_MASTER"):
             role = "ASYNC_MASTER"
-        if role_value is None:
-            await self.client.put(self._key("role"), role.encode())
+        if role_entry is None:
+            await self.etcd.put(self._key("role"), role.encode())
         self.epoch, self.is_master = term, True
         self.elections_won += 1
         self._tasks.append(asyncio.create_task(self._keep_lease(), name="failover-lease"))
         try:
             await self.store.promote(term, role == "SYNC_MASTER")
             ha = self.store.ha_master
+            if ha is None:
+                raise RuntimeError("the promoted store has no replication listener")
             ha.require(set())  # the set is this master alone until replicas catch up
             master["ha"] = f"{self.store.config.ha_listen_host}:{ha.port}"
-            await self.client.put(self._key("master"), json.dumps(master).encode(), lease)
+            await self.etcd.put(self._key("master"), json.dumps(master).encode(), lease)
         except Exception as exc:
             # Half a master (its HA port taken, etcd gone mid-way) serves nobody: give the
             # term back at once and come back as a replica; the group elects again.
             log.error("taking over term %d failed (%s: %s): giving it back", term,
                       type(exc).__name__, exc)  # fmt: skip
             with contextlib.suppress(Exception):
-                await lease.revoke()
+                await self.etcd.revoke(lease)
             self._step_down(f"could not take over term {term}")
             return
         self._tasks.append(asyncio.create_task(self._keep_sss(), name="failover-sss"))
         log.warning("elected master of %s, term %d (%s)", self._prefix, term, role)
         await self.on_master()
 
+    # --- a master: its lease and the sync-state set ----------------------------------------------
     async def _keep_lease(self) -> None:
-        assert self.client is not None
         failures = 0
+        every = self.timing.renew_s or self.ttl_s / 3
         while self.is_master:
             # Renewed: every TTL/3. Failing: soon again, so a renewal lands as soon as etcd
             # answers again (its restart gives the lease only its TTL); one log line a second.
-            await asyncio.sleep(self.ttl_s / 3 if not failures else RENEW_RETRY_S)
-            sent = time.monotonic()
+            await asyncio.sleep(every if not failures else self.timing.renew_retry_s)
             try:
-                reply = await self.client.refresh_lease(self._lease.id)
+                renewed = await self.renew_once()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if failures % max(1, round(1 / RENEW_RETRY_S)) == 0:
+                if failures % max(1, round(1 / self.timing.renew_retry_s)) == 0:
                     log.warning("lease renewal failed (%s): fencing at %.1f s", exc,
-                                self._renewed_until - time.monotonic())  # fmt: skip
+                                self._renewed_until - self._clock())  # fmt: skip
                 failures += 1
                 continue
-            if reply is None or reply.TTL <= 0:
-                self._step_down("its lease expired")
+            if not renewed:
                 return
             if failures:
                 log.warning("lease renewed after %d failed attempts", failures)
                 failures = 0
-            self._renewed_until = sent + reply.TTL - FENCE_MARGIN_S
+
+    async def renew_once(self) -> bool:
+        """Keep the master's lease alive once and move the write fence to the renewal's send
+        time + TTL - the fence margin; False if the lease had ended (this master steps down).
+        Raises when etcd does not answer (the fence stays where it was)."""
+        sent = self._clock()
+        ttl = await self.etcd.refresh(self._lease)
+        if ttl <= 0:
+            self._step_down("its lease expired")
+            return False
+        self._renewed_until = sent + ttl - self.timing.fence_margin_s
+        return True
 
     async def _keep_sss(self) -> None:
         """Grow the sync-state set with caught-up replicas, shrink it with lagging ones."""
-        assert self.client is not None
-        t = self.client.transactions
-        ha = self.store.ha_master
         while self.is_master:
-            await asyncio.sleep(SSS_CHECK_S)
-            local = ha.in_sync_ids()
-            published = self._sss - {self.broker_id}
-            if local == published:
-                continue
-            grown = published | local
-            if local - published:
-                ha.require(grown)  # acks need the newcomers BEFORE etcd lists them
-            wanted = local
-            value = json.dumps({"epoch": self.epoch, "members": sorted({self.broker_id, *wanted})})
-            ok, _ = await self.client.transaction(
-                compare=[
-                    t.create(self._key("master")) == self._create_revision,
-                    t.mod(self._key("sss")) == self._sss_revision,
-                ],
-                success=[t.put(self._key("sss"), value.encode())],
-                failure=[],
-            )
-            if not ok:
-                self._step_down("its sync-state set changed under it")
+            await asyncio.sleep(self.timing.sss_check_s)
+            if not await self.sync_state_once():
                 return
-            _, meta = await self._get("sss")
-            self._sss_revision = meta.mod_revision if meta is not None else 0
-            self._sss = {self.broker_id, *wanted}
-            ha.require(set(wanted))  # leavers are dropped only AFTER etcd no longer lists them
-            log.info("sync-state set of term %d: %s", self.epoch, sorted(self._sss))
 
+    async def sync_state_once(self) -> bool:
+        """One check of the sync-state set against the replicas in sync now; publishes a
+        change in etcd (a transaction on this master's key and the set's revision) and
+        requires the newcomers' acknowledgements before it lists them, the leavers' until
+        after. False if the set changed under this master (it steps down) or it has no
+        replication listener."""
+        ha = self.store.ha_master
+        if ha is None:
+            return False
+        local = ha.in_sync_ids()
+        published = self._sss - {self.broker_id}
+        if local == published:
+            return True
+        grown = published | local
+        if local - published:
+            ha.require(grown)  # acks need the newcomers BEFORE etcd lists them
+        wanted = local
+        value = json.dumps({"epoch": self.epoch, "members": sorted({self.broker_id, *wanted})})
+        ok = await self.etcd.transaction(
+            compare=[
+                CreatedAt(self._key("master"), self._create_revision),
+                ModifiedAt(self._key("sss"), self._sss_revision),
+            ],
+            success=[Put(self._key("sss"), value.encode())],
+        )
+        if not ok:
+            self._step_down("its sync-state set changed under it")
+            return False
+        entry = await self.etcd.get(self._key("sss"))
+        self._sss_revision = entry.mod_revision if entry is not None else 0
+        self._sss = {self.broker_id, *wanted}
+        ha.require(set(wanted))  # leavers are dropped only AFTER etcd no longer lists them
+        log.info("sync-state set of term %d: %s", self.epoch, sorted(self._sss))
+        return True
+
+    # --- handing over --------------------------------------------------------------------------
     async def transfer(self, to: int) -> tuple[int, int]:
         """Hand the group to replica ``to`` (0: any in-sync one): stop taking writes, wait
         until it has everything, name it in ``transfer`` (the others let it campaign first),
@@ -362,30 +407,30 @@ class Failover:
                 f"replica {to} is not in the sync-state set {sorted(self._sss)}: only a "
                 "caught-up replica can take over without losing acknowledged messages"
             )
-        assert self.client is not None
         handover = json.dumps({"to": to, "epoch": self.epoch}).encode()
-        await self.client.put(self._key("transfer"), handover)
+        await self.etcd.put(self._key("transfer"), handover)
         term = self.epoch
         await self._hand_over()
-        deadline = time.monotonic() + HANDOVER_WAIT_S
+        wait_s = self.timing.handover_wait_s
+        deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
-            value, _ = await self._get("master")
-            if value is not None:
-                master = json.loads(value)
+            entry = await self.etcd.get(self._key("master"))
+            if entry is not None:
+                master = json.loads(entry.value)
                 if master["epoch"] > term:
                     self.restart(f"handed over to replica {master['id']}")
                     return int(master["id"]), int(master["epoch"])
-            await asyncio.sleep(POLL_S / 2)
+            await asyncio.sleep(self.timing.poll_s / 2)
         self.restart("handed over, but no replica took over in time")
         raise FailedPreconditionError(
-            f"no replica took over within {HANDOVER_WAIT_S:.0f} s; this broker restarts as a "
+            f"no replica took over within {wait_s:.0f} s; this broker restarts as a "
             "replica and the group elects a master as after a failure"
         )
 
     async def _hand_over(self) -> None:
         self._stepping_down = True
         ha = self.store.ha_master
-        deadline = time.monotonic() + HANDOVER_WAIT_S
+        deadline = time.monotonic() + self.timing.handover_wait_s
         end = self.store.commit_log_end()
         while time.monotonic() < deadline and ha is not None:
             acked = [r.acked for r in ha.replicas() if r.broker_id in self._sss]
@@ -393,7 +438,7 @@ class Failover:
                 break
             await asyncio.sleep(0.05)
         with contextlib.suppress(Exception):
-            await self._lease.revoke()
+            await self.etcd.revoke(self._lease)
         self.is_master = False
         log.info("handed over: lease of term %d revoked", self.epoch)
 
@@ -411,13 +456,5 @@ class Failover:
             self._said = line
             log.info("%s", line)
 
-    # --- etcd ----------------------------------------------------------------------------------
     def _key(self, name: str) -> bytes:
         return (self._prefix + name).encode()
-
-    async def _get(self, name: str) -> tuple[bytes | None, Any]:
-        assert self.client is not None
-        result = await self.client.get(self._key(name))
-        if result is None:
-            return None, None
-        return result.value, result
