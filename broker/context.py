@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from wharf.broker.cluster_routes import ClusterRoutes
+from wharf.broker.cluster.routes import ClusterRoutes
 from wharf.broker.config import BrokerConfig
 from wharf.broker.core.send import SendCore
 from wharf.broker.long_poll import LongPollHolder

@@ -44,7 +44,8 @@ from wharf import keepalive
 from wharf.broker.acl.guard import AclGuard
 from wharf.broker.acl.rules import FILE_NAME as ACL_FILE_NAME
 from wharf.broker.acl.rules import AclFileError
-from wharf.broker.cluster_routes import ClusterRoutes
+from wharf.broker.cluster.registration import Identity, NamesrvRegistrar, parse_namesrv_addr
+from wharf.broker.cluster.routes import ClusterRoutes
 from wharf.broker.config import Config, parse_host_port
 from wharf.broker.context import BrokerContext
 from wharf.broker.failover import AetcdEtcd, Failover
@@ -60,7 +61,6 @@ from wharf.broker.metrics.http import read_token_file_blocking
 from wharf.broker.metrics.view import BrokerView
 from wharf.broker.processors.admin import AdminService
 from wharf.broker.processors.messaging import MessagingService
-from wharf.broker.registration import Identity, NamesrvRegistrar, parse_namesrv_addr
 from wharf.broker.remoting.service import RemotingService, RemotingStartError
 from wharf.broker.reply_budget import ReplyBudget
 from wharf.broker.settings import parse_delay_levels
@@ -480,8 +480,11 @@ class BrokerController:
         if wire is not None:
             await self._bind_wire(wire, listen_host)
         if self.remoting is not None:
-            try:
-                await self.remoting.start(self.ctx)
+            try:  # TLS as the wire port: when the listen port is TLS-only; the ACL's guard
+                remoting_tls = None
+                if self.tls_reloader is not None and self.tls_port == self.grpc_port:
+                    remoting_tls = server_ssl_context(self.tls_reloader.refreshed)
+                await self.remoting.start(self.ctx, self.acl, remoting_tls)
             except RemotingStartError as exc:
                 raise StartupError(str(exc)) from None
         metrics_host, metrics_port = parse_host_port(broker.metrics_listen, "metricsListen")

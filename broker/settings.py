@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from wharf.broker.cluster.registration import parse_namesrv_addr
 from wharf.broker.config import BrokerConfig, Config, StoreConfig, parse_host_port
-from wharf.broker.registration import parse_namesrv_addr
 from wharf.broker.toml_file import read_settings_file
 from wharf.store.config import (
     StoreConfigError,

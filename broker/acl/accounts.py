@@ -3,7 +3,8 @@
 checked, an account's permissions on a topic or group -- so the NameServer uses them as the
 broker's ``AclGuard`` (``guard.py``, which adds the handler wrapping) does.
 
-``authenticate(metadata, peer)`` returns the signing ``Account`` or raises ``Unauthenticated``
+``authenticate(metadata, peer)`` (RocketMQ 5 signatures; ``authenticate_fields`` for RocketMQ 4's
+remoting extFields, ``rpc_hook.py``) returns the signing ``Account`` or raises ``Unauthenticated``
 (no or a bad signature, a date outside ``max_skew_s``) / ``Denied`` (a peer outside
 ``globalWhiteRemoteAddresses`` or the account's ``whiteRemoteAddress``); ``authorize(account,
 needs, method)`` raises ``Denied`` naming the user, the action and the resource. Good signatures
@@ -19,11 +20,11 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from wharf.broker.acl import signature
+from wharf.broker.acl import rpc_hook, signature
 from wharf.broker.acl.rules import (
     Account,
     AclFileError,
@@ -146,6 +147,29 @@ class AccountChecker:
         if callable(peer):
             peer = peer()
         self._check_address(account, peer_address(peer), peer)
+        return account
+
+    def authenticate_fields(
+        self, fields: Mapping[str, str], body: bytes, version: int, address: str
+    ) -> Account:
+        """RocketMQ 4 (remoting): the account whose secret signed ``fields`` and ``body``
+        (``rpc_hook``); Unauthenticated / Denied (addresses, ``address`` the peer's IP). No
+        memo: every request's content differs, and the HMAC costs ~2 us + the body."""
+        access_key = fields.get(rpc_hook.ACCESS_KEY)
+        if not access_key:
+            raise Unauthenticated(
+                "no credentials: the request carries no AccessKey (set the client's "
+                "session credentials)"
+            )
+        if not fields.get(rpc_hook.SIGNATURE):
+            raise Unauthenticated(f"access key {access_key!r}: the request carries no Signature")
+        account = self.rules.accounts.get(access_key)
+        if account is None or not rpc_hook.verify(fields, body, version, account.secret_key):
+            raise Unauthenticated(
+                f"access key {access_key!r} is unknown or its signature does not match"
+            )
+        if self.rules.global_white_remote_addresses or account.white_remote_address:
+            self._check_address(account, address, address)
         return account
 
     def _check_address(self, account: Account, address: str, shown: str) -> None:

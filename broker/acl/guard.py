@@ -43,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,24 +54,12 @@ from wharf.broker.acl.accounts import (
     Unauthenticated,
     peer_address,
 )
+from wharf.broker.acl.refusals import Refusals
 from wharf.broker.acl.rules import Account
 from wharf.broker.acl.table import ACCESS, ADMIN, V1_ADMIN
 from wharf.broker.handlers import MalformedRequest, RefusedRequest
 
 __all__ = ["V1_REFUSALS", "AclGuard", "Denied", "Refusals", "Unauthenticated", "peer_address"]
-
-
-@dataclass(frozen=True, slots=True)
-class Refusals:
-    """How a protocol front end answers a call the ACL refuses: the names (metrics, logs) and
-    codes of its two refusals, the prefix of its methods in the metrics, and ``reply``
-    (response class, code, message) -> response when the protocol answers in the method's
-    response (apache.rocketmq.v2's Status) instead of ending the call with a gRPC status."""
-
-    unauthenticated: tuple[str, Any]
-    denied: tuple[str, Any]
-    metric_prefix: str = ""
-    reply: Callable[[Any, Any, str], Any] | None = None
 
 
 V1_REFUSALS = Refusals(

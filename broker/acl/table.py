@@ -8,7 +8,9 @@ caller only has to be authenticated (heartbeats, telemetry, client termination).
 tests/broker/test_acl.py iterates the service descriptors (wharf.v1 MessagingService and
 AdminService, apache.rocketmq.v2 MessagingService) and fails on any method without an entry,
 so a new RPC cannot be served unchecked. gRPC health and reflection are not in the table:
-they are never authenticated.
+they are never authenticated. The RocketMQ 4 remoting port's request codes map to the same
+``Need``s in ``wharf.broker.remoting.acl.ACCESS`` (a front end's request parsing; this package
+imports no front end), with tests/broker/remoting/test_acl.py checking every served code.
 
 Choices: reading offsets or routes of a topic needs SUB (ANY for QueryRoute: producers and
 consumers both ask); committing or reading a group's offsets needs SUB on the group AND the

@@ -9,7 +9,10 @@ routes over remoting (``remoting.py``); ``"remoting"`` in the ready file is the 
 dial (null when off).
 
 aclEnable and tlsEnable work as the broker's (``wharf.broker.acl.accounts``,
-``wharf.broker.tls_material``, ``wharf.broker.tls_reload``): see ``config.py``.
+``wharf.broker.tls_material``, ``wharf.broker.tls_reload``): see ``config.py``. They hold on
+the remoting port too: RocketMQ 4 signatures against the same accounts
+(``wharf.broker.remoting.acl``), TLS only with the same certificate
+(``wharf.broker.remoting.tls``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from wharf.broker.namesrv.remoting import NamesrvRemoting, RemotingStartError, r
 from wharf.broker.namesrv.routes import RouteTable
 from wharf.broker.namesrv.service import NameService
 from wharf.broker.ready_file import write_ready_file_blocking
+from wharf.broker.remoting.acl import RemotingAcl
+from wharf.broker.remoting.tls import server_context
 from wharf.broker.tls_material import TlsError, log_certificate, read_server_tls_blocking
 from wharf.broker.tls_reload import CertificateReloader
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
@@ -72,9 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _server_credentials_blocking(config: NamesrvConfig) -> grpc.ServerCredentials:
+def _server_tls_blocking(config: NamesrvConfig) -> CertificateReloader:
     """tlsEnable: the certificate (a development pair generated when both files are missing),
-    served with rotation; TlsError when the files cannot serve."""
+    served with rotation (gRPC and remoting); TlsError when the files cannot serve."""
     cert, key = Path(config.tls_cert_path), Path(config.tls_key_path)
     generated = False
     if not cert.exists() and not key.exists():
@@ -90,7 +95,7 @@ def _server_credentials_blocking(config: NamesrvConfig) -> grpc.ServerCredential
     trust = Path(config.tls_trust_cert_path) if config.tls_client_auth == "require" else None
     material = read_server_tls_blocking(cert, key, trust, generated)
     log_certificate(material)
-    return CertificateReloader(material).credentials()
+    return CertificateReloader(material)
 
 
 class StartError(Exception):
@@ -116,12 +121,13 @@ async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
             await asyncio.to_thread(acl.load_blocking)
         except (AclFileError, OSError, UnicodeDecodeError) as exc:
             raise StartError(f"aclEnable: cannot use {config.acl_file}: {exc}") from None
-    credentials = None
+    credentials = reloader = None
     if config.tls_enable:
         try:
-            credentials = await asyncio.to_thread(_server_credentials_blocking, config)
+            reloader = await asyncio.to_thread(_server_tls_blocking, config)
         except TlsError as exc:
             raise StartError(str(exc)) from None
+        credentials = reloader.credentials()
     grpc_host = config.listen.rpartition(":")[0].strip("[]")
     remoting = remoting_address = None
     if config.remoting_listen:
@@ -151,7 +157,12 @@ async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
     host = grpc_host
     if remoting is not None:
         try:
-            await remoting.start(NamesrvRemoting(table).handlers(), None)
+            await remoting.start(
+                NamesrvRemoting(table).handlers(),
+                None,
+                acl=RemotingAcl(acl) if acl is not None else None,  # aclEnable: as gRPC's
+                ssl_context=server_context(reloader.refreshed) if reloader else None,  # tlsEnable
+            )
         except RemotingStartError as exc:
             await server.stop(None)
             raise StartError(f"remotingListen: {exc}") from None

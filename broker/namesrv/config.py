@@ -39,7 +39,9 @@ class NamesrvConfig:
     # aclEnable: every NameService call signed (RocketMQ 5's MQv2-HMAC-SHA1, as the broker's)
     # by an account of aclFile (plain_acl.yml, the brokers' format; reloaded within ~1 s):
     # BrokerSession needs an admin account, QueryRoute PUB or SUB on the topic, WatchRoutes
-    # the same on each topic (admin for every topic), GetClusterInfo any account.
+    # the same on each topic (admin for every topic), GetClusterInfo any account. The remoting
+    # port checks RocketMQ 4's AccessKey/Signature extFields against the same accounts
+    # (105: PUB or SUB on the topic, 206: admin, 106 and 101: any account).
     acl_enable: bool = False
     acl_file: str = ""
     # aclMaxClockSkew (ms): a signature's date may be this far from the NameServer's clock.
@@ -47,6 +49,7 @@ class NamesrvConfig:
     # tlsEnable: serve TLS only on ``listen`` with tlsCertPath / tlsKeyPath (both missing: a
     # development pair is generated there, as the broker does); replaced files are served
     # from the next handshake. tlsClientAuth = require: mutual TLS against tlsTrustCertPath.
+    # The remoting port (remotingListen) is then TLS only too, with the same certificate.
     tls_enable: bool = False
     tls_cert_path: str = ""
     tls_key_path: str = ""
@@ -96,11 +99,6 @@ def _coerce(name: str, value: Any) -> Any:
 
 def _check_together(config: NamesrvConfig) -> None:
     """Settings that need each other."""
-    if config.acl_enable and config.remoting_listen:
-        raise ConfigError(
-            "remotingListen does not check RocketMQ 4 ACL signatures yet: turn it off while "
-            "aclEnable is on"
-        )
     if config.acl_enable and not config.acl_file:
         raise ConfigError("aclEnable needs aclFile: the accounts file (plain_acl.yml)")
     if config.tls_enable and not (config.tls_cert_path and config.tls_key_path):

@@ -20,6 +20,11 @@
   kernel/transport buffer and reading pauses too.
 - Responses from a peer (flag bit 0) answer the broker's own requests (NOTIFY_CONSUMER_IDS_CHANGED
   is oneway, so nothing waits for one today): they are ignored.
+- aclEnable: ``acl`` (``acl.py``) checks each request that has a handler before it runs (RocketMQ
+  4's signed extFields, the ACL's accounts and permissions); a refusal is the answer (16
+  NO_PERMISSION) and the connection goes on.
+- TLS: ``ssl_context`` makes every connection TLS (a plaintext peer fails the handshake and is
+  closed; a handshake not done in ``HANDSHAKE_TIMEOUT_S`` too).
 
 The listening sockets are bound early (``reserve``: the port is part of the store host written
 into every record, before the store starts) and listen only once the broker serves (``start``).
@@ -33,9 +38,11 @@ import errno
 import itertools
 import logging
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from wharf.broker.remoting.acl import RemotingAcl
 from wharf.broker.remoting.codes import (
     DEFAULT_MAX_FRAME_LENGTH,
     FLAG_ONEWAY,
@@ -63,6 +70,7 @@ ErrorMapper = Callable[[RemotingCommand, BaseException], RemotingCommand]
 
 MAX_IN_FLIGHT = 1024  # requests running per connection before reading pauses
 LARGE_BODY = 64 * 1024  # bodies written after their prefix, not copied into one frame
+HANDSHAKE_TIMEOUT_S = 10.0  # TLS: a peer that does not finish its handshake is closed
 
 
 class RemotingStartError(RuntimeError):
@@ -81,6 +89,7 @@ class Connection(asyncio.Protocol):
         self.decoder = FrameDecoder(server.max_frame_length)
         self.transport: asyncio.Transport | None = None
         self.peer = "0.0.0.0:0"  # "ip:port" of the client (the born host of its sends)
+        self.peer_host = ""  # the client's IP as connected, ipv6 included (ACL allow-lists)
         self.tasks: set[asyncio.Task[None]] = set()
         self.closed = False
         self._reading_paused = False
@@ -93,6 +102,7 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             host = str(peer[0])
+            self.peer_host = host[7:] if host.startswith("::ffff:") else host
             if host.startswith("::ffff:"):
                 host = host[7:]
             if ":" in host:  # ipv6: records hold ipv4 born hosts only
@@ -174,7 +184,11 @@ class Connection(asyncio.Protocol):
             )
         else:
             try:
-                response = await handler(self, request)
+                response = None
+                if server.acl is not None:  # aclEnable: refused = the refusal to answer
+                    response = await server.acl.check(self.peer_host, request)
+                if response is None:
+                    response = await handler(self, request)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -253,6 +267,8 @@ class RemotingServer:
         self.handlers: dict[int, Handler] = {}
         self.error_mapper: ErrorMapper = _default_error
         self.on_connection_lost: Callable[[Connection], None] | None = None
+        self.acl: RemotingAcl | None = None  # aclEnable: checked before every handler
+        self.ssl: ssl.SSLContext | None = None  # TLS: every connection
         self.connections: set[Connection] = set()
         self.host = ""
         self.port = 0
@@ -303,15 +319,32 @@ class RemotingServer:
         self.host, self.port = host, chosen
         return chosen
 
-    async def start(self, handlers: dict[int, Handler], error_mapper: ErrorMapper | None) -> None:
-        """Listen on the reserved sockets with ``handlers``."""
+    async def start(
+        self,
+        handlers: dict[int, Handler],
+        error_mapper: ErrorMapper | None,
+        *,
+        acl: RemotingAcl | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        """Listen on the reserved sockets with ``handlers``; ``acl`` checks every request that
+        has a handler before it runs; ``ssl_context``: TLS only (a plaintext peer fails the
+        handshake and is closed)."""
         self.handlers = dict(handlers)
         if error_mapper is not None:
             self.error_mapper = error_mapper
+        self.acl = acl
+        self.ssl = ssl_context
         loop = asyncio.get_running_loop()
         try:
             for sock in self._sockets:
-                server = await loop.create_server(lambda: Connection(self), sock=sock, backlog=1024)
+                server = await loop.create_server(
+                    lambda: Connection(self),
+                    sock=sock,
+                    backlog=1024,
+                    ssl=ssl_context,
+                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if ssl_context else None,
+                )
                 self._servers.append(server)
         except OSError as exc:
             raise RemotingStartError(f"cannot listen on {self.address}: {exc}") from None

@@ -5,9 +5,17 @@ an id dial an address that speaks remoting), serve once the broker serves, stop 
 from __future__ import annotations
 
 import logging
+import ssl
+from collections.abc import Awaitable, Callable
 
+from wharf.broker.acl.accounts import AccountChecker
+from wharf.broker.acl.rules import Perm
+from wharf.broker.acl.table import Need
 from wharf.broker.config import parse_host_port
 from wharf.broker.context import BrokerContext
+from wharf.broker.remoting.acl import RemotingAcl
+from wharf.broker.remoting.codes import TRANSACTION_NOT_TYPE, RequestCode
+from wharf.broker.remoting.frame import RemotingCommand
 from wharf.broker.remoting.handlers import RemotingHandlers, error_response
 from wharf.broker.remoting.server import RemotingServer, RemotingStartError
 
@@ -35,22 +43,56 @@ class RemotingService:
         self.address = f"{advertised}:{bound}"
         self.handlers: RemotingHandlers | None = None
 
-    async def start(self, ctx: BrokerContext) -> None:
-        if ctx.config.acl_enable:
-            self.server.close_sockets()
-            raise RemotingStartError(
-                "remoting (--remoting-listen) does not check RocketMQ 4 ACL signatures yet: "
-                "turn it off while aclEnable is on"
-            )
+    async def start(
+        self,
+        ctx: BrokerContext,
+        acl: AccountChecker | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        """Serve: ``acl`` (aclEnable: the broker's guard) checks every request's RocketMQ 4
+        signature and permissions (``acl.py``); ``ssl_context``: TLS only."""
         handlers = RemotingHandlers(ctx, self.address)
         self.handlers = handlers
         self.server.on_connection_lost = handlers.connection_lost
-        await self.server.start(handlers.table(), error_response)
-        log.info("remoting (RocketMQ 4.x) on %s (clients: namesrvAddr=%s)", self.server.address,
-                 self.address)  # fmt: skip
+        guard = None
+        if acl is not None:
+            resolvers = {int(RequestCode.END_TRANSACTION): _end_transaction_needs(ctx)}
+            guard = RemotingAcl(acl, resolvers=resolvers, observe=ctx.metrics.observe_rpc)
+        await self.server.start(
+            handlers.table(), error_response, acl=guard, ssl_context=ssl_context
+        )
+        log.info("remoting (RocketMQ 4.x) on %s (clients: namesrvAddr=%s)%s%s",
+                 self.server.address, self.address, " over TLS" if ssl_context else "",
+                 " with ACL" if guard else "")  # fmt: skip
 
     def close_listener(self) -> None:
         self.server.close_listener()
 
     async def stop(self) -> None:
         await self.server.stop()
+
+
+def _end_transaction_needs(
+    ctx: BrokerContext,
+) -> Callable[[RemotingCommand], Awaitable[list[Need]]]:
+    """END_TRANSACTION names no topic: PUB on the topic of the open half at
+    ``tranStateTableOffset`` (wharf.v1 EndTransaction's need). UNKNOWN, a half that is not open
+    (resolved already: the END changes nothing) or a bad offset: none (the handler answers)."""
+
+    async def needs(request: RemotingCommand) -> list[Need]:
+        fields = request.ext_fields
+        try:
+            offset = int(fields.get("tranStateTableOffset", ""))
+            how = int(fields.get("commitOrRollback", ""))
+        except ValueError:
+            return []
+        if offset < 0 or how == TRANSACTION_NOT_TYPE:
+            return []
+        tx = ctx.store.transactions
+        if offset >= tx.ledger.cursor:  # an END right after its SEND: dispatch it first
+            await ctx.store.wait_dispatched()
+        await tx.catch_up()
+        half = tx.open.get(offset)
+        return [Need("topic", half.topic, Perm.PUB)] if half is not None else []
+
+    return needs

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import socket
 
-from wharf.broker.cluster_routes import GroupQueues
+from wharf.broker.cluster.routes import GroupQueues
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.topics import (
     MESSAGE_TYPE_ATTRIBUTE,

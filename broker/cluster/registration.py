@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import grpc
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
-log = logging.getLogger("wharf.broker.registration")
+log = logging.getLogger("wharf.broker.cluster.registration")
 
 RETRY_S = 1.0
 UNREGISTER_WAIT_S = 1.0  # how long stop() waits for each NameServer to take the unregister

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import grpc
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
-log = logging.getLogger("wharf.broker.cluster_routes")
+log = logging.getLogger("wharf.broker.cluster.routes")
 CALL_TIMEOUT_S = 1.0
 
 
