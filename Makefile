@@ -167,7 +167,7 @@ SECRETS_DIR  := deploy/secrets
 SECRETS_MODE := 644
 deploy-secrets: $(STAMP)
 	mkdir -p $(SECRETS_DIR)
-	test -e $(SECRETS_DIR)/broker.crt || $(PY) -m wharf.broker.certs --cert $(SECRETS_DIR)/broker.crt \
+	test -e $(SECRETS_DIR)/broker.crt || $(PY) -m wharf.broker.tls.certs --cert $(SECRETS_DIR)/broker.crt \
 	  --key $(SECRETS_DIR)/broker.key --host localhost --host broker \
 	  --host broker-a --host broker-b --host broker-a-1 --host broker-a-2 \
 	  --host namesrv --host namesrv-1 --host namesrv-2 --key-mode $(SECRETS_MODE)

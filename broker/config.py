@@ -143,7 +143,7 @@ class BrokerConfig:
     # aclMaxClockSkew (ms): a signed request's x-mq-date-time may differ from the broker's
     # clock by this much (15 min); older dates are refused as replays.
     acl_max_clock_skew: int = 900_000
-    # --- TLS (broker/tls.py; off by default: nothing changes) ---------------------------------
+    # --- TLS (broker/tls/config.py; off by default: nothing changes) ---------------------------------
     # tlsEnable: serve gRPC over TLS. Without tlsListen the listen port is TLS-only (grpcio
     # cannot serve plaintext and TLS on one port); with it, listen stays plaintext.
     tls_enable: bool = False
@@ -151,7 +151,7 @@ class BrokerConfig:
     tls_listen: str = ""
     # tlsCertPath / tlsKeyPath: PEM certificate chain and private key. "" = <store>/config/tls/
     # broker.crt and broker.key. Both missing at start: a development pair is generated there
-    # (signed by a one-off CA, broker/certs.py; SHA-256 fingerprint logged).
+    # (signed by a one-off CA, broker/tls/certs.py; SHA-256 fingerprint logged).
     tls_cert_path: str = ""
     tls_key_path: str = ""
     # tlsClientAuth: none | require (mutual TLS: clients present a certificate signed by a CA

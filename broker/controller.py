@@ -64,8 +64,8 @@ from wharf.broker.processors.messaging import MessagingService
 from wharf.broker.remoting.service import RemotingService, RemotingStartError
 from wharf.broker.reply_budget import ReplyBudget
 from wharf.broker.settings import parse_delay_levels
-from wharf.broker.tls import ServerTls, TlsError, load_server_tls_blocking
-from wharf.broker.tls_reload import CertificateReloader
+from wharf.broker.tls.config import ServerTls, TlsError, load_server_tls_blocking
+from wharf.broker.tls.reload import CertificateReloader
 from wharf.broker.transactions import TransactionChecker
 from wharf.broker.v2.codes import V2_REFUSALS
 from wharf.broker.v2.service import V2MessagingService

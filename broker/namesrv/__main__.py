@@ -9,7 +9,7 @@ routes over remoting (``remoting.py``); ``"remoting"`` in the ready file is the 
 dial (null when off).
 
 aclEnable and tlsEnable work as the broker's (``wharf.broker.acl.accounts``,
-``wharf.broker.tls_material``, ``wharf.broker.tls_reload``): see ``config.py``. They hold on
+``wharf.broker.tls.material``, ``wharf.broker.tls.reload``): see ``config.py``. They hold on
 the remoting port too: RocketMQ 4 signatures against the same accounts
 (``wharf.broker.remoting.acl``), TLS only with the same certificate
 (``wharf.broker.remoting.tls``).
@@ -33,7 +33,6 @@ from grpc_reflection.v1alpha import reflection
 from wharf import keepalive
 from wharf.broker.acl.accounts import AccountChecker
 from wharf.broker.acl.rules import AclFileError
-from wharf.broker.certs import generate_development_pair_blocking
 from wharf.broker.namesrv.config import (
     LOG_LEVELS,
     ConfigError,
@@ -46,8 +45,9 @@ from wharf.broker.namesrv.service import NameService
 from wharf.broker.ready_file import write_ready_file_blocking
 from wharf.broker.remoting.acl import RemotingAcl
 from wharf.broker.remoting.tls import server_context
-from wharf.broker.tls_material import TlsError, log_certificate, read_server_tls_blocking
-from wharf.broker.tls_reload import CertificateReloader
+from wharf.broker.tls.certs import generate_development_pair_blocking
+from wharf.broker.tls.material import TlsError, log_certificate, read_server_tls_blocking
+from wharf.broker.tls.reload import CertificateReloader
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
 log = logging.getLogger("wharf.namesrv")

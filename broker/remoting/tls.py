@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from wharf import wire
-from wharf.broker.tls_material import ServerTls
+from wharf.broker.tls.material import ServerTls
 
 __all__ = ["CHECK_S", "server_context"]
 

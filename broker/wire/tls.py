@@ -1,6 +1,6 @@
-"""The wire port's TLS: the broker's certificate (broker/tls.py) in an ``ssl.SSLContext``.
+"""The wire port's TLS: the broker's certificate (broker/tls/config.py) in an ``ssl.SSLContext``.
 
-grpcio takes replaced certificate files through its fetch callback (broker/tls_reload.py), on
+grpcio takes replaced certificate files through its fetch callback (broker/tls/reload.py), on
 its own threads; the ssl module has no such hook. Here each handshake's SNI callback (run for
 every client hello, with or without a server name) moves the connection to the context of the
 material last found in force, and at most every ``CHECK_S`` starts a check in a thread:
@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 
 from wharf import wire
-from wharf.broker.tls_material import ServerTls
+from wharf.broker.tls.material import ServerTls
 
 log = logging.getLogger("wharf.broker.wire")
 

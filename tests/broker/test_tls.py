@@ -21,8 +21,8 @@ import pytest
 from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from wharf.broker.certs import fingerprint_sha256
 from wharf.broker.settings import ConfigError, load_settings
+from wharf.broker.tls.certs import fingerprint_sha256
 from wharf.client import (
     Admin,
     InvalidArgumentError,

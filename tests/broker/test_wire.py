@@ -20,7 +20,7 @@ from pathlib import Path
 import grpc
 import pytest
 from wharf import wire
-from wharf.broker.certs import fingerprint_sha256
+from wharf.broker.tls.certs import fingerprint_sha256
 from wharf.broker.wire.tls import CHECK_S
 from wharf.client import (
     ConsumeResult,

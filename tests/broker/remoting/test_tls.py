@@ -16,8 +16,8 @@ import pytest
 from wharf.broker.remoting import tls as remoting_tls
 from wharf.broker.remoting.codes import RequestCode, ResponseCode
 from wharf.broker.remoting.frame import RemotingCommand, encode
-from wharf.broker.tls_material import read_server_tls_blocking
-from wharf.broker.tls_reload import CertificateReloader
+from wharf.broker.tls.material import read_server_tls_blocking
+from wharf.broker.tls.reload import CertificateReloader
 
 from tests.broker.acl_helpers import ACL_SETTINGS, PRODUCER, TOPIC, write_acl
 from tests.broker.remoting.test_acl import signed

@@ -2,9 +2,9 @@
 certificate, its key and (mutual TLS) a client CA bundle read and checked
 (``read_server_tls_blocking``: ``TlsError`` naming the setting and the file when they cannot
 serve), their fingerprint and expiry logged (a WARNING within ``EXPIRY_WARNING_DAYS``, 30, of
-expiry). ``wharf.broker.tls`` finds the files from the broker's settings (generating a
-development pair), ``wharf.broker.tls_reload`` serves replaced files without a restart; the
-NameServer uses both through this module and ``wharf.broker.certs``.
+expiry). ``wharf.broker.tls.config`` finds the files from the broker's settings (generating a
+development pair), ``wharf.broker.tls.reload`` serves replaced files without a restart; the
+NameServer uses both through this module and ``wharf.broker.tls.certs``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from wharf.broker.certs import fingerprint_sha256
+from wharf.broker.tls.certs import fingerprint_sha256
 
 log = logging.getLogger("broker")
 EXPIRY_WARNING_DAYS = 30

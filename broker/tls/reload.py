@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 
 import grpc
-from wharf.broker.tls_material import (
+from wharf.broker.tls.material import (
     ServerTls,
     TlsError,
     log_certificate,

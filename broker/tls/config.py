@@ -4,7 +4,7 @@
 
 - paths: ``tlsCertPath`` / ``tlsKeyPath``, by default ``<store>/config/tls/broker.crt`` and
   ``broker.key``;
-- both files missing: a development pair is generated there (``wharf.broker.certs``: the
+- both files missing: a development pair is generated there (``wharf.broker.tls.certs``: the
   certificate signed by a one-off CA whose key is discarded, the file holding both; SAN = the
   listen, tlsListen and advertised hosts plus localhost, 127.0.0.1 and ::1) and a WARNING says
   so: fine for development, clients are given the certificate file as their CA bundle;
@@ -15,8 +15,8 @@
 
 The certificate's SHA-256 fingerprint and expiry are logged at every start (a WARNING within
 ``EXPIRY_WARNING_DAYS``, 30, of expiry or after it). Replaced files are picked up without a
-restart (``wharf.broker.tls_reload``); reading and checking the files is
-``wharf.broker.tls_material`` (settings-free, shared with the NameServer). Plaintext and TLS cannot share a port in
+restart (``wharf.broker.tls.reload``); reading and checking the files is
+``wharf.broker.tls.material`` (settings-free, shared with the NameServer). Plaintext and TLS cannot share a port in
 grpcio: the controller binds ``listen`` TLS-only, or ``tlsListen`` as a second port.
 """
 
@@ -25,9 +25,9 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from wharf.broker.certs import generate_development_pair_blocking
 from wharf.broker.config import BrokerConfig
-from wharf.broker.tls_material import (
+from wharf.broker.tls.certs import generate_development_pair_blocking
+from wharf.broker.tls.material import (
     EXPIRY_WARNING_DAYS,
     ServerTls,
     TlsError,

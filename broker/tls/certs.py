@@ -13,7 +13,7 @@ reader never sees half a file. Blocking: call it before the event loop starts or
 Also a command for deployments that want the pair before the first start (docker-compose
 secrets)::
 
-    python -m wharf.broker.certs --cert deploy/secrets/broker.crt \\
+    python -m wharf.broker.tls.certs --cert deploy/secrets/broker.crt \\
         --key deploy/secrets/broker.key --host broker --host localhost
 """
 
@@ -187,7 +187,7 @@ def fingerprint_sha256(cert_pem: bytes) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m wharf.broker.certs",
+        prog="python -m wharf.broker.tls.certs",
         description="Write a development certificate (signed by a one-off CA) and key for tlsEnable.",
     )
     parser.add_argument("--cert", required=True, type=Path, help="certificate PEM to write")
