@@ -120,7 +120,7 @@ class BrokerConfig:
     max_concurrent_rpcs: int = 20_000
     # maxUnreadPullBytesPerClient: message bytes of pull replies one client connection may leave
     # unread in the broker's buffers; its next pull beyond it gets RESOURCE_EXHAUSTED
-    # (broker/reply_budget.py); a PullMessageStream call's pulls wait instead while the call
+    # (broker/serving/reply_budget.py); a PullMessageStream call's pulls wait instead while the call
     # holds that much. A held reply costs ~3x its bytes (proto, serialized copy, gRPC
     # slice): 16 MiB held ~50 MiB of RSS for a stopped consumer, which held 584 MiB without it.
     max_unread_pull_bytes_per_client: int = 16 * 1024 * 1024

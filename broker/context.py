@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING
 
 from wharf.broker.cluster.routes import ClusterRoutes
 from wharf.broker.config import BrokerConfig
+from wharf.broker.core.long_poll import LongPollHolder
 from wharf.broker.core.send import SendCore
-from wharf.broker.long_poll import LongPollHolder
 from wharf.broker.meta.consumers import ConsumerManager
 from wharf.broker.meta.groups import SubscriptionGroupManager
 from wharf.broker.meta.offsets import ConsumerOffsetManager
 from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.metrics import BrokerMetrics
-from wharf.broker.reply_budget import ReplyBudget
+from wharf.broker.serving.reply_budget import ReplyBudget
 from wharf.broker.transactions import CheckChannels
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 

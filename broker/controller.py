@@ -48,9 +48,8 @@ from wharf.broker.cluster.registration import Identity, NamesrvRegistrar, parse_
 from wharf.broker.cluster.routes import ClusterRoutes
 from wharf.broker.config import Config, parse_host_port
 from wharf.broker.context import BrokerContext
+from wharf.broker.core.long_poll import LongPollHolder
 from wharf.broker.failover import AetcdEtcd, Failover
-from wharf.broker.handlers import add_servicer
-from wharf.broker.long_poll import LongPollHolder
 from wharf.broker.meta.consumers import ConsumerManager
 from wharf.broker.meta.groups import SubscriptionGroupManager
 from wharf.broker.meta.offsets import ConsumerOffsetManager
@@ -62,7 +61,8 @@ from wharf.broker.metrics.view import BrokerView
 from wharf.broker.processors.admin import AdminService
 from wharf.broker.processors.messaging import MessagingService
 from wharf.broker.remoting.service import RemotingService, RemotingStartError
-from wharf.broker.reply_budget import ReplyBudget
+from wharf.broker.serving.handlers import add_servicer
+from wharf.broker.serving.reply_budget import ReplyBudget
 from wharf.broker.settings import parse_delay_levels
 from wharf.broker.tls.config import ServerTls, TlsError, load_server_tls_blocking
 from wharf.broker.tls.reload import CertificateReloader

@@ -57,7 +57,7 @@ from wharf.broker.acl.accounts import (
 from wharf.broker.acl.refusals import Refusals
 from wharf.broker.acl.rules import Account
 from wharf.broker.acl.table import ACCESS, ADMIN, V1_ADMIN
-from wharf.broker.handlers import MalformedRequest, RefusedRequest
+from wharf.broker.serving.handlers import MalformedRequest, RefusedRequest
 
 __all__ = ["V1_REFUSALS", "AclGuard", "Denied", "Refusals", "Unauthenticated", "peer_address"]
 

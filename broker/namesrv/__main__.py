@@ -42,9 +42,9 @@ from wharf.broker.namesrv.config import (
 from wharf.broker.namesrv.remoting import NamesrvRemoting, RemotingStartError, reserve
 from wharf.broker.namesrv.routes import RouteTable
 from wharf.broker.namesrv.service import NameService
-from wharf.broker.ready_file import write_ready_file_blocking
 from wharf.broker.remoting.acl import RemotingAcl
 from wharf.broker.remoting.tls import server_context
+from wharf.broker.serving.ready_file import write_ready_file_blocking
 from wharf.broker.tls.certs import generate_development_pair_blocking
 from wharf.broker.tls.material import TlsError, log_certificate, read_server_tls_blocking
 from wharf.broker.tls.reload import CertificateReloader

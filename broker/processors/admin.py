@@ -21,7 +21,7 @@ from wharf.broker.meta.topics import (
     validate_topic_name,
 )
 from wharf.broker.processors.transactions import TransactionProcessor
-from wharf.broker.rpc import rpc
+from wharf.broker.serving.rpc import rpc
 from wharf.store.errors import StoreError
 from wharf.store.model import QueueStat
 from wharf.v1 import admin_pb2, admin_pb2_grpc

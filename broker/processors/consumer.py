@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 from wharf.broker.context import BrokerContext
+from wharf.broker.core.tags import filter_of
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import validate_topic_name
-from wharf.broker.tags import filter_of
 from wharf.store.codec import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_DELAY_TIME_LEVEL,

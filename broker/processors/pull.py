@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from wharf.broker.context import BrokerContext
+from wharf.broker.core.tags import filter_of
 from wharf.broker.errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -24,8 +25,7 @@ from wharf.broker.errors import (
 from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import is_system_topic, validate_topic_name
 from wharf.broker.processors.convert import add_views
-from wharf.broker.reply_budget import CallReplies, NoReplyBudget, PullReplies
-from wharf.broker.tags import filter_of
+from wharf.broker.serving.reply_budget import CallReplies, NoReplyBudget, PullReplies
 from wharf.store.model import GetResult, GetStatus, TagFilter
 from wharf.store.read.get_raw import RawGetResult
 from wharf.v1 import messaging_pb2
@@ -107,7 +107,7 @@ class PullProcessor:
         deliver: Deliver | None = None,
     ) -> messaging_pb2.PullMessageResponse | None:
         """``replies`` accounts the reply against the client's budget of unread pull replies
-        (broker/reply_budget.py): ResourceExhaustedError before a read when it is spent.
+        (broker/serving/reply_budget.py): ResourceExhaustedError before a read when it is spent.
         ``deliver``: answer a long poll in place (module docstring); None = delivered."""
         ctx = self.ctx
         self._validate(request)

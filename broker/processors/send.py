@@ -22,8 +22,8 @@ import grpc
 from wharf import hops
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, status_for
-from wharf.broker.handlers import check_stream_item
 from wharf.broker.processors.convert import to_inputs
+from wharf.broker.serving.handlers import check_stream_item
 from wharf.store.config import SYNC_FLUSH
 from wharf.store.model import AppendResult, MessageInput, PutResult, PutStatus
 from wharf.v1 import common_pb2, messaging_pb2

@@ -27,6 +27,7 @@ from typing import Any
 
 from wharf.broker.context import BrokerContext
 from wharf.broker.core.errors import InvalidSend, Reason, Refused
+from wharf.broker.core.tags import parse_filter
 from wharf.broker.errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -71,7 +72,6 @@ from wharf.broker.remoting.routes import (
 )
 from wharf.broker.remoting.server import Connection, Handler
 from wharf.broker.remoting.transactions import RemotingTransactions
-from wharf.broker.tags import parse_filter
 from wharf.store.codec.properties import PROPERTY_UNIQ_KEY
 from wharf.store.errors import (
     InvalidFilterError,

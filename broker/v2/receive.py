@@ -33,8 +33,8 @@ from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
+from wharf.broker.core.tags import parse_filter, parse_tag_expression
 from wharf.broker.meta.topics import TopicConfig, TopicConfigManager
-from wharf.broker.tags import parse_filter, parse_tag_expression
 from wharf.broker.v2 import codes
 from wharf.broker.v2.codes import Code, V2Error
 from wharf.broker.v2.convert import PROPERTY_MESSAGE_GROUP, RESERVED_PROPERTY_NAMES

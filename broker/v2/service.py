@@ -26,10 +26,10 @@ from typing import Any
 
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
-from wharf.broker.handlers import MalformedRequest
 from wharf.broker.meta.groups import SubscriptionGroup
 from wharf.broker.processors.pull import PullProcessor
 from wharf.broker.processors.send import born_host_of
+from wharf.broker.serving.handlers import MalformedRequest
 from wharf.broker.v2 import codes
 from wharf.broker.v2.clients import ClientRegistry
 from wharf.broker.v2.codes import Code, V2Error, code_for

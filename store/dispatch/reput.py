@@ -226,7 +226,7 @@ class ReputService(Service):
         self.reput_from_offset = max(next_offset, start)
         self.inline_dispatches += 1
         # The arrivals before the index entries: a parked pull is answered in the arrival's
-        # call (broker/long_poll.py), and nothing it reads needs the index; the progress
+        # call (broker/core/long_poll.py), and nothing it reads needs the index; the progress
         # signal (wait_dispatched: queries by key may follow) comes after both.
         self._notify(advanced)
         try:

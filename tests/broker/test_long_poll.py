@@ -6,8 +6,8 @@ import asyncio
 import time
 
 import pytest
+from wharf.broker.core.long_poll import LongPollHolder
 from wharf.broker.errors import ResourceExhaustedError, UnavailableError
-from wharf.broker.long_poll import LongPollHolder
 
 
 async def test_parked_pull_wakes_on_arrival_past_its_offset() -> None:
@@ -83,7 +83,7 @@ async def test_a_woken_pull_resumes_on_the_next_loop_turn() -> None:
 async def test_an_arrival_answers_at_most_max_in_place_pulls_and_wakes_the_rest() -> None:
     """Many pulls parked on one queue: the arrival's callback answers a bounded number in
     place (each reply is loop time) and wakes the others to read for themselves."""
-    from wharf.broker.long_poll import MAX_IN_PLACE
+    from wharf.broker.core.long_poll import MAX_IN_PLACE
 
     holder = LongPollHolder(max_parked=100)
     holder.bind_loop(asyncio.get_running_loop())

@@ -1,6 +1,6 @@
 """A parked stream pull is answered in place: the arrival's own call reads the queue, builds the
 reply and hands it to the stream's direct writer, before the pull's task runs again
-(broker/long_poll.py "Answer in place", broker/processors/pull.py). In-process over the fake
+(broker/core/long_poll.py "Answer in place", broker/processors/pull.py). In-process over the fake
 store, whose ``_dispatch`` is the store's arrival notification; the daemon over the wire port
 is covered by tests/broker/test_wire.py (each pull answered once, in order)."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from wharf.broker.controller import BrokerController
-from wharf.broker.long_poll import LongPollHolder
+from wharf.broker.core.long_poll import LongPollHolder
 from wharf.broker.processors.pull import PullProcessor
-from wharf.broker.reply_budget import PullReplies, StreamReplies
+from wharf.broker.serving.reply_budget import PullReplies, StreamReplies
 from wharf.broker.settings import load_settings
 from wharf.store.codec.properties import PROPERTY_TAGS
 from wharf.store.model import MessageInput
@@ -175,7 +175,7 @@ async def test_an_answer_is_what_park_returns_and_a_failing_one_wakes_the_pull(
     await asyncio.sleep(0)
     for queue_id in range(3):
         holder.on_arrival("t", queue_id, 7)
-    with caplog.at_level(logging.ERROR, logger="wharf.broker.long_poll"):
+    with caplog.at_level(logging.ERROR, logger="wharf.broker.core.long_poll"):
         assert await answered == ("read", 7)
         assert await nothing is True
         assert await failing is True

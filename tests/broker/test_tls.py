@@ -250,7 +250,15 @@ def test_mutual_tls_refuses_clients_without_a_certificate_of_the_trusted_ca(
 
         assert asyncio.run(round_trip()) == [b"signed"]
         # wharf-probe with and without the client certificate.
-        probe = [sys.executable, "-m", "wharf.broker.probe", "--endpoint", ep, "--timeout", "3"]
+        probe = [
+            sys.executable,
+            "-m",
+            "wharf.broker.serving.probe",
+            "--endpoint",
+            ep,
+            "--timeout",
+            "3",
+        ]
         env = {**os.environ, "WHARF_PROBE_CA_FILE": str(ca.cert)}
         without = subprocess.run(probe, capture_output=True, text=True, env=env, timeout=30)
         assert without.returncode == 2, without.stdout + without.stderr
@@ -262,7 +270,7 @@ def test_mutual_tls_refuses_clients_without_a_certificate_of_the_trusted_ca(
 
 
 def test_probe_over_tls_and_plaintext_probe_of_a_tls_port(tls_broker: BrokerProcess) -> None:
-    probe = [sys.executable, "-m", "wharf.broker.probe", "--endpoint", tls_broker.endpoint,
+    probe = [sys.executable, "-m", "wharf.broker.serving.probe", "--endpoint", tls_broker.endpoint,
              "--timeout", "3"]  # fmt: skip
     ok = subprocess.run(
         [*probe, "--ca-file", str(generated_cert(tls_broker))],
@@ -364,7 +372,7 @@ def test_probe_checks_the_certificate_for_server_name_when_given(tmp_path: Path)
         **SMALL, "tlsEnable": True, "tlsCertPath": str(server.cert), "tlsKeyPath": str(server.key),
     }  # fmt: skip
     with BrokerProcess(tmp_path / "broker", settings=settings) as broker:
-        probe = [sys.executable, "-m", "wharf.broker.probe", "--endpoint", broker.endpoint,
+        probe = [sys.executable, "-m", "wharf.broker.serving.probe", "--endpoint", broker.endpoint,
                  "--timeout", "3", "--ca-file", str(ca.cert)]  # fmt: skip
         mismatch = subprocess.run(probe, capture_output=True, text=True, timeout=30)
         assert mismatch.returncode == 2, mismatch.stdout + mismatch.stderr

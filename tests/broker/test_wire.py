@@ -569,7 +569,7 @@ async def test_an_arrival_wakes_every_pull_parked_on_its_queue_beyond_those_answ
     broker: BrokerProcess,
 ) -> None:
     """40 pulls parked at one queue's end, more than the 16 an arrival answers in place
-    (broker/long_poll.py MAX_IN_PLACE): one message wakes them all, the rest through their own
+    (broker/core/long_poll.py MAX_IN_PLACE): one message wakes them all, the rest through their own
     tasks, and each gets it once."""
     topic, pulls = "WireManyParked", 40
     async with WireChannel(wire_target(broker)) as channel:

@@ -206,7 +206,7 @@ def _wait_for_rule_evaluation(prometheus: PrometheusServer, timeout: float = 30)
 
 
 def test_probe_reports_serving_then_fails_once_the_broker_stops(tmp_path: Path) -> None:
-    probe = [sys.executable, "-m", "wharf.broker.probe", "--timeout", "3"]
+    probe = [sys.executable, "-m", "wharf.broker.serving.probe", "--timeout", "3"]
     broker = BrokerProcess(tmp_path, settings=SETTINGS, env={"WHARF_ADVERTISED_ADDRESS": "mq.example.com:8081"})  # fmt: skip
     with broker:
         serving = subprocess.run([*probe, "--endpoint", broker.endpoint], capture_output=True, text=True, timeout=60)  # fmt: skip

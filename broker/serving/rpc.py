@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 import grpc
 from wharf.broker.errors import InvalidArgumentError, status_for
-from wharf.broker.handlers import MalformedRequest
+from wharf.broker.serving.handlers import MalformedRequest
 
-log = logging.getLogger("wharf.broker.rpc")
+log = logging.getLogger("wharf.broker.serving.rpc")
 _T = TypeVar("_T")
 _LOGGED_CODES = (grpc.StatusCode.INTERNAL, grpc.StatusCode.DATA_LOSS)
 # An operating-system limit (open files) refuses every request that hits it: one WARNING per

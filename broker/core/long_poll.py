@@ -27,7 +27,7 @@ from typing import Any
 from wharf import hops
 from wharf.broker.errors import ResourceExhaustedError, UnavailableError
 
-log = logging.getLogger("wharf.broker.long_poll")
+log = logging.getLogger("wharf.broker.core.long_poll")
 # A parked pull's in-place answer: called with the queue's new max offset; not None = answered.
 Answer = Callable[[int], Any]
 # In-place answers per arrival: the rest resume as tasks and read themselves. A reply costs
