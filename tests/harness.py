@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -241,46 +242,80 @@ class NamesrvProcess(BrokerProcess):
 
 
 class EtcdProcess:
-    """A one-member etcd (Debian's ``etcd-server``, installed by ``make test``) on 127.0.0.1
-    with free ports; ``endpoint`` is its client address. Ready once /health says so (~0.7 s)."""
+    """An etcd member (Debian's ``etcd-server``, installed by ``make test``); ``endpoint`` is its
+    client address. By default a one-member cluster on 127.0.0.1 with free ports, ready once
+    /health says so (~0.7 s).
 
-    def __init__(self, root: Path) -> None:
+    What differs elsewhere is given, not rewritten: ``address`` (clients and peers, e.g. a
+    network namespace's address), fixed ``port``/``peer_port`` (0: a free loopback port),
+    ``prefix`` (an argv the command runs under, e.g. ``ip netns exec NS``), and for a member of
+    a larger cluster its ``name`` and ``initial_cluster`` (every member's name and peer URL,
+    its own included). A member of a cluster is healthy only once a quorum is up: ``launch``
+    every member, then ``wait_healthy`` each (``start`` is both, for a lone member)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        address: str = "127.0.0.1",
+        port: int = 0,
+        peer_port: int = 0,
+        prefix: Sequence[str] = (),
+        name: str = "wharf-test",
+        initial_cluster: dict[str, str] | None = None,
+    ) -> None:
         self.root = Path(root)
-        self.port = free_port()
-        self.peer_port = free_port()
-        self.endpoint = f"127.0.0.1:{self.port}"
+        self.address = address
+        self.port = port or free_port()
+        self.peer_port = peer_port or free_port()
+        self.prefix = list(prefix)
+        self.name = name
+        self.endpoint = f"{address}:{self.port}"
+        self.peer_url = f"http://{address}:{self.peer_port}"
+        self.initial_cluster = dict(initial_cluster or {name: self.peer_url})
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.root / "etcd.log"
 
-    def start(self, timeout: float = 30.0) -> EtcdProcess:
+    def launch(self) -> EtcdProcess:
+        """Start the process without waiting for it to be healthy."""
         binary = shutil.which("etcd")
         if binary is None:
             raise RuntimeError("etcd is not installed: run `make system-deps` (Debian etcd-server)")
         self.root.mkdir(parents=True, exist_ok=True)
-        client = f"http://127.0.0.1:{self.port}"
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        client = f"http://{self.endpoint}"
+        cluster = ",".join(f"{name}={url}" for name, url in self.initial_cluster.items())
         cmd = [
-            binary, "--name", "wharf-test", "--data-dir", str(self.root / "data"),
+            *self.prefix, binary, "--name", self.name, "--data-dir", str(self.root / "data"),
             "--log-level", "warn", "--logger", "zap",
             "--listen-client-urls", client, "--advertise-client-urls", client,
-            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"wharf-test={peer}", "--initial-cluster-state", "new",
+            "--listen-peer-urls", self.peer_url, "--initial-advertise-peer-urls", self.peer_url,
+            "--initial-cluster", cluster, "--initial-cluster-state", "new",
         ]  # fmt: skip
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        return self
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.endpoint}/health", timeout=1) as reply:
+                return b'"true"' in reply.read()
+        except OSError:
+            return False
+
+    def wait_healthy(self, timeout: float = 30.0) -> EtcdProcess:
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"etcd exited: {self.log_path.read_text(errors='replace')}")
-            try:
-                with urllib.request.urlopen(f"{client}/health", timeout=1) as reply:
-                    if b'"true"' in reply.read():
-                        return self
-            except OSError:
-                pass
+            if self.healthy():
+                return self
             time.sleep(0.05)
         self.kill()
-        raise TimeoutError("etcd not healthy in time")
+        raise TimeoutError(f"etcd {self.name} not healthy in time")
+
+    def start(self, timeout: float = 30.0) -> EtcdProcess:
+        return self.launch().wait_healthy(timeout)
 
     @property
     def pid(self) -> int:

@@ -3,6 +3,8 @@ only module of the broker that imports aetcd; each method is one etcd request.""
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +23,16 @@ ETCD_CHANNEL_OPTIONS = {
 }
 
 
+def _ipv4_endpoint(endpoint: str) -> str:
+    """ "host:port" with the host as an IPv4 address (a name resolved: blocking, at start)."""
+    host, _, port = endpoint.rpartition(":")
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        host = socket.gethostbyname(host)
+    return f"{host}:{port}"
+
+
 class AetcdEtcd:
     """The endpoints of one etcd cluster ("host:port" each). The channel opens at the first
     request (aetcd connects lazily) and redials on its own after etcd restarts."""
@@ -29,12 +41,15 @@ class AetcdEtcd:
         if not endpoints:
             raise ValueError("controllerAddr names no etcd endpoint")
         self._endpoints = list(endpoints)
-        # aetcd dials one target; gRPC's ipv4: URI lists them all (cluster.md, section 3).
-        first, _, port = self._endpoints[0].rpartition(":")
+        host, _, port = self._endpoints[-1].rpartition(":")
         if len(self._endpoints) > 1:
-            first = "ipv4:" + ",".join(self._endpoints)
+            # aetcd dials one target, f"{host}:{port}": gRPC's ipv4: URI lists every member,
+            # the last one's port appended by aetcd (cluster.md, section 3). That URI takes
+            # addresses only: names are resolved here, once, at start.
+            addresses = [_ipv4_endpoint(endpoint) for endpoint in self._endpoints]
+            host = "ipv4:" + ",".join([*addresses[:-1], addresses[-1].rpartition(":")[0]])
         self._client = aetcd.Client(
-            host=first, port=int(port), timeout=ETCD_TIMEOUT_S, options=ETCD_CHANNEL_OPTIONS
+            host=host, port=int(port), timeout=ETCD_TIMEOUT_S, options=ETCD_CHANNEL_OPTIONS
         )
 
     @property

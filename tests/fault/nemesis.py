@@ -5,6 +5,8 @@ context manager that partitions, records a ``Fault`` window in the history, and 
     with nemesis.isolate_master(master, etcd=[etcd], replicas=[replica]):
         ...  # the master reaches neither etcd nor its replicas; clients still reach it
     with nemesis.isolate(replica): ...               # a replica reaches nothing at all
+    with nemesis.isolate_etcd_member(e1): ...        # one etcd member reaches nothing
+    with nemesis.isolate_etcd_member(e1, peers=[e2, e3]): ...  # cut from its peers only
     with nemesis.split(namesrvs, brokers): ...       # NameServers <-/-> brokers
     with nemesis.split(brokers, namesrvs, one_way=True): ...  # brokers -> NameServers only
 
@@ -50,6 +52,20 @@ class Nemesis:
     def isolate(self, host: Host) -> contextlib.AbstractContextManager[None]:
         """``host`` reaches nothing (a replica falling out of the sync-state set, ...)."""
         return self._fault(f"{host.name} isolated", lambda: self.network.isolate(host))
+
+    def isolate_etcd_member(
+        self, member: Host, peers: Sequence[Host] = ()
+    ) -> contextlib.AbstractContextManager[None]:
+        """One member of an etcd cluster cut off: from everyone (no ``peers``), or from its
+        ``peers`` only, brokers still reaching it (a minority member: it has no leader, so it
+        can grant and refresh no lease, while the majority goes on)."""
+        if peers:
+            names = " ".join(p.name for p in peers)
+            return self._fault(
+                f"etcd {member.name} cut from its peers {names}",
+                lambda: self.network.partition([member], peers),
+            )
+        return self._fault(f"etcd {member.name} isolated", lambda: self.network.isolate(member))
 
     def split(
         self, a: Sequence[Host], b: Sequence[Host], one_way: bool = False

@@ -6,6 +6,7 @@
         net.partition([a], [b])                  # both ways; one_way=True: a -> b only
         net.isolate(a)                           # a reaches nothing but its own loopback
         net.heal()                               # every rule gone
+    etcd(tmp / "etcd", a).start()            # an etcd member in a (tests.harness.EtcdProcess)
 
 How it works (needs root, iproute2's ``ip`` and ``nft`` from nftables: ``make system-deps``):
 
@@ -38,12 +39,16 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
+
+from tests.harness import EtcdProcess
 
 PREFIX = "wfn"
 SUBNETS = ipaddress.ip_network("10.77.0.0/16")
 TABLE = "wharf_fault"
 LOCK = "/run/wharf-netns.lock"
+ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
 
 
 def _run(*cmd: str, stdin: str | None = None, check: bool = True) -> str:
@@ -145,6 +150,19 @@ class Host:
 
     def __repr__(self) -> str:
         return f"Host({self.name!r}, {self.address})"
+
+
+def etcd(root: Path, host: Host, members: Sequence[Host] = ()) -> EtcdProcess:
+    """An etcd member (not started) inside ``host``: clients on ``host:2379``, peers on
+    ``host:2380``, named after the host. ``members``: every host of its cluster, ``host``
+    included (each runs one member; ``launch`` them all, then ``wait_healthy`` each); none:
+    a one-member cluster (``start`` it)."""
+    cluster = {m.name: f"http://{m.address}:{ETCD_PEER_PORT}" for m in members} or None
+    if cluster is not None and host.name not in cluster:
+        raise ValueError(f"{host} is not one of the members {list(cluster)}")
+    return EtcdProcess(root, address=host.address, port=ETCD_CLIENT_PORT,
+                       peer_port=ETCD_PEER_PORT, prefix=host.command([]), name=host.name,
+                       initial_cluster=cluster)  # fmt: skip
 
 
 class Network:

@@ -11,7 +11,9 @@ etcd-server); it skips with the reason otherwise. Every process runs in a namesp
 Producers keep sending throughout (one attempt per send, unique bodies: a retry could write a
 message twice on its own), a consumer pulls and commits. Faults: the master cut from etcd and
 from the other replica for two leases (clients and the NameServer still reach it); or a replica
-isolated, then the NameServer split from the brokers. After the heal and a settled group, every
+isolated, then the NameServer split from the brokers; or, with a 3-member etcd (e1, e2, e3,
+each in a namespace of its own), one member cut off at a time: the etcd leader isolated, e1
+(the member the brokers dial) cut from its peers only, e1 isolated. After the heal and a settled group, every
 queue is read from the current master and the checker must find no acknowledged message lost,
 misplaced or duplicated, no queue offset holding two messages, no committed offset moving back.
 """
@@ -21,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
+import json
 import shutil
 import sys
 import time
@@ -33,8 +37,8 @@ import pytest
 
 from tests.fault.checker import FAIL, OK, UNKNOWN, Commit, History, Read, Send, check
 from tests.fault.nemesis import Nemesis
-from tests.fault.netns import Host, Network, available
-from tests.harness import BrokerProcess, EtcdProcess, NamesrvProcess, _launch, _toml_value
+from tests.fault.netns import Host, Network, available, etcd
+from tests.harness import BrokerProcess, NamesrvProcess, _launch, _toml_value, free_port
 
 # --- the checker, on hand-made histories --------------------------------------------------------
 
@@ -138,41 +142,6 @@ GRPC_PORT = 8081  # every broker has an address of its own: fixed ports never co
 SMALL = {"mappedFileSizeCommitLog": 4 << 20, "maxMessageSize": 64 * 1024}
 
 
-class NetnsEtcd(EtcdProcess):
-    """EtcdProcess inside ``host``: clients on host:2379, its peer port on its own loopback."""
-
-    def __init__(self, root: Path, host: Host) -> None:
-        super().__init__(root)
-        self.host = host
-        self.endpoint = f"{host.address}:2379"
-
-    def start(self, timeout: float = 30.0) -> NetnsEtcd:
-        binary = shutil.which("etcd")
-        assert binary is not None
-        self.root.mkdir(parents=True, exist_ok=True)
-        client, peer = f"http://{self.endpoint}", "http://127.0.0.1:2380"
-        cmd = [
-            binary, "--name", "wharf-test", "--data-dir", str(self.root / "data"),
-            "--log-level", "warn", "--logger", "zap",
-            "--listen-client-urls", client, "--advertise-client-urls", client,
-            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"wharf-test={peer}", "--initial-cluster-state", "new",
-        ]  # fmt: skip
-        with open(self.log_path, "ab") as out:
-            self.proc = self.host.popen(cmd, stdout=out, stderr=out)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log_path.read_text(errors="replace")
-            with (
-                contextlib.suppress(OSError),
-                urllib.request.urlopen(f"{client}/health", timeout=1) as reply,
-            ):
-                if b'"true"' in reply.read():
-                    return self
-            time.sleep(0.05)
-        raise TimeoutError("etcd not healthy in time")
-
-
 class NetnsBroker(BrokerProcess):
     """BrokerProcess inside ``host``, gRPC on host:8081 (HA binds that host too)."""
 
@@ -218,6 +187,27 @@ class NetnsNamesrv(NamesrvProcess):
 
 
 @functools.cache
+def _several_etcd_endpoints_unusable() -> str | None:
+    """Why the broker cannot dial an etcd cluster of several members, if it cannot: asks
+    ``AetcdEtcd`` (the broker's etcd client) for a key on two loopback ports nobody listens
+    on; a refused connection is the answer of a usable client."""
+    from wharf.broker.failover.etcd import AetcdEtcd
+
+    async def ask() -> str | None:
+        client = AetcdEtcd([f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"])
+        try:
+            await client.get(b"probe")
+        except Exception as exc:
+            if "target uri is not valid" in str(exc):
+                return f"the broker cannot dial several etcd endpoints: {exc}"
+        finally:
+            await client.close()
+        return None
+
+    return asyncio.run(ask())
+
+
+@functools.cache
 def _unavailable() -> str | None:
     if shutil.which("etcd") is None:
         return "etcd is not installed: run `make system-deps` (Debian etcd-server)"
@@ -225,16 +215,35 @@ def _unavailable() -> str | None:
 
 
 class Cluster:
-    def __init__(self, net: Network, root: Path, settings: dict[str, Any] | None = None) -> None:
+    """etcd (one member on host ``etcd``, or ``etcd_members`` on hosts e1, e2, ...), a NameServer
+    (``ns``) and broker-a's replicas a1 and a2, each in a namespace of its own. The brokers'
+    ``controllerAddr`` lists every member, e1 first."""
+
+    def __init__(
+        self,
+        net: Network,
+        root: Path,
+        settings: dict[str, Any] | None = None,
+        etcd_members: int = 1,
+    ) -> None:
         self.net = net
-        hosts = {name: net.host(name) for name in ("etcd", "ns", "a1", "a2")}
+        names = ["etcd"] if etcd_members == 1 else [f"e{k}" for k in range(1, etcd_members + 1)]
+        hosts = {name: net.host(name) for name in (*names, "ns", "a1", "a2")}
         self.hosts = hosts
-        self.etcd = NetnsEtcd(root / "etcd", hosts["etcd"]).start()
+        members = [hosts[name] for name in names]
+        self.etcds = [
+            etcd(root / name, hosts[name], members if etcd_members > 1 else ()).launch()
+            for name in names
+        ]
+        for member in self.etcds:  # healthy once a quorum is up: every member launched first
+            member.wait_healthy()
+        self.etcd = self.etcds[0]
         self.ns = NetnsNamesrv(root / "ns", hosts["ns"]).start()
+        controller = ";".join(member.endpoint for member in self.etcds)
         common = {**SMALL, "namesrvAddr": self.ns.endpoint, "brokerClusterName": "C",
                   "autoCreateTopicEnable": False, "brokerName": "broker-a",
                   "brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH",
-                  "enableControllerMode": True, "controllerAddr": self.etcd.endpoint,
+                  "enableControllerMode": True, "controllerAddr": controller,
                   "controllerHeartBeatTimeoutMills": TTL_MS, "haListenPort": 0,
                   "haMaxTimeSlaveNotCatchup": 60_000, **(settings or {})}  # fmt: skip
         self.replicas = {
@@ -243,6 +252,25 @@ class Cluster:
         }
         for broker in self.replicas.values():
             broker.start()
+
+    def etcd_leader(self, within_s: float = 15.0) -> int:
+        """The index in ``etcds`` of the member every reachable member calls the leader."""
+        deadline = time.monotonic() + within_s
+        while True:
+            ids, leaders = {}, set()
+            for k, member in enumerate(self.etcds):
+                with contextlib.suppress(OSError, ValueError, KeyError):
+                    request = urllib.request.Request(
+                        f"http://{member.endpoint}/v3/maintenance/status", data=b"{}"
+                    )
+                    with urllib.request.urlopen(request, timeout=1) as reply:
+                        status = json.loads(reply.read())
+                    ids[status["header"]["member_id"]] = k
+                    leaders.add(status["leader"])
+            if len(leaders) == 1 and (leader := leaders.pop()) in ids:
+                return ids[leader]
+            assert time.monotonic() < deadline, f"no etcd leader all agree on: {leaders}"
+            time.sleep(0.1)
 
     def logs(self) -> str:
         return "\n".join(
@@ -473,4 +501,72 @@ async def test_an_isolated_replica_then_namesrvs_split_from_brokers_lose_no_mess
         final = await read_all(cluster.ns.endpoint, history)
     finally:
         history.dump(tmp_path / "history.jsonl")
+    _judge(history, final, cluster, clients)
+
+
+def _acked_since(history: History, since: float) -> list[float]:
+    """When each send acknowledged at or after ``since`` was acknowledged, in order."""
+    return sorted(op.end for op in history.ops
+                  if isinstance(op, Send) and op.status == OK and op.end >= since)  # fmt: skip
+
+
+async def _first_ack_after(history: History, since: float, within_s: float = 30.0) -> float:
+    """Seconds from ``since`` to the first send acknowledged after it (waits for one)."""
+    deadline = time.monotonic() + within_s
+    while not (acks := _acked_since(history, since)):
+        assert time.monotonic() < deadline, f"nothing acknowledged within {within_s} s"
+        await asyncio.sleep(0.1)
+    return acks[0] - since
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+async def test_isolated_etcd_members_lose_no_message(net: Network, tmp_path: Path) -> None:
+    """A 3-member etcd (e1, e2, e3; the brokers list e1 first, and dial it). One member cut off
+    at a time for two leases, each healed before the next: the etcd leader isolated (the other
+    two elect a leader of their own and go on); e1, the member the brokers talk to, cut from
+    its peers but not from the brokers (a minority member: no leader, so no lease refreshed
+    through it); e1 isolated from everyone. After each heal the group has one master and both
+    replicas in sync; nothing acknowledged is lost, misplaced or duplicated, no offset holds
+    two messages; after each heal the producers are acknowledged again within 30 s. Prints, per
+    fault, the sends acknowledged during it, when the first one came after the heal and the
+    longest time without one."""
+    reason = await asyncio.to_thread(_several_etcd_endpoints_unusable)
+    assert reason is None, reason  # the broker dials an etcd cluster of several members
+    cluster = Cluster(net, tmp_path, etcd_members=3)
+    history = History()
+    windows: list[tuple[str, float, int, float, float]] = []
+    try:
+        master = await _serving(cluster)
+        clients = Clients(cluster.ns.endpoint, history)
+        await asyncio.sleep(2)
+        h, nemesis = cluster.hosts, Nemesis(net, history)
+        members = [h["e1"], h["e2"], h["e3"]]
+        leader = members[await asyncio.to_thread(cluster.etcd_leader)]
+        faults = [
+            (f"etcd leader {leader.name} isolated", nemesis.isolate_etcd_member(leader)),
+            ("etcd e1 cut from e2 e3", nemesis.isolate_etcd_member(members[0], members[1:])),
+            ("etcd e1 isolated", nemesis.isolate_etcd_member(members[0])),
+        ]
+        for what, fault in faults:
+            start = time.monotonic()
+            with fault:
+                await asyncio.sleep(2 * TTL_MS / 1000)
+            healed = time.monotonic()
+            master = await cluster.master(within_s=30)
+            await cluster.in_sync(master, within_s=40)
+            await asyncio.to_thread(cluster.etcd_leader)  # one leader all three agree on
+            back = await _first_ack_after(history, healed)  # the producers write again
+            acks = [t for t in _acked_since(history, start) if t < healed]
+            gaps = [b - a for a, b in itertools.pairwise([start, *acks, healed + back])]
+            windows.append((what, healed - start, len(acks), max(gaps), back))
+        await asyncio.sleep(3)
+        await clients.stop()
+        final = await read_all(cluster.ns.endpoint, history)
+    finally:
+        history.dump(tmp_path / "history.jsonl")
+    for what, length, acked, gap, back in windows:
+        print(f"{what} ({length:.1f} s): {acked} acknowledged during it, first one after the "
+              f"heal {back:.1f} s later; longest time without one {gap:.1f} s")  # fmt: skip
+    print(f"master at the end: a{master}")
     _judge(history, final, cluster, clients)

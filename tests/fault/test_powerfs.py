@@ -13,46 +13,21 @@ import mmap
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.fault.powerfs import MountError, PowerFS
+from tests.fault.power_campaign import fsync_dir
+from tests.fault.powerfs import PowerFS
 
-
-def _mount(tmp_path: Path, backing_sync: bool = False) -> PowerFS:
-    if not os.path.exists("/dev/fuse"):
-        pytest.skip(
-            "powerfs needs FUSE: /dev/fuse is missing (modprobe fuse; apt-get install fuse3)"
-        )
-    fs = PowerFS(tmp_path / "backing", tmp_path / "mnt", backing_sync=backing_sync)
-    try:
-        return fs.start()
-    except MountError as exc:
-        pytest.skip(f"powerfs could not mount: {exc}")
-
-
-@pytest.fixture
-def fs(tmp_path: Path) -> Iterator[PowerFS]:
-    mounted = _mount(tmp_path)
-    try:
-        yield mounted
-    finally:
-        mounted.stop()
+if TYPE_CHECKING:
+    from tests.fault.conftest import Mount
 
 
 @pytest.fixture
 def mnt(fs: PowerFS) -> Path:
     return fs.mountpoint
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_file(path: Path, data: bytes, sync: str | None = None) -> None:
@@ -354,8 +329,8 @@ def test_sigusr1_cuts(fs: PowerFS, mnt: Path) -> None:
     assert os.listdir(mnt) == ["f"]
 
 
-def test_a_restarted_daemon_serves_the_durable_state(tmp_path: Path) -> None:
-    fs = _mount(tmp_path)
+def test_a_restarted_daemon_serves_the_durable_state(tmp_path: Path, mount: Mount) -> None:
+    fs = mount()
     try:
         durable_file(fs.mountpoint / "kept", b"K")
         write_file(fs.mountpoint / "pending", b"P", "fsync")
@@ -364,7 +339,7 @@ def test_a_restarted_daemon_serves_the_durable_state(tmp_path: Path) -> None:
         fs.proc.wait()
     finally:
         fs.stop()
-    fs = _mount(tmp_path)
+    fs = mount()
     try:
         assert os.listdir(fs.mountpoint) == ["kept"]
         assert (fs.mountpoint / "kept").read_bytes() == b"K"
@@ -414,10 +389,12 @@ async def _read(
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_the_broker_keeps_every_acknowledged_message_across_a_power_cut(tmp_path: Path) -> None:
+def test_the_broker_keeps_every_acknowledged_message_across_a_power_cut(
+    tmp_path: Path, mount: Mount
+) -> None:
     from tests.harness import BrokerProcess
 
-    fs = _mount(tmp_path, backing_sync=True)
+    fs = mount(backing_sync=True)
     try:
         store = fs.mountpoint / "store"
         store.mkdir()

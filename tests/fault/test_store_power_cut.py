@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,8 +24,8 @@ from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.message_store import MessageStore
 from wharf.store.model import PutStatus
 
+from tests.fault.power_campaign import fsync_dir
 from tests.fault.powerfs import PowerFS
-from tests.fault.test_powerfs import _mount, fsync_dir
 from tests.store.helpers import msg, small_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -104,15 +103,6 @@ def run_writer(
     fs.cut()
     notes = [json.loads(line) for line in acks.read_text().splitlines()]
     return root, notes
-
-
-@pytest.fixture
-def fs(tmp_path: Path) -> Iterator[PowerFS]:
-    mounted = _mount(tmp_path)
-    try:
-        yield mounted
-    finally:
-        mounted.stop()
 
 
 @pytest.fixture
