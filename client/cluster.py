@@ -77,9 +77,9 @@ class FaultTolerance:
 
 def name_server_client(namesrv: str | Connection) -> NameServerClient:
     """The NameServers of a cluster client: addresses (unsigned unless the environment has
-    keys, plaintext) or a Connection's (``Connection.namesrv_client``)."""
+    keys, plaintext) or a Connection's (``NameServerClient.of``)."""
     if isinstance(namesrv, Connection):
-        return namesrv.namesrv_client()
+        return NameServerClient.of(namesrv)
     return NameServerClient(namesrv)
 
 

@@ -72,7 +72,7 @@ class ClusterAdmin(Admin):
 
     async def start(self) -> None:
         if self._ns is None:  # the NameServers with the brokers' keys (and TLS: namesrv_tls)
-            self._ns = self.connection.namesrv_client()
+            self._ns = NameServerClient.of(self.connection)
 
     async def close(self) -> None:
         await self._admins.close()

@@ -24,7 +24,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 import grpc
 from wharf.client.auth import Credentials, resolve_credentials
@@ -36,9 +36,6 @@ from wharf.client.channel import (
     tls_config,
 )
 from wharf.client.errors import InvalidArgumentError
-
-if TYPE_CHECKING:
-    from wharf.client.namesrv import NameServerClient
 
 _TRUE = ("1", "true", "yes", "on")
 
@@ -193,14 +190,6 @@ class Connection:
             tls=self.namesrv_tls_config if namesrv else self.tls,
             credentials=self.credentials,
         )
-
-    def namesrv_client(self) -> NameServerClient:
-        """A ``NameServerClient`` on ``namesrv`` (InvalidArgumentError without one)."""
-        from wharf.client.namesrv import NameServerClient
-
-        if not self.namesrv:
-            raise InvalidArgumentError("this connection names no NameServers (namesrv=)")
-        return NameServerClient(self.namesrv, connection=self)
 
 
 def connection_of(

@@ -68,6 +68,13 @@ class TopicRoute:
 
 
 class NameServerClient:
+    @classmethod
+    def of(cls, connection: Connection) -> NameServerClient:
+        """The NameServers a client's Connection names (InvalidArgumentError without one)."""
+        if not connection.namesrv:
+            raise InvalidArgumentError("this connection names no NameServers (namesrv=)")
+        return cls(connection.namesrv, connection=connection)
+
     def __init__(
         self,
         namesrv: str,

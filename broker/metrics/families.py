@@ -8,14 +8,16 @@ scrape, even with no samples yet, so dashboards and alerts can rely on the names
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from wharf.broker.metrics.accumulators import HistogramSnapshot, LabelKey, LabelledHistograms
+from wharf.broker.metrics.accumulators import (
+    HistogramSnapshot,
+    LabelKey,
+    LabelledCounters,
+    LabelledHistograms,
+)
 from wharf.broker.metrics.snapshot import BrokerSnapshot
-
-if TYPE_CHECKING:
-    from wharf.broker.metrics import BrokerMetrics
 
 STORE_KINDS = ("commitlog", "consumequeue", "index")
 
@@ -57,7 +59,24 @@ def _bound_text(bound: float) -> str:
     return "+Inf" if bound == float("inf") else repr(float(bound))
 
 
-def hot_path_families(m: BrokerMetrics) -> Iterator[Any]:
+class HotPathSources(Protocol):
+    """The accumulators the broker's hooks feed (``BrokerMetrics`` has them): what
+    ``hot_path_families`` reads, without this module importing its caller."""
+
+    messages_in: LabelledCounters
+    bytes_in: LabelledCounters
+    message_size: LabelledHistograms
+    messages_out: LabelledCounters
+    bytes_out: LabelledCounters
+    send_to_dlq: LabelledCounters
+    unconsumed_deleted: LabelledCounters
+    rpc_latency: LabelledHistograms
+    flush_latency: LabelledHistograms
+    flush_bytes: LabelledCounters
+    group_commit_batch: LabelledHistograms
+
+
+def hot_path_families(m: HotPathSources) -> Iterator[Any]:
     """Families fed by the broker's hooks (send, pull, DLQ, RPCs, flushes)."""
     yield counter("rocketmq_messages_in_total", "Messages stored, by topic.", ["topic"], m.messages_in.items())  # fmt: skip
     yield counter("rocketmq_throughput_in_total", "Message body bytes stored, by topic.", ["topic"], m.bytes_in.items())  # fmt: skip

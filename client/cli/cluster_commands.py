@@ -79,7 +79,7 @@ def connection_of_args(args: argparse.Namespace) -> Connection:
 
 def namesrv_of(args: argparse.Namespace) -> NameServerClient:
     need_namesrv(args)
-    return connection_of_args(args).namesrv_client()
+    return NameServerClient.of(connection_of_args(args))
 
 
 def admin_of(args: argparse.Namespace, cluster: str | None = None) -> Admin:
