@@ -116,7 +116,24 @@ def code_for(exc: BaseException) -> tuple[int, str]:
 
 def is_internal(code: int) -> bool:
     """Codes whose cause is worth a traceback in the broker log (a bug, not bad input)."""
-    return code == Code.INTERNAL_ERROR
+    return code == INTERNAL_ERROR
+
+
+# The codes of the per-message paths as plain ints: ``Code.X`` is a Python-level
+# ``EnumTypeWrapper.__getattr__`` (~0.9 µs a lookup, measured), too dear on every call.
+OK: int = Code.Value("OK")
+BAD_REQUEST: int = Code.Value("BAD_REQUEST")
+MULTIPLE_RESULTS: int = Code.Value("MULTIPLE_RESULTS")
+MESSAGE_NOT_FOUND: int = Code.Value("MESSAGE_NOT_FOUND")
+INVALID_RECEIPT_HANDLE: int = Code.Value("INVALID_RECEIPT_HANDLE")
+INTERNAL_ERROR: int = Code.Value("INTERNAL_ERROR")
+_CODE_NAMES: dict[int, str] = {v.number: v.name for v in definition_pb2.Code.DESCRIPTOR.values}
+
+
+def code_name(code: int) -> str:
+    """``Code.Name(code)`` (the metrics' label) without the enum wrapper's Python lookups."""
+    name = _CODE_NAMES.get(code)
+    return name if name is not None else Code.Name(code)  # type: ignore[arg-type]
 
 
 def status(code: int, message: str) -> definition_pb2.Status:
@@ -124,7 +141,7 @@ def status(code: int, message: str) -> definition_pb2.Status:
 
 
 def ok() -> definition_pb2.Status:
-    return definition_pb2.Status(code=Code.OK, message="OK")
+    return definition_pb2.Status(code=OK, message="OK")  # type: ignore[arg-type]
 
 
 def not_supported(what: str) -> definition_pb2.Status:

@@ -114,7 +114,10 @@ class V2PullProcessor:
             first = service_pb2.PullMessageResponse(status=codes.status(code, "no new message"))
         replies = [first]
         messages = getattr(result, "messages", [])
-        replies.extend(service_pb2.PullMessageResponse(message=to_v2_message(m)) for m in messages)
+        for m in messages:
+            reply = service_pb2.PullMessageResponse()
+            to_v2_message(m, into=reply.message)
+            replies.append(reply)
         replies.append(service_pb2.PullMessageResponse(next_offset=result.next_begin_offset))
         if messages:
             self._on_out(topic, group, len(messages), sum(len(m.body) for m in messages))

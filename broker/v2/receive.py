@@ -49,6 +49,7 @@ from wharf.store.codec.properties import (
 from wharf.store.errors import InvalidReceiptHandleError
 from wharf.store.model import StoredMessage, TagFilter
 
+_OK = codes.OK
 MIN_INVISIBLE_MS = 1_000
 MAX_INVISIBLE_MS = 12 * 3_600_000
 AUTO_RENEW_INVISIBLE_MS = 60_000
@@ -109,57 +110,76 @@ def _invisible_ms(duration: Duration) -> int:
     return invisible_ms
 
 
-def _timestamp(ms: int) -> Timestamp:
-    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+def _ok() -> definition_pb2.Status:
+    return definition_pb2.Status(code=_OK, message="OK")  # type: ignore[arg-type]
 
 
-def _duration(ms: int) -> Duration:
-    return Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+_IDENTITY = definition_pb2.IDENTITY
+_MD5 = definition_pb2.MD5
+_DELAY = definition_pb2.DELAY
+_FIFO = definition_pb2.FIFO
+_NORMAL = definition_pb2.NORMAL
 
 
 def to_v2_message(
-    stored: StoredMessage, handle: str = "", attempt: int = 0, invisible_ms: int = 0
+    stored: StoredMessage,
+    handle: str = "",
+    attempt: int = 0,
+    invisible_ms: int = 0,
+    into: definition_pb2.Message | None = None,
 ) -> definition_pb2.Message:
     """A popped record as the official clients read it (reference §6, GrpcConverter); a
-    pulled one (PullMessage) has no handle, attempt or invisible time."""
+    pulled one (PullMessage) has no handle, attempt or invisible time. Built field by field in
+    place, into ``into`` when given (a reply's ``message``: no copy of the finished message,
+    nor of intermediate Timestamps; this runs once per delivery)."""
     body = stored.body
     if stored.sys_flag & SYSFLAG_COMPRESSED:
         body = zlib.decompress(body)
     props = stored.properties
-    message = definition_pb2.Message(
-        topic=definition_pb2.Resource(name=stored.topic),
-        body=body,
-        user_properties={k: v for k, v in props.items() if k not in RESERVED_PROPERTY_NAMES},
-    )
+    message = definition_pb2.Message() if into is None else into
+    message.body = body
+    message.topic.name = stored.topic
+    user = {k: v for k, v in props.items() if k not in RESERVED_PROPERTY_NAMES}
+    if user:
+        message.user_properties.update(user)
     sysp = message.system_properties
     sysp.message_id = props.get(PROPERTY_UNIQ_KEY, "")
-    if props.get(PROPERTY_TAGS):
-        sysp.tag = props[PROPERTY_TAGS]
-    if props.get(PROPERTY_KEYS):
-        sysp.keys.extend(props[PROPERTY_KEYS].split(" "))
-    group = props.get(PROPERTY_MESSAGE_GROUP, "")
+    tag = props.get(PROPERTY_TAGS)
+    if tag:
+        sysp.tag = tag
+    keys = props.get(PROPERTY_KEYS)
+    if keys:
+        sysp.keys.extend(keys.split(" "))
+    group = props.get(PROPERTY_MESSAGE_GROUP)
     if group:
         sysp.message_group = group
-    deliver_ms = props.get(PROPERTY_TIMER_DELIVER_MS, "")
-    if deliver_ms.isdigit():  # a DELAY message (the timer's copy keeps its time), as the proxy
-        sysp.delivery_timestamp.CopyFrom(_timestamp(int(deliver_ms)))
-        sysp.message_type = definition_pb2.DELAY
+    deliver_ms = props.get(PROPERTY_TIMER_DELIVER_MS)
+    if deliver_ms and deliver_ms.isdigit():  # a DELAY message (the timer's copy keeps its time)
+        _set_ms(sysp.delivery_timestamp, int(deliver_ms))
+        sysp.message_type = _DELAY
     else:
-        sysp.message_type = definition_pb2.FIFO if group else definition_pb2.NORMAL
-    sysp.body_encoding = definition_pb2.IDENTITY
-    sysp.body_digest.type = definition_pb2.MD5
-    sysp.body_digest.checksum = hashlib.md5(body).hexdigest().upper()
-    sysp.born_timestamp.CopyFrom(_timestamp(stored.born_timestamp or stored.store_timestamp))
+        sysp.message_type = _FIFO if group else _NORMAL
+    sysp.body_encoding = _IDENTITY
+    digest = sysp.body_digest
+    digest.type = _MD5
+    digest.checksum = hashlib.md5(body).hexdigest().upper()
+    _set_ms(sysp.born_timestamp, stored.born_timestamp or stored.store_timestamp)
     sysp.born_host = stored.born_host
-    sysp.store_timestamp.CopyFrom(_timestamp(stored.store_timestamp))
+    _set_ms(sysp.store_timestamp, stored.store_timestamp)
     sysp.store_host = stored.store_host
     sysp.queue_id = stored.queue_id
     sysp.queue_offset = stored.queue_offset
     if handle:
         sysp.receipt_handle = handle
         sysp.delivery_attempt = attempt
-        sysp.invisible_duration.CopyFrom(_duration(invisible_ms))
+        _set_ms(sysp.invisible_duration, invisible_ms)
     return message
+
+
+def _set_ms(field: Timestamp | Duration, ms: int) -> None:
+    """A Timestamp or Duration field set to ``ms`` in place."""
+    field.seconds = ms // 1000
+    field.nanos = (ms % 1000) * 1_000_000
 
 
 class V2ReceiveProcessor:
@@ -204,28 +224,21 @@ class V2ReceiveProcessor:
             request.group.name, topic, None, tag_filter, batch, invisible_ms, max_attempts, fifo,
             polling_ms,
         )  # fmt: skip
+        response = service_pb2.ReceiveMessageResponse
         if found:
             self._on_delivered(
                 topic, request.group.name, len(found), sum(len(m.message.body) for m in found)
             )
-            replies = [service_pb2.ReceiveMessageResponse(status=codes.ok())]
-            replies.extend(
-                service_pb2.ReceiveMessageResponse(
-                    message=to_v2_message(m.message, m.receipt_handle, m.attempt, invisible_ms)
-                )
-                for m in found
-            )
+            replies = [response(status=_ok())]
+            for m in found:
+                reply = response()
+                to_v2_message(m.message, m.receipt_handle, m.attempt, invisible_ms, reply.message)
+                replies.append(reply)
         else:
-            replies = [
-                service_pb2.ReceiveMessageResponse(
-                    status=codes.status(Code.MESSAGE_NOT_FOUND, "no new message")
-                )
-            ]
-        replies.append(
-            service_pb2.ReceiveMessageResponse(
-                delivery_timestamp=_timestamp(int(time.time() * 1000))
-            )
-        )
+            replies = [response(status=codes.status(codes.MESSAGE_NOT_FOUND, "no new message"))]
+        last = response()
+        _set_ms(last.delivery_timestamp, int(time.time() * 1000))
+        replies.append(last)
         return replies
 
     async def ack(self, request: service_pb2.AckMessageRequest) -> service_pb2.AckMessageResponse:
@@ -234,33 +247,42 @@ class V2ReceiveProcessor:
         group, topic = request.group.name, request.topic.name
         self._topic(topic)
         response = service_pb2.AckMessageResponse()
-        first_error: definition_pb2.Status | None = None
+        add = response.entries.add
+        first_error: tuple[int, str] | None = None
+        pop = self._pop()
         for entry in request.entries:
+            handle = entry.receipt_handle
             try:
-                await self._pop().ack(group, topic, entry.receipt_handle)
-                status = codes.ok()
+                await pop.ack(group, topic, handle)
+                code, message = _OK, "OK"
             except InvalidReceiptHandleError as exc:
-                status = codes.status(Code.INVALID_RECEIPT_HANDLE, str(exc))
-            if status.code != Code.OK and first_error is None:
-                first_error = status
-            response.entries.add(
-                message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=status
-            )
-        response.status.CopyFrom(first_error or codes.ok())
+                code, message = codes.INVALID_RECEIPT_HANDLE, str(exc)
+                if first_error is None:
+                    first_error = code, message
+            status = add(message_id=entry.message_id, receipt_handle=handle).status
+            status.code = code  # type: ignore[assignment]
+            status.message = message
+        status = response.status
+        status.code, status.message = first_error or (_OK, "OK")  # type: ignore[assignment]
         return response
 
     async def change_invisible(
         self, request: service_pb2.ChangeInvisibleDurationRequest
     ) -> service_pb2.ChangeInvisibleDurationResponse:
-        self._topic(request.topic.name)
+        topic = request.topic.name
+        self._topic(topic)
         invisible_ms = _invisible_ms(request.invisible_duration)
         try:
             handle = await self._pop().change_invisible(
-                request.group.name, request.topic.name, request.receipt_handle, invisible_ms
+                request.group.name, topic, request.receipt_handle, invisible_ms
             )
         except InvalidReceiptHandleError as exc:
-            raise V2Error(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
-        return service_pb2.ChangeInvisibleDurationResponse(status=codes.ok(), receipt_handle=handle)
+            raise V2Error(codes.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        response = service_pb2.ChangeInvisibleDurationResponse(receipt_handle=handle)
+        status = response.status
+        status.code = _OK  # type: ignore[assignment]
+        status.message = "OK"
+        return response
 
     async def forward_to_dead_letter(
         self, request: service_pb2.ForwardMessageToDeadLetterQueueRequest

@@ -54,11 +54,20 @@ if TYPE_CHECKING:
     from wharf.store.message_store import MessageStore
 
 MessageType = definition_pb2.MessageType
+# Plain ints: ``MessageType.X`` is a Python-level enum wrapper lookup (~0.9 µs each).
+UNSPECIFIED: int = MessageType.Value("MESSAGE_TYPE_UNSPECIFIED")
+NORMAL: int = MessageType.Value("NORMAL")
+FIFO: int = MessageType.Value("FIFO")
+DELAY: int = MessageType.Value("DELAY")
+TRANSACTION: int = MessageType.Value("TRANSACTION")
+PRIORITY: int = MessageType.Value("PRIORITY")
+LITE: int = MessageType.Value("LITE")
 MAX_BATCH = 1024
 _UNSUPPORTED_TYPES = {
-    MessageType.PRIORITY: "priority messages",
-    MessageType.LITE: "lite topics",
+    PRIORITY: "priority messages",
+    LITE: "lite topics",
 }
+_OK = Code.Value("OK")
 
 
 fifo_queue = group_queue  # the queue of a FIFO message group (the core's, stable: crc32)
@@ -67,46 +76,46 @@ fifo_queue = group_queue  # the queue of a FIFO message group (the core's, stabl
 def message_type(message: definition_pb2.Message, group: str) -> int:
     """The message's type, checked against what it carries. UNSPECIFIED is inferred."""
     sysp = message.system_properties
-    declared = sysp.message_type
-    if sysp.HasField("delivery_timestamp") and declared in (
-        MessageType.MESSAGE_TYPE_UNSPECIFIED,
-        MessageType.DELAY,
-    ):
-        declared = MessageType.DELAY
-    if sysp.HasField("lite_topic") and declared == MessageType.MESSAGE_TYPE_UNSPECIFIED:
-        declared = MessageType.LITE
-    if declared == MessageType.MESSAGE_TYPE_UNSPECIFIED:
-        declared = MessageType.FIFO if group else MessageType.NORMAL
+    declared: int = sysp.message_type
+    timed = sysp.HasField("delivery_timestamp")
+    if declared == NORMAL and not group and not timed:  # the common case, checked at once
+        return NORMAL
+    if timed and declared in (UNSPECIFIED, DELAY):
+        declared = DELAY
+    if declared == UNSPECIFIED and sysp.HasField("lite_topic"):
+        declared = LITE
+    if declared == UNSPECIFIED:
+        declared = FIFO if group else NORMAL
     if declared in _UNSUPPORTED_TYPES:
         raise V2Error(
             Code.UNSUPPORTED, f"{_UNSUPPORTED_TYPES[declared]} are not supported by Wharf yet"
         )
-    if declared == MessageType.DELAY:
+    if declared == DELAY:
         if group:
             raise V2Error(
                 Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                 "a DELAY message has no message_group (FIFO messages cannot be timed)",
             )
-        if not sysp.HasField("delivery_timestamp"):
+        if not timed:
             raise V2Error(Code.ILLEGAL_DELIVERY_TIME, "a DELAY message needs delivery_timestamp")
         return declared
-    if declared == MessageType.TRANSACTION:
-        if sysp.HasField("delivery_timestamp"):
+    if declared == TRANSACTION:
+        if timed:
             raise V2Error(
                 Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                 "a TRANSACTION message cannot carry a delivery_timestamp",
             )
         return declared
-    if declared == MessageType.FIFO and not group:
+    if declared == FIFO and not group:
         raise V2Error(Code.ILLEGAL_MESSAGE_GROUP, "a FIFO message needs a message_group")
-    if declared == MessageType.NORMAL and group:
+    if declared == NORMAL and group:
         raise V2Error(
             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
             "a NORMAL message has no message_group (send it as FIFO)",
         )
-    if declared not in (MessageType.NORMAL, MessageType.FIFO):
+    if declared not in (NORMAL, FIFO):
         raise V2Error(Code.BAD_REQUEST, f"unknown message_type {declared}")
-    if sysp.HasField("delivery_timestamp"):
+    if timed:
         raise V2Error(
             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
             "delivery_timestamp is only for DELAY messages",
@@ -179,7 +188,6 @@ class V2SendProcessor:
         except Refused as exc:
             raise _v2_error(exc) from None
         outcomes = await self._core.put_once(topic_name, planned)
-        entries = [_entry(outcome) for outcome in outcomes]
         if self._on_stored is not None:
             sizes = [
                 len(item.message.body)
@@ -188,13 +196,20 @@ class V2SendProcessor:
             ]
             if sizes:
                 self._on_stored(topic_name, sizes)
-        response = service_pb2.SendMessageResponse(entries=entries)
-        codes = {e.status.code for e in entries}
-        if len(codes) == 1:
-            response.status.CopyFrom(entries[0].status)
+        # Entries filled in place (a response built from finished entries copies each one).
+        response = service_pb2.SendMessageResponse()
+        add = response.entries.add
+        code, message = _fill_entry(add(), outcomes[0])
+        mixed = False
+        for outcome in outcomes[1:]:
+            mixed |= _fill_entry(add(), outcome)[0] != code
+        status = response.status
+        if mixed:
+            status.code = Code.MULTIPLE_RESULTS
+            status.message = "the messages have different results: see entries"
         else:
-            response.status.code = Code.MULTIPLE_RESULTS
-            response.status.message = "the messages have different results: see entries"
+            status.code = code  # type: ignore[assignment]
+            status.message = message
         return response
 
     def _plan(
@@ -222,9 +237,9 @@ class V2SendProcessor:
                     normal_queue = core.next_queue(topic)
                 queue_id = normal_queue
             stored = to_input(m, uid, group, self._max_size, born_host)
-            if kind == MessageType.DELAY:
+            if kind == DELAY:
                 stored = self._timed(stored, m.system_properties.delivery_timestamp)
-            elif kind == MessageType.TRANSACTION:  # a half message until EndTransaction
+            elif kind == TRANSACTION:  # a half message until EndTransaction
                 stored = dataclasses.replace(
                     stored, properties={**stored.properties, PROPERTY_TRANSACTION_PREPARED: "true"}
                 )
@@ -246,27 +261,24 @@ class V2SendProcessor:
         )
 
 
-def _entry(outcome: SendOutcome) -> service_pb2.SendResultEntry:
-    """A core outcome -> its v2 entry (a retry answered from the window: OK)."""
+def _fill_entry(entry: service_pb2.SendResultEntry, outcome: SendOutcome) -> tuple[int, str]:
+    """A core outcome -> its v2 entry (a retry answered from the window: OK); the entry's
+    (code, message)."""
     if isinstance(outcome, Failed):
         code, message = code_for(outcome.error)
-        return _error_entry(outcome.message_id, code, message)
-    entry = service_pb2.SendResultEntry(message_id=outcome.message_id, offset=outcome.queue_offset)
-    if outcome.timed:
-        entry.recall_handle = recall_handle(outcome.queue_offset, outcome.message_id)
-    elif outcome.prepared:
-        entry.transaction_id = str(outcome.queue_offset)  # the half-queue offset
-    if outcome.retried:
-        entry.status.code = Code.OK
-        entry.status.message = "OK (a retry of a stored message)"
+        entry.message_id = outcome.message_id
     else:
-        entry.status.code = PUT_STATUS_CODES[outcome.status]  # type: ignore[assignment]
-        entry.status.message = PUT_STATUS_MESSAGES[outcome.status]
-    return entry
-
-
-def _error_entry(uid: str, code: int, message: str) -> service_pb2.SendResultEntry:
-    entry = service_pb2.SendResultEntry(message_id=uid)
-    entry.status.code = code  # type: ignore[assignment]
-    entry.status.message = message
-    return entry
+        entry.message_id = outcome.message_id
+        entry.offset = outcome.queue_offset
+        if outcome.timed:
+            entry.recall_handle = recall_handle(outcome.queue_offset, outcome.message_id)
+        elif outcome.prepared:
+            entry.transaction_id = str(outcome.queue_offset)  # the half-queue offset
+        if outcome.retried:
+            code, message = _OK, "OK (a retry of a stored message)"
+        else:
+            code, message = PUT_STATUS_CODES[outcome.status], PUT_STATUS_MESSAGES[outcome.status]
+    status = entry.status
+    status.code = code  # type: ignore[assignment]
+    status.message = message
+    return code, message

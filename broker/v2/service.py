@@ -33,7 +33,7 @@ from wharf.broker.serving.handlers import MalformedRequest
 from wharf.broker.v2 import codes
 from wharf.broker.v2.clients import ClientRegistry
 from wharf.broker.v2.codes import Code, V2Error, code_for
-from wharf.broker.v2.metadata import client_meta
+from wharf.broker.v2.metadata import client_id_of, client_meta
 from wharf.broker.v2.pull import V2PullProcessor
 from wharf.broker.v2.receive import V2ReceiveProcessor
 from wharf.broker.v2.route import (
@@ -53,6 +53,9 @@ from wharf.store.codec.properties import DLQ_GROUP_TOPIC_PREFIX
 from wharf.store.errors import InvalidMessageError
 
 log = logging.getLogger("wharf.broker.v2")
+perf_counter = time.perf_counter
+OK = codes.OK
+_STREAM_METRICS = {"ReceiveMessage": "v2.ReceiveMessage", "PullMessage": "v2.PullMessage"}
 TELEMETRY_OUTBOX_MAX = 1024  # broker commands queued for one client at most
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
 
@@ -69,22 +72,24 @@ def v2_rpc(method: str) -> Callable[..., Any]:
     def decorate(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         @functools.wraps(fn)
         async def handler(self: V2MessagingService, request: Any, context: Any) -> Any:
-            started = time.perf_counter()
+            started = perf_counter()
             code_name = "OK"
             try:
-                meta = client_meta(context.invocation_metadata())
+                client_id = client_id_of(context.invocation_metadata())
                 if type(request) is MalformedRequest:
-                    raise V2Error(Code.BAD_REQUEST, request.message)
+                    raise V2Error(codes.BAD_REQUEST, request.message)
                 self.sweep_clients()
-                response = await fn(self, request, context, meta.client_id)
-                code_name = Code.Name(response.status.code)
+                response = await fn(self, request, context, client_id)
+                code = response.status.code
+                if code != OK:
+                    code_name = codes.code_name(code)
                 return response
             except asyncio.CancelledError:
                 code_name = "CANCELLED"  # client deadline or disconnect: nothing to answer
                 raise
             except Exception as exc:
                 code, message = code_for(exc)
-                code_name = Code.Name(code)  # type: ignore[arg-type]
+                code_name = codes.code_name(code)
                 if codes.is_internal(code):
                     log.exception("v2 %s failed: %s", method, message)
                 response = response_cls(status=codes.status(code, message))
@@ -92,7 +97,7 @@ def v2_rpc(method: str) -> Callable[..., Any]:
                     response.receipt_handle = request.receipt_handle
                 return response
             finally:
-                self.ctx.metrics.observe_rpc(metric, code_name, time.perf_counter() - started)
+                self.ctx.metrics.observe_rpc(metric, code_name, perf_counter() - started)
 
         return handler
 
@@ -303,20 +308,20 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return await self.sender.send(request, born_host_of(context.peer()))
 
     # --- server-streaming reads -----------------------------------------------------------------
-    async def _stream(
+    async def _replies(
         self,
         method: str,
         request: Any,
         context: Any,
         produce: Callable[[Any, float | None], Awaitable[list[Any]]],
-    ) -> AsyncIterator[Any]:
+    ) -> list[Any]:
         """The replies of a server-streaming read, built whole and then written (the clients
         collect the whole stream before acting on it); a failure is one status reply."""
-        started = time.perf_counter()
+        started = perf_counter()
         try:
-            client_meta(context.invocation_metadata())
+            client_id_of(context.invocation_metadata())
             if type(request) is MalformedRequest:
-                raise V2Error(Code.BAD_REQUEST, request.message)
+                raise V2Error(codes.BAD_REQUEST, request.message)
             if self.ctx.shutting_down:
                 raise V2Error(Code.INTERNAL_SERVER_ERROR, "the broker is shutting down; retry")
             replies = await produce(request, context.time_remaining())
@@ -329,18 +334,19 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if codes.is_internal(code):
                 log.exception("v2 %s failed: %s", method, message)
             replies = [_response_class(method)(status=codes.status(code, message))]
-        self.ctx.metrics.observe_rpc(f"v2.{method}", Code.Name(code), time.perf_counter() - started)
-        for reply in replies:
-            yield reply
+        self.ctx.metrics.observe_rpc(
+            _STREAM_METRICS[method], codes.code_name(code), perf_counter() - started
+        )
+        return replies
 
     # grpc.aio serves a server-streaming method as one only when it is an async generator
-    # function itself: these delegate with ``async for``, not ``return``.
+    # function itself: these yield the replies ``_replies`` built.
     async def ReceiveMessage(self, request, context):  # type: ignore[no-untyped-def]
-        async for reply in self._stream("ReceiveMessage", request, context, self.receiver.receive):
+        for reply in await self._replies("ReceiveMessage", request, context, self.receiver.receive):
             yield reply
 
     async def PullMessage(self, request, context):  # type: ignore[no-untyped-def]
-        async for reply in self._stream("PullMessage", request, context, self.puller.pull):
+        for reply in await self._replies("PullMessage", request, context, self.puller.pull):
             yield reply
 
     @v2_rpc("UpdateOffset")

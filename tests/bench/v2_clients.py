@@ -24,6 +24,13 @@ with the SDK's and gives official/SDK for both figures: a rate ratio below 1 and
 above 1 mean the v2 path costs more. On a shared 2-core machine the rates move with the
 neighbours and the clients compete with the broker for CPU; the µs/msg figures move less.
 ``--output`` writes every figure as JSON.
+
+The floor (issue 37): after the phases, a bare grpc.aio server (tests/bench/v2_floor.py's, its
+own process) answers the v2 calls the official client makes per message with fixed bytes of
+the same sizes (one SendMessage per message sent; one ReceiveMessage of 32 per 32 messages
+received; one AckMessage per message acked), ``--inflight`` at a time; its CPU per call gives
+each official phase a floor µs/msg and the ratio official/floor. ``tests.bench.v2_floor``
+measures each call against its floor chunk by chunk, with profiles.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from pathlib import Path
 from wharf.client import Producer
 from wharf.client.consumer.pull import PullConsumer, PullStatus
 
+from tests.bench import v2_floor
 from tests.bench.broker_send import process_cpu_seconds as cpu_seconds
 from tests.harness import REPO_ROOT, BrokerProcess
 
@@ -178,6 +186,49 @@ async def sdk_phases(broker: BrokerProcess, count: int, size: int, inflight: int
     return phases
 
 
+# The v2 calls the official client makes per message in each phase: (floor call, calls per
+# message). The floor calls are bare grpc.aio unary calls of the v2 calls' sizes
+# (tests/bench/v2_floor.py: request bytes, response bytes at 1 KiB bodies).
+FLOOR_CALLS = {
+    "sync": (("send", 1.0),),
+    "async": (("send", 1.0),),
+    "receive_only": (("receive32", 1 / PULL_BATCH),),
+    "receive": (("receive32", 1 / PULL_BATCH), ("ack", 1.0)),
+}
+
+
+def floor_sizes(size: int) -> dict[str, tuple[bytes, int]]:
+    """(request bytes, response size) of each floor call: a SendMessage of one ``size``-byte
+    message (a 59-byte reply), an AckMessage of one entry (103 -> 81 bytes), a ReceiveMessage
+    of 32 (76 bytes -> 32 messages of ``size`` + 210 bytes of properties and framing)."""
+    return {
+        "send": (v2_floor.send_request("F" * 32, b"x" * size), 59),
+        "ack": (b"a" * 103, 81),
+        "receive32": (b"r" * 76, PULL_BATCH * (size + 210) + 40),
+    }
+
+
+async def floor_per_call(
+    pid: int, endpoint: str, size: int, calls: int, inflight: int
+) -> dict[str, float]:
+    """The floor server's CPU µs per call of each kind (after 200 untimed calls)."""
+    from grpc import aio
+
+    out: dict[str, float] = {}
+    async with aio.insecure_channel(endpoint) as channel:
+        for name, (request, reply) in floor_sizes(size).items():
+            call = v2_floor.unary(channel, f"{v2_floor.FLOOR}U{reply}")
+            await v2_floor.drive([request] * 200, inflight, call)
+            ns, _, _ = await v2_floor.timed(pid, [request] * calls, inflight, call)
+            out[name] = ns / calls / 1e3
+    return out
+
+
+def floor_us_per_message(phase: str, floor: dict[str, float]) -> float | None:
+    calls = FLOOR_CALLS.get(phase)
+    return sum(floor[name] * per for name, per in calls) if calls and floor else None
+
+
 PAIRS = (
     ("sync", "send, one at a time"),
     ("async", "send, {inflight} in flight"),
@@ -187,11 +238,12 @@ PAIRS = (
 )
 
 
-def table(phases: list[Phase], inflight: int) -> str:
+def table(phases: list[Phase], inflight: int, floor: dict[str, float] | None = None) -> str:
     by = {(p.client, p.name): p for p in phases}
     header = (
         f"{'phase':<56} {'official msg/s':>14} {'SDK msg/s':>10} {'ratio':>6} "
-        f"{'official µs/msg':>16} {'SDK µs/msg':>11} {'ratio':>6}"
+        f"{'official µs/msg':>16} {'SDK µs/msg':>11} {'ratio':>6} {'floor µs/msg':>13} "
+        f"{'official/floor':>15}"
     )
     lines = [header, "-" * len(header)]
     for name, label in PAIRS:
@@ -205,44 +257,69 @@ def table(phases: list[Phase], inflight: int) -> str:
         both = official is not None and sdk is not None
         rate_ratio = f"{official.rate / sdk.rate:>6.2f}" if both else f"{'-':>6}"
         cpu_ratio = f"{official.cpu_us / sdk.cpu_us:>6.2f}" if both and sdk.cpu_us else f"{'-':>6}"
+        floor_us = floor_us_per_message(name, floor or {})
+        floor_col = f"{floor_us:>13.0f}" if floor_us else f"{'-':>13}"
+        floor_ratio = (
+            f"{official.cpu_us / floor_us:>14.2f}x" if floor_us and official else f"{'-':>15}"
+        )
         lines.append(
             f"{label.format(inflight=inflight):<56} {rate} {sdk_rate} {rate_ratio} "
-            f"{cpu} {sdk_cpu} {cpu_ratio}"
+            f"{cpu} {sdk_cpu} {cpu_ratio} {floor_col} {floor_ratio}"
+        )
+    if floor:
+        lines.append(
+            "floor: the broker-side CPU of the same v2 calls per message (one SendMessage; one "
+            "ReceiveMessage of 32 per 32 messages; one AckMessage) answered by a bare grpc.aio "
+            "server (tests/bench/v2_floor.py), µs per call: "
+            + ", ".join(f"{name} {us:.0f}" for name, us in floor.items())
         )
     return "\n".join(lines)
 
 
-def run(messages: int, size: int, inflight: int) -> list[Phase]:
+def run(messages: int, size: int, inflight: int) -> tuple[list[Phase], dict[str, float]]:
     with tempfile.TemporaryDirectory(prefix="wharf-v2-bench-") as tmp:
         root = Path(tmp)
-        settings = {
-            "defaultTopicQueueNums": QUEUES,
-            "mappedFileSizeCommitLog": 64 * 1024 * 1024,
-            "logLevel": "WARNING",
-        }
-        with BrokerProcess(root / "broker", settings=settings, ready_timeout=60.0) as broker:
-            home = root / "home"
-            topic = "bench-official"
-            phases = [
-                official_phase(broker, home, "sync", topic, messages, size, inflight),
-                official_phase(broker, home, "async", topic, messages, size, inflight),
-                # both send phases stored one warm-up message too; a second group reads them
-                # all without acking first, then the acking group
-                official_phase(
-                    broker,
-                    home,
-                    "receive_only",
-                    topic,
-                    2 * messages + 2,
-                    size,
-                    inflight,
-                    group="bench-official-peek",
-                ),
-                official_phase(broker, home, "receive", topic, 2 * messages + 2, size, inflight),
-            ]
-            phases += asyncio.run(sdk_phases(broker, messages, size, inflight))
-            if "Traceback" in broker.log():
-                raise SystemExit(f"the broker logged a traceback:\n{broker.log()[-4000:]}")
+        floor_proc, floor_endpoint = v2_floor.start_floor(root, broker_options=False)
+        try:
+            phases = run_broker(root, messages, size, inflight)
+            floor = asyncio.run(
+                floor_per_call(floor_proc.pid, floor_endpoint, size, min(messages, 5000), inflight)
+            )
+        finally:
+            floor_proc.terminate()
+            floor_proc.wait(timeout=10)
+    return phases, floor
+
+
+def run_broker(root: Path, messages: int, size: int, inflight: int) -> list[Phase]:
+    settings = {
+        "defaultTopicQueueNums": QUEUES,
+        "mappedFileSizeCommitLog": 64 * 1024 * 1024,
+        "logLevel": "WARNING",
+    }
+    with BrokerProcess(root / "broker", settings=settings, ready_timeout=60.0) as broker:
+        home = root / "home"
+        topic = "bench-official"
+        phases = [
+            official_phase(broker, home, "sync", topic, messages, size, inflight),
+            official_phase(broker, home, "async", topic, messages, size, inflight),
+            # both send phases stored one warm-up message too; a second group reads them
+            # all without acking first, then the acking group
+            official_phase(
+                broker,
+                home,
+                "receive_only",
+                topic,
+                2 * messages + 2,
+                size,
+                inflight,
+                group="bench-official-peek",
+            ),
+            official_phase(broker, home, "receive", topic, 2 * messages + 2, size, inflight),
+        ]
+        phases += asyncio.run(sdk_phases(broker, messages, size, inflight))
+        if "Traceback" in broker.log():
+            raise SystemExit(f"the broker logged a traceback:\n{broker.log()[-4000:]}")
     return phases
 
 
@@ -254,8 +331,8 @@ def main() -> None:
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     started = time.monotonic()
-    phases = run(args.messages, args.size, args.inflight)
-    print(table(phases, args.inflight))
+    phases, floor = run(args.messages, args.size, args.inflight)
+    print(table(phases, args.inflight, floor))
     print(
         f"\n{args.messages} messages of {args.size} B per phase; {time.monotonic() - started:.0f} s"
     )
@@ -263,7 +340,12 @@ def main() -> None:
         figures = [
             {**asdict(p), "msg_per_s": p.rate, "broker_cpu_us_per_msg": p.cpu_us} for p in phases
         ]
-        report = {"messages": args.messages, "size": args.size, "inflight": args.inflight}
+        report = {
+            "messages": args.messages,
+            "size": args.size,
+            "inflight": args.inflight,
+            "floor_us_per_call": floor,
+        }
         args.output.write_text(json.dumps({**report, "phases": figures}, indent=2))
 
 
