@@ -48,12 +48,14 @@ from wharf.broker.cluster.registration import Identity, NamesrvRegistrar, parse_
 from wharf.broker.cluster.routes import ClusterRoutes
 from wharf.broker.config import Config, parse_host_port
 from wharf.broker.context import BrokerContext
+from wharf.broker.core.background import ClientExpiry, PopProgress
 from wharf.broker.core.long_poll import LongPollHolder
 from wharf.broker.failover import AetcdEtcd, Failover
 from wharf.broker.meta.consumers import ConsumerManager
 from wharf.broker.meta.groups import SubscriptionGroupManager
 from wharf.broker.meta.offsets import ConsumerOffsetManager
-from wharf.broker.meta.persist import dumps, load_json_blocking, write_text_atomic_blocking
+from wharf.broker.meta.persist import dumps
+from wharf.broker.meta.persister import MetadataPersister
 from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.metrics import BrokerMetrics
 from wharf.broker.metrics.http import read_token_file_blocking
@@ -79,8 +81,8 @@ from wharf.rocketmq.v2 import service_pb2 as rocketmq_v2_service_pb2
 from wharf.store.codec import SCHEDULE_TOPIC
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.store.config import StoreConfig
-from wharf.store.errors import StoreError, is_disk_full
 from wharf.store.ha import SLAVE, ReplicaLink
+from wharf.store.service import Service
 from wharf.v1 import admin_pb2, messaging_pb2, namesrv_pb2
 from wharf.wire import load_cert_chain_pem
 
@@ -88,11 +90,6 @@ if TYPE_CHECKING:
     from wharf.store.message_store import MessageStore
 
 log = logging.getLogger("broker")
-CLIENT_EXPIRY_SCAN_S = 10.0
-# How often pop progress becomes committed offsets (and so reaches replicas, whose metadata is
-# checked every second): a master elected after a failover re-delivers at most about this
-# long's acknowledgements, plus what was in flight.
-POP_PROGRESS_S = 1.0
 DELAY_OFFSETS = "delayOffset"  # the delay levels' progress, in replicated metadata
 
 
@@ -265,8 +262,14 @@ class BrokerController:
         self._metadata_dir = Path(config.store.store_path_root_dir) / "config"
         self._metrics_started = False
         self._store_started = False
-        self._persist_soon = asyncio.Event()
-        self._persist_failing: set[str] = set()  # metadata files whose last write failed
+        # Background parts (start, stop, health): metadata files, client expiry, pop progress.
+        self.persister = MetadataPersister(
+            self._metadata_dir,
+            self._managers(),
+            self.config.broker.flush_consumer_offset_interval / 1000,
+        )
+        self.client_expiry = ClientExpiry(self.consumers)
+        self.pop_progress = PopProgress(lambda: self.store.pop, self.offsets)
         self.topics.on_change = self._metadata_changed
         self.groups.on_change = self._metadata_changed
         # aclEnable: the guard every wharf.v1 / v2 handler runs first (broker/acl/guard.py).
@@ -400,7 +403,7 @@ class BrokerController:
         self._store_started = True
         log.info("store started in %.3f s at %s", time.perf_counter() - started,
                  store_config.store_path_root_dir)  # fmt: skip
-        await asyncio.to_thread(self._load_metadata_blocking)
+        await asyncio.to_thread(self.persister.load_blocking)
         delay_levels = parse_delay_levels(store_config.message_delay_level)
         self.topics.ensure_system(SCHEDULE_TOPIC, len(delay_levels))
 
@@ -462,12 +465,9 @@ class BrokerController:
         if broker.namesrv_addr:  # the routes of other brokers' topics, for forwarded calls
             dial = await asyncio.to_thread(self._namesrv_dialer_blocking)
             self.ctx.cluster_routes = ClusterRoutes(parse_namesrv_addr(broker.namesrv_addr), dial)
-        self._tasks = [
-            asyncio.create_task(self._persist_loop(), name="persist-metadata"),
-            asyncio.create_task(self._expire_clients_loop(), name="expire-clients"),
-            asyncio.create_task(self._pop_progress_loop(), name="pop-progress"),
-            asyncio.create_task(self.checker.run(), name="transaction-check-back"),
-        ]
+        for part in self._parts():
+            part.start()
+        self._tasks = [asyncio.create_task(self.checker.run(), name="transaction-check-back")]
         if self.acl is not None:
             self._tasks.append(asyncio.create_task(self.acl.watch(), name="acl-reload"))
 
@@ -657,7 +657,7 @@ class BrokerController:
 
     def _metadata_changed(self) -> None:
         """Topics or groups changed: persist soon, and ship them to replicas now."""
-        self._persist_soon.set()
+        self.persister.wakeup()
         ha = getattr(self.store, "ha_master", None)
         if ha is not None:
             ha.notify_metadata()
@@ -696,7 +696,7 @@ class BrokerController:
                 manager.dirty = True
             delays = tables.get(DELAY_OFFSETS) or {}
             self.store.follow_delay_offsets({int(k): int(v) for k, v in delays.items()})
-            self._persist_soon.set()
+            self.persister.wakeup()
             if self.topics.version != topics_before and self.registrar is not None:
                 self.registrar.wake()
 
@@ -775,69 +775,10 @@ class BrokerController:
     def _managers(self) -> tuple[Any, ...]:
         return (self.topics, self.groups, self.offsets)
 
-    def _load_metadata_blocking(self) -> None:
-        for manager in self._managers():
-            manager.load(load_json_blocking(self._metadata_dir / manager.FILE_NAME))
-
-    async def persist_metadata(self) -> None:
-        """Write dirty tables (snapshot on the loop, file I/O in a thread)."""
-        for manager in self._managers():
-            if not manager.dirty:
-                continue
-            manager.dirty = False
-            text = manager.capture()  # cheap; serialized and written in the thread
-            try:
-                await asyncio.to_thread(
-                    write_text_atomic_blocking, self._metadata_dir / manager.FILE_NAME, text
-                )
-            except OSError as exc:
-                manager.dirty = True  # retried next round
-                if manager.FILE_NAME in self._persist_failing:
-                    continue  # said once for this episode; a line when it works again
-                self._persist_failing.add(manager.FILE_NAME)
-                if is_disk_full(exc) or exc.errno in (errno.EMFILE, errno.ENFILE):
-                    # A full disk or fd table lasts: one line, no traceback, retried each round.
-                    log.error("cannot persist %s: %s; retrying", manager.FILE_NAME, exc)
-                else:
-                    log.exception("cannot persist %s", manager.FILE_NAME)
-            else:
-                if manager.FILE_NAME in self._persist_failing:
-                    self._persist_failing.discard(manager.FILE_NAME)
-                    log.info("persisted %s again", manager.FILE_NAME)
-
-    async def _persist_loop(self) -> None:
-        """Every flushConsumerOffsetInterval, or ~50 ms after a topic/group change (those are
-        rare and costly to forget in a crash; offsets change all the time and wait)."""
-        interval = self.config.broker.flush_consumer_offset_interval / 1000
-        while True:
-            try:
-                await asyncio.wait_for(self._persist_soon.wait(), interval)
-                await asyncio.sleep(0.05)  # coalesce a burst of auto-creates into one write
-            except TimeoutError:
-                pass
-            self._persist_soon.clear()
-            await self.persist_metadata()
-
-    async def _expire_clients_loop(self) -> None:
-        while True:
-            await asyncio.sleep(CLIENT_EXPIRY_SCAN_S)
-            for group, client in self.consumers.expire():
-                log.info("client %s left group %s (no heartbeat)", client, group)
-
-    async def _pop_progress_loop(self) -> None:
-        """Pop consumers' progress as committed offsets (RocketMQ's pop commits the consumer
-        offset too): replicas follow them, so after a failover the new master's pop starts
-        where this one's had finished (``set_committed_offsets``), not at the queue's oldest
-        message; ``wharf consumer progress`` shows pop groups too. Never lowers an offset."""
-        while True:
-            await asyncio.sleep(POP_PROGRESS_S)
-            try:
-                pop = self.store.pop
-            except StoreError:  # a replica, or not started: no pop served here
-                continue
-            for group, topic, queue_id, offset in pop.progress():
-                if offset > self.offsets.query(group, topic, queue_id):
-                    self.offsets.commit(group, topic, queue_id, offset)
+    def _parts(self) -> tuple[Service, ...]:
+        """The background parts, in start order (stopped in the same order: none feeds
+        another)."""
+        return (self.persister, self.client_expiry, self.pop_progress)
 
     # --- shutdown -------------------------------------------------------------------------------
     async def shutdown(self) -> None:
@@ -871,8 +812,10 @@ class BrokerController:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for part in self._parts():
+            await part.stop()
         if self._store_started:
-            await self.persist_metadata()
+            await self.persister.persist()  # the last changes, before the store closes
             await self.store.shutdown()
         if self._metrics_started:
             await self.metrics.close()

@@ -6,7 +6,7 @@
         [--offsets 100000] [--commits-per-s 1000] [--minutes 5] [--interval-s 5]
 
 In-process, through the real classes: the three managers filled at that size, the broker's own
-``BrokerController.persist_metadata`` (called on a stand-in holding only what it reads) writing
+``MetadataPersister.persist`` (the broker's, over these tables) writing
 into a temporary ``config/`` directory. Printed:
 
 * ``first persist``: every table written once (a broker's first write after its start), and
@@ -54,6 +54,7 @@ from typing import Any
 from wharf.broker.controller import BrokerController
 from wharf.broker.meta.groups import SubscriptionGroup, SubscriptionGroupManager
 from wharf.broker.meta.offsets import ConsumerOffsetManager
+from wharf.broker.meta.persister import MetadataPersister
 from wharf.broker.meta.topics import TopicConfig, TopicConfigManager
 
 QUEUES = 4
@@ -110,21 +111,18 @@ def build(topics_n: int, groups_n: int, offsets_n: int) -> SimpleNamespace:
     return SimpleNamespace(topics=topics, groups=groups, offsets=offsets, keys=keys)
 
 
-def host(directory: Path, tables: SimpleNamespace) -> Any:
-    """What ``BrokerController.persist_metadata`` reads of its broker."""
-    managers = (tables.topics, tables.groups, tables.offsets)
-    return SimpleNamespace(
-        _metadata_dir=directory, _persist_failing=set(), _managers=lambda: managers
-    )
+def host(directory: Path, tables: SimpleNamespace) -> MetadataPersister:
+    """The broker's metadata persister over these tables."""
+    return MetadataPersister(directory, (tables.topics, tables.groups, tables.offsets), 5.0)
 
 
-async def timed_persist(broker: Any) -> tuple[float, float]:
+async def timed_persist(broker: MetadataPersister) -> tuple[float, float]:
     """(longest loop stall, wall time) of one persist."""
     with StallMeter() as meter:
         for _ in range(3):  # the meter ticks before the persist starts
             await asyncio.sleep(0)
         start = time.perf_counter()
-        await BrokerController.persist_metadata(broker)
+        await broker.persist()
         wall = time.perf_counter() - start
         await asyncio.sleep(0)
     return meter.longest, wall
@@ -199,7 +197,7 @@ async def persistence(args: argparse.Namespace, directory: Path) -> None:
         groups=SubscriptionGroupManager(True, 16),
         offsets=ConsumerOffsetManager(),
     )
-    BrokerController._load_metadata_blocking(host(directory, again))
+    host(directory, again).load_blocking()
     ok = (
         again.offsets.table == tables.offsets.table
         and again.topics.table == tables.topics.table

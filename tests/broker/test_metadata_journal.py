@@ -14,15 +14,14 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from wharf.broker.controller import BrokerController
 from wharf.broker.meta import persist
 from wharf.broker.meta.groups import SubscriptionGroup, SubscriptionGroupManager
 from wharf.broker.meta.offsets import ConsumerOffsetManager
 from wharf.broker.meta.persist import journal_of, load_json_blocking, write_text_atomic_blocking
+from wharf.broker.meta.persister import MetadataPersister
 from wharf.broker.meta.topics import TopicConfig, TopicConfigManager
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,11 +35,9 @@ def _offsets(keys: int, queues: int = 4) -> ConsumerOffsetManager:
     return offsets
 
 
-def _host(directory: Path, *managers: Any) -> Any:
-    """What BrokerController.persist_metadata reads of its broker."""
-    return SimpleNamespace(
-        _metadata_dir=directory, _persist_failing=set(), _managers=lambda: managers
-    )
+def _host(directory: Path, *managers: Any) -> MetadataPersister:
+    """The broker's metadata persister over these tables."""
+    return MetadataPersister(directory, managers, 5.0)
 
 
 def _persist(manager: Any, path: Path) -> None:
@@ -81,10 +78,10 @@ async def test_a_persist_at_scale_serializes_in_the_writer_thread_not_on_the_loo
     broker = _host(tmp_path / "config", topics, groups, offsets)
     loop_thread = threading.get_ident()
 
-    await BrokerController.persist_metadata(broker)  # first write: the three snapshots
+    await broker.persist()  # first write: the three snapshots
     topics.replace(TopicConfig("topic-00007", 4, 4, 4, {}))
     offsets.commit("g1", "t1", 0, 999)
-    await BrokerController.persist_metadata(broker)  # then journal records
+    await broker.persist()  # then journal records
 
     assert all(threads.values()), threads
     for name, seen in threads.items():
@@ -107,7 +104,7 @@ async def test_the_loop_keeps_answering_while_a_large_snapshot_is_written(
         real(self, *args)
 
     monkeypatch.setattr(persist.TableJournal, "_write_snapshot", held)
-    task = asyncio.create_task(BrokerController.persist_metadata(_host(tmp_path, offsets)))
+    task = asyncio.create_task(_host(tmp_path, offsets).persist())
     for _ in range(5):  # the loop turns while the writer thread holds the snapshot
         await asyncio.sleep(0.01)
     assert not task.done()

@@ -344,7 +344,7 @@ async def test_metadata_on_a_full_disk_is_retried_with_one_log_line_per_episode(
 ) -> None:
     import errno
 
-    import wharf.broker.controller as controller_module
+    import wharf.broker.meta.persister as controller_module
 
     b = await start_broker(tmp_path, monkeypatch)
     real_write = controller_module.write_text_atomic_blocking
@@ -360,9 +360,9 @@ async def test_metadata_on_a_full_disk_is_retried_with_one_log_line_per_episode(
         with caplog.at_level("INFO", logger="broker"):
             for offset in range(1, 6):
                 await b.pull("full", commit_offset=offset)
-                await b.controller.persist_metadata()
+                await b.controller.persister.persist()
             full = False
-            await b.controller.persist_metadata()
+            await b.controller.persister.persist()
         path = tmp_path / "config" / "consumerOffset.json"
         assert json.loads(path.read_text()) == {"offsetTable": {"full@g": {"0": 5}}}
         failed = [r for r in caplog.records if "cannot persist consumerOffset.json" in r.message]
@@ -402,13 +402,19 @@ async def test_sync_flush_stream_overlaps_requests_within_the_inflight_bound(
 async def test_auto_created_topic_is_persisted_at_once_not_after_the_interval(
     broker: Broker, tmp_path: Path
 ) -> None:
+    from wharf.broker.meta.persist import load_json_blocking
+
     await broker.send("fresh", b"x")  # the 5 s periodic persistence has not run yet
-    path = tmp_path / "config" / "topics.json"
+    path = tmp_path / "config" / "topics.json"  # the snapshot, or its journal beside it
+
+    def persisted() -> dict[str, Any]:
+        return (load_json_blocking(path) or {}).get("topicConfigTable", {})
+
     for _ in range(100):
-        if path.exists() and "fresh" in path.read_text():
+        if "fresh" in await asyncio.to_thread(persisted):
             break
         await asyncio.sleep(0.01)
-    assert json.loads(path.read_text())["topicConfigTable"]["fresh"]["writeQueueNums"] == 8
+    assert (await asyncio.to_thread(persisted))["fresh"]["writeQueueNums"] == 8
 
 
 def test_default_endpoint_never_advertises_a_wildcard_address() -> None:
