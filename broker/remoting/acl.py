@@ -132,6 +132,16 @@ def _heartbeat(request: RemotingCommand) -> list[Need]:
     return needs
 
 
+def _client_config(request: RemotingCommand) -> list[Need]:
+    """CHECK_CLIENT_CONFIG: SUB on the group and the subscription's topic."""
+    data = _json(request.body)
+    if not isinstance(data, dict):
+        return []
+    subscription = data.get("subscriptionData")
+    topic = str(subscription.get("topic") or "") if isinstance(subscription, dict) else ""
+    return _needs(("group", str(data.get("group") or ""), Perm.SUB), ("topic", topic, Perm.SUB))
+
+
 def _batch_lock(request: RemotingCommand) -> list[Need]:
     """LOCK/UNLOCK_BATCH_MQ: SUB on the group and each queue's topic (LockBatchRequestBody)."""
     data = _json(request.body)
@@ -155,6 +165,7 @@ ACCESS: dict[int, NeedsOf] = {
         C.HEART_BEAT: _heartbeat,
         C.UNREGISTER_CLIENT: _group("consumerGroup"),
         C.GET_CONSUMER_LIST_BY_GROUP: _group("consumerGroup"),
+        C.CHECK_CLIENT_CONFIG: _client_config,
         C.SEND_MESSAGE: _send,
         C.SEND_MESSAGE_V2: _send,
         C.SEND_BATCH_MESSAGE: _send,

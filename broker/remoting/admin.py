@@ -494,7 +494,7 @@ def _parse_attributes(raw: str | None, update: bool) -> dict[str, str]:
 def _json_object(body: bytes) -> dict[str, Any]:
     try:
         data = json.loads(body.decode("utf-8", "replace").strip() or "{}")
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise InvalidArgumentError(f"body is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidArgumentError("the body must be a JSON object")

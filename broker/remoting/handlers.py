@@ -147,7 +147,7 @@ def _parse_json_body(body: bytes) -> Any:
     """A request body as JSON (fastjson's output, jsoncpp's trailing newline)."""
     try:
         return json.loads(body.decode("utf-8", "replace").strip() or "{}")
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise InvalidArgumentError(f"body is not JSON: {exc}") from None
 
 
@@ -206,6 +206,7 @@ class RemotingHandlers:
             RequestCode.HEART_BEAT: self._heartbeat_noted,
             RequestCode.UNREGISTER_CLIENT: self.unregister,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+            RequestCode.CHECK_CLIENT_CONFIG: self.check_client_config,
             RequestCode.SEND_MESSAGE: self.send,
             RequestCode.SEND_MESSAGE_V2: self.send,
             RequestCode.SEND_BATCH_MESSAGE: self.send,
@@ -365,6 +366,25 @@ class RemotingHandlers:
                 remark=f"no consumer for this group, {header.consumer_group}",
             )
         return _ok(request, body=_json_body({"consumerIdList": ids}))
+
+    async def check_client_config(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """CHECK_CLIENT_CONFIG (46): a Java push consumer with ``MessageSelector.bySql`` asks at
+        ``start()`` whether the broker can filter its subscription (``checkClientInBroker``,
+        which fails start() on any other answer): SUCCESS, or 23 SUBSCRIPTION_PARSE_FAILED
+        saying why (a bad expression, enablePropertyFilter off), as a pull of it would."""
+        data = _parse_json_body(request.body)
+        subscription = data.get("subscriptionData") if isinstance(data, dict) else None
+        if not isinstance(subscription, dict):
+            raise InvalidArgumentError("CHECK_CLIENT_CONFIG: the body has no subscriptionData")
+        expression_type = str(subscription.get("expressionType") or "TAG").upper()
+        parse_filter(
+            str(subscription.get("subString") or "*"),
+            expression_type == SQL92,
+            self.ctx.config.enable_property_filter,
+        )
+        return _ok(request)
 
     # --- send ---------------------------------------------------------------------------------
     async def send(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

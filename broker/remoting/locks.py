@@ -106,7 +106,7 @@ class QueueLocks:
 def _parse_body(body: bytes) -> tuple[str, str, list[Queue]]:
     try:
         data = json.loads(body.decode("utf-8", "replace").strip() or "{}")
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise InvalidArgumentError(f"body is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidArgumentError("the lock body must be a JSON object")
