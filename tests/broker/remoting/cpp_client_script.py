@@ -28,6 +28,8 @@ def message_of(topic, spec):
         msg.set_keys(spec["keys"])
     for name, value in (spec.get("props") or {}).items():
         msg.set_property(name, value)
+    if spec.get("delay"):
+        msg.set_delay_time_level(int(spec["delay"]))
     msg.set_body(spec["body"])
     return msg
 
@@ -118,6 +120,9 @@ def consume(namesrv, args):
                     "queue_id": msg.queue_id,
                     "offset": msg.queue_offset,
                     "reconsume_times": msg.reconsume_times,
+                    "born_ms": msg.born_timestamp,
+                    "store_ms": msg.store_timestamp,
+                    "received_ms": int(time.time() * 1000),
                     "props": {
                         p: (v.decode() if isinstance(v, bytes) else v)
                         for p, v in ((p, msg.get_property(p)) for p in props)

@@ -2,20 +2,26 @@
 made by `make rmq4-client`, a prerequisite of `make test`) against the real daemon's remoting
 port, which is also its NameServer: sync sends with tags, keys and user properties received by
 a PushConsumer exactly as sent (retry of a failed one included), oneway, orderly and batch
-sends, and a kill -9 between sends that loses nothing acknowledged. The client runs in a
+sends, delay levels, two consumers of one group splitting the queues, and a kill -9 between
+sends that loses nothing acknowledged. The client runs in a
 subprocess (cpp_client_script.py): the library is Python-2-era ctypes with its own threads."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from wharf.broker.remoting.codes import RequestCode, ResponseCode
 
+from tests.broker.remoting.test_server import Client
 from tests.harness import REPO_ROOT, BrokerProcess
 
 pytestmark = pytest.mark.slow
@@ -140,3 +146,94 @@ def test_kill_9_between_sends_loses_nothing_acknowledged(
               expect=len(acknowledged), bodies=acknowledged,
               timeout=60, settle_s=1)  # fmt: skip
     assert sorted(m["body"] for m in got["received"]) == sorted(acknowledged)
+
+
+def test_delay_levels_deliver_after_their_delay(
+    spawn_broker: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    """``Message.set_delay_time_level``: the broker holds the message for its level's delay
+    (here levels of 1 s and 3 s), then the consumer gets it on its own topic, never before; a
+    message without a level comes at once."""
+    broker = spawn_broker(settings={**SETTINGS, "messageDelayLevel": "1s 3s"}, extra_args=REMOTING)
+    home = tmp_path / "home"
+    specs = [
+        {"body": "now", "tags": "T"},
+        {"body": "after-1s", "tags": "T", "delay": 1},
+        {"body": "after-3s", "tags": "T", "delay": 2},
+    ]
+    out = run(broker, home, "send", group="PG_DELAY", topic="T_DELAY", messages=specs)
+    assert out["error"] is None and [r["status"] for r in out["sent"]] == [0, 0, 0]
+    got = run(broker, home, "consume", group="CG_DELAY", topic="T_DELAY", expect=3,
+              props=["DELAY", "REAL_TOPIC"], timeout=60, settle_s=1)  # fmt: skip
+    by_body = {m["body"]: m for m in got["received"]}
+    assert sorted(by_body) == ["after-1s", "after-3s", "now"] and len(got["received"]) == 3
+    for body, delay_ms in (("after-1s", 1000), ("after-3s", 3000)):
+        message = by_body[body]
+        # On its own topic; DELAY cleared on delivery, as RocketMQ's schedule service does.
+        assert message["topic"] == "T_DELAY" and not message["props"]["DELAY"]
+        # Stored again on its topic once due: at least the delay after it was born (the
+        # clocks are the same machine's; 50 ms for the millisecond roundings).
+        assert message["store_ms"] - message["born_ms"] >= delay_ms - 50, message
+        assert message["received_ms"] - message["born_ms"] >= delay_ms - 50, message
+    assert by_body["now"]["store_ms"] - by_body["now"]["born_ms"] < 1000
+
+
+def test_two_consumers_of_one_group_split_the_queues(
+    spawn_broker: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    """Two C++ PushConsumers of one group: once both are members (the broker tells the first
+    with NOTIFY_CONSUMER_IDS_CHANGED and it rebalances), messages sent to all four queues reach
+    exactly one of them each, every queue read by one consumer only."""
+    broker = spawn_broker(settings=SETTINGS, extra_args=REMOTING)
+    specs = [_spec(i, "split") for i in range(24)]
+    bodies = [s["body"] for s in specs]
+    # The topic and its queues exist before the consumers subscribe.
+    assert run(broker, tmp_path / "h0", "send", group="PG_SPLIT", topic="T_SPLIT",
+               messages=[_spec(0, "warm")])["error"] is None  # fmt: skip
+    with ThreadPoolExecutor(2) as pool:
+        consumers = [
+            pool.submit(
+                run,
+                broker,
+                tmp_path / f"h{i + 1}",
+                "consume",
+                group="CG_SPLIT",
+                topic="T_SPLIT",
+                expect=len(bodies) + 1,
+                timeout=30,
+                settle_s=0,
+            )
+            for i in range(2)
+        ]
+        deadline = time.monotonic() + 20
+        while _members(broker, "CG_SPLIT") < 2:
+            assert time.monotonic() < deadline, "the two consumers never both joined"
+            time.sleep(0.2)
+        time.sleep(3)  # their rebalance after the membership change
+        out = run(broker, tmp_path / "h0", "send", group="PG_SPLIT", topic="T_SPLIT",
+                  messages=specs)  # fmt: skip
+        assert out["error"] is None and all(r["status"] == 0 for r in out["sent"])
+        received = [c.result()["received"] for c in consumers]
+    got = [[m for m in r if m["body"].startswith("split-")] for r in received]
+    assert sorted(m["body"] for part in got for m in part) == sorted(bodies)  # once each
+    queues = [{m["queue_id"] for m in part} for part in got]
+    assert all(got) and not queues[0] & queues[1], queues  # both busy, no queue shared
+
+
+def _members(broker: BrokerProcess, group: str) -> int:
+    """Members of ``group`` the broker knows (GET_CONSUMER_LIST_BY_GROUP over remoting)."""
+
+    async def ask() -> int:
+        host, _, port = broker.remoting_endpoint.rpartition(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            reply = await Client(reader, writer).call(
+                RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}
+            )
+            if reply.code != ResponseCode.SUCCESS:
+                return 0
+            return len(json.loads(reply.body)["consumerIdList"])
+        finally:
+            writer.close()
+
+    return asyncio.run(ask())
