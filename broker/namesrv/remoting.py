@@ -73,6 +73,7 @@ class NamesrvRemoting:
             int(RequestCode.GET_BROKER_CLUSTER_INFO): self.get_cluster_info,
             int(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER): self.get_topic_list,
             int(RequestCode.GET_KV_CONFIG): self.get_kv_config,
+            int(RequestCode.DELETE_TOPIC_IN_NAMESRV): self.delete_topic,
         }
 
     def _reachable(self) -> list[LiveBroker]:
@@ -128,3 +129,14 @@ class NamesrvRemoting:
 
     async def get_kv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         return kv_config_not_found(request)
+
+    async def delete_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """DELETE_TOPIC_IN_NAMESRV (216): mqadmin deleteTopic's second step (the brokers first:
+        they re-register without it). SUCCESS whether or not a broker held it, as RocketMQ."""
+        topic = request.ext_fields.get("topic", "")
+        if not topic:
+            return response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark="missing header field topic"
+            )
+        self.table.delete_topic(topic)
+        return response_to(request, ResponseCode.SUCCESS)

@@ -122,6 +122,15 @@ class RouteTable:
         self._changed(set(broker.topics))
         return True
 
+    def delete_topic(self, topic: str) -> bool:
+        """Forget ``topic`` in every broker's registration (mqadmin deleteTopic, after the
+        brokers): its route is gone until a broker registers it again. False: none held it."""
+        holders = [b for b in self.brokers.values() if topic in b.topics]
+        for broker in holders:
+            broker.topics = {t: q for t, q in broker.topics.items() if t != topic}
+        self._changed({topic} if holders else set())
+        return bool(holders)
+
     def expire(self, not_active_timeout_s: float) -> list[LiveBroker]:
         """Drop brokers silent for longer than the timeout; returns them."""
         now = self._clock()

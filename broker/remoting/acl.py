@@ -183,6 +183,7 @@ ACCESS: dict[int, NeedsOf] = {
         # admin and tools
         C.UPDATE_AND_CREATE_TOPIC: _admin,
         C.DELETE_TOPIC_IN_BROKER: _admin,
+        C.DELETE_TOPIC_IN_NAMESRV: _admin,
         C.GET_ALL_TOPIC_CONFIG: _admin,
         C.GET_TOPIC_STATS_INFO: _admin,
         C.GET_CONSUME_STATS: _admin,

@@ -94,6 +94,30 @@ async def test_routes_name_remoting_addresses_and_leave_out_brokers_without_one(
     ]
 
 
+async def test_delete_topic_in_namesrv_drops_its_route_until_a_broker_registers_it() -> None:
+    """216 DELETE_TOPIC_IN_NAMESRV (mqadmin deleteTopic's second step): the route is gone at
+    once, the other topics stay, and a broker registering the topic again brings it back."""
+    table = RouteTable()
+    table.register(("C", "a", 0), "g:10", 1, {"T": TopicQueues(2, 2, 6),
+                   "K": TopicQueues(1, 1, 6)}, remoting_address="r:10")  # fmt: skip
+    table.register(("C", "b", 0), "g:20", 1, {"T": TopicQueues(2, 2, 6)}, remoting_address="r:20")
+    ns = NamesrvRemoting(table)
+    conn: Any = None
+    deleted = await ns.delete_topic(conn, _request(216, topic="T"))
+    assert deleted.code == ResponseCode.SUCCESS
+    assert (await ns.get_route(conn, _request(105, topic="T"))).code == (
+        ResponseCode.TOPIC_NOT_EXIST
+    )
+    assert _body(await ns.get_route(conn, _request(105, topic="K")))["queueDatas"]
+    assert (await ns.delete_topic(conn, _request(216, topic="never"))).code == (
+        ResponseCode.SUCCESS
+    )
+    assert (await ns.delete_topic(conn, _request(216))).code == ResponseCode.SYSTEM_ERROR
+    table.register(("C", "b", 0), "g:20", 2, {"T": TopicQueues(4, 4, 6)}, remoting_address="r:20")
+    route = _body(await ns.get_route(conn, _request(105, topic="T")))
+    assert [q["brokerName"] for q in route["queueDatas"]] == ["b"]
+
+
 def test_remoting_listen_setting() -> None:
     config = load_namesrv_settings(None, {"WHARF_NAMESRV_REMOTING_LISTEN": "0.0.0.0:0"})
     assert config.remoting_listen == "0.0.0.0:0"
