@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from rocketmq.client import Message, Producer, PushConsumer, RecvMessage
+from rocketmq.client import Message, MessageModel, Producer, PushConsumer, RecvMessage
 from rocketmq.exceptions import ffi_check
 from rocketmq.ffi import MSG_CALLBACK_FUNC, _CConsumeStatus, dll
 
@@ -133,7 +133,10 @@ def consume(namesrv, args):
             if len(received) >= args.get("expect", 0) and seen >= bodies:
                 done.set()
 
-    consumer = PushConsumer(args["group"])
+    if args.get("broadcasting"):  # offsets kept by the client, every member gets everything
+        consumer = PushConsumer(args["group"], message_model=MessageModel.BROADCASTING)
+    else:
+        consumer = PushConsumer(args["group"])
     consumer.set_namesrv_addr(namesrv)
     subscribe(consumer, args["topic"], on_message, args.get("expression", "*"))
     consumer.start()

@@ -2,9 +2,11 @@
 made by `make rmq4-client`, a prerequisite of `make test`) against the real daemon's remoting
 port, which is also its NameServer: sync sends with tags, keys and user properties received by
 a PushConsumer exactly as sent (retry of a failed one included), oneway, orderly and batch
-sends, delay levels, two consumers of one group splitting the queues, and a kill -9 between
-sends that loses nothing acknowledged. The client runs in a
-subprocess (cpp_client_script.py): the library is Python-2-era ctypes with its own threads."""
+sends, delay levels, two consumers of one group splitting the queues, broadcasting consumers
+each getting everything, and a kill -9 between sends that loses nothing acknowledged. The
+client runs in a subprocess (cpp_client_script.py): the library is Python-2-era ctypes with its
+own threads. It has no pull consumer and no transactional producer (transactions: the raw
+client of test_transactions.py)."""
 
 from __future__ import annotations
 
@@ -237,3 +239,42 @@ def _members(broker: BrokerProcess, group: str) -> int:
             writer.close()
 
     return asyncio.run(ask())
+
+
+def test_broadcasting_consumers_each_get_every_message(
+    spawn_broker: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    """Two BROADCASTING PushConsumers of one group (offsets kept by the client, RocketMQ's
+    broadcasting model): each receives every message sent once both are subscribed."""
+    broker = spawn_broker(settings=SETTINGS, extra_args=REMOTING)
+    specs = [_spec(i, "bcast") for i in range(12)]
+    bodies = [s["body"] for s in specs]
+    assert run(broker, tmp_path / "h0", "send", group="PG_BC", topic="T_BC",
+               messages=[_spec(0, "warm")])["error"] is None  # fmt: skip
+    with ThreadPoolExecutor(2) as pool:
+        consumers = [
+            pool.submit(
+                run,
+                broker,
+                tmp_path / f"h{i + 1}",
+                "consume",
+                group="CG_BC",
+                topic="T_BC",
+                broadcasting=True,
+                expect=len(bodies),
+                bodies=bodies,
+                timeout=30,
+                settle_s=1,
+            )
+            for i in range(2)
+        ]
+        deadline = time.monotonic() + 20
+        while _members(broker, "CG_BC") < 2:
+            assert time.monotonic() < deadline, "the two consumers never both joined"
+            time.sleep(0.2)
+        time.sleep(3)  # each has its queues (all of them) and its starting offsets
+        out = run(broker, tmp_path / "h0", "send", group="PG_BC", topic="T_BC", messages=specs)
+        assert out["error"] is None and all(r["status"] == 0 for r in out["sent"])
+        received = [c.result()["received"] for c in consumers]
+    for part in received:
+        assert sorted(m["body"] for m in part if m["body"].startswith("bcast-")) == sorted(bodies)
