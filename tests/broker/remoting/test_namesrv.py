@@ -7,6 +7,7 @@ client as its ``namesrvAddr``, whose sends land on both groups and are all consu
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import subprocess
@@ -291,3 +292,43 @@ async def test_cpp_client_through_the_namesrv_sends_to_both_groups(
     received = got["received"]
     assert sorted(m["body"] for m in received) == sorted(s["body"] for s in specs)
     assert all(m["topic"] == TOPIC and m["tags"] == "TagA" for m in received)
+
+
+@pytest.mark.slow
+async def test_cpp_producer_goes_on_to_the_other_group_when_a_broker_is_killed(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The 4.x client's own retry on another broker: broker-a is killed (SIGKILL) while a C++
+    producer sends through the NameServer; its sends after that land on broker-b (a failed one
+    is retried there), and every acknowledged message is consumed once broker-a is back."""
+    home = tmp_path / "home"
+    specs = [{"body": f"fo-{i}", "tags": "TagF", "keys": f"f{i}"} for i in range(30)]
+    a = cluster.brokers["broker-a"]
+    send = functools.partial(
+        _run_cpp, cluster.remoting, home, "send", group="PG_FO", topic=TOPIC,
+        messages=specs, pause_s=0.2, timeout_ms=3000,
+    )  # fmt: skip
+    sending = asyncio.create_task(asyncio.to_thread(send))
+    await asyncio.sleep(2.0)  # ~10 sent, over both groups
+    await asyncio.to_thread(a.kill)
+    out = await sending
+    acknowledged = [
+        s["body"] for s, r in zip(specs, out["sent"], strict=False) if r and r["status"] == 0
+    ]
+    # About 20 sends came after the kill: they went on to broker-b (each at most retried).
+    assert len(acknowledged) >= 25, (len(acknowledged), out["error"])
+    await asyncio.to_thread(a.start)
+    deadline = time.monotonic() + 20  # broker-a registered again: the route names both groups
+    while True:
+        route = await _call(cluster.remoting, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
+        if route.code == ResponseCode.SUCCESS and len(_body(route)["brokerDatas"]) == 2:
+            break
+        assert time.monotonic() < deadline, "broker-a never came back into the route"
+        await asyncio.sleep(0.2)
+    got = await asyncio.to_thread(
+        _run_cpp, cluster.remoting, home, "consume", group="CG_FO", topic=TOPIC,
+        expect=len(acknowledged), bodies=acknowledged, timeout=40, settle_s=1,
+        expression="TagF",
+    )  # fmt: skip
+    received = sorted({m["body"] for m in got["received"]})
+    assert received == sorted(acknowledged)
