@@ -31,6 +31,7 @@ from tests.harness import REPO_ROOT, BrokerProcess, NamesrvProcess
 RMQ4_PYTHON = REPO_ROOT / ".venv-rmq4" / "bin" / "python"
 SCRIPT = Path(__file__).with_name("cpp_client_script.py")
 TOPIC = "T_NS"
+FAILOVER_TOPIC = "T_NS_FO"  # the broker-kill test's own: the others count TOPIC's messages
 TIMEOUT = 10.0
 
 
@@ -185,6 +186,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             for broker in brokers.values():
                 async with Admin(broker.endpoint) as admin:
                     await admin.create_topic(TOPIC, queue_nums=2)
+                    await admin.create_topic(FAILOVER_TOPIC, queue_nums=2)  # its own test
 
         asyncio.run(create())
         deadline = time.monotonic() + 10
@@ -305,7 +307,7 @@ async def test_cpp_producer_goes_on_to_the_other_group_when_a_broker_is_killed(
     specs = [{"body": f"fo-{i}", "tags": "TagF", "keys": f"f{i}"} for i in range(30)]
     a = cluster.brokers["broker-a"]
     send = functools.partial(
-        _run_cpp, cluster.remoting, home, "send", group="PG_FO", topic=TOPIC,
+        _run_cpp, cluster.remoting, home, "send", group="PG_FO", topic=FAILOVER_TOPIC,
         messages=specs, pause_s=0.2, timeout_ms=3000,
     )  # fmt: skip
     sending = asyncio.create_task(asyncio.to_thread(send))
@@ -320,13 +322,15 @@ async def test_cpp_producer_goes_on_to_the_other_group_when_a_broker_is_killed(
     await asyncio.to_thread(a.start)
     deadline = time.monotonic() + 20  # broker-a registered again: the route names both groups
     while True:
-        route = await _call(cluster.remoting, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
+        route = await _call(
+            cluster.remoting, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": FAILOVER_TOPIC}
+        )
         if route.code == ResponseCode.SUCCESS and len(_body(route)["brokerDatas"]) == 2:
             break
         assert time.monotonic() < deadline, "broker-a never came back into the route"
         await asyncio.sleep(0.2)
     got = await asyncio.to_thread(
-        _run_cpp, cluster.remoting, home, "consume", group="CG_FO", topic=TOPIC,
+        _run_cpp, cluster.remoting, home, "consume", group="CG_FO", topic=FAILOVER_TOPIC,
         expect=len(acknowledged), bodies=acknowledged, timeout=40, settle_s=1,
         expression="TagF",
     )  # fmt: skip
