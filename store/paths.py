@@ -292,7 +292,7 @@ def write_abort_marker_blocking(path: Path) -> None:
 def remove_abort_marker_blocking(path: Path) -> None:
     """A clean shutdown's last step, once everything else is durable: unlink the marker and
     fsync its directory (else a power cut right after brings it back: a needless abnormal
-    recovery, and the shutdown's queue summary ignored)."""
+    recovery, and the shutdown's queue positions snapshot ignored)."""
     try:
         path.unlink()
     except FileNotFoundError:

@@ -10,8 +10,8 @@ message of each: topic auto-creation, queue file creation), then one more to eve
 second), each pass timed with ``--tasks`` concurrent single sends; read each queue's two
 messages back; then read the broker's open descriptors and maps (/proc/PID/fd, /proc/PID/maps)
 and anonymous RSS (RssAnon) against the same broker before the first send; stop it (SIGTERM) and
-time a restart (from the shutdown summary), kill -9 it and time the restart (reading every
-queue's newest file). The peer of the first-message figure is the second message in the same
+time a restart (from the positions journal), kill -9 it and time the restart (the journal
+again: snapshot + changes). The peer of the first-message figure is the second message in the same
 run (target: first <= 2x second).
 """
 
