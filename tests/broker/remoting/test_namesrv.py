@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -32,6 +33,7 @@ RMQ4_PYTHON = REPO_ROOT / ".venv-rmq4" / "bin" / "python"
 SCRIPT = Path(__file__).with_name("cpp_client_script.py")
 TOPIC = "T_NS"
 FAILOVER_TOPIC = "T_NS_FO"  # the broker-kill test's own: the others count TOPIC's messages
+NODE_TOPIC = "T_NS_NODE"  # ali-ons' own
 TIMEOUT = 10.0
 
 
@@ -187,6 +189,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 async with Admin(broker.endpoint) as admin:
                     await admin.create_topic(TOPIC, queue_nums=2)
                     await admin.create_topic(FAILOVER_TOPIC, queue_nums=2)  # its own test
+                    await admin.create_topic(NODE_TOPIC, queue_nums=2)
 
         asyncio.run(create())
         deadline = time.monotonic() + 10
@@ -257,11 +260,11 @@ def _run_cpp(namesrv: str, home: Path, command: str, **args: Any) -> dict[str, A
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
-async def _stored(broker: BrokerProcess) -> int:
-    """Messages of TOPIC in the broker's two queues (GET_MAX_OFFSET on its remoting port)."""
+async def _stored(broker: BrokerProcess, topic: str = TOPIC) -> int:
+    """Messages of ``topic`` in the broker's two queues (GET_MAX_OFFSET on its remoting port)."""
     total = 0
     for queue_id in (0, 1):
-        fields = {"topic": TOPIC, "queueId": queue_id}
+        fields = {"topic": topic, "queueId": queue_id}
         reply = await _call(broker.remoting_endpoint, RequestCode.GET_MAX_OFFSET, fields)
         assert reply.code == ResponseCode.SUCCESS, reply.remark
         total += int(reply.ext_fields["offset"])
@@ -336,3 +339,36 @@ async def test_cpp_producer_goes_on_to_the_other_group_when_a_broker_is_killed(
     )  # fmt: skip
     received = sorted({m["body"] for m in got["received"]})
     assert received == sorted(acknowledged)
+
+
+@pytest.mark.slow
+async def test_ali_ons_through_the_namesrv_sends_to_both_groups_and_retries(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Node's ali-ons with the NameServer as ``nameSrv``: its sends land on both groups, a
+    push consumer gets every message, and one whose handler throws once comes back through
+    ``%RETRY%<group>`` (routed by the NameServer before any broker held it)."""
+    from tests.broker.remoting.test_node_client import _spec, run_node
+
+    endpoint: Any = SimpleNamespace(remoting_endpoint=cluster.remoting)
+    home = tmp_path / "home"
+    specs = [_spec(i, "node") for i in range(12)]
+    bodies = [s["body"] for s in specs]
+    out = await asyncio.to_thread(
+        run_node, endpoint, home, "send", group="PG_NODE", topic=NODE_TOPIC, messages=specs
+    )
+    assert [s["sendStatus"] for s in out["sent"]] == ["SEND_OK"] * len(specs)
+    a, b = cluster.brokers["broker-a"], cluster.brokers["broker-b"]
+    deadline = time.monotonic() + 5
+    while sum(stored := (await _stored(a, NODE_TOPIC), await _stored(b, NODE_TOPIC))) < 12:
+        assert time.monotonic() < deadline, stored
+        await asyncio.sleep(0.1)
+    assert min(stored) > 0, stored  # both groups
+    got = await asyncio.to_thread(
+        run_node, endpoint, home, "consume", group="CG_NODE", topic=NODE_TOPIC,
+        expression="*", bodies=bodies, failOnce=["node-5"], timeout=90, settleMs=2000,
+    )  # fmt: skip
+    assert sorted(m["body"] for m in got["received"]) == sorted([*bodies, "node-5"])
+    retried = [m for m in got["received"] if m["body"] == "node-5"]
+    assert [m["reconsumeTimes"] for m in retried] == [0, 1]
+    assert retried[1]["props"]["REAL_TOPIC"] == "%RETRY%CG_NODE"
