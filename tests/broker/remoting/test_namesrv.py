@@ -34,6 +34,7 @@ SCRIPT = Path(__file__).with_name("cpp_client_script.py")
 TOPIC = "T_NS"
 FAILOVER_TOPIC = "T_NS_FO"  # the broker-kill test's own: the others count TOPIC's messages
 NODE_TOPIC = "T_NS_NODE"  # ali-ons' own
+MIX_TOPIC = "T_NS_MIX"  # the orderly / batch / delay test's own
 TIMEOUT = 10.0
 
 
@@ -190,6 +191,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                     await admin.create_topic(TOPIC, queue_nums=2)
                     await admin.create_topic(FAILOVER_TOPIC, queue_nums=2)  # its own test
                     await admin.create_topic(NODE_TOPIC, queue_nums=2)
+                    await admin.create_topic(MIX_TOPIC, queue_nums=2)
 
         asyncio.run(create())
         deadline = time.monotonic() + 10
@@ -372,3 +374,42 @@ async def test_ali_ons_through_the_namesrv_sends_to_both_groups_and_retries(
     retried = [m for m in got["received"] if m["body"] == "node-5"]
     assert [m["reconsumeTimes"] for m in retried] == [0, 1]
     assert retried[1]["props"]["REAL_TOPIC"] == "%RETRY%CG_NODE"
+
+
+@pytest.mark.slow
+async def test_cpp_orderly_batch_and_delayed_sends_through_the_namesrv(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Through the NameServer over two groups (4 queues: 2 on each): orderly sends keep their
+    order in the queue the selector picked, a batch comes back message by message, a delay
+    level of 1 s delivers no sooner."""
+    home = tmp_path / "home"
+
+    def run(command: str, **args: Any) -> dict[str, Any]:
+        return _run_cpp(cluster.remoting, home, command, group="PG_MIX", topic=MIX_TOPIC, **args)
+
+    orderly = [{"body": f"orderly-{i}", "tags": "TagM"} for i in range(5)]
+    out = await asyncio.to_thread(run, "send", messages=orderly, mode="orderly", arg=3)
+    assert out["error"] is None
+    offsets = [r["offset"] for r in out["sent"]]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 5
+    batch = [{"body": f"batch-{i}", "tags": "TagM"} for i in range(3)]
+    out = await asyncio.to_thread(run, "send", messages=batch, mode="batch")
+    assert out["error"] is None and out["sent"][0]["status"] == 0
+    delayed = [{"body": "delayed", "tags": "TagM", "delay": 1}]
+    out = await asyncio.to_thread(run, "send", messages=delayed)
+    assert out["error"] is None and out["sent"][0]["status"] == 0
+    every = orderly + batch + delayed
+    got = await asyncio.to_thread(
+        _run_cpp, cluster.remoting, home, "consume", group="CG_MIX", topic=MIX_TOPIC,
+        expect=len(every), bodies=[s["body"] for s in every], timeout=40, settle_s=1,
+    )  # fmt: skip
+    received = got["received"]
+    assert sorted(m["body"] for m in received) == sorted(s["body"] for s in every)  # once each
+    in_order = [m for m in received if m["body"].startswith("orderly")]
+    assert len({m["queue_id"] for m in in_order}) == 1  # one queue: the selector's
+    assert [m["body"] for m in sorted(in_order, key=lambda m: m["offset"])] == [
+        s["body"] for s in orderly
+    ]
+    late = next(m for m in received if m["body"] == "delayed")
+    assert late["store_ms"] - late["born_ms"] >= 950, late
