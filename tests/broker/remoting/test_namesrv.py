@@ -35,6 +35,7 @@ TOPIC = "T_NS"
 FAILOVER_TOPIC = "T_NS_FO"  # the broker-kill test's own: the others count TOPIC's messages
 NODE_TOPIC = "T_NS_NODE"  # ali-ons' own
 MIX_TOPIC = "T_NS_MIX"  # the orderly / batch / delay test's own
+SPLIT_TOPIC = "T_NS_SPLIT"  # the two consumers' own
 TIMEOUT = 10.0
 
 
@@ -192,6 +193,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                     await admin.create_topic(FAILOVER_TOPIC, queue_nums=2)  # its own test
                     await admin.create_topic(NODE_TOPIC, queue_nums=2)
                     await admin.create_topic(MIX_TOPIC, queue_nums=2)
+                    await admin.create_topic(SPLIT_TOPIC, queue_nums=2)
 
         asyncio.run(create())
         deadline = time.monotonic() + 10
@@ -413,3 +415,48 @@ async def test_cpp_orderly_batch_and_delayed_sends_through_the_namesrv(
     ]
     late = next(m for m in received if m["body"] == "delayed")
     assert late["store_ms"] - late["born_ms"] >= 950, late
+
+
+async def _members(cluster: Cluster, group: str) -> int:
+    """Members of ``group`` both groups' masters know (GET_CONSUMER_LIST_BY_GROUP)."""
+    counts = []
+    for name in ("broker-a", "broker-b"):
+        reply = await _call(
+            cluster.brokers[name].remoting_endpoint,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+            {"consumerGroup": group},
+        )
+        ok = reply.code == ResponseCode.SUCCESS
+        counts.append(len(json.loads(reply.body)["consumerIdList"]) if ok else 0)
+    return min(counts)
+
+
+@pytest.mark.slow
+async def test_two_cpp_consumers_through_the_namesrv_split_the_queues_of_both_groups(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Two C++ PushConsumers of one group through the NameServer: the 4 queues of the two
+    groups are split between them (both get messages) and each message reaches exactly one."""
+    specs = [{"body": f"split-{i}", "tags": "TagS"} for i in range(24)]
+    bodies = [s["body"] for s in specs]
+
+    def consume(i: int) -> dict[str, Any]:
+        return _run_cpp(
+            cluster.remoting, tmp_path / f"h{i}", "consume", group="CG_SPLIT",
+            topic=SPLIT_TOPIC, expect=len(bodies) + 1, timeout=30, settle_s=0,
+        )  # fmt: skip
+
+    consumers = [asyncio.create_task(asyncio.to_thread(consume, i)) for i in (1, 2)]
+    deadline = time.monotonic() + 20
+    while await _members(cluster, "CG_SPLIT") < 2:
+        assert time.monotonic() < deadline, "the two consumers never both joined"
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(3)  # their rebalance after the membership change
+    out = await asyncio.to_thread(
+        _run_cpp, cluster.remoting, tmp_path / "h0", "send", group="PG_SPLIT",
+        topic=SPLIT_TOPIC, messages=specs,
+    )  # fmt: skip
+    assert out["error"] is None and all(r["status"] == 0 for r in out["sent"])
+    got = [(await task)["received"] for task in consumers]
+    assert sorted(m["body"] for part in got for m in part) == sorted(bodies)  # once each
+    assert all(got), [len(part) for part in got]  # both consumers had queues
