@@ -36,6 +36,7 @@ FAILOVER_TOPIC = "T_NS_FO"  # the broker-kill test's own: the others count TOPIC
 NODE_TOPIC = "T_NS_NODE"  # ali-ons' own
 MIX_TOPIC = "T_NS_MIX"  # the orderly / batch / delay test's own
 SPLIT_TOPIC = "T_NS_SPLIT"  # the two consumers' own
+BROADCAST_TOPIC = "T_NS_BC"  # the broadcasting consumers' own
 TIMEOUT = 10.0
 
 
@@ -194,6 +195,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                     await admin.create_topic(NODE_TOPIC, queue_nums=2)
                     await admin.create_topic(MIX_TOPIC, queue_nums=2)
                     await admin.create_topic(SPLIT_TOPIC, queue_nums=2)
+                    await admin.create_topic(BROADCAST_TOPIC, queue_nums=2)
 
         asyncio.run(create())
         deadline = time.monotonic() + 10
@@ -460,3 +462,35 @@ async def test_two_cpp_consumers_through_the_namesrv_split_the_queues_of_both_gr
     got = [(await task)["received"] for task in consumers]
     assert sorted(m["body"] for part in got for m in part) == sorted(bodies)  # once each
     assert all(got), [len(part) for part in got]  # both consumers had queues
+
+
+@pytest.mark.slow
+async def test_broadcasting_cpp_consumers_through_the_namesrv_each_get_every_message(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Two BROADCASTING C++ PushConsumers of one group through the NameServer: each reads
+    all 4 queues of the two groups (offsets kept by the client) and gets every message."""
+    specs = [{"body": f"bcast-{i}", "tags": "TagB"} for i in range(12)]
+    bodies = [s["body"] for s in specs]
+
+    def consume(i: int) -> dict[str, Any]:
+        return _run_cpp(
+            cluster.remoting, tmp_path / f"h{i}", "consume", group="CG_BCAST",
+            topic=BROADCAST_TOPIC, broadcasting=True, expect=len(bodies), bodies=bodies,
+            timeout=30, settle_s=1,
+        )  # fmt: skip
+
+    consumers = [asyncio.create_task(asyncio.to_thread(consume, i)) for i in (1, 2)]
+    deadline = time.monotonic() + 20
+    while await _members(cluster, "CG_BCAST") < 2:
+        assert time.monotonic() < deadline, "the two consumers never both joined"
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(3)  # each has every queue and its starting offsets
+    out = await asyncio.to_thread(
+        _run_cpp, cluster.remoting, tmp_path / "h0", "send", group="PG_BCAST",
+        topic=BROADCAST_TOPIC, messages=specs,
+    )  # fmt: skip
+    assert out["error"] is None and all(r["status"] == 0 for r in out["sent"])
+    for task in consumers:
+        received = (await task)["received"]
+        assert sorted(m["body"] for m in received) == sorted(bodies)
