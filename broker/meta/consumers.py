@@ -70,6 +70,13 @@ class ConsumerManager:
         for group in producer_groups:
             self.producers.get(group, {}).pop(client_id, None)
 
+    def groups_of(self, client_id: str) -> tuple[list[str], list[str]]:
+        """(consumer groups, producer groups) ``client_id`` is a member of."""
+        return (
+            [g for g, members in self.groups.items() if client_id in members],
+            [g for g, clients in self.producers.items() if client_id in clients],
+        )
+
     def members(self, group: str) -> tuple[list[str], int]:
         """(sorted client ids, version) of a group."""
         return sorted(self.groups.get(group, {})), self.versions.get(group, 0)

@@ -242,9 +242,18 @@ class RemotingHandlers:
         return await self.heartbeat(conn, request)
 
     def connection_lost(self, conn: Connection) -> None:
+        """A client's connection closed (it exited, crashed or was cut off): it leaves its
+        groups now and their other members rebalance, as RocketMQ's broker does on a channel
+        close (ClientHousekeepingService), instead of after the 2 min heartbeat expiry: a
+        consumer that died must not keep its queues that long."""
         for client_id in conn.client_ids:
-            if self.channels.get(client_id) is conn:
-                del self.channels[client_id]
+            if self.channels.get(client_id) is not conn:
+                continue  # it heartbeats on another connection now
+            del self.channels[client_id]
+            groups, producers = self.ctx.consumers.groups_of(client_id)
+            self.ctx.consumers.unregister(client_id, groups, producers)
+            for group in groups:
+                self._notify_ids_changed(group, client_id)
 
     # --- NameServer -------------------------------------------------------------------------
     def _group(self) -> GroupAddresses:

@@ -333,6 +333,42 @@ async def test_heartbeat_registers_the_consumer(client: Client) -> None:
     assert (await client.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, fields)).code != 0
 
 
+async def test_a_closed_connection_takes_its_consumer_out_of_the_group(
+    client: Client, broker: BrokerProcess
+) -> None:
+    """The consumer's connection closes (the process exited or crashed, no UNREGISTER): it
+    leaves its group at once and the member still there is told (NOTIFY_CONSUMER_IDS_CHANGED),
+    as RocketMQ's broker does, not after the heartbeat expiry."""
+
+    def heartbeat(client_id: str) -> bytes:
+        data = {
+            "clientID": client_id,
+            "consumerDataSet": [
+                {"consumeFromWhere": 0, "consumeType": 1, "groupName": "CG_CLOSE",
+                 "messageModel": 1,
+                 "subscriptionDataSet": [{"subString": "*", "subVersion": "1", "topic": "c-t"}]}
+            ],
+        }  # fmt: skip
+        return json.dumps(data).encode()
+
+    host, _, port = broker.remoting_endpoint.rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    leaving = Client(reader, writer)
+    staying = (await leaving.call(RequestCode.HEART_BEAT, body=heartbeat("leaving@1"))).code
+    assert staying == ResponseCode.SUCCESS
+    reply = await client.call(RequestCode.HEART_BEAT, body=heartbeat("staying@2"))
+    assert reply.code == ResponseCode.SUCCESS
+    fields = {"consumerGroup": "CG_CLOSE"}
+    members = await client.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, fields)
+    assert json.loads(members.body) == {"consumerIdList": ["leaving@1", "staying@2"]}
+    writer.close()  # no UNREGISTER_CLIENT
+    notified = await client.reply()  # the broker's own request to the member left
+    assert notified.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and not notified.is_response
+    assert notified.ext_fields["consumerGroup"] == "CG_CLOSE"
+    members = await client.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, fields)
+    assert json.loads(members.body) == {"consumerIdList": ["staying@2"]}
+
+
 async def test_send_errors_are_answered(client: Client) -> None:
     bad_queue = await client.call(RequestCode.SEND_MESSAGE, _send_fields("err-t", 99), b"x")
     assert bad_queue.code != ResponseCode.SUCCESS and bad_queue.remark
