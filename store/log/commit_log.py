@@ -82,10 +82,10 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import accumulate, pairwise
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 from wharf.store.codec.hosts import born_host_bytes, encode_host
@@ -129,6 +129,9 @@ __all__ = ["CommitLog", "DispatchBatch"]  # DispatchBatch is part of iter_dispat
 # full disk costs a failed pwrite or a failed open + posix_fallocate of a segment (a few ms
 # for 1 GiB on ext4), so at most one a second, while a freed disk is used within a second.
 DISK_FULL_RETRY_S = 1.0
+
+
+_W = TypeVar("_W")
 
 
 class RecordsBatch(NamedTuple):
@@ -329,6 +332,16 @@ class CommitLog(CommitLogReads):
         +1, ...); ``store_timestamp`` defaults to now (ms). Never awaits. Raises
         InvalidMessageError (nothing written) or StoreNotWritableError (sticky flush failure,
         shutdown), DiskFullError (nothing acknowledged, nothing left in the file)."""
+        return self._guarded(
+            lambda stamp: self._append(topic, queue_id, first_queue_offset, messages, stamp),
+            store_timestamp,
+        )
+
+    def _guarded(self, write: Callable[[int], _W], store_timestamp: int | None) -> _W:
+        """The rules every append follows around ``write(store timestamp)``: a sticky failure
+        or a full disk refuses it first; a write that fails on the disk becomes the log's
+        state (``_write_failed``); one that wrote something (not None) ends a disk-full
+        episode."""
         if self._error is not None:
             raise self._error
         full = self._disk_full
@@ -337,10 +350,10 @@ class CommitLog(CommitLogReads):
         if store_timestamp is None:
             store_timestamp = int(time.time() * 1000)
         try:
-            result = self._append(topic, queue_id, first_queue_offset, messages, store_timestamp)
+            result = write(store_timestamp)
         except (DiskFullError, FlushFailedError) as exc:
             raise self._write_failed(exc) from exc
-        if full is not None:
+        if full is not None and result is not None:
             self._leave_disk_full("append")
         return result
 
@@ -393,22 +406,12 @@ class CommitLog(CommitLogReads):
         ``record_check.check_records`` (``positions``: where each starts in ``data``): the
         broker-owned fields are patched on a private copy, which is written with one copy.
         Same contract as ``append``."""
-        if self._error is not None:
-            raise self._error
-        full = self._disk_full
-        if full is not None:
-            self._check_disk_full(full)
-        if store_timestamp is None:
-            store_timestamp = int(time.time() * 1000)
-        try:
-            result = self._append_records(
-                topic, queue_id, first_queue_offset, data, positions, born_host, store_timestamp
-            )
-        except (DiskFullError, FlushFailedError) as exc:
-            raise self._write_failed(exc) from exc
-        if full is not None:
-            self._leave_disk_full("append")
-        return result
+        return self._guarded(
+            lambda stamp: self._append_records(
+                topic, queue_id, first_queue_offset, data, positions, born_host, stamp
+            ),
+            store_timestamp,
+        )
 
     def _append_records(
         self,
@@ -452,13 +455,13 @@ class CommitLog(CommitLogReads):
         more, issue 33). None, with nothing written, when they do not fit the current segment
         together: the caller appends them one by one (a batch never spans segments). Results
         in the order of ``batches``; an error fails them all, nothing written."""
-        if self._error is not None:
-            raise self._error
-        full = self._disk_full
-        if full is not None:
-            self._check_disk_full(full)
-        if store_timestamp is None:
-            store_timestamp = int(time.time() * 1000)
+        return self._guarded(
+            lambda stamp: self._append_records_many(batches, born_host, stamp), store_timestamp
+        )
+
+    def _append_records_many(
+        self, batches: Sequence[RecordsBatch], born_host: str, store_timestamp: int
+    ) -> list[AppendResult] | None:
         total = sum(len(batch[3]) for batch in batches)
         mapped = self.queue.last()
         if mapped is None or mapped.is_full or total + END_FILE_MIN_BLANK_LENGTH > mapped.remaining:
@@ -501,15 +504,10 @@ class CommitLog(CommitLogReads):
                 )
             )
             first_record = last_record
-        try:
-            mapped.append(buf, store_timestamp)
-        except (DiskFullError, FlushFailedError) as exc:
-            raise self._write_failed(exc) from exc
+        mapped.append(buf, store_timestamp)
         self.last_store_timestamp = store_timestamp
         self.messages_put_total += len(offsets)
         self.bytes_put_total += len(buf)
-        if full is not None:
-            self._leave_disk_full("append")
         return results
 
     def append_raw(self, offset: int, data: bytes | memoryview, store_timestamp: int) -> int:
