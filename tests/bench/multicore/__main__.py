@@ -22,13 +22,15 @@ Broker-side CPU is the on-CPU time of every thread of the serving processes (fro
 /proc/PID/task/*/schedstat) between the loaders' start and their end, per message; the
 loaders' own CPU (getrusage) is printed apart. Throughput is messages over the span from the
 first loader's start to the last one's end. Each figure: the median over rounds and the range.
-The model (``model``) turns the medians into msg/s for 2 and 16 cores: the store process is
+Every reply is checked (v2 status OK; the store's count of records) and at the end the topic
+must hold exactly the messages sent, warm-ups included. The model (``model``) turns the medians into msg/s for 2 and 16 cores: the store process is
 serial (one core at most), the fronts scale with the cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
@@ -41,8 +43,9 @@ from pathlib import Path
 from typing import IO, Any
 
 import grpc
+from wharf.client.admin import Admin
 
-from tests.bench.v2_floor import cpu_ns
+from tests.bench.v2_floor import TOPIC, cpu_ns
 from tests.harness import REPO_ROOT, BrokerProcess
 
 CONFIGS = ("single", "front1", "front2", "store1", "store8", "store64")
@@ -56,7 +59,7 @@ class Front:
 
     def stats(self) -> dict[str, int]:
         with grpc.insecure_channel(f"127.0.0.1:{self.stats_port}") as channel:
-            raw = channel.unary_unary("/bench.Front/Stats")(b"", timeout=10)
+            raw = channel.unary_unary("/bench.Front/Stats")(b"", timeout=10)  # type: ignore[call-arg]
         return json.loads(raw)  # type: ignore[no-any-return]
 
 
@@ -96,6 +99,7 @@ class Bench:
         self.fronts = fronts
         self.args = args
         self.next_id = 0
+        self.sent = 0  # messages, warm-ups included: the topic must hold exactly these
         self.samples: dict[str, list[Sample]] = {name: [] for name in args.configs}
 
     def run(self, config: str) -> Sample:
@@ -139,6 +143,9 @@ class Bench:
         after = settled(pids)
         for loader in loaders:
             loader.wait(timeout=30)
+        if failed := sum(r["failed"] for r in reports):
+            raise SystemExit(f"{config}: {failed} calls were not answered OK")
+        self.sent += sum(r["sent"] for r in reports)
         sample = Sample(
             messages=sum(r["messages"] for r in reports),
             seconds=max(r["end"] for r in reports) - min(r["start"] for r in reports),
@@ -147,12 +154,24 @@ class Bench:
         )
         if fronts:
             after_stats = [f.stats() for f in fronts]
-            records = sum(a["records"] - b["records"] for a, b in zip(after_stats, before_stats))
-            batches = sum(a["batches"] - b["batches"] for a, b in zip(after_stats, before_stats))
+            records = sum(
+                a["records"] - b["records"] for a, b in zip(after_stats, before_stats, strict=True)
+            )
+            batches = sum(
+                a["batches"] - b["batches"] for a, b in zip(after_stats, before_stats, strict=True)
+            )
             sample.batch = records / batches if batches else 0.0
-            sample.split = [a["calls"] - b["calls"] for a, b in zip(after_stats, before_stats)]
+            sample.split = [
+                a["calls"] - b["calls"] for a, b in zip(after_stats, before_stats, strict=True)
+            ]
         self.samples[config].append(sample)
         return sample
+
+
+async def stored_messages(endpoint: str) -> int:
+    async with Admin(endpoint) as admin:
+        offsets = await admin.queue_offsets(TOPIC)
+    return sum(q.max_offset - q.min_offset for q in offsets.queues)
 
 
 def settled(pids: dict[str, list[int]]) -> dict[str, int]:
@@ -245,8 +264,8 @@ def model(samples: dict[str, list[Sample]]) -> str:
         rate = min((cores - 1) * 1e6 / front, 1e6 / rec)
         batch = req / max(1e6 / rate - rec, 1e-9)
         lines.append(
-            f"  {cores:>2} cores: {rate:,.0f} msg/s = {rate * single / 1e6:.1f}x today, the store "
-            f"busy at batches of {max(batch, 1):.0f}"
+            f"  {cores:>2} cores: {rate:,.0f} msg/s = {rate * single / 1e6:.1f}x today (the "
+            f"store keeps up with requests of {max(batch, 1):.0f}+ records)"
         )
     return "\n".join(lines)
 
@@ -302,6 +321,10 @@ def main() -> None:
                     for front in group:
                         front.proc.terminate()
                         front.proc.wait(timeout=10)
+            stored = asyncio.run(stored_messages(broker.endpoint))
+            if stored != bench.sent:
+                raise SystemExit(f"the topic holds {stored} messages; {bench.sent} were sent")
+            print(f"the topic holds the {stored:,} messages sent, warm-ups included")
             if "Traceback" in broker.log():
                 raise SystemExit(f"the broker logged a traceback:\n{broker.log()[-4000:]}")
     print(report(bench.samples))
@@ -313,10 +336,7 @@ def main() -> None:
     if args.output:
         args.output.write_text(
             json.dumps(
-                {
-                    name: [vars(s) for s in runs]
-                    for name, runs in bench.samples.items()
-                },
+                {name: [vars(s) for s in runs] for name, runs in bench.samples.items()},
                 indent=2,
             )
         )

@@ -61,6 +61,7 @@ class Forwarder:
         self.in_flight = 0
         self.turn = 0
         self.stats = {"calls": 0, "records": 0, "batches": 0}
+        self.sending: set[asyncio.Task[None]] = set()  # at most ``window``
 
     def park(self, topic: str, records: list[bytes]) -> asyncio.Future[tuple[int, int]]:
         """The call's (queue id, queue offset of its first record), once stored."""
@@ -84,7 +85,9 @@ class Forwarder:
             else:
                 del self.parked[topic]
             self.in_flight += 1
-            asyncio.ensure_future(self._send(topic, batch))
+            task = asyncio.ensure_future(self._send(topic, batch))
+            self.sending.add(task)
+            task.add_done_callback(self.sending.discard)
 
     async def _send(
         self, topic: str, batch: list[tuple[list[bytes], asyncio.Future[tuple[int, int]]]]
@@ -151,17 +154,18 @@ def make_handlers(forwarder: Forwarder) -> tuple[grpc.GenericRpcHandler, ...]:
 
     return (
         grpc.method_handlers_generic_handler(
-        "apache.rocketmq.v2.MessagingService",
-        {
-            "SendMessage": grpc.unary_unary_rpc_method_handler(
-                send,
-                request_deserializer=service_pb2.SendMessageRequest.FromString,
-                response_serializer=service_pb2.SendMessageResponse.SerializeToString,
-            )
-        },
-    ), grpc.method_handlers_generic_handler(
-        "bench.Front", {"Stats": grpc.unary_unary_rpc_method_handler(stats)}
-    ),
+            "apache.rocketmq.v2.MessagingService",
+            {
+                "SendMessage": grpc.unary_unary_rpc_method_handler(
+                    send,
+                    request_deserializer=service_pb2.SendMessageRequest.FromString,
+                    response_serializer=service_pb2.SendMessageResponse.SerializeToString,
+                )
+            },
+        ),
+        grpc.method_handlers_generic_handler(
+            "bench.Front", {"Stats": grpc.unary_unary_rpc_method_handler(stats)}
+        ),
     )
 
 

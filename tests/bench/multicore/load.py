@@ -1,6 +1,7 @@
 """One load process of the prototype: requests built and serialized before they are timed, a
 warm-up, then ``ready`` on stdout; on a line from stdin the timed calls; then one JSON line
-(monotonic start and end, calls, messages, this process's CPU seconds).
+(monotonic start and end, calls, messages, all messages sent, replies not OK, this
+process's CPU seconds).
 
     python -m tests.bench.multicore.load --target HOST:PORT --mode v2|records --calls N
         [--inflight 32] [--channels 4] [--first 0] [--size 1024] [--batch 64]
@@ -16,23 +17,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import itertools
 import json
 import resource
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import uvloop
 from grpc import aio
 from wharf.client.wire_channel import WireChannel
+from wharf.rocketmq.v2 import definition_pb2, service_pb2
 from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.v1 import messaging_pb2
 
 from tests.bench.v2_floor import METADATA, TOPIC, V2, send_request
 
 STORE_SEND = "/wharf.v1.MessagingService/SendMessage"
+Call = Callable[[bytes], Awaitable[bytes]]
 
 
 def cpu_s() -> float:
@@ -40,22 +43,28 @@ def cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def v2_calls(args: argparse.Namespace) -> tuple[list[Any], list[Callable[[bytes], Awaitable[Any]]]]:
+def v2_ok(reply: bytes) -> bool:
+    return service_pb2.SendMessageResponse.FromString(reply).status.code == definition_pb2.OK
+
+
+def records_ok(batch: int) -> Callable[[bytes], bool]:
+    return lambda reply: messaging_pb2.SendMessageResponse.FromString(reply).count == batch
+
+
+def v2_calls(args: argparse.Namespace) -> tuple[list[bytes], list[Call]]:
     body = b"x" * args.size
     total = args.warmup + args.calls
-    requests = [
-        send_request(f"MC{i:030X}", body) for i in range(args.first, args.first + total)
-    ]
+    requests = [send_request(f"MC{i:030X}", body) for i in range(args.first, args.first + total)]
     options = [("grpc.use_local_subchannel_pool", 1)]
     channels = [aio.insecure_channel(args.target, options=options) for _ in range(args.channels)]
-    stubs = [c.unary_unary(V2 + "SendMessage") for c in channels]
-    calls = [lambda r, s=s: s(r, metadata=METADATA) for s in stubs]
+    stubs = [c.unary_unary(V2 + "SendMessage") for c in channels]  # type: ignore[call-arg]
+    calls: list[Call] = [functools.partial(s, metadata=METADATA) for s in stubs]
     return requests, calls
 
 
 def records_calls(
     args: argparse.Namespace,
-) -> tuple[list[Any], list[Callable[[bytes], Awaitable[Any]]]]:
+) -> tuple[list[bytes], list[Call]]:
     body = b"x" * args.size
     tail = topic_tail(TOPIC)
     requests = []
@@ -68,35 +77,53 @@ def records_calls(
         request = messaging_pb2.SendMessageRequest(topic=TOPIC, queue_id=n % 8, records=records)
         requests.append(request.SerializeToString())
     channels = [WireChannel(args.target) for _ in range(args.channels)]
-    calls = [c.unary_unary(STORE_SEND) for c in channels]
-    return requests, calls  # type: ignore[return-value]
+    calls: list[Call] = [c.unary_unary(STORE_SEND) for c in channels]  # type: ignore[call-arg]
+    return requests, calls
 
 
-async def drive(requests: list[bytes], calls: list[Callable[[bytes], Awaitable[Any]]], inflight: int) -> None:
+async def drive(
+    requests: list[bytes],
+    calls: list[Call],
+    inflight: int,
+    ok: Callable[[bytes], bool],
+) -> int:
+    """Every request, ``inflight`` at a time spread over ``calls``; the replies not OK."""
     it = iter(requests)
+    failed = 0
 
-    async def worker(call: Callable[[bytes], Awaitable[Any]]) -> None:
+    async def worker(call: Call) -> None:
+        nonlocal failed
         for request in it:
-            await call(request)
+            if not ok(await call(request)):
+                failed += 1
 
     spread = itertools.cycle(calls)
     await asyncio.gather(*(worker(next(spread)) for _ in range(inflight)))
+    return failed
 
 
 async def run(args: argparse.Namespace) -> None:
-    requests, calls = (v2_calls if args.mode == "v2" else records_calls)(args)
-    await drive(requests[: args.warmup], calls, args.inflight)
+    ok: Callable[[bytes], bool]
+    if args.mode == "v2":
+        requests, calls = v2_calls(args)
+        ok, per_call = v2_ok, 1
+    else:
+        args.warmup = -(-args.warmup // args.batch)  # as many warm-up messages
+        requests, calls = records_calls(args)
+        ok, per_call = records_ok(args.batch), args.batch
+    failed = await drive(requests[: args.warmup], calls, args.inflight, ok)
     print("ready", flush=True)
     await asyncio.to_thread(sys.stdin.readline)
     cpu, start = cpu_s(), time.monotonic()
-    await drive(requests[args.warmup :], calls, args.inflight)
+    failed += await drive(requests[args.warmup :], calls, args.inflight, ok)
     end = time.monotonic()
-    per_call = args.batch if args.mode == "records" else 1
     report = {
         "start": start,
         "end": end,
         "calls": args.calls,
         "messages": args.calls * per_call,
+        "sent": (args.warmup + args.calls) * per_call,  # the warm-up's too
+        "failed": failed,
         "cpu_s": cpu_s() - cpu,
     }
     print(json.dumps(report), flush=True)
