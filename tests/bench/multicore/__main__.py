@@ -139,7 +139,10 @@ class Bench:
             assert loader.stdin is not None
             loader.stdin.write("go\n")
             loader.stdin.flush()
-        reports = [json.loads(_line(loader.stdout)) for loader in loaders]
+        lines = [_line(loader.stdout) for loader in loaders]
+        if not all(lines):
+            raise SystemExit(f"a loader of {config} failed (its traceback is above)")
+        reports = [json.loads(line) for line in lines]
         after = settled(pids)
         for loader in loaders:
             loader.wait(timeout=30)
