@@ -48,6 +48,7 @@ from wharf.client.admin import Admin
 from tests.bench.v2_floor import TOPIC, cpu_ns
 from tests.harness import REPO_ROOT, BrokerProcess
 
+STATS = "/bench.Front/Stats"  # a front's counters, on its own port
 CONFIGS = ("single", "front1", "front2", "store1", "store8", "store64")
 
 
@@ -59,7 +60,7 @@ class Front:
 
     def stats(self) -> dict[str, int]:
         with grpc.insecure_channel(f"127.0.0.1:{self.stats_port}") as channel:
-            raw = channel.unary_unary("/bench.Front/Stats")(b"", timeout=10)  # type: ignore[call-arg]
+            raw = channel.unary_unary(STATS)(b"", timeout=10)  # type: ignore[call-arg]
         return json.loads(raw)  # type: ignore[no-any-return]
 
 

@@ -39,8 +39,6 @@ from wharf.v1 import messaging_pb2
 QUEUES = 8  # the bench topic's queues (the broker's: defaultTopicQueueNums in __main__)
 MAX_BATCH = 512  # records per store request (~0.5 MiB of 1 KiB messages)
 MAX_MESSAGE_SIZE = 4 << 20
-V2_SEND = "/apache.rocketmq.v2.MessagingService/SendMessage"
-STATS = "/bench.Front/Stats"
 STORE_SEND = "/wharf.v1.MessagingService/SendMessage"
 OK = definition_pb2.OK
 
