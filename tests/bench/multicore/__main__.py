@@ -19,12 +19,13 @@ alternately ``--rounds`` times so all see the same neighbours on a shared machin
   part's cost per message, which is a cost per request over B plus a cost per record.
 
 Broker-side CPU is the on-CPU time of every thread of the serving processes (fronts + store,
-/proc/PID/task/*/schedstat) between the loaders' start and their end, per message; the
-loaders' own CPU (getrusage) is printed apart. Throughput is messages over the span from the
-first loader's start to the last one's end. Each figure: the median over rounds and the range.
-Every reply is checked (v2 status OK; the store's count of records) and at the end the topic
-must hold exactly the messages sent, warm-ups included. The model (``model``) turns the medians into msg/s for 2 and 16 cores: the store process is
-serial (one core at most), the fronts scale with the cores.
+/proc/PID/task/*/schedstat) from the loaders' start until the servers are idle again
+(``settled``), per message; the loaders' own CPU (getrusage) is printed apart. Throughput is
+messages over the span from the first loader's start to the last one's end. Each figure: the
+median over rounds and the range. Every reply is checked (v2 status OK; the store's count of
+records) and at the end the topic must hold exactly the messages sent, warm-ups included. The
+model (``model``) turns the medians into msg/s for 2 to 16 cores: the store process is serial
+(one core at most), the fronts scale with the cores.
 """
 
 from __future__ import annotations
