@@ -1,6 +1,14 @@
 """MessageStore: the store's one public facade (RocketMQ's DefaultMessageStore, minus the god
-class). It wires the CommitLog, ConsumeQueues, IndexFiles, ReputService, flush services,
-ScheduleMessageService and cleanup services, and runs recovery at start.
+class). It wires the CommitLog, ConsumeQueues, IndexFiles, ReputService, flush services, the
+message services and cleanup, runs recovery at start, and delegates by concern:
+
+- writes: ``write`` (append now; the ``Written`` tells durability), ``write_many``, ``put``
+  (back-pressure + write + durability), ``append`` (durability nobody awaits): ``write.py``.
+- role: ``role`` (master or replica, replication, terms, fence, promotion): ``role.py``.
+- reads: ``get_messages``/``get_raw_records`` (pulls, ``read/``), lookups by offset, key,
+  message id and time (``read/lookups.py``), ``read_consume_queue``, queue offsets and stats.
+- the message services' view of the store (``services/host.py`` ``StoreHost``).
+- ``insides``: a running store's parts, for tests and benchmarks only (``insides.py``).
 
 CONTRACT (the broker codes against exactly this):
 
@@ -10,42 +18,23 @@ CONTRACT (the broker codes against exactly this):
 - ``start()`` loads and recovers (in a thread), writes the abort marker, starts the services.
   ``shutdown()`` stops services, flushes everything, writes the checkpoint, removes the abort
   marker.
-
-Additions to the original contract (all additive):
-
-- ``MessageStore(config, observer=None, *, disk_usage=None)``: ``disk_usage(path) -> ratio``
-  replaces ``os.statvfs`` for the retention thresholds (tests simulate 76/86/91 %).
-- ``read_consume_queue(topic, queue_id, offset, max_count)``: raw ConsumeQueue units
-  ``(commit log offset, size, tagsCode)``; the schedule service reads deliver times with it.
-- ``look_message_by_msg_id(offset_msg_id)``: the offset message id -> message (or None).
-- ``await wait_dispatched(timeout_s)``: everything appended so far is visible to reads.
-- ``remove_arrival_listener``, ``dispatch_offset`` (the reput position), ``delay_levels_ms``,
-  ``health()`` (per background service: running, runs, failures, last error).
-- A batch whose messages carry different DELAY levels is refused (one batch = one queue).
-- ``pop``: the running ``PopService`` (``wharf.store.pop``: pop / ack / change-invisible with
-  invisible time, journal ``<root>/pop/journal``), started after recovery and the services,
-  stopped first at shutdown (its DLQ copies still go through ``put``).
+- ``MessageStore(config, observer=None, *, disk_usage=None, replication=None)``:
+  ``disk_usage(path) -> ratio`` replaces ``os.statvfs`` for the retention thresholds (tests
+  simulate 76/86/91 %); ``replication``: the ``ReplicaLink`` the role wires.
 - ``put()`` waits (before appending) while dispatch lags more than ``max_dispatch_lag_bytes``
-  (a Wharf setting, 64 MiB): consumer lag and crash-restart re-dispatch stay bounded.
-- ``put``/``put_records`` in two parts, for a caller that appends on the spot: the synchronous
-  ``put_append``/``put_records_append`` (no dispatch back-pressure: ``dispatch_lagging()`` is
-  True while ``put`` would wait first), then ``await durable(result)``; or, under SYNC_FLUSH
-  without replicas to wait for, ``flush_waiter(result)`` (the group commit's future, filed at
-  once; cancelling it withdraws the wait) and, once it is done, ``flushed_result``. ``put`` is
-  composed of exactly these.
-- ``set_dispatch_waiters(fn)``: ``fn()`` True while a reader waits (the broker: a parked
-  long poll). Under SYNC_FLUSH each sync's callback then dispatches up to 64 KiB itself
-  (``ReputService.dispatch_inline``) before the writers it covers are answered, so the
-  parked pull is woken before the ack is built (~0.4 ms less from the sync to the pull
-  reply for a lone message); larger syncs, or nobody waiting, leave dispatch to the reput
-  task, woken by the resumed writers, as before.
+  (a Wharf setting, 64 MiB): consumer lag and crash-restart re-dispatch stay bounded; a
+  caller of ``write`` checks ``dispatch_lagging()`` and awaits ``dispatch_room()`` itself.
+- ``await wait_dispatched(timeout_s)``: everything appended so far is visible to reads.
+- ``pop``: the running ``PopService`` (``wharf.store.pop``), started after recovery and the
+  services on a master, stopped first at shutdown (its DLQ copies still go through ``put``).
+- ``add_arrival_listener``/``set_dispatch_waiters``: who learns of new messages, and how
+  soon (``arrivals.py``: under SYNC_FLUSH a waiting reader is served inside the sync).
 
 WIRING: ``start()`` builds one ``StoreParts`` (``wharf.store.parts``: what recovery opened, the
 maintenance lock, the flush tally) and gives the services those parts plus named callables for
-the facade's live state (dispatch position, disk state); the schedule service gets the facade
-as a ``ScheduleHost`` (four calls). Nothing below this module imports it (the import-linter
-layers contract in pyproject.toml checks that). The ``commit_log``/``queues``/... properties at
-the end are for tests and benchmarks, which look inside a running store.
+the facade's live state (dispatch position, disk state); the writer and the role get named
+callables too. Nothing below this module imports it (the import-linter layers contract in
+pyproject.toml checks that).
 """
 
 from __future__ import annotations
@@ -57,11 +46,11 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
+from wharf.store.arrivals import ArrivalListener, Arrivals
 from wharf.store.codec import decode_offset_msg_id
 from wharf.store.config import SYNC_FLUSH, StoreConfig, parse_delay_levels
-from wharf.store.dispatch.reput import CommitLogSource, Dispatcher, QueueAdvance, ReputService
+from wharf.store.dispatch.reput import CommitLogSource, Dispatcher, ReputService
 from wharf.store.errors import (
-    CorruptRecordError,
     DiskFullError,
     NotMasterError,
     StoreNotWritableError,
@@ -92,11 +81,12 @@ from wharf.store.paths import (
 )
 from wharf.store.pop import PopService
 from wharf.store.queue import positions
-from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE, ConsumeQueue, Unit
+from wharf.store.queue.consume_queue import ConsumeQueue, Unit
 from wharf.store.queue.journal import PositionsJournal
 from wharf.store.queue.table import ConsumeQueueTable
 from wharf.store.read.get_message import get_messages
 from wharf.store.read.get_raw import RawGetResult, get_raw_records
+from wharf.store.read.lookups import look_message, marks_since, query_by_key, queue_stats
 from wharf.store.recovery import RecoveredState, recover_blocking
 from wharf.store.role import Role
 from wharf.store.services.cleanup import CleanupService, DiskUsage, statvfs_used_ratio
@@ -109,9 +99,6 @@ from wharf.store.stats import build_stats
 from wharf.store.write import Batch, Writer, Written, durable_all
 
 log = logging.getLogger(__name__)
-
-# Called after dispatch made new messages visible: (topic, queue_id, new max offset).
-ArrivalListener = Callable[[str, int, int], None]
 
 # Part of the facade's public names (``wharf.store`` exports it lazily from here).
 __all__ = [
@@ -147,11 +134,10 @@ class MessageStore:
             self._paths.consume_queue_root, config.mapped_file_size_consume_queue
         )
         self._index: IndexService | None = None
-        self._listeners: list[ArrivalListener] = []
+        self._arrivals = Arrivals()
         self._consumer_progress: Callable[[], Mapping[tuple[str, int], Mapping[str, int]]] = dict
         self._committed: Callable[[str, str, int], int] = lambda group, topic, queue_id: -1
         self._reput: ReputService | None = None
-        self._dispatch_waiters: Callable[[], bool] | None = None
         self._queue_flush: FlushConsumeQueueService | None = None
         self._journal: PositionsJournal | None = None
         self._schedule: ScheduleMessageService | None = None
@@ -190,12 +176,13 @@ class MessageStore:
         self._reput = ReputService(
             source=self._source,
             dispatcher=dispatcher,
-            on_advance=self._notify_arrivals,
+            on_advance=self._arrivals.notify,
             reput_from_offset=state.reput_from_offset,
         )
+        self._arrivals.bind(self._reput, state.commit_log)
         if self._sync_flush:
-            state.commit_log.group_commit.on_durable = self._after_sync
-            state.commit_log.group_commit.on_requested = self._during_sync
+            state.commit_log.group_commit.on_durable = self._arrivals.after_sync
+            state.commit_log.group_commit.on_requested = self._arrivals.during_sync
         parts = StoreParts(
             config=self._config,
             paths=self._paths,
@@ -266,9 +253,9 @@ class MessageStore:
         await asyncio.to_thread(self._timer.load_blocking)
         await asyncio.to_thread(self._transactions.load_blocking)
         self._schedule.start()
-        self._listeners.append(self._schedule.on_arrival)
+        self._arrivals.add(self._schedule.on_arrival)
         self._timer.start()
-        self._listeners.append(self._timer.on_arrival)
+        self._arrivals.add(self._timer.on_arrival)
         self._transactions.start()
         self._pop = PopService(
             self._paths.pop_journal_file,
@@ -279,7 +266,7 @@ class MessageStore:
             committed=lambda group, topic, queue_id: self._committed(group, topic, queue_id),
         )
         await self._pop.start()
-        self._listeners.append(self._pop.on_arrival)
+        self._arrivals.add(self._pop.on_arrival)
 
     async def shutdown(self) -> None:
         if self._state != "started":
@@ -466,60 +453,34 @@ class MessageStore:
 
     def look_message_by_offset(self, commit_log_offset: int) -> StoredMessage | None:
         assert self._commit_log is not None
-        if commit_log_offset < 0:
-            return None
-        try:
-            return self._commit_log.read_message(commit_log_offset)
-        except CorruptRecordError:
-            # Offsets come from users (offset message ids): one that is not a record start is
-            # "not found", not a store fault.
-            return None
-
-    def read_bytes(self, commit_log_offset: int, size: int) -> bytes | None:
-        """The commit log's bytes at [offset, offset + size) (None past the end): a record as stored."""
-        assert self._commit_log is not None
-        return self._commit_log.read_bytes(commit_log_offset, size)
-
-    def _store_time(self, offset: int, size: int) -> int | None:
-        assert self._commit_log is not None
-        return self._commit_log.store_timestamp_at(offset)
+        return look_message(self._commit_log, commit_log_offset)
 
     def look_message_by_msg_id(self, offset_msg_id: str) -> StoredMessage | None:
         _, offset = decode_offset_msg_id(offset_msg_id)
         return self.look_message_by_offset(offset)
 
+    def read_bytes(self, commit_log_offset: int, size: int) -> bytes | None:
+        """The log's bytes at [offset, offset + size) (None past the end): a record as stored."""
+        assert self._commit_log is not None
+        return self._commit_log.read_bytes(commit_log_offset, size)
+
     def query_messages(
         self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int
     ) -> list[StoredMessage]:
-        """By KEYS entry or unique id, through the IndexFiles; newest first. Hash collisions
-        and records outside [begin_ms, end_ms] are dropped after decoding."""
-        if self._index is None or max_num <= 0 or not key:
+        """By KEYS entry or unique id, through the IndexFiles; newest first."""
+        if self._index is None:
             return []
-        # Index time is whole seconds since the file's begin: widen, then check exactly.
-        offsets = self._index.query_offsets(
-            topic, key, max(max_num * 2, max_num + 16), begin_ms - 1000, end_ms
-        )
-        found: list[StoredMessage] = []
-        for offset in offsets:
-            msg = self.look_message_by_offset(offset)
-            if msg is None or msg.topic != topic:
-                continue
-            if not begin_ms <= msg.store_timestamp <= end_ms:
-                continue
-            if key != msg.unique_id and key not in msg.keys:
-                continue
-            found.append(msg)
-            if len(found) >= max_num:
-                break
-        return found
+        assert self._commit_log is not None
+        return query_by_key(self._index, self._commit_log, topic, key, max_num, begin_ms, end_ms)
 
     def get_offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first offset stored at or after ``timestamp_ms`` (max offset if none)."""
         queue = self._queues.find(topic, queue_id)
         if queue is None:
             return 0
-        assert self._commit_log is not None
-        return queue.offset_by_time(timestamp_ms, self._store_time)
+        commit_log = self._commit_log
+        assert commit_log is not None
+        return queue.offset_by_time(timestamp_ms, lambda o, _: commit_log.store_timestamp_at(o))
 
     def get_min_offset(self, topic: str, queue_id: int) -> int:
         queue = self._queues.find(topic, queue_id)
@@ -531,14 +492,7 @@ class MessageStore:
 
     def get_queue_stats(self, topic: str) -> list[QueueStat]:
         assert self._commit_log is not None
-        stats = []
-        for queue in self._queues.of_topic(topic):
-            last = queue.get_unit(queue.max_offset - 1) if queue.max_offset else None
-            stamp = 0
-            if last is not None and last[1] != BLANK_UNIT_SIZE:
-                stamp = self._store_time(last[0], last[1]) or 0
-            stats.append(QueueStat(queue.queue_id, queue.min_offset, queue.max_offset, stamp))
-        return stats
+        return queue_stats(self._queues.of_topic(topic), self._commit_log)
 
     async def delete_topics(self, topics: Sequence[str], timeout_s: float = 5.0) -> None:
         """Forget the topics' queues and their pop state; their files are deleted in a thread.
@@ -594,46 +548,15 @@ class MessageStore:
         self._committed = committed
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
-        self._listeners.append(listener)
-
-    def set_dispatch_waiters(self, waiting: Callable[[], bool] | None) -> None:
-        """``waiting()``: True while a reader waits for new messages (a parked long poll).
-        Under SYNC_FLUSH each sync then dispatches what it made durable in its own callback,
-        before its writers are answered (see ``_after_sync``)."""
-        self._dispatch_waiters = waiting
-
-    def _after_sync(self) -> None:
-        """SYNC_FLUSH, after each sync and before its writers are answered: while a reader
-        waits, dispatch a small sync right here (``ReputService.dispatch_inline``: up to
-        64 KiB; a larger one wakes the reput task), so the parked pull is woken before the
-        writers' acks are built. With nobody waiting, dispatch follows the writers as
-        before: answering them first keeps a producer's requests in flight short."""
-        waiting = self._dispatch_waiters
-        if waiting is not None and self._reput is not None and waiting():
-            self._reput.dispatch_inline()
-
-    def _during_sync(self) -> None:
-        """SYNC_FLUSH, right after a sync was requested: while a reader waits, read and plan
-        the dispatch of what was written (``ReputService.prepare_inline``) while the fdatasync
-        runs, so ``_after_sync`` only applies it (a lone 1 KiB record: the read and plan
-        were ~70 of the ~110 us between the sync's end and the start of the ConsumeQueue
-        writes, measured with hop stamps on this 2-core VM)."""
-        waiting = self._dispatch_waiters
-        if waiting is not None and self._reput is not None and waiting():
-            assert self._commit_log is not None
-            self._reput.prepare_inline(self._commit_log.max_offset)
+        self._arrivals.add(listener)
 
     def remove_arrival_listener(self, listener: ArrivalListener) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
+        self._arrivals.remove(listener)
 
-    def _notify_arrivals(self, advanced: QueueAdvance) -> None:
-        for (topic, queue_id), max_offset in advanced.items():
-            for listener in list(self._listeners):
-                try:
-                    listener(topic, queue_id, max_offset)
-                except Exception:
-                    log.exception("arrival listener %r failed for %s/%d", listener, topic, queue_id)
+    def set_dispatch_waiters(self, waiting: Callable[[], bool] | None) -> None:
+        """``waiting()``: True while a reader waits for new messages (a parked long poll):
+        under SYNC_FLUSH each sync then dispatches in its own callback (``arrivals.py``)."""
+        self._arrivals.set_waiting(waiting)
 
     async def wait_dispatched(self, timeout_s: float = 5.0) -> bool:
         """True once everything appended so far is visible to reads (in SYNC_FLUSH mode that
@@ -761,26 +684,11 @@ class MessageStore:
         assert self._transactions is not None
         return self._transactions
 
-    # --- TimerHost / TransactionHost (the services' view of the store) ------------------------
+    # --- StoreHost (services/host.py: the message services' view of the store) ---------------
     def commit_log_end(self) -> int:
         assert self._commit_log is not None
         return self._commit_log.max_offset
 
     def marks_since(self, commit_log_offset: int, prop: str) -> list[int]:
-        """The integer value of property ``prop`` in every record from ``commit_log_offset``
-        on: a start-up walk for the records that closed ledger entries after a checkpoint
-        (delivered timer copies, transaction resolutions)."""
         assert self._commit_log is not None
-        found: list[int] = []
-        offset = commit_log_offset
-        end = self._commit_log.max_offset
-        while offset < end:
-            batch = self._commit_log.iter_dispatch(offset, 4 << 20)
-            for req in batch.requests:
-                text = req.properties.get(prop, "")
-                if text.isdigit():
-                    found.append(int(text))
-            if batch.next_offset <= offset:
-                break
-            offset = batch.next_offset
-        return found
+        return marks_since(self._commit_log, commit_log_offset, prop)
