@@ -180,6 +180,14 @@ class MessageStore:
             reput_from_offset=state.reput_from_offset,
         )
         self._arrivals.bind(self._reput, state.commit_log)
+        self._role.attach(
+            state.commit_log,
+            self._reput,
+            self._source,
+            self._replica_appended,
+            self._take_offsets,
+            self._start_master_services,
+        )
         if self._sync_flush:
             state.commit_log.group_commit.on_durable = self._arrivals.after_sync
             state.commit_log.group_commit.on_requested = self._arrivals.during_sync
@@ -231,14 +239,7 @@ class MessageStore:
         self._reput.start()
         self._queue_flush.start()
         self._cleanup.start()
-        await self._role.start(
-            state.commit_log,
-            self._reput,
-            self._source,
-            self._replica_appended,
-            self._take_offsets,
-            self._start_master_services,
-        )
+        await self._role.start()
         if not self._role.replica:  # a replica writes nothing of its own: no delays, timers, pops
             await self._start_master_services()
         self._state = "started"

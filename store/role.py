@@ -50,9 +50,10 @@ class Role:
         self._fence: Callable[[], str] | None = None
         self._master: HAMaster | None = None
         self._slave: HASlave | None = None
-        self._commit_log: CommitLog | None = None  # set by start()
+        self._commit_log: CommitLog | None = None  # set by attach()
         self._reput: ReputService | None = None
         self._source: CommitLogSource | None = None
+        self._replica_appended: Callable[[], None] | None = None
         self._take_offsets: Callable[[int], Awaitable[None]] | None = None
         self._start_master_services: Callable[[], Awaitable[None]] | None = None
 
@@ -75,7 +76,7 @@ class Role:
         )
         self._epochs = await asyncio.to_thread(epochs.load_blocking, self._paths.epochs_file)
 
-    async def start(
+    def attach(
         self,
         commit_log: CommitLog,
         reput: ReputService,
@@ -84,23 +85,29 @@ class Role:
         take_offsets: Callable[[int], Awaitable[None]],
         start_master_services: Callable[[], Awaitable[None]],
     ) -> None:
-        """A SYNC_MASTER's reads stop at the confirm offset; a replica dials its master
-        (``replica_appended()`` after each append of its copy); a master with haListenPort
-        listens for replicas. The two hooks are what ``promote`` needs of the store."""
+        """What recovery opened, before dispatch starts: a SYNC_MASTER's reads stop at the
+        confirm offset from the first dispatch on. ``replica_appended()`` follows each append
+        of a replica's copy; the two hooks are what ``promote`` needs of the store."""
         self._commit_log, self._reput, self._source = commit_log, reput, source
+        self._replica_appended = replica_appended
         self._take_offsets, self._start_master_services = take_offsets, start_master_services
-        config, link = self._config, self._link
-        if config.broker_role == SYNC_MASTER:
+        if self._config.broker_role == SYNC_MASTER:
             # Consumers never see what the in-sync replicas lack (a failover cannot take back
             # a message someone consumed).
             source.confirm = self.confirm_offset
+
+    async def start(self) -> None:
+        """A replica dials its master; a master with haListenPort listens for replicas."""
+        commit_log = self._commit_log
+        assert commit_log is not None and self._replica_appended is not None
+        config, link = self._config, self._link
         if self.replica:
             self._slave = HASlave(
                 commit_log,
                 config,
                 (link.cluster, link.broker_name, link.broker_id),
                 link.master_address or (lambda: config.ha_master_address),
-                replica_appended,
+                self._replica_appended,
                 link.apply_metadata,
                 epochs=lambda: self._epochs,
                 on_epochs=self._take_epochs,
