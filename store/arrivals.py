@@ -1,6 +1,7 @@
-"""Who learns of new messages, and how soon: the arrival listeners dispatch calls (schedule,
-timer, pop, the broker's long polls) and, under SYNC_FLUSH, dispatch inside the group commit's
-callbacks while a reader waits.
+"""When appended messages become visible to reads, and who learns of them how soon: the
+dispatch position and what it will reach (``visible_end``: the written end, or a SYNC_MASTER's
+confirm offset), the arrival listeners dispatch calls (schedule, timer, pop, the broker's long
+polls) and, under SYNC_FLUSH, dispatch inside the group commit's callbacks while a reader waits.
 
 ``set_waiting(fn)``: ``fn()`` True while a reader waits for new messages (the broker: a parked
 long poll). Then each sync reads and plans the dispatch of what it covers while the fdatasync
@@ -16,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from wharf.store.dispatch.reput import QueueAdvance, ReputService
+from wharf.store.dispatch.reput import CommitLogSource, QueueAdvance, ReputService
 from wharf.store.log.commit_log import CommitLog
 
 log = logging.getLogger(__name__)
@@ -33,9 +34,45 @@ class Arrivals:
         self._waiting: Callable[[], bool] | None = None
         self._reput: ReputService | None = None  # set by bind() at start
         self._commit_log: CommitLog | None = None
+        self._source: CommitLogSource | None = None
 
-    def bind(self, reput: ReputService, commit_log: CommitLog) -> None:
-        self._reput, self._commit_log = reput, commit_log
+    def bind(self, reput: ReputService, commit_log: CommitLog, source: CommitLogSource) -> None:
+        self._reput, self._commit_log, self._source = reput, commit_log, source
+
+    # --- visibility --------------------------------------------------------------------------
+    @property
+    def offset(self) -> int:
+        """The dispatch position: reads see everything below it."""
+        return self._reput.reput_from_offset if self._reput is not None else 0
+
+    @property
+    def timestamp(self) -> int:
+        """The store time of the last message dispatched."""
+        return self._reput.last_timestamp if self._reput is not None else 0
+
+    def visible_end(self) -> int:
+        """What dispatch will reach without new events: the written end, or under SYNC_MASTER
+        the replicas' confirm offset (a paused replica holds it for up to
+        haMaxTimeSlaveNotCatchup: a pull must not wait for that as for a flush)."""
+        assert self._commit_log is not None
+        end = self._commit_log.wrote_offset
+        source = self._source
+        if source is not None and source.confirm is not None:
+            end = min(end, source.confirm())
+        return end
+
+    @property
+    def pending(self) -> bool:
+        """Appended data is not yet visible to reads (acks precede dispatch)."""
+        return self._commit_log is not None and self.offset < self.visible_end()
+
+    async def wait_dispatched(self, timeout_s: float) -> bool:
+        """True once everything appended so far is visible to reads (in SYNC_FLUSH mode that
+        includes waiting for its sync)."""
+        assert self._reput is not None and self._commit_log is not None
+        return await self._reput.wait_dispatched(self.visible_end(), timeout_s)
+
+    # --- listeners ---------------------------------------------------------------------------
 
     def add(self, listener: ArrivalListener) -> None:
         self._listeners.append(listener)

@@ -27,8 +27,9 @@ CONTRACT (the broker codes against exactly this):
 - ``await wait_dispatched(timeout_s)``: everything appended so far is visible to reads.
 - ``pop``: the running ``PopService`` (``wharf.store.pop``), started after recovery and the
   services on a master, stopped first at shutdown (its DLQ copies still go through ``put``).
-- ``add_arrival_listener``/``set_dispatch_waiters``: who learns of new messages, and how
-  soon (``arrivals.py``: under SYNC_FLUSH a waiting reader is served inside the sync).
+- visibility: ``wait_dispatched``, ``dispatch_offset``, ``add_arrival_listener``,
+  ``set_dispatch_waiters`` (``arrivals.py``: under SYNC_FLUSH a waiting reader is served
+  inside the sync).
 
 WIRING: ``start()`` builds one ``StoreParts`` (``wharf.store.parts``: what recovery opened, the
 maintenance lock, the flush tally) and gives the services those parts plus named callables for
@@ -179,7 +180,7 @@ class MessageStore:
             on_advance=self._arrivals.notify,
             reput_from_offset=state.reput_from_offset,
         )
-        self._arrivals.bind(self._reput, state.commit_log)
+        self._arrivals.bind(self._reput, state.commit_log, self._source)
         self._role.attach(
             state.commit_log,
             self._reput,
@@ -560,38 +561,25 @@ class MessageStore:
         self._arrivals.set_waiting(waiting)
 
     async def wait_dispatched(self, timeout_s: float = 5.0) -> bool:
-        """True once everything appended so far is visible to reads (in SYNC_FLUSH mode that
-        includes waiting for its sync)."""
-        assert self._reput is not None and self._commit_log is not None
-        return await self._reput.wait_dispatched(self._visible_end(), timeout_s)
+        """True once everything appended so far is visible to reads (``arrivals.py``)."""
+        return await self._arrivals.wait_dispatched(timeout_s)
 
     @property
     def dispatch_pending(self) -> bool:
         """Appended data is not yet visible to reads (acks precede dispatch)."""
-        return self._commit_log is not None and self.dispatch_offset < self._visible_end()
-
-    def _visible_end(self) -> int:
-        """What dispatch will reach without new events: the written end, or under SYNC_MASTER
-        the replicas' confirm offset (a paused replica holds it for up to
-        haMaxTimeSlaveNotCatchup: a pull must not wait for that as for a flush)."""
-        assert self._commit_log is not None
-        end = self._commit_log.wrote_offset
-        source = self._source
-        if source is not None and source.confirm is not None:
-            end = min(end, source.confirm())
-        return end
+        return self._arrivals.pending
 
     @property
     def dispatch_offset(self) -> int:
-        return self._reput.reput_from_offset if self._reput is not None else 0
+        return self._arrivals.offset
 
     @property
     def dispatch_timestamp(self) -> int:
-        return self._reput.last_timestamp if self._reput is not None else 0
+        return self._arrivals.timestamp
 
     def _dispatch_position(self) -> tuple[int, int]:
         """The queue flush service's view of dispatch: (offset, last message's timestamp)."""
-        return self.dispatch_offset, self.dispatch_timestamp
+        return self._arrivals.offset, self._arrivals.timestamp
 
     def _on_disk_state(self, used_ratio: float, full_reason: str) -> None:
         """The cleanup service's report of each pass: the ratio is cached for ``stats()``; a

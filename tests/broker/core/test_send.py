@@ -192,7 +192,7 @@ async def test_put_once_stores_a_message_id_once() -> None:
     assert first == [Stored("M1", 2, 0, PutStatus.PUT_OK)]
     assert again[0] == Stored("M1", 2, 0, PutStatus.PUT_OK, retried=True)
     assert again[1] == Stored("M2", 2, 1, PutStatus.PUT_OK)
-    assert [len(q) for q in c.store.insides.queues.values()] == [2]
+    assert [len(q) for q in c.store.queues.values()] == [2]
 
 
 async def test_put_and_the_split_forms_reach_the_store() -> None:
