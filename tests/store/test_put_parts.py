@@ -17,6 +17,7 @@ from wharf.store.errors import MasterFencedError
 from wharf.store.log import mapped_file
 from wharf.store.message_store import MessageStore
 from wharf.store.model import PutStatus
+from wharf.store.write import durable_all
 
 from tests.store.helpers import msg, small_config
 
@@ -89,6 +90,18 @@ async def test_a_slow_sync_is_a_flush_disk_timeout_and_a_fence_refuses_the_ack(
     with pytest.raises(MasterFencedError, match="the lease ran out"):
         fenced.flushed(waiter)
     sync_store.role.set_write_fence(None)
+
+
+async def test_durable_all_waits_once_and_gives_every_write_the_last_one_s_status(
+    slow_sync_store: tuple[MessageStore, list[bool]],
+) -> None:
+    sync_store, _ = slow_sync_store
+    writes = [sync_store.write("T", 0, [msg(f"w{i}")]) for i in range(3)]
+    puts = await durable_all(writes)
+    # The slow sync times the last one out: the earlier ones are reported alike.
+    assert [p.status for p in puts] == [PutStatus.FLUSH_DISK_TIMEOUT] * 3
+    assert [p.append for p in puts] == [w.appended for w in writes]
+    assert [w.appended.first_queue_offset for w in writes] == [0, 1, 2]
 
 
 async def test_a_cancelled_waiter_leaves_the_pending_list_after_the_next_sync(
