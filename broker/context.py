@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from wharf.broker.cluster.routes import ClusterRoutes
 from wharf.broker.config import BrokerConfig
 from wharf.broker.core.long_poll import LongPollHolder
+from wharf.broker.core.read import ReadCore
 from wharf.broker.core.send import SendCore
 from wharf.broker.meta.consumers import ConsumerManager
 from wharf.broker.meta.groups import SubscriptionGroupManager
@@ -51,6 +52,9 @@ class BrokerContext:
     # THE send core (broker/core): one per broker, shared by every protocol front end (one
     # round-robin counter per topic, one dedupe window); made from the fields above.
     send_core: SendCore = field(init=False)
+    # THE offset read (broker/core/read.py) every front end's pull shares.
+    read_core: ReadCore = field(init=False)
 
     def __post_init__(self) -> None:
         self.send_core = SendCore(self.store, self.topics, shutting_down=lambda: self.shutting_down)
+        self.read_core = ReadCore(self.config, self.store, self.long_poll)

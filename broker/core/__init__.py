@@ -15,9 +15,10 @@ Contract:
 - State that must be one per broker (the round-robin counters, the dedupe window) lives here,
   in the one ``SendCore`` of the broker's topic table (``SendCore.shared``).
 
-Modules: ``send.py`` (admission, queue selection, the store calls, dedupe), ``validate.py``
-(the message rules), ``model.py`` (values), ``errors.py`` (refusals and reasons). Still in
-the front ends (issue 34's next slices): pull/read, pop, the client registry, transactions.
+Modules: ``send.py`` (admission, queue selection, the store calls, dedupe), ``read.py`` (the
+one offset read with its neutral ``ReadStatus``), ``validate.py`` (the message rules),
+``model.py`` (values), ``errors.py`` (refusals and reasons). Still in the front ends (issue
+34's next slices): pop, the client registry, transactions.
 """
 
 from wharf.broker.core.errors import InvalidSend, Reason, Refused

@@ -39,7 +39,6 @@ from wharf.broker.errors import (
 from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import validate_topic_name
 from wharf.broker.processors.consumer import ConsumerProcessor, retry_topic
-from wharf.broker.processors.pull import PullProcessor
 from wharf.broker.remoting.admin import RemotingAdmin
 from wharf.broker.remoting.batch import BatchError, decode_messages
 from wharf.broker.remoting.codes import TRANSACTION_ROLLBACK_TYPE, RequestCode, ResponseCode
@@ -188,7 +187,6 @@ class RemotingHandlers:
     def __init__(self, ctx: BrokerContext, address: str) -> None:
         self.ctx = ctx
         self.address = address
-        self.pulls = PullProcessor(ctx)
         self.consumer = ConsumerProcessor(ctx)
         # client id -> the connection it last heartbeated on (NOTIFY_CONSUMER_IDS_CHANGED).
         self.channels: dict[str, Connection] = {}
@@ -489,7 +487,7 @@ class RemotingHandlers:
             ctx.offsets.commit(group, name, queue_id, header.commit_offset)
         offset = max(header.queue_offset, 0)
         wait_ms = max(header.suspend_timeout_millis, 0) if header.has_suspend else 0
-        result, _ = await self.pulls.read_waiting(
+        result, _ = await ctx.read_core.read_waiting(
             name, queue_id, offset, max(header.max_msg_nums, 0), tag_filter, wait_ms, raw=True
         )
         assert isinstance(result, RawGetResult)

@@ -27,7 +27,6 @@ from typing import Any
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.groups import SubscriptionGroup
-from wharf.broker.processors.pull import PullProcessor
 from wharf.broker.processors.send import born_host_of
 from wharf.broker.serving.handlers import MalformedRequest
 from wharf.broker.v2 import codes
@@ -128,7 +127,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.puller = V2PullProcessor(
             ctx.topics,
             ctx.offsets,
-            PullProcessor(ctx).read_waiting,
+            ctx.read_core.read_waiting,
             self._group,
             ctx.store.get_min_offset,
             ctx.store.get_max_offset,
