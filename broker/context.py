@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 from wharf.broker.cluster.routes import ClusterRoutes
 from wharf.broker.config import BrokerConfig
+from wharf.broker.core.clients import ClientRegistry
 from wharf.broker.core.long_poll import LongPollHolder
 from wharf.broker.core.read import ReadCore
 from wharf.broker.core.send import SendCore
-from wharf.broker.meta.consumers import ConsumerManager
 from wharf.broker.meta.groups import SubscriptionGroupManager
 from wharf.broker.meta.offsets import ConsumerOffsetManager
 from wharf.broker.meta.topics import TopicConfigManager
@@ -32,7 +32,7 @@ class BrokerContext:
     topics: TopicConfigManager
     groups: SubscriptionGroupManager
     offsets: ConsumerOffsetManager
-    consumers: ConsumerManager
+    clients: ClientRegistry
     long_poll: LongPollHolder
     metrics: BrokerMetrics
     endpoint: str  # advertised address clients dial

@@ -10,11 +10,12 @@ Attributes other components read (the metrics read a typed ``BrokerView`` built 
 - ``topics``: TopicConfigManager (``len()`` = user topics; ``.table``: name -> TopicConfig).
 - ``groups``: SubscriptionGroupManager (``len()``; ``.table``: name -> SubscriptionGroup).
 - ``offsets``: ConsumerOffsetManager (``.table``: (topic, group) -> {queue_id: offset}).
-- ``consumers``: ConsumerManager (online clients per group, membership versions).
+- ``clients``: the one client registry (broker/core/clients.py: group members, membership
+  versions, v2 sessions and their channels, one expiry).
 - ``long_poll``: LongPollHolder (``parked_count``: pulls parked right now).
 - ``metrics``: BrokerMetrics (also the store's observer).
 - ``started_at``: ``time.time()`` when the broker began serving; 0.0 before.
-- ``v2_service``: the apache.rocketmq.v2 servicer (``.clients``: the v2 client registry).
+- ``v2_service``: the apache.rocketmq.v2 servicer.
 - ``endpoint``: the advertised address; ``grpc_port`` / ``metrics_port``: real bound ports.
 - ``tls_port``: the port serving TLS (``grpc_port`` when ``listen`` is TLS-only, the
   ``tlsListen`` port otherwise; 0 without tlsEnable); ``tls``: the loaded ``ServerTls``.
@@ -49,9 +50,9 @@ from wharf.broker.cluster.routes import ClusterRoutes
 from wharf.broker.config import Config, parse_host_port
 from wharf.broker.context import BrokerContext
 from wharf.broker.core.background import ClientExpiry, PopProgress
+from wharf.broker.core.clients import ClientRegistry
 from wharf.broker.core.long_poll import LongPollHolder
 from wharf.broker.failover import AetcdEtcd, Failover
-from wharf.broker.meta.consumers import ConsumerManager
 from wharf.broker.meta.groups import SubscriptionGroupManager
 from wharf.broker.meta.offsets import ConsumerOffsetManager
 from wharf.broker.meta.persist import dumps
@@ -235,7 +236,7 @@ class BrokerController:
             broker.auto_create_subscription_group, broker.max_reconsume_times
         )
         self.offsets = ConsumerOffsetManager()
-        self.consumers = ConsumerManager(broker.channel_expired_timeout / 1000)
+        self.clients = ClientRegistry(broker.channel_expired_timeout / 1000)
         self.long_poll = LongPollHolder(broker.max_parked_pulls)
         self.metrics = BrokerMetrics()
         self.started_at = 0.0
@@ -268,7 +269,7 @@ class BrokerController:
             self._managers(),
             self.config.broker.flush_consumer_offset_interval / 1000,
         )
-        self.client_expiry = ClientExpiry(self.consumers)
+        self.client_expiry = ClientExpiry(self.clients)
         self.pop_progress = PopProgress(lambda: self.store.pop, self.offsets)
         self.topics.on_change = self._metadata_changed
         self.groups.on_change = self._metadata_changed
@@ -413,7 +414,7 @@ class BrokerController:
             topics=self.topics,
             groups=self.groups,
             offsets=self.offsets,
-            consumers=self.consumers,
+            clients=self.clients,
             long_poll=self.long_poll,
             metrics=self.metrics,
             endpoint=self.endpoint,

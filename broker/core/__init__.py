@@ -16,9 +16,10 @@ Contract:
   in the one ``SendCore`` of the broker's topic table (``SendCore.shared``).
 
 Modules: ``send.py`` (admission, queue selection, the store calls, dedupe), ``read.py`` (the
-one offset read with its neutral ``ReadStatus``), ``validate.py`` (the message rules),
+one offset read with its neutral ``ReadStatus``), ``clients.py`` (the one client registry:
+group members, sessions and their channels, one expiry), ``validate.py`` (the message rules),
 ``model.py`` (values), ``errors.py`` (refusals and reasons). Still in the front ends (issue
-34's next slices): pop, the client registry, transactions.
+34's next slices): pop, transactions.
 """
 
 from wharf.broker.core.errors import InvalidSend, Reason, Refused

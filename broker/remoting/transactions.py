@@ -151,7 +151,7 @@ class RemotingTransactions:
 
     def _connection_of(self, group: str) -> Connection | None:
         """The connection of the group's producer seen last (RocketMQ: any live channel)."""
-        seen = self.ctx.consumers.producers.get(group) or {}
+        seen = self.ctx.clients.producers.get(group) or {}
         for client_id in sorted(seen, key=seen.__getitem__, reverse=True):
             conn = self.channels.get(client_id)
             if conn is not None and not conn.closed:

@@ -25,12 +25,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from wharf.broker.context import BrokerContext
+from wharf.broker.core.clients import ClientKind
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.groups import SubscriptionGroup
 from wharf.broker.processors.send import born_host_of
 from wharf.broker.serving.handlers import MalformedRequest
+from wharf.broker.v2 import clients as v2_clients
 from wharf.broker.v2 import codes
-from wharf.broker.v2.clients import ClientRegistry
 from wharf.broker.v2.codes import Code, V2Error, code_for
 from wharf.broker.v2.metadata import client_id_of, client_meta
 from wharf.broker.v2.pull import V2PullProcessor
@@ -77,7 +78,6 @@ def v2_rpc(method: str) -> Callable[..., Any]:
                 client_id = client_id_of(context.invocation_metadata())
                 if type(request) is MalformedRequest:
                     raise V2Error(codes.BAD_REQUEST, request.message)
-                self.sweep_clients()
                 response = await fn(self, request, context, client_id)
                 code = response.status.code
                 if code != OK:
@@ -106,7 +106,7 @@ def v2_rpc(method: str) -> Callable[..., Any]:
 class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
-        self.clients = ClientRegistry()
+        self.clients = ctx.clients  # the broker's one registry: v2 clients are sessions
         self._max_body_size = ctx.store.config.max_message_size
         self.sender = V2SendProcessor(
             ctx.store,
@@ -144,10 +144,6 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         group = self._group(name)
         self.ctx.topics.ensure_system(DLQ_GROUP_TOPIC_PREFIX + name, 1)
         return group.retry_max_times + 1, group.consume_message_orderly
-
-    def sweep_clients(self) -> None:
-        for client_id in self.clients.sweep_if_due():
-            log.info("v2 client %s dropped (no heartbeat for 120 s)", client_id)
 
     def _on_stored(self, topic: str, sizes: list[int]) -> None:
         self.ctx.messages_in += len(sizes)
@@ -203,8 +199,10 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # --- clients --------------------------------------------------------------------------------
     @v2_rpc("Heartbeat")
     async def Heartbeat(self, request, context, client_id):  # type: ignore[no-untyped-def]
-        entry = self.clients.heartbeat(client_id, request.client_type, request.group.name)
-        if entry.client_type == definition_pb2.CLIENT_TYPE_UNSPECIFIED:
+        entry = v2_clients.on_heartbeat(
+            self.clients, client_id, request.client_type, request.group.name
+        )
+        if entry.kind is ClientKind.UNKNOWN:
             return service_pb2.HeartbeatResponse(
                 status=codes.status(
                     Code.UNRECOGNIZED_CLIENT_TYPE,
@@ -228,7 +226,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             group = self._group(settings.subscription.group.name)
             fifo = group.consume_message_orderly
             attempts = group.retry_max_times + 1
-        self.clients.on_settings(client_id, settings)
+        v2_clients.on_settings(self.clients, client_id, settings)
         merged = merge_settings(settings, self._max_body_size, fifo, attempts)
         return service_pb2.TelemetryCommand(status=codes.ok(), settings=merged)
 
@@ -245,7 +243,6 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except V2Error as exc:
             yield service_pb2.TelemetryCommand(status=codes.status(exc.code, exc.message))
             return
-        self.sweep_clients()
         outbox: asyncio.Queue[service_pb2.TelemetryCommand | None] = asyncio.Queue()
 
         def send(command: service_pb2.TelemetryCommand) -> bool:
@@ -254,14 +251,14 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             outbox.put_nowait(command)
             return True
 
-        self.clients.stream_opened(client_id, send)
+        self.clients.channel_opened(client_id, send)
         reader = asyncio.ensure_future(self._read_telemetry(client_id, request_iterator, outbox))
         try:
             while (command := await outbox.get()) is not None:
                 yield command
         finally:
             reader.cancel()
-            self.clients.stream_closed(client_id, send)
+            self.clients.channel_closed(client_id, send)
 
     async def _read_telemetry(
         self,

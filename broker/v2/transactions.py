@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from wharf.broker.core.clients import ClientRegistry
 from wharf.broker.transactions import CheckTarget
 from wharf.broker.v2 import codes
-from wharf.broker.v2.clients import ClientRegistry
 from wharf.broker.v2.codes import Code, V2Error
 from wharf.broker.v2.receive import to_v2_message
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
@@ -66,7 +66,7 @@ def check_back_command(message: Any, offset: int) -> service_pb2.TelemetryComman
 def v2_check_targets(clients: ClientRegistry) -> Callable[[str], list[CheckTarget]]:
     def targets(topic: str) -> list[CheckTarget]:
         out: list[CheckTarget] = []
-        for producer in clients.producers_of(topic):
+        for producer in clients.producers_on(topic):
             if producer.send is not None:
                 out.append(_target(producer.send))
         return out
