@@ -52,6 +52,7 @@ from wharf.broker.context import BrokerContext
 from wharf.broker.core.background import ClientExpiry, PopProgress
 from wharf.broker.core.clients import ClientRegistry
 from wharf.broker.core.long_poll import LongPollHolder
+from wharf.broker.core.transactions import TransactionChecker
 from wharf.broker.failover import AetcdEtcd, Failover
 from wharf.broker.meta.groups import SubscriptionGroupManager
 from wharf.broker.meta.offsets import ConsumerOffsetManager
@@ -69,10 +70,8 @@ from wharf.broker.serving.reply_budget import ReplyBudget
 from wharf.broker.settings import parse_delay_levels
 from wharf.broker.tls.config import ServerTls, TlsError, load_server_tls_blocking
 from wharf.broker.tls.reload import CertificateReloader
-from wharf.broker.transactions import TransactionChecker
 from wharf.broker.v2.codes import V2_REFUSALS
 from wharf.broker.v2.service import V2MessagingService
-from wharf.broker.v2.transactions import v2_check_targets
 from wharf.broker.wire.server import WireServer
 from wharf.broker.wire.tls import server_ssl_context
 from wharf.client.channel import open_channel as open_client_channel
@@ -440,11 +439,9 @@ class BrokerController:
             server, AdminService(self.ctx), _service(admin_pb2, "AdminService"), wrap, wire
         )
         self.v2_service = V2MessagingService(self.ctx)
-        v2_targets = v2_check_targets(self.v2_service.clients)
-        channels = self.ctx.check_channels
         self.checker = TransactionChecker(
             lambda: self.store.transactions,
-            lambda topic: [*channels.targets(topic), *v2_targets(topic)],
+            self.ctx.check_targets.targets,
             broker.transaction_time_out,
             broker.transaction_check_interval,
             broker.transaction_check_max,

@@ -17,9 +17,11 @@ Contract:
 
 Modules: ``send.py`` (admission, queue selection, the store calls, dedupe), ``read.py`` (the
 one offset read with its neutral ``ReadStatus``), ``clients.py`` (the one client registry:
-group members, sessions and their channels, one expiry), ``validate.py`` (the message rules),
+group members, sessions and their channels, one expiry), ``transactions.py`` (ending
+transactions, the check-back targets every front end adds to, the check-back task),
+``validate.py`` (the message rules),
 ``model.py`` (values), ``errors.py`` (refusals and reasons). Still in the front ends (issue
-34's next slices): pop, transactions.
+34's next slice): pop.
 """
 
 from wharf.broker.core.errors import InvalidSend, Reason, Refused

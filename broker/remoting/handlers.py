@@ -191,7 +191,7 @@ class RemotingHandlers:
         # client id -> the connection it last heartbeated on (NOTIFY_CONSUMER_IDS_CHANGED).
         self.channels: dict[str, Connection] = {}
         self.transactions = RemotingTransactions(ctx, self.channels)
-        ctx.check_channels.add_source(self.transactions.targets)
+        ctx.check_targets.add_source(self.transactions.targets)
         self.locks = RemotingLocks()
         self.admin = RemotingAdmin(ctx, self.channels)
 

@@ -46,7 +46,7 @@ from wharf.broker.v2.route import (
 )
 from wharf.broker.v2.send import V2SendProcessor
 from wharf.broker.v2.settings import merge_settings
-from wharf.broker.v2.transactions import end_transaction
+from wharf.broker.v2.transactions import end_transaction, v2_check_targets
 from wharf.rocketmq.v2 import definition_pb2, service_pb2, service_pb2_grpc
 from wharf.store.codec.ids import parse_recall_handle
 from wharf.store.codec.properties import DLQ_GROUP_TOPIC_PREFIX
@@ -107,6 +107,8 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
         self.clients = ctx.clients  # the broker's one registry: v2 clients are sessions
+        # Check-backs reach v2 producers on their Telemetry streams.
+        ctx.check_targets.add_source(v2_check_targets(self.clients))
         self._max_body_size = ctx.store.config.max_message_size
         self.sender = V2SendProcessor(
             ctx.store,
@@ -369,7 +371,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @v2_rpc("EndTransaction")
     async def EndTransaction(self, request, context, client_id):  # type: ignore[no-untyped-def]
-        return await end_transaction(self.ctx.store.transactions, request)
+        return await end_transaction(self.ctx.transactions, request)
 
     @v2_rpc("RecallMessage")
     async def RecallMessage(self, request, context, client_id):  # type: ignore[no-untyped-def]
