@@ -10,6 +10,7 @@ from wharf.broker.cluster.routes import ClusterRoutes
 from wharf.broker.config import BrokerConfig
 from wharf.broker.core.clients import ClientRegistry
 from wharf.broker.core.long_poll import LongPollHolder
+from wharf.broker.core.pop import PopCore
 from wharf.broker.core.read import ReadCore
 from wharf.broker.core.send import SendCore
 from wharf.broker.core.transactions import CheckTargets, TransactionCore
@@ -56,9 +57,11 @@ class BrokerContext:
     # THE offset read (broker/core/read.py) every front end's pull shares.
     read_core: ReadCore = field(init=False)
     transactions: TransactionCore = field(init=False)  # ending transactions, every front end
+    pop_core: PopCore = field(init=False)  # pop consumption (receive, ack, dead letter)
 
     def __post_init__(self) -> None:
         self.send_core = SendCore(self.store, self.topics, shutting_down=lambda: self.shutting_down)
         self.read_core = ReadCore(self.config, self.store, self.long_poll)
         store = self.store
         self.transactions = TransactionCore(lambda: store.transactions)
+        self.pop_core = PopCore(lambda: store.pop, self.groups, self.topics)

@@ -49,7 +49,6 @@ from wharf.broker.v2.settings import merge_settings
 from wharf.broker.v2.transactions import end_transaction, v2_check_targets
 from wharf.rocketmq.v2 import definition_pb2, service_pb2, service_pb2_grpc
 from wharf.store.codec.ids import parse_recall_handle
-from wharf.store.codec.properties import DLQ_GROUP_TOPIC_PREFIX
 from wharf.store.errors import InvalidMessageError
 
 log = logging.getLogger("wharf.broker.v2")
@@ -120,9 +119,8 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         )
         property_filter = ctx.config.enable_property_filter
         self.receiver = V2ReceiveProcessor(
-            lambda: ctx.store.pop,
+            ctx.pop_core,
             ctx.topics,
-            self._group_settings,
             self._on_delivered,
             property_filter=property_filter,
         )
@@ -137,15 +135,6 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self._on_delivered,
             property_filter=property_filter,
         )
-
-    def _group_settings(self, name: str) -> tuple[int, bool]:
-        """(max deliveries, fifo) of a consumer group that receives: retryMaxTimes + 1, as the
-        settings reply tells the clients. Its ``%DLQ%<group>`` topic (1 queue) is registered
-        here, before the pop store can dead-letter into it, so the copies are listed and
-        readable like the wharf.v1 path's."""
-        group = self._group(name)
-        self.ctx.topics.ensure_system(DLQ_GROUP_TOPIC_PREFIX + name, 1)
-        return group.retry_max_times + 1, group.consume_message_orderly
 
     def _on_stored(self, topic: str, sizes: list[int]) -> None:
         self.ctx.messages_in += len(sizes)
