@@ -8,15 +8,17 @@ from typing import TYPE_CHECKING
 
 from wharf.broker.cluster.routes import ClusterRoutes
 from wharf.broker.config import BrokerConfig
+from wharf.broker.core.clients import ClientRegistry
 from wharf.broker.core.long_poll import LongPollHolder
+from wharf.broker.core.pop import PopCore
+from wharf.broker.core.read import ReadCore
 from wharf.broker.core.send import SendCore
-from wharf.broker.meta.consumers import ConsumerManager
+from wharf.broker.core.transactions import CheckTargets, TransactionCore
 from wharf.broker.meta.groups import SubscriptionGroupManager
 from wharf.broker.meta.offsets import ConsumerOffsetManager
 from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.metrics import BrokerMetrics
 from wharf.broker.serving.reply_budget import ReplyBudget
-from wharf.broker.transactions import CheckChannels
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 
 if TYPE_CHECKING:
@@ -31,7 +33,7 @@ class BrokerContext:
     topics: TopicConfigManager
     groups: SubscriptionGroupManager
     offsets: ConsumerOffsetManager
-    consumers: ConsumerManager
+    clients: ClientRegistry
     long_poll: LongPollHolder
     metrics: BrokerMetrics
     endpoint: str  # advertised address clients dial
@@ -39,7 +41,8 @@ class BrokerContext:
     unique_ids: UniqueIdGenerator
     offset_ids: OffsetMsgIdFormatter
     replies: ReplyBudget
-    check_channels: CheckChannels = field(default_factory=CheckChannels)
+    # Where transaction check-backs go: each front end adds its producers' channels.
+    check_targets: CheckTargets = field(default_factory=CheckTargets)
     # With namesrvAddr: the topic's queues on every group (RocketMQ 5 routes); else None.
     cluster_routes: ClusterRoutes | None = None
     started_at: float = 0.0  # time.time() when serving began
@@ -51,6 +54,14 @@ class BrokerContext:
     # THE send core (broker/core): one per broker, shared by every protocol front end (one
     # round-robin counter per topic, one dedupe window); made from the fields above.
     send_core: SendCore = field(init=False)
+    # THE offset read (broker/core/read.py) every front end's pull shares.
+    read_core: ReadCore = field(init=False)
+    transactions: TransactionCore = field(init=False)  # ending transactions, every front end
+    pop_core: PopCore = field(init=False)  # pop consumption (receive, ack, dead letter)
 
     def __post_init__(self) -> None:
         self.send_core = SendCore(self.store, self.topics, shutting_down=lambda: self.shutting_down)
+        self.read_core = ReadCore(self.config, self.store, self.long_poll)
+        store = self.store
+        self.transactions = TransactionCore(lambda: store.transactions)
+        self.pop_core = PopCore(lambda: store.pop, self.groups, self.topics)

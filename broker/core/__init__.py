@@ -2,11 +2,12 @@
 ``MessagingProcessor``): what a message operation MEANS, once, under every protocol front end.
 
 Contract:
-- The front ends (``broker/processors/`` = wharf.v1, ``broker/v2/`` = apache.rocketmq.v2, a
-  RocketMQ 4 remoting one next) are adapters: request -> core call -> reply. They own their
-  wire types, their request shape checks and their error tables (``broker/errors.py``
-  ``status_for``, ``broker/v2/codes.py`` ``code_for``); the core owns admission, the rules,
-  queue selection, dedupe and the store calls.
+- The front ends (``broker/processors/`` = wharf.v1, ``broker/v2/`` = apache.rocketmq.v2,
+  ``broker/remoting/`` = RocketMQ 4.x remoting) are adapters: request -> core call -> reply.
+  They own their wire types, their request shape checks and their error tables
+  (``broker/errors.py`` ``status_for``, ``broker/v2/codes.py`` ``code_for``,
+  ``broker/remoting/handlers.py``); the core owns admission, the rules, queue selection,
+  dedupe, the read, pop, the client registry, transactions and the store calls.
 - The core speaks the store's values (``wharf.store.model``) and its own small dataclasses
   (``model.py``); it imports no generated protocol module (``wharf.v1``, ``wharf.rocketmq``)
   and no front end (an import-linter contract in pyproject.toml).
@@ -15,9 +16,14 @@ Contract:
 - State that must be one per broker (the round-robin counters, the dedupe window) lives here,
   in the one ``SendCore`` of the broker's topic table (``SendCore.shared``).
 
-Modules: ``send.py`` (admission, queue selection, the store calls, dedupe), ``validate.py``
-(the message rules), ``model.py`` (values), ``errors.py`` (refusals and reasons). Still in
-the front ends (issue 34's next slices): pull/read, pop, the client registry, transactions.
+Modules: ``send.py`` (admission, queue selection, the store calls, dedupe), ``read.py`` (the
+one offset read with its neutral ``ReadStatus``), ``clients.py`` (the one client registry:
+group members, sessions and their channels, one expiry), ``transactions.py`` (ending
+transactions, the check-back targets every front end adds to, the check-back task),
+``pop.py`` (pop consumption: group rules, DLQ registration, the pop store's calls),
+``validate.py`` (the message rules), ``model.py`` (values), ``errors.py`` (refusals and
+reasons), ``long_poll.py`` (parked reads), ``tags.py`` (filters), ``background.py`` (client
+expiry, pop progress).
 """
 
 from wharf.broker.core.errors import InvalidSend, Reason, Refused

@@ -1,7 +1,8 @@
 """The broker's background parts over its tables, each a ``store.service.Service`` (a named
 loop with start, stop and failure accounting for health) the controller only starts and stops.
 
-- ``ClientExpiry``: consumers that stopped heartbeating leave their groups (every 10 s).
+- ``ClientExpiry``: clients that stopped heartbeating leave their groups and sessions end (every
+  10 s; the registry's one expiry, ``core/clients.py``).
 - ``PopProgress``: pop consumers' progress becomes committed offsets (every 1 s; RocketMQ's pop
   commits the consumer offset too), so replicas follow it and, after a failover, the new
   master's pop starts where this one's had finished, not at the queue's oldest message; never
@@ -31,13 +32,13 @@ class Expiring(Protocol):
 
 
 class ClientExpiry(Service):
-    def __init__(self, consumers: Expiring, interval_s: float = CLIENT_EXPIRY_SCAN_S) -> None:
+    def __init__(self, clients: Expiring, interval_s: float = CLIENT_EXPIRY_SCAN_S) -> None:
         super().__init__("ClientExpiry", interval_s)
-        self.consumers = consumers
+        self.clients = clients
 
     async def run_once(self) -> None:
-        for group, client in self.consumers.expire():
-            log.info("client %s left group %s (no heartbeat)", client, group)
+        for group, client in self.clients.expire():
+            log.info("client %s left%s (no heartbeat)", client, f" group {group}" if group else "")
 
 
 class PopSource(Protocol):

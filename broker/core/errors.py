@@ -16,7 +16,7 @@ from wharf.broker.errors import (
 
 
 class Reason(enum.Enum):
-    """Why the core refused a send (one value per rule; a front end maps each to a code)."""
+    """Why the core refused a call (one value per rule; a front end maps each to a code)."""
 
     SHUTTING_DOWN = "shutting down"
     EMPTY = "no messages"
@@ -31,6 +31,7 @@ class Reason(enum.Enum):
     ILLEGAL_KEY = "illegal key"
     ILLEGAL_PROPERTY = "illegal property"
     PROPERTIES_TOO_LARGE = "properties too large"
+    UNKNOWN_TRANSACTION = "unknown transaction"  # no half of that message (and topic) there
 
 
 class Refused(Exception):

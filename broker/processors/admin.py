@@ -230,7 +230,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         group = request.consumer_group
         validate_group_name(group)
         committed = ctx.offsets.of_group(group)
-        topics = set(committed) | ctx.consumers.subscribed_topics(group)
+        topics = set(committed) | ctx.clients.subscribed_topics(group)
         if request.topic:
             validate_topic_name(request.topic)
             topics = {request.topic}
@@ -258,7 +258,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             consumer_group=group,
             queues=queues,
             total_lag=total,
-            online_clients=ctx.consumers.online_count(group),
+            online_clients=ctx.clients.online_count(group),
         )
 
     def _last_consumed_timestamp(self, topic: str, stat: QueueStat, consumer: int) -> int:

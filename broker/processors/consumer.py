@@ -59,7 +59,7 @@ class ConsumerProcessor:
                 )
             ctx.groups.for_use(group)
             ctx.topics.ensure_system(retry_topic(group), 1)
-            versions[group] = ctx.consumers.heartbeat(
+            versions[group] = ctx.clients.heartbeat(
                 request.client_id,
                 group,
                 subscriptions,
@@ -67,14 +67,14 @@ class ConsumerProcessor:
                 int(data.consume_from_where),
             )
         for group in request.producer_groups:
-            ctx.consumers.producer_heartbeat(request.client_id, group)
+            ctx.clients.producer_heartbeat(request.client_id, group)
         return messaging_pb2.HeartbeatResponse(consumer_list_versions=versions)
 
     def unregister(
         self, request: messaging_pb2.UnregisterClientRequest
     ) -> messaging_pb2.UnregisterClientResponse:
         _validate_client_id(request.client_id)
-        self.ctx.consumers.unregister(
+        self.ctx.clients.unregister(
             request.client_id, list(request.consumer_groups), list(request.producer_groups)
         )
         return messaging_pb2.UnregisterClientResponse()
@@ -83,7 +83,7 @@ class ConsumerProcessor:
         self, request: messaging_pb2.GetConsumerListRequest
     ) -> messaging_pb2.GetConsumerListResponse:
         validate_group_name(request.consumer_group)
-        ids, version = self.ctx.consumers.members(request.consumer_group)
+        ids, version = self.ctx.clients.members(request.consumer_group)
         return messaging_pb2.GetConsumerListResponse(client_ids=ids, version=version)
 
     # --- offsets --------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ A message sent with property ``TRAN_MSG=true`` is a half message (``wharf.store.
 transactions``): invisible until EndTransaction commits it; its transaction id is its send
 result's ``queue_offset``. A producer that keeps a ``TransactionChecks`` stream open for its
 topics gets a ``TransactionCheck`` for each half left unresolved past ``transactionTimeOut``
-(``wharf.broker.transactions``) and answers with EndTransaction. An unknown transaction, or one
+(``wharf.broker.core.transactions``) and answers with EndTransaction. An unknown transaction, or one
 of another message or topic: NOT_FOUND. A repeated END answers how it was resolved and writes
 nothing. EndTransactions resolves many halves of one writer (a msg_id prefix) at once: the Spark
 sink's micro-batch commit. The admin pair lists open halves and resolves one by hand (the CLI's ``wharf tx``).
@@ -66,12 +66,8 @@ class TransactionProcessor:
         self, request: messaging_pb2.EndTransactionRequest
     ) -> messaging_pb2.EndTransactionResponse:
         offset = _offset(request.transaction_id)
-        try:
-            how = await self.ctx.store.transactions.end(
-                offset, request.msg_id, request.commit, request.topic
-            )
-        except InvalidMessageError as exc:
-            raise NotFoundError(str(exc)) from None
+        # UnknownTransaction is a NotFoundError: NOT_FOUND by the error table.
+        how = await self.ctx.transactions.end(offset, request.msg_id, request.commit, request.topic)
         return messaging_pb2.EndTransactionResponse(resolution=how)
 
     async def end_batch(
@@ -115,7 +111,7 @@ class TransactionProcessor:
             raise InvalidArgumentError("TransactionChecks needs the topics the producer sends to")
         for topic in topics:
             validate_topic_name(topic)
-        channels = self.ctx.check_channels
+        channels = self.ctx.check_targets
         queue = channels.open(topics)
         try:
             while True:

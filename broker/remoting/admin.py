@@ -290,7 +290,7 @@ class RemotingAdmin:
         names = {header.topic} if header.topic else set(ctx.offsets.of_group(group))
         names |= {q.topic for q in queues}
         # RocketMQ's rule: a group online without a subscription to a topic has no stats there.
-        subscribed = ctx.consumers.subscribed_topics(group)
+        subscribed = ctx.clients.subscribed_topics(group)
         if subscribed:
             names &= subscribed
         broker = ctx.config.broker_name
@@ -322,7 +322,7 @@ class RemotingAdmin:
     ) -> RemotingCommand:
         header = GetConsumerConnectionListRequestHeader.from_ext_fields(request.ext_fields)
         group = header.consumer_group
-        members = self.ctx.consumers.groups.get(group)
+        members = self.ctx.clients.groups.get(group)
         if not members:
             return response_to(
                 request,
@@ -332,7 +332,7 @@ class RemotingAdmin:
         connections = []
         subscriptions: dict[str, dict[str, Any]] = {}
         model = from_where = None
-        version = self.ctx.consumers.versions.get(group, 0)
+        version = self.ctx.clients.versions.get(group, 0)
         for client_id, client in sorted(members.items()):
             channel = self.channels.get(client_id)
             language, client_version = LanguageCode.OTHER, 0

@@ -39,7 +39,6 @@ from wharf.broker.errors import (
 from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import validate_topic_name
 from wharf.broker.processors.consumer import ConsumerProcessor, retry_topic
-from wharf.broker.processors.pull import PullProcessor
 from wharf.broker.remoting.admin import RemotingAdmin
 from wharf.broker.remoting.batch import BatchError, decode_messages
 from wharf.broker.remoting.codes import TRANSACTION_ROLLBACK_TYPE, RequestCode, ResponseCode
@@ -164,7 +163,7 @@ def _int_or_name(value: Any, names: dict[str, int], default: int) -> int:
     return default
 
 
-# RocketMQ's ordinals -> wharf.v1's enum values (ConsumerManager keeps the latter).
+# RocketMQ's ordinals -> wharf.v1's enum values (the client registry keeps the latter).
 _MESSAGE_MODELS = {"BROADCASTING": 0, "CLUSTERING": 1}
 _MESSAGE_MODEL_V1 = {0: common_pb2.BROADCASTING, 1: common_pb2.CLUSTERING}
 _CONSUME_FROM = {
@@ -188,12 +187,11 @@ class RemotingHandlers:
     def __init__(self, ctx: BrokerContext, address: str) -> None:
         self.ctx = ctx
         self.address = address
-        self.pulls = PullProcessor(ctx)
         self.consumer = ConsumerProcessor(ctx)
         # client id -> the connection it last heartbeated on (NOTIFY_CONSUMER_IDS_CHANGED).
         self.channels: dict[str, Connection] = {}
         self.transactions = RemotingTransactions(ctx, self.channels)
-        ctx.check_channels.add_source(self.transactions.targets)
+        ctx.check_targets.add_source(self.transactions.targets)
         self.locks = RemotingLocks()
         self.admin = RemotingAdmin(ctx, self.channels)
 
@@ -250,8 +248,8 @@ class RemotingHandlers:
             if self.channels.get(client_id) is not conn:
                 continue  # it heartbeats on another connection now
             del self.channels[client_id]
-            groups, producers = self.ctx.consumers.groups_of(client_id)
-            self.ctx.consumers.unregister(client_id, groups, producers)
+            groups, producers = self.ctx.clients.groups_of(client_id)
+            self.ctx.clients.unregister(client_id, groups, producers)
             for group in groups:
                 self._notify_ids_changed(group, client_id)
 
@@ -328,8 +326,8 @@ class RemotingHandlers:
             where = _int_or_name(consumer.get("consumeFromWhere"), _CONSUME_FROM, 0)
             ctx.groups.for_use(group)
             ctx.topics.ensure_system(retry_topic(group), 1)
-            before = ctx.consumers.versions.get(group)
-            after = ctx.consumers.heartbeat(
+            before = ctx.clients.versions.get(group)
+            after = ctx.clients.heartbeat(
                 client_id,
                 group,
                 subscriptions,
@@ -340,7 +338,7 @@ class RemotingHandlers:
                 changed.append(group)
         for producer in data.get("producerDataSet") or []:
             if isinstance(producer, dict) and producer.get("groupName"):
-                ctx.consumers.producer_heartbeat(client_id, str(producer["groupName"]))
+                ctx.clients.producer_heartbeat(client_id, str(producer["groupName"]))
         self.channels[client_id] = conn
         conn.client_ids.add(client_id)
         for group in changed:
@@ -350,7 +348,7 @@ class RemotingHandlers:
     def _notify_ids_changed(self, group: str, except_client: str) -> None:
         """NOTIFY_CONSUMER_IDS_CHANGED (oneway) to the other members: they rebalance now
         instead of on their next timer (the C++ client reacts at once)."""
-        ids, _ = self.ctx.consumers.members(group)
+        ids, _ = self.ctx.clients.members(group)
         for client_id in ids:
             conn = self.channels.get(client_id)
             if client_id != except_client and conn is not None and not conn.closed:
@@ -360,14 +358,14 @@ class RemotingHandlers:
         header = UnregisterClientRequestHeader.from_ext_fields(request.ext_fields)
         groups = [header.consumer_group] if header.consumer_group else []
         producers = [header.producer_group] if header.producer_group else []
-        self.ctx.consumers.unregister(header.client_id, groups, producers)
+        self.ctx.clients.unregister(header.client_id, groups, producers)
         for group in groups:
             self._notify_ids_changed(group, header.client_id)
         return _ok(request)
 
     async def consumer_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = GetConsumerListByGroupRequestHeader.from_ext_fields(request.ext_fields)
-        ids, _ = self.ctx.consumers.members(header.consumer_group)
+        ids, _ = self.ctx.clients.members(header.consumer_group)
         if not ids:  # as RocketMQ 4.x answers a group without members
             return response_to(
                 request,
@@ -442,7 +440,7 @@ class RemotingHandlers:
             sql = (header.expression_type or "TAG").upper() == SQL92
         else:  # the subscription of the group's last heartbeat
             expression, sql = "*", False
-            for client in ctx.consumers.groups.get(header.consumer_group, {}).values():
+            for client in ctx.clients.groups.get(header.consumer_group, {}).values():
                 found = client.subscriptions.get(header.topic)
                 if found is not None:
                     sql = found.startswith("SQL92: ")
@@ -489,7 +487,7 @@ class RemotingHandlers:
             ctx.offsets.commit(group, name, queue_id, header.commit_offset)
         offset = max(header.queue_offset, 0)
         wait_ms = max(header.suspend_timeout_millis, 0) if header.has_suspend else 0
-        result, _ = await self.pulls.read_waiting(
+        result, _ = await ctx.read_core.read_waiting(
             name, queue_id, offset, max(header.max_msg_nums, 0), tag_filter, wait_ms, raw=True
         )
         assert isinstance(result, RawGetResult)

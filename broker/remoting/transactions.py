@@ -1,6 +1,6 @@
 """Transactional messages of RocketMQ 4.x producers over remoting, routed through the broker's
 one transaction service (``wharf.store.services.transactions``; check-back timing in
-``wharf.broker.transactions``).
+``wharf.broker.core.transactions``).
 
 - PREPARE: a SEND_MESSAGE whose properties carry ``TRAN_MSG=true`` (and ``PGROUP``, the
   producer group; sysFlag TRANSACTION_PREPARED_TYPE) is a half message: the store parks it in
@@ -12,7 +12,7 @@ one transaction service (``wharf.store.services.transactions``; check-back timin
   commit log offset ``commitLogOffset``, else 1 SYSTEM_ERROR. A repeated or late END (a
   check-back answered after a commit) changes nothing.
 - CHECK_TRANSACTION_STATE (39): the check-back target of this port (``targets``, registered
-  with ``CheckChannels.add_source``). A half whose ``PGROUP`` has a producer that heartbeated
+  with ``CheckTargets.add_source``). A half whose ``PGROUP`` has a producer that heartbeated
   on a live remoting connection gets a oneway 39 on it: the header names the transaction
   (``tranStateTableOffset``, ``commitLogOffset``, ``msgId``/``transactionId`` = UNIQ_KEY,
   ``offsetMsgId``), the body is the half record as ``MessageDecoder.encode`` writes it (real
@@ -26,6 +26,7 @@ import itertools
 import logging
 from typing import TYPE_CHECKING
 
+from wharf.broker.core.transactions import CheckTarget, UnknownTransaction
 from wharf.broker.remoting.codes import (
     FLAG_ONEWAY,
     TRANSACTION_COMMIT_TYPE,
@@ -38,14 +39,12 @@ from wharf.broker.remoting.headers import (
     CheckTransactionStateRequestHeader,
     EndTransactionRequestHeader,
 )
-from wharf.broker.transactions import CheckTarget
 from wharf.store.codec.properties import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
 )
 from wharf.store.codec.records import encode_batch
-from wharf.store.errors import InvalidMessageError
 from wharf.store.model import MessageInput, StoredMessage
 
 if TYPE_CHECKING:
@@ -130,10 +129,10 @@ class RemotingTransactions:
             # Clients send the UNIQ_KEY; one that sends the offset id matched by its offset.
             message_id = half.unique_id
         try:
-            how = await tx.end(
+            how = await self.ctx.transactions.end(
                 offset, message_id, header.commit_or_rollback == TRANSACTION_COMMIT_TYPE
             )
-        except InvalidMessageError as exc:
+        except UnknownTransaction as exc:
             return response_to(
                 request,
                 ResponseCode.SYSTEM_ERROR,
@@ -145,13 +144,13 @@ class RemotingTransactions:
 
     # --- CHECK_TRANSACTION_STATE ----------------------------------------------------------------
     def targets(self, topic: str) -> list[CheckTarget]:
-        """The check targets of a topic (``CheckChannels.add_source``): this port's producers,
+        """The check targets of a topic (``CheckTargets.add_source``): this port's producers,
         chosen per half by its ``PGROUP``."""
         return [self.check] if self.channels else []
 
     def _connection_of(self, group: str) -> Connection | None:
         """The connection of the group's producer seen last (RocketMQ: any live channel)."""
-        seen = self.ctx.consumers.producers.get(group) or {}
+        seen = self.ctx.clients.producers.get(group) or {}
         for client_id in sorted(seen, key=seen.__getitem__, reverse=True):
             conn = self.channels.get(client_id)
             if conn is not None and not conn.closed:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from wharf.broker.core.read import Read, ReadStatus
 from wharf.broker.meta.offsets import ConsumerOffsetManager
 from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.v2 import codes
@@ -30,21 +31,17 @@ from wharf.broker.v2.receive import (
     to_v2_message,
 )
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
-from wharf.store.model import GetResult, TagFilter
-from wharf.store.read.get_raw import RawGetResult
-from wharf.v1 import messaging_pb2
+from wharf.store.model import TagFilter
 
-# (topic, queue id, offset, max messages, tag filter, max wait ms) -> (result, wharf.v1 status)
-ReadWaiting = Callable[
-    [str, int, int, int, TagFilter, int],
-    Awaitable[tuple[GetResult | RawGetResult, "messaging_pb2.PullStatus"]],
-]
+# (topic, queue id, offset, max messages, tag filter, max wait ms) -> the core's read
+ReadWaiting = Callable[[str, int, int, int, TagFilter, int], Awaitable[Read]]
 
+# The core's neutral read outcome as v2 codes.
 _PULL_CODES = {
-    messaging_pb2.FOUND: Code.OK,
-    messaging_pb2.NO_NEW_MSG: Code.MESSAGE_NOT_FOUND,
-    messaging_pb2.NO_MATCHED_MSG: Code.MESSAGE_NOT_FOUND,
-    messaging_pb2.OFFSET_ILLEGAL: Code.ILLEGAL_OFFSET,
+    ReadStatus.FOUND: Code.OK,
+    ReadStatus.NO_NEW: Code.MESSAGE_NOT_FOUND,
+    ReadStatus.NO_MATCHED: Code.MESSAGE_NOT_FOUND,
+    ReadStatus.OFFSET_ILLEGAL: Code.ILLEGAL_OFFSET,
 }
 
 

@@ -1,5 +1,6 @@
-"""ReceiveMessage, AckMessage and ChangeInvisibleDuration over the store's durable pop state
-(``wharf.store.pop``): RocketMQ 5's consumption with invisible time.
+"""ReceiveMessage, AckMessage and ChangeInvisibleDuration over the core's pop
+(``broker/core/pop.py``, on the store's durable pop state ``wharf.store.pop``): RocketMQ 5's
+consumption with invisible time.
 
 ReceiveMessage pops up to ``batch_size`` visible messages of the subscription from ANY readable
 queue of the topic (the request's queue is a hint the official clients pick at random: the proxy
@@ -29,15 +30,17 @@ import hashlib
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
+from wharf.broker.core.pop import PopConsumer, PopCore
 from wharf.broker.core.tags import parse_filter, parse_tag_expression
+from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.topics import TopicConfig, TopicConfigManager
 from wharf.broker.v2 import codes
 from wharf.broker.v2.codes import Code, V2Error
 from wharf.broker.v2.convert import PROPERTY_MESSAGE_GROUP, RESERVED_PROPERTY_NAMES
+from wharf.broker.v2.route import not_found_group
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
 from wharf.store.codec.layout import SYSFLAG_COMPRESSED
 from wharf.store.codec.properties import (
@@ -183,24 +186,27 @@ def _set_ms(field: Timestamp | Duration, ms: int) -> None:
 
 
 class V2ReceiveProcessor:
-    """The pop-based half of the v2 servicer. ``pop`` is the store's PopService (``store.pop``);
-    ``group_settings(name)`` -> (max attempts, fifo) of a consumer group (auto-created as the
-    wharf.v1 path does), raising what the code table maps; ``on_delivered(topic, group, count,
-    bytes)`` counts what leaves."""
+    """The pop-based half of the v2 servicer, an adapter over the core's ``PopCore``:
+    ``on_delivered(topic, group, count, bytes)`` counts what leaves."""
 
     def __init__(
         self,
-        pop: Callable[[], Any],
+        core: PopCore,
         topics: TopicConfigManager,
-        group_settings: Callable[[str], tuple[int, bool]],
         on_delivered: Callable[[str, str, int, int], None] = lambda *_: None,
         property_filter: bool = True,
     ) -> None:
-        self._pop = pop
+        self._core = core
         self._topics = topics
-        self._group_settings = group_settings
         self._on_delivered = on_delivered
         self._property_filter = property_filter  # enablePropertyFilter
+
+    def _consumer(self, group: str) -> PopConsumer:
+        """The group (auto-created when allowed), its refusals in v2 codes."""
+        try:
+            return self._core.consumer(group)
+        except (NotFoundError, InvalidArgumentError) as exc:
+            raise not_found_group(exc) from None
 
     def _topic(self, name: str) -> None:
         readable_topic(self._topics, name)
@@ -212,7 +218,7 @@ class V2ReceiveProcessor:
         store errors for the code table)."""
         topic = request.message_queue.topic.name
         self._topic(topic)
-        max_attempts, fifo = self._group_settings(request.group.name)
+        consumer = self._consumer(request.group.name)
         tag_filter = tag_filter_of(request.filter_expression, self._property_filter)
         if request.auto_renew:
             invisible_ms = AUTO_RENEW_INVISIBLE_MS
@@ -220,10 +226,9 @@ class V2ReceiveProcessor:
             invisible_ms = _invisible_ms(request.invisible_duration)
         polling_ms = polling_ms_of(request.long_polling_timeout, time_remaining)
         batch = batch_of(request.batch_size)
-        found = await self._pop().pop_wait(
-            request.group.name, topic, None, tag_filter, batch, invisible_ms, max_attempts, fifo,
-            polling_ms,
-        )  # fmt: skip
+        found = await self._core.receive(
+            consumer, topic, tag_filter, batch, invisible_ms, polling_ms
+        )
         response = service_pb2.ReceiveMessageResponse
         if found:
             self._on_delivered(
@@ -249,11 +254,11 @@ class V2ReceiveProcessor:
         response = service_pb2.AckMessageResponse()
         add = response.entries.add
         first_error: tuple[int, str] | None = None
-        pop = self._pop()
+        core = self._core
         for entry in request.entries:
             handle = entry.receipt_handle
             try:
-                await pop.ack(group, topic, handle)
+                await core.ack(group, topic, handle)
                 code, message = _OK, "OK"
             except InvalidReceiptHandleError as exc:
                 code, message = codes.INVALID_RECEIPT_HANDLE, str(exc)
@@ -273,7 +278,7 @@ class V2ReceiveProcessor:
         self._topic(topic)
         invisible_ms = _invisible_ms(request.invisible_duration)
         try:
-            handle = await self._pop().change_invisible(
+            handle = await self._core.change_invisible(
                 request.group.name, topic, request.receipt_handle, invisible_ms
             )
         except InvalidReceiptHandleError as exc:
@@ -292,9 +297,9 @@ class V2ReceiveProcessor:
         are the client's; the broker's own count goes into the copy."""
         group, topic = request.group.name, request.topic.name
         self._topic(topic)
-        self._group_settings(group)  # the group exists (or is auto-created) with its DLQ topic
+        consumer = self._consumer(group)  # it exists (or is auto-created) with its DLQ topic
         try:
-            await self._pop().dead_letter(group, topic, request.receipt_handle)
+            await self._core.dead_letter(consumer, topic, request.receipt_handle)
         except InvalidReceiptHandleError as exc:
             raise V2Error(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
         return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=codes.ok())

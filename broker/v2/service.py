@@ -25,13 +25,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from wharf.broker.context import BrokerContext
+from wharf.broker.core.clients import ClientKind
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.groups import SubscriptionGroup
-from wharf.broker.processors.pull import PullProcessor
 from wharf.broker.processors.send import born_host_of
 from wharf.broker.serving.handlers import MalformedRequest
+from wharf.broker.v2 import clients as v2_clients
 from wharf.broker.v2 import codes
-from wharf.broker.v2.clients import ClientRegistry
 from wharf.broker.v2.codes import Code, V2Error, code_for
 from wharf.broker.v2.metadata import client_id_of, client_meta
 from wharf.broker.v2.pull import V2PullProcessor
@@ -46,10 +46,9 @@ from wharf.broker.v2.route import (
 )
 from wharf.broker.v2.send import V2SendProcessor
 from wharf.broker.v2.settings import merge_settings
-from wharf.broker.v2.transactions import end_transaction
+from wharf.broker.v2.transactions import end_transaction, v2_check_targets
 from wharf.rocketmq.v2 import definition_pb2, service_pb2, service_pb2_grpc
 from wharf.store.codec.ids import parse_recall_handle
-from wharf.store.codec.properties import DLQ_GROUP_TOPIC_PREFIX
 from wharf.store.errors import InvalidMessageError
 
 log = logging.getLogger("wharf.broker.v2")
@@ -78,7 +77,6 @@ def v2_rpc(method: str) -> Callable[..., Any]:
                 client_id = client_id_of(context.invocation_metadata())
                 if type(request) is MalformedRequest:
                     raise V2Error(codes.BAD_REQUEST, request.message)
-                self.sweep_clients()
                 response = await fn(self, request, context, client_id)
                 code = response.status.code
                 if code != OK:
@@ -107,7 +105,9 @@ def v2_rpc(method: str) -> Callable[..., Any]:
 class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
-        self.clients = ClientRegistry()
+        self.clients = ctx.clients  # the broker's one registry: v2 clients are sessions
+        # Check-backs reach v2 producers on their Telemetry streams.
+        ctx.check_targets.add_source(v2_check_targets(self.clients))
         self._max_body_size = ctx.store.config.max_message_size
         self.sender = V2SendProcessor(
             ctx.store,
@@ -119,16 +119,15 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         )
         property_filter = ctx.config.enable_property_filter
         self.receiver = V2ReceiveProcessor(
-            lambda: ctx.store.pop,
+            ctx.pop_core,
             ctx.topics,
-            self._group_settings,
             self._on_delivered,
             property_filter=property_filter,
         )
         self.puller = V2PullProcessor(
             ctx.topics,
             ctx.offsets,
-            PullProcessor(ctx).read_waiting,
+            ctx.read_core.read_waiting,
             self._group,
             ctx.store.get_min_offset,
             ctx.store.get_max_offset,
@@ -136,19 +135,6 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self._on_delivered,
             property_filter=property_filter,
         )
-
-    def _group_settings(self, name: str) -> tuple[int, bool]:
-        """(max deliveries, fifo) of a consumer group that receives: retryMaxTimes + 1, as the
-        settings reply tells the clients. Its ``%DLQ%<group>`` topic (1 queue) is registered
-        here, before the pop store can dead-letter into it, so the copies are listed and
-        readable like the wharf.v1 path's."""
-        group = self._group(name)
-        self.ctx.topics.ensure_system(DLQ_GROUP_TOPIC_PREFIX + name, 1)
-        return group.retry_max_times + 1, group.consume_message_orderly
-
-    def sweep_clients(self) -> None:
-        for client_id in self.clients.sweep_if_due():
-            log.info("v2 client %s dropped (no heartbeat for 120 s)", client_id)
 
     def _on_stored(self, topic: str, sizes: list[int]) -> None:
         self.ctx.messages_in += len(sizes)
@@ -204,8 +190,10 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # --- clients --------------------------------------------------------------------------------
     @v2_rpc("Heartbeat")
     async def Heartbeat(self, request, context, client_id):  # type: ignore[no-untyped-def]
-        entry = self.clients.heartbeat(client_id, request.client_type, request.group.name)
-        if entry.client_type == definition_pb2.CLIENT_TYPE_UNSPECIFIED:
+        entry = v2_clients.on_heartbeat(
+            self.clients, client_id, request.client_type, request.group.name
+        )
+        if entry.kind is ClientKind.UNKNOWN:
             return service_pb2.HeartbeatResponse(
                 status=codes.status(
                     Code.UNRECOGNIZED_CLIENT_TYPE,
@@ -229,7 +217,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             group = self._group(settings.subscription.group.name)
             fifo = group.consume_message_orderly
             attempts = group.retry_max_times + 1
-        self.clients.on_settings(client_id, settings)
+        v2_clients.on_settings(self.clients, client_id, settings)
         merged = merge_settings(settings, self._max_body_size, fifo, attempts)
         return service_pb2.TelemetryCommand(status=codes.ok(), settings=merged)
 
@@ -246,7 +234,6 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except V2Error as exc:
             yield service_pb2.TelemetryCommand(status=codes.status(exc.code, exc.message))
             return
-        self.sweep_clients()
         outbox: asyncio.Queue[service_pb2.TelemetryCommand | None] = asyncio.Queue()
 
         def send(command: service_pb2.TelemetryCommand) -> bool:
@@ -255,14 +242,14 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             outbox.put_nowait(command)
             return True
 
-        self.clients.stream_opened(client_id, send)
+        self.clients.channel_opened(client_id, send)
         reader = asyncio.ensure_future(self._read_telemetry(client_id, request_iterator, outbox))
         try:
             while (command := await outbox.get()) is not None:
                 yield command
         finally:
             reader.cancel()
-            self.clients.stream_closed(client_id, send)
+            self.clients.channel_closed(client_id, send)
 
     async def _read_telemetry(
         self,
@@ -373,7 +360,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @v2_rpc("EndTransaction")
     async def EndTransaction(self, request, context, client_id):  # type: ignore[no-untyped-def]
-        return await end_transaction(self.ctx.store.transactions, request)
+        return await end_transaction(self.ctx.transactions, request)
 
     @v2_rpc("RecallMessage")
     async def RecallMessage(self, request, context, client_id):  # type: ignore[no-untyped-def]

@@ -10,7 +10,7 @@ whose Telemetry settings list it (apache.rocketmq.v2 has no producer group), eac
 ``RecoverOrphanedTransactionCommand`` (the message as the producer sent it, and the
 transaction id) on its Telemetry stream; the producer's checker answers with EndTransaction
 (source SERVER_CHECK). Consumers never get check-backs: only PRODUCER streams are asked. When
-and how often is ``wharf.broker.transactions``'.
+and how often is ``wharf.broker.core.transactions``'.
 """
 
 from __future__ import annotations
@@ -18,18 +18,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from wharf.broker.transactions import CheckTarget
+from wharf.broker.core.clients import ClientRegistry
+from wharf.broker.core.transactions import CheckTarget, TransactionCore, UnknownTransaction
 from wharf.broker.v2 import codes
-from wharf.broker.v2.clients import ClientRegistry
 from wharf.broker.v2.codes import Code, V2Error
 from wharf.broker.v2.receive import to_v2_message
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
 from wharf.store.codec.properties import PROPERTY_REAL_TOPIC
-from wharf.store.errors import InvalidMessageError
 
 
 async def end_transaction(
-    transactions: Any, request: service_pb2.EndTransactionRequest
+    transactions: TransactionCore, request: service_pb2.EndTransactionRequest
 ) -> service_pb2.EndTransactionResponse:
     if not request.transaction_id.isdigit():
         raise V2Error(
@@ -46,7 +45,7 @@ async def end_transaction(
             resolution == definition_pb2.COMMIT,
             request.topic.name,
         )
-    except InvalidMessageError as exc:
+    except UnknownTransaction as exc:
         raise V2Error(Code.INVALID_TRANSACTION_ID, str(exc)) from None
     return service_pb2.EndTransactionResponse(status=codes.ok())
 
@@ -66,7 +65,7 @@ def check_back_command(message: Any, offset: int) -> service_pb2.TelemetryComman
 def v2_check_targets(clients: ClientRegistry) -> Callable[[str], list[CheckTarget]]:
     def targets(topic: str) -> list[CheckTarget]:
         out: list[CheckTarget] = []
-        for producer in clients.producers_of(topic):
+        for producer in clients.producers_on(topic):
             if producer.send is not None:
                 out.append(_target(producer.send))
         return out

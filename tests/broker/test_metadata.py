@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from wharf.broker.core.clients import ClientRegistry
 from wharf.broker.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
-from wharf.broker.meta.consumers import ConsumerManager
 from wharf.broker.meta.groups import SubscriptionGroup, SubscriptionGroupManager
 from wharf.broker.meta.offsets import ConsumerOffsetManager
 from wharf.broker.meta.persist import (
@@ -107,7 +107,7 @@ def test_groups_auto_create_and_persist() -> None:
 
 
 def test_membership_version_changes_on_join_leave_and_expiry() -> None:
-    consumers = ConsumerManager(expire_after_s=120)
+    consumers = ClientRegistry(expire_after_s=120)
     v1 = consumers.heartbeat("c1", "g", {"t": "*"}, 1, 1, now=0.0)
     assert consumers.heartbeat("c1", "g", {"t": "*"}, 1, 1, now=10.0) == v1  # no change
     v2 = consumers.heartbeat("c2", "g", {"t": "*"}, 1, 1, now=10.0)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from wharf.broker.v2.clients import CLIENT_TIMEOUT_S, SWEEP_INTERVAL_S, ClientRegistry
+from wharf.broker.core.background import CLIENT_EXPIRY_SCAN_S
+from wharf.broker.core.clients import CLIENT_TIMEOUT_S, ClientRegistry
+from wharf.broker.v2.clients import on_heartbeat, on_settings
 from wharf.broker.v2.settings import merge_settings
 from wharf.rocketmq.v2 import definition_pb2
 
@@ -65,29 +67,29 @@ class Clock:
 def test_client_dropped_on_stream_end_termination_and_silence() -> None:
     clock = Clock()
     reg = ClientRegistry(clock=clock)
-    reg.stream_opened("a")
-    reg.on_settings("a", consumer_settings())
+    reg.channel_opened("a")
+    on_settings(reg, "a", consumer_settings())
     assert reg.get("a") is not None and reg.get("a").group == "g1"  # type: ignore[union-attr]
-    reg.stream_closed("a")
+    reg.channel_closed("a")
     assert reg.get("a") is None
 
-    reg.heartbeat("b", definition_pb2.PRODUCER, "")
+    on_heartbeat(reg, "b", definition_pb2.PRODUCER, "")
     assert reg.terminate("b") and reg.get("b") is None and not reg.terminate("b")
 
-    reg.heartbeat("c", definition_pb2.PRODUCER, "")
-    reg.heartbeat("d", definition_pb2.PRODUCER, "")
+    on_heartbeat(reg, "c", definition_pb2.PRODUCER, "")
+    on_heartbeat(reg, "d", definition_pb2.PRODUCER, "")
     clock.now += CLIENT_TIMEOUT_S - 1
-    reg.heartbeat("d", definition_pb2.PRODUCER, "")  # d stays alive, c goes silent
+    on_heartbeat(reg, "d", definition_pb2.PRODUCER, "")  # d stays alive, c goes silent
     clock.now += 2
-    assert reg.sweep_if_due() == ["c"]
+    assert reg.expire() == [("", "c")]
     assert reg.get("c") is None and reg.get("d") is not None
-    assert reg.sweep_if_due() == []  # rate-limited
-    clock.now += SWEEP_INTERVAL_S + CLIENT_TIMEOUT_S
-    assert reg.sweep_if_due() == ["d"] and len(reg) == 0
+    assert reg.expire() == []  # d heartbeated within the expiry
+    clock.now += CLIENT_EXPIRY_SCAN_S + CLIENT_TIMEOUT_S
+    assert reg.expire() == [("", "d")] and len(reg) == 0
 
 
 def test_registry_is_bounded() -> None:
-    reg = ClientRegistry(max_clients=3)
+    reg = ClientRegistry(max_sessions=3)
     for name in "abcd":
-        reg.heartbeat(name, definition_pb2.PRODUCER, "")
+        on_heartbeat(reg, name, definition_pb2.PRODUCER, "")
     assert len(reg) == 3 and reg.get("a") is None

@@ -1,12 +1,21 @@
-"""Transaction check-back (RocketMQ's TransactionalMessageCheckService), for both protocols.
+"""Transactions, for every front end: ending one (``TransactionCore.end``), the check-back targets
+(``CheckTargets``) and the check-back itself (``TransactionChecker``, RocketMQ's
+TransactionalMessageCheckService).
 
-A task wakes every ``step_s`` and asks the store for open halves older than
+A transaction id is the half message's offset in the half queue (the send result's queue
+offset). Ending it commits (the message becomes visible in its topic) or rolls back; each half
+is resolved once, a repeated or late END answers how it was resolved and writes nothing. One
+that names no open or resolved half of that message (and topic): ``UnknownTransaction``, which
+each front end maps (wharf.v1 NOT_FOUND, v2 INVALID_TRANSACTION_ID).
+
+The check-back: a task wakes every ``step_s`` and asks the store for open halves older than
 ``transactionTimeOut`` ms (or their ``CHECK_IMMUNITY_TIME_IN_SECONDS``) and not checked in the
 last ``transactionCheckInterval`` ms. Each goes to the first check target of its topic that
-takes it: a RocketMQ 5 producer's Telemetry stream (``v2/transactions.py``), a Wharf SDK
-producer's ``TransactionChecks`` stream (``CheckChannels`` below) or a RocketMQ 4.x producer's
-remoting connection (``remoting/transactions.py``, a ``CheckChannels.add_source``); the
-producer answers with EndTransaction. Every round counts as a check, producer or not; after
+takes it: a Wharf SDK producer's ``TransactionChecks`` stream (``CheckTargets.open``), then the
+sources each front end registers with ``CheckTargets.add_source``: a RocketMQ 5 producer's
+Telemetry stream (``v2/transactions.py``, over the client registry's sessions), a RocketMQ 4.x
+producer's remoting connection (``remoting/transactions.py``); the producer answers with
+EndTransaction. Every round counts as a check, producer or not; after
 ``transactionCheckMax`` checks the half is discarded (never delivered) with a WARNING line and
 a count.
 """
@@ -20,19 +29,43 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from wharf.broker.core.errors import Reason, Refused
+from wharf.broker.errors import NotFoundError
 from wharf.store.codec.properties import PROPERTY_REAL_TOPIC
+from wharf.store.errors import InvalidMessageError
 from wharf.store.model import StoredMessage
 
-log = logging.getLogger("wharf.broker.transactions")
+log = logging.getLogger("wharf.broker.transactions")  # the name operators filter on
 
 # Sends a check-back for (half message, transaction id) in its protocol; False: not taken.
 CheckTarget = Callable[[StoredMessage, int], bool]
 CHANNEL_QUEUE_MAX = 1024  # checks queued for one SDK producer at most
 
 
-class CheckChannels:
-    """The open ``TransactionChecks`` streams of Wharf SDK producers, by topic, and the check
-    targets of other front ends (``add_source``: the remoting port's producers)."""
+class UnknownTransaction(Refused, NotFoundError):
+    """A transaction id that names no half of that message (and topic)."""
+
+
+class TransactionCore:
+    """Ending transactions (``BrokerContext.transactions``); ``transactions()`` is the store's
+    TransactionService (it exists once the store runs)."""
+
+    def __init__(self, transactions: Callable[[], Any]) -> None:
+        self._transactions = transactions
+
+    async def end(self, offset: int, message_id: str, commit: bool, topic: str = "") -> str:
+        """Commit or roll back the half at ``offset``; how it is resolved ("COMMITTED",
+        "ROLLED_BACK": this call's or the first one's)."""
+        try:
+            how: str = await self._transactions().end(offset, message_id, commit, topic)
+        except InvalidMessageError as exc:
+            raise UnknownTransaction(Reason.UNKNOWN_TRANSACTION, str(exc)) from None
+        return how
+
+
+class CheckTargets:
+    """Where check-backs go: the open ``TransactionChecks`` streams of Wharf SDK producers, by
+    topic, then the targets of the other front ends' sources (``add_source``)."""
 
     def __init__(self) -> None:
         self._by_topic: dict[str, list[asyncio.Queue[tuple[StoredMessage, int]]]] = {}

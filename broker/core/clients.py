@@ -1,0 +1,239 @@
+"""ClientRegistry: the one registry of the clients the broker knows, for every front end.
+
+In memory only, as RocketMQ's ConsumerManager / ProducerManager and the RocketMQ 5 proxy's
+client channels:
+
+- Membership (wharf.v1 and remoting heartbeats): which clients are online in which consumer
+  group, with their subscriptions, and which in which producer group. Each consumer group has
+  a version that changes whenever its membership changes, so clients rebalance at once.
+- Sessions (apache.rocketmq.v2): one per client id, with its kind, group and topics (from its
+  settings or heartbeats) and its server-to-client channel (``send``: the newest open
+  Telemetry stream's way out, used for transaction check-backs). A session ends when its
+  last channel closes, on termination, or by expiry. At most ``max_sessions`` (65536) are
+  kept: past that, the longest silent one is dropped first.
+- Expiry, one scheme for all: a member, a producer or a session silent for longer than
+  ``expire_after_s`` (channelExpiredTimeout, 120 s: clients heartbeat every ~30 s) is dropped
+  by ``expire()``, which the ClientExpiry part runs every 10 s (``core/background.py``).
+
+It speaks neutral values (``ClientKind``, strings, a ``send`` callable): each front end maps its
+protocol's client types and settings onto them.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+CLIENT_TIMEOUT_S = 120.0  # channelExpiredTimeout's default (RocketMQ's 2 min)
+MAX_SESSIONS = 65536
+
+# A server-to-client channel: sends one command in the client's protocol; False: not queued.
+Send = Callable[[Any], bool]
+
+
+class ClientKind(enum.Enum):
+    UNKNOWN = "unknown"  # announced no type yet
+    PRODUCER = "producer"
+    CONSUMER = "consumer"
+
+
+@dataclass(slots=True)
+class ConsumerClient:
+    """A member of a consumer group (from heartbeats)."""
+
+    client_id: str
+    last_seen: float  # the registry's clock (time.monotonic)
+    subscriptions: dict[str, str] = field(default_factory=dict)  # topic -> tag expression
+    message_model: int = 0
+    consume_from_where: int = 0
+
+
+@dataclass(slots=True)
+class Session:
+    """A client known by its id, with its channel back (apache.rocketmq.v2)."""
+
+    client_id: str
+    kind: ClientKind = ClientKind.UNKNOWN
+    group: str = ""
+    topics: tuple[str, ...] = ()
+    channels: int = 0  # open channels (Telemetry streams)
+    last_seen: float = 0.0
+    send: Send | None = None  # the newest open channel's way out
+
+
+class ClientRegistry:
+    def __init__(
+        self,
+        expire_after_s: float = CLIENT_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+        max_sessions: int = MAX_SESSIONS,
+    ) -> None:
+        self.expire_after_s = expire_after_s
+        self._clock = clock
+        self._max_sessions = max_sessions
+        self.groups: dict[str, dict[str, ConsumerClient]] = {}
+        self.versions: dict[str, int] = {}
+        self.producers: dict[str, dict[str, float]] = {}  # producer group -> client -> seen
+        # Ordered by last_seen (a touch moves the entry to the end): expiry stops at the first
+        # live one, and the bound drops the longest silent.
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+
+    # --- membership ---------------------------------------------------------------------------
+    def _bump(self, group: str) -> int:
+        # Wall-clock based so a restarted broker never hands out an old version again.
+        version = max(self.versions.get(group, 0) + 1, time.time_ns() // 1_000_000)
+        self.versions[group] = version
+        return version
+
+    def heartbeat(
+        self,
+        client_id: str,
+        group: str,
+        subscriptions: dict[str, str],
+        message_model: int,
+        consume_from_where: int,
+        now: float | None = None,
+    ) -> int:
+        """Record a consumer's heartbeat; returns the group's membership version."""
+        now = self._clock() if now is None else now
+        members = self.groups.setdefault(group, {})
+        client = members.get(client_id)
+        if client is None:
+            members[client_id] = ConsumerClient(
+                client_id, now, subscriptions, message_model, consume_from_where
+            )
+            return self._bump(group)
+        client.last_seen = now
+        client.subscriptions = subscriptions
+        client.message_model = message_model
+        client.consume_from_where = consume_from_where
+        return self.versions[group]
+
+    def producer_heartbeat(self, client_id: str, group: str, now: float | None = None) -> None:
+        self.producers.setdefault(group, {})[client_id] = self._clock() if now is None else now
+
+    def unregister(self, client_id: str, groups: list[str], producer_groups: list[str]) -> None:
+        for group in groups:
+            members = self.groups.get(group)
+            if members is not None and members.pop(client_id, None) is not None:
+                self._bump(group)
+                if not members:
+                    del self.groups[group]
+        for group in producer_groups:
+            self.producers.get(group, {}).pop(client_id, None)
+
+    def groups_of(self, client_id: str) -> tuple[list[str], list[str]]:
+        """(consumer groups, producer groups) ``client_id`` is a member of."""
+        return (
+            [g for g, members in self.groups.items() if client_id in members],
+            [g for g, clients in self.producers.items() if client_id in clients],
+        )
+
+    def members(self, group: str) -> tuple[list[str], int]:
+        """(sorted client ids, version) of a group."""
+        return sorted(self.groups.get(group, {})), self.versions.get(group, 0)
+
+    def online_count(self, group: str) -> int:
+        return len(self.groups.get(group, {}))
+
+    def subscribed_topics(self, group: str) -> set[str]:
+        return {t for c in self.groups.get(group, {}).values() for t in c.subscriptions}
+
+    # --- sessions -----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Sessions known."""
+        return len(self._sessions)
+
+    def get(self, client_id: str) -> Session | None:
+        return self._sessions.get(client_id)
+
+    def touch(
+        self,
+        client_id: str,
+        kind: ClientKind = ClientKind.UNKNOWN,
+        group: str = "",
+        topics: tuple[str, ...] | None = None,
+    ) -> Session:
+        """A session's settings or heartbeat: registers it (or keeps it alive); a known
+        ``kind``, a ``group`` and ``topics`` (None: unchanged) replace what it had."""
+        now = self._clock()
+        session = self._sessions.get(client_id)
+        if session is None:
+            if len(self._sessions) >= self._max_sessions:
+                self._sessions.popitem(last=False)
+            session = self._sessions[client_id] = Session(client_id)
+        else:
+            self._sessions.move_to_end(client_id)
+        session.last_seen = now
+        if kind is not ClientKind.UNKNOWN:
+            session.kind = kind
+        if group:
+            session.group = group
+        if topics is not None:
+            session.topics = topics
+        return session
+
+    def channel_opened(self, client_id: str, send: Send | None = None) -> None:
+        session = self.touch(client_id)
+        session.channels += 1
+        if send is not None:
+            session.send = send
+
+    def channel_closed(self, client_id: str, send: Send | None = None) -> None:
+        """A channel ended; with its last one the client is gone (it opens a new one and
+        announces itself again if it is not)."""
+        session = self._sessions.get(client_id)
+        if session is None:
+            return
+        session.channels -= 1
+        if send is not None and session.send is send:
+            session.send = None
+        if session.channels <= 0:
+            del self._sessions[client_id]
+
+    def terminate(self, client_id: str) -> bool:
+        """The client said it stops: True when it was known."""
+        return self._sessions.pop(client_id, None) is not None
+
+    def producers_on(self, topic: str) -> list[Session]:
+        """Producer sessions with an open channel whose topics list ``topic`` (the check-back
+        targets where the protocol has no producer group), newest first."""
+        return [
+            session
+            for session in reversed(self._sessions.values())
+            if session.send is not None
+            and session.kind is ClientKind.PRODUCER
+            and topic in session.topics
+        ]
+
+    # --- expiry -------------------------------------------------------------------------------
+    def expire(self, now: float | None = None) -> list[tuple[str, str]]:
+        """Drop members, producers and sessions silent for longer than the expiry; returns
+        (group, client id) of the members and sessions dropped (a session's group may be "")."""
+        now = self._clock() if now is None else now
+        deadline = now - self.expire_after_s
+        dropped = []
+        for group, members in list(self.groups.items()):
+            stale = [cid for cid, c in members.items() if c.last_seen < deadline]
+            for cid in stale:
+                del members[cid]
+                dropped.append((group, cid))
+            if stale:
+                self._bump(group)
+                if not members:
+                    del self.groups[group]
+        for producers in self.producers.values():
+            for cid in [cid for cid, seen in producers.items() if seen < deadline]:
+                del producers[cid]
+        sessions = self._sessions
+        while sessions:
+            client_id, session = next(iter(sessions.items()))
+            if session.last_seen >= deadline:
+                break
+            del sessions[client_id]
+            dropped.append((session.group, client_id))
+        return dropped

@@ -1,0 +1,84 @@
+"""Pop consumption (RocketMQ 5's receive with invisible time) for every front end: the group's
+rules, its dead-letter topic, and the store's pop calls (``wharf.store.pop``).
+
+- ``consumer(group)``: the group (auto-created when allowed; the metadata's NotFoundError or
+  InvalidArgumentError otherwise, which each front end maps) with what a pop of it needs: a
+  message is delivered at most ``retryMaxTimes`` + 1 times, then dead-lettered to
+  ``%DLQ%<group>``; a FIFO group (``consume_message_orderly``) gets one message group at a time.
+  The DLQ topic (1 queue) is registered here, before the pop store can dead-letter into it, so
+  its copies are listed and readable like the offset path's.
+- ``receive``, ``ack``, ``change_invisible``, ``dead_letter``: the pop store's calls for that
+  group; a stale or forged receipt handle raises the store's InvalidReceiptHandleError.
+- The pop-progress bridge (what the pop store acknowledged in order becomes committed offsets,
+  so offset consumers and replicas see it) is the ``PopProgress`` part (``background.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from wharf.broker.meta.groups import SubscriptionGroupManager
+from wharf.broker.meta.topics import TopicConfigManager
+from wharf.store.codec.properties import DLQ_GROUP_TOPIC_PREFIX
+from wharf.store.model import TagFilter
+from wharf.store.pop.service import PoppedMessage
+
+
+@dataclass(frozen=True, slots=True)
+class PopConsumer:
+    """A consumer group as a pop of it needs it."""
+
+    group: str
+    max_attempts: int  # deliveries before the dead-letter topic: retryMaxTimes + 1
+    fifo: bool
+
+
+class PopCore:
+    """``pop()`` is the store's PopService (it exists once the store runs; StoreError on a
+    replica)."""
+
+    def __init__(
+        self, pop: Callable[[], Any], groups: SubscriptionGroupManager, topics: TopicConfigManager
+    ) -> None:
+        self._pop = pop
+        self._groups = groups
+        self._topics = topics
+
+    def consumer(self, group: str) -> PopConsumer:
+        settings = self._groups.for_use(group)
+        self._topics.ensure_system(DLQ_GROUP_TOPIC_PREFIX + group, 1)
+        return PopConsumer(group, settings.retry_max_times + 1, settings.consume_message_orderly)
+
+    async def receive(
+        self,
+        consumer: PopConsumer,
+        topic: str,
+        tag_filter: TagFilter,
+        batch: int,
+        invisible_ms: int,
+        polling_ms: int,
+    ) -> list[PoppedMessage]:
+        """Up to ``batch`` visible messages from any queue of ``topic``, invisible for
+        ``invisible_ms``; long-polls up to ``polling_ms`` while there is none ([] then)."""
+        found: list[PoppedMessage] = await self._pop().pop_wait(
+            consumer.group, topic, None, tag_filter, batch, invisible_ms,
+            consumer.max_attempts, consumer.fifo, polling_ms,
+        )  # fmt: skip
+        return found
+
+    async def ack(self, group: str, topic: str, receipt_handle: str) -> None:
+        await self._pop().ack(group, topic, receipt_handle)
+
+    async def change_invisible(
+        self, group: str, topic: str, receipt_handle: str, invisible_ms: int
+    ) -> str:
+        """The delivery invisible for ``invisible_ms`` from now; its new receipt handle."""
+        handle: str = await self._pop().change_invisible(group, topic, receipt_handle, invisible_ms)
+        return handle
+
+    async def dead_letter(self, consumer: PopConsumer, topic: str, receipt_handle: str) -> None:
+        """The consumer gave up on a delivery: a copy to ``%DLQ%<group>`` now, whatever its
+        attempt, and the delivery finished for the group."""
+        await self._pop().dead_letter(consumer.group, topic, receipt_handle)

@@ -1,0 +1,239 @@
+"""The one offset read every front end's pull shares: read one queue from an offset, filtered,
+long-polling while caught up, with a protocol-neutral outcome (``ReadStatus``) that each front
+end maps to its own statuses (wharf.v1 ``PullStatus``, apache.rocketmq.v2 ``Code``, remoting
+response codes).
+
+``ReadCore.read_waiting(..., early=...)``: a parked read is answered in place (``LongPollHolder``
+"Answer in place"): the arrival's callback reads the queue and hands what it found to
+``early``, whose value the read then returns instead of a ``Read``.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar
+
+from wharf.broker.config import BrokerConfig
+from wharf.broker.core.long_poll import LongPollHolder
+from wharf.broker.errors import ResourceExhaustedError
+from wharf.store.model import GetResult, GetStatus, TagFilter
+from wharf.store.read.get_raw import RawGetResult
+
+if TYPE_CHECKING:
+    from wharf.store.message_store import MessageStore
+
+MAX_WAIT_MS = 60_000  # longer waits would outlive typical client deadlines
+DISPATCH_WAIT_S = 1.0  # how long a read that finds nothing waits for pending dispatch, once
+
+
+class ReadStatus(enum.Enum):
+    """What a read found, in RocketMQ's pull terms."""
+
+    FOUND = "found"
+    NO_NEW = "no_new"  # caught up: wait and read the same offset again
+    NO_MATCHED = "no_matched"  # a range filtered out (or unreadable): go on at next_begin
+    OFFSET_ILLEGAL = "offset_illegal"  # outside the queue: go on at next_begin
+
+
+class Read(NamedTuple):
+    """One read's store result and its neutral status."""
+
+    result: GetResult | RawGetResult
+    status: ReadStatus
+
+
+_STATUS = {
+    GetStatus.FOUND: ReadStatus.FOUND,
+    GetStatus.NO_MATCHED_MESSAGE: ReadStatus.NO_MATCHED,
+    GetStatus.OFFSET_OVERFLOW_ONE: ReadStatus.NO_NEW,
+    GetStatus.OFFSET_OVERFLOW_BADLY: ReadStatus.OFFSET_ILLEGAL,
+    GetStatus.OFFSET_TOO_SMALL: ReadStatus.OFFSET_ILLEGAL,
+    # The unit points below the commit log's min offset, or retention is deleting it: skip
+    # ahead to next_begin_offset like a filtered-out range.
+    GetStatus.OFFSET_FOUND_NULL: ReadStatus.NO_MATCHED,
+    GetStatus.MESSAGE_WAS_REMOVING: ReadStatus.NO_MATCHED,
+}
+
+
+def read_status(result: GetResult | RawGetResult, offset: int) -> ReadStatus:
+    if result.status is GetStatus.NO_MESSAGE_IN_QUEUE:
+        # An empty queue: offset 0 simply waits; any other offset is illegal (RocketMQ:
+        # PULL_OFFSET_MOVED), the result's next_begin_offset says where to go.
+        return ReadStatus.NO_NEW if offset == 0 else ReadStatus.OFFSET_ILLEGAL
+    return _STATUS[result.status]
+
+
+class ReplyGate(Protocol):
+    """A front end's budget of unread replies (broker/serving/reply_budget.py): the read waits
+    for ``room`` while ``full``, ``admit`` refuses (ResourceExhaustedError) before a read when
+    the client's budget is spent, ``long_polling`` marks a parked read."""
+
+    @property
+    def full(self) -> bool: ...
+
+    async def room(self) -> None: ...
+
+    def admit(self) -> None: ...
+
+    def long_polling(self) -> None: ...
+
+
+class _Ungated:
+    """No budget (callers without one: v2's pull, remoting)."""
+
+    full = False
+
+    async def room(self) -> None:
+        pass
+
+    def admit(self) -> None:
+        pass
+
+    def long_polling(self) -> None:
+        pass
+
+
+UNGATED: ReplyGate = _Ungated()
+T = TypeVar("T")
+
+
+class _Early(Generic[T]):
+    """What an in-place answer returned (told apart from park's True / False)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+
+
+class ReadCore:
+    """The broker's one offset read (``BrokerContext.read_core``)."""
+
+    def __init__(self, config: BrokerConfig, store: MessageStore, long_poll: LongPollHolder):
+        self._config = config
+        self._store = store
+        self._long_poll = long_poll
+
+    async def read_waiting(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int,
+        tag_filter: TagFilter,
+        max_wait_ms: int,
+        raw: bool = False,
+        replies: ReplyGate = UNGATED,
+        max_bytes: int = 0,
+    ) -> Read:
+        """Read one queue from ``offset`` (at most ``max_messages``, 0 = the default batch,
+        and ``max_bytes``, 0 = maxPullBytes, which also caps it), long-polling up to
+        ``max_wait_ms`` while caught up. ``raw``: stored record bytes, tag HASH filter only
+        (the client re-checks). A stream's ``replies`` may be ``full``: the read then waits for
+        its client to take replies."""
+        read = await self.read_answering(
+            topic, queue_id, offset, max_messages, tag_filter, max_wait_ms, raw, replies, max_bytes
+        )
+        assert isinstance(read, Read)  # no early: never answered in place
+        return read
+
+    async def read_answering(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int,
+        tag_filter: TagFilter,
+        max_wait_ms: int,
+        raw: bool,
+        replies: ReplyGate,
+        max_bytes: int,
+        early: Callable[[Read], T] | None = None,
+    ) -> Read | T:
+        """``read_waiting``; with ``early``, a parked read is answered in place (module
+        docstring): ``early`` gets what the arrival's read found and its value is returned."""
+        cfg = self._config
+        max_count = min(max_messages or cfg.default_pull_batch_size, cfg.max_pull_batch_size)
+        byte_cap = min(max_bytes, cfg.max_pull_bytes) if max_bytes > 0 else cfg.max_pull_bytes
+        wait_ms = min(max_wait_ms, MAX_WAIT_MS) if cfg.long_polling_enable else 0
+        deadline = time.monotonic() + wait_ms / 1000
+        store = self._store
+        long_poll = self._long_poll
+        read = store.get_raw_records if raw else store.get_messages
+        waited_for_dispatch = False
+        while True:
+            if replies.full:
+                await replies.room()
+            replies.admit()
+            result = read(topic, queue_id, offset, max_count, tag_filter, byte_cap)
+            status = read_status(result, offset)
+            if status is ReadStatus.FOUND:
+                break
+            # Park only when caught up (nothing new, or everything new filtered out).
+            caught_up = status is ReadStatus.NO_NEW or (
+                status is ReadStatus.NO_MATCHED and result.next_begin_offset >= result.max_offset
+            )
+            remaining = deadline - time.monotonic()
+            can_park = wait_ms > 0 and caught_up and remaining > 0 and not long_poll.closed
+            if not can_park and not waited_for_dispatch and store.dispatch_pending:
+                # Read-your-writes: acks precede dispatch, so a pull right after a send ack (or
+                # at an offset taken from one) can miss that message. Let dispatch catch up to
+                # what is written now, once, before answering NO_NEW / OFFSET_ILLEGAL.
+                # A read that parks needs no such wait: dispatching this queue's data wakes
+                # it at once, whereas waiting for the whole log to be dispatched cost every
+                # empty long poll under SYNC_FLUSH load a sync plus 5 ms polling steps.
+                waited_for_dispatch = True
+                await store.wait_dispatched(DISPATCH_WAIT_S)
+                continue
+            if not can_park:
+                break
+            offset = max(offset, result.next_begin_offset)
+            replies.long_polling()
+            answer = None
+            if early is not None:
+                answer = _answer(
+                    early, read, topic, queue_id, offset, max_count, tag_filter, byte_cap, replies
+                )
+            woken = await long_poll.park(topic, queue_id, offset, remaining, answer)
+            if isinstance(woken, _Early):
+                return woken.value
+            if not woken and (long_poll.closed or time.monotonic() >= deadline):
+                if replies.full:
+                    await replies.room()
+                replies.admit()
+                result = read(topic, queue_id, offset, max_count, tag_filter, byte_cap)
+                status = read_status(result, offset)
+                break
+        return Read(result, status)
+
+
+def _answer(
+    early: Callable[[Read], T],
+    read: Callable[..., GetResult | RawGetResult],
+    topic: str,
+    queue_id: int,
+    offset: int,
+    max_count: int,
+    tag_filter: TagFilter,
+    byte_cap: int,
+    replies: ReplyGate,
+) -> Callable[[int], _Early[T] | None]:
+    """A parked read's in-place answer (LongPollHolder): the read it would do once resumed,
+    answered through ``early`` when it finds messages; None (the read resumes and goes on as
+    usual) when its stream's replies are full or nothing matched."""
+
+    def answer(_max_offset: int) -> _Early[T] | None:
+        if replies.full:
+            return None
+        try:
+            replies.admit()
+        except ResourceExhaustedError:
+            return None  # the read resumes and meets the refusal itself
+        result = read(topic, queue_id, offset, max_count, tag_filter, byte_cap)
+        if result.status is not GetStatus.FOUND:
+            return None
+        return _Early(early(Read(result, ReadStatus.FOUND)))
+
+    return answer
