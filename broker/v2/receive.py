@@ -249,14 +249,15 @@ class V2ReceiveProcessor:
         response = service_pb2.AckMessageResponse()
         add = response.entries.add
         first_error: tuple[int, str] | None = None
-        pop = self._pop()
-        for entry in request.entries:
+        entries = request.entries
+        # one journal write and fdatasync for every entry (PopService.ack_many)
+        outcomes = await self._pop().ack_many(group, topic, [e.receipt_handle for e in entries])
+        for entry, failure in zip(entries, outcomes, strict=True):
             handle = entry.receipt_handle
-            try:
-                await pop.ack(group, topic, handle)
+            if failure is None:
                 code, message = _OK, "OK"
-            except InvalidReceiptHandleError as exc:
-                code, message = codes.INVALID_RECEIPT_HANDLE, str(exc)
+            else:
+                code, message = codes.INVALID_RECEIPT_HANDLE, str(failure)
                 if first_error is None:
                     first_error = code, message
             status = add(message_id=entry.message_id, receipt_handle=handle).status

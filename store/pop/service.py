@@ -276,6 +276,30 @@ class PopService:
         An ack after the invisible time passed is accepted while the message was not handed
         out again. Returns once the ACK record is durable."""
         writer = self._check_running()
+        self._ack_one(group, topic, receipt_handle)
+        await writer.sync()
+
+    async def ack_many(
+        self, group: str, topic: str, receipt_handles: Sequence[str]
+    ) -> list[InvalidReceiptHandleError | None]:
+        """``ack`` of each handle in order, journaled together: one write and one fdatasync
+        for the lot (a v2 AckMessage's entries), where one ``ack`` after another would sync
+        each. Per handle, None (acked) or the InvalidReceiptHandleError ``ack`` would raise;
+        returns once every ACK record is durable."""
+        writer = self._check_running()
+        outcomes: list[InvalidReceiptHandleError | None] = []
+        for receipt_handle in receipt_handles:
+            try:
+                self._ack_one(group, topic, receipt_handle)
+                outcomes.append(None)
+            except InvalidReceiptHandleError as exc:
+                outcomes.append(exc)
+        if len(outcomes) > sum(map(bool, outcomes)):  # something was acked
+            await writer.sync()
+        return outcomes
+
+    def _ack_one(self, group: str, topic: str, receipt_handle: str) -> None:
+        """Check the handle and journal its ACK (not yet synced)."""
         handle = parse_handle(receipt_handle)
         self._live_entry(group, topic, handle.queue_id, handle.queue_offset, handle.nonce)
         self._record(
@@ -290,7 +314,6 @@ class PopService:
         )
         self.acked_total += 1
         self._wake_if_unblocked((group, topic, handle.queue_id))
-        await writer.sync()
 
     async def change_invisible(
         self,
