@@ -521,3 +521,28 @@ async def test_ack_many_answers_each_handle_and_syncs_once(
     # nothing valid: nothing written, no sync waited for
     assert await store.pop.ack_many(G, TOPIC, [a.receipt_handle]) != [None]
     assert len(writes) == 1
+
+
+async def test_a_receive_that_finds_messages_at_once_registers_no_waiter(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a receive that must wait costs a waiter (which every arrival and expiry of the
+    topic then visits); one that is woken still gets its message."""
+    wakeups = store.pop._wakeups
+    registered = []
+    real = wakeups.register
+
+    def counting(*args: object) -> object:
+        registered.append(args)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(wakeups, "register", counting)
+    await fill(store, 0, ["a"])
+    assert bodies(await store.pop.pop_wait(G, TOPIC, timeout_ms=5_000)) == [b"a"]
+    assert registered == []
+    waiting = asyncio.ensure_future(store.pop.pop_wait(G, TOPIC, timeout_ms=20_000))
+    while not registered:
+        await asyncio.sleep(0.01)
+    await fill(store, 1, ["b"])
+    assert bodies(await asyncio.wait_for(waiting, 10)) == [b"b"]
+    assert len(registered) == 1 and store.pop.stats()["waiting"] == 0
