@@ -531,9 +531,11 @@ async def test_a_receive_that_finds_messages_at_once_registers_no_waiter(
     wakeups = store.pop._wakeups
     registered = []
     real = wakeups.register
+    waits = asyncio.Event()
 
     def counting(*args: object) -> object:
         registered.append(args)
+        waits.set()
         return real(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(wakeups, "register", counting)
@@ -541,8 +543,7 @@ async def test_a_receive_that_finds_messages_at_once_registers_no_waiter(
     assert bodies(await store.pop.pop_wait(G, TOPIC, timeout_ms=5_000)) == [b"a"]
     assert registered == []
     waiting = asyncio.ensure_future(store.pop.pop_wait(G, TOPIC, timeout_ms=20_000))
-    while not registered:
-        await asyncio.sleep(0.01)
+    await asyncio.wait_for(waits.wait(), 10)
     await fill(store, 1, ["b"])
     assert bodies(await asyncio.wait_for(waiting, 10)) == [b"b"]
     assert len(registered) == 1 and store.pop.stats()["waiting"] == 0
