@@ -551,7 +551,9 @@ class PopService:
                     blocked.add(self._message_group(topic, queue_id, offset, busy))
             blocked.discard("")
         # 1. below the scan cursor: expired deliveries and passed-over messages, in order
-        for offset in sorted(set(expired).union(state.gaps())):
+        # (most pops have neither: no set nor sort then)
+        behind = sorted(set(expired).union(state.gaps())) if expired or state.has_gaps else ()
+        for offset in behind:
             if len(out) >= want:
                 return False
             entry = state.in_flight.get(offset)
