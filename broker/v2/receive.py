@@ -18,8 +18,9 @@ Limits: invisible time ``MIN_INVISIBLE_MS`` (1 s; RocketMQ's proxy defaults to 1
 (ILLEGAL_INVISIBLE_TIME); ``auto_renew`` (the PushConsumer) gets 60 s; batch 1..1024 (0 = 32);
 TAG filter expressions (``*``, ``a||b``) and SQL92 ones (evaluated on the broker). After the group's
 ``retryMaxTimes`` + 1 deliveries a message goes to ``%DLQ%<group>`` (the pop store does it).
-Ack, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue map a stale or forged handle to
-INVALID_RECEIPT_HANDLE; ChangeInvisibleDuration returns the new handle (the duration counts from
+An AckMessage's entries are journaled together (``PopService.ack_many``: one write, one
+fdatasync). Ack, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue map a stale or
+forged handle to INVALID_RECEIPT_HANDLE; ChangeInvisibleDuration returns the new handle (the duration counts from
 the call); ForwardMessageToDeadLetterQueue dead-letters a delivery whatever its attempt.
 """
 
