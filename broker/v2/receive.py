@@ -20,8 +20,9 @@ TAG filter expressions (``*``, ``a||b``) and SQL92 ones (evaluated on the broker
 ``retryMaxTimes`` + 1 deliveries a message goes to ``%DLQ%<group>`` (the pop store does it).
 An AckMessage's entries are journaled together (``PopService.ack_many``: one write, one
 fdatasync). Ack, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue map a stale or
-forged handle to INVALID_RECEIPT_HANDLE; ChangeInvisibleDuration returns the new handle (the duration counts from
-the call); ForwardMessageToDeadLetterQueue dead-letters a delivery whatever its attempt.
+forged handle to INVALID_RECEIPT_HANDLE; ChangeInvisibleDuration returns the new handle (the
+duration counts from the call); ForwardMessageToDeadLetterQueue dead-letters a delivery whatever
+its attempt.
 """
 
 from __future__ import annotations
