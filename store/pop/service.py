@@ -531,7 +531,8 @@ class PopService:
         self._record(
             PopRecord(POP_RECORD_POP, group, topic, queue_id, offset, 1, visible_at, nonce, attempt)
         )
-        self.state.queues[key].in_flight[offset].message_group = message_group
+        if message_group is not None:  # FIFO: known now, kept in memory only
+            self.state.queues[key].in_flight[offset].message_group = message_group
         out.append(PoppedMessage(message, format_handle(queue_id, offset, nonce), attempt))
         self.delivered_total += 1
         if attempt > 1:
@@ -620,7 +621,8 @@ class PopService:
                 message = by_offset.get(offset)
                 if message is None:
                     continue  # filtered out or deleted: finished with the run below
-                self._done(key, finished_from, offset - finished_from)
+                if offset > finished_from:  # filtered out or deleted before it
+                    self._done(key, finished_from, offset - finished_from)
                 finished_from = offset + 1
                 if len(out) >= want:
                     finished_from = stop = offset
