@@ -115,9 +115,9 @@ class Round:
             return store.get_messages(TOPIC, queue_id, offset, count, MATCH_ALL)
 
         pulls = [(q, o) for o in range(per_queue) for q in range(QUEUES)][:half]
-        await self.timed("pull x1 (peer)", pulls, 1, lambda qo: pull(*qo, 1))
+        await self.timed("pull x1 (peer)", pulls, 1, lambda qo: pull(qo[0], qo[1], 1))
         pulls = [(q, o) for o in range(0, per_queue - 31, 32) for q in range(QUEUES)]
-        await self.timed("pull x32 (peer)", pulls, 32, lambda qo: pull(*qo, 32))
+        await self.timed("pull x32 (peer)", pulls, 32, lambda qo: pull(qo[0], qo[1], 32))
 
     async def ack_all(self, handles: list[str]) -> list:
         pop = self.store.pop
