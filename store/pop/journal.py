@@ -20,9 +20,9 @@ commit). The engine is the commit log's (``wharf.store.log.sync_engine``): the c
 GIL-free thread of ``store/fast/_syncer.c``, which the loop hears through an eventfd, or the
 Python thread parked on a Condition when that module is not built, speedups are off, or
 ``os.fdatasync`` was replaced at the writer's first write (the seam tests slow or break syncs
-through). Measured under ``tests.bench.v2_floor``, a thread-pool hop per sync cost each
-receive / ack / change ~10 % of the broker's Python CPU (``ThreadPoolExecutor.submit``, future
-chaining). The service answers a receive or an ack only after its record's ``sync()``.
+through). py-spy ``--gil`` under ``tests.bench.v2_floor`` had the thread-pool hop per sync this
+replaced (``ThreadPoolExecutor.submit``, future chaining) at 4-12 % of the broker's Python
+samples in ReceiveMessage / AckMessage / ChangeInvisibleDuration. The service answers a receive or an ack only after its record's ``sync()``.
 
 FAILURES: a write or fdatasync that raises leaves the file's state unknown: the error is sticky
 (``FlushFailedError``, or ``SyncDiskFullError`` for ENOSPC/EDQUOT) for every waiter and every
@@ -35,9 +35,9 @@ snapshot, the next write is a snapshot instead of the buffered records: once the
 (no sync holds the old file), the magic plus ``snapshot()`` (the whole state as records, built
 on the loop, so it includes every record appended so far) is written to ``journal.tmp`` in a
 thread, fsync'd, renamed over ``journal``, the directory fsync'd; appends continue on the new
-file. A compaction that fails (e.g. disk full)
-is logged and the buffered records are appended to the old file instead; the next attempt
-waits until the file grows another ``compact_bytes``. Replay cost is ~3 us per record, so a
+file. A compaction that fails (e.g. disk full) is logged and the buffered records are appended
+to the old file instead; the next attempt waits until the file grows another
+``compact_bytes``. Replay cost is ~3 us per record, so a
 16 MiB journal (~250k records) loads in well under a second.
 """
 
