@@ -756,7 +756,7 @@ class BrokerController:
             address=self.endpoint,
             ttl_ms=broker.controller_heart_beat_timeout_mills,
             wished_role=self.config.store.broker_role,
-            store=self.store,
+            store=self.store.role,
             on_master=on_master,
             restart=self.request_restart,
         )

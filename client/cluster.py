@@ -1,5 +1,14 @@
-"""The SDK over a cluster (``Producer(namesrv=...)``, ``PushConsumer(namesrv=...)``): routes
-from the NameServers (``wharf.client.namesrv``), one single-broker client per group master.
+"""The SDK over a cluster (``Producer(namesrv=...)``, ``PushConsumer(namesrv=...)``,
+``PullConsumer(namesrv=...)``, ``Admin(namesrv=...)``): routes from the NameServers
+(``wharf.client.namesrv``), one single-broker client per group master.
+
+One pattern for every client, delegation: the cluster client holds ``BrokerClients`` of
+single-broker clients of its own kind (``Producer``, ``PushConsumer``, ``PullConsumer``,
+``BrokerAdmin``: made with ``Connection.to(master)``, started on first use, closed together)
+and the route of the topic chooses which ones a call goes to: ``ClusterSender`` (one group per
+send), ``ClusterConsumers`` (one consumer per master holding a subscribed topic),
+``ClusterQueues`` (a queue's group), ``ClusterAdmin`` (every master holding the topic, or of
+the cluster: ``wharf.client.cluster_admin``). None of them subclasses the client it delegates to.
 
 Sends (``ClusterSender``): a topic's writable groups (a master and write queues) in turn, round
 robin per topic; a group that failed a send, or answered slowly, is avoided for a while

@@ -31,18 +31,26 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar, Unpack
 
-from wharf.client.admin import Admin
+from wharf.client.broker_admin import BrokerAdmin, page_topics
 from wharf.client.cluster import BrokerClients
 from wharf.client.connection import Connection, ConnectionOptions, connection_of
-from wharf.client.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from wharf.client.errors import (
+    AlreadyExistsError,
+    ClientClosedError,
+    InvalidArgumentError,
+    NotFoundError,
+)
 from wharf.client.namesrv import NameServerClient
 from wharf.v1 import admin_pb2, messaging_pb2
 
 T = TypeVar("T")
 
 
-class ClusterAdmin(Admin):
-    """An ``Admin`` whose calls fan out over the masters of a cluster (see the module)."""
+class ClusterAdmin:
+    """The admin calls of ``BrokerAdmin`` over the masters of a cluster (see the module): a
+    delegate ``BrokerAdmin`` per master, chosen by the routes, as the producer's and the
+    consumers' per-broker clients (``wharf.client.cluster``). ``Admin(namesrv=...)`` is one
+    (``isinstance(admin, Admin)`` holds)."""
 
     def __init__(
         self,
@@ -56,19 +64,27 @@ class ClusterAdmin(Admin):
         connection = connection_of(endpoints, connection, connect)
         if not connection.namesrv:
             raise InvalidArgumentError("ClusterAdmin needs namesrv='host:port;host2:port2'")
-        super().__init__(connection=connection, rpc_timeout_s=rpc_timeout_s)
+        self.connection = connection
+        self.endpoints = connection.endpoints
+        self.tls = connection.tls
+        self.rpc_timeout_s = rpc_timeout_s
         self.namesrv = connection.namesrv
         self.namesrv_tls = connection.namesrv_tls
         self.cluster = cluster
         self._ns: NameServerClient | None = None
-        # One started single-broker Admin per master, as the other cluster clients' (cluster.py).
-        self._admins: BrokerClients[Admin] = BrokerClients(
-            lambda address: Admin(connection=connection.to(address), rpc_timeout_s=rpc_timeout_s)
+        # One started single-broker admin per master, as the other cluster clients' (cluster.py).
+        self._admins: BrokerClients[BrokerAdmin] = BrokerClients(
+            lambda address: BrokerAdmin(
+                connection=connection.to(address), rpc_timeout_s=rpc_timeout_s
+            )
         )
 
     async def __aenter__(self) -> ClusterAdmin:
         await self.start()
         return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     async def start(self) -> None:
         if self._ns is None:  # the NameServers with the brokers' keys (and TLS: namesrv_tls)
@@ -84,8 +100,6 @@ class ClusterAdmin(Admin):
     @property
     def names(self) -> NameServerClient:
         if self._ns is None:
-            from wharf.client.errors import ClientClosedError
-
             raise ClientClosedError("admin client not started: use 'async with'")
         return self._ns
 
@@ -101,11 +115,11 @@ class ClusterAdmin(Admin):
         route = await self.names.query_route(topic)
         return {name: g.master for name, g in sorted(route.groups.items()) if g.master}
 
-    async def _broker_admin(self, address: str) -> Admin:
+    async def _broker_admin(self, address: str) -> BrokerAdmin:
         return await self._admins.get(address)
 
     async def _each(
-        self, masters: Mapping[str, str], call: Callable[[Admin], Awaitable[T]]
+        self, masters: Mapping[str, str], call: Callable[[BrokerAdmin], Awaitable[T]]
     ) -> list[tuple[str, T]]:
         """``call`` on every master at once: [(broker name, reply)] in broker name order."""
         names = sorted(masters)
@@ -134,7 +148,7 @@ class ClusterAdmin(Admin):
                     f"no live master of broker {broker!r}: see `wharf cluster list`"
                 )
 
-        async def create(admin: Admin) -> admin_pb2.TopicConfig | None:
+        async def create(admin: BrokerAdmin) -> admin_pb2.TopicConfig | None:
             try:
                 return await admin.create_topic(name, **options)
             except AlreadyExistsError:
@@ -142,14 +156,14 @@ class ClusterAdmin(Admin):
 
         return [(n, masters[n], c) for n, c in await self._each(masters, create)]
 
-    async def create_topic(self, name: str, **options: Any) -> admin_pb2.TopicConfig:  # type: ignore[override]
+    async def create_topic(self, name: str, **options: Any) -> admin_pb2.TopicConfig:
         made = await self.create_topic_on_masters(name, **options)
         configs = [c for _, _, c in made if c is not None]
         if not configs:
             raise AlreadyExistsError(f"topic {name!r} exists on every master already")
         return _sum_configs(configs)
 
-    async def update_topic(self, name: str, **options: Any) -> admin_pb2.TopicConfig:  # type: ignore[override]
+    async def update_topic(self, name: str, **options: Any) -> admin_pb2.TopicConfig:
         replies = await self._each(
             await self.masters(name), lambda a: a.update_topic(name, **options)
         )
@@ -197,6 +211,19 @@ class ClusterAdmin(Admin):
             merged.total_messages += reply.total_messages
         return merged
 
+    async def list_topics_page(
+        self,
+        *,
+        prefix: str = "",
+        after: str = "",
+        limit: int = 0,
+        include_system: bool = False,
+        with_stats: bool = False,
+    ) -> admin_pb2.ListTopicsResponse:
+        """One page of the merged ``list_topics`` (``BrokerAdmin.list_topics_page``)."""
+        reply = await self.list_topics(include_system=include_system, with_stats=with_stats)
+        return page_topics(reply, prefix=prefix, after=after, limit=limit)
+
     async def topic_route(self, name: str) -> messaging_pb2.QueryRouteResponse:
         raise InvalidArgumentError(
             f"topic {name!r} has one route per broker group in a cluster: use topic_routes()"
@@ -207,7 +234,7 @@ class ClusterAdmin(Admin):
         return [reply for _, reply in replies]
 
     # ------------------------------------------------------------------ groups
-    async def create_group(self, name: str, **options: Any) -> admin_pb2.SubscriptionGroupConfig:  # type: ignore[override]
+    async def create_group(self, name: str, **options: Any) -> admin_pb2.SubscriptionGroupConfig:
         replies = await self._each(await self.masters(), lambda a: a.create_group(name, **options))
         return replies[0][1]
 
@@ -276,7 +303,7 @@ class ClusterAdmin(Admin):
                 row.broker_name = broker
         return merged
 
-    async def resolve_half_message(  # type: ignore[override]
+    async def resolve_half_message(
         self, transaction_id: str, commit: bool, *, broker: str | None = None
     ) -> str:
         """Transaction ids are per broker: ``broker`` names the group (its master resolves it);
@@ -298,6 +325,11 @@ class ClusterAdmin(Admin):
 
     async def broker_statuses(self) -> list[admin_pb2.BrokerStatus]:
         return [s for _, s in await self._each(await self.masters(), lambda a: a.broker_status())]
+
+    async def transfer_master(self, to_broker_id: int = 0) -> admin_pb2.TransferMasterResponse:
+        raise InvalidArgumentError(
+            "transfer_master is sent to one group's master: Admin(connection.to(address))"
+        )
 
     async def query_messages(
         self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int = 0, max_num: int = 32

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import logging
 import random
 from collections.abc import Iterable, Mapping, Sequence
@@ -48,6 +49,7 @@ from wharf.client.record_encoder import RecordEncoder, results_of
 from wharf.client.route import RouteCache
 from wharf.client.selector import MessageQueueSelector
 from wharf.client.send_stream import SendStream
+from wharf.client.stream_mux import StreamSlot
 from wharf.client.transaction import CheckListener, Transaction, TransactionChecker
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
@@ -178,7 +180,7 @@ class Producer:
         )
         self._channels: list[grpc.aio.Channel] = []
         self._stubs: list[messaging_pb2_grpc.MessagingServiceStub] = []
-        self._streams: list[SendStream | None] = []
+        self._streams: list[StreamSlot[SendStream]] = []  # one per channel, reopened on use
         self._next_stream = 0
         self._heads: dict[_BatchKey, bytes] = {}  # encoded request fields other than messages
         # Batches of several topics share a request (``parts``) unless the broker predates it.
@@ -211,7 +213,7 @@ class Producer:
             channel = self.connection.open_channel(dedicated=self._stream_count > 1)
             self._channels.append(channel)
             self._stubs.append(messaging_pb2_grpc.MessagingServiceStub(channel))
-            self._streams.append(None)
+            self._streams.append(StreamSlot(functools.partial(SendStream, channel)))
         self._routes = RouteCache(self._stubs[0])
         self._batcher = AutoBatcher(
             self._send_request,
@@ -283,7 +285,8 @@ class Producer:
                 await asyncio.wait_for(self._batcher.drain(), self.send_timeout + 1)
             except TimeoutError:
                 log.warning("producer closed with unanswered messages")
-        for stream in self._streams:
+        for slot in self._streams:
+            stream = slot.take()
             if stream is not None:
                 await stream.close()
         for channel in self._channels:
@@ -629,11 +632,7 @@ class Producer:
         return list(_checked(response).results)
 
     def _stream(self, index: int) -> SendStream:
-        stream = self._streams[index]
-        if stream is None or stream.broken is not None:
-            stream = SendStream(self._channels[index])
-            self._streams[index] = stream
-        return stream
+        return self._streams[index].get()
 
     def _head_of(self, key: _BatchKey) -> bytes:
         """The request's fixed fields, encoded once per (topic, queue): the stream appends

@@ -1,4 +1,6 @@
-"""One ``SendMessageStream`` bidi call: many requests in flight, replies matched by request_id.
+"""One ``SendMessageStream`` bidi call: many requests in flight, replies matched by request_id
+(the multiplexing, the failure of every waiter when the call ends and the reopening are
+``wharf.client.stream_mux``'s).
 
 A broken stream fails every pending request with the mapped error (UNAVAILABLE and friends
 are retriable, so the producer re-sends) and the producer opens a new stream on next use.
@@ -13,14 +15,12 @@ several such batches of records as ``parts`` (field 7). Protobuf allows fields i
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import itertools
 
 import grpc
 from wharf import hops
-from wharf.client.errors import ClientClosedError, UnavailableError, WharfError, from_rpc_error
-from wharf.client.wire_channel import each_response
+from wharf.client.errors import ClientClosedError, WharfError
+from wharf.client.stream_mux import MuxStream
 from wharf.v1 import common_pb2, messaging_pb2
 
 _METHOD = "/wharf.v1.MessagingService/SendMessageStream"
@@ -75,39 +75,21 @@ def encode_parts_request(request_id: int, parts: list[tuple[bytes, list[bytes]]]
     return b"".join(pieces)
 
 
-# A write on a call the broker already ended (it refused the stream at once: ACL, shutdown)
-# raises one of these; grpc.aio's BaseError ("Internal error from Core") is not an RpcError.
-_CALL_ENDED = (grpc.RpcError, grpc.aio.BaseError, asyncio.InvalidStateError)
+class SendStream(MuxStream[messaging_pb2.SendMessageResponse]):
+    """The producer's stream (one per connection, ``Producer(streams=N)``); ``broken`` once it
+    ended (``StreamSlot`` opens the next). Requests are written by the caller itself when no
+    write is in progress (``MuxStream.write_now``)."""
 
+    name = "send stream"
 
-class SendStream:
     def __init__(self, channel: grpc.aio.Channel) -> None:
-        # Requests are written by the caller itself when no write is in progress (no queue or
-        # writer task to hop through: a round trip was ~0.6 ms slower with them); a caller
-        # that finds a write in progress leaves its request to that writer.
-        self._backlog: collections.deque[bytes] = collections.deque()
-        self._writing = False
-        self._pending: dict[int, asyncio.Future[messaging_pb2.SendMessageResponse]] = {}
-        self._ids = itertools.count(1)
-        call_factory = channel.stream_stream(
-            _METHOD,
-            request_serializer=None,  # requests are encoded here (bytes)
-            response_deserializer=messaging_pb2.SendMessageResponse.FromString,
-        )
-        self._call = call_factory()  # type: ignore[call-arg]  # no iterator: we write()
-        self._reader = asyncio.get_running_loop().create_task(self._read_loop())
-        self.broken: WharfError | None = None
-        self._orphans: set[asyncio.Task[None]] = set()
-
-    @property
-    def pending(self) -> int:
-        return len(self._pending)
+        super().__init__(channel, _METHOD, messaging_pb2.SendMessageResponse.FromString)
 
     async def request(
         self, request: messaging_pb2.SendMessageRequest
     ) -> messaging_pb2.SendMessageResponse:
         """Send one request proto (its ``request_id`` is overwritten) and await its reply."""
-        request_id = next(self._ids)
+        request_id = self.next_id()
         request.request_id = request_id
         return await self._exchange(request_id, request.SerializeToString())
 
@@ -115,14 +97,14 @@ class SendStream:
         self, head: bytes, wires: list[common_pb2.Message]
     ) -> messaging_pb2.SendMessageResponse:
         """Send ``head`` (encoded topic/queue/group fields) + ``wires``; await the reply."""
-        request_id = next(self._ids)
+        request_id = self.next_id()
         return await self._exchange(request_id, encode_request(head, request_id, wires))
 
     async def request_records(
         self, head: bytes, records: list[bytes]
     ) -> messaging_pb2.SendMessageResponse:
         """Send ``head`` + producer-encoded ``records``; await the (compact) reply."""
-        request_id = next(self._ids)
+        request_id = self.next_id()
         return await self._exchange(request_id, encode_records_request(head, request_id, records))
 
     async def request_parts(
@@ -130,74 +112,30 @@ class SendStream:
     ) -> messaging_pb2.SendMessageResponse:
         """Send several batches of records, each ``head`` + its records, as the ``parts`` of
         one request; await the reply (one reply part per part, in order)."""
-        request_id = next(self._ids)
+        request_id = self.next_id()
         return await self._exchange(request_id, encode_parts_request(request_id, parts))
 
     async def _exchange(self, request_id: int, data: bytes) -> messaging_pb2.SendMessageResponse:
-        if self.broken is not None:
-            raise self.broken
-        future = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
+        future = self.expect(request_id)
         try:
-            self._backlog.append(data)
-            if not self._writing:
-                await self._write_backlog()
+            await self.write_now(data)
             return await future
         finally:
-            self._pending.pop(request_id, None)
+            self.forget(request_id)
 
-    async def _write_backlog(self) -> None:
-        self._writing = True
-        try:
-            while self._backlog and self.broken is None:
-                if hops.ENABLED:
-                    hops.stamp("c.write")
-                await self._call.write(self._backlog.popleft())
-        except _CALL_ENDED:
-            pass  # the call ended: the read loop fails every pending request with the cause
-        finally:
-            self._writing = False
-            if self._backlog and self.broken is None:
-                # This writer was cancelled (its caller's deadline): hand the rest over.
-                task = asyncio.get_running_loop().create_task(self._write_backlog())
-                self._orphans.add(task)
-                task.add_done_callback(self._orphans.discard)
-
-    async def close(self) -> None:
-        try:
-            while self._writing or self._backlog:
-                if not self._writing:
-                    await self._write_backlog()
-                else:
-                    await asyncio.sleep(0.001)
-            if self.broken is None:
-                await self._call.done_writing()  # the broker ends the stream after its replies
-        except _CALL_ENDED:
-            pass
-        try:
-            await asyncio.wait_for(asyncio.shield(self._reader), 5.0)
-        except (TimeoutError, asyncio.CancelledError):
-            self._call.cancel()
-            self._reader.cancel()
+    def _frame(self, backlog: collections.deque[bytes]) -> bytes:
+        if hops.ENABLED:
+            hops.stamp("c.write")
+        return backlog.popleft()
 
     def _on_response(self, response: messaging_pb2.SendMessageResponse) -> None:
         if hops.ENABLED:
             hops.stamp("c.ack_read")
-        future = self._pending.get(response.request_id)
-        if future is not None and not future.done():
-            future.set_result(response)
+        self.resolve(response.request_id, response)
 
-    async def _read_loop(self) -> None:
-        error: WharfError = UnavailableError("send stream ended by the broker")
-        try:
-            await each_response(self._call, self._on_response)
-        except grpc.RpcError as exc:
-            error = from_rpc_error(exc)
-        except asyncio.CancelledError:
-            error = ClientClosedError("producer closed")
-        finally:
-            self.broken = error
-            self._backlog.clear()
-            for future in self._pending.values():
-                if not future.done():
-                    future.set_exception(error)
+    def closed_error(self) -> WharfError:
+        return ClientClosedError("producer closed")
+
+    async def close(self) -> None:
+        """Write what is queued, half-close, wait up to 5 s for the replies in flight."""
+        await self.finish(5.0)

@@ -32,7 +32,7 @@ from wharf.store.model import (
 # The facade (and with it numpy and every service module) loads on first use, so that importing
 # the sans-IO codec (``wharf.store.codec``) -- as the SDK's record decoder and the Spark offline scan
 # do -- stays cheap.
-_LAZY = {"ArrivalListener", "MessageStore", "StoreObserver"}
+_LAZY = {"ArrivalListener", "MessageStore", "StoreObserver", "Written", "durable_all"}
 
 
 def __getattr__(name: str) -> object:
@@ -69,4 +69,6 @@ __all__ = [
     "StoreStats",
     "StoredMessage",
     "TagFilter",
+    "Written",
+    "durable_all",
 ]

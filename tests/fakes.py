@@ -34,6 +34,7 @@ from wharf.store.model import (
     StoreStats,
     TagFilter,
 )
+from wharf.store.write import Written
 
 # As the real read path (RocketMQ's maxFilterMessageCount): a filtered pull scans at least this
 # many queue units.
@@ -137,13 +138,11 @@ class FakeStore:
             listener(topic, queue_id, max_offset)
 
     async def put(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> PutResult:
-        return await self.durable(self.put_append(topic, queue_id, messages))
+        return await self.durable(self.append(topic, queue_id, messages))
 
-    def put_append(
-        self, topic: str, queue_id: int, messages: Sequence[MessageInput]
-    ) -> AppendResult:
-        """``put`` in two parts, as the real store: this append, then the durability wait."""
-        return self.append(topic, queue_id, messages)
+    def write(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> Written:
+        """As the real store: this append now, its ``Written`` for the durability wait."""
+        return Written(self, self.append(topic, queue_id, messages))
 
     def dispatch_lagging(self) -> bool:
         return False  # the fake dispatches every put at once

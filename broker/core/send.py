@@ -13,9 +13,9 @@ In order, for a request of messages to one topic:
    every protocol (one turn per request: a request is one append into one queue).
    ``group_queue`` is the stable queue of a FIFO message group.
 3. ``check_inputs(messages)``: the message rules of ``validate.py`` (one set).
-4. The store: ``put`` / ``put_records`` (append + durability wait, ``PutResult``), or the split
-   forms the fast paths use (``append`` / ``append_records`` now, ``durable`` later, or
-   ``flush_waiter`` + ``flushed_result`` as a done-callback; ``dispatch_lagging`` /
+4. The store: ``put`` / ``put_records`` (write + durability wait, ``PutResult``), or the split
+   forms the fast paths use (``append`` / ``append_records`` now: the store's ``Written``,
+   ``durable`` later, or ``flush_waiter`` + ``flushed_result`` as a done-callback; ``dispatch_lagging`` /
    ``dispatch_room`` for the dispatch back-pressure). ``put_once``: the de-duplicated put of
    messages with producer ids (a retry of a stored (topic, message id) gets its first result
    back, no second copy; a retry racing the first attempt waits for it).
@@ -52,7 +52,8 @@ from wharf.broker.meta.topics import (
     is_system_topic,
 )
 from wharf.store.codec.properties import PROPERTY_TIMER_DELIVER_MS, PROPERTY_TRANSACTION_PREPARED
-from wharf.store.model import AppendResult, MessageInput, PutResult, PutStatus
+from wharf.store.model import MessageInput, PutResult, PutStatus
+from wharf.store.write import Written, durable_all
 
 if TYPE_CHECKING:
     from wharf.store.message_store import MessageStore
@@ -169,7 +170,7 @@ class SendCore:
         self, topic: str, queue_id: int, records: bytes, born_host: str
     ) -> PutResult:
         """``put`` of producer-encoded records (the store checks their format)."""
-        return await self.store.put_records(topic, queue_id, records, born_host)
+        return await self.store.put(topic, queue_id, records, born_host)
 
     # --- the store: the split forms of the fast paths ----------------------------------------
 
@@ -181,37 +182,35 @@ class SendCore:
         """The dispatch back-pressure wait of ``put``, once for several appends."""
         await self.store.dispatch_room()
 
-    def append(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> AppendResult:
+    def append(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> Written:
         """The append, now (no back-pressure wait); ``durable`` or ``flush_waiter`` follow."""
-        return self.store.put_append(topic, queue_id, messages)
+        return self.store.write(topic, queue_id, messages)
 
-    def append_records(
-        self, topic: str, queue_id: int, records: bytes, born_host: str
-    ) -> AppendResult:
-        return self.store.put_records_append(topic, queue_id, records, born_host)
+    def append_records(self, topic: str, queue_id: int, records: bytes, born_host: str) -> Written:
+        return self.store.write(topic, queue_id, records, born_host)
 
     def append_records_many(
         self, batches: Sequence[tuple[str, int, bytes]], born_host: str
-    ) -> list[AppendResult | Exception]:
+    ) -> list[Written | Exception]:
         """Several (topic, queue id, records) appended together (one commit log write); each
         its result or its own error, in order."""
-        return self.store.put_records_append_many(batches, born_host)
+        return self.store.write_many(batches, born_host)
 
-    async def durable_many(self, results: Sequence[AppendResult]) -> list[PutResult]:
+    async def durable_many(self, results: Sequence[Written]) -> list[PutResult]:
         """``durable`` of appends made together, in order: one wait (the last one's)."""
-        return await self.store.durable_many(results)
+        return await durable_all(results)
 
-    async def durable(self, result: AppendResult) -> PutResult:
+    async def durable(self, result: Written) -> PutResult:
         """Wait until an append is durable (disk and replicas, per the store's settings)."""
-        return await self.store.durable(result)
+        return await result.durable()
 
-    def flush_waiter(self, result: AppendResult) -> asyncio.Future[bool] | None:
+    def flush_waiter(self, result: Written) -> asyncio.Future[bool] | None:
         """The group commit's future for an append (None: await ``durable`` instead)."""
-        return self.store.flush_waiter(result)
+        return result.flush_waiter()
 
-    def flushed_result(self, result: AppendResult, waiter: asyncio.Future[bool]) -> PutResult:
+    def flushed_result(self, result: Written, waiter: asyncio.Future[bool]) -> PutResult:
         """The verdict of a done ``flush_waiter`` future (raises a failed flush's error)."""
-        return self.store.flushed_result(result, waiter)
+        return result.flushed(waiter)
 
     # --- the store: de-duplicated ------------------------------------------------------------
 

@@ -18,7 +18,7 @@ Keys, under ``/wharf/<cluster>/<brokerName>/``::
   (with its lease), ``epoch + 1``, ``sss = {me}``. One winner per term by construction. A
   replica outside the set never campaigns: an acknowledged message is on every member, so
   electing a non-member could lose it.
-- **Master.** The winner promotes its store (``MessageStore.promote``: offsets from its queues,
+- **Master.** The winner promotes its store (``MessageStore.role.promote``: offsets from its queues,
   the epoch recorded before any write), publishes its HA address in ``master``, registers with
   the NameServers as id 0, and keeps its lease alive every TTL/3. It acknowledges nothing once
   ``send time of the last renewal + TTL - FENCE_MARGIN_S`` has passed (the store's write fence):
@@ -114,7 +114,7 @@ class Failover:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``etcd``: the controller's etcd (``AetcdEtcd``; ``MemoryEtcd`` in unit tests);
-        ``store``: what failover drives of the store (``StoreRole``: the MessageStore);
+        ``store``: what failover drives of the store (``StoreRole``: ``MessageStore.role``);
         ``on_master()``: this broker became the master (the controller re-registers it as
         id 0); ``restart(reason)``: restart the process as a replica; ``clock``: monotonic
         seconds (the write fence's)."""

@@ -2,9 +2,9 @@
 master, the write fence, the log end) and ``Replication`` (the master's replication listener:
 the replicas acknowledgements need, which ones are in sync, how far each has acknowledged).
 
-``wharf.store.message_store.MessageStore`` and ``wharf.store.ha.master.HAMaster`` satisfy them
-as they are (mypy checks it where the controller builds ``Failover``); the election's unit tests
-pass small fakes (tests/broker/test_election.py)."""
+``wharf.store.role.Role`` (``MessageStore.role``) and ``wharf.store.ha.master.HAMaster``
+satisfy them as they are (mypy checks it where the controller builds ``Failover``); the
+election's unit tests pass small fakes (tests/broker/test_election.py)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class ListenHost(Protocol):
 
 
 class StoreRole(Protocol):
-    """The store's role as failover drives it (``store.message_store.MessageStore``)."""
+    """The store's role as failover drives it (``store.role.Role``: ``MessageStore.role``)."""
 
     @property
     def config(self) -> ListenHost: ...

@@ -25,7 +25,8 @@ from wharf.broker.errors import InvalidArgumentError, status_for
 from wharf.broker.processors.convert import to_inputs
 from wharf.broker.serving.handlers import check_stream_item
 from wharf.store.config import SYNC_FLUSH
-from wharf.store.model import AppendResult, MessageInput, PutResult, PutStatus
+from wharf.store.model import MessageInput, PutResult, PutStatus
+from wharf.store.write import Written
 from wharf.v1 import common_pb2, messaging_pb2
 
 log = logging.getLogger("wharf.broker.processors.send")
@@ -107,7 +108,7 @@ class SendProcessor:
                 accepted.append(self._accept(part, born_host))
             except Exception as exc:
                 accepted.append(exc)
-        results: list[AppendResult | Exception]
+        results: list[Written | Exception]
         ready = [a for a in accepted if not isinstance(a, Exception)]
         if len(ready) > 1 and all(a.records is not None for a in ready):
             try:
@@ -143,7 +144,7 @@ class SendProcessor:
                 self._reply_into(add(), accepted_part, verdict)
         return response
 
-    def _append_or_error(self, accepted: _Accepted) -> AppendResult | Exception:
+    def _append_or_error(self, accepted: _Accepted) -> Written | Exception:
         try:
             return self._append(accepted)
         except Exception as exc:
@@ -188,7 +189,7 @@ class SendProcessor:
         core.check_inputs(inputs)  # the rules every protocol shares (tags, keys, properties)
         return _Accepted(topic_name, queue_id, inputs, unique_ids, None, born_host)
 
-    def _append(self, accepted: _Accepted) -> AppendResult:
+    def _append(self, accepted: _Accepted) -> Written:
         """The store append of an accepted request, now (no dispatch back-pressure wait)."""
         core = self.core
         if accepted.records is not None:
@@ -446,7 +447,7 @@ class _SyncFlushStream:
         self,
         request: messaging_pb2.SendMessageRequest,
         accepted: _Accepted,
-        result: AppendResult,
+        result: Written,
         started: float,
         waiter: asyncio.Future[bool],
     ) -> None:
@@ -466,7 +467,7 @@ class _SyncFlushStream:
         self,
         request: messaging_pb2.SendMessageRequest,
         accepted: _Accepted,
-        result: AppendResult,
+        result: Written,
         started: float,
     ) -> None:
         processor = self.processor

@@ -433,7 +433,7 @@ class RemotingAdmin:
             return None
         if message is None or message.commit_log_offset != offset:
             return None
-        return self.ctx.store.commit_log.read_bytes(offset, message.store_size)
+        return self.ctx.store.read_bytes(offset, message.store_size)
 
     async def view_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = ViewMessageRequestHeader.from_ext_fields(request.ext_fields)

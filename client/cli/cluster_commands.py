@@ -82,7 +82,7 @@ def namesrv_of(args: argparse.Namespace) -> NameServerClient:
     return NameServerClient.of(connection_of_args(args))
 
 
-def admin_of(args: argparse.Namespace, cluster: str | None = None) -> Admin:
+def admin_of(args: argparse.Namespace, cluster: str | None = None) -> Admin | ClusterAdmin:
     """The admin client of a command: ``--endpoints``'s broker, or with ``--namesrv`` every
     master of the cluster (``ClusterAdmin``: writes on each group, reads merged)."""
     connection = connection_of_args(args)

@@ -76,16 +76,19 @@ class BrokerPool:
 
     def __init__(
         self,
-        endpoints: Sequence[str],
+        endpoints: Sequence[str] | None = None,
         *,
         rpc_timeout_s: float = 3.0,
         connection: Connection | None = None,
         **connect: Unpack[ConnectionOptions],
     ) -> None:
-        """``connection``: the keys and TLS every endpoint's clients dial with (its own
-        endpoints are not used: ``endpoints`` lists the brokers); or the keyword arguments
-        (``tls``, ``access_key`` ...) of one."""
+        """``connection``: the brokers (its ``endpoints``, ``;`` or ``,`` separated) and the
+        keys and TLS every broker's clients dial with (``Connection.to`` each); or the keyword
+        arguments (``tls``, ``access_key`` ...) of one. ``endpoints``, when given, lists the
+        brokers instead of the connection's."""
         base = connection_of(None, connection, connect)
+        if endpoints is None:
+            endpoints = split_endpoints(base.endpoints)
         self.brokers = [
             Broker(
                 index,

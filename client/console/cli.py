@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from typing import Any
 
 from wharf.client.cli.output import Output
@@ -96,9 +97,11 @@ async def run(args: argparse.Namespace, out: Output) -> int:
     if args.sample_interval <= 0:
         raise ValueError("--sample-interval must be > 0")
     endpoints = split_endpoints(args.console_endpoints or args.endpoints)
+    # One Connection: these brokers, with the global TLS and key options.
+    connection = replace(connection_of_args(args), endpoints=";".join(endpoints))
     guard = Guard(auth_token=args.auth_token, basic_auth=args.basic_auth)
     console = Console(
-        BrokerPool(endpoints, connection=connection_of_args(args)),
+        BrokerPool(connection=connection),
         guard,
         sample_interval_s=args.sample_interval,
     )

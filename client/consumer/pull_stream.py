@@ -1,5 +1,8 @@
 """Pulls over one ``PullMessageStream`` call, falling back to unary ``PullMessage``.
 
+The multiplexing (request ids, the in-flight map, one writer, the failure of every pending
+pull when the call ends, a new call on the next use) is ``wharf.client.stream_mux``'s.
+
 ``Puller(channel)`` is what consumers await: ``reply = await puller(request, timeout=s)``
 answers a ``pull_wire.PullReply`` (records left in the received buffer) or raises a
 ``WharfError``. Many pulls share one bidirectional call (one per queue is the consumers'
@@ -28,21 +31,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 from collections.abc import Callable
 
 import grpc
 from wharf import hops
 from wharf.client.consumer.pull_wire import PullReply, decode_pull_reply, pull_callable
 from wharf.client.errors import (
-    ClientClosedError,
     DeadlineExceededError,
-    UnavailableError,
     WharfError,
     error_for_status_number,
     from_rpc_error,
 )
-from wharf.client.wire_channel import each_response
+from wharf.client.stream_mux import MuxStream, StreamSlot
 from wharf.v1 import messaging_pb2
 
 STREAM_METHOD = "/wharf.v1.MessagingService/PullMessageStream"
@@ -52,8 +52,6 @@ _BATCH_TAG = b"\x6a"  # PullMessageRequest.batch (field 13, length-delimited)
 # Requests coalesced into one stream message at most (a message costs the broker ~80 us of
 # gRPC work whatever it carries; requests are ~60 bytes).
 MAX_BATCH = 64
-# A write on a call that already ended raises one of these (see client/send_stream.py).
-_CALL_ENDED = (grpc.RpcError, grpc.aio.BaseError, asyncio.InvalidStateError)
 
 
 def _varint(value: int) -> bytes:
@@ -65,28 +63,17 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-class PullStream:
-    """One PullMessageStream call; ``broken`` once it ended (then make a new one)."""
+class PullStream(MuxStream[PullReply]):
+    """One PullMessageStream call; ``broken`` once it ended (then make a new one). Requests
+    always go out through a writer task (``MuxStream.write_later``)."""
+
+    name = "pull stream"
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
-        factory = channel.stream_stream(
-            STREAM_METHOD, request_serializer=None, response_deserializer=decode_pull_reply
-        )
-        self._call = factory()  # type: ignore[call-arg]  # no iterator: we write()
-        self._pending: dict[int, asyncio.Future[PullReply]] = {}
+        super().__init__(channel, STREAM_METHOD, decode_pull_reply)
         # Per pending pull, optionally: called by the read loop with a reply without an
         # error, before the pull's future is resolved (see ``pull``).
         self._on_reply: dict[int, Callable[[PullReply], None]] = {}
-        self._ids = itertools.count(1)
-        self._backlog: collections.deque[bytes] = collections.deque()
-        self._writing = False
-        self._orphans: set[asyncio.Task[None]] = set()
-        self.broken: WharfError | None = None
-        self._reader = asyncio.get_running_loop().create_task(self._read_loop())
-
-    @property
-    def pending(self) -> int:
-        return len(self._pending)
 
     async def pull(
         self,
@@ -97,84 +84,46 @@ class PullStream:
         """The pull's reply. ``on_reply(reply)``, when given, runs where the stream reads as
         soon as a reply without an error arrives (one loop turn before the awaiting task
         resumes); if it raises, the pull raises that."""
-        if self.broken is not None:
-            raise self.broken
-        request_id = next(self._ids)
+        request_id = self.next_id()
+        future = self.expect(request_id)
         request.request_id = request_id
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[PullReply] = loop.create_future()
-        self._pending[request_id] = future
         if on_reply is not None:
             self._on_reply[request_id] = on_reply
-        timer = loop.call_later(timeout, _expire, future, timeout)
+        timer = asyncio.get_running_loop().call_later(timeout, _expire, future, timeout)
         answered = False
         try:
             # Written by a writer task, never by this caller: grpc.aio cancels the whole call
             # when a write is cancelled, and this caller may be cancelled at any time.
-            self._send_later(request.SerializeToString())
+            self.write_later(request.SerializeToString())
             reply = await future
             answered = True
         finally:
             timer.cancel()
-            self._pending.pop(request_id, None)
+            self.forget(request_id)
             self._on_reply.pop(request_id, None)
             if not answered and self.broken is None:
-                self._send_later(_REQUEST_ID_TAG + _varint(request_id) + _CANCEL_TAG)
+                self.write_later(_REQUEST_ID_TAG + _varint(request_id) + _CANCEL_TAG)
         if reply.error is not None:
             raise error_for_status_number(*reply.error)
         return reply
 
-    def _send_later(self, data: bytes) -> None:
-        self._backlog.append(data)
-        if not self._writing:
-            self._spawn_writer()
+    def _frame(self, backlog: collections.deque[bytes]) -> bytes:
+        """One request, or what queued up while the last write went out as one message."""
+        if len(backlog) == 1:
+            return backlog.popleft()
+        parts: list[bytes] = []
+        for _ in range(min(len(backlog), MAX_BATCH)):
+            item = backlog.popleft()
+            parts += (_BATCH_TAG, _varint(len(item)), item)
+        return b"".join(parts)
 
-    def _spawn_writer(self) -> None:
-        self._writing = True  # from now: one writer at a time (grpc allows one write)
-        task = asyncio.get_running_loop().create_task(self._write_backlog())
-        self._orphans.add(task)
-        task.add_done_callback(self._orphans.discard)
-
-    async def _write_backlog(self) -> None:
-        backlog = self._backlog
-        try:
-            while backlog and self.broken is None:
-                if len(backlog) == 1:
-                    data = backlog.popleft()
-                else:  # what queued up while the last write went out: one message
-                    parts: list[bytes] = []
-                    for _ in range(min(len(backlog), MAX_BATCH)):
-                        item = backlog.popleft()
-                        parts += (_BATCH_TAG, _varint(len(item)), item)
-                    data = b"".join(parts)
-                await self._call.write(data)
-        except _CALL_ENDED:
-            pass  # the call ended: the read loop fails every pending pull with the cause
-        finally:
-            self._writing = False
-
-    async def _read_loop(self) -> None:
-        error: WharfError = UnavailableError("pull stream ended by the broker")
-        try:
-            await each_response(self._call, self._on_stream_reply)
-        except grpc.RpcError as exc:
-            error = from_rpc_error(exc)
-        except asyncio.CancelledError:
-            error = ClientClosedError("pull stream closed")
-        finally:
-            self.broken = error
-            self._backlog.clear()
-            for future in self._pending.values():
-                if not future.done():
-                    future.set_exception(error)
-
-    def _on_stream_reply(self, reply: PullReply) -> None:
+    def _on_response(self, reply: PullReply) -> None:
         if hops.ENABLED:
             hops.stamp("c.pull_read")
-        pending, callbacks = self._pending, self._on_reply
+        callbacks = self._on_reply
         for each in reply.batch or (reply,):
-            future = pending.get(each.request_id)
-            if future is None or future.done():
+            future = self.waiter(each.request_id)
+            if future is None:
                 continue
             on_reply = callbacks.pop(each.request_id, None)
             if on_reply is not None and each.error is None:
@@ -186,12 +135,8 @@ class PullStream:
             future.set_result(each)
 
     def close(self) -> None:
-        if self.broken is None:
-            self.broken = ClientClosedError("pull stream closed")
-        self._call.cancel()
-        self._reader.cancel()
-        for task in list(self._orphans):
-            task.cancel()
+        """Cancel the call now: pending pulls fail with ClientClosedError."""
+        self.abort()
 
 
 def _expire(future: asyncio.Future[PullReply], timeout: float) -> None:
@@ -204,9 +149,8 @@ class Puller:
     broker answered UNIMPLEMENTED (``streaming`` turns False). ``stream=False``: unary only."""
 
     def __init__(self, channel: grpc.aio.Channel, *, stream: bool = True) -> None:
-        self._channel = channel
         self._unary = pull_callable(channel)
-        self._stream: PullStream | None = None
+        self._streams: StreamSlot[PullStream] = StreamSlot(lambda: PullStream(channel))
         self.streaming = stream
 
     async def __call__(
@@ -219,9 +163,7 @@ class Puller:
         """``on_reply``: see ``PullStream.pull`` (over the stream only: a unary reply is
         returned without it, so the caller checks whether it ran)."""
         if self.streaming:
-            stream = self._stream
-            if stream is None or stream.broken is not None:
-                stream = self._stream = PullStream(self._channel)
+            stream = self._streams.get()
             try:
                 return await stream.pull(request, timeout, on_reply)
             except WharfError as exc:
@@ -229,7 +171,7 @@ class Puller:
                     raise
                 self.streaming = False  # an older broker: unary from now on
                 stream.close()
-                self._stream = None
+                self._streams.take()
         request.request_id = 0
         try:
             reply: PullReply = await self._unary(request, timeout=timeout)
@@ -238,6 +180,6 @@ class Puller:
         return reply
 
     def close(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
+        stream = self._streams.take()
+        if stream is not None:
+            stream.close()

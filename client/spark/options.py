@@ -11,7 +11,7 @@ import json
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from wharf.client.auth import Credentials, resolve_credentials
 from wharf.client.channel import DEFAULT_ENDPOINTS, TlsConfig, tls_config
@@ -47,8 +47,34 @@ class OffsetSpec:
         return self.default
 
 
+class _ConnectionParts:
+    """The options' ``connection`` under the former field names (read-only now)."""
+
+    __slots__ = ()
+    connection: Connection
+
+    @property
+    def credentials(self) -> Credentials | None:
+        """accessKey/secretKey: signed calls (aclEnable); None: unsigned."""
+        if not self.connection.access_key:
+            return None
+        return Credentials(self.connection.access_key, self.connection.secret_key or "")
+
+    @property
+    def tls(self) -> TlsConfig | None:
+        return self.connection.tls
+
+    @property
+    def namesrv(self) -> str | None:
+        return self.connection.namesrv
+
+    @property
+    def namesrv_tls(self) -> bool:
+        return self.connection.namesrv_tls
+
+
 @dataclass(frozen=True, slots=True)
-class ReadOptions:
+class ReadOptions(_ConnectionParts):
     endpoints: tuple[str, ...]  # empty with namesrv
     topics: tuple[str, ...]
     starting: OffsetSpec
@@ -64,21 +90,15 @@ class ReadOptions:
     pull_batch_size: int
     arrow_batches: bool  # yield pyarrow.RecordBatch (faster, see bench.py) or tuples
     timeout_s: float
-    credentials: Credentials | None = None  # accessKey/secretKey: signed calls (aclEnable)
-    tls: TlsConfig | None = None  # options tls / caFile / certFile / keyFile
-    # A cluster's NameServers instead of endpoints: one partition per (group, queue),
-    # queues keyed "<topic>@<broker>" (client/spark/cluster_rpc.py).
-    namesrv: str | None = None
-    namesrv_tls: bool = False  # namesrvTls: the NameServers over TLS too (the TLS options)
-    # The above as one value, built once: what BrokerRpc / ClusterRpc dial with.
-    connection: Connection = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "connection", _connection(self))
+    # How to dial (parse_connection): the brokers (``endpoints``, ``;``-joined) or a cluster's
+    # NameServers (``namesrv``: one partition per (group, queue), queues keyed
+    # "<topic>@<broker>", client/spark/cluster_rpc.py), keys resolved on the driver, TLS as
+    # PEM bytes: pickled to the executors as it is. What BrokerRpc / ClusterRpc dial with.
+    connection: Connection
 
 
 @dataclass(frozen=True, slots=True)
-class WriteOptions:
+class WriteOptions(_ConnectionParts):
     endpoints: tuple[str, ...]
     topic: str | None  # overrides the ``topic`` column when set
     batch_size: int  # messages per SendMessage request
@@ -89,30 +109,26 @@ class WriteOptions:
     writer_id: str | None  # stable id of the write job; see topic_writer.py
     producer_group: str
     timeout_s: float
-    credentials: Credentials | None = None  # accessKey/secretKey: signed calls (aclEnable)
-    tls: TlsConfig | None = None
-    # A cluster's NameServers instead of endpoints: rows spread over every group's write
-    # queues, each group's halves committed by its own EndTransactions (topic_writers.py).
-    namesrv: str | None = None
-    namesrv_tls: bool = False
-    connection: Connection = field(init=False, repr=False, compare=False)  # as ReadOptions'
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "connection", _connection(self))
+    # As ReadOptions' (with ``namesrv``: rows spread over every group's write queues, each
+    # group's halves committed by its own EndTransactions, topic_writers.py).
+    connection: Connection
 
 
-def _connection(opts: ReadOptions | WriteOptions) -> Connection:
-    """The options' Connection: keys resolved on the driver (``""``: unsigned, whatever an
-    executor's environment says), PEM bytes, the endpoints ``;``-joined (BrokerRpc tries
-    ``opts.endpoints`` in turn)."""
-    credentials = opts.credentials
+def parse_connection(options: Mapping[str, str]) -> Connection:
+    """The connection options as one ``Connection``: ``endpoints`` (``host:port``, comma
+    separated: tried in turn) or ``namesrv`` (a cluster's NameServers, ``;`` separated) with
+    ``namesrvTls``; ``accessKey`` / ``secretKey`` (else the driver's WHARF_ACCESS_KEY /
+    WHARF_SECRET_KEY; resolved here, so ``""`` on the executors means unsigned whatever their
+    environment says); ``tls``, ``caFile``, ``certFile``, ``keyFile`` (read here, on the
+    driver: the executors get the PEM bytes)."""
+    credentials = _credentials(options)
     return Connection(
-        ";".join(opts.endpoints) or DEFAULT_ENDPOINTS,
-        namesrv=opts.namesrv,
+        ";".join(_endpoints(options, namesrv_ok=True)) or DEFAULT_ENDPOINTS,
+        namesrv=_get(options, "namesrv") or None,
         access_key=credentials.access_key if credentials is not None else "",
         secret_key=credentials.secret_key if credentials is not None else "",
-        tls=opts.tls,
-        namesrv_tls=opts.namesrv_tls,
+        tls=parse_tls(options),
+        namesrv_tls=_bool(options, "namesrvTls", False),
     )
 
 
@@ -302,8 +318,6 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         raise OptionError("option 'progressGroup' applies to streaming reads only")
     return ReadOptions(
         endpoints=_endpoints(options, namesrv_ok=True),
-        namesrv=_get(options, "namesrv") or None,
-        namesrv_tls=_bool(options, "namesrvTls", False),
         topics=_topics(options),
         starting=starting,
         ending=ending,
@@ -318,8 +332,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         pull_batch_size=min(pull_batch, MAX_PULL_BATCH),
         arrow_batches=_bool(options, "arrowBatches", True),
         timeout_s=_timeout(options),
-        credentials=_credentials(options),
-        tls=parse_tls(options),
+        connection=parse_connection(options),
     )
 
 
@@ -345,8 +358,6 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     assert immunity is not None
     return WriteOptions(
         endpoints=_endpoints(options, namesrv_ok=True),
-        namesrv=_get(options, "namesrv") or None,
-        namesrv_tls=_bool(options, "namesrvTls", False),
         topic=check_topic_name(topic.strip()) if topic else None,
         batch_size=batch_size,
         max_request_bytes=max_bytes,
@@ -356,8 +367,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         writer_id=writer_id,
         producer_group=_get(options, "producerGroup") or "wharf-spark-sink",
         timeout_s=_timeout(options),
-        credentials=_credentials(options),
-        tls=parse_tls(options),
+        connection=parse_connection(options),
     )
 
 

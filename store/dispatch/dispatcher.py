@@ -198,8 +198,12 @@ class Dispatcher:
     def missing_files(self, plan: DispatchPlan) -> list[tuple[ConsumeQueue, list[int]]]:
         """Per queue, the file starts that applying ``plan`` would create."""
         needed = []
+        find = self.queues.find_or_create
         for run in plan.runs:
-            queue = self.queues.find_or_create(*run.key)
+            queue = find(*run.key)
+            files = queue.files
+            if files and (run.first + run.unit_count) * CQ_STORE_UNIT_SIZE <= files[-1].end:
+                continue  # the usual case, inside the newest file: nothing to create
             start = max(run.first, queue.max_offset)
             starts = queue.missing_files(start, run.first + run.unit_count - start)
             if starts:
@@ -214,10 +218,11 @@ class Dispatcher:
     def apply_queues(self, plan: DispatchPlan) -> QueueAdvance:
         """The ConsumeQueue half of ``apply``: the queues that advanced."""
         advanced: QueueAdvance = {}
-        for run in plan.runs:
-            queue = self.queues.find_or_create(*run.key)
-            queue.append_packed(run.first, run.units, run.physical_end)
-            advanced[run.key] = queue.max_offset
+        find = self.queues.find_or_create
+        for key, first, _, units, physical_end in plan.runs:
+            queue = find(*key)
+            queue.append_packed(first, units, physical_end)
+            advanced[key] = queue.max_offset
         return advanced
 
     def apply_index(self, plan: DispatchPlan) -> IndexEntries:

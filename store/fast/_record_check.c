@@ -225,9 +225,92 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(patch_many_doc,
+             "patch_many(buf, starts, counts, queue_ids, first_queue_offsets, start_offset, "
+             "born_host, store_timestamp, store_host)\n\n"
+             "``patch`` of several batches laid out one after another in ``buf``: batch i is the "
+             "next ``counts[i]`` records of ``starts``, for queue ``queue_ids[i]`` from offset "
+             "``first_queue_offsets[i]``; every argument but the hosts a buffer of native int64.");
+
+/* One call for a request's batches: a request of 32 topics' batches called ``patch`` (and built
+ * its argument slices) 32 times, ~3 us each in Python around ~0.1 us of work (issue 33). */
+static PyObject *patch_many(PyObject *module, PyObject *args) {
+    Py_buffer buf, starts, counts, queue_ids, firsts, born_host, store_host;
+    long long start_offset, store_timestamp;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "w*y*y*y*y*Ly*Ly*:patch_many", &buf, &starts, &counts,
+                          &queue_ids, &firsts, &start_offset, &born_host, &store_timestamp,
+                          &store_host)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const Py_ssize_t word = (Py_ssize_t)sizeof(int64_t);
+    if (born_host.len != 8 || store_host.len != 8) {
+        PyErr_SetString(PyExc_ValueError, "born_host and store_host are 8 bytes each");
+        goto done;
+    }
+    if (starts.len % word || counts.len % word || queue_ids.len != counts.len ||
+        firsts.len != counts.len) {
+        PyErr_SetString(PyExc_ValueError,
+                        "starts, counts, queue_ids and first_queue_offsets must be int64 values, "
+                        "one count, queue id and offset per batch");
+        goto done;
+    }
+    Py_ssize_t records = starts.len / word, batches = counts.len / word;
+    const int64_t *at = (const int64_t *)starts.buf;
+    const int64_t *count = (const int64_t *)counts.buf;
+    const int64_t *queue = (const int64_t *)queue_ids.buf;
+    const int64_t *first = (const int64_t *)firsts.buf;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t b = 0; b < batches; b++) {
+        if (count[b] < 0) {
+            PyErr_SetString(PyExc_ValueError, "a batch count is negative");
+            goto done;
+        }
+        total += (Py_ssize_t)count[b];
+    }
+    if (total != records) {
+        PyErr_Format(PyExc_ValueError, "the batches count %zd records, starts holds %zd", total,
+                     records);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < records; i++) {
+        if (at[i] < 0 || at[i] + RECORD_HEADER_SIZE > buf.len) {
+            PyErr_Format(PyExc_ValueError, "record start %lld is outside the buffer",
+                         (long long)at[i]);
+            goto done;
+        }
+    }
+    unsigned char *out = (unsigned char *)buf.buf;
+    Py_ssize_t i = 0;
+    for (Py_ssize_t b = 0; b < batches; b++) {
+        for (int64_t k = 0; k < count[b]; k++, i++) {
+            unsigned char *h = out + at[i];
+            put_be32(h + OFF_QUEUE_ID, (uint32_t)queue[b]);
+            put_be64(h + OFF_QUEUE_OFFSET, (uint64_t)(first[b] + k));
+            put_be64(h + OFF_PHYSICAL_OFFSET, (uint64_t)(at[i] + start_offset));
+            memcpy(h + OFF_BORN_HOST, born_host.buf, 8);
+            put_be64(h + OFF_STORE_TIMESTAMP, (uint64_t)store_timestamp);
+            memcpy(h + OFF_STORE_HOST, store_host.buf, 8);
+        }
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&counts);
+    PyBuffer_Release(&queue_ids);
+    PyBuffer_Release(&firsts);
+    PyBuffer_Release(&born_host);
+    PyBuffer_Release(&store_host);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"check", check, METH_VARARGS, check_doc},
     {"patch", patch, METH_VARARGS, patch_doc},
+    {"patch_many", patch_many, METH_VARARGS, patch_many_doc},
     {NULL, NULL, 0, NULL},
 };
 

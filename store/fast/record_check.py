@@ -11,6 +11,9 @@ per batch instead of ~1.5 us per record).
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Sequence
+
 import numpy as np
 from wharf.store.codec.layout import (
     MAX_PROPERTIES_LENGTH,
@@ -68,6 +71,22 @@ def _total_sizes(buf: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return buf[starts[:, None] + _TOTAL_LANES].view(">i4").ravel()
 
 
+# Topics' validated tails (TOPICLENGTH + TOPIC): a request of 32 topics' batches validated 32
+# topic names per request; bounded, cleared when full (the SDK's encoder does the same).
+_TAILS: dict[str, bytes] = {}
+_TAILS_MAX = 4096
+
+
+def _tail_of(topic: str) -> bytes:
+    tail = _TAILS.get(topic)
+    if tail is None:
+        tail = topic_tail(topic)  # raises for an invalid name: nothing cached
+        if len(_TAILS) >= _TAILS_MAX:
+            _TAILS.clear()
+        _TAILS[topic] = tail
+    return tail
+
+
 def check_records(data: bytes, topic: str, max_message_size: int) -> np.ndarray:
     """Check a send batch for ``topic``; return each record's start position in ``data``.
 
@@ -78,7 +97,7 @@ def check_records(data: bytes, topic: str, max_message_size: int) -> np.ndarray:
     this form (delayed messages are re-addressed, so they travel as messages)."""
     if not data:
         raise InvalidMessageError("records is empty: send at least one record")
-    tail = topic_tail(topic)
+    tail = _tail_of(topic)
     if _compiled is None:
         return _check_records_numpy(data, tail, topic, max_message_size)
     found = _compiled.check(data, tail, max_message_size, ALLOWED_SYS_FLAGS, _crc32)
@@ -228,3 +247,31 @@ def patch_records(
     headers["store_timestamp"] = store_timestamp
     headers["store_host"] = np.void(store_host)
     target[index] = headers.view(np.uint8).reshape(len(starts), RECORD_HEADER_SIZE)
+
+
+def patch_records_many(
+    buf: bytearray,
+    starts: np.ndarray,
+    batches: Sequence[tuple[int, int, int]],
+    start_offset: int,
+    born_host: bytes,
+    store_timestamp: int,
+    store_host: bytes,
+) -> None:
+    """``patch_records`` of several batches laid out one after another in ``buf``, in one call:
+    ``batches`` holds (record count, queue id, first queue offset) each, in ``buf`` order, and
+    ``starts`` every record's start (int64). Same bytes as one ``patch_records`` per batch."""
+    if _compiled is not None:
+        counts, queue_ids, firsts = (array("q", column) for column in zip(*batches, strict=True))
+        _compiled.patch_many(
+            buf, np.ascontiguousarray(starts, dtype=np.int64), counts, queue_ids, firsts,
+            start_offset, born_host, store_timestamp, store_host,
+        )  # fmt: skip
+        return
+    begin = 0
+    for count, queue_id, first in batches:
+        patch_records(
+            buf, starts[begin : begin + count], queue_id, first, start_offset, born_host,
+            store_timestamp, store_host,
+        )  # fmt: skip
+        begin += count

@@ -14,9 +14,10 @@ Roles are RocketMQ's ``brokerRole``: ASYNC_MASTER (acknowledges after the local 
 replicas follow), SYNC_MASTER (acknowledges only after the local flush policy AND
 ``inSyncReplicas - 1`` replicas have the message; default 2, so a SYNC_MASTER really waits for
 one replica: RocketMQ 5's default of 1 would acknowledge alone), SLAVE (appends only what its
-master sends, refuses writes, serves reads). The ``MessageStore`` facade owns one HAMaster
-(when ``haListenPort`` is set) or one HASlave and wires them with ``ReplicaLink``: what the
-broker above gives (identity, metadata to ship and to apply, the master's address).
+master sends, refuses writes, serves reads). The store's ``Role`` (``store/role.py``) builds one
+HAMaster (when ``haListenPort`` is set, or at promotion) or one HASlave and wires them with
+``ReplicaLink``: what the broker above gives (identity, metadata to ship and to apply, the
+master's address).
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ from wharf.store.errors import (
     SyncDiskFullError,
     is_disk_full,
 )
-from wharf.store.fast.record_check import patch_records
+from wharf.store.fast.record_check import patch_records, patch_records_many
 from wharf.store.log.allocate import AllocateMappedFileService
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.flush import CommitRealTimeService, FlushRealTimeService
@@ -477,21 +477,21 @@ class CommitLog(CommitLogReads):
         local += np.repeat(np.array(bases, dtype=np.int64), counts)
         offsets = (local + start).tolist()
         sizes = np.diff(local, append=total).tolist()
+        # Every batch patched in one compiled call (one call per batch cost ~3 us of Python
+        # each: 32 topics' batches in a request, issue 33).
+        patch_records_many(
+            buf,
+            local,
+            [(count, batch[1], batch[2]) for batch, count in zip(batches, counts, strict=True)],
+            start,
+            born,
+            store_timestamp,
+            store_host,
+        )
         results = []
         first_record = 0
         for (topic, queue_id, first, _, _), count in zip(batches, counts, strict=True):
             last_record = first_record + count
-            patch_records(
-                buf,
-                local[first_record:last_record],
-                queue_id,
-                first,
-                start,
-                born,
-                store_timestamp,
-                store_host,
-            )
-            end = offsets[last_record - 1] + sizes[last_record - 1]
             results.append(
                 AppendResult(
                     topic,
@@ -500,7 +500,7 @@ class CommitLog(CommitLogReads):
                     offsets[first_record:last_record],
                     sizes[first_record:last_record],
                     store_timestamp,
-                    end,
+                    offsets[last_record - 1] + sizes[last_record - 1],
                 )
             )
             first_record = last_record

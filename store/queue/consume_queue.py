@@ -383,10 +383,25 @@ class ConsumeQueue:
         self._links.changed.add(self)
 
     def _write(self, data: bytes) -> None:
-        if self._write_pos == self._flushed_pos:  # its first unflushed unit
+        pos = self._write_pos
+        if pos == self._flushed_pos:  # its first unflushed unit
             links = self._links
             links.dirty.add(self)
             links.changed.add(self)
+        files = self.files
+        if files:
+            # The common case, all in the newest file (a dispatch chunk writes ~16 units per
+            # queue at 256 topics: the general loop's views and lookups were ~2 us of each).
+            file = files[-1]
+            at = pos - file.start
+            end = at + len(data)
+            if at >= 0 and end <= file.size:
+                fd = self._cache.fd(file)
+                if end > file.allocated:
+                    file.allocate(fd, end)  # see the module docstring
+                _pwrite_all(fd, data, at, file.path)
+                self._write_pos = pos + len(data)
+                return
         view = memoryview(data)
         while view:
             file = self._file_for_write()

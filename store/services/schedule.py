@@ -9,7 +9,7 @@ message. Progress persists in ``config/delayOffset.json`` (``{"offsetTable": {"1
 write + ``.bak``) every ``persist_interval_s`` and at shutdown; after a crash a few messages may
 be delivered twice (at-least-once, as RocketMQ).
 
-The service reads and re-puts through a ``ScheduleHost``: the four store calls it makes, which
+The service reads and re-puts through the store's ``StoreHost`` (``services/host.py``), which
 the facade provides (structurally; nothing here imports it). The level grammar
 (``parse_delay_levels``) lives with the settings in ``wharf.store.config``.
 """
@@ -22,16 +22,15 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
 
 from wharf.store.codec.properties import (
     PROPERTY_DELAY_TIME_LEVEL,
     SCHEDULE_TOPIC,
 )
 from wharf.store.errors import InvalidMessageError, StoreError, StoreNotWritableError
-from wharf.store.model import MessageInput, PutResult, StoredMessage
+from wharf.store.model import MessageInput, StoredMessage
 from wharf.store.paths import read_json_with_backup_blocking, write_json_atomic_blocking
-from wharf.store.queue.consume_queue import Unit
+from wharf.store.services.host import StoreHost
 from wharf.store.services.parking import park, unpark
 
 log = logging.getLogger(__name__)
@@ -76,26 +75,10 @@ def restore_real_message(msg: StoredMessage) -> tuple[str, int, MessageInput]:
     return unpark(msg, drop=(PROPERTY_DELAY_TIME_LEVEL,), keep_destination=True)
 
 
-class ScheduleHost(Protocol):
-    """What the service needs from the store (``MessageStore`` provides it)."""
-
-    def get_min_offset(self, topic: str, queue_id: int) -> int: ...
-
-    def read_consume_queue(
-        self, topic: str, queue_id: int, offset: int, max_count: int
-    ) -> list[Unit]: ...
-
-    def look_message_by_offset(self, commit_log_offset: int) -> StoredMessage | None: ...
-
-    async def put(
-        self, topic: str, queue_id: int, messages: Sequence[MessageInput]
-    ) -> PutResult: ...
-
-
 class ScheduleMessageService:
     def __init__(
         self,
-        host: ScheduleHost,
+        host: StoreHost,
         delay_levels_ms: list[int],
         offset_file: Path,
         persist_interval_s: float = 10.0,

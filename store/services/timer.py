@@ -40,7 +40,6 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Protocol
 
 from wharf.store.codec.properties import (
     PROPERTY_REAL_TOPIC,
@@ -51,8 +50,8 @@ from wharf.store.codec.properties import (
     TIMER_TOPIC,
 )
 from wharf.store.errors import InvalidMessageError, StoreError, StoreNotWritableError
-from wharf.store.model import MessageInput, PutResult, StoredMessage
-from wharf.store.queue.consume_queue import Unit
+from wharf.store.model import MessageInput
+from wharf.store.services.host import StoreHost
 from wharf.store.services.ledger import OffsetLedger, checkpoint_loop
 from wharf.store.services.parking import park, unpark
 
@@ -126,30 +125,10 @@ def cancel_marker(timer_offset: int, unique_key: str) -> MessageInput:
     )
 
 
-class TimerHost(Protocol):
-    """What the service needs from the store (``MessageStore`` provides it)."""
-
-    def read_consume_queue(
-        self, topic: str, queue_id: int, offset: int, max_count: int
-    ) -> list[Unit]: ...
-
-    def look_message_by_offset(self, commit_log_offset: int) -> StoredMessage | None: ...
-
-    def commit_log_end(self) -> int: ...
-
-    def marks_since(self, commit_log_offset: int, prop: str) -> list[int]: ...
-
-    async def wait_dispatched(self, timeout_s: float = 5.0) -> bool: ...
-
-    async def put(
-        self, topic: str, queue_id: int, messages: Sequence[MessageInput]
-    ) -> PutResult: ...
-
-
 class TimerMessageService:
     def __init__(
         self,
-        host: TimerHost,
+        host: StoreHost,
         checkpoint_file: Path,
         checkpoint_interval_s: float = 0.2,
         clock_ms: Callable[[], int] | None = None,

@@ -37,7 +37,6 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from wharf.store.codec.properties import (
     PROPERTY_CHECK_IMMUNITY_TIME,
@@ -48,8 +47,8 @@ from wharf.store.codec.properties import (
     TRANS_OP_HALF_TOPIC,
 )
 from wharf.store.errors import InvalidMessageError
-from wharf.store.model import MessageInput, PutResult, StoredMessage
-from wharf.store.queue.consume_queue import Unit
+from wharf.store.model import MessageInput, StoredMessage
+from wharf.store.services.host import StoreHost
 from wharf.store.services.ledger import OffsetLedger, checkpoint_loop
 from wharf.store.services.parking import park, unpark
 
@@ -91,27 +90,9 @@ class Half:
     last_check_ms: int = 0
 
 
-class TransactionHost(Protocol):
-    def read_consume_queue(
-        self, topic: str, queue_id: int, offset: int, max_count: int
-    ) -> list[Unit]: ...
-
-    def look_message_by_offset(self, commit_log_offset: int) -> StoredMessage | None: ...
-
-    def commit_log_end(self) -> int: ...
-
-    def marks_since(self, commit_log_offset: int, prop: str) -> list[int]: ...
-
-    async def wait_dispatched(self, timeout_s: float = 5.0) -> bool: ...
-
-    async def put(
-        self, topic: str, queue_id: int, messages: Sequence[MessageInput]
-    ) -> PutResult: ...
-
-
 class TransactionService:
     def __init__(
-        self, host: TransactionHost, checkpoint_file: Path, checkpoint_interval_s: float = 0.2
+        self, host: StoreHost, checkpoint_file: Path, checkpoint_interval_s: float = 0.2
     ) -> None:
         self.host = host
         self.checkpoint_interval_s = checkpoint_interval_s

@@ -101,7 +101,7 @@ async def bench_read_and_dispatch(
     try:
         for layout, queues in (("1 queue ", 1), ("8 queues", 8)):
             topic = f"Bench{queues}"
-            reput = store.reput_service
+            reput = store.insides.reput_service
             await reput.stop()  # pause dispatch to time it alone
             if chunk_kib:
                 reput.chunk_bytes = chunk_kib * 1024
@@ -144,7 +144,7 @@ async def bench_put(messages: int, root: str, mode: str, writers: int = 64) -> N
         # the segments after it are still being made right after start.
         await store.put("Put", 0, body)
         for _ in range(600):
-            if store.commit_log.allocator.idle:
+            if store.insides.commit_log.allocator.idle:
                 break
             await asyncio.sleep(0.05)
         clock = Clock()
@@ -223,7 +223,7 @@ async def bench_recovery(mib: int, root: str) -> None:
         phases = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in state.timings.items())
         print(
             f"recovery  {stats.commit_log_max_offset / 2**20:,.0f} MiB of data "
-            f"({log_bytes / 2**30:.1f} GiB of segments), {len(store.queues)} queues: "
+            f"({log_bytes / 2**30:.1f} GiB of segments), {len(store.insides.queues)} queues: "
             f"start() {seconds:.2f} s; re-dispatched {state.redispatched_messages} messages "
             f"from {state.redispatch_from:,}; {phases}"
         )

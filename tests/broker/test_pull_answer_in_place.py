@@ -74,7 +74,7 @@ def arrive(controller: BrokerController, body: bytes, tags: str = "") -> None:
     store = controller.ctx.store
     assert isinstance(store, FakeStore)
     properties = {PROPERTY_TAGS: tags} if tags else {}
-    appended = store.put_append("t", 0, [MessageInput(body, properties)])
+    appended = store.write("t", 0, [MessageInput(body, properties)]).appended
     store._dispatch("t", 0, appended.first_queue_offset + 1)
 
 

@@ -194,7 +194,7 @@ async def test_a_call_ended_mid_flight_withdraws_its_group_commit_waits(tmp_path
     controller = await start_in_process(tmp_path, None)
     store = controller.store
     assert isinstance(store, MessageStore)
-    commit_log = store.commit_log
+    commit_log = store.insides.commit_log
     group_commit = commit_log.group_commit
     gate = threading.Event()  # the sync thread waits here: the writers stay pending
 

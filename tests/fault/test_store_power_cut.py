@@ -62,9 +62,9 @@ async def _writer_main(root: str, ack_path: str, count: int, flush_at: int, clea
     for i in range(count):
         if i == flush_at:
             assert await store.wait_dispatched()
-            await store.queue_flush_service.flush_all()  # thorough: the checkpoint moves
+            await store.insides.queue_flush_service.flush_all()  # thorough: the checkpoint moves
             index = sorted(os.listdir(Path(root) / "index"))
-            note(flushed=store.checkpoint.logics_offset, index=index)
+            note(flushed=store.insides.checkpoint.logics_offset, index=index)
         result = await store.put("T", i % QUEUES, [msg(body(i), keys=f"k{i}")])
         if result.status is PutStatus.PUT_OK:
             note(i=i, queue=result.append.queue_id, offset=result.append.first_queue_offset)

@@ -59,7 +59,7 @@ async def store(tmp_path: Path, disk: FakeDisk) -> AsyncIterator[MessageStore]:
 
 def _age_segments(store: MessageStore, hours: float) -> None:
     past = time.time() - hours * 3600
-    for path in (store.paths.commit_log_dir).iterdir():
+    for path in (store.insides.paths.commit_log_dir).iterdir():
         if not (len(path.name) == 20 and path.name.isdigit()):
             continue  # a preallocation's temporary file, renamed or removed concurrently
         os.utime(path, (past, past))
@@ -70,7 +70,7 @@ async def test_nothing_is_deleted_below_the_thresholds_outside_delete_when(
 ) -> None:
     _age_segments(store, 100)
     segments = store.stats().commit_log_segments
-    assert await store.cleanup_service.clean_commit_log() == 0
+    assert await store.insides.cleanup_service.clean_commit_log() == 0
     assert store.stats().commit_log_segments == segments
     assert store.stats().disk_used_ratio == 0.5
 
@@ -82,20 +82,20 @@ async def test_above_75_percent_expired_segments_go_and_queues_follow(
     segments = store.stats().commit_log_segments
     assert segments > 4
     # Unexpired files stay even though the disk is over 75 %.
-    assert await store.cleanup_service.clean_commit_log() == 0
+    assert await store.insides.cleanup_service.clean_commit_log() == 0
     _age_segments(store, 73)
-    assert await store.cleanup_service.clean_commit_log() > 0
+    assert await store.insides.cleanup_service.clean_commit_log() > 0
     # Between the log's and the queues' cleanup, units point at deleted data.
     removing = store.get_messages("T", 0, 0, 4)
     assert removing.status is GetStatus.MESSAGE_WAS_REMOVING
     assert (removing.next_begin_offset, removing.messages) == (4, [])
-    await store.cleanup_service.clean_queues_and_index()
+    await store.insides.cleanup_service.clean_queues_and_index()
     stats = store.stats()
     assert 1 <= stats.commit_log_segments < segments
     log_min = stats.commit_log_min_offset
     assert log_min > 0
     # ConsumeQueue: files wholly below the log's min offset are gone, min offset corrected.
-    queue = store.queues.find("T", 0)
+    queue = store.insides.queues.find("T", 0)
     assert queue is not None
     min_offset = store.get_min_offset("T", 0)
     assert min_offset > 0
@@ -109,10 +109,10 @@ async def test_above_75_percent_expired_segments_go_and_queues_follow(
     )
     assert store.get_messages("T", 0, min_offset, 5).status is GetStatus.FOUND
     # Index files whose entries all point below the minimum are gone too.
-    index = store.index
+    index = store.insides.index
     assert index is not None
     assert all(f.end_phy_offset >= log_min for f in index.files[:-1])
-    assert store.cleanup_service.deleted_queue_files > 0
+    assert store.insides.cleanup_service.deleted_queue_files > 0
 
 
 async def test_above_85_percent_unexpired_segments_are_deleted_too(
@@ -120,7 +120,7 @@ async def test_above_85_percent_unexpired_segments_are_deleted_too(
 ) -> None:
     disk.ratio = 0.86
     segments = store.stats().commit_log_segments
-    await store.cleanup_service.run_once()
+    await store.insides.cleanup_service.run_once()
     assert store.stats().commit_log_segments < segments
     assert store.writable
 
@@ -142,16 +142,16 @@ async def test_forced_deletion_counts_unconsumed_messages_per_topic_and_group(
             self.deleted[(topic, group)] = self.deleted.get((topic, group), 0) + count
 
     observer = Observer()
-    store.cleanup_service.parts.observer.observer = observer  # the facade's tally forwards
+    store.insides.cleanup_service.parts.observer.observer = observer  # the facade's tally forwards
     # "billing" has read 30 of the 120 messages of T/0, "audit" all of them.
     store.set_consumer_progress(lambda: {("T", 0): {"billing": 30, "audit": 120}})
     disk.ratio = 0.86
     with caplog.at_level("WARNING", logger="wharf.store.services.cleanup"):
-        await store.cleanup_service.run_once()
+        await store.insides.cleanup_service.run_once()
     new_min = store.get_min_offset("T", 0)
     assert new_min > 30
     assert observer.deleted == {("T", "billing"): new_min - 30}
-    assert store.cleanup_service.unconsumed_deleted == new_min - 30
+    assert store.insides.cleanup_service.unconsumed_deleted == new_min - 30
     line = next(r.getMessage() for r in caplog.records if "not yet consumed" in r.getMessage())
     assert f"T/billing: {new_min - 30}" in line and "audit" not in line
 
@@ -175,13 +175,13 @@ async def test_with_clean_file_forcibly_off_writes_are_refused_instead_of_deleti
             await s.put("T", 0, [msg(b"w" * 900) for _ in range(10)])
         segments = s.stats().commit_log_segments
         disk.ratio = 0.86
-        await s.cleanup_service.run_once()
+        await s.insides.cleanup_service.run_once()
         assert s.stats().commit_log_segments == segments  # nothing unexpired was deleted
         assert not s.writable
         with pytest.raises(DiskFullError, match="cleanFileForciblyEnable is off"):
             await s.put("T", 0, [msg("refused")])
         disk.ratio = 0.7
-        await s.cleanup_service.run_once()
+        await s.insides.cleanup_service.run_once()
         assert s.writable
     finally:
         await s.shutdown()
@@ -191,13 +191,13 @@ async def test_above_90_percent_writes_are_refused_until_back_under(
     store: MessageStore, disk: FakeDisk
 ) -> None:
     disk.ratio = 0.91
-    await store.cleanup_service.run_once()
+    await store.insides.cleanup_service.run_once()
     assert not store.writable
     assert "disk full" in store.stats().not_writable_reason
     with pytest.raises(DiskFullError, match="disk full"):
         await store.put("T", 0, [msg("refused")])
     disk.ratio = 0.6
-    await store.cleanup_service.run_once()
+    await store.insides.cleanup_service.run_once()
     assert store.writable
     assert (await store.put("T", 0, [msg("accepted")])).append.first_queue_offset == 120
 
@@ -206,7 +206,7 @@ async def test_the_guard_samples_the_disk_after_enough_bytes_not_only_on_its_tim
     store: MessageStore, disk: FakeDisk
 ) -> None:
     # The periodic pass runs once an hour here; a filling disk must still be caught at once.
-    store._disk_check_bytes = 64 * 1024  # 1 % of a 6.4 MiB filesystem
+    store.insides.writer.disk_check_bytes = 64 * 1024  # 1 % of a 6.4 MiB filesystem
     disk.ratio = 0.95
     accepted = 0
     with pytest.raises(DiskFullError, match="diskSpaceWarningLevelRatio"):
@@ -215,7 +215,7 @@ async def test_the_guard_samples_the_disk_after_enough_bytes_not_only_on_its_tim
             accepted += 1
             await asyncio.sleep(0.005)  # the sample runs in the cleanup task
     assert accepted <= 12  # refused within ~64 KiB (8 records) plus the sample's latency
-    assert store.cleanup_service.deleted_segments == 0  # a sample, not a deletion pass
+    assert store.insides.cleanup_service.deleted_segments == 0  # a sample, not a deletion pass
 
 
 async def test_delete_when_hour_deletes_expired_segments(tmp_path: Path, disk: FakeDisk) -> None:
@@ -234,7 +234,7 @@ async def test_delete_when_hour_deletes_expired_segments(tmp_path: Path, disk: F
             await s.put("T", 0, [msg(b"y" * 900) for _ in range(10)])
         before = s.stats().commit_log_segments
         _age_segments(s, 80)
-        await s.cleanup_service.run_once()
+        await s.insides.cleanup_service.run_once()
         assert s.stats().commit_log_segments < before
     finally:
         await s.shutdown()

@@ -99,7 +99,7 @@ async def test_a_write_failing_part_way_acknowledges_nothing_and_leaves_nothing(
     disk = FullDisk(monkeypatch, "commitlog", partial=True)
     try:
         assert (await store.put("T", 0, [msg("a0"), msg("a1")])).status is PutStatus.PUT_OK
-        end = store.commit_log.wrote_offset
+        end = store.insides.commit_log.wrote_offset
         disk.full = True
         caplog.clear()
         with pytest.raises(DiskFullError, match="disk full"):
@@ -108,9 +108,9 @@ async def test_a_write_failing_part_way_acknowledges_nothing_and_leaves_nothing(
         for _ in range(3):  # refused, one log line for the whole episode
             with pytest.raises(DiskFullError):
                 await store.put("T", 0, [msg("refused")])
-        assert store.commit_log.wrote_offset == end
+        assert store.insides.commit_log.wrote_offset == end
         assert not store.writable and "disk full" in store.not_writable_reason
-        segment = store.commit_log.queue.last()
+        segment = store.insides.commit_log.queue.last()
         assert segment is not None
         assert segment.read_unchecked(end, disk.half_written) == bytes(disk.half_written)
         lines = [r for r in caplog.records if "refuses writes" in r.getMessage()]

@@ -44,25 +44,25 @@ async def _put_all(store: MessageStore, first_batch: int, batches: int) -> None:
 
 def _segment_ends(store: MessageStore) -> list[int]:
     size = store.config.mapped_file_size_commit_log
-    return sorted(int(name) + size for name in os.listdir(store.paths.commit_log_dir))
+    return sorted(int(name) + size for name in os.listdir(store.insides.paths.commit_log_dir))
 
 
 async def test_forced_retention_keeps_every_undispatched_segment(tmp_path: Path) -> None:
     store = _store(tmp_path)
     await store.start()
     try:
-        await store.reput_service.stop()  # dispatch stalls (a slow reput under load)
+        await store.insides.reput_service.stop()  # dispatch stalls (a slow reput under load)
         await _put_all(store, 0, BATCHES)
         assert store.dispatch_offset == 0
-        assert store.commit_log.flushed_offset == store.commit_log.max_offset
+        assert store.insides.commit_log.flushed_offset == store.insides.commit_log.max_offset
         segments = store.stats().commit_log_segments
         assert segments > 4
 
-        await store.cleanup_service.run_once()
+        await store.insides.cleanup_service.run_once()
 
         assert store.stats().commit_log_segments == segments
-        assert store.commit_log.min_offset == 0
-        store.reput_service.start()
+        assert store.insides.commit_log.min_offset == 0
+        store.insides.reput_service.start()
         assert await store.wait_dispatched()
         assert store.get_min_offset("T", 0) == 0
         assert store.get_max_offset("T", 0) == BATCHES * PER_BATCH
@@ -79,17 +79,17 @@ async def test_forced_retention_deletes_only_below_the_dispatch_offset(tmp_path:
     try:
         await _put_all(store, 0, BATCHES // 2)
         assert await store.wait_dispatched()
-        await store.reput_service.stop()
+        await store.insides.reput_service.stop()
         await _put_all(store, BATCHES // 2, BATCHES // 2)
         dispatched = store.dispatch_offset
-        assert 0 < dispatched < store.commit_log.max_offset
+        assert 0 < dispatched < store.insides.commit_log.max_offset
 
-        await store.cleanup_service.run_once()
+        await store.insides.cleanup_service.run_once()
 
-        assert store.commit_log.min_offset > 0  # dispatched segments did go
-        assert store.commit_log.min_offset <= dispatched
+        assert store.insides.commit_log.min_offset > 0  # dispatched segments did go
+        assert store.insides.commit_log.min_offset <= dispatched
         assert all(end > dispatched for end in _segment_ends(store))
-        store.reput_service.start()
+        store.insides.reput_service.start()
         assert await store.wait_dispatched()
         total = BATCHES * PER_BATCH
         assert store.get_max_offset("T", 0) == total

@@ -100,7 +100,7 @@ async def test_a_backlog_dispatched_as_columns_is_pulled_and_queried(
     store = MessageStore(config)
     await store.start()
     try:
-        reput = store.reput_service
+        reput = store.insides.reput_service
         await reput.stop()  # build a backlog
         for i in range(300):
             tags = "even" if i % 2 == 0 else "odd"

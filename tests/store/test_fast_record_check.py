@@ -118,3 +118,54 @@ def test_compiled_patch_refuses_starts_outside_the_buffer() -> None:
         )
     with pytest.raises(ValueError, match="8 bytes"):
         compiled.patch(bytearray(100), np.array([0], dtype=np.int64), 0, 0, 0, b"\0", 0, b"\0" * 8)
+
+
+@given(
+    batches=st.lists(
+        st.tuples(messages, st.integers(0, 2**31 - 1), st.integers(0, 2**40)),
+        min_size=1,
+        max_size=5,
+    ),
+    start=st.integers(0, 2**40),
+    store_ts=st.integers(0, 2**41),
+)
+def test_patching_many_batches_at_once_writes_what_one_call_per_batch_writes(
+    batches: list[tuple[list[MessageInput], int, int]], start: int, store_ts: int
+) -> None:
+    """A request's batches patched in one call (compiled, and its numpy fallback) are byte for
+    byte the batches patched one by one on their slices."""
+    born, store_host = born_host_bytes("10.1.2.3:4567"), encode_host("127.0.0.1:10911")
+    datas = [client_batch(TOPIC, batch) for batch, _, _ in batches]
+    data = b"".join(datas)
+    starts, described, one_by_one = [], [], bytearray(data)
+    base = 0
+    for part, (_, queue_id, first) in zip(datas, batches, strict=True):
+        local = record_check.check_records(part, TOPIC, 4096) + base
+        record_check.patch_records(one_by_one, local, queue_id, first, start, born, store_ts, store_host)  # fmt: skip
+        starts.append(local)
+        described.append((len(local), queue_id, first))
+        base += len(part)
+    at = np.concatenate(starts)
+    compiled = bytearray(data)
+    record_check.patch_records_many(compiled, at, described, start, born, store_ts, store_host)
+    numpy_patched = bytearray(data)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(record_check, "_compiled", None)
+        record_check.patch_records_many(numpy_patched, at, described, start, born, store_ts, store_host)  # fmt: skip
+    assert compiled == one_by_one
+    assert numpy_patched == one_by_one
+
+
+def test_patching_many_refuses_counts_that_do_not_add_up() -> None:
+    compiled = record_check._compiled
+    assert compiled is not None
+    words = lambda *values: np.array(values, dtype=np.int64)  # noqa: E731
+    with pytest.raises(ValueError, match="count 3 records, starts holds 2"):
+        compiled.patch_many(
+            bytearray(400), words(0, 200), words(1, 2), words(0, 1), words(0, 0), 0, b"\0" * 8,
+            0, b"\0" * 8,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="outside the buffer"):
+        compiled.patch_many(
+            bytearray(100), words(50), words(1), words(0), words(0), 0, b"\0" * 8, 0, b"\0" * 8
+        )

@@ -49,7 +49,7 @@ async def pair(tmp_path: Path) -> AsyncIterator[tuple[MessageStore, MessageStore
 
 def _segment_bytes(store: MessageStore) -> dict[str, bytes]:
     """Every segment with data (a preallocated next segment is all zeros on either side)."""
-    folder = store.paths.commit_log_dir
+    folder = store.insides.paths.commit_log_dir
     segments = {}
     for name in sorted(os.listdir(folder)):
         try:
@@ -109,7 +109,7 @@ async def test_sync_master_waits_for_the_replica_and_caps_what_consumers_see(
     await master.start()
     ha = master.ha_master
     assert ha is not None
-    replica = await FakeReplica.connect(ha.port, master.commit_log.file_size)
+    replica = await FakeReplica.connect(ha.port, master.insides.commit_log.file_size)
     try:
         await until(lambda: len(ha.replicas()) == 1)
         put = asyncio.ensure_future(master.put("t", 0, [msg("a")]))
@@ -143,8 +143,8 @@ async def test_the_slave_log_is_a_byte_copy_across_segments(
     for i in range(200):  # ~200 KiB over 64 KiB segments: rolls with blank tails
         result = await master.put("t", i % 2, [msg(b"x" * 1000, keys=f"k{i}")])
         assert result.status is PutStatus.PUT_OK
-    end = master.commit_log.max_offset
-    await until(lambda: slave.commit_log.max_offset == end)
+    end = master.insides.commit_log.max_offset
+    await until(lambda: slave.insides.commit_log.max_offset == end)
     await slave.wait_dispatched(2.0)
     assert _segment_bytes(slave) == _segment_bytes(master)
     assert len(_segment_bytes(master)) > 2
@@ -181,7 +181,7 @@ async def test_a_replica_with_another_segment_size_is_refused(tmp_path: Path) ->
     slave = MessageStore(other)
     await slave.start()
     try:
-        ha_slave = slave.ha_slave
+        ha_slave = slave.role.ha_slave
         assert ha_slave is not None
         await until(lambda: "segment sizes differ" in ha_slave.last_error)
         assert master.ha_master.refused == 1 and not master.ha_master.replicas()
@@ -197,7 +197,7 @@ async def test_append_raw_refuses_gaps_and_starts_an_empty_replica_at_a_segment(
                                       ha_master_address="127.0.0.1:1"))  # fmt: skip
     await store.start()
     try:
-        log = store.commit_log
+        log = store.insides.commit_log
         size = log.file_size
         with pytest.raises(ReplicationError):
             log.append_raw(100, b"x" * 10, 0)  # not a segment start
@@ -263,7 +263,7 @@ async def test_a_truncation_lowers_the_timer_and_transaction_checkpoints(tmp_pat
     await store.put("orders", 0, [msg(f"unacknowledged {i}") for i in range(3)])
     await store.timer.checkpoint()
     await store.shutdown()  # both ledgers' checkpoints now say P = the log end, past the cut
-    paths = store.paths
+    paths = store.insides.paths
     ledgers = (paths.timer_checkpoint_file, paths.transaction_checkpoint_file)
     for path in ledgers:
         assert json.loads(path.read_text())["logOffset"] > cut
@@ -274,7 +274,7 @@ async def test_a_truncation_lowers_the_timer_and_transaction_checkpoints(tmp_pat
         assert replica.commit_log_end() == cut
         for path in ledgers:
             assert json.loads(path.read_text())["logOffset"] == cut
-        await replica.promote(2, sync_master=False)  # loads both ledgers
+        await replica.role.promote(2, sync_master=False)  # loads both ledgers
         assert (await replica.put("orders", 0, [msg("after")])).status is PutStatus.PUT_OK
     finally:
         await replica.shutdown()

@@ -36,7 +36,7 @@ async def master(tmp_path: Path) -> AsyncIterator[MessageStore]:
 
 
 def _error(replica: MessageStore) -> str:
-    ha = replica.ha_slave
+    ha = replica.role.ha_slave
     assert ha is not None
     return ha.last_error
 
@@ -56,9 +56,11 @@ async def test_only_a_replica_proving_the_account_gets_the_log(
     await good.start()
     await wrong.start()
     try:
-        await until(lambda: good.commit_log.max_offset == master.commit_log.max_offset)
+        await until(
+            lambda: good.insides.commit_log.max_offset == master.insides.commit_log.max_offset
+        )
         await until(lambda: "haSecretKey does not match" in _error(wrong))
-        assert wrong.commit_log.max_offset == 0
+        assert wrong.insides.commit_log.max_offset == 0
         assert ha.refused >= 1 and len(ha.replicas()) == 1
     finally:
         await wrong.shutdown()
@@ -85,7 +87,7 @@ async def test_an_unsigned_or_replayed_hello_gets_an_error_and_no_log(
 ) -> None:
     ha = master.ha_master
     assert ha is not None
-    size = master.commit_log.file_size
+    size = master.insides.commit_log.file_size
     unsigned = frames.Hello(size, 0, 1, "C", "b")
     kind, text = await _hello_reply(ha.port, lambda _: frames.encode_hello(unsigned, _zeros))
     assert kind == "ERROR" and b"needs haAccessKey" in text
@@ -131,7 +133,7 @@ async def test_a_replica_with_an_account_refuses_a_master_that_cannot_prove_it(
     await replica.start()
     try:
         await until(lambda: "did not prove" in _error(replica))
-        assert replica.commit_log.max_offset == 0
+        assert replica.insides.commit_log.max_offset == 0
     finally:
         await replica.shutdown()
         await open_master.shutdown()

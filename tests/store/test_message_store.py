@@ -320,7 +320,7 @@ async def test_put_waits_while_dispatch_lags_beyond_the_limit(
     s = MessageStore(small_config(tmp_path, max_dispatch_lag_bytes=2000))
     await s.start()
     try:
-        source = s.reput_service.source
+        source = s.insides.reput_service.source
         monkeypatch.setattr(source, "dispatch_limit", lambda: 0)  # dispatch stalls
         for _ in range(5):
             s.append("T", 0, [msg(b"x" * 500)])  # append() never waits: ~3 KB now undispatched
@@ -330,7 +330,7 @@ async def test_put_waits_while_dispatch_lags_beyond_the_limit(
         monkeypatch.undo()  # dispatch resumes
         result = await asyncio.wait_for(put, 5)
         assert result.append.first_queue_offset == 5
-        assert s.throttled_puts == 1
+        assert s.insides.writer.throttled_puts == 1
         assert await s.wait_dispatched()
         assert s.get_max_offset("T", 0) == 6
     finally:
@@ -356,7 +356,7 @@ async def test_many_throttled_puts_resume_together_when_dispatch_catches_up(
     s = MessageStore(small_config(tmp_path, max_dispatch_lag_bytes=2000))
     await s.start()
     try:
-        monkeypatch.setattr(s.reput_service.source, "dispatch_limit", lambda: 0)
+        monkeypatch.setattr(s.insides.reput_service.source, "dispatch_limit", lambda: 0)
         for _ in range(5):
             s.append("T", 0, [msg(b"x" * 500)])
         puts = [asyncio.create_task(s.put("T", 1, [msg(f"held-{i}")])) for i in range(10)]
@@ -368,7 +368,7 @@ async def test_many_throttled_puts_resume_together_when_dispatch_catches_up(
         await asyncio.wait_for(asyncio.gather(*puts), 5)
         # All resume on the dispatch progress, not on their own timeouts (5 s).
         assert loop.time() - started < 2.0
-        assert s.throttled_puts == 10
+        assert s.insides.writer.throttled_puts == 10
     finally:
         monkeypatch.undo()
         await s.shutdown()

@@ -266,7 +266,7 @@ async def test_torn_journal_tail_is_dropped_at_start(tmp_path: Path) -> None:
     a, _ = await store.pop.pop(G, TOPIC, invisible_ms=30_000, now=T0)
     await store.pop.ack(G, TOPIC, a.receipt_handle)
     await store.shutdown()
-    journal = store.paths.pop_journal_file
+    journal = store.insides.paths.pop_journal_file
     whole = journal.read_bytes()
     journal.write_bytes(whole + whole[8:40])  # a torn record after the last whole one
     store = MessageStore(config)
@@ -298,8 +298,8 @@ async def test_journal_compaction_keeps_the_state(tmp_path: Path) -> None:
     before = store.pop.state.queues[(G, TOPIC, 0)]
     expected = (before.pop_offset, dict(before.in_flight), set(before.acked))
     await store.shutdown()
-    assert store.paths.pop_journal_file.read_bytes().startswith(POP_JOURNAL_MAGIC)
-    assert store.paths.pop_journal_file.stat().st_size < 5_000
+    assert store.insides.paths.pop_journal_file.read_bytes().startswith(POP_JOURNAL_MAGIC)
+    assert store.insides.paths.pop_journal_file.stat().st_size < 5_000
     store = MessageStore(config)
     await store.start()
     try:

@@ -107,14 +107,14 @@ async def test_new_queue_and_index_files_wait_for_the_thorough_flush(tmp_path):
     try:
         await store.put("T", 3, [msg("a", keys="k")] * 20)  # 2 queue files, index files
         assert await store.wait_dispatched()
-        queues = store.queues.dir_syncs
+        queues = store.insides.queues.dir_syncs
         root = tmp_path / "consumequeue"
         assert all(d in queues for d in (root / "T" / "3", root / "T", root))
-        assert store.index is not None and len(store.index.dir_syncs) == 1
-        await store.queue_flush_service.flush(4096)  # a partial pass drains nothing
+        assert store.insides.index is not None and len(store.insides.index.dir_syncs) == 1
+        await store.insides.queue_flush_service.flush(4096)  # a partial pass drains nothing
         assert len(queues) == 3
-        await store.queue_flush_service.flush_all()
-        assert len(queues) == 0 and len(store.index.dir_syncs) == 0
+        await store.insides.queue_flush_service.flush_all()
+        assert len(queues) == 0 and len(store.insides.index.dir_syncs) == 0
     finally:
         await store.shutdown()
 

@@ -1,4 +1,4 @@
-"""``put_records_append_many``: several queues' record batches appended together (one commit
+"""``write_many``: several queues' record batches appended together (one commit
 log write when they fit the segment), each with its own queue offsets and its own error; across
 a segment end, one append each. Read back, every record is where its result says, with the
 offsets and bodies of a batch appended alone."""
@@ -13,7 +13,7 @@ import pytest
 from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.store.errors import InvalidMessageError
 from wharf.store.message_store import MessageStore
-from wharf.store.model import AppendResult
+from wharf.store.write import Written
 
 from tests.store.helpers import small_config
 
@@ -34,9 +34,9 @@ async def store(tmp_path: Path) -> AsyncIterator[MessageStore]:
 async def test_batches_of_many_queues_land_in_one_write_with_their_own_offsets(
     store: MessageStore,
 ) -> None:
-    store.put_records_append("A", 0, records("A", "a0"), "10.0.0.1:5")  # A/0 starts at 1
-    writes_before = store.commit_log.messages_put_total
-    results = store.put_records_append_many(
+    store.write("A", 0, records("A", "a0"), "10.0.0.1:5")  # A/0 starts at 1
+    writes_before = store.insides.commit_log.messages_put_total
+    results = store.write_many(
         [
             ("A", 0, records("A", "a1", "a2")),
             ("B", 1, records("B", "b0")),
@@ -47,7 +47,7 @@ async def test_batches_of_many_queues_land_in_one_write_with_their_own_offsets(
         "10.0.0.1:5",
     )
     assert isinstance(results[3], InvalidMessageError)
-    appended = [r for r in results if isinstance(r, AppendResult)]
+    appended = [r.appended for r in results if isinstance(r, Written)]
     assert [(r.topic, r.queue_id, r.first_queue_offset) for r in appended] == [
         ("A", 0, 1),
         ("B", 1, 0),
@@ -58,7 +58,7 @@ async def test_batches_of_many_queues_land_in_one_write_with_their_own_offsets(
     for before, after in pairwise(appended):
         assert before.end_offset == after.offsets[0]
         assert sum(before.sizes) == before.end_offset - before.offsets[0]
-    assert store.commit_log.messages_put_total == writes_before + 7
+    assert store.insides.commit_log.messages_put_total == writes_before + 7
     assert await store.wait_dispatched()
     got = store.get_messages("A", 0, 0, 10).messages
     assert [(m.queue_offset, m.body) for m in got] == [(0, b"a0"), (1, b"a1"), (2, b"a2"),
@@ -68,7 +68,7 @@ async def test_batches_of_many_queues_land_in_one_write_with_their_own_offsets(
     assert [m.body for m in store.get_messages("D", 3, 0, 10).messages] == [b"d0", b"d1", b"d2"]
     assert store.get_max_offset("C", 2) == 0
     # The next append continues each queue's offsets.
-    assert store.put_records_append("A", 0, records("A", "a4"), "x:1").first_queue_offset == 4
+    assert store.write("A", 0, records("A", "a4"), "x:1").appended.first_queue_offset == 4
 
 
 async def test_batches_that_do_not_fit_the_segment_together_are_appended_one_by_one(
@@ -76,12 +76,10 @@ async def test_batches_that_do_not_fit_the_segment_together_are_appended_one_by_
 ) -> None:
     big = "z" * 9000
     for i in range(6):  # ~54 KB of the 64 KiB segment
-        store.put_records_append("F", 0, records("F", f"{i}{big}"), "x:1")
-    results = store.put_records_append_many(
-        [("G", 0, records("G", f"g{i}{big}")) for i in range(3)], "x:1"
-    )
-    assert all(isinstance(r, AppendResult) for r in results)
-    starts = [r.offsets[0] for r in results if isinstance(r, AppendResult)]
+        store.write("F", 0, records("F", f"{i}{big}"), "x:1")
+    results = store.write_many([("G", 0, records("G", f"g{i}{big}")) for i in range(3)], "x:1")
+    assert all(isinstance(r, Written) for r in results)
+    starts = [r.appended.offsets[0] for r in results if isinstance(r, Written)]
     assert starts[-1] >= 64 * 1024  # a new segment was opened on the way
     assert await store.wait_dispatched()
     got = store.get_messages("G", 0, 0, 10).messages

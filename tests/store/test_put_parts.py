@@ -1,6 +1,6 @@
-"""``put`` in two parts (``put_append`` + ``durable``, or under SYNC_FLUSH ``flush_waiter`` +
-``flushed_result``): the append is synchronous and files the group commit at once; the
-durability part gives the statuses and errors ``put`` gives; ``dispatch_lagging`` says when
+"""``put`` in two parts (``write``, then its ``Written``'s ``durable()``, or under SYNC_FLUSH
+``flush_waiter()`` + ``flushed()``): the append is synchronous and files the group commit at
+once; the durability part gives the statuses and errors ``put`` gives; ``dispatch_lagging`` says when
 ``put`` would have held the append back."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from wharf.store.errors import MasterFencedError
 from wharf.store.log import mapped_file
 from wharf.store.message_store import MessageStore
 from wharf.store.model import PutStatus
+from wharf.store.write import durable_all
 
 from tests.store.helpers import msg, small_config
 
@@ -32,25 +33,23 @@ async def sync_store(tmp_path: Path) -> AsyncIterator[MessageStore]:
 async def test_the_append_files_the_group_commit_at_once_and_the_waiter_gives_put_s_result(
     sync_store: MessageStore,
 ) -> None:
-    group_commit = sync_store.commit_log.group_commit
-    first = sync_store.put_append("T", 0, [msg("a"), msg("b")])
-    waiter = sync_store.flush_waiter(first)
+    group_commit = sync_store.insides.commit_log.group_commit
+    first = sync_store.write("T", 0, [msg("a"), msg("b")])
+    waiter = first.flush_waiter()
     assert waiter is not None
     # Filed without an await: the sync is already asked for.
     assert [f for _, f in group_commit._pending] == [waiter] or waiter.done()
-    second = sync_store.put_append("T", 0, [msg("c")])
-    second_waiter = sync_store.flush_waiter(second)
+    second = sync_store.write("T", 0, [msg("c")])
+    second_waiter = second.flush_waiter()
     assert second_waiter is not None
     await asyncio.wait_for(asyncio.gather(waiter, second_waiter), 5)
-    put = sync_store.flushed_result(first, waiter)
+    put = first.flushed(waiter)
     assert put.status is PutStatus.PUT_OK and put.append.first_queue_offset == 0
-    assert sync_store.flushed_result(second, second_waiter).append.first_queue_offset == 2
+    assert second.flushed(second_waiter).append.first_queue_offset == 2
     assert await sync_store.wait_dispatched(5)
     assert [m.body for m in sync_store.get_messages("T", 0, 0, 10).messages] == [b"a", b"b", b"c"]
-    # The awaiting composition gives the same: put is put_append + durable.
-    assert (await sync_store.durable(sync_store.put_append("T", 0, [msg("d")]))).status is (
-        PutStatus.PUT_OK
-    )
+    # The awaiting form gives the same: put is write + durable.
+    assert (await sync_store.write("T", 0, [msg("d")]).durable()).status is (PutStatus.PUT_OK)
 
 
 @pytest.fixture
@@ -77,20 +76,32 @@ async def test_a_slow_sync_is_a_flush_disk_timeout_and_a_fence_refuses_the_ack(
     slow_sync_store: tuple[MessageStore, list[bool]],
 ) -> None:
     sync_store, slow = slow_sync_store
-    result = sync_store.put_append("T", 0, [msg("slow")])
-    waiter = sync_store.flush_waiter(result)
+    result = sync_store.write("T", 0, [msg("slow")])
+    waiter = result.flush_waiter()
     assert waiter is not None
     assert await asyncio.wait_for(waiter, 5) is False
-    assert sync_store.flushed_result(result, waiter).status is PutStatus.FLUSH_DISK_TIMEOUT
+    assert result.flushed(waiter).status is PutStatus.FLUSH_DISK_TIMEOUT
     slow[0] = False
-    fenced = sync_store.put_append("T", 0, [msg("fenced")])
-    waiter = sync_store.flush_waiter(fenced)
+    fenced = sync_store.write("T", 0, [msg("fenced")])
+    waiter = fenced.flush_waiter()
     assert waiter is not None
-    sync_store.set_write_fence(lambda: "the lease ran out")
+    sync_store.role.set_write_fence(lambda: "the lease ran out")
     await asyncio.wait_for(waiter, 5)
     with pytest.raises(MasterFencedError, match="the lease ran out"):
-        sync_store.flushed_result(fenced, waiter)
-    sync_store.set_write_fence(None)
+        fenced.flushed(waiter)
+    sync_store.role.set_write_fence(None)
+
+
+async def test_durable_all_waits_once_and_gives_every_write_the_last_one_s_status(
+    slow_sync_store: tuple[MessageStore, list[bool]],
+) -> None:
+    sync_store, _ = slow_sync_store
+    writes = [sync_store.write("T", 0, [msg(f"w{i}")]) for i in range(3)]
+    puts = await durable_all(writes)
+    # The slow sync times the last one out: the earlier ones are reported alike.
+    assert [p.status for p in puts] == [PutStatus.FLUSH_DISK_TIMEOUT] * 3
+    assert [p.append for p in puts] == [w.appended for w in writes]
+    assert [w.appended.first_queue_offset for w in writes] == [0, 1, 2]
 
 
 async def test_a_cancelled_waiter_leaves_the_pending_list_after_the_next_sync(
@@ -98,10 +109,10 @@ async def test_a_cancelled_waiter_leaves_the_pending_list_after_the_next_sync(
 ) -> None:
     real_fdatasync = mapped_file.fdatasync
     monkeypatch.setattr(mapped_file, "fdatasync", lambda fd: (time.sleep(0.05), real_fdatasync(fd)))
-    group_commit = sync_store.commit_log.group_commit
+    group_commit = sync_store.insides.commit_log.group_commit
     waiters = []
     for i in range(5):
-        waiter = sync_store.flush_waiter(sync_store.put_append("T", 0, [msg(f"m{i}")]))
+        waiter = sync_store.write("T", 0, [msg(f"m{i}")]).flush_waiter()
         assert waiter is not None
         waiters.append(waiter)
     for waiter in waiters:
@@ -120,9 +131,9 @@ async def test_no_flush_waiter_under_async_flush_and_durable_answers_at_once(
     s = MessageStore(small_config(tmp_path, flush_disk_type=ASYNC_FLUSH))
     await s.start()
     try:
-        result = s.put_append("T", 0, [msg("x")])
-        assert s.flush_waiter(result) is None
-        assert (await s.durable(result)).status is PutStatus.PUT_OK
+        result = s.write("T", 0, [msg("x")])
+        assert result.flush_waiter() is None
+        assert (await result.durable()).status is PutStatus.PUT_OK
     finally:
         await s.shutdown()
 
@@ -134,9 +145,9 @@ async def test_dispatch_lagging_says_when_put_would_hold_the_append(
     await s.start()
     try:
         assert not s.dispatch_lagging()
-        monkeypatch.setattr(s.reput_service.source, "dispatch_limit", lambda: 0)  # stalls
+        monkeypatch.setattr(s.insides.reput_service.source, "dispatch_limit", lambda: 0)  # stalls
         for _ in range(5):
-            s.put_append("T", 0, [msg(b"x" * 500)])  # never waits: ~3 KB undispatched
+            s.write("T", 0, [msg(b"x" * 500)])  # never waits: ~3 KB undispatched
         assert s.dispatch_lagging()
         monkeypatch.undo()
         assert await s.wait_dispatched(5)

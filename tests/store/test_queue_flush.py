@@ -23,19 +23,19 @@ async def test_index_is_synced_only_by_thorough_passes(
     await store.start()
     try:
         index_syncs = 0
-        sync_index = store.index.flush_blocking
+        sync_index = store.insides.index.flush_blocking
 
         def counting_sync() -> None:
             nonlocal index_syncs
             index_syncs += 1
             sync_index()
 
-        monkeypatch.setattr(store.index, "flush_blocking", counting_sync)
+        monkeypatch.setattr(store.insides.index, "flush_blocking", counting_sync)
         for _ in range(50):  # 500 units: more than least_pages of the queue dirty
             await store.put("T", 0, [msg("a", keys="k1"), msg("b", keys="k2")] * 5)
         assert await store.wait_dispatched()
-        flush = store.queue_flush_service
-        queue = store.queues.find("T", 0)
+        flush = store.insides.queue_flush_service
+        queue = store.insides.queues.find("T", 0)
         assert queue is not None and queue.unflushed_bytes >= flush.least_bytes
         await flush.flush(flush.least_bytes)  # periodic: the busy queue, not the index
         assert queue.unflushed_bytes == 0
@@ -54,8 +54,8 @@ async def test_a_full_disk_during_the_sync_is_disk_full_and_the_checkpoint_stays
     try:
         await store.put("T", 0, [msg("a")] * 10)
         assert await store.wait_dispatched()
-        flush = store.queue_flush_service
-        before = store.checkpoint.logics_offset
+        flush = store.insides.queue_flush_service
+        before = store.insides.checkpoint.logics_offset
 
         def no_space(queues: object, index: object) -> int:
             raise OSError(errno.ENOSPC, "No space left on device")
@@ -64,7 +64,7 @@ async def test_a_full_disk_during_the_sync_is_disk_full_and_the_checkpoint_stays
         with pytest.raises(DiskFullError, match="syncing consume queue"):
             await flush.flush_all()
         # Recovery after a machine crash still re-dispatches the unsynced units.
-        assert store.checkpoint.logics_offset == before
+        assert store.insides.checkpoint.logics_offset == before
         monkeypatch.undo()
     finally:
         await store.shutdown()

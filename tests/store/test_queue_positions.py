@@ -229,7 +229,7 @@ async def test_a_kill_9_restart_loads_the_journal_and_keeps_every_message(
     try:
         recovered = store.recovered
         assert recovered is not None and recovered.page_cache_survived
-        assert store.queues.loaded_from == "journal" and recovered.redispatched_messages > 0
+        assert store.insides.queues.loaded_from == "journal" and recovered.redispatched_messages > 0
         for queue_id in range(8):
             got = store.get_messages("T", queue_id, 0, 100).messages
             expected = [f"a{queue_id}-{i}" for i in range(5)]

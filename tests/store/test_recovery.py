@@ -311,11 +311,11 @@ async def test_checkpoint_vouches_for_dispatch_only_after_a_thorough_queue_flush
     try:
         await store.put("T", 0, [msg("a"), msg("b")])  # far less than least_pages dirty
         assert await store.wait_dispatched()
-        flush = store.queue_flush_service
-        before = store.checkpoint.logics_offset
+        flush = store.insides.queue_flush_service
+        before = store.insides.checkpoint.logics_offset
         await flush.flush(flush.least_bytes)  # a periodic pass skips the queue
-        assert store.checkpoint.logics_offset == before
+        assert store.insides.checkpoint.logics_offset == before
         await flush.flush_all()
-        assert store.checkpoint.logics_offset == store.dispatch_offset > before
+        assert store.insides.checkpoint.logics_offset == store.dispatch_offset > before
     finally:
         await store.shutdown()

@@ -36,11 +36,11 @@ async def test_a_corrupt_record_stops_dispatch_and_shows_in_health(tmp_path: Pat
     store = MessageStore(small_config(tmp_path))
     await store.start()
     try:
-        reput = store.reput_service
+        reput = store.insides.reput_service
         await reput.stop()
         result = store.append("T", 0, [msg("good"), msg("bad")])
         # Garble the second record's magic code in the mapped segment.
-        segment = store.commit_log.queue.files[0]
+        segment = store.insides.commit_log.queue.files[0]
         segment.raw[result.offsets[1] + 4 : result.offsets[1] + 8] = b"\0\0\0\1"
         reput.start()
         await asyncio.sleep(0.2)
@@ -63,7 +63,7 @@ async def test_queue_files_are_created_off_the_event_loop(tmp_path: Path) -> Non
             await store.put("T", 0, [msg(str(i)) for i in range(10)])
         await store.put("U", 7, [msg("x")])
         assert await store.wait_dispatched()
-        queue = store.queues.find("T", 0)
+        queue = store.insides.queues.find("T", 0)
         assert queue is not None and len(queue.files) == 4
         assert queue.sync_creations == 0
         assert [m.queue_offset for m in store.get_messages("T", 0, 0, 100).messages] == list(
@@ -81,7 +81,7 @@ async def test_sync_flush_put_returns_with_its_message_already_dispatched(tmp_pa
     store.set_dispatch_waiters(lambda: True)
     await store.start()
     try:
-        reput = store.reput_service
+        reput = store.insides.reput_service
         reput.idle_interval_s = reput.interval_s = 3600.0  # the safety net never fires
         arrivals: list[tuple[str, int, int]] = []
         store.add_arrival_listener(lambda t, q, offset: arrivals.append((t, q, offset)))
@@ -128,7 +128,7 @@ async def test_inline_dispatch_defers_to_the_task_when_it_would_create_a_file(
     store = MessageStore(small_config(tmp_path))  # ASYNC: dispatch_inline called by hand
     await store.start()
     try:
-        reput = store.reput_service
+        reput = store.insides.reput_service
         store.append("NEW", 3, [msg("x")])  # its ConsumeQueue file does not exist yet
         assert reput.dispatch_inline() is False  # needs a thread: the task's job
         assert await store.wait_dispatched()
@@ -149,7 +149,7 @@ async def test_sync_flush_without_a_waiting_reader_answers_writers_first(tmp_pat
     store.set_dispatch_waiters(lambda: waiting)
     await store.start()
     try:
-        reput = store.reput_service
+        reput = store.insides.reput_service
         await store.put("T", 0, [msg("first")])
         assert await store.wait_dispatched()
         result = await store.put("T", 0, [msg("second")])
@@ -173,7 +173,7 @@ async def test_sync_flush_plans_the_dispatch_while_the_sync_runs(tmp_path: Path)
     store.set_dispatch_waiters(lambda: True)
     await store.start()
     try:
-        reput = store.reput_service
+        reput = store.insides.reput_service
         reput.idle_interval_s = reput.interval_s = 3600.0  # the safety net never fires
         await store.put("T", 0, [msg("first", keys="k0")])  # creates the queue and index files
         assert await store.wait_dispatched()
@@ -183,11 +183,11 @@ async def test_sync_flush_plans_the_dispatch_while_the_sync_runs(tmp_path: Path)
             await asyncio.sleep(0.02)
         used = reput.prepared_used
         for i in range(1, 4):
-            result = store.put_append("T", 0, [msg(f"m{i}", keys=f"k{i}")])
-            waiter = store.flush_waiter(result)
+            result = store.write("T", 0, [msg(f"m{i}", keys=f"k{i}")])
+            waiter = result.flush_waiter()
             assert waiter is not None
             assert store.get_max_offset("T", 0) == i  # planned, not applied: not durable yet
-            put = store.flushed_result(result, waiter=await _done(waiter))
+            put = result.flushed(await _done(waiter))
             assert put.status.name == "PUT_OK"
             assert store.get_max_offset("T", 0) == i + 1
         assert reput.prepared_used - used == 3
@@ -213,20 +213,20 @@ async def test_a_stale_or_cut_plan_is_dropped_and_the_records_read_afresh(
     store = MessageStore(small_config(tmp_path))  # ASYNC: the reput is driven by hand
     await store.start()
     try:
-        reput = store.reput_service
+        reput = store.insides.reput_service
         reput.idle_interval_s = reput.interval_s = 3600.0
         await store.put("T", 0, [msg("first")])
         assert await store.wait_dispatched()
         # Stale: planned, then dispatched by the task before dispatch_inline runs.
         store.append("T", 0, [msg("a")])
-        reput.prepare_inline(store.commit_log.max_offset)
+        reput.prepare_inline(store.insides.commit_log.max_offset)
         assert await store.wait_dispatched()
         store.append("T", 0, [msg("b")])
         assert reput.dispatch_inline() is True
         # Cut: one plan of two records, the limit covers only the first.
         first = store.append("T", 0, [msg("c")])
         store.append("T", 0, [msg("d")])
-        reput.prepare_inline(store.commit_log.max_offset)
+        reput.prepare_inline(store.insides.commit_log.max_offset)
         full_limit = reput.source.dispatch_limit
         reput.source.dispatch_limit = lambda: first.end_offset  # type: ignore[method-assign]
         assert reput.dispatch_inline() is True
@@ -240,9 +240,9 @@ async def test_a_stale_or_cut_plan_is_dropped_and_the_records_read_afresh(
         assert [m.queue_offset for m in result.messages] == [0, 1, 2, 3, 4]
         # Planned ahead and in order: both plans are used.
         store.append("T", 0, [msg("e")])
-        reput.prepare_inline(store.commit_log.max_offset)
+        reput.prepare_inline(store.insides.commit_log.max_offset)
         store.append("T", 0, [msg("f")])
-        reput.prepare_inline(store.commit_log.max_offset)
+        reput.prepare_inline(store.insides.commit_log.max_offset)
         assert reput.dispatch_inline() is True
         assert reput.prepared_used == 2
         assert store.get_max_offset("T", 0) == 7
@@ -260,7 +260,7 @@ async def test_inline_dispatch_notifies_arrivals_before_writing_the_index(
     store = MessageStore(small_config(tmp_path))  # ASYNC: the reput is driven by hand
     await store.start()
     try:
-        reput = store.reput_service
+        reput = store.insides.reput_service
         reput.idle_interval_s = reput.interval_s = 3600.0
         await store.put("T", 0, [msg("first", keys="k0")])
         assert await store.wait_dispatched()

@@ -100,13 +100,13 @@ async def test_due_messages_wait_while_the_store_refuses_writes_then_all_arrive(
         # Level 2 (2 s): a margin for slow syncs on a busy machine before the refusal starts.
         await store.put("Orders", 0, [msg(f"d{i}", DELAY="2") for i in range(5)])
         disk["ratio"] = 0.95
-        await store.cleanup_service.clean_commit_log()
+        await store.insides.cleanup_service.clean_commit_log()
         assert not store.writable
         await asyncio.sleep(2.6)  # due now, but every re-put is refused
         assert store.get_max_offset("Orders", 0) == 0
-        assert store.schedule_service.offset_table.get(2, 0) == 0
+        assert store.insides.schedule_service.offset_table.get(2, 0) == 0
         disk["ratio"] = 0.5
-        await store.cleanup_service.clean_commit_log()
+        await store.insides.cleanup_service.clean_commit_log()
         assert store.writable
         got = store.get_messages("Orders", 0, 0, 10)
         for _ in range(200):  # up to 10 s on a busy machine
@@ -115,7 +115,7 @@ async def test_due_messages_wait_while_the_store_refuses_writes_then_all_arrive(
             await asyncio.sleep(0.05)
             got = store.get_messages("Orders", 0, 0, 10)
         assert sorted(m.body for m in got.messages) == [f"d{i}".encode() for i in range(5)]
-        assert store.schedule_service.offset_table[2] == 5
+        assert store.insides.schedule_service.offset_table[2] == 5
     finally:
         await store.shutdown()
 

@@ -142,7 +142,7 @@ async def test_a_delivery_the_checkpoint_missed_is_not_repeated(tmp_path: Path) 
     await store.put(TOPIC, 0, [msg("once", TIMER_DELIVER_MS=at(1.1))])
     await store.put(TOPIC, 0, [msg("later", TIMER_DELIVER_MS=at(30))])
     await wait_for(lambda: bodies(store) == [b"once"])
-    checkpoint = store.paths.timer_checkpoint_file
+    checkpoint = store.insides.paths.timer_checkpoint_file
     await store.shutdown()
     for path in (checkpoint, checkpoint.with_name(checkpoint.name + ".bak")):
         path.unlink(missing_ok=True)

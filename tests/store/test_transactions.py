@@ -72,7 +72,7 @@ async def test_resolutions_and_open_halves_survive_restarts_and_a_lost_checkpoin
     await store.put(TOPIC, 1, [half("rolled back", "R")])
     await store.transactions.end(0, "C", commit=True)
     await store.transactions.end(2, "R", commit=False)
-    checkpoint = store.paths.transaction_checkpoint_file
+    checkpoint = store.insides.paths.transaction_checkpoint_file
     await store.shutdown()
     for path in (checkpoint, checkpoint.with_name(checkpoint.name + ".bak")):
         path.unlink()  # as if the broker died before writing it: the commit log says it all

@@ -201,7 +201,7 @@ async def test_put_and_the_split_forms_reach_the_store() -> None:
     appended = c.append("t", 1, [msg()])
     durable = await c.durable(appended)
     assert (put.status, put.append.first_queue_offset) == (PutStatus.PUT_OK, 0)
-    assert (durable.status, appended.first_queue_offset) == (PutStatus.PUT_OK, 1)
+    assert (durable.status, appended.appended.first_queue_offset) == (PutStatus.PUT_OK, 1)
 
 
 # --- both front ends over one core ---------------------------------------------------------

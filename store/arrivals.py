@@ -1,0 +1,115 @@
+"""When appended messages become visible to reads, and who learns of them how soon: the
+dispatch position and what it will reach (``visible_end``: the written end, or a SYNC_MASTER's
+confirm offset), the arrival listeners dispatch calls (schedule, timer, pop, the broker's long
+polls) and, under SYNC_FLUSH, dispatch inside the group commit's callbacks while a reader waits.
+
+``set_waiting(fn)``: ``fn()`` True while a reader waits for new messages (the broker: a parked
+long poll). Then each sync reads and plans the dispatch of what it covers while the fdatasync
+runs (``during_sync``) and applies it before its writers are answered (``after_sync``: up to
+64 KiB, ``ReputService.dispatch_inline``; a larger sync wakes the reput task), so the parked
+pull is woken before the writers' acks are built (~0.4 ms less from the sync to the pull reply
+for a lone message). With nobody waiting, dispatch follows the writers: answering them first
+keeps a producer's requests in flight short.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from wharf.store.dispatch.reput import CommitLogSource, QueueAdvance, ReputService
+from wharf.store.log.commit_log import CommitLog
+
+log = logging.getLogger(__name__)
+
+# Called after dispatch made new messages visible: (topic, queue_id, new max offset).
+ArrivalListener = Callable[[str, int, int], None]
+
+__all__ = ["ArrivalListener", "Arrivals"]
+
+
+class Arrivals:
+    def __init__(self) -> None:
+        self._listeners: list[ArrivalListener] = []
+        self._waiting: Callable[[], bool] | None = None
+        self._reput: ReputService | None = None  # set by bind() at start
+        self._commit_log: CommitLog | None = None
+        self._source: CommitLogSource | None = None
+
+    def bind(self, reput: ReputService, commit_log: CommitLog, source: CommitLogSource) -> None:
+        self._reput, self._commit_log, self._source = reput, commit_log, source
+
+    # --- visibility --------------------------------------------------------------------------
+    @property
+    def offset(self) -> int:
+        """The dispatch position: reads see everything below it."""
+        return self._reput.reput_from_offset if self._reput is not None else 0
+
+    @property
+    def timestamp(self) -> int:
+        """The store time of the last message dispatched."""
+        return self._reput.last_timestamp if self._reput is not None else 0
+
+    def visible_end(self) -> int:
+        """What dispatch will reach without new events: the written end, or under SYNC_MASTER
+        the replicas' confirm offset (a paused replica holds it for up to
+        haMaxTimeSlaveNotCatchup: a pull must not wait for that as for a flush)."""
+        assert self._commit_log is not None
+        end = self._commit_log.wrote_offset
+        source = self._source
+        if source is not None and source.confirm is not None:
+            end = min(end, source.confirm())
+        return end
+
+    @property
+    def pending(self) -> bool:
+        """Appended data is not yet visible to reads (acks precede dispatch)."""
+        return self._commit_log is not None and self.offset < self.visible_end()
+
+    async def wait_dispatched(self, timeout_s: float) -> bool:
+        """True once everything appended so far is visible to reads (in SYNC_FLUSH mode that
+        includes waiting for its sync)."""
+        assert self._reput is not None and self._commit_log is not None
+        return await self._reput.wait_dispatched(self.visible_end(), timeout_s)
+
+    # --- listeners ---------------------------------------------------------------------------
+
+    def add(self, listener: ArrivalListener) -> None:
+        self._listeners.append(listener)
+
+    def remove(self, listener: ArrivalListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def notify(self, advanced: QueueAdvance) -> None:
+        """Dispatch's report (``ReputService`` ``on_advance``): each listener, each queue. The
+        listeners are copied once per report, not once per queue (a chunk advances ~60 queues
+        at 256 topics)."""
+        listeners = tuple(self._listeners)
+        for (topic, queue_id), max_offset in advanced.items():
+            for listener in listeners:
+                try:
+                    listener(topic, queue_id, max_offset)
+                except Exception:
+                    log.exception("arrival listener %r failed for %s/%d", listener, topic, queue_id)
+
+    def set_waiting(self, waiting: Callable[[], bool] | None) -> None:
+        self._waiting = waiting
+
+    def after_sync(self) -> None:
+        """SYNC_FLUSH, after each sync and before its writers are answered: while a reader
+        waits, dispatch a small sync right here (a larger one wakes the reput task)."""
+        waiting = self._waiting
+        if waiting is not None and self._reput is not None and waiting():
+            self._reput.dispatch_inline()
+
+    def during_sync(self) -> None:
+        """SYNC_FLUSH, right after a sync was requested: while a reader waits, read and plan
+        the dispatch of what was written while the fdatasync runs, so ``after_sync`` only
+        applies it (a lone 1 KiB record: the read and plan were ~70 of the ~110 us between
+        the sync's end and the start of the ConsumeQueue writes, measured with hop stamps on
+        this 2-core VM)."""
+        waiting = self._waiting
+        if waiting is not None and self._reput is not None and waiting():
+            assert self._commit_log is not None
+            self._reput.prepare_inline(self._commit_log.max_offset)

@@ -1,0 +1,272 @@
+"""The store's role, owned in one place: master or replica, the replication link it runs
+(``HAMaster`` or ``HASlave``, built only here), the master terms (epochs), the controller's
+write fence, promotion, following a moved master and a replica's truncate-and-restart.
+
+The facade builds one ``Role`` and gives it named callables for what a role change needs of
+the rest of the store (dispatch everything, take the queue offsets, start the master-only
+services); ``broker/failover`` drives it through its ``StoreRole`` protocol (``promote``,
+``set_write_fence``, ``replica_redial``, ``ha_master``, ``commit_log_end``, ``config``) and
+the writer asks it, for each write, whether this store may take it (``refusal``) and what an
+acknowledgement waits for (``replicated``) and must still pass (``check_ack``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from wharf.store.config import StoreConfig
+from wharf.store.dispatch.reput import CommitLogSource, ReputService
+from wharf.store.errors import (
+    InSyncReplicasNotEnoughError,
+    MasterFencedError,
+    NotMasterError,
+)
+from wharf.store.ha import SLAVE, SYNC_MASTER, ReplicaLink, epochs, truncation
+from wharf.store.ha.epochs import Epochs
+from wharf.store.ha.master import HAMaster
+from wharf.store.ha.slave import HASlave
+from wharf.store.ha.status import ReplicationStatus, master_status, replica_status
+from wharf.store.log.commit_log import CommitLog
+from wharf.store.model import PutStatus
+from wharf.store.paths import StorePaths
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Role"]
+
+
+class Role:
+    """One store's role. ``replica`` is the one answer to "may this store write on its own":
+    True for a SLAVE and, in controller mode, until ``promote``."""
+
+    def __init__(self, config: StoreConfig, paths: StorePaths, link: ReplicaLink) -> None:
+        self._config = config
+        self._paths = paths
+        self._link = link
+        self.replica = config.broker_role == SLAVE or link.controller
+        self._epochs: Epochs = []  # master terms (controller mode), loaded at start
+        self._fence: Callable[[], str] | None = None
+        self._master: HAMaster | None = None
+        self._slave: HASlave | None = None
+        self._commit_log: CommitLog | None = None  # set by attach()
+        self._reput: ReputService | None = None
+        self._source: CommitLogSource | None = None
+        self._replica_appended: Callable[[], None] | None = None
+        self._take_offsets: Callable[[int], Awaitable[None]] | None = None
+        self._start_master_services: Callable[[], Awaitable[None]] | None = None
+
+    @property
+    def config(self) -> StoreConfig:
+        return self._config
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    async def before_recovery(self, lower_ledgers_blocking: Callable[[int], None]) -> None:
+        """Controller mode, before recovery opens the log: apply a truncation decided before a
+        restart (``lower_ledgers_blocking(offset)`` keeps the ledgers' checkpoints under the
+        cut), then load the terms."""
+        if not self._link.controller:
+            return
+        await asyncio.to_thread(
+            truncation.apply_blocking,
+            self._paths,
+            self._config.mapped_file_size_commit_log,
+            lower_ledgers_blocking,
+        )
+        self._epochs = await asyncio.to_thread(epochs.load_blocking, self._paths.epochs_file)
+
+    def attach(
+        self,
+        commit_log: CommitLog,
+        reput: ReputService,
+        source: CommitLogSource,
+        replica_appended: Callable[[], None],
+        take_offsets: Callable[[int], Awaitable[None]],
+        start_master_services: Callable[[], Awaitable[None]],
+    ) -> None:
+        """What recovery opened, before dispatch starts: a SYNC_MASTER's reads stop at the
+        confirm offset from the first dispatch on. ``replica_appended()`` follows each append
+        of a replica's copy; the two hooks are what ``promote`` needs of the store."""
+        self._commit_log, self._reput, self._source = commit_log, reput, source
+        self._replica_appended = replica_appended
+        self._take_offsets, self._start_master_services = take_offsets, start_master_services
+        if self._config.broker_role == SYNC_MASTER:
+            # Consumers never see what the in-sync replicas lack (a failover cannot take back
+            # a message someone consumed).
+            source.confirm = self.confirm_offset
+
+    async def start(self) -> None:
+        """A replica dials its master; a master with haListenPort listens for replicas."""
+        commit_log = self._commit_log
+        assert commit_log is not None and self._replica_appended is not None
+        config, link = self._config, self._link
+        if self.replica:
+            self._slave = HASlave(
+                commit_log,
+                config,
+                (link.cluster, link.broker_name, link.broker_id),
+                link.master_address or (lambda: config.ha_master_address),
+                self._replica_appended,
+                link.apply_metadata,
+                epochs=lambda: self._epochs,
+                on_epochs=self._take_epochs,
+                on_truncate=self._truncate_and_restart,
+                credentials=link.credentials,
+                ssl_context=link.client_ssl,
+            )
+            self._slave.start()
+        elif config.ha_listen_port >= 0:
+            await self._start_master(None, list)  # static roles: brokerRole, no terms
+
+    async def _start_master(self, sync_master: bool | None, terms: Callable[[], Epochs]) -> None:
+        assert self._commit_log is not None and self._reput is not None
+        self._master = HAMaster(
+            self._commit_log,
+            self._config,
+            self._reput.wakeup,
+            self._link.metadata,
+            sync_master=sync_master,
+            epochs=terms,
+            replica_secret=self._link.replica_secret,
+            ssl_context=self._link.server_ssl,
+        )
+        await self._master.start()
+
+    async def stop_replica(self) -> None:
+        """First at shutdown: stop copying from the master."""
+        if self._slave is not None:
+            await self._slave.stop()
+
+    async def stop_master(self) -> None:
+        """After the last puts at shutdown: their replica waiters are answered."""
+        if self._master is not None:
+            await self._master.stop()
+
+    # --- what each write asks ----------------------------------------------------------------
+    def refusal(self) -> None:
+        """Raise why this store must not take a write now: fenced (MasterFencedError), too few
+        replicas in sync (InSyncReplicasNotEnoughError), a replica (NotMasterError)."""
+        fence = self._fence
+        if fence is not None:
+            reason = fence()
+            if reason:
+                raise MasterFencedError(reason)
+        master = self._master
+        if master is not None:
+            refusal = master.refusal()
+            if refusal:
+                raise InSyncReplicasNotEnoughError(refusal)
+        if self.replica:
+            raise NotMasterError(
+                f"this broker is a SLAVE of {self._link.broker_name} (brokerRole): it takes "
+                "writes from its master only; send to the master"
+            )
+
+    def notify_append(self) -> None:
+        """After an append: replication runs alongside the local flush."""
+        if self._master is not None:
+            self._master.notify_append()
+
+    @property
+    def waits_for_replicas(self) -> bool:
+        """A SYNC_MASTER: an acknowledgement waits for the replicas too."""
+        master = self._master
+        return master is not None and master.sync_master
+
+    def replicated(self, end_offset: int) -> Awaitable[PutStatus] | None:
+        """A SYNC_MASTER's wait for its replicas to have ``end_offset`` (None otherwise)."""
+        master = self._master
+        if master is None or not master.sync_master:
+            return None
+        return master.wait_replicated(end_offset)
+
+    def check_ack(self) -> None:
+        """Before an acknowledgement: a master fenced meanwhile stored the message but may no
+        longer speak for the group (MasterFencedError)."""
+        fence = self._fence
+        if fence is not None:
+            reason = fence()
+            if reason:
+                raise MasterFencedError(f"{reason}: the message may not be kept")
+
+    def confirm_offset(self) -> int:
+        """How far a SYNC_MASTER's reads may go: what the in-sync replicas have."""
+        master = self._master
+        return master.confirm_offset() if master is not None else self.commit_log_end()
+
+    # --- the failover's view (broker/failover/role.py ``StoreRole``) ---------------------------
+    def commit_log_end(self) -> int:
+        assert self._commit_log is not None
+        return self._commit_log.max_offset
+
+    @property
+    def ha_master(self) -> HAMaster | None:
+        """The replication listener of a master with haListenPort (None otherwise)."""
+        return self._master
+
+    @property
+    def ha_slave(self) -> HASlave | None:
+        """A replica's connection to its master (None on a master)."""
+        return self._slave
+
+    @property
+    def epochs(self) -> Epochs:
+        return list(self._epochs)
+
+    def set_write_fence(self, fence: Callable[[], str] | None) -> None:
+        """``fence()`` returns why this master must not acknowledge now ('' = it may): the
+        controller's lease has run out. Checked before an append and before an ack."""
+        self._fence = fence
+
+    def replica_redial(self) -> None:
+        """A replica's master moved: reconnect to where ``ReplicaLink.master_address`` points."""
+        if self._slave is not None:
+            self._slave.redial()
+
+    async def promote(self, epoch: int, sync_master: bool) -> None:
+        """A replica becomes the master of term ``epoch``: it stops copying, dispatches all
+        it has and takes the queue offsets from its ConsumeQueues (a reused offset would lose
+        messages, RocketMQ #7689), records (epoch, log end) durably before any write, then
+        starts what only a master runs (delays, timers, transaction checks, pop) and its
+        replication listener."""
+        if not self.replica:
+            raise RuntimeError("promote() of a store that is already a master")
+        assert self._commit_log is not None and self._source is not None
+        assert self._take_offsets is not None and self._start_master_services is not None
+        if self._slave is not None:
+            await self._slave.stop()
+            self._slave = None
+        end = self._commit_log.max_offset
+        await self._take_offsets(end)
+        self._epochs = [*(e for e in self._epochs if e[0] < epoch), (epoch, end)]
+        await asyncio.to_thread(epochs.save_blocking, self._paths.epochs_file, self._epochs)
+        if sync_master:
+            self._source.confirm = self.confirm_offset
+        self.replica = False
+        await self._start_master_services()
+        await self._start_master(sync_master, lambda: self._epochs)
+        log.warning("promoted to master of term %d at log end %d (%s)", epoch, end,
+                    "SYNC_MASTER" if sync_master else "ASYNC_MASTER")  # fmt: skip
+
+    def status(self) -> ReplicationStatus:
+        """Role, offsets and replicas (a master) or the link to the master (a replica)."""
+        end = self.commit_log_end()
+        epoch = self._epochs[-1][0] if self._epochs else 0
+        if self.replica:
+            return replica_status(self._slave, end, epoch)
+        return master_status(
+            self._config.broker_role, self._master, end, epoch, self._link.broker_id
+        )
+
+    # --- a replica's handshake callbacks -----------------------------------------------------
+    async def _take_epochs(self, entries: Epochs) -> None:
+        """A replica adopts its master's terms at each handshake."""
+        if entries != self._epochs:
+            self._epochs = list(entries)
+            await asyncio.to_thread(epochs.save_blocking, self._paths.epochs_file, self._epochs)
+
+    async def _truncate_and_restart(self, offset: int) -> None:
+        await asyncio.to_thread(truncation.request_blocking, self._paths, offset)
+        if self._link.restart is not None:
+            self._link.restart(f"replica log truncation at {offset}")

@@ -1,0 +1,372 @@
+"""The write path: one operation, ``Writer.write``, appends a batch on the spot (never awaits)
+and returns a ``Written`` that tells its durability; ``put`` is that plus the dispatch
+back-pressure wait and the durability wait, for callers that simply await.
+
+A batch is either ``MessageInput``s (validated and encoded here; a DELAY level, a timer or a
+half message is re-addressed to its system topic first) or the bytes of producer-encoded
+records (``wharf.store.codec.send_records``: checked by ``fast/record_check.py``, patched
+with the broker-owned fields and appended with one copy; properties are stored as given).
+
+Durability of a ``Written`` (the same statuses and errors for every form):
+
+- ``await written.durable()``: none in ASYNC_FLUSH; SYNC_FLUSH awaits the group commit, then
+  lets dispatch follow (it only dispatches what is on disk); a SYNC_MASTER also awaits its
+  replicas, in parallel with the flush: FLUSH_DISK_TIMEOUT first, then the replicas' verdict.
+- ``written.flush_waiter()``: the fast path of SYNC_FLUSH without replicas to wait for, the
+  group commit's future filed now (the sync starts at once; cancelling it withdraws the wait),
+  then ``written.flushed(waiter)`` once it is done: no task per write. None when the wait is
+  more (a SYNC_MASTER) or nothing: then await ``durable()``.
+- ``await durable_all(writes)``: several writes made in order, one wait (the last one's:
+  durability reaches offsets in order), whose status every one gets.
+
+The writer asks the store's ``Role`` whether it may write (fence, in-sync replicas, replica)
+and what an acknowledgement waits for; ``gate()`` (the facade) raises while the store is not
+started or the disk is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol
+
+from wharf import hops
+from wharf.store.codec.properties import TIMER_TOPIC, TRANS_HALF_TOPIC
+from wharf.store.config import SYNC_FLUSH, StoreConfig
+from wharf.store.dispatch.reput import ReputService
+from wharf.store.errors import InvalidMessageError, StoreError, StoreNotWritableError
+from wharf.store.fast.record_check import check_records
+from wharf.store.log.commit_log import CommitLog, RecordsBatch
+from wharf.store.model import AppendResult, MessageInput, PutResult, PutStatus
+from wharf.store.role import Role
+from wharf.store.services.schedule import delay_level_of, to_schedule_topic
+from wharf.store.services.timer import timer_times, to_timer_topic
+from wharf.store.services.transactions import is_half, to_half_topic
+
+__all__ = ["Batch", "Durability", "Writer", "Written", "durable_all"]
+
+# What one write appends: messages to encode, or producer-encoded records.
+Batch = Sequence[MessageInput] | bytes
+
+_MAX_QUEUE_ID = 0x7FFFFFFF
+_NOT_YET = RuntimeError("not appended")
+
+
+class Durability(Protocol):
+    """What a ``Written`` asks of the writer that made it (``Writer``; a test fake may stand in)."""
+
+    async def durable(self, result: AppendResult) -> PutResult: ...
+
+    def flush_waiter(self, result: AppendResult) -> asyncio.Future[bool] | None: ...
+
+    def flushed_result(self, result: AppendResult, waiter: asyncio.Future[bool]) -> PutResult: ...
+
+
+class Written:
+    """One append (``appended``: offsets, ids) and the way to its acknowledgement."""
+
+    __slots__ = ("_writer", "appended")
+
+    def __init__(self, writer: Durability, appended: AppendResult) -> None:
+        self._writer = writer
+        self.appended = appended
+
+    async def durable(self) -> PutResult:
+        """Wait until durable (disk and replicas, per the store's settings)."""
+        return await self._writer.durable(self.appended)
+
+    def flush_waiter(self) -> asyncio.Future[bool] | None:
+        """SYNC_FLUSH without replicas to wait for: the group commit's future, filed now;
+        None otherwise (await ``durable()``). Raises FlushFailedError/StoreShutDownError."""
+        return self._writer.flush_waiter(self.appended)
+
+    def flushed(self, waiter: asyncio.Future[bool]) -> PutResult:
+        """The PutResult of a done ``flush_waiter()``: PUT_OK or FLUSH_DISK_TIMEOUT; raises
+        the sync's error, or MasterFencedError when this master was fenced meanwhile."""
+        return self._writer.flushed_result(self.appended, waiter)
+
+
+async def durable_all(writes: Sequence[Written]) -> list[PutResult]:
+    """``durable`` of several writes made in order: one wait, for the last one, whose status
+    every one gets (a time-out of the last one is reported for all: a retry of an earlier one
+    may store it twice, as after any time-out)."""
+    last = await writes[-1].durable()
+    return [PutResult(last.status, w.appended) for w in writes[:-1]] + [last]
+
+
+class Writer:
+    """Appends, the queue offsets they take, their accounting and their durability."""
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        role: Role,
+        delay_levels: int,
+        gate: Callable[[], None],
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
+    ) -> None:
+        self._config = config
+        self._role = role
+        self._delay_levels = delay_levels
+        self._gate = gate
+        self._spawn = spawn
+        self._sync_flush = config.flush_disk_type == SYNC_FLUSH
+        self._commit_log: CommitLog | None = None  # set by start()
+        self._reput: ReputService | None = None
+        self._request_disk_check: Callable[[], None] = lambda: None
+        self.offset_table: dict[tuple[str, int], int] = {}  # (topic, queue id) -> next offset
+        self.messages_put_total = 0
+        self.throttled_puts = 0  # puts that waited for dispatch to catch up
+        self.bytes_put_total = 0
+        # Disk use is re-sampled after this many appended bytes (set at start: 1 % of the
+        # filesystem, 1..64 MiB), not only every cleanResourceInterval.
+        self.disk_check_bytes = 64 << 20
+        self._bytes_since_disk_check = 0
+
+    def start(
+        self,
+        commit_log: CommitLog,
+        reput: ReputService,
+        offset_table: dict[tuple[str, int], int],
+        request_disk_check: Callable[[], None],
+        disk_check_bytes: int,
+    ) -> None:
+        self._commit_log, self._reput = commit_log, reput
+        self.offset_table = offset_table
+        self._request_disk_check = request_disk_check
+        self.disk_check_bytes = disk_check_bytes
+
+    # --- the write ---------------------------------------------------------------------------
+    def write(self, topic: str, queue_id: int, batch: Batch, born_host: str = "") -> Written:
+        """Validate and append ``batch`` (consecutive queue offsets in one queue) now. Raises
+        InvalidMessageError (nothing written: for records it names the first bad one),
+        StoreNotWritableError and its kin. No dispatch back-pressure: check
+        ``dispatch_lagging()`` first and ``await dispatch_room()`` while it is True."""
+        if isinstance(batch, bytes):
+            return Written(self, self._append_records(topic, queue_id, batch, born_host))
+        return Written(self, self._append(topic, queue_id, batch))
+
+    async def put(self, topic: str, queue_id: int, batch: Batch, born_host: str = "") -> PutResult:
+        """``write`` after the dispatch back-pressure wait, then its durability wait."""
+        await self.dispatch_room()
+        if isinstance(batch, bytes):  # (no Written: one coroutine less per put)
+            return await self.durable(self._append_records(topic, queue_id, batch, born_host))
+        return await self.durable(self._append(topic, queue_id, batch))
+
+    def append(self, topic: str, queue_id: int, batch: Sequence[MessageInput]) -> AppendResult:
+        """``write`` whose durability nobody awaits: under SYNC_FLUSH a background group
+        commit request is filed, so dispatch (which only follows synced data) still comes."""
+        result = self._append(topic, queue_id, batch)
+        if self._sync_flush:
+            self.sync_in_background(result.end_offset)
+        return result
+
+    def write_many(
+        self, batches: Sequence[tuple[str, int, bytes]], born_host: str
+    ) -> list[Written | Exception]:
+        """``write`` of several (topic, queue id, records) at once, appended together
+        (``CommitLog.append_records_many``: one write). A batch that fails its checks gets its
+        error in its place and is not written; the others are. A failed write raises (nothing
+        of it is in the queues' offsets). Where they do not fit the segment together, each is
+        appended on its own, an error failing its batch alone."""
+        self._check_writable()
+        if len(batches) == 1:
+            return [self._written_or_error(t, q, data, born_host) for t, q, data in batches]
+        results: list[Written | Exception] = []
+        checked: list[RecordsBatch] = []
+        where: list[int] = []
+        next_offsets: dict[tuple[str, int], int] = {}
+        offset_table = self.offset_table
+        limit = self._config.max_message_size
+        for index, (topic, queue_id, data) in enumerate(batches):
+            try:
+                positions = check_records(data, topic, limit)
+                _check_queue_id(queue_id)
+            except InvalidMessageError as exc:
+                results.append(exc)
+                continue
+            key = (topic, queue_id)
+            first = next_offsets.get(key)
+            if first is None:
+                first = offset_table.get(key, 0)
+            next_offsets[key] = first + len(positions)
+            checked.append(RecordsBatch(topic, queue_id, first, data, positions))
+            where.append(index)
+            results.append(_NOT_YET)  # replaced by its Written below
+        if not checked:
+            return results
+        commit_log = self._commit_log
+        assert commit_log is not None
+        appended = commit_log.append_records_many(checked, born_host)
+        if appended is None:  # not in the rest of the segment together: one by one
+            return [self._written_or_error(t, q, data, born_host) for t, q, data in batches]
+        offset_table.update(next_offsets)
+        count = nbytes = 0
+        for index, result in zip(where, appended, strict=True):
+            results[index] = Written(self, result)
+            count += len(result.sizes)
+            nbytes += result.end_offset - result.offsets[0]
+        self._account(commit_log, count, nbytes)
+        return results
+
+    def _written_or_error(
+        self, topic: str, queue_id: int, data: bytes, born_host: str
+    ) -> Written | Exception:
+        try:
+            return Written(self, self._append_records(topic, queue_id, data, born_host))
+        except StoreError as exc:  # this batch's alone, as a request of its own would get
+            return exc
+
+    def _append(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> AppendResult:
+        self._check_writable()
+        if not messages:
+            raise InvalidMessageError("a batch needs at least one message")
+        _check_queue_id(queue_id)
+        level = delay_level_of(messages)
+        now = int(time.time() * 1000)
+        if level > 0:
+            topic, queue_id, messages = to_schedule_topic(
+                topic, queue_id, min(level, self._delay_levels), messages
+            )
+        elif topic not in (TIMER_TOPIC, TRANS_HALF_TOPIC) and is_half(messages):
+            topic, queue_id, messages = to_half_topic(topic, queue_id, messages)
+        elif topic != TIMER_TOPIC:
+            times = timer_times(messages, now, self._config.timer_max_delay_sec)
+            if times is not None:
+                topic, queue_id, messages = to_timer_topic(topic, queue_id, times, messages)
+        return self._append_to_queue(
+            topic,
+            queue_id,
+            len(messages),
+            lambda log, first: log.append(topic, queue_id, first, messages, now),
+        )
+
+    def _append_records(
+        self, topic: str, queue_id: int, data: bytes, born_host: str
+    ) -> AppendResult:
+        positions = check_records(data, topic, self._config.max_message_size)
+        self._check_writable()
+        _check_queue_id(queue_id)
+        return self._append_to_queue(
+            topic,
+            queue_id,
+            len(positions),
+            lambda log, first: log.append_records(
+                topic, queue_id, first, data, positions, born_host
+            ),
+        )
+
+    def _append_to_queue(
+        self,
+        topic: str,
+        queue_id: int,
+        count: int,
+        write: Callable[[CommitLog, int], AppendResult],
+    ) -> AppendResult:
+        """Give ``write`` the queue's next offset, then advance it by ``count`` and account
+        for the batch (one place for every kind of append)."""
+        key = (topic, queue_id)
+        first_queue_offset = self.offset_table.get(key, 0)
+        commit_log = self._commit_log
+        assert commit_log is not None
+        result = write(commit_log, first_queue_offset)
+        self.offset_table[key] = first_queue_offset + count
+        self._account(commit_log, count, result.end_offset - result.offsets[0])
+        return result
+
+    def _account(self, commit_log: CommitLog, count: int, nbytes: int) -> None:
+        """After an append of ``count`` messages in ``nbytes``: totals, the disk check, the
+        wakeups of the flush, the dispatch and the replicas."""
+        self.messages_put_total += count
+        self.bytes_put_total += nbytes
+        self._bytes_since_disk_check += nbytes
+        if self._bytes_since_disk_check >= self.disk_check_bytes:
+            self._bytes_since_disk_check = 0
+            self._request_disk_check()
+        if hops.ENABLED:
+            hops.stamp("b.appended")
+        if not self._sync_flush:
+            commit_log.wakeup_flush()
+            assert self._reput is not None
+            self._reput.wakeup()
+        self._role.notify_append()
+
+    def _check_writable(self) -> None:
+        self._role.refusal()
+        self._gate()
+        # A sticky flush failure is raised by CommitLog.append itself (FlushFailedError).
+
+    # --- durability --------------------------------------------------------------------------
+    async def durable(self, result: AppendResult) -> PutResult:
+        replicated = self._role.replicated(result.end_offset)
+        status = PutStatus.PUT_OK
+        if self._sync_flush:
+            assert self._commit_log is not None
+            status = self._flush_status(
+                result, await self._commit_log.wait_flushed(result.end_offset)
+            )
+        if replicated is not None:
+            verdict = await replicated
+            if status is PutStatus.PUT_OK:
+                status = verdict
+        return self._acknowledged(result, status)
+
+    def flush_waiter(self, result: AppendResult) -> asyncio.Future[bool] | None:
+        if not self._sync_flush or self._role.waits_for_replicas:
+            return None
+        assert self._commit_log is not None
+        return self._commit_log.flush_waiter(result.end_offset)
+
+    def flushed_result(self, result: AppendResult, waiter: asyncio.Future[bool]) -> PutResult:
+        return self._acknowledged(result, self._flush_status(result, waiter.result()))
+
+    def _flush_status(self, result: AppendResult, flushed: bool) -> PutStatus:
+        """After the group commit answered: dispatch follows (it only dispatches synced data)."""
+        assert self._reput is not None
+        if hops.ENABLED:
+            hops.stamp("b.put_resumed")
+        self._reput.wakeup_for(result.end_offset)
+        return PutStatus.PUT_OK if flushed else PutStatus.FLUSH_DISK_TIMEOUT
+
+    def _acknowledged(self, result: AppendResult, status: PutStatus) -> PutResult:
+        self._role.check_ack()
+        return PutResult(status, result)
+
+    def sync_in_background(self, end_offset: int) -> None:
+        """SYNC_FLUSH, nobody awaiting: request the sync, then let dispatch follow it."""
+        self._spawn(self._sync_then_dispatch(end_offset))
+
+    async def _sync_then_dispatch(self, end_offset: int) -> None:
+        assert self._commit_log is not None and self._reput is not None
+        try:
+            await self._commit_log.wait_flushed(end_offset)
+        except StoreNotWritableError:
+            return  # sticky failure / shutdown: already surfaced to writers and in health()
+        self._reput.wakeup_for(end_offset)
+
+    # --- dispatch back-pressure --------------------------------------------------------------
+    def dispatch_lagging(self) -> bool:
+        """True while ``put`` would first wait for dispatch to catch up (it is more than
+        ``max_dispatch_lag_bytes`` behind the written end)."""
+        limit = self._config.max_dispatch_lag_bytes
+        commit_log, reput = self._commit_log, self._reput
+        if limit <= 0 or commit_log is None or reput is None:
+            return False
+        return commit_log.wrote_offset - reput.reput_from_offset > limit
+
+    async def dispatch_room(self) -> None:
+        """Hold a put while dispatch is more than ``max_dispatch_lag_bytes`` behind, until it
+        is back to half of that (bounded by syncFlushTimeout; a failing reput stops the wait).
+        A caller writing several batches at once waits here once for all."""
+        if not self.dispatch_lagging():
+            return
+        assert self._commit_log is not None and self._reput is not None
+        self.throttled_puts += 1
+        target = self._commit_log.wrote_offset - self._config.max_dispatch_lag_bytes // 2
+        await self._reput.wait_dispatched(target, self._config.sync_flush_timeout / 1000)
+
+
+def _check_queue_id(queue_id: int) -> None:
+    if not isinstance(queue_id, int) or not 0 <= queue_id <= _MAX_QUEUE_ID:
+        raise InvalidMessageError(f"queue id {queue_id!r} must be an int in [0, 2^31-1]")
