@@ -15,13 +15,14 @@ rules, its dead-letter topic, and the store's pop calls (``wharf.store.pop``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from wharf.broker.meta.groups import SubscriptionGroupManager
 from wharf.broker.meta.topics import TopicConfigManager
 from wharf.store.codec.properties import DLQ_GROUP_TOPIC_PREFIX
+from wharf.store.errors import InvalidReceiptHandleError
 from wharf.store.model import TagFilter
 from wharf.store.pop.service import PoppedMessage
 
@@ -70,6 +71,13 @@ class PopCore:
 
     async def ack(self, group: str, topic: str, receipt_handle: str) -> None:
         await self._pop().ack(group, topic, receipt_handle)
+
+    async def ack_many(
+        self, group: str, topic: str, receipt_handles: Sequence[str]
+    ) -> list[InvalidReceiptHandleError | None]:
+        """``ack`` of several handles journaled together (one write, one fdatasync): per
+        handle None (acked) or the error ``ack`` would raise."""
+        return await self._pop().ack_many(group, topic, receipt_handles)
 
     async def change_invisible(
         self, group: str, topic: str, receipt_handle: str, invisible_ms: int

@@ -19,9 +19,11 @@ Limits: invisible time ``MIN_INVISIBLE_MS`` (1 s; RocketMQ's proxy defaults to 1
 (ILLEGAL_INVISIBLE_TIME); ``auto_renew`` (the PushConsumer) gets 60 s; batch 1..1024 (0 = 32);
 TAG filter expressions (``*``, ``a||b``) and SQL92 ones (evaluated on the broker). After the group's
 ``retryMaxTimes`` + 1 deliveries a message goes to ``%DLQ%<group>`` (the pop store does it).
-Ack, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue map a stale or forged handle to
-INVALID_RECEIPT_HANDLE; ChangeInvisibleDuration returns the new handle (the duration counts from
-the call); ForwardMessageToDeadLetterQueue dead-letters a delivery whatever its attempt.
+An AckMessage's entries are journaled together (``PopService.ack_many``: one write, one
+fdatasync). Ack, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue map a stale or
+forged handle to INVALID_RECEIPT_HANDLE; ChangeInvisibleDuration returns the new handle (the
+duration counts from the call); ForwardMessageToDeadLetterQueue dead-letters a delivery whatever
+its attempt.
 """
 
 from __future__ import annotations
@@ -254,14 +256,15 @@ class V2ReceiveProcessor:
         response = service_pb2.AckMessageResponse()
         add = response.entries.add
         first_error: tuple[int, str] | None = None
-        core = self._core
-        for entry in request.entries:
+        entries = request.entries
+        # one journal write and fdatasync for every entry (PopService.ack_many)
+        outcomes = await self._core.ack_many(group, topic, [e.receipt_handle for e in entries])
+        for entry, failure in zip(entries, outcomes, strict=True):
             handle = entry.receipt_handle
-            try:
-                await core.ack(group, topic, handle)
+            if failure is None:
                 code, message = _OK, "OK"
-            except InvalidReceiptHandleError as exc:
-                code, message = codes.INVALID_RECEIPT_HANDLE, str(exc)
+            else:
+                code, message = codes.INVALID_RECEIPT_HANDLE, str(failure)
                 if first_error is None:
                     first_error = code, message
             status = add(message_id=entry.message_id, receipt_handle=handle).status

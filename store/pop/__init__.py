@@ -8,8 +8,9 @@ USE (the v2 layer, on the store's loop; ``store.pop`` is the running ``PopServic
                                      batch=32, invisible_ms=30_000, max_attempts=17,
                                      fifo=group_is_fifo, timeout_ms=long_polling_ms)
     for message, receipt_handle, attempt in found: ...   # StoredMessage, str, 1, 2, ...
-    # AckMessage
+    # AckMessage: one handle, or all of a request's entries in one journal write and sync
     await store.pop.ack(group, topic, receipt_handle)
+    failures = await store.pop.ack_many(group, topic, handles)  # None or the error, per handle
     # ChangeInvisibleDuration: the duration counts from this call; returns the NEW handle
     new_handle = await store.pop.change_invisible(group, topic, receipt_handle, 30_000)
     # ForwardMessageToDeadLetterQueue: the consumer gave up; %DLQ%<group> now
@@ -60,7 +61,8 @@ CONTRACT
 
 DURABILITY (``journal.py``): every change is a record (POP / ACK / CHANGE / DONE / RESET, a
 CRC each) in ``<store>/pop/journal``; a pop returns its messages, an ack or change its answer,
-only after its records are fdatasync'd (batched: one sync per event-loop burst, in a thread).
+only after its records are fdatasync'd (batched: one write and one fdatasync per event-loop
+burst, the fdatasync on the commit log's sync engine; ``ack_many`` journals its handles in one).
 At start the journal is replayed and a torn tail dropped (those calls were never answered).
 After a restart or kill -9, an acked message is never delivered again; an un-acked one comes
 back when the invisible time journaled with it passes (wall clock: the consumer may still ack

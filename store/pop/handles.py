@@ -12,8 +12,9 @@ with ``InvalidReceiptHandleError``; ``parse_handle`` rejects what is not of this
 
 from __future__ import annotations
 
+import os
 import re
-import secrets
+import struct
 from typing import NamedTuple
 
 from wharf.store.errors import InvalidReceiptHandleError
@@ -28,9 +29,18 @@ class Handle(NamedTuple):
     nonce: int
 
 
+# Nonces come from os.urandom (as ``secrets``) drawn 64 at a time: 0.2 us a nonce instead of
+# 1.0 us for a getrandom syscall each.
+_DRAW = struct.Struct(">64Q")
+_nonces: list[int] = []
+
+
 def new_nonce() -> int:
-    """A random non-zero 64-bit nonce."""
-    return secrets.randbits(64) or 1
+    """A random non-zero 64-bit nonce (cryptographically random: handles must not be
+    guessable from the ones a client was given)."""
+    if not _nonces:
+        _nonces.extend(_DRAW.unpack(os.urandom(_DRAW.size)))
+    return _nonces.pop() or 1
 
 
 def format_handle(queue_id: int, queue_offset: int, nonce: int) -> str:

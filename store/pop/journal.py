@@ -13,9 +13,16 @@ raises StoreError: the store does not start on a file it cannot read rather than
 APPENDS (``JournalWriter``): ``append(bytes)`` on the loop never blocks; ``await sync()``
 returns once everything appended so far is written and ``fdatasync``'d. Bytes appended in one
 event-loop iteration go out together: the first append schedules the write for the loop's next
-iteration, one thread writes the whole buffer and syncs once; appends made while a sync is in
-flight go in the next one (one fdatasync per burst, as the commit log's group commit). The
-service answers a receive or an ack only after its record's ``sync()``.
+iteration, which ``os.write``s the whole buffer (a few KB into the page cache, as the commit
+log's appends copy into its mmap on the loop) and asks a sync engine for one fdatasync; appends
+made while a sync runs go in the next one (one fdatasync per burst, the commit log's group
+commit). The engine is the commit log's (``wharf.store.log.sync_engine``): the compiled
+GIL-free thread of ``store/fast/_syncer.c``, which the loop hears through an eventfd, or the
+Python thread parked on a Condition when that module is not built, speedups are off, or
+``os.fdatasync`` was replaced at the writer's first write (the seam tests slow or break syncs
+through). py-spy ``--gil`` under ``tests.bench.v2_floor`` had the thread-pool hop per sync this
+replaced (``ThreadPoolExecutor.submit``, future chaining) at 4-12 % of the broker's Python
+samples in ReceiveMessage / AckMessage / ChangeInvisibleDuration. The service answers a receive or an ack only after its record's ``sync()``.
 
 FAILURES: a write or fdatasync that raises leaves the file's state unknown: the error is sticky
 (``FlushFailedError``, or ``SyncDiskFullError`` for ENOSPC/EDQUOT) for every waiter and every
@@ -23,13 +30,14 @@ later ``sync()`` until the store restarts. Records whose sync failed may or may 
 a message whose POP was lost is simply handed out again (at least once); an ack whose ACK was
 lost was never answered OK.
 
-COMPACTION: after a sync, when the file has passed ``compact_bytes`` (16 MiB by default) and
-twice the last snapshot, the next write is a snapshot instead of the buffered records: the
-magic plus ``snapshot()`` (the whole state as records, built on the loop, so it includes every
-record appended so far) written to ``journal.tmp``, fsync'd, renamed over ``journal``, the
-directory fsync'd; appends continue on the new file. A compaction that fails (e.g. disk full)
-is logged and the buffered records are appended to the old file instead; the next attempt
-waits until the file grows another ``compact_bytes``. Replay cost is ~3 us per record, so a
+COMPACTION: when the file would pass ``compact_bytes`` (16 MiB by default) and twice the last
+snapshot, the next write is a snapshot instead of the buffered records: once the engine is idle
+(no sync holds the old file), the magic plus ``snapshot()`` (the whole state as records, built
+on the loop, so it includes every record appended so far) is written to ``journal.tmp`` in a
+thread, fsync'd, renamed over ``journal``, the directory fsync'd; appends continue on the new
+file. A compaction that fails (e.g. disk full) is logged and the buffered records are appended
+to the old file instead; the next attempt waits until the file grows another
+``compact_bytes``. Replay cost is ~3 us per record, so a
 16 MiB journal (~250k records) loads in well under a second.
 """
 
@@ -43,6 +51,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
 
+from wharf.store import fast
 from wharf.store.codec.layout import POP_JOURNAL_MAGIC
 from wharf.store.errors import (
     FlushFailedError,
@@ -51,12 +60,16 @@ from wharf.store.errors import (
     SyncDiskFullError,
     is_disk_full,
 )
+from wharf.store.log.sync_engine import NativeSyncEngine, SyncEngine, SyncPlan, ThreadSyncEngine
 from wharf.store.paths import write_bytes_atomic_blocking
 from wharf.store.pop.records import PopRecord, parse_journal
 
 log = logging.getLogger(__name__)
 
 DEFAULT_COMPACT_BYTES = 16 << 20
+# The real fdatasync, to tell when a test replaced it (then the Python engine runs: the compiled
+# thread calls the C function directly).
+_OS_FDATASYNC = os.fdatasync
 
 
 def load_journal_blocking(path: Path) -> tuple[list[PopRecord], int]:
@@ -120,10 +133,14 @@ class JournalWriter:
         self._executor = executor
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         self._pending = bytearray()
-        self._appended = 0  # bytes ever appended (a sequence, not a file position)
+        # Positions in the sequence of bytes ever appended (not file positions: a compaction
+        # rewrites the file): appended >= written (os.write done) >= durable (fdatasync'd).
+        self._appended = 0
+        self._written = 0
         self._durable = 0
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._in_flight: asyncio.Future[tuple[int, bool]] | None = None
+        self._engine: SyncEngine | None = None  # made and started by the first write
+        self._compaction: asyncio.Task[None] | None = None
         self._kick_scheduled = False
         self._error: StoreError | None = None
         self._closed = False
@@ -161,77 +178,120 @@ class JournalWriter:
         if self._error is None and self._appended > self._durable:
             with contextlib.suppress(StoreError):  # already logged and sticky
                 await self.sync()
-        while self._in_flight is not None:
-            await asyncio.wait([self._in_flight])
+        if self._compaction is not None:
+            await asyncio.wait([self._compaction])
+        if self._engine is not None:
+            await self._engine.wait_idle()
+            self._engine.close()
         os.close(self._fd)
 
-    # --- the write thread ---------------------------------------------------------------------
+    # --- writes and syncs (loop) -----------------------------------------------------------
+    def _make_engine(self) -> SyncEngine:
+        module = fast.load("_syncer")
+        if module is None or os.fdatasync is not _OS_FDATASYNC:
+            return ThreadSyncEngine(self._sync_blocking, self._durable_position)
+        return NativeSyncEngine(module.Syncer, self._plan, _same, self._durable_position)
+
+    def _durable_position(self) -> int:
+        return self._durable
+
+    def _plan(self, max_fds: int) -> SyncPlan:
+        return SyncPlan((self._fd,), self._written, self._written)
+
+    def _sync_blocking(self) -> int:
+        """ThreadSyncEngine's thread: everything written before the fdatasync is durable after
+        it (the fd does not change while the engine is busy: compaction waits for idle)."""
+        written = self._written
+        os.fdatasync(self._fd)
+        return written
+
     def _schedule(self) -> None:
-        if self._kick_scheduled or self._in_flight is not None:
+        if self._kick_scheduled:
             return
         self._kick_scheduled = True
         asyncio.get_running_loop().call_soon(self._kick)
 
     def _kick(self) -> None:
         self._kick_scheduled = False
-        if self._in_flight is not None or self._error is not None or not self._pending:
+        if self._compaction is not None or self._error is not None or not self._pending:
             return
-        loop = asyncio.get_running_loop()
+        if self.size + len(self._pending) >= self._compact_after:
+            self._compaction = asyncio.get_running_loop().create_task(self._compact())
+            return
         data, self._pending = self._pending, bytearray()
-        target = self._appended
-        snapshot: bytes | None = None
-        if self.size + len(data) >= self._compact_after:
-            snapshot = POP_JOURNAL_MAGIC + self._snapshot()
-        in_flight = loop.run_in_executor(self._executor, self._write_blocking, data, snapshot)
-        self._in_flight = in_flight
-        attempted = snapshot is not None
-        in_flight.add_done_callback(lambda done: self._completed(done, target, attempted))
+        self._write(data)
 
-    def _write_blocking(self, data: bytearray, snapshot: bytes | None) -> tuple[int, bool]:
-        """Thread: (new file size, compacted)."""
-        if snapshot is not None:
-            try:
-                write_bytes_atomic_blocking(self.path, snapshot)
-                new_fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-                old_fd, self._fd = self._fd, new_fd
-                os.close(old_fd)
-                return len(snapshot), True
-            except OSError as exc:
-                log.error("pop journal compaction failed (%s); appending instead", exc)
-        _write_all_blocking(self._fd, data)
-        os.fdatasync(self._fd)
-        return self.size + len(data), False
-
-    def _completed(
-        self, done: asyncio.Future[tuple[int, bool]], target: int, attempted: bool
-    ) -> None:
-        self._in_flight = None
-        exc = done.exception()
-        if exc is not None:
+    def _write(self, data: bytearray) -> None:
+        """os.write the bytes (page cache; fdatasync'd by the engine)."""
+        try:
+            _write_all_blocking(self._fd, data)
+        except OSError as exc:
             self._fail(exc)
             return
-        size, compacted = done.result()
+        self.size += len(data)
+        self._written += len(data)
+        if self._engine is None:
+            self._engine = self._make_engine()
+            self._engine.start(self._served, self._fail)
+        self._engine.request(self._written)
+
+    def _served(self, flushed: int, seconds: float, nbytes: int) -> None:
         self.syncs += 1
-        self.size = size
-        if compacted:
-            self.compactions += 1
-            self._compact_after = max(self.compact_bytes, 2 * size)
-        elif attempted:  # failed: try again after another compact_bytes of growth
-            self._compact_after = size + self.compact_bytes
-        self._durable = target
+        self._reached(flushed)
+
+    def _reached(self, durable: int) -> None:
+        if durable <= self._durable:
+            return
+        self._durable = durable
         waiting = []
         for wanted, future in self._waiters:
             if future.done():
                 continue
-            if wanted <= target:
+            if wanted <= durable:
                 future.set_result(None)
             else:
                 waiting.append((wanted, future))
         self._waiters = waiting
-        if self._pending:
-            self._schedule()
+
+    async def _compact(self) -> None:
+        """Replace the file by a snapshot of the state (see COMPACTION); a failure appends the
+        buffered records instead."""
+        try:
+            if self._engine is not None:
+                await self._engine.wait_idle()  # no sync holds the old fd
+            if self._error is not None:
+                return
+            data, self._pending = self._pending, bytearray()
+            target = self._appended
+            snapshot = POP_JOURNAL_MAGIC + self._snapshot()
+            loop = asyncio.get_running_loop()
+            try:
+                new_fd = await loop.run_in_executor(
+                    self._executor, _replace_blocking, self.path, snapshot
+                )
+            except OSError as exc:
+                log.error("pop journal compaction failed (%s); appending instead", exc)
+                self._write(data)
+                self._compact_after = self.size + self.compact_bytes
+                return
+            old_fd, self._fd = self._fd, new_fd
+            os.close(old_fd)
+            self.size = len(snapshot)
+            self._written = target
+            self.syncs += 1
+            self.compactions += 1
+            self._compact_after = max(self.compact_bytes, 2 * self.size)
+            self._reached(target)
+        except Exception as exc:  # the snapshot or the fd swap: state unknown
+            self._fail(exc)
+        finally:
+            self._compaction = None
+            if self._pending:
+                self._schedule()
 
     def _fail(self, exc: BaseException) -> None:
+        if self._error is not None:
+            return
         self.failures += 1
         if is_disk_full(exc):
             error: StoreError = SyncDiskFullError(
@@ -250,3 +310,13 @@ class JournalWriter:
         for _, future in waiters:
             if not future.done():
                 future.set_exception(error)
+
+
+def _same(token: int) -> int:
+    return token
+
+
+def _replace_blocking(path: Path, snapshot: bytes) -> int:
+    """Thread: the snapshot written atomically over the journal; its new fd for appends."""
+    write_bytes_atomic_blocking(path, snapshot)
+    return os.open(path, os.O_WRONLY | os.O_APPEND)

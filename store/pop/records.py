@@ -13,6 +13,7 @@ corruption); that is logged by the caller with the number of bytes dropped.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from typing import NamedTuple
 
@@ -48,17 +49,23 @@ class PopRecord(NamedTuple):
     attempt: int = 0
 
 
+@functools.lru_cache(maxsize=4096)  # a few (group, topic) pairs: every record repeats one
+def _names(group: str, topic: str) -> tuple[bytes, int, int]:
+    """GROUP then TOPIC as the record holds them, and their lengths."""
+    group_bytes, topic_bytes = group.encode("ascii"), topic.encode("ascii")
+    return group_bytes + topic_bytes, len(group_bytes), len(topic_bytes)
+
+
 def encode_record(record: PopRecord) -> bytes:
     """The record's bytes. Group and topic are ASCII (checked by the service before)."""
-    group = record.group.encode("ascii")
-    topic = record.topic.encode("ascii")
-    length = POP_RECORD_HEADER_SIZE + len(group) + len(topic)
+    names, group_len, topic_len = _names(record.group, record.topic)
+    length = POP_RECORD_HEADER_SIZE + group_len + topic_len
     header = POP_RECORD_HEADER.pack(
         length,
         0,
         record.kind,
-        len(group),
-        len(topic),
+        group_len,
+        topic_len,
         0,
         record.queue_id,
         record.queue_offset,
@@ -67,7 +74,7 @@ def encode_record(record: PopRecord) -> bytes:
         record.nonce,
         record.attempt,
     )
-    body = header[POP_RECORD_CRC_START:] + group + topic
+    body = header[POP_RECORD_CRC_START:] + names
     crc = zlib.crc32(body) & 0xFFFFFFFF
     return header[:4] + crc.to_bytes(4, "big") + body
 

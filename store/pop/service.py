@@ -58,7 +58,7 @@ from wharf.store.pop.handles import format_handle, new_nonce, parse_handle
 from wharf.store.pop.journal import DEFAULT_COMPACT_BYTES, JournalWriter, load_journal_blocking
 from wharf.store.pop.records import PopRecord, encode_record
 from wharf.store.pop.state import InFlight, PopState, QueueKey
-from wharf.store.pop.wakeups import Wakeups
+from wharf.store.pop.wakeups import Waiter, Wakeups
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,12 @@ FIFO_MAX_WINDOW = 2048
 _MAX_FRESH_READS = 4  # reads of new messages per queue per pop
 _FIFO_READ_AHEAD = 32  # messages a FIFO pop reads at least per read
 _MIN_EXPIRED_SCAN = 256  # expired entries considered per queue per pop: at least this many
+# A topic's queue ids are cached between pops: the store's listing scans every queue of every
+# topic and sorts (O(all queues) per receive). An arrival on a queue not in the list drops it
+# at once (a new queue); a removed queue leaves it within the TTL (reads of it find nothing
+# meanwhile, as a pop racing the removal did before).
+_QUEUE_IDS_TTL_S = 1.0
+_MAX_CACHED_TOPICS = 4096  # then the cache starts over
 
 ReadFn = Callable[[str, int, int, int, "TagFilter | None"], GetResult]
 PutFn = Callable[[str, int, Sequence[MessageInput]], Awaitable[PutResult]]
@@ -126,6 +132,8 @@ class PopService:
         self._writer: JournalWriter | None = None
         self._wakeups = Wakeups()
         self._rotation: dict[tuple[str, str], int] = {}
+        # topic -> (valid until, monotonic s; queue ids ascending; the same as a set)
+        self._topic_queues: dict[str, tuple[float, list[int], frozenset[int]]] = {}
         self._running = False
         self.replayed_records = 0
         self.delivered_total = 0
@@ -157,6 +165,9 @@ class PopService:
 
     def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         """The store's arrival listener (registered by the facade)."""
+        cached = self._topic_queues.get(topic)
+        if cached is not None and queue_id not in cached[2]:
+            del self._topic_queues[topic]  # a new queue: list the topic's queues again
         self._wakeups.on_arrival(topic, queue_id, max_offset)
 
     # --- the API ------------------------------------------------------------------------------
@@ -172,7 +183,7 @@ class PopService:
         fifo: bool = False,
         now: int | None = None,
     ) -> list[PoppedMessage]:
-        found, _ = await self._pop(
+        found, _, _ = await self._pop(
             group, topic, queue_ids, tag_filter, batch, invisible_ms, max_attempts, fifo, now
         )
         return found
@@ -188,9 +199,10 @@ class PopService:
         max_attempts: int,
         fifo: bool,
         now: int | None,
-    ) -> tuple[list[PoppedMessage], bool]:
-        """``pop``, and whether a queue has messages left unscanned (its read budget ran out
-        before the batch filled): a long poll then pops again instead of waiting."""
+    ) -> tuple[list[PoppedMessage], bool, bool]:
+        """``pop``; whether a queue has messages left unscanned (its read budget ran out
+        before the batch filled): a long poll then pops again instead of waiting; and whether
+        it awaited (journal sync, DLQ puts): an arrival may have come meanwhile."""
         writer = self._check_running()
         _check_group_topic(group, topic)
         _check_range("batch", batch, 1, MAX_BATCH)
@@ -225,7 +237,7 @@ class PopService:
             await self._dead_letter(key, offset, message, entry)
         if out or dead:
             await writer.sync()
-        return out, more
+        return out, more, bool(out or dead)
 
     async def pop_wait(
         self,
@@ -245,16 +257,23 @@ class PopService:
         when the time runs out or the store stops."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout_ms, 0) / 1000
-        waiter = self._wakeups.register(group, topic, queue_ids)
+        # The waiter is registered after a first pop that found nothing: most receives under
+        # load find messages at once, and then cost no waiter (nor make every arrival and
+        # expiry of the topic visit it: 32 receives in flight were 32 waiters each time).
+        waiter: Waiter | None = None
         try:
             while True:
-                found, more = await self._pop(
+                found, more, awaited = await self._pop(
                     group, topic, queue_ids, tag_filter, batch, invisible_ms, max_attempts, fifo,
                     None,
                 )  # fmt: skip
                 remaining = deadline - loop.time()
                 if found or remaining <= 0 or not self._running:
                     return found
+                if waiter is None:
+                    waiter = self._wakeups.register(group, topic, queue_ids)
+                    if awaited:  # an arrival during its await woke no one: look again
+                        continue
                 if more:  # a read budget ran out: scan on, after letting the loop breathe
                     await asyncio.sleep(0)
                     continue
@@ -268,7 +287,8 @@ class PopService:
                 if not self._running:
                     return []
         finally:
-            self._wakeups.unregister(waiter)
+            if waiter is not None:
+                self._wakeups.unregister(waiter)
 
     async def ack(self, group: str, topic: str, receipt_handle: str) -> None:
         """Finish the delivery named by the handle. InvalidReceiptHandleError when it is not
@@ -276,6 +296,30 @@ class PopService:
         An ack after the invisible time passed is accepted while the message was not handed
         out again. Returns once the ACK record is durable."""
         writer = self._check_running()
+        self._ack_one(group, topic, receipt_handle)
+        await writer.sync()
+
+    async def ack_many(
+        self, group: str, topic: str, receipt_handles: Sequence[str]
+    ) -> list[InvalidReceiptHandleError | None]:
+        """``ack`` of each handle in order, journaled together: one write and one fdatasync
+        for the lot (a v2 AckMessage's entries), where one ``ack`` after another would sync
+        each. Per handle, None (acked) or the InvalidReceiptHandleError ``ack`` would raise;
+        returns once every ACK record is durable."""
+        writer = self._check_running()
+        outcomes: list[InvalidReceiptHandleError | None] = []
+        for receipt_handle in receipt_handles:
+            try:
+                self._ack_one(group, topic, receipt_handle)
+                outcomes.append(None)
+            except InvalidReceiptHandleError as exc:
+                outcomes.append(exc)
+        if len(outcomes) > sum(map(bool, outcomes)):  # something was acked
+            await writer.sync()
+        return outcomes
+
+    def _ack_one(self, group: str, topic: str, receipt_handle: str) -> None:
+        """Check the handle and journal its ACK (not yet synced)."""
         handle = parse_handle(receipt_handle)
         self._live_entry(group, topic, handle.queue_id, handle.queue_offset, handle.nonce)
         self._record(
@@ -290,7 +334,6 @@ class PopService:
         )
         self.acked_total += 1
         self._wake_if_unblocked((group, topic, handle.queue_id))
-        await writer.sync()
 
     async def change_invisible(
         self,
@@ -355,6 +398,8 @@ class PopService:
         if self._writer is None:
             return 0
         topic_set, group_set = set(topics), set(groups)
+        for topic in topic_set:
+            self._topic_queues.pop(topic, None)
         doomed = [k for k in self.state.queues if k[1] in topic_set or k[0] in group_set]
         for group, topic, queue_id in doomed:
             try:
@@ -413,8 +458,17 @@ class PopService:
         return self._writer
 
     def _queues(self, topic: str, queue_ids: Sequence[int] | None) -> list[int]:
+        """The queue ids to pop from, ascending (not to be changed: the cached list)."""
         if queue_ids is None:
-            return list(self._queue_ids(topic))
+            now = time.monotonic()
+            cached = self._topic_queues.get(topic)
+            if cached is not None and cached[0] > now:
+                return cached[1]
+            ids = list(self._queue_ids(topic))
+            if len(self._topic_queues) >= _MAX_CACHED_TOPICS:
+                self._topic_queues.clear()
+            self._topic_queues[topic] = (now + _QUEUE_IDS_TTL_S, ids, frozenset(ids))
+            return ids
         for queue_id in queue_ids:
             _check_range("queue id", queue_id, 0, 0x7FFFFFFF)
         return list(dict.fromkeys(queue_ids))
@@ -477,7 +531,8 @@ class PopService:
         self._record(
             PopRecord(POP_RECORD_POP, group, topic, queue_id, offset, 1, visible_at, nonce, attempt)
         )
-        self.state.queues[key].in_flight[offset].message_group = message_group
+        if message_group is not None:  # FIFO: known now, kept in memory only
+            self.state.queues[key].in_flight[offset].message_group = message_group
         out.append(PoppedMessage(message, format_handle(queue_id, offset, nonce), attempt))
         self.delivered_total += 1
         if attempt > 1:
@@ -519,7 +574,9 @@ class PopService:
                     blocked.add(self._message_group(topic, queue_id, offset, busy))
             blocked.discard("")
         # 1. below the scan cursor: expired deliveries and passed-over messages, in order
-        for offset in sorted(set(expired).union(state.gaps())):
+        # (most pops have neither: no set nor sort then)
+        behind = sorted(set(expired).union(state.gaps())) if expired or state.has_gaps else ()
+        for offset in behind:
             if len(out) >= want:
                 return False
             entry = state.in_flight.get(offset)
@@ -564,7 +621,8 @@ class PopService:
                 message = by_offset.get(offset)
                 if message is None:
                     continue  # filtered out or deleted: finished with the run below
-                self._done(key, finished_from, offset - finished_from)
+                if offset > finished_from:  # filtered out or deleted before it
+                    self._done(key, finished_from, offset - finished_from)
                 finished_from = offset + 1
                 if len(out) >= want:
                     finished_from = stop = offset

@@ -5,7 +5,9 @@ loop: a waiter is a future plus one ``call_later`` timer.
 
 A waiter is registered BEFORE the pop attempt it follows up on, so an arrival that lands while
 that pop runs (or waits for its journal sync) is not lost: the waiter is already woken and the
-next ``wait`` returns at once.
+next ``wait`` returns at once. ``pop_wait`` registers one only after a first pop found nothing
+(most receives under load find messages at once): that pop did not await, unless it
+dead-lettered, and then the service pops once more with the waiter registered.
 
 Cost when nobody waits: one dict lookup per arrival (dispatch calls ``on_arrival`` for every
 queue it advances). The caller bounds how many pops wait (the broker's long-poll limit).

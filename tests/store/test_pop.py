@@ -13,6 +13,7 @@ from wharf.store.codec.layout import POP_JOURNAL_MAGIC
 from wharf.store.errors import InvalidMessageError, InvalidReceiptHandleError
 from wharf.store.message_store import MessageStore
 from wharf.store.pop import MESSAGE_GROUP_PROPERTY
+from wharf.store.pop import journal as journal_module
 from wharf.store.pop.handles import parse_handle
 from wharf.store.read.filter import parse_tag_expression
 
@@ -453,3 +454,119 @@ async def test_a_group_starts_at_its_committed_offset_and_reports_its_progress(
     assert (G, TOPIC, 0, 4) in set(store.pop.progress())
     committed[(G, TOPIC, 0)] = 5  # moved forward past e (an operator's reset)
     assert await store.pop.pop(G, TOPIC, now=T0 + 1) == []
+
+
+def _count_journal_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the pop journal's os.write bursts from now on."""
+    writes: list[int] = []
+    real = journal_module._write_all_blocking
+
+    def counted(fd: int, data: bytes | bytearray) -> None:
+        writes.append(len(data))
+        real(fd, data)
+
+    monkeypatch.setattr(journal_module, "_write_all_blocking", counted)
+    return writes
+
+
+async def test_acks_arriving_together_are_journaled_in_one_write_and_one_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = small_config(tmp_path / "store")
+    store = MessageStore(config)
+    await store.start()
+    try:
+        await fill(store, 0, [f"m{i}" for i in range(16)])
+        got = await store.pop.pop(G, TOPIC, batch=16, invisible_ms=30_000, now=T0)
+        assert len(got) == 16
+        syncs = store.pop.stats()["journal_syncs"]
+        writes = _count_journal_writes(monkeypatch)
+        # 12 concurrent acks (separate calls, one loop iteration), then one ack_many of 4
+        await asyncio.gather(*(store.pop.ack(G, TOPIC, p.receipt_handle) for p in got[:12]))
+        assert len(writes) == 1 and store.pop.stats()["journal_syncs"] == syncs + 1
+        outcomes = await store.pop.ack_many(G, TOPIC, [p.receipt_handle for p in got[12:]])
+        assert outcomes == [None] * 4
+        assert len(writes) == 2 and store.pop.stats()["journal_syncs"] == syncs + 2
+        assert writes[0] == 3 * writes[1]  # every ACK record in its burst's one write
+    finally:
+        await store.shutdown()
+    store = MessageStore(config)
+    await store.start()
+    try:  # every ack durable: nothing comes back once the invisible time has passed
+        assert await store.pop.pop(G, TOPIC, batch=32, now=T0 + 3_600_000) == []
+    finally:
+        await store.shutdown()
+
+
+async def test_ack_many_answers_each_handle_and_syncs_once(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await fill(store, 0, ["a", "b", "c"])
+    a, b, c = await store.pop.pop(G, TOPIC, batch=3, invisible_ms=10_000, now=T0)
+    await store.pop.ack(G, TOPIC, b.receipt_handle)
+    writes = _count_journal_writes(monkeypatch)
+    syncs = store.pop.stats()["journal_syncs"]
+    outcomes = await store.pop.ack_many(
+        G, TOPIC, [a.receipt_handle, b.receipt_handle, "forged", c.receipt_handle, a.receipt_handle]
+    )
+    assert [type(o) for o in outcomes] == [
+        type(None),
+        InvalidReceiptHandleError,  # acked before
+        InvalidReceiptHandleError,  # malformed
+        type(None),
+        InvalidReceiptHandleError,  # twice in one call: the second is stale
+    ]
+    assert len(writes) == 1 and store.pop.stats()["journal_syncs"] == syncs + 1
+    assert await store.pop.pop(G, TOPIC, now=T0 + 3_600_000) == []
+    # nothing valid: nothing written, no sync waited for
+    assert await store.pop.ack_many(G, TOPIC, [a.receipt_handle]) != [None]
+    assert len(writes) == 1
+
+
+async def test_a_receive_that_finds_messages_at_once_registers_no_waiter(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a receive that must wait costs a waiter (which every arrival and expiry of the
+    topic then visits); one that is woken still gets its message."""
+    wakeups = store.pop._wakeups
+    registered = []
+    real = wakeups.register
+    waits = asyncio.Event()
+
+    def counting(*args: object) -> object:
+        registered.append(args)
+        waits.set()
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(wakeups, "register", counting)
+    await fill(store, 0, ["a"])
+    assert bodies(await store.pop.pop_wait(G, TOPIC, timeout_ms=5_000)) == [b"a"]
+    assert registered == []
+    waiting = asyncio.ensure_future(store.pop.pop_wait(G, TOPIC, timeout_ms=20_000))
+    await asyncio.wait_for(waits.wait(), 10)
+    await fill(store, 1, ["b"])
+    assert bodies(await asyncio.wait_for(waiting, 10)) == [b"b"]
+    assert len(registered) == 1 and store.pop.stats()["waiting"] == 0
+
+
+async def test_a_topics_queue_ids_are_listed_once_and_a_new_queue_is_seen_at_once(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's queue listing scans every queue of every topic: pops reuse it, and the
+    arrival on a queue not in it (a new queue) makes the next pop list again."""
+    await fill(store, 0, ["a"])
+    listed: list[str] = []
+    real = store.pop._queue_ids
+
+    def listing(topic: str) -> list[int]:
+        listed.append(topic)
+        return real(topic)
+
+    monkeypatch.setattr(store.pop, "_queue_ids", listing)
+    assert bodies(await store.pop.pop(G, TOPIC, now=T0)) == [b"a"]
+    for _ in range(5):
+        assert await store.pop.pop(G, TOPIC, now=T0) == []
+    assert listed == [TOPIC]
+    await fill(store, 5, ["b"])  # queue 5 is new
+    assert bodies(await store.pop.pop(G, TOPIC, now=T0)) == [b"b"]
+    assert listed == [TOPIC, TOPIC]

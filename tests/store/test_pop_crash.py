@@ -1,6 +1,6 @@
 """kill -9 test of the pop journal: a child process pops batches and acks two thirds of each
-batch concurrently, writing a line to a side file after each pop and each ack RETURNED (O_APPEND:
-the lines survive the SIGKILL); its journal is compacted every few KiB. It is SIGKILLed
+batch (concurrent ``ack`` calls, or one ``ack_many``, alternately), writing a line to a side
+file after each pop and each ack RETURNED (O_APPEND: the lines survive the SIGKILL); its journal is compacted every few KiB. It is SIGKILLed
 mid-run. After reopening the store, draining the topic with the clock past every invisible
 time must show:
 
@@ -60,7 +60,18 @@ async def _child_main(store_dir: str, log_path: str) -> None:
             await store.pop.ack(GROUP, TOPIC, p.receipt_handle)
             os.write(fd, f"A {p.message.queue_id} {p.message.queue_offset}\n".encode())
 
-        await asyncio.gather(*(ack(p) for p in got if p.message.queue_offset % 3 != 0))
+        to_ack = [p for p in got if p.message.queue_offset % 3 != 0]
+        if pops % 2:  # concurrent acks, each its own call
+            await asyncio.gather(*(ack(p) for p in to_ack))
+        else:  # one ack_many (one journal write and sync for the lot)
+            outcomes = await store.pop.ack_many(GROUP, TOPIC, [p.receipt_handle for p in to_ack])
+            assert outcomes == [None] * len(to_ack)
+            os.write(
+                fd,
+                "".join(
+                    f"A {p.message.queue_id} {p.message.queue_offset}\n" for p in to_ack
+                ).encode(),
+            )
 
 
 def _read_log(path: Path) -> tuple[dict[tuple[int, int], int], set[tuple[int, int]], list]:

@@ -245,3 +245,36 @@ async def test_pop_ack_and_change_answer_only_after_their_records_are_synced(
         gate.set()
         monkeypatch.undo()
         await store.shutdown()
+
+
+@pytest.mark.parametrize("speedups", [True, False])
+async def test_both_sync_engines_sync_each_burst_once_and_compact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, speedups: bool
+) -> None:
+    """The compiled GIL-free thread (when built) and the Python thread (WHARF_NO_SPEEDUPS)
+    keep the same contract: a waiter answered once its bytes are fdatasync'd, one sync per
+    burst, compactions in between (each one a sync)."""
+    if speedups:
+        monkeypatch.delenv("WHARF_NO_SPEEDUPS", raising=False)
+    else:
+        monkeypatch.setenv("WHARF_NO_SPEEDUPS", "1")
+    writer = await _writer(tmp_path, compact_bytes=4096)
+    for burst in range(6):  # ~70 B records, 20 a burst: the file passes 4 KiB on the way
+
+        async def one(i: int) -> None:
+            writer.append(encode_record(RECORDS[i % 4]))
+            await writer.sync()
+
+        await asyncio.gather(*(one(i) for i in range(20)))
+        assert writer.syncs == burst + 1
+    expected = {True: "NativeSyncEngine", False: "ThreadSyncEngine"}[speedups]
+    if speedups and journal_module.fast.load("_syncer") is None:
+        expected = "ThreadSyncEngine"  # not built here: the Python thread runs
+    assert type(writer._engine).__name__ == expected
+    assert writer.compactions >= 1
+    await writer.close()
+    records, _ = parse_journal((tmp_path / "journal").read_bytes())
+    # the last snapshot (the stand-in state: RECORDS[3]), then the whole bursts after it
+    tail = records[1:]
+    assert records[0] == RECORDS[3]
+    assert tail == [RECORDS[i % 4] for i in range(20)] * (len(tail) // 20)
