@@ -81,12 +81,6 @@ FIFO_MAX_WINDOW = 2048
 _MAX_FRESH_READS = 4  # reads of new messages per queue per pop
 _FIFO_READ_AHEAD = 32  # messages a FIFO pop reads at least per read
 _MIN_EXPIRED_SCAN = 256  # expired entries considered per queue per pop: at least this many
-# A topic's queue ids are cached between pops: the store's listing scans every queue of every
-# topic and sorts (O(all queues) per receive). An arrival on a queue not in the list drops it
-# at once (a new queue); a removed queue leaves it within the TTL (reads of it find nothing
-# meanwhile, as a pop racing the removal did before).
-_QUEUE_IDS_TTL_S = 1.0
-_MAX_CACHED_TOPICS = 4096  # then the cache starts over
 
 ReadFn = Callable[[str, int, int, int, "TagFilter | None"], GetResult]
 PutFn = Callable[[str, int, Sequence[MessageInput]], Awaitable[PutResult]]
@@ -132,8 +126,6 @@ class PopService:
         self._writer: JournalWriter | None = None
         self._wakeups = Wakeups()
         self._rotation: dict[tuple[str, str], int] = {}
-        # topic -> (valid until, monotonic s; queue ids ascending; the same as a set)
-        self._topic_queues: dict[str, tuple[float, list[int], frozenset[int]]] = {}
         self._running = False
         self.replayed_records = 0
         self.delivered_total = 0
@@ -165,9 +157,6 @@ class PopService:
 
     def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         """The store's arrival listener (registered by the facade)."""
-        cached = self._topic_queues.get(topic)
-        if cached is not None and queue_id not in cached[2]:
-            del self._topic_queues[topic]  # a new queue: list the topic's queues again
         self._wakeups.on_arrival(topic, queue_id, max_offset)
 
     # --- the API ------------------------------------------------------------------------------
@@ -398,8 +387,6 @@ class PopService:
         if self._writer is None:
             return 0
         topic_set, group_set = set(topics), set(groups)
-        for topic in topic_set:
-            self._topic_queues.pop(topic, None)
         doomed = [k for k in self.state.queues if k[1] in topic_set or k[0] in group_set]
         for group, topic, queue_id in doomed:
             try:
@@ -458,17 +445,10 @@ class PopService:
         return self._writer
 
     def _queues(self, topic: str, queue_ids: Sequence[int] | None) -> list[int]:
-        """The queue ids to pop from, ascending (not to be changed: the cached list)."""
+        """The queue ids to pop from, ascending (the store lists a topic's queues from a
+        per-topic index: cheap on every receive)."""
         if queue_ids is None:
-            now = time.monotonic()
-            cached = self._topic_queues.get(topic)
-            if cached is not None and cached[0] > now:
-                return cached[1]
-            ids = list(self._queue_ids(topic))
-            if len(self._topic_queues) >= _MAX_CACHED_TOPICS:
-                self._topic_queues.clear()
-            self._topic_queues[topic] = (now + _QUEUE_IDS_TTL_S, ids, frozenset(ids))
-            return ids
+            return list(self._queue_ids(topic))
         for queue_id in queue_ids:
             _check_range("queue id", queue_id, 0, 0x7FFFFFFF)
         return list(dict.fromkeys(queue_ids))

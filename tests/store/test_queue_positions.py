@@ -244,3 +244,33 @@ async def test_a_kill_9_restart_loads_the_journal_and_keeps_every_message(
         assert appended.append.first_queue_offset == 5
     finally:
         await store.shutdown()
+
+
+def test_a_topics_queues_come_from_its_index_however_the_table_was_built(
+    tmp_path: Path,
+) -> None:
+    """``of_topic`` lists a topic's queues by id from a per-topic index (not a walk of every
+    queue): right after creation, after a load from the journal or from the files, and none
+    once the topic is removed."""
+    table, root, journal_file = _table(tmp_path)
+    for queue_id in (3, 0, 2):
+        table.find_or_create("A", queue_id).append_units(0, _units(queue_id, 1))
+    table.find_or_create("B", 1).append_units(0, _units(1, 1))
+    assert [q.queue_id for q in table.of_topic("A")] == [0, 2, 3]
+    assert [q.queue_id for q in table.of_topic("B")] == [1] and table.of_topic("C") == []
+    for queue in table:
+        queue.flush_blocking()
+    table.save_positions_blocking(journal_file, 0)
+    table.close()
+    from_files = _load(root, journal_file, clean=False, survived=False)
+    from_journal = _load(root, journal_file, clean=True, survived=False)
+    assert (from_files.loaded_from, from_journal.loaded_from) == ("files", "journal")
+    for loaded in (from_files, from_journal):
+        assert [q.queue_id for q in loaded.of_topic("A")] == [0, 2, 3]
+        assert loaded.of_topic("A")[1] is loaded.find("A", 2)
+    from_files.close()
+    removed = from_journal.remove_topic("A")
+    assert sorted(q.queue_id for q in removed) == [0, 2, 3]
+    assert from_journal.of_topic("A") == [] and from_journal.find("A", 0) is None
+    assert [q.queue_id for q in from_journal.of_topic("B")] == [1]
+    from_journal.close()
