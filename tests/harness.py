@@ -10,6 +10,7 @@ writes ``--ready-file`` (JSON: grpc, metrics, pid) once it serves; ``start`` wai
 file, so ``endpoint`` is the port the OS picked. With ``tlsEnable`` it also names the ``tls``
 and ``plaintext`` ports (``tls_endpoint``, ``plaintext_endpoint``; ``endpoint`` is TLS-only
 without ``tlsListen``). ``stop`` is a graceful SIGTERM, ``kill`` a crash (SIGKILL). A restart reuses the root, so the store survives it.
+Tests get theirs from the ``daemons`` fixture (``tests/conftest.py``), which stops them all.
 """
 
 from __future__ import annotations
@@ -194,8 +195,13 @@ class BrokerProcess:
         self.stop()
         return self.start()
 
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def __enter__(self) -> BrokerProcess:
-        return self.start()
+        """Starts it unless it runs already (``with daemons.broker(...) as broker:``)."""
+        return self if self.running else self.start()
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -238,7 +244,7 @@ class NamesrvProcess(BrokerProcess):
         return self
 
     def __enter__(self) -> NamesrvProcess:
-        return self.start()
+        return self if self.running else self.start()
 
 
 class EtcdProcess:
