@@ -1,8 +1,8 @@
 """The two fixture factories every test module gets its brokers from.
 
-``daemons`` (and ``module_daemons``, the same factory living for a whole module) launches
-``wharf.broker`` / ``wharf-namesrv`` subprocesses through ``tests/harness.py``, tracks them and
-stops them at teardown: a graceful SIGTERM when the test passed, SIGKILL when it failed (a
+``daemons`` (and ``module_daemons``, the same ``harness.Daemons`` living for a whole module)
+launches ``wharf.broker`` / ``wharf-namesrv`` subprocesses, tracks them and stops them at
+teardown: a graceful SIGTERM when the test passed, SIGKILL when it failed (a
 failing test must not wait on a daemon it may have wedged). A failed test's report carries the
 tail of each live daemon's log.
 
@@ -12,76 +12,16 @@ tail of each live daemon's log.
 
 from __future__ import annotations
 
-import os
-import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.harness import BrokerProcess, NamesrvProcess
+from tests.harness import Daemons
 
 if TYPE_CHECKING:
-    import grpc
-    from wharf.broker.controller import BrokerController
-
-LOG_TAIL_CHARS = 4000  # of each daemon's log in a failed test's report: its last ~50 lines
-
-
-class Daemons:
-    """Launches daemons under ``root`` and stops every one it launched in ``close``.
-
-    ``root`` of a daemon: a ``Path`` is used as given; a ``str`` is a folder name under the
-    factory's root; ``None`` is a fresh ``broker-N`` / ``namesrv-N`` folder there."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.processes: list[BrokerProcess] = []
-
-    def _root(self, root: Path | str | None, kind: str) -> Path:
-        if isinstance(root, Path):
-            return root
-        return self.root / (root or f"{kind}-{len(self.processes)}")
-
-    def broker(
-        self, root: Path | str | None = None, *, start: bool = True, **kwargs: Any
-    ) -> BrokerProcess:
-        """A ``BrokerProcess`` (started unless ``start=False``); ``kwargs`` are its own."""
-        process = BrokerProcess(self._root(root, "broker"), **kwargs)
-        self.processes.append(process)
-        return process.start() if start else process
-
-    def namesrv(
-        self, root: Path | str | None = None, *, start: bool = True, **kwargs: Any
-    ) -> NamesrvProcess:
-        """A ``NamesrvProcess`` (started unless ``start=False``); ``kwargs`` are its own."""
-        process = NamesrvProcess(self._root(root, "namesrv"), **kwargs)
-        self.processes.append(process)
-        return process.start() if start else process
-
-    def log_tails(self) -> str:
-        return "".join(
-            f"--- {p.log_path} (last {LOG_TAIL_CHARS} chars)\n{p.log()[-LOG_TAIL_CHARS:]}\n"
-            for p in self.processes
-            if p.proc is not None
-        )
-
-    def close(self, failed: bool) -> None:
-        """Brokers before the NameServers they register with: the reverse launch order."""
-        for process in reversed(self.processes):
-            if process.proc is None or process.proc.poll() is not None:
-                continue
-            os.kill(process.pid, signal.SIGCONT)  # a test may have left it SIGSTOPped
-            if failed:
-                process.kill()
-                continue
-            try:
-                process.stop(timeout=15)  # kills it when that runs out
-            except Exception:
-                process.kill()
-
+    from tests.inproc import InProcBroker, InProcFactory
 
 _live: list[Daemons] = []  # every open factory, whose logs a failed test's report shows
 
@@ -121,17 +61,6 @@ def module_daemons(
     yield from _factory(tmp_path_factory.mktemp("daemons"), request)
 
 
-@dataclass
-class InProcBroker:
-    """A started in-process broker and a channel to its gRPC port."""
-
-    controller: BrokerController
-    channel: grpc.aio.Channel
-
-
-InProcFactory = Callable[..., Awaitable[InProcBroker]]
-
-
 @pytest.fixture
 async def inproc_broker(tmp_path: Path) -> AsyncIterator[InProcFactory]:
     """``await inproc_broker(store_factory=None, root=None, **settings)``: a
@@ -141,6 +70,8 @@ async def inproc_broker(tmp_path: Path) -> AsyncIterator[InProcFactory]:
     import grpc
     from wharf.broker.controller import BrokerController
     from wharf.broker.settings import load_settings
+
+    from tests.inproc import InProcBroker
 
     started: list[InProcBroker] = []
 

@@ -12,7 +12,7 @@ from wharf.store.model import PutStatus
 from wharf.v1 import common_pb2, messaging_pb2
 
 from tests.broker.test_processors import Broker, start_broker
-from tests.conftest import InProcFactory
+from tests.inproc import InProcFactory
 
 Msg = common_pb2.Message
 HOST = "10.0.0.9:5555"

@@ -14,8 +14,8 @@ import pytest
 from wharf.broker.controller import BrokerController
 from wharf.v1 import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
 
-from tests.conftest import InProcFactory
 from tests.fakes import FakeStore
+from tests.inproc import InProcFactory
 
 Msg = common_pb2.Message
 

@@ -19,8 +19,8 @@ from wharf.store.codec.properties import PROPERTY_TAGS
 from wharf.store.model import MessageInput
 from wharf.v1 import messaging_pb2
 
-from tests.conftest import InProcFactory
 from tests.fakes import FakeStore
+from tests.inproc import InProcFactory
 
 
 @pytest.fixture

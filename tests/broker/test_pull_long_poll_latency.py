@@ -15,8 +15,8 @@ import pytest
 from wharf.broker.controller import BrokerController
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
-from tests.conftest import InProcFactory
 from tests.fakes import FakeStore
+from tests.inproc import InProcFactory
 
 SLOW_DISPATCH_S = 0.8
 

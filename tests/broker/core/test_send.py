@@ -30,8 +30,8 @@ from wharf.store.codec.properties import (
 from wharf.store.model import MessageInput, PutStatus
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
-from tests.conftest import InProcFactory
 from tests.fakes import FakeStore
+from tests.inproc import InProcFactory
 
 MAX = 1024
 META = (("x-mq-client-id", "host@1@0@abc"), ("authorization", "MQv2-HMAC-SHA1 Credential=, x"))

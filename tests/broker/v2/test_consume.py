@@ -19,7 +19,7 @@ from wharf.rocketmq.v2 import service_pb2 as s
 from wharf.rocketmq.v2 import service_pb2_grpc
 from wharf.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
 
-from tests.conftest import InProcFactory
+from tests.inproc import InProcFactory
 
 Code = d.Code
 META = (("x-mq-client-id", "host@1@0@consume"),)

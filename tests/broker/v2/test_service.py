@@ -20,8 +20,8 @@ from wharf.rocketmq.v2 import service_pb2_grpc
 from wharf.store.model import PutStatus
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
-from tests.conftest import InProcFactory
 from tests.fakes import FakeStore
+from tests.inproc import InProcFactory
 
 Code = d.Code
 META = (("x-mq-client-id", "host@1@0@abc"), ("authorization", "MQv2-HMAC-SHA1 Credential=, x"))

@@ -17,7 +17,7 @@ from wharf.rocketmq.v2 import service_pb2_grpc
 from wharf.v1 import admin_pb2, admin_pb2_grpc
 
 from tests.broker.v2.test_consume import META, _duration
-from tests.conftest import InProcFactory
+from tests.inproc import InProcFactory
 
 TOPIC = "sql-orders"
 
