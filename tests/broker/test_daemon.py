@@ -22,8 +22,10 @@ from tests.harness import BrokerProcess, Daemons
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("daemon"), settings=SMALL_STORE) as broker:
+def daemon(
+    module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
+    with module_daemons.broker(tmp_path_factory.mktemp("daemon"), settings=SMALL_STORE) as broker:
         yield broker
 
 
@@ -289,8 +291,8 @@ def test_admin_topic_lifecycle_and_status(client: Client) -> None:
     )
 
 
-def test_consumer_offsets_survive_a_restart(tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path, settings=SMALL_STORE) as broker:
+def test_consumer_offsets_survive_a_restart(daemons: Daemons, tmp_path: Path) -> None:
+    with daemons.broker(tmp_path, settings=SMALL_STORE) as broker:
         client = Client(broker.endpoint)
         client.send("keep", b"x", b"y", b"z")
         client.msg.UpdateConsumerOffset(

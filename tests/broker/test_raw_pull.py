@@ -16,7 +16,7 @@ from wharf.store.codec.hashes import java_string_hash
 from wharf.v1 import common_pb2, messaging_pb2
 
 from tests.broker.daemon_helpers import SMALL_STORE, Client
-from tests.harness import BrokerProcess, Daemons
+from tests.harness import Daemons
 
 FIELDS = (
     "topic", "queue_topic", "queue_id", "queue_offset", "commit_log_offset", "msg_id",
@@ -190,7 +190,7 @@ def test_raw_pull_long_polls_commits_and_counts_metrics(
         client.close()
 
 
-def test_raw_pull_after_retention_deleted_a_range(tmp_path: Path) -> None:
+def test_raw_pull_after_retention_deleted_a_range(daemons: Daemons, tmp_path: Path) -> None:
     settings = {
         "defaultTopicQueueNums": 1,
         "mappedFileSizeCommitLog": 4096,
@@ -200,7 +200,7 @@ def test_raw_pull_after_retention_deleted_a_range(tmp_path: Path) -> None:
         "deleteWhen": EVERY_HOUR,
         "cleanResourceInterval": 200,
     }
-    with BrokerProcess(tmp_path, settings=settings) as broker:
+    with daemons.broker(tmp_path, settings=settings) as broker:
         client = Client(broker.endpoint)
         try:
             for start in range(0, 120, 8):

@@ -30,7 +30,7 @@ from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 from tests.broker.daemon_helpers import SMALL_STORE, Client
 from tests.fakes import FakeStore
-from tests.harness import BrokerProcess
+from tests.harness import Daemons
 
 SYNC_FLUSH_DAEMON = {**SMALL_STORE, "flushDiskType": "SYNC_FLUSH"}
 
@@ -44,9 +44,10 @@ def records(topic: str, first: int, count: int) -> bytes:
 
 
 def test_many_requests_in_flight_on_one_stream_are_answered_once_with_their_offsets(
+    daemons: Daemons,
     tmp_path: Path,
 ) -> None:
-    daemon = BrokerProcess(tmp_path, settings=SYNC_FLUSH_DAEMON).start()
+    daemon = daemons.broker(tmp_path, settings=SYNC_FLUSH_DAEMON)
     client = Client(daemon.endpoint)
     try:
         requests, counts = [], {}
@@ -94,9 +95,10 @@ def test_many_requests_in_flight_on_one_stream_are_answered_once_with_their_offs
 
 
 def test_a_malformed_or_invalid_request_gets_its_error_and_the_rest_go_on(
+    daemons: Daemons,
     tmp_path: Path,
 ) -> None:
-    daemon = BrokerProcess(tmp_path, settings=SYNC_FLUSH_DAEMON).start()
+    daemon = daemons.broker(tmp_path, settings=SYNC_FLUSH_DAEMON)
     channel = grpc.insecure_channel(daemon.endpoint)
     try:
         raw_stream = channel.stream_stream(

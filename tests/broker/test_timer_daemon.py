@@ -69,8 +69,10 @@ async def test_sdk_deliver_at_delay_and_recall(broker: BrokerProcess) -> None:
 
 
 @pytest.mark.parametrize("when", ["before delivery", "after delivery"])
-async def test_kill_9_neither_loses_nor_repeats_a_timer(when: str, tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path / "b", settings={"flushDiskType": "SYNC_FLUSH"}) as broker:
+async def test_kill_9_neither_loses_nor_repeats_a_timer(
+    daemons: Daemons, when: str, tmp_path: Path
+) -> None:
+    with daemons.broker(tmp_path / "b", settings={"flushDiskType": "SYNC_FLUSH"}) as broker:
         await _create(broker.endpoint)
         async with Producer(broker.endpoint) as producer:
             await producer.send(TOPIC, b"timed", delay=1.5)

@@ -17,26 +17,28 @@ from wharf.client import Admin, Producer, PullConsumer, SendStatus
 from wharf.client.namesrv import NameServerClient
 
 from tests.cluster.test_namesrv import cli
-from tests.harness import BrokerProcess, NamesrvProcess
+from tests.harness import BrokerProcess, Daemons, NamesrvProcess
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def replicated(tmp_path: Path) -> Iterator[tuple[NamesrvProcess, dict[str, BrokerProcess]]]:
-    ns = NamesrvProcess(tmp_path / "ns", {"brokerNotActiveTimeoutMillis": 2000}).start()
+def replicated(
+    daemons: Daemons, tmp_path: Path
+) -> Iterator[tuple[NamesrvProcess, dict[str, BrokerProcess]]]:
+    ns = daemons.namesrv(tmp_path / "ns", {"brokerNotActiveTimeoutMillis": 2000})
     common = {"namesrvAddr": ns.endpoint, "brokerClusterName": "C", "autoCreateTopicEnable": False}
     brokers: dict[str, BrokerProcess] = {}
     try:
-        brokers["a0"] = BrokerProcess(
+        brokers["a0"] = daemons.broker(
             tmp_path / "a0", {**common, "brokerName": "broker-a", "haListenPort": 0}
-        ).start()
-        brokers["a1"] = BrokerProcess(
+        )
+        brokers["a1"] = daemons.broker(
             tmp_path / "a1",
             {**common, "brokerName": "broker-a", "brokerId": 1, "brokerRole": "SLAVE",
              "haMasterAddress": brokers["a0"].ha_endpoint},
-        ).start()  # fmt: skip
-        brokers["b0"] = BrokerProcess(tmp_path / "b0", {**common, "brokerName": "broker-b"}).start()
+        )  # fmt: skip
+        brokers["b0"] = daemons.broker(tmp_path / "b0", {**common, "brokerName": "broker-b"})
         yield ns, brokers
     finally:
         for process in [*brokers.values(), ns]:

@@ -27,7 +27,7 @@ from wharf.broker.remoting.frame import FrameDecoder, RemotingCommand, encode
 from wharf.client.admin import Admin
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
-from tests.harness import REPO_ROOT, BrokerProcess, NamesrvProcess
+from tests.harness import REPO_ROOT, BrokerProcess, Daemons, NamesrvProcess
 
 RMQ4_PYTHON = REPO_ROOT / ".venv-rmq4" / "bin" / "python"
 SCRIPT = Path(__file__).with_name("cpp_client_script.py")
@@ -165,17 +165,17 @@ async def _call(address: str, code: int, fields: dict[str, Any] | None = None) -
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A NameServer with a remoting port; broker-a and broker-b with remoting ports, broker-c
     without; auto-create off and ``T_NS`` (2 queues) on each group."""
     root = tmp_path_factory.mktemp("ns-remoting")
-    namesrv = NamesrvProcess(root / "ns", {"remotingListen": "127.0.0.1:0"})
+    namesrv = module_daemons.namesrv(root / "ns", {"remotingListen": "127.0.0.1:0"}, start=False)
     brokers: dict[str, BrokerProcess] = {}
     try:
         namesrv.start()
         remoting = json.loads((namesrv.root / "ready.json").read_text())["remoting"]
         for name in ("broker-a", "broker-b", "broker-c"):
-            brokers[name] = BrokerProcess(
+            brokers[name] = module_daemons.broker(
                 root / name,
                 settings={
                     "namesrvAddr": namesrv.endpoint,
@@ -185,7 +185,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                     "brokerHeartbeatInterval": 200,
                 },
                 extra_args=["--remoting-listen", "127.0.0.1:0"] if name != "broker-c" else [],
-            ).start()
+            )
 
         async def create() -> None:
             for broker in brokers.values():
