@@ -63,34 +63,20 @@ def module_daemons(
 
 @pytest.fixture
 async def inproc_broker(tmp_path: Path) -> AsyncIterator[InProcFactory]:
-    """``await inproc_broker(store_factory=None, root=None, **settings)``: a
-    ``BrokerController`` on ephemeral ports with ``settings`` (snake_case, as strings) over its
-    defaults, the store under ``root`` (default ``tmp_path``), ``store_factory`` the
-    controller's (``None``: the real ``MessageStore``; ``FakeStore`` for the fast tests)."""
-    import grpc
-    from wharf.broker.controller import BrokerController
-    from wharf.broker.settings import load_settings
-
-    from tests.inproc import InProcBroker
+    """``await inproc_broker(store_factory=None, root=None, **settings)``: a started
+    ``InProcBroker`` (``tests/inproc.py``) with its store under ``root`` (default ``tmp_path``),
+    ``FakeStore`` or ``None`` (the real ``MessageStore``) as ``store_factory``; every one is
+    shut down at teardown."""
+    from tests.inproc import start_inproc  # imports the broker: only for the tests using it
 
     started: list[InProcBroker] = []
 
     async def start(
         store_factory: Any = None, root: Path | None = None, **settings: str
     ) -> InProcBroker:
-        overrides = {
-            "listen": "127.0.0.1:0",
-            "metrics_listen": "127.0.0.1:0",
-            "store_path_root_dir": str(root or tmp_path),
-            **settings,
-        }
-        controller = BrokerController(load_settings(None, {}, overrides), store_factory)
-        await controller.start()
-        channel = grpc.aio.insecure_channel(f"127.0.0.1:{controller.grpc_port}")
-        started.append(InProcBroker(controller, channel))
+        started.append(await start_inproc(root or tmp_path, store_factory, **settings))
         return started[-1]
 
     yield start
     for broker in reversed(started):
-        await broker.channel.close()
-        await broker.controller.shutdown()
+        await broker.close()
