@@ -7,9 +7,6 @@ broker-b) without a failed send, and consumers read what broker-a had from its s
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,28 +20,20 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def replicated(
-    daemons: Daemons, tmp_path: Path
-) -> Iterator[tuple[NamesrvProcess, dict[str, BrokerProcess]]]:
+def replicated(daemons: Daemons, tmp_path: Path) -> tuple[NamesrvProcess, dict[str, BrokerProcess]]:
     ns = daemons.namesrv(tmp_path / "ns", {"brokerNotActiveTimeoutMillis": 2000})
     common = {"namesrvAddr": ns.endpoint, "brokerClusterName": "C", "autoCreateTopicEnable": False}
     brokers: dict[str, BrokerProcess] = {}
-    try:
-        brokers["a0"] = daemons.broker(
-            tmp_path / "a0", {**common, "brokerName": "broker-a", "haListenPort": 0}
-        )
-        brokers["a1"] = daemons.broker(
-            tmp_path / "a1",
-            {**common, "brokerName": "broker-a", "brokerId": 1, "brokerRole": "SLAVE",
-             "haMasterAddress": brokers["a0"].ha_endpoint},
-        )  # fmt: skip
-        brokers["b0"] = daemons.broker(tmp_path / "b0", {**common, "brokerName": "broker-b"})
-        yield ns, brokers
-    finally:
-        for process in [*brokers.values(), ns]:
-            if process.proc is not None and process.proc.poll() is None:
-                os.kill(process.pid, signal.SIGCONT)
-                process.kill()
+    brokers["a0"] = daemons.broker(
+        tmp_path / "a0", {**common, "brokerName": "broker-a", "haListenPort": 0}
+    )
+    brokers["a1"] = daemons.broker(
+        tmp_path / "a1",
+        {**common, "brokerName": "broker-a", "brokerId": 1, "brokerRole": "SLAVE",
+         "haMasterAddress": brokers["a0"].ha_endpoint},
+    )  # fmt: skip
+    brokers["b0"] = daemons.broker(tmp_path / "b0", {**common, "brokerName": "broker-b"})
+    return ns, brokers
 
 
 async def test_a_replicated_group_serves_reads_from_its_slave_when_its_master_dies(
