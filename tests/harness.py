@@ -10,6 +10,7 @@ writes ``--ready-file`` (JSON: grpc, metrics, pid) once it serves; ``start`` wai
 file, so ``endpoint`` is the port the OS picked. With ``tlsEnable`` it also names the ``tls``
 and ``plaintext`` ports (``tls_endpoint``, ``plaintext_endpoint``; ``endpoint`` is TLS-only
 without ``tlsListen``). ``stop`` is a graceful SIGTERM, ``kill`` a crash (SIGKILL). A restart reuses the root, so the store survives it.
+Tests get theirs from the ``daemons`` fixture (``tests/conftest.py``), which stops them all.
 """
 
 from __future__ import annotations
@@ -194,8 +195,13 @@ class BrokerProcess:
         self.stop()
         return self.start()
 
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def __enter__(self) -> BrokerProcess:
-        return self.start()
+        """Starts it unless it runs already (``with daemons.broker(...) as broker:``)."""
+        return self if self.running else self.start()
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -238,7 +244,7 @@ class NamesrvProcess(BrokerProcess):
         return self
 
     def __enter__(self) -> NamesrvProcess:
-        return self.start()
+        return self if self.running else self.start()
 
 
 class EtcdProcess:
@@ -334,3 +340,59 @@ class EtcdProcess:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+LOG_TAIL_CHARS = 4000  # of each daemon's log in a failed test's report: its last ~50 lines
+
+
+class Daemons:
+    """Launches daemons under ``root`` and stops every one it launched in ``close``.
+
+    ``root`` of a daemon: a ``Path`` is used as given; a ``str`` is a folder name under the
+    factory's root; ``None`` is a fresh ``broker-N`` / ``namesrv-N`` folder there."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.processes: list[BrokerProcess] = []
+
+    def _root(self, root: Path | str | None, kind: str) -> Path:
+        if isinstance(root, Path):
+            return root
+        return self.root / (root or f"{kind}-{len(self.processes)}")
+
+    def broker(
+        self, root: Path | str | None = None, *args: Any, start: bool = True, **kwargs: Any
+    ) -> BrokerProcess:
+        """A ``BrokerProcess`` (started unless ``start=False``); the other arguments are its own."""
+        process = BrokerProcess(self._root(root, "broker"), *args, **kwargs)
+        self.processes.append(process)
+        return process.start() if start else process
+
+    def namesrv(
+        self, root: Path | str | None = None, *args: Any, start: bool = True, **kwargs: Any
+    ) -> NamesrvProcess:
+        """A ``NamesrvProcess`` (started unless ``start=False``); the other arguments are its own."""
+        process = NamesrvProcess(self._root(root, "namesrv"), *args, **kwargs)
+        self.processes.append(process)
+        return process.start() if start else process
+
+    def log_tails(self) -> str:
+        return "".join(
+            f"--- {p.log_path} (last {LOG_TAIL_CHARS} chars)\n{p.log()[-LOG_TAIL_CHARS:]}\n"
+            for p in self.processes
+            if p.proc is not None
+        )
+
+    def close(self, failed: bool) -> None:
+        """Brokers before the NameServers they register with: the reverse launch order."""
+        for process in reversed(self.processes):
+            if process.proc is None or process.proc.poll() is not None:
+                continue
+            os.kill(process.pid, signal.SIGCONT)  # a test may have left it SIGSTOPped
+            if failed:
+                process.kill()
+                continue
+            try:
+                process.stop(timeout=15)  # kills it when that runs out
+            except Exception:
+                process.kill()

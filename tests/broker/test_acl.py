@@ -51,7 +51,7 @@ from tests.broker.acl_helpers import (
     signed,
     write_acl,
 )
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 SERVICES = [
     messaging_pb2.DESCRIPTOR.services_by_name["MessagingService"],
@@ -61,10 +61,12 @@ V1_METHODS = [(s.full_name, m) for s in SERVICES for m in s.methods]
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def broker(
+    module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
     root = tmp_path_factory.mktemp("acl")
     write_acl(root / "store")
-    with BrokerProcess(root, settings=ACL_SETTINGS) as proc:
+    with module_daemons.broker(root, settings=ACL_SETTINGS) as proc:
         yield proc
 
 
@@ -404,12 +406,13 @@ def wait_for(predicate: Any, timeout: float = 10.0) -> None:
 
 
 def test_file_changes_are_in_force_without_restart_and_broken_files_are_not(
+    daemons: Daemons,
     tmp_path: Path,
 ) -> None:
     store = tmp_path / "store"
     write_acl(store)
     with (
-        BrokerProcess(tmp_path, settings=ACL_SETTINGS) as broker,
+        daemons.broker(tmp_path, settings=ACL_SETTINGS) as broker,
         grpc.insecure_channel(broker.endpoint) as channel,
     ):
         stub = messaging_pb2_grpc.MessagingServiceStub(channel)
@@ -439,10 +442,10 @@ def test_file_changes_are_in_force_without_restart_and_broken_files_are_not(
         assert "n-secret" not in broker.log() and PRODUCER[1] not in broker.log()
 
 
-def test_acl_off_needs_no_credentials(tmp_path: Path) -> None:
+def test_acl_off_needs_no_credentials(daemons: Daemons, tmp_path: Path) -> None:
     write_acl(tmp_path / "store")
     with (
-        BrokerProcess(tmp_path, settings={"aclEnable": False}) as broker,
+        daemons.broker(tmp_path, settings={"aclEnable": False}) as broker,
         grpc.insecure_channel(broker.endpoint) as channel,
     ):
         stub = messaging_pb2_grpc.MessagingServiceStub(channel)
@@ -514,13 +517,13 @@ def test_spark_connector_options_sign_its_calls(broker: BrokerProcess) -> None:
         rpc.queue_bounds(TOPIC)
 
 
-def test_an_open_send_stream_follows_a_reload(tmp_path: Path) -> None:
+def test_an_open_send_stream_follows_a_reload(daemons: Daemons, tmp_path: Path) -> None:
     import queue
 
     store = tmp_path / "store"
     write_acl(store)
     with (
-        BrokerProcess(tmp_path, settings=ACL_SETTINGS) as broker,
+        daemons.broker(tmp_path, settings=ACL_SETTINGS) as broker,
         grpc.insecure_channel(broker.endpoint) as channel,
     ):
         stub = messaging_pb2_grpc.MessagingServiceStub(channel)

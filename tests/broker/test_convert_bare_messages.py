@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 from wharf.broker.errors import InvalidArgumentError
 from wharf.broker.processors.convert import to_inputs
@@ -15,6 +12,7 @@ from wharf.store.model import PutStatus
 from wharf.v1 import common_pb2, messaging_pb2
 
 from tests.broker.test_processors import Broker, start_broker
+from tests.inproc import InProcFactory
 
 Msg = common_pb2.Message
 HOST = "10.0.0.9:5555"
@@ -76,13 +74,8 @@ def test_delayed_batches_keep_their_delay_property() -> None:
 
 # ---------------------------------------------------------------- replies, over the real server
 @pytest.fixture
-async def fake_store_broker(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Broker]:
-    broker = await start_broker(tmp_path, monkeypatch)
-    yield broker
-    await broker.channel.close()
-    await broker.controller.shutdown()
+async def fake_store_broker(inproc_broker: InProcFactory) -> Broker:
+    return await start_broker(inproc_broker)
 
 
 async def test_every_reply_entry_describes_its_own_message(fake_store_broker: Broker) -> None:

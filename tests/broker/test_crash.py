@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -12,7 +12,7 @@ from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.v1 import common_pb2, messaging_pb2
 
 from tests.broker.daemon_helpers import SMALL_STORE, Client
-from tests.harness import BrokerProcess
+from tests.harness import Daemons
 
 pytestmark = pytest.mark.slow
 
@@ -91,10 +91,10 @@ def _records_producer(endpoint: str, worker: int, stop: threading.Event, acked: 
 
 
 def test_kill_9_under_sync_flush_loses_no_acknowledged_message(
-    spawn_broker: Callable[..., BrokerProcess],
+    daemons: Daemons,
 ) -> None:
     settings = {**SMALL_STORE, "flushDiskType": "SYNC_FLUSH"}
-    broker = spawn_broker(settings=settings)
+    broker = daemons.broker(settings=settings)
     stop = threading.Event()
     acked: set[str] = set()
     producers = [

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +18,14 @@ import pytest
 from wharf.v1 import admin_pb2, common_pb2, messaging_pb2
 
 from tests.broker.daemon_helpers import SMALL_STORE, Client
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("daemon"), settings=SMALL_STORE) as broker:
+def daemon(
+    module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
+    with module_daemons.broker(tmp_path_factory.mktemp("daemon"), settings=SMALL_STORE) as broker:
         yield broker
 
 
@@ -289,8 +291,8 @@ def test_admin_topic_lifecycle_and_status(client: Client) -> None:
     )
 
 
-def test_consumer_offsets_survive_a_restart(tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path, settings=SMALL_STORE) as broker:
+def test_consumer_offsets_survive_a_restart(daemons: Daemons, tmp_path: Path) -> None:
+    with daemons.broker(tmp_path, settings=SMALL_STORE) as broker:
         client = Client(broker.endpoint)
         client.send("keep", b"x", b"y", b"z")
         client.msg.UpdateConsumerOffset(
@@ -311,9 +313,9 @@ def test_consumer_offsets_survive_a_restart(tmp_path: Path) -> None:
 
 
 def test_graceful_shutdown_answers_parked_pulls_and_exits_0(
-    spawn_broker: Callable[..., BrokerProcess],
+    daemons: Daemons,
 ) -> None:
-    broker = spawn_broker(settings=SMALL_STORE)
+    broker = daemons.broker(settings=SMALL_STORE)
     client = Client(broker.endpoint)
     replies: list[messaging_pb2.PullMessageResponse] = []
     threads = [
@@ -398,12 +400,12 @@ def test_search_offset_progress_and_reset_by_timestamp(client: Client) -> None:
 
 
 def test_health_goes_not_serving_on_sigterm_and_a_second_signal_forces_exit(
-    spawn_broker: Callable[..., BrokerProcess],
+    daemons: Daemons,
 ) -> None:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     # A long grace period keeps the first shutdown waiting on the open Watch stream.
-    broker = spawn_broker(settings={**SMALL_STORE, "shutdownGracePeriod": 60_000})
+    broker = daemons.broker(settings={**SMALL_STORE, "shutdownGracePeriod": 60_000})
     channel = grpc.insecure_channel(broker.endpoint)
     watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=60)
     assert next(watch).status == health_pb2.HealthCheckResponse.SERVING

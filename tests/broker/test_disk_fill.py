@@ -27,7 +27,7 @@ import pytest
 from wharf.v1 import common_pb2, messaging_pb2
 
 from tests.broker.daemon_helpers import Client
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 pytestmark = pytest.mark.slow
 
@@ -168,14 +168,16 @@ def _wait_served(endpoint: str, expected: set[str], timeout: float) -> set[str]:
     ("body_size", "batch"), [(200, 128), (3 * 1024, 16)], ids=["small", "large"]
 )
 def test_a_filling_disk_refuses_writes_cleanly_and_loses_nothing(
-    tmpfs: Path, tmp_path: Path, mode: str, body_size: int, batch: int
+    daemons: Daemons, tmpfs: Path, tmp_path: Path, mode: str, body_size: int, batch: int
 ) -> None:
     ballast = []
     for i in range(BALLAST_FILES):
         path = tmpfs / f"ballast-{i}"
         path.write_bytes(bytes(BALLAST_BYTES))
         ballast.append(path)
-    broker = BrokerProcess(tmp_path / "broker", settings={**SETTINGS, "flushDiskType": mode})
+    broker = daemons.broker(
+        tmp_path / "broker", settings={**SETTINGS, "flushDiskType": mode}, start=False
+    )
     broker.store_dir = tmpfs / "store"
     producer: Producer | None = None
     try:

@@ -19,7 +19,7 @@ import pytest
 from wharf.v1 import admin_pb2, messaging_pb2
 
 from tests.broker.daemon_helpers import SMALL_STORE, Client
-from tests.harness import REPO_ROOT, BrokerProcess
+from tests.harness import REPO_ROOT, BrokerProcess, Daemons
 
 # HTTP/2 connection preface + an empty SETTINGS frame: what a gRPC client sends on connecting.
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
@@ -61,8 +61,8 @@ def idle_connections(endpoint: str, count: int) -> list[socket.socket]:
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path, settings=SMALL_STORE) as process:
+def broker(daemons: Daemons, tmp_path: Path) -> Iterator[BrokerProcess]:
+    with daemons.broker(tmp_path, settings=SMALL_STORE) as process:
         yield process
 
 
@@ -176,9 +176,11 @@ time.sleep(600)
 
 
 @pytest.mark.slow
-def test_a_consumer_that_stops_reading_holds_bounded_memory(tmp_path: Path) -> None:
+def test_a_consumer_that_stops_reading_holds_bounded_memory(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     settings = {"maxMessageSize": 1 << 20, "defaultTopicQueueNums": 1}
-    with BrokerProcess(tmp_path, settings=settings) as broker:
+    with daemons.broker(tmp_path, settings=settings) as broker:
         client = Client(broker.endpoint)
         stalled = subprocess.Popen(
             [sys.executable, "-c", STALLED_PULLER, broker.endpoint, "200"],

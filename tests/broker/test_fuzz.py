@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from wharf.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
 
 from tests.broker.daemon_helpers import SMALL_STORE, Client
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 # The group the checks read with: the fuzzer names "g" among others (and may disable it).
 CHECK_GROUP = "sentinel-check"
@@ -96,9 +96,11 @@ GARBAGE = st.tuples(st.sampled_from([m for _, m in METHODS]), st.binary(max_size
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def daemon(
+    module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
     settings_ = {**SMALL_STORE, "maxParkedPulls": 50}
-    with BrokerProcess(tmp_path_factory.mktemp("fuzz"), settings=settings_) as broker:
+    with module_daemons.broker(tmp_path_factory.mktemp("fuzz"), settings=settings_) as broker:
         yield broker
 
 

@@ -6,17 +6,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from wharf.broker.controller import BrokerController
-from wharf.broker.settings import load_settings
 from wharf.v1 import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
 
 from tests.fakes import FakeStore
+from tests.inproc import InProcFactory
 
 Msg = common_pb2.Message
 
@@ -45,25 +44,14 @@ class Broker:
         return await self.msg.PullMessage(request)
 
 
-async def start_broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **settings: str) -> Broker:
-    overrides = {
-        "listen": "127.0.0.1:0",
-        "metrics_listen": "127.0.0.1:0",
-        "store_path_root_dir": str(tmp_path),
-        **settings,
-    }
-    controller = BrokerController(load_settings(None, {}, overrides), store_factory=FakeStore)
-    await controller.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{controller.grpc_port}")
-    return Broker(controller, channel)
+async def start_broker(inproc_broker: InProcFactory, **settings: str) -> Broker:
+    started = await inproc_broker(FakeStore, **settings)
+    return Broker(started.controller, started.channel)
 
 
 @pytest.fixture
-async def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Broker]:
-    b = await start_broker(tmp_path, monkeypatch)
-    yield b
-    await b.channel.close()
-    await b.controller.shutdown()
+async def broker(inproc_broker: InProcFactory) -> Broker:
+    return await start_broker(inproc_broker)
 
 
 async def test_send_batch_then_pull_returns_the_messages_with_metadata(broker: Broker) -> None:
@@ -146,17 +134,13 @@ async def test_flush_timeout_is_reported_not_ok(broker: Broker) -> None:
 
 
 async def test_unknown_topic_is_not_found_when_auto_create_is_off(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    inproc_broker: InProcFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    b = await start_broker(tmp_path, monkeypatch, auto_create_topic_enable="false")
-    try:
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await b.send("unknown", b"x")
-        assert info.value.code() == grpc.StatusCode.NOT_FOUND
-        assert "CreateTopic" in (info.value.details() or "")
-    finally:
-        await b.channel.close()
-        await b.controller.shutdown()
+    b = await start_broker(inproc_broker, auto_create_topic_enable="false")
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await b.send("unknown", b"x")
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "CreateTopic" in (info.value.details() or "")
 
 
 async def test_send_back_goes_to_retry_then_dlq(broker: Broker) -> None:
@@ -283,19 +267,15 @@ async def test_client_deadline_on_a_parked_pull_leaves_nothing_parked(broker: Br
 
 
 async def test_advertised_address_is_what_clients_are_told_to_dial(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    inproc_broker: InProcFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    b = await start_broker(tmp_path, monkeypatch, advertised_address="mq.example.com:9999")
-    try:
-        route = await b.msg.QueryRoute(messaging_pb2.QueryRouteRequest(topic="t"))
-        assert route.endpoint == "mq.example.com:9999" and not route.exists
-        status = await b.admin.GetBrokerStatus(admin_pb2.GetBrokerStatusRequest())
-        assert status.endpoint == "mq.example.com:9999"
-        # Records hold an ipv4 store host: a host name falls back to loopback, same port.
-        assert b.controller.config.store.store_host == "127.0.0.1:9999"
-    finally:
-        await b.channel.close()
-        await b.controller.shutdown()
+    b = await start_broker(inproc_broker, advertised_address="mq.example.com:9999")
+    route = await b.msg.QueryRoute(messaging_pb2.QueryRouteRequest(topic="t"))
+    assert route.endpoint == "mq.example.com:9999" and not route.exists
+    status = await b.admin.GetBrokerStatus(admin_pb2.GetBrokerStatusRequest())
+    assert status.endpoint == "mq.example.com:9999"
+    # Records hold an ipv4 store host: a host name falls back to loopback, same port.
+    assert b.controller.config.store.store_host == "127.0.0.1:9999"
 
 
 async def test_consume_enable_is_switched_off_and_on_through_the_admin_api(
@@ -321,32 +301,31 @@ async def test_consume_enable_is_switched_off_and_on_through_the_admin_api(
 
 
 async def test_metadata_is_persisted_periodically_without_a_shutdown(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    inproc_broker: InProcFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    b = await start_broker(tmp_path, monkeypatch, flush_consumer_offset_interval="100")
-    try:
-        await b.pull("periodic", commit_offset=3)
-        path = tmp_path / "config" / "consumerOffset.json"
-        for _ in range(100):
-            if path.exists():
-                break
-            await asyncio.sleep(0.02)
-        assert json.loads(path.read_text()) == {"offsetTable": {"periodic@g": {"0": 3}}}
-        groups = json.loads((tmp_path / "config" / "subscriptionGroup.json").read_text())
-        assert groups["subscriptionGroupTable"]["g"]["retryMaxTimes"] == 16  # auto-created
-    finally:
-        await b.channel.close()
-        await b.controller.shutdown()
+    b = await start_broker(inproc_broker, flush_consumer_offset_interval="100")
+    await b.pull("periodic", commit_offset=3)
+    path = tmp_path / "config" / "consumerOffset.json"
+    for _ in range(100):
+        if path.exists():
+            break
+        await asyncio.sleep(0.02)
+    assert json.loads(path.read_text()) == {"offsetTable": {"periodic@g": {"0": 3}}}
+    groups = json.loads((tmp_path / "config" / "subscriptionGroup.json").read_text())
+    assert groups["subscriptionGroupTable"]["g"]["retryMaxTimes"] == 16  # auto-created
 
 
 async def test_metadata_on_a_full_disk_is_retried_with_one_log_line_per_episode(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    inproc_broker: InProcFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     import errno
 
     import wharf.broker.meta.persister as controller_module
 
-    b = await start_broker(tmp_path, monkeypatch)
+    b = await start_broker(inproc_broker)
     real_write = controller_module.write_text_atomic_blocking
     full = True
 
@@ -356,47 +335,39 @@ async def test_metadata_on_a_full_disk_is_retried_with_one_log_line_per_episode(
         real_write(path, text)
 
     monkeypatch.setattr(controller_module, "write_text_atomic_blocking", write)
-    try:
-        with caplog.at_level("INFO", logger="broker"):
-            for offset in range(1, 6):
-                await b.pull("full", commit_offset=offset)
-                await b.controller.persister.persist()
-            full = False
+    with caplog.at_level("INFO", logger="broker"):
+        for offset in range(1, 6):
+            await b.pull("full", commit_offset=offset)
             await b.controller.persister.persist()
-        path = tmp_path / "config" / "consumerOffset.json"
-        assert json.loads(path.read_text()) == {"offsetTable": {"full@g": {"0": 5}}}
-        failed = [r for r in caplog.records if "cannot persist consumerOffset.json" in r.message]
-        assert len(failed) == 1 and failed[0].exc_info is None
-        assert any("persisted consumerOffset.json again" in r.message for r in caplog.records)
-    finally:
-        await b.channel.close()
-        await b.controller.shutdown()
+        full = False
+        await b.controller.persister.persist()
+    path = tmp_path / "config" / "consumerOffset.json"
+    assert json.loads(path.read_text()) == {"offsetTable": {"full@g": {"0": 5}}}
+    failed = [r for r in caplog.records if "cannot persist consumerOffset.json" in r.message]
+    assert len(failed) == 1 and failed[0].exc_info is None
+    assert any("persisted consumerOffset.json again" in r.message for r in caplog.records)
 
 
 async def test_sync_flush_stream_overlaps_requests_within_the_inflight_bound(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    inproc_broker: InProcFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     b = await start_broker(
-        tmp_path, monkeypatch, flush_disk_type="SYNC_FLUSH", max_inflight_stream_requests="4"
+        inproc_broker, flush_disk_type="SYNC_FLUSH", max_inflight_stream_requests="4"
     )
     store = b.controller.store
     store.put_delay_s = 0.05  # type: ignore[attr-defined]
-    try:
-        requests = [
-            messaging_pb2.SendMessageRequest(topic="s", messages=[Msg(body=b"x")], request_id=i)
-            for i in range(1, 21)
-        ]
-        started = time.monotonic()
-        replies = [r async for r in b.msg.SendMessageStream(iter(requests))]
-        elapsed = time.monotonic() - started
-        assert sorted(r.request_id for r in replies) == list(range(1, 21))
-        assert all(len(r.results) == 1 and not r.HasField("error") for r in replies)
-        # Overlapped (20 x 50 ms serially would take 1 s) but never more than 4 at once.
-        assert store.max_puts_in_flight == 4  # type: ignore[attr-defined]
-        assert elapsed < 0.9
-    finally:
-        await b.channel.close()
-        await b.controller.shutdown()
+    requests = [
+        messaging_pb2.SendMessageRequest(topic="s", messages=[Msg(body=b"x")], request_id=i)
+        for i in range(1, 21)
+    ]
+    started = time.monotonic()
+    replies = [r async for r in b.msg.SendMessageStream(iter(requests))]
+    elapsed = time.monotonic() - started
+    assert sorted(r.request_id for r in replies) == list(range(1, 21))
+    assert all(len(r.results) == 1 and not r.HasField("error") for r in replies)
+    # Overlapped (20 x 50 ms serially would take 1 s) but never more than 4 at once.
+    assert store.max_puts_in_flight == 4  # type: ignore[attr-defined]
+    assert elapsed < 0.9
 
 
 async def test_auto_created_topic_is_persisted_at_once_not_after_the_interval(
@@ -459,29 +430,18 @@ class LaggingDispatchStore(FakeStore):
 
 
 async def test_a_pull_right_after_the_send_ack_sees_the_message(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    inproc_broker: InProcFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    overrides = {
-        "listen": "127.0.0.1:0",
-        "metrics_listen": "127.0.0.1:0",
-        "store_path_root_dir": str(tmp_path),
-    }
-    controller = BrokerController(
-        load_settings(None, {}, overrides), store_factory=LaggingDispatchStore
-    )
-    await controller.start()
-    b = Broker(controller, grpc.aio.insecure_channel(f"127.0.0.1:{controller.grpc_port}"))
-    try:
-        sent = await b.send("ryw", b"first", b"second")
-        assert [r.status for r in sent.results] == [messaging_pb2.SEND_OK] * 2
-        pulled = await b.pull("ryw", max_wait_ms=0)  # no long polling: answer at once
-        assert pulled.status == messaging_pb2.FOUND
-        assert [m.body for m in pulled.messages] == [b"first", b"second"]
-        store = controller.store
-        assert isinstance(store, LaggingDispatchStore) and store.dispatch_waits == 1
-        # Nothing pending: an empty pull answers at once, without waiting for dispatch.
-        assert (await b.pull("ryw", offset=2)).status == messaging_pb2.NO_NEW_MSG
-        assert store.dispatch_waits == 1
-    finally:
-        await b.channel.close()
-        await controller.shutdown()
+    started = await inproc_broker(LaggingDispatchStore)
+    controller = started.controller
+    b = Broker(controller, started.channel)
+    sent = await b.send("ryw", b"first", b"second")
+    assert [r.status for r in sent.results] == [messaging_pb2.SEND_OK] * 2
+    pulled = await b.pull("ryw", max_wait_ms=0)  # no long polling: answer at once
+    assert pulled.status == messaging_pb2.FOUND
+    assert [m.body for m in pulled.messages] == [b"first", b"second"]
+    store = controller.store
+    assert isinstance(store, LaggingDispatchStore) and store.dispatch_waits == 1
+    # Nothing pending: an empty pull answers at once, without waiting for dispatch.
+    assert (await b.pull("ryw", offset=2)).status == messaging_pb2.NO_NEW_MSG
+    assert store.dispatch_waits == 1

@@ -9,33 +9,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from wharf.broker.controller import BrokerController
 from wharf.broker.core.long_poll import LongPollHolder
 from wharf.broker.processors.pull import PullProcessor
 from wharf.broker.serving.reply_budget import PullReplies, StreamReplies
-from wharf.broker.settings import load_settings
 from wharf.store.codec.properties import PROPERTY_TAGS
 from wharf.store.model import MessageInput
 from wharf.v1 import messaging_pb2
 
 from tests.fakes import FakeStore
+from tests.inproc import InProcFactory
 
 
 @pytest.fixture
-async def controller(tmp_path: Path) -> AsyncIterator[BrokerController]:
-    overrides = {
-        "listen": "127.0.0.1:0",
-        "metrics_listen": "127.0.0.1:0",
-        "store_path_root_dir": str(tmp_path),
-    }
-    controller = BrokerController(load_settings(None, {}, overrides), store_factory=FakeStore)
-    await controller.start()
-    yield controller
-    await controller.shutdown()
+async def controller(inproc_broker: InProcFactory) -> BrokerController:
+    return (await inproc_broker(FakeStore)).controller
 
 
 def pull_request(tags: str = "*") -> messaging_pb2.PullMessageRequest:

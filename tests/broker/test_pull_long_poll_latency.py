@@ -8,16 +8,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from wharf.broker.controller import BrokerController
-from wharf.broker.settings import load_settings
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 from tests.fakes import FakeStore
+from tests.inproc import InProcFactory
 
 SLOW_DISPATCH_S = 0.8
 
@@ -66,22 +65,12 @@ class Rig:
 
 
 @pytest.fixture
-async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    overrides = {
-        "listen": "127.0.0.1:0",
-        "metrics_listen": "127.0.0.1:0",
-        "store_path_root_dir": str(tmp_path),
-    }
-    controller = BrokerController(
-        load_settings(None, {}, overrides), store_factory=AlwaysPendingStore
-    )
-    await controller.start()
-    rig = Rig(controller)
+async def rig(inproc_broker: InProcFactory) -> AsyncIterator[Rig]:
+    rig = Rig((await inproc_broker(AlwaysPendingStore)).controller)
     try:
         yield rig
     finally:
         await rig.channel.close()
-        await controller.shutdown()
 
 
 async def test_a_caught_up_long_poll_parks_without_waiting_for_dispatch(rig: Rig) -> None:

@@ -22,7 +22,7 @@ from wharf.v1 import messaging_pb2
 
 from tests.broker.daemon_helpers import Client
 from tests.broker.test_exhaustion import rss_mib
-from tests.harness import REPO_ROOT, BrokerProcess
+from tests.harness import REPO_ROOT, BrokerProcess, Daemons
 
 
 class Stream:
@@ -71,8 +71,8 @@ def parked_pulls(broker: BrokerProcess) -> float:
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path, settings={"defaultTopicQueueNums": 2}) as started:
+def broker(daemons: Daemons, tmp_path: Path) -> Iterator[BrokerProcess]:
+    with daemons.broker(tmp_path, settings={"defaultTopicQueueNums": 2}) as started:
         yield started
 
 
@@ -243,9 +243,9 @@ def growth_behind_a_stalled_reader(broker: BrokerProcess, stalled: subprocess.Po
 
 
 @pytest.mark.slow
-def test_a_stream_that_stops_reading_holds_bounded_memory(tmp_path: Path) -> None:
+def test_a_stream_that_stops_reading_holds_bounded_memory(daemons: Daemons, tmp_path: Path) -> None:
     settings = {"maxMessageSize": 1 << 20, "defaultTopicQueueNums": 1}
-    with BrokerProcess(tmp_path, settings=settings) as broker:
+    with daemons.broker(tmp_path, settings=settings) as broker:
         client = Client(broker.endpoint)
         bodies = [os.urandom(500_000) for _ in range(8)]
         for body in bodies:

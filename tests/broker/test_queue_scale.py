@@ -24,7 +24,7 @@ from wharf.client.route import MessageQueue
 
 from tests.broker.remoting.test_server import Client as RemotingClient
 from tests.broker.remoting.test_server import _pull_fields
-from tests.harness import BrokerProcess
+from tests.harness import Daemons
 
 pytestmark = pytest.mark.slow
 
@@ -79,9 +79,10 @@ EXPECTED = [f"{t}/{q}".encode() for t in range(TOPICS) for q in range(QUEUES)]
 
 
 def test_256_open_files_serve_2000_queues_and_restarts_after_stop_and_kill(
+    daemons: Daemons,
     tmp_path: Path,
 ) -> None:
-    broker = BrokerProcess(tmp_path, settings=SETTINGS, open_files=OPEN_FILES)
+    broker = daemons.broker(tmp_path, settings=SETTINGS, open_files=OPEN_FILES, start=False)
     with broker:
         asyncio.run(_fill(broker.endpoint))
         assert asyncio.run(_read_all(broker.endpoint)) == EXPECTED
@@ -121,13 +122,15 @@ async def _pull_one(endpoint: str, topic: str, queue_id: int) -> list[bytes]:
 
 
 def test_no_descriptor_left_a_pull_gets_resource_exhausted_and_the_rest_serves(
+    daemons: Daemons,
     tmp_path: Path,
 ) -> None:
-    broker = BrokerProcess(
+    broker = daemons.broker(
         tmp_path,
         settings=SETTINGS,
         open_files=OPEN_FILES,
         extra_args=["--remoting-listen", "127.0.0.1:0"],
+        start=False,
     )
     with broker:
         asyncio.run(_fill(broker.endpoint))

@@ -8,7 +8,6 @@ import threading
 import time
 import urllib.request
 import zlib
-from collections.abc import Callable
 from pathlib import Path
 
 from wharf.client.message import ReceivedMessage
@@ -17,7 +16,7 @@ from wharf.store.codec.hashes import java_string_hash
 from wharf.v1 import common_pb2, messaging_pb2
 
 from tests.broker.daemon_helpers import SMALL_STORE, Client
-from tests.harness import BrokerProcess
+from tests.harness import Daemons
 
 FIELDS = (
     "topic", "queue_topic", "queue_id", "queue_offset", "commit_log_offset", "msg_id",
@@ -113,9 +112,9 @@ def wait_dispatched(client: Client, topic: str, count: int) -> None:
 
 
 def test_raw_pull_matches_the_view_path_field_by_field(
-    spawn_broker: Callable[..., BrokerProcess],
+    daemons: Daemons,
 ) -> None:
-    broker = spawn_broker(
+    broker = daemons.broker(
         settings={**SMALL_STORE, "mappedFileSizeCommitLog": 8192, "maxMessageSize": 4096}
     )
     client = Client(broker.endpoint)
@@ -140,9 +139,9 @@ def test_raw_pull_matches_the_view_path_field_by_field(
 
 
 def test_raw_pull_statuses_match_for_bad_and_edge_offsets(
-    spawn_broker: Callable[..., BrokerProcess],
+    daemons: Daemons,
 ) -> None:
-    broker = spawn_broker(settings=SMALL_STORE)
+    broker = daemons.broker(settings=SMALL_STORE)
     client = Client(broker.endpoint)
     try:
         client.send("edge", b"a", b"b", b"c", tags="t")
@@ -160,9 +159,9 @@ def test_raw_pull_statuses_match_for_bad_and_edge_offsets(
 
 
 def test_raw_pull_long_polls_commits_and_counts_metrics(
-    spawn_broker: Callable[..., BrokerProcess],
+    daemons: Daemons,
 ) -> None:
-    broker = spawn_broker(settings=SMALL_STORE)
+    broker = daemons.broker(settings=SMALL_STORE)
     client = Client(broker.endpoint)
     try:
         client.send("lp", b"first")
@@ -191,7 +190,7 @@ def test_raw_pull_long_polls_commits_and_counts_metrics(
         client.close()
 
 
-def test_raw_pull_after_retention_deleted_a_range(tmp_path: Path) -> None:
+def test_raw_pull_after_retention_deleted_a_range(daemons: Daemons, tmp_path: Path) -> None:
     settings = {
         "defaultTopicQueueNums": 1,
         "mappedFileSizeCommitLog": 4096,
@@ -201,7 +200,7 @@ def test_raw_pull_after_retention_deleted_a_range(tmp_path: Path) -> None:
         "deleteWhen": EVERY_HOUR,
         "cleanResourceInterval": 200,
     }
-    with BrokerProcess(tmp_path, settings=settings) as broker:
+    with daemons.broker(tmp_path, settings=settings) as broker:
         client = Client(broker.endpoint)
         try:
             for start in range(0, 120, 8):
@@ -222,9 +221,9 @@ def test_raw_pull_after_retention_deleted_a_range(tmp_path: Path) -> None:
 
 
 def test_old_clients_without_raw_records_still_get_views(
-    spawn_broker: Callable[..., BrokerProcess],
+    daemons: Daemons,
 ) -> None:
-    broker = spawn_broker(settings=SMALL_STORE)
+    broker = daemons.broker(settings=SMALL_STORE)
     client = Client(broker.endpoint)
     try:
         client.send("compat", b"hello", tags="t")

@@ -23,7 +23,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.harness import BrokerProcess, NamesrvProcess, free_port
+from tests.harness import Daemons, free_port
 
 ATTEMPT_TIMEOUT_S = 1.0  # generous for a served daemon on a loaded machine, far below start-up
 START_TIMEOUT_S = 60.0
@@ -117,14 +117,15 @@ def assert_refused_or_served(outcomes: dict[str, list[str]]) -> None:
         assert all(o == SERVED for o in seen[first:]), seen
 
 
-def test_broker_port_refuses_until_it_serves(tmp_path: Path) -> None:
+def test_broker_port_refuses_until_it_serves(daemons: Daemons, tmp_path: Path) -> None:
     port = free_port()
-    broker = BrokerProcess(
+    broker = daemons.broker(
         tmp_path,
         # The production segment size: a first start long enough to dial into (see above).
         settings={"mappedFileSizeCommitLog": 1024 * 1024 * 1024},
         extra_args=["--listen", f"127.0.0.1:{port}"],
         ready_timeout=START_TIMEOUT_S,
+        start=False,
     )
     try:
         outcomes = dial_while_starting(broker.start, port)
@@ -134,9 +135,9 @@ def test_broker_port_refuses_until_it_serves(tmp_path: Path) -> None:
     assert_refused_or_served(outcomes)
 
 
-def test_namesrv_port_refuses_until_it_serves(tmp_path: Path) -> None:
+def test_namesrv_port_refuses_until_it_serves(daemons: Daemons, tmp_path: Path) -> None:
     port = free_port()
-    namesrv = NamesrvProcess(tmp_path, port=port)
+    namesrv = daemons.namesrv(tmp_path, port=port, start=False)
     try:
         outcomes = dial_while_starting(namesrv.start, port)
         assert namesrv.endpoint == f"127.0.0.1:{port}"

@@ -15,7 +15,7 @@ from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.v1 import common_pb2, messaging_pb2
 
 from tests.broker.daemon_helpers import SMALL_STORE, Client
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 UID = "7F00000100010000000000000000{:04X}"
 
@@ -26,8 +26,10 @@ def record(topic: str, body: bytes, i: int, extra: bytes = b"", flag: int = 0) -
 
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> BrokerProcess:
-    broker = BrokerProcess(tmp_path, settings={**SMALL_STORE, "flushDiskType": "SYNC_FLUSH"})
+def daemon(daemons: Daemons, tmp_path: Path) -> BrokerProcess:
+    broker = daemons.broker(
+        tmp_path, settings={**SMALL_STORE, "flushDiskType": "SYNC_FLUSH"}, start=False
+    )
     broker.start()
     yield broker
     broker.stop()

@@ -21,7 +21,6 @@ from pathlib import Path
 import grpc
 from wharf.broker.controller import BrokerController
 from wharf.broker.processors.send import SendProcessor, _SyncFlushStream
-from wharf.broker.settings import load_settings
 from wharf.broker.wire.server import _END, _Requests
 from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.store.log.sync_engine import ThreadSyncEngine
@@ -30,7 +29,8 @@ from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 from tests.broker.daemon_helpers import SMALL_STORE, Client
 from tests.fakes import FakeStore
-from tests.harness import BrokerProcess
+from tests.harness import Daemons
+from tests.inproc import InProcFactory
 
 SYNC_FLUSH_DAEMON = {**SMALL_STORE, "flushDiskType": "SYNC_FLUSH"}
 
@@ -44,9 +44,10 @@ def records(topic: str, first: int, count: int) -> bytes:
 
 
 def test_many_requests_in_flight_on_one_stream_are_answered_once_with_their_offsets(
+    daemons: Daemons,
     tmp_path: Path,
 ) -> None:
-    daemon = BrokerProcess(tmp_path, settings=SYNC_FLUSH_DAEMON).start()
+    daemon = daemons.broker(tmp_path, settings=SYNC_FLUSH_DAEMON)
     client = Client(daemon.endpoint)
     try:
         requests, counts = [], {}
@@ -94,9 +95,10 @@ def test_many_requests_in_flight_on_one_stream_are_answered_once_with_their_offs
 
 
 def test_a_malformed_or_invalid_request_gets_its_error_and_the_rest_go_on(
+    daemons: Daemons,
     tmp_path: Path,
 ) -> None:
-    daemon = BrokerProcess(tmp_path, settings=SYNC_FLUSH_DAEMON).start()
+    daemon = daemons.broker(tmp_path, settings=SYNC_FLUSH_DAEMON)
     channel = grpc.insecure_channel(daemon.endpoint)
     try:
         raw_stream = channel.stream_stream(
@@ -134,18 +136,10 @@ def test_a_malformed_or_invalid_request_gets_its_error_and_the_rest_go_on(
 
 
 async def start_in_process(
-    tmp_path: Path, store_factory: Callable[..., object] | None, **settings: str
+    inproc_broker: InProcFactory, store_factory: Callable[..., object] | None, **settings: str
 ) -> BrokerController:
-    overrides = {
-        "listen": "127.0.0.1:0",
-        "metrics_listen": "127.0.0.1:0",
-        "store_path_root_dir": str(tmp_path),
-        "flush_disk_type": "SYNC_FLUSH",
-        **settings,
-    }
-    controller = BrokerController(load_settings(None, {}, overrides), store_factory=store_factory)
-    await controller.start()
-    return controller
+    started = await inproc_broker(store_factory, **{"flush_disk_type": "SYNC_FLUSH", **settings})
+    return started.controller
 
 
 async def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
@@ -156,9 +150,10 @@ async def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 10
 
 
 async def test_a_client_that_stops_reading_replies_stops_the_appends_at_the_slot_bound(
+    inproc_broker: InProcFactory,
     tmp_path: Path,
 ) -> None:
-    controller = await start_in_process(tmp_path, FakeStore, max_inflight_stream_requests="4")
+    controller = await start_in_process(inproc_broker, FakeStore, max_inflight_stream_requests="4")
     store = controller.store
     assert isinstance(store, FakeStore) and controller.ctx is not None
     read = 0
@@ -187,11 +182,12 @@ async def test_a_client_that_stops_reading_replies_stops_the_appends_at_the_slot
         assert len(store.queues[("slots", 0)]) == 20
     finally:
         await replies.aclose()
-        await controller.shutdown()
 
 
-async def test_a_call_ended_mid_flight_withdraws_its_group_commit_waits(tmp_path: Path) -> None:
-    controller = await start_in_process(tmp_path, None)
+async def test_a_call_ended_mid_flight_withdraws_its_group_commit_waits(
+    inproc_broker: InProcFactory, tmp_path: Path
+) -> None:
+    controller = await start_in_process(inproc_broker, None)
     store = controller.store
     assert isinstance(store, MessageStore)
     commit_log = store.insides.commit_log
@@ -231,15 +227,15 @@ async def test_a_call_ended_mid_flight_withdraws_its_group_commit_waits(tmp_path
     finally:
         gate.set()
         await channel.close()
-        await controller.shutdown()
 
 
 async def test_closing_the_reply_stream_withdraws_the_waits_of_the_requests_in_flight(
+    inproc_broker: InProcFactory,
     tmp_path: Path,
 ) -> None:
     """The call ends while a reply waits to be written (the transport closes the generator):
     the group commit waits of the other requests are withdrawn at once."""
-    controller = await start_in_process(tmp_path, FakeStore)
+    controller = await start_in_process(inproc_broker, FakeStore)
     store = controller.store
     assert isinstance(store, FakeStore) and controller.ctx is not None
 
@@ -255,26 +251,24 @@ async def test_closing_the_reply_stream_withdraws_the_waits_of_the_requests_in_f
                 await asyncio.sleep(0.1)  # the first reply is read before the others arrive
 
     replies = SendProcessor(controller.ctx).stream(requests(), "127.0.0.1:1")
-    try:
-        first = await anext(replies)
-        assert first.request_id == 1
-        store.put_delay_s = 30.0  # the other nine wait on a long group commit
-        await wait_until(lambda: store.puts_in_flight == 9, "nine requests wait for the sync")
-        await replies.aclose()
-        await asyncio.sleep(0)  # the waits' done-callbacks run
-        assert store.puts_in_flight == 0
-    finally:
-        await controller.shutdown()
+    first = await anext(replies)
+    assert first.request_id == 1
+    store.put_delay_s = 30.0  # the other nine wait on a long group commit
+    await wait_until(lambda: store.puts_in_flight == 9, "nine requests wait for the sync")
+    await replies.aclose()
+    await asyncio.sleep(0)  # the waits' done-callbacks run
+    assert store.puts_in_flight == 0
 
 
 async def test_wire_requests_are_taken_in_the_read_callback_in_order_within_the_slots(
+    inproc_broker: InProcFactory,
     tmp_path: Path,
 ) -> None:
     """Over the wire port the call's request queue hands each request to the stream at once
     (no reader task wake-up): appended before anything awaits. Past the slot bound, requests
     queue for the reader; a request is never taken ahead of one the reader holds or one
     queued before it: appends stay in the stream's order and each gets one reply."""
-    controller = await start_in_process(tmp_path, FakeStore, max_inflight_stream_requests="4")
+    controller = await start_in_process(inproc_broker, FakeStore, max_inflight_stream_requests="4")
     store = controller.store
     assert isinstance(store, FakeStore) and controller.ctx is not None
     store.put_delay_s = 0.05  # group commit waits: replies come late, slots stay taken
@@ -320,4 +314,3 @@ async def test_wire_requests_are_taken_in_the_read_callback_in_order_within_the_
         if not first.done():
             first.cancel()
         await replies.aclose()
-        await controller.shutdown()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -18,7 +17,7 @@ from wharf.rocketmq.v2 import definition_pb2 as d
 from wharf.rocketmq.v2 import service_pb2 as s
 from wharf.rocketmq.v2 import service_pb2_grpc
 
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 TOPIC = "Timed"
 META = (("x-mq-client-id", "host@1@0@timer"),)
@@ -42,8 +41,8 @@ async def eventually(endpoint: str, want: list[bytes], timeout_s: float = 8.0) -
 
 
 @pytest.fixture
-def broker(spawn_broker: Callable[..., BrokerProcess]) -> BrokerProcess:
-    return spawn_broker(settings={"defaultTopicQueueNums": 2})
+def broker(daemons: Daemons) -> BrokerProcess:
+    return daemons.broker(settings={"defaultTopicQueueNums": 2})
 
 
 async def _create(endpoint: str) -> None:
@@ -70,8 +69,10 @@ async def test_sdk_deliver_at_delay_and_recall(broker: BrokerProcess) -> None:
 
 
 @pytest.mark.parametrize("when", ["before delivery", "after delivery"])
-async def test_kill_9_neither_loses_nor_repeats_a_timer(when: str, tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path / "b", settings={"flushDiskType": "SYNC_FLUSH"}) as broker:
+async def test_kill_9_neither_loses_nor_repeats_a_timer(
+    daemons: Daemons, when: str, tmp_path: Path
+) -> None:
+    with daemons.broker(tmp_path / "b", settings={"flushDiskType": "SYNC_FLUSH"}) as broker:
         await _create(broker.endpoint)
         async with Producer(broker.endpoint) as producer:
             await producer.send(TOPIC, b"timed", delay=1.5)

@@ -37,7 +37,7 @@ from wharf.client.consumer.pull import PullStatus
 from wharf.client.spark.options import OptionError, parse_read_options
 from wharf.client.spark.rpc import BrokerCallError, BrokerRpc
 
-from tests.harness import REPO_ROOT, BrokerProcess
+from tests.harness import REPO_ROOT, BrokerProcess, Daemons
 from tests.tls_certs import CertAuthority
 
 SMALL = {
@@ -90,10 +90,12 @@ async def pull_everything(consumer: PullConsumer, topic: str) -> list[ReceivedMe
 
 
 @pytest.fixture(scope="module")
-def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def tls_broker(
+    module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
     """tlsEnable without tlsListen: listen is TLS-only, with the generated development pair."""
     root = tmp_path_factory.mktemp("tls-broker")
-    with BrokerProcess(root, settings={**SMALL, "tlsEnable": True}) as broker:
+    with module_daemons.broker(root, settings={**SMALL, "tlsEnable": True}) as broker:
         yield broker
 
 
@@ -200,8 +202,8 @@ def test_client_tls_arguments_fail_early_with_the_argument_named(tmp_path: Path)
     ))  # fmt: skip
 
 
-def test_the_second_start_reuses_the_pair(tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path, settings={**SMALL, "tlsEnable": True}) as broker:
+def test_the_second_start_reuses_the_pair(daemons: Daemons, tmp_path: Path) -> None:
+    with daemons.broker(tmp_path, settings={**SMALL, "tlsEnable": True}) as broker:
         first = generated_cert(broker).read_bytes()
         broker.restart()
         assert generated_cert(broker).read_bytes() == first
@@ -209,9 +211,11 @@ def test_the_second_start_reuses_the_pair(tmp_path: Path) -> None:
         assert broker.log().count("generated a development certificate") == 1
 
 
-def test_tls_listen_serves_tls_next_to_the_plaintext_listen_port(tmp_path: Path) -> None:
+def test_tls_listen_serves_tls_next_to_the_plaintext_listen_port(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     settings = {**SMALL, "tlsEnable": True, "tlsListen": "127.0.0.1:0"}
-    with BrokerProcess(tmp_path, settings=settings) as broker:
+    with daemons.broker(tmp_path, settings=settings) as broker:
         assert broker.plaintext_endpoint == broker.endpoint != broker.tls_endpoint
         assert health(grpc.insecure_channel(broker.plaintext_endpoint)) == "SERVING"
         assert health(secure(broker.tls_endpoint, generated_cert(broker))) == "SERVING"
@@ -220,6 +224,7 @@ def test_tls_listen_serves_tls_next_to_the_plaintext_listen_port(tmp_path: Path)
 
 
 def test_mutual_tls_refuses_clients_without_a_certificate_of_the_trusted_ca(
+    daemons: Daemons,
     tmp_path: Path,
 ) -> None:
     ca = CertAuthority.create(tmp_path / "ca")
@@ -231,7 +236,7 @@ def test_mutual_tls_refuses_clients_without_a_certificate_of_the_trusted_ca(
         **SMALL, "tlsEnable": True, "tlsCertPath": str(server.cert), "tlsKeyPath": str(server.key),
         "tlsClientAuth": "require", "tlsTrustCertPath": str(ca.cert),
     }  # fmt: skip
-    with BrokerProcess(tmp_path / "broker", settings=settings) as broker:
+    with daemons.broker(tmp_path / "broker", settings=settings) as broker:
         assert "generated a development" not in broker.log()
         assert not (broker.store_dir / "config" / "tls").exists()
         ep = broker.endpoint
@@ -344,7 +349,9 @@ def test_tls_settings_are_checked_at_start(tmp_path: Path) -> None:
     assert load_settings().broker.tls_enable is False
 
 
-def test_unusable_tls_files_stop_the_broker_with_the_setting_named(tmp_path: Path) -> None:
+def test_unusable_tls_files_stop_the_broker_with_the_setting_named(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     ca = CertAuthority.create(tmp_path / "ca")
     a = ca.issue(tmp_path / "a", "a", server=True)
     b = ca.issue(tmp_path / "b", "b", server=True)
@@ -355,15 +362,17 @@ def test_unusable_tls_files_stop_the_broker_with_the_setting_named(tmp_path: Pat
         ({"tlsCertPath": str(a.key), "tlsKeyPath": str(a.key)}, "tlsCertPath: .* holds no PEM"),
     ]  # fmt: skip
     for i, (settings, message) in enumerate(cases):
-        broker = BrokerProcess(
-            tmp_path / f"b{i}", settings={**SMALL, "tlsEnable": True, **settings}
+        broker = daemons.broker(
+            tmp_path / f"b{i}", settings={**SMALL, "tlsEnable": True, **settings}, start=False
         )
         with pytest.raises(RuntimeError, match="broker exited with 1") as caught:
             broker.start()
         assert re.search(message, str(caught.value)), str(caught.value)
 
 
-def test_probe_checks_the_certificate_for_server_name_when_given(tmp_path: Path) -> None:
+def test_probe_checks_the_certificate_for_server_name_when_given(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     """A certificate naming only mq.example.com, probed at 127.0.0.1 (a container's health
     check): refused unless --server-name says which name to expect."""
     ca = CertAuthority.create(tmp_path / "ca")
@@ -371,7 +380,7 @@ def test_probe_checks_the_certificate_for_server_name_when_given(tmp_path: Path)
     settings = {
         **SMALL, "tlsEnable": True, "tlsCertPath": str(server.cert), "tlsKeyPath": str(server.key),
     }  # fmt: skip
-    with BrokerProcess(tmp_path / "broker", settings=settings) as broker:
+    with daemons.broker(tmp_path / "broker", settings=settings) as broker:
         probe = [sys.executable, "-m", "wharf.broker.serving.probe", "--endpoint", broker.endpoint,
                  "--timeout", "3", "--ca-file", str(ca.cert)]  # fmt: skip
         mismatch = subprocess.run(probe, capture_output=True, text=True, timeout=30)
@@ -403,7 +412,9 @@ def replace_atomically(target: Path, source: Path) -> None:
     os.replace(tmp, target)
 
 
-def test_replaced_certificate_files_are_served_without_a_restart(tmp_path: Path) -> None:
+def test_replaced_certificate_files_are_served_without_a_restart(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     ca = CertAuthority.create(tmp_path / "ca")
     first = ca.issue(tmp_path / "first", "first", server=True)
     second = ca.issue(tmp_path / "second", "second", server=True)
@@ -413,7 +424,7 @@ def test_replaced_certificate_files_are_served_without_a_restart(tmp_path: Path)
     replace_atomically(cert, first.cert)
     replace_atomically(key, first.key)
     settings = {**SMALL, "tlsEnable": True, "tlsCertPath": str(cert), "tlsKeyPath": str(key)}
-    with BrokerProcess(tmp_path / "broker", settings=settings) as broker:
+    with daemons.broker(tmp_path / "broker", settings=settings) as broker:
         ep = broker.endpoint
         assert served_fingerprint(ep, ca.cert) == fingerprint_sha256(first.cert.read_bytes())
         before = secure(ep, ca.cert)

@@ -42,7 +42,7 @@ from tests.broker.acl_helpers import ACL_SETTINGS, ADMIN, NOBODY, PRODUCER, TOPI
 from tests.broker.test_pull_stream import growth_behind_a_stalled_reader, parked_pulls
 from tests.broker.test_tls import replace_atomically, served_fingerprint
 from tests.client.conftest import BROKER_SETTINGS
-from tests.harness import REPO_ROOT, BrokerProcess, free_port
+from tests.harness import REPO_ROOT, BrokerProcess, Daemons, free_port
 from tests.tls_certs import CertAuthority
 
 # Small files (start-up stays cheap), two queues a topic.
@@ -50,8 +50,8 @@ SMALL = {**BROKER_SETTINGS, "defaultTopicQueueNums": 2}
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    with BrokerProcess(tmp_path_factory.mktemp("wire"), settings=SMALL) as process:
+def broker(module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    with module_daemons.broker(tmp_path_factory.mktemp("wire"), settings=SMALL) as process:
         yield process
 
 
@@ -165,10 +165,12 @@ async def test_sdk_end_to_end_over_the_wire_in_order_with_long_poll_wake_up(
         assert stats.total_messages == 40
 
 
-async def test_a_dead_broker_is_unavailable_and_a_restart_is_picked_up(tmp_path: Path) -> None:
+async def test_a_dead_broker_is_unavailable_and_a_restart_is_picked_up(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     port = free_port()
     extra = ["--wire-listen", f"127.0.0.1:{port}"]
-    with BrokerProcess(tmp_path, settings=SMALL, extra_args=extra) as broker:
+    with daemons.broker(tmp_path, settings=SMALL, extra_args=extra) as broker:
         endpoint = broker.wire_endpoint
         assert endpoint == f"wire://127.0.0.1:{port}"
         got: list[bytes] = []
@@ -200,7 +202,9 @@ async def test_a_dead_broker_is_unavailable_and_a_restart_is_picked_up(tmp_path:
         assert b"before" in stored and b"after" in stored
 
 
-async def test_sync_flush_sends_over_the_wire_survive_kill_9_in_order(tmp_path: Path) -> None:
+async def test_sync_flush_sends_over_the_wire_survive_kill_9_in_order(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     """SYNC_FLUSH over the wire port: the send stream takes requests in the connection's read
     callback (lone sends) and through its reader (concurrent ones beyond what one read holds);
     every acknowledged message is stored in send order per queue and still there after
@@ -208,7 +212,7 @@ async def test_sync_flush_sends_over_the_wire_survive_kill_9_in_order(tmp_path: 
     port = free_port()
     settings = {**SMALL, "flushDiskType": "SYNC_FLUSH"}
     extra = ["--wire-listen", f"127.0.0.1:{port}"]
-    with BrokerProcess(tmp_path, settings=settings, extra_args=extra) as broker:
+    with daemons.broker(tmp_path, settings=settings, extra_args=extra) as broker:
         endpoint = broker.wire_endpoint
         async with Producer(endpoint) as producer:
             lone = [await producer.send("WireSync", b"l%02d" % i, queue_id=0) for i in range(20)]
@@ -294,9 +298,9 @@ async def _send_one(endpoint: str, **kwargs: object) -> str:
         return str((await producer.send(TOPIC, b"x", deadline_s=10)).status.name)
 
 
-def test_acl_holds_on_the_wire_port(tmp_path: Path) -> None:
+def test_acl_holds_on_the_wire_port(daemons: Daemons, tmp_path: Path) -> None:
     write_acl(tmp_path / "store")
-    with BrokerProcess(tmp_path, settings=ACL_SETTINGS) as broker:
+    with daemons.broker(tmp_path, settings=ACL_SETTINGS) as broker:
         endpoint = broker.wire_endpoint
         with pytest.raises(UnauthenticatedError):
             asyncio.run(_send_one(endpoint, retry_times=0))
@@ -318,8 +322,8 @@ def test_acl_holds_on_the_wire_port(tmp_path: Path) -> None:
         assert asyncio.run(admin_count()) == 1
 
 
-def test_tls_port_serves_the_wire_over_tls(tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path, settings={**SMALL, "tlsEnable": True}) as broker:
+def test_tls_port_serves_the_wire_over_tls(daemons: Daemons, tmp_path: Path) -> None:
+    with daemons.broker(tmp_path, settings={**SMALL, "tlsEnable": True}) as broker:
         ca = tmp_path / "store" / "config" / "tls" / "broker.crt"
         assert json.loads((tmp_path / "ready.json").read_text())["wire"]
         log = broker.log()
@@ -341,30 +345,32 @@ def test_tls_port_serves_the_wire_over_tls(tmp_path: Path) -> None:
         assert "TLS" in str(plain.value) or "lost" in str(plain.value)
 
 
-def test_the_default_wire_port_is_the_listen_port_plus_two(tmp_path: Path) -> None:
+def test_the_default_wire_port_is_the_listen_port_plus_two(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     port = free_port()
     settings = {**SMALL, "wireListen": ""}  # the default: derived from listen
     extra = ["--listen", f"127.0.0.1:{port}"]
-    with BrokerProcess(tmp_path, settings=settings, extra_args=extra) as broker:
+    with daemons.broker(tmp_path, settings=settings, extra_args=extra) as broker:
         assert broker.wire_endpoint == f"wire://127.0.0.1:{port + 2}"
         assert asyncio.run(_send_one(broker.wire_endpoint)) == "SEND_OK"
 
 
-def test_wire_listen_off_and_a_taken_port(tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path / "off", settings={**SMALL, "wireListen": "off"}) as broker:
+def test_wire_listen_off_and_a_taken_port(daemons: Daemons, tmp_path: Path) -> None:
+    with daemons.broker(tmp_path / "off", settings={**SMALL, "wireListen": "off"}) as broker:
         assert broker.wire_endpoint == ""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        failed = BrokerProcess(
-            tmp_path / "taken", settings={**SMALL, "wireListen": f"127.0.0.1:{port}"}
+        failed = daemons.broker(
+            tmp_path / "taken", settings={**SMALL, "wireListen": f"127.0.0.1:{port}"}, start=False
         )
         with pytest.raises(RuntimeError):
             failed.start(timeout=30)
         assert f"cannot listen on 127.0.0.1:{port} (wireListen" in failed.log()
         failed.kill()
-    bad = BrokerProcess(tmp_path / "bad", settings={**SMALL, "wireListen": "nowhere"})
+    bad = daemons.broker(tmp_path / "bad", settings={**SMALL, "wireListen": "nowhere"}, start=False)
     with pytest.raises(RuntimeError):
         bad.start(timeout=30)
     assert "wireListen" in bad.log()
@@ -390,9 +396,11 @@ asyncio.run(main())
 
 
 @pytest.mark.slow
-def test_a_wire_stream_that_stops_reading_holds_bounded_memory(tmp_path: Path) -> None:
+def test_a_wire_stream_that_stops_reading_holds_bounded_memory(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     settings = {**SMALL, "maxMessageSize": 1 << 20, "defaultTopicQueueNums": 1}
-    with BrokerProcess(tmp_path, settings=settings) as broker:
+    with daemons.broker(tmp_path, settings=settings) as broker:
         bodies = [os.urandom(500_000) for _ in range(8)]
 
         async def fill() -> None:
@@ -654,7 +662,9 @@ def test_calls_open_on_one_connection_are_bounded(broker: BrokerProcess) -> None
         assert wire.decode_status(frames[2][2])[0] == 0
 
 
-def test_wire_tls_follows_certificate_reloads_and_mutual_tls(tmp_path: Path) -> None:
+def test_wire_tls_follows_certificate_reloads_and_mutual_tls(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     ca = CertAuthority.create(tmp_path / "ca")
     first = ca.issue(tmp_path / "first", "first", server=True)
     second = ca.issue(tmp_path / "second", "second", server=True)
@@ -668,7 +678,7 @@ def test_wire_tls_follows_certificate_reloads_and_mutual_tls(tmp_path: Path) -> 
         **SMALL, "tlsEnable": True, "tlsCertPath": str(cert), "tlsKeyPath": str(key),
         "tlsClientAuth": "require", "tlsTrustCertPath": str(ca.cert),
     }  # fmt: skip
-    with BrokerProcess(tmp_path / "broker", settings=settings) as broker:
+    with daemons.broker(tmp_path / "broker", settings=settings) as broker:
         endpoint = broker.wire_endpoint
         mutual = {"ca_file": ca.cert, "cert_file": client.cert, "key_file": client.key}
         assert asyncio.run(_send_one(endpoint, **mutual)) == "SEND_OK"

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 # Small files keep start-up cheap; 1 s delay levels keep retry/DLQ tests to seconds.
 BROKER_SETTINGS = {
@@ -23,17 +22,15 @@ _names = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def broker(module_daemons: Daemons) -> BrokerProcess:
     """One daemon per test module; tests isolate themselves with unique topic/group names."""
-    with BrokerProcess(tmp_path_factory.mktemp("broker"), settings=BROKER_SETTINGS) as process:
-        yield process
+    return module_daemons.broker("broker", settings=BROKER_SETTINGS)
 
 
 @pytest.fixture
-def fresh_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+def fresh_broker(daemons: Daemons, tmp_path: Path) -> BrokerProcess:
     """A daemon of the test's own (for restarts)."""
-    with BrokerProcess(tmp_path / "broker", settings=BROKER_SETTINGS) as process:
-        yield process
+    return daemons.broker(tmp_path / "broker", settings=BROKER_SETTINGS)
 
 
 @pytest.fixture

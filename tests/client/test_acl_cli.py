@@ -13,7 +13,7 @@ from wharf.broker.acl.rules import Perm, parse_rules
 
 from tests.broker.acl_helpers import ADMIN, write_acl
 from tests.client.test_cli_e2e import json_lines, wharf
-from tests.harness import BrokerProcess
+from tests.harness import Daemons
 
 ADMIN_ONLY = f"accounts:\n  - accessKey: {ADMIN[0]}\n    secretKey: {ADMIN[1]}\n    admin: true\n"
 
@@ -70,11 +70,13 @@ def test_user_create_list_grant_revoke_delete_never_show_the_secret(tmp_path: Pa
     assert set(parse_rules(path.read_text()).accounts) == {"alice"}
 
 
-def test_cli_signs_its_calls_and_the_broker_takes_cli_edits_live(tmp_path: Path) -> None:
+def test_cli_signs_its_calls_and_the_broker_takes_cli_edits_live(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     store = tmp_path / "store"
     write_acl(store, ADMIN_ONLY)
     settings = {"aclEnable": True, "defaultTopicQueueNums": 2}
-    with BrokerProcess(tmp_path, settings=settings) as broker:
+    with daemons.broker(tmp_path, settings=settings) as broker:
         ep = broker.endpoint
         anonymous = wharf(ep, "--json", "send", "orders", "hi")
         assert anonymous.returncode == 6

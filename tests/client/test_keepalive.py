@@ -24,7 +24,7 @@ from wharf.client.message import MessageQueue
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
 from tests.client.conftest import BROKER_SETTINGS
-from tests.harness import BrokerProcess, NamesrvProcess
+from tests.harness import BrokerProcess, Daemons
 
 PERIOD_MS = 1_000
 IDLE_PERIODS = 6
@@ -40,10 +40,12 @@ _SERVER_ENV = {
 
 
 @pytest.fixture
-def keepalive_broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[BrokerProcess]:
+def keepalive_broker(
+    daemons: Daemons, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[BrokerProcess]:
     """A broker and this process's SDK clients on a 1 s keepalive period."""
     monkeypatch.setenv(keepalive.ENV, str(PERIOD_MS))
-    with BrokerProcess(tmp_path / "broker", settings=BROKER_SETTINGS, env=_SERVER_ENV) as process:
+    with daemons.broker(tmp_path / "broker", settings=BROKER_SETTINGS, env=_SERVER_ENV) as process:
         yield process
 
 
@@ -107,12 +109,15 @@ async def test_idle_sdk_channel_outlives_keepalive_periods(
 
 
 async def test_idle_route_watch_outlives_keepalive_periods(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    daemons: Daemons,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     """An SDK channel to a NameServer holding a parked WatchRoutes stream (as the SDK's route
     watch does) keeps its connection and its stream, and answers a query afterwards."""
     monkeypatch.setenv(keepalive.ENV, str(PERIOD_MS))
-    with NamesrvProcess(tmp_path / "namesrv", env=_SERVER_ENV) as namesrv:
+    with daemons.namesrv(tmp_path / "namesrv", env=_SERVER_ENV) as namesrv:
         channel = open_channel(namesrv.endpoint)
         try:
             stub = namesrv_pb2_grpc.NameServiceStub(channel)

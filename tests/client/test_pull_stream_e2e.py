@@ -31,7 +31,7 @@ from wharf.client.errors import DeadlineExceededError
 from wharf.v1 import messaging_pb2
 
 from tests.client.conftest import BROKER_SETTINGS
-from tests.harness import REPO_ROOT, BrokerProcess, free_port
+from tests.harness import REPO_ROOT, BrokerProcess, Daemons, free_port
 
 
 def metrics(broker: BrokerProcess) -> str:
@@ -155,9 +155,11 @@ async def test_a_pull_past_its_timeout_fails_and_leaves_the_stream_usable(
         assert result.status is PullStatus.FOUND and c._pull.streaming
 
 
-async def test_more_pulls_than_the_broker_serves_at_once_all_complete(tmp_path: Path) -> None:
+async def test_more_pulls_than_the_broker_serves_at_once_all_complete(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     settings = {**BROKER_SETTINGS, "maxInflightStreamRequests": 4, "defaultTopicQueueNums": 16}
-    with BrokerProcess(tmp_path, settings=settings) as broker:
+    with daemons.broker(tmp_path, settings=settings) as broker:
         async with Producer(broker.endpoint) as producer, PullConsumer(broker.endpoint, "bp") as c:
             await producer.send("bp", b"first", queue_id=0)
             queues = await c.queues("bp")
@@ -174,11 +176,15 @@ async def test_more_pulls_than_the_broker_serves_at_once_all_complete(tmp_path: 
 
 
 async def test_push_consumer_resumes_over_a_new_stream_after_a_broker_restart(
+    daemons: Daemons,
     tmp_path: Path,
 ) -> None:
     port = free_port()
-    broker = BrokerProcess(
-        tmp_path / "broker", settings=BROKER_SETTINGS, extra_args=["--listen", f"127.0.0.1:{port}"]
+    broker = daemons.broker(
+        tmp_path / "broker",
+        settings=BROKER_SETTINGS,
+        extra_args=["--listen", f"127.0.0.1:{port}"],
+        start=False,
     )
     broker.start()
     try:

@@ -16,15 +16,19 @@ from wharf.client import (
 )
 
 from tests.client.conftest import BROKER_SETTINGS
-from tests.harness import BrokerProcess, free_port
+from tests.harness import Daemons, free_port
 
 
 async def test_producer_and_push_consumer_continue_across_a_broker_restart(
+    daemons: Daemons,
     tmp_path: Path,
 ) -> None:
     port = free_port()
-    broker = BrokerProcess(
-        tmp_path / "broker", settings=BROKER_SETTINGS, extra_args=["--listen", f"127.0.0.1:{port}"]
+    broker = daemons.broker(
+        tmp_path / "broker",
+        settings=BROKER_SETTINGS,
+        extra_args=["--listen", f"127.0.0.1:{port}"],
+        start=False,
     )
     broker.start()
     try:

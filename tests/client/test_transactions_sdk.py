@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from wharf.client import Admin, Producer, PullConsumer
 
-from tests.harness import REPO_ROOT, BrokerProcess
+from tests.harness import REPO_ROOT, BrokerProcess, Daemons
 
 pytestmark = pytest.mark.slow
 TOPIC = "Payments"
@@ -43,13 +43,13 @@ def cli(endpoint: str, *args: str) -> Any:
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+def broker(daemons: Daemons, tmp_path: Path) -> Iterator[BrokerProcess]:
     settings = {
         "defaultTopicQueueNums": 2,
         "transactionTimeOut": 500,
         "transactionCheckInterval": 500,
     }
-    with BrokerProcess(tmp_path / "broker", settings=settings) as process:
+    with daemons.broker(tmp_path / "broker", settings=settings) as process:
         yield process
 
 

@@ -4,29 +4,26 @@ registered with both; auto-create off, so topics exist where a test creates them
 
 from __future__ import annotations
 
-import os
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.harness import BrokerProcess, NamesrvProcess, free_port
+from tests.harness import BrokerProcess, Daemons, NamesrvProcess, free_port
 
 SILENCE_MS = 2000  # brokerNotActiveTimeoutMillis of the test NameServers
 
 
 @pytest.fixture
 def cluster(
-    tmp_path: Path,
-) -> Iterator[tuple[list[NamesrvProcess], dict[str, BrokerProcess]]]:
+    daemons: Daemons, tmp_path: Path
+) -> tuple[list[NamesrvProcess], dict[str, BrokerProcess]]:
     settings = {"brokerNotActiveTimeoutMillis": SILENCE_MS}
-    names = [NamesrvProcess(tmp_path / f"ns{i}", settings, port=free_port()) for i in range(2)]
-    for ns in names:
-        ns.start()
+    names = [
+        daemons.namesrv(tmp_path / f"ns{i}", settings=settings, port=free_port()) for i in range(2)
+    ]
     addr = ";".join(ns.endpoint for ns in names)
     brokers = {
-        name: BrokerProcess(
+        name: daemons.broker(
             tmp_path / name,
             settings={
                 "namesrvAddr": addr,
@@ -43,12 +40,4 @@ def cluster(
         )
         for name in ("broker-a", "broker-b")
     }
-    try:
-        for broker in brokers.values():
-            broker.start()
-        yield names, brokers
-    finally:
-        for process in [*brokers.values(), *names]:
-            if process.proc is not None and process.proc.poll() is None:
-                os.kill(process.pid, signal.SIGCONT)
-                process.kill()
+    return names, brokers

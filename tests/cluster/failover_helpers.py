@@ -25,7 +25,7 @@ from wharf.client import Admin, Producer, PullConsumer, SendStatus
 from wharf.client.errors import NotFoundError, WharfError
 from wharf.client.namesrv import NameServerClient
 
-from tests.harness import BrokerProcess, EtcdProcess, NamesrvProcess, free_port
+from tests.harness import BrokerProcess, Daemons, EtcdProcess, free_port
 
 TTL_MS = 3000
 SMALL = {"mappedFileSizeCommitLog": 4 << 20, "maxMessageSize": 64 * 1024}
@@ -39,15 +39,19 @@ class Group:
         ttl_ms: int = TTL_MS,
         other: bool = True,
         settings: dict[str, Any] | None = None,
+        daemons: Daemons | None = None,
     ) -> None:
-        """``settings`` override the replicas' (e.g. ``flushDiskType``, store sizes)."""
+        """``settings`` override the replicas' (e.g. ``flushDiskType``, store sizes); ``daemons``
+        launches the NameServer and the brokers (a test's fixture; a factory of its own under
+        ``root`` for the benchmarks and campaigns)."""
         self.ttl_ms = ttl_ms
+        launch = daemons if daemons is not None else Daemons(root)
         self.etcd = EtcdProcess(root / "etcd").start()
-        self.ns = NamesrvProcess(root / "ns").start()
+        self.ns = launch.namesrv(root / "ns")
         common = {**SMALL, "namesrvAddr": self.ns.endpoint, "brokerClusterName": "C",
                   "autoCreateTopicEnable": False}  # fmt: skip
         self.replicas = {
-            i: BrokerProcess(
+            i: launch.broker(
                 root / f"a{i}",
                 {**common, "brokerName": "broker-a", "brokerId": i, "brokerRole": "SYNC_MASTER",
                  "flushDiskType": "SYNC_FLUSH", "enableControllerMode": True,
@@ -56,11 +60,14 @@ class Group:
                  "haListenPort": 0,  # ephemeral: the master publishes it in etcd
                  "haMaxTimeSlaveNotCatchup": 60_000, **(settings or {})},
                 extra_args=["--listen", f"127.0.0.1:{free_port()}"],  # the same across restarts
+                start=False,
             )
             for i in (1, 2)
         }  # fmt: skip
         self.other = (
-            BrokerProcess(root / "b", {**common, "brokerName": "broker-b"}) if other else None
+            launch.broker(root / "b", {**common, "brokerName": "broker-b"}, start=False)
+            if other
+            else None
         )
         for process in self.brokers():
             process.start()

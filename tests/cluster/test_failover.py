@@ -37,14 +37,14 @@ from tests.cluster.failover_helpers import (
     running_group,
     segments,
 )
-from tests.harness import REPO_ROOT, BrokerProcess
+from tests.harness import REPO_ROOT, BrokerProcess, Daemons
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def group(tmp_path: Path) -> Iterator[Group]:
-    with running_group(tmp_path) as made:
+def group(daemons: Daemons, tmp_path: Path) -> Iterator[Group]:
+    with running_group(tmp_path, daemons=daemons) as made:
         yield made
 
 

@@ -27,6 +27,7 @@ from tests.cluster.failover_helpers import (
     running_group,
     segments,
 )
+from tests.harness import Daemons
 
 pytestmark = pytest.mark.slow
 
@@ -34,8 +35,8 @@ CYCLES = int(os.environ.get("WHARF_FAILOVER_CYCLES", "5"))
 
 
 @pytest.fixture
-def group(tmp_path: Path) -> Iterator[Group]:
-    with running_group(tmp_path) as made:
+def group(daemons: Daemons, tmp_path: Path) -> Iterator[Group]:
+    with running_group(tmp_path, daemons=daemons) as made:
         yield made
 
 

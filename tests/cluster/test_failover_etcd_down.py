@@ -26,6 +26,7 @@ from tests.cluster.failover_helpers import (
     read_everything,
     running_group,
 )
+from tests.harness import Daemons
 
 pytestmark = pytest.mark.slow
 
@@ -33,8 +34,8 @@ TTL_S = TTL_MS / 1000
 
 
 @pytest.fixture
-def group(tmp_path: Path) -> Iterator[Group]:
-    with running_group(tmp_path, other=False) as made:
+def group(daemons: Daemons, tmp_path: Path) -> Iterator[Group]:
+    with running_group(tmp_path, daemons=daemons, other=False) as made:
         yield made
 
 

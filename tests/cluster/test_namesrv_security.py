@@ -24,7 +24,7 @@ from wharf.client.errors import (
 )
 from wharf.client.namesrv import NameServerClient
 
-from tests.harness import REPO_ROOT, BrokerProcess, NamesrvProcess
+from tests.harness import REPO_ROOT, Daemons
 
 pytestmark = pytest.mark.slow
 ADMIN = ("ns-admin", "admin-secret-1")
@@ -47,26 +47,26 @@ async def _until(check, within_s: float) -> None:  # type: ignore[no-untyped-def
         await asyncio.sleep(0.05)
 
 
-async def test_name_server_with_acl_and_tls(tmp_path: Path) -> None:
+async def test_name_server_with_acl_and_tls(daemons: Daemons, tmp_path: Path) -> None:
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(ACL)
     cert, key = tmp_path / "ns" / "ns.crt", tmp_path / "ns" / "ns.key"
-    ns = NamesrvProcess(
+    ns = daemons.namesrv(
         tmp_path / "ns",
         {"aclEnable": True, "aclFile": str(acl), "tlsEnable": True,
          "tlsCertPath": str(cert), "tlsKeyPath": str(key)},
-    ).start()  # fmt: skip
+    )  # fmt: skip
     brokers = []
     try:
         assert cert.exists()  # the development pair, generated at start
         tls = TlsConfig(ca_pem=cert.read_bytes())
         for name, keys in (("broker-a", ADMIN), ("broker-b", READER)):
-            broker = BrokerProcess(
+            broker = daemons.broker(
                 tmp_path / name,
                 settings={"namesrvAddr": ns.endpoint, "brokerClusterName": "C",
                           "brokerName": name, "namesrvAccessKey": keys[0],
                           "namesrvSecretKey": keys[1], "namesrvTlsEnable": True,
-                          "namesrvTlsCaFile": str(cert)},
+                          "namesrvTlsCaFile": str(cert)}, start=False,
             )  # fmt: skip
             brokers.append(broker.start())
         admin = brokers[0]

@@ -10,7 +10,6 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,35 +21,28 @@ from wharf.store.ha import frames
 
 from tests.broker.acl_helpers import ACL_SETTINGS, ADMIN, PRODUCER, write_acl
 from tests.cluster.failover_helpers import segments
-from tests.harness import BrokerProcess, free_port
+from tests.harness import BrokerProcess, Daemons, free_port
 
 SEGMENT = 1 << 20  # small segments: a few hundred KiB of load rolls several
 SMALL = {"mappedFileSizeCommitLog": SEGMENT, "maxMessageSize": 64 * 1024}
 
 
 def _pair(
-    root: Path, master: dict[str, Any] | None = None, slave: dict[str, Any] | None = None
+    daemons: Daemons,
+    root: Path,
+    master: dict[str, Any] | None = None,
+    slave: dict[str, Any] | None = None,
 ) -> tuple[BrokerProcess, BrokerProcess]:
-    m = BrokerProcess(  # an ephemeral HA port unless a test needs it fixed across restarts
+    m = daemons.broker(  # an ephemeral HA port unless a test needs it fixed across restarts
         root / "master",
         {**SMALL, "brokerRole": "ASYNC_MASTER", "haListenPort": 0, **(master or {})},
-    ).start()
-    s = BrokerProcess(
+    )
+    s = daemons.broker(
         root / "slave",
         {**SMALL, "brokerRole": "SLAVE", "brokerId": 1, "haMasterAddress": m.ha_endpoint,
          **(slave or {})},
-    ).start()  # fmt: skip
+    )  # fmt: skip
     return m, s
-
-
-@pytest.fixture
-def procs() -> Iterator[list[BrokerProcess]]:
-    started: list[BrokerProcess] = []
-    yield started
-    for process in started:
-        if process.proc is not None and process.proc.poll() is None:
-            os.kill(process.pid, signal.SIGCONT)
-            process.kill()
 
 
 async def _read_all(endpoint: str, topic: str) -> list[bytes]:
@@ -82,10 +74,9 @@ async def _eventually(check: Any, within_s: float = 20.0) -> Any:
 
 
 async def test_the_slave_is_a_byte_copy_serves_reads_and_refuses_writes(
-    tmp_path: Path, procs: list[BrokerProcess]
+    daemons: Daemons, tmp_path: Path
 ) -> None:
-    master, slave = _pair(tmp_path)
-    procs += [master, slave]
+    master, slave = _pair(daemons, tmp_path)
     sent = [f"m{i}".encode() + b"." * 900 for i in range(2500)]  # ~2.3 MiB: 3 segments
     async with Producer(master.endpoint, retry_times=0) as producer:
         for i in range(0, len(sent), 50):
@@ -125,10 +116,9 @@ async def _count_is(endpoint: str, topic: str, count: int) -> bool:
 
 
 async def test_the_slave_follows_the_master_s_topics_groups_and_offsets(
-    tmp_path: Path, procs: list[BrokerProcess]
+    daemons: Daemons, tmp_path: Path
 ) -> None:
-    master, slave = _pair(tmp_path, master={"autoCreateTopicEnable": False})
-    procs += [master, slave]
+    master, slave = _pair(daemons, tmp_path, master={"autoCreateTopicEnable": False})
     async with Admin(master.endpoint) as admin:
         await admin.create_topic("followed", queue_nums=3)
         await admin.create_group("followers")
@@ -161,9 +151,10 @@ async def test_the_slave_follows_the_master_s_topics_groups_and_offsets(
 
 
 async def test_sync_master_acknowledges_only_what_the_slave_has(
-    tmp_path: Path, procs: list[BrokerProcess]
+    daemons: Daemons, tmp_path: Path
 ) -> None:
     master, slave = _pair(
+        daemons,
         tmp_path,
         master={
             "brokerRole": "SYNC_MASTER",
@@ -171,7 +162,6 @@ async def test_sync_master_acknowledges_only_what_the_slave_has(
             "haMaxTimeSlaveNotCatchup": 3000,
         },
     )
-    procs += [master, slave]
     async with Producer(master.endpoint, retry_times=0) as producer:
         ok = await producer.send("synced", b"both have it")
         assert ok.status == SendStatus.SEND_OK
@@ -205,14 +195,14 @@ async def test_sync_master_acknowledges_only_what_the_slave_has(
 
 @pytest.mark.slow
 async def test_kill_9_of_a_sync_master_loses_no_acknowledged_message(
-    tmp_path: Path, procs: list[BrokerProcess]
+    daemons: Daemons, tmp_path: Path
 ) -> None:
     master, slave = _pair(
+        daemons,
         tmp_path,
         master={"brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH",
                 "haListenPort": free_port()},  # the restarted master must be found again
     )  # fmt: skip
-    procs += [master, slave]
     acked: list[bytes] = []
     stop = asyncio.Event()
 
@@ -255,7 +245,7 @@ async def test_kill_9_of_a_sync_master_loses_no_acknowledged_message(
 
 
 async def test_with_acl_only_a_replica_proving_an_admin_account_gets_the_log(
-    tmp_path: Path, procs: list[BrokerProcess]
+    daemons: Daemons, tmp_path: Path
 ) -> None:
     """aclEnable on the master: the replication port gives the log and the metadata only to a
     replica proving an admin account (haAccessKey / haSecretKey); a stranger's HELLO and a
@@ -264,17 +254,15 @@ async def test_with_acl_only_a_replica_proving_an_admin_account_gets_the_log(
         write_acl(tmp_path / name / "store")
     acl = {**ACL_SETTINGS, "aclEnable": True}
     keys = {"haAccessKey": ADMIN[0], "haSecretKey": ADMIN[1]}
-    master, slave = _pair(tmp_path, master=acl, slave={**acl, **keys})
-    procs += [master, slave]
+    master, slave = _pair(daemons, tmp_path, master=acl, slave={**acl, **keys})
 
     def replica(name: str, account: tuple[str, str]) -> BrokerProcess:
         settings = {**SMALL, **acl, "brokerRole": "SLAVE", "brokerId": 2,
                     "haMasterAddress": master.ha_endpoint, "haAccessKey": account[0],
                     "haSecretKey": account[1]}  # fmt: skip
-        return BrokerProcess(tmp_path / name, settings).start()
+        return daemons.broker(tmp_path / name, settings)
 
     wrong, plain = replica("wrong", (ADMIN[0], "guessed")), replica("plain", PRODUCER)
-    procs += [wrong, plain]
     await _produce_and_copy(master, slave, "secret", access_key=ADMIN[0], secret_key=ADMIN[1])
     host, _, port = master.ha_endpoint.rpartition(":")
     reader, writer = await asyncio.open_connection(host, int(port))
@@ -316,27 +304,25 @@ async def _produce_and_copy(
 
 
 async def test_with_ha_tls_a_replica_copies_only_a_master_whose_certificate_it_trusts(
-    tmp_path: Path, procs: list[BrokerProcess]
+    daemons: Daemons, tmp_path: Path
 ) -> None:
     """haTlsEnable: the replication listener speaks TLS only (a plain connection gets no
     CHALLENGE), a replica trusting the master's certificate (haTlsCaFile) copies the log, and
     one that does not trust it (the system roots) refuses the master and copies nothing."""
     tls = {"haTlsEnable": True}
-    master = BrokerProcess(
+    master = daemons.broker(
         tmp_path / "master", {**SMALL, **tls, "brokerRole": "ASYNC_MASTER", "haListenPort": 0}
-    ).start()
-    procs.append(master)
+    )
     cert = master.store_dir / "config" / "tls" / "broker.crt"  # the development pair
     assert "(TLS, ASYNC_MASTER" in master.log()
 
     def replica(name: str, broker_id: int, **more: Any) -> BrokerProcess:
         settings = {**SMALL, **tls, "brokerRole": "SLAVE", "brokerId": broker_id,
                     "haMasterAddress": master.ha_endpoint, **more}  # fmt: skip
-        return BrokerProcess(tmp_path / name, settings).start()
+        return daemons.broker(tmp_path / name, settings)
 
     trusting = replica("trusting", 1, haTlsCaFile=str(cert))
     stranger = replica("stranger", 2)
-    procs += [trusting, stranger]
     await _produce_and_copy(master, trusting, "sealed")
     host, _, port = master.ha_endpoint.rpartition(":")
     reader, writer = await asyncio.open_connection(host, int(port))

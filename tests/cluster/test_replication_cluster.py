@@ -7,9 +7,6 @@ broker-b) without a failed send, and consumers read what broker-a had from its s
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,32 +14,26 @@ from wharf.client import Admin, Producer, PullConsumer, SendStatus
 from wharf.client.namesrv import NameServerClient
 
 from tests.cluster.test_namesrv import cli
-from tests.harness import BrokerProcess, NamesrvProcess
+from tests.harness import BrokerProcess, Daemons, NamesrvProcess
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def replicated(tmp_path: Path) -> Iterator[tuple[NamesrvProcess, dict[str, BrokerProcess]]]:
-    ns = NamesrvProcess(tmp_path / "ns", {"brokerNotActiveTimeoutMillis": 2000}).start()
+def replicated(daemons: Daemons, tmp_path: Path) -> tuple[NamesrvProcess, dict[str, BrokerProcess]]:
+    ns = daemons.namesrv(tmp_path / "ns", {"brokerNotActiveTimeoutMillis": 2000})
     common = {"namesrvAddr": ns.endpoint, "brokerClusterName": "C", "autoCreateTopicEnable": False}
     brokers: dict[str, BrokerProcess] = {}
-    try:
-        brokers["a0"] = BrokerProcess(
-            tmp_path / "a0", {**common, "brokerName": "broker-a", "haListenPort": 0}
-        ).start()
-        brokers["a1"] = BrokerProcess(
-            tmp_path / "a1",
-            {**common, "brokerName": "broker-a", "brokerId": 1, "brokerRole": "SLAVE",
-             "haMasterAddress": brokers["a0"].ha_endpoint},
-        ).start()  # fmt: skip
-        brokers["b0"] = BrokerProcess(tmp_path / "b0", {**common, "brokerName": "broker-b"}).start()
-        yield ns, brokers
-    finally:
-        for process in [*brokers.values(), ns]:
-            if process.proc is not None and process.proc.poll() is None:
-                os.kill(process.pid, signal.SIGCONT)
-                process.kill()
+    brokers["a0"] = daemons.broker(
+        tmp_path / "a0", {**common, "brokerName": "broker-a", "haListenPort": 0}
+    )
+    brokers["a1"] = daemons.broker(
+        tmp_path / "a1",
+        {**common, "brokerName": "broker-a", "brokerId": 1, "brokerRole": "SLAVE",
+         "haMasterAddress": brokers["a0"].ha_endpoint},
+    )  # fmt: skip
+    brokers["b0"] = daemons.broker(tmp_path / "b0", {**common, "brokerName": "broker-b"})
+    return ns, brokers
 
 
 async def test_a_replicated_group_serves_reads_from_its_slave_when_its_master_dies(

@@ -14,7 +14,7 @@ from wharf.client.console.brokers import BrokerPool
 from wharf.client.console.context import Console
 from wharf.client.console.security import Guard
 
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 BROKER_SETTINGS = {
     "mappedFileSizeCommitLog": 16 * 1024 * 1024,
@@ -26,9 +26,8 @@ _names = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("broker"), settings=BROKER_SETTINGS) as process:
-        yield process
+def broker(module_daemons: Daemons) -> BrokerProcess:
+    return module_daemons.broker("broker", settings=BROKER_SETTINGS)
 
 
 def make_client(endpoints: list[str], guard: Guard | None = None) -> TestClient:

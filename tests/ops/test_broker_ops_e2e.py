@@ -17,7 +17,7 @@ import grpc
 import pytest
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 from tests.ops.deploy_files import (
     DASHBOARD,
     DEPLOY,
@@ -61,11 +61,13 @@ def commit(stub: Any, group: str, queue_id: int, offset: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def loaded_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def loaded_broker(
+    module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
     """A daemon with: queue 0 = 10 x 100 B, queue 1 = 5 x 2000 B; group billing pulled 4 and
     committed 4 of queue 0 and all of queue 1 (lag 6); group audit fully committed (lag 0);
     one message sent back straight to billing's DLQ."""
-    with BrokerProcess(tmp_path_factory.mktemp("ops-broker"), settings=SETTINGS) as broker:
+    with module_daemons.broker(tmp_path_factory.mktemp("ops-broker"), settings=SETTINGS) as broker:
         with grpc.insecure_channel(broker.endpoint) as channel:
             stub = messaging_pb2_grpc.MessagingServiceStub(channel)
             send(stub, 0, [100] * 10)
@@ -127,9 +129,9 @@ def test_metrics_endpoint_reports_traffic_lag_and_store_state(loaded_broker) -> 
     assert value(samples, "wharf_metrics_snapshot_failures_total") == 0
 
 
-def test_parked_long_poll_pull_shows_in_the_gauge(tmp_path: Path) -> None:
+def test_parked_long_poll_pull_shows_in_the_gauge(daemons: Daemons, tmp_path: Path) -> None:
     # Its own daemon: the exact counts of the loaded broker stay independent of test order.
-    with BrokerProcess(tmp_path, settings=SETTINGS) as broker:
+    with daemons.broker(tmp_path, settings=SETTINGS) as broker:
         with grpc.insecure_channel(broker.endpoint) as channel:
             stub = messaging_pb2_grpc.MessagingServiceStub(channel)
             send(stub, 0, [100])
@@ -213,9 +215,11 @@ def _wait_for_rule_evaluation(prometheus: PrometheusServer, timeout: float = 30)
         time.sleep(0.5)
 
 
-def test_probe_reports_serving_then_fails_once_the_broker_stops(tmp_path: Path) -> None:
+def test_probe_reports_serving_then_fails_once_the_broker_stops(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     probe = [sys.executable, "-m", "wharf.broker.serving.probe", "--timeout", "3"]
-    broker = BrokerProcess(tmp_path, settings=SETTINGS, env={"WHARF_ADVERTISED_ADDRESS": "mq.example.com:8081"})  # fmt: skip
+    broker = daemons.broker(tmp_path, settings=SETTINGS, env={"WHARF_ADVERTISED_ADDRESS": "mq.example.com:8081"}, start=False)  # fmt: skip
     with broker:
         serving = subprocess.run([*probe, "--endpoint", broker.endpoint], capture_output=True, text=True, timeout=60)  # fmt: skip
         assert serving.returncode == 0, serving.stderr

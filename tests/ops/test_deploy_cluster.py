@@ -16,7 +16,7 @@ from pathlib import Path
 
 from wharf.client import Producer, PullConsumer
 
-from tests.harness import REPO_ROOT, BrokerProcess, NamesrvProcess
+from tests.harness import REPO_ROOT, BrokerProcess, Daemons
 from tests.ops.deploy_files import DEPLOY, load_yaml
 
 CLUSTER = load_yaml(DEPLOY / "docker-compose.cluster.yml")
@@ -59,7 +59,7 @@ def test_cluster_compose_runs_two_name_servers_and_two_secured_broker_groups() -
     assert len(published) == len(set(published))  # no host port twice
 
 
-def test_the_cluster_compose_topology_runs_as_processes(tmp_path: Path) -> None:
+def test_the_cluster_compose_topology_runs_as_processes(daemons: Daemons, tmp_path: Path) -> None:
     secrets_dir = tmp_path / "secrets"
     subprocess.run(["make", "-s", "deploy-secrets", f"SECRETS_DIR={secrets_dir}"],
                    cwd=REPO_ROOT, check=True, capture_output=True, timeout=120)  # fmt: skip
@@ -70,8 +70,8 @@ def test_the_cluster_compose_topology_runs_as_processes(tmp_path: Path) -> None:
     keys = dict(line.split("=", 1) for line in (secrets_dir / "admin.env").read_text().split())
     ca_file = mounted["/run/secrets/wharf_tls_cert"]
     names = [
-        NamesrvProcess(tmp_path / n, env={k: mounted.get(str(v), str(v)) for k, v in
-                                         CLUSTER["services"][n]["environment"].items()})
+        daemons.namesrv(tmp_path / n, env={k: mounted.get(str(v), str(v)) for k, v in
+                                         CLUSTER["services"][n]["environment"].items()}, start=False)
         for n in NAMESRVS
     ]  # fmt: skip
     brokers: list[BrokerProcess] = []
@@ -91,7 +91,7 @@ def test_the_cluster_compose_topology_runs_as_processes(tmp_path: Path) -> None:
                 env["WHARF_HA_LISTEN_PORT"] = "0"
             if "WHARF_HA_MASTER_ADDRESS" in env:
                 env["WHARF_HA_MASTER_ADDRESS"] = brokers[0].ha_endpoint  # broker-a's
-            brokers.append(BrokerProcess(tmp_path / name, env=env).start())
+            brokers.append(daemons.broker(tmp_path / name, env=env))
 
         cli = [sys.executable, "-m", "wharf.client.cli.main", "--namesrv", addr, "--json",
                "--namesrv-tls", "--ca-file", ca_file]  # fmt: skip

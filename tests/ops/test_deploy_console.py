@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import REPO_ROOT, BrokerProcess, free_port
+from tests.harness import REPO_ROOT, Daemons, free_port
 from tests.ops.deploy_files import DEPLOY, load_yaml
 
 COMPOSE = load_yaml(DEPLOY / "docker-compose.yml")
@@ -66,7 +66,7 @@ def _get(url: str, token: str | None = None) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def test_the_console_service_runs_as_processes(tmp_path: Path) -> None:
+def test_the_console_service_runs_as_processes(daemons: Daemons, tmp_path: Path) -> None:
     secrets_dir = tmp_path / "secrets"
     subprocess.run(["make", "-s", "deploy-secrets", f"SECRETS_DIR={secrets_dir}"],
                    cwd=REPO_ROOT, check=True, capture_output=True, timeout=120)  # fmt: skip
@@ -81,7 +81,7 @@ def test_the_console_service_runs_as_processes(tmp_path: Path) -> None:
     broker_env.pop("WHARF_ADVERTISED_ADDRESS")
     service = COMPOSE["services"]["console"]
     keys = dict(line.split("=", 1) for line in (secrets_dir / "admin.env").read_text().split())
-    with BrokerProcess(tmp_path / "broker", env=broker_env) as broker:
+    with daemons.broker(tmp_path / "broker", env=broker_env) as broker:
         port = free_port()
         command = [
             broker.endpoint if part == "broker:8081" else part.replace(":8082", f":{port}")

@@ -28,7 +28,7 @@ from wharf.client import Admin, Producer, PullConsumer, SendStatus
 from wharf.client.channel import tls_config
 from wharf.client.namesrv import NameServerClient
 
-from tests.harness import REPO_ROOT, BrokerProcess, NamesrvProcess, free_port
+from tests.harness import REPO_ROOT, BrokerProcess, Daemons, free_port
 from tests.ops.deploy_files import DEPLOY, load_yaml
 
 HA = load_yaml(DEPLOY / "docker-compose.ha.yml")
@@ -136,7 +136,9 @@ class _Etcd:
 
 
 @pytest.mark.slow
-def test_the_ha_compose_topology_runs_as_processes_and_fails_over(tmp_path: Path) -> None:
+def test_the_ha_compose_topology_runs_as_processes_and_fails_over(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     secrets_dir = tmp_path / "secrets"
     subprocess.run(["make", "-s", "deploy-secrets", f"SECRETS_DIR={secrets_dir}"],
                    cwd=REPO_ROOT, check=True, capture_output=True, timeout=120)  # fmt: skip
@@ -154,7 +156,7 @@ def test_the_ha_compose_topology_runs_as_processes_and_fails_over(tmp_path: Path
     etcd = _Etcd(tmp_path / "etcd")
     ns_env = {k: mounted.get(str(v), str(v)) for k, v in
               HA["services"]["namesrv"]["environment"].items()}  # fmt: skip
-    ns = NamesrvProcess(tmp_path / "namesrv", env=ns_env)
+    ns = daemons.namesrv(tmp_path / "namesrv", env=ns_env, start=False)
     replicas: dict[str, BrokerProcess] = {}
     try:
         ns.start()
@@ -167,7 +169,7 @@ def test_the_ha_compose_topology_runs_as_processes_and_fails_over(tmp_path: Path
             env["WHARF_CONTROLLER_ADDR"] = etcd.endpoint
             env["WHARF_HA_LISTEN_HOST"] = "127.0.0.1"
             env["WHARF_HA_LISTEN_PORT"] = str(free_port())
-            replicas[name] = BrokerProcess(tmp_path / name, env=env).start()
+            replicas[name] = daemons.broker(tmp_path / name, env=env)
 
         cli = [sys.executable, "-m", "wharf.client.cli.main", "--namesrv", ns.endpoint, "--json",
                "--namesrv-tls", "--ca-file", ca_file]  # fmt: skip

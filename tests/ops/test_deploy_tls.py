@@ -16,13 +16,15 @@ from pathlib import Path
 
 from cryptography import x509
 
-from tests.harness import REPO_ROOT, BrokerProcess
+from tests.harness import REPO_ROOT, Daemons
 from tests.ops.deploy_files import DEPLOY, load_yaml
 
 COMPOSE = load_yaml(DEPLOY / "docker-compose.yml")
 
 
-def test_deploy_secrets_and_the_compose_environment_give_a_tls_broker(tmp_path: Path) -> None:
+def test_deploy_secrets_and_the_compose_environment_give_a_tls_broker(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     secrets_dir = tmp_path / "secrets"
     made = subprocess.run(
         ["make", "-s", "deploy-secrets", f"SECRETS_DIR={secrets_dir}"],
@@ -52,7 +54,7 @@ def test_deploy_secrets_and_the_compose_environment_give_a_tls_broker(tmp_path: 
         for name, value in COMPOSE["services"]["broker"]["environment"].items()
     }
     env.pop("WHARF_ADVERTISED_ADDRESS")  # the harness's ephemeral port is advertised instead
-    with BrokerProcess(tmp_path / "broker", env=env) as broker:
+    with daemons.broker(tmp_path / "broker", env=env) as broker:
         assert broker.tls_endpoint == broker.endpoint  # the compose's 8081 is TLS-only
         probe = subprocess.run(
             [sys.executable, "-m", "wharf.broker.serving.probe", "--endpoint", broker.endpoint],

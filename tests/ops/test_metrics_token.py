@@ -12,7 +12,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.harness import BrokerProcess
+from tests.harness import Daemons
 from tests.ops.prometheus_server import PrometheusServer
 
 TOKEN = "s3cr3t-token-for-prometheus_0123456789"
@@ -29,11 +29,11 @@ def scrape(endpoint: str, authorization: str | None) -> tuple[int, dict[str, str
         return exc.code, dict(exc.headers), exc.read().decode()
 
 
-def test_metrics_require_the_bearer_token_when_configured(tmp_path: Path) -> None:
+def test_metrics_require_the_bearer_token_when_configured(daemons: Daemons, tmp_path: Path) -> None:
     token_file = tmp_path / "metrics_token"
     token_file.write_text(TOKEN + "\n")  # a trailing newline, as `echo` writes it
     settings = {"metricsBearerTokenFile": str(token_file)}
-    with BrokerProcess(tmp_path / "broker", settings=settings) as broker:
+    with daemons.broker(tmp_path / "broker", settings=settings) as broker:
         status, headers, body = scrape(broker.metrics_endpoint, None)
         assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer")
         assert "rocketmq_" not in body and "wharf_" not in body
@@ -52,6 +52,7 @@ def test_metrics_require_the_bearer_token_when_configured(tmp_path: Path) -> Non
 
 @pytest.mark.ops
 def test_prometheus_with_the_deploy_config_scrapes_a_broker_requiring_the_token(
+    daemons: Daemons,
     tmp_path: Path,
 ) -> None:
     """deploy/prometheus.yml's authorization block, its credentials_file rebased onto the
@@ -60,7 +61,7 @@ def test_prometheus_with_the_deploy_config_scrapes_a_broker_requiring_the_token(
     token_file.write_text(TOKEN)
     settings = {"metricsBearerTokenFile": str(token_file)}
     with (
-        BrokerProcess(tmp_path / "broker", settings=settings) as broker,
+        daemons.broker(tmp_path / "broker", settings=settings) as broker,
         PrometheusServer(tmp_path, broker.metrics_endpoint, token_file) as prom,
     ):
         (up,) = prom.wait_for('up{job="wharf"} == 1')
@@ -68,8 +69,8 @@ def test_prometheus_with_the_deploy_config_scrapes_a_broker_requiring_the_token(
         assert prom.wait_for("wharf_broker_uptime_seconds > 0")
 
 
-def test_metrics_stay_open_without_a_token(tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path / "broker") as broker:
+def test_metrics_stay_open_without_a_token(daemons: Daemons, tmp_path: Path) -> None:
+    with daemons.broker(tmp_path / "broker") as broker:
         status, _, body = scrape(broker.metrics_endpoint, None)
         assert status == 200 and "wharf_store_disk_used_ratio" in body
 
@@ -79,13 +80,13 @@ def test_metrics_stay_open_without_a_token(tmp_path: Path) -> None:
     [(None, "cannot read"), ("", "must hold one token"), ("two words", "must hold one token")],
 )
 def test_an_unusable_token_file_stops_the_broker(
-    tmp_path: Path, content: str | None, problem: str
+    daemons: Daemons, tmp_path: Path, content: str | None, problem: str
 ) -> None:
     token_file = tmp_path / "metrics_token"
     if content is not None:
         token_file.write_text(content)
-    broker = BrokerProcess(
-        tmp_path / "broker", settings={"metricsBearerTokenFile": str(token_file)}
+    broker = daemons.broker(
+        tmp_path / "broker", settings={"metricsBearerTokenFile": str(token_file)}, start=False
     )
     with pytest.raises(RuntimeError, match="broker exited with 1") as caught:
         broker.start()

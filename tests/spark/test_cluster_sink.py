@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from wharf.client.admin import Admin
 
-from tests.harness import BrokerProcess, NamesrvProcess
+from tests.harness import BrokerProcess, Daemons
 from tests.spark.wire import open_halves, queue_offsets, read_topic, wait_until_visible
 
 pytestmark = pytest.mark.spark
@@ -23,18 +23,18 @@ GROUPS = ("broker-a", "broker-b")
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[str, dict[str, BrokerProcess]]]:
+def cluster(daemons: Daemons, tmp_path: Path) -> Iterator[tuple[str, dict[str, BrokerProcess]]]:
     """One NameServer, two groups; topics "exact" and "placed" (2 queues on each group)."""
-    with NamesrvProcess(tmp_path / "ns") as ns:
+    with daemons.namesrv(tmp_path / "ns") as ns:
         brokers: dict[str, BrokerProcess] = {}
         try:
             for name in GROUPS:
-                brokers[name] = BrokerProcess(
+                brokers[name] = daemons.broker(
                     tmp_path / name,
                     settings={"namesrvAddr": ns.endpoint, "brokerClusterName": "C",
                               "brokerName": name, "autoCreateTopicEnable": False,
                               "brokerHeartbeatInterval": 200},
-                ).start()  # fmt: skip
+                )  # fmt: skip
 
             async def create() -> None:
                 async with Admin(namesrv=ns.endpoint) as admin:

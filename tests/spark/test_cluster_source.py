@@ -13,23 +13,23 @@ import grpc
 import pytest
 from wharf.v1 import admin_pb2, admin_pb2_grpc
 
-from tests.harness import BrokerProcess, NamesrvProcess
+from tests.harness import BrokerProcess, Daemons
 from tests.spark.wire import send, wait_until_visible
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[str, dict[str, BrokerProcess]]]:
-    with NamesrvProcess(tmp_path / "ns") as ns:
+def cluster(daemons: Daemons, tmp_path: Path) -> Iterator[tuple[str, dict[str, BrokerProcess]]]:
+    with daemons.namesrv(tmp_path / "ns") as ns:
         brokers = {}
         try:
             for name in ("broker-a", "broker-b"):
-                brokers[name] = BrokerProcess(
+                brokers[name] = daemons.broker(
                     tmp_path / name,
                     settings={"namesrvAddr": ns.endpoint, "brokerClusterName": "C",
                               "brokerName": name, "autoCreateTopicEnable": False},
-                ).start()  # fmt: skip
+                )  # fmt: skip
                 with grpc.insecure_channel(brokers[name].endpoint) as channel:
                     admin_pb2_grpc.AdminServiceStub(channel).CreateTopic(
                         admin_pb2.CreateTopicRequest(

@@ -10,7 +10,7 @@ import pytest
 from wharf.client.spark.offsets import DataLossError, QueueRange
 from wharf.client.spark.options import parse_read_options
 
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 from tests.spark.segments import flip_body_byte
 from tests.spark.wire import queue_offsets, read_topic, send, wait_until_visible
 
@@ -19,10 +19,10 @@ pytestmark = pytest.mark.spark
 EVERY_HOUR = ";".join(f"{h:02d}" for h in range(24))
 
 
-def retention_broker(root: Path) -> BrokerProcess:
+def retention_broker(daemons: Daemons, root: Path) -> BrokerProcess:
     """Tiny segments and retention that deletes every full segment within a fraction of a
     second: fileReservedTime=0 hours, deleteWhen covering every hour, a 200 ms cleanup pass."""
-    return BrokerProcess(
+    return daemons.broker(
         root,
         settings={
             "defaultTopicQueueNums": 1,
@@ -33,6 +33,7 @@ def retention_broker(root: Path) -> BrokerProcess:
             "deleteWhen": EVERY_HOUR,
             "cleanResourceInterval": 200,
         },
+        start=False,
     )
 
 
@@ -53,8 +54,10 @@ def wait_for_retention(endpoint: str, topic: str, count: int, timeout: float = 3
     raise TimeoutError(f"retention did not settle: {queue_offsets(endpoint, topic)}")
 
 
-def test_fail_on_data_loss_after_retention_deleted_a_range(spark, tmp_path: Path) -> None:
-    with retention_broker(tmp_path / "broker") as broker:
+def test_fail_on_data_loss_after_retention_deleted_a_range(
+    daemons: Daemons, spark, tmp_path: Path
+) -> None:
+    with retention_broker(daemons, tmp_path / "broker") as broker:
         bodies = [f"{i:05d}".encode() * 40 for i in range(200)]
         send(broker.endpoint, "ledger", bodies, queue_id=0, batch=8)  # a batch fits a segment
         low = wait_for_retention(broker.endpoint, "ledger", 200)
@@ -107,15 +110,16 @@ def test_fail_on_data_loss_after_retention_deleted_a_range(spark, tmp_path: Path
 
 
 def test_offline_scan_matches_the_daemon_and_reports_a_corrupted_record(
-    spark, tmp_path: Path
+    daemons: Daemons, spark, tmp_path: Path
 ) -> None:
-    broker = BrokerProcess(
+    broker = daemons.broker(
         tmp_path / "broker",
         settings={
             "defaultTopicQueueNums": 2,
             "mappedFileSizeCommitLog": 8192,
             "maxMessageSize": 2048,
         },
+        start=False,
     )
     with broker:
         for q in range(2):

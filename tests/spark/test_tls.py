@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import BrokerProcess
+from tests.harness import Daemons
 
 pytestmark = pytest.mark.spark
 
@@ -21,9 +21,9 @@ def read(spark, endpoint: str, **options: str):
     return reader.load()
 
 
-def test_sink_and_source_over_tls(spark, tmp_path: Path) -> None:
+def test_sink_and_source_over_tls(daemons: Daemons, spark, tmp_path: Path) -> None:
     settings = {"tlsEnable": True, "tlsListen": "127.0.0.1:0", "defaultTopicQueueNums": 2}
-    with BrokerProcess(tmp_path / "broker", settings=settings) as broker:
+    with daemons.broker(tmp_path / "broker", settings=settings) as broker:
         ca = str(broker.store_dir / "config" / "tls" / "broker.crt")
         bodies = [f"secure {i}" for i in range(50)]
         frame = spark.createDataFrame([(b,) for b in bodies], "body string")

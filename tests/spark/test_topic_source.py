@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 from tests.spark.wire import committed_offsets, send, wait_until_visible
 
 pytestmark = pytest.mark.spark
@@ -17,8 +17,8 @@ QUEUES = 4
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path / "broker", settings={"defaultTopicQueueNums": QUEUES}) as b:
+def broker(daemons: Daemons, tmp_path: Path) -> Iterator[BrokerProcess]:
+    with daemons.broker(tmp_path / "broker", settings={"defaultTopicQueueNums": QUEUES}) as b:
         yield b
 
 

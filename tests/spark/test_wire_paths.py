@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 from tests.spark.wire import read_topic, send, wait_until_visible
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path / "broker", settings={"defaultTopicQueueNums": 1}) as b:
+def broker(daemons: Daemons, tmp_path: Path) -> Iterator[BrokerProcess]:
+    with daemons.broker(tmp_path / "broker", settings={"defaultTopicQueueNums": 1}) as b:
         yield b
 
 

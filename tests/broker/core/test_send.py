@@ -5,9 +5,6 @@ refusals. Unit tests over FakeStore; the cross-protocol ones in a real BrokerCon
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import grpc
 import pytest
 from wharf.broker.controller import BrokerController
@@ -21,7 +18,6 @@ from wharf.broker.core.validate import (
 )
 from wharf.broker.errors import status_for
 from wharf.broker.meta.topics import TopicConfig, TopicConfigManager
-from wharf.broker.settings import load_settings
 from wharf.rocketmq.v2 import definition_pb2 as d
 from wharf.rocketmq.v2 import service_pb2 as s
 from wharf.rocketmq.v2 import service_pb2_grpc
@@ -35,6 +31,7 @@ from wharf.store.model import MessageInput, PutStatus
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 from tests.fakes import FakeStore
+from tests.inproc import InProcFactory
 
 MAX = 1024
 META = (("x-mq-client-id", "host@1@0@abc"), ("authorization", "MQv2-HMAC-SHA1 Credential=, x"))
@@ -208,16 +205,8 @@ async def test_put_and_the_split_forms_reach_the_store() -> None:
 
 
 @pytest.fixture
-async def controller(tmp_path: Path) -> AsyncIterator[BrokerController]:
-    overrides = {
-        "listen": "127.0.0.1:0",
-        "metrics_listen": "127.0.0.1:0",
-        "store_path_root_dir": str(tmp_path),
-    }
-    c = BrokerController(load_settings(None, {}, overrides), store_factory=FakeStore)
-    await c.start()
-    yield c
-    await c.shutdown()
+async def controller(inproc_broker: InProcFactory) -> BrokerController:
+    return (await inproc_broker(FakeStore)).controller
 
 
 async def test_v1_and_v2_sends_to_one_topic_rotate_through_one_counter(

@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -64,7 +63,7 @@ from tests.broker.acl_helpers import (
 )
 from tests.broker.remoting.test_cpp_client import RMQ4_PYTHON
 from tests.broker.remoting.test_server import Client, _pull_fields, _send_fields
-from tests.harness import BrokerProcess, NamesrvProcess
+from tests.harness import BrokerProcess, Daemons
 
 REMOTING = ["--remoting-listen", "127.0.0.1:0"]
 CPP_SCRIPT = Path(__file__).with_name("cpp_acl_script.py")
@@ -144,28 +143,16 @@ def test_every_served_request_code_has_an_acl_entry() -> None:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def broker(module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory) -> BrokerProcess:
     root = tmp_path_factory.mktemp("remoting-acl")
     write_acl(root / "store")
-    process = BrokerProcess(root, settings=ACL_SETTINGS, extra_args=REMOTING)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.kill()
+    return module_daemons.broker(root, settings=ACL_SETTINGS, extra_args=REMOTING)
 
 
 async def _connect(address: str) -> Client:
     host, _, port = address.rpartition(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     return Client(reader, writer)
-
-
-@pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[Client]:
-    connected = await _connect(broker.remoting_endpoint)
-    yield connected
-    connected.writer.close()
 
 
 async def _call(
@@ -295,11 +282,13 @@ def test_the_broker_starts_with_acl_and_remoting(broker: BrokerProcess) -> None:
 # --- the NameServer ---------------------------------------------------------------------------
 
 
-async def test_the_name_servers_remoting_port_checks_the_same_way(tmp_path: Path) -> None:
+async def test_the_name_servers_remoting_port_checks_the_same_way(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(ACL_YAML)
     settings = {"aclEnable": True, "aclFile": str(acl), "remotingListen": "127.0.0.1:0"}
-    with NamesrvProcess(tmp_path / "ns", settings) as ns:
+    with daemons.namesrv(tmp_path / "ns", settings) as ns:
         remoting = json.loads((ns.root / "ready.json").read_text())["remoting"]
         client = await _connect(remoting)
         try:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -18,29 +17,16 @@ from wharf.store.codec.ids import decode_offset_msg_id
 from wharf.store.codec.records import decode_record
 
 from tests.broker.remoting.test_server import Client, _records, _send_fields
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(
-        tmp_path_factory.mktemp("remoting-admin"),
+def broker(module_daemons: Daemons) -> BrokerProcess:
+    return module_daemons.broker(
+        "remoting-admin",
         settings={"defaultTopicQueueNums": 4},
         extra_args=["--remoting-listen", "127.0.0.1:0"],
     )
-    process.start()
-    try:
-        yield process
-    finally:
-        process.kill()
-
-
-@pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[Client]:
-    host, _, port = broker.remoting_endpoint.rpartition(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    yield Client(reader, writer)
-    writer.close()
 
 
 def parse_mq_table(text: str) -> dict[tuple[str, str, int], Any]:

@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ import pytest
 from wharf.broker.remoting.codes import RequestCode, ResponseCode
 
 from tests.broker.remoting.test_server import Client
-from tests.harness import REPO_ROOT, BrokerProcess
+from tests.harness import REPO_ROOT, BrokerProcess, Daemons
 
 pytestmark = pytest.mark.slow
 RMQ4_PYTHON = REPO_ROOT / ".venv-rmq4" / "bin" / "python"
@@ -61,10 +60,8 @@ def _spec(i: int, prefix: str = "m") -> dict[str, Any]:
     }
 
 
-def test_sync_sends_are_received_exactly_as_sent(
-    spawn_broker: Callable[..., BrokerProcess], tmp_path: Path
-) -> None:
-    broker = spawn_broker(settings=SETTINGS, extra_args=REMOTING)
+def test_sync_sends_are_received_exactly_as_sent(daemons: Daemons, tmp_path: Path) -> None:
+    broker = daemons.broker(settings=SETTINGS, extra_args=REMOTING)
     specs = [_spec(i) for i in range(12)]
     out = run(broker, tmp_path / "home", "send", group="PG_SYNC", topic="T_SYNC", messages=specs)
     assert out["error"] is None
@@ -89,10 +86,8 @@ def test_sync_sends_are_received_exactly_as_sent(
     assert len({m["queue_id"] for m in received if m["reconsume_times"] == 0}) > 1
 
 
-def test_oneway_orderly_and_batch_sends(
-    spawn_broker: Callable[..., BrokerProcess], tmp_path: Path
-) -> None:
-    broker = spawn_broker(settings=SETTINGS, extra_args=REMOTING)
+def test_oneway_orderly_and_batch_sends(daemons: Daemons, tmp_path: Path) -> None:
+    broker = daemons.broker(settings=SETTINGS, extra_args=REMOTING)
     home = tmp_path / "home"
     oneway = [_spec(i, "oneway") for i in range(3)]
     out = run(broker, home, "send", group="PG_MIX", topic="T_MIX", messages=oneway,
@@ -128,10 +123,8 @@ def test_oneway_orderly_and_batch_sends(
     ]
 
 
-def test_kill_9_between_sends_loses_nothing_acknowledged(
-    spawn_broker: Callable[..., BrokerProcess], tmp_path: Path
-) -> None:
-    broker = spawn_broker(settings=SETTINGS, extra_args=REMOTING)
+def test_kill_9_between_sends_loses_nothing_acknowledged(daemons: Daemons, tmp_path: Path) -> None:
+    broker = daemons.broker(settings=SETTINGS, extra_args=REMOTING)
     home = tmp_path / "home"
     acknowledged: list[str] = []
     for round_ in range(2):
@@ -150,13 +143,13 @@ def test_kill_9_between_sends_loses_nothing_acknowledged(
     assert sorted(m["body"] for m in got["received"]) == sorted(acknowledged)
 
 
-def test_delay_levels_deliver_after_their_delay(
-    spawn_broker: Callable[..., BrokerProcess], tmp_path: Path
-) -> None:
+def test_delay_levels_deliver_after_their_delay(daemons: Daemons, tmp_path: Path) -> None:
     """``Message.set_delay_time_level``: the broker holds the message for its level's delay
     (here levels of 1 s and 3 s), then the consumer gets it on its own topic, never before; a
     message without a level comes at once."""
-    broker = spawn_broker(settings={**SETTINGS, "messageDelayLevel": "1s 3s"}, extra_args=REMOTING)
+    broker = daemons.broker(
+        settings={**SETTINGS, "messageDelayLevel": "1s 3s"}, extra_args=REMOTING
+    )
     home = tmp_path / "home"
     specs = [
         {"body": "now", "tags": "T"},
@@ -180,13 +173,11 @@ def test_delay_levels_deliver_after_their_delay(
     assert by_body["now"]["store_ms"] - by_body["now"]["born_ms"] < 1000
 
 
-def test_two_consumers_of_one_group_split_the_queues(
-    spawn_broker: Callable[..., BrokerProcess], tmp_path: Path
-) -> None:
+def test_two_consumers_of_one_group_split_the_queues(daemons: Daemons, tmp_path: Path) -> None:
     """Two C++ PushConsumers of one group: once both are members (the broker tells the first
     with NOTIFY_CONSUMER_IDS_CHANGED and it rebalances), messages sent to all four queues reach
     exactly one of them each, every queue read by one consumer only."""
-    broker = spawn_broker(settings=SETTINGS, extra_args=REMOTING)
+    broker = daemons.broker(settings=SETTINGS, extra_args=REMOTING)
     specs = [_spec(i, "split") for i in range(24)]
     bodies = [s["body"] for s in specs]
     # The topic and its queues exist before the consumers subscribe.
@@ -241,12 +232,10 @@ def _members(broker: BrokerProcess, group: str) -> int:
     return asyncio.run(ask())
 
 
-def test_broadcasting_consumers_each_get_every_message(
-    spawn_broker: Callable[..., BrokerProcess], tmp_path: Path
-) -> None:
+def test_broadcasting_consumers_each_get_every_message(daemons: Daemons, tmp_path: Path) -> None:
     """Two BROADCASTING PushConsumers of one group (offsets kept by the client, RocketMQ's
     broadcasting model): each receives every message sent once both are subscribed."""
-    broker = spawn_broker(settings=SETTINGS, extra_args=REMOTING)
+    broker = daemons.broker(settings=SETTINGS, extra_args=REMOTING)
     specs = [_spec(i, "bcast") for i in range(12)]
     bodies = [s["body"] for s in specs]
     assert run(broker, tmp_path / "h0", "send", group="PG_BC", topic="T_BC",

@@ -30,7 +30,6 @@ import itertools
 import json
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +46,7 @@ from wharf.broker.remoting.codes import (
 from wharf.broker.remoting.frame import FrameDecoder, RemotingCommand, encode
 from wharf.store.codec.properties import properties_to_string
 
-from tests.harness import BrokerProcess
+from tests.harness import Daemons
 
 pytestmark = pytest.mark.slow
 
@@ -472,9 +471,9 @@ def pull_fields(topic: str, queue_id: int, offset: int) -> dict[str, str]:
 
 
 def test_every_request_code_fuzzed_gets_an_answer(
-    spawn_broker: Callable[..., BrokerProcess],
+    daemons: Daemons,
 ) -> None:
-    broker = spawn_broker(
+    broker = daemons.broker(
         settings={"defaultTopicQueueNums": QUEUES},
         extra_args=["--remoting-listen", "127.0.0.1:0"],
     )

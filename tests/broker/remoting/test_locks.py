@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import subprocess
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from wharf.broker.remoting.locks import LOCK_MAX_LIVE_MS, QueueLocks
 
 from tests.broker.remoting.test_cpp_client import RMQ4_PYTHON
 from tests.broker.remoting.test_server import Client, _send_fields
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 SCRIPT = Path(__file__).with_name("cpp_orderly_script.py")
 
@@ -48,25 +47,12 @@ def test_lock_table() -> None:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(
-        tmp_path_factory.mktemp("remoting-locks"),
+def broker(module_daemons: Daemons) -> BrokerProcess:
+    return module_daemons.broker(
+        "remoting-locks",
         settings={"defaultTopicQueueNums": 4},
         extra_args=["--remoting-listen", "127.0.0.1:0"],
     )
-    process.start()
-    try:
-        yield process
-    finally:
-        process.kill()
-
-
-@pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[Client]:
-    host, _, port = broker.remoting_endpoint.rpartition(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    yield Client(reader, writer)
-    writer.close()
 
 
 async def _broker_name(client: Client, topic: str) -> str:

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,7 +26,7 @@ from wharf.broker.remoting.frame import FrameDecoder, RemotingCommand, encode
 from wharf.client.admin import Admin
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
-from tests.harness import REPO_ROOT, BrokerProcess, NamesrvProcess
+from tests.harness import REPO_ROOT, BrokerProcess, Daemons, NamesrvProcess
 
 RMQ4_PYTHON = REPO_ROOT / ".venv-rmq4" / "bin" / "python"
 SCRIPT = Path(__file__).with_name("cpp_client_script.py")
@@ -165,50 +164,46 @@ async def _call(address: str, code: int, fields: dict[str, Any] | None = None) -
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory) -> Cluster:
     """A NameServer with a remoting port; broker-a and broker-b with remoting ports, broker-c
     without; auto-create off and ``T_NS`` (2 queues) on each group."""
     root = tmp_path_factory.mktemp("ns-remoting")
-    namesrv = NamesrvProcess(root / "ns", {"remotingListen": "127.0.0.1:0"})
+    namesrv = module_daemons.namesrv(root / "ns", {"remotingListen": "127.0.0.1:0"}, start=False)
     brokers: dict[str, BrokerProcess] = {}
-    try:
-        namesrv.start()
-        remoting = json.loads((namesrv.root / "ready.json").read_text())["remoting"]
-        for name in ("broker-a", "broker-b", "broker-c"):
-            brokers[name] = BrokerProcess(
-                root / name,
-                settings={
-                    "namesrvAddr": namesrv.endpoint,
-                    "brokerName": name,
-                    "brokerClusterName": "C",
-                    "autoCreateTopicEnable": False,
-                    "brokerHeartbeatInterval": 200,
-                },
-                extra_args=["--remoting-listen", "127.0.0.1:0"] if name != "broker-c" else [],
-            ).start()
+    namesrv.start()
+    remoting = json.loads((namesrv.root / "ready.json").read_text())["remoting"]
+    for name in ("broker-a", "broker-b", "broker-c"):
+        brokers[name] = module_daemons.broker(
+            root / name,
+            settings={
+                "namesrvAddr": namesrv.endpoint,
+                "brokerName": name,
+                "brokerClusterName": "C",
+                "autoCreateTopicEnable": False,
+                "brokerHeartbeatInterval": 200,
+            },
+            extra_args=["--remoting-listen", "127.0.0.1:0"] if name != "broker-c" else [],
+        )
 
-        async def create() -> None:
-            for broker in brokers.values():
-                async with Admin(broker.endpoint) as admin:
-                    await admin.create_topic(TOPIC, queue_nums=2)
-                    await admin.create_topic(FAILOVER_TOPIC, queue_nums=2)  # its own test
-                    await admin.create_topic(NODE_TOPIC, queue_nums=2)
-                    await admin.create_topic(MIX_TOPIC, queue_nums=2)
-                    await admin.create_topic(SPLIT_TOPIC, queue_nums=2)
-                    await admin.create_topic(BROADCAST_TOPIC, queue_nums=2)
+    async def create() -> None:
+        for broker in brokers.values():
+            async with Admin(broker.endpoint) as admin:
+                await admin.create_topic(TOPIC, queue_nums=2)
+                await admin.create_topic(FAILOVER_TOPIC, queue_nums=2)  # its own test
+                await admin.create_topic(NODE_TOPIC, queue_nums=2)
+                await admin.create_topic(MIX_TOPIC, queue_nums=2)
+                await admin.create_topic(SPLIT_TOPIC, queue_nums=2)
+                await admin.create_topic(BROADCAST_TOPIC, queue_nums=2)
 
-        asyncio.run(create())
-        deadline = time.monotonic() + 10
-        while True:  # until both groups re-registered with the topic
-            reply = asyncio.run(_call(remoting, 105, {"topic": TOPIC}))
-            if reply.code == 0 and len(json.loads(reply.body)["queueDatas"]) == 2:
-                break
-            assert time.monotonic() < deadline, f"{TOPIC} not routed: {reply}"
-            time.sleep(0.1)
-        yield Cluster(namesrv, remoting, brokers)
-    finally:
-        for process in [*brokers.values(), namesrv]:
-            process.kill()
+    asyncio.run(create())
+    deadline = time.monotonic() + 10
+    while True:  # until both groups re-registered with the topic
+        reply = asyncio.run(_call(remoting, 105, {"topic": TOPIC}))
+        if reply.code == 0 and len(json.loads(reply.body)["queueDatas"]) == 2:
+            break
+        assert time.monotonic() < deadline, f"{TOPIC} not routed: {reply}"
+        time.sleep(0.1)
+    return Cluster(namesrv, remoting, brokers)
 
 
 async def test_raw_client_gets_the_route_of_both_groups(cluster: Cluster) -> None:

@@ -26,13 +26,12 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 pytestmark = pytest.mark.slow
 NODE_DIR = Path(__file__).with_name("node")
@@ -104,10 +103,8 @@ def _assert_as_sent(message: dict[str, Any], spec: dict[str, Any], topic: str) -
     assert _user_props(message["props"]) == spec["props"]
 
 
-def test_sync_sends_are_received_exactly_as_sent(
-    spawn_broker: Callable[..., BrokerProcess], tmp_path: Path
-) -> None:
-    broker = spawn_broker(settings=SETTINGS, extra_args=REMOTING)
+def test_sync_sends_are_received_exactly_as_sent(daemons: Daemons, tmp_path: Path) -> None:
+    broker = daemons.broker(settings=SETTINGS, extra_args=REMOTING)
     home = tmp_path / "home"
     specs = [_spec(i) for i in range(12)]
     out = run_node(broker, home, "send", group="PG_SYNC", topic="T_SYNC", messages=specs,
@@ -167,10 +164,8 @@ def _queue_of(sharding_key: str) -> int:
     return int.from_bytes(hashlib.md5(sharding_key.encode()).digest()[:4], "big") % QUEUES
 
 
-def test_tag_subscription_and_sharding_key(
-    spawn_broker: Callable[..., BrokerProcess], tmp_path: Path
-) -> None:
-    broker = spawn_broker(settings=SETTINGS, extra_args=REMOTING)
+def test_tag_subscription_and_sharding_key(daemons: Daemons, tmp_path: Path) -> None:
+    broker = daemons.broker(settings=SETTINGS, extra_args=REMOTING)
     home = tmp_path / "home"
     # A key md5 maps to a queue other than 0 (ali-ons does not pin queue 0).
     key = next(k for k in (f"order-{n}" for n in range(100)) if _queue_of(k) != 0)

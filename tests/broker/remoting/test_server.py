@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -18,23 +17,18 @@ from wharf.broker.remoting.frame import FrameDecoder, RemotingCommand, encode
 from wharf.store.codec.ids import decode_offset_msg_id
 from wharf.store.codec.records import decode_record
 
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 TIMEOUT = 10.0
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(
-        tmp_path_factory.mktemp("remoting"),
+def broker(module_daemons: Daemons) -> BrokerProcess:
+    return module_daemons.broker(
+        "remoting",
         settings={"defaultTopicQueueNums": 4},
         extra_args=["--remoting-listen", "127.0.0.1:0"],
     )
-    process.start()
-    try:
-        yield process
-    finally:
-        process.kill()
 
 
 class Client:
@@ -84,14 +78,6 @@ class Client:
         assert response.opaque == opaque
         assert response.is_response
         return response
-
-
-@pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[Client]:
-    host, _, port = broker.remoting_endpoint.rpartition(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    yield Client(reader, writer)
-    writer.close()
 
 
 def _send_fields(

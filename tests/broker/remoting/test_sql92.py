@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -32,7 +31,7 @@ from wharf.broker.remoting.codes import RequestCode, ResponseCode
 from wharf.store.codec.records import decode_record
 
 from tests.broker.remoting.test_server import Client, _send_fields
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 TOPIC = "sql-t"
 QUEUE = 1
@@ -43,30 +42,18 @@ MESSAGES: list[dict[str, str]] = [
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(
-        tmp_path_factory.mktemp("sql92"),
+def broker(module_daemons: Daemons) -> BrokerProcess:
+    return module_daemons.broker(
+        "sql92",
         settings={"defaultTopicQueueNums": 4},
         extra_args=["--remoting-listen", "127.0.0.1:0"],
     )
-    process.start()
-    try:
-        yield process
-    finally:
-        process.kill()
 
 
 async def _connect(broker: BrokerProcess) -> Client:
     host, _, port = broker.remoting_endpoint.rpartition(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     return Client(reader, writer)
-
-
-@pytest.fixture
-async def client(broker: BrokerProcess) -> AsyncIterator[Client]:
-    conn = await _connect(broker)
-    yield conn
-    conn.writer.close()
 
 
 def _props(properties: dict[str, str]) -> str:
@@ -292,9 +279,10 @@ async def test_check_client_config_accepts_sql92(client: Client) -> None:
 
 
 async def test_property_filter_off_refuses_sql92(
+    module_daemons: Daemons,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    with BrokerProcess(
+    with module_daemons.broker(
         tmp_path_factory.mktemp("sql92-off"),
         settings={"enablePropertyFilter": False},
         extra_args=["--remoting-listen", "127.0.0.1:0"],

@@ -22,7 +22,7 @@ from wharf.broker.tls.reload import CertificateReloader
 from tests.broker.acl_helpers import ACL_SETTINGS, PRODUCER, TOPIC, write_acl
 from tests.broker.remoting.test_acl import signed
 from tests.broker.remoting.test_server import Client, _pull_fields, _send_fields
-from tests.harness import BrokerProcess, NamesrvProcess
+from tests.harness import Daemons
 from tests.tls_certs import CertAuthority
 
 REMOTING = ["--remoting-listen", "127.0.0.1:0"]
@@ -54,10 +54,10 @@ async def _plaintext_is_closed(address: str) -> None:
         writer.close()
 
 
-def test_the_brokers_remoting_port_is_tls_with_tls_enable(tmp_path: Path) -> None:
+def test_the_brokers_remoting_port_is_tls_with_tls_enable(daemons: Daemons, tmp_path: Path) -> None:
     write_acl(tmp_path / "store")  # aclEnable too: the signature over TLS
     settings = {**ACL_SETTINGS, "tlsEnable": True}
-    with BrokerProcess(tmp_path, settings=settings, extra_args=REMOTING) as broker:
+    with daemons.broker(tmp_path, settings=settings, extra_args=REMOTING) as broker:
         ca = broker.store_dir / "config" / "tls" / "broker.crt"
 
         async def over_tls() -> None:
@@ -85,11 +85,13 @@ def test_the_brokers_remoting_port_is_tls_with_tls_enable(tmp_path: Path) -> Non
         assert "Traceback" not in log
 
 
-def test_the_name_servers_remoting_port_is_tls_with_tls_enable(tmp_path: Path) -> None:
+def test_the_name_servers_remoting_port_is_tls_with_tls_enable(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     cert, key = tmp_path / "ns" / "ns.crt", tmp_path / "ns" / "ns.key"
     settings = {"tlsEnable": True, "tlsCertPath": str(cert), "tlsKeyPath": str(key),
                 "remotingListen": "127.0.0.1:0"}  # fmt: skip
-    with NamesrvProcess(tmp_path / "ns", settings) as ns:
+    with daemons.namesrv(tmp_path / "ns", settings) as ns:
         remoting = json.loads((ns.root / "ready.json").read_text())["remoting"]
 
         async def over_tls() -> None:
@@ -107,9 +109,9 @@ def test_the_name_servers_remoting_port_is_tls_with_tls_enable(tmp_path: Path) -
         assert "Traceback" not in ns.log()
 
 
-def test_plaintext_without_tls_enable(tmp_path: Path) -> None:
+def test_plaintext_without_tls_enable(daemons: Daemons, tmp_path: Path) -> None:
     """tlsEnable off: the remoting port is plaintext, a TLS client fails its handshake."""
-    with BrokerProcess(tmp_path, extra_args=REMOTING) as broker:
+    with daemons.broker(tmp_path, extra_args=REMOTING) as broker:
 
         async def check() -> None:
             host, _, port = broker.remoting_endpoint.rpartition(":")

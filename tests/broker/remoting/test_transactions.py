@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from wharf.store.codec.records import decode_record
 
 from tests.broker.remoting.test_cpp_client import run
 from tests.broker.remoting.test_server import Client, _pull_fields, _records, _send_fields
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 PRODUCER = "PG_TX"
 CLIENT_ID = "127.0.0.1@tx-test"
@@ -43,17 +43,12 @@ SETTINGS = {
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(
-        tmp_path_factory.mktemp("remoting-tx"),
+def broker(module_daemons: Daemons) -> BrokerProcess:
+    return module_daemons.broker(
+        "remoting-tx",
         settings=SETTINGS,
         extra_args=["--remoting-listen", "127.0.0.1:0"],
     )
-    process.start()
-    try:
-        yield process
-    finally:
-        process.kill()
 
 
 class TxClient(Client):

@@ -38,7 +38,7 @@ from tests.broker.acl_helpers import (
 )
 from tests.broker.test_acl import AUTH_VALUES, DATES
 from tests.broker.v2.test_official_client import run_script
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 Code = d.Code
 SERVICE = s.DESCRIPTOR.services_by_name["MessagingService"]
@@ -47,10 +47,12 @@ SCRIPT = Path(__file__).with_name("rmq_acl_script.py")
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def broker(
+    module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
     root = tmp_path_factory.mktemp("acl-v2")
     write_acl(root / "store")
-    with BrokerProcess(root, settings=ACL_SETTINGS) as proc:
+    with module_daemons.broker(root, settings=ACL_SETTINGS) as proc:
         yield proc
 
 

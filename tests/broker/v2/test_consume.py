@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -16,11 +14,12 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from wharf.broker.controller import BrokerController
-from wharf.broker.settings import load_settings
 from wharf.rocketmq.v2 import definition_pb2 as d
 from wharf.rocketmq.v2 import service_pb2 as s
 from wharf.rocketmq.v2 import service_pb2_grpc
 from wharf.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
+
+from tests.inproc import InProcFactory
 
 Code = d.Code
 META = (("x-mq-client-id", "host@1@0@consume"),)
@@ -93,23 +92,13 @@ def _queue(queue_id: int) -> d.MessageQueue:
 
 
 @pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    overrides = {
-        "listen": "127.0.0.1:0",
-        "metrics_listen": "127.0.0.1:0",
-        "store_path_root_dir": str(tmp_path),
-        "default_topic_queue_nums": "2",
-    }
-    controller = BrokerController(load_settings(None, {}, overrides))
-    await controller.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{controller.grpc_port}")
-    b = Broker(controller, channel)
+async def broker(inproc_broker: InProcFactory) -> Broker:
+    started = await inproc_broker(default_topic_queue_nums="2")
+    b = Broker(started.controller, started.channel)
     await b.admin.CreateTopic(
         admin_pb2.CreateTopicRequest(name=TOPIC, read_queue_nums=2, write_queue_nums=2)
     )
-    yield b
-    await channel.close()
-    await controller.shutdown()
+    return b
 
 
 async def test_a_fifo_group_gets_one_message_of_a_message_group_at_a_time_in_order(

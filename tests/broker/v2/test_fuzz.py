@@ -40,7 +40,7 @@ from wharf.store.read.sql_filter import SqlFilterError, compile_sql
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
 from tests.broker.daemon_helpers import SMALL_STORE
-from tests.harness import BrokerProcess
+from tests.harness import Daemons
 
 pytestmark = pytest.mark.slow
 
@@ -718,9 +718,9 @@ STRATEGIES: list[tuple[Callable[[], st.SearchStrategy[Case]], int]] = [  # (case
 
 
 def test_fuzzed_v2_requests_never_crash_the_daemon_or_corrupt_the_store(
-    spawn_broker: Callable[..., BrokerProcess],
+    daemons: Daemons,
 ) -> None:
-    broker = spawn_broker(settings=SETTINGS)
+    broker = daemons.broker(settings=SETTINGS)
     channel = grpc.insecure_channel(broker.endpoint)
     seeds = {(GOOD_TOPICS[0], f"SEED{i:04d}"): f"seed-{i}".encode() for i in range(12)}
     Handles.live = live_handles(channel)

@@ -25,7 +25,7 @@ import pytest
 
 from tests.broker.v2.test_official_client import QUEUES, pull_all
 from tests.broker.v2.test_official_scenarios import wharf_cli
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 pytestmark = pytest.mark.slow
 NODE_DIR = Path(__file__).with_name("node")
@@ -52,8 +52,8 @@ def run_node(endpoint: str, home: Path, scenario: str, topic: str, group: str) -
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path / "broker", settings={"defaultTopicQueueNums": QUEUES}) as b:
+def broker(daemons: Daemons, tmp_path: Path) -> Iterator[BrokerProcess]:
+    with daemons.broker(tmp_path / "broker", settings={"defaultTopicQueueNums": QUEUES}) as b:
         yield b
 
 

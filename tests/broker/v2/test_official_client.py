@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import grpc
 import pytest
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
-from tests.harness import REPO_ROOT, BrokerProcess
+from tests.harness import REPO_ROOT, Daemons
 
 pytestmark = pytest.mark.slow
 RMQ_PYTHON = REPO_ROOT / ".venv-rmq" / "bin" / "python"
@@ -69,9 +68,9 @@ def pull_all(endpoint: str, topic: str) -> dict[int, list[Any]]:
 
 
 def test_official_python_producer_sends_what_wharf_pulls_back(
-    spawn_broker: Callable[..., BrokerProcess], tmp_path: Path
+    daemons: Daemons, tmp_path: Path
 ) -> None:
-    broker = spawn_broker(
+    broker = daemons.broker(
         settings={"maxMessageSize": MAX_MESSAGE_SIZE, "defaultTopicQueueNums": QUEUES}
     )
     out = run_client(broker.endpoint, tmp_path / "home", "orders", "fifo-orders")
@@ -118,9 +117,11 @@ def test_official_python_producer_sends_what_wharf_pulls_back(
 CONSUMER_SCRIPT = Path(__file__).with_name("rmq_consumer_script.py")
 
 
-def test_official_simple_consumer_receives_acks_and_gets_redeliveries(tmp_path: Path) -> None:
+def test_official_simple_consumer_receives_acks_and_gets_redeliveries(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     settings = {"defaultTopicQueueNums": QUEUES}
-    with BrokerProcess(tmp_path / "broker", settings=settings) as broker:
+    with daemons.broker(tmp_path / "broker", settings=settings) as broker:
         out = run_script(
             CONSUMER_SCRIPT, broker.endpoint, tmp_path / "home", "PopTopic", "pop-group"
         )

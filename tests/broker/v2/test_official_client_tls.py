@@ -18,7 +18,7 @@ from wharf.client import Admin, PullConsumer
 from wharf.client.consumer.pull import PullStatus
 
 from tests.broker.v2.test_official_client import RMQ_PYTHON
-from tests.harness import BrokerProcess
+from tests.harness import Daemons
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).with_name("rmq_tls_script.py")
@@ -39,9 +39,11 @@ def run_tls_client(
     )  # fmt: skip
 
 
-async def test_official_python_client_sends_and_receives_over_tls(tmp_path: Path) -> None:
+async def test_official_python_client_sends_and_receives_over_tls(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     settings = {"tlsEnable": True, "defaultTopicQueueNums": 4}
-    with BrokerProcess(tmp_path / "broker", settings=settings) as broker:
+    with daemons.broker(tmp_path / "broker", settings=settings) as broker:
         ca = broker.store_dir / "config" / "tls" / "broker.crt"
         proc = run_tls_client(broker.endpoint, ca, tmp_path / "home", "TlsTopic", "tls-group")
         logs = "\n".join(
@@ -80,12 +82,14 @@ def run_node_tls(
     )  # fmt: skip
 
 
-async def test_official_node_client_sends_and_receives_over_tls(tmp_path: Path) -> None:
+async def test_official_node_client_sends_and_receives_over_tls(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     node = shutil.which("node")
     if node is None or not (NODE_DIR / "node_modules" / "rocketmq-client-nodejs").is_dir():
         pytest.fail("the Node.js client is missing: install node and npm, run `make rmq-client`")
     settings = {"tlsEnable": True, "defaultTopicQueueNums": 4}
-    with BrokerProcess(tmp_path / "broker", settings=settings) as broker:
+    with daemons.broker(tmp_path / "broker", settings=settings) as broker:
         ca = broker.store_dir / "config" / "tls" / "broker.crt"
         async with Admin(broker.endpoint, ca_file=str(ca)) as admin:
             await admin.create_topic("NodeTls", queue_nums=4)

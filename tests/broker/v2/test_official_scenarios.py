@@ -16,7 +16,7 @@ import pytest
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
 from tests.broker.v2.test_official_client import QUEUES, pull_all, run_script
-from tests.harness import REPO_ROOT, BrokerProcess
+from tests.harness import REPO_ROOT, BrokerProcess, Daemons
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).with_name("rmq_scenarios_script.py")
@@ -50,8 +50,8 @@ def dead_letters(endpoint: str, group: str) -> list[bytes]:
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Any:
-    with BrokerProcess(tmp_path / "broker", settings={"defaultTopicQueueNums": 4}) as b:
+def broker(daemons: Daemons, tmp_path: Path) -> Any:
+    with daemons.broker(tmp_path / "broker", settings={"defaultTopicQueueNums": 4}) as b:
         yield b
 
 
@@ -105,9 +105,9 @@ def test_fifo_push_consumer_forwards_a_failing_message_to_the_dlq(
 
 @pytest.mark.parametrize("how", ["kill -9", "SIGTERM"])
 def test_a_restart_between_receive_and_ack_redelivers_only_the_unacked(
-    how: str, tmp_path: Path
+    daemons: Daemons, how: str, tmp_path: Path
 ) -> None:
-    broker = BrokerProcess(tmp_path / "broker", settings={"defaultTopicQueueNums": 4})
+    broker = daemons.broker(tmp_path / "broker", settings={"defaultTopicQueueNums": 4}, start=False)
     with broker:
         first = scenario(broker, tmp_path / "home", "receive-partial", "Crash", "crash-group")
         assert len(first["acked"]) == 2 and len(first["unacked"]) == 2
@@ -121,13 +121,13 @@ def test_a_restart_between_receive_and_ack_redelivers_only_the_unacked(
     assert rest["after"] == []
 
 
-def test_transactions_commit_rollback_and_check_back(tmp_path: Path) -> None:
+def test_transactions_commit_rollback_and_check_back(daemons: Daemons, tmp_path: Path) -> None:
     settings = {
         "defaultTopicQueueNums": QUEUES,  # pull_all reads this many
         "transactionTimeOut": 1000,  # ms: check-backs start 1 s after the send
         "transactionCheckInterval": 1000,
     }
-    with BrokerProcess(tmp_path / "broker", settings=settings) as broker:
+    with daemons.broker(tmp_path / "broker", settings=settings) as broker:
         wharf_cli(broker.endpoint, "topic", "create", "Tx", "--message-type", "TRANSACTION")
         out = scenario(broker, tmp_path / "home", "transactions", "Tx", "unused")
         bodies = sorted(m.body for queue in pull_all(broker.endpoint, "Tx").values() for m in queue)

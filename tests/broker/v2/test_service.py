@@ -13,7 +13,6 @@ import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from wharf.broker.controller import BrokerController
-from wharf.broker.settings import load_settings
 from wharf.broker.v2.send import fifo_queue
 from wharf.rocketmq.v2 import definition_pb2 as d
 from wharf.rocketmq.v2 import service_pb2 as s
@@ -22,6 +21,7 @@ from wharf.store.model import PutStatus
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
 from tests.fakes import FakeStore
+from tests.inproc import InProcFactory
 
 Code = d.Code
 META = (("x-mq-client-id", "host@1@0@abc"), ("authorization", "MQv2-HMAC-SHA1 Credential=, x"))
@@ -68,25 +68,14 @@ def message(
     return m
 
 
-async def start(tmp_path: Path, **settings: str) -> Broker:
-    overrides = {
-        "listen": "127.0.0.1:0",
-        "metrics_listen": "127.0.0.1:0",
-        "store_path_root_dir": str(tmp_path),
-        "max_message_size": "1024",
-        **settings,
-    }
-    controller = BrokerController(load_settings(None, {}, overrides), store_factory=FakeStore)
-    await controller.start()
-    return Broker(controller, grpc.aio.insecure_channel(f"127.0.0.1:{controller.grpc_port}"))
+async def start(inproc_broker: InProcFactory, **settings: str) -> Broker:
+    started = await inproc_broker(FakeStore, max_message_size="1024", **settings)
+    return Broker(started.controller, started.channel)
 
 
 @pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    b = await start(tmp_path)
-    yield b
-    await b.channel.close()
-    await b.controller.shutdown()
+async def broker(inproc_broker: InProcFactory) -> Broker:
+    return await start(inproc_broker)
 
 
 async def test_reflection_lists_the_v2_service(broker: Broker) -> None:
@@ -127,18 +116,14 @@ async def test_query_route_echoes_the_dialled_endpoint_with_master_read_write_qu
     assert bad.status.code == Code.ILLEGAL_TOPIC
 
 
-async def test_unknown_topic_without_auto_create_is_topic_not_found(tmp_path: Path) -> None:
-    b = await start(tmp_path, auto_create_topic_enable="false")
-    try:
-        reply = await b.v2.QueryRoute(
-            s.QueryRouteRequest(topic=d.Resource(name="nope")), metadata=META
-        )
-        assert reply.status.code == Code.TOPIC_NOT_FOUND
-        sent = await b.send(message("nope"))
-        assert sent.status.code == Code.TOPIC_NOT_FOUND
-    finally:
-        await b.channel.close()
-        await b.controller.shutdown()
+async def test_unknown_topic_without_auto_create_is_topic_not_found(
+    inproc_broker: InProcFactory, tmp_path: Path
+) -> None:
+    b = await start(inproc_broker, auto_create_topic_enable="false")
+    reply = await b.v2.QueryRoute(s.QueryRouteRequest(topic=d.Resource(name="nope")), metadata=META)
+    assert reply.status.code == Code.TOPIC_NOT_FOUND
+    sent = await b.send(message("nope"))
+    assert sent.status.code == Code.TOPIC_NOT_FOUND
 
 
 async def test_typed_topic_route_and_send_validation(broker: Broker) -> None:

@@ -6,35 +6,27 @@ refused."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import pytest
 from wharf.broker.controller import BrokerController
-from wharf.broker.settings import load_settings
 from wharf.rocketmq.v2 import definition_pb2 as d
 from wharf.rocketmq.v2 import service_pb2 as s
 from wharf.rocketmq.v2 import service_pb2_grpc
 from wharf.v1 import admin_pb2, admin_pb2_grpc
 
 from tests.broker.v2.test_consume import META, _duration
+from tests.inproc import InProcFactory
 
 TOPIC = "sql-orders"
 
 
 async def _broker(
-    tmp_path: Path, property_filter: bool
+    inproc_broker: InProcFactory, property_filter: bool
 ) -> tuple[BrokerController, grpc.aio.Channel]:
-    overrides = {
-        "listen": "127.0.0.1:0",
-        "metrics_listen": "127.0.0.1:0",
-        "store_path_root_dir": str(tmp_path),
-        "enable_property_filter": "true" if property_filter else "false",
-    }
-    controller = BrokerController(load_settings(None, {}, overrides))
-    await controller.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{controller.grpc_port}")
+    started = await inproc_broker(enable_property_filter="true" if property_filter else "false")
+    controller, channel = started.controller, started.channel
     admin = admin_pb2_grpc.AdminServiceStub(channel)
     await admin.CreateTopic(
         admin_pb2.CreateTopicRequest(name=TOPIC, read_queue_nums=1, write_queue_nums=1)
@@ -44,12 +36,10 @@ async def _broker(
 
 @pytest.fixture
 async def v2(
-    tmp_path: Path,
-) -> AsyncIterator[tuple[BrokerController, service_pb2_grpc.MessagingServiceStub]]:
-    controller, channel = await _broker(tmp_path, True)
-    yield controller, service_pb2_grpc.MessagingServiceStub(channel)
-    await channel.close()
-    await controller.shutdown()
+    inproc_broker: InProcFactory,
+) -> tuple[BrokerController, service_pb2_grpc.MessagingServiceStub]:
+    controller, channel = await _broker(inproc_broker, True)
+    return controller, service_pb2_grpc.MessagingServiceStub(channel)
 
 
 async def _send(stub: service_pb2_grpc.MessagingServiceStub, i: int, tag: str, region: str) -> None:
@@ -130,22 +120,20 @@ async def test_a_malformed_sql92_expression_is_an_illegal_filter_expression(
     assert "amount >> 3" in replies[0].status.message
 
 
-async def test_with_the_property_filter_off_sql92_is_refused(tmp_path: Path) -> None:
-    controller, channel = await _broker(tmp_path, False)
-    try:
-        stub = service_pb2_grpc.MessagingServiceStub(channel)
-        await _fill(controller, stub)
-        request = s.ReceiveMessageRequest(
-            group=d.Resource(name="sql-g"),
-            message_queue=d.MessageQueue(topic=d.Resource(name=TOPIC)),
-            filter_expression=d.FilterExpression(type=d.SQL, expression=EXPRESSION),
-            batch_size=1,
-            invisible_duration=_duration(30),
-            long_polling_timeout=_duration(0),
-        )
-        replies = [r async for r in stub.ReceiveMessage(request, metadata=META, timeout=10)]
-        assert replies[0].status.code == d.Code.ILLEGAL_FILTER_EXPRESSION
-        assert "enablePropertyFilter" in replies[0].status.message
-    finally:
-        await channel.close()
-        await controller.shutdown()
+async def test_with_the_property_filter_off_sql92_is_refused(
+    inproc_broker: InProcFactory, tmp_path: Path
+) -> None:
+    controller, channel = await _broker(inproc_broker, False)
+    stub = service_pb2_grpc.MessagingServiceStub(channel)
+    await _fill(controller, stub)
+    request = s.ReceiveMessageRequest(
+        group=d.Resource(name="sql-g"),
+        message_queue=d.MessageQueue(topic=d.Resource(name=TOPIC)),
+        filter_expression=d.FilterExpression(type=d.SQL, expression=EXPRESSION),
+        batch_size=1,
+        invisible_duration=_duration(30),
+        long_polling_timeout=_duration(0),
+    )
+    replies = [r async for r in stub.ReceiveMessage(request, metadata=META, timeout=10)]
+    assert replies[0].status.code == d.Code.ILLEGAL_FILTER_EXPRESSION
+    assert "enablePropertyFilter" in replies[0].status.message

@@ -15,7 +15,7 @@ from wharf.rocketmq.v2 import service_pb2 as s
 from wharf.rocketmq.v2 import service_pb2_grpc
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
-from tests.harness import BrokerProcess
+from tests.harness import Daemons
 
 META = (("x-mq-client-id", "host@1@0@tx"),)
 TOPIC = "Tx"
@@ -70,9 +70,9 @@ async def visible(endpoint: str) -> list[bytes]:
         return sorted(out)
 
 
-async def test_kill_9_around_end_transaction(tmp_path: Path) -> None:
+async def test_kill_9_around_end_transaction(daemons: Daemons, tmp_path: Path) -> None:
     settings = {"defaultTopicQueueNums": 2, "flushDiskType": "SYNC_FLUSH"}
-    with BrokerProcess(tmp_path / "b", settings=settings) as broker:
+    with daemons.broker(tmp_path / "b", settings=settings) as broker:
         commit_id = await send_half(broker.endpoint, "commit")
         rollback_id = await send_half(broker.endpoint, "rollback")
         committed_id = await send_half(broker.endpoint, "committed-before")
@@ -96,14 +96,16 @@ async def test_kill_9_around_end_transaction(tmp_path: Path) -> None:
         assert bad == d.Code.INVALID_TRANSACTION_ID
 
 
-async def test_unanswered_half_is_discarded_after_check_max(tmp_path: Path) -> None:
+async def test_unanswered_half_is_discarded_after_check_max(
+    daemons: Daemons, tmp_path: Path
+) -> None:
     settings = {
         "defaultTopicQueueNums": 2,
         "transactionTimeOut": 200,
         "transactionCheckInterval": 200,
         "transactionCheckMax": 2,
     }
-    with BrokerProcess(tmp_path / "b", settings=settings) as broker:
+    with daemons.broker(tmp_path / "b", settings=settings) as broker:
         transaction_id = await send_half(broker.endpoint, "orphan")
         for _ in range(100):  # 2 checks (no producer listens) then the discard: ~0.6 s
             await asyncio.sleep(0.1)
