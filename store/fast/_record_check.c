@@ -171,6 +171,30 @@ done:
     return result;
 }
 
+/* The broker-owned fields of one record header at ``h`` (``patch`` and ``patch_many``). */
+static inline void patch_header(unsigned char *h, uint32_t queue_id, int64_t queue_offset,
+                                int64_t physical_offset, const void *born_host,
+                                int64_t store_timestamp, const void *store_host) {
+    put_be32(h + OFF_QUEUE_ID, queue_id);
+    put_be64(h + OFF_QUEUE_OFFSET, (uint64_t)queue_offset);
+    put_be64(h + OFF_PHYSICAL_OFFSET, (uint64_t)physical_offset);
+    memcpy(h + OFF_BORN_HOST, born_host, 8);
+    put_be64(h + OFF_STORE_TIMESTAMP, (uint64_t)store_timestamp);
+    memcpy(h + OFF_STORE_HOST, store_host, 8);
+}
+
+/* 0 when every start leaves a whole header inside ``len`` bytes; else -1 with ValueError. */
+static int check_starts(const int64_t *at, Py_ssize_t count, Py_ssize_t len) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (at[i] < 0 || at[i] + RECORD_HEADER_SIZE > len) {
+            PyErr_Format(PyExc_ValueError, "record start %lld is outside the buffer",
+                         (long long)at[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(patch_doc,
              "patch(buf, starts, queue_id, first_queue_offset, start_offset, born_host, "
              "store_timestamp, store_host)\n\n"
@@ -199,21 +223,12 @@ static PyObject *patch(PyObject *module, PyObject *args) {
     Py_ssize_t count = starts.len / (Py_ssize_t)sizeof(int64_t);
     const int64_t *at = (const int64_t *)starts.buf;
     unsigned char *out = (unsigned char *)buf.buf;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (at[i] < 0 || at[i] + RECORD_HEADER_SIZE > buf.len) {
-            PyErr_Format(PyExc_ValueError, "record start %lld is outside the buffer",
-                         (long long)at[i]);
-            goto done;
-        }
+    if (check_starts(at, count, buf.len) < 0) {
+        goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        unsigned char *h = out + at[i];
-        put_be32(h + OFF_QUEUE_ID, (uint32_t)queue_id);
-        put_be64(h + OFF_QUEUE_OFFSET, (uint64_t)(first_queue_offset + i));
-        put_be64(h + OFF_PHYSICAL_OFFSET, (uint64_t)(at[i] + start_offset));
-        memcpy(h + OFF_BORN_HOST, born_host.buf, 8);
-        put_be64(h + OFF_STORE_TIMESTAMP, (uint64_t)store_timestamp);
-        memcpy(h + OFF_STORE_HOST, store_host.buf, 8);
+        patch_header(out + at[i], (uint32_t)queue_id, first_queue_offset + i,
+                     at[i] + start_offset, born_host.buf, store_timestamp, store_host.buf);
     }
     result = Py_None;
     Py_INCREF(result);
@@ -274,24 +289,15 @@ static PyObject *patch_many(PyObject *module, PyObject *args) {
                      records);
         goto done;
     }
-    for (Py_ssize_t i = 0; i < records; i++) {
-        if (at[i] < 0 || at[i] + RECORD_HEADER_SIZE > buf.len) {
-            PyErr_Format(PyExc_ValueError, "record start %lld is outside the buffer",
-                         (long long)at[i]);
-            goto done;
-        }
+    if (check_starts(at, records, buf.len) < 0) {
+        goto done;
     }
     unsigned char *out = (unsigned char *)buf.buf;
     Py_ssize_t i = 0;
     for (Py_ssize_t b = 0; b < batches; b++) {
         for (int64_t k = 0; k < count[b]; k++, i++) {
-            unsigned char *h = out + at[i];
-            put_be32(h + OFF_QUEUE_ID, (uint32_t)queue[b]);
-            put_be64(h + OFF_QUEUE_OFFSET, (uint64_t)(first[b] + k));
-            put_be64(h + OFF_PHYSICAL_OFFSET, (uint64_t)(at[i] + start_offset));
-            memcpy(h + OFF_BORN_HOST, born_host.buf, 8);
-            put_be64(h + OFF_STORE_TIMESTAMP, (uint64_t)store_timestamp);
-            memcpy(h + OFF_STORE_HOST, store_host.buf, 8);
+            patch_header(out + at[i], (uint32_t)queue[b], first[b] + k, at[i] + start_offset,
+                         born_host.buf, store_timestamp, store_host.buf);
         }
     }
     result = Py_None;
