@@ -6,9 +6,10 @@ client channels:
 - Membership (wharf.v1 and remoting heartbeats): which clients are online in which consumer
   group, with their subscriptions, and which in which producer group. Each consumer group has
   a version that changes whenever its membership changes, so clients rebalance at once.
-- Sessions (apache.rocketmq.v2): one per client id, with its kind, group and topics (from its
-  settings or heartbeats) and its server-to-client channel (``send``: the newest open
-  Telemetry stream's way out, used for transaction check-backs). A session ends when its
+- Sessions: one per client id, with its kind, group and topics (v2 settings or heartbeats) and
+  its way back to the client: v2's ``send`` (the newest open Telemetry stream's way out, for
+  transaction check-backs), remoting's ``connection`` (the one it last heartbeat on, for
+  NOTIFY_CONSUMER_IDS_CHANGED and check-backs; ``attach`` / ``detach``). A session ends when its
   last channel closes, on termination, or by expiry. At most ``max_sessions`` (65536) are
   kept: past that, the longest silent one is dropped first.
 - Expiry, one scheme for all: a member, a producer or a session silent for longer than
@@ -63,6 +64,9 @@ class Session:
     channels: int = 0  # open channels (Telemetry streams)
     last_seen: float = 0.0
     send: Send | None = None  # the newest open channel's way out
+    # A front end's own handle of the connection the client last spoke on (remoting's
+    # Connection: NOTIFY_CONSUMER_IDS_CHANGED, check-backs, the connection list), opaque here.
+    connection: Any = None
 
 
 class ClientRegistry:
@@ -194,6 +198,25 @@ class ClientRegistry:
             session.send = None
         if session.channels <= 0:
             del self._sessions[client_id]
+
+    def attach(self, client_id: str, connection: Any) -> None:
+        """The client spoke on ``connection`` (a heartbeat): its session keeps it as the way
+        back to the client, replacing an older one."""
+        self.touch(client_id).connection = connection
+
+    def connection_of(self, client_id: str) -> Any:
+        """The connection the client last spoke on, or None (unknown, expired, detached)."""
+        session = self._sessions.get(client_id)
+        return None if session is None else session.connection
+
+    def detach(self, client_id: str, connection: Any) -> bool:
+        """``connection`` closed: the client's session ends if it was the client's last one
+        (True); False when the client has moved to another connection meanwhile."""
+        session = self._sessions.get(client_id)
+        if session is None or session.connection is not connection:
+            return False
+        del self._sessions[client_id]
+        return True
 
     def terminate(self, client_id: str) -> bool:
         """The client said it stops: True when it was known."""

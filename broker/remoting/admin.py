@@ -147,13 +147,13 @@ def _unwrapped(method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class RemotingAdmin:
-    """The admin and query handlers of one remoting port; ``channels`` is the handlers' client
-    id -> connection map, ``seen`` what each connection's last heartbeat said of its client
-    (language, version), kept by ``note_heartbeat``."""
+    """The admin and query handlers of one remoting port; a client's connection comes from the
+    client registry (``connection_of``, attached at HEART_BEAT), ``seen`` is what each
+    connection's last heartbeat said of its client (language, version), kept by
+    ``note_heartbeat``."""
 
-    def __init__(self, ctx: BrokerContext, channels: dict[str, Connection]) -> None:
+    def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
-        self.channels = channels
         self.service = AdminService(ctx)
         self.seen: WeakKeyDictionary[Connection, tuple[LanguageCode, int]] = WeakKeyDictionary()
         self._rate_sample: tuple[float, int, int] | None = None  # (time, in, out)
@@ -334,7 +334,7 @@ class RemotingAdmin:
         model = from_where = None
         version = self.ctx.clients.versions.get(group, 0)
         for client_id, client in sorted(members.items()):
-            channel = self.channels.get(client_id)
+            channel = self.ctx.clients.connection_of(client_id)
             language, client_version = LanguageCode.OTHER, 0
             address = ""
             if channel is not None and not channel.closed:

@@ -189,11 +189,10 @@ class RemotingHandlers:
         self.address = address
         self.consumer = ConsumerProcessor(ctx)
         # client id -> the connection it last heartbeated on (NOTIFY_CONSUMER_IDS_CHANGED).
-        self.channels: dict[str, Connection] = {}
-        self.transactions = RemotingTransactions(ctx, self.channels)
+        self.transactions = RemotingTransactions(ctx)
         ctx.check_targets.add_source(self.transactions.targets)
         self.locks = RemotingLocks()
-        self.admin = RemotingAdmin(ctx, self.channels)
+        self.admin = RemotingAdmin(ctx)
 
     def table(self) -> dict[int, Handler]:
         codes: dict[int, Callable[[Connection, RemotingCommand], Any]] = {
@@ -245,9 +244,8 @@ class RemotingHandlers:
         close (ClientHousekeepingService), instead of after the 2 min heartbeat expiry: a
         consumer that died must not keep its queues that long."""
         for client_id in conn.client_ids:
-            if self.channels.get(client_id) is not conn:
+            if not self.ctx.clients.detach(client_id, conn):
                 continue  # it heartbeats on another connection now
-            del self.channels[client_id]
             groups, producers = self.ctx.clients.groups_of(client_id)
             self.ctx.clients.unregister(client_id, groups, producers)
             for group in groups:
@@ -339,7 +337,7 @@ class RemotingHandlers:
         for producer in data.get("producerDataSet") or []:
             if isinstance(producer, dict) and producer.get("groupName"):
                 ctx.clients.producer_heartbeat(client_id, str(producer["groupName"]))
-        self.channels[client_id] = conn
+        ctx.clients.attach(client_id, conn)
         conn.client_ids.add(client_id)
         for group in changed:
             self._notify_ids_changed(group, client_id)
@@ -350,7 +348,7 @@ class RemotingHandlers:
         instead of on their next timer (the C++ client reacts at once)."""
         ids, _ = self.ctx.clients.members(group)
         for client_id in ids:
-            conn = self.channels.get(client_id)
+            conn = self.ctx.clients.connection_of(client_id)
             if client_id != except_client and conn is not None and not conn.closed:
                 conn.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
 

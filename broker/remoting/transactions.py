@@ -87,12 +87,12 @@ def check_body(message: StoredMessage, offset: int) -> bytes:
 
 
 class RemotingTransactions:
-    """END_TRANSACTION and the check-back of one remoting port; ``channels`` is the handlers'
-    client id -> connection map (filled at HEART_BEAT)."""
+    """END_TRANSACTION and the check-back of one remoting port: a producer group's check goes
+    to the connection its newest producer heartbeat on (the client registry's ``connection``,
+    attached at HEART_BEAT)."""
 
-    def __init__(self, ctx: BrokerContext, channels: dict[str, Connection]) -> None:
+    def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
-        self.channels = channels
         self._opaque = itertools.count(1)
         self.checks_sent = 0
 
@@ -146,13 +146,13 @@ class RemotingTransactions:
     def targets(self, topic: str) -> list[CheckTarget]:
         """The check targets of a topic (``CheckTargets.add_source``): this port's producers,
         chosen per half by its ``PGROUP``."""
-        return [self.check] if self.channels else []
+        return [self.check]  # (False, at once, when the group has no remoting connection)
 
     def _connection_of(self, group: str) -> Connection | None:
         """The connection of the group's producer seen last (RocketMQ: any live channel)."""
         seen = self.ctx.clients.producers.get(group) or {}
         for client_id in sorted(seen, key=seen.__getitem__, reverse=True):
-            conn = self.channels.get(client_id)
+            conn = self.ctx.clients.connection_of(client_id)
             if conn is not None and not conn.closed:
                 return conn
         return None

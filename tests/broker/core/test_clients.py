@@ -49,3 +49,21 @@ def test_check_back_producers_are_open_channel_producers_of_the_topic_newest_fir
     assert [s.client_id for s in reg.producers_on("t")] == ["new", "old"]
     reg.channel_closed("new")
     assert [s.client_id for s in reg.producers_on("t")] == ["old"]
+
+
+def test_a_remoting_connection_is_the_clients_way_back_until_it_closes_or_moves() -> None:
+    """``attach`` keeps the connection a client last heartbeat on; a close of an older
+    connection does not end the session, a close of the current one does; the session, and
+    its connection, expire like any other."""
+    clock = Clock()
+    reg = ClientRegistry(expire_after_s=120, clock=clock)
+    old, new = object(), object()
+    reg.attach("c1", old)
+    assert reg.connection_of("c1") is old and reg.connection_of("c2") is None
+    reg.attach("c1", new)  # reconnected
+    assert not reg.detach("c1", old) and reg.connection_of("c1") is new
+    assert reg.detach("c1", new) and reg.connection_of("c1") is None
+    reg.attach("c2", old)
+    clock.now += 121
+    reg.expire()
+    assert reg.connection_of("c2") is None
