@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from tests.fault.checker import FAIL, OK, UNKNOWN, Commit, History, Read, Send, check
+from tests.fault.checker import FAIL, OK, UNKNOWN, Commit, History, Read, Send, Term, check
 from tests.fault.nemesis import Nemesis
 from tests.fault.netns import Host, Network, available, etcd
 from tests.harness import BrokerProcess, NamesrvProcess, _launch, _toml_value, free_port
@@ -106,6 +106,33 @@ def test_checker_finds_a_committed_offset_moving_back() -> None:
     assert len(report.offsets_moved_back) == 2
     assert report.offsets_moved_back[0].startswith("g broker-a/0: read back as 12 after 20")
     assert report.offsets_moved_back[1].startswith("g broker-a/0: committed 15 after 20")
+
+
+def _acked_by(replica: str, id: str, start: float) -> Send:
+    return Send(id, id, OK, "broker-a", 0, -1, start=start, end=start + 0.1, replica=replica)
+
+
+def test_checker_finds_two_replicas_master_of_one_term() -> None:
+    history = [Term("broker-a", "a1", 1, 0.0), Term("broker-a", "a2", 1, 1.0)]
+    report = check(history, [])
+    assert report.two_masters == ["broker-a: replicas ['a1', 'a2'] all master of term 1"]
+
+
+def test_checker_finds_a_deposed_master_acknowledging_after_the_new_one() -> None:
+    terms = [Term("broker-a", "a1", 1, 0.0), Term("broker-a", "a2", 2, 5.0)]
+    # a1 (term 1) acknowledges y after a2 (term 2) acknowledged x: two masters at once.
+    stale = [*terms, _acked_by("a1", "w", 1.0), _acked_by("a2", "x", 6.0),
+             _acked_by("a1", "y", 7.0)]  # fmt: skip
+    report = check(stale, [])
+    assert len(report.two_masters) == 1, report.two_masters
+    assert report.two_masters[0].startswith("broker-a: y acknowledged by a1 (term <= 1) after x")
+    assert not report.ok
+    # A fail-back: a1 elected again (term 3) before it acknowledges y. Not a violation.
+    back = check([*stale, Term("broker-a", "a1", 3, 6.5)], [])
+    assert not back.two_masters, back.two_masters
+    # Acknowledgements of both before the new term was known to be acknowledging: fine too.
+    overlap = check([*terms, _acked_by("a2", "x", 6.0), _acked_by("a1", "y", 6.05)], [])
+    assert not overlap.two_masters, overlap.two_masters
 
 
 def test_checker_measures_unavailability_and_reads_dicts() -> None:
