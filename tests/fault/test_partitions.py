@@ -26,7 +26,6 @@ import functools
 import itertools
 import json
 import shutil
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -36,9 +35,10 @@ from typing import Any
 import pytest
 
 from tests.fault.checker import FAIL, OK, UNKNOWN, Commit, History, Read, Send, Term, check
+from tests.fault.daemons import NetnsBroker, NetnsNamesrv
 from tests.fault.nemesis import Nemesis
-from tests.fault.netns import Host, Network, available, etcd
-from tests.harness import BrokerProcess, NamesrvProcess, _launch, _toml_value, free_port
+from tests.fault.netns import Network, available, etcd
+from tests.harness import free_port
 
 # --- the checker, on hand-made histories --------------------------------------------------------
 
@@ -165,52 +165,7 @@ def test_history_records_and_round_trips(tmp_path: Path) -> None:
 # --- the cluster in namespaces ------------------------------------------------------------------
 
 TTL_MS = 3000
-GRPC_PORT = 8081  # every broker has an address of its own: fixed ports never collide
 SMALL = {"mappedFileSizeCommitLog": 4 << 20, "maxMessageSize": 64 * 1024}
-
-
-class NetnsBroker(BrokerProcess):
-    """BrokerProcess inside ``host``, gRPC on host:8081 (HA binds that host too)."""
-
-    def __init__(self, root: Path, host: Host, settings: dict[str, Any]) -> None:
-        super().__init__(root, settings)
-        self.host = host
-
-    def start(self, timeout: float | None = None) -> NetnsBroker:
-        self.root.mkdir(parents=True, exist_ok=True)
-        config = self.root / "broker.toml"
-        config.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in self.settings.items()))
-        ready = self.root / "ready.json"
-        ready.unlink(missing_ok=True)
-        cmd = self.host.command([
-            sys.executable, "-m", "wharf.broker", "--config", str(config),
-            "--store-dir", str(self.store_dir), "--listen", f"{self.host.address}:{GRPC_PORT}",
-            "--metrics-listen", "127.0.0.1:0", "--wire-listen", "127.0.0.1:0",
-            "--ready-file", str(ready),
-        ])  # fmt: skip
-        self.proc, info = _launch(cmd, {}, self.log_path, ready, timeout or 30.0, "broker")
-        self.endpoint, self.ha_endpoint = info["grpc"], info.get("ha") or ""
-        return self
-
-
-class NetnsNamesrv(NamesrvProcess):
-    def __init__(self, root: Path, host: Host) -> None:
-        super().__init__(root)
-        self.host = host
-
-    def start(self, timeout: float | None = None) -> NetnsNamesrv:
-        self.root.mkdir(parents=True, exist_ok=True)
-        config = self.root / "namesrv.toml"
-        config.write_text("")
-        ready = self.root / "ready.json"
-        ready.unlink(missing_ok=True)
-        cmd = self.host.command([
-            sys.executable, "-m", "wharf.broker.namesrv", "--config", str(config),
-            "--listen", f"{self.host.address}:9876", "--ready-file", str(ready),
-        ])  # fmt: skip
-        self.proc, info = _launch(cmd, {}, self.log_path, ready, timeout or 30.0, "namesrv")
-        self.endpoint = info["grpc"]
-        return self
 
 
 @functools.cache
