@@ -28,7 +28,7 @@ from tests.fault.netns import Network
 class Settings:
     faults: int = 100  # stop after this many faults ...
     seconds: float = float("inf")  # ... or once this long has passed, whichever comes first
-    window: tuple[float, float] = (1.0, 2.0)  # how long a fault lasts
+    window: tuple[float, float] = (1.0, 2.0)  # how long a fault lasts (unless it says)
     gap: tuple[float, float] = (0.3, 1.0)  # between a heal and the next fault
     seed: int = 0
     producers: int = 2
@@ -61,7 +61,7 @@ async def run(net: Network, root: Path, settings: Settings) -> tuple[Summary, Hi
                 what = await nemesis.inject(ctx)
                 injected += 1
                 try:
-                    await asyncio.sleep(rng.uniform(*settings.window))
+                    await asyncio.sleep(rng.uniform(*(nemesis.window or settings.window)))
                 finally:
                     await nemesis.heal(ctx)
                 log(f"fault {injected}: {what}; healed")  # type: ignore[operator]

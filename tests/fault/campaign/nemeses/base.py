@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Protocol
 
 from tests.fault.campaign.cluster import Cluster, Process
 from tests.fault.checker import Fault, History
@@ -25,7 +25,10 @@ class Context:
 
 
 class Nemesis(Protocol):
-    kind: ClassVar[str]
+    kind: str
+    # How long it lasts, s (None: the campaign's window). Longer than the 3 s lease where the
+    # point is a lapsed lease: a fenced master, an election.
+    window: tuple[float, float] | None
 
     async def inject(self, ctx: Context) -> str: ...
 
@@ -37,6 +40,7 @@ class ProcessFault:
 
     fault: Fault
     target: Process
+    window: tuple[float, float] | None = None
 
     def begin(self, ctx: Context, what: str, kind: str) -> None:
         self.fault = ctx.history.fault(what, kind)

@@ -4,13 +4,13 @@ enters one of its context managers at ``inject`` and leaves it (the heal) at ``h
 from __future__ import annotations
 
 import contextlib
-from typing import ClassVar
 
 from tests.fault.campaign.nemeses.base import Context
 
 
 class _Partition:
-    kind: ClassVar[str]
+    kind: str
+    window: tuple[float, float] | None = None
     _cm: contextlib.AbstractContextManager[None] | None = None
 
     def make(self, ctx: Context) -> contextlib.AbstractContextManager[None]:
@@ -31,6 +31,10 @@ class IsolateMaster(_Partition):
     """The master loses etcd (its lease) and its replica; clients still reach it."""
 
     kind = "master cut from etcd and replicas"
+    window: tuple[float, float] | None = (
+        3.5,
+        5.0,
+    )  # past the lease: the master fences itself, the replica is elected
 
     def make(self, ctx: Context) -> contextlib.AbstractContextManager[None]:
         master, h = ctx.master(), ctx.cluster.hosts
@@ -82,6 +86,10 @@ class IsolateEtcd(_Partition):
     """etcd reaches nobody: no lease is granted or refreshed, the master fences itself."""
 
     kind = "etcd isolated"
+    window: tuple[float, float] | None = (
+        1.0,
+        4.5,
+    )  # sometimes past the lease: the master fences itself, no election
 
     def make(self, ctx: Context) -> contextlib.AbstractContextManager[None]:
         return ctx.partitions.isolate_etcd_member(ctx.cluster.hosts["etcd"])
