@@ -21,7 +21,7 @@ from tests.fault.campaign.nemeses.pause import Pause
 from tests.fault.campaign.nemeses.power import PowerCut
 
 TABLE: list[tuple[type[Nemesis], int]] = [
-    (IsolateMaster, 3),
+    (IsolateMaster, 2),
     (IsolateReplica, 2),
     (MasterToReplicaOneWay, 1),
     (SplitNamesrv, 1),

@@ -31,10 +31,8 @@ class IsolateMaster(_Partition):
     """The master loses etcd (its lease) and its replica; clients still reach it."""
 
     kind = "master cut from etcd and replicas"
-    window: tuple[float, float] | None = (
-        3.5,
-        5.0,
-    )  # past the lease: the master fences itself, the replica is elected
+    # past the lease: the master fences itself, the replica is elected
+    window: tuple[float, float] | None = (3.5, 5.0)
 
     def make(self, ctx: Context) -> contextlib.AbstractContextManager[None]:
         master, h = ctx.master(), ctx.cluster.hosts
@@ -86,10 +84,8 @@ class IsolateEtcd(_Partition):
     """etcd reaches nobody: no lease is granted or refreshed, the master fences itself."""
 
     kind = "etcd isolated"
-    window: tuple[float, float] | None = (
-        1.0,
-        4.5,
-    )  # sometimes past the lease: the master fences itself, no election
+    # sometimes past the lease: the master fences itself, no election
+    window: tuple[float, float] | None = (1.0, 4.5)
 
     def make(self, ctx: Context) -> contextlib.AbstractContextManager[None]:
         return ctx.partitions.isolate_etcd_member(ctx.cluster.hosts["etcd"])

@@ -10,10 +10,8 @@ from tests.fault.campaign.nemeses.base import Context, ProcessFault
 
 class Pause(ProcessFault):
     kind = "pause (SIGSTOP)"
-    window: tuple[float, float] | None = (
-        0.5,
-        5.0,
-    )  # a master paused past its lease wakes up deposed
+    # a master paused past its lease wakes up deposed
+    window: tuple[float, float] | None = (0.5, 4.0)
 
     async def inject(self, ctx: Context) -> str:
         master = ctx.master()
