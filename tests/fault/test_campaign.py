@@ -3,7 +3,7 @@ the nemesis table (partitions both ways and one way, kill -9, SIGSTOP, power cut
 controller-mode group in network namespaces with each replica's store on a powerfs, under a
 recorded workload; healed, then judged: no acknowledged message lost, misplaced or duplicated,
 no queue offset holding two messages, no committed offset moving back, never two masters
-acknowledging, every restart up. Short windows (0.2-0.6 s; the nemeses that must outlast the
+acknowledging, every restart up, the replica's copy of every queue the master's. Short windows (0.2-0.6 s; the nemeses that must outlast the
 3 s lease keep theirs). Needs root, iproute2, nftables, FUSE and etcd; skips with the reason
 otherwise (~4-5 min on 2 cores)."""
 
@@ -50,4 +50,5 @@ async def test_a_hundred_mixed_faults_lose_nothing_acknowledged(tmp_path: Path) 
     for name in summary.report.VIOLATIONS:
         assert not getattr(summary.report, name), table
     assert not summary.failed_starts, table
+    assert not summary.copies_differing, table
     assert summary.ok, table

@@ -4,7 +4,8 @@ One fault at a time: draw a nemesis (seeded, weighted), inject it, wait ``window
 heal it, wait ``gap`` seconds, next. Effects overlap anyway (a restarted master still catching
 up when the next fault comes), which is the point. After the last fault or the deadline: heal
 everything, wait for one master with both replicas in sync, let the workload run 3 s more,
-stop it, read every queue from the master, and ``checker.check`` the history.
+stop it, read every queue from the master, and ``checker.check`` the history; the replica's
+copy of every queue must then be the master's (once caught up, within 60 s).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from tests.fault.campaign.cluster import Cluster
 from tests.fault.campaign.nemeses import TABLE, Context
 from tests.fault.campaign.summary import Summary, summarize
-from tests.fault.campaign.workload import TOPIC, Workload, read_all
+from tests.fault.campaign.workload import TOPIC, Workload, copies_differing, read_all
 from tests.fault.checker import History, check
 from tests.fault.nemesis import Nemesis as Partitions
 from tests.fault.netns import Network
@@ -76,6 +77,8 @@ async def run(net: Network, root: Path, settings: Settings) -> tuple[Summary, Hi
         await asyncio.sleep(3)  # writes acknowledged by the settled group
         await workload.stop()
         final = await read_all(cluster.processes["ns"].daemon.endpoint, history)
+        replica = next(p for p in cluster.replicas if p is not master)
+        differing = await copies_differing(master.daemon.endpoint, replica.daemon.endpoint)
     except BaseException:
         log(cluster.logs())  # type: ignore[operator]
         raise
@@ -85,4 +88,5 @@ async def run(net: Network, root: Path, settings: Settings) -> tuple[Summary, Hi
     failed = [why for p in cluster.processes.values() for why in p.failed_starts]
     summary = summarize(report, history.ops, settings.seed, time.monotonic() - began, failed)
     summary.client_errors = dict(sorted(workload.errors.items()))
+    summary.copies_differing = differing
     return summary, history

@@ -32,6 +32,7 @@ class Summary:
     kinds: list[KindRow]
     failed_starts: list[str] = field(default_factory=list)
     client_errors: dict[str, int] = field(default_factory=dict)
+    copies_differing: list[str] = field(default_factory=list)  # replica's copy != master's
 
     @property
     def faults(self) -> int:
@@ -39,7 +40,7 @@ class Summary:
 
     @property
     def ok(self) -> bool:
-        return self.report.ok and not self.failed_starts
+        return self.report.ok and not self.failed_starts and not self.copies_differing
 
     def table(self) -> str:
         r = self.report
@@ -55,6 +56,7 @@ class Summary:
             ("read after heal", r.read),
             *((name.replace("_", " "), len(getattr(r, name))) for name in r.VIOLATIONS),
             ("failed restarts", len(self.failed_starts)),
+            ("replica copies differing", len(self.copies_differing)),
             ("unavailable", f"{r.unavailable_s:.1f} s"),
             ("verdict", "OK" if self.ok else "VIOLATIONS"),
         ]
@@ -66,6 +68,7 @@ class Summary:
                   f"{row.unavailable_s:>9.1f} s" for row in self.kinds]  # fmt: skip
         examples = [f"{name}: {v}" for name in r.VIOLATIONS for v in getattr(r, name)[:5]]
         examples += [f"failed restart: {v}" for v in self.failed_starts[:5]]
+        examples += [f"replica differs: {v}" for v in self.copies_differing[:5]]
         if examples:
             lines += ["", *examples]
         return "\n".join(lines)

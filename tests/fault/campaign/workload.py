@@ -168,3 +168,36 @@ async def read_all(namesrv: str, history: History) -> list[Read]:
             committed = await consumer.committed(queue)
             history.commit(GROUP, BROKER, queue.queue_id, committed, observed=True)
     return out
+
+
+async def read_replica(endpoint: str) -> dict[tuple[int, int], str]:
+    """(queue id, offset) -> id of every message one replica holds (its own copy)."""
+    from wharf.client import PullConsumer
+
+    held: dict[tuple[int, int], str] = {}
+    async with PullConsumer(endpoint, "fault-campaign-copy") as consumer:
+        for queue in await consumer.queues(TOPIC):
+            _, high = await consumer.bounds(queue)
+            offset = 0
+            while offset < high:
+                result = await consumer.pull(queue, offset, max_messages=500, max_wait_ms=0)
+                for m in result.messages:
+                    held[(queue.queue_id, m.queue_offset)] = id_of(m.body)[0] or "?"
+                if result.next_begin_offset <= offset:
+                    break
+                offset = result.next_begin_offset
+    return held
+
+
+async def copies_differing(master: str, replica: str, within_s: float = 60.0) -> list[str]:
+    """Once the replica has every queue up to the master's end (or ``within_s`` passed): the
+    queue offsets whose message differs between the two copies (missing on one included)."""
+    deadline = asyncio.get_running_loop().time() + within_s
+    while True:
+        ours, theirs = await read_replica(master), await read_replica(replica)
+        if ours == theirs or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.5)
+    return [f"{BROKER}/{q}@{o}: master {ours.get((q, o))}, replica {theirs.get((q, o))}"
+            for q, o in sorted(ours.keys() | theirs.keys())
+            if ours.get((q, o)) != theirs.get((q, o))]  # fmt: skip
