@@ -17,7 +17,7 @@ import pytest
 
 from tests.fault.campaign.nemeses import TABLE
 from tests.fault.campaign.runner import Settings, run
-from tests.fault.checker import OK, Send, Term
+from tests.fault.checker import OK, History, Send, Term
 from tests.fault.netns import Network, available
 
 pytestmark = pytest.mark.slow
@@ -37,12 +37,15 @@ async def test_a_hundred_mixed_faults_lose_nothing_acknowledged(tmp_path: Path) 
     if reason:
         pytest.skip(reason)
     settings = Settings(faults=100, window=(0.2, 0.6), gap=(0.05, 0.15), seed=36)
-    with Network() as net:
-        summary, history = await run(net, tmp_path, settings)
+    history = History()
+    try:
+        with Network() as net:
+            summary, _ = await run(net, tmp_path, settings, history)
+    finally:
+        history.dump(tmp_path / "history.jsonl")  # for a post-mortem, whatever happened
     table = summary.table()
     print(table)
     print(f"client errors: {summary.client_errors}")
-    history.dump(tmp_path / "history.jsonl")
     assert summary.faults == 100, table
     assert {row.kind for row in summary.kinds} == {n.kind for n, _ in TABLE}, table
     assert summary.report.acknowledged > 1000, table

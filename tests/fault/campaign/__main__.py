@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from tests.fault.campaign.runner import Settings, run
+from tests.fault.checker import History
 from tests.fault.netns import Network, available
 
 
@@ -44,10 +45,13 @@ def main(argv: list[str] | None = None) -> int:
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )  # fmt: skip
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="wharf-fault-campaign-"))
-    with Network() as net:
-        summary, history = asyncio.run(run(net, workdir, settings))
-    if args.history:
-        history.dump(args.history)
+    history = History()
+    try:
+        with Network() as net:
+            summary, _ = asyncio.run(run(net, workdir, settings, history))
+    finally:
+        if args.history:
+            history.dump(args.history)
     print(summary.table())
     print(f"client errors: {summary.client_errors}")
     if summary.ok and args.workdir is None:

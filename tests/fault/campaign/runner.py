@@ -37,11 +37,14 @@ class Settings:
     log: object = field(default=print)
 
 
-async def run(net: Network, root: Path, settings: Settings) -> tuple[Summary, History]:
-    """The summary (``summary.ok``: no violation) and the full history."""
+async def run(
+    net: Network, root: Path, settings: Settings, history: History | None = None
+) -> tuple[Summary, History]:
+    """The summary (``summary.ok``: no violation) and the full history (``history``, when
+    given: the caller keeps what was recorded even if the run raises)."""
     log = settings.log
     rng = random.Random(settings.seed)
-    history = History()
+    history = History() if history is None else history
     cluster = await Cluster.start(net, root)
     try:
         master = await cluster.master(within_s=60)
