@@ -27,7 +27,7 @@ from wharf.store.codec.layout import SYSFLAG_TRANSACTION_ROLLBACK
 from wharf.store.fast.index_batch import EMPTY_COLUMNS, IndexColumns
 from wharf.store.fast.index_hash import index_key_hashes
 from wharf.store.index.index_file import IndexEntry, IndexFile
-from wharf.store.paths import DirectorySyncs
+from wharf.store.paths import DirectorySyncs, fsync_dir_blocking
 
 if TYPE_CHECKING:
     from wharf.store.fast.dispatch_columns import DispatchColumns
@@ -245,9 +245,15 @@ class IndexService:
         """Drop entries pointing at or beyond the valid end of the CommitLog; files left
         with no entries that start beyond it are deleted. Returns entries removed."""
         removed = 0
+        unlinked = False
         while self.files:
             newest = self.files[-1]
-            removed += newest.truncate_from_physical(commit_log_end)
+            dropped = newest.truncate_from_physical(commit_log_end)
+            removed += dropped
+            if dropped:
+                # Durably, before anything is appended past the end: a cut bringing the
+                # entries back would point keys at records that are not their messages.
+                newest.flush_blocking()
             if newest.index_count > 1 or len(self.files) == 1:
                 break
             if newest.begin_phy_offset < commit_log_end:
@@ -255,6 +261,9 @@ class IndexService:
             self.files.pop()
             newest.close()
             newest.path.unlink(missing_ok=True)
+            unlinked = True
+        if unlinked:
+            fsync_dir_blocking(self.directory)
         return removed
 
     def expired_files(self, commit_log_min: int) -> list[IndexFile]:

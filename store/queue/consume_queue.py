@@ -55,7 +55,7 @@ from itertools import starmap
 
 from wharf.store.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT, segment_file_name
 from wharf.store.errors import disk_full_error, is_disk_full
-from wharf.store.paths import DirectorySyncs
+from wharf.store.paths import DirectorySyncs, fsync_dir_blocking
 from wharf.store.queue.file_cache import MIN_CAPACITY, QueueFileCache
 
 log = logging.getLogger(__name__)
@@ -553,18 +553,26 @@ class ConsumeQueue:
         return dropped
 
     def truncate_to_offset(self, offset: int) -> None:
-        """Make ``offset`` the new max offset: zero the tail, remove files wholly past it."""
+        """Make ``offset`` the new max offset: zero the tail, remove files wholly past it.
+        Durably (recovery runs it in a thread, before anything is appended): a power cut that
+        brought the dropped units back would leave them at queue offsets the re-dispatch then
+        skips as already written, each pointing at a record that is not its message."""
         new_pos = max(offset * CQ_STORE_UNIT_SIZE, self._min_pos)
+        unlinked = False
         while self.files and self.files[-1].start > new_pos:
             file = self.files.pop()
             self._cache.forget(file)
             os.unlink(file.path)
+            unlinked = True
+        if unlinked:
+            fsync_dir_blocking(self.directory)
         if self.files and new_pos < self._write_pos:
             last = self.files[-1]
             at = new_pos - last.start
             stop = min(self._write_pos - last.start, last.size)
             # Over written (allocated) units: needs no new space.
             _pwrite_all(self._cache.fd(last), bytes(stop - at), at, last.path)
+            last.flush_blocking()
         if not self.files:
             self._start_at(new_pos - new_pos % self.file_size)
         self._write_pos = new_pos

@@ -24,7 +24,10 @@ What ``check`` finds (each a list of violations in the report):
   failover truncated, whose offset then got another message;
 - **offsets moved back**: a committed offset (a ``Commit``: a commit a client made, or an
   ``observed`` one, the broker's answer to a query) lower than an earlier acknowledged one
-  of the same group and queue.
+  of the same group and queue;
+- **two masters**: two replicas of a group reporting the same term (``Term``: what a monitor
+  asking each replica heard), or a send acknowledged by a replica (``Send.replica``) after
+  another replica had acknowledged one in a higher term than the first can have held then.
 
 ``unavailable_s`` is the time the clients could not write: the sum of the gaps between two
 consecutive acknowledgements (or the first send and the first acknowledgement) that hold at
@@ -58,6 +61,7 @@ class Send:
     start: float = 0.0
     end: float = 0.0
     error: str = ""
+    replica: str = ""  # who acknowledged it (the store host of its offset message id), if known
 
 
 @dataclass
@@ -87,10 +91,24 @@ class Fault:
     what: str
     start: float
     end: float = 0.0
+    kind: str = ""  # the nemesis kind, for the per-kind summary of a campaign
 
 
-Op = Send | Read | Commit | Fault
-TYPES: dict[str, type] = {"send": Send, "read": Read, "commit": Commit, "fault": Fault}
+@dataclass
+class Term:
+    """A replica of ``broker`` answered, at ``time``, that it was master of term ``epoch``
+    (``epoch`` 0: it was not master)."""
+
+    broker: str
+    replica: str
+    epoch: int
+    time: float = 0.0
+
+
+Op = Send | Read | Commit | Fault | Term
+TYPES: dict[str, type] = {
+    "send": Send, "read": Read, "commit": Commit, "fault": Fault, "term": Term
+}  # fmt: skip
 
 
 def op_from_dict(d: dict[str, Any]) -> Op:
@@ -130,8 +148,13 @@ class History:
         self.ops.append(op)
         return op
 
-    def fault(self, what: str) -> Fault:
-        op = Fault(what, time.monotonic())
+    def fault(self, what: str, kind: str = "") -> Fault:
+        op = Fault(what, time.monotonic(), kind=kind)
+        self.ops.append(op)
+        return op
+
+    def term(self, broker: str, replica: str, epoch: int) -> Term:
+        op = Term(broker, replica, epoch, time.monotonic())
         self.ops.append(op)
         return op
 
@@ -161,8 +184,10 @@ class Report:
     duplicated: list[str] = field(default_factory=list)
     conflicting_offsets: list[str] = field(default_factory=list)
     offsets_moved_back: list[str] = field(default_factory=list)
+    two_masters: list[str] = field(default_factory=list)
 
-    VIOLATIONS = ("lost", "misplaced", "duplicated", "conflicting_offsets", "offsets_moved_back")
+    VIOLATIONS = ("lost", "misplaced", "duplicated", "conflicting_offsets", "offsets_moved_back",
+                  "two_masters")  # fmt: skip
 
     @property
     def ok(self) -> bool:
@@ -255,24 +280,85 @@ def check(
         elif not c.observed and (key not in floor or c.offset > floor[key][0]):
             floor[key] = (c.offset, c.time)
 
-    report.unavailable_s = _unavailable(sends)
+    report.two_masters = _two_masters(sends, [t for t in ops if isinstance(t, Term)])
+    report.unavailable_s = sum(hi - lo for lo, hi in unavailable_gaps(sends))
     return report
 
 
-def _unavailable(sends: list[Send]) -> float:
-    """Sum of the gaps between consecutive acknowledgements holding a failed/unknown send."""
+def unavailable_gaps(sends: Sequence[Send]) -> list[tuple[float, float]]:
+    """The gaps between consecutive acknowledgements (or the first send and the first one) in
+    which a failed or unknown send started: the times the clients could not write."""
     if not sends:
-        return 0.0
+        return []
     acks = sorted(s.end for s in sends if s.status == OK)
     bad = sorted(s.start for s in sends if s.status != OK)
     edges = [min(s.start for s in sends), *acks]
     if not acks:  # nothing ever acknowledged: unavailable throughout
-        return max(s.end for s in sends) - edges[0]
-    total = 0.0
+        return [(edges[0], max(s.end for s in sends))]
+    gaps = []
     for lo, hi in itertools.pairwise(edges):
         i = bisect.bisect_left(bad, lo)
         if i < len(bad) and bad[i] < hi:  # a failed or unknown send started in [lo, hi)
-            total += hi - lo
+            gaps.append((lo, hi))
     if any(t >= acks[-1] for t in bad):  # failing until the end
-        total += max(s.end for s in sends) - acks[-1]
-    return total
+        gaps.append((acks[-1], max(s.end for s in sends)))
+    return gaps
+
+
+def _two_masters(sends: Sequence[Send], terms: Sequence[Term]) -> list[str]:
+    """Two masters of one group acknowledging at once, from the terms each replica reported.
+
+    A replica's term only grows (every election takes a new, higher one), so a ``Term``
+    observation of replica X before a send started bounds X's term at the acknowledgement from
+    below, and the first one after it acknowledged bounds it from above. Violations: two
+    replicas reporting the same term; or a send acknowledged by X that started after another
+    replica Y had acknowledged one in a term higher than any X can have held at that moment
+    (the deposed X still acknowledging once the new master did)."""
+    seen: dict[tuple[str, int], set[str]] = defaultdict(set)
+    times: dict[tuple[str, str], list[float]] = defaultdict(list)
+    epochs: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for t in sorted(terms, key=lambda t: t.time):
+        if t.epoch > 0:
+            seen[(t.broker, t.epoch)].add(t.replica)
+            times[(t.broker, t.replica)].append(t.time)
+            epochs[(t.broker, t.replica)].append(t.epoch)
+    found = [f"{broker}: replicas {sorted(replicas)} all master of term {epoch}"
+             for (broker, epoch), replicas in sorted(seen.items()) if len(replicas) > 1]  # fmt: skip
+
+    def lower(key: tuple[str, str], at: float) -> int:  # the last term reported before ``at``
+        i = bisect.bisect_right(times[key], at)
+        return epochs[key][i - 1] if i else 0
+
+    def upper(key: tuple[str, str], at: float) -> float:
+        """The first term reported after ``at``; past the last report, the last term (a new
+        one takes an election of seconds, in which the monitor asks many times)."""
+        i = bisect.bisect_left(times[key], at)
+        if i < len(epochs[key]):
+            return epochs[key][i]
+        return epochs[key][-1] if epochs[key] else float("inf")  # never reported: unknown
+
+    # Per replica, the acknowledgements in the order they ended, with the running maximum of
+    # their lower bounds: the highest term known to have acknowledged by then.
+    acked: dict[tuple[str, str], tuple[list[float], list[tuple[int, Send]]]] = {}
+    for s in sorted((s for s in sends if s.status == OK and s.replica), key=lambda s: s.end):
+        key = (s.broker, s.replica)
+        ends, best = acked.setdefault(key, ([], []))
+        term = lower(key, s.start)
+        ends.append(s.end)
+        best.append(max(best[-1], (term, s), key=lambda b: b[0]) if best else (term, s))
+    for s in sends:
+        if s.status != OK or not s.replica:
+            continue
+        mine = upper((s.broker, s.replica), s.end)
+        for (broker, replica), (ends, best) in acked.items():
+            if broker != s.broker or replica == s.replica:
+                continue
+            i = bisect.bisect_left(ends, s.start)  # acknowledged before ``s`` started
+            if i and best[i - 1][0] > mine:
+                term, other = best[i - 1]
+                found.append(
+                    f"{s.broker}: {s.id} acknowledged by {s.replica} (term <= {mine}) after "
+                    f"{other.id} was acknowledged by {replica} in term {term}"
+                )
+                break
+    return found

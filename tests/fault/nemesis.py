@@ -11,7 +11,8 @@ context manager that partitions, records a ``Fault`` window in the history, and 
     with nemesis.split(brokers, namesrvs, one_way=True): ...  # brokers -> NameServers only
 
 The partition starts when the ``with`` block is entered and is healed when it ends, whatever
-happened inside; the history's ``Fault`` op holds the window (``check`` lists it).
+happened inside; the history's ``Fault`` op holds the window (``check`` lists it) and a kind
+(the campaign's summary groups faults by it; ``isolate`` takes one: "replica isolated").
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ class Nemesis:
         self.history = history or History()
 
     @contextlib.contextmanager
-    def _fault(self, what: str, start: Callable[[], None]) -> Iterator[None]:
-        op = self.history.fault(what)
+    def _fault(self, what: str, start: Callable[[], None], kind: str) -> Iterator[None]:
+        op = self.history.fault(what, kind)
         try:
             start()
             yield
@@ -47,11 +48,14 @@ class Nemesis:
         return self._fault(
             f"master {master.name} cut from etcd and replicas",
             lambda: self.network.partition([master], [*etcd, *replicas]),
+            "master cut from etcd and replicas",
         )
 
-    def isolate(self, host: Host) -> contextlib.AbstractContextManager[None]:
+    def isolate(
+        self, host: Host, kind: str = "host isolated"
+    ) -> contextlib.AbstractContextManager[None]:
         """``host`` reaches nothing (a replica falling out of the sync-state set, ...)."""
-        return self._fault(f"{host.name} isolated", lambda: self.network.isolate(host))
+        return self._fault(f"{host.name} isolated", lambda: self.network.isolate(host), kind)
 
     def isolate_etcd_member(
         self, member: Host, peers: Sequence[Host] = ()
@@ -64,8 +68,11 @@ class Nemesis:
             return self._fault(
                 f"etcd {member.name} cut from its peers {names}",
                 lambda: self.network.partition([member], peers),
+                "etcd member cut from its peers",
             )
-        return self._fault(f"etcd {member.name} isolated", lambda: self.network.isolate(member))
+        return self._fault(
+            f"etcd {member.name} isolated", lambda: self.network.isolate(member), "etcd isolated"
+        )
 
     def split(
         self, a: Sequence[Host], b: Sequence[Host], one_way: bool = False
@@ -74,4 +81,5 @@ class Nemesis:
         e.g. NameServers from brokers: registrations and route updates stop."""
         arrow = "-/->" if one_way else "<-/->"
         what = f"{' '.join(h.name for h in a)} {arrow} {' '.join(h.name for h in b)}"
-        return self._fault(what, lambda: self.network.partition(a, b, one_way=one_way))
+        kind = "split one way" if one_way else "split"
+        return self._fault(what, lambda: self.network.partition(a, b, one_way=one_way), kind)

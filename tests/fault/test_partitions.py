@@ -26,7 +26,6 @@ import functools
 import itertools
 import json
 import shutil
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -35,10 +34,11 @@ from typing import Any
 
 import pytest
 
-from tests.fault.checker import FAIL, OK, UNKNOWN, Commit, History, Read, Send, check
+from tests.fault.checker import FAIL, OK, UNKNOWN, Commit, History, Read, Send, Term, check
+from tests.fault.daemons import NetnsBroker, NetnsNamesrv
 from tests.fault.nemesis import Nemesis
-from tests.fault.netns import Host, Network, available, etcd
-from tests.harness import BrokerProcess, NamesrvProcess, _launch, _toml_value, free_port
+from tests.fault.netns import Network, available, etcd
+from tests.harness import free_port
 
 # --- the checker, on hand-made histories --------------------------------------------------------
 
@@ -108,6 +108,33 @@ def test_checker_finds_a_committed_offset_moving_back() -> None:
     assert report.offsets_moved_back[1].startswith("g broker-a/0: committed 15 after 20")
 
 
+def _acked_by(replica: str, id: str, start: float) -> Send:
+    return Send(id, id, OK, "broker-a", 0, -1, start=start, end=start + 0.1, replica=replica)
+
+
+def test_checker_finds_two_replicas_master_of_one_term() -> None:
+    history = [Term("broker-a", "a1", 1, 0.0), Term("broker-a", "a2", 1, 1.0)]
+    report = check(history, [])
+    assert report.two_masters == ["broker-a: replicas ['a1', 'a2'] all master of term 1"]
+
+
+def test_checker_finds_a_deposed_master_acknowledging_after_the_new_one() -> None:
+    terms = [Term("broker-a", "a1", 1, 0.0), Term("broker-a", "a2", 2, 5.0)]
+    # a1 (term 1) acknowledges y after a2 (term 2) acknowledged x: two masters at once.
+    stale = [*terms, _acked_by("a1", "w", 1.0), _acked_by("a2", "x", 6.0),
+             _acked_by("a1", "y", 7.0)]  # fmt: skip
+    report = check(stale, [])
+    assert len(report.two_masters) == 1, report.two_masters
+    assert report.two_masters[0].startswith("broker-a: y acknowledged by a1 (term <= 1) after x")
+    assert not report.ok
+    # A fail-back: a1 elected again (term 3) before it acknowledges y. Not a violation.
+    back = check([*stale, Term("broker-a", "a1", 3, 6.5)], [])
+    assert not back.two_masters, back.two_masters
+    # Acknowledgements of both before the new term was known to be acknowledging: fine too.
+    overlap = check([*terms, _acked_by("a2", "x", 6.0), _acked_by("a1", "y", 6.05)], [])
+    assert not overlap.two_masters, overlap.two_masters
+
+
 def test_checker_measures_unavailability_and_reads_dicts() -> None:
     history: list[Any] = [
         {"type": "send", "id": "a", "status": OK, "queue": 0, "offset": 0, "start": 0, "end": 1},
@@ -138,52 +165,7 @@ def test_history_records_and_round_trips(tmp_path: Path) -> None:
 # --- the cluster in namespaces ------------------------------------------------------------------
 
 TTL_MS = 3000
-GRPC_PORT = 8081  # every broker has an address of its own: fixed ports never collide
 SMALL = {"mappedFileSizeCommitLog": 4 << 20, "maxMessageSize": 64 * 1024}
-
-
-class NetnsBroker(BrokerProcess):
-    """BrokerProcess inside ``host``, gRPC on host:8081 (HA binds that host too)."""
-
-    def __init__(self, root: Path, host: Host, settings: dict[str, Any]) -> None:
-        super().__init__(root, settings)
-        self.host = host
-
-    def start(self, timeout: float | None = None) -> NetnsBroker:
-        self.root.mkdir(parents=True, exist_ok=True)
-        config = self.root / "broker.toml"
-        config.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in self.settings.items()))
-        ready = self.root / "ready.json"
-        ready.unlink(missing_ok=True)
-        cmd = self.host.command([
-            sys.executable, "-m", "wharf.broker", "--config", str(config),
-            "--store-dir", str(self.store_dir), "--listen", f"{self.host.address}:{GRPC_PORT}",
-            "--metrics-listen", "127.0.0.1:0", "--wire-listen", "127.0.0.1:0",
-            "--ready-file", str(ready),
-        ])  # fmt: skip
-        self.proc, info = _launch(cmd, {}, self.log_path, ready, timeout or 30.0, "broker")
-        self.endpoint, self.ha_endpoint = info["grpc"], info.get("ha") or ""
-        return self
-
-
-class NetnsNamesrv(NamesrvProcess):
-    def __init__(self, root: Path, host: Host) -> None:
-        super().__init__(root)
-        self.host = host
-
-    def start(self, timeout: float | None = None) -> NetnsNamesrv:
-        self.root.mkdir(parents=True, exist_ok=True)
-        config = self.root / "namesrv.toml"
-        config.write_text("")
-        ready = self.root / "ready.json"
-        ready.unlink(missing_ok=True)
-        cmd = self.host.command([
-            sys.executable, "-m", "wharf.broker.namesrv", "--config", str(config),
-            "--listen", f"{self.host.address}:9876", "--ready-file", str(ready),
-        ])  # fmt: skip
-        self.proc, info = _launch(cmd, {}, self.log_path, ready, timeout or 30.0, "namesrv")
-        self.endpoint = info["grpc"]
-        return self
 
 
 @functools.cache

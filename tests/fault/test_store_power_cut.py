@@ -75,14 +75,21 @@ async def _writer_main(root: str, ack_path: str, count: int, flush_at: int, clea
 
 
 def run_writer(
-    fs: PowerFS, tmp_path: Path, count: int, flush_at: int = -1, clean: bool = False
+    fs: PowerFS,
+    tmp_path: Path,
+    count: int,
+    flush_at: int = -1,
+    clean: bool = False,
+    fresh: bool = True,
 ) -> tuple[Path, list[dict[str, object]]]:
-    """Run the writer on a new store on the mount until it is done, SIGKILL it, cut. Returns
-    the store root and the writer's notes."""
+    """Run the writer on a new store on the mount (``fresh=False``: on the one there) until
+    it is done, SIGKILL it, cut. Returns the store root and the writer's notes of this run."""
     root = fs.mountpoint / "store"
-    root.mkdir()
-    fsync_dir(fs.mountpoint)  # the root is the test's: durable from the start
+    if fresh:
+        root.mkdir()
+        fsync_dir(fs.mountpoint)  # the root is the test's: durable from the start
     acks = tmp_path / "acks.jsonl"
+    acks.unlink(missing_ok=True)
     args = [str(root), str(acks), str(count), str(flush_at), "1" if clean else "0"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.fault.test_store_power_cut", *args],
@@ -219,6 +226,35 @@ async def test_segments_created_ahead_and_never_synced_do_not_stop_the_restart(
     store = await reopen_and_check(root, notes)
     try:
         assert store.recovered is not None and store.recovered.abnormal
+    finally:
+        await store.shutdown()
+
+
+@pytest.mark.usefixtures("new_boot")
+async def test_queue_units_a_recovery_dropped_stay_dropped_across_a_power_cut(
+    fs: PowerFS, tmp_path: Path
+) -> None:
+    """Recovery drops the queue units and index entries past the log's valid end (a torn tail; a replica's
+    divergent tail, truncated before it rejoins: the fault campaign found this). Those drops
+    must be durable before records are appended past that end: otherwise a power cut brings
+    the old units back, the re-dispatch from the checkpoint skips the offsets they hold, and
+    each points at a record that is not its message (a read fails or returns another one)."""
+    root, _ = run_writer(fs, tmp_path, count=40, clean=True)  # log and units all durable
+    commitlog = root / "commitlog"
+    segments = sorted(os.listdir(commitlog))
+    assert len(segments) >= 3, segments
+    for name in segments[1:]:  # the log ends in its first segment now (durably)
+        os.unlink(commitlog / name)
+    fsync_dir(commitlog)
+    # The writer again on that store: recovery drops every unit past the first segment, then
+    # 20 new records are appended where the dropped ones were; SIGKILL, cut.
+    root, notes = run_writer(fs, tmp_path, count=20, fresh=False)
+    assert sum("i" in note for note in notes) == 20
+    store = await reopen_and_check(root, notes)
+    try:  # the index entries recovery dropped stayed dropped: each key finds its message
+        for i in range(20):  # (and the first run's message of that key, if the log kept it)
+            found = [m.body for m in store.query_messages("T", f"k{i}", 10, 0, 2**62)]
+            assert body(i) in found and set(found) == {body(i)}, (i, len(found))
     finally:
         await store.shutdown()
 
