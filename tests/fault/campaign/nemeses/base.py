@@ -42,5 +42,15 @@ class ProcessFault:
     target: Process
     window: tuple[float, float] | None = None
 
+    def pick(self, ctx: Context) -> str:
+        """Draw the process to hit (``self.target``): the master most often, then its replica,
+        the NameServer or etcd; returns its role."""
+        master = ctx.master()
+        choices = {"master": master, "replica": ctx.replica_of(master),
+                   "namesrv": ctx.cluster.processes["ns"], "etcd": ctx.cluster.processes["etcd"]}  # fmt: skip
+        role = ctx.rng.choices(list(choices), weights=[4, 3, 1, 1])[0]
+        self.target = choices[role]
+        return role
+
     def begin(self, ctx: Context, what: str, kind: str) -> None:
         self.fault = ctx.history.fault(what, kind)

@@ -12,11 +12,7 @@ class Kill(ProcessFault):
     kind = "kill -9"
 
     async def inject(self, ctx: Context) -> str:
-        master = ctx.master()
-        choices = {"master": master, "replica": ctx.replica_of(master),
-                   "namesrv": ctx.cluster.processes["ns"], "etcd": ctx.cluster.processes["etcd"]}  # fmt: skip
-        role = ctx.rng.choices(list(choices), weights=[4, 3, 1, 1])[0]
-        self.target = choices[role]
+        role = self.pick(ctx)
         what = f"kill -9 {self.target.name} ({role})"
         self.begin(ctx, what, self.kind)
         self.target.kill()

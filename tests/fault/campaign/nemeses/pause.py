@@ -14,11 +14,7 @@ class Pause(ProcessFault):
     window: tuple[float, float] | None = (0.5, 4.0)
 
     async def inject(self, ctx: Context) -> str:
-        master = ctx.master()
-        choices = {"master": master, "replica": ctx.replica_of(master),
-                   "namesrv": ctx.cluster.processes["ns"], "etcd": ctx.cluster.processes["etcd"]}  # fmt: skip
-        role = ctx.rng.choices(list(choices), weights=[4, 3, 1, 1])[0]
-        self.target = choices[role]
+        role = self.pick(ctx)
         what = f"pause {self.target.name} ({role})"
         self.begin(ctx, what, self.kind)
         if self.target.alive:
