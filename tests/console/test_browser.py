@@ -47,6 +47,20 @@ def _wait_for(driver, css: str, timeout: float = 10.0):  # type: ignore[no-untyp
     )
 
 
+def _wait_for_text(driver, css: str, text: str, timeout: float = 10.0):  # type: ignore[no-untyped-def]
+    """The element once its text holds ``text``: a form posted from a page that already shows a
+    ``.done`` (the previous action's) is answered by a new page, and the old element is still
+    there until it loads."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, timeout).until(
+        expected_conditions.text_to_be_present_in_element((By.CSS_SELECTOR, css), text)
+    )
+    return driver.find_element(By.CSS_SELECTOR, css)
+
+
 def _fill(driver, form: str, values: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
     from selenium.webdriver.common.by import By
 
@@ -70,7 +84,7 @@ def test_topic_send_find_open(driver, console: str, broker: BrokerProcess, name:
     assert len(driver.find_elements(By.CSS_SELECTOR, "#queues tbody tr")) == 2
 
     _fill(driver, "#send-message", {"key": "order-42", "body": '{"order": 42}'})
-    assert "sent to" in _wait_for(driver, ".done").text
+    assert "sent to" in _wait_for_text(driver, ".done", "sent to").text
     wait_dispatched(broker.endpoint, name, 1)  # in the key index
 
     driver.get(f"{console}/messages")
