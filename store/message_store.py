@@ -165,7 +165,12 @@ class MessageStore:
         started = time.monotonic()
         await self._role.before_recovery(self._lower_ledgers_blocking)
         state = await asyncio.to_thread(
-            recover_blocking, self._config, self._paths, self.delay_levels_ms, self._observer
+            recover_blocking,
+            self._config,
+            self._paths,
+            self.delay_levels_ms,
+            self._observer,
+            self._role.holds_tail,
         )
         self.recovered = state
         self.recovery_seconds = time.monotonic() - started

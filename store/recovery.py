@@ -78,6 +78,7 @@ def recover_blocking(
     paths: StorePaths,
     delay_levels_ms: list[int],
     observer: object = None,
+    hold_tail: bool = False,
 ) -> RecoveredState:
     timings: dict[str, float] = {}
     mark = time.monotonic()
@@ -143,14 +144,20 @@ def recover_blocking(
         reput_from = min(reput_from, checkpoint.logics_offset)
     reput_from = min(max(reput_from, commit_log.min_offset), end)
     redispatch_from = reput_from
+    # A controller-mode store dispatches nothing new here: its log past ``reput_from`` may be
+    # a deposed master's writes that no replica has (store/role.py ``attach``); the reput
+    # dispatches them once a master's handshake agrees with this log, or after a promotion.
+    redispatch_to = reput_from if hold_tail else end
 
     dispatcher = Dispatcher(queues, index, delay_levels_ms)
     # The reput's own reader: large chunks are decoded as columns, as in live dispatch.
     source = CommitLogSource(commit_log, sync_flush=False)
     redispatched = 0
     last_timestamp = 0
-    while reput_from < end:
-        records, next_offset = source.read_dispatch_chunk(reput_from, end, RECOVERY_CHUNK_BYTES)
+    while reput_from < redispatch_to:
+        records, next_offset = source.read_dispatch_chunk(
+            reput_from, redispatch_to, RECOVERY_CHUNK_BYTES
+        )
         if next_offset <= reput_from:
             break
         plan = dispatcher.plan(records)

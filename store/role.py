@@ -91,7 +91,16 @@ class Role:
         self._commit_log, self._reput, self._source = commit_log, reput, source
         self._replica_appended = replica_appended
         self._take_offsets, self._start_master_services = take_offsets, start_master_services
-        if self._config.broker_role == SYNC_MASTER:
+        if self._link.controller:
+            # A controller-mode store starts as a replica, and its log past what it had
+            # dispatched may be a deposed master's writes no replica has: consumers (who read
+            # replicas) must not see them, since the group's new master overwrites them. Held
+            # until a master's handshake finds this log a prefix of its own (``_agreed``), or
+            # until ``promote``. A fault campaign saw a restarted ex-master serve 4 such
+            # messages as a replica, then truncate them (tests/fault/campaign, seed 36).
+            held = reput.reput_from_offset
+            source.confirm = lambda: held
+        elif self._config.broker_role == SYNC_MASTER:
             # Consumers never see what the in-sync replicas lack (a failover cannot take back
             # a message someone consumed).
             source.confirm = self.confirm_offset
@@ -111,6 +120,7 @@ class Role:
                 link.apply_metadata,
                 epochs=lambda: self._epochs,
                 on_epochs=self._take_epochs,
+                on_agreed=self._agreed,
                 on_truncate=self._truncate_and_restart,
                 credentials=link.credentials,
                 ssl_context=link.client_ssl,
@@ -238,14 +248,20 @@ class Role:
             await self._slave.stop()
             self._slave = None
         end = self._commit_log.max_offset
+        # The new master's log is the group's: all of it is dispatched before its queue
+        # offsets are taken (the hold of ``attach`` ends here).
+        self._source.confirm = None
         await self._take_offsets(end)
         self._epochs = [*(e for e in self._epochs if e[0] < epoch), (epoch, end)]
         await asyncio.to_thread(epochs.save_blocking, self._paths.epochs_file, self._epochs)
-        if sync_master:
-            self._source.confirm = self.confirm_offset
         self.replica = False
         await self._start_master_services()
         await self._start_master(sync_master, lambda: self._epochs)
+        # Reads past the hold (attach) from here: a SYNC_MASTER's up to what its in-sync
+        # replicas have, once its replication listener exists to say so; an ASYNC_MASTER's all.
+        self._source.confirm = self.confirm_offset if sync_master else None
+        if self._reput is not None:
+            self._reput.wakeup()
         log.warning("promoted to master of term %d at log end %d (%s)", epoch, end,
                     "SYNC_MASTER" if sync_master else "ASYNC_MASTER")  # fmt: skip
 
@@ -260,6 +276,18 @@ class Role:
         )
 
     # --- a replica's handshake callbacks -----------------------------------------------------
+    @property
+    def holds_tail(self) -> bool:
+        """Recovery must not re-dispatch past what was dispatched before (``attach`` says why)."""
+        return self._link.controller
+
+    def _agreed(self) -> None:
+        """A master's handshake found this replica's log a prefix of its own: all of it may be
+        read (a replica's reads follow what it copied)."""
+        if self.replica and self._source is not None and self._reput is not None:
+            self._source.confirm = None
+            self._reput.wakeup()
+
     async def _take_epochs(self, entries: Epochs) -> None:
         """A replica adopts its master's terms at each handshake."""
         if entries != self._epochs:

@@ -55,6 +55,7 @@ class HASlave:
         *,
         epochs: Callable[[], Epochs] = list,
         on_epochs: Callable[[Epochs], Awaitable[None]] | None = None,
+        on_agreed: Callable[[], None] | None = None,
         on_truncate: Callable[[int], Awaitable[None]] | None = None,
         credentials: tuple[str, str] = ("", ""),
         ssl_context: ssl.SSLContext | None = None,
@@ -72,6 +73,7 @@ class HASlave:
         self._apply_metadata = apply_metadata
         self._epochs = epochs
         self._on_epochs = on_epochs
+        self._on_agreed = on_agreed  # after a handshake found this log a prefix of the master's
         self._on_truncate = on_truncate
         self._credentials = credentials
         self._ssl = ssl_context
@@ -160,6 +162,8 @@ class HASlave:
                 return RETRY_REFUSED_S
             if welcome.epochs and self._on_epochs is not None:
                 await self._on_epochs(list(welcome.epochs))
+            if self._on_agreed is not None:
+                self._on_agreed()
             self.master_max_offset = welcome.max_offset
             self.confirm_offset = welcome.confirm_offset
             self.connected_to = address

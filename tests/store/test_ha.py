@@ -278,3 +278,57 @@ async def test_a_truncation_lowers_the_timer_and_transaction_checkpoints(tmp_pat
         assert (await replica.put("orders", 0, [msg("after")])).status is PutStatus.PUT_OK
     finally:
         await replica.shutdown()
+
+
+async def _store_with_an_undispatched_tail(tmp_path: Path) -> tuple[object, int]:
+    """A store whose log holds "seen" (dispatched) and three records past what was dispatched
+    (the reput stopped before them), as a master's unacknowledged writes are at a crash."""
+    config = small_config(tmp_path, ha_listen_port=0)
+    store = MessageStore(config)
+    await store.start()
+    await store.put("orders", 0, [msg("seen")])
+    assert await store.wait_dispatched()
+    await store.insides.reput_service.stop()
+    await store.put("orders", 0, [msg(f"tail {i}") for i in range(3)])
+    await store.shutdown()
+    return config, 1
+
+
+async def test_a_controller_mode_store_holds_its_undispatched_tail_until_a_master_agrees(
+    tmp_path: Path,
+) -> None:
+    """A controller-mode store starts as a replica: what its log holds past what it had
+    dispatched (a deposed master's writes no replica may have) stays out of its queues, in
+    recovery and after, until a master's handshake finds the log a prefix of its own. A store
+    with static roles dispatches it at once, as before."""
+    config, seen = await _store_with_an_undispatched_tail(tmp_path)
+    replica = MessageStore(config, replication=ReplicaLink(controller=True))
+    await replica.start()
+    try:
+        assert replica.recovered.redispatched_messages == 0
+        await asyncio.sleep(0.3)  # the reput runs, held
+        assert replica.get_max_offset("orders", 0) == seen
+        replica.role._agreed()  # what HASlave calls after an agreeing handshake
+        assert await replica.wait_dispatched()
+        assert replica.get_max_offset("orders", 0) == seen + 3
+    finally:
+        await replica.shutdown()
+
+
+async def test_a_promotion_lifts_the_hold_on_the_tail(tmp_path: Path) -> None:
+    config, seen = await _store_with_an_undispatched_tail(tmp_path)
+    replica = MessageStore(config, replication=ReplicaLink(controller=True))
+    await replica.start()
+    try:
+        assert replica.get_max_offset("orders", 0) == seen
+        await replica.role.promote(2, sync_master=False)
+        assert await replica.wait_dispatched()
+        assert replica.get_max_offset("orders", 0) == seen + 3
+    finally:
+        await replica.shutdown()
+    static = MessageStore(config)  # static roles: recovery dispatches the tail itself
+    await static.start()
+    try:
+        assert static.get_max_offset("orders", 0) == seen + 3
+    finally:
+        await static.shutdown()
