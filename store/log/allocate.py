@@ -133,7 +133,12 @@ class AllocateMappedFileService(Service):
                 # No read prefault: measured here it costs ~1.4 s of CPU per GiB in this
                 # thread and saves the loop only ~0.12 s per GiB of writes (page faults on
                 # fallocated pages). On a box whose cores the broker shares with its clients
-                # (2 cores here) that is a net loss of ~1.3 s of CPU per GiB written.
+                # (2 cores here) that is a net loss of ~1.3 s of CPU per GiB written. Tried
+                # again 2026-11-25 (where free memory went back to the host, the loop's
+                # pwrite pays ~2.3 s per GiB for new pages, the thread would take that): a
+                # SYNC_FLUSH broker's e2e p99 at 10k msg/s, written into such a segment,
+                # went 1.2-1.6 -> 6-11 ms (max 31-35 ms), cause not found (the start-up
+                # segment, prefaulted the same way before the broker serves: 2.0 ms).
                 False,
             )
             self._inflight[offset] = future

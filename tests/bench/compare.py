@@ -15,7 +15,10 @@ as an idle disk's, at most ``SETTLE_MAX_S``. A fixed pause was not enough on thi
 ~1 GB of produce, with nothing written by anyone (the broker idle, no dirty pages), the bare
 fdatasync's p99 stayed at 1-6 ms (max 4-20 ms) for 40 s and more against 0.3-0.7 ms before:
 the virtual disk's backend digesting the earlier writes, so the latency run that came next
-measured the previous run. Each wait is printed and kept under ``disk_settle``.
+measured the previous run. Each wait is printed and kept under ``disk_settle``. The two
+fsync-bound produce runs (Wharf SYNC_FLUSH, Redis ``always``) settle the same way first, and
+every run's files are deleted before the next run starts (``FRESH_MEMORY`` below: on this VM a
+run writing into memory the host took back pays ~2.4 us more per 1 KiB message).
 The targets of the read path (consume >= 1.5x redis-py and >= 0.35x redis-benchmark XRANGE;
 e2e p50 and p99 at the low rate <= redis-py's; e2e p99 at the target rate <= 5 ms) are
 printed as met or missed under the table and written under ``targets``.
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -84,6 +88,15 @@ def wharf_broker(root: Path, flush: str) -> BrokerProcess:
 # is being stored the next fills up: few, large requests; measured best on this 2-core box).
 PRODUCER = {"streams": 1, "max_in_flight": 2}
 
+# FRESH_MEMORY: every run (Wharf's and Redis's alike) deletes its files before the next starts.
+# On this VM (Firecracker, free page reporting) guest memory that sat free is handed back to the
+# host, and the first touch of such a page costs ~10 us per 4 KiB in the guest (2 GiB written
+# into new page cache: 5.1 s of system time against 0.4 s into pages just freed; measured
+# 2026-11-25 with a 64 KiB write loop). A run that wrote after an earlier run's 2-3 GB still
+# sat in the page cache paid that for every page: SYNC_FLUSH produce, the run after ASYNC's,
+# fell from ~215k to 155-175k msg/s with no code change (the 2026-11-22 release commit abe815e
+# and main measured alike, 208-219k against 213-223k). Freed files put every run on pages the
+# guest still holds, so each run measures its own work, not the VM's memory history.
 PEERS = ("redis_benchmark", "redis_benchmark_p16", "redis_py")
 # Figures merged as the median of the runs; the rest of an entry is the first run's.
 MEDIAN_KEYS = ("msgs_per_s", "rps", "messages", "p50_ms", "p99_ms", "p999_ms", "max_ms")
@@ -186,10 +199,17 @@ class Comparison:
             self.note(f"[bold]run {index + 1} of {self.args.runs}[/bold]")
             with tempfile.TemporaryDirectory(prefix="wharf-compare-") as tmp:
                 root = Path(tmp)
-                self.run_wharf_async(root / "wharf-async")
-                self.run_wharf_sync(root / "wharf-sync")
-                self.run_redis_everysec(root / "redis-everysec")
-                self.run_redis_always(root / "redis-always")
+                for name, step, durable in (
+                    ("wharf-async", self.run_wharf_async, False),
+                    ("wharf-sync", self.run_wharf_sync, True),
+                    ("redis-everysec", self.run_redis_everysec, False),
+                    ("redis-always", self.run_redis_always, True),
+                ):
+                    if durable:  # an fsync-bound produce run: on a quiet disk, as e2e runs
+                        self.settle(root, f"{name} produce")
+                    step(root / name)
+                    # Each run's files go before the next run: see FRESH_MEMORY.
+                    shutil.rmtree(root / name, ignore_errors=True)
             runs.append(self.measures)
         self.measures = median_of_runs(runs)
         self.compute_ratios()

@@ -15,6 +15,12 @@ for ``--seconds``: ``--tasks`` tasks share one SDK ``Producer`` (defaults) and l
 its rounds; the client runs in this process on uvloop and shares the 2 cores with the broker.
 Also printed: broker and client CPU per message (less sensitive to the neighbours than msg/s).
 
+Before each run ``--recycle-gib`` (2) of memory is touched and freed
+(``tests.bench.memory.recycle_memory``): on this VM a run that writes into memory the host took
+back pays ~2.4 us more per message than one writing into pages freed a moment ago, which
+decided the ratios more than the configurations did (the same one measured 306k and 166k msg/s
+in consecutive rounds without it).
+
 ``--no-parts``: the SDK sends each topic's batches in requests of their own, as before
 issue 33 (no ``SendMessageRequest.parts``). ``--quick``: 1, 16, 256 topics, 1 s, 1 round.
 The temporary directory (under /tmp) goes at the end.
@@ -34,6 +40,7 @@ import uvloop
 from wharf.client import Producer
 
 from tests.bench.broker_send import process_cpu_seconds
+from tests.bench.memory import recycle_memory
 from tests.harness import BrokerProcess
 
 MIB = 1024 * 1024
@@ -112,6 +119,12 @@ def main() -> None:
     parser.add_argument("--lead-in", type=float, default=0.5, help="untimed seconds per run")
     parser.add_argument("--quick", action="store_true", help="1,16,256 topics, 1 s, 1 round")
     parser.add_argument(
+        "--recycle-gib",
+        type=float,
+        default=2.0,
+        help="anonymous memory touched and freed before each run (tests/bench/memory.py); 0: off",
+    )
+    parser.add_argument(
         "--no-parts",
         action="store_true",
         help="no multi-topic requests (SendMessageRequest.parts): the SDK before issue 33",
@@ -140,6 +153,7 @@ def main() -> None:
               f"{took:.1f} s")  # fmt: skip
         for _ in range(args.rounds):
             for n in counts:
+                recycle_memory(int(args.recycle_gib * (1 << 30)))
                 cpu0 = process_cpu_seconds(broker.pid)
                 rate, client = uvloop.run(measure(broker.endpoint, n, args))
                 cpu1 = process_cpu_seconds(broker.pid)

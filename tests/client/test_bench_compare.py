@@ -25,9 +25,11 @@ def test_quick_comparison_writes_every_measure_and_ratio(tmp_path: Path) -> None
     assert "Wharf vs Redis Streams" in proc.stdout
     results = json.loads(output.read_text())
     measures = results["measures"]
-    # Every latency run (4 of Wharf's, 2 of redis-py's) waited for a quiet disk first.
+    # Every latency run (4 of Wharf's, 2 of redis-py's) and both fsync-bound produce runs
+    # (Wharf SYNC_FLUSH, Redis `always`) waited for a quiet disk first.
     settled = [entry["run"] for entry in results["disk_settle"]]
-    assert len(settled) == 6 and sum(run.startswith("redis-py") for run in settled) == 2
+    assert len(settled) == 8 and sum(run.startswith("redis-py") for run in settled) == 2
+    assert {"wharf-sync produce", "redis-always produce"} <= set(settled)
     assert set(measures) == {
         "produce_async", "produce_sync", "consume", "e2e_sync", "e2e_sync_low_rate",
     }  # fmt: skip
