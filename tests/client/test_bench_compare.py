@@ -30,6 +30,13 @@ def test_quick_comparison_writes_every_measure_and_ratio(tmp_path: Path) -> None
     settled = [entry["run"] for entry in results["disk_settle"]]
     assert len(settled) == 8 and sum(run.startswith("redis-py") for run in settled) == 2
     assert {"wharf-sync produce", "redis-always produce"} <= set(settled)
+    # The produce targets are judged beside the read path's, from the same medians.
+    targets = results["targets"]
+    durable = measures["produce_sync"]["ratios"]
+    assert targets["produce_sync_vs_redis_benchmark_p16"]["met"] == (
+        durable["throughput_vs_redis_benchmark_p16"] >= 1.0
+    )
+    assert {"produce_async_vs_redis_benchmark", "produce_sync_vs_redis_benchmark"} <= set(targets)
     assert set(measures) == {
         "produce_async", "produce_sync", "consume", "e2e_sync", "e2e_sync_low_rate",
     }  # fmt: skip
