@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -31,10 +32,39 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+# free_port hands out ports BELOW the kernel's ephemeral range: a port the kernel picked for
+# ``bind(0)`` came back free, but the kernel could hand it again to any socket bound to port 0
+# or connecting out (another daemon of the test, a client) before the daemon it was meant for
+# bound it (a failover test lost its replica's port that way). Ports outside the range are
+# never picked by the kernel; the ones handed out in this process are not handed out twice.
+_FIXED_PORTS = range(20_000, 32_000)
+_handed_out: set[int] = set()
+# Not the ``random`` module's state: pytest-randomly seeds it alike in every test process.
+_pick = random.SystemRandom()
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_port() -> int:
-    """A loopback port free right now (for a broker that must keep its port across restarts,
-    or for an address nothing listens on)."""
-    with socket.socket() as sock:
+    """A loopback port free right now and outside the kernel's ephemeral range (for a broker
+    that must keep its port across restarts, or for an address nothing listens on)."""
+    low = _ephemeral_low()
+    candidates = [p for p in _FIXED_PORTS if p < low and p not in _handed_out]
+    for port in _pick.sample(candidates, min(len(candidates), 200)):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    with socket.socket() as sock:  # no fixed port free (a narrowed range): the kernel's pick
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
