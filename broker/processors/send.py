@@ -228,8 +228,8 @@ class SendProcessor:
             count = len(append.sizes)
             ctx.messages_in += count
             ctx.metrics.on_messages_in(topic_name, append.sizes)
-            status = result.status
-            response.status = _SEND_OK if status is _PUT_OK else _STATUS[status]
+            put_status = result.status
+            response.status = _SEND_OK if put_status is _PUT_OK else _STATUS[put_status]
             response.queue_id = queue_id
             response.first_queue_offset = append.first_queue_offset
             response.first_commit_log_offset = append.offsets[0]
