@@ -170,7 +170,7 @@ class Comparison:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.scale = 0.1 if args.quick else 1.0
-        self.duration = 2.0 if args.quick else args.duration
+        self.duration = 1.0 if args.quick else args.duration
         self.measures: dict[str, dict[str, Any]] = {}
         self.console = Console(stderr=True)
         self.disk_settle: list[dict[str, Any]] = []

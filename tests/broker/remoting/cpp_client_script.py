@@ -4,7 +4,8 @@ ctypes) in ``.venv-rmq4``; run by test_cpp_client.py as a subprocess:
     python cpp_client_script.py NAMESRV_ADDR MODE JSON_ARGS
 
 Modes: ``send`` (sync, oneway, orderly or batch sends of the given messages) and ``consume``
-(a PushConsumer until it has received ``expect`` messages, or ``timeout`` seconds). Prints one
+(a PushConsumer until it has received ``expect`` messages, ``stop_file`` exists, or ``timeout``
+seconds; with ``progress`` it appends each body it gets to that file, as it gets it). Prints one
 JSON line last. Ends with ``os._exit``: the wrapper's destructors shut the client down a
 second time at interpreter exit, which can hang or crash the library.
 """
@@ -103,6 +104,10 @@ def consume(namesrv, args):
     failed = set()
     seen = set()
     bodies = set(args.get("bodies", []))  # done once each of these was consumed (and expect)
+    # Consumers that share a group cannot know their share: the test reads every consumer's
+    # progress and tells them all to stop (stop_file) once the union is complete.
+    progress = open(args["progress"], "a") if args.get("progress") else None  # noqa: SIM115
+    stop_file = args.get("stop_file")
 
     def on_message(msg):
         body = msg.body.decode() if isinstance(msg.body, bytes) else msg.body
@@ -130,6 +135,9 @@ def consume(namesrv, args):
                 }
             )
             seen.add(body)
+            if progress is not None:
+                progress.write(body + "\n")
+                progress.flush()
             if len(received) >= args.get("expect", 0) and seen >= bodies:
                 done.set()
 
@@ -140,7 +148,10 @@ def consume(namesrv, args):
     consumer.set_namesrv_addr(namesrv)
     subscribe(consumer, args["topic"], on_message, args.get("expression", "*"))
     consumer.start()
-    done.wait(args.get("timeout", 60))
+    give_up = time.monotonic() + args.get("timeout", 60)
+    while not done.wait(0.1) and time.monotonic() < give_up:
+        if stop_file and os.path.exists(stop_file):
+            break
     time.sleep(args.get("settle_s", 0))  # catch duplicates, let offsets be committed
     with lock:
         out = list(received)

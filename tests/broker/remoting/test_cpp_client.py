@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from wharf.broker.remoting.codes import RequestCode, ResponseCode
 
+from tests.broker.remoting.shares import stop_when_all_seen
 from tests.broker.remoting.test_server import Client
 from tests.harness import REPO_ROOT, BrokerProcess, Daemons
 
@@ -195,6 +196,8 @@ def test_two_consumers_of_one_group_split_the_queues(daemons: Daemons, tmp_path:
                 expect=len(bodies) + 1,
                 timeout=30,
                 settle_s=0,
+                progress=str(tmp_path / f"progress{i}"),
+                stop_file=str(tmp_path / "stop"),
             )
             for i in range(2)
         ]
@@ -206,6 +209,8 @@ def test_two_consumers_of_one_group_split_the_queues(daemons: Daemons, tmp_path:
         out = run(broker, tmp_path / "h0", "send", group="PG_SPLIT", topic="T_SPLIT",
                   messages=specs)  # fmt: skip
         assert out["error"] is None and all(r["status"] == 0 for r in out["sent"])
+        progress = [tmp_path / f"progress{i}" for i in range(2)]
+        stop_when_all_seen(progress, bodies, tmp_path / "stop", timeout=30)
         received = [c.result()["received"] for c in consumers]
     got = [[m for m in r if m["body"].startswith("split-")] for r in received]
     assert sorted(m["body"] for part in got for m in part) == sorted(bodies)  # once each
@@ -264,6 +269,8 @@ def test_broadcasting_consumers_each_get_every_message(daemons: Daemons, tmp_pat
         time.sleep(3)  # each has its queues (all of them) and its starting offsets
         out = run(broker, tmp_path / "h0", "send", group="PG_BC", topic="T_BC", messages=specs)
         assert out["error"] is None and all(r["status"] == 0 for r in out["sent"])
+        progress = [tmp_path / f"progress{i}" for i in range(2)]
+        stop_when_all_seen(progress, bodies, tmp_path / "stop", timeout=30)
         received = [c.result()["received"] for c in consumers]
     for part in received:
         assert sorted(m["body"] for m in part if m["body"].startswith("bcast-")) == sorted(bodies)

@@ -26,6 +26,7 @@ from wharf.broker.remoting.frame import FrameDecoder, RemotingCommand, encode
 from wharf.client.admin import Admin
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
+from tests.broker.remoting.shares import stop_when_all_seen
 from tests.harness import REPO_ROOT, BrokerProcess, Daemons, NamesrvProcess
 
 RMQ4_PYTHON = REPO_ROOT / ".venv-rmq4" / "bin" / "python"
@@ -441,6 +442,7 @@ async def test_two_cpp_consumers_through_the_namesrv_split_the_queues_of_both_gr
         return _run_cpp(
             cluster.remoting, tmp_path / f"h{i}", "consume", group="CG_SPLIT",
             topic=SPLIT_TOPIC, expect=len(bodies) + 1, timeout=30, settle_s=0,
+            progress=str(tmp_path / f"progress{i}"), stop_file=str(tmp_path / "stop"),
         )  # fmt: skip
 
     consumers = [asyncio.create_task(asyncio.to_thread(consume, i)) for i in (1, 2)]
@@ -454,6 +456,8 @@ async def test_two_cpp_consumers_through_the_namesrv_split_the_queues_of_both_gr
         topic=SPLIT_TOPIC, messages=specs,
     )  # fmt: skip
     assert out["error"] is None and all(r["status"] == 0 for r in out["sent"])
+    progress = [tmp_path / f"progress{i}" for i in (1, 2)]
+    await asyncio.to_thread(stop_when_all_seen, progress, bodies, tmp_path / "stop", 30)
     got = [(await task)["received"] for task in consumers]
     assert sorted(m["body"] for part in got for m in part) == sorted(bodies)  # once each
     assert all(got), [len(part) for part in got]  # both consumers had queues
