@@ -44,8 +44,17 @@ def gauge(
 def histogram(
     name: str, doc: str, labels: Sequence[str], children: LabelledHistograms
 ) -> HistogramMetricFamily:
+    return histogram_of(name, doc, labels, children.items())
+
+
+def histogram_of(
+    name: str,
+    doc: str,
+    labels: Sequence[str],
+    snapshots: Iterable[tuple[LabelKey, HistogramSnapshot]],
+) -> HistogramMetricFamily:
     family = HistogramMetricFamily(name, doc, labels=list(labels))
-    for key, snap in children.items():
+    for key, snap in snapshots:
         _add_histogram(family, key, snap)
     return family
 
@@ -63,9 +72,7 @@ class HotPathSources(Protocol):
     """The accumulators the broker's hooks feed (``BrokerMetrics`` has them): what
     ``hot_path_families`` reads, without this module importing its caller."""
 
-    messages_in: LabelledCounters
-    bytes_in: LabelledCounters
-    message_size: LabelledHistograms
+    message_size: LabelledHistograms  # its count and sum are the messages and bytes in
     messages_out: LabelledCounters
     bytes_out: LabelledCounters
     send_to_dlq: LabelledCounters
@@ -78,9 +85,10 @@ class HotPathSources(Protocol):
 
 def hot_path_families(m: HotPathSources) -> Iterator[Any]:
     """Families fed by the broker's hooks (send, pull, DLQ, RPCs, flushes)."""
-    yield counter("rocketmq_messages_in_total", "Messages stored, by topic.", ["topic"], m.messages_in.items())  # fmt: skip
-    yield counter("rocketmq_throughput_in_total", "Message body bytes stored, by topic.", ["topic"], m.bytes_in.items())  # fmt: skip
-    yield histogram("rocketmq_message_size", "Message body size in bytes, by topic.", ["topic"], m.message_size)  # fmt: skip
+    sizes = m.message_size.items()  # one snapshot: the three families always agree
+    yield counter("rocketmq_messages_in_total", "Messages stored, by topic.", ["topic"], [(key, snap.count) for key, snap in sizes])  # fmt: skip
+    yield counter("rocketmq_throughput_in_total", "Message body bytes stored, by topic.", ["topic"], [(key, snap.total) for key, snap in sizes])  # fmt: skip
+    yield histogram_of("rocketmq_message_size", "Message body size in bytes, by topic.", ["topic"], sizes)  # fmt: skip
     yield counter("rocketmq_messages_out_total", "Messages delivered by pulls, by topic and consumer group.", ["topic", "consumer_group"], m.messages_out.items())  # fmt: skip
     yield counter("rocketmq_throughput_out_total", "Message body bytes delivered by pulls, by topic and consumer group.", ["topic", "consumer_group"], m.bytes_out.items())  # fmt: skip
     yield counter("rocketmq_send_to_dlq_messages_total", "Messages moved to %DLQ%<group> after max reconsume times, by original topic and group.", ["topic", "consumer_group"], m.send_to_dlq.items())  # fmt: skip

@@ -94,11 +94,19 @@ async def serve_peer(ready: Path, batch: int) -> None:
 def process_cpu_seconds(pid: int) -> float:
     """User + system CPU of a process (Linux /proc; 0.0 elsewhere). CPU per message is the
     figure that stays meaningful when other work shares the machine; wall msg/s is not."""
+    return sum(process_cpu_split(pid))
+
+
+def process_cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process (Linux /proc; zeros elsewhere). On this VM the
+    system part moves with the host's memory (tests/bench/memory.py), the user part with
+    the code."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def start_peer(root: Path, batch: int) -> tuple[subprocess.Popen[bytes], str]:

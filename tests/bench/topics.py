@@ -13,7 +13,9 @@ for ``--seconds``: ``--tasks`` tasks share one SDK ``Producer`` (defaults) and l
 ``send_batch(--batch)`` of ``--size`` byte bodies, task i's k-th batch going to topic
 ``(i + k * tasks) % N`` (every topic gets traffic). A configuration's figure is the median of
 its rounds; the client runs in this process on uvloop and shares the 2 cores with the broker.
-Also printed: broker and client CPU per message (less sensitive to the neighbours than msg/s).
+Also printed: broker and client CPU per message (less sensitive to the neighbours than msg/s),
+and the broker's user part of it: the system part moves with the VM's memory (below), the user
+part with the code.
 
 Before each run ``--recycle-gib`` (2) of memory is touched and freed
 (``tests.bench.memory.recycle_memory``): on this VM a run that writes into memory the host took
@@ -39,7 +41,7 @@ from pathlib import Path
 import uvloop
 from wharf.client import Producer
 
-from tests.bench.broker_send import process_cpu_seconds
+from tests.bench.broker_send import process_cpu_split
 from tests.bench.memory import recycle_memory
 from tests.harness import BrokerProcess
 
@@ -137,6 +139,7 @@ def main() -> None:
     rates: dict[int, list[float]] = {n: [] for n in counts}
     client_us: dict[int, list[float]] = {n: [] for n in counts}
     broker_us: dict[int, list[float]] = {n: [] for n in counts}
+    broker_user_us: dict[int, list[float]] = {n: [] for n in counts}
     print(
         f"Produce across topics: {args.tasks} tasks x send_batch({args.batch}) of {args.size} B, "
         f"{QUEUES} queues per topic, {args.seconds:g} s per run, {args.rounds} rounds "
@@ -154,23 +157,25 @@ def main() -> None:
         for _ in range(args.rounds):
             for n in counts:
                 recycle_memory(int(args.recycle_gib * (1 << 30)))
-                cpu0 = process_cpu_seconds(broker.pid)
+                user0, sys0 = process_cpu_split(broker.pid)
                 rate, client = uvloop.run(measure(broker.endpoint, n, args))
-                cpu1 = process_cpu_seconds(broker.pid)
+                user1, sys1 = process_cpu_split(broker.pid)
                 rates[n].append(rate)
                 client_us[n].append(client)
                 # Broker CPU over the timed window and the lead-in: per message of the window,
                 # scaled to the whole run's length.
-                whole = rate * (args.seconds + args.lead_in)
-                broker_us[n].append((cpu1 - cpu0) / max(whole, 1) * 1e6)
+                whole = max(rate * (args.seconds + args.lead_in), 1)
+                broker_us[n].append((user1 - user0 + sys1 - sys0) / whole * 1e6)
+                broker_user_us[n].append((user1 - user0) / whole * 1e6)
     one = statistics.median(rates[counts[0]])
-    print(f"\n{'topics':>7} {'msg/s':>10} {'ratio':>6} {'broker us/msg':>14} "
+    print(f"\n{'topics':>7} {'msg/s':>10} {'ratio':>6} {'broker us/msg':>14} {'of it user':>10} "
           f"{'client us/msg':>14}  runs (msg/s)")  # fmt: skip
     for n in counts:
         rate = statistics.median(rates[n])
         runs = ", ".join(f"{r:,.0f}" for r in rates[n])
         print(
             f"{n:>7,} {rate:>10,.0f} {rate / one:>6.2f} {statistics.median(broker_us[n]):>14.1f} "
+            f"{statistics.median(broker_user_us[n]):>10.2f} "
             f"{statistics.median(client_us[n]):>14.1f}  {runs}"
         )
     print(f"(ratio: to {counts[0]} topic{'s' if counts[0] != 1 else ''})")
