@@ -182,6 +182,9 @@ def cluster(module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory) -
                 "brokerClusterName": "C",
                 "autoCreateTopicEnable": False,
                 "brokerHeartbeatInterval": 200,
+                # A consumer's retry waits for level 3 + reconsume times (10 s on RocketMQ's
+                # defaults); level 1 stays 1 s for the delayed send below.
+                "messageDelayLevel": "1s 1s 1s 1s 1s 1s",
             },
             extra_args=["--remoting-listen", "127.0.0.1:0"] if name != "broker-c" else [],
         )

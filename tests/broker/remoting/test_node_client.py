@@ -38,7 +38,9 @@ NODE_DIR = Path(__file__).with_name("node")
 SCRIPT = NODE_DIR / "scenario.js"
 REMOTING = ["--remoting-listen", "127.0.0.1:0"]
 QUEUES = 4
-SETTINGS = {"defaultTopicQueueNums": QUEUES}
+# A failed message comes back after delay level 3 + reconsume times: 1 s here, not RocketMQ's
+# 10 s (the tests wait for it).
+SETTINGS = {"defaultTopicQueueNums": QUEUES, "messageDelayLevel": "1s 1s 1s 1s 1s 1s"}
 # Properties the client or the broker adds (ali-ons' decoder also turns the trailing property
 # separator into an empty name, as it does against Apache RocketMQ).
 SYSTEM_PROPS = {
