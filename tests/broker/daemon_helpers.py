@@ -7,6 +7,10 @@ from typing import Any
 import grpc
 from wharf.v1 import admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
 
+# Delay levels of 1 s: a failed message comes back after level 3 + reconsume times, 1 s here
+# instead of RocketMQ's 10 s (tests wait for retries), and level 1 keeps its 1 s.
+FAST_RETRIES = "1s 1s 1s 1s 1s 1s"
+
 # Small files so segments roll and tests stay light; short delay levels so retries run fast.
 SMALL_STORE = {
     "mappedFileSizeCommitLog": 256 * 1024,
@@ -14,7 +18,7 @@ SMALL_STORE = {
     "maxHashSlotNum": 1000,
     "maxIndexNum": 4000,
     "maxMessageSize": 64 * 1024,
-    "messageDelayLevel": "1s 1s 1s 1s 1s 1s",
+    "messageDelayLevel": FAST_RETRIES,
 }
 
 

@@ -26,6 +26,7 @@ from wharf.broker.remoting.frame import FrameDecoder, RemotingCommand, encode
 from wharf.client.admin import Admin
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
+from tests.broker.daemon_helpers import FAST_RETRIES
 from tests.broker.remoting.shares import stop_when_all_seen
 from tests.harness import REPO_ROOT, BrokerProcess, Daemons, NamesrvProcess
 
@@ -182,9 +183,7 @@ def cluster(module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory) -
                 "brokerClusterName": "C",
                 "autoCreateTopicEnable": False,
                 "brokerHeartbeatInterval": 200,
-                # A consumer's retry waits for level 3 + reconsume times (10 s on RocketMQ's
-                # defaults); level 1 stays 1 s for the delayed send below.
-                "messageDelayLevel": "1s 1s 1s 1s 1s 1s",
+                "messageDelayLevel": FAST_RETRIES,  # retries after 1 s, not 10
             },
             extra_args=["--remoting-listen", "127.0.0.1:0"] if name != "broker-c" else [],
         )

@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from tests.broker.daemon_helpers import FAST_RETRIES
 from tests.harness import BrokerProcess, Daemons
 
 pytestmark = pytest.mark.slow
@@ -38,9 +39,7 @@ NODE_DIR = Path(__file__).with_name("node")
 SCRIPT = NODE_DIR / "scenario.js"
 REMOTING = ["--remoting-listen", "127.0.0.1:0"]
 QUEUES = 4
-# A failed message comes back after delay level 3 + reconsume times: 1 s here, not RocketMQ's
-# 10 s (the tests wait for it).
-SETTINGS = {"defaultTopicQueueNums": QUEUES, "messageDelayLevel": "1s 1s 1s 1s 1s 1s"}
+SETTINGS = {"defaultTopicQueueNums": QUEUES, "messageDelayLevel": FAST_RETRIES}
 # Properties the client or the broker adds (ali-ons' decoder also turns the trailing property
 # separator into an empty name, as it does against Apache RocketMQ).
 SYSTEM_PROPS = {
