@@ -28,7 +28,9 @@ commit log segment is durable by name and size before any record in it is acknow
 come back short or empty (created ahead, never synced): the loads drop them, a short file in
 the middle is refused as damage. After an abnormal stop every loaded name is made durable
 again (the crashed run's may sit in the page cache only): ``commitlog/`` here, the queue and
-index directories by the first thorough queue flush. A checkpoint offset recovery lowers is
+index directories by the first thorough queue flush; so are the commit log segments past the
+checkpoint's flushed offset (the flushed offset restarts at the valid end, which vouches for
+them: a replica reports it, readers see it). A checkpoint offset recovery lowers is
 written back before anything is appended past it.
 """
 
@@ -119,6 +121,8 @@ def recover_blocking(
 
     vouched = (checkpoint.physic_offset, checkpoint.logics_offset)
     end = commit_log.recover_blocking(abnormal, checkpoint)
+    if abnormal:
+        commit_log.sync_tail_blocking(vouched[0])
     if checkpoint.logics_offset > end:
         checkpoint.logics_offset = end  # it vouched for data the log no longer has
     if checkpoint.valid and (checkpoint.physic_offset, checkpoint.logics_offset) != vouched:

@@ -20,8 +20,15 @@ connection's reader. Frames and the conversation: ``frames.py``.
   report, so a slow replica cannot make the master buffer without limit. The sender sleeps on
   an event every append sets (``notify_append``); an idle connection gets an empty DATA every
   ``haSendHeartbeatInterval`` (5 s).
-- **Acknowledgement.** REPORT carries the replica's written and flushed ends (RocketMQ acks on
-  written: the replica's page cache, as a master's ASYNC_FLUSH). ``wait_replicated(end)`` under
+- **Acknowledgement.** REPORT carries the replica's written and flushed ends. What counts is
+  the durability the master gives its own writes: the written end (the replica's page cache)
+  under ASYNC_FLUSH, as RocketMQ; the flushed end under SYNC_FLUSH. RocketMQ acks on written
+  there too, and the fault campaign (seed 36, 2026-11-25) lost 4 acknowledged messages by it:
+  a replica acknowledged them from its page cache, lost them to a power cut, was elected when
+  the master was killed next (still in the sync-state set), and the old master truncated them
+  as a diverged tail. A replica reports its flushed end as soon as its sync covers an append
+  (slave.py), so this costs an ack the replica's fdatasync, overlapped with the master's own.
+  ``wait_replicated(end)`` under
   SYNC_MASTER: SLAVE_NOT_AVAILABLE at once when fewer than ``inSyncReplicas - 1`` replicas are
   connected within ``haMaxGapNotInSync`` (256 MiB) of the end, else PUT_OK once that many
   have reported ``end`` or FLUSH_SLAVE_TIMEOUT after ``slaveTimeout`` (3 s). The message is
@@ -70,7 +77,8 @@ class Replica:
 
     broker_id: int
     address: str
-    acked: int  # its written end, as last reported
+    acked: int  # what acknowledgements count: ``written``, or ``flushed`` under SYNC_FLUSH
+    written: int = 0  # its written end, as last reported
     flushed: int = 0
     sent: int = 0  # the offset the next frame starts at
     connected_at: float = field(default_factory=time.time)
@@ -113,6 +121,7 @@ class HAMaster:
             config.broker_role == "SYNC_MASTER" if sync_master is None else sync_master
         )
         self._need = max(0, config.in_sync_replicas - 1)
+        self._ack_flushed = config.flush_disk_type == "SYNC_FLUSH"
         self.acks = ReplicaAcks(config.slave_timeout / 1000)
         self._replicas: dict[int, Replica] = {}  # id(Replica) -> Replica
         # Controller mode: the replica ids every acknowledgement needs (the sync-state set
@@ -305,7 +314,9 @@ class HAMaster:
                         "truncates and reconnects", address, hello.broker_id,
                         hello.max_offset - start, start)  # fmt: skip
             return None
-        replica = Replica(hello.broker_id, address, acked=hello.max_offset, sent=start)
+        # The replica synced its log before HELLO (slave.py): its end is durable there.
+        end = hello.max_offset
+        replica = Replica(hello.broker_id, address, acked=end, written=end, flushed=end, sent=start)
         if start == commit_log.max_offset:
             replica.caught_up_at = time.monotonic()  # it has everything already
             self._last_caught_up[replica.broker_id] = replica.caught_up_at
@@ -406,7 +417,7 @@ class HAMaster:
         last_frame = time.monotonic()
         while True:
             end = commit_log.max_offset
-            if replica.sent < end and replica.sent - replica.acked < WINDOW_BYTES:
+            if replica.sent < end and replica.sent - replica.written < WINDOW_BYTES:
                 self._send_chunk(replica, writer, end)
                 await writer.drain()
                 last_frame = time.monotonic()
@@ -478,12 +489,15 @@ class HAMaster:
             if kind != frames.FrameType.REPORT:
                 raise frames.ProtocolError(f"expected REPORT, got {kind.name}")
             written, flushed = frames.decode_report(payload)
-            if written > replica.sent or written < replica.acked:
+            if written > replica.sent or written < replica.written:
                 raise frames.ProtocolError(
-                    f"reported offset {written} outside [{replica.acked}, {replica.sent}]"
+                    f"reported offset {written} outside [{replica.written}, {replica.sent}]"
                 )
-            replica.acked, replica.flushed = written, flushed
-            if replica.target >= 0 and written >= replica.target:
+            replica.written, replica.flushed = written, flushed
+            # A flushed end only grows; never past the written one (a report is one snapshot).
+            durable = min(flushed, written) if self._ack_flushed else written
+            replica.acked = max(replica.acked, durable)
+            if replica.target >= 0 and replica.acked >= replica.target:
                 replica.caught_up_at = replica.target_at
                 replica.target = -1
                 self._last_caught_up[replica.broker_id] = replica.caught_up_at

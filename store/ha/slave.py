@@ -8,7 +8,13 @@ the same account's secret, else the replica hangs up: ``auth.py``), says where i
 only appends what the master sends, byte for byte (``CommitLog.append_raw``: same segments,
 same blank tails), so its CommitLog is a copy of the master's; its ConsumeQueues and IndexFiles
 are built by its own dispatch. It reports its written and flushed ends after every append, and
-every ``haSendHeartbeatInterval`` (5 s). Metadata frames go to ``apply_metadata`` (the broker
+every ``haSendHeartbeatInterval`` (5 s), and again once a sync covers the appends: a
+SYNC_FLUSH master acknowledges on the flushed end (``master.py``). So every replica syncs what
+it receives promptly, whatever its own flushDiskType (which rules the acknowledgements of its
+own writes once elected): a SYNC_FLUSH one joins its group commit, an ASYNC_FLUSH one syncs
+after each append, one sync at a time (an ASYNC_FLUSH master's replica syncs sooner than its
+master needs: fdatasync runs in a thread, off the receive path). The log is synced before
+HELLO too: the end it announces counts as acknowledged. Metadata frames go to ``apply_metadata`` (the broker
 replaces its topics, groups and consumer offsets with the master's: a replica never keeps
 offsets of its own that a master would later overwrite, RocketMQ #1094).
 
@@ -83,6 +89,8 @@ class HASlave:
         self.confirm_offset = 0  # the master's, from its last frame
         self.master_max_offset = 0  # the master's log end, from the handshake
         self.last_frame_at = 0.0  # time.time() of the master's last frame
+        self._sync_flush = config.flush_disk_type == "SYNC_FLUSH"
+        self._appended = asyncio.Event()  # wakes the flushed-end reporter
         self.connections = 0
         self.last_error = ""
 
@@ -171,13 +179,18 @@ class HASlave:
             self.last_error = ""
             log.info("replicating from %s at offset %d (master log [%d, %d])", address,
                      welcome.start_offset, welcome.min_offset, welcome.max_offset)  # fmt: skip
-            reporter = asyncio.create_task(self._report_loop(writer))
+            reporters = [
+                asyncio.create_task(self._report_loop(writer)),
+                asyncio.create_task(self._flushed_report_loop(writer)),
+            ]
             try:
                 await self._receive(reader, writer, timeout)
             finally:
-                reporter.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await reporter
+                for reporter in reporters:
+                    reporter.cancel()
+                for reporter in reporters:
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await reporter
         finally:
             writer.close()
             with contextlib.suppress(Exception):
@@ -199,6 +212,7 @@ class HASlave:
         challenge = frames.decode_challenge(payload)
         cluster, name, broker_id = self._identity
         access_key, secret = self._credentials
+        await self._log.flush()  # the end HELLO announces counts as acknowledged: durable first
         hello = frames.Hello(
             self._log.file_size,
             self._log.max_offset,
@@ -257,6 +271,28 @@ class HASlave:
             else:
                 raise frames.ProtocolError(f"unexpected {kind.name} from the master")
             self._on_appended()
+            self._appended.set()
+            writer.write(frames.encode_report(commit_log.max_offset, commit_log.flushed_offset))
+            await writer.drain()
+
+    async def _flushed_report_loop(self, writer: asyncio.StreamWriter) -> None:
+        """Report the flushed end once a sync covers the appends: the group commit
+        ``on_appended`` requested (SYNC_FLUSH), else a sync of its own. One at a time: appends
+        meanwhile go with the next, as a group commit's writers do."""
+        commit_log = self._log
+        while True:
+            await self._appended.wait()
+            self._appended.clear()
+            end = commit_log.max_offset
+            if commit_log.flushed_offset < end:
+                try:
+                    if self._sync_flush:
+                        await commit_log.wait_flushed(end)
+                    else:
+                        await commit_log.flush()
+                except StoreNotWritableError as exc:  # sticky: nothing more gets durable here
+                    self._failed(self.connected_to, f"no more flushed reports: {exc}")
+                    return
             writer.write(frames.encode_report(commit_log.max_offset, commit_log.flushed_offset))
             await writer.drain()
 

@@ -849,6 +849,19 @@ class CommitLog(CommitLogReads):
         self.prepare_blocking()
         return end
 
+    def sync_tail_blocking(self, from_offset: int) -> int:
+        """Abnormal recovery: fdatasync every segment holding data at or past ``from_offset``
+        (the checkpoint's last flushed offset); returns how many. Recovery sets the flushed
+        offset to the valid end, but after a kill -9 the records past the last flush may sit in
+        the page cache only: a later power cut would drop records a replica has reported or a
+        consumer has read. After a power cut nothing is dirty and each call is a no-op."""
+        synced = 0
+        for mapped in self.queue.files:
+            if mapped.file_from_offset + mapped.file_size > from_offset and mapped.wrote_position:
+                os.fdatasync(mapped.fileno())
+                synced += 1
+        return synced
+
     # === truncation and retention (threads) =====================================================
     def truncate_blocking(self, offset: int) -> None:
         """Make ``offset`` (a record boundary) the end of the log."""

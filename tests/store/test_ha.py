@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from wharf.store.errors import NotMasterError, ReplicationError
 from wharf.store.ha import ReplicaLink, frames, truncation
 from wharf.store.ha.acks import ReplicaAcks
 from wharf.store.ha.master import _whole_records
+from wharf.store.log import mapped_file
 from wharf.store.message_store import MessageStore
 from wharf.store.model import PutStatus
 
@@ -154,6 +156,54 @@ async def test_the_slave_log_is_a_byte_copy_across_segments(
         await slave.put("t", 0, [msg("refused")])
     with pytest.raises(NotMasterError):
         _ = slave.pop
+
+
+@pytest.mark.parametrize(
+    ("flush", "replica_flush"),
+    [("SYNC_FLUSH", "SYNC_FLUSH"), ("SYNC_FLUSH", "ASYNC_FLUSH"), ("ASYNC_FLUSH", "SYNC_FLUSH")],
+)
+async def test_a_sync_flush_master_acknowledges_only_what_the_replica_has_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flush: str, replica_flush: str
+) -> None:
+    """A SYNC_FLUSH group's acknowledgement survives a power cut of the replica (the fault
+    campaign, seed 36: acknowledged from the replica's page cache, cut, elected, lost),
+    whatever the replica's own flushDiskType. The replica's syncs are made slower than the
+    master's, so an ack on its written end comes before its sync; an ASYNC_FLUSH group keeps
+    acknowledging on the written end."""
+    replica_root = str(tmp_path / "s")
+    real = mapped_file.fdatasync
+
+    def slow_on_the_replica(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(replica_root):
+            time.sleep(0.02)
+        real(fd)
+
+    monkeypatch.setattr(mapped_file, "fdatasync", slow_on_the_replica)
+    master = MessageStore(
+        small_config(tmp_path / "m", broker_role="SYNC_MASTER", ha_listen_port=0,
+                     flush_disk_type=flush, slave_timeout=3000)
+    )  # fmt: skip
+    await master.start()
+    assert master.ha_master is not None
+    replica = MessageStore(
+        small_config(replica_root, broker_role="SLAVE", flush_disk_type=replica_flush,
+                     ha_master_address=f"127.0.0.1:{master.ha_master.port}")
+    )  # fmt: skip
+    await replica.start()
+    try:
+        await until(lambda: len(master.ha_master.replicas()) == 1)  # type: ignore[union-attr]
+        behind = 0
+        for i in range(20):
+            result = await master.put("t", 0, [msg(f"m{i}")])
+            assert result.status is PutStatus.PUT_OK
+            behind += replica.insides.commit_log.flushed_offset < result.append.end_offset
+        if flush == "SYNC_FLUSH":
+            assert behind == 0
+        else:  # acknowledged before the replica's slower sync: the written end counts
+            assert behind > 10
+    finally:
+        await replica.shutdown()
+        await master.shutdown()
 
 
 async def test_without_a_replica_a_sync_master_says_slave_not_available(tmp_path: Path) -> None:
