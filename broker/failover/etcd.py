@@ -16,10 +16,21 @@ ETCD_TIMEOUT_S = 2
 # ~6-12 s without etcd its next attempt came 3-4 s after etcd was back (measured), while etcd
 # gives a lease only its TTL (+ ~1 s) from its restart: a master lost its key to a lapse it could
 # have prevented and stepped down. Capped at 0.5 s, it reaches etcd within ~0.5 s of its return.
+# Several members: gRPC's default ``pick_first`` kept the one connection it had, to a member
+# cut from its peers (no leader: every request timed out) or whose packets were dropped, so the
+# master's lease lapsed and no replica could be elected until the heal, although the other
+# members had a quorum all along (tests/fault/README.md: 4.6-7.1 s without an acknowledgement
+# per fault, up to 15 s on a loaded machine). ``round_robin`` sends each request to the next
+# member: a renewal that times out on one (2 s) is retried, 0.25 s later, on another. Keepalive
+# pings find a silent member's dead connection: every 10 s, twice etcd's smallest accepted
+# interval (``--grpc-keepalive-min-time``, 5 s; closer and it answers GOAWAY too_many_pings).
 ETCD_CHANNEL_OPTIONS = {
     "grpc.initial_reconnect_backoff_ms": 100,
     "grpc.min_reconnect_backoff_ms": 100,
     "grpc.max_reconnect_backoff_ms": 500,
+    "grpc.lb_policy_name": "round_robin",
+    "grpc.keepalive_time_ms": 10_000,
+    "grpc.keepalive_timeout_ms": 2000,
 }
 
 
