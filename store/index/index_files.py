@@ -126,6 +126,12 @@ class IndexService:
             service.files.append(IndexFile.load_blocking(path, slot_num, index_num))
         return service
 
+    def mark_unsynced(self) -> None:
+        """After a process crash: the newest entries may sit in the page cache only; the next
+        flush syncs the last two files (as ``ConsumeQueue.mark_unsynced``)."""
+        for index in self.files[-2:]:
+            index.dirty = True
+
     # --- building ------------------------------------------------------------------------
     @property
     def indexed_until(self) -> int:

@@ -641,6 +641,16 @@ class ConsumeQueue:
             self._min_physical = -1
         self._links.changed.add(self)
 
+    def mark_unsynced(self) -> None:
+        """After a process crash: the newest units may sit in the page cache only, yet the
+        load took them as flushed. The next flush syncs the last two files (a queue fills
+        300,000 units a file; it cannot cross two within the ~1 s its units stay unsynced),
+        so no checkpoint or clean shutdown vouches for units a power cut could take."""
+        if self._write_pos <= self._min_pos or not self.files:
+            return
+        self._flushed_pos = max(self._min_pos, self.files[max(0, len(self.files) - 2)].start)
+        self._links.dirty.add(self)
+
     # --- flush / close -------------------------------------------------------------------
     def flush_blocking(self) -> int:
         """fdatasync the files holding unflushed units. Returns bytes made durable."""
