@@ -14,9 +14,10 @@ it receives promptly, whatever its own flushDiskType (which rules the acknowledg
 own writes once elected): a SYNC_FLUSH one joins its group commit, an ASYNC_FLUSH one syncs
 after each append, one sync at a time (an ASYNC_FLUSH master's replica syncs sooner than its
 master needs: fdatasync runs in a thread, off the receive path). The log is synced before
-HELLO too: the end it announces counts as acknowledged. Metadata frames go to ``apply_metadata`` (the broker
-replaces its topics, groups and consumer offsets with the master's: a replica never keeps
-offsets of its own that a master would later overwrite, RocketMQ #1094).
+HELLO too: the end it announces counts as acknowledged. Metadata frames go to
+``apply_metadata`` (the broker replaces its topics, groups and consumer offsets with the
+master's: a replica never keeps offsets of its own that a master would later overwrite,
+RocketMQ #1094).
 
 Failures: an ERROR at the handshake (another segment size, a log that does not continue the
 master's) is logged with the master's advice and retried every ``RETRY_REFUSED_S`` (30 s: it
