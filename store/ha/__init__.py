@@ -12,8 +12,9 @@
 
 Roles are RocketMQ's ``brokerRole``: ASYNC_MASTER (acknowledges after the local flush policy;
 replicas follow), SYNC_MASTER (acknowledges only after the local flush policy AND
-``inSyncReplicas - 1`` replicas have the message; default 2, so a SYNC_MASTER really waits for
-one replica: RocketMQ 5's default of 1 would acknowledge alone), SLAVE (appends only what its
+``inSyncReplicas - 1`` replicas have the message -- written, or synced when the master is
+SYNC_FLUSH; default 2, so a SYNC_MASTER really waits for one replica: RocketMQ 5's default of
+1 would acknowledge alone), SLAVE (appends only what its
 master sends, refuses writes, serves reads). The store's ``Role`` (``store/role.py``) builds one
 HAMaster (when ``haListenPort`` is set, or at promotion) or one HASlave and wires them with
 ``ReplicaLink``: what the broker above gives (identity, metadata to ship and to apply, the
