@@ -20,7 +20,8 @@ Keys, under ``/wharf/<cluster>/<brokerName>/``::
   electing a non-member could lose it.
 - **Master.** The winner promotes its store (``MessageStore.role.promote``: offsets from its queues,
   the epoch recorded before any write), publishes its HA address in ``master``, registers with
-  the NameServers as id 0, and keeps its lease alive every TTL/3. It acknowledges nothing once
+  the NameServers as id 0, and keeps its lease alive every TTL/3 (a renewal unanswered for
+  0.3 s is sent again, to the next etcd member). It acknowledges nothing once
   ``send time of the last renewal + TTL - FENCE_MARGIN_S`` has passed (the store's write fence):
   by then etcd may have let the lease go and a replica taken over. It grows ``sss`` with
   replicas that caught up (after requiring their acknowledgements) and shrinks it with replicas
@@ -63,6 +64,14 @@ HANDOVER_WAIT_S = 5.0
 TRANSFER_PRIORITY_RANKS = 5  # a named successor gets ~1.5 s before the others campaign
 SSS_CHECK_S = 0.1  # a local check; etcd is written only on a change
 RENEW_RETRY_S = 0.25  # after a failed renewal (TTL/3, 1 s by default, between good ones)
+# A renewal not answered by then is sent again, the first one left running; the first answer
+# wins. etcd answers a keepalive in ~1 ms on a quiet machine (tens of ms on CI's 2 loaded
+# cores), but a member cut from its peers, or an etcd between leaders, holds it for the whole
+# 2 s time-out. One attempt at a time, a renewal sent 1 s after the last good one failed at the
+# fence (TTL 3 s - 1 s margin), and the next went out only then (CI,
+# test_isolated_etcd_members_lose_no_message: 6.8 s without an acknowledgement). Resent every
+# 0.3 s (``round_robin``: to the next member), one lands within 0.3 s of a member able to serve.
+RENEW_HEDGE_S = 0.3
 RANK_JITTER_S = 0.05
 
 
@@ -76,6 +85,8 @@ class Timing:
     sss_check_s: float = SSS_CHECK_S
     renew_s: float | None = None  # between good renewals; None: TTL/3
     renew_retry_s: float = RENEW_RETRY_S
+    renew_hedge_s: float = RENEW_HEDGE_S
+    renew_give_up_s: float | None = None  # a renewal unanswered this long fails; None: the TTL
     fence_margin_s: float = FENCE_MARGIN_S
     handover_wait_s: float = HANDOVER_WAIT_S
 
@@ -314,17 +325,17 @@ class Failover:
         failures = 0
         every = self.timing.renew_s or self.ttl_s / 3
         while self.is_master:
-            # Renewed: every TTL/3. Failing: soon again, so a renewal lands as soon as etcd
-            # answers again (its restart gives the lease only its TTL); one log line a second.
+            # Renewed: every TTL/3. Failing (a renewal fails after a TTL of attempts): soon
+            # again, so a renewal lands as soon as etcd answers again (its restart gives the
+            # lease only its TTL); one log line per failed renewal.
             await asyncio.sleep(every if not failures else self.timing.renew_retry_s)
             try:
                 renewed = await self.renew_once()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if failures % max(1, round(1 / self.timing.renew_retry_s)) == 0:
-                    log.warning("lease renewal failed (%s): fencing at %.1f s", exc,
-                                self._renewed_until - self._clock())  # fmt: skip
+                log.warning("lease renewal failed (%s): fencing at %.1f s", exc,
+                            self._renewed_until - self._clock())  # fmt: skip
                 failures += 1
                 continue
             if not renewed:
@@ -337,13 +348,47 @@ class Failover:
         """Keep the master's lease alive once and move the write fence to the renewal's send
         time + TTL - the fence margin; False if the lease had ended (this master steps down).
         Raises when etcd does not answer (the fence stays where it was)."""
-        sent = self._clock()
-        ttl = await self.etcd.refresh(self._lease)
+        ttl, sent = await self._refresh_hedged()
         if ttl <= 0:
             self._step_down("its lease expired")
             return False
         self._renewed_until = sent + ttl - self.timing.fence_margin_s
         return True
+
+    async def _refresh_hedged(self) -> tuple[int, float]:
+        """(TTL etcd answered, that attempt's send time). While no attempt has answered, another
+        is sent every ``renew_hedge_s`` (the earlier ones left running: etcd's own time-out, 2 s,
+        ends them) for up to a TTL, and the first answer wins: renewals keep reaching every
+        member, so one lands as soon as any member can serve it (a new etcd leader ~1-2 s after
+        the old one was cut off). The fence moves from the winning attempt's send time: etcd
+        refreshed the lease no earlier. Raises the last error when a TTL passed unanswered."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + (self.timing.renew_give_up_s or self.ttl_s)
+        pending: dict[asyncio.Future[int], float] = {}
+        error: BaseException = TimeoutError(f"no etcd member renewed the lease in {self.ttl_s} s")
+        next_send = loop.time()
+        try:
+            while True:
+                now = loop.time()
+                if now >= next_send:
+                    if now >= give_up:
+                        raise error
+                    pending[asyncio.ensure_future(self.etcd.refresh(self._lease))] = self._clock()
+                    next_send = now + self.timing.renew_hedge_s
+                if not pending:
+                    await asyncio.sleep(next_send - now)
+                    continue
+                done, _ = await asyncio.wait(
+                    pending, timeout=max(0.0, next_send - now), return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    sent = pending.pop(task)
+                    if task.exception() is None:
+                        return task.result(), sent
+                    error = task.exception() or error
+        finally:
+            for task in pending:
+                task.cancel()
 
     async def _keep_sss(self) -> None:
         """Grow the sync-state set with caught-up replicas, shrink it with lagging ones."""

@@ -5,6 +5,8 @@
 - Leases never run out on their own: ``expire(lease)`` ends one (its keys go, as when etcd lets
   it lapse), so a test decides when a master "dies".
 - ``down = True``: every call raises ``EtcdUnavailable`` (etcd unreachable) until set back.
+- ``stalled_refreshes = n``: the next n renewals hang until cancelled (a member cut from its
+  peers holds a request until its time-out).
 - Each call yields to the event loop once before it acts (a round trip's worth), so callers
   running concurrently interleave between calls; a transaction is one atomic step.
 """
@@ -40,6 +42,8 @@ class MemoryEtcd:
         self.down = False
         self.closed = False
         self.transactions = 0  # how many ran (won or lost)
+        self.stalled_refreshes = 0
+        self.refreshes = 0  # how many were sent (stalled or answered)
 
     # --- test controls ------------------------------------------------------------------------
     def expire(self, lease: int) -> None:
@@ -75,6 +79,10 @@ class MemoryEtcd:
         return self._next_lease
 
     async def refresh(self, lease: int) -> int:
+        self.refreshes += 1
+        if self.stalled_refreshes:
+            self.stalled_refreshes -= 1
+            await asyncio.Event().wait()  # until the caller cancels it
         await self._round_trip()
         return self._leases.get(lease, 0)
 

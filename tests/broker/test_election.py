@@ -27,6 +27,7 @@ TIMING = Timing(
     sss_check_s=HOUR,
     renew_s=HOUR,
     renew_retry_s=HOUR,
+    renew_give_up_s=0.5,
     handover_wait_s=2.0,
 )
 PREFIX = b"/wharf/c/broker-a/"
@@ -548,6 +549,50 @@ async def test_an_old_master_fences_itself_and_its_term_is_lower(cluster: Cluste
     await reborn.failover.poll_once()
     assert reborn.failover.master_id == 2 and reborn.store.redials == 1
     assert not reborn.failover.is_master
+
+
+async def test_a_renewal_a_stalled_etcd_member_holds_is_sent_again_and_moves_the_fence(
+    cluster: Cluster,
+) -> None:
+    """A member cut from its peers holds a renewal until its 2 s time-out; the fence comes down
+    1 s after the next renewal is due. The renewal is sent again every ``renew_hedge_s`` and
+    the first answer moves the fence, from that attempt's send time; the held ones are
+    cancelled."""
+    (one,) = cluster.group(1)
+    one.failover.timing = dataclasses.replace(TIMING, renew_hedge_s=0.05)
+    await one.failover.poll_once()
+    fence = one.store.fence
+    assert fence is not None and fence() == ""
+    cluster.etcd.stalled_refreshes = 2  # two members in a row hold it; the third answers
+    sent_before = cluster.etcd.refreshes
+    cluster.clock.now += 0.5  # TTL 2 s, margin 1 s: the fence comes down at 1 s
+    renewal = asyncio.ensure_future(one.failover.renew_once())
+    await asyncio.sleep(0.005)
+    cluster.clock.now += 0.4  # the attempt that answers goes out later than the first
+    assert await asyncio.wait_for(renewal, 5)
+    assert cluster.etcd.refreshes - sent_before == 3
+    cluster.clock.now += 2 - 1 - 0.01  # TTL - margin from the answered attempt's send time...
+    assert fence() == ""
+    cluster.clock.now += 0.02  # ...not from the first attempt's (which would have fenced)
+    assert "not renewed in time" in fence()
+    assert [t for t in asyncio.all_tasks() if "refresh" in repr(t.get_coro())] == []
+
+
+async def test_a_renewal_every_attempt_of_which_fails_raises_and_leaves_the_fence(
+    cluster: Cluster,
+) -> None:
+    """Every attempt fails (etcd refuses): one goes out each ``renew_hedge_s`` until
+    ``renew_give_up_s`` passed, then the renewal raises the last error."""
+    (one,) = cluster.group(1)
+    one.failover.timing = dataclasses.replace(TIMING, renew_hedge_s=0.02, renew_give_up_s=0.1)
+    await one.failover.poll_once()
+    cluster.etcd.down = True
+    sent_before = cluster.etcd.refreshes
+    with pytest.raises(EtcdUnavailable):
+        await one.failover.renew_once()
+    assert 4 <= cluster.etcd.refreshes - sent_before <= 6  # ~0.1 s / 0.02 s, none answered
+    cluster.clock.now += 2 - 1 - 0.01
+    assert one.store.fence is not None and one.store.fence() == ""
 
 
 async def test_a_lease_etcd_ended_makes_the_master_step_down_at_its_renewal(
