@@ -45,10 +45,10 @@ from wharf.client.message import (
     timer_property,
     to_wire,
 )
-from wharf.client.record_encoder import RecordEncoder, results_of
+from wharf.client.record_encoder import RecordEncoder, results_at, results_of
 from wharf.client.route import RouteCache
 from wharf.client.selector import MessageQueueSelector
-from wharf.client.send_stream import SendStream
+from wharf.client.send_stream import SendStream, group_field, topic_field
 from wharf.client.stream_mux import StreamSlot
 from wharf.client.transaction import CheckListener, Transaction, TransactionChecker
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
@@ -183,8 +183,11 @@ class Producer:
         self._streams: list[StreamSlot[SendStream]] = []  # one per channel, reopened on use
         self._next_stream = 0
         self._heads: dict[_BatchKey, bytes] = {}  # encoded request fields other than messages
-        # Batches of several topics share a request (``parts``) unless the broker predates it.
-        self._parts = True
+        # How batches of several topics share a request: "columns" (``batch_topics``),
+        # "parts" for a broker without columns, "" for one without either (one each).
+        self._many = "columns"
+        self._group_field = group_field(self.group)
+        self._topic_fields: dict[str, bytes] = {}  # encoded batch_topics entries, bounded
         self._batcher: AutoBatcher | None = None
         self._routes: RouteCache | None = None
         self._oneway_tasks: set[asyncio.Future[Any]] = set()
@@ -580,25 +583,36 @@ class Producer:
         """Batches that may share a request with other topics' (``parts``): records for a
         queue the broker picks. A pinned queue's batches keep their own requests on their
         own stream (ordered messages); messages (delayed, timed, half) keep theirs."""
-        return self._parts and key[1] is None and not key[2]
+        return bool(self._many) and key[1] is None and not key[2]
 
     async def _send_parts(
         self, batches: list[tuple[_BatchKey, list[Any]]]
     ) -> list[list[SendResult] | Exception]:
-        """Several topics' batches (``_mergeable`` keys) in one request, one part each; per
-        batch its results or the error of its part."""
+        """Several topics' batches (``_mergeable`` keys) in one request, in columns (or one
+        part each); per batch its results or its own error."""
         index = self._next_stream
         self._next_stream = (index + 1) % len(self._stubs)
         records_of = [[item[0] for item in items] for _, items in batches]
-        parts = [
-            (self._head_of(key), records)
-            for (key, _), records in zip(batches, records_of, strict=True)
-        ]
+        stream = self._stream(index)
         try:
-            response = _checked(await self._stream(index).request_parts(parts))
+            if self._many == "columns":
+                columns = [
+                    (self._topic_field(key[0]), records)
+                    for (key, _), records in zip(batches, records_of, strict=True)
+                ]
+                response = _checked(await stream.request_columns(self._group_field, columns))
+                return self._column_outcomes(batches, records_of, response)
+            parts = [
+                (self._head_of(key), records)
+                for (key, _), records in zip(batches, records_of, strict=True)
+            ]
+            response = _checked(await stream.request_parts(parts))
         except InvalidArgumentError:
-            # A broker without ``parts`` read an empty request: one request per batch from now.
-            self._parts = False
+            # A broker without this form read a request of no topic: the older form from now
+            # (columns -> parts -> one request per batch).
+            self._many = "parts" if self._many == "columns" else ""
+            if self._many:
+                return await self._send_parts(batches)
             fallback: list[list[SendResult] | Exception] = []
             for key, items in batches:
                 try:
@@ -619,6 +633,54 @@ class Producer:
             except WharfError as exc:
                 outcomes.append(exc)
         return outcomes
+
+    @staticmethod
+    def _column_outcomes(
+        batches: list[tuple[_BatchKey, list[Any]]],
+        records_of: list[list[bytes]],
+        response: messaging_pb2.SendMessageResponse,
+    ) -> list[list[SendResult] | Exception]:
+        """Per batch its results from the reply's batch columns, or its error."""
+        queue_ids = response.batch_queue_ids
+        if len(queue_ids) != len(batches):
+            raise WharfError(f"broker answered {len(queue_ids)} batches of the {len(batches)} sent")
+        firsts, offsets = (
+            response.batch_first_queue_offsets,
+            response.batch_first_commit_log_offsets,
+        )
+        errors = response.batch_errors
+        status, store_host = response.status, response.store_host
+        outcomes: list[list[SendResult] | Exception] = []
+        stored = 0
+        for i, ((key, items), records) in enumerate(zip(batches, records_of, strict=True)):
+            if errors and i in errors:
+                error = errors[i]
+                outcomes.append(error_for_status_number(error.code, error.message))
+                continue
+            stored += len(records)
+            outcomes.append(
+                results_at(
+                    status,
+                    store_host,
+                    queue_ids[i],
+                    firsts[i],
+                    offsets[i],
+                    key[0],
+                    records,
+                    [item[1] for item in items],
+                )
+            )
+        if stored != response.count:
+            raise WharfError(f"broker stored {response.count} records of the {stored} sent")
+        return outcomes
+
+    def _topic_field(self, topic: str) -> bytes:
+        field = self._topic_fields.get(topic)
+        if field is None:
+            if len(self._topic_fields) >= 4096:  # bounded: one entry per topic in use
+                self._topic_fields.clear()
+            field = self._topic_fields[topic] = topic_field(topic)
+        return field
 
     async def _send_messages(
         self, index: int, key: _BatchKey, wires: list[common_pb2.Message]

@@ -160,17 +160,33 @@ def results_of(
         raise InvalidArgumentError(
             f"broker stored {response.count} records of the {len(records)} sent"
         )
-    status = _STATUS_OF(response.status, SendStatus.UNKNOWN)
-    queue_id = response.queue_id
-    first = response.first_queue_offset
+    return results_at(
+        response.status, response.store_host, response.queue_id, response.first_queue_offset,
+        response.first_commit_log_offset, topic, records, unique_ids,
+    )  # fmt: skip
+
+
+def results_at(
+    status_number: int,
+    store_host: str,
+    queue_id: int,
+    first: int,
+    first_commit_log_offset: int,
+    topic: str,
+    records: Sequence[bytes],
+    unique_ids: Sequence[str],
+) -> list[SendResult]:
+    """One SendResult per record of a batch stored from ``first`` in ``queue_id`` and from
+    ``first_commit_log_offset`` in the commit log (a compact reply's, or a batch's columns)."""
+    status = _STATUS_OF(status_number, SendStatus.UNKNOWN)
     if _send_results is not None:
         return _send_results(  # type: ignore[no-any-return]
-            SendResult, status, unique_ids, records, response.first_commit_log_offset,
-            _offset_id_prefix(response.store_host), queue_id, first, topic,
+            SendResult, status, unique_ids, records, first_commit_log_offset,
+            _offset_id_prefix(store_host), queue_id, first, topic,
         )  # fmt: skip
-    offset_id = partial(format_offset_msg_id, _offset_id_prefix(response.store_host))
+    offset_id = partial(format_offset_msg_id, _offset_id_prefix(store_host))
     # Record i starts where records 0..i-1 end: the producer knows their sizes.
-    offsets = accumulate(map(len, records), initial=response.first_commit_log_offset)
+    offsets = accumulate(map(len, records), initial=first_commit_log_offset)
     new = _new_tuple
     return [
         new(SendResult, (status, uid, offset_id(offset), queue_id, queue_offset, topic))

@@ -8,8 +8,9 @@ are retriable, so the producer re-sends) and the producer opens a new stream on 
 Requests go out as bytes this module encodes: the request's fixed fields (topic, queue,
 group: encoded once per batch key by the producer) + ``request_id`` + either each message as
 a length-delimited field 3 or all producer-encoded records as field 6 (the fast path), or
-several such batches of records as ``parts`` (field 7). Protobuf allows fields in any order, so this is a valid
-``SendMessageRequest``; it skips copying every message into a request proto (~2.7 ->
+several such batches in columns (``batch_topics``, ``batch_sizes`` and one field 6; as
+``parts``, field 7, for a broker without columns). Protobuf allows fields in any order, so
+this is a valid ``SendMessageRequest``; it skips copying every message into a request proto (~2.7 ->
 ~1.5 us per 1 KiB message for build + serialize).
 """
 
@@ -75,6 +76,40 @@ def encode_parts_request(request_id: int, parts: list[tuple[bytes, list[bytes]]]
     return b"".join(pieces)
 
 
+_GROUP_TAG = b"\x22"  # SendMessageRequest.producer_group: field 4, length-delimited
+_BATCH_TOPICS_TAG = b"\x42"  # SendMessageRequest.batch_topics: field 8, length-delimited
+_BATCH_SIZES_TAG = b"\x4a"  # SendMessageRequest.batch_sizes: field 9, packed varints
+
+
+def encode_columns_request(
+    request_id: int, group: bytes, batches: list[tuple[bytes, list[bytes]]]
+) -> bytes:
+    """request_id + ``group`` (the producer_group field, encoded once) + the batches in
+    columns: per (topic field, records) its topic and byte size, then every record once, in
+    ONE ``records`` field."""
+    sizes = [sum(map(len, records)) for _, records in batches]
+    packed = b"".join(map(encode_varint, sizes))
+    pieces = [_REQUEST_ID_TAG, encode_varint(request_id), group]
+    pieces.extend(topic for topic, _ in batches)
+    pieces.extend((_BATCH_SIZES_TAG, encode_varint(len(packed)), packed))
+    pieces.extend((_RECORDS_TAG, encode_varint(sum(sizes))))
+    for _, records in batches:
+        pieces.extend(records)
+    return b"".join(pieces)
+
+
+def group_field(group: str) -> bytes:
+    """SendMessageRequest.producer_group, encoded (empty for no group)."""
+    data = group.encode()
+    return _GROUP_TAG + encode_varint(len(data)) + data if data else b""
+
+
+def topic_field(topic: str) -> bytes:
+    """One SendMessageRequest.batch_topics entry, encoded."""
+    data = topic.encode()
+    return _BATCH_TOPICS_TAG + encode_varint(len(data)) + data
+
+
 class SendStream(MuxStream[messaging_pb2.SendMessageResponse]):
     """The producer's stream (one per connection, ``Producer(streams=N)``); ``broken`` once it
     ended (``StreamSlot`` opens the next). Requests are written by the caller itself when no
@@ -114,6 +149,14 @@ class SendStream(MuxStream[messaging_pb2.SendMessageResponse]):
         one request; await the reply (one reply part per part, in order)."""
         request_id = self.next_id()
         return await self._exchange(request_id, encode_parts_request(request_id, parts))
+
+    async def request_columns(
+        self, group: bytes, batches: list[tuple[bytes, list[bytes]]]
+    ) -> messaging_pb2.SendMessageResponse:
+        """Send several batches of records, each (``topic_field``, records), in columns
+        (``batch_topics``); await the reply (the batch columns, in order)."""
+        request_id = self.next_id()
+        return await self._exchange(request_id, encode_columns_request(request_id, group, batches))
 
     async def _exchange(self, request_id: int, data: bytes) -> messaging_pb2.SendMessageResponse:
         future = self.expect(request_id)

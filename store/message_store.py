@@ -323,7 +323,7 @@ class MessageStore:
         return self._writer.write(topic, queue_id, batch, born_host)
 
     def write_many(
-        self, batches: Sequence[tuple[str, int, bytes]], born_host: str
+        self, batches: Sequence[tuple[str, int, bytes | memoryview]], born_host: str
     ) -> list[Written | Exception]:
         """``write`` of several (topic, queue id, records) in one commit log write; each its
         ``Written`` or its own error, in order (``durable_all`` waits once for them)."""

@@ -163,7 +163,7 @@ class Writer:
         return result
 
     def write_many(
-        self, batches: Sequence[tuple[str, int, bytes]], born_host: str
+        self, batches: Sequence[tuple[str, int, bytes | memoryview]], born_host: str
     ) -> list[Written | Exception]:
         """``write`` of several (topic, queue id, records) at once, appended together
         (``CommitLog.append_records_many``: one write). A batch that fails its checks gets its
@@ -211,7 +211,7 @@ class Writer:
         return results
 
     def _written_or_error(
-        self, topic: str, queue_id: int, data: bytes, born_host: str
+        self, topic: str, queue_id: int, data: bytes | memoryview, born_host: str
     ) -> Written | Exception:
         try:
             return Written(self, self._append_records(topic, queue_id, data, born_host))
@@ -243,7 +243,7 @@ class Writer:
         )
 
     def _append_records(
-        self, topic: str, queue_id: int, data: bytes, born_host: str
+        self, topic: str, queue_id: int, data: bytes | memoryview, born_host: str
     ) -> AppendResult:
         positions = check_records(data, topic, self._config.max_message_size)
         self._check_writable()

@@ -75,7 +75,9 @@ def _pull_stream(r: Any) -> list[Need]:
 
 
 def _send(r: Any) -> list[Need]:
-    """PUB on the topic of the request, or of each of its ``parts``."""
+    """PUB on the topic of the request, or of each of its ``parts`` or ``batch_topics``."""
+    if r.batch_topics:
+        return [Need("topic", t, Perm.PUB) for t in set(r.batch_topics)]
     if r.parts:
         return [Need("topic", t, Perm.PUB) for t in {part.topic for part in r.parts}]
     return [Need("topic", r.topic, Perm.PUB)]

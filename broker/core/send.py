@@ -190,7 +190,7 @@ class SendCore:
         return self.store.write(topic, queue_id, records, born_host)
 
     def append_records_many(
-        self, batches: Sequence[tuple[str, int, bytes]], born_host: str
+        self, batches: Sequence[tuple[str, int, bytes | memoryview]], born_host: str
     ) -> list[Written | Exception]:
         """Several (topic, queue id, records) appended together (one commit log write); each
         its result or its own error, in order."""

@@ -19,8 +19,16 @@ from wharf.store.codec.properties import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
 )
-from wharf.store.model import MessageInput, StoredMessage
+from wharf.store.model import MessageInput, PutStatus, StoredMessage
 from wharf.v1 import common_pb2, messaging_pb2
+
+# A store put's status -> the send reply's.
+SEND_STATUS = {
+    PutStatus.PUT_OK: messaging_pb2.SEND_OK,
+    PutStatus.FLUSH_DISK_TIMEOUT: messaging_pb2.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: messaging_pb2.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: messaging_pb2.SLAVE_NOT_AVAILABLE,
+}
 
 # Properties the view carries in dedicated fields instead of the properties map.
 _VIEW_HIDDEN = frozenset((PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY))

@@ -22,7 +22,8 @@ import grpc
 from wharf import hops
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, status_for
-from wharf.broker.processors.convert import to_inputs
+from wharf.broker.processors.convert import SEND_STATUS, to_inputs
+from wharf.broker.processors.send_columns import ColumnsSender
 from wharf.broker.serving.handlers import check_stream_item
 from wharf.store.config import SYNC_FLUSH
 from wharf.store.model import MessageInput, PutResult, PutStatus
@@ -30,12 +31,7 @@ from wharf.store.write import Written
 from wharf.v1 import common_pb2, messaging_pb2
 
 log = logging.getLogger("wharf.broker.processors.send")
-_STATUS = {
-    PutStatus.PUT_OK: messaging_pb2.SEND_OK,
-    PutStatus.FLUSH_DISK_TIMEOUT: messaging_pb2.FLUSH_DISK_TIMEOUT,
-    PutStatus.FLUSH_SLAVE_TIMEOUT: messaging_pb2.FLUSH_SLAVE_TIMEOUT,
-    PutStatus.SLAVE_NOT_AVAILABLE: messaging_pb2.SLAVE_NOT_AVAILABLE,
-}
+_STATUS = SEND_STATUS
 # PutStatus is an Enum: its __hash__ is a Python call (~0.3 us), paid per part of a parts
 # request (32 per request at 256 topics) for a lookup whose answer is nearly always SEND_OK.
 _PUT_OK, _SEND_OK = PutStatus.PUT_OK, messaging_pb2.SEND_OK
@@ -71,10 +67,13 @@ class SendProcessor:
         self._sync_flush = ctx.store.config.flush_disk_type == SYNC_FLUSH
         self._max_message_size = ctx.store.config.max_message_size
         self._store_host = ctx.store.config.store_host
+        self._columns = ColumnsSender(ctx)
 
     async def send(
         self, request: messaging_pb2.SendMessageRequest, born_host: str
     ) -> messaging_pb2.SendMessageResponse:
+        if request.batch_topics:
+            return await self._columns.send(request, born_host)
         if request.parts:
             return await self._send_parts(request, born_host)
         accepted = self._accept(request, born_host)
@@ -98,7 +97,8 @@ class SendProcessor:
         commit log write for all (``append_records_many``)."""
         if request.topic or request.messages or request.records or request.HasField("queue_id"):
             raise InvalidArgumentError(
-                "a SendMessageRequest with parts sets no topic, queue_id, messages or records"
+                "a SendMessageRequest with parts sets no topic, queue_id, messages, records "
+                "or batch_topics"
             )
         core = self.core
         await core.dispatch_room()  # once for the whole request, as put() for one batch
@@ -424,9 +424,14 @@ class _SyncFlushStream:
         self.free -= 1
         self.read += 1
         processor, core = self.processor, self.core
-        if self.held or core.dispatch_lagging() or getattr(request, "parts", None):
-            # (A request of several parts is awaited whole in a task: its appends, then the
-            # one group commit they share.)
+        if (
+            self.held
+            or core.dispatch_lagging()
+            or getattr(request, "parts", None)
+            or getattr(request, "batch_topics", None)
+        ):
+            # (A request of several batches is awaited whole in a task: its appends, then
+            # the one group commit they share.)
             self.held += 1
             self._spawn(self._put_awaited(request))  # stamps b.send_in when it runs
             return

@@ -87,7 +87,7 @@ def _tail_of(topic: str) -> bytes:
     return tail
 
 
-def check_records(data: bytes, topic: str, max_message_size: int) -> np.ndarray:
+def check_records(data: bytes | memoryview, topic: str, max_message_size: int) -> np.ndarray:
     """Check a send batch for ``topic``; return each record's start position in ``data``.
 
     Raises InvalidMessageError naming a bad record (nothing may be written then): framing
@@ -123,7 +123,9 @@ _REASONS = {
 }
 
 
-def _check_records_numpy(data: bytes, tail: bytes, topic: str, max_message_size: int) -> np.ndarray:
+def _check_records_numpy(
+    data: bytes | memoryview, tail: bytes, topic: str, max_message_size: int
+) -> np.ndarray:
     buf = np.frombuffer(data, dtype=np.uint8)
     at = _record_starts(data, buf)
     ends = np.empty_like(at)
@@ -191,7 +193,7 @@ def _raise_first(checks: tuple[tuple[np.ndarray, str], ...]) -> None:
     raise _bad(index, next(reason for bad, reason in checks if bad[index]))
 
 
-def _record_starts(data: bytes, buf: np.ndarray) -> np.ndarray:
+def _record_starts(data: bytes | memoryview, buf: np.ndarray) -> np.ndarray:
     """Where each record starts: every record's TOTALSIZE is read in turn (the only sequential
     part), except for a batch of equal-size records (fixed-size payloads), recognised with one
     gather."""

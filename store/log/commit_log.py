@@ -141,7 +141,7 @@ class RecordsBatch(NamedTuple):
     topic: str
     queue_id: int
     first_queue_offset: int
-    data: bytes
+    data: bytes | memoryview
     positions: np.ndarray
 
 
@@ -397,7 +397,7 @@ class CommitLog(CommitLogReads):
         topic: str,
         queue_id: int,
         first_queue_offset: int,
-        data: bytes,
+        data: bytes | memoryview,
         positions: np.ndarray,
         born_host: str,
         store_timestamp: int | None = None,
@@ -418,7 +418,7 @@ class CommitLog(CommitLogReads):
         topic: str,
         queue_id: int,
         first_queue_offset: int,
-        data: bytes,
+        data: bytes | memoryview,
         positions: np.ndarray,
         born_host: str,
         store_timestamp: int,

@@ -89,7 +89,7 @@ async def measure(endpoint: str, n: int, args: argparse.Namespace) -> tuple[floa
     stop = False
     async with Producer(endpoint) as producer:
         if args.no_parts:  # the SDK before issue 33: one request per topic's batch
-            producer._parts = False
+            producer._many = ""
 
         async def task(i: int) -> None:
             nonlocal done

@@ -605,13 +605,14 @@ def test_replication_needs_an_admin_account_from_an_allowed_address() -> None:
 
 
 def test_a_send_of_several_parts_needs_pub_on_the_topic_of_each_part() -> None:
-    """A request of several batches (``parts``) names no topic of its own: the ACL checks
-    every part's topic, for the unary call and per request of the stream."""
+    """A request of several batches (``parts`` or columns) names no topic of its own: the
+    ACL checks every batch's topic, for the unary call and per request of the stream."""
     part = messaging_pb2.SendMessageRequest
-    request = part(parts=[part(topic="a"), part(topic="b"), part(topic="a")])
-    for method in ("SendMessage", "SendMessageStream"):
-        needs = ACCESS[f"{V1_MESSAGING}/{method}"](request)
-        assert sorted((n.kind, n.name, n.perm) for n in needs) == [
-            ("topic", "a", acl_rules.Perm.PUB),
-            ("topic", "b", acl_rules.Perm.PUB),
-        ]
+    columns = part(batch_topics=["b", "a", "b"], batch_sizes=[1, 1, 1], records=b"xyz")
+    for request in (part(parts=[part(topic="a"), part(topic="b"), part(topic="a")]), columns):
+        for method in ("SendMessage", "SendMessageStream"):
+            needs = ACCESS[f"{V1_MESSAGING}/{method}"](request)
+            assert sorted((n.kind, n.name, n.perm) for n in needs) == [
+                ("topic", "a", acl_rules.Perm.PUB),
+                ("topic", "b", acl_rules.Perm.PUB),
+            ]

@@ -183,6 +183,69 @@ def test_sync_flush_send_stream_answers_each_request_and_keeps_the_stream_order(
         client.close()
 
 
+def test_batches_in_columns_are_appended_and_answered_each_on_their_own(
+    daemon: BrokerProcess,
+) -> None:
+    """Several batches in columns (``batch_topics``, issue 33): each batch is one append into
+    a queue of its topic, answered at its index of the reply's batch columns; a bad batch fails
+    alone (its ``batch_errors`` entry), unary and on the stream (SYNC_FLUSH: one group
+    commit); columns that do not add up, or set a topic of their own, fail the request."""
+    client = Client(daemon.endpoint)
+    try:
+        for topic in ("ca", "cb"):
+            client.send(topic, b"first", queue_id=0)  # created with their queues
+
+        def columns(
+            *batches: tuple[str, list[bytes]], **fields: object
+        ) -> messaging_pb2.SendMessageRequest:
+            blobs = [
+                b"".join(record(t, body, i) for i, body in enumerate(bodies))
+                for t, bodies in batches
+            ]
+            return messaging_pb2.SendMessageRequest(
+                batch_topics=[t for t, _ in batches], batch_sizes=[len(b) for b in blobs],
+                records=b"".join(blobs), **fields,
+            )  # fmt: skip
+
+        reply = client.msg.SendMessage(
+            columns(("ca", [b"a1", b"a2"]), ("ca", [b"x" * 70_000]), ("cb", [b"b1"])),
+            timeout=10,
+        )
+        assert not reply.parts and not reply.results and reply.count == 3
+        assert reply.status == messaging_pb2.SEND_OK
+        assert list(reply.batch_errors) == [1]
+        assert reply.batch_errors[1].code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert "maxMessageSize" in reply.batch_errors[1].message
+        assert reply.batch_queue_ids[1] == -1
+        stored = [(0, "ca", [b"a1", b"a2"]), (2, "cb", [b"b1"])]
+        stream = [columns(("cb", [b"b2"]), ("ca", [b"a3"]), request_id=7)]
+        (streamed,) = client.msg.SendMessageStream(iter(stream))
+        assert streamed.request_id == 7 and streamed.count == 2 and not streamed.batch_errors
+        stored += [(0, "cb", [b"b2"]), (1, "ca", [b"a3"])]
+        for (index, topic, bodies), answer in zip(
+            stored, [reply, reply, streamed, streamed], strict=True
+        ):
+            queue_id = answer.batch_queue_ids[index]
+            first = answer.batch_first_queue_offsets[index]
+            pulled = client.pull(topic, offset=first, queue_id=queue_id, max_messages=len(bodies))
+            assert [m.body for m in pulled.messages] == bodies
+            assert (
+                pulled.messages[0].commit_log_offset == answer.batch_first_commit_log_offsets[index]
+            )
+
+        for bad, words in (
+            (messaging_pb2.SendMessageRequest(batch_topics=["ca"], batch_sizes=[5], records=b"1234"),
+             "do not match"),
+            (columns(("ca", [b"z"]), topic="ca"), "sets no topic"),
+        ):  # fmt: skip
+            with pytest.raises(grpc.RpcError) as failure:
+                client.msg.SendMessage(bad, timeout=10)
+            assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert words in (failure.value.details() or "")
+    finally:
+        client.close()
+
+
 def test_parts_of_one_request_are_appended_and_answered_each_on_their_own(
     daemon: BrokerProcess,
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from typing import Any
 
 import pytest
 from wharf.client import (
@@ -82,24 +83,27 @@ async def test_send_batch_lands_contiguously_in_one_queue(broker: BrokerProcess,
     assert offsets == list(range(offsets[0], offsets[0] + 3))
 
 
+@pytest.mark.parametrize("form", ["columns", "parts"])
 async def test_send_batches_to_many_topics_share_requests_and_keep_their_results(
-    broker: BrokerProcess, name: str
+    broker: BrokerProcess, name: str, form: str
 ) -> None:
-    """Concurrent batches to 24 topics travel as parts of few requests (issue 33): each
-    still lands contiguously in one queue of its own topic and gets its own results; a
-    refused batch (a read-only topic) fails alone."""
+    """Concurrent batches to 24 topics travel in few requests (issue 33), in columns or, to a
+    broker without them, as parts: each still lands contiguously in one queue of its own
+    topic and gets its own results; a refused batch (a read-only topic) fails alone."""
     topics = [f"{name}-{i}" for i in range(24)]
     requests: list[int] = []
     async with Admin(broker.endpoint) as admin, Producer(broker.endpoint) as producer:
         await admin.create_topic(topics[-1], queue_nums=4, perm=4)  # read-only
+        producer._many = form
         stream = producer._stream(0)
-        request_parts = stream.request_parts
+        method = "request_columns" if form == "columns" else "request_parts"
+        send = getattr(stream, method)
 
-        async def counted(parts: list[tuple[bytes, list[bytes]]]):  # type: ignore[no-untyped-def]
-            requests.append(len(parts))
-            return await request_parts(parts)
+        async def counted(*args: Any):  # type: ignore[no-untyped-def]
+            requests.append(len(args[-1]))
+            return await send(*args)
 
-        stream.request_parts = counted  # type: ignore[method-assign]
+        setattr(stream, method, counted)
         outcomes = await asyncio.gather(
             *(producer.send_batch(t, [f"{t}:{j}" for j in range(5)]) for t in topics),
             return_exceptions=True,
@@ -115,6 +119,33 @@ async def test_send_batches_to_many_topics_share_requests_and_keep_their_results
     for topic, results in list(zip(topics, stored, strict=False))[:3]:
         bodies = {m.msg_id: m.body for m in await pull_all(broker.endpoint, topic)}
         assert [bodies[r.msg_id] for r in results] == [f"{topic}:{j}".encode() for j in range(5)]
+
+
+async def test_a_broker_that_refuses_columns_gets_the_batches_as_parts(
+    broker: BrokerProcess, name: str
+) -> None:
+    """A broker before columns reads a columns request as one of no topic and refuses it
+    (INVALID_ARGUMENT, nothing stored): the producer sends those batches as parts, and parts
+    from then on; every batch is stored once."""
+    topics = [f"{name}-{i}" for i in range(6)]
+    refused: list[int] = []
+    async with Producer(broker.endpoint) as producer:
+        stream = producer._stream(0)
+
+        async def old_broker(group: bytes, batches: list[Any]) -> Any:
+            refused.append(len(batches))
+            raise InvalidArgumentError("topic name must not be empty")
+
+        stream.request_columns = old_broker  # type: ignore[method-assign]
+        outcomes = await asyncio.gather(
+            *(producer.send_batch(t, [f"{t}:{j}" for j in range(3)]) for t in topics)
+        )
+        assert refused and producer._many == "parts"
+    for topic, results in zip(topics, outcomes, strict=True):
+        assert [m.body for m in await pull_all(broker.endpoint, topic)] == [
+            f"{topic}:{j}".encode() for j in range(3)
+        ]
+        assert len(results) == 3
 
 
 async def test_selector_keeps_a_sharding_key_in_one_queue_in_order(

@@ -117,7 +117,7 @@ class TransactionCheck(_message.Message):
     def __init__(self, transaction_id: _Optional[str] = ..., message: _Optional[_Union[_common_pb2.MessageView, _Mapping]] = ...) -> None: ...
 
 class SendMessageRequest(_message.Message):
-    __slots__ = ("topic", "queue_id", "messages", "producer_group", "request_id", "records", "parts")
+    __slots__ = ("topic", "queue_id", "messages", "producer_group", "request_id", "records", "parts", "batch_topics", "batch_sizes")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +125,8 @@ class SendMessageRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     PARTS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.Message]
@@ -132,7 +134,9 @@ class SendMessageRequest(_message.Message):
     request_id: int
     records: bytes
     parts: _containers.RepeatedCompositeFieldContainer[SendMessageRequest]
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.Message, _Mapping]]] = ..., producer_group: _Optional[str] = ..., request_id: _Optional[int] = ..., records: _Optional[bytes] = ..., parts: _Optional[_Iterable[_Union[SendMessageRequest, _Mapping]]] = ...) -> None: ...
+    batch_topics: _containers.RepeatedScalarFieldContainer[str]
+    batch_sizes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.Message, _Mapping]]] = ..., producer_group: _Optional[str] = ..., request_id: _Optional[int] = ..., records: _Optional[bytes] = ..., parts: _Optional[_Iterable[_Union[SendMessageRequest, _Mapping]]] = ..., batch_topics: _Optional[_Iterable[str]] = ..., batch_sizes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SendResultEntry(_message.Message):
     __slots__ = ("status", "msg_id", "offset_msg_id", "queue_id", "queue_offset", "commit_log_offset")
@@ -151,7 +155,14 @@ class SendResultEntry(_message.Message):
     def __init__(self, status: _Optional[_Union[SendStatus, str]] = ..., msg_id: _Optional[str] = ..., offset_msg_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commit_log_offset: _Optional[int] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
-    __slots__ = ("results", "request_id", "error", "status", "queue_id", "first_queue_offset", "first_commit_log_offset", "store_host", "count", "parts")
+    __slots__ = ("results", "request_id", "error", "status", "queue_id", "first_queue_offset", "first_commit_log_offset", "store_host", "count", "parts", "batch_queue_ids", "batch_first_queue_offsets", "batch_first_commit_log_offsets", "batch_errors")
+    class BatchErrorsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: _common_pb2.ErrorInfo
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ...) -> None: ...
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -162,6 +173,10 @@ class SendMessageResponse(_message.Message):
     STORE_HOST_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     PARTS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIRST_QUEUE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIRST_COMMIT_LOG_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ERRORS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[SendResultEntry]
     request_id: int
     error: _common_pb2.ErrorInfo
@@ -172,7 +187,11 @@ class SendMessageResponse(_message.Message):
     store_host: str
     count: int
     parts: _containers.RepeatedCompositeFieldContainer[SendMessageResponse]
-    def __init__(self, results: _Optional[_Iterable[_Union[SendResultEntry, _Mapping]]] = ..., request_id: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., status: _Optional[_Union[SendStatus, str]] = ..., queue_id: _Optional[int] = ..., first_queue_offset: _Optional[int] = ..., first_commit_log_offset: _Optional[int] = ..., store_host: _Optional[str] = ..., count: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[SendMessageResponse, _Mapping]]] = ...) -> None: ...
+    batch_queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    batch_first_queue_offsets: _containers.RepeatedScalarFieldContainer[int]
+    batch_first_commit_log_offsets: _containers.RepeatedScalarFieldContainer[int]
+    batch_errors: _containers.MessageMap[int, _common_pb2.ErrorInfo]
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResultEntry, _Mapping]]] = ..., request_id: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., status: _Optional[_Union[SendStatus, str]] = ..., queue_id: _Optional[int] = ..., first_queue_offset: _Optional[int] = ..., first_commit_log_offset: _Optional[int] = ..., store_host: _Optional[str] = ..., count: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[SendMessageResponse, _Mapping]]] = ..., batch_queue_ids: _Optional[_Iterable[int]] = ..., batch_first_queue_offsets: _Optional[_Iterable[int]] = ..., batch_first_commit_log_offsets: _Optional[_Iterable[int]] = ..., batch_errors: _Optional[_Mapping[int, _common_pb2.ErrorInfo]] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
     __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_messages", "max_wait_ms", "tag_expression", "commit_offset", "raw_records", "request_id", "max_bytes", "cancel", "batch", "sql_expression")
