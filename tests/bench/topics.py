@@ -2,7 +2,7 @@
 one run, with the ratio of each to one topic (issue 33).
 
     .venv/bin/python -m tests.bench.topics [--topics 1,16,64,256,1024,10000] [--seconds 5]
-        [--rounds 3] [--tasks 64] [--batch 16] [--size 1024] [--quick]
+        [--rounds 3] [--tasks 64] [--batch 16] [--size 1024] [--form columns] [--quick]
 
 One ``wharf-broker`` daemon (tests/harness.py, default flush: ASYNC_FLUSH, auto-created topics
 with ``defaultTopicQueueNums = 4``) serves every configuration: topics ``t<N>-<i>`` for each N,
@@ -23,8 +23,9 @@ back pays ~2.4 us more per message than one writing into pages freed a moment ag
 decided the ratios more than the configurations did (the same one measured 306k and 166k msg/s
 in consecutive rounds without it).
 
-``--no-parts``: the SDK sends each topic's batches in requests of their own, as before
-issue 33 (no ``SendMessageRequest.parts``). ``--quick``: 1, 16, 256 topics, 1 s, 1 round.
+``--form``: how the SDK sends several topics' batches in one request: ``columns`` (its
+default, ``SendMessageRequest.batch_topics``), ``parts`` (a sub-request each, the form before
+2026-11-25) or ``none`` (a request per batch, the SDK before issue 33). ``--quick``: 1, 16, 256 topics, 1 s, 1 round.
 The temporary directory (under /tmp) goes at the end.
 """
 
@@ -88,8 +89,7 @@ async def measure(endpoint: str, n: int, args: argparse.Namespace) -> tuple[floa
     done = 0
     stop = False
     async with Producer(endpoint) as producer:
-        if args.no_parts:  # the SDK before issue 33: one request per topic's batch
-            producer._many = ""
+        producer._many = "" if args.form == "none" else args.form
 
         async def task(i: int) -> None:
             nonlocal done
@@ -127,9 +127,10 @@ def main() -> None:
         help="anonymous memory touched and freed before each run (tests/bench/memory.py); 0: off",
     )
     parser.add_argument(
-        "--no-parts",
-        action="store_true",
-        help="no multi-topic requests (SendMessageRequest.parts): the SDK before issue 33",
+        "--form",
+        choices=("columns", "parts", "none"),
+        default="columns",
+        help="several topics' batches per request: in columns, as parts, or none",
     )
     args = parser.parse_args()
     if args.quick:
@@ -144,7 +145,7 @@ def main() -> None:
         f"Produce across topics: {args.tasks} tasks x send_batch({args.batch}) of {args.size} B, "
         f"{QUEUES} queues per topic, {args.seconds:g} s per run, {args.rounds} rounds "
         f"(alternating), one broker (ASYNC_FLUSH) for all"
-        + (", one request per topic (--no-parts)" if args.no_parts else "")
+        + f", batches of several topics per request: {args.form}"
     )
     with (
         tempfile.TemporaryDirectory(prefix="wharf-bench-topics-", dir="/tmp") as tmp,
