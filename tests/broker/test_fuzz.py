@@ -41,6 +41,7 @@ SCALARS: dict[int, Any] = {
     FieldDescriptor.TYPE_BOOL: st.booleans(),
     FieldDescriptor.TYPE_INT32: INTS,
     FieldDescriptor.TYPE_INT64: LONGS,
+    FieldDescriptor.TYPE_UINT32: st.one_of(st.integers(0, 40), st.integers(0, 2**32 - 1)),
     FieldDescriptor.TYPE_UINT64: st.integers(0, 2**64 - 1),
     FieldDescriptor.TYPE_ENUM: st.integers(-1, 5),
 }
