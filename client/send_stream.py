@@ -10,8 +10,8 @@ group: encoded once per batch key by the producer) + ``request_id`` + either eac
 a length-delimited field 3 or all producer-encoded records as field 6 (the fast path), or
 several such batches in columns (``batch_topics``, ``batch_sizes`` and one field 6; as
 ``parts``, field 7, for a broker without columns). Protobuf allows fields in any order, so
-this is a valid ``SendMessageRequest``; it skips copying every message into a request proto (~2.7 ->
-~1.5 us per 1 KiB message for build + serialize).
+this is a valid ``SendMessageRequest``; it skips copying every message into a request proto
+(~2.7 -> ~1.5 us per 1 KiB message for build + serialize).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from wharf.broker.errors import InvalidArgumentError
+import grpc
+from wharf.broker.errors import InvalidArgumentError, status_for
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.store.codec.layout import SYSFLAG_COMPRESSED
 from wharf.store.codec.properties import (
@@ -29,6 +30,16 @@ SEND_STATUS = {
     PutStatus.FLUSH_SLAVE_TIMEOUT: messaging_pb2.FLUSH_SLAVE_TIMEOUT,
     PutStatus.SLAVE_NOT_AVAILABLE: messaging_pb2.SLAVE_NOT_AVAILABLE,
 }
+
+
+def error_into(error: common_pb2.ErrorInfo, exc: BaseException) -> grpc.StatusCode:
+    """Fill a reply's ``error`` (a part's, a batch's) from ``exc``; returns its status code
+    (INTERNAL: the caller logs the exception)."""
+    code, message = status_for(exc)
+    error.code = code.value[0]
+    error.message = message
+    return code
+
 
 # Properties the view carries in dedicated fields instead of the properties map.
 _VIEW_HIDDEN = frozenset((PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY))

@@ -19,8 +19,8 @@ import logging
 
 import grpc
 from wharf.broker.context import BrokerContext
-from wharf.broker.errors import InvalidArgumentError, status_for
-from wharf.broker.processors.convert import SEND_STATUS
+from wharf.broker.errors import InvalidArgumentError
+from wharf.broker.processors.convert import SEND_STATUS, error_into
 from wharf.store.model import PutResult
 from wharf.store.write import Written
 from wharf.v1 import messaging_pb2
@@ -127,10 +127,6 @@ class ColumnsSender:
             batch_first_commit_log_offsets=first_offsets,
         )
         for index, exc in errors.items():
-            code, message = status_for(exc)
-            error = response.batch_errors[index]
-            error.code = code.value[0]
-            error.message = message
-            if code is grpc.StatusCode.INTERNAL:
+            if error_into(response.batch_errors[index], exc) is grpc.StatusCode.INTERNAL:
                 log.error("a batch of a send request failed", exc_info=exc)
         return response

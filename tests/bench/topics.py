@@ -25,7 +25,8 @@ in consecutive rounds without it).
 
 ``--form``: how the SDK sends several topics' batches in one request: ``columns`` (its
 default, ``SendMessageRequest.batch_topics``), ``parts`` (a sub-request each, the form before
-2026-11-25) or ``none`` (a request per batch, the SDK before issue 33). ``--quick``: 1, 16, 256 topics, 1 s, 1 round.
+2026-11-25) or ``none`` (a request per batch, the SDK before issue 33). ``--quick``: 1, 16,
+256 topics, 1 s, 1 round.
 The temporary directory (under /tmp) goes at the end.
 """
 
