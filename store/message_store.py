@@ -307,12 +307,19 @@ class MessageStore:
             )
         else:
             await asyncio.to_thread(positions.remove_blocking, positions_file)
+        # A tail the final flush could not write (consume_queue's "Tails") holds units no file
+        # has: the abort marker stays, so the next start re-dispatches them (store/recovery.py).
+        lost_tails = len(self._queues.links.tails)
         self._queues.close()
         if self._index is not None:
             self._index.close()
         self._commit_log.close()
-        # Last, once everything is durable; unlink + directory fsync (store/paths.py).
-        await asyncio.to_thread(remove_abort_marker_blocking, self._paths.abort_file)
+        if lost_tails:
+            log.warning("%d consume queues could not write their newest units: the next start "
+                        "re-dispatches them from the commit log", lost_tails)  # fmt: skip
+        else:
+            # Last, once everything is durable; unlink + directory fsync (store/paths.py).
+            await asyncio.to_thread(remove_abort_marker_blocking, self._paths.abort_file)
         self._state = "stopped"
 
     # --- writes (``wharf.store.write``: the one write operation and its durability) ----------

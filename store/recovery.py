@@ -11,10 +11,10 @@ blocking function that ``MessageStore.start`` runs in a thread before anything i
    be AHEAD of the log: its units were written, the records were torn).
 5. Re-dispatch resumes at the ConsumeQueues' max physical offset -- not a full rescan -- or
    at the positions journal's last dispatch position when the queues came from it after a
-   process crash (``store.queue.positions``). After a
-   machine crash (the abort file's boot id is not this boot's) the checkpoint's
+   process crash (``store.queue.positions``). After a machine crash (the abort file's boot id
+   is not this boot's), or a process crash that left no journal, the checkpoint's
    ``logics_offset`` (dispatch position whose queue/index data was fdatasynced) caps it, so
-   units lost with the page cache are rebuilt; after a process crash they were not lost. The missing tail is
+   units lost with the page cache or with the queues' tails in memory are rebuilt. The missing tail is
    dispatched here, synchronously, so the queue offset table built afterwards from the queues'
    max offsets is exact (new appends must not reuse a queue offset).
 6. Each queue's min offset is corrected against the log's min offset (retention).
@@ -155,10 +155,12 @@ def recover_blocking(
         # back), maybe more: re-dispatch from there.
         reput_from = queues.journal_position
     # After a machine crash queue units may be lost with the page cache: re-dispatch from the
-    # last position whose queues were synced. After a process crash (same boot) every unit
-    # written through the maps survived, so the queues' own end is exact.
-    if abnormal and not page_cache_survived and checkpoint.valid:
-        reput_from = min(reput_from, checkpoint.logics_offset)
+    # last position whose queues were synced. After a process crash (same boot) the units
+    # written survived, but not the queues' tails in memory (consume_queue's "Tails"), so the
+    # queues' own ends are not exact either: without the journal's D, the checkpoint's.
+    # A checkpoint never written (or damaged) vouches for nothing: from the log's start.
+    if abnormal and (not page_cache_survived or queues.journal_position is None):
+        reput_from = min(reput_from, checkpoint.logics_offset if checkpoint.valid else 0)
     reput_from = min(max(reput_from, commit_log.min_offset), end)
     redispatch_from = reput_from
     # A controller-mode store dispatches nothing new here: its log past ``reput_from`` may be

@@ -84,6 +84,10 @@ class FlushConsumeQueueService(Service):
         parts = self.parts
         async with parts.maintenance:
             dispatched_offset, dispatched_timestamp = self.dispatch_position()
+            # The units dispatched before that position, some still in queue tails in memory,
+            # into the files the sync below makes durable (consume_queue's "Tails"; a full
+            # disk raises DiskFullError and the checkpoint stays).
+            await parts.queues.spill_tails()
             queues = parts.queues.unflushed(least_bytes)
             index = parts.index if least_bytes == 0 else None  # thorough passes only
             dir_syncs: list[DirectorySyncs] = []

@@ -57,6 +57,10 @@ def test_random_appends_read_back_like_a_list_across_files_and_reopen(
         oracle.extend(units)
     assert queue.max_offset == len(oracle)
     assert queue.max_physical_offset == phy
+    for offset, count in probes:  # the newest units may be in the queue's tail, in memory
+        assert list(queue.read_units(offset, count)) == oracle[offset : offset + count]
+        assert queue.get_unit(offset) == (oracle[offset] if offset < len(oracle) else None)
+    queue.spill()  # what the queue flush service does before it syncs
     queue.flush_blocking()
     queue.close()
 

@@ -42,7 +42,9 @@ class FullDisk:
     """``os.pwrite`` / ``os.posix_fallocate`` that fail with ENOSPC for files whose path holds
     ``part`` while ``full``. ``partial``: the first failing pwrite writes half its bytes (a
     short write) and the next raises, as Linux does when space runs out mid-write. Writes of
-    zeros pass: overwriting written blocks needs no space (the undo of a partial write)."""
+    zeros pass: overwriting written blocks needs no space (the undo of a partial write), and so
+    do writes into a range posix_fallocate backed before (what it is for: a queue's units
+    gathered in memory are written into space allocated when they came)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, part: str, partial: bool = False) -> None:
         self.part = part
@@ -50,14 +52,23 @@ class FullDisk:
         self.full = False
         self.failures = 0
         self.half_written = 0
+        self.allocated: dict[str, list[tuple[int, int]]] = {}
         monkeypatch.setattr(os, "pwrite", self.pwrite)
         monkeypatch.setattr(os, "posix_fallocate", self.posix_fallocate)
 
     def _hit(self, fd: int) -> bool:
         return self.full and self.part in _path_of(fd)
 
+    def _backed(self, fd: int, offset: int, end: int) -> bool:
+        ranges = self.allocated.get(_path_of(fd), [])
+        return any(start <= offset and end <= stop for start, stop in ranges)
+
     def pwrite(self, fd: int, data, offset: int) -> int:  # type: ignore[no-untyped-def]
-        if self._hit(fd) and bytes(data) != bytes(len(data)):
+        if (
+            self._hit(fd)
+            and bytes(data) != bytes(len(data))
+            and not self._backed(fd, offset, offset + len(data))
+        ):
             if self.partial and not self.half_written and len(data) > 1:
                 self.half_written = len(data) // 2
                 return REAL_PWRITE(fd, memoryview(data)[: self.half_written], offset)
@@ -70,6 +81,7 @@ class FullDisk:
             self.failures += 1
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         REAL_FALLOCATE(fd, offset, length)
+        self.allocated.setdefault(_path_of(fd), []).append((offset, offset + length))
 
 
 def _bodies(store: MessageStore, topic: str = "T", queue_id: int = 0) -> list[bytes]:

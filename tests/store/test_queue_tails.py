@@ -1,0 +1,211 @@
+"""Queue tails (store/queue/consume_queue.py, "Tails"): a queue's newest units wait in memory
+for one write of a page. Readers see them at once; the tails stay under their budget; the queue
+flush writes every tail before it syncs and the checkpoint vouches; a process crash that took
+the tails (no positions journal to start from) loses no unit; a stop whose final write failed
+leaves the abort marker, so the next start re-dispatches the units."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from wharf.store.message_store import MessageStore
+from wharf.store.queue import consume_queue
+from wharf.store.queue.consume_queue import TAIL_BYTES, ConsumeQueue
+from wharf.store.queue.table import ConsumeQueueTable
+
+from tests.store.helpers import msg, small_config
+
+UNIT = 20
+FILE = UNIT * 1000
+
+
+def _units(count: int, base: int = 0) -> list[tuple[int, int, int]]:
+    return [(base + i * 100, 100, i) for i in range(count)]
+
+
+def _file_bytes(queue: ConsumeQueue) -> bytes:
+    return b"".join(Path(file.path).read_bytes() for file in queue.files)
+
+
+def test_a_tail_reads_back_at_once_and_reaches_its_file_at_the_spill(tmp_path: Path) -> None:
+    queue = ConsumeQueue("T", 0, tmp_path / "T" / "0", FILE)
+    units = _units(11)
+    try:
+        queue.append_units(0, units[:1])  # creates the file: written through
+        links = queue._links
+        assert not links.tails
+        queue.append_units(1, units[1:])
+        assert links.tails == {queue} and links.tail_bytes == 10 * UNIT
+        assert _file_bytes(queue)[UNIT : 11 * UNIT] == bytes(10 * UNIT)  # in memory only
+        assert list(queue.read_units(0, 100)) == units
+        assert list(queue.read_units(7, 100)) == units[7:]
+        assert queue.get_unit(10) == units[10] and queue.get_unit(11) is None
+        assert queue.flush_blocking() == UNIT  # a sync covers what the files hold
+        queue.spill()
+        assert not links.tails and links.tail_bytes == 0
+        assert _file_bytes(queue)[: 11 * UNIT] == b"".join(
+            consume_queue.UNIT.pack(*unit) for unit in units
+        )
+        more = _units(5, base=10_000)
+        queue.append_units(11, more)  # a new tail after the written units
+        assert list(queue.read_units(8, 5)) == (units + more)[8:13]
+        assert queue.flush_blocking() == 10 * UNIT
+    finally:
+        queue.close()
+
+
+def test_a_tail_of_a_page_is_written_and_every_tail_stays_under_the_budget(
+    tmp_path: Path,
+) -> None:
+    table = ConsumeQueueTable(tmp_path / "consumequeue", FILE)
+    links = table.links
+    try:
+        first = table.find_or_create("T", 0)
+        per_page = TAIL_BYTES // UNIT  # 204
+        for i in range(per_page + 2):
+            first.append_units(i, [(i * 100, 100, 0)])
+            if i <= per_page:
+                assert links.tail_bytes == i * UNIT
+        # The first unit created the file, 204 more stayed in memory (4,080 B), and the next
+        # made a page: all 205 written at once.
+        assert first not in links.tails and links.tail_bytes == 0
+        written = _file_bytes(first)[: (per_page + 2) * UNIT]
+        assert written == b"".join(
+            consume_queue.UNIT.pack(i * 100, 100, 0) for i in range(per_page + 2)
+        )
+        links.tail_budget = 50 * UNIT
+        for queue_id in range(1, 9):  # 8 queues x 10 units: more than the budget of 50
+            queue = table.find_or_create("T", queue_id)
+            queue.append_units(0, [(0, 100, 0)])  # creates its file
+            queue.append_units(1, _units(10, base=100)[:9])
+            assert links.tail_bytes <= links.tail_budget
+        assert links.tail_bytes == 45 * UNIT and len(links.tails) == 5
+        written = [q for q in table if q.queue_id > 0 and q not in links.tails]
+        assert len(written) == 3
+        expected = [(0, 100, 0), *_units(10, base=100)[:9]]
+        packed = b"".join(consume_queue.UNIT.pack(*unit) for unit in expected)
+        for queue in written:  # past the budget: straight to the file
+            assert _file_bytes(queue)[: 10 * UNIT] == packed
+        for queue in table:
+            if queue.queue_id:
+                assert list(queue.read_units(0, 10)) == expected
+    finally:
+        table.close()
+
+
+async def test_the_queue_flush_writes_every_tail_before_the_checkpoint_moves(
+    tmp_path: Path,
+) -> None:
+    store = MessageStore(small_config(tmp_path, flush_interval_consume_queue=3_600_000))
+    await store.start()
+    try:
+        for queue_id in range(4):
+            await store.put("T", queue_id, [msg(f"q{queue_id}-{i}") for i in range(3)])
+        assert await store.wait_dispatched()
+        links = store.insides.queues.links
+        assert len(links.tails) == 4
+        await store.insides.queue_flush_service.flush_all()
+        assert not links.tails and links.tail_bytes == 0
+        assert store.insides.checkpoint.logics_offset == store.dispatch_offset
+        for queue_id in range(4):
+            queue = store.insides.queues.find("T", queue_id)
+            assert queue is not None
+            assert queue.unflushed_bytes == 0
+            assert _file_bytes(queue)[: 3 * UNIT] != bytes(3 * UNIT)
+    finally:
+        await store.shutdown()
+
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    sys.path.insert(0, {repo!r})
+    from wharf.store.message_store import MessageStore
+    from tests.store.helpers import msg, small_config
+
+    async def main():
+        # No flush while it runs: queue 0's units stay in its tail, in memory.
+        store = MessageStore(small_config({root!r}, flush_interval_consume_queue=3_600_000))
+        await store.start()
+        await store.put("T", 0, [msg(f"a{{i}}") for i in range(10)])
+        assert await store.wait_dispatched()
+        for b in range(10):  # later records, in queue 1's files (more than a page of units)
+            await store.put("T", 1, [msg(f"b{{b}}-{{i}}") for i in range(30)])
+        assert await store.wait_dispatched()
+        links = store.insides.queues.links
+        print("ready", store.insides.queues.find("T", 0) in links.tails,
+              store.insides.queues.find("T", 1) in links.tails, flush=True)
+        await asyncio.sleep(60)
+
+    asyncio.run(main())
+    """
+)
+
+
+def _run_child_and_kill_9_blocking(root: Path) -> list[str]:
+    repo = str(Path(__file__).resolve().parents[2])
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD.format(repo=repo, root=str(root))],
+        stdout=subprocess.PIPE,
+        cwd=repo,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        return child.stdout.readline().split()
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(30)
+        if child.stdout is not None:
+            child.stdout.close()
+
+
+async def test_a_process_crash_without_a_positions_journal_rebuilds_the_lost_tails(
+    tmp_path: Path,
+) -> None:
+    assert _run_child_and_kill_9_blocking(tmp_path) == ["ready", "True", "False"]
+    # The journal gone (a write of it failed): the queues are read from their files, where
+    # queue 1 ends past every unit queue 0 lost with the process.
+    (tmp_path / "consumequeue.positions").unlink()
+    store = MessageStore(small_config(tmp_path))
+    await store.start()
+    try:
+        assert store.recovered is not None and store.recovered.page_cache_survived
+        got = store.get_messages("T", 0, 0, 100)
+        assert [m.body for m in got.messages] == [f"a{i}".encode() for i in range(10)]
+        assert store.get_max_offset("T", 1) == 300
+        assert (await store.put("T", 0, [msg("next")])).append.first_queue_offset == 10
+    finally:
+        await store.shutdown()
+
+
+async def test_a_stop_whose_tails_could_not_be_written_leaves_the_abort_marker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = MessageStore(small_config(tmp_path, flush_interval_consume_queue=3_600_000))
+    await store.start()
+    await store.put("T", 0, [msg(f"m{i}") for i in range(5)])
+    assert await store.wait_dispatched()
+
+    def failing(fd: int, data: object, at: int, path: str) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(consume_queue, "_pwrite_all", failing)
+        await store.shutdown()
+    assert (tmp_path / "abort").exists()
+    store = MessageStore(small_config(tmp_path))
+    await store.start()
+    try:
+        assert store.recovered is not None and store.recovered.abnormal
+        got = store.get_messages("T", 0, 0, 100)
+        assert [m.body for m in got.messages] == [f"m{i}".encode() for i in range(5)]
+    finally:
+        await store.shutdown()
