@@ -42,6 +42,10 @@ class StoreConfig:
     # of queues; one descriptor and one map each, capped at a quarter of the open-file limit
     # (store/queue/file_cache.py). 2,048 maps at ~12 us a miss.
     max_open_queue_files: int = 2048
+    # Wharf: bytes of queue units held in memory for one write of a page per queue (the
+    # queues' "tails", store/queue/consume_queue.py): 8 MiB is 2,048 full tails; 0 writes each
+    # dispatch's units at once (a pwrite per queue per dispatch chunk).
+    consume_queue_tail_budget: int = 8 << 20
     # maxHashSlotNum / maxIndexNum: IndexFile of 40 + 5M*4 + 20M*20 bytes (~420 MB).
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000
@@ -242,6 +246,7 @@ ZERO_ALLOWED = frozenset(
         "commit_commit_log_least_pages",
         "delete_commit_log_files_interval",
         "max_dispatch_lag_bytes",  # 0: put() never waits for dispatch
+        "consume_queue_tail_budget",  # 0: no queue tails
     }
 )
 

@@ -105,6 +105,7 @@ def recover_blocking(
         clean=not abnormal,
         page_cache_survived=page_cache_survived,
     )
+    queues.links.tail_budget = config.consume_queue_tail_budget
     index = None
     if config.message_index_enable:
         index = IndexService.load_blocking(

@@ -2,7 +2,8 @@
 one run, with the ratio of each to one topic (issue 33).
 
     .venv/bin/python -m tests.bench.topics [--topics 1,16,64,256,1024,10000] [--seconds 5]
-        [--rounds 3] [--tasks 64] [--batch 16] [--size 1024] [--form columns] [--quick]
+        [--rounds 3] [--tasks 64] [--batch 16] [--size 1024] [--form columns]
+        [--tail-budget BYTES] [--quick]
 
 One ``wharf-broker`` daemon (tests/harness.py, default flush: ASYNC_FLUSH, auto-created topics
 with ``defaultTopicQueueNums = 4``) serves every configuration: topics ``t<N>-<i>`` for each N,
@@ -26,7 +27,8 @@ in consecutive rounds without it).
 ``--form``: how the SDK sends several topics' batches in one request: ``columns`` (its
 default, ``SendMessageRequest.batch_topics``), ``parts`` (a sub-request each, the form before
 2026-11-25) or ``none`` (a request per batch, the SDK before issue 33). ``--quick``: 1, 16,
-256 topics, 1 s, 1 round.
+256 topics, 1 s, 1 round. ``--tail-budget``: the broker's ``consumeQueueTailBudget`` (0: every
+dispatch writes its units at once, the store before 2026-11-25's queue tails).
 The temporary directory (under /tmp) goes at the end.
 """
 
@@ -55,13 +57,15 @@ def topic_names(n: int) -> list[str]:
     return [f"t{n}-{i}" for i in range(n)]
 
 
-def bench_broker(root: Path) -> BrokerProcess:
-    settings = {
+def bench_broker(root: Path, tail_budget: int | None = None) -> BrokerProcess:
+    settings: dict[str, object] = {
         "defaultTopicQueueNums": QUEUES,
         "mappedFileSizeCommitLog": 256 * MIB,
         "mappedFileSizeConsumeQueue": 20_000 * 20,  # sparse anyway; 10,000s of files
         "logLevel": "WARNING",
     }
+    if tail_budget is not None:
+        settings["consumeQueueTailBudget"] = tail_budget
     return BrokerProcess(root, settings=settings, ready_timeout=60.0)
 
 
@@ -133,6 +137,12 @@ def main() -> None:
         default="columns",
         help="several topics' batches per request: in columns, as parts, or none",
     )
+    parser.add_argument(
+        "--tail-budget",
+        type=int,
+        default=None,
+        help="the broker's consumeQueueTailBudget in bytes (0: no queue tails); its default if unset",
+    )
     args = parser.parse_args()
     if args.quick:
         args.topics, args.seconds, args.rounds = "1,16,256", 1.0, 1
@@ -147,10 +157,11 @@ def main() -> None:
         f"{QUEUES} queues per topic, {args.seconds:g} s per run, {args.rounds} rounds "
         f"(alternating), one broker (ASYNC_FLUSH) for all"
         + f", batches of several topics per request: {args.form}"
+        + ("" if args.tail_budget is None else f", consumeQueueTailBudget {args.tail_budget}")
     )
     with (
         tempfile.TemporaryDirectory(prefix="wharf-bench-topics-", dir="/tmp") as tmp,
-        bench_broker(Path(tmp)) as broker,
+        bench_broker(Path(tmp), args.tail_budget) as broker,
     ):
         took = uvloop.run(warm_up(broker.endpoint, counts, body))
         total = sum(counts)

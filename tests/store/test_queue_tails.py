@@ -123,6 +123,21 @@ async def test_the_queue_flush_writes_every_tail_before_the_checkpoint_moves(
         await store.shutdown()
 
 
+async def test_a_tail_budget_of_zero_writes_every_dispatch_at_once(tmp_path: Path) -> None:
+    store = MessageStore(small_config(tmp_path, consume_queue_tail_budget=0))
+    await store.start()
+    try:
+        for round_ in range(3):
+            await store.put("T", 0, [msg(f"m{round_}-{i}") for i in range(3)])
+            assert await store.wait_dispatched()
+            queue = store.insides.queues.find("T", 0)
+            assert queue is not None and not store.insides.queues.links.tails
+            written = _file_bytes(queue)[: 3 * (round_ + 1) * UNIT]
+            assert all(size > 0 for _, size, _ in consume_queue.UNIT.iter_unpack(written))
+    finally:
+        await store.shutdown()
+
+
 CHILD = textwrap.dedent(
     """
     import asyncio, sys
