@@ -12,6 +12,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "_format.h"
 
@@ -73,8 +74,84 @@ static PyObject *scan(PyObject *module, PyObject *args) {
     return Py_BuildValue("(NniIi)", positions, pos, status, (unsigned int)magic, (int)total);
 }
 
+/* gather_tails(buf, positions, pad) -> (data, meta) or None: the tails (TOPICLENGTH .. end of
+ * PROPERTIES) of the records at ``positions`` (int64, native order) of ``buf``, back to back
+ * in ``data`` (a bytearray: the columnar decoders mark separators in it) followed by ``pad``
+ * zero bytes, and ``meta``: three int64 columns (each tail's start and end in ``data``, its
+ * PROPERTIES start). None for a record the checks refuse, exactly where
+ * store/fast/record_tails.py's numpy twin refuses it (a truncated header, a bad magic, a
+ * negative body length, lengths that do not add up). One pass in C where the twin spent
+ * ~0.35 us a record joining tails and checking lengths with array arithmetic. */
+PyDoc_STRVAR(gather_tails_doc, "gather_tails(buf, positions, pad) -> (data, meta) | None");
+
+static PyObject *gather_tails(PyObject *module, PyObject *args) {
+    Py_buffer view, at;
+    Py_ssize_t pad;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*y*n:gather_tails", &view, &at, &pad)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *data = NULL, *meta = NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    const int64_t *pos = (const int64_t *)at.buf;
+    Py_ssize_t count = at.len / (Py_ssize_t)sizeof(int64_t), total_tail = 0;
+    if (pad < 0 || at.len % (Py_ssize_t)sizeof(int64_t) != 0) {
+        PyErr_SetString(PyExc_ValueError, "positions must be int64 and pad >= 0");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) { /* pass 1: check every record, size the tails */
+        int64_t p = pos[i];
+        if (p < 0 || p + RECORD_HEADER_SIZE > view.len ||
+            be32(buf + p + OFF_MAGIC) != MESSAGE_MAGIC_CODE) {
+            goto refused;
+        }
+        int64_t body = (int32_t)be32(buf + p + OFF_BODY_LENGTH);
+        int64_t end = p + (int32_t)be32(buf + p + OFF_TOTAL_SIZE);
+        int64_t tail = p + RECORD_HEADER_SIZE + body;
+        if (body < 0 || end > view.len || tail + 3 > end) {
+            goto refused;
+        }
+        int64_t props = tail + 3 + buf[tail];
+        if (props > end || props + (((int64_t)buf[props - 2] << 8) | buf[props - 1]) != end) {
+            goto refused;
+        }
+        total_tail += end - tail;
+    }
+    data = PyByteArray_FromStringAndSize(NULL, total_tail + pad);
+    meta = PyBytes_FromStringAndSize(NULL, 3 * count * (Py_ssize_t)sizeof(int64_t));
+    if (data == NULL || meta == NULL) {
+        goto done;
+    }
+    unsigned char *out = (unsigned char *)PyByteArray_AS_STRING(data);
+    int64_t *starts = (int64_t *)PyBytes_AS_STRING(meta), *ends = starts + count,
+            *props_at = ends + count;
+    int64_t written = 0;
+    for (Py_ssize_t i = 0; i < count; i++) { /* pass 2: copy */
+        int64_t p = pos[i];
+        int64_t tail = p + RECORD_HEADER_SIZE + (int32_t)be32(buf + p + OFF_BODY_LENGTH);
+        int64_t length = p + (int32_t)be32(buf + p + OFF_TOTAL_SIZE) - tail;
+        memcpy(out + written, buf + tail, (size_t)length);
+        starts[i] = written;
+        props_at[i] = written + 3 + buf[tail];
+        written += length;
+        ends[i] = written;
+    }
+    memset(out + written, 0, (size_t)pad);
+    result = PyTuple_Pack(2, data, meta);
+    goto done;
+refused:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(data);
+    Py_XDECREF(meta);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&at);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
+    {"gather_tails", gather_tails, METH_VARARGS, gather_tails_doc},
     {NULL, NULL, 0, NULL},
 };
 

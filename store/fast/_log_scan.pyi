@@ -15,3 +15,6 @@ def scan(
     buf: Buffer, pos: int, limit: int, max_count: int, budget: int, any_before: bool, /
 ) -> tuple[list[int], int, int, int, int]:
     """(positions, new_pos, status, magic, total); status 0 stopped, 1 blank, 2 corrupt."""
+
+def gather_tails(buf: Buffer, positions: Buffer, pad: int, /) -> tuple[bytearray, bytes] | None:
+    """(tails back to back + pad zeros, int64 columns starts|ends|props) or None (refused)."""

@@ -17,7 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 from wharf.store.codec.layout import MESSAGE_MAGIC_CODE, RECORD_HEADER_SIZE
 from wharf.store.codec.records import ReadableBuffer
+from wharf.store.fast import load
 from wharf.store.fast.dispatch_properties import PAD
+
+# The compiled tail gather (store/fast/_log_scan.c ``gather_tails``); None: the numpy twin.
+_compiled = load("_log_scan")
 
 
 @dataclass(slots=True, eq=False)
@@ -41,7 +45,14 @@ def gather_record_tails(
     """The records starting at ``pos`` (int64, at least one) of ``buf``; None when a record is
     malformed."""
     count = len(pos)
-    if int(np.maximum.reduce(pos)) + RECORD_HEADER_SIZE > len(buf):
+    gathered = None
+    if _compiled is not None:
+        # Every check of the twin below, and the tails joined, in one pass (~0.35 us a record
+        # less, 512 records of 1 KiB): a refusal is the same None.
+        gathered = _compiled.gather_tails(buf, pos, PAD)
+        if gathered is None:
+            return None
+    elif int(np.maximum.reduce(pos)) + RECORD_HEADER_SIZE > len(buf):
         return None  # a truncated header
     view = np.frombuffer(buf, np.uint8)  # zero-copy; the gather below copies
     try:
@@ -51,6 +62,12 @@ def gather_record_tails(
     total = header["total"].astype(np.int64)
     body_len = header["body"].astype(np.int64)
     body_start = pos + RECORD_HEADER_SIZE
+    if gathered is not None:
+        blob, meta = gathered
+        starts, ends, props = np.frombuffer(meta, np.int64).reshape(3, count)
+        data = np.frombuffer(blob, np.uint8)  # writable: the decoders mark separators in it
+        tail = bytes(blob[: len(blob) - PAD])
+        return RecordTails(header, total, body_start, body_len, tail, data, starts, ends, props)
     body_end = body_start + body_len
     rec_end = pos + total
     ok = (header["magic"] == MESSAGE_MAGIC_CODE) & (body_len >= 0)

@@ -1,6 +1,7 @@
 """The columnar dispatch path (``decode_dispatch_columns`` + ``Dispatcher`` on columns) against
 the per-record reference (``decode_dispatches`` + ``Dispatcher`` on DispatchRequests): same
-columns on random raw records, byte-identical ConsumeQueue and IndexFile files, same errors."""
+columns on random raw records, byte-identical ConsumeQueue and IndexFile files, same errors;
+and the compiled tail gather against its numpy twin."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from wharf.store import codec as fmt
 from wharf.store.dispatch.reput import Dispatcher
 from wharf.store.errors import CorruptRecordError
-from wharf.store.fast import dispatch_columns
+from wharf.store.fast import dispatch_columns, record_tails
 from wharf.store.fast.dispatch_columns import (
     DispatchColumns,
     columns_from_requests,
@@ -243,3 +244,35 @@ def test_prefix_sum_hashes_equal_java_hash_code_of_ascii_segments(data, segments
     for (a, b), value, is_ascii in zip(segments, got, ascii_mask, strict=True):
         if is_ascii:
             assert value == fmt.java_string_hash(data[a:b].decode("ascii"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(records, min_size=1, max_size=30),
+    st.integers(0, 9),
+    st.one_of(st.none(), st.tuples(st.integers(0, 10**6), st.integers(0, 255))),
+    st.integers(0, 3),
+)
+def test_the_compiled_tail_gather_agrees_with_its_numpy_twin(batch, lead, damage, cut):
+    """``_log_scan.gather_tails`` against record_tails.py's numpy checks and join: the same
+    refusals (damaged bytes anywhere, a buffer cut short) and the same tails and columns."""
+    assert record_tails._compiled is not None  # built by `pip install -e .`
+    data, positions = chunk(batch, lead)
+    broken = bytearray(data)
+    if damage is not None:
+        broken[damage[0] % len(broken)] = damage[1]
+    buf = bytes(broken[: len(broken) - cut])
+    pos = np.array(positions, dtype=np.int64)
+    header, header_bytes = dispatch_columns._HEADER, dispatch_columns._HEADER_BYTES
+    compiled = record_tails.gather_record_tails(buf, pos, header, header_bytes)
+    with mock.patch.object(record_tails, "_compiled", None):
+        twin = record_tails.gather_record_tails(buf, pos, header, header_bytes)
+    assert (compiled is None) == (twin is None)
+    if damage is None and cut == 0:
+        assert compiled is not None
+    if compiled is not None and twin is not None:
+        assert compiled.tail == twin.tail
+        assert compiled.data.tobytes() == twin.data.tobytes()
+        for name in ("total", "body_start", "body_len", "starts", "ends", "props"):
+            assert getattr(compiled, name).tolist() == getattr(twin, name).tolist(), name
+        assert compiled.header.tobytes() == twin.header.tobytes()
