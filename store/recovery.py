@@ -21,6 +21,10 @@ blocking function that ``MessageStore.start`` runs in a thread before anything i
 7. The positions journal starts from a fresh snapshot when the queues were read from their
    files or units were dropped (it must never list units past the log's end).
 
+A queue whose files the layout refuses (a file of the wrong size, a gap: damage) does not stop
+the start: the table moves it aside and re-dispatch runs over the whole commit log, which
+rebuilds it (queue files are derived data; the others skip what they hold).
+
 Power loss (which fsync makes what durable: store/README.md). The abort marker is durable
 while the store runs (store/paths.py), so a power cut always gives an abnormal recovery. A
 commit log segment is durable by name and size before any record in it is acknowledged
@@ -162,6 +166,12 @@ def recover_blocking(
     # A checkpoint never written (or damaged) vouches for nothing: from the log's start.
     if abnormal and (not page_cache_survived or queues.journal_position is None):
         reput_from = min(reput_from, checkpoint.logics_offset if checkpoint.valid else 0)
+    if queues.set_aside:
+        # Queues set aside at load (damaged files, or mappedFileSizeConsumeQueue changed):
+        # rebuilt from the whole log.
+        log.warning("%d consume queues set aside under %s: re-dispatching the whole commit log",
+                    len(queues.set_aside), paths.consume_queue_root)  # fmt: skip
+        reput_from = 0
     reput_from = min(max(reput_from, commit_log.min_offset), end)
     redispatch_from = reput_from
     # A controller-mode store dispatches nothing new here: its log past ``reput_from`` may be

@@ -90,6 +90,13 @@ UNIT = CQ_UNIT
 BLANK_UNIT_SIZE = 0x7FFFFFFF
 _BLANK_UNIT = UNIT.pack(0, BLANK_UNIT_SIZE, 0)
 
+
+class DamagedQueueError(ValueError):
+    """A queue's files do not fit the layout (a file of the wrong size, a gap): damage, or a
+    changed ``mapped_file_size_consume_queue``. The table sets the queue aside and recovery
+    rebuilds it from the commit log (``ConsumeQueueTable.set_aside``)."""
+
+
 # A tuple as decoded from one unit: (commit log offset, record size, tags code).
 Unit = tuple[int, int, int]
 # Returns the store timestamp of the record at (offset, size), or None if it is gone.
@@ -281,13 +288,13 @@ class ConsumeQueue:
         for entry in entries:
             actual = entry.stat().st_size
             if actual != file_size:
-                raise ValueError(
+                raise DamagedQueueError(
                     f"consume queue file {entry.path} has {actual} bytes, "
                     f"expected {file_size} (mapped_file_size_consume_queue changed?)"
                 )
             start = int(entry.name)
             if queue.files and start != queue.files[-1].end:
-                raise ValueError(
+                raise DamagedQueueError(
                     f"consume queue {queue.directory} has a gap: {queue.files[-1].path} is "
                     f"followed by {entry.path}"
                 )

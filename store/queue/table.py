@@ -21,7 +21,7 @@ from pathlib import Path
 
 from wharf.store.paths import DirectorySyncs
 from wharf.store.queue import positions
-from wharf.store.queue.consume_queue import ConsumeQueue, QueueLinks
+from wharf.store.queue.consume_queue import ConsumeQueue, DamagedQueueError, QueueLinks
 from wharf.store.queue.file_cache import QueueFileCache
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,8 @@ DEFAULT_OPEN_FILES = 2048
 # warm (a process crash) 3.3 s with 1, 5-7 s with 4 or 8 (the GIL, busy VM). The cold case
 # decides: its reads wait on the disk.
 LOAD_THREADS = 4
+# Queues set aside at a load named one log line each (a changed file size refuses them all).
+SET_ASIDE_LOG_LINES = 10
 # Tails written per loop step by ``spill_tails`` (~4 us each: ~4 ms, then other work runs).
 SPILL_CHUNK = 1024
 
@@ -60,6 +62,9 @@ class ConsumeQueueTable:
         self.journal_position: int | None = None
         # The positions file as loaded: (bytes kept, bytes of its snapshot, last D), or None.
         self.journal_file: tuple[int, int, int] | None = None
+        # Queues whose files the load refused, moved aside (``set_aside``): recovery rebuilds
+        # them by re-dispatching the whole commit log.
+        self.set_aside: list[str] = []
 
     @property
     def dirty(self) -> set[ConsumeQueue]:
@@ -96,6 +101,8 @@ class ConsumeQueueTable:
                 continue
             if entry.name.startswith(".deleted-"):
                 shutil.rmtree(entry.path, ignore_errors=True)  # a deletion cut short
+                continue
+            if entry.name.startswith("."):  # a damaged queue set aside (no topic starts so)
                 continue
             topics.append(entry.name)
         if not clean:
@@ -139,16 +146,17 @@ class ConsumeQueueTable:
                 if queue.files and not exists(queue.files[0].path):
                     if not exists(directory):
                         continue
-                    queue = ConsumeQueue.load_blocking(
-                        topic, queue_id, directory, file_size, cache, links
-                    )
+                    loaded_queue = self._load_queue(topic, queue_id, directory)
+                    if loaded_queue is None:
+                        continue
+                    queue = loaded_queue
             self._add(queue)
         self.loaded_from = "journal"
         if not clean:
             self.journal_position = loaded.position
 
     def _load_files(self, base: str, topics: list[str], clean: bool) -> None:
-        file_size, cache, links = self.file_size, self.cache, self.links
+        links = self.links
 
         # Threads: the listing and reads release the GIL, so a cold cache (a machine crash)
         # is read with LOAD_THREADS requests in flight instead of one.
@@ -159,11 +167,9 @@ class ConsumeQueueTable:
                     if entry.is_dir() and entry.name.isdigit():
                         if not clean:
                             links.dir_syncs.add(entry.path)
-                        loaded.append(
-                            ConsumeQueue.load_blocking(
-                                topic, int(entry.name), entry.path, file_size, cache, links
-                            )
-                        )
+                        queue = self._load_queue(topic, int(entry.name), entry.path)
+                        if queue is not None:
+                            loaded.append(queue)
             return loaded
 
         chunks = [topics[i::LOAD_THREADS] for i in range(LOAD_THREADS)]
@@ -172,6 +178,32 @@ class ConsumeQueueTable:
                 for queue in loaded:
                     self._add(queue)
         self.loaded_from = "files"
+
+    def _load_queue(self, topic: str, queue_id: int, directory: str) -> ConsumeQueue | None:
+        """The queue read from its files, or None when the layout refuses them: queue files are
+        derived data, so the directory is renamed aside (``.damaged-<topic>-<id>-<uuid>``, kept
+        for a look, never read) and recovery rebuilds the queue from the commit log instead of
+        the broker refusing to start."""
+        try:
+            return ConsumeQueue.load_blocking(
+                topic, queue_id, directory, self.file_size, self.cache, self.links
+            )
+        except DamagedQueueError as exc:
+            aside = os.path.join(
+                os.fspath(self.root), f".damaged-{topic}-{queue_id}-{uuid.uuid4().hex[:8]}"
+            )
+            os.rename(directory, aside)
+            self.links.dir_syncs.add(os.fspath(self.root), os.path.dirname(directory))
+            self.set_aside.append(aside)
+            if len(self.set_aside) <= SET_ASIDE_LOG_LINES:  # recovery logs how many in all
+                log.warning(
+                    "consume queue %s/%d set aside to %s (%s): it is rebuilt from the commit log",
+                    topic,
+                    queue_id,
+                    aside,
+                    exc,
+                )
+            return None
 
     def entries(self, queues: Iterable[ConsumeQueue]) -> list[positions.Entry]:
         return [(q.topic, q.queue_id, q.summary()) for q in queues]

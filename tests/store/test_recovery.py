@@ -319,3 +319,28 @@ async def test_checkpoint_vouches_for_dispatch_only_after_a_thorough_queue_flush
         assert store.insides.checkpoint.logics_offset == store.dispatch_offset > before
     finally:
         await store.shutdown()
+
+
+async def test_a_damaged_queue_is_set_aside_and_rebuilt_from_the_log(tmp_path: Path) -> None:
+    await _fill(tmp_path)
+    original = _queue_bytes(tmp_path)
+    queue_file = sorted((tmp_path / "consumequeue" / "T" / "0").iterdir())[0]
+    os.truncate(queue_file, 300)  # short, but holding units: the layout refuses it
+    _crash_marker(tmp_path)
+    store = await _reopen(tmp_path)
+    try:
+        assert store.recovered is not None
+        assert store.recovered.redispatch_from == 0
+        assert _bodies(store) == [f"m{i}".encode() for i in range(TOTAL)]
+        assert _queue_bytes(tmp_path) == original
+        aside = [p.name for p in (tmp_path / "consumequeue").iterdir() if p.name.startswith(".")]
+        assert len(aside) == 1 and aside[0].startswith(".damaged-T-0-")
+        assert (await store.put("T", 0, [msg("more")])).append.first_queue_offset == TOTAL
+    finally:
+        await store.shutdown()
+    store = await _reopen(tmp_path)  # the set-aside directory is no topic
+    try:
+        assert _bodies(store)[-1] == b"more"
+        assert store.insides.queues.find(".damaged-T-0", 0) is None
+    finally:
+        await store.shutdown()
