@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,3 +49,24 @@ async def until(check: Callable[[], bool], within_s: float = 10.0) -> None:
     while not check():
         assert loop.time() < deadline, "condition not met in time"
         await asyncio.sleep(0.01)
+
+
+def run_child_and_kill_9_blocking(code: str, root: Path) -> str:
+    """Run ``code`` (a template of ``{repo}`` and ``{root}``) in a child Python, return its first
+    line of output (stripped) once it prints one, then SIGKILL it: a process crash at a
+    moment the child chose."""
+    repo = str(Path(__file__).resolve().parents[2])
+    child = subprocess.Popen(
+        [sys.executable, "-c", code.format(repo=repo, root=str(root))],
+        stdout=subprocess.PIPE,
+        cwd=repo,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        return child.stdout.readline().strip()
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(30)
+        if child.stdout is not None:
+            child.stdout.close()

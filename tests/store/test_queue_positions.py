@@ -9,9 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +18,7 @@ from wharf.store.queue.file_cache import QueueFileCache
 from wharf.store.queue.journal import PositionsJournal
 from wharf.store.queue.table import ConsumeQueueTable
 
-from tests.store.helpers import msg, small_config
+from tests.store.helpers import msg, run_child_and_kill_9_blocking, small_config
 
 FILE = 20 * 8  # eight units a file
 
@@ -171,24 +168,6 @@ def test_a_damaged_or_foreign_file_is_not_trusted(tmp_path: Path) -> None:
     assert positions.read_blocking(journal_file, FILE) is None
 
 
-def _run_child_and_kill_9_blocking(root: Path) -> str:
-    repo = str(Path(__file__).resolve().parents[2])
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD.format(repo=repo, root=str(root))],
-        stdout=subprocess.PIPE,
-        cwd=repo,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        return child.stdout.readline().strip()
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(30)
-        if child.stdout is not None:
-            child.stdout.close()
-
-
 CHILD = """
 import asyncio, sys
 sys.path.insert(0, {repo!r})
@@ -222,7 +201,7 @@ async def test_a_kill_9_restart_loads_the_journal_and_keeps_every_message(
 ) -> None:
     """Through the store, killed with SIGKILL: messages before and after the journal's last
     record, a queue created after it, a topic deleted and created again after it."""
-    assert await asyncio.to_thread(_run_child_and_kill_9_blocking, tmp_path) == "ready"
+    assert await asyncio.to_thread(run_child_and_kill_9_blocking, CHILD, tmp_path) == "ready"
 
     store = MessageStore(small_config(tmp_path))
     await store.start()

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -20,7 +17,7 @@ from wharf.store.queue import consume_queue
 from wharf.store.queue.consume_queue import TAIL_BYTES, ConsumeQueue
 from wharf.store.queue.table import ConsumeQueueTable
 
-from tests.store.helpers import msg, small_config
+from tests.store.helpers import msg, run_child_and_kill_9_blocking, small_config
 
 UNIT = 20
 FILE = UNIT * 1000
@@ -164,28 +161,10 @@ CHILD = textwrap.dedent(
 )
 
 
-def _run_child_and_kill_9_blocking(root: Path) -> list[str]:
-    repo = str(Path(__file__).resolve().parents[2])
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD.format(repo=repo, root=str(root))],
-        stdout=subprocess.PIPE,
-        cwd=repo,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        return child.stdout.readline().split()
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(30)
-        if child.stdout is not None:
-            child.stdout.close()
-
-
 async def test_a_process_crash_without_a_positions_journal_rebuilds_the_lost_tails(
     tmp_path: Path,
 ) -> None:
-    assert _run_child_and_kill_9_blocking(tmp_path) == ["ready", "True", "False"]
+    assert run_child_and_kill_9_blocking(CHILD, tmp_path).split() == ["ready", "True", "False"]
     # The journal gone (a write of it failed): the queues are read from their files, where
     # queue 1 ends past every unit queue 0 lost with the process.
     (tmp_path / "consumequeue.positions").unlink()

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -16,7 +13,7 @@ from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus
 from wharf.store.paths import write_abort_marker_blocking
 
-from tests.store.helpers import msg, small_config
+from tests.store.helpers import msg, run_child_and_kill_9_blocking, small_config
 
 N_BATCHES = 8
 PER_BATCH = 5
@@ -65,22 +62,6 @@ def _write_torn_copy(root: Path, last_offset: int, last_size: int, end: int) -> 
     with open(segment, "r+b") as f:
         f.seek(end - int(segment.name))
         f.write(bytes(record[: len(record) // 2]))
-
-
-def _run_child_and_kill_9_blocking(root: Path) -> str:
-    repo = str(Path(__file__).resolve().parents[2])
-    code = CHILD.format(repo=repo, root=str(root))
-    child = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, cwd=repo, text=True
-    )
-    try:
-        assert child.stdout is not None
-        return child.stdout.readline().strip()
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(30)
-        if child.stdout is not None:
-            child.stdout.close()
 
 
 def _crash_marker(root: Path) -> None:
@@ -251,7 +232,7 @@ CHILD = textwrap.dedent(
 async def test_kill_9_keeps_every_dispatched_message_and_rebuilds_nothing_twice(
     tmp_path: Path,
 ) -> None:
-    assert _run_child_and_kill_9_blocking(tmp_path) == "ready"
+    assert run_child_and_kill_9_blocking(CHILD, tmp_path) == "ready"
     assert (tmp_path / "abort").exists()
     store = await _reopen(tmp_path)
     try:
