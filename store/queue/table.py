@@ -226,16 +226,15 @@ class ConsumeQueueTable:
             positions_file, self.file_size, position, items, count
         )
 
-    async def spill_tails(self) -> int:
+    async def spill_tails(self) -> None:
         """Write every queue's tail to its file (consume_queue's "Tails"): what was dispatched
-        before this call is in the files (page cache) after it. Returns tails written."""
+        before this call is in the files (page cache) after it."""
         tails = list(self.links.tails)
         for start in range(0, len(tails), SPILL_CHUNK):
             if start:
                 await asyncio.sleep(0)
             for queue in tails[start : start + SPILL_CHUNK]:
                 queue.spill()  # a removed queue's tail was dropped: nothing to do
-        return len(tails)
 
     def unflushed(self, least_bytes: int) -> list[ConsumeQueue]:
         """The queues with at least ``least_bytes`` unflushed (at least one unit when 0): the
