@@ -308,3 +308,42 @@ async def test_a_pass_on_store_parts_reports_disk_state_and_keeps_undispatched_s
         if state.index is not None:
             state.index.close()
         state.commit_log.close()
+
+
+async def test_a_retention_pass_over_new_queues_opens_no_file_and_lets_the_loop_run(
+    tmp_path: Path, disk: FakeDisk
+) -> None:
+    """A queue knows where its first unit points from the write that made it, so the pass
+    after 600 queues appeared reads none of their files (each read was an open, a pread and a
+    close, and evicted a busy queue's descriptor from the cache); and the pass yields to the
+    loop between steps of ``SCAN_STEP`` queues."""
+    config = small_config(tmp_path, clean_resource_interval=3_600_000)
+    s = MessageStore(config, disk_usage=disk)
+    await s.start()
+    try:
+        for topic in range(150):
+            for queue_id in range(4):
+                await s.put(f"T{topic}", queue_id, [msg(b"x", uniq=f"U{topic}-{queue_id}")])
+        assert await s.wait_dispatched()
+        await s.insides.queues.spill_tails()  # units in the files, as after a flush
+        cache = s.insides.queues.cache
+        cache.close()  # idle queues hold no descriptor
+        opens = cache.opens
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        ticks = 0
+        await s.insides.cleanup_service.clean_queues_and_index()
+        task.cancel()
+        assert cache.opens == opens
+        assert ticks >= 2  # 600 queues: at least two steps of 256 gave the loop back
+        assert all(s.get_min_offset(f"T{t}", q) == 0 for t in range(150) for q in range(4))
+    finally:
+        await s.shutdown()
