@@ -18,3 +18,14 @@ def scan(
 
 def gather_tails(buf: Buffer, positions: Buffer, pad: int, /) -> tuple[bytearray, bytes] | None:
     """(tails back to back + pad zeros, int64 columns starts|ends|props) or None (refused)."""
+
+def scan_properties(
+    data: Buffer,
+    starts: Buffer,
+    props: Buffer,
+    ends: Buffer,
+    topic_ids: Buffer,
+    prefixes: Buffer,
+    /,
+) -> tuple[bytearray, bytes, bytearray, list[tuple[int, int, int, int]]]:
+    """(TAGS codes, key records, key hashes: int64 columns; values with non-ASCII bytes)."""

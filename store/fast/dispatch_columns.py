@@ -26,14 +26,23 @@ from dataclasses import dataclass
 
 import numpy as np
 from wharf.store.codec.dispatch import DispatchRequest, decode_dispatches
-from wharf.store.codec.hashes import java_string_hash
+from wharf.store.codec.hashes import index_key_hash, java_string_hash
 from wharf.store.codec.layout import RECORD_FIELDS
 from wharf.store.codec.properties import SCHEDULE_TOPIC
 from wharf.store.codec.records import ReadableBuffer
-from wharf.store.fast.dispatch_properties import PropertyPairs, index_keys, tags_codes
+from wharf.store.fast import load
+from wharf.store.fast.dispatch_properties import (
+    PropertyPairs,
+    index_keys,
+    prefix_hash,
+    tags_codes,
+)
 from wharf.store.fast.index_hash import SegmentHashes, index_key_hashes
 from wharf.store.fast.layout_dtypes import columns
-from wharf.store.fast.record_tails import gather_record_tails
+from wharf.store.fast.record_tails import RecordTails, gather_record_tails
+
+# The compiled properties pass (store/fast/_log_scan.c ``scan_properties``); None: numpy's.
+_compiled = load("_log_scan")
 
 # The header fields dispatch reads (wharf.store.codec.layout.RECORD_FIELDS), gathered into
 # 36-byte rows.
@@ -88,11 +97,27 @@ def decode_dispatch_columns(
     topic_ids, topics = _topics(tail, rec_start, topic_len)
     if topics is None:
         return _reference(buf, positions, base_offset)  # a non-ASCII topic: corrupt
+    delay_texts: dict[int, str] = {}
+    if _compiled is not None and SCHEDULE_TOPIC not in topics:
+        codes, key_records, key_hashes = _scan_properties(gathered, topic_ids, topics)
+        return DispatchColumns(
+            pos + base_offset,
+            total,
+            header["queue_id"].astype(np.int64),
+            header["queue_offset"].astype(np.int64),
+            header["sys_flag"].astype(np.int64),
+            header["store_ts"].astype(np.int64),
+            topic_ids,
+            topics,
+            codes,
+            delay_texts,
+            key_records,
+            key_hashes,
+        )
     hashes = SegmentHashes(data)
     check_ascii = not tail.isascii()
     pairs = PropertyPairs(data, rec_start, props, rec_end)
     codes = tags_codes(tail, pairs, hashes, count, check_ascii)
-    delay_texts: dict[int, str] = {}
     if SCHEDULE_TOPIC in topics:
         delay_rows, delay_start, delay_end = pairs.last(b"DELAY")
         schedule = topics.index(SCHEDULE_TOPIC)
@@ -118,6 +143,30 @@ def decode_dispatch_columns(
         key_records,
         key_hashes,
     )
+
+
+def _scan_properties(
+    gathered: RecordTails, topic_ids: np.ndarray, topics: list[str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """TAGS codes and index keys by the compiled pass (``_log_scan.scan_properties``; the
+    numpy twin is ``dispatch_properties``): ~0.2 us a 1 KiB record less. Values with non-ASCII
+    bytes come back listed, hashed here by the reference over their UTF-16 text."""
+    prefixes = np.array([prefix_hash(topic) for topic in topics], dtype=np.int64)
+    tags, rows, hashes, odd = _compiled.scan_properties(  # type: ignore[union-attr]
+        gathered.data, gathered.starts, gathered.props, gathered.ends, topic_ids, prefixes
+    )
+    codes = np.frombuffer(tags, np.int64)
+    key_records = np.frombuffer(rows, np.int64)
+    key_hashes = np.frombuffer(hashes, np.int64)
+    tail = gathered.tail
+    for kind, index, a, b in odd:
+        text = tail[a:b].decode("utf-8", "replace")
+        if kind == 0:
+            codes[index] = java_string_hash(text)
+        else:
+            topic = topics[topic_ids[key_records[index]]]
+            key_hashes[index] = index_key_hash(f"{topic}#{text}")
+    return codes, key_records, key_hashes
 
 
 def _reference(buf: ReadableBuffer, positions: Sequence[int], base_offset: int) -> DispatchColumns:

@@ -136,9 +136,9 @@ def index_keys(
         return rows, np.zeros(0, dtype=np.int64)
     # h("topic#" + key) = h("topic#") * 31^len(key) + h(key)   (mod 2^32)
     if len(topics) == 1:
-        prefix = np.uint32(_prefix_hash(topics[0]))
+        prefix = np.uint32(prefix_hash(topics[0]))
     else:
-        prefix = np.array([_prefix_hash(t) for t in topics], dtype=np.uint32)[topic_ids[rows]]
+        prefix = np.array([prefix_hash(t) for t in topics], dtype=np.uint32)[topic_ids[rows]]
     lengths = ends - starts
     powers = power_table(int(np.maximum.reduce(lengths)) + 1)
     full = prefix * powers[lengths] + hashes(starts, ends)
@@ -153,7 +153,7 @@ def index_keys(
 _PREFIX_HASHES: dict[str, int] = {}
 
 
-def _prefix_hash(topic: str) -> int:
+def prefix_hash(topic: str) -> int:
     """hashCode of ``topic#`` as uint32 (topics are ASCII)."""
     h = _PREFIX_HASHES.get(topic)
     if h is None:

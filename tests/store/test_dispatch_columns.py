@@ -121,6 +121,35 @@ def test_columns_equal_the_reference_decode_on_random_records(batch, lead):
             assert_same_columns(decode_dispatch_columns(buf, positions, BASE), expected)
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["T", "TopicB", "TopicC"]),  # no SCHEDULE_TOPIC: the compiled pass
+            st.integers(0, 3),
+            st.integers(0, 6),
+            st.sampled_from([0, 4]),
+            st.integers(0, 5000),
+            properties,
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.integers(0, 9),
+)
+def test_the_compiled_properties_pass_and_its_numpy_twin_equal_the_reference(batch, lead):
+    """``_log_scan.scan_properties`` (chunks without scheduled messages) and the numpy pairs of
+    ``dispatch_properties``: the TAGS codes and index keys of the reference decode, non-ASCII
+    values (hashed by the reference over UTF-16) and near-miss names included."""
+    assert dispatch_columns._compiled is not None  # built by `pip install -e .`
+    data, positions = chunk(batch, lead)
+    expected = columns_from_requests(fmt.decode_dispatches(data, positions, BASE))
+    with mock.patch.object(dispatch_columns, "_reference", side_effect=AssertionError):
+        assert_same_columns(decode_dispatch_columns(data, positions, BASE), expected)
+        with mock.patch.object(dispatch_columns, "_compiled", None):
+            assert_same_columns(decode_dispatch_columns(data, positions, BASE), expected)
+
+
 def test_last_pair_of_a_name_wins_and_a_bare_name_clears_it():
     props = b"TAGS\x01a\x02UNIQ_KEY\x01U1\x02TAGS\x01b c\x02KEYS\x01k1  k2\x02UNIQ_KEY\x02"
     data, positions = chunk([("T", 0, 0, 0, 0, props)] * 2)
