@@ -108,8 +108,8 @@ def recover_blocking(
         paths.consume_queue_positions_file,
         clean=not abnormal,
         page_cache_survived=page_cache_survived,
+        tail_budget=config.consume_queue_tail_budget,
     )
-    queues.links.tail_budget = config.consume_queue_tail_budget
     index = None
     if config.message_index_enable:
         index = IndexService.load_blocking(

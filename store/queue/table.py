@@ -21,7 +21,7 @@ from pathlib import Path
 
 from wharf.store.paths import DirectorySyncs
 from wharf.store.queue import positions
-from wharf.store.queue.consume_queue import ConsumeQueue, DamagedQueueError, QueueLinks
+from wharf.store.queue.consume_queue import TAIL_BUDGET, ConsumeQueue, DamagedQueueError, QueueLinks
 from wharf.store.queue.file_cache import QueueFileCache
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,13 @@ SPILL_CHUNK = 1024
 class ConsumeQueueTable:
     """All ConsumeQueues of a store, created on first use (RocketMQ's consumeQueueTable)."""
 
-    def __init__(self, root: Path, file_size: int, cache: QueueFileCache | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        file_size: int,
+        cache: QueueFileCache | None = None,
+        tail_budget: int = TAIL_BUDGET,
+    ) -> None:
         self.root = root
         self.file_size = file_size
         self.cache = cache if cache is not None else QueueFileCache(DEFAULT_OPEN_FILES)
@@ -55,7 +61,7 @@ class ConsumeQueueTable:
         # Shared with every queue: the dirty and changed sets (loop only) and the directories
         # with entries created since the last thorough flush, which fsyncs them before the
         # checkpoint vouches for their units (power loss).
-        self.links = QueueLinks()
+        self.links = QueueLinks(tail_budget=tail_budget)
         self.loaded_from = "files"  # how the last load found the queues: "files" / "journal"
         # After a crash, the dispatch position of the journal's last record: re-dispatch
         # resumes there (None: the queues' own ends are exact, or were read from the files).
@@ -83,11 +89,13 @@ class ConsumeQueueTable:
         positions_file: Path | None = None,
         clean: bool = False,
         page_cache_survived: bool = False,
+        tail_budget: int = TAIL_BUDGET,
     ) -> ConsumeQueueTable:
         """The queues under ``root``: from the positions journal after a ``clean`` shutdown or a
         process crash (``page_cache_survived``), else by reading each queue's files (one
-        descriptor at a time, no maps). See ``store.queue.positions`` for what is trusted when."""
-        table = cls(root, file_size, cache)
+        descriptor at a time, no maps). See ``store.queue.positions`` for what is trusted when.
+        ``tail_budget``: the bytes all queue tails may hold (``consumeQueueTailBudget``)."""
+        table = cls(root, file_size, cache, tail_budget)
         started = time.monotonic()
         loaded = None
         if positions_file is not None and (clean or page_cache_survived):
