@@ -11,6 +11,7 @@ import errno
 import grpc
 from wharf.store.errors import (
     CorruptRecordError,
+    DamagedQueueError,
     DiskFullError,
     FlushFailedError,
     InvalidMessageError,
@@ -80,6 +81,7 @@ ERROR_STATUS: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (StoreShutDownError, grpc.StatusCode.UNAVAILABLE),
     (StoreNotWritableError, grpc.StatusCode.UNAVAILABLE),
     (CorruptRecordError, grpc.StatusCode.DATA_LOSS),
+    (DamagedQueueError, grpc.StatusCode.DATA_LOSS),
     (StoreError, grpc.StatusCode.INTERNAL),
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
 )

@@ -113,6 +113,14 @@ class MessageNotFoundError(StoreError):
     """No message at that offset / with that id. Maps to NOT_FOUND."""
 
 
+class DamagedQueueError(StoreError):
+    """A consume queue's files do not hold what its state says (a short or missing file, a
+    file of the wrong size, a gap): damage, or a changed ``mapped_file_size_consume_queue``.
+    Found at a start, the table sets the queue aside and recovery rebuilds it from the commit
+    log; found while serving, that queue's reads fail with this (DATA_LOSS) and the next start
+    rebuilds it. Queue files are derived data: nothing in the commit log is lost."""
+
+
 class CorruptRecordError(StoreError):
     """A record failed its checks (magic, size, CRC). Carries the physical offset."""
 

@@ -300,8 +300,11 @@ class MessageStore:
         await self._reput.stop()
         await self._queue_flush.stop()  # final flush of queues/index + checkpoint
         positions_file = self._paths.consume_queue_positions_file
-        if all(queue.unflushed_bytes == 0 for queue in self._queues):
-            # Only what is durable: a failed final flush leaves the next start to read files.
+        if not self._queues.links.damaged and all(
+            queue.unflushed_bytes == 0 for queue in self._queues
+        ):
+            # Only what is durable: a failed final flush leaves the next start to read files,
+            # as does a queue found damaged (the start sets it aside and rebuilds it).
             await asyncio.to_thread(
                 self._queues.save_positions_blocking, positions_file, self.dispatch_offset
             )

@@ -73,6 +73,7 @@ from wharf.broker.remoting.server import Connection, Handler
 from wharf.broker.remoting.transactions import RemotingTransactions
 from wharf.store.codec.properties import PROPERTY_UNIQ_KEY
 from wharf.store.errors import (
+    DamagedQueueError,
     InvalidFilterError,
     InvalidMessageError,
     ResourceLimitError,
@@ -126,7 +127,9 @@ def error_response(request: RemotingCommand, exc: BaseException) -> RemotingComm
         code = ResponseCode.SYSTEM_BUSY  # RocketMQ's answer to flow control and limits
     elif isinstance(exc, (UnavailableError, StoreNotWritableError)):
         code = ResponseCode.SERVICE_NOT_AVAILABLE
-    elif isinstance(exc, (HeaderError, InvalidArgumentError, NotFoundError, ValueError)):
+    elif isinstance(
+        exc, (HeaderError, InvalidArgumentError, NotFoundError, ValueError, DamagedQueueError)
+    ):  # (a damaged queue logged itself once)
         code = ResponseCode.SYSTEM_ERROR
     else:
         log.error("remoting: %s failed", request.code, exc_info=exc)

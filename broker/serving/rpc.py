@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import grpc
 from wharf.broker.errors import InvalidArgumentError, status_for
 from wharf.broker.serving.handlers import MalformedRequest
+from wharf.store.errors import DamagedQueueError
 
 log = logging.getLogger("wharf.broker.serving.rpc")
 _T = TypeVar("_T")
@@ -55,8 +56,8 @@ def rpc(method: str) -> Callable[[Handler[_T]], Handler[_T]]:
             except Exception as exc:
                 code, message = status_for(exc)
                 status = code.name
-                if code in _LOGGED_CODES:
-                    log.exception("%s failed: %s", method, message)
+                if code in _LOGGED_CODES and not isinstance(exc, DamagedQueueError):
+                    log.exception("%s failed: %s", method, message)  # (a damaged queue: once)
                 elif isinstance(exc, OSError):
                     _log_limit(method, message)
                 await context.abort(code, message)

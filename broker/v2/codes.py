@@ -32,6 +32,7 @@ from wharf.broker.errors import (
 from wharf.rocketmq.v2 import definition_pb2
 from wharf.store.errors import (
     CorruptRecordError,
+    DamagedQueueError,
     DiskFullError,
     FlushFailedError,
     InvalidFilterError,
@@ -78,6 +79,7 @@ ERROR_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (StoreShutDownError, Code.INTERNAL_SERVER_ERROR),
     (StoreNotWritableError, Code.INTERNAL_SERVER_ERROR),
     (CorruptRecordError, Code.INTERNAL_SERVER_ERROR),
+    (DamagedQueueError, Code.INTERNAL_SERVER_ERROR),
     (StoreError, Code.INTERNAL_ERROR),
     (TimeoutError, Code.PROXY_TIMEOUT),
 )

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from itertools import starmap
 
 from wharf.store.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT, segment_file_name
-from wharf.store.errors import disk_full_error, is_disk_full
+from wharf.store.errors import DamagedQueueError, disk_full_error, is_disk_full
 from wharf.store.paths import DirectorySyncs, fsync_dir_blocking
 from wharf.store.queue.file_cache import MIN_CAPACITY, QueueFileCache
 
@@ -89,12 +89,6 @@ UNIT = CQ_UNIT
 # stable when a queue restarts mid-file; readers skip it.
 BLANK_UNIT_SIZE = 0x7FFFFFFF
 _BLANK_UNIT = UNIT.pack(0, BLANK_UNIT_SIZE, 0)
-
-
-class DamagedQueueError(ValueError):
-    """A queue's files do not fit the layout (a file of the wrong size, a gap): damage, or a
-    changed ``mapped_file_size_consume_queue``. The table sets the queue aside and recovery
-    rebuilds it from the commit log (``ConsumeQueueTable.set_aside``)."""
 
 
 # A tuple as decoded from one unit: (commit log offset, record size, tags code).
@@ -193,6 +187,9 @@ class QueueLinks:
     tails: set[ConsumeQueue] = field(default_factory=set)
     tail_bytes: int = 0
     tail_budget: int = TAIL_BUDGET
+    # Queues whose files failed a read while serving (``DamagedQueueError``): the positions
+    # journal stops, so the next start reads every queue's files and rebuilds these.
+    damaged: set[ConsumeQueue] = field(default_factory=set)
 
 
 class ConsumeQueue:
@@ -569,7 +566,7 @@ class ConsumeQueue:
                 break
             at = pos - file.start
             n = min(end - pos, file.size - at)
-            chunks.append(os.pread(self._cache.fd(file), n, at))
+            chunks.append(self._pread(file, n, at))
             pos += n
         tail = self._tail
         if tail and want > self._file_pos and pos >= end:
@@ -592,8 +589,32 @@ class ConsumeQueue:
         file = self._file_at(pos)
         if file is None:
             return None
-        data = os.pread(self._cache.fd(file), CQ_STORE_UNIT_SIZE, pos - file.start)
+        data = self._pread(file, CQ_STORE_UNIT_SIZE, pos - file.start)
         return UNIT.unpack(data)  # type: ignore[return-value]
+
+    def _pread(self, file: ConsumeQueueFile, n: int, at: int) -> bytes:
+        """``n`` bytes of ``file`` at ``at``, which hold units: files are sized in full when
+        created, so fewer bytes (or no file) is damage, met as DamagedQueueError instead of a
+        unit cut short (a short file restored from a backup, a truncation by hand)."""
+        try:
+            data = os.pread(self._cache.fd(file), n, at)
+        except FileNotFoundError:
+            data = b""
+        if len(data) != n:
+            raise self._damaged(f"{file.path} gave {len(data)} of the {n} bytes at {at}")
+        return data
+
+    def _damaged(self, detail: str) -> DamagedQueueError:
+        """The error of a read that found damage; the first one of this queue is logged."""
+        message = (
+            f"consume queue {self.topic}/{self.queue_id} is damaged ({detail}): its reads fail "
+            "until the broker restarts, which rebuilds it from the commit log"
+        )
+        damaged = self._links.damaged
+        if self not in damaged:
+            damaged.add(self)
+            log.error("%s", message)
+        return DamagedQueueError(message)
 
     def _file_at(self, pos: int) -> ConsumeQueueFile | None:
         files = self.files
@@ -712,9 +733,7 @@ class ConsumeQueue:
         """Files (never the newest) whose last unit points below ``commit_log_min``."""
         expired = []
         for file in self.files[:-1]:
-            data = os.pread(
-                self._cache.fd(file), CQ_STORE_UNIT_SIZE, file.size - CQ_STORE_UNIT_SIZE
-            )
+            data = self._pread(file, CQ_STORE_UNIT_SIZE, file.size - CQ_STORE_UNIT_SIZE)
             offset, size, _ = UNIT.unpack(data)
             if offset + (0 if size == BLANK_UNIT_SIZE else size) > commit_log_min:
                 break

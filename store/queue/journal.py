@@ -56,6 +56,12 @@ class PositionsJournal:
         async with self.lock:
             position = dispatch_offset()  # before any state is captured
             table = self.table
+            if table.links.damaged:
+                # A queue met damage while serving: the next start must read every queue's
+                # files (which sets the damaged one aside and rebuilds it), not this file.
+                if not self.broken:
+                    await self._broke(OSError("a consume queue is damaged"))
+                return
             if self.broken or self.size > 2 * self.snapshot_size + COMPACT_SLACK:
                 await self._snapshot(position)
                 return

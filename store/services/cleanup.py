@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from wharf.store.config import parse_delete_when
+from wharf.store.errors import DamagedQueueError
 from wharf.store.parts import StoreParts
 from wharf.store.service import Service
 
@@ -200,12 +201,15 @@ class CleanupService(Service):
                 if queues.find(queue.topic, queue.queue_id) is not queue:
                     continue  # its topic was deleted meanwhile (destroyed after this pass)
                 old_min = queue.min_offset  # before detaching files, which moves it too
-                expired = queue.expired_files(log_min)
-                if expired:
-                    queue.detach_files(expired)  # unmapped there, on the loop
-                    await asyncio.to_thread(_unlink_blocking, [file.path for file in expired])
-                    removed += len(expired)
-                queue.correct_min_offset(log_min)
+                try:
+                    expired = queue.expired_files(log_min)
+                    if expired:
+                        queue.detach_files(expired)  # unmapped there, on the loop
+                        await asyncio.to_thread(_unlink_blocking, [f.path for f in expired])
+                        removed += len(expired)
+                    queue.correct_min_offset(log_min)
+                except DamagedQueueError:
+                    continue  # logged by the queue; the next start rebuilds it
                 if queue.min_offset > old_min:
                     dropped[(queue.topic, queue.queue_id)] = (old_min, queue.min_offset)
             index = parts.index

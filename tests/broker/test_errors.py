@@ -17,6 +17,7 @@ from wharf.broker.errors import (
 )
 from wharf.store.errors import (
     CorruptRecordError,
+    DamagedQueueError,
     DiskFullError,
     FlushFailedError,
     InvalidFilterError,
@@ -46,6 +47,7 @@ S = grpc.StatusCode
         (StoreShutDownError("x"), S.UNAVAILABLE),
         (StoreNotWritableError("x"), S.UNAVAILABLE),
         (CorruptRecordError(42, "bad crc"), S.DATA_LOSS),
+        (DamagedQueueError("consume queue T/0 is damaged"), S.DATA_LOSS),
         (TimeoutError(), S.DEADLINE_EXCEEDED),
         (KeyError("boom"), S.INTERNAL),
     ],

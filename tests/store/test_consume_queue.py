@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from wharf.store.errors import DamagedQueueError
 from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
 
 UNITS_PER_FILE = 7
@@ -182,7 +183,7 @@ def test_file_size_must_be_a_multiple_of_the_unit(tmp_path: Path) -> None:
 
 def test_file_of_another_size_is_refused_on_load(tmp_path: Path) -> None:
     (tmp_path / f"{0:020d}").write_bytes(b"\1" * 40)
-    with pytest.raises(ValueError, match="expected 140"):
+    with pytest.raises(DamagedQueueError, match="expected 140"):
         _open(tmp_path)
 
 

@@ -8,6 +8,8 @@ import shutil
 import textwrap
 from pathlib import Path
 
+import pytest
+from wharf.store.errors import DamagedQueueError
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus
@@ -323,5 +325,45 @@ async def test_a_damaged_queue_is_set_aside_and_rebuilt_from_the_log(tmp_path: P
     try:
         assert _bodies(store)[-1] == b"more"
         assert store.insides.queues.find(".damaged-T-0", 0) is None
+    finally:
+        await store.shutdown()
+
+
+async def test_damage_met_while_serving_fails_that_queue_only_and_the_next_start_rebuilds_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A clean start loads the queue table from the positions journal without opening a file,
+    so a queue file damaged while the broker was down is met by the first read: that queue's
+    reads fail with DamagedQueueError (no struct error from half a unit), the other queues and
+    the retention pass go on, the journal stops (it would load the damaged state again), and the
+    next start reads the files, sets the queue aside and rebuilds it."""
+    await _fill(tmp_path)
+    original = _queue_bytes(tmp_path)
+    store = await _reopen(tmp_path)
+    await store.put("U", 0, [msg("other")])
+    await store.shutdown()
+    queue_file = sorted((tmp_path / "consumequeue" / "T" / "0").iterdir())[0]
+    os.truncate(queue_file, 307)  # mid-unit
+    store = await _reopen(tmp_path)
+    try:
+        assert store.insides.queues.loaded_from == "journal"
+        with pytest.raises(DamagedQueueError, match="consume queue T/0 is damaged"):
+            store.get_messages("T", 0, 0, 1000)
+        assert len(store.get_messages("T", 0, 3, 5).messages) == 5  # units before the cut
+        with pytest.raises(DamagedQueueError):
+            store.get_messages("T", 0, 15, 5)  # the unit cut in half
+        assert [m.body for m in store.get_messages("U", 0, 0, 10).messages] == [b"other"]
+        await store.insides.cleanup_service.clean_queues_and_index()  # does not stop at T/0
+        assert sum("is damaged" in r.message for r in caplog.records) == 1  # once a queue
+    finally:
+        await store.shutdown()
+    assert not (tmp_path / "consumequeue.positions").exists()
+    store = await _reopen(tmp_path)
+    try:
+        assert store.insides.queues.loaded_from == "files"
+        assert store.recovered is not None and store.recovered.redispatch_from == 0
+        assert _bodies(store) == [f"m{i}".encode() for i in range(TOTAL)]
+        assert _queue_bytes(tmp_path) == original
+        assert [m.body for m in store.get_messages("U", 0, 0, 10).messages] == [b"other"]
     finally:
         await store.shutdown()

@@ -17,6 +17,7 @@ from wharf.broker.v2.codes import ERROR_CODES, PUT_STATUS_CODES, Code, V2Error, 
 from wharf.rocketmq.v2 import definition_pb2
 from wharf.store.errors import (
     CorruptRecordError,
+    DamagedQueueError,
     DiskFullError,
     FlushFailedError,
     InvalidMessageError,
@@ -42,6 +43,7 @@ from wharf.store.model import PutStatus
         (FlushFailedError("x"), Code.INTERNAL_SERVER_ERROR),
         (StoreShutDownError("x"), Code.INTERNAL_SERVER_ERROR),
         (CorruptRecordError(0, "crc"), Code.INTERNAL_SERVER_ERROR),
+        (DamagedQueueError("x"), Code.INTERNAL_SERVER_ERROR),
         (StoreError("x"), Code.INTERNAL_ERROR),
         (TimeoutError(), Code.PROXY_TIMEOUT),
         (OSError(errno.EMFILE, "Too many open files"), Code.TOO_MANY_REQUESTS),
