@@ -91,44 +91,15 @@ def decode_dispatch_columns(
     gathered = gather_record_tails(buf, pos, _HEADER, _HEADER_BYTES)
     if gathered is None:
         return _reference(buf, positions, base_offset)
-    header, total, tail, data = gathered.header, gathered.total, gathered.tail, gathered.data
-    rec_start, rec_end, props = gathered.starts, gathered.ends, gathered.props
-    topic_len = props - rec_start - 3
-    topic_ids, topics = _topics(tail, rec_start, topic_len)
+    header, total, rec_start = gathered.header, gathered.total, gathered.starts
+    topic_ids, topics = _topics(gathered.tail, rec_start, gathered.props - rec_start - 3)
     if topics is None:
         return _reference(buf, positions, base_offset)  # a non-ASCII topic: corrupt
     delay_texts: dict[int, str] = {}
     if _compiled is not None and SCHEDULE_TOPIC not in topics:
         codes, key_records, key_hashes = _scan_properties(gathered, topic_ids, topics)
-        return DispatchColumns(
-            pos + base_offset,
-            total,
-            header["queue_id"].astype(np.int64),
-            header["queue_offset"].astype(np.int64),
-            header["sys_flag"].astype(np.int64),
-            header["store_ts"].astype(np.int64),
-            topic_ids,
-            topics,
-            codes,
-            delay_texts,
-            key_records,
-            key_hashes,
-        )
-    hashes = SegmentHashes(data)
-    check_ascii = not tail.isascii()
-    pairs = PropertyPairs(data, rec_start, props, rec_end)
-    codes = tags_codes(tail, pairs, hashes, count, check_ascii)
-    if SCHEDULE_TOPIC in topics:
-        delay_rows, delay_start, delay_end = pairs.last(b"DELAY")
-        schedule = topics.index(SCHEDULE_TOPIC)
-        for row in (topic_ids == schedule).nonzero()[0].tolist():
-            delay_texts[row] = ""
-        for row, a, b in zip(
-            delay_rows.tolist(), delay_start.tolist(), delay_end.tolist(), strict=True
-        ):
-            if row in delay_texts:
-                delay_texts[row] = tail[a:b].decode("utf-8", "replace")
-    key_records, key_hashes = index_keys(data, tail, pairs, hashes, topic_ids, topics, check_ascii)
+    else:
+        codes, key_records, key_hashes = _numpy_properties(gathered, topic_ids, topics, delay_texts)
     return DispatchColumns(
         pos + base_offset,
         total,
@@ -143,6 +114,30 @@ def decode_dispatch_columns(
         key_records,
         key_hashes,
     )
+
+
+def _numpy_properties(
+    gathered: RecordTails, topic_ids: np.ndarray, topics: list[str], delay_texts: dict[int, str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """TAGS codes and index keys by array passes (``dispatch_properties``), and the DELAY
+    values of scheduled records into ``delay_texts``."""
+    tail, data = gathered.tail, gathered.data
+    hashes = SegmentHashes(data)
+    check_ascii = not tail.isascii()
+    pairs = PropertyPairs(data, gathered.starts, gathered.props, gathered.ends)
+    codes = tags_codes(tail, pairs, hashes, len(topic_ids), check_ascii)
+    if SCHEDULE_TOPIC in topics:
+        delay_rows, delay_start, delay_end = pairs.last(b"DELAY")
+        schedule = topics.index(SCHEDULE_TOPIC)
+        for row in (topic_ids == schedule).nonzero()[0].tolist():
+            delay_texts[row] = ""
+        for row, a, b in zip(
+            delay_rows.tolist(), delay_start.tolist(), delay_end.tolist(), strict=True
+        ):
+            if row in delay_texts:
+                delay_texts[row] = tail[a:b].decode("utf-8", "replace")
+    key_records, key_hashes = index_keys(data, tail, pairs, hashes, topic_ids, topics, check_ascii)
+    return codes, key_records, key_hashes
 
 
 def _scan_properties(
