@@ -310,6 +310,8 @@ class MessageStore:
             )
         else:
             await asyncio.to_thread(positions.remove_blocking, positions_file)
+        if self._queues.links.damaged:
+            await asyncio.to_thread(self._queues.save_damaged_blocking)
         # A tail the final flush could not write (consume_queue's "Tails") holds units no file
         # has: the abort marker stays, so the next start re-dispatches them (store/recovery.py).
         lost_tails = len(self._queues.links.tails)

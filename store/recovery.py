@@ -205,6 +205,8 @@ def recover_blocking(
             last_timestamp = plan.last_timestamp
         reput_from = next_offset
     lap("redispatch")
+    if queues.set_aside:
+        queues.forget_damaged_blocking()  # rebuilt (or the reput goes on from reput_from)
 
     for queue in queues:
         queue.correct_min_offset(commit_log.min_offset)

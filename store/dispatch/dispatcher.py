@@ -26,6 +26,7 @@ from wharf.store.codec.layout import (
     SYSFLAG_TRANSACTION_ROLLBACK,
 )
 from wharf.store.codec.properties import PROPERTY_DELAY_TIME_LEVEL, SCHEDULE_TOPIC
+from wharf.store.errors import DamagedQueueError
 from wharf.store.fast.dispatch_columns import DispatchColumns
 from wharf.store.fast.index_batch import IndexColumns
 from wharf.store.fast.layout_dtypes import packed
@@ -221,7 +222,10 @@ class Dispatcher:
         find = self.queues.find_or_create
         for key, first, _, units, physical_end in plan.runs:
             queue = find(*key)
-            queue.append_packed(first, units, physical_end)
+            try:
+                queue.append_packed(first, units, physical_end)
+            except DamagedQueueError:
+                continue  # that queue alone (logged once, rebuilt at the next start)
             advanced[key] = queue.max_offset
         return advanced
 

@@ -388,6 +388,8 @@ class ConsumeQueue:
         present (a re-dispatch after recovery) are skipped; a gap is filled with blank units
         so logical offsets keep matching the queue offsets stored in the CommitLog. Returns
         units added."""
+        if self in self._links.damaged:  # logged when found; rebuilt at the next start
+            raise DamagedQueueError(f"consume queue {self.topic}/{self.queue_id} is damaged")
         expected = self.max_offset
         if first_offset < expected:
             data = data[(expected - first_offset) * CQ_STORE_UNIT_SIZE :]
@@ -441,7 +443,7 @@ class ConsumeQueue:
                     if end > file.allocated:
                         # Backed now, as a write would be: a full disk fails this append
                         # (nothing kept, dispatch retries) and a spill never runs out of space.
-                        file.allocate(self._cache.fd(file), end)
+                        file.allocate(self._fd(file), end)
                     if tail is None:
                         self._tail = bytearray(data)
                         links.tails.add(self)
@@ -451,7 +453,7 @@ class ConsumeQueue:
                     links.tail_bytes += n
                     self._write_pos = pos + n
                     return
-                fd = self._cache.fd(file)
+                fd = self._fd(file)
                 if end > file.allocated:
                     file.allocate(fd, end)  # see the module docstring
                 _pwrite_all(fd, bytes(tail) + data if tail else data, at, file.path)
@@ -464,7 +466,7 @@ class ConsumeQueue:
             file = self._file_for_write()
             at = self._write_pos - file.start
             n = min(len(view), file.size - at)
-            fd = self._cache.fd(file)
+            fd = self._fd(file)
             if at + n > file.allocated:
                 file.allocate(fd, at + n)  # see the module docstring
             _pwrite_all(fd, view[:n], at, file.path)
@@ -479,7 +481,9 @@ class ConsumeQueue:
         file = self._file_at(self._file_pos)  # a tail lies in one file (``_write``)
         assert file is not None
         at = self._file_pos - file.start
-        _pwrite_all(self._cache.fd(file), tail, at, file.path)  # allocated by ``_write``
+        # A file gone from under the queue: the tail goes too (the next start rebuilds it).
+        with contextlib.suppress(DamagedQueueError):
+            _pwrite_all(self._fd(file), tail, at, file.path)  # allocated by ``_write``
         self._drop_tail()
         self._file_pos = self._write_pos
 
@@ -596,13 +600,18 @@ class ConsumeQueue:
         """``n`` bytes of ``file`` at ``at``, which hold units: files are sized in full when
         created, so fewer bytes (or no file) is damage, met as DamagedQueueError instead of a
         unit cut short (a short file restored from a backup, a truncation by hand)."""
-        try:
-            data = os.pread(self._cache.fd(file), n, at)
-        except FileNotFoundError:
-            data = b""
+        data = os.pread(self._fd(file), n, at)
         if len(data) != n:
             raise self._damaged(f"{file.path} gave {len(data)} of the {n} bytes at {at}")
         return data
+
+    def _fd(self, file: ConsumeQueueFile) -> int:
+        """``file``'s descriptor (the cache opens it); a file gone from under the queue is
+        damage: DamagedQueueError."""
+        try:
+            return self._cache.fd(file)
+        except FileNotFoundError:
+            raise self._damaged(f"{file.path} is missing") from None
 
     def _damaged(self, detail: str) -> DamagedQueueError:
         """The error of a read that found damage; the first one of this queue is logged."""

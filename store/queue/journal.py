@@ -47,6 +47,7 @@ class PositionsJournal:
         self.position = 0  # D of the last record
         self.records = 0
         self.broken = False  # a write failed: the file was removed, the next record snapshots
+        self.damaged_saved = 0  # damaged queues recorded for the next start (``record``)
 
     def opened(self, size: int, snapshot_size: int, position: int) -> None:
         """The file as recovery left it (always a snapshot first)."""
@@ -56,11 +57,15 @@ class PositionsJournal:
         async with self.lock:
             position = dispatch_offset()  # before any state is captured
             table = self.table
-            if table.links.damaged:
-                # A queue met damage while serving: the next start must read every queue's
-                # files (which sets the damaged one aside and rebuilds it), not this file.
-                if not self.broken:
-                    await self._broke(OSError("a consume queue is damaged"))
+            damaged = table.links.damaged
+            if damaged:
+                # A queue met damage while serving: the next start sets it aside and rebuilds
+                # it from the commit log, reading every queue's files, not this one.
+                if len(damaged) != self.damaged_saved:
+                    self.damaged_saved = len(damaged)
+                    await asyncio.to_thread(table.save_damaged_blocking)
+                    await asyncio.to_thread(positions.remove_blocking, self.path)
+                    self.broken = True  # (a snapshot, should the damage ever clear)
                 return
             if self.broken or self.size > 2 * self.snapshot_size + COMPACT_SLACK:
                 await self._snapshot(position)

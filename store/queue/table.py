@@ -10,6 +10,7 @@ queue from it and opens nothing.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import shutil
@@ -19,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from wharf.store.paths import DirectorySyncs
+from wharf.store.paths import DirectorySyncs, write_bytes_atomic_blocking
 from wharf.store.queue import positions
 from wharf.store.queue.consume_queue import TAIL_BUDGET, ConsumeQueue, DamagedQueueError, QueueLinks
 from wharf.store.queue.file_cache import QueueFileCache
@@ -38,6 +39,9 @@ LOAD_THREADS = 4
 SET_ASIDE_LOG_LINES = 10
 # Tails written per loop step by ``spill_tails`` (~4 us each: ~4 ms, then other work runs).
 SPILL_CHUNK = 1024
+# The queues met damaged while serving (JSON [[topic, queue id], ...]), for the next start to
+# set aside and rebuild; a file, so never taken for a topic. Removed once recovery rebuilt them.
+DAMAGED_FILE = ".damaged.json"
 
 
 class ConsumeQueueTable:
@@ -97,11 +101,12 @@ class ConsumeQueueTable:
         ``tail_budget``: the bytes all queue tails may hold (``consumeQueueTailBudget``)."""
         table = cls(root, file_size, cache, tail_budget)
         started = time.monotonic()
-        loaded = None
-        if positions_file is not None and (clean or page_cache_survived):
-            loaded = positions.read_blocking(positions_file, file_size)
         if not root.is_dir():
             return table
+        damaged = table._read_damaged_blocking()
+        loaded = None
+        if positions_file is not None and (clean or page_cache_survived) and not damaged:
+            loaded = positions.read_blocking(positions_file, file_size)
         base = os.fspath(root)
         topics = []
         for entry in os.scandir(base):
@@ -113,6 +118,10 @@ class ConsumeQueueTable:
             if entry.name.startswith("."):  # a damaged queue set aside (no topic starts so)
                 continue
             topics.append(entry.name)
+        for topic, queue_id in damaged:
+            directory = os.path.join(base, topic, str(queue_id))
+            if os.path.isdir(directory):
+                table._set_aside(topic, queue_id, directory, "met damaged while serving")
         if not clean:
             # A crashed run's new files may sit in the page cache only (a process crash):
             # make every loaded name durable before the checkpoint vouches for it.
@@ -197,21 +206,47 @@ class ConsumeQueueTable:
                 topic, queue_id, directory, self.file_size, self.cache, self.links
             )
         except DamagedQueueError as exc:
-            aside = os.path.join(
-                os.fspath(self.root), f".damaged-{topic}-{queue_id}-{uuid.uuid4().hex[:8]}"
-            )
-            os.rename(directory, aside)
-            self.links.dir_syncs.add(os.fspath(self.root), os.path.dirname(directory))
-            self.set_aside.append(aside)
-            if len(self.set_aside) <= SET_ASIDE_LOG_LINES:  # recovery logs how many in all
-                log.warning(
-                    "consume queue %s/%d set aside to %s (%s): it is rebuilt from the commit log",
-                    topic,
-                    queue_id,
-                    aside,
-                    exc,
-                )
+            self._set_aside(topic, queue_id, directory, str(exc))
             return None
+
+    def _set_aside(self, topic: str, queue_id: int, directory: str, why: str) -> None:
+        """Rename a damaged queue's directory aside (kept for a look, never read); recovery
+        rebuilds the queue by re-dispatching the whole commit log."""
+        aside = os.path.join(
+            os.fspath(self.root), f".damaged-{topic}-{queue_id}-{uuid.uuid4().hex[:8]}"
+        )
+        os.rename(directory, aside)
+        self.links.dir_syncs.add(os.fspath(self.root), os.path.dirname(directory))
+        self.set_aside.append(aside)
+        if len(self.set_aside) <= SET_ASIDE_LOG_LINES:  # recovery logs how many in all
+            log.warning(
+                "consume queue %s/%d set aside to %s (%s): it is rebuilt from the commit log",
+                topic,
+                queue_id,
+                aside,
+                why,
+            )
+
+    def save_damaged_blocking(self) -> None:
+        """Record the queues met damaged while serving (``links.damaged``): the next start
+        sets them aside and rebuilds them, whatever the positions journal says."""
+        names = sorted([queue.topic, queue.queue_id] for queue in self.links.damaged)
+        write_bytes_atomic_blocking(self.root / DAMAGED_FILE, json.dumps(names).encode())
+
+    def _read_damaged_blocking(self) -> list[tuple[str, int]]:
+        try:
+            return [
+                (str(t), int(q)) for t, q in json.loads((self.root / DAMAGED_FILE).read_bytes())
+            ]
+        except FileNotFoundError:
+            return []
+        except (ValueError, TypeError) as exc:  # a torn file cannot be: written atomically
+            log.warning("ignoring %s (%s)", self.root / DAMAGED_FILE, exc)
+            return []
+
+    def forget_damaged_blocking(self) -> None:
+        """After recovery rebuilt the queues set aside: the record of them goes."""
+        (self.root / DAMAGED_FILE).unlink(missing_ok=True)
 
     def entries(self, queues: Iterable[ConsumeQueue]) -> list[positions.Entry]:
         return [(q.topic, q.queue_id, q.summary()) for q in queues]

@@ -329,41 +329,49 @@ async def test_a_damaged_queue_is_set_aside_and_rebuilt_from_the_log(tmp_path: P
         await store.shutdown()
 
 
+@pytest.mark.parametrize("damage", ["short", "missing"])
 async def test_damage_met_while_serving_fails_that_queue_only_and_the_next_start_rebuilds_it(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str
 ) -> None:
     """A clean start loads the queue table from the positions journal without opening a file,
-    so a queue file damaged while the broker was down is met by the first read: that queue's
-    reads fail with DamagedQueueError (no struct error from half a unit), the other queues and
-    the retention pass go on, the journal stops (it would load the damaged state again), and the
-    next start reads the files, sets the queue aside and rebuilds it."""
+    so a queue file damaged while the broker was down (cut short, removed) is met by the first
+    read: that queue's reads fail with DamagedQueueError (no struct error from half a unit),
+    dispatch, the other queues and the retention pass go on (a missing file stopped dispatch
+    for every queue), the damaged queue is recorded and the journal removed, and the next
+    start sets the queue aside and rebuilds it from the commit log."""
     await _fill(tmp_path)
-    original = _queue_bytes(tmp_path)
     store = await _reopen(tmp_path)
     await store.put("U", 0, [msg("other")])
     await store.shutdown()
-    queue_file = sorted((tmp_path / "consumequeue" / "T" / "0").iterdir())[0]
-    os.truncate(queue_file, 307)  # mid-unit
+    files = sorted((tmp_path / "consumequeue" / "T" / "0").iterdir())
+    if damage == "short":
+        os.truncate(files[0], 307)  # mid-unit: unit 15 is cut in half
+        bad = 15
+    else:
+        os.unlink(files[-1])
+        bad = int(files[-1].name) // 20
     store = await _reopen(tmp_path)
     try:
         assert store.insides.queues.loaded_from == "journal"
         with pytest.raises(DamagedQueueError, match="consume queue T/0 is damaged"):
-            store.get_messages("T", 0, 0, 1000)
-        assert len(store.get_messages("T", 0, 3, 5).messages) == 5  # units before the cut
-        with pytest.raises(DamagedQueueError):
-            store.get_messages("T", 0, 15, 5)  # the unit cut in half
-        assert [m.body for m in store.get_messages("U", 0, 0, 10).messages] == [b"other"]
+            store.get_messages("T", 0, bad, 5)
+        assert len(store.get_messages("T", 0, 3, 5).messages) == 5  # units before the damage
+        await store.put("T", 0, [msg("late")])  # stored; its unit waits for the rebuild
+        await store.put("U", 0, [msg("next")])
+        assert await store.wait_dispatched()
+        assert [m.body for m in store.get_messages("U", 0, 0, 10).messages] == [b"other", b"next"]
         await store.insides.cleanup_service.clean_queues_and_index()  # does not stop at T/0
         assert sum("is damaged" in r.message for r in caplog.records) == 1  # once a queue
     finally:
         await store.shutdown()
     assert not (tmp_path / "consumequeue.positions").exists()
+    assert (tmp_path / "consumequeue" / ".damaged.json").exists()
     store = await _reopen(tmp_path)
     try:
         assert store.insides.queues.loaded_from == "files"
         assert store.recovered is not None and store.recovered.redispatch_from == 0
-        assert _bodies(store) == [f"m{i}".encode() for i in range(TOTAL)]
-        assert _queue_bytes(tmp_path) == original
-        assert [m.body for m in store.get_messages("U", 0, 0, 10).messages] == [b"other"]
+        assert _bodies(store) == [f"m{i}".encode() for i in range(TOTAL)] + [b"late"]
+        assert [m.body for m in store.get_messages("U", 0, 0, 10).messages] == [b"other", b"next"]
+        assert not (tmp_path / "consumequeue" / ".damaged.json").exists()
     finally:
         await store.shutdown()
