@@ -448,3 +448,34 @@ def test_long_poll_at_the_offset_after_a_fresh_ack_parks_instead_of_offset_illeg
         thread.join(10)
         assert result["reply"].status == messaging_pb2.FOUND
         assert [m.body for m in result["reply"].messages] == [b"second"]
+
+
+def test_a_queue_file_removed_while_down_fails_that_queue_until_a_restart_rebuilds_it(
+    daemons: Daemons, tmp_path: Path
+) -> None:
+    """Through the daemon: after a clean stop, a queue's file goes; the start (from the
+    positions journal) serves, a pull of that queue gets DATA_LOSS naming it, sends to it and
+    the other queues are stored and the others dispatched; the next restart rebuilds it."""
+    with daemons.broker(tmp_path, settings=SMALL_STORE) as broker:
+        client = Client(broker.endpoint)
+        client.send("hurt", b"a", b"b", b"c")
+        client.send("fine", b"x")
+        client.close()
+        assert broker.stop() == 0
+        for path in (broker.store_dir / "consumequeue" / "hurt" / "0").iterdir():
+            path.unlink()
+        broker.start()
+        client = Client(broker.endpoint)
+        with pytest.raises(grpc.RpcError) as refused:
+            client.pull("hurt")
+        assert refused.value.code() == grpc.StatusCode.DATA_LOSS
+        assert "consume queue hurt/0 is damaged" in str(refused.value.details())
+        client.send("hurt", b"d")
+        client.send("fine", b"y")
+        assert [m.body for m in client.pull("fine", max_wait_ms=5000).messages] == [b"x", b"y"]
+        client.close()
+        assert broker.stop() == 0
+        broker.start()
+        client = Client(broker.endpoint)
+        assert [m.body for m in client.pull("hurt").messages] == [b"a", b"b", b"c", b"d"]
+        client.close()
