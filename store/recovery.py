@@ -166,11 +166,12 @@ def recover_blocking(
     # A checkpoint never written (or damaged) vouches for nothing: from the log's start.
     if abnormal and (not page_cache_survived or queues.journal_position is None):
         reput_from = min(reput_from, checkpoint.logics_offset if checkpoint.valid else 0)
-    if queues.set_aside:
-        # Queues set aside at load (damaged files, or mappedFileSizeConsumeQueue changed):
-        # rebuilt from the whole log.
-        log.warning("%d consume queues set aside under %s: re-dispatching the whole commit log",
-                    len(queues.set_aside), paths.consume_queue_root)  # fmt: skip
+    if queues.rebuild:
+        # Queues set aside at load (damaged files, or mappedFileSizeConsumeQueue changed) or
+        # met damaged by the last run: rebuilt from the whole log.
+        log.warning("%d consume queues set aside or damaged under %s: re-dispatching the whole "
+                    "commit log", len(queues.set_aside) + len(queues.damaged_listed),
+                    paths.consume_queue_root)  # fmt: skip
         reput_from = 0
     reput_from = min(max(reput_from, commit_log.min_offset), end)
     redispatch_from = reput_from
@@ -205,7 +206,7 @@ def recover_blocking(
             last_timestamp = plan.last_timestamp
         reput_from = next_offset
     lap("redispatch")
-    if queues.set_aside:
+    if queues.damaged_listed:
         queues.forget_damaged_blocking()  # rebuilt (or the reput goes on from reput_from)
 
     for queue in queues:

@@ -75,6 +75,8 @@ class ConsumeQueueTable:
         # Queues whose files the load refused, moved aside (``set_aside``): recovery rebuilds
         # them by re-dispatching the whole commit log.
         self.set_aside: list[str] = []
+        # Queues recorded damaged by the last run (``DAMAGED_FILE``), set aside or gone.
+        self.damaged_listed: list[tuple[str, int]] = []
 
     @property
     def dirty(self) -> set[ConsumeQueue]:
@@ -103,7 +105,7 @@ class ConsumeQueueTable:
         started = time.monotonic()
         if not root.is_dir():
             return table
-        damaged = table._read_damaged_blocking()
+        damaged = table.damaged_listed = table._read_damaged_blocking()
         loaded = None
         if positions_file is not None and (clean or page_cache_survived) and not damaged:
             loaded = positions.read_blocking(positions_file, file_size)
@@ -208,6 +210,12 @@ class ConsumeQueueTable:
         except DamagedQueueError as exc:
             self._set_aside(topic, queue_id, directory, str(exc))
             return None
+
+    @property
+    def rebuild(self) -> bool:
+        """Queues were set aside or recorded damaged (their directory may be gone too):
+        recovery re-dispatches the whole commit log."""
+        return bool(self.set_aside or self.damaged_listed)
 
     def _set_aside(self, topic: str, queue_id: int, directory: str, why: str) -> None:
         """Rename a damaged queue's directory aside (kept for a look, never read); recovery

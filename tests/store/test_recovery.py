@@ -329,7 +329,7 @@ async def test_a_damaged_queue_is_set_aside_and_rebuilt_from_the_log(tmp_path: P
         await store.shutdown()
 
 
-@pytest.mark.parametrize("damage", ["short", "missing"])
+@pytest.mark.parametrize("damage", ["short", "missing", "directory"])
 async def test_damage_met_while_serving_fails_that_queue_only_and_the_next_start_rebuilds_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str
 ) -> None:
@@ -347,15 +347,19 @@ async def test_damage_met_while_serving_fails_that_queue_only_and_the_next_start
     if damage == "short":
         os.truncate(files[0], 307)  # mid-unit: unit 15 is cut in half
         bad = 15
-    else:
+    elif damage == "missing":
         os.unlink(files[-1])
         bad = int(files[-1].name) // 20
+    else:
+        shutil.rmtree(tmp_path / "consumequeue" / "T" / "0")
+        bad = 0
     store = await _reopen(tmp_path)
     try:
         assert store.insides.queues.loaded_from == "journal"
         with pytest.raises(DamagedQueueError, match="consume queue T/0 is damaged"):
             store.get_messages("T", 0, bad, 5)
-        assert len(store.get_messages("T", 0, 3, 5).messages) == 5  # units before the damage
+        if damage != "directory":
+            assert len(store.get_messages("T", 0, 3, 5).messages) == 5  # before the damage
         await store.put("T", 0, [msg("late")])  # stored; its unit waits for the rebuild
         await store.put("U", 0, [msg("next")])
         assert await store.wait_dispatched()
