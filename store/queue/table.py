@@ -331,6 +331,7 @@ class ConsumeQueueTable:
             del self.queues[(queue.topic, queue.queue_id)]
             links.dirty.discard(queue)
             links.changed.discard(queue)
+            links.damaged.discard(queue)  # nothing to rebuild for a deleted topic
             queue.close()
         topic_dir = self.root / topic
         if topic_dir.is_dir():
