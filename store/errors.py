@@ -120,6 +120,8 @@ class DamagedQueueError(StoreError):
     log; found while serving, that queue's reads fail with this (DATA_LOSS) and the next start
     rebuilds it. Queue files are derived data: nothing in the commit log is lost."""
 
+    log_once = True  # the queue logs it when found, not every read that meets it
+
 
 class CorruptRecordError(StoreError):
     """A record failed its checks (magic, size, CRC). Carries the physical offset."""

@@ -17,11 +17,10 @@ from typing import Any, TypeVar
 import grpc
 from wharf.broker.errors import InvalidArgumentError, status_for
 from wharf.broker.serving.handlers import MalformedRequest
-from wharf.store.errors import DamagedQueueError
 
 log = logging.getLogger("wharf.broker.serving.rpc")
 _T = TypeVar("_T")
-_LOGGED_CODES = (grpc.StatusCode.INTERNAL, grpc.StatusCode.DATA_LOSS)
+_LOGGED_CODES = (grpc.StatusCode.INTERNAL, grpc.StatusCode.DATA_LOSS)  # less ``log_once`` errors
 # An operating-system limit (open files) refuses every request that hits it: one WARNING per
 # minute per method says so instead of a line per request.
 _LIMIT_LOG_INTERVAL_S = 60.0
@@ -56,8 +55,8 @@ def rpc(method: str) -> Callable[[Handler[_T]], Handler[_T]]:
             except Exception as exc:
                 code, message = status_for(exc)
                 status = code.name
-                if code in _LOGGED_CODES and not isinstance(exc, DamagedQueueError):
-                    log.exception("%s failed: %s", method, message)  # (a damaged queue: once)
+                if code in _LOGGED_CODES and not getattr(exc, "log_once", False):
+                    log.exception("%s failed: %s", method, message)
                 elif isinstance(exc, OSError):
                     _log_limit(method, message)
                 await context.abort(code, message)

@@ -47,7 +47,8 @@ class PositionsJournal:
         self.position = 0  # D of the last record
         self.records = 0
         self.broken = False  # a write failed: the file was removed, the next record snapshots
-        self.damaged_saved = 0  # damaged queues recorded for the next start (``record``)
+        # The damaged queues last recorded for the next start (``record``).
+        self.damaged_saved: frozenset[ConsumeQueue] = frozenset()
 
     def opened(self, size: int, snapshot_size: int, position: int) -> None:
         """The file as recovery left it (always a snapshot first)."""
@@ -61,8 +62,8 @@ class PositionsJournal:
             if damaged:
                 # A queue met damage while serving: the next start sets it aside and rebuilds
                 # it from the commit log, reading every queue's files, not this one.
-                if len(damaged) != self.damaged_saved:
-                    self.damaged_saved = len(damaged)
+                if damaged != self.damaged_saved:
+                    self.damaged_saved = frozenset(damaged)
                     await asyncio.to_thread(table.save_damaged_blocking)
                     await asyncio.to_thread(positions.remove_blocking, self.path)
                     self.broken = True  # (a snapshot, should the damage ever clear)
