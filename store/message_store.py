@@ -97,7 +97,7 @@ from wharf.store.services.schedule import ScheduleMessageService
 from wharf.store.services.timer import TimerMessageService
 from wharf.store.services.transactions import TransactionService
 from wharf.store.stats import build_stats
-from wharf.store.write import Batch, Writer, Written, durable_all
+from wharf.store.write import Batch, Writer, Written, WrittenMany, durable_all
 
 log = logging.getLogger(__name__)
 
@@ -336,9 +336,9 @@ class MessageStore:
 
     def write_many(
         self, batches: Sequence[tuple[str, int, bytes | memoryview]], born_host: str
-    ) -> list[Written | Exception]:
-        """``write`` of several (topic, queue id, records) in one commit log write; each its
-        ``Written`` or its own error, in order (``durable_all`` waits once for them)."""
+    ) -> WrittenMany:
+        """``write`` of several (topic, queue id, records) in one commit log write, answered
+        as columns (each batch's place or its own error; ``durable()`` waits once for all)."""
         return self._writer.write_many(batches, born_host)
 
     def put(

@@ -53,7 +53,7 @@ from wharf.broker.meta.topics import (
 )
 from wharf.store.codec.properties import PROPERTY_TIMER_DELIVER_MS, PROPERTY_TRANSACTION_PREPARED
 from wharf.store.model import MessageInput, PutResult, PutStatus
-from wharf.store.write import Written, durable_all
+from wharf.store.write import Written, WrittenMany, durable_all
 
 if TYPE_CHECKING:
     from wharf.store.message_store import MessageStore
@@ -191,9 +191,9 @@ class SendCore:
 
     def append_records_many(
         self, batches: Sequence[tuple[str, int, bytes | memoryview]], born_host: str
-    ) -> list[Written | Exception]:
-        """Several (topic, queue id, records) appended together (one commit log write); each
-        its result or its own error, in order."""
+    ) -> WrittenMany:
+        """Several (topic, queue id, records) appended together (one commit log write), as
+        columns: each batch's place or its own error, in order; one ``durable()`` for all."""
         return self.store.write_many(batches, born_host)
 
     async def durable_many(self, results: Sequence[Written]) -> list[PutResult]:

@@ -19,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
 from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 from wharf.broker.metrics import families
@@ -76,6 +77,13 @@ class BrokerMetrics:
         sizes for requests of producer-encoded records: their bodies are not looked at)."""
         if sizes:
             self.message_size.child((topic,)).observe_many(sizes)
+
+    def on_batches_in(
+        self, topics: Sequence[str], counts: Sequence[int], sizes: np.ndarray
+    ) -> None:
+        """``on_messages_in`` of several batches at once: ``counts[i]`` messages (0: none) for
+        ``topics[i]``, their stored sizes following batch i-1's in ``sizes`` (int64)."""
+        self.message_size.observe_batches([(topic,) for topic in topics], counts, sizes)
 
     def on_messages_out(self, topic: str, consumer_group: str, count: int, nbytes: int) -> None:
         """Messages delivered by a pull."""

@@ -14,6 +14,8 @@ from bisect import bisect_left
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 LabelKey = tuple[str, ...]
 
 
@@ -66,6 +68,13 @@ class HistogramAccumulator:
                 counts[slot] += 1
             self._total += total
 
+    def add(self, slot: int, count: int, total: float) -> None:
+        """``count`` values of sum ``total`` that all fall in bucket ``slot`` (a batch whose
+        smallest and largest value share a bucket: the caller found the slot)."""
+        with self._lock:
+            self._counts[slot] += count
+            self._total += total
+
     def snapshot(self) -> HistogramSnapshot:
         with self._lock:
             counts = list(self._counts)
@@ -83,6 +92,7 @@ class LabelledHistograms:
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self._bounds = tuple(bounds)
+        self._bounds_array = np.array(self._bounds, dtype=np.float64)
         self._children: dict[Hashable, HistogramAccumulator] = {}
         self._lock = threading.Lock()
 
@@ -92,6 +102,33 @@ class LabelledHistograms:
             with self._lock:
                 found = self._children.setdefault(key, HistogramAccumulator(self._bounds))
         return found
+
+    def observe_batches(
+        self, keys: Sequence[LabelKey], counts: Sequence[int], values: np.ndarray
+    ) -> None:
+        """``observe_many`` for several children at once: batch i is ``counts[i]`` values,
+        following batch i-1's in ``values``, for child ``keys[i]`` (0: none). The buckets of
+        every batch's smallest and largest value come from two numpy calls for all (a request
+        of 32 topics' batches paid ~1.5 us a batch for one ``observe_many`` each, issue 33);
+        only a batch spanning buckets is bucketed value by value."""
+        counts_array = np.asarray(counts, dtype=np.int64)
+        written = counts_array.nonzero()[0]
+        if not len(written):
+            return
+        starts = (np.cumsum(counts_array) - counts_array)[written]
+        lows = np.searchsorted(self._bounds_array, np.minimum.reduceat(values, starts), "left")
+        highs = np.searchsorted(self._bounds_array, np.maximum.reduceat(values, starts), "left")
+        totals = np.add.reduceat(values, starts)
+        child = self.child
+        rows = zip(
+            written.tolist(), starts.tolist(), lows.tolist(), highs.tolist(), totals.tolist(),
+            strict=True,
+        )  # fmt: skip
+        for index, start, low, high, total in rows:
+            if low == high:
+                child(keys[index]).add(low, counts[index], total)
+            else:
+                child(keys[index]).observe_many(values[start : start + counts[index]].tolist())
 
     def drop(self, first_label: str) -> None:
         """Forget the children whose first label value is ``first_label`` (a deleted topic)."""

@@ -110,41 +110,67 @@ class SendProcessor:
                 accepted.append(self._accept(part, born_host))
             except Exception as exc:
                 accepted.append(exc)
-        results: list[Written | Exception]
         ready = [a for a in accepted if not isinstance(a, Exception)]
         if len(ready) > 1 and all(a.records is not None for a in ready):
-            try:
-                together = iter(
-                    core.append_records_many(
-                        [(a.topic, a.queue_id, a.records) for a in ready],  # type: ignore[misc]
-                        born_host,
-                    )
-                )
-                results = [a if isinstance(a, Exception) else next(together) for a in accepted]
-            except Exception as exc:
-                results = [a if isinstance(a, Exception) else exc for a in accepted]
+            results = await self._append_together(accepted, ready, born_host)
         else:
-            results = [
-                a if isinstance(a, Exception) else self._append_or_error(a) for a in accepted
-            ]
-        stored = [r for r in results if not isinstance(r, Exception)]
+            results = await self._append_each(accepted)
+        response = messaging_pb2.SendMessageResponse(request_id=request.request_id)
+        add = response.parts.add
+        for accepted_part, result in zip(accepted, results, strict=True):
+            if isinstance(result, Exception):
+                self._part_error(add(), result)
+            else:
+                assert not isinstance(accepted_part, Exception)
+                self._reply_into(add(), accepted_part, result)
+        return response
+
+    async def _append_together(
+        self, accepted: list[_Accepted | Exception], ready: list[_Accepted], born_host: str
+    ) -> list[PutResult | Exception]:
+        """Parts of records appended in one commit log write, then one durability wait."""
+        try:
+            many = self.core.append_records_many(
+                [(a.topic, a.queue_id, a.records) for a in ready],  # type: ignore[misc]
+                born_host,
+            )
+        except Exception as exc:  # the write failed: nothing of it stored
+            return [a if isinstance(a, Exception) else exc for a in accepted]
+        failed: Exception | None = None
+        status = PutStatus.PUT_OK
+        try:
+            if many.stored:
+                status = await many.durable()
+        except Exception as exc:
+            failed = exc
+        results: list[PutResult | Exception] = []
+        index = 0
+        for part in accepted:
+            if isinstance(part, Exception):
+                results.append(part)
+                continue
+            error = many.errors.get(index)
+            if error is None and failed is None:
+                results.append(PutResult(status, many.appended(index)))
+            else:
+                results.append(error if error is not None else failed)  # type: ignore[arg-type]
+            index += 1
+        return results
+
+    async def _append_each(
+        self, accepted: list[_Accepted | Exception]
+    ) -> list[PutResult | Exception]:
+        """Parts appended one by one, in order, then one durability wait (the last one's)."""
+        written = [a if isinstance(a, Exception) else self._append_or_error(a) for a in accepted]
+        stored = [w for w in written if not isinstance(w, Exception)]
         verdicts: Iterator[PutResult | Exception]
         try:
             # One durability wait for all: the last append's covers the others' (offsets
             # grow); its status (a flush or replica time-out) is every part's.
-            verdicts = iter(await core.durable_many(stored) if stored else [])
+            verdicts = iter(await self.core.durable_many(stored) if stored else [])
         except Exception as exc:
             verdicts = iter([exc] * len(stored))
-        response = messaging_pb2.SendMessageResponse(request_id=request.request_id)
-        add = response.parts.add
-        for accepted_part, result in zip(accepted, results, strict=True):
-            verdict = result if isinstance(result, Exception) else next(verdicts)
-            if isinstance(verdict, Exception):
-                self._part_error(add(), verdict)
-            else:
-                assert not isinstance(accepted_part, Exception)
-                self._reply_into(add(), accepted_part, verdict)
-        return response
+        return [w if isinstance(w, Exception) else next(verdicts) for w in written]
 
     def _append_or_error(self, accepted: _Accepted) -> Written | Exception:
         try:

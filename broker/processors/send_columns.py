@@ -21,11 +21,12 @@ import grpc
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError
 from wharf.broker.processors.convert import SEND_STATUS, error_into
-from wharf.store.model import PutResult
-from wharf.store.write import Written
+from wharf.store.write import WrittenMany
 from wharf.v1 import messaging_pb2
 
 log = logging.getLogger(__name__)
+
+SEND_OK = messaging_pb2.SEND_OK
 
 
 class ColumnsSender:
@@ -54,9 +55,8 @@ class ColumnsSender:
         core = self._core
         await core.dispatch_room()  # once for the whole request, as put() for one batch
         core.check_open()
-        errors: dict[int, Exception] = {}
-        batches: list[tuple[str, int, memoryview]] = []
-        where: list[int] = []
+        refused: dict[int, Exception] = {}
+        admitted: list[tuple[str, int, memoryview]] = []
         view = memoryview(records)
         end = 0
         admit = core.admit
@@ -67,56 +67,60 @@ class ColumnsSender:
                     raise InvalidArgumentError(f"batch #{index} ({topic!r}) has no records")
                 queue_id = admit(topic)[1]
             except Exception as exc:
-                errors[index] = exc
+                refused[index] = exc
                 continue
-            batches.append((topic, queue_id, view[start:end]))
-            where.append(index)
-        written: list[tuple[int, Written]] = []
-        if batches:
+            admitted.append((topic, queue_id, view[start:end]))
+        if not admitted:
+            return self._reply(request.request_id, topics, refused, None, None, SEND_OK)
+        try:
+            many = core.append_records_many(admitted, born_host)
+        except Exception as exc:  # the write failed: nothing of it stored
+            return self._reply(request.request_id, topics, refused, None, exc, SEND_OK)
+        status = SEND_OK
+        failed: Exception | None = None
+        if many.stored:
             try:
-                appended = core.append_records_many(batches, born_host)
-            except Exception as exc:  # the write failed: nothing of it stored
-                appended = [exc] * len(batches)
-            for index, result in zip(where, appended, strict=True):
-                if isinstance(result, Exception):
-                    errors[index] = result
-                else:
-                    written.append((index, result))
-        status = messaging_pb2.SEND_OK
-        if written:
-            try:
-                # One durability wait for all: the last append's covers the others' (offsets
-                # grow); its status (a flush or replica time-out) is every batch's.
-                verdicts: list[PutResult] = await core.durable_many([w for _, w in written])
-                status = SEND_STATUS[verdicts[-1].status]
+                # One durability wait for all (the last append's covers the others'); its
+                # status (a flush or replica time-out) is every batch's.
+                status = SEND_STATUS[await many.durable()]
             except Exception as exc:
-                errors.update((index, exc) for index, _ in written)
-                written = []
-        return self._reply(request.request_id, topics, errors, written, status)
+                failed = exc
+        return self._reply(request.request_id, topics, refused, many, failed, status)
 
     def _reply(
         self,
         request_id: int,
         topics: list[str],
-        errors: dict[int, Exception],
-        written: list[tuple[int, Written]],
+        refused: dict[int, Exception],
+        many: WrittenMany | None,
+        failed: Exception | None,
         status: messaging_pb2.SendStatus,
     ) -> messaging_pb2.SendMessageResponse:
         count = len(topics)
-        queue_ids = [-1] * count
-        first_queue_offsets = [0] * count
-        first_offsets = [0] * count
+        errors = refused
         stored = 0
-        ctx = self._ctx
-        on_messages_in = ctx.metrics.on_messages_in
-        for index, result in written:
-            append = result.appended
-            queue_ids[index] = append.queue_id
-            first_queue_offsets[index] = append.first_queue_offset
-            first_offsets[index] = append.offsets[0]
-            stored += len(append.sizes)
-            on_messages_in(topics[index], append.sizes)
-        ctx.messages_in += stored
+        if many is None or failed is not None:  # nothing admitted, or every admitted failed
+            queue_ids, first_queue_offsets, first_offsets = [-1] * count, [0] * count, [0] * count
+            if failed is not None:
+                errors = {i: refused.get(i, failed) for i in range(count)}
+        else:
+            stored = many.stored
+            if stored:
+                self._ctx.messages_in += stored
+                self._ctx.metrics.on_batches_in(many.topics, many.counts, many.sizes)
+            if not refused:  # the usual request: the columns as the store answered them
+                queue_ids, first_queue_offsets = many.queue_ids, many.first_queue_offsets
+                first_offsets = many.first_offsets
+                errors = many.errors
+            else:
+                where = [i for i in range(count) if i not in refused]
+                queue_ids, first_queue_offsets = [-1] * count, [0] * count
+                first_offsets = [0] * count
+                for i, index in enumerate(where):
+                    queue_ids[index] = many.queue_ids[i]
+                    first_queue_offsets[index] = many.first_queue_offsets[i]
+                    first_offsets[index] = many.first_offsets[i]
+                errors = {**refused, **{where[i]: exc for i, exc in many.errors.items()}}
         response = messaging_pb2.SendMessageResponse(
             request_id=request_id,
             status=status,

@@ -327,10 +327,60 @@ done:
     return result;
 }
 
+/* topic_runs(data, starts, topic_lengths) -> bytes of int64: the records (indexes) whose topic
+ * differs from the record before them (the first record always), given each record's tail
+ * start in ``data`` (TOPICLENGTH there, the topic after it) and topic length. A chunk's records
+ * come in runs of one topic (a send batch each): the caller looks up one topic a run. The numpy
+ * twin (store/fast/dispatch_columns.py ``_topic_runs_numpy``) gathered every record's topic
+ * bytes padded to the longest and compared rows: ~70 us a 900-record chunk of 56 topics. */
+PyDoc_STRVAR(topic_runs_doc, "topic_runs(data, starts, topic_lengths) -> bytes (int64 firsts)");
+
+static PyObject *topic_runs(PyObject *module, PyObject *args) {
+    Py_buffer view, at, lens;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*y*y*:topic_runs", &view, &at, &lens)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    int64_t *firsts = NULL;
+    const unsigned char *d = (const unsigned char *)view.buf;
+    const int64_t *starts = at.buf, *len = lens.buf;
+    Py_ssize_t count = at.len / 8, runs = 0;
+    if (at.len % 8 || lens.len != at.len) {
+        PyErr_SetString(PyExc_ValueError, "starts and topic_lengths are int64, one per record");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (starts[i] < 0 || len[i] < 0 || starts[i] + 1 + len[i] > view.len) {
+            PyErr_SetString(PyExc_ValueError, "a topic lies outside the data");
+            goto done;
+        }
+    }
+    firsts = PyMem_Malloc((size_t)(count ? count : 1) * sizeof(int64_t));
+    if (firsts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (i == 0 || len[i] != len[i - 1] ||
+            memcmp(d + starts[i] + 1, d + starts[i - 1] + 1, (size_t)len[i]) != 0) {
+            firsts[runs++] = i;
+        }
+    }
+    result = PyBytes_FromStringAndSize((const char *)firsts, runs * (Py_ssize_t)sizeof(int64_t));
+done:
+    PyMem_Free(firsts);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&at);
+    PyBuffer_Release(&lens);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
     {"gather_tails", gather_tails, METH_VARARGS, gather_tails_doc},
     {"scan_properties", scan_properties, METH_VARARGS, scan_properties_doc},
+    {"topic_runs", topic_runs, METH_VARARGS, topic_runs_doc},
     {NULL, NULL, 0, NULL},
 };
 

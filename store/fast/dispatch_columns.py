@@ -187,27 +187,14 @@ def _topic_text(raw: bytes) -> str | None:
 def _topics(
     tail: bytes, rec_start: np.ndarray, topic_len: np.ndarray
 ) -> tuple[np.ndarray, list[str] | None]:
-    """Per record, an index into the chunk's list of distinct topics."""
-    first_len = int(topic_len[0])
-    first = tail[1 : 1 + first_len]
-    if (topic_len == first_len).all():
-        data = np.frombuffer(tail, np.uint8)
-        names = data[rec_start[:, None] + 1 + np.arange(first_len)]
-        if names.tobytes() == first * len(rec_start):  # one topic: the usual chunk
-            text = _topic_text(first)
-            return np.zeros(len(rec_start), dtype=np.int64), None if text is None else [text]
-    # Several topics: records come in runs of one topic (a send batch each), so only the
-    # first record of each run is looked up (a lookup per record cost ~0.4 us a message with
-    # 256 topics' batches in a chunk). Runs from one gather of every topic's bytes (shorter
-    # names zero-padded to the longest).
-    width = int(topic_len.max())
-    data = np.frombuffer(tail, np.uint8)
-    lanes = np.arange(width)
-    index = np.minimum(rec_start[:, None] + 1 + lanes, len(data) - 1)
-    names = np.where(lanes < topic_len[:, None], data[index], 0)
-    change = np.ones(len(rec_start), dtype=bool)
-    change[1:] = (topic_len[1:] != topic_len[:-1]) | (names[1:] != names[:-1]).any(axis=1)
-    firsts = np.flatnonzero(change)
+    """Per record, an index into the chunk's list of distinct topics. Records come in runs of
+    one topic (a send batch each; a whole chunk for one topic), so only the first record of
+    each run is looked up (a lookup per record cost ~0.4 us a message with 256 topics' batches
+    in a chunk)."""
+    if _compiled is not None:
+        firsts = np.frombuffer(_compiled.topic_runs(tail, rec_start, topic_len), np.int64)
+    else:
+        firsts = _topic_runs_numpy(tail, rec_start, topic_len)
     ids: dict[bytes, int] = {}
     run_ids = [
         ids.setdefault(tail[a + 1 : a + 1 + n], len(ids))
@@ -216,9 +203,24 @@ def _topics(
     topics = [_topic_text(raw) for raw in ids]
     if None in topics:
         return np.zeros(0, dtype=np.int64), None
+    if len(ids) == 1:
+        return np.zeros(len(rec_start), dtype=np.int64), topics  # type: ignore[return-value]
     runs = np.diff(firsts, append=len(rec_start))
     topic_ids = np.repeat(np.array(run_ids, dtype=np.int64), runs)
     return topic_ids, topics  # type: ignore[return-value]
+
+
+def _topic_runs_numpy(tail: bytes, rec_start: np.ndarray, topic_len: np.ndarray) -> np.ndarray:
+    """The twin of ``_log_scan.topic_runs``: the records whose topic differs from the one
+    before, from one gather of every topic's bytes (shorter names zero-padded)."""
+    width = int(topic_len.max())
+    data = np.frombuffer(tail, np.uint8)
+    lanes = np.arange(width)
+    index = np.minimum(rec_start[:, None] + 1 + lanes, len(data) - 1)
+    names = np.where(lanes < topic_len[:, None], data[index], 0)
+    change = np.ones(len(rec_start), dtype=bool)
+    change[1:] = (topic_len[1:] != topic_len[:-1]) | (names[1:] != names[:-1]).any(axis=1)
+    return np.flatnonzero(change)
 
 
 def columns_from_requests(requests: Sequence[DispatchRequest]) -> DispatchColumns:

@@ -5,11 +5,18 @@ from __future__ import annotations
 import asyncio
 import urllib.request
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from wharf.broker.metrics import BrokerMetrics
 from wharf.broker.metrics import snapshot as metrics_snapshot
-from wharf.broker.metrics.accumulators import HistogramAccumulator, LabelledCounters
+from wharf.broker.metrics.accumulators import (
+    HistogramAccumulator,
+    LabelledCounters,
+    LabelledHistograms,
+)
 
 from tests.ops.exposition import family_types, parse_samples, value
 from tests.ops.fakes import NOW_MS, fake_controller
@@ -234,6 +241,32 @@ def test_histogram_accumulator_batches_match_one_by_one_observation() -> None:
     snap = batch.snapshot()
     assert snap.buckets == [(1.0, 2), (10.0, 9), (100.0, 11), (float("inf"), 12)]
     assert snap.count == 12 and snap.total == sum(values) + 21
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abc"), st.lists(st.integers(0, 300), max_size=6)),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_observing_batches_at_once_matches_one_observe_many_a_batch(
+    batches: list[tuple[str, list[int]]],
+) -> None:
+    """A request's batches observed together (bucket edges, batches spanning buckets, empty
+    batches, one topic twice) give the same histograms as one ``observe_many`` a batch."""
+    bounds = (1, 10, 100)
+    together, apart = LabelledHistograms(bounds), LabelledHistograms(bounds)
+    together.observe_batches(
+        [(topic,) for topic, _ in batches],
+        [len(values) for _, values in batches],
+        np.array([v for _, values in batches for v in values], dtype=np.int64),
+    )
+    for topic, values in batches:
+        if values:
+            apart.child((topic,)).observe_many(values)
+    assert together.items() == apart.items()
 
 
 def test_accumulators_reject_bad_input() -> None:

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.store.config import StoreConfig
 from wharf.store.model import MessageInput
 
@@ -70,3 +71,9 @@ def run_child_and_kill_9_blocking(code: str, root: Path) -> str:
         child.wait(30)
         if child.stdout is not None:
             child.stdout.close()
+
+
+def records(topic: str, *bodies: str) -> bytes:
+    """Producer-encoded records of ``bodies`` for ``topic`` (one property k=v each)."""
+    tail = topic_tail(topic)
+    return b"".join(encode_record(tail, body.encode(), b"k\x01v\x02") for body in bodies)

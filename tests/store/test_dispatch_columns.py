@@ -140,7 +140,8 @@ def test_columns_equal_the_reference_decode_on_random_records(batch, lead):
 def test_the_compiled_properties_pass_and_its_numpy_twin_equal_the_reference(batch, lead):
     """``_log_scan.scan_properties`` (chunks without scheduled messages) and the numpy pairs of
     ``dispatch_properties``: the TAGS codes and index keys of the reference decode, non-ASCII
-    values (hashed by the reference over UTF-16) and near-miss names included."""
+    values (hashed by the reference over UTF-16) and near-miss names included; and the topic
+    runs of ``_log_scan.topic_runs`` and its twin (names of one length differing in a byte)."""
     assert dispatch_columns._compiled is not None  # built by `pip install -e .`
     data, positions = chunk(batch, lead)
     expected = columns_from_requests(fmt.decode_dispatches(data, positions, BASE))

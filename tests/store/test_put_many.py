@@ -10,17 +10,10 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.store.errors import InvalidMessageError
 from wharf.store.message_store import MessageStore
-from wharf.store.write import Written
 
-from tests.store.helpers import small_config
-
-
-def records(topic: str, *bodies: str) -> bytes:
-    tail = topic_tail(topic)
-    return b"".join(encode_record(tail, body.encode(), b"k\x01v\x02") for body in bodies)
+from tests.store.helpers import records, small_config
 
 
 @pytest.fixture
@@ -46,18 +39,26 @@ async def test_batches_of_many_queues_land_in_one_write_with_their_own_offsets(
         ],
         "10.0.0.1:5",
     )
-    assert isinstance(results[3], InvalidMessageError)
-    appended = [r.appended for r in results if isinstance(r, Written)]
+    assert list(results.errors) == [3]
+    assert isinstance(results.errors[3], InvalidMessageError)
+    assert results.queue_ids == [0, 1, 0, -1, 3]
+    assert results.first_queue_offsets == [1, 0, 3, 0, 0]
+    assert results.counts == [2, 1, 1, 0, 3]
+    assert results.stored == 7
+    appended = [results.appended(i) for i in (0, 1, 2, 4)]
     assert [(r.topic, r.queue_id, r.first_queue_offset) for r in appended] == [
         ("A", 0, 1),
         ("B", 1, 0),
         ("A", 0, 3),
         ("D", 3, 0),
     ]
+    assert [r.offsets[0] for r in appended] == [results.first_offsets[i] for i in (0, 1, 2, 4)]
     # Contiguous, in order: each batch ends where the next begins.
     for before, after in pairwise(appended):
         assert before.end_offset == after.offsets[0]
         assert sum(before.sizes) == before.end_offset - before.offsets[0]
+    assert results.end_offset == appended[-1].end_offset
+    assert results.sizes.tolist() == [size for r in appended for size in r.sizes]
     assert store.insides.commit_log.messages_put_total == writes_before + 7
     assert await store.wait_dispatched()
     got = store.get_messages("A", 0, 0, 10).messages
@@ -78,8 +79,10 @@ async def test_batches_that_do_not_fit_the_segment_together_are_appended_one_by_
     for i in range(6):  # ~54 KB of the 64 KiB segment
         store.write("F", 0, records("F", f"{i}{big}"), "x:1")
     results = store.write_many([("G", 0, records("G", f"g{i}{big}")) for i in range(3)], "x:1")
-    assert all(isinstance(r, Written) for r in results)
-    starts = [r.appended.offsets[0] for r in results if isinstance(r, Written)]
+    assert not results.errors
+    assert results.counts == [1, 1, 1]
+    starts = results.first_offsets
+    assert [results.appended(i).offsets[0] for i in range(3)] == starts
     assert starts[-1] >= 64 * 1024  # a new segment was opened on the way
     assert await store.wait_dispatched()
     got = store.get_messages("G", 0, 0, 10).messages

@@ -19,7 +19,7 @@ from wharf.store.message_store import MessageStore
 from wharf.store.model import PutStatus
 from wharf.store.write import durable_all
 
-from tests.store.helpers import msg, small_config
+from tests.store.helpers import msg, records, small_config
 
 
 @pytest.fixture
@@ -102,6 +102,22 @@ async def test_durable_all_waits_once_and_gives_every_write_the_last_one_s_statu
     assert [p.status for p in puts] == [PutStatus.FLUSH_DISK_TIMEOUT] * 3
     assert [p.append for p in puts] == [w.appended for w in writes]
     assert [w.appended.first_queue_offset for w in writes] == [0, 1, 2]
+
+
+async def test_batches_written_together_wait_once_and_share_the_last_one_s_status(
+    slow_sync_store: tuple[MessageStore, list[bool]],
+) -> None:
+    sync_store, slow = slow_sync_store
+    many = sync_store.write_many(
+        [("T", 0, records("T", "a", "b")), ("U", 1, records("U", "c"))], "10.0.0.1:5"
+    )
+    assert many.stored == 3 and many.end_offset == many.appended(1).end_offset
+    assert await many.durable() is PutStatus.FLUSH_DISK_TIMEOUT  # the slow sync times it out
+    slow[0] = False
+    await asyncio.sleep(0.5)  # the slow sync in progress ends
+    again = sync_store.write_many([("T", 0, records("T", "d")), ("U", 1, records("U", "e"))], "x:1")
+    assert again.first_queue_offsets == [2, 1]
+    assert await again.durable() is PutStatus.PUT_OK
 
 
 async def test_a_cancelled_waiter_leaves_the_pending_list_after_the_next_sync(
