@@ -341,6 +341,19 @@ class MessageStore:
         as columns (each batch's place or its own error; ``durable()`` waits once for all)."""
         return self._writer.write_many(batches, born_host)
 
+    def write_columns(
+        self,
+        topics: list[str],
+        queue_ids: list[int],
+        data: bytes,
+        sizes: list[int],
+        born_host: str,
+    ) -> WrittenMany:
+        """``write_many`` of batches laid out one after another in ``data`` (``sizes[i]``
+        bytes of records for ``topics[i]``, queue ``queue_ids[i]``): a request's records blob
+        written without slicing it."""
+        return self._writer.write_columns(topics, queue_ids, data, sizes, born_host)
+
     def put(
         self, topic: str, queue_id: int, batch: Batch, born_host: str = ""
     ) -> Coroutine[Any, Any, PutResult]:

@@ -38,7 +38,7 @@ from wharf.store.codec.properties import TIMER_TOPIC, TRANS_HALF_TOPIC
 from wharf.store.config import SYNC_FLUSH, StoreConfig
 from wharf.store.dispatch.reput import ReputService
 from wharf.store.errors import InvalidMessageError, StoreError, StoreNotWritableError
-from wharf.store.fast.record_check import check_records
+from wharf.store.fast.record_check import check_records, check_records_many
 from wharf.store.log.commit_log import CommitLog, RecordsBatch
 from wharf.store.model import AppendResult, MessageInput, PutResult, PutStatus
 from wharf.store.role import Role
@@ -286,6 +286,74 @@ class Writer:
         written.store_timestamp = appended.store_timestamp
         self._account(commit_log, len(offsets), written.end_offset - int(offsets[0]))
         return written
+
+    def write_columns(
+        self,
+        topics: list[str],
+        queue_ids: list[int],
+        data: bytes,
+        sizes: list[int],
+        born_host: str,
+    ) -> WrittenMany:
+        """``write_many`` of batches that lie one after another in ``data`` (batch i:
+        ``sizes[i]`` bytes of records for ``topics[i]``, queue ``queue_ids[i]``): one compiled
+        check for all and one patch, no slice or object a batch (~2.5 us of Python a batch
+        less at 32 topics' batches a request, issue 33). A bad batch, or batches that do not
+        fit the segment together: ``write_many`` (each error its own batch's)."""
+        self._check_writable()
+        checked = check_records_many(data, sizes, topics, self._config.max_message_size)
+        if checked is None or len(topics) < 2:
+            return self._write_slices(topics, queue_ids, data, sizes, born_host)
+        starts, counts = checked
+        offset_table = self.offset_table
+        firsts: list[int] = []
+        next_offsets: dict[tuple[str, int], int] = {}
+        for topic, queue_id, count in zip(topics, queue_ids, counts, strict=True):
+            if not 0 <= queue_id <= _MAX_QUEUE_ID:
+                return self._write_slices(topics, queue_ids, data, sizes, born_host)
+            key = (topic, queue_id)
+            first = next_offsets.get(key)
+            if first is None:
+                first = offset_table.get(key, 0)
+            firsts.append(first)
+            next_offsets[key] = first + count
+        commit_log = self._commit_log
+        assert commit_log is not None
+        appended = commit_log.append_columns(data, starts, counts, queue_ids, firsts, born_host)
+        if appended is None:  # not in the rest of the segment together
+            return self._write_slices(topics, queue_ids, data, sizes, born_host)
+        offset_table.update(next_offsets)
+        written = WrittenMany(self, topics, 0)
+        written.queue_ids = queue_ids
+        written.first_queue_offsets = firsts
+        written.counts = counts
+        offsets = appended.offsets
+        written.first_offsets = offsets[np.cumsum(counts) - counts].tolist()
+        written.sizes = appended.sizes
+        written.end_offset = appended.end_offset
+        written.store_timestamp = appended.store_timestamp
+        self._account(commit_log, len(offsets), written.end_offset - int(offsets[0]))
+        return written
+
+    def _write_slices(
+        self,
+        topics: list[str],
+        queue_ids: list[int],
+        data: bytes,
+        sizes: list[int],
+        born_host: str,
+    ) -> WrittenMany:
+        view = memoryview(data)
+        bounds = list(accumulate(sizes, initial=0))
+        return self.write_many(
+            [
+                (topic, queue_id, view[a:b])
+                for topic, queue_id, a, b in zip(
+                    topics, queue_ids, bounds, bounds[1:], strict=False
+                )
+            ],
+            born_host,
+        )
 
     def _write_alone(
         self,

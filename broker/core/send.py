@@ -196,6 +196,18 @@ class SendCore:
         columns: each batch's place or its own error, in order; one ``durable()`` for all."""
         return self.store.write_many(batches, born_host)
 
+    def append_columns(
+        self,
+        topics: list[str],
+        queue_ids: list[int],
+        records: bytes,
+        sizes: list[int],
+        born_host: str,
+    ) -> WrittenMany:
+        """``append_records_many`` of batches laid out one after another in ``records``
+        (``sizes[i]`` bytes for ``topics[i]``, queue ``queue_ids[i]``)."""
+        return self.store.write_columns(topics, queue_ids, records, sizes, born_host)
+
     async def durable_many(self, results: Sequence[Written]) -> list[PutResult]:
         """``durable`` of appends made together, in order: one wait (the last one's)."""
         return await durable_all(results)

@@ -59,51 +59,56 @@ static int crc_matches(PyObject *crc_func, const unsigned char *body, Py_ssize_t
     return (int32_t)(crc & 0x7FFFFFFFul) == expected;
 }
 
-PyDoc_STRVAR(check_doc,
-             "check(data, tail, max_message_size, allowed_sys_flags, crc32)\n\n"
-             "Record starts as bytes of native int64, or (index, code, detail) for the first "
-             "bad record (see store/fast/record_check.py).");
+/* Record starts, grown as a batch is walked (``check`` and ``check_many`` share one). */
+typedef struct {
+    int64_t *at;
+    Py_ssize_t count, capacity;
+} Starts;
 
-static PyObject *check(PyObject *module, PyObject *args) {
-    Py_buffer data, tail;
-    long long max_message_size;
-    unsigned int allowed_sys_flags;
-    PyObject *crc_func;
-    (void)module;
-    if (!PyArg_ParseTuple(args, "y*y*LIO:check", &data, &tail, &max_message_size,
-                          &allowed_sys_flags, &crc_func)) {
-        return NULL;
+static int starts_push(Starts *s, int64_t value) {
+    if (s->count == s->capacity) {
+        Py_ssize_t capacity = s->capacity ? s->capacity * 2 : 256;
+        int64_t *grown = PyMem_Realloc(s->at, (size_t)capacity * sizeof(int64_t));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        s->at = grown;
+        s->capacity = capacity;
     }
-    PyObject *result = NULL;
-    const unsigned char *buf = (const unsigned char *)data.buf;
-    const unsigned char *topic = (const unsigned char *)tail.buf;
-    Py_ssize_t size = data.len, tail_len = tail.len, count = 0, capacity = 0;
-    int64_t *starts = NULL;
+    s->at[s->count++] = value;
+    return 0;
+}
+
+/* Check the batch of ``size`` bytes at ``buf`` (``base`` bytes into the caller's data) for the
+ * topic ``tail``: its record starts (+ base) are pushed onto ``out``. Returns 0 when it is
+ * good, -1 with an exception set, or 1 with *bad_result set to (index, code, detail) of its
+ * first bad record (``out`` then holds some of its starts: the caller drops the batch). */
+static int check_batch(const unsigned char *buf, Py_ssize_t size, const unsigned char *topic,
+                       Py_ssize_t tail_len, long long max_message_size,
+                       unsigned int allowed_sys_flags, PyObject *crc_func, int64_t base,
+                       Starts *out, PyObject **bad_result) {
+    Py_ssize_t first = out->count, count = 0;
 
     /* 1. framing: every record's TOTALSIZE in turn */
     Py_ssize_t pos = 0;
     while (pos < size) {
         if (size - pos < RECORD_FIXED_SIZE) {
-            result = bad(count, BAD_SHORT_TAIL, (long long)(size - pos));
-            goto done;
+            *bad_result = bad(count, BAD_SHORT_TAIL, (long long)(size - pos));
+            return *bad_result == NULL ? -1 : 1;
         }
         int32_t total = (int32_t)be32(buf + pos + OFF_TOTAL_SIZE);
         if (total < RECORD_FIXED_SIZE || pos + (Py_ssize_t)total > size) {
-            result = bad(count, BAD_FRAMING, (long long)total);
-            goto done;
+            *bad_result = bad(count, BAD_FRAMING, (long long)total);
+            return *bad_result == NULL ? -1 : 1;
         }
-        if (count == capacity) {
-            capacity = capacity ? capacity * 2 : 256;
-            int64_t *grown = PyMem_Realloc(starts, (size_t)capacity * sizeof(int64_t));
-            if (grown == NULL) {
-                PyErr_NoMemory();
-                goto done;
-            }
-            starts = grown;
+        if (starts_push(out, pos) < 0) {
+            return -1;
         }
-        starts[count++] = pos;
+        count++;
         pos += total;
     }
+    const int64_t *starts = out->at + first;
 
     /* 2. headers */
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -124,8 +129,8 @@ static PyObject *check(PyObject *module, PyObject *args) {
             code = BAD_TX_FIELDS;
         }
         if (code) {
-            result = bad(i, code, 0);
-            goto done;
+            *bad_result = bad(i, code, 0);
+            return *bad_result == NULL ? -1 : 1;
         }
     }
 
@@ -145,8 +150,8 @@ static PyObject *check(PyObject *module, PyObject *args) {
             code = BAD_SEPARATOR;
         }
         if (code) {
-            result = bad(i, code, 0);
-            goto done;
+            *bad_result = bad(i, code, 0);
+            return *bad_result == NULL ? -1 : 1;
         }
     }
 
@@ -156,18 +161,125 @@ static PyObject *check(PyObject *module, PyObject *args) {
         int matches = crc_matches(crc_func, h + RECORD_HEADER_SIZE,
                                   (int32_t)be32(h + OFF_BODY_LENGTH), (int32_t)be32(h + OFF_BODY_CRC));
         if (matches < 0) {
-            goto done;
+            return -1;
         }
         if (!matches) {
-            result = bad(i, BAD_CRC, 0);
-            goto done;
+            *bad_result = bad(i, BAD_CRC, 0);
+            return *bad_result == NULL ? -1 : 1;
         }
     }
-    result = PyBytes_FromStringAndSize((const char *)starts, count * (Py_ssize_t)sizeof(int64_t));
-done:
-    PyMem_Free(starts);
+    for (Py_ssize_t i = first; i < out->count; i++) {
+        out->at[i] += base;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(check_doc,
+             "check(data, tail, max_message_size, allowed_sys_flags, crc32)\n\n"
+             "Record starts as bytes of native int64, or (index, code, detail) for the first "
+             "bad record (see store/fast/record_check.py).");
+
+static PyObject *check(PyObject *module, PyObject *args) {
+    Py_buffer data, tail;
+    long long max_message_size;
+    unsigned int allowed_sys_flags;
+    PyObject *crc_func;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*y*LIO:check", &data, &tail, &max_message_size,
+                          &allowed_sys_flags, &crc_func)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Starts starts = {NULL, 0, 0};
+    int rc = check_batch((const unsigned char *)data.buf, data.len,
+                         (const unsigned char *)tail.buf, tail.len, max_message_size,
+                         allowed_sys_flags, crc_func, 0, &starts, &result);
+    if (rc == 0) {
+        result = PyBytes_FromStringAndSize((const char *)starts.at,
+                                           starts.count * (Py_ssize_t)sizeof(int64_t));
+    }
+    PyMem_Free(starts.at);
     PyBuffer_Release(&data);
     PyBuffer_Release(&tail);
+    return result;
+}
+
+PyDoc_STRVAR(check_many_doc,
+             "check_many(data, sizes, tails, max_message_size, allowed_sys_flags, crc32)\n\n"
+             "``check`` of several batches laid out one after another in ``data``: batch i is "
+             "``sizes[i]`` bytes (a buffer of native int64) for topic tail ``tails[i]``. "
+             "(starts, counts): every record's start in ``data`` and each batch's record "
+             "count, bytes of native int64; or (batch, index, code, detail) for the first bad "
+             "record of the first bad batch.");
+
+/* One call for a request's batches: ``check`` per batch cost ~0.7 us of call and argument
+ * handling each, and the caller's joins of the starts more (32 topics' batches a request,
+ * issue 33). */
+static PyObject *check_many(PyObject *module, PyObject *args) {
+    Py_buffer data, sizes;
+    PyObject *tails, *crc_func;
+    long long max_message_size;
+    unsigned int allowed_sys_flags;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*y*O!LIO:check_many", &data, &sizes, &PyList_Type, &tails,
+                          &max_message_size, &allowed_sys_flags, &crc_func)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *counts_bytes = NULL, *starts_bytes = NULL;
+    Starts starts = {NULL, 0, 0};
+    Py_ssize_t batches = sizes.len / (Py_ssize_t)sizeof(int64_t);
+    const int64_t *size = (const int64_t *)sizes.buf;
+    if (sizes.len % (Py_ssize_t)sizeof(int64_t) || PyList_GET_SIZE(tails) != batches) {
+        PyErr_SetString(PyExc_ValueError, "sizes are int64, one per batch, and one tail each");
+        goto done;
+    }
+    counts_bytes = PyBytes_FromStringAndSize(NULL, batches * (Py_ssize_t)sizeof(int64_t));
+    if (counts_bytes == NULL) {
+        goto done;
+    }
+    int64_t *counts = (int64_t *)PyBytes_AS_STRING(counts_bytes);
+    int64_t base = 0;
+    for (Py_ssize_t b = 0; b < batches; b++) {
+        PyObject *tail = PyList_GET_ITEM(tails, b);
+        if (!PyBytes_Check(tail)) {
+            PyErr_SetString(PyExc_TypeError, "tails are bytes");
+            goto done;
+        }
+        if (size[b] < 0 || base + size[b] > data.len) {
+            PyErr_SetString(PyExc_ValueError, "the batch sizes exceed the data");
+            goto done;
+        }
+        Py_ssize_t before = starts.count;
+        PyObject *found = NULL;
+        int rc = check_batch((const unsigned char *)data.buf + base, (Py_ssize_t)size[b],
+                             (const unsigned char *)PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail),
+                             max_message_size, allowed_sys_flags, crc_func, base, &starts, &found);
+        if (rc < 0) {
+            goto done;
+        }
+        if (rc > 0) {
+            result = Py_BuildValue("(nO)", b, found);
+            Py_DECREF(found);
+            goto done;
+        }
+        counts[b] = starts.count - before;
+        base += size[b];
+    }
+    if (base != data.len) {
+        PyErr_SetString(PyExc_ValueError, "the batch sizes do not add up to the data");
+        goto done;
+    }
+    starts_bytes = PyBytes_FromStringAndSize((const char *)starts.at,
+                                             starts.count * (Py_ssize_t)sizeof(int64_t));
+    if (starts_bytes != NULL) {
+        result = PyTuple_Pack(2, starts_bytes, counts_bytes);
+    }
+done:
+    Py_XDECREF(starts_bytes);
+    Py_XDECREF(counts_bytes);
+    PyMem_Free(starts.at);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&sizes);
     return result;
 }
 
@@ -315,6 +427,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"check", check, METH_VARARGS, check_doc},
+    {"check_many", check_many, METH_VARARGS, check_many_doc},
     {"patch", patch, METH_VARARGS, patch_doc},
     {"patch_many", patch_many, METH_VARARGS, patch_many_doc},
     {NULL, NULL, 0, NULL},

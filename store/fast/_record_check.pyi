@@ -23,6 +23,18 @@ def check(
 ) -> bytes | tuple[int, int, int]:
     """Record starts as native int64 bytes, or (index, code, detail) of the first bad record."""
 
+def check_many(
+    data: Buffer,
+    sizes: Buffer,
+    tails: list[bytes],
+    max_message_size: int,
+    allowed_sys_flags: int,
+    crc32: Callable[[Buffer], int],
+    /,
+) -> tuple[bytes, bytes] | tuple[int, tuple[int, int, int]]:
+    """(every record's start, each batch's count) as native int64 bytes, or (batch, (index,
+    code, detail)) of the first bad batch's first bad record."""
+
 def patch(
     buf: Buffer,
     starts: Buffer,

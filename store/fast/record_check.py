@@ -107,6 +107,29 @@ def check_records(data: bytes | memoryview, topic: str, max_message_size: int) -
     return np.frombuffer(found, dtype=np.int64)
 
 
+def check_records_many(
+    data: bytes, sizes: Sequence[int], topics: Sequence[str], max_message_size: int
+) -> tuple[np.ndarray, list[int]] | None:
+    """``check_records`` of several batches laid out one after another in ``data`` (batch i:
+    ``sizes[i]`` bytes of ``topics[i]``'s records) in one compiled call: every record's start
+    in ``data`` (int64) and each batch's record count. None when a batch is bad (or a topic
+    name invalid, or no compiled module): the caller checks batch by batch, each error then
+    its own batch's."""
+    if _compiled is None:
+        return None
+    try:
+        tails = [_tail_of(topic) for topic in topics]
+    except InvalidMessageError:
+        return None
+    found = _compiled.check_many(
+        data, array("q", sizes), tails, max_message_size, ALLOWED_SYS_FLAGS, _crc32
+    )
+    if len(found) != 2 or not isinstance(found[0], bytes):
+        return None
+    starts, counts = found
+    return np.frombuffer(starts, dtype=np.int64), array("q", counts).tolist()
+
+
 # The compiled check's codes -> the texts the numpy checks raise (same words, same order).
 _REASONS = {
     1: lambda topic, limit, left: f"only {left} bytes left: a record needs at least 91",
@@ -251,27 +274,30 @@ def patch_records(
     target[index] = headers.view(np.uint8).reshape(len(starts), RECORD_HEADER_SIZE)
 
 
-def patch_records_many(
+def patch_columns(
     buf: bytearray,
     starts: np.ndarray,
-    batches: Sequence[tuple[int, int, int]],
+    counts: Sequence[int],
+    queue_ids: Sequence[int],
+    first_queue_offsets: Sequence[int],
     start_offset: int,
     born_host: bytes,
     store_timestamp: int,
     store_host: bytes,
 ) -> None:
     """``patch_records`` of several batches laid out one after another in ``buf``, in one call:
-    ``batches`` holds (record count, queue id, first queue offset) each, in ``buf`` order, and
-    ``starts`` every record's start (int64). Same bytes as one ``patch_records`` per batch."""
+    batch i is the next ``counts[i]`` records of ``starts`` (every record's start, int64), for
+    queue ``queue_ids[i]`` from ``first_queue_offsets[i]``. Same bytes as one
+    ``patch_records`` per batch."""
     if _compiled is not None:
-        counts, queue_ids, firsts = (array("q", column) for column in zip(*batches, strict=True))
         _compiled.patch_many(
-            buf, np.ascontiguousarray(starts, dtype=np.int64), counts, queue_ids, firsts,
-            start_offset, born_host, store_timestamp, store_host,
+            buf, np.ascontiguousarray(starts, dtype=np.int64), array("q", counts),
+            array("q", queue_ids), array("q", first_queue_offsets), start_offset, born_host,
+            store_timestamp, store_host,
         )  # fmt: skip
         return
     begin = 0
-    for count, queue_id, first in batches:
+    for count, queue_id, first in zip(counts, queue_ids, first_queue_offsets, strict=True):
         patch_records(
             buf, starts[begin : begin + count], queue_id, first, start_offset, born_host,
             store_timestamp, store_host,

@@ -102,7 +102,7 @@ from wharf.store.errors import (
     SyncDiskFullError,
     is_disk_full,
 )
-from wharf.store.fast.record_check import patch_records, patch_records_many
+from wharf.store.fast.record_check import patch_columns, patch_records
 from wharf.store.log.allocate import AllocateMappedFileService
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.flush import CommitRealTimeService, FlushRealTimeService
@@ -485,33 +485,90 @@ class CommitLog(CommitLogReads):
         self, batches: Sequence[RecordsBatch], born_host: str, store_timestamp: int
     ) -> AppendedMany | None:
         total = sum(len(batch[3]) for batch in batches)
-        mapped = self.queue.last()
-        if mapped is None or mapped.is_full or total + END_FILE_MIN_BLANK_LENGTH > mapped.remaining:
+        if not self._fits(total):
             return None
-        start = mapped.file_from_offset + mapped.wrote_position
-        buf = bytearray().join(batch[3] for batch in batches)  # one copy, patched in place
-        born, store_host = born_host_bytes(born_host), encode_host(self.config.store_host)
-        # Every record's position in ``buf`` at once (numpy calls cost ~1 us each: once per
-        # request, not per batch), then every batch patched in one compiled call (one call
-        # per batch cost ~3 us of Python each: 32 topics' batches in a request, issue 33).
+        # Every record's position in the joined buffer at once (numpy calls cost ~1 us each:
+        # once per request, not per batch).
         counts = [len(batch[4]) for batch in batches]
         bases = list(accumulate((len(batch[3]) for batch in batches[:-1]), initial=0))
         local = np.concatenate([batch[4] for batch in batches])
         local += np.repeat(np.array(bases, dtype=np.int64), counts)
-        patch_records_many(
-            buf,
+        return self._append_patched(
+            bytearray().join(batch[3] for batch in batches),  # one copy, patched in place
             local,
-            [(count, batch[1], batch[2]) for batch, count in zip(batches, counts, strict=True)],
-            start,
-            born,
+            counts,
+            [batch[1] for batch in batches],
+            [batch[2] for batch in batches],
+            born_host,
             store_timestamp,
-            store_host,
+        )
+
+    def append_columns(
+        self,
+        data: bytes,
+        starts: np.ndarray,
+        counts: list[int],
+        queue_ids: list[int],
+        first_queue_offsets: list[int],
+        born_host: str,
+        store_timestamp: int | None = None,
+    ) -> AppendedMany | None:
+        """``append_records_many`` of batches that lie one after another in ``data`` (a
+        request's records blob, checked by ``check_records_many``: ``starts`` every record's
+        start in it, ``counts`` each batch's records): no join, no per-batch list. Batch i is
+        for queue ``queue_ids[i]`` from ``first_queue_offsets[i]``. None as there."""
+        return self._guarded(
+            lambda stamp: (
+                self._append_patched(
+                    bytearray(data), starts, counts, queue_ids, first_queue_offsets, born_host,
+                    stamp,
+                )
+                if self._fits(len(data))
+                else None
+            ),
+            store_timestamp,
+        )  # fmt: skip
+
+    def _fits(self, size: int) -> bool:
+        """``size`` bytes fit the rest of the current segment (with its end marker)."""
+        mapped = self.queue.last()
+        return not (
+            mapped is None or mapped.is_full or size + END_FILE_MIN_BLANK_LENGTH > mapped.remaining
+        )
+
+    def _append_patched(
+        self,
+        buf: bytearray,
+        starts: np.ndarray,
+        counts: list[int],
+        queue_ids: list[int],
+        first_queue_offsets: list[int],
+        born_host: str,
+        store_timestamp: int,
+    ) -> AppendedMany:
+        """Every batch patched in one compiled call (one call per batch cost ~3 us of Python
+        each: 32 topics' batches in a request, issue 33), then ONE write."""
+        mapped = self.queue.last()
+        assert mapped is not None
+        start = mapped.file_from_offset + mapped.wrote_position
+        patch_columns(
+            buf,
+            starts,
+            counts,
+            queue_ids,
+            first_queue_offsets,
+            start,
+            born_host_bytes(born_host),
+            store_timestamp,
+            encode_host(self.config.store_host),
         )
         mapped.append(buf, store_timestamp)
         self.last_store_timestamp = store_timestamp
-        self.messages_put_total += len(local)
+        self.messages_put_total += len(starts)
         self.bytes_put_total += len(buf)
-        return AppendedMany(local + start, np.diff(local, append=total), counts, store_timestamp)
+        return AppendedMany(
+            starts + start, np.diff(starts, append=len(buf)), counts, store_timestamp
+        )
 
     def append_raw(self, offset: int, data: bytes | memoryview, store_timestamp: int) -> int:
         """A replica's append: ``data`` (whole records a master wrote at ``offset``, inside one

@@ -147,13 +147,44 @@ def test_patching_many_batches_at_once_writes_what_one_call_per_batch_writes(
         base += len(part)
     at = np.concatenate(starts)
     compiled = bytearray(data)
-    record_check.patch_records_many(compiled, at, described, start, born, store_ts, store_host)
+    columns = [list(column) for column in zip(*described, strict=True)]
+    record_check.patch_columns(compiled, at, *columns, start, born, store_ts, store_host)
     numpy_patched = bytearray(data)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(record_check, "_compiled", None)
-        record_check.patch_records_many(numpy_patched, at, described, start, born, store_ts, store_host)  # fmt: skip
+        record_check.patch_columns(numpy_patched, at, *columns, start, born, store_ts, store_host)
     assert compiled == one_by_one
     assert numpy_patched == one_by_one
+
+
+@given(
+    batches=st.lists(
+        st.tuples(messages, st.sampled_from(["T", "Other-topic"])), min_size=1, max_size=5
+    ),
+    bad=st.none() | st.integers(0, 4),
+)
+def test_checking_many_batches_at_once_finds_what_one_check_per_batch_finds(
+    batches: list[tuple[list[MessageInput], str]], bad: int | None
+) -> None:
+    """A request's batches checked in one compiled call: every record's start in the whole
+    blob and each batch's count, as ``check_records`` per batch gives them; a bad batch (here
+    one whose records name another topic) makes it answer None, nothing half-checked."""
+    datas = [client_batch(topic, batch) for batch, topic in batches]
+    topics = [topic for _, topic in batches]
+    if bad is not None and bad < len(batches):
+        topics[bad] = "Third" if topics[bad] != "Third" else "T"
+    found = record_check.check_records_many(b"".join(datas), [len(d) for d in datas], topics, 4096)
+    if bad is not None and bad < len(batches):
+        assert found is None
+        return
+    assert found is not None
+    starts, counts = found
+    expected, base = [], 0
+    for data, topic in zip(datas, topics, strict=True):
+        expected.extend((record_check.check_records(data, topic, 4096) + base).tolist())
+        base += len(data)
+    assert starts.tolist() == expected
+    assert counts == [len(batch) for batch, _ in batches]
 
 
 def test_patching_many_refuses_counts_that_do_not_add_up() -> None:

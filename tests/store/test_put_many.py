@@ -88,3 +88,46 @@ async def test_batches_that_do_not_fit_the_segment_together_are_appended_one_by_
     got = store.get_messages("G", 0, 0, 10).messages
     assert [m.body[:2] for m in got] == [b"g0", b"g1", b"g2"]
     assert [m.queue_offset for m in got] == [0, 1, 2]
+
+
+async def test_a_request_blob_written_as_columns_lands_where_write_many_puts_it(
+    store: MessageStore,
+) -> None:
+    store.write("A", 0, records("A", "a0"), "10.0.0.1:5")
+    batches = [
+        ("A", 0, records("A", "a1", "a2")),
+        ("B", 1, records("B", "b0")),
+        ("A", 0, records("A", "a3")),  # the same queue again: after the first batch
+    ]
+    many = store.write_columns(
+        [topic for topic, _, _ in batches],
+        [queue_id for _, queue_id, _ in batches],
+        b"".join(data for _, _, data in batches),
+        [len(data) for _, _, data in batches],
+        "10.0.0.1:5",
+    )
+    assert not many.errors
+    assert (many.queue_ids, many.first_queue_offsets, many.counts) == (
+        [0, 1, 0],
+        [1, 0, 3],
+        [2, 1, 1],
+    )
+    appended = [many.appended(i) for i in range(3)]
+    for before, after in pairwise(appended):
+        assert before.end_offset == after.offsets[0]
+    assert many.end_offset == appended[-1].end_offset
+    assert await store.wait_dispatched()
+    got = store.get_messages("A", 0, 0, 10).messages
+    assert [(m.queue_offset, m.body) for m in got] == [(0, b"a0"), (1, b"a1"), (2, b"a2"),
+                                                       (3, b"a3")]  # fmt: skip
+    assert [m.commit_log_offset for m in got[1:]] == appended[0].offsets + appended[2].offsets
+    assert all(m.born_host == "10.0.0.1:5" for m in got)
+    # A bad batch in the blob: checked batch by batch, the error its own.
+    mixed = [records("C", "c0"), records("Other", "x"), records("E", "e0")]
+    written = store.write_columns(["C", "D", "E"], [0, 0, 0], b"".join(mixed),
+                                  [len(d) for d in mixed], "x:1")  # fmt: skip
+    assert list(written.errors) == [1] and isinstance(written.errors[1], InvalidMessageError)
+    assert written.counts == [1, 0, 1] and written.queue_ids == [0, -1, 0]
+    assert await store.wait_dispatched()
+    assert [m.body for m in store.get_messages("E", 0, 0, 10).messages] == [b"e0"]
+    assert store.get_max_offset("D", 0) == 0
