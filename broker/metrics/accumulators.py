@@ -116,10 +116,15 @@ class LabelledHistograms:
         if not len(written):
             return
         starts = (np.cumsum(counts_array) - counts_array)[written]
-        lows = np.searchsorted(self._bounds_array, np.minimum.reduceat(values, starts), "left")
-        highs = np.searchsorted(self._bounds_array, np.maximum.reduceat(values, starts), "left")
         totals = np.add.reduceat(values, starts)
         child = self.child
+        low = bisect_left(self._bounds, values.min())
+        if low == bisect_left(self._bounds, values.max()):  # all in one bucket: the usual
+            for index, total in zip(written.tolist(), totals.tolist(), strict=True):
+                child(keys[index]).add(low, counts[index], total)
+            return
+        lows = np.searchsorted(self._bounds_array, np.minimum.reduceat(values, starts), "left")
+        highs = np.searchsorted(self._bounds_array, np.maximum.reduceat(values, starts), "left")
         rows = zip(
             written.tolist(), starts.tolist(), lows.tolist(), highs.tolist(), totals.tolist(),
             strict=True,

@@ -60,12 +60,12 @@ class ColumnsSender:
         core.check_open()
         refused: dict[int, Exception] = {}
         queue_ids: list[int] = []  # of the admitted batches, in order
-        admit = core.admit
+        topic_of, next_queue = core.topic, core.next_queue  # ``admit`` without its queue id
         for index, (topic, size) in enumerate(zip(topics, sizes, strict=True)):
             try:
                 if not size:
                     raise InvalidArgumentError(f"batch #{index} ({topic!r}) has no records")
-                queue_ids.append(admit(topic)[1])
+                queue_ids.append(next_queue(topic_of(topic)))
             except Exception as exc:
                 refused[index] = exc
         if not queue_ids:

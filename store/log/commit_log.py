@@ -566,9 +566,10 @@ class CommitLog(CommitLogReads):
         self.last_store_timestamp = store_timestamp
         self.messages_put_total += len(starts)
         self.bytes_put_total += len(buf)
-        return AppendedMany(
-            starts + start, np.diff(starts, append=len(buf)), counts, store_timestamp
-        )
+        sizes = np.empty_like(starts)  # np.diff(append=) is ~10 us here: a concatenate more
+        np.subtract(starts[1:], starts[:-1], out=sizes[:-1])
+        sizes[-1] = len(buf) - starts[-1]
+        return AppendedMany(starts + start, sizes, counts, store_timestamp)
 
     def append_raw(self, offset: int, data: bytes | memoryview, store_timestamp: int) -> int:
         """A replica's append: ``data`` (whole records a master wrote at ``offset``, inside one
