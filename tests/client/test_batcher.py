@@ -221,3 +221,44 @@ async def test_batcher_sends_waiting_batches_of_mergeable_keys_in_one_request() 
     assert any(len(request) > 1 for request in requests)
     assert all(sum(n for _, n in request) <= 20 for request in requests)
     await batcher.drain()
+
+
+async def test_batches_opened_in_one_turn_expire_together_at_the_next_and_go_once() -> None:
+    """With linger 0, every batch opened in a loop turn (but the fast-path one) expires at the
+    next turn through one callback: those closed by size meanwhile are not sent twice, and
+    a key submitted again after its batch left opens a new batch that expires in its turn."""
+    requests: list[list[tuple[object, int]]] = []
+    loop = asyncio.get_running_loop()
+    scheduled = 0
+    real_call_soon = loop.call_soon
+
+    def counting_call_soon(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal scheduled
+        scheduled += 1
+        return real_call_soon(*args, **kwargs)
+
+    async def send(key: object, items: list[int]) -> list[int]:
+        requests.append([(key, len(items))])
+        return list(items)
+
+    async def send_many(batches: list[tuple[object, list[int]]]) -> list[list[int] | Exception]:
+        requests.append([(key, len(items)) for key, items in batches])
+        await asyncio.sleep(0)
+        return [list(items) for _, items in batches]
+
+    batcher = AutoBatcher(send, send_many=send_many, max_messages=4, max_in_flight=1)
+    first = batcher.submit_group("lead", [0], 1)  # the fast path: its task, no expiry
+    loop.call_soon = counting_call_soon  # type: ignore[method-assign]
+    try:
+        groups = [batcher.submit_group(f"k{i}", [i, i], 2) for i in range(50)]
+        full = batcher.submit_group("k0", [7, 7], 2)  # k0 reaches 4: closed by size now
+    finally:
+        loop.call_soon = real_call_soon  # type: ignore[method-assign]
+    assert scheduled == 1  # one expiry callback for the 50 batches of this turn
+    results = await asyncio.gather(first, *groups, full)
+    assert results == [[0], *([i, i] for i in range(50)), [7, 7]]
+    sent = [key for request in requests for key, _ in request]
+    assert sorted(sent) == sorted(["lead", *(f"k{i}" for i in range(50))])  # each batch once
+    again = await batcher.submit_group("k1", [9], 1)  # a new batch of a key already sent
+    assert again == [9]
+    await batcher.drain()
