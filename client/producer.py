@@ -45,7 +45,7 @@ from wharf.client.message import (
     timer_property,
     to_wire,
 )
-from wharf.client.record_encoder import RecordEncoder, results_at, results_of
+from wharf.client.record_encoder import RecordEncoder, results_maker, results_of
 from wharf.client.route import RouteCache
 from wharf.client.selector import MessageQueueSelector
 from wharf.client.send_stream import SendStream, group_field, topic_field
@@ -641,15 +641,13 @@ class Producer:
         response: messaging_pb2.SendMessageResponse,
     ) -> list[list[SendResult] | Exception]:
         """Per batch its results from the reply's batch columns, or its error."""
-        queue_ids = response.batch_queue_ids
+        queue_ids = list(response.batch_queue_ids)  # lists: an item of a repeated field costs more
         if len(queue_ids) != len(batches):
             raise WharfError(f"broker answered {len(queue_ids)} batches of the {len(batches)} sent")
-        firsts, offsets = (
-            response.batch_first_queue_offsets,
-            response.batch_first_commit_log_offsets,
-        )
+        firsts = list(response.batch_first_queue_offsets)
+        offsets = list(response.batch_first_commit_log_offsets)
         errors = response.batch_errors
-        status, store_host = response.status, response.store_host
+        results = results_maker(response.status, response.store_host)
         outcomes: list[list[SendResult] | Exception] = []
         stored = 0
         for i, ((key, items), records) in enumerate(zip(batches, records_of, strict=True)):
@@ -659,9 +657,7 @@ class Producer:
                 continue
             stored += len(records)
             outcomes.append(
-                results_at(
-                    status,
-                    store_host,
+                results(
                     queue_ids[i],
                     firsts[i],
                     offsets[i],

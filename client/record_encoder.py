@@ -14,7 +14,7 @@ Offset message ids are ``wharf.store.codec.ids``'s (``send_results`` is their co
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from itertools import accumulate
 
@@ -178,19 +178,55 @@ def results_at(
 ) -> list[SendResult]:
     """One SendResult per record of a batch stored from ``first`` in ``queue_id`` and from
     ``first_commit_log_offset`` in the commit log (a compact reply's, or a batch's columns)."""
+    return results_maker(status_number, store_host)(
+        queue_id, first, first_commit_log_offset, topic, records, unique_ids
+    )
+
+
+ResultsMaker = Callable[[int, int, int, str, Sequence[bytes], Sequence[str]], list[SendResult]]
+
+
+def results_maker(status_number: int, store_host: str) -> ResultsMaker:
+    """``results_at`` with the reply's status and store host resolved once: (queue_id, first,
+    first_commit_log_offset, topic, records, unique_ids) -> the batch's SendResults (a reply
+    in columns answers 32 batches with one status and host: ~1 us a batch less)."""
     status = _STATUS_OF(status_number, SendStatus.UNKNOWN)
+    prefix = _offset_id_prefix(store_host)
     if _send_results is not None:
-        return _send_results(  # type: ignore[no-any-return]
-            SendResult, status, unique_ids, records, first_commit_log_offset,
-            _offset_id_prefix(store_host), queue_id, first, topic,
-        )  # fmt: skip
-    offset_id = partial(format_offset_msg_id, _offset_id_prefix(store_host))
-    # Record i starts where records 0..i-1 end: the producer knows their sizes.
-    offsets = accumulate(map(len, records), initial=first_commit_log_offset)
+        compiled = _send_results
+
+        def make(
+            queue_id: int,
+            first: int,
+            first_commit_log_offset: int,
+            topic: str,
+            records: Sequence[bytes],
+            unique_ids: Sequence[str],
+        ) -> list[SendResult]:
+            return compiled(  # type: ignore[no-any-return]
+                SendResult, status, unique_ids, records, first_commit_log_offset, prefix,
+                queue_id, first, topic,
+            )  # fmt: skip
+
+        return make
+    offset_id = partial(format_offset_msg_id, prefix)
     new = _new_tuple
-    return [
-        new(SendResult, (status, uid, offset_id(offset), queue_id, queue_offset, topic))
-        for uid, offset, queue_offset in zip(
-            unique_ids, offsets, range(first, first + len(records)), strict=False
-        )
-    ]
+
+    def make_python(
+        queue_id: int,
+        first: int,
+        first_commit_log_offset: int,
+        topic: str,
+        records: Sequence[bytes],
+        unique_ids: Sequence[str],
+    ) -> list[SendResult]:
+        # Record i starts where records 0..i-1 end: the producer knows their sizes.
+        offsets = accumulate(map(len, records), initial=first_commit_log_offset)
+        return [
+            new(SendResult, (status, uid, offset_id(offset), queue_id, queue_offset, topic))
+            for uid, offset, queue_offset in zip(
+                unique_ids, offsets, range(first, first + len(records)), strict=False
+            )
+        ]
+
+    return make_python
