@@ -39,7 +39,7 @@ from wharf.store.config import SYNC_FLUSH, StoreConfig
 from wharf.store.dispatch.reput import ReputService
 from wharf.store.errors import InvalidMessageError, StoreError, StoreNotWritableError
 from wharf.store.fast.record_check import check_records, check_records_many
-from wharf.store.log.commit_log import CommitLog, RecordsBatch
+from wharf.store.log.commit_log import AppendedMany, CommitLog, RecordsBatch
 from wharf.store.model import AppendResult, MessageInput, PutResult, PutStatus
 from wharf.store.role import Role
 from wharf.store.services.schedule import delay_level_of, to_schedule_topic
@@ -274,18 +274,13 @@ class Writer:
             written.sizes = np.array(sizes, dtype=np.int64)
             return written
         offset_table.update(next_offsets)
-        offsets = appended.offsets
-        firsts = offsets[np.cumsum(appended.counts) - appended.counts].tolist()
-        for index, batch, first, count in zip(where, checked, firsts, appended.counts, strict=True):
+        rows = zip(where, checked, appended.first_offsets(), appended.counts, strict=True)
+        for index, batch, first, count in rows:
             written.queue_ids[index] = batch[1]
             written.first_queue_offsets[index] = batch[2]
             written.first_offsets[index] = first
             written.counts[index] = count
-        written.sizes = appended.sizes
-        written.end_offset = appended.end_offset
-        written.store_timestamp = appended.store_timestamp
-        self._account(commit_log, len(offsets), written.end_offset - int(offsets[0]))
-        return written
+        return self._landed(commit_log, written, appended)
 
     def write_columns(
         self,
@@ -327,12 +322,19 @@ class Writer:
         written.queue_ids = queue_ids
         written.first_queue_offsets = firsts
         written.counts = counts
-        offsets = appended.offsets
-        written.first_offsets = offsets[np.cumsum(counts) - counts].tolist()
+        written.first_offsets = appended.first_offsets()
+        return self._landed(commit_log, written, appended)
+
+    def _landed(
+        self, commit_log: CommitLog, written: WrittenMany, appended: AppendedMany
+    ) -> WrittenMany:
+        """The rest of a together-append's answer (sizes, end, time) and its accounting."""
         written.sizes = appended.sizes
         written.end_offset = appended.end_offset
         written.store_timestamp = appended.store_timestamp
-        self._account(commit_log, len(offsets), written.end_offset - int(offsets[0]))
+        self._account(
+            commit_log, len(appended.sizes), appended.end_offset - int(appended.offsets[0])
+        )
         return written
 
     def _write_slices(

@@ -165,6 +165,11 @@ class AppendedMany(NamedTuple):
         """The commit log offset right after the last record."""
         return int(self.offsets[-1] + self.sizes[-1])
 
+    def first_offsets(self) -> list[int]:
+        """Each batch's first record's commit log offset."""
+        counts = np.asarray(self.counts, dtype=np.int64)
+        return self.offsets[np.cumsum(counts) - counts].tolist()  # type: ignore[no-any-return]
+
 
 class _DiskFull(NamedTuple):
     """The disk-full state, replaced as a whole (the commit thread sets it too)."""
