@@ -77,7 +77,12 @@ def test_ten_thousand_idle_connections_cost_bounded_memory_and_others_are_served
         baseline_rss, baseline_fds = rss_mib(broker.pid), open_fds(broker.pid)
         socks = idle_connections(broker.endpoint, count)
         # The broker raised its own soft limit to the hard one at start: it accepted them all.
-        assert wait_until(lambda: open_fds(broker.pid) >= baseline_fds + count)
+        # Slack of 16 both ways, as below: the baseline may hold a descriptor of the store's
+        # that closes meanwhile (a segment preallocation, a checkpoint write), and a loaded CI
+        # machine may take more than a few seconds to accept 10,000 (a run failed at 10 s).
+        assert wait_until(lambda: open_fds(broker.pid) >= baseline_fds + count - 16, 30), (
+            f"{open_fds(broker.pid)} fds with {count} connections, {baseline_fds} before"
+        )
         grown = rss_mib(broker.pid) - baseline_rss
         # ~14 KiB each measured; 64 KiB each would be a per-connection leak worth a look.
         assert grown < count * 64 / 1024, f"{grown:.0f} MiB for {count} idle connections"
