@@ -296,8 +296,10 @@ class Writer:
         less at 32 topics' batches a request, issue 33). A bad batch, or batches that do not
         fit the segment together: ``write_many`` (each error its own batch's)."""
         self._check_writable()
+        if len(topics) < 2:  # one batch: write_many's lone append checks it (once)
+            return self._write_slices(topics, queue_ids, data, sizes, born_host)
         checked = check_records_many(data, sizes, topics, self._config.max_message_size)
-        if checked is None or len(topics) < 2:
+        if checked is None:
             return self._write_slices(topics, queue_ids, data, sizes, born_host)
         starts, counts = checked
         offset_table = self.offset_table
