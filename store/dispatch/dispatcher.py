@@ -200,13 +200,13 @@ class Dispatcher:
         """Per queue, the file starts that applying ``plan`` would create."""
         needed = []
         find = self.queues.find_or_create
-        for run in plan.runs:
-            queue = find(*run.key)
+        for key, first, count, _, _ in plan.runs:
+            queue = find(*key)
             files = queue.files
-            if files and (run.first + run.unit_count) * CQ_STORE_UNIT_SIZE <= files[-1].end:
+            if files and (first + count) * CQ_STORE_UNIT_SIZE <= files[-1].end:
                 continue  # the usual case, inside the newest file: nothing to create
-            start = max(run.first, queue.max_offset)
-            starts = queue.missing_files(start, run.first + run.unit_count - start)
+            start = max(first, queue.max_offset)
+            starts = queue.missing_files(start, first + count - start)
             if starts:
                 needed.append((queue, starts))
         return needed

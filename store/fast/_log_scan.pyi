@@ -30,5 +30,7 @@ def scan_properties(
 ) -> tuple[bytearray, bytes, bytearray, list[tuple[int, int, int, int]]]:
     """(TAGS codes, key records, key hashes: int64 columns; values with non-ASCII bytes)."""
 
-def topic_runs(data: Buffer, starts: Buffer, topic_lengths: Buffer, /) -> bytes:
-    """int64 indexes of the records whose topic differs from the record before (0 first)."""
+def topic_ids(
+    data: Buffer, starts: Buffer, topic_lengths: Buffer, /
+) -> tuple[bytearray, list[bytes]]:
+    """(per record an int64 index into the distinct topics, the distinct topics' bytes)."""

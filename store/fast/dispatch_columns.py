@@ -190,11 +190,14 @@ def _topics(
     """Per record, an index into the chunk's list of distinct topics. Records come in runs of
     one topic (a send batch each; a whole chunk for one topic), so only the first record of
     each run is looked up (a lookup per record cost ~0.4 us a message with 256 topics' batches
-    in a chunk)."""
+    in a chunk); compiled, the runs' lookups too (``_log_scan.topic_ids``)."""
     if _compiled is not None:
-        firsts = np.frombuffer(_compiled.topic_runs(tail, rec_start, topic_len), np.int64)
-    else:
-        firsts = _topic_runs_numpy(tail, rec_start, topic_len)
+        ids_array, distinct = _compiled.topic_ids(tail, rec_start, topic_len)
+        topics = [_topic_text(raw) for raw in distinct]
+        if None in topics:
+            return np.zeros(0, dtype=np.int64), None
+        return np.frombuffer(ids_array, np.int64), topics  # type: ignore[return-value]
+    firsts = _topic_runs_numpy(tail, rec_start, topic_len)
     ids: dict[bytes, int] = {}
     run_ids = [
         ids.setdefault(tail[a + 1 : a + 1 + n], len(ids))
@@ -211,8 +214,8 @@ def _topics(
 
 
 def _topic_runs_numpy(tail: bytes, rec_start: np.ndarray, topic_len: np.ndarray) -> np.ndarray:
-    """The twin of ``_log_scan.topic_runs``: the records whose topic differs from the one
-    before, from one gather of every topic's bytes (shorter names zero-padded)."""
+    """With a dict a run, the twin of ``_log_scan.topic_ids``: the records whose topic differs
+    from the one before, from one gather of every topic's bytes (shorter names zero-padded)."""
     width = int(topic_len.max())
     data = np.frombuffer(tail, np.uint8)
     lanes = np.arange(width)

@@ -141,7 +141,7 @@ def test_the_compiled_properties_pass_and_its_numpy_twin_equal_the_reference(bat
     """``_log_scan.scan_properties`` (chunks without scheduled messages) and the numpy pairs of
     ``dispatch_properties``: the TAGS codes and index keys of the reference decode, non-ASCII
     values (hashed by the reference over UTF-16) and near-miss names included; and the topic
-    runs of ``_log_scan.topic_runs`` and its twin (names of one length differing in a byte)."""
+    ids of ``_log_scan.topic_ids`` and its twin (names of one length differing in a byte)."""
     assert dispatch_columns._compiled is not None  # built by `pip install -e .`
     data, positions = chunk(batch, lead)
     expected = columns_from_requests(fmt.decode_dispatches(data, positions, BASE))

@@ -12,6 +12,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from wharf.store.message_store import MessageStore
 from wharf.store.queue import consume_queue
 from wharf.store.queue.consume_queue import TAIL_BYTES, ConsumeQueue
@@ -203,3 +205,69 @@ async def test_a_stop_whose_tails_could_not_be_written_leaves_the_abort_marker(
         assert [m.body for m in got.messages] == [f"m{i}".encode() for i in range(5)]
     finally:
         await store.shutdown()
+
+
+# A dispatch run: its first offset against the queue's end (below: a re-dispatch overlapping
+# it; above: a gap of blank units) and its unit count. Three in five steps are runs.
+_run = st.tuples(st.just("run"), st.integers(-3, 2), st.integers(1, 40))
+_steps = st.lists(
+    st.one_of(
+        _run,
+        _run,
+        _run,
+        st.tuples(st.just("spill"), st.just(0), st.just(0)),
+        # The next file created ahead of the writer while a tail may be in the newest one.
+        st.tuples(st.just("ahead"), st.just(0), st.just(0)),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=_steps, budget=st.sampled_from([0, 15 * UNIT, TAIL_BYTES, 1 << 20]))
+def test_dispatch_runs_read_back_like_a_list_whatever_the_tail_holds(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, int, int]], budget: int
+) -> None:
+    """``append_packed`` takes a short path for the usual run (the next units, a tail in the
+    newest file with room in it and in the budget) and the general one otherwise: runs that
+    overlap, leave gaps, cross files (64-unit files), fill a tail past a page, meet a small
+    budget, follow a spill, or come after the next file was adopted ahead of a tail all read
+    back like a list, before and after the tails are written and the queue reopened."""
+    directory = tmp_path_factory.mktemp("cq")
+    file_size = 64 * UNIT
+    links = consume_queue.QueueLinks(tail_budget=budget)
+    queue = ConsumeQueue("T", 0, directory, file_size, links=links)
+    oracle: list[tuple[int, int, int]] = []
+    physical = 0
+    try:
+        for kind, shift, count in steps:
+            if kind == "spill":
+                queue.spill()
+            elif kind == "ahead" and queue.files:
+                queue.adopt_files(queue.create_files_blocking([queue.files[-1].end]))
+            elif kind == "run":
+                first = max(len(oracle) + shift, 0)
+                units = [(physical + i * 100, 100, first + i) for i in range(count)]
+                physical += count * 100
+                added = queue.append_units(first, units)
+                new = units[len(oracle) - first :] if first < len(oracle) else units
+                gap = [(0, consume_queue.BLANK_UNIT_SIZE, 0)] * max(first - len(oracle), 0)
+                oracle.extend(gap + new)
+                assert added == len(new)
+                assert links.tail_bytes <= budget
+            assert queue.max_offset == len(oracle)
+            assert list(queue.read_units(0, len(oracle) + 1)) == oracle
+        queue.spill()
+        assert not links.tails and links.tail_bytes == 0
+        queue.flush_blocking()
+    finally:
+        queue.close()
+    reopened = ConsumeQueue.load_blocking("T", 0, directory, file_size)
+    try:
+        assert reopened.max_offset == len(oracle)
+        assert list(reopened.read_units(0, len(oracle) + 1)) == oracle
+    finally:
+        reopened.close()
