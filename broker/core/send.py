@@ -59,6 +59,9 @@ if TYPE_CHECKING:
     from wharf.store.message_store import MessageStore
 
 DEDUPE_WINDOW = 65536
+# Topics ``admit_round_robin`` remembers as admitted (emptied when full: a miss only costs the
+# full check again).
+ADMITTED_TOPICS = 4096
 _Key = tuple[str, str]  # (topic, message id)
 
 
@@ -95,6 +98,7 @@ class SendCore:
         self.max_message_size: int = store.config.max_message_size
         self.dedupe_window = dedupe_window
         self._turns: dict[str, int] = {}  # topic -> next round-robin turn
+        self._admitted: dict[str, TopicConfig] = {}  # admit_round_robin's, bounded
         self._done: OrderedDict[_Key, Stored] = OrderedDict()
         self._pending: dict[_Key, asyncio.Future[Stored]] = {}
 
@@ -148,6 +152,34 @@ class SendCore:
         turn = turns.get(name, 0)
         turns[name] = turn + 1
         return turn % topic.write_queue_nums
+
+    def admit_round_robin(self, names: Sequence[str], refused: dict[int, Exception]) -> list[int]:
+        """``admit`` of a request's batches (``names[i]`` batch i's topic, its queue the
+        topic's next turn): the queue ids of the admitted ones, in order; a refusal goes into
+        ``refused`` by index (an index there already is skipped). A topic admitted before is
+        taken as it was while the topic table still holds that very config (a change, a
+        deletion or a new auto-created topic replaces it): 32 topics' batches a request paid
+        ~0.6 us a batch for the whole ``topic`` (issue 33)."""
+        self.check_open()
+        table, admitted, turns = self.topics.table, self._admitted, self._turns
+        queue_ids: list[int] = []
+        for index, name in enumerate(names):
+            if refused and index in refused:
+                continue
+            topic = admitted.get(name)
+            if topic is None or table.get(name) is not topic:
+                try:
+                    topic = self.topic(name)
+                except Exception as exc:
+                    refused[index] = exc
+                    continue
+                if len(admitted) >= ADMITTED_TOPICS:
+                    admitted.clear()
+                admitted[name] = topic
+            turn = turns.get(name, 0)
+            turns[name] = turn + 1
+            queue_ids.append(turn % topic.write_queue_nums)
+        return queue_ids
 
     def admit(
         self, name: str, queue_id: int | None = None, *, own_topics: bool = True

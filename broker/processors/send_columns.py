@@ -57,17 +57,14 @@ class ColumnsSender:
             )
         core = self._core
         await core.dispatch_room()  # once for the whole request, as put() for one batch
-        core.check_open()
         refused: dict[int, Exception] = {}
-        queue_ids: list[int] = []  # of the admitted batches, in order
-        topic_of, next_queue = core.topic, core.next_queue  # ``admit`` without its queue id
-        for index, (topic, size) in enumerate(zip(topics, sizes, strict=True)):
-            try:
+        if 0 in sizes:
+            for index, (topic, size) in enumerate(zip(topics, sizes, strict=True)):
                 if not size:
-                    raise InvalidArgumentError(f"batch #{index} ({topic!r}) has no records")
-                queue_ids.append(next_queue(topic_of(topic)))
-            except Exception as exc:
-                refused[index] = exc
+                    refused[index] = InvalidArgumentError(
+                        f"batch #{index} ({topic!r}) has no records"
+                    )
+        queue_ids = core.admit_round_robin(topics, refused)  # of the admitted, in order
         if not queue_ids:
             return self._reply(request.request_id, topics, refused, None, None, SEND_OK)
         try:

@@ -172,6 +172,31 @@ def test_round_robin_is_one_turn_per_call_per_topic_and_explicit_queues_are_chec
     assert caught.value.reason is Reason.ILLEGAL_QUEUE
 
 
+def test_a_request_s_batches_are_admitted_by_the_same_rules_and_turns_as_one_send() -> None:
+    """``admit_round_robin`` (a multi-topic request): the turns ``admit`` would give, one per
+    batch; a refused batch takes no turn and fails alone; a topic admitted before is checked
+    again once its config changed or it was deleted."""
+    c = core(auto_create=False)
+    for name in ("a", "b"):
+        c.topics.table[name] = TopicConfig(name, 4, 4)
+    refused: dict[int, Exception] = {1: ValueError("empty batch")}
+    assert c.admit_round_robin(["a", "a", "b", "nope", "a b", "a"], refused) == [0, 0, 1]
+    assert sorted(refused) == [1, 3, 4]
+    assert isinstance(refused[3], TopicNotFound) and isinstance(refused[4], InvalidSend)
+    assert c.admit("a")[1] == 2  # the same counter as every other send
+    c.topics.replace(TopicConfig("a", 4, 4, perm=4))  # read-only now
+    refused = {}
+    assert c.admit_round_robin(["b", "a"], refused) == [1]
+    assert isinstance(refused[1], TopicNotWritable)
+    c.topics.delete("b")
+    refused = {}
+    assert c.admit_round_robin(["b"], refused) == []
+    assert isinstance(refused[0], TopicNotFound)
+    c.shutting_down = lambda: True
+    with pytest.raises(ShuttingDown):
+        c.admit_round_robin(["a"], {})
+
+
 def test_a_shutting_down_broker_refuses_sends() -> None:
     c = core()
     c.shutting_down = lambda: True
