@@ -49,6 +49,7 @@ from typing import Any
 
 from wharf.store.arrivals import ArrivalListener, Arrivals
 from wharf.store.codec import decode_offset_msg_id
+from wharf.store.codec.properties import SCHEDULE_TOPIC, TIMER_TOPIC
 from wharf.store.config import SYNC_FLUSH, StoreConfig, parse_delay_levels
 from wharf.store.dispatch.reput import CommitLogSource, Dispatcher, ReputService
 from wharf.store.errors import (
@@ -260,9 +261,9 @@ class MessageStore:
         await asyncio.to_thread(self._timer.load_blocking)
         await asyncio.to_thread(self._transactions.load_blocking)
         self._schedule.start()
-        self._arrivals.add(self._schedule.on_arrival)
+        self._arrivals.add(self._schedule.on_arrival, SCHEDULE_TOPIC)
         self._timer.start()
-        self._arrivals.add(self._timer.on_arrival)
+        self._arrivals.add(self._timer.on_arrival, TIMER_TOPIC)
         self._transactions.start()
         self._pop = PopService(
             self._paths.pop_journal_file,

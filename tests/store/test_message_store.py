@@ -7,10 +7,11 @@ import contextlib
 import errno
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from wharf.store.arrivals import Arrivals
 from wharf.store.codec.ids import create_offset_msg_id
 from wharf.store.config import ASYNC_FLUSH, SYNC_FLUSH
 from wharf.store.errors import FlushFailedError, InvalidMessageError, StoreShutDownError
@@ -171,6 +172,30 @@ async def test_arrival_listeners_hear_each_queue_once_per_dispatch(store: Messag
     await store.put("T", 3, [msg("a"), msg("b")])
     assert await store.wait_dispatched()
     assert heard[-1] == ("T", 3, 2)
+
+
+def test_a_topic_s_arrival_listener_hears_that_topic_only_and_the_others_hear_all() -> None:
+    """``Arrivals.add(listener, topic)`` (the schedule and timer services): called for that
+    topic's queues, after the listeners of every queue, and never for another topic's."""
+    arrivals = Arrivals()
+    heard: list[tuple[str, str, int, int]] = []
+
+    def listener(name: str) -> Callable[[str, int, int], None]:
+        return lambda t, q, m: heard.append((name, t, q, m))
+
+    every, scheduled = listener("every"), listener("schedule")
+    arrivals.add(every)
+    arrivals.add(scheduled, "SCHEDULE_TOPIC_XXXX")
+    arrivals.notify({("T", 1): 5, ("SCHEDULE_TOPIC_XXXX", 2): 7})
+    assert heard == [
+        ("every", "T", 1, 5),
+        ("every", "SCHEDULE_TOPIC_XXXX", 2, 7),
+        ("schedule", "SCHEDULE_TOPIC_XXXX", 2, 7),
+    ]
+    heard.clear()
+    arrivals.remove(scheduled)
+    arrivals.notify({("SCHEDULE_TOPIC_XXXX", 2): 8})
+    assert heard == [("every", "SCHEDULE_TOPIC_XXXX", 2, 8)]
 
 
 async def test_writes_after_shutdown_are_refused(tmp_path: Path) -> None:
