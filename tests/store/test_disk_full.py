@@ -204,6 +204,32 @@ async def test_dispatch_retries_a_consume_queue_write_that_hit_a_full_disk(
         await store.shutdown()
 
 
+def test_a_busy_queue_file_is_allocated_geometrically_ahead_up_to_sixteen_blocks(
+    tmp_path: Path,
+) -> None:
+    """One block ahead for a queue's first units (100,000 queues of one message: 400 MB),
+    then ahead by what the file holds, up to 16 blocks: a busy queue allocates rarely and a
+    file never holds more than 64 KiB unused."""
+    queue = ConsumeQueue("T", 0, tmp_path / "consumequeue" / "T" / "0", 20 * 300_000)
+    block = consume_queue.ALLOCATE_AHEAD
+    try:
+        queue.append_units(0, [(0, 100, 0)])
+        file = queue.files[0]
+        assert file.allocated == 20 + block
+        allocations, last = 0, file.allocated
+        for first in range(1, 40_001, 16):  # dispatch runs of 16 units: 800 KB of units
+            queue.append_units(first, [(100 * (first + i), 100, 0) for i in range(16)])
+            if file.allocated != last:
+                allocations += 1
+                ahead = file.allocated - (first + 16) * 20
+                assert 0 < ahead <= consume_queue.ALLOCATE_GROWTH * block
+                last = file.allocated
+        assert file.allocated - queue.max_offset * 20 <= consume_queue.ALLOCATE_GROWTH * block
+        assert allocations <= 20  # 195 with one block at a time
+    finally:
+        queue.close()
+
+
 def test_a_consume_queue_file_is_allocated_before_units_are_stored_into_its_map(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
