@@ -229,6 +229,35 @@ class Dispatcher:
             advanced[key] = queue.max_offset
         return advanced
 
+    def apply_ready(self, plan: DispatchPlan) -> tuple[QueueAdvance, list[QueueRun]]:
+        """``apply_queues`` of the runs that fit their queue's newest file, with no
+        ``missing_files`` pass first (a lookup and a check a run, ~0.7 us of ~64 runs a chunk
+        at 256 topics): a run that needs a file is left, with every later run of its queue
+        (a queue's runs keep their order), for the caller to create the files in a thread and
+        apply them. Returns the queues that advanced and the runs left."""
+        advanced: QueueAdvance = {}
+        left: list[QueueRun] = []
+        held: set[tuple[str, int]] = set()
+        find = self.queues.find_or_create
+        for run in plan.runs:
+            key, first, count, units, physical_end = run
+            queue = find(*key)
+            files = queue.files
+            if (
+                not files
+                or (first + count) * CQ_STORE_UNIT_SIZE > files[-1].end
+                or (held and key in held)
+            ):
+                held.add(key)
+                left.append(run)
+                continue
+            try:
+                queue.append_packed(first, units, physical_end)
+            except DamagedQueueError:
+                continue  # that queue alone (logged once, rebuilt at the next start)
+            advanced[key] = queue.max_offset
+        return advanced, left
+
     def apply_index(self, plan: DispatchPlan) -> IndexEntries:
         """The index half of ``apply``: the entries still to be written (a roll needed)."""
         index = self.index

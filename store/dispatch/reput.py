@@ -290,8 +290,12 @@ class ReputService(Service):
                 self.reput_from_offset, limit, self.chunk_bytes
             )
             plan = self.dispatcher.plan(records)
-            await self._create_queue_files(plan)
-            advanced, leftover = self.dispatcher.apply(plan)
+            advanced, left = self.dispatcher.apply_ready(plan)
+            if left:  # runs that need new queue files: created in a thread, then applied
+                rest = plan._replace(runs=left)
+                await self._create_queue_files(rest)
+                advanced.update(self.dispatcher.apply_queues(rest))
+            leftover = self.dispatcher.apply_index(plan)
             if leftover and self.dispatcher.index is not None:
                 await self.dispatcher.index.put_entries(leftover)  # rolls a file in a thread
             progressed = next_offset > self.reput_from_offset

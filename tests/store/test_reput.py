@@ -10,6 +10,8 @@ from wharf.store.codec.hashes import java_string_hash
 from wharf.store.codec.properties import SCHEDULE_TOPIC
 from wharf.store.dispatch.reput import Dispatcher
 from wharf.store.message_store import MessageStore
+from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE
+from wharf.store.queue.table import ConsumeQueueTable
 
 from tests.store.helpers import msg, small_config
 
@@ -30,6 +32,46 @@ def test_tags_code_is_the_java_hash_or_the_deliver_time_for_delayed_messages() -
     assert dispatcher.tags_code(delayed) == 1_000_000 + 5000
     clamped = _request(0, SCHEDULE_TOPIC, 0, DELAY="7")
     assert dispatcher.tags_code(clamped) == 1_000_000 + 5000
+
+
+def test_runs_that_need_a_new_queue_file_wait_with_their_queue_s_later_runs(
+    tmp_path: Path,
+) -> None:
+    """``apply_ready`` (the reput task's pass, no ``missing_files`` first): the runs that fit
+    their queue's newest file are written; a run that needs a file is left, with every later
+    run of that queue (never one of its runs before an earlier one), for the files to be
+    created in a thread; applied after that, every queue reads back in log order."""
+    table = ConsumeQueueTable(tmp_path, 4 * 20)  # 4 units a file
+    dispatcher = Dispatcher(table, None, [])
+    for topic in ("A", "C"):
+        queue = table.find_or_create(topic, 0)
+        queue.adopt_files(queue.create_files_blocking(queue.missing_files(0, 1)))
+    records = [  # log order: A 0-2, B 0-1 (no file yet), C 0, A 4 (past A's file), C 1, A 5
+        _request(offset, topic, queue_offset)
+        for offset, (topic, queue_offset) in enumerate(
+            [("A", 0), ("A", 1), ("A", 2), ("B", 0), ("B", 1), ("C", 0), ("A", 4), ("C", 1)]
+            + [("A", 5)]
+        )
+    ]
+    plan = dispatcher.plan(records)
+    advanced, left = dispatcher.apply_ready(plan)
+    assert advanced == {("A", 0): 3, ("C", 0): 2}
+    assert [(run.key, run.first, run.unit_count) for run in left] == [
+        (("B", 0), 0, 2),
+        (("A", 0), 4, 2),
+    ]
+    rest = plan._replace(runs=left)
+    for queue, starts in dispatcher.missing_files(rest):
+        queue.adopt_files(queue.create_files_blocking(starts))
+    assert dispatcher.apply_queues(rest) == {("A", 0): 6, ("B", 0): 2}
+    blank = (0, BLANK_UNIT_SIZE, 0)  # offset 3 never came: a blank unit keeps offsets aligned
+    for topic, units in (
+        ("A", [(0, 100, 0), (1, 100, 0), (2, 100, 0), blank, (6, 100, 0), (8, 100, 0)]),
+        ("B", [(3, 100, 0), (4, 100, 0)]),
+        ("C", [(5, 100, 0), (7, 100, 0)]),
+    ):
+        assert list(table.find_or_create(topic, 0).read_units(0, 10)) == units
+    table.close()
 
 
 async def test_a_corrupt_record_stops_dispatch_and_shows_in_health(tmp_path: Path) -> None:
