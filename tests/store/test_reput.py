@@ -49,9 +49,9 @@ def test_runs_that_need_a_new_queue_file_wait_with_their_queue_s_later_runs(
     records = [  # log order: A 0-2, B 0-1 (no file yet), C 0, A 4 (past A's file), C 1, A 5
         _request(offset, topic, queue_offset)
         for offset, (topic, queue_offset) in enumerate(
-            [("A", 0), ("A", 1), ("A", 2), ("B", 0), ("B", 1), ("C", 0), ("A", 4), ("C", 1)]
-            + [("A", 5)]
-        )
+            [("A", 0), ("A", 1), ("A", 2), ("B", 0), ("B", 1), ("C", 0), ("A", 4), ("C", 1),
+             ("A", 5)]
+        )  # fmt: skip
     ]
     plan = dispatcher.plan(records)
     advanced, left = dispatcher.apply_ready(plan)
