@@ -46,13 +46,9 @@ def test_runs_that_need_a_new_queue_file_wait_with_their_queue_s_later_runs(
     for topic in ("A", "C"):
         queue = table.find_or_create(topic, 0)
         queue.adopt_files(queue.create_files_blocking(queue.missing_files(0, 1)))
-    records = [  # log order: A 0-2, B 0-1 (no file yet), C 0, A 4 (past A's file), C 1, A 5
-        _request(offset, topic, queue_offset)
-        for offset, (topic, queue_offset) in enumerate(
-            [("A", 0), ("A", 1), ("A", 2), ("B", 0), ("B", 1), ("C", 0), ("A", 4), ("C", 1),
-             ("A", 5)]
-        )  # fmt: skip
-    ]
+    # Log order: A 0-2, B 0-1 (no file yet), C 0, A 4 (past A's file), C 1, A 5.
+    order = ["A0", "A1", "A2", "B0", "B1", "C0", "A4", "C1", "A5"]
+    records = [_request(offset, name[0], int(name[1])) for offset, name in enumerate(order)]
     plan = dispatcher.plan(records)
     advanced, left = dispatcher.apply_ready(plan)
     assert advanced == {("A", 0): 3, ("C", 0): 2}
