@@ -107,9 +107,14 @@ class LabelledHistograms:
         found = self._children.get(key)
         if found is None:
             with self._lock:
-                found = self._children.get(key)
-                if found is None:
-                    found = self._children[key] = HistogramAccumulator(self._bounds, self._lock)
+                found = self._child_locked(key)
+        return found
+
+    def _child_locked(self, key: Hashable) -> HistogramAccumulator:
+        """``child`` by a caller that holds the family's lock."""
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = HistogramAccumulator(self._bounds, self._lock)
         return found
 
     def observe_batches(
@@ -131,13 +136,13 @@ class LabelledHistograms:
         bounds = self._bounds
         low = bisect_left(bounds, values.min())
         if low == bisect_left(bounds, values.max()):  # all in one bucket: the usual
-            children, lock = self._children, self._lock
-            with lock:
+            children, child_locked = self._children, self._child_locked
+            with self._lock:
                 for index, total in zip(written.tolist(), totals.tolist(), strict=True):
                     key = keys[index]
                     found = children.get(key)
                     if found is None:
-                        found = children[key] = HistogramAccumulator(bounds, lock)
+                        found = child_locked(key)
                     found.add_locked(low, counts[index], total)
             return
         lows = np.searchsorted(self._bounds_array, np.minimum.reduceat(values, starts), "left")

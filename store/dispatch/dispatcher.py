@@ -202,8 +202,7 @@ class Dispatcher:
         find = self.queues.find_or_create
         for key, first, count, _, _ in plan.runs:
             queue = find(*key)
-            files = queue.files
-            if files and (first + count) * CQ_STORE_UNIT_SIZE <= files[-1].end:
+            if queue.within_files(first + count):
                 continue  # the usual case, inside the newest file: nothing to create
             start = max(first, queue.max_offset)
             starts = queue.missing_files(start, first + count - start)
@@ -242,12 +241,7 @@ class Dispatcher:
         for run in plan.runs:
             key, first, count, units, physical_end = run
             queue = find(*key)
-            files = queue.files
-            if (
-                not files
-                or (first + count) * CQ_STORE_UNIT_SIZE > files[-1].end
-                or (held and key in held)
-            ):
+            if not queue.within_files(first + count) or (held and key in held):
                 held.add(key)
                 left.append(run)
                 continue

@@ -562,6 +562,12 @@ class ConsumeQueue:
         self._links.dir_syncs.add(self.directory, *created)
         return file
 
+    def within_files(self, end_offset: int) -> bool:
+        """Units below logical ``end_offset`` lie in the queue's files: writing them creates
+        none (dispatch's usual case, checked before ``missing_files``)."""
+        files = self.files
+        return bool(files) and end_offset * CQ_STORE_UNIT_SIZE <= files[-1].end
+
     def missing_files(self, first_offset: int, count: int) -> list[int]:
         """Start positions of the files that appending ``count`` units at ``first_offset``
         needs and that do not exist yet (so they can be created off the event loop)."""
