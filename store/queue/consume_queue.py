@@ -389,37 +389,45 @@ class ConsumeQueue:
         data = b"".join(starmap(UNIT.pack, units))
         return self.append_packed(first_offset, data, last_offset + last_size)
 
+    def append_next(self, first_offset: int, data: bytes, physical_end: int) -> int:
+        """``append_packed`` of the usual dispatch run, or nothing: the next units of a queue
+        whose tail lies in its newest file, allocated, with room in the tail and the budget.
+        It is what the general path does then (no overlap, gap, fresh start, spill or
+        allocation; the queue is dirty already) without its steps: at 256 topics a 1 MiB
+        dispatch chunk holds ~64 runs of 16 units, and most runs go this way (issue 33).
+        Returns the queue's new max offset, or -1 (nothing written: ``append_packed``)."""
+        tail = self._tail
+        if tail is None:
+            return -1
+        links = self._links
+        n = len(data)
+        pos = self._write_pos
+        file = self.files[-1]
+        if (
+            first_offset * CQ_STORE_UNIT_SIZE == pos
+            and len(tail) + n < TAIL_BYTES
+            and links.tail_bytes + n <= links.tail_budget
+            and self._file_pos >= file.start
+            and pos + n - file.start <= file.allocated
+            and not links.damaged
+        ):
+            tail += data
+            links.tail_bytes += n
+            pos += n
+            self._write_pos = pos
+            if physical_end > self.max_physical_offset:
+                self.max_physical_offset = physical_end
+            return pos // CQ_STORE_UNIT_SIZE
+        return -1
+
     def append_packed(self, first_offset: int, data: bytes, physical_end: int) -> int:
         """Write packed units (``data``, 20 bytes each) at logical offsets ``first_offset...``;
         ``physical_end`` is the end (offset + size) of the last unit's record. Units already
         present (a re-dispatch after recovery) are skipped; a gap is filled with blank units
         so logical offsets keep matching the queue offsets stored in the CommitLog. Returns
         units added."""
-        tail = self._tail
-        if tail is not None:
-            # The usual dispatch run: the next units of a queue whose tail lies in its newest
-            # file, allocated, with room in the tail and the budget. It is what the general path
-            # below does then (no overlap, gap, fresh start, spill or allocation; the queue is
-            # dirty already) without its steps: at 256 topics a 1 MiB dispatch chunk holds ~64
-            # runs of 16 units, and most runs go this way (issue 33).
-            links = self._links
-            n = len(data)
-            pos = self._write_pos
-            file = self.files[-1]
-            if (
-                first_offset * CQ_STORE_UNIT_SIZE == pos
-                and len(tail) + n < TAIL_BYTES
-                and links.tail_bytes + n <= links.tail_budget
-                and self._file_pos >= file.start
-                and pos + n - file.start <= file.allocated
-                and not links.damaged
-            ):
-                tail += data
-                links.tail_bytes += n
-                self._write_pos = pos + n
-                if physical_end > self.max_physical_offset:
-                    self.max_physical_offset = physical_end
-                return n // CQ_STORE_UNIT_SIZE
+        if self.append_next(first_offset, data, physical_end) >= 0:
+            return len(data) // CQ_STORE_UNIT_SIZE
         if self in self._links.damaged:  # logged when found; rebuilt at the next start
             raise DamagedQueueError(f"consume queue {self.topic}/{self.queue_id} is damaged")
         expected = self.max_offset

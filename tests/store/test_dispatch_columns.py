@@ -15,6 +15,7 @@ import wharf.store.index.index_file as index_file_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from wharf.store import codec as fmt
+from wharf.store.dispatch.dispatcher import QueueRuns
 from wharf.store.dispatch.reput import Dispatcher
 from wharf.store.errors import CorruptRecordError
 from wharf.store.fast import dispatch_columns, record_tails
@@ -306,3 +307,30 @@ def test_the_compiled_tail_gather_agrees_with_its_numpy_twin(batch, lead, damage
         for name in ("total", "body_start", "body_len", "starts", "ends", "props"):
             assert getattr(compiled, name).tolist() == getattr(twin, name).tolist(), name
         assert compiled.header.tobytes() == twin.header.tobytes()
+
+
+def test_a_columns_plan_s_runs_read_like_a_list_of_runs():
+    """``QueueRuns`` (a columns chunk's runs, no object a run until one is read): indexing,
+    negative and sliced, iteration and length agree with the runs made one by one, and
+    ``QueueRuns.of`` makes the same columns back."""
+    batch = [("T", 0, 5, 0, 0, b""), ("U", 1, 0, 0, 0, b""), ("T", 0, 6, 0, 0, b"")]
+    batch += [("T", 0, 9, 0, 0, b""), ("U", 1, 1, 0, 0, b"")]
+    data, positions = chunk(batch)
+    dispatcher = Dispatcher(None, None, [])  # type: ignore[arg-type]
+    runs = dispatcher.plan(decode_dispatch_columns(data, positions, BASE)).runs
+    assert isinstance(runs, QueueRuns)
+    listed = list(runs)
+    assert len(runs) == len(listed) == 3
+    assert [(run.key, run.first, run.unit_count) for run in listed] == [
+        (("T", 0), 5, 2),
+        (("T", 0), 9, 1),
+        (("U", 1), 0, 2),
+    ]
+    assert runs[-1] == listed[2] and runs[1:] == listed[1:] and runs[::-1] == listed[::-1]
+    with pytest.raises(IndexError):
+        runs[3]
+    again = QueueRuns.of(listed)
+    assert list(again) == listed
+    assert (again.keys, again.firsts, again.bounds, again.ends, again.data) == (
+        runs.keys, runs.firsts, runs.bounds, runs.ends, runs.data,
+    )  # fmt: skip

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from wharf.store.codec.dispatch import DispatchRequest
 from wharf.store.codec.hashes import java_string_hash
 from wharf.store.codec.properties import SCHEDULE_TOPIC
 from wharf.store.dispatch.reput import Dispatcher
+from wharf.store.fast.dispatch_columns import columns_from_requests
 from wharf.store.message_store import MessageStore
 from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE
 from wharf.store.queue.table import ConsumeQueueTable
@@ -34,8 +36,9 @@ def test_tags_code_is_the_java_hash_or_the_deliver_time_for_delayed_messages() -
     assert dispatcher.tags_code(clamped) == 1_000_000 + 5000
 
 
+@pytest.mark.parametrize("form", ["requests", "columns"])
 def test_runs_that_need_a_new_queue_file_wait_with_their_queue_s_later_runs(
-    tmp_path: Path,
+    tmp_path: Path, form: str
 ) -> None:
     """``apply_ready`` (the reput task's pass, no ``missing_files`` first): the runs that fit
     their queue's newest file are written; a run that needs a file is left, with every later
@@ -49,12 +52,14 @@ def test_runs_that_need_a_new_queue_file_wait_with_their_queue_s_later_runs(
     # Log order: A 0-2, B 0-1 (no file yet), C 0, A 4 (past A's file), C 1, A 5.
     order = ["A0", "A1", "A2", "B0", "B1", "C0", "A4", "C1", "A5"]
     records = [_request(offset, name[0], int(name[1])) for offset, name in enumerate(order)]
-    plan = dispatcher.plan(records)
+    # Both forms of a chunk: a request a record (small chunks) or columns (QueueRuns).
+    plan = dispatcher.plan(records if form == "requests" else columns_from_requests(records))
     advanced, left = dispatcher.apply_ready(plan)
     assert advanced == {("A", 0): 3, ("C", 0): 2}
-    assert [(run.key, run.first, run.unit_count) for run in left] == [
-        (("B", 0), 0, 2),
+    # (queues in log order of their first unit, or grouped by queue: a queue's runs in order)
+    assert sorted((run.key, run.first, run.unit_count) for run in left) == [
         (("A", 0), 4, 2),
+        (("B", 0), 0, 2),
     ]
     rest = plan._replace(runs=left)
     for queue, starts in dispatcher.missing_files(rest):
