@@ -435,7 +435,7 @@ class BrokerController:
             self.store = self._store_factory(store_config, observer=self.metrics)
         if self.config.broker.enable_controller_mode:
             self.failover = self._failover()
-        self.store.add_arrival_listener(self.long_poll.on_arrival)
+        self.store.add_arrival_listener(self.long_poll.on_arrival, quiet=self.long_poll.quiet)
         long_poll = self.long_poll
         self.store.set_dispatch_waiters(lambda: long_poll.parked_count > 0)
         self.store.set_consumer_progress(self.offsets.by_queue)

@@ -274,7 +274,7 @@ class MessageStore:
             committed=lambda group, topic, queue_id: self._committed(group, topic, queue_id),
         )
         await self._pop.start()
-        self._arrivals.add(self._pop.on_arrival)
+        self._arrivals.add(self._pop.on_arrival, quiet=self._pop.quiet)
 
     async def shutdown(self) -> None:
         if self._state != "started":
@@ -580,8 +580,12 @@ class MessageStore:
         hands out a group's messages below it (``PopService``'s floor)."""
         self._committed = committed
 
-    def add_arrival_listener(self, listener: ArrivalListener) -> None:
-        self._arrivals.add(listener)
+    def add_arrival_listener(
+        self, listener: ArrivalListener, quiet: Callable[[], bool] | None = None
+    ) -> None:
+        """``listener`` hears of every queue dispatch advanced; ``quiet()`` True (nobody to
+        wake) leaves it out of a report (``Arrivals.add``)."""
+        self._arrivals.add(listener, quiet=quiet)
 
     def remove_arrival_listener(self, listener: ArrivalListener) -> None:
         self._arrivals.remove(listener)

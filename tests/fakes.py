@@ -65,7 +65,7 @@ class FakeStore:
     async def shutdown(self) -> None:
         self.stopped = True
 
-    def add_arrival_listener(self, listener) -> None:  # type: ignore[no-untyped-def]
+    def add_arrival_listener(self, listener, quiet=None) -> None:  # type: ignore[no-untyped-def]
         self.listeners.append(listener)
 
     def set_consumer_progress(self, provider) -> None:  # type: ignore[no-untyped-def]

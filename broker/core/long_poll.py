@@ -123,6 +123,10 @@ class LongPollHolder:
         if not waiters:
             del self._parked[key]
 
+    def quiet(self) -> bool:
+        """No pull is parked: dispatch's report leaves ``on_arrival`` out (``Arrivals.add``)."""
+        return not self._parked
+
     def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         """The store's ArrivalListener: wake pulls of this queue waiting below ``max_offset``.
         Cheap when nobody waits (one dict lookup): dispatch calls it for every batch."""

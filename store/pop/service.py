@@ -159,6 +159,10 @@ class PopService:
         """The store's arrival listener (registered by the facade)."""
         self._wakeups.on_arrival(topic, queue_id, max_offset)
 
+    def quiet(self) -> bool:
+        """No pop waits for arrivals (``Arrivals.add``: the listener is left out)."""
+        return self._wakeups.quiet()
+
     # --- the API ------------------------------------------------------------------------------
     async def pop(
         self,

@@ -71,6 +71,10 @@ class Wakeups:
             if not waiters:
                 del self._by_topic[waiter.topic]
 
+    def quiet(self) -> bool:
+        """Nobody waits: arrivals need not be reported (``Arrivals.add``)."""
+        return not self._by_topic
+
     def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         """The store's arrival listener: wake every waiter of that topic and queue."""
         waiters = self._by_topic.get(topic)

@@ -198,6 +198,48 @@ def test_a_topic_s_arrival_listener_hears_that_topic_only_and_the_others_hear_al
     assert heard == [("every", "SCHEDULE_TOPIC_XXXX", 2, 8)]
 
 
+def test_a_quiet_listener_is_left_out_of_a_report_and_heard_again_once_someone_waits() -> None:
+    """``Arrivals.add(listener, quiet=...)`` (the long polls, pop): asked once a report; while
+    it answers True the listener hears nothing, the others still hear every queue, and a
+    topic's listener still hears its topic."""
+    arrivals = Arrivals()
+    heard: list[tuple[str, str, int, int]] = []
+    asked: list[bool] = []
+    parked = False
+
+    def quiet() -> bool:
+        asked.append(parked)
+        return not parked
+
+    arrivals.add(lambda t, q, m: heard.append(("polls", t, q, m)), quiet=quiet)
+    arrivals.add(lambda t, q, m: heard.append(("every", t, q, m)))
+    arrivals.add(lambda t, q, m: heard.append(("timer", t, q, m)), "rmq_sys_wheel_timer")
+    report = {("T", 0): 3, ("T", 1): 4, ("rmq_sys_wheel_timer", 0): 9}
+    arrivals.notify(report)
+    assert heard == [
+        ("every", "T", 0, 3),
+        ("every", "T", 1, 4),
+        ("every", "rmq_sys_wheel_timer", 0, 9),
+        ("timer", "rmq_sys_wheel_timer", 0, 9),
+    ]
+    assert asked == [False]  # once for the report, not once a queue
+    heard.clear()
+    parked = True
+    arrivals.notify({("T", 1): 5})
+    assert heard == [("polls", "T", 1, 5), ("every", "T", 1, 5)]
+
+
+def test_with_only_quiet_listeners_a_report_calls_nothing() -> None:
+    arrivals = Arrivals()
+    heard: list[int] = []
+    arrivals.add(lambda t, q, m: heard.append(m), quiet=lambda: True)
+    arrivals.notify({("T", q): q for q in range(64)})
+    assert heard == []
+    arrivals.add(lambda t, q, m: heard.append(m), quiet=lambda: False)
+    arrivals.notify({("T", 3): 7})
+    assert heard == [7]
+
+
 async def test_writes_after_shutdown_are_refused(tmp_path: Path) -> None:
     s = MessageStore(small_config(tmp_path))
     await s.start()
