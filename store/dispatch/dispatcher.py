@@ -32,7 +32,7 @@ from wharf.store.fast.index_batch import IndexColumns
 from wharf.store.fast.layout_dtypes import packed
 from wharf.store.index.index_file import IndexEntry
 from wharf.store.index.index_files import IndexService
-from wharf.store.queue.consume_queue import ConsumeQueue, Unit
+from wharf.store.queue.consume_queue import ConsumeQueue, Unit, append_usual_runs
 from wharf.store.queue.table import ConsumeQueueTable
 
 _TAG_CODE_CACHE = 65536
@@ -283,23 +283,30 @@ class Dispatcher:
         ``missing_files`` pass first (a lookup and a check a run, ~0.7 us of ~64 runs a chunk
         at 256 topics): a run that needs a file is left, with every later run of its queue
         (a queue's runs keep their order), for the caller to create the files in a thread and
-        apply them. Returns the queues that advanced and the runs left."""
+        apply them. Returns the queues that advanced and the runs left. The usual runs (the
+        queue's next units, room in its tail) go in one compiled call
+        (``consume_queue.append_usual_runs``: ~1.3 us of Python a run here before); this loop
+        takes the others, in order."""
         runs = plan.runs if isinstance(plan.runs, QueueRuns) else QueueRuns.of(plan.runs)
         advanced: QueueAdvance = {}
         left: list[QueueRun] = []
+        table = self.queues
+        keys, firsts, bounds, ends, data = runs.keys, runs.firsts, runs.bounds, runs.ends, runs.data
+        # Most runs are their queue's next units: taken in one compiled call; the rest here.
+        rest = append_usual_runs(
+            table.queues, table.links, (keys, firsts, bounds, ends, data), advanced
+        )
         held: set[tuple[str, int]] = set()
-        queues, find = self.queues.queues, self.queues.find_or_create
-        data, bounds = runs.data, runs.bounds
-        for key, first, a, b, end in zip(
-            runs.keys, runs.firsts, bounds, bounds[1:], runs.ends, strict=False
-        ):
+        queues, find = table.queues, table.find_or_create
+        for i in rest:
+            key, first, end = keys[i], firsts[i], ends[i]
             queue = queues.get(key)
             if queue is None:
                 queue = find(*key)
-            units = data[a:b]
+            units = data[bounds[i] : bounds[i + 1]]
             top = -1 if held and key in held else queue.append_next(first, units, end)
             if top < 0:  # not the usual run: the general path, or left for new files
-                count = (b - a) // CQ_STORE_UNIT_SIZE
+                count = len(units) // CQ_STORE_UNIT_SIZE
                 if (held and key in held) or not queue.within_files(first + count):
                     held.add(key)
                     left.append(QueueRun(key, first, count, units, end))

@@ -15,6 +15,7 @@
 #define MAX_PROPERTIES_LENGTH 32767
 #define PROPERTY_SEPARATOR 2
 #define SYSFLAG_COMPRESSED 0x1 /* SYSFLAG bit: the body is zlib-compressed */
+#define CQ_STORE_UNIT_SIZE 20 /* a ConsumeQueue unit: offset, size, tags code */
 
 /* Field offsets in the record header (wharf.store.codec.layout.RECORD_FIELDS: OFF_<name>). */
 #define OFF_TOTAL_SIZE 0
@@ -64,6 +65,7 @@ static inline PyObject *new_module_with_format(PyModuleDef *def) {
         PyModule_AddIntConstant(module, "PROPERTY_SEPARATOR", PROPERTY_SEPARATOR) < 0 ||
         PyModule_AddIntConstant(module, "SYSFLAG_COMPRESSED", SYSFLAG_COMPRESSED) < 0 ||
         PyModule_AddIntConstant(module, "RECORD_FIXED_SIZE", RECORD_FIXED_SIZE) < 0 ||
+        PyModule_AddIntConstant(module, "CQ_STORE_UNIT_SIZE", CQ_STORE_UNIT_SIZE) < 0 ||
         PyModule_AddObject(module, "MESSAGE_MAGIC_CODE",
                            PyLong_FromUnsignedLong(MESSAGE_MAGIC_CODE)) < 0 ||
         PyModule_AddObject(module, "BLANK_MAGIC_CODE", PyLong_FromUnsignedLong(BLANK_MAGIC_CODE)) <

@@ -10,6 +10,7 @@ BLANK_MAGIC_CODE: int
 MAX_PROPERTIES_LENGTH: int
 PROPERTY_SEPARATOR: int
 SYSFLAG_COMPRESSED: int
+CQ_STORE_UNIT_SIZE: int
 
 def scan(
     buf: Buffer, pos: int, limit: int, max_count: int, budget: int, any_before: bool, /
@@ -34,3 +35,17 @@ def topic_ids(
     data: Buffer, starts: Buffer, topic_lengths: Buffer, /
 ) -> tuple[bytearray, list[bytes]]:
     """(per record an int64 index into the distinct topics, the distinct topics' bytes)."""
+
+def append_runs(
+    queues: dict[tuple[str, int], object],
+    keys: list[tuple[str, int]],
+    firsts: list[int],
+    bounds: list[int],
+    ends: list[int],
+    data: Buffer,
+    room: int,
+    tail_max: int,
+    advanced: dict[tuple[str, int], int],
+    /,
+) -> tuple[list[int], int]:
+    """(indexes of the runs left for the Python loop, tail bytes added)."""

@@ -17,6 +17,7 @@ BLANK_MAGIC_CODE: int
 MAX_PROPERTIES_LENGTH: int
 PROPERTY_SEPARATOR: int
 SYSFLAG_COMPRESSED: int
+CQ_STORE_UNIT_SIZE: int
 
 def encode_bare_records(
     tail: Buffer,

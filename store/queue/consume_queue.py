@@ -66,6 +66,7 @@ from itertools import starmap
 
 from wharf.store.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT, segment_file_name
 from wharf.store.errors import DamagedQueueError, disk_full_error, is_disk_full
+from wharf.store.fast import load
 from wharf.store.paths import DirectorySyncs, fsync_dir_blocking
 from wharf.store.queue.file_cache import MIN_CAPACITY, QueueFileCache
 
@@ -93,6 +94,10 @@ UNIT = CQ_UNIT
 # stable when a queue restarts mid-file; readers skip it.
 BLANK_UNIT_SIZE = 0x7FFFFFFF
 _BLANK_UNIT = UNIT.pack(0, BLANK_UNIT_SIZE, 0)
+
+# ``append_runs``, the compiled loop of ``ConsumeQueue.append_next`` (store/fast/_log_scan.c);
+# None: dispatch calls ``append_next`` run by run.
+_compiled = load("_log_scan")
 
 
 # A tuple as decoded from one unit: (commit log offset, record size, tags code).
@@ -848,6 +853,31 @@ class ConsumeQueue:
 
 # (first file start, file count, min pos, write pos, max physical offset, min physical offset)
 QueueSummary = tuple[int, int, int, int, int, int]
+
+
+def append_usual_runs(
+    queues: dict[tuple[str, int], ConsumeQueue],
+    links: QueueLinks,
+    runs: tuple[list[tuple[str, int]], list[int], list[int], list[int], bytes],
+    advanced: dict[tuple[str, int], int],
+) -> Sequence[int]:
+    """``ConsumeQueue.append_next`` of many runs at once, compiled: ``runs`` is (keys, firsts,
+    bounds, ends, data) as ``QueueRuns`` holds them (run i: queue ``keys[i]`` from logical
+    ``firsts[i]``, units ``data[bounds[i]:bounds[i + 1]]``, its last record ending at
+    ``ends[i]``). The runs taken set ``advanced[key]`` to their queue's new max offset; the
+    indexes of the others come back, in order (a run left leaves every later run of its queue:
+    their order holds), for the caller's ``append_next`` / ``append_packed``. Without the
+    compiled module (or with a damaged queue, where no run takes the short path) every index
+    comes back."""
+    if _compiled is None or links.damaged:
+        return range(len(runs[0]))
+    keys, firsts, bounds, ends, data = runs
+    room = links.tail_budget - links.tail_bytes
+    rest, used = _compiled.append_runs(
+        queues, keys, firsts, bounds, ends, data, room, TAIL_BYTES, advanced
+    )
+    links.tail_bytes += used
+    return rest
 
 
 def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, at: int, path: str) -> None:

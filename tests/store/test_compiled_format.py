@@ -31,6 +31,7 @@ _EXPECTED = {
     "MAX_PROPERTIES_LENGTH": layout.MAX_PROPERTIES_LENGTH,
     "PROPERTY_SEPARATOR": ord(PROPERTY_SEPARATOR),
     "SYSFLAG_COMPRESSED": layout.SYSFLAG_COMPRESSED,
+    "CQ_STORE_UNIT_SIZE": layout.CQ_STORE_UNIT_SIZE,
     **{f"OFF_{field.name}": field.offset for field in layout.RECORD_FIELDS},
 }
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from wharf.store.codec.layout import CQ_UNIT
+from wharf.store.dispatch.dispatcher import Dispatcher, DispatchPlan, QueueRun, QueueRuns
 from wharf.store.message_store import MessageStore
 from wharf.store.queue import consume_queue
 from wharf.store.queue.consume_queue import TAIL_BYTES, ConsumeQueue
@@ -271,3 +273,113 @@ def test_dispatch_runs_read_back_like_a_list_whatever_the_tail_holds(
         assert list(reopened.read_units(0, len(oracle) + 1)) == oracle
     finally:
         reopened.close()
+
+
+# A chunk's runs: queue (a, b, or c: c created by its first run), first offset against the
+# queue's end (an overlap below, a gap above) and unit count; several runs of a queue in a
+# chunk keep their order.
+_chunk = st.lists(
+    st.tuples(st.sampled_from("abc"), st.integers(-2, 1), st.integers(1, 30)),
+    min_size=1,
+    max_size=12,
+)
+
+
+def _apply_chunks(
+    root: Path, chunks: list[list[tuple[str, int, int]]], budget: int
+) -> tuple[list[object], dict[str, list[tuple[int, int, int]]]]:
+    """Each chunk through ``Dispatcher.apply_ready`` as the reput task applies it (the runs
+    left wait for their files, created in place here); per chunk what it answered, and the
+    queues read back at the end, after the tails are written and the queues reopened."""
+    table = ConsumeQueueTable(root, 64 * UNIT)
+    table.links.tail_budget = budget
+    dispatcher = Dispatcher(table, None, [])
+    ends = {name: 0 for name in "abc"}
+    answers: list[object] = []
+    physical = 0
+    try:
+        for chunk in chunks:
+            runs = []
+            for name, shift, count in chunk:
+                first = max(ends[name] + shift, 0)
+                units = b"".join(
+                    CQ_UNIT.pack(physical + i * 100, 100, first + i) for i in range(count)
+                )
+                physical += count * 100
+                runs.append(QueueRun((name, 0), first, count, units, physical))
+                ends[name] = max(ends[name], first + count)
+            plan = DispatchPlan(QueueRuns.of(runs), [], len(runs), 0)
+            advanced, left = dispatcher.apply_ready(plan)
+            rest = plan._replace(runs=left)
+            for queue, starts in dispatcher.missing_files(rest):
+                queue.adopt_files(queue.create_files_blocking(starts))
+            answers.append((advanced, [tuple(run) for run in left], dispatcher.apply_queues(rest)))
+            assert table.links.tail_bytes <= budget
+        for queue in table.queues.values():
+            queue.spill()
+            queue.flush_blocking()
+    finally:
+        table.close()
+    back = {}
+    for name in "abc":
+        if not (root / name / "0").is_dir():
+            continue  # no run of it
+        queue = ConsumeQueue.load_blocking(name, 0, root / name / "0", 64 * UNIT)
+        try:
+            back[name] = list(queue.read_units(0, queue.max_offset + 1))
+        finally:
+            queue.close()
+    return answers, back
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    chunks=st.lists(_chunk, min_size=1, max_size=12),
+    budget=st.sampled_from([0, 15 * UNIT, TAIL_BYTES, 1 << 20]),
+)
+def test_the_compiled_usual_runs_apply_as_append_next_run_by_run(
+    tmp_path_factory: pytest.TempPathFactory,
+    chunks: list[list[tuple[str, int, int]]],
+    budget: int,
+) -> None:
+    """``append_usual_runs`` (store/fast/_log_scan.c ``append_runs``) against the Python
+    ``append_next`` loop it replaces: the same queues advanced to the same offsets, the same
+    runs left for new files, and the same units read back, whatever the chunks hold
+    (overlaps, gaps, a queue's several runs, new queues, 64-unit files, small budgets)."""
+    compiled = _apply_chunks(tmp_path_factory.mktemp("compiled"), chunks, budget)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(consume_queue, "_compiled", None)
+        reference = _apply_chunks(tmp_path_factory.mktemp("python"), chunks, budget)
+    assert compiled == reference
+
+
+def test_the_compiled_module_takes_a_chunk_of_usual_runs_whole(tmp_path: Path) -> None:
+    """The usual chunk (each queue's next units, in its newest file, room in its tail) is
+    taken by the one compiled call: nothing comes back for the Python loop."""
+    assert consume_queue._compiled is not None  # built by `make setup`
+    table = ConsumeQueueTable(tmp_path, FILE)
+    dispatcher = Dispatcher(table, None, [])
+    try:
+        first_runs = [QueueRun((t, 0), 0, 1, CQ_UNIT.pack(0, 100, 0), 100) for t in "xyz"]
+        plan = DispatchPlan(first_runs, [], 3, 0)
+        for queue, starts in dispatcher.missing_files(plan):
+            queue.adopt_files(queue.create_files_blocking(starts))
+        dispatcher.apply_queues(plan)  # the first units: files, tails
+        runs = QueueRuns.of(
+            [QueueRun((t, 0), 1, 2, CQ_UNIT.pack(1, 100, 0) * 2, 300) for t in "xyz"]
+        )
+        advanced: dict[tuple[str, int], int] = {}
+        before = table.links.tail_bytes
+        rest = consume_queue.append_usual_runs(
+            table.queues, table.links, (runs.keys, runs.firsts, runs.bounds, runs.ends, runs.data),
+            advanced,
+        )  # fmt: skip
+        assert list(rest) == []
+        assert advanced == {("x", 0): 3, ("y", 0): 3, ("z", 0): 3}
+        assert table.links.tail_bytes == before + 3 * 2 * UNIT
+        assert [u[0] for u in table.find("y", 0).read_units(0, 5)] == [0, 1, 1]
+        assert table.find("y", 0).max_physical_offset == 300
+    finally:
+        table.close()
