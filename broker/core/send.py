@@ -161,7 +161,7 @@ class SendCore:
         deletion or a new auto-created topic replaces it): 32 topics' batches a request paid
         ~0.6 us a batch for the whole ``topic`` (issue 33)."""
         self.check_open()
-        table, admitted, next_queue = self.topics.table, self._admitted, self.next_queue
+        table, admitted, turns = self.topics.table, self._admitted, self._turns
         queue_ids: list[int] = []
         for index, name in enumerate(names):
             if refused and index in refused:
@@ -176,7 +176,11 @@ class SendCore:
                 if len(admitted) >= ADMITTED_TOPICS:
                     admitted.clear()
                 admitted[name] = topic
-            queue_ids.append(next_queue(topic))
+            # ``next_queue``'s turn, inline (a call a batch was ~0.15 us of ~0.6): the same
+            # counter, so every protocol's sends to a topic share its round robin.
+            turn = turns.get(name, 0)
+            turns[name] = turn + 1
+            queue_ids.append(turn % topic.write_queue_nums)
         return queue_ids
 
     def admit(

@@ -77,11 +77,6 @@ class HistogramAccumulator:
             self._counts[slot] += count
             self._total += total
 
-    def add_locked(self, slot: int, count: int, total: float) -> None:
-        """``add`` by a caller that holds this child's lock (its family's)."""
-        self._counts[slot] += count
-        self._total += total
-
     def snapshot(self) -> HistogramSnapshot:
         with self._lock:
             counts = list(self._counts)
@@ -143,7 +138,8 @@ class LabelledHistograms:
                     found = children.get(key)
                     if found is None:
                         found = child_locked(key)
-                    found.add_locked(low, counts[index], total)
+                    found._counts[low] += counts[index]  # ``add`` without its lock (held) or a call
+                    found._total += total
             return
         lows = np.searchsorted(self._bounds_array, np.minimum.reduceat(values, starts), "left")
         highs = np.searchsorted(self._bounds_array, np.maximum.reduceat(values, starts), "left")
