@@ -24,6 +24,11 @@ back pays ~2.4 us more per message than one writing into pages freed a moment ag
 decided the ratios more than the configurations did (the same one measured 306k and 166k msg/s
 in consecutive rounds without it).
 
+Order: every other round runs the configurations in reverse (1, 256 | 256, 1 | ...). Runs slow
+down over a program (the page cache takes memory the VM's host has to back: a configuration's
+first and last rounds differ by up to 1.5x), and a fixed order charged that to the one measured
+second in each round.
+
 ``--form``: how the SDK sends several topics' batches in one request: ``columns`` (its
 default, ``SendMessageRequest.batch_topics``), ``parts`` (a sub-request each, the form before
 2026-11-25) or ``none`` (a request per batch, the SDK before issue 33). ``--quick``: 1, 16,
@@ -167,8 +172,9 @@ def main() -> None:
         total = sum(counts)
         print(f"warm-up: {total:,} topics, {total * QUEUES:,} queues, one message each: "
               f"{took:.1f} s")  # fmt: skip
-        for _ in range(args.rounds):
-            for n in counts:
+        for round_ in range(args.rounds):
+            # Every other round in reverse ("Order" in the module docstring).
+            for n in counts if round_ % 2 == 0 else counts[::-1]:
                 recycle_memory(int(args.recycle_gib * (1 << 30)))
                 user0, sys0 = process_cpu_split(broker.pid)
                 rate, client = uvloop.run(measure(broker.endpoint, n, args))
