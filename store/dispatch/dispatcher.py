@@ -304,19 +304,16 @@ class Dispatcher:
             if queue is None:
                 queue = find(*key)
             units = data[bounds[i] : bounds[i + 1]]
-            top = -1 if held and key in held else queue.append_next(first, units, end)
-            if top < 0:  # not the usual run: the general path, or left for new files
-                count = len(units) // CQ_STORE_UNIT_SIZE
-                if (held and key in held) or not queue.within_files(first + count):
-                    held.add(key)
-                    left.append(QueueRun(key, first, count, units, end))
-                    continue
-                try:
-                    queue.append_packed(first, units, end)
-                except DamagedQueueError:
-                    continue  # that queue alone (logged once, rebuilt at the next start)
-                top = queue.max_offset
-            advanced[key] = top
+            count = len(units) // CQ_STORE_UNIT_SIZE
+            if (held and key in held) or not queue.within_files(first + count):
+                held.add(key)  # left for new files, with the queue's later runs
+                left.append(QueueRun(key, first, count, units, end))
+                continue
+            try:
+                queue.append_packed(first, units, end)  # its usual-run path first
+            except DamagedQueueError:
+                continue  # that queue alone (logged once, rebuilt at the next start)
+            advanced[key] = queue.max_offset
         return advanced, left
 
     def apply_index(self, plan: DispatchPlan) -> IndexEntries:
