@@ -64,6 +64,10 @@ class StoreConfig:
     flush_interval_consume_queue: int = 1000
     flush_consume_queue_least_pages: int = 2
     flush_consume_queue_thorough_interval: int = 60_000
+    # flushConsumeQueueMaxQueues (Wharf's): a per-second pass syncs at most this many queues,
+    # the most unflushed first (services/queue_flush.py: at 1,024 busy queues it synced
+    # ~700 a second).
+    flush_consume_queue_max_queues: int = 16
 
     # transientStorePoolEnable: appends land in pooled write buffers and a CommitRealTimeService
     # copies them into the file off the event loop. Default chosen by measurement (README).

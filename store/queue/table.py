@@ -10,6 +10,7 @@ queue from it and opens nothing.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from operator import attrgetter
 from pathlib import Path
 
 from wharf.store.paths import DirectorySyncs, write_bytes_atomic_blocking
@@ -42,6 +44,8 @@ SPILL_CHUNK = 1024
 # The queues met damaged while serving (JSON [[topic, queue id], ...]), for the next start to
 # set aside and rebuild; a file, so never taken for a topic. Removed once recovery rebuilt them.
 DAMAGED_FILE = ".damaged.json"
+
+_unflushed_bytes = attrgetter("unflushed_bytes")
 
 
 class ConsumeQueueTable:
@@ -292,6 +296,15 @@ class ConsumeQueueTable:
         dirty ones only, so an idle broker of 100,000 queues visits none."""
         floor = max(least_bytes, 1)
         return [queue for queue in self.dirty if queue.unflushed_bytes >= floor]
+
+    def most_unflushed(self, least_bytes: int, most: int) -> list[ConsumeQueue]:
+        """Of the queues with at least ``least_bytes`` unflushed, the ``most`` with the most."""
+        floor = max(least_bytes, 1)
+        return heapq.nlargest(
+            most,
+            (queue for queue in self.dirty if queue.unflushed_bytes >= floor),
+            key=_unflushed_bytes,
+        )
 
     def flushed(self, queues: list[ConsumeQueue]) -> None:
         """After a flush of ``queues`` (loop): those with nothing unflushed are clean."""
