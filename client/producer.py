@@ -45,7 +45,7 @@ from wharf.client.message import (
     timer_property,
     to_wire,
 )
-from wharf.client.record_encoder import RecordEncoder, results_maker, results_of
+from wharf.client.record_encoder import RecordEncoder, column_results, results_maker, results_of
 from wharf.client.route import RouteCache
 from wharf.client.selector import MessageQueueSelector
 from wharf.client.send_stream import SendStream, group_field, topic_field
@@ -592,16 +592,17 @@ class Producer:
         part each); per batch its results or its own error."""
         index = self._next_stream
         self._next_stream = (index + 1) % len(self._stubs)
-        records_of = [[item[0] for item in items] for _, items in batches]
         stream = self._stream(index)
         try:
             if self._many == "columns":
-                columns = [
-                    (self._topic_field(key[0]), records)
-                    for (key, _), records in zip(batches, records_of, strict=True)
-                ]
-                response = _checked(await stream.request_columns(self._group_field, columns))
-                return self._column_outcomes(batches, records_of, response)
+                topic_field = self._topic_field
+                fields = [topic_field(key[0]) for key, _ in batches]
+                item_lists = [items for _, items in batches]
+                response = _checked(
+                    await stream.request_columns(self._group_field, fields, item_lists)
+                )
+                return self._column_outcomes(batches, item_lists, response)
+            records_of = [[item[0] for item in items] for _, items in batches]
             parts = [
                 (self._head_of(key), records)
                 for (key, _), records in zip(batches, records_of, strict=True)
@@ -637,7 +638,7 @@ class Producer:
     @staticmethod
     def _column_outcomes(
         batches: list[tuple[_BatchKey, list[Any]]],
-        records_of: list[list[bytes]],
+        item_lists: list[list[Any]],
         response: messaging_pb2.SendMessageResponse,
     ) -> list[list[SendResult] | Exception]:
         """Per batch its results from the reply's batch columns, or its error."""
@@ -647,22 +648,31 @@ class Producer:
         firsts = list(response.batch_first_queue_offsets)
         offsets = list(response.batch_first_commit_log_offsets)
         errors = response.batch_errors
+        if not errors:  # the usual reply: every batch stored, results in one compiled call
+            sent = sum(map(len, item_lists))
+            if sent != response.count:
+                raise WharfError(f"broker stored {response.count} records of the {sent} sent")
+            topics = [key[0] for key, _ in batches]
+            return column_results(  # type: ignore[return-value]
+                response.status, response.store_host, queue_ids, firsts, offsets, topics,
+                item_lists,
+            )  # fmt: skip
         results = results_maker(response.status, response.store_host)
         outcomes: list[list[SendResult] | Exception] = []
         stored = 0
-        for i, ((key, items), records) in enumerate(zip(batches, records_of, strict=True)):
-            if errors and i in errors:
+        for i, ((key, _), items) in enumerate(zip(batches, item_lists, strict=True)):
+            if i in errors:
                 error = errors[i]
                 outcomes.append(error_for_status_number(error.code, error.message))
                 continue
-            stored += len(records)
+            stored += len(items)
             outcomes.append(
                 results(
                     queue_ids[i],
                     firsts[i],
                     offsets[i],
                     key[0],
-                    records,
+                    [item[0] for item in items],
                     [item[1] for item in items],
                 )
             )

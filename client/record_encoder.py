@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from itertools import accumulate
+from typing import Any
 
 from wharf.client.compression import COMPRESS_THRESHOLD
 from wharf.client.errors import InvalidArgumentError
@@ -39,6 +40,7 @@ from wharf.v1 import messaging_pb2
 _compiled = fast.load("_record_encoder")
 _encode_bare_records = None if _compiled is None else _compiled.encode_bare_records
 _send_results = None if _compiled is None else _compiled.send_results
+_column_results = None if _compiled is None else _compiled.column_results
 
 _UNIQ_KEY_NAME = f"{PROPERTY_UNIQ_KEY}\x01"
 _STATUS_OF = {status.value: status for status in SendStatus}.get
@@ -230,3 +232,31 @@ def results_maker(status_number: int, store_host: str) -> ResultsMaker:
         ]
 
     return make_python
+
+
+def column_results(
+    status_number: int,
+    store_host: str,
+    queue_ids: list[int],
+    firsts: list[int],
+    offsets: list[int],
+    topics: list[str],
+    batches: list[list[Any]],
+) -> list[list[SendResult]]:
+    """``results_at`` of every batch of a reply in columns, none failed: batch i's items,
+    (record, unique id, ...) tuples, stored from ``firsts[i]`` in ``queue_ids[i]`` and from
+    ``offsets[i]`` in the commit log. Compiled, one call for the reply: at 256 topics a call
+    and two item lists a batch were ~0.6 us of Python a 16-message batch (issue 33)."""
+    if _column_results is not None:
+        status = _STATUS_OF(status_number, SendStatus.UNKNOWN)
+        return _column_results(  # type: ignore[no-any-return]
+            SendResult, status, _offset_id_prefix(store_host), queue_ids, firsts, offsets,
+            topics, batches,
+        )  # fmt: skip
+    make = results_maker(status_number, store_host)
+    return [
+        make(queue_id, first, offset, topic, [i[0] for i in items], [i[1] for i in items])
+        for queue_id, first, offset, topic, items in zip(
+            queue_ids, firsts, offsets, topics, batches, strict=True
+        )
+    ]

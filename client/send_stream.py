@@ -17,12 +17,18 @@ this is a valid ``SendMessageRequest``; it skips copying every message into a re
 from __future__ import annotations
 
 import collections
+from typing import Any
 
 import grpc
 from wharf import hops
 from wharf.client.errors import ClientClosedError, WharfError
 from wharf.client.stream_mux import MuxStream
+from wharf.store import fast
 from wharf.v1 import common_pb2, messaging_pb2
+
+# store/fast/_record_encoder.c's columns_payload; None: the Python twin below.
+_compiled = fast.load("_record_encoder")
+_columns_payload = None if _compiled is None else _compiled.columns_payload
 
 _METHOD = "/wharf.v1.MessagingService/SendMessageStream"
 _MESSAGES_TAG = b"\x1a"  # SendMessageRequest.messages: field 3, length-delimited
@@ -81,20 +87,28 @@ _BATCH_TOPICS_TAG = b"\x42"  # SendMessageRequest.batch_topics: field 8, length-
 _BATCH_SIZES_TAG = b"\x4a"  # SendMessageRequest.batch_sizes: field 9, packed varints
 
 
+def columns_payload(batches: list[list[Any]]) -> tuple[bytes, int, list[bytes]]:
+    """Of batches of (record, ...) items: their byte sizes as a packed varint field's payload,
+    the sum, and every record in order. Compiled, no Python step a batch (~0.4 us a
+    16-message batch less at 256 topics, issue 33)."""
+    if _columns_payload is not None:
+        return _columns_payload(batches)  # type: ignore[no-any-return]
+    sizes = [sum(len(item[0]) for item in items) for items in batches]
+    records = [item[0] for items in batches for item in items]
+    return b"".join(map(encode_varint, sizes)), sum(sizes), records
+
+
 def encode_columns_request(
-    request_id: int, group: bytes, batches: list[tuple[bytes, list[bytes]]]
+    request_id: int, group: bytes, topics: list[bytes], batches: list[list[Any]]
 ) -> bytes:
     """request_id + ``group`` (the producer_group field, encoded once) + the batches in
-    columns: per (topic field, records) its topic and byte size, then every record once, in
-    ONE ``records`` field."""
-    sizes = [sum(map(len, records)) for _, records in batches]
-    packed = b"".join(map(encode_varint, sizes))
-    pieces = [_REQUEST_ID_TAG, encode_varint(request_id), group]
-    pieces.extend(topic for topic, _ in batches)
+    columns: ``topics[i]`` (a ``topic_field``) and the byte size of batch i, a list of
+    (record, ...) items, then every record once, in ONE ``records`` field."""
+    packed, total, records = columns_payload(batches)
+    pieces = [_REQUEST_ID_TAG, encode_varint(request_id), group, *topics]
     pieces.extend((_BATCH_SIZES_TAG, encode_varint(len(packed)), packed))
-    pieces.extend((_RECORDS_TAG, encode_varint(sum(sizes))))
-    for _, records in batches:
-        pieces.extend(records)
+    pieces.extend((_RECORDS_TAG, encode_varint(total)))
+    pieces.extend(records)
     return b"".join(pieces)
 
 
@@ -151,12 +165,14 @@ class SendStream(MuxStream[messaging_pb2.SendMessageResponse]):
         return await self._exchange(request_id, encode_parts_request(request_id, parts))
 
     async def request_columns(
-        self, group: bytes, batches: list[tuple[bytes, list[bytes]]]
+        self, group: bytes, topics: list[bytes], batches: list[list[Any]]
     ) -> messaging_pb2.SendMessageResponse:
-        """Send several batches of records, each (``topic_field``, records), in columns
-        (``batch_topics``); await the reply (the batch columns, in order)."""
+        """Send several batches of (record, ...) items, batch i to ``topics[i]`` (a
+        ``topic_field``), in columns (``batch_topics``); await the reply (the batch columns,
+        in order)."""
         request_id = self.next_id()
-        return await self._exchange(request_id, encode_columns_request(request_id, group, batches))
+        data = encode_columns_request(request_id, group, topics, batches)
+        return await self._exchange(request_id, data)
 
     async def _exchange(self, request_id: int, data: bytes) -> messaging_pb2.SendMessageResponse:
         future = self.expect(request_id)

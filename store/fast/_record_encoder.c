@@ -157,45 +157,28 @@ done:
     return result;
 }
 
-PyDoc_STRVAR(send_results_doc,
-             "send_results(result_type, status, unique_ids, records, first_commit_log_offset, "
-             "host_prefix, queue_id, first_queue_offset, topic) -> list\n\n"
-             "One ``result_type`` tuple per record: (status, unique id, host_prefix + the "
-             "record's commit log offset as 16 hex digits, queue_id, its queue offset, topic); "
-             "record i starts where records 0..i-1 end.");
-
-static PyObject *send_results(PyObject *module, PyObject *args) {
-    PyObject *result_type, *status, *ids_arg, *records_arg, *prefix, *queue_id, *topic;
-    long long offset, queue_offset;
-    (void)module;
-    if (!PyArg_ParseTuple(args, "O!OOOLUOLU:send_results", &PyType_Type, &result_type, &status,
-                          &ids_arg, &records_arg, &offset, &prefix, &queue_id, &queue_offset,
-                          &topic)) {
-        return NULL;
-    }
-    if (!PyType_IsSubtype((PyTypeObject *)result_type, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "result_type must be a tuple subclass");
-        return NULL;
-    }
-    Py_ssize_t prefix_len;
-    const char *prefix_chars = PyUnicode_AsUTF8AndSize(prefix, &prefix_len);
-    if (prefix_chars == NULL) {
-        return NULL;
-    }
-    if (prefix_len > 64) {
-        PyErr_SetString(PyExc_ValueError, "host_prefix is too long");
-        return NULL;
-    }
+/* One batch's results: record i of ``records`` (or item i's [0] when ``items``, with its unique
+ * id at [1]) stored at ``offset`` + the sizes of records 0..i-1 and at ``queue_offset`` + i. */
+static PyObject *batch_results(PyObject *result_type, PyObject *status, const char *prefix_chars,
+                               Py_ssize_t prefix_len, PyObject *ids_arg, PyObject *records_arg,
+                               long long offset, PyObject *queue_id, long long queue_offset,
+                               PyObject *topic, int items) {
     PyObject *result = NULL;
-    PyObject *ids = PySequence_Fast(ids_arg, "unique_ids must be a sequence");
-    PyObject *records = ids ? PySequence_Fast(records_arg, "records must be a sequence") : NULL;
-    if (ids == NULL || records == NULL) {
-        goto done;
+    PyObject *ids = NULL;
+    PyObject *records = PySequence_Fast(records_arg, "records must be a sequence");
+    if (records == NULL) {
+        return NULL;
     }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(records);
-    if (PySequence_Fast_GET_SIZE(ids) < n) {
-        PyErr_SetString(PyExc_ValueError, "fewer unique_ids than records");
-        goto done;
+    if (!items) {
+        ids = PySequence_Fast(ids_arg, "unique_ids must be a sequence");
+        if (ids == NULL) {
+            goto done;
+        }
+        if (PySequence_Fast_GET_SIZE(ids) < n) {
+            PyErr_SetString(PyExc_ValueError, "fewer unique_ids than records");
+            goto done;
+        }
     }
     result = PyList_New(n);
     if (result == NULL) {
@@ -205,36 +188,48 @@ static PyObject *send_results(PyObject *module, PyObject *args) {
     memcpy(text, prefix_chars, (size_t)prefix_len);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *record = PySequence_Fast_GET_ITEM(records, i);
+        PyObject *uid;
+        if (items) {
+            if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) < 2) {
+                PyErr_Format(PyExc_TypeError, "item #%zd is not a (record, unique id, ...) tuple",
+                             i);
+                Py_CLEAR(result);
+                goto done;
+            }
+            uid = PyTuple_GET_ITEM(record, 1);
+            record = PyTuple_GET_ITEM(record, 0);
+        } else {
+            uid = PySequence_Fast_GET_ITEM(ids, i);
+        }
         Py_ssize_t size = PyObject_Length(record);
         if (size < 0) {
             Py_CLEAR(result);
             goto done;
         }
         snprintf(text + prefix_len, 17, "%016llX", (unsigned long long)offset);
-        PyObject *items = PyTuple_New(6);
+        PyObject *fields = PyTuple_New(6);
         PyObject *offset_id = PyUnicode_FromStringAndSize(text, prefix_len + 16);
         PyObject *q_offset = PyLong_FromLongLong(queue_offset + i);
-        if (items == NULL || offset_id == NULL || q_offset == NULL) {
-            Py_XDECREF(items);
+        if (fields == NULL || offset_id == NULL || q_offset == NULL) {
+            Py_XDECREF(fields);
             Py_XDECREF(offset_id);
             Py_XDECREF(q_offset);
             Py_CLEAR(result);
             goto done;
         }
-        PyObject *uid = PySequence_Fast_GET_ITEM(ids, i);
         Py_INCREF(status);
         Py_INCREF(uid);
         Py_INCREF(queue_id);
         Py_INCREF(topic);
-        PyTuple_SET_ITEM(items, 0, status);
-        PyTuple_SET_ITEM(items, 1, uid);
-        PyTuple_SET_ITEM(items, 2, offset_id);
-        PyTuple_SET_ITEM(items, 3, queue_id);
-        PyTuple_SET_ITEM(items, 4, q_offset);
-        PyTuple_SET_ITEM(items, 5, topic);
-        /* tuple.__new__(result_type, items): the NamedTuple without its Python __new__ */
-        PyObject *new_args = PyTuple_Pack(1, items);
-        Py_DECREF(items);
+        PyTuple_SET_ITEM(fields, 0, status);
+        PyTuple_SET_ITEM(fields, 1, uid);
+        PyTuple_SET_ITEM(fields, 2, offset_id);
+        PyTuple_SET_ITEM(fields, 3, queue_id);
+        PyTuple_SET_ITEM(fields, 4, q_offset);
+        PyTuple_SET_ITEM(fields, 5, topic);
+        /* tuple.__new__(result_type, fields): the NamedTuple without its Python __new__ */
+        PyObject *new_args = PyTuple_Pack(1, fields);
+        Py_DECREF(fields);
         PyObject *entry = NULL;
         if (new_args != NULL) {
             entry = PyTuple_Type.tp_new((PyTypeObject *)result_type, new_args, NULL);
@@ -249,7 +244,164 @@ static PyObject *send_results(PyObject *module, PyObject *args) {
     }
 done:
     Py_XDECREF(ids);
-    Py_XDECREF(records);
+    Py_DECREF(records);
+    return result;
+}
+
+static int check_result_args(PyObject *result_type, PyObject *prefix, const char **prefix_chars,
+                             Py_ssize_t *prefix_len) {
+    if (!PyType_IsSubtype((PyTypeObject *)result_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "result_type must be a tuple subclass");
+        return -1;
+    }
+    *prefix_chars = PyUnicode_AsUTF8AndSize(prefix, prefix_len);
+    if (*prefix_chars == NULL) {
+        return -1;
+    }
+    if (*prefix_len > 64) {
+        PyErr_SetString(PyExc_ValueError, "host_prefix is too long");
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(send_results_doc,
+             "send_results(result_type, status, unique_ids, records, first_commit_log_offset, "
+             "host_prefix, queue_id, first_queue_offset, topic) -> list\n\n"
+             "One ``result_type`` tuple per record: (status, unique id, host_prefix + the "
+             "record's commit log offset as 16 hex digits, queue_id, its queue offset, topic); "
+             "record i starts where records 0..i-1 end.");
+
+static PyObject *send_results(PyObject *module, PyObject *args) {
+    PyObject *result_type, *status, *ids_arg, *records_arg, *prefix, *queue_id, *topic;
+    long long offset, queue_offset;
+    const char *prefix_chars;
+    Py_ssize_t prefix_len;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "O!OOOLUOLU:send_results", &PyType_Type, &result_type, &status,
+                          &ids_arg, &records_arg, &offset, &prefix, &queue_id, &queue_offset,
+                          &topic)) {
+        return NULL;
+    }
+    if (check_result_args(result_type, prefix, &prefix_chars, &prefix_len) < 0) {
+        return NULL;
+    }
+    return batch_results(result_type, status, prefix_chars, prefix_len, ids_arg, records_arg,
+                         offset, queue_id, queue_offset, topic, 0);
+}
+
+PyDoc_STRVAR(column_results_doc,
+             "column_results(result_type, status, host_prefix, queue_ids, first_queue_offsets, "
+             "first_commit_log_offsets, topics, batches) -> list[list]\n\n"
+             "send_results of every batch of a reply in columns: batch i is a list of items, "
+             "(record, unique id, ...) tuples, stored from first_queue_offsets[i] in "
+             "queue_ids[i] and from first_commit_log_offsets[i] in the commit log.");
+
+static PyObject *column_results(PyObject *module, PyObject *args) {
+    PyObject *result_type, *status, *prefix, *queue_ids, *firsts, *offsets, *topics, *batches;
+    const char *prefix_chars;
+    Py_ssize_t prefix_len;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "O!OUO!O!O!O!O!:column_results", &PyType_Type, &result_type,
+                          &status, &prefix, &PyList_Type, &queue_ids, &PyList_Type, &firsts,
+                          &PyList_Type, &offsets, &PyList_Type, &topics, &PyList_Type,
+                          &batches)) {
+        return NULL;
+    }
+    if (check_result_args(result_type, prefix, &prefix_chars, &prefix_len) < 0) {
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(batches);
+    if (PyList_GET_SIZE(queue_ids) != n || PyList_GET_SIZE(firsts) != n ||
+        PyList_GET_SIZE(offsets) != n || PyList_GET_SIZE(topics) != n) {
+        PyErr_SetString(PyExc_ValueError, "the columns and batches differ in length");
+        return NULL;
+    }
+    PyObject *result = PyList_New(n);
+    if (result == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long first = PyLong_AsLongLong(PyList_GET_ITEM(firsts, i));
+        long long offset = PyLong_AsLongLong(PyList_GET_ITEM(offsets, i));
+        if ((first == -1 || offset == -1) && PyErr_Occurred()) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyObject *one = batch_results(result_type, status, prefix_chars, prefix_len, NULL,
+                                      PyList_GET_ITEM(batches, i), offset,
+                                      PyList_GET_ITEM(queue_ids, i), first,
+                                      PyList_GET_ITEM(topics, i), 1);
+        if (one == NULL) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyList_SET_ITEM(result, i, one);
+    }
+    return result;
+}
+
+PyDoc_STRVAR(columns_payload_doc,
+             "columns_payload(batches) -> (packed_sizes, total, records)\n\n"
+             "For SendMessageRequest's columns: batch i (a list of (record, ...) tuples) "
+             "has its records' total size as a base-128 varint in ``packed_sizes`` (a packed "
+             "repeated field's payload), ``total`` is their sum, ``records`` every record in "
+             "order.");
+
+static PyObject *columns_payload(PyObject *module, PyObject *arg) {
+    (void)module;
+    if (!PyList_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "batches must be a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(arg), count = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *items = PyList_GET_ITEM(arg, i);
+        if (!PyList_Check(items)) {
+            PyErr_Format(PyExc_TypeError, "batch #%zd is not a list", i);
+            return NULL;
+        }
+        count += PyList_GET_SIZE(items);
+    }
+    PyObject *packed = PyBytes_FromStringAndSize(NULL, n * 10); /* a varint: at most 10 bytes */
+    PyObject *records = packed ? PyList_New(count) : NULL;
+    if (records == NULL) {
+        Py_XDECREF(packed);
+        return NULL;
+    }
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(packed);
+    Py_ssize_t used = 0, at = 0;
+    unsigned long long total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *items = PyList_GET_ITEM(arg, i);
+        unsigned long long size = 0;
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(items); j++) {
+            PyObject *item = PyList_GET_ITEM(items, j);
+            PyObject *record;
+            if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 1 ||
+                !PyBytes_Check(record = PyTuple_GET_ITEM(item, 0))) {
+                PyErr_Format(PyExc_TypeError, "item #%zd of batch #%zd is not a (bytes, ...) "
+                             "tuple", j, i);
+                Py_DECREF(packed);
+                Py_DECREF(records);
+                return NULL;
+            }
+            size += (unsigned long long)PyBytes_GET_SIZE(record);
+            Py_INCREF(record);
+            PyList_SET_ITEM(records, at++, record);
+        }
+        total += size;
+        while (size >= 0x80) {
+            out[used++] = (unsigned char)((size & 0x7F) | 0x80);
+            size >>= 7;
+        }
+        out[used++] = (unsigned char)size;
+    }
+    if (_PyBytes_Resize(&packed, used) < 0) {
+        Py_DECREF(records);
+        return NULL;
+    }
+    PyObject *result = Py_BuildValue("(NKN)", packed, total, records);
     return result;
 }
 
@@ -302,6 +454,8 @@ static PyMethodDef methods[] = {
     {"counter_ids", counter_ids, METH_VARARGS, counter_ids_doc},
     {"encode_bare_records", encode_bare_records, METH_VARARGS, encode_bare_records_doc},
     {"send_results", send_results, METH_VARARGS, send_results_doc},
+    {"column_results", column_results, METH_VARARGS, column_results_doc},
+    {"columns_payload", columns_payload, METH_O, columns_payload_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -39,4 +39,16 @@ def send_results(
     topic: str,
     /,
 ) -> list[_T]: ...
+def column_results(
+    result_type: type[_T],
+    status: Any,
+    host_prefix: str,
+    queue_ids: list[int],
+    first_queue_offsets: list[int],
+    first_commit_log_offsets: list[int],
+    topics: list[str],
+    batches: list[list[Any]],
+    /,
+) -> list[list[_T]]: ...
+def columns_payload(batches: list[list[Any]], /) -> tuple[bytes, int, list[bytes]]: ...
 def counter_ids(head: str, start: int, count: int, /) -> list[str]: ...

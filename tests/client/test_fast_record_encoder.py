@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import wharf.client.ids as ids_module
 import wharf.client.record_encoder as record_encoder
+import wharf.client.send_stream as send_stream
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from wharf.client.ids import new_unique_ids
@@ -107,6 +108,100 @@ def test_compiled_send_results_equal_the_python_ones(
         assert [r.offset_msg_id for r in compiled] == [
             create_offset_msg_id(store_host, start) for start in starts
         ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batches=st.lists(
+        st.tuples(
+            st.lists(st.integers(91, 3000), min_size=1, max_size=12),  # record sizes
+            st.integers(0, 2**31 - 1),  # queue id
+            st.integers(0, 2**60),  # first queue offset
+            st.integers(0, 2**60),  # first commit log offset
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    status=st.integers(0, 5),
+    store_host=st.sampled_from(["127.0.0.1:10911", "", "not-a-host"]),
+)
+def test_compiled_column_results_equal_results_at_batch_by_batch(
+    batches: list[tuple[list[int], int, int, int]], status: int, store_host: str
+) -> None:
+    """A reply in columns answered in one compiled call: each batch's results are those of
+    ``results_at`` for that batch alone, and the Python twin agrees."""
+    topics = [f"t{i}" for i in range(len(batches))]
+    item_lists = []
+    for sizes, *_ in batches:
+        ids = new_unique_ids(len(sizes))
+        item_lists.append([(bytes(size), uid) for size, uid in zip(sizes, ids, strict=True)])
+    columns = [list(column) for column in zip(*(batch[1:] for batch in batches), strict=True)]
+    queue_ids, firsts, offsets = columns
+    compiled = record_encoder.column_results(
+        status, store_host, queue_ids, firsts, offsets, topics, item_lists
+    )
+    expected = [
+        record_encoder.results_at(
+            status,
+            store_host,
+            queue_id,
+            first,
+            offset,
+            topic,
+            [item[0] for item in items],
+            [item[1] for item in items],
+        )
+        for queue_id, first, offset, topic, items in zip(
+            queue_ids, firsts, offsets, topics, item_lists, strict=True
+        )
+    ]
+    assert compiled == expected
+    assert all(type(result) is SendResult for results in compiled for result in results)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(record_encoder, "_column_results", None)
+        patch.setattr(record_encoder, "_send_results", None)
+        python = record_encoder.column_results(
+            status, store_host, queue_ids, firsts, offsets, topics, item_lists
+        )
+    assert python == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(
+        st.lists(st.integers(0, 20_000), min_size=0, max_size=6), min_size=0, max_size=40
+    )
+)
+def test_compiled_columns_payload_equals_the_python_twin(sizes: list[list[int]]) -> None:
+    """The batch sizes as a packed varint field (sizes past 127 and 16,383 take 2 and 3
+    bytes), their sum and the records in order; what the broker reads back as batch_sizes."""
+    batches = [[(bytes([i % 256]) * size, "id") for i, size in enumerate(batch)] for batch in sizes]
+    compiled = send_stream.columns_payload(batches)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(send_stream, "_columns_payload", None)
+        python = send_stream.columns_payload(batches)
+    assert compiled == python
+    _, total, records = compiled
+    assert records == [item[0] for batch in batches for item in batch]
+    assert total == sum(map(sum, sizes))
+    request = messaging_pb2.SendMessageRequest.FromString(
+        send_stream.encode_columns_request(
+            7, b"", [send_stream.topic_field("t")] * len(batches), batches
+        )
+    )
+    assert list(request.batch_sizes) == [sum(batch) for batch in sizes]
+    assert request.records == b"".join(records) and request.request_id == 7
+
+
+def test_compiled_columns_helpers_refuse_what_they_cannot_read() -> None:
+    with pytest.raises(TypeError, match="item #0 of batch #1"):
+        send_stream.columns_payload([[(b"a", "id")], [("not bytes", "id")]])
+    with pytest.raises(TypeError, match="batch #0 is not a list"):
+        send_stream.columns_payload([((b"a", "id"),)])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="differ in length"):
+        record_encoder.column_results(0, "", [1, 2], [0], [0], ["t"], [[(b"a", "id")]])
+    with pytest.raises(TypeError, match="not a \\(record, unique id"):
+        record_encoder.column_results(0, "", [1], [0], [0], ["t"], [[b"bare record"]])
 
 
 def test_the_default_id_generator_uses_the_compiled_counter_ids() -> None:

@@ -132,7 +132,7 @@ async def test_a_broker_that_refuses_columns_gets_the_batches_as_parts(
     async with Producer(broker.endpoint) as producer:
         stream = producer._stream(0)
 
-        async def old_broker(group: bytes, batches: list[Any]) -> Any:
+        async def old_broker(group: bytes, topics: list[bytes], batches: list[Any]) -> Any:
             refused.append(len(batches))
             raise InvalidArgumentError("topic name must not be empty")
 
