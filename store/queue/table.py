@@ -299,12 +299,7 @@ class ConsumeQueueTable:
 
     def most_unflushed(self, least_bytes: int, most: int) -> list[ConsumeQueue]:
         """Of the queues with at least ``least_bytes`` unflushed, the ``most`` with the most."""
-        floor = max(least_bytes, 1)
-        return heapq.nlargest(
-            most,
-            (queue for queue in self.dirty if queue.unflushed_bytes >= floor),
-            key=_unflushed_bytes,
-        )
+        return heapq.nlargest(most, self.unflushed(least_bytes), key=_unflushed_bytes)
 
     def flushed(self, queues: list[ConsumeQueue]) -> None:
         """After a flush of ``queues`` (loop): those with nothing unflushed are clean."""

@@ -87,27 +87,29 @@ class FlushConsumeQueueService(Service):
         await self.flush(0)
 
     async def flush(self, least_bytes: int) -> None:
-        """Sync the queues with at least ``least_bytes`` unflushed (0: all) and the index."""
+        """A thorough pass (``least_bytes`` 0): sync every unflushed queue, the index and the
+        new names, then move the checkpoint. A periodic one: sync the ``max_queues`` queues
+        with the most unflushed, at least ``least_bytes`` each."""
         parts = self.parts
+        thorough = least_bytes == 0
         async with parts.maintenance:
             dispatched_offset, dispatched_timestamp = self.dispatch_position()
-            # The units dispatched before that position, some still in queue tails in memory,
-            # into the files the sync below makes durable (consume_queue's "Tails"; a full
-            # disk raises DiskFullError and the checkpoint stays). A periodic pass vouches for
-            # nothing: it spills and syncs only the queues it picked.
-            if least_bytes == 0:
+            dir_syncs: list[DirectorySyncs] = []
+            if thorough:
+                # The units dispatched before that position, some still in queue tails in
+                # memory, into the files the sync below makes durable (consume_queue's
+                # "Tails"; a full disk raises DiskFullError and the checkpoint stays).
                 await parts.queues.spill_tails()
                 queues = parts.queues.unflushed(0)
-            else:
+                index = parts.index
+                dir_syncs.append(parts.queues.dir_syncs)
+                if index is not None:
+                    dir_syncs.append(index.dir_syncs)
+            else:  # vouches for nothing: spills and syncs only the queues it picked
                 queues = parts.queues.most_unflushed(least_bytes, self.max_queues)
                 for queue in queues:
                     queue.spill()
-            index = parts.index if least_bytes == 0 else None  # thorough passes only
-            dir_syncs: list[DirectorySyncs] = []
-            if least_bytes == 0:  # thorough passes only: they move the checkpoint
-                dir_syncs.append(parts.queues.dir_syncs)
-                if parts.index is not None:
-                    dir_syncs.append(parts.index.dir_syncs)
+                index = None
             started = time.monotonic()
             try:
                 nbytes = await self.run_blocking(self._flush_blocking, queues, index)
@@ -132,7 +134,7 @@ class FlushConsumeQueueService(Service):
         # Only a thorough pass synced every queue: a partial one skipped queues with fewer than
         # least_pages dirty, so it cannot vouch for the dispatch position (RocketMQ, too, moves
         # logicsMsgTimestamp only on its thorough flush).
-        if least_bytes == 0 and dispatched_offset > checkpoint.logics_offset:
+        if thorough and dispatched_offset > checkpoint.logics_offset:
             checkpoint.logics_offset = dispatched_offset
             if dispatched_timestamp:
                 checkpoint.logics_msg_timestamp = dispatched_timestamp
