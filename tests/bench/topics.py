@@ -3,7 +3,7 @@ one run, with the ratio of each to one topic (issue 33).
 
     .venv/bin/python -m tests.bench.topics [--topics 1,16,64,256,1024,10000] [--seconds 5]
         [--rounds 3] [--tasks 64] [--batch 16] [--size 1024] [--form columns]
-        [--tail-budget BYTES] [--quick]
+        [--page-cache-gib 2] [--tail-budget BYTES] [--quick]
 
 One ``wharf-broker`` daemon (tests/harness.py, default flush: ASYNC_FLUSH, auto-created topics
 with ``defaultTopicQueueNums = 4``) serves every configuration: topics ``t<N>-<i>`` for each N,
@@ -18,11 +18,22 @@ Also printed: broker and client CPU per message (less sensitive to the neighbour
 and the broker's user part of it: the system part moves with the VM's memory (below), the user
 part with the code.
 
-Before each run ``--recycle-gib`` (2) of memory is touched and freed
-(``tests.bench.memory.recycle_memory``): on this VM a run that writes into memory the host took
-back pays ~2.4 us more per message than one writing into pages freed a moment ago, which
-decided the ratios more than the configurations did (the same one measured 306k and 166k msg/s
-in consecutive rounds without it).
+Memory: on this VM a run that writes into memory the host took back pays ~2.4 us more per
+message than one writing into pages freed a moment ago, which decided the ratios more than the
+configurations did (the same one measured 306k and 166k msg/s in consecutive rounds). So the
+broker runs in a memory cgroup of ``--page-cache-gib`` (2; ``tests.bench.memory.
+page_cache_bound``): its page cache is reclaimed and reused within it, as on a long-running
+broker, and an untimed run fills it before the first timed one (without it, runs slowed down
+over a program as the page cache grew into memory the host had taken back). And before each
+run ``--recycle-gib`` (2) of memory is touched and freed (``recycle_memory``) for what is not
+page cache (without it the SDK's CPU a message was ~0.7 us higher in a cgroup-bound program:
+2.7-3.1 against 2.0-2.2 us, socket buffers and the like). Where no cgroup can be made (not
+root), or with ``--page-cache-gib 0``, only the recycling is done.
+
+Ratio: a configuration's run over the one-topic run of the same round, median of the rounds
+(the runs of a round lie ~10-40 s apart; the VM's slow phases last longer: at 256 topics one
+run went from ~300k to ~160k msg/s in one step and stayed there for 50 s). Also printed: the
+ratio of the medians, which mixes rounds of different phases.
 
 Order: every other round runs the configurations in reverse (1, 256 | 256, 1 | ...). Runs slow
 down over a program (the page cache takes memory the VM's host has to back: a configuration's
@@ -51,7 +62,7 @@ import uvloop
 from wharf.client import Producer
 
 from tests.bench.broker_send import process_cpu_split
-from tests.bench.memory import recycle_memory
+from tests.bench.memory import cgroup_usage, page_cache_bound, recycle_memory
 from tests.harness import BrokerProcess
 
 MIB = 1024 * 1024
@@ -120,6 +131,17 @@ async def measure(endpoint: str, n: int, args: argparse.Namespace) -> tuple[floa
     return sent / (wall1 - wall0), (cpu1 - cpu0) / max(sent, 1) * 1e6
 
 
+def fill_page_cache(endpoint: str, usage: Path, n: int, args: argparse.Namespace) -> float:
+    """Untimed runs of ``n`` topics until the broker's cgroup is at its limit (at most 60 s),
+    so that no timed run writes into pages the host took back; returns the seconds taken."""
+    limit = int(args.page_cache_gib * (1 << 30))
+    started = time.perf_counter()
+    run = argparse.Namespace(**{**vars(args), "seconds": 1.0, "lead_in": 0.0})
+    while cgroup_usage(usage) < 0.95 * limit and time.perf_counter() - started < 60:
+        uvloop.run(measure(endpoint, n, run))
+    return time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--topics", default="1,16,64,256,1024,10000")
@@ -130,6 +152,12 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024, help="body bytes")
     parser.add_argument("--lead-in", type=float, default=0.5, help="untimed seconds per run")
     parser.add_argument("--quick", action="store_true", help="1,16,256 topics, 1 s, 1 round")
+    parser.add_argument(
+        "--page-cache-gib",
+        type=float,
+        default=2.0,
+        help="the broker's memory cgroup limit (tests/bench/memory.py); 0: none, recycle instead",
+    )
     parser.add_argument(
         "--recycle-gib",
         type=float,
@@ -167,11 +195,18 @@ def main() -> None:
     with (
         tempfile.TemporaryDirectory(prefix="wharf-bench-topics-", dir="/tmp") as tmp,
         bench_broker(Path(tmp), args.tail_budget) as broker,
+        page_cache_bound(broker.pid, int(args.page_cache_gib * (1 << 30))) as usage,
     ):
         took = uvloop.run(warm_up(broker.endpoint, counts, body))
         total = sum(counts)
         print(f"warm-up: {total:,} topics, {total * QUEUES:,} queues, one message each: "
               f"{took:.1f} s")  # fmt: skip
+        if usage is not None:
+            filled = fill_page_cache(broker.endpoint, usage, counts[0], args)
+            print(f"memory: the broker in a {args.page_cache_gib:g} GiB cgroup, filled by "
+                  f"{filled:.1f} s of untimed produce")  # fmt: skip
+        else:
+            print(f"memory: no cgroup; {args.recycle_gib:g} GiB recycled before each run")
         for round_ in range(args.rounds):
             # Every other round in reverse ("Order" in the module docstring).
             for n in counts if round_ % 2 == 0 else counts[::-1]:
@@ -186,18 +221,23 @@ def main() -> None:
                 whole = max(rate * (args.seconds + args.lead_in), 1)
                 broker_us[n].append((user1 - user0 + sys1 - sys0) / whole * 1e6)
                 broker_user_us[n].append((user1 - user0) / whole * 1e6)
-    one = statistics.median(rates[counts[0]])
-    print(f"\n{'topics':>7} {'msg/s':>10} {'ratio':>6} {'broker us/msg':>14} {'of it user':>10} "
-          f"{'client us/msg':>14}  runs (msg/s)")  # fmt: skip
+    base = rates[counts[0]]
+    one = statistics.median(base)
+    print(f"\n{'topics':>7} {'msg/s':>10} {'ratio':>6} {'of medians':>10} {'broker us/msg':>14} "
+          f"{'of it user':>10} {'client us/msg':>14}  runs (msg/s)")  # fmt: skip
     for n in counts:
         rate = statistics.median(rates[n])
+        # "Ratio" in the module docstring: each round's run against that round's base run.
+        paired = statistics.median(r / b for r, b in zip(rates[n], base, strict=True))
         runs = ", ".join(f"{r:,.0f}" for r in rates[n])
         print(
-            f"{n:>7,} {rate:>10,.0f} {rate / one:>6.2f} {statistics.median(broker_us[n]):>14.1f} "
+            f"{n:>7,} {rate:>10,.0f} {paired:>6.2f} {rate / one:>10.2f} "
+            f"{statistics.median(broker_us[n]):>14.1f} "
             f"{statistics.median(broker_user_us[n]):>10.2f} "
             f"{statistics.median(client_us[n]):>14.1f}  {runs}"
         )
-    print(f"(ratio: to {counts[0]} topic{'s' if counts[0] != 1 else ''})")
+    print(f"(ratio: to {counts[0]} topic{'s' if counts[0] != 1 else ''} in the same round, median "
+          "of the rounds; of medians: median msg/s over the base's)")  # fmt: skip
 
 
 if __name__ == "__main__":
