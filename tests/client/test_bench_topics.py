@@ -1,0 +1,63 @@
+"""``tests.bench.topics`` as a program (a --quick run through the real daemon and SDK prints a
+row and a ratio for every configuration; figures are not asserted: timings belong in
+benchmark output) and its memory confinement (``tests.bench.memory.page_cache_bound``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.bench.memory import _own_memory_cgroup, cgroup_usage, page_cache_bound
+from tests.harness import REPO_ROOT
+
+
+@pytest.mark.slow
+def test_quick_run_prints_every_configuration_with_its_ratio() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.bench.topics", "--quick", "--page-cache-gib", "0.25"],
+        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert re.search(r"dispatch caught up [\d.]+ s later", out), out
+    assert "0.25 GiB cgroup" in out or "no cgroup" in out, out
+    rows = {
+        int(m.group(1).replace(",", "")): float(m.group(3))
+        for m in re.finditer(r"^\s+([\d,]+)\s+([\d,]+)\s+([\d.]+)\s+[\d.]+\s", out, re.M)
+    }
+    assert set(rows) == {1, 16, 256}, out
+    assert rows[1] == 1.0 and all(ratio > 0 for ratio in rows.values())
+
+
+def test_page_cache_bound_confines_a_process_for_the_block_or_says_it_cannot() -> None:
+    """Where a memory cgroup can be made (root, a memory controller) the process is in it for
+    the block, under the limit asked, and the group is gone after it; elsewhere it yields
+    None, and only there."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with page_cache_bound(child.pid, 64 << 20) as usage:
+            if usage is None:
+                assert os.geteuid() != 0 or _own_memory_cgroup() is None
+                return
+            group = usage.parent
+            memory_line = next(
+                line
+                for line in Path(f"/proc/{child.pid}/cgroup").read_text().splitlines()
+                if "memory" in line.split(":")[1].split(",") or line.startswith("0::")
+            )
+            assert memory_line.endswith("/" + group.name)
+            limit = group / (
+                "memory.limit_in_bytes" if usage.name.startswith("memory.usage") else "memory.max"
+            )
+            assert int(limit.read_text()) == 64 << 20
+            assert cgroup_usage(usage) >= 0
+        assert not group.exists()
+        assert not Path(f"/proc/{child.pid}/cgroup").read_text().rstrip().endswith(group.name)
+    finally:
+        child.kill()
+        child.wait()
