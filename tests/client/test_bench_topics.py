@@ -19,13 +19,13 @@ from tests.harness import REPO_ROOT
 @pytest.mark.slow
 def test_quick_run_prints_every_configuration_with_its_ratio() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.bench.topics", "--quick", "--page-cache-gib", "0.25"],
+        [sys.executable, "-m", "tests.bench.topics", "--quick", "--page-cache-gib", "0.5"],
         capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
     assert re.search(r"dispatch caught up [\d.]+ s later", out), out
-    assert "0.25 GiB cgroup" in out or "no cgroup" in out, out
+    assert "0.5 GiB cgroup" in out or "no cgroup" in out, out
     rows = {
         int(m.group(1).replace(",", "")): float(m.group(3))
         for m in re.finditer(r"^\s+([\d,]+)\s+([\d,]+)\s+([\d.]+)\s+[\d.]+\s", out, re.M)
