@@ -30,6 +30,14 @@ SYNC_FLUSH = "SYNC_FLUSH"
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 
+# consumeQueueTailBudget's default: 64 MiB, 16,384 full 4 KiB tails. At 8 MiB (2,048 tails)
+# a broker of 40,000 busy queues (10,000 topics) wrote most dispatch runs through, each an
+# open, pwrite and close of a queue file (the file cache holds 2,048): the dispatch cost 1.96
+# us a message against 1.20 at 64 MiB, and producers were held by its back-pressure
+# (tests.bench.topics, 2026-11-26). A bound of the store, whatever the number of queues.
+CONSUME_QUEUE_TAIL_BUDGET = 64 << 20
+
+
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
     # storePathRootDir: commitlog/, consumequeue/, index/, config/, checkpoint, abort live here.
@@ -43,9 +51,9 @@ class StoreConfig:
     # (store/queue/file_cache.py). 2,048 maps at ~12 us a miss.
     max_open_queue_files: int = 2048
     # Wharf: bytes of queue units held in memory for one write of a page per queue (the
-    # queues' "tails", store/queue/consume_queue.py): 8 MiB is 2,048 full tails; 0 writes each
-    # dispatch's units at once (a pwrite per queue per dispatch chunk).
-    consume_queue_tail_budget: int = 8 << 20
+    # queues' "tails", store/queue/consume_queue.py); 0 writes each dispatch's units at once
+    # (a pwrite per queue per dispatch chunk). See CONSUME_QUEUE_TAIL_BUDGET.
+    consume_queue_tail_budget: int = CONSUME_QUEUE_TAIL_BUDGET
     # maxHashSlotNum / maxIndexNum: IndexFile of 40 + 5M*4 + 20M*20 bytes (~420 MB).
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000

@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from itertools import starmap
 
 from wharf.store.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT, segment_file_name
+from wharf.store.config import CONSUME_QUEUE_TAIL_BUDGET
 from wharf.store.errors import DamagedQueueError, disk_full_error, is_disk_full
 from wharf.store.fast import load
 from wharf.store.paths import DirectorySyncs, fsync_dir_blocking
@@ -83,10 +84,10 @@ ALLOCATE_AHEAD = 4096
 ALLOCATE_GROWTH = 16
 
 # A tail is written once it holds this much (one page: a ``pwrite`` of 4 KiB costs what one of
-# 320 B does), and all tails of a store hold at most TAIL_BUDGET (8 MiB: 2,048 full tails; the
-# queue flush empties them every second).
+# 320 B does), and all tails of a store hold at most TAIL_BUDGET (``consumeQueueTailBudget``,
+# store/config.py; the thorough queue flush and the positions journal spill them).
 TAIL_BYTES = 4096
-TAIL_BUDGET = 8 << 20
+TAIL_BUDGET = CONSUME_QUEUE_TAIL_BUDGET
 
 UNIT = CQ_UNIT
 
