@@ -169,7 +169,7 @@ def main() -> None:
         "--page-cache-gib",
         type=float,
         default=2.0,
-        help="the broker's memory cgroup limit (tests/bench/memory.py); 0: none, recycle instead",
+        help="the broker's memory cgroup limit (tests/bench/memory.py); 0: none (recycling only)",
     )
     parser.add_argument(
         "--recycle-gib",
