@@ -144,10 +144,11 @@ def wait_dispatched(metrics_endpoint: str, limit_s: float = 300.0) -> float:
     return time.perf_counter() - started
 
 
-def fill_page_cache(endpoint: str, usage: Path, n: int, args: argparse.Namespace) -> float:
-    """Untimed runs of ``n`` topics until the broker's cgroup is at its limit (at most 60 s),
-    so that no timed run writes into pages the host took back; returns the seconds taken."""
-    limit = int(args.page_cache_gib * (1 << 30))
+def fill_page_cache(
+    endpoint: str, usage: Path, limit: int, n: int, args: argparse.Namespace
+) -> float:
+    """Untimed runs of ``n`` topics until the broker's cgroup is at its ``limit`` (at most 60
+    s), so that no timed run writes into pages the host took back; returns the seconds taken."""
     started = time.perf_counter()
     run = argparse.Namespace(**{**vars(args), "seconds": 1.0, "lead_in": 0.0})
     while cgroup_usage(usage) < 0.95 * limit and time.perf_counter() - started < 60:
@@ -205,10 +206,11 @@ def main() -> None:
         + f", batches of several topics per request: {args.form}"
         + ("" if args.tail_budget is None else f", consumeQueueTailBudget {args.tail_budget}")
     )
+    page_cache = int(args.page_cache_gib * (1 << 30))  # the broker's cgroup limit
     with (
         tempfile.TemporaryDirectory(prefix="wharf-bench-topics-", dir="/tmp") as tmp,
         bench_broker(Path(tmp), args.tail_budget) as broker,
-        page_cache_bound(broker.pid, int(args.page_cache_gib * (1 << 30))) as usage,
+        page_cache_bound(broker.pid, page_cache) as usage,
     ):
         took = uvloop.run(warm_up(broker.endpoint, counts, body))
         total = sum(counts)
@@ -216,7 +218,7 @@ def main() -> None:
         print(f"warm-up: {total:,} topics, {total * QUEUES:,} queues, one message each: "
               f"{took:.1f} s; dispatch caught up {caught_up:.1f} s later")  # fmt: skip
         if usage is not None:
-            filled = fill_page_cache(broker.endpoint, usage, counts[0], args)
+            filled = fill_page_cache(broker.endpoint, usage, page_cache, counts[0], args)
             print(f"memory: the broker in a {args.page_cache_gib:g} GiB cgroup, filled by "
                   f"{filled:.1f} s of untimed produce")  # fmt: skip
         else:

@@ -8,11 +8,10 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.bench.memory import _own_memory_cgroup, cgroup_usage, page_cache_bound
+from tests.bench.memory import _own_memory_cgroup, cgroup_usage, memory_cgroup_of, page_cache_bound
 from tests.harness import REPO_ROOT
 
 
@@ -45,19 +44,13 @@ def test_page_cache_bound_confines_a_process_for_the_block_or_says_it_cannot() -
                 assert os.geteuid() != 0 or _own_memory_cgroup() is None
                 return
             group = usage.parent
-            memory_line = next(
-                line
-                for line in Path(f"/proc/{child.pid}/cgroup").read_text().splitlines()
-                if "memory" in line.split(":")[1].split(",") or line.startswith("0::")
-            )
-            assert memory_line.endswith("/" + group.name)
-            limit = group / (
-                "memory.limit_in_bytes" if usage.name.startswith("memory.usage") else "memory.max"
-            )
-            assert int(limit.read_text()) == 64 << 20
+            found = memory_cgroup_of(child.pid)
+            assert found is not None and found[0] == group
+            assert int((group / found[1]).read_text()) == 64 << 20
             assert cgroup_usage(usage) >= 0
         assert not group.exists()
-        assert not Path(f"/proc/{child.pid}/cgroup").read_text().rstrip().endswith(group.name)
+        after = memory_cgroup_of(child.pid)
+        assert after is not None and after[0] == group.parent
     finally:
         child.kill()
         child.wait()
