@@ -18,6 +18,7 @@ from wharf.store.errors import (
     MessageNotFoundError,
     NotMasterError,
     ResourceLimitError,
+    StoreBusyError,
     StoreError,
     StoreNotWritableError,
     StoreShutDownError,
@@ -76,6 +77,7 @@ ERROR_STATUS: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (MessageNotFoundError, grpc.StatusCode.NOT_FOUND),
     (DiskFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),  # SyncDiskFullError too
     (ResourceLimitError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (StoreBusyError, grpc.StatusCode.RESOURCE_EXHAUSTED),  # retriable: the SDK backs off
     (FlushFailedError, grpc.StatusCode.UNAVAILABLE),
     (NotMasterError, grpc.StatusCode.FAILED_PRECONDITION),
     (StoreShutDownError, grpc.StatusCode.UNAVAILABLE),

@@ -356,6 +356,7 @@ class Producer:
         deadline = batcher.loop_time() + (deadline_s or self.send_timeout)
         nbytes = len(item[0]) if not key[2] else len(item.body)
         attempt = 0
+        answer: WharfError | None = None  # the broker's last refusal (the deadline names it)
         while True:
             if batcher.buffered >= batcher.max_buffered:
                 await batcher.wait_for_space()
@@ -368,7 +369,8 @@ class Producer:
                 attempt += 1
                 if not exc.retriable or attempt > self.retry_times:
                     raise
-                await self._backoff(attempt, deadline, exc)
+                answer = exc if exc.from_broker else answer
+                await self._backoff(attempt, deadline, exc, answer)
 
     def _item_of(
         self,
@@ -470,6 +472,7 @@ class Producer:
         nbytes = sum(len(item[0]) for item in items) if not key[2] else 0
         deadline = batcher.loop_time() + (deadline_s or self.send_timeout)
         attempt = 0
+        answer: WharfError | None = None  # the broker's last refusal (the deadline names it)
         while True:
             if batcher.buffered >= batcher.max_buffered:
                 await batcher.wait_for_space()
@@ -479,7 +482,8 @@ class Producer:
                 attempt += 1
                 if not exc.retriable or attempt > self.retry_times:
                     raise
-                await self._backoff(attempt, deadline, exc)
+                answer = exc if exc.from_broker else answer
+                await self._backoff(attempt, deadline, exc, answer)
 
     # ------------------------------------------------------------------ internals
     def _batch_items(
@@ -542,11 +546,19 @@ class Producer:
         route = await self._routes.get(topic)
         return selector.select(route.write_queues(), arg).queue_id
 
-    async def _backoff(self, attempt: int, deadline: float, error: WharfError) -> None:
+    async def _backoff(
+        self, attempt: int, deadline: float, error: WharfError, answer: WharfError | None = None
+    ) -> None:
+        """Sleep before retry ``attempt`` after ``error``; DeadlineExceededError if the send's
+        deadline comes first, naming ``answer``, the broker's last refusal if any ("broker
+        busy: ..."), else ``error``: why the time was spent."""
         loop = asyncio.get_running_loop()
         delay = min(0.05 * (2 ** (attempt - 1)), 1.0) * (0.5 + random.random())
         if loop.time() + delay >= deadline:
-            raise DeadlineExceededError("send deadline reached while backing off") from error
+            why = answer or error
+            raise DeadlineExceededError(
+                f"send deadline reached while backing off after: {why}"
+            ) from why
         await asyncio.sleep(delay)
         if error.code == "UNAVAILABLE":
             # The connection is down: wait (within the deadline) until it is back instead of

@@ -120,6 +120,14 @@ class StoreConfig:
     # 64 MiB is about 1 s of dispatch work for keyed 1 KiB messages (measured: a kill -9 at a
     # 128 MiB backlog re-dispatched for 3.2 s on a busy 2-core box). append() never waits.
     max_dispatch_lag_bytes: int = 64 * 1024 * 1024
+    # waitTimeMillsInSendQueue: how long a send is held for that room before it is answered
+    # "broker busy" (StoreBusyError: RESOURCE_EXHAUSTED, v2 TOO_MANY_REQUESTS, remoting
+    # SYSTEM_BUSY; every client retries it with a back-off). RocketMQ's 200 ms bounds a wait in
+    # its send thread pool's queue; this wait is for the dispatch, which brings 32 MiB back in
+    # ~0.1-0.5 s here, so 1,000 ms. It must stay well below the clients' send deadline (the
+    # SDK's 3 s): a send held past it was written after its client had given up (the hold used
+    # to be syncFlushTimeout, 5 s, and the SDK reported DeadlineExceededError, issue 33).
+    wait_time_mills_in_send_queue: int = 1000
 
     # Written into every record as STOREHOST and used in offset message ids (ipv4:port).
     store_host: str = "127.0.0.1:8081"
@@ -258,6 +266,7 @@ ZERO_ALLOWED = frozenset(
         "commit_commit_log_least_pages",
         "delete_commit_log_files_interval",
         "max_dispatch_lag_bytes",  # 0: put() never waits for dispatch
+        "wait_time_mills_in_send_queue",  # 0: a lagging dispatch answers busy at once
         "consume_queue_tail_budget",  # 0: no queue tails
     }
 )

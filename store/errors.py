@@ -104,6 +104,14 @@ class ResourceLimitError(StoreError):
     log_once = True
 
 
+class StoreBusyError(StoreError):
+    """A write was held ``waitTimeMillsInSendQueue`` for the dispatch to catch up and it did
+    not (RocketMQ's "broker busy"); nothing was written. Retriable: maps to
+    RESOURCE_EXHAUSTED (v2 TOO_MANY_REQUESTS, remoting SYSTEM_BUSY)."""
+
+    log_once = True
+
+
 class ReplicationError(StoreError):
     """Replicated bytes that do not continue this log (a gap, an overlap, another segment
     size): the replica drops the connection and starts over with a new handshake."""

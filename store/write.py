@@ -27,6 +27,7 @@ started or the disk is full.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from itertools import accumulate
@@ -37,7 +38,12 @@ from wharf import hops
 from wharf.store.codec.properties import TIMER_TOPIC, TRANS_HALF_TOPIC
 from wharf.store.config import SYNC_FLUSH, StoreConfig
 from wharf.store.dispatch.reput import ReputService
-from wharf.store.errors import InvalidMessageError, StoreError, StoreNotWritableError
+from wharf.store.errors import (
+    InvalidMessageError,
+    StoreBusyError,
+    StoreError,
+    StoreNotWritableError,
+)
 from wharf.store.fast.record_check import check_records, check_records_many
 from wharf.store.log.commit_log import AppendedMany, CommitLog, RecordsBatch
 from wharf.store.model import AppendResult, MessageInput, PutResult, PutStatus
@@ -45,6 +51,8 @@ from wharf.store.role import Role
 from wharf.store.services.schedule import delay_level_of, to_schedule_topic
 from wharf.store.services.timer import timer_times, to_timer_topic
 from wharf.store.services.transactions import is_half, to_half_topic
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Batch", "Durability", "Writer", "Written", "WrittenMany", "durable_all"]
 
@@ -184,6 +192,8 @@ class Writer:
         self.offset_table: dict[tuple[str, int], int] = {}  # (topic, queue id) -> next offset
         self.messages_put_total = 0
         self.throttled_puts = 0  # puts that waited for dispatch to catch up
+        self.busy_refusals = 0  # puts answered StoreBusyError (the wait was not enough)
+        self._busy = False  # refusing since the last time dispatch had room (one log line)
         self.bytes_put_total = 0
         # Disk use is re-sampled after this many appended bytes (set at start: 1 % of the
         # filesystem, 1..64 MiB), not only every cleanResourceInterval.
@@ -523,14 +533,36 @@ class Writer:
 
     async def dispatch_room(self) -> None:
         """Hold a put while dispatch is more than ``max_dispatch_lag_bytes`` behind, until it
-        is back to half of that (bounded by syncFlushTimeout; a failing reput stops the wait).
-        A caller writing several batches at once waits here once for all."""
+        is back to half of that, for at most ``wait_time_mills_in_send_queue``; still behind
+        (or the reput failing) then: StoreBusyError, nothing written (one log line an
+        episode). A caller writing several batches at once waits here once for all."""
         if not self.dispatch_lagging():
+            if self._busy:
+                self._busy = False
+                log.warning("dispatch caught up: writes accepted again (%d refused busy so far)",
+                            self.busy_refusals)  # fmt: skip
             return
         assert self._commit_log is not None and self._reput is not None
         self.throttled_puts += 1
-        target = self._commit_log.wrote_offset - self._config.max_dispatch_lag_bytes // 2
-        await self._reput.wait_dispatched(target, self._config.sync_flush_timeout / 1000)
+        config = self._config
+        target = self._commit_log.wrote_offset - config.max_dispatch_lag_bytes // 2
+        wait_ms = config.wait_time_mills_in_send_queue
+        if wait_ms > 0 and await self._reput.wait_dispatched(target, wait_ms / 1000):
+            return
+        if not self.dispatch_lagging():
+            return  # back under the limit, if not yet to half of it
+        self.busy_refusals += 1
+        behind = self._commit_log.wrote_offset - self._reput.reput_from_offset
+        message = (
+            f"broker busy: the dispatch is {behind:,} bytes behind the written end "
+            f"(maxDispatchLagBytes {config.max_dispatch_lag_bytes:,}) after {wait_ms} ms "
+            f"(waitTimeMillsInSendQueue); nothing was written: retry after a back-off (the "
+            f"clients do) or produce slower"
+        )
+        if not self._busy:
+            self._busy = True
+            log.warning("%s; this is logged once until the dispatch catches up", message)
+        raise StoreBusyError(message)
 
 
 def _check_queue_id(queue_id: int) -> None:

@@ -77,6 +77,7 @@ from wharf.store.errors import (
     InvalidFilterError,
     InvalidMessageError,
     ResourceLimitError,
+    StoreBusyError,
     StoreNotWritableError,
 )
 from wharf.store.model import GetStatus, MessageInput, PutStatus, TagFilter
@@ -123,7 +124,7 @@ def error_response(request: RemotingCommand, exc: BaseException) -> RemotingComm
         code = ResponseCode.SUBSCRIPTION_PARSE_FAILED
     elif isinstance(exc, PermissionDeniedError):
         code = ResponseCode.NO_PERMISSION
-    elif isinstance(exc, (ResourceExhaustedError, ResourceLimitError)):
+    elif isinstance(exc, (ResourceExhaustedError, ResourceLimitError, StoreBusyError)):
         code = ResponseCode.SYSTEM_BUSY  # RocketMQ's answer to flow control and limits
     elif isinstance(exc, (UnavailableError, StoreNotWritableError)):
         code = ResponseCode.SERVICE_NOT_AVAILABLE

@@ -41,6 +41,7 @@ from wharf.store.errors import (
     MessageNotFoundError,
     NotMasterError,
     ResourceLimitError,
+    StoreBusyError,
     StoreError,
     StoreNotWritableError,
     StoreShutDownError,
@@ -74,6 +75,7 @@ ERROR_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (MessageNotFoundError, Code.MESSAGE_NOT_FOUND),
     (DiskFullError, Code.TOO_MANY_REQUESTS),  # SyncDiskFullError too
     (ResourceLimitError, Code.TOO_MANY_REQUESTS),
+    (StoreBusyError, Code.TOO_MANY_REQUESTS),  # the 5.x clients back off and retry it
     (FlushFailedError, Code.INTERNAL_SERVER_ERROR),
     (NotMasterError, Code.FORBIDDEN),
     (StoreShutDownError, Code.INTERNAL_SERVER_ERROR),

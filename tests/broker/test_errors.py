@@ -23,6 +23,7 @@ from wharf.store.errors import (
     InvalidFilterError,
     InvalidMessageError,
     MessageNotFoundError,
+    StoreBusyError,
     StoreNotWritableError,
     StoreShutDownError,
 )
@@ -43,6 +44,7 @@ S = grpc.StatusCode
         (InvalidFilterError("x"), S.INVALID_ARGUMENT),
         (MessageNotFoundError("x"), S.NOT_FOUND),
         (DiskFullError("disk 91% full"), S.RESOURCE_EXHAUSTED),
+        (StoreBusyError("broker busy"), S.RESOURCE_EXHAUSTED),
         (FlushFailedError("fdatasync: EIO"), S.UNAVAILABLE),
         (StoreShutDownError("x"), S.UNAVAILABLE),
         (StoreNotWritableError("x"), S.UNAVAILABLE),

@@ -14,7 +14,12 @@ import pytest
 from wharf.store.arrivals import Arrivals
 from wharf.store.codec.ids import create_offset_msg_id
 from wharf.store.config import ASYNC_FLUSH, SYNC_FLUSH
-from wharf.store.errors import FlushFailedError, InvalidMessageError, StoreShutDownError
+from wharf.store.errors import (
+    FlushFailedError,
+    InvalidMessageError,
+    StoreBusyError,
+    StoreShutDownError,
+)
 from wharf.store.log import mapped_file
 from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus, PutStatus
@@ -400,6 +405,59 @@ async def test_put_waits_while_dispatch_lags_beyond_the_limit(
         assert s.insides.writer.throttled_puts == 1
         assert await s.wait_dispatched()
         assert s.get_max_offset("T", 0) == 6
+    finally:
+        monkeypatch.undo()
+        await s.shutdown()
+
+
+async def test_put_held_past_wait_time_is_refused_busy_and_nothing_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A put held ``wait_time_mills_in_send_queue`` for a dispatch that does not catch up is
+    refused (StoreBusyError: "broker busy", what to do), writes nothing, and the episode is one
+    log line; once the dispatch has room puts are accepted again, and the end is logged.
+    Before, the hold lasted syncFlushTimeout (5 s) and then wrote anyway: past the SDK's 3 s
+    deadline, a send its client had given up on."""
+    config = small_config(tmp_path, max_dispatch_lag_bytes=2000, wait_time_mills_in_send_queue=300)
+    s = MessageStore(config)
+    await s.start()
+    try:
+        monkeypatch.setattr(s.insides.reput_service.source, "dispatch_limit", lambda: 0)
+        for _ in range(5):
+            s.append("T", 0, [msg(b"x" * 500)])
+        written = s.stats().commit_log_max_offset
+        loop = asyncio.get_running_loop()
+        for attempt in range(2):
+            started = loop.time()
+            with pytest.raises(StoreBusyError, match="broker busy") as busy:
+                await s.put("T", 0, [msg(f"refused-{attempt}")])
+            assert 0.25 <= loop.time() - started < 2.0  # held its wait, not syncFlushTimeout
+        assert "waitTimeMillsInSendQueue" in str(busy.value) and "retry" in str(busy.value)
+        assert s.stats().commit_log_max_offset == written  # nothing of them written
+        assert s.insides.writer.busy_refusals == 2
+        assert sum("broker busy" in r.getMessage() for r in caplog.records) == 1  # an episode
+        monkeypatch.undo()  # the dispatch resumes
+        assert await s.wait_dispatched()
+        result = await asyncio.wait_for(s.put("T", 0, [msg("accepted")]), 5)
+        assert result.append.first_queue_offset == 5
+        assert any("dispatch caught up" in r.getMessage() for r in caplog.records)
+    finally:
+        monkeypatch.undo()
+        await s.shutdown()
+
+
+async def test_put_with_no_wait_time_is_refused_busy_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = small_config(tmp_path, max_dispatch_lag_bytes=2000, wait_time_mills_in_send_queue=0)
+    s = MessageStore(config)
+    await s.start()
+    try:
+        monkeypatch.setattr(s.insides.reput_service.source, "dispatch_limit", lambda: 0)
+        for _ in range(5):
+            s.append("T", 0, [msg(b"x" * 500)])
+        with pytest.raises(StoreBusyError):
+            await asyncio.wait_for(s.put("T", 0, [msg("refused")]), 0.5)
     finally:
         monkeypatch.undo()
         await s.shutdown()
