@@ -636,6 +636,8 @@ class MessageStore:
             messages_put_total=self._writer.messages_put_total,
             bytes_put_total=self._writer.bytes_put_total,
             recovery_seconds=self.recovery_seconds,
+            sends_held=self._writer.throttled_puts,
+            sends_refused_busy=self._writer.busy_refusals,
         )
 
     def health(self) -> list[dict[str, object]]:

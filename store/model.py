@@ -165,3 +165,7 @@ class StoreStats:
     storage_size_bytes: int  # commitlog + consumequeue + index bytes on disk
     # Times the commit log hit ENOSPC/EDQUOT and started refusing writes (one per episode).
     disk_full_episodes: int = 0
+    # Writes held by the dispatch back-pressure (maxDispatchLagBytes), and those of them
+    # refused "broker busy" after waitTimeMillsInSendQueue.
+    sends_held: int = 0
+    sends_refused_busy: int = 0

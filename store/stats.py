@@ -20,6 +20,8 @@ def build_stats(
     messages_put_total: int,
     bytes_put_total: int,
     recovery_seconds: float,
+    sends_held: int = 0,
+    sends_refused_busy: int = 0,
 ) -> StoreStats:
     commit_log = parts.commit_log
     config = parts.config
@@ -42,6 +44,8 @@ def build_stats(
         messages_put_total=messages_put_total,
         bytes_put_total=bytes_put_total,
         recovery_seconds=recovery_seconds,
+        sends_held=sends_held,
+        sends_refused_busy=sends_refused_busy,
         flush_count=parts.observer.flush_count,
         last_flush_seconds=parts.observer.last_flush_seconds,
         # Allocated sizes: segments are preallocated; queue and index files are sparse, so

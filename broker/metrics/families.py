@@ -110,6 +110,8 @@ def snapshot_families(s: BrokerSnapshot) -> Iterator[Any]:
     yield gauge("wharf_store_writable", "1 if the store accepts writes; 0 on a full disk or a sticky flush error.", [], [((), 1 if st.writable else 0)])  # fmt: skip
     yield counter("wharf_store_disk_full_episodes_total", "Times a write, allocation or sync hit ENOSPC/EDQUOT and the store began refusing writes (one per episode).", [], [((), st.disk_full_episodes)])  # fmt: skip
     yield gauge("wharf_store_flush_behind_bytes", "Commit log bytes written but not yet flushed to disk.", [], [((), max(0, st.commit_log_max_offset - st.commit_log_flushed_offset))])  # fmt: skip
+    yield counter("wharf_store_sends_held_total", "Writes held while the dispatch was more than maxDispatchLagBytes behind.", [], [((), st.sends_held)])  # fmt: skip
+    yield counter("wharf_store_sends_refused_busy_total", "Held writes refused 'broker busy' after waitTimeMillsInSendQueue (RESOURCE_EXHAUSTED; clients retry).", [], [((), st.sends_refused_busy)])  # fmt: skip
     yield gauge("wharf_store_dispatch_behind_bytes", "Commit log bytes not yet dispatched to consume queues and index (reput lag).", [], [((), st.dispatch_behind_bytes)])  # fmt: skip
     yield gauge("wharf_store_commit_log_max_offset_bytes", "End of written data in the commit log (its rate is the write bandwidth).", [], [((), st.commit_log_max_offset)])  # fmt: skip
     yield gauge("wharf_store_commit_log_min_offset_bytes", "First commit log offset still on disk (retention moves it).", [], [((), st.commit_log_min_offset)])  # fmt: skip

@@ -100,7 +100,7 @@ async def test_sdk_send_is_answered_busy_then_retried_once_the_dispatch_has_room
         stall.end()
         result = await asyncio.wait_for(sending, 10)
     assert result.queue_offset == 0  # stored once, the first message of its queue
-    assert broker.controller.store.insides.writer.busy_refusals >= 4
+    assert store.stats().sends_refused_busy >= 4  # wharf_store_sends_refused_busy_total
 
 
 async def test_sdk_deadline_names_the_busy_answer(busy: tuple[InProcBroker, Stall]) -> None:

@@ -434,7 +434,7 @@ async def test_put_held_past_wait_time_is_refused_busy_and_nothing_is_written(
             assert 0.25 <= loop.time() - started < 2.0  # held its wait, not syncFlushTimeout
         assert "waitTimeMillsInSendQueue" in str(busy.value) and "retry" in str(busy.value)
         assert s.stats().commit_log_max_offset == written  # nothing of them written
-        assert s.insides.writer.busy_refusals == 2
+        assert (s.stats().sends_held, s.stats().sends_refused_busy) == (2, 2)  # /metrics
         assert sum("broker busy" in r.getMessage() for r in caplog.records) == 1  # an episode
         monkeypatch.undo()  # the dispatch resumes
         assert await s.wait_dispatched()
