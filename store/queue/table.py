@@ -24,7 +24,14 @@ from pathlib import Path
 
 from wharf.store.paths import DirectorySyncs, write_bytes_atomic_blocking
 from wharf.store.queue import positions
-from wharf.store.queue.consume_queue import TAIL_BUDGET, ConsumeQueue, DamagedQueueError, QueueLinks
+from wharf.store.queue.consume_queue import (
+    TAIL_BUDGET,
+    ConsumeQueue,
+    DamagedQueueError,
+    QueueLinks,
+    TailWrite,
+    write_tails_blocking,
+)
 from wharf.store.queue.file_cache import QueueFileCache
 
 log = logging.getLogger(__name__)
@@ -39,8 +46,9 @@ DEFAULT_OPEN_FILES = 2048
 LOAD_THREADS = 4
 # Queues set aside at a load named one log line each (a changed file size refuses them all).
 SET_ASIDE_LOG_LINES = 10
-# Tails written per loop step by ``spill_tails`` (~4 us each: ~4 ms, then other work runs).
-SPILL_CHUNK = 1024
+# Queues captured per loop step by ``capture`` (~2 us each, a tail's copy included: ~8 ms,
+# then other work runs); the tails are written in a thread.
+CAPTURE_CHUNK = 4096
 # The queues met damaged while serving (JSON [[topic, queue id], ...]), for the next start to
 # set aside and rebuild; a file, so never taken for a topic. Removed once recovery rebuilt them.
 DAMAGED_FILE = ".damaged.json"
@@ -282,14 +290,43 @@ class ConsumeQueueTable:
         )
 
     async def spill_tails(self) -> None:
-        """Write every queue's tail to its file (consume_queue's "Tails"): what was dispatched
-        before this call is in the files (page cache) after it."""
-        tails = list(self.links.tails)
-        for start in range(0, len(tails), SPILL_CHUNK):
+        """Write every queue's tail to its file (consume_queue's "Tails"), in a thread: what
+        was dispatched before this call is in the files (page cache) after it."""
+        _, writes = await self.capture(list(self.links.tails), states=False)
+        await self.write_tails(writes)
+
+    async def capture(
+        self, queues: list[ConsumeQueue], states: bool = True
+    ) -> tuple[list[positions.Entry], list[TailWrite]]:
+        """(loop) ``ConsumeQueue.capture`` of ``queues``, ``CAPTURE_CHUNK`` at a time with the
+        loop's other work in between: their entries (``states``) and tails. A queue captured
+        later may count more units; its tail then holds them too."""
+        entries: list[positions.Entry] = []
+        writes: list[TailWrite] = []
+        for start in range(0, len(queues), CAPTURE_CHUNK):
             if start:
                 await asyncio.sleep(0)
-            for queue in tails[start : start + SPILL_CHUNK]:
-                queue.spill()  # a removed queue's tail was dropped: nothing to do
+            for queue in queues[start : start + CAPTURE_CHUNK]:
+                state, write = queue.capture()
+                if states:
+                    entries.append((queue.topic, queue.queue_id, state))
+                if write is not None:
+                    writes.append(write)
+        return entries, writes
+
+    async def write_tails(self, writes: list[TailWrite]) -> None:
+        """Write captured tails in a thread, then trim them on the loop
+        (``ConsumeQueue.tail_written``). Raises the first failure still owed after the others
+        are trimmed (a full disk: DiskFullError): what vouches for units must not go on."""
+        if not writes:
+            return
+        errors = await asyncio.to_thread(write_tails_blocking, writes)
+        failure: Exception | None = None
+        for write, error in zip(writes, errors, strict=True):
+            owed = write.queue.tail_written(write, error)
+            failure = failure or owed
+        if failure is not None:
+            raise failure
 
     def unflushed(self, least_bytes: int) -> list[ConsumeQueue]:
         """The queues with at least ``least_bytes`` unflushed (at least one unit when 0): the

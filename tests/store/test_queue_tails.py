@@ -383,3 +383,105 @@ def test_the_compiled_module_takes_a_chunk_of_usual_runs_whole(tmp_path: Path) -
         assert table.find("y", 0).max_physical_offset == 300
     finally:
         table.close()
+
+
+def _packed(units: list[tuple[int, int, int]]) -> bytes:
+    return b"".join(consume_queue.UNIT.pack(*unit) for unit in units)
+
+
+async def test_captured_tails_are_written_in_a_thread_and_readable_until_trimmed(
+    tmp_path: Path,
+) -> None:
+    """The thorough flush and the positions journal write tails off the loop: captured (the
+    queue's state and a copy of its tail), written by ``write_tails_blocking``, trimmed by
+    ``tail_written``. Units appended meanwhile stay in the tail, readers see every unit all
+    along, and a tail the loop wrote itself meanwhile (or a closed queue's) is left alone."""
+    table = ConsumeQueueTable(tmp_path / "consumequeue", FILE)
+    links = table.links
+    try:
+        busy, spilled, closed = (table.find_or_create("T", q) for q in range(3))
+        units = _units(9)
+        for queue in (busy, spilled, closed):
+            queue.append_units(0, units[:1])  # creates the file: written through
+            queue.append_units(1, units[1:5])  # a tail of 4 units
+        entries, writes = await table.capture([busy, spilled, closed])
+        assert [entry[2][3] for entry in entries] == [5 * UNIT] * 3  # write pos counts the tail
+        assert [w.data for w in writes] == [_packed(units[1:5])] * 3
+        busy.append_units(5, units[5:])  # dispatch goes on meanwhile
+        spilled.spill()  # the loop wrote its tail itself
+        spilled.append_units(5, units[5:7])  # and began a new one
+        closed.close()
+        errors = consume_queue.write_tails_blocking(writes)
+        assert errors == [None, None, None]
+        assert list(busy.read_units(0, 100)) == units  # before the trim: from the tail
+        for write, error in zip(writes, errors, strict=True):
+            assert write.queue.tail_written(write, error) is None
+        assert _file_bytes(busy)[: 5 * UNIT] == _packed(units[:5])
+        assert busy._tail == _packed(units[5:]) and list(busy.read_units(0, 100)) == units
+        assert spilled._tail == _packed(units[5:7])  # its new tail untouched
+        assert list(spilled.read_units(0, 100)) == units[:7]
+        assert links.tails == {busy, spilled}
+        assert links.tail_bytes == len(busy._tail) + len(spilled._tail)
+        assert busy.flush_blocking() == 5 * UNIT  # the sync covers what the files hold now
+    finally:
+        for queue in table.queues.values():
+            queue.close()
+
+
+async def test_a_tail_write_that_fails_keeps_the_tail_and_raises(tmp_path: Path) -> None:
+    """What vouches for units must not go on when their tail did not reach the file: the error
+    is raised after the others are trimmed, and the failed tail stays in memory, readable; a
+    file deleted from under a live queue is left to its own spill (damage, or the descriptor
+    the cache still holds)."""
+    table = ConsumeQueueTable(tmp_path / "consumequeue", FILE)
+    try:
+        good, bad, gone = (table.find_or_create("T", q) for q in range(3))
+        units = _units(4)
+        for queue in (good, bad, gone):
+            queue.append_units(0, units[:1])
+            queue.append_units(1, units[1:])
+        _, writes = await table.capture([good, bad, gone])
+        os.chmod(bad.files[0].path, 0o400)  # read-only (the suite runs as root: see below)
+        os.unlink(gone.files[0].path)
+        if os.access(bad.files[0].path, os.W_OK):  # root ignores modes: break it another way
+            os.unlink(bad.files[0].path)
+            os.mkdir(bad.files[0].path)  # a directory: open(O_WRONLY) fails with EISDIR
+        with pytest.raises(OSError) as failed:
+            await table.write_tails(writes)
+        assert failed.value.errno in (errno.EACCES, errno.EISDIR)
+        assert good._tail is None and _file_bytes(good)[: 4 * UNIT] == _packed(units)
+        assert bad._tail == _packed(units[1:]) and list(bad.read_units(0, 10)) == units
+        assert gone._tail is None  # its own spill took it (into the descriptor still open)
+    finally:
+        for queue in table.queues.values():
+            queue.close()
+
+
+async def test_the_positions_journal_writes_no_tail_on_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A journal record of 300 queues with tails spills none of them on the loop (40,000 such
+    spills held the loop ~3 s every 5 s at 10,000 topics); what it recorded is in the files."""
+    root = tmp_path / "store"
+    s = MessageStore(small_config(root))
+    await s.start()
+    try:
+        for body in ("a", "b"):  # the first unit creates the file, the second is a tail
+            for q in range(300):
+                s.append(f"T{q}", 0, [msg(body)])
+            assert await s.wait_dispatched()
+        table = s.insides.queues
+        assert len(table.links.tails) >= 250  # (the periodic flush spills 16 a second)
+        spills: list[ConsumeQueue] = []
+        real_spill = ConsumeQueue.spill
+        monkeypatch.setattr(ConsumeQueue, "spill", lambda q: spills.append(q) or real_spill(q))
+        journal = s.insides.queue_flush_service.journal
+        assert journal is not None
+        await journal.record(lambda: s.insides.reput_service.reput_from_offset)
+        assert spills == [] and not table.links.tails  # written in the thread, trimmed
+        for queue in table.queues.values():  # no tail left: these reads are the files'
+            assert queue._file_pos == queue._write_pos
+            assert len(list(queue.read_units(0, 1000))) == queue.max_offset == 2
+    finally:
+        monkeypatch.undo()
+        await s.shutdown()
