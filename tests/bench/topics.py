@@ -35,6 +35,10 @@ Ratio: a configuration's run over the one-topic run of the same round, median of
 run went from ~300k to ~160k msg/s in one step and stayed there for 50 s). Also printed: the
 ratio of the medians, which mixes rounds of different phases.
 
+Settling: each run starts once the broker's CPU is under 10 % (``wait_quiet``): what a run at
+10,000 topics leaves behind (40,000 changed queues for the positions journal to record and
+sync) was charged to the runs after it.
+
 Order: every other round runs the configurations in reverse (1, 256 | 256, 1 | ...). Runs slow
 down over a program (the page cache takes memory the VM's host has to back: a configuration's
 first and last rounds differ by up to 1.5x), and a fixed order charged that to the one measured
