@@ -410,6 +410,24 @@ async def test_put_waits_while_dispatch_lags_beyond_the_limit(
         await s.shutdown()
 
 
+@contextlib.asynccontextmanager
+async def _stalled(
+    root: Path, monkeypatch: pytest.MonkeyPatch, wait_ms: int
+) -> AsyncIterator[MessageStore]:
+    """A store whose dispatch stopped with ~3 KB undispatched, past its 2,000-byte bound."""
+    config = small_config(root, max_dispatch_lag_bytes=2000, wait_time_mills_in_send_queue=wait_ms)
+    s = MessageStore(config)
+    await s.start()
+    try:
+        monkeypatch.setattr(s.insides.reput_service.source, "dispatch_limit", lambda: 0)
+        for _ in range(5):
+            s.append("T", 0, [msg(b"x" * 500)])
+        yield s
+    finally:
+        monkeypatch.undo()
+        await s.shutdown()
+
+
 async def test_put_held_past_wait_time_is_refused_busy_and_nothing_is_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -418,13 +436,7 @@ async def test_put_held_past_wait_time_is_refused_busy_and_nothing_is_written(
     log line; once the dispatch has room puts are accepted again, and the end is logged.
     Before, the hold lasted syncFlushTimeout (5 s) and then wrote anyway: past the SDK's 3 s
     deadline, a send its client had given up on."""
-    config = small_config(tmp_path, max_dispatch_lag_bytes=2000, wait_time_mills_in_send_queue=300)
-    s = MessageStore(config)
-    await s.start()
-    try:
-        monkeypatch.setattr(s.insides.reput_service.source, "dispatch_limit", lambda: 0)
-        for _ in range(5):
-            s.append("T", 0, [msg(b"x" * 500)])
+    async with _stalled(tmp_path, monkeypatch, 300) as s:
         written = s.stats().commit_log_max_offset
         loop = asyncio.get_running_loop()
         for attempt in range(2):
@@ -441,26 +453,14 @@ async def test_put_held_past_wait_time_is_refused_busy_and_nothing_is_written(
         result = await asyncio.wait_for(s.put("T", 0, [msg("accepted")]), 5)
         assert result.append.first_queue_offset == 5
         assert any("dispatch caught up" in r.getMessage() for r in caplog.records)
-    finally:
-        monkeypatch.undo()
-        await s.shutdown()
 
 
 async def test_put_with_no_wait_time_is_refused_busy_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = small_config(tmp_path, max_dispatch_lag_bytes=2000, wait_time_mills_in_send_queue=0)
-    s = MessageStore(config)
-    await s.start()
-    try:
-        monkeypatch.setattr(s.insides.reput_service.source, "dispatch_limit", lambda: 0)
-        for _ in range(5):
-            s.append("T", 0, [msg(b"x" * 500)])
+    async with _stalled(tmp_path, monkeypatch, 0) as s:
         with pytest.raises(StoreBusyError):
             await asyncio.wait_for(s.put("T", 0, [msg("refused")]), 0.5)
-    finally:
-        monkeypatch.undo()
-        await s.shutdown()
 
 
 async def test_sync_flush_append_without_put_still_becomes_visible(tmp_path: Path) -> None:
