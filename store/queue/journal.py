@@ -76,7 +76,7 @@ class PositionsJournal:
             queues = table.take_changed()
             if not queues:
                 return
-            items, count = await self._encode(queues)
+            items, count = await self._encode(queues, queues)
             data = positions.record(positions.CHANGES, position, items, count)
             await self._append(data)
             self.position = position
@@ -84,8 +84,8 @@ class PositionsJournal:
 
     async def _snapshot(self, position: int) -> None:
         table = self.table
-        table.take_changed()  # every queue is in the snapshot
-        items, count = await self._encode(list(table.queues.values()))
+        taken = table.take_changed()  # every queue is in the snapshot
+        items, count = await self._encode(list(table.queues.values()), taken)
         try:
             size = await asyncio.to_thread(
                 positions.write_snapshot_blocking,
@@ -129,12 +129,20 @@ class PositionsJournal:
         except OSError:
             log.exception("cannot remove %s: its queue positions may be stale", self.path)
 
-    async def _encode(self, queues: list[ConsumeQueue]) -> tuple[bytes, int]:
-        """The queues' states as of now, their tails written first (in a thread; a failure
-        raises and nothing is recorded), encoded ``CHUNK`` at a time."""
+    async def _encode(
+        self, queues: list[ConsumeQueue], taken: list[ConsumeQueue]
+    ) -> tuple[bytes, int]:
+        """The queues' states as of now, their tails written first (in a thread), encoded
+        ``CHUNK`` at a time. When a tail cannot be written nothing is recorded: the queues
+        ``taken`` from the changed set go back to it (a later record must carry them, or a
+        restart would trust their older states past a newer D) and the error is raised."""
         table = self.table
         entries, writes = await table.capture(queues)
-        await table.write_tails(writes)
+        try:
+            await table.write_tails(writes)
+        except BaseException:
+            table.links.changed.update(taken)
+            raise
         parts = []
         for start in range(0, len(entries), CHUNK):
             if start:

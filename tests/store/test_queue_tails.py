@@ -485,3 +485,38 @@ async def test_the_positions_journal_writes_no_tail_on_the_loop(
     finally:
         monkeypatch.undo()
         await s.shutdown()
+
+
+async def test_a_journal_record_whose_tails_fail_records_them_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing is recorded when a tail cannot be written, and its queues stay changed: the next
+    record carries them (dropped, a later record's newer D would have skipped their units at a
+    restart)."""
+    s = MessageStore(small_config(tmp_path / "store"))
+    await s.start()
+    try:
+        for body in ("a", "b"):
+            for q in range(20):
+                s.append(f"T{q}", 0, [msg(body)])
+            assert await s.wait_dispatched()
+        table = s.insides.queues
+        journal = s.insides.queue_flush_service.journal
+        assert journal is not None
+        records = journal.records
+        tailed = set(table.links.tails)
+        assert tailed
+        failing = OSError(errno.EMFILE, "Too many open files")
+        monkeypatch.setattr(
+            "wharf.store.queue.table.write_tails_blocking", lambda writes: [failing] * len(writes)
+        )
+        with pytest.raises(OSError, match="Too many open files"):
+            await journal.record(lambda: s.insides.reput_service.reput_from_offset)
+        assert journal.records == records and tailed <= table.links.changed
+        monkeypatch.undo()
+        await journal.record(lambda: s.insides.reput_service.reput_from_offset)
+        assert journal.records == records + 1 and not table.links.changed
+        assert not table.links.tails
+    finally:
+        monkeypatch.undo()
+        await s.shutdown()
