@@ -20,8 +20,8 @@ def build_stats(
     messages_put_total: int,
     bytes_put_total: int,
     recovery_seconds: float,
-    sends_held: int = 0,
-    sends_refused_busy: int = 0,
+    sends_held: int,
+    sends_refused_busy: int,
 ) -> StoreStats:
     commit_log = parts.commit_log
     config = parts.config

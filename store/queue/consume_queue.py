@@ -39,8 +39,9 @@ flush every tail after it captured the dispatch position and before it syncs
 (store/services/queue_flush.py), the positions journal a queue's before recording it; both
 capture them on the loop (``capture``) and write them in a thread (``write_tails_blocking``),
 the tail readable until ``tail_written`` trims it (thousands of spills on the loop held it for
-seconds). The periodic flush's few queues and truncation spill on the loop. A process crash loses the tails: recovery without a positions journal
-re-dispatches from the checkpoint's logics offset (store/recovery.py), not the queues' end.
+seconds). The periodic flush's few queues and truncation spill on the loop. A process crash
+loses the tails: recovery without a positions journal re-dispatches from the checkpoint's
+logics offset (store/recovery.py), not the queues' end.
 
 Why not ``wharf.store.log.mapped_file.MappedFile``: that class is shaped for the CommitLog
 (write buffer, committed position, fallocate'd segments). A queue file needs none of it.
@@ -88,7 +89,7 @@ ALLOCATE_GROWTH = 16
 
 # A tail is written once it holds this much (one page: a ``pwrite`` of 4 KiB costs what one of
 # 320 B does), and all tails of a store hold at most TAIL_BUDGET (``consumeQueueTailBudget``,
-# store/config.py; the thorough queue flush and the positions journal spill them).
+# store/config.py; the thorough queue flush and the positions journal write them, in a thread).
 TAIL_BYTES = 4096
 TAIL_BUDGET = CONSUME_QUEUE_TAIL_BUDGET
 
