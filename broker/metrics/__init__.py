@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.registry import Collector
 from wharf.broker.metrics import families
 from wharf.broker.metrics.accumulators import LabelledCounters, LabelledHistograms
@@ -141,7 +141,7 @@ class BrokerMetrics:
         if self._http is not None:
             raise RuntimeError("metrics server already serving")
         self._loop = asyncio.get_running_loop()
-        server = MetricsHttpServer(self.registry, bearer_token)
+        server = MetricsHttpServer(self.render, bearer_token)
         bound = await asyncio.to_thread(server.start_blocking, host, port)
         self._http = server
         return bound
@@ -153,6 +153,16 @@ class BrokerMetrics:
             await asyncio.to_thread(server.stop_blocking)
 
     # --- scrape side -------------------------------------------------------------------------
+    def render(self) -> bytes:
+        """The whole exposition (text format 0.0.4): the registry's families through
+        prometheus_client, the per-topic ones of the sends written directly
+        (``families.topics_in_text``). What /metrics serves."""
+        head = generate_latest(self.registry)
+        return (
+            head
+            + families.topics_in_text(self.message_size.raw_items(), MESSAGE_SIZE_BUCKETS).encode()
+        )
+
     def snapshot(self) -> BrokerSnapshot | None:
         """The controller's figures, read on the store's loop; None before attach() or if the
         loop did not answer in time (counted in wharf_metrics_snapshot_failures_total)."""

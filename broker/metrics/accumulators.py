@@ -164,6 +164,15 @@ class LabelledHistograms:
             children = list(self._children.items())
         return [(key, child.snapshot()) for key, child in children]  # type: ignore[misc]
 
+    def raw_items(self) -> list[tuple[LabelKey, list[int], float]]:
+        """Every child's bucket counts (not cumulative, +Inf last) and total, under one lock:
+        what the direct exposition writes from (``wharf.broker.metrics.exposition``)."""
+        with self._lock:
+            return [
+                (key, list(child._counts), child._total)  # type: ignore[misc]
+                for key, child in self._children.items()
+            ]
+
 
 class LabelledCounters:
     """Monotonic counters by label values. One lock per increment (not per message)."""

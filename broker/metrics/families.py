@@ -17,6 +17,7 @@ from wharf.broker.metrics.accumulators import (
     LabelledCounters,
     LabelledHistograms,
 )
+from wharf.broker.metrics.exposition import bound_texts, header, label_value, number
 from wharf.broker.metrics.snapshot import BrokerSnapshot
 
 STORE_KINDS = ("commitlog", "consumequeue", "index")
@@ -72,7 +73,6 @@ class HotPathSources(Protocol):
     """The accumulators the broker's hooks feed (``BrokerMetrics`` has them): what
     ``hot_path_families`` reads, without this module importing its caller."""
 
-    message_size: LabelledHistograms  # its count and sum are the messages and bytes in
     messages_out: LabelledCounters
     bytes_out: LabelledCounters
     send_to_dlq: LabelledCounters
@@ -83,12 +83,46 @@ class HotPathSources(Protocol):
     group_commit_batch: LabelledHistograms
 
 
+# The per-topic families fed by sends, written by ``topics_in_text`` (15 lines a topic: see
+# ``wharf.broker.metrics.exposition`` for why not through prometheus_client).
+MESSAGES_IN = ("rocketmq_messages_in_total", "Messages stored, by topic.")
+THROUGHPUT_IN = ("rocketmq_throughput_in_total", "Message body bytes stored, by topic.")
+MESSAGE_SIZE = ("rocketmq_message_size", "Message body size in bytes, by topic.")
+
+
+def topics_in_text(
+    rows: Sequence[tuple[LabelKey, list[int], float]], bounds: Sequence[float]
+) -> str:
+    """The three families of ``message_size`` (``LabelledHistograms.raw_items``: one read, so
+    they always agree): messages and bytes in by topic (the histogram's count and sum) and
+    the histogram, in the text format."""
+    counts_name, bytes_name, size_name = MESSAGES_IN[0], THROUGHPUT_IN[0], MESSAGE_SIZE[0]
+    les = [f'",le="{le}"}} ' for le in bound_texts(bounds)]
+    counts_lines, bytes_lines, size_lines = [], [], []
+    bucket = f'{size_name}_bucket{{topic="'
+    for key, buckets, total in rows:
+        topic = label_value(key[0])
+        running = 0
+        for le, count in zip(les, buckets, strict=True):
+            running += count
+            size_lines.append(f"{bucket}{topic}{le}{running}.0\n")
+        sum_text = number(total)
+        size_lines.append(f'{size_name}_count{{topic="{topic}"}} {running}.0\n')
+        size_lines.append(f'{size_name}_sum{{topic="{topic}"}} {sum_text}\n')
+        counts_lines.append(f'{counts_name}{{topic="{topic}"}} {running}.0\n')
+        bytes_lines.append(f'{bytes_name}{{topic="{topic}"}} {sum_text}\n')
+    return "".join(
+        (
+            header(*MESSAGES_IN, "counter"), *counts_lines,
+            header(*THROUGHPUT_IN, "counter"), *bytes_lines,
+            header(*MESSAGE_SIZE, "histogram"), *size_lines,
+        )
+    )  # fmt: skip
+
+
 def hot_path_families(m: HotPathSources) -> Iterator[Any]:
-    """Families fed by the broker's hooks (send, pull, DLQ, RPCs, flushes)."""
-    sizes = m.message_size.items()  # one snapshot: the three families always agree
-    yield counter("rocketmq_messages_in_total", "Messages stored, by topic.", ["topic"], [(key, snap.count) for key, snap in sizes])  # fmt: skip
-    yield counter("rocketmq_throughput_in_total", "Message body bytes stored, by topic.", ["topic"], [(key, snap.total) for key, snap in sizes])  # fmt: skip
-    yield histogram_of("rocketmq_message_size", "Message body size in bytes, by topic.", ["topic"], sizes)  # fmt: skip
+    """Families fed by the broker's hooks (pull, DLQ, RPCs, flushes; the sends' per-topic
+    ones are ``topics_in_text``'s)."""
     yield counter("rocketmq_messages_out_total", "Messages delivered by pulls, by topic and consumer group.", ["topic", "consumer_group"], m.messages_out.items())  # fmt: skip
     yield counter("rocketmq_throughput_out_total", "Message body bytes delivered by pulls, by topic and consumer group.", ["topic", "consumer_group"], m.bytes_out.items())  # fmt: skip
     yield counter("rocketmq_send_to_dlq_messages_total", "Messages moved to %DLQ%<group> after max reconsume times, by original topic and group.", ["topic", "consumer_group"], m.send_to_dlq.items())  # fmt: skip

@@ -1,4 +1,4 @@
-"""The /metrics HTTP endpoint: prometheus_client's WSGI app on a threaded server thread.
+"""The /metrics HTTP endpoint: the exposition's WSGI app on a threaded server thread.
 
 A scrape never runs on the event loop: each request is served on a server thread, and the
 only loop work is the short snapshot call ``BrokerMetrics`` schedules there. Binding port 0
@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
+from wharf.broker.metrics.exposition import WsgiApp, metrics_app
 
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 MAX_TOKEN_BYTES = 4096
 
 
@@ -70,8 +69,9 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 class MetricsHttpServer:
-    def __init__(self, registry: CollectorRegistry, bearer_token: str | None = None) -> None:
-        self._registry = registry
+    def __init__(self, render: Callable[[], bytes], bearer_token: str | None = None) -> None:
+        """``render``: the whole exposition, called on this server's thread per scrape."""
+        self._render = render
         self._bearer_token = bearer_token
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -87,7 +87,7 @@ class MetricsHttpServer:
         in use or not local, with the address in the message."""
         if not 0 <= port <= 65535:
             raise ValueError(f"metrics port must be 0..65535, got {port}")
-        app: WsgiApp = make_wsgi_app(self._registry)
+        app: WsgiApp = metrics_app(self._render)
         if self._bearer_token:
             app = bearer_guard(app, self._bearer_token)
         family = _family(host)

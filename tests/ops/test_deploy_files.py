@@ -13,7 +13,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from prometheus_client import generate_latest
 from wharf.broker.metrics import BrokerMetrics
 from wharf.broker.settings import load_settings
 
@@ -217,7 +216,7 @@ def test_every_metric_the_dashboard_and_alerts_use_is_exported_by_broker_metrics
     metrics.attach(fake_controller().view())
     metrics.on_messages_in("orders", [10])
     metrics.observe_rpc("SendMessage", "OK", 0.001)
-    exported = sample_names(generate_latest(metrics.registry).decode())
+    exported = sample_names(metrics.render().decode())
     used = set().union(
         *(metric_names_in(q) for q in dashboard_queries(json.loads(DASHBOARD.read_text())))
     )

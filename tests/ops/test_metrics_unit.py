@@ -3,27 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
+import urllib.error
 import urllib.request
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from prometheus_client import generate_latest
-from wharf.broker.metrics import BrokerMetrics
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.registry import Collector
+from wharf.broker.metrics import MESSAGE_SIZE_BUCKETS, BrokerMetrics, families
 from wharf.broker.metrics import snapshot as metrics_snapshot
 from wharf.broker.metrics.accumulators import (
     HistogramAccumulator,
     LabelledCounters,
     LabelledHistograms,
 )
+from wharf.broker.metrics.exposition import label_value
 
 from tests.ops.exposition import family_types, parse_samples, value
 from tests.ops.fakes import NOW_MS, fake_controller
 
 
 def scrape(metrics: BrokerMetrics) -> str:
-    return generate_latest(metrics.registry).decode()
+    return metrics.render().decode()
 
 
 def test_send_and_pull_hooks_count_messages_bytes_and_sizes_per_topic() -> None:
@@ -182,6 +186,55 @@ def test_lag_counts_from_min_offset_when_retention_removed_the_committed_one() -
     )
 
 
+class _ThroughPrometheusClient(Collector):
+    """The sends' per-topic families as prometheus_client families (the form before they were
+    written directly): the reference the direct text is held against."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self._sizes = metrics.message_size.items()
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        sizes = self._sizes
+        yield families.counter(*families.MESSAGES_IN, ["topic"], [(k, s.count) for k, s in sizes])
+        yield families.counter(*families.THROUGHPUT_IN, ["topic"], [(k, s.total) for k, s in sizes])
+        yield families.histogram_of(*families.MESSAGE_SIZE, ["topic"], sizes)
+
+
+def test_the_per_topic_families_written_directly_hold_what_prometheus_client_writes() -> None:
+    metrics = BrokerMetrics()
+    metrics.on_messages_in("orders", [100, 100, 2000])
+    metrics.on_messages_in("orders", [5000, 10**7])
+    metrics.on_messages_in("a-b_c%d|e", [1])
+    metrics.on_batches_in(["audit", "orders"], [2, 0], np.array([300, 70000], dtype=np.int64))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_ThroughPrometheusClient(metrics))
+    expected = generate_latest(registry).decode()
+    direct = families.topics_in_text(metrics.message_size.raw_items(), MESSAGE_SIZE_BUCKETS)
+    assert parse_samples(direct) == parse_samples(expected)
+    assert len(parse_samples(direct)) == 3 * 15
+    assert (
+        family_types(direct)
+        == family_types(expected)
+        == {
+            "rocketmq_messages_in_total": "counter",
+            "rocketmq_throughput_in_total": "counter",
+            "rocketmq_message_size": "histogram",
+        }
+    )
+    # And in the whole exposition, once each (not also through the registry).
+    whole = scrape(metrics)
+    assert whole.count("# TYPE rocketmq_message_size histogram") == 1
+    assert value(parse_samples(whole), "rocketmq_message_size_count", topic="orders") == 5
+
+
+def test_label_values_are_escaped_as_the_text_format_wants() -> None:
+    assert label_value('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
+    metrics = BrokerMetrics()
+    metrics.on_messages_in('odd"topic\\', [10])  # topic names cannot be this; labels can
+    samples = parse_samples(scrape(metrics))
+    assert value(samples, "rocketmq_messages_in_total", topic='odd"topic\\') == 1
+
+
 def test_every_family_is_typed_even_before_any_traffic() -> None:
     metrics = BrokerMetrics()
     metrics.attach(fake_controller().view())
@@ -221,6 +274,17 @@ async def test_serve_binds_port_zero_and_scrape_runs_snapshot_on_the_loop() -> N
         samples = parse_samples(body.decode())
         assert value(samples, "rocketmq_messages_in_total", topic="orders") == 2
         assert value(samples, "rocketmq_topic_number") == 2
+        # Prometheus asks for gzip: the same exposition, compressed; a POST is refused.
+        zipped = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
+        with await asyncio.to_thread(urllib.request.urlopen, zipped, timeout=10) as answer:
+            assert answer.headers["Content-Encoding"] == "gzip"
+            assert answer.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            unzipped = gzip.decompress(answer.read()).decode()
+        assert value(parse_samples(unzipped), "rocketmq_message_size_sum", topic="orders") == 30
+        post = urllib.request.Request(url, data=b"", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            await asyncio.to_thread(urllib.request.urlopen, post, timeout=10)
+        assert refused.value.code == 405
         with pytest.raises(RuntimeError):
             await metrics.serve("127.0.0.1", 0)
     finally:
