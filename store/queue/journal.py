@@ -137,9 +137,8 @@ class PositionsJournal:
         ``taken`` from the changed set go back to it (a later record must carry them, or a
         restart would trust their older states past a newer D) and the error is raised."""
         table = self.table
-        entries, writes = await table.capture(queues)
         try:
-            await table.write_tails(writes)
+            entries = await table.capture_written(queues)
         except BaseException:
             table.links.changed.update(taken)
             raise

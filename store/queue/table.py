@@ -47,7 +47,9 @@ LOAD_THREADS = 4
 # Queues set aside at a load named one log line each (a changed file size refuses them all).
 SET_ASIDE_LOG_LINES = 10
 # Queues captured per loop step by ``capture`` (~2 us each, a tail's copy included: ~8 ms,
-# then other work runs); the tails are written in a thread.
+# then other work runs); the tails are written in a thread. ``capture_written`` writes each
+# chunk's before the next is captured: the copies in flight are at most 4,096 tails of 4 KiB
+# (16 MiB), not every tail of the budget (64 MiB) at once.
 CAPTURE_CHUNK = 4096
 # The queues met damaged while serving (JSON [[topic, queue id], ...]), for the next start to
 # set aside and rebuild; a file, so never taken for a topic. Removed once recovery rebuilt them.
@@ -292,8 +294,7 @@ class ConsumeQueueTable:
     async def spill_tails(self) -> None:
         """Write every queue's tail to its file (consume_queue's "Tails"), in a thread: what
         was dispatched before this call is in the files (page cache) after it."""
-        _, writes = await self.capture(list(self.links.tails), states=False)
-        await self.write_tails(writes)
+        await self.capture_written(list(self.links.tails), states=False)
 
     async def capture(
         self, queues: list[ConsumeQueue], states: bool = True
@@ -313,6 +314,22 @@ class ConsumeQueueTable:
                 if write is not None:
                     writes.append(write)
         return entries, writes
+
+    async def capture_written(
+        self, queues: list[ConsumeQueue], states: bool = True
+    ) -> list[positions.Entry]:
+        """``capture`` and ``write_tails``, ``CAPTURE_CHUNK`` queues at a time (the copies of
+        tails in flight are one chunk's): when this returns, every tail captured is in its
+        file and trimmed. Their entries (``states``); a chunk's failure is raised after its
+        other tails are trimmed (the chunks before it are written, the later ones untouched)."""
+        entries: list[positions.Entry] = []
+        for start in range(0, len(queues), CAPTURE_CHUNK):
+            if start:
+                await asyncio.sleep(0)  # a chunk without tails awaited no thread
+            chunk, writes = await self.capture(queues[start : start + CAPTURE_CHUNK], states)
+            entries.extend(chunk)
+            await self.write_tails(writes)
+        return entries
 
     async def write_tails(self, writes: list[TailWrite]) -> None:
         """Write captured tails in a thread, then trim them on the loop

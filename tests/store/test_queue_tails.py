@@ -18,6 +18,7 @@ from wharf.store.codec.layout import CQ_UNIT
 from wharf.store.dispatch.dispatcher import Dispatcher, DispatchPlan, QueueRun, QueueRuns
 from wharf.store.message_store import MessageStore
 from wharf.store.queue import consume_queue
+from wharf.store.queue import table as table_module
 from wharf.store.queue.consume_queue import TAIL_BYTES, ConsumeQueue
 from wharf.store.queue.table import ConsumeQueueTable
 
@@ -520,3 +521,37 @@ async def test_a_journal_record_whose_tails_fail_records_them_later(
     finally:
         monkeypatch.undo()
         await s.shutdown()
+
+
+async def test_tails_are_captured_and_written_a_chunk_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``capture_written`` writes each chunk's tails before it captures the next (the copies
+    in flight are one chunk's, not the whole budget's) and leaves every tail in its file."""
+    monkeypatch.setattr(table_module, "CAPTURE_CHUNK", 2)
+    table = ConsumeQueueTable(tmp_path / "consumequeue", FILE)
+    written: list[int] = []
+    real_write = table.write_tails
+
+    async def write_tails(writes: list[consume_queue.TailWrite]) -> None:
+        assert all(w.queue._tail is not None for w in writes)  # captured, not yet trimmed
+        assert sum(1 for q in table.queues.values() if q._tail is None) == sum(written)
+        written.append(len(writes))
+        await real_write(writes)
+
+    monkeypatch.setattr(table, "write_tails", write_tails)
+    try:
+        queues = [table.find_or_create("T", q) for q in range(5)]
+        units = _units(3)
+        for queue in queues:
+            queue.append_units(0, units[:1])  # creates the file: written through
+            queue.append_units(1, units[1:])  # a tail of 2 units
+        entries = await table.capture_written(queues)
+        assert written == [2, 2, 1]
+        assert [entry[2][3] for entry in entries] == [3 * UNIT] * 5
+        assert not table.links.tails and table.links.tail_bytes == 0
+        for queue in queues:
+            assert _file_bytes(queue)[: 3 * UNIT] == _packed(units)
+    finally:
+        for queue in table.queues.values():
+            queue.close()
