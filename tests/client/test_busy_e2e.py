@@ -3,13 +3,16 @@
 protocol, and the SDK backs off and retries it: sent once the dispatch has room, with the
 broker's words in the error when its deadline runs out first. Before (issue 33) the hold was
 syncFlushTimeout (5 s), past the SDK's 3 s deadline: the SDK said DeadlineExceededError and the
-broker wrote the send afterwards.
+broker wrote the send afterwards. Apache's 4.x C++ client (a subprocess) retries SYSTEM_BUSY
+itself and then fails the send at once.
 
 In process (``inproc_broker``, the real store), so that the dispatch can be stalled."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,6 +31,7 @@ from wharf.store.message_store import MessageStore
 
 from tests.broker.remoting.test_server import Client as RemotingClient
 from tests.broker.remoting.test_server import _send_fields
+from tests.harness import REPO_ROOT
 from tests.inproc import InProcBroker
 from tests.store.helpers import msg
 
@@ -134,3 +138,60 @@ async def test_remoting_send_is_answered_system_busy(busy: tuple[InProcBroker, S
         assert sent.code == ResponseCode.SYSTEM_BUSY and "broker busy" in sent.remark
     finally:
         writer.close()
+
+
+RMQ4_PYTHON = REPO_ROOT / ".venv-rmq4" / "bin" / "python"
+CPP_SCRIPT = REPO_ROOT / "tests" / "broker" / "remoting" / "cpp_client_script.py"
+
+
+async def _cpp_send(broker: InProcBroker, home: Path, **args: object) -> dict[str, object]:
+    """``cpp_client_script.py send`` against the in-process broker's remoting port (also its
+    NameServer), awaited as a subprocess: the broker runs on this test's loop."""
+    if not RMQ4_PYTHON.exists():
+        pytest.skip("the RocketMQ 4.x C++ client's venv is missing: run `make rmq4-client`")
+    await asyncio.to_thread(home.mkdir, exist_ok=True)  # the library logs to ~/logs/rocketmq-cpp
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("PYTHONPATH", None)
+    proc = await asyncio.create_subprocess_exec(
+        str(RMQ4_PYTHON), str(CPP_SCRIPT), broker.controller.remoting_address, "send",
+        json.dumps(args), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, f"{out.decode()}\n{err.decode()}"
+    return dict(json.loads(out.decode().strip().splitlines()[-1]))
+
+
+def _cpp_logs_blocking(home: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in home.glob("logs/rocketmq-cpp/*"))
+
+
+@pytest.mark.slow
+async def test_the_cpp_4x_client_is_refused_busy_and_sends_once_the_dispatch_has_room(
+    busy: tuple[InProcBroker, Stall], tmp_path: Path
+) -> None:
+    """Apache's 4.x C++ client, unchanged: each SYSTEM_BUSY answer (its log shows code 2 and
+    the broker's words) is retried by the client itself, then the sync send fails at once (the
+    library words that "No route info of this topic"), not at its 8 s time-out; nothing is
+    stored; the same send once the dispatch resumes is stored once."""
+    broker, stall = busy
+    store = broker.controller.store
+    written = store.stats().commit_log_max_offset
+    home = tmp_path / "cpp"
+    started = time.monotonic()
+    refused = await _cpp_send(
+        broker, home, group="busy", topic="orders", messages=[{"body": "refused"}],
+        timeout_ms=8000,
+    )  # fmt: skip
+    assert refused["sent"] == [] and "ProducerSendSyncFailed" in str(refused["error"]), refused
+    assert time.monotonic() - started < 6.0  # answered, not left to its 8 s time-out
+    logs = await asyncio.to_thread(_cpp_logs_blocking, home)
+    answers = [line for line in logs.splitlines() if "processSendResponse error" in line]
+    assert len(answers) >= 2, logs[-3000:]  # the busy answer was retried
+    assert all("broker busy" in line and "error code:2" in line for line in answers), answers
+    assert store.stats().commit_log_max_offset == written
+    stall.end()
+    sent = await _cpp_send(
+        broker, tmp_path / "cpp", group="busy", topic="orders", messages=[{"body": "after"}]
+    )
+    assert sent["error"] is None, sent
+    assert [r["offset"] for r in sent["sent"]] == [0]  # type: ignore[union-attr, index]
