@@ -3,8 +3,8 @@
 protocol, and the SDK backs off and retries it: sent once the dispatch has room, with the
 broker's words in the error when its deadline runs out first. Before (issue 33) the hold was
 syncFlushTimeout (5 s), past the SDK's 3 s deadline: the SDK said DeadlineExceededError and the
-broker wrote the send afterwards. Apache's 4.x C++ client (a subprocess) retries SYSTEM_BUSY
-itself and then fails the send at once.
+broker wrote the send afterwards. The 4.x clients (subprocesses) fail the send at once with
+the broker's words: Apache's C++ client after retrying SYSTEM_BUSY itself, ali-ons.
 
 In process (``inproc_broker``, the real store), so that the dispatch can be stalled."""
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -195,3 +196,43 @@ async def test_the_cpp_4x_client_is_refused_busy_and_sends_once_the_dispatch_has
     )
     assert sent["error"] is None, sent
     assert [r["offset"] for r in sent["sent"]] == [0]  # type: ignore[union-attr, index]
+
+
+NODE_DIR = REPO_ROOT / "tests" / "broker" / "remoting" / "node"
+
+
+@pytest.mark.slow
+async def test_the_node_4x_client_is_refused_busy_and_sends_once_the_dispatch_has_room(
+    busy: tuple[InProcBroker, Stall], tmp_path: Path
+) -> None:
+    """ali-ons, unchanged: its send fails with an MQClientException carrying the broker's words
+    (SYSTEM_BUSY), not a time-out; nothing is stored; the same send once the dispatch resumes
+    is stored once."""
+    node = shutil.which("node")
+    if node is None or not (NODE_DIR / "node_modules" / "ali-ons").is_dir():
+        pytest.skip("ali-ons is not installed: `make test` installs it")
+    broker, stall = busy
+    store = broker.controller.store
+    written = store.stats().commit_log_max_offset
+    home = tmp_path / "node"
+    await asyncio.to_thread(home.mkdir)
+
+    async def send(body: str) -> tuple[dict[str, object], str]:
+        args = {"group": "busy", "topic": "orders", "messages": [{"body": body}]}
+        proc = await asyncio.create_subprocess_exec(
+            node, str(NODE_DIR / "scenario.js"), broker.controller.remoting_address, "send",
+            json.dumps(args), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            cwd=NODE_DIR, env={**os.environ, "HOME": str(home)},
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        return dict(json.loads(out.decode().strip().splitlines()[-1])), err.decode()
+
+    started = time.monotonic()
+    refused, log = await send("refused")
+    assert "broker busy" in str(refused["error"]), (refused, log[-3000:])
+    assert time.monotonic() - started < 20.0
+    assert store.stats().commit_log_max_offset == written
+    stall.end()
+    sent, log = await send("after")
+    assert sent["error"] is None, (sent, log[-3000:])
+    assert [r["queueOffset"] for r in sent["sent"]] == [0]  # type: ignore[union-attr, index]
