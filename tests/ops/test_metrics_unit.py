@@ -349,3 +349,17 @@ async def test_serve_on_a_busy_port_fails_naming_the_address() -> None:
     finally:
         await first.close()
         await second.close()
+
+
+def test_the_hooks_benchmark_prints_the_render_against_prometheus_client(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``tests.bench.metrics_hooks`` (short form): a line per scrape size with both renderings
+    timed and their ratio (figures are not asserted: timings belong in its output)."""
+    from tests.bench import metrics_hooks
+
+    metrics_hooks.main(["--batches", "200", "--topics", "500"])
+    out = capsys.readouterr().out
+    for topics in ("100", "500"):
+        line = next(x for x in out.splitlines() if x.startswith(f"scrape of {topics} topics"))
+        assert "all through prometheus_client" in line and "ratio" in line, out
