@@ -3,7 +3,7 @@ one run, with the ratio of each to one topic (issue 33).
 
     .venv/bin/python -m tests.bench.topics [--topics 1,16,64,256,1024,10000] [--seconds 5]
         [--rounds 3] [--tasks 64] [--batch 16] [--size 1024] [--form columns]
-        [--page-cache-gib 2] [--tail-budget BYTES] [--interleave 20] [--slice 1] [--quick]
+        [--page-cache-gib 2] [--tail-budget BYTES] [--quick]
 
 One ``wharf-broker`` daemon (tests/harness.py, default flush: ASYNC_FLUSH, auto-created topics
 with ``defaultTopicQueueNums = 4``) serves every configuration: topics ``t<N>-<i>`` for each N,
@@ -44,20 +44,11 @@ down over a program (the page cache takes memory the VM's host has to back: a co
 first and last rounds differ by up to 1.5x), and a fixed order charged that to the one measured
 second in each round.
 
-Interleaved: runs seconds apart still land in different VM phases (eleven programs of 1 and
-256 topics gave 0.81-0.92, 2026-11-26). So after the rounds each configuration also shares one
-load with the base: the tasks switch between the two topic sets every ``--slice`` (1 s) for
-``--interleave`` (20 s), and a slice's ratio is its msg/s over the base slices beside it
-(median and quartiles printed). No settling between slices: what a configuration leaves
-behind (the positions journal's records of its changed queues, every 5 s) partly lands in
-the base's slices; negligible at 1,024 queues, ~1-2 % of the loop at 40,000.
-
 ``--form``: how the SDK sends several topics' batches in one request: ``columns`` (its
 default, ``SendMessageRequest.batch_topics``), ``parts`` (a sub-request each, the form before
 2026-11-25) or ``none`` (a request per batch, the SDK before issue 33). ``--quick``: 1, 16,
-256 topics, 1 s, 1 round, 2 s interleaved in 0.25 s slices. ``--tail-budget``: the broker's
-``consumeQueueTailBudget`` (0: every dispatch writes its units at once, the store before
-2026-11-25's queue tails).
+256 topics, 1 s, 1 round. ``--tail-budget``: the broker's ``consumeQueueTailBudget`` (0: every
+dispatch writes its units at once, the store before 2026-11-25's queue tails).
 The temporary directory (under /tmp) goes at the end.
 """
 
@@ -145,66 +136,6 @@ async def measure(endpoint: str, n: int, args: argparse.Namespace) -> tuple[floa
     return sent / (wall1 - wall0), (cpu1 - cpu0) / max(sent, 1) * 1e6
 
 
-# After a switch of topics, the requests in flight (at most ``tasks`` send_batch calls: 2
-# requests of 512 messages, ~4 ms) finish before the next slice is counted.
-SWITCH_DRAIN_S = 0.02
-
-
-async def interleave(
-    endpoint: str, base: int, n: int, args: argparse.Namespace
-) -> list[tuple[int, float]]:
-    """One load (the tasks of ``measure``) whose topics switch between ``base`` and ``n``
-    topics every ``args.slice`` seconds for ``args.interleave`` seconds: (topics, msg/s) of
-    each slice, in order ("Interleaved" in the module docstring)."""
-    names = {base: topic_names(base), n: topic_names(n)}
-    bodies = [os.urandom(args.size) for _ in range(args.batch)]
-    done = 0
-    stop = False
-    current = n  # the lead-in sends to both sets first (routes, batch sizes)
-    slices: list[tuple[int, float]] = []
-    async with Producer(endpoint) as producer:
-        producer._many = "" if args.form == "none" else args.form
-
-        async def task(i: int) -> None:
-            nonlocal done
-            k = 0
-            while not stop:
-                topics = names[current]
-                await producer.send_batch(topics[(i + k * args.tasks) % len(topics)], bodies)
-                done += args.batch
-                k += 1
-
-        tasks = [asyncio.create_task(task(i)) for i in range(args.tasks)]
-        await asyncio.sleep(args.lead_in / 2)
-        current = base
-        await asyncio.sleep(args.lead_in / 2)
-        for index in range(max(2, round(args.interleave / args.slice))):
-            current = base if index % 2 == 0 else n
-            await asyncio.sleep(SWITCH_DRAIN_S)
-            count0, wall0 = done, time.perf_counter()
-            await asyncio.sleep(args.slice)
-            slices.append((current, (done - count0) / (time.perf_counter() - wall0)))
-        stop = True
-        await asyncio.gather(*tasks)
-    return slices
-
-
-def slice_ratios(slices: list[tuple[int, float]], base: int) -> list[float]:
-    """Each slice not of ``base`` over the mean of the ``base`` slices beside it."""
-    ratios = []
-    for index, (n, rate) in enumerate(slices):
-        if n == base:
-            continue
-        beside = [
-            slices[i][1]
-            for i in (index - 1, index + 1)
-            if 0 <= i < len(slices) and slices[i][0] == base
-        ]
-        if beside:
-            ratios.append(rate / statistics.mean(beside))
-    return ratios
-
-
 def wait_dispatched(metrics_endpoint: str, limit_s: float = 300.0) -> float:
     """Seconds until the broker's dispatch has caught up (``wharf_store_dispatch_behind_bytes``
     0): after the warm-up it still creates the new queues' files (45,000 queues: several
@@ -253,16 +184,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="messages per send_batch")
     parser.add_argument("--size", type=int, default=1024, help="body bytes")
     parser.add_argument("--lead-in", type=float, default=0.5, help="untimed seconds per run")
-    parser.add_argument(
-        "--interleave",
-        type=float,
-        default=20.0,
-        help="seconds of one load switching between the base and each configuration; 0: off",
-    )
-    parser.add_argument("--slice", type=float, default=1.0, help="seconds per interleaved slice")
-    parser.add_argument(
-        "--quick", action="store_true", help="1,16,256 topics, 1 s, 1 round, 2 s interleaved"
-    )
+    parser.add_argument("--quick", action="store_true", help="1,16,256 topics, 1 s, 1 round")
     parser.add_argument(
         "--page-cache-gib",
         type=float,
@@ -290,7 +212,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.topics, args.seconds, args.rounds = "1,16,256", 1.0, 1
-        args.interleave, args.slice = min(args.interleave, 2.0), min(args.slice, 0.25)
     counts = [int(n) for n in args.topics.split(",")]
     body = os.urandom(args.size)
     rates: dict[int, list[float]] = {n: [] for n in counts}
@@ -338,17 +259,10 @@ def main() -> None:
                 broker_us[n].append((user1 - user0 + sys1 - sys0) / whole * 1e6)
                 broker_user_us[n].append((user1 - user0) / whole * 1e6)
         print(f"settling: {settled:.1f} s in all before the runs (the broker's CPU under 10 %)")
-        interleaved: dict[int, list[float]] = {}
-        if args.interleave > 0:
-            for n in counts[1:]:
-                wait_quiet(broker.pid)
-                recycle_memory(int(args.recycle_gib * (1 << 30)))
-                slices = uvloop.run(interleave(broker.endpoint, counts[0], n, args))
-                interleaved[n] = slice_ratios(slices, counts[0])
     base = rates[counts[0]]
     one = statistics.median(base)
-    print(f"\n{'topics':>7} {'msg/s':>10} {'ratio':>6} {'of medians':>10} {'interleaved':>18} "
-          f"{'broker us/msg':>14} {'of it user':>10} {'client us/msg':>14}  runs (msg/s)")  # fmt: skip
+    print(f"\n{'topics':>7} {'msg/s':>10} {'ratio':>6} {'of medians':>10} {'broker us/msg':>14} "
+          f"{'of it user':>10} {'client us/msg':>14}  runs (msg/s)")  # fmt: skip
     for n in counts:
         rate = statistics.median(rates[n])
         # "Ratio" in the module docstring: each round's run against that round's base run.
@@ -356,25 +270,12 @@ def main() -> None:
         runs = ", ".join(f"{r:,.0f}" for r in rates[n])
         print(
             f"{n:>7,} {rate:>10,.0f} {paired:>6.2f} {rate / one:>10.2f} "
-            f"{_spread(interleaved.get(n)) if n != counts[0] else '1.00':>18} "
             f"{statistics.median(broker_us[n]):>14.1f} "
             f"{statistics.median(broker_user_us[n]):>10.2f} "
             f"{statistics.median(client_us[n]):>14.1f}  {runs}"
         )
     print(f"(ratio: to {counts[0]} topic{'s' if counts[0] != 1 else ''} in the same round, median "
-          "of the rounds; of medians: median msg/s over the base's; interleaved: median of "
-          f"{args.slice:g} s slices over the base slices beside them in one load, with the "
-          "quartiles)")  # fmt: skip
-
-
-def _spread(ratios: list[float] | None) -> str:
-    """Median (first-third quartile) of slice ratios; "-" without any."""
-    if not ratios:
-        return "-"
-    if len(ratios) < 2:
-        return f"{ratios[0]:.2f}"
-    low, _, high = statistics.quantiles(ratios, n=4)
-    return f"{statistics.median(ratios):.2f} ({low:.2f}-{high:.2f})"
+          "of the rounds; of medians: median msg/s over the base's)")  # fmt: skip
 
 
 if __name__ == "__main__":
