@@ -155,13 +155,14 @@ class BrokerMetrics:
     # --- scrape side -------------------------------------------------------------------------
     def render(self) -> bytes:
         """The whole exposition (text format 0.0.4): the registry's families through
-        prometheus_client, the per-topic ones of the sends written directly
-        (``families.topics_in_text``). What /metrics serves."""
+        prometheus_client, the per-topic ones written directly (``families.topics_in_text``,
+        ``families.topic_group_text``). What /metrics serves."""
         head = generate_latest(self.registry)
-        return (
-            head
-            + families.topics_in_text(self.message_size.raw_items(), MESSAGE_SIZE_BUCKETS).encode()
+        sizes = self.message_size.raw_items()
+        direct = families.topics_in_text(sizes, MESSAGE_SIZE_BUCKETS) + families.topic_group_text(
+            self
         )
+        return head + direct.encode()
 
     def snapshot(self) -> BrokerSnapshot | None:
         """The controller's figures, read on the store's loop; None before attach() or if the

@@ -120,13 +120,35 @@ def topics_in_text(
     )  # fmt: skip
 
 
+# The counters by topic and consumer group, written by ``topic_group_text`` (one line a
+# series: 10,000 topics read by two groups are 20,000 lines each, ~140 ms of prometheus_client).
+MESSAGES_OUT = ("rocketmq_messages_out_total", "Messages delivered by pulls, by topic and consumer group.")  # fmt: skip
+THROUGHPUT_OUT = ("rocketmq_throughput_out_total", "Message body bytes delivered by pulls, by topic and consumer group.")  # fmt: skip
+SEND_TO_DLQ = ("rocketmq_send_to_dlq_messages_total", "Messages moved to %DLQ%<group> after max reconsume times, by original topic and group.")  # fmt: skip
+UNCONSUMED_DELETED = ("wharf_store_unconsumed_messages_deleted_total", "Messages retention deleted before the consumer group consumed them (group \"\" = a topic no group committed on).")  # fmt: skip
+
+
+def topic_group_text(m: HotPathSources) -> str:
+    """The counters by (topic, consumer group), in the text format."""
+    parts = []
+    for (name, doc), counters in (
+        (MESSAGES_OUT, m.messages_out),
+        (THROUGHPUT_OUT, m.bytes_out),
+        (SEND_TO_DLQ, m.send_to_dlq),
+        (UNCONSUMED_DELETED, m.unconsumed_deleted),
+    ):
+        parts.append(header(name, doc, "counter"))
+        parts.extend(
+            f'{name}{{topic="{label_value(topic)}",consumer_group="{label_value(group)}"}} '
+            f"{number(value)}\n"
+            for (topic, group), value in counters.items()  # type: ignore[misc]
+        )
+    return "".join(parts)
+
+
 def hot_path_families(m: HotPathSources) -> Iterator[Any]:
-    """Families fed by the broker's hooks (pull, DLQ, RPCs, flushes; the sends' per-topic
-    ones are ``topics_in_text``'s)."""
-    yield counter("rocketmq_messages_out_total", "Messages delivered by pulls, by topic and consumer group.", ["topic", "consumer_group"], m.messages_out.items())  # fmt: skip
-    yield counter("rocketmq_throughput_out_total", "Message body bytes delivered by pulls, by topic and consumer group.", ["topic", "consumer_group"], m.bytes_out.items())  # fmt: skip
-    yield counter("rocketmq_send_to_dlq_messages_total", "Messages moved to %DLQ%<group> after max reconsume times, by original topic and group.", ["topic", "consumer_group"], m.send_to_dlq.items())  # fmt: skip
-    yield counter("wharf_store_unconsumed_messages_deleted_total", "Messages retention deleted before the consumer group consumed them (group \"\" = a topic no group committed on).", ["topic", "consumer_group"], m.unconsumed_deleted.items())  # fmt: skip
+    """Families fed by the broker's hooks (RPCs, flushes; the per-topic ones are
+    ``topics_in_text``'s and ``topic_group_text``'s)."""
     yield histogram("rocketmq_rpc_latency", "gRPC call latency in seconds, by method and gRPC status.", ["method", "status"], m.rpc_latency)  # fmt: skip
     yield histogram("wharf_store_flush_latency_seconds", "Time of one flush (fdatasync): kind=sync (group commit), async (FlushRealTimeService), cq (queues and index).", ["kind"], m.flush_latency)  # fmt: skip
     yield counter("wharf_store_flush_bytes_total", "Bytes made durable by flushes, by kind.", ["kind"], m.flush_bytes.items())  # fmt: skip

@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 class _PeerFamilies(Collector):
-    """The sends' per-topic families as prometheus_client families: what ``render`` wrote
-    through it before they were written directly."""
+    """The per-topic families as prometheus_client families: what ``render`` wrote through it
+    before they were written directly."""
 
     def __init__(self, metrics: BrokerMetrics) -> None:
         self._metrics = metrics
@@ -89,6 +89,11 @@ class _PeerFamilies(Collector):
         yield families.counter(*families.MESSAGES_IN, ["topic"], [(k, s.count) for k, s in sizes])
         yield families.counter(*families.THROUGHPUT_IN, ["topic"], [(k, s.total) for k, s in sizes])
         yield families.histogram_of(*families.MESSAGE_SIZE, ["topic"], sizes)
+        m, by_group = self._metrics, ["topic", "consumer_group"]
+        yield families.counter(*families.MESSAGES_OUT, by_group, m.messages_out.items())
+        yield families.counter(*families.THROUGHPUT_OUT, by_group, m.bytes_out.items())
+        yield families.counter(*families.SEND_TO_DLQ, by_group, m.send_to_dlq.items())
+        yield families.counter(*families.UNCONSUMED_DELETED, by_group, m.unconsumed_deleted.items())
 
 
 def time_render(topics: int, sizes: list[int]) -> None:

@@ -187,17 +187,23 @@ def test_lag_counts_from_min_offset_when_retention_removed_the_committed_one() -
 
 
 class _ThroughPrometheusClient(Collector):
-    """The sends' per-topic families as prometheus_client families (the form before they were
+    """The per-topic families as prometheus_client families (the form before they were
     written directly): the reference the direct text is held against."""
 
     def __init__(self, metrics: BrokerMetrics) -> None:
-        self._sizes = metrics.message_size.items()
+        self._metrics = metrics
 
     def collect(self):  # type: ignore[no-untyped-def]
-        sizes = self._sizes
+        m = self._metrics
+        sizes = m.message_size.items()
         yield families.counter(*families.MESSAGES_IN, ["topic"], [(k, s.count) for k, s in sizes])
         yield families.counter(*families.THROUGHPUT_IN, ["topic"], [(k, s.total) for k, s in sizes])
         yield families.histogram_of(*families.MESSAGE_SIZE, ["topic"], sizes)
+        by_group = ["topic", "consumer_group"]
+        yield families.counter(*families.MESSAGES_OUT, by_group, m.messages_out.items())
+        yield families.counter(*families.THROUGHPUT_OUT, by_group, m.bytes_out.items())
+        yield families.counter(*families.SEND_TO_DLQ, by_group, m.send_to_dlq.items())
+        yield families.counter(*families.UNCONSUMED_DELETED, by_group, m.unconsumed_deleted.items())
 
 
 def test_the_per_topic_families_written_directly_hold_what_prometheus_client_writes() -> None:
@@ -206,24 +212,32 @@ def test_the_per_topic_families_written_directly_hold_what_prometheus_client_wri
     metrics.on_messages_in("orders", [5000, 10**7])
     metrics.on_messages_in("a-b_c%d|e", [1])
     metrics.on_batches_in(["audit", "orders"], [2, 0], np.array([300, 70000], dtype=np.int64))
+    metrics.on_messages_out("orders", "billing", 3, 2200)
+    metrics.on_messages_out("audit", "%RETRY%x", 1, 10**12)
+    metrics.on_send_to_dlq("orders", "billing")
+    metrics.on_unconsumed_deleted("orders", "", 40)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_ThroughPrometheusClient(metrics))
     expected = generate_latest(registry).decode()
-    direct = families.topics_in_text(metrics.message_size.raw_items(), MESSAGE_SIZE_BUCKETS)
+    sizes = metrics.message_size.raw_items()
+    direct = families.topics_in_text(sizes, MESSAGE_SIZE_BUCKETS)
+    direct += families.topic_group_text(metrics)
     assert parse_samples(direct) == parse_samples(expected)
-    assert len(parse_samples(direct)) == 3 * 15
-    assert (
-        family_types(direct)
-        == family_types(expected)
-        == {
-            "rocketmq_messages_in_total": "counter",
-            "rocketmq_throughput_in_total": "counter",
-            "rocketmq_message_size": "histogram",
-        }
-    )
+    assert len(parse_samples(direct)) == 3 * 15 + 2 * 2 + 1 + 1
+    kinds = {
+        "rocketmq_messages_in_total": "counter",
+        "rocketmq_throughput_in_total": "counter",
+        "rocketmq_message_size": "histogram",
+        "rocketmq_messages_out_total": "counter",
+        "rocketmq_throughput_out_total": "counter",
+        "rocketmq_send_to_dlq_messages_total": "counter",
+        "wharf_store_unconsumed_messages_deleted_total": "counter",
+    }
+    assert family_types(direct) == family_types(expected) == kinds
     # And in the whole exposition, once each (not also through the registry).
     whole = scrape(metrics)
-    assert whole.count("# TYPE rocketmq_message_size histogram") == 1
+    for name, kind in kinds.items():
+        assert whole.count(f"# TYPE {name} {kind}\n") == 1, name
     assert value(parse_samples(whole), "rocketmq_message_size_count", topic="orders") == 5
 
 
