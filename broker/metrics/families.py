@@ -120,8 +120,9 @@ def topics_in_text(
     )  # fmt: skip
 
 
-# The counters by topic and consumer group, written by ``topic_group_text`` (one line a
-# series: 10,000 topics read by two groups are 20,000 lines each, ~140 ms of prometheus_client).
+# The counters by topic and consumer group, written by ``topic_group_text`` (a line a series:
+# 10,000 topics read by one group each, 20,000 lines for the two pull counters, ~140 ms of
+# prometheus_client a scrape).
 MESSAGES_OUT = ("rocketmq_messages_out_total", "Messages delivered by pulls, by topic and consumer group.")  # fmt: skip
 THROUGHPUT_OUT = ("rocketmq_throughput_out_total", "Message body bytes delivered by pulls, by topic and consumer group.")  # fmt: skip
 SEND_TO_DLQ = ("rocketmq_send_to_dlq_messages_total", "Messages moved to %DLQ%<group> after max reconsume times, by original topic and group.")  # fmt: skip
