@@ -46,10 +46,10 @@ DEFAULT_OPEN_FILES = 2048
 LOAD_THREADS = 4
 # Queues set aside at a load named one log line each (a changed file size refuses them all).
 SET_ASIDE_LOG_LINES = 10
-# Queues captured per loop step by ``capture`` (~2 us each, a tail's copy included: ~8 ms,
-# then other work runs); the tails are written in a thread. ``capture_written`` writes each
-# chunk's before the next is captured: the copies in flight are at most 4,096 tails of 4 KiB
-# (16 MiB), not every tail of the budget (64 MiB) at once.
+# Queues captured per loop step by ``capture_written`` (~2 us each, a tail's copy included:
+# ~8 ms, then other work runs), whose tails are written in a thread before the next chunk is
+# captured: the copies in flight are at most 4,096 tails of 4 KiB (16 MiB), not every tail of
+# the budget (64 MiB) at once.
 CAPTURE_CHUNK = 4096
 # The queues met damaged while serving (JSON [[topic, queue id], ...]), for the next start to
 # set aside and rebuild; a file, so never taken for a topic. Removed once recovery rebuilt them.
@@ -296,23 +296,20 @@ class ConsumeQueueTable:
         was dispatched before this call is in the files (page cache) after it."""
         await self.capture_written(list(self.links.tails), states=False)
 
-    async def capture(
+    def capture(
         self, queues: list[ConsumeQueue], states: bool = True
     ) -> tuple[list[positions.Entry], list[TailWrite]]:
-        """(loop) ``ConsumeQueue.capture`` of ``queues``, ``CAPTURE_CHUNK`` at a time with the
-        loop's other work in between: their entries (``states``) and tails. A queue captured
-        later may count more units; its tail then holds them too."""
+        """(loop) ``ConsumeQueue.capture`` of ``queues`` (the caller bounds them:
+        ``capture_written`` takes ``CAPTURE_CHUNK`` a loop step): their entries (``states``)
+        and tails."""
         entries: list[positions.Entry] = []
         writes: list[TailWrite] = []
-        for start in range(0, len(queues), CAPTURE_CHUNK):
-            if start:
-                await asyncio.sleep(0)
-            for queue in queues[start : start + CAPTURE_CHUNK]:
-                state, write = queue.capture()
-                if states:
-                    entries.append((queue.topic, queue.queue_id, state))
-                if write is not None:
-                    writes.append(write)
+        for queue in queues:
+            state, write = queue.capture()
+            if states:
+                entries.append((queue.topic, queue.queue_id, state))
+            if write is not None:
+                writes.append(write)
         return entries, writes
 
     async def capture_written(
@@ -321,12 +318,13 @@ class ConsumeQueueTable:
         """``capture`` and ``write_tails``, ``CAPTURE_CHUNK`` queues at a time (the copies of
         tails in flight are one chunk's): when this returns, every tail captured is in its
         file and trimmed. Their entries (``states``); a chunk's failure is raised after its
-        other tails are trimmed (the chunks before it are written, the later ones untouched)."""
+        other tails are trimmed (the chunks before it are written, the later ones untouched).
+        A queue captured later may count more units; its tail then holds them too."""
         entries: list[positions.Entry] = []
         for start in range(0, len(queues), CAPTURE_CHUNK):
             if start:
                 await asyncio.sleep(0)  # a chunk without tails awaited no thread
-            chunk, writes = await self.capture(queues[start : start + CAPTURE_CHUNK], states)
+            chunk, writes = self.capture(queues[start : start + CAPTURE_CHUNK], states)
             entries.extend(chunk)
             await self.write_tails(writes)
         return entries

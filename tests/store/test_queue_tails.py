@@ -405,7 +405,7 @@ async def test_captured_tails_are_written_in_a_thread_and_readable_until_trimmed
         for queue in (busy, spilled, closed):
             queue.append_units(0, units[:1])  # creates the file: written through
             queue.append_units(1, units[1:5])  # a tail of 4 units
-        entries, writes = await table.capture([busy, spilled, closed])
+        entries, writes = table.capture([busy, spilled, closed])
         assert [entry[2][3] for entry in entries] == [5 * UNIT] * 3  # write pos counts the tail
         assert [w.data for w in writes] == [_packed(units[1:5])] * 3
         busy.append_units(5, units[5:])  # dispatch goes on meanwhile
@@ -441,7 +441,7 @@ async def test_a_tail_write_that_fails_keeps_the_tail_and_raises(tmp_path: Path)
         for queue in (good, bad, gone):
             queue.append_units(0, units[:1])
             queue.append_units(1, units[1:])
-        _, writes = await table.capture([good, bad, gone])
+        _, writes = table.capture([good, bad, gone])
         os.chmod(bad.files[0].path, 0o400)  # read-only (the suite runs as root: see below)
         os.unlink(gone.files[0].path)
         if os.access(bad.files[0].path, os.W_OK):  # root ignores modes: break it another way
@@ -458,19 +458,29 @@ async def test_a_tail_write_that_fails_keeps_the_tail_and_raises(tmp_path: Path)
             queue.close()
 
 
+async def _store_with_tails(tmp_path: Path, queues: int) -> MessageStore:
+    """A started store whose ``queues`` queues (topics T0.. queue 0) hold one unit in their
+    file and one in their tail, dispatched."""
+    s = MessageStore(small_config(tmp_path / "store"))
+    await s.start()
+    try:
+        for body in ("a", "b"):  # the first unit creates the file, the second is a tail
+            for q in range(queues):
+                s.append(f"T{q}", 0, [msg(body)])
+            assert await s.wait_dispatched()
+    except BaseException:
+        await s.shutdown()
+        raise
+    return s
+
+
 async def test_the_positions_journal_writes_no_tail_on_the_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A journal record of 300 queues with tails spills none of them on the loop (40,000 such
     spills held the loop ~3 s every 5 s at 10,000 topics); what it recorded is in the files."""
-    root = tmp_path / "store"
-    s = MessageStore(small_config(root))
-    await s.start()
+    s = await _store_with_tails(tmp_path, 300)
     try:
-        for body in ("a", "b"):  # the first unit creates the file, the second is a tail
-            for q in range(300):
-                s.append(f"T{q}", 0, [msg(body)])
-            assert await s.wait_dispatched()
         table = s.insides.queues
         assert len(table.links.tails) >= 250  # (the periodic flush spills 16 a second)
         spills: list[ConsumeQueue] = []
@@ -494,13 +504,8 @@ async def test_a_journal_record_whose_tails_fail_records_them_later(
     """Nothing is recorded when a tail cannot be written, and its queues stay changed: the next
     record carries them (dropped, a later record's newer D would have skipped their units at a
     restart)."""
-    s = MessageStore(small_config(tmp_path / "store"))
-    await s.start()
+    s = await _store_with_tails(tmp_path, 20)
     try:
-        for body in ("a", "b"):
-            for q in range(20):
-                s.append(f"T{q}", 0, [msg(body)])
-            assert await s.wait_dispatched()
         table = s.insides.queues
         journal = s.insides.queue_flush_service.journal
         assert journal is not None
