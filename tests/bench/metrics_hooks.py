@@ -77,9 +77,10 @@ def main(argv: list[str] | None = None) -> None:
         time_live_scrapes(args.scrape)
 
 
-class _PeerFamilies(Collector):
+class PeerFamilies(Collector):
     """The per-topic families as prometheus_client families: what ``render`` wrote through it
-    before they were written directly."""
+    before they were written directly (the reference tests/ops/test_metrics_unit.py holds the
+    direct text against)."""
 
     def __init__(self, metrics: BrokerMetrics) -> None:
         self._metrics = metrics
@@ -104,7 +105,7 @@ def time_render(topics: int, sizes: list[int]) -> None:
         metrics.on_messages_in(f"topic-{topic}", sizes)
         metrics.on_messages_out(f"topic-{topic}", "group", 10, 10_000)
     peer = CollectorRegistry(auto_describe=False)
-    peer.register(_PeerFamilies(metrics))
+    peer.register(PeerFamilies(metrics))
     scrapes = max(3, 20_000 // topics)
     started = time.perf_counter()
     for _ in range(scrapes):

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.registry import Collector
 from wharf.broker.metrics import MESSAGE_SIZE_BUCKETS, BrokerMetrics, families
 from wharf.broker.metrics import snapshot as metrics_snapshot
 from wharf.broker.metrics.accumulators import (
@@ -22,6 +21,8 @@ from wharf.broker.metrics.accumulators import (
 )
 from wharf.broker.metrics.exposition import label_value
 
+from tests.bench import metrics_hooks
+from tests.bench.metrics_hooks import PeerFamilies
 from tests.ops.exposition import family_types, parse_samples, value
 from tests.ops.fakes import NOW_MS, fake_controller
 
@@ -186,26 +187,6 @@ def test_lag_counts_from_min_offset_when_retention_removed_the_committed_one() -
     )
 
 
-class _ThroughPrometheusClient(Collector):
-    """The per-topic families as prometheus_client families (the form before they were
-    written directly): the reference the direct text is held against."""
-
-    def __init__(self, metrics: BrokerMetrics) -> None:
-        self._metrics = metrics
-
-    def collect(self):  # type: ignore[no-untyped-def]
-        m = self._metrics
-        sizes = m.message_size.items()
-        yield families.counter(*families.MESSAGES_IN, ["topic"], [(k, s.count) for k, s in sizes])
-        yield families.counter(*families.THROUGHPUT_IN, ["topic"], [(k, s.total) for k, s in sizes])
-        yield families.histogram_of(*families.MESSAGE_SIZE, ["topic"], sizes)
-        by_group = ["topic", "consumer_group"]
-        yield families.counter(*families.MESSAGES_OUT, by_group, m.messages_out.items())
-        yield families.counter(*families.THROUGHPUT_OUT, by_group, m.bytes_out.items())
-        yield families.counter(*families.SEND_TO_DLQ, by_group, m.send_to_dlq.items())
-        yield families.counter(*families.UNCONSUMED_DELETED, by_group, m.unconsumed_deleted.items())
-
-
 def test_the_per_topic_families_written_directly_hold_what_prometheus_client_writes() -> None:
     metrics = BrokerMetrics()
     metrics.on_messages_in("orders", [100, 100, 2000])
@@ -217,7 +198,7 @@ def test_the_per_topic_families_written_directly_hold_what_prometheus_client_wri
     metrics.on_send_to_dlq("orders", "billing")
     metrics.on_unconsumed_deleted("orders", "", 40)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_ThroughPrometheusClient(metrics))
+    registry.register(PeerFamilies(metrics))
     expected = generate_latest(registry).decode()
     sizes = metrics.message_size.raw_items()
     direct = families.topics_in_text(sizes, MESSAGE_SIZE_BUCKETS)
@@ -370,8 +351,6 @@ def test_the_hooks_benchmark_prints_the_render_against_prometheus_client(
 ) -> None:
     """``tests.bench.metrics_hooks`` (short form): a line per scrape size with both renderings
     timed and their ratio (figures are not asserted: timings belong in its output)."""
-    from tests.bench import metrics_hooks
-
     metrics_hooks.main(["--batches", "200", "--topics", "500"])
     out = capsys.readouterr().out
     for topics in ("100", "500"):
