@@ -76,12 +76,23 @@ def test_a_tail_of_a_page_is_written_and_every_tail_stays_under_the_budget(
             if i <= per_page:
                 assert links.tail_bytes == i * UNIT
         # The first unit created the file, 204 more stayed in memory (4,080 B), and the next
-        # made a page: all 205 written at once.
-        assert first not in links.tails and links.tail_bytes == 0
+        # wrote them at once and started the next tail, which the compiled path extends.
+        assert first in links.tails and links.tail_bytes == UNIT
+        packed = [consume_queue.UNIT.pack(i * 100, 100, 0) for i in range(per_page + 3)]
         written = _file_bytes(first)[: (per_page + 2) * UNIT]
-        assert written == b"".join(
-            consume_queue.UNIT.pack(i * 100, 100, 0) for i in range(per_page + 2)
-        )
+        assert written == b"".join(packed[: per_page + 1]) + bytes(UNIT)
+        assert list(first.read_units(0, 1000)) == [(i * 100, 100, 0) for i in range(per_page + 2)]
+        runs = QueueRuns.of([QueueRun(("T", 0), per_page + 2, 1, packed[-1], 0)])
+        advanced: dict[tuple[str, int], int] = {}
+        rest = consume_queue.append_usual_runs(
+            table.queues, links, (runs.keys, runs.firsts, runs.bounds, runs.ends, runs.data),
+            advanced,
+        )  # fmt: skip
+        assert list(rest) == [] and advanced == {("T", 0): per_page + 3}
+        assert links.tail_bytes == 2 * UNIT
+        first.spill()
+        assert _file_bytes(first)[: (per_page + 3) * UNIT] == b"".join(packed)
+        assert first not in links.tails and links.tail_bytes == 0
         links.tail_budget = 50 * UNIT
         for queue_id in range(1, 9):  # 8 queues x 10 units: more than the budget of 50
             queue = table.find_or_create("T", queue_id)
