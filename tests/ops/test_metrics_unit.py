@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from wharf.broker.metrics import MESSAGE_SIZE_BUCKETS, BrokerMetrics, families
 from wharf.broker.metrics import snapshot as metrics_snapshot
 from wharf.broker.metrics.accumulators import (
+    FOLD_CALLS,
     HistogramAccumulator,
     LabelledCounters,
     LabelledHistograms,
@@ -326,6 +327,29 @@ def test_observing_batches_at_once_matches_one_observe_many_a_batch(
         if values:
             apart.child((topic,)).observe_many(values)
     assert together.items() == apart.items()
+
+
+def test_batches_kept_for_folding_are_in_every_read_and_leave_with_a_deleted_topic() -> None:
+    """``observe_batches`` keeps its calls and folds them ``FOLD_CALLS`` at a time: a read in
+    between (what a scrape does) sees every call, and a topic dropped meanwhile stays gone."""
+    bounds = (1, 10, 100)
+    kept, apart = LabelledHistograms(bounds), LabelledHistograms(bounds)
+    calls = FOLD_CALLS + FOLD_CALLS // 2
+    for i in range(calls):
+        topics = [f"t{(i + j) % 5}" for j in range(3)]
+        values = [[5, 50][i % 2]] * 2 + [i % 200, 7] + [300]
+        kept.observe_batches([(t,) for t in topics], [2, 2, 1], np.array(values, dtype=np.int64))
+        for topic, part in zip(topics, (values[:2], values[2:4], values[4:]), strict=True):
+            apart.child((topic,)).observe_many(part)
+        if i == FOLD_CALLS // 3:
+            assert kept.items() == apart.items()  # a read folds what waits
+    assert kept.items() == apart.items()
+    kept.observe_batches([("t0",), ("gone",)], [1, 1], np.array([3, 3], dtype=np.int64))
+    kept.drop("gone")
+    assert ("gone",) not in dict(kept.items())
+    kept_counts = {key: counts for key, counts, _ in kept.raw_items()}[("t0",)]
+    apart_counts = {key: counts for key, counts, _ in apart.raw_items()}[("t0",)]
+    assert kept_counts[1] == apart_counts[1] + 1  # 3 falls in (1, 10]
 
 
 def test_accumulators_reject_bad_input() -> None:
