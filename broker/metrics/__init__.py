@@ -3,8 +3,9 @@
 The broker calls the ``on_*`` / ``observe_*`` hooks on its hot paths: each is one lock and a
 few dict/list operations per call (per batch, never per message). Store figures, topic and
 group counts and consumer lag are read at scrape time: the scrape runs on the HTTP server's
-thread and hands one ``take_snapshot`` call to the event loop that owns the store (the store
-is a single-loop object), waiting at most ``SNAPSHOT_TIMEOUT_S``. The same object is the
+thread and hands ``take_snapshot_async`` to the event loop that owns the store (the store is a
+single-loop object; the consumer lags are computed a chunk of offsets a turn), waiting at most
+``SNAPSHOT_TIMEOUT_S``. The same object is the
 store's ``StoreObserver`` (``on_flush``, ``on_group_commit``), which may be called from flush
 threads: every accumulator is thread-safe.
 
@@ -17,10 +18,9 @@ unit adjusted.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
@@ -28,16 +28,15 @@ from prometheus_client.registry import Collector
 from wharf.broker.metrics import families
 from wharf.broker.metrics.accumulators import LabelledCounters, LabelledHistograms
 from wharf.broker.metrics.http import MetricsHttpServer
-from wharf.broker.metrics.snapshot import BrokerSnapshot, take_snapshot
+from wharf.broker.metrics.snapshot import BrokerSnapshot, take_snapshot, take_snapshot_async
 from wharf.broker.metrics.view import BrokerView
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 # How long a scrape waits for the event loop to produce the snapshot. A loop busier than this
 # is itself the news: the scrape still answers (hot-path families, snapshot_failures_total).
-SNAPSHOT_TIMEOUT_S = 2.0
+# 100,000 committed offsets are ~25 turns of the loop, each behind the loop's other work.
+SNAPSHOT_TIMEOUT_S = 5.0
 
 # Bucket bounds. Message sizes: RocketMQ's 1K/4K/512K/1M/2M/4M plus finer small sizes.
 MESSAGE_SIZE_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 524288, 1048576, 2097152, 4194304)
@@ -48,7 +47,6 @@ GROUP_COMMIT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 class BrokerMetrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
         # (topic,): also rocketmq_messages_in_total and rocketmq_throughput_in_total, which are
         # this histogram's count and sum (one update per batch instead of three: a request of
         # 32 topics' batches paid ~2.7 us a batch for the three, issue 33).
@@ -65,7 +63,6 @@ class BrokerMetrics:
         self._view: BrokerView | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._http: MetricsHttpServer | None = None
-        self.registry.register(_BrokerCollector(self))
 
     # --- called by the broker's processors -------------------------------------------------
     def observe_rpc(self, method: str, status: str, seconds: float) -> None:
@@ -155,14 +152,24 @@ class BrokerMetrics:
     # --- scrape side -------------------------------------------------------------------------
     def render(self) -> bytes:
         """The whole exposition (text format 0.0.4): the registry's families through
-        prometheus_client, the per-topic ones written directly (``families.topics_in_text``,
-        ``families.topic_group_text``). What /metrics serves."""
-        head = generate_latest(self.registry)
+        prometheus_client, the per-topic ones and the consumer lags written directly
+        (``families.topics_in_text``, ``topic_group_text``, ``lag_text``). What /metrics
+        serves."""
+        snapshot = self.snapshot()
+        head = generate_latest(self.registry(snapshot))
         sizes = self.message_size.raw_items()
-        direct = families.topics_in_text(sizes, MESSAGE_SIZE_BUCKETS) + families.topic_group_text(
-            self
+        direct = (
+            families.topics_in_text(sizes, MESSAGE_SIZE_BUCKETS)
+            + families.topic_group_text(self)
+            + families.lag_text(snapshot.lags if snapshot is not None else [])
         )
         return head + direct.encode()
+
+    def registry(self, snapshot: BrokerSnapshot | None) -> CollectorRegistry:
+        """The families prometheus_client writes, for one scrape's ``snapshot``."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_BrokerCollector(self, snapshot))
+        return registry
 
     def snapshot(self) -> BrokerSnapshot | None:
         """The controller's figures, read on the store's loop; None before attach() or if the
@@ -171,32 +178,20 @@ class BrokerMetrics:
         if view is None:
             return None
         try:
-            return self._call_on_loop(lambda: take_snapshot(view))
+            loop = self._loop
+            if loop is None or _running_in(loop):
+                return take_snapshot(view)
+            if loop.is_closed():
+                raise RuntimeError("the broker's event loop is closed")
+            future = asyncio.run_coroutine_threadsafe(take_snapshot_async(view), loop)
+            try:
+                return future.result(SNAPSHOT_TIMEOUT_S)
+            finally:
+                future.cancel()  # no-op if it finished; stops a late one between its turns
         except Exception:
             self.snapshot_failures.inc(())
             log.exception("metrics snapshot failed")
             return None
-
-    def _call_on_loop(self, fn: Callable[[], T]) -> T:
-        loop = self._loop
-        if loop is None or _running_in(loop):
-            return fn()
-        if loop.is_closed():
-            raise RuntimeError("the broker's event loop is closed")
-        done: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-        def run() -> None:
-            if done.set_running_or_notify_cancel():
-                try:
-                    done.set_result(fn())
-                except BaseException as exc:
-                    done.set_exception(exc)
-
-        loop.call_soon_threadsafe(run)
-        try:
-            return done.result(SNAPSHOT_TIMEOUT_S)
-        finally:
-            done.cancel()  # no-op if it ran; stops a late run() from doing the work
 
 
 def _running_in(loop: asyncio.AbstractEventLoop) -> bool:
@@ -209,13 +204,14 @@ def _running_in(loop: asyncio.AbstractEventLoop) -> bool:
 class _BrokerCollector(Collector):
     """Turns the accumulators and one snapshot per scrape into metric families."""
 
-    def __init__(self, metrics: BrokerMetrics) -> None:
+    def __init__(self, metrics: BrokerMetrics, snapshot: BrokerSnapshot | None) -> None:
         self._metrics = metrics
+        self._snapshot = snapshot  # this scrape's (``render`` writes its lags directly)
 
     def collect(self) -> Iterator[Any]:
         m = self._metrics
         yield from families.hot_path_families(m)
-        snapshot = m.snapshot()
+        snapshot = self._snapshot
         yield families.counter(
             "wharf_metrics_snapshot_failures_total",
             "Scrapes whose broker snapshot failed or timed out (event loop too busy).",

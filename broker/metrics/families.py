@@ -18,7 +18,7 @@ from wharf.broker.metrics.accumulators import (
     LabelledHistograms,
 )
 from wharf.broker.metrics.exposition import bound_texts, header, label_value, number
-from wharf.broker.metrics.snapshot import BrokerSnapshot
+from wharf.broker.metrics.snapshot import BrokerSnapshot, GroupLag
 
 STORE_KINDS = ("commitlog", "consumequeue", "index")
 
@@ -147,6 +147,33 @@ def topic_group_text(m: HotPathSources) -> str:
     return "".join(parts)
 
 
+LAG_MESSAGES = ("rocketmq_consumer_lag_messages", "Messages stored but not yet consumed (committed), by topic and consumer group.")  # fmt: skip
+LAG_LATENCY = ("rocketmq_consumer_lag_latency", "Age in seconds of the oldest unconsumed message, by topic and consumer group (0 without lag).")  # fmt: skip
+
+
+def lag_text(lags: Sequence[GroupLag]) -> str:
+    """The consumer lag gauges, in the text format: a series per (topic, group) each, 25,000
+    of them with the issue's 25,000 topics and 10,000 groups (~0.25 s of the interpreter
+    through prometheus_client a scrape)."""
+    labels = [
+        f'{{topic="{label_value(lag.topic)}",consumer_group="{label_value(lag.consumer_group)}"}} '
+        for lag in lags
+    ]
+    name, doc = LAG_MESSAGES
+    parts = [header(name, doc, "gauge")]
+    parts.extend(
+        f"{name}{label}{number(lag.messages)}\n" for label, lag in zip(labels, lags, strict=True)
+    )
+    name, doc = LAG_LATENCY
+    parts.append(header(name, doc, "gauge"))
+    parts.extend(
+        f"{name}{label}{number(lag.latency_seconds)}\n"
+        for label, lag in zip(labels, lags, strict=True)
+        if lag.latency_seconds is not None
+    )
+    return "".join(parts)
+
+
 def hot_path_families(m: HotPathSources) -> Iterator[Any]:
     """Families fed by the broker's hooks (RPCs, flushes; the per-topic ones are
     ``topics_in_text``'s and ``topic_group_text``'s)."""
@@ -157,12 +184,10 @@ def hot_path_families(m: HotPathSources) -> Iterator[Any]:
 
 
 def snapshot_families(s: BrokerSnapshot) -> Iterator[Any]:
-    """Families read from the controller at scrape time."""
+    """Families read from the controller at scrape time (the consumer lags: ``lag_text``)."""
     st = s.stats
     yield gauge("rocketmq_topic_number", "Topics known to the broker (system topics such as %RETRY%/%DLQ% excluded).", [], [((), s.topic_count)])  # fmt: skip
     yield gauge("rocketmq_consumer_group_number", "Subscription groups known to the broker.", [], [((), s.group_count)])  # fmt: skip
-    yield gauge("rocketmq_consumer_lag_messages", "Messages stored but not yet consumed (committed), by topic and consumer group.", ["topic", "consumer_group"], [((lag.topic, lag.consumer_group), lag.messages) for lag in s.lags])  # fmt: skip
-    yield gauge("rocketmq_consumer_lag_latency", "Age in seconds of the oldest unconsumed message, by topic and consumer group (0 without lag).", ["topic", "consumer_group"], [((lag.topic, lag.consumer_group), lag.latency_seconds) for lag in s.lags if lag.latency_seconds is not None])  # fmt: skip
     yield gauge("rocketmq_storage_size", "Bytes on disk of the commit log, consume queues and index files.", [], [((), st.storage_size_bytes)])  # fmt: skip
     yield gauge("wharf_store_writable", "1 if the store accepts writes; 0 on a full disk or a sticky flush error.", [], [((), 1 if st.writable else 0)])  # fmt: skip
     yield counter("wharf_store_disk_full_episodes_total", "Times a write, allocation or sync hit ENOSPC/EDQUOT and the store began refusing writes (one per episode).", [], [((), st.disk_full_episodes)])  # fmt: skip

@@ -1,14 +1,15 @@
 """Cost of the metrics hot-path hooks, against prometheus_client's own Counter/Histogram.
 
     .venv/bin/python -m tests.bench.metrics_hooks [--batch 64] [--batches 20000] [--topics 10000]
-        [--scrape HOST:PORT]
+        [--lags 25000] [--scrape HOST:PORT]
 
 Prints nanoseconds per message for ``BrokerMetrics.on_messages_in`` (what the send path pays
 per batch, divided by the batch size) and for the same bookkeeping done with labelled
 prometheus_client metrics (``inc`` + ``observe`` per message), plus the cost of rendering one
 scrape of 100 and of ``--topics`` topics against the same families all rendered by
 prometheus_client (the sends' per-topic ones are written directly: ``broker/metrics/
-exposition.py``).
+exposition.py``), and of the consumer lag gauges of ``--lags`` (topic, group) pairs (written
+directly too) against prometheus_client's.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import argparse
 import random
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.registry import Collector
 from wharf.broker.metrics import MESSAGE_SIZE_BUCKETS, BrokerMetrics, families
+from wharf.broker.metrics.snapshot import GroupLag
 
 
 def time_ours(sizes: list[int], batches: int) -> float:
@@ -58,6 +60,9 @@ def main(argv: list[str] | None = None) -> None:
         "--scrape", metavar="HOST:PORT", help="also time 50 scrapes of a running broker's /metrics"
     )
     parser.add_argument("--topics", type=int, default=10_000, help="topics of the large scrape")
+    parser.add_argument(
+        "--lags", type=int, default=25_000, help="(topic, group) consumer lags of the lag scrape"
+    )
     args = parser.parse_args(argv)
     rng = random.Random(7)
     uniform = [1024] * args.batch
@@ -73,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
 
     for topics in (100, args.topics):
         time_render(topics, mixed)
+    time_lags(args.lags)
     if args.scrape:
         time_live_scrapes(args.scrape)
 
@@ -82,10 +88,14 @@ class PeerFamilies(Collector):
     before they were written directly (the reference tests/ops/test_metrics_unit.py holds the
     direct text against)."""
 
-    def __init__(self, metrics: BrokerMetrics) -> None:
+    def __init__(self, metrics: BrokerMetrics, lags: Sequence[GroupLag] = ()) -> None:
         self._metrics = metrics
+        self._lags = lags
 
     def collect(self) -> Iterator[Any]:
+        by_group, lags = ["topic", "consumer_group"], self._lags
+        yield families.gauge(*families.LAG_MESSAGES, by_group, [((g.topic, g.consumer_group), g.messages) for g in lags])  # fmt: skip
+        yield families.gauge(*families.LAG_LATENCY, by_group, [((g.topic, g.consumer_group), g.latency_seconds) for g in lags if g.latency_seconds is not None])  # fmt: skip
         sizes = self._metrics.message_size.items()
         yield families.counter(*families.MESSAGES_IN, ["topic"], [(k, s.count) for k, s in sizes])
         yield families.counter(*families.THROUGHPUT_IN, ["topic"], [(k, s.total) for k, s in sizes])
@@ -113,12 +123,33 @@ def time_render(topics: int, sizes: list[int]) -> None:
     ours_ms = (time.perf_counter() - started) / scrapes * 1000
     started = time.perf_counter()
     for _ in range(scrapes):
-        generate_latest(metrics.registry)
+        generate_latest(metrics.registry(None))
         generate_latest(peer)
     peer_ms = (time.perf_counter() - started) / scrapes * 1000
     print(
         f"scrape of {topics:,} topics (no controller, {len(text):,} bytes): {ours_ms:8.2f} ms   "
         f"all through prometheus_client: {peer_ms:8.2f} ms   ratio {peer_ms / ours_ms:5.1f}x"
+    )
+
+
+def time_lags(count: int) -> None:
+    """The consumer lag gauges of ``count`` (topic, group) pairs, half of them lagging and
+    half of those dated: ``families.lag_text`` against prometheus_client's gauges."""
+    lags = [
+        GroupLag(f"topic-{i}", f"group-{i % 10_000}", i % 2 * 17, None if i % 4 == 1 else 2.5)
+        for i in range(count)
+    ]
+    peer = CollectorRegistry(auto_describe=False)
+    peer.register(PeerFamilies(BrokerMetrics(), lags))
+    started = time.perf_counter()
+    families.lag_text(lags)
+    ours_ms = (time.perf_counter() - started) * 1000
+    started = time.perf_counter()
+    generate_latest(peer)
+    peer_ms = (time.perf_counter() - started) * 1000
+    print(
+        f"consumer lags of {count:,} (topic, group): {ours_ms:8.2f} ms   "
+        f"through prometheus_client: {peer_ms:8.2f} ms   ratio {peer_ms / ours_ms:5.1f}x"
     )
 
 

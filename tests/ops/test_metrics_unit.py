@@ -21,6 +21,7 @@ from wharf.broker.metrics.accumulators import (
     LabelledHistograms,
 )
 from wharf.broker.metrics.exposition import label_value
+from wharf.broker.metrics.snapshot import GroupLag
 
 from tests.bench import metrics_hooks
 from tests.bench.metrics_hooks import PeerFamilies
@@ -154,6 +155,55 @@ def test_scrape_reads_store_figures_counts_and_consumer_lag() -> None:
     assert 0 < value(samples, "wharf_metrics_snapshot_seconds") < 5
 
 
+async def test_a_scrape_computes_the_lags_a_chunk_of_offsets_a_turn_of_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """From the scrape's thread, the lags of 40 committed offsets in chunks of 4: the loop
+    runs other work between the chunks (a ticking task gets its turns), and the figures are
+    those of one snapshot taken at once."""
+    monkeypatch.setattr(metrics_snapshot, "LAG_CHUNK", 4)
+    controller = fake_controller()
+    for t in range(10):
+        for queue in range(4):
+            controller.store.seed(f"t{t}", queue, [NOW_MS - 1000] * (t + queue))
+        controller.offsets.table[(f"t{t}", "g")] = {queue: t for queue in range(4)}
+    events: list[str] = []
+    read = controller.store.get_max_offset
+
+    def get_max_offset(topic: str, queue_id: int) -> int:
+        events.append("read")
+        return read(topic, queue_id)
+
+    controller.store.get_max_offset = get_max_offset  # type: ignore[method-assign]
+    metrics = BrokerMetrics()
+    metrics.attach(controller.view())
+    stop = asyncio.Event()
+
+    async def tick() -> None:
+        while not stop.is_set():
+            events.append("tick")
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(tick())
+    snapshot = await asyncio.to_thread(metrics.snapshot)
+    stop.set()
+    await ticker
+    assert snapshot is not None
+    reads = [i for i, event in enumerate(events) if event == "read"]
+    assert len(reads) == 44  # 10 topics x 4 queues, and orders: 2 groups x 2 queues
+    # 44 offsets in chunks of 4 (an entry whole): the loop ran between every two chunks.
+    assert events[reads[0] : reads[-1]].count("tick") >= 10
+    controller.store.get_max_offset = read  # type: ignore[method-assign]
+    at_once = metrics_snapshot.consumer_lags(controller.view(), NOW_MS / 1000)
+    assert [(g.topic, g.consumer_group, g.messages) for g in snapshot.lags] == [
+        (g.topic, g.consumer_group, g.messages) for g in at_once
+    ]
+    assert {(g.topic, g.messages) for g in snapshot.lags if g.consumer_group == "g"} == {
+        (f"t{t}", sum(queue for queue in range(4))) for t in range(10)
+    }
+    assert metrics.snapshot_failures.get(()) == 0
+
+
 def test_lag_latency_reads_stay_within_budget_and_cover_every_lagging_group(monkeypatch) -> None:
     monkeypatch.setattr(metrics_snapshot, "LAG_LATENCY_READ_BUDGET", 5)
     controller = fake_controller()
@@ -198,15 +248,23 @@ def test_the_per_topic_families_written_directly_hold_what_prometheus_client_wri
     metrics.on_messages_out("audit", "%RETRY%x", 1, 10**12)
     metrics.on_send_to_dlq("orders", "billing")
     metrics.on_unconsumed_deleted("orders", "", 40)
+    lags = [
+        GroupLag("orders", "billing", 12, 3.25),
+        GroupLag("orders", 'odd"group\\', 0, 0.0),
+        GroupLag("audit", "%RETRY%x", 7, None),  # over the read budget: no latency series
+    ]
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(PeerFamilies(metrics))
+    registry.register(PeerFamilies(metrics, lags))
     expected = generate_latest(registry).decode()
     sizes = metrics.message_size.raw_items()
     direct = families.topics_in_text(sizes, MESSAGE_SIZE_BUCKETS)
     direct += families.topic_group_text(metrics)
+    direct += families.lag_text(lags)
     assert parse_samples(direct) == parse_samples(expected)
-    assert len(parse_samples(direct)) == 3 * 15 + 2 * 2 + 1 + 1
+    assert len(parse_samples(direct)) == 3 * 15 + 2 * 2 + 1 + 1 + 3 + 2
     kinds = {
+        "rocketmq_consumer_lag_messages": "gauge",
+        "rocketmq_consumer_lag_latency": "gauge",
         "rocketmq_messages_in_total": "counter",
         "rocketmq_throughput_in_total": "counter",
         "rocketmq_message_size": "histogram",
