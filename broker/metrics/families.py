@@ -140,11 +140,15 @@ def topic_group_text(m: HotPathSources) -> str:
     ):
         parts.append(header(name, doc, "counter"))
         parts.extend(
-            f'{name}{{topic="{label_value(topic)}",consumer_group="{label_value(group)}"}} '
-            f"{number(value)}\n"
+            f"{name}{_by_group(topic, group)}{number(value)}\n"
             for (topic, group), value in counters.items()  # type: ignore[misc]
         )
     return "".join(parts)
+
+
+def _by_group(topic: str, group: str) -> str:
+    """The labels of a series by topic and consumer group, and the space before its value."""
+    return f'{{topic="{label_value(topic)}",consumer_group="{label_value(group)}"}} '
 
 
 LAG_MESSAGES = ("rocketmq_consumer_lag_messages", "Messages stored but not yet consumed (committed), by topic and consumer group.")  # fmt: skip
@@ -155,10 +159,7 @@ def lag_text(lags: Sequence[GroupLag]) -> str:
     """The consumer lag gauges, in the text format: a series per (topic, group) each, 25,000
     of them with the issue's 25,000 topics and 10,000 groups (~0.25 s of the interpreter
     through prometheus_client a scrape)."""
-    labels = [
-        f'{{topic="{label_value(lag.topic)}",consumer_group="{label_value(lag.consumer_group)}"}} '
-        for lag in lags
-    ]
+    labels = [_by_group(lag.topic, lag.consumer_group) for lag in lags]
     name, doc = LAG_MESSAGES
     parts = [header(name, doc, "gauge")]
     parts.extend(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Generator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from wharf.broker.metrics.view import BrokerView, MetricsStore
@@ -76,8 +76,7 @@ def take_snapshot(view: BrokerView, now: float | None = None) -> BrokerSnapshot:
     """Read the broker's cheap figures, all in one go. Call on the store's event loop."""
     started = time.perf_counter()
     now = time.time() if now is None else now
-    lags = consumer_lags(view, now)
-    return _snapshot(view, now, lags, time.perf_counter() - started)
+    return _snapshot(view, now, consumer_lags(view, now), started)
 
 
 async def take_snapshot_async(view: BrokerView, now: float | None = None) -> BrokerSnapshot:
@@ -97,14 +96,14 @@ async def take_snapshot_async(view: BrokerView, now: float | None = None) -> Bro
         finally:
             held += time.perf_counter() - started
         await asyncio.sleep(0)
-    started = time.perf_counter()
-    snapshot = _snapshot(view, now, lags, 0.0)
-    return replace(snapshot, loop_seconds=held + time.perf_counter() - started)
+    return _snapshot(view, now, lags, time.perf_counter(), held)
 
 
 def _snapshot(
-    view: BrokerView, now: float, lags: list[GroupLag], loop_seconds: float
+    view: BrokerView, now: float, lags: list[GroupLag], started: float, held: float = 0.0
 ) -> BrokerSnapshot:
+    """The snapshot of ``lags`` and the cheap figures, read now; ``loop_seconds``: ``held`` plus
+    the time since ``started``."""
     store = view.store
     config = store.config
     started_at = view.started_at()
@@ -120,7 +119,7 @@ def _snapshot(
             "refuse_writes": config.disk_space_warning_level_ratio / 100,
         },
         lags=lags,
-        loop_seconds=loop_seconds,
+        loop_seconds=held + time.perf_counter() - started,
         loop_tasks=_loop_tasks(),
         transactions=dict(view.transactions()),
         timer=dict(view.timer()),
@@ -167,7 +166,7 @@ def _lag_steps(view: BrokerView, now: float) -> Generator[None, None, list[Group
             if lag > 0:
                 total += lag
                 lagging.setdefault(key, []).append((queue, next_unconsumed))
-        totals[key] = totals.get(key, 0) + total
+        totals[key] = total  # a (topic, group) is one entry of the table
         taken += len(by_queue)
         if taken >= LAG_CHUNK:
             taken = 0
