@@ -30,7 +30,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from itertools import accumulate
+from itertools import accumulate, repeat
+from operator import add
 from typing import Any, Protocol
 
 import numpy as np
@@ -312,18 +313,25 @@ class Writer:
         if checked is None:
             return self._write_slices(topics, queue_ids, data, sizes, born_host)
         starts, counts = checked
+        if not 0 <= min(queue_ids) <= max(queue_ids) <= _MAX_QUEUE_ID:
+            return self._write_slices(topics, queue_ids, data, sizes, born_host)
         offset_table = self.offset_table
-        firsts: list[int] = []
-        next_offsets: dict[tuple[str, int], int] = {}
-        for topic, queue_id, count in zip(topics, queue_ids, counts, strict=True):
-            if not 0 <= queue_id <= _MAX_QUEUE_ID:
-                return self._write_slices(topics, queue_ids, data, sizes, born_host)
-            key = (topic, queue_id)
-            first = next_offsets.get(key)
-            if first is None:
-                first = offset_table.get(key, 0)
-            firsts.append(first)
-            next_offsets[key] = first + count
+        keys = list(zip(topics, queue_ids, strict=True))
+        next_offsets: dict[tuple[str, int], int]
+        if len(set(keys)) == len(keys):
+            # The usual request, a batch a queue: each step a pass of C (map), not ~25
+            # bytecodes a batch (32 topics' batches a request, issue 33).
+            firsts = list(map(offset_table.get, keys, repeat(0)))
+            next_offsets = dict(zip(keys, map(add, firsts, counts), strict=True))
+        else:
+            firsts = []
+            next_offsets = {}
+            for key, count in zip(keys, counts, strict=True):
+                first = next_offsets.get(key)
+                if first is None:
+                    first = offset_table.get(key, 0)
+                firsts.append(first)
+                next_offsets[key] = first + count
         commit_log = self._commit_log
         assert commit_log is not None
         appended = commit_log.append_columns(data, starts, counts, queue_ids, firsts, born_host)

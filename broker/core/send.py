@@ -32,6 +32,8 @@ import dataclasses
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from itertools import repeat
+from operator import add, attrgetter, mod
 from typing import TYPE_CHECKING
 
 from wharf.broker.core.errors import (
@@ -62,6 +64,7 @@ DEDUPE_WINDOW = 65536
 # Topics ``admit_round_robin`` remembers as admitted (emptied when full: a miss only costs the
 # full check again).
 ADMITTED_TOPICS = 4096
+_WRITE_QUEUE_NUMS = attrgetter("write_queue_nums")
 _Key = tuple[str, str]  # (topic, message id)
 
 
@@ -162,6 +165,14 @@ class SendCore:
         ~0.6 us a batch for the whole ``topic`` (issue 33)."""
         self.check_open()
         table, admitted, turns = self.topics.table, self._admitted, self._turns
+        if not refused and len(set(names)) == len(names):
+            # The usual request: distinct topics, each admitted before and unchanged. The same
+            # steps as the loop below, a pass of C each (map) instead of ~20 bytecodes a batch.
+            topics = list(map(admitted.get, names))
+            if None not in topics and topics == list(map(table.get, names)):
+                now = list(map(turns.get, names, repeat(0)))
+                turns.update(zip(names, map(add, now, repeat(1)), strict=True))
+                return list(map(mod, now, map(_WRITE_QUEUE_NUMS, topics)))
         queue_ids: list[int] = []
         for index, name in enumerate(names):
             if refused and index in refused:

@@ -203,8 +203,14 @@ class Dispatcher:
         last = int(cols.store_timestamps[-1]) if count else 0
         if not n:  # nothing queued (empty chunk, or only transaction halves)
             return DispatchPlan([], cols, count, last)
-        # Group by queue, log order inside a queue (a stable sort; none for one queue).
-        if np.count_nonzero(queue_keys == queue_keys[0]) != n:
+        # Group by queue, log order inside a queue: a stable sort, unless no queue has two
+        # segments (a segment: consecutive records of one queue, a producer's batch). Then the
+        # segments are the runs as they lie: at 256 topics a 1 MiB chunk is ~64 segments of
+        # ~16 records of distinct queues, and the sort of its ~900 keys with the gathers after
+        # it were ~250 of the broker's ~16,500 instructions a message (callgrind, issue 33).
+        ends = np.flatnonzero(queue_keys[1:] != queue_keys[:-1])  # each segment's last row
+        segment_keys = queue_keys[ends].tolist() if len(ends) else []
+        if segment_keys and len({*segment_keys, int(queue_keys[-1])}) <= len(segment_keys):
             order = queue_keys.argsort(kind="stable")
             rows = order if rows is None else rows[order]
             queue_keys = queue_keys[order]

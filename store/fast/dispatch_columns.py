@@ -34,7 +34,7 @@ from wharf.store.fast import load
 from wharf.store.fast.dispatch_properties import (
     PropertyPairs,
     index_keys,
-    prefix_hash,
+    prefix_hashes,
     tags_codes,
 )
 from wharf.store.fast.index_hash import SegmentHashes, index_key_hashes
@@ -146,7 +146,7 @@ def _scan_properties(
     """TAGS codes and index keys by the compiled pass (``_log_scan.scan_properties``; the
     numpy twin is ``dispatch_properties``): ~0.2 us a 1 KiB record less. Values with non-ASCII
     bytes come back listed, hashed here by the reference over their UTF-16 text."""
-    prefixes = np.array([prefix_hash(topic) for topic in topics], dtype=np.int64)
+    prefixes = np.array(prefix_hashes(topics), dtype=np.int64)
     tags, rows, hashes, odd = _compiled.scan_properties(  # type: ignore[union-attr]
         gathered.data, gathered.starts, gathered.props, gathered.ends, topic_ids, prefixes
     )
@@ -193,7 +193,9 @@ def _topics(
     in a chunk); compiled, the runs' lookups too (``_log_scan.topic_ids``)."""
     if _compiled is not None:
         ids_array, distinct = _compiled.topic_ids(tail, rec_start, topic_len)
-        topics = [_topic_text(raw) for raw in distinct]
+        topics = list(map(_TOPIC_CACHE.get, distinct))  # known ones without a call each
+        if None in topics:
+            topics = [_topic_text(raw) for raw in distinct]
         if None in topics:
             return np.zeros(0, dtype=np.int64), None
         return np.frombuffer(ids_array, np.int64), topics  # type: ignore[return-value]

@@ -117,10 +117,12 @@ def check_records_many(
     its own batch's."""
     if _compiled is None:
         return None
-    try:
-        tails = [_tail_of(topic) for topic in topics]
-    except InvalidMessageError:
-        return None
+    tails = list(map(_TAILS.get, topics))  # no Python call a batch when all are known
+    if None in tails:
+        try:
+            tails = [_tail_of(topic) for topic in topics]
+        except InvalidMessageError:
+            return None
     found = _compiled.check_many(
         data, array("q", sizes), tails, max_message_size, ALLOWED_SYS_FLAGS, _crc32
     )

@@ -131,3 +131,10 @@ async def test_a_request_blob_written_as_columns_lands_where_write_many_puts_it(
     assert await store.wait_dispatched()
     assert [m.body for m in store.get_messages("E", 0, 0, 10).messages] == [b"e0"]
     assert store.get_max_offset("D", 0) == 0
+    # Distinct queues (the usual request): each batch after its queue's last.
+    again = [records("A", "a4"), records("E", "e1", "e2")]
+    written = store.write_columns(["A", "E"], [0, 0], b"".join(again), [len(d) for d in again],
+                                  "x:1")  # fmt: skip
+    assert (written.first_queue_offsets, written.counts) == ([4, 1], [1, 2])
+    assert await store.wait_dispatched()
+    assert [m.body for m in store.get_messages("E", 0, 0, 10).messages] == [b"e0", b"e1", b"e2"]

@@ -184,9 +184,11 @@ def test_a_request_s_batches_are_admitted_by_the_same_rules_and_turns_as_one_sen
     assert sorted(refused) == [1, 3, 4]
     assert isinstance(refused[3], TopicNotFound) and isinstance(refused[4], InvalidSend)
     assert c.admit("a")[1] == 2  # the same counter as every other send
+    assert c.admit_round_robin(["b", "a"], {}) == [1, 3]  # distinct, admitted: the C passes
+    assert c.admit_round_robin(["a", "b"], {}) == [0, 2]
     c.topics.replace(TopicConfig("a", 4, 4, perm=4))  # read-only now
     refused = {}
-    assert c.admit_round_robin(["b", "a"], refused) == [1]
+    assert c.admit_round_robin(["b", "a"], refused) == [3]
     assert isinstance(refused[1], TopicNotWritable)
     c.topics.delete("b")
     refused = {}
