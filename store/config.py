@@ -34,7 +34,9 @@ DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 
 # a broker of 40,000 busy queues (10,000 topics) wrote most dispatch runs through, each an
 # open, pwrite and close of a queue file (the file cache holds 2,048): the dispatch cost 1.96
 # us a message against 1.20 at 64 MiB, and producers were held by its back-pressure
-# (tests.bench.topics, 2026-11-26). A bound of the store, whatever the number of queues.
+# (tests.bench.topics, 2026-11-26). A bound of the store, whatever the number of queues: on
+# the tails' lengths; their memory is at most twice that (a tail's buffer grows by doubling,
+# store/fast/_log_scan.c ``grow_tail``).
 CONSUME_QUEUE_TAIL_BUDGET = 64 << 20
 
 

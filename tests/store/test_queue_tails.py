@@ -393,6 +393,24 @@ def test_the_compiled_module_takes_a_chunk_of_usual_runs_whole(tmp_path: Path) -
         assert table.links.tail_bytes == before + 3 * 2 * UNIT
         assert [u[0] for u in table.find("y", 0).read_units(0, 5)] == [0, 1, 1]
         assert table.find("y", 0).max_physical_offset == 300
+        # A tail grows by doubling (bytearray's own growth is the run exactly: a copy of the
+        # whole tail a run), never past TAIL_BYTES; the budget counts its length.
+        tail = table.find("y", 0)._tail
+        assert tail is not None and len(tail) == 3 * UNIT
+        assert tail.__alloc__() >= 2 * len(tail)
+        sizes, first = [], 3
+        while len(tail) + 16 * UNIT < consume_queue.TAIL_BYTES:
+            run = QueueRuns.of([QueueRun(("y", 0), first, 16, CQ_UNIT.pack(1, 100, 0) * 16, 300)])
+            rest = consume_queue.append_usual_runs(
+                table.queues, table.links, (run.keys, run.firsts, run.bounds, run.ends, run.data),
+                {},
+            )  # fmt: skip
+            assert list(rest) == []
+            first += 16
+            sizes.append(tail.__alloc__())
+        # 12 runs, 3 growths (bytearray keeps a byte for a trailing NUL)
+        assert len(set(sizes)) <= 3 and max(sizes) <= consume_queue.TAIL_BYTES + 1
+        assert len(tail) == first * UNIT and table.find("y", 0).max_offset == first
     finally:
         table.close()
 
