@@ -443,8 +443,9 @@ static int set_ll(PyObject *obj, PyObject *name, long long value) {
 
 /* A tail grown to ``size`` bytes: its allocation doubles (up to tail_max) instead of growing
  * by exactly the run, which bytearray does for any growth over 1/8 (a 320 B run into a tail
- * of 320-4,096 B: a realloc, most often a copy of the whole tail, a run; ~0.05 us a message
- * at 256 topics). The shrink back to ``size`` keeps the allocation (bytearray keeps it down
+ * of 320-4,096 B: a realloc, most often a copy of the whole tail, a run; memmove and realloc
+ * were ~0.05 us a message more at 256 topics than at one in perf of the bench's broker, not
+ * all of it tails). The shrink back to ``size`` keeps the allocation (bytearray keeps it down
  * to half). The tails' budget counts their lengths; their allocations are at most twice
  * those, and under tail_max each. */
 static int grow_tail(PyObject *tail, Py_ssize_t size, long long tail_max) {
