@@ -208,12 +208,13 @@ class Dispatcher:
         # segments are the runs as they lie: at 256 topics a 1 MiB chunk is ~64 segments of
         # ~16 records of distinct queues, and the sort of its ~900 keys with the gathers after
         # it were ~100-150 of ~12,000 instructions a message in-process (callgrind, issue 33).
-        ends = np.flatnonzero(queue_keys[1:] != queue_keys[:-1])  # each segment's last row
-        segment_keys = queue_keys[ends].tolist() if len(ends) else []
+        changes = queue_keys[1:] != queue_keys[:-1]  # after each segment's last row
+        segment_keys = queue_keys[:-1][changes].tolist()
         if segment_keys and len({*segment_keys, int(queue_keys[-1])}) <= len(segment_keys):
             order = queue_keys.argsort(kind="stable")
             rows = order if rows is None else rows[order]
             queue_keys = queue_keys[order]
+            changes = queue_keys[1:] != queue_keys[:-1]
 
         def take(column: np.ndarray) -> np.ndarray:
             return column if rows is None else column[rows]
@@ -229,7 +230,7 @@ class Dispatcher:
         units["code"] = take(codes)
         data = units.tobytes()
         # A run ends where the queue changes or the queue offsets stop being consecutive.
-        breaks = (queue_keys[1:] != queue_keys[:-1]) | (queue_offsets[1:] != queue_offsets[:-1] + 1)
+        breaks = changes | (queue_offsets[1:] != queue_offsets[:-1] + 1)
         firsts = np.zeros(1, dtype=np.int64)
         if np.count_nonzero(breaks):
             firsts = np.concatenate((firsts, breaks.nonzero()[0] + 1))
