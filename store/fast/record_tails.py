@@ -96,7 +96,9 @@ def _gather_numpy(
     data = np.zeros(len(tail) + PAD, dtype=np.uint8)
     data[: len(tail)] = np.frombuffer(tail, np.uint8)
     props = starts + 3 + data[starts].astype(np.int64)
+    if np.count_nonzero(props <= ends) != count:
+        return None  # a damaged topic length: its properties would lie past the record
     props_len = data[props - 2].astype(np.int64) << 8 | data[props - 1]
-    if np.count_nonzero((props <= ends) & (props + props_len == ends)) != count:
+    if np.count_nonzero(props + props_len == ends) != count:
         return None
     return RecordTails(header, total, body_start, body_len, tail, data, starts, ends, props)
