@@ -16,6 +16,14 @@
 #define PROPERTY_SEPARATOR 2
 #define SYSFLAG_COMPRESSED 0x1 /* SYSFLAG bit: the body is zlib-compressed */
 #define CQ_STORE_UNIT_SIZE 20 /* a ConsumeQueue unit: offset, size, tags code */
+/* An IndexFile: header, then slots (the newest entry number of a hash), then entries. */
+#define INDEX_HEADER_SIZE 40
+#define INDEX_HASH_SLOT_SIZE 4
+#define INDEX_ENTRY_SIZE 20
+#define INDEX_OFF_KEY_HASH 0
+#define INDEX_OFF_PHY_OFFSET 4
+#define INDEX_OFF_TIME_DIFF 12
+#define INDEX_OFF_PREV_INDEX 16
 
 /* Field offsets in the record header (wharf.store.codec.layout.RECORD_FIELDS: OFF_<name>). */
 #define OFF_TOTAL_SIZE 0
@@ -93,6 +101,13 @@ static inline PyObject *new_module_with_format(PyModuleDef *def) {
         {"OFF_RECONSUME_TIMES", OFF_RECONSUME_TIMES},
         {"OFF_PREPARED_TRANSACTION_OFFSET", OFF_PREPARED_TRANSACTION_OFFSET},
         {"OFF_BODY_LENGTH", OFF_BODY_LENGTH},
+        {"INDEX_HEADER_SIZE", INDEX_HEADER_SIZE},
+        {"INDEX_HASH_SLOT_SIZE", INDEX_HASH_SLOT_SIZE},
+        {"INDEX_ENTRY_SIZE", INDEX_ENTRY_SIZE},
+        {"INDEX_OFF_KEY_HASH", INDEX_OFF_KEY_HASH},
+        {"INDEX_OFF_PHY_OFFSET", INDEX_OFF_PHY_OFFSET},
+        {"INDEX_OFF_TIME_DIFF", INDEX_OFF_TIME_DIFF},
+        {"INDEX_OFF_PREV_INDEX", INDEX_OFF_PREV_INDEX},
     };
     for (size_t i = 0; i < sizeof(offsets) / sizeof(offsets[0]); i++) {
         if (PyModule_AddIntConstant(module, offsets[i].name, offsets[i].offset) < 0) {

@@ -604,12 +604,87 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(put_index_entries_doc,
+             "put_index_entries(mm, slot_num, entries_pos, first_number, begin_timestamp, "
+             "hashes, offsets, stamps) -> new_slots");
+
+/* An IndexFile's entries written in log order (the twin of store/index/index_file.py
+ * _put_entries_scalar, and of store/fast/index_batch.py's numpy pass): entry i is number
+ * first_number + i; its prevIndex is what its hash's slot holds if that is a valid entry
+ * number (0 < value < its own), and the slot then holds it. In log order a slot's earlier entry
+ * of the same batch is simply what the slot holds, so there is no sort: the numpy pass grouped
+ * the batch by slot with a stable argsort, whose keys come in runs of 16 at 256 topics (one
+ * batch's ids are a counter), ~130 instructions a message more than at one topic (callgrind,
+ * tests/bench/send_instructions.py). hashes, offsets, stamps: int64, one per entry. Returns how
+ * many slots became used. */
+static PyObject *put_index_entries(PyObject *module, PyObject *args) {
+    Py_buffer mm, hashes, offsets, stamps;
+    long long slot_num, entries_pos, first_number, begin_timestamp;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "w*LLLLy*y*y*:put_index_entries", &mm, &slot_num, &entries_pos,
+                          &first_number, &begin_timestamp, &hashes, &offsets, &stamps)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t count = hashes.len / (Py_ssize_t)sizeof(int64_t);
+    if (hashes.len % (Py_ssize_t)sizeof(int64_t) || offsets.len != hashes.len ||
+        stamps.len != hashes.len) {
+        PyErr_SetString(PyExc_ValueError, "hashes, offsets and stamps: int64, one per entry");
+        goto done;
+    }
+    if (slot_num < 1 || entries_pos < INDEX_HEADER_SIZE + slot_num * INDEX_HASH_SLOT_SIZE ||
+        first_number < 0 || entries_pos + (first_number + count) * INDEX_ENTRY_SIZE > mm.len) {
+        PyErr_SetString(PyExc_ValueError, "the entries or slots lie outside the index file");
+        goto done;
+    }
+    unsigned char *base = (unsigned char *)mm.buf;
+    const int64_t *hash = (const int64_t *)hashes.buf;
+    const int64_t *offset = (const int64_t *)offsets.buf;
+    const int64_t *stamp = (const int64_t *)stamps.buf;
+    long long new_slots = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        long long number = first_number + i;
+        long long slot = hash[i] % slot_num;
+        if (slot < 0) {
+            slot += slot_num; /* Python's modulo: a slot for a negative hash too */
+        }
+        unsigned char *slot_at = base + INDEX_HEADER_SIZE + slot * INDEX_HASH_SLOT_SIZE;
+        int32_t prev = (int32_t)be32(slot_at);
+        if (prev <= 0 || prev >= number) {
+            prev = 0;
+            new_slots++;
+        }
+        long long diff = 0;
+        if (begin_timestamp > 0) {
+            diff = stamp[i] - begin_timestamp;
+            diff = diff < 0 ? 0 : diff / 1000; /* negative: 0 either way (floor or not) */
+            if (diff > 0x7FFFFFFF) {
+                diff = 0x7FFFFFFF;
+            }
+        }
+        unsigned char *entry = base + entries_pos + number * INDEX_ENTRY_SIZE;
+        put_be32(entry + INDEX_OFF_KEY_HASH, (uint32_t)hash[i]);
+        put_be64(entry + INDEX_OFF_PHY_OFFSET, (uint64_t)offset[i]);
+        put_be32(entry + INDEX_OFF_TIME_DIFF, (uint32_t)diff);
+        put_be32(entry + INDEX_OFF_PREV_INDEX, (uint32_t)prev);
+        put_be32(slot_at, (uint32_t)number);
+    }
+    result = PyLong_FromLongLong(new_slots);
+done:
+    PyBuffer_Release(&mm);
+    PyBuffer_Release(&hashes);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&stamps);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
     {"gather_tails", gather_tails, METH_VARARGS, gather_tails_doc},
     {"scan_properties", scan_properties, METH_VARARGS, scan_properties_doc},
     {"topic_ids", topic_ids, METH_VARARGS, topic_ids_doc},
     {"append_runs", append_runs, METH_VARARGS, append_runs_doc},
+    {"put_index_entries", put_index_entries, METH_VARARGS, put_index_entries_doc},
     {NULL, NULL, 0, NULL},
 };
 

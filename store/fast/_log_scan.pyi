@@ -11,6 +11,13 @@ MAX_PROPERTIES_LENGTH: int
 PROPERTY_SEPARATOR: int
 SYSFLAG_COMPRESSED: int
 CQ_STORE_UNIT_SIZE: int
+INDEX_HEADER_SIZE: int
+INDEX_HASH_SLOT_SIZE: int
+INDEX_ENTRY_SIZE: int
+INDEX_OFF_KEY_HASH: int
+INDEX_OFF_PHY_OFFSET: int
+INDEX_OFF_TIME_DIFF: int
+INDEX_OFF_PREV_INDEX: int
 
 def scan(
     buf: Buffer, pos: int, limit: int, max_count: int, budget: int, any_before: bool, /
@@ -49,3 +56,16 @@ def append_runs(
     /,
 ) -> tuple[list[int], int]:
     """(indexes of the runs left for the Python loop, tail bytes added)."""
+
+def put_index_entries(
+    mm: Buffer,
+    slot_num: int,
+    entries_pos: int,
+    first_number: int,
+    begin_timestamp: int,
+    hashes: Buffer,
+    offsets: Buffer,
+    stamps: Buffer,
+    /,
+) -> int:
+    """Entries first_number... written in log order, their slots updated; slots newly used."""

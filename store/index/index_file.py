@@ -36,15 +36,16 @@ from wharf.store.codec.layout import (
     INDEX_SLOT,
 )
 from wharf.store.errors import disk_full_error, is_disk_full
-from wharf.store.fast.index_batch import IndexColumns, put_entries_vectorized
+from wharf.store.fast import index_batch
+from wharf.store.fast.index_batch import IndexColumns, put_entries_columns
 
 INVALID_INDEX = 0
 _INT_MAX = 0x7FFFFFFF
-# Batches from this size on are written by ``put_entries_vectorized``: numpy's fixed cost per
-# call (~60 us) makes it cheaper than the scalar loop (~0.55-0.7 us an entry) from about 100
-# entries given as columns (measured: 1.7 vs 1.0 us an entry at 64, 0.24 vs 0.67 at 256). A list
-# of tuples must be converted first, which moves its crossover to about twice that (0.72 vs 0.53
-# at 96, 0.49 vs 0.56 at 192).
+# Batches from this size on are written by ``put_entries_columns`` (any batch in columns where
+# the compiled writer is built): numpy's fixed cost per call (~60 us) makes it cheaper than the
+# scalar loop (~0.55-0.7 us an entry) from about 100 entries given as columns (measured: 1.7 vs
+# 1.0 us an entry at 64, 0.24 vs 0.67 at 256). A list of tuples must be converted first, which
+# moves its crossover to about twice that (0.72 vs 0.53 at 96, 0.49 vs 0.56 at 192).
 VECTORIZE_FROM = 96
 
 # Entries are allocated this far ahead of the last one written: 52,428 entries per
@@ -165,10 +166,11 @@ class IndexFile:
         if self.index_count <= 1:
             self.begin_phy_offset, self.begin_timestamp = first
         columns = isinstance(batch, IndexColumns)
-        if count >= (VECTORIZE_FROM if columns else 2 * VECTORIZE_FROM):
+        compiled = columns and index_batch._compiled is not None
+        if compiled or count >= (VECTORIZE_FROM if columns else 2 * VECTORIZE_FROM):
             if not isinstance(batch, IndexColumns):
                 batch = IndexColumns.from_entries(batch)
-            self.hash_slot_count += put_entries_vectorized(
+            self.hash_slot_count += put_entries_columns(
                 self._mm,
                 self.slot_num,
                 self._entries_pos,

@@ -33,6 +33,10 @@ _EXPECTED = {
     "SYSFLAG_COMPRESSED": layout.SYSFLAG_COMPRESSED,
     "CQ_STORE_UNIT_SIZE": layout.CQ_STORE_UNIT_SIZE,
     **{f"OFF_{field.name}": field.offset for field in layout.RECORD_FIELDS},
+    "INDEX_HEADER_SIZE": layout.INDEX_HEADER_SIZE,
+    "INDEX_HASH_SLOT_SIZE": layout.INDEX_HASH_SLOT_SIZE,
+    "INDEX_ENTRY_SIZE": layout.INDEX_ENTRY_SIZE,
+    **{f"INDEX_OFF_{field.name}": field.offset for field in layout.INDEX_ENTRY_FIELDS},
 }
 
 

@@ -1,7 +1,7 @@
 """The vectorized index writers write exactly what the reference (scalar) code writes:
-``index_key_hashes`` == ``index_key_hash`` per key, and ``put_entries_vectorized`` leaves the
-IndexFile byte-for-byte as the scalar entry loop does (chains, slots, header), including over
-stale slot values left by a crash."""
+``index_key_hashes`` == ``index_key_hash`` per key, and ``put_entries_vectorized`` (numpy) and
+the compiled ``put_index_entries`` leave the IndexFile byte-for-byte as the scalar entry loop
+does (chains, slots, header), including over stale slot values left by a crash."""
 
 from __future__ import annotations
 
@@ -10,11 +10,14 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import wharf.store.index.index_file as index_file_module
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from wharf.store.codec.hashes import index_key_hash
 from wharf.store.codec.layout import INDEX_HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_SLOT
+from wharf.store.fast import index_batch
+from wharf.store.fast.index_batch import IndexColumns
 from wharf.store.fast.index_hash import index_key_hashes
 from wharf.store.index.index_file import IndexFile
 
@@ -37,16 +40,6 @@ def test_batch_hashes_of_known_values() -> None:
     ]
 
 
-@contextlib.contextmanager
-def _vectorize_from(size: int) -> Iterator[None]:
-    saved = index_file_module.VECTORIZE_FROM
-    index_file_module.VECTORIZE_FROM = size
-    try:
-        yield
-    finally:
-        index_file_module.VECTORIZE_FROM = saved
-
-
 entry = st.tuples(
     st.integers(0, 0x7FFFFFFF),  # key hash (abs'd)
     st.integers(0, 1 << 40),  # commit log offset
@@ -54,39 +47,81 @@ entry = st.tuples(
 )
 
 
+@contextlib.contextmanager
+def _twin(name: str) -> Iterator[None]:
+    """The batch writer ``IndexFile.put_entries`` uses: the scalar loop, numpy or compiled."""
+    saved = index_file_module.VECTORIZE_FROM, index_batch._compiled
+    index_file_module.VECTORIZE_FROM = 10**9 if name == "scalar" else 1
+    if name != "compiled":
+        index_batch._compiled = None
+    try:
+        yield
+    finally:
+        index_file_module.VECTORIZE_FROM, index_batch._compiled = saved
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     slot_num=st.integers(1, 9),
     stale_slots=st.lists(st.integers(-3, 80), min_size=9, max_size=9),
     batches=st.lists(st.lists(entry, min_size=1, max_size=40), min_size=1, max_size=4),
+    as_columns=st.booleans(),
 )
-def test_vectorized_entries_are_byte_identical_to_the_scalar_loop(
-    slot_num: int, stale_slots: list[int], batches: list[list[tuple[int, int, int]]]
+# A stale slot holding exactly the number of the entry written over it: not a valid prevIndex.
+@example(1, [1] + [0] * 8, [[(5, 1, 1_700_000_000_000)]], True)
+def test_batch_writers_are_byte_identical_to_the_scalar_loop(
+    slot_num: int,
+    stale_slots: list[int],
+    batches: list[list[tuple[int, int, int]]],
+    as_columns: bool,
 ) -> None:
+    # numpy's pass and the compiled one (``put_index_entries``) against the reference loop, on
+    # batches with a crash's stale slot values; the compiled one must be built here.
+    assert index_batch._compiled is not None
+    twins = ("scalar", "numpy", "compiled")
     with tempfile.TemporaryDirectory() as tmp:
         files = []
-        for name in ("scalar", "vector"):
+        for name in twins:
             index = IndexFile.create_blocking(Path(tmp) / name, slot_num, 64, 0, 0)
             for slot, value in enumerate(stale_slots[:slot_num]):  # a crash's leftovers
                 INDEX_SLOT.pack_into(
                     index._mm, INDEX_HEADER_SIZE + slot * INDEX_HASH_SLOT_SIZE, value
                 )
             files.append(index)
-        scalar, vector = files
+        scalar = files[0]
         try:
             for batch in batches:
-                with _vectorize_from(10**9):
-                    written = scalar.put_entries(batch)
-                with _vectorize_from(1):
-                    assert vector.put_entries(batch) == written
-                assert vector._mm[:] == scalar._mm[:]
-                assert (vector.index_count, vector.hash_slot_count) == (
-                    scalar.index_count,
-                    scalar.hash_slot_count,
-                )
+                given_batch = IndexColumns.from_entries(batch) if as_columns else batch
+                written = []
+                for name, index in zip(twins, files, strict=True):
+                    with _twin(name):
+                        written.append(index.put_entries(given_batch))
+                for name, index, count in zip(twins, files, written, strict=True):
+                    assert count == written[0], name
+                    assert index._mm[:] == scalar._mm[:], name
+                    assert (index.index_count, index.hash_slot_count) == (
+                        scalar.index_count,
+                        scalar.hash_slot_count,
+                    ), name
         finally:
-            scalar.close()
-            vector.close()
+            for index in files:
+                index.close()
+
+
+def test_compiled_writer_refuses_entries_past_the_file(tmp_path: Path) -> None:
+    assert index_batch._compiled is not None
+    index = IndexFile.create_blocking(tmp_path / "idx", 4, 8, 0, 0)
+    try:
+        columns = IndexColumns.from_entries([(7, 100 + i, 1_700_000_000_000) for i in range(9)])
+        before = index._mm[:]
+        with pytest.raises(ValueError, match="outside the index file"):
+            index_batch._compiled.put_index_entries(
+                index._mm, 4, index._entries_pos, 0, 0,
+                columns.hashes.copy(), columns.offsets.copy(), columns.stamps.copy(),
+            )  # fmt: skip
+        assert index._mm[:] == before  # nothing written
+    finally:
+        index.close()
 
 
 def test_vectorized_chains_are_found_by_lookup(tmp_path: Path) -> None:
