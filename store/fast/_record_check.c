@@ -204,40 +204,68 @@ static PyObject *check(PyObject *module, PyObject *args) {
     return result;
 }
 
+/* A list of ints as a PyMem array of int64 (NULL with an error set); ``what`` names it. The
+ * per-batch columns come as lists: array("q", list) parsed each item by a format string, ~90
+ * instructions an item, four columns a request (~50 instructions a message at 256 topics,
+ * callgrind, tests/bench/send_instructions.py). */
+static int64_t *int64s_of(PyObject *list, const char *what) {
+    if (!PyList_Check(list)) {
+        PyErr_Format(PyExc_TypeError, "%s: a list of ints", what);
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    int64_t *out = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    if (out == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = PyLong_AsLongLong(PyList_GET_ITEM(list, i));
+        if (out[i] == -1 && PyErr_Occurred()) {
+            PyMem_Free(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
 PyDoc_STRVAR(check_many_doc,
              "check_many(data, sizes, tails, max_message_size, allowed_sys_flags, crc32)\n\n"
              "``check`` of several batches laid out one after another in ``data``: batch i is "
-             "``sizes[i]`` bytes (a buffer of native int64) for topic tail ``tails[i]``. "
-             "(starts, counts): every record's start in ``data`` and each batch's record "
-             "count, bytes of native int64; or (batch, index, code, detail) for the first bad "
-             "record of the first bad batch.");
+             "``sizes[i]`` bytes (a list of ints) for topic tail ``tails[i]``. (starts, "
+             "counts): every record's start in ``data`` (bytes of native int64) and each "
+             "batch's record count (a list); or (batch, index, code, detail) for the first "
+             "bad record of the first bad batch.");
 
 /* One call for a request's batches: ``check`` per batch cost ~0.7 us of call and argument
  * handling each, and the caller's joins of the starts more (32 topics' batches a request,
  * issue 33). */
 static PyObject *check_many(PyObject *module, PyObject *args) {
-    Py_buffer data, sizes;
-    PyObject *tails, *crc_func;
+    Py_buffer data;
+    PyObject *sizes_list, *tails, *crc_func;
     long long max_message_size;
     unsigned int allowed_sys_flags;
     (void)module;
-    if (!PyArg_ParseTuple(args, "y*y*O!LIO:check_many", &data, &sizes, &PyList_Type, &tails,
-                          &max_message_size, &allowed_sys_flags, &crc_func)) {
+    if (!PyArg_ParseTuple(args, "y*O!O!LIO:check_many", &data, &PyList_Type, &sizes_list,
+                          &PyList_Type, &tails, &max_message_size, &allowed_sys_flags,
+                          &crc_func)) {
         return NULL;
     }
-    PyObject *result = NULL, *counts_bytes = NULL, *starts_bytes = NULL;
+    PyObject *result = NULL, *counts = NULL, *starts_bytes = NULL;
     Starts starts = {NULL, 0, 0};
-    Py_ssize_t batches = sizes.len / (Py_ssize_t)sizeof(int64_t);
-    const int64_t *size = (const int64_t *)sizes.buf;
-    if (sizes.len % (Py_ssize_t)sizeof(int64_t) || PyList_GET_SIZE(tails) != batches) {
-        PyErr_SetString(PyExc_ValueError, "sizes are int64, one per batch, and one tail each");
+    Py_ssize_t batches = PyList_GET_SIZE(sizes_list);
+    int64_t *size = int64s_of(sizes_list, "sizes");
+    if (size == NULL) {
         goto done;
     }
-    counts_bytes = PyBytes_FromStringAndSize(NULL, batches * (Py_ssize_t)sizeof(int64_t));
-    if (counts_bytes == NULL) {
+    if (PyList_GET_SIZE(tails) != batches) {
+        PyErr_SetString(PyExc_ValueError, "one size and one tail a batch");
         goto done;
     }
-    int64_t *counts = (int64_t *)PyBytes_AS_STRING(counts_bytes);
+    counts = PyList_New(batches);
+    if (counts == NULL) {
+        goto done;
+    }
     int64_t base = 0;
     for (Py_ssize_t b = 0; b < batches; b++) {
         PyObject *tail = PyList_GET_ITEM(tails, b);
@@ -262,7 +290,11 @@ static PyObject *check_many(PyObject *module, PyObject *args) {
             Py_DECREF(found);
             goto done;
         }
-        counts[b] = starts.count - before;
+        PyObject *count = PyLong_FromSsize_t(starts.count - before);
+        if (count == NULL) {
+            goto done;
+        }
+        PyList_SET_ITEM(counts, b, count);
         base += size[b];
     }
     if (base != data.len) {
@@ -272,14 +304,14 @@ static PyObject *check_many(PyObject *module, PyObject *args) {
     starts_bytes = PyBytes_FromStringAndSize((const char *)starts.at,
                                              starts.count * (Py_ssize_t)sizeof(int64_t));
     if (starts_bytes != NULL) {
-        result = PyTuple_Pack(2, starts_bytes, counts_bytes);
+        result = PyTuple_Pack(2, starts_bytes, counts);
     }
 done:
     Py_XDECREF(starts_bytes);
-    Py_XDECREF(counts_bytes);
+    Py_XDECREF(counts);
     PyMem_Free(starts.at);
+    PyMem_Free(size);
     PyBuffer_Release(&data);
-    PyBuffer_Release(&sizes);
     return result;
 }
 
@@ -356,38 +388,43 @@ PyDoc_STRVAR(patch_many_doc,
              "patch_many(buf, starts, counts, queue_ids, first_queue_offsets, start_offset, "
              "born_host, store_timestamp, store_host)\n\n"
              "``patch`` of several batches laid out one after another in ``buf``: batch i is the "
-             "next ``counts[i]`` records of ``starts``, for queue ``queue_ids[i]`` from offset "
-             "``first_queue_offsets[i]``; every argument but the hosts a buffer of native int64.");
+             "next ``counts[i]`` records of ``starts`` (a buffer of native int64), for queue "
+             "``queue_ids[i]`` from offset ``first_queue_offsets[i]`` (lists of ints).");
 
 /* One call for a request's batches: a request of 32 topics' batches called ``patch`` (and built
  * its argument slices) 32 times, ~3 us each in Python around ~0.1 us of work (issue 33). */
 static PyObject *patch_many(PyObject *module, PyObject *args) {
-    Py_buffer buf, starts, counts, queue_ids, firsts, born_host, store_host;
+    Py_buffer buf, starts, born_host, store_host;
+    PyObject *counts_list, *queue_list, *first_list;
     long long start_offset, store_timestamp;
     (void)module;
-    if (!PyArg_ParseTuple(args, "w*y*y*y*y*Ly*Ly*:patch_many", &buf, &starts, &counts,
-                          &queue_ids, &firsts, &start_offset, &born_host, &store_timestamp,
-                          &store_host)) {
+    if (!PyArg_ParseTuple(args, "w*y*O!O!O!Ly*Ly*:patch_many", &buf, &starts, &PyList_Type,
+                          &counts_list, &PyList_Type, &queue_list, &PyList_Type, &first_list,
+                          &start_offset, &born_host, &store_timestamp, &store_host)) {
         return NULL;
     }
     PyObject *result = NULL;
+    int64_t *count = NULL, *queue = NULL, *first = NULL;
     const Py_ssize_t word = (Py_ssize_t)sizeof(int64_t);
     if (born_host.len != 8 || store_host.len != 8) {
         PyErr_SetString(PyExc_ValueError, "born_host and store_host are 8 bytes each");
         goto done;
     }
-    if (starts.len % word || counts.len % word || queue_ids.len != counts.len ||
-        firsts.len != counts.len) {
+    Py_ssize_t batches = PyList_GET_SIZE(counts_list);
+    if (starts.len % word || PyList_GET_SIZE(queue_list) != batches ||
+        PyList_GET_SIZE(first_list) != batches) {
         PyErr_SetString(PyExc_ValueError,
-                        "starts, counts, queue_ids and first_queue_offsets must be int64 values, "
-                        "one count, queue id and offset per batch");
+                        "starts must be int64 values, one count, queue id and offset per batch");
         goto done;
     }
-    Py_ssize_t records = starts.len / word, batches = counts.len / word;
+    count = int64s_of(counts_list, "counts");
+    queue = count ? int64s_of(queue_list, "queue_ids") : NULL;
+    first = queue ? int64s_of(first_list, "first_queue_offsets") : NULL;
+    if (first == NULL) {
+        goto done;
+    }
+    Py_ssize_t records = starts.len / word;
     const int64_t *at = (const int64_t *)starts.buf;
-    const int64_t *count = (const int64_t *)counts.buf;
-    const int64_t *queue = (const int64_t *)queue_ids.buf;
-    const int64_t *first = (const int64_t *)firsts.buf;
     Py_ssize_t total = 0;
     for (Py_ssize_t b = 0; b < batches; b++) {
         if (count[b] < 0) {
@@ -415,11 +452,11 @@ static PyObject *patch_many(PyObject *module, PyObject *args) {
     result = Py_None;
     Py_INCREF(result);
 done:
+    PyMem_Free(count);
+    PyMem_Free(queue);
+    PyMem_Free(first);
     PyBuffer_Release(&buf);
     PyBuffer_Release(&starts);
-    PyBuffer_Release(&counts);
-    PyBuffer_Release(&queue_ids);
-    PyBuffer_Release(&firsts);
     PyBuffer_Release(&born_host);
     PyBuffer_Release(&store_host);
     return result;

@@ -33,14 +33,14 @@ def check(
 
 def check_many(
     data: Buffer,
-    sizes: Buffer,
+    sizes: list[int],
     tails: list[bytes],
     max_message_size: int,
     allowed_sys_flags: int,
     crc32: Callable[[Buffer], int],
     /,
-) -> tuple[bytes, bytes] | tuple[int, tuple[int, int, int]]:
-    """(every record's start, each batch's count) as native int64 bytes, or (batch, (index,
+) -> tuple[bytes, list[int]] | tuple[int, tuple[int, int, int]]:
+    """(every record's start as native int64 bytes, each batch's count), or (batch, (index,
     code, detail)) of the first bad batch's first bad record."""
 
 def patch(
@@ -55,3 +55,17 @@ def patch(
     /,
 ) -> None:
     """Write the broker-owned header fields of checked records in ``buf`` (writable)."""
+
+def patch_many(
+    buf: Buffer,
+    starts: Buffer,
+    counts: list[int],
+    queue_ids: list[int],
+    first_queue_offsets: list[int],
+    start_offset: int,
+    born_host: Buffer,
+    store_timestamp: int,
+    store_host: Buffer,
+    /,
+) -> None:
+    """``patch`` of several batches laid out one after another in ``buf`` (writable)."""

@@ -11,7 +11,6 @@ per batch instead of ~1.5 us per record).
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Sequence
 
 import numpy as np
@@ -124,12 +123,12 @@ def check_records_many(
         except InvalidMessageError:
             return None
     found = _compiled.check_many(
-        data, array("q", sizes), tails, max_message_size, ALLOWED_SYS_FLAGS, _crc32
+        data, list(sizes), tails, max_message_size, ALLOWED_SYS_FLAGS, _crc32
     )
     if len(found) != 2 or not isinstance(found[0], bytes):
         return None
     starts, counts = found
-    return np.frombuffer(starts, dtype=np.int64), array("q", counts).tolist()
+    return np.frombuffer(starts, dtype=np.int64), counts
 
 
 # The compiled check's codes -> the texts the numpy checks raise (same words, same order).
@@ -293,9 +292,8 @@ def patch_columns(
     ``patch_records`` per batch."""
     if _compiled is not None:
         _compiled.patch_many(
-            buf, np.ascontiguousarray(starts, dtype=np.int64), array("q", counts),
-            array("q", queue_ids), array("q", first_queue_offsets), start_offset, born_host,
-            store_timestamp, store_host,
+            buf, np.ascontiguousarray(starts, dtype=np.int64), list(counts), list(queue_ids),
+            list(first_queue_offsets), start_offset, born_host, store_timestamp, store_host,
         )  # fmt: skip
         return
     begin = 0

@@ -193,10 +193,9 @@ def test_patching_many_refuses_counts_that_do_not_add_up() -> None:
     words = lambda *values: np.array(values, dtype=np.int64)  # noqa: E731
     with pytest.raises(ValueError, match="count 3 records, starts holds 2"):
         compiled.patch_many(
-            bytearray(400), words(0, 200), words(1, 2), words(0, 1), words(0, 0), 0, b"\0" * 8,
-            0, b"\0" * 8,
+            bytearray(400), words(0, 200), [1, 2], [0, 1], [0, 0], 0, b"\0" * 8, 0, b"\0" * 8,
         )  # fmt: skip
     with pytest.raises(ValueError, match="outside the buffer"):
         compiled.patch_many(
-            bytearray(100), words(50), words(1), words(0), words(0), 0, b"\0" * 8, 0, b"\0" * 8
+            bytearray(100), words(50), [1], [0], [0], 0, b"\0" * 8, 0, b"\0" * 8
         )
