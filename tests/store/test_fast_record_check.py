@@ -196,6 +196,4 @@ def test_patching_many_refuses_counts_that_do_not_add_up() -> None:
             bytearray(400), words(0, 200), [1, 2], [0, 1], [0, 0], 0, b"\0" * 8, 0, b"\0" * 8,
         )  # fmt: skip
     with pytest.raises(ValueError, match="outside the buffer"):
-        compiled.patch_many(
-            bytearray(100), words(50), [1], [0], [0], 0, b"\0" * 8, 0, b"\0" * 8
-        )
+        compiled.patch_many(bytearray(100), words(50), [1], [0], [0], 0, b"\0" * 8, 0, b"\0" * 8)
