@@ -11,6 +11,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -419,28 +420,9 @@ PyDoc_STRVAR(append_runs_doc,
  * is left, with every later run of its queue (a queue's runs keep their order), for the
  * Python loop: its index goes into ``rest``. ``used``: tail bytes added (the caller adds
  * them to the tails' total). At 256 topics ~64 runs of 16 units a 1 MiB chunk: ~1.3 us of
- * Python a run, ~0.3 us here (issue 33). The attribute names are ConsumeQueue's and
- * ConsumeQueueFile's; tests/store/test_queue_tails.py runs both paths on the same runs. */
-static int attr_ll(PyObject *obj, PyObject *name, long long *out) {
-    PyObject *value = PyObject_GetAttr(obj, name);
-    if (value == NULL) {
-        return -1;
-    }
-    *out = PyLong_AsLongLong(value);
-    Py_DECREF(value);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
-}
-
-static int set_ll(PyObject *obj, PyObject *name, long long value) {
-    PyObject *number = PyLong_FromLongLong(value);
-    if (number == NULL) {
-        return -1;
-    }
-    int failed = PyObject_SetAttr(obj, name, number);
-    Py_DECREF(number);
-    return failed;
-}
-
+ * Python a run, ~0.3 us here (issue 33). A queue is a QueueState (below: ConsumeQueue's base)
+ * and its files QueueFileStates, else the run is left; tests/store/test_queue_tails.py runs
+ * both paths on the same runs. */
 /* A tail grown to ``size`` bytes: its allocation doubles (up to tail_max) instead of growing
  * by exactly the run, which bytearray does for any growth over 1/8 (a 320 B run into a tail
  * of 320-4,096 B: a realloc, most often a copy of the whole tail, a run; memmove and realloc
@@ -463,69 +445,136 @@ static int grow_tail(PyObject *tail, Py_ssize_t size, long long tail_max) {
     return PyByteArray_Resize(tail, size);
 }
 
-static PyObject *s_tail, *s_write_pos, *s_file_pos, *s_files, *s_max_physical, *s_start,
-    *s_allocated;
+/* The state of a queue that the compiled append reads and moves, in the object itself: the
+ * base of store/queue/consume_queue.py ConsumeQueue (``QueueState``) and of its files
+ * (``QueueFileState``). As Python attributes each was an int object of its own: a run read 7
+ * of them across 3 cold objects and wrote 2 new ones, ~12 cache misses a run at 256 topics
+ * (PyMember_GetOne and PyObject_GetAttr were ~0.06 us a message more than at one topic in perf
+ * of the bench's broker). The Python code reads and sets them as before. */
+typedef struct {
+    PyObject_HEAD PyObject *files; /* list of the queue's files, oldest first */
+    PyObject *tail;                /* bytearray of units past file_pos, or None */
+    long long write_pos;           /* ConsumeQueue._write_pos */
+    long long file_pos;            /* ConsumeQueue._file_pos */
+    long long max_physical;        /* ConsumeQueue.max_physical_offset */
+} QueueState;
+
+static int QueueState_traverse(QueueState *self, visitproc visit, void *arg) {
+    Py_VISIT(self->files);
+    Py_VISIT(self->tail);
+    return 0;
+}
+
+static int QueueState_clear(QueueState *self) {
+    Py_CLEAR(self->files);
+    Py_CLEAR(self->tail);
+    return 0;
+}
+
+static void QueueState_dealloc(QueueState *self) {
+    PyObject_GC_UnTrack(self);
+    QueueState_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef QueueState_members[] = {
+    {"files", T_OBJECT_EX, offsetof(QueueState, files), 0, "the queue's files, oldest first"},
+    {"_tail", T_OBJECT_EX, offsetof(QueueState, tail), 0, "units in memory past _file_pos"},
+    {"_write_pos", T_LONGLONG, offsetof(QueueState, write_pos), 0, "after the last unit"},
+    {"_file_pos", T_LONGLONG, offsetof(QueueState, file_pos), 0, "after the units in files"},
+    {"max_physical_offset", T_LONGLONG, offsetof(QueueState, max_physical), 0,
+     "end of the newest unit's record"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject QueueStateType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "wharf.store.fast._log_scan.QueueState",
+    .tp_basicsize = sizeof(QueueState),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "ConsumeQueue's base: the state the compiled append reads and moves.",
+    .tp_new = PyType_GenericNew,
+    .tp_traverse = (traverseproc)QueueState_traverse,
+    .tp_clear = (inquiry)QueueState_clear,
+    .tp_dealloc = (destructor)QueueState_dealloc,
+    .tp_members = QueueState_members,
+};
+
+typedef struct {
+    PyObject_HEAD long long start; /* byte offset of its first unit in the whole queue */
+    long long size;                /* bytes */
+    long long allocated;           /* bytes from the start known allocated */
+    long long fd;                  /* the file cache's descriptor, or -1 */
+} QueueFileState;
+
+static void QueueFileState_dealloc(PyObject *self) { Py_TYPE(self)->tp_free(self); }
+
+static PyMemberDef QueueFileState_members[] = {
+    {"start", T_LONGLONG, offsetof(QueueFileState, start), 0, "offset of its first unit"},
+    {"size", T_LONGLONG, offsetof(QueueFileState, size), 0, "bytes"},
+    {"allocated", T_LONGLONG, offsetof(QueueFileState, allocated), 0, "bytes allocated"},
+    {"fd", T_LONGLONG, offsetof(QueueFileState, fd), 0, "descriptor, or -1"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject QueueFileStateType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "wharf.store.fast._log_scan.QueueFileState",
+    .tp_basicsize = sizeof(QueueFileState),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "ConsumeQueueFile's base: the fields the compiled append reads.",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = QueueFileState_dealloc,
+    .tp_members = QueueFileState_members,
+};
 
 /* 1: the run was taken; 0: not the usual run (left); -1: an error. */
 static int take_run(PyObject *queue, PyObject *key, const char *units, long long n,
                     long long first, long long end, long long room, long long tail_max,
                     long long used, PyObject *advanced) {
-    PyObject *tail = NULL, *files = NULL;
-    int taken = -1;
-    long long pos, file_pos, start, allocated, max_physical;
-    tail = PyObject_GetAttr(queue, s_tail);
-    if (tail == NULL) {
-        goto done;
+    if (!PyObject_TypeCheck(queue, &QueueStateType)) {
+        return 0; /* not a ConsumeQueue of this module: the general path */
     }
-    if (!PyByteArray_Check(tail)) {
-        taken = 0; /* no tail (None): the general path */
-        goto done;
+    QueueState *q = (QueueState *)queue;
+    PyObject *tail = q->tail, *files = q->files;
+    if (tail == NULL || !PyByteArray_Check(tail)) {
+        return 0; /* no tail (None): the general path */
     }
     Py_ssize_t tail_len = PyByteArray_GET_SIZE(tail);
-    if (attr_ll(queue, s_write_pos, &pos) < 0) {
-        goto done;
-    }
+    long long pos = q->write_pos;
     if (first * CQ_STORE_UNIT_SIZE != pos || tail_len + n >= tail_max || used + n > room) {
-        taken = 0;
-        goto done;
+        return 0;
     }
-    files = PyObject_GetAttr(queue, s_files);
-    if (files == NULL) {
-        goto done;
-    }
-    if (!PyList_Check(files) || PyList_GET_SIZE(files) == 0) {
-        taken = 0;
-        goto done;
+    if (files == NULL || !PyList_Check(files) || PyList_GET_SIZE(files) == 0) {
+        return 0;
     }
     PyObject *file = PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1); /* borrowed */
-    if (attr_ll(queue, s_file_pos, &file_pos) < 0 || attr_ll(file, s_start, &start) < 0 ||
-        attr_ll(file, s_allocated, &allocated) < 0) {
-        goto done;
+    if (!PyObject_TypeCheck(file, &QueueFileStateType)) {
+        return 0;
     }
-    if (file_pos < start || pos + n - start > allocated) {
-        taken = 0;
-        goto done;
+    QueueFileState *f = (QueueFileState *)file;
+    if (q->file_pos < f->start || pos + n - f->start > f->allocated) {
+        return 0;
     }
-    if (attr_ll(queue, s_max_physical, &max_physical) < 0 ||
-        grow_tail(tail, tail_len + (Py_ssize_t)n, tail_max) < 0) {
-        goto done;
+    Py_INCREF(tail); /* held across the resize (no Python code runs, but be plain) */
+    int grown = grow_tail(tail, tail_len + (Py_ssize_t)n, tail_max);
+    if (grown == 0) {
+        memcpy(PyByteArray_AS_STRING(tail) + tail_len, units, (size_t)n);
     }
-    memcpy(PyByteArray_AS_STRING(tail) + tail_len, units, (size_t)n);
+    Py_DECREF(tail);
+    if (grown < 0) {
+        return -1;
+    }
     pos += n;
-    if (set_ll(queue, s_write_pos, pos) < 0 ||
-        (end > max_physical && set_ll(queue, s_max_physical, end) < 0)) {
-        goto done;
+    q->write_pos = pos;
+    if (end > q->max_physical) {
+        q->max_physical = end;
     }
     PyObject *top = PyLong_FromLongLong(pos / CQ_STORE_UNIT_SIZE);
     if (top == NULL) {
-        goto done;
+        return -1;
     }
-    taken = PyDict_SetItem(advanced, key, top) < 0 ? -1 : 1;
+    int failed = PyDict_SetItem(advanced, key, top);
     Py_DECREF(top);
-done:
-    Py_XDECREF(tail);
-    Py_XDECREF(files);
-    return taken;
+    return failed < 0 ? -1 : 1;
 }
 
 static PyObject *append_runs(PyObject *module, PyObject *args) {
@@ -695,16 +744,19 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__log_scan(void) {
-    s_tail = PyUnicode_InternFromString("_tail");
-    s_write_pos = PyUnicode_InternFromString("_write_pos");
-    s_file_pos = PyUnicode_InternFromString("_file_pos");
-    s_files = PyUnicode_InternFromString("files");
-    s_max_physical = PyUnicode_InternFromString("max_physical_offset");
-    s_start = PyUnicode_InternFromString("start");
-    s_allocated = PyUnicode_InternFromString("allocated");
-    if (s_tail == NULL || s_write_pos == NULL || s_file_pos == NULL || s_files == NULL ||
-        s_max_physical == NULL || s_start == NULL || s_allocated == NULL) {
+    if (PyType_Ready(&QueueStateType) < 0 || PyType_Ready(&QueueFileStateType) < 0) {
         return NULL;
     }
-    return new_module_with_format(&module_def);
+    PyObject *module = new_module_with_format(&module_def);
+    if (module == NULL) {
+        return NULL;
+    }
+    Py_INCREF(&QueueStateType);
+    Py_INCREF(&QueueFileStateType);
+    if (PyModule_AddObject(module, "QueueState", (PyObject *)&QueueStateType) < 0 ||
+        PyModule_AddObject(module, "QueueFileState", (PyObject *)&QueueFileStateType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

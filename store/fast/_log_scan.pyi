@@ -69,3 +69,20 @@ def put_index_entries(
     /,
 ) -> int:
     """Entries first_number... written in log order, their slots updated; slots newly used."""
+
+class QueueState:
+    """ConsumeQueue's base: the state ``append_runs`` reads and moves, in the object."""
+
+    files: list[QueueFileState]
+    _tail: bytearray | None
+    _write_pos: int
+    _file_pos: int
+    max_physical_offset: int
+
+class QueueFileState:
+    """ConsumeQueueFile's base: the fields ``append_runs`` reads."""
+
+    start: int
+    size: int
+    allocated: int
+    fd: int
