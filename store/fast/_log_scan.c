@@ -666,6 +666,8 @@ PyDoc_STRVAR(put_index_entries_doc,
  * batch's ids are a counter), ~130 instructions a message more than at one topic (callgrind,
  * tests/bench/send_instructions.py). hashes, offsets, stamps: int64, one per entry. Returns how
  * many slots became used. */
+#define SLOT_AHEAD 8 /* slots asked for this many entries ahead */
+
 static PyObject *put_index_entries(PyObject *module, PyObject *args) {
     Py_buffer mm, hashes, offsets, stamps;
     long long slot_num, entries_pos, first_number, begin_timestamp;
@@ -691,12 +693,24 @@ static PyObject *put_index_entries(PyObject *module, PyObject *args) {
     const int64_t *offset = (const int64_t *)offsets.buf;
     const int64_t *stamp = (const int64_t *)stamps.buf;
     long long new_slots = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        long long number = first_number + i;
-        long long slot = hash[i] % slot_num;
-        if (slot < 0) {
-            slot += slot_num; /* Python's modulo: a slot for a negative hash too */
+    /* The slots are random reads in a table of 20 MB (5,000,000 slots): at one topic a chunk's
+     * keys are a counter's and fall close together, at 256 topics they do not (this loop was
+     * ~0.014 us a message more, perf of the bench's broker). Each is asked for SLOT_AHEAD
+     * entries ahead, its number kept in a ring until its entry comes. */
+    long long ring[SLOT_AHEAD];
+    for (Py_ssize_t i = 0; i < count + SLOT_AHEAD; i++) {
+        Py_ssize_t e = i - SLOT_AHEAD; /* the entry written now, if any */
+        long long slot = e >= 0 ? ring[e % SLOT_AHEAD] : 0; /* read before i's replaces it */
+        if (i < count) {
+            long long ahead = hash[i] % slot_num;
+            ahead += ahead < 0 ? slot_num : 0; /* Python's modulo: a negative hash too */
+            ring[i % SLOT_AHEAD] = ahead;
+            __builtin_prefetch(base + INDEX_HEADER_SIZE + ahead * INDEX_HASH_SLOT_SIZE, 1);
         }
+        if (e < 0) {
+            continue;
+        }
+        long long number = first_number + e;
         unsigned char *slot_at = base + INDEX_HEADER_SIZE + slot * INDEX_HASH_SLOT_SIZE;
         int32_t prev = (int32_t)be32(slot_at);
         if (prev <= 0 || prev >= number) {
@@ -705,15 +719,15 @@ static PyObject *put_index_entries(PyObject *module, PyObject *args) {
         }
         long long diff = 0;
         if (begin_timestamp > 0) {
-            diff = stamp[i] - begin_timestamp;
+            diff = stamp[e] - begin_timestamp;
             diff = diff < 0 ? 0 : diff / 1000; /* negative: 0 either way (floor or not) */
             if (diff > 0x7FFFFFFF) {
                 diff = 0x7FFFFFFF;
             }
         }
         unsigned char *entry = base + entries_pos + number * INDEX_ENTRY_SIZE;
-        put_be32(entry + INDEX_OFF_KEY_HASH, (uint32_t)hash[i]);
-        put_be64(entry + INDEX_OFF_PHY_OFFSET, (uint64_t)offset[i]);
+        put_be32(entry + INDEX_OFF_KEY_HASH, (uint32_t)hash[e]);
+        put_be64(entry + INDEX_OFF_PHY_OFFSET, (uint64_t)offset[e]);
         put_be32(entry + INDEX_OFF_TIME_DIFF, (uint32_t)diff);
         put_be32(entry + INDEX_OFF_PREV_INDEX, (uint32_t)prev);
         put_be32(slot_at, (uint32_t)number);

@@ -69,6 +69,8 @@ def _twin(name: str) -> Iterator[None]:
 )
 # A stale slot holding exactly the number of the entry written over it: not a valid prevIndex.
 @example(1, [1] + [0] * 8, [[(5, 1, 1_700_000_000_000)]], True)
+# More entries than the compiled writer asks for ahead (8), each slot's chain of several.
+@example(9, [0] * 9, [[(h, 100 + h, 1_700_000_000_000) for h in range(30)]], True)
 def test_batch_writers_are_byte_identical_to_the_scalar_loop(
     slot_num: int,
     stale_slots: list[int],
