@@ -65,6 +65,7 @@ DEDUPE_WINDOW = 65536
 # full check again).
 ADMITTED_TOPICS = 4096
 _WRITE_QUEUE_NUMS = attrgetter("write_queue_nums")
+_NAME = attrgetter("name")
 _Key = tuple[str, str]  # (topic, message id)
 
 
@@ -156,13 +157,17 @@ class SendCore:
         turns[name] = turn + 1
         return turn % topic.write_queue_nums
 
-    def admit_round_robin(self, names: Sequence[str], refused: dict[int, Exception]) -> list[int]:
+    def admit_round_robin(self, names: list[str], refused: dict[int, Exception]) -> list[int]:
         """``admit`` of a request's batches (``names[i]`` batch i's topic, its queue the
         topic's next turn): the queue ids of the admitted ones, in order; a refusal goes into
         ``refused`` by index (an index there already is skipped). A topic admitted before is
         taken as it was while the topic table still holds that very config (a change, a
         deletion or a new auto-created topic replaces it): 32 topics' batches a request paid
-        ~0.6 us a batch for the whole ``topic`` (issue 33)."""
+        ~0.6 us a batch for the whole ``topic`` (issue 33). An admitted ``names[i]`` is
+        replaced by its config's name, the equal string the broker holds: the request's own
+        strings are new objects, and each later lookup of one (turns, queue offsets, record
+        tails, metrics) compared its bytes with a cold key's, where the broker's own string is
+        that key or compares by identity."""
         self.check_open()
         table, admitted, turns = self.topics.table, self._admitted, self._turns
         if not refused and len(set(names)) == len(names):
@@ -171,10 +176,13 @@ class SendCore:
             topics = list(map(admitted.get, names))
             # all(): a TopicConfig is true (no __len__), a miss None; ``None in`` called the
             # dataclass's __eq__ a batch (a Python frame each: ~34 a request at 256 topics).
-            if all(topics) and topics == list(map(table.get, names)):
-                now = list(map(turns.get, names, repeat(0)))
-                turns.update(zip(names, map(add, now, repeat(1)), strict=True))
-                return list(map(mod, now, map(_WRITE_QUEUE_NUMS, topics)))
+            if all(topics):
+                own = list(map(_NAME, topics))
+                if topics == list(map(table.get, own)):
+                    names[:] = own
+                    now = list(map(turns.get, own, repeat(0)))
+                    turns.update(zip(own, map(add, now, repeat(1)), strict=True))
+                    return list(map(mod, now, map(_WRITE_QUEUE_NUMS, topics)))
         queue_ids: list[int] = []
         for index, name in enumerate(names):
             if refused and index in refused:
@@ -188,7 +196,8 @@ class SendCore:
                     continue
                 if len(admitted) >= ADMITTED_TOPICS:
                     admitted.clear()
-                admitted[name] = topic
+                admitted[topic.name] = topic
+            name = names[index] = topic.name
             # ``next_queue``'s turn, inline (a call a batch was ~0.15 us of ~0.6): the same
             # counter, so every protocol's sends to a topic share its round robin.
             turn = turns.get(name, 0)

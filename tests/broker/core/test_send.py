@@ -185,10 +185,16 @@ def test_a_request_s_batches_are_admitted_by_the_same_rules_and_turns_as_one_sen
     assert isinstance(refused[3], TopicNotFound) and isinstance(refused[4], InvalidSend)
     assert c.admit("a")[1] == 2  # the same counter as every other send
     assert c.admit_round_robin(["b", "a"], {}) == [1, 3]  # distinct, admitted: the C passes
-    assert c.admit_round_robin(["a", "b"], {}) == [0, 2]
+    names = ["".join("a"), "".join("b")]  # equal strings, other objects (as a request's are)
+    assert c.admit_round_robin(names, {}) == [0, 2]
+    # The admitted names become the broker's own objects (later lookups compare identities).
+    assert names[0] is c.topics.table["a"].name and names[1] is c.topics.table["b"].name
+    loop_names = ["".join("b"), "".join("b")]  # a topic twice: the loop's path
+    assert c.admit_round_robin(loop_names, {}) == [3, 0]
+    assert all(name is c.topics.table["b"].name for name in loop_names)
     c.topics.replace(TopicConfig("a", 4, 4, perm=4))  # read-only now
     refused = {}
-    assert c.admit_round_robin(["b", "a"], refused) == [3]
+    assert c.admit_round_robin(["b", "a"], refused) == [1]
     assert isinstance(refused[1], TopicNotWritable)
     c.topics.delete("b")
     refused = {}
