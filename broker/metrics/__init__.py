@@ -80,7 +80,7 @@ class BrokerMetrics:
     ) -> None:
         """``on_messages_in`` of several batches at once: ``counts[i]`` messages (0: none) for
         ``topics[i]``, their stored sizes following batch i-1's in ``sizes`` (int64)."""
-        self.message_size.observe_batches([(topic,) for topic in topics], counts, sizes)
+        self.message_size.observe_batches(list(zip(topics)), counts, sizes)  # 1-tuples, in C
 
     def on_messages_out(self, topic: str, consumer_group: str, count: int, nbytes: int) -> None:
         """Messages delivered by a pull."""

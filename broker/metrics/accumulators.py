@@ -13,6 +13,7 @@ import threading
 from bisect import bisect_left
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -155,12 +156,23 @@ class LabelledHistograms:
         bounds = self._bounds
         low = bisect_left(bounds, values.min())
         if low == bisect_left(bounds, values.max()):  # all in one bucket: the usual
-            for index, total in zip(written.tolist(), totals.tolist(), strict=True):
-                key = keys[index]
-                found = children.get(key)
-                if found is None:
-                    found = child_locked(key)
-                found._counts[low] += counts[index]  # ``add`` without its lock (held) or a call
+            if len(written) == len(keys):  # every batch wrote: the children in passes of C
+                known = list(map(children.get, keys))
+                found_all = (
+                    cast("list[HistogramAccumulator]", known)
+                    if None not in known
+                    else list(map(child_locked, keys))
+                )
+                usual = zip(found_all, counts, totals.tolist(), strict=True)
+            else:
+                usual = zip(
+                    map(child_locked, map(keys.__getitem__, written.tolist())),
+                    map(counts.__getitem__, written.tolist()),
+                    totals.tolist(),
+                    strict=True,
+                )
+            for found, count, total in usual:
+                found._counts[low] += count  # ``add`` without its lock (held) or a call
                 found._total += total
             return
         lows = np.searchsorted(self._bounds_array, np.minimum.reduceat(values, starts), "left")
