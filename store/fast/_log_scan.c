@@ -14,6 +14,7 @@
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "_format.h"
 
@@ -418,8 +419,9 @@ PyDoc_STRVAR(append_runs_doc,
  * this call) and the units lie in the newest file's allocated part; the queue's _write_pos
  * and max_physical_offset move and advanced[key] becomes its new max offset. Any other run
  * is left, with every later run of its queue (a queue's runs keep their order), for the
- * Python loop: its index goes into ``rest``. ``used``: tail bytes added (the caller adds
- * them to the tails' total). At 256 topics ~64 runs of 16 units a 1 MiB chunk: ~1.3 us of
+ * Python loop: its index goes into ``rest``. A run that finds its tail full spills it
+ * (spill_run). ``used``: tail bytes added, net of spilled tails (the caller adds them to the
+ * tails' total). At 256 topics ~64 runs of 16 units a 1 MiB chunk: ~1.3 us of
  * Python a run, ~0.3 us here (issue 33). A queue is a QueueState (below: ConsumeQueue's base)
  * and its files QueueFileStates, else the run is left; tests/store/test_queue_tails.py runs
  * both paths on the same runs. */
@@ -526,10 +528,61 @@ static PyTypeObject QueueFileStateType = {
     .tp_members = QueueFileState_members,
 };
 
+/* A full tail written out, the run starting the next one: ConsumeQueue._write's spill (the
+ * full tail goes into the file at _file_pos, a new tail holds the run), taken here when the
+ * file is open in the cache (fd >= 0) and the tails' budget allows the run. At 256 topics 1
+ * run in ~13 fills its queue's 4 KiB tail; in Python each was ~10 us of calls (append_packed,
+ * _write, the cache's fd, _pwrite_all). The queue is dirty already: a tail means units past
+ * its flushed position (write_pos = file_pos + tail > flushed). The file keeps its place in
+ * the cache's recency order (a queue this busy is used again at once; a file closed meanwhile
+ * sends the run to Python, which reopens it). A failed pwrite leaves the run to Python too,
+ * which writes the same bytes again and raises the error. */
+static int spill_run(QueueState *q, QueueFileState *f, PyObject *key, const char *units,
+                     long long n, long long end, long long room, long long used,
+                     PyObject *advanced, long long *added) {
+    PyObject *tail = q->tail;
+    Py_ssize_t tail_len = PyByteArray_GET_SIZE(tail);
+    if (f->fd < 0 || tail_len == 0 || used - tail_len + n > room) {
+        return 0;
+    }
+    const char *out = PyByteArray_AS_STRING(tail);
+    long long at = q->file_pos - f->start;
+    Py_ssize_t done = 0;
+    while (done < tail_len) {
+        ssize_t wrote = pwrite((int)f->fd, out + done, (size_t)(tail_len - done), at + done);
+        if (wrote <= 0) {
+            return 0; /* Python's path writes it again and raises */
+        }
+        done += wrote;
+    }
+    PyObject *next = PyByteArray_FromStringAndSize(units, (Py_ssize_t)n);
+    if (next == NULL) {
+        return -1;
+    }
+    long long pos = q->write_pos;
+    PyObject *top = PyLong_FromLongLong((pos + n) / CQ_STORE_UNIT_SIZE);
+    if (top == NULL || PyDict_SetItem(advanced, key, top) < 0) {
+        Py_XDECREF(top);
+        Py_DECREF(next);
+        return -1;
+    }
+    Py_DECREF(top);
+    /* A new tail object: a capture in flight holds the old one (ConsumeQueue.tail_written). */
+    q->tail = next;
+    Py_DECREF(tail);
+    q->file_pos = pos;
+    q->write_pos = pos + n;
+    if (end > q->max_physical) {
+        q->max_physical = end;
+    }
+    *added = n - tail_len;
+    return 1;
+}
+
 /* 1: the run was taken; 0: not the usual run (left); -1: an error. */
 static int take_run(PyObject *queue, PyObject *key, const char *units, long long n,
                     long long first, long long end, long long room, long long tail_max,
-                    long long used, PyObject *advanced) {
+                    long long used, PyObject *advanced, long long *added) {
     if (!PyObject_TypeCheck(queue, &QueueStateType)) {
         return 0; /* not a ConsumeQueue of this module: the general path */
     }
@@ -540,7 +593,7 @@ static int take_run(PyObject *queue, PyObject *key, const char *units, long long
     }
     Py_ssize_t tail_len = PyByteArray_GET_SIZE(tail);
     long long pos = q->write_pos;
-    if (first * CQ_STORE_UNIT_SIZE != pos || tail_len + n >= tail_max || used + n > room) {
+    if (first * CQ_STORE_UNIT_SIZE != pos || n >= tail_max) {
         return 0;
     }
     if (files == NULL || !PyList_Check(files) || PyList_GET_SIZE(files) == 0) {
@@ -552,6 +605,12 @@ static int take_run(PyObject *queue, PyObject *key, const char *units, long long
     }
     QueueFileState *f = (QueueFileState *)file;
     if (q->file_pos < f->start || pos + n - f->start > f->allocated) {
+        return 0;
+    }
+    if (tail_len + n >= tail_max) {
+        return spill_run(q, f, key, units, n, end, room, used, advanced, added);
+    }
+    if (used + n > room) {
         return 0;
     }
     Py_INCREF(tail); /* held across the resize (no Python code runs, but be plain) */
@@ -574,6 +633,7 @@ static int take_run(PyObject *queue, PyObject *key, const char *units, long long
     }
     int failed = PyDict_SetItem(advanced, key, top);
     Py_DECREF(top);
+    *added = n;
     return failed < 0 ? -1 : 1;
 }
 
@@ -625,14 +685,13 @@ static PyObject *append_runs(PyObject *module, PyObject *args) {
                     PyErr_SetString(PyExc_ValueError, "a run's units lie outside the data");
                     goto done;
                 }
+                long long added = 0;
                 taken = take_run(queue, key, (const char *)data.buf + a, b - a, first, end, room,
-                                 tail_max, used, advanced);
+                                 tail_max, used, advanced, &added);
                 if (taken < 0) {
                     goto done;
                 }
-                if (taken) {
-                    used += b - a;
-                }
+                used += added; /* a spill's is negative: the written tail leaves the budget */
             }
         }
         if (!taken) {

@@ -298,12 +298,12 @@ _chunk = st.lists(
 
 
 def _apply_chunks(
-    root: Path, chunks: list[list[tuple[str, int, int]]], budget: int
+    root: Path, chunks: list[list[tuple[str, int, int]]], budget: int, file_units: int = 64
 ) -> tuple[list[object], dict[str, list[tuple[int, int, int]]]]:
     """Each chunk through ``Dispatcher.apply_ready`` as the reput task applies it (the runs
     left wait for their files, created in place here); per chunk what it answered, and the
     queues read back at the end, after the tails are written and the queues reopened."""
-    table = ConsumeQueueTable(root, 64 * UNIT)
+    table = ConsumeQueueTable(root, file_units * UNIT)
     table.links.tail_budget = budget
     dispatcher = Dispatcher(table, None, [])
     ends = {name: 0 for name in "abc"}
@@ -326,7 +326,12 @@ def _apply_chunks(
             for queue, starts in dispatcher.missing_files(rest):
                 queue.adopt_files(queue.create_files_blocking(starts))
             answers.append((advanced, [tuple(run) for run in left], dispatcher.apply_queues(rest)))
-            assert table.links.tail_bytes <= budget
+            # The budget counts what the tails hold (a spill takes its tail out). Not compared
+            # between the paths: the compiled call takes a chunk's usual runs before the loop
+            # takes the rest, so under a tight budget a queue may write through where the
+            # other path kept a tail (the same units either way).
+            tails = sum(len(queue._tail or b"") for queue in table.queues.values())
+            assert table.links.tail_bytes == tails <= budget
         for queue in table.queues.values():
             queue.spill()
             queue.flush_blocking()
@@ -336,7 +341,7 @@ def _apply_chunks(
     for name in "abc":
         if not (root / name / "0").is_dir():
             continue  # no run of it
-        queue = ConsumeQueue.load_blocking(name, 0, root / name / "0", 64 * UNIT)
+        queue = ConsumeQueue.load_blocking(name, 0, root / name / "0", file_units * UNIT)
         try:
             back[name] = list(queue.read_units(0, queue.max_offset + 1))
         finally:
@@ -350,20 +355,24 @@ def _apply_chunks(
 @given(
     chunks=st.lists(_chunk, min_size=1, max_size=12),
     budget=st.sampled_from([0, 15 * UNIT, TAIL_BYTES, 1 << 20]),
+    # 64-unit files hold less than a tail (4 KiB); 1,024-unit ones let tails fill and spill.
+    file_units=st.sampled_from([64, 1024]),
 )
 def test_the_compiled_usual_runs_apply_as_append_next_run_by_run(
     tmp_path_factory: pytest.TempPathFactory,
     chunks: list[list[tuple[str, int, int]]],
     budget: int,
+    file_units: int,
 ) -> None:
     """``append_usual_runs`` (store/fast/_log_scan.c ``append_runs``) against the Python
     ``append_next`` loop it replaces: the same queues advanced to the same offsets, the same
     runs left for new files, and the same units read back, whatever the chunks hold
-    (overlaps, gaps, a queue's several runs, new queues, 64-unit files, small budgets)."""
-    compiled = _apply_chunks(tmp_path_factory.mktemp("compiled"), chunks, budget)
+    (overlaps, gaps, a queue's several runs, new queues, 64-unit files, small budgets, full
+    tails spilled)."""
+    compiled = _apply_chunks(tmp_path_factory.mktemp("compiled"), chunks, budget, file_units)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(consume_queue, "_compiled", None)
-        reference = _apply_chunks(tmp_path_factory.mktemp("python"), chunks, budget)
+        reference = _apply_chunks(tmp_path_factory.mktemp("python"), chunks, budget, file_units)
     assert compiled == reference
 
 
@@ -413,6 +422,62 @@ def test_the_compiled_module_takes_a_chunk_of_usual_runs_whole(tmp_path: Path) -
         assert len(tail) == first * UNIT and table.find("y", 0).max_offset == first
     finally:
         table.close()
+
+
+def _fill_and_spill(root: Path) -> tuple[list[list[int]], list[object]]:
+    """A queue whose tail fills (runs of 16 units, the file allocated far ahead as a busy
+    queue's is), then more runs: per run the indexes ``append_usual_runs`` left (the rest
+    applied as ``Dispatcher.apply_ready`` does), and the state after it; last the file."""
+    table = ConsumeQueueTable(root, FILE)
+    dispatcher = Dispatcher(table, None, [])
+    try:
+        plan = DispatchPlan([QueueRun(("y", 0), 0, 1, CQ_UNIT.pack(0, 100, 0), 100)], [], 1, 0)
+        for queue, starts in dispatcher.missing_files(plan):
+            queue.adopt_files(queue.create_files_blocking(starts))
+        dispatcher.apply_queues(plan)
+        queue = table.find("y", 0)
+        assert queue is not None
+        newest = queue.files[-1]
+        newest.allocate(queue._fd(newest), FILE)  # allocated ahead: no allocation below
+        left: list[list[int]] = []
+        states: list[object] = []
+        first = 1
+        while first * UNIT < TAIL_BYTES + 3 * 16 * UNIT:  # past the first spill
+            units = b"".join(CQ_UNIT.pack(first + i, 100, 0) for i in range(16))
+            runs = QueueRuns.of([QueueRun(("y", 0), first, 16, units, 100 * (first + 16))])
+            advanced: dict[tuple[str, int], int] = {}
+            columns = (runs.keys, runs.firsts, runs.bounds, runs.ends, runs.data)
+            rest = list(
+                consume_queue.append_usual_runs(table.queues, table.links, columns, advanced)
+            )
+            for _ in rest:
+                queue.append_packed(first, units, 100 * (first + 16))
+                advanced[("y", 0)] = queue.max_offset
+            first += 16
+            left.append(rest)
+            states.append((advanced, queue._file_pos, queue._write_pos, bytes(queue._tail or b""),
+                           table.links.tail_bytes, queue.max_physical_offset))  # fmt: skip
+        with open(newest.path, "rb") as file:
+            states.append(file.read())
+        return left, states
+    finally:
+        table.close()
+
+
+def test_a_full_tail_is_spilled_by_the_compiled_call_as_by_the_python_write(
+    tmp_path: Path,
+) -> None:
+    """The run that finds its queue's tail full (4 KiB) writes the tail into the file and
+    starts the next one: in the compiled call (its file open in the cache, allocated) as in
+    ``ConsumeQueue._write``, with the same file bytes, positions and tails' count."""
+    assert consume_queue._compiled is not None
+    left, compiled = _fill_and_spill(tmp_path / "compiled")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(consume_queue, "_compiled", None)
+        _, reference = _fill_and_spill(tmp_path / "python")
+    assert compiled == reference
+    assert all(rest == [] for rest in left)  # every run taken by the compiled call
+    assert any(state[1] > 0 for state in compiled[:-1])  # type: ignore[index]  # a spill
 
 
 def _packed(units: list[tuple[int, int, int]]) -> bytes:
