@@ -192,10 +192,12 @@ class SendProcessor:
         records = request.records
         if not messages and not records:
             raise InvalidArgumentError("messages is empty: send at least one message")
-        topic_name = request.topic
-        _, queue_id = core.admit(
-            topic_name, request.queue_id if request.HasField("queue_id") else None
+        topic, queue_id = core.admit(
+            request.topic, request.queue_id if request.HasField("queue_id") else None
         )
+        # The broker's own string (equal to the request's): the store's and the metrics'
+        # keys made from it then match later lookups by identity (``admit_round_robin``).
+        topic_name = topic.name
         if records:
             if messages:
                 raise InvalidArgumentError(
