@@ -648,7 +648,7 @@ static PyObject *append_runs(PyObject *module, PyObject *args) {
                           &advanced)) {
         return NULL;
     }
-    PyObject *result = NULL, *rest = NULL, *held = NULL;
+    PyObject *result = NULL, *rest = NULL, *held = NULL, **found = NULL;
     Py_ssize_t count = PyList_GET_SIZE(keys);
     if (PyList_GET_SIZE(firsts) != count || PyList_GET_SIZE(ends) != count ||
         PyList_GET_SIZE(bounds) != count + 1) {
@@ -657,8 +657,38 @@ static PyObject *append_runs(PyObject *module, PyObject *args) {
     }
     rest = PyList_New(0);
     held = PySet_New(NULL);
-    if (rest == NULL || held == NULL) {
+    found = PyMem_Malloc((size_t)(count ? count : 1) * sizeof(PyObject *));
+    if (rest == NULL || held == NULL || found == NULL) {
+        if (found == NULL) {
+            PyErr_NoMemory();
+        }
         goto done;
+    }
+    /* Every run's queue first, asked for from memory, then what each points to: at 256 topics
+     * a chunk's ~64 queues are cold, and taken one by one each run waited on its queue, then on
+     * its tail and files in turn (append_runs ~0.04 us a message more than at one topic in
+     * perf of the bench's broker). The pointers are borrowed: nothing here changes ``queues``
+     * or runs Python code. */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        found[i] = PyDict_GetItemWithError(queues, PyList_GET_ITEM(keys, i));
+        if (found[i] == NULL && PyErr_Occurred()) {
+            goto done;
+        }
+        if (found[i] != NULL) {
+            __builtin_prefetch(found[i]);
+            __builtin_prefetch((const char *)found[i] + 63);
+        }
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (found[i] != NULL && PyObject_TypeCheck(found[i], &QueueStateType)) {
+            QueueState *q = (QueueState *)found[i];
+            if (q->tail != NULL) {
+                __builtin_prefetch(q->tail);
+            }
+            if (q->files != NULL) {
+                __builtin_prefetch(q->files);
+            }
+        }
     }
     long long used = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -669,10 +699,7 @@ static PyObject *append_runs(PyObject *module, PyObject *args) {
             goto done;
         }
         if (!is_held) {
-            PyObject *queue = PyDict_GetItemWithError(queues, key); /* borrowed */
-            if (queue == NULL && PyErr_Occurred()) {
-                goto done;
-            }
+            PyObject *queue = found[i]; /* borrowed */
             if (queue != NULL) {
                 long long a = PyLong_AsLongLong(PyList_GET_ITEM(bounds, i));
                 long long b = PyLong_AsLongLong(PyList_GET_ITEM(bounds, i + 1));
@@ -706,6 +733,7 @@ static PyObject *append_runs(PyObject *module, PyObject *args) {
     }
     result = Py_BuildValue("(OL)", rest, used);
 done:
+    PyMem_Free(found);
     Py_XDECREF(rest);
     Py_XDECREF(held);
     PyBuffer_Release(&data);
