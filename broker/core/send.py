@@ -31,10 +31,10 @@ import asyncio
 import dataclasses
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from itertools import repeat
-from operator import add, attrgetter, mod
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from itertools import count
+from operator import attrgetter, itemgetter, mod
+from typing import TYPE_CHECKING, cast
 
 from wharf.broker.core.errors import (
     InvalidSend,
@@ -66,6 +66,7 @@ DEDUPE_WINDOW = 65536
 ADMITTED_TOPICS = 4096
 _WRITE_QUEUE_NUMS = attrgetter("write_queue_nums")
 _NAME = attrgetter("name")
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _Key = tuple[str, str]  # (topic, message id)
 
 
@@ -101,8 +102,12 @@ class SendCore:
         self.shutting_down = shutting_down
         self.max_message_size: int = store.config.max_message_size
         self.dedupe_window = dedupe_window
-        self._turns: dict[str, int] = {}  # topic -> next round-robin turn
-        self._admitted: dict[str, TopicConfig] = {}  # admit_round_robin's, bounded
+        # topic -> its round-robin turns: a counter object (``next`` in C) that the admitted
+        # entries hold too, so a request's batches take their turns in one pass (map), not a
+        # get and an update of this dict each.
+        self._turns: dict[str, Iterator[int]] = {}
+        # admit_round_robin's, bounded: topic -> (its config when admitted, its turns)
+        self._admitted: dict[str, tuple[TopicConfig, Iterator[int]]] = {}
         self._done: OrderedDict[_Key, Stored] = OrderedDict()
         self._pending: dict[_Key, asyncio.Future[Stored]] = {}
 
@@ -151,11 +156,13 @@ class SendCore:
 
     def next_queue(self, topic: TopicConfig) -> int:
         """The topic's next round-robin queue: one counter per topic for every protocol."""
-        turns = self._turns
-        name = topic.name
-        turn = turns.get(name, 0)
-        turns[name] = turn + 1
-        return turn % topic.write_queue_nums
+        return next(self._turns_of(topic.name)) % topic.write_queue_nums
+
+    def _turns_of(self, name: str) -> Iterator[int]:
+        turns = self._turns.get(name)
+        if turns is None:
+            turns = self._turns[name] = count()
+        return turns
 
     def admit_round_robin(self, names: list[str], refused: dict[int, Exception]) -> list[int]:
         """``admit`` of a request's batches (``names[i]`` batch i's topic, its queue the
@@ -169,26 +176,25 @@ class SendCore:
         tails, metrics) compared its bytes with a cold key's, where the broker's own string is
         that key or compares by identity."""
         self.check_open()
-        table, admitted, turns = self.topics.table, self._admitted, self._turns
+        table, admitted = self.topics.table, self._admitted
         if not refused and len(set(names)) == len(names):
             # The usual request: distinct topics, each admitted before and unchanged. The same
             # steps as the loop below, a pass of C each (map) instead of ~20 bytecodes a batch.
-            topics = list(map(admitted.get, names))
-            # all(): a TopicConfig is true (no __len__), a miss None; ``None in`` called the
-            # dataclass's __eq__ a batch (a Python frame each: ~34 a request at 256 topics).
-            if all(topics):
+            found = list(map(admitted.get, names))
+            if all(found):  # (config, turns) each; a miss is None
+                entries = cast("list[tuple[TopicConfig, Iterator[int]]]", found)
+                topics = list(map(_FIRST, entries))
                 own = list(map(_NAME, topics))
                 if topics == list(map(table.get, own)):
                     names[:] = own
-                    now = list(map(turns.get, own, repeat(0)))
-                    turns.update(zip(own, map(add, now, repeat(1)), strict=True))
-                    return list(map(mod, now, map(_WRITE_QUEUE_NUMS, topics)))
+                    taken = map(next, map(_SECOND, entries))
+                    return list(map(mod, taken, map(_WRITE_QUEUE_NUMS, topics)))
         queue_ids: list[int] = []
         for index, name in enumerate(names):
             if refused and index in refused:
                 continue
-            topic = admitted.get(name)
-            if topic is None or table.get(name) is not topic:
+            entry = admitted.get(name)
+            if entry is None or table.get(name) is not entry[0]:
                 try:
                     topic = self.topic(name)
                 except Exception as exc:
@@ -196,13 +202,12 @@ class SendCore:
                     continue
                 if len(admitted) >= ADMITTED_TOPICS:
                     admitted.clear()
-                admitted[topic.name] = topic
-            name = names[index] = topic.name
-            # ``next_queue``'s turn, inline (a call a batch was ~0.15 us of ~0.6): the same
-            # counter, so every protocol's sends to a topic share its round robin.
-            turn = turns.get(name, 0)
-            turns[name] = turn + 1
-            queue_ids.append(turn % topic.write_queue_nums)
+                entry = admitted[topic.name] = (topic, self._turns_of(topic.name))
+            topic, turns = entry
+            names[index] = topic.name
+            # ``next_queue``'s turn: the same counter, so every protocol's sends to a topic
+            # share its round robin.
+            queue_ids.append(next(turns) % topic.write_queue_nums)
         return queue_ids
 
     def admit(
