@@ -528,6 +528,24 @@ static PyTypeObject QueueFileStateType = {
     .tp_members = QueueFileState_members,
 };
 
+/* A run taken (appended to the tail, or starting a new one): the queue's units now end at
+ * ``pos``, its newest record at ``end``, and advanced[key] is its new max offset. 1, or -1 with
+ * the error (the queue has moved all the same). */
+static int advance(QueueState *q, PyObject *key, long long pos, long long end,
+                   PyObject *advanced) {
+    q->write_pos = pos;
+    if (end > q->max_physical) {
+        q->max_physical = end;
+    }
+    PyObject *top = PyLong_FromLongLong(pos / CQ_STORE_UNIT_SIZE);
+    if (top == NULL) {
+        return -1;
+    }
+    int failed = PyDict_SetItem(advanced, key, top);
+    Py_DECREF(top);
+    return failed < 0 ? -1 : 1;
+}
+
 /* A full tail written out, the run starting the next one: ConsumeQueue._write's spill (the
  * full tail goes into the file at _file_pos, a new tail holds the run), taken here when the
  * file is open in the cache (fd >= 0) and the tails' budget allows the run. At 256 topics 1
@@ -559,24 +577,12 @@ static int spill_run(QueueState *q, QueueFileState *f, PyObject *key, const char
     if (next == NULL) {
         return -1;
     }
-    long long pos = q->write_pos;
-    PyObject *top = PyLong_FromLongLong((pos + n) / CQ_STORE_UNIT_SIZE);
-    if (top == NULL || PyDict_SetItem(advanced, key, top) < 0) {
-        Py_XDECREF(top);
-        Py_DECREF(next);
-        return -1;
-    }
-    Py_DECREF(top);
     /* A new tail object: a capture in flight holds the old one (ConsumeQueue.tail_written). */
     q->tail = next;
     Py_DECREF(tail);
-    q->file_pos = pos;
-    q->write_pos = pos + n;
-    if (end > q->max_physical) {
-        q->max_physical = end;
-    }
+    q->file_pos = q->write_pos;
     *added = n - tail_len;
-    return 1;
+    return advance(q, key, q->write_pos + n, end, advanced);
 }
 
 /* 1: the run was taken; 0: not the usual run (left); -1: an error. */
@@ -613,28 +619,12 @@ static int take_run(PyObject *queue, PyObject *key, const char *units, long long
     if (used + n > room) {
         return 0;
     }
-    Py_INCREF(tail); /* held across the resize (no Python code runs, but be plain) */
-    int grown = grow_tail(tail, tail_len + (Py_ssize_t)n, tail_max);
-    if (grown == 0) {
-        memcpy(PyByteArray_AS_STRING(tail) + tail_len, units, (size_t)n);
-    }
-    Py_DECREF(tail);
-    if (grown < 0) {
+    if (grow_tail(tail, tail_len + (Py_ssize_t)n, tail_max) < 0) {
         return -1;
     }
-    pos += n;
-    q->write_pos = pos;
-    if (end > q->max_physical) {
-        q->max_physical = end;
-    }
-    PyObject *top = PyLong_FromLongLong(pos / CQ_STORE_UNIT_SIZE);
-    if (top == NULL) {
-        return -1;
-    }
-    int failed = PyDict_SetItem(advanced, key, top);
-    Py_DECREF(top);
+    memcpy(PyByteArray_AS_STRING(tail) + tail_len, units, (size_t)n);
     *added = n;
-    return failed < 0 ? -1 : 1;
+    return advance(q, key, pos + n, end, advanced);
 }
 
 static PyObject *append_runs(PyObject *module, PyObject *args) {
