@@ -30,19 +30,22 @@ page cache (without it the SDK's CPU a message was ~0.7 us higher in a cgroup-bo
 2.7-3.1 against 2.0-2.2 us, socket buffers and the like). Where no cgroup can be made (not
 root), or with ``--page-cache-gib 0``, only the recycling is done.
 
-Ratio: a configuration's run over the one-topic run of the same round, median of the rounds
-(the runs of a round lie ~10-40 s apart; the VM's slow phases last longer: at 256 topics one
-run went from ~300k to ~160k msg/s in one step and stayed there for 50 s). Also printed: the
-ratio of the medians, which mixes rounds of different phases.
+Ratio: a configuration's run over the one-topic run beside it (a round runs each configuration
+next to a run of one topic: 1, 16 | 1, 64 | ... ), median of the rounds. The VM's slow phases
+last longer than a run (at 256 topics one run went from ~300k to ~160k msg/s in one step and
+stayed there for 50 s): paired with the round's single one-topic run, as before 2026-11-27,
+the 256-topic run of a full program lay 3 runs (~20 s) from its base, and full programs gave
+256 topics 0.77-0.87 where programs of 1 and 256 topics gave a median of 0.87-0.88. Also
+printed: the ratio of the medians, which mixes runs of different phases.
 
 Settling: each run starts once the broker's CPU is under 10 % (``wait_quiet``): what a run at
 10,000 topics leaves behind (40,000 changed queues for the positions journal to record and
 sync) was charged to the runs after it.
 
-Order: every other round runs the configurations in reverse (1, 256 | 256, 1 | ...). Runs slow
-down over a program (the page cache takes memory the VM's host has to back: a configuration's
-first and last rounds differ by up to 1.5x), and a fixed order charged that to the one measured
-second in each round.
+Order: every other round runs its pairs in reverse, and each pair too (1, 16 | 1, 64 | ... |
+1, 10000, then 10000, 1 | ... | 16, 1). Runs slow down over a program (the page cache takes
+memory the VM's host has to back: a configuration's first and last rounds differ by up to
+1.5x), and a fixed order charged that to the one measured second.
 
 ``--form``: how the SDK sends several topics' batches in one request: ``columns`` (its
 default, ``SendMessageRequest.batch_topics``), ``parts`` (a sub-request each, the form before
@@ -175,6 +178,18 @@ def wait_quiet(pid: int, limit_s: float = 30.0, window_s: float = 0.5) -> float:
     return time.perf_counter() - started
 
 
+def round_pairs(counts: list[int], round_: int) -> list[tuple[int, ...]]:
+    """A round's runs, as pairs: each configuration beside a run of the base (``counts[0]``),
+    the base first in even rounds and second in odd ones, the configurations in reverse order
+    then ("Ratio" and "Order" in the module docstring). Only the base: one run."""
+    base, others = counts[0], counts[1:]
+    if not others:
+        return [(base,)]
+    if round_ % 2 == 0:
+        return [(base, n) for n in others]
+    return [(n, base) for n in reversed(others)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--topics", default="1,16,64,256,1024,10000")
@@ -218,6 +233,7 @@ def main() -> None:
     client_us: dict[int, list[float]] = {n: [] for n in counts}
     broker_us: dict[int, list[float]] = {n: [] for n in counts}
     broker_user_us: dict[int, list[float]] = {n: [] for n in counts}
+    paired: dict[int, list[float]] = {n: [] for n in counts[1:]}  # "Ratio" in the docstring
     print(
         f"Produce across topics: {args.tasks} tasks x send_batch({args.batch}) of {args.size} B, "
         f"{QUEUES} queues per topic, {args.seconds:g} s per run, {args.rounds} rounds "
@@ -244,37 +260,40 @@ def main() -> None:
             print(f"memory: no cgroup; {args.recycle_gib:g} GiB recycled before each run")
         settled = 0.0
         for round_ in range(args.rounds):
-            # Every other round in reverse ("Order" in the module docstring).
-            for n in counts if round_ % 2 == 0 else counts[::-1]:
-                settled += wait_quiet(broker.pid)
-                recycle_memory(int(args.recycle_gib * (1 << 30)))
-                user0, sys0 = process_cpu_split(broker.pid)
-                rate, client = uvloop.run(measure(broker.endpoint, n, args))
-                user1, sys1 = process_cpu_split(broker.pid)
-                rates[n].append(rate)
-                client_us[n].append(client)
-                # Broker CPU over the timed window and the lead-in: per message of the window,
-                # scaled to the whole run's length.
-                whole = max(rate * (args.seconds + args.lead_in), 1)
-                broker_us[n].append((user1 - user0 + sys1 - sys0) / whole * 1e6)
-                broker_user_us[n].append((user1 - user0) / whole * 1e6)
+            for pair in round_pairs(counts, round_):
+                rate_of: dict[int, float] = {}
+                for n in pair:
+                    settled += wait_quiet(broker.pid)
+                    recycle_memory(int(args.recycle_gib * (1 << 30)))
+                    user0, sys0 = process_cpu_split(broker.pid)
+                    rate, client = uvloop.run(measure(broker.endpoint, n, args))
+                    user1, sys1 = process_cpu_split(broker.pid)
+                    rate_of[n] = rate
+                    rates[n].append(rate)
+                    client_us[n].append(client)
+                    # Broker CPU over the timed window and the lead-in: per message of the
+                    # window, scaled to the whole run's length.
+                    whole = max(rate * (args.seconds + args.lead_in), 1)
+                    broker_us[n].append((user1 - user0 + sys1 - sys0) / whole * 1e6)
+                    broker_user_us[n].append((user1 - user0) / whole * 1e6)
+                if len(pair) == 2:
+                    n = pair[0] if pair[1] == counts[0] else pair[1]
+                    paired[n].append(rate_of[n] / rate_of[counts[0]])
         print(f"settling: {settled:.1f} s in all before the runs (the broker's CPU under 10 %)")
-    base = rates[counts[0]]
-    one = statistics.median(base)
+    one = statistics.median(rates[counts[0]])
     print(f"\n{'topics':>7} {'msg/s':>10} {'ratio':>6} {'of medians':>10} {'broker us/msg':>14} "
           f"{'of it user':>10} {'client us/msg':>14}  runs (msg/s)")  # fmt: skip
     for n in counts:
         rate = statistics.median(rates[n])
-        # "Ratio" in the module docstring: each round's run against that round's base run.
-        paired = statistics.median(r / b for r, b in zip(rates[n], base, strict=True))
+        ratio = statistics.median(paired[n]) if n != counts[0] else 1.0
         runs = ", ".join(f"{r:,.0f}" for r in rates[n])
         print(
-            f"{n:>7,} {rate:>10,.0f} {paired:>6.2f} {rate / one:>10.2f} "
+            f"{n:>7,} {rate:>10,.0f} {ratio:>6.2f} {rate / one:>10.2f} "
             f"{statistics.median(broker_us[n]):>14.1f} "
             f"{statistics.median(broker_user_us[n]):>10.2f} "
             f"{statistics.median(client_us[n]):>14.1f}  {runs}"
         )
-    print(f"(ratio: to {counts[0]} topic{'s' if counts[0] != 1 else ''} in the same round, median "
+    print(f"(ratio: to the {counts[0]}-topic{'s' if counts[0] != 1 else ''} run next to it, median "
           "of the rounds; of medians: median msg/s over the base's)")  # fmt: skip
 
 

@@ -54,3 +54,13 @@ def test_page_cache_bound_confines_a_process_for_the_block_or_says_it_cannot() -
     finally:
         child.kill()
         child.wait()
+
+
+def test_each_configuration_runs_beside_a_base_run_in_alternating_order() -> None:
+    """Every configuration's run is paired with a run of the base next to it (its ratio's
+    denominator), the base first in even rounds and second, in reverse order, in odd ones."""
+    from tests.bench.topics import round_pairs
+
+    assert round_pairs([1, 16, 256], 0) == [(1, 16), (1, 256)]
+    assert round_pairs([1, 16, 256], 1) == [(256, 1), (16, 1)]
+    assert round_pairs([1], 0) == [(1,)]
