@@ -343,9 +343,11 @@ class AutoBatcher:
                 taken.append(other)
                 count += len(other.messages)
                 nbytes += other.nbytes
+        opened, due = self._open, self._due
         for other in taken:
-            del self._open[other.key]
-            self._due.pop(other.key, None)
+            del opened[other.key]
+            if due:  # (empty unless every slot was taken when a linger expired)
+                due.pop(other.key, None)
             if other.timer is not None:
                 other.timer.cancel()
         group.extend(taken)
@@ -362,6 +364,11 @@ def _deliver(batch: _Batch, results: list[Any]) -> None:
         for future, result in zip(batch.futures, results, strict=True):
             if future is not None and not future.done():
                 future.set_result(result)
+    elif len(batch.groups) == 1:  # one send_batch alone (many topics: most batches)
+        group = batch.groups[0][0]
+        if not group.done():
+            group.set_result(results)  # all of them, in order: no slice to copy
+        return
     for group, first, count in batch.groups:
         if not group.done():
             group.set_result(results[first : first + count])

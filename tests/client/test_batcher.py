@@ -262,3 +262,21 @@ async def test_batches_opened_in_one_turn_expire_together_at_the_next_and_go_onc
     again = await batcher.submit_group("k1", [9], 1)  # a new batch of a key already sent
     assert again == [9]
     await batcher.drain()
+
+
+async def test_a_group_gets_its_own_results_alone_in_a_batch_or_sharing_one() -> None:
+    """A send_batch's group resolves to exactly its messages' results: alone in its batch
+    (the whole answer, no slice) or sharing the batch with another group and single sends."""
+
+    async def send(key: object, items: list[int]) -> list[int]:
+        return [item * 10 for item in items]
+
+    batcher = AutoBatcher(send)
+    lead = batcher.submit_group("lead", [1], 1)  # the fast path takes the first batch
+    alone = batcher.submit_group("a", [1, 2, 3], 3)
+    first = batcher.submit_group("b", [4, 5], 2)
+    single = batcher.submit("b", 6, 1)
+    second = batcher.submit_group("b", [7], 1)
+    assert await lead == [10]
+    assert await alone == [10, 20, 30]
+    assert (await first, await single, await second) == ([40, 50], 60, [70])
