@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
+from typing import cast
 
 import numpy as np
 from wharf.store.codec.dispatch import DispatchRequest, decode_dispatches
@@ -34,7 +36,7 @@ from wharf.store.fast import load
 from wharf.store.fast.dispatch_properties import (
     PropertyPairs,
     index_keys,
-    prefix_hashes,
+    prefix_hash,
     tags_codes,
 )
 from wharf.store.fast.index_hash import SegmentHashes, index_key_hashes
@@ -92,12 +94,12 @@ def decode_dispatch_columns(
     if gathered is None:
         return _reference(buf, positions, base_offset)
     header, total, rec_start = gathered.header, gathered.total, gathered.starts
-    topic_ids, topics = _topics(gathered.tail, rec_start, gathered.props - rec_start - 3)
+    topic_ids, topics, prefixes = _topics(gathered.tail, rec_start, gathered.props - rec_start - 3)
     if topics is None:
         return _reference(buf, positions, base_offset)  # a non-ASCII topic: corrupt
     delay_texts: dict[int, str] = {}
-    if _compiled is not None and SCHEDULE_TOPIC not in topics:
-        codes, key_records, key_hashes = _scan_properties(gathered, topic_ids, topics)
+    if prefixes is not None and SCHEDULE_TOPIC not in topics:
+        codes, key_records, key_hashes = _scan_properties(gathered, topic_ids, topics, prefixes)
     else:
         codes, key_records, key_hashes = _numpy_properties(gathered, topic_ids, topics, delay_texts)
     return DispatchColumns(
@@ -141,15 +143,16 @@ def _numpy_properties(
 
 
 def _scan_properties(
-    gathered: RecordTails, topic_ids: np.ndarray, topics: list[str]
+    gathered: RecordTails, topic_ids: np.ndarray, topics: list[str], prefixes: list[int]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """TAGS codes and index keys by the compiled pass (``_log_scan.scan_properties``; the
-    numpy twin is ``dispatch_properties``): ~0.2 us a 1 KiB record less. Values with non-ASCII
-    bytes come back listed, hashed here by the reference over their UTF-16 text."""
-    prefixes = np.array(prefix_hashes(topics), dtype=np.int64)
+    numpy twin is ``dispatch_properties``): ~0.2 us a 1 KiB record less. ``prefixes``: each
+    topic's ``prefix_hash``. Values with non-ASCII bytes come back listed, hashed here by the
+    reference over their UTF-16 text."""
     tags, rows, hashes, odd = _compiled.scan_properties(  # type: ignore[union-attr]
-        gathered.data, gathered.starts, gathered.props, gathered.ends, topic_ids, prefixes
-    )
+        gathered.data, gathered.starts, gathered.props, gathered.ends, topic_ids,
+        np.array(prefixes, dtype=np.int64),
+    )  # fmt: skip
     codes = np.frombuffer(tags, np.int64)
     key_records = np.frombuffer(rows, np.int64)
     key_hashes = np.frombuffer(hashes, np.int64)
@@ -170,35 +173,50 @@ def _reference(buf: ReadableBuffer, positions: Sequence[int], base_offset: int) 
     return columns_from_requests(decode_dispatches(buf, positions, base_offset))
 
 
-_TOPIC_CACHE: dict[bytes, str] = {}
+# A topic's raw bytes (as records hold it) -> its text and ``prefix_hash``, bounded (emptied
+# when full). One entry for both: a chunk's distinct topics (~64 at 256 topics) were looked up
+# in two caches, each entry cold in a daemon holding 45,000 queues, and each list checked for
+# a miss with ``None in`` (a compare of every item with None).
+_TOPICS: dict[bytes, tuple[str, int]] = {}
+_TEXT = itemgetter(0)
+_PREFIX = itemgetter(1)
+
+
+def _topic_entry(raw: bytes) -> tuple[str, int] | None:
+    entry = _TOPICS.get(raw)
+    if entry is None:
+        if not raw.isascii():
+            return None
+        if len(_TOPICS) >= 4096:
+            _TOPICS.clear()
+        text = raw.decode("ascii")
+        entry = _TOPICS[raw] = (text, prefix_hash(text))
+    return entry
 
 
 def _topic_text(raw: bytes) -> str | None:
-    text = _TOPIC_CACHE.get(raw)
-    if text is None:
-        if not raw.isascii():
-            return None
-        if len(_TOPIC_CACHE) >= 4096:
-            _TOPIC_CACHE.clear()
-        text = _TOPIC_CACHE[raw] = raw.decode("ascii")
-    return text
+    entry = _topic_entry(raw)
+    return None if entry is None else entry[0]
 
 
 def _topics(
     tail: bytes, rec_start: np.ndarray, topic_len: np.ndarray
-) -> tuple[np.ndarray, list[str] | None]:
-    """Per record, an index into the chunk's list of distinct topics. Records come in runs of
-    one topic (a send batch each; a whole chunk for one topic), so only the first record of
-    each run is looked up (a lookup per record cost ~0.4 us a message with 256 topics' batches
-    in a chunk); compiled, the runs' lookups too (``_log_scan.topic_ids``)."""
+) -> tuple[np.ndarray, list[str] | None, list[int] | None]:
+    """Per record, an index into the chunk's list of distinct topics, that list (None: a
+    non-ASCII topic) and, compiled, each topic's ``prefix_hash`` (for ``scan_properties``).
+    Records come in runs of one topic (a send batch each; a whole chunk for one topic), so only
+    the first record of each run is looked up (a lookup per record cost ~0.4 us a message with
+    256 topics' batches in a chunk); compiled, the runs' lookups too (``_log_scan.topic_ids``)."""
     if _compiled is not None:
         ids_array, distinct = _compiled.topic_ids(tail, rec_start, topic_len)
-        topics = list(map(_TOPIC_CACHE.get, distinct))  # known ones without a call each
-        if None in topics:
-            topics = [_topic_text(raw) for raw in distinct]
-        if None in topics:
-            return np.zeros(0, dtype=np.int64), None
-        return np.frombuffer(ids_array, np.int64), topics  # type: ignore[return-value]
+        entries = list(map(_TOPICS.get, distinct))  # known ones without a call each
+        if not all(entries):  # (an entry is a 2-tuple: a miss is the only false item)
+            entries = [_topic_entry(raw) for raw in distinct]
+            if not all(entries):
+                return np.zeros(0, dtype=np.int64), None, None
+        found = cast("list[tuple[str, int]]", entries)
+        topics = list(map(_TEXT, found))
+        return np.frombuffer(ids_array, np.int64), topics, list(map(_PREFIX, found))
     firsts = _topic_runs_numpy(tail, rec_start, topic_len)
     ids: dict[bytes, int] = {}
     run_ids = [
@@ -207,12 +225,12 @@ def _topics(
     ]
     topics = [_topic_text(raw) for raw in ids]
     if None in topics:
-        return np.zeros(0, dtype=np.int64), None
+        return np.zeros(0, dtype=np.int64), None, None
     if len(ids) == 1:
-        return np.zeros(len(rec_start), dtype=np.int64), topics  # type: ignore[return-value]
+        return np.zeros(len(rec_start), dtype=np.int64), topics, None  # type: ignore[return-value]
     runs = np.diff(firsts, append=len(rec_start))
     topic_ids = np.repeat(np.array(run_ids, dtype=np.int64), runs)
-    return topic_ids, topics  # type: ignore[return-value]
+    return topic_ids, topics, None  # type: ignore[return-value]
 
 
 def _topic_runs_numpy(tail: bytes, rec_start: np.ndarray, topic_len: np.ndarray) -> np.ndarray:

@@ -152,6 +152,31 @@ def test_the_compiled_properties_pass_and_its_numpy_twin_equal_the_reference(bat
             assert_same_columns(decode_dispatch_columns(data, positions, BASE), expected)
 
 
+def test_topics_found_in_a_full_cache_a_cleared_one_or_none_decode_alike():
+    """A chunk's topics and their key hashes (the topic's prefix) are the reference's whether
+    the topics' cache knows them, is full and emptied first, or holds a stale prefix for
+    another topic's bytes: an entry is the text and prefix of exactly its own bytes."""
+    batch = [(f"topic-{i % 5}", i % 3, i, 0, 0, b"UNIQ_KEY\x01U%d\x02" % i) for i in range(30)]
+    data, positions = chunk(batch)
+    expected = columns_from_requests(fmt.decode_dispatches(data, positions, BASE))
+    saved = dict(dispatch_columns._TOPICS)
+    try:
+        dispatch_columns._TOPICS.clear()
+        assert_same_columns(decode_dispatch_columns(data, positions, BASE), expected)  # misses
+        assert_same_columns(decode_dispatch_columns(data, positions, BASE), expected)  # hits
+        assert dispatch_columns._TOPICS[b"topic-3"] == (
+            "topic-3",
+            fmt.java_string_hash("topic-3#") % (1 << 32),
+        )
+        dispatch_columns._TOPICS.clear()
+        dispatch_columns._TOPICS.update({b"x%d" % i: ("x", 0) for i in range(4096)})  # full
+        assert_same_columns(decode_dispatch_columns(data, positions, BASE), expected)
+        assert len(dispatch_columns._TOPICS) == 5  # emptied, then this chunk's five
+    finally:
+        dispatch_columns._TOPICS.clear()
+        dispatch_columns._TOPICS.update(saved)
+
+
 def test_last_pair_of_a_name_wins_and_a_bare_name_clears_it():
     props = b"TAGS\x01a\x02UNIQ_KEY\x01U1\x02TAGS\x01b c\x02KEYS\x01k1  k2\x02UNIQ_KEY\x02"
     data, positions = chunk([("T", 0, 0, 0, 0, props)] * 2)
