@@ -38,9 +38,10 @@ the 256-topic run of a full program lay 3 runs (~20 s) from its base, and full p
 256 topics 0.77-0.87 where programs of 1 and 256 topics gave a median of 0.87-0.88. Also
 printed: the ratio of the medians, which mixes runs of different phases.
 
-Settling: each run starts once the broker's CPU is under 10 % (``wait_quiet``): what a run at
+Settling (``settle``): each run starts a journal period after the run before it ended, once
+the dirty pages are synced and the broker's CPU is under 10 % (``wait_quiet``): what a run at
 10,000 topics leaves behind (40,000 changed queues for the positions journal to record and
-sync) was charged to the runs after it.
+sync, ~270 MiB of dirty pages) was charged to the runs after it.
 
 Order: every other round runs its pairs in reverse, and each pair too (1, 16 | 1, 64 | ... |
 1, 10000, then 10000, 1 | ... | 16, 1). Runs slow down over a program (the page cache takes
@@ -67,6 +68,7 @@ from pathlib import Path
 
 import uvloop
 from wharf.client import Producer
+from wharf.store.queue.journal import RECORD_INTERVAL_S
 
 from tests.bench.broker_send import process_cpu_split
 from tests.bench.memory import cgroup_usage, page_cache_bound, recycle_memory
@@ -178,6 +180,20 @@ def wait_quiet(pid: int, limit_s: float = 30.0, window_s: float = 0.5) -> float:
     return time.perf_counter() - started
 
 
+def settle(pid: int, ended: float) -> float:
+    """Seconds spent before a run so that what the run before left is not charged to it: a
+    positions journal record of its queues (every ``RECORD_INTERVAL_S``; after a 10,000-topic
+    run 40,000 queues, ~0.3-0.5 s of the broker's CPU 2-5 s after the run ended), its dirty
+    pages (~270 MiB after a 10,000-topic run, written back by the kernel ~30 s later, inside
+    later runs) and the broker's CPU (``wait_quiet``). Until 2026-11-27 only ``wait_quiet``
+    ran: the first quiet half second came before the journal's record."""
+    started = time.monotonic()
+    time.sleep(max(0.0, ended + RECORD_INTERVAL_S + 0.5 - started))
+    os.sync()
+    wait_quiet(pid)
+    return time.monotonic() - started
+
+
 def round_pairs(counts: list[int], round_: int) -> list[tuple[int, ...]]:
     """A round's runs, as pairs: each configuration beside a run of the base (``counts[0]``),
     the base first in even rounds and second in odd ones, the configurations in reverse order
@@ -259,15 +275,17 @@ def main() -> None:
         else:
             print(f"memory: no cgroup; {args.recycle_gib:g} GiB recycled before each run")
         settled = 0.0
+        ended = time.monotonic()
         for round_ in range(args.rounds):
             for pair in round_pairs(counts, round_):
                 rate_of: dict[int, float] = {}
                 for n in pair:
-                    settled += wait_quiet(broker.pid)
+                    settled += settle(broker.pid, ended)
                     recycle_memory(int(args.recycle_gib * (1 << 30)))
                     user0, sys0 = process_cpu_split(broker.pid)
                     rate, client = uvloop.run(measure(broker.endpoint, n, args))
                     user1, sys1 = process_cpu_split(broker.pid)
+                    ended = time.monotonic()
                     rate_of[n] = rate
                     rates[n].append(rate)
                     client_us[n].append(client)
@@ -279,7 +297,9 @@ def main() -> None:
                 if len(pair) == 2:
                     n = pair[0] if pair[1] == counts[0] else pair[1]
                     paired[n].append(rate_of[n] / rate_of[counts[0]])
-        print(f"settling: {settled:.1f} s in all before the runs (the broker's CPU under 10 %)")
+        print(
+            f"settling: {settled:.1f} s in all before the runs (a journal period, sync, CPU quiet)"
+        )
     one = statistics.median(rates[counts[0]])
     print(f"\n{'topics':>7} {'msg/s':>10} {'ratio':>6} {'of medians':>10} {'broker us/msg':>14} "
           f"{'of it user':>10} {'client us/msg':>14}  runs (msg/s)")  # fmt: skip
