@@ -251,6 +251,7 @@ class ConsumeQueue(_QueueBase):
         "_links",
         "_min_physical",
         "_min_pos",
+        "_recorded_pos",
         "directory",
         "file_size",
         "queue_id",
@@ -296,6 +297,9 @@ class ConsumeQueue(_QueueBase):
         self._min_physical = -1
         self.sync_creations = 0  # files created on the calling thread (see _file_for_write)
         self._fresh = False  # files adopted before the first unit: start at the first offset
+        # _write_pos as the positions journal last recorded it (-1: never): a queue still dirty
+        # whose appends have not moved it since is not recorded again (``moved_since_record``).
+        self._recorded_pos = -1
 
     # --- load ----------------------------------------------------------------------------
     @classmethod
@@ -448,6 +452,14 @@ class ConsumeQueue(_QueueBase):
     def max_offset(self) -> int:
         """The next logical offset to be written (RocketMQ's getMaxOffsetInQueue)."""
         return self._write_pos // CQ_STORE_UNIT_SIZE
+
+    def moved_since_record(self) -> bool:
+        """Appended to since the positions journal last recorded it (or never recorded)."""
+        return self._write_pos != self._recorded_pos
+
+    def recorded(self, state: QueueSummary) -> None:
+        """The positions journal recorded ``state`` of this queue (its ``capture``)."""
+        self._recorded_pos = state[3]
 
     @property
     def unflushed_bytes(self) -> int:

@@ -142,6 +142,10 @@ class PositionsJournal:
         except BaseException:
             table.links.changed.update(taken)
             raise
+        # (A record that then fails to be written breaks the journal: the next is a snapshot
+        # of every queue, whatever these marks say.)
+        for queue, (_, _, state) in zip(queues, entries, strict=True):
+            queue.recorded(state)
         parts = []
         for start in range(0, len(entries), CHUNK):
             if start:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from wharf.store.message_store import MessageStore
 from wharf.store.queue import positions
+from wharf.store.queue.consume_queue import ConsumeQueue
 from wharf.store.queue.file_cache import QueueFileCache
 from wharf.store.queue.journal import PositionsJournal
 from wharf.store.queue.table import ConsumeQueueTable
@@ -115,6 +116,41 @@ async def test_after_a_process_crash_the_last_record_and_its_position_are_loaded
     assert loaded.loaded_from == "journal" and loaded.journal_position == 200
     assert _state(loaded) == recorded
     assert journal_file.stat().st_size == journal.size  # the torn record cut off
+    loaded.close()
+
+
+async def test_a_record_takes_the_dirty_queues_appended_to_since_the_last_one_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Queues stay dirty until the thorough flush (60 s): a record takes those appended to
+    since the last one, not every dirty queue again (after a 10,000-topic run that was 40,000
+    idle queues every 5 s for a minute); what it leaves out was recorded before."""
+    table, root, journal_file = _table(tmp_path)
+    for queue_id in range(6):
+        table.find_or_create("T", queue_id).append_units(0, _units(queue_id, 2))
+    size = table.save_positions_blocking(journal_file, 100)
+    journal = PositionsJournal(table, journal_file)
+    journal.opened(size, size, 100)
+    captured: list[list[int]] = []
+    capture_written = table.capture_written
+
+    async def spy(queues: list[ConsumeQueue], states: bool = True) -> list[positions.Entry]:
+        captured.append(sorted(queue.queue_id for queue in queues))
+        return await capture_written(queues, states)
+
+    monkeypatch.setattr(table, "capture_written", spy)
+    await journal.record(lambda: 200)  # none recorded by the journal yet: every dirty one
+    await journal.record(lambda: 300)  # nothing moved: no record
+    table.find("T", 3).append_units(2, _units(3, 4, base=70_000))  # type: ignore[union-attr]
+    await journal.record(lambda: 400)
+    assert captured == [[0, 1, 2, 3, 4, 5], [3]] and journal.records == 2
+    assert len(table.dirty) == 6  # all still dirty: nothing was flushed
+    state = _state(table)
+    table.close()
+
+    loaded = _load(root, journal_file, clean=False, survived=True)
+    assert loaded.loaded_from == "journal" and loaded.journal_position == 400
+    assert _state(loaded) == state
     loaded.close()
 
 
