@@ -3,10 +3,11 @@ up to date while the store runs, so a restart after a process crash loads the qu
 instead of reading 100,000 queues' files.
 
 Every ``RECORD_INTERVAL_S`` the queue flush service calls ``record``: the dispatch position D,
-then the changed queues' states, captured on the loop in chunks (~2 us a queue: ~8 ms a chunk
-of 4,096, then the loop runs other work); the tails those states count are written in a thread
-before the next chunk (``ConsumeQueueTable.capture_written``: 40,000 of them on the loop held
-it ~3 s every 5 s at 10,000 topics), then the record is framed and appended in a thread. A deletion of
+then the states of the queues changed since their last record (``take_changed``), captured on
+the loop in chunks (~2 us a queue: ~8 ms a chunk of 4,096, then the loop runs other work); the
+tails those states count are written in a thread before the next chunk
+(``ConsumeQueueTable.capture_written``: 40,000 of them on the loop held it ~3 s every 5 s at
+10,000 topics), then the record is framed and appended in a thread. A deletion of
 topics appends a REMOVED record under the same lock before the queues leave the table, so no
 capture runs across it and a record never brings a deleted queue back. When the records after
 the snapshot outgrow it twice over, the next ``record`` writes a new snapshot instead.
