@@ -277,9 +277,9 @@ class ConsumeQueueTable:
         """The queues whose state moved since the last call; the set starts over. A queue
         joins ``changed`` when it becomes dirty, not at each append (the compiled append of
         the usual run stays one step shorter), so the dirty ones appended to since their last
-        record are added here. Until 2026-11-27 every dirty queue was: a queue stays dirty
-        until the thorough flush (60 s), so after a 10,000-topic run each record for a minute
-        captured and wrote its 40,000 idle queues again (~80 ms of the loop and 2.2 MB)."""
+        record are added here, not every dirty one: a queue stays dirty until the thorough
+        flush (60 s), and after a 10,000-topic run each record for a minute would capture and
+        write its 40,000 idle queues again (~80 ms of the loop and 2.2 MB each)."""
         links = self.links
         changed, links.changed = links.changed, set()
         changed.update(filter(ConsumeQueue.moved_since_record, links.dirty))

@@ -43,6 +43,14 @@ def _load(root: Path, journal_file: Path, clean: bool, survived: bool) -> Consum
     )
 
 
+def _journal_on_snapshot(table: ConsumeQueueTable, journal_file: Path) -> PositionsJournal:
+    """A journal kept from a snapshot of ``table`` taken at dispatch position 100."""
+    size = table.save_positions_blocking(journal_file, 100)
+    journal = PositionsJournal(table, journal_file)
+    journal.opened(size, size, 100)
+    return journal
+
+
 def _count_queue_opens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     opened: list[str] = []
     real_open = os.open
@@ -93,9 +101,7 @@ async def test_after_a_process_crash_the_last_record_and_its_position_are_loaded
     table, root, journal_file = _table(tmp_path)
     for queue_id in range(10):
         table.find_or_create("T", queue_id).append_units(0, _units(queue_id, 3))
-    size = table.save_positions_blocking(journal_file, 100)
-    journal = PositionsJournal(table, journal_file)
-    journal.opened(size, size, 100)
+    journal = _journal_on_snapshot(table, journal_file)
     table.find("T", 2).append_units(3, _units(2, 9, base=50_000))  # type: ignore[union-attr]
     table.find_or_create("U", 0).append_units(0, _units(7, 2))
     await journal.record(lambda: 200)
@@ -128,9 +134,7 @@ async def test_a_record_takes_the_dirty_queues_appended_to_since_the_last_one_on
     table, root, journal_file = _table(tmp_path)
     for queue_id in range(6):
         table.find_or_create("T", queue_id).append_units(0, _units(queue_id, 2))
-    size = table.save_positions_blocking(journal_file, 100)
-    journal = PositionsJournal(table, journal_file)
-    journal.opened(size, size, 100)
+    journal = _journal_on_snapshot(table, journal_file)
     captured: list[list[int]] = []
     capture_written = table.capture_written
 
@@ -160,9 +164,7 @@ async def test_what_the_journal_cannot_vouch_for_is_read_or_dropped(tmp_path: Pa
         table.find_or_create("T", queue_id).append_units(0, _units(queue_id, 20))  # 3 files
     table.find_or_create("Gone", 0).append_units(0, _units(9, 2))
     table.find_or_create("Deleted", 0).append_units(0, _units(9, 2))
-    size = table.save_positions_blocking(journal_file, 100)
-    journal = PositionsJournal(table, journal_file)
-    journal.opened(size, size, 100)
+    journal = _journal_on_snapshot(table, journal_file)
     # Retention deleted queue 1's first file after the last record.
     queue = table.find("T", 1)
     assert queue is not None
