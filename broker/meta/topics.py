@@ -131,6 +131,9 @@ class TopicConfigManager:
         self.table: dict[str, TopicConfig] = {}
         self.dirty = False
         self.version = 0  # bumped on every change (dataVersion)
+        # Bumped on every change and load, never reset (version follows a file's or a
+        # master's): what caches configs (SendCore's admitted topics) compares.
+        self.generation = 0
         # Called after every change: the controller persists topics within ~50 ms instead of
         # the periodic 5 s, so a crash right after an auto-create does not forget the topic.
         self.on_change: Callable[[], None] = lambda: None
@@ -158,6 +161,7 @@ class TopicConfigManager:
         self.journal.changed(name)
         self.dirty = True
         self.version += 1
+        self.generation += 1
         self.on_change()
 
     def create(
@@ -232,6 +236,7 @@ class TopicConfigManager:
 
     def load(self, data: dict[str, Any] | None) -> None:
         self.journal.reset()  # the next persist compares the whole table with the files
+        self.generation += 1  # (a replica clears the table first: nothing cached is valid)
         if not data:
             return
         for raw in data.get("topicConfigTable", {}).values():

@@ -205,6 +205,22 @@ def test_a_request_s_batches_are_admitted_by_the_same_rules_and_turns_as_one_sen
         c.admit_round_robin(["a"], {})
 
 
+def test_admitted_topics_are_checked_again_after_a_replica_loads_its_master_s_table() -> None:
+    """A replica clears its topic table and loads the master's, whose dataVersion may equal
+    its own: the admitted topics are taken anew all the same."""
+    c = core(auto_create=False)
+    c.topics.table["a"] = TopicConfig("a", 4, 4)
+    assert c.admit_round_robin(["a"], {}) == [0]
+    read_only = TopicConfig("a", 4, 4, perm=4).to_json()
+    c.topics.table.clear()
+    c.topics.load(
+        {"topicConfigTable": {"a": read_only}, "dataVersion": {"counter": c.topics.version}}
+    )
+    refused: dict[int, Exception] = {}
+    assert c.admit_round_robin(["a"], refused) == []
+    assert isinstance(refused[0], TopicNotWritable)
+
+
 def test_a_shutting_down_broker_refuses_sends() -> None:
     c = core()
     c.shutting_down = lambda: True
