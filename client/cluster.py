@@ -400,7 +400,8 @@ class ClusterConsumers(Generic[C]):
         last = loop.time()
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), WAKE_S)
+                async with asyncio.timeout(WAKE_S):
+                    await self._changed.wait()
             polling = not self.watch.healthy and loop.time() - last >= self.route_refresh_s
             if not (self._changed.is_set() or polling):
                 continue

@@ -288,7 +288,8 @@ class Producer:
             await self._check_listener.close()
         if self._batcher is not None:
             try:
-                await asyncio.wait_for(self._batcher.drain(), self.send_timeout + 1)
+                async with asyncio.timeout(self.send_timeout + 1):
+                    await self._batcher.drain()
             except TimeoutError:
                 log.warning("producer closed with unanswered messages")
         for slot in self._streams:

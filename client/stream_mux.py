@@ -172,7 +172,8 @@ class MuxStream(Generic[R]):
         except CALL_ENDED:
             pass
         try:
-            await asyncio.wait_for(asyncio.shield(self._reader), grace_s)
+            async with asyncio.timeout(grace_s):
+                await asyncio.shield(self._reader)
         except (TimeoutError, asyncio.CancelledError):
             self._call.cancel()
             self._reader.cancel()

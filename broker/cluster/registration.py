@@ -83,7 +83,8 @@ class _Session:
         yield self._message(full=True)
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), self._heartbeat_s)
+                async with asyncio.timeout(self._heartbeat_s):
+                    await self.wake.wait()
             self.wake.clear()
             if self.stopping:
                 me = self._identity

@@ -374,5 +374,6 @@ class RemotingServer:
                 await task
         for server in self._servers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 5)
+                async with asyncio.timeout(5):
+                    await server.wait_closed()
         self._servers = []

@@ -123,7 +123,8 @@ async def _replication(args: argparse.Namespace, address: str) -> admin_pb2.Repl
     the NameServer's listing still shows it)."""
     try:
         async with Admin(connection=connection_of_args(args).to(address)) as admin:
-            status = await asyncio.wait_for(admin.broker_status(), STATUS_TIMEOUT_S)
+            async with asyncio.timeout(STATUS_TIMEOUT_S):
+                status = await admin.broker_status()
     except (WharfError, TimeoutError):
         return None
     return status.replication

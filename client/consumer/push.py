@@ -358,7 +358,8 @@ class PushConsumer:
     async def _rebalance_loop(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._rebalance_now.wait(), self.rebalance_interval_s)
+                async with asyncio.timeout(self.rebalance_interval_s):
+                    await self._rebalance_now.wait()
             self._rebalance_now.clear()
             try:
                 await self._rebalance()

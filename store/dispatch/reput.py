@@ -140,6 +140,12 @@ class ReputService(Service):
         if self.reput_from_offset < end_offset:
             self.wakeup()
 
+    @property
+    def in_run(self) -> bool:
+        """The task is in a run (maybe suspended between chunks, its progress signalled for
+        the chunks so far): inline dispatch defers to it."""
+        return self._in_run
+
     def prepare_inline(self, written_end: int, max_bytes: int = INLINE_MAX_BYTES) -> None:
         """While a sync of the log up to ``written_end`` runs: read, decode and plan the
         records not dispatched nor planned yet, for ``dispatch_inline`` to apply once they
@@ -301,15 +307,20 @@ class ReputService(Service):
             progressed = next_offset > self.reput_from_offset
             if progressed:
                 self.reput_from_offset = next_offset
+            self._disk_ok()  # before the progress signal: a waiter may write next
             self._applied(plan, advanced)
             if not progressed:
                 break  # nothing decodable yet: wait for the next wakeup
             await asyncio.sleep(0)  # let puts and pulls in between chunks
         self.interval_s = PENDING_POLL_S if self.source.has_pending() else self.idle_interval_s
+        self._disk_ok()
+        self._signal_progress()
+
+    def _disk_ok(self) -> None:
+        """A run got through: end the full-disk refusal of appends ``on_failure`` began."""
         if self._disk_full:
             self._disk_full = False
             self.source.disk_full(None)
-        self._signal_progress()
 
     def _signal_progress(self) -> None:
         event, self._progress = self._progress, asyncio.Event()
@@ -348,7 +359,8 @@ class ReputService(Service):
             # Every run signals progress when it ends, even one that found nothing to do
             # (data still waiting for its sync): no sleep here, the next run wakes us.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._progress.wait(), max(deadline - loop.time(), 0.001))
+                async with asyncio.timeout(max(deadline - loop.time(), 0.001)):
+                    await self._progress.wait()
         return True
 
 

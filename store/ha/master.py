@@ -280,7 +280,8 @@ class HAMaster:
     ) -> Replica | None:
         challenge = auth.new_nonce()
         writer.write(frames.encode_challenge(challenge))
-        kind, payload = await asyncio.wait_for(frames.read_frame(reader), HANDSHAKE_TIMEOUT_S)
+        async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+            kind, payload = await frames.read_frame(reader)
         if kind != frames.FrameType.HELLO:
             raise frames.ProtocolError(f"expected HELLO, got {kind.name}")
         hello, signed, proof = frames.decode_hello(payload)
@@ -428,7 +429,8 @@ class HAMaster:
                 last_frame = time.monotonic()
             replica.wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(replica.wake.wait(), heartbeat)
+                async with asyncio.timeout(heartbeat):
+                    await replica.wake.wait()
 
     def _send_chunk(self, replica: Replica, writer: asyncio.StreamWriter, end: int) -> None:
         commit_log = self._log
@@ -474,7 +476,8 @@ class HAMaster:
                 await writer.drain()
                 last = snapshot
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._metadata_changed.wait(), METADATA_CHECK_S)
+                async with asyncio.timeout(METADATA_CHECK_S):
+                    await self._metadata_changed.wait()
             self._metadata_changed.clear()
 
     def notify_metadata(self) -> None:
@@ -485,7 +488,8 @@ class HAMaster:
     async def _report_loop(self, replica: Replica, reader: asyncio.StreamReader) -> None:
         timeout = self._config.ha_housekeeping_interval / 1000
         while True:
-            kind, payload = await asyncio.wait_for(frames.read_frame(reader), timeout)
+            async with asyncio.timeout(timeout):
+                kind, payload = await frames.read_frame(reader)
             if kind != frames.FrameType.REPORT:
                 raise frames.ProtocolError(f"expected REPORT, got {kind.name}")
             written, flushed = frames.decode_report(payload)

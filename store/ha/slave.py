@@ -150,10 +150,10 @@ class HASlave:
         """One connection; returns how long to wait before the next."""
         host, _, port = address.rpartition(":")
         hostname = host.strip("[]") if self._ssl else None
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, int(port), ssl=self._ssl, server_hostname=hostname),
-            CONNECT_TIMEOUT_S,
-        )
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(
+                host, int(port), ssl=self._ssl, server_hostname=hostname
+            )
         try:
             timeout = self._config.ha_housekeeping_interval / 1000
             welcome = await self._handshake(reader, writer, address, timeout)
@@ -207,7 +207,8 @@ class HASlave:
     ) -> frames.Welcome | None:
         """CHALLENGE, HELLO, WELCOME; None when refused either way (``last_error`` says why:
         it needs an operator, so the caller waits ``RETRY_REFUSED_S``)."""
-        kind, payload = await asyncio.wait_for(frames.read_frame(reader), silence_s)
+        async with asyncio.timeout(silence_s):
+            kind, payload = await frames.read_frame(reader)
         if kind != frames.FrameType.CHALLENGE:
             raise frames.ProtocolError(f"expected CHALLENGE, got {kind.name}")
         challenge = frames.decode_challenge(payload)
@@ -226,7 +227,8 @@ class HASlave:
         )
         writer.write(frames.encode_hello(hello, lambda b: auth.hello_proof(secret, challenge, b)))
         await writer.drain()
-        kind, payload = await asyncio.wait_for(frames.read_frame(reader), silence_s)
+        async with asyncio.timeout(silence_s):
+            kind, payload = await frames.read_frame(reader)
         if kind == frames.FrameType.ERROR:
             self._refused(f"the master at {address} refuses this replica: "
                           f"{payload.decode('utf-8', 'replace')}")  # fmt: skip
@@ -254,7 +256,8 @@ class HASlave:
     ) -> None:
         commit_log = self._log
         while True:
-            kind, payload = await asyncio.wait_for(frames.read_frame(reader), silence_s)
+            async with asyncio.timeout(silence_s):
+                kind, payload = await frames.read_frame(reader)
             self.last_frame_at = time.time()
             if kind == frames.FrameType.DATA:
                 offset, confirm, data = frames.decode_data(memoryview(payload))

@@ -151,7 +151,8 @@ async def checkpoint_loop(
     failed write is logged and retried."""
     while True:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(dirty.wait(), idle_s)
+            async with asyncio.timeout(idle_s):
+                await dirty.wait()
         if not dirty.is_set() and not log_moved():
             continue
         dirty.clear()

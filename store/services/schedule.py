@@ -159,7 +159,8 @@ class ScheduleMessageService:
     async def _persist_loop(self) -> None:
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.persist_interval_s)
+                async with asyncio.timeout(self.persist_interval_s):
+                    await self._stopping.wait()
             if self._dirty and not self._stopping.is_set():
                 try:
                     await self.persist()
@@ -180,7 +181,8 @@ class ScheduleMessageService:
                 wait_s = RETRY_AFTER_FAILURE_S
             if wait_s > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), wait_s)
+                    async with asyncio.timeout(wait_s):
+                        await event.wait()
 
     async def deliver_due(self, level: int) -> float:
         """Re-put every due message of ``level``; returns seconds to wait before looking again.

@@ -315,7 +315,8 @@ class TimerMessageService:
                 wait_s = RETRY_AFTER_FAILURE_S
             if wait_s > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), wait_s)
+                    async with asyncio.timeout(wait_s):
+                        await self._wakeup.wait()
             else:
                 await asyncio.sleep(0)
 

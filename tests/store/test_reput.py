@@ -26,6 +26,19 @@ def _request(
     )
 
 
+async def _dispatched(store: MessageStore) -> None:
+    """Everything dispatched and the task's run over: ``wait_dispatched`` returns at the
+    progress of the chunk that reached the end, while the task may still be in its run, and
+    ``dispatch_inline`` / ``prepare_inline`` (driven by hand here) defer to a task in a run."""
+    assert await store.wait_dispatched()
+    reput = store.insides.reput_service
+    for _ in range(1000):
+        if not reput.in_run:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the dispatch task's run did not end")
+
+
 def test_tags_code_is_the_java_hash_or_the_deliver_time_for_delayed_messages() -> None:
     dispatcher = Dispatcher(queues=None, index=None, delay_levels_ms=[1000, 5000])  # type: ignore[arg-type]
     assert dispatcher.tags_code(_request(0, "T", 0, tags="TagA")) == java_string_hash("TagA")
@@ -105,7 +118,7 @@ async def test_queue_files_are_created_off_the_event_loop(tmp_path: Path) -> Non
         for _ in range(5):
             await store.put("T", 0, [msg(str(i)) for i in range(10)])
         await store.put("U", 7, [msg("x")])
-        assert await store.wait_dispatched()
+        await _dispatched(store)
         queue = store.insides.queues.find("T", 0)
         assert queue is not None and len(queue.files) == 4
         assert queue.sync_creations == 0
@@ -129,7 +142,7 @@ async def test_sync_flush_put_returns_with_its_message_already_dispatched(tmp_pa
         arrivals: list[tuple[str, int, int]] = []
         store.add_arrival_listener(lambda t, q, offset: arrivals.append((t, q, offset)))
         await store.put("T", 0, [msg("first")])  # creates the queue file
-        assert await store.wait_dispatched()
+        await _dispatched(store)
         before = reput.inline_dispatches
         for i in range(1, 4):
             result = await store.put("T", 0, [msg(f"m{i}")])
@@ -152,7 +165,7 @@ async def test_inline_dispatch_leaves_index_rolls_to_the_task(tmp_path: Path) ->
         await store.put("T", 0, [msg("first")])
         for i in range(100):
             await store.put("T", 0, [msg(f"m{i}", keys=f"k{i}")])
-        assert await store.wait_dispatched()
+        await _dispatched(store)
         for _ in range(50):  # the task's run writing the leftovers
             if all(store.query_messages("T", f"k{i}", 1, 0, 2**62) for i in (0, 63, 64, 99)):
                 break
@@ -174,7 +187,7 @@ async def test_inline_dispatch_defers_to_the_task_when_it_would_create_a_file(
         reput = store.insides.reput_service
         store.append("NEW", 3, [msg("x")])  # its ConsumeQueue file does not exist yet
         assert reput.dispatch_inline() is False  # needs a thread: the task's job
-        assert await store.wait_dispatched()
+        await _dispatched(store)
         assert store.get_max_offset("NEW", 3) == 1
         store.append("NEW", 3, [msg("y")])
         assert reput.dispatch_inline() is True  # the file exists: done on the spot
@@ -194,10 +207,10 @@ async def test_sync_flush_without_a_waiting_reader_answers_writers_first(tmp_pat
     try:
         reput = store.insides.reput_service
         await store.put("T", 0, [msg("first")])
-        assert await store.wait_dispatched()
+        await _dispatched(store)
         result = await store.put("T", 0, [msg("second")])
         assert store.dispatch_offset < result.append.end_offset  # not yet: the task's turn
-        assert await store.wait_dispatched()
+        await _dispatched(store)
         assert store.get_max_offset("T", 0) == 2
         assert reput.inline_dispatches == 0
         waiting = True
@@ -219,7 +232,7 @@ async def test_sync_flush_plans_the_dispatch_while_the_sync_runs(tmp_path: Path)
         reput = store.insides.reput_service
         reput.idle_interval_s = reput.interval_s = 3600.0  # the safety net never fires
         await store.put("T", 0, [msg("first", keys="k0")])  # creates the queue and index files
-        assert await store.wait_dispatched()
+        await _dispatched(store)
         for _ in range(50):  # the task's run that creates the IndexFile
             if store.query_messages("T", "k0", 1, 0, 2**62):
                 break
@@ -259,11 +272,11 @@ async def test_a_stale_or_cut_plan_is_dropped_and_the_records_read_afresh(
         reput = store.insides.reput_service
         reput.idle_interval_s = reput.interval_s = 3600.0
         await store.put("T", 0, [msg("first")])
-        assert await store.wait_dispatched()
+        await _dispatched(store)
         # Stale: planned, then dispatched by the task before dispatch_inline runs.
         store.append("T", 0, [msg("a")])
         reput.prepare_inline(store.insides.commit_log.max_offset)
-        assert await store.wait_dispatched()
+        await _dispatched(store)
         store.append("T", 0, [msg("b")])
         assert reput.dispatch_inline() is True
         # Cut: one plan of two records, the limit covers only the first.
@@ -277,7 +290,7 @@ async def test_a_stale_or_cut_plan_is_dropped_and_the_records_read_afresh(
         reput.source.dispatch_limit = full_limit  # type: ignore[method-assign]
         assert reput.dispatch_inline() is True
         assert reput.prepared_used == 0
-        assert await store.wait_dispatched()
+        await _dispatched(store)
         result = store.get_messages("T", 0, 0, 10)
         assert [m.body for m in result.messages] == [b"first", b"a", b"b", b"c", b"d"]
         assert [m.queue_offset for m in result.messages] == [0, 1, 2, 3, 4]
@@ -306,7 +319,7 @@ async def test_inline_dispatch_notifies_arrivals_before_writing_the_index(
         reput = store.insides.reput_service
         reput.idle_interval_s = reput.interval_s = 3600.0
         await store.put("T", 0, [msg("first", keys="k0")])
-        assert await store.wait_dispatched()
+        await _dispatched(store)
         for _ in range(50):  # the task's run that creates the IndexFile
             if store.query_messages("T", "k0", 1, 0, 2**62):
                 break
@@ -335,7 +348,7 @@ async def test_inline_dispatch_notifies_arrivals_before_writing_the_index(
         dispatched = reput.dispatched_messages
         assert reput.dispatch_inline() is False  # left to the task
         index.put_entries_nowait = real_put  # type: ignore[method-assign]
-        assert await store.wait_dispatched()
+        await _dispatched(store)
         assert reput.dispatched_messages == dispatched + 1  # counted once
         [found] = store.query_messages("T", "k2", 1, 0, 2**62)
         assert found.body == b"m2"
