@@ -2,6 +2,7 @@
 that does not move with the VM, for changes worth 1-2 % that no throughput program here resolves.
 
     .venv/bin/python -m tests.bench.send_instructions [--topics 1,256] [--requests 100,500]
+        [--cache BYTES]
 
 Each configuration runs an in-process broker (``tests/inproc.py``) whose ``SendProcessor`` is fed
 the bench's requests (``tests.bench.topics``' load, already serialized): for one topic a records
@@ -17,7 +18,12 @@ project's set-up: a measuring tool, like ``perf``); ~1 min a configuration.
 Repeatability: two runs of one configuration differed by 1.1 % (256 topics 11,614 and 11,744:
 the dispatch's chunks follow the threads' timing), against 3-5 % for a throughput program.
 Instructions are not time: a cold line costs ~100 instructions' time and does not show here
-(``perf`` of the bench's daemon does that part).
+(``perf`` of the bench's daemon does that part). ``--cache BYTES`` adds callgrind's simulated
+misses a message (first level as the host's, last level BYTES, 16-way): with 1 MiB, this VM's
+L2, 256 topics missed ~13 lines a message more than one topic (2026-11-27), where the default
+last level (the host's L3) showed ~0.2: the records streamed through each request (~136
+lines a message) evict the per-topic and per-queue state that a topic's next batch, ~7.5
+requests later, reads.
 """
 
 from __future__ import annotations
@@ -112,12 +118,15 @@ async def _inner(topics: int, requests: int) -> None:
             await broker.close()
 
 
-def _count(topics: int, requests: int) -> int:
-    """Instructions of one measured process (callgrind's total)."""
+def _count(topics: int, requests: int, last_level: int) -> dict[str, int]:
+    """callgrind's totals of one measured process: ``Ir`` (instructions), and with a
+    ``last_level`` cache size its simulated misses too (``D1mr``, ``DLmr``: data reads missing
+    the first level and the last level, ``DLmw`` the writes)."""
     with tempfile.TemporaryDirectory(prefix="wharf-callgrind-", dir="/tmp") as tmp:
         out = Path(tmp) / "callgrind.out"
         command = [
             "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+            *(["--cache-sim=yes", f"--LL={last_level},16,64"] if last_level else []),
             sys.executable, "-m", "tests.bench.send_instructions",
             "--inner", str(topics), "--requests", str(requests),
         ]  # fmt: skip
@@ -125,16 +134,26 @@ def _count(topics: int, requests: int) -> int:
         done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
         if done.returncode != 0:
             raise SystemExit(f"the measured process failed:\n{done.stderr[-3000:]}")
-        found = re.search(r"^totals: (\d+)", out.read_text(), re.M)
-        if found is None:
+        text = out.read_text()
+        events = re.search(r"^events: (.+)$", text, re.M)
+        totals = re.search(r"^totals: (.+)$", text, re.M)
+        if events is None or totals is None:
             raise SystemExit(f"no totals in {out}")
-        return int(found.group(1))
+        return dict(zip(events.group(1).split(), map(int, totals.group(1).split()), strict=True))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--topics", default="1,256")
     parser.add_argument("--requests", default="100,500", help="the two request counts compared")
+    parser.add_argument(
+        "--cache",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="also simulated cache misses a message, the last level BYTES large (16-way): "
+        "1048576 for this VM's L2 (its L3 is shared with the host's other guests); ~2x slower",
+    )
     parser.add_argument("--inner", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
@@ -152,12 +171,18 @@ def main() -> None:
         f"requests of {BATCH * BATCHES} messages of {BODY} B; N topics: {BATCHES} batches of "
         f"{BATCH} a request)\n"
     )
-    print(f"{'topics':>7} {'instructions/msg':>17} {'ratio':>6}")
+    misses = ("D1mr", "DLmr", "DLmw") if args.cache else ()
+    print(f"{'topics':>7} {'instructions/msg':>17} {'ratio':>6}", *(f"{m:>7}" for m in misses))
     base = None
     for n in counts:
-        per = (_count(n, high) - _count(n, low)) / messages
-        base = base or per
-        print(f"{n:>7,} {per:>17,.0f} {per / base:>6.3f}", flush=True)
+        few, many = _count(n, low, args.cache), _count(n, high, args.cache)
+        per = {event: (many[event] - few[event]) / messages for event in many}
+        base = base or per["Ir"]
+        print(
+            f"{n:>7,} {per['Ir']:>17,.0f} {per['Ir'] / base:>6.3f}",
+            *(f"{per[m]:>7.2f}" for m in misses),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
