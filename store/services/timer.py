@@ -49,7 +49,12 @@ from wharf.store.codec.properties import (
     PROPERTY_TIMER_QUEUE_OFFSET,
     TIMER_TOPIC,
 )
-from wharf.store.errors import InvalidMessageError, StoreError, StoreNotWritableError
+from wharf.store.errors import (
+    InvalidMessageError,
+    StoreError,
+    StoreNotWritableError,
+    StoreShutDownError,
+)
 from wharf.store.model import MessageInput
 from wharf.store.services.host import StoreHost
 from wharf.store.services.ledger import OffsetLedger, checkpoint_loop
@@ -368,8 +373,15 @@ class TimerMessageService:
                 failed = exc
                 self._retry_later(offset for offset, _ in items)
                 if not self.last_error:
-                    log.warning("timer delivery paused: %s; retrying every %.0f s", exc,
-                                RETRY_AFTER_FAILURE_S)  # fmt: skip
+                    # A stop is no fault: its timers stay pending, and the next start delivers
+                    # them (a WARNING at every normal shutdown that met a due timer misled).
+                    stopping = isinstance(exc, StoreShutDownError)
+                    log.log(
+                        logging.INFO if stopping else logging.WARNING,
+                        "timer delivery paused: %s; %s", exc,
+                        "pending timers are delivered after the next start" if stopping
+                        else f"retrying every {RETRY_AFTER_FAILURE_S:.0f} s",
+                    )  # fmt: skip
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 continue
             except StoreError as exc:  # refused for good (topic name, size): not retried

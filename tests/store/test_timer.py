@@ -5,12 +5,13 @@ left behind) and recalls; bad timer properties are refused."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
 
 import pytest
 from wharf.store.codec.properties import TIMER_TOPIC
-from wharf.store.errors import InvalidMessageError
+from wharf.store.errors import DiskFullError, InvalidMessageError, StoreShutDownError
 from wharf.store.message_store import MessageStore
 
 from tests.store.helpers import msg, small_config
@@ -155,3 +156,38 @@ async def test_a_delivery_the_checkpoint_missed_is_not_repeated(tmp_path: Path) 
         assert bodies(again) == [b"once"]
     finally:
         await again.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("refusal", "level"),
+    [
+        (StoreShutDownError("the store is stopping: writes are refused"), logging.INFO),
+        (DiskFullError("disk full: appending failed"), logging.WARNING),
+    ],
+)
+async def test_a_refused_delivery_keeps_its_timer_and_a_stop_is_no_warning(
+    store: MessageStore,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    refusal: Exception,
+    level: int,
+) -> None:
+    """A timer due while the store stops stays pending for the next start (the restart test
+    above) and says so at INFO: a WARNING at every normal shutdown that met a due timer read
+    as a fault. A refusal that is one (disk full) stays a WARNING, once per episode."""
+    refused: list[str] = []
+
+    async def refuse(topic: str, queue_id: int, messages: object) -> None:
+        refused.append(topic)
+        raise refusal
+
+    await store.put(TOPIC, 0, [msg("due", uniq="R", TIMER_DELIVER_MS=at(0.2))])
+    assert await store.wait_dispatched()
+    monkeypatch.setattr(store.timer.host, "put", refuse)
+    caplog.set_level(logging.INFO, logger="wharf.store.services.timer")
+    await wait_for(lambda: len(refused) >= 2, timeout_s=5)  # refused, then retried
+    paused = [r for r in caplog.records if "timer delivery paused" in r.getMessage()]
+    assert [r.levelno for r in paused] == [level]  # one line for the episode
+    assert str(refusal) in paused[0].getMessage()
+    assert store.timer.stats()["pending"] == 1
+    assert bodies(store) == []
