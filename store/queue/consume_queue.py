@@ -923,14 +923,27 @@ class ConsumeQueue(_QueueBase):
     def flush_blocking(self) -> int:
         """fdatasync the files holding unflushed units (any thread: the tail, which the flush
         spilled before, is not in them). Returns bytes made durable."""
-        target = self._file_pos
+        target = self.sync_target()
         flushed = self._flushed_pos
         if target <= flushed:
             return 0
         for file in list(self.files):
             if file.end > flushed and file.start < target:
                 file.flush_blocking()
-        self._flushed_pos = max(self._flushed_pos, target)
+        return self.synced(target)
+
+    def sync_target(self) -> int:
+        """How far a sync of the files that starts now makes this queue durable: the units
+        written into them (a tail in memory is not)."""
+        return self._file_pos
+
+    def synced(self, target: int) -> int:
+        """After a sync of its files (``flush_blocking``, or one of the whole filesystem) that
+        began at ``sync_target()`` = ``target``: bytes made durable by it."""
+        flushed = self._flushed_pos
+        if target <= flushed:
+            return 0
+        self._flushed_pos = target
         return target - flushed
 
     def close(self) -> None:
