@@ -25,6 +25,7 @@ import ctypes
 import ctypes.util
 import os
 import platform
+import re
 from collections.abc import Callable
 
 # Filesystems whose syncfs writes back and commits like fsync, and reports write-back errors
@@ -32,6 +33,7 @@ from collections.abc import Callable
 SYNCFS_TYPES = frozenset({"ext4", "xfs", "btrfs", "f2fs"})
 MIN_KERNEL = (5, 8)
 MOUNTINFO = "/proc/self/mountinfo"
+_OCTAL = re.compile(r"\\([0-7]{3})")
 
 
 def filesystem_type(path: str, mountinfo: str = MOUNTINFO) -> str | None:
@@ -56,10 +58,11 @@ def filesystem_type(path: str, mountinfo: str = MOUNTINFO) -> str | None:
 
 
 def _unescape(text: str) -> str:
-    r"""mountinfo writes space, tab, newline and backslash in octal (``\040``)."""
-    if "\\" not in text:
-        return text
-    return text.encode().decode("unicode_escape")
+    r"""mountinfo writes space, tab, newline and backslash in octal (``\040``), every other
+    character as it is (``unicode_escape`` turned a UTF-8 name beside an escape into other
+    characters, and the path then matched the mount above it: a FUSE mount read as its ext4
+    parent)."""
+    return _OCTAL.sub(lambda found: chr(int(found.group(1), 8)), text)
 
 
 def kernel_version(release: str | None = None) -> tuple[int, int]:

@@ -194,6 +194,8 @@ def test_the_whole_filesystem_sync_is_used_only_where_it_is_reliable(tmp_path: P
         "30 22 0:40 / /data rw shared:9 - xfs /dev/vdb rw\n"
         "31 30 0:41 / /data/power\\040cut rw - fuse.powerfs powerfs rw,user_id=0\n"
         "32 22 0:42 / /tmp rw - tmpfs tmpfs rw\n"
+        "33 30 0:43 / /data/caf\u00e9\\040b rw - fuse.powerfs powerfs rw\n",
+        encoding="utf-8",
     )
     table = str(mountinfo)
     assert syncfs.filesystem_type("/var/lib/wharf", table) == "ext4"
@@ -201,6 +203,7 @@ def test_the_whole_filesystem_sync_is_used_only_where_it_is_reliable(tmp_path: P
     assert syncfs.filesystem_type("/data/power cut/store", table) == "fuse.powerfs"
     assert syncfs.filesystem_type("/data/powerx", table) == "xfs"  # a prefix, not a parent
     assert syncfs.filesystem_type("/tmp", table) == "tmpfs"
+    assert syncfs.filesystem_type("/data/caf\u00e9 b/store", table) == "fuse.powerfs"
     assert syncfs.filesystem_type("/x", str(tmp_path / "absent")) is None
     assert {"ext4", "xfs"} <= syncfs.SYNCFS_TYPES
     assert not {"fuse.powerfs", "tmpfs", "overlay", "nfs4"} & syncfs.SYNCFS_TYPES
