@@ -52,10 +52,9 @@ from wharf.store.syncfs import whole_fs_sync
 DispatchPosition = Callable[[], tuple[int, int]]
 
 # A thorough pass over at least this many queues syncs their filesystem at once where that is
-# reliable (``wharf.store.syncfs``): file by file, an open, an fdatasync and a close each, 40,000
-# queues took 3.9 s and 1.75 s of CPU, one syncfs 0.29 s (``tests.bench.thorough_flush``). Below
-# it (512 queues: 0.05 s) the files' own syncs cost less than writing back whatever else is
-# dirty there (the commit log's unflushed pages, other programs' files).
+# reliable (``wharf.store.syncfs`` says why). Below it (512 queues file by file: 0.05 s,
+# ``tests.bench.thorough_flush``) the files' own syncs cost less than writing back whatever
+# else is dirty there (the commit log's unflushed pages, other programs' files).
 SYNCFS_MIN_QUEUES = 512
 
 
@@ -122,7 +121,10 @@ class FlushConsumeQueueService(Service):
                 for queue in queues:
                     queue.spill()
                 index = None
-            whole = self.sync_filesystem if len(queues) >= SYNCFS_MIN_QUEUES else None
+            # Only a thorough pass: a periodic one of flushConsumeQueueMaxQueues >= 512 would
+            # write back the whole filesystem every second.
+            many = thorough and len(queues) >= SYNCFS_MIN_QUEUES
+            whole = self.sync_filesystem if many else None
             started = time.monotonic()
             try:
                 nbytes = await self.run_blocking(self._flush_blocking, queues, index, whole)
