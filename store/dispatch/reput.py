@@ -370,6 +370,14 @@ def _create_files_blocking(
     return [(queue, queue.create_files_blocking(starts)) for queue, starts in needed]
 
 
+# The commit log's pages leave the maps once dispatched and this far behind (in steps of
+# RELEASE_STEP, one madvise each): a consumer at the tail reads inside the window, its pages
+# still mapped; one further behind faults its pages back in (cheap: fault-around maps 16 a
+# fault). 64 MiB is ~0.1 s of produce at full speed, far below any page cache worth having.
+RELEASE_BEHIND = 64 << 20
+RELEASE_STEP = 16 << 20
+
+
 class CommitLogSource:
     """Adapts the CommitLog to the reput's DispatchSource. In SYNC_FLUSH mode dispatch stops
     at the flushed offset (RocketMQ #8239); under SYNC_MASTER at the replicas' confirm offset."""
@@ -382,6 +390,9 @@ class CommitLogSource:
         self.max_records = max_records
         # SYNC_MASTER: the replicas' confirm offset caps dispatch too (store/ha/master.py).
         self.confirm: Callable[[], int] | None = None
+        # Dispatched bytes this far behind leave the segments' maps (release_read_pages).
+        self.release_behind = RELEASE_BEHIND
+        self._released_below = 0
 
     def dispatch_limit(self) -> int:
         log = self.commit_log
@@ -398,6 +409,10 @@ class CommitLogSource:
     def read_dispatch_chunk(
         self, from_offset: int, limit: int, max_bytes: int
     ) -> tuple[DispatchRecords, int]:
+        below = (from_offset - self.release_behind) // RELEASE_STEP * RELEASE_STEP
+        if below > self._released_below:  # everything before from_offset is dispatched
+            self._released_below = below
+            self.commit_log.release_read_pages(below)
         budget = min(max_bytes, limit - from_offset)
         try:
             return self._read(from_offset, limit, budget)

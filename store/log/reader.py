@@ -70,6 +70,7 @@ class DispatchBatch(NamedTuple):
 class CommitLogReads:
     queue: MappedFileQueue
     file_size: int
+    _released_below = 0  # release_read_pages' progress: below it, released already
 
     @property
     def min_offset(self) -> int:
@@ -101,6 +102,25 @@ class CommitLogReads:
         if mapped is None:
             return None
         return mapped.read(offset - mapped.file_from_offset, size)
+
+    def release_read_pages(self, below: int) -> None:
+        """Take every segment's bytes below ``below`` (that earlier calls did not) out of the
+        maps (``MappedFile.release_pages``): for bytes dispatched long ago, which readers
+        rarely ask for again and the kernel reclaims first when the page cache is full.
+        ``tests.bench.topics`` (its broker in a 2 GiB memory cgroup, as a long-running one whose
+        page cache is full): the dispatch's reads had left every page mapped, and reclaiming
+        them cost the broker's loop ~0.13 us of kernel CPU a 1 KiB message (reverse-map walks,
+        unmapping, TLB shoot-down interrupts)."""
+        start = max(self._released_below, self.queue.min_offset)
+        if below <= start:
+            return
+        for mapped in self.queue.files:
+            base = mapped.file_from_offset
+            if base >= below:
+                break
+            if base + mapped.file_size > start:
+                mapped.release_pages(start - base, below - base)
+        self._released_below = below
 
     def readable_segment(self, offset: int, size: int) -> tuple[ReadableBuffer, int] | None:
         """(segment map, its start offset) when ``[offset, offset + size)`` lies in one

@@ -16,7 +16,7 @@ from wharf.store.message_store import MessageStore
 from wharf.store.model import MessageInput
 from wharf.store.read.filter import parse_tag_expression
 
-from tests.store.helpers import msg, small_config
+from tests.store.helpers import mapped_bytes, msg, small_config
 
 SEGMENT = 8 * 1024
 
@@ -44,6 +44,36 @@ def read_all(source: CommitLogSource, limit: int, max_bytes: int) -> tuple[list[
         if next_offset == offset:
             return seen, offset
         offset = next_offset
+
+
+def test_bytes_dispatched_far_behind_leave_the_maps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading the log maps its pages; those dispatched ``release_behind`` ago and more are
+    released (their data unchanged), the newest stay mapped for readers at the tail."""
+    monkeypatch.setattr(reput_module, "RELEASE_STEP", 4096)
+    log = make_log(tmp_path)
+    try:
+        for i in range(80):
+            log.append("T", i % 3, i, [MessageInput(bytes([65 + i % 26]) * 900)], 5)
+        segments = list(log.queue.files)
+        assert len(segments) >= 8
+        source = CommitLogSource(log, sync_flush=False)
+        source.release_behind = 3 * SEGMENT
+        before = [log.read_bytes(m.file_from_offset, 4096) for m in segments]
+        assert all(mapped_bytes(m.path) for m in segments)  # the appends' reads mapped them
+        seen, end = read_all(source, log.max_offset, 1 << 20)
+        assert len(seen) == 80 and end == log.max_offset
+        below = (end - 3 * SEGMENT) // 4096 * 4096  # the last read started at ``end``
+        for mapped in segments:
+            resident = mapped_bytes(mapped.path)
+            if mapped.file_from_offset + SEGMENT <= below:
+                assert resident == 0, mapped  # wholly behind: released
+            elif mapped.file_from_offset >= below:
+                assert resident > 0, mapped  # within the window: still mapped
+        assert [log.read_bytes(m.file_from_offset, 4096) for m in segments] == before
+    finally:
+        log.close()
 
 
 @pytest.mark.parametrize("columns_from", [1, 10**9])

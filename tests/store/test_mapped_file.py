@@ -10,6 +10,8 @@ from wharf.store.log import mapped_file as mf_module
 from wharf.store.log.mapped_file import MappedFile
 from wharf.store.log.mapped_file_queue import MappedFileQueue, create_segment_blocking
 
+from tests.store.helpers import mapped_bytes
+
 SIZE = 8192
 
 
@@ -105,6 +107,25 @@ def test_transient_buffer_is_invisible_until_committed(tmp_path):
     assert mapped.read(0, 8) == b"buffered"
     assert mapped.detach_write_buffer() is not None
     mapped.close()
+
+
+def test_released_pages_leave_the_map_and_keep_their_data(tmp_path):
+    page = os.sysconf("SC_PAGE_SIZE")
+    mapped = create_segment_blocking(str(tmp_path), 0, 16 * page, warm=False)
+    data = os.urandom(16 * page)
+    mapped.append(data)  # in the page cache, dirty, not synced
+    assert mapped.read(0, len(data)) == data  # read through the map: every page mapped
+    assert mapped_bytes(mapped.path) == 16 * page
+    mapped.release_pages(page + 100, 12 * page + 5)  # the whole pages inside: 2 to 11
+    assert mapped_bytes(mapped.path) == 6 * page
+    assert mapped.read(0, len(data)) == data  # faulted back in, unchanged
+    mapped.release_pages(0, 16 * page)
+    assert mapped_bytes(mapped.path) == 0
+    mapped.flush_blocking()  # the released dirty pages are written back all the same
+    with open(mapped.path, "rb") as file:
+        assert file.read() == data
+    mapped.close()
+    mapped.release_pages(0, 16 * page)  # a segment closed meanwhile: nothing to release
 
 
 # --- the queue -----------------------------------------------------------------------------------
