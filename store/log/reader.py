@@ -67,10 +67,15 @@ class DispatchBatch(NamedTuple):
     next_offset: int  # where the next iter_dispatch call continues
 
 
+_NONE_READ = (1 << 62, 0)
+
+
 class CommitLogReads:
     queue: MappedFileQueue
     file_size: int
     _released_below = 0  # release_read_pages' progress: below it, released already
+    # Reads below it since the last release (``_mapped_again``): their range, or _NONE_READ.
+    _again_low, _again_high = _NONE_READ
 
     @property
     def min_offset(self) -> int:
@@ -101,7 +106,19 @@ class CommitLogReads:
         mapped = self.queue.find(offset)
         if mapped is None:
             return None
+        if offset < self._released_below:
+            self._mapped_again(offset, offset + size)
         return mapped.read(offset - mapped.file_from_offset, size)
+
+    def _mapped_again(self, start: int, end: int) -> None:
+        """A read behind ``release_read_pages``' mark maps its pages again (a consumer
+        catching up, a replica, a query): the next release takes them out too. One range
+        for all such reads between two releases: a catch-up reader moves through one region,
+        and releasing everything behind the mark each time would walk its whole page table."""
+        if start < self._again_low:
+            self._again_low = start
+        if end > self._again_high:
+            self._again_high = end
 
     def release_read_pages(self, below: int) -> None:
         """Take every segment's bytes below ``below`` (that earlier calls did not) out of the
@@ -110,17 +127,25 @@ class CommitLogReads:
         ``tests.bench.topics`` (its broker in a 2 GiB memory cgroup, as a long-running one whose
         page cache is full): the dispatch's reads had left every page mapped, and reclaiming
         them cost the broker's loop ~0.13 us of kernel CPU a 1 KiB message (reverse-map walks,
-        unmapping, TLB shoot-down interrupts)."""
+        unmapping, TLB shoot-down interrupts). Pages read again behind ``below`` since the
+        last call (``_mapped_again``) go out again too."""
+        again_low, again_high = self._again_low, self._again_high
+        if again_low < again_high:  # read again behind the mark since the last release
+            self._again_low, self._again_high = _NONE_READ
+            self._release(max(again_low, self.queue.min_offset), min(again_high, below))
         start = max(self._released_below, self.queue.min_offset)
         if below <= start:
             return
+        self._release(start, below)
+        self._released_below = below
+
+    def _release(self, start: int, end: int) -> None:
         for mapped in self.queue.files:
             base = mapped.file_from_offset
-            if base >= below:
+            if base >= end:
                 break
             if base + mapped.file_size > start:
-                mapped.release_pages(start - base, below - base)
-        self._released_below = below
+                mapped.release_pages(start - base, end - base)
 
     def readable_segment(self, offset: int, size: int) -> tuple[ReadableBuffer, int] | None:
         """(segment map, its start offset) when ``[offset, offset + size)`` lies in one
@@ -129,6 +154,8 @@ class CommitLogReads:
         mapped = self.queue.find(offset)
         if mapped is None or offset + size > mapped.file_from_offset + mapped.read_position:
             return None
+        if offset < self._released_below:
+            self._mapped_again(offset, offset + size)
         return mapped.raw, mapped.file_from_offset
 
     def read_message(self, offset: int, size: int | None = None) -> StoredMessage | None:
