@@ -393,7 +393,6 @@ class CommitLogSource:
         self.confirm: Callable[[], int] | None = None
         # Dispatched bytes this far behind leave the segments' maps (release_read_pages).
         self.release_behind = RELEASE_BEHIND
-        self._released_below = 0
 
     def dispatch_limit(self) -> int:
         log = self.commit_log
@@ -411,8 +410,7 @@ class CommitLogSource:
         self, from_offset: int, limit: int, max_bytes: int
     ) -> tuple[DispatchRecords, int]:
         below = (from_offset - self.release_behind) // RELEASE_STEP * RELEASE_STEP
-        if below > self._released_below:  # everything before from_offset is dispatched
-            self._released_below = below
+        if below > self.commit_log.released_below:  # everything before from_offset is dispatched
             self.commit_log.release_read_pages(below)
         budget = min(max_bytes, limit - from_offset)
         try:

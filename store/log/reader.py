@@ -133,11 +133,18 @@ class CommitLogReads:
         if again_low < again_high:  # read again behind the mark since the last release
             self._again_low, self._again_high = _NONE_READ
             self._release(max(again_low, self.queue.min_offset), min(again_high, below))
-        start = max(self._released_below, self.queue.min_offset)
-        if below <= start:
+        if below <= self._released_below:
             return
-        self._release(start, below)
+        start = max(self._released_below, self.queue.min_offset)
         self._released_below = below
+        if below > start:
+            self._release(start, below)
+
+    @property
+    def released_below(self) -> int:
+        """``release_read_pages``' mark: bytes below it are out of the maps (but for pages
+        read again since, released at the next call)."""
+        return self._released_below
 
     def _release(self, start: int, end: int) -> None:
         for mapped in self.queue.files:
