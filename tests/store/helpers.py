@@ -79,14 +79,14 @@ def records(topic: str, *bodies: str) -> bytes:
     return b"".join(encode_record(tail, body.encode(), b"k\x01v\x02") for body in bodies)
 
 
-def mapped_bytes(path: str) -> int:
-    """Bytes of ``path`` this process has mapped and resident (its maps' ``Rss`` in
-    /proc/self/smaps, found by inode: a segment is mapped under its creation name): what page
+def mapped_bytes(path: str, pid: int | str = "self") -> int:
+    """Bytes of ``path`` process ``pid`` has mapped and resident (its maps' ``Rss`` in
+    /proc/<pid>/smaps, found by inode: a segment is mapped under its creation name): what page
     reclaim would have to unmap."""
     inode = str(os.stat(path).st_ino)
     total = 0
     inside = False
-    with open("/proc/self/smaps") as smaps:
+    with open(f"/proc/{pid}/smaps") as smaps:
         for line in smaps:
             fields = line.split()
             if "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's first line
