@@ -36,7 +36,10 @@ last longer than a run (at 256 topics one run went from ~300k to ~160k msg/s in 
 stayed there for 50 s): paired with the round's single one-topic run, as before 2026-11-27,
 the 256-topic run of a full program lay 3 runs (~20 s) from its base, and full programs gave
 256 topics 0.77-0.87 where programs of 1 and 256 topics gave a median of 0.87-0.88. Also
-printed: the ratio of the medians, which mixes runs of different phases.
+printed: the ratio of the medians, which mixes runs of different phases, and each
+configuration's pairs (``pairs N:``, in round order): at 256 topics a pair spreads ~0.04-0.07
+(sd) around the central ratio, so a program of 5 rounds lands within about +-0.03 of it and
+``--rounds 15`` within about +-0.02 (2026-11-27); compare or pool programs by their pairs.
 
 Settling (``settle``): each run starts a journal period after the run before it ended, once
 the dirty pages are synced and the broker's CPU is under 10 % (``wait_quiet``): what a run at
@@ -320,6 +323,9 @@ def main() -> None:
         )
     print(f"(ratio: to the {counts[0]}-topic{'s' if counts[0] != 1 else ''} run next to it, median "
           "of the rounds; of medians: median msg/s over the base's)")  # fmt: skip
+    # Each round's pair too ("Ratio" in the module docstring): programs compare and pool by them.
+    for n in counts[1:]:
+        print(f"pairs {n:>7,}: " + " ".join(f"{r:.2f}" for r in paired[n]))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,12 @@ def test_quick_run_prints_every_configuration_with_its_ratio() -> None:
     }
     assert set(rows) == {1, 16, 256}, out
     assert rows[1] == 1.0 and all(ratio > 0 for ratio in rows.values())
+    # one round: each configuration's one pair, the ratio its row shows
+    pairs = {
+        int(m.group(1).replace(",", "")): [float(r) for r in m.group(2).split()]
+        for m in re.finditer(r"^pairs\s+([\d,]+): ([\d. ]+)$", out, re.M)
+    }
+    assert pairs == {16: [rows[16]], 256: [rows[256]]}, out
 
 
 def test_page_cache_bound_confines_a_process_for_the_block_or_says_it_cannot() -> None:
