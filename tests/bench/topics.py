@@ -37,9 +37,9 @@ stayed there for 50 s): paired with the round's single one-topic run, as before 
 the 256-topic run of a full program lay 3 runs (~20 s) from its base, and full programs gave
 256 topics 0.77-0.87 where programs of 1 and 256 topics gave a median of 0.87-0.88. Also
 printed: the ratio of the medians, which mixes runs of different phases, and each
-configuration's pairs (``pairs N:``, in round order): at 256 topics a pair spreads ~0.04-0.07
-(sd) around the central ratio, so a program of 5 rounds lands within about +-0.03 of it and
-``--rounds 15`` within about +-0.02 (2026-11-27); compare or pool programs by their pairs.
+configuration's pairs (``pairs N:``, in round order): a pair spreads more than the margins
+being judged (how far a program of 5 or 15 rounds lands from the central ratio: bench README,
+"Produce across topics"), so programs compare and pool by their pairs.
 
 Settling (``settle``): each run starts a journal period after the run before it ended, once
 the dirty pages are synced and the broker's CPU is under 10 % (``wait_quiet``): what a run at
