@@ -160,6 +160,11 @@ class MessageStore:
         self.recovered: RecoveredState | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
+    def _after_sync(self) -> None:
+        """SYNC_FLUSH, after each sync: local readers first, then the replicas."""
+        self._arrivals.after_sync()
+        self._role.notify_durable()
+
     async def start(self) -> None:
         if self._state != "new":
             raise RuntimeError(f"store already {self._state}")
@@ -196,7 +201,7 @@ class MessageStore:
             self._start_master_services,
         )
         if self._sync_flush:
-            state.commit_log.group_commit.on_durable = self._arrivals.after_sync
+            state.commit_log.group_commit.on_durable = self._after_sync
             state.commit_log.group_commit.on_requested = self._arrivals.during_sync
         parts = StoreParts(
             config=self._config,

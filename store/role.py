@@ -104,6 +104,9 @@ class Role:
             # Consumers never see what the in-sync replicas lack (a failover cannot take back
             # a message someone consumed).
             source.confirm = self.confirm_offset
+        elif self.replica:
+            # A static SLAVE reads up to what its master says is committed (``_agreed``).
+            source.confirm = self._replica_committed
 
     async def start(self) -> None:
         """A replica dials its master; a master with haListenPort listens for replicas."""
@@ -122,6 +125,7 @@ class Role:
                 on_epochs=self._take_epochs,
                 on_agreed=self._agreed,
                 on_truncate=self._truncate_and_restart,
+                on_committed=self._reput.wakeup if self._reput is not None else None,
                 credentials=link.credentials,
                 ssl_context=link.client_ssl,
             )
@@ -177,6 +181,11 @@ class Role:
         """After an append: replication runs alongside the local flush."""
         if self._master is not None:
             self._master.notify_append()
+
+    def notify_durable(self) -> None:
+        """After each SYNC_FLUSH sync: the replicas hear of a committed offset it moved."""
+        if self._master is not None:
+            self._master.notify_durable()
 
     @property
     def waits_for_replicas(self) -> bool:
@@ -282,11 +291,21 @@ class Role:
         return self._link.controller
 
     def _agreed(self) -> None:
-        """A master's handshake found this replica's log a prefix of its own: all of it may be
-        read (a replica's reads follow what it copied)."""
+        """A master's handshake found this replica's log a prefix of its own: it may be read
+        up to the master's committed offset (``HAMaster.committed_offset``), never further.
+        What it copied past that offset may be what the master has not made durable nor
+        got onto its in-sync replicas, and a power cut of the master and its re-election
+        would take it back (the fault campaign, seed 7719: this replica, out of the in-sync
+        set, served two such records; the next term reused their offsets)."""
         if self.replica and self._source is not None and self._reput is not None:
-            self._source.confirm = None
+            self._source.confirm = self._replica_committed
             self._reput.wakeup()
+
+    def _replica_committed(self) -> int:
+        """A replica's read limit: its master's committed offset as last heard (0 before
+        any master was heard: what recovery dispatched stays readable, nothing more)."""
+        slave = self._slave
+        return slave.confirm_offset if slave is not None else 0
 
     async def _take_epochs(self, entries: Epochs) -> None:
         """A replica adopts its master's terms at each handshake."""

@@ -88,6 +88,7 @@ class Replica:
     target_at: float = 0.0
     caught_up_at: float = 0.0  # monotonic; 0 = never
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    told: int = -1  # the committed offset its last frame carried
 
 
 class HAMaster:
@@ -135,6 +136,7 @@ class HAMaster:
         self.refused = 0  # handshakes refused (ERROR sent)
         self.slave_not_available = 0
         self._confirm_seen = 0  # the last confirm offset on_confirm reported
+        self._committed_seen = 0  # the last committed offset the senders were woken for
 
     # --- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> int:
@@ -169,6 +171,28 @@ class HAMaster:
     def notify_append(self) -> None:
         for replica in self._replicas.values():
             replica.wake.set()
+
+    def notify_durable(self) -> None:
+        """The master's own sync moved its durable end (SYNC_FLUSH): when that moves the
+        committed offset, the replicas hear of it now, not with the next append or heartbeat
+        (5 s), so their reads are not held back."""
+        committed = self.committed_offset()
+        if committed != self._committed_seen:
+            self._committed_seen = committed
+            for replica in self._replicas.values():
+                replica.wake.set()
+
+    def committed_offset(self) -> int:
+        """What this group's consumers may read, the offset DATA and WELCOME frames carry and
+        a replica's reads stop at (store/role.py): as durable as an acknowledgement, so no
+        power cut or failover takes back a record a consumer has read (issue 63). The master's
+        own durable end (its flushed offset under SYNC_FLUSH, else its written end), and under
+        SYNC_MASTER no further than every in-sync replica has (``confirm_offset``). The fault
+        campaign (seed 7719) saw a replica serve two records the master then lost to a power
+        cut, re-elected and reused the offsets of: the replica had read what it copied."""
+        log = self._log
+        end = min(log.flushed_offset, log.max_offset) if self._ack_flushed else log.max_offset
+        return min(end, self.confirm_offset()) if self.sync_master else end
 
     def require(self, replica_ids: set[int] | None) -> None:
         """Controller mode: acknowledgements and the confirm offset need exactly these
@@ -300,7 +324,7 @@ class HAMaster:
                 frames.Welcome(
                     commit_log.min_offset,
                     commit_log.max_offset,
-                    self.confirm_offset(),
+                    self.committed_offset(),
                     start,
                     tuple(self._epochs()),
                 ),
@@ -424,9 +448,15 @@ class HAMaster:
                 last_frame = time.monotonic()
                 continue
             if time.monotonic() - last_frame >= heartbeat:
-                writer.write(frames.data_header(replica.sent, self.confirm_offset(), 0))
+                self._send_committed(replica, writer)
                 await writer.drain()
                 last_frame = time.monotonic()
+                continue
+            if replica.told != self.committed_offset():
+                self._send_committed(replica, writer)  # an empty DATA: the replica may read on
+                await writer.drain()
+                last_frame = time.monotonic()
+                continue
             replica.wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(heartbeat):
@@ -456,13 +486,18 @@ class HAMaster:
                         raise frames.ProtocolError(f"cannot read the record at {start}")
                 else:
                     data = data[:cut]
-            writer.write(frames.data_header(start, self.confirm_offset(), len(data)))
+            replica.told = self.committed_offset()
+            writer.write(frames.data_header(start, replica.told, len(data)))
             writer.write(data)
             replica.sent = start + len(data)
         if replica.sent >= end and replica.target < 0:
             # One probe at a time: a newer target before the report of this one would keep
             # moving the goal under steady load and the replica would never count as caught up.
             replica.target, replica.target_at = replica.sent, time.monotonic()
+
+    def _send_committed(self, replica: Replica, writer: asyncio.StreamWriter) -> None:
+        replica.told = self.committed_offset()
+        writer.write(frames.data_header(replica.sent, replica.told, 0))
 
     async def _metadata_loop(self, writer: asyncio.StreamWriter) -> None:
         if self._metadata is None:
@@ -530,6 +565,7 @@ class HAMaster:
         if confirm != self._confirm_seen:
             self._confirm_seen = confirm
             self._on_confirm()
+        self.notify_durable()
 
 
 def _whole_records(data: bytes) -> int:

@@ -64,6 +64,7 @@ class HASlave:
         on_epochs: Callable[[Epochs], Awaitable[None]] | None = None,
         on_agreed: Callable[[], None] | None = None,
         on_truncate: Callable[[int], Awaitable[None]] | None = None,
+        on_committed: Callable[[], None] | None = None,
         credentials: tuple[str, str] = ("", ""),
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
@@ -82,12 +83,15 @@ class HASlave:
         self._on_epochs = on_epochs
         self._on_agreed = on_agreed  # after a handshake found this log a prefix of the master's
         self._on_truncate = on_truncate
+        self._on_committed = on_committed  # the master's committed offset grew
         self._credentials = credentials
         self._ssl = ssl_context
         self._task: asyncio.Task[None] | None = None
         self._session_task: asyncio.Task[float] | None = None
         self.connected_to = ""  # the master's HA address while connected
-        self.confirm_offset = 0  # the master's, from its last frame
+        # The master's committed offset (HAMaster.committed_offset), from its last frame:
+        # this replica's reads stop there (store/role.py).
+        self.confirm_offset = 0
         self.master_max_offset = 0  # the master's log end, from the handshake
         self.last_frame_at = 0.0  # time.time() of the master's last frame
         self._sync_flush = config.flush_disk_type == "SYNC_FLUSH"
@@ -171,10 +175,10 @@ class HASlave:
                 return RETRY_REFUSED_S
             if welcome.epochs and self._on_epochs is not None:
                 await self._on_epochs(list(welcome.epochs))
-            if self._on_agreed is not None:
-                self._on_agreed()
             self.master_max_offset = welcome.max_offset
             self.confirm_offset = welcome.confirm_offset
+            if self._on_agreed is not None:
+                self._on_agreed()
             self.connected_to = address
             self.connections += 1
             self.last_error = ""
@@ -261,9 +265,12 @@ class HASlave:
             self.last_frame_at = time.time()
             if kind == frames.FrameType.DATA:
                 offset, confirm, data = frames.decode_data(memoryview(payload))
+                grew = confirm > self.confirm_offset
                 self.confirm_offset = confirm
                 self.master_max_offset = max(self.master_max_offset, confirm)
                 if not data:
+                    if grew and self._on_committed is not None:
+                        self._on_committed()  # dispatch may go on to it
                     continue  # heartbeat
                 commit_log.append_raw(offset, data, _store_timestamp(data))
             elif kind == frames.FrameType.BLANK:

@@ -14,12 +14,15 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from wharf.store import paths as store_paths
 from wharf.store.config import SYNC_FLUSH
+from wharf.store.log import mapped_file
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.message_store import MessageStore
 from wharf.store.model import PutStatus
@@ -55,14 +58,27 @@ def body(i: int) -> bytes:
 
 
 async def _writer_main(
-    root: str, ack_path: str, count: int, flush_at: int, clean: bool, flush: str, journal: bool
+    root: str,
+    ack_path: str,
+    count: int,
+    flush_at: int,
+    clean: bool,
+    flush: str,
+    journal: bool,
+    unsynced: int = 0,
 ) -> None:
+    if unsynced:
+        _hold_commit_log_syncs_on_request()  # before the store picks its sync engine
     store = MessageStore(store_config(Path(root), flush), disk_usage=lambda path: 0.5)  # type: ignore[arg-type]
     await store.start()
     ack = os.open(ack_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def note(**fields: object) -> None:
         os.write(ack, (json.dumps(fields) + "\n").encode())
+
+    if unsynced:
+        await _read_while_unsynced(store, count, unsynced, note)
+        return
 
     for i in range(count):
         if i == flush_at:
@@ -84,6 +100,50 @@ async def _writer_main(
     await asyncio.sleep(3600)  # SIGKILLed here
 
 
+_SYNCS_HELD = threading.Event()
+
+
+def _hold_commit_log_syncs_on_request() -> None:
+    """From ``_SYNCS_HELD`` on, a commit log fdatasync never returns (the machine loses power
+    first). The seam is patched before the store starts: it then syncs in a Python thread."""
+    real = mapped_file.fdatasync
+
+    def held(fd: int) -> None:
+        if _SYNCS_HELD.is_set() and "/commitlog/" in os.readlink(f"/proc/self/fd/{fd}"):
+            threading.Event().wait()
+        real(fd)
+
+    mapped_file.fdatasync = held
+
+
+async def _read_while_unsynced(
+    store: MessageStore, count: int, unsynced: int, note: Callable[..., None]
+) -> None:
+    """``count`` acknowledged puts, then ``unsynced`` more appended while the commit log's
+    fdatasync never returns (the power cut comes first), while a consumer long-polls every
+    queue: each message it is handed is noted (``read``) before the kill."""
+    for i in range(count):
+        result = await store.put("T", i % QUEUES, [msg(body(i))])
+        assert result.status is PutStatus.PUT_OK
+        note(i=i, queue=result.append.queue_id, offset=result.append.first_queue_offset)
+    _SYNCS_HELD.set()
+    # Appended, never synced: each put waits (the writer is killed first).
+    pending = [asyncio.ensure_future(store.put("T", (count + j) % QUEUES, [msg(body(count + j))]))
+               for j in range(unsynced)]  # fmt: skip
+    deadline = time.monotonic() + 1.0
+    positions = {q: 0 for q in range(QUEUES)}
+    while time.monotonic() < deadline:  # a consumer pulling right then
+        for queue in range(QUEUES):
+            result = store.get_messages("T", queue, positions[queue], 32)
+            for m in result.messages:
+                note(read=m.body.decode()[:5], queue=queue, offset=m.queue_offset)
+            positions[queue] = result.next_begin_offset
+        await asyncio.sleep(0.01)
+    assert not any(p.done() for p in pending)
+    note(done=True)
+    await asyncio.sleep(3600)  # SIGKILLed here
+
+
 def run_writer(
     fs: PowerFS,
     tmp_path: Path,
@@ -94,6 +154,7 @@ def run_writer(
     flush: str = SYNC_FLUSH,
     cut: bool = True,
     journal: bool = False,
+    unsynced: int = 0,
 ) -> tuple[Path, list[dict[str, object]]]:
     """Run the writer on a new store on the mount (``fresh=False``: on the one there) until
     it is done, SIGKILL it, cut (``cut=False``: a process crash only). Returns the store root
@@ -105,7 +166,7 @@ def run_writer(
     acks = tmp_path / "acks.jsonl"
     acks.unlink(missing_ok=True)
     args = [str(root), str(acks), str(count), str(flush_at), "1" if clean else "0", flush]
-    args.append("1" if journal else "0")
+    args += ["1" if journal else "0", str(unsynced)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.fault.test_store_power_cut", *args],
         cwd=REPO_ROOT,
@@ -324,6 +385,29 @@ async def test_units_a_restart_after_a_kill_took_as_flushed_survive_its_clean_sh
         await store.shutdown()
 
 
+@pytest.mark.usefixtures("new_boot")
+async def test_a_consumer_never_reads_a_record_a_power_cut_takes_back(
+    fs: PowerFS, tmp_path: Path
+) -> None:
+    """Committed reads on one SYNC_FLUSH broker (issue 63): records appended but not yet
+    synced are not handed to a consumer pulling right then; after the power cut every record
+    it was handed is still at its offset. (Dispatch stops at the flushed offset: remove that
+    bound in ``CommitLogSource.dispatch_limit`` and the consumer reads the three records the
+    cut takes back.)"""
+    root, notes = run_writer(fs, tmp_path, count=12, unsynced=3)
+    reads = [note for note in notes if "read" in note]
+    assert len(reads) == 12  # every acknowledged record was read, and nothing else
+    store = await reopen_and_check(root, notes)
+    try:
+        for note in reads:
+            result = store.get_messages("T", int(note["queue"]), int(note["offset"]), 1)  # type: ignore[call-overload]
+            assert result.messages, f"read {note}, gone after the power cut"
+            assert result.messages[0].body.decode()[:5] == note["read"]
+        assert sum(store.get_max_offset("T", q) for q in range(QUEUES)) == 12
+    finally:
+        await store.shutdown()
+
+
 if __name__ == "__main__":
     asyncio.run(
         _writer_main(
@@ -334,5 +418,6 @@ if __name__ == "__main__":
             sys.argv[5] == "1",
             sys.argv[6],
             sys.argv[7] == "1",
+            int(sys.argv[8]),
         )
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -349,8 +350,9 @@ async def test_a_controller_mode_store_holds_its_undispatched_tail_until_a_maste
 ) -> None:
     """A controller-mode store starts as a replica: what its log holds past what it had
     dispatched (a deposed master's writes no replica may have) stays out of its queues, in
-    recovery and after, until a master's handshake finds the log a prefix of its own. A store
-    with static roles dispatches it at once, as before."""
+    recovery and after, until a master's handshake finds the log a prefix of its own, and then
+    only as far as that master's committed offset goes (issue 63). A store with static roles
+    dispatches it at once, as before."""
     config, seen = await _store_with_an_undispatched_tail(tmp_path)
     replica = MessageStore(config, replication=ReplicaLink(controller=True))
     await replica.start()
@@ -358,7 +360,15 @@ async def test_a_controller_mode_store_holds_its_undispatched_tail_until_a_maste
         assert replica.recovered.redispatched_messages == 0
         await asyncio.sleep(0.3)  # the reput runs, held
         assert replica.get_max_offset("orders", 0) == seen
+        link = replica.role.ha_slave
+        assert link is not None
+        # An agreeing master whose committed offset ends at "seen": the tail stays hidden.
+        link.confirm_offset = replica.insides.reput_service.reput_from_offset
         replica.role._agreed()  # what HASlave calls after an agreeing handshake
+        await asyncio.sleep(0.3)
+        assert replica.get_max_offset("orders", 0) == seen
+        link.confirm_offset = replica.commit_log_end()  # the master says all of it is committed
+        replica.insides.reput_service.wakeup()
         assert await replica.wait_dispatched()
         assert replica.get_max_offset("orders", 0) == seen + 3
     finally:
@@ -382,3 +392,60 @@ async def test_a_promotion_lifts_the_hold_on_the_tail(tmp_path: Path) -> None:
         assert static.get_max_offset("orders", 0) == seen + 3
     finally:
         await static.shutdown()
+
+
+async def test_a_replica_reads_only_what_its_master_has_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Committed reads (issue 63, the fault campaign's seed 7719): a record the replica has
+    copied and synced but the master has not yet made durable is not readable on the replica
+    (a power cut of the master, re-elected, would reuse its offset); once the master's sync
+    returns, the replica hears of the committed offset at once (not at the 10 s heartbeat)
+    and serves it."""
+    master_root = str(tmp_path / "m")
+    hold = threading.Event()
+    released = threading.Event()
+    real = mapped_file.fdatasync
+
+    def held_on_the_master(fd: int) -> None:
+        if hold.is_set() and os.readlink(f"/proc/self/fd/{fd}").startswith(master_root):
+            released.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(mapped_file, "fdatasync", held_on_the_master)
+    master = MessageStore(
+        small_config(master_root, broker_role="SYNC_MASTER", ha_listen_port=0,
+                     flush_disk_type="SYNC_FLUSH", slave_timeout=10_000,
+                     ha_send_heartbeat_interval=10_000)
+    )  # fmt: skip
+    await master.start()
+    assert master.ha_master is not None
+    replica = MessageStore(
+        small_config(tmp_path / "s", broker_role="SLAVE", flush_disk_type="SYNC_FLUSH",
+                     ha_master_address=f"127.0.0.1:{master.ha_master.port}",
+                     ha_send_heartbeat_interval=10_000)
+    )  # fmt: skip
+    await replica.start()
+    try:
+        await until(lambda: len(master.ha_master.replicas()) == 1)  # type: ignore[union-attr]
+        assert (await master.put("t", 0, [msg("first")])).status is PutStatus.PUT_OK
+        await until(lambda: replica.get_max_offset("t", 0) == 1, within_s=3)
+        hold.set()
+        put = asyncio.ensure_future(master.put("t", 0, [msg("second")]))
+        end = master.commit_log_end()
+        await until(lambda: replica.insides.commit_log.flushed_offset >= end)
+        await asyncio.sleep(0.3)  # the replica's reput runs
+        assert not put.done()
+        assert master.get_max_offset("t", 0) == 1
+        assert replica.get_max_offset("t", 0) == 1  # copied, synced, not committed
+        assert replica.get_messages("t", 0, 1, 8).messages == []
+        released.set()
+        assert (await put).status is PutStatus.PUT_OK
+        await until(lambda: replica.get_max_offset("t", 0) == 2, within_s=3)
+        assert [m.body for m in replica.get_messages("t", 0, 0, 8).messages] == [
+            b"first", b"second"
+        ]
+    finally:
+        released.set()
+        await replica.shutdown()
+        await master.shutdown()
