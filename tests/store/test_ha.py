@@ -443,7 +443,8 @@ async def test_a_replica_reads_only_what_its_master_has_committed(
         assert (await put).status is PutStatus.PUT_OK
         await until(lambda: replica.get_max_offset("t", 0) == 2, within_s=3)
         assert [m.body for m in replica.get_messages("t", 0, 0, 8).messages] == [
-            b"first", b"second"
+            b"first",
+            b"second",
         ]
     finally:
         released.set()
