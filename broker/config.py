@@ -67,6 +67,24 @@ class BrokerConfig:
     # listen port; "off" = none. TLS-only when the listen port is (tlsEnable without
     # tlsListen), plaintext otherwise.
     wire_listen: str = ""
+    # wireTlsListen: the wire port's TLS listener when tlsListen keeps plaintext beside TLS
+    # ("" = tlsListen's host, an ephemeral port; broker/serving/frontend.py TlsSource).
+    wire_tls_listen: str = ""
+    # remotingListen: the RocketMQ 4.x remoting port (broker/remoting/), namesrvAddr of 4.x
+    # clients; 10911 is RocketMQ's own broker port. "off" = none. On its default address a
+    # taken port is one warning and the broker serves without it; set explicitly, it stops
+    # the broker. remotingTlsListen: its TLS listener beside plaintext (as wireTlsListen).
+    remoting_listen: str = "127.0.0.1:10911"
+    remoting_tls_listen: str = ""
+    # kafkaListen: the Kafka wire protocol (broker/kafka/), bootstrap.servers of Kafka
+    # clients; 9092 is Kafka's. "off" = none; a taken default port as remotingListen.
+    # kafkaAdvertisedAddress: the host:port Metadata answers name for this broker ("" = the
+    # kafkaListen address, a wildcard host replaced by the advertised host): behind NAT or in
+    # a container set it, or clients bootstrap and then dial an address they cannot reach.
+    # kafkaTlsListen: its TLS listener beside plaintext (as wireTlsListen).
+    kafka_listen: str = "127.0.0.1:9092"
+    kafka_advertised_address: str = ""
+    kafka_tls_listen: str = ""
     # metricsListen: Prometheus /metrics address (9100, the node-exporter convention).
     metrics_listen: str = "127.0.0.1:9100"
     # advertisedAddress: the address clients should dial (QueryRoute, BrokerStatus). Empty = the

@@ -6,7 +6,8 @@
   only on SEND_OK, with its queue, offset and the replica that acknowledged it (the store
   host of its offset message id); ``unknown`` on any error (maybe written).
 - A consumer pulling every queue and committing what it read (``Commit`` ops, ``unknown``
-  until the broker answered).
+  until the broker answered); beside it, readers through the remoting and v2 protocols
+  (``readers.py``), recording reads only.
 - A term monitor asking each replica every 100 ms for its role and term (``Term`` ops): what
   the checker's "two masters" rule judges the acknowledgements against, and the replica
   nemeses target as master (``master()``).
@@ -20,6 +21,7 @@ import random
 from typing import Any
 
 from tests.fault.campaign.cluster import BROKER, Cluster, Process
+from tests.fault.campaign.readers import RemotingReader, V2Reader
 from tests.fault.checker import OK, UNKNOWN, History, Read
 from tests.fault.power_campaign import body_of, id_of
 
@@ -45,6 +47,12 @@ class Workload:
         self._by_address = {p.host.address: p for p in cluster.replicas}
         self._tasks = [asyncio.create_task(self._producer(n, senders)) for n in range(producers)]
         self._tasks.append(asyncio.create_task(self._consumer()))
+        # The same records read through RocketMQ 4.x remoting and RocketMQ 5's v2 pulls.
+        for reader in (RemotingReader, V2Reader):
+            run = reader(TOPIC, f"{GROUP}-{reader.name}", history).run
+            self._tasks.append(
+                asyncio.create_task(run(cluster.replicas, lambda: self.done, self._error))
+            )
         self._tasks += [asyncio.create_task(self._monitor(p)) for p in cluster.replicas]
 
     def master(self) -> Process:
