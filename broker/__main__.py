@@ -57,14 +57,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--remoting-listen",
         metavar="HOST:PORT",
-        help="RocketMQ 4.x remoting port, the namesrvAddr of 4.x clients (port 0: a free "
-        "port; default off)",
+        help="remotingListen: RocketMQ 4.x remoting, the namesrvAddr of 4.x clients "
+        '(127.0.0.1:10911; port 0: a free port; "off" = none)',
+    )
+    parser.add_argument(
+        "--kafka-listen",
+        metavar="HOST:PORT",
+        help="kafkaListen: the Kafka protocol, bootstrap.servers of Kafka clients "
+        '(127.0.0.1:9092; port 0: a free port; "off" = none)',
     )
     parser.add_argument(
         "--ready-file",
         metavar="PATH",
-        help='written once serving: {"grpc": "host:port", "metrics": "host:port", "pid": N, '
-        '"tls": "host:port" or null, "plaintext": "host:port" or null, "wire": "host:port" or null}',
+        help="written once serving: a JSON object of the addresses served (grpc, tls, "
+        "plaintext, wire, remoting, kafka and their *_tls, metrics, advertised, ha; null "
+        "when off) and the pid",
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper)
     return parser
@@ -78,6 +85,8 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, str]:
         "advertised_address": args.advertise,
         "tls_listen": args.tls_listen,
         "wire_listen": args.wire_listen,
+        "remoting_listen": args.remoting_listen,
+        "kafka_listen": args.kafka_listen,
         "log_level": args.log_level,
     }
     return {name: value for name, value in pairs.items() if value is not None}
@@ -99,30 +108,17 @@ def raise_open_file_limit() -> tuple[int, int]:
 
 
 def ready_info(controller: BrokerController) -> dict[str, object]:
-    """What the ready file says: ``grpc`` is the listen port (TLS-only when tlsEnable without
-    tlsListen); ``tls`` / ``plaintext`` name the port serving each (null when none)."""
-    broker = controller.config.broker
-    host = broker.listen.rpartition(":")[0].strip("[]")
-    metrics_host = broker.metrics_listen.rpartition(":")[0].strip("[]")
-    grpc = f"{host}:{controller.grpc_port}"
-    tls = None
-    if controller.tls_port == controller.grpc_port:
-        tls = grpc
-    elif controller.tls_port:
-        tls = f"{broker.tls_listen.rpartition(':')[0].strip('[]')}:{controller.tls_port}"
+    """What the ready file says: every front end's keys (``grpc`` is the listen port, TLS-only
+    when tlsEnable without tlsListen; ``tls`` / ``plaintext`` name the gRPC port serving
+    each; ``wire``, ``remoting``, ``kafka`` and their ``*_tls``: null when off), then the
+    metrics port, the advertised endpoint, the pid and the replication listener (``ha``)."""
+    metrics_host = controller.config.broker.metrics_listen.rpartition(":")[0].strip("[]")
     return {
-        "grpc": grpc,
+        **controller.ready(),
         "metrics": f"{metrics_host}:{controller.metrics_port}",
         "advertised": controller.endpoint,
         "pid": os.getpid(),
-        "tls": tls,
-        "plaintext": None if tls == grpc else grpc,
-        # The replication listener (haListenPort; 0 = ephemeral), null when none.
         "ha": controller.ha_address or None,
-        # The wire port (wireListen: dial it as wire://host:port), null when off.
-        "wire": controller.wire_address or None,
-        # The RocketMQ 4.x remoting port (--remoting-listen), null when off.
-        "remoting": controller.remoting_address or None,
     }
 
 
@@ -179,7 +175,6 @@ def main(argv: list[str] | None = None) -> int:
     soft, _ = raise_open_file_limit()
     log.info("open-file limit %d (connections, queue and index files each hold one)", soft)
     controller = BrokerController(config)
-    controller.remoting_listen = args.remoting_listen or ""
     ready_file = Path(args.ready_file) if args.ready_file else None
     try:
         code = uvloop.run(serve(controller, ready_file))

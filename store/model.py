@@ -169,3 +169,17 @@ class StoreStats:
     # refused "broker busy" after waitTimeMillsInSendQueue.
     sends_held: int = 0
     sends_refused_busy: int = 0
+
+
+@dataclass(slots=True)
+class RawGetResult:
+    """A read of whole stored records (``store/read/get_raw.py``): what a front end copies
+    to its socket as it is."""
+
+    status: GetStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    records: bytes = b""  # whole stored records, concatenated in queue-offset order
+    count: int = 0  # records in ``records``
+    body_bytes: int = 0  # sum of their BODYLENGTH (what the view path counts as bytes out)

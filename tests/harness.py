@@ -156,6 +156,7 @@ class BrokerProcess:
         self.ha_endpoint = ""
         self.wire_endpoint = ""  # wire://host:port of the wire port ("" when off)
         self.remoting_endpoint = ""  # host:port of --remoting-listen, RocketMQ 4.x ("" when off)
+        self.kafka_endpoint = ""  # host:port of --kafka-listen ("" when off)
         self.log_path = self.root / "broker.log"
 
     def start(self, timeout: float | None = None) -> BrokerProcess:
@@ -173,6 +174,12 @@ class BrokerProcess:
             if "wireListen" in self.settings or "--wire-listen" in self.extra_args
             else ["--wire-listen", "127.0.0.1:0"]
         )
+        # Remoting and Kafka are off unless the test sets them: their defaults are fixed
+        # ports (10911, 9092) that parallel brokers would share.
+        for setting, flag in (("remotingListen", "--remoting-listen"),
+                              ("kafkaListen", "--kafka-listen")):  # fmt: skip
+            if setting not in self.settings and flag not in self.extra_args:
+                wire += [flag, "off"]
         cmd = [
             sys.executable, "-m", "wharf.broker",
             "--config", str(config),
@@ -193,6 +200,7 @@ class BrokerProcess:
         self.ha_endpoint = info.get("ha") or ""  # the replication listener (haListenPort)
         self.wire_endpoint = f"wire://{info['wire']}" if info.get("wire") else ""
         self.remoting_endpoint = info.get("remoting") or ""
+        self.kafka_endpoint = info.get("kafka") or ""
         return self
 
     def log(self) -> str:

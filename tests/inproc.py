@@ -33,6 +33,9 @@ async def start_inproc(root: Path, store_factory: Any = None, **settings: str) -
         "listen": "127.0.0.1:0",
         "metrics_listen": "127.0.0.1:0",
         "store_path_root_dir": str(root),
+        # Off unless a test asks: their defaults are fixed ports (10911, 9092).
+        "remoting_listen": "off",
+        "kafka_listen": "off",
         **settings,
     }
     controller = BrokerController(load_settings(None, {}, overrides), store_factory)

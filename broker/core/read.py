@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar
 from wharf.broker.config import BrokerConfig
 from wharf.broker.core.long_poll import LongPollHolder
 from wharf.broker.errors import ResourceExhaustedError
-from wharf.store.model import GetResult, GetStatus, TagFilter
-from wharf.store.read.get_raw import RawGetResult
+from wharf.store.model import GetResult, GetStatus, RawGetResult, TagFilter
 
 if TYPE_CHECKING:
     from wharf.store.message_store import MessageStore

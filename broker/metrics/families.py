@@ -223,7 +223,8 @@ def snapshot_families(s: BrokerSnapshot) -> Iterator[Any]:
     yield counter("wharf_timer_delivered_total", "Timed messages delivered since start.", [], [((), timer.get("delivered_total", 0))])  # fmt: skip
     yield counter("wharf_timer_recalled_total", "Timed messages recalled before delivery since start.", [], [((), timer.get("cancelled_total", 0))])  # fmt: skip
     yield gauge("wharf_long_poll_parked_requests", "Pull requests parked waiting for messages (long polling).", [], [((), s.parked_pulls)])  # fmt: skip
-    yield gauge("wharf_wire_connections", "Client connections open on the wire port.", [], [((), s.wire_connections)])  # fmt: skip
+    yield gauge("wharf_wire_connections", "Client connections open on the wire port.", [], [((), s.frontend_connections.get("wire", 0))])  # fmt: skip
+    yield gauge("wharf_frontend_connections", "Client connections open per protocol front end (gRPC's not counted).", ["frontend"], [((name,), n) for name, n in sorted(s.frontend_connections.items())])  # fmt: skip
     yield gauge("wharf_event_loop_tasks", "Live asyncio tasks on the broker's event loop.", [], [((), s.loop_tasks)])  # fmt: skip
     yield gauge("wharf_metrics_snapshot_seconds", "Event-loop time this scrape's store and consumer snapshot took.", [], [((), s.loop_seconds)])  # fmt: skip
     yield gauge("wharf_broker_uptime_seconds", "Seconds since the broker started.", [], [((), s.uptime_seconds)])  # fmt: skip

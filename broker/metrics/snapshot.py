@@ -68,8 +68,9 @@ class BrokerSnapshot:
     namesrv_sessions: dict[str, bool] = field(default_factory=dict)
     # Role and replication (``store.replication_status()``); None for a store without it.
     replication: ReplicationStatus | None = None
-    # Client connections open on the wire port (0 when it is off).
-    wire_connections: int = 0
+    # Client connections open per front end (the wire port, remoting, Kafka; gRPC's are
+    # not counted by grpc.aio).
+    frontend_connections: dict[str, int] = field(default_factory=dict)
 
 
 def take_snapshot(view: BrokerView, now: float | None = None) -> BrokerSnapshot:
@@ -126,7 +127,7 @@ def _snapshot(
         identity=dict(view.identity),
         namesrv_sessions=dict(view.namesrv_sessions()),
         replication=view.replication(),
-        wire_connections=view.wire_connections(),
+        frontend_connections=dict(view.frontend_connections()),
     )
 
 

@@ -5,9 +5,9 @@ store's loop (``snapshot.take_snapshot``); unit tests build one from fakes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sized
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from wharf.store.config import StoreConfig
 from wharf.store.ha.status import ReplicationStatus
@@ -57,7 +57,51 @@ class BrokerView:
     identity: Mapping[str, str] = field(default_factory=dict)
     # Per NameServer of namesrvAddr: whether this broker's registration session is up.
     namesrv_sessions: Callable[[], Mapping[str, bool]] = dict
-    wire_connections: Callable[[], int] = _zero
+    # Client connections open per protocol front end ({"wire": 3, "remoting": 1, ...}).
+    frontend_connections: Callable[[], Mapping[str, int]] = dict
     replication: Callable[[], ReplicationStatus | None] = _none
     transactions: Callable[[], Mapping[str, int]] = _no_stats
     timer: Callable[[], Mapping[str, int]] = _no_stats
+
+
+def broker_view(
+    store: Any,
+    broker: Any,
+    topics: Sized,
+    groups: Sized,
+    offsets: Any,
+    parked_pulls: Callable[[], int],
+    started_at: Callable[[], float],
+    namesrv_sessions: Callable[[], Mapping[str, bool]],
+    frontend_connections: Callable[[], Mapping[str, int]],
+) -> BrokerView:
+    """The broker's view from its parts (the composition root's tables and callables)."""
+
+    def service_stats(name: str) -> Callable[[], dict[str, int]]:
+        def read() -> dict[str, int]:
+            try:  # a replica runs no transaction or timer service
+                return dict(getattr(store, name).stats())
+            except (AttributeError, AssertionError):
+                return {}
+
+        return read
+
+    replication = getattr(store, "replication_status", None)  # a test store may lack it
+    return BrokerView(
+        store=store,
+        topic_count=lambda: len(topics),
+        group_count=lambda: len(groups),
+        committed_offsets=lambda: offsets.table,
+        parked_pulls=parked_pulls,
+        started_at=started_at,
+        identity={
+            "cluster": broker.broker_cluster_name,
+            "broker": broker.broker_name,
+            "broker_id": str(broker.broker_id),
+        },
+        namesrv_sessions=namesrv_sessions,
+        frontend_connections=frontend_connections,
+        replication=replication if callable(replication) else (lambda: None),
+        transactions=service_stats("transactions"),
+        timer=service_stats("timer"),
+    )

@@ -26,7 +26,7 @@ from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import is_system_topic, validate_topic_name
 from wharf.broker.processors.convert import add_views
 from wharf.broker.serving.reply_budget import CallReplies, NoReplyBudget, PullReplies
-from wharf.store.read.get_raw import RawGetResult
+from wharf.store.model import RawGetResult
 from wharf.v1 import messaging_pb2
 
 # The core's neutral read outcome as wharf.v1's PullStatus.

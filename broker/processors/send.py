@@ -21,13 +21,12 @@ from typing import Any, NamedTuple
 import grpc
 from wharf import hops
 from wharf.broker.context import BrokerContext
+from wharf.broker.core.model import Written
 from wharf.broker.errors import InvalidArgumentError, status_for
 from wharf.broker.processors.convert import SEND_STATUS, error_into, to_inputs
 from wharf.broker.processors.send_columns import ColumnsSender
 from wharf.broker.serving.handlers import check_stream_item
-from wharf.store.config import SYNC_FLUSH
 from wharf.store.model import MessageInput, PutResult, PutStatus
-from wharf.store.write import Written
 from wharf.v1 import common_pb2, messaging_pb2
 
 log = logging.getLogger("wharf.broker.processors.send")
@@ -63,7 +62,7 @@ class SendProcessor:
         self.ctx = ctx
         # THE send core of this broker: the v2 front end shares it (one round-robin counter).
         self.core = ctx.send_core
-        self._sync_flush = ctx.store.config.flush_disk_type == SYNC_FLUSH
+        self._sync_flush = ctx.store.config.flush_disk_type == "SYNC_FLUSH"
         self._max_message_size = ctx.store.config.max_message_size
         self._store_host = ctx.store.config.store_host
         self._columns = ColumnsSender(ctx)

@@ -80,8 +80,7 @@ from wharf.store.errors import (
     StoreBusyError,
     StoreNotWritableError,
 )
-from wharf.store.model import GetStatus, MessageInput, PutStatus, TagFilter
-from wharf.store.read.get_raw import RawGetResult
+from wharf.store.model import GetStatus, MessageInput, PutStatus, RawGetResult, TagFilter
 from wharf.v1 import common_pb2, messaging_pb2
 
 __all__ = ["RemotingHandlers", "error_response"]

@@ -39,6 +39,7 @@ import itertools
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -49,6 +50,7 @@ from wharf.broker.remoting.codes import (
     ResponseCode,
     SerializeType,
     request_code_name,
+    response_code_name,
 )
 from wharf.broker.remoting.frame import (
     FrameDecoder,
@@ -174,6 +176,7 @@ class Connection(asyncio.Protocol):
 
     async def _serve(self, request: RemotingCommand) -> None:
         server = self.server
+        started = time.perf_counter()
         handler = server.handlers.get(request.code)
         response: RemotingCommand | None
         if handler is None:
@@ -193,6 +196,10 @@ class Connection(asyncio.Protocol):
                 raise
             except Exception as exc:
                 response = server.error_mapper(request, exc)
+        if server.observe is not None:  # the RPC metrics, as remoting.<REQUEST CODE>
+            status = "OK" if response is None else response_code_name(response.code)
+            server.observe(f"remoting.{request_code_name(request.code)}", status,
+                           time.perf_counter() - started)  # fmt: skip
         if response is None or request.flag & FLAG_ONEWAY:
             return
         self.send(response)
@@ -269,6 +276,8 @@ class RemotingServer:
         self.on_connection_lost: Callable[[Connection], None] | None = None
         self.acl: RemotingAcl | None = None  # aclEnable: checked before every handler
         self.ssl: ssl.SSLContext | None = None  # TLS: every connection
+        # (method, status, seconds) of every request answered: the broker's RPC metrics.
+        self.observe: Callable[[str, str, float], None] | None = None
         self.connections: set[Connection] = set()
         self.host = ""
         self.port = 0
@@ -360,6 +369,14 @@ class RemotingServer:
         for server in self._servers:
             server.close()
         self.close_sockets()
+
+    async def drain(self, within_s: float) -> None:
+        """Wait until no request is running (at most ``within_s``)."""
+        deadline = asyncio.get_running_loop().time() + within_s
+        while any(c.tasks for c in self.connections):
+            if asyncio.get_running_loop().time() >= deadline:
+                return
+            await asyncio.sleep(0.01)
 
     async def stop(self) -> None:
         """Close the listener and every connection; cancel the requests still running."""

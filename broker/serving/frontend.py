@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from wharf.broker.config import Config, parse_host_port
+from wharf.broker.serving.health import HealthBoard
 
 if TYPE_CHECKING:
     import grpc
-
     from wharf.broker.acl.guard import AclGuard
     from wharf.broker.context import BrokerContext
 
@@ -90,6 +90,7 @@ class PortBook:
 
     def __init__(self) -> None:
         self.held: list[socket.socket] = []
+        self.by_setting: dict[str, Reserved] = {}  # what each setting reserved (wire: listen's)
 
     def reserve(self, address: str, setting: str) -> Reserved:
         """Bind ``address`` (port 0: the OS picks one, the same on every address family)
@@ -143,7 +144,9 @@ class PortBook:
             if not sockets:
                 raise FrontEndUnavailable(taken, setting)
             self.held.extend(sockets)
-            return Reserved(f"{address.rpartition(':')[0]}:{chosen}", chosen, sockets)
+            reserved = Reserved(f"{address.rpartition(':')[0]}:{chosen}", chosen, sockets)
+            self.by_setting[setting] = reserved
+            return reserved
         raise FrontEndUnavailable(
             f"cannot listen on {address} ({setting}): no port free on every address", setting
         )
@@ -196,12 +199,16 @@ class TlsSource:
 @dataclass
 class Serving:
     """What a part gets at ``attach``: the core, the ACL guard (aclEnable, else None), TLS,
-    and the root's health servicer's ``set_serving(service_name)``."""
+    the broker's health (a part adds the service names it serves), and ``shared``: what
+    parts build once for several transports (``mounts.py``: the gRPC services the gRPC
+    front end and the wire port both serve)."""
 
     ctx: BrokerContext
     acl: AclGuard | None
     tls: TlsSource
-    set_serving: Callable[[str], Any]
+    health: HealthBoard = field(default_factory=HealthBoard)
+    shared: dict[str, Any] = field(default_factory=dict)
+    set_serving: Any = None  # TEMPORARY (kafka helper's tests construct it): removed at merge
 
 
 class FrontEnd(Protocol):
@@ -212,9 +219,10 @@ class FrontEnd(Protocol):
 
     def reserve(self, ports: PortBook, tls: TlsSource) -> None: ...
 
-    def store_host(self) -> str | None:
+    def store_host(self, advertised: str) -> str | None:
         """The address stamped into records and offset message ids if this part must own it
-        (remoting: 4.x tools dial the id's address), else None."""
+        (remoting: 4.x tools dial the id's address), else None; ``advertised`` is the
+        broker's advertised endpoint (its host replaces a wildcard listen host)."""
         ...
 
     def attach(self, serving: Serving) -> None: ...

@@ -105,6 +105,19 @@ def add_servicer(
     also: MethodHandlers | None = None,
 ) -> None:
     """``servicer``'s methods on ``server`` (and on ``also``, the wire port, when given)."""
+    handlers = method_handlers(servicer, service, wrap)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+    if also is not None:
+        also.add_method_handlers(service.full_name, handlers)
+
+
+def method_handlers(
+    servicer: Any, service: ServiceDescriptor, wrap: Wrap | None = None
+) -> dict[str, Any]:
+    """``servicer``'s methods as grpc method handlers by name (what gRPC and the wire port
+    both serve), each behind ``wrap`` (the ACL) when given."""
     handlers = {}
     for method in service.methods:
         request_cls = message_factory.GetMessageClass(method.input_type)
@@ -118,8 +131,4 @@ def add_servicer(
             request_deserializer=safe_deserializer(request_cls),
             response_serializer=_serializer(response_cls),
         )
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
-    )
-    if also is not None:
-        also.add_method_handlers(service.full_name, handlers)
+    return handlers

@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from wharf.broker.core import Failed, Planned, Reason, Refused, SendCore, SendOutcome, Stored
@@ -49,9 +49,6 @@ from wharf.rocketmq.v2 import definition_pb2, service_pb2
 from wharf.store.codec.ids import recall_handle
 from wharf.store.codec.properties import PROPERTY_TIMER_DELIVER_MS, PROPERTY_TRANSACTION_PREPARED
 from wharf.store.model import MessageInput
-
-if TYPE_CHECKING:
-    from wharf.store.message_store import MessageStore
 
 MessageType = definition_pb2.MessageType
 # Plain ints: ``MessageType.X`` is a Python-level enum wrapper lookup (~0.9 µs each).
@@ -154,7 +151,7 @@ class V2SendProcessor:
 
     def __init__(
         self,
-        store: MessageStore,
+        store: Any,  # what SendCore takes (broker/core/send.py): the store stays behind the core
         topics: TopicConfigManager,
         max_message_size: int,
         on_stored: Callable[[str, list[int]], None] | None = None,

@@ -192,6 +192,10 @@ class _Connection(wire.FramedProtocol):
                 call.task.cancel()
         self._calls.clear()
 
+    @property
+    def calls(self) -> dict[int, _Call]:
+        return self._calls
+
     def data_received(self, data: bytes) -> None:
         try:
             frames = self.reader.feed(data)
@@ -370,6 +374,14 @@ class WireServer:
     def add_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
         for name, handler in handlers.items():
             self.methods[f"/{service}/{name}"] = handler
+
+    @property
+    def calls_in_flight(self) -> int:
+        return sum(len(conn.calls) for conn in self.connections)
+
+    def protocol(self) -> asyncio.Protocol:
+        """One connection's protocol (the wire part serves it on its reserved sockets)."""
+        return _Connection(self.methods, self.connections, self.max_message_bytes)
 
     async def start(self, host: str, port: int, ssl: Any = None) -> int:
         """Listen; returns the bound port (``port`` 0 = ephemeral). OSError when taken."""

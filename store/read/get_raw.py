@@ -20,7 +20,6 @@ paths in the broker, not only in isolation.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 from wharf.store.codec.layout import (
     MESSAGE_MAGIC_CODE,
@@ -30,7 +29,7 @@ from wharf.store.codec.layout import (
 )
 from wharf.store.codec.records import record_properties
 from wharf.store.log.commit_log import CommitLog
-from wharf.store.model import GetStatus, TagFilter
+from wharf.store.model import GetStatus, RawGetResult, TagFilter
 from wharf.store.queue.consume_queue import ConsumeQueue
 from wharf.store.read.filter import MATCH_ALL
 from wharf.store.read.get_message import check_offset, choose_units
@@ -38,17 +37,6 @@ from wharf.store.read.get_message import check_offset, choose_units
 # TOTALSIZE, MAGICCODE and BODYLENGTH in one unpack (the rest of the header skipped).
 _SIZE_MAGIC_BODY = partial_struct(("TOTAL_SIZE", "MAGIC", "BODY_LENGTH"))
 _BODY_LENGTH = struct.Struct(">i")
-
-
-@dataclass(slots=True)
-class RawGetResult:
-    status: GetStatus
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
-    records: bytes = b""  # whole stored records, concatenated in queue-offset order
-    count: int = 0  # records in ``records``
-    body_bytes: int = 0  # sum of their BODYLENGTH (what the view path counts as bytes out)
 
 
 def get_raw_records(

@@ -61,9 +61,10 @@ async def busy(tmp_path: Path) -> AsyncIterator[tuple[InProcBroker, Stall]]:
         "store_path_root_dir": str(tmp_path),
         "max_dispatch_lag_bytes": "4096",
         "wait_time_mills_in_send_queue": "200",
+        "remoting_listen": "127.0.0.1:0",  # RocketMQ 4.x remoting too
+        "kafka_listen": "off",
     }
     controller = BrokerController(load_settings(None, {}, settings))
-    controller.remoting_listen = "127.0.0.1:0"  # RocketMQ 4.x remoting too
     await controller.start()
     broker = InProcBroker(
         controller, grpc.aio.insecure_channel(f"127.0.0.1:{controller.grpc_port}")
@@ -131,7 +132,7 @@ async def test_v2_send_is_answered_too_many_requests(busy: tuple[InProcBroker, S
 async def test_remoting_send_is_answered_system_busy(busy: tuple[InProcBroker, Stall]) -> None:
     """A 4.x client gets SYSTEM_BUSY (2), which its producers retry (retryResponseCodes)."""
     broker, _ = busy
-    host, _, port = broker.controller.remoting_address.rpartition(":")
+    host, _, port = broker.controller.ready()["remoting"].rpartition(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
         client = RemotingClient(reader, writer)
@@ -154,7 +155,7 @@ async def _cpp_send(broker: InProcBroker, home: Path, **args: object) -> dict[st
     env = {**os.environ, "HOME": str(home)}
     env.pop("PYTHONPATH", None)
     proc = await asyncio.create_subprocess_exec(
-        str(RMQ4_PYTHON), str(CPP_SCRIPT), broker.controller.remoting_address, "send",
+        str(RMQ4_PYTHON), str(CPP_SCRIPT), broker.controller.ready()["remoting"], "send",
         json.dumps(args), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 120)
@@ -220,7 +221,7 @@ async def test_the_node_4x_client_is_refused_busy_and_sends_once_the_dispatch_ha
     async def send(body: str) -> tuple[dict[str, object], str]:
         args = {"group": "busy", "topic": "orders", "messages": [{"body": body}]}
         proc = await asyncio.create_subprocess_exec(
-            node, str(NODE_DIR / "scenario.js"), broker.controller.remoting_address, "send",
+            node, str(NODE_DIR / "scenario.js"), broker.controller.ready()["remoting"], "send",
             json.dumps(args), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             cwd=NODE_DIR, env={**os.environ, "HOME": str(home)},
         )  # fmt: skip

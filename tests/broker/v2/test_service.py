@@ -154,7 +154,7 @@ async def test_telemetry_answers_every_settings_frame_and_keeps_the_stream_open(
         reply = await asyncio.wait_for(call.read(), 5)
         assert reply.status.code == Code.OK
         assert reply.settings.publishing.max_body_size == 1024  # the broker's maxMessageSize
-    service = broker.controller.v2_service
+    service = broker.controller.front_end("grpc").servicer("apache.rocketmq.v2.MessagingService")
     assert service.clients.get("host@1@0@abc") is not None
     await outgoing.put(s.TelemetryCommand(settings=d.Settings(client_type=d.PRODUCER)))
     assert (await asyncio.wait_for(call.read(), 5)).status.code == Code.BAD_REQUEST

@@ -1,0 +1,200 @@
+"""How a broker joins its cluster, built from its settings and the parts they need (the
+composition root calls these; none holds the root): the NameServer dialer and registrar,
+the replication link the store runs (identity, metadata shipped to replicas, TLS, accounts)
+and controller mode's failover."""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import grpc
+from wharf.broker.cluster.registration import Identity, NamesrvRegistrar, parse_namesrv_addr
+from wharf.broker.config import BrokerConfig, Config
+from wharf.broker.failover import AetcdEtcd, Failover
+from wharf.broker.meta.persist import dumps
+from wharf.broker.meta.topics import TopicConfigManager
+from wharf.broker.serving.frontend import FrontEndUnavailable
+from wharf.client.channel import open_channel as open_client_channel
+from wharf.client.channel import tls_config as client_tls_config
+from wharf.client.errors import InvalidArgumentError
+from wharf.store.ha import ReplicaLink
+from wharf.v1 import namesrv_pb2
+from wharf.wire import load_cert_chain_pem
+
+__all__ = [
+    "DELAY_OFFSETS",
+    "identity_of",
+    "make_failover",
+    "make_registrar",
+    "namesrv_dialer_blocking",
+    "replica_link",
+    "replication_tls",
+]
+
+log = logging.getLogger("broker")
+DELAY_OFFSETS = "delayOffset"  # the delay levels' progress, in replicated metadata
+
+
+def identity_of(
+    broker: BrokerConfig,
+    endpoint: str,
+    addresses: dict[str, str | None],
+    broker_id: int | None = None,
+    epoch: int = 0,
+) -> Identity:
+    """What the NameServer records: the endpoint, and the remoting address 4.x clients dial
+    (the front ends' ready keys)."""
+    return Identity(
+        broker.broker_cluster_name,
+        broker.broker_name,
+        broker.broker_id if broker_id is None else broker_id,
+        endpoint,
+        epoch,
+        addresses.get("remoting") or "",
+    )
+
+
+def namesrv_dialer_blocking(broker: BrokerConfig) -> Callable[[str], grpc.aio.Channel]:
+    """How the broker dials a NameServer: TLS with namesrvTlsEnable, calls signed with
+    namesrvAccessKey / namesrvSecretKey (the SDK's channel; never the environment's keys)."""
+    try:
+        tls = client_tls_config(broker.namesrv_tls_enable, broker.namesrv_tls_ca_file or None)
+    except InvalidArgumentError as exc:
+        raise FrontEndUnavailable(f"namesrvTlsCaFile: {exc}") from None
+    if bool(broker.namesrv_access_key) != bool(broker.namesrv_secret_key):
+        raise FrontEndUnavailable("namesrvAccessKey and namesrvSecretKey go together")
+    keys = broker.namesrv_access_key, broker.namesrv_secret_key
+
+    def dial(address: str) -> grpc.aio.Channel:
+        return open_client_channel(address, tls=tls, access_key=keys[0], secret_key=keys[1])
+
+    return dial
+
+
+def make_registrar(
+    broker: BrokerConfig,
+    identity: Identity,
+    topics: TopicConfigManager,
+    dial: Callable[[str], grpc.aio.Channel],
+) -> NamesrvRegistrar:
+    def snapshot() -> tuple[int, list[namesrv_pb2.TopicQueues]]:
+        queues = [
+            namesrv_pb2.TopicQueues(
+                topic=t.name,
+                read_queue_nums=t.read_queue_nums,
+                write_queue_nums=t.write_queue_nums,
+                perm=t.perm,
+            )
+            for t in topics.table.values()
+        ]
+        return topics.version, queues
+
+    return NamesrvRegistrar(
+        parse_namesrv_addr(broker.namesrv_addr),
+        identity,
+        snapshot,
+        broker.broker_heartbeat_interval,
+        dial,
+    )
+
+
+def replica_link(
+    config: Config,
+    managers: Sequence[Any],
+    store: Callable[[], Any],
+    on_applied: Callable[[bool], None],
+    failover: Callable[[], Failover | None],
+    restart: Callable[[str], None],
+    replica_secret: Callable[[str, str], str] | None,
+    tls: dict[str, ssl.SSLContext],
+) -> ReplicaLink:
+    """What the store's replication needs from the broker: identity, and the metadata a
+    replica follows (topics, groups, consumer offsets, delay offsets) as JSON bytes: the
+    master ships a snapshot whenever its bytes change (checked every second), a replica
+    replaces its tables with it wholesale (RocketMQ #1094: a replica never keeps offsets of
+    its own). ``on_applied(topics_changed)`` after a replica applied a snapshot."""
+    broker = config.broker
+
+    def snapshot() -> bytes:
+        tables: dict[str, Any] = {m.FILE_NAME: m.to_json() for m in managers}
+        tables[DELAY_OFFSETS] = {str(k): v for k, v in store().delay_offsets().items()}
+        return dumps(tables).encode()
+
+    def apply(payload: bytes) -> None:
+        try:
+            tables = json.loads(payload)
+        except ValueError:
+            log.error("ignoring replicated metadata that is not JSON (%d bytes)", len(payload))
+            return
+        versions = [getattr(m, "version", None) for m in managers]
+        for manager in managers:
+            manager.table.clear()
+            manager.load(tables.get(manager.FILE_NAME))
+            manager.dirty = True
+        delays = tables.get(DELAY_OFFSETS) or {}
+        store().follow_delay_offsets({int(k): int(v) for k, v in delays.items()})
+        on_applied(versions != [getattr(m, "version", None) for m in managers])
+
+    def master_address() -> str:
+        # Controller mode: the master etcd names (the failover is made right after the
+        # store and started once the broker serves; until then there is none to dial).
+        current = failover()
+        return current.master_ha if current is not None else ""
+
+    controller_mode = broker.enable_controller_mode
+    return ReplicaLink(
+        broker.broker_cluster_name,
+        broker.broker_name,
+        broker.broker_id,
+        snapshot,
+        apply,
+        master_address=master_address if controller_mode else None,
+        controller=controller_mode,
+        restart=restart if controller_mode else None,
+        replica_secret=replica_secret,
+        credentials=(broker.ha_access_key, broker.ha_secret_key),
+        **tls,
+    )
+
+
+def replication_tls(
+    broker: BrokerConfig, cert_pem: bytes | None, key_pem: bytes | None,
+    server_context: Callable[[], ssl.SSLContext] | None,
+) -> dict[str, ssl.SSLContext]:  # fmt: skip
+    """haTlsEnable: the replication listener's context (the broker's certificate, following
+    its reloads) and the one a replica dials with (haTlsCaFile; its own certificate shown
+    when the master asks: tlsClientAuth = require there)."""
+    if not broker.ha_tls_enable or server_context is None or cert_pem is None:
+        return {}
+    try:
+        client = ssl.create_default_context(cafile=broker.ha_tls_ca_file or None)
+        load_cert_chain_pem(client, cert_pem, key_pem or b"")
+    except (OSError, ssl.SSLError) as exc:
+        raise FrontEndUnavailable(f"haTlsCaFile {broker.ha_tls_ca_file!r}: {exc}") from None
+    return {"server_ssl": server_context(), "client_ssl": client}
+
+
+def make_failover(
+    config: Config,
+    endpoint: str,
+    store_role: Any,
+    on_master: Callable[[], Awaitable[None]],
+    restart: Callable[[str], None],
+) -> Failover:
+    broker = config.broker
+    return Failover(
+        etcd=AetcdEtcd(parse_namesrv_addr(broker.controller_addr)),
+        cluster=broker.broker_cluster_name,
+        broker_name=broker.broker_name,
+        broker_id=broker.broker_id,
+        address=endpoint,
+        ttl_ms=broker.controller_heart_beat_timeout_mills,
+        wished_role=config.store.broker_role,
+        store=store_role,
+        on_master=on_master,
+        restart=restart,
+    )

@@ -1,0 +1,80 @@
+"""The wire port as a part (broker/serving/frontend.py): the gRPC mounts' very handlers
+(broker/serving/mounts.py) over Wharf's framed TCP protocol (``server.py``), on
+``wireListen`` ("" = the listen host and the gRPC port + 2, ephemeral when that port is 0, as
+RocketMQ derives its fast remoting port from the listen port; "off" = none), TLS by the
+broker's one rule (broker/serving/tcp.py), beside plaintext on ``wireTlsListen`` with
+tlsListen. Listed after the gRPC part: its default port is derived from gRPC's."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from wharf.broker.config import Config, parse_host_port
+from wharf.broker.serving.frontend import PortBook, Serving, TlsSource
+from wharf.broker.serving.grpc_part import max_message_size
+from wharf.broker.serving.mounts import mounts_for
+from wharf.broker.serving.tcp import TcpListeners
+from wharf.broker.wire.server import WireServer
+
+__all__ = ["WireFrontEnd", "wire_part"]
+
+log = logging.getLogger("broker")
+
+
+class WireFrontEnd:
+    name = "wire"
+    optional = False
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.server = WireServer(max_message_size(config))  # frames sized as gRPC's
+        broker = config.broker
+        self.listeners = TcpListeners(
+            "wireListen", broker.wire_listen, "wireTlsListen", broker.wire_tls_listen
+        )
+
+    def reserve(self, ports: PortBook, tls: TlsSource) -> None:
+        broker = self.config.broker
+        if not broker.wire_listen:
+            host, listen_port = parse_host_port(broker.listen, "listen")
+            grpc_port = ports.by_setting["listen"].port
+            self.listeners.address = f"{host}:{grpc_port + 2 if listen_port else 0}"
+        self.listeners.reserve(ports, tls)
+
+    def store_host(self, advertised: str) -> str | None:
+        return None
+
+    def attach(self, serving: Serving) -> None:
+        for mount in mounts_for(serving):
+            self.server.add_method_handlers(mount.service.full_name, mount.handlers)
+
+    async def serve(self) -> None:
+        await self.listeners.serve(self.server.protocol)
+        address = self.listeners.ready("wire")["wire"]
+        tls_address = self.listeners.ready("wire")["wire_tls"]
+        log.info("wire port on %s (%s; clients dial wire://%s)%s", address,
+                 "TLS" if self.listeners.main_tls else "plaintext", address,
+                 f", over TLS on wire://{tls_address}" if tls_address else "")  # fmt: skip
+
+    def ready(self) -> dict[str, str | None]:
+        return self.listeners.ready("wire")
+
+    def connections(self) -> int:
+        return len(self.server.connections)
+
+    def close_listener(self) -> None:
+        self.listeners.close_listener()
+
+    async def stop(self, grace_s: float) -> None:
+        """Calls in flight get up to the grace period, then every connection is closed."""
+        deadline = asyncio.get_running_loop().time() + grace_s
+        # Polled in 10 ms steps: calls end in their own tasks, and this runs once, at stop.
+        while self.server.calls_in_flight and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        await self.server.stop()
+        await self.listeners.wait_closed()
+
+
+def wire_part(config: Config) -> WireFrontEnd | None:
+    return None if config.broker.wire_listen == "off" else WireFrontEnd(config)
