@@ -252,7 +252,7 @@ class RemotingHandlers:
             groups, producers = self.ctx.clients.groups_of(client_id)
             self.ctx.clients.unregister(client_id, groups, producers)
             for group in groups:
-                self._notify_ids_changed(group, client_id)
+                self._notify_ids_changed(group)
 
     # --- NameServer -------------------------------------------------------------------------
     def _group(self) -> GroupAddresses:
@@ -343,16 +343,19 @@ class RemotingHandlers:
         ctx.clients.attach(client_id, conn)
         conn.client_ids.add(client_id)
         for group in changed:
-            self._notify_ids_changed(group, client_id)
+            self._notify_ids_changed(group)
         return _ok(request)
 
-    def _notify_ids_changed(self, group: str, except_client: str) -> None:
-        """NOTIFY_CONSUMER_IDS_CHANGED (oneway) to the other members: they rebalance now
-        instead of on their next timer (the C++ client reacts at once)."""
+    def _notify_ids_changed(self, group: str) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED (oneway) to every member, the one that just joined
+        included, as Apache's broker does (ConsumerManager.registerConsumer -> the CHANGE
+        event to all of the group's channels): members rebalance now instead of on their next
+        timer, and a Java DefaultLitePullConsumer gets its queues at once, not after its 20 s
+        rebalance (issue 66)."""
         ids, _ = self.ctx.clients.members(group)
         for client_id in ids:
             conn = self.ctx.clients.connection_of(client_id)
-            if client_id != except_client and conn is not None and not conn.closed:
+            if conn is not None and not conn.closed:
                 conn.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
 
     async def unregister(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -361,7 +364,7 @@ class RemotingHandlers:
         producers = [header.producer_group] if header.producer_group else []
         self.ctx.clients.unregister(header.client_id, groups, producers)
         for group in groups:
-            self._notify_ids_changed(group, header.client_id)
+            self._notify_ids_changed(group)
         return _ok(request)
 
     async def consumer_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
