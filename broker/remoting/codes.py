@@ -33,6 +33,13 @@ FLAG_ONEWAY = 1 << RPC_ONEWAY
 # com.rocketmq.remoting.frameMaxLength: the whole frame, its 4-byte length field included.
 DEFAULT_MAX_FRAME_LENGTH = 16 * 1024 * 1024
 
+# The version every response carries, as Apache's broker stamps its own (RemotingCommand's
+# rocketmq.remoting.version): MQVersion.Version.V4_9_8's ordinal. Clients keep it per broker
+# and gate features on it: the 4.9 Java client refuses to pull with a SQL92 subscription from
+# a broker older than V4_1_0_SNAPSHOT (232; PullAPIWrapper.pullKernelImpl), so with version 0
+# its SQL92 push consumers pulled nothing at all (issue 66).
+BROKER_VERSION = 409
+
 
 class SerializeType(IntEnum):
     """How the command header is serialized: the top byte of the frame's second int32."""

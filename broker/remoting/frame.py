@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wharf.broker.remoting.codes import (
+    BROKER_VERSION,
     DEFAULT_MAX_FRAME_LENGTH,
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -121,10 +122,11 @@ def response_to(
     remark: str | None = None,
     ext_fields: Mapping[str, str] | None = None,
     body: bytes = b"",
-    version: int = 0,
+    version: int = BROKER_VERSION,
 ) -> RemotingCommand:
-    """The response to ``request``: its opaque, the response flag, and its serialize type (JSON
-    for every 4.x client; binary only for a request that came in binary)."""
+    """The response to ``request``: its opaque, the response flag, the broker's version
+    (``codes.BROKER_VERSION``) and its serialize type (JSON for every 4.x client; binary only
+    for a request that came in binary)."""
     return RemotingCommand(
         code=code,
         language=LanguageCode.JAVA,

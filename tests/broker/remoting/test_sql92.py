@@ -15,8 +15,10 @@ Not covered by a real client here: the C++ client of PyPI ``rocketmq==0.4.4`` ha
 subscription (its ``PushConsumer.subscribe(topic, callback, expression)`` and the library's
 SubscriptionData carry tags only: no ``expressionType`` is ever sent), and ali-ons subscribes by
 tag only. Java's push consumer also sends CHECK_CLIENT_CONFIG (46) for a SQL92 subscription
-at start (``MQClientInstance.checkClientInBroker``), which Wharf does not serve yet: see
-``test_check_client_config_accepts_sql92`` (xfail).
+at start (``MQClientInstance.checkClientInBroker``): ``test_check_client_config_accepts_sql92``.
+The 4.9 Java client also checks the version its broker stamps in responses before any SQL92
+pull (``PullAPIWrapper.pullKernelImpl``: older than V4_1_0_SNAPSHOT and it throws instead of
+pulling): ``test_responses_carry_a_broker_version_that_allows_sql92``.
 """
 
 from __future__ import annotations
@@ -253,6 +255,25 @@ async def test_a_bad_expression_in_the_heartbeat_fails_the_pulls(
         pull = await client.call(RequestCode.PULL_MESSAGE, _pull("sql-g-hb-bad", 0))
         assert pull.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED, (pull.code, pull.remark)
         assert pull.remark
+
+
+async def test_responses_carry_a_broker_version_that_allows_sql92(
+    client: Client, sent: list[dict[str, str]]
+) -> None:
+    """The Java 4.9 client records the ``version`` of its heartbeat's response as the broker's
+    (MQClientInstance.sendHeartbeatToAllBroker) and pulls with a SQL92 subscription only from
+    a broker at V4_1_0_SNAPSHOT (ordinal 232) or later: at version 0 its SQL92 push consumers
+    received nothing (issue 66). Wharf answers as a 4.9.8 broker (409), on every response."""
+    heartbeat = {"clientID": "127.0.0.1@sql-version", "consumerDataSet": [], "producerDataSet": []}
+    reply = await client.call(RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())
+    assert reply.code == ResponseCode.SUCCESS and reply.version == 409
+    fields = {"consumerGroup": "sql-g-version", "topic": TOPIC, "queueId": QUEUE,
+              "queueOffset": 0, "maxMsgNums": 4, "sysFlag": 0, "commitOffset": 0,
+              "suspendTimeoutMillis": 0, "subVersion": 1, "expressionType": "SQL92"}  # fmt: skip
+    pulled = await client.call(RequestCode.PULL_MESSAGE, fields)
+    assert pulled.version == 409
+    missing = await client.call(RequestCode.GET_MAX_OFFSET, {"topic": "no-such-t", "queueId": 0})
+    assert missing.version == 409  # errors too
 
 
 async def test_check_client_config_accepts_sql92(client: Client) -> None:
