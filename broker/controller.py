@@ -30,6 +30,7 @@ import grpc
 from wharf.broker.acl.guard import AclGuard
 from wharf.broker.acl.rules import FILE_NAME as ACL_FILE_NAME
 from wharf.broker.acl.rules import AclFileError
+from wharf.broker.addresses import default_endpoint, store_config_for
 from wharf.broker.cluster import links
 from wharf.broker.cluster.registration import NamesrvRegistrar, parse_namesrv_addr
 from wharf.broker.cluster.routes import ClusterRoutes
@@ -48,7 +49,6 @@ from wharf.broker.metrics import BrokerMetrics
 from wharf.broker.metrics.http import read_token_file_blocking
 from wharf.broker.metrics.view import BrokerView, broker_view
 from wharf.broker.parts import PARTS
-from wharf.broker.addresses import default_endpoint, store_config_for
 from wharf.broker.serving.front_ends import FrontEnds
 from wharf.broker.serving.frontend import FrontEndUnavailable, PortBook, Serving, TlsSource
 from wharf.broker.serving.health import HealthBoard

@@ -41,9 +41,25 @@ class Arrivals:
         self._reput: ReputService | None = None  # set by bind() at start
         self._commit_log: CommitLog | None = None
         self._source: CommitLogSource | None = None
+        self._replicas_durable: Callable[[], None] = lambda: None
 
-    def bind(self, reput: ReputService, commit_log: CommitLog, source: CommitLogSource) -> None:
+    def bind(
+        self,
+        reput: ReputService,
+        commit_log: CommitLog,
+        source: CommitLogSource,
+        replicas_durable: Callable[[], None],
+    ) -> None:
+        """What recovery opened. Under SYNC_FLUSH (``source.sync_flush``) this takes the group
+        commit's callbacks: a sync requested plans a waiting reader's dispatch
+        (``during_sync``); after each sync the local readers come first (``after_sync``), then
+        the replicas hear of it (``replicas_durable``)."""
         self._reput, self._commit_log, self._source = reput, commit_log, source
+        if source.sync_flush:
+            self._replicas_durable = replicas_durable
+            group_commit = commit_log.group_commit
+            group_commit.on_requested = self.during_sync
+            group_commit.on_durable = self._synced
 
     # --- visibility --------------------------------------------------------------------------
     @property
@@ -55,6 +71,10 @@ class Arrivals:
     def timestamp(self) -> int:
         """The store time of the last message dispatched."""
         return self._reput.last_timestamp if self._reput is not None else 0
+
+    def position(self) -> tuple[int, int]:
+        """The queue flush service's view of dispatch: (offset, last message's timestamp)."""
+        return self.offset, self.timestamp
 
     def visible_end(self) -> int:
         """What dispatch will reach without new events: the written end, or under SYNC_MASTER
@@ -136,6 +156,11 @@ class Arrivals:
         waiting = self._waiting
         if waiting is not None and self._reput is not None and waiting():
             self._reput.dispatch_inline()
+
+    def _synced(self) -> None:
+        """SYNC_FLUSH, after each sync: local readers first, then the replicas."""
+        self.after_sync()
+        self._replicas_durable()
 
     def during_sync(self) -> None:
         """SYNC_FLUSH, right after a sync was requested: while a reader waits, read and plan

@@ -4,7 +4,8 @@ message services and cleanup, runs recovery at start, and delegates by concern:
 
 - writes: ``write`` (append now; the ``Written`` tells durability), ``write_many``, ``put``
   (back-pressure + write + durability), ``append`` (durability nobody awaits): ``write.py``.
-- role: ``role`` (master or replica, replication, terms, fence, promotion): ``role.py``.
+- role: ``role`` (master or replica, replication, terms, fence, promotion): ``role.py``;
+  what only a master runs (delay levels, timers, transactions, pop): ``services/master.py``.
 - reads: ``get_messages``/``get_raw_records`` (pulls, ``read/``), lookups by offset, key,
   message id and time (``read/lookups.py``), ``read_consume_queue``, queue offsets and stats.
 - the message services' view of the store (``services/host.py`` ``StoreHost``).
@@ -31,16 +32,18 @@ CONTRACT (the broker codes against exactly this):
   ``set_dispatch_waiters`` (``arrivals.py``: under SYNC_FLUSH a waiting reader is served
   inside the sync).
 
-WIRING: ``start()`` builds one ``StoreParts`` (``wharf.store.parts``: what recovery opened, the
-maintenance lock, the flush tally) and gives the services those parts plus named callables for
-the facade's live state (dispatch position, disk state); the writer and the role get named
-callables too. Nothing below this module imports it (the import-linter layers contract in
-pyproject.toml checks that).
+WIRING: ``start()`` builds one ``StoreParts`` (``RecoveredState.parts``: what recovery opened,
+the maintenance lock, the flush tally) and gives the services those parts plus named callables
+for the live state they need (the dispatch position from ``Arrivals``, the disk state to the
+``WriteGate``); the writer, the role and ``MasterServices`` get named callables too, and the
+store's fire-and-forget work runs on ``BackgroundTasks`` (``service.py``). Nothing below this
+module imports it (the import-linter layers contract in pyproject.toml checks that).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import shutil
 import time
@@ -49,15 +52,9 @@ from typing import Any
 
 from wharf.store.arrivals import ArrivalListener, Arrivals
 from wharf.store.codec import decode_offset_msg_id
-from wharf.store.codec.properties import SCHEDULE_TOPIC, TIMER_TOPIC
 from wharf.store.config import SYNC_FLUSH, StoreConfig, parse_delay_levels
 from wharf.store.dispatch.reput import CommitLogSource, Dispatcher, ReputService
-from wharf.store.errors import (
-    DiskFullError,
-    NotMasterError,
-    StoreNotWritableError,
-    StoreShutDownError,
-)
+from wharf.store.errors import NotMasterError, StoreShutDownError
 from wharf.store.ha import ReplicaLink
 from wharf.store.ha.master import HAMaster
 from wharf.store.ha.status import ReplicationStatus
@@ -85,20 +82,20 @@ from wharf.store.pop import PopService
 from wharf.store.queue import positions
 from wharf.store.queue.consume_queue import ConsumeQueue, Unit
 from wharf.store.queue.journal import PositionsJournal
-from wharf.store.queue.table import ConsumeQueueTable
+from wharf.store.queue.table import ConsumeQueueTable, destroy_queues
 from wharf.store.read.get_message import get_messages
 from wharf.store.read.get_raw import RawGetResult, get_raw_records
 from wharf.store.read.lookups import look_message, marks_since, query_by_key, queue_stats
 from wharf.store.recovery import RecoveredState, recover_blocking
 from wharf.store.role import Role
+from wharf.store.service import BackgroundTasks
 from wharf.store.services.cleanup import CleanupService, DiskUsage, statvfs_used_ratio
-from wharf.store.services.ledger import lower_log_offset_blocking
+from wharf.store.services.master import MasterServices
 from wharf.store.services.queue_flush import FlushConsumeQueueService
-from wharf.store.services.schedule import ScheduleMessageService
 from wharf.store.services.timer import TimerMessageService
 from wharf.store.services.transactions import TransactionService
 from wharf.store.stats import build_stats
-from wharf.store.write import Batch, Writer, Written, WrittenMany, durable_all
+from wharf.store.write import Batch, WriteGate, Writer, Written, WrittenMany, durable_all
 
 log = logging.getLogger(__name__)
 
@@ -142,34 +139,25 @@ class MessageStore:
         self._reput: ReputService | None = None
         self._queue_flush: FlushConsumeQueueService | None = None
         self._journal: PositionsJournal | None = None
-        self._schedule: ScheduleMessageService | None = None
-        self._timer: TimerMessageService | None = None
-        self._transactions: TransactionService | None = None
+        self._services: MasterServices[PopService] | None = None  # delays, timers, pop...
         self._cleanup: CleanupService | None = None
-        self._pop: PopService | None = None
         self._maintenance = asyncio.Lock()  # CQ/index flush vs. deletion and truncation
-        self._background: set[asyncio.Task[None]] = set()
-        self._state = "new"  # new -> started -> stopping -> stopped
-        self._disk_full_reason = ""
+        self._tasks = BackgroundTasks()
+        self._gate = WriteGate()  # new -> started -> stopping -> stopped; disk full
         self._role = Role(config, self._paths, replication or ReplicaLink())
         self._writer = Writer(
-            config, self._role, len(self.delay_levels_ms), self._gate, self._spawn
+            config, self._role, len(self.delay_levels_ms), self._gate.check, self._tasks.spawn
         )
-        self.disk_used_ratio = 0.0
         self.recovery_seconds = 0.0
         self.recovered: RecoveredState | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
-    def _after_sync(self) -> None:
-        """SYNC_FLUSH, after each sync: local readers first, then the replicas."""
-        self._arrivals.after_sync()
-        self._role.notify_durable()
-
     async def start(self) -> None:
-        if self._state != "new":
-            raise RuntimeError(f"store already {self._state}")
+        """Recover (in a thread), wire the parts, write the abort marker, start the services."""
+        if self._gate.state != "new":
+            raise RuntimeError(f"store already {self._gate.state}")
         started = time.monotonic()
-        await self._role.before_recovery(self._lower_ledgers_blocking)
+        await self._role.before_recovery()
         state = await asyncio.to_thread(
             recover_blocking,
             self._config,
@@ -180,126 +168,81 @@ class MessageStore:
         )
         self.recovered = state
         self.recovery_seconds = time.monotonic() - started
-        self._commit_log = state.commit_log
-        self._source = CommitLogSource(state.commit_log, self._sync_flush)
-        self._queues = state.queues
-        self._index = state.index
-        dispatcher = Dispatcher(self._queues, self._index, self.delay_levels_ms)
-        self._reput = ReputService(
-            source=self._source,
-            dispatcher=dispatcher,
+        commit_log = self._commit_log = state.commit_log
+        source = self._source = CommitLogSource(commit_log, self._sync_flush)
+        self._queues, self._index = state.queues, state.index
+        reput = self._reput = ReputService(
+            source=source,
+            dispatcher=Dispatcher(self._queues, self._index, self.delay_levels_ms),
             on_advance=self._arrivals.notify,
             reput_from_offset=state.reput_from_offset,
         )
-        self._arrivals.bind(self._reput, state.commit_log, self._source)
-        self._role.attach(
-            state.commit_log,
-            self._reput,
-            self._source,
-            self._replica_appended,
-            self._take_offsets,
-            self._start_master_services,
+        self._arrivals.bind(reput, commit_log, source, self._role.notify_durable)
+        parts = self._parts = state.parts(
+            self._config, self._paths, self._maintenance, self._observer
         )
-        if self._sync_flush:
-            state.commit_log.group_commit.on_durable = self._after_sync
-            state.commit_log.group_commit.on_requested = self._arrivals.during_sync
-        parts = StoreParts(
-            config=self._config,
-            paths=self._paths,
-            commit_log=state.commit_log,
-            checkpoint=state.checkpoint,
-            queues=state.queues,
-            index=state.index,
-            maintenance=self._maintenance,
-            observer=self._observer,
-        )
-        self._parts = parts
         self._journal = PositionsJournal(state.queues, self._paths.consume_queue_positions_file)
         self._journal.opened(*state.journal_file)
-        self._queue_flush = FlushConsumeQueueService(parts, self._dispatch_position, self._journal)
-        self._schedule = ScheduleMessageService(
-            self, self.delay_levels_ms, self._paths.delay_offset_file
-        )
-        await asyncio.to_thread(self._schedule.load_blocking)
-        self._timer = TimerMessageService(
+        self._queue_flush = FlushConsumeQueueService(parts, self._arrivals.position, self._journal)
+        services = self._services = MasterServices(
+            self._paths,
             self,
-            self._paths.timer_checkpoint_file,
+            self.delay_levels_ms,
             max_put_bytes=min(4 << 20, self._config.mapped_file_size_commit_log // 4),
+            listen=self._arrivals.add,
+            marks_since=functools.partial(marks_since, commit_log),
+            new_pop=functools.partial(
+                PopService,
+                self._paths.pop_journal_file,
+                read=self.get_messages,
+                queue_ids=lambda topic: [q.queue_id for q in self._queues.of_topic(topic)],
+                min_offset=self.get_min_offset,
+                put=self.put,
+                committed=lambda group, topic, queue_id: self._committed(group, topic, queue_id),
+            ),
         )
-        self._transactions = TransactionService(self, self._paths.transaction_checkpoint_file)
-        self._cleanup = CleanupService(
+        await asyncio.to_thread(services.schedule.load_blocking)
+        self._role.attach(
+            commit_log,
+            reput,
+            source,
+            self._writer.sync_in_background,
+            self._writer.take_offsets,
+            services.start,
+        )
+        cleanup = self._cleanup = CleanupService(
             parts,
             self._disk_usage,
-            dispatch_offset=lambda: self.dispatch_offset,
-            on_disk_state=self._on_disk_state,
+            dispatch_offset=lambda: self._arrivals.offset,
+            on_disk_state=self._gate.on_disk_state,
             consumer_progress=lambda: self._consumer_progress(),
         )
-        self.disk_used_ratio = await asyncio.to_thread(
-            self._disk_usage, str(self._paths.commit_log_dir)
-        )
-        total = (await asyncio.to_thread(shutil.disk_usage, self._paths.commit_log_dir)).total
-        self._writer.start(
-            state.commit_log,
-            self._reput,
-            {(queue.topic, queue.queue_id): queue.max_offset for queue in self._queues},
-            self._cleanup.request_disk_check,
-            max(1 << 20, min(64 << 20, total // 100)),  # 1 % of the filesystem, 1..64 MiB
-        )
+        log_dir = self._paths.commit_log_dir
+        self._gate.disk_used_ratio = await asyncio.to_thread(self._disk_usage, str(log_dir))
+        total = (await asyncio.to_thread(shutil.disk_usage, log_dir)).total
+        self._writer.start(commit_log, reput, state.queues, cleanup.request_disk_check, total)
         await asyncio.to_thread(write_abort_marker_blocking, self._paths.abort_file)
-        self._commit_log.start()
-        self._reput.last_timestamp = state.last_dispatch_timestamp
-        self._reput.start()
+        commit_log.start()
+        reput.last_timestamp = state.last_dispatch_timestamp
+        reput.start()
         self._queue_flush.start()
-        self._cleanup.start()
+        cleanup.start()
         await self._role.start()
         if not self._role.replica:  # a replica writes nothing of its own: no delays, timers, pops
-            await self._start_master_services()
-        self._state = "started"
-
-    async def _start_master_services(self) -> None:
-        """What only a master runs: delay levels, timers, transaction checks, pop (at start,
-        or when a replica is promoted)."""
-        assert self._schedule and self._timer and self._transactions
-        # Loaded here, not at start: a replica's log grows with its master's deliveries and
-        # resolutions, so the walk for them from the checkpoint's P must happen when it takes
-        # over (a ledger loaded at a replica's start would deliver them again).
-        await asyncio.to_thread(self._timer.load_blocking)
-        await asyncio.to_thread(self._transactions.load_blocking)
-        self._schedule.start()
-        self._arrivals.add(self._schedule.on_arrival, SCHEDULE_TOPIC)
-        self._timer.start()
-        self._arrivals.add(self._timer.on_arrival, TIMER_TOPIC)
-        self._transactions.start()
-        self._pop = PopService(
-            self._paths.pop_journal_file,
-            read=self.get_messages,
-            queue_ids=lambda topic: [q.queue_id for q in self._queues.of_topic(topic)],
-            min_offset=self.get_min_offset,
-            put=self.put,
-            committed=lambda group, topic, queue_id: self._committed(group, topic, queue_id),
-        )
-        await self._pop.start()
-        self._arrivals.add(self._pop.on_arrival, quiet=self._pop.quiet)
+            await services.start()
+        self._gate.state = "started"
 
     async def shutdown(self) -> None:
-        if self._state != "started":
-            self._state = "stopped"
+        if self._gate.state != "started":
+            self._gate.state = "stopped"
             return
-        self._state = "stopping"
+        self._gate.state = "stopping"
         assert self._commit_log and self._reput and self._queue_flush and self._cleanup
-        assert self._source is not None
+        assert self._source is not None and self._services is not None
         await self._role.stop_replica()
-        if self._pop is not None:
-            await self._pop.stop()
-        if self._schedule is not None:
-            await self._schedule.stop()
-        if self._timer is not None:
-            await self._timer.stop()
-        if self._transactions is not None:
-            await self._transactions.stop()
+        await self._services.stop()
         await self._cleanup.stop()
-        for task in list(self._background):
-            await task
+        await self._tasks.wait()
         await self._role.stop_master()  # after the last puts: their waiters are answered
         await self._commit_log.shutdown(close_files=False)  # stops flushing after a final sync
         await self._reput.wait_dispatched(self._source.dispatch_limit(), 10.0)
@@ -331,7 +274,7 @@ class MessageStore:
         else:
             # Last, once everything is durable; unlink + directory fsync (store/paths.py).
             await asyncio.to_thread(remove_abort_marker_blocking, self._paths.abort_file)
-        self._state = "stopped"
+        self._gate.state = "stopped"
 
     # --- writes (``wharf.store.write``: the one write operation and its durability) ----------
     def write(self, topic: str, queue_id: int, batch: Batch, born_host: str = "") -> Written:
@@ -395,49 +338,15 @@ class MessageStore:
         """Role, offsets and replicas (a master) or the link to the master (a replica)."""
         return self._role.status()
 
-    async def _take_offsets(self, end: int) -> None:
-        """Promotion: dispatch all the log has, then take the queue offsets from the queues."""
-        assert self._reput is not None
-        if not await self._reput.wait_dispatched(end, 60.0):
-            raise StoreNotWritableError(f"dispatch did not reach {end}: cannot take over")
-        self._writer.offset_table = {(q.topic, q.queue_id): q.max_offset for q in self._queues}
-
-    def _replica_appended(self) -> None:
-        """A replica appended its master's bytes: flush and dispatch follow, as for a write."""
-        commit_log = self._commit_log
-        assert commit_log is not None and self._reput is not None
-        if self._sync_flush:  # dispatch follows the sync, as for a master's appends
-            self._writer.sync_in_background(commit_log.max_offset)
-        else:
-            commit_log.wakeup_flush()
-            self._reput.wakeup()
-
-    def _lower_ledgers_blocking(self, offset: int) -> None:
-        """The commit log is cut at ``offset``: the timer's and the transactions' checkpoints
-        must not walk for closing records from a P past it (the bytes there will be other
-        records, replicated from the new master)."""
-        for path in (self._paths.timer_checkpoint_file, self._paths.transaction_checkpoint_file):
-            lower_log_offset_blocking(path, offset)
-
     def delay_offsets(self) -> dict[int, int]:
         """Delay level -> the SCHEDULE_TOPIC_XXXX queue offset delivered up to (replicas
         follow it, so a promoted replica neither loses nor repeats delayed deliveries)."""
-        return dict(self._schedule.offset_table) if self._schedule is not None else {}
+        return self._services.delay_offsets() if self._services is not None else {}
 
     def follow_delay_offsets(self, table: Mapping[int, int]) -> None:
         """A replica takes its master's delay offsets (and persists them)."""
-        schedule = self._schedule
-        if schedule is None or not self._role.replica or table == schedule.offset_table:
-            return
-        schedule.offset_table = dict(table)
-        self._spawn(schedule.persist())
-
-    def _gate(self) -> None:
-        """The writer's check of the facade's state: started, disk not full."""
-        if self._state != "started":
-            raise StoreShutDownError(f"the store is {self._state}: writes are refused")
-        if self._disk_full_reason:
-            raise DiskFullError(self._disk_full_reason)
+        if self._services is not None and self._role.replica:
+            self._services.follow_delay_offsets(table, self._tasks.spawn)
 
     # --- reads -------------------------------------------------------------------------------
     def get_messages(
@@ -540,8 +449,8 @@ class MessageStore:
         topic every 5 s, right after sending to it, leaked ~10 descriptors a minute)."""
         if not await self.wait_dispatched(timeout_s):
             log.warning("deleting topics %s before dispatch caught up", ", ".join(topics))
-        if self._pop is not None:
-            self._pop.forget(topics=topics)
+        if self._services is not None:
+            self._services.forget(topics)
 
         def remove() -> list[ConsumeQueue]:
             doomed = []
@@ -559,17 +468,7 @@ class MessageStore:
             else remove()
         )
         if doomed:
-            self._spawn(self._destroy_queues(doomed))
-
-    async def _destroy_queues(self, queues: list) -> None:
-        async with self._maintenance:
-            for queue in queues:
-                await asyncio.to_thread(queue.destroy_blocking)
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+            self._tasks.spawn(destroy_queues(doomed, self._maintenance))
 
     # --- listeners / status ------------------------------------------------------------------
     def set_consumer_progress(
@@ -591,9 +490,6 @@ class MessageStore:
         """``listener`` hears of every queue dispatch advanced; ``quiet()`` True (nobody to
         wake) leaves it out of a report (``Arrivals.add``)."""
         self._arrivals.add(listener, quiet=quiet)
-
-    def remove_arrival_listener(self, listener: ArrivalListener) -> None:
-        self._arrivals.remove(listener)
 
     def set_dispatch_waiters(self, waiting: Callable[[], bool] | None) -> None:
         """``waiting()``: True while a reader waits for new messages (a parked long poll):
@@ -617,26 +513,12 @@ class MessageStore:
     def dispatch_timestamp(self) -> int:
         return self._arrivals.timestamp
 
-    def _dispatch_position(self) -> tuple[int, int]:
-        """The queue flush service's view of dispatch: (offset, last message's timestamp)."""
-        return self._arrivals.offset, self._arrivals.timestamp
-
-    def _on_disk_state(self, used_ratio: float, full_reason: str) -> None:
-        """The cleanup service's report of each pass: the ratio is cached for ``stats()``; a
-        non-empty reason refuses writes with DiskFullError until a pass reports "" again."""
-        self.disk_used_ratio = used_ratio
-        if full_reason and not self._disk_full_reason:
-            log.error("store not writable: %s", full_reason)
-        elif not full_reason and self._disk_full_reason:
-            log.warning("store writable again: disk use back under the warning level")
-        self._disk_full_reason = full_reason
-
     def stats(self) -> StoreStats:
         assert self._parts is not None, "stats() of a store that was never started"
         return build_stats(
             self._parts,
             dispatch_offset=self.dispatch_offset,
-            disk_used_ratio=self.disk_used_ratio,
+            disk_used_ratio=self._gate.disk_used_ratio,
             not_writable_reason=self.not_writable_reason,
             messages_put_total=self._writer.messages_put_total,
             bytes_put_total=self._writer.bytes_put_total,
@@ -655,18 +537,13 @@ class MessageStore:
             self._cleanup,
         )
         report = [service.health() for service in services if service is not None]
-        for extra in (self._schedule, self._timer):
-            if extra is not None and not self._role.replica:
-                report.append(extra.health())
+        if self._services is not None and not self._role.replica:
+            report.extend(self._services.health())
         return report
 
     @property
     def not_writable_reason(self) -> str:
-        if self._state != "started":
-            return f"store {self._state}"
-        if self._disk_full_reason:
-            return self._disk_full_reason
-        return self._commit_log.not_writable_reason if self._commit_log is not None else ""
+        return self._gate.not_writable_reason(self._commit_log)
 
     @property
     def writable(self) -> bool:
@@ -679,17 +556,18 @@ class MessageStore:
     @property
     def pop(self) -> PopService:
         """Pop consumption (invisible time, ack, DLQ): see ``wharf.store.pop``."""
-        if self._pop is None:
+        pop = self._services.pop if self._services is not None else None
+        if pop is None:
             if self._role.replica:
                 raise NotMasterError("pop consumption is served by the master, not a SLAVE")
             raise StoreShutDownError("pop is available once the store has started")
-        return self._pop
+        return pop
 
     @property
     def insides(self) -> StoreInsides:
         """A running store's parts, for tests and benchmarks (``wharf.store.insides``)."""
         assert self._commit_log is not None and self._parts is not None, "not started"
-        assert self._reput and self._queue_flush and self._cleanup and self._schedule
+        assert self._reput and self._queue_flush and self._cleanup and self._services
         return StoreInsides(
             commit_log=self._commit_log,
             queues=self._queues,
@@ -699,27 +577,23 @@ class MessageStore:
             reput_service=self._reput,
             queue_flush_service=self._queue_flush,
             cleanup_service=self._cleanup,
-            schedule_service=self._schedule,
+            schedule_service=self._services.schedule,
             writer=self._writer,
         )
 
     @property
     def timer(self) -> TimerMessageService:
         """Delivery at any time: ``cancel`` (recall), ``stats``."""
-        assert self._timer is not None
-        return self._timer
+        assert self._services is not None
+        return self._services.timer
 
     @property
     def transactions(self) -> TransactionService:
         """Half messages: ``end`` (commit / rollback), check-back bookkeeping, ``stats``."""
-        assert self._transactions is not None
-        return self._transactions
+        assert self._services is not None
+        return self._services.transactions
 
     # --- StoreHost (services/host.py: the message services' view of the store) ---------------
     def commit_log_end(self) -> int:
         assert self._commit_log is not None
         return self._commit_log.max_offset
-
-    def marks_since(self, commit_log_offset: int, prop: str) -> list[int]:
-        assert self._commit_log is not None
-        return marks_since(self._commit_log, commit_log_offset, prop)

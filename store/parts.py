@@ -1,7 +1,7 @@
 """StoreParts: what start-up and recovery opened, as one value the store's services share.
 
-``MessageStore.start`` recovers (``wharf.store.recovery``), then builds ONE StoreParts and hands
-it to the services (``wharf.store.services``) and to ``wharf.store.stats``. A service takes
+``MessageStore.start`` recovers (``wharf.store.recovery``), then builds ONE StoreParts
+(``RecoveredState.parts``) and hands it to the services (``wharf.store.services``) and to ``wharf.store.stats``. A service takes
 these parts plus named callables for the little live state it needs from the facade (the
 dispatch position, where to report the disk state), never the facade itself: a child holding its
 parent depended on the whole facade, reached into it through "package internal" hooks, and

@@ -40,9 +40,11 @@ written back before anything is appended past it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from wharf.store.config import StoreConfig
 from wharf.store.dispatch.reput import CommitLogSource, Dispatcher
@@ -50,6 +52,8 @@ from wharf.store.errors import DiskFullError
 from wharf.store.index.index_files import IndexService
 from wharf.store.log.checkpoint import StoreCheckpoint
 from wharf.store.log.commit_log import CommitLog
+from wharf.store.observer import FlushTally
+from wharf.store.parts import StoreParts
 from wharf.store.paths import StorePaths, fsync_dir_blocking, read_abort_marker_blocking
 from wharf.store.queue.file_cache import QueueFileCache, default_capacity
 from wharf.store.queue.table import ConsumeQueueTable
@@ -78,6 +82,25 @@ class RecoveredState:
     # The queue positions file after recovery: (size, snapshot size, last D).
     journal_file: tuple[int, int, int] = (0, 0, 0)
 
+    def parts(
+        self,
+        config: StoreConfig,
+        paths: StorePaths,
+        maintenance: asyncio.Lock,
+        observer: FlushTally,
+    ) -> StoreParts:
+        """What was opened, as the one value the services share (``wharf.store.parts``)."""
+        return StoreParts(
+            config=config,
+            paths=paths,
+            commit_log=self.commit_log,
+            checkpoint=self.checkpoint,
+            queues=self.queues,
+            index=self.index,
+            maintenance=maintenance,
+            observer=observer,
+        )
+
 
 def recover_blocking(
     config: StoreConfig,
@@ -95,6 +118,93 @@ def recover_blocking(
         timings[name] = now - mark
         mark = now
 
+    opened = _load_blocking(config, paths, observer)
+    abnormal, page_cache_survived, checkpoint, commit_log, queues, index = opened
+    lap("load")
+
+    end = _recover_commit_log_blocking(commit_log, checkpoint, abnormal)
+    lap("commit_log")
+
+    dropped_units = sum(queue.truncate_from_physical(end) for queue in queues)
+    dropped_entries = index.truncate_from_physical_blocking(end) if index is not None else 0
+    if page_cache_survived:
+        _mark_unsynced(queues, index, checkpoint)
+    lap("truncate")
+
+    reput_from = _redispatch_start(opened, end, paths)
+    redispatch_from = reput_from
+    # A controller-mode store dispatches nothing new here: its log past ``reput_from`` may be
+    # a deposed master's writes that no replica has (store/role.py ``attach``); the reput
+    # dispatches them once a master's handshake agrees with this log, or after a promotion.
+    redispatch_to = reput_from if hold_tail else end
+    reput_from, redispatched, last_timestamp = _redispatch_blocking(
+        opened, delay_levels_ms, reput_from, redispatch_to
+    )
+    lap("redispatch")
+    if queues.damaged_listed:
+        queues.forget_damaged_blocking()  # rebuilt (or the reput goes on from reput_from)
+
+    for queue in queues:
+        queue.correct_min_offset(commit_log.min_offset)
+    lap("min_offsets")
+
+    journal_file = queues.journal_file
+    if journal_file is None or dropped_units:
+        # Read from the files, or units were dropped that the journal still lists: a fresh
+        # snapshot before anything is appended past ``end`` (store.queue.positions).
+        size = queues.save_positions_blocking(paths.consume_queue_positions_file, reput_from)
+        journal_file = (size, size, reput_from)
+        lap("positions")
+
+    state = RecoveredState(
+        commit_log=commit_log,
+        checkpoint=checkpoint,
+        queues=queues,
+        index=index,
+        abnormal=abnormal,
+        page_cache_survived=page_cache_survived,
+        commit_log_end=end,
+        reput_from_offset=reput_from,
+        dropped_units=dropped_units,
+        dropped_index_entries=dropped_entries,
+        redispatched_messages=redispatched,
+        redispatch_from=redispatch_from,
+        last_dispatch_timestamp=last_timestamp,
+        timings=timings,
+        journal_file=journal_file,
+    )
+    _log_recovered(state)
+    return state
+
+
+def _log_recovered(state: RecoveredState) -> None:
+    log.info(
+        "store recovered (%s): log end %d, dropped %d queue units and %d index entries past it, "
+        "re-dispatched %d messages from %d; %s",
+        "abnormal" if state.abnormal else "normal",
+        state.commit_log_end,
+        state.dropped_units,
+        state.dropped_index_entries,
+        state.redispatched_messages,
+        state.redispatch_from,
+        ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in state.timings.items()),
+    )
+
+
+class _Loaded(NamedTuple):
+    """What step 2 opened, and how the last run ended (step 1)."""
+
+    abnormal: bool
+    page_cache_survived: bool
+    checkpoint: StoreCheckpoint
+    commit_log: CommitLog
+    queues: ConsumeQueueTable
+    index_service: IndexService | None  # (``index`` is a tuple's method)
+
+
+def _load_blocking(config: StoreConfig, paths: StorePaths, observer: object) -> _Loaded:
+    """Steps 1 and 2: the abort marker, then the checkpoint, the log's segments, the queues
+    and the IndexFiles, loaded."""
     paths.create_dirs_blocking()
     abnormal, page_cache_survived = read_abort_marker_blocking(paths.abort_file)
     checkpoint = StoreCheckpoint(str(paths.checkpoint_file))
@@ -122,8 +232,14 @@ def recover_blocking(
         fsync_dir_blocking(paths.commit_log_dir)
         if index is not None:
             index.dir_syncs.add(paths.index_dir)
-    lap("load")
+    return _Loaded(abnormal, page_cache_survived, checkpoint, commit_log, queues, index)
 
+
+def _recover_commit_log_blocking(
+    commit_log: CommitLog, checkpoint: StoreCheckpoint, abnormal: bool
+) -> int:
+    """Step 3: the log's valid end, its torn tail cut; a checkpoint that vouched for more is
+    lowered, durably."""
     vouched = (checkpoint.physic_offset, checkpoint.logics_offset)
     end = commit_log.recover_blocking(abnormal, checkpoint)
     if abnormal:
@@ -134,25 +250,29 @@ def recover_blocking(
         # Lowered: on disk before new records are written past ``end``, or a crash before the
         # next checkpoint write would start a recovery past records never synced.
         checkpoint.flush_blocking()
-    lap("commit_log")
+    return end
 
-    dropped_units = sum(queue.truncate_from_physical(end) for queue in queues)
-    dropped_entries = index.truncate_from_physical_blocking(end) if index is not None else 0
-    if page_cache_survived:
-        # A process crash: what the crashed run wrote past the last thorough flush (the
-        # checkpoint's logics offset) may be in the page cache only, though loaded as flushed.
-        # Synced by the next flush, before a checkpoint or a clean shutdown's positions
-        # snapshot vouches for it (the fault campaign, seed 7: a clean shutdown's snapshot
-        # listed units a power cut then took; the start after trusted it and wrote past a
-        # hole, and the one after that refused the short queue file).
-        synced_to = checkpoint.logics_offset if checkpoint.valid else 0
-        for queue in queues:
-            if queue.max_physical_offset > synced_to:
-                queue.mark_unsynced()
-        if index is not None:
-            index.mark_unsynced()
-    lap("truncate")
 
+def _mark_unsynced(
+    queues: ConsumeQueueTable, index: IndexService | None, checkpoint: StoreCheckpoint
+) -> None:
+    """Step 4, after a process crash: what the crashed run wrote past the last thorough flush
+    (the checkpoint's logics offset) may be in the page cache only, though loaded as flushed.
+    Synced by the next flush, before a checkpoint or a clean shutdown's positions snapshot
+    vouches for it (the fault campaign, seed 7: a clean shutdown's snapshot listed units a
+    power cut then took; the start after trusted it and wrote past a hole, and the one after
+    that refused the short queue file)."""
+    synced_to = checkpoint.logics_offset if checkpoint.valid else 0
+    for queue in queues:
+        if queue.max_physical_offset > synced_to:
+            queue.mark_unsynced()
+    if index is not None:
+        index.mark_unsynced()
+
+
+def _redispatch_start(opened: _Loaded, end: int, paths: StorePaths) -> int:
+    """Step 5: where re-dispatch resumes."""
+    queues, checkpoint = opened.queues, opened.checkpoint
     reput_from = queues.max_physical_offset
     if queues.journal_position is not None:
         # Queues loaded from the positions journal after a process crash hold every unit of
@@ -164,7 +284,7 @@ def recover_blocking(
     # written survived, but not the queues' tails in memory (consume_queue's "Tails"), so the
     # queues' own ends are not exact either: without the journal's D, the checkpoint's.
     # A checkpoint never written (or damaged) vouches for nothing: from the log's start.
-    if abnormal and (not page_cache_survived or queues.journal_position is None):
+    if opened.abnormal and (not opened.page_cache_survived or queues.journal_position is None):
         reput_from = min(reput_from, checkpoint.logics_offset if checkpoint.valid else 0)
     if queues.rebuild:
         # Queues set aside at load (damaged files, or mappedFileSizeConsumeQueue changed) or
@@ -173,16 +293,18 @@ def recover_blocking(
                     "commit log", len(queues.set_aside) + len(queues.damaged_listed),
                     paths.consume_queue_root)  # fmt: skip
         reput_from = 0
-    reput_from = min(max(reput_from, commit_log.min_offset), end)
-    redispatch_from = reput_from
-    # A controller-mode store dispatches nothing new here: its log past ``reput_from`` may be
-    # a deposed master's writes that no replica has (store/role.py ``attach``); the reput
-    # dispatches them once a master's handshake agrees with this log, or after a promotion.
-    redispatch_to = reput_from if hold_tail else end
+    return min(max(reput_from, opened.commit_log.min_offset), end)
 
-    dispatcher = Dispatcher(queues, index, delay_levels_ms)
+
+def _redispatch_blocking(
+    opened: _Loaded, delay_levels_ms: list[int], reput_from: int, redispatch_to: int
+) -> tuple[int, int, int]:
+    """Step 5, the missing tail dispatched here: (where dispatch stands, messages
+    re-dispatched, the last one's store timestamp)."""
+    index = opened.index_service
+    dispatcher = Dispatcher(opened.queues, index, delay_levels_ms)
     # The reput's own reader: large chunks are decoded as columns, as in live dispatch.
-    source = CommitLogSource(commit_log, sync_flush=False)
+    source = CommitLogSource(opened.commit_log, sync_flush=False)
     redispatched = 0
     last_timestamp = 0
     while reput_from < redispatch_to:
@@ -205,47 +327,4 @@ def recover_blocking(
         if plan.record_count:
             last_timestamp = plan.last_timestamp
         reput_from = next_offset
-    lap("redispatch")
-    if queues.damaged_listed:
-        queues.forget_damaged_blocking()  # rebuilt (or the reput goes on from reput_from)
-
-    for queue in queues:
-        queue.correct_min_offset(commit_log.min_offset)
-    lap("min_offsets")
-
-    journal_file = queues.journal_file
-    if journal_file is None or dropped_units:
-        # Read from the files, or units were dropped that the journal still lists: a fresh
-        # snapshot before anything is appended past ``end`` (store.queue.positions).
-        size = queues.save_positions_blocking(paths.consume_queue_positions_file, reput_from)
-        journal_file = (size, size, reput_from)
-        lap("positions")
-
-    log.info(
-        "store recovered (%s): log end %d, dropped %d queue units and %d index entries past it, "
-        "re-dispatched %d messages from %d; %s",
-        "abnormal" if abnormal else "normal",
-        end,
-        dropped_units,
-        dropped_entries,
-        redispatched,
-        redispatch_from,
-        ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in timings.items()),
-    )
-    return RecoveredState(
-        commit_log=commit_log,
-        checkpoint=checkpoint,
-        queues=queues,
-        index=index,
-        abnormal=abnormal,
-        page_cache_survived=page_cache_survived,
-        commit_log_end=end,
-        reput_from_offset=reput_from,
-        dropped_units=dropped_units,
-        dropped_index_entries=dropped_entries,
-        redispatched_messages=redispatched,
-        redispatch_from=redispatch_from,
-        last_dispatch_timestamp=last_timestamp,
-        timings=timings,
-        journal_file=journal_file,
-    )
+    return reput_from, redispatched, last_timestamp

@@ -3,8 +3,8 @@
 write fence, promotion, following a moved master and a replica's truncate-and-restart.
 
 The facade builds one ``Role`` and gives it named callables for what a role change needs of
-the rest of the store (dispatch everything, take the queue offsets, start the master-only
-services); ``broker/failover`` drives it through its ``StoreRole`` protocol (``promote``,
+the rest of the store (take the queue offsets, start the master-only services, sync a
+replica's appends); ``broker/failover`` drives it through its ``StoreRole`` protocol (``promote``,
 ``set_write_fence``, ``replica_redial``, ``ha_master``, ``commit_log_end``, ``config``) and
 the writer asks it, for each write, whether this store may take it (``refusal``) and what an
 acknowledgement waits for (``replicated``) and must still pass (``check_ack``).
@@ -16,12 +16,13 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from wharf.store.config import StoreConfig
+from wharf.store.config import SYNC_FLUSH, StoreConfig
 from wharf.store.dispatch.reput import CommitLogSource, ReputService
 from wharf.store.errors import (
     InSyncReplicasNotEnoughError,
     MasterFencedError,
     NotMasterError,
+    StoreNotWritableError,
 )
 from wharf.store.ha import SLAVE, SYNC_MASTER, ReplicaLink, epochs, truncation
 from wharf.store.ha.epochs import Epochs
@@ -31,6 +32,7 @@ from wharf.store.ha.status import ReplicationStatus, master_status, replica_stat
 from wharf.store.log.commit_log import CommitLog
 from wharf.store.model import PutStatus
 from wharf.store.paths import StorePaths
+from wharf.store.services.ledger import lower_log_offset_blocking
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ class Role:
         self._paths = paths
         self._link = link
         self.replica = config.broker_role == SLAVE or link.controller
+        self._sync_flush = config.flush_disk_type == SYNC_FLUSH
         self._epochs: Epochs = []  # master terms (controller mode), loaded at start
         self._fence: Callable[[], str] | None = None
         self._master: HAMaster | None = None
@@ -53,8 +56,8 @@ class Role:
         self._commit_log: CommitLog | None = None  # set by attach()
         self._reput: ReputService | None = None
         self._source: CommitLogSource | None = None
-        self._replica_appended: Callable[[], None] | None = None
-        self._take_offsets: Callable[[int], Awaitable[None]] | None = None
+        self._sync_in_background: Callable[[int], None] | None = None
+        self._take_offsets: Callable[[], None] | None = None
         self._start_master_services: Callable[[], Awaitable[None]] | None = None
 
     @property
@@ -62,17 +65,17 @@ class Role:
         return self._config
 
     # --- lifecycle ---------------------------------------------------------------------------
-    async def before_recovery(self, lower_ledgers_blocking: Callable[[int], None]) -> None:
+    async def before_recovery(self) -> None:
         """Controller mode, before recovery opens the log: apply a truncation decided before a
-        restart (``lower_ledgers_blocking(offset)`` keeps the ledgers' checkpoints under the
-        cut), then load the terms."""
+        restart (``_lower_ledgers_blocking`` keeps the ledgers' checkpoints under the cut),
+        then load the terms."""
         if not self._link.controller:
             return
         await asyncio.to_thread(
             truncation.apply_blocking,
             self._paths,
             self._config.mapped_file_size_commit_log,
-            lower_ledgers_blocking,
+            self._lower_ledgers_blocking,
         )
         self._epochs = await asyncio.to_thread(epochs.load_blocking, self._paths.epochs_file)
 
@@ -81,15 +84,16 @@ class Role:
         commit_log: CommitLog,
         reput: ReputService,
         source: CommitLogSource,
-        replica_appended: Callable[[], None],
-        take_offsets: Callable[[int], Awaitable[None]],
+        sync_in_background: Callable[[int], None],
+        take_offsets: Callable[[], None],
         start_master_services: Callable[[], Awaitable[None]],
     ) -> None:
         """What recovery opened, before dispatch starts: a SYNC_MASTER's reads stop at the
-        confirm offset from the first dispatch on. ``replica_appended()`` follows each append
-        of a replica's copy; the two hooks are what ``promote`` needs of the store."""
+        confirm offset from the first dispatch on. ``sync_in_background(end)`` (the writer's)
+        follows a replica's appends under SYNC_FLUSH; the two hooks are what ``promote``
+        needs of the store."""
         self._commit_log, self._reput, self._source = commit_log, reput, source
-        self._replica_appended = replica_appended
+        self._sync_in_background = sync_in_background
         self._take_offsets, self._start_master_services = take_offsets, start_master_services
         if self._link.controller:
             # A controller-mode store starts as a replica, and its log past what it had
@@ -111,7 +115,7 @@ class Role:
     async def start(self) -> None:
         """A replica dials its master; a master with haListenPort listens for replicas."""
         commit_log = self._commit_log
-        assert commit_log is not None and self._replica_appended is not None
+        assert commit_log is not None
         config, link = self._config, self._link
         if self.replica:
             self._slave = HASlave(
@@ -260,7 +264,10 @@ class Role:
         # The new master's log is the group's: all of it is dispatched before its queue
         # offsets are taken (the hold of ``attach`` ends here).
         self._source.confirm = None
-        await self._take_offsets(end)
+        assert self._reput is not None
+        if not await self._reput.wait_dispatched(end, 60.0):
+            raise StoreNotWritableError(f"dispatch did not reach {end}: cannot take over")
+        self._take_offsets()
         self._epochs = [*(e for e in self._epochs if e[0] < epoch), (epoch, end)]
         await asyncio.to_thread(epochs.save_blocking, self._paths.epochs_file, self._epochs)
         self.replica = False
@@ -285,6 +292,24 @@ class Role:
         )
 
     # --- a replica's handshake callbacks -----------------------------------------------------
+    def _replica_appended(self) -> None:
+        """A replica appended its master's bytes: flush and dispatch follow, as for a write."""
+        commit_log = self._commit_log
+        assert commit_log is not None and self._reput is not None
+        if self._sync_flush:  # dispatch follows the sync, as for a master's appends
+            assert self._sync_in_background is not None
+            self._sync_in_background(commit_log.max_offset)
+        else:
+            commit_log.wakeup_flush()
+            self._reput.wakeup()
+
+    def _lower_ledgers_blocking(self, offset: int) -> None:
+        """The commit log is cut at ``offset``: the timer's and the transactions' checkpoints
+        must not walk for closing records from a P past it (the bytes there will be other
+        records, replicated from the new master)."""
+        for path in (self._paths.timer_checkpoint_file, self._paths.transaction_checkpoint_file):
+            lower_log_offset_blocking(path, offset)
+
     @property
     def holds_tail(self) -> bool:
         """Recovery must not re-dispatch past what was dispatched before (``attach`` says why)."""

@@ -14,6 +14,9 @@ text) logs its traceback once, then one line a minute with the count; the first 
 failures logs that the service recovered. A subclass whose failures must stop the world (the
 flush services: a failed fdatasync leaves the file state unknown) handles that itself in
 ``on_failure`` -- nothing is swallowed silently.
+
+``BackgroundTasks``: the store's fire-and-forget coroutines (a sync nobody awaits, a persist, a
+deleted topic's files), kept until they end and awaited at shutdown.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +201,24 @@ class Service:
             "failures": self.failures,
             "last_error": repr(self.last_error) if self.last_error else "",
         }
+
+
+class BackgroundTasks:
+    """Work the store starts and nobody awaits (a sync nobody waits for, a persist, a topic's
+    files deleted): ``spawn`` keeps each task until it ends, ``wait`` awaits those running at
+    shutdown."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait(self) -> None:
+        for task in list(self._tasks):
+            await task
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:

@@ -20,8 +20,9 @@ Durability of a ``Written`` (the same statuses and errors for every form):
   durability reaches offsets in order), whose status every one gets.
 
 The writer asks the store's ``Role`` whether it may write (fence, in-sync replicas, replica)
-and what an acknowledgement waits for; ``gate()`` (the facade) raises while the store is not
-started or the disk is full.
+and what an acknowledgement waits for; ``gate()`` (``WriteGate.check``: the store's lifecycle
+and the cleanup service's disk reports) raises while the store is not started or the disk is
+full.
 """
 
 from __future__ import annotations
@@ -40,14 +41,17 @@ from wharf.store.codec.properties import TIMER_TOPIC, TRANS_HALF_TOPIC
 from wharf.store.config import SYNC_FLUSH, StoreConfig
 from wharf.store.dispatch.reput import ReputService
 from wharf.store.errors import (
+    DiskFullError,
     InvalidMessageError,
     StoreBusyError,
     StoreError,
     StoreNotWritableError,
+    StoreShutDownError,
 )
 from wharf.store.fast.record_check import check_records, check_records_many
 from wharf.store.log.commit_log import AppendedMany, CommitLog, RecordsBatch
 from wharf.store.model import AppendResult, MessageInput, PutResult, PutStatus
+from wharf.store.queue.table import ConsumeQueueTable
 from wharf.store.role import Role
 from wharf.store.services.schedule import delay_level_of, to_schedule_topic
 from wharf.store.services.timer import timer_times, to_timer_topic
@@ -55,7 +59,15 @@ from wharf.store.services.transactions import is_half, to_half_topic
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Batch", "Durability", "Writer", "Written", "WrittenMany", "durable_all"]
+__all__ = [
+    "Batch",
+    "Durability",
+    "WriteGate",
+    "Writer",
+    "Written",
+    "WrittenMany",
+    "durable_all",
+]
 
 # What one write appends: messages to encode, or producer-encoded records.
 Batch = Sequence[MessageInput] | bytes
@@ -170,6 +182,43 @@ class WrittenMany:
         return await self._writer.durable_until(self.end_offset)
 
 
+class WriteGate:
+    """The store's own part of "may it write" (the role's is ``Role.refusal``): its lifecycle
+    (``state``: new -> started -> stopping -> stopped) and the disk state the cleanup service
+    reports after each pass (``on_disk_state``), with the last used ratio ``stats()`` shows."""
+
+    def __init__(self) -> None:
+        self.state = "new"
+        self.disk_full_reason = ""
+        self.disk_used_ratio = 0.0
+
+    def check(self) -> None:
+        """The writer's check before an append: started, disk not full."""
+        if self.state != "started":
+            raise StoreShutDownError(f"the store is {self.state}: writes are refused")
+        if self.disk_full_reason:
+            raise DiskFullError(self.disk_full_reason)
+
+    def on_disk_state(self, used_ratio: float, full_reason: str) -> None:
+        """The cleanup service's report of each pass: the ratio is cached for ``stats()``; a
+        non-empty reason refuses writes with DiskFullError until a pass reports "" again."""
+        self.disk_used_ratio = used_ratio
+        if full_reason and not self.disk_full_reason:
+            log.error("store not writable: %s", full_reason)
+        elif not full_reason and self.disk_full_reason:
+            log.warning("store writable again: disk use back under the warning level")
+        self.disk_full_reason = full_reason
+
+    def not_writable_reason(self, commit_log: CommitLog | None) -> str:
+        """Why writes are refused now ('' when they are not): the store's state, a full
+        disk, then the commit log's own reason (a sticky flush failure)."""
+        if self.state != "started":
+            return f"store {self.state}"
+        if self.disk_full_reason:
+            return self.disk_full_reason
+        return commit_log.not_writable_reason if commit_log is not None else ""
+
+
 class Writer:
     """Appends, the queue offsets they take, their accounting and their durability."""
 
@@ -189,6 +238,7 @@ class Writer:
         self._sync_flush = config.flush_disk_type == SYNC_FLUSH
         self._commit_log: CommitLog | None = None  # set by start()
         self._reput: ReputService | None = None
+        self._queues: ConsumeQueueTable | None = None
         self._request_disk_check: Callable[[], None] = lambda: None
         self.offset_table: dict[tuple[str, int], int] = {}  # (topic, queue id) -> next offset
         self.messages_put_total = 0
@@ -205,14 +255,22 @@ class Writer:
         self,
         commit_log: CommitLog,
         reput: ReputService,
-        offset_table: dict[tuple[str, int], int],
+        queues: ConsumeQueueTable,
         request_disk_check: Callable[[], None],
-        disk_check_bytes: int,
+        filesystem_bytes: int,
     ) -> None:
-        self._commit_log, self._reput = commit_log, reput
-        self.offset_table = offset_table
+        """What recovery opened; ``request_disk_check()`` asks the cleanup service for a disk
+        sample, after every 1 % of the filesystem (``filesystem_bytes``) appended, 1..64 MiB."""
+        self._commit_log, self._reput, self._queues = commit_log, reput, queues
+        self.take_offsets()
         self._request_disk_check = request_disk_check
-        self.disk_check_bytes = disk_check_bytes
+        self.disk_check_bytes = max(1 << 20, min(64 << 20, filesystem_bytes // 100))
+
+    def take_offsets(self) -> None:
+        """Each queue's next offset from the queues themselves: at start, and when a replica
+        is promoted (``Role.promote``, once everything it has is dispatched)."""
+        assert self._queues is not None
+        self.offset_table = {(q.topic, q.queue_id): q.max_offset for q in self._queues}
 
     # --- the write ---------------------------------------------------------------------------
     def write(self, topic: str, queue_id: int, batch: Batch, born_host: str = "") -> Written:

@@ -57,7 +57,7 @@ from wharf.store.model import (
 from wharf.store.pop.handles import format_handle, new_nonce, parse_handle
 from wharf.store.pop.journal import DEFAULT_COMPACT_BYTES, JournalWriter, load_journal_blocking
 from wharf.store.pop.records import PopRecord, encode_record
-from wharf.store.pop.state import InFlight, PopState, QueueKey
+from wharf.store.pop.state import InFlight, PopState, QueueKey, QueueState
 from wharf.store.pop.wakeups import Waiter, Wakeups
 
 log = logging.getLogger(__name__)
@@ -550,15 +550,54 @@ class PopService:
         # the earliest expiries first, bounded: a dead consumer's thousands of expired
         # messages cost a pop O(batch log n), not O(n)
         expired = state.expired(now, max(4 * want, _MIN_EXPIRED_SCAN))
+        blocked = self._busy_groups(topic, queue_id, state, expired) if fifo else set()
+        if not self._pop_behind(
+            key,
+            state,
+            expired,
+            blocked,
+            tag_filter,
+            want,
+            visible_at,
+            max_attempts,
+            fifo,
+            out,
+            dead,
+        ):
+            return False
+        return self._pop_fresh(key, state, blocked, tag_filter, want, visible_at, fifo, out)
+
+    def _busy_groups(
+        self, topic: str, queue_id: int, state: QueueState, expired: list[int]
+    ) -> set[str]:
+        """FIFO: the message groups of this queue with a message in flight and not expired (or
+        being dead-lettered): none of their messages is handed out now."""
         blocked: set[str] = set()
-        if fifo:
-            expired_set = set(expired)
-            for offset, busy in list(state.in_flight.items()):
-                if offset not in expired_set or busy.dead_lettering:
-                    blocked.add(self._message_group(topic, queue_id, offset, busy))
-            blocked.discard("")
-        # 1. below the scan cursor: expired deliveries and passed-over messages, in order
-        # (most pops have neither: no set nor sort then)
+        expired_set = set(expired)
+        for offset, busy in list(state.in_flight.items()):
+            if offset not in expired_set or busy.dead_lettering:
+                blocked.add(self._message_group(topic, queue_id, offset, busy))
+        blocked.discard("")
+        return blocked
+
+    def _pop_behind(
+        self,
+        key: QueueKey,
+        state: QueueState,
+        expired: list[int],
+        blocked: set[str],
+        tag_filter: TagFilter,
+        want: int,
+        visible_at: int,
+        max_attempts: int,
+        fifo: bool,
+        out: list[PoppedMessage],
+        dead: list[tuple[QueueKey, int, StoredMessage, InFlight]],
+    ) -> bool:
+        """Step 1 of ``_pop_queue``, below the scan cursor: expired deliveries and passed-over
+        messages, in order (most pops have neither: no set nor sort then). False once ``out``
+        is full."""
+        topic, queue_id = key[1], key[2]
         behind = sorted(set(expired).union(state.gaps())) if expired or state.has_gaps else ()
         for offset in behind:
             if len(out) >= want:
@@ -583,7 +622,22 @@ class PopService:
                 continue
             attempt = entry.attempt + 1 if entry is not None else 1
             self._deliver(key, message, visible_at, attempt, message_group, out)
-        # 2. new messages from the scan cursor on
+        return True
+
+    def _pop_fresh(
+        self,
+        key: QueueKey,
+        state: QueueState,
+        blocked: set[str],
+        tag_filter: TagFilter,
+        want: int,
+        visible_at: int,
+        fifo: bool,
+        out: list[PoppedMessage],
+    ) -> bool:
+        """Step 2 of ``_pop_queue``: new messages from the scan cursor on. True when the read
+        budget ran out with messages left to scan."""
+        topic, queue_id = key[1], key[2]
         max_window = min(self._max_window, FIFO_MAX_WINDOW) if fifo else self._max_window
         for _ in range(_MAX_FRESH_READS):
             room = max_window - state.window

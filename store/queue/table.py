@@ -424,3 +424,11 @@ class ConsumeQueueTable:
 
     def close(self) -> None:
         self.cache.close()
+
+
+async def destroy_queues(queues: Iterable[ConsumeQueue], maintenance: asyncio.Lock) -> None:
+    """Delete the files of queues ``remove_topic`` returned, one queue at a time in a thread,
+    under the store's maintenance lock (no flush syncs a file deleted under it)."""
+    async with maintenance:
+        for queue in queues:
+            await asyncio.to_thread(queue.destroy_blocking)

@@ -1,7 +1,8 @@
 """``StoreHost``: the one view of the store the message services (delay levels, timers,
 transactions) get. The facade provides it structurally (nothing here imports it): a service
-reads ConsumeQueue units and records, waits for dispatch and re-puts through these calls, and
-at start walks the log for the records that closed its ledger entries (``marks_since``)."""
+reads ConsumeQueue units and records, waits for dispatch and re-puts through these calls. The
+walk of the log at start for the records that closed a ledger's entries is a named callable
+its ``load_blocking`` gets (``read.lookups.marks_since`` over the commit log)."""
 
 from __future__ import annotations
 
@@ -24,10 +25,6 @@ class StoreHost(Protocol):
     def look_message_by_offset(self, commit_log_offset: int) -> StoredMessage | None: ...
 
     def commit_log_end(self) -> int: ...
-
-    def marks_since(self, commit_log_offset: int, prop: str) -> list[int]:
-        """The integer value of property ``prop`` in every record from the offset on."""
-        ...
 
     async def wait_dispatched(self, timeout_s: float = 5.0) -> bool: ...
 

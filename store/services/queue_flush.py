@@ -46,13 +46,13 @@ from wharf.store.paths import DirectorySyncs
 from wharf.store.queue.consume_queue import ConsumeQueue
 from wharf.store.queue.journal import RECORD_INTERVAL_S, PositionsJournal
 from wharf.store.service import Service
-from wharf.store.syncfs import whole_fs_sync
+from wharf.store.services.syncfs import whole_fs_sync
 
 # () -> (dispatch offset, store timestamp of the last dispatched message; 0 if none yet).
 DispatchPosition = Callable[[], tuple[int, int]]
 
 # A thorough pass over at least this many queues syncs their filesystem at once where that is
-# reliable (``wharf.store.syncfs`` says why). Below it (512 queues file by file: 0.05 s,
+# reliable (``wharf.store.services.syncfs`` says why). Below it (512 queues file by file: 0.05 s,
 # ``tests.bench.thorough_flush``) the files' own syncs cost less than writing back whatever
 # else is dirty there (the commit log's unflushed pages, other programs' files).
 SYNCFS_MIN_QUEUES = 512

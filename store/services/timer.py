@@ -161,13 +161,14 @@ class TimerMessageService:
         self.last_error = ""
 
     # --- start / stop ---------------------------------------------------------------------
-    def load_blocking(self) -> None:
+    def load_blocking(self, marks_since: Callable[[int, str], list[int]]) -> None:
         """Checkpoint + the commit log since it + both queues since their cursors (in a
-        thread at start, before anything is put)."""
+        thread at start, before anything is put). ``marks_since(offset, prop)``: the integer
+        value of property ``prop`` in every record of the log from ``offset`` on."""
         ledger = self.ledger
         ledger.load_blocking()
         self._cancel_cursor = int(str(ledger.extra.get("cancelCursor", 0)))
-        ledger.close_marked(self.host.marks_since(ledger.log_offset, PROPERTY_TIMER_QUEUE_OFFSET))
+        ledger.close_marked(marks_since(ledger.log_offset, PROPERTY_TIMER_QUEUE_OFFSET))
         self._follow_cancels()
         self._follow_timers()
 

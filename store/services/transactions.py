@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,10 +107,12 @@ class TransactionService:
         self.checks = 0
 
     # --- start / stop ---------------------------------------------------------------------
-    def load_blocking(self) -> None:
+    def load_blocking(self, marks_since: Callable[[int, str], list[int]]) -> None:
+        """Checkpoint + the halves closed since it (``marks_since(offset, prop)``: the value
+        of ``prop`` in every record from ``offset`` on) + the half queue since its cursor."""
         ledger = self.ledger
         ledger.load_blocking()
-        ledger.close_marked(self.host.marks_since(ledger.log_offset, PROPERTY_TRAN_HALF_OFFSET))
+        ledger.close_marked(marks_since(ledger.log_offset, PROPERTY_TRAN_HALF_OFFSET))
         self.follow()
         for text, (checks, last) in dict(ledger.extra.get("checks", {})).items():  # type: ignore[call-overload]
             half = self.open.get(int(text))
@@ -270,6 +272,34 @@ class TransactionService:
             await self.host.wait_dispatched()
         await self.catch_up()
         counts = {COMMITTED: 0, ROLLED_BACK: 0, RESOLVED: 0}
+        todo, seen = self._named_halves(offsets, id_prefix, topics, counts)
+        rollbacks = [] if commit else [o for o, _ in todo]
+        commits = todo if commit else []
+        if rest:
+            rollbacks += [
+                o
+                for o, h in self.open.items()
+                if o not in seen
+                and h.message_id.startswith(id_prefix)
+                and (not topics or h.topic in topics)
+            ]
+        await self._write_resolutions(commits, rollbacks, counts)
+        return {
+            "committed": counts[COMMITTED],
+            "rolled_back": counts[ROLLED_BACK],
+            "resolved_before": counts[RESOLVED],
+        }
+
+    def _named_halves(
+        self,
+        offsets: Sequence[int],
+        id_prefix: str,
+        topics: set[str] | None,
+        counts: dict[str, int],
+    ) -> tuple[list[tuple[int, Half]], set[int]]:
+        """``end_batch``'s check of the halves it names, before anything is written: the open
+        ones to resolve, in order (InvalidMessageError for an unknown one, another writer's
+        or another topic's), and every offset named; those resolved before are counted."""
         todo: list[tuple[int, Half]] = []
         seen: set[int] = set()
         for offset in offsets:
@@ -296,16 +326,13 @@ class TransactionService:
                     f"{id_prefix!r}"
                 )
             todo.append((offset, half))
-        rollbacks = [] if commit else [o for o, _ in todo]
-        commits = todo if commit else []
-        if rest:
-            rollbacks += [
-                o
-                for o, h in self.open.items()
-                if o not in seen
-                and h.message_id.startswith(id_prefix)
-                and (not topics or h.topic in topics)
-            ]
+        return todo, seen
+
+    async def _write_resolutions(
+        self, commits: list[tuple[int, Half]], rollbacks: list[int], counts: dict[str, int]
+    ) -> None:
+        """``end_batch``'s writes: the commit copies, a put per destination run, then the
+        rollback markers in batches of ``BATCH_COUNT``; each closes its halves once put."""
         write_id = self.ledger.begin_write(self.host.commit_log_end())
         try:
             for group in self._commit_groups(commits):
@@ -321,11 +348,6 @@ class TransactionService:
         finally:
             self.ledger.end_write(write_id)
             self._dirty.set()
-        return {
-            "committed": counts[COMMITTED],
-            "rolled_back": counts[ROLLED_BACK],
-            "resolved_before": counts[RESOLVED],
-        }
 
     def _commit_groups(
         self, halves: list[tuple[int, Half]]

@@ -1,5 +1,5 @@
 """The consume queues' thorough flush over many busy queues: file by file against one syncfs of
-their filesystem, in the same run (``wharf.store.syncfs``). A program that prints figures.
+their filesystem, in the same run (``wharf.store.services.syncfs``). A program that prints figures.
 
     .venv/bin/python -m tests.bench.thorough_flush [--topics 10000] [--rounds 3]
 

@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from wharf.store import syncfs
+from wharf.store.services import syncfs
 
 from tests.harness import REPO_ROOT
 

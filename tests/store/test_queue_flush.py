@@ -6,11 +6,10 @@ import errno
 from pathlib import Path
 
 import pytest
-from wharf.store import syncfs
 from wharf.store.errors import DiskFullError
 from wharf.store.message_store import MessageStore
 from wharf.store.queue.consume_queue import ConsumeQueue, ConsumeQueueFile
-from wharf.store.services import queue_flush
+from wharf.store.services import queue_flush, syncfs
 
 from tests.store.helpers import msg, small_config
 
@@ -128,10 +127,10 @@ async def test_a_thorough_pass_over_many_queues_syncs_their_filesystem_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """At SYNCFS_MIN_QUEUES queues and more a thorough pass makes one whole-filesystem sync
-    instead of an fdatasync a file (``wharf.store.syncfs`` says why), then counts every queue
-    synced up to where it was when the sync began and moves the checkpoint; below it, in a
-    periodic pass, and where no such sync is reliable, file by file as before. A failed sync
-    leaves every queue unflushed and the checkpoint where it was."""
+    instead of an fdatasync a file (``wharf.store.services.syncfs`` says why), then counts
+    every queue synced up to where it was when the sync began and moves the checkpoint; below
+    it, in a periodic pass, and where no such sync is reliable, file by file as before. A failed
+    sync leaves every queue unflushed and the checkpoint where it was."""
     monkeypatch.setattr(queue_flush, "SYNCFS_MIN_QUEUES", 8)
     store = MessageStore(small_config(tmp_path, flush_interval_consume_queue=3_600_000))
     await store.start()
