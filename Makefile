@@ -60,6 +60,16 @@ $(REMOTING_NODE_STAMP): $(REMOTING_NODE_DIR)/package.json $(REMOTING_NODE_DIR)/p
 	npm ci --prefix $(REMOTING_NODE_DIR) --no-audit --no-fund --loglevel=error
 	touch $(REMOTING_NODE_STAMP)
 
+# The Kafka Node.js client (npm kafkajs, exact version pinned with its lock file) for
+# tests/broker/kafka/test_clients_kafkajs.py, against the broker's Kafka port (--kafka-listen).
+KAFKA_NODE_DIR   := tests/broker/kafka/node
+KAFKA_NODE_STAMP := $(KAFKA_NODE_DIR)/node_modules/.installed-stamp
+$(KAFKA_NODE_STAMP): $(KAFKA_NODE_DIR)/package.json $(KAFKA_NODE_DIR)/package-lock.json
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+	  echo "node and npm are needed for the Node.js client tests: install Node.js >= 18 (e.g. apt-get install nodejs npm)"; exit 1; }
+	npm ci --prefix $(KAFKA_NODE_DIR) --no-audit --no-fund --loglevel=error
+	touch $(KAFKA_NODE_STAMP)
+
 # Run the broker on embedded defaults: data under ./data, gRPC 127.0.0.1:8081, metrics 127.0.0.1:9100.
 run: $(STAMP)
 	$(PY) -m wharf.broker $(ARGS)
@@ -67,7 +77,8 @@ run: $(STAMP)
 # Debian packages the tests drive as real peers: prometheus/promtool and redis-server (ops and
 # benchmark tests), etcd (controller-mode failover: elections on etcd leases), and the headless
 # browser of the console's end-to-end tests (chromium + chromedriver), and FUSE 3 for the
-# power-cut filesystem of tests/fault (fuse3: fusermount3, and the libfuse3 mfusepy loads).
+# power-cut filesystem of tests/fault (fuse3: fusermount3, and the libfuse3 mfusepy loads), and
+# kcat, the Kafka client on Debian's librdkafka, for tests/broker/kafka/test_clients_kcat.py.
 system-deps:
 	@if ! command -v promtool >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1 \
 	    || ! command -v etcd >/dev/null 2>&1; then \
@@ -82,6 +93,13 @@ system-deps:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fuse3 >/dev/null; \
 	  else \
 	    echo "install Debian packages: sudo apt-get install fuse3"; exit 1; \
+	  fi; \
+	fi
+	@if ! command -v kcat >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kcat >/dev/null; \
+	  else \
+	    echo "install Debian packages: sudo apt-get install kcat"; exit 1; \
 	  fi; \
 	fi
 	@if ! command -v ip >/dev/null 2>&1 || ! command -v nft >/dev/null 2>&1; then \
@@ -100,7 +118,7 @@ system-deps:
 	fi
 
 # The whole suite, as CI runs it: fast tests, slow end-to-end tests, ops tests and the Spark tests.
-test: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) system-deps
+test: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) $(KAFKA_NODE_STAMP) system-deps
 	$(PYTEST) -q -m "not spark"
 	$(PYTEST) -q -m spark -p no:randomly
 
@@ -111,7 +129,7 @@ test-fast: $(STAMP)
 test-spark: $(STAMP)
 	$(PYTEST) -q -m spark
 
-test-slow: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP)
+test-slow: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) $(KAFKA_NODE_STAMP)
 	$(PYTEST) -q -m slow
 
 # The `wharf` package spans four folders (package-dir in pyproject.toml); mypy and import-linter

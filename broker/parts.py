@@ -4,6 +4,7 @@ line here. gRPC comes first: the wire port's default address derives from its po
 
 from __future__ import annotations
 
+from wharf.broker.kafka.part import kafka_part
 from wharf.broker.remoting.part import remoting_part
 from wharf.broker.serving.frontend import Part
 from wharf.broker.serving.grpc_part import grpc_part
@@ -11,4 +12,4 @@ from wharf.broker.wire.part import wire_part
 
 __all__ = ["PARTS"]
 
-PARTS: tuple[Part, ...] = (grpc_part, wire_part, remoting_part)
+PARTS: tuple[Part, ...] = (grpc_part, wire_part, remoting_part, kafka_part)

@@ -69,6 +69,9 @@ V1_REFUSALS = Refusals(
 
 
 Observe = Callable[[str, str, float], None]
+# verdict(request, context): None when allowed, else (status code, message)
+Verdict = Callable[[Any, Any], tuple[Any, str] | None]
+ReplyOf = Callable[[Any, str], Any]  # reply_of(code, message): the method's refusal reply
 
 
 class AclGuard(AccountChecker):
@@ -90,9 +93,26 @@ class AclGuard(AccountChecker):
         """``behavior`` guarded by the ACL, refused the front end's way (``refusals``)."""
         path = f"{service}/{method.name}"
         needs_of = ACCESS[path]  # KeyError: a method missing from the table (a test checks)
+        verdict = self._verdict(path, needs_of, refusals, method.name, service == V1_ADMIN)
         in_reply = refusals.reply
-        metric = f"{refusals.metric_prefix}{method.name}"
-        admin_only = service == V1_ADMIN
+        reply_of: ReplyOf | None = None
+        if in_reply is not None:
+
+            def reply_of(code: Any, message: str) -> Any:
+                return in_reply(response_cls, code, message)
+
+        if not method.client_streaming and not method.server_streaming:
+            return _guard_unary(behavior, verdict, reply_of)
+        if not method.client_streaming:
+            return _guard_server_stream(behavior, verdict, reply_of)
+        return self._guard_client_stream(path, needs_of, method, behavior, verdict, reply_of)
+
+    def _verdict(
+        self, path: str, needs_of: Any, refusals: Refusals, method_name: str, admin_only: bool
+    ) -> Verdict:
+        """``verdict(request, context)``: None when allowed, else (status code, message) after
+        counting and logging the refusal; ``request`` None checks the caller only."""
+        metric = f"{refusals.metric_prefix}{method_name}"
         codes = (*refusals.unauthenticated, *refusals.denied)
 
         def verdict(request: Any, context: Any) -> tuple[Any, str] | None:
@@ -115,35 +135,13 @@ class AclGuard(AccountChecker):
             self.log_refusal(f"{path} {name}", f"{path}: {message}")
             return code, message
 
-        def in_reply_of(code: Any, message: str) -> Any:
-            assert in_reply is not None
-            return in_reply(response_cls, code, message)
+        return verdict
 
-        if not method.client_streaming and not method.server_streaming:
-
-            async def unary(request: Any, context: Any) -> Any:
-                refused = verdict(request, context)
-                if refused is None:
-                    return await behavior(request, context)
-                if in_reply is not None:
-                    return in_reply_of(*refused)
-                await context.abort(*refused)
-
-            return unary
-
-        if not method.client_streaming:
-
-            async def server_stream(request: Any, context: Any) -> AsyncIterator[Any]:
-                refused = verdict(request, context)
-                if refused is None:
-                    async for reply in behavior(request, context):
-                        yield reply
-                elif in_reply is not None:
-                    yield in_reply_of(*refused)
-                else:
-                    await context.abort(*refused)
-
-            return server_stream
+    def _per_request(
+        self, path: str, needs_of: Any
+    ) -> Callable[[AsyncIterator[Any], Account], AsyncIterator[Any]]:
+        """``per_request(requests, account)``: a client stream's requests, each authorized on its
+        own under the rules in force when it arrives (a refused one as a ``RefusedRequest``)."""
 
         def per_request(requests: AsyncIterator[Any], account: Account) -> AsyncIterator[Any]:
             def check(request: Any, current: Account | None) -> Any:
@@ -172,12 +170,20 @@ class AclGuard(AccountChecker):
 
             return checked()
 
-        async def refuse_first(
-            requests: AsyncIterator[Any], message: str, unauthenticated: bool
-        ) -> AsyncIterator[Any]:
-            async for request in requests:
-                yield RefusedRequest(message, getattr(request, "request_id", 0), unauthenticated)
-                return
+        return per_request
+
+    def _guard_client_stream(
+        self,
+        path: str,
+        needs_of: Any,
+        method: MethodDescriptor,
+        behavior: Any,
+        verdict: Verdict,
+        reply_of: ReplyOf | None,
+    ) -> Any:
+        """A client stream (bidi or stream-unary): authenticated when it opens, then each
+        request authorized on its own (``_per_request``)."""
+        per_request = self._per_request(path, needs_of)
 
         async def refuse_stream(
             requests: AsyncIterator[Any], context: Any, code: Any, message: str
@@ -186,17 +192,17 @@ class AclGuard(AccountChecker):
             its reply, then the call ends with the status. Aborting at once raced the client's
             first write, which then saw gRPC core's INTERNAL "Internal error from Core"."""
             unauthenticated = code is grpc.StatusCode.UNAUTHENTICATED
-            async for reply in behavior(refuse_first(requests, message, unauthenticated), context):
+            async for reply in behavior(_refuse_first(requests, message, unauthenticated), context):
                 yield reply
             await context.abort(code, message)
 
         async def client_stream(requests: AsyncIterator[Any], context: Any) -> Any:
             refused = verdict(None, context)
             if refused is not None:
-                if in_reply is not None:
+                if reply_of is not None:
                     if method.server_streaming:
-                        return _one(in_reply_of(*refused))
-                    return in_reply_of(*refused)
+                        return _one(reply_of(*refused))
+                    return reply_of(*refused)
                 if method.server_streaming:
                     return refuse_stream(requests, context, *refused)
                 await context.abort(*refused)
@@ -217,6 +223,45 @@ class AclGuard(AccountChecker):
             return await result if asyncio.iscoroutine(result) else result
 
         return stream_unary
+
+
+def _guard_unary(behavior: Any, verdict: Verdict, reply_of: ReplyOf | None) -> Any:
+    """A unary method: the request checked, then ``behavior`` or the refusal."""
+
+    async def unary(request: Any, context: Any) -> Any:
+        refused = verdict(request, context)
+        if refused is None:
+            return await behavior(request, context)
+        if reply_of is not None:
+            return reply_of(*refused)
+        await context.abort(*refused)
+
+    return unary
+
+
+def _guard_server_stream(behavior: Any, verdict: Verdict, reply_of: ReplyOf | None) -> Any:
+    """A server stream: the request checked, then ``behavior``'s replies or the refusal."""
+
+    async def server_stream(request: Any, context: Any) -> AsyncIterator[Any]:
+        refused = verdict(request, context)
+        if refused is None:
+            async for reply in behavior(request, context):
+                yield reply
+        elif reply_of is not None:
+            yield reply_of(*refused)
+        else:
+            await context.abort(*refused)
+
+    return server_stream
+
+
+async def _refuse_first(
+    requests: AsyncIterator[Any], message: str, unauthenticated: bool
+) -> AsyncIterator[Any]:
+    """The refusal in place of the stream's first request, and no further request."""
+    async for request in requests:
+        yield RefusedRequest(message, getattr(request, "request_id", 0), unauthenticated)
+        return
 
 
 async def _one(reply: Any) -> AsyncIterator[Any]:

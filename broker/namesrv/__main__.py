@@ -43,6 +43,7 @@ from wharf.broker.namesrv.remoting import NamesrvRemoting, RemotingStartError, r
 from wharf.broker.namesrv.routes import RouteTable
 from wharf.broker.namesrv.service import NameService
 from wharf.broker.remoting.acl import RemotingAcl
+from wharf.broker.remoting.server import RemotingServer
 from wharf.broker.remoting.tls import server_context
 from wharf.broker.serving.ready_file import write_ready_file_blocking
 from wharf.broker.tls.certs import generate_development_pair_blocking
@@ -114,38 +115,14 @@ async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
     3. The port, last: ``add_*_port`` listens at once, so it comes right before
        ``server.start`` with no await between them; the remoting port listens right after.
     4. The ready file, once it serves."""
-    acl: AccountChecker | None = None
-    if config.acl_enable:
-        acl = AccountChecker(Path(config.acl_file), config.acl_max_clock_skew / 1000)
-        try:
-            await asyncio.to_thread(acl.load_blocking)
-        except (AclFileError, OSError, UnicodeDecodeError) as exc:
-            raise StartError(f"aclEnable: cannot use {config.acl_file}: {exc}") from None
-    credentials = reloader = None
-    if config.tls_enable:
-        try:
-            reloader = await asyncio.to_thread(_server_tls_blocking, config)
-        except TlsError as exc:
-            raise StartError(str(exc)) from None
-        credentials = reloader.credentials()
+    acl = await _load_acl(config)
+    reloader = await _load_tls(config)
+    credentials = reloader.credentials() if reloader is not None else None
     grpc_host = config.listen.rpartition(":")[0].strip("[]")
-    remoting = remoting_address = None
-    if config.remoting_listen:
-        try:
-            remoting, remoting_address = reserve(config.remoting_listen, grpc_host)
-        except RemotingStartError as exc:
-            raise StartError(f"remotingListen: {exc}") from None
+    remoting, remoting_address = _reserve_remoting(config, grpc_host)
     table = RouteTable()
     service = NameService(table, config.broker_not_active_timeout_millis, acl)
-    # Accept the SDK's keepalive pings on route watches and idle connections (wharf.keepalive):
-    # gRPC's defaults answer them with GOAWAY "too_many_pings" after three.
-    server = grpc.aio.server(options=keepalive.server_options())
-    namesrv_pb2_grpc.add_NameServiceServicer_to_server(service, server)
-    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((SERVICE_NAME, reflection.SERVICE_NAME), server)
-    # SERVING before the port opens: a health check answered at all says SERVING.
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    server = await _grpc_server(service)
     expire = asyncio.get_running_loop().create_task(service.expire_loop())
     reload_acl = asyncio.get_running_loop().create_task(acl.watch()) if acl else None
     # The port, last: add_*_port listens at once (no await until server.start()).
@@ -156,16 +133,7 @@ async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
     await server.start()
     host = grpc_host
     if remoting is not None:
-        try:
-            await remoting.start(
-                NamesrvRemoting(table).handlers(),
-                None,
-                acl=RemotingAcl(acl) if acl is not None else None,  # aclEnable: as gRPC's
-                ssl_context=server_context(reloader.refreshed) if reloader else None,  # tlsEnable
-            )
-        except RemotingStartError as exc:
-            await server.stop(None)
-            raise StartError(f"remotingListen: {exc}") from None
+        await _start_remoting(remoting, table, acl, reloader, server)
     log.info("NameServer serving on %s:%d%s%s", host, port, " over TLS" if credentials else "",
              " with ACL" if acl else "")  # fmt: skip
     if remoting is not None:
@@ -187,7 +155,88 @@ async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
         await asyncio.to_thread(write_ready_file_blocking, ready_file, info)
     await stop.wait()
     log.info("stopping")
-    for task in (expire, reload_acl):
+    await _shut_down(server, remoting, (expire, reload_acl))
+    return 0
+
+
+async def _load_acl(config: NamesrvConfig) -> AccountChecker | None:
+    """aclEnable: the accounts file, loaded (StartError when it cannot be used)."""
+    if not config.acl_enable:
+        return None
+    acl = AccountChecker(Path(config.acl_file), config.acl_max_clock_skew / 1000)
+    try:
+        await asyncio.to_thread(acl.load_blocking)
+    except (AclFileError, OSError, UnicodeDecodeError) as exc:
+        raise StartError(f"aclEnable: cannot use {config.acl_file}: {exc}") from None
+    return acl
+
+
+async def _load_tls(config: NamesrvConfig) -> CertificateReloader | None:
+    """tlsEnable: the certificate, served with rotation (StartError when it cannot be used)."""
+    if not config.tls_enable:
+        return None
+    try:
+        return await asyncio.to_thread(_server_tls_blocking, config)
+    except TlsError as exc:
+        raise StartError(str(exc)) from None
+
+
+def _reserve_remoting(
+    config: NamesrvConfig, grpc_host: str
+) -> tuple[RemotingServer | None, str | None]:
+    """remotingListen: its port bound, not listening, and the address clients dial
+    ((None, None) when off; StartError when the port is taken)."""
+    if not config.remoting_listen:
+        return None, None
+    try:
+        return reserve(config.remoting_listen, grpc_host)
+    except RemotingStartError as exc:
+        raise StartError(f"remotingListen: {exc}") from None
+
+
+async def _grpc_server(service: NameService) -> grpc.aio.Server:
+    """The gRPC server with the NameService, health (SERVING already) and reflection; no port
+    yet."""
+    # Accept the SDK's keepalive pings on route watches and idle connections (wharf.keepalive):
+    # gRPC's defaults answer them with GOAWAY "too_many_pings" after three.
+    server = grpc.aio.server(options=keepalive.server_options())
+    namesrv_pb2_grpc.add_NameServiceServicer_to_server(service, server)
+    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection((SERVICE_NAME, reflection.SERVICE_NAME), server)
+    # SERVING before the port opens: a health check answered at all says SERVING.
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    return server
+
+
+async def _start_remoting(
+    remoting: RemotingServer,
+    table: RouteTable,
+    acl: AccountChecker | None,
+    reloader: CertificateReloader | None,
+    server: grpc.aio.Server,
+) -> None:
+    """The remoting port listening, with the ACL and TLS of gRPC; when it cannot, the gRPC
+    server stops and StartError."""
+    try:
+        await remoting.start(
+            NamesrvRemoting(table).handlers(),
+            None,
+            acl=RemotingAcl(acl) if acl is not None else None,  # aclEnable: as gRPC's
+            ssl_context=server_context(reloader.refreshed) if reloader else None,  # tlsEnable
+        )
+    except RemotingStartError as exc:
+        await server.stop(None)
+        raise StartError(f"remotingListen: {exc}") from None
+
+
+async def _shut_down(
+    server: grpc.aio.Server,
+    remoting: RemotingServer | None,
+    tasks: tuple[asyncio.Task[None] | None, ...],
+) -> None:
+    """The background tasks cancelled, then the listeners closed before the servers stop."""
+    for task in tasks:
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -197,7 +246,6 @@ async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
     await server.stop(1.0)
     if remoting is not None:
         await remoting.stop()
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

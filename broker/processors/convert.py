@@ -135,10 +135,7 @@ def to_inputs(
         if not size or size > max_message_size:
             raise _bad_body(index, size, max_message_size)
         if level != delay:
-            raise InvalidArgumentError(
-                "messages of one batch must share a delay level; send delayed messages in "
-                "their own request"
-            )
+            raise _mixed_delay()
         if not uid:
             uid = ids.next_id()
         properties[PROPERTY_UNIQ_KEY] = uid
@@ -151,6 +148,13 @@ def to_inputs(
             properties = user_properties
         append_input(MessageInput(body, properties, flag, sys_flag, born_timestamp, born_host))
     return inputs, unique_ids, delay
+
+
+def _mixed_delay() -> InvalidArgumentError:
+    """A batch whose messages' delay levels differ (it is one append into one queue)."""
+    return InvalidArgumentError(
+        "messages of one batch must share a delay level; send delayed messages in their own request"
+    )
 
 
 def _bad_body(index: int, size: int, max_message_size: int) -> InvalidArgumentError:

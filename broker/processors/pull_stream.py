@@ -50,7 +50,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -145,6 +145,28 @@ def _written(write_now: Callable[[Any], bool], reply: messaging_pb2.PullMessageR
         return False
 
 
+async def _read_requests(
+    requests: AsyncIterator[Any],
+    start: Callable[[Any], Awaitable[None]],
+    alive: set[asyncio.Task[None]],
+    out: _Outbox,
+) -> None:
+    """The stream's reader: ``start`` for each request (each item of a batch); once the client
+    half-closed and the pulls in flight are answered, ``_END`` (also when the stream breaks)."""
+    try:
+        async for request in requests:
+            batch = getattr(request, "batch", None)
+            if batch:
+                for item in batch:
+                    await start(item)
+            else:
+                await start(request)
+        while alive:  # the client half-closed: answer what is in flight, then end
+            await asyncio.gather(*list(alive), return_exceptions=True)
+    finally:
+        out.put(_END)
+
+
 class PullStreamProcessor:
     def __init__(self, ctx: BrokerContext, puller: PullProcessor) -> None:
         self.ctx = ctx
@@ -193,21 +215,18 @@ class PullStreamProcessor:
                 error=common_pb2.ErrorInfo(code=code.value[0], message=message),
             )
 
-    async def serve(
+    def _pull_starter(
         self,
-        requests: AsyncIterator[Any],
-        peer: str,
-        write_now: Callable[[messaging_pb2.PullMessageResponse], bool] | None = None,
-    ) -> AsyncIterator[messaging_pb2.PullMessageResponse | bytes]:
-        """The stream's replies, to be written in order. ``write_now(reply)``, when the
-        transport has it, writes one reply now from a pull's task (True) or declines (False:
-        the call is over, or its transport's write gate is shut); see "Direct write"."""
-        cfg = self.ctx.config
-        slots = asyncio.Semaphore(cfg.max_inflight_stream_requests)
-        window = StreamReplies(self.ctx.replies, peer, cfg.max_unread_pull_bytes_per_client)
-        out = _Outbox()
+        out: _Outbox,
+        slots: asyncio.Semaphore,
+        window: StreamReplies,
+        alive: set[asyncio.Task[None]],
+        write_now: Callable[[messaging_pb2.PullMessageResponse], bool] | None,
+    ) -> Callable[[Any], Awaitable[None]]:
+        """``start(request)`` of a stream: runs the pull as a task (in ``alive``) that puts its
+        reply in ``out`` or writes it directly, once a slot is free (or cancels the pull a
+        ``cancel`` request names)."""
         tasks: dict[int, asyncio.Task[None]] = {}  # by request_id, the ones a cancel can name
-        alive: set[asyncio.Task[None]] = set()  # every pull task (error replies too)
 
         def direct(reply: messaging_pb2.PullMessageResponse, replies: PullReplies) -> bool:
             """A long-polled pull's reply written now, if the writer is idle (it holds and
@@ -265,21 +284,24 @@ class PullStreamProcessor:
                 tasks[request_id] = task
             task.add_done_callback(partial(finished, request_id, replies))
 
-        async def read_requests() -> None:
-            try:
-                async for request in requests:
-                    batch = getattr(request, "batch", None)
-                    if batch:
-                        for item in batch:
-                            await start(item)
-                    else:
-                        await start(request)
-                while alive:  # the client half-closed: answer what is in flight, then end
-                    await asyncio.gather(*list(alive), return_exceptions=True)
-            finally:
-                out.put(_END)
+        return start
 
-        reader = asyncio.create_task(read_requests())
+    async def serve(
+        self,
+        requests: AsyncIterator[Any],
+        peer: str,
+        write_now: Callable[[messaging_pb2.PullMessageResponse], bool] | None = None,
+    ) -> AsyncIterator[messaging_pb2.PullMessageResponse | bytes]:
+        """The stream's replies, to be written in order. ``write_now(reply)``, when the
+        transport has it, writes one reply now from a pull's task (True) or declines (False:
+        the call is over, or its transport's write gate is shut); see "Direct write"."""
+        cfg = self.ctx.config
+        slots = asyncio.Semaphore(cfg.max_inflight_stream_requests)
+        window = StreamReplies(self.ctx.replies, peer, cfg.max_unread_pull_bytes_per_client)
+        out = _Outbox()
+        alive: set[asyncio.Task[None]] = set()  # every pull task (error replies too)
+        start = self._pull_starter(out, slots, window, alive, write_now)
+        reader = asyncio.create_task(_read_requests(requests, start, alive, out))
         ended = False
         try:
             while not ended:

@@ -208,7 +208,6 @@ class Serving:
     tls: TlsSource
     health: HealthBoard = field(default_factory=HealthBoard)
     shared: dict[str, Any] = field(default_factory=dict)
-    set_serving: Any = None  # TEMPORARY (kafka helper's tests construct it): removed at merge
 
 
 class FrontEnd(Protocol):

@@ -60,6 +60,26 @@ def _new_client_id() -> str:
     return f"{os.uname().nodename}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
 
 
+def _checked_modes(
+    message_model: str, consume_from_where: str, group: str
+) -> tuple[common_pb2.MessageModel, common_pb2.ConsumeFromWhere]:
+    """The message model's and the start position's constants (InvalidArgumentError for an
+    unknown one, or no group)."""
+    models = {"CLUSTERING": CLUSTERING, "BROADCASTING": BROADCASTING}
+    wheres = {
+        "LAST": CONSUME_FROM_LAST_OFFSET,
+        "FIRST": CONSUME_FROM_FIRST_OFFSET,
+        "TIMESTAMP": CONSUME_FROM_TIMESTAMP,
+    }
+    if message_model not in models:
+        raise InvalidArgumentError(f"message_model must be one of {sorted(models)}")
+    if consume_from_where not in wheres:
+        raise InvalidArgumentError(f"consume_from_where must be one of {sorted(wheres)}")
+    if not group:
+        raise InvalidArgumentError("a consumer group name is required")
+    return models[message_model], wheres[consume_from_where]
+
+
 class PushConsumer:
     """Consume a group's share of one or more topics with an async handler.
 
@@ -124,8 +144,6 @@ class PushConsumer:
         self.connection = connection_of(endpoints, connection, connect)
         self._cluster: ClusterConsumers[PushConsumer] | None = None
         if self.connection.namesrv:
-            if message_model != "CLUSTERING":
-                raise InvalidArgumentError("namesrv= consumes in CLUSTERING mode only, for now")
             options = dict(
                 handler=handler, consume_from_where=consume_from_where,
                 consume_timestamp_ms=consume_timestamp_ms,
@@ -138,30 +156,15 @@ class PushConsumer:
                 shutdown_grace_s=shutdown_grace_s, client_id=client_id, orderly=orderly,
                 orderly_retry_pause_s=orderly_retry_pause_s,
             )  # fmt: skip
-            self._cluster = ClusterConsumers(
-                self.connection,
-                lambda: list(self._subscriptions),
-                lambda address: self._broker_consumer(address, options),
-            )
-        models = {"CLUSTERING": CLUSTERING, "BROADCASTING": BROADCASTING}
-        wheres = {
-            "LAST": CONSUME_FROM_LAST_OFFSET,
-            "FIRST": CONSUME_FROM_FIRST_OFFSET,
-            "TIMESTAMP": CONSUME_FROM_TIMESTAMP,
-        }
-        if message_model not in models:
-            raise InvalidArgumentError(f"message_model must be one of {sorted(models)}")
-        if consume_from_where not in wheres:
-            raise InvalidArgumentError(f"consume_from_where must be one of {sorted(wheres)}")
-        if not group:
-            raise InvalidArgumentError("a consumer group name is required")
+            self._cluster = self._cluster_consumers(message_model, options)
+        model, where = _checked_modes(message_model, consume_from_where, group)
         self.endpoints = self.connection.endpoints
         self.tls = self.connection.tls
         self.group = group
         self.client_id = client_id or _new_client_id()
         self.handler = handler
-        self.message_model = models[message_model]
-        self.consume_from_where = wheres[consume_from_where]
+        self.message_model = model
+        self.consume_from_where = where
         self.consume_timestamp_ms = consume_timestamp_ms
         self.max_in_flight_per_queue = max_in_flight_per_queue
         self.pull_batch_size = pull_batch_size
@@ -180,6 +183,22 @@ class PushConsumer:
         self.consume_concurrency = consume_concurrency
         self.orderly = orderly
         self.orderly_retry_pause_s = orderly_retry_pause_s
+        self._empty_state()
+
+    def _cluster_consumers(
+        self, message_model: str, options: dict[str, Any]
+    ) -> ClusterConsumers[PushConsumer]:
+        """namesrv=: a consumer of each broker of the topics' routes, built with ``options``."""
+        if message_model != "CLUSTERING":
+            raise InvalidArgumentError("namesrv= consumes in CLUSTERING mode only, for now")
+        return ClusterConsumers(
+            self.connection,
+            lambda: list(self._subscriptions),
+            lambda address: self._broker_consumer(address, options),
+        )
+
+    def _empty_state(self) -> None:
+        """What the consumer builds and runs, none of it yet (``start`` does)."""
         self._consume: ConcurrentConsumeService | None = None
         self._subscriptions: dict[str, str] = {}
         self._sql: dict[str, str] = {}  # topic -> SQL92 expression (instead of its tags)

@@ -34,7 +34,7 @@ from wharf.client.channel import open_channel
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
 from tests.bench.broker_send import process_cpu_seconds
-from tests.harness import BrokerProcess
+from tests.harness import Daemons
 
 TOPIC = "bench-acl"
 GROUP = "bench-acl-g"
@@ -102,7 +102,7 @@ def one_round(acl: bool, args: argparse.Namespace) -> dict[str, float]:
             settings["aclEnable"] = True
             (root / "store" / "config").mkdir(parents=True)
             (root / "store" / "config" / "plain_acl.yml").write_text(ACL_FILE)
-        with BrokerProcess(root, settings=settings) as broker:
+        with Daemons(root).broker(root, settings=settings) as broker:
             cpu0 = process_cpu_seconds(broker.pid)
             out = uvloop.run(run_phases(broker.endpoint, acl, args))
             out["broker CPU µs/msg"] = (

@@ -32,7 +32,7 @@ import uvloop
 from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
-from tests.harness import REPO_ROOT, BrokerProcess
+from tests.harness import REPO_ROOT, BrokerProcess, Daemons
 
 MIB = 1024 * 1024
 
@@ -40,7 +40,7 @@ MIB = 1024 * 1024
 def bench_broker(root: Path, flush: str) -> BrokerProcess:
     """The daemon under test: 256 MiB commit-log segments, logging at WARNING."""
     settings = {"flushDiskType": flush, "mappedFileSizeCommitLog": 256 * MIB, "logLevel": "WARNING"}
-    return BrokerProcess(root, settings=settings, ready_timeout=60.0)
+    return Daemons(root).broker(root, settings=settings, ready_timeout=60.0, start=False)
 
 
 PEER_REPLIES: dict[int, bytes] = {}

@@ -22,7 +22,7 @@ from pathlib import Path
 from wharf.client import ConsumeResult, Producer, PushConsumer, ReceivedMessage
 
 from tests.bench.broker_send import process_cpu_seconds
-from tests.harness import REPO_ROOT, BrokerProcess, NamesrvProcess
+from tests.harness import REPO_ROOT, Daemons, NamesrvProcess
 
 TOPIC = "bench"
 
@@ -80,9 +80,11 @@ async def consume(namesrv: str, count: int) -> float:
 
 def run(groups: int, args: argparse.Namespace, root: Path) -> dict[str, float]:
     with NamesrvProcess(root / "ns") as ns:
+        daemons = Daemons(root)
         brokers = [
-            BrokerProcess(
-                root / f"broker-{i}",
+            daemons.broker(
+                f"broker-{i}",
+                start=False,
                 settings={
                     "namesrvAddr": ns.endpoint, "brokerClusterName": "C",
                     "brokerName": f"broker-{i}", "autoCreateTopicEnable": False,

@@ -25,7 +25,7 @@ from pathlib import Path
 import grpc
 from wharf.v1 import common_pb2, messaging_pb2, messaging_pb2_grpc
 
-from tests.harness import BrokerProcess, free_port
+from tests.harness import BrokerProcess, Daemons, free_port
 
 TOPIC = "committed"
 
@@ -91,13 +91,14 @@ async def measure(
 def _pair(root: Path) -> tuple[BrokerProcess, BrokerProcess]:
     common = {"flushDiskType": "SYNC_FLUSH", "mappedFileSizeCommitLog": 256 << 20,
               "defaultTopicQueueNums": 1}  # fmt: skip
-    master = BrokerProcess(
-        root / "master", {**common, "brokerRole": "SYNC_MASTER", "haListenPort": free_port()}
-    ).start()
-    replica = BrokerProcess(
-        root / "replica",
+    daemons = Daemons(root)
+    master = daemons.broker(
+        "master", {**common, "brokerRole": "SYNC_MASTER", "haListenPort": free_port()}
+    )
+    replica = daemons.broker(
+        "replica",
         {**common, "brokerRole": "SLAVE", "brokerId": 1, "haMasterAddress": master.ha_endpoint},
-    ).start()
+    )
     return master, replica
 
 

@@ -48,7 +48,7 @@ from rich.table import Table
 
 from tests.bench import redis_peer
 from tests.bench.redis_peer import RedisServer
-from tests.harness import REPO_ROOT, BrokerProcess
+from tests.harness import REPO_ROOT, BrokerProcess, Daemons
 
 # Where `make bench-compare` leaves its figures unless --output says otherwise.
 DEFAULT_OUTPUT = REPO_ROOT / "bench-results.json"
@@ -79,9 +79,9 @@ def wharf_bench(endpoint: str, workload: str, **options: Any) -> dict[str, Any]:
 
 def wharf_broker(root: Path, flush: str) -> BrokerProcess:
     """The Wharf daemon of one run, logging at WARNING."""
-    return BrokerProcess(
+    return Daemons(root).broker(
         root, settings={"flushDiskType": flush}, extra_args=["--log-level", "WARNING"],
-        ready_timeout=60.0,
+        ready_timeout=60.0, start=False,
     )  # fmt: skip
 
 

@@ -69,7 +69,7 @@ from wharf.client.message import MessageQueue
 from wharf.store.codec.properties import properties_to_string
 
 from tests.bench.broker_send import process_cpu_seconds
-from tests.harness import REPO_ROOT, BrokerProcess
+from tests.harness import REPO_ROOT, BrokerProcess, Daemons
 
 MIB = 1024 * 1024
 QUEUES = 8
@@ -410,11 +410,12 @@ def bench_broker(root: Path) -> BrokerProcess:
         "logLevel": "WARNING",
         "defaultTopicQueueNums": QUEUES,
     }
-    return BrokerProcess(
+    return Daemons(root).broker(
         root,
         settings=settings,
         extra_args=["--remoting-listen", "127.0.0.1:0"],
         ready_timeout=60.0,
+        start=False,
     )
 
 

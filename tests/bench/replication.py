@@ -23,7 +23,7 @@ from pathlib import Path
 from wharf.client import Producer, SendStatus
 
 from tests.bench.broker_send import process_cpu_seconds
-from tests.harness import BrokerProcess, free_port
+from tests.harness import Daemons, free_port
 
 TOPIC = "bench"
 BODY = b"x" * 1024
@@ -56,23 +56,23 @@ def run(
 ) -> dict[str, float]:
     common = {"flushDiskType": "SYNC_FLUSH", "mappedFileSizeCommitLog": 256 << 20}
     brokers = []
+    daemons = Daemons(root)
     if replicated:
         link: dict[str, object] = {"haTlsEnable": True} if tls else {}
-        master = BrokerProcess(
-            root / "master",
-            {**common, **link, "brokerRole": "SYNC_MASTER", "haListenPort": free_port()},
-        ).start()
+        master = daemons.broker(
+            "master", {**common, **link, "brokerRole": "SYNC_MASTER", "haListenPort": free_port()}
+        )
         if tls:  # the master's development certificate, generated at its start
             link["haTlsCaFile"] = str(master.store_dir / "config" / "tls" / "broker.crt")
-        slave = BrokerProcess(
-            root / "slave",
+        slave = daemons.broker(
+            "slave",
             {**common, **link, "brokerRole": "SLAVE", "brokerId": 1,
              "haMasterAddress": master.ha_endpoint},
-        ).start()  # fmt: skip
+        )  # fmt: skip
         brokers = [master, slave]
         time.sleep(1.0)  # the slave connects
     else:
-        master = BrokerProcess(root / "single", common).start()
+        master = daemons.broker("single", common)
         brokers = [master]
     try:
         cpu_before = [process_cpu_seconds(b.pid) for b in brokers]

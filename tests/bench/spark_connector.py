@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 TOPIC = "spark-bench"
 _PEER_PULL = "  peer: 1 process, raw pulls x1024"
@@ -41,7 +41,7 @@ _PEER_PULL = "  peer: 1 process, raw pulls x1024"
 def _broker(root: Path, queues: int) -> Iterator[BrokerProcess]:
     # 8 MiB segments: the offline scan gets one Spark task per segment to spread over 2 cores.
     settings = {"defaultTopicQueueNums": queues, "mappedFileSizeCommitLog": 8 * 1024 * 1024}
-    with BrokerProcess(root, settings=settings, ready_timeout=60.0) as broker:
+    with Daemons(root).broker(root, settings=settings, ready_timeout=60.0) as broker:
         yield broker
 
 

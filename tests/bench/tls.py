@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tests.bench.broker_send import process_cpu_seconds as cpu_seconds
-from tests.harness import REPO_ROOT, BrokerProcess
+from tests.harness import REPO_ROOT, BrokerProcess, Daemons
 
 QUEUES = 8
 
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             "defaultTopicQueueNums": QUEUES,
             "logLevel": "WARNING",
         }
-        with BrokerProcess(Path(tmp), settings=settings) as broker:
+        with Daemons(Path(tmp)).broker(Path(tmp), settings=settings) as broker:
             for round_no in range(args.rounds):
                 order = ("plaintext", "tls") if round_no % 2 == 0 else ("tls", "plaintext")
                 for workload in ("produce", "consume"):

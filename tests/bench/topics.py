@@ -76,7 +76,7 @@ from wharf.store.queue.journal import RECORD_INTERVAL_S
 from tests.bench.broker_send import process_cpu_split
 from tests.bench.memory import cgroup_usage, page_cache_bound, recycle_memory
 from tests.bench.soak import scrape
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, Daemons
 
 MIB = 1024 * 1024
 QUEUES = 4
@@ -100,7 +100,7 @@ def bench_broker(root: Path, tail_budget: int | None = None) -> BrokerProcess:
     }
     if tail_budget is not None:
         settings["consumeQueueTailBudget"] = tail_budget
-    return BrokerProcess(root, settings=settings, ready_timeout=60.0)
+    return Daemons(root).broker(root, settings=settings, ready_timeout=60.0, start=False)
 
 
 async def warm_up(endpoint: str, counts: list[int], body: bytes) -> float:

@@ -47,7 +47,9 @@ async def measure(calls: int, size: int) -> dict[str, float]:
         controller = BrokerController(load_settings(None, {}, overrides))
         await controller.start()
         try:
-            sender = controller.front_end("grpc").servicer("apache.rocketmq.v2.MessagingService").sender
+            sender = (
+                controller.front_end("grpc").servicer("apache.rocketmq.v2.MessagingService").sender
+            )
             body = os.urandom(size)
             requests = [
                 service_pb2.SendMessageRequest.FromString(send_request(uuid.uuid4().hex, body))

@@ -23,7 +23,7 @@ from wharf.broker.serving.frontend import FrontEndUnavailable, PortBook, TlsSour
 from wharf.broker.settings import load_settings
 
 from tests.broker.remoting.test_server import Client
-from tests.harness import BrokerProcess, Daemons
+from tests.harness import Daemons
 
 SMALL: dict[str, object] = {"defaultTopicQueueNums": 2}
 
@@ -66,12 +66,12 @@ def test_remoting_listen_from_toml_serves_remoting(daemons: Daemons, tmp_path: P
     assert 'wharf_frontend_connections{frontend="wire"} 0.0' in text
 
 
-def test_a_taken_port_fails_before_the_store_starts(tmp_path: Path) -> None:
+def test_a_taken_port_fails_before_the_store_starts(daemons: Daemons, tmp_path: Path) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        broker = BrokerProcess(tmp_path, {**SMALL, "wireListen": f"127.0.0.1:{port}"})
+        broker = daemons.broker(tmp_path, {**SMALL, "wireListen": f"127.0.0.1:{port}"}, start=False)
         with pytest.raises(RuntimeError, match="exited with 1") as failed:
             broker.start()
     message = str(failed.value)

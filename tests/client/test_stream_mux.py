@@ -18,7 +18,7 @@ from wharf.client.stream_mux import MuxStream, StreamSlot
 from wharf.v1 import messaging_pb2
 
 from tests.client.conftest import BROKER_SETTINGS
-from tests.harness import BrokerProcess, free_port
+from tests.harness import BrokerProcess, Daemons, free_port
 
 
 def _head(topic: str) -> bytes:
@@ -67,11 +67,10 @@ async def test_both_streams_share_the_helper_and_match_replies_by_request_id(
 
 
 async def test_a_broker_dying_under_the_call_fails_every_waiter_and_the_slot_reopens(
-    tmp_path: Path, name: str
+    daemons: Daemons, tmp_path: Path, name: str
 ) -> None:
     listen = ["--listen", f"127.0.0.1:{free_port()}"]  # the same port after the restart
-    process = BrokerProcess(tmp_path / "broker", settings=BROKER_SETTINGS, extra_args=listen)
-    process.start()
+    process = daemons.broker(tmp_path / "broker", settings=BROKER_SETTINGS, extra_args=listen)
     encoder = RecordEncoder()
     channel = open_channel(process.endpoint)
     pull_slot: StreamSlot[PullStream] = StreamSlot(functools.partial(PullStream, channel))

@@ -23,6 +23,7 @@ from tests.fault.powerfs import PowerFS
 
 if TYPE_CHECKING:
     from tests.fault.conftest import Mount
+    from tests.harness import Daemons
 
 
 @pytest.fixture
@@ -390,10 +391,8 @@ async def _read(
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_broker_keeps_every_acknowledged_message_across_a_power_cut(
-    tmp_path: Path, mount: Mount
+    daemons: Daemons, tmp_path: Path, mount: Mount
 ) -> None:
-    from tests.harness import BrokerProcess
-
     fs = mount(backing_sync=True)
     try:
         store = fs.mountpoint / "store"
@@ -407,8 +406,7 @@ def test_the_broker_keeps_every_acknowledged_message_across_a_power_cut(
             "mappedFileSizeCommitLog": 1024 * 1024,
             "maxMessageSize": 256 * 1024,
         }
-        broker = BrokerProcess(root, settings=settings)
-        broker.start()
+        broker = daemons.broker(root, settings=settings)
         try:
             acked = asyncio.run(_send(broker.endpoint, 200))
         finally:

@@ -1,0 +1,180 @@
+"""CreateTopics, DeleteTopics and DescribeConfigs (admin accounts only under ACL).
+
+- CreateTopics: a Wharf topic with ``num_partitions`` read and write queues (-1 = the
+  broker's defaultTopicQueueNums; 1..1024); TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS,
+  INVALID_TOPIC_EXCEPTION for a name Wharf cannot hold. The replication factor is accepted
+  and ignored (Wharf replicates a whole broker: SYNC_MASTER / controller mode); manual replica
+  assignments are INVALID_REQUEST; ``cleanup.policy`` with ``compact`` is INVALID_CONFIG
+  (no compaction); other configs are accepted and not stored (retention and sizes are the
+  broker's: DescribeConfigs shows them). ``validate_only`` checks without creating.
+- DeleteTopics: as AdminService.DeleteTopic: the topic, its committed offsets, its store
+  files and metric series go.
+- DescribeConfigs: topics (type 2) and this broker (type 4), what Wharf has, read-only:
+  retention.ms (fileReservedTime), max.message.bytes (maxMessageSize), segment.bytes
+  (mappedFileSizeCommitLog), cleanup.policy=delete, message.timestamp.type=CreateTime,
+  num.partitions (defaultTopicQueueNums), auto.create.topics.enable, min.insync.replicas.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wharf.broker.acl.rules import Perm
+from wharf.broker.core.send import is_own_topic
+from wharf.broker.errors import AlreadyExistsError, InvalidArgumentError
+from wharf.broker.kafka.env import KafkaEnv
+from wharf.broker.kafka.errors import Code, code_for
+from wharf.broker.kafka.producers import ProducerTable
+from wharf.broker.kafka.server import KafkaConnection
+from wharf.broker.meta.topics import MAX_QUEUE_NUMS, PERM_READ_WRITE, validate_topic_name
+
+__all__ = ["AdminHandlers"]
+
+TOPIC = 2
+BROKER = 4
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+
+class AdminHandlers:
+    def __init__(self, env: KafkaEnv, producers: ProducerTable) -> None:
+        self.env = env
+        self.producers = producers
+
+    async def create_topics(
+        self, conn: KafkaConnection, version: int, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        admin = self.env.allowed(conn, "admin", "", Perm.ANY)
+        results = []
+        for t in body["topics"]:
+            message: str | None
+            if not admin:
+                code, message = Code.TOPIC_AUTHORIZATION_FAILED, "CreateTopics needs an admin"
+            else:
+                code, message = self._create(t, bool(body["validate_only"]))
+            results.append({"name": t["name"], "error_code": code, "error_message": message})
+        return {"topics": results}
+
+    def _create(self, t: dict[str, Any], validate_only: bool) -> tuple[Code, str | None]:
+        topics = self.env.ctx.topics
+        name = t["name"]
+        try:
+            validate_topic_name(name)
+        except InvalidArgumentError as exc:
+            return Code.INVALID_TOPIC_EXCEPTION, str(exc)
+        if is_own_topic(name):
+            return Code.INVALID_TOPIC_EXCEPTION, f"topic {name!r} is reserved for the broker"
+        if topics.get(name) is not None:
+            return Code.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
+        count = t["num_partitions"]
+        if count == -1:
+            count = topics.default_queue_nums
+        if not 1 <= count <= MAX_QUEUE_NUMS:
+            return Code.INVALID_PARTITIONS, f"num_partitions must be 1..{MAX_QUEUE_NUMS}"
+        if t["assignments"]:
+            return Code.INVALID_REQUEST, "manual replica assignments are not supported"
+        for config in t["configs"]:
+            if config["name"] == "cleanup.policy" and "compact" in (config["value"] or ""):
+                return Code.INVALID_CONFIG, "log compaction is not supported by Wharf"
+        if validate_only:
+            return Code.NONE, None
+        try:
+            topics.create(name, count, count, PERM_READ_WRITE, {})
+        except AlreadyExistsError as exc:
+            return Code.TOPIC_ALREADY_EXISTS, str(exc)
+        except InvalidArgumentError as exc:
+            return Code.INVALID_REQUEST, str(exc)
+        return Code.NONE, None
+
+    async def delete_topics(
+        self, conn: KafkaConnection, version: int, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        admin = self.env.allowed(conn, "admin", "", Perm.ANY)
+        ctx = self.env.ctx
+        results = []
+        for name in body["topic_names"]:
+            if not admin:
+                code = Code.TOPIC_AUTHORIZATION_FAILED
+            elif is_own_topic(name):
+                code = Code.INVALID_TOPIC_EXCEPTION
+            elif ctx.topics.get(name) is None:
+                code = Code.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                ctx.topics.delete(name)
+                ctx.offsets.remove_topic(name)
+                self.producers.forget_topic(name)
+                code = Code.NONE
+                try:
+                    await ctx.store.delete_topics([name])
+                except Exception as exc:  # the topic is gone from the table; its files may linger
+                    code = code_for(exc)
+                ctx.metrics.forget_topic(name)
+            results.append({"name": name, "error_code": code})
+        return {"responses": results}
+
+    async def describe_configs(
+        self, conn: KafkaConnection, version: int, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        admin = self.env.allowed(conn, "admin", "", Perm.ANY)
+        results = []
+        for resource in body["resources"]:
+            kind, name = resource["resource_type"], resource["resource_name"]
+            row: dict[str, Any] = {
+                "error_code": 0,
+                "error_message": None,
+                "resource_type": kind,
+                "resource_name": name,
+                "configs": [],
+            }
+            if not admin:
+                row["error_code"] = Code.CLUSTER_AUTHORIZATION_FAILED
+            elif kind == TOPIC and self.env.ctx.topics.get(name) is None:
+                row["error_code"] = Code.UNKNOWN_TOPIC_OR_PARTITION
+            elif kind not in (TOPIC, BROKER):
+                row["error_code"] = Code.INVALID_REQUEST
+                row["error_message"] = f"resource type {kind} is not described"
+            else:
+                keys = resource["configuration_keys"]
+                row["configs"] = [
+                    _config(n, v, source)
+                    for n, v, source in self._configs(kind)
+                    if keys is None or n in keys
+                ]
+            results.append(row)
+        return {"throttle_time_ms": 0, "results": results}
+
+    def _configs(self, kind: int) -> list[tuple[str, str, int]]:
+        ctx = self.env.ctx
+        store = ctx.store.config
+        rows = [
+            ("retention.ms", str(store.file_reserved_time * 3_600_000), SOURCE_STATIC_BROKER),
+            ("max.message.bytes", str(store.max_message_size), SOURCE_STATIC_BROKER),
+            ("segment.bytes", str(store.mapped_file_size_commit_log), SOURCE_STATIC_BROKER),
+            ("cleanup.policy", "delete", SOURCE_DEFAULT),
+            ("message.timestamp.type", "CreateTime", SOURCE_DEFAULT),
+            ("min.insync.replicas", str(store.min_in_sync_replicas), SOURCE_STATIC_BROKER),
+        ]
+        if kind == BROKER:
+            rows.append(
+                ("num.partitions", str(ctx.topics.default_queue_nums), SOURCE_STATIC_BROKER)
+            )
+            rows.append(
+                (
+                    "auto.create.topics.enable",
+                    str(ctx.topics.auto_create).lower(),
+                    SOURCE_STATIC_BROKER,
+                )
+            )
+        return rows
+
+
+def _config(name: str, value: str, source: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "value": value,
+        "read_only": True,
+        "is_default": source == SOURCE_DEFAULT,
+        "config_source": source,
+        "is_sensitive": False,
+        "synonyms": [],
+    }

@@ -1,0 +1,98 @@
+"""The handler table: API key -> coroutine, over the broker's context (``KafkaEnv``), plus
+InitProducerId. One ``KafkaHandlers`` per broker: it owns the group coordinator and the
+idempotent producers' table, started and stopped with the part.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from wharf.broker.kafka.admin import AdminHandlers
+from wharf.broker.kafka.coordinator import Coordinator
+from wharf.broker.kafka.env import KafkaEnv
+from wharf.broker.kafka.errors import Code
+from wharf.broker.kafka.fetch import FetchHandler
+from wharf.broker.kafka.groups import GroupHandlers
+from wharf.broker.kafka.metadata import MetadataHandlers
+from wharf.broker.kafka.offsets import OffsetHandlers
+from wharf.broker.kafka.produce import ProduceHandler
+from wharf.broker.kafka.producers import ProducerTable
+from wharf.broker.kafka.sasl import SaslHandlers
+from wharf.broker.kafka.server import Handler, KafkaConnection
+from wharf.store.model import StoredMessage
+
+__all__ = ["KafkaHandlers"]
+
+
+class KafkaHandlers:
+    def __init__(self, env: KafkaEnv) -> None:
+        self.env = env
+        ctx = env.ctx
+        store = ctx.store
+
+        def read(topic: str, queue_id: int, offset: int, count: int) -> list[StoredMessage]:
+            result = store.get_messages(topic, queue_id, offset, count, None, 8 << 20)
+            return list(getattr(result, "messages", []))
+
+        def queue_range(topic: str, queue_id: int) -> tuple[int, int]:
+            return store.get_min_offset(topic, queue_id), store.get_max_offset(topic, queue_id)
+
+        config_dir = Path(store.config.store_path_root_dir) / "config"
+        self.producers = ProducerTable(config_dir, read, queue_range)
+        self.coordinator = Coordinator()
+        self.metadata = MetadataHandlers(env)
+        self.produce = ProduceHandler(env, self.producers)
+        self.fetch = FetchHandler(env)
+        self.offsets = OffsetHandlers(env, self.coordinator)
+        self.groups = GroupHandlers(env, self.coordinator)
+        self.admin = AdminHandlers(env, self.producers)
+        self.sasl = SaslHandlers(env)
+
+    def load_blocking(self) -> None:
+        self.producers.load_blocking()
+
+    def start(self) -> None:
+        self.coordinator.start()
+
+    def stop(self) -> None:
+        self.coordinator.stop()
+
+    def table(self) -> dict[int, Handler]:
+        return {
+            0: self.produce.produce,
+            1: self.fetch.fetch,
+            2: self.offsets.list_offsets,
+            3: self.metadata.metadata,
+            8: self.offsets.offset_commit,
+            9: self.offsets.offset_fetch,
+            10: self.metadata.find_coordinator,
+            11: self.groups.join_group,
+            12: self.groups.heartbeat,
+            13: self.groups.leave_group,
+            14: self.groups.sync_group,
+            15: self.groups.describe_groups,
+            16: self.groups.list_groups,
+            17: self.sasl.handshake,
+            18: self.metadata.api_versions,
+            19: self.admin.create_topics,
+            20: self.admin.delete_topics,
+            22: self.init_producer_id,
+            32: self.admin.describe_configs,
+            36: self.sasl.authenticate,
+        }
+
+    async def init_producer_id(
+        self, conn: KafkaConnection, version: int, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        if body["transactional_id"] is not None:
+            return {
+                "error_code": Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            }
+        return {
+            "error_code": 0,
+            "producer_id": await self.producers.allocate(),
+            "producer_epoch": 0,
+        }

@@ -1,0 +1,130 @@
+"""ApiVersions, Metadata and FindCoordinator: who this broker is and what it holds.
+
+- Metadata: brokers = ``env.nodes()`` (the advertised Kafka address); every topic's
+  partitions are its queues (``read_queue_nums``), each led by this broker with itself as the
+  only replica and in-sync replica. A request naming no topics (v0: an empty list; v1+:
+  null) lists every topic except the broker's own (``%RETRY%``, ``%DLQ%``, schedule, timer,
+  transaction topics). A named topic that does not exist is created as a send would create it
+  when ``allow_auto_topic_creation`` (v4+; always before) and autoCreateTopicEnable are both
+  on (``defaultTopicQueueNums`` queues), else UNKNOWN_TOPIC_OR_PARTITION; a name Wharf cannot
+  hold (Kafka allows ``.``, Wharf ``[%a-zA-Z0-9_-]``, at most 127) is INVALID_TOPIC_EXCEPTION.
+- FindCoordinator: this broker for every group (key type 0); key type 1 (a transactional id)
+  is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients treat as fatal: Kafka
+  transactions are not offered.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wharf.broker.acl.rules import Perm
+from wharf.broker.core.send import is_own_topic
+from wharf.broker.errors import InvalidArgumentError, NotFoundError
+from wharf.broker.kafka.codec import api_versions_body
+from wharf.broker.kafka.env import KafkaEnv
+from wharf.broker.kafka.errors import Code
+from wharf.broker.kafka.server import KafkaConnection
+from wharf.broker.meta.topics import TopicConfig, validate_topic_name
+
+__all__ = ["MetadataHandlers", "lookup_topic"]
+
+
+def lookup_topic(env: KafkaEnv, name: str, create: bool) -> tuple[TopicConfig | None, Code]:
+    """A topic by its Kafka name: (config, NONE), or (None, why not). ``create``: made as a
+    send would make it when autoCreateTopicEnable is on."""
+    try:
+        validate_topic_name(name)
+    except InvalidArgumentError:
+        return None, Code.INVALID_TOPIC_EXCEPTION
+    if is_own_topic(name):
+        return None, Code.INVALID_TOPIC_EXCEPTION
+    topics = env.ctx.topics
+    topic = topics.get(name)
+    if topic is not None:
+        return topic, Code.NONE
+    if not create or not topics.auto_create:
+        return None, Code.UNKNOWN_TOPIC_OR_PARTITION
+    try:
+        return topics.for_send(name), Code.NONE
+    except (InvalidArgumentError, NotFoundError):
+        return None, Code.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class MetadataHandlers:
+    def __init__(self, env: KafkaEnv) -> None:
+        self.env = env
+
+    async def api_versions(
+        self, conn: KafkaConnection, version: int, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        return api_versions_body()
+
+    async def metadata(
+        self, conn: KafkaConnection, version: int, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        env = self.env
+        requested = body["topics"]
+        if requested is None or (version == 0 and not requested):
+            names = [
+                t.name
+                for t in env.ctx.topics.listing(include_system=False)
+                if not is_own_topic(t.name)
+            ]
+            names = [n for n in names if env.allowed(conn, "topic", n, Perm.ANY)]
+            create = False
+        else:
+            names = [t["name"] for t in requested]
+            create = version < 4 or bool(body["allow_auto_topic_creation"])
+        topics = [self._topic(conn, name, create) for name in names]
+        return {
+            "brokers": [
+                {"node_id": n.node_id, "host": n.host, "port": n.port, "rack": None}
+                for n in env.nodes(conn)
+            ],
+            "cluster_id": env.ctx.config.broker_cluster_name,
+            "controller_id": env.node_id,
+            "topics": topics,
+        }
+
+    def _topic(self, conn: KafkaConnection, name: str, create: bool) -> dict[str, Any]:
+        env = self.env
+        if not env.allowed(conn, "topic", name, Perm.ANY):
+            return {"error_code": Code.TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []}
+        topic, code = lookup_topic(env, name, create)
+        if topic is None:
+            return {"error_code": code, "name": name, "partitions": []}
+        node = env.node_id
+        partitions = [
+            {
+                "error_code": 0,
+                "partition_index": q,
+                "leader_id": env.leader_of(name, q),
+                "leader_epoch": 0,
+                "replica_nodes": [node],
+                "isr_nodes": [node],
+                "offline_replicas": [],
+            }
+            for q in range(topic.read_queue_nums)
+        ]
+        return {"error_code": 0, "name": name, "is_internal": False, "partitions": partitions}
+
+    async def find_coordinator(
+        self, conn: KafkaConnection, version: int, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        env = self.env
+        if body["key_type"] != 0:
+            return {
+                "error_code": Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "error_message": "Kafka transactions are not supported by Wharf",
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+            }
+        node = env.node_for(conn)
+        return {
+            "error_code": 0,
+            "error_message": None,
+            "node_id": node.node_id,
+            "host": node.host,
+            "port": node.port,
+        }

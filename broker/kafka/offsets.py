@@ -1,0 +1,145 @@
+"""ListOffsets, OffsetCommit and OffsetFetch.
+
+- ListOffsets (after waiting, once and at most 1 s, for the store's dispatch to show what was
+  acknowledged): timestamp -2 (earliest) = the queue's min offset, -1 (latest) = its max offset
+  (the high watermark), any other timestamp = the first offset stored at or after it (the
+  store's offset-by-time lookup, by STORE time: a record's own CreateTime may be older);
+  none = the max offset, as Kafka answers. v0's ``old_style_offsets`` holds the one offset.
+- OffsetCommit: checked by the coordinator (generation, member; generation -1 with no member =
+  a simple or admin commit, allowed while the group has no members) and stored in
+  ``ctx.offsets``, the broker's one ConsumerOffsetManager (``config/consumerOffset.json``), so
+  ``wharf group progress`` and the lag metric see Kafka groups. Kafka's per-offset metadata
+  string is not kept: OffsetFetch answers "" for it. Retention times are ignored (offsets live
+  until the group or topic is deleted, as RocketMQ's).
+- OffsetFetch: -1 for a partition without a committed offset; a null topic list (v2+) = every
+  partition the group committed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wharf.broker.acl.rules import Perm
+from wharf.broker.core.read import DISPATCH_WAIT_S
+from wharf.broker.kafka.coordinator import Coordinator
+from wharf.broker.kafka.env import KafkaEnv
+from wharf.broker.kafka.errors import Code, KafkaError
+from wharf.broker.kafka.groups import check_group
+from wharf.broker.kafka.server import KafkaConnection
+
+__all__ = ["OffsetHandlers"]
+
+EARLIEST = -2
+LATEST = -1
+
+
+class OffsetHandlers:
+    def __init__(self, env: KafkaEnv, coordinator: Coordinator) -> None:
+        self.env = env
+        self.coordinator = coordinator
+
+    def _partition_code(self, conn: KafkaConnection, topic: str, partition: int) -> Code:
+        env = self.env
+        if not env.allowed(conn, "topic", topic, Perm.SUB):
+            return Code.TOPIC_AUTHORIZATION_FAILED
+        config = env.ctx.topics.get(topic)
+        if config is None or not 0 <= partition < config.read_queue_nums:
+            return Code.UNKNOWN_TOPIC_OR_PARTITION
+        return Code.NONE
+
+    async def list_offsets(
+        self, conn: KafkaConnection, version: int, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        store = self.env.ctx.store
+        if store.dispatch_pending:
+            # Read-your-writes: a produce is acknowledged before dispatch makes its offsets
+            # visible; "latest" right after an ack must include it (waits at most 1 s, once).
+            await store.wait_dispatched(DISPATCH_WAIT_S)
+        topics = []
+        for t in body["topics"]:
+            rows = []
+            for p in t["partitions"]:
+                index, stamp = p["partition_index"], p["timestamp"]
+                code = self._partition_code(conn, t["name"], index)
+                offset = -1
+                if code == Code.NONE:
+                    if stamp == EARLIEST:
+                        offset = store.get_min_offset(t["name"], index)
+                    elif stamp == LATEST:
+                        offset = store.get_max_offset(t["name"], index)
+                    else:
+                        offset = store.get_offset_by_timestamp(t["name"], index, stamp)
+                rows.append(
+                    {
+                        "partition_index": index,
+                        "error_code": code,
+                        "old_style_offsets": [offset] if offset >= 0 else [],
+                        "timestamp": -1,
+                        "offset": offset,
+                        "leader_epoch": 0,
+                    }
+                )
+            topics.append({"name": t["name"], "partitions": rows})
+        return {"topics": topics}
+
+    async def offset_commit(
+        self, conn: KafkaConnection, version: int, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        group_id = body["group_id"]
+        try:
+            check_group(self.env, conn, group_id)
+            group_code = self.coordinator.check_commit(
+                group_id, body["generation_id"], body["member_id"]
+            )
+        except KafkaError as exc:
+            group_code = exc.code
+        offsets = self.env.ctx.offsets
+        topics = []
+        for t in body["topics"]:
+            rows = []
+            for p in t["partitions"]:
+                index = p["partition_index"]
+                code = group_code or self._partition_code(conn, t["name"], index)
+                if code == Code.NONE:
+                    if p["committed_offset"] < 0:
+                        code = Code.INVALID_COMMIT_OFFSET_SIZE
+                    else:
+                        offsets.commit(group_id, t["name"], index, p["committed_offset"])
+                rows.append({"partition_index": index, "error_code": code})
+            topics.append({"name": t["name"], "partitions": rows})
+        return {"topics": topics}
+
+    async def offset_fetch(
+        self, conn: KafkaConnection, version: int, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        group_id = body["group_id"]
+        offsets = self.env.ctx.offsets
+        try:
+            check_group(self.env, conn, group_id)
+        except KafkaError as exc:
+            return {"topics": [], "error_code": exc.code}
+        requested = body["topics"]
+        if requested is None:
+            committed = offsets.of_group(group_id)
+            wanted = [(name, sorted(queues)) for name, queues in sorted(committed.items())]
+        else:
+            wanted = [(t["name"], t["partition_indexes"]) for t in requested]
+        topics = []
+        for name, partitions in wanted:
+            rows = []
+            for index in partitions:
+                code = self._partition_code(conn, name, index)
+                offset = offsets.query(group_id, name, index) if code == Code.NONE else -1
+                if code == Code.UNKNOWN_TOPIC_OR_PARTITION:
+                    code = Code.NONE  # Kafka answers -1 for a partition it does not know
+                rows.append(
+                    {
+                        "partition_index": index,
+                        "committed_offset": offset,
+                        "committed_leader_epoch": -1,
+                        "metadata": "",
+                        "error_code": code,
+                    }
+                )
+            topics.append({"name": name, "partitions": rows})
+        return {"topics": topics, "error_code": 0}

@@ -1,0 +1,199 @@
+"""Produce: record batches -> one stored message per record, one append per batch into the
+partition's queue, answered with the first record's queue offset (Kafka offset = ConsumeQueue
+offset, dense).
+
+- Per partition: PUB on the topic (ACL); the topic (auto-created as a send would) and the
+  partition < its write queues (UNKNOWN_TOPIC_OR_PARTITION); the batches decoded and checked
+  (records.py: CRC-32C, magic 2, codecs); the idempotent producer's sequence check
+  (producers.py): a duplicate is answered with its first offset and not stored again.
+- Appends run in request order per connection (``append_lock``; after the store's dispatch
+  back-pressure wait), then every partition waits for durability together.
+- acks: 0 = no response at all (the records are still stored as with 1); 1 and -1 (all) both
+  wait for what Wharf's acknowledgement waits for (flushDiskType SYNC_FLUSH: on disk;
+  SYNC_MASTER: on the in-sync replicas): a broker with ASYNC_FLUSH acks once in memory.
+  FLUSH_DISK_TIMEOUT answers REQUEST_TIMED_OUT, a replica timeout
+  NOT_ENOUGH_REPLICAS_AFTER_APPEND: the records ARE stored (an idempotent retry is then
+  recognised as a duplicate).
+- A transactional request (transactional_id set) or batch is refused: transactions are not
+  offered (FindCoordinator / InitProducerId refuse them first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from wharf.broker.acl.rules import Perm
+from wharf.broker.kafka.convert import KAFKA_PRODUCER, record_to_message
+from wharf.broker.kafka.env import KafkaEnv
+from wharf.broker.kafka.errors import Code, KafkaError, code_for
+from wharf.broker.kafka.metadata import lookup_topic
+from wharf.broker.kafka.producers import ProducerTable, producer_mark
+from wharf.broker.kafka.records import Batch, decode_batches
+from wharf.broker.kafka.server import KafkaConnection
+from wharf.store.model import MessageInput, PutStatus
+
+__all__ = ["ProduceHandler"]
+
+_PUT_CODES = {
+    PutStatus.PUT_OK: Code.NONE,
+    PutStatus.FLUSH_DISK_TIMEOUT: Code.REQUEST_TIMED_OUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: Code.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    PutStatus.SLAVE_NOT_AVAILABLE: Code.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+}
+
+
+@dataclass(slots=True)
+class _Part:
+    """One partition of the request on its way."""
+
+    topic: str
+    index: int
+    code: Code = Code.NONE
+    message: str | None = None
+    batches: list[tuple[Batch, list[MessageInput]]] = field(default_factory=list)
+    base_offset: int = -1
+    written: list[Any] = field(default_factory=list)  # the store's Written of each append
+
+    def fail(self, exc: BaseException) -> None:
+        self.code = code_for(exc)
+        self.message = str(exc)
+
+
+class ProduceHandler:
+    def __init__(self, env: KafkaEnv, producers: ProducerTable) -> None:
+        self.env = env
+        self.producers = producers
+
+    async def produce(
+        self, conn: KafkaConnection, version: int, body: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        acks = body["acks"]
+        parts: list[_Part] = []
+        for topic_data in body["topic_data"]:
+            for partition in topic_data["partition_data"]:
+                part = _Part(topic_data["name"], partition["index"])
+                parts.append(part)
+                if body["transactional_id"] is not None:
+                    part.code = Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                    part.message = "Kafka transactions are not supported by Wharf"
+                elif acks not in (0, 1, -1):
+                    part.code = Code.INVALID_REQUIRED_ACKS
+                else:
+                    self._prepare(conn, part, partition["records"])
+        core = self.env.ctx.send_core
+        async with conn.append_lock:  # request order per connection
+            if core.dispatch_lagging():
+                await core.dispatch_room()
+            for part in parts:
+                if part.code == Code.NONE:
+                    self._append(part)
+        await asyncio.gather(*(self._durable(p) for p in parts if p.written))
+        if acks == 0:
+            return None
+        return self._response(conn, parts)
+
+    def _prepare(self, conn: KafkaConnection, part: _Part, records: bytes | None) -> None:
+        env = self.env
+        if not env.allowed(conn, "topic", part.topic, Perm.PUB):
+            part.code = Code.TOPIC_AUTHORIZATION_FAILED
+            return
+        topic, code = lookup_topic(env, part.topic, create=True)
+        if topic is None:
+            part.code = code
+            return
+        if not topic.writable:
+            part.code = Code.TOPIC_AUTHORIZATION_FAILED
+            part.message = f"topic {part.topic!r} is not writable (perm={topic.perm})"
+            return
+        if not 0 <= part.index < topic.write_queue_nums:
+            part.code = Code.UNKNOWN_TOPIC_OR_PARTITION
+            return
+        max_size = env.ctx.send_core.max_message_size
+        try:
+            batches = decode_batches(records or b"", max_size=max(max_size, 1) * 4)
+            if not batches:
+                raise KafkaError(Code.CORRUPT_MESSAGE, "no record batch")
+            ctx = env.ctx
+            for batch in batches:
+                if batch.transactional or batch.control:
+                    raise KafkaError(
+                        Code.INVALID_RECORD, "transactional and control batches are not supported"
+                    )
+                if not batch.records:
+                    raise KafkaError(Code.INVALID_RECORD, "an empty record batch")
+                messages = [
+                    record_to_message(rec, conn.peer, ctx.unique_ids.next_id)
+                    for rec in batch.records
+                ]
+                for message in messages:
+                    if len(message.body) > max_size:
+                        raise KafkaError(
+                            Code.MESSAGE_TOO_LARGE,
+                            f"a record of {len(message.body)} bytes; maxMessageSize is {max_size}",
+                        )
+                if batch.producer_id >= 0:
+                    messages[0].properties[KAFKA_PRODUCER] = producer_mark(batch)
+                part.batches.append((batch, messages))
+        except KafkaError as exc:
+            part.fail(exc)
+
+    def _append(self, part: _Part) -> None:
+        """The appends of one partition (sync: nothing else runs in between)."""
+        core = self.env.ctx.send_core
+        producers = self.producers
+        try:
+            for batch, messages in part.batches:
+                duplicate = producers.check(part.topic, part.index, batch)
+                if duplicate is not None:
+                    if part.base_offset < 0:
+                        part.base_offset = duplicate
+                    continue
+                written = core.append(part.topic, part.index, messages)
+                first = written.appended.first_queue_offset
+                producers.remember(part.topic, part.index, batch, first)
+                part.written.append(written)
+                if part.base_offset < 0:
+                    part.base_offset = first
+        except Exception as exc:
+            part.fail(exc)
+
+    async def _durable(self, part: _Part) -> None:
+        ctx = self.env.ctx
+        try:
+            results = await ctx.send_core.durable_many(part.written)
+        except Exception as exc:
+            part.fail(exc)
+            return
+        status = results[-1].status
+        if status is not PutStatus.PUT_OK:
+            part.code = _PUT_CODES[status]
+            part.message = f"stored, but {status.value}"
+        count = sum(len(m) for _, m in part.batches)
+        ctx.messages_in += count
+        ctx.metrics.on_messages_in(part.topic, [len(m.body) for _, ms in part.batches for m in ms])
+
+    def _response(self, conn: KafkaConnection, parts: list[_Part]) -> dict[str, Any]:
+        store = self.env.ctx.store
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for part in parts:
+            ok = part.code == Code.NONE
+            log_start = store.get_min_offset(part.topic, part.index) if ok else -1
+            topics.setdefault(part.topic, []).append(
+                {
+                    "index": part.index,
+                    "error_code": part.code,
+                    "base_offset": part.base_offset if ok or part.base_offset >= 0 else -1,
+                    "log_append_time_ms": -1,
+                    "log_start_offset": log_start,
+                    "record_errors": [],
+                    "error_message": part.message,
+                }
+            )
+        return {
+            "responses": [
+                {"name": name, "partition_responses": rows} for name, rows in topics.items()
+            ],
+            "throttle_time_ms": 0,
+        }
