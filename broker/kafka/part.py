@@ -31,7 +31,6 @@ __all__ = ["KafkaPart", "kafka_part"]
 log = logging.getLogger("broker.kafka")
 
 MAX_FRAME = 64 * 1024 * 1024  # Kafka's socket.request.max.bytes is 100 MiB
-_WILDCARDS = ("", "0.0.0.0", "::")
 
 
 def kafka_part(config: Config) -> FrontEnd | None:
@@ -70,15 +69,11 @@ class KafkaPart:
         if advertised:
             host, port = parse_host_port(advertised, "kafkaAdvertisedAddress")
         else:
-            host = listeners.main.host
-            if host in _WILDCARDS:
-                host = endpoint_host or "127.0.0.1"
-            port = listeners.main.port
+            host, port = listeners.dial_host(listeners.main, endpoint_host), listeners.main.port
         env = KafkaEnv(ctx, host, port, acl=serving.acl)
         second = listeners.second
         if second is not None:
-            tls_host = second.host if second.host not in _WILDCARDS else host
-            env.tls_address = (tls_host, second.port)
+            env.tls_address = (listeners.dial_host(second, host), second.port)
         self.handlers = KafkaHandlers(env)
         self.server = KafkaServer(
             self.handlers.table(),

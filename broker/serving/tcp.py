@@ -64,14 +64,18 @@ class TcpListeners:
             if self._ports is not None:
                 self._ports.release(reserved)
 
+    @staticmethod
+    def dial_host(reserved: Reserved, advertised_host: str) -> str:
+        """The host a client dials for ``reserved``: its own, or for a wildcard listen
+        ``advertised_host`` (127.0.0.1 when that is empty too)."""
+        host = reserved.host
+        return (advertised_host or "127.0.0.1") if host in _WILDCARDS else host
+
     def dial_address(self, reserved: Reserved | None, advertised_host: str) -> str | None:
-        """host:port a client dials for ``reserved`` (a wildcard host: ``advertised_host``)."""
+        """host:port a client dials for ``reserved`` (None when not reserved)."""
         if reserved is None:
             return None
-        host = reserved.host
-        if host in _WILDCARDS:
-            host = advertised_host or "127.0.0.1"
-        return f"{host}:{reserved.port}"
+        return f"{self.dial_host(reserved, advertised_host)}:{reserved.port}"
 
     def ready(self, key: str, advertised_host: str = "") -> dict[str, str | None]:
         return {

@@ -395,8 +395,7 @@ class CommitLogSource:
         self.release_behind = RELEASE_BEHIND
 
     def dispatch_limit(self) -> int:
-        log = self.commit_log
-        limit = min(log.flushed_offset, log.max_offset) if self.sync_flush else log.max_offset
+        limit = self.commit_log.durable_end(self.sync_flush)
         confirm = self.confirm
         return limit if confirm is None else min(limit, confirm())
 

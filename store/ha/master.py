@@ -190,8 +190,7 @@ class HAMaster:
         SYNC_MASTER no further than every in-sync replica has (``confirm_offset``). The fault
         campaign (seed 7719) saw a replica serve two records the master then lost to a power
         cut, re-elected and reused the offsets of: the replica had read what it copied."""
-        log = self._log
-        end = min(log.flushed_offset, log.max_offset) if self._ack_flushed else log.max_offset
+        end = self._log.durable_end(self._ack_flushed)
         return min(end, self.confirm_offset()) if self.sync_master else end
 
     def require(self, replica_ids: set[int] | None) -> None:

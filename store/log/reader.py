@@ -97,6 +97,12 @@ class CommitLogReads:
     def flushed_offset(self) -> int:
         return self.queue.flushed_where
 
+    def durable_end(self, sync_flush: bool) -> int:
+        """What an acknowledgement covers: the flushed end under SYNC_FLUSH (never past the
+        log end), the written end otherwise. Reads and replicas stop here (issue 63)."""
+        end = self.queue.max_offset
+        return min(self.queue.flushed_where, end) if sync_flush else end
+
     @property
     def segment_count(self) -> int:
         return len(self.queue.files)
