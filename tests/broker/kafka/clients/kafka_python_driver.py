@@ -16,7 +16,6 @@ import logging
 import queue
 import sys
 import threading
-import time
 import traceback
 from concurrent.futures import Future
 from typing import Any
@@ -26,7 +25,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.structs import OffsetAndMetadata
 
 from tests.broker.kafka.clients.scenario import (
-    Deadline,
+    consume_threaded,
     emit,
     hexb,
     load_spec,
@@ -34,8 +33,8 @@ from tests.broker.kafka.clients.scenario import (
     next_offsets,
     note,
     phase,
-    split,
     unhex,
+    wait_split_threaded,
 )
 
 
@@ -184,32 +183,6 @@ def produce(spec: dict[str, Any], records: list[dict[str, Any]], result: dict[st
             producer.close(timeout=5)
 
 
-def wait_split(members: list[Member], names: tuple[str, str], spec: dict[str, Any]) -> None:
-    deadline = Deadline(spec["timeouts"]["join"], f"members {names} splitting the partitions")
-    current = members[0].current
-    while True:
-        with current["lock"]:
-            live = {n: list(ps) for n, ps in current["live"].items()}
-        if split(live, names, spec["partitions"]):
-            break
-        deadline.check(f"(assignments {live})")
-        for m in members:
-            m.check()
-        time.sleep(0.05)
-    current["phase"]["members"] = {n: live[n] for n in names}
-
-
-def consume(members: list[Member], want: int, spec: dict[str, Any]) -> None:
-    current = members[0].current["phase"]
-    deadline = Deadline(spec["timeouts"]["consume"], f"receiving {want} records")
-    while len(current["records"]) < want:
-        deadline.check(f"(got {len(current['records'])})")
-        for m in members:
-            m.check()
-        time.sleep(0.05)
-    time.sleep(0.3)  # a moment more: duplicates would show up now
-
-
 def main() -> None:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     spec = load_spec()
@@ -223,11 +196,11 @@ def main() -> None:
         result["phases"].append(current["phase"])
         a, b = Member("A", spec, current), Member("B", spec, current)
         members = [a, b]
-        wait_split(members, ("A", "B"), spec)
+        wait_split_threaded(members, ("A", "B"), spec)
         note(f"A and B split the partitions: {current['phase']['members']}")
         produce(spec, spec["batches"][0], result)
         note("batch 0 produced")
-        consume(members, len(spec["batches"][0]), spec)
+        consume_threaded(members, len(spec["batches"][0]), spec)
         note("batch 0 consumed")
         for m in members:
             m.commit()
@@ -239,11 +212,11 @@ def main() -> None:
         result["phases"].append(current["phase"])
         members.append(Member("C", spec, current))
         note("B left, C joined")
-        wait_split(members, ("A", "C"), spec)
+        wait_split_threaded(members, ("A", "C"), spec)
         note(f"A and C split the partitions: {current['phase']['members']}")
         produce(spec, spec["batches"][1], result)
         note("batch 1 produced")
-        consume(members, len(spec["batches"][1]), spec)
+        consume_threaded(members, len(spec["batches"][1]), spec)
         note("batch 1 consumed")
         for m in members:
             m.commit()

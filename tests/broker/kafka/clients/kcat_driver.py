@@ -35,14 +35,15 @@ from confluent_kafka import Consumer, TopicPartition
 from tests.broker.kafka.clients.confluent_driver import create_topic
 from tests.broker.kafka.clients.scenario import (
     Deadline,
+    consume_threaded,
     emit,
     hexb,
     load_spec,
     new_result,
     note,
     phase,
-    split,
     unhex,
+    wait_split_threaded,
 )
 
 KEY_DELIM, MSG_DELIM = b"\x1f", b"\x1e"
@@ -172,32 +173,6 @@ def produce(spec: dict[str, Any], records: list[dict[str, Any]]) -> None:
             )
 
 
-def wait_split(members: list[Member], names: tuple[str, str], spec: dict[str, Any]) -> None:
-    deadline = Deadline(spec["timeouts"]["join"], f"members {names} splitting the partitions")
-    current = members[0].current
-    while True:
-        with current["lock"]:
-            live = {n: list(ps) for n, ps in current["live"].items()}
-        if split(live, names, spec["partitions"]):
-            break
-        deadline.check(f"(assignments {live})")
-        for m in members:
-            m.check()
-        time.sleep(0.05)
-    current["phase"]["members"] = {n: live[n] for n in names}
-
-
-def consume(members: list[Member], want: int, spec: dict[str, Any]) -> None:
-    current = members[0].current["phase"]
-    deadline = Deadline(spec["timeouts"]["consume"], f"receiving {want} records")
-    while len(current["records"]) < want:
-        deadline.check(f"(got {len(current['records'])})")
-        for m in members:
-            m.check()
-        time.sleep(0.05)
-    time.sleep(0.3)  # a moment more: duplicates would show up now
-
-
 def committed(spec: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, int]:
     """The group's committed offsets, polled until each partition's end (kcat commits by
     itself, periodically) or the commit timeout."""
@@ -230,11 +205,11 @@ def main() -> None:
         result["phases"].append(current["phase"])
         a, b = Member("A", spec, current), Member("B", spec, current)
         members = [a, b]
-        wait_split(members, ("A", "B"), spec)
+        wait_split_threaded(members, ("A", "B"), spec)
         note(f"A and B split the partitions: {current['phase']['members']}")
         produce(spec, spec["batches"][0])
         note("batch 0 produced")
-        consume(members, len(spec["batches"][0]), spec)
+        consume_threaded(members, len(spec["batches"][0]), spec)
         note("batch 0 consumed")
         current["phase"]["committed"] = committed(spec, spec["batches"][0])
         note(f"committed {current['phase']['committed']}")
@@ -246,11 +221,11 @@ def main() -> None:
         result["phases"].append(current["phase"])
         members.append(Member("C", spec, current))
         note("B left, C joined")
-        wait_split(members, ("A", "C"), spec)
+        wait_split_threaded(members, ("A", "C"), spec)
         note(f"A and C split the partitions: {current['phase']['members']}")
         produce(spec, spec["batches"][1])
         note("batch 1 produced")
-        consume(members, len(spec["batches"][1]), spec)
+        consume_threaded(members, len(spec["batches"][1]), spec)
         note("batch 1 consumed")
         for m in members:  # kcat commits on close: no wait for its 5 s timer
             m.terminate()

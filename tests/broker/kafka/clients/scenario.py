@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,38 @@ def split(members: dict[str, list[int]], names: tuple[str, str], partitions: int
 # -- the pytest side -----------------------------------------------------------------------
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
+
+
+def wait_split_threaded(
+    members: Sequence[Any], names: tuple[str, str], spec: dict[str, Any]
+) -> None:
+    """Drivers whose members run in threads (kafka-python, kcat): wait until ``names`` hold
+    the partitions between them; each member's ``current`` is the shared state (``lock``,
+    ``live`` assignments, ``phase``), ``check()`` raises what its thread met."""
+    deadline = Deadline(spec["timeouts"]["join"], f"members {names} splitting the partitions")
+    current = members[0].current
+    while True:
+        with current["lock"]:
+            live = {n: list(ps) for n, ps in current["live"].items()}
+        if split(live, names, spec["partitions"]):
+            break
+        deadline.check(f"(assignments {live})")
+        for m in members:
+            m.check()
+        time.sleep(0.05)
+    current["phase"]["members"] = {n: live[n] for n in names}
+
+
+def consume_threaded(members: Sequence[Any], want: int, spec: dict[str, Any]) -> None:
+    """Threaded members: wait for ``want`` records in the phase, then a moment more."""
+    current = members[0].current["phase"]
+    deadline = Deadline(spec["timeouts"]["consume"], f"receiving {want} records")
+    while len(current["records"]) < want:
+        deadline.check(f"(got {len(current['records'])})")
+        for m in members:
+            m.check()
+        time.sleep(0.05)
+    time.sleep(0.3)  # a moment more: duplicates would show up now
 
 
 def run_driver(cmd: list[str], spec: dict[str, Any], cwd: Path | None = None) -> dict[str, Any]:
