@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import itertools
 import logging
 import socket
@@ -60,6 +59,7 @@ from wharf.broker.remoting.frame import (
     encode_prefix,
     response_to,
 )
+from wharf.broker.serving.sockets import NoUsableAddress, bind_unlistened
 
 __all__ = ["Connection", "Handler", "RemotingServer", "RemotingStartError"]
 
@@ -293,40 +293,19 @@ class RemotingServer:
         """Bind ``host:port`` (port 0: the OS picks one) without listening; returns the port.
         RemotingStartError if the address is taken or not local."""
         try:
-            infos = socket.getaddrinfo(
-                host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-            )
+            sockets = bind_unlistened(host, port)
         except socket.gaierror as exc:
             raise RemotingStartError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-        targets = list(
-            dict.fromkeys(
-                (f, a) for f, _, _, _, a in infos if f in (socket.AF_INET, socket.AF_INET6)
-            )
-        )
-        chosen = port
-        for family, sockaddr in targets:
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                if family == socket.AF_INET6:
-                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                sock.bind((sockaddr[0], chosen, *sockaddr[2:]))
-            except OSError as exc:
-                sock.close()
-                if exc.errno == errno.EADDRNOTAVAIL and len(targets) > 1:
-                    continue
-                self.close_sockets()
-                raise RemotingStartError(
-                    f"cannot listen on {host}:{port}: {exc.strerror}; pick another with "
-                    "--remoting-listen HOST:PORT"
-                ) from None
-            sock.setblocking(False)
-            self._sockets.append(sock)
-            chosen = sock.getsockname()[1]
-        if not self._sockets:
-            raise RemotingStartError(f"cannot listen on {host}:{port}: no usable address")
-        self.host, self.port = host, chosen
-        return chosen
+        except NoUsableAddress:
+            raise RemotingStartError(f"cannot listen on {host}:{port}: no usable address") from None
+        except OSError as exc:
+            raise RemotingStartError(
+                f"cannot listen on {host}:{port}: {exc.strerror}; pick another with "
+                "--remoting-listen HOST:PORT"
+            ) from None
+        self._sockets = sockets
+        self.host, self.port = host, sockets[0].getsockname()[1]
+        return self.port
 
     async def start(
         self,

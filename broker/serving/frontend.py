@@ -27,7 +27,6 @@ times its requests through ``Serving.ctx.metrics.observe_rpc`` under its own nam
 
 from __future__ import annotations
 
-import errno
 import re
 import socket
 import ssl
@@ -37,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from wharf.broker.config import Config, parse_host_port
 from wharf.broker.serving.health import HealthBoard
+from wharf.broker.serving.sockets import NoFreePort, bind_unlistened
 
 if TYPE_CHECKING:
     import grpc
@@ -53,8 +53,6 @@ __all__ = [
     "TlsSource",
     "flag_of",
 ]
-
-_FAMILIES = (socket.AF_INET, socket.AF_INET6)
 
 
 class FrontEndUnavailable(RuntimeError):
@@ -106,50 +104,23 @@ class PortBook:
             f"local; pick another with {flag_of(setting)}"
         )
         try:
-            infos = socket.getaddrinfo(
-                host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-            )
+            sockets = bind_unlistened(host.strip("[]"), port)
         except socket.gaierror as exc:
             raise FrontEndUnavailable(
                 f"cannot listen on {address} ({setting}): {exc.strerror}", setting
             ) from None
-        targets = list(dict.fromkeys((f, a) for f, _, _, _, a in infos if f in _FAMILIES))
-        for _ in range(10):  # port 0: the port picked on one address may be taken on another
-            sockets: list[socket.socket] = []
-            chosen = port
-            try:
-                for family, sockaddr in targets:
-                    sock = socket.socket(family, socket.SOCK_STREAM)
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    if family == socket.AF_INET6:  # the ipv4 address, if listed, has its own
-                        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                    try:
-                        sock.bind((sockaddr[0], chosen, *sockaddr[2:]))
-                    except OSError as exc:
-                        sock.close()
-                        # An address of a name this host does not have (localhost's ::1
-                        # without ipv6): the others serve.
-                        if exc.errno == errno.EADDRNOTAVAIL and len(targets) > 1:
-                            continue
-                        raise
-                    sock.setblocking(False)
-                    sockets.append(sock)
-                    chosen = sock.getsockname()[1]
-            except OSError as exc:
-                for sock in sockets:
-                    sock.close()
-                if port == 0 and sockets and exc.errno == errno.EADDRINUSE:
-                    continue
-                raise FrontEndUnavailable(taken, setting) from None
-            if not sockets:
-                raise FrontEndUnavailable(taken, setting)
-            self.held.extend(sockets)
-            reserved = Reserved(f"{address.rpartition(':')[0]}:{chosen}", chosen, sockets)
-            self.by_setting[setting] = reserved
-            return reserved
-        raise FrontEndUnavailable(
-            f"cannot listen on {address} ({setting}): no port free on every address", setting
-        )
+        except NoFreePort:
+            raise FrontEndUnavailable(
+                f"cannot listen on {address} ({setting}): no port free on every address",
+                setting,
+            ) from None
+        except OSError:
+            raise FrontEndUnavailable(taken, setting) from None
+        self.held.extend(sockets)
+        chosen = sockets[0].getsockname()[1]
+        reserved = Reserved(f"{address.rpartition(':')[0]}:{chosen}", chosen, sockets)
+        self.by_setting[setting] = reserved
+        return reserved
 
     def release(self, reserved: Reserved) -> None:
         """A part took ``reserved``'s sockets (an asyncio server listens on them now) or gave
