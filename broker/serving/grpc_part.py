@@ -132,11 +132,12 @@ class GrpcFrontEnd:
         reflection.enable_server_reflection((*names, health_name, reflection.SERVICE_NAME), server)
         serving.health.listen(self._show_health)
 
-    async def _show_health(self, name: str, serving: bool) -> None:
-        if serving:
-            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        else:
+    async def _show_health(self, names: list[str], serving: bool) -> None:
+        if not serving:  # every name NOT_SERVING, and it stays so
             await self._health.enter_graceful_shutdown()
+            return
+        for name in names:
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
     async def serve(self) -> None:
         server, listen = self.server, self.listen

@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 
 __all__ = ["HealthBoard"]
 
-# (service name, serving) -> shown; "" is the whole broker.
-Listener = Callable[[str, bool], Awaitable[None]]
+# (service names, serving) -> shown; "" is the whole broker.
+Listener = Callable[[list[str], bool], Awaitable[None]]
 
 
 class HealthBoard:
@@ -30,5 +30,4 @@ class HealthBoard:
     async def set_serving(self, serving: bool) -> None:
         self.serving = serving
         for listener in self._listeners:
-            for name in self.names:
-                await listener(name, serving)
+            await listener(list(self.names), serving)
