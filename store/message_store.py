@@ -437,6 +437,14 @@ class MessageStore:
         queue = self._queues.find(topic, queue_id)
         return queue.max_offset if queue is not None else 0
 
+    def queue_counts(self) -> dict[str, int]:
+        """Every topic with a consume queue, and its highest queue id + 1 (what a restart
+        checks the topic table against: ``TopicConfigManager.adopt``)."""
+        counts: dict[str, int] = {}
+        for queue in self._queues:
+            counts[queue.topic] = max(counts.get(queue.topic, 0), queue.queue_id + 1)
+        return counts
+
     def get_queue_stats(self, topic: str) -> list[QueueStat]:
         assert self._commit_log is not None
         return queue_stats(self._queues.of_topic(topic), self._commit_log)

@@ -53,6 +53,13 @@ class AdminHandlers:
             else:
                 code, message = self._create(t, bool(body["validate_only"]))
             results.append({"name": t["name"], "error_code": code, "error_message": message})
+        created = [r for r in results if r["error_code"] == Code.NONE]
+        if created and not body["validate_only"]:
+            try:  # answered once the topics are on disk (broker/meta/persister.py)
+                await self.env.ctx.topics.durable()
+            except Exception as exc:
+                for row in created:
+                    row["error_code"], row["error_message"] = code_for(exc), str(exc)
         return {"topics": results}
 
     def _create(self, t: dict[str, Any], validate_only: bool) -> tuple[Code, str | None]:
@@ -110,6 +117,13 @@ class AdminHandlers:
                     code = code_for(exc)
                 ctx.metrics.forget_topic(name)
             results.append({"name": name, "error_code": code})
+        if any(r["error_code"] == Code.NONE for r in results):
+            try:  # a deletion too is answered once on disk
+                await ctx.topics.durable()
+            except Exception as exc:
+                for row in results:
+                    if row["error_code"] == Code.NONE:
+                        row["error_code"] = code_for(exc)
         return {"responses": results}
 
     async def describe_configs(

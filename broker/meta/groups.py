@@ -5,12 +5,12 @@ autoCreateSubscriptionGroup is on (RocketMQ's default)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
-from wharf.broker.meta.persist import PendingWrite, TableJournal
+from wharf.broker.meta.persist import PendingWrite, TableJournal, nothing_to_write
 
 MAX_GROUP_LENGTH = 255
 _GROUP_NAME = re.compile(r"^[%a-zA-Z0-9_-]+$")
@@ -75,6 +75,7 @@ class SubscriptionGroupManager:
         self.dirty = False
         self.version = 0
         self.on_change: Callable[[], None] = lambda: None  # see TopicConfigManager.on_change
+        self.durable: Callable[[], Awaitable[None]] = nothing_to_write  # and .durable
         self.journal = TableJournal("subscriptionGroupTable", SubscriptionGroup.to_json)
 
     def __len__(self) -> int:

@@ -73,6 +73,7 @@ __all__ = [
     "dumps",
     "journal_of",
     "load_json_blocking",
+    "nothing_to_write",
     "write_text_atomic_blocking",
 ]
 
@@ -89,6 +90,10 @@ JOURNAL_MIN_BYTES = 1 << 20
 class MetadataError(RuntimeError):
     """A metadata file exists but neither it nor its backup can be read: refuse to start
     rather than silently forget topics or consumer offsets."""
+
+
+async def nothing_to_write() -> None:
+    """A table's ``durable`` when no file backs it (unit tests, tools): nothing to wait for."""
 
 
 def journal_of(path: Path) -> Path:

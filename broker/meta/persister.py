@@ -7,6 +7,13 @@ least 50 ms apart so a burst of auto-creates is one write. Each dirty table is c
 loop (cheap) and serialized and written in a thread (``persist.write_text_atomic_blocking``).
 A failed write keeps the table dirty for the next round; a lasting condition (a full disk, the
 open-file table) is one log line per episode.
+
+``durable()``: what an admin answer waits for. A topic created, changed or deleted (CreateTopic,
+UpdateTopic, mqadmin's updateTopic, Kafka's CreateTopics ...) is acknowledged once a persist round
+that began after the change has written it (journal record fsynced): before, the answer went out
+first and a kill -9 within the ~50 ms coalescing window lost an acknowledged topic whose records
+survived (a Kafka producer then auto-created it anew with 8 partitions). A round whose write
+fails answers its waiters with the error (the table stays dirty and is retried).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from wharf.broker.errors import UnavailableError
 from wharf.broker.meta.persist import load_json_blocking, write_text_atomic_blocking
 from wharf.store.errors import is_disk_full
 from wharf.store.service import Service
@@ -44,6 +52,7 @@ class MetadataPersister(Service):
         self.directory = directory
         self.tables = tuple(tables)
         self.failing: set[str] = set()  # files whose last write failed
+        self._waiters: list[asyncio.Future[None]] = []  # durable() callers of the next round
 
     def load_blocking(self) -> None:
         for table in self.tables:
@@ -52,8 +61,31 @@ class MetadataPersister(Service):
     async def run_once(self) -> None:
         await self.persist()
 
+    async def durable(self) -> None:
+        """Return once every table change made before this call is on disk; raise
+        ``MetadataNotDurable`` if that round's write failed."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        if self.running:
+            self.wakeup()
+        else:  # not started, or stopped: nobody else would write it
+            await self.persist()
+        await waiter
+
     async def persist(self) -> None:
         """Write the dirty tables now (snapshot on the loop, file I/O in a thread)."""
+        waiters, self._waiters = self._waiters, []  # their changes are captured below
+        failed: OSError | None = None
+        try:
+            failed = await self._write_dirty()
+        except BaseException:
+            self._waiters[:0] = waiters  # answered by the next round (or on_stop's)
+            raise
+        _answer(waiters, None if failed is None else MetadataNotDurable(failed))
+
+    async def _write_dirty(self) -> OSError | None:
+        """One round over the dirty tables; the first write error, if any."""
+        failed: OSError | None = None
         for table in self.tables:
             if not table.dirty:
                 continue
@@ -64,6 +96,7 @@ class MetadataPersister(Service):
                 await asyncio.to_thread(write_text_atomic_blocking, self.directory / name, text)
             except OSError as exc:
                 table.dirty = True  # retried next round
+                failed = failed or exc
                 if name in self.failing:
                     continue  # said once for this episode; a line when it works again
                 self.failing.add(name)
@@ -76,6 +109,31 @@ class MetadataPersister(Service):
                 if name in self.failing:
                     self.failing.discard(name)
                     log.info("persisted %s again", name)
+        return failed
+
+    async def on_stop(self) -> None:
+        if self._waiters:  # stop() came between a durable() and its round: one more round
+            await self.persist()
 
     def health(self) -> dict[str, object]:
         return {"name": self.name, "failing_files": sorted(self.failing)}
+
+
+class MetadataNotDurable(UnavailableError):
+    """The change is made in memory but its file could not be written (retried each round)."""
+
+    def __init__(self, cause: OSError) -> None:
+        super().__init__(
+            f"the change is applied but not yet on disk ({cause}); the broker retries every "
+            "round: free disk space or descriptors, then check `wharf topic get`"
+        )
+
+
+def _answer(waiters: list[asyncio.Future[None]], error: Exception | None) -> None:
+    for waiter in waiters:
+        if waiter.done():
+            continue
+        if error is None:
+            waiter.set_result(None)
+        else:
+            waiter.set_exception(error)

@@ -8,12 +8,12 @@ the first dead letter). They are hidden from ListTopics unless include_system is
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from wharf.broker.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
-from wharf.broker.meta.persist import PendingWrite, TableJournal
+from wharf.broker.meta.persist import PendingWrite, TableJournal, nothing_to_write
 from wharf.store.codec.properties import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -137,6 +137,9 @@ class TopicConfigManager:
         # Called after every change: the controller persists topics within ~50 ms instead of
         # the periodic 5 s, so a crash right after an auto-create does not forget the topic.
         self.on_change: Callable[[], None] = lambda: None
+        # Awaited by admin answers: returns once the changes so far are on disk (the
+        # controller's MetadataPersister.durable; a table without files has nothing to wait for).
+        self.durable: Callable[[], Awaitable[None]] = nothing_to_write
         # What changed since the last persist (broker/meta/persist.py: a journal record).
         self.journal = TableJournal("topicConfigTable", TopicConfig.to_json)
 
@@ -214,6 +217,22 @@ class TopicConfigManager:
         del self.table[name]
         self._changed(name)
         return topic
+
+    def adopt(self, stored: dict[str, int]) -> list[TopicConfig]:
+        """At start: a topic the store holds queues of but this table lacks gets a config back
+        (read = write = its highest queue id + 1, at least the auto-create default for a user
+        topic), so its records stay reachable. The table reaches disk ~50 ms after a change
+        (``MetadataPersister``): a kill -9 in between, after records were appended to an
+        auto-created topic, left them in consumequeue/ under a name no route, Metadata or pull
+        knew (a Kafka producer then re-created the topic with other partitions). Returns the
+        configs made, for the caller's log line."""
+        made = []
+        for name, queue_count in sorted(stored.items()):
+            if name in self.table or name.startswith(SYSTEM_TOPIC_PREFIXES) or name == "TBW102":
+                continue  # the timer's and transactions' topics live in no table
+            n = queue_count if is_system_topic(name) else max(queue_count, self.default_queue_nums)
+            made.append(self._put(TopicConfig(name, n, n)))
+        return made
 
     def listing(self, include_system: bool) -> list[TopicConfig]:
         return [

@@ -82,6 +82,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             request.perm or PERM_READ_WRITE,
             dict(request.attributes),
         )
+        await self.ctx.topics.durable()  # acknowledged once on disk (meta/persister.py)
         return _topic_proto(topic)
 
     @rpc("UpdateTopic")
@@ -104,7 +105,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         updated = TopicConfig(
             request.name, new_read, new_write, perm, checked_attributes(attributes)
         )
-        return _topic_proto(self.ctx.topics.replace(updated))
+        replaced = self.ctx.topics.replace(updated)
+        await self.ctx.topics.durable()
+        return _topic_proto(replaced)
 
     @rpc("DeleteTopic")
     async def DeleteTopic(self, request, context):  # type: ignore[no-untyped-def]
@@ -113,6 +116,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         self.ctx.offsets.remove_topic(request.name)
         await self.ctx.store.delete_topics([request.name])
         self.ctx.metrics.forget_topic(request.name)
+        await self.ctx.topics.durable()
         return admin_pb2.DeleteTopicResponse()
 
     @rpc("ListTopics")
@@ -207,7 +211,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             consume_timestamp=request.consume_timestamp,
             consume_message_orderly=orderly,
         )
-        return _group_proto(self.ctx.groups.put(group))
+        stored = self.ctx.groups.put(group)
+        await self.ctx.groups.durable()
+        return _group_proto(stored)
 
     @rpc("ListSubscriptionGroups")
     async def ListSubscriptionGroups(self, request, context):  # type: ignore[no-untyped-def]
@@ -221,6 +227,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         self.ctx.offsets.remove_group(request.group_name)
         with contextlib.suppress(StoreError):  # a replica serves no pop: nothing to forget
             self.ctx.store.pop.forget(groups=[request.group_name])
+        await self.ctx.groups.durable()
         return admin_pb2.DeleteSubscriptionGroupResponse()
 
     # --- progress -------------------------------------------------------------------------------
