@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING
 
 from wharf.broker.cluster.routes import ClusterRoutes
 from wharf.broker.config import BrokerConfig
+from wharf.broker.core.admin import AdminCore
 from wharf.broker.core.clients import ClientRegistry
 from wharf.broker.core.long_poll import LongPollHolder
 from wharf.broker.core.pop import PopCore
 from wharf.broker.core.read import ReadCore
+from wharf.broker.core.retry import RetryCore
 from wharf.broker.core.send import SendCore
 from wharf.broker.core.transactions import CheckTargets, TransactionCore
 from wharf.broker.meta.groups import SubscriptionGroupManager
@@ -58,6 +60,8 @@ class BrokerContext:
     read_core: ReadCore = field(init=False)
     transactions: TransactionCore = field(init=False)  # ending transactions, every front end
     pop_core: PopCore = field(init=False)  # pop consumption (receive, ack, dead letter)
+    retry: RetryCore = field(init=False)  # consumed messages sent back (retry, dead letters)
+    admin: AdminCore = field(init=False)  # topics and groups as every protocol's tools change them
 
     def __post_init__(self) -> None:
         self.send_core = SendCore(self.store, self.topics, shutting_down=lambda: self.shutting_down)
@@ -65,3 +69,10 @@ class BrokerContext:
         store = self.store
         self.transactions = TransactionCore(lambda: store.transactions)
         self.pop_core = PopCore(lambda: store.pop, self.groups, self.topics)
+        self.retry = RetryCore(
+            store, self.topics, self.groups, self.delay_levels_ms, self.metrics.on_send_to_dlq
+        )
+        self.admin = AdminCore(
+            store, self.topics, self.groups, self.offsets, self.clients,
+            self.config.max_reconsume_times, self.metrics.forget_topic,
+        )  # fmt: skip

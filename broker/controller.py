@@ -177,7 +177,9 @@ class BrokerController:
         self.config = dataclasses.replace(self.config, store=store_config)
         await self._start_store()  # 3.
         await asyncio.to_thread(self.persister.load_blocking)  # 4.
-        await self._adopt_stored_topics()
+        if self.store.dispatch_pending:  # recovery's re-dispatch may make queues: count them
+            await self.store.wait_dispatched(5.0)
+        self.topics.adopt(self.store.queue_counts())  # records whose config a crash lost
         self.front_ends.attach(self._compose(tls))
         dial = await self._start_background()
         await self.front_ends.serve()  # 5.: in list order, those serving stopped on failure
@@ -224,18 +226,6 @@ class BrokerController:
         self._store_started = True
         log.info("store started in %.3f s at %s", time.perf_counter() - started,
                  store_config.store_path_root_dir)  # fmt: skip
-
-    async def _adopt_stored_topics(self) -> None:
-        """Topics with records but no config (a crash before the table was written) get one
-        back; recovery's re-dispatch first, so a queue it is about to make counts too."""
-        if not await self.store.wait_dispatched(5.0):
-            log.warning("dispatch still catching up; topics it creates later keep no config")
-        for topic in self.topics.adopt(self.store.queue_counts()):
-            log.warning(
-                "topic %s has records but no config (a crash before its config was written): "
-                "recreated with %d queues",
-                topic.name, topic.write_queue_nums,
-            )  # fmt: skip
 
     def _compose(self, tls: TlsSource) -> Serving:
         """Step 4, once the metadata files are loaded: the core every front end shares (send,

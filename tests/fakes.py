@@ -242,6 +242,12 @@ class FakeStore:
     def get_max_offset(self, topic: str, queue_id: int) -> int:
         return len(self.queues.get((topic, queue_id), []))
 
+    def queue_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for topic, queue_id in self.queues:
+            counts[topic] = max(counts.get(topic, 0), queue_id + 1)
+        return counts
+
     def get_queue_stats(self, topic: str) -> list[QueueStat]:
         return [
             QueueStat(q, self.get_min_offset(t, q), len(ms), ms[-1].store_timestamp if ms else 0)

@@ -2,8 +2,8 @@
 ``MessagingProcessor``): what a message operation MEANS, once, under every protocol front end.
 
 Contract:
-- The front ends (``broker/processors/`` = wharf.v1, ``broker/v2/`` = apache.rocketmq.v2,
-  ``broker/remoting/`` = RocketMQ 4.x remoting) are adapters: request -> core call -> reply.
+- The front ends (``broker/v1/`` = wharf.v1, ``broker/v2/`` = apache.rocketmq.v2,
+  ``broker/remoting/`` = RocketMQ 4.x remoting, ``broker/kafka/``) are adapters: request -> core call -> reply.
   They own their wire types, their request shape checks and their error tables
   (``broker/errors.py`` ``status_for``, ``broker/v2/codes.py`` ``code_for``,
   ``broker/remoting/handlers.py``); the core owns admission, the rules, queue selection,
@@ -21,6 +21,9 @@ one offset read with its neutral ``ReadStatus``), ``clients.py`` (the one client
 group members, sessions and their channels, one expiry), ``transactions.py`` (ending
 transactions, the check-back targets every front end adds to, the check-back task),
 ``pop.py`` (pop consumption: group rules, DLQ registration, the pop store's calls),
+``admin.py`` (topics and groups changed as every protocol's tools change them, answered once on
+disk; topic statistics, a group's progress), ``retry.py`` (a consumed message sent back to
+retry or to the dead letters),
 ``validate.py`` (the message rules), ``model.py`` (values), ``errors.py`` (refusals and
 reasons), ``long_poll.py`` (parked reads), ``tags.py`` (filters), ``background.py`` (client
 expiry, pop progress).

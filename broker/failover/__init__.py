@@ -20,7 +20,7 @@ from wharf.broker.failover.role import Replication, StoreRole
 
 
 class MasterTransfer(Protocol):
-    """What TransferMaster (broker/processors/admin.py) uses of failover."""
+    """What TransferMaster (broker/v1/admin.py) uses of failover."""
 
     async def transfer(self, to: int) -> tuple[int, int]: ...
 

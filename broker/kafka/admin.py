@@ -55,7 +55,10 @@ class AdminHandlers:
             results.append({"name": t["name"], "error_code": code, "error_message": message})
         created = [r for r in results if r["error_code"] == Code.NONE]
         if created and not body["validate_only"]:
-            try:  # answered once the topics are on disk (broker/meta/persister.py)
+            # Made in the table one by one (the checks above are Kafka's), then answered once
+            # they are all on disk: one persist round for the request, as the core's
+            # create_topic waits for one per topic.
+            try:
                 await self.env.ctx.topics.durable()
             except Exception as exc:
                 for row in created:
@@ -107,23 +110,13 @@ class AdminHandlers:
             elif ctx.topics.get(name) is None:
                 code = Code.UNKNOWN_TOPIC_OR_PARTITION
             else:
-                ctx.topics.delete(name)
-                ctx.offsets.remove_topic(name)
                 self.producers.forget_topic(name)
                 code = Code.NONE
-                try:
-                    await ctx.store.delete_topics([name])
-                except Exception as exc:  # the topic is gone from the table; its files may linger
+                try:  # the core's deletion: offsets, files, metrics; answered once on disk
+                    await ctx.admin.delete_topic(name)
+                except Exception as exc:  # gone from the table; its files may linger
                     code = code_for(exc)
-                ctx.metrics.forget_topic(name)
             results.append({"name": name, "error_code": code})
-        if any(r["error_code"] == Code.NONE for r in results):
-            try:  # a deletion too is answered once on disk
-                await ctx.topics.durable()
-            except Exception as exc:
-                for row in results:
-                    if row["error_code"] == Code.NONE:
-                        row["error_code"] = code_for(exc)
         return {"responses": results}
 
     async def describe_configs(

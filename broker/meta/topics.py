@@ -7,6 +7,7 @@ the first dead letter). They are hidden from ListTopics unless include_system is
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,9 @@ _TOPIC_NAME = re.compile(r"^[%a-zA-Z0-9_-]+$")
 RESERVED_FOR_SEND = (SCHEDULE_TOPIC, "TBW102")
 # The timer's and the transactions' topics (RocketMQ's rmq_sys_ / RMQ_SYS_ prefixes).
 SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_")
+
+
+log = logging.getLogger("broker")
 
 
 def validate_topic_name(name: str) -> None:
@@ -225,13 +229,17 @@ class TopicConfigManager:
         (``MetadataPersister``): a kill -9 in between, after records were appended to an
         auto-created topic, left them in consumequeue/ under a name no route, Metadata or pull
         knew (a Kafka producer then re-created the topic with other partitions). Returns the
-        configs made, for the caller's log line."""
+        configs made (each logged)."""
         made = []
         for name, queue_count in sorted(stored.items()):
             if name in self.table or name.startswith(SYSTEM_TOPIC_PREFIXES) or name == "TBW102":
                 continue  # the timer's and transactions' topics live in no table
             n = queue_count if is_system_topic(name) else max(queue_count, self.default_queue_nums)
             made.append(self._put(TopicConfig(name, n, n)))
+            log.warning(
+                "topic %s has records but no config (a crash before its config was written): "
+                "recreated with %d queues", name, n,
+            )  # fmt: skip
         return made
 
     def listing(self, include_system: bool) -> list[TopicConfig]:

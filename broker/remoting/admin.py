@@ -1,7 +1,7 @@
 """The admin and query codes of mqadmin and the RocketMQ Dashboard, answered as RocketMQ's
-AdminBrokerProcessor and QueryMessageProcessor answer them, through Wharf's own admin paths
-(``AdminService``'s methods, unwrapped from their gRPC status mapping: the same validation and
-side effects as ``wharf topic create`` and friends) and the store's index.
+AdminBrokerProcessor and QueryMessageProcessor answer them, through the core's admin
+operations (``broker/core/admin.py``: the same validation, side effects and durability as
+``wharf topic create`` and friends) and the store's index.
 
 - 17 UPDATE_AND_CREATE_TOPIC: CreateTopic, or UpdateTopic when it exists (RocketMQ creates or
   updates); 215 DELETE_TOPIC_IN_BROKER: DeleteTopic (an unknown topic is SUCCESS, as RocketMQ's);
@@ -26,12 +26,11 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
-from wharf.broker.processors.admin import AdminService
 from wharf.broker.remoting.codes import LanguageCode, ResponseCode
 from wharf.broker.remoting.frame import RemotingCommand, response_to
 from wharf.broker.remoting.headers import (
@@ -43,8 +42,9 @@ from wharf.broker.remoting.headers import (
     TopicRequestHeader,
     ViewMessageRequestHeader,
 )
+from wharf.broker.versions import VERSIONS
 from wharf.store.errors import StoreError
-from wharf.v1 import admin_pb2, common_pb2
+from wharf.v1 import common_pb2
 
 if TYPE_CHECKING:
     from wharf.broker.context import BrokerContext
@@ -140,12 +140,6 @@ def _runtime(seconds: float) -> str:
     return f"[ {days} days, {hours} hours, {minutes} minutes, {secs} seconds ]"
 
 
-def _unwrapped(method: Callable[..., Any]) -> Callable[..., Any]:
-    """An AdminService method without its gRPC wrapper (errors raise as broker errors, which
-    ``error_response`` maps to RocketMQ's codes)."""
-    return getattr(method, "__wrapped__", method)
-
-
 class RemotingAdmin:
     """The admin and query handlers of one remoting port; a client's connection comes from the
     client registry (``connection_of``, attached at HEART_BEAT), ``seen`` is what each
@@ -154,16 +148,11 @@ class RemotingAdmin:
 
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
-        self.service = AdminService(ctx)
         self.seen: WeakKeyDictionary[Connection, tuple[LanguageCode, int]] = WeakKeyDictionary()
         self._rate_sample: tuple[float, int, int] | None = None  # (time, in, out)
 
     def note_heartbeat(self, conn: Connection, request: RemotingCommand) -> None:
         self.seen[conn] = (request.language, request.version)
-
-    async def _call(self, name: str, request: Any) -> Any:
-        method = _unwrapped(getattr(AdminService, name))
-        return await method(self.service, request, None)
 
     def _ok(self, request: RemotingCommand, body: str | bytes = b"") -> RemotingCommand:
         data = body.encode() if isinstance(body, str) else body
@@ -184,34 +173,17 @@ class RemotingAdmin:
         perm = header.perm & PERM_READ_WRITE  # PERM_INHERIT (1): nothing to inherit here
         current = self.ctx.topics.get(name)
         attributes = _parse_attributes(header.attributes, current is not None)
+        read, write, admin = header.read_queue_nums, header.write_queue_nums, self.ctx.admin
         if current is None:
-            await self._call(
-                "CreateTopic",
-                admin_pb2.CreateTopicRequest(
-                    name=name,
-                    read_queue_nums=header.read_queue_nums,
-                    write_queue_nums=header.write_queue_nums,
-                    perm=perm,
-                    attributes=attributes,
-                ),
-            )
+            await admin.create_topic(name, read, write, perm or PERM_READ_WRITE, attributes)
         else:
-            await self._call(
-                "UpdateTopic",
-                admin_pb2.UpdateTopicRequest(
-                    name=name,
-                    read_queue_nums=header.read_queue_nums,
-                    write_queue_nums=header.write_queue_nums,
-                    perm=perm,
-                    attributes=attributes,
-                ),
-            )
+            await admin.update_topic(name, read, write, perm, attributes)
         return self._ok(request)
 
     async def delete_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = TopicRequestHeader.from_ext_fields(request.ext_fields)
         with contextlib.suppress(NotFoundError):  # RocketMQ: SUCCESS for a topic it lacks
-            await self._call("DeleteTopic", admin_pb2.DeleteTopicRequest(name=header.topic))
+            await self.ctx.admin.delete_topic(header.topic)
         return self._ok(request)
 
     async def get_all_topic_config(
@@ -235,7 +207,7 @@ class RemotingAdmin:
             return response_to(
                 request, ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{header.topic}] not exist"
             )
-        stats = await self._call("GetTopicStats", admin_pb2.GetTopicStatsRequest(name=header.topic))
+        stats = self.ctx.admin.topic_stats(header.topic)
         broker = self.ctx.config.broker_name
         rows = [
             (
@@ -257,16 +229,15 @@ class RemotingAdmin:
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand:
         data = _json_object(request.body)
-        config = admin_pb2.SubscriptionGroupConfig(
-            group_name=str(data.get("groupName") or ""),
+        orderly = data.get("consumeMessageOrderly")
+        await self.ctx.admin.put_group(
+            str(data.get("groupName") or ""),
             consume_enable=_bool(data.get("consumeEnable"), True),
             consume_broadcast_enable=_bool(data.get("consumeBroadcastEnable"), True),
             retry_max_times=_int(data.get("retryMaxTimes"), 16),
             retry_queue_nums=_int(data.get("retryQueueNums"), 1),
+            consume_message_orderly=None if orderly is None else _bool(orderly, False),
         )
-        if "consumeMessageOrderly" in data:
-            config.consume_message_orderly = _bool(data.get("consumeMessageOrderly"), False)
-        await self._call("CreateSubscriptionGroup", config)
         return self._ok(request)
 
     async def get_consume_stats(
@@ -276,13 +247,7 @@ class RemotingAdmin:
         ctx = self.ctx
         group = header.consumer_group
         try:
-            progress = await self._call(
-                "GetConsumerProgress",
-                admin_pb2.GetConsumerProgressRequest(
-                    consumer_group=group, topic=header.topic or ""
-                ),
-            )
-            queues = list(progress.queues)
+            queues = ctx.admin.consumer_progress(group, header.topic or "").queues
         except NotFoundError:  # RocketMQ: an empty table (the tools say "not consumed yet")
             queues = []
         by_queue = {(q.topic, q.queue_id): q for q in queues}
@@ -368,7 +333,7 @@ class RemotingAdmin:
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand:
         ctx = self.ctx
-        status = await self._call("GetBrokerStatus", admin_pb2.GetBrokerStatusRequest())
+        stats = ctx.store.stats()
         now = time.monotonic()
         put_tps = get_tps = 0.0
         last = self._rate_sample
@@ -378,14 +343,14 @@ class RemotingAdmin:
         self._rate_sample = (now, ctx.messages_in, ctx.messages_out)
         put, got = f"{put_tps:.2f}", f"{get_tps:.2f}"
         table = {
-            "brokerVersionDesc": f"Wharf {status.version}",
+            "brokerVersionDesc": f"Wharf {VERSIONS['wharf']}",
             "brokerVersion": str(MQ_VERSION),
             "brokerActive": "true",
             "bootTimestamp": str(int(ctx.started_at * 1000)),
-            "runtime": _runtime(status.uptime_ms / 1000),
+            "runtime": _runtime(time.time() - ctx.started_at if ctx.started_at else 0),
             # Counted since the broker started (Wharf keeps no per-day counters).
-            "msgPutTotalTodayNow": str(status.messages_in_total),
-            "msgGetTotalTodayNow": str(status.messages_out_total),
+            "msgPutTotalTodayNow": str(ctx.messages_in),
+            "msgGetTotalTodayNow": str(ctx.messages_out),
             "msgPutTotalTodayMorning": "0",
             "msgGetTotalTodayMorning": "0",
             "msgPutTotalYesterdayMorning": "0",
@@ -396,12 +361,12 @@ class RemotingAdmin:
             "getTotalTps": f"{got} {got} {got}",
             "getFoundTps": f"{got} {got} {got}",
             "getMissTps": "0.00 0.00 0.00",
-            "commitLogMinOffset": str(status.commit_log_min_offset),
-            "commitLogMaxOffset": str(status.commit_log_max_offset),
-            "commitLogDiskRatio": str(status.disk_used_ratio),
-            "dispatchBehindBytes": str(status.dispatch_behind_bytes),
+            "commitLogMinOffset": str(stats.commit_log_min_offset),
+            "commitLogMaxOffset": str(stats.commit_log_max_offset),
+            "commitLogDiskRatio": str(stats.disk_used_ratio),
+            "dispatchBehindBytes": str(stats.dispatch_behind_bytes),
             "remainHowManyDataToFlush": _human_bytes(
-                max(status.commit_log_max_offset - status.commit_log_flushed_offset, 0)
+                max(stats.commit_log_max_offset - stats.commit_log_flushed_offset, 0)
             ),
             "pageCacheLockTimeMills": "0",
             "earliestMessageTimeStamp": "0",
@@ -416,12 +381,12 @@ class RemotingAdmin:
             "timerEnqueueTps": "0.0",
             "timerDequeueTps": "0.0",
             # Wharf's own
-            "brokerName": status.broker_name,
-            "writable": "true" if status.writable else "false",
-            "notWritableReason": status.not_writable_reason,
-            "flushDiskType": status.flush_disk_type,
-            "topicCount": str(status.topic_count),
-            "groupCount": str(status.group_count),
+            "brokerName": ctx.config.broker_name,
+            "writable": "true" if stats.writable else "false",
+            "notWritableReason": stats.not_writable_reason,
+            "flushDiskType": ctx.store.config.flush_disk_type,
+            "topicCount": str(len(ctx.topics)),
+            "groupCount": str(len(ctx.groups)),
         }
         return self._ok(request, _json({"table": table}))
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from wharf.broker.context import BrokerContext
 from wharf.broker.core.errors import InvalidSend, Reason, Refused
+from wharf.broker.core.retry import retry_topic
 from wharf.broker.core.tags import parse_filter
 from wharf.broker.errors import (
     InvalidArgumentError,
@@ -38,7 +39,6 @@ from wharf.broker.errors import (
 )
 from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import validate_topic_name
-from wharf.broker.processors.consumer import ConsumerProcessor, retry_topic
 from wharf.broker.remoting.admin import RemotingAdmin
 from wharf.broker.remoting.batch import BatchError, decode_messages
 from wharf.broker.remoting.codes import TRANSACTION_ROLLBACK_TYPE, RequestCode, ResponseCode
@@ -81,7 +81,7 @@ from wharf.store.errors import (
     StoreNotWritableError,
 )
 from wharf.store.model import GetStatus, MessageInput, PutStatus, RawGetResult, TagFilter
-from wharf.v1 import common_pb2, messaging_pb2
+from wharf.v1 import common_pb2
 
 __all__ = ["RemotingHandlers", "error_response"]
 
@@ -190,7 +190,6 @@ class RemotingHandlers:
     def __init__(self, ctx: BrokerContext, address: str) -> None:
         self.ctx = ctx
         self.address = address
-        self.consumer = ConsumerProcessor(ctx)
         # client id -> the connection it last heartbeated on (NOTIFY_CONSUMER_IDS_CHANGED).
         self.transactions = RemotingTransactions(ctx)
         ctx.check_targets.add_source(self.transactions.targets)
@@ -563,15 +562,14 @@ class RemotingHandlers:
         header = ConsumerSendMsgBackRequestHeader.from_ext_fields(request.ext_fields)
         if header.delay_level < -1:
             raise InvalidSend(Reason.ILLEGAL_PROPERTY, f"delayLevel {header.delay_level} < -1")
-        back = messaging_pb2.SendMessageBackRequest(
-            consumer_group=header.group,
-            commit_log_offset=header.offset,
+        await self.ctx.retry.send_back(
+            header.group,
+            header.offset,
             delay_level=header.delay_level,
-            origin_msg_id=header.origin_msg_id or "",
             origin_topic=header.origin_topic or "",
+            origin_msg_id=header.origin_msg_id or "",
             max_reconsume_times=max(header.max_reconsume_times or 0, 0),
         )
-        await self.consumer.send_back(back)
         return _ok(request)
 
 

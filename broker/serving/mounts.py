@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf.descriptor import ServiceDescriptor
-from wharf.broker.processors.admin import AdminService
-from wharf.broker.processors.messaging import MessagingService
 from wharf.broker.serving.frontend import Serving
 from wharf.broker.serving.handlers import method_handlers
+from wharf.broker.v1.admin import AdminService
+from wharf.broker.v1.messaging import MessagingService
 from wharf.broker.v2.codes import V2_REFUSALS
 from wharf.broker.v2.service import V2MessagingService
 from wharf.rocketmq.v2 import service_pb2 as rocketmq_v2_service_pb2

@@ -1,6 +1,8 @@
 """The one place where exceptions become gRPC statuses (via broker.errors.status_for) and
 where every RPC is timed for metrics.
 
+``born_host_of``: a gRPC peer as the born host of what it sends (wharf.v1 and v2).
+
 ``@rpc("SendMessage")`` wraps a servicer method ``async def m(self, request, context)`` whose
 ``self.ctx`` is a BrokerContext.
 """
@@ -12,6 +14,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import lru_cache
 from typing import Any, TypeVar
 
 import grpc
@@ -67,3 +70,13 @@ def rpc(method: str) -> Callable[[Handler[_T]], Handler[_T]]:
         return handler
 
     return decorate
+
+
+@lru_cache(maxsize=4096)  # a connection's peer string, asked once per request
+def born_host_of(peer: str) -> str:
+    """grpc peer 'ipv4:127.0.0.1:5555' -> '127.0.0.1:5555' (ipv6 peers keep the port only)."""
+    kind, _, address = peer.partition(":")
+    if kind == "ipv4":
+        return address
+    _, _, port = address.rpartition(":")
+    return f"0.0.0.0:{port if port.isdigit() else 0}"

@@ -28,8 +28,8 @@ from wharf.broker.context import BrokerContext
 from wharf.broker.core.clients import ClientKind
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.groups import SubscriptionGroup
-from wharf.broker.processors.send import born_host_of
 from wharf.broker.serving.handlers import MalformedRequest
+from wharf.broker.serving.rpc import born_host_of
 from wharf.broker.v2 import clients as v2_clients
 from wharf.broker.v2 import codes
 from wharf.broker.v2.codes import Code, V2Error, code_for

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import grpc
 from wharf.broker.controller import BrokerController
-from wharf.broker.processors.send import SendProcessor, _SyncFlushStream
+from wharf.broker.v1.send import SendProcessor, _SyncFlushStream
 from wharf.broker.wire.server import _END, _Requests
 from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.store.log.sync_engine import ThreadSyncEngine

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from wharf.broker.meta.topics import TopicConfig, TopicConfigManager
 from wharf.broker.namesrv.routes import RouteTable, TopicQueues
-from wharf.broker.processors.admin import AdminService
+from wharf.broker.v1.admin import AdminService
 from wharf.client.admin import page_topics
 from wharf.client.cli import topic_commands
 from wharf.client.cli.output import Output

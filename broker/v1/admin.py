@@ -3,40 +3,22 @@
 
 from __future__ import annotations
 
-import contextlib
 import platform
 import time
-from importlib import metadata
 
 import grpc
 from wharf.broker.context import BrokerContext
-from wharf.broker.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from wharf.broker.errors import FailedPreconditionError, InvalidArgumentError
 from wharf.broker.meta.groups import SubscriptionGroup, validate_group_name
 from wharf.broker.meta.topics import (
     PERM_READ_WRITE,
     TopicConfig,
-    checked_attributes,
-    validate_perm,
-    validate_queue_nums,
     validate_topic_name,
 )
-from wharf.broker.processors.transactions import TransactionProcessor
 from wharf.broker.serving.rpc import rpc
-from wharf.store.errors import StoreError
-from wharf.store.model import QueueStat
+from wharf.broker.v1.transactions import TransactionProcessor
+from wharf.broker.versions import VERSIONS
 from wharf.v1 import admin_pb2, admin_pb2_grpc
-
-
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
-# Read once at import: package metadata is a file read, which fails with EMFILE when the broker
-# is at its open-file limit -- exactly when an operator asks for the status.
-_VERSIONS = {name: _version(name) for name in ("wharf", "uvloop", "protobuf")}
 
 
 def _topic_proto(topic: TopicConfig) -> admin_pb2.TopicConfig:
@@ -74,49 +56,32 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     # --- topics ---------------------------------------------------------------------------------
     @rpc("CreateTopic")
     async def CreateTopic(self, request, context):  # type: ignore[no-untyped-def]
-        default = self.ctx.topics.default_queue_nums
-        topic = self.ctx.topics.create(
+        topic = await self.ctx.admin.create_topic(
             request.name,
-            request.read_queue_nums or default,
-            request.write_queue_nums or default,
+            request.read_queue_nums,
+            request.write_queue_nums,
             request.perm or PERM_READ_WRITE,
-            dict(request.attributes),
+            request.attributes,
         )
-        await self.ctx.topics.durable()  # acknowledged once on disk (meta/persister.py)
         return _topic_proto(topic)
 
     @rpc("UpdateTopic")
     async def UpdateTopic(self, request, context):  # type: ignore[no-untyped-def]
-        validate_topic_name(request.name)
-        current = self.ctx.topics.require(request.name)
-        read = request.read_queue_nums if request.HasField("read_queue_nums") else None
-        write = request.write_queue_nums if request.HasField("write_queue_nums") else None
-        perm = request.perm if request.HasField("perm") else current.perm
-        new_read = current.read_queue_nums if read is None else read
-        new_write = current.write_queue_nums if write is None else write
-        validate_queue_nums(new_read, new_write)
-        validate_perm(perm)
-        attributes = dict(current.attributes)
-        for key, value in request.attributes.items():
-            if value:
-                attributes[key] = value
-            else:
-                attributes.pop(key, None)
-        updated = TopicConfig(
-            request.name, new_read, new_write, perm, checked_attributes(attributes)
+        def given(name: str) -> int | None:
+            return getattr(request, name) if request.HasField(name) else None
+
+        topic = await self.ctx.admin.update_topic(
+            request.name,
+            given("read_queue_nums"),
+            given("write_queue_nums"),
+            given("perm"),
+            request.attributes,
         )
-        replaced = self.ctx.topics.replace(updated)
-        await self.ctx.topics.durable()
-        return _topic_proto(replaced)
+        return _topic_proto(topic)
 
     @rpc("DeleteTopic")
     async def DeleteTopic(self, request, context):  # type: ignore[no-untyped-def]
-        validate_topic_name(request.name)
-        self.ctx.topics.delete(request.name)
-        self.ctx.offsets.remove_topic(request.name)
-        await self.ctx.store.delete_topics([request.name])
-        self.ctx.metrics.forget_topic(request.name)
-        await self.ctx.topics.durable()
+        await self.ctx.admin.delete_topic(request.name)
         return admin_pb2.DeleteTopicResponse()
 
     @rpc("ListTopics")
@@ -165,55 +130,37 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @rpc("GetTopicStats")
     async def GetTopicStats(self, request, context):  # type: ignore[no-untyped-def]
-        validate_topic_name(request.name)
-        topic = self.ctx.topics.require(request.name)
-        stats = {s.queue_id: s for s in self.ctx.store.get_queue_stats(request.name)}
-        queues = []
-        total = 0
-        for queue_id in range(max(topic.read_queue_nums, topic.write_queue_nums)):
-            stat = stats.get(queue_id)
-            low, high = (stat.min_offset, stat.max_offset) if stat else (0, 0)
-            total += high - low
-            queues.append(
-                admin_pb2.QueueStats(
-                    queue_id=queue_id,
-                    min_offset=low,
-                    max_offset=high,
-                    last_update_timestamp=stat.last_update_timestamp if stat else 0,
-                )
+        stats = self.ctx.admin.topic_stats(request.name)
+        queues = [
+            admin_pb2.QueueStats(
+                queue_id=q.queue_id,
+                min_offset=q.min_offset,
+                max_offset=q.max_offset,
+                last_update_timestamp=q.last_update_timestamp,
             )
+            for q in stats.queues
+        ]
         return admin_pb2.GetTopicStatsResponse(
-            name=request.name, queues=queues, total_messages=total
+            name=stats.name, queues=queues, total_messages=stats.total_messages
         )
 
     # --- groups ---------------------------------------------------------------------------------
     @rpc("CreateSubscriptionGroup")
     async def CreateSubscriptionGroup(self, request, context):  # type: ignore[no-untyped-def]
-        validate_group_name(request.group_name)
-        if request.retry_max_times < 0 or request.retry_queue_nums < 0:
-            raise InvalidArgumentError("retry_max_times and retry_queue_nums must be >= 0")
-        existing = self.ctx.groups.get(request.group_name)
-        if request.HasField("consume_enable"):
-            consume_enable = request.consume_enable
-        else:  # unset: a new group is enabled, an update keeps what the group had
-            consume_enable = existing is None or existing.consume_enable
-        if request.HasField("consume_message_orderly"):
-            orderly = request.consume_message_orderly
-        else:  # the same rule: unset keeps what the group had
-            orderly = existing is not None and existing.consume_message_orderly
-        group = SubscriptionGroup(
-            group_name=request.group_name,
-            consume_enable=consume_enable,
+        def given(name: str) -> bool | None:
+            return getattr(request, name) if request.HasField(name) else None
+
+        group = await self.ctx.admin.put_group(
+            request.group_name,
+            consume_enable=given("consume_enable"),
             consume_broadcast_enable=request.consume_broadcast_enable,
-            retry_max_times=request.retry_max_times or self.ctx.config.max_reconsume_times,
-            retry_queue_nums=request.retry_queue_nums or 1,
+            retry_max_times=request.retry_max_times,
+            retry_queue_nums=request.retry_queue_nums,
             consume_from_where=int(request.consume_from_where),
             consume_timestamp=request.consume_timestamp,
-            consume_message_orderly=orderly,
+            consume_message_orderly=given("consume_message_orderly"),
         )
-        stored = self.ctx.groups.put(group)
-        await self.ctx.groups.durable()
-        return _group_proto(stored)
+        return _group_proto(group)
 
     @rpc("ListSubscriptionGroups")
     async def ListSubscriptionGroups(self, request, context):  # type: ignore[no-untyped-def]
@@ -222,57 +169,30 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @rpc("DeleteSubscriptionGroup")
     async def DeleteSubscriptionGroup(self, request, context):  # type: ignore[no-untyped-def]
-        validate_group_name(request.group_name)
-        self.ctx.groups.delete(request.group_name)
-        self.ctx.offsets.remove_group(request.group_name)
-        with contextlib.suppress(StoreError):  # a replica serves no pop: nothing to forget
-            self.ctx.store.pop.forget(groups=[request.group_name])
-        await self.ctx.groups.durable()
+        await self.ctx.admin.delete_group(request.group_name)
         return admin_pb2.DeleteSubscriptionGroupResponse()
 
     # --- progress -------------------------------------------------------------------------------
     @rpc("GetConsumerProgress")
     async def GetConsumerProgress(self, request, context):  # type: ignore[no-untyped-def]
-        ctx = self.ctx
-        group = request.consumer_group
-        validate_group_name(group)
-        committed = ctx.offsets.of_group(group)
-        topics = set(committed) | ctx.clients.subscribed_topics(group)
-        if request.topic:
-            validate_topic_name(request.topic)
-            topics = {request.topic}
-        if ctx.groups.get(group) is None and not committed:
-            raise NotFoundError(f"consumer group {group!r} has no offsets and is not known")
-        queues = []
-        total = 0
-        for topic in sorted(topics):
-            offsets = committed.get(topic, {})
-            for stat in sorted(ctx.store.get_queue_stats(topic), key=lambda s: s.queue_id):
-                consumer = offsets.get(stat.queue_id, -1)
-                lag = max(0, stat.max_offset - max(consumer, stat.min_offset))
-                total += lag
-                queues.append(
-                    admin_pb2.QueueProgress(
-                        topic=topic,
-                        queue_id=stat.queue_id,
-                        broker_offset=stat.max_offset,
-                        consumer_offset=consumer,
-                        lag=lag,
-                        last_timestamp=self._last_consumed_timestamp(topic, stat, consumer),
-                    )
-                )
+        progress = self.ctx.admin.consumer_progress(request.consumer_group, request.topic)
+        queues = [
+            admin_pb2.QueueProgress(
+                topic=q.topic,
+                queue_id=q.queue_id,
+                broker_offset=q.broker_offset,
+                consumer_offset=q.consumer_offset,
+                lag=q.lag,
+                last_timestamp=q.last_timestamp,
+            )
+            for q in progress.queues
+        ]
         return admin_pb2.GetConsumerProgressResponse(
-            consumer_group=group,
+            consumer_group=progress.consumer_group,
             queues=queues,
-            total_lag=total,
-            online_clients=ctx.clients.online_count(group),
+            total_lag=progress.total_lag,
+            online_clients=progress.online_clients,
         )
-
-    def _last_consumed_timestamp(self, topic: str, stat: QueueStat, consumer: int) -> int:
-        if consumer <= stat.min_offset:
-            return 0
-        result = self.ctx.store.get_messages(topic, stat.queue_id, consumer - 1, 1)
-        return result.messages[0].store_timestamp if result.messages else 0
 
     @rpc("ResetConsumerOffset")
     async def ResetConsumerOffset(self, request, context):  # type: ignore[no-untyped-def]
@@ -309,7 +229,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         stats = ctx.store.stats()
         store_config = ctx.store.config
         return admin_pb2.BrokerStatus(
-            version=_VERSIONS["wharf"],
+            version=VERSIONS["wharf"],
             broker_name=ctx.config.broker_name,
             endpoint=ctx.endpoint,
             flush_disk_type=store_config.flush_disk_type,
@@ -328,8 +248,8 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             runtime={
                 "python": platform.python_version(),
                 "grpcio": grpc.__version__,
-                "uvloop": _VERSIONS["uvloop"],
-                "protobuf": _VERSIONS["protobuf"],
+                "uvloop": VERSIONS["uvloop"],
+                "protobuf": VERSIONS["protobuf"],
                 "store_dir": store_config.store_path_root_dir,
                 "store_host": store_config.store_host,
                 "broker_id": str(ctx.config.broker_id),  # 0 = master (RocketMQ's brokerId)

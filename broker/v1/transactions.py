@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.topics import validate_topic_name
-from wharf.broker.processors.convert import to_view
+from wharf.broker.v1.convert import to_view
 from wharf.store.codec.ids import parse_recall_handle
 from wharf.store.codec.properties import (
     PROPERTY_REAL_QUEUE_ID,

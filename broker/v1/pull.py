@@ -24,8 +24,8 @@ from wharf.broker.errors import (
 )
 from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import is_system_topic, validate_topic_name
-from wharf.broker.processors.convert import add_views
 from wharf.broker.serving.reply_budget import CallReplies, NoReplyBudget, PullReplies
+from wharf.broker.v1.convert import add_views
 from wharf.store.model import RawGetResult
 from wharf.v1 import messaging_pb2
 

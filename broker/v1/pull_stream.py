@@ -60,9 +60,9 @@ from wharf.broker.context import BrokerContext
 from wharf.broker.errors import (
     status_for,
 )
-from wharf.broker.processors.pull import PullProcessor
 from wharf.broker.serving.handlers import MalformedRequest, check_stream_item
 from wharf.broker.serving.reply_budget import PullReplies, StreamReplies
+from wharf.broker.v1.pull import PullProcessor
 from wharf.v1 import common_pb2, messaging_pb2
 
 log = logging.getLogger("wharf.broker.pull_stream")

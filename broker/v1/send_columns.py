@@ -24,7 +24,7 @@ import grpc
 from wharf.broker.context import BrokerContext
 from wharf.broker.core.model import WrittenMany
 from wharf.broker.errors import InvalidArgumentError
-from wharf.broker.processors.convert import SEND_STATUS, error_into
+from wharf.broker.v1.convert import SEND_STATUS, error_into
 from wharf.v1 import messaging_pb2
 
 log = logging.getLogger(__name__)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
-from wharf.broker.processors.consumer import ConsumerProcessor
-from wharf.broker.processors.pull import PullProcessor
-from wharf.broker.processors.pull_stream import PullStreamProcessor
-from wharf.broker.processors.query import QueryProcessor
-from wharf.broker.processors.send import SendProcessor, born_host_of
-from wharf.broker.processors.transactions import TransactionProcessor
 from wharf.broker.serving.handlers import MalformedRequest
-from wharf.broker.serving.rpc import rpc, status_for
+from wharf.broker.serving.rpc import born_host_of, rpc, status_for
+from wharf.broker.v1.consumer import ConsumerProcessor
+from wharf.broker.v1.pull import PullProcessor
+from wharf.broker.v1.pull_stream import PullStreamProcessor
+from wharf.broker.v1.query import QueryProcessor
+from wharf.broker.v1.send import SendProcessor
+from wharf.broker.v1.transactions import TransactionProcessor
 from wharf.v1 import messaging_pb2_grpc
 
 

@@ -1,34 +1,17 @@
-"""Consumer processor: heartbeats and membership, committed offsets, and SendMessageBack
-(retry via ``%RETRY%<group>`` with a delay level, dead letters to ``%DLQ%<group>``)."""
+"""Consumer processor: heartbeats and membership, committed offsets, and SendMessageBack (the
+core's retry: ``broker/core/retry.py``)."""
 
 from __future__ import annotations
 
 from wharf.broker.context import BrokerContext
+from wharf.broker.core.retry import retry_topic
 from wharf.broker.core.tags import filter_of
-from wharf.broker.errors import InvalidArgumentError, NotFoundError
+from wharf.broker.errors import InvalidArgumentError
 from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import validate_topic_name
-from wharf.store.codec import (
-    DLQ_GROUP_TOPIC_PREFIX,
-    PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_ORIGIN_MESSAGE_ID,
-    PROPERTY_RETRY_TOPIC,
-    PROPERTY_UNIQ_KEY,
-    RETRY_GROUP_TOPIC_PREFIX,
-)
-from wharf.store.model import MessageInput
 from wharf.v1 import messaging_pb2
 
 MAX_CLIENT_ID_LENGTH = 255
-FIRST_RETRY_DELAY_LEVEL = 3  # RocketMQ: delay level 3 + reconsume times (10 s, 30 s, 1 m ...)
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_GROUP_TOPIC_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_GROUP_TOPIC_PREFIX + group
 
 
 def _validate_client_id(client_id: str) -> None:
@@ -110,55 +93,18 @@ class ConsumerProcessor:
         offset = self.ctx.offsets.query(request.consumer_group, request.topic, request.queue_id)
         return messaging_pb2.QueryConsumerOffsetResponse(offset=offset)
 
-    # --- retry / DLQ ----------------------------------------------------------------------------
+    # --- retry / DLQ: the core's (broker/core/retry.py) ------------------------------------------
     async def send_back(
         self, request: messaging_pb2.SendMessageBackRequest
     ) -> messaging_pb2.SendMessageBackResponse:
-        ctx = self.ctx
-        group_name = request.consumer_group
-        validate_group_name(group_name)
-        if request.commit_log_offset < 0 or request.max_reconsume_times < 0:
-            raise InvalidArgumentError("commit_log_offset and max_reconsume_times must be >= 0")
-        if request.delay_level < -1:
-            raise InvalidArgumentError("delay_level must be -1 (DLQ), 0 (automatic) or a level")
-        group = ctx.groups.for_use(group_name)
-        original = ctx.store.look_message_by_offset(request.commit_log_offset)
-        if original is None or original.commit_log_offset != request.commit_log_offset:
-            raise NotFoundError(
-                f"no message at commit log offset {request.commit_log_offset}; pass the "
-                "consumed message's commit_log_offset"
-            )
-        max_times = request.max_reconsume_times or group.retry_max_times
-        reconsume_times = original.reconsume_times + 1
-        to_dlq = request.delay_level < 0 or original.reconsume_times >= max_times
-        properties = dict(original.properties)
-        properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-        # The first hop records where the message came from; later hops keep it.
-        origin_topic = request.origin_topic or original.topic
-        properties.setdefault(PROPERTY_RETRY_TOPIC, origin_topic)
-        properties.setdefault(
-            PROPERTY_ORIGIN_MESSAGE_ID,
-            request.origin_msg_id or original.properties.get(PROPERTY_UNIQ_KEY, ""),
+        back = await self.ctx.retry.send_back(
+            request.consumer_group,
+            request.commit_log_offset,
+            delay_level=request.delay_level,
+            origin_topic=request.origin_topic,
+            origin_msg_id=request.origin_msg_id,
+            max_reconsume_times=request.max_reconsume_times,
         )
-        if to_dlq:
-            topic = dlq_topic(group_name)
-        else:
-            topic = retry_topic(group_name)
-            level = request.delay_level or FIRST_RETRY_DELAY_LEVEL + original.reconsume_times
-            properties[PROPERTY_DELAY_TIME_LEVEL] = str(min(level, len(ctx.delay_levels_ms)))
-        ctx.topics.ensure_system(topic, 1)
-        message = MessageInput(
-            body=original.body,
-            properties=properties,
-            flag=original.flag,
-            sys_flag=original.sys_flag,
-            born_timestamp=original.born_timestamp,
-            born_host=original.born_host,
-            reconsume_times=reconsume_times,
-        )
-        await ctx.store.put(topic, 0, [message])
-        if to_dlq:
-            ctx.metrics.on_send_to_dlq(properties[PROPERTY_RETRY_TOPIC], group_name)
         return messaging_pb2.SendMessageBackResponse(
-            sent_to_dlq=to_dlq, topic=topic, reconsume_times=reconsume_times
+            sent_to_dlq=back.sent_to_dlq, topic=back.topic, reconsume_times=back.reconsume_times
         )

@@ -8,7 +8,7 @@ import time
 from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.topics import PERM_READ_WRITE, validate_topic_name
-from wharf.broker.processors.convert import add_views, to_view
+from wharf.broker.v1.convert import add_views, to_view
 from wharf.store.codec import PROPERTY_REAL_TOPIC, decode_offset_msg_id
 from wharf.store.errors import InvalidMessageError, StoreError
 from wharf.store.model import StoredMessage

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any, NamedTuple
 
 import grpc
@@ -23,27 +23,17 @@ from wharf import hops
 from wharf.broker.context import BrokerContext
 from wharf.broker.core.model import Written
 from wharf.broker.errors import InvalidArgumentError, status_for
-from wharf.broker.processors.convert import SEND_STATUS, error_into, to_inputs
-from wharf.broker.processors.send_columns import ColumnsSender
 from wharf.broker.serving.handlers import check_stream_item
+from wharf.broker.v1.convert import SEND_STATUS, error_into, to_inputs
+from wharf.broker.v1.send_columns import ColumnsSender
 from wharf.store.model import MessageInput, PutResult, PutStatus
 from wharf.v1 import common_pb2, messaging_pb2
 
-log = logging.getLogger("wharf.broker.processors.send")
+log = logging.getLogger("wharf.broker.v1.send")
 # PutStatus is an Enum: its __hash__ is a Python call (~0.3 us), paid per part of a parts
 # request (32 per request at 256 topics) for a lookup whose answer is nearly always SEND_OK.
 _PUT_OK, _SEND_OK = PutStatus.PUT_OK, messaging_pb2.SEND_OK
 _END = object()
-
-
-@lru_cache(maxsize=4096)
-def born_host_of(peer: str) -> str:
-    """grpc peer 'ipv4:127.0.0.1:5555' -> '127.0.0.1:5555' (ipv6 peers keep the port only)."""
-    kind, _, address = peer.partition(":")
-    if kind == "ipv4":
-        return address
-    _, _, port = address.rpartition(":")
-    return f"0.0.0.0:{port if port.isdigit() else 0}"
 
 
 class _Accepted(NamedTuple):
