@@ -6,8 +6,8 @@ message services and cleanup, runs recovery at start, and delegates by concern:
   (back-pressure + write + durability), ``append`` (durability nobody awaits): ``write.py``.
 - role: ``role`` (master or replica, replication, terms, fence, promotion): ``role.py``;
   what only a master runs (delay levels, timers, transactions, pop): ``services/master.py``.
-- reads: ``get_messages``/``get_raw_records`` (pulls, ``read/``), lookups by offset, key,
-  message id and time (``read/lookups.py``), ``read_consume_queue``, queue offsets and stats.
+- reads: ``get_messages``/``get_raw_records`` (pulls, ``read/``), lookups by offset, key and
+  time (``read/lookups.py``), ``read_consume_queue``, queue offsets, stats and counts.
 - the message services' view of the store (``services/host.py`` ``StoreHost``).
 - ``insides``: a running store's parts, for tests and benchmarks only (``insides.py``).
 
@@ -16,9 +16,8 @@ CONTRACT (the broker codes against exactly this):
 - One asyncio event loop owns the store. Appends are synchronous and never await, which makes
   them atomic on that loop without a lock. Blocking syscalls (fdatasync, file creation,
   large scans, recovery) run in threads.
-- ``start()`` loads and recovers (in a thread), writes the abort marker, starts the services.
-  ``shutdown()`` stops services, flushes everything, writes the checkpoint, removes the abort
-  marker.
+- ``start()`` loads and recovers (in a thread), writes the abort marker, starts the services;
+  ``shutdown()`` stops them, flushes all, writes the checkpoint, removes the abort marker.
 - ``MessageStore(config, observer=None, *, disk_usage=None, replication=None)``:
   ``disk_usage(path) -> ratio`` replaces ``os.statvfs`` for the retention thresholds (tests
   simulate 76/86/91 %); ``replication``: the ``ReplicaLink`` the role wires.
@@ -51,7 +50,6 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from wharf.store.arrivals import ArrivalListener, Arrivals
-from wharf.store.codec import decode_offset_msg_id
 from wharf.store.config import SYNC_FLUSH, StoreConfig, parse_delay_levels
 from wharf.store.dispatch.reput import CommitLogSource, Dispatcher, ReputService
 from wharf.store.errors import NotMasterError, StoreShutDownError
@@ -402,10 +400,6 @@ class MessageStore:
         assert self._commit_log is not None
         return look_message(self._commit_log, commit_log_offset)
 
-    def look_message_by_msg_id(self, offset_msg_id: str) -> StoredMessage | None:
-        _, offset = decode_offset_msg_id(offset_msg_id)
-        return self.look_message_by_offset(offset)
-
     def read_bytes(self, commit_log_offset: int, size: int) -> bytes | None:
         """The log's bytes at [offset, offset + size) (None past the end): a record as stored."""
         assert self._commit_log is not None
@@ -438,11 +432,10 @@ class MessageStore:
         return queue.max_offset if queue is not None else 0
 
     def queue_counts(self) -> dict[str, int]:
-        """Every topic with a consume queue, and its highest queue id + 1 (what a restart
-        checks the topic table against: ``TopicConfigManager.adopt``)."""
+        """Each topic with a consume queue: its highest queue id + 1 (``TopicConfigManager.adopt``)."""
         counts: dict[str, int] = {}
-        for queue in self._queues:
-            counts[queue.topic] = max(counts.get(queue.topic, 0), queue.queue_id + 1)
+        for q in self._queues:
+            counts[q.topic] = max(counts.get(q.topic, 0), q.queue_id + 1)
         return counts
 
     def get_queue_stats(self, topic: str) -> list[QueueStat]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from wharf.store.arrivals import Arrivals
-from wharf.store.codec.ids import create_offset_msg_id
+from wharf.store.codec.ids import create_offset_msg_id, decode_offset_msg_id
 from wharf.store.config import ASYNC_FLUSH, SYNC_FLUSH
 from wharf.store.errors import (
     FlushFailedError,
@@ -133,7 +133,8 @@ async def test_lookups_by_offset_id_key_and_unique_id(store: MessageStore) -> No
     offset = result.append.offsets[1]
     assert store.look_message_by_offset(offset).body == b"two"  # type: ignore[union-attr]
     msg_id = create_offset_msg_id(store.config.store_host, offset)
-    assert store.look_message_by_msg_id(msg_id).body == b"two"  # type: ignore[union-attr]
+    found = store.look_message_by_offset(decode_offset_msg_id(msg_id)[1])
+    assert found is not None and found.body == b"two"
     assert store.look_message_by_offset(10**9) is None
     assert store.look_message_by_offset(offset + 3) is None  # not a record start
     by_key = store.query_messages("T", "shared", 10, 0, 2**62)
