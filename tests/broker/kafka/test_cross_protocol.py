@@ -30,6 +30,7 @@ from wharf.client.message import MessageQueue
 
 from tests.harness import REPO_ROOT, BrokerProcess, Daemons
 
+pytestmark = pytest.mark.slow  # daemons and real clients (the RocketMQ venvs, kcat): make test-slow
 RMQ5_PYTHON = REPO_ROOT / ".venv-rmq" / "bin" / "python"
 RMQ5_SCRIPT = Path(__file__).parent / "clients" / "rmq5_script.py"
 RMQ4_PYTHON = REPO_ROOT / ".venv-rmq4" / "bin" / "python"

@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from tests.broker.acl_helpers import write_acl
 from tests.harness import BrokerProcess, Daemons
 
+pytestmark = pytest.mark.slow  # daemons and real clients (the RocketMQ venvs, kcat): make test-slow
 ACL = """
 accounts:
   - accessKey: root
