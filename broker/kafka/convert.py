@@ -39,6 +39,8 @@ __all__ = [
     "KAFKA_KEY",
     "KAFKA_PRODUCER",
     "KAFKA_VALUE",
+    "properties_bytes",
+    "record_body_properties",
     "record_to_message",
     "to_record_fields",
 ]
@@ -82,6 +84,25 @@ def _plain_name(name: str) -> bool:
 
 
 def record_to_message(record: Record, born_host: str, unique_id: Callable[[], str]) -> MessageInput:
+    body, props = record_body_properties(record, unique_id)
+    return MessageInput(
+        body=body,
+        properties=props,
+        born_timestamp=max(record.timestamp, 0),
+        born_host=born_host,
+    )
+
+
+def properties_bytes(props: dict[str, str]) -> bytes:
+    """``props`` in the store's ``name\x01value\x02`` form (what record_body_properties
+    makes holds no separator: text is checked, base64 and JSON have none)."""
+    return "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode()
+
+
+def record_body_properties(
+    record: Record, unique_id: Callable[[], str]
+) -> tuple[bytes, dict[str, str]]:
+    """The stored body and properties of a Kafka record (the mapping above)."""
     props: dict[str, str] = {PROPERTY_UNIQ_KEY: unique_id()}
     key = record.key
     if key is not None:
@@ -116,12 +137,7 @@ def record_to_message(record: Record, born_host: str, unique_id: Callable[[], st
                     f"headers take {len(packed)} bytes encoded; the limit is {MAX_HEADERS_BYTES}",
                 )
             props[KAFKA_HEADERS] = packed
-    return MessageInput(
-        body=body,
-        properties=props,
-        born_timestamp=max(record.timestamp, 0),
-        born_host=born_host,
-    )
+    return body, props
 
 
 def to_record_fields(message: StoredMessage) -> tuple[bytes | None, bytes | None, list[Header]]:

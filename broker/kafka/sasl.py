@@ -47,8 +47,17 @@ class _Scram:
     account: Account | None  # None: an unknown user, who fails at the proof
     client_first_bare: str
     server_first: str
-    nonce: str
+    nonce: str  # the client's nonce and the server's fresh part
     salted: bytes
+    client_nonce: str
+
+    @property
+    def final_nonces(self) -> tuple[str, str]:
+        """The nonces a client-final-message may carry: the server's (RFC 5802), or the client
+        nonce once more before it, as librdkafka < 2.6.1 sends (Debian's kcat, librdkafka
+        2.0.2; librdkafka PR 4895; Kafka 3.8.1-3.9 accepted it too). Both end with the
+        server's fresh part, so a replayed exchange still fails."""
+        return self.nonce, self.client_nonce + self.nonce
 
 
 class SaslHandlers:
@@ -131,7 +140,7 @@ class SaslHandlers:
         assert isinstance(state, _Scram)
         fields = dict(f.split("=", 1) for f in text.split(",") if "=" in f)
         without_proof = text.rsplit(",p=", 1)[0]
-        if fields.get("r") != state.nonce or "p" not in fields:
+        if fields.get("r") not in state.final_nonces or "p" not in fields:
             return _reply(Code.SASL_AUTHENTICATION_FAILED, _FAILED)
         auth_message = f"{state.client_first_bare},{state.server_first},{without_proof}".encode()
         client_key = _hmac(state.salted, b"Client Key")
@@ -179,7 +188,7 @@ class SaslHandlers:
                 self._salted[key] = salted
         nonce = client_nonce + base64.b64encode(os.urandom(18)).decode()
         server_first = f"r={nonce},s={base64.b64encode(salt).decode()},i={ITERATIONS}"
-        conn.sasl_state = _Scram(account, bare, server_first, nonce, salted)
+        conn.sasl_state = _Scram(account, bare, server_first, nonce, salted, client_nonce)
         return _reply(Code.NONE, None, server_first.encode())
 
 

@@ -5,6 +5,9 @@ skips SASL is closed."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import hmac
 import struct
 from pathlib import Path
 
@@ -152,4 +155,46 @@ async def test_scram_does_not_tell_unknown_users_apart(
         await client.close()
     assert [c["error_code"] for c in challenges] == [0, 0]  # both challenged alike
     assert all(c["auth_bytes"].startswith(b"r=abc") for c in challenges)
+    await kafka.close()
+
+
+def _scram_final(first: str, server_first: str, password: str, nonce: str) -> bytes:
+    """The client-final-message for ``nonce`` (RFC 5802, computed here with hashlib)."""
+    fields = dict(f.split("=", 1) for f in server_first.split(","))
+    salted = hashlib.pbkdf2_hmac(
+        "sha256", password.encode(), base64.b64decode(fields["s"]), int(fields["i"])
+    )
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    without_proof = f"c=biws,r={nonce}"
+    auth = f"{first},{server_first},{without_proof}".encode()
+    signature = hmac.new(hashlib.sha256(client_key).digest(), auth, hashlib.sha256).digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+@pytest.mark.parametrize(
+    ("sent_nonce", "accepted"),
+    [
+        ("{server}", True),  # RFC 5802
+        ("{client}{server}", True),  # librdkafka < 2.6.1 (Debian's kcat): client nonce twice
+        ("other{server}", False),
+        ("{client}", False),
+    ],
+)
+async def test_scram_final_nonce(
+    inproc_broker: InProcFactory, tmp_path: Path, sent_nonce: str, accepted: bool
+) -> None:
+    kafka = await kafka_with_acl(inproc_broker, tmp_path)
+    client = await kafka.client()
+    assert (await client.call(17, 1, {"mechanism": "SCRAM-SHA-256"}))["error_code"] == 0
+    first = "n=app,r=clientnonce"
+    reply = await client.call(36, 1, {"auth_bytes": f"n,,{first}".encode()})
+    server_first = reply["auth_bytes"].decode()
+    server = server_first.split(",")[0][2:]
+    nonce = sent_nonce.format(client="clientnonce", server=server)
+    final = await client.call(
+        36, 1, {"auth_bytes": _scram_final(first, server_first, "app-secret", nonce)}
+    )
+    assert (final["error_code"] == 0) is accepted, final
+    await client.close()
     await kafka.close()

@@ -208,8 +208,11 @@ class Tap:
 class TansuBroker:
     """tansu (memory storage) on a free loopback port, reached through a ``Tap``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, tap: bool = True) -> None:
+        """``tap=False``: clients dial tansu itself (benchmarks: no relay in between; a
+        client that cannot read its ApiVersions v3 tags, kcat 2.0.2, cannot connect)."""
         self.root = Path(root)
+        self.tapped = tap
         self.log_path = self.root / "tansu.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.tap: Tap | None = None
@@ -218,8 +221,11 @@ class TansuBroker:
     def start(self, timeout: float = 15.0) -> TansuBroker:
         self.root.mkdir(parents=True, exist_ok=True)
         port = free_port()
-        self.tap = Tap(("127.0.0.1", port), self.root / "tap.log").start()
-        self.bootstrap = f"127.0.0.1:{self.tap.port}"
+        if self.tapped:
+            self.tap = Tap(("127.0.0.1", port), self.root / "tap.log").start()
+            self.bootstrap = f"127.0.0.1:{self.tap.port}"
+        else:
+            self.bootstrap = f"127.0.0.1:{port}"
         cmd = [
             str(TANSU), "broker",
             "--listener-url", f"tcp://127.0.0.1:{port}",
