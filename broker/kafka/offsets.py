@@ -13,6 +13,9 @@
   until the group or topic is deleted, as RocketMQ's).
 - OffsetFetch: -1 for a partition without a committed offset; a null topic list (v2+) = every
   partition the group committed.
+- In a cluster: ListOffsets of a partition another broker leads is NOT_LEADER_OR_FOLLOWER;
+  OffsetCommit / OffsetFetch go to the group's coordinator (else NOT_COORDINATOR), which keeps
+  the group's offsets of every partition, by Kafka partition number, in its own table.
 """
 
 from __future__ import annotations
@@ -38,13 +41,28 @@ class OffsetHandlers:
         self.env = env
         self.coordinator = coordinator
 
-    def _partition_code(self, conn: KafkaConnection, topic: str, partition: int) -> Code:
+    async def _partition_code(self, conn: KafkaConnection, topic: str, partition: int) -> Code:
+        """May ``conn`` use the partition (of any broker) for its group's offsets?"""
         env = self.env
         if not env.allowed(conn, "topic", topic, Perm.SUB):
             return Code.TOPIC_AUTHORIZATION_FAILED
-        config = env.ctx.topics.get(topic)
-        if config is None or not 0 <= partition < config.read_queue_nums:
+        if not 0 <= partition < (await env.layout(topic)).total:
             return Code.UNKNOWN_TOPIC_OR_PARTITION
+        return Code.NONE
+
+    async def _queue(self, conn: KafkaConnection, topic: str, partition: int) -> tuple[int, Code]:
+        """This broker's queue of a partition it leads (ListOffsets)."""
+        if not self.env.allowed(conn, "topic", topic, Perm.SUB):
+            return -1, Code.TOPIC_AUTHORIZATION_FAILED
+        return await self.env.queue_of(topic, partition)
+
+    async def _group_code(self, conn: KafkaConnection, group_id: str) -> Code:
+        try:
+            check_group(self.env, conn, group_id)
+        except KafkaError as exc:
+            return exc.code
+        if not await self.env.coordinates(group_id):
+            return Code.NOT_COORDINATOR
         return Code.NONE
 
     async def list_offsets(
@@ -60,15 +78,15 @@ class OffsetHandlers:
             rows = []
             for p in t["partitions"]:
                 index, stamp = p["partition_index"], p["timestamp"]
-                code = self._partition_code(conn, t["name"], index)
+                queue, code = await self._queue(conn, t["name"], index)
                 offset = -1
                 if code == Code.NONE:
                     if stamp == EARLIEST:
-                        offset = store.get_min_offset(t["name"], index)
+                        offset = store.get_min_offset(t["name"], queue)
                     elif stamp == LATEST:
-                        offset = store.get_max_offset(t["name"], index)
+                        offset = store.get_max_offset(t["name"], queue)
                     else:
-                        offset = store.get_offset_by_timestamp(t["name"], index, stamp)
+                        offset = store.get_offset_by_timestamp(t["name"], queue, stamp)
                 rows.append(
                     {
                         "partition_index": index,
@@ -86,20 +104,18 @@ class OffsetHandlers:
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
     ) -> dict[str, Any]:
         group_id = body["group_id"]
-        try:
-            check_group(self.env, conn, group_id)
+        group_code = await self._group_code(conn, group_id)
+        if group_code == Code.NONE:
             group_code = self.coordinator.check_commit(
                 group_id, body["generation_id"], body["member_id"]
             )
-        except KafkaError as exc:
-            group_code = exc.code
         offsets = self.env.ctx.offsets
         topics = []
         for t in body["topics"]:
             rows = []
             for p in t["partitions"]:
                 index = p["partition_index"]
-                code = group_code or self._partition_code(conn, t["name"], index)
+                code = group_code or await self._partition_code(conn, t["name"], index)
                 if code == Code.NONE:
                     if p["committed_offset"] < 0:
                         code = Code.INVALID_COMMIT_OFFSET_SIZE
@@ -114,11 +130,18 @@ class OffsetHandlers:
     ) -> dict[str, Any]:
         group_id = body["group_id"]
         offsets = self.env.ctx.offsets
-        try:
-            check_group(self.env, conn, group_id)
-        except KafkaError as exc:
-            return {"topics": [], "error_code": exc.code}
+        group_code = await self._group_code(conn, group_id)
         requested = body["topics"]
+        if group_code != Code.NONE:
+            # v0-v1 have no top-level error code: the group's error goes on each partition
+            topics = [
+                {"name": t["name"], "partitions": [
+                    {"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1,
+                     "metadata": "", "error_code": group_code}
+                    for i in t["partition_indexes"]]}
+                for t in requested or ()
+            ] if version < 2 else []  # fmt: skip
+            return {"topics": topics, "error_code": group_code}
         if requested is None:
             committed = offsets.of_group(group_id)
             wanted = [(name, sorted(queues)) for name, queues in sorted(committed.items())]
@@ -128,7 +151,7 @@ class OffsetHandlers:
         for name, partitions in wanted:
             rows = []
             for index in partitions:
-                code = self._partition_code(conn, name, index)
+                code = await self._partition_code(conn, name, index)
                 offset = offsets.query(group_id, name, index) if code == Code.NONE else -1
                 if code == Code.UNKNOWN_TOPIC_OR_PARTITION:
                     code = Code.NONE  # Kafka answers -1 for a partition it does not know
