@@ -129,6 +129,30 @@ async def test_metadata_leaders_and_routing_across_two_groups(kafka_cluster) -> 
     finally:
         await client.close()
 
+    # a topic only broker-a holds: broker-b lists it (led by broker-a) and will not create it
+    async with Admin(brokers["broker-a"].endpoint) as admin:
+        await admin.create_topic("solo", queue_nums=3)
+    client = await _client(brokers["broker-b"])
+    try:
+        deadline = time.monotonic() + 5
+        while True:
+            solo = await client.call(3, 1, {"topics": [{"name": "solo"}]})
+            if solo["topics"][0]["error_code"] == 0 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        assert [(p["partition_index"], p["leader_id"]) for p in solo["topics"][0]["partitions"]] == [
+            (0, a), (1, a), (2, a),
+        ]  # fmt: skip
+        made = await client.call(
+            19, 1,
+            {"topics": [{"name": "solo", "num_partitions": 1, "replication_factor": 1,
+                         "assignments": [], "configs": []}], "timeout_ms": 5000,
+             "validate_only": False},
+        )  # fmt: skip
+        assert made["topics"][0]["error_code"] == 36  # TOPIC_ALREADY_EXISTS
+    finally:
+        await client.close()
+
     # FindCoordinator: both brokers name the same node for each group; the other answers
     # group requests NOT_COORDINATOR (16)
     chosen: dict[str, set[int]] = {}
