@@ -6,7 +6,8 @@ proxy does the same lookup), and what Kafka Metadata lists as a topic's partitio
 ``groups(topic)`` asks the NameServers of ``namesrvAddr`` in turn (1 s each); None when none
 answers (the caller falls back to this broker's own queues, logged once per outage), [] when
 no live master holds the topic. ``members()`` lists every live broker (GetClusterInfo), None
-when no NameServer answers.
+when no NameServer answers. ``offsets`` reaches other groups' consumer offsets
+(``peer_offsets.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from wharf.broker.cluster.peer_offsets import PeerOffsets
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
 log = logging.getLogger("wharf.broker.cluster.routes")
@@ -52,6 +54,7 @@ class ClusterRoutes:
     ) -> None:
         self._open_channel = open_channel
         self._addresses = namesrv_addresses
+        self.offsets = PeerOffsets(open_channel)  # other groups' consumer offsets
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._failing = False
 
@@ -104,6 +107,7 @@ class ClusterRoutes:
         return None
 
     async def close(self) -> None:
+        await self.offsets.close()
         for channel in self._channels.values():
             await channel.close(None)
         self._channels.clear()

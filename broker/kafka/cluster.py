@@ -72,6 +72,7 @@ class Span:
     first: int  # its queue 0's partition number
     count: int
     leader: int  # node id of the group's master; NO_LEADER when it is gone
+    master: str = ""  # the master's gRPC address, where the group's offsets live ("": gone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,15 +91,18 @@ class Layout:
         return None
 
 
-def build_layout(known: Layout, live: dict[str, tuple[int, int]]) -> Layout:
-    """The numbering over ``live`` groups (name -> (queue count, leader node id)) and the
-    groups of ``known`` no longer live (kept, leaderless, with their last queue count)."""
-    counts = {s.broker_name: (s.count, NO_LEADER) for s in known.spans}
+Live = dict[str, tuple[int, int, str]]  # group name -> (queue count, leader node id, master)
+
+
+def build_layout(known: Layout, live: Live) -> Layout:
+    """The numbering over ``live`` groups and the groups of ``known`` no longer live (kept,
+    leaderless, with their last queue count)."""
+    counts: Live = {s.broker_name: (s.count, NO_LEADER, "") for s in known.spans}
     counts.update(live)
     spans, first = [], 0
     for name in sorted(counts):
-        count, leader = counts[name]
-        spans.append(Span(name, first, count, leader))
+        count, leader, master = counts[name]
+        spans.append(Span(name, first, count, leader, master))
         first += count
     return Layout(tuple(spans))
 
@@ -155,18 +159,19 @@ class KafkaCluster:
             self._layouts.pop(topic, None)
         return layout
 
-    def _live(self, topic: str, groups: list[GroupQueues]) -> dict[str, tuple[int, int]]:
-        live: dict[str, tuple[int, int]] = {}
+    def _live(self, topic: str, groups: list[GroupQueues]) -> Live:
+        live: Live = {}
         for g in groups:
             peer = parse_peer(g.broker_name, 0, g.kafka_address)
             if peer is not None:
                 self.peers[peer.node_id] = peer
-            live[g.broker_name] = (g.read_queue_nums, peer.node_id if peer else NO_LEADER)
+            leader = peer.node_id if peer else NO_LEADER
+            live[g.broker_name] = (g.read_queue_nums, leader, g.address)
         own = self._local_queues(topic)
         if own is not None and self.is_master:
             # This broker's own queues are fresher than its registration (a topic created a
             # moment ago is registered within ~50 ms).
-            live[self.broker_name] = (own, self.node_id)
+            live[self.broker_name] = (own, self.node_id, "")
         return live
 
     def forget(self, topic: str) -> None:

@@ -29,6 +29,7 @@ from wharf.broker.kafka.errors import Code
 
 if TYPE_CHECKING:
     from wharf.broker.acl.accounts import AccountChecker
+    from wharf.broker.cluster.peer_offsets import PeerOffsets
     from wharf.broker.context import BrokerContext
     from wharf.broker.kafka.server import KafkaConnection
 
@@ -112,6 +113,22 @@ class KafkaEnv:
         if span.leader != self.node_id:
             return -1, Code.NOT_LEADER_OR_FOLLOWER
         return queue, Code.NONE
+
+    async def offsets_home(self, topic: str, partition: int) -> tuple[str | None, int] | None:
+        """Where a partition's committed offsets live: (None, queue id) in this broker's table,
+        (the owning master's gRPC address, its queue id) on another group ("" while that
+        master is gone); None for no such partition."""
+        found = (await self.layout(topic)).locate(partition)
+        if found is None:
+            return None
+        span, queue = found
+        if self.cluster is None or span.leader == self.node_id:
+            return None, queue
+        return span.master, queue
+
+    def peer_offsets(self) -> PeerOffsets | None:
+        routes = self.ctx.cluster_routes
+        return routes.offsets if routes is not None else None
 
     async def coordinator(self, conn: KafkaConnection, group_id: str, fresh: bool = False) -> Node:
         """The node coordinating ``group_id`` (this one without a cluster)."""

@@ -6,7 +6,8 @@ queues on each group, so 4 partitions: 0-1 on broker-a, 2-3 on broker-b (name or
   per ``cluster.py``) and each partition's leader; a partition's requests sent to the other
   broker answer NOT_LEADER_OR_FOLLOWER, group requests to a non-coordinator NOT_COORDINATOR.
 - confluent-kafka (librdkafka) bootstrapped from one broker produces to all 4 partitions and a
-  consumer group bootstrapped from the other reads every record exactly once.
+  consumer group bootstrapped from the other reads every record exactly once; its offsets are
+  in each group's own table, and survive the coordinator's broker stopping.
 - broker-b is killed: Metadata lists its partitions leaderless and the producer goes on with
   broker-a's partitions.
 """
@@ -186,8 +187,12 @@ async def test_metadata_leaders_and_routing_across_two_groups(kafka_cluster) -> 
         assert old["topics"][0]["partitions"][0]["error_code"] == 16
 
 
-def _produce(bootstrap: str, count: int) -> list[tuple[int, int, bytes]]:
-    """``count`` keyed records, record i to partition i % 4; (partition, offset, value) each."""
+def _produce(
+    bootstrap: str, count: int, partitions: list[int] | None = None
+) -> list[tuple[int, int, bytes]]:
+    """``count`` keyed records spread over ``partitions`` (all 4) in turn; (partition,
+    offset, value) each."""
+    partitions = partitions or [0, 1, 2, 3]
     done: list[tuple[int, int, bytes]] = []
     errors: list[str] = []
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
@@ -199,13 +204,15 @@ def _produce(bootstrap: str, count: int) -> list[tuple[int, int, bytes]]:
             done.append((msg.partition(), msg.offset(), msg.value()))
 
     for i in range(count):
-        producer.produce(TOPIC, f"v{i}".encode(), key=f"k{i}".encode(), partition=i % 4,
-                         on_delivery=report)  # fmt: skip
+        producer.produce(TOPIC, f"v{i}".encode(), key=f"k{i}".encode(),
+                         partition=partitions[i % len(partitions)], on_delivery=report)  # fmt: skip
     assert producer.flush(20) == 0 and not errors, errors
     return done
 
 
-def _consume(bootstrap: str, count: int) -> list[tuple[int, int, bytes]]:
+def _consume(
+    bootstrap: str, count: int, partitions: int = 4
+) -> tuple[list[tuple[int, int, bytes]], dict[int, int]]:
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": "readers", "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
@@ -228,8 +235,7 @@ def _consume(bootstrap: str, count: int) -> list[tuple[int, int, bytes]]:
         got_commits = {tp.partition: tp.offset for tp in committed}
     finally:
         consumer.close()
-    assert got_commits == {p: count // 4 for p in range(4)}, got_commits
-    return got
+    return got, got_commits
 
 
 async def test_librdkafka_produces_to_both_groups_and_a_group_reads_each_record_once(
@@ -242,14 +248,37 @@ async def test_librdkafka_produces_to_both_groups_and_a_group_reads_each_record_
     assert sorted(p for p, _, _ in sent) == sorted(i % 4 for i in range(count))
     for p in range(4):  # dense offsets per partition: each partition is one queue
         assert sorted(o for q, o, _ in sent if q == p) == list(range(count // 4))
-    got = await asyncio.to_thread(_consume, brokers["broker-b"].kafka_endpoint, count)
+    got, commits = await asyncio.to_thread(_consume, brokers["broker-b"].kafka_endpoint, count)
     assert sorted(got) == sorted(sent)  # every record once, where it was produced
+    assert commits == {p: count // 4 for p in range(4)}, commits
 
-    # the records are in the groups' own queues (partitions 0-1 broker-a's, 2-3 broker-b's)
+    # the records are in the groups' own queues (partitions 0-1 broker-a's, 2-3 broker-b's),
+    # and so are the group's committed offsets, whichever broker coordinates it: each group's
+    # progress shows its own queues consumed to the end
     for broker in brokers.values():
         async with Admin(broker.endpoint) as admin:
             stats = await admin.topic_stats(TOPIC)
+            progress = await admin.consumer_progress("readers", TOPIC)
         assert {q.queue_id: q.max_offset for q in stats.queues} == {0: count // 4, 1: count // 4}
+        assert {(q.queue_id, q.consumer_offset, q.lag) for q in progress.queues} == {
+            (0, count // 4, 0), (1, count // 4, 0),
+        }  # fmt: skip
+
+    # the coordinator's broker stops: the group moves to the other, which finds the offsets
+    # of its own partitions where they were (a new member reads only what is new)
+    client = await _client(brokers["broker-a"])
+    try:
+        found = await client.call(10, 1, {"key": "readers", "key_type": 0})
+    finally:
+        await client.close()
+    gone = "broker-a" if found["node_id"] == node_id("broker-a", 0) else "broker-b"
+    kept = "broker-b" if gone == "broker-a" else "broker-a"
+    brokers[gone].stop()
+    mine = [0, 1] if kept == "broker-a" else [2, 3]
+    fresh = await asyncio.to_thread(_produce, brokers[kept].kafka_endpoint, 8, mine)
+    got, commits = await asyncio.to_thread(_consume, brokers[kept].kafka_endpoint, 8)
+    assert sorted(got) == sorted(fresh)
+    assert {p: commits[p] for p in mine} == {p: count // 4 + 4 for p in mine}
 
 
 def _produce_through_a_death(bootstrap: str, kill: Any) -> dict[str, Any]:

@@ -31,7 +31,7 @@ def test_node_ids_are_stable_distinct_and_int32() -> None:
 def test_partitions_concatenate_groups_in_name_order() -> None:
     a, b = node_id("broker-a", 0), node_id("broker-b", 0)
     # the NameServer's answer in any order gives the same numbering
-    layout = build_layout(Layout(), {"broker-b": (3, b), "broker-a": (2, a)})
+    layout = build_layout(Layout(), {"broker-b": (3, b, "h:2"), "broker-a": (2, a, "h:1")})
     assert [(s.broker_name, s.first, s.count, s.leader) for s in layout.spans] == [
         ("broker-a", 0, 2, a),
         ("broker-b", 2, 3, b),
@@ -46,16 +46,17 @@ def test_partitions_concatenate_groups_in_name_order() -> None:
 
 def test_a_gone_group_keeps_its_partitions_leaderless() -> None:
     a, b, c = (node_id(f"broker-{x}", 0) for x in "abc")
-    before = build_layout(Layout(), {"broker-a": (2, a), "broker-b": (2, b), "broker-c": (2, c)})
-    after = build_layout(before, {"broker-b": (2, b), "broker-c": (2, c)})  # broker-a died
+    live = {"broker-a": (2, a, "h:1"), "broker-b": (2, b, "h:2"), "broker-c": (2, c, "h:3")}
+    before = build_layout(Layout(), live)
+    after = build_layout(before, {k: v for k, v in live.items() if k != "broker-a"})  # it died
     # broker-b and broker-c keep partitions 2-5: committed offsets still name the same queues
     assert [(s.broker_name, s.first, s.leader) for s in after.spans] == [
         ("broker-a", 0, NO_LEADER),
         ("broker-b", 2, b),
         ("broker-c", 4, c),
     ]
-    back = build_layout(after, {"broker-a": (2, a), "broker-b": (2, b), "broker-c": (2, c)})
-    assert back == before
+    assert after.spans[0].master == ""  # nowhere to reach its offsets
+    assert build_layout(after, live) == before
 
 
 def test_coordinator_is_agreed_and_moves_only_with_its_broker() -> None:
@@ -110,9 +111,9 @@ def test_cluster_layout_merges_own_queues_caches_and_survives_outages() -> None:
         routes.route = [GroupQueues("broker-a", "h:1", 2, 2, 6, "127.0.0.1:9001")]
         # broker-b's own queues are not registered yet: added from its own table
         layout = await cluster.layout("t")
-        assert [(s.broker_name, s.first, s.count, s.leader) for s in layout.spans] == [
-            ("broker-a", 0, 2, a),
-            ("broker-b", 2, 4, cluster.node_id),
+        assert [(s.broker_name, s.first, s.count, s.leader, s.master) for s in layout.spans] == [
+            ("broker-a", 0, 2, a, "h:1"),
+            ("broker-b", 2, 4, cluster.node_id, ""),
         ]
         assert cluster.peers[a].port == 9001
         # cached for TTL_S: Produce and Fetch do not ask the NameServers each time
