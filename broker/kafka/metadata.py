@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from wharf.broker.acl.rules import Perm
@@ -75,11 +76,12 @@ class MetadataHandlers:
                 if not is_own_topic(t.name)
             ]
             names = [n for n in names if env.allowed(conn, "topic", n, Perm.ANY)]
-            create = False
+            create = fresh = False  # every topic: cached routes (1 s), not one lookup each
         else:
             names = [t["name"] for t in requested]
             create = version < 4 or bool(body["allow_auto_topic_creation"])
-        topics = [await self._topic(conn, name, create) for name in names]
+            fresh = True  # named: a client asks after an error, it wants the routes now
+        topics = await asyncio.gather(*(self._topic(conn, n, create, fresh) for n in names))
         leaders = {p["leader_id"] for t in topics for p in t["partitions"]}
         return {
             "brokers": [
@@ -91,15 +93,15 @@ class MetadataHandlers:
             "topics": topics,
         }
 
-    async def _topic(self, conn: KafkaConnection, name: str, create: bool) -> dict[str, Any]:
+    async def _topic(
+        self, conn: KafkaConnection, name: str, create: bool, fresh: bool
+    ) -> dict[str, Any]:
         env = self.env
         if not env.allowed(conn, "topic", name, Perm.ANY):
             return {"error_code": Code.TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []}
         # Held here, or (a cluster) on another group; else created here when allowed.
         topic, code = lookup_topic(env, name, create=False)
-        layout = (
-            await env.layout(name, fresh=True) if code != Code.INVALID_TOPIC_EXCEPTION else None
-        )
+        layout = await env.layout(name, fresh) if code != Code.INVALID_TOPIC_EXCEPTION else None
         if layout is not None and not layout.spans and create:
             topic, code = lookup_topic(env, name, create)
             if topic is not None:
