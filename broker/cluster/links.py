@@ -46,8 +46,9 @@ def identity_of(
     broker_id: int | None = None,
     epoch: int = 0,
 ) -> Identity:
-    """What the NameServer records: the endpoint, and the remoting address 4.x clients dial
-    (the front ends' ready keys)."""
+    """What the NameServer records: the endpoint, the remoting address 4.x clients dial (the
+    front ends' ready keys) and the Kafka address peers name in their Metadata
+    (kafkaAdvertisedAddress, else the ready key, as the Kafka part tells its own clients)."""
     return Identity(
         broker.broker_cluster_name,
         broker.broker_name,
@@ -55,6 +56,9 @@ def identity_of(
         endpoint,
         epoch,
         addresses.get("remoting") or "",
+        (broker.kafka_advertised_address or addresses.get("kafka") or "")
+        if addresses.get("kafka")
+        else "",
     )
 
 

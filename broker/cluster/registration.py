@@ -2,7 +2,7 @@
 BrokerOuterAPI.registerBrokerAll, over one ``BrokerSession`` stream per NameServer).
 
 Per NameServer, a task holds a session: a full registration (cluster, broker name, id,
-address, remoting address, data version, every topic's queue numbers and permission) first,
+address, remoting and Kafka addresses, data version, every topic's queue numbers and permission) first,
 then a heartbeat every ``brokerHeartbeatInterval`` ms, and a full registration again within
 ~50 ms of a topic change (``wake()``) or when the NameServer answers ``need_register`` (it
 restarted, or dropped this broker for silence). A broken session is retried every second;
@@ -40,6 +40,7 @@ class Identity:
     address: str
     epoch: int = 0  # controller mode: the master term (a higher one wins a disputed key)
     remoting_address: str = ""  # the RocketMQ 4.x remoting port clients dial ("": off)
+    kafka_address: str = ""  # the Kafka address clients are told (advertised; "": off)
 
 
 def parse_namesrv_addr(text: str) -> list[str]:
@@ -72,6 +73,7 @@ class _Session:
             heartbeat=not full,
             epoch=me.epoch,
             remoting_address=me.remoting_address,
+            kafka_address=me.kafka_address,
         )
         if full:
             reg.topics.extend(topics)

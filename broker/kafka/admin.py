@@ -6,9 +6,11 @@
   and ignored (Wharf replicates a whole broker: SYNC_MASTER / controller mode); manual replica
   assignments are INVALID_REQUEST; ``cleanup.policy`` with ``compact`` is INVALID_CONFIG
   (no compaction); other configs are accepted and not stored (retention and sizes are the
-  broker's: DescribeConfigs shows them). ``validate_only`` checks without creating.
+  broker's: DescribeConfigs shows them). ``validate_only`` checks without creating. In a
+  cluster the topic is made on this broker's group only (``wharf topic create --cluster``
+  makes one on every group); a topic other groups hold is TOPIC_ALREADY_EXISTS.
 - DeleteTopics: as AdminService.DeleteTopic: the topic, its committed offsets, its store
-  files and metric series go.
+  files and metric series go (on this broker; in a cluster the other groups keep theirs).
 - DescribeConfigs: topics (type 2) and this broker (type 4), what Wharf has, read-only:
   retention.ms (fileReservedTime), max.message.bytes (maxMessageSize), segment.bytes
   (mappedFileSizeCommitLog), cleanup.policy=delete, message.timestamp.type=CreateTime,
@@ -51,7 +53,7 @@ class AdminHandlers:
             if not admin:
                 code, message = Code.TOPIC_AUTHORIZATION_FAILED, "CreateTopics needs an admin"
             else:
-                code, message = self._create(t, bool(body["validate_only"]))
+                code, message = await self._create(t, bool(body["validate_only"]))
             results.append({"name": t["name"], "error_code": code, "error_message": message})
         created = [r for r in results if r["error_code"] == Code.NONE]
         if created and not body["validate_only"]:
@@ -65,7 +67,7 @@ class AdminHandlers:
                     row["error_code"], row["error_message"] = code_for(exc), str(exc)
         return {"topics": results}
 
-    def _create(self, t: dict[str, Any], validate_only: bool) -> tuple[Code, str | None]:
+    async def _create(self, t: dict[str, Any], validate_only: bool) -> tuple[Code, str | None]:
         topics = self.env.ctx.topics
         name = t["name"]
         try:
@@ -76,6 +78,8 @@ class AdminHandlers:
             return Code.INVALID_TOPIC_EXCEPTION, f"topic {name!r} is reserved for the broker"
         if topics.get(name) is not None:
             return Code.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
+        if self.env.cluster is not None and (await self.env.layout(name, fresh=True)).spans:
+            return Code.TOPIC_ALREADY_EXISTS, f"topic {name!r} exists on other broker groups"
         count = t["num_partitions"]
         if count == -1:
             count = topics.default_queue_nums
@@ -110,6 +114,8 @@ class AdminHandlers:
             elif ctx.topics.get(name) is None:
                 code = Code.UNKNOWN_TOPIC_OR_PARTITION
             else:
+                if self.env.cluster is not None:
+                    self.env.cluster.forget(name)  # renumbered without this group's queues
                 self.producers.forget_topic(name)
                 code = Code.NONE
                 try:  # the core's deletion: offsets, files, metrics; answered once on disk

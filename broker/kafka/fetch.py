@@ -15,6 +15,7 @@ ConsumeQueue offset, key/value/headers per convert.py).
   fetch parks on every caught-up partition in the core's long poll (``ctx.long_poll``: woken
   by the store's dispatch of a new message on that queue, never by a timer loop) and reads
   again when one wakes, until ``min_bytes`` or the deadline (at most 60 s).
+- A partition another broker leads (a cluster, ``env.queue_of``): NOT_LEADER_OR_FOLLOWER.
 - Fetch sessions (KIP-227, v7+) are not kept: the answer's session id is 0, which tells the
   client to send full fetches.
 """
@@ -48,9 +49,10 @@ MATCH_ALL = TagFilter(frozenset(), frozenset())
 @dataclass(slots=True)
 class _Part:
     topic: str
-    index: int
+    index: int  # the Kafka partition
     offset: int
     max_bytes: int
+    queue: int = -1  # this broker's queue of it
     code: Code = Code.NONE
     high_watermark: int = -1
     log_start: int = -1
@@ -93,7 +95,7 @@ class FetchHandler:
         max_bytes = min(body["max_bytes"] if version >= 3 else MAX_RESPONSE, MAX_RESPONSE)
         deadline = time.monotonic() + max_wait / 1000
         for part in parts:
-            self._check(conn, part)
+            await self._check(conn, part)
         store = self.env.ctx.store
         waited_for_dispatch = False
         while True:
@@ -116,13 +118,16 @@ class FetchHandler:
                 break
         return self._response(parts)
 
-    def _check(self, conn: KafkaConnection, part: _Part) -> None:
+    async def _check(self, conn: KafkaConnection, part: _Part) -> None:
         env = self.env
         if not env.allowed(conn, "topic", part.topic, Perm.SUB):
             part.code = Code.TOPIC_AUTHORIZATION_FAILED
             return
+        part.queue, part.code = await env.queue_of(part.topic, part.index)
+        if part.code != Code.NONE:
+            return
         topic = env.ctx.topics.get(part.topic)
-        if topic is None or not 0 <= part.index < topic.read_queue_nums:
+        if topic is None or part.queue >= topic.read_queue_nums:
             part.code = Code.UNKNOWN_TOPIC_OR_PARTITION
         elif not topic.readable:
             part.code = Code.TOPIC_AUTHORIZATION_FAILED
@@ -150,8 +155,8 @@ class FetchHandler:
 
     def _marks(self, part: _Part) -> None:
         store = self.env.ctx.store
-        part.high_watermark = store.get_max_offset(part.topic, part.index)
-        part.log_start = store.get_min_offset(part.topic, part.index)
+        part.high_watermark = store.get_max_offset(part.topic, part.queue)
+        part.log_start = store.get_min_offset(part.topic, part.queue)
 
     async def _read_one(self, part: _Part, max_bytes: int) -> None:
         ctx = self.env.ctx
@@ -165,7 +170,7 @@ class FetchHandler:
             return
         read = await ctx.read_core.read_waiting(
             part.topic,
-            part.index,
+            part.queue,
             part.offset,
             ctx.config.max_pull_batch_size,
             MATCH_ALL,
@@ -189,7 +194,7 @@ class FetchHandler:
             return False
         loop = asyncio.get_running_loop()
         tasks = [
-            loop.create_task(long_poll.park(p.topic, p.index, p.offset, remaining)) for p in waiting
+            loop.create_task(long_poll.park(p.topic, p.queue, p.offset, remaining)) for p in waiting
         ]
         parked = True
         try:
@@ -197,7 +202,7 @@ class FetchHandler:
             # arrival dispatched in between would not wake them, so look once more after it.
             await asyncio.sleep(0)
             max_offset = self.env.ctx.store.get_max_offset
-            if any(max_offset(p.topic, p.index) > p.offset for p in waiting):
+            if any(max_offset(p.topic, p.queue) > p.offset for p in waiting):
                 return True
             done, _ = await asyncio.wait(
                 tasks, timeout=remaining, return_when=asyncio.FIRST_COMPLETED

@@ -12,7 +12,9 @@ registered as a subscription group (``ctx.groups``, when autoCreateSubscriptionG
 ListGroups names the coordinator's groups and every group with committed offsets (protocol
 type "" for those without members, as Kafka lists simple groups).
 
-ACL: SUB on the group for all but DescribeGroups and ListGroups (admin).
+ACL: SUB on the group for all but DescribeGroups and ListGroups (admin). In a cluster,
+JoinGroup, SyncGroup, Heartbeat and LeaveGroup (and the offset requests) sent to another
+broker than the group's coordinator answer NOT_COORDINATOR.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from wharf.broker.kafka.errors import Code, KafkaError
 from wharf.broker.kafka.server import KafkaConnection
 from wharf.broker.meta.groups import validate_group_name
 
-__all__ = ["GroupHandlers", "check_group"]
+__all__ = ["GroupHandlers", "check_coordinated", "check_group"]
 
 
 def check_group(env: KafkaEnv, conn: KafkaConnection, group_id: str) -> None:
@@ -57,6 +59,15 @@ def check_group(env: KafkaEnv, conn: KafkaConnection, group_id: str) -> None:
         raise KafkaError(Code.GROUP_AUTHORIZATION_FAILED, f"group {group_id!r} is disabled")
 
 
+async def check_coordinated(env: KafkaEnv, conn: KafkaConnection, group_id: str) -> None:
+    """``check_group``, and NOT_COORDINATOR unless this broker coordinates the group (in a
+    cluster, ``cluster.py`` picks one broker per group id: the client asks FindCoordinator
+    again and goes there)."""
+    check_group(env, conn, group_id)
+    if not await env.coordinates(group_id):
+        raise KafkaError(Code.NOT_COORDINATOR, f"another broker coordinates group {group_id!r}")
+
+
 class GroupHandlers:
     def __init__(self, env: KafkaEnv, coordinator: Coordinator) -> None:
         self.env = env
@@ -67,7 +78,7 @@ class GroupHandlers:
     ) -> dict[str, Any]:
         group_id = body["group_id"]
         try:
-            check_group(self.env, conn, group_id)
+            await check_coordinated(self.env, conn, group_id)
             session = body["session_timeout_ms"]
             rebalance = body["rebalance_timeout_ms"]
             member = Member(
@@ -95,7 +106,7 @@ class GroupHandlers:
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
     ) -> dict[str, Any]:
         try:
-            check_group(self.env, conn, body["group_id"])
+            await check_coordinated(self.env, conn, body["group_id"])
             code, assignment = await self.coordinator.sync(
                 body["group_id"],
                 body["generation_id"],
@@ -110,7 +121,7 @@ class GroupHandlers:
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
     ) -> dict[str, Any]:
         try:
-            check_group(self.env, conn, body["group_id"])
+            await check_coordinated(self.env, conn, body["group_id"])
             code = self.coordinator.heartbeat(
                 body["group_id"], body["generation_id"], body["member_id"]
             )
@@ -123,7 +134,7 @@ class GroupHandlers:
     ) -> dict[str, Any]:
         group_id = body["group_id"]
         try:
-            check_group(self.env, conn, group_id)
+            await check_coordinated(self.env, conn, group_id)
         except KafkaError as exc:
             return {"error_code": exc.code, "members": []}
         if version < 3:

@@ -1,25 +1,30 @@
 """ApiVersions, Metadata and FindCoordinator: who this broker is and what it holds.
 
-- Metadata: brokers = ``env.nodes()`` (the advertised Kafka address); every topic's
-  partitions are its queues (``read_queue_nums``), each led by this broker with itself as the
-  only replica and in-sync replica. A request naming no topics (v0: an empty list; v1+:
+- Metadata: brokers = ``env.nodes()`` (each broker's advertised Kafka address); every topic's
+  partitions are ``env.layout()``'s: its queues (``read_queue_nums``) on this broker alone,
+  or on every group of the cluster (``cluster.py``), each led by its group's master with that
+  master as the only replica and in-sync replica (a group whose master is gone:
+  LEADER_NOT_AVAILABLE, leader -1). A request naming no topics (v0: an empty list; v1+:
   null) lists every topic except the broker's own (``%RETRY%``, ``%DLQ%``, schedule, timer,
   transaction topics). A named topic that does not exist is created as a send would create it
   when ``allow_auto_topic_creation`` (v4+; always before) and autoCreateTopicEnable are both
   on (``defaultTopicQueueNums`` queues), else UNKNOWN_TOPIC_OR_PARTITION; a name Wharf cannot
   hold (Kafka allows ``.``, Wharf ``[%a-zA-Z0-9_-]``, at most 127) is INVALID_TOPIC_EXCEPTION.
-- FindCoordinator: this broker for every group (key type 0); key type 1 (a transactional id)
+- FindCoordinator: this broker for every group, or in a cluster the one ``cluster.py``
+  picks for the group id (key type 0); key type 1 (a transactional id)
   is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients treat as fatal: Kafka
   transactions are not offered.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from wharf.broker.acl.rules import Perm
 from wharf.broker.core.send import is_own_topic
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
+from wharf.broker.kafka.cluster import NO_LEADER
 from wharf.broker.kafka.codec import api_versions_body
 from wharf.broker.kafka.env import KafkaEnv
 from wharf.broker.kafka.errors import Code
@@ -71,40 +76,50 @@ class MetadataHandlers:
                 if not is_own_topic(t.name)
             ]
             names = [n for n in names if env.allowed(conn, "topic", n, Perm.ANY)]
-            create = False
+            create = fresh = False  # every topic: cached routes (1 s), not one lookup each
         else:
             names = [t["name"] for t in requested]
             create = version < 4 or bool(body["allow_auto_topic_creation"])
-        topics = [self._topic(conn, name, create) for name in names]
+            fresh = True  # named: a client asks after an error, it wants the routes now
+        topics = await asyncio.gather(*(self._topic(conn, n, create, fresh) for n in names))
+        leaders = {p["leader_id"] for t in topics for p in t["partitions"]}
         return {
             "brokers": [
                 {"node_id": n.node_id, "host": n.host, "port": n.port, "rack": None}
-                for n in env.nodes(conn)
+                for n in await env.nodes(conn, leaders - {NO_LEADER})
             ],
             "cluster_id": env.ctx.config.broker_cluster_name,
             "controller_id": env.node_id,
             "topics": topics,
         }
 
-    def _topic(self, conn: KafkaConnection, name: str, create: bool) -> dict[str, Any]:
+    async def _topic(
+        self, conn: KafkaConnection, name: str, create: bool, fresh: bool
+    ) -> dict[str, Any]:
         env = self.env
         if not env.allowed(conn, "topic", name, Perm.ANY):
             return {"error_code": Code.TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []}
-        topic, code = lookup_topic(env, name, create)
-        if topic is None:
+        # Held here, or (a cluster) on another group; else created here when allowed.
+        topic, code = lookup_topic(env, name, create=False)
+        layout = await env.layout(name, fresh) if code != Code.INVALID_TOPIC_EXCEPTION else None
+        if layout is not None and not layout.spans and create:
+            topic, code = lookup_topic(env, name, create)
+            if topic is not None:
+                layout = await env.layout(name, fresh=True)
+        if layout is None or not layout.spans:
             return {"error_code": code, "name": name, "partitions": []}
-        node = env.node_id
         partitions = [
             {
-                "error_code": 0,
-                "partition_index": q,
-                "leader_id": env.leader_of(name, q),
+                "error_code": Code.NONE if span.leader != NO_LEADER else Code.LEADER_NOT_AVAILABLE,
+                "partition_index": span.first + q,
+                "leader_id": span.leader,
                 "leader_epoch": 0,
-                "replica_nodes": [node],
-                "isr_nodes": [node],
+                "replica_nodes": [span.leader] if span.leader != NO_LEADER else [],
+                "isr_nodes": [span.leader] if span.leader != NO_LEADER else [],
                 "offline_replicas": [],
             }
-            for q in range(topic.read_queue_nums)
+            for span in layout.spans
+            for q in range(span.count)
         ]
         return {"error_code": 0, "name": name, "is_internal": False, "partitions": partitions}
 
@@ -120,7 +135,7 @@ class MetadataHandlers:
                 "host": "",
                 "port": -1,
             }
-        node = env.node_for(conn)
+        node = await env.coordinator(conn, body["key"], fresh=True)
         return {
             "error_code": 0,
             "error_message": None,

@@ -13,13 +13,23 @@
   until the group or topic is deleted, as RocketMQ's).
 - OffsetFetch: -1 for a partition without a committed offset; a null topic list (v2+) = every
   partition the group committed.
+- In a cluster: ListOffsets of a partition another broker leads is NOT_LEADER_OR_FOLLOWER;
+  OffsetCommit / OffsetFetch go to the group's coordinator (else NOT_COORDINATOR), which
+  keeps each partition's offset where RocketMQ keeps it: in the offset table of the group that
+  holds the queue (its own, or another master's over ``cluster_routes.offsets``, by queue id).
+  A partition whose master is gone or does not answer: REQUEST_TIMED_OUT (retriable). A null
+  topic list (all committed) names the partitions of this broker's own queues only.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Iterable
 from typing import Any
 
 from wharf.broker.acl.rules import Perm
+from wharf.broker.cluster.peer_offsets import PeerOffsetError
 from wharf.broker.core.read import DISPATCH_WAIT_S
 from wharf.broker.kafka.coordinator import Coordinator
 from wharf.broker.kafka.env import KafkaEnv
@@ -28,6 +38,8 @@ from wharf.broker.kafka.groups import check_group
 from wharf.broker.kafka.server import KafkaConnection
 
 __all__ = ["OffsetHandlers"]
+
+log = logging.getLogger("broker.kafka")
 
 EARLIEST = -2
 LATEST = -1
@@ -38,13 +50,28 @@ class OffsetHandlers:
         self.env = env
         self.coordinator = coordinator
 
-    def _partition_code(self, conn: KafkaConnection, topic: str, partition: int) -> Code:
+    async def _partition_code(self, conn: KafkaConnection, topic: str, partition: int) -> Code:
+        """May ``conn`` use the partition (of any broker) for its group's offsets?"""
         env = self.env
         if not env.allowed(conn, "topic", topic, Perm.SUB):
             return Code.TOPIC_AUTHORIZATION_FAILED
-        config = env.ctx.topics.get(topic)
-        if config is None or not 0 <= partition < config.read_queue_nums:
+        if not 0 <= partition < (await env.layout(topic)).total:
             return Code.UNKNOWN_TOPIC_OR_PARTITION
+        return Code.NONE
+
+    async def _queue(self, conn: KafkaConnection, topic: str, partition: int) -> tuple[int, Code]:
+        """This broker's queue of a partition it leads (ListOffsets)."""
+        if not self.env.allowed(conn, "topic", topic, Perm.SUB):
+            return -1, Code.TOPIC_AUTHORIZATION_FAILED
+        return await self.env.queue_of(topic, partition)
+
+    async def _group_code(self, conn: KafkaConnection, group_id: str) -> Code:
+        try:
+            check_group(self.env, conn, group_id)
+        except KafkaError as exc:
+            return exc.code
+        if not await self.env.coordinates(group_id):
+            return Code.NOT_COORDINATOR
         return Code.NONE
 
     async def list_offsets(
@@ -60,15 +87,15 @@ class OffsetHandlers:
             rows = []
             for p in t["partitions"]:
                 index, stamp = p["partition_index"], p["timestamp"]
-                code = self._partition_code(conn, t["name"], index)
+                queue, code = await self._queue(conn, t["name"], index)
                 offset = -1
                 if code == Code.NONE:
                     if stamp == EARLIEST:
-                        offset = store.get_min_offset(t["name"], index)
+                        offset = store.get_min_offset(t["name"], queue)
                     elif stamp == LATEST:
-                        offset = store.get_max_offset(t["name"], index)
+                        offset = store.get_max_offset(t["name"], queue)
                     else:
-                        offset = store.get_offset_by_timestamp(t["name"], index, stamp)
+                        offset = store.get_offset_by_timestamp(t["name"], queue, stamp)
                 rows.append(
                     {
                         "partition_index": index,
@@ -86,60 +113,118 @@ class OffsetHandlers:
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
     ) -> dict[str, Any]:
         group_id = body["group_id"]
-        try:
-            check_group(self.env, conn, group_id)
+        group_code = await self._group_code(conn, group_id)
+        if group_code == Code.NONE:
             group_code = self.coordinator.check_commit(
                 group_id, body["generation_id"], body["member_id"]
             )
-        except KafkaError as exc:
-            group_code = exc.code
-        offsets = self.env.ctx.offsets
         topics = []
         for t in body["topics"]:
-            rows = []
-            for p in t["partitions"]:
-                index = p["partition_index"]
-                code = group_code or self._partition_code(conn, t["name"], index)
-                if code == Code.NONE:
-                    if p["committed_offset"] < 0:
-                        code = Code.INVALID_COMMIT_OFFSET_SIZE
-                    else:
-                        offsets.commit(group_id, t["name"], index, p["committed_offset"])
-                rows.append({"partition_index": index, "error_code": code})
+            codes = await asyncio.gather(*(
+                self._commit(conn, group_id, t["name"], p["partition_index"],
+                             p["committed_offset"], group_code)
+                for p in t["partitions"]
+            ))  # fmt: skip
+            rows = [
+                {"partition_index": p["partition_index"], "error_code": code}
+                for p, code in zip(t["partitions"], codes, strict=True)
+            ]
             topics.append({"name": t["name"], "partitions": rows})
         return {"topics": topics}
+
+    async def _commit(
+        self, conn: KafkaConnection, group_id: str, topic: str, index: int, offset: int,
+        group_code: Code,
+    ) -> Code:  # fmt: skip
+        code = group_code or await self._partition_code(conn, topic, index)
+        if code != Code.NONE:
+            return code
+        if offset < 0:
+            return Code.INVALID_COMMIT_OFFSET_SIZE
+        home = await self.env.offsets_home(topic, index)
+        if home is None:
+            return Code.UNKNOWN_TOPIC_OR_PARTITION
+        address, queue = home
+        if address is None:
+            self.env.ctx.offsets.commit(group_id, topic, queue, offset)
+            return Code.NONE
+        peers = self.env.peer_offsets()
+        if not address or peers is None:
+            return Code.REQUEST_TIMED_OUT  # its group's master is gone: retriable
+        try:
+            await peers.commit(address, group_id, topic, queue, offset)
+        except PeerOffsetError as exc:
+            log.warning("kafka: commit of %s %s-%d at %s failed: %s", group_id, topic, index,
+                        address, exc)  # fmt: skip
+            return Code.REQUEST_TIMED_OUT
+        return Code.NONE
 
     async def offset_fetch(
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
     ) -> dict[str, Any]:
         group_id = body["group_id"]
         offsets = self.env.ctx.offsets
-        try:
-            check_group(self.env, conn, group_id)
-        except KafkaError as exc:
-            return {"topics": [], "error_code": exc.code}
+        group_code = await self._group_code(conn, group_id)
         requested = body["topics"]
+        if group_code != Code.NONE:
+            # v0-v1 have no top-level error code: the group's error goes on each partition
+            topics = [
+                {"name": t["name"], "partitions": [
+                    {"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1,
+                     "metadata": "", "error_code": group_code}
+                    for i in t["partition_indexes"]]}
+                for t in requested or ()
+            ] if version < 2 else []  # fmt: skip
+            return {"topics": topics, "error_code": group_code}
         if requested is None:
             committed = offsets.of_group(group_id)
-            wanted = [(name, sorted(queues)) for name, queues in sorted(committed.items())]
+            wanted = [
+                (name, await self._own_partitions(name, queues))
+                for name, queues in sorted(committed.items())
+            ]
         else:
             wanted = [(t["name"], t["partition_indexes"]) for t in requested]
         topics = []
         for name, partitions in wanted:
-            rows = []
-            for index in partitions:
-                code = self._partition_code(conn, name, index)
-                offset = offsets.query(group_id, name, index) if code == Code.NONE else -1
-                if code == Code.UNKNOWN_TOPIC_OR_PARTITION:
-                    code = Code.NONE  # Kafka answers -1 for a partition it does not know
-                rows.append(
-                    {
-                        "partition_index": index,
-                        "committed_offset": offset,
-                        "committed_leader_epoch": -1,
-                        "metadata": "",
-                        "error_code": code,
-                    }
-                )
+            rows = await asyncio.gather(
+                *(self._fetch(conn, group_id, name, index) for index in partitions)
+            )
             topics.append({"name": name, "partitions": rows})
         return {"topics": topics, "error_code": 0}
+
+    async def _own_partitions(self, topic: str, queues: Iterable[int]) -> list[int]:
+        """The partition numbers of this broker's queues of ``topic`` (a listing of every
+        committed offset names this broker's table only)."""
+        own = [s for s in (await self.env.layout(topic)).spans if s.leader == self.env.node_id]
+        first = own[0].first if own else 0
+        return sorted(first + q for q in queues)
+
+    async def _fetch(
+        self, conn: KafkaConnection, group_id: str, topic: str, index: int
+    ) -> dict[str, Any]:
+        code = await self._partition_code(conn, topic, index)
+        offset = -1
+        home = await self.env.offsets_home(topic, index) if code == Code.NONE else None
+        if code == Code.UNKNOWN_TOPIC_OR_PARTITION:
+            code = Code.NONE  # Kafka answers -1 for a partition it does not know
+        if home is not None:
+            address, queue = home
+            peers = self.env.peer_offsets()
+            if address is None:
+                offset = self.env.ctx.offsets.query(group_id, topic, queue)
+            elif not address or peers is None:
+                code = Code.REQUEST_TIMED_OUT  # its group's master is gone: retriable
+            else:
+                try:
+                    offset = await peers.query(address, group_id, topic, queue)
+                except PeerOffsetError as exc:
+                    log.warning("kafka: offset of %s %s-%d at %s: %s", group_id, topic, index,
+                                address, exc)  # fmt: skip
+                    code = Code.REQUEST_TIMED_OUT
+        return {
+            "partition_index": index,
+            "committed_offset": offset,
+            "committed_leader_epoch": -1,
+            "metadata": "",
+            "error_code": code,
+        }

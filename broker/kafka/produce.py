@@ -3,7 +3,9 @@ partition's queue, answered with the first record's queue offset (Kafka offset =
 offset, dense).
 
 - Per partition: PUB on the topic (ACL); the topic (auto-created as a send would) and the
-  partition < its write queues (UNKNOWN_TOPIC_OR_PARTITION); the batches decoded and checked
+  partition < its write queues (UNKNOWN_TOPIC_OR_PARTITION), led by this broker
+  (``env.queue_of``: in a cluster NOT_LEADER_OR_FOLLOWER, so the client refreshes its
+  metadata and sends to the leader; the partition's queue is this broker's); the batches decoded and checked
   (records.py: CRC-32C, magic 2, codecs); the idempotent producer's sequence check
   (producers.py): a duplicate is answered with its first offset and not stored again.
 - Appends run in request order per connection (``append_lock``; after the store's dispatch
@@ -52,7 +54,8 @@ class _Part:
     """One partition of the request on its way."""
 
     topic: str
-    index: int
+    index: int  # the Kafka partition
+    queue: int = -1  # this broker's queue of it
     code: Code = Code.NONE
     message: str | None = None
     born_host: str = ""
@@ -86,7 +89,7 @@ class ProduceHandler:
                 elif acks not in (0, 1, -1):
                     part.code = Code.INVALID_REQUIRED_ACKS
                 else:
-                    self._prepare(conn, part, partition["records"])
+                    await self._prepare(conn, part, partition["records"])
         core = self.env.ctx.send_core
         async with conn.append_lock:  # request order per connection
             if core.dispatch_lagging():
@@ -99,7 +102,7 @@ class ProduceHandler:
             return None
         return self._response(conn, parts)
 
-    def _prepare(self, conn: KafkaConnection, part: _Part, records: bytes | None) -> None:
+    async def _prepare(self, conn: KafkaConnection, part: _Part, records: bytes | None) -> None:
         env = self.env
         if not env.allowed(conn, "topic", part.topic, Perm.PUB):
             part.code = Code.TOPIC_AUTHORIZATION_FAILED
@@ -112,8 +115,10 @@ class ProduceHandler:
             part.code = Code.TOPIC_AUTHORIZATION_FAILED
             part.message = f"topic {part.topic!r} is not writable (perm={topic.perm})"
             return
-        if not 0 <= part.index < topic.write_queue_nums:
+        part.queue, part.code = await env.queue_of(part.topic, part.index)
+        if part.code == Code.NONE and part.queue >= topic.write_queue_nums:
             part.code = Code.UNKNOWN_TOPIC_OR_PARTITION
+        if part.code != Code.NONE:
             return
         max_size = env.ctx.send_core.max_message_size
         part.born_host = conn.peer
@@ -166,14 +171,14 @@ class ProduceHandler:
         producers = self.producers
         try:
             for batch, records, _sizes in part.batches:
-                duplicate = producers.check(part.topic, part.index, batch)
+                duplicate = producers.check(part.topic, part.queue, batch)
                 if duplicate is not None:
                     if part.base_offset < 0:
                         part.base_offset = duplicate
                     continue
-                written = core.append_records(part.topic, part.index, records, part.born_host)
+                written = core.append_records(part.topic, part.queue, records, part.born_host)
                 first = written.appended.first_queue_offset
-                producers.remember(part.topic, part.index, batch, first)
+                producers.remember(part.topic, part.queue, batch, first)
                 part.written.append(written)
                 if part.base_offset < 0:
                     part.base_offset = first
@@ -200,7 +205,7 @@ class ProduceHandler:
         topics: dict[str, list[dict[str, Any]]] = {}
         for part in parts:
             ok = part.code == Code.NONE
-            log_start = store.get_min_offset(part.topic, part.index) if ok else -1
+            log_start = store.get_min_offset(part.topic, part.queue) if ok else -1
             topics.setdefault(part.topic, []).append(
                 {
                     "index": part.index,

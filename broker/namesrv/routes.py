@@ -46,6 +46,7 @@ class LiveBroker:
     owner: object = None  # the session that registered it (a newer session takes it over)
     epoch: int = 0  # controller mode: the master term it claims (0 with static roles)
     remoting_address: str = ""  # its RocketMQ 4.x remoting port, host:port ("": none)
+    kafka_address: str = ""  # the Kafka address its Metadata names, host:port ("": none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,7 @@ class RouteTable:
         owner: object = None,
         epoch: int = 0,
         remoting_address: str = "",
+        kafka_address: str = "",
     ) -> bool:
         """Store a broker's registration; False (ignored) when another session holds the key
         with a higher epoch: a deposed master that wakes up (SIGCONT after a partition) must
@@ -83,7 +85,11 @@ class RouteTable:
             return False
         if old is None:
             touched = set(topics)
-        elif old.address != address or old.remoting_address != remoting_address:
+        elif (old.address, old.remoting_address, old.kafka_address) != (
+            address,
+            remoting_address,
+            kafka_address,
+        ):
             touched = set(topics) | set(old.topics)
         else:
             # Only the routes of the topics added, removed or changed: a broker with 25,000
@@ -96,7 +102,7 @@ class RouteTable:
         self.brokers[key] = LiveBroker(
             cluster, name, broker_id, address, data_version, topics,
             old.registered_at_ms if old else int(time.time() * 1000), self._clock(), owner,
-            epoch, remoting_address,
+            epoch, remoting_address, kafka_address,
         )  # fmt: skip
         self._changed(touched)
         return True

@@ -128,6 +128,7 @@ class NameService(namesrv_pb2_grpc.NameServiceServicer):
                     session,
                     reg.epoch,
                     reg.remoting_address,
+                    reg.kafka_address,
                 )
                 if not taken:
                     log.warning("broker %s/%s/%d at %s claims epoch %d, older than the "
@@ -161,8 +162,17 @@ class NameService(namesrv_pb2_grpc.NameServiceServicer):
                 write_queue_nums=q.write_queue_nums,
                 perm=q.perm,
             )
+        live = self.table.brokers
         for cluster, name, addresses in route.brokers:
-            reply.brokers.add(cluster=cluster, broker_name=name, addresses=addresses)
+            members = (live.get((cluster, name, i)) for i in addresses)
+            reply.brokers.add(
+                cluster=cluster,
+                broker_name=name,
+                addresses=addresses,
+                kafka_addresses={
+                    b.broker_id: b.kafka_address for b in members if b and b.kafka_address
+                },
+            )
         return reply
 
     async def GetClusterInfo(
@@ -180,6 +190,7 @@ class NameService(namesrv_pb2_grpc.NameServiceServicer):
                 last_seen_ms_ago=self.table.seen_ago_ms(b),
                 registered_at_ms=b.registered_at_ms,
                 remoting_address=b.remoting_address,
+                kafka_address=b.kafka_address,
             )
         return reply
 

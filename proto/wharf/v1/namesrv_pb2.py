@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16wharf/v1/namesrv.proto\x12\x08wharf.v1\"]\n\x0bTopicQueues\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\"\xeb\x01\n\x12\x42rokerRegistration\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x14\n\x0c\x64\x61ta_version\x18\x05 \x01(\x03\x12\x11\n\theartbeat\x18\x06 \x01(\x08\x12%\n\x06topics\x18\x07 \x03(\x0b\x32\x15.wharf.v1.TopicQueues\x12\x12\n\nunregister\x18\x08 \x01(\x08\x12\r\n\x05\x65poch\x18\t \x01(\x03\x12\x18\n\x10remoting_address\x18\n \x01(\t\"%\n\x0cSessionEvent\x12\x15\n\rneed_register\x18\x01 \x01(\x08\"\'\n\x16QueryTopicRouteRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"a\n\tQueueData\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\"\x9c\x01\n\nBrokerData\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x36\n\taddresses\x18\x03 \x03(\x0b\x32#.wharf.v1.BrokerData.AddressesEntry\x1a\x30\n\x0e\x41\x64\x64ressesEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"x\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12#\n\x06queues\x18\x02 \x03(\x0b\x32\x13.wharf.v1.QueueData\x12%\n\x07\x62rokers\x18\x03 \x03(\x0b\x32\x14.wharf.v1.BrokerData\x12\x0f\n\x07version\x18\x04 \x01(\x03\"\x17\n\x15GetClusterInfoRequest\"\xb4\x01\n\nBrokerInfo\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x0e\n\x06topics\x18\x05 \x01(\x05\x12\x18\n\x10last_seen_ms_ago\x18\x06 \x01(\x03\x12\x18\n\x10registered_at_ms\x18\x07 \x01(\x03\x12\x18\n\x10remoting_address\x18\x08 \x01(\t\"4\n\x0b\x43lusterInfo\x12%\n\x07\x62rokers\x18\x01 \x03(\x0b\x32\x14.wharf.v1.BrokerInfo\"$\n\x12WatchRoutesRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"-\n\x0bRouteChange\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x32\xae\x02\n\x0bNameService\x12I\n\rBrokerSession\x12\x1c.wharf.v1.BrokerRegistration\x1a\x16.wharf.v1.SessionEvent(\x01\x30\x01\x12\x44\n\nQueryRoute\x12 .wharf.v1.QueryTopicRouteRequest\x1a\x14.wharf.v1.TopicRoute\x12H\n\x0eGetClusterInfo\x12\x1f.wharf.v1.GetClusterInfoRequest\x1a\x15.wharf.v1.ClusterInfo\x12\x44\n\x0bWatchRoutes\x12\x1c.wharf.v1.WatchRoutesRequest\x1a\x15.wharf.v1.RouteChange0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16wharf/v1/namesrv.proto\x12\x08wharf.v1\"]\n\x0bTopicQueues\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\"\x82\x02\n\x12\x42rokerRegistration\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x14\n\x0c\x64\x61ta_version\x18\x05 \x01(\x03\x12\x11\n\theartbeat\x18\x06 \x01(\x08\x12%\n\x06topics\x18\x07 \x03(\x0b\x32\x15.wharf.v1.TopicQueues\x12\x12\n\nunregister\x18\x08 \x01(\x08\x12\r\n\x05\x65poch\x18\t \x01(\x03\x12\x18\n\x10remoting_address\x18\n \x01(\t\x12\x15\n\rkafka_address\x18\x0b \x01(\t\"%\n\x0cSessionEvent\x12\x15\n\rneed_register\x18\x01 \x01(\x08\"\'\n\x16QueryTopicRouteRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"a\n\tQueueData\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x02 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x03 \x01(\x05\x12\x0c\n\x04perm\x18\x04 \x01(\x05\"\x96\x02\n\nBrokerData\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x36\n\taddresses\x18\x03 \x03(\x0b\x32#.wharf.v1.BrokerData.AddressesEntry\x12\x41\n\x0fkafka_addresses\x18\x04 \x03(\x0b\x32(.wharf.v1.BrokerData.KafkaAddressesEntry\x1a\x30\n\x0e\x41\x64\x64ressesEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x35\n\x13KafkaAddressesEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"x\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12#\n\x06queues\x18\x02 \x03(\x0b\x32\x13.wharf.v1.QueueData\x12%\n\x07\x62rokers\x18\x03 \x03(\x0b\x32\x14.wharf.v1.BrokerData\x12\x0f\n\x07version\x18\x04 \x01(\x03\"\x17\n\x15GetClusterInfoRequest\"\xcb\x01\n\nBrokerInfo\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x11\n\tbroker_id\x18\x03 \x01(\x03\x12\x0f\n\x07\x61\x64\x64ress\x18\x04 \x01(\t\x12\x0e\n\x06topics\x18\x05 \x01(\x05\x12\x18\n\x10last_seen_ms_ago\x18\x06 \x01(\x03\x12\x18\n\x10registered_at_ms\x18\x07 \x01(\x03\x12\x18\n\x10remoting_address\x18\x08 \x01(\t\x12\x15\n\rkafka_address\x18\t \x01(\t\"4\n\x0b\x43lusterInfo\x12%\n\x07\x62rokers\x18\x01 \x03(\x0b\x32\x14.wharf.v1.BrokerInfo\"$\n\x12WatchRoutesRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"-\n\x0bRouteChange\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x32\xae\x02\n\x0bNameService\x12I\n\rBrokerSession\x12\x1c.wharf.v1.BrokerRegistration\x1a\x16.wharf.v1.SessionEvent(\x01\x30\x01\x12\x44\n\nQueryRoute\x12 .wharf.v1.QueryTopicRouteRequest\x1a\x14.wharf.v1.TopicRoute\x12H\n\x0eGetClusterInfo\x12\x1f.wharf.v1.GetClusterInfoRequest\x1a\x15.wharf.v1.ClusterInfo\x12\x44\n\x0bWatchRoutes\x12\x1c.wharf.v1.WatchRoutesRequest\x1a\x15.wharf.v1.RouteChange0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,32 +33,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_BROKERDATA_ADDRESSESENTRY']._loaded_options = None
   _globals['_BROKERDATA_ADDRESSESENTRY']._serialized_options = b'8\001'
+  _globals['_BROKERDATA_KAFKAADDRESSESENTRY']._loaded_options = None
+  _globals['_BROKERDATA_KAFKAADDRESSESENTRY']._serialized_options = b'8\001'
   _globals['_TOPICQUEUES']._serialized_start=36
   _globals['_TOPICQUEUES']._serialized_end=129
   _globals['_BROKERREGISTRATION']._serialized_start=132
-  _globals['_BROKERREGISTRATION']._serialized_end=367
-  _globals['_SESSIONEVENT']._serialized_start=369
-  _globals['_SESSIONEVENT']._serialized_end=406
-  _globals['_QUERYTOPICROUTEREQUEST']._serialized_start=408
-  _globals['_QUERYTOPICROUTEREQUEST']._serialized_end=447
-  _globals['_QUEUEDATA']._serialized_start=449
-  _globals['_QUEUEDATA']._serialized_end=546
-  _globals['_BROKERDATA']._serialized_start=549
-  _globals['_BROKERDATA']._serialized_end=705
-  _globals['_BROKERDATA_ADDRESSESENTRY']._serialized_start=657
-  _globals['_BROKERDATA_ADDRESSESENTRY']._serialized_end=705
-  _globals['_TOPICROUTE']._serialized_start=707
-  _globals['_TOPICROUTE']._serialized_end=827
-  _globals['_GETCLUSTERINFOREQUEST']._serialized_start=829
-  _globals['_GETCLUSTERINFOREQUEST']._serialized_end=852
-  _globals['_BROKERINFO']._serialized_start=855
-  _globals['_BROKERINFO']._serialized_end=1035
-  _globals['_CLUSTERINFO']._serialized_start=1037
-  _globals['_CLUSTERINFO']._serialized_end=1089
-  _globals['_WATCHROUTESREQUEST']._serialized_start=1091
-  _globals['_WATCHROUTESREQUEST']._serialized_end=1127
-  _globals['_ROUTECHANGE']._serialized_start=1129
-  _globals['_ROUTECHANGE']._serialized_end=1174
-  _globals['_NAMESERVICE']._serialized_start=1177
-  _globals['_NAMESERVICE']._serialized_end=1479
+  _globals['_BROKERREGISTRATION']._serialized_end=390
+  _globals['_SESSIONEVENT']._serialized_start=392
+  _globals['_SESSIONEVENT']._serialized_end=429
+  _globals['_QUERYTOPICROUTEREQUEST']._serialized_start=431
+  _globals['_QUERYTOPICROUTEREQUEST']._serialized_end=470
+  _globals['_QUEUEDATA']._serialized_start=472
+  _globals['_QUEUEDATA']._serialized_end=569
+  _globals['_BROKERDATA']._serialized_start=572
+  _globals['_BROKERDATA']._serialized_end=850
+  _globals['_BROKERDATA_ADDRESSESENTRY']._serialized_start=747
+  _globals['_BROKERDATA_ADDRESSESENTRY']._serialized_end=795
+  _globals['_BROKERDATA_KAFKAADDRESSESENTRY']._serialized_start=797
+  _globals['_BROKERDATA_KAFKAADDRESSESENTRY']._serialized_end=850
+  _globals['_TOPICROUTE']._serialized_start=852
+  _globals['_TOPICROUTE']._serialized_end=972
+  _globals['_GETCLUSTERINFOREQUEST']._serialized_start=974
+  _globals['_GETCLUSTERINFOREQUEST']._serialized_end=997
+  _globals['_BROKERINFO']._serialized_start=1000
+  _globals['_BROKERINFO']._serialized_end=1203
+  _globals['_CLUSTERINFO']._serialized_start=1205
+  _globals['_CLUSTERINFO']._serialized_end=1257
+  _globals['_WATCHROUTESREQUEST']._serialized_start=1259
+  _globals['_WATCHROUTESREQUEST']._serialized_end=1295
+  _globals['_ROUTECHANGE']._serialized_start=1297
+  _globals['_ROUTECHANGE']._serialized_end=1342
+  _globals['_NAMESERVICE']._serialized_start=1345
+  _globals['_NAMESERVICE']._serialized_end=1647
 # @@protoc_insertion_point(module_scope)

@@ -19,7 +19,7 @@ class TopicQueues(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ...) -> None: ...
 
 class BrokerRegistration(_message.Message):
-    __slots__ = ("cluster", "broker_name", "broker_id", "address", "data_version", "heartbeat", "topics", "unregister", "epoch", "remoting_address")
+    __slots__ = ("cluster", "broker_name", "broker_id", "address", "data_version", "heartbeat", "topics", "unregister", "epoch", "remoting_address", "kafka_address")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,7 @@ class BrokerRegistration(_message.Message):
     UNREGISTER_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     REMOTING_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     broker_name: str
     broker_id: int
@@ -40,7 +41,8 @@ class BrokerRegistration(_message.Message):
     unregister: bool
     epoch: int
     remoting_address: str
-    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., data_version: _Optional[int] = ..., heartbeat: _Optional[bool] = ..., topics: _Optional[_Iterable[_Union[TopicQueues, _Mapping]]] = ..., unregister: _Optional[bool] = ..., epoch: _Optional[int] = ..., remoting_address: _Optional[str] = ...) -> None: ...
+    kafka_address: str
+    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., data_version: _Optional[int] = ..., heartbeat: _Optional[bool] = ..., topics: _Optional[_Iterable[_Union[TopicQueues, _Mapping]]] = ..., unregister: _Optional[bool] = ..., epoch: _Optional[int] = ..., remoting_address: _Optional[str] = ..., kafka_address: _Optional[str] = ...) -> None: ...
 
 class SessionEvent(_message.Message):
     __slots__ = ("need_register",)
@@ -67,8 +69,15 @@ class QueueData(_message.Message):
     def __init__(self, broker_name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ...) -> None: ...
 
 class BrokerData(_message.Message):
-    __slots__ = ("cluster", "broker_name", "addresses")
+    __slots__ = ("cluster", "broker_name", "addresses", "kafka_addresses")
     class AddressesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: str
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
+    class KafkaAddressesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -78,10 +87,12 @@ class BrokerData(_message.Message):
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     broker_name: str
     addresses: _containers.ScalarMap[int, str]
-    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., addresses: _Optional[_Mapping[int, str]] = ...) -> None: ...
+    kafka_addresses: _containers.ScalarMap[int, str]
+    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., addresses: _Optional[_Mapping[int, str]] = ..., kafka_addresses: _Optional[_Mapping[int, str]] = ...) -> None: ...
 
 class TopicRoute(_message.Message):
     __slots__ = ("topic", "queues", "brokers", "version")
@@ -100,7 +111,7 @@ class GetClusterInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BrokerInfo(_message.Message):
-    __slots__ = ("cluster", "broker_name", "broker_id", "address", "topics", "last_seen_ms_ago", "registered_at_ms", "remoting_address")
+    __slots__ = ("cluster", "broker_name", "broker_id", "address", "topics", "last_seen_ms_ago", "registered_at_ms", "remoting_address", "kafka_address")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -109,6 +120,7 @@ class BrokerInfo(_message.Message):
     LAST_SEEN_MS_AGO_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     REMOTING_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    KAFKA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     broker_name: str
     broker_id: int
@@ -117,7 +129,8 @@ class BrokerInfo(_message.Message):
     last_seen_ms_ago: int
     registered_at_ms: int
     remoting_address: str
-    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., topics: _Optional[int] = ..., last_seen_ms_ago: _Optional[int] = ..., registered_at_ms: _Optional[int] = ..., remoting_address: _Optional[str] = ...) -> None: ...
+    kafka_address: str
+    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., address: _Optional[str] = ..., topics: _Optional[int] = ..., last_seen_ms_ago: _Optional[int] = ..., registered_at_ms: _Optional[int] = ..., remoting_address: _Optional[str] = ..., kafka_address: _Optional[str] = ...) -> None: ...
 
 class ClusterInfo(_message.Message):
     __slots__ = ("brokers",)
