@@ -118,8 +118,11 @@ system-deps:
 	fi
 
 # The whole suite, as CI runs it: fast tests, slow end-to-end tests, ops tests and the Spark tests.
+# Two workers: most tests wait on daemons, and CI has 2 cores (29 -> ~20 min); TEST_WORKERS=0
+# runs in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) $(KAFKA_NODE_STAMP) system-deps
-	$(PYTEST) -q -m "not spark"
+	$(PYTEST) -q -m "not spark" -n $(TEST_WORKERS) --dist loadgroup
 	$(PYTEST) -q -m spark -p no:randomly
 
 # Unit and integration tests without the slow, ops and Spark ones (seconds, not minutes).

@@ -25,6 +25,27 @@ if TYPE_CHECKING:
 
 _live: list[Daemons] = []  # every open factory, whose logs a failed test's report shows
 
+# `make test` runs the suite on 2 pytest-xdist workers (--dist loadgroup): one group a test file
+# (its module-scoped daemons start once), and one group for the tests that share this machine's
+# global state -- network namespaces, nftables, FUSE mounts and etcd of tests/fault, the deploy
+# topologies of tests/ops, the fixed default ports of test_front_ends.py -- so those run one at
+# a time, first (the fault campaign alone is ~4 min: started last it would be the tail).
+SERIAL = ("tests/fault/", "tests/ops/", "tests/broker/test_front_ends.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not hasattr(config, "workerinput"):  # a worker of a distributed run collects here
+        return  # one process: the order as collected
+    serial = []
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        group = "serial" if path.startswith(SERIAL) else path
+        item.add_marker(pytest.mark.xdist_group(group))
+        serial.append(group == "serial")
+    items[:] = [i for i, s in zip(items, serial, strict=True) if s] + [
+        i for i, s in zip(items, serial, strict=True) if not s
+    ]
+
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
