@@ -32,7 +32,7 @@ from weakref import WeakKeyDictionary
 
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.processors.admin import AdminService
-from wharf.broker.remoting.codes import LanguageCode, ResponseCode
+from wharf.broker.remoting.codes import BROKER_VERSION, LanguageCode, ResponseCode
 from wharf.broker.remoting.frame import RemotingCommand, response_to
 from wharf.broker.remoting.headers import (
     CreateTopicRequestHeader,
@@ -48,6 +48,7 @@ from wharf.v1 import admin_pb2, common_pb2
 
 if TYPE_CHECKING:
     from wharf.broker.context import BrokerContext
+    from wharf.broker.meta.groups import SubscriptionGroup
     from wharf.broker.remoting.server import Connection
 
 __all__ = ["RemotingAdmin", "fastjson_mq_table", "java_string_hash"]
@@ -56,10 +57,23 @@ UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 DEFAULT_QUERY_MAX_NUM = 32  # RocketMQ's defaultQueryMaxNum
 QUERY_MAX_CAP = 1024
 PERM_READ_WRITE = 6
-# MQVersion.Version.V4_9_4.ordinal(): the 4.x protocol level served (GET_BROKER_RUNTIME_INFO's
-# "brokerVersion"; "brokerVersionDesc" names Wharf's own version).
-MQ_VERSION = 401
 SQL92_PREFIX = "SQL92: "
+# TopicValidator.SYSTEM_TOPIC_SET of RocketMQ 4.9.8: what 305 answers, with Wharf's own
+# rmq_sys_ / RMQ_SYS_ topics (the Dashboard marks these %SYS% and hides them).
+JAVA_SYSTEM_TOPICS = (
+    "TBW102",
+    "SCHEDULE_TOPIC_XXXX",
+    "BenchmarkTest",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRACE_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+    "SELF_TEST_TOPIC",
+    "OFFSET_MOVED_EVENT",
+)
+SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_")
+# ConsumeType names by ordinal (the C++ client sends the ordinal, Java the name).
+_CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
 
 _MESSAGE_MODEL_NAMES: dict[int, str] = {
     common_pb2.BROADCASTING: "BROADCASTING",
@@ -157,9 +171,19 @@ class RemotingAdmin:
         self.service = AdminService(ctx)
         self.seen: WeakKeyDictionary[Connection, tuple[LanguageCode, int]] = WeakKeyDictionary()
         self._rate_sample: tuple[float, int, int] | None = None  # (time, in, out)
+        # group -> ConsumeType of its last remoting heartbeat (RocketMQ's ConsumerGroupInfo):
+        # a pull consumer (DefaultLitePullConsumer, DefaultMQPullConsumer) is ACTIVELY, which
+        # mqadmin consumerProgress shows as PULL and the Dashboard as its consume type.
+        self.consume_types: dict[str, str] = {}
 
     def note_heartbeat(self, conn: Connection, request: RemotingCommand) -> None:
         self.seen[conn] = (request.language, request.version)
+
+    def note_consume_type(self, group: str, value: Any) -> None:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2:
+            self.consume_types[group] = _CONSUME_TYPES[value]
+        elif isinstance(value, str) and value.strip().upper() in _CONSUME_TYPES:
+            self.consume_types[group] = value.strip().upper()
 
     async def _call(self, name: str, request: Any) -> Any:
         method = _unwrapped(getattr(AdminService, name))
@@ -252,7 +276,54 @@ class RemotingAdmin:
         ]
         return self._ok(request, '{"offsetTable":' + fastjson_mq_table(rows) + "}")
 
+    async def get_system_topic_list(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """305 GET_SYSTEM_TOPIC_LIST_FROM_BROKER: the second step of the Java client's
+        getSystemTopicList (after 304), which the Dashboard's topic page makes."""
+        names = set(JAVA_SYSTEM_TOPICS)
+        names.update(
+            t.name
+            for t in self.ctx.topics.listing(include_system=True)
+            if t.name.startswith(SYSTEM_TOPIC_PREFIXES)
+        )
+        return self._ok(request, _json({"topicList": sorted(names)}))
+
+    async def query_topic_consume_by_who(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """300 QUERY_TOPIC_CONSUME_BY_WHO (mqadmin topicList -c, the Dashboard's topic
+        consumers): the groups online with a subscription to the topic and those with an
+        offset on it, as RocketMQ's GroupList ``{"groupList": [...]}``."""
+        header = TopicRequestHeader.from_ext_fields(request.ext_fields)
+        topic = header.topic
+        groups = self.ctx.offsets.groups_of_topic(topic)
+        groups.update(
+            group
+            for group, members in self.ctx.clients.groups.items()
+            if any(topic in client.subscriptions for client in members.values())
+        )
+        return self._ok(request, _json({"groupList": sorted(groups)}))
+
     # --- groups -------------------------------------------------------------------------------
+    async def get_all_subscription_group(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """201 GET_ALL_SUBSCRIPTIONGROUP_CONFIG: SubscriptionGroupWrapper, which the
+        Dashboard's consumer page lists groups from (it fails the page on any other code) and
+        DefaultMQAdminExt.examineSubscriptionGroupConfig picks one group from."""
+        groups = self.ctx.groups
+        table = {g.group_name: _subscription_group_config(g) for g in groups.listing()}
+        body = {
+            "dataVersion": {
+                "counter": groups.version,
+                "stateVersion": 0,
+                "timestamp": int(self.ctx.started_at * 1000),
+            },
+            "subscriptionGroupTable": table,
+        }
+        return self._ok(request, _json(body))
+
     async def update_and_create_subscription_group(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand:
@@ -357,7 +428,7 @@ class RemotingAdmin:
             "consumeFromWhere": _CONSUME_FROM_NAMES.get(
                 from_where or 0, "CONSUME_FROM_LAST_OFFSET"
             ),
-            "consumeType": "CONSUME_PASSIVELY",
+            "consumeType": self.consume_types.get(group, "CONSUME_PASSIVELY"),
             "messageModel": _MESSAGE_MODEL_NAMES.get(model or 0, "CLUSTERING"),
             "subscriptionTable": subscriptions,
         }
@@ -379,7 +450,7 @@ class RemotingAdmin:
         put, got = f"{put_tps:.2f}", f"{get_tps:.2f}"
         table = {
             "brokerVersionDesc": f"Wharf {status.version}",
-            "brokerVersion": str(MQ_VERSION),
+            "brokerVersion": str(BROKER_VERSION),
             "brokerActive": "true",
             "bootTimestamp": str(int(ctx.started_at * 1000)),
             "runtime": _runtime(status.uptime_ms / 1000),
@@ -471,6 +542,26 @@ class RemotingAdmin:
         return response_to(
             request, ResponseCode.SUCCESS, ext_fields=reply.to_ext_fields(), body=b"".join(records)
         )
+
+
+def _subscription_group_config(group: SubscriptionGroup) -> dict[str, Any]:
+    """SubscriptionGroupConfig as RocketMQ writes it (4.9's fields, 5.x's orderly flag and
+    timeout); the settings Wharf does not have take RocketMQ's defaults."""
+    return {
+        "attributes": {},
+        "brokerId": 0,
+        "consumeBroadcastEnable": group.consume_broadcast_enable,
+        "consumeEnable": group.consume_enable,
+        "consumeFromMinEnable": True,
+        "consumeMessageOrderly": group.consume_message_orderly,
+        "consumeTimeoutMinute": 15,
+        "groupName": group.group_name,
+        "groupSysFlag": 0,
+        "notifyConsumerIdsChangedEnable": True,
+        "retryMaxTimes": group.retry_max_times,
+        "retryQueueNums": group.retry_queue_nums,
+        "whichBrokerWhenConsumeSlowly": 1,
+    }
 
 
 def _parse_attributes(raw: str | None, update: bool) -> dict[str, str]:

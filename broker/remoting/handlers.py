@@ -66,6 +66,7 @@ from wharf.broker.remoting.routes import (
     cluster_info_response,
     kv_config_not_found,
     route_response,
+    system_topic_list_response,
     topic_list_response,
     topic_not_exist,
 )
@@ -203,6 +204,7 @@ class RemotingHandlers:
             RequestCode.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_topic_list,
             RequestCode.GET_KV_CONFIG: self.get_kv_config,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self.get_system_topic_list,
             RequestCode.HEART_BEAT: self._heartbeat_noted,
             RequestCode.UNREGISTER_CLIENT: self.unregister,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
@@ -233,6 +235,9 @@ class RemotingHandlers:
             RequestCode.GET_BROKER_RUNTIME_INFO: self.admin.get_broker_runtime_info,
             RequestCode.VIEW_MESSAGE_BY_ID: self.admin.view_message,
             RequestCode.QUERY_MESSAGE: self.admin.query_message,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.admin.get_system_topic_list,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.admin.get_all_subscription_group,
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.admin.query_topic_consume_by_who,
         }
         return {int(code): handler for code, handler in codes.items()}
 
@@ -298,6 +303,11 @@ class RemotingHandlers:
     async def get_kv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         return kv_config_not_found(request)
 
+    async def get_system_topic_list(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        return system_topic_list_response(request, [self._group()])
+
     # --- clients ------------------------------------------------------------------------------
     async def heartbeat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         ctx = self.ctx
@@ -327,6 +337,7 @@ class RemotingHandlers:
             where = _int_or_name(consumer.get("consumeFromWhere"), _CONSUME_FROM, 0)
             ctx.groups.for_use(group)
             ctx.topics.ensure_system(retry_topic(group), 1)
+            self.admin.note_consume_type(group, consumer.get("consumeType"))
             before = ctx.clients.versions.get(group)
             after = ctx.clients.heartbeat(
                 client_id,

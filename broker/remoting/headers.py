@@ -419,7 +419,8 @@ class CreateTopicRequestHeader(_Header):
 
 @dataclass(frozen=True, slots=True)
 class TopicRequestHeader(_Header):
-    """``{topic}``: DELETE_TOPIC_IN_BROKER (215), GET_TOPIC_STATS_INFO (202)."""
+    """``{topic}``: DELETE_TOPIC_IN_BROKER (215), GET_TOPIC_STATS_INFO (202),
+    QUERY_TOPIC_CONSUME_BY_WHO (300)."""
 
     topic: str = _field("topic", "str")
 

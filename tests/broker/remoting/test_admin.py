@@ -289,3 +289,72 @@ async def test_view_and_query_messages(client: Client) -> None:
     missing = await client.call(RequestCode.QUERY_MESSAGE, query("no-such-key"))
     assert missing.code == ResponseCode.QUERY_NOT_FOUND
     assert missing.remark == "can not find message, maybe time range not correct"
+
+
+async def test_dashboard_topic_and_group_lists(client: Client, broker: BrokerProcess) -> None:
+    """What the Dashboard's topic and consumer pages and mqadmin topicList -c ask, as the Java
+    client asks it (MQClientAPIImpl 4.9.8): each failed the page on 3 before."""
+    # getSystemTopicList: 304 names the broker to ask, then 305 there gives the system topics.
+    listed = await client.call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS)
+    assert listed.code == ResponseCode.SUCCESS, listed.remark
+    names = json.loads(listed.body)
+    assert names["brokerAddr"] == broker.remoting_endpoint
+    cluster = json.loads((await client.call(RequestCode.GET_BROKER_CLUSTER_INFO)).body)
+    [(cluster_name, broker_names)] = cluster["clusterAddrTable"].items()
+    assert set(names["topicList"]) == {cluster_name, *broker_names}
+    system = await client.call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER)
+    assert system.code == ResponseCode.SUCCESS, system.remark
+    system_topics = set(json.loads(system.body)["topicList"])
+    assert {"TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC"} <= system_topics
+    sent = await client.call(RequestCode.SEND_MESSAGE, _send_fields("adm-who", 0), b"w")
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    assert "adm-who" not in system_topics
+    # The consumer page: every subscription group (201), SubscriptionGroupConfig fields.
+    group = {"groupName": "CG_DASH", "retryMaxTimes": 7, "consumeBroadcastEnable": False}
+    made = await client.call(
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(group).encode()
+    )
+    assert made.code == ResponseCode.SUCCESS, made.remark
+    wrapper = await client.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+    assert wrapper.code == ResponseCode.SUCCESS, wrapper.remark
+    data = json.loads(wrapper.body)
+    assert "counter" in data["dataVersion"]
+    config = data["subscriptionGroupTable"]["CG_DASH"]
+    assert config["groupName"] == "CG_DASH" and config["retryMaxTimes"] == 7
+    assert (config["consumeEnable"], config["consumeBroadcastEnable"]) == (True, False)
+    assert (config["retryQueueNums"], config["brokerId"]) == (1, 0)
+    # Who consumes a topic (300): a group with an offset on it and a group online subscribed
+    # to it (a DefaultLitePullConsumer's heartbeat: CONSUME_ACTIVELY, shown by 203).
+    commit = {"consumerGroup": "CG_DASH", "topic": "adm-who", "queueId": 0, "commitOffset": 1}
+    assert (await client.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == 0
+    heartbeat = {
+        "clientID": "127.0.0.1@lite",
+        "consumerDataSet": [
+            {
+                "groupName": "CG_LITE",
+                "consumeType": "CONSUME_ACTIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "subscriptionDataSet": [
+                    {"topic": "adm-who", "subString": "*", "expressionType": "TAG"}
+                ],
+                "unitMode": False,
+            }
+        ],
+        "producerDataSet": [],
+    }
+    beat = await client.call(RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())
+    assert beat.code == ResponseCode.SUCCESS, beat.remark
+    who = await client.call(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "adm-who"})
+    assert who.code == ResponseCode.SUCCESS, who.remark
+    assert json.loads(who.body) == {"groupList": ["CG_DASH", "CG_LITE"]}
+    nobody = await client.call(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "adm-none"})
+    assert json.loads(nobody.body) == {"groupList": []}
+    connections = await client.call(
+        RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "CG_LITE"}
+    )
+    assert json.loads(connections.body)["consumeType"] == "CONSUME_ACTIVELY"  # mqadmin: PULL
+    # The runtime table names the protocol version every response carries (V4_9_8).
+    runtime = await client.call(RequestCode.GET_BROKER_RUNTIME_INFO)
+    assert json.loads(runtime.body)["table"]["brokerVersion"] == "409"
+    assert runtime.version == 409
