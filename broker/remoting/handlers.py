@@ -81,7 +81,7 @@ from wharf.store.errors import (
     StoreBusyError,
     StoreNotWritableError,
 )
-from wharf.store.model import GetStatus, MessageInput, PutStatus, RawGetResult, TagFilter
+from wharf.store.model import GetStatus, MessageInput, PutStatus, RawGetResult
 from wharf.v1 import common_pb2, messaging_pb2
 
 __all__ = ["RemotingHandlers", "error_response"]
@@ -394,18 +394,16 @@ class RemotingHandlers:
     ) -> RemotingCommand:
         """CHECK_CLIENT_CONFIG (46): a Java push consumer with ``MessageSelector.bySql`` asks at
         ``start()`` whether the broker can filter its subscription (``checkClientInBroker``,
-        which fails start() on any other answer): SUCCESS, or 23 SUBSCRIPTION_PARSE_FAILED
-        saying why (a bad expression, enablePropertyFilter off), as a pull of it would."""
+        which fails start() on any other answer): SUCCESS, 23 SUBSCRIPTION_PARSE_FAILED with
+        the parse error, or 1 with enablePropertyFilter off (Apache's ClientManageProcessor)."""
         data = _parse_json_body(request.body)
         subscription = data.get("subscriptionData") if isinstance(data, dict) else None
         if not isinstance(subscription, dict):
             raise InvalidArgumentError("CHECK_CLIENT_CONFIG: the body has no subscriptionData")
-        expression_type = str(subscription.get("expressionType") or "TAG").upper()
-        parse_filter(
-            str(subscription.get("subString") or "*"),
-            expression_type == SQL92,
-            self.ctx.config.enable_property_filter,
-        )
+        sql = str(subscription.get("expressionType") or "TAG").upper() == SQL92
+        if sql and not self.ctx.config.enable_property_filter:
+            return _sql92_off(request)
+        parse_filter(str(subscription.get("subString") or "*"), sql, True)
         return _ok(request)
 
     # --- send ---------------------------------------------------------------------------------
@@ -448,20 +446,18 @@ class RemotingHandlers:
         return response_to(request, _PUT_CODES[result.status], ext_fields=reply.to_ext_fields())
 
     # --- pull ---------------------------------------------------------------------------------
-    def _tag_filter(self, header: PullMessageRequestHeader) -> TagFilter:
-        ctx = self.ctx
+    def _subscription(self, header: PullMessageRequestHeader) -> tuple[str, bool]:
+        """(expression, is SQL92) of a pull: its own (subscription flag) or the group's last
+        heartbeat's."""
         if header.has_subscription:
-            expression = header.subscription or "*"
             sql = (header.expression_type or "TAG").upper() == SQL92
-        else:  # the subscription of the group's last heartbeat
-            expression, sql = "*", False
-            for client in ctx.clients.groups.get(header.consumer_group, {}).values():
-                found = client.subscriptions.get(header.topic)
-                if found is not None:
-                    sql = found.startswith("SQL92: ")
-                    expression = found[len("SQL92: ") :] if sql else found
-                    break
-        return parse_filter(expression, sql, ctx.config.enable_property_filter)
+            return header.subscription or "*", sql
+        for client in self.ctx.clients.groups.get(header.consumer_group, {}).values():
+            found = client.subscriptions.get(header.topic)
+            if found is not None:
+                sql = found.startswith("SQL92: ")
+                return (found[len("SQL92: ") :] if sql else found), sql
+        return "*", False
 
     async def pull(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         ctx = self.ctx
@@ -497,7 +493,10 @@ class RemotingHandlers:
                 ResponseCode.NO_PERMISSION,
                 remark=f"subscription group no permission, {group}",
             )
-        tag_filter = self._tag_filter(header)
+        expression, sql = self._subscription(header)
+        if sql and not ctx.config.enable_property_filter:
+            return _sql92_off(request)
+        tag_filter = parse_filter(expression, sql, True)
         if header.has_commit_offset and header.commit_offset >= 0:
             ctx.offsets.commit(group, name, queue_id, header.commit_offset)
         offset = max(header.queue_offset, 0)
@@ -584,6 +583,18 @@ class RemotingHandlers:
         )
         await self.consumer.send_back(back)
         return _ok(request)
+
+
+def _sql92_off(request: RemotingCommand) -> RemotingCommand:
+    """A SQL92 pull or CHECK_CLIENT_CONFIG while enablePropertyFilter is off: 1 SYSTEM_ERROR
+    with the remark of Apache's PullMessageProcessor and ClientManageProcessor (the Java client
+    throws on it either way; a bad expression is 23 SUBSCRIPTION_PARSE_FAILED)."""
+    return response_to(
+        request,
+        ResponseCode.SYSTEM_ERROR,
+        remark="The broker does not support consumer to filter message by SQL92 "
+        "(enablePropertyFilter = false)",
+    )
 
 
 def _pull_code(result: RawGetResult, offset: int) -> tuple[int, int]:
