@@ -36,7 +36,7 @@ same operation exists on the other protocols, so one account gets the same answe
   authenticated only);
 - 101 GET_KV_CONFIG, 106 GET_BROKER_CLUSTER_INFO, 304/305 GET_SYSTEM_TOPIC_LIST_*: authenticated
   only (the NameServer's GetClusterInfo; 305 is a fixed list of names);
-- admin: 17, 215, 200 (topic and group changes), 21, 202, 208, 203, 28, 206, 201, 300 (every
+- admin: 17, 215, 200 (topic and group changes), 21, 202, 208, 203, 28, 206, 201, 300, 307 (every
   topic, group, client or counter: wharf.v1's AdminService), 33 VIEW_MESSAGE_BY_ID (no topic
   named).
 
@@ -196,6 +196,7 @@ ACCESS: dict[int, NeedsOf] = {
         C.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: _authenticated,
         C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: _admin,
         C.QUERY_TOPIC_CONSUME_BY_WHO: _admin,
+        C.GET_CONSUMER_RUNNING_INFO: _admin,
     }.items()
 }
 

@@ -154,6 +154,11 @@ def _parse_json_body(body: bytes) -> Any:
         raise InvalidArgumentError(f"body is not JSON: {exc}") from None
 
 
+def _json_list(value: Any) -> list[Any]:
+    """A HeartbeatData set: a JSON array, anything else (a mangled body) as empty."""
+    return value if isinstance(value, list) else []
+
+
 def _int_or_name(value: Any, names: dict[str, int], default: int) -> int:
     """A HeartbeatData enum: an ordinal (C++) or a name (Java, ali-ons)."""
     if isinstance(value, bool):
@@ -238,6 +243,7 @@ class RemotingHandlers:
             RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.admin.get_system_topic_list,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.admin.get_all_subscription_group,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.admin.query_topic_consume_by_who,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: self.admin.get_consumer_running_info,
         }
         return {int(code): handler for code, handler in codes.items()}
 
@@ -318,13 +324,13 @@ class RemotingHandlers:
         if not client_id or len(client_id) > 255:
             raise InvalidArgumentError("HeartbeatData.clientID is required (1..255 chars)")
         changed: list[str] = []
-        for consumer in data.get("consumerDataSet") or []:
+        for consumer in _json_list(data.get("consumerDataSet")):
             if not isinstance(consumer, dict):
                 continue
             group = str(consumer.get("groupName") or "")
             validate_group_name(group)
             subscriptions: dict[str, str] = {}
-            for sub in consumer.get("subscriptionDataSet") or []:
+            for sub in _json_list(consumer.get("subscriptionDataSet")):
                 if not isinstance(sub, dict):
                     continue
                 topic = str(sub.get("topic") or "")
@@ -348,7 +354,7 @@ class RemotingHandlers:
             )
             if after != before:
                 changed.append(group)
-        for producer in data.get("producerDataSet") or []:
+        for producer in _json_list(data.get("producerDataSet")):
             if isinstance(producer, dict) and producer.get("groupName"):
                 ctx.clients.producer_heartbeat(client_id, str(producer["groupName"]))
         ctx.clients.attach(client_id, conn)

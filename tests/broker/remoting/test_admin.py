@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 from wharf.broker.remoting.admin import fastjson_mq_table, java_string_hash
-from wharf.broker.remoting.codes import RequestCode, ResponseCode
+from wharf.broker.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode
+from wharf.broker.remoting.frame import RemotingCommand, encode
 from wharf.broker.remoting.headers import properties_to_string
 from wharf.store.codec.ids import decode_offset_msg_id
 from wharf.store.codec.records import decode_record
@@ -265,8 +266,9 @@ async def test_view_and_query_messages(client: Client) -> None:
     assert nothing.remark == f"can not find message by the offset, {offset + 1}"
 
     def query(key: str, unique: bool = False) -> dict[str, Any]:
-        fields = {"topic": "adm-q", "key": key, "maxNum": 32, "beginTimestamp": 0,
-                  "endTimestamp": 2**62}  # fmt: skip
+        # mqadmin queryMsgByKey / queryMsgByUniqueKey: maxNum 64 / 32, end Long.MAX_VALUE.
+        fields = {"topic": "adm-q", "key": key, "maxNum": 32 if unique else 64,
+                  "beginTimestamp": 0, "endTimestamp": 2**63 - 1}  # fmt: skip
         if unique:
             fields["_UNIQUE_KEY_QUERY"] = "true"
         return fields
@@ -358,3 +360,64 @@ async def test_dashboard_topic_and_group_lists(client: Client, broker: BrokerPro
     runtime = await client.call(RequestCode.GET_BROKER_RUNTIME_INFO)
     assert json.loads(runtime.body)["table"]["brokerVersion"] == "409"
     assert runtime.version == 409
+
+
+async def test_consumer_running_info_is_asked_of_the_consumer(
+    client: Client, broker: BrokerProcess
+) -> None:
+    """307 GET_CONSUMER_RUNNING_INFO (mqadmin consumerStatus, the Dashboard's consumer client
+    page): the broker asks the consumer on its own connection and relays its answer, as
+    RocketMQ's AdminBrokerProcessor.callConsumer (the Java client's ClientRemotingProcessor
+    answers it with its ConsumerRunningInfo). It was 3 before."""
+    host, _, port = broker.remoting_endpoint.rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    consumer = Client(reader, writer)
+    heartbeat = {
+        "clientID": "127.0.0.1@running",
+        "consumerDataSet": [
+            {
+                "groupName": "CG_RUN",
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "subscriptionDataSet": [{"topic": "adm-run", "subString": "*"}],
+            }
+        ],
+    }
+    beat = await consumer.call(RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())
+    assert beat.code == ResponseCode.SUCCESS, beat.remark
+    ask = {"consumerGroup": "CG_RUN", "clientId": "127.0.0.1@running", "jstackEnable": "false"}
+    opaque = client.send(RequestCode.GET_CONSUMER_RUNNING_INFO, ask)
+    while True:  # the consumer is asked (after the NOTIFY_CONSUMER_IDS_CHANGED of its join)
+        asked = await consumer.reply()
+        if asked.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            break
+    assert not asked.is_response and not asked.flag & FLAG_ONEWAY
+    assert asked.ext_fields == ask
+    info = {"properties": {"PROP_CONSUME_TYPE": "CONSUME_PASSIVELY"}, "jstack": None}
+    consumer.writer.write(
+        encode(
+            RemotingCommand(
+                code=ResponseCode.SUCCESS,
+                opaque=asked.opaque,
+                flag=FLAG_RESPONSE,
+                body=json.dumps(info).encode(),
+            )
+        )
+    )
+    relayed = await client.reply()
+    assert (relayed.opaque, relayed.code) == (opaque, ResponseCode.SUCCESS)
+    assert json.loads(relayed.body) == info
+    # A client not in the group, or gone: "not online", as RocketMQ words it.
+    stranger = {**ask, "clientId": "127.0.0.1@nobody"}
+    offline = await client.call(RequestCode.GET_CONSUMER_RUNNING_INFO, stranger)
+    assert offline.code == ResponseCode.SYSTEM_ERROR
+    assert offline.remark == "The Consumer <CG_RUN> <127.0.0.1@nobody> not online"
+    # The consumer's connection closing while it is asked: an error, not a hang.
+    client.send(RequestCode.GET_CONSUMER_RUNNING_INFO, ask)
+    while (await consumer.reply()).code != RequestCode.GET_CONSUMER_RUNNING_INFO:
+        pass
+    consumer.writer.close()
+    closed = await client.reply()
+    assert closed.code == ResponseCode.SYSTEM_ERROR
+    assert (closed.remark or "").startswith("invoke consumer <CG_RUN> <127.0.0.1@running>")

@@ -107,6 +107,7 @@ SERVED = frozenset(
         RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER,
         RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
         RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
+        RequestCode.GET_CONSUMER_RUNNING_INFO,
     )
 )
 KNOWN = frozenset(int(c) for c in RequestCode)
