@@ -525,6 +525,9 @@ class RemotingAdmin:
             "startAcceptSendRequestTimeStamp": "0",
             "sendThreadPoolQueueSize": "0",
             "pullThreadPoolQueueSize": "0",
+            # mqadmin clusterList prints these two beside the TPS ("null" when absent)
+            "sendThreadPoolQueueHeadWaitTimeMills": "0",
+            "pullThreadPoolQueueHeadWaitTimeMills": "0",
             "queryThreadPoolQueueSize": "0",
             "EndTransactionQueueSize": "0",
             "timerReadBehind": "0",

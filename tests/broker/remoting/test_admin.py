@@ -244,6 +244,13 @@ async def test_runtime_info(client: Client) -> None:
     assert len(table["putTps"].split(" ")) == 3
     assert table["runtime"].startswith("[ 0 days, ")
     assert int(table["bootTimestamp"]) > 0
+    # Every key mqadmin clusterList (4.9.8 ClusterListSubCommand) reads.
+    for key in ("msgPutTotalYesterdayMorning", "msgPutTotalTodayMorning", "msgGetTotalTodayNow",
+                "getTransferedTps", "sendThreadPoolQueueSize", "pullThreadPoolQueueSize",
+                "sendThreadPoolQueueHeadWaitTimeMills", "pullThreadPoolQueueHeadWaitTimeMills",
+                "pageCacheLockTimeMills", "earliestMessageTimeStamp", "commitLogDiskRatio",
+                "brokerVersionDesc"):  # fmt: skip
+        assert key in table, key
 
 
 async def test_view_and_query_messages(client: Client) -> None:
