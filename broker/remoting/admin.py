@@ -23,7 +23,6 @@ tables) is written as fastjson writes one, with object keys -- ``{{"brokerName":
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import time
@@ -44,7 +43,6 @@ from wharf.broker.remoting.headers import (
     TopicRequestHeader,
     ViewMessageRequestHeader,
 )
-from wharf.broker.remoting.server import Connection as RemotingConnection
 from wharf.store.errors import StoreError
 from wharf.v1 import admin_pb2, common_pb2
 
@@ -74,8 +72,6 @@ JAVA_SYSTEM_TOPICS = (
     "OFFSET_MOVED_EVENT",
 )
 SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_")
-# Broker2Client.callClient's wait for a consumer's answer (RocketMQ: 10 s).
-CALL_CONSUMER_TIMEOUT_S = 10.0
 # ConsumeType names by ordinal (the C++ client sends the ordinal, Java the name).
 _CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
 
@@ -438,48 +434,6 @@ class RemotingAdmin:
         }
         return self._ok(request, _json(body))
 
-    async def get_consumer_running_info(
-        self, conn: Connection, request: RemotingCommand
-    ) -> RemotingCommand:
-        """307 GET_CONSUMER_RUNNING_INFO (mqadmin consumerStatus, consumerProgress -s, the
-        Dashboard's consumer client page): asked of the consumer ``clientId`` of
-        ``consumerGroup`` on its connection and its answer relayed as it is (the client
-        builds the ConsumerRunningInfo), as RocketMQ's AdminBrokerProcessor.callConsumer."""
-        fields = request.ext_fields
-        group, client_id = fields.get("consumerGroup", ""), fields.get("clientId", "")
-        channel = None
-        if client_id in self.ctx.clients.groups.get(group, {}):
-            channel = self.ctx.clients.connection_of(client_id)
-        if not isinstance(channel, RemotingConnection) or channel.closed:
-            return response_to(
-                request,
-                ResponseCode.SYSTEM_ERROR,
-                remark=f"The Consumer <{group}> <{client_id}> not online",
-            )
-        try:
-            async with asyncio.timeout(CALL_CONSUMER_TIMEOUT_S):
-                answer = await channel.call(request.code, dict(fields), request.body)
-        except TimeoutError:
-            return response_to(
-                request,
-                ResponseCode.CONSUME_MSG_TIMEOUT,
-                remark=f"consumer <{group}> <{client_id}> Timeout: "
-                f"no answer in {CALL_CONSUMER_TIMEOUT_S:g} s",
-            )
-        except ConnectionError as exc:
-            return response_to(
-                request,
-                ResponseCode.SYSTEM_ERROR,
-                remark=f"invoke consumer <{group}> <{client_id}> Exception: {exc}",
-            )
-        return response_to(
-            request,
-            answer.code,
-            remark=answer.remark,
-            ext_fields=answer.ext_fields,
-            body=answer.body,
-        )
-
     # --- broker -------------------------------------------------------------------------------
     async def get_broker_runtime_info(
         self, conn: Connection, request: RemotingCommand
@@ -546,7 +500,7 @@ class RemotingAdmin:
         return self._ok(request, _json({"table": table}))
 
     # --- messages -----------------------------------------------------------------------------
-    def _raw_record(self, offset: int) -> bytes | None:
+    def raw_record(self, offset: int) -> bytes | None:
         try:
             message = self.ctx.store.look_message_by_offset(offset)
         except (StoreError, ValueError):  # not a record start: not found, as a user's offset
@@ -557,7 +511,7 @@ class RemotingAdmin:
 
     async def view_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = ViewMessageRequestHeader.from_ext_fields(request.ext_fields)
-        record = self._raw_record(header.offset)
+        record = self.raw_record(header.offset)
         if record is None:
             return response_to(
                 request,
@@ -576,7 +530,7 @@ class RemotingAdmin:
         found = store.query_messages(
             header.topic, header.key, max_num, header.begin_timestamp, header.end_timestamp
         )
-        records = [r for r in (self._raw_record(m.commit_log_offset) for m in found) if r]
+        records = [r for r in (self.raw_record(m.commit_log_offset) for m in found) if r]
         reply = QueryMessageResponseHeader(
             index_last_update_timestamp=store.dispatch_timestamp,
             index_last_update_phyoffset=store.dispatch_offset,

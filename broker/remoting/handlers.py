@@ -42,6 +42,7 @@ from wharf.broker.processors.consumer import ConsumerProcessor, retry_topic
 from wharf.broker.remoting.admin import RemotingAdmin
 from wharf.broker.remoting.batch import BatchError, decode_messages
 from wharf.broker.remoting.codes import TRANSACTION_ROLLBACK_TYPE, RequestCode, ResponseCode
+from wharf.broker.remoting.consumer_calls import ConsumerCalls
 from wharf.broker.remoting.frame import RemotingCommand, response_to
 from wharf.broker.remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
@@ -202,6 +203,7 @@ class RemotingHandlers:
         ctx.check_targets.add_source(self.transactions.targets)
         self.locks = RemotingLocks()
         self.admin = RemotingAdmin(ctx)
+        self.calls = ConsumerCalls(ctx, self.admin.raw_record)
 
     def table(self) -> dict[int, Handler]:
         codes: dict[int, Callable[[Connection, RemotingCommand], Any]] = {
@@ -243,7 +245,8 @@ class RemotingHandlers:
             RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.admin.get_system_topic_list,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.admin.get_all_subscription_group,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.admin.query_topic_consume_by_who,
-            RequestCode.GET_CONSUMER_RUNNING_INFO: self.admin.get_consumer_running_info,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: self.calls.get_consumer_running_info,
+            RequestCode.CONSUME_MESSAGE_DIRECTLY: self.calls.consume_message_directly,
         }
         return {int(code): handler for code, handler in codes.items()}
 

@@ -415,6 +415,32 @@ async def test_consumer_running_info_is_asked_of_the_consumer(
     relayed = await client.reply()
     assert (relayed.opaque, relayed.code) == (opaque, ResponseCode.SUCCESS)
     assert json.loads(relayed.body) == info
+    # 309 CONSUME_MESSAGE_DIRECTLY (mqadmin consumeMessage, the Dashboard's resend): the
+    # consumer gets the record of msgId in the body and the broker's name in the header.
+    sent = await client.call(RequestCode.SEND_MESSAGE, _send_fields("adm-run", 0), b"again")
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    direct = {"consumerGroup": "CG_RUN", "clientId": "127.0.0.1@running",
+              "msgId": sent.ext_fields["msgId"]}  # fmt: skip
+    opaque = client.send(RequestCode.CONSUME_MESSAGE_DIRECTLY, direct)
+    asked = await consumer.reply()
+    assert asked.code == RequestCode.CONSUME_MESSAGE_DIRECTLY
+    assert decode_record(asked.body, 0).body == b"again"
+    cluster = json.loads((await client.call(RequestCode.GET_BROKER_CLUSTER_INFO)).body)
+    assert asked.ext_fields == {**direct, "brokerName": next(iter(cluster["brokerAddrTable"]))}
+    result = {
+        "autoCommit": True,
+        "consumeResult": "CR_SUCCESS",
+        "order": False,
+        "spentTimeMills": 1,
+    }
+    consumer.writer.write(encode(RemotingCommand(code=ResponseCode.SUCCESS, opaque=asked.opaque,
+                                                 flag=FLAG_RESPONSE,
+                                                 body=json.dumps(result).encode())))  # fmt: skip
+    relayed = await client.reply()
+    assert (relayed.opaque, json.loads(relayed.body)) == (opaque, result)
+    unknown = await client.call(RequestCode.CONSUME_MESSAGE_DIRECTLY, {**direct, "msgId": "XY"})
+    assert unknown.code == ResponseCode.SYSTEM_ERROR
+    assert unknown.remark == "can not find message by the msgId, XY"
     # A client not in the group, or gone: "not online", as RocketMQ words it.
     stranger = {**ask, "clientId": "127.0.0.1@nobody"}
     offline = await client.call(RequestCode.GET_CONSUMER_RUNNING_INFO, stranger)

@@ -108,6 +108,7 @@ SERVED = frozenset(
         RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
         RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
         RequestCode.GET_CONSUMER_RUNNING_INFO,
+        RequestCode.CONSUME_MESSAGE_DIRECTLY,
     )
 )
 KNOWN = frozenset(int(c) for c in RequestCode)
