@@ -36,8 +36,10 @@ from wharf.broker.remoting.codes import BROKER_VERSION, LanguageCode, ResponseCo
 from wharf.broker.remoting.frame import RemotingCommand, response_to
 from wharf.broker.remoting.headers import (
     CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
     GetConsumerConnectionListRequestHeader,
     GetConsumeStatsRequestHeader,
+    GetProducerConnectionListRequestHeader,
     QueryMessageRequestHeader,
     QueryMessageResponseHeader,
     TopicRequestHeader,
@@ -340,6 +342,60 @@ class RemotingAdmin:
         await self._call("CreateSubscriptionGroup", config)
         return self._ok(request)
 
+    async def delete_subscription_group(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """207 DELETE_SUBSCRIPTIONGROUP (mqadmin deleteSubGroup, the Dashboard's consumer
+        delete): the group's config goes, its offsets too with ``removeOffset`` (AdminService's
+        DeleteSubscriptionGroup); an unknown group is SUCCESS, as RocketMQ's."""
+        header = DeleteSubscriptionGroupRequestHeader.from_ext_fields(request.ext_fields)
+        name = header.group_name
+        if header.remove_offset:
+            try:
+                await self._call(
+                    "DeleteSubscriptionGroup",
+                    admin_pb2.DeleteSubscriptionGroupRequest(group_name=name),
+                )
+            except NotFoundError:  # no config: its offsets (if any) go all the same
+                self.ctx.offsets.remove_group(name)
+        else:
+            with contextlib.suppress(NotFoundError):
+                self.ctx.groups.delete(name)
+        return self._ok(request)
+
+    async def get_producer_connection_list(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """204 GET_PRODUCER_CONNECTION_LIST (mqadmin producerConnection, the Dashboard's
+        producer page): ProducerConnection ``{connectionSet: [Connection]}`` of the group's
+        producers; none: 1 "the producer group[g] not exist", as RocketMQ's."""
+        header = GetProducerConnectionListRequestHeader.from_ext_fields(request.ext_fields)
+        group = header.producer_group
+        producers = self.ctx.clients.producers.get(group)
+        if not producers:
+            return response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"the producer group[{group}] not exist",
+            )
+        connections = [self._connection(client_id) for client_id in sorted(producers)]
+        return self._ok(request, _json({"connectionSet": connections}))
+
+    def _connection(self, client_id: str) -> dict[str, Any]:
+        """RocketMQ's Connection of a client: its remoting address and the language and
+        version of its last heartbeat (a client without a remoting connection: OTHER)."""
+        channel = self.ctx.clients.connection_of(client_id)
+        language, version, address = LanguageCode.OTHER, 0, ""
+        if channel is not None and not channel.closed:
+            language, version = self.seen.get(channel, (LanguageCode.OTHER, 0))
+            address = channel.peer
+        return {
+            "clientAddr": address,
+            "clientId": client_id,
+            "language": language.name,
+            "version": version,
+        }
+
     async def get_consume_stats(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand:
@@ -405,20 +461,7 @@ class RemotingAdmin:
         model = from_where = None
         version = self.ctx.clients.versions.get(group, 0)
         for client_id, client in sorted(members.items()):
-            channel = self.ctx.clients.connection_of(client_id)
-            language, client_version = LanguageCode.OTHER, 0
-            address = ""
-            if channel is not None and not channel.closed:
-                language, client_version = self.seen.get(channel, (LanguageCode.OTHER, 0))
-                address = channel.peer
-            connections.append(
-                {
-                    "clientAddr": address,
-                    "clientId": client_id,
-                    "language": language.name,
-                    "version": client_version,
-                }
-            )
+            connections.append(self._connection(client_id))
             for topic, expression in client.subscriptions.items():
                 subscriptions.setdefault(topic, _subscription(topic, expression, version))
             model = client.message_model if model is None else model

@@ -245,6 +245,8 @@ class RemotingHandlers:
             RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.admin.get_system_topic_list,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.admin.get_all_subscription_group,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.admin.query_topic_consume_by_who,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: self.admin.get_producer_connection_list,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: self.admin.delete_subscription_group,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self.calls.get_consumer_running_info,
             RequestCode.CONSUME_MESSAGE_DIRECTLY: self.calls.consume_message_directly,
         }

@@ -53,10 +53,12 @@ __all__ = [
     "CheckTransactionStateRequestHeader",
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
+    "DeleteSubscriptionGroupRequestHeader",
     "EndTransactionRequestHeader",
     "GetConsumeStatsRequestHeader",
     "GetConsumerConnectionListRequestHeader",
     "GetConsumerListByGroupRequestHeader",
+    "GetProducerConnectionListRequestHeader",
     "GetRouteInfoRequestHeader",
     "HeaderError",
     "NotifyConsumerIdsChangedRequestHeader",
@@ -438,6 +440,21 @@ class GetConsumerConnectionListRequestHeader(_Header):
     """GET_CONSUMER_CONNECTION_LIST (203)."""
 
     consumer_group: str = _field("consumerGroup", "str")
+
+
+@dataclass(frozen=True, slots=True)
+class GetProducerConnectionListRequestHeader(_Header):
+    """GET_PRODUCER_CONNECTION_LIST (204)."""
+
+    producer_group: str = _field("producerGroup", "str")
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteSubscriptionGroupRequestHeader(_Header):
+    """DELETE_SUBSCRIPTIONGROUP (207): ``removeOffset`` also drops the group's offsets."""
+
+    group_name: str = _field("groupName", "str")
+    remove_offset: bool = _field("removeOffset", "bool", False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -454,3 +454,56 @@ async def test_consumer_running_info_is_asked_of_the_consumer(
     closed = await client.reply()
     assert closed.code == ResponseCode.SYSTEM_ERROR
     assert (closed.remark or "").startswith("invoke consumer <CG_RUN> <127.0.0.1@running>")
+
+
+async def test_producer_connections_and_group_deletion(client: Client) -> None:
+    """204 GET_PRODUCER_CONNECTION_LIST (mqadmin producerConnection, the Dashboard's producer
+    page) and 207 DELETE_SUBSCRIPTIONGROUP (mqadmin deleteSubGroup, the Dashboard's consumer
+    delete), as the 4.9.8 client asks them (headers producerGroup; groupName, removeOffset):
+    both were 3 before."""
+    none = await client.call(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "PG_X"})
+    assert none.code == ResponseCode.SYSTEM_ERROR
+    assert none.remark == "the producer group[PG_X] not exist"
+    heartbeat = {"clientID": "127.0.0.1@producer", "consumerDataSet": [],
+                 "producerDataSet": [{"groupName": "PG_X"}]}  # fmt: skip
+    beat = await client.call(RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())
+    assert beat.code == ResponseCode.SUCCESS, beat.remark
+    listed = await client.call(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "PG_X"})
+    assert listed.code == ResponseCode.SUCCESS, listed.remark
+    [connection] = json.loads(listed.body)["connectionSet"]
+    assert connection["clientId"] == "127.0.0.1@producer"
+    assert connection["language"] == "JAVA" and connection["clientAddr"].startswith("127.0.0.1:")
+
+    async def groups() -> dict[str, Any]:
+        reply = await client.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        return dict(json.loads(reply.body)["subscriptionGroupTable"])
+
+    async def offset(group: str) -> str | None:
+        fields = {"consumerGroup": group, "topic": "adm-del", "queueId": 0,
+                  "setZeroIfNotFound": "false"}  # fmt: skip
+        return (await client.call(RequestCode.QUERY_CONSUMER_OFFSET, fields)).ext_fields.get(
+            "offset"
+        )
+
+    for group in ("CG_DEL_KEEP", "CG_DEL_ALL"):
+        made = await client.call(
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+            body=json.dumps({"groupName": group}).encode(),
+        )
+        assert made.code == ResponseCode.SUCCESS, made.remark
+        commit = {"consumerGroup": group, "topic": "adm-del", "queueId": 0, "commitOffset": 5}
+        assert (await client.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == 0
+    keep = await client.call(
+        RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "CG_DEL_KEEP", "removeOffset": "false"}
+    )
+    assert keep.code == ResponseCode.SUCCESS, keep.remark
+    drop = await client.call(
+        RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "CG_DEL_ALL", "removeOffset": "true"}
+    )
+    assert drop.code == ResponseCode.SUCCESS, drop.remark
+    table = await groups()
+    assert "CG_DEL_KEEP" not in table and "CG_DEL_ALL" not in table
+    assert await offset("CG_DEL_KEEP") == "5"  # removeOffset false: the offsets stay
+    assert await offset("CG_DEL_ALL") is None
+    again = await client.call(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "CG_DEL_ALL"})
+    assert again.code == ResponseCode.SUCCESS  # an unknown group, as RocketMQ's

@@ -109,6 +109,8 @@ SERVED = frozenset(
         RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
         RequestCode.GET_CONSUMER_RUNNING_INFO,
         RequestCode.CONSUME_MESSAGE_DIRECTLY,
+        RequestCode.GET_PRODUCER_CONNECTION_LIST,
+        RequestCode.DELETE_SUBSCRIPTIONGROUP,
     )
 )
 KNOWN = frozenset(int(c) for c in RequestCode)
