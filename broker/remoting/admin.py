@@ -92,7 +92,7 @@ def _json(data: Any) -> str:
     return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
 
-def fastjson_mq_table(rows: Iterable[tuple[str, str, int, dict[str, Any]]]) -> str:
+def fastjson_mq_table(rows: Iterable[tuple[str, str, int, Any]]) -> str:
     """A ``Map<MessageQueue, V>`` as fastjson writes it: each key the MessageQueue object."""
     parts = [
         _json({"brokerName": broker, "queueId": queue_id, "topic": topic}) + ":" + _json(value)

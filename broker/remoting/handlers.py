@@ -249,6 +249,7 @@ class RemotingHandlers:
             RequestCode.DELETE_SUBSCRIPTIONGROUP: self.admin.delete_subscription_group,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self.calls.get_consumer_running_info,
             RequestCode.CONSUME_MESSAGE_DIRECTLY: self.calls.consume_message_directly,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.calls.reset_offset,
         }
         return {int(code): handler for code, handler in codes.items()}
 

@@ -69,6 +69,7 @@ __all__ = [
     "QueryConsumerOffsetResponseHeader",
     "QueryMessageRequestHeader",
     "QueryMessageResponseHeader",
+    "ResetOffsetRequestHeader",
     "SearchOffsetRequestHeader",
     "SendMessageRequestHeader",
     "SendMessageResponseHeader",
@@ -348,6 +349,17 @@ class TopicQueueRequestHeader(_Header):
 
     topic: str = _field("topic", "str")
     queue_id: int = _field("queueId", "i32")
+
+
+@dataclass(frozen=True, slots=True)
+class ResetOffsetRequestHeader(_Header):
+    """INVOKE_BROKER_TO_RESET_OFFSET (222) and the RESET_CONSUMER_CLIENT_OFFSET (220) it sends
+    (``isForce``: the Java bean field's name); ``timestamp`` -1: the queues' ends."""
+
+    topic: str = _field("topic", "str")
+    group: str = _field("group", "str")
+    timestamp: int = _field("timestamp", "i64")
+    is_force: bool = _field("isForce", "bool", False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -239,7 +239,9 @@ class Connection(asyncio.Protocol):
             )
             transport.write(encode(fallback, SerializeType.JSON))
 
-    def request(self, code: int, ext_fields: dict[str, str], *, oneway: bool = True) -> None:
+    def request(
+        self, code: int, ext_fields: dict[str, str], body: bytes = b"", *, oneway: bool = True
+    ) -> None:
         """Send a broker -> client request (oneway: nothing waits for its answer)."""
         self.send(
             RemotingCommand(
@@ -247,6 +249,7 @@ class Connection(asyncio.Protocol):
                 opaque=next(self._opaque),
                 flag=FLAG_ONEWAY if oneway else 0,
                 ext_fields=ext_fields,
+                body=body,
             )
         )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -507,3 +508,74 @@ async def test_producer_connections_and_group_deletion(client: Client) -> None:
     assert await offset("CG_DEL_ALL") is None
     again = await client.call(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "CG_DEL_ALL"})
     assert again.code == ResponseCode.SUCCESS  # an unknown group, as RocketMQ's
+
+
+async def test_reset_offset_by_time(client: Client, broker: BrokerProcess) -> None:
+    """222 INVOKE_BROKER_TO_RESET_OFFSET (mqadmin resetOffsetByTime, the Dashboard's reset
+    offset) as the 4.9.8 client asks it (topic, group, timestamp, isForce): per queue the
+    offset at the time, sent as 220 RESET_CONSUMER_CLIENT_OFFSET to the online members and
+    answered as ResetOffsetBody; an offline group is 206, on which the tools commit the
+    offsets themselves (Broker2Client.resetOffset). It was 3, which failed both tools."""
+    created = await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, _create_fields("adm-rst", 2))
+    assert created.code == ResponseCode.SUCCESS, created.remark
+    for i in range(3):
+        sent = await client.call(RequestCode.SEND_MESSAGE, _send_fields("adm-rst", 0), b"a%d" % i)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+    await _dispatched(client, "adm-rst", 0, 3)
+    await asyncio.sleep(0.05)
+    middle = int(time.time() * 1000)  # between the two sends (store times in ms)
+    await asyncio.sleep(0.05)
+    for i in range(2):
+        sent = await client.call(RequestCode.SEND_MESSAGE, _send_fields("adm-rst", 0), b"b%d" % i)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+    await _dispatched(client, "adm-rst", 0, 5)
+    search = await client.call(
+        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+        {"topic": "adm-rst", "queueId": 0, "timestamp": middle},
+    )
+    at_middle = int(search.ext_fields["offset"])
+    assert at_middle == 3
+    for queue_id, committed in ((0, 4), (1, 0)):
+        commit = {"consumerGroup": "CG_RST", "topic": "adm-rst", "queueId": queue_id,
+                  "commitOffset": committed}  # fmt: skip
+        assert (await client.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == 0
+    ask = {"topic": "adm-rst", "group": "CG_RST", "timestamp": middle, "isForce": "false"}
+    offline = await client.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ask)
+    assert offline.code == ResponseCode.CONSUMER_NOT_ONLINE
+    assert offline.remark == (
+        f"Consumer not online, so can not reset offset, Group: CG_RST Topic: adm-rst "
+        f"Timestamp: {middle}"
+    )
+    host, _, port = broker.remoting_endpoint.rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    consumer = Client(reader, writer)
+    heartbeat = {"clientID": "127.0.0.1@reset", "consumerDataSet": [
+        {"groupName": "CG_RST", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+         "subscriptionDataSet": [{"topic": "adm-rst", "subString": "*"}]}]}  # fmt: skip
+    beat = await consumer.call(RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())
+    assert beat.code == ResponseCode.SUCCESS, beat.remark
+
+    async def reset(**fields: Any) -> dict[int, int]:
+        reply = await client.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {**ask, **fields})
+        assert reply.code == ResponseCode.SUCCESS, reply.remark
+        _, table = _offset_table(reply.body)
+        while True:  # the member is told, oneway, with the same table
+            told = await consumer.reply()
+            if told.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+                break
+        assert told.flag & FLAG_ONEWAY
+        assert told.ext_fields["group"] == "CG_RST" and told.ext_fields["topic"] == "adm-rst"
+        assert _offset_table(told.body)[1] == table
+        return {q: v for (_, _, q), v in table.items()}
+
+    # Not forced: a queue moves back only (4 -> 3), never ahead of the group (0 stays 0).
+    assert await reset() == {0: at_middle, 1: 0}
+    # The queues' ends (-1), forced: ahead too.
+    assert await reset(timestamp=-1, isForce="true") == {0: 5, 1: 0}
+    assert await reset(timestamp=-1) == {0: 4, 1: 0}  # not forced: the group's offsets
+    unknown = await client.call(
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {**ask, "group": "CG_NO"}
+    )
+    assert unknown.code == ResponseCode.SYSTEM_ERROR
+    assert unknown.remark == "THe consumer group <CG_NO> not exist"
+    writer.close()

@@ -111,6 +111,7 @@ SERVED = frozenset(
         RequestCode.CONSUME_MESSAGE_DIRECTLY,
         RequestCode.GET_PRODUCER_CONNECTION_LIST,
         RequestCode.DELETE_SUBSCRIPTIONGROUP,
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
     )
 )
 KNOWN = frozenset(int(c) for c in RequestCode)
