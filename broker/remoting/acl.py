@@ -36,7 +36,7 @@ same operation exists on the other protocols, so one account gets the same answe
   authenticated only);
 - 101 GET_KV_CONFIG, 106 GET_BROKER_CLUSTER_INFO, 304/305 GET_SYSTEM_TOPIC_LIST_*: authenticated
   only (the NameServer's GetClusterInfo; 305 is a fixed list of names);
-- admin: 17, 215, 200 (topic and group changes), 21, 202, 208, 203, 28, 206, 201, 204, 207, 222, 300, 307, 309 (every
+- admin: 17, 215, 200 (topic and group changes), 21, 202, 208, 203, 28, 206, 26, 201, 204, 207, 222, 300, 307, 309 (every
   topic, group, client or counter: wharf.v1's AdminService), 33 VIEW_MESSAGE_BY_ID (no topic
   named).
 
@@ -201,6 +201,7 @@ ACCESS: dict[int, NeedsOf] = {
         C.GET_PRODUCER_CONNECTION_LIST: _admin,
         C.DELETE_SUBSCRIPTIONGROUP: _admin,
         C.INVOKE_BROKER_TO_RESET_OFFSET: _admin,
+        C.GET_BROKER_CONFIG: _admin,
     }.items()
 }
 

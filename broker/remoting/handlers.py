@@ -41,6 +41,7 @@ from wharf.broker.meta.topics import validate_topic_name
 from wharf.broker.processors.consumer import ConsumerProcessor, retry_topic
 from wharf.broker.remoting.admin import RemotingAdmin
 from wharf.broker.remoting.batch import BatchError, decode_messages
+from wharf.broker.remoting.broker_config import broker_config_response
 from wharf.broker.remoting.codes import TRANSACTION_ROLLBACK_TYPE, RequestCode, ResponseCode
 from wharf.broker.remoting.consumer_calls import ConsumerCalls
 from wharf.broker.remoting.frame import RemotingCommand, response_to
@@ -250,6 +251,7 @@ class RemotingHandlers:
             RequestCode.GET_CONSUMER_RUNNING_INFO: self.calls.get_consumer_running_info,
             RequestCode.CONSUME_MESSAGE_DIRECTLY: self.calls.consume_message_directly,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.calls.reset_offset,
+            RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
         }
         return {int(code): handler for code, handler in codes.items()}
 
@@ -314,6 +316,11 @@ class RemotingHandlers:
 
     async def get_kv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         return kv_config_not_found(request)
+
+    async def get_broker_config(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        return broker_config_response(request, self.ctx.config, int(self.ctx.started_at * 1000))
 
     async def get_system_topic_list(
         self, conn: Connection, request: RemotingCommand

@@ -579,3 +579,21 @@ async def test_reset_offset_by_time(client: Client, broker: BrokerProcess) -> No
     assert unknown.code == ResponseCode.SYSTEM_ERROR
     assert unknown.remark == "THe consumer group <CG_NO> not exist"
     writer.close()
+
+
+async def test_broker_config(client: Client, broker: BrokerProcess) -> None:
+    """26 GET_BROKER_CONFIG (mqadmin getBrokerConfig, the Dashboard's broker config view):
+    ``name=value`` lines the 4.9.8 client reads with MixAll.string2Properties, by setting
+    name, without the secrets. It was 3."""
+    reply = await client.call(RequestCode.GET_BROKER_CONFIG)
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+    assert "counter" in json.loads(reply.ext_fields["version"])
+    lines = reply.body.decode().splitlines()
+    settings = dict(line.split("=", 1) for line in lines)
+    cluster = json.loads((await client.call(RequestCode.GET_BROKER_CLUSTER_INFO)).body)
+    assert settings["brokerName"] in cluster["brokerAddrTable"]
+    assert settings["brokerClusterName"] in cluster["clusterAddrTable"]
+    assert settings["brokerId"] == "0"
+    assert settings["autoCreateTopicEnable"] in ("true", "false")
+    assert "namesrvSecretKey" not in settings and "haSecretKey" not in settings
+    assert lines == sorted(lines)

@@ -112,6 +112,7 @@ SERVED = frozenset(
         RequestCode.GET_PRODUCER_CONNECTION_LIST,
         RequestCode.DELETE_SUBSCRIPTIONGROUP,
         RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+        RequestCode.GET_BROKER_CONFIG,
     )
 )
 KNOWN = frozenset(int(c) for c in RequestCode)
