@@ -358,6 +358,8 @@ class RemotingHandlers:
             ctx.topics.ensure_system(retry_topic(group), 1)
             self.admin.note_consume_type(group, consumer.get("consumeType"))
             before = ctx.clients.versions.get(group)
+            known = ctx.clients.groups.get(group, {}).get(client_id)
+            topics_before = None if known is None else set(known.subscriptions)
             after = ctx.clients.heartbeat(
                 client_id,
                 group,
@@ -365,7 +367,12 @@ class RemotingHandlers:
                 int(_MESSAGE_MODEL_V1.get(model, common_pb2.CLUSTERING)),
                 int(_CONSUME_FROM_V1.get(where, common_pb2.CONSUME_FROM_LAST_OFFSET)),
             )
-            if after != before:
+            # Apache's registerConsumer notifies on a new channel and on a subscription change
+            # (a topic added or dropped: ConsumerGroupInfo.updateSubscription): a lite pull
+            # consumer that subscribes after start() gets its queues now, not in 20 s.
+            if after != before or (
+                topics_before is not None and topics_before != set(subscriptions)
+            ):
                 changed.append(group)
         for producer in _json_list(data.get("producerDataSet")):
             if isinstance(producer, dict) and producer.get("groupName"):

@@ -425,3 +425,33 @@ async def test_lite_pull_consumer_requests_as_the_4_9_8_client_sends_them(
             break
         await asyncio.sleep(0.02)
     assert committed.ext_fields["offset"] == "3"
+
+
+async def test_a_subscription_change_notifies_the_group(client: Client) -> None:
+    """A member's heartbeat that adds or drops a topic sends NOTIFY_CONSUMER_IDS_CHANGED, as
+    Apache's ConsumerManager.registerConsumer (ConsumerGroupInfo.updateSubscription true): a
+    DefaultLitePullConsumer that subscribes after start() heartbeats at once
+    (sendHeartbeatToAllBrokerWithLock) and rebalances on that notice, not on its 20 s timer.
+    The same subscriptions again notify nobody."""
+
+    def heartbeat(*topics: str) -> bytes:
+        subs = [{"subString": "*", "subVersion": 1, "topic": t, "expressionType": "TAG"}
+                for t in topics]  # fmt: skip
+        data = {"clientID": "lite@sub", "consumerDataSet": [
+            {"groupName": "CG_SUB", "consumeType": "CONSUME_ACTIVELY",
+             "messageModel": "CLUSTERING", "subscriptionDataSet": subs}]}  # fmt: skip
+        return json.dumps(data).encode()
+
+    async def notices(*topics: str) -> list[int]:
+        reply = await client.call(RequestCode.HEART_BEAT, body=heartbeat(*topics))
+        assert reply.code == ResponseCode.SUCCESS, reply.remark
+        told = [c.code for c in client.pending if not c.is_response]
+        client.pending.clear()
+        return told
+
+    notify = RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
+    assert await notices("sub-a") == [notify]  # joined
+    assert await notices("sub-a") == []  # nothing changed
+    assert await notices("sub-a", "sub-b") == [notify]  # subscribe(sub-b) after start()
+    assert await notices("sub-b") == [notify]  # unsubscribe(sub-a)
+    assert await notices("sub-b") == []
