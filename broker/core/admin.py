@@ -191,12 +191,15 @@ class AdminCore:
         await self.groups.durable()
         return stored
 
-    async def delete_group(self, name: str) -> None:
+    async def delete_group(self, name: str, *, offsets: bool = True) -> None:
+        """The group's config (NotFoundError if unknown) and, with ``offsets``, its committed
+        offsets and pop state (mqadmin deleteSubGroup keeps them without removeOffset)."""
         validate_group_name(name)
         self.groups.delete(name)
-        self.offsets.remove_group(name)
-        with contextlib.suppress(StoreError):  # a replica serves no pop: nothing to forget
-            self.store.pop.forget(groups=[name])
+        if offsets:
+            self.offsets.remove_group(name)
+            with contextlib.suppress(StoreError):  # a replica serves no pop: nothing to forget
+                self.store.pop.forget(groups=[name])
         await self.groups.durable()
 
     def consumer_progress(self, group: str, topic: str = "") -> ConsumerProgress:

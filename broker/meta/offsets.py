@@ -63,6 +63,10 @@ class ConsumerOffsetManager:
     def groups(self) -> set[str]:
         return {g for _, g in self.table}
 
+    def groups_of_topic(self, topic: str) -> set[str]:
+        """The groups with an offset on ``topic`` (RocketMQ's whichGroupByTopic)."""
+        return {g for t, g in self.table if t == topic}
+
     def remove_topic(self, topic: str) -> None:
         for key in [k for k in self.table if k[0] == topic]:
             del self.table[key]

@@ -33,6 +33,7 @@ from wharf.broker.remoting.routes import (
     cluster_info_response,
     kv_config_not_found,
     route_response,
+    system_topic_list_response,
     topic_list_response,
     topic_not_exist,
 )
@@ -74,6 +75,7 @@ class NamesrvRemoting:
             int(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER): self.get_topic_list,
             int(RequestCode.GET_KV_CONFIG): self.get_kv_config,
             int(RequestCode.DELETE_TOPIC_IN_NAMESRV): self.delete_topic,
+            int(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS): self.get_system_topic_list,
         }
 
     def _reachable(self) -> list[LiveBroker]:
@@ -126,6 +128,11 @@ class NamesrvRemoting:
 
     async def get_topic_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         return topic_list_response(request, (t for b in self._reachable() for t in b.topics))
+
+    async def get_system_topic_list(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        return system_topic_list_response(request, self._groups().values())
 
     async def get_kv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         return kv_config_not_found(request)

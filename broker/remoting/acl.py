@@ -34,10 +34,11 @@ same operation exists on the other protocols, so one account gets the same answe
 - 37 END_TRANSACTION: PUB on the topic of the half it resolves (found by
   ``tranStateTableOffset``; a half that is not open, or an UNKNOWN answer, changes nothing:
   authenticated only);
-- 101 GET_KV_CONFIG, 106 GET_BROKER_CLUSTER_INFO: authenticated only (the NameServer's
-  GetClusterInfo);
-- admin: 17, 215, 200 (topic and group changes), 21, 202, 208, 203, 28, 206 (every topic,
-  group, client or counter: wharf.v1's AdminService), 33 VIEW_MESSAGE_BY_ID (no topic named).
+- 101 GET_KV_CONFIG, 106 GET_BROKER_CLUSTER_INFO, 304/305 GET_SYSTEM_TOPIC_LIST_*: authenticated
+  only (the NameServer's GetClusterInfo; 305 is a fixed list of names);
+- admin: 17, 215, 200 (topic and group changes), 21, 202, 208, 203, 28, 206, 26, 201, 204, 207, 222, 300, 307, 309 (every
+  topic, group, client or counter: wharf.v1's AdminService), 33 VIEW_MESSAGE_BY_ID (no topic
+  named).
 
 tests/broker/remoting/test_acl.py fails on a served code without an entry here.
 """
@@ -161,6 +162,7 @@ ACCESS: dict[int, NeedsOf] = {
         C.GET_BROKER_CLUSTER_INFO: _authenticated,
         C.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: _admin,
         C.GET_KV_CONFIG: _authenticated,
+        C.GET_SYSTEM_TOPIC_LIST_FROM_NS: _authenticated,
         # clients
         C.HEART_BEAT: _heartbeat,
         C.UNREGISTER_CLIENT: _group("consumerGroup"),
@@ -191,6 +193,15 @@ ACCESS: dict[int, NeedsOf] = {
         C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _admin,
         C.GET_BROKER_RUNTIME_INFO: _admin,
         C.VIEW_MESSAGE_BY_ID: _admin,
+        C.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: _authenticated,
+        C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: _admin,
+        C.QUERY_TOPIC_CONSUME_BY_WHO: _admin,
+        C.GET_CONSUMER_RUNNING_INFO: _admin,
+        C.CONSUME_MESSAGE_DIRECTLY: _admin,
+        C.GET_PRODUCER_CONNECTION_LIST: _admin,
+        C.DELETE_SUBSCRIPTIONGROUP: _admin,
+        C.INVOKE_BROKER_TO_RESET_OFFSET: _admin,
+        C.GET_BROKER_CONFIG: _admin,
     }.items()
 }
 

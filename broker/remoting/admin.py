@@ -31,12 +31,14 @@ from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
-from wharf.broker.remoting.codes import LanguageCode, ResponseCode
+from wharf.broker.remoting.codes import BROKER_VERSION, LanguageCode, ResponseCode
 from wharf.broker.remoting.frame import RemotingCommand, response_to
 from wharf.broker.remoting.headers import (
     CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
     GetConsumerConnectionListRequestHeader,
     GetConsumeStatsRequestHeader,
+    GetProducerConnectionListRequestHeader,
     QueryMessageRequestHeader,
     QueryMessageResponseHeader,
     TopicRequestHeader,
@@ -48,6 +50,7 @@ from wharf.v1 import common_pb2
 
 if TYPE_CHECKING:
     from wharf.broker.context import BrokerContext
+    from wharf.broker.meta.groups import SubscriptionGroup
     from wharf.broker.remoting.server import Connection
 
 __all__ = ["RemotingAdmin", "fastjson_mq_table", "java_string_hash"]
@@ -56,10 +59,23 @@ UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 DEFAULT_QUERY_MAX_NUM = 32  # RocketMQ's defaultQueryMaxNum
 QUERY_MAX_CAP = 1024
 PERM_READ_WRITE = 6
-# MQVersion.Version.V4_9_4.ordinal(): the 4.x protocol level served (GET_BROKER_RUNTIME_INFO's
-# "brokerVersion"; "brokerVersionDesc" names Wharf's own version).
-MQ_VERSION = 401
 SQL92_PREFIX = "SQL92: "
+# TopicValidator.SYSTEM_TOPIC_SET of RocketMQ 4.9.8: what 305 answers, with Wharf's own
+# rmq_sys_ / RMQ_SYS_ topics (the Dashboard marks these %SYS% and hides them).
+JAVA_SYSTEM_TOPICS = (
+    "TBW102",
+    "SCHEDULE_TOPIC_XXXX",
+    "BenchmarkTest",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRACE_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+    "SELF_TEST_TOPIC",
+    "OFFSET_MOVED_EVENT",
+)
+SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_")
+# ConsumeType names by ordinal (the C++ client sends the ordinal, Java the name).
+_CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
 
 _MESSAGE_MODEL_NAMES: dict[int, str] = {
     common_pb2.BROADCASTING: "BROADCASTING",
@@ -76,7 +92,7 @@ def _json(data: Any) -> str:
     return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
 
-def fastjson_mq_table(rows: Iterable[tuple[str, str, int, dict[str, Any]]]) -> str:
+def fastjson_mq_table(rows: Iterable[tuple[str, str, int, Any]]) -> str:
     """A ``Map<MessageQueue, V>`` as fastjson writes it: each key the MessageQueue object."""
     parts = [
         _json({"brokerName": broker, "queueId": queue_id, "topic": topic}) + ":" + _json(value)
@@ -150,9 +166,19 @@ class RemotingAdmin:
         self.ctx = ctx
         self.seen: WeakKeyDictionary[Connection, tuple[LanguageCode, int]] = WeakKeyDictionary()
         self._rate_sample: tuple[float, int, int] | None = None  # (time, in, out)
+        # group -> ConsumeType of its last remoting heartbeat (RocketMQ's ConsumerGroupInfo):
+        # a pull consumer (DefaultLitePullConsumer, DefaultMQPullConsumer) is ACTIVELY, which
+        # mqadmin consumerProgress shows as PULL and the Dashboard as its consume type.
+        self.consume_types: dict[str, str] = {}
 
     def note_heartbeat(self, conn: Connection, request: RemotingCommand) -> None:
         self.seen[conn] = (request.language, request.version)
+
+    def note_consume_type(self, group: str, value: Any) -> None:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2:
+            self.consume_types[group] = _CONSUME_TYPES[value]
+        elif isinstance(value, str) and value.strip().upper() in _CONSUME_TYPES:
+            self.consume_types[group] = value.strip().upper()
 
     def _ok(self, request: RemotingCommand, body: str | bytes = b"") -> RemotingCommand:
         data = body.encode() if isinstance(body, str) else body
@@ -224,7 +250,54 @@ class RemotingAdmin:
         ]
         return self._ok(request, '{"offsetTable":' + fastjson_mq_table(rows) + "}")
 
+    async def get_system_topic_list(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """305 GET_SYSTEM_TOPIC_LIST_FROM_BROKER: the second step of the Java client's
+        getSystemTopicList (after 304), which the Dashboard's topic page makes."""
+        names = set(JAVA_SYSTEM_TOPICS)
+        names.update(
+            t.name
+            for t in self.ctx.topics.listing(include_system=True)
+            if t.name.startswith(SYSTEM_TOPIC_PREFIXES)
+        )
+        return self._ok(request, _json({"topicList": sorted(names)}))
+
+    async def query_topic_consume_by_who(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """300 QUERY_TOPIC_CONSUME_BY_WHO (mqadmin topicList -c, the Dashboard's topic
+        consumers): the groups online with a subscription to the topic and those with an
+        offset on it, as RocketMQ's GroupList ``{"groupList": [...]}``."""
+        header = TopicRequestHeader.from_ext_fields(request.ext_fields)
+        topic = header.topic
+        groups = self.ctx.offsets.groups_of_topic(topic)
+        groups.update(
+            group
+            for group, members in self.ctx.clients.groups.items()
+            if any(topic in client.subscriptions for client in members.values())
+        )
+        return self._ok(request, _json({"groupList": sorted(groups)}))
+
     # --- groups -------------------------------------------------------------------------------
+    async def get_all_subscription_group(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """201 GET_ALL_SUBSCRIPTIONGROUP_CONFIG: SubscriptionGroupWrapper, which the
+        Dashboard's consumer page lists groups from (it fails the page on any other code) and
+        DefaultMQAdminExt.examineSubscriptionGroupConfig picks one group from."""
+        groups = self.ctx.groups
+        table = {g.group_name: _subscription_group_config(g) for g in groups.listing()}
+        body = {
+            "dataVersion": {
+                "counter": groups.version,
+                "stateVersion": 0,
+                "timestamp": int(self.ctx.started_at * 1000),
+            },
+            "subscriptionGroupTable": table,
+        }
+        return self._ok(request, _json(body))
+
     async def update_and_create_subscription_group(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand:
@@ -239,6 +312,54 @@ class RemotingAdmin:
             consume_message_orderly=None if orderly is None else _bool(orderly, False),
         )
         return self._ok(request)
+
+    async def delete_subscription_group(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """207 DELETE_SUBSCRIPTIONGROUP (mqadmin deleteSubGroup, the Dashboard's consumer
+        delete): the group's config goes, its offsets too with ``removeOffset`` (the core's
+        delete_group); an unknown group is SUCCESS, as RocketMQ's."""
+        header = DeleteSubscriptionGroupRequestHeader.from_ext_fields(request.ext_fields)
+        name = header.group_name
+        try:
+            await self.ctx.admin.delete_group(name, offsets=header.remove_offset)
+        except NotFoundError:  # no config: its offsets (if any) go all the same
+            if header.remove_offset:
+                self.ctx.offsets.remove_group(name)
+        return self._ok(request)
+
+    async def get_producer_connection_list(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """204 GET_PRODUCER_CONNECTION_LIST (mqadmin producerConnection, the Dashboard's
+        producer page): ProducerConnection ``{connectionSet: [Connection]}`` of the group's
+        producers; none: 1 "the producer group[g] not exist", as RocketMQ's."""
+        header = GetProducerConnectionListRequestHeader.from_ext_fields(request.ext_fields)
+        group = header.producer_group
+        producers = self.ctx.clients.producers.get(group)
+        if not producers:
+            return response_to(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                remark=f"the producer group[{group}] not exist",
+            )
+        connections = [self._connection(client_id) for client_id in sorted(producers)]
+        return self._ok(request, _json({"connectionSet": connections}))
+
+    def _connection(self, client_id: str) -> dict[str, Any]:
+        """RocketMQ's Connection of a client: its remoting address and the language and
+        version of its last heartbeat (a client without a remoting connection: OTHER)."""
+        channel = self.ctx.clients.connection_of(client_id)
+        language, version, address = LanguageCode.OTHER, 0, ""
+        if channel is not None and not channel.closed:
+            language, version = self.seen.get(channel, (LanguageCode.OTHER, 0))
+            address = channel.peer
+        return {
+            "clientAddr": address,
+            "clientId": client_id,
+            "language": language.name,
+            "version": version,
+        }
 
     async def get_consume_stats(
         self, conn: Connection, request: RemotingCommand
@@ -299,20 +420,7 @@ class RemotingAdmin:
         model = from_where = None
         version = self.ctx.clients.versions.get(group, 0)
         for client_id, client in sorted(members.items()):
-            channel = self.ctx.clients.connection_of(client_id)
-            language, client_version = LanguageCode.OTHER, 0
-            address = ""
-            if channel is not None and not channel.closed:
-                language, client_version = self.seen.get(channel, (LanguageCode.OTHER, 0))
-                address = channel.peer
-            connections.append(
-                {
-                    "clientAddr": address,
-                    "clientId": client_id,
-                    "language": language.name,
-                    "version": client_version,
-                }
-            )
+            connections.append(self._connection(client_id))
             for topic, expression in client.subscriptions.items():
                 subscriptions.setdefault(topic, _subscription(topic, expression, version))
             model = client.message_model if model is None else model
@@ -322,7 +430,7 @@ class RemotingAdmin:
             "consumeFromWhere": _CONSUME_FROM_NAMES.get(
                 from_where or 0, "CONSUME_FROM_LAST_OFFSET"
             ),
-            "consumeType": "CONSUME_PASSIVELY",
+            "consumeType": self.consume_types.get(group, "CONSUME_PASSIVELY"),
             "messageModel": _MESSAGE_MODEL_NAMES.get(model or 0, "CLUSTERING"),
             "subscriptionTable": subscriptions,
         }
@@ -344,7 +452,7 @@ class RemotingAdmin:
         put, got = f"{put_tps:.2f}", f"{get_tps:.2f}"
         table = {
             "brokerVersionDesc": f"Wharf {VERSIONS['wharf']}",
-            "brokerVersion": str(MQ_VERSION),
+            "brokerVersion": str(BROKER_VERSION),
             "brokerActive": "true",
             "bootTimestamp": str(int(ctx.started_at * 1000)),
             "runtime": _runtime(time.time() - ctx.started_at if ctx.started_at else 0),
@@ -373,6 +481,9 @@ class RemotingAdmin:
             "startAcceptSendRequestTimeStamp": "0",
             "sendThreadPoolQueueSize": "0",
             "pullThreadPoolQueueSize": "0",
+            # mqadmin clusterList prints these two beside the TPS ("null" when absent)
+            "sendThreadPoolQueueHeadWaitTimeMills": "0",
+            "pullThreadPoolQueueHeadWaitTimeMills": "0",
             "queryThreadPoolQueueSize": "0",
             "EndTransactionQueueSize": "0",
             "timerReadBehind": "0",
@@ -391,7 +502,7 @@ class RemotingAdmin:
         return self._ok(request, _json({"table": table}))
 
     # --- messages -----------------------------------------------------------------------------
-    def _raw_record(self, offset: int) -> bytes | None:
+    def raw_record(self, offset: int) -> bytes | None:
         try:
             message = self.ctx.store.look_message_by_offset(offset)
         except (StoreError, ValueError):  # not a record start: not found, as a user's offset
@@ -402,7 +513,7 @@ class RemotingAdmin:
 
     async def view_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = ViewMessageRequestHeader.from_ext_fields(request.ext_fields)
-        record = self._raw_record(header.offset)
+        record = self.raw_record(header.offset)
         if record is None:
             return response_to(
                 request,
@@ -421,7 +532,7 @@ class RemotingAdmin:
         found = store.query_messages(
             header.topic, header.key, max_num, header.begin_timestamp, header.end_timestamp
         )
-        records = [r for r in (self._raw_record(m.commit_log_offset) for m in found) if r]
+        records = [r for r in (self.raw_record(m.commit_log_offset) for m in found) if r]
         reply = QueryMessageResponseHeader(
             index_last_update_timestamp=store.dispatch_timestamp,
             index_last_update_phyoffset=store.dispatch_offset,
@@ -436,6 +547,26 @@ class RemotingAdmin:
         return response_to(
             request, ResponseCode.SUCCESS, ext_fields=reply.to_ext_fields(), body=b"".join(records)
         )
+
+
+def _subscription_group_config(group: SubscriptionGroup) -> dict[str, Any]:
+    """SubscriptionGroupConfig as RocketMQ writes it (4.9's fields, 5.x's orderly flag and
+    timeout); the settings Wharf does not have take RocketMQ's defaults."""
+    return {
+        "attributes": {},
+        "brokerId": 0,
+        "consumeBroadcastEnable": group.consume_broadcast_enable,
+        "consumeEnable": group.consume_enable,
+        "consumeFromMinEnable": True,
+        "consumeMessageOrderly": group.consume_message_orderly,
+        "consumeTimeoutMinute": 15,
+        "groupName": group.group_name,
+        "groupSysFlag": 0,
+        "notifyConsumerIdsChangedEnable": True,
+        "retryMaxTimes": group.retry_max_times,
+        "retryQueueNums": group.retry_queue_nums,
+        "whichBrokerWhenConsumeSlowly": 1,
+    }
 
 
 def _parse_attributes(raw: str | None, update: bool) -> dict[str, str]:

@@ -41,7 +41,9 @@ from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import validate_topic_name
 from wharf.broker.remoting.admin import RemotingAdmin
 from wharf.broker.remoting.batch import BatchError, decode_messages
+from wharf.broker.remoting.broker_config import broker_config_response
 from wharf.broker.remoting.codes import TRANSACTION_ROLLBACK_TYPE, RequestCode, ResponseCode
+from wharf.broker.remoting.consumer_calls import ConsumerCalls
 from wharf.broker.remoting.frame import RemotingCommand, response_to
 from wharf.broker.remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
@@ -66,6 +68,7 @@ from wharf.broker.remoting.routes import (
     cluster_info_response,
     kv_config_not_found,
     route_response,
+    system_topic_list_response,
     topic_list_response,
     topic_not_exist,
 )
@@ -80,7 +83,7 @@ from wharf.store.errors import (
     StoreBusyError,
     StoreNotWritableError,
 )
-from wharf.store.model import GetStatus, MessageInput, PutStatus, RawGetResult, TagFilter
+from wharf.store.model import GetStatus, MessageInput, PutStatus, RawGetResult
 from wharf.v1 import common_pb2
 
 __all__ = ["RemotingHandlers", "error_response"]
@@ -153,6 +156,11 @@ def _parse_json_body(body: bytes) -> Any:
         raise InvalidArgumentError(f"body is not JSON: {exc}") from None
 
 
+def _json_list(value: Any) -> list[Any]:
+    """A HeartbeatData set: a JSON array, anything else (a mangled body) as empty."""
+    return value if isinstance(value, list) else []
+
+
 def _int_or_name(value: Any, names: dict[str, int], default: int) -> int:
     """A HeartbeatData enum: an ordinal (C++) or a name (Java, ali-ons)."""
     if isinstance(value, bool):
@@ -195,6 +203,7 @@ class RemotingHandlers:
         ctx.check_targets.add_source(self.transactions.targets)
         self.locks = RemotingLocks()
         self.admin = RemotingAdmin(ctx)
+        self.calls = ConsumerCalls(ctx, self.admin.raw_record)
 
     def table(self) -> dict[int, Handler]:
         codes: dict[int, Callable[[Connection, RemotingCommand], Any]] = {
@@ -202,6 +211,7 @@ class RemotingHandlers:
             RequestCode.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_topic_list,
             RequestCode.GET_KV_CONFIG: self.get_kv_config,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self.get_system_topic_list,
             RequestCode.HEART_BEAT: self._heartbeat_noted,
             RequestCode.UNREGISTER_CLIENT: self.unregister,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
@@ -232,6 +242,15 @@ class RemotingHandlers:
             RequestCode.GET_BROKER_RUNTIME_INFO: self.admin.get_broker_runtime_info,
             RequestCode.VIEW_MESSAGE_BY_ID: self.admin.view_message,
             RequestCode.QUERY_MESSAGE: self.admin.query_message,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.admin.get_system_topic_list,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.admin.get_all_subscription_group,
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.admin.query_topic_consume_by_who,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: self.admin.get_producer_connection_list,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: self.admin.delete_subscription_group,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: self.calls.get_consumer_running_info,
+            RequestCode.CONSUME_MESSAGE_DIRECTLY: self.calls.consume_message_directly,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.calls.reset_offset,
+            RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
         }
         return {int(code): handler for code, handler in codes.items()}
 
@@ -297,6 +316,16 @@ class RemotingHandlers:
     async def get_kv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         return kv_config_not_found(request)
 
+    async def get_broker_config(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        return broker_config_response(request, self.ctx.config, int(self.ctx.started_at * 1000))
+
+    async def get_system_topic_list(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        return system_topic_list_response(request, [self._group()])
+
     # --- clients ------------------------------------------------------------------------------
     async def heartbeat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         ctx = self.ctx
@@ -307,13 +336,13 @@ class RemotingHandlers:
         if not client_id or len(client_id) > 255:
             raise InvalidArgumentError("HeartbeatData.clientID is required (1..255 chars)")
         changed: list[str] = []
-        for consumer in data.get("consumerDataSet") or []:
+        for consumer in _json_list(data.get("consumerDataSet")):
             if not isinstance(consumer, dict):
                 continue
             group = str(consumer.get("groupName") or "")
             validate_group_name(group)
             subscriptions: dict[str, str] = {}
-            for sub in consumer.get("subscriptionDataSet") or []:
+            for sub in _json_list(consumer.get("subscriptionDataSet")):
                 if not isinstance(sub, dict):
                     continue
                 topic = str(sub.get("topic") or "")
@@ -326,7 +355,10 @@ class RemotingHandlers:
             where = _int_or_name(consumer.get("consumeFromWhere"), _CONSUME_FROM, 0)
             ctx.groups.for_use(group)
             ctx.topics.ensure_system(retry_topic(group), 1)
+            self.admin.note_consume_type(group, consumer.get("consumeType"))
             before = ctx.clients.versions.get(group)
+            known = ctx.clients.groups.get(group, {}).get(client_id)
+            topics_before = None if known is None else set(known.subscriptions)
             after = ctx.clients.heartbeat(
                 client_id,
                 group,
@@ -334,9 +366,14 @@ class RemotingHandlers:
                 int(_MESSAGE_MODEL_V1.get(model, common_pb2.CLUSTERING)),
                 int(_CONSUME_FROM_V1.get(where, common_pb2.CONSUME_FROM_LAST_OFFSET)),
             )
-            if after != before:
+            # Apache's registerConsumer notifies on a new channel and on a subscription change
+            # (a topic added or dropped: ConsumerGroupInfo.updateSubscription): a lite pull
+            # consumer that subscribes after start() gets its queues now, not in 20 s.
+            if after != before or (
+                topics_before is not None and topics_before != set(subscriptions)
+            ):
                 changed.append(group)
-        for producer in data.get("producerDataSet") or []:
+        for producer in _json_list(data.get("producerDataSet")):
             if isinstance(producer, dict) and producer.get("groupName"):
                 ctx.clients.producer_heartbeat(client_id, str(producer["groupName"]))
         ctx.clients.attach(client_id, conn)
@@ -382,18 +419,16 @@ class RemotingHandlers:
     ) -> RemotingCommand:
         """CHECK_CLIENT_CONFIG (46): a Java push consumer with ``MessageSelector.bySql`` asks at
         ``start()`` whether the broker can filter its subscription (``checkClientInBroker``,
-        which fails start() on any other answer): SUCCESS, or 23 SUBSCRIPTION_PARSE_FAILED
-        saying why (a bad expression, enablePropertyFilter off), as a pull of it would."""
+        which fails start() on any other answer): SUCCESS, 23 SUBSCRIPTION_PARSE_FAILED with
+        the parse error, or 1 with enablePropertyFilter off (Apache's ClientManageProcessor)."""
         data = _parse_json_body(request.body)
         subscription = data.get("subscriptionData") if isinstance(data, dict) else None
         if not isinstance(subscription, dict):
             raise InvalidArgumentError("CHECK_CLIENT_CONFIG: the body has no subscriptionData")
-        expression_type = str(subscription.get("expressionType") or "TAG").upper()
-        parse_filter(
-            str(subscription.get("subString") or "*"),
-            expression_type == SQL92,
-            self.ctx.config.enable_property_filter,
-        )
+        sql = str(subscription.get("expressionType") or "TAG").upper() == SQL92
+        if sql and not self.ctx.config.enable_property_filter:
+            return _sql92_off(request)
+        parse_filter(str(subscription.get("subString") or "*"), sql, True)
         return _ok(request)
 
     # --- send ---------------------------------------------------------------------------------
@@ -436,20 +471,18 @@ class RemotingHandlers:
         return response_to(request, _PUT_CODES[result.status], ext_fields=reply.to_ext_fields())
 
     # --- pull ---------------------------------------------------------------------------------
-    def _tag_filter(self, header: PullMessageRequestHeader) -> TagFilter:
-        ctx = self.ctx
+    def _subscription(self, header: PullMessageRequestHeader) -> tuple[str, bool]:
+        """(expression, is SQL92) of a pull: its own (subscription flag) or the group's last
+        heartbeat's."""
         if header.has_subscription:
-            expression = header.subscription or "*"
             sql = (header.expression_type or "TAG").upper() == SQL92
-        else:  # the subscription of the group's last heartbeat
-            expression, sql = "*", False
-            for client in ctx.clients.groups.get(header.consumer_group, {}).values():
-                found = client.subscriptions.get(header.topic)
-                if found is not None:
-                    sql = found.startswith("SQL92: ")
-                    expression = found[len("SQL92: ") :] if sql else found
-                    break
-        return parse_filter(expression, sql, ctx.config.enable_property_filter)
+            return header.subscription or "*", sql
+        for client in self.ctx.clients.groups.get(header.consumer_group, {}).values():
+            found = client.subscriptions.get(header.topic)
+            if found is not None:
+                sql = found.startswith("SQL92: ")
+                return (found[len("SQL92: ") :] if sql else found), sql
+        return "*", False
 
     async def pull(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         ctx = self.ctx
@@ -485,7 +518,10 @@ class RemotingHandlers:
                 ResponseCode.NO_PERMISSION,
                 remark=f"subscription group no permission, {group}",
             )
-        tag_filter = self._tag_filter(header)
+        expression, sql = self._subscription(header)
+        if sql and not ctx.config.enable_property_filter:
+            return _sql92_off(request)
+        tag_filter = parse_filter(expression, sql, True)
         if header.has_commit_offset and header.commit_offset >= 0:
             ctx.offsets.commit(group, name, queue_id, header.commit_offset)
         offset = max(header.queue_offset, 0)
@@ -571,6 +607,18 @@ class RemotingHandlers:
             max_reconsume_times=max(header.max_reconsume_times or 0, 0),
         )
         return _ok(request)
+
+
+def _sql92_off(request: RemotingCommand) -> RemotingCommand:
+    """A SQL92 pull or CHECK_CLIENT_CONFIG while enablePropertyFilter is off: 1 SYSTEM_ERROR
+    with the remark of Apache's PullMessageProcessor and ClientManageProcessor (the Java client
+    throws on it either way; a bad expression is 23 SUBSCRIPTION_PARSE_FAILED)."""
+    return response_to(
+        request,
+        ResponseCode.SYSTEM_ERROR,
+        remark="The broker does not support consumer to filter message by SQL92 "
+        "(enablePropertyFilter = false)",
+    )
 
 
 def _pull_code(result: RawGetResult, offset: int) -> tuple[int, int]:

@@ -53,10 +53,12 @@ __all__ = [
     "CheckTransactionStateRequestHeader",
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
+    "DeleteSubscriptionGroupRequestHeader",
     "EndTransactionRequestHeader",
     "GetConsumeStatsRequestHeader",
     "GetConsumerConnectionListRequestHeader",
     "GetConsumerListByGroupRequestHeader",
+    "GetProducerConnectionListRequestHeader",
     "GetRouteInfoRequestHeader",
     "HeaderError",
     "NotifyConsumerIdsChangedRequestHeader",
@@ -67,6 +69,7 @@ __all__ = [
     "QueryConsumerOffsetResponseHeader",
     "QueryMessageRequestHeader",
     "QueryMessageResponseHeader",
+    "ResetOffsetRequestHeader",
     "SearchOffsetRequestHeader",
     "SendMessageRequestHeader",
     "SendMessageResponseHeader",
@@ -349,6 +352,17 @@ class TopicQueueRequestHeader(_Header):
 
 
 @dataclass(frozen=True, slots=True)
+class ResetOffsetRequestHeader(_Header):
+    """INVOKE_BROKER_TO_RESET_OFFSET (222) and the RESET_CONSUMER_CLIENT_OFFSET (220) it sends
+    (``isForce``: the Java bean field's name); ``timestamp`` -1: the queues' ends."""
+
+    topic: str = _field("topic", "str")
+    group: str = _field("group", "str")
+    timestamp: int = _field("timestamp", "i64")
+    is_force: bool = _field("isForce", "bool", False)
+
+
+@dataclass(frozen=True, slots=True)
 class SearchOffsetRequestHeader(_Header):
     """SEARCH_OFFSET_BY_TIMESTAMP (29)."""
 
@@ -419,7 +433,8 @@ class CreateTopicRequestHeader(_Header):
 
 @dataclass(frozen=True, slots=True)
 class TopicRequestHeader(_Header):
-    """``{topic}``: DELETE_TOPIC_IN_BROKER (215), GET_TOPIC_STATS_INFO (202)."""
+    """``{topic}``: DELETE_TOPIC_IN_BROKER (215), GET_TOPIC_STATS_INFO (202),
+    QUERY_TOPIC_CONSUME_BY_WHO (300)."""
 
     topic: str = _field("topic", "str")
 
@@ -437,6 +452,21 @@ class GetConsumerConnectionListRequestHeader(_Header):
     """GET_CONSUMER_CONNECTION_LIST (203)."""
 
     consumer_group: str = _field("consumerGroup", "str")
+
+
+@dataclass(frozen=True, slots=True)
+class GetProducerConnectionListRequestHeader(_Header):
+    """GET_PRODUCER_CONNECTION_LIST (204)."""
+
+    producer_group: str = _field("producerGroup", "str")
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteSubscriptionGroupRequestHeader(_Header):
+    """DELETE_SUBSCRIPTIONGROUP (207): ``removeOffset`` also drops the group's offsets."""
+
+    group_name: str = _field("groupName", "str")
+    remove_offset: bool = _field("removeOffset", "bool", False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The NameServer codes of RocketMQ 4.x remoting, sans-IO: the JSON bodies of 105
 GET_ROUTEINFO_BY_TOPIC (TopicRouteData), 106 GET_BROKER_CLUSTER_INFO (ClusterInfo), 206
-GET_ALL_TOPIC_LIST_FROM_NAMESERVER (TopicList) and the 101 GET_KV_CONFIG / 17 TOPIC_NOT_EXIST
-answers, shared by the two servers that answer them: a broker for itself (``handlers.py``) and
+GET_ALL_TOPIC_LIST_FROM_NAMESERVER (TopicList), 304 GET_SYSTEM_TOPIC_LIST_FROM_NS (TopicList with
+``brokerAddr``) and the 101 GET_KV_CONFIG / 17 TOPIC_NOT_EXIST answers, shared by the two servers that answer them: a broker for itself (``handlers.py``) and
 the Wharf NameServer for every group registered with it (``wharf.broker.namesrv.remoting``).
 
 Only ``codes`` and ``frame`` are imported: the NameServer uses nothing of the broker or the
@@ -36,6 +36,7 @@ __all__ = [
     "json_body",
     "kv_config_not_found",
     "route_response",
+    "system_topic_list_response",
     "topic_list_response",
     "topic_not_exist",
 ]
@@ -121,6 +122,25 @@ def topic_list_response(request: RemotingCommand, topics: Iterable[str]) -> Remo
     return response_to(
         request, ResponseCode.SUCCESS, body=json_body({"topicList": sorted(set(topics))})
     )
+
+
+def system_topic_list_response(
+    request: RemotingCommand, groups: Iterable[GroupAddresses]
+) -> RemotingCommand:
+    """304's answer, as the Java NameServer's RouteInfoManager.getSystemTopicList: the cluster
+    and broker group names as "system topics" and ``brokerAddr``, one broker's address, which the
+    Java client (MQClientAPIImpl.getSystemTopicList: the Dashboard's topic page) then asks 305
+    GET_SYSTEM_TOPIC_LIST_FROM_BROKER for the real ones; it fails the page on any other code."""
+    names: set[str] = set()
+    address = None
+    for group in sorted(groups, key=lambda g: (g.cluster, g.broker_name)):
+        names.update((group.cluster, group.broker_name))
+        if address is None and group.addresses:
+            address = group.addresses[min(group.addresses)]
+    body: dict[str, Any] = {"topicList": sorted(names)}
+    if address is not None:
+        body["brokerAddr"] = address
+    return response_to(request, ResponseCode.SUCCESS, body=json_body(body))
 
 
 def kv_config_not_found(request: RemotingCommand) -> RemotingCommand:

@@ -97,6 +97,8 @@ class Connection(asyncio.Protocol):
         self._reading_paused = False
         self._opaque = itertools.count(1)
         self.client_ids: set[str] = set()  # the clients that heartbeated on this connection
+        # opaque -> the answer awaited of a broker -> client request (``call``)
+        self._calls: dict[int, asyncio.Future[RemotingCommand]] = {}
 
     # --- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -146,6 +148,9 @@ class Connection(asyncio.Protocol):
         self.server.connections.discard(self)
         for task in self.tasks:
             task.cancel()
+        for future in self._calls.values():
+            if not future.done():
+                future.set_exception(ConnectionError(f"connection from {self.peer} closed"))
         if self.server.on_connection_lost is not None:
             try:
                 self.server.on_connection_lost(self)
@@ -161,8 +166,11 @@ class Connection(asyncio.Protocol):
 
     # --- dispatch ------------------------------------------------------------------------------
     def _dispatch(self, cmd: RemotingCommand) -> None:
-        if cmd.is_response:
-            return  # an answer to a broker -> client request: nothing waits for one
+        if cmd.is_response:  # an answer to a broker -> client request: ``call``'s, or none
+            future = self._calls.get(cmd.opaque)
+            if future is not None and not future.done():
+                future.set_result(cmd)
+            return
         task = asyncio.get_running_loop().create_task(self._serve(cmd))
         self.tasks.add(task)
         task.add_done_callback(self._done)
@@ -231,7 +239,9 @@ class Connection(asyncio.Protocol):
             )
             transport.write(encode(fallback, SerializeType.JSON))
 
-    def request(self, code: int, ext_fields: dict[str, str], *, oneway: bool = True) -> None:
+    def request(
+        self, code: int, ext_fields: dict[str, str], body: bytes = b"", *, oneway: bool = True
+    ) -> None:
         """Send a broker -> client request (oneway: nothing waits for its answer)."""
         self.send(
             RemotingCommand(
@@ -239,8 +249,24 @@ class Connection(asyncio.Protocol):
                 opaque=next(self._opaque),
                 flag=FLAG_ONEWAY if oneway else 0,
                 ext_fields=ext_fields,
+                body=body,
             )
         )
+
+    async def call(self, code: int, ext_fields: dict[str, str], body: bytes) -> RemotingCommand:
+        """A broker -> client request the client answers (GET_CONSUMER_RUNNING_INFO, relayed
+        for mqadmin and the Dashboard): its response, matched by opaque (the caller bounds the
+        wait); ConnectionError when the connection closes first."""
+        if self.closed:
+            raise ConnectionError(f"connection from {self.peer} closed")
+        opaque = next(self._opaque)
+        future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._calls[opaque] = future
+        try:
+            self.send(RemotingCommand(code=code, opaque=opaque, ext_fields=ext_fields, body=body))
+            return await future
+        finally:
+            self._calls.pop(opaque, None)
 
     def close(self) -> None:
         self.closed = True

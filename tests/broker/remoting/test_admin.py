@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
 from wharf.broker.remoting.admin import fastjson_mq_table, java_string_hash
-from wharf.broker.remoting.codes import RequestCode, ResponseCode
+from wharf.broker.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode
+from wharf.broker.remoting.frame import RemotingCommand, encode
 from wharf.broker.remoting.headers import properties_to_string
 from wharf.store.codec.ids import decode_offset_msg_id
 from wharf.store.codec.records import decode_record
@@ -243,6 +245,13 @@ async def test_runtime_info(client: Client) -> None:
     assert len(table["putTps"].split(" ")) == 3
     assert table["runtime"].startswith("[ 0 days, ")
     assert int(table["bootTimestamp"]) > 0
+    # Every key mqadmin clusterList (4.9.8 ClusterListSubCommand) reads.
+    for key in ("msgPutTotalYesterdayMorning", "msgPutTotalTodayMorning", "msgGetTotalTodayNow",
+                "getTransferedTps", "sendThreadPoolQueueSize", "pullThreadPoolQueueSize",
+                "sendThreadPoolQueueHeadWaitTimeMills", "pullThreadPoolQueueHeadWaitTimeMills",
+                "pageCacheLockTimeMills", "earliestMessageTimeStamp", "commitLogDiskRatio",
+                "brokerVersionDesc"):  # fmt: skip
+        assert key in table, key
 
 
 async def test_view_and_query_messages(client: Client) -> None:
@@ -265,8 +274,9 @@ async def test_view_and_query_messages(client: Client) -> None:
     assert nothing.remark == f"can not find message by the offset, {offset + 1}"
 
     def query(key: str, unique: bool = False) -> dict[str, Any]:
-        fields = {"topic": "adm-q", "key": key, "maxNum": 32, "beginTimestamp": 0,
-                  "endTimestamp": 2**62}  # fmt: skip
+        # mqadmin queryMsgByKey / queryMsgByUniqueKey: maxNum 64 / 32, end Long.MAX_VALUE.
+        fields = {"topic": "adm-q", "key": key, "maxNum": 32 if unique else 64,
+                  "beginTimestamp": 0, "endTimestamp": 2**63 - 1}  # fmt: skip
         if unique:
             fields["_UNIQUE_KEY_QUERY"] = "true"
         return fields
@@ -289,3 +299,301 @@ async def test_view_and_query_messages(client: Client) -> None:
     missing = await client.call(RequestCode.QUERY_MESSAGE, query("no-such-key"))
     assert missing.code == ResponseCode.QUERY_NOT_FOUND
     assert missing.remark == "can not find message, maybe time range not correct"
+
+
+async def test_dashboard_topic_and_group_lists(client: Client, broker: BrokerProcess) -> None:
+    """What the Dashboard's topic and consumer pages and mqadmin topicList -c ask, as the Java
+    client asks it (MQClientAPIImpl 4.9.8): each failed the page on 3 before."""
+    # getSystemTopicList: 304 names the broker to ask, then 305 there gives the system topics.
+    listed = await client.call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS)
+    assert listed.code == ResponseCode.SUCCESS, listed.remark
+    names = json.loads(listed.body)
+    assert names["brokerAddr"] == broker.remoting_endpoint
+    cluster = json.loads((await client.call(RequestCode.GET_BROKER_CLUSTER_INFO)).body)
+    [(cluster_name, broker_names)] = cluster["clusterAddrTable"].items()
+    assert set(names["topicList"]) == {cluster_name, *broker_names}
+    system = await client.call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER)
+    assert system.code == ResponseCode.SUCCESS, system.remark
+    system_topics = set(json.loads(system.body)["topicList"])
+    assert {"TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC"} <= system_topics
+    sent = await client.call(RequestCode.SEND_MESSAGE, _send_fields("adm-who", 0), b"w")
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    assert "adm-who" not in system_topics
+    # The consumer page: every subscription group (201), SubscriptionGroupConfig fields.
+    group = {"groupName": "CG_DASH", "retryMaxTimes": 7, "consumeBroadcastEnable": False}
+    made = await client.call(
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=json.dumps(group).encode()
+    )
+    assert made.code == ResponseCode.SUCCESS, made.remark
+    wrapper = await client.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+    assert wrapper.code == ResponseCode.SUCCESS, wrapper.remark
+    data = json.loads(wrapper.body)
+    assert "counter" in data["dataVersion"]
+    config = data["subscriptionGroupTable"]["CG_DASH"]
+    assert config["groupName"] == "CG_DASH" and config["retryMaxTimes"] == 7
+    assert (config["consumeEnable"], config["consumeBroadcastEnable"]) == (True, False)
+    assert (config["retryQueueNums"], config["brokerId"]) == (1, 0)
+    # Who consumes a topic (300): a group with an offset on it and a group online subscribed
+    # to it (a DefaultLitePullConsumer's heartbeat: CONSUME_ACTIVELY, shown by 203).
+    commit = {"consumerGroup": "CG_DASH", "topic": "adm-who", "queueId": 0, "commitOffset": 1}
+    assert (await client.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == 0
+    heartbeat = {
+        "clientID": "127.0.0.1@lite",
+        "consumerDataSet": [
+            {
+                "groupName": "CG_LITE",
+                "consumeType": "CONSUME_ACTIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "subscriptionDataSet": [
+                    {"topic": "adm-who", "subString": "*", "expressionType": "TAG"}
+                ],
+                "unitMode": False,
+            }
+        ],
+        "producerDataSet": [],
+    }
+    beat = await client.call(RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())
+    assert beat.code == ResponseCode.SUCCESS, beat.remark
+    who = await client.call(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "adm-who"})
+    assert who.code == ResponseCode.SUCCESS, who.remark
+    assert json.loads(who.body) == {"groupList": ["CG_DASH", "CG_LITE"]}
+    nobody = await client.call(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "adm-none"})
+    assert json.loads(nobody.body) == {"groupList": []}
+    connections = await client.call(
+        RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "CG_LITE"}
+    )
+    assert json.loads(connections.body)["consumeType"] == "CONSUME_ACTIVELY"  # mqadmin: PULL
+    # The runtime table names the protocol version every response carries (V4_9_8).
+    runtime = await client.call(RequestCode.GET_BROKER_RUNTIME_INFO)
+    assert json.loads(runtime.body)["table"]["brokerVersion"] == "409"
+    assert runtime.version == 409
+
+
+async def test_consumer_running_info_is_asked_of_the_consumer(
+    client: Client, broker: BrokerProcess
+) -> None:
+    """307 GET_CONSUMER_RUNNING_INFO (mqadmin consumerStatus, the Dashboard's consumer client
+    page): the broker asks the consumer on its own connection and relays its answer, as
+    RocketMQ's AdminBrokerProcessor.callConsumer (the Java client's ClientRemotingProcessor
+    answers it with its ConsumerRunningInfo). It was 3 before."""
+    host, _, port = broker.remoting_endpoint.rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    consumer = Client(reader, writer)
+    heartbeat = {
+        "clientID": "127.0.0.1@running",
+        "consumerDataSet": [
+            {
+                "groupName": "CG_RUN",
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "subscriptionDataSet": [{"topic": "adm-run", "subString": "*"}],
+            }
+        ],
+    }
+    beat = await consumer.call(RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())
+    assert beat.code == ResponseCode.SUCCESS, beat.remark
+    ask = {"consumerGroup": "CG_RUN", "clientId": "127.0.0.1@running", "jstackEnable": "false"}
+    opaque = client.send(RequestCode.GET_CONSUMER_RUNNING_INFO, ask)
+    while True:  # the consumer is asked (after the NOTIFY_CONSUMER_IDS_CHANGED of its join)
+        asked = await consumer.reply()
+        if asked.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
+            break
+    assert not asked.is_response and not asked.flag & FLAG_ONEWAY
+    assert asked.ext_fields == ask
+    info = {"properties": {"PROP_CONSUME_TYPE": "CONSUME_PASSIVELY"}, "jstack": None}
+    consumer.writer.write(
+        encode(
+            RemotingCommand(
+                code=ResponseCode.SUCCESS,
+                opaque=asked.opaque,
+                flag=FLAG_RESPONSE,
+                body=json.dumps(info).encode(),
+            )
+        )
+    )
+    relayed = await client.reply()
+    assert (relayed.opaque, relayed.code) == (opaque, ResponseCode.SUCCESS)
+    assert json.loads(relayed.body) == info
+    # 309 CONSUME_MESSAGE_DIRECTLY (mqadmin consumeMessage, the Dashboard's resend): the
+    # consumer gets the record of msgId in the body and the broker's name in the header.
+    sent = await client.call(RequestCode.SEND_MESSAGE, _send_fields("adm-run", 0), b"again")
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    direct = {"consumerGroup": "CG_RUN", "clientId": "127.0.0.1@running",
+              "msgId": sent.ext_fields["msgId"]}  # fmt: skip
+    opaque = client.send(RequestCode.CONSUME_MESSAGE_DIRECTLY, direct)
+    asked = await consumer.reply()
+    assert asked.code == RequestCode.CONSUME_MESSAGE_DIRECTLY
+    assert decode_record(asked.body, 0).body == b"again"
+    cluster = json.loads((await client.call(RequestCode.GET_BROKER_CLUSTER_INFO)).body)
+    assert asked.ext_fields == {**direct, "brokerName": next(iter(cluster["brokerAddrTable"]))}
+    result = {
+        "autoCommit": True,
+        "consumeResult": "CR_SUCCESS",
+        "order": False,
+        "spentTimeMills": 1,
+    }
+    consumer.writer.write(encode(RemotingCommand(code=ResponseCode.SUCCESS, opaque=asked.opaque,
+                                                 flag=FLAG_RESPONSE,
+                                                 body=json.dumps(result).encode())))  # fmt: skip
+    relayed = await client.reply()
+    assert (relayed.opaque, json.loads(relayed.body)) == (opaque, result)
+    unknown = await client.call(RequestCode.CONSUME_MESSAGE_DIRECTLY, {**direct, "msgId": "XY"})
+    assert unknown.code == ResponseCode.SYSTEM_ERROR
+    assert unknown.remark == "can not find message by the msgId, XY"
+    # A client not in the group, or gone: "not online", as RocketMQ words it.
+    stranger = {**ask, "clientId": "127.0.0.1@nobody"}
+    offline = await client.call(RequestCode.GET_CONSUMER_RUNNING_INFO, stranger)
+    assert offline.code == ResponseCode.SYSTEM_ERROR
+    assert offline.remark == "The Consumer <CG_RUN> <127.0.0.1@nobody> not online"
+    # The consumer's connection closing while it is asked: an error, not a hang.
+    client.send(RequestCode.GET_CONSUMER_RUNNING_INFO, ask)
+    while (await consumer.reply()).code != RequestCode.GET_CONSUMER_RUNNING_INFO:
+        pass
+    consumer.writer.close()
+    closed = await client.reply()
+    assert closed.code == ResponseCode.SYSTEM_ERROR
+    assert (closed.remark or "").startswith("invoke consumer <CG_RUN> <127.0.0.1@running>")
+
+
+async def test_producer_connections_and_group_deletion(client: Client) -> None:
+    """204 GET_PRODUCER_CONNECTION_LIST (mqadmin producerConnection, the Dashboard's producer
+    page) and 207 DELETE_SUBSCRIPTIONGROUP (mqadmin deleteSubGroup, the Dashboard's consumer
+    delete), as the 4.9.8 client asks them (headers producerGroup; groupName, removeOffset):
+    both were 3 before."""
+    none = await client.call(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "PG_X"})
+    assert none.code == ResponseCode.SYSTEM_ERROR
+    assert none.remark == "the producer group[PG_X] not exist"
+    heartbeat = {"clientID": "127.0.0.1@producer", "consumerDataSet": [],
+                 "producerDataSet": [{"groupName": "PG_X"}]}  # fmt: skip
+    beat = await client.call(RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())
+    assert beat.code == ResponseCode.SUCCESS, beat.remark
+    listed = await client.call(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "PG_X"})
+    assert listed.code == ResponseCode.SUCCESS, listed.remark
+    [connection] = json.loads(listed.body)["connectionSet"]
+    assert connection["clientId"] == "127.0.0.1@producer"
+    assert connection["language"] == "JAVA" and connection["clientAddr"].startswith("127.0.0.1:")
+
+    async def groups() -> dict[str, Any]:
+        reply = await client.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        return dict(json.loads(reply.body)["subscriptionGroupTable"])
+
+    async def offset(group: str) -> str | None:
+        fields = {"consumerGroup": group, "topic": "adm-del", "queueId": 0,
+                  "setZeroIfNotFound": "false"}  # fmt: skip
+        return (await client.call(RequestCode.QUERY_CONSUMER_OFFSET, fields)).ext_fields.get(
+            "offset"
+        )
+
+    for group in ("CG_DEL_KEEP", "CG_DEL_ALL"):
+        made = await client.call(
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+            body=json.dumps({"groupName": group}).encode(),
+        )
+        assert made.code == ResponseCode.SUCCESS, made.remark
+        commit = {"consumerGroup": group, "topic": "adm-del", "queueId": 0, "commitOffset": 5}
+        assert (await client.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == 0
+    keep = await client.call(
+        RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "CG_DEL_KEEP", "removeOffset": "false"}
+    )
+    assert keep.code == ResponseCode.SUCCESS, keep.remark
+    drop = await client.call(
+        RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "CG_DEL_ALL", "removeOffset": "true"}
+    )
+    assert drop.code == ResponseCode.SUCCESS, drop.remark
+    table = await groups()
+    assert "CG_DEL_KEEP" not in table and "CG_DEL_ALL" not in table
+    assert await offset("CG_DEL_KEEP") == "5"  # removeOffset false: the offsets stay
+    assert await offset("CG_DEL_ALL") is None
+    again = await client.call(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "CG_DEL_ALL"})
+    assert again.code == ResponseCode.SUCCESS  # an unknown group, as RocketMQ's
+
+
+async def test_reset_offset_by_time(client: Client, broker: BrokerProcess) -> None:
+    """222 INVOKE_BROKER_TO_RESET_OFFSET (mqadmin resetOffsetByTime, the Dashboard's reset
+    offset) as the 4.9.8 client asks it (topic, group, timestamp, isForce): per queue the
+    offset at the time, sent as 220 RESET_CONSUMER_CLIENT_OFFSET to the online members and
+    answered as ResetOffsetBody; an offline group is 206, on which the tools commit the
+    offsets themselves (Broker2Client.resetOffset). It was 3, which failed both tools."""
+    created = await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, _create_fields("adm-rst", 2))
+    assert created.code == ResponseCode.SUCCESS, created.remark
+    for i in range(3):
+        sent = await client.call(RequestCode.SEND_MESSAGE, _send_fields("adm-rst", 0), b"a%d" % i)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+    await _dispatched(client, "adm-rst", 0, 3)
+    await asyncio.sleep(0.05)
+    middle = int(time.time() * 1000)  # between the two sends (store times in ms)
+    await asyncio.sleep(0.05)
+    for i in range(2):
+        sent = await client.call(RequestCode.SEND_MESSAGE, _send_fields("adm-rst", 0), b"b%d" % i)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+    await _dispatched(client, "adm-rst", 0, 5)
+    search = await client.call(
+        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+        {"topic": "adm-rst", "queueId": 0, "timestamp": middle},
+    )
+    at_middle = int(search.ext_fields["offset"])
+    assert at_middle == 3
+    for queue_id, committed in ((0, 4), (1, 0)):
+        commit = {"consumerGroup": "CG_RST", "topic": "adm-rst", "queueId": queue_id,
+                  "commitOffset": committed}  # fmt: skip
+        assert (await client.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == 0
+    ask = {"topic": "adm-rst", "group": "CG_RST", "timestamp": middle, "isForce": "false"}
+    offline = await client.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ask)
+    assert offline.code == ResponseCode.CONSUMER_NOT_ONLINE
+    assert offline.remark == (
+        f"Consumer not online, so can not reset offset, Group: CG_RST Topic: adm-rst "
+        f"Timestamp: {middle}"
+    )
+    host, _, port = broker.remoting_endpoint.rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    consumer = Client(reader, writer)
+    heartbeat = {"clientID": "127.0.0.1@reset", "consumerDataSet": [
+        {"groupName": "CG_RST", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+         "subscriptionDataSet": [{"topic": "adm-rst", "subString": "*"}]}]}  # fmt: skip
+    beat = await consumer.call(RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())
+    assert beat.code == ResponseCode.SUCCESS, beat.remark
+
+    async def reset(**fields: Any) -> dict[int, int]:
+        reply = await client.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {**ask, **fields})
+        assert reply.code == ResponseCode.SUCCESS, reply.remark
+        _, table = _offset_table(reply.body)
+        while True:  # the member is told, oneway, with the same table
+            told = await consumer.reply()
+            if told.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+                break
+        assert told.flag & FLAG_ONEWAY
+        assert told.ext_fields["group"] == "CG_RST" and told.ext_fields["topic"] == "adm-rst"
+        assert _offset_table(told.body)[1] == table
+        return {q: v for (_, _, q), v in table.items()}
+
+    # Not forced: a queue moves back only (4 -> 3), never ahead of the group (0 stays 0).
+    assert await reset() == {0: at_middle, 1: 0}
+    # The queues' ends (-1), forced: ahead too.
+    assert await reset(timestamp=-1, isForce="true") == {0: 5, 1: 0}
+    assert await reset(timestamp=-1) == {0: 4, 1: 0}  # not forced: the group's offsets
+    unknown = await client.call(
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {**ask, "group": "CG_NO"}
+    )
+    assert unknown.code == ResponseCode.SYSTEM_ERROR
+    assert unknown.remark == "THe consumer group <CG_NO> not exist"
+    writer.close()
+
+
+async def test_broker_config(client: Client, broker: BrokerProcess) -> None:
+    """26 GET_BROKER_CONFIG (mqadmin getBrokerConfig, the Dashboard's broker config view):
+    ``name=value`` lines the 4.9.8 client reads with MixAll.string2Properties, by setting
+    name, without the secrets. It was 3."""
+    reply = await client.call(RequestCode.GET_BROKER_CONFIG)
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+    assert "counter" in json.loads(reply.ext_fields["version"])
+    lines = reply.body.decode().splitlines()
+    settings = dict(line.split("=", 1) for line in lines)
+    cluster = json.loads((await client.call(RequestCode.GET_BROKER_CLUSTER_INFO)).body)
+    assert settings["brokerName"] in cluster["brokerAddrTable"]
+    assert settings["brokerClusterName"] in cluster["clusterAddrTable"]
+    assert settings["brokerId"] == "0"
+    assert settings["autoCreateTopicEnable"] in ("true", "false")
+    assert "namesrvSecretKey" not in settings and "haSecretKey" not in settings
+    assert lines == sorted(lines)

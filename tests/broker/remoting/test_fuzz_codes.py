@@ -103,6 +103,16 @@ SERVED = frozenset(
         RequestCode.GET_BROKER_RUNTIME_INFO,
         RequestCode.VIEW_MESSAGE_BY_ID,
         RequestCode.QUERY_MESSAGE,
+        RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS,
+        RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER,
+        RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+        RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
+        RequestCode.GET_CONSUMER_RUNNING_INFO,
+        RequestCode.CONSUME_MESSAGE_DIRECTLY,
+        RequestCode.GET_PRODUCER_CONNECTION_LIST,
+        RequestCode.DELETE_SUBSCRIPTIONGROUP,
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+        RequestCode.GET_BROKER_CONFIG,
     )
 )
 KNOWN = frozenset(int(c) for c in RequestCode)
@@ -128,6 +138,7 @@ HEADERS: dict[int, type] = {
     RequestCode.GET_ROUTEINFO_BY_TOPIC: h.GetRouteInfoRequestHeader,
     RequestCode.DELETE_TOPIC_IN_BROKER: h.TopicRequestHeader,
     RequestCode.GET_TOPIC_STATS_INFO: h.TopicRequestHeader,
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: h.TopicRequestHeader,
     RequestCode.GET_CONSUME_STATS: h.GetConsumeStatsRequestHeader,
     RequestCode.GET_CONSUMER_CONNECTION_LIST: h.GetConsumerConnectionListRequestHeader,
     RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: h.NotifyConsumerIdsChangedRequestHeader,

@@ -87,6 +87,10 @@ async def test_routes_name_remoting_addresses_and_leave_out_brokers_without_one(
     info = _body(await ns.get_cluster_info(conn, _request(106)))
     assert sorted(info["brokerAddrTable"]) == ["a", "c"]
     assert info["clusterAddrTable"] == {"C": ["a", "c"]}
+    # 304 (the Java client's getSystemTopicList, the Dashboard's topic page): cluster and group
+    # names, and a broker to ask 305 (a master's address first).
+    system = _body(await ns.get_system_topic_list(conn, _request(304)))
+    assert system == {"brokerAddr": "r:10", "topicList": ["C", "a", "c"]}
     table.register(("C", "b", 0), "g:20", 2, {"U": TopicQueues(1, 1, 6)}, remoting_address="")
     assert _body(await ns.get_topic_list(conn, _request(206))) == {"topicList": ["T"]}
     kv = await ns.get_kv_config(conn, _request(101, namespace="ORDER_TOPIC_CONFIG", key="T"))

@@ -8,8 +8,9 @@ heartbeat's ``subscriptionDataSet`` (``subString`` = the expression, ``expressio
 applies the filter before the records leave (RocketMQ's ExpressionMessageFilter), so a pull
 answers only the matching records; a range with none answers 20 PULL_RETRY_IMMEDIATELY with
 ``nextBeginOffset`` past it. A bad expression is 23 SUBSCRIPTION_PARSE_FAILED with the parse
-error as remark; with ``enablePropertyFilter = false`` every SQL92 pull is 23 naming the
-setting.
+error as remark; with ``enablePropertyFilter = false`` every SQL92 pull (and 46) is 1
+SYSTEM_ERROR "The broker does not support consumer to filter message by SQL92", as Apache's
+PullMessageProcessor and ClientManageProcessor answer it.
 
 Not covered by a real client here: the C++ client of PyPI ``rocketmq==0.4.4`` has no SQL92
 subscription (its ``PushConsumer.subscribe(topic, callback, expression)`` and the library's
@@ -317,8 +318,18 @@ async def test_property_filter_off_refuses_sql92(
             reply = await conn.call(
                 RequestCode.PULL_MESSAGE, _pull("sql-g-off", 0, expression="a > 5")
             )
-            assert reply.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED, reply.remark
+            off = "The broker does not support consumer to filter message by SQL92"
+            assert reply.code == ResponseCode.SYSTEM_ERROR, reply.remark
+            assert (reply.remark or "").startswith(off)
             assert "enablePropertyFilter" in (reply.remark or "")
+            check = {"clientId": "c", "group": "sql-g-off",
+                     "subscriptionData": {"topic": TOPIC, "subString": "a > 5",
+                                          "expressionType": "SQL92"}}  # fmt: skip
+            checked = await conn.call(
+                RequestCode.CHECK_CLIENT_CONFIG, body=json.dumps(check).encode()
+            )
+            assert checked.code == ResponseCode.SYSTEM_ERROR
+            assert (checked.remark or "").startswith(off)
             tags = await conn.call(
                 RequestCode.PULL_MESSAGE,
                 _pull("sql-g-off", 0, expression="*", expression_type="TAG"),
