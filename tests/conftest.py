@@ -30,9 +30,15 @@ _live: list[Daemons] = []  # every open factory, whose logs a failed test's repo
 # global state -- network namespaces, nftables, FUSE mounts and etcd of tests/fault, the deploy
 # topologies of tests/ops, the fixed default ports of test_front_ends.py -- so those run one at
 # a time, first (the fault campaign alone is ~4 min: started last it would be the tail).
-SERIAL = ("tests/fault/", "tests/ops/", "tests/broker/test_front_ends.py")
+SERIAL = (
+    "tests/fault/",
+    "tests/ops/",
+    "tests/broker/test_front_ends.py",
+    "tests/test_packaging.py",  # builds a wheel in the tree's build/, as tests/ops does
+)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which turns the marks into "@group" node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not hasattr(config, "workerinput"):  # a worker of a distributed run collects here
         return  # one process: the order as collected
