@@ -1,8 +1,10 @@
 """Where a message's time goes in ``wharf bench e2e``: hop stamps of the SDK and the broker.
 
     python -m tests.bench.e2e_hops [--rate 1000] [--seconds 5] [--runs 2] [--flush SYNC_FLUSH]
+                                   [--transport wire|grpc|both]
 
-Starts a broker (``tests/harness.py``) and runs ``wharf bench e2e`` over the wire port, both
+Starts a broker (``tests/harness.py``) and runs ``wharf bench e2e`` over the wire port or
+gRPC (``both``: alternating, wire first, ``--runs`` of each), both
 with ``WHARF_HOP_TRACE`` (``wharf.hops``), then prints, per hop, the time since ``send()``
 (p50 and p99, us) of the messages of the last two thirds of the run (the first third is
 warm-up). A message's hops are the first stamp of each name after its ``c.send`` and before
@@ -102,15 +104,16 @@ def sync_times(stamps: list[tuple[str, int]]) -> list[float]:
     return out
 
 
-def run(args: argparse.Namespace, root: Path) -> None:
+def run(args: argparse.Namespace, root: Path, transport: str) -> None:
     broker_trace, client_trace = root / "broker-hops.txt", root / "client-hops.txt"
     settings = {"flushDiskType": args.flush}
     env = {"WHARF_HOP_TRACE": str(broker_trace)}
     with BrokerProcess(
         root / "broker", settings=settings, env=env, extra_args=["--log-level", "WARNING"]
     ) as broker:
+        endpoint = broker.wire_endpoint if transport == "wire" else broker.endpoint
         command = [
-            sys.executable, "-m", "wharf.client.cli.main", "--endpoints", broker.wire_endpoint,
+            sys.executable, "-m", "wharf.client.cli.main", "--endpoints", endpoint,
             "--json", "bench", "e2e", "--rate", str(args.rate), "--size", "1024",
             "--duration", str(args.seconds), "--max-in-flight", "4", "--topic", "hops",
         ]  # fmt: skip
@@ -125,7 +128,7 @@ def run(args: argparse.Namespace, root: Path) -> None:
             raise RuntimeError(f"wharf bench e2e failed: {done.stderr[-800:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])["result"]
     print(
-        f"e2e at {args.rate} msg/s, {args.flush}: p50 {result['p50_ms']} ms, "
+        f"{transport} e2e at {args.rate} msg/s, {args.flush}, load {os.getloadavg()[0]:.2f}: p50 {result['p50_ms']} ms, "
         f"p99 {result['p99_ms']} ms, max {result['max_ms']} ms"
     )
     stamps = sorted(hops.read(str(broker_trace)) + hops.read(str(client_trace)), key=lambda s: s[1])
@@ -152,10 +155,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--flush", default="SYNC_FLUSH", choices=("SYNC_FLUSH", "ASYNC_FLUSH"))
+    parser.add_argument("--transport", default="wire", choices=("wire", "grpc", "both"))
     args = parser.parse_args()
+    transports = ("wire", "grpc") if args.transport == "both" else (args.transport,)
     for _ in range(args.runs):
-        with tempfile.TemporaryDirectory(prefix="wharf-e2e-hops-") as tmp:
-            run(args, Path(tmp))
+        for transport in transports:
+            with tempfile.TemporaryDirectory(prefix="wharf-e2e-hops-") as tmp:
+                run(args, Path(tmp), transport)
 
 
 if __name__ == "__main__":
