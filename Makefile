@@ -122,7 +122,7 @@ system-deps:
 # runs in one process.
 TEST_WORKERS ?= 2
 test: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) $(KAFKA_NODE_STAMP) system-deps
-	$(PYTEST) -q -m "not spark" -n $(TEST_WORKERS) --dist loadgroup
+	$(PYTEST) -q -m "not spark" -n $(TEST_WORKERS) --dist loadfile
 	$(PYTEST) -q -m spark -p no:randomly
 
 # Unit and integration tests without the slow, ops and Spark ones (seconds, not minutes).

@@ -25,42 +25,13 @@ if TYPE_CHECKING:
 
 _live: list[Daemons] = []  # every open factory, whose logs a failed test's report shows
 
-# `make test` runs the suite on 2 pytest-xdist workers (--dist loadgroup): one group a test file
-# (its module-scoped daemons start once), and one group for the tests that share this machine's
-# global state -- network namespaces, nftables, FUSE mounts and etcd of tests/fault, the deploy
-# topologies of tests/ops, the fixed default ports of test_front_ends.py -- so those run one at
-# a time, first (the fault campaign alone is ~4 min: started last it would be the tail).
-SERIAL = (
-    "tests/fault/",
-    "tests/ops/",
-    "tests/broker/test_front_ends.py",
-    "tests/test_packaging.py",  # builds a wheel in the tree's build/, as tests/ops does
-)
 
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's, which turns the marks into "@group" node ids
+# `make test` runs the suite on 2 pytest-xdist workers, a test file to one worker (--dist
+# loadfile: its module-scoped daemons start once, its tests keep their order). The fault
+# tests go first: the campaign alone is ~4 min, the longest tail if it started last.
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not hasattr(config, "workerinput"):  # a worker of a distributed run collects here
-        return  # one process: the order as collected
-    serial = []
-    for item in items:
-        path = item.nodeid.split("::")[0]
-        group = "serial" if path.startswith(SERIAL) else path
-        item.add_marker(pytest.mark.xdist_group(group))
-        serial.append(group == "serial")
-    items[:] = [i for i, s in zip(items, serial, strict=True) if s] + [
-        i for i, s in zip(items, serial, strict=True) if not s
-    ]
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    report = yield
-    if report.failed:
-        tails = "".join(daemons.log_tails() for daemons in _live)
-        if tails:
-            report.sections.append(("daemon logs", tails))
-    return report
+    if hasattr(config, "workerinput"):  # a worker of a distributed run
+        items.sort(key=lambda item: not item.nodeid.startswith("tests/fault/"))
 
 
 def _factory(root: Path, request: pytest.FixtureRequest) -> Iterator[Daemons]:

@@ -190,7 +190,9 @@ def sane_value(wire: str, kind: str) -> st.SearchStrategy[str]:
             st.sampled_from(["TAGS", "KEYS", "DELAY", "UNIQ_KEY", "TRAN_MSG", "PGROUP", "WAIT"]),
         )
         values = st.one_of(
-            st.text(alphabet=st.characters(exclude_characters="\x01\x02"), max_size=30),
+            st.text(
+                alphabet=st.characters(exclude_characters="\x01\x02", codec="utf-8"), max_size=30
+            ),
             st.sampled_from(["true", "3", "-1", "99999"]),
         )
         return st.dictionaries(names, values, max_size=4).map(properties_to_string)
