@@ -180,6 +180,11 @@ class RemotingAdmin:
         elif isinstance(value, str) and value.strip().upper() in _CONSUME_TYPES:
             self.consume_types[group] = value.strip().upper()
 
+    def _data_version(self, counter: int) -> dict[str, int]:
+        """RocketMQ's DataVersion of a table (topics, groups): its change counter, stamped with
+        the broker's start."""
+        return {"counter": counter, "stateVersion": 0, "timestamp": int(self.ctx.started_at * 1000)}
+
     def _ok(self, request: RemotingCommand, body: str | bytes = b"") -> RemotingCommand:
         data = body.encode() if isinstance(body, str) else body
         return response_to(request, ResponseCode.SUCCESS, body=data)
@@ -218,11 +223,7 @@ class RemotingAdmin:
         topics = self.ctx.topics
         table = {t.name: t.to_json() for t in topics.listing(include_system=True)}
         body = {
-            "dataVersion": {
-                "counter": topics.version,
-                "stateVersion": 0,
-                "timestamp": int(self.ctx.started_at * 1000),
-            },
+            "dataVersion": self._data_version(topics.version),
             "topicConfigTable": table,
         }
         return self._ok(request, _json(body))
@@ -289,11 +290,7 @@ class RemotingAdmin:
         groups = self.ctx.groups
         table = {g.group_name: _subscription_group_config(g) for g in groups.listing()}
         body = {
-            "dataVersion": {
-                "counter": groups.version,
-                "stateVersion": 0,
-                "timestamp": int(self.ctx.started_at * 1000),
-            },
+            "dataVersion": self._data_version(groups.version),
             "subscriptionGroupTable": table,
         }
         return self._ok(request, _json(body))
