@@ -9,11 +9,11 @@ round): a kill -9 right after an answer keeps what it acknowledged."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from wharf.broker.errors import InvalidArgumentError, NotFoundError
+from wharf.broker.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from wharf.broker.meta.groups import (
     SubscriptionGroup,
     SubscriptionGroupManager,
@@ -35,7 +35,25 @@ if TYPE_CHECKING:
     from wharf.broker.core.clients import ClientRegistry
     from wharf.store.message_store import MessageStore
 
-__all__ = ["AdminCore", "ConsumerProgress", "QueueProgress", "QueueStats", "TopicStats"]
+__all__ = [
+    "AdminCore",
+    "ConsumerProgress",
+    "QueueProgress",
+    "QueueStats",
+    "TopicSpec",
+    "TopicStats",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """A topic to create: 0 queues take the broker's default."""
+
+    name: str
+    read: int
+    write: int
+    perm: int
+    attributes: Mapping[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +115,34 @@ class AdminCore:
         self, name: str, read: int, write: int, perm: int, attributes: Mapping[str, str]
     ) -> TopicConfig:
         """A new topic (AlreadyExistsError if it exists); 0 queues take the default."""
+        (outcome,) = await self.create_topics([TopicSpec(name, read, write, perm, attributes)])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    async def create_topics(self, specs: Sequence[TopicSpec]) -> list[TopicConfig | Exception]:
+        """Each spec made in the table in turn, its own refusal (AlreadyExistsError,
+        InvalidArgumentError) in its slot, then one wait for the disk for all of them: a
+        request of n topics (Kafka's CreateTopics) waits one persist round, not n. A failed
+        write is the error of every topic this call made."""
         default = self.topics.default_queue_nums
-        topic = self.topics.create(name, read or default, write or default, perm, dict(attributes))
-        await self.topics.durable()
-        return topic
+        outcomes: list[TopicConfig | Exception] = []
+        for spec in specs:
+            try:
+                outcomes.append(
+                    self.topics.create(
+                        spec.name, spec.read or default, spec.write or default, spec.perm,
+                        dict(spec.attributes),
+                    )
+                )  # fmt: skip
+            except (AlreadyExistsError, InvalidArgumentError) as exc:
+                outcomes.append(exc)
+        if any(isinstance(o, TopicConfig) for o in outcomes):
+            try:
+                await self.topics.durable()
+            except Exception as exc:
+                outcomes = [exc if isinstance(o, TopicConfig) else o for o in outcomes]
+        return outcomes
 
     async def update_topic(
         self,

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from wharf.broker.acl.rules import Perm
+from wharf.broker.core.admin import TopicSpec
 from wharf.broker.core.send import is_own_topic
 from wharf.broker.errors import AlreadyExistsError, InvalidArgumentError
 from wharf.broker.kafka.env import KafkaEnv
@@ -47,58 +48,58 @@ class AdminHandlers:
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
     ) -> dict[str, Any]:
         admin = self.env.allowed(conn, "admin", "", Perm.ANY)
-        results = []
+        validate_only = bool(body["validate_only"])
+        results: list[dict[str, Any]] = []
+        specs: list[tuple[dict[str, Any], TopicSpec]] = []
         for t in body["topics"]:
-            message: str | None
+            row = {"name": t["name"], "error_code": Code.NONE, "error_message": None}
+            results.append(row)
             if not admin:
-                code, message = Code.TOPIC_AUTHORIZATION_FAILED, "CreateTopics needs an admin"
-            else:
-                code, message = await self._create(t, bool(body["validate_only"]))
-            results.append({"name": t["name"], "error_code": code, "error_message": message})
-        created = [r for r in results if r["error_code"] == Code.NONE]
-        if created and not body["validate_only"]:
-            # Made in the table one by one (the checks above are Kafka's), then answered once
-            # they are all on disk: one persist round for the request, as the core's
-            # create_topic waits for one per topic.
-            try:
-                await self.env.ctx.topics.durable()
-            except Exception as exc:
-                for row in created:
-                    row["error_code"], row["error_message"] = code_for(exc), str(exc)
+                row["error_code"] = Code.TOPIC_AUTHORIZATION_FAILED
+                row["error_message"] = "CreateTopics needs an admin"
+                continue
+            code, message, count = await self._check(t)
+            if code != Code.NONE:
+                row["error_code"], row["error_message"] = code, message
+            elif not validate_only:
+                specs.append((row, TopicSpec(t["name"], count, count, PERM_READ_WRITE, {})))
+        # Made through the core as one batch: answered once they are all on disk (one persist
+        # round for the request).
+        outcomes = await self.env.ctx.admin.create_topics([spec for _, spec in specs])
+        for (row, _), outcome in zip(specs, outcomes, strict=True):
+            if isinstance(outcome, AlreadyExistsError):
+                row["error_code"], row["error_message"] = Code.TOPIC_ALREADY_EXISTS, str(outcome)
+            elif isinstance(outcome, InvalidArgumentError):
+                row["error_code"], row["error_message"] = Code.INVALID_REQUEST, str(outcome)
+            elif isinstance(outcome, Exception):
+                row["error_code"], row["error_message"] = code_for(outcome), str(outcome)
         return {"topics": results}
 
-    async def _create(self, t: dict[str, Any], validate_only: bool) -> tuple[Code, str | None]:
+    async def _check(self, t: dict[str, Any]) -> tuple[Code, str | None, int]:
+        """Kafka's checks of one topic to create: (code, message, partition count)."""
         topics = self.env.ctx.topics
         name = t["name"]
         try:
             validate_topic_name(name)
         except InvalidArgumentError as exc:
-            return Code.INVALID_TOPIC_EXCEPTION, str(exc)
+            return Code.INVALID_TOPIC_EXCEPTION, str(exc), 0
         if is_own_topic(name):
-            return Code.INVALID_TOPIC_EXCEPTION, f"topic {name!r} is reserved for the broker"
+            return Code.INVALID_TOPIC_EXCEPTION, f"topic {name!r} is reserved for the broker", 0
         if topics.get(name) is not None:
-            return Code.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
+            return Code.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists", 0
         if self.env.cluster is not None and (await self.env.layout(name, fresh=True)).spans:
-            return Code.TOPIC_ALREADY_EXISTS, f"topic {name!r} exists on other broker groups"
+            return Code.TOPIC_ALREADY_EXISTS, f"topic {name!r} exists on other broker groups", 0
         count = t["num_partitions"]
         if count == -1:
             count = topics.default_queue_nums
         if not 1 <= count <= MAX_QUEUE_NUMS:
-            return Code.INVALID_PARTITIONS, f"num_partitions must be 1..{MAX_QUEUE_NUMS}"
+            return Code.INVALID_PARTITIONS, f"num_partitions must be 1..{MAX_QUEUE_NUMS}", 0
         if t["assignments"]:
-            return Code.INVALID_REQUEST, "manual replica assignments are not supported"
+            return Code.INVALID_REQUEST, "manual replica assignments are not supported", 0
         for config in t["configs"]:
             if config["name"] == "cleanup.policy" and "compact" in (config["value"] or ""):
-                return Code.INVALID_CONFIG, "log compaction is not supported by Wharf"
-        if validate_only:
-            return Code.NONE, None
-        try:
-            topics.create(name, count, count, PERM_READ_WRITE, {})
-        except AlreadyExistsError as exc:
-            return Code.TOPIC_ALREADY_EXISTS, str(exc)
-        except InvalidArgumentError as exc:
-            return Code.INVALID_REQUEST, str(exc)
-        return Code.NONE, None
+                return Code.INVALID_CONFIG, "log compaction is not supported by Wharf", 0
+        return Code.NONE, None, count
 
     async def delete_topics(
         self, conn: KafkaConnection, version: int, body: dict[str, Any]

@@ -342,3 +342,52 @@ async def test_a_fetch_of_several_partitions_wakes_on_any(inproc_broker: InProcF
     await client.close()
     await other.close()
     await kafka.close()
+
+
+async def test_create_topics_answers_each_row_and_waits_for_the_disk_once(
+    inproc_broker: InProcFactory,
+) -> None:
+    """One CreateTopics of six rows: Kafka's own checks per row, the two new topics made through
+    the core's batch (one wait for the metadata on disk for the request, not one per topic)."""
+    kafka, client = await started(inproc_broker)
+    topics = kafka.controller.ctx.topics
+    waits = 0
+    durable = topics.durable
+
+    async def counted() -> None:
+        nonlocal waits
+        waits += 1
+        await durable()
+
+    topics.durable = counted
+
+    def row(name: str, partitions: int = 2, configs: list | None = None) -> dict:
+        return {"name": name, "num_partitions": partitions, "replication_factor": 1,
+                "assignments": [], "configs": configs or []}  # fmt: skip
+
+    await produce(client, "existing", 0, b"x")  # auto-created by the send
+    waits = 0
+    rows = [
+        row("made-a", 3), row("existing"), row("bad-count", 0), row("made-b", -1),
+        row("compacted", 1, [{"name": "cleanup.policy", "value": "compact"}]), row("made-a"),
+    ]  # fmt: skip
+    response = await client.call(
+        19, 1, {"topics": rows, "timeout_ms": 5000, "validate_only": False}
+    )
+    codes = [(t["name"], t["error_code"]) for t in response["topics"]]
+    # 36 TOPIC_ALREADY_EXISTS (before the request and earlier in it), 37 INVALID_PARTITIONS,
+    # 40 INVALID_CONFIG
+    assert codes == [("made-a", 0), ("existing", 36), ("bad-count", 37), ("made-b", 0),
+                     ("compacted", 40), ("made-a", 36)]  # fmt: skip
+    assert waits == 1
+    assert topics.require("made-a").read_queue_nums == 3
+    assert topics.require("made-b").read_queue_nums == topics.default_queue_nums
+    assert topics.get("bad-count") is None and topics.get("compacted") is None
+
+    checked = await client.call(
+        19, 1, {"topics": [row("dry")], "timeout_ms": 5000, "validate_only": True}
+    )
+    assert checked["topics"][0]["error_code"] == 0 and topics.get("dry") is None
+    assert waits == 1  # nothing made, nothing waited for
+    await client.close()
+    await kafka.close()
