@@ -17,7 +17,9 @@ client channels:
   by ``expire()``, which the ClientExpiry part runs every 10 s (``core/background.py``).
 
 It speaks neutral values (``ClientKind``, strings, a ``send`` callable): each front end maps its
-protocol's client types and settings onto them.
+protocol's client types and settings onto them. A front end whose groups live elsewhere (Kafka's
+coordinator) lends a ``MembershipView``: a group's online count and subscribed topics then
+include its members, as ``wharf group progress`` and the console show them.
 """
 
 from __future__ import annotations
@@ -27,13 +29,21 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 CLIENT_TIMEOUT_S = 120.0  # channelExpiredTimeout's default (RocketMQ's 2 min)
 MAX_SESSIONS = 65536
 
 # A server-to-client channel: sends one command in the client's protocol; False: not queued.
 Send = Callable[[Any], bool]
+
+
+class MembershipView(Protocol):
+    """Members a front end keeps itself (Kafka's group coordinator)."""
+
+    def online(self, group: str) -> int: ...
+
+    def topics(self, group: str) -> set[str]: ...
 
 
 class ClientKind(enum.Enum):
@@ -85,6 +95,7 @@ class ClientRegistry:
         # Ordered by last_seen (a touch moves the entry to the end): expiry stops at the first
         # live one, and the bound drops the longest silent.
         self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self.views: list[MembershipView] = []  # add_view / remove_view
 
     # --- membership ---------------------------------------------------------------------------
     def _bump(self, group: str) -> int:
@@ -141,11 +152,22 @@ class ClientRegistry:
         """(sorted client ids, version) of a group."""
         return sorted(self.groups.get(group, {})), self.versions.get(group, 0)
 
+    def add_view(self, view: MembershipView) -> None:
+        self.views.append(view)
+
+    def remove_view(self, view: MembershipView) -> None:
+        if view in self.views:
+            self.views.remove(view)
+
     def online_count(self, group: str) -> int:
-        return len(self.groups.get(group, {}))
+        """The group's members online: heartbeating clients and every view's."""
+        return len(self.groups.get(group, {})) + sum(v.online(group) for v in self.views)
 
     def subscribed_topics(self, group: str) -> set[str]:
-        return {t for c in self.groups.get(group, {}).values() for t in c.subscriptions}
+        topics = {t for c in self.groups.get(group, {}).values() for t in c.subscriptions}
+        for view in self.views:
+            topics |= view.topics(group)
+        return topics
 
     # --- sessions -----------------------------------------------------------------------------
     def __len__(self) -> int:

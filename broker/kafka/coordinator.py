@@ -22,6 +22,9 @@ PreparingRebalance whenever a member joins, leaves, changes its protocols or is 
   INCONSISTENT_GROUP_PROTOCOL.
 - Nothing survives a restart: members rejoin (UNKNOWN_MEMBER_ID) and resume from the
   committed offsets, which do survive (ConsumerOffsetManager).
+- The broker's client registry sees the members through ``online`` and ``topics`` (a
+  ``MembershipView``): a Kafka group's progress shows its members online and the topics of
+  their "consumer" protocol subscriptions, as a RocketMQ group's does.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wharf.broker.kafka.errors import Code, KafkaError
+from wharf.broker.kafka.wire import DecodeError, Reader
 
-__all__ = ["Coordinator", "Group", "Member"]
+__all__ = ["Coordinator", "Group", "Member", "subscribed_topics"]
 
 SWEEP_S = 0.25
 MIN_SESSION_TIMEOUT_MS = 1_000  # Kafka's group.min.session.timeout.ms is 6000; tests use less
@@ -102,6 +106,25 @@ class Coordinator:
         while True:
             await asyncio.sleep(SWEEP_S)
             self.expire(time.monotonic())
+
+    # --- the registry's view (core.clients.MembershipView) ----------------------------------------
+    def online(self, group_id: str) -> int:
+        group = self.groups.get(group_id)
+        return len(group.members) if group is not None else 0
+
+    def topics(self, group_id: str) -> set[str]:
+        """The topics the members subscribe to: the ``consumer`` protocol's subscription
+        (version, then its topic names) of the group's protocol, or of the member's first."""
+        group = self.groups.get(group_id)
+        if group is None or group.protocol_type != "consumer":
+            return set()
+        out: set[str] = set()
+        for member in group.members.values():
+            metadata = member.metadata_for(group.protocol) if group.protocol else b""
+            if not metadata and member.protocols:
+                metadata = member.protocols[0][1]
+            out |= subscribed_topics(metadata)
+        return out
 
     # --- requests -------------------------------------------------------------------------------
     async def join(self, group_id: str, member: Member, member_id_required: bool) -> dict[str, Any]:
@@ -353,3 +376,17 @@ def _vote(members: list[Member]) -> str:
     for m in members:
         votes[next(name for name, _ in m.protocols if name in common)] += 1
     return votes.most_common(1)[0][0]
+
+
+def subscribed_topics(metadata: bytes) -> set[str]:
+    """The topic names of a ConsumerProtocolSubscription (every version starts with int16
+    version, then an array of strings); none when it does not parse (a client's own format)."""
+    reader = Reader(metadata)
+    try:
+        reader.int16()
+        count = reader.int32()
+        if count < 0 or count > reader.remaining // 2:
+            return set()
+        return {reader.string() for _ in range(count)}
+    except DecodeError:
+        return set()

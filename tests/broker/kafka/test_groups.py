@@ -5,9 +5,18 @@ and (over the wire) the refusal of a group RocketMQ consumers use."""
 from __future__ import annotations
 
 import asyncio
+import struct
 
 import pytest
-from wharf.broker.kafka.coordinator import COMPLETING, EMPTY, PREPARING, STABLE, Coordinator, Member
+from wharf.broker.kafka.coordinator import (
+    COMPLETING,
+    EMPTY,
+    PREPARING,
+    STABLE,
+    Coordinator,
+    Member,
+    subscribed_topics,
+)
 from wharf.broker.kafka.errors import Code, KafkaError
 
 from tests.broker.kafka.kafka_helpers import start_kafka
@@ -269,3 +278,51 @@ async def test_stop_answers_joins_waiting_on_a_rebalance(inproc_broker: InProcFa
     assert asyncio.get_running_loop().time() - began < 2  # not the 5 s grace, nor 60 s
     await client.close()
     await other.close()
+
+
+def subscription(*topics: str) -> bytes:
+    """A ConsumerProtocolSubscription v0: version, topics, user data (as kafka-python sends)."""
+    out = struct.pack(">hi", 0, len(topics))
+    for topic in topics:
+        out += struct.pack(">h", len(topic)) + topic.encode()
+    return out + struct.pack(">i", -1)
+
+
+def test_subscribed_topics_of_a_member_metadata() -> None:
+    assert subscribed_topics(subscription("a", "b")) == {"a", "b"}
+    assert subscribed_topics(b"") == set()
+    assert subscribed_topics(struct.pack(">hi", 0, 1_000_000)) == set()  # a lying count
+    assert subscribed_topics(b"\x00\x00\x00\x00\x00\x01\x00\x09ab") == set()  # short string
+
+
+async def test_group_progress_counts_kafka_members_and_their_topics(
+    inproc_broker: InProcFactory,
+) -> None:
+    """A Kafka group in `wharf group progress` (AdminCore.consumer_progress): its members
+    online and the topics they subscribe to (whose queues it lists), before any commit."""
+    kafka = await start_kafka(inproc_broker)
+    ctx = kafka.controller.ctx
+    ctx.topics.create("t", 2, 2, 6, {})
+    client = await kafka.client()
+    join = {
+        "group_id": "kv",
+        "session_timeout_ms": 10_000,
+        "rebalance_timeout_ms": 10_000,
+        "member_id": "",
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": subscription("t")}],
+    }
+    reply = await client.call(11, 1, join)  # v1: an id at once, no KIP-394 round
+    assert reply["error_code"] == 0
+    progress = ctx.admin.consumer_progress("kv")
+    assert progress.online_clients == 1
+    assert ctx.clients.subscribed_topics("kv") == {"t"}  # the queues progress lists
+    left = await client.call(
+        13, 3, {"group_id": "kv", "members": [{"member_id": reply["member_id"],
+                                               "group_instance_id": None}]},
+    )  # fmt: skip
+    assert left["members"][0]["error_code"] == 0
+    assert ctx.clients.online_count("kv") == 0
+    await client.close()
+    await kafka.close()
+    assert ctx.clients.views == []  # the stopped front end lends no view
