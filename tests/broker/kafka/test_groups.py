@@ -164,19 +164,24 @@ async def test_commit_checks() -> None:
     assert c.check_commit("g", -1, "") == Code.UNKNOWN_MEMBER_ID  # the group is active
 
 
+def join_body(group: str, metadata: bytes = b"") -> dict:
+    """A first JoinGroup of a "consumer" member with one protocol, "range"."""
+    return {
+        "group_id": group,
+        "session_timeout_ms": 10_000,
+        "rebalance_timeout_ms": 10_000,
+        "member_id": "",
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": metadata}],
+    }
+
+
 async def test_over_the_wire_commits_and_rocketmq_groups(inproc_broker: InProcFactory) -> None:
     kafka = await start_kafka(inproc_broker)
     ctx = kafka.controller.ctx
     ctx.topics.create("t", 2, 2, 6, {})
     client = await kafka.client()
-    join = {
-        "group_id": "kg",
-        "session_timeout_ms": 10_000,
-        "rebalance_timeout_ms": 10_000,
-        "member_id": "",
-        "protocol_type": "consumer",
-        "protocols": [{"name": "range", "metadata": b""}],
-    }
+    join = join_body("kg")
     first = await client.call(11, 5, join)
     assert first["error_code"] == 79
     reply = await client.call(11, 5, {**join, "member_id": first["member_id"]})
@@ -304,14 +309,7 @@ async def test_group_progress_counts_kafka_members_and_their_topics(
     ctx = kafka.controller.ctx
     ctx.topics.create("t", 2, 2, 6, {})
     client = await kafka.client()
-    join = {
-        "group_id": "kv",
-        "session_timeout_ms": 10_000,
-        "rebalance_timeout_ms": 10_000,
-        "member_id": "",
-        "protocol_type": "consumer",
-        "protocols": [{"name": "range", "metadata": subscription("t")}],
-    }
+    join = join_body("kv", subscription("t"))
     reply = await client.call(11, 1, join)  # v1: an id at once, no KIP-394 round
     assert reply["error_code"] == 0
     progress = ctx.admin.consumer_progress("kv")
