@@ -55,9 +55,9 @@ from wharf.broker.serving.health import HealthBoard
 from wharf.broker.serving.reply_budget import ReplyBudget
 from wharf.broker.settings import parse_delay_levels
 from wharf.broker.tls.config import ServerTls
+from wharf.broker.tls.contexts import server_ssl_context
 from wharf.broker.tls.reload import CertificateReloader
 from wharf.broker.tls.source import load_tls
-from wharf.broker.wire.tls import server_ssl_context
 from wharf.store.codec import SCHEDULE_TOPIC
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.store.ha import SLAVE

@@ -1,7 +1,7 @@
 """TLS on the NameServer's remoting port: its certificate (``tlsEnable``) in an
 ``ssl.SSLContext`` that follows the files' replacements, as its gRPC port does.
 
-The broker's remoting port uses the wire port's context (``wharf.broker.wire.tls``: the checks
+The broker's asyncio ports use ``wharf.broker.tls.contexts`` (the checks
 in a thread); the NameServer may not import the broker's wire package, and takes few
 handshakes (a client connects once), so here each client hello's SNI callback (run with or
 without a server name) checks the files at most every ``CHECK_S`` on the event loop:

@@ -8,8 +8,8 @@ import asyncio
 from wharf.broker.config import BrokerConfig
 from wharf.broker.serving.frontend import FrontEndUnavailable, TlsSource
 from wharf.broker.tls.config import ServerTls, TlsError, load_server_tls_blocking
+from wharf.broker.tls.contexts import server_ssl_context
 from wharf.broker.tls.reload import CertificateReloader
-from wharf.broker.wire.tls import server_ssl_context
 
 __all__ = ["load_tls"]
 

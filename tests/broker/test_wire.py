@@ -21,7 +21,7 @@ import grpc
 import pytest
 from wharf import wire
 from wharf.broker.tls.certs import fingerprint_sha256
-from wharf.broker.wire.tls import CHECK_S
+from wharf.broker.tls.contexts import CHECK_S
 from wharf.client import (
     ConsumeResult,
     Producer,

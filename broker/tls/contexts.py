@@ -1,4 +1,4 @@
-"""The wire port's TLS: the broker's certificate (broker/tls/config.py) in an ``ssl.SSLContext``.
+"""TLS of the asyncio listeners (the wire port, remoting, Kafka, replication): the broker's
 
 grpcio takes replaced certificate files through its fetch callback (broker/tls/reload.py), on
 its own threads; the ssl module has no such hook. Here each handshake's SNI callback (run for
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from wharf import wire
 from wharf.broker.tls.material import ServerTls
 
-log = logging.getLogger("wharf.broker.wire")
+log = logging.getLogger("wharf.broker.tls")
 
 CHECK_S = 1.0  # handshakes between two checks of the files are served without one
 
