@@ -17,15 +17,15 @@ consumer in one process):
   ``Producer.send`` one at a time and a ``PushConsumer`` with the library's defaults
   (tests/bench/lone_client_script.py). What shapes its figure on the client side: the push
   consumer keeps one ``ReceiveMessage`` long poll per assigned queue (batch 32, the long-poll
-  timeout the broker's settings give it) and re-issues it when the previous one returns;
+  timeout the broker's settings give it, 20 s) and re-issues it when the previous one returns;
   received messages go to its consumption pool (20 threads) and the callback runs there, the
   ack after it (not timed). Queue assignments are re-scanned every 5 s.
 - ``cpp``: Apache's RocketMQ 4.x C++ client (PyPI ``rocketmq==0.4.4``, .venv-rmq4) over the
   remoting port (also its NameServer): ``Producer.send_sync`` and a ``PushConsumer`` with the
   library's defaults (same script). Client side: librocketmq's push consumer long-polls each
-  queue with PULL_MESSAGE (the broker holds it up to the client's suspend time, 15 s in
-  librocketmq 2.x, and answers when a message arrives), hands what it pulled to its consume
-  thread pool (batch 1 per callback) and re-issues the pull; offsets are committed every 5 s.
+  queue with PULL_MESSAGE (suspendTimeoutMillis 15000, seen with strace: the broker holds the
+  pull up to 15 s and answers when a message arrives), hands what it pulled to its consume
+  thread pool (the wrapper's callback gets one message) and re-issues the pull.
 
 The two clients' sends are synchronous from one thread, paced open loop (message i due at
 start + i / rate); their warm-up sends at the same rate until every message sent more than
