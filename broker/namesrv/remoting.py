@@ -15,6 +15,11 @@ for every group registered with this NameServer, over the same ``RouteTable`` as
   ``clusterAddrTable``).
 - 206 GET_ALL_TOPIC_LIST_FROM_NAMESERVER: the topics of those brokers.
 - 101 GET_KV_CONFIG: 22 QUERY_NOT_FOUND (no KV store).
+- 205 WIPE_WRITE_PERM_OF_BROKER / 327 ADD_WRITE_PERM_OF_BROKER (mqadmin wipeWritePerm /
+  addWritePerm ``-b NAME``): the group's queues are routed without (with) the write bit, on
+  every protocol's routes, until 327 or its master registers a changed topic table
+  (``RouteTable.set_write_perm``); header ``wipeTopicCount`` / ``addTopicCount``, the topics
+  the group holds (0 for an unknown name), as Apache's DefaultRequestProcessor.
 
 Anything else: 3 REQUEST_CODE_NOT_SUPPORTED (``server.py``). The JSON is built by
 ``wharf.broker.remoting.routes``, shared with a broker's own answers.
@@ -76,6 +81,8 @@ class NamesrvRemoting:
             int(RequestCode.GET_KV_CONFIG): self.get_kv_config,
             int(RequestCode.DELETE_TOPIC_IN_NAMESRV): self.delete_topic,
             int(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS): self.get_system_topic_list,
+            int(RequestCode.WIPE_WRITE_PERM_OF_BROKER): self.wipe_write_perm,
+            int(RequestCode.ADD_WRITE_PERM_OF_BROKER): self.add_write_perm,
         }
 
     def _reachable(self) -> list[LiveBroker]:
@@ -136,6 +143,25 @@ class NamesrvRemoting:
 
     async def get_kv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         return kv_config_not_found(request)
+
+    async def wipe_write_perm(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return self._write_perm(conn, request, False, "wipeTopicCount")
+
+    async def add_write_perm(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return self._write_perm(conn, request, True, "addTopicCount")
+
+    def _write_perm(
+        self, conn: Connection, request: RemotingCommand, writable: bool, field: str
+    ) -> RemotingCommand:
+        name = request.ext_fields.get("brokerName", "")
+        if not name:
+            return response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark="missing header field brokerName"
+            )
+        count = self.table.set_write_perm(name, writable)
+        action = "added" if writable else "wiped"
+        log.info("%s write perm of broker %s (%d topics), from %s", action, name, count, conn.peer)
+        return response_to(request, ResponseCode.SUCCESS, ext_fields={field: str(count)})
 
     async def delete_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """DELETE_TOPIC_IN_NAMESRV (216): mqadmin deleteTopic's second step (the brokers first:

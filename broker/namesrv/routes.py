@@ -64,6 +64,11 @@ class RouteTable:
         self.version = 0
         self._topic_versions: dict[str, int] = {}
         self._watchers: list[Watcher] = []
+        # Broker names whose write permission mqadmin wipeWritePerm (205) took away: their
+        # queues are routed without PERM_WRITE until addWritePerm (327) or the group's master
+        # registers a changed topic table (as Apache's RouteInfoManager, whose wiped queueData
+        # a changed registration replaces).
+        self.write_wiped: set[str] = set()
 
     # --- changes --------------------------------------------------------------------------
     def register(
@@ -99,6 +104,13 @@ class RouteTable:
             touched = {t for t, queues in topics.items() if held.get(t) != queues}
             touched.update(t for t in held if t not in topics)
         cluster, name, broker_id = key
+        if (
+            broker_id == 0
+            and name in self.write_wiped
+            and (old is None or old.data_version != data_version)
+        ):
+            self.write_wiped.discard(name)
+            touched.update(topics)
         self.brokers[key] = LiveBroker(
             cluster, name, broker_id, address, data_version, topics,
             old.registered_at_ms if old else int(time.time() * 1000), self._clock(), owner,
@@ -137,6 +149,23 @@ class RouteTable:
         self._changed({topic} if holders else set())
         return bool(holders)
 
+    def set_write_perm(self, broker_name: str, writable: bool) -> int:
+        """mqadmin wipeWritePerm (205, ``writable`` False) / addWritePerm (327): take the
+        write bit off (or give it back to) the queues of ``broker_name`` in every route.
+        Returns the number of topics it holds (Apache's wipeTopicCount / addTopicCount; 0 for
+        a name no live broker has, which changes nothing)."""
+        topics = {
+            t for b in self.brokers.values() if b.broker_name == broker_name for t in b.topics
+        }
+        if not topics:
+            return 0
+        if writable:
+            self.write_wiped.discard(broker_name)
+        else:
+            self.write_wiped.add(broker_name)
+        self._changed(topics)
+        return len(topics)
+
     def expire(self, not_active_timeout_s: float) -> list[LiveBroker]:
         """Drop brokers silent for longer than the timeout; returns them."""
         now = self._clock()
@@ -167,9 +196,10 @@ class RouteTable:
                     holders[broker.broker_name] = broker
         for name, broker in holders.items():
             held = broker.topics[topic]
-            if broker.broker_id != 0:
+            if broker.broker_id != 0 or name in self.write_wiped:
                 # The master is gone: its replicas serve reads (RocketMQ 4's static mode), so
-                # the group's queues stay routable, read-only: producers go elsewhere.
+                # the group's queues stay routable, read-only: producers go elsewhere. The same
+                # for a group whose write permission was wiped (205).
                 held = dataclasses.replace(held, perm=held.perm & ~PERM_WRITE)
             queues.append((name, held))
             groups.setdefault(name, (broker.cluster, {}))

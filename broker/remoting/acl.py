@@ -163,6 +163,8 @@ ACCESS: dict[int, NeedsOf] = {
         C.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: _admin,
         C.GET_KV_CONFIG: _authenticated,
         C.GET_SYSTEM_TOPIC_LIST_FROM_NS: _authenticated,
+        C.WIPE_WRITE_PERM_OF_BROKER: _admin,
+        C.ADD_WRITE_PERM_OF_BROKER: _admin,
         # clients
         C.HEART_BEAT: _heartbeat,
         C.UNREGISTER_CLIENT: _group("consumerGroup"),
@@ -177,6 +179,7 @@ ACCESS: dict[int, NeedsOf] = {
         C.GET_MAX_OFFSET: _topic(Perm.SUB),
         C.GET_MIN_OFFSET: _topic(Perm.SUB),
         C.SEARCH_OFFSET_BY_TIMESTAMP: _topic(Perm.SUB),
+        C.GET_EARLIEST_MSG_STORETIME: _topic(Perm.SUB),
         C.CONSUMER_SEND_MSG_BACK: _group("group"),
         C.END_TRANSACTION: _authenticated,  # + the half's topic: a resolver (broker)
         C.LOCK_BATCH_MQ: _batch_lock,
@@ -202,6 +205,9 @@ ACCESS: dict[int, NeedsOf] = {
         C.DELETE_SUBSCRIPTIONGROUP: _admin,
         C.INVOKE_BROKER_TO_RESET_OFFSET: _admin,
         C.GET_BROKER_CONFIG: _admin,
+        C.UPDATE_BROKER_CONFIG: _admin,
+        C.GET_ALL_CONSUMER_OFFSET: _admin,
+        C.GET_TOPIC_CONFIG: _admin,
     }.items()
 }
 

@@ -41,6 +41,7 @@ from wharf.broker.remoting.headers import (
     GetProducerConnectionListRequestHeader,
     QueryMessageRequestHeader,
     QueryMessageResponseHeader,
+    TopicQueueRequestHeader,
     TopicRequestHeader,
     ViewMessageRequestHeader,
 )
@@ -280,6 +281,51 @@ class RemotingAdmin:
         )
         return self._ok(request, _json({"groupList": sorted(groups)}))
 
+    async def get_topic_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """351 GET_TOPIC_CONFIG: not a 4.9 code (4.9.8's RequestCode has no 351); RocketMQ 5's
+        MQClientAPIImpl.getTopicConfig (``topic``, ``lo=true``: DefaultMQAdminExt
+        examineTopicConfig of the 5.x tools and Dashboard) asks it. Answered as 5.x's
+        AdminBrokerProcessor.getTopicConfig: TopicConfigAndQueueMapping, the TopicConfig of
+        21's table (no ``mappingDetail``: Wharf has no static topics, null is left out as
+        fastjson does); unknown topic: 17 "No topic in this broker. topic: T"."""
+        header = TopicRequestHeader.from_ext_fields(request.ext_fields)
+        topic = self.ctx.topics.get(header.topic)
+        if topic is None:
+            return response_to(
+                request,
+                ResponseCode.TOPIC_NOT_EXIST,
+                remark=f"No topic in this broker. topic: {header.topic}",
+            )
+        return self._ok(request, _json(topic.to_json()))
+
+    async def get_earliest_msg_storetime(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """32 GET_EARLIEST_MSG_STORETIME (MQClientAPIImpl.getEarliestMsgStoretime: mqadmin
+        and the Dashboard's queue views; header ``topic``, ``queueId``, 4.9.8's ``bname``):
+        response header ``timestamp``, the store time of the queue's first message (at its min
+        offset), -1 when it has none, as DefaultMessageStore.getEarliestMessageTime."""
+        header = TopicQueueRequestHeader.from_ext_fields(request.ext_fields)
+        return response_to(
+            request,
+            ResponseCode.SUCCESS,
+            ext_fields={"timestamp": str(self.earliest_store_time(header.topic, header.queue_id))},
+        )
+
+    def earliest_store_time(self, topic: str, queue_id: int) -> int:
+        store = self.ctx.store
+        first = store.read_consume_queue(topic, queue_id, store.get_min_offset(topic, queue_id), 1)
+        if not first:
+            return -1
+        commit_log_offset = first[0][0]
+        try:
+            message = store.look_message_by_offset(commit_log_offset)
+        except (StoreError, ValueError):  # a hole or a damaged record: none, as Apache's -1
+            return -1
+        if message is None or message.commit_log_offset != commit_log_offset:
+            return -1
+        return message.store_timestamp
+
     # --- groups -------------------------------------------------------------------------------
     async def get_all_subscription_group(
         self, conn: Connection, request: RemotingCommand
@@ -432,6 +478,22 @@ class RemotingAdmin:
             "subscriptionTable": subscriptions,
         }
         return self._ok(request, _json(body))
+
+    async def get_all_consumer_offset(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """43 GET_ALL_CONSUMER_OFFSET (4.9.8: BrokerOuterAPI.getAllConsumerOffset, a slave's
+        sync from its master; tools reading a broker's offsets): ConsumerOffsetManager.encode,
+        ConsumerOffsetSerializeWrapper ``{"offsetTable": {"topic@group": {queueId: offset}}}``
+        with the queue ids as fastjson writes Integer map keys: unquoted (``{0:12,1:5}``, as in
+        RocketMQ's consumerOffset.json), from the broker's offset table (``ctx.offsets``)."""
+        table = self.ctx.offsets.to_json()["offsetTable"]
+        entries = []
+        for key in sorted(table):
+            queues = {int(q): int(o) for q, o in table[key].items()}
+            inner = ",".join(f"{q}:{queues[q]}" for q in sorted(queues))
+            entries.append(f"{_json(key)}:{{{inner}}}")
+        return self._ok(request, '{"offsetTable":{' + ",".join(entries) + "}}")
 
     # --- broker -------------------------------------------------------------------------------
     async def get_broker_runtime_info(

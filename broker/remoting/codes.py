@@ -133,7 +133,8 @@ class RequestCode(IntEnum):
     GET_NAMESRV_CONFIG = 319
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
-    GET_TOPIC_CONFIG = 351
+    ADD_WRITE_PERM_OF_BROKER = 327
+    GET_TOPIC_CONFIG = 351  # RocketMQ 5 (not in 4.9.8's RequestCode)
 
 
 class ResponseCode(IntEnum):

@@ -41,7 +41,10 @@ from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import validate_topic_name
 from wharf.broker.remoting.admin import RemotingAdmin
 from wharf.broker.remoting.batch import BatchError, decode_messages
-from wharf.broker.remoting.broker_config import broker_config_response
+from wharf.broker.remoting.broker_config import (
+    broker_config_response,
+    update_broker_config_response,
+)
 from wharf.broker.remoting.codes import TRANSACTION_ROLLBACK_TYPE, RequestCode, ResponseCode
 from wharf.broker.remoting.consumer_calls import ConsumerCalls
 from wharf.broker.remoting.frame import RemotingCommand, response_to
@@ -95,6 +98,7 @@ DEFAULT_TOPIC = (
 )
 SQL92 = "SQL92"
 MAX_QUEUE_ID = 1024
+PERM_WRITE = 2  # PermName.PERM_WRITE
 
 _PUT_CODES = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
@@ -204,6 +208,9 @@ class RemotingHandlers:
         self.locks = RemotingLocks()
         self.admin = RemotingAdmin(ctx)
         self.calls = ConsumerCalls(ctx, self.admin.raw_record)
+        # WIPE_WRITE_PERM_OF_BROKER: the topic table's version when this broker's write
+        # permission was wiped from its own routes (None: not wiped); see wipe_write_perm.
+        self.write_wiped_at: int | None = None
 
     def table(self) -> dict[int, Handler]:
         codes: dict[int, Callable[[Connection, RemotingCommand], Any]] = {
@@ -251,6 +258,14 @@ class RemotingHandlers:
             RequestCode.CONSUME_MESSAGE_DIRECTLY: self.calls.consume_message_directly,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.calls.reset_offset,
             RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
+            RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self.admin.get_earliest_msg_storetime,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: self.admin.get_all_consumer_offset,
+            RequestCode.GET_TOPIC_CONFIG: self.admin.get_topic_config,
+            # NameServer codes of mqadmin wipeWritePerm / addWritePerm (this broker is its
+            # own NameServer on this port)
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm,
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm,
         }
         return {int(code): handler for code, handler in codes.items()}
 
@@ -303,6 +318,11 @@ class RemotingHandlers:
             read, write, perm = topic.read_queue_nums, topic.write_queue_nums, topic.perm
         else:
             return topic_not_exist(request, name)
+        if self.write_wiped_at is not None:
+            if self.write_wiped_at == topics.version:
+                perm &= ~PERM_WRITE
+            else:  # the topics changed since: as Apache's NameServer on a re-registration
+                self.write_wiped_at = None
         queues = GroupQueues(ctx.config.broker_name, read, write, perm)
         return route_response(request, [self._group()], [queues])
 
@@ -325,6 +345,56 @@ class RemotingHandlers:
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand:
         return system_topic_list_response(request, [self._group()])
+
+    async def update_broker_config(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand:
+        """25 UPDATE_BROKER_CONFIG: nothing changes at run time (``broker_config.py``)."""
+        return update_broker_config_response(
+            request, self.ctx.config, self.ctx.store.config, conn.peer
+        )
+
+    def _write_perm_topics(self, request: RemotingCommand) -> int | None:
+        """The number of topics a 205/327 for ``brokerName`` touches here: every topic of this
+        broker when it names this broker, else 0 (Apache's NameServer counts the topics with
+        a queueData of that broker name); None when brokerName is missing."""
+        name = request.ext_fields.get("brokerName")
+        if not name:
+            return None
+        if name != self.ctx.config.broker_name:
+            return 0
+        return len(self.ctx.topics.listing(include_system=True))
+
+    async def wipe_write_perm(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """205 WIPE_WRITE_PERM_OF_BROKER (mqadmin wipeWritePerm -b NAME, before taking a
+        broker out): a NameServer code (Apache's DefaultRequestProcessor); ``wharf-namesrv``
+        answers it for its groups, and this broker for itself, being its clients' NameServer
+        on this port. As Apache's RouteInfoManager: the write bit leaves the perm of the
+        broker's queues in the routes answered (105), so producers send elsewhere (a lone
+        broker: nowhere), until the topic table changes (Apache: until the broker
+        re-registers a changed topic config) or 327 adds it back; the topics themselves and
+        sends that still arrive are untouched. Response header ``wipeTopicCount``."""
+        count = self._write_perm_topics(request)
+        if count is None:
+            return response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark="missing header field brokerName"
+            )
+        if count:
+            self.write_wiped_at = self.ctx.topics.version
+        return _ok(request, ext_fields={"wipeTopicCount": str(count)})
+
+    async def add_write_perm(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """327 ADD_WRITE_PERM_OF_BROKER (mqadmin addWritePerm): undoes 205. Apache sets the
+        queues' perm to read|write; here the topics' own perms are answered again (a
+        read-only topic stays so). Response header ``addTopicCount``."""
+        count = self._write_perm_topics(request)
+        if count is None:
+            return response_to(
+                request, ResponseCode.SYSTEM_ERROR, remark="missing header field brokerName"
+            )
+        if count:
+            self.write_wiped_at = None
+        return _ok(request, ext_fields={"addTopicCount": str(count)})
 
     # --- clients ------------------------------------------------------------------------------
     async def heartbeat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

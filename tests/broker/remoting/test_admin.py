@@ -7,11 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from typing import Any
 
 import pytest
+from wharf.broker.config import BrokerConfig, StoreConfig
 from wharf.broker.remoting.admin import fastjson_mq_table, java_string_hash
+from wharf.broker.remoting.broker_config import (
+    parse_java_properties,
+    update_broker_config_response,
+)
 from wharf.broker.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode
 from wharf.broker.remoting.frame import RemotingCommand, encode
 from wharf.broker.remoting.headers import properties_to_string
@@ -597,3 +603,193 @@ async def test_broker_config(client: Client, broker: BrokerProcess) -> None:
     assert settings["autoCreateTopicEnable"] in ("true", "false")
     assert "namesrvSecretKey" not in settings and "haSecretKey" not in settings
     assert lines == sorted(lines)
+
+
+# --- issue 66: the admin codes the 4.9.8 Java client sent and got 3 for ---------------------
+# Each request is replayed as MQClientAPIImpl (or BrokerOuterAPI) builds it: the code, version
+# 409 (MQVersion.CURRENT_VERSION of 4.9.8, V4_9_8's ordinal) and the header fields
+# makeCustomHeaderToNet writes (null fields left out). Each code answered 3 before.
+JAVA_4_9_8 = 409
+JAVA_5_3_3 = 479  # V5_3_3's ordinal: 351 is a 5.x code
+
+
+async def test_update_broker_config_changes_nothing_at_run_time_and_says_which_key(
+    client: Client,
+) -> None:
+    """25 UPDATE_BROKER_CONFIG (mqadmin updateBrokerConfig -k K -v V, the Dashboard's broker
+    config edit): createRequestCommand(25, null), body MixAll.properties2String. A value equal
+    to the current one is SUCCESS; anything else 16 NO_PERMISSION naming the key and why, and
+    26 still answers the old value."""
+    config = await client.call(RequestCode.GET_BROKER_CONFIG, version=JAVA_4_9_8)
+    settings = dict(line.split("=", 1) for line in config.body.decode().splitlines())
+
+    async def update(body: str) -> RemotingCommand:
+        return await client.call(
+            RequestCode.UPDATE_BROKER_CONFIG, None, body.encode(), version=JAVA_4_9_8
+        )
+
+    name, auto = settings["brokerName"], settings["autoCreateTopicEnable"]
+    same = await update(f"brokerName={name}\nautoCreateTopicEnable={auto}\n")
+    assert same.code == ResponseCode.SUCCESS, same.remark
+    flipped = "false" if auto == "true" else "true"
+    refused = await update(f"autoCreateTopicEnable={flipped}\n")
+    assert refused.code == ResponseCode.NO_PERMISSION
+    assert refused.remark is not None
+    assert "autoCreateTopicEnable: read once at start" in refused.remark
+    assert "WHARF_AUTO_CREATE_TOPIC_ENABLE" in refused.remark
+    assert "nothing was changed" in refused.remark
+    unknown = await update(f"brokerName={name}\nbrokerPermission=4\n")  # Apache's, not Wharf's
+    assert unknown.code == ResponseCode.NO_PERMISSION
+    assert unknown.remark is not None and "brokerPermission: not a setting" in unknown.remark
+    secret = await update("namesrvSecretKey=\n")  # never compared, even when equal
+    assert secret.code == ResponseCode.NO_PERMISSION
+    assert secret.remark is not None and "namesrvSecretKey: a secret" in secret.remark
+    black = await update("rocketmqHome=/tmp/x\n")
+    assert (black.code, black.remark) == (
+        ResponseCode.NO_PERMISSION,
+        "Can not update config in black list.",
+    )
+    after = await client.call(RequestCode.GET_BROKER_CONFIG, version=JAVA_4_9_8)
+    assert f"autoCreateTopicEnable={auto}" in after.body.decode().splitlines()
+
+
+async def test_earliest_msg_storetime_is_the_store_time_of_the_first_message(
+    client: Client, broker: BrokerProcess
+) -> None:
+    """32 GET_EARLIEST_MSG_STORETIME: header {topic, queueId, bname} (4.9.8's
+    GetEarliestMsgStoretimeRequestHeader + RpcRequestHeader.bname); response header
+    ``timestamp``: the store time of the queue's first message, -1 for an empty queue."""
+    created = await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, _create_fields("adm-e", 2))
+    assert created.code == ResponseCode.SUCCESS, created.remark
+    ids = []
+    for i in range(2):
+        sent = await client.call(RequestCode.SEND_MESSAGE, _send_fields("adm-e", 0), b"e%d" % i)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        ids.append(sent.ext_fields["msgId"])
+        await asyncio.sleep(0.01)
+    await _dispatched(client, "adm-e", 0, 2)
+    viewed = await client.call(
+        RequestCode.VIEW_MESSAGE_BY_ID, {"offset": decode_offset_msg_id(ids[0])[1]}
+    )
+    first = decode_record(viewed.body, 0)
+    cluster = json.loads((await client.call(RequestCode.GET_BROKER_CLUSTER_INFO)).body)
+    bname = next(iter(cluster["brokerAddrTable"]))
+
+    async def earliest(topic: str, queue_id: int) -> RemotingCommand:
+        fields = {"topic": topic, "queueId": queue_id, "bname": bname}
+        return await client.call(RequestCode.GET_EARLIEST_MSG_STORETIME, fields, version=JAVA_4_9_8)
+
+    reply = await earliest("adm-e", 0)
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+    assert int(reply.ext_fields["timestamp"]) == first.store_timestamp > 0
+    assert int((await earliest("adm-e", 1)).ext_fields["timestamp"]) == -1  # empty queue
+    assert int((await earliest("adm-no-such", 0)).ext_fields["timestamp"]) == -1
+
+
+def _fastjson_int_keys(text: str) -> Any:
+    """fastjson's Map<Integer, Long> keys are unquoted (``{0:12}``): quote them to parse."""
+    return json.loads(re.sub(r"([{,])(-?\d+):", r'\1"\2":', text))
+
+
+async def test_all_consumer_offset_is_the_offset_table_as_fastjson_writes_it(
+    client: Client,
+) -> None:
+    """43 GET_ALL_CONSUMER_OFFSET (BrokerOuterAPI.getAllConsumerOffset: createRequestCommand
+    (43, null)): ConsumerOffsetSerializeWrapper, ``{"offsetTable": {"topic@group": {queueId:
+    offset}}}`` with the queue ids unquoted, as fastjson writes them."""
+    for queue_id, offset in ((0, 3), (1, 5)):
+        commit = {"consumerGroup": "CG_ALL", "topic": "adm-all", "queueId": queue_id,
+                  "commitOffset": offset}  # fmt: skip
+        done = await client.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)
+        assert done.code == ResponseCode.SUCCESS, done.remark
+    reply = await client.call(RequestCode.GET_ALL_CONSUMER_OFFSET, version=JAVA_4_9_8)
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+    text = reply.body.decode()
+    assert text.startswith('{"offsetTable":{')
+    assert '"adm-all@CG_ALL":{0:3,1:5}' in text
+    table = _fastjson_int_keys(text)["offsetTable"]
+    assert table["adm-all@CG_ALL"] == {"0": 3, "1": 5}
+    assert all("@" in key for key in table)
+
+
+async def test_topic_config_of_the_5x_tools(client: Client) -> None:
+    """351 GET_TOPIC_CONFIG: a RocketMQ 5 code (not in 4.9.8's RequestCode), sent by the 5.x
+    MQClientAPIImpl.getTopicConfig with {topic, lo=true}: TopicConfigAndQueueMapping, the
+    topic's TopicConfig; unknown topic: 17."""
+    created = await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, _create_fields("adm-tc", 2))
+    assert created.code == ResponseCode.SUCCESS, created.remark
+    reply = await client.call(
+        RequestCode.GET_TOPIC_CONFIG, {"topic": "adm-tc", "lo": "true"}, version=JAVA_5_3_3
+    )
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+    config = json.loads(reply.body)
+    assert config == (await _topic_config(client))["adm-tc"]
+    assert (config["topicName"], config["readQueueNums"], config["perm"]) == ("adm-tc", 2, 6)
+    assert "mappingDetail" not in config
+    missing = await client.call(
+        RequestCode.GET_TOPIC_CONFIG, {"topic": "adm-tc-no", "lo": "true"}, version=JAVA_5_3_3
+    )
+    assert (missing.code, missing.remark) == (
+        ResponseCode.TOPIC_NOT_EXIST,
+        "No topic in this broker. topic: adm-tc-no",
+    )
+
+
+async def test_wipe_write_perm_on_the_broker_as_its_own_namesrv(client: Client) -> None:
+    """205 WIPE_WRITE_PERM_OF_BROKER / 327 ADD_WRITE_PERM_OF_BROKER (mqadmin wipeWritePerm /
+    addWritePerm -b NAME, sent to each namesrvAddr: here the broker's own port): {brokerName}
+    -> {wipeTopicCount} / {addTopicCount}; the routes lose the write bit until 327 or a change
+    of the topic table (Apache: the broker re-registering a changed topic config)."""
+    created = await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, _create_fields("adm-w", 2))
+    assert created.code == ResponseCode.SUCCESS, created.remark
+    cluster = json.loads((await client.call(RequestCode.GET_BROKER_CLUSTER_INFO)).body)
+    name = next(iter(cluster["brokerAddrTable"]))
+
+    async def perm() -> int:
+        route = await client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "adm-w"})
+        return int(json.loads(route.body)["queueDatas"][0]["perm"])
+
+    async def call(code: int, broker_name: str) -> RemotingCommand:
+        reply = await client.call(code, {"brokerName": broker_name}, version=JAVA_4_9_8)
+        assert reply.code == ResponseCode.SUCCESS, reply.remark
+        return reply
+
+    topics = json.loads((await client.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)).body)
+    other = await call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, "not-this-broker")
+    assert other.ext_fields["wipeTopicCount"] == "0" and await perm() == 6
+    wiped = await call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, name)
+    assert int(wiped.ext_fields["wipeTopicCount"]) == len(topics["topicList"])
+    assert await perm() == 4
+    added = await call(RequestCode.ADD_WRITE_PERM_OF_BROKER, name)
+    assert added.ext_fields["addTopicCount"] == wiped.ext_fields["wipeTopicCount"]
+    assert await perm() == 6
+    await call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, name)
+    assert await perm() == 4
+    again = await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, _create_fields("adm-w2", 1))
+    assert again.code == ResponseCode.SUCCESS, again.remark
+    assert await perm() == 6  # the topic table changed: routed writable again
+    missing = await client.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {}, version=JAVA_4_9_8)
+    assert missing.code == ResponseCode.SYSTEM_ERROR
+
+
+def test_update_broker_config_parses_java_properties_and_knows_store_settings() -> None:
+    """25's body is read as java.util.Properties.load reads it; store settings are known (a
+    value equal to the current one is SUCCESS), and one refused key refuses the request."""
+    assert parse_java_properties(
+        "# comment\n! also\n  a=1\nb : two\nc three\nd=x\\\n   y\ne=\\u0041\\=\\:\n\n"
+    ) == {"a": "1", "b": "two", "c": "three", "d": "xy", "e": "A=:"}
+    broker, store = BrokerConfig(), StoreConfig()
+
+    def update(body: str) -> RemotingCommand:
+        request = RemotingCommand(code=RequestCode.UPDATE_BROKER_CONFIG, opaque=3, version=409)
+        request.body = body.encode()
+        return update_broker_config_response(request, broker, store, "peer")
+
+    same = update(f"flushDiskType={store.flush_disk_type}\nbrokerId=0\nlongPollingEnable=TRUE\n")
+    assert same.code == ResponseCode.SUCCESS, same.remark
+    assert update("").code == ResponseCode.SUCCESS  # nothing asked (the client sends none)
+    both = update(f"flushDiskType={store.flush_disk_type}\ndefaultTopicQueueNums=16\n")
+    assert both.code == ResponseCode.NO_PERMISSION
+    assert both.remark is not None
+    assert "defaultTopicQueueNums: read once at start (now 8)" in both.remark
+    assert "WHARF_DEFAULT_TOPIC_QUEUE_NUMS" in both.remark and "flushDiskType" not in both.remark

@@ -113,6 +113,12 @@ SERVED = frozenset(
         RequestCode.DELETE_SUBSCRIPTIONGROUP,
         RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
         RequestCode.GET_BROKER_CONFIG,
+        RequestCode.UPDATE_BROKER_CONFIG,
+        RequestCode.GET_EARLIEST_MSG_STORETIME,
+        RequestCode.GET_ALL_CONSUMER_OFFSET,
+        RequestCode.GET_TOPIC_CONFIG,
+        RequestCode.WIPE_WRITE_PERM_OF_BROKER,
+        RequestCode.ADD_WRITE_PERM_OF_BROKER,
     )
 )
 KNOWN = frozenset(int(c) for c in RequestCode)
@@ -130,6 +136,8 @@ HEADERS: dict[int, type] = {
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: h.SearchOffsetRequestHeader,
     RequestCode.GET_MAX_OFFSET: h.TopicQueueRequestHeader,
     RequestCode.GET_MIN_OFFSET: h.TopicQueueRequestHeader,
+    RequestCode.GET_EARLIEST_MSG_STORETIME: h.TopicQueueRequestHeader,
+    RequestCode.GET_TOPIC_CONFIG: h.TopicRequestHeader,
     RequestCode.VIEW_MESSAGE_BY_ID: h.ViewMessageRequestHeader,
     RequestCode.UNREGISTER_CLIENT: h.UnregisterClientRequestHeader,
     RequestCode.CONSUMER_SEND_MSG_BACK: h.ConsumerSendMsgBackRequestHeader,

@@ -130,6 +130,56 @@ async def test_delete_topic_in_namesrv_drops_its_route_until_a_broker_registers_
     assert [q["brokerName"] for q in route["queueDatas"]] == ["b"]
 
 
+async def test_wipe_and_add_write_perm_of_a_group() -> None:
+    """205 WIPE_WRITE_PERM_OF_BROKER / 327 ADD_WRITE_PERM_OF_BROKER as the 4.9.8 client sends
+    them (MQClientAPIImpl.wipeWritePermOfBroker: version 409, {brokerName}): the group's queues
+    lose the write bit in every route (wipeTopicCount: the topics it holds), heartbeats and
+    unchanged registrations keep it so, a registration with a changed topic table (Apache:
+    createAndUpdateQueueData) or 327 brings it back; an unknown name: 0, nothing changes."""
+    table = RouteTable()
+    held = {"T": TopicQueues(2, 2, 6), "R": TopicQueues(1, 1, 4)}
+    table.register(("C", "a", 0), "g:10", 1, dict(held), remoting_address="r:10")
+    table.register(("C", "a", 1), "g:11", 1, dict(held), remoting_address="r:11")
+    table.register(("C", "b", 0), "g:20", 1, {"T": TopicQueues(2, 2, 6)}, remoting_address="r:20")
+    ns = NamesrvRemoting(table)
+    conn: Any = SimpleNamespace(peer="127.0.0.1:1")
+    handlers = ns.handlers()
+
+    async def call(code: int, **fields: str) -> RemotingCommand:
+        request = RemotingCommand(code=code, opaque=7, version=409, ext_fields=fields)
+        reply = await handlers[code](conn, request)
+        assert reply.opaque == 7 and reply.is_response
+        return reply
+
+    async def perms(topic: str = "T") -> dict[str, int]:
+        route = _body(await call(105, topic=topic))
+        return {q["brokerName"]: q["perm"] for q in route["queueDatas"]}
+
+    changes: list[set[str]] = []
+    table.watch(changes.append)
+    wiped = await call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, brokerName="a")
+    assert wiped.code == ResponseCode.SUCCESS
+    assert wiped.ext_fields == {"wipeTopicCount": "2"}
+    assert changes == [{"T", "R"}]  # gRPC clients refresh those routes at once
+    assert await perms() == {"a": 4, "b": 6}
+    assert await perms("R") == {"a": 4}
+    unknown = await call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, brokerName="zz")
+    assert unknown.ext_fields == {"wipeTopicCount": "0"}
+    assert table.heartbeat(("C", "a", 0), 1)
+    table.register(("C", "a", 0), "g:10", 1, dict(held), remoting_address="r:10")  # unchanged
+    table.register(("C", "a", 1), "g:11", 2, dict(held), remoting_address="r:11")  # a slave
+    assert await perms() == {"a": 4, "b": 6}
+    added = await call(RequestCode.ADD_WRITE_PERM_OF_BROKER, brokerName="a")
+    assert added.ext_fields == {"addTopicCount": "2"}
+    assert await perms() == {"a": 6, "b": 6}
+    assert await perms("R") == {"a": 4}  # the topic's own perm (Apache would say 6)
+    await call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, brokerName="a")
+    table.register(("C", "a", 0), "g:10", 2, dict(held), remoting_address="r:10")  # changed
+    assert await perms() == {"a": 6, "b": 6}
+    missing = await call(RequestCode.WIPE_WRITE_PERM_OF_BROKER)
+    assert missing.code == ResponseCode.SYSTEM_ERROR
+
+
 def test_remoting_listen_setting() -> None:
     config = load_namesrv_settings(None, {"WHARF_NAMESRV_REMOTING_LISTEN": "0.0.0.0:0"})
     assert config.remoting_listen == "0.0.0.0:0"
@@ -150,12 +200,17 @@ class Cluster:
         self.namesrv, self.remoting, self.brokers = namesrv, remoting, brokers
 
 
-async def _call(address: str, code: int, fields: dict[str, Any] | None = None) -> RemotingCommand:
+async def _call(
+    address: str, code: int, fields: dict[str, Any] | None = None, version: int = 0
+) -> RemotingCommand:
     host, _, port = address.rpartition(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
         request = RemotingCommand(
-            code=code, opaque=1, ext_fields={k: str(v) for k, v in (fields or {}).items()}
+            code=code,
+            opaque=1,
+            version=version,
+            ext_fields={k: str(v) for k, v in (fields or {}).items()},
         )
         writer.write(encode(request))
         decoder = FrameDecoder()
@@ -214,6 +269,31 @@ def cluster(module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory) -
             assert time.monotonic() < deadline, f"{topic} not routed: {reply}"
             time.sleep(0.1)
     return Cluster(namesrv, remoting, brokers)
+
+
+async def test_wipe_write_perm_through_the_namesrv_remoting_port(cluster: Cluster) -> None:
+    """mqadmin wipeWritePerm -b broker-a -n <the NameServer's remoting port>, as the 4.9.8
+    client sends it: broker-a's queues are routed read-only while its heartbeats go on, then
+    addWritePerm gives the write bit back."""
+    remoting = cluster.remoting
+
+    async def perms() -> dict[str, int]:
+        route = _body(await _call(remoting, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}))
+        return {q["brokerName"]: q["perm"] for q in route["queueDatas"]}
+
+    fields = {"brokerName": "broker-a"}
+    wiped = await _call(remoting, RequestCode.WIPE_WRITE_PERM_OF_BROKER, fields, version=409)
+    try:
+        assert wiped.code == ResponseCode.SUCCESS, wiped.remark
+        assert int(wiped.ext_fields["wipeTopicCount"]) >= 6  # the topics broker-a registered
+        assert await perms() == {"broker-a": 4, "broker-b": 6}
+        await asyncio.sleep(0.6)  # heartbeats every 200 ms: they do not undo it
+        assert await perms() == {"broker-a": 4, "broker-b": 6}
+    finally:
+        added = await _call(remoting, RequestCode.ADD_WRITE_PERM_OF_BROKER, fields, version=409)
+    assert added.code == ResponseCode.SUCCESS, added.remark
+    assert added.ext_fields["addTopicCount"] == wiped.ext_fields["wipeTopicCount"]
+    assert await perms() == {"broker-a": 6, "broker-b": 6}
 
 
 async def test_raw_client_gets_the_route_of_both_groups(cluster: Cluster) -> None:

@@ -49,12 +49,14 @@ class Client:
         *,
         flag: int = 0,
         serialize_type: SerializeType = SerializeType.JSON,
+        version: int = 0,
     ) -> int:
         self.opaque += 1
         cmd = RemotingCommand(
             code=code,
             opaque=self.opaque,
             flag=flag,
+            version=version,
             ext_fields={k: str(v) for k, v in (fields or {}).items()},
             body=body,
         )
@@ -71,12 +73,18 @@ class Client:
         return self.pending.pop(0)
 
     async def call(
-        self, code: int, fields: dict[str, Any] | None = None, body: bytes = b""
+        self,
+        code: int,
+        fields: dict[str, Any] | None = None,
+        body: bytes = b"",
+        *,
+        version: int = 0,
     ) -> RemotingCommand:
         """Send a request and return its response; the broker's own requests that come first
         (NOTIFY_CONSUMER_IDS_CHANGED, written before a heartbeat's response as Apache's
-        broker does) stay queued for ``reply``."""
-        opaque = self.send(code, fields, body)
+        broker does) stay queued for ``reply``. ``version``: the request's, as a Java client
+        stamps its MQVersion.CURRENT_VERSION (4.9.8: 409)."""
+        opaque = self.send(code, fields, body, version=version)
         while True:
             while not any(c.is_response for c in self.pending):
                 data = await asyncio.wait_for(self.reader.read(65536), TIMEOUT)
