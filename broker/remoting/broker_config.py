@@ -32,6 +32,7 @@ import json
 import logging
 from typing import Any
 
+from jproperties import Properties
 from wharf.broker.config import BrokerConfig, StoreConfig
 from wharf.broker.remoting.codes import ResponseCode
 from wharf.broker.remoting.frame import RemotingCommand, response_to
@@ -48,7 +49,6 @@ log = logging.getLogger("broker.remoting")
 
 # AdminBrokerProcessor.initConfigBlackList (4.9.8) + BrokerConfig.configBlackList's default.
 CONFIG_BLACK_LIST = frozenset({"brokerConfigPath", "rocketmqHome", "configBlackList"})
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
 
 def _setting_text(value: object) -> str:
@@ -80,56 +80,16 @@ def broker_config_response(
     )
 
 
-def _unescape(text: str) -> str:
-    out, i = [], 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and i + 1 < len(text):
-            nxt = text[i + 1]
-            if nxt == "u" and i + 6 <= len(text):
-                try:
-                    out.append(chr(int(text[i + 2 : i + 6], 16)))
-                    i += 6
-                    continue
-                except ValueError:
-                    pass
-            out.append(_ESCAPES.get(nxt, nxt))
-            i += 2
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
-
-
 def parse_java_properties(text: str) -> dict[str, str]:
-    """``java.util.Properties.load`` of ``text`` (what MixAll.string2Properties does): one
-    ``key=value`` / ``key:value`` / ``key value`` per logical line, ``#`` and ``!`` comments,
-    a trailing backslash continues the line, backslash escapes in keys and values."""
-    logical: list[str] = []
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.lstrip(" \t\f")
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:  # an odd run of backslashes: continued
-            pending += line[:-1]
-            continue
-        logical.append(pending + line)
-        pending = ""
-    if pending:
-        logical.append(pending)
-    out: dict[str, str] = {}
-    for line in logical:
-        i, n = 0, len(line)
-        while i < n and line[i] not in "=: \t\f":
-            i += 2 if line[i] == "\\" else 1
-        key = line[:i]
-        rest = line[i:].lstrip(" \t\f")
-        if rest[:1] in ("=", ":"):
-            rest = rest[1:].lstrip(" \t\f")
-        out[_unescape(key)] = _unescape(rest)
-    return out
+    """``java.util.Properties.load`` of ``text`` (what MixAll.string2Properties does), by
+    jproperties: ``key=value`` / ``key:value`` / ``key value`` lines, comments, continued
+    lines, backslash escapes. ValueError when it does not parse."""
+    table = Properties()
+    try:
+        table.load(text, "utf-8")
+    except Exception as exc:  # jproperties' ParseError and whatever odd input raises
+        raise ValueError(f"the body is not a Java properties text: {exc}") from None
+    return {str(key): str(value) for key, value in table.properties.items()}
 
 
 def _same_value(current: Any, text: str) -> bool:
@@ -160,7 +120,12 @@ def update_broker_config_response(
     request: RemotingCommand, broker: BrokerConfig, store: StoreConfig, peer: str
 ) -> RemotingCommand:
     """25 UPDATE_BROKER_CONFIG: see the module's docstring for what is accepted and why."""
-    properties = parse_java_properties(request.body.decode("utf-8", "replace"))
+    try:
+        properties = parse_java_properties(request.body.decode("utf-8", "replace"))
+    except ValueError as exc:  # Apache: string2Properties gave null
+        return response_to(
+            request, ResponseCode.SYSTEM_ERROR, remark=f"string2Properties error: {exc}"
+        )
     if any(key in CONFIG_BLACK_LIST for key in properties):
         return response_to(
             request, ResponseCode.NO_PERMISSION, remark="Can not update config in black list."

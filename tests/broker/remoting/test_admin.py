@@ -788,6 +788,8 @@ def test_update_broker_config_parses_java_properties_and_knows_store_settings() 
     same = update(f"flushDiskType={store.flush_disk_type}\nbrokerId=0\nlongPollingEnable=TRUE\n")
     assert same.code == ResponseCode.SUCCESS, same.remark
     assert update("").code == ResponseCode.SUCCESS  # nothing asked (the client sends none)
+    bad = update("a=\\u00zz\n")  # a broken unicode escape: Java's load throws
+    assert bad.code == ResponseCode.SYSTEM_ERROR and "string2Properties error" in (bad.remark or "")
     both = update(f"flushDiskType={store.flush_disk_type}\ndefaultTopicQueueNums=16\n")
     assert both.code == ResponseCode.NO_PERMISSION
     assert both.remark is not None
