@@ -110,17 +110,17 @@ def _tls_handshake(address: str, ca: Path) -> str:
 
 
 def test_tls_listen_gives_every_front_end_a_tls_listener(daemons: Daemons, tmp_path: Path) -> None:
-    """Plaintext listen + tlsListen: gRPC, the wire port and remoting each keep a plaintext
-    listener and get a TLS one (before, wire and remoting stayed plaintext only)."""
+    """Plaintext listen + tlsListen: gRPC, the wire port, remoting and Kafka each keep a
+    plaintext listener and get a TLS one (before, wire and remoting stayed plaintext only)."""
     settings = {**SMALL, "tlsEnable": True, "tlsListen": "127.0.0.1:0",
-                "remotingListen": "127.0.0.1:0"}  # fmt: skip
+                "remotingListen": "127.0.0.1:0", "kafkaListen": "127.0.0.1:0"}  # fmt: skip
     daemons.broker(tmp_path, settings=settings)
     ready = json.loads((tmp_path / "ready.json").read_text())
     ca = tmp_path / "store" / "config" / "tls" / "broker.crt"
-    for key in ("tls", "wire_tls", "remoting_tls"):
+    for key in ("tls", "wire_tls", "remoting_tls", "kafka_tls"):
         assert ready[key], (key, ready)
         assert _tls_handshake(ready[key], ca).startswith("TLS"), key
-    for key in ("plaintext", "wire", "remoting"):  # the plaintext ones answer plaintext
+    for key in ("plaintext", "wire", "remoting", "kafka"):  # the plaintext ones answer plaintext
         host, _, port = ready[key].rpartition(":")
         with socket.create_connection((host, int(port)), timeout=5):
             pass
