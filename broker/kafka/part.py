@@ -24,7 +24,7 @@ from wharf.broker.kafka.env import KafkaEnv
 from wharf.broker.kafka.handlers import KafkaHandlers
 from wharf.broker.kafka.server import KafkaServer
 from wharf.broker.serving.frontend import FrontEnd, PortBook, Serving, TlsSource
-from wharf.broker.serving.tcp import TcpListeners
+from wharf.broker.serving.tcp import TcpListeners, drain
 
 __all__ = ["KafkaPart", "kafka_part"]
 
@@ -112,13 +112,6 @@ class KafkaPart:
             self.handlers.stop()
         server = self.server
         if server is not None:
-            tasks = [
-                slot.task
-                for conn in server.connections
-                for slot in conn.pending
-                if slot.task is not None
-            ]
-            if tasks and grace_s > 0:
-                await asyncio.wait(tasks, timeout=grace_s)
+            await drain(server.running, grace_s)
             await server.close_all()
         await self.listeners.wait_closed()

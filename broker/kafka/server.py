@@ -103,11 +103,14 @@ class KafkaServer:
     def protocol(self) -> KafkaConnection:
         return KafkaConnection(self)
 
+    def running(self) -> list[asyncio.Task[Any]]:
+        """The requests running on every connection (``drain`` at stop)."""
+        return [slot.task for c in self.connections for slot in c.pending if slot.task is not None]
+
     async def close_all(self) -> None:
-        conns = list(self.connections)
-        for conn in conns:
+        tasks = self.running()
+        for conn in list(self.connections):
             conn.close()
-        tasks = [slot.task for conn in conns for slot in conn.pending if slot.task is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:

@@ -21,7 +21,7 @@ from wharf.broker.remoting.frame import RemotingCommand
 from wharf.broker.remoting.handlers import RemotingHandlers, error_response
 from wharf.broker.remoting.server import Connection, RemotingServer
 from wharf.broker.serving.frontend import PortBook, Serving, TlsSource
-from wharf.broker.serving.tcp import TcpListeners
+from wharf.broker.serving.tcp import TcpListeners, drain
 
 __all__ = ["RemotingFrontEnd", "remoting_part"]
 
@@ -94,7 +94,7 @@ class RemotingFrontEnd:
 
     async def stop(self, grace_s: float) -> None:
         """Requests in flight get up to the grace period, then every connection closes."""
-        await self.server.drain(grace_s)
+        await drain(self.server.running, grace_s)
         await self.server.stop()
         await self.listeners.wait_closed()
 

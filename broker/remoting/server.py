@@ -375,13 +375,9 @@ class RemotingServer:
             server.close()
         self.close_sockets()
 
-    async def drain(self, within_s: float) -> None:
-        """Wait until no request is running (at most ``within_s``)."""
-        deadline = asyncio.get_running_loop().time() + within_s
-        while any(c.tasks for c in self.connections):
-            if asyncio.get_running_loop().time() >= deadline:
-                return
-            await asyncio.sleep(0.01)
+    def running(self) -> list[asyncio.Task[Any]]:
+        """The requests running on every connection (``drain`` at stop)."""
+        return [task for c in self.connections for task in c.tasks]
 
     async def stop(self) -> None:
         """Close the listener and every connection; cancel the requests still running."""

@@ -12,10 +12,23 @@ from collections.abc import Callable
 
 from wharf.broker.serving.frontend import FrontEndUnavailable, PortBook, Reserved, TlsSource
 
-__all__ = ["TcpListeners"]
+__all__ = ["TcpListeners", "drain"]
 
 HANDSHAKE_TIMEOUT_S = 10.0  # a peer that opens TLS and stalls is dropped after this
 _WILDCARDS = ("", "0.0.0.0", "::")
+
+
+async def drain(running: Callable[[], list[asyncio.Task[object]]], grace_s: float) -> None:
+    """A front end's stop: wait (at most ``grace_s``) until the requests ``running()`` names
+    have ended, requests that start meanwhile included; the caller then closes what is left.
+    Waits on the tasks themselves: no polling."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    while tasks := running():
+        left = deadline - loop.time()
+        if left <= 0:
+            return
+        await asyncio.wait(tasks, timeout=left)
 
 
 class TcpListeners:

@@ -7,14 +7,13 @@ tlsListen. Listed after the gRPC part: its default port is derived from gRPC's."
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from wharf.broker.config import Config, parse_host_port
 from wharf.broker.serving.frontend import PortBook, Serving, TlsSource
 from wharf.broker.serving.grpc_part import max_message_size
 from wharf.broker.serving.mounts import mounts_for
-from wharf.broker.serving.tcp import TcpListeners
+from wharf.broker.serving.tcp import TcpListeners, drain
 from wharf.broker.wire.server import WireServer
 
 __all__ = ["WireFrontEnd", "wire_part"]
@@ -68,10 +67,7 @@ class WireFrontEnd:
 
     async def stop(self, grace_s: float) -> None:
         """Calls in flight get up to the grace period, then every connection is closed."""
-        deadline = asyncio.get_running_loop().time() + grace_s
-        # Polled in 10 ms steps: calls end in their own tasks, and this runs once, at stop.
-        while self.server.calls_in_flight and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
+        await drain(self.server.running_calls, grace_s)
         await self.server.stop()
         await self.listeners.wait_closed()
 

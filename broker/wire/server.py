@@ -379,6 +379,10 @@ class WireServer:
     def calls_in_flight(self) -> int:
         return sum(len(conn.calls) for conn in self.connections)
 
+    def running_calls(self) -> list[asyncio.Task[object]]:
+        """The tasks of the calls in flight (``drain`` at stop)."""
+        return [c.task for conn in self.connections for c in conn.calls.values() if c.task]
+
     def protocol(self) -> asyncio.Protocol:
         """One connection's protocol (the wire part serves it on its reserved sockets)."""
         return _Connection(self.methods, self.connections, self.max_message_bytes)

@@ -20,6 +20,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from wharf.broker.serving.front_ends import FrontEnds
 from wharf.broker.serving.frontend import FrontEndUnavailable, PortBook, TlsSource
+from wharf.broker.serving.tcp import drain
 from wharf.broker.settings import load_settings
 
 from tests.broker.remoting.test_server import Client
@@ -200,3 +201,27 @@ async def test_shutdown_closes_every_listener_before_any_stops() -> None:
     with pytest.raises(FrontEndUnavailable):
         fronts.reserve([lambda config: _Part("e", log, fail="reserve")], load_settings(), PortBook(),
                        TlsSource())  # fmt: skip
+
+
+async def test_drain_waits_for_running_requests_and_late_ones_up_to_the_grace() -> None:
+    """The front ends' stop: requests running get the grace period, one started meanwhile too;
+    a stuck one is left to the caller once the grace is over."""
+    loop = asyncio.get_running_loop()
+    tasks: list[asyncio.Task[object]] = []
+
+    async def request(seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        if seconds == 0.05:  # a request that starts another while the stop drains
+            tasks.append(loop.create_task(request(0.1)))
+
+    tasks.append(loop.create_task(request(0.05)))
+    started = loop.time()
+    await drain(lambda: [t for t in tasks if not t.done()], 5.0)
+    assert all(t.done() for t in tasks) and len(tasks) == 2
+    assert loop.time() - started < 2.0  # ended with them, not at the 5 s grace
+
+    stuck = loop.create_task(asyncio.sleep(30))
+    started = loop.time()
+    await drain(lambda: [stuck] if not stuck.done() else [], 0.2)
+    assert not stuck.done() and 0.19 < loop.time() - started < 2.0
+    stuck.cancel()
