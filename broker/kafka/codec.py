@@ -51,14 +51,15 @@ class FrameReader:
         frames: list[bytes] = []
         pos = 0
         end = len(buf)
-        while end - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 0 or size > self.max_size:
-                raise FrameError(f"frame of {size} bytes (limit {self.max_size})")
-            if end - pos - 4 < size:
-                break
-            frames.append(bytes(buf[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
+        with memoryview(buf) as view:  # one copy a frame (a slice of buf would be two)
+            while end - pos >= 4:
+                (size,) = _SIZE.unpack_from(buf, pos)
+                if size < 0 or size > self.max_size:
+                    raise FrameError(f"frame of {size} bytes (limit {self.max_size})")
+                if end - pos - 4 < size:
+                    break
+                frames.append(bytes(view[pos + 4 : pos + 4 + size]))
+                pos += 4 + size
         if pos:
             del buf[:pos]
         return frames
