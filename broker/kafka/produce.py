@@ -34,7 +34,7 @@ from wharf.broker.kafka.env import KafkaEnv
 from wharf.broker.kafka.errors import Code, KafkaError, code_for
 from wharf.broker.kafka.metadata import lookup_topic
 from wharf.broker.kafka.producers import ProducerTable, producer_mark
-from wharf.broker.kafka.records import Batch, decode_batches
+from wharf.broker.kafka.records import Batch, iter_batches
 from wharf.broker.kafka.server import KafkaConnection
 from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.store.errors import InvalidMessageError
@@ -126,16 +126,17 @@ class ProduceHandler:
         try:
             tail = topic_tail(part.topic)
             lazy = fast.compiled is not None
-            batches = decode_batches(records or b"", max_size=max(max_size, 1) * 4, lazy=lazy)
+            # Every batch's records first, each before the next batch is read (as
+            # decode_batches decodes them: the same errors in the same order), then the checks
+            # of each batch.
+            now_ms = int(time.time() * 1000)
+            batches = [
+                (batch, self._compiled(batch, tail, max_size, now_ms) if lazy else None)
+                for batch in iter_batches(records or b"", max(max_size, 1) * 4, lazy=lazy)
+            ]
             if not batches:
                 raise KafkaError(Code.CORRUPT_MESSAGE, "no record batch")
-            # Every batch's records first, as decode_batches(lazy=False) decodes them (the
-            # same errors in the same order), then the checks of each batch.
-            now_ms = int(time.time() * 1000)
-            compiled = [
-                self._compiled(b, tail, max_size, now_ms) if lazy else None for b in batches
-            ]
-            for batch, converted in zip(batches, compiled, strict=True):
+            for batch, converted in batches:
                 if batch.transactional or batch.control:
                     raise KafkaError(
                         Code.INVALID_RECORD, "transactional and control batches are not supported"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import cramjam
@@ -29,7 +30,7 @@ import crc32c
 from wharf.broker.kafka.errors import Code, KafkaError
 from wharf.broker.kafka.wire import DecodeError
 
-__all__ = ["HEADER_SIZE", "Batch", "Record", "decode_batches", "encode_batch"]
+__all__ = ["HEADER_SIZE", "Batch", "Record", "decode_batches", "encode_batch", "iter_batches"]
 
 HEADER_SIZE = 61
 CODEC_MASK = 0x07
@@ -102,11 +103,19 @@ def decode_batches(
 ) -> list[Batch]:
     """Every batch of a Produce partition's ``records``, validated (CRC, magic, counts,
     lengths); raises ``KafkaError`` (CORRUPT_MESSAGE, UNSUPPORTED_FOR_MESSAGE_FORMAT,
-    UNSUPPORTED_COMPRESSION_TYPE, INVALID_RECORD) naming what is wrong. ``lazy``: the records
-    are not decoded, each batch keeps its (decompressed) records section for the compiled
-    converter (fast.py) or ``Batch.decode_records``."""
+    UNSUPPORTED_COMPRESSION_TYPE, INVALID_RECORD) naming what is wrong. ``lazy``: as
+    ``iter_batches``."""
+    return list(iter_batches(data, max_size, lazy=lazy))
+
+
+def iter_batches(
+    data: bytes | memoryview, max_size: int = 64 << 20, *, lazy: bool = False
+) -> Iterator[Batch]:
+    """``decode_batches`` one batch at a time (a batch's errors are raised when it is
+    reached). ``lazy``: its records are not decoded, the batch keeps its (decompressed)
+    records section for the compiled converter (fast.py) or ``Batch.decode_records``: done
+    before the next batch is read, the errors come in ``decode_batches``' order."""
     view = memoryview(data)
-    batches: list[Batch] = []
     pos, end = 0, len(view)
     while pos < end:
         if end - pos < 17:
@@ -123,9 +132,8 @@ def decode_batches(
             raise _corrupt(f"unknown magic {magic}")
         if length < HEADER_SIZE - 12 or pos + 12 + length > end:
             raise _corrupt(f"batch length {length} does not fit the {end - pos} bytes left")
-        batches.append(_decode_one(view[pos : pos + 12 + length], max_size, lazy))
+        yield _decode_one(view[pos : pos + 12 + length], max_size, lazy)
         pos += 12 + length
-    return batches
 
 
 def _decode_one(view: memoryview, max_size: int, lazy: bool = False) -> Batch:

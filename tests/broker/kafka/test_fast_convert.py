@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import base64
 import json
+import struct
 from types import SimpleNamespace
 from unittest import mock
 
+import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,13 +28,16 @@ from wharf.broker.kafka.errors import KafkaError
 from wharf.broker.kafka.fetch import encode_messages, encode_stored
 from wharf.broker.kafka.produce import ProduceHandler
 from wharf.broker.kafka.producers import producer_mark
-from wharf.broker.kafka.records import Record, decode_batches, encode_batch
+from wharf.broker.kafka.records import HEADER_SIZE, Record, decode_batches, encode_batch
 from wharf.store.codec.layout import MAX_PROPERTIES_LENGTH, TOTAL_SIZE
 from wharf.store.codec.records import decode_records
 from wharf.store.codec.records import encode_batch as store_encode_batch
 from wharf.store.codec.send_records import topic_tail
 from wharf.store.errors import InvalidMessageError
 from wharf.store.model import MessageInput
+
+from tests.broker.kafka.kafka_helpers import start_kafka
+from tests.inproc import InProcFactory
 
 NOW_MS = 1_790_000_000_123
 TAIL = topic_tail("orders")
@@ -295,3 +300,39 @@ def test_the_c_module_knows_the_broker_property_names() -> None:
     assert raw is not None
     (record,) = decode_batches(fast.fetch_batch(*raw) or b"")[0].records
     assert (name, b"x") not in record.headers and ("user", b"y") in record.headers
+
+
+# --- Through the broker -----------------------------------------------------------------------
+
+
+def _with_crc(raw: bytearray) -> bytes:
+    struct.pack_into(">I", raw, 17, crc32c.crc32c(bytes(raw[21:])))
+    return bytes(raw)
+
+
+async def test_a_request_of_several_batches_fails_as_the_python_path(
+    inproc_broker: InProcFactory,
+) -> None:
+    # Batch 1's records do not decode, batch 2 is magic 1: the batches are read one at a time,
+    # so batch 1's error is the answer, as decode_batches (the Python path) gives it.
+    first = bytearray(encode_batch([Record(0, 1, None, b"v", [])]))
+    first[HEADER_SIZE] = 0x7E  # the record's length: 63 bytes, beyond the batch
+    second = bytearray(encode_batch([Record(0, 1, None, b"w", [])]))
+    second[16] = 1
+    data = _with_crc(first) + bytes(second)
+    with pytest.raises(KafkaError) as expected:
+        decode_batches(data)
+    kafka = await start_kafka(inproc_broker)
+    client = await kafka.client()
+    body = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout_ms": 5000,
+        "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": data}]}],
+    }
+    response = await client.call(0, 8, body)
+    part = response["responses"][0]["partition_responses"][0]
+    assert (part["error_code"], part["error_message"]) == (
+        expected.value.code,
+        str(expected.value),
+    )
