@@ -781,6 +781,11 @@ static PyObject *fetch_batch(PyObject *self, PyObject *args) {
             props_pos + (((Py_ssize_t)b[props_pos - 2] << 8) | b[props_pos - 1]) != pos + total) {
             goto fallback;
         }
+        for (Py_ssize_t t = body_end + 1; t < props_pos - 2; t++) {
+            if (b[t] >= 0x80) {
+                goto fallback; /* a topic that is not ASCII: the decode's CorruptRecordError */
+            }
+        }
         FetchRecord *rec = &recs[i];
         rec->body = r + RECORD_HEADER_SIZE;
         rec->body_len = (Py_ssize_t)body_len;
