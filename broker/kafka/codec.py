@@ -39,33 +39,65 @@ class FrameError(ValueError):
 
 
 class FrameReader:
-    """Cuts a byte stream into frames (without their size prefix)."""
+    """Cuts a byte stream into frames (without their size prefix).
+
+    The received chunks are kept as they are and each frame is copied out once (a join of its
+    pieces): a 1 MB Produce arrives in ~4 chunks, and accumulating them in a bytearray first
+    cost two copies and the buffer's growth (~0.2 ms a 1 MB frame against ~0.05 here, timed
+    alone; tests/bench/kafka.py).
+    """
 
     def __init__(self, max_size: int) -> None:
         self.max_size = max_size
-        self._buf = bytearray()
+        self._parts: list[bytes] = []  # received and not yet cut, the first from _pos on
+        self._pos = 0
+        self._have = 0  # bytes in _parts from _pos on
 
     def feed(self, data: bytes) -> list[bytes]:
-        buf = self._buf
-        buf += data
+        parts = self._parts
+        if data:
+            parts.append(data)
+            self._have += len(data)
         frames: list[bytes] = []
-        pos = 0
-        end = len(buf)
-        while end - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
+        while self._have >= 4:
+            first, pos = parts[0], self._pos
+            if len(first) - pos < 4:  # the size prefix spans chunks: merge them
+                first = b"".join([memoryview(first)[pos:], *parts[1:]])
+                parts[:] = [first]
+                self._pos = pos = 0
+            (size,) = _SIZE.unpack_from(first, pos)
             if size < 0 or size > self.max_size:
                 raise FrameError(f"frame of {size} bytes (limit {self.max_size})")
-            if end - pos - 4 < size:
+            if self._have - 4 < size:
                 break
-            frames.append(bytes(buf[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
+            self._have -= 4 + size
+            start, end = pos + 4, pos + 4 + size
+            if end <= len(first):  # within the first chunk
+                frames.append(first[start:end])
+                if end == len(first):
+                    del parts[0]
+                    end = 0
+                self._pos = end
+                continue
+            pieces: list[bytes | memoryview] = [memoryview(first)[start:]]
+            left, i = end - len(first), 1
+            while left > len(parts[i]):
+                pieces.append(parts[i])
+                left -= len(parts[i])
+                i += 1
+            last = parts[i]
+            pieces.append(memoryview(last)[:left])
+            frames.append(b"".join(pieces))
+            if left == len(last):
+                i += 1
+                left = 0
+            del parts[:i]
+            self._pos = left
         return frames
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return self._have
 
 
 @dataclass(slots=True)

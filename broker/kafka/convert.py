@@ -19,6 +19,9 @@ mapping of README.md "Mapping", in one place.
 - timestamp = the born timestamp (CreateTime); a timestamp <= 0 (none) is stored as the
   store time.
 - Each stored message gets a ``UNIQ_KEY`` (the message id other protocols show).
+
+The handlers run this mapping compiled when they can (``fast.py``, ``_convert.c``: the same
+bytes, checked by tests/broker/kafka/test_fast_convert.py): a change here is a change there.
 """
 
 from __future__ import annotations

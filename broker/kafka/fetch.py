@@ -1,7 +1,7 @@
 """Fetch: read each requested partition (queue) from its fetch offset through the core's read
-(``ctx.read_core``, no filter),
+(``ctx.read_core``, no filter, the stored records' bytes),
 answer the stored messages as one uncompressed record batch v2 per partition (offset =
-ConsumeQueue offset, key/value/headers per convert.py).
+ConsumeQueue offset, key/value/headers per convert.py; built in C by fast.py when it can).
 
 - high watermark = the queue's max offset as the store reports it (the store hides what is
   not yet durable or committed), log start offset = its min offset, last stable offset = the
@@ -32,18 +32,22 @@ from typing import Any
 from wharf.broker.acl.rules import Perm
 from wharf.broker.core.read import DISPATCH_WAIT_S, MAX_WAIT_MS
 from wharf.broker.errors import ResourceExhaustedError, UnavailableError
+from wharf.broker.kafka import fast
 from wharf.broker.kafka.convert import to_record_fields
 from wharf.broker.kafka.env import KafkaEnv
 from wharf.broker.kafka.errors import Code, code_for
 from wharf.broker.kafka.records import Record, encode_batch
 from wharf.broker.kafka.server import KafkaConnection
-from wharf.store.model import GetResult, TagFilter
+from wharf.store.codec.layout import TOTAL_SIZE
+from wharf.store.codec.records import decode_records
+from wharf.store.model import RawGetResult, TagFilter
 
-__all__ = ["FetchHandler", "encode_messages"]
+__all__ = ["FetchHandler", "encode_messages", "encode_stored"]
 
 log = logging.getLogger("broker.kafka")
 MAX_RESPONSE = 64 * 1024 * 1024
 MATCH_ALL = TagFilter(frozenset(), frozenset())
+_TOTAL_SIZE = TOTAL_SIZE.unpack_from
 
 
 @dataclass(slots=True)
@@ -63,6 +67,22 @@ class _Part:
     @property
     def size(self) -> int:
         return len(self.records) if self.records else 0
+
+
+def encode_stored(records: bytes, count: int) -> bytes:
+    """``count`` whole stored records (the store's raw read) as one record batch v2: by the
+    compiled converter (fast.py) in one call, else decoded and through ``encode_messages``.
+    The raw read skips the store's decode into StoredMessages (~28 us of the ~85 a record
+    a Fetch cost under cProfile before the converter)."""
+    batch = fast.fetch_batch(records, count)
+    if batch is not None:
+        return batch
+    positions = []
+    pos = 0
+    for _ in range(count):
+        positions.append(pos)
+        pos += _TOTAL_SIZE(records, pos)[0]
+    return encode_messages(decode_records(records, positions, 0))
 
 
 def encode_messages(messages: list[Any]) -> bytes:
@@ -175,15 +195,16 @@ class FetchHandler:
             ctx.config.max_pull_batch_size,
             MATCH_ALL,
             0,  # the waiting is this fetch's own, across its partitions (_park)
+            raw=True,  # no filter: the stored records as they are (encode_stored)
             max_bytes=max(max_bytes, 1),
         )
         result = read.result
-        assert isinstance(result, GetResult)
-        if not result.messages:
+        assert isinstance(result, RawGetResult)
+        if not result.count:
             return
-        part.records = encode_messages(result.messages)
-        part.count = len(result.messages)
-        part.body_bytes = sum(len(m.body) for m in result.messages)
+        part.records = encode_stored(result.records, result.count)
+        part.count = result.count
+        part.body_bytes = result.body_bytes
 
     async def _park(self, parts: list[_Part], remaining: float) -> bool:
         """Wait until one caught-up partition gets a message or the time runs out; False when

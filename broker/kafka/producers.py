@@ -68,7 +68,7 @@ class _Partition:
 
 
 def producer_mark(batch: Batch) -> str:
-    return f"{batch.producer_id}:{batch.producer_epoch}:{batch.base_sequence}:{len(batch.records)}"
+    return f"{batch.producer_id}:{batch.producer_epoch}:{batch.base_sequence}:{batch.count}"
 
 
 class ProducerTable:

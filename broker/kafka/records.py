@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import cramjam
@@ -29,7 +30,7 @@ import crc32c
 from wharf.broker.kafka.errors import Code, KafkaError
 from wharf.broker.kafka.wire import DecodeError
 
-__all__ = ["HEADER_SIZE", "Batch", "Record", "decode_batches", "encode_batch"]
+__all__ = ["HEADER_SIZE", "Batch", "Record", "decode_batches", "encode_batch", "iter_batches"]
 
 HEADER_SIZE = 61
 CODEC_MASK = 0x07
@@ -64,6 +65,9 @@ class Batch:
     producer_epoch: int
     base_sequence: int
     records: list[Record]
+    count: int = 0  # the header's recordCount (= len(records) once decoded)
+    # the uncompressed records section, kept by decode_batches(lazy=True) until decode_records
+    section: bytes | memoryview | None = None
 
     @property
     def codec(self) -> int:
@@ -80,19 +84,38 @@ class Batch:
     @property
     def last_sequence(self) -> int:
         """The sequence of the batch's last record (sequences wrap at 2**31)."""
-        return (self.base_sequence + len(self.records) - 1) % (1 << 31)
+        return (self.base_sequence + self.count - 1) % (1 << 31)
+
+    def decode_records(self) -> None:
+        """Decode the records section a lazy ``decode_batches`` kept (raising what it would
+        have raised)."""
+        if self.section is not None:
+            self.records = _decode_records(self.section, self.count, self.base_timestamp)
+            self.section = None
 
 
 def _corrupt(message: str) -> KafkaError:
     return KafkaError(Code.CORRUPT_MESSAGE, message)
 
 
-def decode_batches(data: bytes | memoryview, max_size: int = 64 << 20) -> list[Batch]:
+def decode_batches(
+    data: bytes | memoryview, max_size: int = 64 << 20, *, lazy: bool = False
+) -> list[Batch]:
     """Every batch of a Produce partition's ``records``, validated (CRC, magic, counts,
     lengths); raises ``KafkaError`` (CORRUPT_MESSAGE, UNSUPPORTED_FOR_MESSAGE_FORMAT,
-    UNSUPPORTED_COMPRESSION_TYPE, INVALID_RECORD) naming what is wrong."""
+    UNSUPPORTED_COMPRESSION_TYPE, INVALID_RECORD) naming what is wrong. ``lazy``: as
+    ``iter_batches``."""
+    return list(iter_batches(data, max_size, lazy=lazy))
+
+
+def iter_batches(
+    data: bytes | memoryview, max_size: int = 64 << 20, *, lazy: bool = False
+) -> Iterator[Batch]:
+    """``decode_batches`` one batch at a time (a batch's errors are raised when it is
+    reached). ``lazy``: its records are not decoded, the batch keeps its (decompressed)
+    records section for the compiled converter (fast.py) or ``Batch.decode_records``: done
+    before the next batch is read, the errors come in ``decode_batches``' order."""
     view = memoryview(data)
-    batches: list[Batch] = []
     pos, end = 0, len(view)
     while pos < end:
         if end - pos < 17:
@@ -109,12 +132,11 @@ def decode_batches(data: bytes | memoryview, max_size: int = 64 << 20) -> list[B
             raise _corrupt(f"unknown magic {magic}")
         if length < HEADER_SIZE - 12 or pos + 12 + length > end:
             raise _corrupt(f"batch length {length} does not fit the {end - pos} bytes left")
-        batches.append(_decode_one(view[pos : pos + 12 + length], max_size))
+        yield _decode_one(view[pos : pos + 12 + length], max_size, lazy)
         pos += 12 + length
-    return batches
 
 
-def _decode_one(view: memoryview, max_size: int) -> Batch:
+def _decode_one(view: memoryview, max_size: int, lazy: bool = False) -> Batch:
     (
         base_offset,
         _length,
@@ -138,7 +160,7 @@ def _decode_one(view: memoryview, max_size: int) -> Batch:
     section: bytes | memoryview = view[HEADER_SIZE:]
     if codec:
         section = _decompress(codec, bytes(section), max_size)
-    records = _decode_records(section, count, base_timestamp)
+    records = [] if lazy else _decode_records(section, count, base_timestamp)
     return Batch(
         base_offset,
         attributes,
@@ -149,6 +171,8 @@ def _decode_one(view: memoryview, max_size: int) -> Batch:
         producer_epoch,
         base_sequence,
         records,
+        count,
+        section if lazy else None,
     )
 
 
