@@ -16,8 +16,8 @@
  * - produce_records: a v2 batch's (uncompressed) records section -> the send-batch form of
  *   wharf.store.codec.send_records (one CommitLog record per Kafka record, properties per
  *   convert.record_body_properties). None for: anything that does not decode, headers that are
- *   not all "plain" (they go into __KAFKA_HEADERS as JSON), a body over max_body, properties
- *   over MAX_PROPERTIES_LENGTH, a timestamp that overflows.
+ *   not all "plain" (they go into __KAFKA_HEADERS as JSON), more than MAX_HEADERS headers, a
+ *   body over max_body, properties over MAX_PROPERTIES_LENGTH, a timestamp that overflows.
  * - fetch_batch: stored records (the store's raw read) -> one uncompressed v2 batch, CRC-32C
  *   included (the crc32c wheel's function, passed in). None for: __KAFKA_HEADERS (JSON),
  *   a __KAFKA_KEY that is not canonical base64, properties that are not UTF-8 or repeat a name,
@@ -36,6 +36,10 @@
 #include "../../store/fast/_format.h"
 
 #define MAX_PAIRS 256 /* properties of one stored record the fetch path handles */
+/* Headers of one record the produce path handles: its duplicate-name check compares each
+ * header with those before it (quadratic), so a record of 100,000 tiny headers (~600 KB)
+ * would hold the loop for seconds; more go to the Python path (a set, linear). */
+#define MAX_HEADERS 64
 
 /* ---- the broker's property names (wharf.broker.core.validate.SYSTEM_PROPERTY_NAMES) ---- */
 
@@ -391,7 +395,7 @@ static Py_ssize_t parse_produce_record(const unsigned char *b, Py_ssize_t pos, P
         pos++;
     } else {
         pos = read_varint(b, pos, stop, &count_h);
-        if (pos < 0 || count_h < 0 || count_h > stop - pos) {
+        if (pos < 0 || count_h < 0 || count_h > MAX_HEADERS || count_h > stop - pos) {
             return -1;
         }
     }

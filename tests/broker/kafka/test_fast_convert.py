@@ -185,6 +185,19 @@ def test_binary_headers_and_broken_records_take_the_python_path() -> None:
     assert _compiled_path(encode_batch([Record(0, 1, None, b"v" * 10, [])]), 5) is None
 
 
+def test_a_record_of_many_headers_takes_the_python_path() -> None:
+    """Over 64 headers the compiled path declines (its duplicate check is quadratic: 100,000
+    tiny headers would hold the loop for seconds); the Python path stores them all."""
+    headers = [(f"h{i}", b"v") for i in range(65)]
+    data = encode_batch([Record(0, 1, None, b"v", headers)])
+    assert _compiled_path(data, 1 << 20) is None
+    ok = _python_path(data, 1 << 20)
+    assert not isinstance(ok, Exception)
+    assert _stored(ok[0])[0].properties["h64"] == "v"
+    sixty_four = encode_batch([Record(0, 1, None, b"v", headers[:64])])
+    assert _compiled_path(sixty_four, 1 << 20) == _python_path(sixty_four, 1 << 20)
+
+
 def _stored(records: bytes) -> list:
     positions, pos = [], 0
     while pos < len(records):
