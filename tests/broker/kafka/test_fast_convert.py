@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import struct
 from types import SimpleNamespace
 from unittest import mock
@@ -40,9 +41,15 @@ from tests.broker.kafka.kafka_helpers import start_kafka
 from tests.inproc import InProcFactory
 
 NOW_MS = 1_790_000_000_123
+# WHARF_NO_SPEEDUPS=1 runs the Python path only: nothing compiled to compare (the rest of
+# tests/broker/kafka then covers that path). Otherwise a missing build fails here.
+compiled_only = pytest.mark.skipif(
+    bool(os.environ.get("WHARF_NO_SPEEDUPS")), reason="WHARF_NO_SPEEDUPS: the Python path only"
+)
 TAIL = topic_tail("orders")
 
 
+@compiled_only
 def test_the_compiled_converter_is_built_and_used() -> None:
     # `pip install -e .` compiles it (an optional ext-module): a silent fallback would show here.
     assert fast.compiled is not None
@@ -128,6 +135,7 @@ def _handled(records: list[Record], max_size: int) -> bool:
     return True
 
 
+@compiled_only
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(_RECORD, min_size=1, max_size=6),
@@ -156,6 +164,7 @@ def test_produce_matches_the_python_path(
         assert got is not None
 
 
+@compiled_only
 def test_plain_records_take_the_compiled_path_with_the_mapping() -> None:
     records = [
         Record(0, 1_700, b"order-7", b"body", [("trace", b"abc"), ("region", b"eu")]),
@@ -176,6 +185,7 @@ def test_plain_records_take_the_compiled_path_with_the_mapping() -> None:
     assert third.properties["__KAFKA_VALUE"] == "empty" and third.born_timestamp == NOW_MS
 
 
+@compiled_only
 def test_binary_headers_and_broken_records_take_the_python_path() -> None:
     binary = encode_batch([Record(0, 1, None, b"v", [("h", b"\xff")])])
     assert _compiled_path(binary, 1 << 20) is None
@@ -267,6 +277,7 @@ def _fetch_handled(messages: list[tuple]) -> bool:
     return True
 
 
+@compiled_only
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_MESSAGE, min_size=1, max_size=6), st.sampled_from([0, 3]))
 def test_fetch_matches_the_python_path(messages: list[tuple], gap: int) -> None:
@@ -283,6 +294,7 @@ def test_fetch_matches_the_python_path(messages: list[tuple], gap: int) -> None:
     assert encode_stored(records, count) == expected
 
 
+@compiled_only
 def test_fetch_of_a_rocketmq_message_and_a_json_header_fallback() -> None:
     raw = _raw(
         [
@@ -306,6 +318,7 @@ def test_fetch_of_a_rocketmq_message_and_a_json_header_fallback() -> None:
     assert decode_batches(encode_stored(*packed))[0].records[0].headers == [("h", None)]
 
 
+@compiled_only
 def test_the_c_module_knows_the_broker_property_names() -> None:
     # configure() is given SYSTEM_PROPERTY_NAMES: one of them is never a header.
     name = sorted(SYSTEM_PROPERTY_NAMES)[0]
@@ -371,6 +384,7 @@ _SMALL_RECORD = st.tuples(
 )
 
 
+@compiled_only
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(_SMALL_RECORD, min_size=1, max_size=4),
@@ -401,6 +415,7 @@ def test_a_damaged_records_section_is_never_misread(
         assert ProduceHandler._records(handler, batch, TAIL, 1 << 20) == got  # type: ignore[arg-type]
 
 
+@compiled_only
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(_MESSAGE, min_size=1, max_size=4),
