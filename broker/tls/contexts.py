@@ -32,7 +32,8 @@ log = logging.getLogger("wharf.broker.tls")
 CHECK_S = 1.0  # handshakes between two checks of the files are served without one
 
 
-def _context(tls: ServerTls) -> ssl.SSLContext:
+def build_context(tls: ServerTls) -> ssl.SSLContext:
+    """A server context of ``tls``: TLS 1.2+, its chain, mutual TLS when it has a trust store."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     wire.load_cert_chain_pem(context, tls.cert_pem, tls.key_pem)
@@ -54,7 +55,7 @@ class _Served:
         self._checking = threading.Lock()
 
     def _built(self, tls: ServerTls) -> ssl.SSLContext:
-        context = _context(tls)
+        context = build_context(tls)
         context.sni_callback = self.on_hello
         return context
 
