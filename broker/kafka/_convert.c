@@ -31,8 +31,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
+#include "../../store/fast/_body_crc.h"
 #include "../../store/fast/_format.h"
 
 #define MAX_PAIRS 256 /* properties of one stored record the fetch path handles */
@@ -264,38 +264,6 @@ static unsigned char *put_b64_decoded(unsigned char *p, const unsigned char *s, 
         *p++ = (unsigned char)(((c & 0x03) << 6) | d);
     }
     return p;
-}
-
-/* ---- body CRC (zlib.crc32 & 0x7FFFFFFF), as send_records.encode_record ---- */
-
-static int body_crc(PyObject *crc_func, const unsigned char *body, Py_ssize_t len, uint32_t *out) {
-    if (crc_func != Py_None) {
-        PyObject *view = PyMemoryView_FromMemory((char *)body, len, PyBUF_READ);
-        if (view == NULL) {
-            return -1;
-        }
-        PyObject *value = PyObject_CallOneArg(crc_func, view);
-        Py_DECREF(view);
-        if (value == NULL) {
-            return -1;
-        }
-        unsigned long crc = PyLong_AsUnsignedLongMask(value);
-        Py_DECREF(value);
-        if (crc == (unsigned long)-1 && PyErr_Occurred()) {
-            return -1;
-        }
-        *out = (uint32_t)crc & 0x7FFFFFFFu;
-        return 0;
-    }
-    uLong crc = crc32(0L, Z_NULL, 0);
-    Py_ssize_t done = 0;
-    while (done < len) {
-        uInt chunk = (uInt)((len - done) > 0x40000000 ? 0x40000000 : (len - done));
-        crc = crc32(crc, body + done, chunk);
-        done += chunk;
-    }
-    *out = (uint32_t)crc & 0x7FFFFFFFu;
-    return 0;
 }
 
 /* ==== Produce: records section -> send-batch records ==== */
@@ -548,7 +516,7 @@ static PyObject *produce_records(PyObject *self, PyObject *args) {
         p += RECORD_HEADER_SIZE;
         memcpy(p, body, (size_t)body_len);
         uint32_t crc;
-        if (body_crc(crc_func, p, body_len, &crc) < 0) {
+        if (wharf_body_crc(crc_func, p, body_len, &crc) < 0) {
             goto done;
         }
         put_be32(start + OFF_BODY_CRC, crc);

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_body_crc.h"
 #include "_format.h"
 
 /* Check codes: store/record_check.py maps them to its error texts. */
@@ -37,26 +38,6 @@ enum {
 
 static PyObject *bad(Py_ssize_t index, int code, long long detail) {
     return Py_BuildValue("(niL)", index, code, detail);
-}
-
-/* -1 with an exception set, 0 mismatch, 1 match. */
-static int crc_matches(PyObject *crc_func, const unsigned char *body, Py_ssize_t len,
-                       int32_t expected) {
-    PyObject *view = PyMemoryView_FromMemory((char *)body, len, PyBUF_READ);
-    if (view == NULL) {
-        return -1;
-    }
-    PyObject *value = PyObject_CallOneArg(crc_func, view);
-    Py_DECREF(view);
-    if (value == NULL) {
-        return -1;
-    }
-    unsigned long crc = PyLong_AsUnsignedLongMask(value);
-    Py_DECREF(value);
-    if (crc == (unsigned long)-1 && PyErr_Occurred()) {
-        return -1;
-    }
-    return (int32_t)(crc & 0x7FFFFFFFul) == expected;
 }
 
 /* Record starts, grown as a batch is walked (``check`` and ``check_many`` share one). */
@@ -158,12 +139,12 @@ static int check_batch(const unsigned char *buf, Py_ssize_t size, const unsigned
     /* 4. body CRCs */
     for (Py_ssize_t i = 0; i < count; i++) {
         const unsigned char *h = buf + starts[i];
-        int matches = crc_matches(crc_func, h + RECORD_HEADER_SIZE,
-                                  (int32_t)be32(h + OFF_BODY_LENGTH), (int32_t)be32(h + OFF_BODY_CRC));
-        if (matches < 0) {
+        uint32_t crc;
+        if (wharf_body_crc(crc_func, h + RECORD_HEADER_SIZE, (int32_t)be32(h + OFF_BODY_LENGTH),
+                           &crc) < 0) {
             return -1;
         }
-        if (!matches) {
+        if ((int32_t)crc != (int32_t)be32(h + OFF_BODY_CRC)) {
             *bad_result = bad(i, BAD_CRC, 0);
             return *bad_result == NULL ? -1 : 1;
         }
