@@ -375,10 +375,6 @@ class WireServer:
         for name, handler in handlers.items():
             self.methods[f"/{service}/{name}"] = handler
 
-    @property
-    def calls_in_flight(self) -> int:
-        return sum(len(conn.calls) for conn in self.connections)
-
     def running_calls(self) -> list[asyncio.Task[object]]:
         """The tasks of the calls in flight (``drain`` at stop)."""
         return [c.task for conn in self.connections for c in conn.calls.values() if c.task]
