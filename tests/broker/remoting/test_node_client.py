@@ -143,11 +143,9 @@ def test_sync_sends_are_received_exactly_as_sent(daemons: Daemons, tmp_path: Pat
     assert again["props"]["REAL_TOPIC"] == "%RETRY%CG_SYNC"
     assert again["props"]["ORIGIN_MESSAGE_ID"] == sent_by_body["m-5"]["msgId"]
     assert again["props"]["UNIQ_KEY"] == retried[0]["props"]["UNIQ_KEY"]
-    # The handler's own failure, and at most a parked pull cut when the script closes the
-    # consumer ("The socket was closed", seen once on a loaded CI box): nothing else.
-    unexpected = [
-        e for e in got["clientErrors"] if "fail once: m-5" not in e and "socket was closed" not in e
-    ]
+    # The handler's own failure and nothing else until the script closes the consumer (what
+    # ali-ons reports during close() is its own shutdown: scenario.js keeps it apart).
+    unexpected = [e for e in got["clientErrors"] if "fail once: m-5" not in e]
     assert not unexpected, got["clientErrors"]
 
     # The group again: its offsets were committed (pull commit bit, UPDATE_CONSUMER_OFFSET,
