@@ -15,7 +15,8 @@ import statistics
 
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
     """The narrowest order-statistic interval [x(k), x(n-k+1)] that holds the median with at
-    least ``confidence`` (binomial(n, 1/2) tails); the whole range when n is too small."""
+    least ``confidence`` (binomial(n, 1/2) tails); the whole range when n is too small (below
+    6 rounds even that holds it with less than 95%: ``decide`` then answers undecided)."""
     ordered = sorted(values)
     n = len(ordered)
     k = 0  # x(k+1) .. x(n-k), 0-based: ordered[k] .. ordered[n - 1 - k]
@@ -31,6 +32,8 @@ def median_interval(values: list[float], confidence: float = 0.95) -> tuple[floa
 
 def decide(values: list[float], op: str, bound: float, confidence: float = 0.95) -> str:
     """Met, missed or undecided for ``median(values) op bound``, op "<=" or ">="."""
+    if 1 - 2 / 2 ** len(values) < confidence:  # even the whole range is too narrow (n < 6)
+        return "undecided (too few rounds)"
     low, high = median_interval(values, confidence)
     if op == ">=":
         return "met" if low >= bound else ("missed" if high < bound else "undecided")

@@ -28,3 +28,9 @@ def test_verdict_needs_the_whole_interval_on_one_side() -> None:
     straddling = [0.8, 0.9, 0.95, 1.05, 1.1, 1.2, 1.3, 1.4]
     assert decide(straddling, ">=", 1.0) == "undecided"
     assert decide(straddling, "<=", 1.0) == "undecided"
+
+
+def test_too_few_rounds_decide_nothing() -> None:
+    # Five rounds all far above the line: the whole range holds the median with 94% only.
+    assert decide([2.0, 2.1, 2.2, 2.3, 2.4], ">=", 1.0).startswith("undecided")
+    assert decide([2.0, 2.1, 2.2, 2.3, 2.4, 2.5], ">=", 1.0) == "met"
