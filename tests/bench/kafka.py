@@ -26,7 +26,8 @@ table gives the median over the rounds; the targets of issue 65 are judged on th
 ratios (the median and its distribution-free 95% interval, ``pooled.py``: met / missed only
 when the interval lies on one side, else undecided; figures, not asserts): broker CPU per
 Kafka-produced message <= 1.3x send_batch's; Kafka fetch CPU per message <= 1.3x the SDK
-pulls'; Kafka produce throughput on Wharf >= 1.0x tansu's. ``--quick``: 30,000 messages, 1 round (a smoke run of ~20 s).
+pulls'; Kafka produce throughput on Wharf >= 1.0x tansu's. ``--quick``: 30,000 messages, 1
+round (a smoke run of ~20 s; one round decides nothing).
 """
 
 from __future__ import annotations
