@@ -217,6 +217,7 @@ class BrokerController:
                 self.request_restart,
             )  # fmt: skip
         self.store.add_arrival_listener(self.long_poll.on_arrival, quiet=self.long_poll.quiet)
+        self.store.set_ahead_listener(self.long_poll.on_planned)
         long_poll = self.long_poll
         self.store.set_dispatch_waiters(lambda: long_poll.parked_count > 0)
         self.store.set_consumer_progress(self.offsets.by_queue)

@@ -10,6 +10,12 @@ runs (``during_sync``) and applies it before its writers are answered (``after_s
 pull is woken before the writers' acks are built (~0.4 ms less from the sync to the pull reply
 for a lone message). With nobody waiting, dispatch follows the writers: answering them first
 keeps a producer's requests in flight short.
+
+Ahead of the sync (``set_ahead``): after planning, the queues the plan advances are reported
+to the broker's long polls with the log offset the sync makes durable; a parked raw pull reads
+them (``MessageStore.get_raw_records_ahead``) and has the sync thread write its reply after the
+fdatasync (``CommitLog.write_when_durable``). Not under SYNC_MASTER: there a read also waits
+for the replicas' confirm offset, which the sync thread does not know.
 """
 
 from __future__ import annotations
@@ -25,9 +31,11 @@ log = logging.getLogger(__name__)
 
 # Called after dispatch made new messages visible: (topic, queue_id, new max offset).
 ArrivalListener = Callable[[str, int, int], None]
+# Told while a sync runs: (topic, queue_id, max offset once applied, log offset to be durable).
+PlannedListener = Callable[[str, int, int, int], None]
 _TOPIC = itemgetter(0)  # of an advanced queue's key (topic, queue id)
 
-__all__ = ["ArrivalListener", "Arrivals"]
+__all__ = ["ArrivalListener", "Arrivals", "PlannedListener"]
 
 
 class Arrivals:
@@ -38,6 +46,7 @@ class Arrivals:
         # Listeners of one topic's queues only (schedule, timer): not called for the others'.
         self._of_topic: dict[str, list[ArrivalListener]] = {}
         self._waiting: Callable[[], bool] | None = None
+        self._ahead: PlannedListener | None = None
         self._reput: ReputService | None = None  # set by bind() at start
         self._commit_log: CommitLog | None = None
         self._source: CommitLogSource | None = None
@@ -86,6 +95,11 @@ class Arrivals:
         if source is not None and source.confirm is not None:
             end = min(end, source.confirm())
         return end
+
+    @property
+    def replicated(self) -> bool:
+        """Reads wait for the replicas' confirm offset too (SYNC_MASTER)."""
+        return self._source is not None and self._source.confirm is not None
 
     @property
     def pending(self) -> bool:
@@ -169,6 +183,32 @@ class Arrivals:
         the sync's end and the start of the ConsumeQueue writes, measured with hop stamps on
         this 2-core VM)."""
         waiting = self._waiting
-        if waiting is not None and self._reput is not None and waiting():
+        reput = self._reput
+        if waiting is not None and reput is not None and waiting():
             assert self._commit_log is not None
-            self._reput.prepare_inline(self._commit_log.max_offset)
+            since = reput.planned_end
+            reput.prepare_inline(self._commit_log.max_offset)
+            ahead = self._ahead
+            if ahead is not None and self._source is not None and self._source.confirm is None:
+                for run, end in reput.prepared_runs(since):
+                    topic, queue_id = run.key
+                    try:
+                        ahead(topic, queue_id, run.first + run.unit_count, end)
+                    except Exception:
+                        log.exception("planned-arrival listener failed for %s/%d", *run.key)
+
+    # --- ahead of the sync -------------------------------------------------------------------
+    def set_ahead(self, listener: PlannedListener | None) -> None:
+        """``listener(topic, queue_id, max_offset, durable_end)`` hears, while a sync runs, of
+        the queues its records will advance once ``durable_end`` is on disk (SYNC_FLUSH on a
+        store whose reads wait for no replica): a parked reader may build its answer during
+        the fdatasync and hand it to ``CommitLog.write_when_durable``."""
+        self._ahead = listener
+
+    def planned_units(self, topic: str, queue_id: int, offset: int) -> tuple[bytes, int] | None:
+        """The planned units of a queue from ``offset`` and the log offset they wait for
+        (``ReputService.planned_units``); None without a kept plan or under SYNC_MASTER."""
+        reput, source = self._reput, self._source
+        if reput is None or source is None or source.confirm is not None:
+            return None
+        return reput.planned_units((topic, queue_id), offset)

@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
-from wharf.store.arrivals import ArrivalListener, Arrivals
+from wharf.store.arrivals import ArrivalListener, Arrivals, PlannedListener
 from wharf.store.config import SYNC_FLUSH, StoreConfig, parse_delay_levels
 from wharf.store.dispatch.reput import CommitLogSource, Dispatcher, ReputService
 from wharf.store.errors import NotMasterError, StoreShutDownError
@@ -59,6 +59,7 @@ from wharf.store.ha.status import ReplicationStatus
 from wharf.store.index.index_files import IndexService
 from wharf.store.insides import StoreInsides
 from wharf.store.log.commit_log import CommitLog
+from wharf.store.log.sync_engine import REFUSED
 from wharf.store.model import (
     AppendResult,
     GetResult,
@@ -81,6 +82,7 @@ from wharf.store.queue import positions
 from wharf.store.queue.consume_queue import ConsumeQueue, Unit
 from wharf.store.queue.journal import PositionsJournal
 from wharf.store.queue.table import ConsumeQueueTable, destroy_queues
+from wharf.store.read.ahead import get_raw_records_ahead
 from wharf.store.read.get_message import get_messages
 from wharf.store.read.get_raw import RawGetResult, get_raw_records
 from wharf.store.read.lookups import look_message, marks_since, query_by_key, queue_stats
@@ -387,6 +389,42 @@ class MessageStore:
             tag_filter,
             max_bytes,
         )
+
+    def get_raw_records_ahead(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tag_filter: TagFilter | None,
+        max_bytes: int,
+    ) -> tuple[RawGetResult, int] | None:
+        """During a sync: ``get_raw_records`` of the records it will make visible, and the
+        log offset that must be durable before anyone may read them (``read/ahead.py``);
+        None when no plan holds ``offset``."""
+        assert self._commit_log is not None
+        planned = self._arrivals.planned_units(topic, queue_id, offset)
+        if planned is None:
+            return None
+        queue = self._queues.find(topic, queue_id)
+        result = get_raw_records_ahead(
+            queue, self._commit_log, planned, offset, max_count, tag_filter, max_bytes
+        )
+        return result, planned[1]
+
+    def write_when_durable(
+        self, end: int, fd: int, data: bytes, done: Callable[[int], None]
+    ) -> int:
+        """Have the sync thread write ``data`` to socket ``fd`` once the log is durable to
+        ``end`` (``sync_engine.py``): DEFERRED (``done(outcome)`` follows on the loop),
+        DURABLE (write it yourself now) or REFUSED (wait for durability as usual)."""
+        if self._commit_log is None or not self._sync_flush or self._arrivals.replicated:
+            return REFUSED
+        return self._commit_log.write_when_durable(end, fd, data, done)
+
+    def set_ahead_listener(self, listener: PlannedListener | None) -> None:
+        """Told of the queues a running sync will advance (``Arrivals.set_ahead``)."""
+        self._arrivals.set_ahead(listener)
 
     def read_consume_queue(
         self, topic: str, queue_id: int, offset: int, max_count: int

@@ -81,6 +81,15 @@ class FakeStore:
     def set_dispatch_waiters(self, waiting) -> None:  # type: ignore[no-untyped-def]
         self.dispatch_waiters = waiting  # the fake dispatches every put at once anyway
 
+    def set_ahead_listener(self, listener) -> None:  # type: ignore[no-untyped-def]
+        self.ahead_listener = listener  # the fake has no sync to answer ahead of
+
+    def get_raw_records_ahead(self, *args: object) -> None:
+        return None  # nothing is ever planned ahead of a sync here
+
+    def write_when_durable(self, *args: object) -> int:
+        return -1  # REFUSED: the fake has no sync thread
+
     # --- writes ------------------------------------------------------------------------------
     def append(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> AppendResult:
         if not messages:

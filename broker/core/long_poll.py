@@ -14,6 +14,14 @@ leaves ~50 us sooner on the 2-core VM, one loop step and the timeout's unwinding
 logged) wakes the pull as usual and it reads itself. ``answer`` is called only for a pull still
 waiting (its future not done: not timed out, not cancelled), at most once, and for at most
 ``MAX_IN_PLACE`` pulls per arrival.
+
+Ahead of the sync: a pull may also park with an ``ahead`` callable. Under SYNC_FLUSH the store
+reports, while a sync's fdatasync runs, the queues that sync will advance (``on_planned``);
+``ahead`` then reads those records and hands its reply to the sync thread, which writes it to
+the client's socket right after the fdatasync (``ReadCore.write_when_durable``): the reply
+leaves without the loop's wake-up, dispatch and in-place answer in between (~140 us of a lone
+message's ~0.9 ms on the wire port, tests/bench/README.md "e2e_hops"), and never before the
+records are durable. Not None = answered, as for ``answer``.
 """
 
 from __future__ import annotations
@@ -36,13 +44,26 @@ Answer = Callable[[int], Any]
 MAX_IN_PLACE = 16
 
 
-class _Parked:
-    __slots__ = ("answer", "future", "offset")
+# A parked pull's answer ahead of the sync: called with the queue's max offset once the
+# running sync's records are applied and the log offset that sync makes durable; not None =
+# answered (its reply leaves from the sync thread once durable).
+Ahead = Callable[[int, int], Any]
 
-    def __init__(self, future: asyncio.Future[Any], offset: int, answer: Answer | None) -> None:
+
+class _Parked:
+    __slots__ = ("ahead", "answer", "future", "offset")
+
+    def __init__(
+        self,
+        future: asyncio.Future[Any],
+        offset: int,
+        answer: Answer | None,
+        ahead: Ahead | None,
+    ) -> None:
         self.future = future
         self.offset = offset
         self.answer = answer
+        self.ahead = ahead
 
 
 class LongPollHolder:
@@ -74,6 +95,7 @@ class LongPollHolder:
         offset: int,
         timeout_s: float,
         answer: Answer | None = None,
+        ahead: Ahead | None = None,
     ) -> Any:
         """Wait until the queue's max offset passes ``offset``. True: woken by an arrival;
         False: the time ran out or the broker is shutting down; anything else: what
@@ -86,7 +108,7 @@ class LongPollHolder:
                 "use shorter max_wait_ms"
             )
         key = (topic, queue_id)
-        entry = _Parked(asyncio.get_running_loop().create_future(), offset, answer)
+        entry = _Parked(asyncio.get_running_loop().create_future(), offset, answer, ahead)
         waiters = self._parked.get(key)
         if waiters is None:
             waiters = self._parked[key] = []
@@ -168,6 +190,29 @@ class LongPollHolder:
                 except Exception:
                     log.exception("a parked pull's answer failed; it reads again itself")
             future.set_result(True if result is None else result)
+
+    def on_planned(self, topic: str, queue_id: int, max_offset: int, durable_end: int) -> None:
+        """The store's PlannedListener (SYNC_FLUSH, during a sync): a pull of this queue
+        waiting below ``max_offset`` with an ``ahead`` builds its reply now, for the sync
+        thread to write once ``durable_end`` is on disk ("Ahead of the sync")."""
+        waiters = self._parked.get((topic, queue_id))
+        if not waiters:
+            return
+        answered = 0
+        for entry in list(waiters):
+            if answered >= MAX_IN_PLACE:
+                break
+            if entry.ahead is None or entry.offset >= max_offset or entry.future.done():
+                continue
+            answered += 1
+            try:
+                result = entry.ahead(max_offset, durable_end)
+            except Exception:
+                log.exception("a parked pull's answer ahead failed; it waits as usual")
+                continue
+            if result is not None:
+                self._remove((topic, queue_id), entry)
+                entry.future.set_result(result)
 
     def close(self) -> int:
         """Shutdown: answer every parked pull now (they reply with what they have)."""

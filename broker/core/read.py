@@ -18,11 +18,16 @@ from typing import TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar
 from wharf.broker.config import BrokerConfig
 from wharf.broker.core.long_poll import LongPollHolder
 from wharf.broker.errors import ResourceExhaustedError
+from wharf.store.log import sync_engine
 from wharf.store.model import GetResult, GetStatus, RawGetResult, TagFilter
 
 if TYPE_CHECKING:
     from wharf.store.message_store import MessageStore
 
+# ReadCore.write_when_durable: (end, socket fd, bytes, done(outcome)) -> DEFERRED (the sync
+# thread will write it) | DURABLE (durable already: write it yourself) | REFUSED (declined).
+DEFERRED, DURABLE, REFUSED = sync_engine.DEFERRED, sync_engine.DURABLE, sync_engine.REFUSED
+DurableWriter = Callable[[int, int, bytes, Callable[[int], None]], int]
 MAX_WAIT_MS = 60_000  # longer waits would outlive typical client deadlines
 DISPATCH_WAIT_S = 1.0  # how long a read that finds nothing waits for pending dispatch, once
 
@@ -115,6 +120,14 @@ class ReadCore:
         self._store = store
         self._long_poll = long_poll
 
+    def write_when_durable(
+        self, end: int, fd: int, data: bytes, done: Callable[[int], None]
+    ) -> int:
+        """A reply built ahead of the sync (``read_answering``'s ``durable``), written to
+        socket ``fd`` by the sync thread once the log is durable to ``end``
+        (``MessageStore.write_when_durable``: DEFERRED, DURABLE or REFUSED)."""
+        return self._store.write_when_durable(end, fd, data, done)
+
     async def read_waiting(
         self,
         topic: str,
@@ -150,9 +163,13 @@ class ReadCore:
         replies: ReplyGate,
         max_bytes: int,
         early: Callable[[Read], T] | None = None,
+        durable: Callable[[Read, int], T | None] | None = None,
     ) -> Read | T:
         """``read_waiting``; with ``early``, a parked read is answered in place (module
-        docstring): ``early`` gets what the arrival's read found and its value is returned."""
+        docstring): ``early`` gets what the arrival's read found and its value is returned.
+        With ``durable`` (a raw read), it may be answered ahead of the sync: ``durable(read,
+        end)`` gets what the running sync will make visible and must see its reply written
+        only once the log is durable to ``end``; its value (None: declined) is returned."""
         cfg = self._config
         max_count = min(max_messages or cfg.default_pull_batch_size, cfg.max_pull_batch_size)
         byte_cap = min(max_bytes, cfg.max_pull_bytes) if max_bytes > 0 else cfg.max_pull_bytes
@@ -190,12 +207,17 @@ class ReadCore:
                 break
             offset = max(offset, result.next_begin_offset)
             replies.long_polling()
-            answer = None
+            answer = ahead = None
             if early is not None:
                 answer = _answer(
                     early, read, topic, queue_id, offset, max_count, tag_filter, byte_cap, replies
                 )
-            woken = await long_poll.park(topic, queue_id, offset, remaining, answer)
+            if durable is not None and raw:
+                ahead = _ahead(
+                    durable, store, topic, queue_id, offset, max_count, tag_filter, byte_cap,
+                    replies,
+                )  # fmt: skip
+            woken = await long_poll.park(topic, queue_id, offset, remaining, answer, ahead)
             if isinstance(woken, _Early):
                 return woken.value
             if not woken and (long_poll.closed or time.monotonic() >= deadline):
@@ -236,3 +258,38 @@ def _answer(
         return _Early(early(Read(result, ReadStatus.FOUND)))
 
     return answer
+
+
+def _ahead(
+    durable: Callable[[Read, int], T | None],
+    store: MessageStore,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    max_count: int,
+    tag_filter: TagFilter,
+    byte_cap: int,
+    replies: ReplyGate,
+) -> Callable[[int, int], _Early[T] | None]:
+    """A parked raw read's answer ahead of the sync (LongPollHolder ``on_planned``): the read
+    of what the running sync will make visible, handed to ``durable`` with the log offset it
+    waits for; None (the read stays parked) when its stream's replies are full, nothing
+    planned matched, or ``durable`` declined."""
+
+    def ahead(_max_offset: int, _durable_end: int) -> _Early[T] | None:
+        if replies.full:
+            return None
+        try:
+            replies.admit()
+        except ResourceExhaustedError:
+            return None  # the read resumes and meets the refusal itself
+        found = store.get_raw_records_ahead(
+            topic, queue_id, offset, max_count, tag_filter, byte_cap
+        )
+        if found is None or found[0].status is not GetStatus.FOUND:
+            return None
+        result, end = found
+        value = durable(Read(result, ReadStatus.FOUND), end)
+        return None if value is None else _Early(value)
+
+    return ahead

@@ -42,10 +42,14 @@ class MessagingService(messaging_pb2_grpc.MessagingServiceServicer):
 
     async def PullMessageStream(self, request_iterator, context):  # type: ignore[no-untyped-def]
         # As SendMessageStream: errors per pull in its reply; only a broken stream ends it.
-        # The wire port's context can write a reply from a pull's task (WireContext.write_now);
-        # grpc.aio's has no such method: None.
+        # The wire port's context can write a reply from a pull's task (WireContext.write_now)
+        # and have one written once the log is durable (write_durable); grpc.aio's has no such
+        # methods: None.
         write_now = getattr(context, "write_now", None)
-        async for reply in self.pull_streams.serve(request_iterator, context.peer(), write_now):
+        write_durable = getattr(context, "write_durable", None)
+        async for reply in self.pull_streams.serve(
+            request_iterator, context.peer(), write_now, write_durable
+        ):
             yield reply
 
     @rpc("QueryMessage")

@@ -6,7 +6,10 @@ wharf.v1's PullStatus and reply.
 parked pull is answered in place (``LongPollHolder`` "Answer in place"): the arrival's
 callback reads the queue, builds the reply and hands it to ``deliver``; the pull then returns
 None (delivered) or, when ``deliver`` declined, that reply. A read there that finds nothing
-(everything new filtered out) leaves the pull to wake and go on as usual.
+(everything new filtered out) leaves the pull to wake and go on as usual. With
+``deliver_durable`` too, a raw pull is answered ahead of the sync (``LongPollHolder``): its
+reply is built from the records a running sync will make durable and handed over to be
+written after it; a declined hand-over leaves the pull parked, nothing held or counted.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ _NO_BUDGET = NoReplyBudget()
 Replies = CallReplies | NoReplyBudget | PullReplies
 # A reply's direct writer: True when it wrote (or took) the reply, False to leave it to the caller.
 Deliver = Callable[[messaging_pb2.PullMessageResponse], bool]
+# A reply built ahead of the sync: True when its writer took it to write once the log is
+# durable to the offset given (or wrote it: durable already); False when it declined.
+DeliverDurable = Callable[[messaging_pb2.PullMessageResponse, int], bool]
 
 
 class Answered(NamedTuple):
@@ -87,10 +93,12 @@ class PullProcessor:
         request: messaging_pb2.PullMessageRequest,
         replies: Replies = _NO_BUDGET,
         deliver: Deliver | None = None,
+        deliver_durable: DeliverDurable | None = None,
     ) -> messaging_pb2.PullMessageResponse | None:
         """``replies`` accounts the reply against the client's budget of unread pull replies
         (broker/serving/reply_budget.py): ResourceExhaustedError before a read when it is spent.
-        ``deliver``: answer a long poll in place (module docstring); None = delivered."""
+        ``deliver``: answer a long poll in place (module docstring); None = delivered.
+        ``deliver_durable``: answer a raw long poll ahead of the sync (module docstring)."""
         ctx = self.ctx
         self._validate(request)
         group = request.consumer_group
@@ -115,6 +123,16 @@ class PullProcessor:
                 response = respond(read)
                 return Answered(response, deliver(response))
 
+        durable = None
+        if deliver_durable is not None:
+
+            def durable(read: Read, end: int) -> Answered | None:
+                response = self._response(topic, group, read, _NO_BUDGET, counted=False)
+                if not deliver_durable(response, end):
+                    return None  # nothing held, nothing counted: the pull waits on
+                self._count_out(topic, group, read)
+                return Answered(response, True)
+
         outcome = await ctx.read_core.read_answering(
             topic,
             queue_id,
@@ -126,15 +144,24 @@ class PullProcessor:
             replies,
             request.max_bytes,
             early,
+            durable,
         )
         if isinstance(outcome, Answered):
             return None if outcome.delivered else outcome.response
         return respond(outcome)
 
+    def _count_out(self, topic: str, group: str, read: Read) -> None:
+        """A raw reply delivered (``_response`` with ``counted=False``): its messages out."""
+        result = read.result
+        assert isinstance(result, RawGetResult)
+        self.ctx.messages_out += result.count
+        self.ctx.metrics.on_messages_out(topic, group, result.count, result.body_bytes)
+
     def _response(
-        self, topic: str, group: str, read: Read, replies: Replies
+        self, topic: str, group: str, read: Read, replies: Replies, counted: bool = True
     ) -> messaging_pb2.PullMessageResponse:
-        """The reply to a pull that read ``read``, held against the client's budget."""
+        """The reply to a pull that read ``read``, held against the client's budget (and its
+        messages counted out unless ``counted`` is False)."""
         ctx = self.ctx
         result, status = read
         response = messaging_pb2.PullMessageResponse(
@@ -154,7 +181,7 @@ class PullProcessor:
             nbytes = sum(len(m.body) for m in result.messages)
             if count:
                 add_views(response.messages, result.messages, ctx.offset_ids)
-        if count:
+        if count and counted:
             replies.hold(held or nbytes)
             ctx.messages_out += count
             ctx.metrics.on_messages_out(topic, group, count, nbytes)

@@ -21,7 +21,9 @@ by 8 tasks cost the broker ~25% more CPU a pull: the client's pulls fell out of 
 more, smaller writes). Otherwise too (replies queued; the transport's write gate shut; gRPC,
 which has no such method) the reply is queued for the writer. A reply is written directly
 only when nothing is queued and the writer holds nothing, so replies are written in the
-order they complete either way.
+order they complete either way. A raw pull may go further (``write_durable``, the wire port
+over plaintext): answered ahead of the sync (broker/core/long_poll.py), its reply is taken
+by the store's sync thread to write right after the fdatasync, with the same bookkeeping.
 
 Bounds, so a client that stops reading cannot make the broker buffer without limit:
 - at most ``maxInflightStreamRequests`` (64) pulls in flight: a slot is freed when its reply
@@ -177,6 +179,7 @@ class PullStreamProcessor:
         request: Any,
         replies: PullReplies,
         direct: Callable[[messaging_pb2.PullMessageResponse], bool] | None = None,
+        direct_durable: Callable[[messaging_pb2.PullMessageResponse, int], bool] | None = None,
     ) -> messaging_pb2.PullMessageResponse | None:
         """The pull's reply (an error too, as its ``error``), or None when ``direct`` wrote it
         in place, from the arrival that answered the long poll (see "Direct write")."""
@@ -193,9 +196,19 @@ class PullStreamProcessor:
                 metrics.observe_rpc(METHOD, "OK", time.perf_counter() - started)
                 return True
 
+        deliver_durable = None
+        if direct_durable is not None:
+
+            def deliver_durable(reply: messaging_pb2.PullMessageResponse, end: int) -> bool:
+                reply.request_id = request_id
+                if not direct_durable(reply, end):
+                    return False
+                metrics.observe_rpc(METHOD, "OK", time.perf_counter() - started)
+                return True
+
         try:
             check_stream_item(request)
-            reply = await self.puller.pull(request, replies, deliver)
+            reply = await self.puller.pull(request, replies, deliver, deliver_durable)
             if reply is None:
                 return None  # delivered
             reply.request_id = request_id
@@ -222,6 +235,7 @@ class PullStreamProcessor:
         window: StreamReplies,
         alive: set[asyncio.Task[None]],
         write_now: Callable[[messaging_pb2.PullMessageResponse], bool] | None,
+        write_durable: Callable[[messaging_pb2.PullMessageResponse, int], bool] | None = None,
     ) -> Callable[[Any], Awaitable[None]]:
         """``start(request)`` of a stream: runs the pull as a task (in ``alive``) that puts its
         reply in ``out`` or writes it directly, once a slot is free (or cancels the pull a
@@ -247,9 +261,33 @@ class PullStreamProcessor:
             replies.delivered = True
             return True
 
+        def direct_durable(
+            reply: messaging_pb2.PullMessageResponse, end: int, replies: PullReplies
+        ) -> bool:
+            """A reply built ahead of the sync, handed to the transport to be written once
+            the log is durable to ``end`` (it holds no budget: taken at once, as a direct
+            write). False: declined, nothing written nor to be."""
+            if write_durable is None or not out.idle:
+                return False
+            if hops.ENABLED:
+                hops.stamp("b.pull_ahead")
+            try:
+                if not write_durable(reply, end):
+                    return False
+            except Exception:
+                log.exception("a pull reply's durable write failed; the pull waits on")
+                return False
+            out.written_directly()
+            slots.release()
+            replies.delivered = True
+            return True
+
         async def handle(request: Any, replies: PullReplies) -> None:
             reply = await self._pull_or_error(
-                request, replies, None if write_now is None else partial(direct, replies=replies)
+                request,
+                replies,
+                None if write_now is None else partial(direct, replies=replies),
+                None if write_durable is None else partial(direct_durable, replies=replies),
             )
             # No await from here on (since the hold): the reply is never lost.
             if reply is None:
@@ -291,6 +329,7 @@ class PullStreamProcessor:
         requests: AsyncIterator[Any],
         peer: str,
         write_now: Callable[[messaging_pb2.PullMessageResponse], bool] | None = None,
+        write_durable: Callable[[messaging_pb2.PullMessageResponse, int], bool] | None = None,
     ) -> AsyncIterator[messaging_pb2.PullMessageResponse | bytes]:
         """The stream's replies, to be written in order. ``write_now(reply)``, when the
         transport has it, writes one reply now from a pull's task (True) or declines (False:
@@ -300,7 +339,7 @@ class PullStreamProcessor:
         window = StreamReplies(self.ctx.replies, peer, cfg.max_unread_pull_bytes_per_client)
         out = _Outbox()
         alive: set[asyncio.Task[None]] = set()  # every pull task (error replies too)
-        start = self._pull_starter(out, slots, window, alive, write_now)
+        start = self._pull_starter(out, slots, window, alive, write_now, write_durable)
         reader = asyncio.create_task(_read_requests(requests, start, alive, out))
         ended = False
         try:

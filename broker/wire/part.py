@@ -45,6 +45,7 @@ class WireFrontEnd:
         return None
 
     def attach(self, serving: Serving) -> None:
+        self.server.durable_writer = serving.ctx.read_core.write_when_durable
         for mount in mounts_for(serving):
             self.server.add_method_handlers(mount.service.full_name, mount.handlers)
 

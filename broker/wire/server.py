@@ -13,7 +13,11 @@ call's task to write it); it declines (False) once the call has ended or been ca
 connection is closing, or the write gate below is shut. The call's task writes every reply
 its handler yields at once (it waits only after writing), so a direct write overtakes no
 reply the task holds; the handler keeps its own replies in order (it writes directly only
-while it has none queued).
+while it has none queued). And ``context.write_durable(reply, end)`` (plaintext only): the
+reply is handed to the store's sync thread, which writes it to this socket right after the
+fdatasync that makes the log durable to ``end`` (broker/core/long_poll.py "Ahead of the
+sync"); the connection's other writes wait meanwhile (``_held``: one fdatasync, ~0.3 ms), so
+the thread's bytes are the next on the stream and nothing interleaves with them.
 
 Bounds (a client that stops reading, or floods requests, cannot grow the broker's memory):
 - writes: the transport's buffer pauses the writer above ``WRITE_HIGH_WATER`` (1 MiB): a
@@ -38,6 +42,7 @@ from typing import Any
 
 import grpc
 from wharf import wire
+from wharf.broker.core.read import DEFERRED, DURABLE, DurableWriter
 
 log = logging.getLogger("wharf.broker.wire")
 MAX_QUEUED_BYTES = 8 << 20
@@ -53,7 +58,9 @@ class WireContext:
     """What the handlers use of grpc.aio.ServicerContext, for one wire call, and
     ``write_now`` (the wire port's own)."""
 
-    __slots__ = ("_callbacks", "_deadline", "_direct", "_metadata", "_peer", "code", "details")
+    __slots__ = (
+        "_callbacks", "_deadline", "_direct", "_durable", "_metadata", "_peer", "code", "details",
+    )  # fmt: skip
 
     def __init__(self, peer: str, metadata: tuple[tuple[str, str], ...], timeout: float | None):
         self._peer = peer
@@ -62,6 +69,7 @@ class WireContext:
         self._callbacks: list[Callable[[Any], None]] = []
         # The connection's writer for this call's replies (set by it for a streaming reply).
         self._direct: Callable[[Any], bool] | None = None
+        self._durable: Callable[[Any, int], bool] | None = None
         self.code = _OK
         self.details = ""
 
@@ -72,6 +80,15 @@ class WireContext:
         its handler's generator as usual). The caller keeps its replies in order."""
         direct = self._direct
         return direct is not None and direct(reply)
+
+    def write_durable(self, reply: Any, end: int) -> bool:
+        """Have one reply of this response-streaming call written by the store's sync thread
+        once the log is durable to ``end`` ("Ahead of the sync"): True when taken (it will be
+        written, or was: durable already); False (nothing written, nor to be) when the call
+        or connection is over, the socket is TLS or has bytes queued or owed, or the store
+        declined."""
+        durable = self._durable
+        return durable is not None and durable(reply, end)
 
     def peer(self) -> str:
         return self._peer
@@ -91,7 +108,7 @@ class WireContext:
         raise grpc.aio.AbortError(details)
 
     def done(self) -> None:
-        self._direct = None  # the call is over: write_now declines from now on
+        self._direct = self._durable = None  # the call is over: both decline from now on
         for callback in self._callbacks:
             try:
                 callback(self)
@@ -166,13 +183,21 @@ class _Call:
 
 class _Connection(wire.FramedProtocol):
     def __init__(
-        self, methods: dict[str, Any], connections: set[_Connection], max_message_bytes: int
+        self,
+        methods: dict[str, Any],
+        connections: set[_Connection],
+        max_message_bytes: int,
+        durable_writer: DurableWriter | None = None,
     ) -> None:
         super().__init__(max_message_bytes, MAX_QUEUED_BYTES)
         self._methods = methods
         self._connections = connections  # the server's open connections (stop closes them)
         self._calls: dict[int, _Call] = {}
         self._peer = "unknown"
+        self._durable_writer = durable_writer
+        self._fd = -1  # the socket's, for the sync thread: plaintext TCP or Unix only
+        # Writes held while the sync thread owes this socket a reply ("Ahead of the sync").
+        self._held: list[bytes] | None = None
 
     # --- transport events -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -183,6 +208,10 @@ class _Connection(wire.FramedProtocol):
         elif isinstance(address, tuple):
             self._peer = f"ipv6:[{address[0]}]:{address[1]}"
         self._connections.add(self)
+        sock = transport.get_extra_info("socket")
+        plaintext = transport.get_extra_info("ssl_object") is None
+        if self._durable_writer is not None and sock is not None and plaintext:
+            self._fd = sock.fileno()
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -191,6 +220,7 @@ class _Connection(wire.FramedProtocol):
             if call.task is not None:
                 call.task.cancel()
         self._calls.clear()
+        self._held = None
 
     @property
     def calls(self) -> dict[int, _Call]:
@@ -254,6 +284,8 @@ class _Connection(wire.FramedProtocol):
         if handler.response_streaming:
             serialize = handler.response_serializer or _as_bytes
             context._direct = functools.partial(self._write_direct, call_id, call, serialize)
+            if self._fd >= 0:
+                context._durable = functools.partial(self._write_durable, call_id, call, serialize)
         self._calls[call_id] = call
         if handler.request_streaming:
             call.requests = _Requests(self.queued)
@@ -331,10 +363,73 @@ class _Connection(wire.FramedProtocol):
         self._write_message_now(call_id, serialize(reply))
         return True
 
+    def _write_durable(
+        self, call_id: int, call: _Call, serialize: Callable[[Any], bytes], reply: Any, end: int
+    ) -> bool:
+        """``WireContext.write_durable``: the reply's MESSAGE frame handed to the store's
+        sync thread, which writes it to this socket (a dup of its fd) right after the
+        fdatasync that makes the log durable to ``end``; this connection's own writes wait
+        in ``_held`` until the loop hears the outcome (``_owed_written``). Only on an idle
+        socket (nothing in the transport's buffer, no reply owed already), so the thread's
+        bytes are the next on the stream."""
+        transport = self.transport
+        writer = self._durable_writer
+        if (
+            writer is None
+            or self._held is not None
+            or self.closed
+            or self.paused
+            or transport is None
+            or transport.is_closing()
+            or transport.get_write_buffer_size()
+            or self._calls.get(call_id) is not call
+        ):
+            return False
+        data = serialize(reply)
+        frame = wire.header(wire.MESSAGE, call_id, len(data)) + data
+        outcome = writer(end, self._fd, frame, functools.partial(self._owed_written, frame))
+        if outcome == DEFERRED:
+            self._held = []
+            return True
+        if outcome == DURABLE:  # the sync ended meanwhile: the loop writes it
+            transport.write(frame)
+            return True
+        return False
+
+    def _owed_written(self, frame: bytes, outcome: int) -> None:
+        """The sync thread's write of ``frame`` ended (``outcome``: bytes written, or < 0 when
+        nothing was: the sync failed, the store closed, or the socket broke): the rest of the
+        frame, then the writes held meanwhile. A reply lost that way ends the connection, as
+        a broken stream does: the client pulls again from its offset."""
+        held, self._held = self._held, None
+        transport = self.transport
+        if held is None or self.closed or transport is None or transport.is_closing():
+            return
+        if outcome < 0:
+            log.warning(
+                "wire connection from %s closed: a pull reply could not be written after the "
+                "sync (outcome %d); the client pulls again", self._peer, outcome,
+            )  # fmt: skip
+            transport.close()
+            return
+        if outcome < len(frame):
+            held.insert(0, frame[outcome:])
+        if held:
+            transport.writelines(held)
+
+    def _send(self, parts: tuple[bytes, ...]) -> None:
+        """Every write of this connection: held while the sync thread owes the socket a reply."""
+        held = self._held
+        if held is not None:
+            held.extend(parts)
+        else:
+            assert self.transport is not None
+            self.transport.writelines(parts)
+
     def _write_message_now(self, call_id: int, data: bytes) -> None:
         if self.closed or self.transport is None:
             raise asyncio.CancelledError  # the client went away
-        self.transport.writelines((wire.header(wire.MESSAGE, call_id, len(data)), data))
+        self._send((wire.header(wire.MESSAGE, call_id, len(data)), data))
 
     def _write_status(
         self, call_id: int, code: int, details: str, reply: bytes | None = None
@@ -344,11 +439,9 @@ class _Connection(wire.FramedProtocol):
             return
         status = wire.frame(wire.STATUS, call_id, wire.encode_status(code, details))
         if reply is not None:  # b"" too: a reply of default fields
-            self.transport.writelines(
-                (wire.header(wire.MESSAGE, call_id, len(reply)), reply, status)
-            )
+            self._send((wire.header(wire.MESSAGE, call_id, len(reply)), reply, status))
         else:
-            self.transport.write(status)
+            self._send((status,))
 
 
 def _as_bytes(reply: bytes) -> bytes:
@@ -370,6 +463,8 @@ class WireServer:
         self.methods: dict[str, Any] = {}  # grpc.RpcMethodHandler by "/service/method"
         self.connections: set[_Connection] = set()
         self._server: asyncio.Server | None = None
+        # ReadCore.write_when_durable (set by the part at attach): replies ahead of the sync.
+        self.durable_writer: DurableWriter | None = None
 
     def add_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
         for name, handler in handlers.items():
@@ -381,13 +476,15 @@ class WireServer:
 
     def protocol(self) -> asyncio.Protocol:
         """One connection's protocol (the wire part serves it on its reserved sockets)."""
-        return _Connection(self.methods, self.connections, self.max_message_bytes)
+        return _Connection(
+            self.methods, self.connections, self.max_message_bytes, self.durable_writer
+        )
 
     async def start(self, host: str, port: int, ssl: Any = None) -> int:
         """Listen; returns the bound port (``port`` 0 = ephemeral). OSError when taken."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _Connection(self.methods, self.connections, self.max_message_bytes),
+            self.protocol,
             host or None,
             port,
             ssl=ssl,

@@ -33,6 +33,7 @@ from typing import NamedTuple, Protocol
 
 from wharf import hops
 from wharf.store.codec.dispatch import decode_dispatches
+from wharf.store.codec.layout import CQ_STORE_UNIT_SIZE
 from wharf.store.codec.records import read_total_size
 from wharf.store.dispatch.dispatcher import (
     Dispatcher,
@@ -40,6 +41,7 @@ from wharf.store.dispatch.dispatcher import (
     DispatchRecords,
     IndexEntries,
     QueueAdvance,
+    QueueRun,
 )
 from wharf.store.errors import CorruptRecordError, DiskFullError
 from wharf.store.fast.dispatch_columns import decode_dispatch_columns
@@ -171,6 +173,27 @@ class ReputService(Service):
 
     def _drop_prepared(self) -> None:
         self._prepared.clear()
+
+    @property
+    def planned_end(self) -> int:
+        """Where the kept plans end (the dispatch position when none is kept)."""
+        return self._prepared[-1].end if self._prepared else self.reput_from_offset
+
+    def prepared_runs(self, since: int) -> list[tuple[QueueRun, int]]:
+        """The runs of the chunks planned from ``since`` (a chunk's start) on, each with the
+        end of its chunk: what the sync must make durable before they may be read."""
+        return [(run, p.end) for p in self._prepared if p.start >= since for run in p.plan.runs]
+
+    def planned_units(self, key: tuple[str, int], offset: int) -> tuple[bytes, int] | None:
+        """The planned, not yet applied, ConsumeQueue units of queue ``key`` from logical
+        ``offset`` (one run: a lone message's) and the log offset that must be durable
+        before a reader may see them; None when no kept plan holds ``offset``."""
+        for prepared in self._prepared:
+            for run in prepared.plan.runs:
+                if run.key == key and run.first <= offset < run.first + run.unit_count:
+                    skip = (offset - run.first) * CQ_STORE_UNIT_SIZE
+                    return run.units[skip:], prepared.end
+        return None
 
     def _take_prepared(self, start: int, limit: int) -> _Prepared | None:
         """The kept plan for the chunk at ``start`` if it ends within ``limit``. Otherwise

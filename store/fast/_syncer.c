@@ -15,23 +15,67 @@
  * it (the newer one covers more: the caller plans it from everything appended so far), so
  * consecutive group commits run back to back without a round trip through the loop.
  *
+ * Deferred writes: bytes that may leave only once a job made them durable (a consumer's pull
+ * answer built ahead of time) are handed over with defer(); the thread send()s them right after
+ * the fdatasync that covers them, before the eventfd and before the loop wakes, which saves the
+ * loop's wake-up from the answer's latency. defer() dup()s the fd (the caller may close it and
+ * its number be reused meanwhile) and copies the bytes. Sends never block (MSG_DONTWAIT) and
+ * never raise SIGPIPE (MSG_NOSIGNAL): the outcome is the count written (the caller writes the
+ * rest), or -errno, or NOT_SYNCED (-1000: the sync failed, nothing written) or CLOSED (-1001),
+ * collected by take_deferred(). One stream's bytes keep their order: per socket (fstat
+ * identity), an entry is written only after every entry deferred before it on that socket was
+ * written whole; once one is not, the later ones finish with 0 (not written) and are reported
+ * after it, so the caller writes them in order.
+ *
  * Syncer() -> starts the thread; fileno() -> the eventfd; submit(job_id, fds);
  * take() -> (done_id, done_count, last_seconds, start_ns, done_ns, failed_id, failed_errno,
- * busy); close() -> runs what was submitted, then joins the thread (GIL released).
+ * busy); defer(job_id, fd, data, token) -> 1 durable already (write it yourself), 0 deferred,
+ * -1 refused; take_deferred() -> [(token, outcome)]; close() -> runs what was submitted,
+ * finishes the entries left with CLOSED, then joins the thread (GIL released).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 /* Segments a job may cover: one, two right after a roll; more only if syncs fell far behind
  * rolls of tiny segments (the caller then syncs the rest in the next job). */
 #define MAX_FDS 16
+/* Deferred writes held at once: queued, being sent, or finished and not yet taken. */
+#define MAX_DEFERRED 64
+/* Outcomes of entries never written. */
+#define NOT_SYNCED (-1000LL)
+#define CLOSED (-1001LL)
+
+typedef struct {
+    dev_t dev;
+    ino_t ino;
+} SockKey;
+
+typedef struct {
+    unsigned long long job_id;
+    int fd; /* the dup, closed once finished */
+    char *buf;
+    size_t len;
+    long long token;
+    SockKey key;
+} Deferred;
+
+typedef struct {
+    long long token;
+    long long outcome;
+    SockKey key;
+    int incomplete; /* fewer bytes written than asked: the caller writes the rest */
+} Finished;
 
 typedef struct {
     PyObject_HEAD pthread_mutex_t mu;
@@ -54,12 +98,136 @@ typedef struct {
     long long start_ns, done_ns;
     unsigned long long failed_id;
     int failed_errno;
+    /* deferred writes: the newest job made durable (before any failure), the queue in defer()
+     * order, the entries the thread is sending, and the outcomes not yet taken */
+    unsigned long long synced_id;
+    Deferred queued[MAX_DEFERRED];
+    int nqueued;
+    SockKey inflight[MAX_DEFERRED];
+    int ninflight;
+    Finished finished[MAX_DEFERRED];
+    int nfinished;
 } Syncer;
 
 static long long realtime_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int same_key(SockKey a, SockKey b) { return a.dev == b.dev && a.ino == b.ino; }
+
+static void wake_loop(Syncer *s) {
+    uint64_t one = 1;
+    ssize_t n;
+    do {
+        n = write(s->efd, &one, sizeof one);
+    } while (n < 0 && errno == EINTR);
+    /* EAGAIN: the counter is saturated, the loop has a wake-up pending anyway. */
+}
+
+/* Under the mutex: record an outcome (a slot is always free: every entry holds one). */
+static void finish(Syncer *s, long long token, SockKey key, long long outcome, int incomplete) {
+    Finished *f = &s->finished[s->nfinished++];
+    f->token = token;
+    f->outcome = outcome;
+    f->key = key;
+    f->incomplete = incomplete;
+}
+
+/* Under the mutex: finish queued entries unwritten, those on `key` only when `key` is set, in
+ * queue order (outcome 0: the caller writes them after the incomplete one before them). */
+static void drop_queued(Syncer *s, const SockKey *key, long long outcome) {
+    int kept = 0;
+    for (int i = 0; i < s->nqueued; i++) {
+        Deferred *d = &s->queued[i];
+        if (key != NULL && !same_key(d->key, *key)) {
+            s->queued[kept++] = *d;
+            continue;
+        }
+        close(d->fd);
+        free(d->buf);
+        finish(s, d->token, d->key, outcome, d->len > 0);
+    }
+    s->nqueued = kept;
+}
+
+/* Under the mutex: move to `batch` the queued entries of synced jobs, in queue order, but none
+ * behind an entry of the same socket that stays queued (one stream's bytes keep their order). */
+static int take_due(Syncer *s, Deferred *batch) {
+    int kept = 0, nb = 0;
+    for (int i = 0; i < s->nqueued; i++) {
+        Deferred d = s->queued[i];
+        int held = d.job_id > s->synced_id;
+        for (int k = 0; k < kept && !held; k++) {
+            held = same_key(s->queued[k].key, d.key);
+        }
+        if (held) {
+            s->queued[kept++] = d;
+        } else {
+            s->inflight[nb] = d.key;
+            batch[nb++] = d;
+        }
+    }
+    s->nqueued = kept;
+    s->ninflight = nb;
+    return nb;
+}
+
+/* Without the mutex: send each entry as far as the socket takes it now; close its dup and free
+ * its bytes. An entry behind an incomplete one on the same socket is not sent (0). */
+static void send_batch(Deferred *batch, int nb, long long *outcomes, int *incomplete) {
+    for (int i = 0; i < nb; i++) {
+        Deferred *d = &batch[i];
+        int behind = 0;
+        for (int k = 0; k < i && !behind; k++) {
+            behind = incomplete[k] && same_key(batch[k].key, d->key);
+        }
+        size_t off = 0;
+        int err = 0;
+        while (!behind && off < d->len) {
+            ssize_t n = send(d->fd, d->buf + off, d->len - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (n > 0) {
+                off += (size_t)n;
+            } else if (n < 0 && errno == EINTR) {
+                continue;
+            } else {
+                if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+                    err = errno;
+                }
+                break; /* full (or 0: no progress) */
+            }
+        }
+        outcomes[i] = (err != 0 && off == 0) ? -(long long)err : (long long)off;
+        incomplete[i] = off < d->len;
+        close(d->fd);
+        free(d->buf);
+        d->buf = NULL;
+        d->fd = -1;
+    }
+}
+
+/* Under the mutex (released while sending): write the entries the synced jobs cover, again
+ * while entries held behind those being sent become due. */
+static void write_due(Syncer *s) {
+    Deferred batch[MAX_DEFERRED];
+    long long outcomes[MAX_DEFERRED];
+    int incomplete[MAX_DEFERRED];
+    int nb;
+    while ((nb = take_due(s, batch)) > 0) {
+        pthread_mutex_unlock(&s->mu);
+        send_batch(batch, nb, outcomes, incomplete);
+        pthread_mutex_lock(&s->mu);
+        s->ninflight = 0;
+        for (int i = 0; i < nb; i++) {
+            finish(s, batch[i].token, batch[i].key, outcomes[i], incomplete[i]);
+        }
+        for (int i = 0; i < nb; i++) {
+            if (incomplete[i]) { /* deferred meanwhile on that socket: after it, unwritten */
+                drop_queued(s, &batch[i].key, 0);
+            }
+        }
+    }
 }
 
 static void *run(void *arg) {
@@ -94,13 +262,20 @@ static void *run(void *arg) {
         long long done_ns = realtime_ns();
 
         pthread_mutex_lock(&s->mu);
-        s->running = 0;
         if (err != 0) {
             if (s->failed_id == 0) {
                 s->failed_id = id;
                 s->failed_errno = err;
             }
-        } else {
+            drop_queued(s, NULL, NOT_SYNCED);
+        } else if (s->failed_id == 0) {
+            /* First of all, the bytes this sync made durable leave (a sync that succeeds
+             * after a failed one proves nothing: nothing queued is left then anyway). */
+            s->synced_id = id;
+            write_due(s);
+        }
+        s->running = 0;
+        if (err == 0) {
             s->done_id = id;
             s->done_count++;
             s->last_seconds =
@@ -108,12 +283,7 @@ static void *run(void *arg) {
             s->start_ns = start_ns;
             s->done_ns = done_ns;
         }
-        uint64_t one = 1;
-        ssize_t n;
-        do {
-            n = write(s->efd, &one, sizeof one);
-        } while (n < 0 && errno == EINTR);
-        /* EAGAIN: the counter is saturated, the loop has a wake-up pending anyway. */
+        wake_loop(s);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -160,6 +330,10 @@ static void stop_thread(Syncer *s) {
         Py_BEGIN_ALLOW_THREADS pthread_join(s->thread, NULL);
         Py_END_ALLOW_THREADS
     }
+    /* No thread any more: what is still queued is never written (take_deferred reports it). */
+    pthread_mutex_lock(&s->mu);
+    drop_queued(s, NULL, CLOSED);
+    pthread_mutex_unlock(&s->mu);
     if (s->efd >= 0) {
         close(s->efd);
         s->efd = -1;
@@ -167,7 +341,7 @@ static void stop_thread(Syncer *s) {
 }
 
 static void Syncer_dealloc(Syncer *s) {
-    stop_thread(s);
+    stop_thread(s); /* closes and frees what is queued; finished entries hold nothing */
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     Py_TYPE(s)->tp_free((PyObject *)s);
@@ -240,6 +414,127 @@ static PyObject *Syncer_take(Syncer *s, PyObject *Py_UNUSED(ignored)) {
                          failed_id, failed_errno, busy);
 }
 
+/* Under the mutex: 2 if an entry on `key` was left incomplete and is not reported yet, 1 if
+ * one is queued or being sent, 0 if none waits (the caller may write to it itself). */
+static int key_pending(Syncer *s, SockKey key) {
+    for (int i = 0; i < s->nfinished; i++) {
+        if (s->finished[i].incomplete && same_key(s->finished[i].key, key)) {
+            return 2;
+        }
+    }
+    for (int i = 0; i < s->nqueued; i++) {
+        if (same_key(s->queued[i].key, key)) {
+            return 1;
+        }
+    }
+    for (int i = 0; i < s->ninflight; i++) {
+        if (same_key(s->inflight[i], key)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Under the mutex: 1 durable already (and nothing of this socket waits), -1 refused, or 0
+ * when the entry must be deferred. */
+static int defer_verdict(Syncer *s, unsigned long long id, SockKey key) {
+    if (s->synced_id >= id && key_pending(s, key) == 0) {
+        return 1;
+    }
+    if (s->failed_id != 0 || s->closing || s->closed ||
+        s->nqueued + s->ninflight + s->nfinished >= MAX_DEFERRED) {
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Syncer_defer(Syncer *s, PyObject *args) {
+    unsigned long long id;
+    int fd;
+    Py_buffer data;
+    long long token;
+    if (!PyArg_ParseTuple(args, "Kiy*L:defer", &id, &fd, &data, &token)) {
+        return NULL;
+    }
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        int durable;
+        pthread_mutex_lock(&s->mu);
+        durable = s->synced_id >= id;
+        pthread_mutex_unlock(&s->mu);
+        PyBuffer_Release(&data);
+        return PyLong_FromLong(durable ? 1 : -1);
+    }
+    SockKey key = {st.st_dev, st.st_ino};
+    pthread_mutex_lock(&s->mu);
+    int verdict = defer_verdict(s, id, key);
+    pthread_mutex_unlock(&s->mu);
+    if (verdict != 0) {
+        PyBuffer_Release(&data);
+        return PyLong_FromLong(verdict);
+    }
+    /* The copy and the dup outside the mutex: the thread takes it right after each sync. */
+    size_t len = (size_t)data.len;
+    char *buf = malloc(len > 0 ? len : 1);
+    if (buf == NULL) {
+        PyBuffer_Release(&data);
+        return PyLong_FromLong(-1);
+    }
+    memcpy(buf, data.buf, len);
+    PyBuffer_Release(&data);
+    int dupfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dupfd < 0) {
+        free(buf);
+        return PyLong_FromLong(-1);
+    }
+    pthread_mutex_lock(&s->mu);
+    verdict = defer_verdict(s, id, key); /* the thread may have moved meanwhile */
+    if (verdict == 0 && key_pending(s, key) == 2) {
+        /* Behind an incomplete entry the caller has not heard of: reported unwritten after it. */
+        finish(s, token, key, 0, len > 0);
+        if (s->efd >= 0) {
+            wake_loop(s);
+        }
+        close(dupfd);
+        free(buf);
+    } else if (verdict == 0) {
+        Deferred *d = &s->queued[s->nqueued++];
+        d->job_id = id;
+        d->fd = dupfd;
+        d->buf = buf;
+        d->len = len;
+        d->token = token;
+        d->key = key;
+        /* Due already (held behind an entry of its socket being sent): the thread looks
+         * again after each batch it sends. Not due: after the sync that covers it. */
+    } else {
+        close(dupfd);
+        free(buf);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return PyLong_FromLong(verdict);
+}
+
+static PyObject *Syncer_take_deferred(Syncer *s, PyObject *Py_UNUSED(ignored)) {
+    pthread_mutex_lock(&s->mu); /* the thread never waits for the GIL: no deadlock */
+    PyObject *out = PyList_New(s->nfinished);
+    if (out != NULL) {
+        for (int i = 0; i < s->nfinished; i++) {
+            PyObject *item = Py_BuildValue("LL", s->finished[i].token, s->finished[i].outcome);
+            if (item == NULL) {
+                Py_CLEAR(out);
+                break;
+            }
+            PyList_SET_ITEM(out, i, item);
+        }
+    }
+    if (out != NULL) {
+        s->nfinished = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return out;
+}
+
 static PyObject *Syncer_close(Syncer *s, PyObject *Py_UNUSED(ignored)) {
     stop_thread(s);
     Py_RETURN_NONE;
@@ -252,6 +547,10 @@ static PyMethodDef Syncer_methods[] = {
     {"take", (PyCFunction)Syncer_take, METH_NOARGS,
      "take() -> (done_id, done_count, last_seconds, start_ns, done_ns, failed_id, "
      "failed_errno, busy)"},
+    {"defer", (PyCFunction)Syncer_defer, METH_VARARGS,
+     "defer(job_id, fd, data, token) -> 1 durable already, 0 deferred, -1 refused"},
+    {"take_deferred", (PyCFunction)Syncer_take_deferred, METH_NOARGS,
+     "take_deferred() -> [(token, outcome)] of the deferred writes finished since the last call"},
     {"close", (PyCFunction)Syncer_close, METH_NOARGS,
      "run what was submitted, then stop the thread and close the eventfd"},
     {NULL, NULL, 0, NULL},
@@ -274,6 +573,16 @@ static struct PyModuleDef module = {
     .m_size = -1,
 };
 
+static int set_constant(const char *name, long long value) {
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL) {
+        return -1;
+    }
+    int rc = PyDict_SetItemString(SyncerType.tp_dict, name, v);
+    Py_DECREF(v);
+    return rc;
+}
+
 PyMODINIT_FUNC PyInit__syncer(void) {
     if (PyType_Ready(&SyncerType) < 0) {
         return NULL;
@@ -282,14 +591,13 @@ PyMODINIT_FUNC PyInit__syncer(void) {
     if (m == NULL) {
         return NULL;
     }
-    /* Syncer.MAX_FDS: what a plan may hold (the engine reads it from the syncer it makes). */
-    PyObject *max_fds = PyLong_FromLong(MAX_FDS);
-    if (max_fds == NULL || PyDict_SetItemString(SyncerType.tp_dict, "MAX_FDS", max_fds) < 0) {
-        Py_XDECREF(max_fds);
+    /* Syncer.MAX_FDS: what a plan may hold (the engine reads it from the syncer it makes);
+     * MAX_DEFERRED, NOT_SYNCED, CLOSED: the deferred writes' bound and outcomes. */
+    if (set_constant("MAX_FDS", MAX_FDS) < 0 || set_constant("MAX_DEFERRED", MAX_DEFERRED) < 0 ||
+        set_constant("NOT_SYNCED", NOT_SYNCED) < 0 || set_constant("CLOSED", CLOSED) < 0) {
         Py_DECREF(m);
         return NULL;
     }
-    Py_DECREF(max_fds);
     PyType_Modified(&SyncerType);
     Py_INCREF(&SyncerType);
     if (PyModule_AddObject(m, "Syncer", (PyObject *)&SyncerType) < 0) {

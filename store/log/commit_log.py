@@ -758,6 +758,12 @@ class CommitLog(CommitLogReads):
             raise StoreShutDownError("the commit log's flush services are not running")
         return self.group_commit.waiter(end_offset)
 
+    def write_when_durable(
+        self, end: int, fd: int, data: bytes, done: Callable[[int], None]
+    ) -> int:
+        """Send ``data`` on socket ``fd`` once ``end`` is durable (see sync_engine)."""
+        return self.group_commit.engine.write_when_durable(end, fd, data, done)
+
     async def flush(self) -> int:
         """Commit and sync everything appended so far, now; returns the flushed offset."""
         if isinstance(self._error, FlushFailedError):

@@ -22,11 +22,24 @@ below ``end`` durable soon (everything appended so far is planned); ``busy``; ``
 ``close()`` (once idle). ``served(flushed, seconds, nbytes)`` runs after each sync that
 completes, in order; ``failed(exc)`` once, for the first sync that raised (the caller makes it
 sticky; no ``served`` follows).
+
+``write_when_durable(end, fd, data, done)``: send ``data`` on the socket ``fd`` once everything
+below ``end`` is durable. The native engine hands it to its thread, which sends right after the
+fdatasync that covers ``end``, before the loop even learns of it (a pull answer built ahead of
+time leaves without waiting for the loop's wake-up): DEFERRED, and ``done(outcome)`` runs later
+on the loop with the bytes written (the caller writes ``data[outcome:]``), ``-errno``,
+NOT_SYNCED or CLOSED (nothing written). DURABLE: on disk already, the caller writes itself;
+REFUSED: not taken (no sync covers ``end``, failed, closed, full), the caller writes once
+``wait_flushed`` says so. While a write deferred on a socket is not reported, the caller writes
+nothing else on it itself: one stream's bytes keep their order only if every write goes
+through here (the thread keeps the order of the entries of one socket, and reports those it
+could not write in order, for the caller to write in that order).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -39,8 +52,19 @@ from wharf import hops
 from wharf.store import fast
 from wharf.store.log import mapped_file
 
+log = logging.getLogger(__name__)
+
 Served = Callable[[int, float, int], None]
 Failed = Callable[[BaseException], None]
+Done = Callable[[int], None]
+
+# write_when_durable's answers.
+DEFERRED = 0  # the sync thread sends it; ``done(outcome)`` follows on the loop
+DURABLE = 1  # on disk already: the caller writes it itself
+REFUSED = -1  # not taken: the caller writes it once wait_flushed says it is durable
+# Outcomes (besides the bytes written, >= 0, and -errno) of writes never attempted.
+NOT_SYNCED = -1000  # the sync failed: the data is not durable
+CLOSED = -1001  # the engine closed first
 
 
 class SyncEngine(Protocol):
@@ -50,6 +74,8 @@ class SyncEngine(Protocol):
     def start(self, served: Served, failed: Failed) -> None: ...
 
     def request(self, end: int) -> None: ...
+
+    def write_when_durable(self, end: int, fd: int, data: bytes, done: Done) -> int: ...
 
     async def wait_idle(self) -> None: ...
 
@@ -104,6 +130,8 @@ class NativeSyncEngine:
         self._failed: Failed | None = None
         self._failure_reported = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._deferred: dict[int, Done] = {}  # token -> done, for writes the thread holds
+        self._next_token = 0
 
     @property
     def busy(self) -> bool:
@@ -130,8 +158,39 @@ class NativeSyncEngine:
         # Replaces a job the thread has not started: this one covers it.
         self._syncer.submit(self._next_id, plan.fds)
 
+    def write_when_durable(self, end: int, fd: int, data: bytes, done: Done) -> int:
+        """Send ``data`` on ``fd`` once everything below ``end`` is durable: DEFERRED (the sync
+        thread sends it after the sync of the oldest submitted job covering ``end``;
+        ``done(outcome)`` follows), DURABLE or REFUSED (the caller writes); see the module
+        docstring."""
+        syncer = self._syncer
+        if end <= self._flushed_offset():
+            if not self._deferred or syncer is None or self._failure_reported:
+                return DURABLE
+            # A write deferred earlier may be on this socket: the thread answers DURABLE if
+            # not, else queues this one behind it (its job is done: sent as soon as it may).
+            job_id = self._done_id
+        else:
+            if self._failure_reported or syncer is None or self._loop is None:
+                return REFUSED
+            job_id = next((id_ for id_, plan in self._jobs if plan.mark >= end), 0)
+            if not job_id:
+                return REFUSED  # no submitted sync covers it (yet)
+        self._next_token += 1
+        token = self._next_token
+        result = syncer.defer(job_id, fd, data, token)
+        if result == 0:
+            self._deferred[token] = done
+            return DEFERRED
+        return DURABLE if result == 1 else REFUSED
+
     def _ready(self) -> None:
-        """The eventfd fired: report the newest sync done (it covers every older job)."""
+        """The eventfd fired: report the newest sync done (it covers every older job), then
+        the deferred writes finished."""
+        self._take_jobs()
+        self._report_deferred()
+
+    def _take_jobs(self) -> None:
         done_id, _, seconds, start_ns, done_ns, failed_id, errno_, _ = self._syncer.take()
         if failed_id and not self._failure_reported:
             self._failure_reported = True
@@ -156,6 +215,17 @@ class NativeSyncEngine:
         if not self._jobs:
             self._idle.set()
 
+    def _report_deferred(self) -> None:
+        """Loop: ``done(outcome)`` of each deferred write finished, in the thread's order."""
+        for token, outcome in self._syncer.take_deferred():
+            done = self._deferred.pop(token, None)
+            if done is None:
+                continue
+            try:
+                done(outcome)
+            except Exception:
+                log.exception("a deferred write's done callback failed (outcome %d)", outcome)
+
     async def wait_idle(self) -> None:
         await self._idle.wait()
 
@@ -166,6 +236,13 @@ class NativeSyncEngine:
             self._loop.remove_reader(self._syncer.fileno())
             self._loop = None
         self._syncer.close()  # idle by now: the join is immediate
+        self._report_deferred()  # those still queued finish as CLOSED
+        leftover, self._deferred = self._deferred, {}
+        for done in leftover.values():  # none expected: the syncer reports every entry
+            try:
+                done(CLOSED)
+            except Exception:
+                log.exception("a deferred write's done callback failed (closed)")
 
 
 class ThreadSyncEngine:
@@ -277,6 +354,13 @@ class ThreadSyncEngine:
             self.request(self._requested_end)  # requested after the thread's last look
         else:
             self._idle.set()
+
+    def write_when_durable(self, end: int, fd: int, data: bytes, done: Done) -> int:
+        """REFUSED, always: this reference twin (tests, no compiled module, the fdatasync seam
+        replaced, the transient pool) has no thread that may send without the GIL, and a send
+        posted through the loop would be no sooner than the caller's own write once
+        ``wait_flushed`` answers (at once when ``end`` is on disk already)."""
+        return REFUSED
 
     async def wait_idle(self) -> None:
         await self._idle.wait()

@@ -172,6 +172,9 @@ class FailingSyncer:
         os.read(self.read_end, 64)
         return (0, 0, 0.0, 0, 0, self.failed_id, self.code, 0)
 
+    def take_deferred(self) -> list[tuple[int, int]]:
+        return []  # nothing is ever deferred on it
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
