@@ -208,15 +208,11 @@ class ReadCore:
             offset = max(offset, result.next_begin_offset)
             replies.long_polling()
             answer = ahead = None
+            at = _At(topic, queue_id, offset, max_count, tag_filter, byte_cap)
             if early is not None:
-                answer = _answer(
-                    early, read, topic, queue_id, offset, max_count, tag_filter, byte_cap, replies
-                )
+                answer = _answer(early, read, at, replies)
             if durable is not None and raw:
-                ahead = _ahead(
-                    durable, store, topic, queue_id, offset, max_count, tag_filter, byte_cap,
-                    replies,
-                )  # fmt: skip
+                ahead = _ahead(durable, store, at, replies)
             woken = await long_poll.park(topic, queue_id, offset, remaining, answer, ahead)
             if isinstance(woken, _Early):
                 return woken.value
@@ -230,15 +226,33 @@ class ReadCore:
         return Read(result, status)
 
 
+class _At(NamedTuple):
+    """Where a parked read reads once answered."""
+
+    topic: str
+    queue_id: int
+    offset: int
+    max_count: int
+    tag_filter: TagFilter
+    byte_cap: int
+
+
+def _room_for(replies: ReplyGate) -> bool:
+    """An answer may be built: the stream's replies have room and the client's budget admits
+    it (a refusal is left to the read, which meets it itself when it resumes)."""
+    if replies.full:
+        return False
+    try:
+        replies.admit()
+    except ResourceExhaustedError:
+        return False
+    return True
+
+
 def _answer(
     early: Callable[[Read], T],
     read: Callable[..., GetResult | RawGetResult],
-    topic: str,
-    queue_id: int,
-    offset: int,
-    max_count: int,
-    tag_filter: TagFilter,
-    byte_cap: int,
+    at: _At,
     replies: ReplyGate,
 ) -> Callable[[int], _Early[T] | None]:
     """A parked read's in-place answer (LongPollHolder): the read it would do once resumed,
@@ -246,13 +260,9 @@ def _answer(
     usual) when its stream's replies are full or nothing matched."""
 
     def answer(_max_offset: int) -> _Early[T] | None:
-        if replies.full:
+        if not _room_for(replies):
             return None
-        try:
-            replies.admit()
-        except ResourceExhaustedError:
-            return None  # the read resumes and meets the refusal itself
-        result = read(topic, queue_id, offset, max_count, tag_filter, byte_cap)
+        result = read(*at)
         if result.status is not GetStatus.FOUND:
             return None
         return _Early(early(Read(result, ReadStatus.FOUND)))
@@ -263,12 +273,7 @@ def _answer(
 def _ahead(
     durable: Callable[[Read, int], T | None],
     store: MessageStore,
-    topic: str,
-    queue_id: int,
-    offset: int,
-    max_count: int,
-    tag_filter: TagFilter,
-    byte_cap: int,
+    at: _At,
     replies: ReplyGate,
 ) -> Callable[[int, int], _Early[T] | None]:
     """A parked raw read's answer ahead of the sync (LongPollHolder ``on_planned``): the read
@@ -277,15 +282,9 @@ def _ahead(
     planned matched, or ``durable`` declined."""
 
     def ahead(_max_offset: int, _durable_end: int) -> _Early[T] | None:
-        if replies.full:
+        if not _room_for(replies):
             return None
-        try:
-            replies.admit()
-        except ResourceExhaustedError:
-            return None  # the read resumes and meets the refusal itself
-        found = store.get_raw_records_ahead(
-            topic, queue_id, offset, max_count, tag_filter, byte_cap
-        )
+        found = store.get_raw_records_ahead(*at)
         if found is None or found[0].status is not GetStatus.FOUND:
             return None
         result, end = found
