@@ -38,7 +38,7 @@ from tests.harness import BrokerProcess
 # The hops in path order (c. = client, b. = broker); names of wharf.hops stamps.
 HOPS = (
     "c.send", "c.batch_run", "c.write", "b.send_in", "b.appended", "b.sync_kick",
-    "b.sync_start", "b.sync_done", "b.sync_served", "b.reput_run", "b.dispatched",
+    "b.pull_ahead", "b.sync_start", "b.sync_done", "b.sync_served", "b.reput_run", "b.dispatched",
     "b.arrival", "b.pull_woken", "b.pull_yield", "c.pull_read", "c.handler", "c.ack_read",
 )  # fmt: skip
 WINDOW_NS = 3_000_000

@@ -12,12 +12,19 @@ seconds apart; the program prints every round's figures with the load average, t
 target's per-round values: their median, its distribution-free 95% interval (``pooled.py``)
 and the range, and a verdict only when the interval lies on one side of the target. Every run
 starts on a quiet disk (``compare.settle_disk``), as in ``make bench-compare``.
+
+    python -m tests.bench.lone --pool LOG [LOG ...]
+
+judges the rounds that earlier programs printed (their output saved to LOG), pooled, the same
+way: more rounds of the same program for a target one program left undecided, never a
+program chosen among several.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import tempfile
 from pathlib import Path
@@ -60,13 +67,40 @@ def one_run(
     )  # fmt: skip
 
 
+# One round as main() prints it: "<peer> p50 <ms> p99 <ms> ms (load <x>)" per peer.
+_PRINTED = re.compile(r"([a-z-]+) p50 ([0-9.]+) p99 ([0-9.]+) ms \(load [0-9.]+\)")
+
+
+def printed_rounds(paths: list[str]) -> list[dict[str, dict[str, Any]]]:
+    """The rounds printed in these saved outputs of main(), in order."""
+    rounds = []
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith("round "):
+                rounds.append({
+                    peer: {"p50_ms": float(p50), "p99_ms": float(p99)}
+                    for peer, p50, p99 in _PRINTED.findall(line)
+                })  # fmt: skip
+    return rounds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--high-rate", type=int, default=10_000)
+    parser.add_argument("--pool", nargs="+", metavar="LOG", help="judge saved rounds, pooled")
     args = parser.parse_args()
+    if args.pool:
+        pooled_rounds = printed_rounds(args.pool)
+        peers = tuple(p for p in PEERS if all(p in r for r in pooled_rounds))
+        judge(
+            pooled_rounds,
+            peers,
+            f"{len(pooled_rounds)} rounds pooled from {len(args.pool)} programs",
+        )
+        return
     peers = PEERS if args.high_rate else PEERS[:3]
     rounds: list[dict[str, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="wharf-lone-") as tmp:
@@ -95,7 +129,14 @@ def main() -> None:
                     ),
                     flush=True,
                 )
-    print(f"{args.rounds} rounds at {args.rate} msg/s, SYNC_FLUSH / appendfsync always:")
+    judge(
+        rounds, peers, f"{args.rounds} rounds at {args.rate} msg/s, SYNC_FLUSH / appendfsync always"
+    )
+
+
+def judge(rounds: list[dict[str, dict[str, Any]]], peers: tuple[str, ...], title: str) -> None:
+    """Each peer's medians and ranges, then each target's verdict (``pooled.describe``)."""
+    print(f"{title}:")
     for peer in peers:
         p50s = [r[peer]["p50_ms"] for r in rounds]
         p99s = [r[peer]["p99_ms"] for r in rounds]

@@ -34,3 +34,29 @@ def test_too_few_rounds_decide_nothing() -> None:
     # Five rounds all far above the line: the whole range holds the median with 94% only.
     assert decide([2.0, 2.1, 2.2, 2.3, 2.4], ">=", 1.0).startswith("undecided")
     assert decide([2.0, 2.1, 2.2, 2.3, 2.4, 2.5], ">=", 1.0) == "met"
+
+
+def test_lone_pool_reads_back_the_rounds_it_printed(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """``tests.bench.lone --pool``: rounds saved from two programs are judged together, each
+    peer's figures read back as printed (a peer missing from a round leaves its targets out)."""
+    from tests.bench import lone
+
+    first, second = tmp_path / "a.log", tmp_path / "b.log"
+    first.write_text(
+        "round 1: wire p50 0.80 p99 3.00 ms (load 0.40)  redis p50 1.00 p99 4.00 ms (load 0.5)\n"
+        "round 2: wire p50 0.90 p99 9.00 ms (load 1.40)  redis p50 0.90 p99 3.00 ms (load 1.2)\n"
+        "some other line\n"
+    )
+    second.write_text(
+        "round 1: wire p50 0.70 p99 2.00 ms (load 0.3)  redis p50 1.40 p99 2.00 ms (load 0.3)\n"
+    )
+    rounds = lone.printed_rounds([str(first), str(second)])
+    assert rounds == [
+        {"wire": {"p50_ms": 0.8, "p99_ms": 3.0}, "redis": {"p50_ms": 1.0, "p99_ms": 4.0}},
+        {"wire": {"p50_ms": 0.9, "p99_ms": 9.0}, "redis": {"p50_ms": 0.9, "p99_ms": 3.0}},
+        {"wire": {"p50_ms": 0.7, "p99_ms": 2.0}, "redis": {"p50_ms": 1.4, "p99_ms": 2.0}},
+    ]
+    lone.judge(rounds, ("wire", "redis"), "3 rounds")
+    out = capsys.readouterr().out
+    assert "wire/redis p50: median 0.80x" in out and "over 3 rounds" in out
+    assert "grpc/wire" not in out  # no gRPC figures: its target is left out
