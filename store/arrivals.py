@@ -189,7 +189,7 @@ class Arrivals:
             since = reput.planned_end
             reput.prepare_inline(self._commit_log.max_offset)
             ahead = self._ahead
-            if ahead is not None and self._source is not None and self._source.confirm is None:
+            if ahead is not None and not self.replicated:
                 for run, end in reput.prepared_runs(since):
                     topic, queue_id = run.key
                     try:
@@ -208,7 +208,7 @@ class Arrivals:
     def planned_units(self, topic: str, queue_id: int, offset: int) -> tuple[bytes, int] | None:
         """The planned units of a queue from ``offset`` and the log offset they wait for
         (``ReputService.planned_units``); None without a kept plan or under SYNC_MASTER."""
-        reput, source = self._reput, self._source
-        if reput is None or source is None or source.confirm is not None:
+        reput = self._reput
+        if reput is None or self.replicated:
             return None
         return reput.planned_units((topic, queue_id), offset)

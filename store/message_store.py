@@ -406,11 +406,12 @@ class MessageStore:
         planned = self._arrivals.planned_units(topic, queue_id, offset)
         if planned is None:
             return None
+        units, end = planned
         queue = self._queues.find(topic, queue_id)
         result = get_raw_records_ahead(
-            queue, self._commit_log, planned, offset, max_count, tag_filter, max_bytes
+            queue, self._commit_log, units, offset, max_count, tag_filter, max_bytes
         )
-        return result, planned[1]
+        return result, end
 
     def write_when_durable(
         self, end: int, fd: int, data: bytes, done: Callable[[int], None]

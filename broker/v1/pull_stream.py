@@ -137,11 +137,14 @@ class _Outbox:
         return self.items.popleft()
 
 
-def _written(write_now: Callable[[Any], bool], reply: messaging_pb2.PullMessageResponse) -> bool:
-    """``write_now(reply)``; a failure (a bug) is logged and the reply left to the writer,
-    whose write then fails the call as any reply that cannot be written does."""
+def _written(
+    write: Callable[..., bool], reply: messaging_pb2.PullMessageResponse, *args: Any
+) -> bool:
+    """``write(reply, *args)`` (``write_now``, ``write_durable``); a failure (a bug) is logged
+    and the reply left to the writer, whose write then fails the call as any reply that cannot
+    be written does."""
     try:
-        return write_now(reply)
+        return write(reply, *args)
     except Exception:
         log.exception("%s: a reply could not be written directly", METHOD)
         return False
@@ -254,12 +257,16 @@ class PullStreamProcessor:
                 hops.stamp("b.pull_yield")
             if not _written(write_now, reply):
                 return False
-            # Written (before any reply completed after it): the writer's bookkeeping.
+            taken(replies)
+            return True
+
+        def taken(replies: PullReplies) -> None:
+            """A reply written (or handed over) directly, before any reply completed after
+            it: the writer's bookkeeping."""
             out.written_directly()
             window.taken(replies.nbytes)
             slots.release()
             replies.delivered = True
-            return True
 
         def direct_durable(
             reply: messaging_pb2.PullMessageResponse, end: int, replies: PullReplies
@@ -271,15 +278,9 @@ class PullStreamProcessor:
                 return False
             if hops.ENABLED:
                 hops.stamp("b.pull_ahead")
-            try:
-                if not write_durable(reply, end):
-                    return False
-            except Exception:
-                log.exception("a pull reply's durable write failed; the pull waits on")
+            if not _written(write_durable, reply, end):
                 return False
-            out.written_directly()
-            slots.release()
-            replies.delivered = True
+            taken(replies)  # its nbytes are 0: nothing was held
             return True
 
         async def handle(request: Any, replies: PullReplies) -> None:

@@ -351,17 +351,22 @@ class _Connection(wire.FramedProtocol):
     ) -> bool:
         """``WireContext.write_now``: the reply's MESSAGE frame written now when the call is
         still open (not ended, not cancelled), the connection too and its write gate open."""
+        if not self._open_for(call_id, call):
+            return False
+        self._write_message_now(call_id, serialize(reply))
+        return True
+
+    def _open_for(self, call_id: int, call: _Call) -> bool:
+        """A direct write may go: the call is still open (not ended, not cancelled), the
+        connection too and its write gate open."""
         transport = self.transport
-        if (
+        return not (
             self.closed
             or self.paused
             or transport is None
             or transport.is_closing()
             or self._calls.get(call_id) is not call
-        ):
-            return False
-        self._write_message_now(call_id, serialize(reply))
-        return True
+        )
 
     def _write_durable(
         self, call_id: int, call: _Call, serialize: Callable[[Any], bytes], reply: Any, end: int
@@ -377,12 +382,9 @@ class _Connection(wire.FramedProtocol):
         if (
             writer is None
             or self._held is not None
-            or self.closed
-            or self.paused
+            or not self._open_for(call_id, call)
             or transport is None
-            or transport.is_closing()
             or transport.get_write_buffer_size()
-            or self._calls.get(call_id) is not call
         ):
             return False
         data = serialize(reply)

@@ -37,14 +37,13 @@ class PlannedQueue:
 def get_raw_records_ahead(
     queue: ConsumeQueue | None,
     commit_log: CommitLog,
-    planned: tuple[bytes, int],
+    units: bytes,
     offset: int,
     max_count: int,
     tag_filter: TagFilter | None,
     max_bytes: int,
 ) -> RawGetResult:
-    """``get_raw_records`` from ``offset`` over ``planned`` (the units from ``offset``, as
-    ``ReputService.planned_units`` gives them)."""
-    units, _ = planned
+    """``get_raw_records`` from ``offset`` over ``units`` (the planned units from ``offset``,
+    as ``ReputService.planned_units`` gives them)."""
     view = PlannedQueue(queue, offset, units)
     return get_raw_records(view, commit_log, offset, max_count, tag_filter, max_bytes)  # type: ignore[arg-type]
