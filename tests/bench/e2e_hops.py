@@ -2,6 +2,7 @@
 
     python -m tests.bench.e2e_hops [--rate 1000] [--seconds 5] [--runs 2] [--flush SYNC_FLUSH]
                                    [--transport wire|grpc|both]
+                                   [--in-flight 4]
 
 Starts a broker (``tests/harness.py``) and runs ``wharf bench e2e`` over the wire port or
 gRPC (``both``: alternating, wire first, ``--runs`` of each), both
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace, root: Path, transport: str) -> None:
         command = [
             sys.executable, "-m", "wharf.client.cli.main", "--endpoints", endpoint,
             "--json", "bench", "e2e", "--rate", str(args.rate), "--size", "1024",
-            "--duration", str(args.seconds), "--max-in-flight", "4", "--topic", "hops",
+            "--duration", str(args.seconds), "--max-in-flight", str(args.in_flight), "--topic", "hops",
         ]  # fmt: skip
         done = subprocess.run(
             command,
@@ -156,6 +157,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--flush", default="SYNC_FLUSH", choices=("SYNC_FLUSH", "ASYNC_FLUSH"))
     parser.add_argument("--transport", default="wire", choices=("wire", "grpc", "both"))
+    # 4 as compare.py's low rate; 1 as its 10k run.
+    parser.add_argument("--in-flight", type=int, default=4, help="the producer's max_in_flight")
     args = parser.parse_args()
     transports = ("wire", "grpc") if args.transport == "both" else (args.transport,)
     for _ in range(args.runs):

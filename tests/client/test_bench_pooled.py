@@ -60,3 +60,33 @@ def test_lone_pool_reads_back_the_rounds_it_printed(tmp_path, capsys) -> None:  
     out = capsys.readouterr().out
     assert "wire/redis p50: median 0.80x" in out and "over 3 rounds" in out
     assert "grpc/wire" not in out  # no gRPC figures: its target is left out
+
+
+def test_consume_pool_reads_back_the_rounds_it_printed(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """``tests.bench.consume --pool``: each round's rates read back as main() prints them,
+    and the gRPC / redis-py ratio judged against 1.5x per round (not as a ratio of medians)."""
+    from tests.bench import consume
+
+    log = tmp_path / "c.log"
+    log.write_text(
+        "".join(
+            f"round {i}: grpc {grpc} msg/s  wire 300000 msg/s  redis {redis} msg/s  (load 1.07)\n"
+            for i, (grpc, redis) in enumerate(
+                [(300000, 100000), (200000, 200000)] + [(310000, 155000)] * 8, start=1
+            )
+        )
+        + "16 rounds of 600000 messages, 50 readers, pulls of 100:\n"
+    )
+    rounds = consume.printed_rounds([str(log)])
+    assert rounds[:2] == [
+        {"grpc": 300000.0, "wire": 300000.0, "redis": 100000.0},
+        {"grpc": 200000.0, "wire": 300000.0, "redis": 200000.0},
+    ]
+    assert len(rounds) == 10
+    consume.judge(rounds, "10 rounds")
+    out = capsys.readouterr().out
+    # Per-round ratios 3.0, 1.0 and eight of 2.0: median 2.0x, its interval (the 2nd to the
+    # 9th of 10) 2.0-2.0x: met.
+    grpc_line = next(line for line in out.splitlines() if "grpc/redis-py" in line)
+    assert "median 2.00x, 95% interval 2.00-2.00x" in grpc_line and "over 10 rounds" in grpc_line
+    assert grpc_line.endswith("target >= 1.5x: met")
