@@ -17,7 +17,9 @@ while it has none queued). And ``context.write_durable(reply, end)`` (plaintext 
 reply is handed to the store's sync thread, which writes it to this socket right after the
 fdatasync that makes the log durable to ``end`` (broker/core/long_poll.py "Ahead of the
 sync"); the connection's other writes wait meanwhile (``_held``: one fdatasync, ~0.3 ms), so
-the thread's bytes are the next on the stream and nothing interleaves with them.
+the thread's bytes are the next on the stream and nothing interleaves with them. A disk whose
+fdatasync hangs holds them for at most ``OWED_LIMIT_S``: then the connection is shut down (its
+client reconnects and pulls again from its offsets) rather than left stalled.
 
 Bounds (a client that stops reading, or floods requests, cannot grow the broker's memory):
 - writes: the transport's buffer pauses the writer above ``WRITE_HIGH_WATER`` (1 MiB): a
@@ -36,6 +38,7 @@ import asyncio
 import collections
 import functools
 import logging
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -49,6 +52,11 @@ MAX_QUEUED_BYTES = 8 << 20
 # Calls open at once on one connection (the SDK keeps a handful; each holds a task and, for a
 # unary call still waiting for its request, nothing else to bound it).
 MAX_CALLS = 10_000
+# How long a connection's writes may wait behind a reply the sync thread owes it: an fdatasync
+# here takes ~0.4 ms, p99 1-3 ms, its stalls 20-50 ms (tests/bench/README.md "lone"); 5 s is
+# syncFlushTimeout's default, past which the send of those records answered FLUSH_DISK_TIMEOUT,
+# so the disk is not slow but hung and the connection's other calls should fail over.
+OWED_LIMIT_S = 5.0
 _END = object()
 _OK = grpc.StatusCode.OK.value[0]
 _CANCELLED = grpc.StatusCode.CANCELLED.value[0]
@@ -196,8 +204,10 @@ class _Connection(wire.FramedProtocol):
         self._peer = "unknown"
         self._durable_writer = durable_writer
         self._fd = -1  # the socket's, for the sync thread: plaintext TCP or Unix only
-        # Writes held while the sync thread owes this socket a reply ("Ahead of the sync").
+        # Writes held while the sync thread owes this socket a reply ("Ahead of the sync"),
+        # and the timer that gives up on a hung disk (``_owed_overdue``).
         self._held: list[bytes] | None = None
+        self._owed_timer: asyncio.TimerHandle | None = None
 
     # --- transport events -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -220,7 +230,7 @@ class _Connection(wire.FramedProtocol):
             if call.task is not None:
                 call.task.cancel()
         self._calls.clear()
-        self._held = None
+        self._release_owed()
 
     @property
     def calls(self) -> dict[int, _Call]:
@@ -392,6 +402,8 @@ class _Connection(wire.FramedProtocol):
         outcome = writer(end, self._fd, frame, functools.partial(self._owed_written, frame))
         if outcome == DEFERRED:
             self._held = []
+            loop = asyncio.get_running_loop()
+            self._owed_timer = loop.call_later(OWED_LIMIT_S, self._owed_overdue)
             return True
         if outcome == DURABLE:  # the sync ended meanwhile: the loop writes it
             transport.write(frame)
@@ -403,7 +415,7 @@ class _Connection(wire.FramedProtocol):
         nothing was: the sync failed, the store closed, or the socket broke): the rest of the
         frame, then the writes held meanwhile. A reply lost that way ends the connection, as
         a broken stream does: the client pulls again from its offset."""
-        held, self._held = self._held, None
+        held = self._release_owed()
         transport = self.transport
         if held is None or self.closed or transport is None or transport.is_closing():
             return
@@ -418,6 +430,40 @@ class _Connection(wire.FramedProtocol):
             held.insert(0, frame[outcome:])
         if held:
             transport.writelines(held)
+
+    def _release_owed(self) -> list[bytes] | None:
+        """The writes held behind the owed reply (None: nothing was owed); stops its timer."""
+        held, self._held = self._held, None
+        if self._owed_timer is not None:
+            self._owed_timer.cancel()
+            self._owed_timer = None
+        return held
+
+    def _owed_overdue(self) -> None:
+        """The owed reply's fdatasync has not ended in ``OWED_LIMIT_S``: shut the socket down
+        (the sync thread's dup of it included: its late send then fails, EPIPE) and drop the
+        held writes, so the client sees the connection end now, reconnects and pulls again
+        from its offsets, instead of waiting on a hung disk for every call it shares."""
+        self._owed_timer = None
+        if self._held is None:
+            return
+        self._held = None
+        log.warning(
+            "wire connection from %s closed: a pull reply waited %.0f s for the commit log's "
+            "fdatasync (a hung disk?); the client reconnects and pulls again",
+            self._peer, OWED_LIMIT_S,
+        )  # fmt: skip
+        transport = self.transport
+        if transport is None:
+            return
+        # Through a dup: shutdown acts on the socket, not the fd, and uvloop's transports do
+        # not offer shutdown() on the socket they expose.
+        try:
+            with socket.fromfd(self._fd, socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already gone: the abort below is all there is to do
+        transport.abort()
 
     def _send(self, parts: tuple[bytes, ...]) -> None:
         """Every write of this connection: held while the sync thread owes the socket a reply."""

@@ -13,7 +13,9 @@ import pytest
 from wharf.broker.core import read as read_core
 from wharf.broker.core.long_poll import LongPollHolder
 from wharf.broker.core.read import DEFERRED, ReadCore
+from wharf.broker.wire import server as wire_server
 from wharf.client import Admin, Producer, PullConsumer
+from wharf.client.errors import UnavailableError
 
 from tests.inproc import InProcFactory
 
@@ -139,3 +141,49 @@ async def test_no_reply_is_handed_over_without_sync_flush(
         await producer.send("AsyncAhead", b"x", queue_id=0)
         assert [m.body for m in (await asyncio.wait_for(pull, 10)).messages] == [b"x"]
     assert spy.answers == [] or set(spy.answers) == {read_core.REFUSED}
+
+
+async def test_a_reply_owed_to_a_hung_disk_ends_its_connection_and_the_client_pulls_again(
+    inproc_broker: InProcFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sync thread never answers the hand-over (an fdatasync that hangs): the
+    connection's other replies wait behind it for ``OWED_LIMIT_S`` at most, then the
+    connection is shut down; the client's pulls fail over to a new connection and read every
+    record from their offsets (nothing lost, nothing waits on the disk for good)."""
+    monkeypatch.setattr(wire_server, "OWED_LIMIT_S", 0.5)
+    owed: list[int] = []
+
+    def hung(core: ReadCore, end: int, fd: int, data: bytes, done: Any) -> int:
+        owed.append(len(data))
+        return DEFERRED  # ``done`` is never called: the disk hangs
+
+    monkeypatch.setattr(ReadCore, "write_when_durable", hung)
+    broker = await inproc_broker(flush_disk_type="SYNC_FLUSH")
+    endpoint = f"wire://{broker.controller.ready()['wire']}"
+    async with Admin(endpoint) as admin:
+        await admin.create_topic("Hung", queue_nums=2)
+    async with Producer(endpoint) as producer, PullConsumer(endpoint, "hung") as consumer:
+        queues = await consumer.queues("Hung")
+        await producer.send("Hung", b"ready", queue_id=1)
+        parked = asyncio.create_task(consumer.pull(queues[0], 0, max_wait_ms=20_000))
+        await asyncio.sleep(0.2)
+        await producer.send("Hung", b"owed", queue_id=0)  # answers the parked pull ahead
+        for _ in range(100):
+            if owed:
+                break
+            await asyncio.sleep(0.01)
+        assert owed, "the parked pull was not answered ahead of the sync"
+        # A pull on the same stream whose record is durable already: its reply is held.
+        started = asyncio.get_running_loop().time()
+        held = asyncio.create_task(consumer.pull(queues[1], 0, max_wait_ms=0))
+        done, _ = await asyncio.wait({held, parked}, timeout=0.3)
+        assert not done, "a reply overtook the one the sync thread owes"
+        outcomes = await asyncio.wait_for(asyncio.gather(held, parked, return_exceptions=True), 10)
+        waited = asyncio.get_running_loop().time() - started
+        assert 0.4 <= waited < 5, waited
+        assert all(isinstance(o, UnavailableError) for o in outcomes), outcomes
+        # A new connection: the records are there, from the same offsets.
+        again0 = await consumer.pull(queues[0], 0, max_wait_ms=5_000)
+        again1 = await consumer.pull(queues[1], 0, max_wait_ms=5_000)
+        assert [m.body for m in again0.messages] == [b"owed"]
+        assert [m.body for m in again1.messages] == [b"ready"]
