@@ -454,8 +454,8 @@ class _Connection(wire.FramedProtocol):
             self._peer, OWED_LIMIT_S,
         )  # fmt: skip
         transport = self.transport
-        if transport is None:
-            return
+        if transport is None or transport.is_closing():
+            return  # closing already (and its fd number may be closed and reused meanwhile)
         # Through a dup: shutdown acts on the socket, not the fd, and uvloop's transports do
         # not offer shutdown() on the socket they expose.
         try:

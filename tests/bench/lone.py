@@ -6,12 +6,14 @@ One broker (SYNC_FLUSH) and one redis-server (``appendfsync always``) stay up fo
 program; each round runs, in turn, ``wharf bench e2e`` over the wire port, the same over gRPC
 and redis-py's XADD + XREAD BLOCK (``redis_peer.redispy_e2e``), all at ``--rate`` msg/s of 1
 KiB, then (``--high-rate``, 0 skips it) the wire port at that rate with one request in flight
-as ``compare`` runs it; the order reversed every other round so a neighbour's load falls on
-each alike. A round's ratios (wire / redis-py p50 and p99, gRPC / wire p50) compare runs
-seconds apart; the program prints every round's figures with the load average, then each
+as ``compare`` runs it, and the disk's floor at that rate (``disk_floor.sync_loop`` in the
+broker's file system: the wait for a group commit with no software at all); the order
+reversed every other round so a neighbour's load falls on each alike. A round's ratios (wire
+/ redis-py p50 and p99, gRPC / wire p50) compare runs seconds apart; the program prints every round's figures with the load average, then each
 target's per-round values: their median, its distribution-free 95% interval (``pooled.py``)
-and the range, and a verdict only when the interval lies on one side of the target. Every run
-starts on a quiet disk (``compare.settle_disk``), as in ``make bench-compare``.
+and the range, and a verdict only when the interval lies on one side of the target. The
+high rate's p99 over the floor's is printed the same way, without a target: what Wharf adds
+to the disk at the same moments. Every run starts on a quiet disk (``compare.settle_disk``), as in ``make bench-compare``.
 
     python -m tests.bench.lone --pool LOG [LOG ...]
 
@@ -32,12 +34,12 @@ from typing import Any
 
 import uvloop
 
-from tests.bench import pooled, redis_peer
+from tests.bench import disk_floor, pooled, redis_peer
 from tests.bench.compare import settle_disk, wharf_bench
 from tests.bench.redis_peer import RedisServer
 from tests.harness import BrokerProcess
 
-PEERS = ("wire", "grpc", "redis", "wire-high")
+PEERS = ("wire", "grpc", "redis", "wire-high", "floor-high")
 # (name, numerator peer, denominator peer or None for an absolute figure, figure, target):
 # the latency targets.
 RATIOS = (
@@ -46,11 +48,22 @@ RATIOS = (
     ("grpc/wire p50", "grpc", "wire", "p50_ms", 1.3),
     ("wire at the high rate, p99 ms", "wire-high", None, "p99_ms", 5.0),
 )
+# (name, numerator, denominator, figure): printed with their interval, no target.
+FLOOR_RATIOS = (
+    ("wire / the disk's floor at the high rate, p99", "wire-high", "floor-high", "p99_ms"),
+)
 
 
 def one_run(
     peer: str, broker: BrokerProcess, redis: RedisServer, args: argparse.Namespace
 ) -> dict[str, Any]:
+    if peer == "floor-high":
+        # The disk alone at the high rate, in the broker's file system, seconds apart from
+        # the wire-high run: what a message would wait for a group commit with no software.
+        syncs = disk_floor.sync_loop(broker.root / "floor.log", args.high_rate, args.seconds)
+        waits = disk_floor.waits(syncs, args.high_rate)
+        (broker.root / "floor.log").unlink()
+        return {"p50_ms": disk_floor.pct(waits, 0.5), "p99_ms": disk_floor.pct(waits, 0.99)}
     if peer == "redis":
         return uvloop.run(
             redis_peer.redispy_e2e(
@@ -150,6 +163,14 @@ def judge(rounds: list[dict[str, dict[str, Any]]], peers: tuple[str, ...], title
         values = [r[top][figure] / (r[bottom][figure] if bottom else 1.0) for r in rounds]
         unit = "x" if bottom else " ms"
         print(f"  {name}: {pooled.describe(values, '<=', target, unit)}")
+    for name, top, bottom, figure in FLOOR_RATIOS:
+        if top in peers and bottom in peers:
+            values = [r[top][figure] / r[bottom][figure] for r in rounds]
+            low, high = pooled.median_interval(values)
+            print(
+                f"  {name}: median {statistics.median(values):.2f}x, 95% interval "
+                f"{low:.2f}-{high:.2f}x, range {min(values):.2f}-{max(values):.2f}x (no target)"
+            )
 
 
 if __name__ == "__main__":
