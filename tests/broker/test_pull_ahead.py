@@ -52,6 +52,15 @@ async def test_on_planned_answers_a_parked_pull_ahead_and_leaves_the_rest_parked
     assert await beyond is False and await other is False
 
 
+async def _wire_topic(inproc_broker: InProcFactory, flush: str, topic: str, queues: int) -> str:
+    """An in-process broker flushing as ``flush``, with ``topic``: its wire endpoint."""
+    broker = await inproc_broker(flush_disk_type=flush)
+    endpoint = f"wire://{broker.controller.ready()['wire']}"
+    async with Admin(endpoint) as admin:
+        await admin.create_topic(topic, queue_nums=queues)
+    return endpoint
+
+
 class _Spy:
     """ReadCore.write_when_durable, recorded: each hand-over's answer and its outcome."""
 
@@ -83,11 +92,8 @@ async def test_lone_messages_reach_a_long_poll_from_the_sync_thread_once_and_in_
     once, in queue order, and lone ones left from the sync thread, all of their bytes."""
     spy = _Spy()
     spy.install(monkeypatch)
-    broker = await inproc_broker(flush_disk_type="SYNC_FLUSH")
-    endpoint = f"wire://{broker.controller.ready()['wire']}"
     topic, rounds = "Ahead", 30
-    async with Admin(endpoint) as admin:
-        await admin.create_topic(topic, queue_nums=2)
+    endpoint = await _wire_topic(inproc_broker, "SYNC_FLUSH", topic, 2)
     got: dict[int, list[bytes]] = {0: [], 1: []}
     async with Producer(endpoint) as producer, PullConsumer(endpoint, "ahead") as consumer:
         queues = await consumer.queues(topic)
@@ -130,10 +136,7 @@ async def test_no_reply_is_handed_over_without_sync_flush(
     answers it once dispatched, as always)."""
     spy = _Spy()
     spy.install(monkeypatch)
-    broker = await inproc_broker(flush_disk_type="ASYNC_FLUSH")
-    endpoint = f"wire://{broker.controller.ready()['wire']}"
-    async with Admin(endpoint) as admin:
-        await admin.create_topic("AsyncAhead", queue_nums=1)
+    endpoint = await _wire_topic(inproc_broker, "ASYNC_FLUSH", "AsyncAhead", 1)
     async with Producer(endpoint) as producer, PullConsumer(endpoint, "async") as consumer:
         queues = await consumer.queues("AsyncAhead")
         pull = asyncio.create_task(consumer.pull(queues[0], 0, max_wait_ms=5_000))
@@ -158,10 +161,7 @@ async def test_a_reply_owed_to_a_hung_disk_ends_its_connection_and_the_client_pu
         return DEFERRED  # ``done`` is never called: the disk hangs
 
     monkeypatch.setattr(ReadCore, "write_when_durable", hung)
-    broker = await inproc_broker(flush_disk_type="SYNC_FLUSH")
-    endpoint = f"wire://{broker.controller.ready()['wire']}"
-    async with Admin(endpoint) as admin:
-        await admin.create_topic("Hung", queue_nums=2)
+    endpoint = await _wire_topic(inproc_broker, "SYNC_FLUSH", "Hung", 2)
     async with Producer(endpoint) as producer, PullConsumer(endpoint, "hung") as consumer:
         queues = await consumer.queues("Hung")
         await producer.send("Hung", b"ready", queue_id=1)
