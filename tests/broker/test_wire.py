@@ -124,8 +124,13 @@ async def test_errors_carry_the_grpc_status_and_message(broker: BrokerProcess) -
         with pytest.raises(grpc.aio.AioRpcError) as missing:
             await unknown(b"", timeout=10)
         assert missing.value.code() is grpc.StatusCode.UNIMPLEMENTED
-        # The connection survived every error.
-        route = await stub.QueryRoute(messaging_pb2.QueryRouteRequest(topic="WireUnary"))
+        # The connection survived every error (its own topic: the test runs alone too).
+        sent = await stub.SendMessage(
+            messaging_pb2.SendMessageRequest(topic="WireErrors", messages=[{"body": b"e"}]),
+            timeout=10,
+        )
+        assert sent.results[0].status == messaging_pb2.SEND_OK
+        route = await stub.QueryRoute(messaging_pb2.QueryRouteRequest(topic="WireErrors"))
         assert route.exists and route.write_queue_nums == 2
 
 
