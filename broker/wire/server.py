@@ -444,10 +444,8 @@ class _Connection(wire.FramedProtocol):
         (the sync thread's dup of it included: its late send then fails, EPIPE) and drop the
         held writes, so the client sees the connection end now, reconnects and pulls again
         from its offsets, instead of waiting on a hung disk for every call it shares."""
-        self._owed_timer = None
-        if self._held is None:
+        if self._release_owed() is None:
             return
-        self._held = None
         log.warning(
             "wire connection from %s closed: a pull reply waited %.0f s for the commit log's "
             "fdatasync (a hung disk?); the client reconnects and pulls again",

@@ -84,12 +84,10 @@ _PRINTED = re.compile(r"([a-z]+) ([0-9]+) msg/s")
 
 def printed_rounds(paths: list[str]) -> list[dict[str, float]]:
     """The rounds printed in these saved outputs of main(), in order."""
-    rounds = []
-    for path in paths:
-        for line in Path(path).read_text().splitlines():
-            if line.startswith("round "):
-                rounds.append({peer: float(rate) for peer, rate in _PRINTED.findall(line)})
-    return rounds
+    return [
+        {peer: float(rate) for peer, rate in _PRINTED.findall(line)}
+        for line in pooled.round_lines(paths)
+    ]
 
 
 def judge(rounds: list[dict[str, float]], title: str) -> None:

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from tests.bench.compare import settle_disk
+from tests.bench.read_path import pct
 
 SEGMENT = 256 << 20  # preallocated as the commit log's segments are (posix_fallocate)
 RECORD = 1024
@@ -71,11 +72,6 @@ def waits(syncs: list[tuple[float, float]], rate: int) -> list[float]:
         if k < len(syncs):
             out.append((syncs[k][1] - arrival) * 1000)
     return out
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main() -> None:

@@ -39,8 +39,9 @@ from tests.harness import BrokerProcess
 # The hops in path order (c. = client, b. = broker); names of wharf.hops stamps.
 HOPS = (
     "c.send", "c.batch_run", "c.write", "b.send_in", "b.appended", "b.sync_kick",
-    "b.pull_ahead", "b.sync_start", "b.sync_done", "b.sync_served", "b.reput_run", "b.dispatched",
-    "b.arrival", "b.pull_woken", "b.pull_yield", "c.pull_read", "c.handler", "c.ack_read",
+    "b.pull_ahead", "b.sync_start", "b.sync_done", "b.sync_served", "b.reput_run",
+    "b.dispatched", "b.arrival", "b.pull_woken", "b.pull_yield", "c.pull_read", "c.handler",
+    "c.ack_read",
 )  # fmt: skip
 WINDOW_NS = 3_000_000
 SLOW_NS = 2_000_000  # the tail: messages slower than this, from send() to the handler
@@ -116,7 +117,8 @@ def run(args: argparse.Namespace, root: Path, transport: str) -> None:
         command = [
             sys.executable, "-m", "wharf.client.cli.main", "--endpoints", endpoint,
             "--json", "bench", "e2e", "--rate", str(args.rate), "--size", "1024",
-            "--duration", str(args.seconds), "--max-in-flight", str(args.in_flight), "--topic", "hops",
+            "--duration", str(args.seconds), "--max-in-flight", str(args.in_flight),
+            "--topic", "hops",
         ]  # fmt: skip
         done = subprocess.run(
             command,

@@ -9,11 +9,12 @@ KiB, then (``--high-rate``, 0 skips it) the wire port at that rate with one requ
 as ``compare`` runs it, and the disk's floor at that rate (``disk_floor.sync_loop`` in the
 broker's file system: the wait for a group commit with no software at all); the order
 reversed every other round so a neighbour's load falls on each alike. A round's ratios (wire
-/ redis-py p50 and p99, gRPC / wire p50) compare runs seconds apart; the program prints every round's figures with the load average, then each
-target's per-round values: their median, its distribution-free 95% interval (``pooled.py``)
-and the range, and a verdict only when the interval lies on one side of the target. The
-high rate's p99 over the floor's is printed the same way, without a target: what Wharf adds
-to the disk at the same moments. Every run starts on a quiet disk (``compare.settle_disk``), as in ``make bench-compare``.
+/ redis-py p50 and p99, gRPC / wire p50) compare runs seconds apart; the program prints
+every round's figures with the load average, then each target's per-round values: their
+median, its distribution-free 95% interval (``pooled.py``) and the range, and a verdict only
+when the interval lies on one side of the target. The high rate's p99 over the floor's is
+printed the same way, without a target: what Wharf adds to the disk at the same moments.
+Every run starts on a quiet disk (``compare.settle_disk``), as in ``make bench-compare``.
 
     python -m tests.bench.lone --pool LOG [LOG ...]
 
@@ -36,6 +37,7 @@ import uvloop
 
 from tests.bench import disk_floor, pooled, redis_peer
 from tests.bench.compare import settle_disk, wharf_bench
+from tests.bench.read_path import pct
 from tests.bench.redis_peer import RedisServer
 from tests.harness import BrokerProcess
 
@@ -63,7 +65,7 @@ def one_run(
         syncs = disk_floor.sync_loop(broker.root / "floor.log", args.high_rate, args.seconds)
         waits = disk_floor.waits(syncs, args.high_rate)
         (broker.root / "floor.log").unlink()
-        return {"p50_ms": disk_floor.pct(waits, 0.5), "p99_ms": disk_floor.pct(waits, 0.99)}
+        return {"p50_ms": pct(waits, 0.5), "p99_ms": pct(waits, 0.99)}
     if peer == "redis":
         return uvloop.run(
             redis_peer.redispy_e2e(
@@ -86,15 +88,13 @@ _PRINTED = re.compile(r"([a-z-]+) p50 ([0-9.]+) p99 ([0-9.]+) ms \(load [0-9.]+\
 
 def printed_rounds(paths: list[str]) -> list[dict[str, dict[str, Any]]]:
     """The rounds printed in these saved outputs of main(), in order."""
-    rounds = []
-    for path in paths:
-        for line in Path(path).read_text().splitlines():
-            if line.startswith("round "):
-                rounds.append({
-                    peer: {"p50_ms": float(p50), "p99_ms": float(p99)}
-                    for peer, p50, p99 in _PRINTED.findall(line)
-                })  # fmt: skip
-    return rounds
+    return [
+        {
+            peer: {"p50_ms": float(p50), "p99_ms": float(p99)}
+            for peer, p50, p99 in _PRINTED.findall(line)
+        }
+        for line in pooled.round_lines(paths)
+    ]
 
 
 def main() -> None:

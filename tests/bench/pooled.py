@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from pathlib import Path
 
 
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
@@ -45,3 +46,14 @@ def describe(values: list[float], op: str, bound: float, unit: str = "x") -> str
     return (f"median {statistics.median(values):.2f}{unit}, 95% interval {low:.2f}-{high:.2f}"
             f"{unit}, range {min(values):.2f}-{max(values):.2f}{unit} over {len(values)} rounds, "
             f"target {op} {bound}{unit}: {decide(values, op, bound)}")  # fmt: skip
+
+
+def round_lines(paths: list[str]) -> list[str]:
+    """The "round N: ..." lines of these saved program outputs, in order (what ``--pool``
+    re-reads)."""
+    return [
+        line
+        for path in paths
+        for line in Path(path).read_text().splitlines()
+        if line.startswith("round ")
+    ]
