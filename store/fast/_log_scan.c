@@ -13,6 +13,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -818,6 +819,181 @@ done:
     return result;
 }
 
+/* choose_runs(units, max_count, max_bytes, log_min, codes) -> (runs, sizes, scanned,
+ * removed_first): a raw pull's choice of ConsumeQueue units (store/read/get_message.py
+ * choose_units, the reference, with get_raw.py's grouping into runs of adjacent records).
+ * ``units``: CQ_STORE_UNIT_SIZE-byte units (offset q, size i, tags code q, big-endian);
+ * ``codes``: the tag hash codes to keep, or None for every unit. ``runs``: (log offset, bytes,
+ * first, count) of each run of adjacent chosen records, ``sizes``: every chosen unit's size
+ * (int32, native order; a run's records are sizes[first:first + count]). The Python loop cost
+ * ~0.6 us a unit at pulls of 100 (py-spy of a consume run, 2026-11-28: 25% of the broker). */
+PyDoc_STRVAR(choose_runs_doc, "choose_runs(units, max_count, max_bytes, log_min, codes) -> "
+                              "(runs, sizes, scanned, removed_first)");
+
+#define CQ_BLANK_UNIT_SIZE 0x7FFFFFFF
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static PyObject *choose_runs(PyObject *module, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t max_count, max_bytes;
+    long long log_min;
+    PyObject *codes_obj;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*nnLO:choose_runs", &view, &max_count, &max_bytes, &log_min,
+                          &codes_obj)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *runs = NULL, *sizes = NULL, *iter = NULL, *item = NULL;
+    int64_t *codes = NULL;
+    Py_ssize_t ncodes = 0;
+    int by_code = codes_obj != Py_None;
+    if (by_code) { /* a sorted C copy: a pull tests every unit against it */
+        Py_ssize_t length = PyObject_Length(codes_obj);
+        if (length < 0) {
+            goto done;
+        }
+        codes = PyMem_Malloc((size_t)(length ? length : 1) * sizeof(int64_t));
+        iter = PyObject_GetIter(codes_obj);
+        if (codes == NULL || iter == NULL) {
+            if (codes == NULL) {
+                PyErr_NoMemory();
+            }
+            goto done;
+        }
+        while ((item = PyIter_Next(iter)) != NULL && ncodes < length) {
+            long long code = PyLong_AsLongLong(item);
+            Py_CLEAR(item);
+            if (code == -1 && PyErr_Occurred()) {
+                goto done;
+            }
+            codes[ncodes++] = code;
+        }
+        Py_CLEAR(item);
+        if (PyErr_Occurred()) {
+            goto done;
+        }
+        qsort(codes, (size_t)ncodes, sizeof(int64_t), cmp_i64);
+    }
+    if (max_count < 1) {
+        max_count = 1;
+    }
+    Py_ssize_t nunits = view.len / CQ_STORE_UNIT_SIZE;
+    Py_ssize_t cap = nunits < max_count ? nunits : max_count;
+    sizes = PyBytes_FromStringAndSize(NULL, cap * (Py_ssize_t)sizeof(int32_t));
+    runs = PyList_New(0);
+    if (sizes == NULL || runs == NULL) {
+        goto done;
+    }
+    int32_t *size_of = (int32_t *)PyBytes_AS_STRING(sizes);
+    const unsigned char *unit = (const unsigned char *)view.buf;
+    Py_ssize_t chosen = 0, scanned = 0, run_first = 0;
+    long long total_bytes = 0, run_start = 0, run_end = -1;
+    int removed_first = 0;
+    for (Py_ssize_t i = 0; i < nunits; i++, unit += CQ_STORE_UNIT_SIZE) {
+        int64_t offset = (int64_t)be64(unit);
+        int32_t size = (int32_t)be32(unit + 8);
+        if (chosen && (chosen >= max_count || total_bytes + size > max_bytes)) {
+            break;
+        }
+        scanned++;
+        if (size == CQ_BLANK_UNIT_SIZE) {
+            continue;
+        }
+        if (by_code) {
+            int64_t code = (int64_t)be64(unit + 12);
+            if (bsearch(&code, codes, (size_t)ncodes, sizeof(int64_t), cmp_i64) == NULL) {
+                continue;
+            }
+        }
+        if (offset < log_min) {
+            removed_first = removed_first || !chosen;
+            continue;
+        }
+        if (offset != run_end) { /* a new run: close the previous one */
+            if (chosen) {
+                item = Py_BuildValue("(LLnn)", run_start, run_end - run_start, run_first,
+                                     chosen - run_first);
+                if (item == NULL || PyList_Append(runs, item) < 0) {
+                    goto done;
+                }
+                Py_CLEAR(item);
+            }
+            run_start = offset;
+            run_first = chosen;
+        }
+        run_end = offset + size;
+        size_of[chosen++] = size;
+        total_bytes += size;
+    }
+    if (chosen) {
+        item = Py_BuildValue("(LLnn)", run_start, run_end - run_start, run_first,
+                             chosen - run_first);
+        if (item == NULL || PyList_Append(runs, item) < 0) {
+            goto done;
+        }
+        Py_CLEAR(item);
+    }
+    if (chosen < cap && _PyBytes_Resize(&sizes, chosen * (Py_ssize_t)sizeof(int32_t)) < 0) {
+        goto done;
+    }
+    result = Py_BuildValue("(OOnO)", runs, sizes, scanned, removed_first ? Py_True : Py_False);
+done:
+    Py_XDECREF(item);
+    Py_XDECREF(iter);
+    Py_XDECREF(runs);
+    Py_XDECREF(sizes);
+    PyMem_Free(codes);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* check_run(chunk, sizes, first, count) -> body bytes, or -1: whether ``chunk`` holds, back to
+ * back, messages of the sizes sizes[first:first + count] (TOTALSIZE equal to its unit's size,
+ * MAGICCODE a message's, at least the fixed header), as store/read/get_raw.py
+ * _check_run_python; the sum of their BODYLENGTHs if so. */
+PyDoc_STRVAR(check_run_doc, "check_run(chunk, sizes, first, count) -> body bytes or -1");
+
+static PyObject *check_run(PyObject *module, PyObject *args) {
+    Py_buffer chunk, sizes;
+    Py_ssize_t first, count;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*y*nn:check_run", &chunk, &sizes, &first, &count)) {
+        return NULL;
+    }
+    long long bodies = -1;
+    Py_ssize_t nsizes = sizes.len / (Py_ssize_t)sizeof(int32_t);
+    if (first < 0 || count < 0 || first + count > nsizes) {
+        PyErr_SetString(PyExc_ValueError, "the run lies outside sizes");
+        PyBuffer_Release(&chunk);
+        PyBuffer_Release(&sizes);
+        return NULL;
+    }
+    const unsigned char *buf = (const unsigned char *)chunk.buf;
+    const int32_t *size_of = (const int32_t *)sizes.buf + first;
+    Py_ssize_t pos = 0, last = chunk.len - RECORD_FIXED_SIZE;
+    long long sum = 0;
+    Py_ssize_t i = 0;
+    for (; i < count; i++) {
+        int32_t size = size_of[i];
+        if (pos > last || (int32_t)be32(buf + pos + OFF_TOTAL_SIZE) != size ||
+            be32(buf + pos + OFF_MAGIC) != MESSAGE_MAGIC_CODE || size < RECORD_FIXED_SIZE) {
+            break;
+        }
+        sum += (int32_t)be32(buf + pos + OFF_BODY_LENGTH);
+        pos += size;
+    }
+    if (i == count) {
+        bodies = sum;
+    }
+    PyBuffer_Release(&chunk);
+    PyBuffer_Release(&sizes);
+    return PyLong_FromLongLong(bodies);
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
     {"gather_tails", gather_tails, METH_VARARGS, gather_tails_doc},
@@ -825,6 +1001,8 @@ static PyMethodDef methods[] = {
     {"topic_ids", topic_ids, METH_VARARGS, topic_ids_doc},
     {"append_runs", append_runs, METH_VARARGS, append_runs_doc},
     {"put_index_entries", put_index_entries, METH_VARARGS, put_index_entries_doc},
+    {"choose_runs", choose_runs, METH_VARARGS, choose_runs_doc},
+    {"check_run", check_run, METH_VARARGS, check_run_doc},
     {NULL, NULL, 0, NULL},
 };
 

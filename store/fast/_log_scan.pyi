@@ -86,3 +86,12 @@ class QueueFileState:
     size: int
     allocated: int
     fd: int
+
+def choose_runs(
+    units: Buffer, max_count: int, max_bytes: int, log_min: int, codes: set[int] | None, /
+) -> tuple[list[tuple[int, int, int, int]], bytes, int, bool]:
+    """(runs (log offset, bytes, first, count), chosen sizes int32, units scanned,
+    removed_first)."""
+
+def check_run(chunk: Buffer, sizes: Buffer, first: int, count: int, /) -> int:
+    """Body bytes of the run's records, or -1 when a record disagrees with its unit."""

@@ -93,15 +93,34 @@ def choose_units(
     """Pass 1 of a pull: (chosen (commit log offset, size) by tag HASH and size limits, units
     scanned, whether the first candidates pointed at deleted log data); None when no unit
     could be read at ``offset``. No CommitLog access beyond its min offset."""
-    match_all = tag_filter.match_all
-    by_code = bool(tag_filter.tags)  # a SQL filter alone has no tag hash to skip units by
-    max_count = max(max_count, 1)
-    scan = max_count if match_all else max(MIN_FILTER_SCAN_UNITS, max_count)
-    unit_bytes = queue.read_unit_bytes(offset, scan)
+    unit_bytes = units_to_scan(queue, offset, max_count, tag_filter)
     if not unit_bytes:
         return None
-    log_min = commit_log.min_offset
-    codes = tag_filter.codes
+    return choose_from_units(
+        unit_bytes, max_count, max_bytes, commit_log.min_offset, codes_to_match(tag_filter)
+    )
+
+
+def units_to_scan(queue: ConsumeQueue, offset: int, max_count: int, tag_filter: TagFilter) -> bytes:
+    """The units a pull at ``offset`` looks at: ``max_count``, or more under a filter (which
+    may skip many)."""
+    max_count = max(max_count, 1)
+    scan = max_count if tag_filter.match_all else max(MIN_FILTER_SCAN_UNITS, max_count)
+    return queue.read_unit_bytes(offset, scan)
+
+
+def codes_to_match(tag_filter: TagFilter) -> frozenset[int] | None:
+    """The tag hash codes a unit must carry, or None (no tags: a SQL filter alone has no tag
+    hash to skip units by)."""
+    return tag_filter.codes if tag_filter.tags else None
+
+
+def choose_from_units(
+    unit_bytes: bytes, max_count: int, max_bytes: int, log_min: int, codes: frozenset[int] | None
+) -> tuple[list[tuple[int, int]], int, bool]:
+    """The choice among ``unit_bytes`` (see ``choose_units``); the reference of the compiled
+    ``choose_runs`` (store/fast/_log_scan.c)."""
+    max_count = max(max_count, 1)
     chosen: list[tuple[int, int]] = []
     total_bytes = 0
     scanned = 0
@@ -110,7 +129,7 @@ def choose_units(
         if chosen and (len(chosen) >= max_count or total_bytes + size > max_bytes):
             break
         scanned += 1
-        if size == BLANK_UNIT_SIZE or (by_code and tags_code not in codes):
+        if size == BLANK_UNIT_SIZE or (codes is not None and tags_code not in codes):
             continue
         if phy_offset < log_min:
             removed_first = removed_first or not chosen

@@ -20,7 +20,9 @@ paths in the broker, not only in isolation.
 from __future__ import annotations
 
 import struct
+from array import array
 
+from wharf.store import fast
 from wharf.store.codec.layout import (
     MESSAGE_MAGIC_CODE,
     OFFSET_BODY_LENGTH,
@@ -32,11 +34,19 @@ from wharf.store.log.commit_log import CommitLog
 from wharf.store.model import GetStatus, RawGetResult, TagFilter
 from wharf.store.queue.consume_queue import ConsumeQueue
 from wharf.store.read.filter import MATCH_ALL
-from wharf.store.read.get_message import check_offset, choose_units
+from wharf.store.read.get_message import (
+    check_offset,
+    choose_from_units,
+    codes_to_match,
+    units_to_scan,
+)
 
 # TOTALSIZE, MAGICCODE and BODYLENGTH in one unpack (the rest of the header skipped).
 _SIZE_MAGIC_BODY = partial_struct(("TOTAL_SIZE", "MAGIC", "BODY_LENGTH"))
 _BODY_LENGTH = struct.Struct(">i")
+# A run of adjacent chosen records: (log offset, bytes, first, count), its records' sizes
+# being sizes[first:first + count] (int32 in native order, one per chosen unit).
+Run = tuple[int, int, int, int]
 
 
 def get_raw_records(
@@ -54,11 +64,14 @@ def get_raw_records(
         )
     assert queue is not None
     min_offset, max_offset = queue.min_offset, queue.max_offset
-    choice = choose_units(queue, commit_log, offset, max_count, tag_filter or MATCH_ALL, max_bytes)
-    if choice is None:
+    choosing = tag_filter or MATCH_ALL
+    unit_bytes = units_to_scan(queue, offset, max_count, choosing)
+    if not unit_bytes:
         return RawGetResult(GetStatus.OFFSET_FOUND_NULL, offset + 1, min_offset, max_offset)
-    chosen, scanned, removed_first = choice
-    chunks, count, body_bytes, missing = _read_runs(commit_log, chosen)
+    runs, sizes, scanned, removed_first = _choose_runs(
+        unit_bytes, max_count, max_bytes, commit_log.min_offset, codes_to_match(choosing)
+    )
+    chunks, count, body_bytes, missing = _read_runs(commit_log, runs, sizes)
     if tag_filter is not None and tag_filter.sql is not None and count:
         # Raw records go out undecoded, but a SQL92 filter is the broker's to apply: decode
         # each record's properties once (what the filter costs, ~2 us a record here).
@@ -92,12 +105,21 @@ def _filter_records(chunks: list[bytes], tag_filter: TagFilter) -> tuple[list[by
     return kept, count, body_bytes
 
 
-def _read_runs(
-    commit_log: CommitLog, chosen: list[tuple[int, int]]
-) -> tuple[list[bytes], int, int, int]:
-    """(chunks of whole records, records, body bytes, records that could not be read)."""
-    chunks: list[bytes] = []
-    count = body_bytes = missing = 0
+def choose_runs_python(
+    unit_bytes: bytes, max_count: int, max_bytes: int, log_min: int, codes: frozenset[int] | None
+) -> tuple[list[Run], bytes, int, bool]:
+    """The chosen units in runs of adjacent records: (runs, sizes, units scanned,
+    removed_first); the reference of the compiled ``choose_runs``."""
+    chosen, scanned, removed_first = choose_from_units(
+        unit_bytes, max_count, max_bytes, log_min, codes
+    )
+    runs, sizes = runs_of(chosen)
+    return runs, sizes, scanned, removed_first
+
+
+def runs_of(chosen: list[tuple[int, int]]) -> tuple[list[Run], bytes]:
+    """(log offset, size) units as runs of adjacent records, and their sizes (int32)."""
+    runs: list[Run] = []
     i, n = 0, len(chosen)
     while i < n:
         start, size = chosen[i]
@@ -107,41 +129,64 @@ def _read_runs(
         while j < n and chosen[j][0] == end:
             end += chosen[j][1]
             j += 1
-        chunk = _read_or_none(commit_log, start, end - start)
-        if chunk is not None and (bodies := _check_run(chunk, chosen[i:j])) is not None:
-            chunks.append(chunk)
-            count += j - i
-            body_bytes += bodies
-        else:
-            # Not one readable range (retention deleted part of it, or it spans segments), or
-            # a unit disagrees with the log: record by record, with the full checked read.
-            for phy_offset, record_size in chosen[i:j]:
-                record = _read_one(commit_log, phy_offset, record_size)
-                if record is None:
-                    missing += 1
-                else:
-                    chunks.append(record)
-                    count += 1
-                    body_bytes += _BODY_LENGTH.unpack_from(record, OFFSET_BODY_LENGTH)[0]
+        runs.append((start, end - start, i, j - i))
         i = j
+    return runs, array("i", [size for _, size in chosen]).tobytes()
+
+
+def _read_runs(
+    commit_log: CommitLog, runs: list[Run], sizes: bytes
+) -> tuple[list[bytes], int, int, int]:
+    """(chunks of whole records, records, body bytes, records that could not be read)."""
+    chunks: list[bytes] = []
+    count = body_bytes = missing = 0
+    for start, length, first, run_count in runs:
+        chunk = _read_or_none(commit_log, start, length)
+        bodies = -1 if chunk is None else _check_run(chunk, sizes, first, run_count)
+        if bodies >= 0:
+            chunks.append(chunk)  # type: ignore[arg-type]  # not None when bodies >= 0
+            count += run_count
+            body_bytes += bodies
+            continue
+        # Not one readable range (retention deleted part of it, or it spans segments), or a
+        # unit disagrees with the log: record by record, with the full checked read.
+        phy_offset = start
+        for record_size in memoryview(sizes).cast("i")[first : first + run_count]:
+            record = _read_one(commit_log, phy_offset, record_size)
+            if record is None:
+                missing += 1
+            else:
+                chunks.append(record)
+                count += 1
+                body_bytes += _BODY_LENGTH.unpack_from(record, OFFSET_BODY_LENGTH)[0]
+            phy_offset += record_size
     return chunks, count, body_bytes, missing
 
 
-def _check_run(chunk: bytes, run: list[tuple[int, int]]) -> int | None:
-    """Sum of BODYLENGTHs if every record in ``chunk`` is a message of its unit's size, else
-    None (the caller falls back to checked single reads)."""
+def check_run_python(chunk: bytes, sizes: bytes, first: int, count: int) -> int:
+    """Sum of BODYLENGTHs if ``chunk`` holds, back to back, messages of the sizes
+    sizes[first:first + count], else -1 (the caller falls back to checked single reads); the
+    reference of the compiled ``check_run``."""
     pos = bodies = 0
     unpack = _SIZE_MAGIC_BODY.unpack_from
     last = len(chunk) - RECORD_FIXED_SIZE  # a record starting later cannot be whole
-    for _, size in run:
+    for size in memoryview(sizes).cast("i")[first : first + count]:
         if pos > last:
-            return None
+            return -1
         total, magic, body = unpack(chunk, pos)
         if total != size or magic != MESSAGE_MAGIC_CODE or size < RECORD_FIXED_SIZE:
-            return None
+            return -1
         bodies += body
         pos += size
     return bodies
+
+
+# The compiled twins (store/fast/_log_scan.c; tests/store/test_fast_pull_runs.py compares
+# them with the references): at pulls of 100 the Python loops above were a quarter of the
+# broker's CPU in a consume run (py-spy, 2026-11-28).
+_COMPILED = fast.load("_log_scan")
+_choose_runs = choose_runs_python if _COMPILED is None else _COMPILED.choose_runs
+_check_run = check_run_python if _COMPILED is None else _COMPILED.check_run
 
 
 def _read_one(commit_log: CommitLog, offset: int, size: int) -> bytes | None:

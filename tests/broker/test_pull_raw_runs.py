@@ -66,7 +66,7 @@ def units_of(data: bytes, start: int = 4096) -> list[tuple[int, int]]:
 def test_adjacent_records_are_one_copy_with_their_body_bytes() -> None:
     data = records(300)  # ~37 KiB: one run, whatever the old 1 MiB run cap
     log = FakeLog(data, base=4096)
-    chunks, count, body_bytes, missing = get_raw._read_runs(log, units_of(data))  # type: ignore[arg-type]
+    chunks, count, body_bytes, missing = get_raw._read_runs(log, *get_raw.runs_of(units_of(data)))  # type: ignore[arg-type]
     assert chunks == [data] and count == 300 and missing == 0
     assert body_bytes == sum(10 + i % 50 for i in range(300))
     assert log.single_reads == 0
@@ -76,7 +76,7 @@ def test_gaps_between_records_split_runs() -> None:
     first, second = records(60), records(60, start=50_000)
     log = FakeLog(first + b"\0" * (50_000 - 4096 - len(first)) + second, base=4096)
     units = units_of(first) + units_of(second, start=50_000)
-    chunks, count, _, missing = get_raw._read_runs(log, units)  # type: ignore[arg-type]
+    chunks, count, _, missing = get_raw._read_runs(log, *get_raw.runs_of(units))  # type: ignore[arg-type]
     assert chunks == [first, second] and count == 120 and missing == 0
 
 
@@ -96,6 +96,6 @@ def test_a_unit_that_disagrees_with_the_log_is_reported_not_returned(damage: str
     # The run holding the bad unit fails the one-unpack check and is re-read record by record
     # with the checked read, which reports the corruption (DATA_LOSS at the broker).
     with pytest.raises(CorruptRecordError) as raised:
-        get_raw._read_runs(log, units)  # type: ignore[arg-type]
+        get_raw._read_runs(log, *get_raw.runs_of(units))  # type: ignore[arg-type]
     assert raised.value.offset == units[bad][0]
     assert log.single_reads == bad + 1
