@@ -837,6 +837,15 @@ static int cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* runs.append((start, end - start, first, chosen - first)); -1 with an exception set. */
+static int append_run(PyObject *runs, long long start, long long end, Py_ssize_t first,
+                      Py_ssize_t chosen) {
+    PyObject *run = Py_BuildValue("(LLnn)", start, end - start, first, chosen - first);
+    int rc = run == NULL ? -1 : PyList_Append(runs, run);
+    Py_XDECREF(run);
+    return rc;
+}
+
 static PyObject *choose_runs(PyObject *module, PyObject *args) {
     Py_buffer view;
     Py_ssize_t max_count, max_bytes;
@@ -914,13 +923,8 @@ static PyObject *choose_runs(PyObject *module, PyObject *args) {
             continue;
         }
         if (offset != run_end) { /* a new run: close the previous one */
-            if (chosen) {
-                item = Py_BuildValue("(LLnn)", run_start, run_end - run_start, run_first,
-                                     chosen - run_first);
-                if (item == NULL || PyList_Append(runs, item) < 0) {
-                    goto done;
-                }
-                Py_CLEAR(item);
+            if (chosen && append_run(runs, run_start, run_end, run_first, chosen) < 0) {
+                goto done;
             }
             run_start = offset;
             run_first = chosen;
@@ -929,13 +933,8 @@ static PyObject *choose_runs(PyObject *module, PyObject *args) {
         size_of[chosen++] = size;
         total_bytes += size;
     }
-    if (chosen) {
-        item = Py_BuildValue("(LLnn)", run_start, run_end - run_start, run_first,
-                             chosen - run_first);
-        if (item == NULL || PyList_Append(runs, item) < 0) {
-            goto done;
-        }
-        Py_CLEAR(item);
+    if (chosen && append_run(runs, run_start, run_end, run_first, chosen) < 0) {
+        goto done;
     }
     if (chosen < cap && _PyBytes_Resize(&sizes, chosen * (Py_ssize_t)sizeof(int32_t)) < 0) {
         goto done;
