@@ -1,7 +1,8 @@
 """The campaign loop: a cluster, a workload, faults drawn from the nemesis table, a verdict.
 
 One fault at a time: draw a nemesis (seeded, weighted), inject it, wait ``window`` seconds,
-heal it, wait ``gap`` seconds, next. Effects overlap anyway (a restarted master still catching
+heal it, wait ``gap`` seconds, next (the last fault is a failover held until a second replica
+has acknowledged, when the drawn ones made only one: ``_until_new_writer``). Effects overlap anyway (a restarted master still catching
 up when the next fault comes), which is the point. After the last fault or the deadline: heal
 everything, wait for one master with both replicas in sync, let the workload run 3 s more,
 stop it, read every queue from the master, and ``checker.check`` the history; the replica's
@@ -18,11 +19,37 @@ from pathlib import Path
 
 from tests.fault.campaign.cluster import Cluster
 from tests.fault.campaign.nemeses import TABLE, Context
+from tests.fault.campaign.nemeses.partition import IsolateMaster
 from tests.fault.campaign.summary import Summary, summarize
 from tests.fault.campaign.workload import TOPIC, Workload, copies_differing, read_all
-from tests.fault.checker import History, check
+from tests.fault.checker import OK, History, Send, check
 from tests.fault.nemesis import Nemesis as Partitions
 from tests.fault.netns import Network
+
+# The last fault's failover, when it must produce a second writer: past the lease (3 s), the
+# replica's election, its sync-state set shrunk (2 s) and the producers' new route, with room.
+FAILOVER_S = 30.0
+
+
+def _writers(history: History) -> set[str]:
+    """The replicas that acknowledged a send as master."""
+    return {
+        op.replica for op in history.ops if isinstance(op, Send) and op.status == OK and op.replica
+    }
+
+
+async def _until_new_writer(history: History, at_least_s: float) -> None:
+    """Hold the last fault (the master cut off) at least ``at_least_s`` and until another
+    replica has acknowledged a send, at most FAILOVER_S. On a loaded 2-core machine the
+    campaign's drawn windows once never let the replica take over (seed 36: every
+    acknowledgement by one replica), leaving the two-masters rule nothing to judge; a
+    failover that does not happen within FAILOVER_S still fails the test."""
+    before = _writers(history)
+    began = time.monotonic()
+    while time.monotonic() - began < FAILOVER_S:
+        if time.monotonic() - began >= at_least_s and _writers(history) - before:
+            return
+        await asyncio.sleep(0.2)
 
 
 @dataclass
@@ -65,13 +92,27 @@ async def run(
         try:
             while injected < settings.faults and time.monotonic() - began < settings.seconds:
                 nemesis = rng.choices(kinds, weights)[0]()
+                # The two-masters rule needs two writers to judge: if the drawn faults made
+                # none, the last one is a failover held until it does (_until_new_writer).
+                forced = injected == settings.faults - 1 and len(_writers(history)) < 2
+                if forced:
+                    # Only a replica in the sync-state set may be elected (it has every
+                    # acknowledged write); after a drawn fault it may not be back in it yet.
+                    nemesis = IsolateMaster()
+                    await cluster.in_sync(ctx.master(), within_s=settings.settle_s)
                 what = await nemesis.inject(ctx)
                 injected += 1
                 try:
-                    await asyncio.sleep(rng.uniform(*(nemesis.window or settings.window)))
+                    if forced:
+                        await _until_new_writer(
+                            history, rng.uniform(*(IsolateMaster.window or settings.window))
+                        )
+                    else:
+                        await asyncio.sleep(rng.uniform(*(nemesis.window or settings.window)))
                 finally:
                     await nemesis.heal(ctx)
-                log(f"fault {injected}: {what}; healed")  # type: ignore[operator]
+                held = " (held until a second replica acknowledged)" if forced else ""
+                log(f"fault {injected}: {what}{held}; healed")  # type: ignore[operator]
                 await asyncio.sleep(rng.uniform(*settings.gap))
         finally:
             await cluster.heal_all()
