@@ -16,6 +16,10 @@
 #define PROPERTY_SEPARATOR 2
 #define SYSFLAG_COMPRESSED 0x1 /* SYSFLAG bit: the body is zlib-compressed */
 #define CQ_STORE_UNIT_SIZE 20 /* a ConsumeQueue unit: offset, size, tags code */
+#define CQ_OFF_COMMIT_LOG_OFFSET 0
+#define CQ_OFF_SIZE 8
+#define CQ_OFF_TAGS_CODE 12
+#define CQ_BLANK_UNIT_SIZE 0x7FFFFFFF /* the size of RocketMQ's fillPreBlank unit */
 /* An IndexFile: header, then slots (the newest entry number of a hash), then entries. */
 #define INDEX_HEADER_SIZE 40
 #define INDEX_HASH_SLOT_SIZE 4
@@ -108,6 +112,10 @@ static inline PyObject *new_module_with_format(PyModuleDef *def) {
         {"INDEX_OFF_PHY_OFFSET", INDEX_OFF_PHY_OFFSET},
         {"INDEX_OFF_TIME_DIFF", INDEX_OFF_TIME_DIFF},
         {"INDEX_OFF_PREV_INDEX", INDEX_OFF_PREV_INDEX},
+        {"CQ_OFF_COMMIT_LOG_OFFSET", CQ_OFF_COMMIT_LOG_OFFSET},
+        {"CQ_OFF_SIZE", CQ_OFF_SIZE},
+        {"CQ_OFF_TAGS_CODE", CQ_OFF_TAGS_CODE},
+        {"CQ_BLANK_UNIT_SIZE", CQ_BLANK_UNIT_SIZE},
     };
     for (size_t i = 0; i < sizeof(offsets) / sizeof(offsets[0]); i++) {
         if (PyModule_AddIntConstant(module, offsets[i].name, offsets[i].offset) < 0) {

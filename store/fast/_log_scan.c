@@ -820,8 +820,9 @@ done:
 }
 
 /* choose_runs(units, max_count, max_bytes, log_min, codes) -> (runs, sizes, scanned,
- * removed_first): a raw pull's choice of ConsumeQueue units (store/read/get_message.py
- * choose_units, the reference, with get_raw.py's grouping into runs of adjacent records).
+ * removed_first): a raw pull's choice of ConsumeQueue units in runs of adjacent records (the
+ * reference: store/read/get_raw.py choose_runs_python, get_message.py's choose_from_units
+ * grouped by runs_of).
  * ``units``: CQ_STORE_UNIT_SIZE-byte units (offset q, size i, tags code q, big-endian);
  * ``codes``: the tag hash codes to keep, or None for every unit. ``runs``: (log offset, bytes,
  * first, count) of each run of adjacent chosen records, ``sizes``: every chosen unit's size
@@ -829,8 +830,6 @@ done:
  * ~0.6 us a unit at pulls of 100 (py-spy of a consume run, 2026-11-28: 25% of the broker). */
 PyDoc_STRVAR(choose_runs_doc, "choose_runs(units, max_count, max_bytes, log_min, codes) -> "
                               "(runs, sizes, scanned, removed_first)");
-
-#define CQ_BLANK_UNIT_SIZE 0x7FFFFFFF
 
 static int cmp_i64(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -903,8 +902,8 @@ static PyObject *choose_runs(PyObject *module, PyObject *args) {
     long long total_bytes = 0, run_start = 0, run_end = -1;
     int removed_first = 0;
     for (Py_ssize_t i = 0; i < nunits; i++, unit += CQ_STORE_UNIT_SIZE) {
-        int64_t offset = (int64_t)be64(unit);
-        int32_t size = (int32_t)be32(unit + 8);
+        int64_t offset = (int64_t)be64(unit + CQ_OFF_COMMIT_LOG_OFFSET);
+        int32_t size = (int32_t)be32(unit + CQ_OFF_SIZE);
         if (chosen && (chosen >= max_count || total_bytes + size > max_bytes)) {
             break;
         }
@@ -913,7 +912,7 @@ static PyObject *choose_runs(PyObject *module, PyObject *args) {
             continue;
         }
         if (by_code) {
-            int64_t code = (int64_t)be64(unit + 12);
+            int64_t code = (int64_t)be64(unit + CQ_OFF_TAGS_CODE);
             if (bsearch(&code, codes, (size_t)ncodes, sizeof(int64_t), cmp_i64) == NULL) {
                 continue;
             }
@@ -953,7 +952,7 @@ done:
 /* check_run(chunk, sizes, first, count) -> body bytes, or -1: whether ``chunk`` holds, back to
  * back, messages of the sizes sizes[first:first + count] (TOTALSIZE equal to its unit's size,
  * MAGICCODE a message's, at least the fixed header), as store/read/get_raw.py
- * _check_run_python; the sum of their BODYLENGTHs if so. */
+ * check_run_python; the sum of their BODYLENGTHs if so. */
 PyDoc_STRVAR(check_run_doc, "check_run(chunk, sizes, first, count) -> body bytes or -1");
 
 static PyObject *check_run(PyObject *module, PyObject *args) {

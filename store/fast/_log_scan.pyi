@@ -11,6 +11,10 @@ MAX_PROPERTIES_LENGTH: int
 PROPERTY_SEPARATOR: int
 SYSFLAG_COMPRESSED: int
 CQ_STORE_UNIT_SIZE: int
+CQ_OFF_COMMIT_LOG_OFFSET: int
+CQ_OFF_SIZE: int
+CQ_OFF_TAGS_CODE: int
+CQ_BLANK_UNIT_SIZE: int
 INDEX_HEADER_SIZE: int
 INDEX_HASH_SLOT_SIZE: int
 INDEX_ENTRY_SIZE: int
@@ -88,7 +92,7 @@ class QueueFileState:
     fd: int
 
 def choose_runs(
-    units: Buffer, max_count: int, max_bytes: int, log_min: int, codes: set[int] | None, /
+    units: Buffer, max_count: int, max_bytes: int, log_min: int, codes: frozenset[int] | None, /
 ) -> tuple[list[tuple[int, int, int, int]], bytes, int, bool]:
     """(runs (log offset, bytes, first, count), chosen sizes int32, units scanned,
     removed_first)."""

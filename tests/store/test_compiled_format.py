@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from wharf.store.codec import layout
 from wharf.store.codec.properties import PROPERTY_SEPARATOR
+from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE
 
 _HEADER_FILE = Path(layout.__file__).parent.parent / "fast" / "_format.h"
 _COMPILED = [
@@ -33,6 +34,8 @@ _EXPECTED = {
     "PROPERTY_SEPARATOR": ord(PROPERTY_SEPARATOR),
     "SYSFLAG_COMPRESSED": layout.SYSFLAG_COMPRESSED,
     "CQ_STORE_UNIT_SIZE": layout.CQ_STORE_UNIT_SIZE,
+    **{f"CQ_OFF_{field.name}": field.offset for field in layout.CQ_UNIT_FIELDS},
+    "CQ_BLANK_UNIT_SIZE": BLANK_UNIT_SIZE,
     **{f"OFF_{field.name}": field.offset for field in layout.RECORD_FIELDS},
     "INDEX_HEADER_SIZE": layout.INDEX_HEADER_SIZE,
     "INDEX_HASH_SLOT_SIZE": layout.INDEX_HASH_SLOT_SIZE,

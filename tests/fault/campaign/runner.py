@@ -2,11 +2,12 @@
 
 One fault at a time: draw a nemesis (seeded, weighted), inject it, wait ``window`` seconds,
 heal it, wait ``gap`` seconds, next (the last fault is a failover held until a second replica
-has acknowledged, when the drawn ones made only one: ``_until_new_writer``). Effects overlap anyway (a restarted master still catching
-up when the next fault comes), which is the point. After the last fault or the deadline: heal
-everything, wait for one master with both replicas in sync, let the workload run 3 s more,
-stop it, read every queue from the master, and ``checker.check`` the history; the replica's
-copy of every queue must then be the master's (once caught up, within 60 s).
+has acknowledged, when the drawn ones made only one: ``_until_new_writer``). Effects overlap
+anyway (a restarted master still catching up when the next fault comes), which is the point.
+After the last fault or the deadline: heal everything, wait for one master with both replicas
+in sync, let the workload run 3 s more, stop it, read every queue from the master, and
+``checker.check`` the history; the replica's copy of every queue must then be the master's
+(once caught up, within 60 s).
 """
 
 from __future__ import annotations
