@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -283,6 +285,27 @@ class NamesrvProcess(BrokerProcess):
 
     def __enter__(self) -> NamesrvProcess:
         return self if self.running else self.start()
+
+    def wait_registered(self, brokers: Sequence[BrokerProcess], timeout: float = 15.0) -> None:
+        """Blocks until every broker of ``brokers`` is in this NameServer's cluster info. A
+        broker's ready file comes before its first registration (registration is a background
+        session), so a cluster-wide create right after start could miss a group (CI, stop 73)."""
+        from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
+
+        want = {b.endpoint for b in brokers}
+        deadline = time.monotonic() + timeout
+        with grpc.insecure_channel(self.endpoint) as channel:
+            stub = namesrv_pb2_grpc.NameServiceStub(channel)
+            while True:
+                info = stub.GetClusterInfo(namesrv_pb2.GetClusterInfoRequest(), timeout=5)
+                missing = want - {b.address for b in info.brokers}
+                if not missing:
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{sorted(missing)} not registered with {self.endpoint} in {timeout} s"
+                    )
+                time.sleep(0.05)
 
 
 class EtcdProcess:

@@ -40,4 +40,6 @@ def cluster(
         )
         for name in ("broker-a", "broker-b")
     }
+    for ns in names:  # a cluster-wide create reaches only the masters registered by then
+        ns.wait_registered(list(brokers.values()))
     return names, brokers

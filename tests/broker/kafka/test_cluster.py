@@ -49,6 +49,7 @@ def kafka_cluster(daemons: Daemons, tmp_path: Path) -> tuple[str, dict[str, Brok
         )
         for name in ("broker-a", "broker-b")
     }
+    ns.wait_registered(list(brokers.values()))  # create_topic reaches every registered master
     return ns.endpoint, brokers
 
 
@@ -77,7 +78,7 @@ async def _create_topic(ns: str, brokers: dict[str, BrokerProcess]) -> None:
     a, b = node_id("broker-a", 0), node_id("broker-b", 0)
     want = {0: a, 1: a, 2: b, 3: b}
     deadline = time.monotonic() + 10
-    while True:  # both registrations reach the NameServer within ~50 ms of the create
+    while True:  # both re-registrations reach the NameServer within ~50 ms of the create
         got = [_leaders(await _metadata(broker)) for broker in brokers.values()]
         if all(g == want for g in got):
             return
