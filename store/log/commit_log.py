@@ -204,7 +204,8 @@ class CommitLog(CommitLogReads):
                 self.transient_pool = TransientStorePool(
                     config.transient_store_pool_size, self.file_size
                 )
-        self.allocator = AllocateMappedFileService(self.queue)
+        fill_mbps = config.zero_fill_ahead_mbps if config.flush_disk_type == SYNC_FLUSH else 0
+        self.allocator = AllocateMappedFileService(self.queue, zero_fill_bps=fill_mbps * 10**6)
         self.group_commit = GroupCommitService(
             self._sync_engine(config),
             lambda: self.queue.flushed_where,

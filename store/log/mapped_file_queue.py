@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from wharf.store.codec.layout import parse_segment_file_name, segment_file_name
 from wharf.store.errors import disk_full_error, is_disk_full
-from wharf.store.log.mapped_file import MappedFile
+from wharf.store.log.mapped_file import MappedFile, ZeroFill
 from wharf.store.paths import fsync_dir_blocking, make_dirs_blocking
 
 log = logging.getLogger(__name__)
@@ -308,7 +308,12 @@ class MappedFileQueue:
 
 
 def create_segment_blocking(
-    store_path: str, offset: int, file_size: int, warm: bool, prefault: bool = False
+    store_path: str,
+    offset: int,
+    file_size: int,
+    warm: bool,
+    prefault: bool = False,
+    zero_fill: ZeroFill | None = None,
 ) -> MappedFile:
     """Create a segment under a temporary name and link it into place, so a concurrent creator
     of the same segment (preallocation vs. a synchronous roll) loses cleanly with
@@ -320,7 +325,7 @@ def create_segment_blocking(
     try:
         make_dirs_blocking(store_path)
         scratch = MappedFile.create_blocking(
-            tmp, file_size, warm, name_offset=offset, prefault=prefault
+            tmp, file_size, warm, name_offset=offset, prefault=prefault, zero_fill=zero_fill
         )
         try:
             os.link(tmp, final)
