@@ -18,6 +18,11 @@ page fault later), counted in ``MappedFileQueue.sync_creations`` -- a symptom to
 error. Its first writes page-fault on the loop (fresh pages ~2 GB/s): slower than a prefaulted
 segment, never a stall.
 
+Zero fill (SYNC_FLUSH, ``zeroFillAheadMbps``): a segment asked for while the log is slow is
+also filled with zeros and synced, paced, before it is handed over (``ZeroFill``), so the group
+commit's fdatasyncs into it find written extents and commit no extent change in the journal.
+A roll that needs a segment still filling cancels the fill (and creates its own, as above).
+
 A full disk (DiskFullError from the creation) is logged once per episode and the request is
 dropped: the roll then creates the segment itself and its append fails with DiskFullError, which
 the CommitLog turns into its disk-full state; a later roll asks again.
@@ -183,20 +188,20 @@ class AllocateMappedFileService(Service):
             try:
                 mapped = await asyncio.wrap_future(future)
             except FileExistsError:
-                self._fills.pop(offset, None)
                 self._inflight.pop(offset, None)
                 continue  # already on disk (created synchronously): nothing to prepare
             except DiskFullError as exc:
                 self._inflight.pop(offset, None)
-                self._fills.clear()
                 self._pending.clear()  # asked again after the next roll
+                self._fills.clear()
                 if self._last_ok:
                     log.warning("preallocating segment %d: %s", offset, exc)
                 self.disk_full_failures += 1
                 self._last_ok = False
                 return
+            finally:
+                fill = self._fills.pop(offset, None)
             self._last_ok = True
-            fill = self._fills.pop(offset, None)
             if fill is not None and fill.filled == self._queue.file_size:
                 self.zero_filled += 1
             if self._inflight.pop(offset, None) is future:  # not claimed by take() meanwhile
