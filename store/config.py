@@ -94,11 +94,8 @@ class StoreConfig:
     warm_mapped_file_enable: bool = False
     # zeroFillAheadMbps (MB/s; 0 off; SYNC_FLUSH only): a segment preallocated ahead has its
     # zeros written and synced at this pace, when the log is slow enough for the fill to end
-    # well before the segment is needed (store/log/allocate.py). posix_fallocate leaves
-    # unwritten extents, and every fdatasync that first writes into one also commits the
-    # extent change in ext4's journal: measured here, a group commit's fdatasync at 10k msg/s
-    # p50 260 -> 184 us into a zero-filled file. Paced, in 256 KiB steps, because one 32 MiB
-    # fill-and-sync stalled the foreground syncs (10k msg/s e2e p99 6.4 -> 24 ms).
+    # well before the segment is needed: why and when in store/log/allocate.py and
+    # mapped_file.py ``ZeroFill``.
     zero_fill_ahead_mbps: int = 32
 
     # fileReservedTime (hours) / deleteWhen ("04" or "04;16") / cleanResourceInterval (ms).

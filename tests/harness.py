@@ -29,8 +29,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import grpc
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -290,6 +288,7 @@ class NamesrvProcess(BrokerProcess):
         """Blocks until every broker of ``brokers`` is in this NameServer's cluster info. A
         broker's ready file comes before its first registration (registration is a background
         session), so a cluster-wide create right after start could miss a group (CI, stop 73)."""
+        import grpc  # here, as the rest of the harness only launches processes
         from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
         want = {b.endpoint for b in brokers}
