@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -94,3 +95,18 @@ def mapped_bytes(path: str, pid: int | str = "self") -> int:
             elif inside and fields[0] == "Rss:":
                 total += int(fields[1]) * 1024
     return total
+
+
+def unwritten_extents(path: str) -> int:
+    """Extents ext4 still marks unwritten (``filefrag -v``): what a zero fill must leave none of."""
+    out = subprocess.run(["filefrag", "-v", path], capture_output=True, text=True, check=True)
+    return sum("unwritten" in line for line in out.stdout.splitlines())
+
+
+def has_unwritten_extents(path: str | Path) -> bool:
+    """Whether the file system of ``path`` keeps fallocated space as unwritten extents (ext4,
+    xfs: where a zero fill matters). ``stat -f`` names ext4 "ext2/ext3": ask ``df``."""
+    out = subprocess.run(
+        ["df", "--output=fstype", str(path)], capture_output=True, text=True, check=True
+    )
+    return out.stdout.split()[-1] in ("ext4", "xfs") and shutil.which("filefrag") is not None

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import subprocess
 import time
 
 import pytest
@@ -14,13 +12,9 @@ from wharf.store.log import allocate as allocate_service
 from wharf.store.log.mapped_file import ZERO_FILL_STEP, ZeroFill
 from wharf.store.log.mapped_file_queue import MappedFileQueue, create_segment_blocking
 
+from tests.store.helpers import has_unwritten_extents, unwritten_extents
+
 SIZE = 1 << 20
-
-
-def _unwritten_extents(path: str) -> int:
-    """Extents ext4 still marks unwritten (``filefrag -v``): what a zero fill must leave none of."""
-    out = subprocess.run(["filefrag", "-v", path], capture_output=True, text=True, check=True)
-    return sum("unwritten" in line for line in out.stdout.splitlines())
 
 
 def test_a_zero_filled_segment_has_no_unwritten_extents_and_reads_as_zeros(tmp_path):
@@ -32,21 +26,12 @@ def test_a_zero_filled_segment_has_no_unwritten_extents_and_reads_as_zeros(tmp_p
         for segment in (plain, filled):
             with open(segment.path, "rb") as handle:
                 assert handle.read() == bytes(SIZE)  # what recovery reads: the same zeros
-        if _has_unwritten_extents(tmp_path):
-            assert _unwritten_extents(plain.path) > 0  # posix_fallocate's extents
-            assert _unwritten_extents(filled.path) == 0
+        if has_unwritten_extents(tmp_path):
+            assert unwritten_extents(plain.path) > 0  # posix_fallocate's extents
+            assert unwritten_extents(filled.path) == 0
     finally:
         plain.close()
         filled.close()
-
-
-def _has_unwritten_extents(path) -> bool:  # type: ignore[no-untyped-def]
-    """Whether the file system of ``path`` keeps fallocated space as unwritten extents (ext4,
-    xfs: where a zero fill matters). ``stat -f`` names ext4 "ext2/ext3": ask ``df``."""
-    out = subprocess.run(
-        ["df", "--output=fstype", str(path)], capture_output=True, text=True, check=True
-    )
-    return out.stdout.split()[-1] in ("ext4", "xfs") and shutil.which("filefrag") is not None
 
 
 def test_the_fill_keeps_its_pace_and_a_cancel_ends_it_at_the_next_step(tmp_path):
@@ -98,8 +83,8 @@ async def test_segments_are_zero_filled_only_when_the_log_rolls_slowly(
         queue.roll()  # the second: the interval decides the segment asked for now (3 * SIZE)
         await _settle(service)
         assert service.zero_filled == (1 if filled else 0)
-        if _has_unwritten_extents(tmp_path):
-            assert (_unwritten_extents(service._ready[3 * SIZE].path) == 0) is filled
+        if has_unwritten_extents(tmp_path):
+            assert (unwritten_extents(service._ready[3 * SIZE].path) == 0) is filled
     finally:
         await service.stop()
         queue.close()
