@@ -24,9 +24,11 @@ Keys, under ``/wharf/<cluster>/<brokerName>/``::
   0.3 s is sent again, to the next etcd member). It acknowledges nothing once
   ``send time of the last renewal + TTL - FENCE_MARGIN_S`` has passed (the store's write fence):
   by then etcd may have let the lease go and a replica taken over. It grows ``sss`` with
-  replicas that caught up (after requiring their acknowledgements) and shrinks it with replicas
-  that fell behind for haMaxTimeSlaveNotCatchup (before it stops waiting for them), each change
-  a transaction conditioned on its own ``master`` key and the set's revision.
+  replicas that caught up (requiring their acknowledgements first, and listing them once they
+  hold the log end of that moment: all it acknowledged without them, as RocketMQ's
+  ``maybeExpandInSyncStateSet`` wants the confirm offset) and shrinks it with replicas that
+  fell behind for haMaxTimeSlaveNotCatchup (before it stops waiting for them), each change a
+  transaction conditioned on its own ``master`` key and the set's revision.
 - **Stepping down.** A master that finds ``master`` gone or someone else's, or its lease lost,
   restarts the process (``restart``): it comes back as a replica, follows the new master,
   truncates what it wrote that the group never acknowledged (crash-safe, before recovery:
@@ -148,6 +150,9 @@ class Failover:
         self._create_revision = 0  # of our master key
         self._sss_revision = 0
         self._sss: set[int] = set()
+        # Master: in-sync replicas whose acks are required but etcd does not list yet, with
+        # the log end each must acknowledge first (``sync_state_once``).
+        self._joining: dict[int, int] = {}
         self._renewed_until = 0.0  # clock(): acknowledge nothing after it
         self._tasks: list[asyncio.Task[None]] = []
         self._stepping_down = False
@@ -289,6 +294,7 @@ class Failover:
         sss = await self.etcd.get(self._key("sss"))
         self._sss_revision = sss.mod_revision if sss is not None else 0
         self._sss = {self.broker_id}
+        self._joining = {}
         role_entry = await self.etcd.get(self._key("role"))
         role_value = role_entry.value if role_entry is not None else b""
         role = role_value.decode() if role_value else self.wished_role
@@ -399,21 +405,39 @@ class Failover:
 
     async def sync_state_once(self) -> bool:
         """One check of the sync-state set against the replicas in sync now; publishes a
-        change in etcd (a transaction on this master's key and the set's revision) and
-        requires the newcomers' acknowledgements before it lists them, the leavers' until
-        after. False if the set changed under this master (it steps down) or it has no
-        replication listener."""
+        change in etcd (a transaction on this master's key and the set's revision). A
+        newcomer's acknowledgements are required at once, but it is listed only once it has
+        acknowledged the log end of that moment (``_joining``): everything this master
+        acknowledged without it. Leavers stay required until etcd no longer lists them.
+        False if the set changed under this master (it steps down) or it has no replication
+        listener."""
         ha = self.store.ha_master
         if ha is None:
             return False
         local = ha.in_sync_ids()
         published = self._sss - {self.broker_id}
-        if local == published:
+        dropped = set(self._joining) - local  # fell behind before they were listed
+        for replica_id in dropped:
+            del self._joining[replica_id]
+        fresh = local - published - set(self._joining)
+        if fresh:
+            # Acks need the newcomers from here on; what was acknowledged without them ends
+            # at or before today's log end, and they must hold that before etcd lists them:
+            # a newcomer listed while it lacked a message acknowledged without it could be
+            # elected, and the message lost (the CI campaign, seed 36, 2026-11-28: 12
+            # acknowledged messages gone, their offsets reused by the next term).
+            ha.require(published | set(self._joining) | fresh)
+            end = self.store.commit_log_end()
+            for replica_id in fresh:
+                self._joining[replica_id] = end
+        acked = {r.broker_id: r.acked for r in ha.replicas()}
+        ready = {i for i, end in self._joining.items() if acked.get(i, -1) >= end}
+        wanted = (published & local) | ready
+        joining = set(self._joining) - ready
+        if wanted == published:
+            if dropped:
+                ha.require(published | joining)  # never listed: no longer waited for
             return True
-        grown = published | local
-        if local - published:
-            ha.require(grown)  # acks need the newcomers BEFORE etcd lists them
-        wanted = local
         value = json.dumps({"epoch": self.epoch, "members": sorted({self.broker_id, *wanted})})
         ok = await self.etcd.transaction(
             compare=[
@@ -428,7 +452,10 @@ class Failover:
         entry = await self.etcd.get(self._key("sss"))
         self._sss_revision = entry.mod_revision if entry is not None else 0
         self._sss = {self.broker_id, *wanted}
-        ha.require(set(wanted))  # leavers are dropped only AFTER etcd no longer lists them
+        for replica_id in ready:
+            self._joining.pop(replica_id, None)
+        # Leavers are dropped only now, AFTER etcd no longer lists them.
+        ha.require(wanted | set(self._joining))
         log.info("sync-state set of term %d: %s", self.epoch, sorted(self._sss))
         return True
 

@@ -197,7 +197,11 @@ async def _elect(first: Node, *others: Node) -> None:
 
 
 async def _sync(master: Node, in_sync: set[int]) -> None:
-    _ha(master).in_sync = set(in_sync)
+    """``in_sync`` caught up: each holds the master's log end (unless the test set less)."""
+    ha = _ha(master)
+    ha.in_sync = set(in_sync)
+    for replica_id in in_sync:
+        ha.acked.setdefault(replica_id, master.store.end)
     assert await master.failover.sync_state_once()
 
 
@@ -433,11 +437,67 @@ async def test_the_sync_state_set_grows_when_a_replica_catches_up_and_shrinks_wh
     assert json.loads(cluster.etcd.value(PREFIX + b"sss") or b"")["epoch"] == 1
 
 
+async def test_a_caught_up_replica_is_listed_only_once_it_holds_what_was_acked_without_it(
+    cluster: Cluster,
+) -> None:
+    """A master alone acknowledged up to its log end (1000). Replica 2 catches up, its acks
+    are required at once, but etcd lists it only once it holds 1000: listed earlier it could
+    be elected without the messages acknowledged before it was required (the CI campaign,
+    seed 36: 12 acknowledged messages lost that way, their offsets reused)."""
+    one, two = cluster.group(1, 2)
+    await _elect(one, two)
+    ha = _ha(one)
+    ha.required.clear()
+    one.store.end = 1000
+    ha.acked = {2: 900}  # in sync by its catch-up probe, but 100 bytes short of the end
+
+    await _sync(one, {2})
+    assert ha.required == [({2}, [1])]  # required, not listed
+    assert _members(cluster.etcd) == [1] and one.failover.sync_state_set == {1}
+
+    one.store.end = 1200  # appends after the require need 2's acks: not part of the floor
+    ha.acked[2] = 999
+    await _sync(one, {2})
+    assert _members(cluster.etcd) == [1]
+    ha.acked[2] = 1000
+    await _sync(one, {2})
+    assert _members(cluster.etcd) == [1, 2]
+    assert ha.required[-1] == ({2}, [1, 2])
+
+    # While 1 was alone in the set, 2 could not have taken over: it never campaigns outside it.
+    assert one.failover.epoch == 1
+
+
+async def test_a_replica_that_falls_behind_before_it_is_listed_is_no_longer_required(
+    cluster: Cluster,
+) -> None:
+    one, two = cluster.group(1, 2)
+    await _elect(one, two)
+    ha = _ha(one)
+    ha.required.clear()
+    one.store.end = 1000
+    ha.acked = {2: 10}
+    await _sync(one, {2})
+    assert ha.required == [({2}, [1])]
+    await _sync(one, set())  # it lagged for haMaxTimeSlaveNotCatchup before it was listed
+    assert ha.required[-1] == (set(), [1])
+    assert _members(cluster.etcd) == [1]
+
+    # Caught up again later: a new floor, the log end of that moment.
+    one.store.end = 2000
+    ha.acked[2] = 1500
+    await _sync(one, {2})
+    assert ha.required[-1] == ({2}, [1]) and _members(cluster.etcd) == [1]
+    ha.acked[2] = 2000
+    await _sync(one, {2})
+    assert _members(cluster.etcd) == [1, 2]
+
+
 async def test_a_master_whose_set_changed_under_it_steps_down(cluster: Cluster) -> None:
     one, two = cluster.group(1, 2)
     await _elect(one, two)
     await cluster.etcd.put(PREFIX + b"sss", b'{"epoch": 1, "members": [1, 2]}')  # not by it
-    _ha(one).in_sync = {2}
+    _ha(one).in_sync, _ha(one).acked = {2}, {2: 0}  # caught up: it holds the log end
     assert not await one.failover.sync_state_once()
     assert one.restarts == ["stepped down: its sync-state set changed under it"]
     assert _members(cluster.etcd) == [1, 2]  # the foreign write stands
