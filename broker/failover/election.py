@@ -431,6 +431,11 @@ class Failover:
             for replica_id in fresh:
                 self._joining[replica_id] = end
         acked = {r.broker_id: r.acked for r in ha.replicas()}
+        for replica_id in fresh:
+            if acked.get(replica_id, -1) < self._joining[replica_id]:
+                log.info("replica %d caught up: its acks are required; listed in the sync-state "
+                         "set once it holds %d (it has %d)", replica_id,
+                         self._joining[replica_id], acked.get(replica_id, -1))  # fmt: skip
         ready = {i for i, end in self._joining.items() if acked.get(i, -1) >= end}
         wanted = (published & local) | ready
         joining = set(self._joining) - ready
