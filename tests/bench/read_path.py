@@ -291,12 +291,12 @@ def hop_breakdown(stamps: list[tuple[str, int]], windows: list[tuple[int, int]])
         if "c.send" not in first:
             continue
         for name, _, after in HOPS:
-            ns = first.get(name)
-            if ns is None:
+            if name not in first:
                 continue
-            since_send[name].append((ns - first["c.send"]) / 1000)
-            previous = next((first[p] for p in after if p in first), ns)
-            step[name].append((ns - previous) / 1000)
+            at = first[name]
+            since_send[name].append((at - first["c.send"]) / 1000)
+            previous = next((first[p] for p in after if p in first), at)
+            step[name].append((at - previous) / 1000)
     lines = [f"{'hop':14s} {'what':38s} {'at p50':>7s} {'step p50':>9s} {'step p99':>9s}  (us)"]
     for name, what, _ in HOPS:
         if since_send[name]:
