@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
+from wharf.client import PullConsumer
+from wharf.client.route import MessageQueue
 from wharf.v1 import admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
 
 # Delay levels of 1 s: a failed message comes back after level 3 + reconsume times, 1 s here
@@ -47,3 +49,15 @@ class Client:
             consumer_group=group, topic=topic, queue_id=queue_id, queue_offset=offset, **fields
         )
         return self.msg.PullMessage(request, timeout=30)
+
+
+async def pull_bodies(endpoint: str, topic: str, group: str, count: int) -> list[bytes]:
+    """Queue 0's bodies from its first offset until at least ``count`` (all the last pull
+    gave: a caller that wrote more trims), through the SDK's pulls; fails on an empty one."""
+    async with PullConsumer(endpoint, group) as consumer:
+        bodies: list[bytes] = []
+        while len(bodies) < count:
+            result = await consumer.pull(MessageQueue(topic, 0), len(bodies), max_wait_ms=3000)
+            assert result.messages, f"nothing at {len(bodies)}"
+            bodies += [m.body for m in result.messages]
+        return bodies

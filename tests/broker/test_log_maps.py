@@ -15,10 +15,10 @@ import random
 from pathlib import Path
 
 import pytest
-from wharf.client import Producer, PullConsumer
-from wharf.client.route import MessageQueue
+from wharf.client import Producer
 from wharf.store.dispatch.reput import RELEASE_BEHIND, RELEASE_STEP
 
+from tests.broker.daemon_helpers import pull_bodies
 from tests.harness import BrokerProcess, Daemons
 from tests.store.helpers import mapped_bytes, until
 
@@ -60,16 +60,6 @@ def _log_mapped(broker: BrokerProcess) -> tuple[int, dict[str, int]]:
     return sum(by_file.values()), by_file
 
 
-async def _read(endpoint: str, count: int) -> list[bytes]:
-    async with PullConsumer(endpoint, "maps-check") as consumer:
-        bodies: list[bytes] = []
-        while len(bodies) < count:
-            result = await consumer.pull(MessageQueue(TOPIC, 0), len(bodies), max_wait_ms=3000)
-            assert result.messages, f"nothing at {len(bodies)}"
-            bodies += [m.body for m in result.messages]
-        return bodies[:count]
-
-
 def test_dispatched_log_pages_leave_the_maps_and_read_back_intact(
     daemons: Daemons, tmp_path: Path
 ) -> None:
@@ -86,7 +76,8 @@ def test_dispatched_log_pages_leave_the_maps_and_read_back_intact(
 
     # A consumer catching up from offset 0: the oldest segments are read (mapped) again.
     catch_up = 24 * MIB // BODY
-    assert asyncio.run(_read(broker.endpoint, catch_up)) == [_body(n) for n in range(catch_up)]
+    bodies = asyncio.run(pull_bodies(broker.endpoint, TOPIC, "maps-check", catch_up))
+    assert bodies[:catch_up] == [_body(n) for n in range(catch_up)]
     assert _log_mapped(broker)[1][first] > 0
 
     # A release step of produce later they are out of the maps again.

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from wharf.client import Producer, PullConsumer
-from wharf.client.route import MessageQueue
+from wharf.client import Producer
 from wharf.store.codec.layout import segment_file_name
 
+from tests.broker.daemon_helpers import pull_bodies
 from tests.harness import BrokerProcess, Daemons
 from tests.store.helpers import has_unwritten_extents, unwritten_extents
 
@@ -37,16 +37,6 @@ async def _produce(endpoint: str, first: int, count: int) -> None:
     async with Producer(endpoint) as producer:
         for n in range(first, first + count):
             await producer.send(TOPIC, _body(n), queue_id=0)
-
-
-async def _read(endpoint: str, count: int) -> list[bytes]:
-    async with PullConsumer(endpoint, "fill-check") as consumer:
-        bodies: list[bytes] = []
-        while len(bodies) < count:
-            result = await consumer.pull(MessageQueue(TOPIC, 0), len(bodies), max_wait_ms=3000)
-            assert result.messages, f"nothing at {len(bodies)}"
-            bodies += [m.body for m in result.messages]
-        return bodies
 
 
 def _segment(broker: BrokerProcess, index: int) -> Path:
@@ -82,7 +72,8 @@ def test_a_slowly_rolling_log_writes_into_zero_filled_segments_and_keeps_them_af
     total = 70 + 100  # on through segments 3, 4 and 5
     asyncio.run(_produce(broker.endpoint, 70, 100))
     assert _segment(broker, 5).exists()
-    assert asyncio.run(_read(broker.endpoint, total)) == [_body(n) for n in range(total)]
+    expected = [_body(n) for n in range(total)]
+    assert asyncio.run(pull_bodies(broker.endpoint, TOPIC, "fill-check", total)) == expected
     broker.kill()
     broker.start()
-    assert asyncio.run(_read(broker.endpoint, total)) == [_body(n) for n in range(total)]
+    assert asyncio.run(pull_bodies(broker.endpoint, TOPIC, "fill-check", total)) == expected
