@@ -13,7 +13,11 @@ reversed every other round so a neighbour's load falls on each alike. A round's 
 every round's figures with the load average, then each target's per-round values: their
 median, its distribution-free 95% interval (``pooled.py``) and the range, and a verdict only
 when the interval lies on one side of the target. The high rate's p99 over the floor's is
-printed the same way, without a target: what Wharf adds to the disk at the same moments.
+printed the same way, without a target: what Wharf adds to the disk at the same moments. Each
+round also sends at ``--rate`` through a relay that stores nothing, over grpc.aio and over the
+wire port (``relay_floor``, one relay process for the program): what gRPC's two hops cost
+over the wire port's, added to the wire port's p50, is the least gRPC / wire p50 any broker
+could reach, judged against the gRPC target the same way (above it: out of reach).
 Every run starts on a quiet disk (``compare.settle_disk``), as in ``make bench-compare``.
 
     python -m tests.bench.lone --pool LOG [LOG ...]
@@ -35,13 +39,14 @@ from typing import Any
 
 import uvloop
 
-from tests.bench import disk_floor, pooled, redis_peer
+from tests.bench import disk_floor, pooled, redis_peer, relay_floor
 from tests.bench.compare import settle_disk, wharf_bench
 from tests.bench.read_path import pct
 from tests.bench.redis_peer import RedisServer
 from tests.harness import BrokerProcess
 
-PEERS = ("wire", "grpc", "redis", "wire-high", "floor-high")
+PEERS = ("wire", "grpc", "redis", "wire-relay", "grpc-relay", "wire-high", "floor-high")
+LOW_PEERS = PEERS[:5]  # without --high-rate
 # (name, numerator peer, denominator peer or None for an absolute figure, figure, target):
 # the issue's latency targets.
 RATIOS = (
@@ -54,11 +59,28 @@ RATIOS = (
 FLOOR_RATIOS = (
     ("wire / the disk's floor at the high rate, p99", "wire-high", "floor-high", "p99_ms"),
 )
+# The least gRPC / wire p50 the transports allow: the wire port's whole p50 plus what gRPC's two
+# hops cost over the wire port's in the relay (``relay_floor``: the same handlers, no store),
+# over the wire port's p50. Judged against gRPC's target: above it, the target is out of reach
+# for grpc.aio whatever the broker does.
+GRPC_FLOOR = ("the transports' floor for grpc/wire p50", 1.3)
+
+
+def grpc_floor(round_: dict[str, dict[str, Any]]) -> float:
+    extra = round_["grpc-relay"]["p50_ms"] - round_["wire-relay"]["p50_ms"]
+    return 1.0 + extra / round_["wire"]["p50_ms"]
 
 
 def one_run(
-    peer: str, broker: BrokerProcess, redis: RedisServer, args: argparse.Namespace
+    peer: str,
+    broker: BrokerProcess,
+    redis: RedisServer,
+    relay_ports: dict[str, int],
+    args: argparse.Namespace,
 ) -> dict[str, Any]:
+    if peer.endswith("-relay"):
+        kind = peer.removesuffix("-relay")
+        return relay_floor.run(kind, relay_ports[kind], args.rate, args.seconds)
     if peer == "floor-high":
         # The disk alone at the high rate, in the broker's file system, seconds apart from
         # the wire-high run: what a message would wait for a group commit with no software.
@@ -114,7 +136,7 @@ def main() -> None:
             f"{len(pooled_rounds)} rounds pooled from {len(args.pool)} programs",
         )
         return
-    peers = PEERS if args.high_rate else PEERS[:3]
+    peers = PEERS if args.high_rate else LOW_PEERS
     rounds: list[dict[str, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="wharf-lone-") as tmp:
         root = Path(tmp)
@@ -124,13 +146,14 @@ def main() -> None:
                 root / "broker", settings=settings, extra_args=["--log-level", "WARNING"]
             ) as broker,
             RedisServer(root / "redis", "always") as redis,
+            relay_floor.relay() as relay_ports,
         ):
             for round_ in range(args.rounds):
                 order = peers if round_ % 2 == 0 else tuple(reversed(peers))
                 figures: dict[str, dict[str, Any]] = {}
                 for peer in order:
                     settle_disk(root / ("redis" if peer == "redis" else "broker"), max_s=5.0)
-                    figures[peer] = one_run(peer, broker, redis, args)
+                    figures[peer] = one_run(peer, broker, redis, relay_ports, args)
                     figures[peer]["load"] = os.getloadavg()[0]
                 rounds.append(figures)
                 print(
@@ -163,6 +186,11 @@ def judge(rounds: list[dict[str, dict[str, Any]]], peers: tuple[str, ...], title
         values = [r[top][figure] / (r[bottom][figure] if bottom else 1.0) for r in rounds]
         unit = "x" if bottom else " ms"
         print(f"  {name}: {pooled.describe(values, '<=', target, unit)}")
+    if {"wire", "wire-relay", "grpc-relay"} <= set(peers):
+        name, target = GRPC_FLOOR
+        values = [grpc_floor(r) for r in rounds]
+        verdict = pooled.describe(values, "<=", target)
+        print(f"  {name}: {verdict}" + (" (out of reach)" if "missed" in verdict else ""))
     for name, top, bottom, figure in FLOOR_RATIOS:
         if top in peers and bottom in peers:
             values = [r[top][figure] / r[bottom][figure] for r in rounds]

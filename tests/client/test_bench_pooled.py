@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from tests.bench.pooled import decide, median_interval
 
 
@@ -60,6 +62,41 @@ def test_lone_pool_reads_back_the_rounds_it_printed(tmp_path, capsys) -> None:  
     out = capsys.readouterr().out
     assert "wire/redis p50: median 0.80x" in out and "over 3 rounds" in out
     assert "grpc/wire" not in out  # no gRPC figures: its target is left out
+
+
+def test_lone_judges_the_grpc_target_against_the_relays_floor(capsys) -> None:  # type: ignore[no-untyped-def]
+    """The relays' figures give the least gRPC / wire p50 the transports allow: the wire
+    port's p50 plus what gRPC's hops cost over the wire port's in the relay. Above 1.3x in
+    every round's interval, the target is printed as out of reach."""
+    from tests.bench import lone
+
+    def round_(wire: float, wire_relay: float, grpc_relay: float) -> dict[str, dict[str, float]]:
+        figures = {"wire": wire, "grpc": 2 * wire, "redis": wire, "wire-relay": wire_relay}
+        figures["grpc-relay"] = grpc_relay
+        return {peer: {"p50_ms": p50, "p99_ms": 4 * p50} for peer, p50 in figures.items()}
+
+    assert lone.grpc_floor(round_(0.6, 0.1, 0.4)) == pytest.approx(1.5)
+    rounds = [round_(0.6, 0.1, 0.4 + i / 100) for i in range(12)]
+    lone.judge(rounds, ("wire", "grpc", "redis", "wire-relay", "grpc-relay"), "12 rounds")
+    out = capsys.readouterr().out
+    assert "the transports' floor for grpc/wire p50: median 1.5" in out
+    assert "missed (out of reach)" in out
+    close = [round_(0.6, 0.1, 0.2 + (i % 2) / 10) for i in range(12)]  # 1.17x and 1.33x
+    lone.judge(close, ("wire", "grpc", "redis", "wire-relay", "grpc-relay"), "12 rounds")
+    assert "out of reach" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_relay_floor_delivers_every_message_over_both_transports() -> None:
+    """The relay the gRPC floor is measured with: each transport's client gets back every
+    message it sent after the warm-up, with a latency measured from its send."""
+    from tests.bench import relay_floor
+
+    with relay_floor.relay() as ports:
+        for kind in relay_floor.KINDS:
+            figures = relay_floor.run(kind, ports[kind], rate=200, seconds=1.0)
+            assert 150 <= figures["count"] <= 260, figures
+            assert 0 < figures["p50_ms"] <= figures["p99_ms"] < 1000, figures
 
 
 def test_consume_pool_reads_back_the_rounds_it_printed(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]

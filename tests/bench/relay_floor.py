@@ -1,0 +1,214 @@
+"""A lone message through a relay that stores nothing: the transports' own share of the latency.
+
+    python -m tests.bench.relay_floor [--rate 1000] [--seconds 3] [--rounds 4]
+
+A relay process (uvloop) serves the same two handlers on grpc.aio and on Wharf's wire port
+(``WireServer``, the broker's): ``Send`` (a bidi stream: each message is handed to every
+subscriber and answered with an 8-byte ack) and ``Subscribe`` (a bidi stream that yields every
+message handed to it, woken through an ``asyncio.Queue``: the broker's long poll is one such
+task wake-up too). A client process, as ``wharf bench e2e``, sends 1 KiB messages stamped with
+their send time at ``--rate`` (open loop, ``client.bench.pacing``) and subscribes on the same
+transport; the figure is send -> receive, p50 and p99, the warm-up left out.
+
+Why (issue 67): the target gRPC p50 <= 1.3x the wire port's leaves gRPC's two hops 0.3x the
+wire port's whole end-to-end time over the wire port's two hops. The relay measures exactly
+that difference, with the same handler code on both servers and the broker's work left out:
+whatever the broker does, its gRPC path pays its wire path's work (or more: the wire port's
+reply skips the loop, ``broker/core/long_poll.py`` "Ahead of the sync") plus this difference.
+``tests.bench.lone`` runs both relays in every round and prints the ratio they allow.
+
+Figures: tests/bench/README.md "relay_floor".
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import grpc
+import uvloop
+from grpc import aio
+from wharf.broker.wire.server import WireServer
+from wharf.client.bench.pacing import WARMUP_S, due_batches
+from wharf.client.wire_channel import WireChannel
+
+from tests.bench.read_path import pct
+
+SERVICE = "relay.Relay"
+_STAMP = struct.Struct(">q")  # bodies start with the send time, ns since the epoch
+_ACK = b"\0" * 8
+KINDS = ("grpc", "wire")
+
+
+def handlers() -> dict[str, grpc.RpcMethodHandler]:
+    subscribers: set[asyncio.Queue[bytes]] = set()
+
+    async def send(requests: AsyncIterator[bytes], context: object) -> AsyncIterator[bytes]:
+        async for body in requests:
+            for queue in subscribers:
+                queue.put_nowait(body)
+            yield _ACK
+
+    async def subscribe(requests: AsyncIterator[bytes], context: object) -> AsyncIterator[bytes]:
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        subscribers.add(queue)
+        try:
+            yield b"subscribed"
+            while True:
+                yield await queue.get()
+        finally:
+            subscribers.discard(queue)
+
+    return {
+        "Send": grpc.stream_stream_rpc_method_handler(send),
+        "Subscribe": grpc.stream_stream_rpc_method_handler(subscribe),
+    }
+
+
+async def serve() -> None:
+    """Both servers on ephemeral ports; prints {"grpc": port, "wire": port}, runs until stdin
+    closes (the parent's ``relay()`` ends)."""
+    grpc_server = aio.server()
+    grpc_server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE, handlers()),)
+    )
+    grpc_port = grpc_server.add_insecure_port("127.0.0.1:0")
+    await grpc_server.start()
+    wire_server = WireServer(1 << 20)
+    wire_server.add_method_handlers(SERVICE, handlers())
+    wire_port = await wire_server.start("127.0.0.1", 0)
+    print(json.dumps({"grpc": grpc_port, "wire": wire_port}), flush=True)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, sys.stdin.read)
+    await wire_server.stop()
+    await grpc_server.stop(None)
+
+
+async def client(kind: str, port: int, rate: int, seconds: float, size: int) -> dict[str, Any]:
+    """Send at ``rate`` for the warm-up then ``seconds``; send -> receive latencies."""
+    target = f"127.0.0.1:{port}"
+    channel: Any = aio.insecure_channel(target) if kind == "grpc" else WireChannel(target)
+    latencies: list[float] = []
+    measured_from_ns = time.time_ns() + 10**18
+    try:
+        subscription = channel.stream_stream(f"/{SERVICE}/Subscribe")()
+        await subscription.write(b"subscribe")
+        await subscription.read()  # registered: nothing sent from here on is missed
+        sender = channel.stream_stream(f"/{SERVICE}/Send")()
+        padding = b"\0" * max(0, size - _STAMP.size)
+        counts = {"sent": 0, "received": 0}
+        sending = True
+        all_received = asyncio.Event()
+
+        async def acks() -> None:
+            while isinstance(await sender.read(), bytes):  # an ack; else the stream's end
+                pass
+
+        async def receive() -> None:
+            while True:
+                body = await subscription.read()
+                now = time.time_ns()
+                counts["received"] += 1
+                stamp = _STAMP.unpack_from(body)[0]
+                if stamp >= measured_from_ns:
+                    latencies.append((now - stamp) / 1e6)
+                if not sending and counts["received"] >= counts["sent"]:
+                    all_received.set()
+
+        ack_task = asyncio.ensure_future(acks())
+        receive_task = asyncio.ensure_future(receive())
+        for phase, duration in (("warm-up", WARMUP_S), ("measured", seconds)):
+            if phase == "measured":
+                measured_from_ns = time.time_ns()
+            async for due in due_batches(rate, duration):
+                for _ in range(due):
+                    await sender.write(_STAMP.pack(time.time_ns()) + padding)
+                    counts["sent"] += 1
+        sending = False
+        if counts["received"] < counts["sent"]:
+            await asyncio.wait_for(all_received.wait(), 10.0)
+        await sender.done_writing()
+        for task in (ack_task, receive_task):
+            task.cancel()
+        subscription.cancel()
+    finally:
+        await channel.close()
+    return {"p50_ms": pct(latencies, 0.5), "p99_ms": pct(latencies, 0.99), "count": len(latencies)}
+
+
+@contextmanager
+def relay() -> Iterator[dict[str, int]]:
+    """The relay process for as long as the block runs; yields each kind's port."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.bench.relay_floor", "--serve"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        ports = json.loads(proc.stdout.readline())
+        yield {kind: int(ports[kind]) for kind in KINDS}
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run(kind: str, port: int, rate: int, seconds: float, size: int = 1024) -> dict[str, Any]:
+    """One client run in its own process (as ``wharf bench e2e``); its figures."""
+    cmd = [
+        sys.executable, "-m", "tests.bench.relay_floor", "--client", kind, "--port", str(port),
+        "--rate", str(rate), "--seconds", str(seconds), "--size", str(size),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+    if proc.returncode != 0:
+        raise RuntimeError(f"relay client {kind} failed ({proc.returncode}): {proc.stderr[-800:]}")
+    return dict(json.loads(proc.stdout.splitlines()[-1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--client", choices=KINDS, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        uvloop.run(serve())
+        return
+    if args.client:
+        figures = uvloop.run(client(args.client, args.port, args.rate, args.seconds, args.size))
+        print(json.dumps(figures))
+        return
+    with relay() as ports:
+        for round_ in range(args.rounds):
+            order = KINDS if round_ % 2 == 0 else tuple(reversed(KINDS))
+            figures = {kind: run(kind, ports[kind], args.rate, args.seconds) for kind in order}
+            print(
+                f"round {round_ + 1} (load {os.getloadavg()[0]:.2f}): "
+                + "  ".join(
+                    f"{kind} p50 {figures[kind]['p50_ms']:.3f} p99 {figures[kind]['p99_ms']:.3f} ms"
+                    for kind in KINDS
+                )
+                + f"  grpc - wire p50 {figures['grpc']['p50_ms'] - figures['wire']['p50_ms']:.3f} ms",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
