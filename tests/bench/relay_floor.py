@@ -124,15 +124,17 @@ async def client(kind: str, port: int, rate: int, seconds: float, size: int) -> 
                 if not sending and counts["received"] >= counts["sent"]:
                     all_received.set()
 
-        ack_task = asyncio.ensure_future(acks())
-        receive_task = asyncio.ensure_future(receive())
-        for phase, duration in (("warm-up", WARMUP_S), ("measured", seconds)):
-            if phase == "measured":
-                measured_from_ns = time.time_ns()
+        async def send_for(duration: float) -> None:
             async for due in due_batches(rate, duration):
                 for _ in range(due):
                     await sender.write(_STAMP.pack(time.time_ns()) + padding)
                     counts["sent"] += 1
+
+        ack_task = asyncio.ensure_future(acks())
+        receive_task = asyncio.ensure_future(receive())
+        await send_for(WARMUP_S)
+        measured_from_ns = time.time_ns()
+        await send_for(seconds)
         sending = False
         if counts["received"] < counts["sent"]:
             await asyncio.wait_for(all_received.wait(), 10.0)
