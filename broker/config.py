@@ -85,6 +85,13 @@ class BrokerConfig:
     kafka_listen: str = "127.0.0.1:9092"
     kafka_advertised_address: str = ""
     kafka_tls_listen: str = ""
+    # kafkaGroupInitialRebalanceDelayMs: Kafka's group.initial.rebalance.delay.ms (3000): a
+    # group forming from empty waits this long for more members, extended by each newcomer up to
+    # the rebalance timeout. Without it the first member to join is assigned every partition
+    # and a rebalance follows at once, and a leader that has not yet fetched a new topic's
+    # metadata assigns nothing (kafka-python 3.0.12's leader then never completes the rejoin
+    # that follows: tests/broker/kafka/clients). 0 = form at once.
+    kafka_group_initial_rebalance_delay_ms: int = 3000
     # metricsListen: Prometheus /metrics address (9100, the node-exporter convention).
     metrics_listen: str = "127.0.0.1:9100"
     # advertisedAddress: the address clients should dial (QueryRoute, BrokerStatus). Empty = the

@@ -106,6 +106,7 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
 _ZERO_OK = {
     "broker_id",
     "grpc_max_message_size",
+    "kafka_group_initial_rebalance_delay_ms",
     "max_reconsume_times",
 }
 

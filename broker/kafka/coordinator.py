@@ -10,9 +10,13 @@ PreparingRebalance whenever a member joins, leaves, changes its protocols or is 
   the longest rebalance timeout of the members passes, dropping those that did not rejoin.
   Completing bumps the generation, picks the protocol every member supports (by vote of
   their preference order), keeps the leader if it stayed (else the first member), answers
-  every waiting join, and hands all members' metadata to the leader only. Kafka's
-  group.initial.rebalance.delay.ms (3 s) is not applied: a group forms as soon as its
-  members have joined, later members cause one more rebalance.
+  every waiting join, and hands all members' metadata to the leader only.
+- A group forming from Empty waits ``initial_delay_ms`` first (Kafka's
+  group.initial.rebalance.delay.ms, kafkaGroupInitialRebalanceDelayMs, 3 s): consumers started
+  together form one generation, not one per arrival, and the leader has fetched the topics'
+  metadata before it assigns. Each member added during the wait extends it by the delay, up to
+  the longest rebalance timeout; then the rebalance completes as any other (all joined, no
+  KIP-394 id outstanding, or the rebalance timeout).
 - SyncGroup: the leader's assignments are handed to every member (opaque bytes); the others
   wait for them.
 - Heartbeat: REBALANCE_IN_PROGRESS while a rebalance waits for rejoins; a member silent for its
@@ -82,11 +86,14 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     pending: dict[str, float] = field(default_factory=dict)  # KIP-394 id -> expiry
     timer: asyncio.TimerHandle | None = None
+    forming: bool = False  # in the initial delay: only its timer completes the rebalance
+    newcomer: bool = False  # a member was added during the current delay window
 
 
 class Coordinator:
-    def __init__(self) -> None:
+    def __init__(self, initial_delay_ms: int = 0) -> None:
         self.groups: dict[str, Group] = {}
+        self.initial_delay_ms = initial_delay_ms
         self._sweeper: asyncio.Task[None] | None = None
 
     # --- life -----------------------------------------------------------------------------------
@@ -258,6 +265,7 @@ class Coordinator:
         if not group.members:
             group.protocol_type = member.protocol_type
         group.members[member.member_id] = member
+        group.newcomer = True
         if group.state != PREPARING:
             self._prepare(group)
         return await self._wait_join(group, member)
@@ -274,13 +282,38 @@ class Coordinator:
             if member.sync is not None and not member.sync.done():
                 member.sync.set_result((Code.REBALANCE_IN_PROGRESS, b""))
             member.sync = None
+        from_empty = group.state == EMPTY
         group.state = PREPARING
         if group.timer is not None:
             group.timer.cancel()
         timeout_ms = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
-        group.timer = asyncio.get_running_loop().call_later(
-            max(timeout_ms, 0) / 1000, self._rebalance_timeout, group
-        )
+        loop = asyncio.get_running_loop()
+        if from_empty and self.initial_delay_ms > 0:
+            group.forming, group.newcomer = True, False
+            delay = min(self.initial_delay_ms, timeout_ms)
+            group.timer = loop.call_later(
+                delay / 1000, self._initial_delay_over, group, max(timeout_ms - delay, 0)
+            )
+            return
+        group.timer = loop.call_later(max(timeout_ms, 0) / 1000, self._rebalance_timeout, group)
+
+    def _initial_delay_over(self, group: Group, remaining_ms: int) -> None:
+        """The initial delay's window closed: another window if a member came during it and
+        the rebalance timeout leaves room, else the rebalance completes as any other."""
+        group.timer = None
+        if group.state != PREPARING or not group.forming:
+            return
+        loop = asyncio.get_running_loop()
+        if group.newcomer and remaining_ms > 0:
+            group.newcomer = False
+            delay = min(self.initial_delay_ms, remaining_ms)
+            group.timer = loop.call_later(
+                delay / 1000, self._initial_delay_over, group, remaining_ms - delay
+            )
+            return
+        group.forming = False
+        group.timer = loop.call_later(remaining_ms / 1000, self._rebalance_timeout, group)
+        self._try_complete(group)
 
     def _rebalance_timeout(self, group: Group) -> None:
         group.timer = None
@@ -294,7 +327,7 @@ class Coordinator:
         self._complete(group)
 
     def _try_complete(self, group: Group) -> None:
-        if group.state != PREPARING or group.pending:
+        if group.state != PREPARING or group.pending or group.forming:
             return
         if all(m.join is not None and not m.join.done() for m in group.members.values()):
             self._complete(group)
@@ -304,6 +337,7 @@ class Coordinator:
             group.timer.cancel()
             group.timer = None
         group.generation += 1
+        group.forming = group.newcomer = False
         if not group.members:
             group.state, group.protocol, group.leader, group.protocol_type = EMPTY, "", "", ""
             return

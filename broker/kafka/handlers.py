@@ -40,7 +40,7 @@ class KafkaHandlers:
 
         config_dir = Path(store.config.store_path_root_dir) / "config"
         self.producers = ProducerTable(config_dir, read, queue_range)
-        self.coordinator = Coordinator()
+        self.coordinator = Coordinator(ctx.config.kafka_group_initial_rebalance_delay_ms)
         self.metadata = MetadataHandlers(env)
         self.produce = ProduceHandler(env, self.producers)
         self.fetch = FetchHandler(env)

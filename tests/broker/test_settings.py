@@ -26,6 +26,7 @@ def test_defaults_are_the_documented_ones() -> None:
     assert config.store.store_path_root_dir == "data"
     assert config.broker.auto_create_topic_enable is True
     assert config.broker.default_topic_queue_nums == 8
+    assert config.broker.kafka_group_initial_rebalance_delay_ms == 3000  # Kafka's default
 
 
 def test_toml_uses_rocketmq_camel_case_names(tmp_path: Path) -> None:
@@ -43,6 +44,13 @@ def test_toml_uses_rocketmq_camel_case_names(tmp_path: Path) -> None:
     assert config.store.check_crc_on_recover is False
     assert config.broker.auto_create_topic_enable is False
     assert config.broker.broker_name == "b1"
+
+
+def test_kafka_groups_may_form_at_once(tmp_path: Path) -> None:
+    config = load_settings(write(tmp_path, "kafkaGroupInitialRebalanceDelayMs = 0\n"))
+    assert config.broker.kafka_group_initial_rebalance_delay_ms == 0
+    with pytest.raises(ConfigError, match="kafkaGroupInitialRebalanceDelayMs"):
+        load_settings(write(tmp_path, "kafkaGroupInitialRebalanceDelayMs = -1\n"))
 
 
 def test_environment_overrides_file_and_flags_override_environment(tmp_path: Path) -> None:

@@ -75,10 +75,15 @@ SMALL_STORE = {
 }
 
 
+# Groups of the byte-level tests form at once (Kafka's docs advise a 0 initial rebalance delay
+# in tests); test_groups.py covers the delay, the daemons of the client tests keep one.
+NO_INITIAL_DELAY = {"kafka_group_initial_rebalance_delay_ms": "0"}
+
+
 async def start_kafka(
     inproc_broker: InProcFactory, acl: AclGuard | None = None, **settings: str
 ) -> KafkaUnderTest:
-    broker = await inproc_broker(**{**SMALL_STORE, **settings})
+    broker = await inproc_broker(**{**SMALL_STORE, **NO_INITIAL_DELAY, **settings})
     return await attach_kafka(broker.controller, acl)
 
 

@@ -137,6 +137,67 @@ async def test_a_member_that_does_not_rejoin_is_dropped_at_the_rebalance_timeout
     assert list(c.groups["g"].members) == [b]
 
 
+async def test_a_group_forming_from_empty_waits_the_initial_delay_for_more_members() -> None:
+    # Kafka's group.initial.rebalance.delay.ms: members started together form one generation
+    # (not one per arrival), and nothing completes before the delay though all have joined.
+    c = Coordinator(initial_delay_ms=200)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    join_a = asyncio.create_task(joined(c))
+    await asyncio.sleep(0.1)
+    assert not join_a.done() and c.groups["g"].state == PREPARING
+    join_b = asyncio.create_task(joined(c))  # a newcomer in the window: one more window
+    reply_a, reply_b = await join_a, await join_b
+    took = loop.time() - started
+    assert 0.35 < took < 1.5, took  # two windows of 0.2 s, not one
+    assert reply_a["generation_id"] == reply_b["generation_id"] == 1
+    assert reply_a["leader"] == reply_a["member_id"]
+    assert {m["member_id"] for m in reply_a["members"]} == {
+        reply_a["member_id"],
+        reply_b["member_id"],
+    }
+
+
+async def test_the_initial_delay_is_bounded_by_the_rebalance_timeout() -> None:
+    c = Coordinator(initial_delay_ms=10_000)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    reply = await joined(c, rebalance_ms=300)
+    assert 0.25 < loop.time() - started < 2
+    assert reply["error_code"] == 0 and reply["generation_id"] == 1
+
+
+async def test_the_initial_delay_applies_only_to_a_group_forming_from_empty() -> None:
+    c = Coordinator(initial_delay_ms=300)
+    a = (await joined(c))["member_id"]
+    await c.sync("g", 1, a, {a: b"all"})
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    b = (await c.join("g", member(), True))["member_id"]
+    join_b = asyncio.create_task(c.join("g", member(b), True))
+    await asyncio.sleep(0.01)
+    rejoin_a = await c.join("g", member(a), True)  # everyone in: completes at once
+    assert (await join_b)["generation_id"] == rejoin_a["generation_id"] == 2
+    assert loop.time() - started < 0.2
+    # the last member leaves: Empty again, and the next group forming waits once more
+    c.leave("g", a)
+    c.leave("g", b)
+    assert c.groups["g"].state == EMPTY
+    started = loop.time()
+    assert (await joined(c))["generation_id"] == 4
+    assert loop.time() - started > 0.25
+
+
+async def test_a_member_leaving_during_the_initial_delay() -> None:
+    c = Coordinator(initial_delay_ms=200)
+    first = await c.join("g", member(), True)
+    join_a = asyncio.create_task(c.join("g", member(first["member_id"]), True))
+    await asyncio.sleep(0.05)
+    assert c.leave("g", first["member_id"]) == Code.NONE
+    assert (await join_a)["error_code"] == Code.UNKNOWN_MEMBER_ID
+    assert c.groups["g"].state == EMPTY and c.groups["g"].timer is None
+
+
 async def test_protocols_must_be_shared() -> None:
     c = Coordinator()
     await joined(c, protocols=[("range", b"")])

@@ -16,7 +16,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError as ClientKafkaError
 from wharf.broker.acl.guard import AclGuard
 
-from tests.broker.kafka.kafka_helpers import SMALL_STORE, KafkaUnderTest, attach_kafka
+from tests.broker.kafka.kafka_helpers import (
+    NO_INITIAL_DELAY,
+    SMALL_STORE,
+    KafkaUnderTest,
+    attach_kafka,
+)
 from tests.inproc import InProcFactory
 
 ACL = """
@@ -37,7 +42,7 @@ async def kafka_with_acl(inproc_broker: InProcFactory, tmp_path: Path) -> KafkaU
     path.write_text(ACL)
     guard = AclGuard(path, 900.0)
     guard.load_blocking()
-    broker = await inproc_broker(**SMALL_STORE)
+    broker = await inproc_broker(**SMALL_STORE, **NO_INITIAL_DELAY)
     kafka = await attach_kafka(broker.controller, guard)
     broker.controller.ctx.topics.create("orders", 2, 2, 6, {})
     broker.controller.ctx.topics.create("secret", 2, 2, 6, {})

@@ -13,7 +13,7 @@ from wharf.broker.kafka.part import KafkaPart, kafka_part
 from wharf.broker.serving.frontend import PortBook, Serving, TlsSource
 from wharf.broker.tls.certs import build_development_pair
 
-from tests.broker.kafka.kafka_helpers import SMALL_STORE
+from tests.broker.kafka.kafka_helpers import NO_INITIAL_DELAY, SMALL_STORE
 from tests.inproc import InProcFactory
 
 
@@ -27,7 +27,7 @@ async def test_tls_listener_beside_plaintext(inproc_broker: InProcFactory, tmp_p
         context.load_cert_chain(tmp_path / "c.pem", tmp_path / "k.pem")
         return context
 
-    broker = await inproc_broker(**SMALL_STORE)
+    broker = await inproc_broker(**SMALL_STORE, **NO_INITIAL_DELAY)
     controller = broker.controller
     config = dataclasses.replace(
         controller.config,
