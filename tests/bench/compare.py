@@ -99,6 +99,16 @@ PRODUCER = {"streams": 1, "max_in_flight": 2}
 # and main measured alike, 208-219k against 213-223k). Freed files put every run on pages the
 # guest still holds, so each run measures its own work, not the VM's memory history.
 PEERS = ("redis_benchmark", "redis_benchmark_p16", "redis_py")
+
+# SAME_COUNT: a Wharf produce run held against redis-benchmark writes as many messages as that
+# redis-benchmark run (the "same count" of the docstring). By duration (8 s) the ASYNC_FLUSH
+# run wrote ~2.2M messages against redis-benchmark's 1M, and on the 2026-11-29 VM a run past
+# ~2.5-3 GB written falls from 367-421k to ~185k msg/s (first touch of memory the host took
+# back, FRESH_MEMORY): the longer run paid the VM's memory, not its own work. SYNC_FLUSH is
+# held to the larger of its two peers' counts (-P 16).
+ASYNC_XADDS = 1_000_000  # redis-benchmark -P 16, appendfsync everysec
+SYNC_XADDS_P1 = 150_000  # redis-benchmark -P 1, appendfsync always
+SYNC_XADDS_P16 = 600_000  # redis-benchmark -P 16, appendfsync always
 # Figures merged as the median of the runs; the rest of an entry is the first run's.
 MEDIAN_KEYS = ("msgs_per_s", "rps", "messages", "p50_ms", "p99_ms", "p999_ms", "max_ms")
 STALL_MS = 50.0  # an e2e run whose slowest message took this long was hit by a disk stall
@@ -286,7 +296,7 @@ class Comparison:
             self.note(f"wharf ASYNC_FLUSH produce: {c} tasks x send_batch(16)")
             figures = wharf_bench(
                 broker.endpoint, "produce", topic="bench", tasks=c, batch=16, size=size,
-                duration=self.duration, **PRODUCER,
+                count=self.n(ASYNC_XADDS), **PRODUCER,
             )  # fmt: skip
             self._set("produce_async", "wharf", figures, how=f"{c} tasks x send_batch(16)")
             produced = int(figures["messages"])  # what the consume run must read back
@@ -331,7 +341,7 @@ class Comparison:
             self.note(f"wharf SYNC_FLUSH produce: {c} tasks x send_batch(16)")
             figures = wharf_bench(
                 broker.endpoint, "produce", topic="bench", tasks=c, batch=16, size=size,
-                duration=self.duration, **PRODUCER,
+                count=self.n(SYNC_XADDS_P16), **PRODUCER,
             )  # fmt: skip
             self._set("produce_sync", "wharf", figures, how=f"{c} tasks x send_batch(16)")
             self.note(f"wharf SYNC_FLUSH produce: {c} tasks x send() (one message each)")
@@ -381,7 +391,7 @@ class Comparison:
         c, size = self.args.clients, self.args.size
         with RedisServer(root, "everysec") as redis:
             self._redis_benchmark_xadd(
-                redis, "everysec", "produce_async", "redis_benchmark", 16, 1_000_000
+                redis, "everysec", "produce_async", "redis_benchmark", 16, ASYNC_XADDS
             )
             self.note(f"redis everysec: redis-py XADD {c} tasks x pipeline 16")
             rp = uvloop.run(
@@ -416,10 +426,10 @@ class Comparison:
         c, size = self.args.clients, self.args.size
         with RedisServer(root, "always") as redis:
             self._redis_benchmark_xadd(
-                redis, "always", "produce_sync", "redis_benchmark", 1, 150_000
+                redis, "always", "produce_sync", "redis_benchmark", 1, SYNC_XADDS_P1
             )
             self._redis_benchmark_xadd(
-                redis, "always", "produce_sync", "redis_benchmark_p16", 16, 600_000
+                redis, "always", "produce_sync", "redis_benchmark_p16", 16, SYNC_XADDS_P16
             )
             self.note(f"redis always: redis-py XADD {c} tasks, no pipeline")
             rp = uvloop.run(
