@@ -46,4 +46,7 @@ def get_raw_records_ahead(
     """``get_raw_records`` from ``offset`` over ``units`` (the planned units from ``offset``,
     as ``ReputService.planned_units`` gives them)."""
     view = PlannedQueue(queue, offset, units)
-    return get_raw_records(view, commit_log, offset, max_count, tag_filter, max_bytes)  # type: ignore[arg-type]
+    return get_raw_records(
+        view,  # type: ignore[arg-type]
+        commit_log, offset, max_count, tag_filter, max_bytes,
+    )  # fmt: skip

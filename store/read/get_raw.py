@@ -1,10 +1,11 @@
 """The raw pull read: ConsumeQueue units -> tag HASH filter -> stored record bytes, no decode
 (RocketMQ's broker sends the CommitLog bytes and its clients decode them with MessageDecoder).
 
-Offsets, statuses and ``next_begin_offset`` are exactly those of ``wharf.store.read.get_message`` (the
-same ``check_offset`` / ``choose_units`` helpers), with one difference: records are selected by
-tag hash only, so a hash collision (Java's ``"Aa".hashCode() == "BB".hashCode()``) is returned
-and the reader must re-check the exact tag, as RocketMQ clients do. FOUND therefore means
+Offsets, statuses and ``next_begin_offset`` are exactly those of
+``wharf.store.read.get_message`` (the same ``check_offset`` / ``choose_units`` helpers), with one
+difference: records are selected by tag hash only, so a hash collision (Java's
+``"Aa".hashCode() == "BB".hashCode()``) is returned and the reader must re-check the exact tag,
+as RocketMQ clients do. FOUND therefore means
 "records returned", not "records matching the exact tags".
 
 Speed: each run of adjacent records costs one ``read_bytes`` copy (one run is usually the whole

@@ -1041,7 +1041,8 @@ class _Codegen:
             return f"(True if ({chain}) else (None if ({nulls}) else False))"
         if isinstance(node, _Not):
             t = self.temp()
-            return f"(None if ({t} := {self.bool_code(node.operand, level + 1)}) is None else {t} is False)"
+            operand = self.bool_code(node.operand, level + 1)
+            return f"(None if ({t} := {operand}) is None else {t} is False)"
         if isinstance(node, _Cast):
             return f"(None if {self.prop(node.prop)} is None else False)"
         if isinstance(node, _IsNull):
