@@ -287,15 +287,21 @@ class Coordinator:
         if group.timer is not None:
             group.timer.cancel()
         timeout_ms = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
-        loop = asyncio.get_running_loop()
         if from_empty and self.initial_delay_ms > 0:
-            group.forming, group.newcomer = True, False
-            delay = min(self.initial_delay_ms, timeout_ms)
-            group.timer = loop.call_later(
-                delay / 1000, self._initial_delay_over, group, max(timeout_ms - delay, 0)
-            )
+            group.forming = True
+            self._delay_window(group, max(timeout_ms, 0))
             return
-        group.timer = loop.call_later(max(timeout_ms, 0) / 1000, self._rebalance_timeout, group)
+        group.timer = asyncio.get_running_loop().call_later(
+            max(timeout_ms, 0) / 1000, self._rebalance_timeout, group
+        )
+
+    def _delay_window(self, group: Group, budget_ms: int) -> None:
+        """One window of the initial delay, within ``budget_ms`` of the rebalance timeout."""
+        group.newcomer = False
+        delay = min(self.initial_delay_ms, budget_ms)
+        group.timer = asyncio.get_running_loop().call_later(
+            delay / 1000, self._initial_delay_over, group, budget_ms - delay
+        )
 
     def _initial_delay_over(self, group: Group, remaining_ms: int) -> None:
         """The initial delay's window closed: another window if a member came during it and
@@ -303,16 +309,13 @@ class Coordinator:
         group.timer = None
         if group.state != PREPARING or not group.forming:
             return
-        loop = asyncio.get_running_loop()
         if group.newcomer and remaining_ms > 0:
-            group.newcomer = False
-            delay = min(self.initial_delay_ms, remaining_ms)
-            group.timer = loop.call_later(
-                delay / 1000, self._initial_delay_over, group, remaining_ms - delay
-            )
+            self._delay_window(group, remaining_ms)
             return
         group.forming = False
-        group.timer = loop.call_later(remaining_ms / 1000, self._rebalance_timeout, group)
+        group.timer = asyncio.get_running_loop().call_later(
+            remaining_ms / 1000, self._rebalance_timeout, group
+        )
         self._try_complete(group)
 
     def _rebalance_timeout(self, group: Group) -> None:

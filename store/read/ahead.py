@@ -8,6 +8,8 @@ answer's bytes reach the reader from the sync thread after the fdatasync
 
 from __future__ import annotations
 
+from typing import cast
+
 from wharf.store.codec.layout import CQ_STORE_UNIT_SIZE
 from wharf.store.log.commit_log import CommitLog
 from wharf.store.model import RawGetResult, TagFilter
@@ -45,8 +47,6 @@ def get_raw_records_ahead(
 ) -> RawGetResult:
     """``get_raw_records`` from ``offset`` over ``units`` (the planned units from ``offset``,
     as ``ReputService.planned_units`` gives them)."""
-    view = PlannedQueue(queue, offset, units)
-    return get_raw_records(
-        view,  # type: ignore[arg-type]
-        commit_log, offset, max_count, tag_filter, max_bytes,
-    )  # fmt: skip
+    # A PlannedQueue offers the three members get_raw_records reads of a ConsumeQueue.
+    view = cast(ConsumeQueue, PlannedQueue(queue, offset, units))
+    return get_raw_records(view, commit_log, offset, max_count, tag_filter, max_bytes)

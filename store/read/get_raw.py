@@ -5,8 +5,8 @@ Offsets, statuses and ``next_begin_offset`` are exactly those of
 ``wharf.store.read.get_message`` (the same ``check_offset`` / ``choose_units`` helpers), with one
 difference: records are selected by tag hash only, so a hash collision (Java's
 ``"Aa".hashCode() == "BB".hashCode()``) is returned and the reader must re-check the exact tag,
-as RocketMQ clients do. FOUND therefore means
-"records returned", not "records matching the exact tags".
+as RocketMQ clients do. FOUND therefore means "records returned", not "records matching the
+exact tags".
 
 Speed: each run of adjacent records costs one ``read_bytes`` copy (one run is usually the whole
 reply: a queue's records are mostly adjacent in the log); each record costs one 12-byte unpack

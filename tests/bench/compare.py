@@ -562,7 +562,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--duration", type=float, default=8.0, help="seconds per Wharf run")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=8.0,
+        help="seconds per Wharf run (but the produce runs held against redis-benchmark: its count)",
+    )
     parser.add_argument("--rate", type=int, default=10_000, help="e2e target msg/s")
     parser.add_argument("--low-rate", type=int, default=1_000, help="second, unsaturated e2e rate")
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds each")
