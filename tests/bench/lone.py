@@ -146,7 +146,7 @@ def main() -> None:
                 root / "broker", settings=settings, extra_args=["--log-level", "WARNING"]
             ) as broker,
             RedisServer(root / "redis", "always") as redis,
-            relay_floor.relay() as relay_ports,
+            relay_floor.relay(root / "relay") as relay_ports,
         ):
             for round_ in range(args.rounds):
                 order = peers if round_ % 2 == 0 else tuple(reversed(peers))

@@ -17,6 +17,18 @@ whatever the broker does, its gRPC path pays its wire path's work (or more: the 
 reply skips the loop, ``broker/core/long_poll.py`` "Ahead of the sync") plus this difference.
 ``tests.bench.lone`` runs both relays in every round and prints the ratio they allow.
 
+A third server, ``durable`` (the wire port), is the floor of Wharf's design rather than of a
+transport: its ``Send`` appends each message to a zero-filled file (``os.pwrite``) and hands
+the file's fdatasync to the store's own sync engine (``NativeSyncEngine``: the compiled
+thread, the loop never blocked), which writes the message to each subscriber right after the
+sync, as the broker's pull reply built ahead of the sync leaves (``WireContext.write_durable``);
+the sender's ack follows the sync on the loop. Everything Wharf's lone message does besides
+that (admission, the record's checks and patching, the queues' offsets, the consume queue, the
+long poll, the SDK's record encoding and decoding) is left out, so ``lone``'s wire p50 over it
+is what the broker's and the SDK's own code adds to the design, and its p50 over redis-py's
+says whether any broker built this way (Python on one event loop, fdatasync off it) reaches
+Redis's lone message on this machine.
+
 Figures: tests/bench/README.md "relay_floor".
 """
 
@@ -24,14 +36,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import struct
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -40,13 +55,15 @@ from grpc import aio
 from wharf.broker.wire.server import WireServer
 from wharf.client.bench.pacing import WARMUP_S, due_batches
 from wharf.client.wire_channel import WireChannel
+from wharf.store.log.sync_engine import NativeSyncEngine, SyncPlan, native_syncer_type
 
 from tests.bench.read_path import pct
 
 SERVICE = "relay.Relay"
 _STAMP = struct.Struct(">q")  # bodies start with the send time, ns since the epoch
 _ACK = b"\0" * 8
-KINDS = ("grpc", "wire")
+KINDS = ("grpc", "wire", "durable")
+LOG_BYTES = 64 << 20  # the durable relay's file, zero-filled once, written round and round
 
 
 def handlers() -> dict[str, grpc.RpcMethodHandler]:
@@ -74,9 +91,113 @@ def handlers() -> dict[str, grpc.RpcMethodHandler]:
     }
 
 
-async def serve() -> None:
-    """Both servers on ephemeral ports; prints {"grpc": port, "wire": port}, runs until stdin
-    closes (the parent's ``relay()`` ends)."""
+class DurableLog:
+    """A file appended with ``os.pwrite`` and made durable by the store's sync engine (its
+    compiled thread), as the commit log is under SYNC_FLUSH; ``after(end, callback)`` runs
+    ``callback`` on the loop once everything below ``end`` is on disk."""
+
+    def __init__(self, path: Path) -> None:
+        make_syncer = native_syncer_type()
+        if make_syncer is None:
+            raise RuntimeError("the compiled sync thread is not built (make setup)")
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        chunk = bytes(1 << 20)  # zero-filled, as the store's segments (zeroFillAheadMbps)
+        for offset in range(0, LOG_BYTES, len(chunk)):
+            os.pwrite(self.fd, chunk, offset)
+        os.fsync(self.fd)
+        self.end = 0  # bytes appended, ever (the file is written round and round)
+        self.flushed = 0
+        self._waiters: list[tuple[int, Callable[[], None]]] = []
+        self.engine = NativeSyncEngine(make_syncer, self._plan, self._settle, lambda: self.flushed)
+
+    def start(self) -> None:
+        self.engine.start(self._served, self._failed)
+
+    def append(self, data: bytes) -> int:
+        """Write ``data`` and request its sync; the end it is durable at."""
+        position = self.end % (LOG_BYTES - len(data))
+        os.pwrite(self.fd, data, position)
+        self.end += len(data)
+        self.engine.request(self.end)
+        return self.end
+
+    def after(self, end: int, callback: Callable[[], None]) -> None:
+        if end <= self.flushed:
+            callback()
+        else:
+            self._waiters.append((end, callback))
+
+    def _plan(self, max_fds: int) -> SyncPlan:
+        return SyncPlan((self.fd,), self.end, self.end)
+
+    def _settle(self, token: Any) -> int:
+        self.flushed = max(self.flushed, int(token))
+        return self.flushed
+
+    def _served(self, flushed: int, seconds: float, nbytes: int) -> None:
+        due = [w for w in self._waiters if w[0] <= flushed]
+        self._waiters = [w for w in self._waiters if w[0] > flushed]
+        for _, callback in due:
+            callback()
+
+    def _failed(self, exc: BaseException) -> None:
+        raise SystemExit(f"the durable relay's fdatasync failed: {exc}")
+
+    def close(self) -> None:
+        self.engine.close()
+        os.close(self.fd)
+
+
+def durable_handlers(log: DurableLog) -> dict[str, grpc.RpcMethodHandler]:
+    """``handlers()`` with each message durable before anyone sees it: taken in the wire
+    port's read callback (``sink_into``, as the broker's send stream takes a request), appended,
+    its sync requested, handed to each subscriber's socket through the sync thread (else queued
+    for after the sync), and acknowledged after the sync."""
+    subscribers: dict[asyncio.Queue[bytes], Any] = {}
+
+    async def send(requests: Any, context: object) -> AsyncIterator[bytes]:
+        acks: asyncio.Queue[bytes] = asyncio.Queue()
+
+        def take(body: bytes) -> bool:
+            end = log.append(body)
+            for queue, sub_context in subscribers.items():
+                if not sub_context.write_durable(body, end):
+                    log.after(end, functools.partial(queue.put_nowait, body))
+            log.after(end, functools.partial(acks.put_nowait, _ACK))
+            return True
+
+        requests.sink_into(take)
+        reader = asyncio.ensure_future(_drain(requests))
+        try:
+            while True:
+                yield await acks.get()
+        finally:
+            reader.cancel()
+
+    async def subscribe(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        subscribers[queue] = context
+        try:
+            yield b"subscribed"
+            while True:
+                yield await queue.get()
+        finally:
+            subscribers.pop(queue, None)
+
+    return {
+        "Send": grpc.stream_stream_rpc_method_handler(send),
+        "Subscribe": grpc.stream_stream_rpc_method_handler(subscribe),
+    }
+
+
+async def _drain(requests: AsyncIterator[bytes]) -> None:
+    async for _ in requests:  # what the sink did not take (none: it takes every message)
+        pass
+
+
+async def serve(directory: Path) -> None:
+    """The three servers on ephemeral ports; prints {kind: port}, runs until stdin closes
+    (the parent's ``relay()`` ends). The durable relay's file goes in ``directory``."""
     grpc_server = aio.server()
     grpc_server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(SERVICE, handlers()),)
@@ -86,9 +207,18 @@ async def serve() -> None:
     wire_server = WireServer(1 << 20)
     wire_server.add_method_handlers(SERVICE, handlers())
     wire_port = await wire_server.start("127.0.0.1", 0)
-    print(json.dumps({"grpc": grpc_port, "wire": wire_port}), flush=True)
+    log = DurableLog(directory / "durable-relay.log")
+    log.start()
+    durable_server = WireServer(1 << 20)
+    durable_server.durable_writer = log.engine.write_when_durable
+    durable_server.add_method_handlers(SERVICE, durable_handlers(log))
+    durable_port = await durable_server.start("127.0.0.1", 0)
+    print(json.dumps({"grpc": grpc_port, "wire": wire_port, "durable": durable_port}), flush=True)
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, sys.stdin.read)
+    await durable_server.stop()
+    await log.engine.wait_idle()
+    log.close()
     await wire_server.stop()
     await grpc_server.stop(None)
 
@@ -148,10 +278,12 @@ async def client(kind: str, port: int, rate: int, seconds: float, size: int) -> 
 
 
 @contextmanager
-def relay() -> Iterator[dict[str, int]]:
-    """The relay process for as long as the block runs; yields each kind's port."""
+def relay(directory: Path) -> Iterator[dict[str, int]]:
+    """The relay process for as long as the block runs (the durable relay's file in
+    ``directory``); yields each kind's port."""
+    directory.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.bench.relay_floor", "--serve"],
+        [sys.executable, "-m", "tests.bench.relay_floor", "--serve", "--dir", str(directory)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -189,15 +321,16 @@ def main() -> None:
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", choices=KINDS, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        uvloop.run(serve())
+        uvloop.run(serve(args.dir))
         return
     if args.client:
         figures = uvloop.run(client(args.client, args.port, args.rate, args.seconds, args.size))
         print(json.dumps(figures))
         return
-    with relay() as ports:
+    with tempfile.TemporaryDirectory(prefix="wharf-relay-") as tmp, relay(Path(tmp)) as ports:
         for round_ in range(args.rounds):
             order = KINDS if round_ % 2 == 0 else tuple(reversed(KINDS))
             figures = {kind: run(kind, ports[kind], args.rate, args.seconds) for kind in order}
@@ -207,7 +340,9 @@ def main() -> None:
                     f"{kind} p50 {figures[kind]['p50_ms']:.3f} p99 {figures[kind]['p99_ms']:.3f} ms"
                     for kind in KINDS
                 )
-                + f"  grpc - wire p50 {figures['grpc']['p50_ms'] - figures['wire']['p50_ms']:.3f} ms",
+                + f"  grpc - wire p50 {figures['grpc']['p50_ms'] - figures['wire']['p50_ms']:.3f} ms"
+                + f"  durable - wire p50 "
+                f"{figures['durable']['p50_ms'] - figures['wire']['p50_ms']:.3f} ms",
                 flush=True,
             )
 

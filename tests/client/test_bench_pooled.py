@@ -87,16 +87,24 @@ def test_lone_judges_the_grpc_target_against_the_relays_floor(capsys) -> None:  
 
 
 @pytest.mark.slow
-def test_relay_floor_delivers_every_message_over_both_transports() -> None:
-    """The relay the gRPC floor is measured with: each transport's client gets back every
-    message it sent after the warm-up, with a latency measured from its send."""
+def test_relay_floor_delivers_every_message_over_each_relay(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The relays the floors are measured with (gRPC, the wire port, and the wire port with
+    each message durable first): each client gets back every message it sent after the
+    warm-up, with a latency measured from its send; the durable relay's file holds them."""
+    import struct
+    import time
+
     from tests.bench import relay_floor
 
-    with relay_floor.relay() as ports:
+    started_ns = time.time_ns()
+    with relay_floor.relay(tmp_path) as ports:
         for kind in relay_floor.KINDS:
             figures = relay_floor.run(kind, ports[kind], rate=200, seconds=1.0)
             assert 150 <= figures["count"] <= 260, figures
             assert 0 < figures["p50_ms"] <= figures["p99_ms"] < 1000, figures
+    with open(tmp_path / "durable-relay.log", "rb") as log:
+        first_stamp = struct.unpack(">q", log.read(8))[0]  # the durable relay's first message
+    assert started_ns < first_stamp < time.time_ns()
 
 
 def test_consume_pool_reads_back_the_rounds_it_printed(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
