@@ -94,8 +94,9 @@ class StoreConfig:
     warm_mapped_file_enable: bool = False
     # zeroFillAheadMbps (MB/s; 0 off; SYNC_FLUSH only): a segment preallocated ahead has its
     # zeros written and synced at this pace, when the log is slow enough for the fill to end
-    # well before the segment is needed: why and when in store/log/allocate.py and
-    # mapped_file.py ``ZeroFill``.
+    # well before the segment is needed, and the segment being written gets them 1 MiB ahead
+    # of its writer at the same pace: why and when in store/log/allocate.py, fill_ahead.py
+    # and mapped_file.py ``ZeroFill``.
     zero_fill_ahead_mbps: int = 32
 
     # fileReservedTime (hours) / deleteWhen ("04" or "04;16") / cleanResourceInterval (ms).

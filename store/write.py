@@ -483,6 +483,8 @@ class Writer:
     def _append_records(
         self, topic: str, queue_id: int, data: bytes | memoryview, born_host: str
     ) -> AppendResult:
+        if self._sync_flush and self._commit_log is not None:
+            self._commit_log.prewake_sync()  # its wake-up overlaps this append's checks
         positions = check_records(data, topic, self._config.max_message_size)
         self._check_writable()
         _check_queue_id(queue_id)

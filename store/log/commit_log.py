@@ -105,6 +105,7 @@ from wharf.store.errors import (
 from wharf.store.fast.record_check import patch_columns, patch_records
 from wharf.store.log.allocate import AllocateMappedFileService
 from wharf.store.log.checkpoint import StoreCheckpoint
+from wharf.store.log.fill_ahead import FillAhead
 from wharf.store.log.flush import CommitRealTimeService, FlushRealTimeService
 from wharf.store.log.group_commit import GroupCommitService
 from wharf.store.log.mapped_file import MappedFile
@@ -206,6 +207,9 @@ class CommitLog(CommitLogReads):
                 )
         fill_mbps = config.zero_fill_ahead_mbps if config.flush_disk_type == SYNC_FLUSH else 0
         self.allocator = AllocateMappedFileService(self.queue, zero_fill_bps=fill_mbps * 10**6)
+        # The segment being written, zero-filled ahead of the writer (those made ahead are the
+        # allocator's): fdatasyncs into written extents log no extent change (fill_ahead.py).
+        self.fill_ahead = FillAhead(fill_mbps * 10**6, self._io) if fill_mbps else None
         self.group_commit = GroupCommitService(
             self._sync_engine(config),
             lambda: self.queue.flushed_where,
@@ -302,6 +306,8 @@ class CommitLog(CommitLogReads):
             await self.commit_service.stop()
         await self.flush_service.stop()
         await self.group_commit.stop()
+        if self.fill_ahead is not None:
+            self.fill_ahead.cancel()
         await self.allocator.stop()
         if not isinstance(self._error, FlushFailedError):
             loop = asyncio.get_running_loop()
@@ -569,6 +575,7 @@ class CommitLog(CommitLogReads):
             encode_host(self.config.store_host),
         )
         mapped.append(buf, store_timestamp)
+        self._appended(mapped)
         self.last_store_timestamp = store_timestamp
         self.messages_put_total += len(starts)
         self.bytes_put_total += len(buf)
@@ -598,6 +605,7 @@ class CommitLog(CommitLogReads):
             mapped.append(data, store_timestamp)
         except (DiskFullError, FlushFailedError) as exc:
             raise self._write_failed(exc) from exc
+        self._appended(mapped)
         if store_timestamp:
             self.last_store_timestamp = store_timestamp
         self.bytes_put_total += len(data)
@@ -660,6 +668,7 @@ class CommitLog(CommitLogReads):
         """Copy a batch at the segment's write position and account for it."""
         start = mapped.file_from_offset + mapped.wrote_position
         mapped.append(data, store_timestamp)
+        self._appended(mapped)
         self.last_store_timestamp = store_timestamp
         self.messages_put_total += len(sizes)
         self.bytes_put_total += len(data)
@@ -672,6 +681,11 @@ class CommitLog(CommitLogReads):
             store_timestamp,
             start + len(data),
         )
+
+    def _appended(self, mapped: MappedFile) -> None:
+        fill = self.fill_ahead
+        if fill is not None:
+            fill.after_append(mapped)
 
     # --- disk full ----------------------------------------------------------------------------
     def _check_disk_full(self, full: _DiskFull) -> None:
@@ -758,6 +772,10 @@ class CommitLog(CommitLogReads):
         if not self.group_commit.running:
             raise StoreShutDownError("the commit log's flush services are not running")
         return self.group_commit.waiter(end_offset)
+
+    def prewake_sync(self) -> None:
+        """SYNC_FLUSH: an append whose sync will be requested follows (sync_engine)."""
+        self.group_commit.engine.prewake()
 
     def write_when_durable(
         self, end: int, fd: int, data: bytes, done: Callable[[int], None]

@@ -69,6 +69,9 @@ class MappedFile:
         self.flushed_position = 0
         self.store_timestamp = 0  # store time of the last record appended (ms)
         self.write_buffer: bytearray | None = None  # transientStorePool buffer, if attached
+        # Bytes from the start known to be written (records or zeros), not fallocated-only:
+        # the commit log's ``FillAhead`` keeps zeros written ahead of the writer.
+        self.zeroed_to = 0
         self.closed = False
 
     # --- opening ------------------------------------------------------------------------------
@@ -105,6 +108,10 @@ class MappedFile:
             elif prefault:
                 _prefault_blocking(fd, file_size)
             mapped = cls(path, file_size, fd, name_offset)
+            if warm:
+                mapped.zeroed_to = file_size
+            elif zero_fill is not None:
+                mapped.zeroed_to = zero_fill.filled
         except BaseException as exc:
             os.close(fd)
             os.unlink(path)
@@ -174,6 +181,17 @@ class MappedFile:
         if store_timestamp:
             self.store_timestamp = store_timestamp
         return pos
+
+    def write_zeros(self, start: int, end: int) -> None:
+        """Zeros over [start, end), at or past the write position (``FillAhead``, on the loop
+        as the appends); ``zeroed_to`` then covers them."""
+        if start < self.wrote_position or end > self.file_size:
+            raise ValueError(f"zeros at {start}-{end} would overwrite records or pass the end")
+        with memoryview(_ZERO_CHUNK) as zeros:
+            pos = start
+            while pos < end:  # zeros over zeros: a failure part-way needs no undo
+                pos += os.pwrite(self._fd, zeros[: min(end - pos, len(zeros))], pos)
+        self.zeroed_to = max(self.zeroed_to, end)
 
     def append_blank(self) -> None:
         """End the segment: the blank marker over the rest of it (the next record goes to the

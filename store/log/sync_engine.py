@@ -75,6 +75,8 @@ class SyncEngine(Protocol):
 
     def request(self, end: int) -> None: ...
 
+    def prewake(self) -> None: ...
+
     def write_when_durable(self, end: int, fd: int, data: bytes, done: Done) -> int: ...
 
     async def wait_idle(self) -> None: ...
@@ -157,6 +159,13 @@ class NativeSyncEngine:
             hops.stamp("b.sync_kick")
         # Replaces a job the thread has not started: this one covers it.
         self._syncer.submit(self._next_id, plan.fds)
+
+    def prewake(self) -> None:
+        """An append is coming whose sync will be requested in a moment: wake the idle
+        thread now, to spin for it, so its wake-up (~50 us from an idle vCPU here) overlaps
+        the append instead of delaying the fdatasync."""
+        if self._syncer is not None and not self._failure_reported:
+            self._syncer.prewake()
 
     def write_when_durable(self, end: int, fd: int, data: bytes, done: Done) -> int:
         """Send ``data`` on ``fd`` once everything below ``end`` is durable: DEFERRED (the sync
@@ -354,6 +363,9 @@ class ThreadSyncEngine:
             self.request(self._requested_end)  # requested after the thread's last look
         else:
             self._idle.set()
+
+    def prewake(self) -> None:
+        """Nothing: a Python thread could not start its sync any sooner."""
 
     def write_when_durable(self, end: int, fd: int, data: bytes, done: Done) -> int:
         """REFUSED, always: this reference twin (tests, no compiled module, the fdatasync seam

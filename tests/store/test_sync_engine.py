@@ -112,6 +112,62 @@ def test_syncer_runs_the_newest_job_and_reports_errno(tmp_path) -> None:
             os.close(each)
 
 
+def _thread_id(syncer) -> int:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + 5
+    while not syncer.thread_id():  # set once the thread runs
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    return int(syncer.thread_id())
+
+
+def test_the_sync_thread_is_kept_off_the_submitting_cpu(tmp_path) -> None:
+    """Its wake-up would otherwise preempt the event loop on the loop's own CPU (the module
+    docstring of _syncer.c): after a submit the thread may run on every CPU of the process but
+    one, the caller's; with one CPU allowed its affinity is left alone."""
+    assert _syncer is not None
+    syncer = _syncer.Syncer()
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        tid = _thread_id(syncer)
+        allowed = os.sched_getaffinity(0)
+        assert os.sched_getaffinity(tid) == allowed
+        os.write(fd, b"x")
+        syncer.submit(1, (fd,))
+        wait_readable(syncer.fileno())
+        assert syncer.take()[0] == 1
+        kept = os.sched_getaffinity(tid)
+        if len(allowed) > 1:
+            assert kept < allowed and len(kept) == len(allowed) - 1
+        else:
+            assert kept == allowed
+    finally:
+        syncer.close()
+        os.close(fd)
+
+
+def test_a_prewoken_thread_runs_the_job_that_follows_and_sleeps_again_without_one(
+    tmp_path,
+) -> None:  # type: ignore[no-untyped-def]
+    assert _syncer is not None
+    syncer = _syncer.Syncer()
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        _thread_id(syncer)
+        syncer.prewake()
+        os.write(fd, b"x")
+        syncer.submit(1, (fd,))  # found by the spinning thread
+        wait_readable(syncer.fileno())
+        assert syncer.take()[0] == 1
+        syncer.prewake()  # no job follows: the thread spins 0.2 ms, then sleeps again
+        time.sleep(0.05)
+        syncer.submit(2, (fd,))  # woken from its sleep as usual
+        wait_readable(syncer.fileno())
+        assert syncer.take()[0] == 2
+    finally:
+        syncer.close()
+        os.close(fd)
+
+
 async def test_concurrent_writers_share_syncs_and_every_ack_is_durable(tmp_path) -> None:
     log = make_log(tmp_path)
     assert isinstance(log.group_commit.engine, NativeSyncEngine)
