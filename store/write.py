@@ -457,6 +457,8 @@ class Writer:
         return result.sizes
 
     def _append(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> AppendResult:
+        if self._sync_flush and self._commit_log is not None:
+            self._commit_log.prewake_sync()  # its wake-up overlaps this append's encoding
         self._check_writable()
         if not messages:
             raise InvalidMessageError("a batch needs at least one message")
