@@ -30,10 +30,7 @@ reads as zeros), so a fill interrupted by a crash or a power cut changes nothing
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import logging
-import os
 import time
 from concurrent.futures import Executor, Future
 
@@ -48,7 +45,6 @@ FILL_LEAD = 1 << 20
 # msg/s: 190 MB/s, where a fill at 32 MB/s only copies zeros the writer overwrites ~1 ms
 # later, and writes them back twice); 16 MiB/s is ~14k msg/s of 1 KiB.
 FAST_WRITER_BPS = 16 << 20
-_SYNC_FILE_RANGE_WRITE = 2  # start write-back of the range's dirty pages, do not wait
 
 
 class FillAhead:
@@ -101,7 +97,7 @@ class FillAhead:
             return
         self.steps += 1
         self._next_at = asyncio.get_running_loop().time() + self._step_s
-        future = self._executor.submit(_start_writeback, mapped.fileno(), start, end - start)
+        future = self._executor.submit(mapped.start_writeback_blocking, start, end)
         future.add_done_callback(_log_writeback_error)
         self.after_append(mapped)  # the next step, at the pace, until the lead is written
 
@@ -109,27 +105,6 @@ class FillAhead:
         if self._scheduled is not None:
             self._scheduled.cancel()
             self._scheduled = None
-
-
-_libc: list[ctypes.CDLL | None] = []
-
-
-def _start_writeback(fd: int, offset: int, length: int) -> None:
-    """``sync_file_range(WRITE)`` (thread): write-back of the zeros starts now. Without it
-    (no libc symbol) the next group commit's fdatasync writes them: slower once, not wrong.
-    The segment may be closed meanwhile (retention) and ``fd`` reused: the call then starts
-    some other file's write-back or fails with EBADF, harmless either way."""
-    if not _libc:
-        name = ctypes.util.find_library("c")
-        _libc.append(ctypes.CDLL(name, use_errno=True) if name else None)
-    libc = _libc[0]
-    if libc is None or not hasattr(libc, "sync_file_range"):
-        return
-    call = libc.sync_file_range
-    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    if call(fd, offset, length, _SYNC_FILE_RANGE_WRITE) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"sync_file_range failed: {os.strerror(err)}")
 
 
 def _log_writeback_error(future: Future[None]) -> None:

@@ -46,6 +46,7 @@ OS_PAGE_SIZE = mmap.PAGESIZE
 _ZERO_CHUNK = bytes(1 << 20)
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_ZERO_RANGE = 0x10
+_SYNC_FILE_RANGE_WRITE = 2  # start write-back of the range's dirty pages, do not wait
 
 # The sync call, looked up at call time: tests replace it to inject slow or failing syncs.
 fdatasync = os.fdatasync
@@ -192,6 +193,21 @@ class MappedFile:
             while pos < end:  # zeros over zeros: a failure part-way needs no undo
                 pos += os.pwrite(self._fd, zeros[: min(end - pos, len(zeros))], pos)
         self.zeroed_to = max(self.zeroed_to, end)
+
+    def start_writeback_blocking(self, start: int, end: int) -> None:
+        """``sync_file_range(WRITE)`` over [start, end) (a thread: the submission takes 50-100
+        us here): the write-back of those pages starts now, nothing waits for it. Without the
+        libc symbol, nothing: the next fdatasync writes them. The segment may be closed
+        meanwhile (retention) and its fd number reused: the call then starts some other
+        file's write-back or fails with EBADF, harmless either way."""
+        libc = _libc_handle()
+        if libc is None or not hasattr(libc, "sync_file_range"):
+            return
+        call = libc.sync_file_range
+        call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+        if call(self._fd, start, end - start, _SYNC_FILE_RANGE_WRITE) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"sync_file_range failed: {os.strerror(err)}")
 
     def append_blank(self) -> None:
         """End the segment: the blank marker over the rest of it (the next record goes to the
@@ -448,11 +464,16 @@ class ZeroFill:
 _libc: list[ctypes.CDLL | None] = []  # loaded on first use
 
 
-def _fallocate_zero_range(fd: int, offset: int, length: int) -> bool:
+def _libc_handle() -> ctypes.CDLL | None:
+    """libc through ctypes, for the calls ``os`` lacks (None when it cannot be found)."""
     if not _libc:
         name = ctypes.util.find_library("c")
         _libc.append(ctypes.CDLL(name, use_errno=True) if name else None)
-    libc = _libc[0]
+    return _libc[0]
+
+
+def _fallocate_zero_range(fd: int, offset: int, length: int) -> bool:
+    libc = _libc_handle()
     if libc is None or not hasattr(libc, "fallocate"):
         return False
     fallocate = libc.fallocate
