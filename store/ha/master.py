@@ -33,9 +33,12 @@ connection's reader. Frames and the conversation: ``frames.py``.
   connected within ``haMaxGapNotInSync`` (256 MiB) of the end, else PUT_OK once that many
   have reported ``end`` or FLUSH_SLAVE_TIMEOUT after ``slaveTimeout`` (3 s). The message is
   stored either way; only PUT_OK counts as acknowledged.
-- **In sync and the confirm offset.** A replica joins the in-sync set once it has reported
-  everything that was sent when the sender had caught up with the log end, and leaves it when
-  it has not caught up for ``haMaxTimeSlaveNotCatchup`` (15 s) or disconnects. ``confirm_offset``
+- **In sync and the confirm offset.** As RocketMQ 5 judges it: a replica is caught up when it
+  reports (acknowledges) the log end of that moment, or everything that was sent when the
+  sender had caught up with the log end (under load the end moves past every report). It is
+  in sync while it last was within ``haMaxTimeSlaveNotCatchup`` (15 s): an idle replica
+  reports the unchanged end every ``haSendHeartbeatInterval`` (5 s) and stays in; one that
+  lags, or goes silent or disconnects, leaves 15 s after it last held the end. ``confirm_offset``
   = the lowest report among in-sync replicas (the log end when there are none): under
   SYNC_MASTER dispatch stops there, so no consumer sees a message the replicas may lack.
 - **Metadata.** ``metadata()`` (the broker's topics, groups and consumer offsets, opaque here)
@@ -89,6 +92,28 @@ class Replica:
     caught_up_at: float = 0.0  # monotonic; 0 = never
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     told: int = -1  # the committed offset its last frame carried
+
+    def note_acked(self, log_end: int, now: float) -> None:
+        """After a report (``acked`` updated): when did this replica last hold the master's
+        whole log? RocketMQ 5's rule (``AutoSwitchHAConnection``): judged by its acknowledged
+        offset against the master's log end, never by recent traffic. An acknowledgement at
+        the log end ``log_end`` means caught up now (monotonic ``now``): an idle group's
+        replica reports that end every haSendHeartbeatInterval (5 s), so it stays in sync
+        (and in the controller's sync-state set, electable) however long nobody writes. Only
+        the probe renewed it before, so 15 s after the last write an idle group's only
+        candidate had left the set, and killing its master left the group without one. Under
+        load the end moves past every report; the probe (``target``: the end a frame reached,
+        sent at ``target_at``) says it held that end then."""
+        if self.acked >= log_end:
+            self.caught_up_at = now
+            self.target = -1  # covered: a probe reaches at most the end of its sending
+        elif self.target >= 0 and self.acked >= self.target:
+            self.caught_up_at = max(self.caught_up_at, self.target_at)
+            self.target = -1
+
+    def in_sync(self, now: float, window_s: float) -> bool:
+        """Caught up within ``window_s`` (haMaxTimeSlaveNotCatchup) of monotonic ``now``."""
+        return bool(self.caught_up_at) and now - self.caught_up_at <= window_s
 
 
 class HAMaster:
@@ -268,8 +293,7 @@ class HAMaster:
     def in_sync(self, replica: Replica, now: float | None = None) -> bool:
         """Caught up with the log end within haMaxTimeSlaveNotCatchup (monotonic ``now``)."""
         now = time.monotonic() if now is None else now
-        window = self._config.ha_max_time_slave_not_catchup / 1000
-        return bool(replica.caught_up_at) and now - replica.caught_up_at <= window
+        return replica.in_sync(now, self._config.ha_max_time_slave_not_catchup / 1000)
 
     def replicas(self) -> list[Replica]:
         return list(self._replicas.values())
@@ -535,9 +559,8 @@ class HAMaster:
             # A flushed end only grows; never past the written one (a report is one snapshot).
             durable = min(flushed, written) if self._ack_flushed else written
             replica.acked = max(replica.acked, durable)
-            if replica.target >= 0 and replica.acked >= replica.target:
-                replica.caught_up_at = replica.target_at
-                replica.target = -1
+            replica.note_acked(self._log.max_offset, time.monotonic())
+            if replica.caught_up_at:
                 self._last_caught_up[replica.broker_id] = replica.caught_up_at
             self._recompute()
             replica.wake.set()

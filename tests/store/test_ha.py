@@ -16,7 +16,7 @@ import pytest
 from wharf.store.errors import NotMasterError, ReplicationError
 from wharf.store.ha import ReplicaLink, frames, truncation
 from wharf.store.ha.acks import ReplicaAcks
-from wharf.store.ha.master import _whole_records
+from wharf.store.ha.master import Replica, _whole_records
 from wharf.store.log import mapped_file
 from wharf.store.message_store import MessageStore
 from wharf.store.model import PutStatus
@@ -93,8 +93,10 @@ class FakeReplica:
                 offset, _, data = frames.decode_data(memoryview(payload))
                 self.end = max(self.end, offset + len(data))
 
-    async def report(self) -> None:
-        self.writer.write(frames.encode_report(self.end, self.end))
+    async def report(self, end: int | None = None) -> None:
+        """Report ``end`` (default: everything received) as written and flushed."""
+        end = self.end if end is None else end
+        self.writer.write(frames.encode_report(end, end))
         await self.writer.drain()
 
     async def close(self) -> None:
@@ -448,5 +450,78 @@ async def test_a_replica_reads_only_what_its_master_has_committed(
         ]
     finally:
         released.set()
+        await replica.shutdown()
+        await master.shutdown()
+
+
+def test_the_in_sync_rule_judges_the_acked_offset_against_the_log_end_not_traffic() -> None:
+    """RocketMQ 5's rule (haMaxTimeSlaveNotCatchup, 15 s): a replica is caught up whenever its
+    acknowledged offset reaches the master's log end, so an idle group's replica, reporting
+    the end every haSendHeartbeatInterval (5 s), stays in sync for as long as the group is
+    idle; one whose acks stay below the end drops out 15 s after it last held it. On fake
+    monotonic seconds: 20 s without a write, more than the window."""
+    window = 15.0
+    caught_up = Replica(1, "a", acked=1000)
+    lagging = Replica(2, "b", acked=1000)
+    caught_up.note_acked(1000, 100.0)
+    lagging.note_acked(1000, 100.0)
+    assert caught_up.in_sync(100.0, window) and lagging.in_sync(100.0, window)
+    lagging.target, lagging.target_at = 1200, 101.0  # one more record, sent at 101 s ...
+    lagging.note_acked(1200, 101.0)  # ... never acknowledged: it reports 1000 from then on
+    for now in (105.0, 110.0, 115.0, 120.0):  # no write; every replica reports every 5 s
+        caught_up.note_acked(1000, now)
+    for now in (105.0, 110.0, 115.0):
+        lagging.note_acked(1200, now)
+    assert caught_up.in_sync(120.0, window)  # idle 20 s: still in sync
+    assert lagging.in_sync(115.0, window)  # held the end at 100 s: in for the window ...
+    assert not lagging.in_sync(115.1, window)  # ... and out after it
+    # Under load the end moves past every report: the probe says when the replica held the
+    # end of the moment a frame reached it (sent at 116 s, acknowledged at 117 s).
+    lagging.acked = 1200
+    lagging.target, lagging.target_at = 1200, 116.0
+    lagging.note_acked(1500, 117.0)
+    assert lagging.caught_up_at == 116.0 and lagging.target == -1
+    assert lagging.in_sync(131.0, window) and not lagging.in_sync(131.1, window)
+
+
+async def test_an_idle_caught_up_replica_stays_in_sync_and_a_lagging_one_drops_out(
+    tmp_path: Path,
+) -> None:
+    """The same with a master and a real replica over TCP, on a 1 s window and 0.2 s reports:
+    3 s without a write (three windows) and the replica is still in sync (a controller-mode
+    master would keep it in the sync-state set, so it could be elected); a replica whose
+    reports stay behind the log end leaves the set within the window."""
+    master = MessageStore(
+        small_config(tmp_path / "m", broker_role="SYNC_MASTER", ha_listen_port=0,
+                     slave_timeout=2000, ha_max_time_slave_not_catchup=1000,
+                     ha_send_heartbeat_interval=200)
+    )  # fmt: skip
+    await master.start()
+    ha = master.ha_master
+    assert ha is not None
+    replica = MessageStore(
+        small_config(tmp_path / "s", broker_role="SLAVE", ha_send_heartbeat_interval=200,
+                     ha_master_address=f"127.0.0.1:{ha.port}")
+    )  # fmt: skip
+    await replica.start()
+    lagging = await FakeReplica.connect(ha.port, master.insides.commit_log.file_size)
+    try:
+        await until(lambda: len(ha.replicas()) == 2)
+        assert (await master.put("t", 0, [msg("first")])).status is PutStatus.PUT_OK
+        first_end = master.commit_log_end()
+        await until(lambda: lagging.end == first_end)
+        await lagging.report()
+        await until(lambda: ha.in_sync_ids() == {0, 1})
+        # One more record: the real replica acknowledges it, the lagging one never does.
+        assert (await master.put("t", 0, [msg("second")])).status is PutStatus.PUT_OK
+        for _ in range(15):  # 3 s without a write; the lagging one reports its old end
+            await asyncio.sleep(0.2)
+            await lagging.report(first_end)
+        assert ha.in_sync_ids() == {0}
+        by_id = {r.broker_id: r for r in ha.replicas()}
+        assert ha.in_sync(by_id[0]) and not ha.in_sync(by_id[1])
+        assert ha.confirm_offset() == master.commit_log_end()
+    finally:
+        await lagging.close()
         await replica.shutdown()
         await master.shutdown()
