@@ -6,8 +6,10 @@ Contract:
   ``broker/remoting/`` = RocketMQ 4.x remoting, ``broker/kafka/``) are adapters: request -> core call -> reply.
   They own their wire types, their request shape checks and their error tables
   (``broker/errors.py`` ``status_for``, ``broker/v2/codes.py`` ``code_for``,
-  ``broker/remoting/handlers.py``); the core owns admission, the rules, queue selection,
-  dedupe, the read, pop, the client registry, transactions and the store calls.
+  ``broker/remoting/handlers.py``); the core owns admission (``SendCore.topic`` /
+  ``lookup``, the shutting-down refusal included), the rules, queue selection, dedupe, the
+  read and its read-your-writes wait (``ReadCore.own_writes_visible``), body decoding
+  (``bodies.py``), pop, the client registry, transactions and the store calls.
 - The core speaks the store's values (``wharf.store.model``) and its own small dataclasses
   (``model.py``); it imports no generated protocol module (``wharf.v1``, ``wharf.rocketmq``)
   and no front end (an import-linter contract in pyproject.toml).
@@ -24,7 +26,9 @@ transactions, the check-back targets every front end adds to, the check-back tas
 ``admin.py`` (topics and groups changed as every protocol's tools change them, answered once on
 disk; topic statistics, a group's progress), ``retry.py`` (a consumed message sent back to
 retry or to the dead letters),
-``validate.py`` (the message rules), ``model.py`` (values), ``errors.py`` (refusals and
+``validate.py`` (the message rules), ``bodies.py`` (a stored body as a reader receives it:
+the compression flag decided once; the mapping of one message across every protocol is the
+table of broker/kafka/README.md "Mapping"), ``model.py`` (values), ``errors.py`` (refusals and
 reasons), ``long_poll.py`` (parked reads), ``tags.py`` (filters), ``background.py`` (client
 expiry, pop progress).
 """

@@ -120,6 +120,20 @@ class ReadCore:
         self._store = store
         self._long_poll = long_poll
 
+    async def own_writes_visible(self) -> bool:
+        """Read-your-writes: acknowledgements precede the dispatch that makes a message
+        readable (its queue offset, the queue's max offset), so a read right after a send's
+        ack, or at an offset taken from one, can miss it. Wait once, at most
+        ``DISPATCH_WAIT_S``, for the dispatch to reach what is written now; True when there
+        was something to wait for (the caller reads again), False when all was dispatched.
+        Every protocol's read asks this one wait (``read_answering``, Kafka's Fetch and
+        ListOffsets)."""
+        store = self._store
+        if not store.dispatch_pending:
+            return False
+        await store.wait_dispatched(DISPATCH_WAIT_S)
+        return True
+
     def write_when_durable(
         self, end: int, fd: int, data: bytes, done: Callable[[int], None]
     ) -> int:
@@ -194,14 +208,14 @@ class ReadCore:
             remaining = deadline - time.monotonic()
             can_park = wait_ms > 0 and caught_up and remaining > 0 and not long_poll.closed
             if not can_park and not waited_for_dispatch and store.dispatch_pending:
-                # Read-your-writes: acks precede dispatch, so a pull right after a send ack (or
-                # at an offset taken from one) can miss that message. Let dispatch catch up to
-                # what is written now, once, before answering NO_NEW / OFFSET_ILLEGAL.
-                # A read that parks needs no such wait: dispatching this queue's data wakes
-                # it at once, whereas waiting for the whole log to be dispatched cost every
-                # empty long poll under SYNC_FLUSH load a sync plus 5 ms polling steps.
+                # Read-your-writes (``own_writes_visible``; its flag tested here first, so an
+                # empty read with nothing pending does not pay a coroutine), once, before
+                # answering NO_NEW / OFFSET_ILLEGAL. A read that parks needs no such wait:
+                # dispatching this queue's data wakes it at once, whereas waiting for the
+                # whole log to be dispatched cost every empty long poll under SYNC_FLUSH load
+                # a sync plus 5 ms polling steps.
                 waited_for_dispatch = True
-                await store.wait_dispatched(DISPATCH_WAIT_S)
+                await self.own_writes_visible()
                 continue
             if not can_park:
                 break

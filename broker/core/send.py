@@ -7,7 +7,8 @@ In order, for a request of messages to one topic:
    and not reserved for the broker (ILLEGAL_TOPIC; with ``own_topics=False`` also none of the
    broker's own topics, %RETRY% included: OWN_TOPIC); it exists or is auto-created
    (autoCreateTopicEnable, else TOPIC_NOT_FOUND); its permission bits allow writes
-   (NOT_WRITABLE).
+   (NOT_WRITABLE). ``lookup(name, create=...)``: the same without the writable check, for a
+   protocol that names a topic before sending (Kafka's Metadata).
 2. ``queue(topic, queue_id)``: an explicit queue id is checked against the write queues
    (ILLEGAL_QUEUE); none -> the next turn of the topic's ONE round-robin counter, shared by
    every protocol (one turn per request: a request is one append into one queue).
@@ -52,6 +53,7 @@ from wharf.broker.meta.topics import (
     TopicConfig,
     TopicConfigManager,
     is_system_topic,
+    validate_topic_name,
 )
 from wharf.store.codec.properties import PROPERTY_TIMER_DELIVER_MS, PROPERTY_TRANSACTION_PREPARED
 from wharf.store.model import MessageInput, PutResult, PutStatus
@@ -125,17 +127,7 @@ class SendCore:
     def topic(self, name: str, *, own_topics: bool = True) -> TopicConfig:
         """The topic a send writes to (step 1); ``own_topics=False`` refuses the broker's own
         topics even when they exist (a producer of that protocol never writes there)."""
-        self.check_open()
-        if not own_topics and is_own_topic(name):
-            raise InvalidSend(
-                Reason.OWN_TOPIC, f"topic {name!r} is the broker's own: producers cannot send to it"
-            )
-        try:
-            topic = self.topics.for_send(name)
-        except InvalidArgumentError as exc:
-            raise InvalidSend(Reason.ILLEGAL_TOPIC, str(exc)) from None
-        except NotFoundError as exc:
-            raise TopicNotFound(Reason.TOPIC_NOT_FOUND, str(exc)) from None
+        topic = self.lookup(name, create=True, own_topics=own_topics)  # check_open first
         if not topic.writable:
             raise TopicNotWritable(
                 Reason.NOT_WRITABLE,
@@ -143,6 +135,28 @@ class SendCore:
                 "UpdateTopic perm=6 to allow sends",
             )
         return topic
+
+    def lookup(self, name: str, *, create: bool, own_topics: bool = True) -> TopicConfig:
+        """A topic a producer names before it sends (Kafka's Metadata): step 1's name rules
+        and refusals without the writable check. ``create``: made as a send makes it
+        (autoCreateTopicEnable), which a broker shutting down refuses (SHUTTING_DOWN) rather
+        than make a topic on its way out; else an unknown topic is TOPIC_NOT_FOUND."""
+        if create:
+            self.check_open()
+        if not own_topics and is_own_topic(name):
+            raise InvalidSend(
+                Reason.OWN_TOPIC, f"topic {name!r} is the broker's own: producers cannot send to it"
+            )
+        topics = self.topics
+        try:
+            if not create and topics.get(name) is None:
+                validate_topic_name(name)
+                raise NotFoundError(f"topic {name!r} does not exist")
+            return topics.for_send(name)
+        except InvalidArgumentError as exc:
+            raise InvalidSend(Reason.ILLEGAL_TOPIC, str(exc)) from None
+        except NotFoundError as exc:
+            raise TopicNotFound(Reason.TOPIC_NOT_FOUND, str(exc)) from None
 
     def queue(self, topic: TopicConfig, queue_id: int | None = None) -> int:
         """The queue of a request (step 2): ``queue_id`` checked, or the next turn."""
@@ -172,7 +186,7 @@ class SendCore:
         ``refused`` by index (an index there already is skipped). A topic admitted before is
         taken as it was while no topic has changed since (a change, a deletion or a new
         auto-created topic empties the admitted ones): 32 topics' batches a request paid
-        ~0.6 us a batch for the whole ``topic`` (issue 33), and checking each config against
+        ~0.6 us a batch for the whole ``topic``, and checking each config against
         the topic table was a lookup a batch in a dict of every topic (11,361 in the bench's
         full program), cold at 256 topics. An admitted ``names[i]`` is
         replaced by its config's name, the equal string the broker holds: the request's own

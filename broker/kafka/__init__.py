@@ -1,1 +1,1 @@
-"""The Kafka wire protocol front end (issue 65): see README.md."""
+"""The Kafka wire protocol front end: see README.md."""

@@ -19,9 +19,12 @@
  *   not all "plain" (they go into __KAFKA_HEADERS as JSON), more than MAX_HEADERS headers, a
  *   body over max_body, properties over MAX_PROPERTIES_LENGTH, a timestamp that overflows.
  * - fetch_batch: stored records (the store's raw read) -> one uncompressed v2 batch, CRC-32C
- *   included (the crc32c wheel's function, passed in). None for: __KAFKA_HEADERS (JSON),
- *   a __KAFKA_KEY that is not canonical base64, properties that are not UTF-8 or repeat a name,
- *   more than MAX_PAIRS properties, a record that does not parse.
+ *   included (the crc32c wheel's function, passed in). A body with the COMPRESSED sysflag is
+ *   inflated by the ``inflate`` callable passed in (wharf.broker.core.bodies.inflate, the one
+ *   body decoder the Python path uses too), that record only. None for: __KAFKA_HEADERS
+ *   (JSON), a __KAFKA_KEY that is not canonical base64, properties that are not UTF-8 or repeat
+ *   a name, more than MAX_PAIRS properties, a record that does not parse, an ``inflate`` that
+ *   raises or answers something other than bytes.
  *
  * Optional, as store/fast's modules: wharf.broker.kafka.fast loads it (None when not built or
  * WHARF_NO_SPEEDUPS is set) and the handlers keep the Python path.
@@ -707,19 +710,41 @@ static inline Py_ssize_t field_size(Py_ssize_t len, int null) {
 }
 
 PyDoc_STRVAR(fetch_batch_doc,
-             "fetch_batch(records, count, crc32c)\n--\n\n"
+             "fetch_batch(records, count, crc32c, inflate)\n--\n\n"
              "Stored records (the store's raw read: ``count`` whole records in queue-offset order)\n"
              "-> one uncompressed record batch v2, as fetch.encode_messages makes it from the\n"
-             "decoded messages; None: take that path. ``crc32c``: the CRC-32C function.");
+             "decoded messages; None: take that path. ``crc32c``: the CRC-32C function;\n"
+             "``inflate``: bytes -> bytes, for a body with the COMPRESSED sysflag.");
+
+/* A COMPRESSED body inflated by ``inflate`` into ``rec`` (the bytes kept alive in ``held``);
+ * -1: the Python path (the error, if any, cleared: that path meets it again). */
+static int inflate_body(FetchRecord *rec, PyObject *inflate, PyObject *held) {
+    PyObject *view = PyMemoryView_FromMemory((char *)rec->body, rec->body_len, PyBUF_READ);
+    if (view == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    PyObject *plain = PyObject_CallOneArg(inflate, view);
+    Py_DECREF(view);
+    if (plain == NULL || !PyBytes_CheckExact(plain) || PyList_Append(held, plain) < 0) {
+        Py_XDECREF(plain);
+        PyErr_Clear();
+        return -1;
+    }
+    rec->body = (const unsigned char *)PyBytes_AS_STRING(plain);
+    rec->body_len = PyBytes_GET_SIZE(plain);
+    Py_DECREF(plain); /* ``held`` owns it */
+    return 0;
+}
 
 static PyObject *fetch_batch(PyObject *self, PyObject *args) {
     Py_buffer records;
     Py_ssize_t count;
-    PyObject *crc_func;
-    if (!PyArg_ParseTuple(args, "y*nO", &records, &count, &crc_func)) {
+    PyObject *crc_func, *inflate;
+    if (!PyArg_ParseTuple(args, "y*nOO", &records, &count, &crc_func, &inflate)) {
         return NULL;
     }
-    PyObject *result = NULL, *data = NULL;
+    PyObject *result = NULL, *data = NULL, *held = NULL;
     FetchRecord *recs = NULL;
     Pair *pairs = NULL;
     const unsigned char *b = (const unsigned char *)records.buf;
@@ -769,6 +794,15 @@ static PyObject *fetch_batch(PyObject *self, PyObject *args) {
         Py_ssize_t n_pairs;
         if (read_fetch_properties(rec, pairs, &n_pairs) < 0) {
             goto fallback;
+        }
+        /* A placeholder body (value_mark) is never read: no need to inflate it. */
+        if ((be32(r + OFF_SYS_FLAG) & SYSFLAG_COMPRESSED) && rec->value_mark == 0) {
+            if (held == NULL && (held = PyList_New(0)) == NULL) {
+                goto done;
+            }
+            if (inflate_body(rec, inflate, held) < 0) {
+                goto fallback;
+            }
         }
         if (rec->timestamp < base_ts) {
             base_ts = rec->timestamp;
@@ -903,6 +937,7 @@ fallback:
     result = Py_NewRef(Py_None);
 done:
     Py_XDECREF(data);
+    Py_XDECREF(held);
     PyMem_Free(recs);
     PyMem_Free(pairs);
     PyBuffer_Release(&records);

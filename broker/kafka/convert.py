@@ -1,24 +1,7 @@
 """One Kafka record <-> one stored message (``MessageInput`` in, ``StoredMessage`` out): the
-mapping of README.md "Mapping", in one place.
-
-- value = body. The store holds no empty body, so a null value (a tombstone) and an empty
-  value are stored as the one-byte body ``\x00`` with property ``__KAFKA_VALUE`` = ``null``
-  or ``empty`` (a RocketMQ consumer sees that byte); read back, the property decides.
-- key = ``KEYS`` when it is UTF-8 text with no space and no ``\\x01``/``\\x02`` (RocketMQ's
-  KEYS is space-joined, so the key index and query-by-key see it as one key); any other key
-  (binary, with spaces, empty) goes into ``__KAFKA_KEY`` as base64 (and is not indexed).
-  A null key sets neither. Read back, ``__KAFKA_KEY`` wins, else ``KEYS`` (a RocketMQ
-  message's space-joined keys) as UTF-8, else null.
-- headers = user properties, in order, when every header is "plain": a unique UTF-8 name that
-  is neither a broker property (``TAGS``, ``KEYS``, ...) nor ``__KAFKA_*``, with a non-null
-  value that is UTF-8 without ``\\x01``/``\\x02``. Otherwise ALL headers go into one property
-  ``__KAFKA_HEADERS``: a JSON list of ``[name, base64 value or null]``, which keeps binary
-  values, null values, duplicate names and their order. Read back: ``__KAFKA_HEADERS`` if
-  present, else every user property as a header (value UTF-8), plus a RocketMQ message's tag
-  as header ``TAGS``.
-- timestamp = the born timestamp (CreateTime); a timestamp <= 0 (none) is stored as the
-  store time.
-- Each stored message gets a ``UNIQ_KEY`` (the message id other protocols show).
+Kafka column of the mapping table in README.md "Mapping", the one place the mapping is written
+down (a change of the rules is a change there). A stored body with the COMPRESSED sysflag is
+read through the core's ``bodies.plain_body``, as every protocol without that flag reads it.
 
 The handlers run this mapping compiled when they can (``fast.py``, ``_convert.c``: the same
 bytes, checked by tests/broker/kafka/test_fast_convert.py): a change here is a change there.
@@ -31,6 +14,7 @@ import binascii
 import json
 from collections.abc import Callable
 
+from wharf.broker.core.bodies import plain_body
 from wharf.broker.core.validate import SYSTEM_PROPERTY_NAMES
 from wharf.broker.kafka.errors import Code, KafkaError
 from wharf.broker.kafka.records import Header, Record
@@ -158,9 +142,11 @@ def to_record_fields(message: StoredMessage) -> tuple[bytes | None, bytes | None
         if keys:
             key = keys.encode()
     marked = props.get(KAFKA_VALUE)
-    value: bytes | None = message.body
-    if marked is not None:
+    value: bytes | None
+    if marked is not None:  # the body is a placeholder byte
         value = None if marked == "null" else b""
+    else:
+        value = plain_body(message.body, message.sys_flag)
     packed = props.get(KAFKA_HEADERS)
     headers: list[Header] = []
     if packed is not None:

@@ -10,7 +10,10 @@ Fetch the store's StoredMessage decode plus to_record_fields and encode_records.
 
 - ``send_records``: a batch's records section -> the send-batch records the store appends
   (convert.py's mapping), or None;
-- ``fetch_batch``: the store's raw records -> one record batch v2 with its CRC-32C, or None.
+- ``fetch_batch``: the store's raw records -> one record batch v2 with its CRC-32C, or None;
+  a COMPRESSED body is inflated by the core's ``bodies.inflate`` (the Python path's
+  ``plain_body``), called from C for that record only: an uncompressed record pays one flag
+  test.
 
 None means "take the Python path", which then gives the result or the exact error: the C code
 handles the common case only (plain headers, canonical base64 keys, UTF-8 properties without
@@ -27,6 +30,7 @@ import os
 from types import ModuleType
 
 import crc32c
+from wharf.broker.core.bodies import inflate
 from wharf.broker.core.validate import SYSTEM_PROPERTY_NAMES
 from wharf.store.codec.records import _crc32
 
@@ -73,5 +77,5 @@ def fetch_batch(records: bytes, count: int) -> bytes | None:
     compiled)."""
     if compiled is None:
         return None
-    batch: bytes | None = compiled.fetch_batch(records, count, crc32c.crc32c)
+    batch: bytes | None = compiled.fetch_batch(records, count, crc32c.crc32c, inflate)
     return batch

@@ -1,7 +1,8 @@
 """Fetch: read each requested partition (queue) from its fetch offset through the core's read
 (``ctx.read_core``, no filter, the stored records' bytes),
 answer the stored messages as one uncompressed record batch v2 per partition (offset =
-ConsumeQueue offset, key/value/headers per convert.py; built in C by fast.py when it can).
+ConsumeQueue offset, key/value/headers per convert.py, a COMPRESSED body inflated by the
+core's ``bodies.py``; built in C by fast.py when it can).
 
 - high watermark = the queue's max offset as the store reports it (the store hides what is
   not yet durable or committed), log start offset = its min offset, last stable offset = the
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wharf.broker.acl.rules import Perm
-from wharf.broker.core.read import DISPATCH_WAIT_S, MAX_WAIT_MS
+from wharf.broker.core.read import MAX_WAIT_MS
 from wharf.broker.errors import ResourceExhaustedError, UnavailableError
 from wharf.broker.kafka import fast
 from wharf.broker.kafka.convert import to_record_fields
@@ -116,20 +117,18 @@ class FetchHandler:
         deadline = time.monotonic() + max_wait / 1000
         for part in parts:
             await self._check(conn, part)
-        store = self.env.ctx.store
         waited_for_dispatch = False
         while True:
             total = await self._read_all(parts, max_bytes)
             ahead = any(
                 p.code == Code.OFFSET_OUT_OF_RANGE and p.offset > p.high_watermark for p in parts
             )
-            if ahead and not waited_for_dispatch and store.dispatch_pending:
-                # Read-your-writes (as the core's read): a produce is acknowledged before the
-                # store's dispatch makes its offsets visible; an offset taken from that ack
-                # waits once (at most 1 s) for dispatch instead of being out of range.
+            if ahead and not waited_for_dispatch:
+                # An offset taken from a produce's ack waits for it to be readable (the core's
+                # read-your-writes wait) instead of being out of range.
                 waited_for_dispatch = True
-                await store.wait_dispatched(DISPATCH_WAIT_S)
-                continue
+                if await self.env.ctx.read_core.own_writes_visible():
+                    continue
             remaining = deadline - time.monotonic()
             if total >= max(min_bytes, 1) or remaining <= 0 or self.env.ctx.long_poll.closed:
                 break

@@ -22,37 +22,27 @@ import asyncio
 from typing import Any
 
 from wharf.broker.acl.rules import Perm
+from wharf.broker.core.errors import Refused
 from wharf.broker.core.send import is_own_topic
-from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.kafka.cluster import NO_LEADER
 from wharf.broker.kafka.codec import api_versions_body
 from wharf.broker.kafka.env import KafkaEnv
-from wharf.broker.kafka.errors import Code
+from wharf.broker.kafka.errors import Code, code_for
 from wharf.broker.kafka.server import KafkaConnection
-from wharf.broker.meta.topics import TopicConfig, validate_topic_name
+from wharf.broker.meta.topics import TopicConfig
 
 __all__ = ["MetadataHandlers", "lookup_topic"]
 
 
 def lookup_topic(env: KafkaEnv, name: str, create: bool) -> tuple[TopicConfig | None, Code]:
-    """A topic by its Kafka name: (config, NONE), or (None, why not). ``create``: made as a
-    send would make it when autoCreateTopicEnable is on."""
+    """A topic by its Kafka name: (config, NONE), or (None, why not), by the core's admission
+    (``SendCore.lookup``: the name rules, the broker's own topics, auto-creation and the
+    shutting-down refusal) with its refusals as Kafka codes (``errors.code_for``). ``create``:
+    made as a send would make it when autoCreateTopicEnable is on."""
     try:
-        validate_topic_name(name)
-    except InvalidArgumentError:
-        return None, Code.INVALID_TOPIC_EXCEPTION
-    if is_own_topic(name):
-        return None, Code.INVALID_TOPIC_EXCEPTION
-    topics = env.ctx.topics
-    topic = topics.get(name)
-    if topic is not None:
-        return topic, Code.NONE
-    if not create or not topics.auto_create:
-        return None, Code.UNKNOWN_TOPIC_OR_PARTITION
-    try:
-        return topics.for_send(name), Code.NONE
-    except (InvalidArgumentError, NotFoundError):
-        return None, Code.UNKNOWN_TOPIC_OR_PARTITION
+        return env.ctx.send_core.lookup(name, create=create, own_topics=False), Code.NONE
+    except Refused as exc:
+        return None, code_for(exc)
 
 
 class MetadataHandlers:
@@ -107,6 +97,8 @@ class MetadataHandlers:
             if topic is not None:
                 layout = await env.layout(name, fresh=True)
         if layout is None or not layout.spans:
+            if code == Code.NOT_LEADER_OR_FOLLOWER:  # shutting down: Metadata's retriable code
+                code = Code.LEADER_NOT_AVAILABLE
             return {"error_code": code, "name": name, "partitions": []}
         partitions = [
             {

@@ -1,7 +1,7 @@
 """ListOffsets, OffsetCommit and OffsetFetch.
 
-- ListOffsets (after waiting, once and at most 1 s, for the store's dispatch to show what was
-  acknowledged): timestamp -2 (earliest) = the queue's min offset, -1 (latest) = its max offset
+- ListOffsets (after the core's read-your-writes wait, ``ReadCore.own_writes_visible``: once,
+  at most 1 s, for the store's dispatch to show what was acknowledged): timestamp -2 (earliest) = the queue's min offset, -1 (latest) = its max offset
   (the high watermark), any other timestamp = the first offset stored at or after it (the
   store's offset-by-time lookup, by STORE time: a record's own CreateTime may be older);
   none = the max offset, as Kafka answers. v0's ``old_style_offsets`` holds the one offset.
@@ -30,7 +30,6 @@ from typing import Any
 
 from wharf.broker.acl.rules import Perm
 from wharf.broker.cluster.peer_offsets import PeerOffsetError
-from wharf.broker.core.read import DISPATCH_WAIT_S
 from wharf.broker.kafka.coordinator import Coordinator
 from wharf.broker.kafka.env import KafkaEnv
 from wharf.broker.kafka.errors import Code, KafkaError
@@ -77,11 +76,9 @@ class OffsetHandlers:
     async def list_offsets(
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
     ) -> dict[str, Any]:
+        # "latest" right after a produce's ack includes it (the core's read-your-writes wait).
+        await self.env.ctx.read_core.own_writes_visible()
         store = self.env.ctx.store
-        if store.dispatch_pending:
-            # Read-your-writes: a produce is acknowledged before dispatch makes its offsets
-            # visible; "latest" right after an ack must include it (waits at most 1 s, once).
-            await store.wait_dispatched(DISPATCH_WAIT_S)
         topics = []
         for t in body["topics"]:
             rows = []

@@ -2,7 +2,9 @@
 partition's queue, answered with the first record's queue offset (Kafka offset = ConsumeQueue
 offset, dense).
 
-- Per partition: PUB on the topic (ACL); the topic (auto-created as a send would) and the
+- Per partition: PUB on the topic (ACL); the topic admitted by the core as every send is
+  (``SendCore.topic``: not shutting down, a legal name, not the broker's own, auto-created,
+  writable; its refusals as Kafka codes, ``errors.code_for``) and the
   partition < its write queues (UNKNOWN_TOPIC_OR_PARTITION), led by this broker
   (``env.queue_of``: in a cluster NOT_LEADER_OR_FOLLOWER, so the client refreshes its
   metadata and sends to the leader; the partition's queue is this broker's); the batches decoded and checked
@@ -28,11 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wharf.broker.acl.rules import Perm
+from wharf.broker.core.errors import Refused
 from wharf.broker.kafka import fast
 from wharf.broker.kafka.convert import KAFKA_PRODUCER, properties_bytes, record_body_properties
 from wharf.broker.kafka.env import KafkaEnv
 from wharf.broker.kafka.errors import Code, KafkaError, code_for
-from wharf.broker.kafka.metadata import lookup_topic
 from wharf.broker.kafka.producers import ProducerTable, producer_mark
 from wharf.broker.kafka.records import Batch, iter_batches
 from wharf.broker.kafka.server import KafkaConnection
@@ -108,13 +110,10 @@ class ProduceHandler:
         if not env.allowed(conn, "topic", part.topic, Perm.PUB):
             part.code = Code.TOPIC_AUTHORIZATION_FAILED
             return
-        topic, code = lookup_topic(env, part.topic, create=True)
-        if topic is None:
-            part.code = code
-            return
-        if not topic.writable:
-            part.code = Code.TOPIC_AUTHORIZATION_FAILED
-            part.message = f"topic {part.topic!r} is not writable (perm={topic.perm})"
+        try:  # the core's admission; its refusals as Kafka codes (errors.code_for)
+            topic = env.ctx.send_core.topic(part.topic, own_topics=False)
+        except Refused as exc:
+            part.fail(exc)
             return
         part.queue, part.code = await env.queue_of(part.topic, part.index)
         if part.code == Code.NONE and part.queue >= topic.write_queue_nums:

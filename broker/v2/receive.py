@@ -13,7 +13,7 @@ receipt handle, delivery attempt (1, then +1 per redelivery), queue id/offset, s
 host, its type (DELAY with the ``delivery_timestamp`` it was sent with, as the proxy's
 GrpcConverter does: the clients show it as the delivery time; else FIFO with a message group,
 else NORMAL), and an uppercase-hex MD5 body digest (the only digest every official client
-checks alike); bodies leave IDENTITY-encoded (the store's zlib bodies are inflated first).
+checks alike); bodies leave IDENTITY-encoded (the store's zlib bodies inflated by the core's ``plain_body``).
 
 Limits: invisible time ``MIN_INVISIBLE_MS`` (1 s; RocketMQ's proxy defaults to 10 s) to 12 h
 (ILLEGAL_INVISIBLE_TIME); ``auto_renew`` (the PushConsumer) gets 60 s; batch 1..1024 (0 = 32);
@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import hashlib
 import time
-import zlib
 from collections.abc import Callable
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
+from wharf.broker.core.bodies import plain_body
 from wharf.broker.core.pop import PopConsumer, PopCore
 from wharf.broker.core.tags import parse_filter, parse_tag_expression
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
@@ -44,7 +44,6 @@ from wharf.broker.v2.codes import Code, V2Error
 from wharf.broker.v2.convert import PROPERTY_MESSAGE_GROUP, RESERVED_PROPERTY_NAMES
 from wharf.broker.v2.route import not_found_group
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
-from wharf.store.codec.layout import SYSFLAG_COMPRESSED
 from wharf.store.codec.properties import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -137,9 +136,7 @@ def to_v2_message(
     pulled one (PullMessage) has no handle, attempt or invisible time. Built field by field in
     place, into ``into`` when given (a reply's ``message``: no copy of the finished message,
     nor of intermediate Timestamps; this runs once per delivery)."""
-    body = stored.body
-    if stored.sys_flag & SYSFLAG_COMPRESSED:
-        body = zlib.decompress(body)
+    body = plain_body(stored.body, stored.sys_flag)
     props = stored.properties
     message = definition_pb2.Message() if into is None else into
     message.body = body

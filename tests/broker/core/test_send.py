@@ -228,6 +228,28 @@ def test_a_shutting_down_broker_refuses_sends() -> None:
         c.admit("a")
 
 
+def test_lookup_is_the_admission_of_a_topic_named_before_a_send() -> None:
+    # Kafka's Metadata names topics before producing: the same rules, no writable check, and
+    # creation only when asked (and never while shutting down).
+    c = core()
+    with pytest.raises(TopicNotFound):
+        c.lookup("later", create=False)
+    assert c.topics.get("later") is None
+    assert c.lookup("later", create=True).name == "later"
+    c.topics.table["ro"] = TopicConfig("ro", 4, 4, perm=4)
+    assert c.lookup("ro", create=False).name == "ro"  # read-only: found, writes refused later
+    for name, reason in (("a.b", Reason.ILLEGAL_TOPIC), ("%RETRY%g", Reason.OWN_TOPIC)):
+        for create in (False, True):
+            with pytest.raises(InvalidSend) as caught:
+                c.lookup(name, create=create, own_topics=False)
+            assert caught.value.reason is reason, (name, create)
+    c.shutting_down = lambda: True
+    assert c.lookup("later", create=False).name == "later"
+    with pytest.raises(ShuttingDown):
+        c.lookup("another", create=True)
+    assert c.topics.get("another") is None
+
+
 # --- the store calls -----------------------------------------------------------------------
 
 

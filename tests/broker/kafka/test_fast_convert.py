@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import struct
+import zlib
 from types import SimpleNamespace
 from unittest import mock
 
@@ -21,6 +22,7 @@ import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from wharf.broker.core import bodies
 from wharf.broker.core.validate import SYSTEM_PROPERTY_NAMES
 from wharf.broker.kafka import fast
 from wharf.broker.kafka import produce as produce_module
@@ -30,7 +32,7 @@ from wharf.broker.kafka.fetch import encode_messages, encode_stored
 from wharf.broker.kafka.produce import ProduceHandler
 from wharf.broker.kafka.producers import producer_mark
 from wharf.broker.kafka.records import HEADER_SIZE, Record, decode_batches, encode_batch
-from wharf.store.codec.layout import MAX_PROPERTIES_LENGTH, TOTAL_SIZE
+from wharf.store.codec.layout import MAX_PROPERTIES_LENGTH, SYSFLAG_COMPRESSED, TOTAL_SIZE
 from wharf.store.codec.records import decode_records
 from wharf.store.codec.records import encode_batch as store_encode_batch
 from wharf.store.codec.send_records import topic_tail
@@ -316,6 +318,59 @@ def test_fetch_of_a_rocketmq_message_and_a_json_header_fallback() -> None:
     packed = _raw([(b"v", {KAFKA_HEADERS: json.dumps([["h", None]])}, None, 1)], 0)
     assert packed is not None and fast.fetch_batch(*packed) is None
     assert decode_batches(encode_stored(*packed))[0].records[0].headers == [("h", None)]
+
+
+def _compressed(body: bytes, props: dict[str, str], compressed: bytes | None = None) -> bytes:
+    """One stored record whose body has the COMPRESSED sysflag (``compressed``: the stored
+    bytes, else ``body`` deflated as the SDK and the 4.x clients do)."""
+    stored = zlib.compress(body, 5) if compressed is None else compressed
+    message = MessageInput(stored, props, sys_flag=SYSFLAG_COMPRESSED, born_timestamp=7)
+    return store_encode_batch("orders", 1, 40, [message], 0, 99, "10.0.0.1:5", 1 << 20).data
+
+
+def _values(records: bytes, count: int) -> list[bytes | None]:
+    return [r.value for r in decode_batches(encode_stored(records, count))[0].records]
+
+
+def test_compressed_bodies_are_inflated_on_both_paths() -> None:
+    # The SDK, `wharf send` and the 4.x clients store bodies over 4 KiB deflated (sysflag
+    # 0x1): a Kafka reader gets the body, as a RocketMQ reader does (5,000 bytes, not ~45).
+    body = b"compressible " * 400
+    plain = _raw([(b"plain", {"k": "v"}, None, 1)], 0)
+    assert plain is not None
+    first = _compressed(body, {"KEYS": "k1", "TAGS": "t"})
+    records = first + _compressed(b"x" * 5000, {})
+    assert _values(records, 2) == [body, b"x" * 5000]
+    expected = encode_messages(_stored(records))
+    assert encode_stored(records, 2) == expected
+    if fast.compiled is not None:  # inflated in C's call, not by falling back
+        assert fast.fetch_batch(records, 2) == expected
+        mixed = plain[0] + records
+        assert fast.fetch_batch(mixed, 3) == encode_messages(_stored(mixed))
+    (record,) = decode_batches(encode_stored(first, 1))[0].records
+    assert (record.key, record.headers) == (b"k1", [("TAGS", b"t")])
+
+
+def test_a_compressed_body_that_does_not_inflate_is_delivered_as_stored() -> None:
+    # Damaged (not zlib, cut short): answered as stored, on both paths alike, so a consumer
+    # moves past it instead of failing at every fetch.
+    deflated = zlib.compress(b"y" * 6000)
+    for stored in (b"not zlib at all", deflated[: len(deflated) // 2]):
+        records = _compressed(b"", {}, compressed=stored)
+        assert _values(records, 1) == [stored]
+        if fast.compiled is not None:
+            assert fast.fetch_batch(records, 1) == encode_stored(records, 1)
+    # A placeholder body (an empty Kafka value) is never inflated.
+    records = _compressed(b"", {"__KAFKA_VALUE": "empty"}, compressed=b"\x00")
+    assert _values(records, 1) == [b""]
+
+
+def test_bodies_inflate_to_at_most_64_mib(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bodies, "MAX_INFLATED", 1000)
+    big = zlib.compress(b"z" * 5000)
+    assert bodies.plain_body(big, SYSFLAG_COMPRESSED) == big  # over the bound: as stored
+    assert bodies.plain_body(zlib.compress(b"z" * 1000), SYSFLAG_COMPRESSED) == b"z" * 1000
+    assert bodies.plain_body(big, 0) is big
 
 
 @compiled_only

@@ -221,6 +221,28 @@ async def test_metadata_names_this_broker_and_creates_like_a_send(
     await kafka.close()
 
 
+async def test_a_broker_shutting_down_refuses_produce_and_creates_no_topic(
+    inproc_broker: InProcFactory,
+) -> None:
+    # Admission is the core's (SendCore.lookup / topic), shutting-down refusal included; Kafka
+    # codes at the edge: NOT_LEADER_OR_FOLLOWER on Produce, LEADER_NOT_AVAILABLE in Metadata
+    # (both retriable: the client refreshes and goes elsewhere).
+    kafka, client = await started(inproc_broker)
+    ctx = kafka.controller.ctx
+    assert (await produce(client, "held", 0, b"x"))["error_code"] == 0
+    ctx.shutting_down = True
+    try:
+        assert (await produce(client, "held", 0, b"y"))["error_code"] == 6
+        response = await client.call(METADATA, 8, {"topics": [{"name": "held"}, {"name": "new"}]})
+        held, new = response["topics"]
+        assert held["error_code"] == 0 and held["partitions"]  # looked up, not created
+        assert new["error_code"] == 5 and ctx.topics.get("new") is None
+    finally:
+        ctx.shutting_down = False
+    await client.close()
+    await kafka.close()
+
+
 async def test_advertised_address_setting(inproc_broker: InProcFactory) -> None:
     from tests.broker.kafka.kafka_helpers import attach_kafka
 
