@@ -55,9 +55,9 @@ from wharf.broker.serving.health import HealthBoard
 from wharf.broker.serving.reply_budget import ReplyBudget
 from wharf.broker.settings import parse_delay_levels
 from wharf.broker.tls.config import ServerTls
-from wharf.broker.tls.contexts import server_ssl_context
 from wharf.broker.tls.reload import CertificateReloader
 from wharf.broker.tls.source import load_tls
+from wharf.store import ConsumerLink
 from wharf.store.codec import SCHEDULE_TOPIC
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.store.fast import load as load_compiled
@@ -129,8 +129,8 @@ class BrokerController:
         )
         self.client_expiry = ClientExpiry(self.clients)
         self.pop_progress = PopProgress(lambda: self.store.pop, self.offsets)
-        self.topics.on_change = self._metadata_changed
-        self.groups.on_change = self._metadata_changed
+        self.fanout = links.MetadataFanout(self.persister, lambda: self.store)
+        self.topics.on_change = self.groups.on_change = self.fanout.changed
         self.topics.durable = self.groups.durable = self.persister.durable  # admin answers wait
         # aclEnable: the guard every front end runs first (broker/acl/guard.py).
         self.acl: AclGuard | None = None
@@ -207,7 +207,18 @@ class BrokerController:
             from wharf.store.message_store import MessageStore
 
             self._store_factory = MessageStore
-        kwargs: dict[str, Any] = {"observer": self.metrics}
+        long_poll, offsets = self.long_poll, self.offsets
+        kwargs: dict[str, Any] = {
+            "observer": self.metrics,
+            "consumers": ConsumerLink(
+                on_arrival=long_poll.on_arrival,
+                quiet=long_poll.quiet,
+                on_planned=long_poll.on_planned,
+                waiting=lambda: long_poll.parked_count > 0,
+                progress=offsets.by_queue,
+                committed=offsets.query,
+            ),
+        }
         if store_config.broker_role == SLAVE or store_config.ha_listen_port >= 0:
             kwargs["replication"] = self._replica_link()
         self.store = self._store_factory(store_config, **kwargs)
@@ -216,12 +227,6 @@ class BrokerController:
                 self.config, self.endpoint, self.store.role, self._on_master,
                 self.request_restart,
             )  # fmt: skip
-        self.store.add_arrival_listener(self.long_poll.on_arrival, quiet=self.long_poll.quiet)
-        self.store.set_ahead_listener(self.long_poll.on_planned)
-        long_poll = self.long_poll
-        self.store.set_dispatch_waiters(lambda: long_poll.parked_count > 0)
-        self.store.set_consumer_progress(self.offsets.by_queue)
-        self.store.set_committed_offsets(self.offsets.query)
         if self.acl is not None:
             try:
                 await asyncio.to_thread(self.acl.load_blocking)
@@ -308,8 +313,10 @@ class BrokerController:
         broker = self.config.broker
         if dial is not None:
             identity = links.identity_of(broker, self.endpoint, self.ready())
-            self.registrar = links.make_registrar(broker, identity, self.topics, dial)
-            self.topics.on_change = self._on_topics_changed
+            self.registrar = self.fanout.registrar = links.make_registrar(
+                broker, identity, self.topics, dial
+            )
+            self.topics.on_change = self.fanout.topics_changed
             self.registrar.start()
         if self.failover is not None:
             await self.failover.start()
@@ -352,18 +359,6 @@ class BrokerController:
             )
             await self.registrar.change_identity(identity)
 
-    def _on_topics_changed(self) -> None:
-        self._metadata_changed()
-        if self.registrar is not None:
-            self.registrar.wake()
-
-    def _metadata_changed(self) -> None:
-        """Topics or groups changed: persist soon, and ship them to replicas now."""
-        self.persister.wakeup()
-        ha = getattr(self.store, "ha_master", None)
-        if ha is not None:
-            ha.notify_metadata()
-
     @property
     def ha_address(self) -> str:
         """host:port of the replication listener ('' when this broker has none)."""
@@ -373,24 +368,12 @@ class BrokerController:
         return f"{self.config.store.ha_listen_host}:{ha.port}"
 
     def _replica_link(self) -> Any:
-        reloader, tls = self.tls_reloader, self.tls
         try:
-            tls_contexts = links.replication_tls(
-                self.config.broker,
-                tls.cert_pem if tls is not None else None,
-                tls.key_pem if tls is not None else None,
-                (lambda: server_ssl_context(reloader.refreshed)) if reloader else None,
-            )
+            tls_contexts = links.replication_tls(self.config.broker, self.tls, self.tls_reloader)
         except FrontEndUnavailable as exc:
             raise StartupError(str(exc)) from None
-
-        def applied(topics_changed: bool) -> None:
-            self.persister.wakeup()
-            if topics_changed and self.registrar is not None:
-                self.registrar.wake()
-
         return links.replica_link(
-            self.config, self._managers(), lambda: self.store, applied,
+            self.config, self._managers(), lambda: self.store, self.fanout.applied,
             lambda: self.failover, self.request_restart,
             self.acl.replication_secret if self.acl is not None else None, tls_contexts,
         )  # fmt: skip

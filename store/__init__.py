@@ -18,6 +18,7 @@ from wharf.store.errors import (
 )
 from wharf.store.model import (
     AppendResult,
+    ConsumerLink,
     GetResult,
     GetStatus,
     MessageInput,
@@ -48,6 +49,7 @@ __all__ = [
     "SYNC_FLUSH",
     "AppendResult",
     "ArrivalListener",
+    "ConsumerLink",
     "CorruptRecordError",
     "DiskFullError",
     "FlushFailedError",

@@ -3,15 +3,15 @@ dispatch position and what it will reach (``visible_end``: the written end, or a
 confirm offset), the arrival listeners dispatch calls (schedule, timer, pop, the broker's long
 polls) and, under SYNC_FLUSH, dispatch inside the group commit's callbacks while a reader waits.
 
-``set_waiting(fn)``: ``fn()`` True while a reader waits for new messages (the broker: a parked
-long poll). Then each sync reads and plans the dispatch of what it covers while the fdatasync
+``ConsumerLink.waiting()`` (given at construction): True while a reader waits for new messages
+(the broker: a parked long poll). Then each sync reads and plans the dispatch of what it covers while the fdatasync
 runs (``during_sync``) and applies it before its writers are answered (``after_sync``: up to
 64 KiB, ``ReputService.dispatch_inline``; a larger sync wakes the reput task), so the parked
 pull is woken before the writers' acks are built (~0.4 ms less from the sync to the pull reply
 for a lone message). With nobody waiting, dispatch follows the writers: answering them first
 keeps a producer's requests in flight short.
 
-Ahead of the sync (``set_ahead``): after planning, the queues the plan advances are reported
+Ahead of the sync (``ConsumerLink.on_planned``): after planning, the queues the plan advances are reported
 to the broker's long polls with the log offset the sync makes durable; a parked raw pull reads
 them (``MessageStore.get_raw_records_ahead``) and has the sync thread write its reply after the
 fdatasync (``CommitLog.write_when_durable``). Not under SYNC_MASTER: there a read also waits
@@ -26,31 +26,33 @@ from operator import itemgetter
 
 from wharf.store.dispatch.reput import CommitLogSource, QueueAdvance, ReputService
 from wharf.store.log.commit_log import CommitLog
+from wharf.store.model import ArrivalListener, ConsumerLink, PlannedListener
 
 log = logging.getLogger(__name__)
 
-# Called after dispatch made new messages visible: (topic, queue_id, new max offset).
-ArrivalListener = Callable[[str, int, int], None]
-# Told while a sync runs: (topic, queue_id, max offset once applied, log offset to be durable).
-PlannedListener = Callable[[str, int, int, int], None]
 _TOPIC = itemgetter(0)  # of an advanced queue's key (topic, queue id)
+_NO_CONSUMERS = ConsumerLink()
 
 __all__ = ["ArrivalListener", "Arrivals", "PlannedListener"]
 
 
 class Arrivals:
-    def __init__(self) -> None:
+    def __init__(self, consumers: ConsumerLink = _NO_CONSUMERS) -> None:
+        """``consumers``: whether a reader waits (``waiting``), who is told ahead of a sync
+        (``on_planned``) and the first listener of every queue (``on_arrival``)."""
         # (listener, quiet): ``quiet()`` True when the listener has nobody to wake (no parked
         # pull, no waiting pop): it is left out of that report.
         self._listeners: list[tuple[ArrivalListener, Callable[[], bool] | None]] = []
         # Listeners of one topic's queues only (schedule, timer): not called for the others'.
         self._of_topic: dict[str, list[ArrivalListener]] = {}
-        self._waiting: Callable[[], bool] | None = None
-        self._ahead: PlannedListener | None = None
+        self._waiting = consumers.waiting
+        self._ahead = consumers.on_planned
         self._reput: ReputService | None = None  # set by bind() at start
         self._commit_log: CommitLog | None = None
         self._source: CommitLogSource | None = None
         self._replicas_durable: Callable[[], None] = lambda: None
+        if consumers.on_arrival is not None:
+            self.add(consumers.on_arrival, quiet=consumers.quiet)
 
     def bind(
         self,
@@ -161,9 +163,6 @@ class Arrivals:
                 except Exception:
                     log.exception("arrival listener %r failed for %s/%d", listener, topic, queue_id)
 
-    def set_waiting(self, waiting: Callable[[], bool] | None) -> None:
-        self._waiting = waiting
-
     def after_sync(self) -> None:
         """SYNC_FLUSH, after each sync and before its writers are answered: while a reader
         waits, dispatch a small sync right here (a larger one wakes the reput task)."""
@@ -198,13 +197,6 @@ class Arrivals:
                         log.exception("planned-arrival listener failed for %s/%d", *run.key)
 
     # --- ahead of the sync -------------------------------------------------------------------
-    def set_ahead(self, listener: PlannedListener | None) -> None:
-        """``listener(topic, queue_id, max_offset, durable_end)`` hears, while a sync runs, of
-        the queues its records will advance once ``durable_end`` is on disk (SYNC_FLUSH on a
-        store whose reads wait for no replica): a parked reader may build its answer during
-        the fdatasync and hand it to ``CommitLog.write_when_durable``."""
-        self._ahead = listener
-
     def planned_units(self, topic: str, queue_id: int, offset: int) -> tuple[bytes, int] | None:
         """The planned units of a queue from ``offset`` and the log offset they wait for
         (``ReputService.planned_units``); None without a kept plan or under SYNC_MASTER."""

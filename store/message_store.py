@@ -18,18 +18,19 @@ CONTRACT (the broker codes against exactly this):
   large scans, recovery) run in threads.
 - ``start()`` loads and recovers (in a thread), writes the abort marker, starts the services;
   ``shutdown()`` stops them, flushes all, writes the checkpoint, removes the abort marker.
-- ``MessageStore(config, observer=None, *, disk_usage=None, replication=None)``:
-  ``disk_usage(path) -> ratio`` replaces ``os.statvfs`` for the retention thresholds (tests
-  simulate 76/86/91 %); ``replication``: the ``ReplicaLink`` the role wires.
+- ``MessageStore(config, observer=None, *, disk_usage=None, replication=None,
+  consumers=None)``: ``disk_usage(path) -> ratio`` replaces ``os.statvfs`` for the retention
+  thresholds (tests simulate 76/86/91 %); ``replication``: the ``ReplicaLink`` the role wires;
+  ``consumers``: the ``ConsumerLink`` (``model.py``: long polls to wake, committed offsets).
 - ``put()`` waits (before appending) while dispatch lags more than ``max_dispatch_lag_bytes``
   (a Wharf setting, 64 MiB): consumer lag and crash-restart re-dispatch stay bounded; a
   caller of ``write`` checks ``dispatch_lagging()`` and awaits ``dispatch_room()`` itself.
 - ``await wait_dispatched(timeout_s)``: everything appended so far is visible to reads.
 - ``pop``: the running ``PopService`` (``wharf.store.pop``), started after recovery and the
   services on a master, stopped first at shutdown (its DLQ copies still go through ``put``).
-- visibility: ``wait_dispatched``, ``dispatch_offset``, ``add_arrival_listener``,
-  ``set_dispatch_waiters`` (``arrivals.py``: under SYNC_FLUSH a waiting reader is served
-  inside the sync).
+- visibility: ``wait_dispatched``, ``dispatch_offset``, ``add_arrival_listener``
+  (``arrivals.py``: under SYNC_FLUSH a reader ``ConsumerLink.waiting`` names is served inside
+  the sync).
 
 WIRING: ``start()`` builds one ``StoreParts`` (``RecoveredState.parts``: what recovery opened,
 the maintenance lock, the flush tally) and gives the services those parts plus named callables
@@ -49,7 +50,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
-from wharf.store.arrivals import ArrivalListener, Arrivals, PlannedListener
+from wharf.store.arrivals import Arrivals
 from wharf.store.config import SYNC_FLUSH, StoreConfig, parse_delay_levels
 from wharf.store.dispatch.reput import CommitLogSource, Dispatcher, ReputService
 from wharf.store.errors import NotMasterError, StoreShutDownError
@@ -62,6 +63,8 @@ from wharf.store.log.commit_log import CommitLog
 from wharf.store.log.sync_engine import REFUSED
 from wharf.store.model import (
     AppendResult,
+    ArrivalListener,
+    ConsumerLink,
     GetResult,
     MessageInput,
     PutResult,
@@ -78,7 +81,6 @@ from wharf.store.paths import (
     write_abort_marker_blocking,
 )
 from wharf.store.pop import PopService
-from wharf.store.queue import positions
 from wharf.store.queue.consume_queue import ConsumeQueue, Unit
 from wharf.store.queue.journal import PositionsJournal
 from wharf.store.queue.table import ConsumeQueueTable, destroy_queues
@@ -118,6 +120,7 @@ class MessageStore:
         *,
         disk_usage: DiskUsage | None = None,
         replication: ReplicaLink | None = None,
+        consumers: ConsumerLink | None = None,
     ) -> None:
         config.validate()
         self._config = config
@@ -133,9 +136,8 @@ class MessageStore:
             self._paths.consume_queue_root, config.mapped_file_size_consume_queue
         )
         self._index: IndexService | None = None
-        self._arrivals = Arrivals()
-        self._consumer_progress: Callable[[], Mapping[tuple[str, int], Mapping[str, int]]] = dict
-        self._committed: Callable[[str, str, int], int] = lambda group, topic, queue_id: -1
+        self._consumers = consumers or ConsumerLink()
+        self._arrivals = Arrivals(self._consumers)
         self._reput: ReputService | None = None
         self._queue_flush: FlushConsumeQueueService | None = None
         self._journal: PositionsJournal | None = None
@@ -198,7 +200,7 @@ class MessageStore:
                 queue_ids=lambda topic: [q.queue_id for q in self._queues.of_topic(topic)],
                 min_offset=self.get_min_offset,
                 put=self.put,
-                committed=lambda group, topic, queue_id: self._committed(group, topic, queue_id),
+                committed=self._consumers.committed,
             ),
         )
         await asyncio.to_thread(services.schedule.load_blocking)
@@ -215,7 +217,7 @@ class MessageStore:
             self._disk_usage,
             dispatch_offset=lambda: self._arrivals.offset,
             on_disk_state=self._gate.on_disk_state,
-            consumer_progress=lambda: self._consumer_progress(),
+            consumer_progress=self._consumers.progress,
         )
         log_dir = self._paths.commit_log_dir
         self._gate.disk_used_ratio = await asyncio.to_thread(self._disk_usage, str(log_dir))
@@ -248,23 +250,9 @@ class MessageStore:
         await self._reput.wait_dispatched(self._source.dispatch_limit(), 10.0)
         await self._reput.stop()
         await self._queue_flush.stop()  # final flush of queues/index + checkpoint
-        positions_file = self._paths.consume_queue_positions_file
-        if not self._queues.links.damaged and all(
-            queue.unflushed_bytes == 0 for queue in self._queues
-        ):
-            # Only what is durable: a failed final flush leaves the next start to read files,
-            # as does a queue found damaged (the start sets it aside and rebuilds it).
-            await asyncio.to_thread(
-                self._queues.save_positions_blocking, positions_file, self.dispatch_offset
-            )
-        else:
-            await asyncio.to_thread(positions.remove_blocking, positions_file)
-        if self._queues.links.damaged:
-            await asyncio.to_thread(self._queues.save_damaged_blocking)
-        # A tail the final flush could not write (consume_queue's "Tails") holds units no file
-        # has: the abort marker stays, so the next start re-dispatches them (store/recovery.py).
-        lost_tails = len(self._queues.links.tails)
-        self._queues.close()
+        lost_tails = await self._queues.close_durably(
+            self._paths.consume_queue_positions_file, self.dispatch_offset
+        )
         if self._index is not None:
             self._index.close()
         self._commit_log.close()
@@ -423,17 +411,10 @@ class MessageStore:
             return REFUSED
         return self._commit_log.write_when_durable(end, fd, data, done)
 
-    def set_ahead_listener(self, listener: PlannedListener | None) -> None:
-        """Told of the queues a running sync will advance (``Arrivals.set_ahead``)."""
-        self._arrivals.set_ahead(listener)
-
     def read_consume_queue(
         self, topic: str, queue_id: int, offset: int, max_count: int
     ) -> list[Unit]:
-        queue = self._queues.find(topic, queue_id)
-        if queue is None or offset >= queue.max_offset:
-            return []
-        return list(queue.read_units(max(offset, queue.min_offset), max_count))
+        return self._queues.read_units(topic, queue_id, offset, max_count)
 
     def look_message_by_offset(self, commit_log_offset: int) -> StoredMessage | None:
         assert self._commit_log is not None
@@ -472,10 +453,7 @@ class MessageStore:
 
     def queue_counts(self) -> dict[str, int]:
         """Each topic with a consume queue: its highest queue id + 1 (``TopicConfigManager.adopt``)."""
-        counts: dict[str, int] = {}
-        for q in self._queues:
-            counts[q.topic] = max(counts.get(q.topic, 0), q.queue_id + 1)
-        return counts
+        return self._queues.queue_counts()
 
     def get_queue_stats(self, topic: str) -> list[QueueStat]:
         assert self._commit_log is not None
@@ -496,9 +474,7 @@ class MessageStore:
             doomed = []
             for topic in topics:
                 doomed.extend(self._queues.remove_topic(topic))
-                offset_table = self._writer.offset_table
-                for key in [k for k in offset_table if k[0] == topic]:
-                    del offset_table[key]
+                self._writer.forget_topic(topic)
             return doomed
 
         # Recorded first: a restart after a crash must not load the deleted queues.
@@ -511,30 +487,12 @@ class MessageStore:
             self._tasks.spawn(destroy_queues(doomed, self._maintenance))
 
     # --- listeners / status ------------------------------------------------------------------
-    def set_consumer_progress(
-        self, provider: Callable[[], Mapping[tuple[str, int], Mapping[str, int]]]
-    ) -> None:
-        """The broker's committed offsets, ``(topic, queue_id) -> {group: offset}``: retention
-        counts the messages it deletes that a group had not consumed (the store keeps no
-        consumer offsets itself)."""
-        self._consumer_progress = provider
-
-    def set_committed_offsets(self, committed: Callable[[str, str, int], int]) -> None:
-        """The broker's committed offset of (group, topic, queue id), -1 for none: pop never
-        hands out a group's messages below it (``PopService``'s floor)."""
-        self._committed = committed
-
     def add_arrival_listener(
         self, listener: ArrivalListener, quiet: Callable[[], bool] | None = None
     ) -> None:
-        """``listener`` hears of every queue dispatch advanced; ``quiet()`` True (nobody to
-        wake) leaves it out of a report (``Arrivals.add``)."""
+        """Another listener of every queue dispatch advances (``ConsumerLink.on_arrival`` is
+        the first); ``quiet()`` True (nobody to wake) leaves it out of a report."""
         self._arrivals.add(listener, quiet=quiet)
-
-    def set_dispatch_waiters(self, waiting: Callable[[], bool] | None) -> None:
-        """``waiting()``: True while a reader waits for new messages (a parked long poll):
-        under SYNC_FLUSH each sync then dispatches in its own callback (``arrivals.py``)."""
-        self._arrivals.set_waiting(waiting)
 
     async def wait_dispatched(self, timeout_s: float = 5.0) -> bool:
         """True once everything appended so far is visible to reads (``arrivals.py``)."""

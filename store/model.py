@@ -183,3 +183,41 @@ class RawGetResult:
     records: bytes = b""  # whole stored records, concatenated in queue-offset order
     count: int = 0  # records in ``records``
     body_bytes: int = 0  # sum of their BODYLENGTH (what the view path counts as bytes out)
+
+
+# Told after dispatch made new messages visible: (topic, queue_id, new max offset).
+ArrivalListener = Callable[[str, int, int], None]
+# Told while a sync runs: (topic, queue_id, max offset once applied, log offset to be durable).
+PlannedListener = Callable[[str, int, int, int], None]
+# Committed consumer offsets: (topic, queue_id) -> {group: offset}.
+ConsumerProgress = Callable[[], Mapping[tuple[str, int], Mapping[str, int]]]
+
+
+def _nothing_committed(group: str, topic: str, queue_id: int) -> int:
+    return -1
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerLink:
+    """What the store learns of its consumers from the layer above (the broker's long polls
+    and offset table), given once at construction as ``ReplicaLink`` is for replication: the
+    store keeps no consumer state of its own, and nothing rewires it while it runs.
+
+    - ``on_arrival(topic, queue_id, max_offset)``: dispatch made new messages visible; left
+      out of a dispatch report while ``quiet()`` is True (nobody to wake);
+    - ``on_planned(topic, queue_id, max_offset, durable_end)``: while a sync runs, the queues
+      it advances once ``durable_end`` is on disk (``Arrivals``: a reply ahead of the sync);
+    - ``waiting()``: True while a reader waits for new messages (a parked long poll): under
+      SYNC_FLUSH each sync then dispatches in its own callback;
+    - ``progress()``: the committed offsets; retention counts the messages it deletes that a
+      group had not consumed;
+    - ``committed(group, topic, queue_id)``: a group's committed offset, -1 for none: pop
+      never hands out a group's messages below it.
+    """
+
+    on_arrival: ArrivalListener | None = None
+    quiet: Callable[[], bool] | None = None
+    on_planned: PlannedListener | None = None
+    waiting: Callable[[], bool] | None = None
+    progress: ConsumerProgress = dict
+    committed: Callable[[str, str, int], int] = _nothing_committed

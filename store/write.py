@@ -272,6 +272,11 @@ class Writer:
         assert self._queues is not None
         self.offset_table = {(q.topic, q.queue_id): q.max_offset for q in self._queues}
 
+    def forget_topic(self, topic: str) -> None:
+        """A deleted topic's next offsets go: created again, its queues start at offset 0."""
+        for key in [key for key in self.offset_table if key[0] == topic]:
+            del self.offset_table[key]
+
     # --- the write ---------------------------------------------------------------------------
     def write(self, topic: str, queue_id: int, batch: Batch, born_host: str = "") -> Written:
         """Validate and append ``batch`` (consecutive queue offsets in one queue) now. Raises

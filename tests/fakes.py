@@ -24,6 +24,7 @@ from wharf.store.config import StoreConfig
 from wharf.store.errors import InvalidMessageError, StoreShutDownError
 from wharf.store.model import (
     AppendResult,
+    ConsumerLink,
     GetResult,
     GetStatus,
     MessageInput,
@@ -44,12 +45,22 @@ RECORD_OVERHEAD = 100
 
 
 class FakeStore:
-    def __init__(self, config: StoreConfig | None = None, observer: object = None) -> None:
+    def __init__(
+        self,
+        config: StoreConfig | None = None,
+        observer: object = None,
+        *,
+        consumers: ConsumerLink | None = None,
+    ) -> None:
+        """``consumers``: its ``on_arrival`` hears of every put (the fake dispatches at once,
+        so it has no sync to plan ahead of nor retention or pop to use the offsets with)."""
         self.config = config or StoreConfig()
         self.queues: dict[tuple[str, int], list[StoredMessage]] = {}
         self.min_offsets: dict[tuple[str, int], int] = {}
         self.by_offset: dict[int, StoredMessage] = {}
         self.listeners: list = []
+        if consumers is not None and consumers.on_arrival is not None:
+            self.listeners.append(consumers.on_arrival)
         self.next_offset = 0
         self.put_status = PutStatus.PUT_OK
         self.put_delay_s = 0.0  # simulates a group-commit wait
@@ -68,21 +79,9 @@ class FakeStore:
     def add_arrival_listener(self, listener, quiet=None) -> None:  # type: ignore[no-untyped-def]
         self.listeners.append(listener)
 
-    def set_consumer_progress(self, provider) -> None:  # type: ignore[no-untyped-def]
-        self.consumer_progress = provider  # the fake has no retention to count with it
-
     @property
     def pop(self) -> NoReturn:
         raise StoreShutDownError("the fake store serves no pop consumption")
-
-    def set_committed_offsets(self, committed) -> None:  # type: ignore[no-untyped-def]
-        self.committed = committed  # the fake has no pop service to floor with it
-
-    def set_dispatch_waiters(self, waiting) -> None:  # type: ignore[no-untyped-def]
-        self.dispatch_waiters = waiting  # the fake dispatches every put at once anyway
-
-    def set_ahead_listener(self, listener) -> None:  # type: ignore[no-untyped-def]
-        self.ahead_listener = listener  # the fake has no sync to answer ahead of
 
     def get_raw_records_ahead(self, *args: object) -> None:
         return None  # nothing is ever planned ahead of a sync here

@@ -1,7 +1,7 @@
 """How a broker joins its cluster, built from its settings and the parts they need (the
 composition root calls these; none holds the root): the NameServer dialer and registrar,
-the replication link the store runs (identity, metadata shipped to replicas, TLS, accounts)
-and controller mode's failover."""
+the replication link the store runs (identity, metadata shipped to replicas, TLS, accounts),
+where a metadata change goes (``MetadataFanout``) and controller mode's failover."""
 
 from __future__ import annotations
 
@@ -16,8 +16,12 @@ from wharf.broker.cluster.registration import Identity, NamesrvRegistrar, parse_
 from wharf.broker.config import BrokerConfig, Config
 from wharf.broker.failover import AetcdEtcd, Failover
 from wharf.broker.meta.persist import dumps
+from wharf.broker.meta.persister import MetadataPersister
 from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.serving.frontend import FrontEndUnavailable
+from wharf.broker.tls.config import ServerTls
+from wharf.broker.tls.contexts import server_ssl_context
+from wharf.broker.tls.reload import CertificateReloader
 from wharf.client.channel import open_channel as open_client_channel
 from wharf.client.channel import tls_config as client_tls_config
 from wharf.client.errors import InvalidArgumentError
@@ -27,6 +31,7 @@ from wharf.wire import load_cert_chain_pem
 
 __all__ = [
     "DELAY_OFFSETS",
+    "MetadataFanout",
     "identity_of",
     "make_failover",
     "make_registrar",
@@ -166,20 +171,49 @@ def replica_link(
 
 
 def replication_tls(
-    broker: BrokerConfig, cert_pem: bytes | None, key_pem: bytes | None,
-    server_context: Callable[[], ssl.SSLContext] | None,
-) -> dict[str, ssl.SSLContext]:  # fmt: skip
+    broker: BrokerConfig, tls: ServerTls | None, reloader: CertificateReloader | None
+) -> dict[str, ssl.SSLContext]:
     """haTlsEnable: the replication listener's context (the broker's certificate, following
     its reloads) and the one a replica dials with (haTlsCaFile; its own certificate shown
     when the master asks: tlsClientAuth = require there)."""
-    if not broker.ha_tls_enable or server_context is None or cert_pem is None:
+    if not broker.ha_tls_enable or reloader is None or tls is None:
         return {}
     try:
         client = ssl.create_default_context(cafile=broker.ha_tls_ca_file or None)
-        load_cert_chain_pem(client, cert_pem, key_pem or b"")
+        load_cert_chain_pem(client, tls.cert_pem, tls.key_pem or b"")
     except (OSError, ssl.SSLError) as exc:
         raise FrontEndUnavailable(f"haTlsCaFile {broker.ha_tls_ca_file!r}: {exc}") from None
-    return {"server_ssl": server_context(), "client_ssl": client}
+    return {"server_ssl": server_ssl_context(reloader.refreshed), "client_ssl": client}
+
+
+class MetadataFanout:
+    """Where a change of the metadata tables goes: the persister (written soon), the
+    replicas (shipped now by the replication listener, when this broker has one) and, for
+    topics, the NameServer (the registration's next beat now, once ``registrar`` is set:
+    routes name a topic only after the NameServer heard of it)."""
+
+    def __init__(self, persister: MetadataPersister, store: Callable[[], Any]) -> None:
+        self._persister = persister
+        self._store = store  # set after this is made: the broker builds the store at start
+        self.registrar: NamesrvRegistrar | None = None
+
+    def changed(self) -> None:
+        """Topics or groups changed here: persist soon, and ship them to replicas now."""
+        self._persister.wakeup()
+        ha = getattr(self._store(), "ha_master", None)  # a test's stand-in store has none
+        if ha is not None:
+            ha.notify_metadata()
+
+    def topics_changed(self) -> None:
+        self.changed()
+        if self.registrar is not None:
+            self.registrar.wake()
+
+    def applied(self, topics_changed: bool) -> None:
+        """A replica took its master's tables: persist them; new topics are announced."""
+        self._persister.wakeup()
+        if topics_changed and self.registrar is not None:
+            self.registrar.wake()
 
 
 def make_failover(

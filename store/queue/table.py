@@ -30,6 +30,7 @@ from wharf.store.queue.consume_queue import (
     DamagedQueueError,
     QueueLinks,
     TailWrite,
+    Unit,
     write_tails_blocking,
 )
 from wharf.store.queue.file_cache import QueueFileCache
@@ -378,6 +379,21 @@ class ConsumeQueueTable:
         self.queues[(queue.topic, queue.queue_id)] = queue
         self._by_topic.setdefault(queue.topic, {})[queue.queue_id] = queue
 
+    def read_units(self, topic: str, queue_id: int, offset: int, max_count: int) -> list[Unit]:
+        """Up to ``max_count`` units from ``offset`` (from the minimum when below it); none
+        past the end or of a queue that does not exist."""
+        queue = self.queues.get((topic, queue_id))
+        if queue is None or offset >= queue.max_offset:
+            return []
+        return list(queue.read_units(max(offset, queue.min_offset), max_count))
+
+    def queue_counts(self) -> dict[str, int]:
+        """Each topic with a queue: its highest queue id + 1."""
+        counts: dict[str, int] = {}
+        for queue in self.queues.values():
+            counts[queue.topic] = max(counts.get(queue.topic, 0), queue.queue_id + 1)
+        return counts
+
     def of_topic(self, topic: str) -> list[ConsumeQueue]:
         """The topic's queues by queue id (a few; never a walk of the whole table)."""
         queues = self._by_topic.get(topic)
@@ -424,6 +440,25 @@ class ConsumeQueueTable:
 
     def close(self) -> None:
         self.cache.close()
+
+    async def close_durably(self, positions_file: Path, dispatched: int) -> int:
+        """A clean shutdown's last step for the queues, after their final flush: record what
+        the next start loads, then close. Only what is durable goes into the positions
+        snapshot: a failed final flush leaves the next start to read the files, as does a
+        queue found damaged (that start sets it aside and rebuilds it). Returns how many
+        queues hold units no file has (a tail the final flush could not write, consume_queue's
+        "Tails"): while any, the caller keeps the abort marker, so the next start re-dispatches
+        them from the commit log."""
+        damaged = bool(self.links.damaged)
+        if not damaged and all(queue.unflushed_bytes == 0 for queue in self):
+            await asyncio.to_thread(self.save_positions_blocking, positions_file, dispatched)
+        else:
+            await asyncio.to_thread(positions.remove_blocking, positions_file)
+        if damaged:
+            await asyncio.to_thread(self.save_damaged_blocking)
+        lost_tails = len(self.links.tails)
+        self.close()
+        return lost_tails
 
 
 async def destroy_queues(queues: Iterable[ConsumeQueue], maintenance: asyncio.Lock) -> None:

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from wharf.store import message_store
+from wharf.store import ConsumerLink, message_store
 from wharf.store.message_store import MessageStore
 
 from tests.store.helpers import small_config
@@ -24,9 +24,20 @@ def half_full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[MessageStore]:
+def committed() -> dict[tuple[str, str, int], int]:
+    """The committed offsets ``store`` is given, by (group, topic, queue id): a test sets them
+    (the broker's offset table in a broker)."""
+    return {}
+
+
+@pytest.fixture
+async def store(
+    tmp_path: Path, committed: dict[tuple[str, str, int], int]
+) -> AsyncIterator[MessageStore]:
     """A started store with small files (``helpers.small_config``); modules may define their own."""
-    s = MessageStore(small_config(tmp_path / "store"))
+    consumers = ConsumerLink(committed=lambda group, topic, queue_id: committed.get(
+        (group, topic, queue_id), -1))  # fmt: skip
+    s = MessageStore(small_config(tmp_path / "store"), consumers=consumers)
     await s.start()
     yield s
     await s.shutdown()

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from wharf.store import ConsumerLink
 from wharf.store.config import SYNC_FLUSH, parse_delete_when
 from wharf.store.errors import DiskFullError
 from wharf.store.message_store import MessageStore
@@ -39,7 +40,15 @@ def disk() -> FakeDisk:
 
 
 @pytest.fixture
-async def store(tmp_path: Path, disk: FakeDisk) -> AsyncIterator[MessageStore]:
+def consumed() -> dict[tuple[str, int], dict[str, int]]:
+    """The committed offsets the store's retention reads, (topic, queue id) -> {group: offset}."""
+    return {}
+
+
+@pytest.fixture
+async def store(
+    tmp_path: Path, disk: FakeDisk, consumed: dict[tuple[str, int], dict[str, int]]
+) -> AsyncIterator[MessageStore]:
     not_now = (time.localtime().tm_hour + 12) % 24
     config = small_config(
         tmp_path,
@@ -48,7 +57,7 @@ async def store(tmp_path: Path, disk: FakeDisk) -> AsyncIterator[MessageStore]:
         clean_resource_interval=3_600_000,  # tests drive the passes
         delete_commit_log_files_interval=0,
     )
-    s = MessageStore(config, disk_usage=disk)
+    s = MessageStore(config, disk_usage=disk, consumers=ConsumerLink(progress=lambda: consumed))
     await s.start()
     for i in range(12):
         await s.put("T", 0, [msg(b"x" * 900, uniq=f"U{i}-{j}") for j in range(10)])
@@ -126,7 +135,10 @@ async def test_above_85_percent_unexpired_segments_are_deleted_too(
 
 
 async def test_forced_deletion_counts_unconsumed_messages_per_topic_and_group(
-    store: MessageStore, disk: FakeDisk, caplog: pytest.LogCaptureFixture
+    store: MessageStore,
+    disk: FakeDisk,
+    consumed: dict[tuple[str, int], dict[str, int]],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     class Observer:
         def __init__(self) -> None:
@@ -144,7 +156,7 @@ async def test_forced_deletion_counts_unconsumed_messages_per_topic_and_group(
     observer = Observer()
     store.insides.cleanup_service.parts.observer.observer = observer  # the facade's tally forwards
     # "billing" has read 30 of the 120 messages of T/0, "audit" all of them.
-    store.set_consumer_progress(lambda: {("T", 0): {"billing": 30, "audit": 120}})
+    consumed[("T", 0)] = {"billing": 30, "audit": 120}
     disk.ratio = 0.86
     with caplog.at_level("WARNING", logger="wharf.store.services.cleanup"):
         await store.insides.cleanup_service.run_once()

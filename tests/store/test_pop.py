@@ -434,16 +434,13 @@ async def test_a_deleted_topic_forgets_its_pop_state_and_a_recreated_one_starts_
 
 
 async def test_a_group_starts_at_its_committed_offset_and_reports_its_progress(
-    store: MessageStore,
+    store: MessageStore, committed: dict[tuple[str, str, int], int]
 ) -> None:
     """The broker's committed offset is the floor of a group's pop (what another master
     finished before a failover, or an operator's reset forward); ``progress()`` is what the
     broker commits: every offset below it finished, nothing in flight counted."""
     await fill(store, 0, ["a", "b", "c", "d", "e"])
-    committed = {("cg", TOPIC, 0): 2}
-    store.set_committed_offsets(
-        lambda group, topic, queue_id: committed.get((group, topic, queue_id), -1)
-    )
+    committed[("cg", TOPIC, 0)] = 2  # ConsumerLink.committed of the ``store`` fixture reads it
     first = await store.pop.pop(G, TOPIC, batch=2, invisible_ms=10_000, now=T0)
     assert bodies(first) == [b"c", b"d"]  # not a and b: finished elsewhere
     assert bodies(await store.pop.pop("other", TOPIC, batch=1, now=T0)) == [b"a"]  # its own floor

@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from wharf.store import ConsumerLink
 from wharf.store.codec.dispatch import DispatchRequest
 from wharf.store.codec.hashes import java_string_hash
 from wharf.store.codec.properties import SCHEDULE_TOPIC
@@ -133,8 +134,10 @@ async def test_sync_flush_put_returns_with_its_message_already_dispatched(tmp_pa
     """SYNC_FLUSH with a reader waiting: a small sync is dispatched in the sync's own callback,
     before the writer is answered: no reput wake-up, no polling (the reput's intervals are
     far away here)."""
-    store = MessageStore(small_config(tmp_path, flush_disk_type="SYNC_FLUSH"))
-    store.set_dispatch_waiters(lambda: True)
+    store = MessageStore(
+        small_config(tmp_path, flush_disk_type="SYNC_FLUSH"),
+        consumers=ConsumerLink(waiting=lambda: True),
+    )
     await store.start()
     try:
         reput = store.insides.reput_service
@@ -158,8 +161,10 @@ async def test_sync_flush_put_returns_with_its_message_already_dispatched(tmp_pa
 async def test_inline_dispatch_leaves_index_rolls_to_the_task(tmp_path: Path) -> None:
     """Entries that do not fit the newest IndexFile (64 here) are written by the task's next
     run (a roll creates a file in a thread): every key stays queryable."""
-    store = MessageStore(small_config(tmp_path, flush_disk_type="SYNC_FLUSH"))
-    store.set_dispatch_waiters(lambda: True)
+    store = MessageStore(
+        small_config(tmp_path, flush_disk_type="SYNC_FLUSH"),
+        consumers=ConsumerLink(waiting=lambda: True),
+    )
     await store.start()
     try:
         await store.put("T", 0, [msg("first")])
@@ -201,8 +206,10 @@ async def test_sync_flush_without_a_waiting_reader_answers_writers_first(tmp_pat
     writer, so the writers' acks are not held up by dispatch (a producer's requests in
     flight stay short); the message is still dispatched."""
     waiting = False
-    store = MessageStore(small_config(tmp_path, flush_disk_type="SYNC_FLUSH"))
-    store.set_dispatch_waiters(lambda: waiting)
+    store = MessageStore(
+        small_config(tmp_path, flush_disk_type="SYNC_FLUSH"),
+        consumers=ConsumerLink(waiting=lambda: waiting),
+    )
     await store.start()
     try:
         reput = store.insides.reput_service
@@ -225,8 +232,10 @@ async def test_sync_flush_plans_the_dispatch_while_the_sync_runs(tmp_path: Path)
     """With a reader waiting, the records a sync will cover are read and planned when the sync
     is requested and applied when it is done: nothing is visible before the sync, everything
     right after it, as planned."""
-    store = MessageStore(small_config(tmp_path, flush_disk_type="SYNC_FLUSH"))
-    store.set_dispatch_waiters(lambda: True)
+    store = MessageStore(
+        small_config(tmp_path, flush_disk_type="SYNC_FLUSH"),
+        consumers=ConsumerLink(waiting=lambda: True),
+    )
     await store.start()
     try:
         reput = store.insides.reput_service
