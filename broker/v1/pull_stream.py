@@ -172,6 +172,105 @@ async def _read_requests(
         out.put(_END)
 
 
+class _StreamPulls:
+    """The pulls in flight on one stream: ``start(request)`` runs a pull as a task (in
+    ``alive``) once a slot is free, or cancels the pull a ``cancel`` request names; a reply
+    goes into ``out`` for the writer or is written directly ("Direct write"); the slot and
+    the reply's bytes are given back when the pull ends."""
+
+    def __init__(
+        self,
+        pull: Callable[..., Awaitable[messaging_pb2.PullMessageResponse | None]],
+        out: _Outbox,
+        slots: asyncio.Semaphore,
+        window: StreamReplies,
+        alive: set[asyncio.Task[None]],
+    ) -> None:
+        self._pull = pull  # PullStreamProcessor._pull_or_error
+        self._out, self._slots, self._window, self._alive = out, slots, window, alive
+        self.write_now: Callable[[messaging_pb2.PullMessageResponse], bool] | None = None
+        self.write_durable: Callable[[messaging_pb2.PullMessageResponse, int], bool] | None = None
+        self._tasks: dict[int, asyncio.Task[None]] = {}  # by request_id: what a cancel names
+
+    async def start(self, request: Any) -> None:
+        if type(request) is messaging_pb2.PullMessageRequest and request.cancel:
+            task = self._tasks.get(request.request_id)
+            if task is not None:
+                task.cancel()
+            return
+        await self._slots.acquire()
+        request_id = getattr(request, "request_id", 0)
+        if request_id in self._tasks:
+            request = MalformedRequest(
+                "PullMessageRequest", f"request_id {request_id} is already in flight"
+            )
+        replies = self._window.for_pull()
+        task = asyncio.create_task(self._handle(request, replies))
+        self._alive.add(task)
+        if type(request) is not MalformedRequest:
+            self._tasks[request_id] = task
+        task.add_done_callback(partial(self._finished, request_id, replies))
+
+    async def _handle(self, request: Any, replies: PullReplies) -> None:
+        reply = await self._pull(
+            request,
+            replies,
+            None if self.write_now is None else partial(self._direct, replies=replies),
+            None if self.write_durable is None else partial(self._durable, replies=replies),
+        )
+        # No await from here on (since the hold): the reply is never lost.
+        if reply is None:
+            return  # written in place by the arrival that answered its long poll
+        if replies.long_polled and self._direct(reply, replies):
+            return
+        self._out.put((reply, replies.nbytes))
+
+    def _direct(self, reply: messaging_pb2.PullMessageResponse, replies: PullReplies) -> bool:
+        """A long-polled pull's reply written now, if the writer is idle (it holds and waits
+        for nothing); then the writer's bookkeeping. False: nothing written."""
+        if self.write_now is None or not self._out.idle:
+            return False
+        if hops.ENABLED:
+            # Before the write, as the writer stamps (after it, the client the write woke may
+            # run first). A declined write (write gate shut, call over) leaves it a little
+            # early: the writer's later stamp is the second.
+            hops.stamp("b.pull_yield")
+        if not _written(self.write_now, reply):
+            return False
+        self._taken(replies)
+        return True
+
+    def _durable(
+        self, reply: messaging_pb2.PullMessageResponse, end: int, replies: PullReplies
+    ) -> bool:
+        """A reply built ahead of the sync, handed to the transport to be written once the
+        log is durable to ``end`` (it holds no budget: taken at once, as a direct write).
+        False: declined, nothing written nor to be."""
+        if self.write_durable is None or not self._out.idle:
+            return False
+        if hops.ENABLED:
+            hops.stamp("b.pull_ahead")
+        if not _written(self.write_durable, reply, end):
+            return False
+        self._taken(replies)  # its nbytes are 0: nothing was held
+        return True
+
+    def _taken(self, replies: PullReplies) -> None:
+        """A reply written (or handed over) directly, before any reply completed after it:
+        the writer's bookkeeping."""
+        self._out.written_directly()
+        self._window.taken(replies.nbytes)
+        self._slots.release()
+        replies.delivered = True
+
+    def _finished(self, request_id: int, replies: PullReplies, task: asyncio.Task[None]) -> None:
+        self._alive.discard(task)
+        if self._tasks.get(request_id) is task:
+            del self._tasks[request_id]
+        if task.cancelled() and not replies.delivered:
+            self._slots.release()  # no reply to wait for
+
+
 class PullStreamProcessor:
     def __init__(self, ctx: BrokerContext, puller: PullProcessor) -> None:
         self.ctx = ctx
@@ -231,100 +330,6 @@ class PullStreamProcessor:
                 error=common_pb2.ErrorInfo(code=code.value[0], message=message),
             )
 
-    def _pull_starter(
-        self,
-        out: _Outbox,
-        slots: asyncio.Semaphore,
-        window: StreamReplies,
-        alive: set[asyncio.Task[None]],
-        write_now: Callable[[messaging_pb2.PullMessageResponse], bool] | None,
-        write_durable: Callable[[messaging_pb2.PullMessageResponse, int], bool] | None = None,
-    ) -> Callable[[Any], Awaitable[None]]:
-        """``start(request)`` of a stream: runs the pull as a task (in ``alive``) that puts its
-        reply in ``out`` or writes it directly, once a slot is free (or cancels the pull a
-        ``cancel`` request names)."""
-        tasks: dict[int, asyncio.Task[None]] = {}  # by request_id, the ones a cancel can name
-
-        def direct(reply: messaging_pb2.PullMessageResponse, replies: PullReplies) -> bool:
-            """A long-polled pull's reply written now, if the writer is idle (it holds and
-            waits for nothing); then the writer's bookkeeping. False: nothing written."""
-            if write_now is None or not out.idle:
-                return False
-            if hops.ENABLED:
-                # Before the write, as the writer stamps (after it, the client the write
-                # woke may run first). A declined write (write gate shut, call over)
-                # leaves it a little early: the writer's later stamp is the second.
-                hops.stamp("b.pull_yield")
-            if not _written(write_now, reply):
-                return False
-            taken(replies)
-            return True
-
-        def taken(replies: PullReplies) -> None:
-            """A reply written (or handed over) directly, before any reply completed after
-            it: the writer's bookkeeping."""
-            out.written_directly()
-            window.taken(replies.nbytes)
-            slots.release()
-            replies.delivered = True
-
-        def direct_durable(
-            reply: messaging_pb2.PullMessageResponse, end: int, replies: PullReplies
-        ) -> bool:
-            """A reply built ahead of the sync, handed to the transport to be written once
-            the log is durable to ``end`` (it holds no budget: taken at once, as a direct
-            write). False: declined, nothing written nor to be."""
-            if write_durable is None or not out.idle:
-                return False
-            if hops.ENABLED:
-                hops.stamp("b.pull_ahead")
-            if not _written(write_durable, reply, end):
-                return False
-            taken(replies)  # its nbytes are 0: nothing was held
-            return True
-
-        async def handle(request: Any, replies: PullReplies) -> None:
-            reply = await self._pull_or_error(
-                request,
-                replies,
-                None if write_now is None else partial(direct, replies=replies),
-                None if write_durable is None else partial(direct_durable, replies=replies),
-            )
-            # No await from here on (since the hold): the reply is never lost.
-            if reply is None:
-                return  # written in place by the arrival that answered its long poll
-            if replies.long_polled and direct(reply, replies):
-                return
-            out.put((reply, replies.nbytes))
-
-        def finished(request_id: int, replies: PullReplies, task: asyncio.Task[None]) -> None:
-            alive.discard(task)
-            if tasks.get(request_id) is task:
-                del tasks[request_id]
-            if task.cancelled() and not replies.delivered:
-                slots.release()  # no reply to wait for
-
-        async def start(request: Any) -> None:
-            if type(request) is messaging_pb2.PullMessageRequest and request.cancel:
-                task = tasks.get(request.request_id)
-                if task is not None:
-                    task.cancel()
-                return
-            await slots.acquire()
-            request_id = getattr(request, "request_id", 0)
-            if request_id in tasks:
-                request = MalformedRequest(
-                    "PullMessageRequest", f"request_id {request_id} is already in flight"
-                )
-            replies = window.for_pull()
-            task = asyncio.create_task(handle(request, replies))
-            alive.add(task)
-            if type(request) is not MalformedRequest:
-                tasks[request_id] = task
-            task.add_done_callback(partial(finished, request_id, replies))
-
-        return start
-
     async def serve(
         self,
         requests: AsyncIterator[Any],
@@ -340,7 +345,9 @@ class PullStreamProcessor:
         window = StreamReplies(self.ctx.replies, peer, cfg.max_unread_pull_bytes_per_client)
         out = _Outbox()
         alive: set[asyncio.Task[None]] = set()  # every pull task (error replies too)
-        start = self._pull_starter(out, slots, window, alive, write_now, write_durable)
+        pulls = _StreamPulls(self._pull_or_error, out, slots, window, alive)
+        pulls.write_now, pulls.write_durable = write_now, write_durable
+        start = pulls.start  # runs each pull as a task, once a slot is free
         reader = asyncio.create_task(_read_requests(requests, start, alive, out))
         ended = False
         try:
