@@ -406,6 +406,26 @@ class EtcdProcess:
                 self.kill()
 
 
+# A benchmark's broker logs warnings only: its INFO lines (a client's connect, a topic made)
+# are I/O on the loop the figures measure. One place for what every benchmark's broker has in
+# common, as ``Daemons`` is for the tests' (a setting all benchmarks need goes here).
+BENCH_LOG_LEVEL = ["--log-level", "WARNING"]
+
+
+def bench_broker(
+    root: Path,
+    settings: dict[str, Any] | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    extra_args: Sequence[str] = (),
+    ready_timeout: float = 30.0,
+) -> BrokerProcess:
+    """A benchmark's broker, not started (``with`` starts and stops it): ``BrokerProcess``
+    with warnings only in its log and ``extra_args`` after that."""
+    args = [*BENCH_LOG_LEVEL, *extra_args]
+    return BrokerProcess(root, settings, args, env=env, ready_timeout=ready_timeout)
+
+
 LOG_TAIL_CHARS = 4000  # of each daemon's log in a failed test's report: its last ~50 lines
 
 

@@ -35,7 +35,7 @@ import uvloop
 from tests.bench import pooled, redis_peer
 from tests.bench.compare import PRODUCER, wharf_bench
 from tests.bench.redis_peer import RedisServer
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, bench_broker
 
 PEERS = ("grpc", "wire", "redis")
 TARGET = 1.5  # wharf over gRPC / redis-py, msgs/s
@@ -119,11 +119,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="wharf-consume-") as tmp:
         root = Path(tmp)
         with (
-            BrokerProcess(
-                root / "broker",
-                settings={"flushDiskType": "ASYNC_FLUSH"},
-                extra_args=["--log-level", "WARNING"],
-            ) as broker,
+            bench_broker(root / "broker", settings={"flushDiskType": "ASYNC_FLUSH"}) as broker,
             RedisServer(root / "redis", "everysec") as redis,
         ):
             fill(broker, redis, args.messages)

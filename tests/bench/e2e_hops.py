@@ -34,7 +34,7 @@ from pathlib import Path
 from wharf import hops
 
 from tests.bench.read_path import pct
-from tests.harness import BrokerProcess
+from tests.harness import bench_broker
 
 # The hops in path order (c. = client, b. = broker); names of wharf.hops stamps.
 HOPS = (
@@ -110,9 +110,7 @@ def run(args: argparse.Namespace, root: Path, transport: str) -> None:
     broker_trace, client_trace = root / "broker-hops.txt", root / "client-hops.txt"
     settings = {"flushDiskType": args.flush}
     env = {"WHARF_HOP_TRACE": str(broker_trace)}
-    with BrokerProcess(
-        root / "broker", settings=settings, env=env, extra_args=["--log-level", "WARNING"]
-    ) as broker:
+    with bench_broker(root / "broker", settings=settings, env=env) as broker:
         endpoint = broker.wire_endpoint if transport == "wire" else broker.endpoint
         command = [
             sys.executable, "-m", "wharf.client.cli.main", "--endpoints", endpoint,

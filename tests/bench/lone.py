@@ -43,7 +43,7 @@ from tests.bench import disk_floor, pooled, redis_peer, relay_floor
 from tests.bench.compare import settle_disk, wharf_bench
 from tests.bench.read_path import pct
 from tests.bench.redis_peer import RedisServer
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, bench_broker
 
 PEERS = ("wire", "grpc", "redis", "wire-relay", "grpc-relay", "wire-high", "floor-high")
 LOW_PEERS = tuple(p for p in PEERS if not p.endswith("-high"))  # without --high-rate
@@ -142,9 +142,7 @@ def main() -> None:
         root = Path(tmp)
         settings = {"flushDiskType": "SYNC_FLUSH"}
         with (
-            BrokerProcess(
-                root / "broker", settings=settings, extra_args=["--log-level", "WARNING"]
-            ) as broker,
+            bench_broker(root / "broker", settings=settings) as broker,
             RedisServer(root / "redis", "always") as redis,
             relay_floor.relay(root / "relay") as relay_ports,
         ):

@@ -52,7 +52,7 @@ from wharf.client.bench.stats import percentile
 
 from tests.bench.compare import settle_disk, wharf_bench
 from tests.bench.remoting import RMQ4_PYTHON, RMQ_PYTHON
-from tests.harness import BrokerProcess
+from tests.harness import BrokerProcess, bench_broker
 
 PROTOCOLS = ("wire", "v2", "cpp")
 LABELS = {
@@ -146,10 +146,10 @@ def main(argv: list[str] | None = None) -> None:
     rounds: list[dict[str, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="wharf-protocol-latency-") as tmp:
         root = Path(tmp)
-        with BrokerProcess(
+        with bench_broker(
             root / "broker",
             settings={"flushDiskType": "SYNC_FLUSH"},
-            extra_args=["--log-level", "WARNING", "--remoting-listen", "127.0.0.1:0"],
+            extra_args=["--remoting-listen", "127.0.0.1:0"],
             ready_timeout=60.0,
         ) as broker:
             for n in range(args.rounds):

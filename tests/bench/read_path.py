@@ -48,7 +48,7 @@ from wharf.client import ConsumeResult, MessageQueue, Producer, PullConsumer, Pu
 from wharf.client.message import ReceivedMessage
 
 from tests.bench.broker_send import process_cpu_seconds
-from tests.harness import BrokerProcess
+from tests.harness import bench_broker
 
 
 def pct(values: list[float], q: float) -> float:
@@ -102,7 +102,7 @@ async def consume(endpoint: str, topic: str, pullers: int, stream: bool) -> tupl
 
 async def consume_part(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="wharf-readpath-") as tmp:
-        broker = BrokerProcess(Path(tmp), extra_args=["--log-level", "WARNING"]).start()
+        broker = bench_broker(Path(tmp)).start()
         try:
             await produce(broker.endpoint, "rp", args.messages, args.size)
             figures: dict[str, list[dict[str, float]]] = {"stream": [], "unary": []}
@@ -161,9 +161,7 @@ async def per_pull_part(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="wharf-pulls-") as tmp:
         settings = {"defaultTopicQueueNums": 1}
-        with BrokerProcess(
-            Path(tmp), settings=settings, extra_args=["--log-level", "WARNING"]
-        ) as broker:
+        with bench_broker(Path(tmp), settings=settings) as broker:
             await produce(broker.endpoint, "sp", args.pulls, args.size)
             for mode in ("stream", "unary", "stream", "unary"):
                 broker_cpu = process_cpu_seconds(broker.pid)
@@ -346,9 +344,7 @@ async def lone_part(args: argparse.Namespace) -> dict[str, Any]:
             trace = Path(tmp) / "broker-hops.txt"
             env = {"WHARF_HOP_TRACE": str(trace)} if args.hops else {}
             hops.ENABLED = args.hops  # this process's stamps (the SDK's hops)
-            with BrokerProcess(
-                Path(tmp), settings=settings, env=env, extra_args=["--log-level", "WARNING"]
-            ) as broker:
+            with bench_broker(Path(tmp), settings=settings, env=env) as broker:
                 if flush == "ASYNC_FLUSH":
                     rtt = await route_rtt_ms(broker.endpoint)
                     print(

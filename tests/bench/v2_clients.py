@@ -51,7 +51,7 @@ from wharf.client.consumer.pull import PullConsumer, PullStatus
 
 from tests.bench import v2_floor
 from tests.bench.broker_send import process_cpu_seconds as cpu_seconds
-from tests.harness import REPO_ROOT, BrokerProcess
+from tests.harness import REPO_ROOT, BrokerProcess, bench_broker
 
 RMQ_PYTHON = REPO_ROOT / ".venv-rmq" / "bin" / "python"
 SCRIPT = Path(__file__).with_name("rmq_v2_client_script.py")
@@ -295,9 +295,8 @@ def run_broker(root: Path, messages: int, size: int, inflight: int) -> list[Phas
     settings = {
         "defaultTopicQueueNums": QUEUES,
         "mappedFileSizeCommitLog": 64 * 1024 * 1024,
-        "logLevel": "WARNING",
     }
-    with BrokerProcess(root / "broker", settings=settings, ready_timeout=60.0) as broker:
+    with bench_broker(root / "broker", settings=settings, ready_timeout=60.0) as broker:
         home = root / "home"
         topic = "bench-official"
         phases = [

@@ -68,7 +68,7 @@ from grpc import aio
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
 
 from tests.bench.broker_send import process_cpu_seconds as cpu_seconds
-from tests.harness import REPO_ROOT, BrokerProcess
+from tests.harness import REPO_ROOT, BrokerProcess, bench_broker
 
 QUEUES = 8
 TOPIC = "bench-v2-floor"
@@ -585,11 +585,10 @@ def main() -> None:
         settings = {
             "defaultTopicQueueNums": QUEUES,
             "mappedFileSizeCommitLog": 64 * 1024 * 1024,
-            "logLevel": "WARNING",
         }
         floor, floor_endpoint = start_floor(root, args.broker_options)
         try:
-            with BrokerProcess(root / "broker", settings=settings, ready_timeout=60.0) as broker:
+            with bench_broker(root / "broker", settings=settings, ready_timeout=60.0) as broker:
                 bench = Bench(broker, floor.pid, floor_endpoint, args)
                 uvloop.run(bench.run())
                 if "Traceback" in broker.log():

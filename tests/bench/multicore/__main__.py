@@ -47,7 +47,7 @@ import grpc
 from wharf.client.admin import Admin
 
 from tests.bench.v2_floor import TOPIC, cpu_ns
-from tests.harness import REPO_ROOT, BrokerProcess
+from tests.harness import REPO_ROOT, BrokerProcess, bench_broker
 
 STATS = "/bench.Front/Stats"  # a front's counters, on its own port
 CONFIGS = ("single", "front1", "front2", "store1", "store8", "store64")
@@ -299,9 +299,8 @@ def main() -> None:
         settings = {
             "defaultTopicQueueNums": 8,
             "mappedFileSizeCommitLog": 256 * 1024 * 1024,
-            "logLevel": "WARNING",
         }
-        with BrokerProcess(root / "broker", settings=settings, ready_timeout=60.0) as broker:
+        with bench_broker(root / "broker", settings=settings, ready_timeout=60.0) as broker:
             store = broker.wire_endpoint.removeprefix("wire://")
             fronts: dict[str, list[Front]] = {}
             try:
