@@ -143,9 +143,9 @@ class BrokerController:
 
     # --- start ----------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Start the broker; its ports accept connections only once it serves (issue 33,
-        "ready means ready": a client dialing a port whose server does not run yet waits for
-        a reply that comes seconds later, where a refused connection is retried at once):
+        """Start the broker; its ports accept connections only once it serves ("ready means
+        ready": a client dialing a port whose server does not run yet waits for a reply that
+        comes seconds later, where a refused connection is retried at once):
 
         1. Settings' files (metrics token, TLS material, ACL file): a bad one stops the broker
            before anything else starts.

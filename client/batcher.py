@@ -17,9 +17,9 @@ With ``send_many`` (and ``mergeable`` saying which keys may share a request), a 
 request also takes the other mergeable batches that wait at that moment (full ones waiting
 for a slot, expired ones, and with ``linger_s = 0`` those of the same loop turn), up to
 ``max_messages`` / ``max_bytes`` in all: many keys in use (a producer writing to hundreds of
-topics) then cost few requests instead of one each, the per-request cost having dominated
-(issue 33). Each batch keeps its own results, or its own error; the request's deadline is the
-earliest of its batches'.
+topics) then cost few requests instead of one each, the per-request cost having dominated.
+Each batch keeps its own results, or its own error; the request's deadline is the earliest of
+its batches'.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class _Batch:
     """One (topic, queue) batch: its messages, and who waits for their results."""
 
     # A plain class: the dataclass's __init__ with its three default factories cost ~0.1 us
-    # more (0.30 against 0.21 us, timeit); at 256 topics each send_batch opens one (issue 33).
+    # more (0.30 against 0.21 us, timeit); at 256 topics each send_batch opens one.
     __slots__ = ("deadline", "early", "futures", "groups", "key", "messages", "nbytes", "singles",
                  "timer")  # fmt: skip
 
@@ -203,7 +203,7 @@ class AutoBatcher:
             self._start(batch)
         else:
             # One callback a loop turn expires every batch opened in it: a handle a batch
-            # cost ~1.5 us each with hundreds of keys in use (issue 33).
+            # cost ~1.5 us each with hundreds of keys in use.
             self._opened.append(batch)
             if self._turn is None:
                 self._turn = loop.call_soon(self._turn_ended)

@@ -246,7 +246,7 @@ def column_results(
     """``results_at`` of every batch of a reply in columns, none failed: batch i's items,
     (record, unique id, ...) tuples, stored from ``firsts[i]`` in ``queue_ids[i]`` and from
     ``offsets[i]`` in the commit log. Compiled, one call for the reply: at 256 topics a call
-    and two item lists a batch were ~0.6 us of Python a 16-message batch (issue 33)."""
+    and two item lists a batch were ~0.6 us of Python a 16-message batch."""
     if _column_results is not None:
         status = _STATUS_OF(status_number, SendStatus.UNKNOWN)
         return _column_results(  # type: ignore[no-any-return]

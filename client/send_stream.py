@@ -90,7 +90,7 @@ _BATCH_SIZES_TAG = b"\x4a"  # SendMessageRequest.batch_sizes: field 9, packed va
 def columns_payload(batches: list[list[Any]]) -> tuple[bytes, int, list[bytes]]:
     """Of batches of (record, ...) items: their byte sizes as a packed varint field's payload,
     the sum, and every record in order. Compiled, no Python step a batch (~0.4 us a
-    16-message batch less at 256 topics, issue 33)."""
+    16-message batch less at 256 topics)."""
     if _columns_payload is not None:
         return _columns_payload(batches)  # type: ignore[no-any-return]
     sizes = [sum(len(item[0]) for item in items) for items in batches]

@@ -124,7 +124,7 @@ class Arrivals:
     ) -> None:
         """``listener`` hears of every queue, or of ``topic``'s queues only; ``quiet()`` (for
         a listener of every queue) True leaves it out of a report: asked once a report instead
-        of a call a queue (a chunk advances ~64 queues at 256 topics, issue 33)."""
+        of a call a queue (a chunk advances ~64 queues at 256 topics)."""
         if topic is None:
             self._listeners.append((listener, quiet))
         else:
@@ -150,7 +150,7 @@ class Arrivals:
         ):
             # The usual report: every listener quiet, and no queue of a topic with listeners
             # of its own (schedule, timer): one pass of C, where the loop below was a lookup
-            # a queue (~34 a request at 256 topics, issue 33).
+            # a queue (~34 a request at 256 topics).
             return
         if self._of_topic:
             of_topic = {topic: (*listeners, *some) for topic, some in self._of_topic.items()}

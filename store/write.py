@@ -123,7 +123,7 @@ _NO_SIZES = np.zeros(0, dtype=np.int64)
 class WrittenMany:
     """``Writer.write_many``'s batches, appended together, as columns: one object for a
     request of 32 topics' batches (an AppendResult, a Written and a PutResult a batch cost
-    ~4 us of Python each, issue 33). Batch i either failed alone (``errors[i]``, not written;
+    ~4 us of Python each). Batch i either failed alone (``errors[i]``, not written;
     -1 / 0 in the columns) or landed in queue ``queue_ids[i]`` from ``first_queue_offsets[i]``,
     its ``counts[i]`` records from commit log offset ``first_offsets[i]``; ``sizes`` holds
     the written records' sizes in batch order. One durability wait covers them all."""
@@ -367,7 +367,7 @@ class Writer:
         """``write_many`` of batches that lie one after another in ``data`` (batch i:
         ``sizes[i]`` bytes of records for ``topics[i]``, queue ``queue_ids[i]``): one compiled
         check for all and one patch, no slice or object a batch (~2.5 us of Python a batch
-        less at 32 topics' batches a request, issue 33). A bad batch, or batches that do not
+        less at 32 topics' batches a request). A bad batch, or batches that do not
         fit the segment together: ``write_many`` (each error its own batch's)."""
         self._check_writable()
         if len(topics) < 2:  # one batch: write_many's lone append checks it (once)
@@ -381,7 +381,7 @@ class Writer:
         offset_table = self.offset_table
         keys = list(zip(topics, queue_ids, strict=True))
         # The usual request, a batch a queue: each step a pass of C (map), not ~25 bytecodes a
-        # batch (32 topics' batches a request, issue 33).
+        # batch (32 topics' batches a request).
         firsts = list(map(offset_table.get, keys, repeat(0)))
         next_offsets = dict(zip(keys, map(add, firsts, counts), strict=True))
         if len(next_offsets) < len(keys):  # a queue twice: its later batches follow its first

@@ -3,7 +3,7 @@
 RocketMQ's JSON layout plus a journal beside it (``<name>.journal``) of the entries changed
 since the snapshot.
 
-Why a journal (issue 33, ``.venv/bin/python -m tests.bench.metadata_scale``: 25,000 topics,
+Why a journal (``.venv/bin/python -m tests.bench.metadata_scale``: 25,000 topics,
 10,000 groups, 100,000 offsets; 1,000 offset commits/s spread over them, one topic change a
 minute, a persist every 5 s and one right after each topic change; the 2 shared cores of the dev
 box, so figures vary by ~2x from run to run):

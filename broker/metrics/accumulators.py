@@ -135,7 +135,7 @@ class LabelledHistograms:
         """The pending ``observe_batches`` into the children (the caller holds the lock). The
         buckets of every batch's smallest and largest value come from a few numpy calls for
         all; only a batch spanning buckets is bucketed value by value. One at a time, a request
-        of 32 topics' batches paid ~1.2 us a batch (issue 33): numpy calls a request, and each
+        of 32 topics' batches paid ~1.2 us a batch: numpy calls a request, and each
         child's lookup and counts cold; 64 requests at once find the children in the cache."""
         pending, self._pending = self._pending, []
         if not pending:

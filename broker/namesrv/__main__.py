@@ -105,7 +105,7 @@ class StartError(Exception):
 
 async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
     """Run until SIGTERM/SIGINT. The port accepts connections only once the NameServer serves
-    (issue 33, "ready means ready": a port that accepts before its server runs leaves a client
+    ("ready means ready": a port that accepts before its server runs leaves a client
     waiting for its deadline, where a refused one is retried at once). The order, and why:
 
     1. The ACL and TLS files: a bad one stops the NameServer before anything starts; the

@@ -1,4 +1,4 @@
-"""The columns form of a multi-topic send (``SendMessageRequest.batch_topics``, issue 33).
+"""The columns form of a multi-topic send (``SendMessageRequest.batch_topics``).
 
 A producer with many topics in use sends their batches in one request. As ``parts`` each
 batch was a sub-message: parsed by gRPC, read field by field, checked as a request of its own

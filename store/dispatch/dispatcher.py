@@ -65,7 +65,7 @@ class QueueRuns(Sequence[QueueRun]):
     ``firsts[i]``, its units ``data[bounds[i]:bounds[i + 1]]``, its last record ending at
     ``ends[i]``. ``Dispatcher.apply_ready`` reads the columns; a QueueRun is made only for a
     run read as one (a run left for new files, tests). At 256 topics a 1 MiB chunk holds ~64
-    runs of 16 units: an object a run, then unpacked, was ~0.4 us of each (issue 33)."""
+    runs of 16 units: an object a run, then unpacked, was ~0.4 us of each."""
 
     __slots__ = ("bounds", "data", "ends", "firsts", "keys")
 
@@ -207,7 +207,7 @@ class Dispatcher:
         # segments (a segment: consecutive records of one queue, a producer's batch). Then the
         # segments are the runs as they lie: at 256 topics a 1 MiB chunk is ~64 segments of
         # ~16 records of distinct queues, and the sort of its ~900 keys with the gathers after
-        # it were ~100-150 of ~12,000 instructions a message in-process (callgrind, issue 33).
+        # it were ~100-150 of ~12,000 instructions a message in-process (callgrind).
         changes = queue_keys[1:] != queue_keys[:-1]  # after each segment's last row
         segment_keys = queue_keys[:-1][changes].tolist()
         if segment_keys and len({*segment_keys, int(queue_keys[-1])}) <= len(segment_keys):

@@ -153,7 +153,7 @@ class RecordsBatch(NamedTuple):
 
 class AppendedMany(NamedTuple):
     """Where ``append_records_many``'s batches landed, as columns (per-batch result objects
-    cost ~4 us a batch at 32 topics' batches a request, issue 33): batch i is ``counts[i]``
+    cost ~4 us a batch at 32 topics' batches a request): batch i is ``counts[i]``
     records, following batch i-1's, at commit log ``offsets`` of ``sizes`` bytes (int64)."""
 
     offsets: np.ndarray
@@ -485,7 +485,7 @@ class CommitLog(CommitLogReads):
     ) -> AppendedMany | None:
         """``append_records`` of several batches (queues) at once: one buffer patched for all
         and ONE write (a request of 32 topics' batches paid 32 writes: ~0.3 us a 1 KiB message
-        more, issue 33). None, with nothing written, when they do not fit the current segment
+        more). None, with nothing written, when they do not fit the current segment
         together: the caller appends them one by one (a batch never spans segments). Where
         they landed comes back as columns, in the order of ``batches``; an error fails them
         all, nothing written."""
@@ -559,7 +559,7 @@ class CommitLog(CommitLogReads):
         store_timestamp: int,
     ) -> AppendedMany:
         """Every batch patched in one compiled call (one call per batch cost ~3 us of Python
-        each: 32 topics' batches in a request, issue 33), then ONE write."""
+        each: 32 topics' batches in a request), then ONE write."""
         mapped = self.queue.last()
         assert mapped is not None
         start = mapped.file_from_offset + mapped.wrote_position

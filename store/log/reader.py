@@ -99,7 +99,7 @@ class CommitLogReads:
 
     def durable_end(self, sync_flush: bool) -> int:
         """What an acknowledgement covers: the flushed end under SYNC_FLUSH (never past the
-        log end), the written end otherwise. Reads and replicas stop here (issue 63)."""
+        log end), the written end otherwise. Reads and replicas stop here."""
         end = self.queue.max_offset
         return min(self.queue.flushed_where, end) if sync_flush else end
 

@@ -82,7 +82,7 @@ log = logging.getLogger(__name__)
 # the 64 KiB this was while units were stored through maps. Then ahead by what it holds already,
 # up to ALLOCATE_GROWTH blocks (geometric, as file systems grow extents): a busy queue pays one
 # posix_fallocate (~8 us) per 3,276 units instead of per 204 (~0.6 us a dispatch run of 16
-# units at 256 topics, issue 33), and a file never holds more than 64 KiB or its written size
+# units at 256 topics), and a file never holds more than 64 KiB or its written size
 # unused.
 ALLOCATE_AHEAD = 4096
 ALLOCATE_GROWTH = 16
@@ -484,7 +484,7 @@ class ConsumeQueue(_QueueBase):
         whose tail lies in its newest file, allocated, with room in the tail and the budget.
         It is what the general path does then (no overlap, gap, fresh start, spill or
         allocation; the queue is dirty already) without its steps: at 256 topics a 1 MiB
-        dispatch chunk holds ~64 runs of 16 units, and most runs go this way (issue 33).
+        dispatch chunk holds ~64 runs of 16 units, and most runs go this way.
         Returns the queue's new max offset, or -1 (nothing written: ``append_packed``)."""
         tail = self._tail
         if tail is None:
@@ -1010,7 +1010,7 @@ def write_tails_blocking(writes: Sequence[TailWrite]) -> list[Exception | None]:
     never created (a file deleted meanwhile is a removed queue, or damage the loop handles).
     Per write None, or the error that kept it out. 40,000 tails (10,000 topics x 4 busy
     queues) were ~3 s of the loop every 5 s when the positions journal spilled them there:
-    producers saw no reply for that long (issue 33)."""
+    producers saw no reply for that long."""
     errors: list[Exception | None] = []
     for write in writes:
         try:
