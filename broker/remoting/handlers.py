@@ -457,7 +457,7 @@ class RemotingHandlers:
         included, as Apache's broker does (ConsumerManager.registerConsumer -> the CHANGE
         event to all of the group's channels): members rebalance now instead of on their next
         timer, and a Java DefaultLitePullConsumer gets its queues at once, not after its 20 s
-        rebalance (issue 66)."""
+        rebalance."""
         ids, _ = self.ctx.clients.members(group)
         for client_id in ids:
             conn = self.ctx.clients.connection_of(client_id)

@@ -210,7 +210,7 @@ class HAMaster:
     def committed_offset(self) -> int:
         """What this group's consumers may read, the offset DATA and WELCOME frames carry and
         a replica's reads stop at (store/role.py): as durable as an acknowledgement, so no
-        power cut or failover takes back a record a consumer has read (issue 63). The master's
+        power cut or failover takes back a record a consumer has read. The master's
         own durable end (its flushed offset under SYNC_FLUSH, else its written end), and under
         SYNC_MASTER no further than every in-sync replica has (``confirm_offset``). The fault
         campaign (seed 7719) saw a replica serve two records the master then lost to a power
