@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup rmq-client rmq4-client deploy-secrets run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare console-screenshots bench-console clean
+.PHONY: setup image images rmq-client rmq4-client java-clients deploy-secrets run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare console-screenshots bench-console clean
 
 # The C sources too: a changed accelerator is rebuilt by the editable install.
 $(STAMP): pyproject.toml $(wildcard store/fast/*.c store/fast/*.h broker/kafka/*.c)
@@ -70,6 +70,21 @@ $(KAFKA_NODE_STAMP): $(KAFKA_NODE_DIR)/package.json $(KAFKA_NODE_DIR)/package-lo
 	npm ci --prefix $(KAFKA_NODE_DIR) --no-audit --no-fund --loglevel=error
 	touch $(KAFKA_NODE_STAMP)
 
+# Apache's Java clients and admin tools (tests/java/pom.xml, exact versions: rocketmq-client and
+# rocketmq-tools 4.9.8) and the project's own Java test programs (tests/java/src) for
+# tests/broker/remoting/test_java_client.py: `mvn package` compiles them and writes
+# target/classpath.txt, the jars in the user's Maven repository (~/.m2, kept between runs).
+# Offline first (nothing to fetch once ~/.m2 has them, ~2 s less per run), then from Maven Central.
+JAVA_DIR   := tests/java
+JAVA_STAMP := $(JAVA_DIR)/target/.installed-stamp
+$(JAVA_STAMP): $(JAVA_DIR)/pom.xml $(shell find $(JAVA_DIR)/src -type f 2>/dev/null)
+	@command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1 || { \
+	  echo "java and mvn are needed for the Java client tests: install a JDK >= 17 and Maven >= 3.8 (e.g. apt-get install openjdk-17-jdk-headless maven)"; exit 1; }
+	cd $(JAVA_DIR) && { mvn -q -B -o package 2>/dev/null || mvn -q -B package; }
+	touch $(JAVA_STAMP)
+
+java-clients: $(JAVA_STAMP)
+
 # Run the broker on embedded defaults: data under ./data, gRPC 127.0.0.1:8081, metrics 127.0.0.1:9100.
 run: $(STAMP)
 	$(PY) -m wharf.broker $(ARGS)
@@ -121,19 +136,22 @@ system-deps:
 # Two workers: most tests wait on daemons, and CI has 2 cores (29 -> ~20 min); TEST_WORKERS=0
 # runs in one process.
 TEST_WORKERS ?= 2
-test: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) $(KAFKA_NODE_STAMP) system-deps
-	$(PYTEST) -q -m "not spark" -n $(TEST_WORKERS) --dist loadfile
+# The compose stack under a real engine (tests/ops/test_compose_single.py) runs last and alone:
+# its image builds take both cores for ~2 minutes.
+test: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) $(KAFKA_NODE_STAMP) $(JAVA_STAMP) system-deps
+	$(PYTEST) -q -m "not spark and not docker" -n $(TEST_WORKERS) --dist loadfile
 	$(PYTEST) -q -m spark -p no:randomly
+	$(PYTEST) -q -m docker -p no:randomly -rA
 
 # Unit and integration tests without the slow, ops and Spark ones (seconds, not minutes).
 test-fast: $(STAMP)
-	$(PYTEST) -q -m "not spark and not slow and not ops and not browser"
+	$(PYTEST) -q -m "not spark and not slow and not ops and not browser and not docker"
 
 test-spark: $(STAMP)
 	$(PYTEST) -q -m spark
 
-test-slow: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) $(KAFKA_NODE_STAMP)
-	$(PYTEST) -q -m slow
+test-slow: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) $(KAFKA_NODE_STAMP) $(JAVA_STAMP)
+	$(PYTEST) -q -m "slow and not docker"
 
 # The `wharf` package spans four folders (package-dir in pyproject.toml); mypy and import-linter
 # find modules by walking folders, so they read it through a tree of symlinks.
@@ -211,6 +229,30 @@ deploy-secrets: $(STAMP)
 	           + "_SECRET_KEY=" + d["secret_key"]) for use in ("HA", "NAMESRV")]' \
 	    > $(SECRETS_DIR)/broker.env.tmp && mv $(SECRETS_DIR)/broker.env.tmp $(SECRETS_DIR)/broker.env; \
 	  chmod $(SECRETS_MODE) $(SECRETS_DIR)/plain_acl.yml; }
+
+# Docker images (deploy/README.md), built with no image registry by default: the bases are made
+# from Debian packages (deploy/debian-base.sh, root, ~150 s once) when missing, the wheels are
+# downloaded on the host (deploy/wheelhouse.py) and installed in the build with --no-index, and
+# builds use the host's network (never a bridge). With a registry instead:
+#   make image PYTHON_IMAGE=python:3.12-slim
+# `images` adds Prometheus and etcd from Debian's packages (wharf/prometheus:debian,
+# wharf/etcd:debian: WHARF_PROMETHEUS_IMAGE / WHARF_ETCD_IMAGE in the compose files).
+DOCKER       ?= docker
+IMAGE        := wharf/broker:0.1.0
+PYTHON_IMAGE ?= wharf/python:3.11-bookworm
+BUILD_IMAGE  ?= $(if $(filter wharf/python:%,$(PYTHON_IMAGE)),wharf/python-build:3.11-bookworm,$(PYTHON_IMAGE))
+image: $(STAMP)
+	@$(DOCKER) image inspect $(PYTHON_IMAGE) $(BUILD_IMAGE) >/dev/null 2>&1 || \
+	  case "$(PYTHON_IMAGE)" in wharf/python:*) deploy/debian-base.sh ;; *) $(DOCKER) pull $(PYTHON_IMAGE) ;; esac
+	py=$$($(DOCKER) run --rm --network host --entrypoint python3 $(PYTHON_IMAGE) -c \
+	  'import sys; print("%d.%d" % sys.version_info[:2])') && \
+	  $(PY) deploy/wheelhouse.py --python $$py --out build/wheelhouse/cp$$(echo $$py | tr -d .)
+	$(DOCKER) build --network host -f deploy/Dockerfile --build-arg PYTHON_IMAGE=$(PYTHON_IMAGE) \
+	  --build-arg BUILD_IMAGE=$(BUILD_IMAGE) -t $(IMAGE) .
+
+images: image
+	$(DOCKER) build --network host --build-arg BASE_IMAGE=$(PYTHON_IMAGE) -t wharf/prometheus:debian - < deploy/prometheus.Dockerfile
+	$(DOCKER) build --network host --build-arg BASE_IMAGE=$(PYTHON_IMAGE) -t wharf/etcd:debian - < deploy/etcd.Dockerfile
 
 # Benchmark programs (tests/bench/README.md); options through ARGS, e.g. ARGS=--quick.
 bench-store: $(STAMP)

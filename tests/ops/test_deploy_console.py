@@ -54,7 +54,7 @@ def test_console_service_runs_the_image_with_a_token_over_tls(compose: dict) -> 
 
 def test_the_image_builds_the_console_extra() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
-    assert 'pip wheel --no-cache-dir --wheel-dir /wheels ".[console]"' in text
+    assert '/opt/wharf/bin/pip install -q --no-cache-dir $index ".[console]"' in text
 
 
 def _get(url: str, token: str | None = None) -> tuple[int, str]:
