@@ -1,8 +1,14 @@
 """Wharf's storage engine: a RocketMQ-style CommitLog / ConsumeQueue / IndexFile store.
 
 The public surface is the ``MessageStore`` facade plus the values and errors crossing its
-boundary; everything else in the package is internal.
+boundary, and what the broker's core needs of the engine without reaching into it: a write's
+handles (``Written``, ``WrittenMany``, ``durable_all``), the answers of ``write_when_durable``
+(``DEFERRED``, ``DURABLE``, ``REFUSED``), a pop delivery (``PoppedMessage``), the filter parsers
+(``parse_tag_expression``, ``parse_sql_expression``, ``MATCH_ALL``) and the base of a running
+part (``Service``). Everything else in the package is internal.
 """
+
+from typing import TYPE_CHECKING
 
 from wharf.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from wharf.store.errors import (
@@ -17,11 +23,15 @@ from wharf.store.errors import (
     StoreShutDownError,
 )
 from wharf.store.model import (
+    DEFERRED,
+    DURABLE,
+    REFUSED,
     AppendResult,
     ConsumerLink,
     GetResult,
     GetStatus,
     MessageInput,
+    PoppedMessage,
     PutResult,
     PutStatus,
     QueueStat,
@@ -29,11 +39,25 @@ from wharf.store.model import (
     StoreStats,
     TagFilter,
 )
+from wharf.store.service import Service
+
+if TYPE_CHECKING:
+    from wharf.store.message_store import (
+        ArrivalListener,
+        MessageStore,
+        StoreObserver,
+        Written,
+        durable_all,
+    )
+    from wharf.store.read.filter import MATCH_ALL, parse_sql_expression, parse_tag_expression
+    from wharf.store.write import WrittenMany
 
 # The facade (and with it numpy and every service module) loads on first use, so that importing
 # the sans-IO codec (``wharf.store.codec``) -- as the SDK's record decoder and the Spark offline scan
-# do -- stays cheap.
+# do -- stays cheap; the filter parsers (and their SQL compiler) likewise.
 _LAZY = {"ArrivalListener", "MessageStore", "StoreObserver", "Written", "durable_all"}
+_LAZY_WRITE = {"WrittenMany"}
+_LAZY_FILTER = {"MATCH_ALL", "parse_sql_expression", "parse_tag_expression"}
 
 
 def __getattr__(name: str) -> object:
@@ -41,11 +65,23 @@ def __getattr__(name: str) -> object:
         from wharf.store import message_store
 
         return getattr(message_store, name)
+    if name in _LAZY_WRITE:
+        from wharf.store import write
+
+        return getattr(write, name)
+    if name in _LAZY_FILTER:
+        from wharf.store.read import filter as filters
+
+        return getattr(filters, name)
     raise AttributeError(f"module 'store' has no attribute {name!r}")
 
 
 __all__ = [
     "ASYNC_FLUSH",
+    "DEFERRED",
+    "DURABLE",
+    "MATCH_ALL",
+    "REFUSED",
     "SYNC_FLUSH",
     "AppendResult",
     "ArrivalListener",
@@ -60,9 +96,11 @@ __all__ = [
     "MessageInput",
     "MessageNotFoundError",
     "MessageStore",
+    "PoppedMessage",
     "PutResult",
     "PutStatus",
     "QueueStat",
+    "Service",
     "StoreConfig",
     "StoreError",
     "StoreNotWritableError",
@@ -72,5 +110,8 @@ __all__ = [
     "StoredMessage",
     "TagFilter",
     "Written",
+    "WrittenMany",
     "durable_all",
+    "parse_sql_expression",
+    "parse_tag_expression",
 ]

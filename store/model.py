@@ -8,6 +8,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+# ``MessageStore.write_when_durable``'s answers (the sync thread's, ``log/sync_engine.py``).
+DEFERRED = 0  # the sync thread sends it; ``done(outcome)`` follows on the loop
+DURABLE = 1  # on disk already: the caller writes it itself
+REFUSED = -1  # not taken: the caller writes it once wait_flushed says it is durable
 
 
 @dataclass(slots=True)
@@ -221,3 +227,11 @@ class ConsumerLink:
     waiting: Callable[[], bool] | None = None
     progress: ConsumerProgress = dict
     committed: Callable[[str, str, int], int] = _nothing_committed
+
+
+class PoppedMessage(NamedTuple):
+    """One pop delivery: the message, its receipt handle, its delivery attempt (1, 2, ...)."""
+
+    message: StoredMessage
+    receipt_handle: str
+    attempt: int

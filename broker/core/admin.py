@@ -33,7 +33,7 @@ from wharf.store.model import QueueStat
 
 if TYPE_CHECKING:
     from wharf.broker.core.clients import ClientRegistry
-    from wharf.store.message_store import MessageStore
+    from wharf.store import MessageStore
 
 __all__ = [
     "AdminCore",

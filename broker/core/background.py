@@ -15,8 +15,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from wharf.store import Service
 from wharf.store.errors import StoreError
-from wharf.store.service import Service
 
 log = logging.getLogger("broker")
 

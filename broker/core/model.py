@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wharf.store import Written, WrittenMany  # a send's handles, as front ends hold them
 from wharf.store.model import MessageInput, PutStatus
-from wharf.store.write import Written, WrittenMany  # a send's handles, as front ends hold them
 
 __all__ = ["Failed", "Planned", "SendOutcome", "Stored", "Written", "WrittenMany"]
 

@@ -23,8 +23,7 @@ from wharf.broker.meta.groups import SubscriptionGroupManager
 from wharf.broker.meta.topics import TopicConfigManager
 from wharf.store.codec.properties import DLQ_GROUP_TOPIC_PREFIX
 from wharf.store.errors import InvalidReceiptHandleError
-from wharf.store.model import TagFilter
-from wharf.store.pop.service import PoppedMessage
+from wharf.store.model import PoppedMessage, TagFilter
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar
 from wharf.broker.config import BrokerConfig
 from wharf.broker.core.long_poll import LongPollHolder
 from wharf.broker.errors import ResourceExhaustedError
-from wharf.store.log import sync_engine
+from wharf.store import DEFERRED, DURABLE, REFUSED
 from wharf.store.model import GetResult, GetStatus, RawGetResult, TagFilter
 
 if TYPE_CHECKING:
-    from wharf.store.message_store import MessageStore
+    from wharf.store import MessageStore
 
+__all__ = ["DEFERRED", "DURABLE", "REFUSED", "DurableWriter", "Read", "ReadCore", "ReadStatus"]
 # ReadCore.write_when_durable: (end, socket fd, bytes, done(outcome)) -> DEFERRED (the sync
 # thread will write it) | DURABLE (durable already: write it yourself) | REFUSED (declined).
-DEFERRED, DURABLE, REFUSED = sync_engine.DEFERRED, sync_engine.DURABLE, sync_engine.REFUSED
 DurableWriter = Callable[[int, int, bytes, Callable[[int], None]], int]
 MAX_WAIT_MS = 60_000  # longer waits would outlive typical client deadlines
 DISPATCH_WAIT_S = 1.0  # how long a read that finds nothing waits for pending dispatch, once

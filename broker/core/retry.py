@@ -22,7 +22,7 @@ from wharf.store.codec import (
 from wharf.store.model import MessageInput
 
 if TYPE_CHECKING:
-    from wharf.store.message_store import MessageStore
+    from wharf.store import MessageStore
 
 __all__ = ["RetryCore", "SentBack", "dlq_topic", "retry_topic"]
 

@@ -55,12 +55,12 @@ from wharf.broker.meta.topics import (
     is_system_topic,
     validate_topic_name,
 )
+from wharf.store import Written, WrittenMany, durable_all
 from wharf.store.codec.properties import PROPERTY_TIMER_DELIVER_MS, PROPERTY_TRANSACTION_PREPARED
 from wharf.store.model import MessageInput, PutResult, PutStatus
-from wharf.store.write import Written, WrittenMany, durable_all
 
 if TYPE_CHECKING:
-    from wharf.store.message_store import MessageStore
+    from wharf.store import MessageStore
 
 DEDUPE_WINDOW = 65536
 # Topics ``admit_round_robin`` remembers as admitted (emptied when full: a miss only costs the

@@ -8,10 +8,10 @@ from __future__ import annotations
 from functools import lru_cache
 
 from wharf.broker.config import BrokerConfig
+from wharf.store import MATCH_ALL, parse_sql_expression
+from wharf.store import parse_tag_expression as _parse
 from wharf.store.errors import InvalidFilterError
 from wharf.store.model import TagFilter
-from wharf.store.read.filter import MATCH_ALL, parse_sql_expression
-from wharf.store.read.filter import parse_tag_expression as _parse
 
 __all__ = ["MATCH_ALL", "filter_of", "parse_filter", "parse_tag_expression"]
 

@@ -51,6 +51,7 @@ from typing import Any, Protocol
 from wharf import hops
 from wharf.store import fast
 from wharf.store.log import mapped_file
+from wharf.store.model import DEFERRED, DURABLE, REFUSED
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +59,7 @@ Served = Callable[[int, float, int], None]
 Failed = Callable[[BaseException], None]
 Done = Callable[[int], None]
 
-# write_when_durable's answers.
-DEFERRED = 0  # the sync thread sends it; ``done(outcome)`` follows on the loop
-DURABLE = 1  # on disk already: the caller writes it itself
-REFUSED = -1  # not taken: the caller writes it once wait_flushed says it is durable
+# write_when_durable's answers are values of the store's boundary (``wharf.store.model``).
 # Outcomes (besides the bytes written, >= 0, and -errno) of writes never attempted.
 NOT_SYNCED = -1000  # the sync failed: the data is not durable
 CLOSED = -1001  # the engine closed first

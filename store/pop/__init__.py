@@ -75,6 +75,7 @@ Modules: ``records`` (journal record codec; layout in ``wharf.store.codec.layout
 ``handles``, ``wakeups``, ``service`` (``PopService``).
 """
 
-from wharf.store.pop.service import MESSAGE_GROUP_PROPERTY, PoppedMessage, PopService
+from wharf.store.model import PoppedMessage
+from wharf.store.pop.service import MESSAGE_GROUP_PROPERTY, PopService
 
 __all__ = ["MESSAGE_GROUP_PROPERTY", "PopService", "PoppedMessage"]

@@ -21,7 +21,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import NamedTuple
 
 from wharf.store.codec.layout import (
     POP_RECORD_ACK,
@@ -50,6 +49,7 @@ from wharf.store.model import (
     GetResult,
     GetStatus,
     MessageInput,
+    PoppedMessage,
     PutResult,
     StoredMessage,
     TagFilter,
@@ -87,14 +87,6 @@ PutFn = Callable[[str, int, Sequence[MessageInput]], Awaitable[PutResult]]
 
 _MATCH_ALL = TagFilter(tags=frozenset(), codes=frozenset())
 _READABLE = (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING)
-
-
-class PoppedMessage(NamedTuple):
-    """One delivery: the message, its receipt handle, its delivery attempt (1, 2, ...)."""
-
-    message: StoredMessage
-    receipt_handle: str
-    attempt: int
 
 
 class PopService:
