@@ -80,7 +80,7 @@ JAVA_STAMP := $(JAVA_DIR)/target/.installed-stamp
 $(JAVA_STAMP): $(JAVA_DIR)/pom.xml $(shell find $(JAVA_DIR)/src -type f 2>/dev/null)
 	@command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1 || { \
 	  echo "java and mvn are needed for the Java client tests: install a JDK >= 17 and Maven >= 3.8 (e.g. apt-get install openjdk-17-jdk-headless maven)"; exit 1; }
-	cd $(JAVA_DIR) && { mvn -q -B -o package 2>/dev/null || mvn -q -B package; }
+	cd $(JAVA_DIR) && { mvn -q -B -o package >/dev/null 2>&1 || mvn -q -B package; }
 	touch $(JAVA_STAMP)
 
 java-clients: $(JAVA_STAMP)

@@ -39,6 +39,9 @@ DEFAULT_MAX_FRAME_LENGTH = 16 * 1024 * 1024
 # a broker older than V4_1_0_SNAPSHOT (232; PullAPIWrapper.pullKernelImpl), so with version 0
 # its SQL92 push consumers pulled nothing at all (issue 66).
 BROKER_VERSION = 409
+# Its name, MQVersion.getVersionDesc(409): what Apache's broker answers as brokerVersionDesc
+# (GET_BROKER_RUNTIME_INFO) and tools parse back into a version (MQVersion.Version.valueOf).
+BROKER_VERSION_DESC = "V4_9_8"
 
 
 class SerializeType(IntEnum):

@@ -27,6 +27,7 @@ from typing import Any
 
 from wharf.broker.context import BrokerContext
 from wharf.broker.core.errors import InvalidSend, Reason, Refused
+from wharf.broker.core.read import ReadStatus
 from wharf.broker.core.retry import retry_topic
 from wharf.broker.core.tags import parse_filter
 from wharf.broker.errors import (
@@ -596,9 +597,19 @@ class RemotingHandlers:
             ctx.offsets.commit(group, name, queue_id, header.commit_offset)
         offset = max(header.queue_offset, 0)
         wait_ms = max(header.suspend_timeout_millis, 0) if header.has_suspend else 0
-        result, _ = await ctx.read_core.read_waiting(
-            name, queue_id, offset, max(header.max_msg_nums, 0), tag_filter, wait_ms, raw=True
-        )
+        max_msgs = max(header.max_msg_nums, 0)
+        read = ctx.read_core.read_waiting
+        # First without waiting: only a caught-up read is held (Apache's PullMessageProcessor
+        # suspends on PULL_NOT_FOUND only). A range whose messages the filter rejects up to
+        # the queue end is answered 20 PULL_RETRY_IMMEDIATELY at once with nextBeginOffset past
+        # it (NO_MATCHED_MESSAGE), where the core's read would hold it for the whole long poll
+        # (15 s push, 20 s lite pull): the Java client moves its offset to that end and commits
+        # it, so queues holding only messages a group does not match show no lag within ~1 s
+        # instead of 15-20 s. Messages arriving during a hold that the filter rejects keep it
+        # held, as Apache's PullRequestHoldService does. Costs a held pull one more store read.
+        result, status = await read(name, queue_id, offset, max_msgs, tag_filter, 0, raw=True)
+        if status is ReadStatus.NO_NEW and wait_ms > 0:
+            result, _ = await read(name, queue_id, offset, max_msgs, tag_filter, wait_ms, raw=True)
         assert isinstance(result, RawGetResult)
         code, next_begin = _pull_code(result, offset)
         reply = PullMessageResponseHeader(

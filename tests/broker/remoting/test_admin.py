@@ -258,6 +258,14 @@ async def test_runtime_info(client: Client) -> None:
                 "pageCacheLockTimeMills", "earliestMessageTimeStamp", "commitLogDiskRatio",
                 "brokerVersionDesc"):  # fmt: skip
         assert key in table, key
+    # As Apache's broker: the version's MQVersion name (clusterList's column, parsed back by
+    # tools) and the store time of the log's first record (clusterList's "#Hour" = now minus
+    # it: 0 read as 1970 showed 498873 hours). This store is fresh: its first record is one of
+    # this module's, stored after the boot and by now.
+    assert table["brokerVersionDesc"] == "V4_9_8"
+    assert table["wharfVersion"]
+    earliest = int(table["earliestMessageTimeStamp"])
+    assert int(table["bootTimestamp"]) - 1000 <= earliest <= time.time() * 1000
 
 
 async def test_view_and_query_messages(client: Client) -> None:

@@ -337,3 +337,31 @@ async def test_property_filter_off_refuses_sql92(
             assert tags.code == ResponseCode.SUCCESS, tags.remark
         finally:
             conn.writer.close()
+
+
+@pytest.mark.parametrize(
+    ("expression", "expression_type"), [("a > 100", "SQL92"), ("NoSuchTag", "TAG")]
+)
+async def test_a_long_poll_over_a_range_nothing_matches_is_answered_at_once(
+    client: Client, sent: list[dict[str, str]], expression: str, expression_type: str
+) -> None:
+    """A long-polling pull (suspend flag, 15 s: the Java push consumer's) over offsets 0..13,
+    none of which the filter matches, is answered 20 PULL_RETRY_IMMEDIATELY at once with
+    nextBeginOffset at the queue end, as Apache 4.9.8's PullMessageProcessor answers
+    NO_MATCHED_MESSAGE (it suspends only PULL_NOT_FOUND): the client commits the end, so the
+    group shows no lag on the queue. The pull at the end is then held (caught up)."""
+    fields = _pull("sql-g-none", 0, expression=expression, expression_type=expression_type)
+    fields |= {"sysFlag": 4 | 2, "suspendTimeoutMillis": 15_000}
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    reply = await client.call(RequestCode.PULL_MESSAGE, fields)
+    took = loop.time() - start
+    assert reply.code == ResponseCode.PULL_RETRY_IMMEDIATELY, (reply.code, reply.remark)
+    assert reply.ext_fields["nextBeginOffset"] == str(len(MESSAGES))
+    assert took < 5, f"held {took:.1f} s: answered only when the long poll ran out"
+    fields |= {"queueOffset": len(MESSAGES), "suspendTimeoutMillis": 1_000}
+    start = loop.time()
+    held = await client.call(RequestCode.PULL_MESSAGE, fields)
+    assert held.code == ResponseCode.PULL_NOT_FOUND, (held.code, held.remark)
+    assert held.ext_fields["nextBeginOffset"] == str(len(MESSAGES))
+    assert loop.time() - start >= 0.9  # caught up: held for its suspend time
