@@ -8,7 +8,8 @@ redirect to the page showing the result (``?done=`` carries the confirmation lin
 Errors never show a trace: an SDK error (unknown topic, malformed id, broker down) renders the
 error page with the broker's message and a status of 404 (not found), 400 (bad input), 503
 (broker unavailable), 409 (already exists) or 502 (any other broker error); a CSRF failure is
-403; anything unexpected is logged and shown as a 500 page naming no internals.
+403; anything unexpected is logged and shown as a 500 page naming no internals. The Host check,
+authentication, login and the security headers are ``gate.py``'s.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
 from wharf.client import (
     AlreadyExistsError,
     InvalidArgumentError,
@@ -37,7 +37,8 @@ from wharf.client import (
 )
 from wharf.client.console import groups, messages, overview, topics
 from wharf.client.console.context import BROKER_COOKIE, HERE, Console, UserError, console_of
-from wharf.client.console.security import TOKEN_COOKIE, CsrfRefused, Guard, same_secret
+from wharf.client.console.gate import GateMiddleware, login, login_page, logout
+from wharf.client.console.security import CsrfRefused
 
 log = logging.getLogger("wharf.console")
 
@@ -92,41 +93,6 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     )
 
 
-# ---------------------------------------------------------------------- auth
-class AuthMiddleware:
-    """401 for a request without the configured credentials (``/static/`` and ``/login`` are
-    open: they reveal nothing)."""
-
-    def __init__(self, app: ASGIApp, guard: Guard) -> None:
-        self.app = app
-        self.guard = guard
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.guard.enabled:
-            await self.app(scope, receive, send)
-            return
-        path = scope.get("path", "")
-        request = Request(scope)
-        if path.startswith("/static/") or path == "/login" or self.guard.authenticated(request):
-            await self.app(scope, receive, send)
-            return
-        headers = {}
-        if self.guard.basic_auth:
-            headers["WWW-Authenticate"] = 'Basic realm="wharf console"'
-        body = "authentication required: basic auth or the console's token (/login?token=...)"
-        await Response(body, 401, headers=headers, media_type="text/plain")(scope, receive, send)
-
-
-async def login(request: Request) -> Response:
-    guard = console_of(request).guard
-    token = request.query_params.get("token", "")
-    if not guard.auth_token or not same_secret(token, guard.auth_token):
-        return Response("wrong or missing token", 401, media_type="text/plain")
-    response = RedirectResponse("/", 303)
-    response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
-    return response
-
-
 async def select_broker(request: Request) -> Response:
     console = console_of(request)
     broker = console.pool.pick(request.query_params.get("broker", "0"))
@@ -160,7 +126,9 @@ def build_app(console: Console) -> Starlette:
     routes = [
         Route("/", overview.page),
         Route("/api/rates", overview.rates_json),
-        Route("/login", login),
+        Route("/login", login_page, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
         Route("/select", select_broker),
         *topics.routes(),
         *groups.routes(),
@@ -170,7 +138,7 @@ def build_app(console: Console) -> Starlette:
     app = Starlette(
         routes=routes,
         exception_handlers=handlers,
-        middleware=[Middleware(AuthMiddleware, guard=console.guard)],
+        middleware=[Middleware(GateMiddleware, console=console)],
         lifespan=lifespan,
     )
     app.state.console = console

@@ -5,11 +5,13 @@
 
 Options come after the subcommand: ``--endpoints HOST:PORT[;HOST:PORT...]`` (default: the
 global ``--endpoints``, env ``WHARF_ENDPOINTS``), ``--listen HOST:PORT`` (default
-127.0.0.1:8082), ``--auth-token TOKEN`` (env ``WHARF_CONSOLE_TOKEN``) or ``--auth-token-file PATH`` (env
-``WHARF_CONSOLE_TOKEN_FILE``: the token is the file's first line, e.g. a docker secret), ``--basic-auth
-USER:PASSWORD`` (env ``WHARF_CONSOLE_BASIC_AUTH``), ``--sample-interval S`` (the live chart's
-sampling, 2 s). A non-loopback ``--listen`` without credentials exits at once with status 2
-and a message naming ``--auth-token`` and ``--basic-auth``; so does a malformed address. The
+127.0.0.1:8082), ``--auth-token TOKEN`` (env ``WHARF_CONSOLE_TOKEN``) or ``--auth-token-file
+PATH`` (env ``WHARF_CONSOLE_TOKEN_FILE``: the token is the file's first line, e.g. a docker
+secret), ``--basic-auth USER:PASSWORD`` (env ``WHARF_CONSOLE_BASIC_AUTH``), ``--allowed-host
+NAME`` (repeatable, env ``WHARF_CONSOLE_ALLOWED_HOSTS``: Host names served besides the
+``--listen`` host and loopback), ``--sample-interval S`` (the live chart's sampling, 2 s). A
+non-loopback ``--listen`` without credentials exits at once with status 2 and a message naming
+``--auth-token`` and ``--basic-auth``; so does a malformed address or ``--allowed-host``. The
 global TLS and access-key options apply to the console's broker connections.
 """
 
@@ -50,8 +52,8 @@ def add_parsers(sub: Any) -> None:
         "--auth-token",
         default=os.environ.get("WHARF_CONSOLE_TOKEN") or None,
         metavar="TOKEN",
-        help="require this token: 'Authorization: Bearer TOKEN' or open /login?token=TOKEN "
-        "once in the browser (env WHARF_CONSOLE_TOKEN)",
+        help="require this token: 'Authorization: Bearer TOKEN', or the browser's login form "
+        "(/login) once (env WHARF_CONSOLE_TOKEN)",
     )
     parser.add_argument(
         "--auth-token-file",
@@ -64,6 +66,15 @@ def add_parsers(sub: Any) -> None:
         default=os.environ.get("WHARF_CONSOLE_BASIC_AUTH") or None,
         metavar="USER:PASSWORD",
         help="require HTTP basic auth with these credentials (env WHARF_CONSOLE_BASIC_AUTH)",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=_env_list("WHARF_CONSOLE_ALLOWED_HOSTS"),
+        metavar="NAME",
+        help="a Host name the console answers to besides its --listen host (and loopback): "
+        "the name a proxy or DNS gives it; repeatable (env WHARF_CONSOLE_ALLOWED_HOSTS, "
+        "comma-separated). Other names get 421 (DNS rebinding)",
     )
     parser.add_argument(
         "--sample-interval",
@@ -99,7 +110,12 @@ async def run(args: argparse.Namespace, out: Output) -> int:
     endpoints = split_endpoints(args.console_endpoints or args.endpoints)
     # One Connection: these brokers, with the global TLS and key options.
     connection = replace(connection_of_args(args), endpoints=";".join(endpoints))
-    guard = Guard(auth_token=args.auth_token, basic_auth=args.basic_auth)
+    guard = Guard(
+        auth_token=args.auth_token,
+        basic_auth=args.basic_auth,
+        listen_host=host,
+        allowed_hosts=args.allowed_host,
+    )
     console = Console(
         BrokerPool(connection=connection),
         guard,
@@ -121,6 +137,10 @@ async def run(args: argparse.Namespace, out: Output) -> int:
     )
     await server.serve()
     return 0
+
+
+def _env_list(name: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
 
 
 def read_token(path: str) -> str:

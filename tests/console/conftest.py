@@ -31,7 +31,10 @@ def broker(module_daemons: Daemons) -> BrokerProcess:
 
 
 def make_client(endpoints: list[str], guard: Guard | None = None) -> TestClient:
-    console = Console(BrokerPool(endpoints), guard or Guard(), sample_interval_s=0.2)
+    """The app at ``http://console.test`` (a name the guard is told to allow, as
+    ``--allowed-host console.test`` would)."""
+    guard = guard or Guard(allowed_hosts=["console.test"])
+    console = Console(BrokerPool(endpoints), guard, sample_interval_s=0.2)
     return TestClient(build_app(console), base_url="http://console.test")
 
 

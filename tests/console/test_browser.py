@@ -129,3 +129,48 @@ def test_reset_group_and_overview(driver, console: str, broker: BrokerProcess, n
     assert "UP" in driver.find_element(By.ID, "brokers").text
     _wait_for(driver, "#chart svg path.series-in", timeout=15)  # the live chart drew a line
     assert "No alerts." in driver.page_source
+
+
+def test_login_form_session_cookie_and_csp(  # type: ignore[no-untyped-def]
+    driver, broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A console with a token: a page opens the login form, the token typed in it opens a
+    session (an HttpOnly, SameSite=Strict cookie that is not the token), the pages and the live
+    chart work under the CSP with nothing reported, the old URL login is refused, log out."""
+    from selenium.webdriver.common.by import By
+
+    token = "browser-login-t0ken"
+    log = tmp_path_factory.mktemp("console-login") / "console.log"
+    with ConsoleProcess(broker.endpoint, log, "--auth-token", token) as process:
+        driver.delete_all_cookies()  # cookies are per host, not port: the other console's
+        driver.get_log("browser")  # drop what earlier tests logged
+        try:
+            driver.get(f"{process.url}/groups")
+            _wait_for(driver, "form#login")
+            driver.find_element(By.CSS_SELECTOR, "#login [name=token]").send_keys(token)
+            driver.find_element(By.CSS_SELECTOR, "#login button").click()
+            _wait_for_text(driver, "h1", "Consumer groups")
+            assert driver.current_url == f"{process.url}/groups"  # back where it was going
+            cookies = {c["name"]: c for c in driver.get_cookies()}
+            session = cookies["wharf_console_session"]
+            assert session["httpOnly"] and session["sameSite"] == "Strict"
+            assert token not in session["value"] and "wharf_console_token" not in cookies
+            assert "wharf_console_session" not in driver.execute_script("return document.cookie")
+
+            driver.get(f"{process.url}/")  # the overview's script and its fetches under the CSP
+            _wait_for(driver, "#chart svg path.series-in", timeout=15)
+            violations = [
+                e for e in driver.get_log("browser") if "Content Security" in e["message"]
+            ]
+            assert violations == []
+
+            driver.get(f"{process.url}/login?token={token}")
+            assert "no longer goes in the URL" in driver.page_source
+
+            driver.get(f"{process.url}/topics")
+            driver.find_element(By.CSS_SELECTOR, "#logout button").click()
+            _wait_for(driver, "form#login")
+            driver.get(f"{process.url}/topics")
+            _wait_for(driver, "form#login")  # the session is closed
+        finally:
+            driver.delete_all_cookies()

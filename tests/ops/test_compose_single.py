@@ -171,7 +171,10 @@ def test_single_stack_serves_drains_restarts_and_keeps_everything(
         wait_for(prometheus_sees_the_broker_up, 60, "Prometheus scraping the broker")
         token = (secrets / "console_token").read_text().strip()
         assert http_get(f"{CONSOLE}/")[0] == 401
-        login = urllib.request.Request(f"{CONSOLE}/login?token={token}")
+        login = urllib.request.Request(  # the login form's POST (same-origin)
+            f"{CONSOLE}/login", data=urllib.parse.urlencode({"token": token}).encode(),
+            headers={"Origin": CONSOLE},
+        )  # fmt: skip
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
         with opener.open(login, timeout=10) as page:  # 303 to / with the session cookie
             assert page.status == 200 and "broker-a" in page.read().decode()
