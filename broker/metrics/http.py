@@ -5,8 +5,8 @@ only loop work is the short snapshot call ``BrokerMetrics`` schedules there. Bin
 picks an ephemeral port; ``start_blocking`` returns the port really bound.
 
 With a bearer token (``metricsBearerTokenFile``, read once at start) every request must carry
-``Authorization: Bearer <token>``: otherwise 401 with ``WWW-Authenticate: Bearer`` and no
-metric in the body. The comparison is constant-time (``hmac.compare_digest``); the token is
+``Authorization: Bearer <token>`` (the scheme in any case, RFC 7235): otherwise 401 with
+``WWW-Authenticate: Bearer`` and no metric in the body. The comparison is constant-time (``hmac.compare_digest``); the token is
 never logged. Without a token the endpoint is open, as before.
 """
 
@@ -43,11 +43,14 @@ def read_token_file_blocking(path: str | Path) -> str:
 
 
 def bearer_guard(app: WsgiApp, token: str) -> WsgiApp:
-    expected = f"Bearer {token}".encode()
+    expected = token.encode()
 
     def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        given = environ.get("HTTP_AUTHORIZATION", "").encode("utf-8", errors="replace")
-        if hmac.compare_digest(given, expected):
+        scheme, _, given = environ.get("HTTP_AUTHORIZATION", "").strip().partition(" ")
+        # RFC 7235 section 2.1: the scheme is case-insensitive ("bearer" is "Bearer").
+        if scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode("utf-8", errors="replace"), expected
+        ):
             return app(environ, start_response)
         body = b"401 Unauthorized: send Authorization: Bearer <metrics token>\n"
         start_response(
