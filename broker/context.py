@@ -12,6 +12,8 @@ from wharf.broker.core.admin import AdminCore
 from wharf.broker.core.clients import ClientRegistry
 from wharf.broker.core.long_poll import LongPollHolder
 from wharf.broker.core.pop import PopCore
+from wharf.broker.core.port import Port
+from wharf.broker.core.processor import CoreProcessor
 from wharf.broker.core.read import ReadCore
 from wharf.broker.core.retry import RetryCore
 from wharf.broker.core.send import SendCore
@@ -62,6 +64,9 @@ class BrokerContext:
     pop_core: PopCore = field(init=False)  # pop consumption (receive, ack, dead letter)
     retry: RetryCore = field(init=False)  # consumed messages sent back (retry, dead letters)
     admin: AdminCore = field(init=False)  # topics and groups as every protocol's tools change them
+    # THE port (broker/core/port.py): what a front end asks of the core, typed; the store and
+    # the core's services stay behind it.
+    port: Port = field(init=False)
 
     def __post_init__(self) -> None:
         self.send_core = SendCore(self.store, self.topics, shutting_down=lambda: self.shutting_down)
@@ -76,3 +81,13 @@ class BrokerContext:
             store, self.topics, self.groups, self.offsets, self.clients,
             self.config.max_reconsume_times, self.metrics.forget_topic,
         )  # fmt: skip
+        self.port = CoreProcessor(
+            store,
+            send=self.send_core,
+            read=self.read_core,
+            pop=self.pop_core,
+            retry=self.retry,
+            transactions=self.transactions,
+            clients=self.clients,
+            admin=self.admin,
+        )

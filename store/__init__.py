@@ -4,8 +4,8 @@ The public surface is the ``MessageStore`` facade plus the values and errors cro
 boundary, and what the broker's core needs of the engine without reaching into it: a write's
 handles (``Written``, ``WrittenMany``, ``durable_all``), the answers of ``write_when_durable``
 (``DEFERRED``, ``DURABLE``, ``REFUSED``), a pop delivery (``PoppedMessage``), the filter parsers
-(``parse_tag_expression``, ``parse_sql_expression``, ``MATCH_ALL``) and the base of a running
-part (``Service``). Everything else in the package is internal.
+(``parse_tag_expression``, ``parse_sql_expression``, ``MATCH_ALL``), the replication status
+(``ReplicationStatus``) and the base of a running part (``Service``). Everything else in the package is internal.
 """
 
 from typing import TYPE_CHECKING
@@ -42,6 +42,7 @@ from wharf.store.model import (
 from wharf.store.service import Service
 
 if TYPE_CHECKING:
+    from wharf.store.ha.status import ReplicationStatus
     from wharf.store.message_store import (
         ArrivalListener,
         MessageStore,
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 # do -- stays cheap; the filter parsers (and their SQL compiler) likewise.
 _LAZY = {"ArrivalListener", "MessageStore", "StoreObserver", "Written", "durable_all"}
 _LAZY_WRITE = {"WrittenMany"}
+_LAZY_HA = {"ReplicationStatus"}
 _LAZY_FILTER = {"MATCH_ALL", "parse_sql_expression", "parse_tag_expression"}
 
 
@@ -69,6 +71,10 @@ def __getattr__(name: str) -> object:
         from wharf.store import write
 
         return getattr(write, name)
+    if name in _LAZY_HA:
+        from wharf.store.ha import status
+
+        return getattr(status, name)
     if name in _LAZY_FILTER:
         from wharf.store.read import filter as filters
 
@@ -100,6 +106,7 @@ __all__ = [
     "PutResult",
     "PutStatus",
     "QueueStat",
+    "ReplicationStatus",
     "Service",
     "StoreConfig",
     "StoreError",

@@ -182,6 +182,33 @@ class AdminCore:
         finally:  # gone from the table either way: that is what is made durable
             await self.topics.durable()
 
+    def message_counts(self, topics: Sequence[TopicConfig]) -> list[tuple[str, int, int]]:
+        """(name, messages held, messages ever written) of each topic, from its queues' min
+        and max offsets only: no log read per queue (a listing of thousands of topics)."""
+        max_offset, min_offset = self.store.get_max_offset, self.store.get_min_offset
+        out = []
+        for topic in topics:
+            name = topic.name
+            total = written = 0
+            for queue_id in range(max(topic.read_queue_nums, topic.write_queue_nums)):
+                high = max_offset(name, queue_id)
+                total += high - min_offset(name, queue_id)
+                written += high
+            out.append((name, total, written))
+        return out
+
+    def reset_offsets_to_time(
+        self, group: str, topic: TopicConfig, timestamp_ms: int
+    ) -> dict[int, int]:
+        """Commit, for each readable queue of ``topic``, the first offset stored at or after
+        ``timestamp_ms`` (the max offset if none) as ``group``'s; the offsets committed."""
+        offsets = {}
+        for queue_id in range(topic.read_queue_nums):
+            offset = self.store.get_offset_by_timestamp(topic.name, queue_id, timestamp_ms)
+            self.offsets.commit(group, topic.name, queue_id, offset)
+            offsets[queue_id] = offset
+        return offsets
+
     def topic_stats(self, name: str) -> TopicStats:
         validate_topic_name(name)
         topic = self.topics.require(name)

@@ -32,6 +32,7 @@ class Reason(enum.Enum):
     ILLEGAL_PROPERTY = "illegal property"
     PROPERTIES_TOO_LARGE = "properties too large"
     UNKNOWN_TRANSACTION = "unknown transaction"  # no half of that message (and topic) there
+    UNKNOWN_TIMER = "unknown timer"  # a recall of no pending timed message (delivered, recalled)
 
 
 class Refused(Exception):
@@ -56,3 +57,7 @@ class TopicNotWritable(Refused, PermissionDeniedError):
 
 class ShuttingDown(Refused, UnavailableError):
     """The broker is shutting down: retry on another broker."""
+
+
+class UnknownTimer(Refused, NotFoundError):
+    """A recall that names no pending timed message (delivered or recalled already)."""

@@ -120,18 +120,18 @@ class ReadCore:
         self._store = store
         self._long_poll = long_poll
 
-    async def own_writes_visible(self) -> bool:
+    async def own_writes_visible(self, timeout_s: float = DISPATCH_WAIT_S) -> bool:
         """Read-your-writes: acknowledgements precede the dispatch that makes a message
         readable (its queue offset, the queue's max offset), so a read right after a send's
-        ack, or at an offset taken from one, can miss it. Wait once, at most
-        ``DISPATCH_WAIT_S``, for the dispatch to reach what is written now; True when there
+        ack, or at an offset taken from one, can miss it. Wait once, at most ``timeout_s``
+        (``DISPATCH_WAIT_S``), for the dispatch to reach what is written now; True when there
         was something to wait for (the caller reads again), False when all was dispatched.
         Every protocol's read asks this one wait (``read_answering``, Kafka's Fetch and
         ListOffsets)."""
         store = self._store
         if not store.dispatch_pending:
             return False
-        await store.wait_dispatched(DISPATCH_WAIT_S)
+        await store.wait_dispatched(timeout_s)
         return True
 
     def write_when_durable(

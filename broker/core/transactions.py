@@ -26,7 +26,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from wharf.broker.core.errors import Reason, Refused
@@ -46,9 +47,26 @@ class UnknownTransaction(Refused, NotFoundError):
     """A transaction id that names no half of that message (and topic)."""
 
 
+@dataclass(frozen=True, slots=True)
+class OpenHalf:
+    """An open half message as an operator lists it."""
+
+    offset: int  # the transaction id
+    topic: str  # its destination
+    message_id: str
+    stored_ms: int
+    checks: int  # check-backs sent so far
+
+
+def _accept(_half: StoredMessage) -> None:
+    pass
+
+
 class TransactionCore:
-    """Ending transactions (``BrokerContext.transactions``); ``transactions()`` is the store's
-    TransactionService (it exists once the store runs)."""
+    """Transactions for every front end (``BrokerContext.transactions``): ending one by its
+    producer's id (``end``) or by its offset alone (``resolve``: an operator, a RocketMQ 4
+    producer), many at once (``end_batch``), and the open halves. ``transactions()`` is the
+    store's TransactionService (it exists once the store runs)."""
 
     def __init__(self, transactions: Callable[[], Any]) -> None:
         self._transactions = transactions
@@ -61,6 +79,72 @@ class TransactionCore:
         except InvalidMessageError as exc:
             raise UnknownTransaction(Reason.UNKNOWN_TRANSACTION, str(exc)) from None
         return how
+
+    async def half_of(self, offset: int) -> StoredMessage | None:
+        """The open half message at ``offset`` (waiting for a just-sent one to be dispatched),
+        or None: resolved, discarded or unknown."""
+        tx = self._transactions()
+        await tx.follow_to(offset)
+        half: StoredMessage | None = tx.half(offset)
+        return half
+
+    async def destination_of(self, offset: int) -> str | None:
+        """The topic the open half at ``offset`` is for (no log read; waiting for a just-sent
+        one to be dispatched), or None: what an END that names no topic is checked against."""
+        tx = self._transactions()
+        await tx.follow_to(offset)
+        half = tx.open_half(offset)
+        return None if half is None else str(half.topic)
+
+    async def resolve(
+        self,
+        offset: int,
+        commit: bool,
+        *,
+        fallback_id: str | None = None,
+        check: Callable[[StoredMessage], None] = _accept,
+    ) -> str:
+        """End the half at ``offset`` by its own message id, for whoever names a transaction
+        by its offset alone (wharf.v1's ResolveHalfMessage, RocketMQ 4's END_TRANSACTION).
+        ``check(half)`` may refuse it first (it raises). A half no longer open ends by
+        ``fallback_id`` (``end`` then answers how it was resolved, or refuses), or without
+        one is ``UnknownTransaction``."""
+        half = await self.half_of(offset)
+        if half is None:
+            if fallback_id is None:
+                raise UnknownTransaction(
+                    Reason.UNKNOWN_TRANSACTION,
+                    f"transaction {offset} is not open: resolved or discarded already, or unknown",
+                )
+            return await self.end(offset, fallback_id, commit)
+        check(half)
+        return await self.end(offset, half.unique_id, commit)
+
+    async def end_batch(
+        self,
+        offsets: Sequence[int],
+        commit: bool,
+        id_prefix: str,
+        rest: bool = False,
+        topics: set[str] | None = None,
+    ) -> dict[str, int]:
+        """Resolve many halves of one writer (the store's ``end_batch``: counts committed,
+        rolled_back, resolved_before); a half not of that writer: ``UnknownTransaction``."""
+        try:
+            counts: dict[str, int] = await self._transactions().end_batch(
+                offsets, commit, id_prefix, rest, topics
+            )
+        except InvalidMessageError as exc:
+            raise UnknownTransaction(Reason.UNKNOWN_TRANSACTION, str(exc)) from None
+        return counts
+
+    def open_halves(self, topic: str = "") -> list[OpenHalf]:
+        """The open halves by offset (of ``topic`` when given)."""
+        return [
+            OpenHalf(offset, half.topic, half.message_id, half.stored_ms, half.checks)
+            for offset, half in self._transactions().open_halves()
+            if not topic or half.topic == topic
+        ]
 
 
 class CheckTargets:

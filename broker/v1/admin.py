@@ -90,16 +90,8 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         response = admin_pb2.ListTopicsResponse()
         response.CopyFrom(listed)
         if request.with_stats:  # min/max offsets only: no commit log read per queue
-            store = self.ctx.store
-            max_offset, min_offset = store.get_max_offset, store.get_min_offset
             add = response.stats.add
-            for topic in topics:
-                name = topic.name
-                total = written = 0
-                for queue_id in range(max(topic.read_queue_nums, topic.write_queue_nums)):
-                    high = max_offset(name, queue_id)
-                    total += high - min_offset(name, queue_id)
-                    written += high
+            for name, total, written in self.ctx.port.admin.message_counts(topics):
                 add(name=name, total_messages=total, written_messages=written)
         return response
 
@@ -203,11 +195,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         if request.timestamp < 0:
             raise InvalidArgumentError(f"timestamp must be >= 0, got {request.timestamp}")
         ctx.groups.for_use(request.consumer_group)
-        offsets = {}
-        for queue_id in range(topic.read_queue_nums):
-            offset = ctx.store.get_offset_by_timestamp(request.topic, queue_id, request.timestamp)
-            ctx.offsets.commit(request.consumer_group, request.topic, queue_id, offset)
-            offsets[queue_id] = offset
+        offsets = ctx.port.admin.reset_offsets_to_time(
+            request.consumer_group, topic, request.timestamp
+        )
         return admin_pb2.ResetConsumerOffsetResponse(offsets=offsets)
 
     # --- controller mode ------------------------------------------------------------------------
@@ -226,8 +216,8 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     @rpc("GetBrokerStatus")
     async def GetBrokerStatus(self, request, context):  # type: ignore[no-untyped-def]
         ctx = self.ctx
-        stats = ctx.store.stats()
-        store_config = ctx.store.config
+        stats = ctx.port.store_stats()
+        store_config = ctx.port.store_config
         return admin_pb2.BrokerStatus(
             version=VERSIONS["wharf"],
             broker_name=ctx.config.broker_name,
@@ -258,10 +248,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         )
 
     def _replication(self) -> admin_pb2.Replication:
-        status = getattr(self.ctx.store, "replication_status", None)
-        if status is None:  # a stand-in store
-            return admin_pb2.Replication(role=self.ctx.store.config.broker_role)
-        rep = status()
+        rep = self.ctx.port.replication()
+        if rep is None:  # a stand-in store
+            return admin_pb2.Replication(role=self.ctx.port.store_config.broker_role)
         return admin_pb2.Replication(
             role=rep.role,
             confirm_offset=rep.confirm_offset,

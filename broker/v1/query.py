@@ -10,7 +10,7 @@ from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.topics import PERM_READ_WRITE, validate_topic_name
 from wharf.broker.v1.convert import add_views, to_view
 from wharf.store.codec import PROPERTY_REAL_TOPIC, decode_offset_msg_id
-from wharf.store.errors import InvalidMessageError, StoreError
+from wharf.store.errors import InvalidMessageError
 from wharf.store.model import StoredMessage
 from wharf.v1 import messaging_pb2
 
@@ -37,7 +37,7 @@ class QueryProcessor:
             raise InvalidArgumentError("max_num and timestamps must be >= 0")
         max_num = min(request.max_num or DEFAULT_QUERY_MAX, QUERY_MAX_CAP)
         end = request.end_timestamp or int(time.time() * 1000) + 1000
-        found = self.ctx.store.query_messages(
+        found = self.ctx.port.query_by_key(
             request.topic, request.key, max_num, request.begin_timestamp, end
         )
         response = messaging_pb2.QueryMessageResponse()
@@ -49,12 +49,9 @@ class QueryProcessor:
             host, offset = decode_offset_msg_id(msg_id)
         except InvalidMessageError:
             return None
-        try:
-            message = self.ctx.store.look_message_by_offset(offset)
-        except (StoreError, ValueError):
+        message = self.ctx.port.message_at(offset)
+        if message is None:
             return None  # not a record boundary: the id was a unique id after all
-        if message is None or message.commit_log_offset != offset:
-            return None
         if message.store_host != host:
             # Another broker's id (a cluster has one commit log per group): a record that
             # happens to start at that offset here is not that message.
@@ -62,13 +59,6 @@ class QueryProcessor:
         if topic and topic not in (message.topic, message.properties.get(PROPERTY_REAL_TOPIC)):
             return None
         return message
-
-    def _by_unique_id(self, msg_id: str, topic: str) -> StoredMessage | None:
-        now = int(time.time() * 1000) + 1000
-        for message in self.ctx.store.query_messages(topic, msg_id, DEFAULT_QUERY_MAX, 0, now):
-            if message.unique_id == msg_id:
-                return message
-        return None
 
     def view_message(
         self, request: messaging_pb2.ViewMessageRequest
@@ -82,7 +72,7 @@ class QueryProcessor:
         # A 32-hex id may be an offset id or a unique id: try the direct read first.
         message = self._by_offset(msg_id, topic)
         if message is None and topic:
-            message = self._by_unique_id(msg_id, topic)
+            message = self.ctx.port.message_by_unique_id(topic, msg_id)
         if message is None:
             hint = "" if topic else " (a unique id also needs its topic)"
             raise NotFoundError(f"no message with id {msg_id!r}{hint}")
@@ -95,9 +85,7 @@ class QueryProcessor:
         self._check_queue(request.topic, request.queue_id)
         if request.timestamp < 0:
             raise InvalidArgumentError(f"timestamp must be >= 0, got {request.timestamp}")
-        offset = self.ctx.store.get_offset_by_timestamp(
-            request.topic, request.queue_id, request.timestamp
-        )
+        offset = self.ctx.port.offset_at(request.topic, request.queue_id, request.timestamp)
         return messaging_pb2.SearchOffsetResponse(offset=offset)
 
     def _check_queue(self, topic: str, queue_id: int) -> None:
@@ -114,7 +102,7 @@ class QueryProcessor:
         self._existing_topic(request.topic)
         config = self.ctx.topics.get(request.topic)
         assert config is not None
-        stats = {s.queue_id: s for s in self.ctx.store.get_queue_stats(request.topic)}
+        stats = {s.queue_id: s for s in self.ctx.port.queue_stats(request.topic)}
         queues = []
         for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
             stat = stats.get(queue_id)

@@ -52,9 +52,10 @@ class SendProcessor:
         self.ctx = ctx
         # THE send core of this broker: the v2 front end shares it (one round-robin counter).
         self.core = ctx.send_core
-        self._sync_flush = ctx.store.config.flush_disk_type == "SYNC_FLUSH"
-        self._max_message_size = ctx.store.config.max_message_size
-        self._store_host = ctx.store.config.store_host
+        store_config = ctx.port.store_config
+        self._sync_flush = store_config.flush_disk_type == "SYNC_FLUSH"
+        self._max_message_size = store_config.max_message_size
+        self._store_host = store_config.store_host
         self._columns = ColumnsSender(ctx)
 
     async def send(

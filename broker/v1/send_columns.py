@@ -38,7 +38,7 @@ class ColumnsSender:
     def __init__(self, ctx: BrokerContext) -> None:
         self._ctx = ctx
         self._core = ctx.send_core
-        self._store_host = ctx.store.config.store_host
+        self._store_host = ctx.port.store_config.store_host
 
     async def send(
         self, request: messaging_pb2.SendMessageRequest, born_host: str

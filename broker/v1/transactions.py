@@ -17,7 +17,8 @@ import dataclasses
 from collections.abc import AsyncIterator
 
 from wharf.broker.context import BrokerContext
-from wharf.broker.errors import InvalidArgumentError, NotFoundError
+from wharf.broker.core.port import RequestContext
+from wharf.broker.errors import InvalidArgumentError
 from wharf.broker.meta.topics import validate_topic_name
 from wharf.broker.v1.convert import to_view
 from wharf.store.codec.ids import parse_recall_handle
@@ -26,13 +27,13 @@ from wharf.store.codec.properties import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_TRANSACTION_PREPARED,
 )
-from wharf.store.errors import InvalidMessageError
 from wharf.store.model import StoredMessage
 from wharf.v1 import admin_pb2, messaging_pb2
 
 # Halves one EndTransactions may name: its commit copies are appended while the call waits, so
 # a request stays around a second of broker work (~20 us per half).
 _MAX_BATCH_END = 65536
+_REQUEST = RequestContext("wharf.v1")
 
 
 def _offset(transaction_id: str) -> int:
@@ -91,16 +92,14 @@ class TransactionProcessor:
                     f"EndTransactions resolves at most {_MAX_BATCH_END} halves per request; "
                     "split the ranges"
                 )
-        try:
-            counts = await self.ctx.store.transactions.end_batch(
-                offsets,
-                request.commit,
-                request.msg_id_prefix,
-                request.rollback_rest,
-                set(request.topics),
-            )
-        except InvalidMessageError as exc:
-            raise NotFoundError(str(exc)) from None
+        # UnknownTransaction (a half of another writer) is a NotFoundError: NOT_FOUND.
+        counts = await self.ctx.transactions.end_batch(
+            offsets,
+            request.commit,
+            request.msg_id_prefix,
+            request.rollback_rest,
+            set(request.topics),
+        )
         return messaging_pb2.EndTransactionsResponse(**counts)
 
     async def checks(
@@ -126,14 +125,10 @@ class TransactionProcessor:
     def list_halves(
         self, request: admin_pb2.ListHalfMessagesRequest
     ) -> admin_pb2.ListHalfMessagesResponse:
-        tx = self.ctx.store.transactions
-        tx.follow()
         reply = admin_pb2.ListHalfMessagesResponse()
-        for offset, half in sorted(tx.open.items()):
-            if request.topic and half.topic != request.topic:
-                continue
+        for half in self.ctx.transactions.open_halves(request.topic):
             reply.messages.add(
-                transaction_id=str(offset),
+                transaction_id=str(half.offset),
                 topic=half.topic,
                 msg_id=half.message_id,
                 store_timestamp=half.stored_ms,
@@ -144,14 +139,8 @@ class TransactionProcessor:
     async def resolve(
         self, request: admin_pb2.ResolveHalfMessageRequest
     ) -> admin_pb2.ResolveHalfMessageResponse:
-        offset = _offset(request.transaction_id)
-        tx = self.ctx.store.transactions
-        message = tx.half(offset)
-        if message is None:
-            raise NotFoundError(
-                f"transaction {offset} is not open: resolved or discarded already, or unknown"
-            )
-        how = await tx.end(offset, message.unique_id, request.commit)
+        # An operator names a half by its offset alone; not open: UnknownTransaction, NOT_FOUND.
+        how = await self.ctx.transactions.resolve(_offset(request.transaction_id), request.commit)
         return admin_pb2.ResolveHalfMessageResponse(resolution=how)
 
     async def recall(
@@ -165,8 +154,6 @@ class TransactionProcessor:
                 "<queue_offset>.<msg_id> of a timed message's send result"
             )
         offset, msg_id = parsed
-        try:
-            await self.ctx.store.timer.cancel(offset, msg_id, request.topic)
-        except InvalidMessageError as exc:
-            raise NotFoundError(str(exc)) from None
+        # UnknownTimer (delivered or recalled already) is a NotFoundError: NOT_FOUND.
+        await self.ctx.port.recall(_REQUEST, offset, msg_id, request.topic)
         return messaging_pb2.RecallMessageResponse(msg_id=msg_id)

@@ -198,13 +198,27 @@ class TransactionService:
         half = self.open.get(offset)
         return self.host.look_message_by_offset(half.log_offset) if half else None
 
+    async def follow_to(self, offset: int) -> None:
+        """Follow the half queue up to ``offset`` and what is written now: an END or a lookup
+        right after its SEND waits for that half to be dispatched first."""
+        if offset >= self.ledger.cursor:
+            await self.host.wait_dispatched()
+        await self.catch_up()
+
+    def open_halves(self) -> list[tuple[int, Half]]:
+        """The open halves by offset (an operator's list)."""
+        self.follow()
+        return sorted(self.open.items())
+
+    def open_half(self, offset: int) -> Half | None:
+        """The open half at ``offset`` as followed so far (no log read), or None."""
+        return self.open.get(offset)
+
     async def end(self, offset: int, message_id: str, commit: bool, topic: str = "") -> str:
         """Resolve a half: COMMITTED or ROLLED_BACK; for a half resolved before, what happened
         then (RESOLVED when that was before a restart) and nothing is written.
         InvalidMessageError when no half of that message id (and topic) is at that offset."""
-        if offset >= self.ledger.cursor:  # an END right after its SEND: dispatch it first
-            await self.host.wait_dispatched()
-        await self.catch_up()
+        await self.follow_to(offset)
         half = self.open.get(offset)
         if half is None:
             ledger = self.ledger

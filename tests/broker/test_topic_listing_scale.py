@@ -7,9 +7,10 @@ from __future__ import annotations
 import argparse
 import json
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from wharf.broker.core.admin import AdminCore
 from wharf.broker.meta.topics import TopicConfig, TopicConfigManager
 from wharf.broker.namesrv.routes import RouteTable, TopicQueues
 from wharf.broker.v1.admin import AdminService
@@ -29,7 +30,11 @@ class _Store:
 
 def _service(topics: TopicConfigManager) -> Any:
     metrics = SimpleNamespace(observe_rpc=lambda *args: None)
-    return AdminService(SimpleNamespace(topics=topics, store=_Store(), metrics=metrics))  # type: ignore[arg-type]
+    # The core's admin over a stand-in store (the listing's counts read min/max offsets only).
+    admin = AdminCore(cast(Any, _Store()), topics, cast(Any, None), cast(Any, None),
+                      cast(Any, None), 16, lambda name: None)  # fmt: skip
+    port = SimpleNamespace(admin=admin)
+    return AdminService(SimpleNamespace(topics=topics, port=port, metrics=metrics))  # type: ignore[arg-type]
 
 
 async def test_the_cached_listing_follows_every_change_of_the_topic_table() -> None:
