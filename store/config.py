@@ -44,6 +44,10 @@ CONSUME_QUEUE_TAIL_BUDGET = 64 << 20
 class StoreConfig:
     # storePathRootDir: commitlog/, consumequeue/, index/, config/, checkpoint, abort live here.
     store_path_root_dir: str = "data"
+    # Wharf: what the store creates is 0700 (directories) / 0600 (files), whatever the umask:
+    # the commit log holds every message body, past the ACL. storeGroupShared makes them
+    # 0750/0640 for an account in the broker's group (backups, monitoring). store/paths.py.
+    store_group_shared: bool = False
     # mappedFileSizeCommitLog: 1 GiB segments; tests use a few KiB so rolling happens constantly.
     mapped_file_size_commit_log: int = 1024 * 1024 * 1024
     # mappedFileSizeConsumeQueue: 300,000 units of 20 bytes per file.

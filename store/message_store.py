@@ -78,6 +78,7 @@ from wharf.store.parts import StoreParts
 from wharf.store.paths import (
     StorePaths,
     remove_abort_marker_blocking,
+    use_group_shared,
     write_abort_marker_blocking,
 )
 from wharf.store.pop import PopService
@@ -126,6 +127,7 @@ class MessageStore:
         self._config = config
         self._observer = FlushTally(observer)
         self._paths = StorePaths.of(config.store_path_root_dir)
+        use_group_shared(config.store_group_shared)  # before any file is made
         self.delay_levels_ms = parse_delay_levels(config.message_delay_level)
         self._disk_usage: DiskUsage = disk_usage or statvfs_used_ratio
         self._sync_flush = config.flush_disk_type == SYNC_FLUSH

@@ -16,6 +16,17 @@
     <root>/config/epochs.json             master terms and where each began (``store.ha.epochs``)
     <root>/truncate.json                  a replica's pending truncation (``store.ha.truncation``)
 
+Modes: everything the store creates is private to the broker's user, whatever the umask:
+directories 0700, files 0600 (``FILE_MODE``/``DIR_MODE``; with a umask of 022 they were 0755
+and 0644, and any local account read every message body in the commit log, past the ACL).
+``storeGroupShared`` makes them 0750/0640 (a backup or monitoring account in the broker's
+group reads them). Files are made through ``create_file_blocking`` (``os.open`` with the mode,
+then ``fchmod``: the umask can only take bits away, and a shared group needs its bits whatever
+the umask), directories through ``make_dirs_blocking`` (each new one ``chmod``-ed, parents
+included: ``os.makedirs`` gives only the last its mode); the root is set to the mode at every
+start, so a store made by an older version is closed too. Process-wide (``use_group_shared``,
+called by the store at construction): one broker process serves one store.
+
 Durability of names (a power loss keeps a new, renamed or removed directory entry only once
 the directory holding it was fsynced; a file's own fsync never makes its name durable):
 
@@ -33,10 +44,43 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PRIVATE_MODES = (0o600, 0o700)  # (files, directories): the broker's user only
+GROUP_SHARED_MODES = (0o640, 0o750)  # storeGroupShared: the broker's group reads too
+_modes = PRIVATE_MODES
+
+
+def use_group_shared(shared: bool) -> None:
+    """The modes of what the store creates from now on (``storeGroupShared``)."""
+    global _modes
+    _modes = GROUP_SHARED_MODES if shared else PRIVATE_MODES
+
+
+def file_mode() -> int:
+    return _modes[0]
+
+
+def dir_mode() -> int:
+    return _modes[1]
+
+
+def create_file_blocking(path: str | os.PathLike[str], flags: int) -> int:
+    """``os.open(path, flags | O_CREAT)`` with the store's file mode whatever the umask (an
+    ``fchmod`` after the open: one syscall a file, files are made a few a minute); the fd."""
+    fd = os.open(path, flags | os.O_CREAT, file_mode())
+    try:
+        os.fchmod(fd, file_mode())
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +152,15 @@ class StorePaths:
 
     def create_dirs_blocking(self) -> None:
         """Create the store's directories, each durable (its parent fsynced) before anything
-        is written into it: a segment whose name is durable is of no use in a lost directory."""
+        is written into it: a segment whose name is durable is of no use in a lost directory.
+        The root gets the store's directory mode even when it exists (a store an older
+        version made with 0755: its files are then out of other accounts' reach)."""
+        make_dirs_blocking(self.root)
+        try:
+            os.chmod(self.root, dir_mode())
+        except PermissionError:  # a root owned by another account: the files stay private
+            log.warning("cannot set the mode of the store root %s to %o (not its owner)",
+                        self.root, dir_mode())  # fmt: skip
         for directory in (
             self.commit_log_dir,
             self.consume_queue_root,
@@ -120,9 +172,10 @@ class StorePaths:
 
 
 def make_dirs_blocking(directory: str | os.PathLike[str]) -> list[str]:
-    """``os.makedirs(directory, exist_ok=True)``, then fsync the parent of every directory it
-    created (deepest last), so the new directories survive a power loss. One ``isdir`` when
-    ``directory`` exists. Returns the directories created, outermost first."""
+    """``os.makedirs(directory, exist_ok=True)``, each directory it created given the store's
+    directory mode, then fsync the parent of every one (deepest last), so the new
+    directories survive a power loss. One ``isdir`` when ``directory`` exists. Returns the
+    directories created, outermost first."""
     path = os.path.abspath(os.fspath(directory))
     created: list[str] = []
     while not os.path.isdir(path):
@@ -134,7 +187,9 @@ def make_dirs_blocking(directory: str | os.PathLike[str]) -> list[str]:
     if not created:
         return []
     created.reverse()
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(directory, mode=dir_mode(), exist_ok=True)
+    for new in created:
+        os.chmod(new, dir_mode())
     for new in created:
         fsync_dir_blocking(os.path.dirname(new))
     return created
@@ -198,15 +253,15 @@ def write_text_atomic_blocking(path: Path, text: str) -> None:
 
 
 def write_bytes_atomic_blocking(
-    path: Path, data: bytes | bytearray, *, mode: int = 0o644, keep_backup: bool = False
+    path: Path, data: bytes | bytearray, *, keep_backup: bool = False
 ) -> None:
-    """``data`` as the whole file at ``path``: write ``<name>.tmp`` (created with ``mode``: a
-    private key is 0o600 from its first byte), fsync it, optionally move the old file to
+    """``data`` as the whole file at ``path``: write ``<name>.tmp`` (created with the store's
+    file mode, private from its first byte), fsync it, optionally move the old file to
     ``backup_of(path)``, rename the tmp over ``path`` (atomic on POSIX) and sync the directory.
     The store's and the broker's atomic file writer (the NameServer, which must not import the
     store, keeps its own in ``wharf.broker.tls.certs``)."""
     with _lock_of(path):
-        _write_bytes_atomic_blocking(path, data, mode, keep_backup)
+        _write_bytes_atomic_blocking(path, data, keep_backup)
 
 
 _locks: dict[Path, threading.Lock] = {}
@@ -220,13 +275,11 @@ def _lock_of(path: Path) -> threading.Lock:
         return _locks.setdefault(path, threading.Lock())
 
 
-def _write_bytes_atomic_blocking(
-    path: Path, data: bytes | bytearray, mode: int, keep_backup: bool
-) -> None:
+def _write_bytes_atomic_blocking(path: Path, data: bytes | bytearray, keep_backup: bool) -> None:
     make_dirs_blocking(path.parent)  # durable: a renamed-in file is lost with its directory
     tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)  # a crash's leftover: a new file takes ``mode`` from birth
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    tmp.unlink(missing_ok=True)  # a crash's leftover: a new file takes the mode from birth
+    fd = create_file_blocking(tmp, os.O_WRONLY | os.O_EXCL)
     try:
         view = memoryview(data)
         while view:
@@ -278,7 +331,7 @@ def write_abort_marker_blocking(path: Path) -> None:
     boot: the page cache, and so every mmap write, survived) from a machine crash. Durable
     (file and directory fsynced) before the store serves anything: a marker lost with a power
     cut would make the next start trust the queues as after a clean shutdown."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = create_file_blocking(path, os.O_WRONLY | os.O_TRUNC)
     try:
         data = (current_boot_id_blocking() + "\n").encode()
         while data:

@@ -38,6 +38,7 @@ from wharf.store.codec.layout import (
 from wharf.store.errors import disk_full_error, is_disk_full
 from wharf.store.fast import index_batch
 from wharf.store.fast.index_batch import IndexColumns, put_entries_columns
+from wharf.store.paths import create_file_blocking
 
 INVALID_INDEX = 0
 _INT_MAX = 0x7FFFFFFF
@@ -96,7 +97,7 @@ class IndexFile:
         size = cls.file_size(slot_num, index_num)
         head = INDEX_HEADER_SIZE + slot_num * INDEX_HASH_SLOT_SIZE
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = create_file_blocking(path, os.O_RDWR | os.O_EXCL)
         except OSError as exc:
             if is_disk_full(exc):
                 raise disk_full_error(exc, f"creating index file {path}") from exc

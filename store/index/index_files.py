@@ -27,7 +27,7 @@ from wharf.store.codec.layout import SYSFLAG_TRANSACTION_ROLLBACK
 from wharf.store.fast.index_batch import EMPTY_COLUMNS, IndexColumns
 from wharf.store.fast.index_hash import index_key_hashes
 from wharf.store.index.index_file import IndexEntry, IndexFile
-from wharf.store.paths import DirectorySyncs, fsync_dir_blocking
+from wharf.store.paths import DirectorySyncs, fsync_dir_blocking, make_dirs_blocking
 
 if TYPE_CHECKING:
     from wharf.store.fast.dispatch_columns import DispatchColumns
@@ -114,7 +114,7 @@ class IndexService:
     @classmethod
     def load_blocking(cls, directory: Path, slot_num: int, index_num: int) -> IndexService:
         service = cls(directory, slot_num, index_num)
-        directory.mkdir(parents=True, exist_ok=True)
+        make_dirs_blocking(directory)
         paths = sorted(p for p in directory.iterdir() if len(p.name) == 17 and p.name.isdigit())
         expected = IndexFile.file_size(slot_num, index_num)
         while paths and paths[-1].stat().st_size < expected:

@@ -20,7 +20,7 @@ import os
 import zlib
 
 from wharf.store.codec.layout import CHECKPOINT, CHECKPOINT_FILE_SIZE
-from wharf.store.paths import fsync_dir_blocking
+from wharf.store.paths import create_file_blocking, fsync_dir_blocking
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class StoreCheckpoint:
         """Write the whole 4 KiB page in place and fdatasync it. A 4 KiB aligned write is not
         torn on the filesystems we target; the CRC catches the case where it is."""
         data = self.to_bytes()
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = create_file_blocking(self.path, os.O_RDWR)
         try:
             os.pwrite(fd, data, 0)
             os.fdatasync(fd)

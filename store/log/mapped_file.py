@@ -39,6 +39,7 @@ import time
 from wharf.store.codec.layout import parse_segment_file_name, segment_file_name
 from wharf.store.codec.records import encode_blank
 from wharf.store.errors import FlushFailedError, disk_full_error, is_disk_full
+from wharf.store.paths import create_file_blocking
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class MappedFile:
         ``prefault``: read it once so its pages sit in the page cache (see below);
         ``zero_fill``: write and sync zeros at a pace (``ZeroFill``)."""
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = create_file_blocking(path, os.O_RDWR | os.O_EXCL)
         except OSError as exc:
             if is_disk_full(exc):
                 raise disk_full_error(exc, f"creating commit log segment {path}") from exc

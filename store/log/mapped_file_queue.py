@@ -56,7 +56,7 @@ class MappedFileQueue:
     # --- loading ------------------------------------------------------------------------------
     def load_blocking(self) -> None:
         """Open every segment in the directory (sorted by name); refuse gaps and odd sizes."""
-        os.makedirs(self.store_path, exist_ok=True)
+        make_dirs_blocking(self.store_path)
         offsets: list[int] = []
         for name in os.listdir(self.store_path):
             path = os.path.join(self.store_path, name)

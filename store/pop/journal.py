@@ -61,7 +61,7 @@ from wharf.store.errors import (
     is_disk_full,
 )
 from wharf.store.log.sync_engine import NativeSyncEngine, SyncEngine, SyncPlan, ThreadSyncEngine
-from wharf.store.paths import write_bytes_atomic_blocking
+from wharf.store.paths import make_dirs_blocking, write_bytes_atomic_blocking
 from wharf.store.pop.records import PopRecord, parse_journal
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ _OS_FDATASYNC = os.fdatasync
 def load_journal_blocking(path: Path) -> tuple[list[PopRecord], int]:
     """The journal's records and its valid size in bytes, after cutting a torn tail. Creates
     the directory and an empty journal when there is none."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs_blocking(path.parent)
     path.with_name(path.name + ".tmp").unlink(missing_ok=True)
     try:
         data = path.read_bytes()

@@ -72,7 +72,12 @@ from wharf.store.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT, segment_file_n
 from wharf.store.config import CONSUME_QUEUE_TAIL_BUDGET
 from wharf.store.errors import DamagedQueueError, DiskFullError, disk_full_error, is_disk_full
 from wharf.store.fast import load
-from wharf.store.paths import DirectorySyncs, fsync_dir_blocking
+from wharf.store.paths import (
+    DirectorySyncs,
+    create_file_blocking,
+    dir_mode,
+    fsync_dir_blocking,
+)
 from wharf.store.queue.file_cache import MIN_CAPACITY, QueueFileCache
 
 log = logging.getLogger(__name__)
@@ -163,7 +168,7 @@ class ConsumeQueueFile(_QueueFileBase):
     def create_blocking(cls, path: str, start: int, size: int) -> ConsumeQueueFile:
         """Create the file (sparse: zeros read back as "no unit"); it is opened on first use."""
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = create_file_blocking(path, os.O_RDWR)
         except OSError as exc:
             if is_disk_full(exc):  # a new directory entry (or inode) needs space too
                 raise disk_full_error(exc, f"creating consume queue file {path}") from exc
@@ -659,13 +664,15 @@ class ConsumeQueue(_QueueBase):
         created: list[str] = []
         if not os.path.isdir(self.directory):
             try:
-                os.makedirs(self.directory, exist_ok=True)
+                os.makedirs(self.directory, mode=dir_mode(), exist_ok=True)
             except OSError as exc:
                 if is_disk_full(exc):
                     raise disk_full_error(exc, f"creating directory {self.directory}") from exc
                 raise
             # consumequeue/<topic>/ and consumequeue/: their new entries need a sync too.
             topic_dir = os.path.dirname(self.directory)
+            for directory in (topic_dir, self.directory):  # makedirs' mode is the last one's
+                os.chmod(directory, dir_mode())  # and under the umask
             created = [topic_dir, os.path.dirname(topic_dir)]
         path = os.path.join(self.directory, segment_file_name(start))
         file = ConsumeQueueFile.create_blocking(path, start, self.file_size)

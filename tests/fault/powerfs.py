@@ -826,7 +826,7 @@ class PowerOps:
     def chmod(self, path: str | None, mode: int) -> int:
         with self._mutex:
             node = self._lookup(path or "/")
-            node.mode = (node.mode & stat.S_IFMT) | (mode & 0o7777)
+            node.mode = stat.S_IFMT(node.mode) | (mode & 0o7777)  # S_IFMT is a function
             node.ctime_ns = time.time_ns()
         return 0
 
