@@ -159,7 +159,7 @@ class AdminHandlers:
 
     def _configs(self, kind: int) -> list[tuple[str, str, int]]:
         ctx = self.env.ctx
-        store = ctx.store.config
+        store = ctx.port.store_config
         rows = [
             ("retention.ms", str(store.file_reserved_time * 3_600_000), SOURCE_STATIC_BROKER),
             ("max.message.bytes", str(store.max_message_size), SOURCE_STATIC_BROKER),

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from wharf.broker.acl.accounts import Denied
 from wharf.broker.acl.rules import Perm
 from wharf.broker.acl.table import ADMIN, Need
+from wharf.broker.core.port import RequestContext
 from wharf.broker.kafka.cluster import KafkaCluster, Layout, Span
 from wharf.broker.kafka.cluster import node_id as node_id_of
 from wharf.broker.kafka.errors import Code
@@ -33,9 +34,10 @@ if TYPE_CHECKING:
     from wharf.broker.context import BrokerContext
     from wharf.broker.kafka.server import KafkaConnection
 
-__all__ = ["KafkaEnv", "Node"]
+__all__ = ["KAFKA_REQUEST", "KafkaEnv", "Node"]
 
 NODE_ID = 0
+KAFKA_REQUEST = RequestContext("kafka")  # what the port's calls carry (no deadline of their own)
 
 
 @dataclass(frozen=True, slots=True)

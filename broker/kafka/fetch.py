@@ -1,5 +1,5 @@
 """Fetch: read each requested partition (queue) from its fetch offset through the core's read
-(``ctx.read_core``, no filter, the stored records' bytes),
+(the port's ``read``, no filter, the stored records' bytes),
 answer the stored messages as one uncompressed record batch v2 per partition (offset =
 ConsumeQueue offset, key/value/headers per convert.py, a COMPRESSED body inflated by the
 core's ``bodies.py``; built in C by fast.py when it can).
@@ -35,7 +35,7 @@ from wharf.broker.core.read import MAX_WAIT_MS
 from wharf.broker.errors import ResourceExhaustedError, UnavailableError
 from wharf.broker.kafka import fast
 from wharf.broker.kafka.convert import to_record_fields
-from wharf.broker.kafka.env import KafkaEnv
+from wharf.broker.kafka.env import KAFKA_REQUEST, KafkaEnv
 from wharf.broker.kafka.errors import Code, code_for
 from wharf.broker.kafka.records import Record, encode_batch
 from wharf.broker.kafka.server import KafkaConnection
@@ -127,7 +127,7 @@ class FetchHandler:
                 # An offset taken from a produce's ack waits for it to be readable (the core's
                 # read-your-writes wait) instead of being out of range.
                 waited_for_dispatch = True
-                if await self.env.ctx.read_core.own_writes_visible():
+                if await self.env.ctx.port.wait_own_writes(KAFKA_REQUEST):
                     continue
             remaining = deadline - time.monotonic()
             if total >= max(min_bytes, 1) or remaining <= 0 or self.env.ctx.long_poll.closed:
@@ -173,9 +173,9 @@ class FetchHandler:
         return total
 
     def _marks(self, part: _Part) -> None:
-        store = self.env.ctx.store
-        part.high_watermark = store.get_max_offset(part.topic, part.queue)
-        part.log_start = store.get_min_offset(part.topic, part.queue)
+        port = self.env.ctx.port
+        part.high_watermark = port.max_offset(part.topic, part.queue)
+        part.log_start = port.min_offset(part.topic, part.queue)
 
     async def _read_one(self, part: _Part, max_bytes: int) -> None:
         ctx = self.env.ctx
@@ -221,7 +221,7 @@ class FetchHandler:
             # The tasks register their parks on their first step, a loop turn from now: an
             # arrival dispatched in between would not wake them, so look once more after it.
             await asyncio.sleep(0)
-            max_offset = self.env.ctx.store.get_max_offset
+            max_offset = self.env.ctx.port.max_offset
             if any(max_offset(p.topic, p.queue) > p.offset for p in waiting):
                 return True
             done, _ = await asyncio.wait(

@@ -29,16 +29,16 @@ class KafkaHandlers:
     def __init__(self, env: KafkaEnv) -> None:
         self.env = env
         ctx = env.ctx
-        store = ctx.store
+        port = ctx.port
 
         def read(topic: str, queue_id: int, offset: int, count: int) -> list[StoredMessage]:
-            result = store.get_messages(topic, queue_id, offset, count, None, 8 << 20)
+            result = port.read_now(topic, queue_id, offset, count, None, 8 << 20)
             return list(getattr(result, "messages", []))
 
         def queue_range(topic: str, queue_id: int) -> tuple[int, int]:
-            return store.get_min_offset(topic, queue_id), store.get_max_offset(topic, queue_id)
+            return port.min_offset(topic, queue_id), port.max_offset(topic, queue_id)
 
-        config_dir = Path(store.config.store_path_root_dir) / "config"
+        config_dir = Path(port.store_config.store_path_root_dir) / "config"
         self.producers = ProducerTable(config_dir, read, queue_range)
         self.coordinator = Coordinator(ctx.config.kafka_group_initial_rebalance_delay_ms)
         self.metadata = MetadataHandlers(env)

@@ -1,6 +1,6 @@
 """ListOffsets, OffsetCommit and OffsetFetch.
 
-- ListOffsets (after the core's read-your-writes wait, ``ReadCore.own_writes_visible``: once,
+- ListOffsets (after the core's read-your-writes wait, the port's ``wait_own_writes``: once,
   at most 1 s, for the store's dispatch to show what was acknowledged): timestamp -2 (earliest) = the queue's min offset, -1 (latest) = its max offset
   (the high watermark), any other timestamp = the first offset stored at or after it (the
   store's offset-by-time lookup, by STORE time: a record's own CreateTime may be older);
@@ -31,7 +31,7 @@ from typing import Any
 from wharf.broker.acl.rules import Perm
 from wharf.broker.cluster.peer_offsets import PeerOffsetError
 from wharf.broker.kafka.coordinator import Coordinator
-from wharf.broker.kafka.env import KafkaEnv
+from wharf.broker.kafka.env import KAFKA_REQUEST, KafkaEnv
 from wharf.broker.kafka.errors import Code, KafkaError
 from wharf.broker.kafka.groups import check_group
 from wharf.broker.kafka.server import KafkaConnection
@@ -77,8 +77,8 @@ class OffsetHandlers:
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
     ) -> dict[str, Any]:
         # "latest" right after a produce's ack includes it (the core's read-your-writes wait).
-        await self.env.ctx.read_core.own_writes_visible()
-        store = self.env.ctx.store
+        port = self.env.ctx.port
+        await port.wait_own_writes(KAFKA_REQUEST)
         topics = []
         for t in body["topics"]:
             rows = []
@@ -88,11 +88,11 @@ class OffsetHandlers:
                 offset = -1
                 if code == Code.NONE:
                     if stamp == EARLIEST:
-                        offset = store.get_min_offset(t["name"], queue)
+                        offset = port.min_offset(t["name"], queue)
                     elif stamp == LATEST:
-                        offset = store.get_max_offset(t["name"], queue)
+                        offset = port.max_offset(t["name"], queue)
                     else:
-                        offset = store.get_offset_by_timestamp(t["name"], queue, stamp)
+                        offset = port.offset_at(t["name"], queue, stamp)
                 rows.append(
                     {
                         "partition_index": index,

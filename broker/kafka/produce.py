@@ -238,11 +238,11 @@ class ProduceHandler:
         ctx.metrics.on_messages_in(part.topic, [n for _, _, sizes in part.batches for n in sizes])
 
     def _response(self, conn: KafkaConnection, parts: list[_Part]) -> dict[str, Any]:
-        store = self.env.ctx.store
+        port = self.env.ctx.port
         topics: dict[str, list[dict[str, Any]]] = {}
         for part in parts:
             ok = part.code == Code.NONE
-            log_start = store.get_min_offset(part.topic, part.queue) if ok else -1
+            log_start = port.min_offset(part.topic, part.queue) if ok else -1
             topics.setdefault(part.topic, []).append(
                 {
                     "index": part.index,
