@@ -16,8 +16,8 @@ client channels:
   ``expire_after_s`` (channelExpiredTimeout, 120 s: clients heartbeat every ~30 s) is dropped
   by ``expire()``, which the ClientExpiry part runs every 10 s (``core/background.py``).
 
-It speaks neutral values (``ClientKind``, strings, a ``send`` callable): each front end maps its
-protocol's client types and settings onto them. A front end whose groups live elsewhere (Kafka's
+It speaks neutral values (``ClientKind``, ``MessageModel``, ``ConsumeFrom``, strings, a ``send``
+callable): each front end maps its protocol's client types and settings onto them at its edge. A front end whose groups live elsewhere (Kafka's
 coordinator) lends a ``MembershipView``: a group's online count and subscribed topics then
 include its members, as ``wharf group progress`` and the console show them.
 """
@@ -52,6 +52,21 @@ class ClientKind(enum.Enum):
     CONSUMER = "consumer"
 
 
+class MessageModel(enum.Enum):
+    """How a consumer group shares a topic (RocketMQ's names as values)."""
+
+    CLUSTERING = "CLUSTERING"  # each message to one member of the group
+    BROADCASTING = "BROADCASTING"  # each message to every member
+
+
+class ConsumeFrom(enum.Enum):
+    """Where a consumer without a committed offset starts (RocketMQ's names as values)."""
+
+    LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+    FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+
 @dataclass(slots=True)
 class ConsumerClient:
     """A member of a consumer group (from heartbeats)."""
@@ -59,8 +74,8 @@ class ConsumerClient:
     client_id: str
     last_seen: float  # the registry's clock (time.monotonic)
     subscriptions: dict[str, str] = field(default_factory=dict)  # topic -> tag expression
-    message_model: int = 0
-    consume_from_where: int = 0
+    message_model: MessageModel = MessageModel.CLUSTERING
+    consume_from_where: ConsumeFrom = ConsumeFrom.LAST_OFFSET
 
 
 @dataclass(slots=True)
@@ -109,8 +124,8 @@ class ClientRegistry:
         client_id: str,
         group: str,
         subscriptions: dict[str, str],
-        message_model: int,
-        consume_from_where: int,
+        message_model: MessageModel,
+        consume_from_where: ConsumeFrom,
         now: float | None = None,
     ) -> int:
         """Record a consumer's heartbeat; returns the group's membership version."""

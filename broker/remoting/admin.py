@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
+from wharf.broker.core.clients import ConsumeFrom, MessageModel
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.remoting.codes import (
     BROKER_VERSION,
@@ -51,8 +52,6 @@ from wharf.broker.remoting.headers import (
     ViewMessageRequestHeader,
 )
 from wharf.broker.versions import VERSIONS
-from wharf.store.errors import StoreError
-from wharf.v1 import common_pb2
 
 if TYPE_CHECKING:
     from wharf.broker.context import BrokerContext
@@ -82,16 +81,6 @@ JAVA_SYSTEM_TOPICS = (
 SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_")
 # ConsumeType names by ordinal (the C++ client sends the ordinal, Java the name).
 _CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
-
-_MESSAGE_MODEL_NAMES: dict[int, str] = {
-    common_pb2.BROADCASTING: "BROADCASTING",
-    common_pb2.CLUSTERING: "CLUSTERING",
-}
-_CONSUME_FROM_NAMES: dict[int, str] = {
-    common_pb2.CONSUME_FROM_LAST_OFFSET: "CONSUME_FROM_LAST_OFFSET",
-    common_pb2.CONSUME_FROM_FIRST_OFFSET: "CONSUME_FROM_FIRST_OFFSET",
-    common_pb2.CONSUME_FROM_TIMESTAMP: "CONSUME_FROM_TIMESTAMP",
-}
 
 
 def _json(data: Any) -> str:
@@ -318,30 +307,15 @@ class RemotingAdmin:
         )
 
     def earliest_store_time(self, topic: str, queue_id: int) -> int:
-        store = self.ctx.store
-        first = store.read_consume_queue(topic, queue_id, store.get_min_offset(topic, queue_id), 1)
-        if not first:
-            return -1
-        commit_log_offset = first[0][0]
-        try:
-            message = store.look_message_by_offset(commit_log_offset)
-        except (StoreError, ValueError):  # a hole or a damaged record: none, as Apache's -1
-            return -1
-        if message is None or message.commit_log_offset != commit_log_offset:
-            return -1
-        return message.store_timestamp
+        # A hole or a damaged record: none, as Apache's -1.
+        return self.ctx.port.first_store_time(topic, queue_id)
 
     def earliest_log_store_time(self, min_offset: int) -> int:
         """The store time of the log's first record (at its min offset), -1 when the log is
         empty or that record cannot be read: DefaultMessageStore.getEarliestMessageTime (the
         runtime info's ``earliestMessageTimeStamp``)."""
-        try:
-            message = self.ctx.store.look_message_by_offset(min_offset)
-        except (StoreError, ValueError):
-            return -1
-        if message is None or message.commit_log_offset != min_offset:
-            return -1
-        return message.store_timestamp
+        message = self.ctx.port.message_at(min_offset)
+        return -1 if message is None else message.store_timestamp
 
     # --- groups -------------------------------------------------------------------------------
     async def get_all_subscription_group(
@@ -451,7 +425,7 @@ class RemotingAdmin:
                     broker_offset, consumer_offset = q.broker_offset, max(q.consumer_offset, 0)
                     last = q.last_timestamp
                 else:  # a queue nothing was written to yet
-                    broker_offset = ctx.store.get_max_offset(topic_name, queue_id)
+                    broker_offset = ctx.port.max_offset(topic_name, queue_id)
                     consumer_offset = max(ctx.offsets.query(group, topic_name, queue_id), 0)
                     last = 0
                 wrapper = {
@@ -487,11 +461,10 @@ class RemotingAdmin:
             from_where = client.consume_from_where if from_where is None else from_where
         body = {
             "connectionSet": connections,
-            "consumeFromWhere": _CONSUME_FROM_NAMES.get(
-                from_where or 0, "CONSUME_FROM_LAST_OFFSET"
-            ),
+            # The registry's neutral values carry RocketMQ's names.
+            "consumeFromWhere": (from_where or ConsumeFrom.LAST_OFFSET).value,
             "consumeType": self.consume_types.get(group, "CONSUME_PASSIVELY"),
-            "messageModel": _MESSAGE_MODEL_NAMES.get(model or 0, "CLUSTERING"),
+            "messageModel": (model or MessageModel.CLUSTERING).value,
             "subscriptionTable": subscriptions,
         }
         return self._ok(request, _json(body))
@@ -517,7 +490,7 @@ class RemotingAdmin:
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand:
         ctx = self.ctx
-        stats = ctx.store.stats()
+        stats = ctx.port.store_stats()
         now = time.monotonic()
         put_tps = get_tps = 0.0
         last = self._rate_sample
@@ -578,7 +551,7 @@ class RemotingAdmin:
             "wharfVersion": VERSIONS["wharf"],
             "writable": "true" if stats.writable else "false",
             "notWritableReason": stats.not_writable_reason,
-            "flushDiskType": ctx.store.config.flush_disk_type,
+            "flushDiskType": ctx.port.store_config.flush_disk_type,
             "topicCount": str(len(ctx.topics)),
             "groupCount": str(len(ctx.groups)),
         }
@@ -586,13 +559,7 @@ class RemotingAdmin:
 
     # --- messages -----------------------------------------------------------------------------
     def raw_record(self, offset: int) -> bytes | None:
-        try:
-            message = self.ctx.store.look_message_by_offset(offset)
-        except (StoreError, ValueError):  # not a record start: not found, as a user's offset
-            return None
-        if message is None or message.commit_log_offset != offset:
-            return None
-        return self.ctx.store.read_bytes(offset, message.store_size)
+        return self.ctx.port.record_at(offset)  # not a record start: not found, a user's offset
 
     async def view_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = ViewMessageRequestHeader.from_ext_fields(request.ext_fields)
@@ -607,18 +574,19 @@ class RemotingAdmin:
 
     async def query_message(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = QueryMessageRequestHeader.from_ext_fields(request.ext_fields)
-        store = self.ctx.store
+        port = self.ctx.port
         max_num = header.max_num
         if request.ext_fields.get(UNIQUE_MSG_QUERY_FLAG) == "true":
             max_num = DEFAULT_QUERY_MAX_NUM
         max_num = min(max(max_num, 0), QUERY_MAX_CAP)
-        found = store.query_messages(
+        found = port.query_by_key(
             header.topic, header.key, max_num, header.begin_timestamp, header.end_timestamp
         )
         records = [r for r in (self.raw_record(m.commit_log_offset) for m in found) if r]
+        index_timestamp, index_offset = port.index_position()
         reply = QueryMessageResponseHeader(
-            index_last_update_timestamp=store.dispatch_timestamp,
-            index_last_update_phyoffset=store.dispatch_offset,
+            index_last_update_timestamp=index_timestamp,
+            index_last_update_phyoffset=index_offset,
         )
         if not records:
             return response_to(

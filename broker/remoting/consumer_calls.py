@@ -98,9 +98,9 @@ class ConsumerCalls:
                     remark=f"THe consumer group <{group}> not exist",
                 )
             if header.timestamp == -1:
-                at = ctx.store.get_max_offset(topic, queue_id)
+                at = ctx.port.max_offset(topic, queue_id)
             else:
-                at = max(ctx.store.get_offset_by_timestamp(topic, queue_id, header.timestamp), 0)
+                at = max(ctx.port.offset_at(topic, queue_id, header.timestamp), 0)
             keep = not header.is_force and at >= consumer_offset
             offsets.append((queue_id, consumer_offset if keep else at))
         broker = ctx.config.broker_name

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from wharf.broker.context import BrokerContext
+from wharf.broker.core.clients import ConsumeFrom, MessageModel
 from wharf.broker.core.errors import InvalidSend, Reason, Refused
 from wharf.broker.core.read import ReadStatus
 from wharf.broker.core.retry import retry_topic
@@ -88,7 +89,6 @@ from wharf.store.errors import (
     StoreNotWritableError,
 )
 from wharf.store.model import GetStatus, MessageInput, PutStatus, RawGetResult
-from wharf.v1 import common_pb2
 
 __all__ = ["RemotingHandlers", "error_response"]
 
@@ -179,9 +179,9 @@ def _int_or_name(value: Any, names: dict[str, int], default: int) -> int:
     return default
 
 
-# RocketMQ's ordinals -> wharf.v1's enum values (the client registry keeps the latter).
+# RocketMQ's ordinals (or names) -> the client registry's neutral values.
 _MESSAGE_MODELS = {"BROADCASTING": 0, "CLUSTERING": 1}
-_MESSAGE_MODEL_V1 = {0: common_pb2.BROADCASTING, 1: common_pb2.CLUSTERING}
+_MESSAGE_MODEL = {0: MessageModel.BROADCASTING, 1: MessageModel.CLUSTERING}
 _CONSUME_FROM = {
     "CONSUME_FROM_LAST_OFFSET": 0,
     "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST": 1,
@@ -190,10 +190,7 @@ _CONSUME_FROM = {
     "CONSUME_FROM_FIRST_OFFSET": 4,
     "CONSUME_FROM_TIMESTAMP": 5,
 }
-_CONSUME_FROM_V1 = {
-    4: common_pb2.CONSUME_FROM_FIRST_OFFSET,
-    5: common_pb2.CONSUME_FROM_TIMESTAMP,
-}
+_CONSUME_FROM_NEUTRAL = {4: ConsumeFrom.FIRST_OFFSET, 5: ConsumeFrom.TIMESTAMP}
 
 
 class RemotingHandlers:
@@ -352,7 +349,7 @@ class RemotingHandlers:
     ) -> RemotingCommand:
         """25 UPDATE_BROKER_CONFIG: nothing changes at run time (``broker_config.py``)."""
         return update_broker_config_response(
-            request, self.ctx.config, self.ctx.store.config, conn.peer
+            request, self.ctx.config, self.ctx.port.store_config, conn.peer
         )
 
     def _write_perm_topics(self, request: RemotingCommand) -> int | None:
@@ -434,8 +431,8 @@ class RemotingHandlers:
                 client_id,
                 group,
                 subscriptions,
-                int(_MESSAGE_MODEL_V1.get(model, common_pb2.CLUSTERING)),
-                int(_CONSUME_FROM_V1.get(where, common_pb2.CONSUME_FROM_LAST_OFFSET)),
+                _MESSAGE_MODEL.get(model, MessageModel.CLUSTERING),
+                _CONSUME_FROM_NEUTRAL.get(where, ConsumeFrom.LAST_OFFSET),
             )
             # Apache's registerConsumer notifies on a new channel and on a subscription change
             # (a topic added or dropped: ConsumerGroupInfo.updateSubscription): a lite pull
@@ -634,7 +631,7 @@ class RemotingHandlers:
             # RocketMQ's broker rule: a group without an offset starts at 0 while the queue
             # still starts at 0 (nothing deleted yet), unless the client asked not to.
             if header.set_zero_if_not_found is not False and (
-                ctx.store.get_min_offset(header.topic, header.queue_id) <= 0
+                ctx.port.min_offset(header.topic, header.queue_id) <= 0
             ):
                 offset = 0
             else:
@@ -659,19 +656,17 @@ class RemotingHandlers:
 
     async def max_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = TopicQueueRequestHeader.from_ext_fields(request.ext_fields)
-        offset = self.ctx.store.get_max_offset(header.topic, header.queue_id)
+        offset = self.ctx.port.max_offset(header.topic, header.queue_id)
         return _ok(request, ext_fields=OffsetResponseHeader(offset=offset).to_ext_fields())
 
     async def min_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = TopicQueueRequestHeader.from_ext_fields(request.ext_fields)
-        offset = self.ctx.store.get_min_offset(header.topic, header.queue_id)
+        offset = self.ctx.port.min_offset(header.topic, header.queue_id)
         return _ok(request, ext_fields=OffsetResponseHeader(offset=offset).to_ext_fields())
 
     async def search_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = SearchOffsetRequestHeader.from_ext_fields(request.ext_fields)
-        offset = self.ctx.store.get_offset_by_timestamp(
-            header.topic, header.queue_id, header.timestamp
-        )
+        offset = self.ctx.port.offset_at(header.topic, header.queue_id, header.timestamp)
         return _ok(request, ext_fields=OffsetResponseHeader(offset=offset).to_ext_fields())
 
     # --- retry --------------------------------------------------------------------------------

@@ -57,6 +57,10 @@ log = logging.getLogger("broker.remoting")
 _MAX_RECORD = 2**31 - 1
 
 
+class _WrongEnd(Exception):
+    """An END naming an open half with another producer group or log offset."""
+
+
 def check_body(message: StoredMessage, offset: int) -> bytes:
     """The half record as RocketMQ's check-back sends it: its real topic and queue id, queue
     offset the transaction id, every property kept."""
@@ -105,33 +109,31 @@ class RemotingTransactions:
             log.debug("remoting: END_TRANSACTION %d unknown (from check: %s)",
                       header.tran_state_table_offset, header.from_transaction_check)  # fmt: skip
             return response_to(request, ResponseCode.SUCCESS)
-        tx = self.ctx.store.transactions
         offset = header.tran_state_table_offset
         if offset < 0:
             return response_to(
                 request, ResponseCode.SYSTEM_ERROR, remark=f"tranStateTableOffset {offset} < 0"
             )
-        if offset >= tx.ledger.cursor:  # an END right after its SEND: dispatch it first
-            await self.ctx.store.wait_dispatched()
-        await tx.catch_up()
-        message_id = header.msg_id
-        half = tx.half(offset)
-        if half is not None:
+
+        def check(half: StoredMessage) -> None:
             group = half.properties.get(PROPERTY_PRODUCER_GROUP)
             if group is not None and group != header.producer_group:
-                return response_to(
-                    request, ResponseCode.SYSTEM_ERROR, remark="The producer group wrong"
-                )
+                raise _WrongEnd("The producer group wrong")
             if half.commit_log_offset != header.commit_log_offset:
-                return response_to(
-                    request, ResponseCode.SYSTEM_ERROR, remark="The commit log offset wrong"
-                )
-            # Clients send the UNIQ_KEY; one that sends the offset id matched by its offset.
-            message_id = half.unique_id
+                raise _WrongEnd("The commit log offset wrong")
+
+        # The core's resolution by offset (wharf.v1's ResolveHalfMessage too): an open half ends
+        # by its own id (clients send the UNIQ_KEY; one that sends the offset id is matched by
+        # its offset), one no longer open by the id sent (how it was resolved, or unknown).
         try:
-            how = await self.ctx.transactions.end(
-                offset, message_id, header.commit_or_rollback == TRANSACTION_COMMIT_TYPE
+            how = await self.ctx.transactions.resolve(
+                offset,
+                header.commit_or_rollback == TRANSACTION_COMMIT_TYPE,
+                fallback_id=header.msg_id,
+                check=check,
             )
+        except _WrongEnd as exc:
+            return response_to(request, ResponseCode.SYSTEM_ERROR, remark=str(exc))
         except UnknownTransaction as exc:
             return response_to(
                 request,

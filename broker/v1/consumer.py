@@ -4,14 +4,21 @@ core's retry: ``broker/core/retry.py``)."""
 from __future__ import annotations
 
 from wharf.broker.context import BrokerContext
+from wharf.broker.core.clients import ConsumeFrom, MessageModel
 from wharf.broker.core.retry import retry_topic
 from wharf.broker.core.tags import filter_of
 from wharf.broker.errors import InvalidArgumentError
 from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import validate_topic_name
-from wharf.v1 import messaging_pb2
+from wharf.v1 import common_pb2, messaging_pb2
 
 MAX_CLIENT_ID_LENGTH = 255
+# wharf.v1's enums -> the client registry's neutral values (UNSPECIFIED: the defaults).
+_MESSAGE_MODELS = {common_pb2.BROADCASTING: MessageModel.BROADCASTING}
+_CONSUME_FROM = {
+    common_pb2.CONSUME_FROM_FIRST_OFFSET: ConsumeFrom.FIRST_OFFSET,
+    common_pb2.CONSUME_FROM_TIMESTAMP: ConsumeFrom.TIMESTAMP,
+}
 
 
 def _validate_client_id(client_id: str) -> None:
@@ -46,8 +53,8 @@ class ConsumerProcessor:
                 request.client_id,
                 group,
                 subscriptions,
-                int(data.message_model),
-                int(data.consume_from_where),
+                _MESSAGE_MODELS.get(data.message_model, MessageModel.CLUSTERING),
+                _CONSUME_FROM.get(data.consume_from_where, ConsumeFrom.LAST_OFFSET),
             )
         for group in request.producer_groups:
             ctx.clients.producer_heartbeat(request.client_id, group)

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from wharf.broker.core.clients import ClientRegistry
+from wharf.broker.core.clients import ClientRegistry, ConsumeFrom, MessageModel
 from wharf.broker.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from wharf.broker.meta.groups import SubscriptionGroup, SubscriptionGroupManager
 from wharf.broker.meta.offsets import ConsumerOffsetManager
@@ -108,12 +108,23 @@ def test_groups_auto_create_and_persist() -> None:
 
 def test_membership_version_changes_on_join_leave_and_expiry() -> None:
     consumers = ClientRegistry(expire_after_s=120)
-    v1 = consumers.heartbeat("c1", "g", {"t": "*"}, 1, 1, now=0.0)
-    assert consumers.heartbeat("c1", "g", {"t": "*"}, 1, 1, now=10.0) == v1  # no change
-    v2 = consumers.heartbeat("c2", "g", {"t": "*"}, 1, 1, now=10.0)
+    v1 = consumers.heartbeat(
+        "c1", "g", {"t": "*"}, MessageModel.CLUSTERING, ConsumeFrom.LAST_OFFSET, now=0.0
+    )
+    assert (
+        consumers.heartbeat(
+            "c1", "g", {"t": "*"}, MessageModel.CLUSTERING, ConsumeFrom.LAST_OFFSET, now=10.0
+        )
+        == v1
+    )  # no change
+    v2 = consumers.heartbeat(
+        "c2", "g", {"t": "*"}, MessageModel.CLUSTERING, ConsumeFrom.LAST_OFFSET, now=10.0
+    )
     assert v2 > v1
     assert consumers.members("g") == (["c1", "c2"], v2)
-    consumers.heartbeat("c2", "g", {"t": "*"}, 1, 1, now=100.0)
+    consumers.heartbeat(
+        "c2", "g", {"t": "*"}, MessageModel.CLUSTERING, ConsumeFrom.LAST_OFFSET, now=100.0
+    )
     assert consumers.expire(now=135.0) == [("g", "c1")]  # c1 silent since 10 s
     ids, v3 = consumers.members("g")
     assert ids == ["c2"] and v3 > v2

@@ -3,7 +3,7 @@ sessions with channels (apache.rocketmq.v2) under one expiry."""
 
 from __future__ import annotations
 
-from wharf.broker.core.clients import ClientKind, ClientRegistry
+from wharf.broker.core.clients import ClientKind, ClientRegistry, ConsumeFrom, MessageModel
 
 
 class Clock:
@@ -17,7 +17,7 @@ class Clock:
 def test_members_producers_and_sessions_expire_together() -> None:
     clock = Clock()
     reg = ClientRegistry(expire_after_s=120, clock=clock)
-    reg.heartbeat("v1-consumer", "g", {"t": "*"}, 1, 1)
+    reg.heartbeat("v1-consumer", "g", {"t": "*"}, MessageModel.CLUSTERING, ConsumeFrom.LAST_OFFSET)
     reg.producer_heartbeat("v1-producer", "pg")
     reg.touch("v2-consumer", ClientKind.CONSUMER, "g2", ("t",))
     clock.now += 60

@@ -8,6 +8,7 @@ import asyncio
 import struct
 
 import pytest
+from wharf.broker.core.clients import ConsumeFrom, MessageModel
 from wharf.broker.kafka.coordinator import (
     COMPLETING,
     EMPTY,
@@ -304,7 +305,9 @@ async def test_over_the_wire_commits_and_rocketmq_groups(inproc_broker: InProcFa
     assert left["members"][0]["error_code"] == 0
 
     # a RocketMQ consumer group: refused, and its offsets untouched
-    ctx.clients.heartbeat("rmq-client-1", "rocket", {"t": "*"}, 1, 0)
+    ctx.clients.heartbeat(
+        "rmq-client-1", "rocket", {"t": "*"}, MessageModel.CLUSTERING, ConsumeFrom.LAST_OFFSET
+    )
     refused = await client.call(11, 5, {**join, "group_id": "rocket"})
     assert refused["error_code"] == 23
     commit_rocket = {**commit(-1, "", 9), "group_id": "rocket"}

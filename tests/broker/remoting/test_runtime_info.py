@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
+from wharf.broker.core.processor import CoreProcessor
 from wharf.broker.remoting.admin import RemotingAdmin
 from wharf.store import message_store
 from wharf.store.message_store import MessageStore
@@ -27,7 +28,11 @@ async def test_earliest_message_time_is_the_logs_first_record(
     store = MessageStore(small_config(tmp_path / "store"))
     await store.start()
     try:
-        admin = RemotingAdmin(cast(Any, SimpleNamespace(store=store)))
+        services = dict.fromkeys(
+            ("send", "read", "pop", "retry", "transactions", "clients", "admin"), cast(Any, None)
+        )  # the lookups need only the store
+        port = CoreProcessor(store, **services)
+        admin = RemotingAdmin(cast(Any, SimpleNamespace(port=port)))
         assert admin.earliest_log_store_time(store.stats().commit_log_min_offset) == -1
         before_ms = int(time.time() * 1000)
         for body in (b"first", b"second"):
