@@ -3,7 +3,7 @@
 Key: ``"<service full name>/<method>"``. Value: a function of the (parsed) request returning
 the ``Need``s of that request: ``(kind, name, perm)`` with kind ``topic`` / ``group`` (name =
 the resource, perm = PUB, SUB or ANY = either is enough) or ``admin``. An empty list = the
-caller only has to be authenticated (heartbeats, telemetry, client termination).
+caller only has to be authenticated (a producer's heartbeat, a client's other telemetry).
 
 tests/broker/test_acl.py iterates the service descriptors (wharf.v1 MessagingService and
 AdminService, apache.rocketmq.v2 MessagingService) and fails on any method without an entry,
@@ -17,7 +17,12 @@ consumers both ask); committing or reading a group's offsets needs SUB on the gr
 topic; EndTransaction(s) and RecallMessage need PUB (they decide what gets delivered); wharf.v1
 ViewMessage by offset id (no topic in the request) needs admin, with a topic it needs SUB on
 it; every AdminService RPC needs admin (ListTopics and stats included: they name every
-topic and group).
+topic and group). Consumer groups are resources as topics are (RocketMQ 4's HEART_BEAT and
+UNREGISTER_CLIENT, RocketMQ 5's Telemetry settings): joining a group (a heartbeat or settings
+naming it, which also creates it when autoCreateSubscriptionGroup is on), leaving it and its
+subscriptions need SUB on the group and on each subscribed topic, so an account that may only
+publish cannot take a group's queues, create groups or remove another group's clients.
+Producer groups are not resources (as in RocketMQ): a producer's heartbeat needs none.
 """
 
 from __future__ import annotations
@@ -40,10 +45,6 @@ class Need(NamedTuple):
 
 ADMIN = Need("admin", "", Perm.ANY)
 Needs = Callable[[Any], list[Need]]
-
-
-def _authenticated(request: Any) -> list[Need]:
-    return []
 
 
 def _admin(request: Any) -> list[Need]:
@@ -72,6 +73,20 @@ def _pull_stream(r: Any) -> list[Need]:
     if r.cancel:
         return []
     return [Need("topic", r.topic, Perm.SUB), Need("group", r.consumer_group, Perm.SUB)]
+
+
+def _heartbeat(r: Any) -> list[Need]:
+    """SUB on each consumer group the client joins and on each topic it subscribes."""
+    needs = []
+    for consumer in r.consumers:
+        needs.append(Need("group", consumer.group, Perm.SUB))
+        needs.extend(Need("topic", s.topic, Perm.SUB) for s in consumer.subscriptions)
+    return needs
+
+
+def _unregister(r: Any) -> list[Need]:
+    """SUB on each consumer group the client leaves."""
+    return [Need("group", group, Perm.SUB) for group in r.consumer_groups]
 
 
 def _send(r: Any) -> list[Need]:
@@ -109,6 +124,26 @@ def _v2_queue_group(r: Any) -> list[Need]:
     ]
 
 
+def _v2_group(r: Any) -> list[Need]:
+    """SUB on the request's group when it names one (a consumer's; a producer's has none)."""
+    return [Need("group", r.group.name, Perm.SUB)] if r.HasField("group") else []
+
+
+def _v2_telemetry(r: Any) -> list[Need]:
+    """A settings frame: a consumer's needs SUB on its group and each subscribed topic, a
+    producer's PUB on each topic it publishes to; other frames: none."""
+    if not r.HasField("settings"):
+        return []
+    settings = r.settings
+    if settings.HasField("subscription"):
+        sub = settings.subscription
+        needs = [Need("topic", e.topic.name, Perm.SUB) for e in sub.subscriptions]
+        return [Need("group", sub.group.name, Perm.SUB), *needs]
+    if settings.HasField("publishing"):
+        return [Need("topic", t.name, Perm.PUB) for t in settings.publishing.topics]
+    return []
+
+
 def _v2_send(r: Any) -> list[Need]:
     return [Need("topic", name, Perm.PUB) for name in {m.topic.name for m in r.messages}]
 
@@ -125,8 +160,8 @@ ACCESS: dict[str, Needs] = {
     f"{V1_MESSAGING}/SearchOffset": _topic(Perm.SUB),
     f"{V1_MESSAGING}/GetQueueOffsets": _topic(Perm.SUB),
     f"{V1_MESSAGING}/QueryRoute": _topic(Perm.ANY),
-    f"{V1_MESSAGING}/Heartbeat": _authenticated,
-    f"{V1_MESSAGING}/UnregisterClient": _authenticated,
+    f"{V1_MESSAGING}/Heartbeat": _heartbeat,
+    f"{V1_MESSAGING}/UnregisterClient": _unregister,
     f"{V1_MESSAGING}/GetConsumerList": _group("consumer_group"),
     f"{V1_MESSAGING}/UpdateConsumerOffset": _topic_group("topic", "consumer_group"),
     f"{V1_MESSAGING}/QueryConsumerOffset": _topic_group("topic", "consumer_group"),
@@ -157,7 +192,7 @@ ACCESS: dict[str, Needs] = {
     },
     # --- apache.rocketmq.v2 MessagingService ---
     f"{V2_MESSAGING}/QueryRoute": _v2_topic(Perm.ANY),
-    f"{V2_MESSAGING}/Heartbeat": _authenticated,
+    f"{V2_MESSAGING}/Heartbeat": _v2_group,
     f"{V2_MESSAGING}/SendMessage": _v2_send,
     f"{V2_MESSAGING}/QueryAssignment": _v2_topic_group,
     f"{V2_MESSAGING}/ReceiveMessage": _v2_queue_group,
@@ -168,8 +203,8 @@ ACCESS: dict[str, Needs] = {
     f"{V2_MESSAGING}/GetOffset": _v2_queue_group,
     f"{V2_MESSAGING}/QueryOffset": lambda r: [Need("topic", r.message_queue.topic.name, Perm.SUB)],
     f"{V2_MESSAGING}/EndTransaction": _v2_topic(Perm.PUB),
-    f"{V2_MESSAGING}/Telemetry": _authenticated,
-    f"{V2_MESSAGING}/NotifyClientTermination": _authenticated,
+    f"{V2_MESSAGING}/Telemetry": _v2_telemetry,  # checked per frame (a client stream)
+    f"{V2_MESSAGING}/NotifyClientTermination": _v2_group,
     f"{V2_MESSAGING}/ChangeInvisibleDuration": _v2_topic_group,
     f"{V2_MESSAGING}/RecallMessage": _v2_topic(Perm.PUB),
     f"{V2_MESSAGING}/SyncLiteSubscription": _v2_topic_group,

@@ -28,7 +28,7 @@ from wharf.broker.context import BrokerContext
 from wharf.broker.core.clients import ClientKind
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.groups import SubscriptionGroup
-from wharf.broker.serving.handlers import MalformedRequest
+from wharf.broker.serving.handlers import MalformedRequest, RefusedRequest
 from wharf.broker.serving.rpc import born_host_of
 from wharf.broker.v2 import clients as v2_clients
 from wharf.broker.v2 import codes
@@ -264,6 +264,9 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     reply = service_pb2.TelemetryCommand(
                         status=codes.status(Code.BAD_REQUEST, command.message)
                     )
+                elif type(command) is RefusedRequest:  # settings the account may not join with
+                    code = Code.UNAUTHORIZED if command.unauthenticated else Code.FORBIDDEN
+                    reply = service_pb2.TelemetryCommand(status=codes.status(code, command.message))
                 elif command.HasField("settings"):
                     try:
                         reply = self.settings_reply(client_id, command)

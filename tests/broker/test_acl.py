@@ -501,6 +501,10 @@ def test_spark_connector_options_sign_its_calls(broker: BrokerProcess) -> None:
     from wharf.client.spark.options import OptionError, parse_read_options
     from wharf.client.spark.rpc import BrokerCallError, BrokerRpc
 
+    with grpc.insecure_channel(broker.endpoint) as channel:  # the topic exists, in any order
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+        send = messaging_pb2.SendMessageRequest(topic=TOPIC, messages=[{"body": b"spark"}])
+        stub.SendMessage(send, metadata=signed(PRODUCER), timeout=10)
     base = {"endpoints": broker.endpoint, "topic": TOPIC}
     opts = parse_read_options({**base, "accessKey": CONSUMER[0], "secretKey": CONSUMER[1]}, False)
     assert opts.credentials is not None and CONSUMER[1] not in repr(opts)
