@@ -186,6 +186,55 @@ class BrokerConfig:
     # metricsBearerTokenFile: a file holding the token /metrics requires as
     # "Authorization: Bearer <token>" (401 otherwise). "" = no token needed.
     metrics_bearer_token_file: str = ""
+    # --- Connection bounds (broker/serving/bounds.py; every asyncio listener: wire, remoting,
+    # Kafka, metrics; gRPC by its own server options) -------------------------------------------
+    # connectionMaxIdleMs: a wire or gRPC connection with no call in flight (a parked long
+    # poll or an open stream is a call in flight) that sent nothing this long is closed; its
+    # client reconnects on its next call. 10 min, Kafka's broker default; 0 = never.
+    connection_max_idle_ms: int = 600_000
+    # serverChannelMaxIdleTimeSeconds: the same for remoting, RocketMQ's name and default
+    # (120 s: its clients heartbeat every broker every 30 s). 0 = never.
+    server_channel_max_idle_time_seconds: int = 120
+    # kafkaConnectionsMaxIdleMs: the same for Kafka (its connections.max.idle.ms, 10 min; the
+    # clients' own is 9 min, so a client closes first). 0 = never.
+    kafka_connections_max_idle_ms: int = 600_000
+    # frameReadTimeoutMs: a request frame begun must arrive whole within this, and a new
+    # connection must send its first bytes within it (a slowloris dribbling 1 byte/s is cut
+    # like a silent peer); time the broker stopped reading (back-pressure) does not count.
+    # 30 s moves a 100 MiB frame at 3.4 MB/s; gRPC: its HTTP/2 preface and SETTINGS
+    # (grpc.server_handshake_timeout_ms). 0 = never.
+    frame_read_timeout_ms: int = 30_000
+    # maxConnectionsPerListener / maxConnectionsPerAddress: connections open on one listener,
+    # and from one client address on it; past either a new connection is closed at once (gRPC:
+    # the per-listener cap, grpc.max_allowed_incoming_connections). 0 = no cap. Clients behind
+    # one NAT address share the per-address cap.
+    max_connections_per_listener: int = 10_000
+    max_connections_per_address: int = 1_000
+    # maxCallsPerConnection: calls open at once on one authenticated wire connection (past it
+    # a call is answered RESOURCE_EXHAUSTED), and gRPC's HTTP/2 max_concurrent_streams (a
+    # client queues its streams past it). The SDK keeps a handful, a consumer one parked pull
+    # per queue it reads.
+    max_calls_per_connection: int = 10_000
+    # maxCallsBeforeAuth / maxBytesBeforeAuth: with aclEnable (Kafka: SASL), a connection on
+    # which no request has authenticated yet may have this many calls open (wire: refused past
+    # it; remoting, Kafka: reading pauses) and buffer this many bytes (wire, Kafka: a frame or
+    # queued requests past it closes the connection; remoting signs the whole frame, body
+    # included, so its first frame may be as large as any). 512 KiB is Kafka's
+    # sasl.server.max.receive.size.
+    max_calls_before_auth: int = 16
+    max_bytes_before_auth: int = 512 * 1024
+    # maxBufferedBytesPerConnection: bytes of received requests one connection may have waiting
+    # for their handlers (wire: parsed, not yet taken; remoting, Kafka: requests in flight)
+    # before the broker stops reading it (TCP then holds the client's writes).
+    max_buffered_bytes_per_connection: int = 8 * 1024 * 1024
+    # maxBufferedFrameBytes: bytes held in partially received frames by all connections of the
+    # wire, remoting and Kafka listeners together; a connection whose bytes take the total past
+    # it is closed (8 connections each sending 60 MiB of a Kafka frame held 592 MB of RSS).
+    max_buffered_frame_bytes: int = 256 * 1024 * 1024
+    # grpcMaxConnectionAgeMs: gRPC connections older than this are sent GOAWAY (their calls get
+    # 30 s to end, then the connection closes; clients reconnect): the bound on a peer that
+    # dribbles HTTP/2 frames inside a call. 0 = never (long pull streams are not cut).
+    grpc_max_connection_age_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

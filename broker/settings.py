@@ -106,6 +106,14 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
 _ZERO_OK = {
     "broker_id",
     "grpc_max_message_size",
+    # Connection bounds: 0 = no limit (broker/serving/bounds.py).
+    "connection_max_idle_ms",
+    "server_channel_max_idle_time_seconds",
+    "kafka_connections_max_idle_ms",
+    "frame_read_timeout_ms",
+    "max_connections_per_listener",
+    "max_connections_per_address",
+    "grpc_max_connection_age_ms",
     "kafka_group_initial_rebalance_delay_ms",
     "max_reconsume_times",
 }

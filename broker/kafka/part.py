@@ -23,6 +23,7 @@ from wharf.broker.config import BrokerConfig, Config, parse_host_port
 from wharf.broker.kafka.env import KafkaEnv
 from wharf.broker.kafka.handlers import KafkaHandlers
 from wharf.broker.kafka.server import KafkaServer
+from wharf.broker.serving.bounds import ListenerLimits
 from wharf.broker.serving.frontend import FrontEnd, PortBook, Serving, TlsSource
 from wharf.broker.serving.tcp import TcpListeners, drain
 
@@ -47,8 +48,9 @@ class KafkaPart:
         self.config = config
         self.optional = broker.kafka_listen == BrokerConfig().kafka_listen
         self.listeners = TcpListeners(
-            "kafkaListen", broker.kafka_listen, "kafkaTlsListen", broker.kafka_tls_listen
-        )
+            "kafkaListen", broker.kafka_listen, "kafkaTlsListen", broker.kafka_tls_listen,
+            ListenerLimits.of(broker, "kafkaListen"), broker.max_buffered_frame_bytes,
+        )  # fmt: skip
         self.server: KafkaServer | None = None
         self.handlers: KafkaHandlers | None = None
         self._advertised_host = ""
@@ -82,6 +84,10 @@ class KafkaPart:
             observe=ctx.metrics.observe_rpc,
             raw_sasl=self.handlers.sasl.raw_token,
         )
+        broker = self.config.broker
+        self.server.calls_before_auth = broker.max_calls_before_auth
+        self.server.bytes_before_auth = broker.max_bytes_before_auth
+        self.server.max_buffered_bytes = broker.max_buffered_bytes_per_connection
 
     async def serve(self) -> None:
         assert self.server is not None and self.handlers is not None, "attach first"

@@ -15,8 +15,16 @@
   else the connection closes. Produce with acks=0 gets no response.
 - SASL: while ``sasl_required`` and the connection is not authenticated, any request but
   ApiVersions, SaslHandshake and SaslAuthenticate closes the connection.
-- Back-pressure: past ``MAX_IN_FLIGHT`` requests not yet answered, or while the transport's
-  write buffer is over its high-water mark, the connection is not read.
+- Back-pressure: past ``MAX_IN_FLIGHT`` requests not yet answered (``calls_before_auth``,
+  maxCallsBeforeAuth, while SASL is required and not done), past ``max_buffered_bytes`` of
+  their frames (maxBufferedBytesPerConnection), or while the transport's write buffer is over
+  its high-water mark, the connection is not read.
+- Before SASL authentication a connection may buffer ``bytes_before_auth`` bytes
+  (maxBytesBeforeAuth, 512 KiB: Kafka's sasl.server.max.receive.size); past it, it is closed.
+- Time and connections: the listener's guard (broker/serving/bounds.py) closes a connection
+  with no request in flight silent for kafkaConnectionsMaxIdleMs (Kafka's
+  connections.max.idle.ms, 10 min; clients close theirs at 9), or slower than
+  frameReadTimeoutMs to send a frame (``busy``, ``receiving``).
 """
 
 from __future__ import annotations
@@ -51,6 +59,9 @@ __all__ = ["Handler", "KafkaConnection", "KafkaServer"]
 log = logging.getLogger("broker.kafka")
 
 MAX_IN_FLIGHT = 64  # requests read and not yet answered before the connection stops reading
+CALLS_BEFORE_AUTH = 16  # the same before SASL (maxCallsBeforeAuth; SASL itself needs 3)
+BYTES_BEFORE_AUTH = 512 * 1024  # Kafka's sasl.server.max.receive.size
+MAX_BUFFERED_BYTES = 8 << 20  # frame bytes of requests not yet answered
 OPEN_APIS = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
 
 # (connection, version, request body) -> the response body, or None for no response
@@ -65,11 +76,14 @@ RawSasl = Callable[["KafkaConnection", bytes], Coroutine[Any, Any, bytes | None]
 class _Slot:
     """One request's place in the response order."""
 
-    __slots__ = ("api", "header", "raw", "reply", "started", "task")
+    __slots__ = ("api", "header", "nbytes", "raw", "reply", "started", "task")
 
-    def __init__(self, api: Api | None, header: RequestHeader, raw: bool = False) -> None:
+    def __init__(
+        self, api: Api | None, header: RequestHeader, raw: bool = False, nbytes: int = 0
+    ) -> None:
         self.api = api
         self.header = header
+        self.nbytes = nbytes  # its frame's (counted against max_buffered_bytes until answered)
         self.raw = raw  # a raw SASL token's answer (SaslHandshake v0), not a Kafka response
         self.task: asyncio.Task[Any] | None = None
         self.reply: bytes | None = None
@@ -98,6 +112,10 @@ class KafkaServer:
         self.observe = observe or (lambda method, status, seconds: None)
         self.connections: set[KafkaConnection] = set()
         self.failures = 0  # handlers that raised (a bug: each is logged with its traceback)
+        # Per connection (the module's back-pressure): set by the part from the settings.
+        self.calls_before_auth = CALLS_BEFORE_AUTH
+        self.bytes_before_auth = BYTES_BEFORE_AUTH
+        self.max_buffered_bytes = MAX_BUFFERED_BYTES
         self.on_connection_lost: Callable[[KafkaConnection], None] | None = None
 
     def protocol(self) -> KafkaConnection:
@@ -137,6 +155,7 @@ class KafkaConnection(asyncio.Protocol):
         self.secure = False  # on a TLS listener
         self._paused = False
         self._write_paused = False
+        self.pending_bytes = 0  # frame bytes of the requests in ``pending``
 
     # --- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -174,8 +193,20 @@ class KafkaConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        if len(self.pending) < MAX_IN_FLIGHT:
+        if len(self.pending) < self._calls_limit():
             self._resume()
+
+    # --- what the listener's guard asks (broker/serving/bounds.py) -------------------------------
+    def busy(self) -> bool:
+        return bool(self.pending)
+
+    def receiving(self) -> int:
+        return self.frames.buffered
+
+    def _calls_limit(self) -> int:
+        if self.server.sasl_required and not self.authenticated:
+            return self.server.calls_before_auth
+        return MAX_IN_FLIGHT
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -194,6 +225,16 @@ class KafkaConnection(asyncio.Protocol):
                 log.exception("kafka: closing connection from %s", self.peer)
                 self.close()
                 return
+        if (
+            self.server.sasl_required
+            and not self.authenticated
+            and not self.closed
+            and self.frames.buffered > self.server.bytes_before_auth
+        ):
+            self._drop(
+                f"{self.frames.buffered} bytes of a frame before SASL authentication "
+                f"(maxBytesBeforeAuth is {self.server.bytes_before_auth})"
+            )
 
     # --- requests -----------------------------------------------------------------------------
     def _dispatch(self, frame: bytes) -> None:
@@ -202,7 +243,7 @@ class KafkaConnection(asyncio.Protocol):
             slot = _Slot(None, RequestHeader(-1, -1, -1, None), raw=True)
             slot.task = asyncio.get_running_loop().create_task(raw_sasl(self, frame))
             slot.task.add_done_callback(self._on_done)
-            self.pending.append(slot)
+            self._queue(slot, len(frame))
             return
         try:
             header, reader = parse_header(frame)
@@ -214,6 +255,16 @@ class KafkaConnection(asyncio.Protocol):
         api = APIS.get(header.api_key)
         handler = self.server.handlers.get(header.api_key)
         slot = _Slot(api, header)
+        if (
+            self.server.sasl_required
+            and not self.authenticated
+            and len(frame) > (self.server.bytes_before_auth)
+        ):
+            self._drop(
+                f"a frame of {len(frame)} bytes before SASL authentication "
+                f"(maxBytesBeforeAuth is {self.server.bytes_before_auth})"
+            )
+            return
         if (
             api is None
             or handler is None
@@ -227,7 +278,7 @@ class KafkaConnection(asyncio.Protocol):
                 )
                 return
             slot.reply = reply
-            self.pending.append(slot)
+            self._queue(slot, 0)
             self._flush()
             return
         if self.server.sasl_required and not self.authenticated and api.key not in OPEN_APIS:
@@ -240,8 +291,16 @@ class KafkaConnection(asyncio.Protocol):
             return
         slot.task = asyncio.get_running_loop().create_task(handler(self, header.api_version, body))
         slot.task.add_done_callback(self._on_done)
+        self._queue(slot, len(frame))
+
+    def _queue(self, slot: _Slot, nbytes: int) -> None:
+        slot.nbytes = nbytes
+        self.pending_bytes += nbytes
         self.pending.append(slot)
-        if len(self.pending) >= MAX_IN_FLIGHT:
+        if (
+            len(self.pending) >= self._calls_limit()
+            or self.pending_bytes > self.server.max_buffered_bytes
+        ):
             self._pause()
 
     def _on_done(self, task: asyncio.Task[Any]) -> None:
@@ -251,9 +310,14 @@ class KafkaConnection(asyncio.Protocol):
         pending = self.pending
         while pending and pending[0].done():
             slot = pending.popleft()
+            self.pending_bytes -= slot.nbytes
             if not self._answer(slot):
                 return
-        if len(pending) < MAX_IN_FLIGHT // 2 and not self._write_paused:
+        if (
+            len(pending) < max(1, self._calls_limit() // 2)
+            and self.pending_bytes <= self.server.max_buffered_bytes // 2
+            and not self._write_paused
+        ):
             self._resume()
 
     def _answer(self, slot: _Slot) -> bool:

@@ -133,13 +133,14 @@ class BrokerMetrics:
             self._loop = None  # serve() records it
 
     async def serve(self, host: str, port: int, bearer_token: str | None = None) -> int:
-        """Serve /metrics on host:port without blocking the event loop; returns the bound port
+        """Serve /metrics on host:port (connections on the loop, renders on a pool of two
+        threads, broker/metrics/http.py); returns the bound port
         (port 0 picks an ephemeral one). ``bearer_token``: required of every scrape."""
         if self._http is not None:
             raise RuntimeError("metrics server already serving")
         self._loop = asyncio.get_running_loop()
         server = MetricsHttpServer(self.render, bearer_token)
-        bound = await asyncio.to_thread(server.start_blocking, host, port)
+        bound = await server.start(host, port)
         self._http = server
         return bound
 
@@ -147,7 +148,7 @@ class BrokerMetrics:
         """Stop the metrics HTTP server."""
         server, self._http = self._http, None
         if server is not None:
-            await asyncio.to_thread(server.stop_blocking)
+            await server.stop()
 
     # --- scrape side -------------------------------------------------------------------------
     def render(self) -> bytes:

@@ -20,6 +20,7 @@ from wharf.broker.remoting.codes import TRANSACTION_NOT_TYPE, RequestCode
 from wharf.broker.remoting.frame import RemotingCommand
 from wharf.broker.remoting.handlers import RemotingHandlers, error_response
 from wharf.broker.remoting.server import Connection, RemotingServer
+from wharf.broker.serving.bounds import ListenerLimits
 from wharf.broker.serving.frontend import PortBook, Serving, TlsSource
 from wharf.broker.serving.tcp import TcpListeners, drain
 
@@ -36,9 +37,12 @@ class RemotingFrontEnd:
         broker = config.broker
         self.optional = broker.remoting_listen == DEFAULT_LISTEN
         self.server = RemotingServer()
+        self.server.calls_before_auth = broker.max_calls_before_auth
+        self.server.max_buffered_bytes = broker.max_buffered_bytes_per_connection
         self.listeners = TcpListeners(
             "remotingListen", broker.remoting_listen,
             "remotingTlsListen", broker.remoting_tls_listen,
+            ListenerLimits.of(broker, "remotingListen"), broker.max_buffered_frame_bytes,
         )  # fmt: skip
         self.address = ""  # what clients dial (namesrvAddr), set by store_host()
         self.handlers: RemotingHandlers | None = None

@@ -15,9 +15,17 @@
   connection with one log line; a frame that is well delimited but does not decode (a bad
   header) is skipped with one log line and the connection goes on. Nothing a peer sends can
   raise out of the protocol callbacks.
-- Back-pressure: past ``max_in_flight`` requests the connection stops reading until half of
-  them are answered; past the transport's write buffer limits, handlers' replies wait in the
-  kernel/transport buffer and reading pauses too.
+- Back-pressure: past ``max_in_flight`` requests, or ``max_buffered_bytes`` of their frames
+  (maxBufferedBytesPerConnection), the connection stops reading until half of them are
+  answered; past the transport's write buffer limits, handlers' replies wait in the
+  kernel/transport buffer and reading pauses too. With aclEnable a connection none of whose
+  requests has passed the ACL yet has ``calls_before_auth`` requests in flight at most
+  (maxCallsBeforeAuth); its frames are bounded by the frame limit only, as RocketMQ 4 signs
+  the whole frame, body included.
+- Time and connections: the listener's guard (broker/serving/bounds.py) closes a connection
+  with no request in flight silent for serverChannelMaxIdleTimeSeconds (RocketMQ's 120 s; its
+  clients heartbeat every 30 s), or slower than frameReadTimeoutMs to send a frame
+  (``busy``, ``receiving``).
 - Responses from a peer (flag bit 0) answer the broker's own requests (NOTIFY_CONSUMER_IDS_CHANGED
   is oneway, so nothing waits for one today): they are ignored.
 - aclEnable: ``acl`` (``acl.py``) checks each request that has a handler before it runs (RocketMQ
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import socket
@@ -71,6 +80,8 @@ Handler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | 
 ErrorMapper = Callable[[RemotingCommand, BaseException], RemotingCommand]
 
 MAX_IN_FLIGHT = 1024  # requests running per connection before reading pauses
+CALLS_BEFORE_AUTH = 16  # the same before a request passed the ACL (maxCallsBeforeAuth)
+MAX_BUFFERED_BYTES = 8 << 20  # frame bytes of the requests running (maxBufferedBytesPerConnection)
 LARGE_BODY = 64 * 1024  # bodies written after their prefix, not copied into one frame
 HANDSHAKE_TIMEOUT_S = 10.0  # TLS: a peer that does not finish its handshake is closed
 
@@ -95,6 +106,9 @@ class Connection(asyncio.Protocol):
         self.tasks: set[asyncio.Task[None]] = set()
         self.closed = False
         self._reading_paused = False
+        self._write_paused = False
+        self.authenticated = server.acl is None  # aclEnable: once a request passed it
+        self.in_flight_bytes = 0  # frame bytes of the requests running (bodies and headers)
         self._opaque = itertools.count(1)
         self.client_ids: set[str] = set()  # the clients that heartbeated on this connection
         # opaque -> the answer awaited of a broker -> client request (``call``)
@@ -158,11 +172,30 @@ class Connection(asyncio.Protocol):
                 log.exception("remoting: connection-lost hook failed")
 
     def pause_writing(self) -> None:
+        self._write_paused = True
         self._pause_reading()
 
     def resume_writing(self) -> None:
-        if len(self.tasks) < self.server.max_in_flight // 2:
+        self._write_paused = False
+        if self._below_half():
             self._resume_reading()
+
+    # --- what the listener's guard asks (broker/serving/bounds.py) -------------------------------
+    def busy(self) -> bool:
+        return bool(self.tasks or self._calls)
+
+    def receiving(self) -> int:
+        return self.decoder.buffered
+
+    def _calls_limit(self) -> int:
+        return self.server.max_in_flight if self.authenticated else self.server.calls_before_auth
+
+    def _below_half(self) -> bool:
+        return (
+            not self._write_paused
+            and len(self.tasks) < max(1, self._calls_limit() // 2)
+            and self.in_flight_bytes <= self.server.max_buffered_bytes // 2
+        )
 
     # --- dispatch ------------------------------------------------------------------------------
     def _dispatch(self, cmd: RemotingCommand) -> None:
@@ -171,15 +204,21 @@ class Connection(asyncio.Protocol):
             if future is not None and not future.done():
                 future.set_result(cmd)
             return
+        nbytes = len(cmd.body) + 64  # + the header's own, roughly
+        self.in_flight_bytes += nbytes
         task = asyncio.get_running_loop().create_task(self._serve(cmd))
         self.tasks.add(task)
-        task.add_done_callback(self._done)
-        if len(self.tasks) >= self.server.max_in_flight:
+        task.add_done_callback(functools.partial(self._done, nbytes))
+        if (
+            len(self.tasks) >= self._calls_limit()
+            or self.in_flight_bytes > self.server.max_buffered_bytes
+        ):
             self._pause_reading()
 
-    def _done(self, task: asyncio.Task[None]) -> None:
+    def _done(self, nbytes: int, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
-        if self._reading_paused and len(self.tasks) < self.server.max_in_flight // 2:
+        self.in_flight_bytes -= nbytes
+        if self._reading_paused and self._below_half():
             self._resume_reading()
 
     async def _serve(self, request: RemotingCommand) -> None:
@@ -198,6 +237,10 @@ class Connection(asyncio.Protocol):
                 response = None
                 if server.acl is not None:  # aclEnable: refused = the refusal to answer
                     response = await server.acl.check(self.peer_host, request)
+                    if response is None and not self.authenticated:
+                        self.authenticated = True  # past maxCallsBeforeAuth from now on
+                        if self._reading_paused and self._below_half():
+                            self._resume_reading()
                 if response is None:
                     response = await handler(self, request)
             except asyncio.CancelledError:
@@ -297,6 +340,8 @@ class RemotingServer:
     ) -> None:
         self.max_frame_length = max_frame_length
         self.max_in_flight = max_in_flight
+        self.calls_before_auth = CALLS_BEFORE_AUTH  # set by the part from the settings
+        self.max_buffered_bytes = MAX_BUFFERED_BYTES
         self.handlers: dict[int, Handler] = {}
         self.error_mapper: ErrorMapper = _default_error
         self.on_connection_lost: Callable[[Connection], None] | None = None

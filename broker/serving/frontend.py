@@ -89,6 +89,8 @@ class PortBook:
     def __init__(self) -> None:
         self.held: list[socket.socket] = []
         self.by_setting: dict[str, Reserved] = {}  # what each setting reserved (wire: listen's)
+        # What the listeners of one broker share (bounds.py's FrameBudget), by name.
+        self.shared: dict[str, Any] = {}
 
     def reserve(self, address: str, setting: str) -> Reserved:
         """Bind ``address`` (port 0: the OS picks one, the same on every address family)

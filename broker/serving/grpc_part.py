@@ -53,8 +53,37 @@ def grpc_server(broker: BrokerConfig, max_size: int) -> grpc.aio.Server:
             # cancelled within ~80 s instead of lingering on a half-open connection.
             ("grpc.keepalive_time_ms", 60_000),
             ("grpc.keepalive_timeout_ms", 20_000),
+            *bound_options(broker),
         ],
     )
+
+
+def bound_options(broker: BrokerConfig) -> list[tuple[str, int]]:
+    """The connection bounds (broker/serving/bounds.py) in gRPC core's own terms: no HTTP/2
+    of ours. Settings at 0 leave gRPC's default (none)."""
+    options = [
+        # Streams open at once on one connection; a client queues its streams past it.
+        ("grpc.max_concurrent_streams", broker.max_calls_per_connection),
+    ]
+    if broker.connection_max_idle_ms:
+        # GOAWAY to a connection with no call outstanding for this long (a parked long poll or
+        # an open stream is outstanding; keepalive pings do not make it busy): its client
+        # reconnects on its next call.
+        options.append(("grpc.max_connection_idle_ms", broker.connection_max_idle_ms))
+    if broker.frame_read_timeout_ms:
+        # The TLS handshake, the HTTP/2 preface and the client's first SETTINGS within this
+        # (gRPC's default 120 s): a slowloris of the preface is cut.
+        options.append(("grpc.server_handshake_timeout_ms", broker.frame_read_timeout_ms))
+    if broker.max_connections_per_listener:
+        # gRPC core's cap on the connections of the whole server (its listen and tlsListen
+        # ports together): past it new connections are closed at accept.
+        options.append(("grpc.max_allowed_incoming_connections",
+                        broker.max_connections_per_listener))  # fmt: skip
+    if broker.grpc_max_connection_age_ms:
+        options.append(("grpc.max_connection_age_ms", broker.grpc_max_connection_age_ms))
+        # Calls open at the GOAWAY get 30 s: a pull long poll waits at most ~30 s.
+        options.append(("grpc.max_connection_age_grace_ms", 30_000))
+    return options
 
 
 def max_message_size(config: Config) -> int:

@@ -2,7 +2,9 @@
 its address reserved in step 2 (``PortBook``), served on the very sockets reserved (no window
 where another process takes the port), TLS by ``TlsSource``'s one rule: TLS-only when the
 broker's listen port is, a second TLS listener on ``<name>TlsListen`` (default: tlsListen's
-host, an ephemeral port) when tlsListen keeps plaintext beside TLS."""
+host, an ephemeral port) when tlsListen keeps plaintext beside TLS. Every connection of both
+is bounded by the listener's ``ListenerGuard`` (bounds.py: caps, read deadline, idle timeout,
+the broker's budget of partial frames, kept by the ``PortBook``)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
+from wharf.broker.serving.bounds import FrameBudget, ListenerGuard, ListenerLimits
 from wharf.broker.serving.frontend import FrontEndUnavailable, PortBook, Reserved, TlsSource
 
 __all__ = ["TcpListeners", "drain"]
@@ -35,8 +38,21 @@ class TcpListeners:
     """``reserve`` then ``serve(protocol_factory)``; ``ready(key)`` reports ``key`` (the
     plaintext or TLS-only listener) and ``key_tls`` (the separate TLS one, or None)."""
 
-    def __init__(self, setting: str, address: str, tls_setting: str, tls_address: str) -> None:
+    def __init__(
+        self,
+        setting: str,
+        address: str,
+        tls_setting: str,
+        tls_address: str,
+        limits: ListenerLimits | None = None,
+        frame_budget: int = 0,
+    ) -> None:
+        """``limits``: the bounds of every connection (None: none); ``frame_budget``: the
+        broker's maxBufferedFrameBytes, one ``FrameBudget`` per ``PortBook`` (per broker)."""
         self.setting, self.address = setting, address
+        self.limits = limits
+        self.frame_budget = frame_budget
+        self.guard: ListenerGuard | None = None
         self.tls_setting, self.tls_address = tls_setting, tls_address
         self.main: Reserved | None = None
         self.main_tls = False
@@ -47,6 +63,11 @@ class TcpListeners:
 
     def reserve(self, ports: PortBook, tls: TlsSource) -> None:
         self._ports, self._tls = ports, tls
+        if self.limits is not None:
+            budget = None
+            if self.frame_budget:
+                budget = ports.shared.setdefault("frame_budget", FrameBudget(self.frame_budget))
+            self.guard = ListenerGuard(self.limits, budget)
         self.main = ports.reserve(self.address, self.setting)
         self.main_tls = tls.tls_only
         if tls.enabled and tls.separate_port:
@@ -56,6 +77,8 @@ class TcpListeners:
     async def serve(self, protocol_factory: Callable[[], asyncio.BaseProtocol]) -> None:
         """Listen on every reserved socket (the book no longer holds them)."""
         loop = asyncio.get_running_loop()
+        if self.guard is not None:
+            protocol_factory = self.guard.wrap(protocol_factory)
         for reserved, secure in ((self.main, self.main_tls), (self.second, True)):
             if reserved is None:
                 continue
@@ -99,6 +122,8 @@ class TcpListeners:
     def close_listener(self) -> None:
         for server in self._servers:
             server.close()
+        if self.guard is not None:
+            self.guard.close()  # the connections left are the drain's to end
 
     async def wait_closed(self, timeout_s: float = 5.0) -> None:
         for server in self._servers:

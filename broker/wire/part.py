@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from wharf.broker.config import Config, parse_host_port
+from wharf.broker.serving.bounds import ListenerLimits
 from wharf.broker.serving.frontend import PortBook, Serving, TlsSource
 from wharf.broker.serving.grpc_part import max_message_size
 from wharf.broker.serving.mounts import mounts_for
@@ -29,9 +30,17 @@ class WireFrontEnd:
         self.config = config
         self.server = WireServer(max_message_size(config))  # frames sized as gRPC's
         broker = config.broker
-        self.listeners = TcpListeners(
-            "wireListen", broker.wire_listen, "wireTlsListen", broker.wire_tls_listen
+        server = self.server
+        server.max_calls, server.queue_limit = (
+            broker.max_calls_per_connection,
+            broker.max_buffered_bytes_per_connection,
         )
+        server.calls_before_auth = broker.max_calls_before_auth
+        server.bytes_before_auth = broker.max_bytes_before_auth
+        self.listeners = TcpListeners(
+            "wireListen", broker.wire_listen, "wireTlsListen", broker.wire_tls_listen,
+            ListenerLimits.of(broker, "wireListen"), broker.max_buffered_frame_bytes,
+        )  # fmt: skip
 
     def reserve(self, ports: PortBook, tls: TlsSource) -> None:
         broker = self.config.broker
@@ -46,6 +55,7 @@ class WireFrontEnd:
 
     def attach(self, serving: Serving) -> None:
         self.server.durable_writer = serving.ctx.read_core.write_when_durable
+        self.server.acl = serving.acl  # aclEnable: connections start unauthenticated
         for mount in mounts_for(serving):
             self.server.add_method_handlers(mount.service.full_name, mount.handlers)
 

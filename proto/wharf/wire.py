@@ -123,6 +123,11 @@ class FrameReader:
         self._max_payload = max_payload
         self._preface_seen = False
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet returned as frames (a frame begun, or the preface)."""
+        return len(self._buffer)
+
     def feed(self, data: bytes) -> list[tuple[int, int, bytes]]:
         buffer = self._buffer
         if buffer:
