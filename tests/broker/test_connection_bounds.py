@@ -331,6 +331,9 @@ def test_a_flood_without_credentials_on_the_wire_port_is_bounded(broker: BrokerP
     p99_attacked = statistics.quantiles(attacked, n=100)[98]
     print(f"send+receive p99 quiet {p99_quiet * 1000:.2f} ms, under the flood "
           f"{p99_attacked * 1000:.2f} ms; RSS {rss['quiet']:.0f} -> {rss['flood']:.0f} MiB")  # fmt: skip
-    assert p99_attacked <= 3 * p99_quiet, (p99_quiet, p99_attacked)
+    # 3x, or 100 ms over quiet: this runs beside another test worker on 2 cores, where a quiet
+    # p99 of 2-10 ms moved by as much with no flood at all; the unbounded broker took 4.4 s
+    # (p50). The 3x figure itself is decided by `python -m tests.bench.connection_flood`.
+    assert p99_attacked <= max(3 * p99_quiet, p99_quiet + 0.1), (p99_quiet, p99_attacked)
     assert rss["flood"] - rss["quiet"] < 64, rss
     _wait_for_log(broker, "maxCallsBeforeAuth")
