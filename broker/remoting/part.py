@@ -123,11 +123,7 @@ def _end_transaction_needs(
             return []
         if offset < 0 or how == TRANSACTION_NOT_TYPE:
             return []
-        tx = ctx.store.transactions
-        if offset >= tx.ledger.cursor:  # an END right after its SEND: dispatch it first
-            await ctx.store.wait_dispatched()
-        await tx.catch_up()
-        half = tx.open.get(offset)
-        return [Need("topic", half.topic, Perm.PUB)] if half is not None else []
+        topic = await ctx.transactions.destination_of(offset)  # dispatched first if just sent
+        return [Need("topic", topic, Perm.PUB)] if topic is not None else []
 
     return needs

@@ -36,12 +36,10 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from wharf.broker.core import Failed, Planned, Reason, Refused, SendCore, SendOutcome, Stored
 from wharf.broker.core.send import DEDUPE_WINDOW, group_queue
-from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.v2.codes import PUT_STATUS_CODES, PUT_STATUS_MESSAGES, Code, V2Error, code_for
 from wharf.broker.v2.convert import message_group, message_id, to_input
 from wharf.broker.v2.route import accepted_types
@@ -151,19 +149,16 @@ class V2SendProcessor:
 
     def __init__(
         self,
-        store: Any,  # what SendCore takes (broker/core/send.py): the store stays behind the core
-        topics: TopicConfigManager,
+        core: SendCore,
         max_message_size: int,
         on_stored: Callable[[str, list[int]], None] | None = None,
         dedupe_window: int = DEDUPE_WINDOW,
         max_delay_s: int = 3 * 24 * 3600,
-        core: SendCore | None = None,
     ) -> None:
         """``on_stored(topic, body_sizes)`` is told about every stored batch (metrics).
-        ``core``: THE send core of the broker (``BrokerContext.send_core``), which the wharf.v1
-        front end shares (one round-robin counter per topic, one dedupe window); tests may
-        leave it to make one of their own."""
-        self._core = core if core is not None else SendCore(store, topics)
+        ``core``: THE send core of the broker (the port's ``send``), which the wharf.v1 front
+        end shares (one round-robin counter per topic, one dedupe window)."""
+        self._core = core
         self._core.dedupe_window = dedupe_window
         self._max_size = max_message_size
         self._on_stored = on_stored

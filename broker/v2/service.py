@@ -26,6 +26,8 @@ from typing import Any
 
 from wharf.broker.context import BrokerContext
 from wharf.broker.core.clients import ClientKind
+from wharf.broker.core.errors import UnknownTimer
+from wharf.broker.core.port import RequestContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.groups import SubscriptionGroup
 from wharf.broker.serving.handlers import MalformedRequest, RefusedRequest
@@ -49,7 +51,6 @@ from wharf.broker.v2.settings import merge_settings
 from wharf.broker.v2.transactions import end_transaction, v2_check_targets
 from wharf.rocketmq.v2 import definition_pb2, service_pb2, service_pb2_grpc
 from wharf.store.codec.ids import parse_recall_handle
-from wharf.store.errors import InvalidMessageError
 
 log = logging.getLogger("wharf.broker.v2")
 perf_counter = time.perf_counter
@@ -108,14 +109,13 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.clients = ctx.clients  # the broker's one registry: v2 clients are sessions
         # Check-backs reach v2 producers on their Telemetry streams.
         ctx.check_targets.add_source(v2_check_targets(self.clients))
-        self._max_body_size = ctx.store.config.max_message_size
+        port = ctx.port
+        self._max_body_size = port.store_config.max_message_size
         self.sender = V2SendProcessor(
-            ctx.store,
-            ctx.topics,
+            port.send,
             self._max_body_size,
             on_stored=self._on_stored,
-            max_delay_s=ctx.store.config.timer_max_delay_sec,
-            core=ctx.send_core,
+            max_delay_s=port.store_config.timer_max_delay_sec,
         )
         property_filter = ctx.config.enable_property_filter
         self.receiver = V2ReceiveProcessor(
@@ -129,9 +129,9 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             ctx.offsets,
             ctx.read_core.read_waiting,
             self._group,
-            ctx.store.get_min_offset,
-            ctx.store.get_max_offset,
-            ctx.store.get_offset_by_timestamp,
+            port.min_offset,
+            port.max_offset,
+            port.offset_at,
             self._on_delivered,
             property_filter=property_filter,
         )
@@ -375,8 +375,13 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             )
         offset, message_id = parsed
         try:
-            await self.ctx.store.timer.cancel(offset, message_id, request.topic.name)
-        except InvalidMessageError as exc:
+            await self.ctx.port.recall(
+                RequestContext("rocketmq.v2", client_id=client_id),
+                offset,
+                message_id,
+                request.topic.name,
+            )
+        except UnknownTimer as exc:
             raise V2Error(Code.NOT_FOUND, str(exc)) from None
         return service_pb2.RecallMessageResponse(status=codes.ok(), message_id=message_id)
 
