@@ -19,7 +19,10 @@ What counts, precisely:
   ``__all__``: the facade, its values and errors), ``wharf.store.model``,
   ``wharf.store.errors`` and the record format ``wharf.store.codec`` (sans-IO: the byte
   layout and properties every protocol maps onto), and within those no name or module
-  starting with ``_`` (a private helper is not part of the format).
+  starting with ``_`` (a private helper is not part of the format);
+- a store reach, for a front end: an attribute access named ``store`` in its code (an AST
+  node, so a docstring naming ``wharf.store.pop`` is none); a metadata reach: ``.topics``,
+  ``.groups`` or ``.offsets`` of something named ``ctx``.
 """
 
 from __future__ import annotations
@@ -58,6 +61,22 @@ STORE_FORMAT = "wharf.store.codec"  # and its submodules
 # codec's private compiled crc32 until the Kafka <-> record conversion moves under the codec.
 KNOWN_STORE_INTERNALS = {
     ("broker/kafka/fast.py", "wharf.store.codec.records._crc32"),
+}
+# A front end asks the core through the port (``ctx.port``: broker/core/port.py, typed Protocols
+# the core implements), never the store itself: any attribute ``.store`` in a front end's code
+# (``ctx.store.get_max_offset``, ``self.env.ctx.store``) is a reach past it. None is left; an
+# entry here would be (path, the expression), and may only shrink.
+KNOWN_STORE_REACHES: set[tuple[str, str]] = set()
+# The metadata tables a front end still reads and changes itself (``ctx.topics``, ``ctx.groups``,
+# ``ctx.offsets``) rather than through the port: the count per front end may only shrink (the
+# test fails above it, and below it until the figure here is lowered).
+METADATA_TABLES = ("topics", "groups", "offsets")
+KNOWN_METADATA_REACHES = {
+    "broker/v1": 22,
+    "broker/v2": 7,
+    "broker/remoting": 27,
+    "broker/kafka": 15,
+    "broker/wire": 0,
 }
 # Docs speak of the code, not of its history (that is CHANGELOG.md's): no "issue 35" or
 # "(issues 63, 64)" in a README or a docstring.
@@ -182,6 +201,46 @@ def test_front_ends_use_only_the_store_facade_and_format() -> None:
     )
     gone = sorted(KNOWN_STORE_INTERNALS - found)
     assert not gone, f"fixed, so remove from KNOWN_STORE_INTERNALS: {gone}"
+
+
+def _front_end_of(path: str) -> str | None:
+    return next((d for d in FRONT_ENDS if path.startswith(f"{d}/")), None)
+
+
+def test_front_ends_reach_no_store() -> None:
+    """An AST walk (comments and docstrings naming ``wharf.store.…`` do not count): every
+    attribute access named ``store`` in a front end's modules."""
+    found = set()
+    for path, tree, _ in _product().values():
+        if _front_end_of(path) is None:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "store":
+                found.add((path, ast.unparse(node)))
+    new = sorted(found - KNOWN_STORE_REACHES)
+    assert not new, "front ends reaching the store (ask the port, ctx.port):\n" + "\n".join(
+        f"  {path}: {expression}" for path, expression in new
+    )
+    gone = sorted(KNOWN_STORE_REACHES - found)
+    assert not gone, f"fixed, so remove from KNOWN_STORE_REACHES: {gone}"
+
+
+def test_front_ends_metadata_reaches_only_shrink() -> None:
+    """``<…>ctx.topics`` / ``.groups`` / ``.offsets`` in each front end's code, counted."""
+    counts = dict.fromkeys(FRONT_ENDS, 0)
+    for path, tree, _ in _product().values():
+        front_end = _front_end_of(path)
+        if front_end is None:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in METADATA_TABLES:
+                owner = node.value
+                name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
+                counts[front_end] += name == "ctx"
+    grown = {d: n for d, n in counts.items() if n > KNOWN_METADATA_REACHES[d]}
+    assert not grown, f"front ends reaching the metadata tables past the port: {grown}"
+    shrunk = {d: n for d, n in counts.items() if n < KNOWN_METADATA_REACHES[d]}
+    assert not shrunk, f"fewer now, so lower KNOWN_METADATA_REACHES to: {shrunk}"
 
 
 def _docstrings(tree: ast.Module) -> list[tuple[int, str]]:

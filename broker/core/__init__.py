@@ -1,6 +1,13 @@
 """The broker's protocol-neutral messaging core (Wharf's counterpart of the RocketMQ 5 proxy's
 ``MessagingProcessor``): what a message operation MEANS, once, under every protocol front end.
 
+The port: a front end asks the core through ``port.py``'s typed Protocols (``Messaging``,
+``Admin``; calls that wait or depend on the caller take a ``RequestContext``), which
+``processor.py``'s ``CoreProcessor`` implements (``BrokerContext.port``): no front end reaches
+the store or its transaction ledger (tests/test_structure.py fails on a ``.store`` attribute in
+a front end's code), and the core itself uses only the store's public surface (``wharf.store``'s
+exports, values, errors and the record codec; an import-linter contract).
+
 Contract:
 - The front ends (``broker/v1/`` = wharf.v1, ``broker/v2/`` = apache.rocketmq.v2,
   ``broker/remoting/`` = RocketMQ 4.x remoting, ``broker/kafka/``) are adapters: request -> core call -> reply.
@@ -18,7 +25,8 @@ Contract:
 - State that must be one per broker (the round-robin counters, the dedupe window) lives here,
   in the one ``SendCore`` of the broker's topic table (``SendCore.shared``).
 
-Modules: ``send.py`` (admission, queue selection, the store calls, dedupe), ``read.py`` (the
+Modules: ``port.py`` (the interface the front ends hold, and its request context),
+``processor.py`` (its implementation over the store and the services below), ``send.py`` (admission, queue selection, the store calls, dedupe), ``read.py`` (the
 one offset read with its neutral ``ReadStatus``), ``clients.py`` (the one client registry:
 group members, sessions and their channels, one expiry), ``transactions.py`` (ending
 transactions, the check-back targets every front end adds to, the check-back task),
