@@ -186,6 +186,10 @@ class BrokerConfig:
     # metricsBearerTokenFile: a file holding the token /metrics requires as
     # "Authorization: Bearer <token>" (401 otherwise). "" = no token needed.
     metrics_bearer_token_file: str = ""
+    # metricsTlsEnable: with tlsEnable, /metrics is served over TLS too (the same certificate,
+    # following its reloads), so the bearer token never crosses the network in clear; false
+    # keeps it plaintext (a scraper that cannot verify the certificate).
+    metrics_tls_enable: bool = True
     # --- Connection bounds (broker/serving/bounds.py; every asyncio listener: wire, remoting,
     # Kafka, metrics; gRPC by its own server options) -------------------------------------------
     # connectionMaxIdleMs: a wire or gRPC connection with no call in flight (a parked long

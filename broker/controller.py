@@ -188,7 +188,7 @@ class BrokerController:
         self.front_ends.attach(self._compose(tls))
         dial = await self._start_background()
         await self.front_ends.serve()  # 5.: in list order, those serving stopped on failure
-        await self._open_metrics(token)
+        await self._open_metrics(token, tls)
         self.started_at = time.time()
         assert self.ctx is not None
         self.ctx.started_at = self.started_at
@@ -296,11 +296,14 @@ class BrokerController:
             self._tasks.append(asyncio.create_task(self.acl.watch(), name="acl-reload"))
         return dial
 
-    async def _open_metrics(self, token: str | None) -> None:
+    async def _open_metrics(self, token: str | None, tls: TlsSource) -> None:
         metrics_listen = self.config.broker.metrics_listen
         host, port = parse_host_port(metrics_listen, "metricsListen")
+        secure = tls.enabled and self.config.broker.metrics_tls_enable
         try:
-            self.metrics_port = await self.metrics.serve(host, port, token)
+            self.metrics_port = await self.metrics.serve(
+                host, port, token, tls.ssl_context() if secure else None
+            )
         except OSError as exc:
             raise StartupError(
                 f"metricsListen {metrics_listen}: {exc}; pick another with --metrics-listen"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -132,15 +133,22 @@ class BrokerMetrics:
         except RuntimeError:
             self._loop = None  # serve() records it
 
-    async def serve(self, host: str, port: int, bearer_token: str | None = None) -> int:
+    async def serve(
+        self,
+        host: str,
+        port: int,
+        bearer_token: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> int:
         """Serve /metrics on host:port (connections on the loop, renders on a pool of two
         threads, broker/metrics/http.py); returns the bound port
-        (port 0 picks an ephemeral one). ``bearer_token``: required of every scrape."""
+        (port 0 picks an ephemeral one). ``bearer_token``: required of every scrape;
+        ``ssl_context``: HTTPS only."""
         if self._http is not None:
             raise RuntimeError("metrics server already serving")
         self._loop = asyncio.get_running_loop()
         server = MetricsHttpServer(self.render, bearer_token)
-        bound = await server.start(host, port)
+        bound = await server.start(host, port, ssl_context)
         self._http = server
         return bound
 

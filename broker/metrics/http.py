@@ -13,6 +13,10 @@ With a bearer token (``metricsBearerTokenFile``, read once at start) every reque
 ``Authorization: Bearer <token>`` (the scheme in any case, RFC 7235): otherwise 401 with
 ``WWW-Authenticate: Bearer`` and no metric in the body. The comparison is constant-time (``hmac.compare_digest``); the token is
 never logged. Without a token the endpoint is open, as before.
+
+With tlsEnable (and ``metricsTlsEnable``, on by default) the endpoint is HTTPS only, on the
+broker's certificate and following its reloads (the context every asyncio port uses), so the
+token is never sent in clear.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import concurrent.futures
 import hmac
 import logging
 import socket
+import ssl
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -39,8 +44,13 @@ RENDER_THREADS = 2
 MAX_HEAD_BYTES = 16 * 1024  # a request line and headers; a scrape's are ~300 bytes
 # A Prometheus server or two and a curl: 64 connections; the head within 10 s (Prometheus's
 # default scrape_timeout), and nothing longer waits idle (one request per connection).
+HEAD_TIMEOUT_S = 10.0
 METRICS_LIMITS = ListenerLimits(
-    name="metricsListen", idle_s=10.0, read_s=10.0, max_connections=64, max_per_address=0
+    name="metricsListen",
+    idle_s=HEAD_TIMEOUT_S,
+    read_s=HEAD_TIMEOUT_S,
+    max_connections=64,
+    max_per_address=0,
 )
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 405: "Method Not Allowed",
             431: "Request Header Fields Too Large", 500: "Internal Server Error"}  # fmt: skip
@@ -167,7 +177,9 @@ def _environ(head: bytes, transport: asyncio.Transport | None) -> dict[str, Any]
         "PATH_INFO": unquote(path),
         "QUERY_STRING": query,
         "SERVER_PROTOCOL": version,
-        "wsgi.url_scheme": "http",
+        "wsgi.url_scheme": "https"
+        if transport and transport.get_extra_info("sslcontext")
+        else "http",
     }
     for line in header_lines:
         name, sep, value = line.partition(":")
@@ -220,9 +232,10 @@ class MetricsHttpServer:
             raise RuntimeError("metrics server is not running")
         return self._port
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> int:
         """Bind and start serving; returns the bound port. Raises OSError if the address is
-        in use or not local, with the address in the message."""
+        in use or not local, with the address in the message. ``ssl_context``: HTTPS only (a
+        plaintext request fails the handshake)."""
         if not 0 <= port <= 65535:
             raise ValueError(f"metrics port must be 0..65535, got {port}")
         loop = asyncio.get_running_loop()
@@ -232,7 +245,12 @@ class MetricsHttpServer:
             sock.bind((host, port))
             sock.setblocking(False)
             server = await loop.create_server(
-                self.guard.wrap(lambda: _HttpConnection(self)), sock=sock, backlog=128
+                self.guard.wrap(lambda: _HttpConnection(self)),
+                sock=sock,
+                backlog=128,
+                ssl=ssl_context,
+                # a handshake is a request head's worth of bytes: the head's own deadline
+                ssl_handshake_timeout=HEAD_TIMEOUT_S if ssl_context else None,
             )
         except OSError as exc:
             sock.close()

@@ -265,8 +265,10 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         status=codes.status(Code.BAD_REQUEST, command.message)
                     )
                 elif type(command) is RefusedRequest:  # settings the account may not join with
-                    code = Code.UNAUTHORIZED if command.unauthenticated else Code.FORBIDDEN
-                    reply = service_pb2.TelemetryCommand(status=codes.status(code, command.message))
+                    refused = Code.UNAUTHORIZED if command.unauthenticated else Code.FORBIDDEN
+                    reply = service_pb2.TelemetryCommand(
+                        status=codes.status(refused, command.message)
+                    )
                 elif command.HasField("settings"):
                     try:
                         reply = self.settings_reply(client_id, command)

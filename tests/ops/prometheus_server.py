@@ -31,6 +31,7 @@ def derive_config(metrics_endpoint: str, token_file: Path | None = None) -> dict
     config["global"]["evaluation_interval"] = "1s"
     config["rule_files"] = [str(DEPLOY / "alerts.yml")]
     (job,) = config["scrape_configs"]
+    del job["scheme"], job["tls_config"]  # the test daemons' /metrics is plaintext (no TLS)
     job["static_configs"][0]["targets"] = [metrics_endpoint]
     if token_file is None:
         del job["authorization"]

@@ -6,7 +6,9 @@ gRPC only with the admin keys the same make target wrote (ACL on)."""
 
 from __future__ import annotations
 
+import http.client
 import os
+import ssl
 import stat
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 
 from tests.harness import REPO_ROOT, Daemons
@@ -61,15 +64,21 @@ def test_deploy_secrets_and_the_compose_environment_give_a_tls_broker(
             capture_output=True, text=True, timeout=30, env={**os.environ, **env},
         )  # fmt: skip
         assert probe.returncode == 0 and probe.stdout.strip() == "SERVING", probe.stderr
-        url = f"http://{broker.metrics_endpoint}/metrics"
+        # /metrics is HTTPS on the same certificate (metricsTlsEnable follows tlsEnable): the
+        # token never crosses in clear; a plaintext request gets no answer.
+        ca = ssl.create_default_context(cafile=env["WHARF_PROBE_CA_FILE"])
+        url = f"https://{broker.metrics_endpoint}/metrics"
         try:
-            urllib.request.urlopen(url, timeout=10)
+            urllib.request.urlopen(url, timeout=10, context=ca)
             raise AssertionError("/metrics answered without the token")
         except urllib.error.HTTPError as exc:
             assert exc.code == 401
-        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
-        with urllib.request.urlopen(request, timeout=10) as reply:
+        request = urllib.request.Request(url, headers={"Authorization": f"bearer {token}"})
+        with urllib.request.urlopen(request, timeout=10, context=ca) as reply:
             assert reply.status == 200 and b"rocketmq_topic_number" in reply.read()
+        plain = urllib.request.Request(url.replace("https:", "http:"), headers=request.headers)
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+            urllib.request.urlopen(plain, timeout=10)
 
         # ACL on: the CLI over TLS is refused unsigned, served with the admin keys of admin.env.
         keys = dict(line.split("=", 1) for line in (secrets_dir / "admin.env").read_text().split())
