@@ -95,6 +95,7 @@ run: $(STAMP)
 # browser of the console's end-to-end tests (chromium + chromedriver), and FUSE 3 for the
 # power-cut filesystem of tests/fault (fuse3: fusermount3, and the libfuse3 mfusepy loads), and
 # kcat, the Kafka client on Debian's librdkafka, for tests/broker/kafka/test_clients_kcat.py.
+# clang (with compiler-rt) builds the C accelerators with sanitizers for tests/fuzz.
 system-deps:
 	@if ! command -v promtool >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1 \
 	    || ! command -v etcd >/dev/null 2>&1; then \
@@ -116,6 +117,13 @@ system-deps:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kcat >/dev/null; \
 	  else \
 	    echo "install Debian packages: sudo apt-get install kcat"; exit 1; \
+	  fi; \
+	fi
+	@if ! command -v clang >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang libclang-rt-14-dev >/dev/null; \
+	  else \
+	    echo "install Debian packages: sudo apt-get install clang libclang-rt-14-dev"; exit 1; \
 	  fi; \
 	fi
 	@if ! command -v ip >/dev/null 2>&1 || ! command -v nft >/dev/null 2>&1; then \
@@ -270,6 +278,18 @@ console-screenshots: $(STAMP) system-deps
 # Console page render times with 1,000 topics and many messages (tests/bench/README.md).
 bench-console: $(STAMP)
 	$(PY) -m tests.bench.console $(ARGS)
+
+# The C accelerators that parse client bytes or files under libFuzzer (atheris) with ASan and
+# UBSan (tests/fuzz/README.md): the instrumented modules go to build/fuzz/ext, never over the
+# source tree's .so files. `make fuzz` is the long run: FUZZ_SECONDS a target, two at a time
+# (5 targets: 3 rounds), from the corpus the last run left in build/fuzz/corpus.
+.PHONY: fuzz-build fuzz
+FUZZ_SECONDS ?= 1800
+fuzz-build: $(STAMP)
+	$(PY) -m tests.fuzz.build
+
+fuzz: fuzz-build
+	$(PY) -m tests.fuzz.run --seconds $(FUZZ_SECONDS) --jobs 2 $(ARGS)
 
 clean:
 	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -71,6 +71,15 @@ static int check_batch(const unsigned char *buf, Py_ssize_t size, const unsigned
                        Starts *out, PyObject **bad_result) {
     Py_ssize_t first = out->count, count = 0;
 
+    /* An empty batch is a bad one (0 bytes left), as check_records refuses empty records:
+     * check_many accepted a batch of size 0 with no record, where the per-batch path refuses
+     * it, and went on to ``out->at + first`` with ``out->at`` NULL (no start pushed yet):
+     * NULL + 0 is undefined behaviour (UBSan, found by tests/fuzz with batch_sizes [0, n]). */
+    if (size <= 0) {
+        *bad_result = bad(0, BAD_SHORT_TAIL, 0);
+        return *bad_result == NULL ? -1 : 1;
+    }
+
     /* 1. framing: every record's TOTALSIZE in turn */
     Py_ssize_t pos = 0;
     while (pos < size) {
@@ -260,7 +269,10 @@ static PyObject *check_many(PyObject *module, PyObject *args) {
         }
         Py_ssize_t before = starts.count;
         PyObject *found = NULL;
-        int rc = check_batch((const unsigned char *)data.buf + base, (Py_ssize_t)size[b],
+        /* An empty buffer's data.buf may be NULL, and NULL + 0 is undefined: no offset for
+         * an empty batch (which check_batch refuses before reading). */
+        const unsigned char *at = size[b] ? (const unsigned char *)data.buf + base : NULL;
+        int rc = check_batch(at, (Py_ssize_t)size[b],
                              (const unsigned char *)PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail),
                              max_message_size, allowed_sys_flags, crc_func, base, &starts, &found);
         if (rc < 0) {

@@ -187,6 +187,24 @@ def test_checking_many_batches_at_once_finds_what_one_check_per_batch_finds(
     assert counts == [len(batch) for batch, _ in batches]
 
 
+def test_an_empty_batch_among_many_is_a_bad_batch_as_alone() -> None:
+    """Found by tests/fuzz: ``check_many`` took a batch of 0 bytes as a good batch of no
+    records (the per-batch check refuses empty records), and then offset a NULL array (UBSan).
+    It is now the first bad batch, with 0 bytes left, wherever it stands; the caller then
+    checks batch by batch and names it. An empty buffer is refused alike by ``check``."""
+    compiled = record_check._compiled
+    assert compiled is not None
+    data = client_batch(TOPIC, [MessageInput(b"x", {})])
+    tail = record_check._tail_of(TOPIC)
+    crc32 = record_check._crc32
+    for sizes, bad in (([0, len(data)], 0), ([len(data), 0], 1)):
+        found = compiled.check_many(data, sizes, [tail, tail], 4096, 0xFFFF, crc32)
+        assert found == (bad, (0, 1, 0))
+        assert record_check.check_records_many(data, sizes, [TOPIC, TOPIC], 4096) is None
+    assert compiled.check(b"", tail, 4096, 0xFFFF, crc32) == (0, 1, 0)
+    assert compiled.check(memoryview(bytearray()), tail, 4096, 0xFFFF, crc32) == (0, 1, 0)
+
+
 def test_patching_many_refuses_counts_that_do_not_add_up() -> None:
     compiled = record_check._compiled
     assert compiled is not None
