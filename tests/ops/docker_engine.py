@@ -118,6 +118,7 @@ def start(timeout: float = 30.0) -> None:
     ensure_packages()
     remove_private_interfaces()
     if _pid("dockerd.pid") is not None and _ready(5):
+        remove_containers()
         return
     STATE.mkdir(parents=True, exist_ok=True)
     DATA_ROOT.mkdir(parents=True, exist_ok=True)
@@ -163,9 +164,21 @@ def start(timeout: float = 30.0) -> None:
         raise EngineUnavailable(
             f"dockerd did not answer in {timeout:.0f} s: see {STATE}/dockerd.log"
         )
+    remove_containers()
     made = remove_private_interfaces()
     if made:
         raise RuntimeError(f"the engine made private interfaces (deleted): {made}")
+
+
+def remove_containers() -> None:
+    """Remove every container of this engine (it is the tests' own): one a crashed run left
+    would be restarted by its restart policy at the next start and hold its ports."""
+    listed = subprocess.run(
+        ["docker", "ps", "-aq"], env=docker_env(), capture_output=True, text=True, check=False
+    )
+    ids = listed.stdout.split()
+    if ids:
+        subprocess.run(["docker", "rm", "-f", "-v", *ids], env=docker_env(), capture_output=True)
 
 
 def _stop_pid(name: str, timeout: float) -> None:
@@ -184,7 +197,11 @@ def _stop_pid(name: str, timeout: float) -> None:
 
 
 def stop() -> None:
-    """Stop dockerd, then containerd, by process id; delete any private interface left."""
+    """Stop dockerd, then containerd, by process id, with no container left running (a
+    container's processes outlive containerd: their shims are reparented); delete any private
+    interface left."""
+    if _pid("dockerd.pid") is not None:
+        remove_containers()
     _stop_pid("dockerd.pid", 30.0)
     _stop_pid("containerd.pid", 15.0)
     remove_private_interfaces()
