@@ -9,7 +9,7 @@
   transaction topics). A named topic that does not exist is created as a send would create it
   when ``allow_auto_topic_creation`` (v4+; always before) and autoCreateTopicEnable are both
   on (``defaultTopicQueueNums`` queues), else UNKNOWN_TOPIC_OR_PARTITION; a name Wharf cannot
-  hold (Kafka allows ``.``, Wharf ``[%a-zA-Z0-9_-]``, at most 127) is INVALID_TOPIC_EXCEPTION.
+  hold (``[%a-zA-Z0-9._-]`` up to 127, not ``.`` or ``..``) is INVALID_TOPIC_EXCEPTION.
 - FindCoordinator: this broker for every group, or in a cluster the one ``cluster.py``
   picks for the group id (key type 0); key type 1 (a transactional id)
   is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients treat as fatal: Kafka

@@ -4,26 +4,24 @@ autoCreateSubscriptionGroup is on (RocketMQ's default)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.persist import PendingWrite, TableJournal, nothing_to_write
+from wharf.store.codec.properties import name_rule, valid_name
 
 MAX_GROUP_LENGTH = 255
-_GROUP_NAME = re.compile(r"^[%a-zA-Z0-9_-]+$")
 CONSUME_FROM_WHERE = ("LAST", "FIRST", "TIMESTAMP")
 
 
 def validate_group_name(name: str) -> None:
     if not name:
         raise InvalidArgumentError("consumer group is required")
-    if len(name) > MAX_GROUP_LENGTH or not _GROUP_NAME.match(name):
+    if not valid_name(name, MAX_GROUP_LENGTH):
         raise InvalidArgumentError(
-            f"consumer group {name[:80]!r} must be 1..{MAX_GROUP_LENGTH} characters "
-            "of [%a-zA-Z0-9_-]"
+            f"consumer group {name[:80]!r} is invalid: use {name_rule(MAX_GROUP_LENGTH)}"
         )
 
 

@@ -8,7 +8,6 @@ the first dead letter). They are hidden from ListTopics unless include_system is
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,8 @@ from wharf.store.codec.properties import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
+    name_rule,
+    valid_name,
 )
 
 PERM_READ = 4
@@ -26,9 +27,10 @@ PERM_WRITE = 2
 PERM_READ_WRITE = PERM_READ | PERM_WRITE
 MAX_TOPIC_LENGTH = 127  # v1 record format: 1-byte topic length
 MAX_QUEUE_NUMS = 1024
-_TOPIC_NAME = re.compile(r"^[%a-zA-Z0-9_-]+$")
 # Names a producer may not send to directly (the broker writes them itself).
-RESERVED_FOR_SEND = (SCHEDULE_TOPIC, "TBW102")
+# Kafka's internal topics too: Wharf keeps a group's offsets (and a transaction's state) in
+# its own tables, and a topic of that name would be taken by Kafka's tools for Kafka's own.
+RESERVED_FOR_SEND = (SCHEDULE_TOPIC, "TBW102", "__consumer_offsets", "__transaction_state")
 # The timer's and the transactions' topics (RocketMQ's rmq_sys_ / RMQ_SYS_ prefixes).
 SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_")
 
@@ -43,8 +45,8 @@ def validate_topic_name(name: str) -> None:
         raise InvalidArgumentError(
             f"topic name is {len(name)} characters; the limit is {MAX_TOPIC_LENGTH}"
         )
-    if not _TOPIC_NAME.match(name):
-        raise InvalidArgumentError(f"topic name {name!r} has characters outside [%a-zA-Z0-9_-]")
+    if not valid_name(name):
+        raise InvalidArgumentError(f"topic name {name!r} is invalid: use {name_rule()}")
 
 
 def is_system_topic(name: str) -> bool:

@@ -52,7 +52,22 @@ TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 
-TOPIC_PATTERN = re.compile(rf"[%a-zA-Z0-9_-]{{1,{MAX_TOPIC_LENGTH}}}")
+# The characters of topic and group names, defined once for the store and every protocol:
+# RocketMQ's [%a-zA-Z0-9_-] and Kafka's '.' (com.acme.orders.v1 is Kafka's everyday name).
+# A name of dots only is refused: "." and ".." are directories (Kafka refuses them too).
+NAME_CHARS = "%a-zA-Z0-9._-"
+NAME_PATTERN = re.compile(rf"(?!\.{{1,2}}$)[{NAME_CHARS}]+")
+TOPIC_PATTERN = re.compile(rf"(?!\.{{1,2}}$)[{NAME_CHARS}]{{1,{MAX_TOPIC_LENGTH}}}")
+
+
+def valid_name(name: str, limit: int = MAX_TOPIC_LENGTH) -> bool:
+    """Whether ``name`` is a topic or group name of at most ``limit`` characters."""
+    return len(name) <= limit and NAME_PATTERN.fullmatch(name) is not None
+
+
+def name_rule(limit: int = MAX_TOPIC_LENGTH) -> str:
+    """The rule, for a refusal's message."""
+    return f"1-{limit} characters of [{NAME_CHARS}], not '.' or '..'"
 
 
 def properties_to_string(properties: dict[str, str]) -> str:
@@ -87,7 +102,5 @@ def validate_topic(topic: str) -> bytes:
 @functools.lru_cache(maxsize=4096)  # topics repeat; the regex costs ~0.5 us per batch
 def _topic_bytes(topic: str) -> bytes:
     if TOPIC_PATTERN.fullmatch(topic) is None:
-        raise InvalidMessageError(
-            f"topic {topic!r} is invalid: use 1-{MAX_TOPIC_LENGTH} characters of [%a-zA-Z0-9_-]"
-        )
+        raise InvalidMessageError(f"topic {topic!r} is invalid: use {name_rule()}")
     return topic.encode("ascii")

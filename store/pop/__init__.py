@@ -51,7 +51,7 @@ CONTRACT
   PROPERTY_SHARDING_KEY; absent or empty: not ordered). So at most one message per message
   group is in flight; later messages of other groups keep flowing (FIFO scan window 2048).
 - Limits: batch 1..1024, invisible_ms 1 ms..24 h (the v2 layer enforces its own, narrower range),
-  max_attempts 1..1000, group 1-122 chars of [%a-zA-Z0-9_-] (so ``%DLQ%<group>`` is a topic);
+  max_attempts 1..1000, group 1-122 chars of [%a-zA-Z0-9._-] (so ``%DLQ%<group>`` is a topic);
   InvalidMessageError otherwise. Per queue at most 65,536 offsets lie between the pop offset
   and the newest handed out (a message in flight holds that window).
 - Wake-ups: ``pop_wait`` waits on the store's arrival listener (``on_arrival``), on acks /

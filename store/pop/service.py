@@ -37,6 +37,7 @@ from wharf.store.codec.properties import (
     PROPERTY_MESSAGE_GROUP,
     PROPERTY_ORIGIN_MESSAGE_ID,
     TOPIC_PATTERN,
+    name_rule,
     validate_topic,
 )
 from wharf.store.errors import (
@@ -750,7 +751,7 @@ def _check_group_topic(group: str, topic: str) -> None:
         or not group
     ):
         raise InvalidMessageError(
-            f"consumer group {group!r} is invalid: use 1-122 characters of [%a-zA-Z0-9_-]"
+            f"consumer group {group!r} is invalid: use {name_rule(122)}"  # %DLQ%<group> <= 127
         )
 
 

@@ -76,7 +76,7 @@ def test_topics_table_round_trip_and_rules(tmp_path: Path) -> None:
     topics.create("audit", 2, 2, 6, {"message.type": "NORMAL"})
     with pytest.raises(AlreadyExistsError):
         topics.create("audit", 2, 2, 6, {})
-    with pytest.raises(InvalidArgumentError, match="characters outside"):
+    with pytest.raises(InvalidArgumentError, match="is invalid: use 1-127 characters"):
         topics.create("bad topic", 1, 1, 6, {})
     with pytest.raises(InvalidArgumentError, match="reserved"):
         topics.for_send("SCHEDULE_TOPIC_XXXX")

@@ -238,7 +238,11 @@ def test_lookup_is_the_admission_of_a_topic_named_before_a_send() -> None:
     assert c.lookup("later", create=True).name == "later"
     c.topics.table["ro"] = TopicConfig("ro", 4, 4, perm=4)
     assert c.lookup("ro", create=False).name == "ro"  # read-only: found, writes refused later
-    for name, reason in (("a.b", Reason.ILLEGAL_TOPIC), ("%RETRY%g", Reason.OWN_TOPIC)):
+    for name, reason in (
+        ("a b", Reason.ILLEGAL_TOPIC),
+        ("..", Reason.ILLEGAL_TOPIC),
+        ("%RETRY%g", Reason.OWN_TOPIC),
+    ):
         for create in (False, True):
             with pytest.raises(InvalidSend) as caught:
                 c.lookup(name, create=create, own_topics=False)

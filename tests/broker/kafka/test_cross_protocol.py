@@ -168,6 +168,38 @@ def test_kafka_records_read_by_the_sdk(broker: BrokerProcess) -> None:
     assert [m.body for m in found] == [b"binary"]
 
 
+def test_kafka_dotted_names_on_every_protocol(broker: BrokerProcess) -> None:
+    """Kafka's everyday names (``com.acme.orders.v1``, a group ``com.acme.billing``): created by
+    a Kafka producer, consumed and committed by a Kafka group, read and listed by the SDK."""
+    topic, group = f"com.acme.orders.{fresh('v')}", f"com.acme.billing.{fresh('g')}"
+    assert kafka_produce(broker, topic) == [0, 1, 2]
+    consumer = Consumer(
+        {"bootstrap.servers": broker.kafka_endpoint, "group.id": group,
+         "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    )  # fmt: skip
+    consumer.subscribe([topic])
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < len(KAFKA_RECORDS) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                got.append(msg)
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    assert sorted(m.value() for m in got) == sorted(r["value"] for r in KAFKA_RECORDS)
+    with sync.PullConsumer(broker.endpoint, group=fresh("g")) as puller:
+        result = puller.pull(MessageQueue(topic, 0), 0, max_messages=10, max_wait_ms=1000)
+    assert [m.body for m in result.messages] == [r["value"] for r in KAFKA_RECORDS]
+    with sync.Admin(broker.endpoint) as admin:
+        assert topic in {t.name for t in admin.list_topics().topics}
+        progress = admin.consumer_progress(group)
+    committed = {(q.topic, q.queue_id, q.consumer_offset) for q in progress.queues}
+    assert (topic, 0, len(KAFKA_RECORDS)) in committed and progress.total_lag == 0
+
+
 def test_sdk_messages_read_by_kafka(broker: BrokerProcess) -> None:
     topic = fresh("sdk2k")
     with sync.Producer(broker.endpoint) as producer:

@@ -161,7 +161,7 @@ async def test_produce_fetch_offsets_and_errors(inproc_broker: InProcFactory) ->
     assert (await produce(client, "orders", 1, b"d"))["base_offset"] == 3
     assert (await produce(client, "orders", 2, b"x"))["error_code"] == 3  # no partition 2
     assert (await produce(client, "nope", 0, b"x"))["error_code"] == 3  # no auto-create
-    assert (await produce(client, "bad.name", 0, b"x"))["error_code"] == 17
+    assert (await produce(client, "bad name", 0, b"x"))["error_code"] == 17
     await ctx.store.wait_dispatched(5)  # acks precede the dispatch that moves the watermark
     corrupt = bytearray(batch(b"z"))
     corrupt[-1] ^= 1
@@ -203,13 +203,15 @@ async def test_metadata_names_this_broker_and_creates_like_a_send(
     inproc_broker: InProcFactory,
 ) -> None:
     kafka, client = await started(inproc_broker)
-    response = await client.call(METADATA, 8, {"topics": [{"name": "fresh"}, {"name": "a.b"}]})
+    names = ["fresh", "com.acme.orders.v1", "..", "__consumer_offsets"]
+    response = await client.call(METADATA, 8, {"topics": [{"name": n} for n in names]})
     (broker,) = response["brokers"]
     assert (broker["host"], broker["port"]) == ("127.0.0.1", kafka.port)
-    fresh, dotted = response["topics"]
+    fresh, dotted, dots, internal = response["topics"]
     assert fresh["error_code"] == 0 and len(fresh["partitions"]) == 4  # defaultTopicQueueNums
     assert all(p["leader_id"] == broker["node_id"] for p in fresh["partitions"])
-    assert dotted["error_code"] == 17
+    assert dotted["error_code"] == 0 and len(dotted["partitions"]) == 4  # Kafka's dotted names
+    assert dots["error_code"] == 17 and internal["error_code"] == 17  # INVALID_TOPIC_EXCEPTION
     off = await client.call(
         METADATA, 8, {"topics": [{"name": "later"}], "allow_auto_topic_creation": False}
     )
