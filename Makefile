@@ -78,10 +78,14 @@ $(KAFKA_NODE_STAMP): $(KAFKA_NODE_DIR)/package.json $(KAFKA_NODE_DIR)/package-lo
 # Offline first (nothing to fetch once ~/.m2 has them, ~2 s less per run), then from Maven Central.
 JAVA_DIR   := tests/java
 JAVA_STAMP := $(JAVA_DIR)/target/.installed-stamp
-$(JAVA_STAMP): $(JAVA_DIR)/pom.xml $(shell find $(JAVA_DIR)/src -type f 2>/dev/null)
+# Then Spark's own Kafka connector for tests/spark/test_spark_kafka_connector.py (a pom of its
+# own, tests/java/spark-kafka: Spark's kafka-clients, not the clients' above), its four jars
+# copied to tests/java/target/spark-kafka/jars for `spark.jars`.
+$(JAVA_STAMP): $(JAVA_DIR)/pom.xml $(JAVA_DIR)/spark-kafka/pom.xml $(shell find $(JAVA_DIR)/src -type f 2>/dev/null)
 	@command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1 || { \
 	  echo "java and mvn are needed for the Java client tests: install a JDK >= 17 and Maven >= 3.8 (e.g. apt-get install openjdk-17-jdk-headless maven)"; exit 1; }
 	cd $(JAVA_DIR) && { mvn -q -B -o package >/dev/null 2>&1 || mvn -q -B package; }
+	cd $(JAVA_DIR)/spark-kafka && { mvn -q -B -o package >/dev/null 2>&1 || mvn -q -B package; }
 	touch $(JAVA_STAMP)
 
 java-clients: $(JAVA_STAMP)

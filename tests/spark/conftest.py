@@ -13,7 +13,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.harness import REPO_ROOT
+
 pyspark = pytest.importorskip("pyspark")
+
+# spark-sql-kafka-0-10 and what it needs beyond PySpark's own jars, copied there by Maven from
+# tests/java/spark-kafka/pom.xml (test_spark_kafka_connector.py skips without them).
+KAFKA_CONNECTOR_JARS = REPO_ROOT / "tests" / "java" / "target" / "spark-kafka" / "jars"
 
 
 @pytest.fixture(scope="session")
@@ -25,8 +31,12 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from wharf.client.spark import register
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    builder = SparkSession.builder
+    if KAFKA_CONNECTOR_JARS.is_dir():  # Spark's own Kafka source/sink (make java-clients)
+        jars = sorted(str(p) for p in KAFKA_CONNECTOR_JARS.glob("*.jar"))
+        builder = builder.config("spark.jars", ",".join(jars))
     session = (
-        SparkSession.builder.master("local[2,2]")
+        builder.master("local[2,2]")
         .appName("wharf-spark-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
