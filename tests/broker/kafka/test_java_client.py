@@ -195,7 +195,9 @@ def _read_all(bootstrap: str) -> dict[tuple[int, int], str]:
         ):
             msg = consumer.poll(0.2)
             if msg is not None and msg.error() is None:
-                got[(msg.partition(), msg.offset())] = msg.value().decode()
+                partition, offset, value = msg.partition(), msg.offset(), msg.value()
+                assert partition is not None and offset is not None and value is not None
+                got[(partition, offset)] = value.decode()
     finally:
         consumer.close()
     return got
