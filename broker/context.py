@@ -83,6 +83,9 @@ class BrokerContext:
         )  # fmt: skip
         self.port = CoreProcessor(
             store,
+            self.topics,
+            self.groups,
+            self.offsets,
             send=self.send_core,
             read=self.read_core,
             pop=self.pop_core,

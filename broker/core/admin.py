@@ -197,11 +197,17 @@ class AdminCore:
             out.append((name, total, written))
         return out
 
-    def reset_offsets_to_time(
-        self, group: str, topic: TopicConfig, timestamp_ms: int
-    ) -> dict[int, int]:
-        """Commit, for each readable queue of ``topic``, the first offset stored at or after
-        ``timestamp_ms`` (the max offset if none) as ``group``'s; the offsets committed."""
+    def reset_offsets_to_time(self, group: str, name: str, timestamp_ms: int) -> dict[int, int]:
+        """Commit, for each readable queue of topic ``name``, the first offset stored at or
+        after ``timestamp_ms`` (the max offset if none) as ``group``'s (auto-created when
+        allowed); the offsets committed. Refused, in this order: a bad group or topic name, an
+        unknown topic (NotFoundError), a negative time, an unknown group without auto-create."""
+        validate_group_name(group)
+        validate_topic_name(name)
+        topic = self.topics.require(name)
+        if timestamp_ms < 0:
+            raise InvalidArgumentError(f"timestamp must be >= 0, got {timestamp_ms}")
+        self.groups.for_use(group)
         offsets = {}
         for queue_id in range(topic.read_queue_nums):
             offset = self.store.get_offset_by_timestamp(topic.name, queue_id, timestamp_ms)
@@ -270,6 +276,11 @@ class AdminCore:
             with contextlib.suppress(StoreError):  # a replica serves no pop: nothing to forget
                 self.store.pop.forget(groups=[name])
         await self.groups.durable()
+
+    def forget_offsets(self, group: str) -> None:
+        """A group's committed offsets only (its config may be gone already: mqadmin
+        deleteSubGroup with removeOffset of a group without config)."""
+        self.offsets.remove_group(group)
 
     def consumer_progress(self, group: str, topic: str = "") -> ConsumerProgress:
         """Each queue's broker and committed offsets and lag, for ``topic`` or every topic the

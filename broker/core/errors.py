@@ -24,6 +24,7 @@ class Reason(enum.Enum):
     OWN_TOPIC = "the broker's own topic"  # %RETRY%, %DLQ%, SCHEDULE_TOPIC_XXXX, rmq_sys_ ...
     TOPIC_NOT_FOUND = "topic not found"  # unknown and autoCreateTopicEnable off
     NOT_WRITABLE = "topic not writable"  # perm bits
+    NOT_READABLE = "topic not readable"  # perm bits
     ILLEGAL_QUEUE = "queue out of range"
     BODY_EMPTY = "empty body"
     BODY_TOO_LARGE = "body too large"
@@ -53,6 +54,10 @@ class TopicNotFound(Refused, NotFoundError):
 
 class TopicNotWritable(Refused, PermissionDeniedError):
     """The topic's permission bits forbid sends."""
+
+
+class TopicNotReadable(Refused, PermissionDeniedError):
+    """The topic's permission bits forbid reads."""
 
 
 class ShuttingDown(Refused, UnavailableError):

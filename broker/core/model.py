@@ -8,7 +8,15 @@ from dataclasses import dataclass
 from wharf.store import Written, WrittenMany  # a send's handles, as front ends hold them
 from wharf.store.model import MessageInput, PutStatus
 
-__all__ = ["Failed", "Planned", "SendOutcome", "Stored", "Written", "WrittenMany"]
+__all__ = [
+    "Failed",
+    "Planned",
+    "SendOutcome",
+    "Stored",
+    "TopicDefaults",
+    "Written",
+    "WrittenMany",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,3 +59,12 @@ class Failed:
 
 
 SendOutcome = Stored | Failed
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDefaults:
+    """What a topic not created yet would be: ``queue_nums`` read and write queues
+    (defaultTopicQueueNums) when ``auto_create`` (autoCreateTopicEnable) lets a send make it."""
+
+    queue_nums: int
+    auto_create: bool

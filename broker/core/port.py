@@ -26,11 +26,14 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from wharf.broker.core.admin import AdminCore
     from wharf.broker.core.clients import ClientRegistry
+    from wharf.broker.core.model import TopicDefaults
     from wharf.broker.core.pop import PopCore
     from wharf.broker.core.read import ReadCore
     from wharf.broker.core.retry import RetryCore
     from wharf.broker.core.send import SendCore
     from wharf.broker.core.transactions import TransactionCore
+    from wharf.broker.meta.groups import SubscriptionGroup
+    from wharf.broker.meta.topics import TopicConfig
     from wharf.store import ReplicationStatus, StoreConfig, StoreStats
     from wharf.store.model import GetResult, QueueStat, StoredMessage, TagFilter
 
@@ -85,6 +88,50 @@ class Messaging(Protocol):
 
     @property
     def clients(self) -> ClientRegistry: ...  # group members, sessions, their channels
+
+    # --- topics and groups as clients use them ------------------------------------------------
+    def topic(self, name: str) -> TopicConfig | None:
+        """The topic's config, None if unknown: no admission, no auto-create."""
+        ...
+
+    @property
+    def topic_defaults(self) -> TopicDefaults: ...  # a topic not made yet (auto-create)
+
+    def routable_topic(self, name: str) -> TopicConfig | None:
+        """The topic a client asks the route of: None when not made yet but auto-create is on;
+        InvalidArgumentError for a bad name, ``TopicNotFound`` when unknown without
+        auto-create."""
+        ...
+
+    def readable_topic(self, name: str) -> TopicConfig:
+        """The topic a consumer reads: ``TopicNotFound`` when unknown (a read never creates
+        it), ``TopicNotReadable`` when its perm bits forbid reads."""
+        ...
+
+    def topic_as_sent(self, name: str) -> TopicConfig:
+        """The topic as a producer's first send makes it (auto-create, a %RETRY% topic with
+        one queue), without the send's shutting-down check (a route query): the broker's own
+        topics and a bad name are InvalidArgumentError, unknown without auto-create
+        NotFoundError."""
+        ...
+
+    def group_for_use(self, name: str) -> SubscriptionGroup:
+        """The consumer group, auto-created when allowed (NotFoundError otherwise)."""
+        ...
+
+    def join_group(self, name: str) -> SubscriptionGroup:
+        """A consumer's heartbeat: its group for use and the group's retry topic made (one
+        queue), so a send-back has somewhere to go."""
+        ...
+
+    # --- committed offsets --------------------------------------------------------------------
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """The group's committed offset (InvalidArgumentError below 0)."""
+        ...
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, -1 when the group never committed for that queue."""
+        ...
 
     # --- read-your-own-writes, queue offsets --------------------------------------------------
     async def wait_own_writes(self, request: RequestContext) -> bool:
@@ -156,6 +203,43 @@ class Admin(Protocol):
     def store_config(self) -> StoreConfig: ...  # the store's settings, a value
 
     def store_stats(self) -> StoreStats: ...
+
+    # --- the metadata tables as the tools list them -------------------------------------------
+    def topics(self, include_system: bool) -> list[TopicConfig]:
+        """Every topic by name (``include_system``: %RETRY%, %DLQ% and the broker's own)."""
+        ...
+
+    @property
+    def topics_version(self) -> int: ...  # the topic table's dataVersion: +1 a change
+
+    def topics_stamp(self) -> tuple[int, int]:
+        """Changes whenever the topic table does (its dataVersion and size: a replica's load
+        adds entries without counting a change), for a listing cached by it."""
+        ...
+
+    def topic_count(self) -> int: ...  # user topics (no system ones)
+
+    def groups(self) -> list[SubscriptionGroup]: ...  # every subscription group, by name
+
+    @property
+    def groups_version(self) -> int: ...  # the group table's dataVersion
+
+    def group(self, name: str) -> SubscriptionGroup | None: ...
+
+    def group_count(self) -> int: ...
+
+    def offsets_of_group(self, group: str) -> dict[str, dict[int, int]]:
+        """topic -> {queue id: committed offset} of one group (a copy)."""
+        ...
+
+    def groups_with_offsets(self) -> set[str]: ...  # every group that committed an offset
+
+    def groups_of_topic(self, topic: str) -> set[str]: ...  # groups with an offset on it
+
+    def offset_table(self) -> dict[str, dict[str, int]]:
+        """Every committed offset as consumerOffset.json holds it: ``topic@group`` ->
+        {queue id as a string: offset}."""
+        ...
 
     def queue_stats(self, topic: str) -> list[QueueStat]: ...
 

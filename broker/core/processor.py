@@ -14,9 +14,12 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from wharf.broker.core.errors import Reason, UnknownTimer
+from wharf.broker.core.errors import Reason, TopicNotFound, TopicNotReadable, UnknownTimer
+from wharf.broker.core.model import TopicDefaults
 from wharf.broker.core.port import RequestContext
 from wharf.broker.core.read import DISPATCH_WAIT_S
+from wharf.broker.core.retry import retry_topic
+from wharf.broker.meta.topics import validate_topic_name
 from wharf.store.errors import InvalidMessageError, StoreError
 
 if TYPE_CHECKING:
@@ -27,6 +30,9 @@ if TYPE_CHECKING:
     from wharf.broker.core.retry import RetryCore
     from wharf.broker.core.send import SendCore
     from wharf.broker.core.transactions import TransactionCore
+    from wharf.broker.meta.groups import SubscriptionGroup, SubscriptionGroupManager
+    from wharf.broker.meta.offsets import ConsumerOffsetManager
+    from wharf.broker.meta.topics import TopicConfig, TopicConfigManager
     from wharf.store import MessageStore, ReplicationStatus, StoreConfig, StoreStats
     from wharf.store.model import GetResult, QueueStat, StoredMessage, TagFilter
 
@@ -36,11 +42,15 @@ UNIQUE_ID_QUERY_MAX = 32  # candidates a lookup by unique id reads (RocketMQ's d
 
 
 class CoreProcessor:
-    """The port (``Messaging`` and ``Admin``) over one store and the core's services."""
+    """The port (``Messaging`` and ``Admin``) over one store, the metadata tables and the
+    core's services."""
 
     def __init__(
         self,
         store: MessageStore,
+        topics: TopicConfigManager,
+        groups: SubscriptionGroupManager,
+        offsets: ConsumerOffsetManager,
         *,
         send: SendCore,
         read: ReadCore,
@@ -51,6 +61,7 @@ class CoreProcessor:
         admin: AdminCore,
     ) -> None:
         self._store = store
+        self._topics, self._groups, self._offsets = topics, groups, offsets
         self._send, self._read, self._pop, self._retry = send, read, pop, retry
         self._transactions, self._clients, self._admin = transactions, clients, admin
 
@@ -82,6 +93,52 @@ class CoreProcessor:
     @property
     def admin(self) -> AdminCore:
         return self._admin
+
+    # --- topics and groups as clients use them --------------------------------------------------
+    def topic(self, name: str) -> TopicConfig | None:
+        return self._topics.get(name)
+
+    @property
+    def topic_defaults(self) -> TopicDefaults:
+        return TopicDefaults(self._topics.default_queue_nums, self._topics.auto_create)
+
+    def routable_topic(self, name: str) -> TopicConfig | None:
+        validate_topic_name(name)
+        topic = self._topics.get(name)
+        if topic is None and not self._topics.auto_create:
+            raise TopicNotFound(
+                Reason.TOPIC_NOT_FOUND,
+                f"topic {name!r} does not exist and autoCreateTopicEnable is off",
+            )
+        return topic
+
+    def readable_topic(self, name: str) -> TopicConfig:
+        topic = self._topics.get(name)
+        if topic is None:
+            raise TopicNotFound(Reason.TOPIC_NOT_FOUND, f"topic {name!r} does not exist")
+        if not topic.readable:
+            raise TopicNotReadable(
+                Reason.NOT_READABLE, f"topic {name!r} is not readable (perm={topic.perm})"
+            )
+        return topic
+
+    def topic_as_sent(self, name: str) -> TopicConfig:
+        return self._topics.for_send(name)
+
+    def group_for_use(self, name: str) -> SubscriptionGroup:
+        return self._groups.for_use(name)
+
+    def join_group(self, name: str) -> SubscriptionGroup:
+        group = self._groups.for_use(name)
+        self._topics.ensure_system(retry_topic(name), 1)
+        return group
+
+    # --- committed offsets ----------------------------------------------------------------------
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self._offsets.commit(group, topic, queue_id, offset)
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
+        return self._offsets.query(group, topic, queue_id)
 
     # --- read-your-own-writes, queue offsets ----------------------------------------------------
     async def wait_own_writes(self, request: RequestContext) -> bool:
@@ -170,6 +227,45 @@ class CoreProcessor:
 
     def store_stats(self) -> StoreStats:
         return self._store.stats()
+
+    # --- the metadata tables as the tools list them ---------------------------------------------
+    def topics(self, include_system: bool) -> list[TopicConfig]:
+        return self._topics.listing(include_system)
+
+    @property
+    def topics_version(self) -> int:
+        return self._topics.version
+
+    def topics_stamp(self) -> tuple[int, int]:
+        return self._topics.version, len(self._topics.table)
+
+    def topic_count(self) -> int:
+        return len(self._topics)
+
+    def groups(self) -> list[SubscriptionGroup]:
+        return self._groups.listing()
+
+    @property
+    def groups_version(self) -> int:
+        return self._groups.version
+
+    def group(self, name: str) -> SubscriptionGroup | None:
+        return self._groups.get(name)
+
+    def group_count(self) -> int:
+        return len(self._groups)
+
+    def offsets_of_group(self, group: str) -> dict[str, dict[int, int]]:
+        return self._offsets.of_group(group)
+
+    def groups_with_offsets(self) -> set[str]:
+        return self._offsets.groups()
+
+    def groups_of_topic(self, topic: str) -> set[str]:
+        return self._offsets.groups_of_topic(topic)
+
+    def offset_table(self) -> dict[str, dict[str, int]]:
+        return self._offsets.to_json()["offsetTable"]  # type: ignore[no-any-return]
 
     def queue_stats(self, topic: str) -> list[QueueStat]:
         return self._store.get_queue_stats(topic)

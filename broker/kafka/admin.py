@@ -77,7 +77,7 @@ class AdminHandlers:
 
     async def _check(self, t: dict[str, Any]) -> tuple[Code, str | None, int]:
         """Kafka's checks of one topic to create: (code, message, partition count)."""
-        topics = self.env.ctx.topics
+        port = self.env.ctx.port
         name = t["name"]
         try:
             validate_topic_name(name)
@@ -85,13 +85,13 @@ class AdminHandlers:
             return Code.INVALID_TOPIC_EXCEPTION, str(exc), 0
         if is_own_topic(name):
             return Code.INVALID_TOPIC_EXCEPTION, f"topic {name!r} is reserved for the broker", 0
-        if topics.get(name) is not None:
+        if port.topic(name) is not None:
             return Code.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists", 0
         if self.env.cluster is not None and (await self.env.layout(name, fresh=True)).spans:
             return Code.TOPIC_ALREADY_EXISTS, f"topic {name!r} exists on other broker groups", 0
         count = t["num_partitions"]
         if count == -1:
-            count = topics.default_queue_nums
+            count = port.topic_defaults.queue_nums
         if not 1 <= count <= MAX_QUEUE_NUMS:
             return Code.INVALID_PARTITIONS, f"num_partitions must be 1..{MAX_QUEUE_NUMS}", 0
         if t["assignments"]:
@@ -112,7 +112,7 @@ class AdminHandlers:
                 code = Code.TOPIC_AUTHORIZATION_FAILED
             elif is_own_topic(name):
                 code = Code.INVALID_TOPIC_EXCEPTION
-            elif ctx.topics.get(name) is None:
+            elif ctx.port.topic(name) is None:
                 code = Code.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 if self.env.cluster is not None:
@@ -142,7 +142,7 @@ class AdminHandlers:
             }
             if not admin:
                 row["error_code"] = Code.CLUSTER_AUTHORIZATION_FAILED
-            elif kind == TOPIC and self.env.ctx.topics.get(name) is None:
+            elif kind == TOPIC and self.env.ctx.port.topic(name) is None:
                 row["error_code"] = Code.UNKNOWN_TOPIC_OR_PARTITION
             elif kind not in (TOPIC, BROKER):
                 row["error_code"] = Code.INVALID_REQUEST
@@ -169,13 +169,12 @@ class AdminHandlers:
             ("min.insync.replicas", str(store.min_in_sync_replicas), SOURCE_STATIC_BROKER),
         ]
         if kind == BROKER:
-            rows.append(
-                ("num.partitions", str(ctx.topics.default_queue_nums), SOURCE_STATIC_BROKER)
-            )
+            defaults = ctx.port.topic_defaults
+            rows.append(("num.partitions", str(defaults.queue_nums), SOURCE_STATIC_BROKER))
             rows.append(
                 (
                     "auto.create.topics.enable",
-                    str(ctx.topics.auto_create).lower(),
+                    str(defaults.auto_create).lower(),
                     SOURCE_STATIC_BROKER,
                 )
             )

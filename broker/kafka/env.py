@@ -64,7 +64,7 @@ class KafkaEnv:
             ctx = self.ctx
 
             def local_queues(topic: str) -> int | None:
-                held = ctx.topics.get(topic)
+                held = ctx.port.topic(topic)
                 return held.read_queue_nums if held is not None else None
 
             self.cluster = KafkaCluster(
@@ -97,7 +97,7 @@ class KafkaEnv:
         """The topic's partitions: this broker's queues alone, or the cluster's numbering."""
         if self.cluster is not None:
             return await self.cluster.layout(topic, fresh)
-        held = self.ctx.topics.get(topic)
+        held = self.ctx.port.topic(topic)
         if held is None:
             return Layout()
         return Layout((Span(self.ctx.config.broker_name, 0, held.read_queue_nums, self.node_id),))

@@ -145,7 +145,7 @@ class FetchHandler:
         part.queue, part.code = await env.queue_of(part.topic, part.index)
         if part.code != Code.NONE:
             return
-        topic = env.ctx.topics.get(part.topic)
+        topic = env.ctx.port.topic(part.topic)
         if topic is None or part.queue >= topic.read_queue_nums:
             part.code = Code.UNKNOWN_TOPIC_OR_PARTITION
         elif not topic.readable:

@@ -6,8 +6,8 @@ wharf.v1, apache.rocketmq.v2 or remoting consumers) is refused INCONSISTENT_GROU
 the two rebalance models cannot share members, and every client reports that code as "the
 group's protocol is inconsistent" (GROUP_AUTHORIZATION_FAILED would send the operator looking
 at ACLs). The same refusal meets a commit to such a group (offsets.py). A Kafka group is
-registered as a subscription group (``ctx.groups``, when autoCreateSubscriptionGroup is on) so
-``wharf group`` commands list it.
+registered as a subscription group (the port's ``group_for_use``, when
+autoCreateSubscriptionGroup is on) so ``wharf group`` commands list it.
 
 ListGroups names the coordinator's groups and every group with committed offsets (protocol
 type "" for those without members, as Kafka lists simple groups).
@@ -49,12 +49,12 @@ def check_group(env: KafkaEnv, conn: KafkaConnection, group_id: str) -> None:
             Code.INCONSISTENT_GROUP_PROTOCOL,
             f"group {group_id!r} is used by RocketMQ consumers; pick another group id",
         )
-    groups = env.ctx.groups
-    if groups.get(group_id) is None:
+    port = env.ctx.port
+    group = port.group(group_id)
+    if group is None:
         # autoCreateSubscriptionGroup off: Kafka groups still work, unlisted
         with contextlib.suppress(NotFoundError):
-            groups.for_use(group_id)
-    group = groups.get(group_id)
+            group = port.group_for_use(group_id)
     if group is not None and not group.consume_enable:
         raise KafkaError(Code.GROUP_AUTHORIZATION_FAILED, f"group {group_id!r} is disabled")
 
@@ -160,7 +160,7 @@ class GroupHandlers:
             return {"error_code": Code.GROUP_AUTHORIZATION_FAILED, "group_id": group_id}
         group = self.coordinator.groups.get(group_id)
         if group is None:
-            known = group_id in self.env.ctx.offsets.groups()
+            known = group_id in self.env.ctx.port.groups_with_offsets()
             return {"error_code": 0, "group_id": group_id, "group_state": EMPTY if known else DEAD}
         return {
             "error_code": 0,
@@ -188,7 +188,7 @@ class GroupHandlers:
             return {"error_code": Code.CLUSTER_AUTHORIZATION_FAILED, "groups": []}
         # Groups with committed offsets only (a restart forgot their members; RocketMQ groups
         # too) are listed as Kafka lists "simple" groups: protocol type "".
-        groups = dict.fromkeys(self.env.ctx.offsets.groups(), "")
+        groups = dict.fromkeys(self.env.ctx.port.groups_with_offsets(), "")
         for group in self.coordinator.groups.values():
             groups[group.group_id] = group.protocol_type or groups.get(group.group_id, "")
         return {

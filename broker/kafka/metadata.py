@@ -62,7 +62,7 @@ class MetadataHandlers:
         if requested is None or (version == 0 and not requested):
             names = [
                 t.name
-                for t in env.ctx.topics.listing(include_system=False)
+                for t in env.ctx.port.topics(include_system=False)
                 if not is_own_topic(t.name)
             ]
             names = [n for n in names if env.allowed(conn, "topic", n, Perm.ANY)]

@@ -197,7 +197,7 @@ class RemotingAdmin:
                 remark=f"the topic[{name}] is conflict with system reserved words.",
             )
         perm = header.perm & PERM_READ_WRITE  # PERM_INHERIT (1): nothing to inherit here
-        current = self.ctx.topics.get(name)
+        current = self.ctx.port.topic(name)
         attributes = _parse_attributes(header.attributes, current is not None)
         read, write, admin = header.read_queue_nums, header.write_queue_nums, self.ctx.admin
         if current is None:
@@ -215,17 +215,17 @@ class RemotingAdmin:
     async def get_all_topic_config(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand:
-        topics = self.ctx.topics
-        table = {t.name: t.to_json() for t in topics.listing(include_system=True)}
+        port = self.ctx.port
+        table = {t.name: t.to_json() for t in port.topics(include_system=True)}
         body = {
-            "dataVersion": self._data_version(topics.version),
+            "dataVersion": self._data_version(port.topics_version),
             "topicConfigTable": table,
         }
         return self._ok(request, _json(body))
 
     async def get_topic_stats(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = TopicRequestHeader.from_ext_fields(request.ext_fields)
-        if self.ctx.topics.get(header.topic) is None:
+        if self.ctx.port.topic(header.topic) is None:
             return response_to(
                 request, ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{header.topic}] not exist"
             )
@@ -254,7 +254,7 @@ class RemotingAdmin:
         names = set(JAVA_SYSTEM_TOPICS)
         names.update(
             t.name
-            for t in self.ctx.topics.listing(include_system=True)
+            for t in self.ctx.port.topics(include_system=True)
             if t.name.startswith(SYSTEM_TOPIC_PREFIXES)
         )
         return self._ok(request, _json({"topicList": sorted(names)}))
@@ -267,7 +267,7 @@ class RemotingAdmin:
         offset on it, as RocketMQ's GroupList ``{"groupList": [...]}``."""
         header = TopicRequestHeader.from_ext_fields(request.ext_fields)
         topic = header.topic
-        groups = self.ctx.offsets.groups_of_topic(topic)
+        groups = self.ctx.port.groups_of_topic(topic)
         groups.update(
             group
             for group, members in self.ctx.clients.groups.items()
@@ -283,7 +283,7 @@ class RemotingAdmin:
         21's table (no ``mappingDetail``: Wharf has no static topics, null is left out as
         fastjson does); unknown topic: 17 "No topic in this broker. topic: T"."""
         header = TopicRequestHeader.from_ext_fields(request.ext_fields)
-        topic = self.ctx.topics.get(header.topic)
+        topic = self.ctx.port.topic(header.topic)
         if topic is None:
             return response_to(
                 request,
@@ -324,10 +324,10 @@ class RemotingAdmin:
         """201 GET_ALL_SUBSCRIPTIONGROUP_CONFIG: SubscriptionGroupWrapper, which the
         Dashboard's consumer page lists groups from (it fails the page on any other code) and
         DefaultMQAdminExt.examineSubscriptionGroupConfig picks one group from."""
-        groups = self.ctx.groups
-        table = {g.group_name: _subscription_group_config(g) for g in groups.listing()}
+        port = self.ctx.port
+        table = {g.group_name: _subscription_group_config(g) for g in port.groups()}
         body = {
-            "dataVersion": self._data_version(groups.version),
+            "dataVersion": self._data_version(port.groups_version),
             "subscriptionGroupTable": table,
         }
         return self._ok(request, _json(body))
@@ -359,7 +359,7 @@ class RemotingAdmin:
             await self.ctx.admin.delete_group(name, offsets=header.remove_offset)
         except NotFoundError:  # no config: its offsets (if any) go all the same
             if header.remove_offset:
-                self.ctx.offsets.remove_group(name)
+                self.ctx.port.admin.forget_offsets(name)
         return self._ok(request)
 
     async def get_producer_connection_list(
@@ -407,7 +407,7 @@ class RemotingAdmin:
             queues = []
         by_queue = {(q.topic, q.queue_id): q for q in queues}
         # The topics: the one asked, else those with offsets (queues written to or not).
-        names = {header.topic} if header.topic else set(ctx.offsets.of_group(group))
+        names = {header.topic} if header.topic else set(ctx.port.offsets_of_group(group))
         names |= {q.topic for q in queues}
         # RocketMQ's rule: a group online without a subscription to a topic has no stats there.
         subscribed = ctx.clients.subscribed_topics(group)
@@ -416,7 +416,7 @@ class RemotingAdmin:
         broker = ctx.config.broker_name
         rows = []
         for topic_name in sorted(names):
-            topic = ctx.topics.get(topic_name)
+            topic = ctx.port.topic(topic_name)
             if topic is None:  # offsets of a deleted topic: RocketMQ skips it
                 continue
             for queue_id in range(topic.read_queue_nums):  # RocketMQ: the read queues
@@ -426,7 +426,7 @@ class RemotingAdmin:
                     last = q.last_timestamp
                 else:  # a queue nothing was written to yet
                     broker_offset = ctx.port.max_offset(topic_name, queue_id)
-                    consumer_offset = max(ctx.offsets.query(group, topic_name, queue_id), 0)
+                    consumer_offset = max(ctx.port.committed_offset(group, topic_name, queue_id), 0)
                     last = 0
                 wrapper = {
                     "brokerOffset": broker_offset,
@@ -476,8 +476,8 @@ class RemotingAdmin:
         sync from its master; tools reading a broker's offsets): ConsumerOffsetManager.encode,
         ConsumerOffsetSerializeWrapper ``{"offsetTable": {"topic@group": {queueId: offset}}}``
         with the queue ids as fastjson writes Integer map keys: unquoted (``{0:12,1:5}``, as in
-        RocketMQ's consumerOffset.json), from the broker's offset table (``ctx.offsets``)."""
-        table = self.ctx.offsets.to_json()["offsetTable"]
+        RocketMQ's consumerOffset.json), from the broker's offset table (the port's ``offset_table``)."""
+        table = self.ctx.port.offset_table()
         entries = []
         for key in sorted(table):
             queues = {int(q): int(o) for q, o in table[key].items()}
@@ -552,8 +552,8 @@ class RemotingAdmin:
             "writable": "true" if stats.writable else "false",
             "notWritableReason": stats.not_writable_reason,
             "flushDiskType": ctx.port.store_config.flush_disk_type,
-            "topicCount": str(len(ctx.topics)),
-            "groupCount": str(len(ctx.groups)),
+            "topicCount": str(ctx.port.topic_count()),
+            "groupCount": str(ctx.port.group_count()),
         }
         return self._ok(request, _json({"table": table}))
 

@@ -80,7 +80,7 @@ class ConsumerCalls:
         header = ResetOffsetRequestHeader.from_ext_fields(request.ext_fields)
         ctx = self.ctx
         topic, group = header.topic, header.group
-        config = ctx.topics.get(topic)
+        config = ctx.port.topic(topic)
         if config is None:
             return response_to(
                 request,
@@ -90,7 +90,7 @@ class ConsumerCalls:
             )
         offsets: list[tuple[int, int]] = []
         for queue_id in range(config.write_queue_nums):
-            consumer_offset = ctx.offsets.query(group, topic, queue_id)
+            consumer_offset = ctx.port.committed_offset(group, topic, queue_id)
             if consumer_offset == -1:
                 return response_to(
                     request,

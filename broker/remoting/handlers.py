@@ -27,7 +27,13 @@ from typing import Any
 
 from wharf.broker.context import BrokerContext
 from wharf.broker.core.clients import ConsumeFrom, MessageModel
-from wharf.broker.core.errors import InvalidSend, Reason, Refused
+from wharf.broker.core.errors import (
+    InvalidSend,
+    Reason,
+    Refused,
+    TopicNotFound,
+    TopicNotReadable,
+)
 from wharf.broker.core.read import ReadStatus
 from wharf.broker.core.retry import retry_topic
 from wharf.broker.core.tags import parse_filter
@@ -294,30 +300,31 @@ class RemotingHandlers:
         header = GetRouteInfoRequestHeader.from_ext_fields(request.ext_fields)
         ctx = self.ctx
         name = header.topic
-        topics = ctx.topics
-        topic = topics.get(name)
+        port = ctx.port
+        topic = port.topic(name)
+        defaults = port.topic_defaults
         read = write = 0
         perm = 6
         if topic is not None:
             read, write, perm = topic.read_queue_nums, topic.write_queue_nums, topic.perm
         elif name.startswith(retry_topic("")):
             try:
-                topic = topics.for_send(name)  # %RETRY%<group>: made with 1 queue
+                topic = port.topic_as_sent(name)  # %RETRY%<group>: made with 1 queue
             except InvalidArgumentError as exc:
                 return response_to(request, ResponseCode.TOPIC_NOT_EXIST, remark=str(exc))
             read, write, perm = topic.read_queue_nums, topic.write_queue_nums, topic.perm
-        elif name == DEFAULT_TOPIC and topics.auto_create:
-            read = write = topics.default_queue_nums
-        elif topics.auto_create:
+        elif name == DEFAULT_TOPIC and defaults.auto_create:
+            read = write = defaults.queue_nums
+        elif defaults.auto_create:
             try:  # RocketMQ's TBW102 logic: the topic is made as the first send would make it
-                topic = topics.for_send(name)
+                topic = port.topic_as_sent(name)
             except (InvalidArgumentError, NotFoundError) as exc:
                 return response_to(request, ResponseCode.TOPIC_NOT_EXIST, remark=str(exc))
             read, write, perm = topic.read_queue_nums, topic.write_queue_nums, topic.perm
         else:
             return topic_not_exist(request, name)
         if self.write_wiped_at is not None:
-            if self.write_wiped_at == topics.version:
+            if self.write_wiped_at == port.topics_version:
                 perm &= ~PERM_WRITE
             else:  # the topics changed since: as Apache's NameServer on a re-registration
                 self.write_wiped_at = None
@@ -328,7 +335,7 @@ class RemotingHandlers:
         return cluster_info_response(request, [self._group()])
 
     async def get_topic_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        names = [t.name for t in self.ctx.topics.listing(include_system=True)]
+        names = [t.name for t in self.ctx.port.topics(include_system=True)]
         return topic_list_response(request, names)
 
     async def get_kv_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -361,7 +368,7 @@ class RemotingHandlers:
             return None
         if name != self.ctx.config.broker_name:
             return 0
-        return len(self.ctx.topics.listing(include_system=True))
+        return len(self.ctx.port.topics(include_system=True))
 
     async def wipe_write_perm(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """205 WIPE_WRITE_PERM_OF_BROKER (mqadmin wipeWritePerm -b NAME, before taking a
@@ -378,7 +385,7 @@ class RemotingHandlers:
                 request, ResponseCode.SYSTEM_ERROR, remark="missing header field brokerName"
             )
         if count:
-            self.write_wiped_at = self.ctx.topics.version
+            self.write_wiped_at = self.ctx.port.topics_version
         return _ok(request, ext_fields={"wipeTopicCount": str(count)})
 
     async def add_write_perm(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -421,8 +428,7 @@ class RemotingHandlers:
                 subscriptions[topic] = expression
             model = _int_or_name(consumer.get("messageModel"), _MESSAGE_MODELS, 1)
             where = _int_or_name(consumer.get("consumeFromWhere"), _CONSUME_FROM, 0)
-            ctx.groups.for_use(group)
-            ctx.topics.ensure_system(retry_topic(group), 1)
+            ctx.port.join_group(group)
             self.admin.note_consume_type(group, consumer.get("consumeType"))
             before = ctx.clients.versions.get(group)
             known = ctx.clients.groups.get(group, {}).get(client_id)
@@ -556,14 +562,15 @@ class RemotingHandlers:
         ctx = self.ctx
         header = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
         name, queue_id, group = header.topic, header.queue_id, header.consumer_group
-        topic = ctx.topics.get(name)
-        if topic is None:
+        try:
+            topic = ctx.port.readable_topic(name)
+        except TopicNotFound:
             return response_to(
                 request,
                 ResponseCode.TOPIC_NOT_EXIST,
                 remark=f"topic[{name}] not exist, apply first please!",
             )
-        if not topic.readable:
+        except TopicNotReadable:
             return response_to(
                 request,
                 ResponseCode.NO_PERMISSION,
@@ -577,7 +584,7 @@ class RemotingHandlers:
                 f"topicConfig.readQueueNums:[{topic.read_queue_nums}]",
             )
         try:
-            subscription_group = ctx.groups.for_use(group)
+            subscription_group = ctx.port.group_for_use(group)
         except NotFoundError as exc:
             return response_to(request, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, remark=str(exc))
         if not subscription_group.consume_enable:
@@ -591,7 +598,7 @@ class RemotingHandlers:
             return _sql92_off(request)
         tag_filter = parse_filter(expression, sql, True)
         if header.has_commit_offset and header.commit_offset >= 0:
-            ctx.offsets.commit(group, name, queue_id, header.commit_offset)
+            ctx.port.commit_offset(group, name, queue_id, header.commit_offset)
         offset = max(header.queue_offset, 0)
         wait_ms = max(header.suspend_timeout_millis, 0) if header.has_suspend else 0
         max_msgs = max(header.max_msg_nums, 0)
@@ -626,7 +633,7 @@ class RemotingHandlers:
     async def query_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = QueryConsumerOffsetRequestHeader.from_ext_fields(request.ext_fields)
         ctx = self.ctx
-        offset = ctx.offsets.query(header.consumer_group, header.topic, header.queue_id)
+        offset = ctx.port.committed_offset(header.consumer_group, header.topic, header.queue_id)
         if offset < 0:
             # RocketMQ's broker rule: a group without an offset starts at 0 while the queue
             # still starts at 0 (nothing deleted yet), unless the client asked not to.
@@ -649,7 +656,7 @@ class RemotingHandlers:
             validate_topic_name(header.topic)
             if not 0 <= header.queue_id < MAX_QUEUE_ID:
                 raise InvalidArgumentError(f"queueId must be 0..{MAX_QUEUE_ID - 1}")
-            self.ctx.offsets.commit(
+            self.ctx.port.commit_offset(
                 header.consumer_group, header.topic, header.queue_id, header.commit_offset
             )
         return _ok(request)

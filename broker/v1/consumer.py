@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from wharf.broker.context import BrokerContext
 from wharf.broker.core.clients import ConsumeFrom, MessageModel
-from wharf.broker.core.retry import retry_topic
 from wharf.broker.core.tags import filter_of
 from wharf.broker.errors import InvalidArgumentError
 from wharf.broker.meta.groups import validate_group_name
@@ -47,8 +46,7 @@ class ConsumerProcessor:
                     if sub.sql_expression
                     else sub.tag_expression or "*"
                 )
-            ctx.groups.for_use(group)
-            ctx.topics.ensure_system(retry_topic(group), 1)
+            ctx.port.join_group(group)
             versions[group] = ctx.clients.heartbeat(
                 request.client_id,
                 group,
@@ -87,8 +85,8 @@ class ConsumerProcessor:
         self, request: messaging_pb2.UpdateConsumerOffsetRequest
     ) -> messaging_pb2.UpdateConsumerOffsetResponse:
         self._check_queue(request.consumer_group, request.topic, request.queue_id)
-        self.ctx.groups.for_use(request.consumer_group)
-        self.ctx.offsets.commit(
+        self.ctx.port.group_for_use(request.consumer_group)
+        self.ctx.port.commit_offset(
             request.consumer_group, request.topic, request.queue_id, request.offset
         )
         return messaging_pb2.UpdateConsumerOffsetResponse()
@@ -97,7 +95,9 @@ class ConsumerProcessor:
         self, request: messaging_pb2.QueryConsumerOffsetRequest
     ) -> messaging_pb2.QueryConsumerOffsetResponse:
         self._check_queue(request.consumer_group, request.topic, request.queue_id)
-        offset = self.ctx.offsets.query(request.consumer_group, request.topic, request.queue_id)
+        offset = self.ctx.port.committed_offset(
+            request.consumer_group, request.topic, request.queue_id
+        )
         return messaging_pb2.QueryConsumerOffsetResponse(offset=offset)
 
     # --- retry / DLQ: the core's (broker/core/retry.py) ------------------------------------------

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from wharf.broker.context import BrokerContext
+from wharf.broker.core.errors import TopicNotFound
 from wharf.broker.core.read import Read, ReadStatus
 from wharf.broker.core.tags import filter_of
 from wharf.broker.errors import (
@@ -64,20 +65,16 @@ class PullProcessor:
         ctx = self.ctx
         validate_group_name(request.consumer_group)
         topic_name = request.topic
-        topic = ctx.topics.get(topic_name)
-        if topic is None:
+        try:  # TopicNotReadable: PERMISSION_DENIED
+            max_queues = ctx.port.readable_topic(topic_name).read_queue_nums
+        except TopicNotFound:  # wharf.v1 pulls from a topic a send would make (auto-create)
             validate_topic_name(topic_name)
-            if not ctx.topics.auto_create and not is_system_topic(topic_name):
+            defaults = ctx.port.topic_defaults
+            if not defaults.auto_create and not is_system_topic(topic_name):
                 raise NotFoundError(
                     f"topic {topic_name!r} does not exist; create it with CreateTopic"
-                )
-            max_queues = ctx.topics.default_queue_nums
-        else:
-            if not topic.readable:
-                raise PermissionDeniedError(
-                    f"topic {topic_name!r} is not readable (perm={topic.perm})"
-                )
-            max_queues = topic.read_queue_nums
+                ) from None
+            max_queues = defaults.queue_nums
         if not 0 <= request.queue_id < max_queues:
             raise InvalidArgumentError(
                 f"queue_id {request.queue_id} is out of range: topic {topic_name!r} has "
@@ -105,13 +102,13 @@ class PullProcessor:
         topic = request.topic
         queue_id = request.queue_id
         tag_filter = filter_of(request.tag_expression, request.sql_expression, ctx.config)
-        if not ctx.groups.for_use(group).consume_enable:
+        if not ctx.port.group_for_use(group).consume_enable:
             raise PermissionDeniedError(
                 f"consumer group {group!r} has consume_enable off; re-enable it with "
                 "CreateSubscriptionGroup"
             )
         if request.HasField("commit_offset"):
-            ctx.offsets.commit(group, topic, queue_id, request.commit_offset)
+            ctx.port.commit_offset(group, topic, queue_id, request.commit_offset)
 
         def respond(read: Read) -> messaging_pb2.PullMessageResponse:
             return self._response(topic, group, read, replies)

@@ -24,7 +24,7 @@ class QueryProcessor:
 
     def _existing_topic(self, name: str) -> None:
         validate_topic_name(name)
-        if self.ctx.topics.get(name) is None:
+        if self.ctx.port.topic(name) is None:
             raise NotFoundError(f"topic {name!r} does not exist")
 
     def query_message(
@@ -89,7 +89,7 @@ class QueryProcessor:
         return messaging_pb2.SearchOffsetResponse(offset=offset)
 
     def _check_queue(self, topic: str, queue_id: int) -> None:
-        config = self.ctx.topics.get(topic)
+        config = self.ctx.port.topic(topic)
         limit = config.read_queue_nums if config else 0
         if not 0 <= queue_id < limit:
             raise InvalidArgumentError(
@@ -100,7 +100,7 @@ class QueryProcessor:
         self, request: messaging_pb2.GetQueueOffsetsRequest
     ) -> messaging_pb2.GetQueueOffsetsResponse:
         self._existing_topic(request.topic)
-        config = self.ctx.topics.get(request.topic)
+        config = self.ctx.port.topic(request.topic)
         assert config is not None
         stats = {s.queue_id: s for s in self.ctx.port.queue_stats(request.topic)}
         queues = []
@@ -119,14 +119,9 @@ class QueryProcessor:
     def query_route(
         self, request: messaging_pb2.QueryRouteRequest
     ) -> messaging_pb2.QueryRouteResponse:
-        validate_topic_name(request.topic)
         ctx = self.ctx
-        config = ctx.topics.get(request.topic)
-        if config is None and not ctx.topics.auto_create:
-            raise NotFoundError(
-                f"topic {request.topic!r} does not exist and autoCreateTopicEnable is off"
-            )
-        default = ctx.topics.default_queue_nums
+        config = ctx.port.routable_topic(request.topic)  # TopicNotFound: NOT_FOUND
+        default = ctx.port.topic_defaults.queue_nums
         return messaging_pb2.QueryRouteResponse(
             topic=request.topic,
             exists=config is not None,

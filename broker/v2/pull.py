@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from wharf.broker.core.port import Messaging
 from wharf.broker.core.read import Read, ReadStatus
-from wharf.broker.meta.offsets import ConsumerOffsetManager
-from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.v2 import codes
 from wharf.broker.v2.codes import Code, V2Error
 from wharf.broker.v2.receive import (
@@ -51,8 +50,7 @@ class V2PullProcessor:
 
     def __init__(
         self,
-        topics: TopicConfigManager,
-        offsets: ConsumerOffsetManager,
+        port: Messaging,
         read_waiting: ReadWaiting,
         group_check: Callable[[str], object],
         min_offset: Callable[[str, int], int],
@@ -62,8 +60,7 @@ class V2PullProcessor:
         property_filter: bool = True,
     ) -> None:
         self._property_filter = property_filter  # enablePropertyFilter
-        self._topics = topics
-        self._offsets = offsets
+        self._port = port
         self._read_waiting = read_waiting
         self._group_check = group_check
         self._min_offset = min_offset
@@ -73,7 +70,7 @@ class V2PullProcessor:
 
     def _queue(self, queue: definition_pb2.MessageQueue) -> tuple[str, int]:
         name = queue.topic.name
-        topic = readable_topic(self._topics, name)
+        topic = readable_topic(self._port, name)
         if not 0 <= queue.id < topic.read_queue_nums:
             raise V2Error(
                 Code.BAD_REQUEST,
@@ -127,14 +124,14 @@ class V2PullProcessor:
         self._group_check(request.group.name)
         if request.offset < 0:
             raise V2Error(Code.ILLEGAL_OFFSET, f"offset must be >= 0, got {request.offset}")
-        self._offsets.commit(request.group.name, topic, queue_id, request.offset)
+        self._port.commit_offset(request.group.name, topic, queue_id, request.offset)
         return service_pb2.UpdateOffsetResponse(status=codes.ok())
 
     def get_offset(self, request: service_pb2.GetOffsetRequest) -> service_pb2.GetOffsetResponse:
         topic, queue_id = self._queue(request.message_queue)
         group = request.group.name
         self._group_check(group)
-        offset = self._offsets.query(group, topic, queue_id)
+        offset = self._port.committed_offset(group, topic, queue_id)
         if offset < 0:
             raise V2Error(
                 Code.OFFSET_NOT_FOUND,

@@ -35,10 +35,12 @@ from collections.abc import Callable
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from wharf.broker.core.bodies import plain_body
+from wharf.broker.core.errors import TopicNotFound, TopicNotReadable
 from wharf.broker.core.pop import PopConsumer, PopCore
+from wharf.broker.core.port import Messaging
 from wharf.broker.core.tags import parse_filter, parse_tag_expression
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
-from wharf.broker.meta.topics import TopicConfig, TopicConfigManager
+from wharf.broker.meta.topics import TopicConfig
 from wharf.broker.v2 import codes
 from wharf.broker.v2.codes import Code, V2Error
 from wharf.broker.v2.convert import PROPERTY_MESSAGE_GROUP, RESERVED_PROPERTY_NAMES
@@ -67,14 +69,15 @@ def _ms(duration: Duration) -> int:
     return duration.seconds * 1000 + duration.nanos // 1_000_000
 
 
-def readable_topic(topics: TopicConfigManager, name: str) -> TopicConfig:
-    """The topic a consumer reads: TOPIC_NOT_FOUND, or FORBIDDEN when not readable."""
-    topic = topics.get(name)
-    if topic is None:
-        raise V2Error(Code.TOPIC_NOT_FOUND, f"topic {name!r} does not exist")
-    if not topic.readable:
-        raise V2Error(Code.FORBIDDEN, f"topic {name!r} is not readable (perm={topic.perm})")
-    return topic
+def readable_topic(port: Messaging, name: str) -> TopicConfig:
+    """The topic a consumer reads (the core's rule): TOPIC_NOT_FOUND, or FORBIDDEN when not
+    readable."""
+    try:
+        return port.readable_topic(name)
+    except TopicNotFound as exc:
+        raise V2Error(Code.TOPIC_NOT_FOUND, str(exc)) from None
+    except TopicNotReadable as exc:
+        raise V2Error(Code.FORBIDDEN, str(exc)) from None
 
 
 def tag_filter_of(
@@ -191,12 +194,12 @@ class V2ReceiveProcessor:
     def __init__(
         self,
         core: PopCore,
-        topics: TopicConfigManager,
+        port: Messaging,
         on_delivered: Callable[[str, str, int, int], None] = lambda *_: None,
         property_filter: bool = True,
     ) -> None:
         self._core = core
-        self._topics = topics
+        self._port = port
         self._on_delivered = on_delivered
         self._property_filter = property_filter  # enablePropertyFilter
 
@@ -208,7 +211,7 @@ class V2ReceiveProcessor:
             raise not_found_group(exc) from None
 
     def _topic(self, name: str) -> None:
-        readable_topic(self._topics, name)
+        readable_topic(self._port, name)
 
     async def receive(
         self, request: service_pb2.ReceiveMessageRequest, time_remaining: float | None

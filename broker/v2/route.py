@@ -23,14 +23,15 @@ from __future__ import annotations
 import socket
 
 from wharf.broker.cluster.routes import GroupQueues
+from wharf.broker.core.errors import TopicNotFound
+from wharf.broker.core.model import TopicDefaults
+from wharf.broker.core.port import Messaging
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.topics import (
     MESSAGE_TYPE_ATTRIBUTE,
     PERM_READ,
     PERM_WRITE,
     TopicConfig,
-    TopicConfigManager,
-    validate_topic_name,
 )
 from wharf.broker.v2.codes import Code, V2Error
 from wharf.rocketmq.v2 import definition_pb2
@@ -59,21 +60,17 @@ def accepted_types(topic: TopicConfig | None) -> tuple[int, ...]:
     return _TYPE_BY_NAME.get(name, ALL_TYPES)
 
 
-def route_topic(topics: TopicConfigManager, name: str) -> TopicConfig | None:
-    """The topic a client asks about (None: not created yet, auto-create on). ILLEGAL_TOPIC
-    for a bad name, TOPIC_NOT_FOUND for an unknown one without auto-create."""
+def route_topic(port: Messaging, name: str) -> TopicConfig | None:
+    """The topic a client asks about (None: not created yet, auto-create on; the core's
+    rule). ILLEGAL_TOPIC for a bad name, TOPIC_NOT_FOUND for an unknown one without
+    auto-create."""
     try:
-        validate_topic_name(name)
+        return port.routable_topic(name)
+    except TopicNotFound as exc:
+        hint = f"{exc}; create it first (`wharf topic create`)"
+        raise V2Error(Code.TOPIC_NOT_FOUND, hint) from None
     except InvalidArgumentError as exc:
         raise V2Error(Code.ILLEGAL_TOPIC, str(exc)) from None
-    topic = topics.get(name)
-    if topic is None and not topics.auto_create:
-        raise V2Error(
-            Code.TOPIC_NOT_FOUND,
-            f"topic {name!r} does not exist and autoCreateTopicEnable is off; "
-            "create it first (`wharf topic create`)",
-        )
-    return topic
 
 
 def endpoints_of(address: str) -> definition_pb2.Endpoints:
@@ -137,7 +134,7 @@ Group = tuple[str, definition_pb2.Endpoints, TopicConfig | None]
 
 
 def cluster_groups(
-    topics: TopicConfigManager,
+    port: Messaging,
     topic_name: str,
     own: tuple[str, definition_pb2.Endpoints],
     cluster: list[GroupQueues] | None,
@@ -145,7 +142,7 @@ def cluster_groups(
     """The groups a route lists: this broker alone, or (with NameServers that know the topic)
     every group whose master holds it -- this one answered with the endpoints the client
     dialled, the others with their masters' addresses."""
-    topic = route_topic(topics, topic_name)
+    topic = route_topic(port, topic_name)
     if not cluster:
         return [(own[0], own[1], topic)]
     attributes = topic.attributes if topic else {}
@@ -161,13 +158,13 @@ def cluster_groups(
 
 def fill_route(
     queues: object,
-    topics: TopicConfigManager,
+    defaults: TopicDefaults,
     topic_name: str,
     namespace: str,
     groups: list[Group],
 ) -> None:
     """Append the topic's queues on every group to ``queues`` (a repeated MessageQueue)."""
-    default = topics.default_queue_nums
+    default = defaults.queue_nums
     for broker_name, endpoints, topic in groups:
         count = max(topic.read_queue_nums, topic.write_queue_nums) if topic else default
         types = accepted_types(topic)
@@ -186,13 +183,13 @@ def fill_route(
 
 def fill_assignment(
     assignments: object,
-    topics: TopicConfigManager,
+    defaults: TopicDefaults,
     topic_name: str,
     namespace: str,
     groups: list[Group],
     fifo: bool,
 ) -> None:
-    default = topics.default_queue_nums
+    default = defaults.queue_nums
     any_readable = False
     for broker_name, endpoints, topic in groups:
         readable = [

@@ -120,13 +120,12 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         property_filter = ctx.config.enable_property_filter
         self.receiver = V2ReceiveProcessor(
             ctx.pop_core,
-            ctx.topics,
+            port,
             self._on_delivered,
             property_filter=property_filter,
         )
         self.puller = V2PullProcessor(
-            ctx.topics,
-            ctx.offsets,
+            port,
             ctx.read_core.read_waiting,
             self._group,
             port.min_offset,
@@ -150,7 +149,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def _group(self, name: str) -> SubscriptionGroup:
         """The consumer group (auto-created when allowed; NOT_FOUND otherwise)."""
         try:
-            return self.ctx.groups.for_use(name)
+            return self.ctx.port.group_for_use(name)
         except (NotFoundError, InvalidArgumentError) as exc:
             raise not_found_group(exc) from None
 
@@ -160,7 +159,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         response = service_pb2.QueryRouteResponse(status=codes.ok())
         fill_route(
             response.message_queues,
-            self.ctx.topics,
+            self.ctx.port.topic_defaults,
             request.topic.name,
             request.topic.resource_namespace,
             await self._groups(request.topic.name, request.endpoints),
@@ -171,7 +170,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         routes = self.ctx.cluster_routes
         cluster = await routes.groups(topic) if routes is not None else None
         own = (self.ctx.config.broker_name, self._endpoints(requested))
-        return cluster_groups(self.ctx.topics, topic, own, cluster)
+        return cluster_groups(self.ctx.port, topic, own, cluster)
 
     @v2_rpc("QueryAssignment")
     async def QueryAssignment(self, request, context, client_id):  # type: ignore[no-untyped-def]
@@ -179,7 +178,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         response = service_pb2.QueryAssignmentResponse(status=codes.ok())
         fill_assignment(
             response.assignments,
-            self.ctx.topics,
+            self.ctx.port.topic_defaults,
             request.topic.name,
             request.topic.resource_namespace,
             await self._groups(request.topic.name, request.endpoints),

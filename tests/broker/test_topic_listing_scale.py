@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import pytest
 from wharf.broker.core.admin import AdminCore
+from wharf.broker.core.processor import CoreProcessor
 from wharf.broker.meta.topics import TopicConfig, TopicConfigManager
 from wharf.broker.namesrv.routes import RouteTable, TopicQueues
 from wharf.broker.v1.admin import AdminService
@@ -33,8 +34,12 @@ def _service(topics: TopicConfigManager) -> Any:
     # The core's admin over a stand-in store (the listing's counts read min/max offsets only).
     admin = AdminCore(cast(Any, _Store()), topics, cast(Any, None), cast(Any, None),
                       cast(Any, None), 16, lambda name: None)  # fmt: skip
-    port = SimpleNamespace(admin=admin)
-    return AdminService(SimpleNamespace(topics=topics, port=port, metrics=metrics))  # type: ignore[arg-type]
+    services = dict.fromkeys(
+        ("send", "read", "pop", "retry", "transactions", "clients"), cast(Any, None)
+    )  # the listing needs the topic table and the admin's counts only
+    port = CoreProcessor(cast(Any, _Store()), topics, cast(Any, None), cast(Any, None),
+                         admin=admin, **services)  # fmt: skip
+    return AdminService(SimpleNamespace(port=port, metrics=metrics))  # type: ignore[arg-type]
 
 
 async def test_the_cached_listing_follows_every_change_of_the_topic_table() -> None:

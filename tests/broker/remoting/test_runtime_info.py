@@ -31,7 +31,8 @@ async def test_earliest_message_time_is_the_logs_first_record(
         services = dict.fromkeys(
             ("send", "read", "pop", "retry", "transactions", "clients", "admin"), cast(Any, None)
         )  # the lookups need only the store
-        port = CoreProcessor(store, **services)
+        tables = (cast(Any, None),) * 3  # topics, groups, offsets
+        port = CoreProcessor(store, *tables, **services)
         admin = RemotingAdmin(cast(Any, SimpleNamespace(port=port)))
         assert admin.earliest_log_store_time(store.stats().commit_log_min_offset) == -1
         before_ms = int(time.time() * 1000)
