@@ -221,7 +221,11 @@ def listing(args: argparse.Namespace) -> None:
     took = time.perf_counter() - start
     print(f"listing: TopicConfigManager.listing of {len(listed)} topics in {took * 1e3:.1f} ms")
     service: Any = admin.AdminService.__new__(admin.AdminService)
-    service.ctx = SimpleNamespace(topics=topics)
+    # The port's listing calls over the table (the listing needs nothing else of the port).
+    port = SimpleNamespace(
+        topics=topics.listing, topics_stamp=lambda: (topics.version, len(topics.table))
+    )
+    service.ctx = SimpleNamespace(port=port)
     service._listings = {}
     listing_of = getattr(service, "_topic_listing", None)
     if listing_of is None:  # before: built on every call
