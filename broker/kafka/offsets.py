@@ -10,7 +10,12 @@
   ``ctx.offsets``, the broker's one ConsumerOffsetManager (``config/consumerOffset.json``), so
   ``wharf group progress`` and the lag metric see Kafka groups. Kafka's per-offset metadata
   string is not kept: OffsetFetch answers "" for it. Retention times are ignored (offsets live
-  until the group or topic is deleted, as RocketMQ's).
+  until the group or topic is deleted, as RocketMQ's). Answered once the request's offsets
+  of this broker's table are in ``consumerOffset.json``'s journal (``ctx.offsets.durable``:
+  written, so a kill -9 cannot take them back, and fsynced under SYNC_FLUSH), as Kafka answers
+  once the commit is in ``__consumer_offsets``; concurrent commits share one write (a group
+  commit, broker/meta/persister.py). A failed write: KAFKA_STORAGE_ERROR (retriable; the
+  offset is kept in memory and the next round retries the file).
 - OffsetFetch: -1 for a partition without a committed offset; a null topic list (v2+) = every
   partition the group committed.
 - In a cluster: ListOffsets of a partition another broker leads is NOT_LEADER_OR_FOLLOWER;
@@ -30,6 +35,7 @@ from typing import Any
 
 from wharf.broker.acl.rules import Perm
 from wharf.broker.cluster.peer_offsets import PeerOffsetError
+from wharf.broker.errors import UnavailableError
 from wharf.broker.kafka.coordinator import Coordinator
 from wharf.broker.kafka.env import KAFKA_REQUEST, KafkaEnv
 from wharf.broker.kafka.errors import Code, KafkaError
@@ -115,46 +121,60 @@ class OffsetHandlers:
             group_code = self.coordinator.check_commit(
                 group_id, body["generation_id"], body["member_id"]
             )
+        local: list[dict[str, Any]] = []  # rows committed to this broker's table
         topics = []
         for t in body["topics"]:
-            codes = await asyncio.gather(*(
+            results = await asyncio.gather(*(
                 self._commit(conn, group_id, t["name"], p["partition_index"],
                              p["committed_offset"], group_code)
                 for p in t["partitions"]
             ))  # fmt: skip
-            rows = [
-                {"partition_index": p["partition_index"], "error_code": code}
-                for p, code in zip(t["partitions"], codes, strict=True)
-            ]
+            rows = []
+            for p, (code, here) in zip(t["partitions"], results, strict=True):
+                rows.append({"partition_index": p["partition_index"], "error_code": code})
+                if here:
+                    local.append(rows[-1])
             topics.append({"name": t["name"], "partitions": rows})
+        if local:
+            # Answered once in the files (fsynced under SYNC_FLUSH): before, the answer went
+            # out at once and a kill -9 up to flushConsumerOffsetInterval (5 s) later took the
+            # commit back, the group re-reading what it had committed.
+            try:
+                await self.env.ctx.offsets.durable()
+            except UnavailableError as exc:  # MetadataNotDurable: the write failed
+                log.warning("kafka: commit of %s not durable: %s", group_id, exc)
+                for row in local:
+                    row["error_code"] = Code.KAFKA_STORAGE_ERROR
         return {"topics": topics}
 
     async def _commit(
         self, conn: KafkaConnection, group_id: str, topic: str, index: int, offset: int,
         group_code: Code,
-    ) -> Code:  # fmt: skip
+    ) -> tuple[Code, bool]:  # fmt: skip
+        """The partition's code, and whether it was committed to this broker's table (the
+        answer then waits for the table's file)."""
         code = group_code or await self._partition_code(conn, topic, index)
         if code != Code.NONE:
-            return code
+            return code, False
         if offset < 0:
-            return Code.INVALID_COMMIT_OFFSET_SIZE
+            return Code.INVALID_COMMIT_OFFSET_SIZE, False
         home = await self.env.offsets_home(topic, index)
         if home is None:
-            return Code.UNKNOWN_TOPIC_OR_PARTITION
+            return Code.UNKNOWN_TOPIC_OR_PARTITION, False
         address, queue = home
         if address is None:
             self.env.ctx.offsets.commit(group_id, topic, queue, offset)
-            return Code.NONE
+            return Code.NONE, True
         peers = self.env.peer_offsets()
         if not address or peers is None:
-            return Code.REQUEST_TIMED_OUT  # its group's master is gone: retriable
+            return Code.REQUEST_TIMED_OUT, False  # its group's master is gone: retriable
         try:
             await peers.commit(address, group_id, topic, queue, offset)
         except PeerOffsetError as exc:
             log.warning("kafka: commit of %s %s-%d at %s failed: %s", group_id, topic, index,
                         address, exc)  # fmt: skip
-            return Code.REQUEST_TIMED_OUT
-        return Code.NONE
+            return Code.REQUEST_TIMED_OUT, False
+        return Code.NONE, False
 
     async def offset_fetch(
         self, conn: KafkaConnection, version: int, body: dict[str, Any]

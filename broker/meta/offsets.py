@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from wharf.broker.errors import InvalidArgumentError
-from wharf.broker.meta.persist import PendingWrite, TableJournal
+from wharf.broker.meta.persist import PendingWrite, TableJournal, nothing_to_write
 
 TOPIC_GROUP_SEPARATOR = "@"
 
@@ -29,6 +30,10 @@ class ConsumerOffsetManager:
         # The (topic, group) entries changed since the last persist, journaled beside the
         # snapshot (broker/meta/persist.py): one commit does not rewrite every offset.
         self.journal = TableJournal("offsetTable", _queues_json, _json_key, dict)
+        # What a commit answered only once durable awaits (Kafka's OffsetCommit): the
+        # controller's MetadataPersister.table_durable, a group commit of this table's file
+        # (fsynced under SYNC_FLUSH). RocketMQ-protocol commits do not wait (broker/README.md).
+        self.durable: Callable[[], Awaitable[None]] = nothing_to_write
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         if offset < 0:

@@ -37,6 +37,11 @@ between leaves a journal naming the old snapshot, which the load ignores (its re
 in the new snapshot). A failed append is cut off again (``ftruncate``) and the next write
 compacts.
 
+An append is fsynced unless its writer says ``sync=False`` (a Kafka OffsetCommit under
+ASYNC_FLUSH: in the page cache is what survives a kill -9, as Kafka's own commits, which are not
+fsynced either); the next ``sync=True`` write fsyncs the journal even when it has nothing new
+to append, so a periodic round still brings such records to the disk.
+
 The files stay RocketMQ's: the snapshot alone is what RocketMQ reads (a journal it ignores
 holds at most the last ~``JOURNAL_SNAPSHOT_RATIO`` snapshots' worth of changes).
 
@@ -247,12 +252,13 @@ def dumps(data: dict[str, Any]) -> str:
     return json.dumps(data, indent=2, sort_keys=True)
 
 
-def write_text_atomic_blocking(path: Path, text: str | PendingWrite) -> None:
+def write_text_atomic_blocking(path: Path, text: str | PendingWrite, sync: bool = True) -> None:
     """``text`` as the whole file at ``path`` (``wharf.store.paths``: tmp + fsync, the
     previous file kept as ``.bak``, rename, directory fsync), or a manager's ``capture()``:
-    its changes serialized here and written to the file's journal (or a new snapshot)."""
+    its changes serialized here and written to the file's journal (or a new snapshot; a
+    journal append is fsynced only with ``sync``)."""
     if isinstance(text, PendingWrite):
-        text.journal.write_blocking(path)
+        text.journal.write_blocking(path, sync)
     else:
         _write_text_atomic_blocking(path, text)
 
@@ -306,6 +312,7 @@ class TableJournal:
         self._snapshot_bytes = 0
         self._journal_bytes = 0
         self._compact = False  # a failed append: write a snapshot next
+        self._unsynced = False  # appended without fsync (sync=False) since the last fsync
         self.bytes_written = 0  # snapshots and journal records, for tests and benchmarks
         self.snapshots_written = 0
 
@@ -335,17 +342,19 @@ class TableJournal:
         return PendingWrite(self)
 
     # --- thread side ----------------------------------------------------------------------
-    def write_blocking(self, path: Path) -> None:
+    def write_blocking(self, path: Path, sync: bool = True) -> None:
         """Write every captured batch (in capture order) to ``path``'s journal, or a new
-        snapshot. On an error the batches stay queued for the next call."""
+        snapshot; fsync an append only with ``sync``. On an error the batches stay queued for
+        the next call. When this returns, every batch captured before the call is in the
+        files: one captured by another thread's call was written by it under the lock."""
         with self._lock:
             count = len(self._pending)
             batches = [self._pending[i] for i in range(count)]
-            self._write_locked(path, batches)
+            self._write_locked(path, batches, sync)
             for _ in range(count):
                 self._pending.popleft()
 
-    def _write_locked(self, path: Path, batches: list[_Batch]) -> None:
+    def _write_locked(self, path: Path, batches: list[_Batch], sync: bool) -> None:
         convert = self._entry_json
         head = self._head
         # Entries as the snapshot's text fragments (strings: the mirror adds no objects for
@@ -376,6 +385,8 @@ class TableJournal:
         line = b""
         if not compact:
             if not changes and head == self._head:
+                if sync and self._unsynced:  # an earlier sync=False append: fsync it now
+                    self._fsync_journal(path)
                 return
             line = _line(_record_text(self.table_key, changes, head, head != self._head))
             limit = max(JOURNAL_MIN_BYTES, JOURNAL_SNAPSHOT_RATIO * self._snapshot_bytes)
@@ -389,7 +400,7 @@ class TableJournal:
             self._mirror = base
         else:
             assert mirror is not None
-            self._append(path, line)
+            self._append(path, line, sync)
             if base is not None:
                 self._mirror = base
             else:
@@ -409,8 +420,17 @@ class TableJournal:
         self._snapshot_bytes = len(payload)
         self._journal_bytes = len(header)
         self._compact = False
+        self._unsynced = False  # the new journal replaced the unsynced one (both fsynced)
 
-    def _append(self, path: Path, line: bytes) -> None:
+    def _fsync_journal(self, path: Path) -> None:
+        fd = os.open(journal_of(path), os.O_WRONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._unsynced = False
+
+    def _append(self, path: Path, line: bytes, sync: bool = True) -> None:
         fd = os.open(journal_of(path), os.O_WRONLY | os.O_APPEND)  # made by _write_snapshot
         try:
             size = os.fstat(fd).st_size
@@ -418,7 +438,11 @@ class TableJournal:
                 view = memoryview(line)
                 while view:
                     view = view[os.write(fd, view) :]
-                os.fsync(fd)
+                if sync:
+                    os.fsync(fd)  # also brings any earlier unsynced append to the disk
+                    self._unsynced = False
+                else:
+                    self._unsynced = True
             except OSError:
                 self._compact = True  # the next write replaces the journal
                 with contextlib.suppress(OSError):

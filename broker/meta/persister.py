@@ -14,6 +14,14 @@ that began after the change has written it (journal record fsynced): before, the
 first and a kill -9 within the ~50 ms coalescing window lost an acknowledged topic whose records
 survived (a Kafka producer then auto-created it anew with 8 partitions). A round whose write
 fails answers its waiters with the error (the table stays dirty and is retried).
+
+``table_durable(table, sync)``: what a Kafka OffsetCommit's answer waits for, one table only,
+without the round's 50 ms coalescing (a commit is on the consumer's critical path). A group
+commit: the callers that arrive while a write is in flight share the next one, so a storm of
+commits is one write (and one fsync with ``sync``) per ~write time, not one per commit. The
+write runs in a thread (never on the loop); it takes the journal's lock, so a periodic round's
+write of the same change, begun before, is finished when it returns. ``sync`` False (ASYNC_FLUSH):
+written (the page cache survives a kill -9), not fsynced.
 """
 
 from __future__ import annotations
@@ -26,7 +34,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from wharf.broker.errors import UnavailableError
-from wharf.broker.meta.persist import load_json_blocking, write_text_atomic_blocking
+from wharf.broker.meta.persist import (
+    PendingWrite,
+    load_json_blocking,
+    write_text_atomic_blocking,
+)
 from wharf.store.errors import is_disk_full
 from wharf.store.service import Service
 
@@ -41,7 +53,7 @@ class Table(Protocol):
     FILE_NAME: str
     dirty: bool
 
-    def capture(self) -> str: ...
+    def capture(self) -> str | PendingWrite: ...
 
     def load(self, data: Any) -> None: ...
 
@@ -53,6 +65,10 @@ class MetadataPersister(Service):
         self.tables = tuple(tables)
         self.failing: set[str] = set()  # files whose last write failed
         self._waiters: list[asyncio.Future[None]] = []  # durable() callers of the next round
+        # table_durable(): per file, the callers the next write answers and the writer task
+        self._table_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._table_writers: dict[str, asyncio.Task[None]] = {}
+        self.table_writes = 0  # table_durable's writes (a group commit answers many callers)
 
     def load_blocking(self) -> None:
         for table in self.tables:
@@ -71,6 +87,41 @@ class MetadataPersister(Service):
         else:  # not started, or stopped: nobody else would write it
             await self.persist()
         await waiter
+
+    async def table_durable(self, table: Table, sync: bool) -> None:
+        """Return once ``table``'s changes made before this call are in its files (fsynced
+        with ``sync``); raise ``MetadataNotDurable`` if the write failed."""
+        name = table.FILE_NAME
+        waiter = asyncio.get_running_loop().create_future()
+        self._table_waiters.setdefault(name, []).append(waiter)
+        writer = self._table_writers.get(name)
+        if writer is None or writer.done():
+            self._table_writers[name] = asyncio.create_task(self._write_table(table, sync))
+        await waiter
+
+    async def _write_table(self, table: Table, sync: bool) -> None:
+        """Write ``table`` for the waiting callers, again while more came meanwhile."""
+        name = table.FILE_NAME
+        while waiters := self._table_waiters.pop(name, None):
+            # Captured even when not dirty: a round may have captured the change and not yet
+            # written it; the write below waits for it under the journal's lock.
+            table.dirty = False
+            text = table.capture()
+            error: Exception | None = None
+            try:
+                await asyncio.to_thread(
+                    write_text_atomic_blocking, self.directory / name, text, sync
+                )
+                self.table_writes += 1
+            except OSError as exc:
+                table.dirty = True  # the next round retries it
+                error = MetadataNotDurable(exc)
+                log.error("cannot persist %s: %s", name, exc)
+            except BaseException as exc:  # cancelled (stop): the callers must not hang
+                _answer(waiters, exc if isinstance(exc, Exception) else MetadataNotDurable(
+                    OSError("the broker is stopping")))  # fmt: skip
+                raise
+            _answer(waiters, error)
 
     async def persist(self) -> None:
         """Write the dirty tables now (snapshot on the loop, file I/O in a thread)."""
