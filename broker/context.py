@@ -1,5 +1,6 @@
-"""BrokerContext: what the processors share, handed to them as one value (the processors do
-not hold the controller: they see only the parts they use)."""
+"""BrokerContext: what the composition root builds the core from and keeps (the store, the
+metadata tables, the core's services, the broker's lifecycle). The front ends never see it:
+``front_end_kit()`` is what they get (``serving/kit.py``: the port and the shared kit)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from wharf.broker.meta.groups import SubscriptionGroupManager
 from wharf.broker.meta.offsets import ConsumerOffsetManager
 from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.metrics import BrokerMetrics
+from wharf.broker.serving.kit import FrontEndKit, MessageCounters
 from wharf.broker.serving.reply_budget import ReplyBudget
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 
@@ -52,8 +54,7 @@ class BrokerContext:
     started_at: float = 0.0  # time.time() when serving began
     ha_address: str = ""  # host:port of the replication listener (haListenPort), "" if none
     failover: MasterTransfer | None = None  # controller mode: broker/failover (TransferMaster)
-    messages_in: int = 0
-    messages_out: int = 0
+    counters: MessageCounters = field(default_factory=MessageCounters)  # in/out, every protocol
     shutting_down: bool = field(default=False)
     # THE send core (broker/core): one per broker, shared by every protocol front end (one
     # round-robin counter per topic, one dedupe window); made from the fields above.
@@ -93,4 +94,28 @@ class BrokerContext:
             transactions=self.transactions,
             clients=self.clients,
             admin=self.admin,
+        )
+
+    def front_end_kit(self) -> FrontEndKit:
+        """What a front end gets: the port and the shared kit; what changes once the front
+        ends are attached (serving began, the NameServer routes, shutting down) is read through
+        a callable."""
+        return FrontEndKit(
+            port=self.port,
+            config=self.config,
+            metrics=self.metrics,
+            endpoint=self.endpoint,
+            unique_ids=self.unique_ids,
+            offset_ids=self.offset_ids,
+            replies=self.replies,
+            delay_levels_ms=tuple(self.delay_levels_ms),
+            check_targets=self.check_targets,
+            long_poll=self.long_poll,
+            counters=self.counters,
+            ha_address=self.ha_address,
+            failover=self.failover,
+            started_at=lambda: self.started_at,
+            shutting_down=lambda: self.shutting_down,
+            cluster_routes=lambda: self.cluster_routes,
+            offsets=self.offsets,  # broker/kafka/offsets.py alone (serving/kit.py)
         )

@@ -274,7 +274,7 @@ class BrokerController:
             broker.transaction_check_interval,
             broker.transaction_check_max,
         )
-        return Serving(self.ctx, self.acl, tls, self.health)
+        return Serving(self.ctx.front_end_kit(), self.acl, tls, self.health)
 
     async def _start_background(self) -> Callable[[str], grpc.aio.Channel] | None:
         """Health SERVING (a health check answered at all says SERVING), the background parts

@@ -3,7 +3,7 @@
 
 The port: a front end asks the core through ``port.py``'s typed Protocols (``Messaging``,
 ``Admin``; calls that wait or depend on the caller take a ``RequestContext``), which
-``processor.py``'s ``CoreProcessor`` implements (``BrokerContext.port``): no front end reaches
+``processor.py``'s ``CoreProcessor`` implements (``FrontEndKit.port``): no front end reaches
 the store or its transaction ledger (tests/test_structure.py fails on a ``.store`` attribute in
 a front end's code), and the core itself uses only the store's public surface (``wharf.store``'s
 exports, values, errors and the record codec; an import-linter contract).

@@ -113,7 +113,7 @@ class _Early(Generic[T]):
 
 
 class ReadCore:
-    """The broker's one offset read (``BrokerContext.read_core``)."""
+    """The broker's one offset read (``port.read``)."""
 
     def __init__(self, config: BrokerConfig, store: MessageStore, long_poll: LongPollHolder):
         self._config = config

@@ -63,7 +63,7 @@ def _accept(_half: StoredMessage) -> None:
 
 
 class TransactionCore:
-    """Transactions for every front end (``BrokerContext.transactions``): ending one by its
+    """Transactions for every front end (``port.transactions``): ending one by its
     producer's id (``end``) or by its offset alone (``resolve``: an operator, a RocketMQ 4
     producer), many at once (``end_batch``), and the open halves. ``transactions()`` is the
     store's TransactionService (it exists once the store runs)."""

@@ -65,7 +65,7 @@ class AdminHandlers:
                 specs.append((row, TopicSpec(t["name"], count, count, PERM_READ_WRITE, {})))
         # Made through the core as one batch: answered once they are all on disk (one persist
         # round for the request).
-        outcomes = await self.env.ctx.admin.create_topics([spec for _, spec in specs])
+        outcomes = await self.env.ctx.port.admin.create_topics([spec for _, spec in specs])
         for (row, _), outcome in zip(specs, outcomes, strict=True):
             if isinstance(outcome, AlreadyExistsError):
                 row["error_code"], row["error_message"] = Code.TOPIC_ALREADY_EXISTS, str(outcome)
@@ -120,7 +120,7 @@ class AdminHandlers:
                 self.producers.forget_topic(name)
                 code = Code.NONE
                 try:  # the core's deletion: offsets, files, metrics; answered once on disk
-                    await ctx.admin.delete_topic(name)
+                    await ctx.port.admin.delete_topic(name)
                 except Exception as exc:  # gone from the table; its files may linger
                     code = code_for(exc)
             results.append({"name": name, "error_code": code})

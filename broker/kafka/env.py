@@ -31,8 +31,8 @@ from wharf.broker.kafka.errors import Code
 if TYPE_CHECKING:
     from wharf.broker.acl.accounts import AccountChecker
     from wharf.broker.cluster.peer_offsets import PeerOffsets
-    from wharf.broker.context import BrokerContext
     from wharf.broker.kafka.server import KafkaConnection
+    from wharf.broker.serving.kit import FrontEndKit
 
 __all__ = ["KAFKA_REQUEST", "KafkaEnv", "Node"]
 
@@ -49,7 +49,7 @@ class Node:
 
 @dataclass
 class KafkaEnv:
-    ctx: BrokerContext
+    ctx: FrontEndKit
     host: str  # advertised
     port: int
     acl: AccountChecker | None = None
@@ -68,7 +68,7 @@ class KafkaEnv:
                 return held.read_queue_nums if held is not None else None
 
             self.cluster = KafkaCluster(
-                lambda: ctx.cluster_routes, config.broker_cluster_name, config.broker_name,
+                ctx.cluster_routes, config.broker_cluster_name, config.broker_name,
                 config.broker_id, local_queues,
             )  # fmt: skip
             self.node_id = self.cluster.node_id
@@ -129,7 +129,7 @@ class KafkaEnv:
         return span.master, queue
 
     def peer_offsets(self) -> PeerOffsets | None:
-        routes = self.ctx.cluster_routes
+        routes = self.ctx.cluster_routes()
         return routes.offsets if routes is not None else None
 
     async def coordinator(self, conn: KafkaConnection, group_id: str, fresh: bool = False) -> Node:

@@ -187,7 +187,7 @@ class FetchHandler:
             return
         if part.offset == part.high_watermark:
             return
-        read = await ctx.read_core.read_waiting(
+        read = await ctx.port.read.read_waiting(
             part.topic,
             part.queue,
             part.offset,
@@ -245,7 +245,7 @@ class FetchHandler:
         topics: dict[str, list[dict[str, Any]]] = {}
         for part in parts:
             if part.count:
-                self.env.ctx.messages_out += part.count
+                self.env.ctx.counters.messages_out += part.count
                 metrics.on_messages_out(part.topic, "", part.count, part.body_bytes)
             topics.setdefault(part.topic, []).append(
                 {

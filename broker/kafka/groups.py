@@ -43,7 +43,7 @@ def check_group(env: KafkaEnv, conn: KafkaConnection, group_id: str) -> None:
         raise KafkaError(Code.INVALID_GROUP_ID, str(exc)) from None
     if not env.allowed(conn, "group", group_id, Perm.SUB):
         raise KafkaError(Code.GROUP_AUTHORIZATION_FAILED)
-    ids, _ = env.ctx.clients.members(group_id)
+    ids, _ = env.ctx.port.clients.members(group_id)
     if ids:
         raise KafkaError(
             Code.INCONSISTENT_GROUP_PROTOCOL,

@@ -54,10 +54,10 @@ class KafkaHandlers:
 
     def start(self) -> None:
         self.coordinator.start()
-        self.env.ctx.clients.add_view(self.coordinator)
+        self.env.ctx.port.clients.add_view(self.coordinator)
 
     def stop(self) -> None:
-        self.env.ctx.clients.remove_view(self.coordinator)
+        self.env.ctx.port.clients.remove_view(self.coordinator)
         self.coordinator.stop()
 
     def table(self) -> dict[int, Handler]:

@@ -40,7 +40,7 @@ def lookup_topic(env: KafkaEnv, name: str, create: bool) -> tuple[TopicConfig | 
     shutting-down refusal) with its refusals as Kafka codes (``errors.code_for``). ``create``:
     made as a send would make it when autoCreateTopicEnable is on."""
     try:
-        return env.ctx.send_core.lookup(name, create=create, own_topics=False), Code.NONE
+        return env.ctx.port.send.lookup(name, create=create, own_topics=False), Code.NONE
     except Refused as exc:
         return None, code_for(exc)
 

@@ -62,7 +62,7 @@ class KafkaPart:
         return None  # records keep the broker's own store host
 
     def attach(self, serving: Serving) -> None:
-        ctx = serving.ctx
+        ctx = serving.kit
         listeners = self.listeners
         assert listeners.main is not None, "reserve first"
         endpoint_host = ctx.endpoint.rpartition(":")[0].strip("[]")

@@ -93,7 +93,7 @@ class ProduceHandler:
                     part.code = Code.INVALID_REQUIRED_ACKS
                 else:
                     await self._prepare(conn, part, partition["records"])
-        core = self.env.ctx.send_core
+        core = self.env.ctx.port.send
         async with conn.append_lock:  # request order per connection
             if core.dispatch_lagging():
                 await core.dispatch_room()
@@ -111,7 +111,7 @@ class ProduceHandler:
             part.code = Code.TOPIC_AUTHORIZATION_FAILED
             return
         try:  # the core's admission; its refusals as Kafka codes (errors.code_for)
-            topic = env.ctx.send_core.topic(part.topic, own_topics=False)
+            topic = env.ctx.port.send.topic(part.topic, own_topics=False)
         except Refused as exc:
             part.fail(exc)
             return
@@ -120,7 +120,7 @@ class ProduceHandler:
             part.code = Code.UNKNOWN_TOPIC_OR_PARTITION
         if part.code != Code.NONE:
             return
-        max_size = env.ctx.send_core.max_message_size
+        max_size = env.ctx.port.send.max_message_size
         part.born_host = conn.peer
         try:
             tail = topic_tail(part.topic)
@@ -204,7 +204,7 @@ class ProduceHandler:
 
     def _append(self, part: _Part) -> None:
         """The appends of one partition (sync: nothing else runs in between)."""
-        core = self.env.ctx.send_core
+        core = self.env.ctx.port.send
         producers = self.producers
         try:
             for batch, records, _sizes in part.batches:
@@ -225,7 +225,7 @@ class ProduceHandler:
     async def _durable(self, part: _Part) -> None:
         ctx = self.env.ctx
         try:
-            results = await ctx.send_core.durable_many(part.written)
+            results = await ctx.port.send.durable_many(part.written)
         except Exception as exc:
             part.fail(exc)
             return
@@ -234,7 +234,7 @@ class ProduceHandler:
             part.code = _PUT_CODES[status]
             part.message = f"stored, but {status.value}"
         count = sum(len(sizes) for _, _, sizes in part.batches)
-        ctx.messages_in += count
+        ctx.counters.messages_in += count
         ctx.metrics.on_messages_in(part.topic, [n for _, _, sizes in part.batches for n in sizes])
 
     def _response(self, conn: KafkaConnection, parts: list[_Part]) -> dict[str, Any]:

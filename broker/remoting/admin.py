@@ -54,9 +54,9 @@ from wharf.broker.remoting.headers import (
 from wharf.broker.versions import VERSIONS
 
 if TYPE_CHECKING:
-    from wharf.broker.context import BrokerContext
     from wharf.broker.meta.groups import SubscriptionGroup
     from wharf.broker.remoting.server import Connection
+    from wharf.broker.serving.kit import FrontEndKit
 
 __all__ = ["RemotingAdmin", "fastjson_mq_table", "java_string_hash"]
 
@@ -157,7 +157,7 @@ class RemotingAdmin:
     connection's last heartbeat said of its client (language, version), kept by
     ``note_heartbeat``."""
 
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: FrontEndKit) -> None:
         self.ctx = ctx
         self.seen: WeakKeyDictionary[Connection, tuple[LanguageCode, int]] = WeakKeyDictionary()
         self._rate_sample: tuple[float, int, int] | None = None  # (time, in, out)
@@ -178,7 +178,11 @@ class RemotingAdmin:
     def _data_version(self, counter: int) -> dict[str, int]:
         """RocketMQ's DataVersion of a table (topics, groups): its change counter, stamped with
         the broker's start."""
-        return {"counter": counter, "stateVersion": 0, "timestamp": int(self.ctx.started_at * 1000)}
+        return {
+            "counter": counter,
+            "stateVersion": 0,
+            "timestamp": int(self.ctx.started_at() * 1000),
+        }
 
     def _ok(self, request: RemotingCommand, body: str | bytes = b"") -> RemotingCommand:
         data = body.encode() if isinstance(body, str) else body
@@ -199,7 +203,7 @@ class RemotingAdmin:
         perm = header.perm & PERM_READ_WRITE  # PERM_INHERIT (1): nothing to inherit here
         current = self.ctx.port.topic(name)
         attributes = _parse_attributes(header.attributes, current is not None)
-        read, write, admin = header.read_queue_nums, header.write_queue_nums, self.ctx.admin
+        read, write, admin = header.read_queue_nums, header.write_queue_nums, self.ctx.port.admin
         if current is None:
             await admin.create_topic(name, read, write, perm or PERM_READ_WRITE, attributes)
         else:
@@ -209,7 +213,7 @@ class RemotingAdmin:
     async def delete_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = TopicRequestHeader.from_ext_fields(request.ext_fields)
         with contextlib.suppress(NotFoundError):  # RocketMQ: SUCCESS for a topic it lacks
-            await self.ctx.admin.delete_topic(header.topic)
+            await self.ctx.port.admin.delete_topic(header.topic)
         return self._ok(request)
 
     async def get_all_topic_config(
@@ -229,7 +233,7 @@ class RemotingAdmin:
             return response_to(
                 request, ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{header.topic}] not exist"
             )
-        stats = self.ctx.admin.topic_stats(header.topic)
+        stats = self.ctx.port.admin.topic_stats(header.topic)
         broker = self.ctx.config.broker_name
         rows = [
             (
@@ -270,7 +274,7 @@ class RemotingAdmin:
         groups = self.ctx.port.groups_of_topic(topic)
         groups.update(
             group
-            for group, members in self.ctx.clients.groups.items()
+            for group, members in self.ctx.port.clients.groups.items()
             if any(topic in client.subscriptions for client in members.values())
         )
         return self._ok(request, _json({"groupList": sorted(groups)}))
@@ -337,7 +341,7 @@ class RemotingAdmin:
     ) -> RemotingCommand:
         data = _json_object(request.body)
         orderly = data.get("consumeMessageOrderly")
-        await self.ctx.admin.put_group(
+        await self.ctx.port.admin.put_group(
             str(data.get("groupName") or ""),
             consume_enable=_bool(data.get("consumeEnable"), True),
             consume_broadcast_enable=_bool(data.get("consumeBroadcastEnable"), True),
@@ -356,7 +360,7 @@ class RemotingAdmin:
         header = DeleteSubscriptionGroupRequestHeader.from_ext_fields(request.ext_fields)
         name = header.group_name
         try:
-            await self.ctx.admin.delete_group(name, offsets=header.remove_offset)
+            await self.ctx.port.admin.delete_group(name, offsets=header.remove_offset)
         except NotFoundError:  # no config: its offsets (if any) go all the same
             if header.remove_offset:
                 self.ctx.port.admin.forget_offsets(name)
@@ -370,7 +374,7 @@ class RemotingAdmin:
         producers; none: 1 "the producer group[g] not exist", as RocketMQ's."""
         header = GetProducerConnectionListRequestHeader.from_ext_fields(request.ext_fields)
         group = header.producer_group
-        producers = self.ctx.clients.producers.get(group)
+        producers = self.ctx.port.clients.producers.get(group)
         if not producers:
             return response_to(
                 request,
@@ -383,7 +387,7 @@ class RemotingAdmin:
     def _connection(self, client_id: str) -> dict[str, Any]:
         """RocketMQ's Connection of a client: its remoting address and the language and
         version of its last heartbeat (a client without a remoting connection: OTHER)."""
-        channel = self.ctx.clients.connection_of(client_id)
+        channel = self.ctx.port.clients.connection_of(client_id)
         language, version, address = LanguageCode.OTHER, 0, ""
         if channel is not None and not channel.closed:
             language, version = self.seen.get(channel, (LanguageCode.OTHER, 0))
@@ -402,7 +406,7 @@ class RemotingAdmin:
         ctx = self.ctx
         group = header.consumer_group
         try:
-            queues = ctx.admin.consumer_progress(group, header.topic or "").queues
+            queues = ctx.port.admin.consumer_progress(group, header.topic or "").queues
         except NotFoundError:  # RocketMQ: an empty table (the tools say "not consumed yet")
             queues = []
         by_queue = {(q.topic, q.queue_id): q for q in queues}
@@ -410,7 +414,7 @@ class RemotingAdmin:
         names = {header.topic} if header.topic else set(ctx.port.offsets_of_group(group))
         names |= {q.topic for q in queues}
         # RocketMQ's rule: a group online without a subscription to a topic has no stats there.
-        subscribed = ctx.clients.subscribed_topics(group)
+        subscribed = ctx.port.clients.subscribed_topics(group)
         if subscribed:
             names &= subscribed
         broker = ctx.config.broker_name
@@ -442,7 +446,7 @@ class RemotingAdmin:
     ) -> RemotingCommand:
         header = GetConsumerConnectionListRequestHeader.from_ext_fields(request.ext_fields)
         group = header.consumer_group
-        members = self.ctx.clients.groups.get(group)
+        members = self.ctx.port.clients.groups.get(group)
         if not members:
             return response_to(
                 request,
@@ -452,7 +456,7 @@ class RemotingAdmin:
         connections = []
         subscriptions: dict[str, dict[str, Any]] = {}
         model = from_where = None
-        version = self.ctx.clients.versions.get(group, 0)
+        version = self.ctx.port.clients.versions.get(group, 0)
         for client_id, client in sorted(members.items()):
             connections.append(self._connection(client_id))
             for topic, expression in client.subscriptions.items():
@@ -495,9 +499,9 @@ class RemotingAdmin:
         put_tps = get_tps = 0.0
         last = self._rate_sample
         if last is not None and now - last[0] > 0:
-            put_tps = (ctx.messages_in - last[1]) / (now - last[0])
-            get_tps = (ctx.messages_out - last[2]) / (now - last[0])
-        self._rate_sample = (now, ctx.messages_in, ctx.messages_out)
+            put_tps = (ctx.counters.messages_in - last[1]) / (now - last[0])
+            get_tps = (ctx.counters.messages_out - last[2]) / (now - last[0])
+        self._rate_sample = (now, ctx.counters.messages_in, ctx.counters.messages_out)
         put, got = f"{put_tps:.2f}", f"{get_tps:.2f}"
         table = {
             # The version RocketMQ's tools parse (MQVersion.getVersionDesc: mqadmin
@@ -506,11 +510,11 @@ class RemotingAdmin:
             "brokerVersionDesc": BROKER_VERSION_DESC,
             "brokerVersion": str(BROKER_VERSION),
             "brokerActive": "true",
-            "bootTimestamp": str(int(ctx.started_at * 1000)),
-            "runtime": _runtime(time.time() - ctx.started_at if ctx.started_at else 0),
+            "bootTimestamp": str(int(ctx.started_at() * 1000)),
+            "runtime": _runtime(time.time() - ctx.started_at() if ctx.started_at() else 0),
             # Counted since the broker started (Wharf keeps no per-day counters).
-            "msgPutTotalTodayNow": str(ctx.messages_in),
-            "msgGetTotalTodayNow": str(ctx.messages_out),
+            "msgPutTotalTodayNow": str(ctx.counters.messages_in),
+            "msgGetTotalTodayNow": str(ctx.counters.messages_out),
             "msgPutTotalTodayMorning": "0",
             "msgGetTotalTodayMorning": "0",
             "msgPutTotalYesterdayMorning": "0",

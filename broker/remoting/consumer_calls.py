@@ -36,7 +36,7 @@ from wharf.store.codec.ids import decode_offset_msg_id
 from wharf.store.errors import InvalidMessageError
 
 if TYPE_CHECKING:
-    from wharf.broker.context import BrokerContext
+    from wharf.broker.serving.kit import FrontEndKit
 
 __all__ = ["ConsumerCalls"]
 
@@ -48,7 +48,7 @@ class ConsumerCalls:
     """307 and 309 over the client registry; ``raw_record`` reads a record by commit log
     offset (None: no record starts there)."""
 
-    def __init__(self, ctx: BrokerContext, raw_record: Callable[[int], bytes | None]) -> None:
+    def __init__(self, ctx: FrontEndKit, raw_record: Callable[[int], bytes | None]) -> None:
         self.ctx = ctx
         self.raw_record = raw_record
 
@@ -111,8 +111,8 @@ class ConsumerCalls:
         )
         channels = [
             channel
-            for client_id in ctx.clients.groups.get(group, {})
-            if isinstance(channel := ctx.clients.connection_of(client_id), Connection)
+            for client_id in ctx.port.clients.groups.get(group, {})
+            if isinstance(channel := ctx.port.clients.connection_of(client_id), Connection)
             and not channel.closed
         ]
         if not channels:
@@ -133,8 +133,8 @@ class ConsumerCalls:
     ) -> RemotingCommand:
         group, client_id = fields.get("consumerGroup", ""), fields.get("clientId", "")
         channel = None
-        if client_id in self.ctx.clients.groups.get(group, {}):
-            channel = self.ctx.clients.connection_of(client_id)
+        if client_id in self.ctx.port.clients.groups.get(group, {}):
+            channel = self.ctx.port.clients.connection_of(client_id)
         if not isinstance(channel, Connection) or channel.closed:
             return response_to(
                 request,

@@ -1,6 +1,6 @@
-"""What the remoting listener serves: request code -> handler, over the broker's context
-(``BrokerContext``): the send core, the pull read with its long poll, the offset table, the
-client registry and the send-back of wharf.v1. The broker is also its own NameServer on the
+"""What the remoting listener serves: request code -> handler, over the port and the shared
+kit (``FrontEndKit``): the send core, the pull read with its long poll, committed offsets, the
+client registry and the send-back. The broker is also its own NameServer on the
 same port (route, cluster and topic list codes): a 4.x client's ``namesrvAddr`` is the broker's
 remoting address. See README.md in this folder for the table and what is not served yet.
 
@@ -25,7 +25,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from wharf.broker.context import BrokerContext
 from wharf.broker.core.clients import ConsumeFrom, MessageModel
 from wharf.broker.core.errors import (
     InvalidSend,
@@ -85,6 +84,7 @@ from wharf.broker.remoting.routes import (
 )
 from wharf.broker.remoting.server import Connection, Handler
 from wharf.broker.remoting.transactions import RemotingTransactions
+from wharf.broker.serving.kit import FrontEndKit
 from wharf.store.codec.properties import PROPERTY_UNIQ_KEY
 from wharf.store.errors import (
     DamagedQueueError,
@@ -203,7 +203,7 @@ class RemotingHandlers:
     """The handler table of one broker; ``address`` is its remoting address as clients dial it
     (what routes name and what the store host holds)."""
 
-    def __init__(self, ctx: BrokerContext, address: str) -> None:
+    def __init__(self, ctx: FrontEndKit, address: str) -> None:
         self.ctx = ctx
         self.address = address
         # client id -> the connection it last heartbeated on (NOTIFY_CONSUMER_IDS_CHANGED).
@@ -284,10 +284,10 @@ class RemotingHandlers:
         close (ClientHousekeepingService), instead of after the 2 min heartbeat expiry: a
         consumer that died must not keep its queues that long."""
         for client_id in conn.client_ids:
-            if not self.ctx.clients.detach(client_id, conn):
+            if not self.ctx.port.clients.detach(client_id, conn):
                 continue  # it heartbeats on another connection now
-            groups, producers = self.ctx.clients.groups_of(client_id)
-            self.ctx.clients.unregister(client_id, groups, producers)
+            groups, producers = self.ctx.port.clients.groups_of(client_id)
+            self.ctx.port.clients.unregister(client_id, groups, producers)
             for group in groups:
                 self._notify_ids_changed(group)
 
@@ -344,7 +344,7 @@ class RemotingHandlers:
     async def get_broker_config(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand:
-        return broker_config_response(request, self.ctx.config, int(self.ctx.started_at * 1000))
+        return broker_config_response(request, self.ctx.config, int(self.ctx.started_at() * 1000))
 
     async def get_system_topic_list(
         self, conn: Connection, request: RemotingCommand
@@ -430,10 +430,10 @@ class RemotingHandlers:
             where = _int_or_name(consumer.get("consumeFromWhere"), _CONSUME_FROM, 0)
             ctx.port.join_group(group)
             self.admin.note_consume_type(group, consumer.get("consumeType"))
-            before = ctx.clients.versions.get(group)
-            known = ctx.clients.groups.get(group, {}).get(client_id)
+            before = ctx.port.clients.versions.get(group)
+            known = ctx.port.clients.groups.get(group, {}).get(client_id)
             topics_before = None if known is None else set(known.subscriptions)
-            after = ctx.clients.heartbeat(
+            after = ctx.port.clients.heartbeat(
                 client_id,
                 group,
                 subscriptions,
@@ -449,8 +449,8 @@ class RemotingHandlers:
                 changed.append(group)
         for producer in _json_list(data.get("producerDataSet")):
             if isinstance(producer, dict) and producer.get("groupName"):
-                ctx.clients.producer_heartbeat(client_id, str(producer["groupName"]))
-        ctx.clients.attach(client_id, conn)
+                ctx.port.clients.producer_heartbeat(client_id, str(producer["groupName"]))
+        ctx.port.clients.attach(client_id, conn)
         conn.client_ids.add(client_id)
         for group in changed:
             self._notify_ids_changed(group)
@@ -462,9 +462,9 @@ class RemotingHandlers:
         event to all of the group's channels): members rebalance now instead of on their next
         timer, and a Java DefaultLitePullConsumer gets its queues at once, not after its 20 s
         rebalance."""
-        ids, _ = self.ctx.clients.members(group)
+        ids, _ = self.ctx.port.clients.members(group)
         for client_id in ids:
-            conn = self.ctx.clients.connection_of(client_id)
+            conn = self.ctx.port.clients.connection_of(client_id)
             if conn is not None and not conn.closed:
                 conn.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
 
@@ -472,14 +472,14 @@ class RemotingHandlers:
         header = UnregisterClientRequestHeader.from_ext_fields(request.ext_fields)
         groups = [header.consumer_group] if header.consumer_group else []
         producers = [header.producer_group] if header.producer_group else []
-        self.ctx.clients.unregister(header.client_id, groups, producers)
+        self.ctx.port.clients.unregister(header.client_id, groups, producers)
         for group in groups:
             self._notify_ids_changed(group)
         return _ok(request)
 
     async def consumer_list(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = GetConsumerListByGroupRequestHeader.from_ext_fields(request.ext_fields)
-        ids, _ = self.ctx.clients.members(header.consumer_group)
+        ids, _ = self.ctx.port.clients.members(header.consumer_group)
         if not ids:  # as RocketMQ 4.x answers a group without members
             return response_to(
                 request,
@@ -508,7 +508,7 @@ class RemotingHandlers:
     # --- send ---------------------------------------------------------------------------------
     async def send(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         ctx = self.ctx
-        core = ctx.send_core
+        core = ctx.port.send
         header = parse_send_message_request_header(request.code, request.ext_fields)
         queue_id = header.queue_id if header.queue_id >= 0 else None
         topic, queue_id = core.admit(header.topic, queue_id)
@@ -536,7 +536,7 @@ class RemotingHandlers:
         core.check_inputs(inputs)
         result = await core.put(topic.name, queue_id, inputs)
         append = result.append
-        ctx.messages_in += len(inputs)
+        ctx.counters.messages_in += len(inputs)
         ctx.metrics.on_messages_in(topic.name, [len(m.body) for m in inputs])
         ids = ",".join(ctx.offset_ids.format(offset) for offset in append.offsets)
         reply = SendMessageResponseHeader(
@@ -551,7 +551,7 @@ class RemotingHandlers:
         if header.has_subscription:
             sql = (header.expression_type or "TAG").upper() == SQL92
             return header.subscription or "*", sql
-        for client in self.ctx.clients.groups.get(header.consumer_group, {}).values():
+        for client in self.ctx.port.clients.groups.get(header.consumer_group, {}).values():
             found = client.subscriptions.get(header.topic)
             if found is not None:
                 sql = found.startswith("SQL92: ")
@@ -602,7 +602,7 @@ class RemotingHandlers:
         offset = max(header.queue_offset, 0)
         wait_ms = max(header.suspend_timeout_millis, 0) if header.has_suspend else 0
         max_msgs = max(header.max_msg_nums, 0)
-        read = ctx.read_core.read_waiting
+        read = ctx.port.read.read_waiting
         # First without waiting: only a caught-up read is held (Apache's PullMessageProcessor
         # suspends on PULL_NOT_FOUND only). A range whose messages the filter rejects up to
         # the queue end is answered 20 PULL_RETRY_IMMEDIATELY at once with nextBeginOffset past
@@ -625,7 +625,7 @@ class RemotingHandlers:
         body = b""
         if code == ResponseCode.SUCCESS:
             body = result.records
-            ctx.messages_out += result.count
+            ctx.counters.messages_out += result.count
             ctx.metrics.on_messages_out(name, group, result.count, result.body_bytes)
         return response_to(request, code, ext_fields=reply.to_ext_fields(), body=body)
 
@@ -681,7 +681,7 @@ class RemotingHandlers:
         header = ConsumerSendMsgBackRequestHeader.from_ext_fields(request.ext_fields)
         if header.delay_level < -1:
             raise InvalidSend(Reason.ILLEGAL_PROPERTY, f"delayLevel {header.delay_level} < -1")
-        await self.ctx.retry.send_back(
+        await self.ctx.port.retry.send_back(
             header.group,
             header.offset,
             delay_level=header.delay_level,

@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from wharf.broker.acl.rules import Perm
 from wharf.broker.acl.table import Need
 from wharf.broker.config import BrokerConfig, Config
-from wharf.broker.context import BrokerContext
 from wharf.broker.remoting.acl import RemotingAcl
 from wharf.broker.remoting.codes import TRANSACTION_NOT_TYPE, RequestCode
 from wharf.broker.remoting.frame import RemotingCommand
@@ -22,6 +21,7 @@ from wharf.broker.remoting.handlers import RemotingHandlers, error_response
 from wharf.broker.remoting.server import Connection, RemotingServer
 from wharf.broker.serving.bounds import ListenerLimits
 from wharf.broker.serving.frontend import PortBook, Serving, TlsSource
+from wharf.broker.serving.kit import FrontEndKit
 from wharf.broker.serving.tcp import TcpListeners, drain
 
 __all__ = ["RemotingFrontEnd", "remoting_part"]
@@ -61,7 +61,7 @@ class RemotingFrontEnd:
         return self.address
 
     def attach(self, serving: Serving) -> None:
-        ctx = serving.ctx
+        ctx = serving.kit
         if not self.address:
             self.store_host(ctx.endpoint)
         # Adds its producers' channels to the check-back targets, before the checker runs.
@@ -108,7 +108,7 @@ def remoting_part(config: Config) -> RemotingFrontEnd | None:
 
 
 def _end_transaction_needs(
-    ctx: BrokerContext,
+    ctx: FrontEndKit,
 ) -> Callable[[RemotingCommand], Awaitable[list[Need]]]:
     """END_TRANSACTION names no topic: PUB on the topic of the open half at
     ``tranStateTableOffset`` (wharf.v1 EndTransaction's need). UNKNOWN, a half that is not open
@@ -123,7 +123,7 @@ def _end_transaction_needs(
             return []
         if offset < 0 or how == TRANSACTION_NOT_TYPE:
             return []
-        topic = await ctx.transactions.destination_of(offset)  # dispatched first if just sent
+        topic = await ctx.port.transactions.destination_of(offset)  # dispatched first if just sent
         return [Need("topic", topic, Perm.PUB)] if topic is not None else []
 
     return needs

@@ -48,8 +48,8 @@ from wharf.store.codec.records import encode_batch
 from wharf.store.model import MessageInput, StoredMessage
 
 if TYPE_CHECKING:
-    from wharf.broker.context import BrokerContext
     from wharf.broker.remoting.server import Connection
+    from wharf.broker.serving.kit import FrontEndKit
 
 __all__ = ["RemotingTransactions", "check_body"]
 
@@ -95,7 +95,7 @@ class RemotingTransactions:
     to the connection its newest producer heartbeat on (the client registry's ``connection``,
     attached at HEART_BEAT)."""
 
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: FrontEndKit) -> None:
         self.ctx = ctx
         self._opaque = itertools.count(1)
         self.checks_sent = 0
@@ -126,7 +126,7 @@ class RemotingTransactions:
         # by its own id (clients send the UNIQ_KEY; one that sends the offset id is matched by
         # its offset), one no longer open by the id sent (how it was resolved, or unknown).
         try:
-            how = await self.ctx.transactions.resolve(
+            how = await self.ctx.port.transactions.resolve(
                 offset,
                 header.commit_or_rollback == TRANSACTION_COMMIT_TYPE,
                 fallback_id=header.msg_id,
@@ -152,9 +152,9 @@ class RemotingTransactions:
 
     def _connection_of(self, group: str) -> Connection | None:
         """The connection of the group's producer seen last (RocketMQ: any live channel)."""
-        seen = self.ctx.clients.producers.get(group) or {}
+        seen = self.ctx.port.clients.producers.get(group) or {}
         for client_id in sorted(seen, key=seen.__getitem__, reverse=True):
-            conn = self.ctx.clients.connection_of(client_id)
+            conn = self.ctx.port.clients.connection_of(client_id)
             if conn is not None and not conn.closed:
                 return conn
         return None

@@ -14,7 +14,7 @@ before the next step for any):
    into the store host (``store_host``). A port taken is ``FrontEndUnavailable``: the root
    stops, or, for a part that listens on its default address only, logs one line and goes on
    without it (``optional``).
-3. ``attach(serving)``: build its handlers over the core (``Serving.ctx``), the ACL guard and
+3. ``attach(serving)``: build its handlers over the core (``Serving.kit``), the ACL guard and
    TLS, add what it contributes (check-back sources, health names). Nothing can call yet.
 4. ``serve()``: listen on the reserved sockets. A part that fails here has the parts already
    serving stopped in reverse order by the root.
@@ -22,7 +22,7 @@ before the next step for any):
    connections while another drains), then ``stop`` in reverse order.
 
 Metrics: ``connections()`` feeds ``wharf_frontend_connections{frontend=name}``; each part
-times its requests through ``Serving.ctx.metrics.observe_rpc`` under its own names.
+times its requests through ``Serving.kit.metrics.observe_rpc`` under its own names.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from wharf.broker.serving.sockets import NoFreePort, bind_unlistened
 if TYPE_CHECKING:
     import grpc
     from wharf.broker.acl.guard import AclGuard
-    from wharf.broker.context import BrokerContext
+    from wharf.broker.serving.kit import FrontEndKit
 
 __all__ = [
     "FrontEnd",
@@ -171,12 +171,13 @@ class TlsSource:
 
 @dataclass
 class Serving:
-    """What a part gets at ``attach``: the core, the ACL guard (aclEnable, else None), TLS,
+    """What a part gets at ``attach``: the port and the shared kit (``kit.py``: never the
+    broker's context, the store or the metadata tables), the ACL guard (aclEnable, else None), TLS,
     the broker's health (a part adds the service names it serves), and ``shared``: what
     parts build once for several transports (``mounts.py``: the gRPC services the gRPC
     front end and the wire port both serve)."""
 
-    ctx: BrokerContext
+    kit: FrontEndKit
     acl: AclGuard | None
     tls: TlsSource
     health: HealthBoard = field(default_factory=HealthBoard)

@@ -39,7 +39,7 @@ def mounts_for(serving: Serving) -> list[Mount]:
     made = serving.shared.get("mounts")
     if made is not None:
         return made  # type: ignore[no-any-return]
-    ctx, acl = serving.ctx, serving.acl
+    ctx, acl = serving.kit, serving.acl
     v1_wrap = acl.wrap if acl is not None else None
     v2_wrap = functools.partial(acl.wrap, refusals=V2_REFUSALS) if acl is not None else None
     specs = (

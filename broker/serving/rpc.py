@@ -4,7 +4,7 @@ where every RPC is timed for metrics.
 ``born_host_of``: a gRPC peer as the born host of what it sends (wharf.v1 and v2).
 
 ``@rpc("SendMessage")`` wraps a servicer method ``async def m(self, request, context)`` whose
-``self.ctx`` is a BrokerContext.
+``self.ctx`` is a FrontEndKit.
 """
 
 from __future__ import annotations

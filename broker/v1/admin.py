@@ -7,13 +7,13 @@ import platform
 import time
 
 import grpc
-from wharf.broker.context import BrokerContext
 from wharf.broker.errors import FailedPreconditionError
 from wharf.broker.meta.groups import SubscriptionGroup
 from wharf.broker.meta.topics import (
     PERM_READ_WRITE,
     TopicConfig,
 )
+from wharf.broker.serving.kit import FrontEndKit
 from wharf.broker.serving.rpc import rpc
 from wharf.broker.v1.transactions import TransactionProcessor
 from wharf.broker.versions import VERSIONS
@@ -44,7 +44,7 @@ def _group_proto(group: SubscriptionGroup) -> admin_pb2.SubscriptionGroupConfig:
 
 
 class AdminService(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: FrontEndKit) -> None:
         self.ctx = ctx
         self.transactions = TransactionProcessor(ctx)
         # include_system -> ((topics dataVersion, count), sorted topics, ListTopics reply)
@@ -55,7 +55,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     # --- topics ---------------------------------------------------------------------------------
     @rpc("CreateTopic")
     async def CreateTopic(self, request, context):  # type: ignore[no-untyped-def]
-        topic = await self.ctx.admin.create_topic(
+        topic = await self.ctx.port.admin.create_topic(
             request.name,
             request.read_queue_nums,
             request.write_queue_nums,
@@ -69,7 +69,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         def given(name: str) -> int | None:
             return getattr(request, name) if request.HasField(name) else None
 
-        topic = await self.ctx.admin.update_topic(
+        topic = await self.ctx.port.admin.update_topic(
             request.name,
             given("read_queue_nums"),
             given("write_queue_nums"),
@@ -80,7 +80,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @rpc("DeleteTopic")
     async def DeleteTopic(self, request, context):  # type: ignore[no-untyped-def]
-        await self.ctx.admin.delete_topic(request.name)
+        await self.ctx.port.admin.delete_topic(request.name)
         return admin_pb2.DeleteTopicResponse()
 
     @rpc("ListTopics")
@@ -121,7 +121,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @rpc("GetTopicStats")
     async def GetTopicStats(self, request, context):  # type: ignore[no-untyped-def]
-        stats = self.ctx.admin.topic_stats(request.name)
+        stats = self.ctx.port.admin.topic_stats(request.name)
         queues = [
             admin_pb2.QueueStats(
                 queue_id=q.queue_id,
@@ -141,7 +141,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
         def given(name: str) -> bool | None:
             return getattr(request, name) if request.HasField(name) else None
 
-        group = await self.ctx.admin.put_group(
+        group = await self.ctx.port.admin.put_group(
             request.group_name,
             consume_enable=given("consume_enable"),
             consume_broadcast_enable=request.consume_broadcast_enable,
@@ -160,13 +160,13 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     @rpc("DeleteSubscriptionGroup")
     async def DeleteSubscriptionGroup(self, request, context):  # type: ignore[no-untyped-def]
-        await self.ctx.admin.delete_group(request.group_name)
+        await self.ctx.port.admin.delete_group(request.group_name)
         return admin_pb2.DeleteSubscriptionGroupResponse()
 
     # --- progress -------------------------------------------------------------------------------
     @rpc("GetConsumerProgress")
     async def GetConsumerProgress(self, request, context):  # type: ignore[no-untyped-def]
-        progress = self.ctx.admin.consumer_progress(request.consumer_group, request.topic)
+        progress = self.ctx.port.admin.consumer_progress(request.consumer_group, request.topic)
         queues = [
             admin_pb2.QueueProgress(
                 topic=q.topic,
@@ -215,7 +215,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             broker_name=ctx.config.broker_name,
             endpoint=ctx.endpoint,
             flush_disk_type=store_config.flush_disk_type,
-            uptime_ms=int((time.time() - ctx.started_at) * 1000) if ctx.started_at else 0,
+            uptime_ms=int((time.time() - ctx.started_at()) * 1000) if ctx.started_at() else 0,
             writable=stats.writable,
             not_writable_reason=stats.not_writable_reason,
             commit_log_min_offset=stats.commit_log_min_offset,
@@ -225,8 +225,8 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             disk_used_ratio=stats.disk_used_ratio,
             topic_count=ctx.port.topic_count(),
             group_count=ctx.port.group_count(),
-            messages_in_total=ctx.messages_in,
-            messages_out_total=ctx.messages_out,
+            messages_in_total=ctx.counters.messages_in,
+            messages_out_total=ctx.counters.messages_out,
             runtime={
                 "python": platform.python_version(),
                 "grpcio": grpc.__version__,

@@ -3,12 +3,12 @@ core's retry: ``broker/core/retry.py``)."""
 
 from __future__ import annotations
 
-from wharf.broker.context import BrokerContext
 from wharf.broker.core.clients import ConsumeFrom, MessageModel
 from wharf.broker.core.tags import filter_of
 from wharf.broker.errors import InvalidArgumentError
 from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import validate_topic_name
+from wharf.broker.serving.kit import FrontEndKit
 from wharf.v1 import common_pb2, messaging_pb2
 
 MAX_CLIENT_ID_LENGTH = 255
@@ -26,7 +26,7 @@ def _validate_client_id(client_id: str) -> None:
 
 
 class ConsumerProcessor:
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: FrontEndKit) -> None:
         self.ctx = ctx
 
     # --- membership -----------------------------------------------------------------------------
@@ -47,7 +47,7 @@ class ConsumerProcessor:
                     else sub.tag_expression or "*"
                 )
             ctx.port.join_group(group)
-            versions[group] = ctx.clients.heartbeat(
+            versions[group] = ctx.port.clients.heartbeat(
                 request.client_id,
                 group,
                 subscriptions,
@@ -55,14 +55,14 @@ class ConsumerProcessor:
                 _CONSUME_FROM.get(data.consume_from_where, ConsumeFrom.LAST_OFFSET),
             )
         for group in request.producer_groups:
-            ctx.clients.producer_heartbeat(request.client_id, group)
+            ctx.port.clients.producer_heartbeat(request.client_id, group)
         return messaging_pb2.HeartbeatResponse(consumer_list_versions=versions)
 
     def unregister(
         self, request: messaging_pb2.UnregisterClientRequest
     ) -> messaging_pb2.UnregisterClientResponse:
         _validate_client_id(request.client_id)
-        self.ctx.clients.unregister(
+        self.ctx.port.clients.unregister(
             request.client_id, list(request.consumer_groups), list(request.producer_groups)
         )
         return messaging_pb2.UnregisterClientResponse()
@@ -71,7 +71,7 @@ class ConsumerProcessor:
         self, request: messaging_pb2.GetConsumerListRequest
     ) -> messaging_pb2.GetConsumerListResponse:
         validate_group_name(request.consumer_group)
-        ids, version = self.ctx.clients.members(request.consumer_group)
+        ids, version = self.ctx.port.clients.members(request.consumer_group)
         return messaging_pb2.GetConsumerListResponse(client_ids=ids, version=version)
 
     # --- offsets --------------------------------------------------------------------------------
@@ -104,7 +104,7 @@ class ConsumerProcessor:
     async def send_back(
         self, request: messaging_pb2.SendMessageBackRequest
     ) -> messaging_pb2.SendMessageBackResponse:
-        back = await self.ctx.retry.send_back(
+        back = await self.ctx.port.retry.send_back(
             request.consumer_group,
             request.commit_log_offset,
             delay_level=request.delay_level,

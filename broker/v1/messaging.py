@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.serving.handlers import MalformedRequest
+from wharf.broker.serving.kit import FrontEndKit
 from wharf.broker.serving.rpc import born_host_of, rpc, status_for
 from wharf.broker.v1.consumer import ConsumerProcessor
 from wharf.broker.v1.pull import PullProcessor
@@ -17,7 +17,7 @@ from wharf.v1 import messaging_pb2_grpc
 
 
 class MessagingService(messaging_pb2_grpc.MessagingServiceServicer):
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: FrontEndKit) -> None:
         self.ctx = ctx
         self.sender = SendProcessor(ctx)
         self.puller = PullProcessor(ctx)

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from wharf.broker.context import BrokerContext
 from wharf.broker.core.errors import TopicNotFound
 from wharf.broker.core.read import Read, ReadStatus
 from wharf.broker.core.tags import filter_of
@@ -28,6 +27,7 @@ from wharf.broker.errors import (
 )
 from wharf.broker.meta.groups import validate_group_name
 from wharf.broker.meta.topics import is_system_topic, validate_topic_name
+from wharf.broker.serving.kit import FrontEndKit
 from wharf.broker.serving.reply_budget import CallReplies, NoReplyBudget, PullReplies
 from wharf.broker.v1.convert import add_views
 from wharf.store.model import RawGetResult
@@ -58,7 +58,7 @@ class Answered(NamedTuple):
 
 
 class PullProcessor:
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: FrontEndKit) -> None:
         self.ctx = ctx
 
     def _validate(self, request: messaging_pb2.PullMessageRequest) -> None:
@@ -130,7 +130,7 @@ class PullProcessor:
                 self._count_out(topic, group, read)
                 return Answered(response, True)
 
-        outcome = await ctx.read_core.read_answering(
+        outcome = await ctx.port.read.read_answering(
             topic,
             queue_id,
             request.queue_offset,
@@ -151,7 +151,7 @@ class PullProcessor:
         """A raw reply delivered (``_response`` with ``counted=False``): its messages out."""
         result = read.result
         assert isinstance(result, RawGetResult)
-        self.ctx.messages_out += result.count
+        self.ctx.counters.messages_out += result.count
         self.ctx.metrics.on_messages_out(topic, group, result.count, result.body_bytes)
 
     def _response(
@@ -180,6 +180,6 @@ class PullProcessor:
                 add_views(response.messages, result.messages, ctx.offset_ids)
         if count and counted:
             replies.hold(held or nbytes)
-            ctx.messages_out += count
+            ctx.counters.messages_out += count
             ctx.metrics.on_messages_out(topic, group, count, nbytes)
         return response

@@ -58,11 +58,11 @@ from typing import Any
 
 import grpc
 from wharf import hops
-from wharf.broker.context import BrokerContext
 from wharf.broker.errors import (
     status_for,
 )
 from wharf.broker.serving.handlers import MalformedRequest, check_stream_item
+from wharf.broker.serving.kit import FrontEndKit
 from wharf.broker.serving.reply_budget import PullReplies, StreamReplies
 from wharf.broker.v1.pull import PullProcessor
 from wharf.v1 import common_pb2, messaging_pb2
@@ -272,7 +272,7 @@ class _StreamPulls:
 
 
 class PullStreamProcessor:
-    def __init__(self, ctx: BrokerContext, puller: PullProcessor) -> None:
+    def __init__(self, ctx: FrontEndKit, puller: PullProcessor) -> None:
         self.ctx = ctx
         self.puller = puller
 

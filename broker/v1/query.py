@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from wharf.broker.context import BrokerContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.topics import PERM_READ_WRITE, validate_topic_name
+from wharf.broker.serving.kit import FrontEndKit
 from wharf.broker.v1.convert import add_views, to_view
 from wharf.store.codec import PROPERTY_REAL_TOPIC, decode_offset_msg_id
 from wharf.store.errors import InvalidMessageError
@@ -19,7 +19,7 @@ QUERY_MAX_CAP = 1024
 
 
 class QueryProcessor:
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: FrontEndKit) -> None:
         self.ctx = ctx
 
     def _existing_topic(self, name: str) -> None:

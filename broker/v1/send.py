@@ -20,10 +20,10 @@ from typing import Any, NamedTuple
 
 import grpc
 from wharf import hops
-from wharf.broker.context import BrokerContext
 from wharf.broker.core.model import Written
 from wharf.broker.errors import InvalidArgumentError, status_for
 from wharf.broker.serving.handlers import check_stream_item
+from wharf.broker.serving.kit import FrontEndKit
 from wharf.broker.v1.convert import SEND_STATUS, error_into, to_inputs
 from wharf.broker.v1.send_columns import ColumnsSender
 from wharf.store.model import MessageInput, PutResult, PutStatus
@@ -48,10 +48,10 @@ class _Accepted(NamedTuple):
 
 
 class SendProcessor:
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: FrontEndKit) -> None:
         self.ctx = ctx
         # THE send core of this broker: the v2 front end shares it (one round-robin counter).
-        self.core = ctx.send_core
+        self.core = ctx.port.send
         store_config = ctx.port.store_config
         self._sync_flush = store_config.flush_disk_type == "SYNC_FLUSH"
         self._max_message_size = store_config.max_message_size
@@ -240,7 +240,7 @@ class SendProcessor:
         if accepted.records is not None:
             # The compact form, O(1) in the number of records.
             count = len(append.sizes)
-            ctx.messages_in += count
+            ctx.counters.messages_in += count
             ctx.metrics.on_messages_in(topic_name, append.sizes)
             put_status = result.status
             response.status = _SEND_OK if put_status is _PUT_OK else SEND_STATUS[put_status]
@@ -269,7 +269,7 @@ class SendProcessor:
             entry.queue_id = queue_id
             entry.queue_offset = queue_offset
             entry.commit_log_offset = offset
-        ctx.messages_in += len(inputs)
+        ctx.counters.messages_in += len(inputs)
         ctx.metrics.on_messages_in(topic_name, [len(m.body) for m in inputs])
 
     def _answered(

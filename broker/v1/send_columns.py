@@ -21,9 +21,9 @@ import logging
 from itertools import accumulate
 
 import grpc
-from wharf.broker.context import BrokerContext
 from wharf.broker.core.model import WrittenMany
 from wharf.broker.errors import InvalidArgumentError
+from wharf.broker.serving.kit import FrontEndKit
 from wharf.broker.v1.convert import SEND_STATUS, error_into
 from wharf.v1 import messaging_pb2
 
@@ -35,9 +35,9 @@ SEND_OK = messaging_pb2.SEND_OK
 class ColumnsSender:
     """Serves requests in the columns form (``SendProcessor.send`` hands them over)."""
 
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: FrontEndKit) -> None:
         self._ctx = ctx
-        self._core = ctx.send_core
+        self._core = ctx.port.send
         self._store_host = ctx.port.store_config.store_host
 
     async def send(
@@ -113,7 +113,7 @@ class ColumnsSender:
         else:
             stored = many.stored
             if stored:
-                self._ctx.messages_in += stored
+                self._ctx.counters.messages_in += stored
                 self._ctx.metrics.on_batches_in(many.topics, many.counts, many.sizes)
             if not refused:  # the usual request: the columns as the store answered them
                 queue_ids, first_queue_offsets = many.queue_ids, many.first_queue_offsets

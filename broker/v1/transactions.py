@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator
 
-from wharf.broker.context import BrokerContext
 from wharf.broker.core.port import RequestContext
 from wharf.broker.errors import InvalidArgumentError
 from wharf.broker.meta.topics import validate_topic_name
+from wharf.broker.serving.kit import FrontEndKit
 from wharf.broker.v1.convert import to_view
 from wharf.store.codec.ids import parse_recall_handle
 from wharf.store.codec.properties import (
@@ -60,7 +60,7 @@ def as_sent(message: StoredMessage) -> StoredMessage:
 
 
 class TransactionProcessor:
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: FrontEndKit) -> None:
         self.ctx = ctx
 
     async def end(
@@ -68,7 +68,9 @@ class TransactionProcessor:
     ) -> messaging_pb2.EndTransactionResponse:
         offset = _offset(request.transaction_id)
         # UnknownTransaction is a NotFoundError: NOT_FOUND by the error table.
-        how = await self.ctx.transactions.end(offset, request.msg_id, request.commit, request.topic)
+        how = await self.ctx.port.transactions.end(
+            offset, request.msg_id, request.commit, request.topic
+        )
         return messaging_pb2.EndTransactionResponse(resolution=how)
 
     async def end_batch(
@@ -93,7 +95,7 @@ class TransactionProcessor:
                     "split the ranges"
                 )
         # UnknownTransaction (a half of another writer) is a NotFoundError: NOT_FOUND.
-        counts = await self.ctx.transactions.end_batch(
+        counts = await self.ctx.port.transactions.end_batch(
             offsets,
             request.commit,
             request.msg_id_prefix,
@@ -126,7 +128,7 @@ class TransactionProcessor:
         self, request: admin_pb2.ListHalfMessagesRequest
     ) -> admin_pb2.ListHalfMessagesResponse:
         reply = admin_pb2.ListHalfMessagesResponse()
-        for half in self.ctx.transactions.open_halves(request.topic):
+        for half in self.ctx.port.transactions.open_halves(request.topic):
             reply.messages.add(
                 transaction_id=str(half.offset),
                 topic=half.topic,
@@ -140,7 +142,9 @@ class TransactionProcessor:
         self, request: admin_pb2.ResolveHalfMessageRequest
     ) -> admin_pb2.ResolveHalfMessageResponse:
         # An operator names a half by its offset alone; not open: UnknownTransaction, NOT_FOUND.
-        how = await self.ctx.transactions.resolve(_offset(request.transaction_id), request.commit)
+        how = await self.ctx.port.transactions.resolve(
+            _offset(request.transaction_id), request.commit
+        )
         return admin_pb2.ResolveHalfMessageResponse(resolution=how)
 
     async def recall(

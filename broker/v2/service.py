@@ -24,13 +24,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from wharf.broker.context import BrokerContext
 from wharf.broker.core.clients import ClientKind
 from wharf.broker.core.errors import UnknownTimer
 from wharf.broker.core.port import RequestContext
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.meta.groups import SubscriptionGroup
 from wharf.broker.serving.handlers import MalformedRequest, RefusedRequest
+from wharf.broker.serving.kit import FrontEndKit
 from wharf.broker.serving.rpc import born_host_of
 from wharf.broker.v2 import clients as v2_clients
 from wharf.broker.v2 import codes
@@ -104,9 +104,9 @@ def v2_rpc(method: str) -> Callable[..., Any]:
 
 
 class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: FrontEndKit) -> None:
         self.ctx = ctx
-        self.clients = ctx.clients  # the broker's one registry: v2 clients are sessions
+        self.clients = ctx.port.clients  # the broker's one registry: v2 clients are sessions
         # Check-backs reach v2 producers on their Telemetry streams.
         ctx.check_targets.add_source(v2_check_targets(self.clients))
         port = ctx.port
@@ -119,14 +119,14 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         )
         property_filter = ctx.config.enable_property_filter
         self.receiver = V2ReceiveProcessor(
-            ctx.pop_core,
+            ctx.port.pop,
             port,
             self._on_delivered,
             property_filter=property_filter,
         )
         self.puller = V2PullProcessor(
             port,
-            ctx.read_core.read_waiting,
+            ctx.port.read.read_waiting,
             self._group,
             port.min_offset,
             port.max_offset,
@@ -136,11 +136,11 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         )
 
     def _on_stored(self, topic: str, sizes: list[int]) -> None:
-        self.ctx.messages_in += len(sizes)
+        self.ctx.counters.messages_in += len(sizes)
         self.ctx.metrics.on_messages_in(topic, sizes)
 
     def _on_delivered(self, topic: str, group: str, count: int, nbytes: int) -> None:
-        self.ctx.messages_out += count
+        self.ctx.counters.messages_out += count
         self.ctx.metrics.on_messages_out(topic, group, count, nbytes)
 
     def _endpoints(self, requested: definition_pb2.Endpoints) -> definition_pb2.Endpoints:
@@ -167,7 +167,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return response
 
     async def _groups(self, topic: str, requested: definition_pb2.Endpoints) -> list[Group]:
-        routes = self.ctx.cluster_routes
+        routes = self.ctx.cluster_routes()
         cluster = await routes.groups(topic) if routes is not None else None
         own = (self.ctx.config.broker_name, self._endpoints(requested))
         return cluster_groups(self.ctx.port, topic, own, cluster)
@@ -294,7 +294,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # --- send -----------------------------------------------------------------------------------
     @v2_rpc("SendMessage")
     async def SendMessage(self, request, context, client_id):  # type: ignore[no-untyped-def]
-        if self.ctx.shutting_down:
+        if self.ctx.shutting_down():
             raise V2Error(Code.INTERNAL_SERVER_ERROR, "the broker is shutting down; retry")
         return await self.sender.send(request, born_host_of(context.peer()))
 
@@ -313,7 +313,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
             client_id_of(context.invocation_metadata())
             if type(request) is MalformedRequest:
                 raise V2Error(codes.BAD_REQUEST, request.message)
-            if self.ctx.shutting_down:
+            if self.ctx.shutting_down():
                 raise V2Error(Code.INTERNAL_SERVER_ERROR, "the broker is shutting down; retry")
             replies = await produce(request, context.time_remaining())
             code: int = replies[0].status.code
@@ -364,7 +364,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @v2_rpc("EndTransaction")
     async def EndTransaction(self, request, context, client_id):  # type: ignore[no-untyped-def]
-        return await end_transaction(self.ctx.transactions, request)
+        return await end_transaction(self.ctx.port.transactions, request)
 
     @v2_rpc("RecallMessage")
     async def RecallMessage(self, request, context, client_id):  # type: ignore[no-untyped-def]

@@ -54,7 +54,7 @@ class WireFrontEnd:
         return None
 
     def attach(self, serving: Serving) -> None:
-        self.server.durable_writer = serving.ctx.read_core.write_when_durable
+        self.server.durable_writer = serving.kit.port.read.write_when_durable
         self.server.acl = serving.acl  # aclEnable: connections start unauthenticated
         for mount in mounts_for(serving):
             self.server.add_method_handlers(mount.service.full_name, mount.handlers)

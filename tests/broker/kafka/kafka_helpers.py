@@ -61,7 +61,7 @@ async def attach_kafka(
     ports = PortBook()
     part.reserve(ports, TlsSource())
     assert controller.ctx is not None
-    part.attach(Serving(ctx=controller.ctx, acl=acl, tls=TlsSource()))
+    part.attach(Serving(kit=controller.ctx.front_end_kit(), acl=acl, tls=TlsSource()))
     await part.serve()
     ports.close()
     return KafkaUnderTest(controller, part)

@@ -41,7 +41,7 @@ async def test_tls_listener_beside_plaintext(inproc_broker: InProcFactory, tmp_p
     ports = PortBook()
     part.reserve(ports, tls)
     assert controller.ctx is not None
-    part.attach(Serving(ctx=controller.ctx, acl=None, tls=tls))
+    part.attach(Serving(kit=controller.ctx.front_end_kit(), acl=None, tls=tls))
     await part.serve()
     ports.close()
     ready = part.ready()
