@@ -124,17 +124,29 @@ class KafkaCluster:
         broker_id: int,
         local_queues: Callable[[str], int | None],
         clock: Callable[[], float] = time.monotonic,
+        elected: Callable[[], bool] = lambda: False,
     ) -> None:
         self._routes = routes
         self.cluster = cluster
         self.broker_name = broker_name
-        self.is_master = broker_id == 0
-        self.node_id = node_id(broker_name, broker_id)
+        self.broker_id = broker_id
+        # Controller mode: brokerId is 1, 2 ... and the elected replica is its group's master,
+        # routed as broker id 0; its node id is then the master's, the leader Metadata names.
+        self._elected = elected
         self._local_queues = local_queues  # this broker's queue count of a topic, None: absent
         self._clock = clock
         self._layouts: dict[str, tuple[float, Layout]] = {}
         self._members: tuple[float, list[Member]] = (-TTL_S, [])
         self.peers: dict[int, Peer] = {}  # every broker named so far, by node id
+
+    @property
+    def is_master(self) -> bool:
+        return self.broker_id == 0 or self._elected()
+
+    @property
+    def node_id(self) -> int:
+        """This broker's node id: the master's (broker id 0) while it is its group's master."""
+        return node_id(self.broker_name, 0 if self.is_master else self.broker_id)
 
     # --- topics -------------------------------------------------------------------------------
     async def layout(self, topic: str, fresh: bool = False) -> Layout:

@@ -53,7 +53,7 @@ class KafkaEnv:
     host: str  # advertised
     port: int
     acl: AccountChecker | None = None
-    node_id: int = NODE_ID
+    fixed_node_id: int = NODE_ID  # without NameServers (else the cluster's, see node_id)
     # The TLS listener beside a plaintext one (kafkaTlsListen): what its clients are told.
     tls_address: tuple[str, int] | None = None
     cluster: KafkaCluster | None = None  # with namesrvAddr
@@ -67,11 +67,20 @@ class KafkaEnv:
                 held = ctx.port.topic(topic)
                 return held.read_queue_nums if held is not None else None
 
+            def elected() -> bool:  # controller mode: this replica is the master now
+                failover = ctx.failover
+                return failover is not None and failover.is_master
+
             self.cluster = KafkaCluster(
                 ctx.cluster_routes, config.broker_cluster_name, config.broker_name,
-                config.broker_id, local_queues,
+                config.broker_id, local_queues, elected=elected,
             )  # fmt: skip
-            self.node_id = self.cluster.node_id
+
+    @property
+    def node_id(self) -> int:
+        """This broker's node id; in controller mode it becomes the master's once elected
+        (before, a master with brokerId 1 never led the partitions Metadata gave it)."""
+        return self.cluster.node_id if self.cluster is not None else self.fixed_node_id
 
     def node_for(self, conn: KafkaConnection) -> Node:
         """This broker as the connection's listener is reached (plaintext or TLS)."""

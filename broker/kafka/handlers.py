@@ -39,7 +39,7 @@ class KafkaHandlers:
             return port.min_offset(topic, queue_id), port.max_offset(topic, queue_id)
 
         config_dir = Path(port.store_config.store_path_root_dir) / "config"
-        self.producers = ProducerTable(config_dir, read, queue_range)
+        self.producers = ProducerTable(config_dir, read, queue_range, ctx.config.broker_id)
         self.coordinator = Coordinator(ctx.config.kafka_group_initial_rebalance_delay_ms)
         self.metadata = MetadataHandlers(env)
         self.produce = ProduceHandler(env, self.producers)

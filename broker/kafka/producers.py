@@ -9,6 +9,15 @@ follow the last one (mod 2**31), else OUT_OF_ORDER_SEQUENCE_NUMBER. A partition 
 for the producer takes any first sequence (its state may predate the window: Kafka 2.5+ does
 the same after KIP-360 rather than fail the producer).
 
+Replicas of one group (controller mode: brokerId 1, 2 ..., any of them master after a
+failover) hand out disjoint ids: broker id ``b`` only ids with ``id % SLOTS == b % SLOTS``. Each
+replica keeps its own ``kafkaProducerIds.json`` (not replicated), so before, two replicas both
+started at id 0: a producer given id 0 by one and another given id 0 by the next master were
+one producer to the broker (a batch of one taken for the other's duplicate), and the master
+answered UNKNOWN_PRODUCER_ID, for ever, to a producer whose id a replica had handed out. An id
+of another slot is never "unknown": its window is rebuilt from the log as for an id of an
+earlier run (what a new master needs for the producers its predecessor served).
+
 Surviving a restart, split in two:
 - producer ids never repeat: ``config/kafkaProducerIds.json`` holds the end of the block of
   ``ID_BLOCK`` ids handed out from; a new block is written (tmp + fsync + rename) BEFORE its
@@ -47,7 +56,9 @@ WINDOW = 5  # batches remembered per producer and partition (Kafka's, max.in.fli
 # producer instance is idempotent with a new id, so ids churn (~200 bytes a window). A dropped
 # window takes any next sequence, as a partition without state does.
 MAX_WINDOWS = 100_000
-ID_BLOCK = 1000
+# ids reserved by one write of the file: 1,000 of this broker's slot
+ID_BLOCK = 1000 * 1024
+SLOTS = 1024  # broker ids per group, as node ids count them (cluster.NODE_SPAN)
 SCAN = 2048
 FILE_NAME = "kafkaProducerIds.json"
 SEQ_MOD = 1 << 31
@@ -72,8 +83,11 @@ def producer_mark(batch: Batch) -> str:
 
 
 class ProducerTable:
-    def __init__(self, config_dir: Path, read: ReadMessages, queue_range: QueueRange) -> None:
+    def __init__(
+        self, config_dir: Path, read: ReadMessages, queue_range: QueueRange, broker_id: int = 0
+    ) -> None:
         self.path = config_dir / FILE_NAME
+        self.slot = broker_id % SLOTS
         self._read = read
         self._range = queue_range
         self._next = 0
@@ -92,6 +106,7 @@ class ProducerTable:
     async def allocate(self) -> int:
         """A producer id never handed out before, on this broker, across restarts."""
         async with self._lock:
+            self._next += (self.slot - self._next) % SLOTS  # the next id of this broker's slot
             if self._next >= self._reserved:
                 reserved = self._next + ID_BLOCK
                 text = json.dumps({"reservedUntil": reserved})
@@ -112,7 +127,7 @@ class ProducerTable:
         pid, epoch = batch.producer_id, batch.producer_epoch
         if pid < 0:
             return None
-        if pid >= self._next:
+        if pid >= self._next and pid % SLOTS == self.slot:
             raise KafkaError(Code.UNKNOWN_PRODUCER_ID, f"producer id {pid} was never assigned")
         state = self._state(pid, topic, queue_id)
         if state is None:
@@ -158,7 +173,7 @@ class ProducerTable:
     def _state(self, pid: int, topic: str, queue_id: int) -> _Partition | None:
         key = (pid, topic, queue_id)
         state = self._partitions.get(key)
-        if state is None and pid < self.first_of_run:
+        if state is None and (pid < self.first_of_run or pid % SLOTS != self.slot):
             state = self._rebuild(pid, topic, queue_id)
             if state is not None:
                 self._partitions[key] = state

@@ -15,6 +15,7 @@ from tests.harness import BrokerProcess, NamesrvProcess, _launch, _toml_value
 GRPC_PORT = 8081
 NAMESRV_PORT = 9876
 REMOTING_PORT = 10911  # RocketMQ 4.x remoting: the campaign reads through it too
+KAFKA_PORT = 9092  # Kafka: the campaign's idempotent producer and consumer group
 
 
 class NetnsBroker(BrokerProcess):
@@ -35,11 +36,13 @@ class NetnsBroker(BrokerProcess):
             "--store-dir", str(self.store_dir), "--listen", f"{self.host.address}:{GRPC_PORT}",
             "--metrics-listen", "127.0.0.1:0", "--wire-listen", "127.0.0.1:0",
             "--remoting-listen", f"{self.host.address}:{REMOTING_PORT}",
+            "--kafka-listen", f"{self.host.address}:{KAFKA_PORT}",
             "--ready-file", str(ready),
         ])  # fmt: skip
         self.proc, info = _launch(cmd, {}, self.log_path, ready, timeout or 30.0, "broker")
         self.endpoint, self.ha_endpoint = info["grpc"], info.get("ha") or ""
         self.remoting_endpoint = info.get("remoting") or ""
+        self.kafka_endpoint = info.get("kafka") or ""
         return self
 
 

@@ -144,3 +144,16 @@ def test_coordinator_from_live_masters_of_this_cluster() -> None:
             assert await cluster.coordinator(g, fresh=True) == node_id(expected or "", 0)
 
     asyncio.run(run())
+
+
+def test_a_controller_mode_replica_takes_the_masters_node_id_once_elected() -> None:
+    """brokerId 1 of a controller-mode group: routed as broker id 0 once elected, so its node
+    id must then be the master's (the leader Metadata names), else it refuses every Produce
+    as NOT_LEADER_OR_FOLLOWER for partitions it leads."""
+    elected = [False]
+    cluster = KafkaCluster(
+        lambda: None, "C", "broker-a", 1, lambda topic: 4, elected=lambda: elected[0]
+    )
+    assert (cluster.is_master, cluster.node_id) == (False, node_id("broker-a", 1))
+    elected[0] = True
+    assert (cluster.is_master, cluster.node_id) == (True, node_id("broker-a", 0))

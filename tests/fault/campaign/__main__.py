@@ -13,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.fault.campaign.protocols import involves_kafka
 from tests.fault.campaign.runner import Settings, run
 from tests.fault.checker import History
 from tests.fault.netns import Network, available
@@ -54,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
             history.dump(args.history)
     print(summary.table())
     print(f"client errors: {summary.client_errors}")
+    found = [v for name in summary.report.VIOLATIONS for v in getattr(summary.report, name)]
+    kafka = sum(map(involves_kafka, found))
+    print(f"violations naming a Kafka record or group: {kafka}; others: {len(found) - kafka}")
     if summary.ok and args.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)
     elif not summary.ok:

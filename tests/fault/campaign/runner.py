@@ -21,6 +21,7 @@ from pathlib import Path
 from tests.fault.campaign.cluster import Cluster
 from tests.fault.campaign.nemeses import TABLE, Context
 from tests.fault.campaign.nemeses.partition import IsolateMaster
+from tests.fault.campaign.protocols import KAFKA_GROUP, RMQ4_GROUP, observe_commits
 from tests.fault.campaign.summary import Summary, summarize
 from tests.fault.campaign.workload import TOPIC, Workload, copies_differing, read_all
 from tests.fault.checker import OK, History, Send, check
@@ -74,6 +75,7 @@ async def run(
     rng = random.Random(settings.seed)
     history = History() if history is None else history
     cluster = await Cluster.start(net, root)
+    workload: Workload | None = None
     try:
         master = await cluster.master(within_s=60)
         await cluster.in_sync(master, within_s=60)
@@ -122,12 +124,18 @@ async def run(
         await asyncio.sleep(3)  # writes acknowledged by the settled group
         await workload.stop()
         final = await read_all(cluster.processes["ns"].daemon.endpoint, history)
+        # Each group's committed offsets as the settled master answers them: below an
+        # acknowledged commit is "offsets moved back".
+        observe_commits(history, KAFKA_GROUP, await asyncio.to_thread(workload.kafka.committed))
+        observe_commits(history, RMQ4_GROUP, await workload.remoting.committed(master))
         replica = next(p for p in cluster.replicas if p is not master)
         differing = await copies_differing(master.daemon.endpoint, replica.daemon.endpoint)
     except BaseException:
         log(cluster.logs())  # type: ignore[operator]
         raise
     finally:
+        if workload is not None:
+            workload.kafka.done.set()  # its threads stop with the cluster (a raise included)
         cluster.stop()
     report = check(history.ops, final)
     failed = [why for p in cluster.processes.values() for why in p.failed_starts]

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tests.fault.checker import Fault, Op, Report, Send, unavailable_gaps
+from tests.fault.checker import OK, Fault, Op, Report, Send, unavailable_gaps
 
 
 @dataclass
@@ -33,6 +33,8 @@ class Summary:
     failed_starts: list[str] = field(default_factory=list)
     client_errors: dict[str, int] = field(default_factory=dict)
     copies_differing: list[str] = field(default_factory=list)  # replica's copy != master's
+    # protocol -> (sends, acknowledged), from the ids' prefixes (PROTOCOLS)
+    protocols: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def faults(self) -> int:
@@ -54,6 +56,12 @@ class Summary:
             ("unknown (written)", f"{r.unknown} ({r.unknown_written})"),
             ("failed (written)", f"{r.failed} ({r.failed_written})"),
             ("read after heal", r.read),
+            (
+                "acknowledged by protocol",
+                ", ".join(
+                    f"{name} {acked}/{sent}" for name, (sent, acked) in self.protocols.items()
+                ),
+            ),
             *((name.replace("_", " "), len(getattr(r, name))) for name in r.VIOLATIONS),
             ("failed restarts", len(self.failed_starts)),
             ("replica copies differing", len(self.copies_differing)),
@@ -74,6 +82,20 @@ class Summary:
         return "\n".join(lines)
 
 
+PROTOCOLS = {"p": "wharf.v1", "k": "kafka", "r": "remoting"}  # a send id's first letter
+
+
+def by_protocol(ops: Sequence[Op]) -> dict[str, tuple[int, int]]:
+    """protocol -> (sends, acknowledged)."""
+    counts: dict[str, list[int]] = {name: [0, 0] for name in PROTOCOLS.values()}
+    for op in ops:
+        if isinstance(op, Send):
+            row = counts.setdefault(PROTOCOLS.get(op.id[:1], "?"), [0, 0])
+            row[0] += 1
+            row[1] += op.status == OK
+    return {name: (sent, acked) for name, (sent, acked) in counts.items()}
+
+
 def summarize(
     report: Report, ops: Sequence[Op], seed: int, seconds: float, failed_starts: list[str]
 ) -> Summary:
@@ -90,4 +112,4 @@ def summarize(
         until = faults[i + 1].start if i + 1 < len(faults) else end
         row.unavailable_s += sum(max(0.0, min(hi, until) - max(lo, fault.start)) for lo, hi in gaps)
     kinds = sorted(rows.values(), key=lambda row: -row.injected)
-    return Summary(report, seed, seconds, kinds, failed_starts)
+    return Summary(report, seed, seconds, kinds, failed_starts, protocols=by_protocol(ops))

@@ -8,6 +8,8 @@
 - A consumer pulling every queue and committing what it read (``Commit`` ops, ``unknown``
   until the broker answered); beside it, readers through the remoting and v2 protocols
   (``readers.py``), recording reads only.
+- The same topic through Kafka (an idempotent ``acks=all`` producer and a consumer group) and
+  RocketMQ 4.x remoting (a producer and a consumer committing): ``protocols.py``.
 - A term monitor asking each replica every 100 ms for its role and term (``Term`` ops): what
   the checker's "two masters" rule judges the acknowledgements against, and the replica
   nemeses target as master (``master()``).
@@ -21,6 +23,7 @@ import random
 from typing import Any
 
 from tests.fault.campaign.cluster import BROKER, Cluster, Process
+from tests.fault.campaign.protocols import KafkaLoad, RemotingLoad
 from tests.fault.campaign.readers import RemotingReader, V2Reader
 from tests.fault.checker import OK, UNKNOWN, History, Read
 from tests.fault.power_campaign import body_of, id_of
@@ -54,6 +57,13 @@ class Workload:
                 asyncio.create_task(run(cluster.replicas, lambda: self.done, self._error))
             )
         self._tasks += [asyncio.create_task(self._monitor(p)) for p in cluster.replicas]
+        # Bodies of the same sizes; the generator is drawn from on the loop only (the Kafka
+        # threads take a size from their own, so the draws stay seeded).
+        kafka_rng = random.Random(rng.random())
+        self.kafka = KafkaLoad(cluster, history, TOPIC, lambda: kafka_rng.randint(200, 4096),
+                               self._error)  # fmt: skip
+        self.remoting = RemotingLoad(history, TOPIC, lambda: rng.randint(200, 4096),
+                                     self.master, self._error, lambda: self.done)  # fmt: skip
 
     def master(self) -> Process:
         """The replica that reported the highest term (a1 before anyone did)."""
@@ -62,8 +72,8 @@ class Workload:
         name = max(self.terms, key=lambda n: self.terms[n])
         return self.cluster.processes[name]
 
-    def _error(self, exc: BaseException) -> None:
-        name = type(exc).__name__
+    def _error(self, exc: BaseException | str) -> None:
+        name = exc if isinstance(exc, str) else type(exc).__name__
         self.errors[name] = self.errors.get(name, 0) + 1
 
     async def _producer(self, n: int, senders: int) -> None:
@@ -151,6 +161,7 @@ class Workload:
 
     async def stop(self) -> None:
         self.done = True
+        await asyncio.gather(self.kafka.stop(), self.remoting.stop())
         _, pending = await asyncio.wait(self._tasks, timeout=30)
         for task in pending:
             task.cancel()

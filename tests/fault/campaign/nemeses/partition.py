@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 
 from tests.fault.campaign.nemeses.base import Context
+from tests.fault.checker import Fault
 
 
 class _Partition:
@@ -19,7 +20,8 @@ class _Partition:
     async def inject(self, ctx: Context) -> str:
         self._cm = self.make(ctx)
         self._cm.__enter__()
-        return ctx.history.ops[-1].what  # type: ignore[union-attr]  # the Fault just recorded
+        # The Fault just recorded: the last one (the Kafka load's threads append ops too).
+        return next(op.what for op in reversed(ctx.history.ops) if isinstance(op, Fault))
 
     async def heal(self, ctx: Context) -> None:
         if self._cm is not None:
