@@ -24,30 +24,38 @@ DEPENDENCIES = JAVA_DIR / "target" / "classpath.txt"  # written by `mvn package`
 JVM = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xmx512m"]
 
 
-def classpath() -> str:
-    """The project's compiled test programs and the resolved jars (in ~/.m2)."""
+def classpath(own: bool = True) -> str:
+    """The resolved jars (in ~/.m2), after the project's compiled test programs when ``own``
+    (Apache's tools run without them: mqadmin reads its own logback configuration)."""
     if shutil.which("java") is None:
         pytest.skip("no java on the PATH: install a JDK >= 17 (e.g. openjdk-17-jdk-headless)")
     if not DEPENDENCIES.exists() or not CLASSES.exists():
         pytest.skip("the Java clients are not built: run `make java-clients` (needs mvn)")
-    return f"{CLASSES}{os.pathsep}{DEPENDENCIES.read_text().strip()}"
+    jars = DEPENDENCIES.read_text().strip()
+    return f"{CLASSES}{os.pathsep}{jars}" if own else jars
 
 
-def command(home: Path, *args: str) -> list[str]:
+def command(home: Path, *args: str, own: bool = True) -> list[str]:
     """``java`` with ``user.home`` = ``home`` (the RocketMQ clients write logs and offsets
     under it; Java takes it from the password database, not $HOME)."""
     home.mkdir(parents=True, exist_ok=True)
-    return ["java", *JVM, f"-Duser.home={home}", "-cp", classpath(), *args]
+    return ["java", *JVM, f"-Duser.home={home}", "-cp", classpath(own), *args]
 
 
 def env(home: Path) -> dict[str, str]:
-    return {**os.environ, "HOME": str(home), "ROCKETMQ_HOME": str(home)}
+    """$HOME and $ROCKETMQ_HOME in ``home``; no NAMESRV_ADDR of the caller's (the programs
+    and mqadmin are given theirs)."""
+    out = {**os.environ, "HOME": str(home), "ROCKETMQ_HOME": str(home)}
+    out.pop("NAMESRV_ADDR", None)
+    return out
 
 
-def run(home: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def run(
+    home: Path, *args: str, timeout: float, own: bool = True
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        command(home, *args), capture_output=True, text=True, env=env(home), timeout=timeout,
-        check=False,
+        command(home, *args, own=own), capture_output=True, text=True, env=env(home),
+        timeout=timeout, check=False,
     )  # fmt: skip
 
 
@@ -61,11 +69,17 @@ def results(proc: subprocess.CompletedProcess[str], seconds: float) -> dict[str,
     return out
 
 
-def scenario(results: dict[str, Any], name: str) -> dict[str, Any]:
-    """One scenario's result, or an AssertionError with its error and the JVM's stderr."""
+def scenario(results: dict[str, Any], name: str, home: Path | None = None) -> dict[str, Any]:
+    """One scenario's result, or an AssertionError with its error, the JVM's stderr and the
+    RocketMQ client's logs under ``home`` (when given)."""
     out = results.get(name)
     proc = results["_proc"]
     if out is None or not out["ok"]:
         detail = out["error"] if out else f"exit {proc.returncode}\n{proc.stdout[-3000:]}"
-        raise AssertionError(f"{name}: {detail}\n--- stderr ---\n{proc.stderr[-3000:]}")
+        logs = (
+            ""
+            if home is None
+            else "\n".join(p.read_text(errors="replace")[-3000:] for p in home.glob("logs/*/*.log"))
+        )
+        raise AssertionError(f"{name}: {detail}\n--- stderr ---\n{proc.stderr[-3000:]}\n{logs}")
     return out

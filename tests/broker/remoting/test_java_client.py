@@ -17,29 +17,20 @@ output read as a user would read it."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.harness import REPO_ROOT, BrokerProcess, Daemons
+from tests import javaclients
+from tests.harness import BrokerProcess, Daemons
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-JAVA_DIR = REPO_ROOT / "tests" / "java"
-CLASSES = JAVA_DIR / "target" / "classes"
-DEPENDENCIES = JAVA_DIR / "target" / "classpath.txt"  # written by `mvn package`
-# A short-lived client JVM: C1 only and the serial collector start faster and leave the
-# broker its share of the 2 cores (the scenarios' JVM uses ~3 s of CPU in ~15 s).
-JVM = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xmx512m"]
 # Delay level 2 = 3 s (timed); levels 3.. are the retries' (3 + reconsume times): 1 s each.
 # Check-backs of a transaction left UNKNOW after 0.5 s.
 SETTINGS = {
@@ -61,33 +52,6 @@ LOGBACK_TOOLS = """<configuration>
 """
 
 
-def classpath(own: bool) -> str:
-    """The resolved jars (in ~/.m2), with the project's compiled test programs when ``own``."""
-    if shutil.which("java") is None:
-        pytest.skip("no java on the PATH: install a JDK >= 17 (e.g. openjdk-17-jdk-headless)")
-    if not DEPENDENCIES.exists() or not CLASSES.exists():
-        pytest.skip("the Java clients are not built: run `make java-clients` (needs mvn)")
-    jars = DEPENDENCIES.read_text().strip()
-    return f"{CLASSES}{os.pathsep}{jars}" if own else jars
-
-
-def java(home: Path, cp: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    """A JVM with its own home (the client logs to ~/logs/rocketmqlogs and keeps broadcasting
-    consumers' offsets in ~/.rocketmq_offsets: nothing of another run may be read back). Java
-    takes ``user.home`` from the password database, not $HOME: both are set."""
-    home.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HOME": str(home), "ROCKETMQ_HOME": str(home)}
-    env.pop("NAMESRV_ADDR", None)
-    return subprocess.run(
-        ["java", *JVM, f"-Duser.home={home}", "-cp", cp, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
-
-
 @pytest.fixture(scope="module")
 def broker(module_daemons: Daemons) -> BrokerProcess:
     return module_daemons.broker(
@@ -98,32 +62,18 @@ def broker(module_daemons: Daemons) -> BrokerProcess:
 @pytest.fixture(scope="module")
 def scenarios(broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Every scenario's JSON line, by name (the JVM's output when one is missing)."""
-    cp = classpath(own=True)
     home = tmp_path_factory.mktemp("java-home")
     start = time.monotonic()
-    proc = java(
-        home, cp, "dev.wharf.javatests.Rmq4Scenarios", broker.remoting_endpoint, "all",
-        timeout=280,
-    )  # fmt: skip
-    took = time.monotonic() - start
-    results: dict[str, Any] = {"_proc": proc, "_seconds": took, "_home": home}
-    for line in proc.stdout.splitlines():
-        if line.startswith('{"'):
-            out = json.loads(line)
-            results[out["scenario"]] = out
-    return results
+    proc = javaclients.run(
+        home, "dev.wharf.javatests.Rmq4Scenarios", broker.remoting_endpoint, "all", timeout=280
+    )
+    out = javaclients.results(proc, time.monotonic() - start)
+    out["_home"] = home
+    return out
 
 
 def scenario(scenarios: dict[str, Any], name: str) -> dict[str, Any]:
-    out = scenarios.get(name)
-    proc = scenarios["_proc"]
-    if out is None or not out["ok"]:
-        logs = "\n".join(
-            p.read_text(errors="replace")[-3000:] for p in scenarios["_home"].glob("logs/*/*.log")
-        )
-        detail = out["error"] if out else f"exit {proc.returncode}\n{proc.stdout[-3000:]}"
-        raise AssertionError(f"{name}: {detail}\n--- stderr ---\n{proc.stderr[-3000:]}\n{logs}")
-    return out
+    return javaclients.scenario(scenarios, name, scenarios["_home"])
 
 
 def bodies(received: list[dict[str, Any]]) -> list[str]:
@@ -278,14 +228,15 @@ def mqadmin(
     -cp <rocketmq lib> org.apache.rocketmq.tools.command.MQAdminStartup cmd ... -n ADDR``),
     after the client scenarios (their topics and groups are what it lists). MQAdminStartup
     exits 0 even when a command fails (it prints the stack trace): stderr must be clean."""
-    cp = classpath(own=False)
     home = tmp_path_factory.mktemp("mqadmin-home")
     (home / "conf").mkdir()
     (home / "conf" / "logback_tools.xml").write_text(LOGBACK_TOOLS)
     main = "org.apache.rocketmq.tools.command.MQAdminStartup"
 
     def run(*args: str) -> str:
-        proc = java(home, cp, main, *args, "-n", broker.remoting_endpoint, timeout=60)
+        proc = javaclients.run(
+            home, main, *args, "-n", broker.remoting_endpoint, timeout=60, own=False
+        )
         assert proc.returncode == 0, proc.stderr
         assert "Exception" not in proc.stderr and "failed" not in proc.stdout, (
             f"{args}\n{proc.stdout}\n{proc.stderr}"

@@ -1,7 +1,5 @@
 package dev.wharf.javatests;
 
-import java.io.PrintWriter;
-import java.io.StringWriter;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -13,8 +11,6 @@ import java.util.concurrent.Callable;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
@@ -67,48 +63,7 @@ public final class Rmq4Scenarios {
         table.put("transaction", Rmq4Scenarios::transaction);
         table.put("broadcast", Rmq4Scenarios::broadcast);
         table.put("litepull", Rmq4Scenarios::litePull);
-        List<String> names = new ArrayList<>();
-        for (int i = 1; i < args.length; i++) {
-            names.add(args[i]);
-        }
-        if (names.isEmpty() || names.contains("all")) {
-            names = new ArrayList<>(table.keySet());
-        }
-        ExecutorService pool = Executors.newFixedThreadPool(names.size());
-        for (String name : names) {
-            Callable<Map<String, Object>> scenario = table.get(name);
-            if (scenario == null) {
-                throw new IllegalArgumentException("no scenario " + name + ": " + table.keySet());
-            }
-            pool.submit(() -> report(name, scenario));
-        }
-        pool.shutdown();
-        boolean done = pool.awaitTermination(240, TimeUnit.SECONDS);
-        System.out.flush();
-        // The clients' netty and scheduler threads are not daemons: exit rather than wait.
-        System.exit(done ? 0 : 3);
-    }
-
-    private static void report(String name, Callable<Map<String, Object>> scenario) {
-        long start = System.nanoTime();
-        Map<String, Object> out;
-        try {
-            out = scenario.call();
-            out.put("ok", true);
-        } catch (Throwable e) {
-            StringWriter trace = new StringWriter();
-            e.printStackTrace(new PrintWriter(trace));
-            out = new LinkedHashMap<>();
-            out.put("ok", false);
-            out.put("error", trace.toString());
-        }
-        out.put("scenario", name);
-        out.put("seconds", (System.nanoTime() - start) / 1e9);
-        String line = Json.write(out);
-        synchronized (System.out) {
-            System.out.println(line);
-            System.out.flush();
-        }
+        Scenarios.run(table, new ArrayList<>(List.of(args).subList(1, args.length)), 240);
     }
 
     // --- clients ----------------------------------------------------------------------------
