@@ -130,7 +130,7 @@ def test_single_stack_serves_drains_restarts_and_keeps_everything(
     try:
         started = time.monotonic()
         stack.compose("up", "-d")
-        stack.wait_healthy("broker", "console")
+        stack.wait_healthy("broker", "console", "prometheus")
         seconds["up to healthy"] = time.monotonic() - started
         users = client_env(secrets)
 
