@@ -3,9 +3,11 @@ computed the way the official clients compute it (independently of wharf's own c
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import hmac
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,15 @@ accounts:
     whiteRemoteAddress: 10.0.0.0/8
 """
 ACL_SETTINGS = {"aclEnable": True, "defaultTopicQueueNums": 4}
+
+
+@contextlib.contextmanager
+def acl_broker(daemons: Any, root: Path) -> Iterator[Any]:
+    """A broker with aclEnable and the accounts of ACL_YAML, its store under ``root`` (the
+    ACL test modules' one broker each)."""
+    write_acl(root / "store")
+    with daemons.broker(root, settings=ACL_SETTINGS) as proc:
+        yield proc
 
 
 def write_acl(store_dir: Path, text: str = ACL_YAML) -> Path:

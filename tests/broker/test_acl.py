@@ -45,6 +45,7 @@ from tests.broker.acl_helpers import (
     PRODUCER,
     REMOTE_ONLY,
     TOPIC,
+    acl_broker,
     date_now,
     empty_request,
     response_class,
@@ -64,9 +65,7 @@ V1_METHODS = [(s.full_name, m) for s in SERVICES for m in s.methods]
 def broker(
     module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
-    root = tmp_path_factory.mktemp("acl")
-    write_acl(root / "store")
-    with module_daemons.broker(root, settings=ACL_SETTINGS) as proc:
+    with acl_broker(module_daemons, tmp_path_factory.mktemp("acl")) as proc:
         yield proc
 
 

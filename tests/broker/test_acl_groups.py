@@ -23,14 +23,13 @@ from wharf.rocketmq.v2 import service_pb2_grpc as v2_grpc
 from wharf.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc
 
 from tests.broker.acl_helpers import (
-    ACL_SETTINGS,
     ADMIN,
     CONSUMER,
     GROUP,
     PRODUCER,
     TOPIC,
+    acl_broker,
     signed,
-    write_acl,
 )
 from tests.harness import BrokerProcess, Daemons
 
@@ -41,9 +40,7 @@ V2_FORBIDDEN = 40300
 def broker(
     module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
-    root = tmp_path_factory.mktemp("acl-groups")
-    write_acl(root / "store")
-    with module_daemons.broker(root, settings=ACL_SETTINGS) as proc:
+    with acl_broker(module_daemons, tmp_path_factory.mktemp("acl-groups")) as proc:
         yield proc
 
 

@@ -23,18 +23,17 @@ from wharf.rocketmq.v2 import definition_pb2 as d
 from wharf.rocketmq.v2 import service_pb2 as s
 
 from tests.broker.acl_helpers import (
-    ACL_SETTINGS,
     ADMIN,
     CONSUMER,
     GROUP,
     NOBODY,
     PRODUCER,
     TOPIC,
+    acl_broker,
     date_now,
     empty_request,
     response_class,
     signed,
-    write_acl,
 )
 from tests.broker.test_acl import AUTH_VALUES, DATES
 from tests.broker.v2.test_official_client import run_script
@@ -50,9 +49,7 @@ SCRIPT = Path(__file__).with_name("rmq_acl_script.py")
 def broker(
     module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
-    root = tmp_path_factory.mktemp("acl-v2")
-    write_acl(root / "store")
-    with module_daemons.broker(root, settings=ACL_SETTINGS) as proc:
+    with acl_broker(module_daemons, tmp_path_factory.mktemp("acl-v2")) as proc:
         yield proc
 
 
