@@ -202,7 +202,13 @@ def test_lite_pull_subscribe_and_assign_commit_their_offsets(scenarios: dict[str
     out = scenario(scenarios, "litepull")
     every = [f"l-{i}" for i in range(8)]
     assert bodies(out["subscribe_received"]) == every
-    assert bodies(out["assign_received"]) == every
+    # assign() starts a pull task per queue at the group's offset (0 for a new group, RocketMQ's
+    # rule); seek(mq, 0) then cancels it, but a pull already in flight may still hand its batch
+    # to the cache (4.9.8 DefaultLitePullConsumerImpl.seek: tryInterrupt, no wait), so a queue
+    # can be read twice from 0. At-least-once allows that; a gap or a stranger would be ours.
+    assigned = bodies(out["assign_received"])
+    assert sorted(set(assigned)) == every
+    assert all(assigned.count(b) <= 2 for b in every), assigned
     assert out["assign_queues"] == 4
     for group in ("CG_LITE_SUB", "CG_LITE_ASSIGN"):
         progress = out["committed"][group]
