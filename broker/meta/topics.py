@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wharf.broker.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
+from wharf.broker.meta import topic_configs
 from wharf.broker.meta.persist import PendingWrite, TableJournal, nothing_to_write
 from wharf.store.codec.properties import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -64,8 +65,14 @@ MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 
 
 def checked_attributes(attributes: dict[str, str]) -> dict[str, str]:
-    """The attributes to store: ``message.type`` upper-cased and one of MESSAGE_TYPES."""
+    """The attributes to store: ``message.type`` upper-cased and one of MESSAGE_TYPES; the
+    cleanup configs (``topic_configs.KEYS``) in their stored form; others as given."""
     out = dict(attributes)
+    for name in out.keys() & topic_configs.KEYS.keys():
+        try:
+            out[name] = topic_configs.checked(name, out[name])
+        except topic_configs.ConfigError as exc:
+            raise InvalidArgumentError(str(exc)) from None
     kind = out.get(MESSAGE_TYPE_ATTRIBUTE)
     if kind is not None:
         out[MESSAGE_TYPE_ATTRIBUTE] = kind = kind.strip().upper()

@@ -1,0 +1,1 @@
+"""What a topic keeps: its cleanup policy (delete by age or size, compaction by key)."""
