@@ -138,9 +138,12 @@ class BrokerProcess:
         env: dict[str, str] | None = None,
         ready_timeout: float = 30.0,
         open_files: int | None = None,
+        python: str | None = None,
     ) -> None:
         self.root = Path(root)
         self.open_files = open_files  # RLIMIT_NOFILE of the daemon (None: inherited)
+        # The interpreter that runs the daemon: another revision's (tests/bench/revisions.py).
+        self.python = python or sys.executable
         self.store_dir = self.root / "store"
         self.settings = {**TEST_STORE_SIZES, **(settings or {})}
         self.extra_args = list(extra_args or [])
@@ -181,7 +184,7 @@ class BrokerProcess:
             if setting not in self.settings and flag not in self.extra_args:
                 wire += [flag, "off"]
         cmd = [
-            sys.executable, "-m", "wharf.broker",
+            self.python, "-m", "wharf.broker",
             "--config", str(config),
             "--store-dir", str(self.store_dir),
             "--listen", "127.0.0.1:0",
