@@ -54,6 +54,7 @@ from wharf.broker.acl.accounts import (
     Unauthenticated,
     peer_address,
 )
+from wharf.broker.acl.caller import set_caller
 from wharf.broker.acl.refusals import Refusals
 from wharf.broker.acl.rules import Account
 from wharf.broker.acl.table import ACCESS, ADMIN, V1_ADMIN
@@ -120,6 +121,7 @@ class AclGuard(AccountChecker):
             started = time.perf_counter()
             try:
                 account = self.authenticate(context.invocation_metadata(), context.peer)
+                set_caller(account.access_key, account.admin)  # this call's task only
                 if request is not None:
                     if type(request) is MalformedRequest:
                         needs = [ADMIN] if admin_only else []

@@ -31,6 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from wharf.broker.acl.caller import ANYONE, Caller
+from wharf.broker.errors import PermissionDeniedError
+
 CLIENT_TIMEOUT_S = 120.0  # channelExpiredTimeout's default (RocketMQ's 2 min)
 MAX_SESSIONS = 65536
 
@@ -76,6 +79,7 @@ class ConsumerClient:
     subscriptions: dict[str, str] = field(default_factory=dict)  # topic -> tag expression
     message_model: MessageModel = MessageModel.CLUSTERING
     consume_from_where: ConsumeFrom = ConsumeFrom.LAST_OFFSET
+    owner: str = ""  # the account that registered it (aclEnable), "" without ACL
 
 
 @dataclass(slots=True)
@@ -92,6 +96,7 @@ class Session:
     # A front end's own handle of the connection the client last spoke on (remoting's
     # Connection: NOTIFY_CONSUMER_IDS_CHANGED, check-backs, the connection list), opaque here.
     connection: Any = None
+    owner: str = ""  # the account that registered it (aclEnable), "" without ACL
 
 
 class ClientRegistry:
@@ -127,14 +132,19 @@ class ClientRegistry:
         message_model: MessageModel,
         consume_from_where: ConsumeFrom,
         now: float | None = None,
+        caller: Caller = ANYONE,
     ) -> int:
-        """Record a consumer's heartbeat; returns the group's membership version."""
+        """Record a consumer's heartbeat; returns the group's membership version. A client id
+        another account registered is refused (it would take over its queues)."""
         now = self._clock() if now is None else now
-        members = self.groups.setdefault(group, {})
+        members = self.groups.get(group, {})
         client = members.get(client_id)
+        if client is not None:
+            _check_owner(caller, client.owner, client_id)
+        members = self.groups.setdefault(group, members)
         if client is None:
             members[client_id] = ConsumerClient(
-                client_id, now, subscriptions, message_model, consume_from_where
+                client_id, now, subscriptions, message_model, consume_from_where, caller.name
             )
             return self._bump(group)
         client.last_seen = now
@@ -146,7 +156,19 @@ class ClientRegistry:
     def producer_heartbeat(self, client_id: str, group: str, now: float | None = None) -> None:
         self.producers.setdefault(group, {})[client_id] = self._clock() if now is None else now
 
-    def unregister(self, client_id: str, groups: list[str], producer_groups: list[str]) -> None:
+    def unregister(
+        self,
+        client_id: str,
+        groups: list[str],
+        producer_groups: list[str],
+        caller: Caller = ANYONE,
+    ) -> None:
+        """The client leaves these groups; refused (nothing removed) when another account
+        registered it in one of them."""
+        for group in groups:
+            client = self.groups.get(group, {}).get(client_id)
+            if client is not None:
+                _check_owner(caller, client.owner, client_id)
         for group in groups:
             members = self.groups.get(group)
             if members is not None and members.pop(client_id, None) is not None:
@@ -198,16 +220,21 @@ class ClientRegistry:
         kind: ClientKind = ClientKind.UNKNOWN,
         group: str = "",
         topics: tuple[str, ...] | None = None,
+        caller: Caller = ANYONE,
     ) -> Session:
         """A session's settings or heartbeat: registers it (or keeps it alive); a known
-        ``kind``, a ``group`` and ``topics`` (None: unchanged) replace what it had."""
+        ``kind``, a ``group`` and ``topics`` (None: unchanged) replace what it had. A client id
+        another account registered is refused."""
         now = self._clock()
         session = self._sessions.get(client_id)
         if session is None:
             if len(self._sessions) >= self._max_sessions:
                 self._sessions.popitem(last=False)
-            session = self._sessions[client_id] = Session(client_id)
+            session = self._sessions[client_id] = Session(client_id, owner=caller.name)
         else:
+            _check_owner(caller, session.owner, client_id)
+            if not session.owner:  # made by a channel's opening, before its first settings
+                session.owner = caller.name
             self._sessions.move_to_end(client_id)
         session.last_seen = now
         if kind is not ClientKind.UNKNOWN:
@@ -255,9 +282,14 @@ class ClientRegistry:
         del self._sessions[client_id]
         return True
 
-    def terminate(self, client_id: str) -> bool:
-        """The client said it stops: True when it was known."""
-        return self._sessions.pop(client_id, None) is not None
+    def terminate(self, client_id: str, caller: Caller = ANYONE) -> bool:
+        """The client said it stops: True when it was known. Refused for another account's."""
+        session = self._sessions.get(client_id)
+        if session is None:
+            return False
+        _check_owner(caller, session.owner, client_id)
+        del self._sessions[client_id]
+        return True
 
     def producers_on(self, topic: str) -> list[Session]:
         """Producer sessions with an open channel whose topics list ``topic`` (the check-back
@@ -297,3 +329,11 @@ class ClientRegistry:
             del sessions[client_id]
             dropped.append((session.group, client_id))
         return dropped
+
+
+def _check_owner(caller: Caller, owner: str, client_id: str) -> None:
+    if not caller.may_act_for(owner):
+        raise PermissionDeniedError(
+            f"user {caller.name!r} may not act for client {client_id!r}: "
+            "another account registered it"
+        )

@@ -52,6 +52,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from wharf.broker.acl.accounts import AccountChecker, Denied, Unauthenticated
+from wharf.broker.acl.caller import set_caller
 from wharf.broker.acl.refusals import Refusals
 from wharf.broker.acl.rules import Perm
 from wharf.broker.acl.table import ADMIN, Need
@@ -240,6 +241,7 @@ class RemotingAcl:
             account = checker.authenticate_fields(
                 request.ext_fields, request.body, request.version, peer_host
             )
+            set_caller(account.access_key, account.admin)  # this request's task only
             if not account.admin:
                 needs_of = self.access.get(code, _admin)  # a code without an entry: admin
                 needs = needs_of(request)

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from wharf.broker.acl.caller import caller
 from wharf.broker.core.clients import ConsumeFrom, MessageModel
 from wharf.broker.core.errors import (
     InvalidSend,
@@ -439,6 +440,7 @@ class RemotingHandlers:
                 subscriptions,
                 _MESSAGE_MODEL.get(model, MessageModel.CLUSTERING),
                 _CONSUME_FROM_NEUTRAL.get(where, ConsumeFrom.LAST_OFFSET),
+                caller=caller(),
             )
             # Apache's registerConsumer notifies on a new channel and on a subscription change
             # (a topic added or dropped: ConsumerGroupInfo.updateSubscription): a lite pull
@@ -472,7 +474,7 @@ class RemotingHandlers:
         header = UnregisterClientRequestHeader.from_ext_fields(request.ext_fields)
         groups = [header.consumer_group] if header.consumer_group else []
         producers = [header.producer_group] if header.producer_group else []
-        self.ctx.port.clients.unregister(header.client_id, groups, producers)
+        self.ctx.port.clients.unregister(header.client_id, groups, producers, caller())
         for group in groups:
             self._notify_ids_changed(group)
         return _ok(request)

@@ -3,6 +3,7 @@ core's retry: ``broker/core/retry.py``)."""
 
 from __future__ import annotations
 
+from wharf.broker.acl.caller import caller
 from wharf.broker.core.clients import ConsumeFrom, MessageModel
 from wharf.broker.core.tags import filter_of
 from wharf.broker.errors import InvalidArgumentError
@@ -53,6 +54,7 @@ class ConsumerProcessor:
                 subscriptions,
                 _MESSAGE_MODELS.get(data.message_model, MessageModel.CLUSTERING),
                 _CONSUME_FROM.get(data.consume_from_where, ConsumeFrom.LAST_OFFSET),
+                caller=caller(),
             )
         for group in request.producer_groups:
             ctx.port.clients.producer_heartbeat(request.client_id, group)
@@ -63,7 +65,10 @@ class ConsumerProcessor:
     ) -> messaging_pb2.UnregisterClientResponse:
         _validate_client_id(request.client_id)
         self.ctx.port.clients.unregister(
-            request.client_id, list(request.consumer_groups), list(request.producer_groups)
+            request.client_id,
+            list(request.consumer_groups),
+            list(request.producer_groups),
+            caller(),
         )
         return messaging_pb2.UnregisterClientResponse()
 

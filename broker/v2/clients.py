@@ -9,6 +9,7 @@ Telemetry stream ends, on NotifyClientTermination, or by the registry's expiry
 
 from __future__ import annotations
 
+from wharf.broker.acl.caller import caller
 from wharf.broker.core.clients import ClientKind, ClientRegistry, Session
 from wharf.rocketmq.v2 import definition_pb2
 
@@ -32,8 +33,8 @@ def on_settings(
         topics = tuple(s.topic.name for s in settings.subscription.subscriptions)
     elif settings.HasField("publishing"):
         topics = tuple(t.name for t in settings.publishing.topics)
-    return clients.touch(client_id, kind_of(settings.client_type), group, topics)
+    return clients.touch(client_id, kind_of(settings.client_type), group, topics, caller())
 
 
 def on_heartbeat(clients: ClientRegistry, client_id: str, client_type: int, group: str) -> Session:
-    return clients.touch(client_id, kind_of(client_type), group)
+    return clients.touch(client_id, kind_of(client_type), group, caller=caller())

@@ -24,6 +24,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from wharf.broker.acl.caller import caller
 from wharf.broker.core.clients import ClientKind
 from wharf.broker.core.errors import UnknownTimer
 from wharf.broker.core.port import RequestContext
@@ -203,7 +204,7 @@ class V2MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @v2_rpc("NotifyClientTermination")
     async def NotifyClientTermination(self, request, context, client_id):  # type: ignore[no-untyped-def]
-        self.clients.terminate(client_id)
+        self.clients.terminate(client_id, caller())
         return service_pb2.NotifyClientTerminationResponse(status=codes.ok())
 
     def settings_reply(self, client_id: str, command: Any) -> service_pb2.TelemetryCommand:

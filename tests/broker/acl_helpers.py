@@ -16,6 +16,7 @@ from google.protobuf import message_factory
 ADMIN = ("root", "root-secret")
 PRODUCER = ("producer", "producer-secret")
 CONSUMER = ("consumer", "consumer-secret")
+CONSUMER2 = ("consumer2", "consumer2-secret")  # CONSUMER's permissions, another account
 NOBODY = ("nobody", "nobody-secret")
 REMOTE_ONLY = ("remote", "remote-secret")  # allowed from 10.0.0.0/8 only
 TOPIC = "orders"
@@ -31,6 +32,10 @@ accounts:
     topicPerms: ["{TOPIC}=PUB", "orders-*=PUB"]
   - accessKey: {CONSUMER[0]}
     secretKey: {CONSUMER[1]}
+    topicPerms: ["{TOPIC}=SUB"]
+    groupPerms: ["{GROUP}=SUB"]
+  - accessKey: {CONSUMER2[0]}
+    secretKey: {CONSUMER2[1]}
     topicPerms: ["{TOPIC}=SUB"]
     groupPerms: ["{GROUP}=SUB"]
   - accessKey: {NOBODY[0]}

@@ -5,7 +5,7 @@ and what an attacker would: join the group with a heartbeat (or v2 Telemetry set
 subscribed to a topic it may not read, create groups by naming them, and remove the group's
 clients. Each is refused PERMISSION_DENIED / FORBIDDEN, naming the user, the group or topic and
 the action, and no group is created; the consumer account (SUB on ``billing`` and ``orders``)
-is served. Remoting and Kafka: tests/broker/remoting/test_acl.py, tests/broker/kafka/test_sasl.py.
+is served. A second account of the same group may not remove or take over the first's clients. Remoting and Kafka: tests/broker/remoting/test_acl.py, tests/broker/kafka/test_sasl.py.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from wharf.v1 import admin_pb2, admin_pb2_grpc, messaging_pb2, messaging_pb2_grp
 from tests.broker.acl_helpers import (
     ADMIN,
     CONSUMER,
+    CONSUMER2,
     GROUP,
     PRODUCER,
     TOPIC,
@@ -205,3 +206,40 @@ def test_v2_heartbeat_telemetry_and_termination_need_sub_on_the_group(
     reply = stub.NotifyClientTermination(bye, metadata=v2_metadata(PRODUCER, "v2-real"), timeout=10)
     assert reply.status.code == V2_FORBIDDEN
     assert "v2-billing" not in groups(channel) - before  # refused joins created nothing
+
+
+def test_v1_an_account_cannot_remove_or_take_over_anothers_client(channel: grpc.Channel) -> None:
+    """Both accounts may SUB on billing; a client id belongs to the account that registered it
+    (an account that could unregister the other's consumers would take their queues)."""
+    stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+    stub.Heartbeat(heartbeat("mine@1", GROUP, TOPIC), metadata=signed(CONSUMER), timeout=10)
+    stub.Heartbeat(heartbeat("theirs@1", GROUP, TOPIC), metadata=signed(CONSUMER2), timeout=10)
+    leave = messaging_pb2.UnregisterClientRequest(client_id="mine@1", consumer_groups=[GROUP])
+    details = denied(lambda: stub.UnregisterClient(leave, metadata=signed(CONSUMER2)))
+    assert "user 'consumer2' may not act for client 'mine@1'" in details
+    denied(lambda: stub.Heartbeat(heartbeat("mine@1", GROUP, TOPIC), metadata=signed(CONSUMER2)))
+    assert members(channel, GROUP) == ["mine@1", "theirs@1"]
+    # Its own account and an admin may.
+    stub.UnregisterClient(leave, metadata=signed(CONSUMER), timeout=10)
+    theirs = messaging_pb2.UnregisterClientRequest(client_id="theirs@1", consumer_groups=[GROUP])
+    stub.UnregisterClient(theirs, metadata=signed(ADMIN), timeout=10)
+    assert members(channel, GROUP) == []
+
+
+def test_v2_termination_of_anothers_client_is_forbidden(channel: grpc.Channel) -> None:
+    stub = v2_grpc.MessagingServiceStub(channel)
+    ok = v2_pb2.HeartbeatRequest(
+        group=v2_def.Resource(name=GROUP), client_type=v2_def.SIMPLE_CONSUMER
+    )
+    reply = stub.Heartbeat(ok, metadata=v2_metadata(CONSUMER, "v2-mine"), timeout=10)
+    assert reply.status.code == 20000
+    reply = stub.Heartbeat(ok, metadata=v2_metadata(CONSUMER2, "v2-mine"), timeout=10)
+    assert reply.status.code == V2_FORBIDDEN
+    assert "may not act for client 'v2-mine'" in reply.status.message
+    bye = v2_pb2.NotifyClientTerminationRequest(group=v2_def.Resource(name=GROUP))
+    reply = stub.NotifyClientTermination(
+        bye, metadata=v2_metadata(CONSUMER2, "v2-mine"), timeout=10
+    )
+    assert reply.status.code == V2_FORBIDDEN
+    reply = stub.NotifyClientTermination(bye, metadata=v2_metadata(CONSUMER, "v2-mine"), timeout=10)
+    assert reply.status.code == 20000

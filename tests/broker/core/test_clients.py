@@ -3,7 +3,10 @@ sessions with channels (apache.rocketmq.v2) under one expiry."""
 
 from __future__ import annotations
 
+import pytest
+from wharf.broker.acl.caller import Caller
 from wharf.broker.core.clients import ClientKind, ClientRegistry, ConsumeFrom, MessageModel
+from wharf.broker.errors import PermissionDeniedError
 
 
 class Clock:
@@ -67,3 +70,32 @@ def test_a_remoting_connection_is_the_clients_way_back_until_it_closes_or_moves(
     clock.now += 121
     reg.expire()
     assert reg.connection_of("c2") is None
+
+
+def test_a_client_belongs_to_the_account_that_registered_it() -> None:
+    registry = ClientRegistry()
+    alice, bob, root = Caller("alice", False), Caller("bob", False), Caller("root", True)
+    registry.heartbeat(
+        "c1", "g", {}, MessageModel.CLUSTERING, ConsumeFrom.LAST_OFFSET, caller=alice
+    )
+    with pytest.raises(PermissionDeniedError, match="'bob' may not act for client 'c1'"):
+        registry.unregister("c1", ["g"], [], bob)
+    with pytest.raises(PermissionDeniedError):  # nor take its id over
+        registry.heartbeat(
+            "c1", "g", {}, MessageModel.CLUSTERING, ConsumeFrom.LAST_OFFSET, caller=bob
+        )
+    assert registry.members("g")[0] == ["c1"]
+    registry.unregister("c1", ["g"], [], root)  # an admin may
+    assert registry.members("g")[0] == []
+    registry.touch("s1", ClientKind.CONSUMER, "g", caller=alice)
+    with pytest.raises(PermissionDeniedError):
+        registry.terminate("s1", bob)
+    assert registry.terminate("s1", alice)
+    registry.channel_opened("s2")  # a channel opens before its settings name the account
+    registry.touch("s2", ClientKind.CONSUMER, "g", caller=bob)
+    with pytest.raises(PermissionDeniedError):
+        registry.terminate("s2", alice)
+    # Without ACL nobody is recorded and everyone may (ANYONE is the default caller).
+    registry.heartbeat("c2", "g", {}, MessageModel.CLUSTERING, ConsumeFrom.LAST_OFFSET)
+    registry.unregister("c2", ["g"], [])
+    assert registry.members("g")[0] == []

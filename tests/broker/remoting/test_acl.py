@@ -54,6 +54,7 @@ from tests.broker.acl_helpers import (
     ACL_YAML,
     ADMIN,
     CONSUMER,
+    CONSUMER2,
     GROUP,
     NOBODY,
     PRODUCER,
@@ -192,8 +193,13 @@ async def test_signed_requests_of_accounts_with_the_permissions_are_served(
     assert topics.code == 0 and TOPIC in json.loads(topics.body)["topicConfigTable"]
     pulled = await _call(client, ADMIN, RequestCode.PULL_MESSAGE, _pull_fields(TOPIC, 0, 0, 0))
     assert pulled.code == ResponseCode.SUCCESS, pulled.remark
-    # Leave the group (SUB on it): the C++ consumer below is then its only member.
+    # Another account of the group may neither unregister the client nor take over its id.
     leave = {"clientID": "127.0.0.1@acl", "consumerGroup": GROUP}
+    refused = await _call(client, CONSUMER2, RequestCode.UNREGISTER_CLIENT, leave)
+    assert refused.code == ResponseCode.NO_PERMISSION
+    assert "may not act for client '127.0.0.1@acl'" in refused.remark
+    assert (await _call(client, CONSUMER2, RequestCode.HEART_BEAT, None, beat)).code != 0
+    # Leave the group (SUB on it): the C++ consumer below is then its only member.
     assert (await _call(client, CONSUMER, RequestCode.UNREGISTER_CLIENT, leave)).code == 0
 
 
