@@ -21,9 +21,12 @@ from wharf.broker.failover.role import Replication, StoreRole
 
 class MasterTransfer(Protocol):
     """What TransferMaster (broker/v1/admin.py) uses of failover, and the Kafka front end's
-    leadership (``is_master``: elected, the term not lost)."""
+    leadership (``leads``: elected, the store promoted, the term not lost)."""
 
     is_master: bool
+
+    @property
+    def leads(self) -> bool: ...
 
     async def transfer(self, to: int) -> tuple[int, int]: ...
 

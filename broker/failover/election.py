@@ -146,6 +146,7 @@ class Failover:
         self.master_id = 0
         self.epoch = 0  # the term this broker is master of (0 = not master)
         self.is_master = False
+        self._promoted = False  # the store took over the term (``leads``)
         self._lease = 0  # the id of our master key's lease (0 = none)
         self._create_revision = 0  # of our master key
         self._sss_revision = 0
@@ -313,6 +314,7 @@ class Failover:
             ha.require(set())  # the set is this master alone until replicas catch up
             master["ha"] = f"{self.store.config.ha_listen_host}:{ha.port}"
             await self.etcd.put(self._key("master"), json.dumps(master).encode(), lease)
+            self._promoted = True
         except Exception as exc:
             # Half a master (its HA port taken, etcd gone mid-way) serves nobody: give the
             # term back at once and come back as a replica; the group elects again.
@@ -518,6 +520,13 @@ class Failover:
             await self.etcd.revoke(self._lease)
         self.is_master = False
         log.info("handed over: lease of term %d revoked", self.epoch)
+
+    @property
+    def leads(self) -> bool:
+        """Master with its store promoted (``is_master`` comes first: promotion dispatches the
+        whole log, up to 60 s). What may answer for the group's partitions: a Kafka produce
+        let in before checked its idempotent producers against a log half dispatched."""
+        return self.is_master and self._promoted and not self._stepping_down
 
     def _step_down(self, reason: str) -> None:
         if self._stepping_down:

@@ -69,7 +69,7 @@ class KafkaEnv:
 
             def elected() -> bool:  # controller mode: this replica is the master now
                 failover = ctx.failover
-                return failover is not None and failover.is_master
+                return failover is not None and failover.leads
 
             self.cluster = KafkaCluster(
                 ctx.cluster_routes, config.broker_cluster_name, config.broker_name,

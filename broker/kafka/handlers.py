@@ -38,8 +38,11 @@ class KafkaHandlers:
         def queue_range(topic: str, queue_id: int) -> tuple[int, int]:
             return port.min_offset(topic, queue_id), port.max_offset(topic, queue_id)
 
+        def leading() -> bool:  # this broker leads its partitions (always, alone)
+            return env.cluster is None or env.cluster.is_master
+
         config_dir = Path(port.store_config.store_path_root_dir) / "config"
-        self.producers = ProducerTable(config_dir, read, queue_range, ctx.config.broker_id)
+        self.producers = ProducerTable(config_dir, read, queue_range, ctx.config.broker_id, leading)
         self.coordinator = Coordinator(ctx.config.kafka_group_initial_rebalance_delay_ms)
         self.metadata = MetadataHandlers(env)
         self.produce = ProduceHandler(env, self.producers)

@@ -9,7 +9,10 @@ offset, dense).
   (``env.queue_of``: in a cluster NOT_LEADER_OR_FOLLOWER, so the client refreshes its
   metadata and sends to the leader; the partition's queue is this broker's); the batches decoded and checked
   (records.py: CRC-32C, magic 2, codecs); the idempotent producer's sequence check
-  (producers.py): a duplicate is answered with its first offset and not stored again.
+  (producers.py): a duplicate is answered with its first offset and not stored again, once
+  that first copy is durable as an append's answer requires (its wait again, if the first
+  one did not come back PUT_OK: a retry after NOT_ENOUGH_REPLICAS_AFTER_APPEND must not be
+  acknowledged before the replicas have the record).
 - Appends run in request order per connection (``append_lock``; after the store's dispatch
   back-pressure wait), then every partition waits for durability together.
 - acks: 0 = no response at all (the records are still stored as with 1); 1 and -1 (all) both
@@ -35,7 +38,7 @@ from wharf.broker.kafka import fast
 from wharf.broker.kafka.convert import KAFKA_PRODUCER, properties_bytes, record_body_properties
 from wharf.broker.kafka.env import KafkaEnv
 from wharf.broker.kafka.errors import Code, KafkaError, code_for
-from wharf.broker.kafka.producers import ProducerTable, producer_mark
+from wharf.broker.kafka.producers import ProducerTable, Seen, producer_mark
 from wharf.broker.kafka.records import Batch, iter_batches
 from wharf.broker.kafka.server import KafkaConnection
 from wharf.store.codec.send_records import encode_record, topic_tail
@@ -66,6 +69,10 @@ class _Part:
     batches: list[tuple[Batch, bytes, list[int]]] = field(default_factory=list)
     base_offset: int = -1
     written: list[Any] = field(default_factory=list)  # the store's Written of each append
+    # the idempotent entries of this request's batches: appended here, or earlier copies
+    # (duplicates) whose first wait has not come back PUT_OK yet
+    seen: list[Seen] = field(default_factory=list)
+    pending: list[Seen] = field(default_factory=list)  # duplicates to wait for
 
     def fail(self, exc: BaseException) -> None:
         self.code = code_for(exc)
@@ -100,7 +107,7 @@ class ProduceHandler:
             for part in parts:
                 if part.code == Code.NONE:
                     self._append(part)
-        await asyncio.gather(*(self._durable(p) for p in parts if p.written))
+        await asyncio.gather(*(self._durable(p) for p in parts if p.written or p.pending))
         if acks == 0:
             return None
         return self._response(conn, parts)
@@ -211,11 +218,15 @@ class ProduceHandler:
                 duplicate = producers.check(part.topic, part.queue, batch)
                 if duplicate is not None:
                     if part.base_offset < 0:
-                        part.base_offset = duplicate
+                        part.base_offset = duplicate.base_offset
+                    if duplicate.written is not None:
+                        part.pending.append(duplicate)
                     continue
                 written = core.append_records(part.topic, part.queue, records, part.born_host)
                 first = written.appended.first_queue_offset
-                producers.remember(part.topic, part.queue, batch, first)
+                seen = producers.remember(part.topic, part.queue, batch, first, written)
+                if seen is not None:
+                    part.seen.append(seen)
                 part.written.append(written)
                 if part.base_offset < 0:
                     part.base_offset = first
@@ -224,8 +235,16 @@ class ProduceHandler:
 
     async def _durable(self, part: _Part) -> None:
         ctx = self.env.ctx
+        # Appends of one partition are in order: the last one's wait covers the others. An
+        # earlier copy a duplicate names is older than this request's appends, but when it
+        # is the only one its own wait stands for it.
+        written = part.written or [
+            seen.written for seen in part.pending if seen.written is not None
+        ]
+        if not written:
+            return  # another request's wait for those copies came back PUT_OK meanwhile
         try:
-            results = await ctx.port.send.durable_many(part.written)
+            results = await ctx.port.send.durable_many(written)
         except Exception as exc:
             part.fail(exc)
             return
@@ -233,6 +252,11 @@ class ProduceHandler:
         if status is not PutStatus.PUT_OK:
             part.code = _PUT_CODES[status]
             part.message = f"stored, but {status.value}"
+            return
+        for seen in (*part.seen, *part.pending):
+            seen.written = None  # durable: a later retry of it is answered at once
+        if not part.written:
+            return  # duplicates only: nothing new came in
         count = sum(len(sizes) for _, _, sizes in part.batches)
         ctx.counters.messages_in += count
         ctx.metrics.on_messages_in(part.topic, [n for _, _, sizes in part.batches for n in sizes])

@@ -9,6 +9,15 @@ follow the last one (mod 2**31), else OUT_OF_ORDER_SEQUENCE_NUMBER. A partition 
 for the producer takes any first sequence (its state may predate the window: Kafka 2.5+ does
 the same after KIP-360 rather than fail the producer).
 
+A duplicate is answered as its first copy would have been, no sooner: ``Seen.written`` keeps
+the first append's durability handle until its wait came back PUT_OK, and the retry waits on
+it again (disk, in-sync replicas, the master's lease). Before, a retry of a batch whose first
+answer was NOT_ENOUGH_REPLICAS_AFTER_APPEND (its replica cut off) was answered at once with
+that offset by a master about to lose its lease; the next master gave the offset to another
+record (the fault campaign: three acks=all records lost that way in one 2.5-minute run). A
+window rebuilt from the log holds dispatched records only: durable (a SYNC_MASTER dispatches
+what its in-sync replicas hold, a SYNC_FLUSH store what is on disk).
+
 Replicas of one group (controller mode: brokerId 1, 2 ..., any of them master after a
 failover) hand out disjoint ids: broker id ``b`` only ids with ``id % SLOTS == b % SLOTS``. Each
 replica keeps its own ``kafkaProducerIds.json`` (not replicated), so before, two replicas both
@@ -17,6 +26,13 @@ one producer to the broker (a batch of one taken for the other's duplicate), and
 answered UNKNOWN_PRODUCER_ID, for ever, to a producer whose id a replica had handed out. An id
 of another slot is never "unknown": its window is rebuilt from the log as for an id of an
 earlier run (what a new master needs for the producers its predecessor served).
+
+Which windows are rebuilt: every one this process may not have seen whole, i.e. all but those
+of ids it handed out itself while leading (``leading()``: the partitions' leader, promoted;
+a master that loses its term restarts, so "while leading" means "since"). An id this broker
+handed out as a replica was used at the master of that time: a window of it missing here is
+a window to rebuild, not a fresh producer. Before, such a window was taken as empty after a
+failover and the producer's retry of a batch the old master had replicated was stored twice.
 
 Surviving a restart, split in two:
 - producer ids never repeat: ``config/kafkaProducerIds.json`` holds the end of the block of
@@ -45,9 +61,10 @@ from wharf.broker.kafka.convert import KAFKA_PRODUCER
 from wharf.broker.kafka.errors import Code, KafkaError
 from wharf.broker.kafka.records import Batch
 from wharf.broker.meta.persist import load_json_blocking, write_text_atomic_blocking
+from wharf.store import Written
 from wharf.store.model import StoredMessage
 
-__all__ = ["ProducerTable", "producer_mark"]
+__all__ = ["ProducerTable", "Seen", "producer_mark"]
 
 log = logging.getLogger("broker.kafka")
 
@@ -69,11 +86,22 @@ ReadMessages = Callable[[str, int, int, int], list[StoredMessage]]
 QueueRange = Callable[[str, int], tuple[int, int]]
 
 
+class Seen:
+    """One batch of a window: its sequences, where it went, and until it is known durable
+    the first append's handle (``written``; None once its wait came back PUT_OK, or for a
+    batch read back from the log)."""
+
+    __slots__ = ("base_offset", "first", "last", "written")
+
+    def __init__(self, first: int, last: int, base_offset: int, written: Written | None) -> None:
+        self.first, self.last, self.base_offset, self.written = first, last, base_offset, written
+
+
 @dataclass(slots=True)
 class _Partition:
     epoch: int
-    # (first sequence, last sequence, base offset) of the last WINDOW batches
-    batches: collections.deque[tuple[int, int, int]] = field(
+    # the last WINDOW batches
+    batches: collections.deque[Seen] = field(
         default_factory=lambda: collections.deque(maxlen=WINDOW)
     )
 
@@ -84,15 +112,24 @@ def producer_mark(batch: Batch) -> str:
 
 class ProducerTable:
     def __init__(
-        self, config_dir: Path, read: ReadMessages, queue_range: QueueRange, broker_id: int = 0
+        self,
+        config_dir: Path,
+        read: ReadMessages,
+        queue_range: QueueRange,
+        broker_id: int = 0,
+        leading: Callable[[], bool] = lambda: True,
     ) -> None:
         self.path = config_dir / FILE_NAME
         self.slot = broker_id % SLOTS
         self._read = read
         self._range = queue_range
+        self._leading = leading
         self._next = 0
         self._reserved = 0
         self.first_of_run = 0
+        # The first id handed out while leading (None: none yet): windows of this slot's ids
+        # from it on were all built here; any other id's missing window is rebuilt.
+        self.fresh_from: int | None = None
         self._partitions: collections.OrderedDict[tuple[int, str, int], _Partition] = (
             collections.OrderedDict()
         )
@@ -114,6 +151,8 @@ class ProducerTable:
                 self._reserved = reserved
             pid = self._next
             self._next += 1
+            if self.fresh_from is None and self._leading():
+                self.fresh_from = pid
             return pid
 
     def _write_blocking(self, text: str) -> None:
@@ -121,9 +160,9 @@ class ProducerTable:
         write_text_atomic_blocking(self.path, text)
 
     # --- sequences ----------------------------------------------------------------------------
-    def check(self, topic: str, queue_id: int, batch: Batch) -> int | None:
-        """The base offset of the earlier copy when ``batch`` is a duplicate, None when it is
-        new and in sequence; KafkaError otherwise."""
+    def check(self, topic: str, queue_id: int, batch: Batch) -> Seen | None:
+        """The earlier copy when ``batch`` is a duplicate, None when it is new and in
+        sequence; KafkaError otherwise."""
         pid, epoch = batch.producer_id, batch.producer_epoch
         if pid < 0:
             return None
@@ -140,10 +179,10 @@ class ProducerTable:
         if epoch > state.epoch or not state.batches:
             return None
         first, last = batch.base_sequence, batch.last_sequence
-        for seen_first, seen_last, base_offset in state.batches:
-            if seen_first == first and seen_last == last:
-                return base_offset
-        expected = (state.batches[-1][1] + 1) % SEQ_MOD
+        for seen in state.batches:
+            if seen.first == first and seen.last == last:
+                return seen
+        expected = (state.batches[-1].last + 1) % SEQ_MOD
         if first != expected:
             raise KafkaError(
                 Code.OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -152,10 +191,14 @@ class ProducerTable:
             )
         return None
 
-    def remember(self, topic: str, queue_id: int, batch: Batch, base_offset: int) -> None:
+    def remember(
+        self, topic: str, queue_id: int, batch: Batch, base_offset: int, written: Written | None
+    ) -> Seen | None:
+        """Note an appended batch (``written``: its durability handle); its entry, None for a
+        producer without an id."""
         pid = batch.producer_id
         if pid < 0:
-            return
+            return None
         key = (pid, topic, queue_id)
         partitions = self._partitions
         state = partitions.get(key)
@@ -164,7 +207,9 @@ class ProducerTable:
             if len(partitions) > MAX_WINDOWS:
                 partitions.popitem(last=False)
         partitions.move_to_end(key)
-        state.batches.append((batch.base_sequence, batch.last_sequence, base_offset))
+        seen = Seen(batch.base_sequence, batch.last_sequence, base_offset, written)
+        state.batches.append(seen)
+        return seen
 
     def forget_topic(self, topic: str) -> None:
         for key in [k for k in self._partitions if k[1] == topic]:
@@ -173,7 +218,8 @@ class ProducerTable:
     def _state(self, pid: int, topic: str, queue_id: int) -> _Partition | None:
         key = (pid, topic, queue_id)
         state = self._partitions.get(key)
-        if state is None and (pid < self.first_of_run or pid % SLOTS != self.slot):
+        fresh = self.fresh_from is not None and pid >= self.fresh_from and pid % SLOTS == self.slot
+        if state is None and not fresh:
             state = self._rebuild(pid, topic, queue_id)
             if state is not None:
                 self._partitions[key] = state
@@ -200,11 +246,11 @@ class ProducerTable:
                 if state is None or epoch > state.epoch:
                     state = _Partition(epoch)
                 last = (first + count - 1) % SEQ_MOD
-                state.batches.append((first, last, message.queue_offset))
+                state.batches.append(Seen(first, last, message.queue_offset, None))
             offset = messages[-1].queue_offset + 1
         if state is not None:
             log.info(
                 "kafka: producer %d on %s:%d: sequence window rebuilt from the log (last %d)",
-                pid, topic, queue_id, state.batches[-1][1],
+                pid, topic, queue_id, state.batches[-1].last,
             )  # fmt: skip
         return state

@@ -84,6 +84,7 @@ class FakeStore:
     promotions: list[tuple[int, bool]] = field(default_factory=list)
     end: int = 0
     promote_error: Exception | None = None
+    promote_gate: asyncio.Event | None = None  # set: promotion may finish
 
     def set_write_fence(self, fence: Callable[[], str] | None) -> None:
         self.fence = fence
@@ -94,6 +95,8 @@ class FakeStore:
     async def promote(self, epoch: int, sync_master: bool) -> None:
         if self.promote_error is not None:
             raise self.promote_error
+        if self.promote_gate is not None:
+            await self.promote_gate.wait()
         self.promotions.append((epoch, sync_master))
         self.ha_master = FakeReplication(self.etcd, self.prefix, self.ha_port)
 
@@ -333,6 +336,25 @@ async def test_a_failed_promotion_gives_the_term_back(cluster: Cluster) -> None:
     assert cluster.etcd.live_leases() == set()
     assert one.restarts == ["stepped down: could not take over term 1"]
     assert one.became_master == []
+
+
+async def test_a_master_leads_only_once_its_store_took_over(cluster: Cluster) -> None:
+    """Elected first, promoted next (the whole log dispatched, up to 60 s): the Kafka front
+    end answers for the partitions only after both, else a produce let in between checked
+    its producer's sequences against a log half dispatched (and kept that stale window)."""
+    a = cluster.broker(1)
+    a.store.promote_gate = asyncio.Event()
+    poll = asyncio.create_task(a.failover.poll_once())
+    for _ in range(200):
+        if a.failover.is_master:
+            break
+        await asyncio.sleep(0.01)
+    assert a.failover.is_master and not a.failover.leads
+    a.store.promote_gate.set()
+    await poll
+    assert a.failover.leads
+    a.failover._step_down("a test")  # restarting: it answers for nothing meanwhile
+    assert a.restarts and not a.failover.leads
 
 
 async def test_with_etcd_down_nobody_is_elected(cluster: Cluster) -> None:

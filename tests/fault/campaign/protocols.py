@@ -85,9 +85,15 @@ class KafkaLoad:
             if err.fatal():  # e.g. the idempotent producer's sequence broken: start over
                 fatal.append(str(err))
 
+        # message.timeout.ms: librdkafka's default (5 min), past any outage of a run. A
+        # message that times out voids the idempotence of the others in flight: librdkafka
+        # then bumps the producer epoch and re-sends them with new sequences, a second copy
+        # of any the broker had stored (its INTRODUCTION.md, "Message timeout
+        # considerations"). At 20 s the campaign's outages of 20 s and more stored such
+        # copies, a client's doing that no broker can tell from new records.
         producer = Producer({
             "bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
-            "linger.ms": 5, "message.timeout.ms": 20000, "socket.timeout.ms": 5000,
+            "linger.ms": 5, "message.timeout.ms": 300000, "socket.timeout.ms": 5000,
             "topic.metadata.refresh.interval.ms": 1000, "error_cb": on_error,
         })  # fmt: skip
         seq = 0
