@@ -45,6 +45,7 @@ from wharf.broker.namesrv.service import NameService
 from wharf.broker.remoting.acl import RemotingAcl
 from wharf.broker.remoting.server import RemotingServer
 from wharf.broker.remoting.tls import server_context
+from wharf.broker.serving.bounds import ListenerGuard, ListenerLimits
 from wharf.broker.serving.ready_file import write_ready_file_blocking
 from wharf.broker.tls.certs import generate_development_pair_blocking
 from wharf.broker.tls.material import TlsError, log_certificate, read_server_tls_blocking
@@ -122,7 +123,7 @@ async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
     remoting, remoting_address = _reserve_remoting(config, grpc_host)
     table = RouteTable()
     service = NameService(table, config.broker_not_active_timeout_millis, acl)
-    server = await _grpc_server(service)
+    server = await _grpc_server(service, config)
     expire = asyncio.get_running_loop().create_task(service.expire_loop())
     reload_acl = asyncio.get_running_loop().create_task(acl.watch()) if acl else None
     # The port, last: add_*_port listens at once (no await until server.start()).
@@ -133,7 +134,7 @@ async def serve(config: NamesrvConfig, ready_file: Path | None) -> int:
     await server.start()
     host = grpc_host
     if remoting is not None:
-        await _start_remoting(remoting, table, acl, reloader, server)
+        await _start_remoting(remoting, table, acl, reloader, server, config)
     log.info("NameServer serving on %s:%d%s%s", host, port, " over TLS" if credentials else "",
              " with ACL" if acl else "")  # fmt: skip
     if remoting is not None:
@@ -194,12 +195,22 @@ def _reserve_remoting(
         raise StartError(f"remotingListen: {exc}") from None
 
 
-async def _grpc_server(service: NameService) -> grpc.aio.Server:
+async def _grpc_server(service: NameService, config: NamesrvConfig) -> grpc.aio.Server:
     """The gRPC server with the NameService, health (SERVING already) and reflection; no port
     yet."""
     # Accept the SDK's keepalive pings on route watches and idle connections (wharf.keepalive):
-    # gRPC's defaults answer them with GOAWAY "too_many_pings" after three.
-    server = grpc.aio.server(options=keepalive.server_options())
+    # gRPC's defaults answer them with GOAWAY "too_many_pings" after three. The connection
+    # bounds in gRPC core's terms, as the broker's (serving/grpc_part.py bound_options).
+    bounds = [
+        (option, value)
+        for option, value in (
+            ("grpc.max_connection_idle_ms", config.connection_max_idle_ms),
+            ("grpc.server_handshake_timeout_ms", config.frame_read_timeout_ms),
+            ("grpc.max_allowed_incoming_connections", config.max_connections_per_listener),
+        )
+        if value
+    ]
+    server = grpc.aio.server(options=[*keepalive.server_options(), *bounds])
     namesrv_pb2_grpc.add_NameServiceServicer_to_server(service, server)
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -215,15 +226,26 @@ async def _start_remoting(
     acl: AccountChecker | None,
     reloader: CertificateReloader | None,
     server: grpc.aio.Server,
+    config: NamesrvConfig,
 ) -> None:
-    """The remoting port listening, with the ACL and TLS of gRPC; when it cannot, the gRPC
-    server stops and StartError."""
+    """The remoting port listening, with the ACL, TLS and connection bounds of gRPC; when it
+    cannot, the gRPC server stops and StartError."""
     try:
         await remoting.start(
             NamesrvRemoting(table).handlers(),
             None,
             acl=RemotingAcl(acl) if acl is not None else None,  # aclEnable: as gRPC's
             ssl_context=server_context(reloader.refreshed) if reloader else None,  # tlsEnable
+            guard=ListenerGuard(
+                ListenerLimits(
+                    "remotingListen",
+                    idle_s=config.server_channel_max_idle_time_seconds,
+                    read_s=config.frame_read_timeout_ms / 1000,
+                    max_connections=config.max_connections_per_listener,
+                    max_per_address=config.max_connections_per_address,
+                    idle_setting="serverChannelMaxIdleTimeSeconds",
+                )
+            ),
         )
     except RemotingStartError as exc:
         await server.stop(None)

@@ -55,6 +55,18 @@ class NamesrvConfig:
     tls_key_path: str = ""
     tls_client_auth: str = "none"
     tls_trust_cert_path: str = ""
+    # Connection bounds, the broker's settings and defaults (broker/README.md "Connection
+    # bounds"): a NameServer is what every client dials first, so one that a flood of idle or
+    # dribbling connections can fill takes routing from all. Remoting: idle after
+    # serverChannelMaxIdleTimeSeconds (RocketMQ's 120 s), a frame begun must arrive within
+    # frameReadTimeoutMs, at most maxConnectionsPerListener connections and
+    # maxConnectionsPerAddress from one IP; gRPC: GOAWAY after connectionMaxIdleMs without a
+    # call, the handshake within frameReadTimeoutMs, the connection cap. 0 = no limit.
+    server_channel_max_idle_time_seconds: int = 120
+    connection_max_idle_ms: int = 600_000
+    frame_read_timeout_ms: int = 30_000
+    max_connections_per_listener: int = 10_000
+    max_connections_per_address: int = 1_000
 
 
 def camel_name(field_name: str) -> str:

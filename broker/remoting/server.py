@@ -68,6 +68,7 @@ from wharf.broker.remoting.frame import (
     encode_prefix,
     response_to,
 )
+from wharf.broker.serving.bounds import ListenerGuard
 from wharf.broker.serving.sockets import NoUsableAddress, bind_unlistened
 
 __all__ = ["Connection", "Handler", "RemotingServer", "RemotingStartError"]
@@ -385,20 +386,25 @@ class RemotingServer:
         *,
         acl: RemotingAcl | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        guard: ListenerGuard | None = None,
     ) -> None:
         """Listen on the reserved sockets with ``handlers``; ``acl`` checks every request that
         has a handler before it runs; ``ssl_context``: TLS only (a plaintext peer fails the
-        handshake and is closed)."""
+        handshake and is closed); ``guard`` bounds every connection (the NameServer's; the
+        broker's remoting part listens through ``TcpListeners`` with its own)."""
         self.handlers = dict(handlers)
         if error_mapper is not None:
             self.error_mapper = error_mapper
         self.acl = acl
         self.ssl = ssl_context
         loop = asyncio.get_running_loop()
+        factory: Callable[[], asyncio.BaseProtocol] = lambda: Connection(self)  # noqa: E731
+        if guard is not None:
+            factory = guard.wrap(factory)
         try:
             for sock in self._sockets:
                 server = await loop.create_server(
-                    lambda: Connection(self),
+                    factory,
                     sock=sock,
                     backlog=1024,
                     ssl=ssl_context,

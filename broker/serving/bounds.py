@@ -34,8 +34,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from wharf.broker.config import BrokerConfig
-
 __all__ = ["FrameBudget", "ListenerGuard", "ListenerLimits", "Watched", "peer_host"]
 
 log = logging.getLogger("broker.bounds")
@@ -58,6 +56,18 @@ class Watched(Protocol):
         ...
 
 
+class BoundSettings(Protocol):
+    """The broker's settings ``ListenerLimits.of`` reads (BrokerConfig's; a Protocol, so the
+    NameServer can use this module without the broker's config and the store behind it)."""
+
+    connection_max_idle_ms: int
+    server_channel_max_idle_time_seconds: int
+    kafka_connections_max_idle_ms: int
+    frame_read_timeout_ms: int
+    max_connections_per_listener: int
+    max_connections_per_address: int
+
+
 @dataclass(frozen=True, slots=True)
 class ListenerLimits:
     """One listener's bounds (seconds; 0 = no limit)."""
@@ -70,7 +80,7 @@ class ListenerLimits:
     idle_setting: str = "connectionMaxIdleMs"
 
     @classmethod
-    def of(cls, broker: BrokerConfig, name: str) -> ListenerLimits:
+    def of(cls, broker: BoundSettings, name: str) -> ListenerLimits:
         """The limits of listener ``name`` ("wireListen", "remotingListen", "kafkaListen",
         "metricsListen") from the broker's settings: remoting and Kafka idle by their own
         protocol's setting and default, the others by connectionMaxIdleMs."""

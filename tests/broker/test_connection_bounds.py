@@ -11,6 +11,7 @@ runs the 5,000-connection form."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -24,6 +25,8 @@ from pathlib import Path
 
 import pytest
 from wharf import wire
+from wharf.broker.remoting.codes import RequestCode
+from wharf.broker.remoting.frame import FrameDecoder, RemotingCommand, encode
 from wharf.broker.serving.bounds import FrameBudget, ListenerGuard, ListenerLimits
 from wharf.client import MessageQueue, Producer, PullConsumer
 
@@ -337,3 +340,50 @@ def test_a_flood_without_credentials_on_the_wire_port_is_bounded(broker: BrokerP
     assert p99_attacked <= max(3 * p99_quiet, p99_quiet + 0.1), (p99_quiet, p99_attacked)
     assert rss["flood"] - rss["quiet"] < 64, rss
     _wait_for_log(broker, "maxCallsBeforeAuth")
+
+
+def test_the_name_server_bounds_its_listeners_too(
+    module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The NameServer is what every client dials first: its remoting port cuts a slowloris
+    after the read deadline and refuses connections past the per-address cap, and its gRPC
+    port cuts a dribbled HTTP/2 preface, while a route query from another address is served."""
+    settings = {
+        "remotingListen": "127.0.0.1:0",
+        "frameReadTimeoutMs": int(READ_S * 1000),
+        "serverChannelMaxIdleTimeSeconds": int(IDLE_S),
+        "maxConnectionsPerAddress": 5,
+    }
+    with module_daemons.namesrv(tmp_path_factory.mktemp("ns-bounds"), settings) as ns:
+        host, port = json.loads((ns.root / "ready.json").read_text())["remoting"].rsplit(":", 1)
+        started = time.monotonic()
+        with socket.create_connection((host, int(port)), timeout=5) as slow:
+            slow.sendall(struct.pack(">i", 200) + b"x")  # a frame begun, never finished
+            assert _closed_within(slow, READ_S + 2.5)
+        assert READ_S - 0.5 <= time.monotonic() - started <= READ_S + 2.5
+        crowd = []
+        try:
+            for _ in range(8):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.bind(("127.0.0.2", 0))
+                sock.connect((host, int(port)))
+                crowd.append(sock)
+            assert sum(_closed_within(s, 1.0) for s in crowd[5:]) == 3
+            # Another address is served meanwhile.
+            with socket.create_connection((host, int(port)), timeout=5) as other:
+                other.sendall(encode(RemotingCommand(code=RequestCode.GET_KV_CONFIG, opaque=1,
+                                                     ext_fields={"namespace": "n", "key": "k"})))  # fmt: skip
+                decoder = FrameDecoder(1 << 20)
+                other.settimeout(5)
+                replies: list[RemotingCommand] = []
+                while not replies:
+                    replies = decoder.feed(other.recv(65536))
+                assert replies[0].opaque == 1
+        finally:
+            for sock in crowd:
+                sock.close()
+        grpc_host, grpc_port = ns.endpoint.rsplit(":", 1)
+        with socket.create_connection((grpc_host, int(grpc_port)), timeout=5) as sock:
+            sock.sendall(_FRAME_HEADS["grpc"])
+            assert _closed_within(sock, READ_S + 3)
+    assert "maxConnectionsPerAddress is 5" in ns.log_path.read_text()
