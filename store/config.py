@@ -144,6 +144,21 @@ class StoreConfig:
     # Written into every record as STOREHOST and used in offset message ids (ipv4:port).
     store_host: str = "127.0.0.1:8081"
 
+    # --- topic retention and compaction (store/services/retention.py) ------------------------
+    # Wharf: how often (ms) topics' retention.ms/bytes and compacted queues are looked at, as
+    # Kafka's log.cleaner.backoff.ms (15 s): a topic with segment.ms 1000 and a dirty ratio
+    # of 0.01 is compacted within ~15-30 s of its last writes.
+    compaction_check_interval: int = 15_000
+    # Wharf: the key -> offset map of one pass (128 bytes a key: 262,144 keys at 32 MiB;
+    # Kafka's log.cleaner.dedupe.buffer.size is 128 MiB over all its threads, RocketMQ 5's
+    # compactionCqMappedFileSize-bound map 100 MiB). A queue with more keys is compacted in
+    # several passes, never with more memory.
+    compaction_map_bytes: int = 32 << 20
+    # Wharf: bytes a second a pass reads and copies (Kafka: log.cleaner.io.max.bytes.per.second,
+    # unbounded by default); 0 = unbounded. 32 MiB/s keeps a pass's page-cache churn well below
+    # a SYNC_FLUSH log's own.
+    compaction_io_bytes_per_second: int = 32 << 20
+
     # --- replication (store/ha/) -------------------------------------------------------------
     # brokerRole: ASYNC_MASTER, SYNC_MASTER (acks wait for inSyncReplicas - 1 replicas) or SLAVE.
     broker_role: str = "ASYNC_MASTER"
@@ -281,6 +296,7 @@ ZERO_ALLOWED = frozenset(
         "wait_time_mills_in_send_queue",  # 0: a lagging dispatch answers busy at once
         "zero_fill_ahead_mbps",  # 0: preallocated segments stay fallocated only
         "consume_queue_tail_budget",  # 0: no queue tails
+        "compaction_io_bytes_per_second",  # 0: a pass runs unpaced
     }
 )
 

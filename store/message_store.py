@@ -86,8 +86,8 @@ from wharf.store.queue.consume_queue import ConsumeQueue, Unit
 from wharf.store.queue.journal import PositionsJournal
 from wharf.store.queue.table import ConsumeQueueTable, destroy_queues
 from wharf.store.read.ahead import get_raw_records_ahead
-from wharf.store.read.get_message import get_messages
-from wharf.store.read.get_raw import RawGetResult, get_raw_records
+from wharf.store.read.get_raw import RawGetResult
+from wharf.store.read.kept import messages_at, raw_records_at
 from wharf.store.read.lookups import look_message, marks_since, query_by_key, queue_stats
 from wharf.store.recovery import RecoveredState, recover_blocking
 from wharf.store.role import Role
@@ -95,6 +95,7 @@ from wharf.store.service import BackgroundTasks
 from wharf.store.services.cleanup import CleanupService, DiskUsage, statvfs_used_ratio
 from wharf.store.services.master import MasterServices
 from wharf.store.services.queue_flush import FlushConsumeQueueService
+from wharf.store.services.retention import RetentionService
 from wharf.store.services.timer import TimerMessageService
 from wharf.store.services.transactions import TransactionService
 from wharf.store.stats import build_stats
@@ -154,6 +155,8 @@ class MessageStore:
         )
         self.recovery_seconds = 0.0
         self.recovered: RecoveredState | None = None
+        # Topic retention and compaction (services/retention.py); the broker hands it policies.
+        self.retention = RetentionService(config, self._paths)
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -214,10 +217,11 @@ class MessageStore:
             self._writer.take_offsets,
             services.start,
         )
+        await self.retention.open_and_start(state.queues, commit_log)
         cleanup = self._cleanup = CleanupService(
             parts,
             self._disk_usage,
-            dispatch_offset=lambda: self._arrivals.offset,
+            dispatch_offset=lambda: min(self._arrivals.offset, self.retention.keep_from()),
             on_disk_state=self._gate.on_disk_state,
             consumer_progress=self._consumers.progress,
         )
@@ -246,6 +250,7 @@ class MessageStore:
         await self._role.stop_replica()
         await self._services.stop()
         await self._cleanup.stop()
+        await self.retention.stop()
         await self._tasks.wait()
         await self._role.stop_master()  # after the last puts: their waiters are answered
         await self._commit_log.shutdown(close_files=False)  # stops flushing after a final sync
@@ -348,16 +353,12 @@ class MessageStore:
         tag_filter: TagFilter | None = None,
         max_bytes: int = 4 * 1024 * 1024,
     ) -> GetResult:
-        """RocketMQ's DefaultMessageStore.getMessage (see ``wharf.store.read.get_message``)."""
+        """RocketMQ's DefaultMessageStore.getMessage (see ``wharf.store.read.get_message``;
+        below a compacted queue's ``cleaned_to``, ``wharf.store.read.kept``)."""
         assert self._commit_log is not None
-        return get_messages(
-            self._queues.find(topic, queue_id),
-            self._commit_log,
-            offset,
-            max_count,
-            tag_filter,
-            max_bytes,
-        )
+        queue = self._queues.find(topic, queue_id)
+        return messages_at(self.retention, queue, self._commit_log, topic, queue_id, offset,
+                           max_count, tag_filter, max_bytes)  # fmt: skip
 
     def get_raw_records(
         self,
@@ -371,14 +372,9 @@ class MessageStore:
         """``get_messages`` without decoding: the stored records' bytes, selected by tag HASH
         only (readers re-check exact tags; see ``wharf.store.read.get_raw``)."""
         assert self._commit_log is not None
-        return get_raw_records(
-            self._queues.find(topic, queue_id),
-            self._commit_log,
-            offset,
-            max_count,
-            tag_filter,
-            max_bytes,
-        )
+        queue = self._queues.find(topic, queue_id)
+        return raw_records_at(self.retention, queue, self._commit_log, topic, queue_id, offset,
+                              max_count, tag_filter, max_bytes)  # fmt: skip
 
     def get_raw_records_ahead(
         self,
@@ -447,7 +443,7 @@ class MessageStore:
 
     def get_min_offset(self, topic: str, queue_id: int) -> int:
         queue = self._queues.find(topic, queue_id)
-        return queue.min_offset if queue is not None else 0
+        return self.retention.min_offset(topic, queue_id, queue.min_offset if queue else 0)
 
     def get_max_offset(self, topic: str, queue_id: int) -> int:
         queue = self._queues.find(topic, queue_id)
@@ -476,6 +472,7 @@ class MessageStore:
             doomed = []
             for topic in topics:
                 doomed.extend(self._queues.remove_topic(topic))
+                self.retention.forget(topic)
                 self._writer.forget_topic(topic)
             return doomed
 

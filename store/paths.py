@@ -135,6 +135,19 @@ class StorePaths:
         return self.pop_dir / "journal"
 
     @property
+    def compaction_root(self) -> Path:
+        """Kept logs of compacted queues, ``<topic>/<queueId>/`` each (retention/kept_log.py)."""
+        return self.root / "compaction"
+
+    def kept_log_dir(self, topic: str, queue_id: int) -> Path:
+        return self.compaction_root / topic / str(queue_id)
+
+    @property
+    def log_starts_file(self) -> Path:
+        """Per-queue log start offsets moved by topic retention and DeleteRecords."""
+        return self.config_dir / "logStartOffsets.json"
+
+    @property
     def checkpoint_file(self) -> Path:
         return self.root / "checkpoint"
 

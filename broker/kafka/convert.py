@@ -18,7 +18,13 @@ from wharf.broker.core.bodies import plain_body
 from wharf.broker.core.validate import SYSTEM_PROPERTY_NAMES
 from wharf.broker.kafka.errors import Code, KafkaError
 from wharf.broker.kafka.records import Header, Record
-from wharf.store.codec.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from wharf.store.codec.properties import (
+    PROPERTY_KAFKA_KEY,
+    PROPERTY_KAFKA_VALUE,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+)
 from wharf.store.model import MessageInput, StoredMessage
 
 __all__ = [
@@ -33,9 +39,9 @@ __all__ = [
 ]
 
 KAFKA_PREFIX = "__KAFKA_"
-KAFKA_KEY = "__KAFKA_KEY"
+KAFKA_KEY = PROPERTY_KAFKA_KEY
 KAFKA_HEADERS = "__KAFKA_HEADERS"
-KAFKA_VALUE = "__KAFKA_VALUE"  # "null" | "empty": the body is a placeholder byte
+KAFKA_VALUE = PROPERTY_KAFKA_VALUE  # "null" | "empty": the body is a placeholder byte
 PLACEHOLDER = b"\x00"
 # On the first record of an idempotent batch: "pid:epoch:base_sequence:count" (producers.py).
 KAFKA_PRODUCER = "__KAFKA_PRODUCER"

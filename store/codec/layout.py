@@ -82,6 +82,33 @@ Pop journal (``<root>/pop/journal``, ``wharf.store.pop.journal``): an 8-byte fil
 RESET forgets the state of (group, topic, queue) (a deleted topic or group): it starts over
 empty (QUEUEOFFSET 0, the other fields 0). A record that does not parse whole (LENGTH out of range or past the end, CRC mismatch) ends the
 valid data: recovery drops it and everything after it (a torn tail: never answered).
+
+Kept log of a compacted queue (``<root>/compaction/<topic>/<queueId>/``,
+``wharf.store.retention.kept_log``): generation ``N`` is two files, ``<N:020d>.log`` (the kept
+records back to back, each exactly as the commit log stored it: the message record above,
+QUEUEOFFSET intact, PHYSICALOFFSET its old place in the commit log) and ``<N:020d>.idx`` (one
+28-byte entry per kept record, in queue-offset order: the dense offset index)::
+
+    offset size field            (KEPT_ENTRY_FIELDS name)
+         0    8 QUEUEOFFSET      QUEUE_OFFSET     the record's ConsumeQueue offset
+         8    8 POSITION         POSITION         where it starts in <N>.log
+        16    4 SIZE             SIZE             its TOTALSIZE
+        20    8 STORETIMESTAMP   STORE_TIMESTAMP  ms (retention by time, tombstone age)
+
+``CURRENT`` (52 bytes) names the live generation; a new one is swapped in by writing
+``CURRENT.tmp``, fsync, rename over ``CURRENT``, fsync of the directory::
+
+     0  8 MAGIC        MAGIC        b"WKEPTCU1"
+     8  8 GENERATION   GENERATION   N (0: no generation files, nothing kept yet)
+    16  8 BASE         BASE         the queue's log start offset as the kept log last saw it
+    24  8 CLEANED_TO   CLEANED_TO   the kept log answers for queue offsets [BASE, CLEANED_TO)
+    32  8 RECORDS      RECORDS      entries in <N>.idx (its size is RECORDS * 28)
+    40  8 LOG_BYTES    LOG_BYTES    size of <N>.log
+    48  4 CRC          CRC          zlib.crc32 of bytes 0..48
+
+A CURRENT that does not parse or fails its CRC is refused (the queue is not served below its
+consume queue's minimum until repaired): it was written whole and renamed, so a bad one is
+damage, not a crash.
 """
 
 from __future__ import annotations
@@ -243,6 +270,27 @@ POP_RECORD_CHANGE = 3
 POP_RECORD_DONE = 4
 POP_RECORD_RESET = 5
 
+# --- Kept log of a compacted queue (wharf.store.retention.kept_log) ------------------------------
+KEPT_ENTRY_FIELDS = _fields(
+    ("QUEUE_OFFSET", "q"), ("POSITION", "q"), ("SIZE", "i"), ("STORE_TIMESTAMP", "q")
+)
+KEPT_ENTRY = struct_of(KEPT_ENTRY_FIELDS)
+KEPT_ENTRY_SIZE = 28
+KEPT_CURRENT_MAGIC = b"WKEPTCU1"
+KEPT_CURRENT_FIELDS = _fields(
+    ("MAGIC", "8s"),
+    ("GENERATION", "q"),
+    ("BASE", "q"),
+    ("CLEANED_TO", "q"),
+    ("RECORDS", "q"),
+    ("LOG_BYTES", "q"),
+    ("CRC", "I"),
+)
+KEPT_CURRENT = struct_of(KEPT_CURRENT_FIELDS)
+KEPT_CURRENT_SIZE = 52
+KEPT_CURRENT_CRC_END = 48  # the CRC covers the fields before it
+
+
 # --- Segment files -------------------------------------------------------------------------------
 SEGMENT_NAME_DIGITS = 20
 
@@ -274,3 +322,6 @@ assert OFFSET_MSG_ID.size * 2 == OFFSET_MSG_ID_HEX_LENGTH
 assert POP_RECORD_HEADER.size == POP_RECORD_HEADER_SIZE == sum(f.size for f in POP_RECORD_FIELDS)
 assert {f.name: f.offset for f in POP_RECORD_FIELDS}["TYPE"] == POP_RECORD_CRC_START
 assert len(POP_JOURNAL_MAGIC) == 8
+assert KEPT_ENTRY.size == KEPT_ENTRY_SIZE == sum(f.size for f in KEPT_ENTRY_FIELDS)
+assert KEPT_CURRENT.size == KEPT_CURRENT_SIZE == KEPT_CURRENT_CRC_END + 4
+assert len(KEPT_CURRENT_MAGIC) == 8

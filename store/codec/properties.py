@@ -8,6 +8,8 @@ names and values must not contain either separator. Several KEYS are joined by a
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import re
 
@@ -43,6 +45,31 @@ PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 PROPERTY_CHECK_IMMUNITY_TIME = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 # Wharf: the half-queue offset a committed copy or a rollback marker resolves.
 PROPERTY_TRAN_HALF_OFFSET = "TRAN_HALF_OFFSET"
+# Kafka's record key and null value as the Kafka front end stores them (broker/kafka/convert.py):
+# a key that is not plain text, base64; a null value (a tombstone) marks a placeholder body.
+PROPERTY_KAFKA_KEY = "__KAFKA_KEY"
+PROPERTY_KAFKA_VALUE = "__KAFKA_VALUE"  # "null" | "empty"
+
+
+def compaction_key(properties: dict[str, str]) -> bytes | None:
+    """The key a compacted topic keeps the latest record of: a Kafka record's key as its
+    producer sent it, else the whole KEYS text (RocketMQ 5's CompactionLog keys by
+    ``getKeys()``); None without one. base64 is decoded leniently: the key need only be the
+    same for the same text."""
+    packed = properties.get(PROPERTY_KAFKA_KEY)
+    if packed is not None:
+        try:
+            return base64.b64decode(packed)
+        except (binascii.Error, ValueError):
+            return packed.encode()
+    keys = properties.get(PROPERTY_KEYS)
+    return keys.encode() if keys else None
+
+
+def is_tombstone(properties: dict[str, str]) -> bool:
+    """A Kafka record with a null value: on a compacted topic it deletes its key."""
+    return properties.get(PROPERTY_KAFKA_VALUE) == "null"
+
 
 # --- Reserved topics ---------------------------------------------------------------------------
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"

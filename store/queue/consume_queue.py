@@ -895,6 +895,15 @@ class ConsumeQueue(_QueueBase):
         unit = self.get_unit(self.min_offset)
         self._min_physical = unit[0] if unit is not None and unit[1] != BLANK_UNIT_SIZE else -1
 
+    def advance_min_offset(self, offset: int) -> None:
+        """Move the min offset up to ``offset`` (at most the max offset): a log start offset
+        moved by topic retention or DeleteRecords (store/retention/starts.py). Never down."""
+        pos = min(offset, self.max_offset) * CQ_STORE_UNIT_SIZE
+        if pos > self._min_pos:
+            self._min_pos = pos
+            self._min_physical = -1
+            self._links.changed.add(self)
+
     def expired_files(self, commit_log_min: int) -> list[ConsumeQueueFile]:
         """Files (never the newest) whose last unit points below ``commit_log_min``."""
         expired = []

@@ -1,0 +1,207 @@
+"""One compaction pass of one queue (Kafka's LogCleaner ``cleanSegments`` idea, run over a
+kept log and a consume queue's dirty range instead of segments).
+
+1. **Offset map** over the dirty range ``[cleaned_to, end)``: key digest -> the key's latest
+   offset there. The map is bounded (``OffsetMap``): when it is full the pass stops at that
+   record, and the new generation covers only up to it (``cleaned_to`` moves that far); the
+   next pass goes on from there, as Kafka's cleaner does when its map fills. So a queue with
+   more keys than memory is compacted in several passes, never with more memory.
+2. **Copy** into a new generation: the old kept log's records, then the dirty range's. A
+   record stays when its key's latest offset is its own (an old kept record whose key is not in
+   this pass's map stays: its later versions, if any, lie past this pass), and a tombstone
+   (null value) stays until it is older than ``delete_horizon_ms``. Records without a key are
+   dropped, as Kafka's cleaner drops them; records below the log start offset (``base``: topic
+   retention, DeleteRecords) are dropped too.
+3. **Swap**: ``GenerationWriter.install_blocking`` (crash rule in ``kept_log.py``).
+
+Everything here runs in the compactor thread: records come from ``dirty`` (the service reads
+them on the loop, in chunks) and the kept log's own files; I/O is paced by ``Pacer``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from wharf.store.codec.layout import (
+    OFFSET_QUEUE_OFFSET,
+    OFFSET_STORE_TIMESTAMP,
+    STORE_TIMESTAMP,
+    TOTAL_SIZE,
+)
+from wharf.store.codec.properties import compaction_key, is_tombstone
+from wharf.store.codec.records import record_properties
+from wharf.store.retention.kept_log import GenerationWriter, KeptLog, KeptState
+
+# A map entry's cost in this Python process: a 16-byte digest as bytes (49), an int (28-32),
+# a dict slot with its share of the table kept at most 2/3 full (~40): measured 117 bytes with
+# tracemalloc over a million entries, priced at 128. The default 32 MiB holds 262,144 keys.
+MAP_ENTRY_BYTES = 128
+DIGEST_BYTES = 16  # Kafka's cleaner hashes keys with MD5 (16 bytes) too: collisions ~2^-64
+# Records of the dirty range: (queue offset, store timestamp, record bytes) in offset order.
+Chunk = list[tuple[int, int, bytes]]
+# (from offset, up to offset) -> (the next records, the offset after what was looked at): a
+# chunk may be empty where units were blank; the pass ends when the offset stops moving.
+DirtyReader = Callable[[int, int], tuple[Chunk, int]]
+_QUEUE_OFFSET = STORE_TIMESTAMP  # both ">q"
+
+
+class Stopped(Exception):
+    """The store is stopping: the pass gives up (its files removed, the old log stays)."""
+
+
+@dataclass(slots=True)
+class PassStats:
+    read_records: int = 0
+    read_bytes: int = 0
+    kept_records: int = 0
+    kept_bytes: int = 0
+    removed_tombstones: int = 0
+    map_keys: int = 0
+    map_full: bool = False
+
+
+class OffsetMap:
+    """Key digest -> latest offset, at most ``capacity`` keys (``map_bytes`` / 128)."""
+
+    def __init__(self, map_bytes: int) -> None:
+        self.capacity = max(map_bytes // MAP_ENTRY_BYTES, 1)
+        self._latest: dict[bytes, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._latest)
+
+    def put(self, digest: bytes, offset: int) -> bool:
+        """False (nothing stored) when the key is new and the map is full."""
+        latest = self._latest
+        if digest not in latest and len(latest) >= self.capacity:
+            return False
+        latest[digest] = offset
+        return True
+
+    def get(self, digest: bytes) -> int | None:
+        return self._latest.get(digest)
+
+
+class Pacer:
+    """Bounds the pass's I/O rate (``bytes_per_second``; 0 = unbounded) and hands the GIL to
+    the event loop between chunks; raises ``Stopped`` once ``stopping()``."""
+
+    def __init__(self, bytes_per_second: int, stopping: Callable[[], bool]) -> None:
+        self.rate = bytes_per_second
+        self.stopping = stopping
+        self._start = time.monotonic()
+        self._bytes = 0
+
+    def account(self, nbytes: int) -> None:
+        if self.stopping():
+            raise Stopped
+        self._bytes += nbytes
+        wait = self._bytes / self.rate - (time.monotonic() - self._start) if self.rate else 0.0
+        time.sleep(max(wait, 0.0005))  # 0.5 ms at least: a turn for the loop's waiters
+
+
+def digest_of(key: bytes) -> bytes:
+    return hashlib.blake2b(key, digest_size=DIGEST_BYTES).digest()
+
+
+def _key_of(record: bytes | memoryview, pos: int = 0) -> tuple[bytes | None, bool]:
+    props = record_properties(record, pos)
+    return compaction_key(props), is_tombstone(props)
+
+
+def split_records(data: bytes) -> Chunk:
+    """Whole stored records back to back -> (queue offset, store timestamp, record)."""
+    out: Chunk = []
+    pos, end = 0, len(data)
+    while pos < end:
+        size = TOTAL_SIZE.unpack_from(data, pos)[0]
+        offset = _QUEUE_OFFSET.unpack_from(data, pos + OFFSET_QUEUE_OFFSET)[0]
+        stamp = STORE_TIMESTAMP.unpack_from(data, pos + OFFSET_STORE_TIMESTAMP)[0]
+        out.append((offset, stamp, data[pos : pos + size]))
+        pos += size
+    return out
+
+
+def _dirty(dirty: DirtyReader, start: int, end: int, pacer: Pacer) -> Iterator[Chunk]:
+    offset = start
+    while offset < end:
+        chunk, after = dirty(offset, end)
+        chunk = [r for r in chunk if r[0] < end]
+        pacer.account(sum(len(r[2]) for r in chunk))
+        yield chunk
+        if after <= offset:
+            return
+        offset = after
+
+
+def build_map(
+    dirty: DirtyReader, start: int, end: int, offsets: OffsetMap, pacer: Pacer, stats: PassStats
+) -> int:
+    """Fill ``offsets`` over [start, end); returns where the pass must stop (``end``, or the
+    first record whose key found the map full)."""
+    for chunk in _dirty(dirty, start, end, pacer):
+        for offset, _, record in chunk:
+            stats.read_records += 1
+            stats.read_bytes += len(record)
+            key, _ = _key_of(record)
+            if key is not None and not offsets.put(digest_of(key), offset):
+                stats.map_full = True
+                return offset
+    return end
+
+
+def compact_blocking(
+    kept: KeptLog | None,
+    directory: Path,
+    base: int,
+    cleaned_to: int,
+    end: int,
+    dirty: DirtyReader,
+    *,
+    delete_horizon_ms: int,
+    map_bytes: int,
+    pacer: Pacer,
+    fail: Callable[[str], None] | None = None,
+) -> tuple[KeptState, PassStats]:
+    """One pass (module docs): the new generation installed, and what the pass did."""
+    stats = PassStats()
+    offsets = OffsetMap(map_bytes)
+    start = max(cleaned_to, base)
+    stop = build_map(dirty, start, end, offsets, pacer, stats)
+    stats.map_keys = len(offsets)
+    generation = (kept.state.generation if kept is not None else 0) + 1
+    writer = GenerationWriter(directory, generation, *(() if fail is None else (fail,)))
+    try:
+        if kept is not None:
+            for entries, data in kept.scan():
+                pacer.account(len(data))
+                first = entries[0][1]
+                for offset, position, size, stamp in entries:
+                    if offset < base:
+                        continue
+                    key, tombstone = _key_of(data, position - first)
+                    if key is None or offsets.get(digest_of(key)) is not None:
+                        continue
+                    if tombstone and stamp < delete_horizon_ms:
+                        stats.removed_tombstones += 1
+                        continue
+                    writer.add(offset, data[position - first : position - first + size], stamp)
+        for chunk in _dirty(dirty, start, stop, pacer):
+            for offset, stamp, record in chunk:
+                key, tombstone = _key_of(record)
+                if key is None or offsets.get(digest_of(key)) != offset:
+                    continue
+                if tombstone and stamp < delete_horizon_ms:
+                    stats.removed_tombstones += 1
+                    continue
+                writer.add(offset, record, stamp)
+        state = writer.install_blocking(base, max(stop, start))
+    except BaseException:
+        writer.abort_blocking()
+        raise
+    stats.kept_records, stats.kept_bytes = writer.records, writer.log_bytes
+    return state, stats

@@ -1,0 +1,138 @@
+"""Topic retention and compaction through a running store: policies handed over with
+``retention.follow``, passes run by ``retention.run_once``, reads across the gaps, log start
+offsets moved by retention and DeleteRecords, kept across a restart, and the commit log kept
+for a compacted queue's dirty records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from wharf.store.message_store import MessageStore
+from wharf.store.model import GetStatus, MessageInput
+from wharf.store.retention.policy import TopicPolicy
+
+from tests.store.helpers import msg, small_config
+
+COMPACT = TopicPolicy(compact=True, delete=False, segment_ms=1, min_cleanable_dirty_ratio=0.01)
+
+
+def tombstone(key: str) -> MessageInput:
+    return MessageInput(b"\x00", {"KEYS": key, "__KAFKA_VALUE": "null"})
+
+
+async def started(root: Path, **overrides: object) -> MessageStore:
+    store = MessageStore(small_config(root, **overrides))
+    await store.start()
+    return store
+
+
+async def put_all(store: MessageStore, topic: str, messages: list[MessageInput]) -> None:
+    for m in messages:
+        await store.put(topic, 0, [m])
+    assert await store.wait_dispatched()
+
+
+def bodies(store: MessageStore, topic: str, offset: int = 0) -> list[tuple[int, str]]:
+    out = []
+    while True:
+        got = store.get_messages(topic, 0, offset, 32)
+        out += [(m.queue_offset, m.body.decode()) for m in got.messages]
+        if got.next_begin_offset <= offset or got.status is GetStatus.OFFSET_OVERFLOW_ONE:
+            return out
+        offset = got.next_begin_offset
+
+
+async def test_compaction_keeps_the_latest_per_key_and_reads_skip_the_gaps(tmp_path: Path) -> None:
+    store = await started(tmp_path / "s")
+    try:
+        values = [msg(f"v{i}", keys=f"k{i % 3}") for i in range(9)] + [tombstone("k0")]
+        await put_all(store, "c", values)
+        store.retention.follow(lambda: {"c": COMPACT})
+        await store.retention.run_once()
+        assert store.retention.stats().passes == 1
+        assert bodies(store, "c") == [(7, "v7"), (8, "v8"), (9, "\x00")]
+        # a pull at a removed offset answers the next kept record and the offset after it
+        got = store.get_messages("c", 0, 2, 1)
+        assert [m.queue_offset for m in got.messages] == [7] and got.next_begin_offset == 8
+        raw = store.get_raw_records("c", 0, 0, 32)
+        assert raw.count == 3 and raw.next_begin_offset == 10
+        assert store.get_min_offset("c", 0) == 0 and store.get_max_offset("c", 0) == 10
+        # offsets never change: new records continue at 10 and read after the kept ones
+        await put_all(store, "c", [msg("v10", keys="k1")])
+        assert bodies(store, "c")[-1] == (10, "v10")
+    finally:
+        await store.shutdown()
+    store = await started(tmp_path / "s")  # the kept log is found again
+    try:
+        assert bodies(store, "c") == [(7, "v7"), (8, "v8"), (9, "\x00"), (10, "v10")]
+    finally:
+        await store.shutdown()
+
+
+async def test_keyless_records_are_dropped_by_compaction(tmp_path: Path) -> None:
+    store = await started(tmp_path / "s")
+    try:
+        await put_all(store, "c", [msg("x"), msg("a1", keys="a"), msg("y")])
+        store.retention.follow(lambda: {"c": COMPACT})
+        await store.retention.run_once()
+        assert bodies(store, "c") == [(1, "a1")]
+    finally:
+        await store.shutdown()
+
+
+async def test_the_log_keeps_what_compaction_has_not_cleaned(tmp_path: Path) -> None:
+    store = await started(tmp_path / "s")
+    try:
+        await put_all(store, "c", [msg(f"v{i}", keys="k") for i in range(3)])
+        policy = TopicPolicy(compact=True, delete=False, min_cleanable_dirty_ratio=1.0)
+        store.retention.follow(lambda: {"c": policy})
+        first = store.get_raw_records("c", 0, 0, 1)
+        assert first.count == 1
+        pinned = store.retention.keep_from()
+        assert 0 <= pinned < store.commit_log_end()
+    finally:
+        await store.shutdown()
+
+
+@pytest.mark.parametrize("policy", [TopicPolicy(retention_bytes=0), TopicPolicy(retention_ms=0)])
+async def test_retention_moves_the_log_start(tmp_path: Path, policy: TopicPolicy) -> None:
+    store = await started(tmp_path / "s")
+    try:
+        await put_all(store, "d", [msg(f"v{i}") for i in range(5)])
+        store.retention.follow(lambda: {"d": policy})
+        await store.retention.run_once()
+        assert store.get_min_offset("d", 0) == 5
+        got = store.get_messages("d", 0, 0, 8)
+        assert got.status is GetStatus.OFFSET_TOO_SMALL or got.next_begin_offset == 5
+    finally:
+        await store.shutdown()
+
+
+async def test_delete_records_moves_the_start_durably(tmp_path: Path) -> None:
+    store = await started(tmp_path / "s")
+    try:
+        await put_all(store, "d", [msg(f"v{i}") for i in range(5)])
+        assert await store.retention.delete_records("d", 0, 3) == 3
+        got = store.get_messages("d", 0, 1, 8)
+        assert got.status is GetStatus.OFFSET_TOO_SMALL and got.next_begin_offset == 3
+    finally:
+        await store.shutdown()
+    store = await started(tmp_path / "s")
+    try:
+        assert store.get_min_offset("d", 0) == 3
+        assert [b for _, b in bodies(store, "d", 3)] == ["v3", "v4"]
+    finally:
+        await store.shutdown()
+
+
+async def test_retention_bytes_counts_the_newest_records(tmp_path: Path) -> None:
+    store = await started(tmp_path / "s")
+    try:
+        await put_all(store, "d", [msg(f"v{i}") for i in range(6)])
+        size = store.get_raw_records("d", 0, 5, 1).records
+        store.retention.follow(lambda: {"d": TopicPolicy(retention_bytes=2 * len(size))})
+        await store.retention.run_once()
+        assert store.get_min_offset("d", 0) == 4
+    finally:
+        await store.shutdown()
