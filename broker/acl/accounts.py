@@ -115,6 +115,23 @@ class AccountChecker:
         log.info("ACL reloaded: %d account(s) from %s", len(rules.accounts), self.path)
         return True
 
+    def replace_rules_blocking(self, rules: AclRules) -> None:
+        """Write ``rules`` as the file (atomically: a temporary file, fsynced, renamed; owner
+        only, as ``wharf acl`` writes it) and use them at once (Kafka's CreateAcls and
+        DeleteAcls). The watcher then sees the file it wrote, unchanged. Comments in the file
+        are not kept."""
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(rules.to_yaml_text())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        self._stat = self._file_stat()
+        self._swap(rules)
+        log.info("ACL file %s rewritten: %d account(s)", self.path, len(rules.accounts))
+
     async def watch(self) -> None:
         while True:
             await asyncio.sleep(RELOAD_POLL_S)

@@ -277,6 +277,26 @@ class AdminCore:
                 self.store.pop.forget(groups=[name])
         await self.groups.durable()
 
+    async def delete_offsets(self, group: str, topic: str, queue_ids: set[int]) -> None:
+        """A group's committed offsets of some queues of a topic (Kafka's OffsetDelete),
+        answered once on disk as a Kafka commit is."""
+        validate_group_name(group)
+        self.offsets.remove_queues(group, topic, queue_ids)
+        await self.offsets.durable()
+
+    async def delete_group_and_offsets(self, name: str) -> None:
+        """A group's config when it has one, its committed offsets and pop state (Kafka's
+        DeleteGroups: a group may have offsets and no config); NotFoundError when it has
+        neither. Answered once both tables are on disk."""
+        validate_group_name(name)
+        if self.groups.get(name) is None:
+            if name not in self.offsets.groups():
+                raise NotFoundError(f"consumer group {name!r} has no offsets and is not known")
+            self.offsets.remove_group(name)
+        else:
+            await self.delete_group(name)
+        await self.offsets.durable()
+
     def forget_offsets(self, group: str) -> None:
         """A group's committed offsets only (its config may be gone already: mqadmin
         deleteSubGroup with removeOffset of a group without config)."""

@@ -1,20 +1,21 @@
-"""CreateTopics, DeleteTopics and DescribeConfigs (admin accounts only under ACL).
+"""CreateTopics, DeleteTopics and CreatePartitions (admin accounts only under ACL).
 
 - CreateTopics: a Wharf topic with ``num_partitions`` read and write queues (-1 = the
   broker's defaultTopicQueueNums; 1..1024); TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS,
-  INVALID_TOPIC_EXCEPTION for a name Wharf cannot hold. The replication factor is accepted
-  and ignored (Wharf replicates a whole broker: SYNC_MASTER / controller mode); manual replica
-  assignments are INVALID_REQUEST; ``cleanup.policy`` with ``compact`` is INVALID_CONFIG
-  (no compaction); other configs are accepted and not stored (retention and sizes are the
-  broker's: DescribeConfigs shows them). ``validate_only`` checks without creating. In a
-  cluster the topic is made on this broker's group only (``wharf topic create --cluster``
-  makes one on every group); a topic other groups hold is TOPIC_ALREADY_EXISTS.
+  INVALID_TOPIC_EXCEPTION for a name Wharf cannot hold (Kafka's internal
+  ``__consumer_offsets`` / ``__transaction_state`` included: Wharf keeps offsets in its own
+  table). The replication factor is accepted and ignored (Wharf replicates a whole broker:
+  SYNC_MASTER / controller mode); manual replica assignments are INVALID_REQUEST. Configs go
+  through ``admin_configs`` (``broker/meta/topic_configs``): cleanup and retention configs are
+  stored in the topic's attributes, a bad value or a config Wharf cannot honour is
+  INVALID_CONFIG with the reason. ``validate_only`` checks without creating. In a cluster the
+  topic is made on this broker's group only (``wharf topic create --cluster`` makes one on
+  every group); a topic other groups hold is TOPIC_ALREADY_EXISTS.
 - DeleteTopics: as AdminService.DeleteTopic: the topic, its committed offsets, its store
   files and metric series go (on this broker; in a cluster the other groups keep theirs).
-- DescribeConfigs: topics (type 2) and this broker (type 4), what Wharf has, read-only:
-  retention.ms (fileReservedTime), max.message.bytes (maxMessageSize), segment.bytes
-  (mappedFileSizeCommitLog), cleanup.policy=delete, message.timestamp.type=CreateTime,
-  num.partitions (defaultTopicQueueNums), auto.create.topics.enable, min.insync.replicas.
+- CreatePartitions: more read and write queues for the topic through the core's topic update
+  (Kafka only grows a topic: a count not above the current is INVALID_PARTITIONS; manual
+  assignments are INVALID_REPLICA_ASSIGNMENT). In a cluster, this broker group's queues.
 """
 
 from __future__ import annotations
@@ -25,24 +26,23 @@ from wharf.broker.acl.rules import Perm
 from wharf.broker.core.admin import TopicSpec
 from wharf.broker.core.send import is_own_topic
 from wharf.broker.errors import AlreadyExistsError, InvalidArgumentError
+from wharf.broker.kafka.admin_configs import ConfigHandlers
 from wharf.broker.kafka.env import KafkaEnv
-from wharf.broker.kafka.errors import Code, code_for
+from wharf.broker.kafka.errors import Code, KafkaError, code_for
 from wharf.broker.kafka.producers import ProducerTable
 from wharf.broker.kafka.server import KafkaConnection
 from wharf.broker.meta.topics import MAX_QUEUE_NUMS, PERM_READ_WRITE, validate_topic_name
 
 __all__ = ["AdminHandlers"]
 
-TOPIC = 2
-BROKER = 4
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
+KAFKA_INTERNAL = ("__consumer_offsets", "__transaction_state")
 
 
 class AdminHandlers:
-    def __init__(self, env: KafkaEnv, producers: ProducerTable) -> None:
+    def __init__(self, env: KafkaEnv, producers: ProducerTable, configs: ConfigHandlers) -> None:
         self.env = env
         self.producers = producers
+        self.configs = configs
 
     async def create_topics(
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
@@ -59,10 +59,17 @@ class AdminHandlers:
                 row["error_message"] = "CreateTopics needs an admin"
                 continue
             code, message, count = await self._check(t)
+            attributes: dict[str, str] = {}
+            if code == Code.NONE:
+                try:
+                    attributes = self.configs.create_attributes(t["configs"])
+                except KafkaError as exc:
+                    code, message = exc.code, exc.message
             if code != Code.NONE:
                 row["error_code"], row["error_message"] = code, message
             elif not validate_only:
-                specs.append((row, TopicSpec(t["name"], count, count, PERM_READ_WRITE, {})))
+                spec = TopicSpec(t["name"], count, count, PERM_READ_WRITE, attributes)
+                specs.append((row, spec))
         # Made through the core as one batch: answered once they are all on disk (one persist
         # round for the request).
         outcomes = await self.env.ctx.port.admin.create_topics([spec for _, spec in specs])
@@ -83,6 +90,11 @@ class AdminHandlers:
             validate_topic_name(name)
         except InvalidArgumentError as exc:
             return Code.INVALID_TOPIC_EXCEPTION, str(exc), 0
+        if name in KAFKA_INTERNAL:
+            return Code.INVALID_TOPIC_EXCEPTION, (
+                f"topic {name!r} is Kafka's internal topic and cannot be created on Wharf: "
+                "Wharf keeps group offsets in its own table (there are no transactions)"
+            ), 0  # fmt: skip
         if is_own_topic(name):
             return Code.INVALID_TOPIC_EXCEPTION, f"topic {name!r} is reserved for the broker", 0
         if port.topic(name) is not None:
@@ -96,9 +108,6 @@ class AdminHandlers:
             return Code.INVALID_PARTITIONS, f"num_partitions must be 1..{MAX_QUEUE_NUMS}", 0
         if t["assignments"]:
             return Code.INVALID_REQUEST, "manual replica assignments are not supported", 0
-        for config in t["configs"]:
-            if config["name"] == "cleanup.policy" and "compact" in (config["value"] or ""):
-                return Code.INVALID_CONFIG, "log compaction is not supported by Wharf", 0
         return Code.NONE, None, count
 
     async def delete_topics(
@@ -126,68 +135,46 @@ class AdminHandlers:
             results.append({"name": name, "error_code": code})
         return {"responses": results}
 
-    async def describe_configs(
+    async def create_partitions(
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
     ) -> dict[str, Any]:
         admin = self.env.allowed(conn, "admin", "", Perm.ANY)
         results = []
-        for resource in body["resources"]:
-            kind, name = resource["resource_type"], resource["resource_name"]
-            row: dict[str, Any] = {
-                "error_code": 0,
-                "error_message": None,
-                "resource_type": kind,
-                "resource_name": name,
-                "configs": [],
-            }
-            if not admin:
-                row["error_code"] = Code.CLUSTER_AUTHORIZATION_FAILED
-            elif kind == TOPIC and self.env.ctx.port.topic(name) is None:
-                row["error_code"] = Code.UNKNOWN_TOPIC_OR_PARTITION
-            elif kind not in (TOPIC, BROKER):
-                row["error_code"] = Code.INVALID_REQUEST
-                row["error_message"] = f"resource type {kind} is not described"
-            else:
-                keys = resource["configuration_keys"]
-                row["configs"] = [
-                    _config(n, v, source)
-                    for n, v, source in self._configs(kind)
-                    if keys is None or n in keys
-                ]
+        for t in body["topics"]:
+            row = {"name": t["name"], "error_code": Code.NONE, "error_message": None}
+            try:
+                if not admin:
+                    raise KafkaError(
+                        Code.TOPIC_AUTHORIZATION_FAILED, "CreatePartitions needs an admin"
+                    )
+                await self._grow(t, bool(body["validate_only"]))
+            except KafkaError as exc:
+                row["error_code"], row["error_message"] = exc.code, exc.message
             results.append(row)
         return {"throttle_time_ms": 0, "results": results}
 
-    def _configs(self, kind: int) -> list[tuple[str, str, int]]:
-        ctx = self.env.ctx
-        store = ctx.port.store_config
-        rows = [
-            ("retention.ms", str(store.file_reserved_time * 3_600_000), SOURCE_STATIC_BROKER),
-            ("max.message.bytes", str(store.max_message_size), SOURCE_STATIC_BROKER),
-            ("segment.bytes", str(store.mapped_file_size_commit_log), SOURCE_STATIC_BROKER),
-            ("cleanup.policy", "delete", SOURCE_DEFAULT),
-            ("message.timestamp.type", "CreateTime", SOURCE_DEFAULT),
-            ("min.insync.replicas", str(store.min_in_sync_replicas), SOURCE_STATIC_BROKER),
-        ]
-        if kind == BROKER:
-            defaults = ctx.port.topic_defaults
-            rows.append(("num.partitions", str(defaults.queue_nums), SOURCE_STATIC_BROKER))
-            rows.append(
-                (
-                    "auto.create.topics.enable",
-                    str(defaults.auto_create).lower(),
-                    SOURCE_STATIC_BROKER,
-                )
-            )
-        return rows
-
-
-def _config(name: str, value: str, source: int) -> dict[str, Any]:
-    return {
-        "name": name,
-        "value": value,
-        "read_only": True,
-        "is_default": source == SOURCE_DEFAULT,
-        "config_source": source,
-        "is_sensitive": False,
-        "synonyms": [],
-    }
+    async def _grow(self, t: dict[str, Any], validate_only: bool) -> None:
+        """One topic's CreatePartitions: its queues raised to ``count`` (Kafka's checks)."""
+        port = self.env.ctx.port
+        name, count = t["name"], t["count"]
+        topic = port.topic(name) if not is_own_topic(name) else None
+        if topic is None:
+            raise KafkaError(Code.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        now = max(topic.read_queue_nums, topic.write_queue_nums)
+        if count <= now:
+            raise KafkaError(Code.INVALID_PARTITIONS, f"Topic currently has {now} partitions, "
+                             f"which is higher than or equal to the requested {count}.")  # fmt: skip
+        if count > MAX_QUEUE_NUMS:
+            raise KafkaError(Code.INVALID_PARTITIONS, f"Wharf holds at most {MAX_QUEUE_NUMS} "
+                             f"partitions (queues) per topic; {count} were requested")  # fmt: skip
+        if t["assignments"]:
+            raise KafkaError(Code.INVALID_REPLICA_ASSIGNMENT,
+                             "manual replica assignments are not supported")  # fmt: skip
+        if validate_only:
+            return
+        if self.env.cluster is not None:
+            self.env.cluster.forget(name)  # renumbered with this group's new queues
+        try:
+            await port.admin.update_topic(name, count, count, None, {})
+        except Exception as exc:
+            raise KafkaError(code_for(exc), str(exc)) from None

@@ -3,11 +3,12 @@ flexible, and the request and response schemas (field names are Kafka's JSON sch
 snake_case; versions as there). Only the versions served are listed; ApiVersions answers
 exactly this table. Checked against Kafka's own JSON schemas (the ones kafka-python 3 ships).
 This module: producing, fetching, metadata, SASL; ``apis_groups.py``: groups, offsets and
-topic administration.
+topic administration; ``apis_admin.py``: configs, partitions, group deletion, ACLs.
 """
 
 from __future__ import annotations
 
+from wharf.broker.kafka.apis_admin import ADMIN_APIS
 from wharf.broker.kafka.apis_groups import GROUP_APIS
 from wharf.broker.kafka.schema import (
     BOOL,
@@ -335,5 +336,5 @@ _API_LIST = [
     ),
 ]
 
-APIS: dict[int, Api] = {api.key: api for api in (*_API_LIST, *GROUP_APIS)}
+APIS: dict[int, Api] = {api.key: api for api in (*_API_LIST, *GROUP_APIS, *ADMIN_APIS)}
 API_VERSIONS = 18

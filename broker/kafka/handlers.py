@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from wharf.broker.kafka.admin import AdminHandlers
+from wharf.broker.kafka.admin_acls import AclHandlers
+from wharf.broker.kafka.admin_configs import ConfigHandlers
+from wharf.broker.kafka.admin_groups import GroupAdminHandlers
 from wharf.broker.kafka.coordinator import Coordinator
 from wharf.broker.kafka.env import KafkaEnv
 from wharf.broker.kafka.errors import Code
@@ -49,7 +52,10 @@ class KafkaHandlers:
         self.fetch = FetchHandler(env)
         self.offsets = OffsetHandlers(env, self.coordinator)
         self.groups = GroupHandlers(env, self.coordinator)
-        self.admin = AdminHandlers(env, self.producers)
+        self.configs = ConfigHandlers(env)
+        self.admin = AdminHandlers(env, self.producers, self.configs)
+        self.group_admin = GroupAdminHandlers(env, self.coordinator)
+        self.acls = AclHandlers(env)
         self.sasl = SaslHandlers(env)
 
     def load_blocking(self) -> None:
@@ -83,8 +89,16 @@ class KafkaHandlers:
             19: self.admin.create_topics,
             20: self.admin.delete_topics,
             22: self.init_producer_id,
-            32: self.admin.describe_configs,
+            29: self.acls.describe_acls,
+            30: self.acls.create_acls,
+            31: self.acls.delete_acls,
+            32: self.configs.describe_configs,
+            33: self.configs.alter_configs,
             36: self.sasl.authenticate,
+            37: self.admin.create_partitions,
+            42: self.group_admin.delete_groups,
+            44: self.configs.incremental_alter_configs,
+            47: self.group_admin.offset_delete,
         }
 
     async def init_producer_id(

@@ -4,11 +4,11 @@ aclEnable is on (server.py closes a connection that asks anything else first).
 
 - PLAIN (RFC 4616): ``authzid NUL user NUL password``, the secret compared in constant time.
   It sends the secret itself: use the TLS listener where the network is not trusted.
-- SCRAM-SHA-256 (RFC 5802 / 7677), two rounds: the secret never crosses the wire. The
+- SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802 / 7677), two rounds: the secret never crosses the wire. The
   account file holds plaintext secrets, so the salted password is derived here: the salt is
   fixed per user (SHA-256 of the user name: a salt is public anyway, and a per-login random
   one would cost a PBKDF2 per login), 4096 iterations (Kafka's minimum), computed in a thread
-  once per (user, secret) and cached.
+  once per (user, secret, hash) and cached.
 - The account's address allow-lists (whiteRemoteAddress, globalWhiteRemoteAddresses) apply.
 - A failure answers SASL_AUTHENTICATION_FAILED with the same message for an unknown user and
   a wrong secret; the connection stays unauthenticated.
@@ -38,6 +38,8 @@ __all__ = ["SaslHandlers"]
 
 PLAIN = "PLAIN"
 SCRAM = "SCRAM-SHA-256"
+SCRAM_512 = "SCRAM-SHA-512"
+SCRAM_HASHES = {SCRAM: "sha256", SCRAM_512: "sha512"}  # mechanism -> hashlib name
 ITERATIONS = 4096
 _FAILED = "authentication failed: unknown user or wrong secret"
 
@@ -50,6 +52,7 @@ class _Scram:
     nonce: str  # the client's nonce and the server's fresh part
     salted: bytes
     client_nonce: str
+    hash_name: str  # "sha256" | "sha512"
 
     @property
     def final_nonces(self) -> tuple[str, str]:
@@ -63,10 +66,10 @@ class _Scram:
 class SaslHandlers:
     def __init__(self, env: KafkaEnv) -> None:
         self.env = env
-        self._salted: dict[tuple[str, str], bytes] = {}
+        self._salted: dict[tuple[str, str, str], bytes] = {}
 
     def mechanisms(self) -> list[str]:
-        return [PLAIN, SCRAM] if self.env.acl is not None else [PLAIN]
+        return [PLAIN, SCRAM, SCRAM_512] if self.env.acl is not None else [PLAIN]
 
     async def handshake(
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
@@ -143,9 +146,10 @@ class SaslHandlers:
         if fields.get("r") not in state.final_nonces or "p" not in fields:
             return _reply(Code.SASL_AUTHENTICATION_FAILED, _FAILED)
         auth_message = f"{state.client_first_bare},{state.server_first},{without_proof}".encode()
-        client_key = _hmac(state.salted, b"Client Key")
-        stored_key = hashlib.sha256(client_key).digest()
-        signature = _hmac(stored_key, auth_message)
+        digest = state.hash_name
+        client_key = _hmac(state.salted, b"Client Key", digest)
+        stored_key = hashlib.new(digest, client_key).digest()
+        signature = _hmac(stored_key, auth_message, digest)
         try:
             proof = base64.b64decode(fields["p"])
         except ValueError:
@@ -154,10 +158,11 @@ class SaslHandlers:
         if (
             state.account is None
             or len(proof) != len(signature)
-            or not hmac.compare_digest(hashlib.sha256(recovered).digest(), stored_key)
+            or not hmac.compare_digest(hashlib.new(digest, recovered).digest(), stored_key)
         ):
             return _reply(Code.SASL_AUTHENTICATION_FAILED, _FAILED)
-        server_signature = _hmac(_hmac(state.salted, b"Server Key"), auth_message)
+        server_key = _hmac(state.salted, b"Server Key", digest)
+        server_signature = _hmac(server_key, auth_message, digest)
         conn.account, conn.authenticated = state.account, True
         return _reply(Code.NONE, None, b"v=" + base64.b64encode(server_signature))
 
@@ -171,29 +176,30 @@ class SaslHandlers:
         if not user or not client_nonce:
             return _reply(Code.SASL_AUTHENTICATION_FAILED, "SCRAM: no user name or nonce")
         account = self._account(conn, user)
+        digest = SCRAM_HASHES[conn.sasl_mechanism]
         salt = hashlib.sha256(f"wharf-kafka-scram:{user}".encode()).digest()[:16]
         if account is None:
             # An unknown user gets a challenge too and fails at the proof, as a wrong secret
             # does: the exchange does not tell which user names exist.
-            salted = os.urandom(32)
+            salted = os.urandom(hashlib.new(digest).digest_size)
         else:
-            key = (user, account.secret_key)
+            key = (user, account.secret_key, digest)
             salted = self._salted.get(key) or b""
             if not salted:
                 salted = await asyncio.to_thread(
-                    hashlib.pbkdf2_hmac, "sha256", account.secret_key.encode(), salt, ITERATIONS
+                    hashlib.pbkdf2_hmac, digest, account.secret_key.encode(), salt, ITERATIONS
                 )
                 if len(self._salted) > 1024:
                     self._salted.clear()
                 self._salted[key] = salted
         nonce = client_nonce + base64.b64encode(os.urandom(18)).decode()
         server_first = f"r={nonce},s={base64.b64encode(salt).decode()},i={ITERATIONS}"
-        conn.sasl_state = _Scram(account, bare, server_first, nonce, salted, client_nonce)
+        conn.sasl_state = _Scram(account, bare, server_first, nonce, salted, client_nonce, digest)
         return _reply(Code.NONE, None, server_first.encode())
 
 
-def _hmac(key: bytes, data: bytes) -> bytes:
-    return hmac.new(key, data, hashlib.sha256).digest()
+def _hmac(key: bytes, data: bytes, digest: str) -> bytes:
+    return hmac.new(key, data, digest).digest()
 
 
 def _reply(code: Code, message: str | None = None, data: bytes = b"") -> dict[str, Any]:

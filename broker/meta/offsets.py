@@ -84,6 +84,18 @@ class ConsumerOffsetManager:
             self.journal.changed(key)
             self.dirty = True
 
+    def remove_queues(self, group: str, topic: str, queue_ids: set[int]) -> None:
+        """The group's committed offsets of those queues of ``topic`` (Kafka's OffsetDelete)."""
+        queues = self.table.get((topic, group))
+        if queues is None:
+            return
+        for queue_id in queue_ids:
+            queues.pop(queue_id, None)
+        if not queues:
+            del self.table[(topic, group)]
+        self.journal.changed((topic, group))
+        self.dirty = True
+
     def to_json(self) -> dict[str, Any]:
         return {"offsetTable": {_json_key(k): _queues_json(q) for k, q in self.table.items()}}
 

@@ -9,11 +9,18 @@ attributes into the store's :class:`TopicPolicy`.
 
 Errors are :class:`ConfigError` with Kafka's wording, so the Kafka front end answers
 INVALID_CONFIG (40) with the message as Kafka's broker words it.
+
+Kafka's other topic configs, which tools send at creation (Kafka Streams, Connect, schema
+registries, quixstreams, faust): :data:`FIXED` are accepted, not stored, when the value asked is
+what Wharf does for every topic (:func:`check_fixed`, against the broker's figures); any other
+value, and every other Kafka config (:data:`UNSUPPORTED`), is a ConfigError saying why, so no
+config is silently ignored in a way that changes what a client sees. :func:`checked_configs`
+applies both to one request's configs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from wharf.store.retention.policy import LONG_MAX, TopicPolicy
@@ -131,4 +138,126 @@ def rocketmq_view(attributes: dict[str, str]) -> dict[str, str]:
     policy = out.get(CLEANUP_POLICY)
     if policy is not None:
         out[CLEANUP_POLICY] = "COMPACTION" if "compact" in policy.split(",") else "DELETE"
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class FixedKey:
+    """A Kafka config Wharf does not store: ``accepts(value, wharf)`` is True for the values
+    that mean what Wharf does anyway (``wharf``: the broker's figure, :func:`check_fixed`)."""
+
+    name: str
+    accepts: Callable[[str, str], bool]
+    why: str  # what Wharf does instead, for the refusal ({wharf}: the broker's figure)
+
+
+def _number_equal(value: str, wharf: str) -> bool:
+    try:
+        return int(value.strip()) == int(wharf)
+    except ValueError:
+        return False
+
+
+def _segment_size(value: str, wharf: str) -> bool:
+    try:
+        return int(value.strip()) >= 14  # Kafka's minimum (a v0 record's overhead)
+    except ValueError:
+        return False
+
+
+FIXED: dict[str, FixedKey] = {
+    k.name: k
+    for k in (
+        FixedKey(
+            "message.timestamp.type",
+            lambda v, w: v.strip() == "CreateTime",
+            "Wharf keeps the producer's timestamp (CreateTime only)",
+        ),
+        FixedKey(
+            "compression.type",
+            lambda v, w: v.strip() in ("producer", "uncompressed"),
+            "Wharf stores and fetches records uncompressed whatever the producer's codec "
+            "(producer or uncompressed only)",
+        ),
+        # Segments are the shared commit log's (mappedFileSizeCommitLog): a topic's size only
+        # sets when Kafka would free disk, which no client sees. Kafka Streams sends 50 MiB for
+        # its repartition topics.
+        FixedKey(
+            "segment.bytes",
+            _segment_size,
+            "Wharf's segments are the broker's shared commit log's ({wharf} bytes); a number "
+            "of at least 14 is accepted and not stored",
+        ),
+        FixedKey(
+            "min.insync.replicas",
+            _number_equal,
+            "replication is the broker's: minInSyncReplicas ({wharf}) applies to every topic "
+            "(only {wharf} is accepted)",
+        ),
+        FixedKey(
+            "max.message.bytes",
+            _number_equal,
+            "the record size limit is the broker's: maxMessageSize ({wharf}) applies to every "
+            "topic (only {wharf} is accepted)",
+        ),
+        FixedKey(
+            "unclean.leader.election.enable",
+            lambda v, w: v.strip().lower() == "false",
+            "Wharf only ever elects an in-sync replica (false only)",
+        ),
+    )
+}
+
+# Kafka's other topic configs: refused by name (an unknown name gets Kafka's own wording).
+UNSUPPORTED = frozenset(
+    {
+        "compression.gzip.level",
+        "compression.lz4.level",
+        "compression.zstd.level",
+        "file.delete.delay.ms",
+        "flush.messages",
+        "flush.ms",
+        "follower.replication.throttled.replicas",
+        "index.interval.bytes",
+        "leader.replication.throttled.replicas",
+        "local.retention.bytes",
+        "local.retention.ms",
+        "message.downconversion.enable",
+        "message.format.version",
+        "message.timestamp.after.max.ms",
+        "message.timestamp.before.max.ms",
+        "message.timestamp.difference.max.ms",
+        "preallocate",
+        "remote.log.copy.disable",
+        "remote.log.delete.on.disable",
+        "remote.storage.enable",
+        "segment.index.bytes",
+        "segment.jitter.ms",
+    }
+)
+
+
+def check_fixed(name: str, value: str | None, wharf: str) -> None:
+    """ConfigError unless ``value`` of FIXED config ``name`` is what Wharf does (``wharf``:
+    the broker's figure for it, e.g. maxMessageSize for max.message.bytes)."""
+    key = FIXED[name]
+    if value is None or not key.accepts(value, wharf):
+        why = key.why.format(wharf=wharf)
+        raise ConfigError(f"Invalid value {value} for configuration {name}: {why}")
+
+
+def checked_configs(
+    configs: Iterable[tuple[str, str | None]], wharf: Mapping[str, str]
+) -> dict[str, str]:
+    """The attributes to store for a topic's configs (CreateTopics, AlterConfigs): KEYS in
+    their stored form; FIXED ones checked against ``wharf`` (name -> the broker's figure) and
+    not stored; ConfigError for the first other."""
+    out: dict[str, str] = {}
+    for name, value in configs:
+        if name in FIXED:
+            check_fixed(name, value, wharf[name])
+        elif name in UNSUPPORTED:
+            raise ConfigError(f"Topic config {name} is not supported by Wharf")
+        else:
+            out[name] = checked(name, value)
     return out

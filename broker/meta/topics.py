@@ -44,7 +44,8 @@ def validate_topic_name(name: str) -> None:
         raise InvalidArgumentError("topic is required")
     if len(name) > MAX_TOPIC_LENGTH:
         raise InvalidArgumentError(
-            f"topic name is {len(name)} characters; the limit is {MAX_TOPIC_LENGTH}"
+            f"topic name is {len(name)} characters; Wharf's limit is {MAX_TOPIC_LENGTH} (its "
+            "stored record holds a topic's length in one byte; Kafka's is 249)"
         )
     if not valid_name(name):
         raise InvalidArgumentError(f"topic name {name!r} is invalid: use {name_rule()}")

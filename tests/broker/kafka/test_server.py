@@ -394,6 +394,7 @@ async def test_create_topics_answers_each_row_and_waits_for_the_disk_once(
     rows = [
         row("made-a", 3), row("existing"), row("bad-count", 0), row("made-b", -1),
         row("compacted", 1, [{"name": "cleanup.policy", "value": "compact"}]), row("made-a"),
+        row("shredded", 1, [{"name": "cleanup.policy", "value": "shred"}]),
     ]  # fmt: skip
     response = await client.call(
         19, 1, {"topics": rows, "timeout_ms": 5000, "validate_only": False}
@@ -402,11 +403,15 @@ async def test_create_topics_answers_each_row_and_waits_for_the_disk_once(
     # 36 TOPIC_ALREADY_EXISTS (before the request and earlier in it), 37 INVALID_PARTITIONS,
     # 40 INVALID_CONFIG
     assert codes == [("made-a", 0), ("existing", 36), ("bad-count", 37), ("made-b", 0),
-                     ("compacted", 40), ("made-a", 36)]  # fmt: skip
+                     ("compacted", 0), ("made-a", 36), ("shredded", 40)]  # fmt: skip
+    assert response["topics"][-1]["error_message"] == (
+        "Invalid value shred for configuration cleanup.policy: String must be one of: compact, delete"
+    )
     assert waits == 1
     assert topics.require("made-a").read_queue_nums == 3
     assert topics.require("made-b").read_queue_nums == topics.default_queue_nums
-    assert topics.get("bad-count") is None and topics.get("compacted") is None
+    assert topics.require("compacted").attributes == {"cleanup.policy": "compact"}
+    assert topics.get("bad-count") is None and topics.get("shredded") is None
 
     checked = await client.call(
         19, 1, {"topics": [row("dry")], "timeout_ms": 5000, "validate_only": True}
