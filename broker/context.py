@@ -12,6 +12,7 @@ from wharf.broker.config import BrokerConfig
 from wharf.broker.core.admin import AdminCore
 from wharf.broker.core.clients import ClientRegistry
 from wharf.broker.core.long_poll import LongPollHolder
+from wharf.broker.core.policies import TopicPolicies
 from wharf.broker.core.pop import PopCore
 from wharf.broker.core.port import Port
 from wharf.broker.core.processor import CoreProcessor
@@ -82,6 +83,8 @@ class BrokerContext:
             store, self.topics, self.groups, self.offsets, self.clients,
             self.config.max_reconsume_times, self.metrics.forget_topic,
         )  # fmt: skip
+        # Topic retention and compaction follow the topic table (broker/core/policies.py).
+        store.retention.follow(TopicPolicies(self.topics))
         self.port = CoreProcessor(
             store,
             self.topics,

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from wharf.broker.meta.topics import TopicConfig
     from wharf.store import ReplicationStatus, StoreConfig, StoreStats
     from wharf.store.model import GetResult, QueueStat, StoredMessage, TagFilter
+    from wharf.store.retention.stats import RetentionStats
 
 __all__ = ["Admin", "Messaging", "Port", "RequestContext"]
 
@@ -203,6 +204,15 @@ class Admin(Protocol):
     def store_config(self) -> StoreConfig: ...  # the store's settings, a value
 
     def store_stats(self) -> StoreStats: ...
+
+    # --- topic retention ----------------------------------------------------------------------
+    async def delete_records(self, topic: str, queue_id: int, offset: int) -> int:
+        """Kafka's DeleteRecords: the queue's log start offset moved up to ``offset`` (at most
+        its max offset; never down), durably before the answer, for every protocol (earliest
+        offsets, min offsets, reads below it); returns the queue's log start offset."""
+        ...
+
+    def retention_stats(self) -> RetentionStats: ...  # compaction and retention figures
 
     # --- the metadata tables as the tools list them -------------------------------------------
     def topics(self, include_system: bool) -> list[TopicConfig]:

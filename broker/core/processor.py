@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from wharf.broker.meta.topics import TopicConfig, TopicConfigManager
     from wharf.store import MessageStore, ReplicationStatus, StoreConfig, StoreStats
     from wharf.store.model import GetResult, QueueStat, StoredMessage, TagFilter
+    from wharf.store.retention.stats import RetentionStats
 
 log = logging.getLogger("wharf.broker.core")
 QUERY_SPAN_AHEAD_MS = 1000  # a lookup "until now" reaches this far ahead (clock steps)
@@ -227,6 +228,13 @@ class CoreProcessor:
 
     def store_stats(self) -> StoreStats:
         return self._store.stats()
+
+    # --- topic retention (the store's RetentionService) ---------------------------------------
+    async def delete_records(self, topic: str, queue_id: int, offset: int) -> int:
+        return await self._store.retention.delete_records(topic, queue_id, offset)
+
+    def retention_stats(self) -> RetentionStats:
+        return self._store.retention.stats()
 
     # --- the metadata tables as the tools list them ---------------------------------------------
     def topics(self, include_system: bool) -> list[TopicConfig]:

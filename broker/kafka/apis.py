@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from wharf.broker.kafka.apis_admin import ADMIN_APIS
 from wharf.broker.kafka.apis_groups import GROUP_APIS
+from wharf.broker.kafka.apis_records import RECORD_APIS
 from wharf.broker.kafka.schema import (
     BOOL,
     BYTES,
@@ -336,5 +337,7 @@ _API_LIST = [
     ),
 ]
 
-APIS: dict[int, Api] = {api.key: api for api in (*_API_LIST, *GROUP_APIS, *ADMIN_APIS)}
+APIS: dict[int, Api] = {
+    api.key: api for api in (*_API_LIST, *GROUP_APIS, *ADMIN_APIS, *RECORD_APIS)
+}
 API_VERSIONS = 18

@@ -13,6 +13,7 @@ from wharf.broker.kafka.admin_acls import AclHandlers
 from wharf.broker.kafka.admin_configs import ConfigHandlers
 from wharf.broker.kafka.admin_groups import GroupAdminHandlers
 from wharf.broker.kafka.coordinator import Coordinator
+from wharf.broker.kafka.delete_records import DeleteRecordsHandler
 from wharf.broker.kafka.env import KafkaEnv
 from wharf.broker.kafka.errors import Code
 from wharf.broker.kafka.fetch import FetchHandler
@@ -57,6 +58,7 @@ class KafkaHandlers:
         self.group_admin = GroupAdminHandlers(env, self.coordinator)
         self.acls = AclHandlers(env)
         self.sasl = SaslHandlers(env)
+        self.records = DeleteRecordsHandler(env)
 
     def load_blocking(self) -> None:
         self.producers.load_blocking()
@@ -88,6 +90,7 @@ class KafkaHandlers:
             18: self.metadata.api_versions,
             19: self.admin.create_topics,
             20: self.admin.delete_topics,
+            21: self.records.delete_records,
             22: self.init_producer_id,
             29: self.acls.describe_acls,
             30: self.acls.create_acls,

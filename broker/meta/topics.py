@@ -148,6 +148,11 @@ class TopicConfigManager:
         # Bumped on every change and load, never reset (version follows a file's or a
         # master's): what caches configs (SendCore's admitted topics) compares.
         self.generation = 0
+        # Bumped when a topic with attributes (message.type, the cleanup configs) is put or
+        # deleted, and on every load: what the store's policy view is rebuilt on
+        # (broker/core/policies.py), so that auto-creating 10,000 plain topics does not
+        # rescan the table 10,000 times (~1.2 ms a scan at 10,000 topics).
+        self.attributes_generation = 0
         # Called after every change: the controller persists topics within ~50 ms instead of
         # the periodic 5 s, so a crash right after an auto-create does not forget the topic.
         self.on_change: Callable[[], None] = lambda: None
@@ -170,6 +175,9 @@ class TopicConfigManager:
         return topic
 
     def _put(self, topic: TopicConfig) -> TopicConfig:
+        old = self.table.get(topic.name)
+        if topic.attributes or (old is not None and old.attributes):
+            self.attributes_generation += 1
         self.table[topic.name] = topic
         self._changed(topic.name)
         return topic
@@ -229,6 +237,7 @@ class TopicConfigManager:
     def delete(self, name: str) -> TopicConfig:
         topic = self.require(name)
         del self.table[name]
+        self.attributes_generation += 1 if topic.attributes else 0
         self._changed(name)
         return topic
 
@@ -274,6 +283,7 @@ class TopicConfigManager:
     def load(self, data: dict[str, Any] | None) -> None:
         self.journal.reset()  # the next persist compares the whole table with the files
         self.generation += 1  # (a replica clears the table first: nothing cached is valid)
+        self.attributes_generation += 1
         if not data:
             return
         for raw in data.get("topicConfigTable", {}).values():

@@ -66,6 +66,8 @@ class RetentionService(Service):
         self._queues: ConsumeQueueTable | None = None
         self._moving = asyncio.Lock()
         self._gone: set[str] = set()  # deleted topics whose files and starts go next run
+        self._seen: Mapping[str, TopicPolicy] | None = None
+        self._compacted: frozenset[str] = frozenset()
 
     # --- wiring ------------------------------------------------------------------------------
     def follow(self, policies: PolicySource) -> None:
@@ -104,6 +106,16 @@ class RetentionService(Service):
         if kept is not None and kept.state.cleaned_to > kept.state.base:
             return max(start, kept.state.base)
         return max(queue_min, start)
+
+    def compacted_topics(self) -> frozenset[str]:
+        """The topics whose policy has compact (the writer refuses keyless messages there):
+        recomputed only when the source hands a new mapping (the broker's is cached by its
+        topic table's generation), so a write pays one call and one comparison."""
+        policies = self._policies()
+        if policies is not self._seen:
+            self._seen = policies
+            self._compacted = frozenset(t for t, p in policies.items() if p.compact)
+        return self._compacted
 
     def keep_from(self) -> int:
         """The lowest commit log offset compaction still needs (cleanup keeps it)."""

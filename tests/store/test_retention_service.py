@@ -8,11 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from wharf.store.errors import InvalidMessageError
 from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus, MessageInput
 from wharf.store.retention.policy import TopicPolicy
 
-from tests.store.helpers import msg, small_config
+from tests.store.helpers import msg, records, small_config
 
 COMPACT = TopicPolicy(compact=True, delete=False, segment_ms=1, min_cleanable_dirty_ratio=0.01)
 
@@ -134,5 +135,23 @@ async def test_retention_bytes_counts_the_newest_records(tmp_path: Path) -> None
         store.retention.follow(lambda: {"d": TopicPolicy(retention_bytes=2 * len(size))})
         await store.retention.run_once()
         assert store.get_min_offset("d", 0) == 4
+    finally:
+        await store.shutdown()
+
+
+async def test_a_compacted_topic_refuses_keyless_messages_on_every_write_path(
+    tmp_path: Path,
+) -> None:
+    store = await started(tmp_path / "s")
+    try:
+        store.retention.follow(lambda: {"c": COMPACT})
+        with pytest.raises(InvalidMessageError, match="without key"):
+            await store.put("c", 0, [msg("k", keys="a"), msg("no key")])
+        with pytest.raises(InvalidMessageError, match="without key"):
+            store.write("c", 0, records("c", "no key"))
+        many = store.write_many([("c", 0, records("c", "x")), ("d", 0, records("d", "y"))], "")
+        assert isinstance(many.errors.get(0), InvalidMessageError) and 1 not in many.errors
+        await put_all(store, "c", [msg("k", keys="a")])
+        await put_all(store, "d", [msg("no key needed")])
     finally:
         await store.shutdown()

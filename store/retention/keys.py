@@ -1,0 +1,36 @@
+"""A compacted topic takes keyed messages only, as Kafka refuses a record without a key on a
+``cleanup.policy=compact`` topic (INVALID_RECORD, "Compacted topic cannot accept message
+without key"): compaction keeps the latest record of each key, and a keyless one has none, so
+Kafka's cleaner drops it (``retention/compactor.py`` does too). Checked at the store's write
+(``write.py``), the one place every protocol's sends pass, for the topics
+``RetentionService.compacted_topics`` names."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from wharf.store.codec.properties import compaction_key
+from wharf.store.codec.records import record_properties
+from wharf.store.errors import InvalidMessageError
+from wharf.store.model import MessageInput
+
+
+def _refusal(topic: str, index: int) -> InvalidMessageError:
+    return InvalidMessageError(
+        f"Compacted topic cannot accept message without key in topic {topic} (message "
+        f"{index}: {topic} has cleanup.policy=compact, so every message needs a key: a Kafka "
+        "record key, or RocketMQ's KEYS)"
+    )
+
+
+def check_keyed_messages(topic: str, messages: Sequence[MessageInput]) -> None:
+    for index, message in enumerate(messages):
+        if compaction_key(message.properties) is None:
+            raise _refusal(topic, index)
+
+
+def check_keyed_records(topic: str, data: bytes | memoryview, positions: Sequence[int]) -> None:
+    """Producer-encoded records (stored layout) at ``positions`` of ``data``."""
+    for index, pos in enumerate(positions):
+        if compaction_key(record_properties(data, pos)) is None:
+            raise _refusal(topic, index)
