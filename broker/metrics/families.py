@@ -213,6 +213,7 @@ def snapshot_families(s: BrokerSnapshot) -> Iterator[Any]:
     yield gauge("wharf_broker_info", "1, labelled with this broker's cluster, broker (group) name and broker id: join on instance to group any series by cluster or broker.", ["broker", "broker_id", "cluster"], info)  # fmt: skip
     yield gauge("wharf_namesrv_session_up", "1 while this broker's registration session with the NameServer is open (namesrvAddr), else 0.", ["namesrv"], [((ns,), 1 if up else 0) for ns, up in sorted(s.namesrv_sessions.items())])  # fmt: skip
     yield from _replication_families(s)
+    yield from _retention_families(s)
     tx, timer = s.transactions, s.timer
     yield gauge("rocketmq_half_messages", "Transactional half messages not yet committed or rolled back.", [], [((), tx.get("half_messages", 0))])  # fmt: skip
     yield counter("rocketmq_commit_messages_total", "Transactional messages committed (made visible) since start.", [], [((), tx.get("commits_total", 0))])  # fmt: skip
@@ -228,6 +229,27 @@ def snapshot_families(s: BrokerSnapshot) -> Iterator[Any]:
     yield gauge("wharf_event_loop_tasks", "Live asyncio tasks on the broker's event loop.", [], [((), s.loop_tasks)])  # fmt: skip
     yield gauge("wharf_metrics_snapshot_seconds", "Event-loop time this scrape's store and consumer snapshot took.", [], [((), s.loop_seconds)])  # fmt: skip
     yield gauge("wharf_broker_uptime_seconds", "Seconds since the broker started.", [], [((), s.uptime_seconds)])  # fmt: skip
+
+
+def _retention_families(s: BrokerSnapshot) -> Iterator[Any]:
+    r = s.retention
+    if r is None:
+        return
+    yield gauge("wharf_compaction_queues", "Queues of compacted topics (cleanup.policy compact).", [], [((), r.compacted_queues)])  # fmt: skip
+    yield counter("wharf_compaction_passes_total", "Compaction passes installed (a new kept-log generation swapped in).", [], [((), r.passes)])  # fmt: skip
+    yield counter("wharf_compaction_pass_failures_total", "Compaction passes that failed (the old generation stays live).", [], [((), r.pass_failures)])  # fmt: skip
+    yield counter("wharf_compaction_passes_map_full_total", "Passes that stopped early because the key map (compactionMapBytes) was full; the next pass goes on.", [], [((), r.passes_map_full)])  # fmt: skip
+    yield counter("wharf_compaction_read_records_total", "Dirty records compaction read to build its key maps.", [], [((), r.records_read)])  # fmt: skip
+    yield counter("wharf_compaction_read_bytes_total", "Dirty record bytes compaction read.", [], [((), r.bytes_read)])  # fmt: skip
+    yield counter("wharf_compaction_written_bytes_total", "Bytes written into new kept-log generations.", [], [((), r.bytes_written)])  # fmt: skip
+    yield counter("wharf_compaction_tombstones_removed_total", "Tombstones dropped once older than delete.retention.ms.", [], [((), r.tombstones_removed)])  # fmt: skip
+    yield gauge("wharf_compaction_kept_bytes", "Size of the live kept logs of all compacted queues.", [], [((), r.kept_bytes)])  # fmt: skip
+    yield gauge("wharf_compaction_kept_records", "Records in the live kept logs of all compacted queues.", [], [((), r.kept_records)])  # fmt: skip
+    yield gauge("wharf_compaction_max_dirty_ratio", "Highest dirty ratio among compacted queues at the last look.", [], [((), r.max_dirty_ratio)])  # fmt: skip
+    yield gauge("wharf_compaction_last_pass_seconds", "Duration of the last compaction pass.", [], [((), r.last_pass_seconds)])  # fmt: skip
+    yield gauge("wharf_compaction_last_pass_timestamp_seconds", "When the last compaction pass ended (0: none yet).", [], [((), r.last_pass_at_ms / 1000)])  # fmt: skip
+    yield gauge("wharf_compaction_pinned_log_offset_bytes", "Lowest commit log offset compaction still needs (retention keeps it; -1: none).", [], [((), r.pinned_log_offset)])  # fmt: skip
+    yield counter("wharf_retention_log_start_moves_total", "Queue log start offsets moved by retention.ms / retention.bytes or DeleteRecords.", [], [((), r.log_start_moves)])  # fmt: skip
 
 
 def _replication_families(s: BrokerSnapshot) -> Iterator[Any]:

@@ -14,6 +14,7 @@ stall the loop. The scrape's thread runs ``take_snapshot_async``, which computes
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import NamedTuple
 from wharf.broker.metrics.view import BrokerView, MetricsStore
 from wharf.store.ha.status import ReplicationStatus
 from wharf.store.model import StoreStats
+from wharf.store.retention.stats import RetentionStats
 
 # Max records read per scrape to date the oldest unconsumed message of lagging queues.
 LAG_LATENCY_READ_BUDGET = 256
@@ -71,6 +73,8 @@ class BrokerSnapshot:
     # Client connections open per front end (the wire port, remoting, Kafka; gRPC's are
     # not counted by grpc.aio).
     frontend_connections: dict[str, int] = field(default_factory=dict)
+    # Compaction and topic retention (a copy), None without them.
+    retention: RetentionStats | None = None
 
 
 def take_snapshot(view: BrokerView, now: float | None = None) -> BrokerSnapshot:
@@ -128,6 +132,7 @@ def _snapshot(
         namesrv_sessions=dict(view.namesrv_sessions()),
         replication=view.replication(),
         frontend_connections=dict(view.frontend_connections()),
+        retention=copy.copy(view.retention()),
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from wharf.store.config import StoreConfig
 from wharf.store.ha.status import ReplicationStatus
 from wharf.store.model import GetResult, StoreStats
+from wharf.store.retention.stats import RetentionStats
 
 # (topic, consumer group) -> {queue id: committed offset}, as ConsumerOffsetManager keeps it.
 CommittedOffsets = Mapping[tuple[str, str], Mapping[int, int]]
@@ -62,6 +63,8 @@ class BrokerView:
     replication: Callable[[], ReplicationStatus | None] = _none
     transactions: Callable[[], Mapping[str, int]] = _no_stats
     timer: Callable[[], Mapping[str, int]] = _no_stats
+    # Topic retention and compaction (the store's RetentionService); None for a stand-in.
+    retention: Callable[[], RetentionStats | None] = _none
 
 
 def broker_view(
@@ -87,6 +90,7 @@ def broker_view(
         return read
 
     replication = getattr(store, "replication_status", None)  # a test store may lack it
+    retention = getattr(store, "retention", None)
     return BrokerView(
         store=store,
         topic_count=lambda: len(topics),
@@ -104,4 +108,5 @@ def broker_view(
         replication=replication if callable(replication) else (lambda: None),
         transactions=service_stats("transactions"),
         timer=service_stats("timer"),
+        retention=retention.stats if retention is not None else _none,
     )

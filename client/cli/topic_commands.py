@@ -42,7 +42,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     create.add_argument("--read-queues", type=int)
     create.add_argument("--write-queues", type=int)
     create.add_argument("--perm", type=int, default=0, help="6 read-write, 4 read, 2 write")
-    create.add_argument("--attr", action="append", metavar="KEY=VALUE")
+    create.add_argument(
+        "--attr",
+        "--config",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a topic attribute; Kafka's topic configs too (--config cleanup.policy=compact, "
+        "retention.ms, retention.bytes, segment.ms, min.cleanable.dirty.ratio, "
+        "min.compaction.lag.ms, max.compaction.lag.ms, delete.retention.ms)",
+    )
     create.add_argument(
         "--message-type",
         type=str.upper,
@@ -61,7 +69,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     update.add_argument("--read-queues", type=int)
     update.add_argument("--write-queues", type=int)
     update.add_argument("--perm", type=int)
-    update.add_argument("--attr", action="append", metavar="KEY=VALUE")
+    update.add_argument(
+        "--attr", "--config", action="append", metavar="KEY=VALUE", help="as for create"
+    )
     update.add_argument("--message-type", type=str.upper, choices=MESSAGE_TYPES)
     update.set_defaults(run=topic_update)
 

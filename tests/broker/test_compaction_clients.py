@@ -10,7 +10,9 @@ offset). DeleteRecords (Kafka API 21) then moves the log start offset for both p
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+import urllib.request
 from typing import Any
 
 import pytest
@@ -123,6 +125,13 @@ def test_a_compacted_topic_keeps_the_latest_value_per_key(daemons: Daemons) -> N
     offsets = [offset for offset, _, _ in got]
     assert offsets == sorted(offsets) and offsets[-1] == written - 1  # unchanged, with gaps
     assert offsets[0] > 0
+
+    # Progress in the metrics.
+    url = f"http://{broker.metrics_endpoint}/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    passes = re.search(r"^wharf_compaction_passes_total (\S+)$", text, re.M)
+    assert passes is not None and float(passes.group(1)) >= 1, text[-3000:]
+    assert re.search(r"^wharf_compaction_queues 1\.0$", text, re.M)
 
     # RocketMQ: a pull at a removed offset answers the next kept record and the next offset.
     pulled = asyncio.run(_pull(broker.remoting_endpoint, 0))

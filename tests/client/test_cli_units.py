@@ -37,6 +37,16 @@ def test_cli_timestamps_and_attributes() -> None:
         parse_attributes(["novalue"])
 
 
+def test_cli_topic_create_takes_kafka_configs() -> None:
+    from wharf.client.cli.main import build_parser
+    from wharf.client.cli.topic_commands import topic_attributes
+
+    args = build_parser().parse_args(
+        ["topic", "create", "t", "--config", "cleanup.policy=compact", "--attr", "segment.ms=1"]
+    )
+    assert topic_attributes(args) == {"cleanup.policy": "compact", "segment.ms": "1"}
+
+
 def test_cli_exit_codes_follow_the_error_kind() -> None:
     from wharf.client.cli.exit_codes import exit_code_for
 
