@@ -28,12 +28,14 @@ from __future__ import annotations
 from typing import Any
 
 from wharf.broker.acl.rules import Perm
+from wharf.broker.core.send import is_own_topic
 from wharf.broker.errors import InvalidArgumentError, NotFoundError
 from wharf.broker.kafka.env import KafkaEnv
 from wharf.broker.kafka.errors import Code, KafkaError, code_for
 from wharf.broker.kafka.server import KafkaConnection
 from wharf.broker.meta import topic_configs
 from wharf.broker.meta.topic_configs import FIXED, KEYS, ConfigError
+from wharf.broker.meta.topics import TopicConfig
 
 __all__ = ["BROKER", "TOPIC", "ConfigHandlers"]
 
@@ -127,9 +129,7 @@ class ConfigHandlers:
             return [_config(n, v, STATIC_BROKER_CONFIG, True) for n, v, _ in self.broker_settings()]
         if kind != TOPIC:
             raise KafkaError(Code.INVALID_REQUEST, f"resource type {kind} is not described")
-        topic = self.env.ctx.port.topic(name)
-        if topic is None:
-            raise KafkaError(Code.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        topic = self._topic(name)
         rows = []
         for key in KEYS.values():
             value = topic.attributes.get(key.name)
@@ -145,6 +145,13 @@ class ConfigHandlers:
         for config in FIXED:
             rows.append(_config(config, fixed[config], STATIC_BROKER_CONFIG, True))
         return rows
+
+    def _topic(self, name: str) -> TopicConfig:
+        """A topic Kafka clients see (not the broker's own: %RETRY%, %DLQ%, ...)."""
+        topic = None if is_own_topic(name) else self.env.ctx.port.topic(name)
+        if topic is None:
+            raise KafkaError(Code.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        return topic
 
     # --- AlterConfigs, IncrementalAlterConfigs ----------------------------------------------------
     async def alter_configs(
@@ -207,9 +214,7 @@ class ConfigHandlers:
         self, name: str, configs: list[dict[str, Any]], incremental: bool, validate_only: bool
     ) -> None:
         port = self.env.ctx.port
-        topic = port.topic(name)
-        if topic is None:
-            raise KafkaError(Code.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        topic = self._topic(name)
         current = {k: v for k, v in topic.attributes.items() if k in KEYS}
         wanted = _incremental(current, configs) if incremental else _replaced(configs)
         stored = self.create_attributes([{"name": n, "value": v} for n, v in wanted.items()])

@@ -263,6 +263,14 @@ def _tp(topic: str) -> TopicPartition:
     return TopicPartition(topic, 0)
 
 
+ANY: Any = None  # a filter's "any" (confluent-kafka's stubs type these str)
+
+
+def every_binding() -> AclBindingFilter:
+    return AclBindingFilter(ResourceType.ANY, ANY, ResourcePatternType.ANY, ANY, ANY,
+                            AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
+
+
 def _acl(name: str, op: AclOperation, kind: ResourceType = ResourceType.TOPIC,
          pattern: ResourcePatternType = ResourcePatternType.LITERAL,
          principal: str = "User:app", host: str = "*",
@@ -311,16 +319,15 @@ def test_acls_map_onto_the_accounts_and_apply_at_once(secured: BrokerProcess) ->
     producer.flush(15)
     assert errors == [None]  # applied at once, no reload wait
 
-    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
-                                  AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
+    everything = every_binding()
     described = client.describe_acls(everything).result(timeout=15)
     assert {(b.name, b.resource_pattern_type, b.operation) for b in described} == {
         ("orders", ResourcePatternType.LITERAL, AclOperation.WRITE),
         ("orders-", ResourcePatternType.PREFIXED, AclOperation.READ),
         ("billing", ResourcePatternType.LITERAL, AclOperation.READ),
     }
-    writes = AclBindingFilter(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, None,
-                              None, AclOperation.WRITE, AclPermissionType.ALLOW)  # fmt: skip
+    writes = AclBindingFilter(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, ANY,
+                              ANY, AclOperation.WRITE, AclPermissionType.ALLOW)  # fmt: skip
     [deleted] = client.delete_acls([writes]).values()
     assert [b.name for b in deleted.result(timeout=15)] == ["orders"]
     assert len(client.describe_acls(everything).result(timeout=15)) == 2
@@ -334,8 +341,7 @@ def test_scram_sha_512_logs_in_and_acls_need_an_authorizer(
     wrong = admin(secured.kafka_endpoint, **{**ROOT, "sasl.password": "wrong"})
     with pytest.raises(KafkaException):
         wrong.list_topics(timeout=3)
-    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
-                                  AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
+    everything = every_binding()
     # aclEnable off: SECURITY_DISABLED, as Kafka without an authorizer (librdkafka answers an
     # empty list for it; kafka-python raises)
     open_broker = admin(plain)
