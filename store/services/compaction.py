@@ -253,6 +253,8 @@ class Compaction:
         self.kept[key] = new
         if old is not None:
             old.close()
+            if self.fail is not None:
+                await run_blocking(self.fail, "remove-old")
             await run_blocking(remove_generation_blocking, directory, old.state.generation)
         self._count(figures, time.monotonic() - began, now_ms)
         log.info(

@@ -4,6 +4,7 @@ of the swap."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,9 @@ class Crash(Exception):
     """A step's injected failure: the process "dies" there (nothing after it runs)."""
 
 
-def records(values: list[tuple[str | None, str | None]], first: int = 0, stamp: int = NOW) -> Chunk:
+def records(
+    values: Sequence[tuple[str | None, str | None]], first: int = 0, stamp: int = NOW
+) -> Chunk:
     """(key, value) -> stored records; value None is a tombstone, key None keyless."""
     messages = []
     for key, value in values:
