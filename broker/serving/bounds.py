@@ -60,12 +60,19 @@ class BoundSettings(Protocol):
     """The broker's settings ``ListenerLimits.of`` reads (BrokerConfig's; a Protocol, so the
     NameServer can use this module without the broker's config and the store behind it)."""
 
-    connection_max_idle_ms: int
-    server_channel_max_idle_time_seconds: int
-    kafka_connections_max_idle_ms: int
-    frame_read_timeout_ms: int
-    max_connections_per_listener: int
-    max_connections_per_address: int
+    # Read-only properties: BrokerConfig is a frozen dataclass.
+    @property
+    def connection_max_idle_ms(self) -> int: ...
+    @property
+    def server_channel_max_idle_time_seconds(self) -> int: ...
+    @property
+    def kafka_connections_max_idle_ms(self) -> int: ...
+    @property
+    def frame_read_timeout_ms(self) -> int: ...
+    @property
+    def max_connections_per_listener(self) -> int: ...
+    @property
+    def max_connections_per_address(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
