@@ -74,9 +74,14 @@ def fresh(prefix: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def plain(module_daemons: Daemons) -> Iterator[str]:
-    broker = module_daemons.broker(settings=SETTINGS, extra_args=KAFKA)
-    yield broker.kafka_endpoint
+def plain_broker(module_daemons: Daemons) -> Iterator[BrokerProcess]:
+    yield module_daemons.broker(settings=SETTINGS, extra_args=KAFKA)
+
+
+@pytest.fixture
+def plain(plain_broker: BrokerProcess) -> str:
+    """The plain broker's Kafka address now (a test restarts it)."""
+    return plain_broker.kafka_endpoint
 
 
 @pytest.fixture(scope="module")
@@ -194,6 +199,25 @@ def test_topic_configs_are_altered_and_broker_configs_are_static(plain: str) -> 
     assert code == KafkaError.INVALID_REQUEST and "fileReservedTime" in message, message
     [described] = client.describe_configs([ConfigResource(ResourceType.BROKER, "0")]).values()
     assert described.result(timeout=15)["log.retention.hours"].value == "72"
+
+
+def test_topic_configs_survive_a_kill_right_after_the_answer(
+    plain_broker: BrokerProcess,
+) -> None:
+    client = admin(plain_broker.kafka_endpoint)
+    name = fresh("kept")
+    topic = NewTopic(name, 1, 1, config={"cleanup.policy": "compact"})
+    assert outcome(client.create_topics([topic])[name]) == (0, "")
+    resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=[
+        ConfigEntry("retention.ms", "-1", incremental_operation=AlterConfigOpType.SET),
+    ])  # fmt: skip
+    assert outcome(client.incremental_alter_configs([resource])[resource]) == (0, "")
+    del client
+    plain_broker.kill()  # answered means on disk
+    plain_broker.start()
+    configs = topic_configs(admin(plain_broker.kafka_endpoint), name)
+    assert (configs["cleanup.policy"].value, configs["retention.ms"].value) == ("compact", "-1")
+    assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
 
 
 def test_create_partitions_adds_queues(plain: str) -> None:
