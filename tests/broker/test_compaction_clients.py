@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient
 from wharf.broker.remoting.codes import RequestCode, ResponseCode
 
-from tests.broker.remoting.test_server import Client, _pull_fields, _records
+from tests.broker.remoting.test_server import Client, _pull_fields, _records, _send_fields
 from tests.harness import Daemons
 
 pytestmark = pytest.mark.slow
@@ -42,6 +42,17 @@ async def _create(endpoint: str) -> None:
         }  # fmt: skip
         reply = await Client(reader, writer).call(RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
         assert reply.code == ResponseCode.SUCCESS, reply.remark
+    finally:
+        writer.close()
+
+
+async def _send_keyless(endpoint: str) -> Any:
+    host, _, port = endpoint.rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        return await Client(reader, writer).call(
+            RequestCode.SEND_MESSAGE, _send_fields(TOPIC, 0), b"no key"
+        )
     finally:
         writer.close()
 
@@ -111,6 +122,9 @@ def test_a_compacted_topic_keeps_the_latest_value_per_key(daemons: Daemons) -> N
     assert len(errors) == 1 and errors[0] is not None
     assert errors[0].code() == KafkaError.INVALID_RECORD, errors[0]
     # (librdkafka reports the code's own text, not the broker's error_message)
+    refused = asyncio.run(_send_keyless(broker.remoting_endpoint))
+    assert refused.code != ResponseCode.SUCCESS
+    assert "Compacted topic cannot accept message without key" in refused.remark, refused.remark
 
     written = KEYS * VERSIONS + 2
     latest = {f"k{k}".encode(): f"v{VERSIONS - 1}".encode() for k in range(KEYS)}
