@@ -1,11 +1,12 @@
 """The table of ``apis.py``, continued: the admin APIs beyond topics (configs, partitions,
-groups, committed offsets, ACLs), in the same schema language and under the same rules (only
-non-flexible versions are served, except where a note says otherwise)."""
+groups, committed offsets, ACLs, SCRAM credentials), in the same schema language and under the
+same rules (only non-flexible versions are served, except where a note says otherwise)."""
 
 from __future__ import annotations
 
 from wharf.broker.kafka.schema import (
     BOOL,
+    BYTES,
     INT8,
     INT16,
     INT32,
@@ -267,5 +268,63 @@ ADMIN_APIS = [
                 ),
             ),
         ),
+    ),
+    Api(
+        50,
+        "DescribeUserScramCredentials",
+        0,
+        0,  # every version is flexible
+        Struct(F("users", Array(Struct(F("name", STRING)), nullable=True))),
+        Struct(
+            F("throttle_time_ms", INT32),
+            F("error_code", INT16),
+            F("error_message", NSTRING),
+            F(
+                "results",
+                Array(
+                    Struct(
+                        F("user", STRING),
+                        F("error_code", INT16),
+                        F("error_message", NSTRING),
+                        F(
+                            "credential_infos",
+                            Array(Struct(F("mechanism", INT8), F("iterations", INT32))),
+                        ),
+                    )
+                ),
+            ),
+        ),
+        flexible_from=0,
+    ),
+    Api(
+        51,
+        "AlterUserScramCredentials",
+        0,
+        0,  # every version is flexible
+        Struct(
+            F("deletions", Array(Struct(F("name", STRING), F("mechanism", INT8)))),
+            F(
+                "upsertions",
+                Array(
+                    Struct(
+                        F("name", STRING),
+                        F("mechanism", INT8),
+                        F("iterations", INT32),
+                        F("salt", BYTES),
+                        F("salted_password", BYTES),
+                    )
+                ),
+            ),
+        ),
+        Struct(
+            F("throttle_time_ms", INT32),
+            F(
+                "results",
+                Array(
+                    Struct(F("user", STRING), F("error_code", INT16), F("error_message", NSTRING))
+                ),
+            ),
+        ),
+        flexible_from=0,
     ),
 ]

@@ -12,6 +12,7 @@ from wharf.broker.kafka.admin import AdminHandlers
 from wharf.broker.kafka.admin_acls import AclHandlers
 from wharf.broker.kafka.admin_configs import ConfigHandlers
 from wharf.broker.kafka.admin_groups import GroupAdminHandlers
+from wharf.broker.kafka.admin_scram import ScramAdminHandlers
 from wharf.broker.kafka.coordinator import Coordinator
 from wharf.broker.kafka.delete_records import DeleteRecordsHandler
 from wharf.broker.kafka.env import KafkaEnv
@@ -57,6 +58,7 @@ class KafkaHandlers:
         self.admin = AdminHandlers(env, self.producers, self.configs)
         self.group_admin = GroupAdminHandlers(env, self.coordinator)
         self.acls = AclHandlers(env)
+        self.scram = ScramAdminHandlers(env)
         self.sasl = SaslHandlers(env)
         self.records = DeleteRecordsHandler(env)
 
@@ -102,6 +104,8 @@ class KafkaHandlers:
             42: self.group_admin.delete_groups,
             44: self.configs.incremental_alter_configs,
             47: self.group_admin.offset_delete,
+            50: self.scram.describe,
+            51: self.scram.alter,
         }
 
     async def init_producer_id(

@@ -32,6 +32,9 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourcePatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
 )
 
 from tests.broker.acl_helpers import write_acl
@@ -357,7 +360,7 @@ def test_acls_map_onto_the_accounts_and_apply_at_once(secured: BrokerProcess) ->
     assert len(client.describe_acls(everything).result(timeout=15)) == 2
 
 
-def test_scram_sha_512_logs_in_and_acls_need_an_authorizer(
+def test_scram_sha_512_logs_in_and_credentials_and_acls_are_answered(
     secured: BrokerProcess, plain: str
 ) -> None:
     client = admin(secured.kafka_endpoint, **ROOT)
@@ -365,6 +368,17 @@ def test_scram_sha_512_logs_in_and_acls_need_an_authorizer(
     wrong = admin(secured.kafka_endpoint, **{**ROOT, "sasl.password": "wrong"})
     with pytest.raises(KafkaException):
         wrong.list_topics(timeout=3)
+    # every account has both SCRAM mechanisms (derived from its secret); none can be set
+    described = client.describe_user_scram_credentials(["app", "ghost"])
+    app = described["app"].result(timeout=15)
+    assert {(i.mechanism, i.iterations) for i in app.scram_credential_infos} == {
+        (ScramMechanism.SCRAM_SHA_256, 4096), (ScramMechanism.SCRAM_SHA_512, 4096)}  # fmt: skip
+    assert outcome(described["ghost"])[0] == KafkaError.RESOURCE_NOT_FOUND
+    upsert = UserScramCredentialUpsertion(
+        "app", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"other-secret"
+    )
+    code, message = outcome(client.alter_user_scram_credentials([upsert])["app"])
+    assert code == KafkaError.INVALID_REQUEST and "wharf acl user create" in message
     everything = every_binding()
     # aclEnable off: SECURITY_DISABLED, as Kafka without an authorizer (librdkafka answers an
     # empty list for it; kafka-python raises)

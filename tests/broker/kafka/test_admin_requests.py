@@ -25,9 +25,9 @@ async def test_admin_apis_are_offered_and_validate_only_changes_nothing(
     kafka, client = await started(inproc_broker)
     offered = {k["api_key"]: (k["min_version"], k["max_version"])
                for k in (await client.call(18, 0, {}))["api_keys"]}  # fmt: skip
-    assert {k: offered[k] for k in (29, 30, 31, 32, 33, 37, 42, 44, 47)} == {
+    assert {k: offered[k] for k in (29, 30, 31, 32, 33, 37, 42, 44, 47, 50, 51)} == {
         29: (0, 1), 30: (0, 1), 31: (0, 1), 32: (0, 2), 33: (0, 1), 37: (0, 1), 42: (0, 1),
-        44: (0, 1), 47: (0, 0),
+        44: (0, 1), 47: (0, 0), 50: (0, 0), 51: (0, 0),
     }  # fmt: skip
     topics = kafka.controller.ctx.topics
     made = await client.call(19, 1, {"topics": [create_row("t", 2, **{"cleanup.policy": "compact"})],
