@@ -86,7 +86,11 @@ from wharf.broker.remoting.routes import (
 from wharf.broker.remoting.server import Connection, Handler
 from wharf.broker.remoting.transactions import RemotingTransactions
 from wharf.broker.serving.kit import FrontEndKit
-from wharf.store.codec.properties import PROPERTY_UNIQ_KEY
+from wharf.store.codec.properties import (
+    PROPERTY_CLUSTER,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT_STORE_MSG_OK,
+)
 from wharf.store.errors import (
     DamagedQueueError,
     InvalidFilterError,
@@ -528,13 +532,25 @@ class RemotingHandlers:
                 reconsume_times=header.reconsume_times,
             )
 
+        # Stored properties as Apache's 4.9.8 SendMessageProcessor stores them: CLUSTER (the
+        # broker's cluster) on every message; a single send without WAIT=true (9 bytes a
+        # message, meaningless once stored); a batch's messages with the request's own
+        # properties after theirs (CommitLog's batch encoder appends them: the Java client's
+        # WAIT=true), the request's winning a name both have, as a reader's map keeps the last.
+        sent = header.properties_map()
         if header.batch:  # encodeMessages records: one message each, one append
-            inputs = [message(m.body, m.properties, m.flag) for m in decode_messages(request.body)]
+            inputs = [
+                message(m.body, {**m.properties, **sent}, m.flag)
+                for m in decode_messages(request.body)
+            ]
         else:
-            inputs = [message(request.body, header.properties_map(), header.flag)]
+            sent.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
+            inputs = [message(request.body, sent, header.flag)]
+        cluster = ctx.config.broker_cluster_name
         for item in inputs:  # ali-ons sends none: the broker makes one
             if not item.properties.get(PROPERTY_UNIQ_KEY):
                 item.properties[PROPERTY_UNIQ_KEY] = ctx.unique_ids.next_id()
+            item.properties[PROPERTY_CLUSTER] = cluster
         core.check_inputs(inputs)
         result = await core.put(topic.name, queue_id, inputs)
         append = result.append

@@ -55,6 +55,7 @@ SYSTEM_PROPS = {
     "REAL_QID",
     "DELAY",
     "WAIT",
+    "CLUSTER",
     "RECONSUME_TIME",
     "MAX_RECONSUME_TIMES",
 }

@@ -14,6 +14,7 @@ import pytest
 from wharf.broker.remoting.batch import BatchMessage, encode_messages
 from wharf.broker.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, SerializeType
 from wharf.broker.remoting.frame import FrameDecoder, RemotingCommand, encode
+from wharf.broker.remoting.headers import parse_send_message_request_header
 from wharf.store.codec.ids import decode_offset_msg_id
 from wharf.store.codec.records import decode_record
 
@@ -265,6 +266,35 @@ async def test_batch_send_stores_each_message(client: Client, broker: BrokerProc
     assert records[0].properties["UNIQ_KEY"] == "U1"
     assert records[1].properties["p"] == "v" and records[1].properties["UNIQ_KEY"]
     assert [decode_offset_msg_id(i)[1] for i in ids] == [r.commit_log_offset for r in records]
+    # The request's own properties after each message's, and the broker's CLUSTER: Apache's
+    # 4.9.8 batch encoder appends them (a reader's map keeps the last of a name).
+    assert records[0].properties == {
+        "TAGS": "A", "KEYS": "k1", "UNIQ_KEY": "U1", "WAIT": "true", "CLUSTER": "DefaultCluster"
+    }  # fmt: skip
+
+
+async def test_a_send_is_stored_with_cluster_and_without_wait(client: Client) -> None:
+    """A send as the 4.9.8 Java client makes it (Message's WAIT=true, UNIQ_KEY, KEYS, TAGS, a
+    user property) is stored as Apache's 4.9.8 SendMessageProcessor stores it: CLUSTER = the
+    broker's cluster added (mqadmin queryMsgById and every consumer see it), WAIT=true left
+    out (9 bytes a message, meaningless once stored); a CLUSTER the client set is replaced."""
+    props = "KEYS\x01k1\x02TAGS\x01TagA\x02WAIT\x01true\x02UNIQ_KEY\x01U9\x02p\x01v\x02"
+    # 310 with the short field names, as the Java client sends by default.
+    v2 = parse_send_message_request_header(10, _send_fields("props-t", 0, props)).to_v2_ext_fields()
+    reply = await client.call(RequestCode.SEND_MESSAGE_V2, v2, b"x", version=409)
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+    spoofed = props + "CLUSTER\x01Elsewhere\x02"
+    reply = await client.call(RequestCode.SEND_MESSAGE, _send_fields("props-t", 0, spoofed), b"y")
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+    records: list[Any] = []
+    while len(records) < 2:  # the second may not be dispatched to its queue yet
+        pulled = await client.call(
+            RequestCode.PULL_MESSAGE, _pull_fields("props-t", 0, len(records), 6, wait_ms=5000)
+        )
+        assert pulled.code == ResponseCode.SUCCESS, pulled.remark
+        records += _records(pulled.body)
+    expected = {"KEYS": "k1", "TAGS": "TagA", "UNIQ_KEY": "U9", "p": "v", "CLUSTER": "DefaultCluster"}  # fmt: skip
+    assert [r.properties for r in records] == [expected, expected]
 
 
 async def test_pull_statuses(client: Client) -> None:
