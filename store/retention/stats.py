@@ -19,6 +19,7 @@ class RetentionStats:
     kept_bytes: int = 0  # the live generations' size, all queues
     kept_records: int = 0
     last_pass_seconds: float = 0.0
+    cpu_seconds: float = 0.0  # the passes' own thread CPU time, all passes
     last_pass_at_ms: int = 0
     max_dirty_ratio: float = 0.0  # of the queues looked at last
     pinned_log_offset: int = -1  # lowest commit log offset compaction still needs (-1: none)

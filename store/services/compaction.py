@@ -273,6 +273,7 @@ class Compaction:
         stats.bytes_written += figures.kept_bytes
         stats.tombstones_removed += figures.removed_tombstones
         stats.last_pass_seconds = seconds
+        stats.cpu_seconds += figures.cpu_seconds
         stats.last_pass_at_ms = now_ms
         stats.kept_bytes = sum(k.state.log_bytes for k in self.kept.values())
         stats.kept_records = sum(k.state.records for k in self.kept.values())

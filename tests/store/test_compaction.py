@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from wharf.store.codec.records import decode_record, encode_batch
 from wharf.store.model import MessageInput
 from wharf.store.retention.compactor import (
@@ -15,6 +17,8 @@ from wharf.store.retention.compactor import (
     Chunk,
     Pacer,
     compact_blocking,
+    key_of,
+    key_of_properties,
     split_records,
 )
 from wharf.store.retention.kept_log import STEPS, GenerationWriter, KeptLog, KeptState
@@ -173,3 +177,25 @@ def test_a_damaged_current_is_refused(tmp_path: Path) -> None:
 def test_state_round_trips() -> None:
     state = KeptState(3, 10, 99, 7, 1234)
     assert KeptState.decode(state.encode(), "x") == state
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["KEYS", "__KAFKA_KEY", "__KAFKA_VALUE", "TAGS", "xKEYS", "KEYSx"]),
+            st.text(
+                st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]),
+                max_size=12,
+            ),
+        ),
+        max_size=5,
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_the_byte_search_key_agrees_with_the_decoded_properties(
+    pairs: list[tuple[str, str]],
+) -> None:
+    props = dict(pairs)
+    message = MessageInput(b"body", props)
+    data = encode_batch("t", 0, 0, [message], 0, NOW, "127.0.0.1:1", 1 << 20).data
+    assert key_of(data) == key_of_properties(data)
