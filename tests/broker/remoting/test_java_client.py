@@ -39,17 +39,6 @@ SETTINGS = {
     "transactionTimeOut": 500,
     "transactionCheckInterval": 500,
 }
-# mqadmin reads $ROCKETMQ_HOME/conf/logback_tools.xml before any command (MQAdminStartup's
-# initLogback) and runs none without it: the file a RocketMQ installation ships, reduced to
-# warnings on stderr.
-LOGBACK_TOOLS = """<configuration>
-  <appender name="STDERR" class="ch.qos.logback.core.ConsoleAppender">
-    <target>System.err</target>
-    <encoder><pattern>%d{HH:mm:ss.SSS} %-5level %logger{20} - %msg%n</pattern></encoder>
-  </appender>
-  <root level="WARN"><appender-ref ref="STDERR"/></root>
-</configuration>
-"""
 
 
 @pytest.fixture(scope="module")
@@ -230,26 +219,9 @@ def test_the_scenarios_take_one_jvm_and_seconds(scenarios: dict[str, Any]) -> No
 def mqadmin(
     broker: BrokerProcess, scenarios: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> Callable[..., str]:
-    """``mqadmin(cmd, *args)``: its stdout, run as Apache's ``bin/mqadmin`` runs it (``java
-    -cp <rocketmq lib> org.apache.rocketmq.tools.command.MQAdminStartup cmd ... -n ADDR``),
-    after the client scenarios (their topics and groups are what it lists). MQAdminStartup
-    exits 0 even when a command fails (it prints the stack trace): stderr must be clean."""
-    home = tmp_path_factory.mktemp("mqadmin-home")
-    (home / "conf").mkdir()
-    (home / "conf" / "logback_tools.xml").write_text(LOGBACK_TOOLS)
-    main = "org.apache.rocketmq.tools.command.MQAdminStartup"
-
-    def run(*args: str) -> str:
-        proc = javaclients.run(
-            home, main, *args, "-n", broker.remoting_endpoint, timeout=60, own=False
-        )
-        assert proc.returncode == 0, proc.stderr
-        assert "Exception" not in proc.stderr and "failed" not in proc.stdout, (
-            f"{args}\n{proc.stdout}\n{proc.stderr}"
-        )
-        return proc.stdout
-
-    return run
+    """``mqadmin(cmd, *args)``'s stdout (javaclients.mqadmin), after the client scenarios
+    (their topics and groups are what it lists)."""
+    return javaclients.mqadmin(tmp_path_factory.mktemp("mqadmin-home"), broker.remoting_endpoint)
 
 
 def test_mqadmin_commands(mqadmin: Callable[..., str], broker: BrokerProcess) -> None:
