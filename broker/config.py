@@ -92,6 +92,13 @@ class BrokerConfig:
     # metadata assigns nothing (kafka-python 3.0.12's leader then never completes the rejoin
     # that follows: tests/broker/kafka/clients). 0 = form at once.
     kafka_group_initial_rebalance_delay_ms: int = 3000
+    # kafkaTransactionMaxTimeoutMs: Kafka's transaction.max.timeout.ms, the longest
+    # transaction.timeout.ms a transactional producer may ask (INVALID_TRANSACTION_TIMEOUT
+    # beyond). Kafka's default is 15 min; 1 h here so Flink's KafkaSink (1 h by default) starts.
+    kafka_transaction_max_timeout_ms: int = 3_600_000
+    # kafkaTransactionalIdExpirationMs: Kafka's transactional.id.expiration.ms (7 days): an id
+    # idle that long (no transaction open) is forgotten (its memory freed, a DEAD record).
+    kafka_transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
     # metricsListen: Prometheus /metrics address (9100, the node-exporter convention).
     metrics_listen: str = "127.0.0.1:9100"
     # advertisedAddress: the address clients should dial (QueryRoute, BrokerStatus). Empty = the

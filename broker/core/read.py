@@ -6,17 +6,24 @@ response codes).
 ``ReadCore.read_waiting(..., early=...)``: a parked read is answered in place (``LongPollHolder``
 "Answer in place"): the arrival's callback reads the queue and hands what it found to
 ``early``, whose value the read then returns instead of a ``Read``.
+
+Kafka transactions (``txn_index.py``): every read here stops at the queue's last stable offset
+and skips markers and aborted records (a range of them only reads as NO_MATCHED, the client
+goes on at ``next_begin_offset``), except Kafka's own Fetch (``all_records``), which decides by
+its isolation level.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
 from wharf.broker.config import BrokerConfig
 from wharf.broker.core.long_poll import LongPollHolder
+from wharf.broker.core.txn_index import TxnIndex
 from wharf.broker.errors import ResourceExhaustedError
 from wharf.store import DEFERRED, DURABLE, REFUSED
 from wharf.store.model import GetResult, GetStatus, RawGetResult, TagFilter
@@ -119,6 +126,9 @@ class ReadCore:
         self._config = config
         self._store = store
         self._long_poll = long_poll
+        # Kafka transactions' open and aborted records (txn_index.py): filled by the Kafka
+        # coordinator, honoured by every read here
+        self.txns = TxnIndex()
 
     async def own_writes_visible(self, timeout_s: float = DISPATCH_WAIT_S) -> bool:
         """Read-your-writes: acknowledgements precede the dispatch that makes a message
@@ -153,6 +163,7 @@ class ReadCore:
         raw: bool = False,
         replies: ReplyGate = UNGATED,
         max_bytes: int = 0,
+        all_records: bool = False,
     ) -> Read:
         """Read one queue from ``offset`` (at most ``max_messages``, 0 = the default batch,
         and ``max_bytes``, 0 = maxPullBytes, which also caps it), long-polling up to
@@ -160,7 +171,16 @@ class ReadCore:
         (the client re-checks). A stream's ``replies`` may be ``full``: the read then waits for
         its client to take replies."""
         read = await self.read_answering(
-            topic, queue_id, offset, max_messages, tag_filter, max_wait_ms, raw, replies, max_bytes
+            topic,
+            queue_id,
+            offset,
+            max_messages,
+            tag_filter,
+            max_wait_ms,
+            raw,
+            replies,
+            max_bytes,
+            all_records=all_records,
         )
         assert isinstance(read, Read)  # no early: never answered in place
         return read
@@ -178,6 +198,7 @@ class ReadCore:
         max_bytes: int,
         early: Callable[[Read], T] | None = None,
         durable: Callable[[Read, int], T | None] | None = None,
+        all_records: bool = False,
     ) -> Read | T:
         """``read_waiting``; with ``early``, a parked read is answered in place (module
         docstring): ``early`` gets what the arrival's read found and its value is returned.
@@ -192,6 +213,9 @@ class ReadCore:
         store = self._store
         long_poll = self._long_poll
         read = store.get_raw_records if raw else store.get_messages
+        if self.txns and not all_records:
+            read = _visible(self.txns, read)
+            durable = None  # (the sync's planned records are not filtered)
         waited_for_dispatch = False
         while True:
             if replies.full:
@@ -306,3 +330,48 @@ def _ahead(
         return None if value is None else _Early(value)
 
     return ahead
+
+
+_NO_OPEN = 1 << 62
+Reader = Callable[..., GetResult | RawGetResult]
+
+
+def _visible(txns: TxnIndex, read: Reader) -> Reader:
+    """``read`` up to the queue's last stable offset, without Kafka's markers and aborted
+    records (txn_index.py): at the LSO it answers OFFSET_OVERFLOW_ONE (caught up: a long
+    poll parks until the marker's arrival), a range of hidden records NO_MATCHED."""
+
+    def read_visible(
+        topic: str, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None,
+        byte_cap: int,
+    ) -> GetResult | RawGetResult:  # fmt: skip
+        lso = txns.lso(topic, queue_id, _NO_OPEN)
+        if lso <= offset:
+            result = read(topic, queue_id, offset, 1, tag_filter, byte_cap)
+            if result.status is not GetStatus.FOUND:
+                return result
+            return _nothing(result, GetStatus.OFFSET_OVERFLOW_ONE, offset)
+        result = read(topic, queue_id, offset, min(max_count, lso - offset), tag_filter, byte_cap)
+        if result.status is not GetStatus.FOUND:
+            return result
+        if isinstance(result, RawGetResult):
+            kept = txns.keep_raw(topic, queue_id, result.records, result.count)
+            if kept is None:
+                return result
+            if not kept[1]:
+                return _nothing(result, GetStatus.NO_MATCHED_MESSAGE, result.next_begin_offset)
+            return dataclasses.replace(result, records=kept[0], count=kept[1])
+        messages = txns.visible(topic, queue_id, result.messages)
+        if len(messages) == len(result.messages):
+            return result
+        if not messages:
+            return _nothing(result, GetStatus.NO_MATCHED_MESSAGE, result.next_begin_offset)
+        return dataclasses.replace(result, messages=messages)
+
+    return read_visible
+
+
+def _nothing(result: GetResult | RawGetResult, status: GetStatus, next_begin: int) -> Any:
+    if isinstance(result, RawGetResult):
+        return RawGetResult(status, next_begin, result.min_offset, result.max_offset)
+    return GetResult(status, next_begin, result.min_offset, result.max_offset)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from wharf.broker.kafka.apis_admin import ADMIN_APIS
 from wharf.broker.kafka.apis_groups import GROUP_APIS
 from wharf.broker.kafka.apis_records import RECORD_APIS
+from wharf.broker.kafka.apis_txn import TXN_APIS
 from wharf.broker.kafka.schema import (
     BOOL,
     BYTES,
@@ -338,6 +339,6 @@ _API_LIST = [
 ]
 
 APIS: dict[int, Api] = {
-    api.key: api for api in (*_API_LIST, *GROUP_APIS, *ADMIN_APIS, *RECORD_APIS)
+    api.key: api for api in (*_API_LIST, *GROUP_APIS, *ADMIN_APIS, *RECORD_APIS, *TXN_APIS)
 }
 API_VERSIONS = 18

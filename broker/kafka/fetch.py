@@ -6,8 +6,15 @@ core's ``bodies.py``; built in C by fast.py when it can).
 
 - high watermark = the queue's max offset as the store reports it (the store hides what is
   not yet durable or committed), log start offset = its min offset, last stable offset = the
-  high watermark (no transactions). An offset outside [log start, high watermark] is
+  first offset of the oldest open Kafka transaction there, else the high watermark (the
+  core's ``TxnIndex``). An offset outside [log start, high watermark] is
   OFFSET_OUT_OF_RANGE (the client resets per its auto.offset.reset).
+- Transactions: isolation_level 1 (read_committed) reads up to the LSO only and the records of
+  aborted transactions are left out here, by the broker (offset gaps, as compaction's), so
+  ``aborted_transactions`` is answered empty: a client's own filter has nothing left to drop.
+  isolation_level 0 shows aborted records, as Kafka's. Both get every marker as Kafka's control
+  batch (transactional + control attributes, the producer id and epoch, key = version 0 and
+  type 0 abort / 1 commit, value = version 0 and the coordinator epoch), which clients skip.
 - Sizes: ``partition_max_bytes`` per partition (capped by maxPullBytes, 3 MiB, and at most
   maxPullBatchSize messages a read) and ``max_bytes`` for the whole response; partitions
   after the budget is spent are answered empty. The first partition with data always
@@ -26,18 +33,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from wharf.broker.acl.rules import Perm
 from wharf.broker.core.read import MAX_WAIT_MS
+from wharf.broker.core.txn_index import CONTROL, parse_marker
 from wharf.broker.errors import ResourceExhaustedError, UnavailableError
 from wharf.broker.kafka import fast
 from wharf.broker.kafka.convert import to_record_fields
 from wharf.broker.kafka.env import KAFKA_REQUEST, KafkaEnv
 from wharf.broker.kafka.errors import Code, code_for
-from wharf.broker.kafka.records import Record, encode_batch
+from wharf.broker.kafka.records import CONTROL as CONTROL_ATTR
+from wharf.broker.kafka.records import TRANSACTIONAL, Record, encode_batch
 from wharf.broker.kafka.server import KafkaConnection
 from wharf.store.codec.layout import TOTAL_SIZE
 from wharf.store.codec.records import decode_records
@@ -47,6 +57,7 @@ __all__ = ["FetchHandler", "encode_messages", "encode_stored"]
 
 log = logging.getLogger("broker.kafka")
 MAX_RESPONSE = 64 * 1024 * 1024
+HIDDEN_READS = 16  # reads of aborted records only, before answering empty (the client asks again)
 MATCH_ALL = TagFilter(frozenset(), frozenset())
 _TOTAL_SIZE = TOTAL_SIZE.unpack_from
 
@@ -61,6 +72,8 @@ class _Part:
     code: Code = Code.NONE
     high_watermark: int = -1
     log_start: int = -1
+    committed: bool = False  # isolation_level 1: up to the LSO, no aborted record
+    stable: int = -1  # the last stable offset
     records: bytes | None = None
     count: int = 0
     body_bytes: int = 0
@@ -97,9 +110,22 @@ def encode_messages(messages: list[Any]) -> bytes:
     return encode_batch(records, base)
 
 
+def encode_marker(records: bytes) -> bytes:
+    """One stored marker (txn_index.CONTROL) as Kafka's control batch of one record."""
+    (m,) = decode_records(records, [0], 0)
+    kind, pid, epoch, coordinator_epoch = parse_marker(m.properties[CONTROL])
+    key = struct.pack(">hh", 0, kind)
+    value = struct.pack(">hi", 0, coordinator_epoch)
+    record = Record(0, m.store_timestamp, key, value)
+    return encode_batch([record], m.queue_offset, producer_id=pid, producer_epoch=epoch,
+                        attributes=TRANSACTIONAL | CONTROL_ATTR)  # fmt: skip
+
+
 class FetchHandler:
-    def __init__(self, env: KafkaEnv) -> None:
+    def __init__(self, env: KafkaEnv, txns_ready: asyncio.Event | None = None) -> None:
         self.env = env
+        self.txns = env.ctx.port.read.txns
+        self._txns_ready = txns_ready
 
     async def fetch(
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
@@ -115,7 +141,11 @@ class FetchHandler:
         # partitions at maxPullBytes each could otherwise build hundreds of MiB).
         max_bytes = min(body["max_bytes"] if version >= 3 else MAX_RESPONSE, MAX_RESPONSE)
         deadline = time.monotonic() + max_wait / 1000
+        committed = body["isolation_level"] == 1
+        if committed and self._txns_ready is not None and not self._txns_ready.is_set():
+            await self._txns_ready.wait()  # the open transactions are known after the replay
         for part in parts:
+            part.committed = committed
             await self._check(conn, part)
         waited_for_dispatch = False
         while True:
@@ -176,6 +206,7 @@ class FetchHandler:
         port = self.env.ctx.port
         part.high_watermark = port.max_offset(part.topic, part.queue)
         part.log_start = port.min_offset(part.topic, part.queue)
+        part.stable = self.txns.lso(part.topic, part.queue, part.high_watermark)
 
     async def _read_one(self, part: _Part, max_bytes: int) -> None:
         ctx = self.env.ctx
@@ -185,25 +216,47 @@ class FetchHandler:
         if not part.log_start <= part.offset <= part.high_watermark:
             part.code = Code.OFFSET_OUT_OF_RANGE
             return
-        if part.offset == part.high_watermark:
-            return
-        read = await ctx.port.read.read_waiting(
-            part.topic,
-            part.queue,
-            part.offset,
-            ctx.config.max_pull_batch_size,
-            MATCH_ALL,
-            0,  # the waiting is this fetch's own, across its partitions (_park)
-            raw=True,  # no filter: the stored records as they are (encode_stored)
-            max_bytes=max(max_bytes, 1),
-        )
-        result = read.result
-        assert isinstance(result, RawGetResult)
-        if not result.count:
-            return
-        part.records = encode_stored(result.records, result.count)
-        part.count = result.count
-        part.body_bytes = result.body_bytes
+        end = part.stable if part.committed else part.high_watermark
+        offset = part.offset
+        for _ in range(HIDDEN_READS):
+            if part.committed:
+                offset = self.txns.skip_aborted(part.topic, part.queue, offset)
+            if offset >= end:
+                return
+            read = await ctx.port.read.read_waiting(
+                part.topic,
+                part.queue,
+                offset,
+                min(ctx.config.max_pull_batch_size, end - offset),
+                MATCH_ALL,
+                0,  # the waiting is this fetch's own, across its partitions (_park)
+                raw=True,  # no filter: the stored records as they are (encode_stored)
+                max_bytes=max(max_bytes, 1),
+                all_records=True,  # markers, aborted records: by the isolation level here
+            )
+            result = read.result
+            assert isinstance(result, RawGetResult)
+            if not result.count:
+                return
+            part.count = result.count
+            part.body_bytes = result.body_bytes
+            pieces = None
+            if self.txns:
+                pieces = self.txns.split_raw(
+                    part.topic, part.queue, result.records, result.count, not part.committed
+                )
+            if pieces is None:
+                part.records = encode_stored(result.records, result.count)
+                return
+            if pieces:  # markers as control batches, aborted records left out
+                part.records = b"".join(
+                    encode_marker(data) if marker else encode_stored(data, n)
+                    for data, n, marker in pieces
+                )
+                return
+            # Only aborted records (read_committed): read on after them, as a client would
+            # have dropped them; their marker, after them, is always something to answer.
+            offset = result.next_begin_offset
 
     async def _park(self, parts: list[_Part], remaining: float) -> bool:
         """Wait until one caught-up partition gets a message or the time runs out; False when
@@ -221,9 +274,11 @@ class FetchHandler:
             # The tasks register their parks on their first step, a loop turn from now: an
             # arrival dispatched in between would not wake them, so look once more after it.
             await asyncio.sleep(0)
-            max_offset = self.env.ctx.port.max_offset
-            if any(max_offset(p.topic, p.queue) > p.offset for p in waiting):
-                return True
+            max_offset, lso = self.env.ctx.port.max_offset, self.txns.lso
+            for p in waiting:
+                end = max_offset(p.topic, p.queue)
+                if (lso(p.topic, p.queue, end) if p.committed else end) > p.offset:
+                    return True
             done, _ = await asyncio.wait(
                 tasks, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
             )
@@ -252,9 +307,9 @@ class FetchHandler:
                     "partition_index": part.index,
                     "error_code": part.code,
                     "high_watermark": part.high_watermark,
-                    "last_stable_offset": part.high_watermark,
+                    "last_stable_offset": part.stable,
                     "log_start_offset": part.log_start,
-                    "aborted_transactions": None,
+                    "aborted_transactions": [] if part.committed else None,
                     "preferred_read_replica": -1,
                     "records": part.records or b"",  # never null: kafka-python cannot read it
                 }

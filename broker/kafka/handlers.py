@@ -16,7 +16,6 @@ from wharf.broker.kafka.admin_scram import ScramAdminHandlers
 from wharf.broker.kafka.coordinator import Coordinator
 from wharf.broker.kafka.delete_records import DeleteRecordsHandler
 from wharf.broker.kafka.env import KafkaEnv
-from wharf.broker.kafka.errors import Code
 from wharf.broker.kafka.fetch import FetchHandler
 from wharf.broker.kafka.groups import GroupHandlers
 from wharf.broker.kafka.metadata import MetadataHandlers
@@ -25,6 +24,8 @@ from wharf.broker.kafka.produce import ProduceHandler
 from wharf.broker.kafka.producers import ProducerTable
 from wharf.broker.kafka.sasl import SaslHandlers
 from wharf.broker.kafka.server import Handler, KafkaConnection
+from wharf.broker.kafka.txn.coordinator import TxnCoordinator
+from wharf.broker.kafka.txn.handlers import TxnHandlers
 from wharf.store.model import StoredMessage
 
 __all__ = ["KafkaHandlers"]
@@ -50,9 +51,15 @@ class KafkaHandlers:
         self.producers = ProducerTable(config_dir, read, queue_range, ctx.config.broker_id, leading)
         self.coordinator = Coordinator(ctx.config.kafka_group_initial_rebalance_delay_ms)
         self.metadata = MetadataHandlers(env)
-        self.produce = ProduceHandler(env, self.producers)
-        self.fetch = FetchHandler(env)
         self.offsets = OffsetHandlers(env, self.coordinator)
+        self.txn_coordinator = TxnCoordinator(
+            port, port.read.txns, self.producers.allocate, self.offsets.apply_txn_offsets,
+            ctx.config.kafka_transaction_max_timeout_ms,
+            ctx.config.kafka_transactional_id_expiration_ms,
+        )  # fmt: skip
+        self.txns = TxnHandlers(env, self.txn_coordinator, self.coordinator)
+        self.produce = ProduceHandler(env, self.producers, self.txn_coordinator)
+        self.fetch = FetchHandler(env, self.txn_coordinator.ready)
         self.groups = GroupHandlers(env, self.coordinator)
         self.configs = ConfigHandlers(env)
         self.admin = AdminHandlers(env, self.producers, self.configs)
@@ -65,13 +72,19 @@ class KafkaHandlers:
     def load_blocking(self) -> None:
         self.producers.load_blocking()
 
+    async def replay(self) -> None:
+        """The transaction log read back before the listeners open (txn/coordinator.py)."""
+        await self.txn_coordinator.replay()
+
     def start(self) -> None:
         self.coordinator.start()
+        self.txn_coordinator.start()
         self.env.ctx.port.clients.add_view(self.coordinator)
 
     def stop(self) -> None:
         self.env.ctx.port.clients.remove_view(self.coordinator)
         self.coordinator.stop()
+        self.txn_coordinator.stop_soon()
 
     def table(self) -> dict[int, Handler]:
         return {
@@ -94,6 +107,10 @@ class KafkaHandlers:
             20: self.admin.delete_topics,
             21: self.records.delete_records,
             22: self.init_producer_id,
+            24: self.txns.add_partitions,
+            25: self.txns.add_offsets,
+            26: self.txns.end_txn,
+            28: self.txns.txn_offset_commit,
             29: self.acls.describe_acls,
             30: self.acls.create_acls,
             31: self.acls.delete_acls,
@@ -106,17 +123,17 @@ class KafkaHandlers:
             47: self.group_admin.offset_delete,
             50: self.scram.describe,
             51: self.scram.alter,
+            65: self.txns.describe_transactions,
+            66: self.txns.list_transactions,
         }
 
     async def init_producer_id(
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
     ) -> dict[str, Any]:
         if body["transactional_id"] is not None:
-            return {
-                "error_code": Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                "producer_id": -1,
-                "producer_epoch": -1,
-            }
+            return await self.txns.init_producer_id(
+                body["transactional_id"], body["transaction_timeout_ms"]
+            )
         return {
             "error_code": 0,
             "producer_id": await self.producers.allocate(),

@@ -119,10 +119,10 @@ class MetadataHandlers:
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
     ) -> dict[str, Any]:
         env = self.env
-        if body["key_type"] != 0:
+        if body["key_type"] not in (0, 1):  # 0 a group, 1 a transactional id
             return {
-                "error_code": Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                "error_message": "Kafka transactions are not supported by Wharf",
+                "error_code": Code.INVALID_REQUEST,
+                "error_message": f"unknown coordinator key type {body['key_type']}",
                 "node_id": -1,
                 "host": "",
                 "port": -1,

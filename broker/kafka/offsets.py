@@ -97,6 +97,8 @@ class OffsetHandlers:
                         offset = port.min_offset(t["name"], queue)
                     elif stamp == LATEST:
                         offset = port.max_offset(t["name"], queue)
+                        if body.get("isolation_level") == 1:  # read_committed: the LSO
+                            offset = port.read.txns.lso(t["name"], queue, offset)
                     else:
                         offset = port.offset_at(t["name"], queue, stamp)
                 rows.append(
@@ -175,6 +177,14 @@ class OffsetHandlers:
                         address, exc)  # fmt: skip
             return Code.REQUEST_TIMED_OUT, False
         return Code.NONE, False
+
+    async def apply_txn_offsets(self, offsets: list[tuple[str, str, int, int]]) -> None:
+        """A committed transaction's TxnOffsetCommit offsets (group, topic, this broker's queue,
+        offset) into the groups' table, returning once in its journal (as OffsetCommit)."""
+        table = self.env.ctx.offsets
+        for group, topic, queue, offset in offsets:
+            table.commit(group, topic, queue, offset)
+        await table.durable()
 
     async def offset_fetch(
         self, conn: KafkaConnection, version: int, body: dict[str, Any]

@@ -92,6 +92,7 @@ class KafkaPart:
     async def serve(self) -> None:
         assert self.server is not None and self.handlers is not None, "attach first"
         await asyncio.to_thread(self.handlers.load_blocking)
+        await self.handlers.replay()
         self.handlers.start()
         await self.listeners.serve(self.server.protocol)
         ready = self.ready()

@@ -21,8 +21,11 @@ offset, dense).
   FLUSH_DISK_TIMEOUT answers REQUEST_TIMED_OUT, a replica timeout
   NOT_ENOUGH_REPLICAS_AFTER_APPEND: the records ARE stored (an idempotent retry is then
   recognised as a duplicate).
-- A transactional request (transactional_id set) or batch is refused: transactions are not
-  offered (FindCoordinator / InitProducerId refuse them first).
+- Transactional batches (KIP-98) go in like idempotent ones (the same sequence checks) once
+  the transaction coordinator admits them (``TxnCoordinator.check_produce``: the producer's
+  open transaction added the partition, its epoch not fenced), and are noted in the core's
+  transaction index (hidden below the LSO until their transaction ends). Control batches are
+  the coordinator's to write: INVALID_RECORD from a client.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from wharf.broker.kafka.errors import Code, KafkaError, code_for
 from wharf.broker.kafka.producers import ProducerTable, Seen, producer_mark
 from wharf.broker.kafka.records import Batch, iter_batches
 from wharf.broker.kafka.server import KafkaConnection
+from wharf.broker.kafka.txn.coordinator import TxnCoordinator
+from wharf.broker.kafka.txn.state import TxnError
 from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.store.errors import InvalidMessageError
 from wharf.store.model import PutStatus
@@ -73,6 +78,7 @@ class _Part:
     # (duplicates) whose first wait has not come back PUT_OK yet
     seen: list[Seen] = field(default_factory=list)
     pending: list[Seen] = field(default_factory=list)  # duplicates to wait for
+    transactional_id: str | None = None
 
     def fail(self, exc: BaseException) -> None:
         self.code = code_for(exc)
@@ -80,9 +86,10 @@ class _Part:
 
 
 class ProduceHandler:
-    def __init__(self, env: KafkaEnv, producers: ProducerTable) -> None:
+    def __init__(self, env: KafkaEnv, producers: ProducerTable, txns: TxnCoordinator) -> None:
         self.env = env
         self.producers = producers
+        self.txns = txns
 
     async def produce(
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
@@ -92,11 +99,9 @@ class ProduceHandler:
         for topic_data in body["topic_data"]:
             for partition in topic_data["partition_data"]:
                 part = _Part(topic_data["name"], partition["index"])
+                part.transactional_id = body["transactional_id"]
                 parts.append(part)
-                if body["transactional_id"] is not None:
-                    part.code = Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-                    part.message = "Kafka transactions are not supported by Wharf"
-                elif acks not in (0, 1, -1):
+                if acks not in (0, 1, -1):
                     part.code = Code.INVALID_REQUIRED_ACKS
                 else:
                     await self._prepare(conn, part, partition["records"])
@@ -143,10 +148,10 @@ class ProduceHandler:
             if not batches:
                 raise KafkaError(Code.CORRUPT_MESSAGE, "no record batch")
             for batch, converted in batches:
-                if batch.transactional or batch.control:
-                    raise KafkaError(
-                        Code.INVALID_RECORD, "transactional and control batches are not supported"
-                    )
+                if batch.control:
+                    raise KafkaError(Code.INVALID_RECORD, "control batches are the broker's")
+                if batch.transactional and batch.producer_id < 0:
+                    raise KafkaError(Code.INVALID_RECORD, "a transactional batch without producer")
                 if not batch.count:
                     raise KafkaError(Code.INVALID_RECORD, "an empty record batch")
                 if converted is None:
@@ -222,14 +227,25 @@ class ProduceHandler:
                     if duplicate.written is not None:
                         part.pending.append(duplicate)
                     continue
+                if batch.transactional:
+                    self.txns.check_produce(
+                        part.transactional_id, batch.producer_id, batch.producer_epoch,
+                        part.topic, part.queue,
+                    )  # fmt: skip
                 written = core.append_records(part.topic, part.queue, records, part.born_host)
                 first = written.appended.first_queue_offset
+                if batch.transactional:
+                    self.txns.index.append(
+                        part.topic, part.queue, batch.producer_id, first, batch.count
+                    )
                 seen = producers.remember(part.topic, part.queue, batch, first, written)
                 if seen is not None:
                     part.seen.append(seen)
                 part.written.append(written)
                 if part.base_offset < 0:
                     part.base_offset = first
+        except TxnError as exc:
+            part.code, part.message = Code(exc.code), str(exc)
         except Exception as exc:
             part.fail(exc)
 

@@ -17,6 +17,16 @@ start and on failover (the last record of an id is its state). The layout, defin
                    metadata nullable string) each
 
 Version 1 is the only one; a reader refuses another with ValueError rather than guess.
+
+The aborted-runs record (``encode_aborted``): one partition's records of one aborted
+transaction, written to the aborted-runs topic once its abort marker is durable, read back at
+start to hide them again:
+
+    version        int16  (1)
+    topic          string
+    queue id       int32
+    producer id    int64
+    runs           int32 count, then (first offset int64, last offset int64) each
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ from __future__ import annotations
 from wharf.broker.kafka.txn.state import TxnMetadata, TxnState
 from wharf.broker.kafka.wire import Reader, Writer
 
-__all__ = ["VERSION", "decode", "encode"]
+__all__ = ["VERSION", "decode", "decode_aborted", "encode", "encode_aborted"]
 
 VERSION = 1
 
@@ -75,3 +85,29 @@ def decode(transactional_id: str, data: bytes) -> TxnMetadata:
         transactional_id, producer_id, epoch, timeout, state, partitions, groups, offsets,
         start, update,
     )  # fmt: skip
+
+
+def encode_aborted(topic: str, queue_id: int, producer_id: int, runs: list[list[int]]) -> bytes:
+    w = Writer()
+    w.int16(VERSION)
+    w.nullable_string(topic)
+    w.int32(queue_id)
+    w.int64(producer_id)
+    w.int32(len(runs))
+    for first, last in runs:
+        w.int64(first)
+        w.int64(last)
+    return bytes(w.buf)
+
+
+def decode_aborted(data: bytes) -> tuple[str, int, int, list[tuple[int, int]]]:
+    """(topic, queue id, producer id, runs) of an aborted-runs record."""
+    r = Reader(data)
+    version = r.int16()
+    if version != VERSION:
+        raise ValueError(f"aborted-runs record version {version}; this broker reads {VERSION}")
+    topic, queue_id, producer_id = r.string(), r.int32(), r.int64()
+    runs = [(r.int64(), r.int64()) for _ in range(r.int32())]
+    if r.remaining:
+        raise ValueError(f"{r.remaining} bytes after an aborted-runs record")
+    return topic, queue_id, producer_id, runs
