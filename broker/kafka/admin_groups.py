@@ -68,11 +68,12 @@ class GroupAdminHandlers:
     async def _delete_group(self, conn: KafkaConnection, group_id: str) -> None:
         await self._check(conn, group_id)
         port = self.env.ctx.port
-        if port.clients.online_count(group_id):
+        if port.clients.online_count(group_id):  # Kafka members or RocketMQ consumers
             raise KafkaError(Code.NON_EMPTY_GROUP)
         if not self._known(group_id):
             raise KafkaError(Code.GROUP_ID_NOT_FOUND)
-        self.coordinator.groups.pop(group_id, None)  # an empty group's generation goes too
+        if not self.coordinator.forget(group_id):  # a Kafka member mid-join (KIP-394)
+            raise KafkaError(Code.NON_EMPTY_GROUP)
         try:
             await port.admin.delete_group_and_offsets(group_id)
         except NotFoundError:

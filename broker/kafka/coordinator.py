@@ -133,6 +133,19 @@ class Coordinator:
             out |= subscribed_topics(metadata)
         return out
 
+    def forget(self, group_id: str) -> bool:
+        """DeleteGroups: drop a group with no member and no KIP-394 id outstanding (its
+        generation and timer go); False when it has either (NON_EMPTY_GROUP)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return True
+        if group.members or group.pending:
+            return False
+        if group.timer is not None:
+            group.timer.cancel()
+        del self.groups[group_id]
+        return True
+
     # --- requests -------------------------------------------------------------------------------
     async def join(self, group_id: str, member: Member, member_id_required: bool) -> dict[str, Any]:
         if not MIN_SESSION_TIMEOUT_MS <= member.session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:

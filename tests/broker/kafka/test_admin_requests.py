@@ -91,3 +91,15 @@ async def test_the_brokers_own_topics_and_unknown_groups_are_refused(
     assert (await client.call(29, 1, acls))["error_code"] == Code.SECURITY_DISABLED
     await client.close()
     await kafka.close()
+
+
+async def test_a_group_with_a_member_mid_join_is_not_deleted(inproc_broker: InProcFactory) -> None:
+    kafka, client = await started(inproc_broker)
+    join = {"group_id": "g", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
+            "member_id": "", "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b""}]}  # fmt: skip
+    assert (await client.call(11, 4, join))["error_code"] == Code.MEMBER_ID_REQUIRED
+    deleted = await client.call(42, 1, {"groups_names": ["g"]})
+    assert deleted["results"][0]["error_code"] == Code.NON_EMPTY_GROUP
+    await client.close()
+    await kafka.close()
