@@ -297,14 +297,18 @@ def _with(
     pattern = _pattern(key)
     perms = dict(_perms(account, kind))
     if key == (LITERAL, WILDCARD) and pattern not in perms and not explicit:
-        field = "default_topic_perm" if kind == TOPIC else "default_group_perm"
-        changed = dataclasses.replace(account, **{field: perm})
+        if kind == TOPIC:
+            changed = dataclasses.replace(account, default_topic_perm=perm)
+        else:
+            changed = dataclasses.replace(account, default_group_perm=perm)
     else:
         perms.pop(pattern, None)
         if perm or not drop_empty:
             perms[pattern] = perm
-        field = "topic_perms" if kind == TOPIC else "group_perms"
-        changed = dataclasses.replace(account, **{field: tuple(perms.items())})
+        if kind == TOPIC:
+            changed = dataclasses.replace(account, topic_perms=tuple(perms.items()))
+        else:
+            changed = dataclasses.replace(account, group_perms=tuple(perms.items()))
     _check_union(changed, kind)
     accounts = dict(rules.accounts)
     accounts[account.access_key] = changed

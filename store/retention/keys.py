@@ -7,7 +7,7 @@ Kafka's cleaner drops it (``retention/compactor.py`` does too). Checked at the s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from wharf.store.codec.properties import compaction_key
 from wharf.store.codec.records import record_properties
@@ -29,7 +29,7 @@ def check_keyed_messages(topic: str, messages: Sequence[MessageInput]) -> None:
             raise _refusal(topic, index)
 
 
-def check_keyed_records(topic: str, data: bytes | memoryview, positions: Sequence[int]) -> None:
+def check_keyed_records(topic: str, data: bytes | memoryview, positions: Iterable[int]) -> None:
     """Producer-encoded records (stored layout) at ``positions`` of ``data``."""
     for index, pos in enumerate(positions):
         if compaction_key(record_properties(data, pos)) is None:
