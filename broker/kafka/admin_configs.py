@@ -47,6 +47,8 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 LIST_CONFIGS = frozenset({topic_configs.CLEANUP_POLICY})  # APPEND / SUBTRACT apply to these
+# FIXED configs whose value is a broker setting's (the others are Kafka's defaults)
+FROM_BROKER = frozenset({"segment.bytes", "min.insync.replicas", "max.message.bytes"})
 
 
 class ConfigHandlers:
@@ -143,7 +145,8 @@ class ConfigHandlers:
                 rows.append(_config(key.name, key.default, DEFAULT_CONFIG, False))
         fixed = self.fixed_values()
         for config in FIXED:
-            rows.append(_config(config, fixed[config], STATIC_BROKER_CONFIG, True))
+            source = STATIC_BROKER_CONFIG if config in FROM_BROKER else DEFAULT_CONFIG
+            rows.append(_config(config, fixed[config], source, True))
         return rows
 
     def _topic(self, name: str) -> TopicConfig:
