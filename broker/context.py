@@ -75,7 +75,7 @@ class BrokerContext:
         self.read_core = ReadCore(self.config, self.store, self.long_poll)
         store = self.store
         self.transactions = TransactionCore(lambda: store.transactions)
-        self.pop_core = PopCore(lambda: store.pop, self.groups, self.topics)
+        self.pop_core = PopCore(lambda: store.pop, self.groups, self.topics, self.read_core.txns)
         self.retry = RetryCore(
             store, self.topics, self.groups, self.delay_levels_ms, self.metrics.on_send_to_dlq
         )

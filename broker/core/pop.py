@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from wharf.broker.core.read import visible_reads
+from wharf.broker.core.txn_index import TxnIndex
 from wharf.broker.meta.groups import SubscriptionGroupManager
 from wharf.broker.meta.topics import TopicConfigManager
 from wharf.store.codec.properties import DLQ_GROUP_TOPIC_PREFIX
@@ -40,11 +42,27 @@ class PopCore:
     replica)."""
 
     def __init__(
-        self, pop: Callable[[], Any], groups: SubscriptionGroupManager, topics: TopicConfigManager
+        self,
+        pop: Callable[[], Any],
+        groups: SubscriptionGroupManager,
+        topics: TopicConfigManager,
+        txns: TxnIndex | None = None,
     ) -> None:
         self._pop = pop
         self._groups = groups
         self._topics = topics
+        self._txns = txns
+        self._filtered: Any = None  # the pop service whose reads see Kafka transactions
+
+    def _service(self) -> Any:
+        """The store's pop service, its reads through ``visible_reads`` once Kafka
+        transactions exist (a new service after a role change is wrapped again)."""
+        service = self._pop()
+        if self._txns and service is not self._filtered:
+            txns = self._txns
+            service.filter_reads(lambda read: visible_reads(txns, read))
+            self._filtered = service
+        return service
 
     def consumer(self, group: str) -> PopConsumer:
         settings = self._groups.for_use(group)
@@ -62,7 +80,7 @@ class PopCore:
     ) -> list[PoppedMessage]:
         """Up to ``batch`` visible messages from any queue of ``topic``, invisible for
         ``invisible_ms``; long-polls up to ``polling_ms`` while there is none ([] then)."""
-        found: list[PoppedMessage] = await self._pop().pop_wait(
+        found: list[PoppedMessage] = await self._service().pop_wait(
             consumer.group, topic, None, tag_filter, batch, invisible_ms,
             consumer.max_attempts, consumer.fifo, polling_ms,
         )  # fmt: skip

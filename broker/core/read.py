@@ -31,7 +31,16 @@ from wharf.store.model import GetResult, GetStatus, RawGetResult, TagFilter
 if TYPE_CHECKING:
     from wharf.store import MessageStore
 
-__all__ = ["DEFERRED", "DURABLE", "REFUSED", "DurableWriter", "Read", "ReadCore", "ReadStatus"]
+__all__ = [
+    "DEFERRED",
+    "DURABLE",
+    "REFUSED",
+    "DurableWriter",
+    "Read",
+    "ReadCore",
+    "ReadStatus",
+    "visible_reads",
+]
 # ReadCore.write_when_durable: (end, socket fd, bytes, done(outcome)) -> DEFERRED (the sync
 # thread will write it) | DURABLE (durable already: write it yourself) | REFUSED (declined).
 DurableWriter = Callable[[int, int, bytes, Callable[[int], None]], int]
@@ -214,7 +223,7 @@ class ReadCore:
         long_poll = self._long_poll
         read = store.get_raw_records if raw else store.get_messages
         if self.txns and not all_records:
-            read = _visible(self.txns, read)
+            read = visible_reads(self.txns, read)
             durable = None  # (the sync's planned records are not filtered)
         waited_for_dispatch = False
         while True:
@@ -336,22 +345,22 @@ _NO_OPEN = 1 << 62
 Reader = Callable[..., GetResult | RawGetResult]
 
 
-def _visible(txns: TxnIndex, read: Reader) -> Reader:
+def visible_reads(txns: TxnIndex, read: Reader) -> Reader:
     """``read`` up to the queue's last stable offset, without Kafka's markers and aborted
     records (txn_index.py): at the LSO it answers OFFSET_OVERFLOW_ONE (caught up: a long
     poll parks until the marker's arrival), a range of hidden records NO_MATCHED."""
 
     def read_visible(
         topic: str, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None,
-        byte_cap: int,
+        *byte_cap: int,
     ) -> GetResult | RawGetResult:  # fmt: skip
         lso = txns.lso(topic, queue_id, _NO_OPEN)
         if lso <= offset:
-            result = read(topic, queue_id, offset, 1, tag_filter, byte_cap)
+            result = read(topic, queue_id, offset, 1, tag_filter, *byte_cap)
             if result.status is not GetStatus.FOUND:
                 return result
             return _nothing(result, GetStatus.OFFSET_OVERFLOW_ONE, offset)
-        result = read(topic, queue_id, offset, min(max_count, lso - offset), tag_filter, byte_cap)
+        result = read(topic, queue_id, offset, min(max_count, lso - offset), tag_filter, *byte_cap)
         if result.status is not GetStatus.FOUND:
             return result
         if isinstance(result, RawGetResult):

@@ -152,6 +152,11 @@ class PopService:
         """The store's arrival listener (registered by the facade)."""
         self._wakeups.on_arrival(topic, queue_id, max_offset)
 
+    def filter_reads(self, wrap: Callable[[ReadFn], ReadFn]) -> None:
+        """Pass this service's queue reads through ``wrap`` (the broker's view: Kafka
+        transactions' records hidden until committed, their markers never delivered)."""
+        self._read = wrap(self._read)
+
     def quiet(self) -> bool:
         """No pop waits for arrivals (``Arrivals.add``: the listener is left out)."""
         return self._wakeups.quiet()

@@ -14,6 +14,8 @@ import pytest
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
+    KafkaError,
+    KafkaException,
     Producer,
     TopicPartition,
 )
@@ -21,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from wharf.client import sync
 from wharf.client.message import MessageQueue
 
+from tests.broker.kafka.test_cross_protocol import run_rmq5
 from tests.harness import Daemons
 
 pytestmark = pytest.mark.slow
@@ -137,8 +140,156 @@ def test_other_protocols_see_committed_records_only(daemons: Daemons, tmp_path: 
     assert bodies == [b"t0-0", b"t0-1", b"t0-2", b"t2-0", b"t2-1", b"t2-2"]
     rc = _read_all(bootstrap, "tx-sdk", "read_committed", expect=7, wait_s=3, partitions=1)
     assert [v for _, _, v in rc] == bodies
+    # The official RocketMQ 5 client (SimpleConsumer: the store's pop) sees the same six.
+    out = run_rmq5(broker, tmp_path / "home", "receive", "tx-sdk", "rmq5-tx", "6")
+    assert sorted(bytes.fromhex(m["body_hex"]) for m in out["received"]) == sorted(bodies)
     producer.commit_transaction(15)
     bodies = [m.body for m in _sdk_read(broker.endpoint, "tx-sdk", 0, until=15)]
     assert bodies[6:] == [b"open-0", b"after-open"]
     rc = _read_all(bootstrap, "tx-sdk", "read_committed", expect=8, partitions=1)
     assert [(o, v) for _, o, v in rc][6:] == [(12, b"open-0"), (13, b"after-open")]
+
+
+def test_read_process_write_exactly_once(daemons: Daemons, tmp_path: Path) -> None:
+    """A consumer group's records transformed into another topic with their offsets committed
+    by the transaction (send_offsets_to_transaction, KIP-447's group metadata): an aborted
+    round is redone from the committed offsets, each input lands in the output once."""
+    broker = daemons.broker(
+        tmp_path, extra_args=["--kafka-listen", "127.0.0.1:0"],
+        settings={"kafkaGroupInitialRebalanceDelayMs": 0},
+    )  # fmt: skip
+    bootstrap = broker.kafka_endpoint
+    _topics(bootstrap, "rpw-in", "rpw-out")
+    plain = Producer({"bootstrap.servers": bootstrap})
+    for i in range(40):
+        plain.produce("rpw-in", f"in-{i}".encode(), partition=i % 2)
+    plain.flush(10)
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": "rpw", "auto.offset.reset": "earliest",
+        "enable.auto.commit": False, "isolation.level": "read_committed",
+    })  # fmt: skip
+    consumer.subscribe(["rpw-in"])
+    producer = _txn_producer(bootstrap, "rpw-app")
+    done = 0
+    rounds = 0
+    deadline = time.monotonic() + 40
+    try:
+        while done < 40 and time.monotonic() < deadline:
+            batch = [m for m in consumer.consume(10, 1.0) if m.error() is None]
+            if not batch:
+                continue
+            rounds += 1
+            producer.begin_transaction()
+            for m in batch:
+                producer.produce("rpw-out", m.value().replace(b"in-", b"out-"), partition=0)
+            positions = consumer.position(consumer.assignment())
+            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 15)
+            if rounds % 3 == 0:  # this round fails: redo it from the committed offsets
+                producer.flush(10)
+                producer.abort_transaction(15)
+                for tp in consumer.committed(consumer.assignment(), 15):
+                    consumer.seek(TopicPartition(tp.topic, tp.partition,
+                                                 tp.offset if tp.offset >= 0 else 0))  # fmt: skip
+                continue
+            producer.commit_transaction(15)
+            done += len(batch)
+    finally:
+        consumer.close()
+    assert done == 40 and rounds >= 4
+    out = _read_all(bootstrap, "rpw-out", "read_committed", expect=40, partitions=1)
+    assert sorted(v for _, _, v in out) == sorted(f"out-{i}".encode() for i in range(40))
+    check = Consumer({"bootstrap.servers": bootstrap, "group.id": "rpw"})
+    committed = check.committed([TopicPartition("rpw-in", p) for p in range(2)], 15)
+    check.close()
+    assert [tp.offset for tp in committed] == [20, 20]
+
+
+def test_open_transactions_across_a_kill_9(daemons: Daemons, tmp_path: Path) -> None:
+    """kill -9 with two transactions open: after the restart neither is ever visible to
+    read_committed (one aborted by its timeout, the other by the fencing init of its id's
+    next producer), the committed one beside them is, and read_uncommitted sees all."""
+    broker = daemons.broker(tmp_path, extra_args=["--kafka-listen", "127.0.0.1:0"])
+    bootstrap = broker.kafka_endpoint
+    _topics(bootstrap, "k9")
+    by_timeout = _txn_producer(bootstrap, "k9-timeout", timeout_ms=3000)
+    by_fence = _txn_producer(bootstrap, "k9-fence")
+    done = _txn_producer(bootstrap, "k9-done")
+    for producer, name in ((by_timeout, "late"), (by_fence, "fenced")):
+        producer.begin_transaction()
+        for i in range(4):
+            producer.produce("k9", f"{name}-{i}".encode(), partition=i % 2)
+        producer.flush(10)
+    done.begin_transaction()
+    for i in range(4):
+        done.produce("k9", f"done-{i}".encode(), partition=i % 2)
+    done.commit_transaction(15)
+    broker.kill()
+    broker.start()
+    bootstrap = broker.kafka_endpoint
+    # Open: the LSO holds read_committed below the first open record of each partition.
+    assert _read_all(bootstrap, "k9", "read_committed", wait_s=1.5) == []
+    _txn_producer(bootstrap, "k9-fence")  # fences the old producer: its transaction aborts
+    time.sleep(4.5)  # k9-timeout's 3 s (counted from its start) + the 1 s check
+    committed = {f"done-{i}".encode() for i in range(4)}
+    assert _values(_read_all(bootstrap, "k9", "read_committed", expect=4)) == committed
+    everything = _values(_read_all(bootstrap, "k9", "read_uncommitted", expect=12))
+    assert everything == committed | {f"{n}-{i}".encode() for n in ("late", "fenced")
+                                      for i in range(4)}  # fmt: skip
+
+
+def test_a_zombie_producer_is_fenced(daemons: Daemons, tmp_path: Path) -> None:
+    broker = daemons.broker(tmp_path, extra_args=["--kafka-listen", "127.0.0.1:0"])
+    bootstrap = broker.kafka_endpoint
+    _topics(bootstrap, "zombie")
+    old = _txn_producer(bootstrap, "zombie-app")
+    old.begin_transaction()
+    old.produce("zombie", b"old-0", partition=0)
+    old.flush(10)
+    new = _txn_producer(bootstrap, "zombie-app")  # the same id: the old one is fenced
+    new.begin_transaction()
+    new.produce("zombie", b"new-0", partition=0)
+    new.commit_transaction(15)
+    with pytest.raises(KafkaException) as info:
+        old.produce("zombie", b"old-1", partition=0)
+        old.flush(5)
+        old.commit_transaction(10)
+    error = info.value.args[0]
+    assert error.fatal() or error.code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    ), error
+    assert _values(_read_all(bootstrap, "zombie", "read_committed", expect=1, partitions=1)) == {
+        b"new-0"
+    }
+
+
+def test_a_late_abort_after_later_committed_records(daemons: Daemons, tmp_path: Path) -> None:
+    """An abort marker written after other producers' committed records in the same
+    partition (the bug two Kafka-compatible brokers shipped): those stay, the aborted go."""
+    broker = daemons.broker(tmp_path, extra_args=["--kafka-listen", "127.0.0.1:0"])
+    bootstrap = broker.kafka_endpoint
+    _topics(bootstrap, "late", partitions=1)
+    slow = _txn_producer(bootstrap, "late-slow")
+    quick = _txn_producer(bootstrap, "late-quick")
+    plain = Producer({"bootstrap.servers": bootstrap})
+    slow.begin_transaction()
+    for i in range(3):
+        slow.produce("late", f"aborted-{i}".encode(), partition=0)
+    slow.flush(10)
+    for i in range(3):
+        plain.produce("late", f"plain-{i}".encode(), partition=0)
+        plain.flush(10)
+        quick.begin_transaction()
+        quick.produce("late", f"quick-{i}".encode(), partition=0)
+        quick.commit_transaction(15)
+    # Everything after the slow transaction's first record waits for it (the LSO).
+    assert _read_all(bootstrap, "late", "read_committed", wait_s=1.5, partitions=1) == []
+    slow.abort_transaction(15)  # its marker lands after all of the above
+    wanted = [f"{k}-{i}".encode() for i in range(3) for k in ("plain", "quick")]
+    rc = _read_all(bootstrap, "late", "read_committed", expect=6, partitions=1)
+    assert [v for _, _, v in rc] == wanted
+    ru = _read_all(bootstrap, "late", "read_uncommitted", expect=9, partitions=1)
+    assert [v for _, _, v in ru] == [f"aborted-{i}".encode() for i in range(3)] + wanted
+    bodies = [m.body for m in _sdk_read(broker.endpoint, "late", 0, until=13)]
+    assert bodies == wanted
