@@ -133,7 +133,7 @@ class BrokerController:
         self.topics.on_change = self.groups.on_change = self.fanout.changed
         self.topics.durable = self.groups.durable = self.persister.durable  # admin answers wait
         sync_offsets = config.store.flush_disk_type == "SYNC_FLUSH"  # else written, not fsynced
-        self.offsets.durable = lambda: self.persister.table_durable(self.offsets, sync_offsets)
+        self.offsets.durable = lambda: self.fanout.offsets_durable(self.offsets, sync_offsets)
         # aclEnable: the guard every front end runs first (broker/acl/guard.py).
         self.acl: AclGuard | None = None
         if broker.acl_enable:

@@ -63,6 +63,11 @@ class UnavailableError(BrokerError):
     """The broker is shutting down."""
 
 
+class NotReplicatedError(UnavailableError):
+    """A change made here, and durable here, that the replicas every acknowledgement needs
+    did not take within slaveTimeout: a failover now could take it back (retry)."""
+
+
 # Checked in order: the first matching class wins (subclasses before their bases).
 ERROR_STATUS: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),

@@ -15,7 +15,11 @@
   written, so a kill -9 cannot take them back, and fsynced under SYNC_FLUSH), as Kafka answers
   once the commit is in ``__consumer_offsets``; concurrent commits share one write (a group
   commit, broker/meta/persister.py). A failed write: KAFKA_STORAGE_ERROR (retriable; the
-  offset is kept in memory and the next round retries the file).
+  offset is kept in memory and the next round retries the file). Under SYNC_MASTER the answer
+  also waits until the in-sync replicas applied the commit (``MetadataFanout.offsets_durable``,
+  as Kafka's commit waits for the offsets partition's ISR): not applied within slaveTimeout,
+  COORDINATOR_NOT_AVAILABLE; a master whose lease ran out meanwhile, NOT_COORDINATOR (Kafka's
+  codes for those cases; both retriable, the second after looking the coordinator up again).
 - OffsetFetch: -1 for a partition without a committed offset; a null topic list (v2+) = every
   partition the group committed.
 - In a cluster: ListOffsets of a partition another broker leads is NOT_LEADER_OR_FOLLOWER;
@@ -35,12 +39,13 @@ from typing import Any
 
 from wharf.broker.acl.rules import Perm
 from wharf.broker.cluster.peer_offsets import PeerOffsetError
-from wharf.broker.errors import UnavailableError
+from wharf.broker.errors import NotReplicatedError, UnavailableError
 from wharf.broker.kafka.coordinator import Coordinator
 from wharf.broker.kafka.env import KAFKA_REQUEST, KafkaEnv
 from wharf.broker.kafka.errors import Code, KafkaError
 from wharf.broker.kafka.groups import check_group
 from wharf.broker.kafka.server import KafkaConnection
+from wharf.store.errors import MasterFencedError
 
 __all__ = ["OffsetHandlers"]
 
@@ -141,12 +146,19 @@ class OffsetHandlers:
             # Answered once in the files (fsynced under SYNC_FLUSH): before, the answer went
             # out at once and a kill -9 up to flushConsumerOffsetInterval (5 s) later took the
             # commit back, the group re-reading what it had committed.
+            code = Code.NONE
             try:
                 await self.env.ctx.offsets.durable()
+            except NotReplicatedError as exc:
+                code = Code.COORDINATOR_NOT_AVAILABLE
+                log.warning("kafka: commit of %s not replicated: %s", group_id, exc)
+            except MasterFencedError:
+                code = Code.NOT_COORDINATOR  # another replica may be the master now
             except UnavailableError as exc:  # MetadataNotDurable: the write failed
+                code = Code.KAFKA_STORAGE_ERROR
                 log.warning("kafka: commit of %s not durable: %s", group_id, exc)
-                for row in local:
-                    row["error_code"] = Code.KAFKA_STORAGE_ERROR
+            for row in local:
+                row["error_code"] = code or row["error_code"]
         return {"topics": topics}
 
     async def _commit(

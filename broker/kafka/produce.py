@@ -13,14 +13,17 @@ offset, dense).
   that first copy is durable as an append's answer requires (its wait again, if the first
   one did not come back PUT_OK: a retry after NOT_ENOUGH_REPLICAS_AFTER_APPEND must not be
   acknowledged before the replicas have the record).
-- Appends run in request order per connection (``append_lock``; after the store's dispatch
-  back-pressure wait), then every partition waits for durability together.
+- Appends run in request order per connection (each request's turn taken before its first
+  await: the previous request's appends done; after the store's dispatch back-pressure wait),
+  then every partition waits for durability together.
 - acks: 0 = no response at all (the records are still stored as with 1); 1 and -1 (all) both
   wait for what Wharf's acknowledgement waits for (flushDiskType SYNC_FLUSH: on disk;
   SYNC_MASTER: on the in-sync replicas): a broker with ASYNC_FLUSH acks once in memory.
   FLUSH_DISK_TIMEOUT answers REQUEST_TIMED_OUT, a replica timeout
   NOT_ENOUGH_REPLICAS_AFTER_APPEND: the records ARE stored (an idempotent retry is then
-  recognised as a duplicate).
+  recognised as a duplicate). Any other failure after the append (a master fenced before
+  its acknowledgement) is REQUEST_TIMED_OUT too: a code the client reads as "possibly
+  persisted" (librdkafka), never one it reads as "not persisted".
 - Transactional batches (KIP-98) go in like idempotent ones (the same sequence checks) once
   the transaction coordinator admits them (``TxnCoordinator.check_produce``: the producer's
   open transaction added the partition, its epoch not fenced), and are noted in the core's
@@ -85,6 +88,34 @@ class _Part:
         self.message = str(exc)
 
 
+class _Turn:
+    """A Produce's turn to append on its connection (``conn.appended`` chains them): taken when
+    its handler starts, entered once the connection's previous Produce appended, passed on
+    when this one has (or its handler ended without: failed, cancelled). Before, a FIFO lock
+    taken after the admission's awaits: a partition lookup waiting ~1 s on a NameServer cut
+    off let the next request of the connection append first, and librdkafka took the
+    OUT_OF_ORDER_SEQUENCE_NUMBER for a lost sequence (fatal; the fault campaign)."""
+
+    def __init__(self, conn: KafkaConnection) -> None:
+        self._before = conn.appended
+        self._done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        conn.appended = self._done
+        task = asyncio.current_task()
+        if task is not None:
+            task.add_done_callback(self._pass)
+
+    def _pass(self, _: object = None) -> None:
+        if not self._done.done():
+            self._done.set_result(None)
+
+    async def __aenter__(self) -> None:
+        if self._before is not None:
+            await self._before
+
+    async def __aexit__(self, *_: object) -> None:
+        self._pass()
+
+
 class ProduceHandler:
     def __init__(self, env: KafkaEnv, producers: ProducerTable, txns: TxnCoordinator) -> None:
         self.env = env
@@ -94,6 +125,9 @@ class ProduceHandler:
     async def produce(
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
     ) -> dict[str, Any] | None:
+        # This request's turn to append, taken before its first await (handlers start in
+        # arrival order): see _Turn.
+        turn = _Turn(conn)
         acks = body["acks"]
         parts: list[_Part] = []
         for topic_data in body["topic_data"]:
@@ -106,7 +140,7 @@ class ProduceHandler:
                 else:
                     await self._prepare(conn, part, partition["records"])
         core = self.env.ctx.port.send
-        async with conn.append_lock:  # request order per connection
+        async with turn:  # request order per connection
             if core.dispatch_lagging():
                 await core.dispatch_room()
             for part in parts:
@@ -248,6 +282,8 @@ class ProduceHandler:
             part.code, part.message = Code(exc.code), str(exc)
         except Exception as exc:
             part.fail(exc)
+            if part.written and not isinstance(exc, KafkaError):
+                part.code = Code.REQUEST_TIMED_OUT  # the batches before it are stored
 
     async def _durable(self, part: _Part) -> None:
         ctx = self.env.ctx
@@ -262,7 +298,11 @@ class ProduceHandler:
         try:
             results = await ctx.port.send.durable_many(written)
         except Exception as exc:
+            # Stored, and then not acknowledged (a master fenced meanwhile, a failed sync):
+            # a "possibly persisted" code. librdkafka reads KAFKA_STORAGE_ERROR as "not
+            # persisted" and may send the records again under new sequences: a second copy.
             part.fail(exc)
+            part.code = Code.REQUEST_TIMED_OUT
             return
         status = results[-1].status
         if status is not PutStatus.PUT_OK:

@@ -7,8 +7,8 @@
   stop the next request from starting; responses are written IN REQUEST ORDER (Kafka clients
   match responses to requests by order as well as by correlation id), a finished response
   waiting for the ones before it. Tasks start in arrival order: a handler's work before its
-  first await (and Produce's appends, under the connection's ``append_lock``, a FIFO lock)
-  happens in request order.
+  first await happens in request order (Produce takes its turn to append there: the
+  connection's ``appended``, the previous Produce's appends done).
 - A header that does not parse, or a body that does not match its schema, closes the
   connection with one log line (what Kafka does); a version not served is answered with
   UNSUPPORTED_VERSION where the API's lowest version can say so (``codec.unsupported_version``),
@@ -146,7 +146,8 @@ class KafkaConnection(asyncio.Protocol):
         self.client_id = ""
         self.pending: collections.deque[_Slot] = collections.deque()
         self.closed = False
-        self.append_lock = asyncio.Lock()  # Produce's appends, in request order
+        # the last Produce's appends done: the next one's turn (request order, produce.py)
+        self.appended: asyncio.Future[None] | None = None
         self.account: Account | None = None  # SASL: the authenticated account
         self.sasl_mechanism = ""  # after SaslHandshake
         self.sasl_state: Any = None  # a SCRAM exchange in progress

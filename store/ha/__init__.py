@@ -6,6 +6,8 @@
   in-sync set and the confirm offset.
 - ``slave.py``: ``HASlave``, the replica's connection: HELLO, appends, REPORTs.
 - ``acks.py``: ``ReplicaAcks``, the waiters of SYNC_MASTER puts.
+- ``metadata.py``: the metadata (topics, groups, consumer offsets) shipped to replicas and
+  acknowledged (``HAMaster.metadata_replicated``: what a Kafka commit's answer waits for).
 - ``epochs.py``: master terms and the consistent point of two logs (controller mode).
 - ``truncation.py``: a replica's crash-safe truncation, applied at start before recovery.
 - ``status.py``: what metrics and BrokerStatus show.

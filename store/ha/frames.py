@@ -24,8 +24,10 @@ Conversation (``VERSION`` 2; the proofs: ``auth.py``)::
            -> BLANK    offset: the segment ends here (the slave writes the same blank marker)
            -> METADATA opaque bytes the broker layers above give and take (topics, groups,
                        consumer offsets), sent on connect and when they change
-    slave  -> REPORT   written offset, flushed offset (after each append, each flush, and every
-                       haSendHeartbeatInterval)
+    slave  -> REPORT   written offset, flushed offset, METADATA frames applied on this
+                       connection (after each append, each flush, each METADATA frame applied,
+                       and every haSendHeartbeatInterval; the count is absent from a replica
+                       of an older version, a master of an older version ignores it)
 
 Anything else, a frame larger than ``MAX_FRAME``, or a HELLO with another magic or version
 closes the connection: an HA port must not take offsets from whatever connects to it (RocketMQ
@@ -55,6 +57,7 @@ _WELCOME = struct.Struct(">QQQQ")  # min, max, confirm, start
 _DATA = struct.Struct(">QQ")  # offset, confirm
 _OFFSET = struct.Struct(">Q")
 _REPORT = struct.Struct(">QQ")  # written, flushed
+_REPORT_METADATA = struct.Struct(">QQQ")  # written, flushed, METADATA frames applied
 
 
 class FrameType(enum.IntEnum):
@@ -195,13 +198,17 @@ def decode_offset(payload: bytes) -> int:
     return int(_unpack(_OFFSET, payload, "BLANK")[0])
 
 
-def encode_report(written: int, flushed: int) -> bytes:
-    return frame(FrameType.REPORT, _REPORT.pack(written, flushed))
+def encode_report(written: int, flushed: int, metadata_applied: int = 0) -> bytes:
+    return frame(FrameType.REPORT, _REPORT_METADATA.pack(written, flushed, metadata_applied))
 
 
-def decode_report(payload: bytes) -> tuple[int, int]:
+def decode_report(payload: bytes) -> tuple[int, int, int | None]:
+    """(written, flushed, METADATA frames applied: None from a replica that does not count)."""
+    if len(payload) >= _REPORT_METADATA.size:
+        written, flushed, applied = _REPORT_METADATA.unpack_from(payload)
+        return written, flushed, applied
     written, flushed = _unpack(_REPORT, payload, "REPORT")
-    return written, flushed
+    return written, flushed, None
 
 
 def _unpack(fmt: struct.Struct, payload: bytes | memoryview, name: str) -> tuple[int, ...]:

@@ -43,7 +43,9 @@ connection's reader. Frames and the conversation: ``frames.py``.
   SYNC_MASTER dispatch stops there, so no consumer sees a message the replicas may lack.
 - **Metadata.** ``metadata()`` (the broker's topics, groups and consumer offsets, opaque here)
   goes to a replica on connect, at once after ``notify_metadata()`` (a topic or group changed)
-  and whenever its bytes change (checked every second: consumer offsets).
+  and whenever its bytes change (checked every second: consumer offsets); replicas count the
+  frames they applied in their REPORTs, and under SYNC_MASTER ``metadata_replicated()`` says
+  when the replicas every acknowledgement needs hold a change (``metadata.py``).
 - **Safety.** A REPORT past what was sent is a protocol error (RocketMQ #3016): the replica is
   dropped. A replica that sends nothing for ``haHousekeepingInterval`` (20 s) is dropped too.
 """
@@ -64,13 +66,13 @@ from wharf.store.config import StoreConfig
 from wharf.store.ha import auth, frames
 from wharf.store.ha.acks import ReplicaAcks
 from wharf.store.ha.epochs import Epochs, consistent_point
+from wharf.store.ha.metadata import MetadataShipping, ReplicaMetadata
 from wharf.store.log.commit_log import CommitLog
 from wharf.store.model import PutStatus
 
 log = logging.getLogger(__name__)
 
 WINDOW_BYTES = 4 * 1024 * 1024
-METADATA_CHECK_S = 1.0
 HANDSHAKE_TIMEOUT_S = 10.0
 
 
@@ -92,6 +94,7 @@ class Replica:
     caught_up_at: float = 0.0  # monotonic; 0 = never
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     told: int = -1  # the committed offset its last frame carried
+    metadata: ReplicaMetadata = field(default_factory=ReplicaMetadata)  # sent and applied
 
     def note_acked(self, log_end: int, now: float) -> None:
         """After a report (``acked`` updated): when did this replica last hold the master's
@@ -139,7 +142,7 @@ class HAMaster:
         self._log = commit_log
         self._config = config
         self._on_confirm = on_confirm
-        self._metadata = metadata
+        self._shipping = MetadataShipping(metadata, self._recompute_metadata)
         self._epochs = epochs
         self._replica_secret = replica_secret
         self._ssl = ssl_context
@@ -149,12 +152,12 @@ class HAMaster:
         self._need = max(0, config.in_sync_replicas - 1)
         self._ack_flushed = config.flush_disk_type == "SYNC_FLUSH"
         self.acks = ReplicaAcks(config.slave_timeout / 1000)
+        self.metadata_acks = ReplicaAcks(config.slave_timeout / 1000)  # over metadata versions
         self._replicas: dict[int, Replica] = {}  # id(Replica) -> Replica
         # Controller mode: the replica ids every acknowledgement needs (the sync-state set
         # published in etcd, minus this master); None = static mode's count rule.
         self._required: set[int] | None = None
         self._last_caught_up: dict[int, float] = {}  # replica id -> monotonic time
-        self._metadata_changed = asyncio.Event()
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.port = 0
@@ -191,6 +194,7 @@ class HAMaster:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
         self.acks.fail_all()
+        self.metadata_acks.fail_all()
 
     # --- what the facade calls -----------------------------------------------------------------
     def notify_append(self) -> None:
@@ -445,7 +449,7 @@ class HAMaster:
     ) -> None:
         tasks = [
             asyncio.create_task(self._send_loop(replica, writer)),
-            asyncio.create_task(self._metadata_loop(writer)),
+            asyncio.create_task(self._shipping.serve(replica.metadata, writer)),
             asyncio.create_task(self._report_loop(replica, reader)),
         ]
         try:
@@ -522,26 +526,26 @@ class HAMaster:
         replica.told = self.committed_offset()
         writer.write(frames.data_header(replica.sent, replica.told, 0))
 
-    async def _metadata_loop(self, writer: asyncio.StreamWriter) -> None:
-        if self._metadata is None:
-            await asyncio.Event().wait()  # nothing to send: live as long as the connection
-        last = b""
-        while True:
-            assert self._metadata is not None
-            snapshot = self._metadata()
-            if snapshot != last:
-                writer.write(frames.frame(frames.FrameType.METADATA, snapshot))
-                await writer.drain()
-                last = snapshot
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(METADATA_CHECK_S):
-                    await self._metadata_changed.wait()
-            self._metadata_changed.clear()
-
     def notify_metadata(self) -> None:
         """Topics or groups changed: ship them now, not at the next second's check (a topic
         created just before a failover must be on the new master, RocketMQ #9804)."""
-        self._metadata_changed.set()
+        self._shipping.changed()
+
+    def metadata_replicated(self) -> asyncio.Future[bool]:
+        """A metadata change was made (a Kafka commit): True once the replicas every
+        acknowledgement needs hold a snapshot taken after this call, at once when none is
+        needed (ASYNC_MASTER, a sync-state set of this master alone); False when too few
+        are connected (static mode) or after slaveTimeout (3 s). What an answer that a
+        failover must not take back waits for."""
+        loop = asyncio.get_running_loop()
+        version = self._shipping.changed()
+        required = self._required
+        alone = not self._need if required is None else not required
+        if not self.sync_master or alone or (required is None and len(self._replicas) < self._need):
+            result: asyncio.Future[bool] = loop.create_future()
+            result.set_result(not self.sync_master or alone)
+            return result
+        return self.metadata_acks.wait(version)
 
     async def _report_loop(self, replica: Replica, reader: asyncio.StreamReader) -> None:
         timeout = self._config.ha_housekeeping_interval / 1000
@@ -550,12 +554,13 @@ class HAMaster:
                 kind, payload = await frames.read_frame(reader)
             if kind != frames.FrameType.REPORT:
                 raise frames.ProtocolError(f"expected REPORT, got {kind.name}")
-            written, flushed = frames.decode_report(payload)
+            written, flushed, metadata_applied = frames.decode_report(payload)
             if written > replica.sent or written < replica.written:
                 raise frames.ProtocolError(
                     f"reported offset {written} outside [{replica.written}, {replica.sent}]"
                 )
             replica.written, replica.flushed = written, flushed
+            replica.metadata.reported(metadata_applied)
             # A flushed end only grows; never past the written one (a report is one snapshot).
             durable = min(flushed, written) if self._ack_flushed else written
             replica.acked = max(replica.acked, durable)
@@ -583,11 +588,27 @@ class HAMaster:
             acked = sorted((r.acked for r in self._replicas.values()), reverse=True)
             if len(acked) >= self._need:
                 self.acks.advance(acked[self._need - 1])
+        self._recompute_metadata()
         confirm = self.confirm_offset()
         if confirm != self._confirm_seen:
             self._confirm_seen = confirm
             self._on_confirm()
         self.notify_durable()
+
+    def _recompute_metadata(self) -> None:
+        """The metadata version every replica an acknowledgement needs holds, as ``_recompute``
+        finds the log offset they all hold."""
+        version = self._shipping.version
+        replicas = self._replicas.values()
+        required = self._required
+        if required is not None:
+            by_id = {r.broker_id: r.metadata.held(version) for r in replicas}
+            if required <= set(by_id):
+                self.metadata_acks.advance(min((by_id[i] for i in required), default=version))
+        elif self._need:
+            held = sorted((r.metadata.held(version) for r in replicas), reverse=True)
+            if len(held) >= self._need:
+                self.metadata_acks.advance(held[self._need - 1])
 
 
 def _whole_records(data: bytes) -> int:

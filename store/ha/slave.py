@@ -17,7 +17,8 @@ master needs: fdatasync runs in a thread, off the receive path). The log is sync
 HELLO too: the end it announces counts as acknowledged. Metadata frames go to
 ``apply_metadata`` (the broker replaces its topics, groups and consumer offsets with the
 master's: a replica never keeps offsets of its own that a master would later overwrite,
-RocketMQ #1094).
+RocketMQ #1094); each is followed by a REPORT, and every REPORT counts the frames applied on
+the connection, so the master knows when a change reached this replica (``metadata.py``).
 
 Failures: an ERROR at the handshake (another segment size, a log that does not continue the
 master's) is logged with the master's advice and retried every ``RETRY_REFUSED_S`` (30 s: it
@@ -96,6 +97,7 @@ class HASlave:
         self.last_frame_at = 0.0  # time.time() of the master's last frame
         self._sync_flush = config.flush_disk_type == "SYNC_FLUSH"
         self._appended = asyncio.Event()  # wakes the flushed-end reporter
+        self._metadata_applied = 0  # METADATA frames applied on this connection
         self.connections = 0
         self.last_error = ""
 
@@ -180,6 +182,7 @@ class HASlave:
             if self._on_agreed is not None:
                 self._on_agreed()
             self.connected_to = address
+            self._metadata_applied = 0
             self.connections += 1
             self.last_error = ""
             log.info("replicating from %s at offset %d (master log [%d, %d])", address,
@@ -278,12 +281,15 @@ class HASlave:
             elif kind == frames.FrameType.METADATA:
                 if self._apply_metadata is not None:
                     self._apply_metadata(payload)
+                self._metadata_applied += 1
+                self._report(writer)  # the master may be holding an answer for it
+                await writer.drain()
                 continue
             else:
                 raise frames.ProtocolError(f"unexpected {kind.name} from the master")
             self._on_appended()
             self._appended.set()
-            writer.write(frames.encode_report(commit_log.max_offset, commit_log.flushed_offset))
+            self._report(writer)
             await writer.drain()
 
     async def _flushed_report_loop(self, writer: asyncio.StreamWriter) -> None:
@@ -304,15 +310,23 @@ class HASlave:
                 except StoreNotWritableError as exc:  # sticky: nothing more gets durable here
                     self._failed(self.connected_to, f"no more flushed reports: {exc}")
                     return
-            writer.write(frames.encode_report(commit_log.max_offset, commit_log.flushed_offset))
+            self._report(writer)
             await writer.drain()
 
     async def _report_loop(self, writer: asyncio.StreamWriter) -> None:
         interval = self._config.ha_send_heartbeat_interval / 1000
         while True:
             await asyncio.sleep(interval)
-            writer.write(frames.encode_report(self._log.max_offset, self._log.flushed_offset))
+            self._report(writer)
             await writer.drain()
+
+    def _report(self, writer: asyncio.StreamWriter) -> None:
+        commit_log = self._log
+        writer.write(
+            frames.encode_report(
+                commit_log.max_offset, commit_log.flushed_offset, self._metadata_applied
+            )
+        )
 
 
 def _store_timestamp(data: memoryview) -> int:

@@ -275,7 +275,8 @@ def test_frames_round_trip_and_refuse_strangers() -> None:
     welcome = frames.Welcome(0, 10, 5, 3, ((1, 0),))
     decoded_welcome, _, proof = frames.decode_welcome(frames.encode_welcome(welcome, _no_proof)[5:])
     assert decoded_welcome == welcome and proof == bytes(32)
-    assert frames.decode_report(frames.encode_report(7, 6)[5:]) == (7, 6)
+    assert frames.decode_report(frames.encode_report(7, 6, 3)[5:]) == (7, 6, 3)
+    assert frames.decode_report(frames.encode_report(7, 6)[5:21]) == (7, 6, None)  # older
     header = frames.data_header(100, 90, 3)
     offset, confirm, data = frames.decode_data(memoryview(header[5:] + b"abc"))
     assert (offset, confirm, bytes(data)) == (100, 90, b"abc")

@@ -10,15 +10,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from wharf.broker.kafka.convert import KAFKA_PRODUCER
 from wharf.broker.kafka.producers import SLOTS, ProducerTable
 from wharf.broker.kafka.records import Batch
 
 from tests.broker.kafka.kafka_helpers import start_kafka
-from tests.broker.kafka.test_idempotence import high, idempotent, new_pid, send
+from tests.broker.kafka.test_idempotence import PRODUCE, high, idempotent, new_pid, send
 from tests.inproc import InProcFactory
 
 NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+REQUEST_TIMED_OUT = 7
 
 
 async def test_a_retry_is_answered_only_once_its_first_copy_is_replicated(
@@ -112,4 +114,62 @@ async def test_a_retry_racing_its_first_copy_waits_for_it(inproc_broker: InProcF
     assert await high(store) == 1
     for client in (first, second):
         await client.close()
+    await kafka.close()
+
+
+async def test_a_slow_admission_does_not_reorder_a_connection_s_appends(
+    inproc_broker: InProcFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two pipelined batches of one producer: the first one's partition lookup is slow (a
+    NameServer cut off: ~1 s in the fault campaign). The second must not be appended first:
+    then the first was OUT_OF_ORDER_SEQUENCE_NUMBER, fatal to librdkafka."""
+    kafka = await start_kafka(inproc_broker)
+    assert kafka.part.handlers is not None
+    env = kafka.part.handlers.env
+    lookups = 0
+    real = env.queue_of
+
+    async def slow_first(topic: str, partition: int) -> tuple[int, Any]:
+        nonlocal lookups
+        lookups += 1
+        if lookups == 1:
+            await asyncio.sleep(0.3)
+        return await real(topic, partition)
+
+    client = await kafka.client()
+    pid = await new_pid(client)
+    monkeypatch.setattr(env, "queue_of", slow_first)
+    body: dict[str, Any] = {"transactional_id": None, "acks": -1, "timeout_ms": 5000}
+    sent = []
+    for sequence in (0, 2):
+        records = idempotent(pid, 0, sequence, b"a%d" % sequence, b"b%d" % sequence)
+        partition = {"index": 0, "records": records}
+        sent.append(client.send(PRODUCE, 7, {**body, "topic_data": [
+            {"name": "idem", "partition_data": [partition]}]}))  # fmt: skip
+    for sequence, correlation in zip((0, 2), sent, strict=True):
+        got, response = await client.receive(PRODUCE, 7)
+        row = response["responses"][0]["partition_responses"][0]
+        assert (got, row["error_code"], row["base_offset"]) == (correlation, 0, sequence)
+    await client.close()
+    await kafka.close()
+
+
+async def test_a_batch_stored_by_a_master_fenced_before_its_ack_is_possibly_persisted(
+    inproc_broker: InProcFactory,
+) -> None:
+    """Stored, then the master's lease ran out before the acknowledgement: the answer is
+    REQUEST_TIMED_OUT ("possibly persisted" to librdkafka), not KAFKA_STORAGE_ERROR, which
+    librdkafka reads as "not persisted" and may re-send under new sequences."""
+    kafka = await start_kafka(inproc_broker, broker_role="SYNC_MASTER", ha_listen_port="0")
+    store = kafka.controller.ctx.store
+    client = await kafka.client()
+    pid = await new_pid(client)
+    assert store.ha_master is not None
+    store.ha_master.require({9})  # the acknowledgement waits for replica 9
+    answer = asyncio.create_task(send(client, idempotent(pid, 0, 0, b"x")))
+    await asyncio.sleep(0.2)
+    store.role.set_write_fence(lambda: "the lease ran out")
+    store.ha_master.require(set())
+    assert await answer == (REQUEST_TIMED_OUT, 0)
+    await client.close()
     await kafka.close()
