@@ -38,6 +38,7 @@ from pathlib import Path
 from wharf.store.config import StoreConfig
 from wharf.store.message_store import MessageStore
 from wharf.store.model import MessageInput
+from wharf.store.retention.compactor import MAP_ENTRY_BYTES
 from wharf.store.retention.kept_log import remove_kept_log_blocking
 from wharf.store.retention.policy import TopicPolicy
 
@@ -86,6 +87,23 @@ async def _produce(store: MessageStore, writers: int, seconds: float) -> list[fl
 
 def _p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100)[98] if len(values) > 1 else float("nan")
+
+
+class Peak:
+    """Samples anonymous RSS every 0.2 s while running: the peak over a phase."""
+
+    def __init__(self) -> None:
+        self.peak = _rss_kib()
+        self.task = asyncio.get_running_loop().create_task(self._sample())
+
+    async def _sample(self) -> None:
+        while True:
+            self.peak = max(self.peak, _rss_kib())
+            await asyncio.sleep(0.2)
+
+    def stop(self) -> int:
+        self.task.cancel()
+        return max(self.peak, _rss_kib())
 
 
 class Compacting:
@@ -158,6 +176,7 @@ async def _full(store: MessageStore) -> None:
     await reset(store)
     rss0 = _rss_kib()
     peak = rss0
+    map_keys = min(store.config.compaction_map_bytes // MAP_ENTRY_BYTES, 2**63)
     began = time.monotonic()
     stats = store.retention.stats()
     passes0, read0, cpu0 = stats.passes, stats.records_read, stats.cpu_seconds
@@ -188,7 +207,8 @@ async def _full(store: MessageStore) -> None:
         f"({(stats.records_read - read0) / seconds:,.0f} dirty records read a second; "
         f"{(stats.cpu_seconds - cpu0) / max(stats.records_read - read0, 1) * 1e6:.1f} us of "
         f"the pass thread's CPU a record), anonymous RSS {rss0 / 1024:.0f} MiB, "
-        f"peak growth {(peak - rss0) / 1024:.0f} MiB",
+        f"peak growth {(peak - rss0) / 1024:.0f} MiB (the key map holds at most {map_keys:,} "
+        f"keys, {store.config.compaction_map_bytes >> 20} MiB)",
         flush=True,
     )
 
@@ -210,7 +230,14 @@ async def run(args: argparse.Namespace) -> None:
         await _fill(store, args.records, args.keys)
         print(f"filled {args.records} records / {args.keys} keys in "
               f"{time.monotonic() - began:.0f} s", flush=True)  # fmt: skip
+        filled = _rss_kib()
+        peak = Peak()
         ratios = [await _round(store, n, args) for n in range(args.rounds)]
+        if args.rounds:
+            print(f"anonymous RSS after the fill {filled / 1024:.0f} MiB, peak during the "
+                  f"rounds {peak.stop() / 1024:.0f} MiB", flush=True)  # fmt: skip
+        else:
+            peak.stop()
         if ratios:
             print(pooled.describe(ratios, "<=", TARGET), flush=True)
         if not args.no_full:
