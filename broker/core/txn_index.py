@@ -137,6 +137,10 @@ class TxnIndex:
         for first, last in runs:
             txns.add_aborted(first, last)
 
+    def clear(self) -> None:
+        """Forget everything (a coordinator about to replay its log: a new master)."""
+        self._queues.clear()
+
     def forget_topic(self, topic: str) -> None:
         for key in [k for k in self._queues if k[0] == topic]:
             del self._queues[key]

@@ -55,7 +55,7 @@ class KafkaHandlers:
         self.txn_coordinator = TxnCoordinator(
             port, port.read.txns, self.producers.allocate, self.offsets.apply_txn_offsets,
             ctx.config.kafka_transaction_max_timeout_ms,
-            ctx.config.kafka_transactional_id_expiration_ms,
+            ctx.config.kafka_transactional_id_expiration_ms, leading,
         )  # fmt: skip
         self.txns = TxnHandlers(env, self.txn_coordinator, self.coordinator)
         self.produce = ProduceHandler(env, self.producers, self.txn_coordinator)

@@ -25,6 +25,13 @@ ids idle for ``transactional.id.expiration.ms`` (7 days, Kafka's) with a DEAD re
 Memory: ~1 KiB an id (its metadata, its lock, its partitions' names), so 100,000 live ids
 ~100 MB; the partitions of one transaction are bounded by the topics' queues.
 
+Leadership: only a leading broker (the master; always, alone) coordinates. A replica replays
+at start like any broker but writes nothing and answers NOT_COORDINATOR; once it leads
+(controller mode: elected and promoted), ``run`` replays the replicated logs again before
+serving (its index cleared first), so a transaction its predecessor left prepared is finished
+and an open one times out or is fenced as after a restart. What a new master finds is what
+was replicated: with SYNC_MASTER, everything an answer promised.
+
 Transactions touch this broker's partitions only: in a cluster of several groups a partition
 another master leads is refused (markers between brokers, Kafka's WriteTxnMarkers, are not
 written).
@@ -52,6 +59,7 @@ log = logging.getLogger("broker.kafka")
 TICK_S = 1.0  # how often timeouts are checked: a transaction lives at most its timeout + 1 s
 EXPIRATION_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms
 MARKER_BODY = b"\x00"  # the store holds no empty body
+NOT_COORDINATOR = 16
 
 # (group, topic, queue id, offset): applied to the groups' table, then waited for durable
 ApplyOffsets = Callable[[list[tuple[str, str, int, int]]], Awaitable[None]]
@@ -70,6 +78,7 @@ class TxnCoordinator:
         apply_offsets: ApplyOffsets,
         max_timeout_ms: int,
         expiration_ms: int = EXPIRATION_MS,
+        leading: Callable[[], bool] = lambda: True,
     ) -> None:
         self.port = port
         self.index = index
@@ -82,6 +91,8 @@ class TxnCoordinator:
         self._by_pid: dict[int, str] = {}  # producer id -> transactional id
         self._locks: dict[str, asyncio.Lock] = {}
         self.ready = asyncio.Event()
+        self._leading = leading
+        self._replayed_leading = False  # the last replay ran while leading
         self._task: asyncio.Task[None] | None = None
 
     # --- start, replay, timeouts ---------------------------------------------------------------
@@ -89,6 +100,11 @@ class TxnCoordinator:
         """Read the logs back: every id's state, the aborted runs hidden, the open
         transactions' records found again (their LSO pinned). Then the prepared ones are
         finished by ``tick``."""
+        self.ready.clear()
+        self.metas.clear()
+        self._by_pid.clear()
+        self.index.clear()
+        leading = self._leading()
         metas, aborted = await self.log.replay()
         for topic, queue_id, _pid, runs in aborted:
             self.index.restore_aborted(topic, queue_id, runs)
@@ -104,6 +120,7 @@ class TxnCoordinator:
         opened = sum(1 for m in metas.values() if m.open)
         log.info("kafka: %d transactional ids replayed (%d open), %d aborted runs",
                  len(metas), opened, len(aborted))  # fmt: skip
+        self._replayed_leading = leading
         self.ready.set()
 
     def start(self) -> None:
@@ -119,7 +136,13 @@ class TxnCoordinator:
         await self.ready.wait()
         while True:
             try:
-                await self.tick(_now())
+                if not self._leading():
+                    pass  # a replica writes nothing; it replays once it leads
+                elif not self._replayed_leading:
+                    log.info("kafka: leading now: the transaction logs are read again")
+                    await self.replay()
+                else:
+                    await self.tick(_now())
             except Exception:
                 log.exception("kafka: transaction timeouts")
             await asyncio.sleep(TICK_S)
@@ -153,6 +176,7 @@ class TxnCoordinator:
         aborted first (answered once its markers are written, not CONCURRENT_TRANSACTIONS
         and a retry: one round trip for the new producer)."""
         await self.ready.wait()
+        self._check_leading()
         async with self._lock(tid):
             meta = self.metas.get(tid)
             if meta is not None and meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
@@ -238,7 +262,12 @@ class TxnCoordinator:
             lock = self._locks[tid] = asyncio.Lock()
         return lock
 
+    def _check_leading(self) -> None:
+        if not self._leading() or not self._replayed_leading:
+            raise TxnError(NOT_COORDINATOR, "this broker does not lead (a replica): ask again")
+
     def _meta(self, tid: str) -> TxnMetadata:
+        self._check_leading()
         if not self.ready.is_set():
             raise TxnError(state.CONCURRENT_TRANSACTIONS, "the coordinator is loading")
         meta = self.metas.get(tid)

@@ -1,0 +1,156 @@
+"""The transaction coordinator's replay (at start, and when a replica becomes master) and its
+index, at the byte level against an in-process broker: what replay rebuilds equals what the
+running coordinator held (states, open transactions and the LSO, aborted runs); a replica
+answers NOT_COORDINATOR and writes nothing until it leads, then replays first; the index's
+cutting of raw records around markers and aborted runs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from wharf.broker.core.txn_index import CONTROL, TxnIndex, marker_value
+from wharf.broker.kafka.records import TRANSACTIONAL, Record, encode_batch
+from wharf.broker.kafka.txn.state import TxnState
+from wharf.store.codec.records import encode_batch as encode_stored
+from wharf.store.model import MessageInput
+
+from tests.broker.kafka.kafka_helpers import KafkaClient, start_kafka
+from tests.inproc import InProcFactory
+
+PRODUCE, INIT_PID, ADD_PARTITIONS, END_TXN = 0, 22, 24, 26
+TOPIC = "txr"
+
+
+def _txn_batch(pid: int, epoch: int, sequence: int, *values: bytes) -> bytes:
+    records = [Record(i, 5_000, None, v, []) for i, v in enumerate(values)]
+    return encode_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=sequence,
+                        attributes=TRANSACTIONAL)  # fmt: skip
+
+
+async def _init(client: KafkaClient, tid: str) -> tuple[int, int]:
+    reply = await client.call(
+        INIT_PID, 1, {"transactional_id": tid, "transaction_timeout_ms": 60_000}
+    )
+    assert reply["error_code"] == 0, reply
+    return reply["producer_id"], reply["producer_epoch"]
+
+
+async def _write(
+    client: KafkaClient, tid: str, pid: int, epoch: int, seq: int, *values: bytes
+) -> int:
+    ids = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch}
+    added = await client.call(
+        ADD_PARTITIONS, 1, {**ids, "topics": [{"name": TOPIC, "partitions": [0]}]}
+    )
+    assert added["results"][0]["results"][0]["partition_error_code"] == 0, added
+    reply = await client.call(PRODUCE, 7, {
+        "transactional_id": tid, "acks": -1, "timeout_ms": 5000,
+        "topic_data": [{"name": TOPIC, "partition_data": [
+            {"index": 0, "records": _txn_batch(pid, epoch, seq, *values)}]}],
+    })  # fmt: skip
+    row = reply["responses"][0]["partition_responses"][0]
+    assert row["error_code"] == 0, row
+    return int(row["base_offset"])
+
+
+async def _end(client: KafkaClient, tid: str, pid: int, epoch: int, commit: bool) -> int:
+    body = {
+        "transactional_id": tid,
+        "producer_id": pid,
+        "producer_epoch": epoch,
+        "committed": commit,
+    }
+    return int((await client.call(END_TXN, 1, body))["error_code"])
+
+
+def _snapshot(index: TxnIndex) -> Any:
+    queue = index.queue(TOPIC, 0)
+    assert queue is not None
+    return dict(queue.open), list(queue.firsts), list(queue.lasts)
+
+
+async def test_replay_rebuilds_states_open_transactions_and_aborted_runs(
+    inproc_broker: InProcFactory,
+) -> None:
+    kafka = await start_kafka(inproc_broker)
+    handlers = kafka.part.handlers
+    assert handlers is not None
+    coordinator = handlers.txn_coordinator
+    index = coordinator.index
+    client = await kafka.client()
+    await client.call(3, 4, {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": True})
+    a = await _init(client, "ta")
+    b = await _init(client, "tb")
+    c = await _init(client, "tc")
+    assert await _write(client, "ta", *a, 0, b"a0", b"a1") == 0  # committed
+    assert await _write(client, "tb", *b, 0, b"b0") == 2  # aborted, after others' records
+    assert await _write(client, "tc", *c, 0, b"c0", b"c1") == 3  # left open
+    assert await _end(client, "ta", *a, True) == 0
+    assert await _end(client, "tb", *b, False) == 0
+    assert await _end(client, "tb", *b, False) == 0  # a retry: answered, nothing written
+    # offsets: 0-1 a, 2 b, 3-4 c, 5 a's marker, 6 b's marker
+    assert index.lso(TOPIC, 0, 7) == 3
+    before = (_snapshot(index), dict(coordinator.metas))
+    assert before[0] == ({c[0]: [[3, 4]]}, [2], [2])
+    await coordinator.replay()  # what a restart or a new master does
+    assert (_snapshot(index), dict(coordinator.metas)) == before
+    assert coordinator.metas["tc"].state is TxnState.ONGOING
+    # c goes on after the replay, then commits: the LSO is released
+    assert await _write(client, "tc", *c, 2, b"c2") == 7
+    assert await _end(client, "tc", *c, True) == 0
+    assert index.lso(TOPIC, 0, 9) == 9 and index.queue(TOPIC, 0).open == {}
+    await client.close()
+    await kafka.close()
+
+
+async def test_a_replica_coordinates_nothing_until_it_leads(inproc_broker: InProcFactory) -> None:
+    kafka = await start_kafka(inproc_broker)
+    handlers = kafka.part.handlers
+    assert handlers is not None
+    coordinator = handlers.txn_coordinator
+    leads = False
+    coordinator._leading = lambda: leads  # a replica, as controller mode's election says
+    coordinator._replayed_leading = False
+    client = await kafka.client()
+    reply = await client.call(
+        INIT_PID, 1, {"transactional_id": "r", "transaction_timeout_ms": 1000}
+    )
+    assert reply["error_code"] == 16  # NOT_COORDINATOR: the client looks for the coordinator again
+    leads = True  # elected and promoted: the next tick replays, then it serves
+    for _ in range(40):
+        if coordinator._replayed_leading:
+            break
+        await asyncio.sleep(0.1)
+    assert (await _init(client, "r"))[1] == 0
+    await client.close()
+    await kafka.close()
+
+
+def test_index_cuts_raw_records_around_markers_and_aborted_runs() -> None:
+    """split_raw on stored records (the store's codec): markers alone, aborted runs dropped
+    for read_committed and kept for read_uncommitted, and None when nothing is cut."""
+    messages = [MessageInput(f"v{i}".encode()) for i in range(6)]
+    messages[4] = MessageInput(b"\x00", {CONTROL: marker_value(0, 7, 0)})
+    raw = encode_stored("t", 0, 0, messages, 0, 1_000, "127.0.0.1:1", 1 << 20).data
+    index = TxnIndex()
+    assert index.split_raw("t", 0, raw[: _size_of(raw, 4)], 4) is None  # no marker, no run
+    index.append("t", 0, 7, 1, 2)
+    index.end("t", 0, 7, commit=False)  # offsets 1-2 aborted
+    parts = index.split_raw("t", 0, raw, 6)
+    assert [(n, marker) for _, n, marker in parts] == [
+        (1, False),
+        (1, False),
+        (1, True),
+        (1, False),
+    ]
+    kept = index.split_raw("t", 0, raw, 6, aborted=True)
+    assert [(n, marker) for _, n, marker in kept] == [(4, False), (1, True), (1, False)]
+    assert index.skip_aborted("t", 0, 1) == 3 and index.skip_aborted("t", 0, 3) == 3
+
+
+def _size_of(raw: bytes, count: int) -> int:
+    pos = 0
+    for _ in range(count):
+        pos += int.from_bytes(raw[pos : pos + 4], "big")
+    return pos
