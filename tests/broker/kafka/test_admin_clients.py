@@ -9,10 +9,14 @@ that saw _UNSUPPORTED_FEATURE is freed)."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 import time
 import uuid
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -221,6 +225,22 @@ def test_topic_configs_survive_a_kill_right_after_the_answer(
     configs = topic_configs(admin(plain_broker.kafka_endpoint), name)
     assert (configs["cleanup.policy"].value, configs["retention.ms"].value) == ("compact", "-1")
     assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+
+
+def test_kafkajs_admin_creates_describes_alters_and_grows(plain: str) -> None:
+    node = shutil.which("node")
+    node_dir = Path(__file__).with_name("node")
+    assert node and (node_dir / "node_modules" / "kafkajs").is_dir(), "kafkajs: make test"
+    name = fresh("js")
+    done = subprocess.run([node, "admin.js", plain, name], cwd=node_dir, capture_output=True,
+                          text=True, timeout=60, check=True)  # fmt: skip
+    got = json.loads(done.stdout)
+    assert got["created"] == {"ok": True}
+    assert got["refused"]["inner"] == ["INVALID_CONFIG"], got["refused"]
+    assert got["described"]["ok"] == {"cleanup.policy": "compact", "retention.ms": "259200000"}
+    assert got["describedAfter"]["ok"]["retention.ms"] == "60000"
+    assert got["partitions"] == {"ok": True} and got["metadata"] == {"ok": 3}
+    assert got["deletedGroups"]["inner"] == ["GROUP_ID_NOT_FOUND"], got["deletedGroups"]
 
 
 def test_create_partitions_adds_queues(plain: str) -> None:
