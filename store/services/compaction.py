@@ -132,9 +132,10 @@ class Compaction:
         """The lowest commit log offset a compacted queue still needs (its record at
         ``cleaned_to``); NOTHING_PINNED when none."""
         pinned = NOTHING_PINNED
-        for topic, policy in compacted.items():
-            if not policy.compact:
-                continue
+        # The topics with a kept log count too: at start, before the broker hands its
+        # policies over, a cleanup pass must not take what a compacted queue still needs.
+        topics = {t for t, p in compacted.items() if p.compact} | {t for t, _ in self.kept}
+        for topic in topics:
             for queue in self.queues.of_topic(topic):
                 at = self.cleaned_to(queue)
                 if at >= queue.max_offset:

@@ -155,3 +155,27 @@ async def test_a_compacted_topic_refuses_keyless_messages_on_every_write_path(
         await put_all(store, "d", [msg("no key needed")])
     finally:
         await store.shutdown()
+
+
+async def test_retention_keeps_the_dirty_records_then_reads_come_from_the_kept_log(
+    tmp_path: Path,
+) -> None:
+    store = await started(tmp_path / "s", file_reserved_time=0)
+    try:
+        await put_all(store, "c", [msg("v" * 200 + str(i), keys=f"k{i % 4}") for i in range(120)])
+        await put_all(store, "d", [msg("w" * 200) for _ in range(60)])  # later segments
+        held = TopicPolicy(compact=True, delete=False, min_cleanable_dirty_ratio=1.0)
+        store.retention.follow(lambda: {"c": held})
+        cleanup = store.insides.cleanup_service
+        cleanup.request_manual_delete()
+        await cleanup.run_once()
+        assert store.insides.commit_log.min_offset <= store.retention.keep_from()
+        assert len(bodies(store, "c")) == 120  # nothing of the dirty range went
+        store.retention.follow(lambda: {"c": COMPACT})
+        await store.retention.run_once()
+        cleanup.request_manual_delete()
+        await cleanup.run_once()
+        assert store.insides.commit_log.min_offset > 0  # the segments went this time
+        assert [o for o, _ in bodies(store, "c")] == [116, 117, 118, 119]
+    finally:
+        await store.shutdown()
