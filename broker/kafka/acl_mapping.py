@@ -139,7 +139,10 @@ def _default(account: Account, kind: int) -> Perm:
     return account.default_topic_perm if kind == TOPIC else account.default_group_perm
 
 
-def _entries(account: Account, kind: int) -> list[_Entry]:
+def _entries(account: Account, kind: int, strict: bool = True) -> list[_Entry]:
+    """The account's entries of one kind as Kafka resources, the default perm last (key None)
+    unless a ``*`` entry shadows it. ``strict``: AclRefused when an entry is a pattern Kafka
+    cannot express (not strict: those are skipped, for DescribeAcls)."""
     out = []
     strange = []
     for pattern, perm in _perms(account, kind):
@@ -149,7 +152,7 @@ def _entries(account: Account, kind: int) -> list[_Entry]:
             continue
         bits = _bits(kind, perm)
         out.append(_Entry(key, bits, bits == 0))
-    if strange:
+    if strange and strict:
         raise AclRefused(
             f"User:{account.access_key}'s {_KINDS[kind]} permissions use patterns Kafka cannot "
             f"express ({', '.join(strange)}): change them in plain_acl.yml"
@@ -167,10 +170,7 @@ def bindings(rules: AclRules) -> list[Binding]:
             continue
         principal = f"User:{account.access_key}"
         for kind in (TOPIC, GROUP):
-            try:
-                entries = _entries(account, kind)
-            except AclRefused:
-                entries = [e for e in _lenient(account, kind)]
+            entries = _entries(account, kind, strict=False)
             for entry in entries:
                 pattern, name = entry.key or (LITERAL, WILDCARD)
                 if entry.deny:
@@ -179,17 +179,6 @@ def bindings(rules: AclRules) -> list[Binding]:
                 for op, bit in _OP_BITS.items():
                     if entry.bits & bit:
                         out.append(Binding(kind, name, pattern, principal, "*", op, ALLOW))
-    return out
-
-
-def _lenient(account: Account, kind: int) -> list[_Entry]:
-    """The expressible entries of an account that also has others (shown, not changed)."""
-    out = []
-    for pattern, perm in _perms(account, kind):
-        key = _resource(pattern)
-        if key is not None:
-            bits = _bits(kind, perm)
-            out.append(_Entry(key, bits, bits == 0))
     return out
 
 

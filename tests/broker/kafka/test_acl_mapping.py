@@ -77,3 +77,15 @@ def test_the_wildcard_is_the_default_permission_and_a_deletion_keeps_the_meaning
     # but take READ away in Wharf: refused
     with pytest.raises(AclRefused, match="most specific entry"):
         delete(RULES, Filter(TOPIC, "orders", LITERAL, None, None, READ, ANY))
+
+
+def test_an_account_with_patterns_kafka_cannot_express_is_shown_but_not_changed() -> None:
+    rules = parse_rules("""
+accounts:
+  - accessKey: app
+    secretKey: s
+    topicPerms: ["orders=PUB", "orders-??=SUB"]
+""")
+    assert [(b.name, b.operation) for b in bindings(rules)] == [("orders", WRITE)]
+    with pytest.raises(AclRefused, match=r"orders-\?\?"):
+        create(rules, allow("audit", READ))
