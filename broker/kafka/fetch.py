@@ -47,11 +47,16 @@ from wharf.broker.kafka.convert import to_record_fields
 from wharf.broker.kafka.env import KAFKA_REQUEST, KafkaEnv
 from wharf.broker.kafka.errors import Code, code_for
 from wharf.broker.kafka.records import CONTROL as CONTROL_ATTR
-from wharf.broker.kafka.records import TRANSACTIONAL, Record, encode_batch
+from wharf.broker.kafka.records import (
+    TRANSACTIONAL,
+    Record,
+    encode_batch,
+    encode_empty_batch,
+)
 from wharf.broker.kafka.server import KafkaConnection
 from wharf.store.codec.layout import TOTAL_SIZE
 from wharf.store.codec.records import decode_records
-from wharf.store.model import RawGetResult, TagFilter
+from wharf.store.model import GetStatus, RawGetResult, TagFilter
 
 __all__ = ["FetchHandler", "encode_messages", "encode_stored"]
 
@@ -237,6 +242,12 @@ class FetchHandler:
             result = read.result
             assert isinstance(result, RawGetResult)
             if not result.count:
+                if result.status is GetStatus.OFFSET_OVERFLOW_ONE and offset < (
+                    gap_end := min(result.next_begin_offset, end)
+                ):
+                    # A compacted queue's removed records up to its end: an empty batch
+                    # moves the consumer past them (else it waits there, behind the HW).
+                    part.records = encode_empty_batch(offset, gap_end)
                 return
             part.count = result.count
             part.body_bytes = result.body_bytes

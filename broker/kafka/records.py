@@ -381,6 +381,19 @@ def _compress(codec: int, data: bytes) -> bytes:
     return data
 
 
+def encode_empty_batch(base_offset: int, next_offset: int) -> bytes:
+    """A batch of no records spanning [base_offset, next_offset): what Kafka's cleaner leaves
+    where it removed every record of a batch, and what a consumer takes to move its position
+    to ``next_offset`` (Java's ``nextOffset()``, librdkafka alike). Answered for a compacted
+    queue's gap that runs to its end (store/read/kept.py), where no record follows to carry
+    the position past it."""
+    head = bytearray(HEADER_SIZE)
+    _HEAD.pack_into(head, 0, base_offset, HEADER_SIZE - 12, -1, 2, 0, 0,
+                    next_offset - 1 - base_offset, -1, -1, -1, -1, -1, 0)  # fmt: skip
+    struct.pack_into(">I", head, 17, crc32c.crc32c(bytes(head[21:])))
+    return bytes(head)
+
+
 def encode_batch(
     records: list[Record],
     base_offset: int = 0,

@@ -31,14 +31,14 @@ VERSIONS = 5
 ATTRIBUTES = "+cleanup.policy=COMPACTION,+segment.ms=1000,+min.cleanable.dirty.ratio=0.01"
 
 
-async def _create(endpoint: str) -> None:
+async def _create(endpoint: str, topic: str = TOPIC, attributes: str = ATTRIBUTES) -> None:
     host, _, port = endpoint.rpartition(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
         fields = {
-            "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": 1, "writeQueueNums": 1,
+            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": 1, "writeQueueNums": 1,
             "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false",
-            "attributes": ATTRIBUTES,
+            "attributes": attributes,
         }  # fmt: skip
         reply = await Client(reader, writer).call(RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
         assert reply.code == ResponseCode.SUCCESS, reply.remark
@@ -82,10 +82,14 @@ def _produce(bootstrap: str) -> list[KafkaError | None]:
     return errors
 
 
-def _consume_all(bootstrap: str) -> list[tuple[int, bytes | None, bytes | None]]:
+def _consume_all(
+    bootstrap: str, topic: str = TOPIC
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Every record from the beginning up to the end (PARTITION_EOF: the position reached
+    the high watermark); AssertionError if the end is not reached in 30 s."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "compaction-reader",
                          "enable.auto.commit": False, "enable.partition.eof": True})  # fmt: skip
-    consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     got = []
     try:
         deadline = time.monotonic() + 30
@@ -95,12 +99,12 @@ def _consume_all(bootstrap: str) -> list[tuple[int, bytes | None, bytes | None]]
                 continue
             if message.error():
                 if message.error().code() == KafkaError._PARTITION_EOF:
-                    break
+                    return got
                 raise AssertionError(message.error())
             got.append((message.offset(), message.key(), message.value()))
     finally:
         consumer.close()
-    return got
+    raise AssertionError(f"{topic}: the end not reached in 30 s, {len(got)} records read")
 
 
 def _earliest(bootstrap: str) -> int:
@@ -163,3 +167,16 @@ def test_a_compacted_topic_keeps_the_latest_value_per_key(daemons: Daemons) -> N
     below = asyncio.run(_pull(broker.remoting_endpoint, 0))
     assert below.code == ResponseCode.PULL_OFFSET_MOVED
     assert int(below.ext_fields["nextBeginOffset"]) == offsets[2]
+
+    # Every record of a queue removed up to its end (a tombstone past delete.retention.ms 0):
+    # an empty batch moves a Kafka consumer to the end, as Kafka's cleaner leaves one.
+    gone = "compacted-gone"
+    asyncio.run(_create(broker.remoting_endpoint, gone, ATTRIBUTES + ",+delete.retention.ms=0"))
+    producer = Producer({"bootstrap.servers": broker.kafka_endpoint})
+    producer.produce(gone, b"v", b"k", partition=0)
+    producer.produce(gone, None, b"k", partition=0)
+    producer.flush(30)
+    deadline = time.monotonic() + 60
+    while _consume_all(broker.kafka_endpoint, gone) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _consume_all(broker.kafka_endpoint, gone) == []  # and the end (offset 2) reached
