@@ -151,6 +151,8 @@ class TxnCoordinator:
         """Finish prepared transactions (after a replay or a failed write), abort expired
         ones, forget ids idle past their expiration."""
         for tid, meta in list(self.metas.items()):
+            if not self._due(meta, now_ms):
+                continue  # (no lock taken: 100,000 idle ids cost ~20 ms a second)
             async with self._lock(tid):
                 meta = self.metas.get(tid, meta)
                 if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
@@ -169,6 +171,13 @@ class TxnCoordinator:
                                        meta.timeout_ms, TxnState.DEAD, update_ms=now_ms)  # fmt: skip
                     await self.log.write(dead)
                     self._forget(tid)
+
+    def _due(self, meta: TxnMetadata, now_ms: int) -> bool:
+        if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            return True
+        if meta.state is TxnState.ONGOING:
+            return now_ms - meta.start_ms > meta.timeout_ms
+        return now_ms - meta.update_ms > self.expiration_ms
 
     # --- the requests --------------------------------------------------------------------------
     async def init_producer_id(self, tid: str, timeout_ms: int) -> TxnMetadata:
@@ -312,7 +321,10 @@ class TxnCoordinator:
             if runs and not commit:
                 await self.log.write_aborted(topic, queue_id, pid, runs)
         if commit and prepared.offsets:
-            await self._apply_offsets([(g, t, q, o) for g, t, q, o, _ in prepared.offsets])
+            try:
+                await self._apply_offsets([(g, t, q, o) for g, t, q, o, _ in prepared.offsets])
+            except Exception as exc:  # the offsets' journal failed: retried (tick, a retry)
+                raise KafkaError(Code.COORDINATOR_NOT_AVAILABLE, f"offsets: {exc}") from exc
         done = state.complete(prepared, _now())
         await self.log.write(done)
         self._take(done)
@@ -322,11 +334,17 @@ class TxnCoordinator:
     ) -> None:
         value = marker_value(COMMIT if commit else ABORT, pid, meta.producer_epoch)
         send = self.port.send
-        written = [
-            send.append(topic, queue_id, [MessageInput(MARKER_BODY, {CONTROL: value})])
-            for topic, queue_id in partitions
-        ]
-        results = await send.durable_many(written)
+        try:
+            written = [
+                send.append(topic, queue_id, [MessageInput(MARKER_BODY, {CONTROL: value})])
+                for topic, queue_id in partitions
+                if self.port.topic(topic) is not None  # (a topic deleted since: nothing to end)
+            ]
+            results = await send.durable_many(written) if written else []
+        except Exception as exc:  # the store refused (full disk, shutting down): retried
+            raise KafkaError(Code.COORDINATOR_NOT_AVAILABLE, f"transaction markers: {exc}") from exc
+        if not results:
+            return
         if results[-1].status is not PutStatus.PUT_OK:
             raise KafkaError(
                 Code.COORDINATOR_NOT_AVAILABLE, f"transaction markers: {results[-1].status}"
