@@ -33,8 +33,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 # Delay level 2 = 3 s (timed); levels 3.. are the retries' (3 + reconsume times): 1 s each.
 # Check-backs of a transaction left UNKNOW after 2 s: a half is checked once that old, and the
-# client's END of a committed one is oneway (at 0.5 s a loaded VM, load average ~24 on 2
-# cores, once had a committed half checked back before its END arrived).
+# client's END of a committed one is oneway (0.5 s left a loaded broker, load average ~20 on 2
+# cores, little room to apply it first).
 SETTINGS = {
     "defaultTopicQueueNums": 4,
     "messageDelayLevel": "1s 3s 1s 1s 1s 1s 1s 1s",

@@ -460,6 +460,12 @@ public final class Rmq4Scenarios {
         List<String> checks = new CopyOnWriteArrayList<>();
         TransactionMQProducer producer = new TransactionMQProducer("PG_TX");
         setUp(producer, "PG_TX");
+        // A check-back goes to a producer the broker knows by its heartbeat (Apache's as
+        // Wharf's). The client sends its first one at start + 1 s, to the brokers it has
+        // routes for by then: none when its first send came later (a loaded VM), and the
+        // next is 30 s on (heartbeatBrokerInterval), past this scenario's 40 s wait for the
+        // check. Each second here.
+        producer.setHeartbeatBrokerInterval(1_000);
         producer.setTransactionListener(new TransactionListener() {
             @Override
             public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
