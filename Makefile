@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup image images rmq-client rmq4-client java-clients deploy-secrets run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare console-screenshots bench-console clean
+.PHONY: setup image images rmq-client rmq4-client java-clients peers deploy-secrets run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare bench-peers console-screenshots bench-console clean
 
 # The C sources too: a changed accelerator is rebuilt by the editable install.
 $(STAMP): pyproject.toml $(wildcard store/fast/*.c store/fast/*.h broker/kafka/*.c)
@@ -90,6 +90,20 @@ $(JAVA_STAMP): $(JAVA_DIR)/pom.xml $(JAVA_DIR)/spark-kafka/pom.xml $(shell find 
 
 java-clients: $(JAVA_STAMP)
 
+# Apache Kafka 4.4.0 (broker and kafka-tools) and Apache RocketMQ 5.3.3 (NameServer, broker,
+# proxy), fetched from Maven Central by coordinates for `make bench-peers` and its CI smoke test
+# (tests/java/peers/pom.xml: one class path per module in tests/java/target/peers/, the jars in
+# ~/.m2), and the project's PeerBench that drives Apache's RocketMQ clients. Offline first.
+PEERS_DIR   := tests/java/peers
+PEERS_STAMP := tests/java/target/peers/.installed-stamp
+$(PEERS_STAMP): $(PEERS_DIR)/pom.xml $(wildcard $(PEERS_DIR)/*/pom.xml) $(shell find $(PEERS_DIR)/clients/src -type f 2>/dev/null)
+	@command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1 || { \
+	  echo "java and mvn are needed for the peers: install a JDK >= 17 and Maven >= 3.8 (e.g. apt-get install openjdk-17-jdk-headless maven)"; exit 1; }
+	cd $(PEERS_DIR) && { mvn -q -B -o package >/dev/null 2>&1 || mvn -q -B package; }
+	touch $(PEERS_STAMP)
+
+peers: $(PEERS_STAMP)
+
 # Run the broker on embedded defaults: data under ./data, gRPC 127.0.0.1:8081, metrics 127.0.0.1:9100.
 run: $(STAMP)
 	$(PY) -m wharf.broker $(ARGS)
@@ -151,7 +165,7 @@ system-deps:
 TEST_WORKERS ?= 2
 # The compose stack under a real engine (tests/ops/test_compose_single.py) runs last and alone:
 # its image builds take both cores for ~2 minutes.
-test: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) $(KAFKA_NODE_STAMP) $(JAVA_STAMP) system-deps
+test: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) $(KAFKA_NODE_STAMP) $(JAVA_STAMP) $(PEERS_STAMP) system-deps
 	$(PYTEST) -q -m "not spark and not docker" -n $(TEST_WORKERS) --dist loadfile
 	$(PYTEST) -q -m spark -p no:randomly
 	$(PYTEST) -q -m docker -p no:randomly -rA
@@ -163,7 +177,7 @@ test-fast: $(STAMP)
 test-spark: $(STAMP)
 	$(PYTEST) -q -m spark
 
-test-slow: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) $(KAFKA_NODE_STAMP) $(JAVA_STAMP)
+test-slow: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) $(KAFKA_NODE_STAMP) $(JAVA_STAMP) $(PEERS_STAMP)
 	$(PYTEST) -q -m "slow and not docker"
 
 # The `wharf` package spans four folders (package-dir in pyproject.toml); mypy and import-linter
@@ -273,6 +287,11 @@ bench-store: $(STAMP)
 
 bench-compare: $(STAMP) system-deps
 	$(PY) -m tests.bench.compare $(ARGS)
+
+# Wharf beside Apache Kafka and Apache RocketMQ (their own JVMs and tools; tests/bench/peers.py),
+# in a network namespace of its own (unshare, ip: iproute2 from system-deps).
+bench-peers: $(STAMP) $(PEERS_STAMP) system-deps
+	$(PY) -m tests.bench.peers $(ARGS)
 
 # One PNG per console page (headless chromium against a broker filled with sample data), into
 # client/console/screenshots/ (linked from client/console/README.md).
