@@ -456,7 +456,9 @@ class MessageStore:
 
     def get_queue_stats(self, topic: str) -> list[QueueStat]:
         assert self._commit_log is not None
-        return queue_stats(self._queues.of_topic(topic), self._commit_log)
+        return queue_stats(
+            self._queues.of_topic(topic), self._commit_log, self.retention.min_offset
+        )
 
     async def delete_topics(self, topics: Sequence[str], timeout_s: float = 5.0) -> None:
         """Forget the topics' queues and their pop state; their files are deleted in a thread.

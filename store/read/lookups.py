@@ -4,7 +4,7 @@ start-up walk of the ledgers (``marks_since``). Pulls are ``get_message.py`` / `
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from wharf.store.errors import CorruptRecordError
 from wharf.store.index.index_files import IndexService
@@ -58,15 +58,21 @@ def query_by_key(
     return found
 
 
-def queue_stats(queues: Iterable[ConsumeQueue], commit_log: CommitLog) -> list[QueueStat]:
-    """Each queue's min and max offsets and the store time of its last message (0: none)."""
+def queue_stats(
+    queues: Iterable[ConsumeQueue],
+    commit_log: CommitLog,
+    log_start: Callable[[str, int, int], int] = lambda topic, queue_id, queue_min: queue_min,
+) -> list[QueueStat]:
+    """Each queue's min and max offsets and the store time of its last message (0: none); the
+    min is ``log_start(topic, queue id, its consume queue's min)`` (a compacted queue's)."""
     stats = []
     for queue in queues:
         last = queue.get_unit(queue.max_offset - 1) if queue.max_offset else None
         stamp = 0
         if last is not None and last[1] != BLANK_UNIT_SIZE:
             stamp = commit_log.store_timestamp_at(last[0]) or 0
-        stats.append(QueueStat(queue.queue_id, queue.min_offset, queue.max_offset, stamp))
+        low = log_start(queue.topic, queue.queue_id, queue.min_offset)
+        stats.append(QueueStat(queue.queue_id, low, queue.max_offset, stamp))
     return stats
 
 

@@ -59,6 +59,7 @@ async def test_compaction_keeps_the_latest_per_key_and_reads_skip_the_gaps(tmp_p
         raw = store.get_raw_records("c", 0, 0, 32)
         assert raw.count == 3 and raw.next_begin_offset == 10
         assert store.get_min_offset("c", 0) == 0 and store.get_max_offset("c", 0) == 10
+        assert store.get_queue_stats("c")[0].min_offset == 0
         # offsets never change: new records continue at 10 and read after the kept ones
         await put_all(store, "c", [msg("v10", keys="k1")])
         assert bodies(store, "c")[-1] == (10, "v10")
@@ -115,6 +116,7 @@ async def test_delete_records_moves_the_start_durably(tmp_path: Path) -> None:
     try:
         await put_all(store, "d", [msg(f"v{i}") for i in range(5)])
         assert await store.retention.delete_records("d", 0, 3) == 3
+        assert store.get_queue_stats("d")[0].min_offset == 3
         got = store.get_messages("d", 0, 1, 8)
         assert got.status is GetStatus.OFFSET_TOO_SMALL and got.next_begin_offset == 3
     finally:
