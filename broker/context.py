@@ -81,7 +81,7 @@ class BrokerContext:
         )
         self.admin = AdminCore(
             store, self.topics, self.groups, self.offsets, self.clients,
-            self.config.max_reconsume_times, self.metrics.forget_topic,
+            self.config.max_reconsume_times, self._topic_gone,
         )  # fmt: skip
         # Topic retention and compaction follow the topic table (broker/core/policies.py).
         store.retention.follow(TopicPolicies(self.topics))
@@ -98,6 +98,12 @@ class BrokerContext:
             clients=self.clients,
             admin=self.admin,
         )
+
+    def _topic_gone(self, topic: str) -> None:
+        """A deleted topic's per-topic state: its metrics, its Kafka transactions' index (a
+        topic made again under the name restarts its offsets at 0)."""
+        self.metrics.forget_topic(topic)
+        self.read_core.txns.forget_topic(topic)
 
     def front_end_kit(self) -> FrontEndKit:
         """What a front end gets: the port and the shared kit; what changes once the front

@@ -106,8 +106,11 @@ class TxnCoordinator:
         self.index.clear()
         leading = self._leading()
         metas, aborted = await self.log.replay()
-        for topic, queue_id, _pid, runs in aborted:
-            self.index.restore_aborted(topic, queue_id, runs)
+        kept = 0
+        for topic, queue_id, pid, marker, runs in aborted:
+            if self.log.marker_at(topic, queue_id, marker, pid):
+                self.index.restore_aborted(topic, queue_id, runs)
+                kept += 1
         for meta in metas.values():
             self._take(meta)
             if meta.open:
@@ -119,7 +122,7 @@ class TxnCoordinator:
                         )
         opened = sum(1 for m in metas.values() if m.open)
         log.info("kafka: %d transactional ids replayed (%d open), %d aborted runs",
-                 len(metas), opened, len(aborted))  # fmt: skip
+                 len(metas), opened, kept)  # fmt: skip
         self._replayed_leading = leading
         self.ready.set()
 
@@ -314,12 +317,12 @@ class TxnCoordinator:
         # The records were written under the producer id of before an epoch overflow.
         pid = prepared.producer_id if data_pid is None else data_pid
         partitions = sorted(prepared.partitions)
-        if partitions:
-            await self._markers(prepared, pid, commit, partitions)
+        markers = await self._markers(prepared, pid, commit, partitions) if partitions else {}
         for topic, queue_id in partitions:
             runs = self.index.end(topic, queue_id, pid, commit)
-            if runs and not commit:
-                await self.log.write_aborted(topic, queue_id, pid, runs)
+            marker = markers.get((topic, queue_id))
+            if runs and not commit and marker is not None:
+                await self.log.write_aborted(topic, queue_id, pid, marker, runs)
         if commit and prepared.offsets:
             try:
                 await self._apply_offsets([(g, t, q, o) for g, t, q, o, _ in prepared.offsets])
@@ -331,21 +334,25 @@ class TxnCoordinator:
 
     async def _markers(
         self, meta: TxnMetadata, pid: int, commit: bool, partitions: list[tuple[str, int]]
-    ) -> None:
+    ) -> dict[tuple[str, int], int]:
+        """The markers written, durable: (topic, queue id) -> the marker's offset."""
         value = marker_value(COMMIT if commit else ABORT, pid, meta.producer_epoch)
+        partitions = [p for p in partitions if self.port.topic(p[0]) is not None]
         send = self.port.send
         try:
-            written = [
+            written = [  # (a topic deleted since has nothing left to end)
                 send.append(topic, queue_id, [MessageInput(MARKER_BODY, {CONTROL: value})])
                 for topic, queue_id in partitions
-                if self.port.topic(topic) is not None  # (a topic deleted since: nothing to end)
             ]
             results = await send.durable_many(written) if written else []
         except Exception as exc:  # the store refused (full disk, shutting down): retried
             raise KafkaError(Code.COORDINATOR_NOT_AVAILABLE, f"transaction markers: {exc}") from exc
         if not results:
-            return
+            return {}
         if results[-1].status is not PutStatus.PUT_OK:
             raise KafkaError(
                 Code.COORDINATOR_NOT_AVAILABLE, f"transaction markers: {results[-1].status}"
             )
+        return {
+            part: w.appended.first_queue_offset for part, w in zip(partitions, written, strict=True)
+        }

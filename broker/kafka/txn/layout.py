@@ -26,6 +26,9 @@ start to hide them again:
     topic          string
     queue id       int32
     producer id    int64
+    marker offset  int64  (its abort marker's: a replay keeps the runs only if that offset
+                          still holds this producer's marker, so a topic deleted and made
+                          again does not hide its new records at the old offsets)
     runs           int32 count, then (first offset int64, last offset int64) each
 """
 
@@ -87,12 +90,15 @@ def decode(transactional_id: str, data: bytes) -> TxnMetadata:
     )  # fmt: skip
 
 
-def encode_aborted(topic: str, queue_id: int, producer_id: int, runs: list[list[int]]) -> bytes:
+def encode_aborted(
+    topic: str, queue_id: int, producer_id: int, marker: int, runs: list[list[int]]
+) -> bytes:
     w = Writer()
     w.int16(VERSION)
     w.nullable_string(topic)
     w.int32(queue_id)
     w.int64(producer_id)
+    w.int64(marker)
     w.int32(len(runs))
     for first, last in runs:
         w.int64(first)
@@ -100,14 +106,14 @@ def encode_aborted(topic: str, queue_id: int, producer_id: int, runs: list[list[
     return bytes(w.buf)
 
 
-def decode_aborted(data: bytes) -> tuple[str, int, int, list[tuple[int, int]]]:
-    """(topic, queue id, producer id, runs) of an aborted-runs record."""
+def decode_aborted(data: bytes) -> tuple[str, int, int, int, list[tuple[int, int]]]:
+    """(topic, queue id, producer id, marker offset, runs) of an aborted-runs record."""
     r = Reader(data)
     version = r.int16()
     if version != VERSION:
         raise ValueError(f"aborted-runs record version {version}; this broker reads {VERSION}")
-    topic, queue_id, producer_id = r.string(), r.int32(), r.int64()
+    topic, queue_id, producer_id, marker = r.string(), r.int32(), r.int64(), r.int64()
     runs = [(r.int64(), r.int64()) for _ in range(r.int32())]
     if r.remaining:
         raise ValueError(f"{r.remaining} bytes after an aborted-runs record")
-    return topic, queue_id, producer_id, runs
+    return topic, queue_id, producer_id, marker, runs

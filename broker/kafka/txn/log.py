@@ -61,11 +61,18 @@ class TxnLog:
         await self._append(TXN_TOPIC, MessageInput(body, {TXN_ID: meta.transactional_id}))
 
     async def write_aborted(
-        self, topic: str, queue_id: int, producer_id: int, runs: list[list[int]]
+        self, topic: str, queue_id: int, producer_id: int, marker: int, runs: list[list[int]]
     ) -> None:
-        await self._append(
-            ABORTED_TOPIC, MessageInput(layout.encode_aborted(topic, queue_id, producer_id, runs))
-        )
+        body = layout.encode_aborted(topic, queue_id, producer_id, marker, runs)
+        await self._append(ABORTED_TOPIC, MessageInput(body))
+
+    def marker_at(self, topic: str, queue_id: int, offset: int, producer_id: int) -> bool:
+        """Does ``offset`` hold ``producer_id``'s marker (not a topic made again since)?"""
+        found = self.port.read_now(topic, queue_id, offset, 1, None, READ_BYTES).messages
+        if not found or found[0].queue_offset != offset:
+            return False
+        control = found[0].properties.get(CONTROL)
+        return control is not None and parse_marker(control)[1] == producer_id
 
     async def _messages(self, topic: str, queue_id: int, start: int = -1) -> list[StoredMessage]:
         port = self.port
@@ -82,7 +89,7 @@ class TxnLog:
             await asyncio.sleep(0)  # a long log never holds the loop
         return out
 
-    async def replay(self) -> tuple[dict[str, TxnMetadata], list[tuple[str, int, int, list]]]:
+    async def replay(self) -> tuple[dict[str, TxnMetadata], list[tuple[str, int, int, int, list]]]:
         """Every transactional id's last state (DEAD left out) and every aborted-runs record."""
         await self.port.wait_own_writes(KAFKA_REQUEST)
         metas: dict[str, TxnMetadata] = {}
