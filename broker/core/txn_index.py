@@ -50,8 +50,13 @@ def marker_value(kind: int, producer_id: int, epoch: int, coordinator_epoch: int
 
 
 def parse_marker(value: str) -> tuple[int, int, int, int]:
-    """(type, producer id, epoch, coordinator epoch) of a marker's CONTROL value."""
-    kind, pid, epoch, coordinator = (int(x) for x in value.split(":"))
+    """(type, producer id, epoch, coordinator epoch) of a marker's CONTROL value; a value
+    not written by the coordinator (sends refuse the property, ``validate.py``; an older
+    record) reads as an abort of no producer (-1) rather than failing a reader."""
+    try:
+        kind, pid, epoch, coordinator = (int(x) for x in value.split(":"))
+    except ValueError:
+        return ABORT, -1, -1, 0
     return kind, pid, epoch, coordinator
 
 

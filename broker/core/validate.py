@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from wharf.broker.core.errors import InvalidSend, Reason
+from wharf.broker.core.txn_index import CONTROL
 from wharf.store.codec import properties as store_properties
 from wharf.store.codec.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from wharf.store.model import MessageInput
@@ -83,11 +84,12 @@ def check_properties(properties: Mapping[str, str], where: str = "") -> None:
             or "\x02" in name
             or "\x01" in value
             or "\x02" in value
+            or name == CONTROL  # a Kafka transaction marker's: the broker's own to write
         ):
             raise InvalidSend(
                 Reason.ILLEGAL_PROPERTY,
-                f"{where}property {name[:64]!r}: names must not be blank; names and values "
-                "must not contain \\x01 or \\x02 (reserved as separators)",
+                f"{where}property {name[:64]!r}: names must not be blank nor {CONTROL}; "
+                "names and values must not contain \\x01 or \\x02 (reserved as separators)",
             )
         if name not in system:
             count += 1

@@ -154,3 +154,16 @@ def _size_of(raw: bytes, count: int) -> int:
     for _ in range(count):
         pos += int.from_bytes(raw[pos : pos + 4], "big")
     return pos
+
+
+def test_no_client_sends_a_marker() -> None:
+    """The marker's property is the coordinator's: a send carrying it is refused, and a
+    stored value it did not write reads as an abort of no producer instead of failing."""
+    import pytest
+    from wharf.broker.core.errors import InvalidSend
+    from wharf.broker.core.txn_index import parse_marker
+    from wharf.broker.core.validate import check_properties
+
+    with pytest.raises(InvalidSend):
+        check_properties({CONTROL: "1:7:0:0"})
+    assert parse_marker("not a marker") == (0, -1, -1, 0)
