@@ -149,7 +149,7 @@ class StoreConfig:
     # Kafka's log.cleaner.backoff.ms (15 s): a topic with segment.ms 1000 and a dirty ratio
     # of 0.01 is compacted within ~15-30 s of its last writes.
     compaction_check_interval: int = 15_000
-    # Wharf: the key -> offset map of one pass (128 bytes a key: 262,144 keys at 32 MiB;
+    # Wharf: the key -> offset map of one pass (160 bytes a key: 209,715 keys at 32 MiB;
     # Kafka's log.cleaner.dedupe.buffer.size is 128 MiB over all its threads, RocketMQ 5's
     # compactionCqMappedFileSize-bound map 100 MiB). A queue with more keys is compacted in
     # several passes, never with more memory.

@@ -16,7 +16,7 @@ In process, on a real store (SYNC_FLUSH) in ``--dir`` (the system temp dir by de
    <= 2 (``pooled.py``'s interval decides).
 3. Then one full compaction, pass after pass, until the queue is clean: seconds, passes,
    records a second, the peak RSS growth over the store's (the key map is bounded by
-   ``--map-mib``: 128 bytes a key, so 32 MiB holds 262,144 keys and a queue of more keys needs
+   ``--map-mib``: 160 bytes a key, so 32 MiB holds 209,715 keys and a queue of more keys needs
    several passes), and the kept records (one per key).
 
 The issue asked for 10 million records and 1 million keys; the default here is 1 million and
