@@ -11,7 +11,7 @@ Shapes (``../shared/reference/remoting.md`` 5.1), as fastjson writes them (field
 
     {"brokerDatas":[{"brokerAddrs":{"0":"host:port","1":...},"brokerName":"a","cluster":"C"}],
      "filterServerTable":{},
-     "queueDatas":[{"brokerName":"a","perm":6,"readQueueNums":4,"topicSynFlag":0,
+     "queueDatas":[{"brokerName":"a","perm":6,"readQueueNums":4,"topicSysFlag":0,
                     "writeQueueNums":4}]}
 
 ``brokerAddrs`` keys are quoted (fastjson leaves them bare; the C++ client, ali-ons and Java
@@ -72,7 +72,7 @@ class GroupQueues:
             "brokerName": self.broker_name,
             "perm": self.perm,
             "readQueueNums": self.read_queue_nums,
-            "topicSynFlag": 0,
+            "topicSysFlag": 0,  # 4.9.x's QueueData (topicSynFlag before 4.9.0)
             "writeQueueNums": self.write_queue_nums,
         }
 

@@ -81,7 +81,7 @@ async def test_routes_name_remoting_addresses_and_leave_out_brokers_without_one(
     retry = _body(await ns.get_route(conn, _request(105, topic="%RETRY%CG")))
     assert [b["brokerName"] for b in retry["brokerDatas"]] == ["a"]
     assert retry["queueDatas"] == [
-        {"brokerName": "a", "perm": 6, "readQueueNums": 1, "topicSynFlag": 0, "writeQueueNums": 1}
+        {"brokerName": "a", "perm": 6, "readQueueNums": 1, "topicSysFlag": 0, "writeQueueNums": 1}
     ]
 
     info = _body(await ns.get_cluster_info(conn, _request(106)))
@@ -307,7 +307,7 @@ async def test_raw_client_gets_the_route_of_both_groups(cluster: Cluster) -> Non
         {"brokerAddrs": {"0": b.remoting_endpoint}, "brokerName": "broker-b", "cluster": "C"},
     ]  # broker-c holds the topic too, but has no remoting port
     assert route["queueDatas"] == [
-        {"brokerName": n, "perm": 6, "readQueueNums": 2, "topicSynFlag": 0, "writeQueueNums": 2}
+        {"brokerName": n, "perm": 6, "readQueueNums": 2, "topicSysFlag": 0, "writeQueueNums": 2}
         for n in ("broker-a", "broker-b")
     ]
     info = _body(await _call(cluster.remoting, RequestCode.GET_BROKER_CLUSTER_INFO))
