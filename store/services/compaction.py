@@ -174,20 +174,33 @@ class Compaction:
         self, queue: ConsumeQueue, policy: TopicPolicy, now_ms: int
     ) -> tuple[float, int, bool] | None:
         start = self.cleaned_to(queue)
+        kept = self.kept.get((queue.topic, queue.queue_id))
+        if kept is not None and kept.state.records and kept.state.base < start:
+            # the log start moved past kept records (retention, DeleteRecords): a pass drops
+            # them (their disk goes) even with nothing dirty; it goes on over the dirty range
+            first_kept = kept.entry(0)[0]
+            if first_kept < self.starts.get(queue.topic, queue.queue_id):
+                return 1.0, max(start, self._end(queue, policy, now_ms)), True
         if start >= queue.max_offset:
             return None
-        lag = max(policy.segment_ms, policy.min_compaction_lag_ms)
-        stamp = self._stamp_reader()
-        end = queue.offset_by_time(max(now_ms - lag, 0) + 1, stamp) if lag else queue.max_offset
+        end = self._end(queue, policy, now_ms)
         if end <= start:
             return None
-        kept = self.kept.get((queue.topic, queue.queue_id))
+        stamp = self._stamp_reader()
         clean = kept.state.records if kept is not None else 0
         dirty = end - start
         first = queue.get_unit(start)
         first_stamp = stamp(first[0], first[1]) if first is not None else None
         forced = first_stamp is not None and now_ms - first_stamp > policy.max_compaction_lag_ms
         return dirty / (dirty + clean), end, forced
+
+    def _end(self, queue: ConsumeQueue, policy: TopicPolicy, now_ms: int) -> int:
+        """The cleanable end: the first offset stored within max(segment.ms,
+        min.compaction.lag.ms) of now (module docs)."""
+        lag = max(policy.segment_ms, policy.min_compaction_lag_ms)
+        if not lag:
+            return queue.max_offset
+        return queue.offset_by_time(max(now_ms - lag, 0) + 1, self._stamp_reader())
 
     def _stamp_reader(self) -> Callable[[int, int], int | None]:
         commit_log = self.commit_log

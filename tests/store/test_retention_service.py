@@ -5,6 +5,7 @@ for a compacted queue's dirty records."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,7 @@ async def test_retention_moves_the_log_start(tmp_path: Path, policy: TopicPolicy
     store = await started(tmp_path / "s")
     try:
         await put_all(store, "d", [msg(f"v{i}") for i in range(5)])
+        await asyncio.sleep(0.01)  # retention.ms 0: every record older than now, not equal
         store.retention.follow(lambda: {"d": policy})
         await store.retention.run_once()
         assert store.get_min_offset("d", 0) == 5
@@ -179,5 +181,26 @@ async def test_retention_keeps_the_dirty_records_then_reads_come_from_the_kept_l
         await cleanup.run_once()
         assert store.insides.commit_log.min_offset > 0  # the segments went this time
         assert [o for o, _ in bodies(store, "c")] == [116, 117, 118, 119]
+    finally:
+        await store.shutdown()
+
+
+async def test_compact_delete_retention_drops_kept_records_below_the_start(tmp_path: Path) -> None:
+    store = await started(tmp_path / "s")
+    try:
+        await put_all(store, "c", [msg(f"v{i}", keys=f"k{i % 3}") for i in range(9)])
+        store.retention.follow(lambda: {"c": COMPACT})
+        await store.retention.run_once()
+        kept = store.retention.covering("c", 0, 0)
+        assert kept is not None and kept.state.records == 3
+        both = TopicPolicy(
+            compact=True, delete=True, retention_ms=0, segment_ms=1, min_cleanable_dirty_ratio=0.5
+        )
+        await asyncio.sleep(0.01)
+        store.retention.follow(lambda: {"c": both})
+        await store.retention.run_once()  # the start moves to the end; a pass drops the rest
+        assert store.get_min_offset("c", 0) == 9
+        assert store.retention.stats().kept_records == 0
+        assert store.get_messages("c", 0, 0, 8).status is GetStatus.OFFSET_TOO_SMALL
     finally:
         await store.shutdown()
