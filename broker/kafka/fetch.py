@@ -242,7 +242,7 @@ class FetchHandler:
             result = read.result
             assert isinstance(result, RawGetResult)
             if not result.count:
-                if result.status is GetStatus.OFFSET_OVERFLOW_ONE and offset < (
+                if result.status is GetStatus.NO_MATCHED_MESSAGE and offset < (
                     gap_end := min(result.next_begin_offset, end)
                 ):
                     # A compacted queue's removed records up to its end: an empty batch

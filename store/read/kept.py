@@ -6,7 +6,9 @@ after it and ``next_begin_offset`` past that record (past ``cleaned_to`` once th
 no more): a RocketMQ pull at a removed offset answers the next record with the right next
 offset, a Kafka fetch answers a batch whose first offset is later than the fetch offset (every
 Kafka client takes that: it is what a compacted Kafka log answers). When nothing is kept at or
-after the offset, the read is the consume queue's own at ``cleaned_to``. Below the log start
+after the offset, the read is the consume queue's own at ``cleaned_to`` (NO_MATCHED_MESSAGE,
+next = ``cleaned_to``, when that is the queue's end: readers move past the gap instead of
+waiting in it). Below the log start
 offset the answer is OFFSET_TOO_SMALL with the start, as for any queue.
 
 Records go out as the commit log stored them (QUEUEOFFSET intact; PHYSICALOFFSET their old
@@ -111,7 +113,15 @@ def read_kept(
     state = kept.state
     entries = [e for e in kept.find(offset, max_count, max_bytes) if e[0] < state.cleaned_to]
     if not entries:
-        return below(state.cleaned_to)
+        result = below(state.cleaned_to)
+        if result.status is GetStatus.OFFSET_OVERFLOW_ONE and offset < state.cleaned_to:
+            # removed up to the queue's end: "nothing here, go on at cleaned_to", so every
+            # reader moves past the gap (pop, RocketMQ's retry-now, Kafka's empty batch)
+            status, nothing = GetStatus.NO_MATCHED_MESSAGE, state.cleaned_to
+            if raw:
+                return RawGetResult(status, nothing, log_start, max_offset)
+            return GetResult(status, nothing, log_start, max_offset)
+        return result
     data = kept.read_entries(entries)
     last = entries[-1][0]
     after = kept.first_at_or_after(last + 1)

@@ -204,3 +204,25 @@ async def test_compact_delete_retention_drops_kept_records_below_the_start(tmp_p
         assert store.get_messages("c", 0, 0, 8).status is GetStatus.OFFSET_TOO_SMALL
     finally:
         await store.shutdown()
+
+
+async def test_a_gap_up_to_the_end_sends_readers_to_the_end(tmp_path: Path) -> None:
+    store = await started(tmp_path / "s")
+    try:
+        await put_all(store, "c", [msg("v", keys="k"), tombstone("k")])
+        await asyncio.sleep(0.01)
+        gone = TopicPolicy(
+            compact=True,
+            delete=False,
+            segment_ms=1,
+            min_cleanable_dirty_ratio=0.01,
+            delete_retention_ms=0,
+        )
+        store.retention.follow(lambda: {"c": gone})
+        await store.retention.run_once()
+        for result in (store.get_messages("c", 0, 0, 8), store.get_raw_records("c", 0, 1, 8)):
+            assert result.status is GetStatus.NO_MATCHED_MESSAGE
+            assert result.next_begin_offset == 2
+        assert store.get_messages("c", 0, 2, 8).status is GetStatus.OFFSET_OVERFLOW_ONE
+    finally:
+        await store.shutdown()
