@@ -235,10 +235,10 @@ def _fields(printed: str) -> dict[str, str]:
 
 # --- rebalance ----------------------------------------------------------------------------
 
-# A change is settled (the queues re-spread) within this: the broker tells every member at
-# once (NOTIFY_CONSUMER_IDS_CHANGED on a heartbeat, an unregister, a closed connection);
-# measured 0.04-0.1 s, ~2 s for a join (the consumer's own start); the client's own timer
-# would take up to 20 s (rebalance interval).
+# A change is settled (the queues re-spread) within this from its effect: the broker tells
+# every member at once (NOTIFY_CONSUMER_IDS_CHANGED on a heartbeat, an unregister, a closed
+# connection); measured 0.004-0.2 s; the clients' own timer would take up to 20 s (their
+# rebalance interval).
 REBALANCE_S = 5.0
 # Redeliveries come right after a change (measured within 0.1 s): the messages a member had
 # consumed but whose offsets it had not sent yet (each 1 s) or was consuming as it lost the
@@ -321,35 +321,45 @@ def test_a_group_rebalances_when_members_join_leave_and_are_killed(
     queue: at-least-once)."""
     jvms = [jvm, second_jvm]
     holdings = Holdings("J_REBAL")
-    changes: dict[str, float] = {}  # what changed -> when (ms)
-    settled: dict[str, float] = {}  # what changed -> seconds until the queues were re-spread
+    # What changed -> (when the test asked for it, when it took effect), in ms: a member's
+    # start() returned (it has sent its heartbeats: the broker notifies at once), its
+    # shutdown() returned (offsets persisted, unregistered), its JVM was killed.
+    changes: dict[str, tuple[float, float]] = {}
+    settled: dict[str, float] = {}  # what changed -> seconds from its effect to the re-spread
 
-    def change(name: str, members: set[str], *steps: Callable[[], None]) -> None:
-        changes[name] = time.time() * 1000
-        for step in steps:
-            step()
+    def change(name: str, members: set[str], step: Callable[[], float]) -> None:
+        asked = time.time() * 1000
+        changes[name] = (asked, step())
         jvm.wait_for(lambda: holdings.spread(jvms, members), 30)
-        settled[name] = time.time() - changes[name] / 1000
+        settled[name] = time.time() - changes[name][1] / 1000
         time.sleep(PHASE_S)
 
-    jvm.send("produce J_REBAL 100000 20 r")
-    jvm.wait_for(lambda: any(e["body"].startswith("r-") for e in jvm.of("sent")), 30)
-    change("m1 joins", {"m1"}, lambda: jvm.send("join CG_REBAL J_REBAL m1"))
-    change("m2 joins", {"m1", "m2"}, lambda: jvm.send("join CG_REBAL J_REBAL m2"))
+    def join(steered: javaclients.Steered, member: str) -> Callable[[], float]:
+        def step() -> float:
+            steered.send(f"join CG_REBAL J_REBAL {member}")
+            steered.wait_for(lambda: bool(steered.of("joined", member=member)), 30)
+            return float(steered.of("joined", member=member)[0]["ms"])
 
-    def m2_leaves() -> None:
+        return step
+
+    def m2_leaves() -> float:
         jvm.send("leave m2")
         jvm.wait_for(lambda: bool(jvm.of("left", member="m2")), 30)
         holdings.ends["m2"] = jvm.of("left", member="m2")[0]["ms"]
+        return holdings.ends["m2"]
 
-    change("m2 leaves", {"m1"}, m2_leaves)
-    change("m3 joins", {"m1", "m3"}, lambda: second_jvm.send("join CG_REBAL J_REBAL m3"))
-    assert _got([second_jvm], "r"), "m3 consumed nothing while it held queues"
-
-    def m3_killed() -> None:
+    def m3_killed() -> float:
         second_jvm.kill()
         holdings.ends["m3"] = time.time() * 1000
+        return holdings.ends["m3"]
 
+    jvm.send("produce J_REBAL 100000 20 r")
+    jvm.wait_for(lambda: any(e["body"].startswith("r-") for e in jvm.of("sent")), 30)
+    change("m1 joins", {"m1"}, join(jvm, "m1"))
+    change("m2 joins", {"m1", "m2"}, join(jvm, "m2"))
+    change("m2 leaves", {"m1"}, m2_leaves)
+    change("m3 joins", {"m1", "m3"}, join(second_jvm, "m3"))
+    assert _got([second_jvm], "r"), "m3 consumed nothing while it held queues"
     change("m3 killed", {"m1"}, m3_killed)
     jvm.send("stop r")
     jvm.wait_for(lambda: bool(jvm.of("produced", prefix="r")), 30)
@@ -363,7 +373,7 @@ def test_a_group_rebalances_when_members_join_leave_and_are_killed(
 
     got = _got(jvms, "r")
     # Sending went on through every change, and each member consumed some of it.
-    assert sent[-1]["ms"] > changes["m3 killed"] + 1000
+    assert sent[-1]["ms"] > changes["m3 killed"][1] + 1000
     assert {g["member"] for g in got} == {"m1", "m2", "m3"}
     assert {g["body"] for g in got} <= tried
     assert _misplaced(sent, got) == []
@@ -371,12 +381,13 @@ def test_a_group_rebalances_when_members_join_leave_and_are_killed(
     assert not slow, (slow, settled)
     shared = {q: s for q, s in holdings.overlaps(jvms, end).items() if s > REBALANCE_S}
     assert not shared, shared
-    # Duplicates: each reception after a body's first falls in a window after a change.
+    # Duplicates: each reception after a body's first falls in a window around a change.
     first_seen: set[str] = set()
     late: list[str] = []
     for g in sorted(got, key=lambda g: g["ms"]):
         if g["body"] in first_seen and not any(
-            0 <= g["ms"] - at <= DUPLICATE_WINDOW_S * 1000 for at in changes.values()
+            asked <= g["ms"] <= effect + DUPLICATE_WINDOW_S * 1000
+            for asked, effect in changes.values()
         ):
             late.append(f"{g['body']} again by {g['member']} at {g['ms']}")
         first_seen.add(g["body"])
