@@ -191,7 +191,7 @@ def test_state_round_trips() -> None:
         max_size=5,
     )
 )
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_the_byte_search_key_agrees_with_the_decoded_properties(
     pairs: list[tuple[str, str]],
 ) -> None:

@@ -13,6 +13,8 @@ from wharf.store.message_store import MessageStore
 from tests.store import compaction_child as child
 from tests.store.helpers import run_child_and_kill_9_blocking
 
+pytestmark = pytest.mark.slow  # five children of ~5 s each
+
 CODE = "import sys; sys.argv = ['child', '{root}', '%s']; from tests.store.compaction_child import main; main()"
 
 
