@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTEST := $(PY) -m pytest
 
-.PHONY: setup image images rmq-client rmq4-client java-clients peers deploy-secrets run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare bench-peers console-screenshots bench-console clean
+.PHONY: setup image images rmq-client rmq4-client stream-tools java-clients peers deploy-secrets run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare bench-peers console-screenshots bench-console clean
 
 # The C sources too: a changed accelerator is rebuilt by the editable install.
 $(STAMP): pyproject.toml $(wildcard store/fast/*.c store/fast/*.h broker/kafka/*.c)
@@ -37,6 +37,20 @@ $(RMQ4_STAMP): Makefile
 	touch $(RMQ4_STAMP)
 
 rmq4-client: $(RMQ4_STAMP)
+
+# The Python stream processors of tests/broker/kafka/test_stream_processors.py (quixstreams,
+# faust-streaming: pyproject.toml's `streams` extra, exact pins) in a venv of their own, their
+# applications run as subprocesses: quixstreams 3.28.1 needs confluent-kafka < 2.13, the tests'
+# own is 2.16.1. Only the extra's packages are installed (read from pyproject.toml), not Wharf.
+STREAMS_VENV  := .venv-streams
+STREAMS_STAMP := $(STREAMS_VENV)/.installed-stamp
+$(STREAMS_STAMP): pyproject.toml
+	test -x $(STREAMS_VENV)/bin/python || python3 -m venv $(STREAMS_VENV)
+	$(STREAMS_VENV)/bin/python -m pip install -q $$($(STREAMS_VENV)/bin/python -c \
+	  'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["streams"]))')
+	touch $(STREAMS_STAMP)
+
+stream-tools: $(STREAMS_STAMP)
 
 # The official RocketMQ 5 Node.js client (npm rocketmq-client-nodejs, exact version pinned with
 # its lock file) for tests/broker/v2/test_node_client.py; node and npm come from the machine.
@@ -80,12 +94,16 @@ JAVA_DIR   := tests/java
 JAVA_STAMP := $(JAVA_DIR)/target/.installed-stamp
 # Then Spark's own Kafka connector for tests/spark/test_spark_kafka_connector.py (a pom of its
 # own, tests/java/spark-kafka: Spark's kafka-clients, not the clients' above), its four jars
-# copied to tests/java/target/spark-kafka/jars for `spark.jars`.
-$(JAVA_STAMP): $(JAVA_DIR)/pom.xml $(JAVA_DIR)/spark-kafka/pom.xml $(shell find $(JAVA_DIR)/src -type f 2>/dev/null)
+# copied to tests/java/target/spark-kafka/jars for `spark.jars`; and Kafka Connect and Kafka
+# Streams for tests/broker/kafka/test_kafka_connect_streams.py (tests/java/kafka-tools: a
+# class path each, under tests/java/target/kafka-tools).
+$(JAVA_STAMP): $(JAVA_DIR)/pom.xml $(JAVA_DIR)/spark-kafka/pom.xml $(shell find $(JAVA_DIR)/src -type f 2>/dev/null) \
+	       $(shell find $(JAVA_DIR)/kafka-tools -name pom.xml -o -path '*/src/*' -type f 2>/dev/null)
 	@command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1 || { \
 	  echo "java and mvn are needed for the Java client tests: install a JDK >= 17 and Maven >= 3.8 (e.g. apt-get install openjdk-17-jdk-headless maven)"; exit 1; }
 	cd $(JAVA_DIR) && { mvn -q -B -o package >/dev/null 2>&1 || mvn -q -B package; }
 	cd $(JAVA_DIR)/spark-kafka && { mvn -q -B -o package >/dev/null 2>&1 || mvn -q -B package; }
+	cd $(JAVA_DIR)/kafka-tools && { mvn -q -B -o package >/dev/null 2>&1 || mvn -q -B package; }
 	touch $(JAVA_STAMP)
 
 java-clients: $(JAVA_STAMP)
@@ -165,7 +183,7 @@ system-deps:
 TEST_WORKERS ?= 2
 # The compose stack under a real engine (tests/ops/test_compose_single.py) runs last and alone:
 # its image builds take both cores for ~2 minutes.
-test: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) $(KAFKA_NODE_STAMP) $(JAVA_STAMP) $(PEERS_STAMP) system-deps
+test: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) $(KAFKA_NODE_STAMP) $(JAVA_STAMP) $(STREAMS_STAMP) $(PEERS_STAMP) system-deps
 	$(PYTEST) -q -m "not spark and not docker" -n $(TEST_WORKERS) --dist loadfile
 	$(PYTEST) -q -m spark -p no:randomly
 	$(PYTEST) -q -m docker -p no:randomly -rA
@@ -177,7 +195,7 @@ test-fast: $(STAMP)
 test-spark: $(STAMP)
 	$(PYTEST) -q -m spark
 
-test-slow: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) $(KAFKA_NODE_STAMP) $(JAVA_STAMP) $(PEERS_STAMP)
+test-slow: $(STAMP) $(RMQ_STAMP) $(RMQ4_STAMP) $(NODE_STAMP) $(REMOTING_NODE_STAMP) $(KAFKA_NODE_STAMP) $(JAVA_STAMP) $(STREAMS_STAMP) $(PEERS_STAMP)
 	$(PYTEST) -q -m "slow and not docker"
 
 # The `wharf` package spans four folders (package-dir in pyproject.toml); mypy and import-linter
