@@ -38,7 +38,8 @@ retry or to the dead letters),
 the compression flag decided once; the mapping of one message across every protocol is the
 table of broker/kafka/README.md "Mapping"), ``model.py`` (values), ``errors.py`` (refusals and
 reasons), ``long_poll.py`` (parked reads), ``tags.py`` (filters), ``background.py`` (client
-expiry, pop progress).
+expiry, pop progress), ``policies.py`` (the topics' cleanup policies the store's retention and
+compaction follow).
 """
 
 from wharf.broker.core.errors import InvalidSend, Reason, Refused
