@@ -67,8 +67,11 @@ MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 
 def checked_attributes(attributes: dict[str, str]) -> dict[str, str]:
     """The attributes to store: ``message.type`` upper-cased and one of MESSAGE_TYPES; the
-    cleanup configs (``topic_configs.KEYS``) in their stored form; others as given."""
-    out = dict(attributes)
+    cleanup configs (``topic_configs.KEYS``) in their stored form; others as given. A name in
+    RocketMQ 5's "add" spelling (``+cleanup.policy``, as mqadmin and its clients write it)
+    is stored without the ``+``, whichever protocol carried it, and wins over the plain one."""
+    out = {k: v for k, v in attributes.items() if not k.startswith("+")}
+    out.update({k[1:]: v for k, v in attributes.items() if k.startswith("+") and k[1:]})
     for name in out.keys() & topic_configs.KEYS.keys():
         try:
             out[name] = topic_configs.checked(name, out[name])
