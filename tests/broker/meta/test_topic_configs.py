@@ -58,7 +58,5 @@ def test_topic_attributes_check_cleanup_configs_and_keep_others() -> None:
 
 
 def test_rocketmq_5s_plus_spelling_is_stored_plainly() -> None:
-    from wharf.broker.meta.topics import checked_attributes
-
     stored = checked_attributes({"cleanup.policy": "delete", "+cleanup.policy": "COMPACTION"})
     assert stored == {"cleanup.policy": "compact"}
