@@ -57,6 +57,7 @@ from wharf.broker.meta.topics import (
 )
 from wharf.store import Written, WrittenMany, durable_all
 from wharf.store.codec.properties import PROPERTY_TIMER_DELIVER_MS, PROPERTY_TRANSACTION_PREPARED
+from wharf.store.errors import StoreNotWritableError
 from wharf.store.model import MessageInput, PutResult, PutStatus
 
 if TYPE_CHECKING:
@@ -116,6 +117,19 @@ class SendCore:
         self._pending: dict[_Key, asyncio.Future[Stored]] = {}
 
     # --- admission -------------------------------------------------------------------------
+
+    def check_writable(self) -> None:
+        """Raise what the store's next write would be refused with for its role (a master
+        whose lease ran out, too few in-sync replicas, a replica), before anything is
+        appended: a protocol that checks state of its own first (Kafka's producer sequences)
+        answers as the append would (a later request's sequence check must not answer
+        OUT_OF_ORDER_SEQUENCE_NUMBER for a gap the refusal of an earlier one made)."""
+        role = getattr(self.store, "role", None)  # a test's stand-in store has none
+        if role is not None:
+            role.refusal()
+            reason = self.store.not_writable_reason  # stopping, disk full, a failed sync
+            if reason:
+                raise StoreNotWritableError(reason)
 
     def check_open(self) -> None:
         """Refuse sends while the broker shuts down (also the first thing ``topic`` does)."""

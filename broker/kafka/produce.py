@@ -253,6 +253,12 @@ class ProduceHandler:
         core = self.env.ctx.port.send
         producers = self.producers
         try:
+            # Refused as the append would be, before the sequence check: when the master's
+            # lease ran out between two pipelined requests of a producer, the second one was
+            # OUT_OF_ORDER_SEQUENCE_NUMBER (the first one refused, not appended); librdkafka
+            # then bumps its epoch and re-sends under new sequences what it had in flight
+            # before them, a second copy of any stored (the fault campaign's CI form, 5 ids).
+            core.check_writable()
             for batch, records, _sizes in part.batches:
                 duplicate = producers.check(part.topic, part.queue, batch)
                 if duplicate is not None:

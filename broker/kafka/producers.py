@@ -184,6 +184,8 @@ class ProducerTable:
                 return seen
         expected = (state.batches[-1].last + 1) % SEQ_MOD
         if first != expected:
+            log.info("kafka: producer %d epoch %d on %s:%d: sequence %d..%d, expected %d",
+                     pid, epoch, topic, queue_id, first, last, expected)  # fmt: skip
             raise KafkaError(
                 Code.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"producer {pid} partition {queue_id} of {topic!r}: sequence {first}, "

@@ -21,6 +21,7 @@ from tests.inproc import InProcFactory
 
 NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
 REQUEST_TIMED_OUT = 7
+KAFKA_STORAGE_ERROR = 56
 
 
 async def test_a_retry_is_answered_only_once_its_first_copy_is_replicated(
@@ -172,4 +173,29 @@ async def test_a_batch_stored_by_a_master_fenced_before_its_ack_is_possibly_pers
     store.ha_master.require(set())
     assert await answer == (REQUEST_TIMED_OUT, 0)
     await client.close()
+    await kafka.close()
+
+
+async def test_after_a_refusal_the_next_batches_are_refused_alike_not_out_of_order(
+    inproc_broker: InProcFactory,
+) -> None:
+    """The master's lease runs out while batch 0 waits for its replica: batch 1 is refused
+    (not appended), and batch 2 must be refused the same way. Before, batch 2 was
+    OUT_OF_ORDER_SEQUENCE_NUMBER (a gap after 0), on which librdkafka bumps its epoch and
+    re-sends batch 0, maybe stored, under new sequences: a second copy."""
+    kafka = await start_kafka(inproc_broker, broker_role="SYNC_MASTER", ha_listen_port="0")
+    store = kafka.controller.ctx.store
+    first, second = await kafka.client(), await kafka.client()
+    pid = await new_pid(first)
+    assert store.ha_master is not None
+    store.ha_master.require({9})  # batch 0's acknowledgement waits for replica 9
+    zero = asyncio.create_task(send(first, idempotent(pid, 0, 0, b"zero")))
+    await asyncio.sleep(0.2)
+    store.role.set_write_fence(lambda: "the lease ran out")
+    assert await send(second, idempotent(pid, 0, 1, b"one")) == (KAFKA_STORAGE_ERROR, -1)
+    assert await send(second, idempotent(pid, 0, 2, b"two")) == (KAFKA_STORAGE_ERROR, -1)
+    store.ha_master.require(set())
+    assert await zero == (REQUEST_TIMED_OUT, 0)  # stored, its ack refused: possibly persisted
+    for client in (first, second):
+        await client.close()
     await kafka.close()
