@@ -78,7 +78,7 @@ GROUP_APIS = [
         9,
         "OffsetFetch",
         0,
-        5,
+        7,  # v7's require_stable: a read_committed consumer's (KIP-447); v6 only flexible
         Struct(
             F("group_id", STRING),
             F(
@@ -88,6 +88,7 @@ GROUP_APIS = [
                     nullable=True,
                 ),
             ),
+            F("require_stable", BOOL, "7+"),
         ),
         Struct(
             F("throttle_time_ms", INT32, "3+"),
@@ -113,6 +114,7 @@ GROUP_APIS = [
             ),
             F("error_code", INT16, "2+"),
         ),
+        flexible_from=6,
     ),
     Api(
         10,

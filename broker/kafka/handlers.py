@@ -58,6 +58,8 @@ class KafkaHandlers:
             ctx.config.kafka_transactional_id_expiration_ms, leading,
         )  # fmt: skip
         self.txns = TxnHandlers(env, self.txn_coordinator, self.coordinator)
+        # (partition = queue: a transaction's offsets are of this broker's queues)
+        self.offsets.pending_txn = self.txn_coordinator.pending_offsets
         self.produce = ProduceHandler(env, self.producers, self.txn_coordinator)
         self.fetch = FetchHandler(env, self.txn_coordinator.ready)
         self.groups = GroupHandlers(env, self.coordinator)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from wharf.broker.acl.rules import Perm
@@ -59,6 +59,8 @@ class OffsetHandlers:
     def __init__(self, env: KafkaEnv, coordinator: Coordinator) -> None:
         self.env = env
         self.coordinator = coordinator
+        # (group, topic, partition) -> an open transaction holds an offset for it
+        self.pending_txn: Callable[[str, str, int], bool] = lambda group, topic, index: False
 
     async def _partition_code(self, conn: KafkaConnection, topic: str, partition: int) -> Code:
         """May ``conn`` use the partition (of any broker) for its group's offsets?"""
@@ -228,8 +230,19 @@ class OffsetHandlers:
             rows = await asyncio.gather(
                 *(self._fetch(conn, group_id, name, index) for index in partitions)
             )
+            if version >= 7 and body["require_stable"]:
+                self._unstable(group_id, name, rows)
             topics.append({"name": name, "partitions": rows})
         return {"topics": topics, "error_code": 0}
+
+    def _unstable(self, group_id: str, topic: str, rows: list[dict[str, Any]]) -> None:
+        """KIP-447: a partition whose offset an open transaction will commit answers
+        UNSTABLE_OFFSET_COMMIT (88) to a consumer that asks for stable offsets (it retries),
+        so a new owner does not resume from the offset before that transaction's."""
+        for row in rows:
+            pending = self.pending_txn(group_id, topic, row["partition_index"])
+            if row["error_code"] == Code.NONE and pending:
+                row["committed_offset"], row["error_code"] = -1, 88
 
     async def _own_partitions(self, topic: str, queues: Iterable[int]) -> list[int]:
         """The partition numbers of this broker's queues of ``topic`` (a listing of every

@@ -89,6 +89,7 @@ class TxnCoordinator:
         self.expiration_ms = expiration_ms
         self.metas: dict[str, TxnMetadata] = {}
         self._by_pid: dict[int, str] = {}  # producer id -> transactional id
+        self._offset_holders: dict[str, set[str]] = {}  # group -> ids with a transaction open
         self._locks: dict[str, asyncio.Lock] = {}
         self.ready = asyncio.Event()
         self._leading = leading
@@ -103,6 +104,7 @@ class TxnCoordinator:
         self.ready.clear()
         self.metas.clear()
         self._by_pid.clear()
+        self._offset_holders.clear()
         self.index.clear()
         leading = self._leading()
         metas, aborted = await self.log.replay()
@@ -295,6 +297,28 @@ class TxnCoordinator:
             self._by_pid.pop(old.producer_id, None)
         self.metas[meta.transactional_id] = meta
         self._by_pid[meta.producer_id] = meta.transactional_id
+        for group in meta.groups if meta.open else ():
+            self._offset_holders.setdefault(group, set()).add(meta.transactional_id)
+        if old is not None and not meta.open:
+            for group in old.groups:
+                holders = self._offset_holders.get(group)
+                if holders is not None:
+                    holders.discard(meta.transactional_id)
+                    if not holders:
+                        del self._offset_holders[group]
+
+    def pending_offsets(self, group: str, topic: str, queue_id: int) -> bool:
+        """Does an open transaction hold an offset of ``group`` for this queue (OffsetFetch
+        with require_stable answers UNSTABLE_OFFSET_COMMIT then)?"""
+        for tid in self._offset_holders.get(group, ()):
+            meta = self.metas.get(tid)
+            if (
+                meta is not None
+                and meta.open
+                and any(o[1] == topic and o[2] == queue_id for o in meta.offsets if o[0] == group)
+            ):
+                return True
+        return False
 
     def _forget(self, tid: str) -> None:
         meta = self.metas.pop(tid, None)

@@ -167,3 +167,31 @@ def test_no_client_sends_a_marker() -> None:
     with pytest.raises(InvalidSend):
         check_properties({CONTROL: "1:7:0:0"})
     assert parse_marker("not a marker") == (0, -1, -1, 0)
+
+
+async def test_offsets_of_an_open_transaction_are_unstable(inproc_broker: InProcFactory) -> None:
+    """KIP-447: OffsetFetch v7 with require_stable answers UNSTABLE_OFFSET_COMMIT (88) for a
+    partition an open transaction holds an offset for; the offset applies on commit only."""
+    kafka = await start_kafka(inproc_broker)
+    client = await kafka.client()
+    await client.call(3, 4, {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": True})
+    pid, epoch = await _init(client, "to")
+    ids = {"transactional_id": "to", "producer_id": pid, "producer_epoch": epoch}
+    assert (await client.call(25, 1, {**ids, "group_id": "g"}))["error_code"] == 0
+    commit = {**ids, "group_id": "g", "topics": [{"name": TOPIC, "partitions": [
+        {"partition_index": 0, "committed_offset": 5, "committed_metadata": ""}]}]}  # fmt: skip
+    reply = await client.call(28, 2, commit)
+    assert reply["topics"][0]["partitions"][0]["error_code"] == 0
+
+    async def fetched(version: int, stable: bool) -> tuple[int, int]:
+        body = {"group_id": "g", "topics": [{"name": TOPIC, "partition_indexes": [0]}],
+                "require_stable": stable}  # fmt: skip
+        row = (await client.call(9, version, body))["topics"][0]["partitions"][0]
+        return row["error_code"], row["committed_offset"]
+
+    assert await fetched(7, True) == (88, -1)
+    assert await fetched(5, False) == (0, -1)  # not applied while open
+    assert await _end(client, "to", pid, epoch, True) == 0
+    assert await fetched(7, True) == (0, 5)
+    await client.close()
+    await kafka.close()
