@@ -83,8 +83,11 @@ class BrokerContext:
             store, self.topics, self.groups, self.offsets, self.clients,
             self.config.max_reconsume_times, self._topic_gone,
         )  # fmt: skip
-        # Topic retention and compaction follow the topic table (broker/core/policies.py).
-        store.retention.follow(TopicPolicies(self.topics))
+        # Topic retention and compaction follow the topic table (broker/core/policies.py);
+        # a test's stand-in store has no retention.
+        retention = getattr(store, "retention", None)
+        if retention is not None:
+            retention.follow(TopicPolicies(self.topics))
         self.port = CoreProcessor(
             store,
             self.topics,
