@@ -195,3 +195,28 @@ async def test_offsets_of_an_open_transaction_are_unstable(inproc_broker: InProc
     assert await fetched(7, True) == (0, 5)
     await client.close()
     await kafka.close()
+
+
+async def test_operators_describe_and_list_transactions(inproc_broker: InProcFactory) -> None:
+    kafka = await start_kafka(inproc_broker)
+    client = await kafka.client()
+    await client.call(3, 4, {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": True})
+    pid, epoch = await _init(client, "ops")
+    await _write(client, "ops", pid, epoch, 0, b"x")
+    described = await client.call(65, 0, {"transactional_ids": ["ops", "nobody"]})
+    ops, nobody = described["transaction_states"]
+    assert (ops["error_code"], ops["transaction_state"], ops["producer_id"]) == (0, "Ongoing", pid)
+    assert ops["topics"] == [{"topic": TOPIC, "partitions": [0]}]
+    assert ops["transaction_timeout_ms"] == 60_000 and ops["transaction_start_time_ms"] > 0
+    assert nobody["error_code"] == 105  # TRANSACTIONAL_ID_NOT_FOUND
+    listed = await client.call(66, 0, {"state_filters": ["Ongoing"], "producer_id_filters": []})
+    assert [(t["transactional_id"], t["producer_id"]) for t in listed["transaction_states"]] == [
+        ("ops", pid)
+    ]
+    assert await _end(client, "ops", pid, epoch, False) == 0
+    listed = await client.call(
+        66, 0, {"state_filters": ["Ongoing", "Bogus"], "producer_id_filters": []}
+    )
+    assert (listed["transaction_states"], listed["unknown_state_filters"]) == ([], ["Bogus"])
+    await client.close()
+    await kafka.close()
