@@ -220,3 +220,30 @@ async def test_operators_describe_and_list_transactions(inproc_broker: InProcFac
     assert (listed["transaction_states"], listed["unknown_state_filters"]) == ([], ["Bogus"])
     await client.close()
     await kafka.close()
+
+
+async def test_a_prepared_end_found_at_replay_is_finished(inproc_broker: InProcFactory) -> None:
+    """A crash after PREPARE_COMMIT was written, before the markers: the replay holds the
+    LSO, the next tick writes the markers and completes, and the records become visible."""
+    from wharf.broker.kafka.txn import state
+
+    kafka = await start_kafka(inproc_broker)
+    handlers = kafka.part.handlers
+    assert handlers is not None
+    coordinator = handlers.txn_coordinator
+    client = await kafka.client()
+    await client.call(3, 4, {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": True})
+    pid, epoch = await _init(client, "crash")
+    assert await _write(client, "crash", pid, epoch, 0, b"p0", b"p1") == 0
+    prepared = state.end_txn(coordinator.metas["crash"], pid, epoch, True, 1)
+    assert prepared is not None
+    await coordinator.log.write(prepared)  # ... and the broker dies here
+    await coordinator.replay()
+    assert coordinator.metas["crash"].state is TxnState.PREPARE_COMMIT
+    assert coordinator.index.lso(TOPIC, 0, 2) == 0  # still held
+    await coordinator.tick(10**13)
+    assert coordinator.metas["crash"].state is TxnState.COMPLETE_COMMIT
+    assert coordinator.index.lso(TOPIC, 0, 3) == 3  # the marker at 2 released it
+    assert await _end(client, "crash", pid, epoch, True) == 0  # the client's retry: done
+    await client.close()
+    await kafka.close()
