@@ -87,7 +87,7 @@ class BrokerContext:
         # a test's stand-in store has no retention.
         retention = getattr(store, "retention", None)
         if retention is not None:
-            retention.follow(TopicPolicies(self.topics))
+            retention.follow(TopicPolicies(self.topics), self.read_core.txns)
         self.port = CoreProcessor(
             store,
             self.topics,

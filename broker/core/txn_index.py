@@ -33,12 +33,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from wharf.store.codec.layout import OFFSET_QUEUE_OFFSET, TOTAL_SIZE
+from wharf.store.codec.properties import PROPERTY_KAFKA_CONTROL
 from wharf.store.codec.records import record_properties
 from wharf.store.model import StoredMessage
 
 __all__ = ["CONTROL", "CONTROL_BYTES", "QueueTxns", "TxnIndex", "marker_value", "parse_marker"]
 
-CONTROL = "__KAFKA_CONTROL"  # the marker's property (its value: marker_value)
+CONTROL = PROPERTY_KAFKA_CONTROL  # the marker's property (its value: marker_value)
 CONTROL_BYTES = CONTROL.encode()  # searched for in raw records: absent = no marker there
 _SIZE = TOTAL_SIZE.unpack_from
 _QUEUE_OFFSET = struct.Struct(">q").unpack_from

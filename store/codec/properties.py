@@ -51,6 +51,8 @@ PROPERTY_TRAN_HALF_OFFSET = "TRAN_HALF_OFFSET"
 # a key that is not plain text, base64; a null value (a tombstone) marks a placeholder body.
 PROPERTY_KAFKA_KEY = "__KAFKA_KEY"
 PROPERTY_KAFKA_VALUE = "__KAFKA_VALUE"  # "null" | "empty"
+# A Kafka transaction's COMMIT/ABORT marker, written by the broker (broker/core/txn_index.py).
+PROPERTY_KAFKA_CONTROL = "__KAFKA_CONTROL"
 
 
 def compaction_key(properties: dict[str, str]) -> bytes | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from wharf.store.codec.properties import compaction_key
+from wharf.store.codec.properties import PROPERTY_KAFKA_CONTROL, compaction_key
 from wharf.store.codec.records import record_properties
 from wharf.store.errors import InvalidMessageError
 from wharf.store.model import MessageInput
@@ -24,13 +24,17 @@ def _refusal(topic: str, index: int) -> InvalidMessageError:
 
 
 def check_keyed_messages(topic: str, messages: Sequence[MessageInput]) -> None:
+    """Keyless messages refused; a Kafka transaction's marker (the broker's own, no key, as in
+    Kafka) passes."""
     for index, message in enumerate(messages):
-        if compaction_key(message.properties) is None:
+        props = message.properties
+        if compaction_key(props) is None and PROPERTY_KAFKA_CONTROL not in props:
             raise _refusal(topic, index)
 
 
 def check_keyed_records(topic: str, data: bytes | memoryview, positions: Iterable[int]) -> None:
     """Producer-encoded records (stored layout) at ``positions`` of ``data``."""
     for index, pos in enumerate(positions):
-        if compaction_key(record_properties(data, pos)) is None:
+        props = record_properties(data, pos)
+        if compaction_key(props) is None and PROPERTY_KAFKA_CONTROL not in props:
             raise _refusal(topic, index)

@@ -17,6 +17,10 @@ time): consume queue files and commit log segments are only touched on the loop,
 everywhere in the store, so a retention deletion or a queue file eviction never runs under
 it. The swap is on the loop too; the old generation's files are removed in the thread after.
 
+Kafka transactions (``retention/transactions.py``): the cleanable end is at most the queue's
+last stable offset, and aborted records are left out of the dirty range (never kept, never
+superseding a committed value); markers have no key and go as keyless records do.
+
 The commit log must keep every record of a compacted queue at or above its ``cleaned_to``:
 ``keep_from()`` is the lowest commit log offset those need, and retention never deletes a
 segment at or past it (``services/cleanup.py``), whatever its age. A compacted queue that
@@ -54,6 +58,7 @@ from wharf.store.retention.kept_log import (
 from wharf.store.retention.policy import TopicPolicy
 from wharf.store.retention.starts import LogStarts, QueueKey
 from wharf.store.retention.stats import RetentionStats
+from wharf.store.retention.transactions import NoTransactions, TransactionView
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -101,6 +106,7 @@ class Compaction:
         self._busy: set[QueueKey] = set()
         self._doomed: list[KeptLog] = []  # forgotten, files not yet removed
         self.fail: Callable[[str], None] | None = None  # tests stop a pass at a step
+        self.txns: TransactionView = NoTransactions()  # the LSO bound, aborted records
 
     # --- start -----------------------------------------------------------------------------
     def load_blocking(self) -> None:
@@ -197,10 +203,11 @@ class Compaction:
     def _end(self, queue: ConsumeQueue, policy: TopicPolicy, now_ms: int) -> int:
         """The cleanable end: the first offset stored within max(segment.ms,
         min.compaction.lag.ms) of now (module docs)."""
+        stable = self.txns.lso(queue.topic, queue.queue_id, queue.max_offset)
         lag = max(policy.segment_ms, policy.min_compaction_lag_ms)
         if not lag:
-            return queue.max_offset
-        return queue.offset_by_time(max(now_ms - lag, 0) + 1, self._stamp_reader())
+            return stable
+        return min(stable, queue.offset_by_time(max(now_ms - lag, 0) + 1, self._stamp_reader()))
 
     def _stamp_reader(self) -> Callable[[int, int], int | None]:
         commit_log = self.commit_log
@@ -301,10 +308,14 @@ class Compaction:
         chunk: Chunk = []
         total = 0
         after = offset
+        skip_aborted = self.txns.skip_aborted
         for phy, size, _ in CQ_UNIT.iter_unpack(units):
             after += 1
-            if size == BLANK_UNIT_SIZE:
-                continue
+            if (
+                size == BLANK_UNIT_SIZE
+                or skip_aborted(queue.topic, queue.queue_id, after - 1) != after - 1
+            ):
+                continue  # a blank unit, or an aborted transaction's record: never kept
             try:
                 data = self.commit_log.read_bytes(phy, size)
             except ValueError:  # unmapped meanwhile

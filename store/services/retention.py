@@ -40,6 +40,7 @@ from wharf.store.retention.kept_log import KeptLog
 from wharf.store.retention.policy import TopicPolicy
 from wharf.store.retention.starts import LogStarts, QueueKey
 from wharf.store.retention.stats import RetentionStats
+from wharf.store.retention.transactions import NoTransactions, TransactionView
 from wharf.store.service import Service
 from wharf.store.services.compaction import NOTHING_PINNED, Compaction
 
@@ -63,6 +64,7 @@ class RetentionService(Service):
         self.figures = RetentionStats()
         self.compaction: Compaction | None = None
         self._policies: PolicySource = _no_policies
+        self._txns: TransactionView = NoTransactions()
         self._queues: ConsumeQueueTable | None = None
         self._moving = asyncio.Lock()
         self._gone: set[str] = set()  # deleted topics whose files and starts go next run
@@ -70,10 +72,14 @@ class RetentionService(Service):
         self._compacted: frozenset[str] = frozenset()
 
     # --- wiring ------------------------------------------------------------------------------
-    def follow(self, policies: PolicySource) -> None:
+    def follow(self, policies: PolicySource, transactions: TransactionView | None = None) -> None:
         """Where the topics' policies come from (the broker: its topic table), asked at every
-        run; then look soon."""
+        run, and its Kafka transactions (``retention/transactions.py``); then look soon."""
         self._policies = policies
+        if transactions is not None:
+            self._txns = transactions
+            if self.compaction is not None:
+                self.compaction.txns = transactions
         self.wakeup()
 
     async def open_and_start(self, queues: ConsumeQueueTable, commit_log: CommitLog) -> None:
@@ -83,6 +89,7 @@ class RetentionService(Service):
         compaction = Compaction(
             self.config, self.paths, queues, commit_log, self.starts, self.figures
         )
+        compaction.txns = self._txns
         starts = await asyncio.to_thread(self.starts.load_blocking)
         await asyncio.to_thread(compaction.load_blocking)
         self.compaction = compaction

@@ -226,3 +226,31 @@ async def test_a_gap_up_to_the_end_sends_readers_to_the_end(tmp_path: Path) -> N
         assert store.get_messages("c", 0, 2, 8).status is GetStatus.OFFSET_OVERFLOW_ONE
     finally:
         await store.shutdown()
+
+
+class Txns:
+    """A transaction view: records 3 and 4 aborted, a transaction open from offset 7."""
+
+    def lso(self, topic: str, queue_id: int, max_offset: int) -> int:
+        return min(max_offset, 7)
+
+    def skip_aborted(self, topic: str, queue_id: int, offset: int) -> int:
+        return 5 if offset in (3, 4) else offset
+
+
+async def test_compaction_stops_at_the_lso_and_drops_aborted_records(tmp_path: Path) -> None:
+    store = await started(tmp_path / "s")
+    try:
+        values = [("a", 0), ("b", 1), ("c", 2), ("a", 3), ("b", 4), ("c", 5), ("d", 6)]
+        await put_all(store, "c", [msg(f"v{i}", keys=k) for k, i in values])
+        await put_all(store, "c", [msg("v7", keys="a"), msg("v8", keys="b")])  # open txn
+        marker = MessageInput(b"\x00", {"__KAFKA_CONTROL": "x"})  # markers have no key
+        store.retention.follow(lambda: {"c": COMPACT}, Txns())
+        await store.put("c", 0, [marker])
+        await store.retention.run_once()
+        kept = store.retention.covering("c", 0, 0)
+        assert kept is not None and kept.state.cleaned_to == 7  # not past the open txn
+        # the aborted a=3, b=4 superseded nothing: a=0, b=1 stay; c=2 went (c=5 committed)
+        assert [o for o, _ in bodies(store, "c")][:4] == [0, 1, 5, 6]
+    finally:
+        await store.shutdown()
