@@ -24,9 +24,19 @@ from wharf.client import sync
 from wharf.client.message import MessageQueue
 
 from tests.broker.kafka.test_cross_protocol import run_rmq5
-from tests.harness import Daemons
+from tests.harness import BrokerProcess, Daemons
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def shared(module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory) -> BrokerProcess:
+    """One daemon for the tests that do not restart it (each uses its own topics and ids):
+    a daemon start each cost ~3-5 s of CI."""
+    return module_daemons.broker(
+        tmp_path_factory.mktemp("shared"), extra_args=["--kafka-listen", "127.0.0.1:0"],
+        settings={"kafkaGroupInitialRebalanceDelayMs": 0},
+    )  # fmt: skip
 
 
 def _topics(bootstrap: str, *names: str, partitions: int = 2) -> None:
@@ -70,8 +80,8 @@ def _values(rows: list[tuple[int, int, bytes]]) -> set[bytes]:
     return {v for _, _, v in rows}
 
 
-def test_committed_and_aborted_transactions_interleaved(daemons: Daemons, tmp_path: Path) -> None:
-    broker = daemons.broker(tmp_path, extra_args=["--kafka-listen", "127.0.0.1:0"])
+def test_committed_and_aborted_transactions_interleaved(shared: BrokerProcess) -> None:
+    broker = shared
     bootstrap = broker.kafka_endpoint
     _topics(bootstrap, "tx-out")
     producer = _txn_producer(bootstrap, "tx-interleaved")
@@ -116,10 +126,10 @@ def _sdk_read(endpoint: str, topic: str, queue: int, until: int, wait_s: float =
     return got
 
 
-def test_other_protocols_see_committed_records_only(daemons: Daemons, tmp_path: Path) -> None:
+def test_other_protocols_see_committed_records_only(shared: BrokerProcess, tmp_path: Path) -> None:
     """The SDK (and every protocol but Kafka's) reads no marker, no aborted record, and
     nothing at or after the first record of an open transaction (the LSO)."""
-    broker = daemons.broker(tmp_path, extra_args=["--kafka-listen", "127.0.0.1:0"])
+    broker = shared
     bootstrap = broker.kafka_endpoint
     _topics(bootstrap, "tx-sdk", partitions=1)
     producer = _txn_producer(bootstrap, "tx-sdk")
@@ -150,15 +160,11 @@ def test_other_protocols_see_committed_records_only(daemons: Daemons, tmp_path: 
     assert [(o, v) for _, o, v in rc][6:] == [(12, b"open-0"), (13, b"after-open")]
 
 
-def test_read_process_write_exactly_once(daemons: Daemons, tmp_path: Path) -> None:
+def test_read_process_write_exactly_once(shared: BrokerProcess) -> None:
     """A consumer group's records transformed into another topic with their offsets committed
     by the transaction (send_offsets_to_transaction, KIP-447's group metadata): an aborted
     round is redone from the committed offsets, each input lands in the output once."""
-    broker = daemons.broker(
-        tmp_path, extra_args=["--kafka-listen", "127.0.0.1:0"],
-        settings={"kafkaGroupInitialRebalanceDelayMs": 0},
-    )  # fmt: skip
-    bootstrap = broker.kafka_endpoint
+    bootstrap = shared.kafka_endpoint
     _topics(bootstrap, "rpw-in", "rpw-out")
     plain = Producer({"bootstrap.servers": bootstrap})
     for i in range(40):
@@ -237,9 +243,8 @@ def test_open_transactions_across_a_kill_9(daemons: Daemons, tmp_path: Path) -> 
                                       for i in range(4)}  # fmt: skip
 
 
-def test_a_zombie_producer_is_fenced(daemons: Daemons, tmp_path: Path) -> None:
-    broker = daemons.broker(tmp_path, extra_args=["--kafka-listen", "127.0.0.1:0"])
-    bootstrap = broker.kafka_endpoint
+def test_a_zombie_producer_is_fenced(shared: BrokerProcess) -> None:
+    bootstrap = shared.kafka_endpoint
     _topics(bootstrap, "zombie")
     old = _txn_producer(bootstrap, "zombie-app")
     old.begin_transaction()
@@ -264,10 +269,10 @@ def test_a_zombie_producer_is_fenced(daemons: Daemons, tmp_path: Path) -> None:
     }
 
 
-def test_a_late_abort_after_later_committed_records(daemons: Daemons, tmp_path: Path) -> None:
+def test_a_late_abort_after_later_committed_records(shared: BrokerProcess) -> None:
     """An abort marker written after other producers' committed records in the same
     partition (the bug two Kafka-compatible brokers shipped): those stay, the aborted go."""
-    broker = daemons.broker(tmp_path, extra_args=["--kafka-listen", "127.0.0.1:0"])
+    broker = shared
     bootstrap = broker.kafka_endpoint
     _topics(bootstrap, "late", partitions=1)
     slow = _txn_producer(bootstrap, "late-slow")
