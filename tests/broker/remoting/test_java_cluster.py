@@ -182,10 +182,12 @@ def test_mqadmin_queries_and_consumer_commands_through_the_namesrv(
         "connection": ["consumerConnection", "-g", "CG_SPREAD"],
         "status": ["consumerStatus", "-g", "CG_SPREAD"],
     }
-    with ThreadPoolExecutor(max_workers=2) as pool:  # ~4 s of JVM each, 2 cores
-        futures = {name: pool.submit(mqadmin, *args) for name, args in commands.items()}
-        out = {name: f.result() for name, f in futures.items()}
-    jvm.send("leave s1")
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:  # ~4 s of JVM each, 2 cores
+            futures = {name: pool.submit(mqadmin, *args) for name, args in commands.items()}
+            out = {name: f.result() for name, f in futures.items()}
+    finally:
+        jvm.send("leave s1")  # its pulls would only load the rebalance test's VM
 
     broker, _, queue_id = sent["queue"].partition(":")
     store_host = cluster.brokers[broker].remoting_endpoint
