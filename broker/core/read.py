@@ -222,9 +222,9 @@ class ReadCore:
         store = self._store
         long_poll = self._long_poll
         read = store.get_raw_records if raw else store.get_messages
-        if self.txns and not all_records:
-            read = visible_reads(self.txns, read)
-            durable = None  # (the sync's planned records are not filtered)
+        txns = self.txns if self.txns and not all_records else None
+        if txns is not None:
+            read = visible_reads(txns, read)
         waited_for_dispatch = False
         while True:
             if replies.full:
@@ -259,7 +259,7 @@ class ReadCore:
             if early is not None:
                 answer = _answer(early, read, at, replies)
             if durable is not None and raw:
-                ahead = _ahead(durable, store, at, replies)
+                ahead = _ahead(durable, store, at, replies, txns)
             woken = await long_poll.park(topic, queue_id, offset, remaining, answer, ahead)
             if isinstance(woken, _Early):
                 return woken.value
@@ -322,6 +322,7 @@ def _ahead(
     store: MessageStore,
     at: _At,
     replies: ReplyGate,
+    txns: TxnIndex | None = None,
 ) -> Callable[[int, int], _Early[T] | None]:
     """A parked raw read's answer ahead of the sync (LongPollHolder ``on_planned``): the read
     of what the running sync will make visible, handed to ``durable`` with the log offset it
@@ -329,6 +330,8 @@ def _ahead(
     planned matched, or ``durable`` declined."""
 
     def ahead(_max_offset: int, _durable_end: int) -> _Early[T] | None:
+        if txns is not None and txns.queue(at.topic, at.queue_id) is not None:
+            return None  # a Kafka transaction's queue: answered after the sync, filtered
         if not _room_for(replies):
             return None
         found = store.get_raw_records_ahead(*at)
@@ -350,10 +353,14 @@ def visible_reads(txns: TxnIndex, read: Reader) -> Reader:
     records (txn_index.py): at the LSO it answers OFFSET_OVERFLOW_ONE (caught up: a long
     poll parks until the marker's arrival), a range of hidden records NO_MATCHED."""
 
+    plain = read
+
     def read_visible(
         topic: str, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None,
         *byte_cap: int,
     ) -> GetResult | RawGetResult:  # fmt: skip
+        if txns.queue(topic, queue_id) is None:  # never a Kafka transaction here
+            return plain(topic, queue_id, offset, max_count, tag_filter, *byte_cap)
         lso = txns.lso(topic, queue_id, _NO_OPEN)
         if lso <= offset:
             result = read(topic, queue_id, offset, 1, tag_filter, *byte_cap)

@@ -117,6 +117,11 @@ class TxnIndex:
         return txns
 
     # --- writers (the Kafka coordinator and produce) -------------------------------------------
+    def touch(self, topic: str, queue_id: int) -> None:
+        """The queue holds (or will hold) markers: its reads look for them from now on. A
+        queue without an entry never had a Kafka transaction, and is read untouched."""
+        self._queue(topic, queue_id)
+
     def append(self, topic: str, queue_id: int, producer_id: int, first: int, count: int) -> None:
         """A transactional batch of ``count`` records stored at ``first``."""
         runs = self._queue(topic, queue_id).open.setdefault(producer_id, [])
@@ -175,13 +180,12 @@ class TxnIndex:
     ) -> list[StoredMessage]:
         """``messages`` without markers and (unless ``aborted``) aborted records."""
         txns = self._queues.get((topic, queue_id))
-        if txns is None and not any(CONTROL in m.properties for m in messages):
+        if txns is None:
             return messages
         return [
             m
             for m in messages
-            if CONTROL not in m.properties
-            and (aborted or txns is None or not txns.hidden(m.queue_offset))
+            if CONTROL not in m.properties and (aborted or not txns.hidden(m.queue_offset))
         ]
 
     def split_raw(
@@ -191,10 +195,12 @@ class TxnIndex:
         [(records, count, is_marker)] in order, markers one each, hidden records left out;
         None when nothing is cut (the common case: one search of the bytes, one bisect)."""
         txns = self._queues.get((topic, queue_id))
+        if txns is None:
+            return None  # no transaction ever touched the queue: no marker, no run
         marker_at = records.find(CONTROL_BYTES)
-        if marker_at < 0 and (txns is None or not txns.firsts or aborted):
+        if marker_at < 0 and (not txns.firsts or aborted):
             return None
-        if marker_at < 0 and txns is not None:
+        if marker_at < 0:
             low = _QUEUE_OFFSET(records, OFFSET_QUEUE_OFFSET)[0]
             if not txns.aborted_in(low, low + count):
                 return None
@@ -207,7 +213,7 @@ class TxnIndex:
                 marker_at = records.find(CONTROL_BYTES, marker_at + 1)
             is_marker = pos <= marker_at < end and _is_marker(records, pos, end)
             offset = _QUEUE_OFFSET(records, pos + OFFSET_QUEUE_OFFSET)[0]
-            hide = not aborted and txns is not None and txns.hidden(offset)
+            hide = not aborted and txns.hidden(offset)
             if is_marker or hide:
                 if kept:
                     out.append((records[start:pos], kept, False))

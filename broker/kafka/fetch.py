@@ -252,7 +252,7 @@ class FetchHandler:
             part.count = result.count
             part.body_bytes = result.body_bytes
             pieces = None
-            if self.txns:
+            if self.txns:  # (None at once for a queue no transaction touched)
                 pieces = self.txns.split_raw(
                     part.topic, part.queue, result.records, result.count, not part.committed
                 )

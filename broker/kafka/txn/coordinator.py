@@ -107,7 +107,9 @@ class TxnCoordinator:
         self._offset_holders.clear()
         self.index.clear()
         leading = self._leading()
-        metas, aborted = await self.log.replay()
+        metas, aborted, touched = await self.log.replay()
+        for topic, queue_id in touched:  # their markers stay hidden from every other reader
+            self.index.touch(topic, queue_id)
         kept = 0
         for topic, queue_id, pid, marker, runs in aborted:
             if self.log.marker_at(topic, queue_id, marker, pid):
@@ -363,6 +365,8 @@ class TxnCoordinator:
         value = marker_value(COMMIT if commit else ABORT, pid, meta.producer_epoch)
         partitions = [p for p in partitions if self.port.topic(p[0]) is not None]
         send = self.port.send
+        for topic, queue_id in partitions:  # (a partition added but never written to)
+            self.index.touch(topic, queue_id)
         try:
             written = [  # (a topic deleted since has nothing left to end)
                 send.append(topic, queue_id, [MessageInput(MARKER_BODY, {CONTROL: value})])

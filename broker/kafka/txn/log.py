@@ -89,20 +89,27 @@ class TxnLog:
             await asyncio.sleep(0)  # a long log never holds the loop
         return out
 
-    async def replay(self) -> tuple[dict[str, TxnMetadata], list[tuple[str, int, int, int, list]]]:
-        """Every transactional id's last state (DEAD left out) and every aborted-runs record."""
+    async def replay(
+        self,
+    ) -> tuple[dict[str, TxnMetadata], list[tuple[str, int, int, int, list]], set[tuple[str, int]]]:
+        """Every transactional id's last state (DEAD left out), every aborted-runs record, and
+        every partition any record names (each may hold markers: the log outlives them, its
+        records written around them in the same commit log)."""
         await self.port.wait_own_writes(KAFKA_REQUEST)
         metas: dict[str, TxnMetadata] = {}
+        touched: set[tuple[str, int]] = set()
         for message in await self._messages(TXN_TOPIC, 0):
             tid = message.properties.get(TXN_ID)
             if tid is None:
                 continue
             try:
                 metas[tid] = layout.decode(tid, message.body)
+                touched |= metas[tid].partitions
             except ValueError as exc:  # a newer broker's record: stop rather than guess
                 raise RuntimeError(f"transaction log at {message.queue_offset}: {exc}") from exc
         aborted = [layout.decode_aborted(m.body) for m in await self._messages(ABORTED_TOPIC, 0)]
-        return {t: m for t, m in metas.items() if m.state is not TxnState.DEAD}, aborted
+        live = {t: m for t, m in metas.items() if m.state is not TxnState.DEAD}
+        return live, aborted, touched
 
     async def scan_runs(self, topic: str, queue_id: int, meta: TxnMetadata) -> list[list[int]]:
         """The runs of ``meta``'s open transaction in one queue, from the log: its producer's

@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 from wharf.broker.core.txn_index import CONTROL, TxnIndex, marker_value
+from wharf.broker.kafka.env import KAFKA_REQUEST
 from wharf.broker.kafka.records import TRANSACTIONAL, Record, encode_batch
 from wharf.broker.kafka.txn.state import TxnState
 from wharf.store.codec.records import encode_batch as encode_stored
@@ -245,5 +246,30 @@ async def test_a_prepared_end_found_at_replay_is_finished(inproc_broker: InProcF
     assert coordinator.metas["crash"].state is TxnState.COMPLETE_COMMIT
     assert coordinator.index.lso(TOPIC, 0, 3) == 3  # the marker at 2 released it
     assert await _end(client, "crash", pid, epoch, True) == 0  # the client's retry: done
+    await client.close()
+    await kafka.close()
+
+
+async def test_markers_stay_hidden_after_a_replay(inproc_broker: InProcFactory) -> None:
+    """A partition that only ever saw committed transactions has nothing open and no aborted
+    run, but its markers must stay hidden from the other protocols after a restart: the
+    replay marks every partition the log names."""
+    from wharf.store.model import TagFilter
+
+    kafka = await start_kafka(inproc_broker)
+    handlers = kafka.part.handlers
+    assert handlers is not None
+    coordinator = handlers.txn_coordinator
+    client = await kafka.client()
+    await client.call(3, 4, {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": True})
+    pid, epoch = await _init(client, "only-commits")
+    assert await _write(client, "only-commits", pid, epoch, 0, b"c0") == 0
+    assert await _end(client, "only-commits", pid, epoch, True) == 0  # its marker at 1
+    coordinator.index.clear()  # what a restarted broker starts from
+    await coordinator.replay()
+    port = kafka.controller.ctx.port
+    await port.wait_own_writes(KAFKA_REQUEST)
+    read = await port.read.read_waiting(TOPIC, 0, 0, 10, TagFilter(frozenset(), frozenset()), 0)
+    assert [m.body for m in read.result.messages] == [b"c0"]
     await client.close()
     await kafka.close()
