@@ -29,17 +29,17 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from wharf.store.codec.layout import OFFSET_QUEUE_OFFSET, TOTAL_SIZE
-from wharf.store.codec.properties import PROPERTY_KAFKA_CONTROL
+from wharf.store.codec.properties import KAFKA_CONTROL_PROPERTY
 from wharf.store.codec.records import record_properties
 from wharf.store.model import StoredMessage
 
 __all__ = ["CONTROL", "CONTROL_BYTES", "QueueTxns", "TxnIndex", "marker_value", "parse_marker"]
 
-CONTROL = PROPERTY_KAFKA_CONTROL  # the marker's property (its value: marker_value)
+CONTROL = KAFKA_CONTROL_PROPERTY  # the marker's property (its value: marker_value)
 CONTROL_BYTES = CONTROL.encode()  # searched for in raw records: absent = no marker there
 _SIZE = TOTAL_SIZE.unpack_from
 _QUEUE_OFFSET = struct.Struct(">q").unpack_from
@@ -147,6 +147,20 @@ class TxnIndex:
         txns = self._queue(topic, queue_id)
         for first, last in runs:
             txns.add_aborted(first, last)
+
+    def prune(self, min_offset: Callable[[str, int], int]) -> int:
+        """Drop the aborted runs below each queue's log start (retention deleted those
+        records); the runs dropped."""
+        dropped = 0
+        for (topic, queue_id), txns in self._queues.items():
+            if not txns.firsts:
+                continue
+            start = min_offset(topic, queue_id)
+            gone = bisect.bisect_left(txns.lasts, start)  # (lasts rise with firsts)
+            if gone:
+                del txns.firsts[:gone], txns.lasts[:gone]
+                dropped += gone
+        return dropped
 
     def clear(self) -> None:
         """Forget everything (a coordinator about to replay its log: a new master)."""

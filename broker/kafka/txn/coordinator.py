@@ -56,6 +56,7 @@ __all__ = ["TxnCoordinator"]
 
 log = logging.getLogger("broker.kafka")
 
+PRUNE_TICKS = 60  # once a minute, aborted runs that retention deleted are let go
 TICK_S = 1.0  # how often timeouts are checked: a transaction lives at most its timeout + 1 s
 EXPIRATION_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms
 MARKER_BODY = b"\x00"  # the store holds no empty body
@@ -141,6 +142,7 @@ class TxnCoordinator:
 
     async def run(self) -> None:
         await self.ready.wait()
+        ticks = 0
         while True:
             try:
                 if not self._leading():
@@ -150,6 +152,9 @@ class TxnCoordinator:
                     await self.replay()
                 else:
                     await self.tick(_now())
+                    ticks += 1
+                    if ticks % PRUNE_TICKS == 0:
+                        self.index.prune(self.port.min_offset)
             except Exception:
                 log.exception("kafka: transaction timeouts")
             await asyncio.sleep(TICK_S)

@@ -273,3 +273,14 @@ async def test_markers_stay_hidden_after_a_replay(inproc_broker: InProcFactory) 
     assert [m.body for m in read.result.messages] == [b"c0"]
     await client.close()
     await kafka.close()
+
+
+def test_aborted_runs_below_the_log_start_are_let_go() -> None:
+    index = TxnIndex()
+    for pid, first in ((1, 0), (2, 10), (3, 20)):
+        index.append("t", 0, pid, first, 5)
+        index.end("t", 0, pid, commit=False)
+    assert index.prune(lambda topic, queue: 12) == 1  # 0-4 gone; 10-14 still partly there
+    queue = index.queue("t", 0)
+    assert queue is not None and (queue.firsts, queue.lasts) == ([10, 20], [14, 24])
+    assert index.skip_aborted("t", 0, 10) == 15
