@@ -19,8 +19,8 @@ from wharf.broker.core.validate import SYSTEM_PROPERTY_NAMES
 from wharf.broker.kafka.errors import Code, KafkaError
 from wharf.broker.kafka.records import Header, Record
 from wharf.store.codec.properties import (
-    PROPERTY_KAFKA_KEY,
-    PROPERTY_KAFKA_VALUE,
+    KAFKA_KEY_PROPERTY,
+    KAFKA_VALUE_PROPERTY,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
@@ -39,9 +39,9 @@ __all__ = [
 ]
 
 KAFKA_PREFIX = "__KAFKA_"
-KAFKA_KEY = PROPERTY_KAFKA_KEY
+KAFKA_KEY = KAFKA_KEY_PROPERTY
 KAFKA_HEADERS = "__KAFKA_HEADERS"
-KAFKA_VALUE = PROPERTY_KAFKA_VALUE  # "null" | "empty": the body is a placeholder byte
+KAFKA_VALUE = KAFKA_VALUE_PROPERTY  # "null" | "empty": the body is a placeholder byte
 PLACEHOLDER = b"\x00"
 # On the first record of an idempotent batch: "pid:epoch:base_sequence:count" (producers.py).
 KAFKA_PRODUCER = "__KAFKA_PRODUCER"

@@ -49,10 +49,12 @@ PROPERTY_CHECK_IMMUNITY_TIME = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_TRAN_HALF_OFFSET = "TRAN_HALF_OFFSET"
 # Kafka's record key and null value as the Kafka front end stores them (broker/kafka/convert.py):
 # a key that is not plain text, base64; a null value (a tombstone) marks a placeholder body.
-PROPERTY_KAFKA_KEY = "__KAFKA_KEY"
-PROPERTY_KAFKA_VALUE = "__KAFKA_VALUE"  # "null" | "empty"
+# Not named PROPERTY_*: those are the system properties every reader's user properties leave
+# out (broker/core/validate.py SYSTEM_PROPERTY_NAMES); these stay what they were.
+KAFKA_KEY_PROPERTY = "__KAFKA_KEY"
+KAFKA_VALUE_PROPERTY = "__KAFKA_VALUE"  # "null" | "empty"
 # A Kafka transaction's COMMIT/ABORT marker, written by the broker (broker/core/txn_index.py).
-PROPERTY_KAFKA_CONTROL = "__KAFKA_CONTROL"
+KAFKA_CONTROL_PROPERTY = "__KAFKA_CONTROL"
 
 
 def compaction_key(properties: dict[str, str]) -> bytes | None:
@@ -60,7 +62,7 @@ def compaction_key(properties: dict[str, str]) -> bytes | None:
     producer sent it, else the whole KEYS text (RocketMQ 5's CompactionLog keys by
     ``getKeys()``); None without one. base64 is decoded leniently: the key need only be the
     same for the same text."""
-    packed = properties.get(PROPERTY_KAFKA_KEY)
+    packed = properties.get(KAFKA_KEY_PROPERTY)
     if packed is not None:
         try:
             return base64.b64decode(packed)
@@ -72,7 +74,7 @@ def compaction_key(properties: dict[str, str]) -> bytes | None:
 
 def is_tombstone(properties: dict[str, str]) -> bool:
     """A Kafka record with a null value: on a compacted topic it deletes its key."""
-    return properties.get(PROPERTY_KAFKA_VALUE) == "null"
+    return properties.get(KAFKA_VALUE_PROPERTY) == "null"
 
 
 # --- Reserved topics ---------------------------------------------------------------------------

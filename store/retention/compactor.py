@@ -37,8 +37,8 @@ from wharf.store.codec.layout import (
     TOTAL_SIZE,
 )
 from wharf.store.codec.properties import (
-    PROPERTY_KAFKA_KEY,
-    PROPERTY_KAFKA_VALUE,
+    KAFKA_KEY_PROPERTY,
+    KAFKA_VALUE_PROPERTY,
     PROPERTY_KEYS,
     compaction_key,
     is_tombstone,
@@ -131,8 +131,8 @@ def key_of_properties(record: bytes, pos: int = 0) -> tuple[bytes | None, bool]:
 
 
 _KEYS = PROPERTY_KEYS.encode() + b"\x01"
-_KAFKA_KEY = PROPERTY_KAFKA_KEY.encode() + b"\x01"
-_KAFKA_VALUE = PROPERTY_KAFKA_VALUE.encode() + b"\x01"
+_KAFKA_KEY = KAFKA_KEY_PROPERTY.encode() + b"\x01"
+_KAFKA_VALUE = KAFKA_VALUE_PROPERTY.encode() + b"\x01"
 _KAFKA_PREFIX = b"__KAFKA_"
 assert _KAFKA_KEY.startswith(_KAFKA_PREFIX) and _KAFKA_VALUE.startswith(_KAFKA_PREFIX)
 

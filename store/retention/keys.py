@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from wharf.store.codec.properties import PROPERTY_KAFKA_CONTROL, compaction_key
+from wharf.store.codec.properties import KAFKA_CONTROL_PROPERTY, compaction_key
 from wharf.store.codec.records import record_properties
 from wharf.store.errors import InvalidMessageError
 from wharf.store.model import MessageInput
@@ -28,7 +28,7 @@ def check_keyed_messages(topic: str, messages: Sequence[MessageInput]) -> None:
     Kafka) passes."""
     for index, message in enumerate(messages):
         props = message.properties
-        if compaction_key(props) is None and PROPERTY_KAFKA_CONTROL not in props:
+        if compaction_key(props) is None and KAFKA_CONTROL_PROPERTY not in props:
             raise _refusal(topic, index)
 
 
@@ -36,5 +36,5 @@ def check_keyed_records(topic: str, data: bytes | memoryview, positions: Iterabl
     """Producer-encoded records (stored layout) at ``positions`` of ``data``."""
     for index, pos in enumerate(positions):
         props = record_properties(data, pos)
-        if compaction_key(props) is None and PROPERTY_KAFKA_CONTROL not in props:
+        if compaction_key(props) is None and KAFKA_CONTROL_PROPERTY not in props:
             raise _refusal(topic, index)
