@@ -90,18 +90,21 @@ def _consume_all(
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "compaction-reader",
                          "enable.auto.commit": False, "enable.partition.eof": True})  # fmt: skip
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    got = []
+    got: list[tuple[int, bytes | None, bytes | None]] = []
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             message = consumer.poll(1.0)
             if message is None:
                 continue
-            if message.error():
-                if message.error().code() == KafkaError._PARTITION_EOF:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
                     return got
-                raise AssertionError(message.error())
-            got.append((message.offset(), message.key(), message.value()))
+                raise AssertionError(error)
+            offset = message.offset()
+            assert offset is not None
+            got.append((offset, message.key(), message.value()))
     finally:
         consumer.close()
     raise AssertionError(f"{topic}: the end not reached in 30 s, {len(got)} records read")
@@ -131,7 +134,9 @@ def test_a_compacted_topic_keeps_the_latest_value_per_key(daemons: Daemons) -> N
     assert "Compacted topic cannot accept message without key" in refused.remark, refused.remark
 
     written = KEYS * VERSIONS + 2
-    latest = {f"k{k}".encode(): f"v{VERSIONS - 1}".encode() for k in range(KEYS)}
+    latest: dict[bytes, bytes | None] = {
+        f"k{k}".encode(): f"v{VERSIONS - 1}".encode() for k in range(KEYS)
+    }
     latest[b"k0"] = latest[b"k1"] = None
     deadline = time.monotonic() + 60  # segment.ms 1 s + a look every 1 s, on a busy machine
     got = _consume_all(broker.kafka_endpoint)
