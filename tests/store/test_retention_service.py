@@ -14,7 +14,7 @@ from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus, MessageInput
 from wharf.store.retention.policy import TopicPolicy
 
-from tests.store.helpers import msg, records, small_config
+from tests.store.helpers import msg, records, small_config, until
 
 COMPACT = TopicPolicy(compact=True, delete=False, segment_ms=1, min_cleanable_dirty_ratio=0.01)
 
@@ -254,3 +254,35 @@ async def test_compaction_stops_at_the_lso_and_drops_aborted_records(tmp_path: P
         assert [o for o, _ in bodies(store, "c")][:4] == [0, 1, 5, 6]
     finally:
         await store.shutdown()
+
+
+async def test_a_replica_compacts_on_its_own_to_the_same_view(tmp_path: Path) -> None:
+    master = MessageStore(small_config(tmp_path / "m", ha_listen_port=0))
+    await master.start()
+    assert master.ha_master is not None
+    replica = MessageStore(
+        small_config(
+            tmp_path / "r",
+            broker_role="SLAVE",
+            ha_master_address=f"127.0.0.1:{master.ha_master.port}",
+        )
+    )
+    await replica.start()
+    try:
+        await put_all(master, "c", [msg(f"v{i}", keys=f"k{i % 5}") for i in range(40)])
+        end = master.insides.commit_log.max_offset
+        await until(lambda: replica.insides.commit_log.max_offset == end)
+        assert await replica.wait_dispatched(5.0)
+        await until(lambda: replica.get_max_offset("c", 0) == 40)
+        for store in (master, replica):
+            store.retention.follow(lambda: {"c": COMPACT})
+            await store.retention.run_once()
+        assert (
+            bodies(replica, "c")
+            == bodies(master, "c")
+            == [(35 + k, f"v{35 + k}") for k in range(5)]
+        )
+        assert replica.get_min_offset("c", 0) == master.get_min_offset("c", 0)
+    finally:
+        await replica.shutdown()
+        await master.shutdown()
