@@ -181,8 +181,14 @@ LOGBACK_TOOLS = """<configuration>
 
 # mqadmin's own time-outs (3-5 s a request; its command line has no setting for them) ran out
 # on a VM at load average ~20 on 2 cores (a write not even flushed in time reads as "send
-# request failed"): a command failing with one of these is run once more, as a user would.
-MQADMIN_TIMEOUTS = ("RemotingTimeoutException", "RemotingSendRequestException")
+# request failed"; a route lookup that could not take the client's route lock within 3 s,
+# its log's "tryLock timeout", reads as "not matched route info"): a command failing with one
+# of these is run once more, as a user would. A route really missing fails twice.
+MQADMIN_TIMEOUTS = (
+    "RemotingTimeoutException",
+    "RemotingSendRequestException",
+    "not matched route info",
+)
 
 
 def mqadmin(home: Path, namesrv: str) -> Callable[..., str]:
