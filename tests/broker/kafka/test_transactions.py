@@ -298,3 +298,49 @@ def test_a_late_abort_after_later_committed_records(shared: BrokerProcess) -> No
     assert [v for _, _, v in ru] == [f"aborted-{i}".encode() for i in range(3)] + wanted
     bodies = [m.body for m in _sdk_read(broker.endpoint, "late", 0, until=13)]
     assert bodies == wanted
+
+
+async def test_aiokafka_transactions(shared: BrokerProcess) -> None:
+    """A second client's own protocol code (aiokafka: AddPartitionsToTxn, EndTxn v0, its own
+    control-batch reader): a committed and an aborted transaction, read back by its
+    read_committed and read_uncommitted consumers."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as AioPartition
+
+    bootstrap = shared.kafka_endpoint
+    _topics(bootstrap, "aio-tx", partitions=1)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="aio-tx")
+    await producer.start()
+    try:
+        async with producer.transaction():
+            for i in range(3):
+                await producer.send_and_wait("aio-tx", f"kept-{i}".encode(), partition=0)
+        await producer.begin_transaction()
+        for i in range(3):
+            await producer.send_and_wait("aio-tx", f"dropped-{i}".encode(), partition=0)
+        await producer.abort_transaction()
+        async with producer.transaction():
+            await producer.send_and_wait("aio-tx", b"last", partition=0)
+    finally:
+        await producer.stop()
+
+    async def read(isolation: str, want: int) -> list[bytes]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation,
+                                    enable_auto_commit=False)  # fmt: skip
+        await consumer.start()
+        got: list[bytes] = []
+        try:
+            consumer.assign([AioPartition("aio-tx", 0)])
+            await consumer.seek_to_beginning()
+            deadline = time.monotonic() + 10
+            while len(got) < want and time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=500)
+                got += [m.value for ms in batch.values() for m in ms]
+        finally:
+            await consumer.stop()
+        return got
+
+    kept = [b"kept-0", b"kept-1", b"kept-2", b"last"]
+    assert await read("read_committed", 4) == kept
+    dropped = [f"dropped-{i}".encode() for i in range(3)]
+    assert await read("read_uncommitted", 7) == kept[:3] + dropped + kept[3:]
