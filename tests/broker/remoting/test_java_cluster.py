@@ -87,9 +87,12 @@ def cluster(module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory) -
                 "flushDiskType": "SYNC_FLUSH",
             },
             extra_args=["--remoting-listen", f"127.0.0.1:{free_port()}"],
+            start=False,
         )
         for name in GROUPS
     }
+    with ThreadPoolExecutor(max_workers=len(brokers)) as pool:  # each start waits its ready file
+        list(pool.map(BrokerProcess.start, brokers.values()))
 
     async def create() -> None:
         for broker in brokers.values():
