@@ -88,6 +88,7 @@ class BrokerContext:
         retention = getattr(store, "retention", None)
         if retention is not None:
             retention.follow(TopicPolicies(self.topics), self.read_core.txns)
+            self.topics.attributes_listeners.append(retention.refresh)
         self.port = CoreProcessor(
             store,
             self.topics,

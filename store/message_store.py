@@ -157,7 +157,7 @@ class MessageStore:
         self.recovered: RecoveredState | None = None
         # Topic retention and compaction (services/retention.py); the broker hands it policies.
         self.retention = RetentionService(config, self._paths)
-        self._writer.compacted = self.retention.compacted_topics  # keyed messages only there
+        self._writer.compacted = self.retention.compacted  # keyed messages only there
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Sequence, Set
+from collections.abc import Callable, Coroutine, Sequence
 from itertools import accumulate, repeat
 from operator import add
 from typing import Any, Protocol
@@ -52,7 +52,11 @@ from wharf.store.fast.record_check import check_records, check_records_many
 from wharf.store.log.commit_log import AppendedMany, CommitLog, RecordsBatch
 from wharf.store.model import AppendResult, MessageInput, PutResult, PutStatus
 from wharf.store.queue.table import ConsumeQueueTable
-from wharf.store.retention.keys import check_keyed_messages, check_keyed_records
+from wharf.store.retention.keys import (
+    CompactedTopics,
+    check_keyed_messages,
+    check_keyed_records,
+)
 from wharf.store.role import Role
 from wharf.store.services.schedule import delay_level_of, to_schedule_topic
 from wharf.store.services.timer import timer_times, to_timer_topic
@@ -252,8 +256,8 @@ class Writer:
         self.disk_check_bytes = 64 << 20
         self._bytes_since_disk_check = 0
         # The compacted topics, whose messages must have keys (retention/keys.py): the
-        # facade wires RetentionService.compacted_topics (a cached set: one call a write).
-        self.compacted: Callable[[], Set[str]] = frozenset
+        # facade hands RetentionService's holder over, which it keeps up to date.
+        self.compacted = CompactedTopics()
 
     def start(
         self,
@@ -326,7 +330,7 @@ class Writer:
         next_offsets: dict[tuple[str, int], int] = {}
         offset_table = self.offset_table
         limit = self._config.max_message_size
-        compacted = self.compacted()
+        compacted = self.compacted.topics
         for index, (topic, queue_id, data) in enumerate(batches):
             try:
                 positions = check_records(data, topic, limit)
@@ -377,7 +381,7 @@ class Writer:
         less at 32 topics' batches a request). A bad batch, or batches that do not
         fit the segment together: ``write_many`` (each error its own batch's)."""
         self._check_writable()
-        compacted = self.compacted()
+        compacted = self.compacted.topics
         if len(topics) < 2 or (compacted and not compacted.isdisjoint(topics)):
             # one batch: write_many's lone append checks it (once); a compacted topic's keys
             # are checked there too
@@ -478,7 +482,7 @@ class Writer:
         if not messages:
             raise InvalidMessageError("a batch needs at least one message")
         _check_queue_id(queue_id)
-        if topic in self.compacted():
+        if topic in self.compacted.topics:
             check_keyed_messages(topic, messages)
         level = delay_level_of(messages)
         now = int(time.time() * 1000)
@@ -507,7 +511,7 @@ class Writer:
         positions = check_records(data, topic, self._config.max_message_size)
         self._check_writable()
         _check_queue_id(queue_id)
-        if topic in self.compacted():
+        if topic in self.compacted.topics:
             check_keyed_records(topic, data, positions)
         return self._append_to_queue(
             topic,

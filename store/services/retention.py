@@ -37,6 +37,7 @@ from wharf.store.paths import StorePaths
 from wharf.store.queue.consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
 from wharf.store.queue.table import ConsumeQueueTable
 from wharf.store.retention.kept_log import KeptLog
+from wharf.store.retention.keys import CompactedTopics
 from wharf.store.retention.policy import TopicPolicy
 from wharf.store.retention.starts import LogStarts, QueueKey
 from wharf.store.retention.stats import RetentionStats
@@ -68,8 +69,7 @@ class RetentionService(Service):
         self._queues: ConsumeQueueTable | None = None
         self._moving = asyncio.Lock()
         self._gone: set[str] = set()  # deleted topics whose files and starts go next run
-        self._seen: Mapping[str, TopicPolicy] | None = None
-        self._compacted: frozenset[str] = frozenset()
+        self.compacted = CompactedTopics()  # what the writer checks (retention/keys.py)
 
     # --- wiring ------------------------------------------------------------------------------
     def follow(self, policies: PolicySource, transactions: TransactionView | None = None) -> None:
@@ -80,6 +80,7 @@ class RetentionService(Service):
             self._txns = transactions
             if self.compaction is not None:
                 self.compaction.txns = transactions
+        self.refresh()
         self.wakeup()
 
     async def open_and_start(self, queues: ConsumeQueueTable, commit_log: CommitLog) -> None:
@@ -114,15 +115,12 @@ class RetentionService(Service):
             return max(start, kept.state.base)
         return max(queue_min, start)
 
-    def compacted_topics(self) -> frozenset[str]:
-        """The topics whose policy has compact (the writer refuses keyless messages there):
-        recomputed only when the source hands a new mapping (the broker's is cached by its
-        topic table's generation), so a write pays one call and one comparison."""
+    def refresh(self) -> None:
+        """The topics' policies changed (the broker calls it when a topic with attributes
+        changes; ``follow`` and every run do too): the compacted topics the writer checks are
+        taken again, at once (a keyless message is refused from the first write after)."""
         policies = self._policies()
-        if policies is not self._seen:
-            self._seen = policies
-            self._compacted = frozenset(t for t, p in policies.items() if p.compact)
-        return self._compacted
+        self.compacted.topics = frozenset(t for t, p in policies.items() if p.compact)
 
     def keep_from(self) -> int:
         """The lowest commit log offset compaction still needs (cleanup keeps it)."""
@@ -156,6 +154,7 @@ class RetentionService(Service):
         if compaction is None or queues is None:
             return
         policies = dict(self._policies())
+        self.refresh()
         now_ms = int(time.time() * 1000)
         moves: dict[QueueKey, int] = {}
         for topic, policy in policies.items():
