@@ -1,16 +1,16 @@
 """TopicPolicies: the store's view of every topic's cleanup configs (``TopicPolicy``), handed to
 the store once at wiring (``store.retention.follow``) and asked again by it at every retention
-run and every write (``RetentionService.compacted_topics``: a compacted topic refuses keyless
-messages).
+run and whenever the topic table says a topic with attributes changed (its
+``attributes_listeners``: ``RetentionService.refresh``, so a compacted topic refuses keyless
+messages from the next write on).
 
-Rebuilt only when a topic with attributes changed (the table's ``attributes_generation``:
-such a topic put or deleted, a load or a replica's reload), from the topics that have
-attributes at all: ~1.2 ms at 10,000 topics, once per such change; otherwise one integer
-comparison and the same mapping back, which is what lets the store cache what it derives by
-identity. The broker never tells the
-store topic by topic: whichever front end or tool changed a topic (Kafka's CreateTopics and
-AlterConfigs, RocketMQ's UpdateTopic with ``+cleanup.policy``, wharf.v1's admin, a replica
-following its master), the next call sees it.
+Rebuilt only when such a topic changed (the table's ``attributes_generation``: a topic with
+attributes put or deleted, a load or a replica's reload), from the topics that have attributes
+at all: ~1.2 ms at 10,000 topics, once per such change (auto-creating plain topics changes
+nothing here); otherwise one integer comparison and the same mapping back. The broker never
+tells the store topic by topic: whichever front end or tool changed a topic (Kafka's
+CreateTopics and AlterConfigs, RocketMQ's UpdateTopic with ``+cleanup.policy``, wharf.v1's
+admin, a replica following its master), the next call sees it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 without key"): compaction keeps the latest record of each key, and a keyless one has none, so
 Kafka's cleaner drops it (``retention/compactor.py`` does too). Checked at the store's write
 (``write.py``), the one place every protocol's sends pass, for the topics
-``RetentionService.compacted_topics`` names."""
+``RetentionService.refresh`` keeps in ``CompactedTopics``."""
 
 from __future__ import annotations
 
