@@ -30,6 +30,14 @@ start to hide them again:
                           still holds this producer's marker, so a topic deleted and made
                           again does not hide its new records at the old offsets)
     runs           int32 count, then (first offset int64, last offset int64) each
+
+The checkpoint record (``encode_checkpoint``): where a replay of the transaction log may start
+(every live id's metadata was written again from there on) and every partition the records
+before it named (they may hold markers):
+
+    version        int16  (1)
+    from offset    int64  (a queue offset of the transaction log)
+    partitions     int32 count, then (topic string, queue id int32) each
 """
 
 from __future__ import annotations
@@ -37,7 +45,15 @@ from __future__ import annotations
 from wharf.broker.kafka.txn.state import TxnMetadata, TxnState
 from wharf.broker.kafka.wire import Reader, Writer
 
-__all__ = ["VERSION", "decode", "decode_aborted", "encode", "encode_aborted"]
+__all__ = [
+    "VERSION",
+    "decode",
+    "decode_aborted",
+    "decode_checkpoint",
+    "encode",
+    "encode_aborted",
+    "encode_checkpoint",
+]
 
 VERSION = 1
 
@@ -117,3 +133,27 @@ def decode_aborted(data: bytes) -> tuple[str, int, int, int, list[tuple[int, int
     if r.remaining:
         raise ValueError(f"{r.remaining} bytes after an aborted-runs record")
     return topic, queue_id, producer_id, marker, runs
+
+
+def encode_checkpoint(start: int, partitions: set[tuple[str, int]]) -> bytes:
+    w = Writer()
+    w.int16(VERSION)
+    w.int64(start)
+    w.int32(len(partitions))
+    for topic, queue in sorted(partitions):
+        w.nullable_string(topic)
+        w.int32(queue)
+    return bytes(w.buf)
+
+
+def decode_checkpoint(data: bytes) -> tuple[int, set[tuple[str, int]]]:
+    """(from offset, partitions) of a checkpoint record."""
+    r = Reader(data)
+    version = r.int16()
+    if version != VERSION:
+        raise ValueError(f"checkpoint record version {version}; this broker reads {VERSION}")
+    start = r.int64()
+    partitions = {(r.string(), r.int32()) for _ in range(r.int32())}
+    if r.remaining:
+        raise ValueError(f"{r.remaining} bytes after a checkpoint record")
+    return start, partitions

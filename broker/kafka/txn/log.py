@@ -5,6 +5,11 @@ SYNC_MASTER) and a new master or a restarted broker reads them back from its own
 
 - ``TXN_TOPIC`` (queue 0): one ``layout.encode(meta)`` per state change, the transactional id
   in ``TXN_ID``; the last record of an id is its state (DEAD: forgotten).
+- ``CHECKPOINT_TOPIC`` (queue 0): ``layout.encode_checkpoint``, written after every live id's
+  metadata was written again (``TxnCoordinator`` does it every ``CHECKPOINT_RECORDS``
+  records): a replay reads the transaction log from the last checkpoint's offset only, so
+  start-up reads ~that many records, not the whole retained log (measured ~120 us a record
+  on a loaded 2-core VM: 100,000 records ~12 s).
 - ``ABORTED_TOPIC`` (queue 0): one ``layout.encode_aborted`` per partition of an aborted
   transaction, written once its abort marker is durable: what hides those records again after
   a restart (``TxnIndex``). Its own topic rather than a field of the transaction's record:
@@ -13,7 +18,8 @@ SYNC_MASTER) and a new master or a restarted broker reads them back from its own
   them, they outlive them).
 
 Every write waits until durable (what the answer to the client then promises: the
-coordinator answers after it). Replay reads both topics from their start, ~5 us a record.
+coordinator answers after it). The aborted-runs topic is replayed whole (one record per
+partition of an aborted transaction, as long as the commit log keeps it).
 """
 
 from __future__ import annotations
@@ -30,12 +36,13 @@ from wharf.broker.kafka.txn import layout
 from wharf.broker.kafka.txn.state import TxnMetadata, TxnState
 from wharf.store.model import MessageInput, PutStatus, StoredMessage
 
-__all__ = ["ABORTED_TOPIC", "TXN_ID", "TXN_TOPIC", "TxnLog"]
+__all__ = ["ABORTED_TOPIC", "CHECKPOINT_TOPIC", "TXN_ID", "TXN_TOPIC", "TxnLog"]
 
 log = logging.getLogger("broker.kafka")
 
 TXN_TOPIC = "rmq_sys_KAFKA_TXN"
 ABORTED_TOPIC = "rmq_sys_KAFKA_TXN_ABORTED"
+CHECKPOINT_TOPIC = "rmq_sys_KAFKA_TXN_CHECKPOINT"
 TXN_ID = "TXN_ID"
 READ_CHUNK = 512  # records a replay read takes at once (~1 ms of decoding)
 READ_BYTES = 8 << 20
@@ -44,8 +51,10 @@ READ_BYTES = 8 << 20
 class TxnLog:
     def __init__(self, port: Port) -> None:
         self.port = port
+        self.written = 0  # transaction-log records since the last checkpoint
 
-    async def _append(self, topic: str, message: MessageInput) -> None:
+    async def _append(self, topic: str, message: MessageInput) -> int:
+        """Append and wait until durable; the record's queue offset."""
         send = self.port.send
         try:
             written = send.append(topic, 0, [message])
@@ -55,10 +64,27 @@ class TxnLog:
         if result.status is not PutStatus.PUT_OK:
             # Stored but not confirmed (disk or replicas): retriable; a retry writes it again.
             raise KafkaError(Code.COORDINATOR_NOT_AVAILABLE, f"transaction log: {result.status}")
+        return int(written.appended.first_queue_offset)
 
-    async def write(self, meta: TxnMetadata) -> None:
+    async def write(self, meta: TxnMetadata) -> int:
+        """The metadata's record, durable; its offset in the transaction log."""
         body = layout.encode(meta)
-        await self._append(TXN_TOPIC, MessageInput(body, {TXN_ID: meta.transactional_id}))
+        self.written += 1
+        return await self._append(TXN_TOPIC, MessageInput(body, {TXN_ID: meta.transactional_id}))
+
+    async def write_checkpoint(self, start: int, partitions: set[tuple[str, int]]) -> None:
+        await self._append(
+            CHECKPOINT_TOPIC, MessageInput(layout.encode_checkpoint(start, partitions))
+        )
+        self.written = 0
+
+    def _checkpoint(self) -> tuple[int, set[tuple[str, int]]]:
+        """The last checkpoint: (from offset, partitions); (-1, none) without one."""
+        last = self.port.max_offset(CHECKPOINT_TOPIC, 0) - 1
+        if last < self.port.min_offset(CHECKPOINT_TOPIC, 0):
+            return -1, set()
+        found = self.port.read_now(CHECKPOINT_TOPIC, 0, last, 1, None, READ_BYTES).messages
+        return layout.decode_checkpoint(found[0].body) if found else (-1, set())
 
     async def write_aborted(
         self, topic: str, queue_id: int, producer_id: int, marker: int, runs: list[list[int]]
@@ -97,8 +123,10 @@ class TxnLog:
         records written around them in the same commit log)."""
         await self.port.wait_own_writes(KAFKA_REQUEST)
         metas: dict[str, TxnMetadata] = {}
-        touched: set[tuple[str, int]] = set()
-        for message in await self._messages(TXN_TOPIC, 0):
+        start, touched = self._checkpoint()
+        records = await self._messages(TXN_TOPIC, 0, start)
+        self.written = len(records)  # (a long replay: the next checkpoint comes soon)
+        for message in records:
             tid = message.properties.get(TXN_ID)
             if tid is None:
                 continue

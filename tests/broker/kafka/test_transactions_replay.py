@@ -284,3 +284,32 @@ def test_aborted_runs_below_the_log_start_are_let_go() -> None:
     queue = index.queue("t", 0)
     assert queue is not None and (queue.firsts, queue.lasts) == ([10, 20], [14, 24])
     assert index.skip_aborted("t", 0, 10) == 15
+
+
+async def test_a_replay_starts_at_the_last_checkpoint(inproc_broker: InProcFactory) -> None:
+    """A checkpoint writes every live id again and names where that began: a replay reads
+    from there (not the whole log) and rebuilds the same states, open transactions, aborted
+    runs and touched partitions."""
+    kafka = await start_kafka(inproc_broker)
+    handlers = kafka.part.handlers
+    assert handlers is not None
+    coordinator = handlers.txn_coordinator
+    client = await kafka.client()
+    await client.call(3, 4, {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": True})
+    ids = {t: await _init(client, t) for t in ("k1", "k2", "k3")}
+    for round_ in range(5):  # many records before the checkpoint
+        for tid, (pid, epoch) in ids.items():
+            await _write(client, tid, pid, epoch, round_, f"{tid}-{round_}".encode())
+            assert await _end(client, tid, pid, epoch, tid != "k2") == 0
+    before_checkpoint = coordinator.log.written
+    await coordinator.checkpoint()
+    pid, epoch = ids["k3"]
+    await _write(client, "k3", pid, epoch, 5, b"open")  # open across the replay
+    expected = (_snapshot(coordinator.index), dict(coordinator.metas), set(coordinator.touched))
+    await coordinator.replay()
+    got = (_snapshot(coordinator.index), dict(coordinator.metas), set(coordinator.touched))
+    assert got == expected
+    # read: the 3 rewritten ids, then k3's AddPartitions; not the ~30 records before
+    assert coordinator.log.written == 4 < before_checkpoint
+    await client.close()
+    await kafka.close()
