@@ -106,8 +106,12 @@ class KafkaLoad:
 
                 def delivered(err: Any, msg: Any, op: Any = op) -> None:
                     if err is None:
+                        # No offset: librdkafka marks a request it had no answer to delivered
+                        # once a later one of the partition succeeds (possibly persisted, then
+                        # in sequence): acknowledged, position unknown (-1, as unplaced).
+                        offset = msg.offset()
                         self.history.send_done(op, OK, broker=BROKER, queue=msg.partition(),
-                                               offset=msg.offset())  # fmt: skip
+                                               offset=-1 if offset is None else offset)  # fmt: skip
                     else:
                         self.error(f"kafka produce: {err.name()}")
                         self.history.send_done(op, UNKNOWN, str(err))
