@@ -220,13 +220,19 @@ class TxnIndex:
                 return None
         out: list[tuple[bytes, int, bool]] = []
         start = pos = kept = 0
-        for _ in range(count):
-            size = _SIZE(records, pos)[0]
-            end = pos + size
+        for index in range(count):
             while 0 <= marker_at < pos:
                 marker_at = records.find(CONTROL_BYTES, marker_at + 1)
-            is_marker = pos <= marker_at < end and _is_marker(records, pos, end)
             offset = _QUEUE_OFFSET(records, pos + OFFSET_QUEUE_OFFSET)[0]
+            if marker_at < 0 and (aborted or not txns.aborted_in(offset, offset + count - index)):
+                # No marker and no aborted record from here on: the rest in one piece, not
+                # walked (offsets run on: a compacted queue's kept records hold no aborted
+                # record, retention/transactions.py)
+                kept += count - index
+                pos = len(records)
+                break
+            end = pos + _SIZE(records, pos)[0]
+            is_marker = pos <= marker_at < end and _is_marker(records, pos, end)
             hide = not aborted and txns.hidden(offset)
             if is_marker or hide:
                 if kept:
