@@ -7,6 +7,7 @@ asserted (timings belong in benchmark output). ~60-90 s on 2 cores, JVM starts m
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -27,6 +28,8 @@ pytestmark = pytest.mark.slow
 def test_smoke_run_feeds_and_drains_kafka_rocketmq_and_wharf() -> None:
     if shutil.which("java") is None:
         pytest.skip("no java on the PATH: install a JDK >= 17 (e.g. openjdk-17-jdk-headless)")
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("the program runs in a network namespace of its own: root, unshare and ip")
     if not all((PEERS / m / "classpath.txt").exists() for m in ("kafka", "rocketmq", "clients")):
         pytest.skip("the peers are not fetched: run `make peers` (needs mvn)")
     proc = subprocess.run(
