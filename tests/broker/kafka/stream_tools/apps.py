@@ -7,7 +7,13 @@ the first instance of the application counts them; once it has answered a quarte
 is stopped (SIGTERM: the tool's graceful stop) while records still arrive, its local state is
 deleted, and a second instance starts: it can only count on from where the first stopped by
 restoring its state from the changelog topic. The counts topic's last value per key must be
-the exact number of records sent with that key."""
+the exact number of records sent with that key.
+
+``between_bursts`` (faust): half the records, all answered by the first instance, which then
+stops; the other half once the second instance says it is ready. faust-streaming 0.15.3 skips
+one record and repeats another per partition when its new worker starts with records waiting
+(against Apache Kafka 4.4.0 too, 1 run in 4: counts 59 and 61 for 60), so a stop mid-stream
+would test faust's luck, not the broker."""
 
 from __future__ import annotations
 
@@ -99,10 +105,24 @@ def _topic_exists(bootstrap: str, topic: str) -> bool:
     return topic in meta and meta[topic].error is None
 
 
+def _wait_for_line(app: App, line: str, deadline: float) -> None:
+    while line not in app.tail(1 << 20):
+        assert time.monotonic() < deadline, f"not seen: {line!r}\n{app.tail()}"
+        assert app.proc.poll() is None, f"exited\n{app.tail()}"
+        time.sleep(0.3)
+
+
 def count_across_a_restart(
-    bootstrap: str, root: Path, script: str, source: str, counts: str, timeout: float = 90.0
+    bootstrap: str,
+    root: Path,
+    script: str,
+    source: str,
+    counts: str,
+    timeout: float = 90.0,
+    between_bursts: str | None = None,
 ) -> CountRun:
-    """The scenario of the module doc; ``root`` holds the instances' data and logs."""
+    """The scenario of the module doc; ``root`` holds the instances' data and logs;
+    ``between_bursts``: the line the application logs once ready."""
     run = CountRun()
     kafka_io.create_topic(bootstrap, source, 2)
     out = kafka_io.producer(bootstrap)
@@ -127,10 +147,11 @@ def count_across_a_restart(
     second = None
     # A first burst; the paced rest once the first instance answers (its start-up, a group
     # join included, takes seconds): the stop below falls while records still arrive.
-    send(0, WARM_UP, 0.0)
-    sender = threading.Thread(target=send, args=(WARM_UP, TOTAL, PACE_S), daemon=True)
+    first_part = TOTAL // 2 if between_bursts else WARM_UP
+    send(0, first_part, 0.0)
+    sender = threading.Thread(target=send, args=(first_part, TOTAL, PACE_S), daemon=True)
     try:
-        while run.answered_by_first < TOTAL // 4:
+        while run.answered_by_first < (first_part if between_bursts else TOTAL // 4):
             assert time.monotonic() < deadline, (
                 f"the first instance answered too few\n{first.tail()}"
             )
@@ -138,13 +159,17 @@ def count_across_a_restart(
             time.sleep(0.3)
             if _topic_exists(bootstrap, counts):
                 run.answered_by_first, _ = _counts(bootstrap, counts)
-            if run.answered_by_first and not sender.is_alive() and sent[0] == WARM_UP:
+            starts = not between_bursts and run.answered_by_first and sent[0] == WARM_UP
+            if starts and not sender.is_alive():
                 sender.start()
         run.sent_at_stop = sent[0]
         assert first.stop() == 0, first.tail()
         shutil.rmtree(root / "first", ignore_errors=True)  # the local state: gone
         run.answered_by_first, _ = _counts(bootstrap, counts)
         second = App(script, bootstrap, root / "second", logs[1])
+        if between_bursts:
+            _wait_for_line(second, between_bursts, deadline)
+            sender.start()
         sender.join(timeout)
         out.flush(20)
         # Done when the counts are final and the second instance has answered records too.
@@ -177,7 +202,9 @@ def tools_bootstrap(daemons: Daemons) -> str:
         "stream-tools",
         # Compacted queues looked at every second (15 s by default, as Kafka's
         # log.cleaner.backoff.ms): the compaction checks wait seconds, not tens.
-        settings={"compactionCheckInterval": 1000},
+        # Groups form at once (Kafka's docs advise a 0 initial rebalance delay in tests; 3 s by
+        # default): each tool forms its groups from empty twice, Connect two of them.
+        settings={"compactionCheckInterval": 1000, "kafkaGroupInitialRebalanceDelayMs": 0},
         extra_args=["--kafka-listen", "127.0.0.1:0"],
     )
     return broker.kafka_endpoint

@@ -44,8 +44,9 @@ def command(module: str, bootstrap: str, work: Path) -> list[str]:
 
 
 def run_all(bootstrap: str, root: Path, timeout: float = 200.0) -> dict[str, dict[str, Any]]:
-    """Both programs at once (one JVM each); each one's result line by module name, with
-    ``_stderr`` (its log: warnings and errors) and ``_wall`` (seconds)."""
+    """Both programs at once, one JVM each (most of their time is start-ups and group
+    joins); each one's result line by module name, with ``_stderr`` (its log: warnings and
+    errors) and ``_wall`` (seconds)."""
     procs = {}
     start = time.monotonic()
     for module in MAINS:

@@ -162,7 +162,7 @@ public final class StreamsTool {
                 for (int i = 0; i < LINES; i++) {
                     producer.send(new ProducerRecord<>(WORDS_IN, "line-" + i, text.get(i))).get();
                     sent.incrementAndGet();
-                    Thread.sleep(25); // ~8 s of lines: the restart falls mid-stream
+                    Thread.sleep(25); // 300 lines in 8 s or more
                 }
             } catch (Exception e) {
                 throw new IllegalStateException(e);
@@ -173,11 +173,11 @@ public final class StreamsTool {
         Path firstDir = Files.createDirectories(work.resolve("streams-first"));
         KafkaStreams first = wordCount(firstDir, restoredFirst);
         first.start();
-        sender.start();
         Map<String, Long> atStop;
         try {
             awaitRunning(first, "the first instance");
             timings.put("first_running", Tools.since(t0));
+            sender.start(); // once it runs (its start-up takes seconds): the close falls mid-stream
             long quarter = (long) LINES * WORDS_PER_LINE / 4;
             Tools.await("the first instance counted a quarter of the words", () -> total(storeCounts(first)) >= quarter, 60_000);
             atStop = storeCounts(first);
