@@ -344,3 +344,19 @@ async def test_aiokafka_transactions(shared: BrokerProcess) -> None:
     assert await read("read_committed", 4) == kept
     dropped = [f"dropped-{i}".encode() for i in range(3)]
     assert await read("read_uncommitted", 7) == kept[:3] + dropped + kept[3:]
+
+
+def test_the_java_client_transactions_and_admin(shared: BrokerProcess, tmp_path: Path) -> None:
+    """Kafka's own Java client (kafka-clients 4.4, tests/java KafkaTxnScenarios): commit,
+    abort and commit, the Admin client describing and listing the open transaction, then
+    its read_committed and read_uncommitted consumers."""
+    from tests import javaclients
+
+    proc = javaclients.run(tmp_path / "home", "dev.wharf.javatests.KafkaTxnScenarios",
+                           shared.kafka_endpoint, "txn", timeout=150)  # fmt: skip
+    out = javaclients.scenario(javaclients.results(proc, 0), "txn")
+    assert (out["described_state"], out["described_partitions"]) == ("Ongoing", 1), out
+    assert out["listed"] >= 1
+    kept = ["kept-0", "kept-1", "kept-2", "last"]
+    assert out["committed"] == kept
+    assert out["uncommitted"] == kept[:3] + [f"dropped-{i}" for i in range(3)] + ["last"]
