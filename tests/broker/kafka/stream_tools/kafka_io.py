@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -70,7 +70,6 @@ def read_log(bootstrap: str, topic: str, timeout: float = 20.0) -> list[Record]:
             "bootstrap.servers": bootstrap,
             "group.id": "wharf-stream-tools-reader",  # never joined nor committed: assign()
             "enable.auto.commit": False,
-            "enable.partition.eof": True,
         }
     )
     try:
@@ -82,21 +81,21 @@ def read_log(bootstrap: str, topic: str, timeout: float = 20.0) -> list[Record]:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
             if high > low:
                 ends[p] = high
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])  # 0: the log start
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
         out: list[Record] = []
         deadline = time.monotonic() + timeout
-        done: set[int] = set()
-        while len(done) < len(ends):
+        left = dict(ends)
+        while left:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{topic}: read {len(out)} records, ends {ends}")
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
-                continue
-            p, offset = msg.partition(), msg.offset()
-            if offset < ends[p]:
-                out.append(Record(p, offset, msg.key(), msg.value()))
-            if offset >= ends[p] - 1:
-                done.add(p)
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None and msg.offset() < ends[msg.partition()]:
+                out.append(Record(msg.partition(), msg.offset(), msg.key(), msg.value()))
+            # Done by the position, not the last record's offset: a transaction's marker or a
+            # compacted gap may end the log with an offset no record has.
+            for tp in consumer.position([TopicPartition(topic, p) for p in left]):
+                if tp.offset >= left[tp.partition]:
+                    del left[tp.partition]
         return sorted(out, key=lambda r: (r.partition, r.offset))
     finally:
         consumer.close()

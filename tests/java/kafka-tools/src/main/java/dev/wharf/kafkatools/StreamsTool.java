@@ -84,6 +84,9 @@ public final class StreamsTool {
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
+        // at_least_once (Streams' default) unless -Dprocessing.guarantee=exactly_once_v2
+        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG,
+            System.getProperty("processing.guarantee", StreamsConfig.AT_LEAST_ONCE));
         // Every update goes to the changelog (no cache folding them): versions to compact.
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
         // Consumed repartition records are deleted (DeleteRecords) twice a second, not every 30 s.
