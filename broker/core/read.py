@@ -221,7 +221,9 @@ class ReadCore:
         deadline = time.monotonic() + wait_ms / 1000
         store = self._store
         long_poll = self._long_poll
-        read = store.get_raw_records if raw else store.get_messages
+        read: Callable[..., GetResult | RawGetResult] = (
+            store.get_raw_records if raw else store.get_messages
+        )
         txns = self.txns if self.txns and not all_records else None
         if txns is not None:
             read = visible_reads(txns, read)
