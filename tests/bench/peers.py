@@ -491,6 +491,8 @@ def rmq_phases(b: Broker, fig: Figures, args: argparse.Namespace, home: Path, v5
     fig.produce_cpu_us = (process_cpu_seconds(b.pid) - cpu) / n * 1e6
     fig.rss_mb = rss_mb(b.pid)
     fig.side_rss_mb = sum(rss_mb(pid) for pid in b.side_pids.values())
+    if fig.side_rss_mb:
+        fig.notes["namesrv_rss_mb"] = round(fig.side_rss_mb)
     fig.failed += int(sent["failed"])
     fig.produce = sent["count"] / sent["seconds"]
     stored = n + 1 - int(sent["failed"])  # and the warm-up send
