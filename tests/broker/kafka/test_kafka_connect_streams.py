@@ -9,8 +9,9 @@ mid-stream (``tests/java/kafka-tools``, ``make java-clients``; two JVMs at once)
   (it reads their cleanup.policy with DescribeConfigs).
 - Kafka Streams counts words (groupBy: a repartition topic; count: a state store and its
   changelog); its first instance closes mid-stream and its state directory is deleted, the
-  second restores the store from the changelog: the counts come out exact. Streams purges the
-  repartition records it has consumed (DeleteRecords).
+  second restores the store from the changelog: the counts come out exact, at least once and
+  (a second run) exactly once (exactly_once_v2: transactions). Streams purges the repartition
+  records it has consumed (DeleteRecords).
 
 Then each tool's compacted topics must be compacted (``stream_tools/kafka_io.py``).
 ``WHARF_STREAM_TOOLS_BOOTSTRAP=host:port`` runs them against another broker (a fresh Apache
@@ -76,10 +77,15 @@ def test_kafka_connect_internal_topics_are_compacted(
         kafka_io.assert_compacted(check)
 
 
+@pytest.mark.parametrize(
+    ("run", "app"),
+    [("streams", "wharf-wordcount"), ("streams-eos", "wharf-wordcount-eos")],
+    ids=["at_least_once", "exactly_once_v2"],
+)
 def test_kafka_streams_word_count_is_restored_from_its_changelog(
-    bootstrap: str, runs: dict[str, dict[str, Any]]
+    bootstrap: str, runs: dict[str, dict[str, Any]], run: str, app: str
 ) -> None:
-    out = java.result(runs, "streams")
+    out = java.result(runs, run)
     expected = out["expected"]
     assert sum(expected.values()) == 1200 and out["sent"] == 300
     # The close fell mid-stream: the first instance counted some words, not all were sent.
@@ -87,9 +93,11 @@ def test_kafka_streams_word_count_is_restored_from_its_changelog(
     # The second instance started with no state directory: its store came from the changelog.
     assert out["restored_by_second"] > 0
     assert out["counts"] == expected
-    assert out["cleanup_policy"]["wharf-wordcount-counts-changelog"] == "compact"
-    # The output topic's last count per word is the store's.
-    last = kafka_io.latest(kafka_io.read_log(bootstrap, "word-counts"))
+    assert out["cleanup_policy"][f"{app}-counts-changelog"] == "compact"
+    # The output topic's last count per word is the store's (exactly_once_v2: its
+    # transactions' markers between the records).
+    output = "word-counts" + run.removeprefix("streams")
+    last = kafka_io.latest(kafka_io.read_log(bootstrap, output))
     assert {k.decode(): struct.unpack(">q", v)[0] for k, v in last.items()} == expected
 
 

@@ -1,17 +1,20 @@
 """Python stream processors with state, against the real daemon's Kafka port: a quixstreams
-application and a faust-streaming application, each counting per key with its state in a
-changelog topic, restarted with its local state gone (quixstreams mid-stream, faust between
-two bursts of records; ``stream_tools/apps.py``: the scenario; ``stream_tools/*_app.py``: the applications, run in the ``make stream-tools``
-venv). Each must restore its counts from the changelog (the counts come out exact), and its
-changelog must be compacted (``stream_tools/kafka_io.py``: the latest value per key, not
-every version). ``WHARF_STREAM_TOOLS_BOOTSTRAP=host:port`` runs them against another broker
-(a fresh Apache Kafka: the applications and checks themselves), where none is expected to
-fail."""
+application (at-least-once, and exactly-once: transactions) and a faust-streaming
+application, each counting per key with its state in a changelog topic, restarted with its
+local state gone (quixstreams mid-stream, faust between two bursts of records;
+``stream_tools/apps.py``: the scenario; ``stream_tools/*_app.py``: the applications, run in
+the ``make stream-tools`` venv). Each must restore its counts from the changelog (the counts
+come out exact), and its changelog must be compacted (``stream_tools/kafka_io.py``: the
+latest value per key, not every version). ``WHARF_STREAM_TOOLS_BOOTSTRAP=host:port`` runs
+them against another broker (a fresh Apache Kafka: the applications and checks themselves),
+where none is expected to fail."""
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,34 +34,44 @@ def bootstrap(module_daemons: Daemons) -> str:
 
 
 @pytest.fixture(scope="module")
-def runs(
-    bootstrap: str, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Future[apps.CountRun]]:
-    """Both applications' scenarios at once (own topics and groups): most of their time is
-    start-ups and group joins."""
-    pool = ThreadPoolExecutor(2)
-    futures = {
-        "quix": pool.submit(
-            apps.count_across_a_restart, bootstrap, tmp_path_factory.mktemp("quix"),
-            "quix_app.py", "qx-words", "qx-counts",
-        ),
-        "faust": pool.submit(
-            apps.count_across_a_restart, bootstrap, tmp_path_factory.mktemp("faust"),
-            "faust_app.py", "fs-words", "fs-counts", between_bursts="[^Worker]: Ready",
-        ),
-    }  # fmt: skip
-    pool.shutdown(wait=True)
-    return futures
+def runs(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, apps.CountRun]:
+    """The scenarios, quixstreams' two in turn beside faust's (own topics and groups): most
+    of their time is start-ups and group joins. A failed one raises where a test asks."""
+
+    def quix(guarantee: str) -> apps.CountRun:
+        suffix = "-eos" if guarantee == "exactly-once" else ""
+        return apps.count_across_a_restart(
+            bootstrap, tmp_path_factory.mktemp(f"quix{suffix}"), "quix_app.py",
+            f"qx-words{suffix}", f"qx-counts{suffix}", args=(guarantee,),
+        )  # fmt: skip
+
+    def faust() -> apps.CountRun:
+        return apps.count_across_a_restart(
+            bootstrap, tmp_path_factory.mktemp("faust"), "faust_app.py", "fs-words",
+            "fs-counts", between_bursts="[^Worker]: Ready",
+        )  # fmt: skip
+
+    with ThreadPoolExecutor(2) as pool:
+        quix_runs = pool.submit(lambda: {g: _outcome(quix, g) for g in GUARANTEES})
+        faust_run = pool.submit(_outcome, faust)
+        return {**quix_runs.result(), "faust": faust_run.result()}
 
 
-@pytest.fixture(scope="module")
-def quix_run(runs: dict[str, Future[apps.CountRun]]) -> apps.CountRun:
-    return runs["quix"].result()
+GUARANTEES = ("at-least-once", "exactly-once")
 
 
-@pytest.fixture(scope="module")
-def faust_run(runs: dict[str, Future[apps.CountRun]]) -> apps.CountRun:
-    return runs["faust"].result()
+def _outcome(scenario: Callable[..., apps.CountRun], *args: str) -> Any:
+    try:
+        return scenario(*args)
+    except Exception as exc:  # raised by the test that reads it
+        return exc
+
+
+def _run(runs: dict[str, Any], name: str) -> apps.CountRun:
+    out = runs[name]
+    if isinstance(out, BaseException):
+        raise out
+    return out
 
 
 def assert_counts_restored(run: apps.CountRun) -> None:
@@ -72,19 +85,24 @@ def assert_counts_restored(run: apps.CountRun) -> None:
     assert run.final == dict(run.sent), f"{run.final} != {dict(run.sent)}\n{run.logs}"
 
 
-def test_quixstreams_count_per_key_is_restored_from_its_changelog(quix_run: apps.CountRun) -> None:
-    assert_counts_restored(quix_run)
+@pytest.mark.parametrize("guarantee", GUARANTEES)
+def test_quixstreams_count_per_key_is_restored_from_its_changelog(
+    runs: dict[str, Any], guarantee: str
+) -> None:
+    assert_counts_restored(_run(runs, guarantee))
 
 
-def test_quixstreams_changelog_is_compacted(bootstrap: str, quix_run: apps.CountRun) -> None:
+def test_quixstreams_changelog_is_compacted(bootstrap: str, runs: dict[str, Any]) -> None:
+    _run(runs, "at-least-once")
     kafka_io.assert_compacted(kafka_io.compact(bootstrap, QUIX_CHANGELOG))
 
 
-def test_faust_table_is_restored_from_its_changelog(faust_run: apps.CountRun) -> None:
-    assert_counts_restored(faust_run)
+def test_faust_table_is_restored_from_its_changelog(runs: dict[str, Any]) -> None:
+    assert_counts_restored(_run(runs, "faust"))
 
 
-def test_faust_table_changelog_is_compacted(bootstrap: str, faust_run: apps.CountRun) -> None:
+def test_faust_table_changelog_is_compacted(bootstrap: str, runs: dict[str, Any]) -> None:
+    _run(runs, "faust")
     kafka_io.assert_compacted(kafka_io.compact(bootstrap, FAUST_CHANGELOG))
 
 

@@ -58,11 +58,13 @@ def streams_python() -> str:
 class App:
     """One instance of an application script, its output in ``log_path``."""
 
-    def __init__(self, script: str, bootstrap: str, data_dir: Path, log_path: Path) -> None:
+    def __init__(
+        self, script: str, bootstrap: str, data_dir: Path, log_path: Path, *args: str
+    ) -> None:
         self.log_path = log_path
         with log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [streams_python(), str(HERE / script), bootstrap, str(data_dir)],
+                [streams_python(), str(HERE / script), bootstrap, str(data_dir), *args],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
 
@@ -120,9 +122,11 @@ def count_across_a_restart(
     counts: str,
     timeout: float = 90.0,
     between_bursts: str | None = None,
+    args: tuple[str, ...] = (),
 ) -> CountRun:
     """The scenario of the module doc; ``root`` holds the instances' data and logs;
-    ``between_bursts``: the line the application logs once ready."""
+    ``between_bursts``: the line the application logs once ready; ``args``: the
+    application's own, after its data directory."""
     run = CountRun()
     kafka_io.create_topic(bootstrap, source, 2)
     out = kafka_io.producer(bootstrap)
@@ -143,7 +147,7 @@ def count_across_a_restart(
 
     deadline = time.monotonic() + timeout
     logs = [root / "first.log", root / "second.log"]
-    first = App(script, bootstrap, root / "first", logs[0])
+    first = App(script, bootstrap, root / "first", logs[0], *args)
     second = None
     # A first burst; the paced rest once the first instance answers (its start-up, a group
     # join included, takes seconds): the stop below falls while records still arrive.
@@ -166,7 +170,7 @@ def count_across_a_restart(
         assert first.stop() == 0, first.tail()
         shutil.rmtree(root / "first", ignore_errors=True)  # the local state: gone
         run.answered_by_first, _ = _counts(bootstrap, counts)
-        second = App(script, bootstrap, root / "second", logs[1])
+        second = App(script, bootstrap, root / "second", logs[1], *args)
         if between_bursts:
             _wait_for_line(second, between_bursts, deadline)
             sender.start()

@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,12 @@ TOOLS = javaclients.JAVA_DIR / "target" / "kafka-tools"
 MAINS = {
     "connect": "dev.wharf.kafkatools.ConnectTool",
     "streams": "dev.wharf.kafkatools.StreamsTool",
+}
+# The runs: name -> (module, JVM options); streams-eos is the word count under exactly_once_v2.
+RUNS: dict[str, tuple[str, list[str]]] = {
+    "connect": ("connect", []),
+    "streams": ("streams", []),
+    "streams-eos": ("streams", ["-Dprocessing.guarantee=exactly_once_v2"]),
 }
 
 
@@ -35,39 +42,55 @@ def require() -> None:
             pytest.skip("Kafka's stream tools are not built: run `make java-clients` (needs mvn)")
 
 
-def command(module: str, bootstrap: str, work: Path) -> list[str]:
+def command(run: str, bootstrap: str, work: Path) -> list[str]:
     require()
+    module, options = RUNS[run]
     classes, jars = TOOLS / module / "classes", TOOLS / module / "classpath.txt"
     work.mkdir(parents=True, exist_ok=True)
     classpath = f"{classes}:{jars.read_text().strip()}"
-    return ["java", *javaclients.JVM, "-cp", classpath, MAINS[module], bootstrap, str(work)]
+    return [
+        "java",
+        *javaclients.JVM,
+        *options,
+        "-cp",
+        classpath,
+        MAINS[module],
+        bootstrap,
+        str(work),
+    ]
 
 
-def run_all(bootstrap: str, root: Path, timeout: float = 200.0) -> dict[str, dict[str, Any]]:
-    """Both programs at once, one JVM each (most of their time is start-ups and group
-    joins); each one's result line by module name, with ``_stderr`` (its log: warnings and
-    errors) and ``_wall`` (seconds)."""
-    procs = {}
+def run_one(run: str, bootstrap: str, root: Path, timeout: float) -> dict[str, Any]:
+    """One program's result line, with ``_stderr`` (its log: warnings and errors) and
+    ``_wall`` (seconds)."""
     start = time.monotonic()
-    for module in MAINS:
-        cmd = command(module, bootstrap, root / module)
-        with (root / f"{module}.err").open("wb") as err:
-            procs[module] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
-    out: dict[str, dict[str, Any]] = {}
-    for module, proc in procs.items():
-        try:
-            stdout, _ = proc.communicate(timeout=max(timeout - (time.monotonic() - start), 1))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, _ = proc.communicate()
-        lines = [line for line in stdout.splitlines() if line.startswith("{")]
-        result = (
-            json.loads(lines[-1]) if lines else {"ok": False, "error": f"exit {proc.returncode}"}
+    with (root / f"{run}.err").open("wb") as err:
+        proc = subprocess.Popen(
+            command(run, bootstrap, root / run), stdout=subprocess.PIPE, stderr=err, text=True
         )
-        result["_stderr"] = (root / f"{module}.err").read_text(errors="replace")
-        result["_wall"] = time.monotonic() - start
-        out[module] = result
-    return out
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, _ = proc.communicate()
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    result = json.loads(lines[-1]) if lines else {"ok": False, "error": f"exit {proc.returncode}"}
+    result["_stderr"] = (root / f"{run}.err").read_text(errors="replace")
+    result["_wall"] = time.monotonic() - start
+    return result
+
+
+def run_all(bootstrap: str, root: Path) -> dict[str, dict[str, Any]]:
+    """Connect beside the two word counts, one after the other (Connect's two workers take
+    as long as both), a JVM each: each run's result by name."""
+    with ThreadPoolExecutor(2) as pool:
+        connect = pool.submit(run_one, "connect", bootstrap, root, 200.0)
+        streams = pool.submit(
+            lambda: {
+                run: run_one(run, bootstrap, root, 100.0) for run in ("streams", "streams-eos")
+            }
+        )
+        return {"connect": connect.result(), **streams.result()}
 
 
 def result(runs: dict[str, dict[str, Any]], module: str) -> dict[str, Any]:

@@ -59,34 +59,47 @@ public final class StreamsTool {
     public static void main(String[] args) {
         bootstrap = args[0];
         work = Path.of(args[1]);
-        Tools.run("streams", StreamsTool::streams);
+        // -Dprocessing.guarantee=exactly_once_v2: the same on topics and an application id of
+        // its own (transactions: KIP-447's producer per thread, read_committed consumers).
+        guarantee = System.getProperty("processing.guarantee", StreamsConfig.AT_LEAST_ONCE);
+        String suffix = guarantee.equals(StreamsConfig.AT_LEAST_ONCE) ? "" : "-eos";
+        app = "wharf-wordcount" + suffix;
+        wordsIn = "words-in" + suffix;
+        countsOut = "word-counts" + suffix;
+        Tools.run("streams" + suffix, StreamsTool::streams);
     }
 
-    static final String APP = "wharf-wordcount";
-    static final String WORDS_IN = "words-in";
-    static final String COUNTS_OUT = "word-counts";
+    private static String guarantee;
+    private static String app;
+    private static String wordsIn;
+    private static String countsOut;
     static final String STORE = "counts";
-    static final String REPARTITION = APP + "-words-repartition";
-    static final String CHANGELOG = APP + "-" + STORE + "-changelog";
     static final int LINES = 300;
+
+    static String repartition() {
+        return app + "-words-repartition";
+    }
+
+    static String changelog() {
+        return app + "-" + STORE + "-changelog";
+    }
+
     static final int WORDS_PER_LINE = 4;
 
     private static KafkaStreams wordCount(Path stateDir, AtomicLong restored) {
         StreamsBuilder builder = new StreamsBuilder();
-        builder.stream(WORDS_IN, Consumed.with(Serdes.String(), Serdes.String()))
+        builder.stream(wordsIn, Consumed.with(Serdes.String(), Serdes.String()))
             .flatMapValues(line -> Arrays.asList(line.split(" ")))
             .groupBy((key, word) -> word, Grouped.with("words", Serdes.String(), Serdes.String()))
             .count(Materialized.as(STORE))
             .toStream()
-            .to(COUNTS_OUT, Produced.with(Serdes.String(), Serdes.Long()));
+            .to(countsOut, Produced.with(Serdes.String(), Serdes.Long()));
         Properties props = new Properties();
-        props.put(StreamsConfig.APPLICATION_ID_CONFIG, APP);
+        props.put(StreamsConfig.APPLICATION_ID_CONFIG, app);
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
-        // at_least_once (Streams' default) unless -Dprocessing.guarantee=exactly_once_v2
-        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG,
-            System.getProperty("processing.guarantee", StreamsConfig.AT_LEAST_ONCE));
+        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, guarantee);
         // Every update goes to the changelog (no cache folding them): versions to compact.
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
         // Consumed repartition records are deleted (DeleteRecords) twice a second, not every 30 s.
@@ -141,8 +154,8 @@ public final class StreamsTool {
         out.put("timings", timings);
         long t0 = System.nanoTime();
         try (Admin admin = Tools.admin(bootstrap)) {
-            Tools.createTopic(admin, WORDS_IN, 2);
-            Tools.createTopic(admin, COUNTS_OUT, 2);
+            Tools.createTopic(admin, wordsIn, 2);
+            Tools.createTopic(admin, countsOut, 2);
         }
         Map<String, Long> expected = new TreeMap<>();
         List<String> text = new ArrayList<>();
@@ -163,7 +176,7 @@ public final class StreamsTool {
             try (KafkaProducer<String, String> producer =
                      new KafkaProducer<>(props, new StringSerializer(), new StringSerializer())) {
                 for (int i = 0; i < LINES; i++) {
-                    producer.send(new ProducerRecord<>(WORDS_IN, "line-" + i, text.get(i))).get();
+                    producer.send(new ProducerRecord<>(wordsIn, "line-" + i, text.get(i))).get();
                     sent.incrementAndGet();
                     Thread.sleep(25); // 300 lines in 8 s or more
                 }
@@ -212,10 +225,10 @@ public final class StreamsTool {
         out.put("sent", sent.get());
         out.put("restored_by_first", restoredFirst.get());
         try (Admin admin = Tools.admin(bootstrap)) {
-            out.put("cleanup_policy", Tools.cleanupPolicies(admin, List.of(CHANGELOG, REPARTITION)));
+            out.put("cleanup_policy", Tools.cleanupPolicies(admin, List.of(changelog(), repartition())));
             Map<TopicPartition, OffsetSpec> earliest = new HashMap<>();
             for (int p = 0; p < 2; p++) {
-                earliest.put(new TopicPartition(REPARTITION, p), OffsetSpec.earliest());
+                earliest.put(new TopicPartition(repartition(), p), OffsetSpec.earliest());
             }
             Map<String, Object> starts = new TreeMap<>();
             admin.listOffsets(earliest).all().get(20, TimeUnit.SECONDS)
