@@ -619,6 +619,10 @@ def main() -> None:
         report([parse_line(line) for line in round_lines(args.pool)])
         return
     in_netns()
+    # SIGTERM (and SIGINT, ignored in a background job) unwind through the finally blocks:
+    # each running broker is stopped by its pid and its files deleted.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     args.flush = "SYNC_FLUSH" if args.flush == "sync" else "ASYNC_FLUSH"
     paths = args.paths.split(",")
     if args.smoke:
