@@ -54,17 +54,8 @@ def messages_at(
     max_bytes: int,
 ) -> GetResult:
     """``get_messages``, from the kept log where one covers ``offset``."""
-    kept = view.covering(topic, queue_id, offset)
-    if kept is None:
-        return get_messages(queue, commit_log, offset, max_count, tag_filter, max_bytes)
-    result = read_kept(
-        kept, offset, max_count, tag_filter, max_bytes,
-        log_start=view.min_offset(topic, queue_id, queue.min_offset if queue else 0),
-        max_offset=queue.max_offset if queue else kept.state.cleaned_to,
-        raw=False,
-        below=lambda at: get_messages(queue, commit_log, at, max_count, tag_filter, max_bytes),
-    )  # fmt: skip
-    return cast(GetResult, result)
+    args = (view, queue, commit_log, topic, queue_id, offset, max_count, tag_filter, max_bytes)
+    return cast(GetResult, _at(get_messages, False, *args))
 
 
 def raw_records_at(
@@ -79,17 +70,35 @@ def raw_records_at(
     max_bytes: int,
 ) -> RawGetResult:
     """``get_raw_records``, from the kept log where one covers ``offset``."""
+    args = (view, queue, commit_log, topic, queue_id, offset, max_count, tag_filter, max_bytes)
+    return cast(RawGetResult, _at(get_raw_records, True, *args))
+
+
+def _at(
+    read: Callable[..., GetResult | RawGetResult],
+    raw: bool,
+    view: KeptView,
+    queue: ConsumeQueue | None,
+    commit_log: CommitLog,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    max_count: int,
+    tag_filter: TagFilter | None,
+    max_bytes: int,
+) -> GetResult | RawGetResult:
+    """``read`` (the consume queue's reader of either form) where no kept log covers
+    ``offset``, else the kept log's answer, ``read`` serving what lies above it."""
     kept = view.covering(topic, queue_id, offset)
     if kept is None:
-        return get_raw_records(queue, commit_log, offset, max_count, tag_filter, max_bytes)
-    result = read_kept(
+        return read(queue, commit_log, offset, max_count, tag_filter, max_bytes)
+    return read_kept(
         kept, offset, max_count, tag_filter, max_bytes,
         log_start=view.min_offset(topic, queue_id, queue.min_offset if queue else 0),
         max_offset=queue.max_offset if queue else kept.state.cleaned_to,
-        raw=True,
-        below=lambda at: get_raw_records(queue, commit_log, at, max_count, tag_filter, max_bytes),
+        raw=raw,
+        below=lambda at: read(queue, commit_log, at, max_count, tag_filter, max_bytes),
     )  # fmt: skip
-    return cast(RawGetResult, result)
 
 
 def read_kept(
