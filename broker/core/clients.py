@@ -137,11 +137,10 @@ class ClientRegistry:
         """Record a consumer's heartbeat; returns the group's membership version. A client id
         another account registered is refused (it would take over its queues)."""
         now = self._clock() if now is None else now
-        members = self.groups.get(group, {})
-        client = members.get(client_id)
-        if client is not None:
+        client = self.groups.get(group, {}).get(client_id)
+        if client is not None:  # checked before the group is made: a refusal creates nothing
             _check_owner(caller, client.owner, client_id)
-        members = self.groups.setdefault(group, members)
+        members = self.groups.setdefault(group, {})
         if client is None:
             members[client_id] = ConsumerClient(
                 client_id, now, subscriptions, message_model, consume_from_where, caller.name
