@@ -7,7 +7,7 @@ PYTEST := $(PY) -m pytest
 .PHONY: setup image images rmq-client rmq4-client stream-tools java-clients peers deploy-secrets run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare bench-peers console-screenshots bench-console clean
 
 # The C sources too: a changed accelerator is rebuilt by the editable install.
-$(STAMP): pyproject.toml $(wildcard store/fast/*.c store/fast/*.h broker/kafka/*.c)
+$(STAMP): pyproject.toml $(wildcard store/fast/*.c store/fast/*.h broker/frontends/kafka/*.c)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,spark,bench,console]'
@@ -251,7 +251,7 @@ SECRETS_DIR  := deploy/secrets
 SECRETS_MODE := 644
 deploy-secrets: $(STAMP)
 	mkdir -p $(SECRETS_DIR)
-	test -e $(SECRETS_DIR)/broker.crt || $(PY) -m wharf.broker.tls.certs --cert $(SECRETS_DIR)/broker.crt \
+	test -e $(SECRETS_DIR)/broker.crt || $(PY) -m wharf.broker.kit.tls.certs --cert $(SECRETS_DIR)/broker.crt \
 	  --key $(SECRETS_DIR)/broker.key --host localhost --host broker \
 	  --host broker-a --host broker-b --host broker-a-1 --host broker-a-2 \
 	  --host namesrv --host namesrv-1 --host namesrv-2 --key-mode $(SECRETS_MODE)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import uvloop
 from wharf.broker.controller import BrokerController, StartupError
-from wharf.broker.serving.gc_policy import FreezeSurvivors
-from wharf.broker.serving.ready_file import write_ready_file_blocking
+from wharf.broker.gc_policy import FreezeSurvivors
+from wharf.broker.kit.ready_file import write_ready_file_blocking
 from wharf.broker.settings import LOG_LEVELS, ConfigError, load_settings
 from wharf.store.fast.malloc import keep_large_buffers_on_heap
 

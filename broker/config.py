@@ -68,15 +68,15 @@ class BrokerConfig:
     # tlsListen), plaintext otherwise.
     wire_listen: str = ""
     # wireTlsListen: the wire port's TLS listener when tlsListen keeps plaintext beside TLS
-    # ("" = tlsListen's host, an ephemeral port; broker/serving/frontend.py TlsSource).
+    # ("" = tlsListen's host, an ephemeral port; broker/frontends/frontend.py TlsSource).
     wire_tls_listen: str = ""
-    # remotingListen: the RocketMQ 4.x remoting port (broker/remoting/), namesrvAddr of 4.x
+    # remotingListen: the RocketMQ 4.x remoting port (broker/frontends/remoting/), namesrvAddr of 4.x
     # clients; 10911 is RocketMQ's own broker port. "off" = none. On its default address a
     # taken port is one warning and the broker serves without it; set explicitly, it stops
     # the broker. remotingTlsListen: its TLS listener beside plaintext (as wireTlsListen).
     remoting_listen: str = "127.0.0.1:10911"
     remoting_tls_listen: str = ""
-    # kafkaListen: the Kafka wire protocol (broker/kafka/), bootstrap.servers of Kafka
+    # kafkaListen: the Kafka wire protocol (broker/frontends/kafka/), bootstrap.servers of Kafka
     # clients; 9092 is Kafka's. "off" = none; a taken default port as remotingListen.
     # kafkaAdvertisedAddress: the host:port Metadata answers name for this broker ("" = the
     # kafkaListen address, a wildcard host replaced by the advertised host): behind NAT or in
@@ -152,7 +152,7 @@ class BrokerConfig:
     max_concurrent_rpcs: int = 20_000
     # maxUnreadPullBytesPerClient: message bytes of pull replies one client connection may leave
     # unread in the broker's buffers; its next pull beyond it gets RESOURCE_EXHAUSTED
-    # (broker/serving/reply_budget.py); a PullMessageStream call's pulls wait instead while the call
+    # (broker/frontends/reply_budget.py); a PullMessageStream call's pulls wait instead while the call
     # holds that much. A held reply costs ~3x its bytes (proto, serialized copy, gRPC
     # slice): 16 MiB held ~50 MiB of RSS for a stopped consumer, which held 584 MiB without it.
     max_unread_pull_bytes_per_client: int = 16 * 1024 * 1024
@@ -167,7 +167,7 @@ class BrokerConfig:
     log_level: str = "INFO"
     # aclEnable: authenticate and authorize every wharf.v1 and apache.rocketmq.v2 request
     # (RocketMQ's name; off by default). Accounts: <storePathRootDir>/config/plain_acl.yml,
-    # reloaded within ~1 s of a change (broker/acl/; gRPC health and reflection stay open).
+    # reloaded within ~1 s of a change (broker/kit/acl/; gRPC health and reflection stay open).
     acl_enable: bool = False
     # aclFile: the accounts file; "" = <storePathRootDir>/config/plain_acl.yml (a compose secret
     # mounts it elsewhere).
@@ -175,7 +175,7 @@ class BrokerConfig:
     # aclMaxClockSkew (ms): a signed request's x-mq-date-time may differ from the broker's
     # clock by this much (15 min); older dates are refused as replays.
     acl_max_clock_skew: int = 900_000
-    # --- TLS (broker/tls/config.py; off by default: nothing changes) ---------------------------------
+    # --- TLS (broker/tls_settings.py; off by default: nothing changes) ---------------------------------
     # tlsEnable: serve gRPC over TLS. Without tlsListen the listen port is TLS-only (grpcio
     # cannot serve plaintext and TLS on one port); with it, listen stays plaintext.
     tls_enable: bool = False
@@ -183,7 +183,7 @@ class BrokerConfig:
     tls_listen: str = ""
     # tlsCertPath / tlsKeyPath: PEM certificate chain and private key. "" = <store>/config/tls/
     # broker.crt and broker.key. Both missing at start: a development pair is generated there
-    # (signed by a one-off CA, broker/tls/certs.py; SHA-256 fingerprint logged).
+    # (signed by a one-off CA, broker/kit/tls/certs.py; SHA-256 fingerprint logged).
     tls_cert_path: str = ""
     tls_key_path: str = ""
     # tlsClientAuth: none | require (mutual TLS: clients present a certificate signed by a CA
@@ -197,7 +197,7 @@ class BrokerConfig:
     # following its reloads), so the bearer token never crosses the network in clear; false
     # keeps it plaintext (a scraper that cannot verify the certificate).
     metrics_tls_enable: bool = True
-    # --- Connection bounds (broker/serving/bounds.py; every asyncio listener: wire, remoting,
+    # --- Connection bounds (broker/kit/bounds.py; every asyncio listener: wire, remoting,
     # Kafka, metrics; gRPC by its own server options) -------------------------------------------
     # connectionMaxIdleMs: a wire or gRPC connection with no call in flight (a parked long
     # poll or an open stream is a call in flight) that sent nothing this long is closed; its
@@ -257,6 +257,14 @@ class Config:
 
     def replace_store(self, **changes: object) -> Config:
         return dataclasses.replace(self, store=self.store.replace(**changes))
+
+    @property
+    def rpc_max_message_size(self) -> int:
+        """gRPC's and the wire port's largest message: grpcMaxMessageSize, or what the largest
+        send batch needs (the store's maxMessageSize plus 1 MiB of framing, at least 16 MiB)."""
+        return self.broker.grpc_max_message_size or max(
+            16 * 1024 * 1024, self.store.max_message_size + 1024 * 1024
+        )
 
 
 def parse_host_port(value: str, setting: str) -> tuple[str, int]:

@@ -1,6 +1,6 @@
 """BrokerContext: what the composition root builds the core from and keeps (the store, the
 metadata tables, the core's services, the broker's lifecycle). The front ends never see it:
-``front_end_kit()`` is what they get (``serving/kit.py``: the port and the shared kit)."""
+``front_end_kit()`` is what they get (``frontends/frontend_kit.py``: the port and the shared kit)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ from wharf.broker.core.read import ReadCore
 from wharf.broker.core.retry import RetryCore
 from wharf.broker.core.send import SendCore
 from wharf.broker.core.transactions import CheckTargets, TransactionCore
+from wharf.broker.frontends.frontend_kit import FrontEndKit, MessageCounters
+from wharf.broker.frontends.reply_budget import ReplyBudget
 from wharf.broker.meta.groups import SubscriptionGroupManager
 from wharf.broker.meta.offsets import ConsumerOffsetManager
 from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.metrics import BrokerMetrics
-from wharf.broker.serving.kit import FrontEndKit, MessageCounters
-from wharf.broker.serving.reply_budget import ReplyBudget
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 
 if TYPE_CHECKING:
@@ -130,5 +130,4 @@ class BrokerContext:
             started_at=lambda: self.started_at,
             shutting_down=lambda: self.shutting_down,
             cluster_routes=lambda: self.cluster_routes,
-            offsets=self.offsets,  # broker/kafka/offsets.py alone (serving/kit.py)
         )

@@ -1,6 +1,6 @@
 """BrokerController, the composition root: owns the store, the metadata managers, the long-poll
 holder and the metrics, builds the core (``BrokerContext``) over them, composes the list of
-front-end parts (``broker/parts.py``; the interface and its order: ``serving/frontend.py``)
+front-end parts (``broker/frontends/roster.py``; the interface and its order: ``frontends/frontend.py``)
 and runs the lifecycle (start -> serve -> graceful shutdown). ``start`` and ``shutdown``
 state their order and why. Nothing here is specific to one protocol.
 
@@ -27,9 +27,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from wharf.broker.acl.guard import AclGuard
-from wharf.broker.acl.rules import FILE_NAME as ACL_FILE_NAME
-from wharf.broker.acl.rules import AclFileError
 from wharf.broker.addresses import default_endpoint, store_config_for
 from wharf.broker.cluster import links
 from wharf.broker.cluster.registration import NamesrvRegistrar, parse_namesrv_addr
@@ -41,6 +38,16 @@ from wharf.broker.core.clients import ClientRegistry
 from wharf.broker.core.long_poll import LongPollHolder
 from wharf.broker.core.transactions import TransactionChecker
 from wharf.broker.failover import Failover
+from wharf.broker.frontends.acl_guard import AclGuard
+from wharf.broker.frontends.composed import FrontEnds
+from wharf.broker.frontends.frontend import FrontEndUnavailable, PortBook, Serving, TlsSource
+from wharf.broker.frontends.reply_budget import ReplyBudget
+from wharf.broker.frontends.roster import PARTS
+from wharf.broker.frontends.tls_source import load_tls
+from wharf.broker.kit.acl.rules import FILE_NAME as ACL_FILE_NAME
+from wharf.broker.kit.acl.rules import AclFileError
+from wharf.broker.kit.health import HealthBoard
+from wharf.broker.kit.tls.reload import CertificateReloader
 from wharf.broker.meta.groups import SubscriptionGroupManager
 from wharf.broker.meta.offsets import ConsumerOffsetManager
 from wharf.broker.meta.persister import MetadataPersister
@@ -48,15 +55,8 @@ from wharf.broker.meta.topics import TopicConfigManager
 from wharf.broker.metrics import BrokerMetrics
 from wharf.broker.metrics.http import read_token_file_blocking
 from wharf.broker.metrics.view import BrokerView, broker_view
-from wharf.broker.parts import PARTS
-from wharf.broker.serving.front_ends import FrontEnds
-from wharf.broker.serving.frontend import FrontEndUnavailable, PortBook, Serving, TlsSource
-from wharf.broker.serving.health import HealthBoard
-from wharf.broker.serving.reply_budget import ReplyBudget
 from wharf.broker.settings import parse_delay_levels
-from wharf.broker.tls.config import ServerTls
-from wharf.broker.tls.reload import CertificateReloader
-from wharf.broker.tls.source import load_tls
+from wharf.broker.tls_settings import ServerTls
 from wharf.store import ConsumerLink
 from wharf.store.codec import SCHEDULE_TOPIC
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
@@ -134,7 +134,7 @@ class BrokerController:
         self.topics.durable = self.groups.durable = self.persister.durable  # admin answers wait
         sync_offsets = config.store.flush_disk_type == "SYNC_FLUSH"  # else written, not fsynced
         self.offsets.durable = lambda: self.fanout.offsets_durable(self.offsets, sync_offsets)
-        # aclEnable: the guard every front end runs first (broker/acl/guard.py).
+        # aclEnable: the guard every front end runs first (broker/frontends/acl_guard.py).
         self.acl: AclGuard | None = None
         if broker.acl_enable:
             self.acl = AclGuard(

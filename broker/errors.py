@@ -1,6 +1,6 @@
 """The broker's error family and THE one table mapping domain/store errors to gRPC statuses.
 
-Processors raise these (or let store errors through); the RPC wrapper in ``serving/rpc.py`` turns any
+Processors raise these (or let store errors through); the RPC wrapper in ``frontends/grpc/rpc.py`` turns any
 of them into a status with the exception's message, which must tell the user what to do.
 """
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from wharf.broker.cluster.registration import parse_namesrv_addr
 from wharf.broker.config import BrokerConfig, Config, StoreConfig, parse_host_port
-from wharf.broker.toml_file import read_settings_file
+from wharf.broker.kit.toml_file import read_settings_file
 from wharf.store.config import (
     StoreConfigError,
     check_setting,
@@ -106,7 +106,7 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
 _ZERO_OK = {
     "broker_id",
     "grpc_max_message_size",
-    # Connection bounds: 0 = no limit (broker/serving/bounds.py).
+    # Connection bounds: 0 = no limit (broker/kit/bounds.py).
     "connection_max_idle_ms",
     "server_channel_max_idle_time_seconds",
     "kafka_connections_max_idle_ms",

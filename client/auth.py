@@ -1,5 +1,5 @@
 """Request signing for brokers with ``aclEnable``: RocketMQ 5's scheme, as the official
-clients compute it (the broker side is wharf.broker.acl.signature).
+clients compute it (the broker side is wharf.broker.kit.acl.signature).
 
 Every call carries ``x-mq-date-time: <UTC now, YYYYMMDDTHHMMSSZ>`` and
 ``authorization: MQv2-HMAC-SHA1 Credential=<ak>, SignedHeaders=x-mq-date-time,

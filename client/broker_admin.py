@@ -36,7 +36,7 @@ def page_topics(
     last name of the previous page), at most ``limit`` of them (0: all), sorted by name, with
     their ``stats`` when the reply has them. Made on the client: ListTopicsRequest has no such
     fields (a proto change, ``make proto``), and the broker answers 25,000 topics in ~1 ms
-    from its cached reply (broker/v1/admin.py), ~0.5 MB."""
+    from its cached reply (broker/frontends/v1/admin.py), ~0.5 MB."""
     stats = {s.name: s for s in reply.stats}
     names = sorted(
         (t.name, i)

@@ -272,7 +272,7 @@ def write_bytes_atomic_blocking(
     file mode, private from its first byte), fsync it, optionally move the old file to
     ``backup_of(path)``, rename the tmp over ``path`` (atomic on POSIX) and sync the directory.
     The store's and the broker's atomic file writer (the NameServer, which must not import the
-    store, keeps its own in ``wharf.broker.tls.certs``)."""
+    store, keeps its own in ``wharf.broker.kit.tls.certs``)."""
     with _lock_of(path):
         _write_bytes_atomic_blocking(path, data, keep_backup)
 

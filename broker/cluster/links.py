@@ -16,13 +16,13 @@ from wharf.broker.cluster.registration import Identity, NamesrvRegistrar, parse_
 from wharf.broker.config import BrokerConfig, Config
 from wharf.broker.errors import NotReplicatedError
 from wharf.broker.failover import AetcdEtcd, Failover
+from wharf.broker.frontends.frontend import FrontEndUnavailable
+from wharf.broker.kit.tls.contexts import server_ssl_context
+from wharf.broker.kit.tls.reload import CertificateReloader
 from wharf.broker.meta.persist import dumps
 from wharf.broker.meta.persister import MetadataPersister, Table
 from wharf.broker.meta.topics import TopicConfigManager
-from wharf.broker.serving.frontend import FrontEndUnavailable
-from wharf.broker.tls.config import ServerTls
-from wharf.broker.tls.contexts import server_ssl_context
-from wharf.broker.tls.reload import CertificateReloader
+from wharf.broker.tls_settings import ServerTls
 from wharf.client.channel import open_channel as open_client_channel
 from wharf.client.channel import tls_config as client_tls_config
 from wharf.client.errors import InvalidArgumentError

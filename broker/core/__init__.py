@@ -9,11 +9,11 @@ a front end's code), and the core itself uses only the store's public surface (`
 exports, values, errors and the record codec; an import-linter contract).
 
 Contract:
-- The front ends (``broker/v1/`` = wharf.v1, ``broker/v2/`` = apache.rocketmq.v2,
-  ``broker/remoting/`` = RocketMQ 4.x remoting, ``broker/kafka/``) are adapters: request -> core call -> reply.
+- The front ends (``broker/frontends/v1/`` = wharf.v1, ``broker/frontends/v2/`` = apache.rocketmq.v2,
+  ``broker/frontends/remoting/`` = RocketMQ 4.x remoting, ``broker/frontends/kafka/``) are adapters: request -> core call -> reply.
   They own their wire types, their request shape checks and their error tables
-  (``broker/errors.py`` ``status_for``, ``broker/v2/codes.py`` ``code_for``,
-  ``broker/remoting/handlers.py``); the core owns admission (``SendCore.topic`` /
+  (``broker/errors.py`` ``status_for``, ``broker/frontends/v2/codes.py`` ``code_for``,
+  ``broker/frontends/remoting/handlers.py``); the core owns admission (``SendCore.topic`` /
   ``lookup``, the shutting-down refusal included), the rules, queue selection, dedupe, the
   read and its read-your-writes wait (``ReadCore.own_writes_visible``), body decoding
   (``bodies.py``), pop, the client registry, transactions and the store calls.
@@ -36,7 +36,7 @@ disk; topic statistics, a group's progress), ``retry.py`` (a consumed message se
 retry or to the dead letters),
 ``validate.py`` (the message rules), ``bodies.py`` (a stored body as a reader receives it:
 the compression flag decided once; the mapping of one message across every protocol is the
-table of broker/kafka/README.md "Mapping"), ``model.py`` (values), ``errors.py`` (refusals and
+table of broker/frontends/kafka/README.md "Mapping"), ``model.py`` (values), ``errors.py`` (refusals and
 reasons), ``long_poll.py`` (parked reads), ``tags.py`` (filters), ``background.py`` (client
 expiry, pop progress), ``policies.py`` (the topics' cleanup policies the store's retention and
 compaction follow).

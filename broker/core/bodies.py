@@ -11,7 +11,7 @@ with the flag:
 - apache.rocketmq.v2 (bodies leave IDENTITY-encoded) and Kafka (the record value is the body)
   cannot carry it: their readers get ``plain_body``, the inflated body.
 
-The mapping of every other field across protocols: broker/kafka/README.md "Mapping".
+The mapping of every other field across protocols: broker/frontends/kafka/README.md "Mapping".
 """
 
 from __future__ import annotations

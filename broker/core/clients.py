@@ -31,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from wharf.broker.acl.caller import ANYONE, Caller
 from wharf.broker.errors import PermissionDeniedError
+from wharf.broker.kit.acl.caller import ANYONE, Caller
 
 CLIENT_TIMEOUT_S = 120.0  # channelExpiredTimeout's default (RocketMQ's 2 min)
 MAX_SESSIONS = 65536

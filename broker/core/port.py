@@ -134,6 +134,12 @@ class Messaging(Protocol):
         """The committed offset, -1 when the group never committed for that queue."""
         ...
 
+    async def offsets_durable(self) -> None:
+        """Returns once every offset committed so far is in the offsets file's journal (and,
+        under SYNC_MASTER, applied by the in-sync replicas): the wait before a commit is
+        answered. Raises NotReplicatedError, MasterFencedError or UnavailableError."""
+        ...
+
     # --- read-your-own-writes, queue offsets --------------------------------------------------
     async def wait_own_writes(self, request: RequestContext) -> bool:
         """Read-your-writes: wait (once, within the request's deadline) for the dispatch of

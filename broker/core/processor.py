@@ -141,6 +141,9 @@ class CoreProcessor:
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
         return self._offsets.query(group, topic, queue_id)
 
+    async def offsets_durable(self) -> None:
+        await self._offsets.durable()
+
     # --- read-your-own-writes, queue offsets ----------------------------------------------------
     async def wait_own_writes(self, request: RequestContext) -> bool:
         if request.deadline is not None and request.remaining(DISPATCH_WAIT_S) <= 0:

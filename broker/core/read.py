@@ -86,7 +86,7 @@ def read_status(result: GetResult | RawGetResult, offset: int) -> ReadStatus:
 
 
 class ReplyGate(Protocol):
-    """A front end's budget of unread replies (broker/serving/reply_budget.py): the read waits
+    """A front end's budget of unread replies (broker/frontends/reply_budget.py): the read waits
     for ``room`` while ``full``, ``admit`` refuses (ResourceExhaustedError) before a read when
     the client's budget is spent, ``long_polling`` marks a parked read."""
 

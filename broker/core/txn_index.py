@@ -22,7 +22,7 @@ has to find out which producer wrote a record inside a range: records are one st
 each, and only the first of a batch carries the producer's mark. Memory: ~100 bytes a run;
 consecutive batches of one transaction merge into one run, so an aborted transaction costs
 one run per partition unless other producers interleaved. What fills the index is rebuilt
-after a restart by the Kafka coordinator (its log, ``broker/kafka/txn/``).
+after a restart by the Kafka coordinator (its log, ``broker/frontends/kafka/txn/``).
 """
 
 from __future__ import annotations

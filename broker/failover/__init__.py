@@ -20,7 +20,7 @@ from wharf.broker.failover.role import Replication, StoreRole
 
 
 class MasterTransfer(Protocol):
-    """What TransferMaster (broker/v1/admin.py) uses of failover, and the Kafka front end's
+    """What TransferMaster (broker/frontends/v1/admin.py) uses of failover, and the Kafka front end's
     leadership (``leads``: elected, the store promoted, the term not lost)."""
 
     is_master: bool

@@ -3,7 +3,7 @@ pool of ``RENDER_THREADS`` threads.
 
 Connections are read by the event loop (no thread per connection: a thread each, before the
 token was checked, made 2,000 half-sent requests 2,016 threads) and bounded by the listener
-guard (broker/serving/bounds.py): ``METRICS_LIMITS``, a request head of ``MAX_HEAD_BYTES``.
+guard (broker/kit/bounds.py): ``METRICS_LIMITS``, a request head of ``MAX_HEAD_BYTES``.
 A request whose head is whole is rendered on the pool (the render hands its snapshot to the
 loop, ``BrokerMetrics``); one request per connection, answered with ``Connection: close``, as
 the wsgiref server did (Prometheus reconnects each scrape). Binding port 0 picks an ephemeral
@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from wharf.broker.kit.bounds import ListenerGuard, ListenerLimits
 from wharf.broker.metrics.exposition import WsgiApp, metrics_app
-from wharf.broker.serving.bounds import ListenerGuard, ListenerLimits
 
 log = logging.getLogger("broker.metrics")
 

@@ -8,11 +8,11 @@ heartbeat (their session breaks and they reconnect). Exit codes: 0 clean stop, 1
 routes over remoting (``remoting.py``); ``"remoting"`` in the ready file is the address they
 dial (null when off).
 
-aclEnable and tlsEnable work as the broker's (``wharf.broker.acl.accounts``,
-``wharf.broker.tls.material``, ``wharf.broker.tls.reload``): see ``config.py``. They hold on
+aclEnable and tlsEnable work as the broker's (``wharf.broker.kit.acl.accounts``,
+``wharf.broker.kit.tls.material``, ``wharf.broker.kit.tls.reload``): see ``config.py``. They hold on
 the remoting port too: RocketMQ 4 signatures against the same accounts
-(``wharf.broker.remoting.acl``), TLS only with the same certificate
-(``wharf.broker.remoting.tls``).
+(``wharf.broker.kit.remoting.acl``), TLS only with the same certificate
+(``wharf.broker.kit.remoting.tls``).
 """
 
 from __future__ import annotations
@@ -31,8 +31,16 @@ import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from wharf import keepalive
-from wharf.broker.acl.accounts import AccountChecker
-from wharf.broker.acl.rules import AclFileError
+from wharf.broker.kit.acl.accounts import AccountChecker
+from wharf.broker.kit.acl.rules import AclFileError
+from wharf.broker.kit.bounds import ListenerGuard, ListenerLimits
+from wharf.broker.kit.ready_file import write_ready_file_blocking
+from wharf.broker.kit.remoting.acl import RemotingAcl
+from wharf.broker.kit.remoting.server import RemotingServer
+from wharf.broker.kit.remoting.tls import server_context
+from wharf.broker.kit.tls.certs import generate_development_pair_blocking
+from wharf.broker.kit.tls.material import TlsError, log_certificate, read_server_tls_blocking
+from wharf.broker.kit.tls.reload import CertificateReloader
 from wharf.broker.namesrv.config import (
     LOG_LEVELS,
     ConfigError,
@@ -42,14 +50,6 @@ from wharf.broker.namesrv.config import (
 from wharf.broker.namesrv.remoting import NamesrvRemoting, RemotingStartError, reserve
 from wharf.broker.namesrv.routes import RouteTable
 from wharf.broker.namesrv.service import NameService
-from wharf.broker.remoting.acl import RemotingAcl
-from wharf.broker.remoting.server import RemotingServer
-from wharf.broker.remoting.tls import server_context
-from wharf.broker.serving.bounds import ListenerGuard, ListenerLimits
-from wharf.broker.serving.ready_file import write_ready_file_blocking
-from wharf.broker.tls.certs import generate_development_pair_blocking
-from wharf.broker.tls.material import TlsError, log_certificate, read_server_tls_blocking
-from wharf.broker.tls.reload import CertificateReloader
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 
 log = logging.getLogger("wharf.namesrv")
@@ -200,7 +200,7 @@ async def _grpc_server(service: NameService, config: NamesrvConfig) -> grpc.aio.
     yet."""
     # Accept the SDK's keepalive pings on route watches and idle connections (wharf.keepalive):
     # gRPC's defaults answer them with GOAWAY "too_many_pings" after three. The connection
-    # bounds in gRPC core's terms, as the broker's (serving/grpc_part.py bound_options).
+    # bounds in gRPC core's terms, as the broker's (frontends/grpc/part.py bound_options).
     bounds = [
         (option, value)
         for option, value in (

@@ -2,8 +2,9 @@
 file (RocketMQ's camelCase names) < ``WHARF_NAMESRV_<UPPER_SNAKE>`` environment < flags.
 Unknown TOML keys and bad values raise ConfigError naming the setting (exit code 2).
 
-Its own small loader: the NameServer imports nothing of the broker or the store (a separate
-failure domain with a tiny dependency set; the import-linter contract holds it to that).
+Its own small loader: of the broker the NameServer imports only the kit both share
+(broker/kit/), and nothing of the store (a separate failure domain with a tiny dependency set;
+the import-linter contract holds it to that).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wharf.broker.toml_file import read_settings_file
+from wharf.broker.kit.toml_file import read_settings_file
 
 ENV_PREFIX = "WHARF_NAMESRV_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")

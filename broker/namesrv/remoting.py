@@ -22,17 +22,16 @@ for every group registered with this NameServer, over the same ``RouteTable`` as
   the group holds (0 for an unknown name), as Apache's DefaultRequestProcessor.
 
 Anything else: 3 REQUEST_CODE_NOT_SUPPORTED (``server.py``). The JSON is built by
-``wharf.broker.remoting.routes``, shared with a broker's own answers.
+``wharf.broker.kit.remoting.routes``, shared with a broker's own answers.
 """
 
 from __future__ import annotations
 
 import logging
 
-from wharf.broker.namesrv.routes import PERM_WRITE, LiveBroker, RouteTable
-from wharf.broker.remoting.codes import RequestCode, ResponseCode
-from wharf.broker.remoting.frame import RemotingCommand, response_to
-from wharf.broker.remoting.routes import (
+from wharf.broker.kit.remoting.codes import RequestCode, ResponseCode
+from wharf.broker.kit.remoting.frame import RemotingCommand, response_to
+from wharf.broker.kit.remoting.routes import (
     GroupAddresses,
     GroupQueues,
     cluster_info_response,
@@ -42,7 +41,8 @@ from wharf.broker.remoting.routes import (
     topic_list_response,
     topic_not_exist,
 )
-from wharf.broker.remoting.server import Connection, Handler, RemotingServer, RemotingStartError
+from wharf.broker.kit.remoting.server import Connection, Handler, RemotingServer, RemotingStartError
+from wharf.broker.namesrv.routes import PERM_WRITE, LiveBroker, RouteTable
 
 __all__ = ["NamesrvRemoting", "RemotingStartError", "reserve"]
 

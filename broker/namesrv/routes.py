@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 BrokerKey = tuple[str, str, int]  # cluster, broker name, broker id
 Watcher = Callable[[set[str]], None]  # the topics whose route changed
-PERM_WRITE = 2  # RocketMQ's PermName.PERM_WRITE (the NameServer imports nothing of the broker)
+PERM_WRITE = 2  # RocketMQ's PermName.PERM_WRITE (the NameServer imports only the broker's kit)
 
 
 @dataclass(frozen=True, slots=True)

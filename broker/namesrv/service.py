@@ -11,7 +11,7 @@ QueryRoute answers NOT_FOUND for a topic no live master holds; WatchRoutes pushe
 (topic, version) when a watched route changes, 0 when it is gone.
 
 With an ``AccountChecker`` (aclEnable) every call is authenticated first, as the broker's
-calls are (``wharf.broker.acl.accounts``), and authorized: BrokerSession needs an admin
+calls are (``wharf.broker.kit.acl.accounts``), and authorized: BrokerSession needs an admin
 account, QueryRoute PUB or SUB on the topic, WatchRoutes the same on each watched topic (an
 admin to watch every topic), GetClusterInfo any account. Refusals: UNAUTHENTICATED /
 PERMISSION_DENIED naming the user and what it lacks (logged at most once a minute per kind).
@@ -24,9 +24,9 @@ import logging
 from collections.abc import AsyncIterator
 
 import grpc
-from wharf.broker.acl.accounts import AccountChecker, Denied, Unauthenticated
-from wharf.broker.acl.rules import Perm
-from wharf.broker.acl.table import ADMIN, Need
+from wharf.broker.kit.acl.accounts import AccountChecker, Denied, Unauthenticated
+from wharf.broker.kit.acl.rules import Perm
+from wharf.broker.kit.acl.table import ADMIN, Need
 from wharf.broker.namesrv.routes import BrokerKey, RouteTable, TopicQueues
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 

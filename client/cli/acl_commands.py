@@ -8,7 +8,7 @@ network or appear in an RPC reply, and the file's owner-only mode (0600, kept on
 is the protection, as for RocketMQ 4's plain_acl.yml. Writes are atomic (temporary file +
 rename): the broker never reads half a file. Comments in the file are not kept.
 
-The format is the broker's (wharf.broker.acl.rules, which this package may not import: the
+The format is the broker's (wharf.broker.kit.acl.rules, which this package may not import: the
 client never reaches into the broker); a file the broker would refuse is refused here too for
 the fields these commands write (permission words, access key characters), and the broker
 validates the whole file again on reload.

@@ -47,7 +47,7 @@ PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 PROPERTY_CHECK_IMMUNITY_TIME = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 # Wharf: the half-queue offset a committed copy or a rollback marker resolves.
 PROPERTY_TRAN_HALF_OFFSET = "TRAN_HALF_OFFSET"
-# Kafka's record key and null value as the Kafka front end stores them (broker/kafka/convert.py):
+# Kafka's record key and null value as the Kafka front end stores them (broker/frontends/kafka/convert.py):
 # a key that is not plain text, base64; a null value (a tombstone) marks a placeholder body.
 # Not named PROPERTY_*: those are the system properties every reader's user properties leave
 # out (broker/core/validate.py SYSTEM_PROPERTY_NAMES); these stay what they were.

@@ -6,7 +6,7 @@ vs off, in the same run (interleaved rounds: off, on, off, on ...).
 
 Per round and mode a fresh daemon (ASYNC_FLUSH, 4 queues) is started; with ACL on it has one
 account with PUB|SUB on the topic and group, and every client call is signed
-(wharf.client.auth) and checked (wharf.broker.acl). Phases:
+(wharf.client.auth) and checked (wharf.broker.kit.acl). Phases:
 
 - produce: ``--messages`` sends of ``--size`` bytes, all issued at once through one Producer
   (its stream batches them: one signature check per batch request / stream, not per message);

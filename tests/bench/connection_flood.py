@@ -1,4 +1,4 @@
-"""The connection bounds at full size (broker/serving/bounds.py): 5,000 idle connections on
+"""The connection bounds at full size (broker/kit/bounds.py): 5,000 idle connections on
 each of the wire, remoting and Kafka ports, then 5 connections x 10,000 calls without
 credentials on the wire port, against a broker with aclEnable and the default bounds (except
 ``--per-address``), while a normal client sends and receives. Reports per port how many

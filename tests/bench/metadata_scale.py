@@ -209,7 +209,7 @@ async def persistence(args: argparse.Namespace, directory: Path) -> None:
 def listing(args: argparse.Namespace) -> None:
     """The broker's side of ListTopics: the table's sorted listing and the reply built from it
     (AdminService._topic_listing; a second call finds it cached)."""
-    from wharf.broker.v1 import admin
+    from wharf.broker.frontends.v1 import admin
 
     topics = TopicConfigManager(default_queue_nums=QUEUES, auto_create=True)
     for i in range(args.topics):

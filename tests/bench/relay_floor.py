@@ -52,7 +52,7 @@ from typing import Any
 import grpc
 import uvloop
 from grpc import aio
-from wharf.broker.wire.server import WireServer
+from wharf.broker.frontends.wire.server import WireServer
 from wharf.client.bench.pacing import WARMUP_S, due_batches
 from wharf.client.wire_channel import WireChannel
 from wharf.store.log.sync_engine import NativeSyncEngine, SyncPlan, native_syncer_type

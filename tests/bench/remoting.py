@@ -14,7 +14,7 @@ phases run once, after them. About 5 minutes with the defaults on 2 cores.
 
 - ``remoting 310 x1``: SEND_MESSAGE_V2, one message per request, ``--window`` requests in
   flight on one connection (a raw asyncio client of this module over the codec of
-  broker/remoting: frame.py, headers.py, batch.py), properties as a Java producer sets them
+  broker/frontends/remoting: frame.py, headers.py, batch.py), properties as a Java producer sets them
   (UNIQ_KEY, WAIT), queues round-robin.
 - ``remoting 320 x16``: SEND_BATCH_MESSAGE, ``--batch`` messages per request
   (``encodeMessages``), the same window.
@@ -59,10 +59,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import uvloop
-from wharf.broker.remoting.batch import BatchMessage, encode_messages
-from wharf.broker.remoting.codes import PULL_FLAG_SUBSCRIPTION, RequestCode, ResponseCode
-from wharf.broker.remoting.frame import FrameDecoder, RemotingCommand, encode
-from wharf.broker.remoting.headers import SEND_V2_FIELD_NAMES
+from wharf.broker.frontends.remoting.batch import BatchMessage, encode_messages
+from wharf.broker.frontends.remoting.headers import SEND_V2_FIELD_NAMES
+from wharf.broker.kit.remoting.codes import PULL_FLAG_SUBSCRIPTION, RequestCode, ResponseCode
+from wharf.broker.kit.remoting.frame import FrameDecoder, RemotingCommand, encode
 from wharf.client import Producer
 from wharf.client.consumer.pull import PullConsumer, PullStatus
 from wharf.client.message import MessageQueue

@@ -64,7 +64,7 @@ def _records(topic: str, count: int, first_id: int) -> bytes:
 
 async def _inner(topics: int, requests: int) -> None:
     """The measured process: a warmed broker, then ``requests`` sends of the prepared load."""
-    from wharf.broker.v1.send import SendProcessor
+    from wharf.broker.frontends.v1.send import SendProcessor
     from wharf.v1 import messaging_pb2
 
     from tests.inproc import start_inproc

@@ -5,7 +5,7 @@
 One process, uvloop, 127.0.0.1, a 4-byte payload echoed: a raw asyncio TCP connection
 (streams API: what a Redis client's request costs the transport), a grpc.aio bidi-stream
 message (Wharf's SendMessageStream and PullMessageStream hops) and a grpc.aio unary call, and
-the same two over Wharf's wire port (broker/wire/server.py serving the same handlers,
+the same two over Wharf's wire port (broker/frontends/wire/server.py serving the same handlers,
 client/wire_channel.py).
 Prints p50 and p99 of each after 100 untimed round trips, and each one's ratio to raw TCP.
 """
@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import grpc
 import uvloop
 from grpc import aio
-from wharf.broker.wire.server import WireServer
+from wharf.broker.frontends.wire.server import WireServer
 from wharf.client.wire_channel import WireChannel
 
 WARMUP = 100

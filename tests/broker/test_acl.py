@@ -25,10 +25,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wharf.broker.acl import rules as acl_rules
-from wharf.broker.acl import signature
-from wharf.broker.acl.guard import AclGuard
-from wharf.broker.acl.table import ACCESS, V1_ADMIN, V1_MESSAGING, V2_MESSAGING
+from wharf.broker.frontends.acl_guard import AclGuard
+from wharf.broker.kit.acl import rules as acl_rules
+from wharf.broker.kit.acl import signature
+from wharf.broker.kit.acl.table import ACCESS, V1_ADMIN, V1_MESSAGING, V2_MESSAGING
 from wharf.client import Producer, PullConsumer, UnauthenticatedError
 from wharf.client.admin import Admin
 from wharf.client.errors import PermissionDeniedError
@@ -573,7 +573,7 @@ def _guard(rules: str) -> AclGuard:
 
 
 def test_global_and_per_user_address_allow_lists() -> None:
-    from wharf.broker.acl.guard import Denied, peer_address
+    from wharf.broker.frontends.acl_guard import Denied, peer_address
 
     guard = _guard(
         "globalWhiteRemoteAddresses: ['10.0.0.0/8', '192.168.0.*', '::1']\n"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from wharf.broker.remoting.codes import RequestCode, ResponseCode
+from wharf.broker.kit.remoting.codes import RequestCode, ResponseCode
 
 from tests.broker.remoting.test_server import Client, _pull_fields, _records, _send_fields
 from tests.harness import Daemons

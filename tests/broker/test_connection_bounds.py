@@ -1,4 +1,4 @@
-"""Connection bounds on every listener (broker/serving/bounds.py, the wire, remoting and Kafka
+"""Connection bounds on every listener (broker/kit/bounds.py, the wire, remoting and Kafka
 connections' own, gRPC's server options, the metrics server): a slowloris is cut after the
 read deadline, idle connections past the per-address cap are refused and the rest closed
 once idle while a normal client goes on, and a flood of calls without credentials on the
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 from wharf import wire
-from wharf.broker.remoting.codes import RequestCode
-from wharf.broker.remoting.frame import FrameDecoder, RemotingCommand, encode
-from wharf.broker.serving.bounds import FrameBudget, ListenerGuard, ListenerLimits
+from wharf.broker.kit.bounds import FrameBudget, ListenerGuard, ListenerLimits
+from wharf.broker.kit.remoting.codes import RequestCode
+from wharf.broker.kit.remoting.frame import FrameDecoder, RemotingCommand, encode
 from wharf.client import MessageQueue, Producer, PullConsumer
 
 from tests.broker.acl_helpers import ACL_SETTINGS, ADMIN, GROUP, TOPIC, write_acl

@@ -1,10 +1,10 @@
-"""Wire <-> store conversions (the hot-path code in broker/v1/convert.py)."""
+"""Wire <-> store conversions (the hot-path code in broker/frontends/v1/convert.py)."""
 
 from __future__ import annotations
 
 import pytest
 from wharf.broker.errors import InvalidArgumentError
-from wharf.broker.v1.convert import add_views, to_inputs
+from wharf.broker.frontends.v1.convert import add_views, to_inputs
 from wharf.store.codec import create_offset_msg_id
 from wharf.store.codec.ids import OffsetMsgIdFormatter, UniqueIdGenerator
 from wharf.store.model import StoredMessage

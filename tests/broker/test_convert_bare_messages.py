@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from wharf.broker.errors import InvalidArgumentError
-from wharf.broker.v1.convert import to_inputs
+from wharf.broker.frontends.v1.convert import to_inputs
 from wharf.store.codec import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from wharf.store.codec.ids import UniqueIdGenerator
 from wharf.store.model import PutStatus

@@ -18,9 +18,9 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from wharf.broker.serving.front_ends import FrontEnds
-from wharf.broker.serving.frontend import FrontEndUnavailable, PortBook, TlsSource
-from wharf.broker.serving.tcp import drain
+from wharf.broker.frontends.composed import FrontEnds
+from wharf.broker.frontends.frontend import FrontEndUnavailable, PortBook, TlsSource
+from wharf.broker.frontends.tcp import drain
 from wharf.broker.settings import load_settings
 
 from tests.broker.remoting.test_server import Client

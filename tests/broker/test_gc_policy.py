@@ -1,4 +1,4 @@
-"""The daemon's collector policy (broker/serving/gc_policy.py): a long full collection is
+"""The daemon's collector policy (broker/gc_policy.py): a long full collection is
 followed by a freeze of its survivors; a short one, or a young one, is not; garbage made
 after the freeze is still collected."""
 
@@ -10,7 +10,7 @@ import weakref
 from collections.abc import Iterator
 
 import pytest
-from wharf.broker.serving.gc_policy import FreezeSurvivors
+from wharf.broker.gc_policy import FreezeSurvivors
 
 
 class _Node:

@@ -1,6 +1,6 @@
 """One message, every protocol: against ONE daemon, each producer path sends the same messages
 and each consumer path reads every one of them, checking the body bytes, the key, the tag and
-the properties as its protocol defines them (the mapping: broker/kafka/README.md "Mapping").
+the properties as its protocol defines them (the mapping: broker/frontends/kafka/README.md "Mapping").
 
 Producers (one topic each): wharf.v1 over gRPC and over the wire port (the SDK's Producer,
 which zlib-compresses bodies over 4 KiB), RocketMQ 4.x remoting (a raw client sending what the
@@ -37,7 +37,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka import Producer as KafkaProducer
 from google.protobuf.duration_pb2 import Duration
 from wharf.broker.core.validate import SYSTEM_PROPERTY_NAMES
-from wharf.broker.remoting.codes import RequestCode, ResponseCode
+from wharf.broker.kit.remoting.codes import RequestCode, ResponseCode
 from wharf.client import Producer, PullConsumer
 from wharf.client.errors import InvalidArgumentError
 from wharf.client.message import MessageQueue

@@ -13,7 +13,7 @@ import pytest
 from wharf.broker.core import read as read_core
 from wharf.broker.core.long_poll import LongPollHolder
 from wharf.broker.core.read import DEFERRED, ReadCore
-from wharf.broker.wire import server as wire_server
+from wharf.broker.frontends.wire import server as wire_server
 from wharf.client import Admin, Producer, PullConsumer
 from wharf.client.errors import UnavailableError
 

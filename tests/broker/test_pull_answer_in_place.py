@@ -1,6 +1,6 @@
 """A parked stream pull is answered in place: the arrival's own call reads the queue, builds the
 reply and hands it to the stream's direct writer, before the pull's task runs again
-(broker/core/long_poll.py "Answer in place", broker/v1/pull.py). In-process over the fake
+(broker/core/long_poll.py "Answer in place", broker/frontends/v1/pull.py). In-process over the fake
 store, whose ``_dispatch`` is the store's arrival notification; the daemon over the wire port
 is covered by tests/broker/test_wire.py (each pull answered once, in order)."""
 
@@ -13,8 +13,8 @@ import time
 import pytest
 from wharf.broker.controller import BrokerController
 from wharf.broker.core.long_poll import LongPollHolder
-from wharf.broker.serving.reply_budget import PullReplies, StreamReplies
-from wharf.broker.v1.pull import PullProcessor
+from wharf.broker.frontends.reply_budget import PullReplies, StreamReplies
+from wharf.broker.frontends.v1.pull import PullProcessor
 from wharf.store.codec.properties import PROPERTY_TAGS
 from wharf.store.model import MessageInput
 from wharf.v1 import messaging_pb2

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from wharf.broker.remoting.codes import RequestCode, ResponseCode
+from wharf.broker.kit.remoting.codes import RequestCode, ResponseCode
 from wharf.client import Producer, PullConsumer
 from wharf.client.errors import ResourceExhaustedError
 from wharf.client.route import MessageQueue

@@ -1,4 +1,4 @@
-"""The budget of pull-reply bytes clients have not read yet (broker/serving/reply_budget.py)."""
+"""The budget of pull-reply bytes clients have not read yet (broker/frontends/reply_budget.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from wharf.broker.errors import ResourceExhaustedError
-from wharf.broker.serving.reply_budget import MIB, ReplyBudget
+from wharf.broker.frontends.reply_budget import MIB, ReplyBudget
 
 
 class FakeCall:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import grpc
 from wharf.broker.controller import BrokerController
-from wharf.broker.v1.send import SendProcessor, _SyncFlushStream
-from wharf.broker.wire.server import _END, _Requests
+from wharf.broker.frontends.v1.send import SendProcessor, _SyncFlushStream
+from wharf.broker.frontends.wire.server import _END, _Requests
 from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.store.log.sync_engine import ThreadSyncEngine
 from wharf.store.message_store import MessageStore

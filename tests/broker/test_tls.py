@@ -21,8 +21,8 @@ import pytest
 from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from wharf.broker.kit.tls.certs import fingerprint_sha256
 from wharf.broker.settings import ConfigError, load_settings
-from wharf.broker.tls.certs import fingerprint_sha256
 from wharf.client import (
     Admin,
     InvalidArgumentError,
@@ -258,7 +258,7 @@ def test_mutual_tls_refuses_clients_without_a_certificate_of_the_trusted_ca(
         probe = [
             sys.executable,
             "-m",
-            "wharf.broker.serving.probe",
+            "wharf.broker.kit.probe",
             "--endpoint",
             ep,
             "--timeout",
@@ -275,7 +275,7 @@ def test_mutual_tls_refuses_clients_without_a_certificate_of_the_trusted_ca(
 
 
 def test_probe_over_tls_and_plaintext_probe_of_a_tls_port(tls_broker: BrokerProcess) -> None:
-    probe = [sys.executable, "-m", "wharf.broker.serving.probe", "--endpoint", tls_broker.endpoint,
+    probe = [sys.executable, "-m", "wharf.broker.kit.probe", "--endpoint", tls_broker.endpoint,
              "--timeout", "3"]  # fmt: skip
     ok = subprocess.run(
         [*probe, "--ca-file", str(generated_cert(tls_broker))],
@@ -381,7 +381,7 @@ def test_probe_checks_the_certificate_for_server_name_when_given(
         **SMALL, "tlsEnable": True, "tlsCertPath": str(server.cert), "tlsKeyPath": str(server.key),
     }  # fmt: skip
     with daemons.broker(tmp_path / "broker", settings=settings) as broker:
-        probe = [sys.executable, "-m", "wharf.broker.serving.probe", "--endpoint", broker.endpoint,
+        probe = [sys.executable, "-m", "wharf.broker.kit.probe", "--endpoint", broker.endpoint,
                  "--timeout", "3", "--ca-file", str(ca.cert)]  # fmt: skip
         mismatch = subprocess.run(probe, capture_output=True, text=True, timeout=30)
         assert mismatch.returncode == 2, mismatch.stdout + mismatch.stderr

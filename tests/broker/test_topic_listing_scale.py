@@ -12,9 +12,9 @@ from typing import Any, cast
 import pytest
 from wharf.broker.core.admin import AdminCore
 from wharf.broker.core.processor import CoreProcessor
+from wharf.broker.frontends.v1.admin import AdminService
 from wharf.broker.meta.topics import TopicConfig, TopicConfigManager
 from wharf.broker.namesrv.routes import RouteTable, TopicQueues
-from wharf.broker.v1.admin import AdminService
 from wharf.client.admin import page_topics
 from wharf.client.cli import topic_commands
 from wharf.client.cli.output import Output

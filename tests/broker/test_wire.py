@@ -1,4 +1,4 @@
-"""The wire port (wharf.wire, broker/wire/) against the real daemon: the same calls and errors
+"""The wire port (wharf.wire, broker/frontends/wire/) against the real daemon: the same calls and errors
 as gRPC, the SDK end to end over it (ordering, long-poll wake-up, a broker restart), ACL and
 TLS on it, bad peers refused with a clear error while the broker goes on, a frame over the
 limit, a stalled reader holding bounded memory, and the setting's start-up errors."""
@@ -20,8 +20,8 @@ from pathlib import Path
 import grpc
 import pytest
 from wharf import wire
-from wharf.broker.tls.certs import fingerprint_sha256
-from wharf.broker.tls.contexts import CHECK_S
+from wharf.broker.kit.tls.certs import fingerprint_sha256
+from wharf.broker.kit.tls.contexts import CHECK_S
 from wharf.client import (
     ConsumeResult,
     Producer,

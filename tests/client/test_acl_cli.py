@@ -9,7 +9,7 @@ import stat
 import time
 from pathlib import Path
 
-from wharf.broker.acl.rules import Perm, parse_rules
+from wharf.broker.kit.acl.rules import Perm, parse_rules
 
 from tests.broker.acl_helpers import ADMIN, write_acl
 from tests.client.test_cli_e2e import json_lines, wharf

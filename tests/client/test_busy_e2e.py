@@ -21,7 +21,7 @@ from pathlib import Path
 import grpc
 import pytest
 from wharf.broker.controller import BrokerController
-from wharf.broker.remoting.codes import RequestCode, ResponseCode
+from wharf.broker.kit.remoting.codes import RequestCode, ResponseCode
 from wharf.broker.settings import load_settings
 from wharf.client import Producer
 from wharf.client.errors import DeadlineExceededError, ResourceExhaustedError

@@ -97,21 +97,21 @@ class _Target:
         raise NotImplementedError
 
 
-# --- wharf.broker.kafka._convert ---------------------------------------------------------------
+# --- wharf.broker.frontends.kafka._convert ---------------------------------------------------------------
 
 
 class KafkaConvert(_Target):
     """``produce_records`` (a Produce batch's records section, from the client) against
     produce.py's Python path, and ``fetch_batch`` (stored records) against fetch.py's."""
 
-    name = "wharf.broker.kafka._convert"
+    name = "wharf.broker.frontends.kafka._convert"
     PARAMS = 12  # selector, flags, count, base timestamp (8), unused
     NOW_MS = 1_790_000_000_123
 
     def __init__(self, module: ModuleType | None = None) -> None:
         from wharf.broker.core.bodies import inflate
         from wharf.broker.core.validate import SYSTEM_PROPERTY_NAMES
-        from wharf.broker.kafka import produce
+        from wharf.broker.frontends.kafka import produce
         from wharf.store.codec.records import _crc32
         from wharf.store.codec.send_records import topic_tail
 
@@ -136,9 +136,9 @@ class KafkaConvert(_Target):
 
     def produce(self, given: _Input) -> None:
         import crc32c  # noqa: F401  (the same modules as the broker's import)
-        from wharf.broker.kafka.produce import ProduceHandler
-        from wharf.broker.kafka.producers import producer_mark
-        from wharf.broker.kafka.records import Batch, _decode_records
+        from wharf.broker.frontends.kafka.produce import ProduceHandler
+        from wharf.broker.frontends.kafka.producers import producer_mark
+        from wharf.broker.frontends.kafka.records import Batch, _decode_records
 
         flags, count, base_ts = given.u8(), given.u8(), given.i64()
         section = given.rest
@@ -170,7 +170,7 @@ class KafkaConvert(_Target):
 
     def fetch(self, given: _Input) -> None:
         import crc32c
-        from wharf.broker.kafka.fetch import encode_messages
+        from wharf.broker.frontends.kafka.fetch import encode_messages
         from wharf.store.codec.layout import TOTAL_SIZE
         from wharf.store.codec.records import decode_records
 
@@ -194,7 +194,7 @@ class KafkaConvert(_Target):
 
     @classmethod
     def seeds(cls) -> Iterator[bytes]:
-        from wharf.broker.kafka.records import HEADER_SIZE, Record, encode_batch
+        from wharf.broker.frontends.kafka.records import HEADER_SIZE, Record, encode_batch
 
         from tests.broker.kafka.test_fast_convert import _raw
 

@@ -218,7 +218,7 @@ def _wait_for_rule_evaluation(prometheus: PrometheusServer, timeout: float = 30)
 def test_probe_reports_serving_then_fails_once_the_broker_stops(
     daemons: Daemons, tmp_path: Path
 ) -> None:
-    probe = [sys.executable, "-m", "wharf.broker.serving.probe", "--timeout", "3"]
+    probe = [sys.executable, "-m", "wharf.broker.kit.probe", "--timeout", "3"]
     broker = daemons.broker(tmp_path, settings=SETTINGS, env={"WHARF_ADVERTISED_ADDRESS": "mq.example.com:8081"}, start=False)  # fmt: skip
     with broker:
         serving = subprocess.run([*probe, "--endpoint", broker.endpoint], capture_output=True, text=True, timeout=60)  # fmt: skip

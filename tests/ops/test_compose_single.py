@@ -162,7 +162,7 @@ def test_single_stack_serves_drains_restarts_and_keeps_everything(
         assert refused.returncode != 0  # no keys, no access (ACL on)
 
         probe = subprocess.run(
-            [sys.executable, "-m", "wharf.broker.serving.probe", "--endpoint", GRPC,
+            [sys.executable, "-m", "wharf.broker.kit.probe", "--endpoint", GRPC,
              "--ca-file", str(secrets / "broker.crt"), "--timeout", "5"],
             capture_output=True, text=True, timeout=30,
         )  # fmt: skip

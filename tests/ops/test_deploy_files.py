@@ -295,13 +295,13 @@ def test_the_image_wheel_ships_the_broker_probe_and_generated_stubs(tmp_path: Pa
     (wheel,) = (tmp_path / "wheels").glob("wharf-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {
-        "wharf/broker/serving/probe.py",
+        "wharf/broker/kit/probe.py",
         "wharf/broker/metrics/__init__.py",
         "wharf/v1/messaging_pb2.py",
     } <= names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert (
-        "wharf-probe = wharf.broker.serving.probe:main" in text
+        "wharf-probe = wharf.broker.kit.probe:main" in text
         and "wharf-broker = wharf.broker.__main__:main" in text
     )

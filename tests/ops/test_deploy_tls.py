@@ -60,7 +60,7 @@ def test_deploy_secrets_and_the_compose_environment_give_a_tls_broker(
     with daemons.broker(tmp_path / "broker", env=env) as broker:
         assert broker.tls_endpoint == broker.endpoint  # the compose's 8081 is TLS-only
         probe = subprocess.run(
-            [sys.executable, "-m", "wharf.broker.serving.probe", "--endpoint", broker.endpoint],
+            [sys.executable, "-m", "wharf.broker.kit.probe", "--endpoint", broker.endpoint],
             capture_output=True, text=True, timeout=30, env={**os.environ, **env},
         )  # fmt: skip
         assert probe.returncode == 0 and probe.stdout.strip() == "SERVING", probe.stderr

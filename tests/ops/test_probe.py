@@ -11,7 +11,7 @@ from concurrent import futures
 import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from wharf.broker.serving import probe
+from wharf.broker.kit import probe
 
 Serving = health_pb2.HealthCheckResponse.ServingStatus
 
@@ -31,7 +31,7 @@ def health_server() -> Iterator[tuple[str, health.HealthServicer]]:
 
 def run_probe(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "wharf.broker.serving.probe", *args],
+        [sys.executable, "-m", "wharf.broker.kit.probe", *args],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 

@@ -6,7 +6,7 @@ processes), records forwarded to the store process over the wire protocol.
         [--window 1]
 
 Per call it does the v2 layer's per-message work with the broker's own conversion, read-only
-(``broker/v2/convert.py``: ``message_id``, ``message_group``, ``to_input``), encodes each message
+(``broker/frontends/v2/convert.py``: ``message_id``, ``message_group``, ``to_input``), encodes each message
 as a CommitLog record the way the SDK does (``encode_record``), and parks the call. Parked
 records of a topic go to the store as ONE wharf.v1 ``SendMessage`` with ``records`` (one queue
 per batch, round robin over ``QUEUES``), at most ``--window`` batches in flight per process (default 1): while
@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 import uvloop
 from grpc import aio
-from wharf.broker.v2.convert import message_group, message_id, to_input
+from wharf.broker.frontends.v2.convert import message_group, message_id, to_input
 from wharf.client.wire_channel import WireChannel
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
 from wharf.store.codec.properties import properties_to_string

@@ -4,9 +4,9 @@ sessions with channels (apache.rocketmq.v2) under one expiry."""
 from __future__ import annotations
 
 import pytest
-from wharf.broker.acl.caller import Caller
 from wharf.broker.core.clients import ClientKind, ClientRegistry, ConsumeFrom, MessageModel
 from wharf.broker.errors import PermissionDeniedError
+from wharf.broker.kit.acl.caller import Caller
 
 
 class Clock:

@@ -1,6 +1,6 @@
 """The Kafka front end in a test: an in-process broker (``tests/inproc.py``) with the Kafka
 part attached by hand (the controller does not compose parts yet), and a tiny raw client
-speaking the tables of ``wharf.broker.kafka.apis`` for byte-level tests.
+speaking the tables of ``wharf.broker.frontends.kafka.apis`` for byte-level tests.
 
 Use: ``kafka = await start_kafka(inproc_broker, **settings)``; ``kafka.address`` is
 ``host:port``; ``await kafka.close()`` (the inproc fixture shuts the broker down)."""
@@ -14,12 +14,12 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from wharf.broker.acl.guard import AclGuard
 from wharf.broker.controller import BrokerController
-from wharf.broker.kafka.apis import APIS
-from wharf.broker.kafka.codec import decode_response, encode_request
-from wharf.broker.kafka.part import KafkaPart, kafka_part
-from wharf.broker.serving.frontend import PortBook, Serving, TlsSource
+from wharf.broker.frontends.acl_guard import AclGuard
+from wharf.broker.frontends.frontend import PortBook, Serving, TlsSource
+from wharf.broker.frontends.kafka.apis import APIS
+from wharf.broker.frontends.kafka.codec import decode_response, encode_request
+from wharf.broker.frontends.kafka.part import KafkaPart, kafka_part
 
 from tests.inproc import InProcFactory
 

@@ -5,8 +5,7 @@ ALLOWs minus DENYs, and deletions that would change the meaning of what is left.
 from __future__ import annotations
 
 import pytest
-from wharf.broker.acl.rules import Perm, parse_rules
-from wharf.broker.kafka.acl_mapping import (
+from wharf.broker.frontends.kafka.acl_mapping import (
     ALL,
     ALLOW,
     ANY,
@@ -24,6 +23,7 @@ from wharf.broker.kafka.acl_mapping import (
     create,
     delete,
 )
+from wharf.broker.kit.acl.rules import Perm, parse_rules
 
 RULES = parse_rules("""
 accounts:

@@ -5,7 +5,7 @@ table through the core (test_admin_clients.py runs the same APIs with real clien
 
 from __future__ import annotations
 
-from wharf.broker.kafka.errors import Code
+from wharf.broker.frontends.kafka.errors import Code
 
 from tests.broker.kafka.test_server import produce, started
 from tests.inproc import InProcFactory

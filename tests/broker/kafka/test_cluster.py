@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from wharf.broker.kafka.cluster import node_id
+from wharf.broker.frontends.kafka.cluster import node_id
 from wharf.client.admin import Admin
 
 from tests.broker.kafka.kafka_helpers import KafkaClient

@@ -1,4 +1,4 @@
-"""The Kafka numbering of a cluster's queues (``broker/kafka/cluster.py``): partitions = each
+"""The Kafka numbering of a cluster's queues (``broker/frontends/kafka/cluster.py``): partitions = each
 group's queues in broker-name order, leaders = the groups' masters, a gone group kept in place
 without a leader, stable node ids, and the coordinator every broker agrees on."""
 
@@ -9,7 +9,7 @@ import random
 import zlib
 
 from wharf.broker.cluster.routes import GroupQueues, Member
-from wharf.broker.kafka.cluster import (
+from wharf.broker.frontends.kafka.cluster import (
     NO_LEADER,
     KafkaCluster,
     Layout,

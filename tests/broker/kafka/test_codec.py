@@ -5,8 +5,8 @@ from __future__ import annotations
 import struct
 
 import pytest
-from wharf.broker.kafka.apis import APIS
-from wharf.broker.kafka.codec import (
+from wharf.broker.frontends.kafka.apis import APIS
+from wharf.broker.frontends.kafka.codec import (
     FrameError,
     FrameReader,
     api_versions_body,
@@ -17,8 +17,8 @@ from wharf.broker.kafka.codec import (
     parse_header,
     unsupported_version,
 )
-from wharf.broker.kafka.errors import Code
-from wharf.broker.kafka.wire import DecodeError, Reader, Writer
+from wharf.broker.frontends.kafka.errors import Code
+from wharf.broker.frontends.kafka.wire import DecodeError, Reader, Writer
 
 
 @pytest.mark.parametrize("value", [0, 1, -1, 63, -64, 64, 300, -(2**31), 2**31 - 1, 2**62])

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from wharf.broker.kafka.convert import (
+from wharf.broker.frontends.kafka.convert import (
     KAFKA_HEADERS,
     KAFKA_KEY,
     KAFKA_VALUE,
     record_to_message,
     to_record_fields,
 )
-from wharf.broker.kafka.records import Record
+from wharf.broker.frontends.kafka.records import Record
 from wharf.store.model import MessageInput, StoredMessage
 
 

@@ -4,7 +4,7 @@ gRPC, .venv-rmq) and the RocketMQ 4.x C++ client (remoting, .venv-rmq4), and the
 those three send are read by the Kafka client, all through one daemon (gRPC, remoting and
 Kafka ports over one store).
 
-What must survive each crossing (broker/kafka/README.md "Mapping"): the body; the Kafka key as
+What must survive each crossing (broker/frontends/kafka/README.md "Mapping"): the body; the Kafka key as
 the message's KEYS and back (RocketMQ keys space-joined into one Kafka key); text headers as
 user properties and back, in order, a RocketMQ tag as the header ``TAGS``; a null key as no
 KEYS and no keys as a null key; binary header values, which RocketMQ properties (text) cannot

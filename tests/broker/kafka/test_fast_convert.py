@@ -1,4 +1,4 @@
-"""The compiled record converter (broker/kafka/_convert.c, fast.py) against the Python path it
+"""The compiled record converter (broker/frontends/kafka/_convert.c, fast.py) against the Python path it
 stands in for: the same bytes whenever it answers, and an answer whenever the records are of
 the kind it handles (None otherwise: the Python path then gives the result or the error).
 
@@ -24,14 +24,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wharf.broker.core import bodies
 from wharf.broker.core.validate import SYSTEM_PROPERTY_NAMES
-from wharf.broker.kafka import fast
-from wharf.broker.kafka import produce as produce_module
-from wharf.broker.kafka.convert import KAFKA_HEADERS, record_body_properties
-from wharf.broker.kafka.errors import KafkaError
-from wharf.broker.kafka.fetch import encode_messages, encode_stored
-from wharf.broker.kafka.produce import ProduceHandler
-from wharf.broker.kafka.producers import producer_mark
-from wharf.broker.kafka.records import HEADER_SIZE, Record, decode_batches, encode_batch
+from wharf.broker.frontends.kafka import fast
+from wharf.broker.frontends.kafka import produce as produce_module
+from wharf.broker.frontends.kafka.convert import KAFKA_HEADERS, record_body_properties
+from wharf.broker.frontends.kafka.errors import KafkaError
+from wharf.broker.frontends.kafka.fetch import encode_messages, encode_stored
+from wharf.broker.frontends.kafka.produce import ProduceHandler
+from wharf.broker.frontends.kafka.producers import producer_mark
+from wharf.broker.frontends.kafka.records import HEADER_SIZE, Record, decode_batches, encode_batch
 from wharf.store.codec.layout import MAX_PROPERTIES_LENGTH, SYSFLAG_COMPRESSED, TOTAL_SIZE
 from wharf.store.codec.records import decode_records
 from wharf.store.codec.records import encode_batch as store_encode_batch

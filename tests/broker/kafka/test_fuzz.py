@@ -18,11 +18,16 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wharf.broker.kafka.apis import APIS
-from wharf.broker.kafka.codec import decode_request, decode_response, encode_request, parse_header
-from wharf.broker.kafka.errors import KafkaError
-from wharf.broker.kafka.records import Record, decode_batches, encode_batch
-from wharf.broker.kafka.schema import (
+from wharf.broker.frontends.kafka.apis import APIS
+from wharf.broker.frontends.kafka.codec import (
+    decode_request,
+    decode_response,
+    encode_request,
+    parse_header,
+)
+from wharf.broker.frontends.kafka.errors import KafkaError
+from wharf.broker.frontends.kafka.records import Record, decode_batches, encode_batch
+from wharf.broker.frontends.kafka.schema import (
     BOOL,
     BYTES,
     INT8,
@@ -37,7 +42,7 @@ from wharf.broker.kafka.schema import (
     Struct,
     Type,
 )
-from wharf.broker.kafka.wire import DecodeError
+from wharf.broker.frontends.kafka.wire import DecodeError
 
 from tests.broker.kafka.kafka_helpers import SMALL_STORE, KafkaUnderTest, attach_kafka
 from tests.inproc import InProcBroker, start_inproc

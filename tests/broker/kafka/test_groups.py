@@ -9,7 +9,7 @@ import struct
 
 import pytest
 from wharf.broker.core.clients import ConsumeFrom, MessageModel
-from wharf.broker.kafka.coordinator import (
+from wharf.broker.frontends.kafka.coordinator import (
     COMPLETING,
     EMPTY,
     PREPARING,
@@ -18,7 +18,7 @@ from wharf.broker.kafka.coordinator import (
     Member,
     subscribed_topics,
 )
-from wharf.broker.kafka.errors import Code, KafkaError
+from wharf.broker.frontends.kafka.errors import Code, KafkaError
 
 from tests.broker.kafka.kafka_helpers import start_kafka
 from tests.inproc import InProcFactory

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wharf.broker.kafka.producers import SLOTS
-from wharf.broker.kafka.records import Record, encode_batch
+from wharf.broker.frontends.kafka.producers import SLOTS
+from wharf.broker.frontends.kafka.records import Record, encode_batch
 
 from tests.broker.kafka.kafka_helpers import SMALL_STORE, KafkaClient, attach_kafka, start_kafka
 from tests.inproc import InProcFactory, start_inproc

@@ -108,7 +108,7 @@ def test_seek_positions_and_a_committed_offset_resumed_by_a_new_member(
     out = javaclients.scenario(scenarios, "seek")
     assert out["from_five"] == [[i, f"s-{i}"] for i in range(5, 10)]
     assert (out["beginning"], out["end"]) == (0, 10)
-    # Offset metadata strings are not kept (broker/kafka/README.md, "Groups"): "" back.
+    # Offset metadata strings are not kept (broker/frontends/kafka/README.md, "Groups"): "" back.
     assert out["committed"] == [7, ""]
     assert out["resumed"] == [[i, f"s-{i}"] for i in range(7, 10)]
 

@@ -8,8 +8,8 @@ import socket
 
 import pytest
 from wharf.broker.config import BrokerConfig, Config, StoreConfig
-from wharf.broker.kafka.part import KafkaPart, kafka_part
-from wharf.broker.serving.frontend import FrontEndUnavailable, PortBook, TlsSource
+from wharf.broker.frontends.frontend import FrontEndUnavailable, PortBook, TlsSource
+from wharf.broker.frontends.kafka.part import KafkaPart, kafka_part
 
 
 def config(**broker: str) -> Config:

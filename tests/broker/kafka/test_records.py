@@ -10,8 +10,8 @@ import cramjam
 import crc32c
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
-from wharf.broker.kafka.errors import Code, KafkaError
-from wharf.broker.kafka.records import Record, decode_batches, encode_batch
+from wharf.broker.frontends.kafka.errors import Code, KafkaError
+from wharf.broker.frontends.kafka.records import Record, decode_batches, encode_batch
 
 GZIP, SNAPPY, LZ4, ZSTD = 1, 2, 3, 4
 HEADERS = [("a", b"1"), ("bin", b"\x00\xff"), ("none", None)]

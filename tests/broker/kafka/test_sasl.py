@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError as ClientKafkaError
-from wharf.broker.acl.guard import AclGuard
+from wharf.broker.frontends.acl_guard import AclGuard
 
 from tests.broker.kafka.kafka_helpers import (
     NO_INITIAL_DELAY,

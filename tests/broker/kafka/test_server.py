@@ -8,7 +8,7 @@ import asyncio
 import struct
 import time
 
-from wharf.broker.kafka.records import Record, encode_batch
+from wharf.broker.frontends.kafka.records import Record, encode_batch
 from wharf.store.model import MessageInput
 
 from tests.broker.kafka.kafka_helpers import KafkaClient, KafkaUnderTest, start_kafka

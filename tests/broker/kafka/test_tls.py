@@ -9,9 +9,9 @@ import ssl
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from wharf.broker.kafka.part import KafkaPart, kafka_part
-from wharf.broker.serving.frontend import PortBook, Serving, TlsSource
-from wharf.broker.tls.certs import build_development_pair
+from wharf.broker.frontends.frontend import PortBook, Serving, TlsSource
+from wharf.broker.frontends.kafka.part import KafkaPart, kafka_part
+from wharf.broker.kit.tls.certs import build_development_pair
 
 from tests.broker.kafka.kafka_helpers import NO_INITIAL_DELAY, SMALL_STORE
 from tests.inproc import InProcFactory

@@ -10,9 +10,9 @@ import asyncio
 from typing import Any
 
 from wharf.broker.core.txn_index import CONTROL, TxnIndex, marker_value
-from wharf.broker.kafka.env import KAFKA_REQUEST
-from wharf.broker.kafka.records import TRANSACTIONAL, Record, encode_batch
-from wharf.broker.kafka.txn.state import TxnState
+from wharf.broker.frontends.kafka.env import KAFKA_REQUEST
+from wharf.broker.frontends.kafka.records import TRANSACTIONAL, Record, encode_batch
+from wharf.broker.frontends.kafka.txn.state import TxnState
 from wharf.store.codec.records import encode_batch as encode_stored
 from wharf.store.model import MessageInput
 
@@ -226,7 +226,7 @@ async def test_operators_describe_and_list_transactions(inproc_broker: InProcFac
 async def test_a_prepared_end_found_at_replay_is_finished(inproc_broker: InProcFactory) -> None:
     """A crash after PREPARE_COMMIT was written, before the markers: the replay holds the
     LSO, the next tick writes the markers and completes, and the records become visible."""
-    from wharf.broker.kafka.txn import state
+    from wharf.broker.frontends.kafka.txn import state
 
     kafka = await start_kafka(inproc_broker)
     handlers = kafka.part.handlers

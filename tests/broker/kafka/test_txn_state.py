@@ -1,11 +1,11 @@
-"""The transaction coordinator's rules (broker/kafka/txn/state.py) and its log record
+"""The transaction coordinator's rules (broker/frontends/kafka/txn/state.py) and its log record
 (layout.py), without a broker: Kafka's transitions, fencing by epoch, timeouts, retries."""
 
 from __future__ import annotations
 
 import pytest
-from wharf.broker.kafka.txn import layout
-from wharf.broker.kafka.txn.state import (
+from wharf.broker.frontends.kafka.txn import layout
+from wharf.broker.frontends.kafka.txn.state import (
     CONCURRENT_TRANSACTIONS,
     INVALID_PRODUCER_ID_MAPPING,
     INVALID_TRANSACTION_TIMEOUT,

@@ -33,20 +33,20 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from wharf.broker.acl import rpc_hook
-from wharf.broker.namesrv.remoting import NamesrvRemoting
-from wharf.broker.namesrv.routes import RouteTable
-from wharf.broker.remoting.acl import ACCESS
-from wharf.broker.remoting.codes import (
+from wharf.broker.frontends.remoting.handlers import RemotingHandlers
+from wharf.broker.frontends.remoting.headers import properties_to_string
+from wharf.broker.kit.acl import rpc_hook
+from wharf.broker.kit.remoting.acl import ACCESS
+from wharf.broker.kit.remoting.codes import (
     FLAG_ONEWAY,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     RequestCode,
     ResponseCode,
 )
-from wharf.broker.remoting.frame import RemotingCommand
-from wharf.broker.remoting.handlers import RemotingHandlers
-from wharf.broker.remoting.headers import properties_to_string
+from wharf.broker.kit.remoting.frame import RemotingCommand
+from wharf.broker.namesrv.remoting import NamesrvRemoting
+from wharf.broker.namesrv.routes import RouteTable
 from wharf.store.codec.ids import decode_offset_msg_id
 
 from tests.broker.acl_helpers import (

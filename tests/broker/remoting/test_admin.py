@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 from wharf.broker.config import BrokerConfig, StoreConfig
-from wharf.broker.remoting.admin import fastjson_mq_table, java_string_hash
-from wharf.broker.remoting.broker_config import (
+from wharf.broker.frontends.remoting.admin import fastjson_mq_table, java_string_hash
+from wharf.broker.frontends.remoting.broker_config import (
     parse_java_properties,
     update_broker_config_response,
 )
-from wharf.broker.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode
-from wharf.broker.remoting.frame import RemotingCommand, encode
-from wharf.broker.remoting.headers import properties_to_string
+from wharf.broker.frontends.remoting.headers import properties_to_string
+from wharf.broker.kit.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, RequestCode, ResponseCode
+from wharf.broker.kit.remoting.frame import RemotingCommand, encode
 from wharf.store.codec.ids import decode_offset_msg_id
 from wharf.store.codec.records import decode_record
 

@@ -1,4 +1,4 @@
-"""The batch send body (wharf.broker.remoting.batch): RocketMQ's MessageDecoder.encodeMessages
+"""The batch send body (wharf.broker.frontends.remoting.batch): RocketMQ's MessageDecoder.encodeMessages
 bytes written by hand, round trips, and every malformed body refused with BatchError."""
 
 from __future__ import annotations
@@ -9,7 +9,12 @@ import struct
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from wharf.broker.remoting.batch import BatchError, BatchMessage, decode_messages, encode_messages
+from wharf.broker.frontends.remoting.batch import (
+    BatchError,
+    BatchMessage,
+    decode_messages,
+    encode_messages,
+)
 
 
 def _record(body: bytes, props: bytes, flag: int = 0) -> bytes:

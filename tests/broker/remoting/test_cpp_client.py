@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wharf.broker.remoting.codes import RequestCode, ResponseCode
+from wharf.broker.kit.remoting.codes import RequestCode, ResponseCode
 
 from tests.broker.daemon_helpers import FAST_RETRIES
 from tests.broker.remoting.shares import stop_when_all_seen

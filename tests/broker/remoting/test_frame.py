@@ -1,4 +1,4 @@
-"""RocketMQ remoting frames (wharf.broker.remoting.frame): byte-exact encodings written by hand
+"""RocketMQ remoting frames (wharf.broker.kit.remoting.frame): byte-exact encodings written by hand
 from RocketMQ's RemotingCommand / RocketMQSerializable, the client quirks of remoting.md, every
 malformed case raising FrameError (and nothing else), and hypothesis round trips and fuzz."""
 
@@ -11,7 +11,7 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wharf.broker.remoting.codes import (
+from wharf.broker.kit.remoting.codes import (
     DEFAULT_MAX_FRAME_LENGTH,
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -22,7 +22,7 @@ from wharf.broker.remoting.codes import (
     request_code_name,
     response_code_name,
 )
-from wharf.broker.remoting.frame import (
+from wharf.broker.kit.remoting.frame import (
     FrameDecoder,
     FrameError,
     RemotingCommand,

@@ -36,14 +36,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wharf.broker.remoting import headers as h
-from wharf.broker.remoting.batch import BatchMessage, encode_messages
-from wharf.broker.remoting.codes import (
+from wharf.broker.frontends.remoting import headers as h
+from wharf.broker.frontends.remoting.batch import BatchMessage, encode_messages
+from wharf.broker.kit.remoting.codes import (
     RequestCode,
     ResponseCode,
     SerializeType,
 )
-from wharf.broker.remoting.frame import FrameDecoder, RemotingCommand, encode
+from wharf.broker.kit.remoting.frame import FrameDecoder, RemotingCommand, encode
 from wharf.store.codec.properties import properties_to_string
 
 from tests.harness import Daemons

@@ -1,4 +1,4 @@
-"""Remoting custom headers (wharf.broker.remoting.headers): the V1/V2 send header mapping, the
+"""Remoting custom headers (wharf.broker.frontends.remoting.headers): the V1/V2 send header mapping, the
 pull and offset headers as the C++ client and ali-ons send them (remoting.md section 3), missing
 and invalid fields, string-only responses and the properties string."""
 
@@ -10,9 +10,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wharf.broker.remoting.codes import RequestCode, SerializeType
-from wharf.broker.remoting.frame import FrameDecoder, RemotingCommand, encode
-from wharf.broker.remoting.headers import (
+from wharf.broker.frontends.remoting.headers import (
     SEND_V2_FIELD_NAMES,
     ConsumerSendMsgBackRequestHeader,
     EndTransactionRequestHeader,
@@ -30,6 +28,8 @@ from wharf.broker.remoting.headers import (
     properties_to_string,
     string_to_properties,
 )
+from wharf.broker.kit.remoting.codes import RequestCode, SerializeType
+from wharf.broker.kit.remoting.frame import FrameDecoder, RemotingCommand, encode
 
 # remoting.md 3.1: the C++ client's SEND_MESSAGE fields, as the frame decoder hands them over
 # (JSON numbers already turned into strings).

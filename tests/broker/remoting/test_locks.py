@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wharf.broker.remoting.codes import RequestCode, ResponseCode
-from wharf.broker.remoting.locks import LOCK_MAX_LIVE_MS, QueueLocks
+from wharf.broker.frontends.remoting.locks import LOCK_MAX_LIVE_MS, QueueLocks
+from wharf.broker.kit.remoting.codes import RequestCode, ResponseCode
 
 from tests.broker.remoting.test_cpp_client import RMQ4_PYTHON
 from tests.broker.remoting.test_server import Client, _send_fields

@@ -18,11 +18,11 @@ from typing import Any
 
 import grpc
 import pytest
+from wharf.broker.kit.remoting.codes import RequestCode, ResponseCode
+from wharf.broker.kit.remoting.frame import FrameDecoder, RemotingCommand, encode
 from wharf.broker.namesrv.config import ConfigError, load_namesrv_settings
 from wharf.broker.namesrv.remoting import NamesrvRemoting
 from wharf.broker.namesrv.routes import RouteTable, TopicQueues
-from wharf.broker.remoting.codes import RequestCode, ResponseCode
-from wharf.broker.remoting.frame import FrameDecoder, RemotingCommand, encode
 from wharf.client.admin import Admin
 from wharf.v1 import namesrv_pb2, namesrv_pb2_grpc
 

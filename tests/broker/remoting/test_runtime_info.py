@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import pytest
 from wharf.broker.core.processor import CoreProcessor
-from wharf.broker.remoting.admin import RemotingAdmin
+from wharf.broker.frontends.remoting.admin import RemotingAdmin
 from wharf.store import message_store
 from wharf.store.message_store import MessageStore
 from wharf.store.model import MessageInput, PutStatus

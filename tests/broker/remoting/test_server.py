@@ -11,10 +11,10 @@ import struct
 from typing import Any
 
 import pytest
-from wharf.broker.remoting.batch import BatchMessage, encode_messages
-from wharf.broker.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, SerializeType
-from wharf.broker.remoting.frame import FrameDecoder, RemotingCommand, encode
-from wharf.broker.remoting.headers import parse_send_message_request_header
+from wharf.broker.frontends.remoting.batch import BatchMessage, encode_messages
+from wharf.broker.frontends.remoting.headers import parse_send_message_request_header
+from wharf.broker.kit.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, SerializeType
+from wharf.broker.kit.remoting.frame import FrameDecoder, RemotingCommand, encode
 from wharf.store.codec.ids import decode_offset_msg_id
 from wharf.store.codec.records import decode_record
 

@@ -30,7 +30,7 @@ import struct
 from typing import Any
 
 import pytest
-from wharf.broker.remoting.codes import RequestCode, ResponseCode
+from wharf.broker.kit.remoting.codes import RequestCode, ResponseCode
 from wharf.store.codec.records import decode_record
 
 from tests.broker.remoting.test_server import Client, _send_fields

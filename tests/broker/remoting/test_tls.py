@@ -13,11 +13,11 @@ import ssl
 from pathlib import Path
 
 import pytest
-from wharf.broker.remoting import tls as remoting_tls
-from wharf.broker.remoting.codes import RequestCode, ResponseCode
-from wharf.broker.remoting.frame import RemotingCommand, encode
-from wharf.broker.tls.material import read_server_tls_blocking
-from wharf.broker.tls.reload import CertificateReloader
+from wharf.broker.kit.remoting import tls as remoting_tls
+from wharf.broker.kit.remoting.codes import RequestCode, ResponseCode
+from wharf.broker.kit.remoting.frame import RemotingCommand, encode
+from wharf.broker.kit.tls.material import read_server_tls_blocking
+from wharf.broker.kit.tls.reload import CertificateReloader
 
 from tests.broker.acl_helpers import ACL_SETTINGS, PRODUCER, TOPIC, write_acl
 from tests.broker.remoting.test_acl import signed
@@ -125,7 +125,7 @@ def test_plaintext_without_tls_enable(daemons: Daemons, tmp_path: Path) -> None:
 async def test_the_name_servers_context_follows_a_replaced_certificate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """broker/remoting/tls.py (the NameServer's remoting TLS): a certificate replaced on disk is
+    """broker/kit/remoting/tls.py (the NameServer's remoting TLS): a certificate replaced on disk is
     served from the next handshake past CHECK_S (0 here); a pair that cannot serve keeps the
     last."""
     ca = CertAuthority.create(tmp_path / "ca")

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wharf.broker.remoting.codes import (
+from wharf.broker.frontends.remoting.headers import properties_to_string
+from wharf.broker.kit.remoting.codes import (
     FLAG_ONEWAY,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
@@ -24,8 +25,7 @@ from wharf.broker.remoting.codes import (
     RequestCode,
     ResponseCode,
 )
-from wharf.broker.remoting.frame import RemotingCommand
-from wharf.broker.remoting.headers import properties_to_string
+from wharf.broker.kit.remoting.frame import RemotingCommand
 from wharf.store.codec.ids import decode_offset_msg_id
 from wharf.store.codec.records import decode_record
 

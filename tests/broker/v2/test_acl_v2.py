@@ -18,7 +18,7 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wharf.broker.acl.table import ACCESS
+from wharf.broker.kit.acl.table import ACCESS
 from wharf.rocketmq.v2 import definition_pb2 as d
 from wharf.rocketmq.v2 import service_pb2 as s
 

@@ -13,7 +13,7 @@ from wharf.broker.errors import (
     ResourceExhaustedError,
     UnavailableError,
 )
-from wharf.broker.v2.codes import ERROR_CODES, PUT_STATUS_CODES, Code, V2Error, code_for
+from wharf.broker.frontends.v2.codes import ERROR_CODES, PUT_STATUS_CODES, Code, V2Error, code_for
 from wharf.rocketmq.v2 import definition_pb2
 from wharf.store.errors import (
     CorruptRecordError,

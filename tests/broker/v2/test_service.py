@@ -13,7 +13,7 @@ import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from wharf.broker.controller import BrokerController
-from wharf.broker.v2.send import fifo_queue
+from wharf.broker.frontends.v2.send import fifo_queue
 from wharf.rocketmq.v2 import definition_pb2 as d
 from wharf.rocketmq.v2 import service_pb2 as s
 from wharf.rocketmq.v2 import service_pb2_grpc

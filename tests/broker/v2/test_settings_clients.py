@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from wharf.broker.core.background import CLIENT_EXPIRY_SCAN_S
 from wharf.broker.core.clients import CLIENT_TIMEOUT_S, ClientRegistry
-from wharf.broker.v2.clients import on_heartbeat, on_settings
-from wharf.broker.v2.settings import merge_settings
+from wharf.broker.frontends.v2.clients import on_heartbeat, on_settings
+from wharf.broker.frontends.v2.settings import merge_settings
 from wharf.rocketmq.v2 import definition_pb2
 
 Settings = definition_pb2.Settings

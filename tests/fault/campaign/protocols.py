@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from wharf.broker.remoting.codes import RequestCode, ResponseCode
+from wharf.broker.kit.remoting.codes import RequestCode, ResponseCode
 from wharf.store.codec.records import decode_record, read_total_size
 
 from tests.broker.remoting.test_server import Client, _send_fields

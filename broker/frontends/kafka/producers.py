@@ -1,0 +1,258 @@
+"""The idempotent producer: producer ids (InitProducerId) and, per (producer id, partition), the
+sequence numbers of the last ``WINDOW`` batches appended, so a retried batch is stored once.
+
+Per batch (``check`` before the append, ``remember`` right after it, both in the
+connection's append order): an epoch older than the one seen is INVALID_PRODUCER_EPOCH; a
+batch equal to one of the last 5 (same first and last sequence) is a duplicate, answered with
+the base offset it got the first time and not stored again; otherwise its first sequence must
+follow the last one (mod 2**31), else OUT_OF_ORDER_SEQUENCE_NUMBER. A partition without state
+for the producer takes any first sequence (its state may predate the window: Kafka 2.5+ does
+the same after KIP-360 rather than fail the producer).
+
+A duplicate is answered as its first copy would have been, no sooner: ``Seen.written`` keeps
+the first append's durability handle until its wait came back PUT_OK, and the retry waits on
+it again (disk, in-sync replicas, the master's lease). Before, a retry of a batch whose first
+answer was NOT_ENOUGH_REPLICAS_AFTER_APPEND (its replica cut off) was answered at once with
+that offset by a master about to lose its lease; the next master gave the offset to another
+record (the fault campaign: three acks=all records lost that way in one 2.5-minute run). A
+window rebuilt from the log holds dispatched records only: durable (a SYNC_MASTER dispatches
+what its in-sync replicas hold, a SYNC_FLUSH store what is on disk).
+
+Replicas of one group (controller mode: brokerId 1, 2 ..., any of them master after a
+failover) hand out disjoint ids: broker id ``b`` only ids with ``id % SLOTS == b % SLOTS``. Each
+replica keeps its own ``kafkaProducerIds.json`` (not replicated), so before, two replicas both
+started at id 0: a producer given id 0 by one and another given id 0 by the next master were
+one producer to the broker (a batch of one taken for the other's duplicate), and the master
+answered UNKNOWN_PRODUCER_ID, for ever, to a producer whose id a replica had handed out. An id
+of another slot is never "unknown": its window is rebuilt from the log as for an id of an
+earlier run (what a new master needs for the producers its predecessor served).
+
+Which windows are rebuilt: every one this process may not have seen whole, i.e. all but those
+of ids it handed out itself while leading (``leading()``: the partitions' leader, promoted;
+a master that loses its term restarts, so "while leading" means "since"). An id this broker
+handed out as a replica was used at the master of that time: a window of it missing here is
+a window to rebuild, not a fresh producer. Before, such a window was taken as empty after a
+failover and the producer's retry of a batch the old master had replicated was stored twice.
+
+Surviving a restart, split in two:
+- producer ids never repeat: ``config/kafkaProducerIds.json`` holds the end of the block of
+  ``ID_BLOCK`` ids handed out from; a new block is written (tmp + fsync + rename) BEFORE its
+  first id is answered, and a restart starts at the next block;
+- sequences are rebuilt from the log, not persisted: the first record of every idempotent
+  batch carries ``__KAFKA_PRODUCER=pid:epoch:base_sequence:count`` (convert.py), stored with
+  the same durability as the records themselves (a file written after the ack could lag the
+  log after a crash, a file written before could claim a batch the log lost). For a producer
+  id from an earlier run (below this run's first id) the first batch on a partition reads the
+  partition's last ``SCAN`` messages back once to find its window (~2048 messages: a few ms,
+  once per producer and partition after a restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wharf.broker.frontends.kafka.convert import KAFKA_PRODUCER
+from wharf.broker.frontends.kafka.errors import Code, KafkaError
+from wharf.broker.frontends.kafka.records import Batch
+from wharf.broker.meta.persist import load_json_blocking, write_text_atomic_blocking
+from wharf.store import Written
+from wharf.store.model import StoredMessage
+
+__all__ = ["ProducerTable", "Seen", "producer_mark"]
+
+log = logging.getLogger("broker.kafka")
+
+WINDOW = 5  # batches remembered per producer and partition (Kafka's, max.in.flight <= 5)
+# (producer, partition) windows kept, least recently used dropped beyond: every kafka-python
+# producer instance is idempotent with a new id, so ids churn (~200 bytes a window). A dropped
+# window takes any next sequence, as a partition without state does.
+MAX_WINDOWS = 100_000
+# ids reserved by one write of the file: 1,000 of this broker's slot
+ID_BLOCK = 1000 * 1024
+SLOTS = 1024  # broker ids per group, as node ids count them (cluster.NODE_SPAN)
+SCAN = 2048
+FILE_NAME = "kafkaProducerIds.json"
+SEQ_MOD = 1 << 31
+
+# (topic, queue id, offset, count) -> the stored messages there (the store's read)
+ReadMessages = Callable[[str, int, int, int], list[StoredMessage]]
+# (topic, queue id) -> (min offset, max offset)
+QueueRange = Callable[[str, int], tuple[int, int]]
+
+
+class Seen:
+    """One batch of a window: its sequences, where it went, and until it is known durable
+    the first append's handle (``written``; None once its wait came back PUT_OK, or for a
+    batch read back from the log)."""
+
+    __slots__ = ("base_offset", "first", "last", "written")
+
+    def __init__(self, first: int, last: int, base_offset: int, written: Written | None) -> None:
+        self.first, self.last, self.base_offset, self.written = first, last, base_offset, written
+
+
+@dataclass(slots=True)
+class _Partition:
+    epoch: int
+    # the last WINDOW batches
+    batches: collections.deque[Seen] = field(
+        default_factory=lambda: collections.deque(maxlen=WINDOW)
+    )
+
+
+def producer_mark(batch: Batch) -> str:
+    return f"{batch.producer_id}:{batch.producer_epoch}:{batch.base_sequence}:{batch.count}"
+
+
+class ProducerTable:
+    def __init__(
+        self,
+        config_dir: Path,
+        read: ReadMessages,
+        queue_range: QueueRange,
+        broker_id: int = 0,
+        leading: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.path = config_dir / FILE_NAME
+        self.slot = broker_id % SLOTS
+        self._read = read
+        self._range = queue_range
+        self._leading = leading
+        self._next = 0
+        self._reserved = 0
+        self.first_of_run = 0
+        # The first id handed out while leading (None: none yet): windows of this slot's ids
+        # from it on were all built here; any other id's missing window is rebuilt.
+        self.fresh_from: int | None = None
+        self._partitions: collections.OrderedDict[tuple[int, str, int], _Partition] = (
+            collections.OrderedDict()
+        )
+        self._lock = asyncio.Lock()
+
+    def load_blocking(self) -> None:
+        data = load_json_blocking(self.path) or {}
+        start = int(data.get("reservedUntil", 0))
+        self._next = self._reserved = self.first_of_run = start
+
+    async def allocate(self) -> int:
+        """A producer id never handed out before, on this broker, across restarts."""
+        async with self._lock:
+            self._next += (self.slot - self._next) % SLOTS  # the next id of this broker's slot
+            if self._next >= self._reserved:
+                reserved = self._next + ID_BLOCK
+                text = json.dumps({"reservedUntil": reserved})
+                await asyncio.to_thread(self._write_blocking, text)
+                self._reserved = reserved
+            pid = self._next
+            self._next += 1
+            if self.fresh_from is None and self._leading():
+                self.fresh_from = pid
+            return pid
+
+    def _write_blocking(self, text: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic_blocking(self.path, text)
+
+    # --- sequences ----------------------------------------------------------------------------
+    def check(self, topic: str, queue_id: int, batch: Batch) -> Seen | None:
+        """The earlier copy when ``batch`` is a duplicate, None when it is new and in
+        sequence; KafkaError otherwise."""
+        pid, epoch = batch.producer_id, batch.producer_epoch
+        if pid < 0:
+            return None
+        if pid >= self._next and pid % SLOTS == self.slot:
+            raise KafkaError(Code.UNKNOWN_PRODUCER_ID, f"producer id {pid} was never assigned")
+        state = self._state(pid, topic, queue_id)
+        if state is None:
+            return None
+        if epoch < state.epoch:
+            raise KafkaError(
+                Code.INVALID_PRODUCER_EPOCH,
+                f"producer {pid} epoch {epoch} is older than {state.epoch}",
+            )
+        if epoch > state.epoch or not state.batches:
+            return None
+        first, last = batch.base_sequence, batch.last_sequence
+        for seen in state.batches:
+            if seen.first == first and seen.last == last:
+                return seen
+        expected = (state.batches[-1].last + 1) % SEQ_MOD
+        if first != expected:
+            log.info("kafka: producer %d epoch %d on %s:%d: sequence %d..%d, expected %d",
+                     pid, epoch, topic, queue_id, first, last, expected)  # fmt: skip
+            raise KafkaError(
+                Code.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"producer {pid} partition {queue_id} of {topic!r}: sequence {first}, "
+                f"expected {expected}",
+            )
+        return None
+
+    def remember(
+        self, topic: str, queue_id: int, batch: Batch, base_offset: int, written: Written | None
+    ) -> Seen | None:
+        """Note an appended batch (``written``: its durability handle); its entry, None for a
+        producer without an id."""
+        pid = batch.producer_id
+        if pid < 0:
+            return None
+        key = (pid, topic, queue_id)
+        partitions = self._partitions
+        state = partitions.get(key)
+        if state is None or batch.producer_epoch > state.epoch:
+            state = partitions[key] = _Partition(batch.producer_epoch)
+            if len(partitions) > MAX_WINDOWS:
+                partitions.popitem(last=False)
+        partitions.move_to_end(key)
+        seen = Seen(batch.base_sequence, batch.last_sequence, base_offset, written)
+        state.batches.append(seen)
+        return seen
+
+    def forget_topic(self, topic: str) -> None:
+        for key in [k for k in self._partitions if k[1] == topic]:
+            del self._partitions[key]
+
+    def _state(self, pid: int, topic: str, queue_id: int) -> _Partition | None:
+        key = (pid, topic, queue_id)
+        state = self._partitions.get(key)
+        fresh = self.fresh_from is not None and pid >= self.fresh_from and pid % SLOTS == self.slot
+        if state is None and not fresh:
+            state = self._rebuild(pid, topic, queue_id)
+            if state is not None:
+                self._partitions[key] = state
+        return state
+
+    def _rebuild(self, pid: int, topic: str, queue_id: int) -> _Partition | None:
+        """The window of ``pid`` on a partition, from the marks on its last SCAN messages."""
+        low, high = self._range(topic, queue_id)
+        offset = max(low, high - SCAN)
+        state: _Partition | None = None
+        prefix = f"{pid}:"
+        while offset < high:
+            messages = self._read(topic, queue_id, offset, min(512, high - offset))
+            if not messages:
+                break
+            for message in messages:
+                mark = message.properties.get(KAFKA_PRODUCER)
+                if mark is None or not mark.startswith(prefix):
+                    continue
+                try:
+                    _, epoch, first, count = (int(x) for x in mark.split(":"))
+                except ValueError:
+                    continue
+                if state is None or epoch > state.epoch:
+                    state = _Partition(epoch)
+                last = (first + count - 1) % SEQ_MOD
+                state.batches.append(Seen(first, last, message.queue_offset, None))
+            offset = messages[-1].queue_offset + 1
+        if state is not None:
+            log.info(
+                "kafka: producer %d on %s:%d: sequence window rebuilt from the log (last %d)",
+                pid, topic, queue_id, state.batches[-1].last,
+            )  # fmt: skip
+        return state
