@@ -33,6 +33,7 @@ from wharf.broker.cluster.registration import NamesrvRegistrar, parse_namesrv_ad
 from wharf.broker.cluster.routes import ClusterRoutes
 from wharf.broker.config import Config, parse_host_port
 from wharf.broker.context import BrokerContext
+from wharf.broker.core.addressing import system_topics
 from wharf.broker.core.background import ClientExpiry, PopProgress
 from wharf.broker.core.clients import ClientRegistry
 from wharf.broker.core.long_poll import LongPollHolder
@@ -210,8 +211,10 @@ class BrokerController:
 
             self._store_factory = MessageStore
         long_poll, offsets = self.long_poll, self.offsets
+        levels = len(parse_delay_levels(store_config.message_delay_level))
         kwargs: dict[str, Any] = {
             "observer": self.metrics,
+            "put_hook": system_topics(levels, store_config.timer_max_delay_sec),
             "consumers": ConsumerLink(
                 on_arrival=long_poll.on_arrival,
                 quiet=long_poll.quiet,

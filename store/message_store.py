@@ -67,6 +67,7 @@ from wharf.store.model import (
     ConsumerLink,
     GetResult,
     MessageInput,
+    PutHook,
     PutResult,
     QueueStat,
     StoredMessage,
@@ -123,7 +124,9 @@ class MessageStore:
         disk_usage: DiskUsage | None = None,
         replication: ReplicaLink | None = None,
         consumers: ConsumerLink | None = None,
+        put_hook: PutHook | None = None,
     ) -> None:
+        """``put_hook``: where messages go (``PutHook``); None: where they are sent."""
         config.validate()
         self._config = config
         self._observer = FlushTally(observer)
@@ -150,9 +153,7 @@ class MessageStore:
         self._tasks = BackgroundTasks()
         self._gate = WriteGate()  # new -> started -> stopping -> stopped; disk full
         self._role = Role(config, self._paths, replication or ReplicaLink())
-        self._writer = Writer(
-            config, self._role, len(self.delay_levels_ms), self._gate.check, self._tasks.spawn
-        )
+        self._writer = Writer(config, self._role, self._gate.check, self._tasks.spawn, put_hook)
         self.recovery_seconds = 0.0
         self.recovered: RecoveredState | None = None
         # Topic retention and compaction (services/retention.py); the broker hands it policies.

@@ -6,7 +6,7 @@ Kept free of I/O and of any gRPC type. Slotted classes: thousands are made per b
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -29,6 +29,16 @@ class MessageInput:
     born_host: str = "127.0.0.1:0"  # "ipv4:port"
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
+
+
+# What the store is given to run before every append of messages (``MessageStore(put_hook=)``):
+# (topic, queue id, messages, now in ms) -> where and what to append instead. The broker's core
+# parks delayed, timed and half messages in their system topics with it
+# (broker/core/addressing.py), as RocketMQ 5's broker registers its put-message hooks on its
+# store: the writer appends what it is given and knows no message semantics.
+PutHook = Callable[
+    [str, int, Sequence["MessageInput"], int], tuple[str, int, Sequence["MessageInput"]]
+]
 
 
 class PutStatus(enum.Enum):

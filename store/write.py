@@ -2,10 +2,12 @@
 and returns a ``Written`` that tells its durability; ``put`` is that plus the dispatch
 back-pressure wait and the durability wait, for callers that simply await.
 
-A batch is either ``MessageInput``s (validated and encoded here; a DELAY level, a timer or a
-half message is re-addressed to its system topic first) or the bytes of producer-encoded
-records (``wharf.store.codec.send_records``: checked by ``fast/record_check.py``, patched
-with the broker-owned fields and appended with one copy; properties are stored as given).
+A batch is either ``MessageInput``s or the bytes of producer-encoded records
+(``wharf.store.codec.send_records``: checked by ``fast/record_check.py``). Messages go where
+the put hook the store was given says (the broker's core parks delayed, timed and half
+messages in their system topics: ``wharf.store.model.PutHook``), then are encoded as records;
+both forms reach the commit log's one leader write (broker-owned fields patched on a private
+copy, one copy into the segment), producer records with their properties as given.
 
 Durability of a ``Written`` (the same statuses and errors for every form):
 
@@ -37,7 +39,6 @@ from typing import Any, Protocol
 
 import numpy as np
 from wharf import hops
-from wharf.store.codec.properties import TIMER_TOPIC, TRANS_HALF_TOPIC
 from wharf.store.config import SYNC_FLUSH, StoreConfig
 from wharf.store.dispatch.reput import ReputService
 from wharf.store.errors import (
@@ -50,7 +51,7 @@ from wharf.store.errors import (
 )
 from wharf.store.fast.record_check import check_records, check_records_many
 from wharf.store.log.commit_log import AppendedMany, CommitLog, RecordsBatch
-from wharf.store.model import AppendResult, MessageInput, PutResult, PutStatus
+from wharf.store.model import AppendResult, MessageInput, PutHook, PutResult, PutStatus
 from wharf.store.queue.table import ConsumeQueueTable
 from wharf.store.retention.keys import (
     CompactedTopics,
@@ -58,9 +59,6 @@ from wharf.store.retention.keys import (
     check_keyed_records,
 )
 from wharf.store.role import Role
-from wharf.store.services.schedule import delay_level_of, to_schedule_topic
-from wharf.store.services.timer import timer_times, to_timer_topic
-from wharf.store.services.transactions import is_half, to_half_topic
 
 log = logging.getLogger(__name__)
 
@@ -231,13 +229,13 @@ class Writer:
         self,
         config: StoreConfig,
         role: Role,
-        delay_levels: int,
         gate: Callable[[], None],
         spawn: Callable[[Coroutine[Any, Any, None]], None],
+        put_hook: PutHook | None = None,
     ) -> None:
         self._config = config
         self._role = role
-        self._delay_levels = delay_levels
+        self._put_hook = put_hook  # where messages go (system topics): the composer's rule
         self._gate = gate
         self._spawn = spawn
         self._sync_flush = config.flush_disk_type == SYNC_FLUSH
@@ -476,6 +474,9 @@ class Writer:
         return result.sizes
 
     def _append(self, topic: str, queue_id: int, messages: Sequence[MessageInput]) -> AppendResult:
+        """Messages: the put hook says where they go (a delayed, timed or half message parks
+        in its system topic), then they are encoded as records and appended as producer
+        records are (``CommitLog.append``: one write path)."""
         if self._sync_flush and self._commit_log is not None:
             self._commit_log.prewake_sync()  # its wake-up overlaps this append's encoding
         self._check_writable()
@@ -484,18 +485,9 @@ class Writer:
         _check_queue_id(queue_id)
         if topic in self.compacted.topics:
             check_keyed_messages(topic, messages)
-        level = delay_level_of(messages)
         now = int(time.time() * 1000)
-        if level > 0:
-            topic, queue_id, messages = to_schedule_topic(
-                topic, queue_id, min(level, self._delay_levels), messages
-            )
-        elif topic not in (TIMER_TOPIC, TRANS_HALF_TOPIC) and is_half(messages):
-            topic, queue_id, messages = to_half_topic(topic, queue_id, messages)
-        elif topic != TIMER_TOPIC:
-            times = timer_times(messages, now, self._config.timer_max_delay_sec)
-            if times is not None:
-                topic, queue_id, messages = to_timer_topic(topic, queue_id, times, messages)
+        if self._put_hook is not None:
+            topic, queue_id, messages = self._put_hook(topic, queue_id, messages, now)
         return self._append_to_queue(
             topic,
             queue_id,

@@ -28,6 +28,7 @@ from wharf.store.model import (
     GetResult,
     GetStatus,
     MessageInput,
+    PutHook,
     PutResult,
     PutStatus,
     QueueStat,
@@ -51,9 +52,12 @@ class FakeStore:
         observer: object = None,
         *,
         consumers: ConsumerLink | None = None,
+        put_hook: PutHook | None = None,
     ) -> None:
         """``consumers``: its ``on_arrival`` hears of every put (the fake dispatches at once,
-        so it has no sync to plan ahead of nor retention or pop to use the offsets with)."""
+        so it has no sync to plan ahead of nor retention or pop to use the offsets with);
+        ``put_hook``: taken, not run (the fake parks delayed messages itself, in ``append``,
+        and has no timer or transaction services)."""
         self.config = config or StoreConfig()
         self.queues: dict[tuple[str, int], list[StoredMessage]] = {}
         self.min_offsets: dict[tuple[str, int], int] = {}

@@ -308,14 +308,18 @@ done:
     return result;
 }
 
-/* The broker-owned fields of one record header at ``h`` (``patch`` and ``patch_many``). */
+/* The broker-owned fields of one record header at ``h`` (``patch`` and ``patch_many``);
+ * ``born_host`` NULL keeps the record's own (records the store encoded from messages, whose
+ * born hosts are the messages'). */
 static inline void patch_header(unsigned char *h, uint32_t queue_id, int64_t queue_offset,
                                 int64_t physical_offset, const void *born_host,
                                 int64_t store_timestamp, const void *store_host) {
     put_be32(h + OFF_QUEUE_ID, queue_id);
     put_be64(h + OFF_QUEUE_OFFSET, (uint64_t)queue_offset);
     put_be64(h + OFF_PHYSICAL_OFFSET, (uint64_t)physical_offset);
-    memcpy(h + OFF_BORN_HOST, born_host, 8);
+    if (born_host != NULL) {
+        memcpy(h + OFF_BORN_HOST, born_host, 8);
+    }
     put_be64(h + OFF_STORE_TIMESTAMP, (uint64_t)store_timestamp);
     memcpy(h + OFF_STORE_HOST, store_host, 8);
 }
@@ -336,7 +340,8 @@ PyDoc_STRVAR(patch_doc,
              "patch(buf, starts, queue_id, first_queue_offset, start_offset, born_host, "
              "store_timestamp, store_host)\n\n"
              "Write the broker-owned header fields of checked records in ``buf`` (writable); "
-             "``starts`` is a buffer of native int64 record starts.");
+             "``starts`` is a buffer of native int64 record starts; an empty ``born_host`` keeps "
+             "each record's own.");
 
 static PyObject *patch(PyObject *module, PyObject *args) {
     Py_buffer buf, starts, born_host, store_host;
@@ -349,10 +354,12 @@ static PyObject *patch(PyObject *module, PyObject *args) {
         return NULL;
     }
     PyObject *result = NULL;
-    if (born_host.len != 8 || store_host.len != 8) {
-        PyErr_SetString(PyExc_ValueError, "born_host and store_host are 8 bytes each");
+    if ((born_host.len != 8 && born_host.len != 0) || store_host.len != 8) {
+        PyErr_SetString(PyExc_ValueError,
+                        "born_host is 8 bytes (or empty: each record's own), store_host 8");
         goto done;
     }
+    const void *born = born_host.len ? born_host.buf : NULL;
     if (starts.len % (Py_ssize_t)sizeof(int64_t) != 0) {
         PyErr_SetString(PyExc_ValueError, "starts must be int64 values");
         goto done;
@@ -365,7 +372,7 @@ static PyObject *patch(PyObject *module, PyObject *args) {
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         patch_header(out + at[i], (uint32_t)queue_id, first_queue_offset + i,
-                     at[i] + start_offset, born_host.buf, store_timestamp, store_host.buf);
+                     at[i] + start_offset, born, store_timestamp, store_host.buf);
     }
     result = Py_None;
     Py_INCREF(result);
@@ -399,10 +406,12 @@ static PyObject *patch_many(PyObject *module, PyObject *args) {
     PyObject *result = NULL;
     int64_t *count = NULL, *queue = NULL, *first = NULL;
     const Py_ssize_t word = (Py_ssize_t)sizeof(int64_t);
-    if (born_host.len != 8 || store_host.len != 8) {
-        PyErr_SetString(PyExc_ValueError, "born_host and store_host are 8 bytes each");
+    if ((born_host.len != 8 && born_host.len != 0) || store_host.len != 8) {
+        PyErr_SetString(PyExc_ValueError,
+                        "born_host is 8 bytes (or empty: each record's own), store_host 8");
         goto done;
     }
+    const void *born = born_host.len ? born_host.buf : NULL;
     Py_ssize_t batches = PyList_GET_SIZE(counts_list);
     if (starts.len % word || PyList_GET_SIZE(queue_list) != batches ||
         PyList_GET_SIZE(first_list) != batches) {
@@ -439,7 +448,7 @@ static PyObject *patch_many(PyObject *module, PyObject *args) {
     for (Py_ssize_t b = 0; b < batches; b++) {
         for (int64_t k = 0; k < count[b]; k++, i++) {
             patch_header(out + at[i], (uint32_t)queue[b], first[b] + k, at[i] + start_offset,
-                         born_host.buf, store_timestamp, store_host.buf);
+                         born, store_timestamp, store_host.buf);
         }
     }
     result = Py_None;

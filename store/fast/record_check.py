@@ -11,6 +11,7 @@ per batch instead of ~1.5 us per record).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 
 import numpy as np
@@ -244,7 +245,7 @@ def _record_starts(data: bytes | memoryview, buf: np.ndarray) -> np.ndarray:
 
 def patch_records(
     buf: bytearray,
-    starts: np.ndarray,
+    starts: np.ndarray | list[int],
     queue_id: int,
     first_queue_offset: int,
     start_offset: int,
@@ -253,23 +254,30 @@ def patch_records(
     store_host: bytes,
 ) -> None:
     """Fill in the broker-owned fields of checked records in ``buf`` (to be written at commit
-    log ``start_offset``): QUEUEID, QUEUEOFFSET (consecutive), PHYSICALOFFSET, BORNHOST,
+    log ``start_offset``): QUEUEID, QUEUEOFFSET (consecutive), PHYSICALOFFSET, BORNHOST (an
+    empty ``born_host`` keeps each record's own: records the store encoded from messages),
     STORETIMESTAMP, STOREHOST. Done on a private copy BEFORE the copy into the segment, so a
     crash can never leave a CRC-valid record with unset offsets in the log."""
     if _compiled is not None:
-        positions = np.ascontiguousarray(starts, dtype=np.int64)
+        positions: np.ndarray | array[int] = (
+            array("q", starts)  # a buffer of int64 without a numpy call (~1 us)
+            if isinstance(starts, list)
+            else np.ascontiguousarray(starts, dtype=np.int64)
+        )
         _compiled.patch(
             buf, positions, queue_id, first_queue_offset, start_offset, born_host,
             store_timestamp, store_host,
         )  # fmt: skip
         return
+    starts = np.asarray(starts, dtype=np.int64)
     target = np.frombuffer(buf, dtype=np.uint8)
     index = starts[:, None] + _HEADER_LANES
     headers = target[index].view(_HEADER).ravel()  # a copy: changed, then written back
     headers["queue_id"] = queue_id
     headers["queue_offset"] = np.arange(first_queue_offset, first_queue_offset + len(starts))
     headers["physical_offset"] = starts + start_offset
-    headers["born_host"] = np.void(born_host)
+    if born_host:
+        headers["born_host"] = np.void(born_host)
     headers["store_timestamp"] = store_timestamp
     headers["store_host"] = np.void(store_host)
     target[index] = headers.view(np.uint8).reshape(len(starts), RECORD_HEADER_SIZE)

@@ -90,7 +90,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 from wharf.store.codec.hosts import born_host_bytes, encode_host
 from wharf.store.codec.layout import END_FILE_MIN_BLANK_LENGTH
-from wharf.store.codec.records import EncodedBatch, encode_batch
+from wharf.store.codec.records import encode_batch
 from wharf.store.config import SYNC_FLUSH, StoreConfig
 from wharf.store.errors import (
     DiskFullError,
@@ -361,14 +361,27 @@ class CommitLog(CommitLogReads):
         messages: Sequence[MessageInput],
         store_timestamp: int | None = None,
     ) -> AppendResult:
-        """Encode and write a batch as consecutive records (queue offsets first_queue_offset,
-        +1, ...); ``store_timestamp`` defaults to now (ms). Never awaits. Raises
-        InvalidMessageError (nothing written) or StoreNotWritableError (sticky flush failure,
-        shutdown), DiskFullError (nothing acknowledged, nothing left in the file)."""
-        return self._guarded(
-            lambda stamp: self._append(topic, queue_id, first_queue_offset, messages, stamp),
-            store_timestamp,
-        )
+        """Encode a batch of messages (``encode_batch``, every field the message carries: its
+        born host, flags, reconsume times, prepared offset) and append the records the way
+        ``append_records`` does, each keeping its born host: one write path for every batch
+        (queue offsets first_queue_offset, +1, ...). ``store_timestamp`` defaults to now (ms).
+        Never awaits. Raises InvalidMessageError (nothing written) or StoreNotWritableError
+        (sticky flush failure, shutdown), DiskFullError (nothing acknowledged, nothing left in
+        the file)."""
+        config = self.config
+
+        def write(stamp: int) -> AppendResult:
+            # Encoded at position 0: the patch writes the offsets where the batch lands.
+            encoded = encode_batch(
+                topic, queue_id, first_queue_offset, messages, 0, stamp, config.store_host,
+                config.max_message_size,
+            )  # fmt: skip
+            return self._append_one(
+                topic, queue_id, first_queue_offset, encoded.data, encoded.offsets, b"", stamp,
+                encoded.sizes,
+            )  # fmt: skip
+
+        return self._guarded(write, store_timestamp)
 
     def _guarded(self, write: Callable[[int], _W], store_timestamp: int | None) -> _W:
         """The rules every append follows around ``write(store timestamp)``: a sticky failure
@@ -390,41 +403,6 @@ class CommitLog(CommitLogReads):
             self._leave_disk_full("append")
         return result
 
-    def _append(
-        self,
-        topic: str,
-        queue_id: int,
-        first_queue_offset: int,
-        messages: Sequence[MessageInput],
-        store_timestamp: int,
-    ) -> AppendResult:
-        config = self.config
-
-        def encode(start: int) -> EncodedBatch:
-            return encode_batch(
-                topic,
-                queue_id,
-                first_queue_offset,
-                messages,
-                start,
-                store_timestamp,
-                config.store_host,
-                config.max_message_size,
-            )
-
-        # Encoded where the log ends now; again only if the batch has to open a new segment
-        # (the size does not depend on the position, the offsets inside do).
-        start = self.queue.max_wrote_offset
-        batch = encode(start)
-        mapped = self._segment_with_room(len(batch.data))
-        if mapped.file_from_offset + mapped.wrote_position != start:
-            start = mapped.file_from_offset + mapped.wrote_position
-            batch = encode(start)
-        return self._write(
-            mapped, batch.data, topic, queue_id, first_queue_offset, batch.offsets,
-            batch.sizes, store_timestamp,
-        )  # fmt: skip
-
     def append_records(
         self,
         topic: str,
@@ -439,42 +417,48 @@ class CommitLog(CommitLogReads):
         ``record_check.check_records`` (``positions``: where each starts in ``data``): the
         broker-owned fields are patched on a private copy, which is written with one copy.
         Same contract as ``append``."""
+        born = born_host_bytes(born_host)
         return self._guarded(
-            lambda stamp: self._append_records(
-                topic, queue_id, first_queue_offset, data, positions, born_host, stamp
+            lambda stamp: self._append_one(
+                topic, queue_id, first_queue_offset, data, positions, born, stamp
             ),
             store_timestamp,
         )
 
-    def _append_records(
+    def _append_one(
         self,
         topic: str,
         queue_id: int,
         first_queue_offset: int,
         data: bytes | memoryview,
-        positions: np.ndarray,
-        born_host: str,
+        positions: np.ndarray | list[int],
+        born_host: bytes,
         store_timestamp: int,
+        sizes: list[int] | None = None,
     ) -> AppendResult:
+        """One batch: into the current segment, or a new one when it does not fit the rest (a
+        batch never spans segments); its broker-owned fields patched on a private copy
+        (``patch_records``, one compiled call), then one copy in (``_copy_in``). No numpy
+        column work here: a lone message's append is the latency path (the columns of
+        ``_append_patched`` cost ~20 us more a call at 1 message a batch)."""
         size = len(data)
         mapped = self._segment_with_room(size)
         start = mapped.file_from_offset + mapped.wrote_position
         buf = bytearray(data)
         patch_records(
-            buf,
-            positions,
-            queue_id,
-            first_queue_offset,
-            start,
-            born_host_bytes(born_host),
-            store_timestamp,
+            buf, positions, queue_id, first_queue_offset, start, born_host, store_timestamp,
             encode_host(self.config.store_host),
-        )
-        offsets = (positions + start).tolist()
-        sizes = [b - a for a, b in pairwise(offsets)]
-        sizes.append(start + size - offsets[-1])
-        return self._write(
-            mapped, buf, topic, queue_id, first_queue_offset, offsets, sizes, store_timestamp
+        )  # fmt: skip
+        if isinstance(positions, np.ndarray):
+            offsets = (positions + start).tolist()
+        else:
+            offsets = [start + position for position in positions]
+        if sizes is None:
+            sizes = [b - a for a, b in pairwise(offsets)]
+            sizes.append(start + size - offsets[-1])
+        self._copy_in(mapped, buf, len(offsets), store_timestamp)
+        return AppendResult(
+            topic, queue_id, first_queue_offset, offsets, sizes, store_timestamp, start + size
         )
 
     def append_records_many(
@@ -511,7 +495,7 @@ class CommitLog(CommitLogReads):
             counts,
             [batch[1] for batch in batches],
             [batch[2] for batch in batches],
-            born_host,
+            born_host_bytes(born_host),
             store_timestamp,
         )
 
@@ -532,8 +516,8 @@ class CommitLog(CommitLogReads):
         return self._guarded(
             lambda stamp: (
                 self._append_patched(
-                    bytearray(data), starts, counts, queue_ids, first_queue_offsets, born_host,
-                    stamp,
+                    bytearray(data), starts, counts, queue_ids, first_queue_offsets,
+                    born_host_bytes(born_host), stamp,
                 )
                 if self._fits(len(data))
                 else None
@@ -555,11 +539,13 @@ class CommitLog(CommitLogReads):
         counts: list[int],
         queue_ids: list[int],
         first_queue_offsets: list[int],
-        born_host: str,
+        born_host: bytes,
         store_timestamp: int,
     ) -> AppendedMany:
-        """Every batch patched in one compiled call (one call per batch cost ~3 us of Python
-        each: 32 topics' batches in a request), then ONE write."""
+        """Several batches' broker-owned fields patched in one compiled call (one call per
+        batch cost ~3 us of Python each: 32 topics' batches in a request; ``born_host`` empty
+        keeps each record's own), then ONE copy into the segment (``_copy_in``, as a lone
+        batch's)."""
         mapped = self.queue.last()
         assert mapped is not None
         start = mapped.file_from_offset + mapped.wrote_position
@@ -570,19 +556,25 @@ class CommitLog(CommitLogReads):
             queue_ids,
             first_queue_offsets,
             start,
-            born_host_bytes(born_host),
+            born_host,
             store_timestamp,
             encode_host(self.config.store_host),
         )
-        mapped.append(buf, store_timestamp)
-        self._appended(mapped)
-        self.last_store_timestamp = store_timestamp
-        self.messages_put_total += len(starts)
-        self.bytes_put_total += len(buf)
+        self._copy_in(mapped, buf, len(starts), store_timestamp)
         sizes = np.empty_like(starts)  # np.diff(append=) is ~10 us here: a concatenate more
         np.subtract(starts[1:], starts[:-1], out=sizes[:-1])
         sizes[-1] = len(buf) - starts[-1]
         return AppendedMany(starts + start, sizes, counts, store_timestamp)
+
+    def _copy_in(
+        self, mapped: MappedFile, buf: bytearray, count: int, store_timestamp: int
+    ) -> None:
+        """The one copy of patched records into the segment, and its accounting."""
+        mapped.append(buf, store_timestamp)
+        self._appended(mapped)
+        self.last_store_timestamp = store_timestamp
+        self.messages_put_total += count
+        self.bytes_put_total += len(buf)
 
     def append_raw(self, offset: int, data: bytes | memoryview, store_timestamp: int) -> int:
         """A replica's append: ``data`` (whole records a master wrote at ``offset``, inside one
@@ -653,34 +645,6 @@ class CommitLog(CommitLogReads):
             mapped.append_blank()
             mapped = self._roll()
         return mapped
-
-    def _write(
-        self,
-        mapped: MappedFile,
-        data: bytes | bytearray,
-        topic: str,
-        queue_id: int,
-        first_queue_offset: int,
-        offsets: list[int],
-        sizes: list[int],
-        store_timestamp: int,
-    ) -> AppendResult:
-        """Copy a batch at the segment's write position and account for it."""
-        start = mapped.file_from_offset + mapped.wrote_position
-        mapped.append(data, store_timestamp)
-        self._appended(mapped)
-        self.last_store_timestamp = store_timestamp
-        self.messages_put_total += len(sizes)
-        self.bytes_put_total += len(data)
-        return AppendResult(
-            topic,
-            queue_id,
-            first_queue_offset,
-            offsets,
-            sizes,
-            store_timestamp,
-            start + len(data),
-        )
 
     def _appended(self, mapped: MappedFile) -> None:
         fill = self.fill_ahead

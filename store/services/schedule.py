@@ -20,53 +20,24 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from wharf.store.codec.parking import unpark
 from wharf.store.codec.properties import (
     PROPERTY_DELAY_TIME_LEVEL,
     SCHEDULE_TOPIC,
 )
-from wharf.store.errors import InvalidMessageError, StoreError, StoreNotWritableError
+from wharf.store.errors import StoreError, StoreNotWritableError
 from wharf.store.model import MessageInput, StoredMessage
 from wharf.store.paths import read_json_with_backup_blocking, write_json_atomic_blocking
 from wharf.store.services.host import StoreHost
-from wharf.store.services.parking import park, unpark
 
 log = logging.getLogger(__name__)
 
 POLL_INTERVAL_S = 0.1  # RocketMQ's DELAY_FOR_A_WHILE
 RETRY_AFTER_FAILURE_S = 1.0
 BATCH_UNITS = 32
-
-
-def delay_level_of(messages: Sequence[MessageInput]) -> int:
-    """The batch's DELAY level (0 = none). InvalidMessageError for mixed or bad levels."""
-    levels = {m.properties.get(PROPERTY_DELAY_TIME_LEVEL) or "0" for m in messages}
-    if levels == {"0"}:
-        return 0
-    if len(levels) > 1:
-        raise InvalidMessageError(
-            "all messages of a batch must carry the same DELAY level (a batch goes to "
-            "one queue); send delayed messages in their own batch"
-        )
-    text = levels.pop()
-    try:
-        level = int(text)
-    except ValueError:
-        raise InvalidMessageError(f"DELAY level {text!r} is not an integer") from None
-    if level < 0:
-        raise InvalidMessageError(f"DELAY level {level} must be >= 0")
-    return level
-
-
-def to_schedule_topic(
-    topic: str, queue_id: int, level: int, messages: Sequence[MessageInput]
-) -> tuple[str, int, list[MessageInput]]:
-    """RocketMQ's CommitLog.asyncPutMessage delay rewrite (``level`` already clamped to the
-    configured count): SCHEDULE_TOPIC_XXXX queue level-1, real destination in properties."""
-    level_prop = {PROPERTY_DELAY_TIME_LEVEL: str(level)}
-    return SCHEDULE_TOPIC, level - 1, [park(m, topic, queue_id, level_prop) for m in messages]
 
 
 def restore_real_message(msg: StoredMessage) -> tuple[str, int, MessageInput]:

@@ -38,13 +38,13 @@ import contextlib
 import heapq
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from wharf.store.codec.parking import TIMER_QUEUE, unpark
 from wharf.store.codec.properties import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_TIMER_DEL_UNIQKEY,
-    PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TIMER_QUEUE_OFFSET,
     TIMER_TOPIC,
@@ -58,65 +58,13 @@ from wharf.store.errors import (
 from wharf.store.model import MessageInput
 from wharf.store.services.host import StoreHost
 from wharf.store.services.ledger import OffsetLedger, checkpoint_loop
-from wharf.store.services.parking import park, unpark
 
 log = logging.getLogger(__name__)
 
-TIMER_QUEUE = 0
 CANCEL_QUEUE = 1
 READ_BATCH = 256  # units read per step when loading or following a queue
 RETRY_AFTER_FAILURE_S = 1.0
 IDLE_WAIT_S = 60.0  # nothing pending: sleep until an arrival wakes the task
-
-
-def timer_times(
-    messages: Sequence[MessageInput], now_ms: int, max_delay_s: int
-) -> list[int] | None:
-    """Each message's delivery time when the batch must wait in the timer, None when no
-    message of it lies ahead (no timer property, or all due: store it now). A batch may mix
-    times, and untimed messages (due now): every record carries its own time. An
-    InvalidMessageError for a bad value or a time more than ``max_delay_s`` ahead."""
-    if not any(
-        PROPERTY_TIMER_DELIVER_MS in m.properties or PROPERTY_TIMER_DELAY_SEC in m.properties
-        for m in messages
-    ):
-        return None  # every put asks: no list built for the untimed ones
-    times: list[int] = []
-    ahead = False
-    for m in messages:
-        props = m.properties
-        if PROPERTY_TIMER_DELIVER_MS in props:
-            text, scale, base = props[PROPERTY_TIMER_DELIVER_MS], 1, 0
-        elif PROPERTY_TIMER_DELAY_SEC in props:
-            text, scale, base = props[PROPERTY_TIMER_DELAY_SEC], 1000, now_ms
-        else:
-            times.append(now_ms)
-            continue
-        try:
-            deliver_ms = base + int(text) * scale
-        except ValueError:
-            raise InvalidMessageError(f"timer property {text!r} is not an integer") from None
-        if deliver_ms - now_ms > max_delay_s * 1000:
-            raise InvalidMessageError(
-                f"delivery time {deliver_ms} is {(deliver_ms - now_ms) // 1000} s ahead; the "
-                f"limit is timerMaxDelaySec = {max_delay_s} s"
-            )
-        ahead |= deliver_ms > now_ms
-        # A time already past (even before 1970: a negative timestamp) is due now: it waits
-        # in the timer only beside a later one of its batch, with now as its time.
-        times.append(max(deliver_ms, now_ms))
-    return times if ahead else None
-
-
-def to_timer_topic(
-    topic: str, queue_id: int, times: Sequence[int], messages: Sequence[MessageInput]
-) -> tuple[str, int, list[MessageInput]]:
-    """The rewrite of a timed batch: TIMER_TOPIC queue 0, destination and time in properties."""
-    out = [
-        park(m, topic, queue_id, {PROPERTY_TIMER_DELIVER_MS: str(t)}, (PROPERTY_TIMER_DELAY_SEC,))
-        for m, t in zip(messages, times, strict=True)
-    ]
-    return TIMER_TOPIC, TIMER_QUEUE, out
 
 
 def cancel_marker(timer_offset: int, unique_key: str) -> MessageInput:

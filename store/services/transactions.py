@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from wharf.store.codec.parking import HALF_QUEUE, unpark
 from wharf.store.codec.properties import (
     PROPERTY_CHECK_IMMUNITY_TIME,
     PROPERTY_REAL_TOPIC,
@@ -50,11 +51,9 @@ from wharf.store.errors import InvalidMessageError
 from wharf.store.model import MessageInput, StoredMessage
 from wharf.store.services.host import StoreHost
 from wharf.store.services.ledger import OffsetLedger, checkpoint_loop
-from wharf.store.services.parking import park, unpark
 
 log = logging.getLogger(__name__)
 
-HALF_QUEUE = 0
 READ_BATCH = 256
 # One append of a batch END: 1024 messages (the send batch cap) or 4 MiB of bodies.
 BATCH_COUNT = 1024
@@ -63,20 +62,6 @@ BATCH_BYTES = 4 * 1024 * 1024
 # TRAN_HALF_OFFSET (the mark a restart reads) as RocketMQ's does.
 _DROP_ON_COMMIT = (PROPERTY_TRANSACTION_PREPARED, PROPERTY_CHECK_IMMUNITY_TIME)
 COMMITTED, ROLLED_BACK, RESOLVED = "committed", "rolled back", "resolved before"
-
-
-def is_half(messages: Sequence[MessageInput]) -> bool:
-    """True when the batch is transactional (all or none: InvalidMessageError for a mix)."""
-    flags = {m.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true" for m in messages}
-    if len(flags) > 1:
-        raise InvalidMessageError("a batch is transactional as a whole or not at all")
-    return flags == {True}
-
-
-def to_half_topic(
-    topic: str, queue_id: int, messages: Sequence[MessageInput]
-) -> tuple[str, int, list[MessageInput]]:
-    return TRANS_HALF_TOPIC, HALF_QUEUE, [park(m, topic, queue_id) for m in messages]
 
 
 @dataclass(slots=True)

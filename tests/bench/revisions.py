@@ -12,7 +12,9 @@ clients are this checkout's, so only the broker differs.
 Every round starts a fresh broker of each revision (ASYNC_FLUSH, logging at WARNING, the order
 alternating round by round so the neighbours' drift hits both) and runs, on a fresh topic of
 ``--partitions`` queues: confluent-kafka produce and fetch of ``--messages`` records
-(tests/bench/kafka.py's phases) and the SDK's ``send_batch`` and pulls. Per phase: msg/s and the
+(tests/bench/kafka.py's phases), the SDK's ``send_batch`` and pulls, and RocketMQ 4.x remoting
+sends of a quarter as many, one and 16 a request (tests/bench/remoting.py's client: messages the
+store encodes, where the other phases send records). Per phase: msg/s and the
 broker's CPU per message (/proc/PID/stat; what the neighbours move least). The verdict per
 figure is pooled over the rounds' ratios after/before (pooled.py): throughput ``>= 1.0`` and CPU
 per message ``<= 1.0`` met, missed (slower, with 95% confidence) or undecided.
@@ -39,10 +41,14 @@ from tests.bench.kafka import (
     sdk_send_batch,
 )
 from tests.bench.pooled import describe
+from tests.bench.remoting import remoting_sends
 from tests.harness import REPO_ROOT, Daemons
 
 SETTINGS = {"flushDiskType": "ASYNC_FLUSH", "logLevel": "WARNING"}
-PHASES = ("kafka produce", "kafka fetch", "sdk send_batch", "sdk pull")
+PHASES = (
+    "kafka produce", "kafka fetch", "sdk send_batch", "sdk pull", "remoting x1", "remoting x16"
+)  # fmt: skip
+REMOTING_SHARE = 4  # the remoting phases send --messages / 4 (one request a message is slower)
 
 
 def git(*args: str) -> str:
@@ -88,9 +94,11 @@ def phases_of(
     settings = {**SETTINGS, "defaultTopicQueueNums": args.partitions}
     n, parts = args.messages, args.partitions
     topic, sdk_topic = f"rev-k-{round_no}", f"rev-sdk-{round_no}"
+    extra = ["--kafka-listen", "127.0.0.1:0", "--remoting-listen", "127.0.0.1:0"]
     with Daemons(tmp).broker(tmp / "wharf", settings=settings, python=python,
-                             extra_args=["--kafka-listen", "127.0.0.1:0"]) as broker:  # fmt: skip
-        kafka, endpoint = broker.kafka_endpoint, broker.endpoint
+                             extra_args=extra) as broker:  # fmt: skip
+        kafka, endpoint, remoting = broker.kafka_endpoint, broker.endpoint, broker.remoting_endpoint
+        few = n // REMOTING_SHARE
         create_topic(kafka, topic, parts)
         create_topic(kafka, sdk_topic, parts)
         works: list[tuple[str, Callable[[], int]]] = [
@@ -99,8 +107,19 @@ def phases_of(
             ("sdk send_batch", lambda: asyncio.run(sdk_send_batch(endpoint, sdk_topic, args))),
             ("sdk pull",
              lambda: asyncio.run(sdk_pull(endpoint, sdk_topic, args, n // parts * parts))),
+            # Messages, not producer records: the store encodes them (the other write form).
+            ("remoting x1", lambda: remoting_count(remoting, f"rev-r1-{round_no}", few, 1, args)),
+            ("remoting x16",
+             lambda: remoting_count(remoting, f"rev-r16-{round_no}", few, 16, args)),
         ]  # fmt: skip
         return [(phase, *measured(broker.pid, work)) for phase, work in works]
+
+
+def remoting_count(address: str, topic: str, count: int, batch: int, ns: argparse.Namespace) -> int:
+    """RocketMQ 4.x sends (SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE of ``batch``), 32 requests in
+    flight: how many were stored."""
+    sent, _ = asyncio.run(remoting_sends(address, topic, count, 32, ns.size, batch))
+    return sent
 
 
 def one_round(

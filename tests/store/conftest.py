@@ -16,6 +16,7 @@ from wharf.store import ConsumerLink, message_store
 from wharf.store.message_store import MessageStore
 
 from tests.store.helpers import small_config
+from tests.store.hooked import hooked_store
 
 
 @pytest.fixture(autouse=True)
@@ -34,10 +35,11 @@ def committed() -> dict[tuple[str, str, int], int]:
 async def store(
     tmp_path: Path, committed: dict[tuple[str, str, int], int]
 ) -> AsyncIterator[MessageStore]:
-    """A started store with small files (``helpers.small_config``); modules may define their own."""
+    """A started store with small files (``helpers.small_config``) and the broker's put hook
+    (``hooked.py``); modules may define their own."""
     consumers = ConsumerLink(committed=lambda group, topic, queue_id: committed.get(
         (group, topic, queue_id), -1))  # fmt: skip
-    s = MessageStore(small_config(tmp_path / "store"), consumers=consumers)
+    s = hooked_store(small_config(tmp_path / "store"), consumers=consumers)
     await s.start()
     yield s
     await s.shutdown()

@@ -26,12 +26,13 @@ from wharf.store.model import GetStatus, PutStatus
 from wharf.store.read.filter import parse_tag_expression
 
 from tests.store.helpers import msg, small_config
+from tests.store.hooked import hooked_store
 
 
 @pytest.fixture(params=[ASYNC_FLUSH, SYNC_FLUSH, "ASYNC_FLUSH+transient_pool"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MessageStore]:
     mode, _, pool = request.param.partition("+")
-    s = MessageStore(
+    s = hooked_store(
         small_config(
             tmp_path,
             flush_disk_type=mode,
@@ -247,7 +248,7 @@ def test_with_only_quiet_listeners_a_report_calls_nothing() -> None:
 
 
 async def test_writes_after_shutdown_are_refused(tmp_path: Path) -> None:
-    s = MessageStore(small_config(tmp_path))
+    s = hooked_store(small_config(tmp_path))
     await s.start()
     await s.shutdown()
     assert not s.writable
@@ -267,7 +268,7 @@ async def test_sync_flush_timeout_is_surfaced_and_unflushed_data_stays_invisible
         os.fdatasync(fd)
 
     monkeypatch.setattr(mapped_file, "fdatasync", slow_fdatasync)
-    s = MessageStore(small_config(tmp_path, flush_disk_type=SYNC_FLUSH, sync_flush_timeout=50))
+    s = hooked_store(small_config(tmp_path, flush_disk_type=SYNC_FLUSH, sync_flush_timeout=50))
     await s.start()
     try:
         result = await s.put("T", 0, [msg("slow")])
@@ -292,7 +293,7 @@ async def test_failed_sync_is_sticky_and_refuses_writes(
         os.fdatasync(fd)
 
     monkeypatch.setattr(mapped_file, "fdatasync", failing_fdatasync)  # before the start
-    s = MessageStore(small_config(tmp_path, flush_disk_type=SYNC_FLUSH))
+    s = hooked_store(small_config(tmp_path, flush_disk_type=SYNC_FLUSH))
     await s.start()
     try:
         failing = True
@@ -308,7 +309,7 @@ async def test_failed_sync_is_sticky_and_refuses_writes(
 
 
 async def test_delete_topics_forgets_queues_and_removes_their_files(tmp_path: Path) -> None:
-    s = MessageStore(small_config(tmp_path))
+    s = hooked_store(small_config(tmp_path))
     await s.start()
     try:
         await s.put("Gone", 0, [msg(str(i)) for i in range(20)])
@@ -339,7 +340,7 @@ async def test_topic_churn_right_after_sends_leaves_no_queue_and_no_open_file(
     # deletion comes. Before, dispatch re-created the deleted topic's queue afterwards and a
     # file created for a queue dropped meanwhile stayed open (~10 descriptors a minute leaked
     # in a soak deleting a topic every 5 s).
-    s = MessageStore(small_config(tmp_path))
+    s = hooked_store(small_config(tmp_path))
     await s.start()
     try:
         await s.put("Warm", 0, [msg("w")])
@@ -384,13 +385,13 @@ def test_bad_settings_are_refused_at_construction(
     tmp_path: Path, setting: str, value: object, message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
-        MessageStore(small_config(tmp_path, **{setting: value}))
+        hooked_store(small_config(tmp_path, **{setting: value}))
 
 
 async def test_put_waits_while_dispatch_lags_beyond_the_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    s = MessageStore(small_config(tmp_path, max_dispatch_lag_bytes=2000))
+    s = hooked_store(small_config(tmp_path, max_dispatch_lag_bytes=2000))
     await s.start()
     try:
         source = s.insides.reput_service.source
@@ -417,7 +418,7 @@ async def _stalled(
 ) -> AsyncIterator[MessageStore]:
     """A store whose dispatch stopped with ~3 KB undispatched, past its 2,000-byte bound."""
     config = small_config(root, max_dispatch_lag_bytes=2000, wait_time_mills_in_send_queue=wait_ms)
-    s = MessageStore(config)
+    s = hooked_store(config)
     await s.start()
     try:
         monkeypatch.setattr(s.insides.reput_service.source, "dispatch_limit", lambda: 0)
@@ -465,7 +466,7 @@ async def test_put_with_no_wait_time_is_refused_busy_at_once(
 
 
 async def test_sync_flush_append_without_put_still_becomes_visible(tmp_path: Path) -> None:
-    s = MessageStore(small_config(tmp_path, flush_disk_type=SYNC_FLUSH))
+    s = hooked_store(small_config(tmp_path, flush_disk_type=SYNC_FLUSH))
     await s.start()
     try:
         s.append("T", 0, [msg("no put")])
@@ -479,7 +480,7 @@ async def test_sync_flush_append_without_put_still_becomes_visible(tmp_path: Pat
 async def test_many_throttled_puts_resume_together_when_dispatch_catches_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    s = MessageStore(small_config(tmp_path, max_dispatch_lag_bytes=2000))
+    s = hooked_store(small_config(tmp_path, max_dispatch_lag_bytes=2000))
     await s.start()
     try:
         monkeypatch.setattr(s.insides.reput_service.source, "dispatch_limit", lambda: 0)

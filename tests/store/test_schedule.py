@@ -13,6 +13,7 @@ from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus
 
 from tests.store.helpers import msg, small_config
+from tests.store.hooked import hooked_store
 
 
 async def _wait_for_messages(store: MessageStore, topic: str, queue_id: int, timeout_s: float):
@@ -36,7 +37,7 @@ def test_delay_levels_parse_units_and_reject_garbage() -> None:
 async def test_delayed_message_is_rewritten_then_delivered_to_its_real_queue(
     tmp_path: Path,
 ) -> None:
-    store = MessageStore(small_config(tmp_path))
+    store = hooked_store(small_config(tmp_path))
     await store.start()
     try:
         put = await store.put("Orders", 3, [msg("later", tags="t", keys="k1", DELAY="1")])
@@ -63,7 +64,7 @@ async def test_delayed_message_is_rewritten_then_delivered_to_its_real_queue(
     assert table == {"offsetTable": {"1": 1}}
 
     # Progress survives a restart: the message is not delivered twice.
-    again = MessageStore(small_config(tmp_path))
+    again = hooked_store(small_config(tmp_path))
     await again.start()
     try:
         await asyncio.sleep(0.3)
@@ -73,7 +74,7 @@ async def test_delayed_message_is_rewritten_then_delivered_to_its_real_queue(
 
 
 async def test_levels_beyond_the_configured_count_are_clamped(tmp_path: Path) -> None:
-    store = MessageStore(small_config(tmp_path))  # "1s 2s": two levels
+    store = hooked_store(small_config(tmp_path))  # "1s 2s": two levels
     await store.start()
     try:
         put = await store.put("T", 0, [msg("x", DELAY="9")])
@@ -91,7 +92,7 @@ async def test_due_messages_wait_while_the_store_refuses_writes_then_all_arrive(
     tmp_path: Path,
 ) -> None:
     disk = {"ratio": 0.5}
-    store = MessageStore(
+    store = hooked_store(
         small_config(tmp_path, flush_disk_type="SYNC_FLUSH"),
         disk_usage=lambda path: disk["ratio"],
     )

@@ -15,6 +15,7 @@ from wharf.store.errors import DiskFullError, InvalidMessageError, StoreShutDown
 from wharf.store.message_store import MessageStore
 
 from tests.store.helpers import msg, small_config
+from tests.store.hooked import hooked_store
 
 TOPIC = "Timed"
 
@@ -112,7 +113,7 @@ async def test_timers_come_out_in_time_order_and_a_thousand_due_together_in_send
 async def test_pending_timers_survive_a_restart_and_recalled_ones_never_come(
     tmp_path: Path,
 ) -> None:
-    store = MessageStore(small_config(tmp_path / "store"))
+    store = hooked_store(small_config(tmp_path / "store"))
     await store.start()
     keep = await store.put(TOPIC, 0, [msg("keep", uniq="K", TIMER_DELIVER_MS=at(2))])
     drop = await store.put(TOPIC, 0, [msg("drop", uniq="D", TIMER_DELIVER_MS=at(2))])
@@ -124,7 +125,7 @@ async def test_pending_timers_survive_a_restart_and_recalled_ones_never_come(
         await store.timer.cancel(keep.append.first_queue_offset, "not-K")
     await store.shutdown()
 
-    store = MessageStore(small_config(tmp_path / "store"))
+    store = hooked_store(small_config(tmp_path / "store"))
     await store.start()
     try:
         assert store.timer.stats()["pending"] == 1
@@ -138,7 +139,7 @@ async def test_pending_timers_survive_a_restart_and_recalled_ones_never_come(
 async def test_a_delivery_the_checkpoint_missed_is_not_repeated(tmp_path: Path) -> None:
     """A crash right after deliveries leaves a checkpoint that does not list them; start-up
     finds their copies in the commit log instead. Here the checkpoint is lost altogether."""
-    store = MessageStore(small_config(tmp_path / "store"))
+    store = hooked_store(small_config(tmp_path / "store"))
     await store.start()
     await store.put(TOPIC, 0, [msg("once", TIMER_DELIVER_MS=at(1.1))])
     await store.put(TOPIC, 0, [msg("later", TIMER_DELIVER_MS=at(30))])
@@ -148,7 +149,7 @@ async def test_a_delivery_the_checkpoint_missed_is_not_repeated(tmp_path: Path) 
     for path in (checkpoint, checkpoint.with_name(checkpoint.name + ".bak")):
         path.unlink(missing_ok=True)
 
-    again = MessageStore(small_config(tmp_path / "store"))
+    again = hooked_store(small_config(tmp_path / "store"))
     await again.start()
     try:
         assert again.timer.stats()["pending"] == 1  # "later" only

@@ -13,6 +13,7 @@ from wharf.store.message_store import MessageStore
 from wharf.store.services.transactions import COMMITTED, RESOLVED, ROLLED_BACK
 
 from tests.store.helpers import msg, small_config
+from tests.store.hooked import hooked_store
 
 TOPIC = "Orders"
 
@@ -65,7 +66,7 @@ async def test_unknown_or_mismatched_transactions_and_mixed_batches_are_refused(
 async def test_resolutions_and_open_halves_survive_restarts_and_a_lost_checkpoint(
     tmp_path: Path,
 ) -> None:
-    store = MessageStore(small_config(tmp_path / "store"))
+    store = hooked_store(small_config(tmp_path / "store"))
     await store.start()
     await store.put(TOPIC, 1, [half("committed", "C")])
     await store.put(TOPIC, 1, [half("open", "O")])
@@ -77,7 +78,7 @@ async def test_resolutions_and_open_halves_survive_restarts_and_a_lost_checkpoin
     for path in (checkpoint, checkpoint.with_name(checkpoint.name + ".bak")):
         path.unlink()  # as if the broker died before writing it: the commit log says it all
 
-    store = MessageStore(small_config(tmp_path / "store"))
+    store = hooked_store(small_config(tmp_path / "store"))
     await store.start()
     try:
         assert store.transactions.stats()["half_messages"] == 1
