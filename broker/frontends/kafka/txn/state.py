@@ -85,6 +85,9 @@ class TxnMetadata:
     offsets: frozenset[tuple[str, str, int, int, str]] = field(default_factory=frozenset)
     start_ms: int = -1  # when the open transaction began (its first AddPartitions)
     update_ms: int = 0
+    # partitions other broker groups lead (brokerName, topic, their queue id): their markers
+    # go there by WriteTxnMarkers (txn/markers.py)
+    remote: frozenset[tuple[str, str, int]] = field(default_factory=frozenset)
 
     @property
     def open(self) -> bool:
@@ -145,11 +148,17 @@ def init_producer_id(
 
 
 def add_partitions(
-    meta: TxnMetadata, producer_id: int, epoch: int, partitions: set[tuple[str, int]], now_ms: int
+    meta: TxnMetadata,
+    producer_id: int,
+    epoch: int,
+    partitions: set[tuple[str, int]],
+    now_ms: int,
+    remote: frozenset[tuple[str, str, int]] = frozenset(),
 ) -> TxnMetadata:
-    """AddPartitionsToTxn: the transaction is open (ONGOING) with these partitions added."""
+    """AddPartitionsToTxn: the transaction is open (ONGOING) with these partitions added
+    (``remote``: other groups')."""
     _check_producer(meta, producer_id, epoch)
-    return _ongoing(meta, now_ms, frozenset(partitions), frozenset())
+    return _ongoing(meta, now_ms, frozenset(partitions), frozenset(), remote)
 
 
 def add_groups(
@@ -187,6 +196,7 @@ def _ongoing(
     now_ms: int,
     partitions: frozenset[tuple[str, int]],
     groups: frozenset[str],
+    remote: frozenset[tuple[str, str, int]] = frozenset(),
 ) -> TxnMetadata:
     if meta.state in _PREPARED:
         raise TxnError(CONCURRENT_TRANSACTIONS, "the previous transaction is still completing")
@@ -195,6 +205,7 @@ def _ongoing(
             meta,
             partitions=meta.partitions | partitions,
             groups=meta.groups | groups,
+            remote=meta.remote | remote,
             update_ms=now_ms,
         )
     if meta.state not in _IDLE:
@@ -205,6 +216,7 @@ def _ongoing(
         partitions=partitions,
         groups=groups,
         offsets=frozenset(),
+        remote=remote,
         start_ms=now_ms,
         update_ms=now_ms,
     )
