@@ -55,11 +55,15 @@ def groups(daemons: Daemons, tmp_path: Path) -> dict[str, BrokerProcess]:
         name: daemons.broker(
             tmp_path / name,
             settings={
-                "namesrvAddr": ns.endpoint, "brokerClusterName": "C", "brokerName": name,
-                "autoCreateTopicEnable": False, "brokerHeartbeatInterval": 200,
-                "kafkaListen": "127.0.0.1:0", "flushDiskType": "SYNC_FLUSH",
+                "namesrvAddr": ns.endpoint,
+                "brokerClusterName": "C",
+                "brokerName": name,
+                "autoCreateTopicEnable": False,
+                "brokerHeartbeatInterval": 200,
+                "kafkaListen": "127.0.0.1:0",
+                "flushDiskType": "SYNC_FLUSH",
             },
-        )  # fmt: skip
+        )
         for name in ("broker-a", "broker-b")
     }
     ns.wait_registered(list(brokers.values()))

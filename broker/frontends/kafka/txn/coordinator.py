@@ -49,6 +49,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from wharf.broker.core.port import Port
 from wharf.broker.core.txn_index import TxnIndex
@@ -148,11 +149,15 @@ class TxnCoordinator:
         for meta in metas.values():
             self._take(meta)
             if meta.open:
+                # (an abort after an epoch overflow: the records carry the id of before)
+                data = meta if meta.last_producer_id < 0 else replace(
+                    meta, producer_id=meta.last_producer_id
+                )  # fmt: skip
                 for topic, queue_id in sorted(meta.partitions):
-                    runs = await self.log.scan_runs(topic, queue_id, meta)
+                    runs = await self.log.scan_runs(topic, queue_id, data)
                     for first, last in runs:
                         self.index.append(
-                            topic, queue_id, meta.producer_id, first, last - first + 1
+                            topic, queue_id, data.producer_id, first, last - first + 1
                         )
         await self.leader.restore(foreign)
         opened = sum(1 for m in metas.values() if m.open)
@@ -406,7 +411,9 @@ class TxnCoordinator:
     async def _finish(self, prepared: TxnMetadata, data_pid: int | None = None) -> None:
         commit = prepared.state is TxnState.PREPARE_COMMIT
         # The records were written under the producer id of before an epoch overflow.
-        pid = prepared.producer_id if data_pid is None else data_pid
+        if data_pid is None:
+            data_pid = prepared.last_producer_id
+        pid = prepared.producer_id if data_pid < 0 else data_pid
         tid = prepared.transactional_id
         marked = self._marked.setdefault(tid, set())
         if ("", "", -1) not in marked:  # this broker's partitions: once a PREPARE_*

@@ -18,9 +18,11 @@ start and on failover (the last record of an id is its state). The layout, defin
 
     remote         (version 2 only) int32 count, then (brokerName string, topic string,
                    queue id int32) each: partitions other broker groups lead
+    last producer  (version 2 only) int64: the id an open transaction's records carry when
+                   an epoch overflow gave its abort a new one (-1: none)
 
-Version 1 is written when a transaction names no other group's partition (what a broker of
-before reads), 2 otherwise; a reader refuses another with ValueError rather than guess.
+Version 1 is written when neither version-2 field is set (what a broker of before reads), 2
+otherwise; a reader refuses another with ValueError rather than guess.
 
 The aborted-runs record (``encode_aborted``): one partition's records of one aborted
 transaction, written to the aborted-runs topic once its abort marker is durable, read back at
@@ -65,7 +67,8 @@ REMOTE_VERSION = 2  # the metadata record with other groups' partitions
 
 def encode(meta: TxnMetadata) -> bytes:
     w = Writer()
-    w.int16(REMOTE_VERSION if meta.remote else VERSION)
+    v2 = bool(meta.remote) or meta.last_producer_id >= 0
+    w.int16(REMOTE_VERSION if v2 else VERSION)
     w.int64(meta.producer_id)
     w.int16(meta.producer_epoch)
     w.int32(meta.timeout_ms)
@@ -86,12 +89,13 @@ def encode(meta: TxnMetadata) -> bytes:
         w.int32(queue)
         w.int64(offset)
         w.nullable_string(metadata)
-    if meta.remote:
+    if v2:
         w.int32(len(meta.remote))
         for broker, topic, queue in sorted(meta.remote):
             w.nullable_string(broker)
             w.nullable_string(topic)
             w.int32(queue)
+        w.int64(meta.last_producer_id)
     return bytes(w.buf)
 
 
@@ -112,13 +116,15 @@ def decode(transactional_id: str, data: bytes) -> TxnMetadata:
         for _ in range(r.int32())
     )
     remote: frozenset[tuple[str, str, int]] = frozenset()
+    last_pid = -1
     if version == REMOTE_VERSION:
         remote = frozenset((r.string(), r.string(), r.int32()) for _ in range(r.int32()))
+        last_pid = r.int64()
     if r.remaining:
         raise ValueError(f"{r.remaining} bytes after a transaction log record")
     return TxnMetadata(
         transactional_id, producer_id, epoch, timeout, state, partitions, groups, offsets,
-        start, update, remote,
+        start, update, remote, last_pid,
     )  # fmt: skip
 
 
