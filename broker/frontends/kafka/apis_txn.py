@@ -2,7 +2,8 @@
 with the group's generation and member). AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and
 TxnOffsetCommit are served up to v3 (v3 flexible): v4+ of AddPartitionsToTxn is the brokers'
 batched form and EndTxn v4+/v5 KIP-890's, which a client uses only with Produce v12 (served:
-up to 8). DescribeTransactions and ListTransactions (KIP-664) v0, flexible from 0.
+up to 8). DescribeTransactions and ListTransactions (KIP-664) v0, flexible from 0. WriteTxnMarkers
+v0-1 (v1 flexible): a coordinator's markers for the partitions another broker group leads.
 """
 
 from __future__ import annotations
@@ -30,6 +31,57 @@ _ID_PID_EPOCH = (
 _ERROR_ONLY = Struct(F("throttle_time_ms", INT32), F("error_code", INT16))
 
 TXN_APIS = [
+    Api(
+        27,
+        "WriteTxnMarkers",
+        0,
+        1,
+        Struct(
+            F(
+                "markers",
+                Array(
+                    Struct(
+                        F("producer_id", INT64),
+                        F("producer_epoch", INT16),
+                        F("transaction_result", BOOL),
+                        F(
+                            "topics",
+                            Array(Struct(F("name", STRING), F("partition_indexes", Array(INT32)))),
+                        ),
+                        F("coordinator_epoch", INT32),
+                    )
+                ),
+            ),
+        ),
+        Struct(
+            F(
+                "markers",
+                Array(
+                    Struct(
+                        F("producer_id", INT64),
+                        F(
+                            "topics",
+                            Array(
+                                Struct(
+                                    F("name", STRING),
+                                    F(
+                                        "partitions",
+                                        Array(
+                                            Struct(
+                                                F("partition_index", INT32),
+                                                F("error_code", INT16),
+                                            )
+                                        ),
+                                    ),
+                                )
+                            ),
+                        ),
+                    )
+                ),
+            ),
+        ),
+        flexible_from=1,
+    ),
     Api(
         24,
         "AddPartitionsToTxn",

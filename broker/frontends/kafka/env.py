@@ -125,6 +125,22 @@ class KafkaEnv:
             return -1, Code.NOT_LEADER_OR_FOLLOWER
         return queue, Code.NONE
 
+    async def txn_home(self, topic: str, partition: int) -> tuple[str | None, int, Code]:
+        """Where a transaction's partition is: (None, queue id) this broker leads it, (the
+        group's brokerName, its queue id) another group does (its markers go there, led or
+        not at the moment: they are retried), or UNKNOWN_TOPIC_OR_PARTITION."""
+        found = (await self.layout(topic)).locate(partition)
+        if found is None and self.cluster is not None:
+            found = (await self.layout(topic, fresh=True)).locate(partition)
+        if found is None:
+            return None, -1, Code.UNKNOWN_TOPIC_OR_PARTITION
+        span, queue = found
+        if span.leader == self.node_id:
+            return None, queue, Code.NONE
+        if self.cluster is None or span.broker_name == self.cluster.broker_name:
+            return None, -1, Code.NOT_LEADER_OR_FOLLOWER  # this group's, not led here now
+        return span.broker_name, queue, Code.NONE
+
     async def offsets_home(self, topic: str, partition: int) -> tuple[str | None, int] | None:
         """Where a partition's committed offsets live: (None, queue id) in this broker's table,
         (the owning master's gRPC address, its queue id) on another group ("" while that

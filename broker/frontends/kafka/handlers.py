@@ -21,11 +21,12 @@ from wharf.broker.frontends.kafka.groups import GroupHandlers
 from wharf.broker.frontends.kafka.metadata import MetadataHandlers
 from wharf.broker.frontends.kafka.offsets import OffsetHandlers
 from wharf.broker.frontends.kafka.produce import ProduceHandler
-from wharf.broker.frontends.kafka.producers import ProducerTable
+from wharf.broker.frontends.kafka.producers import ProducerTable, group_base
 from wharf.broker.frontends.kafka.sasl import SaslHandlers
 from wharf.broker.frontends.kafka.server import Handler, KafkaConnection
 from wharf.broker.frontends.kafka.txn.coordinator import TxnCoordinator
 from wharf.broker.frontends.kafka.txn.handlers import TxnHandlers
+from wharf.broker.frontends.kafka.txn.markers import MarkerSender
 from wharf.store.model import StoredMessage
 
 __all__ = ["KafkaHandlers"]
@@ -48,14 +49,19 @@ class KafkaHandlers:
             return env.cluster is None or env.cluster.is_master
 
         config_dir = Path(port.store_config.store_path_root_dir) / "config"
-        self.producers = ProducerTable(config_dir, read, queue_range, ctx.config.broker_id, leading)
+        config = ctx.config
+        base = group_base(config.broker_name) if config.namesrv_addr else 0
+        self.producers = ProducerTable(
+            config_dir, read, queue_range, config.broker_id, leading, base
+        )
         self.coordinator = Coordinator(ctx.config.kafka_group_initial_rebalance_delay_ms)
         self.metadata = MetadataHandlers(env)
         self.offsets = OffsetHandlers(env, self.coordinator)
+        self.markers = MarkerSender(env)  # WriteTxnMarkers to other groups' masters
         self.txn_coordinator = TxnCoordinator(
             port, port.read.txns, self.producers.allocate, self.offsets.apply_txn_offsets,
             ctx.config.kafka_transaction_max_timeout_ms,
-            ctx.config.kafka_transactional_id_expiration_ms, leading,
+            ctx.config.kafka_transactional_id_expiration_ms, leading, self.markers.send,
         )  # fmt: skip
         self.txns = TxnHandlers(env, self.txn_coordinator, self.coordinator)
         # (partition = queue: a transaction's offsets are of this broker's queues)
@@ -87,6 +93,7 @@ class KafkaHandlers:
         self.env.ctx.port.clients.remove_view(self.coordinator)
         self.coordinator.stop()
         self.txn_coordinator.stop_soon()
+        self.markers.close()
 
     def table(self) -> dict[int, Handler]:
         return {
@@ -112,6 +119,7 @@ class KafkaHandlers:
             24: self.txns.add_partitions,
             25: self.txns.add_offsets,
             26: self.txns.end_txn,
+            27: self.txns.write_txn_markers,
             28: self.txns.txn_offset_commit,
             29: self.acls.describe_acls,
             30: self.acls.create_acls,

@@ -27,7 +27,9 @@ offset, dense).
 - Transactional batches (KIP-98) go in like idempotent ones (the same sequence checks) once
   the transaction coordinator admits them (``TxnCoordinator.check_produce``: the producer's
   open transaction added the partition, its epoch not fenced), and are noted in the core's
-  transaction index (hidden below the LSO until their transaction ends). Control batches are
+  transaction index (hidden below the LSO until their transaction ends). A batch of a
+  producer id another broker group handed out belongs to that group's coordinator: admitted
+  as Kafka's partition leaders do, registered durably first (txn/partition_leader.py). Control batches are
   the coordinator's to write: INVALID_RECORD from a client.
 """
 
@@ -271,7 +273,14 @@ class ProduceHandler:
                     if duplicate.written is not None:
                         part.pending.append(duplicate)
                     continue
-                if batch.transactional:
+                if batch.transactional and not producers.own(batch.producer_id):
+                    # another group's coordinator's transaction (txn/partition_leader.py)
+                    registered = self.txns.leader.admit(
+                        batch.producer_id, batch.producer_epoch, part.topic, part.queue
+                    )
+                    if registered is not None:
+                        part.written.append(registered)
+                elif batch.transactional:
                     self.txns.check_produce(
                         part.transactional_id, batch.producer_id, batch.producer_epoch,
                         part.topic, part.queue,

@@ -34,6 +34,15 @@ handed out as a replica was used at the master of that time: a window of it miss
 a window to rebuild, not a fresh producer. Before, such a window was taken as empty after a
 failover and the producer's retry of a batch the old master had replicated was stored twice.
 
+Broker groups of one cluster hand out disjoint ids too: with NameServers (``group_base``) a
+group's ids are ``group_base(brokerName) + n``, the group's name hashed into bits 40-60
+(``crc32 mod 2^20 + 1``: a collision ~n^2 / 2^21, as node ids). Before, every group's master
+handed out 0, 1, 2 ...: a transaction of broker-a's producer 7 writing to broker-b's
+partitions was broker-b's producer 7 too (one index entry, one sequence window), and an id
+past broker-b's own counter was UNKNOWN_PRODUCER_ID there. ``own(pid)``: an id of this group
+(a transactional batch of another group's id belongs to a transaction another coordinator
+ends, txn/partition_leader.py).
+
 Surviving a restart, split in two:
 - producer ids never repeat: ``config/kafkaProducerIds.json`` holds the end of the block of
   ``ID_BLOCK`` ids handed out from; a new block is written (tmp + fsync + rename) BEFORE its
@@ -53,6 +62,7 @@ import asyncio
 import collections
 import json
 import logging
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +74,7 @@ from wharf.broker.meta.persist import load_json_blocking, write_text_atomic_bloc
 from wharf.store import Written
 from wharf.store.model import StoredMessage
 
-__all__ = ["ProducerTable", "Seen", "producer_mark"]
+__all__ = ["ProducerTable", "Seen", "group_base", "producer_mark"]
 
 log = logging.getLogger("broker.kafka")
 
@@ -79,6 +89,14 @@ SLOTS = 1024  # broker ids per group, as node ids count them (cluster.NODE_SPAN)
 SCAN = 2048
 FILE_NAME = "kafkaProducerIds.json"
 SEQ_MOD = 1 << 31
+GROUP_SPAN = 1 << 40  # ids of one group: a new block a restart, ~10^6 restarts
+GROUP_BUCKETS = 1 << 20  # (2^20 + 1) * 2^40 < 2^63: ids stay positive int64
+
+
+def group_base(broker_name: str) -> int:
+    """The first producer id of broker group ``broker_name`` in a cluster."""
+    return (zlib.crc32(broker_name.encode()) % GROUP_BUCKETS + 1) * GROUP_SPAN
+
 
 # (topic, queue id, offset, count) -> the stored messages there (the store's read)
 ReadMessages = Callable[[str, int, int, int], list[StoredMessage]]
@@ -118,9 +136,11 @@ class ProducerTable:
         queue_range: QueueRange,
         broker_id: int = 0,
         leading: Callable[[], bool] = lambda: True,
+        base: int = 0,
     ) -> None:
         self.path = config_dir / FILE_NAME
         self.slot = broker_id % SLOTS
+        self.base = base  # this group's first id (group_base; 0 without NameServers)
         self._read = read
         self._range = queue_range
         self._leading = leading
@@ -149,11 +169,15 @@ class ProducerTable:
                 text = json.dumps({"reservedUntil": reserved})
                 await asyncio.to_thread(self._write_blocking, text)
                 self._reserved = reserved
-            pid = self._next
+            pid = self.base + self._next
             self._next += 1
             if self.fresh_from is None and self._leading():
                 self.fresh_from = pid
             return pid
+
+    def own(self, pid: int) -> bool:
+        """Was ``pid`` handed out by this broker group (any of its replicas)?"""
+        return self.base <= pid < self.base + GROUP_SPAN
 
     def _write_blocking(self, text: str) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -166,7 +190,7 @@ class ProducerTable:
         pid, epoch = batch.producer_id, batch.producer_epoch
         if pid < 0:
             return None
-        if pid >= self._next and pid % SLOTS == self.slot:
+        if self.own(pid) and pid - self.base >= self._next and pid % SLOTS == self.slot:
             raise KafkaError(Code.UNKNOWN_PRODUCER_ID, f"producer id {pid} was never assigned")
         state = self._state(pid, topic, queue_id)
         if state is None:
@@ -220,7 +244,12 @@ class ProducerTable:
     def _state(self, pid: int, topic: str, queue_id: int) -> _Partition | None:
         key = (pid, topic, queue_id)
         state = self._partitions.get(key)
-        fresh = self.fresh_from is not None and pid >= self.fresh_from and pid % SLOTS == self.slot
+        fresh = (
+            self.fresh_from is not None
+            and self.own(pid)
+            and pid >= self.fresh_from
+            and pid % SLOTS == self.slot
+        )
         if state is None and not fresh:
             state = self._rebuild(pid, topic, queue_id)
             if state is not None:

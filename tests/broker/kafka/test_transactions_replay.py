@@ -250,6 +250,43 @@ async def test_a_prepared_end_found_at_replay_is_finished(inproc_broker: InProcF
     await kafka.close()
 
 
+async def test_an_abort_after_an_epoch_overflow_survives_a_crash(
+    inproc_broker: InProcFactory,
+) -> None:
+    """A transaction open at epoch 32767 times out: its abort takes a new producer id (Kafka's
+    overflow rule) while its records carry the old one. A crash after PREPARE_ABORT was
+    written: the replay must still hold the LSO at those records and the tick must hide them
+    (before, the replay looked for the new id's records: nothing held, the aborted records
+    read as committed)."""
+    from dataclasses import replace
+
+    from wharf.broker.frontends.kafka.txn import state
+
+    kafka = await start_kafka(inproc_broker)
+    handlers = kafka.part.handlers
+    assert handlers is not None
+    coordinator = handlers.txn_coordinator
+    client = await kafka.client()
+    await client.call(3, 4, {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": True})
+    pid, epoch = await _init(client, "ovf")
+    assert await _write(client, "ovf", pid, epoch, 0, b"x0", b"x1") == 0
+    old = replace(coordinator.metas["ovf"], producer_epoch=state.MAX_EPOCH)
+    aborted = state.expired(old, 10**13, 987_654)
+    assert aborted is not None and aborted.producer_id == 987_654
+    assert aborted.last_producer_id == pid
+    await coordinator.log.write(aborted)  # ... and the broker dies here
+    await coordinator.replay()
+    assert coordinator.index.lso(TOPIC, 0, 2) == 0  # the old id's records still held
+    await coordinator.tick(10**13)
+    assert coordinator.metas["ovf"].state is TxnState.COMPLETE_ABORT
+    assert coordinator.index.lso(TOPIC, 0, 3) == 3
+    assert coordinator.index.skip_aborted(TOPIC, 0, 0) == 2  # hidden from every reader
+    await coordinator.replay()  # and again after a restart (the aborted-runs record)
+    assert coordinator.index.skip_aborted(TOPIC, 0, 0) == 2
+    await client.close()
+    await kafka.close()
+
+
 async def test_markers_stay_hidden_after_a_replay(inproc_broker: InProcFactory) -> None:
     """A partition that only ever saw committed transactions has nothing open and no aborted
     run, but its markers must stay hidden from the other protocols after a restart: the

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from wharf.broker.frontends.kafka.txn import layout
 from wharf.broker.frontends.kafka.txn.state import (
@@ -109,7 +111,13 @@ def test_the_log_record_round_trips_and_refuses_what_it_cannot_read() -> None:
     )  # fmt: skip
     data = layout.encode(meta)
     assert layout.decode("tx", data) == meta
-    with pytest.raises(ValueError, match="version 2"):
-        layout.decode("tx", b"\x00\x02" + data[2:])
+    assert data[:2] == b"\x00\x01"  # no other group's partition: what older brokers read
+    with pytest.raises(ValueError, match="version 3"):
+        layout.decode("tx", b"\x00\x03" + data[2:])
     with pytest.raises(ValueError, match="bytes after"):
         layout.decode("tx", data + b"\x00")
+    # another group's partitions: version 2, round trip
+    remote = replace(meta, remote=frozenset({("broker-b", "out", 1), ("broker-c", "x", 0)}))
+    data = layout.encode(remote)
+    assert data[:2] == b"\x00\x02"
+    assert layout.decode("tx", data) == remote

@@ -34,9 +34,13 @@ serving (its index cleared first), so a transaction its predecessor left prepare
 and an open one times out or is fenced as after a restart. What a new master finds is what
 was replicated: with SYNC_MASTER, everything an answer promised.
 
-Transactions touch this broker's partitions only: in a cluster of several groups a partition
-another master leads is refused (markers between brokers, Kafka's WriteTxnMarkers, are not
-written).
+Partitions of other broker groups (``TxnMetadata.remote``, a cluster): step 2 sends their
+markers with WriteTxnMarkers to each group's master (``send_markers``, txn/markers.py; the
+leader's side: txn/partition_leader.py) after this broker's own; a partition not acknowledged
+leaves the transaction PREPARE_* (EndTxn answered COORDINATOR_NOT_AVAILABLE, the client
+retries) and ``tick`` sends again every second until every partition acknowledged, then
+COMPLETE_*. What was acknowledged is remembered until then (``_marked``), so a retry writes
+only the missing markers; after a restart all are written again (harmless).
 """
 
 from __future__ import annotations
@@ -45,15 +49,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from wharf.broker.core.port import Port
-from wharf.broker.core.txn_index import ABORT, COMMIT, CONTROL, TxnIndex, marker_value
+from wharf.broker.core.txn_index import TxnIndex
 from wharf.broker.frontends.kafka.env import KAFKA_REQUEST
 from wharf.broker.frontends.kafka.errors import Code, KafkaError
 from wharf.broker.frontends.kafka.txn import state
 from wharf.broker.frontends.kafka.txn.log import TXN_TOPIC, TxnLog
+from wharf.broker.frontends.kafka.txn.partition_leader import PartitionLeader, write_markers
 from wharf.broker.frontends.kafka.txn.state import TxnError, TxnMetadata, TxnState
-from wharf.store.model import MessageInput, PutStatus
 
 __all__ = ["TxnCoordinator"]
 
@@ -65,11 +70,20 @@ CHECKPOINT_RECORDS = 100_000
 PRUNE_TICKS = 60  # once a minute, aborted runs that retention deleted are let go
 TICK_S = 1.0  # how often timeouts are checked: a transaction lives at most its timeout + 1 s
 EXPIRATION_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms
-MARKER_BODY = b"\x00"  # the store holds no empty body
 NOT_COORDINATOR = 16
 
 # (group, topic, queue id, offset): applied to the groups' table, then waited for durable
 ApplyOffsets = Callable[[list[tuple[str, str, int, int]]], Awaitable[None]]
+# (brokerName, producer id, epoch, commit, [(topic, queue id)]) -> the partitions acknowledged
+SendMarkers = Callable[
+    [str, int, int, bool, list[tuple[str, int]]], Awaitable[set[tuple[str, int]]]
+]
+
+
+async def _no_peers(
+    broker: str, pid: int, epoch: int, commit: bool, parts: list[tuple[str, int]]
+) -> set[tuple[str, int]]:
+    return set()  # no cluster: no other group's partition is ever added
 
 
 def _now() -> int:
@@ -86,10 +100,15 @@ class TxnCoordinator:
         max_timeout_ms: int,
         expiration_ms: int = EXPIRATION_MS,
         leading: Callable[[], bool] = lambda: True,
+        send_markers: SendMarkers = _no_peers,
     ) -> None:
         self.port = port
         self.index = index
         self.log = TxnLog(port)
+        self.leader = PartitionLeader(port, index, self.log)  # other coordinators' here
+        self._send_markers = send_markers
+        # the partitions of a PREPARE_* whose markers are written (cleared at COMPLETE_*)
+        self._marked: dict[str, set[tuple[str, str, int]]] = {}
         self._allocate = allocate
         self._apply_offsets = apply_offsets
         self.max_timeout_ms = max_timeout_ms
@@ -116,8 +135,9 @@ class TxnCoordinator:
         self._by_pid.clear()
         self._offset_holders.clear()
         self.index.clear()
+        self._marked.clear()
         leading = self._leading()
-        metas, aborted, touched = await self.log.replay()
+        metas, aborted, touched, foreign = await self.log.replay()
         self.touched = touched
         for topic, queue_id in touched:  # their markers stay hidden from every other reader
             self.index.touch(topic, queue_id)
@@ -129,12 +149,17 @@ class TxnCoordinator:
         for meta in metas.values():
             self._take(meta)
             if meta.open:
+                # (an abort after an epoch overflow: the records carry the id of before)
+                data = meta if meta.last_producer_id < 0 else replace(
+                    meta, producer_id=meta.last_producer_id
+                )  # fmt: skip
                 for topic, queue_id in sorted(meta.partitions):
-                    runs = await self.log.scan_runs(topic, queue_id, meta)
+                    runs = await self.log.scan_runs(topic, queue_id, data)
                     for first, last in runs:
                         self.index.append(
-                            topic, queue_id, meta.producer_id, first, last - first + 1
+                            topic, queue_id, data.producer_id, first, last - first + 1
                         )
+        await self.leader.restore(foreign)
         opened = sum(1 for m in metas.values() if m.open)
         log.info("kafka: %d transactional ids replayed (%d open), %d aborted runs",
                  len(metas), opened, kept)  # fmt: skip
@@ -180,7 +205,10 @@ class TxnCoordinator:
             async with self._lock(tid):
                 meta = self.metas.get(tid, meta)
                 if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-                    await self._finish(meta)
+                    try:
+                        await self._finish(meta)
+                    except KafkaError as exc:  # (markers of a group whose master is gone)
+                        log.info("kafka: transaction of %r not finished yet: %s", tid, exc)
                 elif meta.state is TxnState.ONGOING:
                     pid = meta.producer_id if meta.producer_epoch < state.MAX_EPOCH else -1
                     if pid < 0 and now_ms - meta.start_ms > meta.timeout_ms:
@@ -207,6 +235,7 @@ class TxnCoordinator:
                 meta = self.metas.get(tid)
                 if meta is not None:
                     await self.log.write(meta)
+        await self.leader.checkpoint()
         await self.log.write_checkpoint(start, set(self.touched))
         log.info("kafka: transaction log checkpoint at %d (%d ids)", start, len(self.metas))
 
@@ -244,12 +273,17 @@ class TxnCoordinator:
             return nxt
 
     async def add_partitions(
-        self, tid: str, pid: int, epoch: int, partitions: set[tuple[str, int]]
-    ) -> None:
+        self, tid: str, pid: int, epoch: int, partitions: set[tuple[str, int]],
+        remote: frozenset[tuple[str, str, int]] = frozenset(),
+    ) -> None:  # fmt: skip
         async with self._lock(tid):
             meta = self._meta(tid)
-            nxt = state.add_partitions(meta, pid, epoch, partitions, _now())
-            if (nxt.partitions, nxt.state) != (meta.partitions, meta.state):
+            nxt = state.add_partitions(meta, pid, epoch, partitions, _now(), remote)
+            if (nxt.partitions, nxt.remote, nxt.state) != (
+                meta.partitions,
+                meta.remote,
+                meta.state,
+            ):
                 await self.log.write(nxt)
             self._take(nxt)
 
@@ -308,6 +342,10 @@ class TxnCoordinator:
         if lock is None:
             lock = self._locks[tid] = asyncio.Lock()
         return lock
+
+    def leads(self) -> bool:
+        """Leading, with the logs replayed as the leader (the index is the leader's)."""
+        return self._leading() and self._replayed_leading
 
     def _check_leading(self) -> None:
         if not self._leading() or not self._replayed_leading:
@@ -373,14 +411,15 @@ class TxnCoordinator:
     async def _finish(self, prepared: TxnMetadata, data_pid: int | None = None) -> None:
         commit = prepared.state is TxnState.PREPARE_COMMIT
         # The records were written under the producer id of before an epoch overflow.
-        pid = prepared.producer_id if data_pid is None else data_pid
-        partitions = sorted(prepared.partitions)
-        markers = await self._markers(prepared, pid, commit, partitions) if partitions else {}
-        for topic, queue_id in partitions:
-            runs = self.index.end(topic, queue_id, pid, commit)
-            marker = markers.get((topic, queue_id))
-            if runs and not commit and marker is not None:
-                await self.log.write_aborted(topic, queue_id, pid, marker, runs)
+        if data_pid is None:
+            data_pid = prepared.last_producer_id
+        pid = prepared.producer_id if data_pid < 0 else data_pid
+        tid = prepared.transactional_id
+        marked = self._marked.setdefault(tid, set())
+        if ("", "", -1) not in marked:  # this broker's partitions: once a PREPARE_*
+            await self._finish_local(prepared, pid, commit)
+            marked.add(("", "", -1))
+        await self._finish_remote(prepared, pid, commit, marked)
         if commit and prepared.offsets:
             try:
                 await self._apply_offsets([(g, t, q, o) for g, t, q, o, _ in prepared.offsets])
@@ -389,30 +428,36 @@ class TxnCoordinator:
         done = state.complete(prepared, _now())
         await self.log.write(done)
         self._take(done)
+        self._marked.pop(tid, None)
 
-    async def _markers(
-        self, meta: TxnMetadata, pid: int, commit: bool, partitions: list[tuple[str, int]]
-    ) -> dict[tuple[str, int], int]:
-        """The markers written, durable: (topic, queue id) -> the marker's offset."""
-        value = marker_value(COMMIT if commit else ABORT, pid, meta.producer_epoch)
-        partitions = [p for p in partitions if self.port.topic(p[0]) is not None]
-        send = self.port.send
-        for topic, queue_id in partitions:  # (a partition added but never written to)
-            self.index.touch(topic, queue_id)
-        try:
-            written = [  # (a topic deleted since has nothing left to end)
-                send.append(topic, queue_id, [MessageInput(MARKER_BODY, {CONTROL: value})])
-                for topic, queue_id in partitions
-            ]
-            results = await send.durable_many(written) if written else []
-        except Exception as exc:  # the store refused (full disk, shutting down): retried
-            raise KafkaError(Code.COORDINATOR_NOT_AVAILABLE, f"transaction markers: {exc}") from exc
-        if not results:
-            return {}
-        if results[-1].status is not PutStatus.PUT_OK:
+    async def _finish_local(self, prepared: TxnMetadata, pid: int, commit: bool) -> None:
+        partitions = sorted(prepared.partitions)
+        epoch = prepared.producer_epoch
+        markers = (
+            await write_markers(self.port, self.index, pid, epoch, commit, partitions)
+            if partitions
+            else {}
+        )
+        for topic, queue_id in partitions:
+            runs = self.index.end(topic, queue_id, pid, commit)
+            marker = markers.get((topic, queue_id))
+            if runs and not commit and marker is not None:
+                await self.log.write_aborted(topic, queue_id, pid, marker, runs)
+
+    async def _finish_remote(
+        self, prepared: TxnMetadata, pid: int, commit: bool, marked: set[tuple[str, str, int]]
+    ) -> None:
+        """WriteTxnMarkers to every other group with a partition not acknowledged yet."""
+        by_group: dict[str, list[tuple[str, int]]] = {}
+        for broker, topic, queue_id in sorted(prepared.remote - marked):
+            by_group.setdefault(broker, []).append((topic, queue_id))
+        for broker, parts in by_group.items():
+            done = await self._send_markers(broker, pid, prepared.producer_epoch, commit, parts)
+            marked |= {(broker, topic, queue_id) for topic, queue_id in done}
+        missing = prepared.remote - marked
+        if missing:
             raise KafkaError(
-                Code.COORDINATOR_NOT_AVAILABLE, f"transaction markers: {results[-1].status}"
+                Code.COORDINATOR_NOT_AVAILABLE,
+                f"transaction markers of {len(missing)} partitions of "
+                f"{sorted({b for b, _, _ in missing})} not written yet (retried every second)",
             )
-        return {
-            part: w.appended.first_queue_offset for part, w in zip(partitions, written, strict=True)
-        }

@@ -1,14 +1,19 @@
 """The transaction APIs (``apis_txn.py``) over the coordinator (``coordinator.py``):
 InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit,
-EndTxn, DescribeTransactions, ListTransactions. Requests name Kafka partitions; the
-coordinator keeps this broker's queues (``env.queue_of``: a partition another broker leads is
-NOT_LEADER_OR_FOLLOWER here, so a transaction never spans brokers). The refusals are
+EndTxn, DescribeTransactions, ListTransactions, and WriteTxnMarkers (another coordinator's
+markers for this broker's partitions: txn/partition_leader.py). Requests name Kafka
+partitions; the coordinator keeps this broker's queues and, for a partition another broker
+group leads, that group's name and queue (``env.txn_home``; its markers go there). A
+TxnOffsetCommit reaching the group's coordinator when another broker coordinates the
+transactional id is refused (INVALID_REQUEST, logged): the pending offsets would have to
+live at the group's coordinator and be ended by a marker, which is not built. The refusals are
 ``state.TxnError``'s codes (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, CONCURRENT_TRANSACTIONS
 ...), the storage ones ``KafkaError``'s.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from wharf.broker.frontends.kafka.coordinator import Coordinator
@@ -21,6 +26,8 @@ from wharf.broker.frontends.kafka.txn.state import TxnError, TxnMetadata, TxnSta
 from wharf.broker.kit.acl.rules import Perm
 
 __all__ = ["STATE_NAMES", "TxnHandlers"]
+
+log = logging.getLogger("broker.kafka")
 
 # Kafka's names of the states (DescribeTransactions, ListTransactions, kafka-transactions.sh)
 STATE_NAMES = {
@@ -59,6 +66,7 @@ class TxnHandlers:
     ) -> dict[str, Any]:
         env = self.env
         wanted: set[tuple[str, int]] = set()
+        remote: set[tuple[str, str, int]] = set()  # (another group, topic, its queue)
         codes: dict[tuple[str, int], int] = {}
         for t in body["topics"]:
             for index in t["partitions"]:
@@ -67,18 +75,25 @@ class TxnHandlers:
                 if not env.allowed(conn, "topic", t["name"], Perm.PUB):
                     code = Code.TOPIC_AUTHORIZATION_FAILED
                 else:
-                    queue, code = await env.queue_of(t["name"], index)
+                    group, queue, code = await env.txn_home(t["name"], index)
                     topic = env.ctx.port.topic(t["name"])
-                    if code == Code.NONE and (topic is None or queue >= topic.write_queue_nums):
+                    if (
+                        code == Code.NONE
+                        and group is None
+                        and (topic is None or queue >= topic.write_queue_nums)
+                    ):
                         code = Code.UNKNOWN_TOPIC_OR_PARTITION
                 codes[(t["name"], index)] = code
-                if code == Code.NONE:
+                if code == Code.NONE and group is not None:
+                    remote.add((group, t["name"], queue))
+                elif code == Code.NONE:
                     wanted.add((t["name"], queue))
         if all(c == Code.NONE for c in codes.values()):
             try:
                 await self.txns.add_partitions(
-                    body["transactional_id"], body["producer_id"], body["producer_epoch"], wanted
-                )
+                    body["transactional_id"], body["producer_id"], body["producer_epoch"],
+                    wanted, frozenset(remote),
+                )  # fmt: skip
             except (TxnError, KafkaError) as exc:
                 codes = dict.fromkeys(codes, _code(exc))
         else:  # Kafka: the others OPERATION_NOT_ATTEMPTED (55), nothing added
@@ -114,6 +129,12 @@ class TxnHandlers:
             code = exc.code
         if code == Code.NONE and not await self.env.coordinates(group):
             code = Code.NOT_COORDINATOR
+        tid = body["transactional_id"]
+        if code == Code.NONE and not await self.env.coordinates(tid):
+            log.warning("kafka: TxnOffsetCommit of group %r: transactional id %r is coordinated "
+                        "by another broker; offsets in a transaction need both on one broker "
+                        "(refused)", group, tid)  # fmt: skip
+            code = Code.INVALID_REQUEST
         if code == Code.NONE and version >= 3 and body["generation_id"] >= 0:
             # KIP-447: a zombie of an old generation cannot commit its offsets
             code = self.groups.check_commit(group, body["generation_id"], body["member_id"])
@@ -157,6 +178,43 @@ class TxnHandlers:
         except (TxnError, KafkaError) as exc:
             return {"error_code": _code(exc)}
         return {"error_code": 0}
+
+    async def write_txn_markers(
+        self, conn: KafkaConnection, version: int, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Another coordinator's markers for partitions this broker leads (admin accounts
+        only under ACL: Kafka's CLUSTER_ACTION)."""
+        env = self.env
+        admin = env.allowed(conn, "admin", "", Perm.ANY)
+        await self.txns.ready.wait()
+        out = []
+        for marker in body["markers"]:
+            rows: dict[tuple[str, int], int] = {}
+            queues: set[tuple[str, int]] = set()
+            for t in marker["topics"]:
+                for index in t["partition_indexes"]:
+                    code: int = Code.CLUSTER_AUTHORIZATION_FAILED
+                    if admin:
+                        queue, code = await env.queue_of(t["name"], index)
+                        if code == Code.NONE:
+                            queues.add((t["name"], queue))
+                    rows[(t["name"], index)] = code
+            if queues and not self.txns.leads():
+                rows = dict.fromkeys(rows, Code.NOT_LEADER_OR_FOLLOWER)
+            elif queues:
+                try:
+                    await self.txns.leader.end(
+                        marker["producer_id"], marker["producer_epoch"],
+                        marker["transaction_result"], queues,
+                    )  # fmt: skip
+                except KafkaError as exc:
+                    rows = {k: (c or int(exc.code)) for k, c in rows.items()}
+            topics: dict[str, list[dict[str, int]]] = {}
+            for (name, index), c in rows.items():
+                topics.setdefault(name, []).append({"partition_index": index, "error_code": c})
+            out.append({"producer_id": marker["producer_id"],
+                        "topics": [{"name": n, "partitions": p} for n, p in topics.items()]})  # fmt: skip
+        return {"markers": out}
 
     # --- operators -----------------------------------------------------------------------------
     async def describe_transactions(

@@ -16,7 +16,13 @@ start and on failover (the last record of an id is its state). The layout, defin
     offsets        int32 count, then (group string, topic string, queue int32, offset int64,
                    metadata nullable string) each
 
-Version 1 is the only one; a reader refuses another with ValueError rather than guess.
+    remote         (version 2 only) int32 count, then (brokerName string, topic string,
+                   queue id int32) each: partitions other broker groups lead
+    last producer  (version 2 only) int64: the id an open transaction's records carry when
+                   an epoch overflow gave its abort a new one (-1: none)
+
+Version 1 is written when neither version-2 field is set (what a broker of before reads), 2
+otherwise; a reader refuses another with ValueError rather than guess.
 
 The aborted-runs record (``encode_aborted``): one partition's records of one aborted
 transaction, written to the aborted-runs topic once its abort marker is durable, read back at
@@ -56,11 +62,13 @@ __all__ = [
 ]
 
 VERSION = 1
+REMOTE_VERSION = 2  # the metadata record with other groups' partitions
 
 
 def encode(meta: TxnMetadata) -> bytes:
     w = Writer()
-    w.int16(VERSION)
+    v2 = bool(meta.remote) or meta.last_producer_id >= 0
+    w.int16(REMOTE_VERSION if v2 else VERSION)
     w.int64(meta.producer_id)
     w.int16(meta.producer_epoch)
     w.int32(meta.timeout_ms)
@@ -81,14 +89,23 @@ def encode(meta: TxnMetadata) -> bytes:
         w.int32(queue)
         w.int64(offset)
         w.nullable_string(metadata)
+    if v2:
+        w.int32(len(meta.remote))
+        for broker, topic, queue in sorted(meta.remote):
+            w.nullable_string(broker)
+            w.nullable_string(topic)
+            w.int32(queue)
+        w.int64(meta.last_producer_id)
     return bytes(w.buf)
 
 
 def decode(transactional_id: str, data: bytes) -> TxnMetadata:
     r = Reader(data)
     version = r.int16()
-    if version != VERSION:
-        raise ValueError(f"transaction log record version {version}; this broker reads {VERSION}")
+    if version not in (VERSION, REMOTE_VERSION):
+        raise ValueError(
+            f"transaction log record version {version}; this broker reads 1-{REMOTE_VERSION}"
+        )
     producer_id, epoch, timeout = r.int64(), r.int16(), r.int32()
     state = TxnState(r.int8())
     start, update = r.int64(), r.int64()
@@ -98,11 +115,16 @@ def decode(transactional_id: str, data: bytes) -> TxnMetadata:
         (r.string(), r.string(), r.int32(), r.int64(), r.nullable_string() or "")
         for _ in range(r.int32())
     )
+    remote: frozenset[tuple[str, str, int]] = frozenset()
+    last_pid = -1
+    if version == REMOTE_VERSION:
+        remote = frozenset((r.string(), r.string(), r.int32()) for _ in range(r.int32()))
+        last_pid = r.int64()
     if r.remaining:
         raise ValueError(f"{r.remaining} bytes after a transaction log record")
     return TxnMetadata(
         transactional_id, producer_id, epoch, timeout, state, partitions, groups, offsets,
-        start, update,
+        start, update, remote, last_pid,
     )  # fmt: skip
 
 

@@ -36,7 +36,7 @@ from wharf.broker.frontends.kafka.txn import layout
 from wharf.broker.frontends.kafka.txn.state import TxnMetadata, TxnState
 from wharf.store.model import MessageInput, PutStatus, StoredMessage
 
-__all__ = ["ABORTED_TOPIC", "CHECKPOINT_TOPIC", "TXN_ID", "TXN_TOPIC", "TxnLog"]
+__all__ = ["ABORTED_TOPIC", "CHECKPOINT_TOPIC", "FOREIGN_PID", "TXN_ID", "TXN_TOPIC", "TxnLog"]
 
 log = logging.getLogger("broker.kafka")
 
@@ -44,8 +44,18 @@ TXN_TOPIC = "rmq_sys_KAFKA_TXN"
 ABORTED_TOPIC = "rmq_sys_KAFKA_TXN_ABORTED"
 CHECKPOINT_TOPIC = "rmq_sys_KAFKA_TXN_CHECKPOINT"
 TXN_ID = "TXN_ID"
+FOREIGN_PID = "TXN_FOREIGN_PID"  # partition_leader.py's registrations (no TXN_ID)
 READ_CHUNK = 512  # records a replay read takes at once (~1 ms of decoding)
 READ_BYTES = 8 << 20
+
+
+# (ids' states, aborted-runs records, partitions named, other coordinators' registrations)
+Replayed = tuple[
+    dict[str, TxnMetadata],
+    list[tuple[str, int, int, int, list]],
+    set[tuple[str, int]],
+    dict[int, TxnMetadata],
+]
 
 
 class TxnLog:
@@ -115,29 +125,33 @@ class TxnLog:
             await asyncio.sleep(0)  # a long log never holds the loop
         return out
 
-    async def replay(
-        self,
-    ) -> tuple[dict[str, TxnMetadata], list[tuple[str, int, int, int, list]], set[tuple[str, int]]]:
-        """Every transactional id's last state (DEAD left out), every aborted-runs record, and
+    async def replay(self) -> Replayed:
+        """Every transactional id's last state (DEAD left out), every aborted-runs record,
         every partition any record names (each may hold markers: the log outlives them, its
-        records written around them in the same commit log)."""
+        records written around them in the same commit log), and the last registration of
+        each other coordinator's producer id (``FOREIGN_PID``, txn/partition_leader.py)."""
         await self.port.wait_own_writes(KAFKA_REQUEST)
         metas: dict[str, TxnMetadata] = {}
+        foreign: dict[int, TxnMetadata] = {}
         start, touched = self._checkpoint()
         records = await self._messages(TXN_TOPIC, 0, start)
         self.written = len(records)  # (a long replay: the next checkpoint comes soon)
         for message in records:
             tid = message.properties.get(TXN_ID)
-            if tid is None:
-                continue
+            pid = message.properties.get(FOREIGN_PID)
             try:
-                metas[tid] = layout.decode(tid, message.body)
-                touched |= metas[tid].partitions
+                if tid is not None:
+                    metas[tid] = meta = layout.decode(tid, message.body)
+                elif pid is not None:
+                    foreign[int(pid)] = meta = layout.decode("", message.body)
+                else:
+                    continue
+                touched |= meta.partitions
             except ValueError as exc:  # a newer broker's record: stop rather than guess
                 raise RuntimeError(f"transaction log at {message.queue_offset}: {exc}") from exc
         aborted = [layout.decode_aborted(m.body) for m in await self._messages(ABORTED_TOPIC, 0)]
         live = {t: m for t, m in metas.items() if m.state is not TxnState.DEAD}
-        return live, aborted, touched
+        return live, aborted, touched, foreign
 
     async def scan_runs(self, topic: str, queue_id: int, meta: TxnMetadata) -> list[list[int]]:
         """The runs of ``meta``'s open transaction in one queue, from the log: its producer's

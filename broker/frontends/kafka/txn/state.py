@@ -15,7 +15,11 @@ reads it finishes it), then the markers go to every partition, then the Complete
 
 A new epoch fences: ``init_producer_id`` of an id whose transaction is open aborts it with the
 epoch bumped (the old producer's next call is PRODUCER_FENCED); so does a timeout. An epoch
-that would pass 32767 takes a fresh producer id at epoch 0 (Kafka's overflow rule).
+that would pass 32767 takes a fresh producer id at epoch 0 (Kafka's overflow rule); when that
+happens to an open transaction's abort, ``last_producer_id`` keeps the id its records carry,
+persisted with the PREPARE_ABORT, so the markers after a crash end that producer's records
+(before, the replay looked for the new id's: the aborted records were found by nobody, not
+hidden, and read as committed).
 """
 
 from __future__ import annotations
@@ -85,6 +89,12 @@ class TxnMetadata:
     offsets: frozenset[tuple[str, str, int, int, str]] = field(default_factory=frozenset)
     start_ms: int = -1  # when the open transaction began (its first AddPartitions)
     update_ms: int = 0
+    # partitions other broker groups lead (brokerName, topic, their queue id): their markers
+    # go there by WriteTxnMarkers (txn/markers.py)
+    remote: frozenset[tuple[str, str, int]] = field(default_factory=frozenset)
+    # the producer id the open transaction's records carry when an epoch overflow gave the
+    # abort a new one (-1: none); persisted, so a replay ends the right producer's records
+    last_producer_id: int = -1
 
     @property
     def open(self) -> bool:
@@ -140,16 +150,23 @@ def init_producer_id(
             producer_epoch=epoch,
             state=TxnState.PREPARE_ABORT,
             update_ms=now_ms,
+            last_producer_id=_data_pid(meta, producer_id),
         )
     return TxnMetadata(transactional_id, producer_id, epoch, timeout_ms, update_ms=now_ms)
 
 
 def add_partitions(
-    meta: TxnMetadata, producer_id: int, epoch: int, partitions: set[tuple[str, int]], now_ms: int
+    meta: TxnMetadata,
+    producer_id: int,
+    epoch: int,
+    partitions: set[tuple[str, int]],
+    now_ms: int,
+    remote: frozenset[tuple[str, str, int]] = frozenset(),
 ) -> TxnMetadata:
-    """AddPartitionsToTxn: the transaction is open (ONGOING) with these partitions added."""
+    """AddPartitionsToTxn: the transaction is open (ONGOING) with these partitions added
+    (``remote``: other groups')."""
     _check_producer(meta, producer_id, epoch)
-    return _ongoing(meta, now_ms, frozenset(partitions), frozenset())
+    return _ongoing(meta, now_ms, frozenset(partitions), frozenset(), remote)
 
 
 def add_groups(
@@ -187,6 +204,7 @@ def _ongoing(
     now_ms: int,
     partitions: frozenset[tuple[str, int]],
     groups: frozenset[str],
+    remote: frozenset[tuple[str, str, int]] = frozenset(),
 ) -> TxnMetadata:
     if meta.state in _PREPARED:
         raise TxnError(CONCURRENT_TRANSACTIONS, "the previous transaction is still completing")
@@ -195,6 +213,7 @@ def _ongoing(
             meta,
             partitions=meta.partitions | partitions,
             groups=meta.groups | groups,
+            remote=meta.remote | remote,
             update_ms=now_ms,
         )
     if meta.state not in _IDLE:
@@ -205,6 +224,8 @@ def _ongoing(
         partitions=partitions,
         groups=groups,
         offsets=frozenset(),
+        remote=remote,
+        last_producer_id=-1,
         start_ms=now_ms,
         update_ms=now_ms,
     )
@@ -237,7 +258,7 @@ def complete(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
         if meta.state is TxnState.PREPARE_COMMIT
         else TxnState.COMPLETE_ABORT
     )
-    return replace(meta, state=state, update_ms=now_ms)
+    return replace(meta, state=state, update_ms=now_ms, last_producer_id=-1)
 
 
 def expired(meta: TxnMetadata, now_ms: int, new_producer_id: int) -> TxnMetadata | None:
@@ -254,4 +275,10 @@ def expired(meta: TxnMetadata, now_ms: int, new_producer_id: int) -> TxnMetadata
         producer_epoch=epoch,
         state=TxnState.PREPARE_ABORT,
         update_ms=now_ms,
+        last_producer_id=_data_pid(meta, producer_id),
     )
+
+
+def _data_pid(meta: TxnMetadata, producer_id: int) -> int:
+    """The id the open transaction's records carry, when the abort's id is another."""
+    return meta.producer_id if producer_id != meta.producer_id else -1
