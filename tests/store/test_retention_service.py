@@ -131,6 +131,37 @@ async def test_delete_records_moves_the_start_durably(tmp_path: Path) -> None:
         await store.shutdown()
 
 
+async def test_a_replica_follows_its_master_s_log_starts_durably(tmp_path: Path) -> None:
+    """The master's starts as shipped in the replicated metadata (``replicated_starts``) are
+    taken by the replica's store (``follow_starts``): only those that grow a start, malformed
+    entries skipped, written before applied (min offsets, reads), and kept across a restart."""
+    master, replica = await started(tmp_path / "m"), await started(tmp_path / "r")
+    try:
+        for store in (master, replica):
+            await put_all(store, "d", [msg(f"v{i}") for i in range(5)])
+        await master.retention.delete_records("d", 0, 3)
+        shipped = master.retention.replicated_starts()
+        assert shipped == {"d": {"0": 3}}
+        replica.retention.follow_starts({**shipped, "bad": {"x": 1}, "e": []})  # type: ignore[dict-item]
+        assert replica.get_min_offset("d", 0) == 0  # not yet written: not applied
+        await replica.retention.run_once()
+        assert replica.get_min_offset("d", 0) == 3
+        got = replica.get_messages("d", 0, 1, 8)
+        assert got.status is GetStatus.OFFSET_TOO_SMALL and got.next_begin_offset == 3
+        replica.retention.follow_starts({"d": {"0": 2}})  # never down
+        await replica.retention.run_once()
+        assert replica.get_min_offset("d", 0) == 3
+    finally:
+        await master.shutdown()
+        await replica.shutdown()
+    replica = await started(tmp_path / "r")
+    try:
+        assert replica.get_min_offset("d", 0) == 3
+        assert [b for _, b in bodies(replica, "d", 3)] == ["v3", "v4"]
+    finally:
+        await replica.shutdown()
+
+
 async def test_retention_bytes_counts_the_newest_records(tmp_path: Path) -> None:
     store = await started(tmp_path / "s")
     try:

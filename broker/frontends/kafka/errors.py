@@ -9,6 +9,7 @@ from wharf.broker.core.errors import Reason, Refused
 from wharf.broker.errors import (
     InvalidArgumentError,
     NotFoundError,
+    NotReplicatedError,
     PermissionDeniedError,
     ResourceExhaustedError,
     UnavailableError,
@@ -105,7 +106,8 @@ def code_for(exc: BaseException) -> Code:
     may pass: busy, shutting down, a disk that may get room; a permanent one for bad input).
 
     Before an append (nothing written), as Kafka answers the same states: busy (the dispatch
-    back-pressure) or an OS limit, REQUEST_TIMED_OUT; a replica, a master whose lease ran out
+    back-pressure) or an OS limit, REQUEST_TIMED_OUT (also a change made here that the
+    replicas did not take within slaveTimeout: DeleteRecords); a replica, a master whose lease ran out
     or a store shutting down, NOT_LEADER_OR_FOLLOWER (the client refreshes its metadata and
     sends to the leader); too few in-sync replicas, NOT_ENOUGH_REPLICAS; a full disk or a
     failed sync, KAFKA_STORAGE_ERROR (Kafka's offline log dir). All are retriable in the
@@ -118,7 +120,9 @@ def code_for(exc: BaseException) -> Code:
         return _REASON_CODES.get(exc.reason, Code.INVALID_RECORD)
     if isinstance(exc, InvalidMessageError):
         return Code.INVALID_RECORD
-    if isinstance(exc, (StoreBusyError, ResourceLimitError, ResourceExhaustedError)):
+    if isinstance(
+        exc, (StoreBusyError, ResourceLimitError, ResourceExhaustedError, NotReplicatedError)
+    ):
         return Code.REQUEST_TIMED_OUT
     if isinstance(exc, (NotMasterError, MasterFencedError, StoreShutDownError)):
         return Code.NOT_LEADER_OR_FOLLOWER
