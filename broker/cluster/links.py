@@ -43,6 +43,7 @@ __all__ = [
 
 log = logging.getLogger("broker")
 DELAY_OFFSETS = "delayOffset"  # the delay levels' progress, in replicated metadata
+LOG_STARTS = "logStartOffsets"  # queues' log starts (DeleteRecords, retention), likewise
 
 
 def identity_of(
@@ -126,12 +127,17 @@ def replica_link(
     replica follows (topics, groups, consumer offsets, delay offsets) as JSON bytes: the
     master ships a snapshot whenever its bytes change (checked every second), a replica
     replaces its tables with it wholesale (RocketMQ #1094: a replica never keeps offsets of
-    its own). ``on_applied(topics_changed)`` after a replica applied a snapshot."""
+    its own), but for the queues' log starts, which only grow (the store's retention takes
+    them: ``RetentionService.follow_starts``). ``on_applied(topics_changed)`` after a replica
+    applied a snapshot."""
     broker = config.broker
 
     def snapshot() -> bytes:
         tables: dict[str, Any] = {m.FILE_NAME: m.to_json() for m in managers}
         tables[DELAY_OFFSETS] = {str(k): v for k, v in store().delay_offsets().items()}
+        retention = getattr(store(), "retention", None)  # a test's stand-in store has none
+        if retention is not None:
+            tables[LOG_STARTS] = retention.replicated_starts()
         return dumps(tables).encode()
 
     def apply(payload: bytes) -> None:
@@ -147,6 +153,10 @@ def replica_link(
             manager.dirty = True
         delays = tables.get(DELAY_OFFSETS) or {}
         store().follow_delay_offsets({int(k): int(v) for k, v in delays.items()})
+        retention = getattr(store(), "retention", None)
+        starts = tables.get(LOG_STARTS)
+        if retention is not None and isinstance(starts, dict):
+            retention.follow_starts(starts)
         on_applied(versions != [getattr(m, "version", None) for m in managers])
 
     def master_address() -> str:

@@ -19,6 +19,7 @@ from wharf.broker.core.model import TopicDefaults
 from wharf.broker.core.port import RequestContext
 from wharf.broker.core.read import DISPATCH_WAIT_S
 from wharf.broker.core.retry import retry_topic
+from wharf.broker.errors import NotReplicatedError
 from wharf.broker.meta.topics import validate_topic_name
 from wharf.store.errors import InvalidMessageError, StoreError
 
@@ -234,7 +235,18 @@ class CoreProcessor:
 
     # --- topic retention (the store's RetentionService) ---------------------------------------
     async def delete_records(self, topic: str, queue_id: int, offset: int) -> int:
-        return await self._store.retention.delete_records(topic, queue_id, offset)
+        """The move, durable here; then shipped to the replicas at once with the metadata
+        (``RetentionService.follow_starts``), and under SYNC_MASTER answered once the
+        replicas every acknowledgement needs hold it (as Kafka's DeleteRecords waits for its
+        followers): a failover right after the answer must not serve the records again."""
+        start = await self._store.retention.delete_records(topic, queue_id, offset)
+        ha = getattr(self._store, "ha_master", None)  # a test's stand-in store has none
+        if ha is not None and not await ha.metadata_replicated():
+            raise NotReplicatedError(
+                f"the log start of {topic}:{queue_id} moved to {start} here, but the in-sync "
+                "replicas did not take it within slaveTimeout: retry"
+            )
+        return start
 
     def retention_stats(self) -> RetentionStats:
         return self._store.retention.stats()

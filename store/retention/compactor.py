@@ -9,7 +9,17 @@ kept log and a consume queue's dirty range instead of segments).
 2. **Copy** into a new generation: the old kept log's records, then the dirty range's. A
    record stays when its key's latest offset is its own (an old kept record whose key is not in
    this pass's map stays: its later versions, if any, lie past this pass), and a tombstone
-   (null value) stays until it is older than ``delete_horizon_ms``. Records without a key are
+   (null value) stays until it is older than ``delete_horizon_ms`` (``now -
+   delete.retention.ms``). **A tombstone's age counts from its store timestamp** (the time the
+   broker stored it, in every record), whichever pass first saw it: a tombstone first cleaned
+   long after it was stored goes at that first pass if it is already that old. Kafka since
+   KIP-534 (3.1) counts from the first cleaning that saw it instead (it writes that pass's time
+   + delete.retention.ms into the batch as its delete horizon), because its segments have no
+   better clock (before, the segment's mtime, which every cleaning reset); Wharf has the store
+   time, so a consumer that reads the topic from the start within delete.retention.ms of a
+   delete always sees its tombstone, and none outlives that by more than a pass. A pass
+   reports the oldest tombstone it kept (``PassStats.oldest_tombstone_ms``): the service runs
+   a pass for it once it is due, with nothing dirty too. Records without a key are
    dropped, as Kafka's cleaner drops them; records below the log start offset (``base``: topic
    retention, DeleteRecords) are dropped too.
 3. **Swap**: ``GenerationWriter.install_blocking`` (crash rule in ``kept_log.py``).
@@ -75,6 +85,7 @@ class PassStats:
     kept_records: int = 0
     kept_bytes: int = 0
     removed_tombstones: int = 0
+    oldest_tombstone_ms: int = -1  # the store time of the oldest tombstone kept (-1: none)
     map_keys: int = 0
     map_full: bool = False
     cpu_seconds: float = 0.0  # the pass thread's own CPU time (loop hops not included)
@@ -220,6 +231,17 @@ def build_map(
     return end
 
 
+def _dropped(stats: PassStats, stamp: int, delete_horizon_ms: int) -> bool:
+    """A tombstone stored at ``stamp``: dropped when stored before the horizon (counted),
+    else kept (the oldest kept noted)."""
+    if stamp < delete_horizon_ms:
+        stats.removed_tombstones += 1
+        return True
+    if stats.oldest_tombstone_ms < 0 or stamp < stats.oldest_tombstone_ms:
+        stats.oldest_tombstone_ms = stamp
+    return False
+
+
 def compact_blocking(
     kept: KeptLog | None,
     directory: Path,
@@ -255,8 +277,7 @@ def compact_blocking(
                     key, tombstone = key_of(data, position - first)
                     if key is None or offsets.get(digest_of(key)) is not None:
                         continue
-                    if tombstone and stamp < delete_horizon_ms:
-                        stats.removed_tombstones += 1
+                    if tombstone and _dropped(stats, stamp, delete_horizon_ms):
                         continue
                     writer.add(offset, data[position - first : position - first + size], stamp)
         for chunk in _dirty(dirty, start, stop, pacer):
@@ -266,8 +287,7 @@ def compact_blocking(
                 key, tombstone = key_of(record)
                 if key is None or offsets.get(digest_of(key)) != offset:
                     continue
-                if tombstone and stamp < delete_horizon_ms:
-                    stats.removed_tombstones += 1
+                if tombstone and _dropped(stats, stamp, delete_horizon_ms):
                     continue
                 writer.add(offset, record, stamp)
         state = writer.install_blocking(base, max(stop, start))

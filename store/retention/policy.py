@@ -23,7 +23,7 @@ class TopicPolicy:
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
-    delete_retention_ms: int = 86_400_000  # how long a tombstone outlives its compaction
+    delete_retention_ms: int = 86_400_000  # a tombstone's life, from its store time
 
 
 DEFAULT_POLICY = TopicPolicy()

@@ -4,7 +4,8 @@
 Kept in ``config/logStartOffsets.json`` (``{"topic": {"queueId": offset}}``), written whole and
 atomically (``write_json_atomic_blocking``: tmp, fsync, rename, directory fsync) before the
 move is applied or answered, so a kill -9 never brings deleted records back. A start only
-grows; a deleted topic's entries go with it.
+grows; a deleted topic's entries go with it. A replica's table follows its master's
+(``services/retention.py``: ``replicated_starts``, ``follow_starts``), written the same way.
 """
 
 from __future__ import annotations

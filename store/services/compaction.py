@@ -9,7 +9,12 @@ is by record age, so with writes stopped the last records become cleanable too (
 for the next append to roll). A queue is due when its **dirty ratio** (records in
 ``[cleaned_to, end)`` over those plus the kept log's, Kafka's bytes ratio by records) is at
 least ``min.cleanable.dirty.ratio``, or when its oldest dirty record is older than
-``max.compaction.lag.ms``; the most dirty first.
+``max.compaction.lag.ms``, or when its kept log holds a tombstone stored more than
+``delete.retention.ms`` ago (with nothing dirty too: as Kafka 3.1+ cleans a log whose delete
+horizon passed; the tombstone rule is in ``retention/compactor.py``); the most dirty first.
+The oldest kept tombstone's store time is what the last pass reported; after a restart it is
+unknown and taken as the start's time, so a tombstone kept then goes at most
+delete.retention.ms after the start (one pass per compacted queue then).
 
 A pass (``retention/compactor.py``) runs in this service's thread. It reads the dirty records
 through ``_read_dirty`` ON THE LOOP (a hop per ~512 records or 1 MiB, about 1 ms of loop
@@ -103,6 +108,8 @@ class Compaction:
         self.starts = starts
         self.stats = stats
         self.kept: dict[QueueKey, KeptLog] = {}
+        # the store time of the oldest tombstone each kept log holds (none: no entry)
+        self.tombstones: dict[QueueKey, int] = {}
         self._busy: set[QueueKey] = set()
         self._doomed: list[KeptLog] = []  # forgotten, files not yet removed
         self.fail: Callable[[str], None] | None = None  # tests stop a pass at a step
@@ -114,12 +121,16 @@ class Compaction:
         root = self.paths.compaction_root
         if not root.is_dir():
             return
+        now_ms = int(time.time() * 1000)  # unknown tombstones are taken as stored now
         for topic_dir in sorted(root.iterdir()):
             for queue_dir in sorted(topic_dir.iterdir()):
                 if queue_dir.name.isdigit():
                     kept = KeptLog.load_blocking(queue_dir)
                     if kept is not None:
-                        self.kept[(topic_dir.name, int(queue_dir.name))] = kept
+                        key = (topic_dir.name, int(queue_dir.name))
+                        self.kept[key] = kept
+                        if kept.state.records:
+                            self.tombstones[key] = now_ms
 
     # --- what reads and cleanup ask ------------------------------------------------------------
     def covering(self, topic: str, queue_id: int, offset: int) -> KeptLog | None:
@@ -187,6 +198,10 @@ class Compaction:
             first_kept = kept.entry(0)[0]
             if first_kept < self.starts.get(queue.topic, queue.queue_id):
                 return 1.0, max(start, self._end(queue, policy, now_ms)), True
+        oldest = self.tombstones.get((queue.topic, queue.queue_id))
+        if oldest is not None and now_ms - oldest > policy.delete_retention_ms:
+            # a kept tombstone is past delete.retention.ms: a pass drops it, dirty or not
+            return 1.0, max(start, self._end(queue, policy, now_ms)), True
         if start >= queue.max_offset:
             return None
         end = self._end(queue, policy, now_ms)
@@ -272,6 +287,10 @@ class Compaction:
         figures: PassStats
         new, figures = await run_blocking(work)
         self.kept[key] = new
+        if figures.oldest_tombstone_ms >= 0:
+            self.tombstones[key] = figures.oldest_tombstone_ms
+        else:
+            self.tombstones.pop(key, None)
         if old is not None:
             old.close()
             if self.fail is not None:
@@ -337,6 +356,7 @@ class Compaction:
         for key in [k for k in self.kept if k[0] == topic]:
             if key not in self._busy:
                 self._doomed.append(self.kept.pop(key))
+                self.tombstones.pop(key, None)
 
     async def forget_gone(self, run_blocking: RunBlocking) -> None:
         """Kept logs of queues the store no longer has (a deleted topic) are removed."""

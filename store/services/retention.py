@@ -20,7 +20,18 @@ Every ``compactionCheckInterval`` (15 s, Kafka's log.cleaner.backoff.ms) and on 
 
 Replicas run the same service on their own copy of the log: the same records and the same
 policies (a replica follows its master's topic table) give the same logical view, each
-broker's kept logs its own files. Nothing of compaction is replicated.
+broker's kept logs its own files. Nothing of compaction is replicated. The log start offsets
+are: DeleteRecords moves a start on the master alone, and a replica promoted without it
+served the deleted records again. The master's table (``replicated_starts``) goes to its
+replicas in the replicated metadata (``store/ha/metadata.py``, beside topics, groups and
+consumer offsets), and a replica takes every start that grows one of its own
+(``follow_starts``): written to its own ``logStartOffsets.json`` before applied, at the next
+run of this loop (woken at once). Why the metadata and not the commit log stream: the
+replica's commit log is a byte copy of the master's (anything else is a ReplicationError),
+and a start is per-queue state, not a record; the metadata frames already carry such tables
+(consumer and delay offsets), are shipped at once on a change and acknowledged per version,
+so DeleteRecords can answer once the in-sync replicas hold the move, as an OffsetCommit does
+(``broker/core/processor.py``).
 """
 
 from __future__ import annotations
@@ -69,6 +80,7 @@ class RetentionService(Service):
         self._queues: ConsumeQueueTable | None = None
         self._moving = asyncio.Lock()
         self._gone: set[str] = set()  # deleted topics whose files and starts go next run
+        self._followed: dict[QueueKey, int] = {}  # a replica: its master's starts, to apply
         self.compacted = CompactedTopics()  # what the writer checks (retention/keys.py)
 
     # --- wiring ------------------------------------------------------------------------------
@@ -148,11 +160,47 @@ class RetentionService(Service):
         await self._move({(topic, queue_id): min(offset, queue.max_offset)})
         return self.min_offset(topic, queue_id, queue.min_offset)
 
+    # --- replication of the starts (see the module docstring) --------------------------------
+    def replicated_starts(self) -> dict[str, dict[str, int]]:
+        """The master's log starts as its replicas take them (``{topic: {queue id: start}}``,
+        sorted: the metadata snapshot is compared by its bytes)."""
+        table: dict[str, dict[str, int]] = {}
+        for (topic, queue_id), offset in sorted(self.starts.items()):
+            table.setdefault(topic, {})[str(queue_id)] = offset
+        return table
+
+    def follow_starts(self, table: Mapping[str, Mapping[str, int]]) -> None:
+        """A replica: its master's log starts; those that grow one here are written and
+        applied by the loop's next run (woken now). Malformed entries are skipped; a start
+        never moves down, and a topic missing from the table keeps its starts (its deletion
+        comes with the topic table)."""
+        moves = self._followed
+        for topic, queues in table.items():
+            if not isinstance(queues, Mapping):
+                continue
+            for queue_id, offset in queues.items():
+                try:
+                    key, start = (str(topic), int(queue_id)), int(offset)
+                except (TypeError, ValueError):
+                    continue
+                if start > max(self.starts.get(*key), moves.get(key, 0)):
+                    moves[key] = start
+        if moves:
+            self.wakeup()
+
     # --- the loop ------------------------------------------------------------------------------
     async def run_once(self) -> None:
         compaction, queues = self.compaction, self._queues
         if compaction is None or queues is None:
             return
+        if self._followed:
+            followed, self._followed = self._followed, {}
+            try:
+                await self._move(followed)
+            except BaseException:  # not written: taken again at the next run
+                for key, start in followed.items():
+                    self._followed[key] = max(start, self._followed.get(key, 0))
+                raise
         policies = dict(self._policies())
         self.refresh()
         now_ms = int(time.time() * 1000)

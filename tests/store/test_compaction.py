@@ -103,6 +103,29 @@ def test_tombstones_stay_until_the_horizon(tmp_path: Path) -> None:
     assert [(o, k) for o, k, _ in kept_values(kept)] == [(2, "b")]
 
 
+def test_a_tombstone_s_age_is_its_store_time_not_its_first_pass(tmp_path: Path) -> None:
+    """The horizon compares each tombstone's store timestamp: one stored before it goes at
+    the first pass that sees it; the pass reports the oldest tombstone it kept (what the
+    service waits on to run the pass that drops it)."""
+    old = records([("a", "1"), ("a", None)], stamp=NOW - 5_000)
+    new = records([("b", "1"), ("b", None), ("c", None)], first=2, stamp=NOW)
+    _, figures = compact_blocking(
+        None, tmp_path, 0, 0, 5, reader(old + new), delete_horizon_ms=NOW - 1_000,
+        map_bytes=1 << 20, pacer=Pacer(0, lambda: False),
+    )  # fmt: skip
+    assert figures.removed_tombstones == 1  # a's, 5 s old at its first pass
+    assert figures.oldest_tombstone_ms == NOW  # b's and c's kept
+    _, none = compact_blocking(
+        None, tmp_path / "2", 0, 0, 2, reader(old), delete_horizon_ms=NOW - 10_000,
+        map_bytes=1 << 20, pacer=Pacer(0, lambda: False),
+    )  # fmt: skip
+    assert none.oldest_tombstone_ms == NOW - 5_000
+    assert compact_blocking(
+        None, tmp_path / "3", 0, 0, 1, reader(old[:1]), delete_horizon_ms=0,
+        map_bytes=1 << 20, pacer=Pacer(0, lambda: False),
+    )[1].oldest_tombstone_ms == -1  # fmt: skip
+
+
 def test_records_below_the_log_start_are_dropped(tmp_path: Path) -> None:
     kept = run(tmp_path, None, records([("a", "1"), ("b", "1"), ("c", "1")]), 3)
     kept = run(tmp_path, kept, [], 3, base=2)

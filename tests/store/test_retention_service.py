@@ -131,6 +131,37 @@ async def test_delete_records_moves_the_start_durably(tmp_path: Path) -> None:
         await store.shutdown()
 
 
+async def test_a_replica_follows_its_master_s_log_starts_durably(tmp_path: Path) -> None:
+    """The master's starts as shipped in the replicated metadata (``replicated_starts``) are
+    taken by the replica's store (``follow_starts``): only those that grow a start, malformed
+    entries skipped, written before applied (min offsets, reads), and kept across a restart."""
+    master, replica = await started(tmp_path / "m"), await started(tmp_path / "r")
+    try:
+        for store in (master, replica):
+            await put_all(store, "d", [msg(f"v{i}") for i in range(5)])
+        await master.retention.delete_records("d", 0, 3)
+        shipped = master.retention.replicated_starts()
+        assert shipped == {"d": {"0": 3}}
+        replica.retention.follow_starts({**shipped, "bad": {"x": 1}, "e": []})  # type: ignore[dict-item]
+        assert replica.get_min_offset("d", 0) == 0  # not yet written: not applied
+        await replica.retention.run_once()
+        assert replica.get_min_offset("d", 0) == 3
+        got = replica.get_messages("d", 0, 1, 8)
+        assert got.status is GetStatus.OFFSET_TOO_SMALL and got.next_begin_offset == 3
+        replica.retention.follow_starts({"d": {"0": 2}})  # never down
+        await replica.retention.run_once()
+        assert replica.get_min_offset("d", 0) == 3
+    finally:
+        await master.shutdown()
+        await replica.shutdown()
+    replica = await started(tmp_path / "r")
+    try:
+        assert replica.get_min_offset("d", 0) == 3
+        assert [b for _, b in bodies(replica, "d", 3)] == ["v3", "v4"]
+    finally:
+        await replica.shutdown()
+
+
 async def test_retention_bytes_counts_the_newest_records(tmp_path: Path) -> None:
     store = await started(tmp_path / "s")
     try:
@@ -206,6 +237,61 @@ async def test_compact_delete_retention_drops_kept_records_below_the_start(tmp_p
         assert store.get_min_offset("c", 0) == 9
         assert store.retention.stats().kept_records == 0
         assert store.get_messages("c", 0, 0, 8).status is GetStatus.OFFSET_TOO_SMALL
+    finally:
+        await store.shutdown()
+
+
+class Clock:
+    """The retention loop's clock (``time.time`` of services/retention.py), set by the test;
+    the store's own clock (the records' store timestamps) stays the real one."""
+
+    def __init__(self, now_ms: int) -> None:
+        self.now_ms = now_ms
+
+    def time(self) -> float:
+        return self.now_ms / 1000
+
+
+async def test_tombstone_age_counts_from_its_store_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delete.retention.ms 10 s. A tombstone stored at T, first cleaned at T+1 s (kept), is
+    dropped by the pass at T+10.5 s, a pass run for it with nothing dirty (Kafka 3.1+ would
+    keep it to T+11 s: its first cleaning + delete.retention.ms). A tombstone first cleaned
+    20 s after it was stored goes at that first pass."""
+    store = await started(tmp_path / "s")
+    clock = Clock(0)
+    monkeypatch.setattr("wharf.store.services.retention.time", clock)
+    policy = TopicPolicy(
+        compact=True, delete=False, segment_ms=1, min_cleanable_dirty_ratio=0.01,
+        delete_retention_ms=10_000,
+    )  # fmt: skip
+    try:
+        await put_all(store, "c", [msg("a1", keys="a"), msg("b1", keys="b"), tombstone("a")])
+        stored = store.get_messages("c", 0, 2, 1).messages[0].store_timestamp
+        store.retention.follow(lambda: {"c": policy})
+        clock.now_ms = stored + 1_000
+        await store.retention.run_once()
+        assert [b for _, b in bodies(store, "c")] == ["b1", "\x00"]  # kept: 1 s old
+        clock.now_ms = stored + 9_000
+        await store.retention.run_once()  # nothing dirty, the tombstone not due: no pass
+        assert store.retention.stats().passes == 1
+        clock.now_ms = stored + 10_500
+        await store.retention.run_once()  # a pass for the tombstone alone
+        assert store.retention.stats().passes == 2
+        assert [b for _, b in bodies(store, "c")] == ["b1"]
+        assert store.retention.stats().tombstones_removed == 1
+        clock.now_ms = stored + 30_000
+        await store.retention.run_once()  # no tombstone left: no more passes
+        assert store.retention.stats().passes == 2
+
+        await put_all(store, "c", [tombstone("b")])
+        stored_b = store.get_messages("c", 0, 3, 1).messages[0].store_timestamp
+        clock.now_ms = stored_b + 20_000
+        await store.retention.run_once()  # its first pass: already 20 s old, dropped
+        assert store.retention.stats().passes == 3
+        assert bodies(store, "c") == []
+        assert store.retention.stats().tombstones_removed == 2
     finally:
         await store.shutdown()
 

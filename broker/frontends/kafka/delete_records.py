@@ -4,7 +4,8 @@ repartition topics with it; ``kafka-delete-records.sh``, ``AdminClient.delete_re
 Per partition: ``offset`` -1 means the high watermark (Kafka's HIGH_WATERMARK sentinel); an
 offset above the high watermark or below -1 is OFFSET_OUT_OF_RANGE; otherwise the core moves
 the queue's log start offset (``Admin.delete_records``: the store writes it durably before
-answering, ``store/retention/starts.py``) and the answer's ``low_watermark`` is the new log
+answering, ``store/retention/starts.py``; under SYNC_MASTER the in-sync replicas took it too,
+else REQUEST_TIMED_OUT) and the answer's ``low_watermark`` is the new log
 start offset (never lower than it was). An offset at or below the current start changes
 nothing and answers the current start, as Kafka does. Every protocol sees the move: Kafka's
 ListOffsets earliest and Fetch, RocketMQ's min offset and pulls (OFFSET_TOO_SMALL with the new

@@ -9,15 +9,20 @@ from wharf.broker.core.errors import Reason, Refused
 from wharf.broker.errors import (
     InvalidArgumentError,
     NotFoundError,
+    NotReplicatedError,
     PermissionDeniedError,
     ResourceExhaustedError,
     UnavailableError,
 )
 from wharf.store.errors import (
+    InSyncReplicasNotEnoughError,
     InvalidMessageError,
+    MasterFencedError,
+    NotMasterError,
     ResourceLimitError,
     StoreBusyError,
     StoreNotWritableError,
+    StoreShutDownError,
 )
 
 __all__ = ["Code", "KafkaError", "code_for"]
@@ -98,15 +103,31 @@ class KafkaError(Exception):
 
 def code_for(exc: BaseException) -> Code:
     """The Kafka code of an error the core or the store raised (a retriable code for what
-    may pass: busy, shutting down, a disk that may get room; a permanent one for bad input)."""
+    may pass: busy, shutting down, a disk that may get room; a permanent one for bad input).
+
+    Before an append (nothing written), as Kafka answers the same states: busy (the dispatch
+    back-pressure) or an OS limit, REQUEST_TIMED_OUT (also a change made here that the
+    replicas did not take within slaveTimeout: DeleteRecords); a replica, a master whose lease ran out
+    or a store shutting down, NOT_LEADER_OR_FOLLOWER (the client refreshes its metadata and
+    sends to the leader); too few in-sync replicas, NOT_ENOUGH_REPLICAS; a full disk or a
+    failed sync, KAFKA_STORAGE_ERROR (Kafka's offline log dir). All are retriable in the
+    clients; librdkafka retries REQUEST_TIMED_OUT as "possibly persisted" (same sequence),
+    the others as "not persisted". After an append the handler answers REQUEST_TIMED_OUT
+    whatever the error (produce.py)."""
     if isinstance(exc, KafkaError):
         return exc.code
     if isinstance(exc, Refused):
         return _REASON_CODES.get(exc.reason, Code.INVALID_RECORD)
     if isinstance(exc, InvalidMessageError):
         return Code.INVALID_RECORD
-    if isinstance(exc, (StoreBusyError, ResourceLimitError, ResourceExhaustedError)):
+    if isinstance(
+        exc, (StoreBusyError, ResourceLimitError, ResourceExhaustedError, NotReplicatedError)
+    ):
         return Code.REQUEST_TIMED_OUT
+    if isinstance(exc, (NotMasterError, MasterFencedError, StoreShutDownError)):
+        return Code.NOT_LEADER_OR_FOLLOWER
+    if isinstance(exc, InSyncReplicasNotEnoughError):
+        return Code.NOT_ENOUGH_REPLICAS
     if isinstance(exc, (StoreNotWritableError, UnavailableError)):
         return Code.KAFKA_STORAGE_ERROR
     if isinstance(exc, PermissionDeniedError):

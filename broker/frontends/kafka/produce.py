@@ -15,7 +15,12 @@ offset, dense).
   acknowledged before the replicas have the record).
 - Appends run in request order per connection (each request's turn taken before its first
   await: the previous request's appends done; after the store's dispatch back-pressure wait),
-  then every partition waits for durability together.
+  then every partition waits for durability together. A store still busy after that wait
+  (StoreBusyError, "broker busy") refuses the whole request, nothing written: every
+  partition REQUEST_TIMED_OUT (retriable), and an idempotent producer's batches pipelined
+  behind a refused one alike until it comes again (``ProducerTable.refused``: not
+  OUT_OF_ORDER_SEQUENCE_NUMBER for the gap). Every error of the core or the store is a partition's
+  code (``errors.code_for``); none escapes the handler (that would close the connection).
 - acks: 0 = no response at all (the records are still stored as with 1); 1 and -1 (all) both
   wait for what Wharf's acknowledgement waits for (flushDiskType SYNC_FLUSH: on disk;
   SYNC_MASTER: on the in-sync replicas): a broker with ASYNC_FLUSH acks once in memory.
@@ -143,19 +148,46 @@ class ProduceHandler:
                 parts.append(part)
                 if acks not in (0, 1, -1):
                     part.code = Code.INVALID_REQUIRED_ACKS
-                else:
+                    continue
+                try:
                     await self._prepare(conn, part, partition["records"])
-        core = self.env.ctx.port.send
+                except Exception as exc:  # a lookup failing (the cluster's layout): answered
+                    part.fail(exc)
         async with turn:  # request order per connection
-            if core.dispatch_lagging():
-                await core.dispatch_room()
+            refusal = await self._room()
             for part in parts:
-                if part.code == Code.NONE:
+                if part.code != Code.NONE:
+                    continue
+                if refusal is None:
                     self._append(part)
+                else:
+                    self._refuse(part, refusal)
         await asyncio.gather(*(self._durable(p) for p in parts if p.written or p.pending))
         if acks == 0:
             return None
         return self._response(conn, parts)
+
+    async def _room(self) -> Exception | None:
+        """The store's dispatch back-pressure wait, once for the request: None when it may
+        append, else the refusal every partition answers (StoreBusyError: REQUEST_TIMED_OUT,
+        retriable, nothing written). Before, the StoreBusyError escaped the handler: the
+        connection was closed, every request on it lost its answer."""
+        core = self.env.ctx.port.send
+        if not core.dispatch_lagging():
+            return None
+        try:
+            await core.dispatch_room()
+        except Exception as exc:  # StoreBusyError (the store logs it once an episode)
+            return exc
+        return None
+
+    def _refuse(self, part: _Part, refusal: Exception) -> None:
+        """A partition of a request refused before its appends: its code, and its idempotent
+        batches noted so that those pipelined behind them are refused alike, not answered
+        OUT_OF_ORDER_SEQUENCE_NUMBER for the gap (``ProducerTable.refused``)."""
+        part.fail(refusal)
+        for batch, _records, _sizes in part.batches:
+            self.producers.refused(part.topic, part.queue, batch)
 
     async def _prepare(self, conn: KafkaConnection, part: _Part, records: bytes | None) -> None:
         env = self.env

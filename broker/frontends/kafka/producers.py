@@ -7,7 +7,13 @@ batch equal to one of the last 5 (same first and last sequence) is a duplicate, 
 the base offset it got the first time and not stored again; otherwise its first sequence must
 follow the last one (mod 2**31), else OUT_OF_ORDER_SEQUENCE_NUMBER. A partition without state
 for the producer takes any first sequence (its state may predate the window: Kafka 2.5+ does
-the same after KIP-360 rather than fail the producer).
+the same after KIP-360 rather than fail the producer). OUT_OF_ORDER_SEQUENCE_NUMBER answers
+are counted by cause (``out_of_order``: "ahead" of the expected sequence, a gap; "behind" it)
+and logged at most one line a minute per cause, with the count since the last line. A batch
+the broker refused before its append for a passing reason (``refused``: the store busy)
+makes the producer's later batches on that partition refused alike (REQUEST_TIMED_OUT) until
+it comes again, not OUT_OF_ORDER_SEQUENCE_NUMBER for the gap it left (librdkafka bumps its
+epoch on that).
 
 A duplicate is answered as its first copy would have been, no sooner: ``Seen.written`` keeps
 the first append's durability handle until its wait came back PUT_OK, and the retry waits on
@@ -62,6 +68,7 @@ import asyncio
 import collections
 import json
 import logging
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -89,6 +96,7 @@ SLOTS = 1024  # broker ids per group, as node ids count them (cluster.NODE_SPAN)
 SCAN = 2048
 FILE_NAME = "kafkaProducerIds.json"
 SEQ_MOD = 1 << 31
+OOO_LOG_EVERY_S = 60.0  # one OUT_OF_ORDER_SEQUENCE_NUMBER line a minute per cause, at most
 GROUP_SPAN = 1 << 40  # ids of one group: a new block a restart, ~10^6 restarts
 GROUP_BUCKETS = 1 << 20  # (2^20 + 1) * 2^40 < 2^63: ids stay positive int64
 
@@ -122,6 +130,9 @@ class _Partition:
     batches: collections.deque[Seen] = field(
         default_factory=lambda: collections.deque(maxlen=WINDOW)
     )
+    # the first sequence of a batch refused before its append (nothing written, ``refused``):
+    # later batches are refused alike until it comes again
+    refused: int | None = None
 
 
 def producer_mark(batch: Batch) -> str:
@@ -154,6 +165,11 @@ class ProducerTable:
             collections.OrderedDict()
         )
         self._lock = asyncio.Lock()
+        # OUT_OF_ORDER_SEQUENCE_NUMBER answers by cause ("ahead", "behind"), and the log's
+        # rate limit: when each cause was last logged, answers of it not logged since
+        self.out_of_order: collections.Counter[str] = collections.Counter()
+        self._ooo_logged: dict[str, float] = {}
+        self._ooo_unlogged: collections.Counter[str] = collections.Counter()
 
     def load_blocking(self) -> None:
         data = load_json_blocking(self.path) or {}
@@ -200,22 +216,78 @@ class ProducerTable:
                 Code.INVALID_PRODUCER_EPOCH,
                 f"producer {pid} epoch {epoch} is older than {state.epoch}",
             )
-        if epoch > state.epoch or not state.batches:
+        if epoch > state.epoch:
             return None
         first, last = batch.base_sequence, batch.last_sequence
         for seen in state.batches:
             if seen.first == first and seen.last == last:
                 return seen
+        if state.refused is not None and first != state.refused:
+            raise KafkaError(
+                Code.REQUEST_TIMED_OUT,
+                f"producer {pid} partition {queue_id} of {topic!r}: sequence {first} follows "
+                f"sequence {state.refused}, refused before it was written (broker busy): "
+                "retry them in order",
+            )
+        if not state.batches:
+            return None
         expected = (state.batches[-1].last + 1) % SEQ_MOD
         if first != expected:
-            log.info("kafka: producer %d epoch %d on %s:%d: sequence %d..%d, expected %d",
-                     pid, epoch, topic, queue_id, first, last, expected)  # fmt: skip
+            self._out_of_order(pid, epoch, topic, queue_id, first, last, expected)
             raise KafkaError(
                 Code.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"producer {pid} partition {queue_id} of {topic!r}: sequence {first}, "
                 f"expected {expected}",
             )
         return None
+
+    def _out_of_order(
+        self, pid: int, epoch: int, topic: str, queue_id: int, first: int, last: int, expected: int
+    ) -> None:
+        """Count an OUT_OF_ORDER_SEQUENCE_NUMBER answer and log it, at most one line a minute
+        per cause: a client re-sending out of order (or a broker refusal it did not expect)
+        answers it for every batch it has in flight, hundreds a second."""
+        # ahead: batches between the last stored and this one are missing (an earlier request
+        # refused or lost); behind: an older batch than the window holds, not a duplicate
+        cause = "ahead" if (first - expected) % SEQ_MOD < SEQ_MOD // 2 else "behind"
+        self.out_of_order[cause] += 1
+        now = time.monotonic()
+        last_logged = self._ooo_logged.get(cause)
+        if last_logged is not None and now - last_logged < OOO_LOG_EVERY_S:
+            self._ooo_unlogged[cause] += 1
+            return
+        self._ooo_logged[cause] = now
+        count = self._ooo_unlogged.pop(cause, 0) + 1
+        log.warning(
+            "kafka: OUT_OF_ORDER_SEQUENCE_NUMBER (%s): producer %d epoch %d on %s:%d sent "
+            "sequence %d..%d, expected %d; %d such answer(s) since the last line (%d in all; "
+            "at most one line a minute per cause)",
+            cause, pid, epoch, topic, queue_id, first, last, expected, count,
+            self.out_of_order[cause],
+        )  # fmt: skip
+
+    def refused(self, topic: str, queue_id: int, batch: Batch) -> None:
+        """Note ``batch`` refused before its append for a passing reason (the store busy):
+        nothing of it written. Its producer's later batches on the partition, pipelined
+        behind it, are then refused alike (REQUEST_TIMED_OUT) until it is sent again, not
+        OUT_OF_ORDER_SEQUENCE_NUMBER for the gap it left: librdkafka takes that for a
+        desynchronised sequence and bumps its epoch. A batch that is not the next expected
+        one changes nothing (its own check answers it)."""
+        pid, epoch, first = batch.producer_id, batch.producer_epoch, batch.base_sequence
+        if pid < 0:
+            return
+        state = self._state(pid, topic, queue_id)
+        if state is None or epoch > state.epoch:
+            key = (pid, topic, queue_id)
+            self._partitions[key] = _Partition(epoch, refused=first)
+            self._partitions.move_to_end(key)
+            if len(self._partitions) > MAX_WINDOWS:
+                self._partitions.popitem(last=False)
+            return
+        if epoch < state.epoch or state.refused is not None:
+            return
+        if not state.batches or first == (state.batches[-1].last + 1) % SEQ_MOD:
+            state.refused = first
 
     def remember(
         self, topic: str, queue_id: int, batch: Batch, base_offset: int, written: Written | None
@@ -233,6 +305,7 @@ class ProducerTable:
             if len(partitions) > MAX_WINDOWS:
                 partitions.popitem(last=False)
         partitions.move_to_end(key)
+        state.refused = None  # appended: it was the refused batch's retry, if there was one
         seen = Seen(batch.base_sequence, batch.last_sequence, base_offset, written)
         state.batches.append(seen)
         return seen
