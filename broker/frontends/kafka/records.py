@@ -29,6 +29,7 @@ import cramjam
 import crc32c
 from wharf.broker.frontends.kafka.errors import Code, KafkaError
 from wharf.broker.frontends.kafka.wire import DecodeError
+from wharf.store.codec.kafka_records import Header
 
 __all__ = ["HEADER_SIZE", "Batch", "Record", "decode_batches", "encode_batch", "iter_batches"]
 
@@ -41,8 +42,6 @@ CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _XERIAL = b"\x82SNAPPY\x00"
 _HEAD = struct.Struct(">qiibIhiqqqhii")  # the 61 bytes, in order
 _I32 = struct.Struct(">i")
-
-Header = tuple[str, bytes | None]
 
 
 @dataclass(slots=True)

@@ -34,7 +34,6 @@ from collections.abc import Callable
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
-from wharf.broker.core.bodies import plain_body
 from wharf.broker.core.errors import TopicNotFound, TopicNotReadable
 from wharf.broker.core.pop import PopConsumer, PopCore
 from wharf.broker.core.port import Messaging
@@ -46,6 +45,7 @@ from wharf.broker.frontends.v2.convert import PROPERTY_MESSAGE_GROUP, RESERVED_P
 from wharf.broker.frontends.v2.route import not_found_group
 from wharf.broker.meta.topics import TopicConfig
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
+from wharf.store.codec.bodies import plain_body
 from wharf.store.codec.properties import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
