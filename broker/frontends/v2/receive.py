@@ -13,7 +13,7 @@ receipt handle, delivery attempt (1, then +1 per redelivery), queue id/offset, s
 host, its type (DELAY with the ``delivery_timestamp`` it was sent with, as the proxy's
 GrpcConverter does: the clients show it as the delivery time; else FIFO with a message group,
 else NORMAL), and an uppercase-hex MD5 body digest (the only digest every official client
-checks alike); bodies leave IDENTITY-encoded (the store's zlib bodies inflated by the core's ``plain_body``).
+checks alike); bodies leave IDENTITY-encoded (the store's zlib bodies inflated by the codec's ``plain_body``).
 
 Limits: invisible time ``MIN_INVISIBLE_MS`` (1 s; RocketMQ's proxy defaults to 10 s) to 12 h
 (ILLEGAL_INVISIBLE_TIME); ``auto_renew`` (the PushConsumer) gets 60 s; batch 1..1024 (0 = 32);
