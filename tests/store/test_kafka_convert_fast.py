@@ -217,6 +217,7 @@ def test_binary_headers_and_broken_records_take_the_python_path() -> None:
     assert _compiled_path(encode_batch([Record(0, 1, None, b"v" * 10, [])]), 5) is None
 
 
+@compiled_only
 def test_a_record_of_many_headers_takes_the_python_path() -> None:
     """Over 64 headers the compiled path declines (its duplicate check is quadratic: 100,000
     tiny headers would hold the loop for seconds); the Python path stores them all."""
