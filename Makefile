@@ -7,7 +7,7 @@ PYTEST := $(PY) -m pytest
 .PHONY: setup image images rmq-client rmq4-client stream-tools java-clients peers deploy-secrets run test test-fast test-spark test-slow system-deps lint fmt typecheck proto bench-store bench-compare bench-peers console-screenshots bench-console clean
 
 # The C sources too: a changed accelerator is rebuilt by the editable install.
-$(STAMP): pyproject.toml $(wildcard store/fast/*.c store/fast/*.h broker/frontends/kafka/*.c)
+$(STAMP): pyproject.toml $(wildcard store/fast/*.c store/fast/*.h)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,spark,bench,console]'

@@ -5,7 +5,10 @@ boundary, and what the broker's core needs of the engine without reaching into i
 handles (``Written``, ``WrittenMany``, ``durable_all``), the answers of ``write_when_durable``
 (``DEFERRED``, ``DURABLE``, ``REFUSED``), a pop delivery (``PoppedMessage``), the filter parsers
 (``parse_tag_expression``, ``parse_sql_expression``, ``MATCH_ALL``), the replication status
-(``ReplicationStatus``) and the base of a running part (``Service``). Everything else in the package is internal.
+(``ReplicationStatus``), the base of a running part (``Service``) and the Kafka converter's
+compiled path (``kafka_send_records``, ``kafka_fetch_batch``, ``kafka_compiled``: store/fast/
+kafka_convert.py, the twin of ``wharf.store.codec.kafka_records``). Everything else in the
+package is internal.
 """
 
 from typing import TYPE_CHECKING
@@ -43,6 +46,9 @@ from wharf.store.model import (
 from wharf.store.service import Service
 
 if TYPE_CHECKING:
+    from wharf.store.fast.kafka_convert import fetch_batch as kafka_fetch_batch
+    from wharf.store.fast.kafka_convert import is_compiled as kafka_compiled
+    from wharf.store.fast.kafka_convert import send_records as kafka_send_records
     from wharf.store.ha.status import ReplicationStatus
     from wharf.store.message_store import (
         ArrivalListener,
@@ -61,6 +67,13 @@ _LAZY = {"ArrivalListener", "MessageStore", "StoreObserver", "Written", "durable
 _LAZY_WRITE = {"WrittenMany"}
 _LAZY_HA = {"ReplicationStatus"}
 _LAZY_FILTER = {"MATCH_ALL", "parse_sql_expression", "parse_tag_expression"}
+# The Kafka front end's compiled conversion (it may not import wharf.store.fast): loaded, and
+# the C module configured, on first use.
+_LAZY_KAFKA = {
+    "kafka_compiled": "is_compiled",
+    "kafka_fetch_batch": "fetch_batch",
+    "kafka_send_records": "send_records",
+}
 
 
 def __getattr__(name: str) -> object:
@@ -80,6 +93,10 @@ def __getattr__(name: str) -> object:
         from wharf.store.read import filter as filters
 
         return getattr(filters, name)
+    if name in _LAZY_KAFKA:
+        from wharf.store.fast import kafka_convert
+
+        return getattr(kafka_convert, _LAZY_KAFKA[name])
     raise AttributeError(f"module 'store' has no attribute {name!r}")
 
 
@@ -121,6 +138,9 @@ __all__ = [
     "Written",
     "WrittenMany",
     "durable_all",
+    "kafka_compiled",
+    "kafka_fetch_batch",
+    "kafka_send_records",
     "parse_sql_expression",
     "parse_tag_expression",
 ]

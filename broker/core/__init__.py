@@ -15,8 +15,7 @@ Contract:
   (``broker/errors.py`` ``status_for``, ``broker/frontends/v2/codes.py`` ``code_for``,
   ``broker/frontends/remoting/handlers.py``); the core owns admission (``SendCore.topic`` /
   ``lookup``, the shutting-down refusal included), the rules, queue selection, dedupe, the
-  read and its read-your-writes wait (``ReadCore.own_writes_visible``), body decoding
-  (``bodies.py``), pop, the client registry, transactions and the store calls.
+  read and its read-your-writes wait (``ReadCore.own_writes_visible``), pop, the client registry, transactions and the store calls.
 - The core speaks the store's values (``wharf.store.model``) and its own small dataclasses
   (``model.py``); it imports no generated protocol module (``wharf.v1``, ``wharf.rocketmq``)
   and no front end (an import-linter contract in pyproject.toml).
@@ -34,9 +33,9 @@ transactions, the check-back targets every front end adds to, the check-back tas
 ``admin.py`` (topics and groups changed as every protocol's tools change them, answered once on
 disk; topic statistics, a group's progress), ``retry.py`` (a consumed message sent back to
 retry or to the dead letters),
-``validate.py`` (the message rules), ``bodies.py`` (a stored body as a reader receives it:
-the compression flag decided once; the mapping of one message across every protocol is the
-table of broker/frontends/kafka/README.md "Mapping"), ``model.py`` (values), ``errors.py`` (refusals and
+``validate.py`` (the message rules; body decoding, the compression flag decided once for every
+reader, is the store codec's ``bodies.py``, and the mapping of one message across every
+protocol the table of broker/frontends/kafka/README.md "Mapping"), ``model.py`` (values), ``errors.py`` (refusals and
 reasons), ``long_poll.py`` (parked reads), ``tags.py`` (filters), ``background.py`` (client
 expiry, pop progress), ``policies.py`` (the topics' cleanup policies the store's retention and
 compaction follow).

@@ -24,18 +24,14 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from wharf.broker.core.errors import InvalidSend, Reason
 from wharf.broker.core.txn_index import CONTROL
-from wharf.store.codec import properties as store_properties
-from wharf.store.codec.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from wharf.store.codec.properties import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    SYSTEM_PROPERTY_NAMES,
+)
 from wharf.store.model import MessageInput
 
-# Every property name the broker or the store gives a meaning (RocketMQ's MessageConst).
-SYSTEM_PROPERTY_NAMES = frozenset(
-    {
-        value
-        for name, value in vars(store_properties).items()
-        if name.startswith("PROPERTY_") and name != "PROPERTY_SEPARATOR" and isinstance(value, str)
-    }
-)
 MAX_USER_PROPERTIES = 128
 MAX_USER_PROPERTIES_BYTES = 16 * 1024
 KEY_SEPARATOR = " "

@@ -12,6 +12,9 @@ Modules, one concept each:
 - ``ids``: offset message ids and the unique-id (UNIQ_KEY) generator.
 - ``hashes``: Java's ``String.hashCode`` (tags code) and the IndexFile key hash.
 - ``send_records``: the producer's half of producer-encoded send batches.
+- ``bodies``: a COMPRESSED body as a reader receives it (``inflate``, ``plain_body``).
+- ``kafka_records``: one Kafka record <-> one stored message (the Kafka front end's mapping;
+  its compiled twin is ``store/fast/_kafka_convert.c``, through ``wharf.store``'s exports).
 
 This package re-exports the stable names: ``from wharf.store import codec`` then
 ``codec.decode_record``, or ``from wharf.store.codec import decode_record``.

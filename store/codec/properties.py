@@ -47,14 +47,23 @@ PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 PROPERTY_CHECK_IMMUNITY_TIME = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 # Wharf: the half-queue offset a committed copy or a rollback marker resolves.
 PROPERTY_TRAN_HALF_OFFSET = "TRAN_HALF_OFFSET"
-# Kafka's record key and null value as the Kafka front end stores them (broker/frontends/kafka/convert.py):
+# Kafka's record key and null value as the Kafka mapping stores them (codec/kafka_records.py):
 # a key that is not plain text, base64; a null value (a tombstone) marks a placeholder body.
 # Not named PROPERTY_*: those are the system properties every reader's user properties leave
-# out (broker/core/validate.py SYSTEM_PROPERTY_NAMES); these stay what they were.
+# out (SYSTEM_PROPERTY_NAMES below); these stay what they were.
 KAFKA_KEY_PROPERTY = "__KAFKA_KEY"
 KAFKA_VALUE_PROPERTY = "__KAFKA_VALUE"  # "null" | "empty"
 # A Kafka transaction's COMMIT/ABORT marker, written by the broker (broker/core/txn_index.py).
 KAFKA_CONTROL_PROPERTY = "__KAFKA_CONTROL"
+
+# Every property name the broker or the store gives a meaning (RocketMQ's MessageConst): the
+# PROPERTY_* names above. The user properties of a message are the others (the broker's
+# message rules count them; the v2 and Kafka mappings leave these out).
+SYSTEM_PROPERTY_NAMES = frozenset(
+    value
+    for name, value in dict(globals()).items()
+    if name.startswith("PROPERTY_") and name != "PROPERTY_SEPARATOR" and isinstance(value, str)
+)
 
 
 def compaction_key(properties: dict[str, str]) -> bytes | None:

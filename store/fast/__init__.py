@@ -15,7 +15,14 @@ import os
 from types import ModuleType
 
 # The compiled modules built from this folder's *.c (declared in pyproject.toml).
-COMPILED = ("_log_scan", "_record_check", "_record_decoder", "_record_encoder", "_syncer")
+COMPILED = (
+    "_kafka_convert",
+    "_log_scan",
+    "_record_check",
+    "_record_decoder",
+    "_record_encoder",
+    "_syncer",
+)
 
 
 def speedups_disabled() -> bool:

@@ -1,7 +1,7 @@
 /* A stored record's BODYCRC: CRC-32 of the body & 0x7FFFFFFF (wharf.store.codec.records'
  * layout). ``crc_func`` is the caller's CRC-32 (zlib-ng's, 3x zlib's: store/codec passes it in)
  * called on a memoryview of the body; None: zlib's crc32 here. Shared by the broker's
- * send-batch check (_record_check.c) and the Kafka converter (broker/frontends/kafka/_convert.c);
+ * send-batch check (_record_check.c) and the Kafka converter (_kafka_convert.c);
  * the SDK's encoder (_record_encoder.c) calls ``crc_func`` on the body's bytes object itself,
  * which saves it a memoryview per record. */
 #ifndef WHARF_BODY_CRC_H

@@ -36,7 +36,6 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka import Producer as KafkaProducer
 from google.protobuf.duration_pb2 import Duration
-from wharf.broker.core.validate import SYSTEM_PROPERTY_NAMES
 from wharf.broker.kit.remoting.codes import RequestCode, ResponseCode
 from wharf.client import Producer, PullConsumer
 from wharf.client.errors import InvalidArgumentError
@@ -45,6 +44,7 @@ from wharf.rocketmq.v2 import definition_pb2 as d
 from wharf.rocketmq.v2 import service_pb2 as s
 from wharf.rocketmq.v2 import service_pb2_grpc
 from wharf.store.codec.layout import SYSFLAG_COMPRESSED
+from wharf.store.codec.properties import SYSTEM_PROPERTY_NAMES
 from wharf.store.codec.records import decode_record
 
 from tests.broker.remoting.test_server import Client

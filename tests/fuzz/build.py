@@ -32,7 +32,7 @@ ATHERIS = "atheris==3.0.0"  # the newest with a cp311 manylinux wheel (no libFuz
 
 # The modules that parse client bytes or files; _syncer (fsync thread) parses nothing.
 FUZZED = (
-    "wharf.broker.frontends.kafka._convert",
+    "wharf.store.fast._kafka_convert",
     "wharf.store.fast._record_check",
     "wharf.store.fast._log_scan",
     "wharf.store.fast._record_decoder",

@@ -97,21 +97,22 @@ class _Target:
         raise NotImplementedError
 
 
-# --- wharf.broker.frontends.kafka._convert ---------------------------------------------------------------
+# --- wharf.store.fast._kafka_convert ----------------------------------------------------------
 
 
 class KafkaConvert(_Target):
-    """``produce_records`` (a Produce batch's records section, from the client) against
-    produce.py's Python path, and ``fetch_batch`` (stored records) against fetch.py's."""
+    """``produce_records`` (a Produce batch's records section, from the client) against the
+    Kafka front end's produce.py Python path, and ``fetch_batch`` (stored records) against its
+    fetch.py (both over wharf.store.codec.kafka_records)."""
 
-    name = "wharf.broker.frontends.kafka._convert"
+    name = "wharf.store.fast._kafka_convert"
     PARAMS = 12  # selector, flags, count, base timestamp (8), unused
     NOW_MS = 1_790_000_000_123
 
     def __init__(self, module: ModuleType | None = None) -> None:
-        from wharf.broker.core.bodies import inflate
-        from wharf.broker.core.validate import SYSTEM_PROPERTY_NAMES
         from wharf.broker.frontends.kafka import produce
+        from wharf.store.codec.bodies import inflate
+        from wharf.store.codec.properties import SYSTEM_PROPERTY_NAMES
         from wharf.store.codec.records import _crc32
         from wharf.store.codec.send_records import topic_tail
 
@@ -196,7 +197,7 @@ class KafkaConvert(_Target):
     def seeds(cls) -> Iterator[bytes]:
         from wharf.broker.frontends.kafka.records import HEADER_SIZE, Record, encode_batch
 
-        from tests.broker.kafka.test_fast_convert import _raw
+        from tests.store.test_kafka_convert_fast import _raw
 
         batches = [
             [

@@ -20,7 +20,7 @@ _COMPILED = [
     "wharf.store.fast._record_check",
     "wharf.store.fast._log_scan",
     "wharf.store.fast._record_decoder",
-    "wharf.broker.frontends.kafka._convert",  # includes store/fast/_format.h too
+    "wharf.store.fast._kafka_convert",
 ]
 
 # Every constant _format.h defines, with the layout value it must equal.

@@ -1,8 +1,9 @@
 """Fetch: read each requested partition (queue) from its fetch offset through the core's read
 (the port's ``read``, no filter, the stored records' bytes),
 answer the stored messages as one uncompressed record batch v2 per partition (offset =
-ConsumeQueue offset, key/value/headers per convert.py, a COMPRESSED body inflated by the
-core's ``bodies.py``; built in C by fast.py when it can).
+ConsumeQueue offset, key/value/headers per the store codec's ``kafka_records``, a COMPRESSED
+body inflated by the codec's ``bodies.py``; built in C by the store's compiled converter,
+``wharf.store.kafka_fetch_batch``, when it can).
 
 - high watermark = the queue's max offset as the store reports it (the store hides what is
   not yet durable or committed), log start offset = its min offset, last stable offset = the
@@ -41,8 +42,6 @@ from typing import Any
 from wharf.broker.core.read import MAX_WAIT_MS
 from wharf.broker.core.txn_index import CONTROL, parse_marker
 from wharf.broker.errors import ResourceExhaustedError, UnavailableError
-from wharf.broker.frontends.kafka import fast
-from wharf.broker.frontends.kafka.convert import to_record_fields
 from wharf.broker.frontends.kafka.env import KAFKA_REQUEST, KafkaEnv
 from wharf.broker.frontends.kafka.errors import Code, code_for
 from wharf.broker.frontends.kafka.records import CONTROL as CONTROL_ATTR
@@ -54,6 +53,8 @@ from wharf.broker.frontends.kafka.records import (
 )
 from wharf.broker.frontends.kafka.server import KafkaConnection
 from wharf.broker.kit.acl.rules import Perm
+from wharf.store import kafka_fetch_batch
+from wharf.store.codec.kafka_records import to_record_fields
 from wharf.store.codec.layout import TOTAL_SIZE
 from wharf.store.codec.records import decode_records
 from wharf.store.model import GetStatus, RawGetResult, TagFilter
@@ -90,10 +91,10 @@ class _Part:
 
 def encode_stored(records: bytes, count: int) -> bytes:
     """``count`` whole stored records (the store's raw read) as one record batch v2: by the
-    compiled converter (fast.py) in one call, else decoded and through ``encode_messages``.
+    compiled converter (``wharf.store.kafka_fetch_batch``) in one call, else decoded and through ``encode_messages``.
     The raw read skips the store's decode into StoredMessages (~28 us of the ~85 a record
     a Fetch cost under cProfile before the converter)."""
-    batch = fast.fetch_batch(records, count)
+    batch = kafka_fetch_batch(records, count)
     if batch is not None:
         return batch
     positions = []

@@ -46,12 +46,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wharf.broker.core.errors import Refused
-from wharf.broker.frontends.kafka import fast
-from wharf.broker.frontends.kafka.convert import (
-    KAFKA_PRODUCER,
-    properties_bytes,
-    record_body_properties,
-)
 from wharf.broker.frontends.kafka.env import KafkaEnv
 from wharf.broker.frontends.kafka.errors import Code, KafkaError, code_for
 from wharf.broker.frontends.kafka.producers import ProducerTable, Seen, producer_mark
@@ -60,6 +54,12 @@ from wharf.broker.frontends.kafka.server import KafkaConnection
 from wharf.broker.frontends.kafka.txn.coordinator import TxnCoordinator
 from wharf.broker.frontends.kafka.txn.state import TxnError
 from wharf.broker.kit.acl.rules import Perm
+from wharf.store import kafka_compiled, kafka_send_records
+from wharf.store.codec.kafka_records import (
+    KAFKA_PRODUCER,
+    properties_bytes,
+    record_body_properties,
+)
 from wharf.store.codec.send_records import encode_record, topic_tail
 from wharf.store.errors import InvalidMessageError
 from wharf.store.model import PutStatus
@@ -208,7 +208,7 @@ class ProduceHandler:
         part.born_host = conn.peer
         try:
             tail = topic_tail(part.topic)
-            lazy = fast.compiled is not None
+            lazy = kafka_compiled()
             # Every batch's records first, each before the next batch is read (as
             # decode_batches decodes them: the same errors in the same order), then the checks
             # of each batch.
@@ -235,14 +235,15 @@ class ProduceHandler:
     def _compiled(
         self, batch: Batch, tail: bytes, max_size: int, now_ms: int
     ) -> tuple[bytes, list[int]] | None:
-        """The batch's send-batch records and body sizes by the compiled converter (fast.py),
+        """The batch's send-batch records and body sizes by the compiled converter
+        (store/fast/kafka_convert.py, through ``wharf.store.kafka_send_records``),
         or None: then its records are decoded here (raising what decode_batches raises) for
         ``_records``, the Python path."""
         assert batch.section is not None
         converted = None
         # (a record takes at least 7 bytes: no ids drawn for a count the section cannot hold)
         if 0 < batch.count <= len(batch.section) // 7:
-            converted = fast.send_records(
+            converted = kafka_send_records(
                 batch.section,
                 batch.count,
                 batch.base_timestamp,

@@ -74,11 +74,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wharf.broker.frontends.kafka.convert import KAFKA_PRODUCER
 from wharf.broker.frontends.kafka.errors import Code, KafkaError
 from wharf.broker.frontends.kafka.records import Batch
 from wharf.broker.meta.persist import load_json_blocking, write_text_atomic_blocking
 from wharf.store import Written
+from wharf.store.codec.kafka_records import KAFKA_PRODUCER
 from wharf.store.model import StoredMessage
 
 __all__ = ["ProducerTable", "Seen", "group_base", "producer_mark"]

@@ -16,6 +16,10 @@ Magic 0 and 1 (message sets of Kafka < 0.11) are refused with UNSUPPORTED_FOR_ME
 no client that speaks Produce >= 3 sends them. Snappy comes raw (librdkafka) or in xerial
 framing (the Java client); both are read. Decompressed sizes are capped (``max_size``): gzip
 and snappy before inflating, lz4 and zstd after (cramjam has no bound for them).
+
+A record's key, value and headers become a stored message in the store's codec
+(``wharf.store.codec.kafka_records``, which owns ``Header``); this wire codec stays here: the
+compiled converter (store/fast/_kafka_convert.c) parses a records section itself.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import cramjam
 import crc32c
 from wharf.broker.frontends.kafka.errors import Code, KafkaError
 from wharf.broker.frontends.kafka.wire import DecodeError
+from wharf.store.codec.kafka_records import Header
 
 __all__ = ["HEADER_SIZE", "Batch", "Record", "decode_batches", "encode_batch", "iter_batches"]
 
@@ -41,8 +46,6 @@ CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _XERIAL = b"\x82SNAPPY\x00"
 _HEAD = struct.Struct(">qiibIhiqqqhii")  # the 61 bytes, in order
 _I32 = struct.Struct(">i")
-
-Header = tuple[str, bytes | None]
 
 
 @dataclass(slots=True)

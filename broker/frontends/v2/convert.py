@@ -28,11 +28,16 @@ from __future__ import annotations
 import hashlib
 import zlib
 
-from wharf.broker.core.validate import SYSTEM_PROPERTY_NAMES, check_keys
+from wharf.broker.core.validate import check_keys
 from wharf.broker.frontends.v2.codes import Code, V2Error
 from wharf.rocketmq.v2 import definition_pb2
 from wharf.store.codec import properties as store_properties
-from wharf.store.codec.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from wharf.store.codec.properties import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    SYSTEM_PROPERTY_NAMES,
+)
 from wharf.store.model import MessageInput
 
 PROPERTY_MESSAGE_GROUP = store_properties.PROPERTY_MESSAGE_GROUP  # the pop store reads it too

@@ -13,7 +13,7 @@ receipt handle, delivery attempt (1, then +1 per redelivery), queue id/offset, s
 host, its type (DELAY with the ``delivery_timestamp`` it was sent with, as the proxy's
 GrpcConverter does: the clients show it as the delivery time; else FIFO with a message group,
 else NORMAL), and an uppercase-hex MD5 body digest (the only digest every official client
-checks alike); bodies leave IDENTITY-encoded (the store's zlib bodies inflated by the core's ``plain_body``).
+checks alike); bodies leave IDENTITY-encoded (the store's zlib bodies inflated by the codec's ``plain_body``).
 
 Limits: invisible time ``MIN_INVISIBLE_MS`` (1 s; RocketMQ's proxy defaults to 10 s) to 12 h
 (ILLEGAL_INVISIBLE_TIME); ``auto_renew`` (the PushConsumer) gets 60 s; batch 1..1024 (0 = 32);
@@ -34,7 +34,6 @@ from collections.abc import Callable
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
-from wharf.broker.core.bodies import plain_body
 from wharf.broker.core.errors import TopicNotFound, TopicNotReadable
 from wharf.broker.core.pop import PopConsumer, PopCore
 from wharf.broker.core.port import Messaging
@@ -46,6 +45,7 @@ from wharf.broker.frontends.v2.convert import PROPERTY_MESSAGE_GROUP, RESERVED_P
 from wharf.broker.frontends.v2.route import not_found_group
 from wharf.broker.meta.topics import TopicConfig
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
+from wharf.store.codec.bodies import plain_body
 from wharf.store.codec.properties import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,

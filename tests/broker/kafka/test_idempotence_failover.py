@@ -11,9 +11,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from wharf.broker.frontends.kafka.convert import KAFKA_PRODUCER
 from wharf.broker.frontends.kafka.producers import SLOTS, ProducerTable
 from wharf.broker.frontends.kafka.records import Batch
+from wharf.store.codec.kafka_records import KAFKA_PRODUCER
 
 from tests.broker.kafka.kafka_helpers import start_kafka
 from tests.broker.kafka.test_idempotence import PRODUCE, high, idempotent, new_pid, send

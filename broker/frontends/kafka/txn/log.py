@@ -29,11 +29,11 @@ import logging
 
 from wharf.broker.core.port import Port
 from wharf.broker.core.txn_index import CONTROL, parse_marker
-from wharf.broker.frontends.kafka.convert import KAFKA_PRODUCER
 from wharf.broker.frontends.kafka.env import KAFKA_REQUEST
 from wharf.broker.frontends.kafka.errors import Code, KafkaError
 from wharf.broker.frontends.kafka.txn import layout
 from wharf.broker.frontends.kafka.txn.state import TxnMetadata, TxnState
+from wharf.store.codec.kafka_records import KAFKA_PRODUCER
 from wharf.store.model import MessageInput, PutStatus, StoredMessage
 
 __all__ = ["ABORTED_TOPIC", "CHECKPOINT_TOPIC", "FOREIGN_PID", "TXN_ID", "TXN_TOPIC", "TxnLog"]

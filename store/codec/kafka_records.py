@@ -1,10 +1,24 @@
 """One Kafka record <-> one stored message (``MessageInput`` in, ``StoredMessage`` out): the
-Kafka column of the mapping table in README.md "Mapping", the one place the mapping is written
-down (a change of the rules is a change there). A stored body with the COMPRESSED sysflag is
-read through the core's ``bodies.plain_body``, as every protocol without that flag reads it.
+Kafka column of the mapping table in broker/frontends/kafka/README.md "Mapping", the one place
+the mapping is written down (a change of the rules is a change there). A stored body with the
+COMPRESSED sysflag is read through ``bodies.plain_body``, as every protocol without that flag
+reads it.
 
-The handlers run this mapping compiled when they can (``fast.py``, ``_convert.c``: the same
-bytes, checked by tests/broker/kafka/test_fast_convert.py): a change here is a change there.
+It lives with the record codec, beside its compiled twin (``store/fast/_kafka_convert.c``,
+loaded by ``wharf.store.fast.load`` through ``store/fast/kafka_convert.py``): the two write
+the store's records byte for byte alike (tests/store/test_kafka_convert_fast.py), so a change
+here is a change there. The Kafka front end takes the Python mapping from here and the compiled
+one through the store's exports (``wharf.store.kafka_send_records``, ``kafka_fetch_batch``,
+``kafka_compiled``), never ``wharf.store.fast`` itself.
+
+What stays in the front end (broker/frontends/kafka/records.py): the wire codec of record
+batches (framing, varints, CRC-32C, compression codecs). This module takes a record's fields
+only (``KafkaRecord``: any value with ``timestamp``, ``key``, ``value`` and ``headers``, as the
+front end's ``Record``); the C twin parses a batch's records section itself and never calls the
+Python wire codec, so nothing of it needs to be in the store.
+
+A refusal is the store's ``InvalidMessageError`` (headers too large to store); the front end
+answers it INVALID_RECORD, as every InvalidMessageError (broker/frontends/kafka/errors.py).
 """
 
 from __future__ import annotations
@@ -12,19 +26,19 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
-from wharf.broker.core.bodies import plain_body
-from wharf.broker.core.validate import SYSTEM_PROPERTY_NAMES
-from wharf.broker.frontends.kafka.errors import Code, KafkaError
-from wharf.broker.frontends.kafka.records import Header, Record
+from wharf.store.codec.bodies import plain_body
 from wharf.store.codec.properties import (
     KAFKA_KEY_PROPERTY,
     KAFKA_VALUE_PROPERTY,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    SYSTEM_PROPERTY_NAMES,
 )
+from wharf.store.errors import InvalidMessageError
 from wharf.store.model import MessageInput, StoredMessage
 
 __all__ = [
@@ -32,6 +46,8 @@ __all__ = [
     "KAFKA_KEY",
     "KAFKA_PRODUCER",
     "KAFKA_VALUE",
+    "Header",
+    "KafkaRecord",
     "properties_bytes",
     "record_body_properties",
     "record_to_message",
@@ -47,6 +63,24 @@ PLACEHOLDER = b"\x00"
 KAFKA_PRODUCER = "__KAFKA_PRODUCER"
 MAX_HEADERS_BYTES = 32 * 1024  # __KAFKA_HEADERS: the store's property section is < 32 KiB
 _SEPARATORS = ("\x01", "\x02")
+
+Header = tuple[str, bytes | None]  # a Kafka header: name, value (null or bytes)
+
+
+class KafkaRecord(Protocol):
+    """A Kafka record's fields the mapping reads (the front end's ``records.Record``)."""
+
+    @property
+    def timestamp(self) -> int: ...  # ms
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+    @property
+    def headers(self) -> Sequence[Header]: ...
 
 
 def _text(data: bytes) -> str | None:
@@ -76,7 +110,9 @@ def _plain_name(name: str) -> bool:
     )
 
 
-def record_to_message(record: Record, born_host: str, unique_id: Callable[[], str]) -> MessageInput:
+def record_to_message(
+    record: KafkaRecord, born_host: str, unique_id: Callable[[], str]
+) -> MessageInput:
     body, props = record_body_properties(record, unique_id)
     return MessageInput(
         body=body,
@@ -93,7 +129,7 @@ def properties_bytes(props: dict[str, str]) -> bytes:
 
 
 def record_body_properties(
-    record: Record, unique_id: Callable[[], str]
+    record: KafkaRecord, unique_id: Callable[[], str]
 ) -> tuple[bytes, dict[str, str]]:
     """The stored body and properties of a Kafka record (the mapping above)."""
     props: dict[str, str] = {PROPERTY_UNIQ_KEY: unique_id()}
@@ -125,9 +161,8 @@ def record_body_properties(
                 separators=(",", ":"),
             )
             if len(packed) > MAX_HEADERS_BYTES:
-                raise KafkaError(
-                    Code.INVALID_RECORD,
-                    f"headers take {len(packed)} bytes encoded; the limit is {MAX_HEADERS_BYTES}",
+                raise InvalidMessageError(
+                    f"headers take {len(packed)} bytes encoded; the limit is {MAX_HEADERS_BYTES}"
                 )
             props[KAFKA_HEADERS] = packed
     return body, props

@@ -1,19 +1,23 @@
-"""The record <-> message mapping (convert.py): what a RocketMQ consumer sees of a Kafka
-record, and that everything a Kafka record carries comes back as it was."""
+"""The Kafka record <-> stored message mapping (store/codec/kafka_records.py): what a RocketMQ
+consumer sees of a Kafka record, and that everything a Kafka record carries comes back as it
+was. Records are the Kafka front end's ``records.Record`` values, as its handlers pass them."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from wharf.broker.frontends.kafka.convert import (
+from wharf.broker.frontends.kafka.records import Record
+from wharf.store.codec.kafka_records import (
     KAFKA_HEADERS,
     KAFKA_KEY,
     KAFKA_VALUE,
+    MAX_HEADERS_BYTES,
     record_to_message,
     to_record_fields,
 )
-from wharf.broker.frontends.kafka.records import Record
+from wharf.store.codec.properties import SYSTEM_PROPERTY_NAMES
+from wharf.store.errors import InvalidMessageError
 from wharf.store.model import MessageInput, StoredMessage
 
 
@@ -107,3 +111,24 @@ def test_a_rocketmq_message_as_a_kafka_record() -> None:
     key, value, headers = to_record_fields(stored(message))
     assert (key, value) == (b"a b", b"hello")
     assert headers == [("color", b"red"), ("TAGS", b"paid")]  # broker properties stay out
+
+
+def test_headers_too_large_to_store_are_a_store_error() -> None:
+    # Packed headers over 32 KiB could not fit the record's property section: refused with the
+    # store's InvalidMessageError (the Kafka front end answers it INVALID_RECORD, code 87).
+    big = [("bin", b"\xff" * (MAX_HEADERS_BYTES * 3 // 4))]
+    with pytest.raises(InvalidMessageError, match=r"headers take .* the limit is 32768"):
+        record_to_message(Record(0, 1, None, b"v", big), "127.0.0.1:5", lambda: "UNIQ")
+
+
+def test_system_property_names_are_the_codec_property_constants() -> None:
+    assert {
+        "KEYS",
+        "TAGS",
+        "UNIQ_KEY",
+        "DELAY",
+        "TRAN_MSG",
+        "__SHARDINGKEY",
+    } <= SYSTEM_PROPERTY_NAMES
+    # Kafka's own names and the separator are not system properties (headers keep them apart).
+    assert not {KAFKA_KEY, KAFKA_VALUE, KAFKA_HEADERS, "\x02"} & SYSTEM_PROPERTY_NAMES

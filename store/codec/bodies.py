@@ -1,5 +1,6 @@
 """A stored message's body as a reader receives it: the one place where body decoding is
-decided, for every protocol.
+decided, for every protocol (the broker's front ends and the Kafka converter,
+``kafka_records`` and its compiled twin ``store/fast/_kafka_convert.c``, which calls ``inflate``).
 
 The store keeps a body as its producer sent it. The SDK, ``wharf send`` and the RocketMQ 4.x
 clients zlib-compress bodies over 4 KiB and say so with SYSFLAG bit 0x1 (COMPRESSED); the
@@ -12,6 +13,7 @@ with the flag:
   cannot carry it: their readers get ``plain_body``, the inflated body.
 
 The mapping of every other field across protocols: broker/frontends/kafka/README.md "Mapping".
+Sans-IO as the rest of the codec: zlib only (a warning is logged, rate-limited, for a damaged body).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from wharf.store.codec.layout import SYSFLAG_COMPRESSED
 
 __all__ = ["MAX_INFLATED", "inflate", "plain_body"]
 
-log = logging.getLogger("broker.core")
+log = logging.getLogger(__name__)
 # A producer checks a body against maxMessageSize (4 MiB by default) before compressing it, so
 # a real body inflates to at most that; 64 MiB (Kafka's largest frame here) bounds what a
 # crafted one can make the broker allocate (zlib reaches ~1000:1).

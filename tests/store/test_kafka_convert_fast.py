@@ -1,11 +1,17 @@
-"""The compiled record converter (broker/frontends/kafka/_convert.c, fast.py) against the Python path it
-stands in for: the same bytes whenever it answers, and an answer whenever the records are of
-the kind it handles (None otherwise: the Python path then gives the result or the error).
+"""The compiled Kafka record converter (store/fast/_kafka_convert.c, kafka_convert.py) against
+the Python path it stands in for: the same bytes whenever it answers, and an answer whenever
+the records are of the kind it handles (None otherwise: the Python path then gives the result
+or the error).
 
-- Produce: a batch's records section -> send-batch records, against produce.py's ``_records``
-  (convert.record_body_properties + send_records.encode_record) on the decoded batch;
+- Produce: a batch's records section -> send-batch records, against the Kafka front end's
+  ``ProduceHandler._records`` (kafka_records.record_body_properties +
+  send_records.encode_record) on the decoded batch;
 - Fetch: stored records (as the store's raw read returns them) -> one record batch v2,
-  against decoding them and ``fetch.encode_messages`` (convert.to_record_fields).
+  against decoding them and the front end's ``fetch.encode_messages``
+  (kafka_records.to_record_fields).
+
+The Python path's record batch codec is the Kafka front end's (broker/frontends/kafka/
+records.py), so this test imports it; the store's modules never do.
 """
 
 from __future__ import annotations
@@ -20,23 +26,26 @@ from unittest import mock
 
 import crc32c
 import pytest
+import wharf.store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wharf.broker.core import bodies
-from wharf.broker.core.validate import SYSTEM_PROPERTY_NAMES
-from wharf.broker.frontends.kafka import fast
+from wharf.broker.frontends.kafka import fetch as fetch_module
 from wharf.broker.frontends.kafka import produce as produce_module
-from wharf.broker.frontends.kafka.convert import KAFKA_HEADERS, record_body_properties
 from wharf.broker.frontends.kafka.errors import KafkaError
 from wharf.broker.frontends.kafka.fetch import encode_messages, encode_stored
 from wharf.broker.frontends.kafka.produce import ProduceHandler
 from wharf.broker.frontends.kafka.producers import producer_mark
 from wharf.broker.frontends.kafka.records import HEADER_SIZE, Record, decode_batches, encode_batch
+from wharf.store import fast as store_fast
+from wharf.store.codec import bodies
+from wharf.store.codec.kafka_records import KAFKA_HEADERS, record_body_properties
 from wharf.store.codec.layout import MAX_PROPERTIES_LENGTH, SYSFLAG_COMPRESSED, TOTAL_SIZE
+from wharf.store.codec.properties import SYSTEM_PROPERTY_NAMES
 from wharf.store.codec.records import decode_records
 from wharf.store.codec.records import encode_batch as store_encode_batch
 from wharf.store.codec.send_records import topic_tail
 from wharf.store.errors import InvalidMessageError
+from wharf.store.fast import kafka_convert as fast
 from wharf.store.model import MessageInput
 
 from tests.broker.kafka.kafka_helpers import start_kafka
@@ -55,11 +64,22 @@ TAIL = topic_tail("orders")
 def test_the_compiled_converter_is_built_and_used() -> None:
     # `pip install -e .` compiles it (an optional ext-module): a silent fallback would show here.
     assert fast.compiled is not None
+    assert fast.compiled.__name__ == "wharf.store.fast._kafka_convert"
+    # What the Kafka front end's handlers call (broker/frontends/kafka/produce.py, fetch.py):
+    # the store's exports of this module, so the handlers take the compiled path.
+    assert wharf.store.kafka_compiled() is True
+    assert wharf.store.kafka_send_records is fast.send_records
+    assert wharf.store.kafka_fetch_batch is fast.fetch_batch
+    assert produce_module.kafka_send_records is fast.send_records
+    assert produce_module.kafka_compiled is fast.is_compiled
+    assert fetch_module.kafka_fetch_batch is fast.fetch_batch
 
 
 def test_no_speedups_means_the_python_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The store's one loader decides, as for every accelerator.
     monkeypatch.setenv("WHARF_NO_SPEEDUPS", "1")
-    assert fast.load() is None
+    assert store_fast.load("_kafka_convert") is None
+    assert fast.configured() is None
 
 
 # --- Produce ----------------------------------------------------------------------------------
@@ -197,6 +217,7 @@ def test_binary_headers_and_broken_records_take_the_python_path() -> None:
     assert _compiled_path(encode_batch([Record(0, 1, None, b"v" * 10, [])]), 5) is None
 
 
+@compiled_only
 def test_a_record_of_many_headers_takes_the_python_path() -> None:
     """Over 64 headers the compiled path declines (its duplicate check is quadratic: 100,000
     tiny headers would hold the loop for seconds); the Python path stores them all."""
@@ -416,6 +437,30 @@ async def test_a_request_of_several_batches_fails_as_the_python_path(
     assert (part["error_code"], part["error_message"]) == (
         expected.value.code,
         str(expected.value),
+    )
+
+
+async def test_headers_too_large_are_invalid_record_at_the_kafka_edge(
+    inproc_broker: InProcFactory,
+) -> None:
+    # Binary headers go to __KAFKA_HEADERS (the Python path: the C code answers None); over
+    # 32 KiB packed the codec raises InvalidMessageError, which the front end answers
+    # INVALID_RECORD (87) with the codec's message, as before the mapping moved to the store.
+    data = encode_batch([Record(0, 1, None, b"v", [("bin", b"\xff" * 30_000)])])
+    kafka = await start_kafka(inproc_broker)
+    client = await kafka.client()
+    body = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout_ms": 5000,
+        "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": data}]}],
+    }
+    response = await client.call(0, 8, body)
+    part = response["responses"][0]["partition_responses"][0]
+    assert part["error_code"] == 87
+    assert (
+        part["error_message"].startswith("headers take 40")
+        and "limit is 32768" in (part["error_message"])
     )
 
 

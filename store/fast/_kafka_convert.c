@@ -1,33 +1,39 @@
 /* Kafka record batches v2 <-> Wharf's stored records, compiled: one call per batch each way.
  *
- * The reference is Python: wharf.broker.frontends.kafka.records (_decode_records, encode_records) and
- * wharf.broker.frontends.kafka.convert (record_body_properties, to_record_fields, the mapping of its
- * docstring). In Python the per-record work was most of the Kafka front end's broker CPU at
- * 1 KiB records (cProfile of tests/bench/kafka.py's phases, 50,000 records: Produce ~45 us a
- * record under the profiler, of which decode + convert + encode_record ~43; Fetch ~85, of which
- * the store's StoredMessage decode ~28 and to_record_fields + encode_records ~45).
+ * The reference is Python: the Kafka front end's wire codec of record batches
+ * (wharf.broker.frontends.kafka.records: _decode_records, encode_records) and the store codec's
+ * Kafka mapping (wharf.store.codec.kafka_records: record_body_properties, to_record_fields, the
+ * mapping of broker/frontends/kafka/README.md "Mapping"). It lives with the store's other twins
+ * (it includes _format.h and _body_crc.h, the store's record layout and body CRC).
+ *
+ * In Python the per-record work was most of the Kafka front end's broker CPU at 1 KiB records
+ * (cProfile of tests/bench/kafka.py's phases, 50,000 records: Produce ~45 us a record under the
+ * profiler, of which decode + convert + encode_record ~43; Fetch ~85, of which the store's
+ * StoredMessage decode ~28 and to_record_fields + encode_records ~45).
  *
  * Both functions do the COMMON case only and answer None for anything else; the caller then
  * runs the Python path, which gives the result or the exact error. So the compiled path never
  * has to reproduce an error message, and it is right by construction when it answers: it
  * answers only where it can follow the Python mapping byte for byte (differential tests:
- * tests/broker/kafka/test_fast_convert.py).
+ * tests/store/test_kafka_convert_fast.py).
  *
  * - produce_records: a v2 batch's (uncompressed) records section -> the send-batch form of
  *   wharf.store.codec.send_records (one CommitLog record per Kafka record, properties per
- *   convert.record_body_properties). None for: anything that does not decode, headers that are
- *   not all "plain" (they go into __KAFKA_HEADERS as JSON), more than MAX_HEADERS headers, a
- *   body over max_body, properties over MAX_PROPERTIES_LENGTH, a timestamp that overflows.
+ *   kafka_records.record_body_properties). None for: anything that does not decode, headers
+ *   that are not all "plain" (they go into __KAFKA_HEADERS as JSON), more than MAX_HEADERS
+ *   headers, a body over max_body, properties over MAX_PROPERTIES_LENGTH, a timestamp that
+ *   overflows.
  * - fetch_batch: stored records (the store's raw read) -> one uncompressed v2 batch, CRC-32C
  *   included (the crc32c wheel's function, passed in). A body with the COMPRESSED sysflag is
- *   inflated by the ``inflate`` callable passed in (wharf.broker.core.bodies.inflate, the one
+ *   inflated by the ``inflate`` callable passed in (wharf.store.codec.bodies.inflate, the one
  *   body decoder the Python path uses too), that record only. None for: __KAFKA_HEADERS
  *   (JSON), a __KAFKA_KEY that is not canonical base64, properties that are not UTF-8 or repeat
  *   a name, more than MAX_PAIRS properties, a record that does not parse, an ``inflate`` that
  *   raises or answers something other than bytes.
  *
- * Optional, as store/fast's modules: wharf.broker.frontends.kafka.fast loads it (None when not built or
- * WHARF_NO_SPEEDUPS is set) and the handlers keep the Python path.
+ * Optional, as store/fast's other modules: wharf.store.fast.kafka_convert loads it through
+ * wharf.store.fast.load (None when not built or WHARF_NO_SPEEDUPS is set) and the Kafka front
+ * end's handlers keep the Python path.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -35,8 +41,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../store/fast/_body_crc.h"
-#include "../../store/fast/_format.h"
+#include "_body_crc.h"
+#include "_format.h"
 
 #define MAX_PAIRS 256 /* properties of one stored record the fetch path handles */
 /* Headers of one record the produce path handles: its duplicate-name check compares each
@@ -44,7 +50,7 @@
  * would hold the loop for seconds; more go to the Python path (a set, linear). */
 #define MAX_HEADERS 64
 
-/* ---- the broker's property names (wharf.broker.core.validate.SYSTEM_PROPERTY_NAMES) ---- */
+/* ---- the system property names (wharf.store.codec.properties.SYSTEM_PROPERTY_NAMES) ---- */
 
 static char **sys_names = NULL;
 static Py_ssize_t *sys_lens = NULL;
@@ -565,7 +571,7 @@ static PyObject *produce_records(PyObject *self, PyObject *args) {
             *p++ = PROPERTY_SEPARATOR;
         }
         if (p - start != size) {
-            PyErr_SetString(PyExc_SystemError, "kafka _convert: record size mismatch");
+            PyErr_SetString(PyExc_SystemError, "_kafka_convert: record size mismatch");
             goto done;
         }
         PyObject *n = PyLong_FromSsize_t(body_len);
@@ -613,7 +619,7 @@ typedef struct {
     Py_ssize_t value_len;
 } Pair;
 
-/* The properties of a stored record as convert.to_record_fields reads its dict: pairs split at
+/* The properties of a stored record as kafka_records.to_record_fields reads its dict: pairs split at
  * \x02 (empty ones skipped), each name before its first \x01; the count, or -1 (a repeated
  * name, too many). */
 static Py_ssize_t split_pairs(const unsigned char *s, Py_ssize_t n, Pair *pairs) {
@@ -912,7 +918,7 @@ static PyObject *fetch_batch(PyObject *self, PyObject *args) {
             p = put_lit(p, (const char *)rec->tag, rec->tag_len);
         }
         if (p - start != rec->size) {
-            PyErr_SetString(PyExc_SystemError, "kafka _convert: fetch record size mismatch");
+            PyErr_SetString(PyExc_SystemError, "_kafka_convert: fetch record size mismatch");
             goto done;
         }
     }
@@ -945,7 +951,7 @@ done:
 }
 
 PyDoc_STRVAR(configure_doc, "configure(system_names)\n--\n\n"
-                            "The broker's property names (never Kafka headers).");
+                            "The system property names (never Kafka headers).");
 
 static PyObject *configure(PyObject *self, PyObject *names) {
     PyObject *seq = PySequence_Fast(names, "system_names must be iterable");
@@ -998,9 +1004,9 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "wharf.broker.frontends.kafka._convert",
-    "Compiled Kafka record batch <-> stored record conversion (see broker/frontends/kafka/_convert.c).", -1,
+    PyModuleDef_HEAD_INIT, "wharf.store.fast._kafka_convert",
+    "Compiled Kafka record batch <-> stored record conversion (see store/fast/_kafka_convert.c).", -1,
     methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__convert(void) { return new_module_with_format(&module_def); }
+PyMODINIT_FUNC PyInit__kafka_convert(void) { return new_module_with_format(&module_def); }
