@@ -17,7 +17,8 @@ as for RocketMQ 5's QueryRoute); this module only numbers them the Kafka way.
 - **Coordinator** of a group id = rendezvous hashing over the live masters with a Kafka
   address: the master with the highest ``crc32(groupId/brokerName)``. Every broker picks the
   same one, and a group moves only when its own coordinator leaves (not when any broker does,
-  as ``hash mod n`` would).
+  as ``hash mod n`` would). None (``NO_LEADER``) while no master is known to a broker that is
+  not one itself: a replica or a master stepping down never coordinates.
 
 Lookups are cached for ``TTL_S`` (Produce and Fetch check leadership on every request);
 Metadata and FindCoordinator ask the NameServers afresh. When no NameServer answers, the last
@@ -206,9 +207,12 @@ class KafkaCluster:
         return members
 
     async def coordinator(self, group_id: str, fresh: bool = False) -> int:
-        """The node id of the group's coordinator (this broker when it alone is known)."""
+        """The node id of the group's coordinator: one of the live masters, this broker among
+        them while it is one; NO_LEADER when none is known and this broker is none (a
+        replica, or a controller-mode master stepping down, never coordinates: a commit it
+        answered would be in no master's table)."""
         masters = {m.broker_name for m in await self.members(fresh) if m.broker_id == 0}
         if self.is_master:
             masters.add(self.broker_name)
         name = coordinator_of(group_id, masters)
-        return node_id(name, 0) if name is not None else self.node_id
+        return node_id(name, 0) if name is not None else NO_LEADER

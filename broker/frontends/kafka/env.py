@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wharf.broker.core.port import RequestContext
-from wharf.broker.frontends.kafka.cluster import KafkaCluster, Layout, Span
+from wharf.broker.frontends.kafka.cluster import NO_LEADER, KafkaCluster, Layout, Span
 from wharf.broker.frontends.kafka.cluster import node_id as node_id_of
 from wharf.broker.frontends.kafka.errors import Code
 from wharf.broker.kit.acl.accounts import Denied
@@ -144,25 +144,37 @@ class KafkaEnv:
     async def offsets_home(self, topic: str, partition: int) -> tuple[str | None, int] | None:
         """Where a partition's committed offsets live: (None, queue id) in this broker's table,
         (the owning master's gRPC address, its queue id) on another group ("" while that
-        master is gone); None for no such partition."""
+        master is gone, and for this broker's own group when it does not lead it); None for
+        no such partition."""
         found = (await self.layout(topic)).locate(partition)
         if found is None:
             return None
         span, queue = found
         if self.cluster is None or span.leader == self.node_id:
             return None, queue
+        if span.broker_name == self.cluster.broker_name:
+            # This broker's own group, not led here (it stepped down after the coordinator
+            # check): never over the peer path, which answers before the offset is durable;
+            # the NameServer still naming a stepping-down master sent it to itself, and the
+            # commit, answered, was gone once the broker came back as a replica.
+            return "", queue
         return span.master, queue
 
     def peer_offsets(self) -> PeerOffsets | None:
         routes = self.ctx.cluster_routes()
         return routes.offsets if routes is not None else None
 
-    async def coordinator(self, conn: KafkaConnection, group_id: str, fresh: bool = False) -> Node:
-        """The node coordinating ``group_id`` (this one without a cluster)."""
+    async def coordinator(
+        self, conn: KafkaConnection, group_id: str, fresh: bool = False
+    ) -> Node | None:
+        """The node coordinating ``group_id`` (this one without a cluster); None when no
+        master is known and this broker is none."""
         own = self.node_for(conn)
         if self.cluster is None:
             return own
         chosen = await self.cluster.coordinator(group_id, fresh)
+        if chosen == NO_LEADER:
+            return None
         peer = self.cluster.peers.get(chosen)
         if chosen == own.node_id or peer is None:
             return own

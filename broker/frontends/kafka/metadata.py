@@ -11,7 +11,8 @@
   on (``defaultTopicQueueNums`` queues), else UNKNOWN_TOPIC_OR_PARTITION; a name Wharf cannot
   hold (``[%a-zA-Z0-9._-]`` up to 127, not ``.`` or ``..``) is INVALID_TOPIC_EXCEPTION.
 - FindCoordinator: this broker for every group, or in a cluster the one ``cluster.py``
-  picks for the group id (key type 0); key type 1 (a transactional id)
+  picks for the group id (key type 0): COORDINATOR_NOT_AVAILABLE while a broker that is no
+  master knows of none (a replica never names itself); key type 1 (a transactional id)
   is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients treat as fatal: Kafka
   transactions are not offered.
 """
@@ -128,6 +129,14 @@ class MetadataHandlers:
                 "port": -1,
             }
         node = await env.coordinator(conn, body["key"], fresh=True)
+        if node is None:  # no master known, and this broker is none: the client asks again
+            return {
+                "error_code": Code.COORDINATOR_NOT_AVAILABLE,
+                "error_message": "no master of any broker group is known",
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+            }
         return {
             "error_code": 0,
             "error_message": None,

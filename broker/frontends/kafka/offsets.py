@@ -27,7 +27,13 @@
   keeps each partition's offset where RocketMQ keeps it: in the offset table of the group that
   holds the queue (its own, or another master's over ``cluster_routes.offsets``, by queue id).
   A partition whose master is gone or does not answer: REQUEST_TIMED_OUT (retriable). A null
-  topic list (all committed) names the partitions of this broker's own queues only.
+  topic list (all committed) names the partitions of this broker's own queues only. Only a
+  master coordinates (``cluster.py``), and a partition of its own group goes to its own table
+  or nowhere: one that stepped down after the coordinator check answers REQUEST_TIMED_OUT.
+  Before, a master stepping down (its lease lost; the NameServer still naming it for ~0.5 s)
+  forwarded the commit to itself as to another group's master, whose UpdateConsumerOffset
+  answers at once: acknowledged, in no file and on no replica, and gone once it came back as
+  a replica (the fault campaign: "committed 1 after 125 was acknowledged").
 """
 
 from __future__ import annotations
