@@ -839,7 +839,10 @@ static int cmp_i64(const void *a, const void *b) {
 /* runs.append((start, end - start, first, chosen - first)); -1 with an exception set. */
 static int append_run(PyObject *runs, long long start, long long end, Py_ssize_t first,
                       Py_ssize_t chosen) {
-    PyObject *run = Py_BuildValue("(LLnn)", start, end - start, first, chosen - first);
+    /* end - start in uint64: a crafted unit's end may have wrapped (see choose_runs); the
+     * difference is the run's exact length all the same, as the Python twin's. */
+    long long length = (long long)((uint64_t)end - (uint64_t)start);
+    PyObject *run = Py_BuildValue("(LLnn)", start, length, first, chosen - first);
     int rc = run == NULL ? -1 : PyList_Append(runs, run);
     Py_XDECREF(run);
     return rc;
@@ -928,7 +931,11 @@ static PyObject *choose_runs(PyObject *module, PyObject *args) {
             run_start = offset;
             run_first = chosen;
         }
-        run_end = offset + size;
+        /* In uint64: a unit naming an offset near INT64_MAX (a damaged or crafted queue
+         * file) made offset + size a signed overflow (UBSan, tests/fuzz "log_scan"). A wrapped
+         * end is negative and so never equals a next unit's offset (>= log_min >= 0), as the
+         * Python twin's exact end past INT64_MAX never does. */
+        run_end = (long long)((uint64_t)offset + (uint64_t)(int64_t)size);
         size_of[chosen++] = size;
         total_bytes += size;
     }
