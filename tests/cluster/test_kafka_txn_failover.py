@@ -72,7 +72,6 @@ def _txn_producer(bootstrap: str, tid: str, timeout_ms: int = 60_000) -> Produce
         "bootstrap.servers": bootstrap, "transactional.id": tid,
         "transaction.timeout.ms": timeout_ms, "linger.ms": 5,
         "topic.metadata.refresh.interval.ms": 1000,
-        **({"debug": os.environ["TXF_DEBUG"]} if os.environ.get("TXF_DEBUG") else {}),
     })  # fmt: skip
     producer.init_transactions(30)
     return producer

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wharf.broker.core.port import RequestContext
-from wharf.broker.frontends.kafka.cluster import KafkaCluster, Layout, Span
-from wharf.broker.frontends.kafka.cluster import node_id as node_id_of
+from wharf.broker.frontends.kafka.cluster import KafkaCluster, Layout, Span, member_node_id
 from wharf.broker.frontends.kafka.errors import Code
 from wharf.broker.kit.acl.accounts import Denied
 from wharf.broker.kit.acl.rules import Perm
@@ -77,6 +76,7 @@ class KafkaEnv:
             self.cluster = KafkaCluster(
                 ctx.cluster_routes, config.broker_cluster_name, config.broker_name,
                 config.broker_id, local_queues, elected=elected,
+                kafka_address=f"{self.host}:{self.port}",
             )  # fmt: skip
 
     def promoted(self) -> bool:
@@ -108,7 +108,7 @@ class KafkaEnv:
             return [own]
         ids = set(leaders)
         for member in await cluster.members():
-            ids.add(node_id_of(member.broker_name, member.broker_id))
+            ids.add(member_node_id(member.broker_name, member.broker_id, member.kafka_address))
         ids.discard(own.node_id)
         peers = [cluster.peers[i] for i in sorted(ids) if i in cluster.peers]
         return [own, *(Node(p.node_id, p.host, p.port) for p in peers)]

@@ -29,10 +29,12 @@ Memory: ~1 KiB an id (its metadata, its lock, its partitions' names), so 100,000
 
 Leadership: only a leading broker (the master; always, alone) coordinates. A replica replays
 at start like any broker but writes nothing and answers NOT_COORDINATOR; once it leads
-(controller mode: elected and promoted), ``run`` replays the replicated logs again before
-serving (its index cleared first), so a transaction its predecessor left prepared is finished
-and an open one times out or is fenced as after a restart. What a new master finds is what
-was replicated: with SYNC_MASTER, everything an answer promised.
+(controller mode: elected and promoted, looked for every ``LEAD_POLL_S``), ``run`` replays
+the replicated logs again into a fresh index adopted whole (reads answer nothing new
+meanwhile: ``TxnIndex.loading``), and only then does the Kafka front end lead (``leads``,
+``KafkaEnv.settled``), so a transaction its predecessor left prepared is finished and an open
+one times out or is fenced as after a restart. What a new master finds is what was
+replicated: with SYNC_MASTER, everything an answer promised (txn/README.md "Failover").
 
 Partitions of other broker groups (``TxnMetadata.remote``, a cluster): step 2 sends their
 markers with WriteTxnMarkers to each group's master (``send_markers``, txn/markers.py; the
