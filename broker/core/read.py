@@ -361,6 +361,11 @@ def visible_reads(txns: TxnIndex, read: Reader) -> Reader:
         topic: str, queue_id: int, offset: int, max_count: int, tag_filter: TagFilter | None,
         *byte_cap: int,
     ) -> GetResult | RawGetResult:  # fmt: skip
+        if txns.loading:  # (a new master replaying its transactions: nothing stable yet)
+            result = read(topic, queue_id, offset, 1, tag_filter, *byte_cap)
+            if result.status is not GetStatus.FOUND:
+                return result
+            return _nothing(result, GetStatus.OFFSET_OVERFLOW_ONE, offset)
         if txns.queue(topic, queue_id) is None:  # never a Kafka transaction here
             return plain(topic, queue_id, offset, max_count, tag_filter, *byte_cap)
         lso = txns.lso(topic, queue_id, _NO_OPEN)

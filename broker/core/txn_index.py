@@ -102,9 +102,14 @@ class TxnIndex:
 
     def __init__(self) -> None:
         self._queues: dict[tuple[str, int], QueueTxns] = {}
+        # Being rebuilt while this broker already serves (a replica just promoted: the
+        # coordinator replays the replicated logs, ``adopt``): every read answers "nothing
+        # new" until then (``visible_reads``). Before, the ~1 s to the replay served a
+        # replica's index (its start's), so open transactions' records and markers showed.
+        self.loading = False
 
     def __bool__(self) -> bool:  # no queue ever had a transaction: every read as before
-        return bool(self._queues)
+        return bool(self._queues) or self.loading
 
     def queue(self, topic: str, queue_id: int) -> QueueTxns | None:
         return self._queues.get((topic, queue_id))
@@ -165,6 +170,12 @@ class TxnIndex:
     def clear(self) -> None:
         """Forget everything (a coordinator about to replay its log: a new master)."""
         self._queues.clear()
+
+    def adopt(self, rebuilt: TxnIndex) -> None:
+        """Take ``rebuilt``'s queues at once (a replay built them aside: no reader ever sees
+        a half-built index) and end ``loading``."""
+        self._queues = rebuilt._queues
+        self.loading = False
 
     def forget_topic(self, topic: str) -> None:
         for key in [k for k in self._queues if k[0] == topic]:

@@ -11,9 +11,16 @@ as for RocketMQ 5's QueryRoute); this module only numbers them the Kafka way.
   partitions would otherwise shift under committed offsets): its partitions are listed
   leaderless (LEADER_NOT_AVAILABLE) until the master is back. This memory is per process: a
   broker started while a group was down numbers without it until that group returns.
-- **Node ids** are stable per broker: ``crc32(brokerName) mod 2^20 * 1024 + brokerId mod 1024``
-  (a collision between two group names has probability ~n^2 / 2^21); without NameServers the
-  single broker is node 0.
+- **Node ids** are stable per broker and name one address each: a replica (brokerId > 0)
+  ``crc32(brokerName) mod 2^20 * 1024 + brokerId mod 1024`` (a collision between two group
+  names has probability ~n^2 / 2^21); a group's master (broker id 0, and a controller-mode
+  replica once elected) ``2^30 + crc32(brokerName "@" host:port) mod 2^30`` over its
+  advertised Kafka address (``master_node_id``), so a failover to another replica is a
+  new node, as in Kafka, where a node id never moves to another address. Before, the
+  master's id was the group's alone and moved with it: librdkafka's transaction (and group)
+  coordinator connection, bound to the id, kept dialling the old master's address for ever
+  (its FindCoordinator answers named the same id, so nothing changed for it). Without
+  NameServers the single broker is node 0.
 - **Coordinator** of a group id = rendezvous hashing over the live masters with a Kafka
   address: the master with the highest ``crc32(groupId/brokerName)``. Every broker picks the
   same one, and a group moves only when its own coordinator leaves (not when any broker does,
@@ -36,10 +43,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from wharf.broker.cluster.routes import ClusterRoutes, GroupQueues, Member
 
-__all__ = ["NO_LEADER", "KafkaCluster", "Layout", "Peer", "Span", "coordinator_of", "node_id"]
+__all__ = [
+    "NO_LEADER", "KafkaCluster", "Layout", "Peer", "Span", "coordinator_of", "master_node_id",
+    "member_node_id", "node_id",
+]  # fmt: skip
 
 NODE_SPAN = 1024  # broker ids per group name in a node id
 NAME_BUCKETS = 1 << 20  # 2^20 * 1024 = 2^30 < 2^31: node ids stay positive int32
+MASTER_IDS = 1 << 30  # masters' node ids: 2^30 + a hash below 2^30 (< 2^31, beside replicas')
 NO_LEADER = -1
 TTL_S = 1.0
 
@@ -47,6 +58,21 @@ TTL_S = 1.0
 def node_id(broker_name: str, broker_id: int) -> int:
     """The Kafka node id of broker ``broker_id`` of group ``broker_name`` (stable, documented)."""
     return (zlib.crc32(broker_name.encode()) % NAME_BUCKETS) * NODE_SPAN + broker_id % NODE_SPAN
+
+
+def master_node_id(broker_name: str, kafka_address: str) -> int:
+    """The node id of group ``broker_name``'s master at ``kafka_address`` (host:port; an IPv6
+    host bracketed or not: one id)."""
+    host, _, port = kafka_address.rpartition(":")
+    key = f"{broker_name}@{host.strip('[]')}:{port}"
+    return MASTER_IDS + zlib.crc32(key.encode()) % MASTER_IDS
+
+
+def member_node_id(broker_name: str, broker_id: int, kafka_address: str) -> int:
+    """A broker's node id as the NameServers list it (broker id 0: the group's master)."""
+    if broker_id == 0 and kafka_address:
+        return master_node_id(broker_name, kafka_address)
+    return node_id(broker_name, broker_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +88,7 @@ def parse_peer(broker_name: str, broker_id: int, address: str) -> Peer | None:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         return None
-    return Peer(node_id(broker_name, broker_id), host.strip("[]"), int(port))
+    return Peer(member_node_id(broker_name, broker_id, address), host.strip("[]"), int(port))
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +152,10 @@ class KafkaCluster:
         local_queues: Callable[[str], int | None],
         clock: Callable[[], float] = time.monotonic,
         elected: Callable[[], bool] = lambda: False,
+        kafka_address: str = "",
     ) -> None:
         self._routes = routes
+        self.kafka_address = kafka_address  # advertised host:port: the master's node id
         self.cluster = cluster
         self.broker_name = broker_name
         self.broker_id = broker_id
@@ -146,8 +174,10 @@ class KafkaCluster:
 
     @property
     def node_id(self) -> int:
-        """This broker's node id: the master's (broker id 0) while it is its group's master."""
-        return node_id(self.broker_name, 0 if self.is_master else self.broker_id)
+        """This broker's node id: its master id while it is its group's master."""
+        if self.is_master:
+            return member_node_id(self.broker_name, 0, self.kafka_address)
+        return node_id(self.broker_name, self.broker_id)
 
     # --- topics -------------------------------------------------------------------------------
     async def layout(self, topic: str, fresh: bool = False) -> Layout:
@@ -211,8 +241,12 @@ class KafkaCluster:
         them while it is one; NO_LEADER when none is known and this broker is none (a
         replica, or a controller-mode master stepping down, never coordinates: a commit it
         answered would be in no master's table)."""
-        masters = {m.broker_name for m in await self.members(fresh) if m.broker_id == 0}
+        masters = {
+            m.broker_name: member_node_id(m.broker_name, 0, m.kafka_address)
+            for m in await self.members(fresh)
+            if m.broker_id == 0
+        }
         if self.is_master:
-            masters.add(self.broker_name)
+            masters[self.broker_name] = self.node_id
         name = coordinator_of(group_id, masters)
-        return node_id(name, 0) if name is not None else NO_LEADER
+        return masters[name] if name is not None else NO_LEADER

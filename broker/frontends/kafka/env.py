@@ -16,13 +16,18 @@ DeleteTopics, DescribeConfigs, DescribeGroups and ListGroups need an admin accou
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wharf.broker.core.port import RequestContext
-from wharf.broker.frontends.kafka.cluster import NO_LEADER, KafkaCluster, Layout, Span
-from wharf.broker.frontends.kafka.cluster import node_id as node_id_of
+from wharf.broker.frontends.kafka.cluster import (
+    NO_LEADER,
+    KafkaCluster,
+    Layout,
+    Span,
+    member_node_id,
+)
 from wharf.broker.frontends.kafka.errors import Code
 from wharf.broker.kit.acl.accounts import Denied
 from wharf.broker.kit.acl.rules import Perm
@@ -57,6 +62,10 @@ class KafkaEnv:
     # The TLS listener beside a plaintext one (kafkaTlsListen): what its clients are told.
     tls_address: tuple[str, int] | None = None
     cluster: KafkaCluster | None = None  # with namesrvAddr
+    # Controller mode: the front end leads once the store is promoted and this is true too
+    # (the transaction coordinator replayed the replicated logs: the partitions' LSO and
+    # aborted runs are the leader's; set by KafkaHandlers).
+    settled: Callable[[], bool] = lambda: True
 
     def __post_init__(self) -> None:
         config = self.ctx.config
@@ -68,13 +77,21 @@ class KafkaEnv:
                 return held.read_queue_nums if held is not None else None
 
             def elected() -> bool:  # controller mode: this replica is the master now
-                failover = ctx.failover
-                return failover is not None and failover.leads
+                return self.promoted() and self.settled()
 
             self.cluster = KafkaCluster(
                 ctx.cluster_routes, config.broker_cluster_name, config.broker_name,
                 config.broker_id, local_queues, elected=elected,
+                kafka_address=f"{self.host}:{self.port}",
             )  # fmt: skip
+
+    def promoted(self) -> bool:
+        """The store leads the group's partitions (controller mode: elected and promoted;
+        otherwise a master, broker id 0), whatever the Kafka front end's own state."""
+        if self.cluster is None or self.cluster.broker_id == 0:
+            return True
+        failover = self.ctx.failover
+        return failover is not None and failover.leads
 
     @property
     def node_id(self) -> int:
@@ -97,7 +114,7 @@ class KafkaEnv:
             return [own]
         ids = set(leaders)
         for member in await cluster.members():
-            ids.add(node_id_of(member.broker_name, member.broker_id))
+            ids.add(member_node_id(member.broker_name, member.broker_id, member.kafka_address))
         ids.discard(own.node_id)
         peers = [cluster.peers[i] for i in sorted(ids) if i in cluster.peers]
         return [own, *(Node(p.node_id, p.host, p.port) for p in peers)]

@@ -45,7 +45,7 @@ class KafkaHandlers:
         def queue_range(topic: str, queue_id: int) -> tuple[int, int]:
             return port.min_offset(topic, queue_id), port.max_offset(topic, queue_id)
 
-        def leading() -> bool:  # this broker leads its partitions (always, alone)
+        def leading() -> bool:  # the Kafka front end leads (always, alone; once settled)
             return env.cluster is None or env.cluster.is_master
 
         config_dir = Path(port.store_config.store_path_root_dir) / "config"
@@ -61,8 +61,14 @@ class KafkaHandlers:
         self.txn_coordinator = TxnCoordinator(
             port, port.read.txns, self.producers.allocate, self.offsets.apply_txn_offsets,
             ctx.config.kafka_transaction_max_timeout_ms,
-            ctx.config.kafka_transactional_id_expiration_ms, leading, self.markers.send,
+            ctx.config.kafka_transactional_id_expiration_ms, env.promoted, self.markers.send,
         )  # fmt: skip
+        # A new master's Kafka front end leads once the coordinator replayed the replicated
+        # logs as the leader (not merely once the store is promoted): before, its first
+        # reads used the replica's index (read_committed saw open transactions' records and
+        # markers as records) and its first transactions requests met a coordinator about
+        # to clear its state.
+        env.settled = self.txn_coordinator.leads
         self.txns = TxnHandlers(env, self.txn_coordinator, self.coordinator)
         # (partition = queue: a transaction's offsets are of this broker's queues)
         self.offsets.pending_txn = self.txn_coordinator.pending_offsets

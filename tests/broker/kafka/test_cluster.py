@@ -22,11 +22,17 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from wharf.broker.frontends.kafka.cluster import node_id
+from wharf.broker.frontends.kafka.cluster import master_node_id
 from wharf.client.admin import Admin
 
 from tests.broker.kafka.kafka_helpers import KafkaClient
 from tests.harness import BrokerProcess, Daemons
+
+
+def _master(brokers: dict[str, BrokerProcess], name: str) -> int:
+    """The node id of group ``name``'s master (its Kafka address's: cluster.py)."""
+    return master_node_id(name, brokers[name].kafka_endpoint)
+
 
 TOPIC = "orders"
 SILENCE_MS = 2000
@@ -75,7 +81,10 @@ def _leaders(metadata: dict[str, Any]) -> dict[int, int]:
 async def _create_topic(ns: str, brokers: dict[str, BrokerProcess]) -> None:
     async with Admin(namesrv=ns) as admin:
         await admin.create_topic(TOPIC, queue_nums=2)
-    a, b = node_id("broker-a", 0), node_id("broker-b", 0)
+    a, b = (
+        _master(brokers, "broker-a"),
+        _master(brokers, "broker-b"),
+    )
     want = {0: a, 1: a, 2: b, 3: b}
     deadline = time.monotonic() + 10
     while True:  # both re-registrations reach the NameServer within ~50 ms of the create
@@ -89,7 +98,10 @@ async def _create_topic(ns: str, brokers: dict[str, BrokerProcess]) -> None:
 async def test_metadata_leaders_and_routing_across_two_groups(kafka_cluster) -> None:  # type: ignore[no-untyped-def]
     ns, brokers = kafka_cluster
     await _create_topic(ns, brokers)
-    a, b = node_id("broker-a", 0), node_id("broker-b", 0)
+    a, b = (
+        _master(brokers, "broker-a"),
+        _master(brokers, "broker-b"),
+    )
     advertised = {
         a: brokers["broker-a"].kafka_endpoint,
         b: brokers["broker-b"].kafka_endpoint,
@@ -273,7 +285,7 @@ async def test_librdkafka_produces_to_both_groups_and_a_group_reads_each_record_
         found = await client.call(10, 1, {"key": "readers", "key_type": 0})
     finally:
         await client.close()
-    gone = "broker-a" if found["node_id"] == node_id("broker-a", 0) else "broker-b"
+    gone = "broker-a" if found["node_id"] == _master(brokers, "broker-a") else "broker-b"
     kept = "broker-b" if gone == "broker-a" else "broker-a"
     brokers[gone].stop()
     mine = [0, 1] if kept == "broker-a" else [2, 3]
@@ -332,7 +344,7 @@ async def test_a_dead_leader_sends_the_producer_to_the_live_partitions(kafka_clu
     # their places: partitions 0-1 still broker-a's queues
     metadata = await _metadata(brokers["broker-a"])
     (topic,) = metadata["topics"]
-    a = node_id("broker-a", 0)
+    a = _master(brokers, "broker-a")
     assert [(p["partition_index"], p["leader_id"], p["error_code"]) for p in topic["partitions"]] == [
         (0, a, 0), (1, a, 0), (2, -1, 5), (3, -1, 5),
     ]  # fmt: skip

@@ -15,6 +15,7 @@ from wharf.broker.frontends.kafka.cluster import (
     Layout,
     build_layout,
     coordinator_of,
+    master_node_id,
     node_id,
 )
 
@@ -107,7 +108,7 @@ def test_cluster_layout_merges_own_queues_caches_and_survives_outages() -> None:
     async def run() -> None:
         routes, local, clock = FakeRoutes(), {"t": 4}, [0.0]
         cluster = _cluster(routes, local, clock)
-        a = node_id("broker-a", 0)
+        a = master_node_id("broker-a", "127.0.0.1:9001")
         routes.route = [GroupQueues("broker-a", "h:1", 2, 2, 6, "127.0.0.1:9001")]
         # broker-b's own queues are not registered yet: added from its own table
         layout = await cluster.layout("t")
@@ -139,9 +140,11 @@ def test_coordinator_from_live_masters_of_this_cluster() -> None:
             Member("OTHER", "broker-z", 0, "h:3", "127.0.0.1:9003"),  # another cluster
             Member("C", "broker-c", 0, "h:4", ""),  # no Kafka listener
         ]
+        ids = {"broker-a": master_node_id("broker-a", "127.0.0.1:9001"),
+               "broker-b": cluster.node_id}  # fmt: skip
         for g in (f"g{i}" for i in range(50)):
             expected = coordinator_of(g, ["broker-a", "broker-b"])
-            assert await cluster.coordinator(g, fresh=True) == node_id(expected or "", 0)
+            assert await cluster.coordinator(g, fresh=True) == ids[expected or ""]
 
     asyncio.run(run())
 
@@ -152,8 +155,24 @@ def test_a_controller_mode_replica_takes_the_masters_node_id_once_elected() -> N
     as NOT_LEADER_OR_FOLLOWER for partitions it leads."""
     elected = [False]
     cluster = KafkaCluster(
-        lambda: None, "C", "broker-a", 1, lambda topic: 4, elected=lambda: elected[0]
-    )
+        lambda: None, "C", "broker-a", 1, lambda topic: 4, elected=lambda: elected[0],
+        kafka_address="127.0.0.1:9002",
+    )  # fmt: skip
     assert (cluster.is_master, cluster.node_id) == (False, node_id("broker-a", 1))
     elected[0] = True
-    assert (cluster.is_master, cluster.node_id) == (True, node_id("broker-a", 0))
+    master = master_node_id("broker-a", "127.0.0.1:9002")
+    assert (cluster.is_master, cluster.node_id) == (True, master)
+
+
+def test_a_masters_node_id_names_one_address() -> None:
+    """Two replicas of one group, each master in turn: two node ids (a failover is a new
+    node, as in Kafka). One id that moved between addresses left librdkafka's transaction
+    coordinator connection dialling the old master (the failover test's SIGTERM run)."""
+    one, two = (master_node_id("broker-a", f"127.0.0.1:{p}") for p in (9001, 9002))
+    assert one != two
+    assert one == master_node_id("broker-a", "127.0.0.1:9001")  # stable
+    assert master_node_id("b", "[::1]:9092") == master_node_id("b", "::1:9092")
+    replicas = {node_id(n, i) for n in ("broker-a", "broker-b") for i in range(1, 4)}
+    masters = {master_node_id(n, f"10.0.0.{i}:9092") for n in ("broker-a", "x") for i in range(50)}
+    assert len(masters) == 100 and not masters & replicas
+    assert all(2**30 <= i < 2**31 for i in masters)

@@ -27,13 +27,19 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from wharf.broker.frontends.kafka.cluster import coordinator_of, node_id
+from wharf.broker.frontends.kafka.cluster import coordinator_of, master_node_id
 from wharf.client.admin import Admin
 
 from tests.broker.kafka.kafka_helpers import KafkaClient
 from tests.harness import BrokerProcess, Daemons
 
 pytestmark = pytest.mark.slow
+
+
+def _master(brokers: dict[str, BrokerProcess], name: str) -> int:
+    """The node id of group ``name``'s master (its Kafka address's: cluster.py)."""
+    return master_node_id(name, brokers[name].kafka_endpoint)
+
 
 TOPIC = "orders"
 PARTITIONS = 4
@@ -85,7 +91,10 @@ async def _leaders(broker: BrokerProcess) -> dict[int, int]:
 async def _create_topic(ns: str, brokers: dict[str, BrokerProcess]) -> None:
     async with Admin(namesrv=ns) as admin:
         await admin.create_topic(TOPIC, queue_nums=2)
-    a, b = node_id("broker-a", 0), node_id("broker-b", 0)
+    a, b = (
+        _master(brokers, "broker-a"),
+        _master(brokers, "broker-b"),
+    )
     want = {0: a, 1: a, 2: b, 3: b}
     deadline = time.monotonic() + 15
     while [await _leaders(broker) for broker in brokers.values()] != [want, want]:

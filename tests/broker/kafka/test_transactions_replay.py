@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+from wharf.broker.core.read import visible_reads
 from wharf.broker.core.txn_index import CONTROL, TxnIndex, marker_value
 from wharf.broker.frontends.kafka.env import KAFKA_REQUEST
 from wharf.broker.frontends.kafka.records import TRANSACTIONAL, Record, encode_batch
 from wharf.broker.frontends.kafka.txn.state import TxnState
 from wharf.store.codec.records import encode_batch as encode_stored
-from wharf.store.model import MessageInput
+from wharf.store.model import GetStatus, MessageInput
 
 from tests.broker.kafka.kafka_helpers import KafkaClient, start_kafka
 from tests.inproc import InProcFactory
@@ -348,5 +350,46 @@ async def test_a_replay_starts_at_the_last_checkpoint(inproc_broker: InProcFacto
     assert got == expected
     # read: the 3 rewritten ids, then k3's AddPartitions; not the ~30 records before
     assert coordinator.log.written == 4 < before_checkpoint
+    await client.close()
+    await kafka.close()
+
+
+async def test_a_replay_on_leading_shows_no_half_built_index(
+    inproc_broker: InProcFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica just promoted replays while its other protocols already serve: until the
+    replay's index is adopted whole, every read through the index answers nothing new (not
+    the records of an index being cleared and refilled: markers and open transactions'
+    records showed); the old index is never cleared under a reader."""
+    kafka = await start_kafka(inproc_broker)
+    handlers = kafka.part.handlers
+    assert handlers is not None
+    coordinator = handlers.txn_coordinator
+    index = coordinator.index
+    store = kafka.controller.ctx.store
+    client = await kafka.client()
+    await client.call(3, 4, {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": True})
+    a = await _init(client, "ta")
+    assert await _write(client, "ta", *a, 0, b"a0") == 0
+    assert await _end(client, "ta", *a, True) == 0  # its marker at 1
+    await coordinator.port.wait_own_writes(KAFKA_REQUEST)  # dispatched: readable
+    read = visible_reads(index, store.get_messages)
+    assert [m.body for m in read(TOPIC, 0, 0, 32, None).messages] == [b"a0"]
+    gate = asyncio.Event()
+    real = coordinator.log.replay
+
+    async def slow() -> Any:
+        await gate.wait()
+        return await real()
+
+    monkeypatch.setattr(coordinator.log, "replay", slow)
+    replay = asyncio.create_task(coordinator.replay())
+    await asyncio.sleep(0.05)
+    assert index.loading and index.queue(TOPIC, 0) is not None  # not cleared meanwhile
+    assert read(TOPIC, 0, 0, 32, None).status is GetStatus.OFFSET_OVERFLOW_ONE  # nothing yet
+    gate.set()
+    await replay
+    assert not index.loading
+    assert [m.body for m in read(TOPIC, 0, 0, 32, None).messages] == [b"a0"]
     await client.close()
     await kafka.close()

@@ -29,10 +29,12 @@ Memory: ~1 KiB an id (its metadata, its lock, its partitions' names), so 100,000
 
 Leadership: only a leading broker (the master; always, alone) coordinates. A replica replays
 at start like any broker but writes nothing and answers NOT_COORDINATOR; once it leads
-(controller mode: elected and promoted), ``run`` replays the replicated logs again before
-serving (its index cleared first), so a transaction its predecessor left prepared is finished
-and an open one times out or is fenced as after a restart. What a new master finds is what
-was replicated: with SYNC_MASTER, everything an answer promised.
+(controller mode: elected and promoted, looked for every ``LEAD_POLL_S``), ``run`` replays
+the replicated logs again into a fresh index adopted whole (reads answer nothing new
+meanwhile: ``TxnIndex.loading``), and only then does the Kafka front end lead (``leads``,
+``KafkaEnv.settled``), so a transaction its predecessor left prepared is finished and an open
+one times out or is fenced as after a restart. What a new master finds is what was
+replicated: with SYNC_MASTER, everything an answer promised (txn/README.md "Failover").
 
 Partitions of other broker groups (``TxnMetadata.remote``, a cluster): step 2 sends their
 markers with WriteTxnMarkers to each group's master (``send_markers``, txn/markers.py; the
@@ -69,6 +71,7 @@ log = logging.getLogger("broker.kafka")
 CHECKPOINT_RECORDS = 100_000
 PRUNE_TICKS = 60  # once a minute, aborted runs that retention deleted are let go
 TICK_S = 1.0  # how often timeouts are checked: a transaction lives at most its timeout + 1 s
+LEAD_POLL_S = 0.05  # how often a replica looks whether it leads now
 EXPIRATION_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms
 NOT_COORDINATOR = 16
 
@@ -134,17 +137,20 @@ class TxnCoordinator:
         self.metas.clear()
         self._by_pid.clear()
         self._offset_holders.clear()
-        self.index.clear()
         self._marked.clear()
         leading = self._leading()
+        # Built aside and adopted whole: a new master's other protocols read meanwhile, and
+        # wait (``loading``) rather than see an index being filled.
+        self.index.loading = True
+        index = TxnIndex()
         metas, aborted, touched, foreign = await self.log.replay()
         self.touched = touched
         for topic, queue_id in touched:  # their markers stay hidden from every other reader
-            self.index.touch(topic, queue_id)
+            index.touch(topic, queue_id)
         kept = 0
         for topic, queue_id, pid, marker, runs in aborted:
             if self.log.marker_at(topic, queue_id, marker, pid):
-                self.index.restore_aborted(topic, queue_id, runs)
+                index.restore_aborted(topic, queue_id, runs)
                 kept += 1
         for meta in metas.values():
             self._take(meta)
@@ -156,10 +162,9 @@ class TxnCoordinator:
                 for topic, queue_id in sorted(meta.partitions):
                     runs = await self.log.scan_runs(topic, queue_id, data)
                     for first, last in runs:
-                        self.index.append(
-                            topic, queue_id, data.producer_id, first, last - first + 1
-                        )
-        await self.leader.restore(foreign)
+                        index.append(topic, queue_id, data.producer_id, first, last - first + 1)
+        await self.leader.restore(foreign, index)
+        self.index.adopt(index)
         opened = sum(1 for m in metas.values() if m.open)
         log.info("kafka: %d transactional ids replayed (%d open), %d aborted runs",
                  len(metas), opened, kept)  # fmt: skip
@@ -194,7 +199,10 @@ class TxnCoordinator:
                         self.index.prune(self.port.min_offset)
             except Exception:
                 log.exception("kafka: transaction timeouts")
-            await asyncio.sleep(TICK_S)
+            # Not leading yet: the promotion is looked for every 50 ms (a flag), so the new
+            # master's Kafka front end, which waits for this replay (``leads``), serves ~50
+            # ms after the store's promotion rather than up to a tick later.
+            await asyncio.sleep(TICK_S if self._replayed_leading else LEAD_POLL_S)
 
     async def tick(self, now_ms: int) -> None:
         """Finish prepared transactions (after a replay or a failed write), abort expired

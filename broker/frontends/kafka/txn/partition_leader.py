@@ -148,13 +148,14 @@ class PartitionLeader:
                 self.open.pop(pid, None)
                 self._locks.pop(pid, None)
 
-    async def restore(self, found: dict[int, TxnMetadata]) -> None:
-        """At replay: the registrations still open, their runs found again (LSO pinned)."""
+    async def restore(self, found: dict[int, TxnMetadata], index: TxnIndex) -> None:
+        """At replay: the registrations still open, their runs found again (LSO pinned) into
+        ``index`` (the replay's, adopted once whole)."""
         self.open = {pid: m for pid, m in found.items() if m.state is TxnState.ONGOING}
         for meta in self.open.values():
             for topic, queue_id in sorted(meta.partitions):
                 for first, last in await self.log.scan_runs(topic, queue_id, meta):
-                    self.index.append(topic, queue_id, meta.producer_id, first, last - first + 1)
+                    index.append(topic, queue_id, meta.producer_id, first, last - first + 1)
         if self.open:
             log.info("kafka: %d open transactions of other coordinators here", len(self.open))
 
