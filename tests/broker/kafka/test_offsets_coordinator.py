@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from wharf.broker.cluster.routes import GroupQueues, Member
-from wharf.broker.frontends.kafka.cluster import NO_LEADER, KafkaCluster, node_id
+from wharf.broker.frontends.kafka.cluster import NO_LEADER, KafkaCluster, master_node_id
 from wharf.broker.frontends.kafka.env import KafkaEnv
 from wharf.broker.frontends.kafka.errors import Code
 from wharf.broker.frontends.kafka.metadata import MetadataHandlers
@@ -108,11 +108,12 @@ def test_a_broker_that_is_no_master_never_coordinates() -> None:
         assert cluster is not None
         # no master known: a replica (or a master stepping down) does not name itself
         assert await cluster.coordinator(GROUP, fresh=True) == NO_LEADER
-        elected[0] = True  # elected: it coordinates, under the master's node id
-        assert await cluster.coordinator(GROUP, fresh=True) == node_id("broker-a", 0)
+        elected[0] = True  # elected: it coordinates, under its node id as the master
+        assert await cluster.coordinator(GROUP, fresh=True) == cluster.node_id
         elected[0] = False  # a master the NameServer lists: that one
         routes.live = [Member("C", "broker-a", 0, OWN, "10.77.24.4:9092")]
-        assert await cluster.coordinator(GROUP, fresh=True) == node_id("broker-a", 0)
+        listed = master_node_id("broker-a", "10.77.24.4:9092")
+        assert await cluster.coordinator(GROUP, fresh=True) == listed
 
     asyncio.run(run())
 
