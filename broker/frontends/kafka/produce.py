@@ -17,9 +17,12 @@ offset, dense).
   await: the previous request's appends done; after the store's dispatch back-pressure wait),
   then every partition waits for durability together. A store still busy after that wait
   (StoreBusyError, "broker busy") refuses the whole request, nothing written: every
-  partition REQUEST_TIMED_OUT (retriable), and an idempotent producer's batches pipelined
-  behind a refused one alike until it comes again (``ProducerTable.refused``: not
-  OUT_OF_ORDER_SEQUENCE_NUMBER for the gap). Every error of the core or the store is a partition's
+  partition REQUEST_TIMED_OUT (retriable). A batch refused before its append for any reason
+  that passes (busy, the master's lease, the in-sync replicas, the role, the disk:
+  ``_passing``) makes its producer's batches pipelined behind it refused alike until it comes
+  again (``ProducerTable.refused``), even once the reason passed: not
+  OUT_OF_ORDER_SEQUENCE_NUMBER for the gap, on which librdkafka bumps its epoch and re-sends
+  every batch it had no answer for under new sequences (a stored one twice). Every error of the core or the store is a partition's
   code (``errors.code_for``); none escapes the handler (that would close the connection).
 - acks: 0 = no response at all (the records are still stored as with 1); 1 and -1 (all) both
   wait for what Wharf's acknowledgement waits for (flushDiskType SYNC_FLUSH: on disk;
@@ -72,6 +75,22 @@ _PUT_CODES = {
     PutStatus.FLUSH_SLAVE_TIMEOUT: Code.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     PutStatus.SLAVE_NOT_AVAILABLE: Code.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
 }
+
+# Refusals of an append that may pass (the lease, the in-sync replicas, the role, a full
+# disk, busy): retriable codes the client re-sends the same batch on. A KafkaError is about
+# the batch itself (its sequence, its epoch, its records) and not one.
+_PASSING = frozenset(
+    {
+        Code.REQUEST_TIMED_OUT,
+        Code.NOT_LEADER_OR_FOLLOWER,
+        Code.NOT_ENOUGH_REPLICAS,
+        Code.KAFKA_STORAGE_ERROR,
+    }
+)
+
+
+def _passing(exc: BaseException) -> bool:
+    return not isinstance(exc, KafkaError) and code_for(exc) in _PASSING
 
 
 @dataclass(slots=True)
@@ -182,8 +201,9 @@ class ProduceHandler:
         return None
 
     def _refuse(self, part: _Part, refusal: Exception) -> None:
-        """A partition of a request refused before its appends: its code, and its idempotent
-        batches noted so that those pipelined behind them are refused alike, not answered
+        """A partition of a request refused before its appends (the store busy, or not
+        writable: ``check_writable``): its code, and its idempotent batches noted so that
+        those pipelined behind them are refused alike, not answered
         OUT_OF_ORDER_SEQUENCE_NUMBER for the gap (``ProducerTable.refused``)."""
         part.fail(refusal)
         for batch, _records, _sizes in part.batches:
@@ -298,6 +318,17 @@ class ProduceHandler:
             # then bumps its epoch and re-sends under new sequences what it had in flight
             # before them, a second copy of any stored (the fault campaign's CI form, 5 ids).
             core.check_writable()
+        except Exception as exc:
+            # A passing state (the lease, the in-sync replicas, a replica's role): when it has
+            # passed by the next request's turn (a renewal answered between two requests read
+            # after a 2 s SIGSTOP), that request must not be OUT_OF_ORDER_SEQUENCE_NUMBER for
+            # the gap this one leaves: librdkafka bumps its epoch on it and re-sends the
+            # batches it had no answer for on every partition under new sequences, a second
+            # copy of each one stored (the fault campaign, seeds 20261129 and 31337).
+            self._refuse(part, exc)
+            return
+        batch: Batch | None = None
+        try:
             for batch, records, _sizes in part.batches:
                 duplicate = producers.check(part.topic, part.queue, batch)
                 if duplicate is not None:
@@ -334,6 +365,10 @@ class ProduceHandler:
             part.code, part.message = Code(exc.code), str(exc)
         except Exception as exc:
             part.fail(exc)
+            if batch is not None and _passing(exc):
+                # nothing of this batch written, for a reason that may pass: the batches
+                # pipelined behind it are refused alike until it comes again
+                producers.refused(part.topic, part.queue, batch)
             if part.written and not isinstance(exc, KafkaError):
                 part.code = Code.REQUEST_TIMED_OUT  # the batches before it are stored
 

@@ -10,10 +10,14 @@ for the producer takes any first sequence (its state may predate the window: Kaf
 the same after KIP-360 rather than fail the producer). OUT_OF_ORDER_SEQUENCE_NUMBER answers
 are counted by cause (``out_of_order``: "ahead" of the expected sequence, a gap; "behind" it)
 and logged at most one line a minute per cause, with the count since the last line. A batch
-the broker refused before its append for a passing reason (``refused``: the store busy)
-makes the producer's later batches on that partition refused alike (REQUEST_TIMED_OUT) until
-it comes again, not OUT_OF_ORDER_SEQUENCE_NUMBER for the gap it left (librdkafka bumps its
-epoch on that).
+the broker refused before its append for a passing reason (``refused``: the store busy, the
+master's lease run out, too few in-sync replicas, a full disk) makes the producer's later
+batches on that partition refused alike (REQUEST_TIMED_OUT) until it comes again, not
+OUT_OF_ORDER_SEQUENCE_NUMBER for the gap it left: librdkafka bumps its epoch on that and
+re-sends what it had no answer for under new sequences, on every partition, so a batch stored
+whose acknowledgement failed is stored a second time (the fault campaign: a master resumed
+from a 2 s SIGSTOP refused the first buffered request, fenced, and took the next one once a
+lease renewal had answered in between).
 
 A duplicate is answered as its first copy would have been, no sooner: ``Seen.written`` keeps
 the first append's durability handle until its wait came back PUT_OK, and the retry waits on
@@ -267,8 +271,8 @@ class ProducerTable:
         )  # fmt: skip
 
     def refused(self, topic: str, queue_id: int, batch: Batch) -> None:
-        """Note ``batch`` refused before its append for a passing reason (the store busy):
-        nothing of it written. Its producer's later batches on the partition, pipelined
+        """Note ``batch`` refused before its append for a passing reason (the store busy, not
+        writable for a while: fenced, too few in-sync replicas): nothing of it written. Its producer's later batches on the partition, pipelined
         behind it, are then refused alike (REQUEST_TIMED_OUT) until it is sent again, not
         OUT_OF_ORDER_SEQUENCE_NUMBER for the gap it left: librdkafka takes that for a
         desynchronised sequence and bumps its epoch. A batch that is not the next expected
