@@ -88,7 +88,12 @@ def _tail_at(buf: bytes, pos: int, body_len: int) -> tuple[int, int]:
     topic_pos = pos + RECORD_HEADER_SIZE + body_len
     if buf[pos + _MAGIC_LAST_BYTE] != _V2_LAST_BYTE:
         return topic_pos + 1, topic_pos + 3 + buf[topic_pos]
-    return topic_pos + 2, topic_pos + 4 + (buf[topic_pos] << 8 | buf[topic_pos + 1])
+    return topic_pos + 2, _v2_props(buf, topic_pos)
+
+
+def _v2_props(buf: bytes, topic_pos: int) -> int:
+    """PROPERTIES' start of a V2 record whose TOPICLENGTH is at ``topic_pos`` (two bytes)."""
+    return topic_pos + 4 + (buf[topic_pos] << 8 | buf[topic_pos + 1])
 
 
 class RecordMessage(ReceivedMessage):
@@ -114,7 +119,11 @@ class RecordMessage(ReceivedMessage):
     # --- lazily decoded parts -------------------------------------------------------------
     def _props_pos(self) -> int:
         buf = self._buf
-        props_pos = _tail_at(buf, self._pos, self._body_len)[1]
+        topic_pos = self._pos + RECORD_HEADER_SIZE + self._body_len
+        if buf[self._pos + _MAGIC_LAST_BYTE] != _V2_LAST_BYTE:  # V1: one comparison more
+            props_pos = topic_pos + 3 + buf[topic_pos]
+        else:
+            props_pos = _v2_props(buf, topic_pos)
         if props_pos > self._end or props_pos + (buf[props_pos - 2] << 8 | buf[props_pos - 1]) != (
             self._end
         ):
@@ -141,7 +150,11 @@ class RecordMessage(ReceivedMessage):
             return props.get(name, default)
         buf = self._buf
         end = self._end
-        props_pos = _tail_at(buf, self._pos, self._body_len)[1]
+        topic_pos = self._pos + RECORD_HEADER_SIZE + self._body_len
+        if buf[self._pos + _MAGIC_LAST_BYTE] != _V2_LAST_BYTE:  # V1: one comparison more
+            props_pos = topic_pos + 3 + buf[topic_pos]
+        else:
+            props_pos = _v2_props(buf, topic_pos)
         if props_pos > end or props_pos + (buf[props_pos - 2] << 8 | buf[props_pos - 1]) != end:
             raise _malformed(self._pos, "field lengths do not add up to TOTALSIZE")
         found = _PROPERTY_PATTERNS[name].match(buf, props_pos, end)
@@ -242,7 +255,11 @@ class RecordMessage(ReceivedMessage):
             return msg_id
         buf = self._buf
         end = self._end
-        props_pos = _tail_at(buf, self._pos, self._body_len)[1]
+        topic_pos = self._pos + RECORD_HEADER_SIZE + self._body_len
+        if buf[self._pos + _MAGIC_LAST_BYTE] != _V2_LAST_BYTE:  # V1: one comparison more
+            props_pos = topic_pos + 3 + buf[topic_pos]
+        else:
+            props_pos = _v2_props(buf, topic_pos)
         if props_pos <= end and props_pos + (buf[props_pos - 2] << 8 | buf[props_pos - 1]) == end:
             found = _UNIQ_KEY_FIRST(buf, props_pos, end)
             if found is not None:
