@@ -37,9 +37,11 @@ from wharf.store.codec.hosts import decode_host
 from wharf.store.codec.ids import format_offset_msg_id, host_bytes_prefix
 from wharf.store.codec.layout import (
     MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
     OFFSET_BORN_HOST,
     OFFSET_BORN_TIMESTAMP,
     OFFSET_FLAG,
+    OFFSET_MAGIC,
     OFFSET_PHYSICAL_OFFSET,
     OFFSET_QUEUE_ID,
     OFFSET_QUEUE_OFFSET,
@@ -74,6 +76,24 @@ _host_at = struct.Struct("8s").unpack_from
 _UNIQ_KEY_FIRST = re.compile(rb"UNIQ_KEY\x01([^\x02]*)\x02").match
 # The compiled walk (store/fast/_record_decoder.c); None: the Python loop in parse_records.
 _compiled = fast.load("_record_decoder")
+# The walk let only V1 and V2 records through, and their magics differ in the last byte: a V2
+# record (a topic over 127 bytes) has a two-byte TOPICLENGTH.
+_MAGIC_LAST_BYTE = OFFSET_MAGIC + 3
+_V2_LAST_BYTE = MESSAGE_MAGIC_CODE_V2 & 0xFF
+assert MESSAGE_MAGIC_CODE & 0xFF != _V2_LAST_BYTE
+
+
+def _tail_at(buf: bytes, pos: int, body_len: int) -> tuple[int, int]:
+    """(TOPIC's start, PROPERTIES' start) of the walked record at ``pos`` (unchecked)."""
+    topic_pos = pos + RECORD_HEADER_SIZE + body_len
+    if buf[pos + _MAGIC_LAST_BYTE] != _V2_LAST_BYTE:
+        return topic_pos + 1, topic_pos + 3 + buf[topic_pos]
+    return topic_pos + 2, _v2_props(buf, topic_pos)
+
+
+def _v2_props(buf: bytes, topic_pos: int) -> int:
+    """PROPERTIES' start of a V2 record whose TOPICLENGTH is at ``topic_pos`` (two bytes)."""
+    return topic_pos + 4 + (buf[topic_pos] << 8 | buf[topic_pos + 1])
 
 
 class RecordMessage(ReceivedMessage):
@@ -100,7 +120,10 @@ class RecordMessage(ReceivedMessage):
     def _props_pos(self) -> int:
         buf = self._buf
         topic_pos = self._pos + RECORD_HEADER_SIZE + self._body_len
-        props_pos = topic_pos + 3 + buf[topic_pos]
+        if buf[self._pos + _MAGIC_LAST_BYTE] != _V2_LAST_BYTE:  # V1: one comparison more
+            props_pos = topic_pos + 3 + buf[topic_pos]
+        else:
+            props_pos = _v2_props(buf, topic_pos)
         if props_pos > self._end or props_pos + (buf[props_pos - 2] << 8 | buf[props_pos - 1]) != (
             self._end
         ):
@@ -128,7 +151,10 @@ class RecordMessage(ReceivedMessage):
         buf = self._buf
         end = self._end
         topic_pos = self._pos + RECORD_HEADER_SIZE + self._body_len
-        props_pos = topic_pos + 3 + buf[topic_pos]
+        if buf[self._pos + _MAGIC_LAST_BYTE] != _V2_LAST_BYTE:  # V1: one comparison more
+            props_pos = topic_pos + 3 + buf[topic_pos]
+        else:
+            props_pos = _v2_props(buf, topic_pos)
         if props_pos > end or props_pos + (buf[props_pos - 2] << 8 | buf[props_pos - 1]) != end:
             raise _malformed(self._pos, "field lengths do not add up to TOTALSIZE")
         found = _PROPERTY_PATTERNS[name].match(buf, props_pos, end)
@@ -202,8 +228,8 @@ class RecordMessage(ReceivedMessage):
 
     @property
     def queue_topic(self) -> str:
-        topic_pos = self._pos + RECORD_HEADER_SIZE + self._body_len
-        return _topic(self._buf[topic_pos + 1 : self._props_pos() - 2])
+        topic_pos = _tail_at(self._buf, self._pos, self._body_len)[0]
+        return _topic(self._buf[topic_pos : self._props_pos() - 2])
 
     @property
     def queue_id(self) -> int:
@@ -230,7 +256,10 @@ class RecordMessage(ReceivedMessage):
         buf = self._buf
         end = self._end
         topic_pos = self._pos + RECORD_HEADER_SIZE + self._body_len
-        props_pos = topic_pos + 3 + buf[topic_pos]
+        if buf[self._pos + _MAGIC_LAST_BYTE] != _V2_LAST_BYTE:  # V1: one comparison more
+            props_pos = topic_pos + 3 + buf[topic_pos]
+        else:
+            props_pos = _v2_props(buf, topic_pos)
         if props_pos <= end and props_pos + (buf[props_pos - 2] << 8 | buf[props_pos - 1]) == end:
             found = _UNIQ_KEY_FIRST(buf, props_pos, end)
             if found is not None:
@@ -349,7 +378,11 @@ def walk_records_python(buf: bytes, start: int, size: int) -> list[ReceivedMessa
             raise _malformed(pos - start, "truncated record header")
         total, magic, body_len = walk(buf, pos)
         end_pos = pos + total
-        if magic != MESSAGE_MAGIC_CODE or total < RECORD_FIXED_SIZE or end_pos > size:
+        if (
+            (magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2)
+            or total < RECORD_FIXED_SIZE
+            or end_pos > size
+        ):
             raise _malformed(pos - start, "bad magic code or TOTALSIZE")
         if body_len < 0 or RECORD_FIXED_SIZE + body_len > total:
             raise _malformed(pos - start, "field lengths do not add up to TOTALSIZE")

@@ -15,6 +15,8 @@ from typing import Any
 from wharf.broker.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from wharf.broker.meta import topic_configs
 from wharf.broker.meta.persist import PendingWrite, TableJournal, nothing_to_write
+from wharf.store.codec.layout import MAX_TOPIC_LENGTH as STORE_MAX_TOPIC_LENGTH
+from wharf.store.codec.layout import MAX_TOPIC_LENGTH_V1
 from wharf.store.codec.properties import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -26,7 +28,12 @@ from wharf.store.codec.properties import (
 PERM_READ = 4
 PERM_WRITE = 2
 PERM_READ_WRITE = PERM_READ | PERM_WRITE
-MAX_TOPIC_LENGTH = 127  # v1 record format: 1-byte topic length
+# Topic names: up to 249 characters (Kafka's limit: a name over 127 is stored in RocketMQ 5's
+# second record version, store/codec/layout.py) for every reader and writer. RocketMQ 4.x
+# clients know only the first version and refuse names over 127 themselves: the remoting front
+# end creates no longer topic (MAX_ROCKETMQ_TOPIC_LENGTH) and refuses its PULLs.
+MAX_TOPIC_LENGTH = STORE_MAX_TOPIC_LENGTH
+MAX_ROCKETMQ_TOPIC_LENGTH = MAX_TOPIC_LENGTH_V1
 MAX_QUEUE_NUMS = 1024
 # Names a producer may not send to directly (the broker writes them itself).
 # Kafka's internal topics too: Wharf keeps a group's offsets (and a transaction's state) in
@@ -39,13 +46,20 @@ SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_")
 log = logging.getLogger("broker")
 
 
-def validate_topic_name(name: str) -> None:
+def validate_topic_name(name: str, limit: int = MAX_TOPIC_LENGTH) -> None:
+    """A topic name any protocol may name (read, list, send to); ``limit``
+    MAX_ROCKETMQ_TOPIC_LENGTH for a name RocketMQ 4.x remoting is about to create."""
     if not name:
         raise InvalidArgumentError("topic is required")
-    if len(name) > MAX_TOPIC_LENGTH:
+    if len(name) > limit:
+        why = (
+            "RocketMQ 4.x clients read only records of topics up to 127 characters; create "
+            "longer names over Kafka or wharf.v1"
+            if limit == MAX_ROCKETMQ_TOPIC_LENGTH
+            else "Kafka's limit"
+        )
         raise InvalidArgumentError(
-            f"topic name is {len(name)} characters; Wharf's limit is {MAX_TOPIC_LENGTH} (its "
-            "stored record holds a topic's length in one byte; Kafka's is 249)"
+            f"topic name is {len(name)} characters; the limit is {limit} ({why})"
         )
     if not valid_name(name):
         raise InvalidArgumentError(f"topic name {name!r} is invalid: use {name_rule()}")

@@ -25,7 +25,7 @@ LATEST = -1
 # Broker cap on messages per PullMessage (messaging.proto); bigger asks are clipped anyway.
 MAX_PULL_BATCH = 1024
 
-_TOPIC_NAME = re.compile(r"^[%A-Za-z0-9_-]{1,127}$")
+_TOPIC_NAME = re.compile(r"^[%A-Za-z0-9._-]{1,249}$")  # the store's names (codec.properties)
 
 
 class OptionError(ValueError):
@@ -185,7 +185,7 @@ def _endpoints(options: Mapping[str, str], namesrv_ok: bool = False) -> tuple[st
 def check_topic_name(topic: str, what: str = "topic") -> str:
     if not _TOPIC_NAME.match(topic):
         raise OptionError(
-            f"{what} {topic!r} is not a valid topic name (1..127 of A-Z a-z 0-9 _ - %)"
+            f"{what} {topic!r} is not a valid topic name (1..249 of A-Z a-z 0-9 . _ - %)"
         )
     return topic
 

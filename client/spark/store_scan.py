@@ -110,7 +110,7 @@ def _diagnose(buf: Any, pos: int, base: int, check_crc: bool) -> tuple[str, int 
         return f"torn record: only {remaining} bytes left in the segment", None, None
     total = fmt.read_total_size(buf, pos)
     magic = fmt.MAGIC.unpack_from(buf, pos + fmt.OFFSET_MAGIC)[0]
-    if magic != fmt.MESSAGE_MAGIC_CODE:
+    if magic not in (fmt.MESSAGE_MAGIC_CODE, fmt.MESSAGE_MAGIC_CODE_V2):
         return f"bad magic code 0x{magic:08X}", None, None
     if total <= 0 or total > remaining:
         return f"torn record: TOTALSIZE {total} with {remaining} bytes left", None, None

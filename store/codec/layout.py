@@ -7,11 +7,14 @@ dtypes of ``wharf.store.fast`` (``wharf.store.fast.layout_dtypes``), the single-
 the pull paths (``OFFSET_*``). The C accelerators carry a copy in ``store/fast/_format.h``, and
 tests/store/test_compiled_format.py checks every value of it against this module.
 
-CommitLog message record (v1, magic 0xDAA320A7)::
+CommitLog message record (RocketMQ's MessageVersion V1, magic 0xDAA320A7, and V2, magic
+0xDAA320AB: the same record but for a two-byte TOPICLENGTH)::
 
     offset size field                     (RECORD_FIELDS name)
          0    4 TOTALSIZE                 TOTAL_SIZE       whole record, bytes
-         4    4 MAGICCODE                 MAGIC            0xDAA320A7 message / 0xCBD43194 blank
+         4    4 MAGICCODE                 MAGIC            0xDAA320A7 message (V1) /
+                                                           0xDAA320AB message (V2) /
+                                                           0xCBD43194 blank
          8    4 BODYCRC                   BODY_CRC         zlib.crc32(body) & 0x7FFFFFFF
         12    4 QUEUEID                   QUEUE_ID
         16    4 FLAG                      FLAG
@@ -25,10 +28,17 @@ CommitLog message record (v1, magic 0xDAA320A7)::
         72    4 RECONSUMETIMES            RECONSUME_TIMES
         76    8 PREPAREDTRANSACTIONOFFSET PREPARED_TRANSACTION_OFFSET
         84    4 BODYLENGTH, then BODY     BODY_LENGTH
-         .    1 TOPICLENGTH, then TOPIC (ascii, <= 127 bytes)
+         .  1|2 TOPICLENGTH, then TOPIC     V1: 1 byte, 1..127; V2: 2 bytes (big-endian),
+                                                128..249 (ascii)
          .    2 PROPERTIESLENGTH, then PROPERTIES  "k\\x01v\\x02k\\x01v\\x02" (utf-8)
 
-    TOTALSIZE = 88 + BODYLENGTH + 1 + TOPICLENGTH + 2 + PROPERTIESLENGTH  (checked on decode)
+    TOTALSIZE = 88 + BODYLENGTH + (1|2) + TOPICLENGTH + 2 + PROPERTIESLENGTH  (checked on decode)
+
+The version is a record's own (its MAGICCODE): one log holds both. A topic of up to 127 bytes
+is always written V1 (byte-identical to RocketMQ 4.x, whose clients know only V1: remoting
+refuses to hand them V2 records); a longer one (Kafka allows 249 characters) always V2, as
+RocketMQ 5 writes it (MessageVersion.MESSAGE_VERSION_V2). Decoders take V1 on their fast path
+and V2 on the branch a V1 magic mismatch already takes.
 
 A record never spans segments: when it does not fit the rest of a segment the tail gets a blank
 record (TOTALSIZE = bytes left, MAGICCODE = 0xCBD43194; at least 8 bytes) and the record starts
@@ -68,7 +78,7 @@ Pop journal (``<root>/pop/journal``, ``wharf.store.pop.journal``): an 8-byte fil
          4    4 CRC                       CRC           zlib.crc32 of bytes 8..LENGTH (unsigned)
          8    1 TYPE                      TYPE          1 POP, 2 ACK, 3 CHANGE, 4 DONE, 5 RESET
          9    1 GROUPLEN                  GROUP_LENGTH  1..255
-        10    1 TOPICLEN                  TOPIC_LENGTH  1..127
+        10    1 TOPICLEN                  TOPIC_LENGTH  1..249 (unsigned)
         11    1 RESERVED                  RESERVED      0
         12    4 QUEUEID                   QUEUE_ID
         16    8 QUEUEOFFSET               QUEUE_OFFSET  the message's ConsumeQueue offset
@@ -143,7 +153,8 @@ def struct_of(fields: tuple[Field, ...]) -> struct.Struct:
 
 
 # --- Magic codes -------------------------------------------------------------------------------
-MESSAGE_MAGIC_CODE = 0xDAA320A7
+MESSAGE_MAGIC_CODE = 0xDAA320A7  # V1: one-byte TOPICLENGTH
+MESSAGE_MAGIC_CODE_V2 = 0xDAA320AB  # V2: two-byte TOPICLENGTH (RocketMQ 5's, for long topics)
 BLANK_MAGIC_CODE = 0xCBD43194
 END_FILE_MIN_BLANK_LENGTH = 4 + 4
 
@@ -156,7 +167,8 @@ SYSFLAG_TRANSACTION_COMMIT = 0x8
 SYSFLAG_TRANSACTION_ROLLBACK = 0xC
 
 # --- Limits --------------------------------------------------------------------------------------
-MAX_TOPIC_LENGTH = 127
+MAX_TOPIC_LENGTH = 249  # Kafka's limit; longer than MAX_TOPIC_LENGTH_V1: a V2 record
+MAX_TOPIC_LENGTH_V1 = 127  # TOPICLENGTH is a signed byte in V1 (RocketMQ's)
 MAX_PROPERTIES_LENGTH = 32767  # PROPERTIESLENGTH is a signed short in RocketMQ
 
 # --- CommitLog record header: the 15 fixed fields, TOTALSIZE..BODYLENGTH = 88 bytes ------------
@@ -169,8 +181,9 @@ RECORD_FIELDS = _fields(
 RECORD_FIELD = {field.name: field for field in RECORD_FIELDS}
 RECORD_HEADER = struct_of(RECORD_FIELDS)
 RECORD_HEADER_SIZE = 88
-# The fixed part of a record with an empty body, topic and properties.
+# The fixed part of a record with an empty body, topic and properties (V1; V2's is one more).
 RECORD_FIXED_SIZE = RECORD_HEADER_SIZE + 1 + 2
+RECORD_FIXED_SIZE_V2 = RECORD_HEADER_SIZE + 2 + 2
 
 # Field offsets, for readers that need one field only (a literal offset anywhere else is a bug).
 OFFSET_TOTAL_SIZE = RECORD_FIELD["TOTAL_SIZE"].offset
@@ -190,6 +203,19 @@ OFFSET_PREPARED_TRANSACTION_OFFSET = RECORD_FIELD["PREPARED_TRANSACTION_OFFSET"]
 OFFSET_BODY_LENGTH = RECORD_FIELD["BODY_LENGTH"].offset
 # SYSFLAG is a big-endian int: its low byte (the compressed bit) is its last.
 OFFSET_SYS_FLAG_LOW_BYTE = OFFSET_SYS_FLAG + RECORD_FIELD["SYS_FLAG"].size - 1
+
+
+def topic_length_bytes(length: int) -> bytes:
+    """TOPICLENGTH of a topic of ``length`` bytes as its record version writes it: one byte up
+    to MAX_TOPIC_LENGTH_V1 (V1), two beyond (V2); ``record_magic`` gives the matching magic."""
+    return (
+        TOPIC_LENGTH.pack(length) if length <= MAX_TOPIC_LENGTH_V1 else TOPIC_LENGTH_V2.pack(length)
+    )
+
+
+def record_magic(topic_length: int) -> int:
+    """MAGICCODE of a record whose topic is ``topic_length`` bytes (V1 up to 127, else V2)."""
+    return MESSAGE_MAGIC_CODE if topic_length <= MAX_TOPIC_LENGTH_V1 else MESSAGE_MAGIC_CODE_V2
 
 
 def partial_struct(names: tuple[str, ...]) -> struct.Struct:
@@ -220,6 +246,7 @@ def partial_struct(names: tuple[str, ...]) -> struct.Struct:
 # TOTALSIZE i | MAGIC I: the end-of-segment blank marker (the rest of the tail is left as is).
 BLANK_HEADER = struct_of(RECORD_FIELDS[:2])
 TOPIC_LENGTH = struct.Struct(">B")
+TOPIC_LENGTH_V2 = struct.Struct(">H")
 PROPERTIES_LENGTH = struct.Struct(">h")
 TOTAL_SIZE = struct.Struct(">i")
 MAGIC = struct.Struct(">I")
@@ -313,6 +340,8 @@ assert RECORD_HEADER.format == ">iIiiiqqiq8sq8siqi"  # RocketMQ's MessageDecoder
 assert RECORD_HEADER.size == RECORD_HEADER_SIZE == sum(f.size for f in RECORD_FIELDS)
 assert len(RECORD_FIELDS) == 15
 assert BLANK_HEADER.size == END_FILE_MIN_BLANK_LENGTH
+assert MAX_TOPIC_LENGTH_V1 < MAX_TOPIC_LENGTH <= 255  # the pop journal's TOPICLEN is one byte
+assert RECORD_FIXED_SIZE + TOPIC_LENGTH_V2.size - TOPIC_LENGTH.size == RECORD_FIXED_SIZE_V2
 assert CQ_UNIT.size == CQ_STORE_UNIT_SIZE
 assert INDEX_HEADER.size == INDEX_HEADER_SIZE
 assert INDEX_SLOT.size == INDEX_HASH_SLOT_SIZE

@@ -7,7 +7,8 @@ No I/O, numpy-free.
 - Checking: ``check_record`` -> a size > 0, or ``RECORD_END`` / ``RECORD_BLANK`` /
   ``RECORD_CORRUPT``; ``read_total_size``.
 - Decoding: ``decode_record`` -> ``StoredMessage``; ``decode_records`` (many records of one
-  buffer, the read path's batch form). ``wharf.store.codec.dispatch`` decodes what dispatch
+  buffer, the read path's batch form; a V2 record, a topic over 127 bytes, takes
+  ``decode_record`` from its loop, as anything its V1 checks do not accept). ``wharf.store.codec.dispatch`` decodes what dispatch
   needs with the same helpers.
 """
 
@@ -27,11 +28,13 @@ from wharf.store.codec.layout import (
     END_FILE_MIN_BLANK_LENGTH,
     MAX_PROPERTIES_LENGTH,
     MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
     RECORD_FIXED_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
-    TOPIC_LENGTH,
     TOTAL_SIZE,
+    record_magic,
+    topic_length_bytes,
 )
 from wharf.store.codec.properties import has_separator, string_to_properties, validate_topic
 from wharf.store.errors import CorruptRecordError, InvalidMessageError
@@ -75,8 +78,8 @@ def encode_batch(
     """Encode ``messages`` as consecutive records starting at commit log ``start_offset`` with
     queue offsets ``first_queue_offset, +1, ...``. Validates everything first-to-last before
     returning; raises InvalidMessageError (nothing is returned, so nothing can be written)."""
-    tail_topic, store_host_bytes, fixed = _batch_constants(messages, topic, queue_id, store_host)
-    pack, crc32, magic = RECORD_HEADER.pack, _crc32, MESSAGE_MAGIC_CODE
+    tail_topic, host_raw, fixed, magic = _batch_constants(messages, topic, queue_id, store_host)
+    pack, crc32 = RECORD_HEADER.pack, _crc32
     host_bytes_of, props_len_bytes = born_host_bytes, _PROPERTIES_LENGTH_BYTES
 
     # Hot path (~2.5 us/msg for 1 KiB, GUIDE.md): one pack, one crc, properties encoded once
@@ -126,7 +129,7 @@ def encode_batch(
                     msg.born_timestamp or store_timestamp,
                     host_bytes,
                     store_timestamp,
-                    store_host_bytes,
+                    host_raw,
                     msg.reconsume_times,
                     msg.prepared_transaction_offset,
                     body_len,
@@ -146,16 +149,18 @@ def encode_batch(
 
 def _batch_constants(
     messages: Sequence[MessageInput], topic: str, queue_id: int, store_host: str
-) -> tuple[bytes, bytes, int]:
+) -> tuple[bytes, bytes, int, int]:
     """``encode_batch``'s checks of the batch as a whole and what every record of it shares:
-    (the topic as the record's tail writes it, the store host's bytes, the fixed size)."""
+    (the topic as the record's tail writes it, the store host's bytes, the fixed size, the
+    magic: V1 for a topic of up to 127 bytes, else V2 with its two-byte TOPICLENGTH)."""
     if not messages:
         raise InvalidMessageError("a batch needs at least one message")
     if not 0 <= queue_id <= 0x7FFFFFFF:
         raise InvalidMessageError(f"queue id {queue_id} must be a non-negative int32")
     topic_bytes = validate_topic(topic)
-    tail_topic = TOPIC_LENGTH.pack(len(topic_bytes)) + topic_bytes
-    return tail_topic, encode_host(store_host), RECORD_FIXED_SIZE + len(topic_bytes)
+    tail_topic = topic_length_bytes(len(topic_bytes)) + topic_bytes
+    fixed = RECORD_FIXED_SIZE - 1 + len(tail_topic)
+    return tail_topic, encode_host(store_host), fixed, record_magic(len(topic_bytes))
 
 
 def _bad_unicode(exc: UnicodeEncodeError) -> InvalidMessageError:
@@ -227,17 +232,23 @@ def check_record(
     magic = fields[1]
     if magic == BLANK_MAGIC_CODE:
         return RECORD_BLANK if END_FILE_MIN_BLANK_LENGTH <= total <= remaining else RECORD_CORRUPT
-    if magic != MESSAGE_MAGIC_CODE or total < RECORD_FIXED_SIZE + 1 or total > remaining:
+    if magic == MESSAGE_MAGIC_CODE:
+        wide = 0
+    elif magic == MESSAGE_MAGIC_CODE_V2:
+        wide = 1  # a two-byte TOPICLENGTH
+    else:
+        return RECORD_CORRUPT
+    if total < RECORD_FIXED_SIZE + wide + 1 or total > remaining:
         return RECORD_CORRUPT
     if expected_offset is not None and fields[6] != expected_offset:
         return RECORD_CORRUPT
     body_len = fields[14]
-    if body_len <= 0 or RECORD_HEADER_SIZE + body_len + 3 > total:
+    if body_len <= 0 or RECORD_HEADER_SIZE + body_len + 3 + wide > total:
         return RECORD_CORRUPT
     end = pos + total
     topic_pos = pos + RECORD_HEADER_SIZE + body_len
-    topic_len = buf[topic_pos]
-    props_pos = topic_pos + 1 + topic_len
+    topic_len = buf[topic_pos] << 8 | buf[topic_pos + 1] if wide else buf[topic_pos]
+    props_pos = topic_pos + 1 + wide + topic_len
     if props_pos + 2 > end:
         return RECORD_CORRUPT
     props_len = buf[props_pos] << 8 | buf[props_pos + 1]
@@ -261,13 +272,20 @@ def _layout(buf: ReadableBuffer, pos: int) -> tuple[tuple, str, int, int]:
         fields = _unpack_header(buf, pos)
     except struct.error as exc:
         raise CorruptRecordError(pos, f"truncated record header ({exc})") from None
-    if fields[1] != MESSAGE_MAGIC_CODE:
-        raise CorruptRecordError(pos, f"magic 0x{fields[1]:08X} is not a message record")
+    magic = fields[1]
+    if magic == MESSAGE_MAGIC_CODE:
+        wide = 0
+    elif magic == MESSAGE_MAGIC_CODE_V2:
+        wide = 1  # a two-byte TOPICLENGTH
+    else:
+        raise CorruptRecordError(pos, f"magic 0x{magic:08X} is not a message record")
     end = pos + fields[0]
     topic_pos = pos + RECORD_HEADER_SIZE + fields[14]
-    if fields[14] < 0 or topic_pos + 3 > end or end > len(buf):
+    if fields[14] < 0 or topic_pos + 3 + wide > end or end > len(buf):
         raise CorruptRecordError(pos, "field lengths do not add up to TOTALSIZE")
-    props_pos = topic_pos + 1 + buf[topic_pos]
+    topic_len = buf[topic_pos] << 8 | buf[topic_pos + 1] if wide else buf[topic_pos]
+    topic_pos += wide
+    props_pos = topic_pos + 1 + topic_len
     if props_pos + 2 > end or props_pos + 2 + (buf[props_pos] << 8 | buf[props_pos + 1]) != end:
         raise CorruptRecordError(pos, "field lengths do not add up to TOTALSIZE")
     raw_topic = buf[topic_pos + 1 : props_pos]

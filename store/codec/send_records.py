@@ -8,7 +8,8 @@ encoding, and the broker's per-record work shrinks to one TOTALSIZE read and a C
 (everything else is checked and patched on numpy columns) (the body CRC travels from the producer to the disk: end-to-end integrity).
 
 Wire form (``SendMessageRequest.records``): whole records in the layout of :mod:`wharf.store.codec.layout`,
-concatenated, each self-delimited by TOTALSIZE. The producer sets TOTALSIZE, MAGICCODE,
+concatenated, each self-delimited by TOTALSIZE; V1 records, or V2 for a topic over 127 bytes
+(the tail from ``topic_tail`` says which: ``tail_magic``). The producer sets TOTALSIZE, MAGICCODE,
 BODYCRC, FLAG, SYSFLAG (only the compressed bit), BORNTIMESTAMP, BODY, TOPIC and PROPERTIES;
 it sends zeros in the fields the broker owns -- QUEUEID, QUEUEOFFSET, PHYSICALOFFSET,
 BORNHOST (the peer address as the broker sees it), STORETIMESTAMP, STOREHOST,
@@ -24,12 +25,15 @@ from __future__ import annotations
 
 from wharf.store.codec.layout import (
     MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH_V1,
     MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
     RECORD_FIXED_SIZE,
     RECORD_HEADER,
     SYSFLAG_COMPRESSED,
     SYSFLAG_MULTI_TAGS,
     partial_struct,
+    topic_length_bytes,
 )
 from wharf.store.codec.properties import validate_topic
 from wharf.store.codec.records import _PROPERTIES_LENGTH_BYTES, _crc32
@@ -49,10 +53,20 @@ assert _SENT_HEADER.size == RECORD_HEADER.size
 _pack_sent_header = _SENT_HEADER.pack
 
 
+# A tail (TOPICLENGTH + TOPIC) longer than this is a V2 record's (two-byte TOPICLENGTH).
+MAX_TAIL_LENGTH_V1 = 1 + MAX_TOPIC_LENGTH_V1
+
+
 def topic_tail(topic: str) -> bytes:
-    """TOPICLENGTH + TOPIC, the bytes that follow every body of ``topic`` (validated)."""
+    """TOPICLENGTH + TOPIC, the bytes that follow every body of ``topic`` (validated): one
+    length byte up to 127 bytes of topic (a V1 record), two beyond (V2)."""
     raw = validate_topic(topic)
-    return bytes((len(raw),)) + raw
+    return topic_length_bytes(len(raw)) + raw
+
+
+def tail_magic(tail: bytes) -> int:
+    """MAGICCODE of the records of a :func:`topic_tail`: its length says the version."""
+    return MESSAGE_MAGIC_CODE if len(tail) <= MAX_TAIL_LENGTH_V1 else MESSAGE_MAGIC_CODE_V2
 
 
 def encode_record(
@@ -71,7 +85,7 @@ def encode_record(
         (
             _pack_sent_header(
                 RECORD_FIXED_SIZE + body_len + len(tail) - 1 + props_len,
-                MESSAGE_MAGIC_CODE,
+                MESSAGE_MAGIC_CODE if len(tail) <= MAX_TAIL_LENGTH_V1 else MESSAGE_MAGIC_CODE_V2,
                 _crc32(body) & 0x7FFFFFFF,
                 flag,
                 sys_flag,

@@ -10,7 +10,10 @@
 #define RECORD_HEADER_SIZE 88
 #define BLANK_HEADER_SIZE 8 /* TOTALSIZE + MAGICCODE: the end-of-segment marker */
 #define RECORD_FIXED_SIZE (RECORD_HEADER_SIZE + 1 + 2) /* + TOPICLENGTH + PROPERTIESLENGTH */
-#define MESSAGE_MAGIC_CODE 0xDAA320A7u
+#define RECORD_FIXED_SIZE_V2 (RECORD_HEADER_SIZE + 2 + 2) /* V2: a two-byte TOPICLENGTH */
+#define MESSAGE_MAGIC_CODE 0xDAA320A7u /* V1: one-byte TOPICLENGTH (topics up to 127 bytes) */
+#define MESSAGE_MAGIC_CODE_V2 0xDAA320ABu /* V2: two-byte TOPICLENGTH (longer topics) */
+#define MAX_TOPIC_LENGTH_V1 127
 #define BLANK_MAGIC_CODE 0xCBD43194u
 #define MAX_PROPERTIES_LENGTH 32767
 #define PROPERTY_SEPARATOR 2
@@ -46,6 +49,12 @@
 #define OFF_PREPARED_TRANSACTION_OFFSET 76
 #define OFF_BODY_LENGTH 84
 
+/* The record's TOPICLENGTH size: 1 (V1), 2 (V2), 0 (no message record). Call it where a V1
+ * comparison failed: the V1 path keeps its one comparison. */
+static inline int topic_length_size(uint32_t magic) {
+    return magic == MESSAGE_MAGIC_CODE ? 1 : magic == MESSAGE_MAGIC_CODE_V2 ? 2 : 0;
+}
+
 static inline uint32_t be32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
@@ -77,6 +86,10 @@ static inline PyObject *new_module_with_format(PyModuleDef *def) {
         PyModule_AddIntConstant(module, "PROPERTY_SEPARATOR", PROPERTY_SEPARATOR) < 0 ||
         PyModule_AddIntConstant(module, "SYSFLAG_COMPRESSED", SYSFLAG_COMPRESSED) < 0 ||
         PyModule_AddIntConstant(module, "RECORD_FIXED_SIZE", RECORD_FIXED_SIZE) < 0 ||
+        PyModule_AddIntConstant(module, "RECORD_FIXED_SIZE_V2", RECORD_FIXED_SIZE_V2) < 0 ||
+        PyModule_AddIntConstant(module, "MAX_TOPIC_LENGTH_V1", MAX_TOPIC_LENGTH_V1) < 0 ||
+        PyModule_AddObject(module, "MESSAGE_MAGIC_CODE_V2",
+                           PyLong_FromUnsignedLong(MESSAGE_MAGIC_CODE_V2)) < 0 ||
         PyModule_AddIntConstant(module, "CQ_STORE_UNIT_SIZE", CQ_STORE_UNIT_SIZE) < 0 ||
         PyModule_AddObject(module, "MESSAGE_MAGIC_CODE",
                            PyLong_FromUnsignedLong(MESSAGE_MAGIC_CODE)) < 0 ||

@@ -511,6 +511,8 @@ static PyObject *produce_records(PyObject *self, PyObject *args) {
         goto done;
     }
     unsigned char *p = (unsigned char *)PyBytes_AS_STRING(data);
+    /* The tail's length says the record version (send_records.tail_magic). */
+    uint32_t magic = tail.len <= 1 + MAX_TOPIC_LENGTH_V1 ? MESSAGE_MAGIC_CODE : MESSAGE_MAGIC_CODE_V2;
     for (Py_ssize_t i = 0; i < count; i++) {
         ProduceRecord *rec = &recs[i];
         const unsigned char *body = rec->value_len > 0 ? rec->value : (const unsigned char *)"\0";
@@ -519,7 +521,7 @@ static PyObject *produce_records(PyObject *self, PyObject *args) {
         unsigned char *start = p;
         memset(p, 0, RECORD_HEADER_SIZE);
         put_be32(p + OFF_TOTAL_SIZE, (uint32_t)size);
-        put_be32(p + OFF_MAGIC, MESSAGE_MAGIC_CODE);
+        put_be32(p + OFF_MAGIC, magic);
         put_be64(p + OFF_BORN_TIMESTAMP, (uint64_t)rec->timestamp);
         put_be32(p + OFF_BODY_LENGTH, (uint32_t)body_len);
         p += RECORD_HEADER_SIZE;
@@ -774,17 +776,21 @@ static PyObject *fetch_batch(PyObject *self, PyObject *args) {
         const unsigned char *r = b + pos;
         int64_t total = (int32_t)be32(r + OFF_TOTAL_SIZE);
         int64_t body_len = (int32_t)be32(r + OFF_BODY_LENGTH);
-        if (be32(r + OFF_MAGIC) != MESSAGE_MAGIC_CODE || total < RECORD_FIXED_SIZE ||
-            total > end - pos || body_len < 0 || body_len > total - RECORD_FIXED_SIZE) {
+        uint32_t magic = be32(r + OFF_MAGIC);
+        int wide = magic == MESSAGE_MAGIC_CODE ? 0 : topic_length_size(magic) - 1; /* V2: 1 */
+        if (wide < 0 || total < RECORD_FIXED_SIZE + wide || total > end - pos || body_len < 0 ||
+            body_len > total - RECORD_FIXED_SIZE - wide) {
             goto fallback;
         }
         Py_ssize_t body_end = pos + RECORD_HEADER_SIZE + (Py_ssize_t)body_len;
-        Py_ssize_t props_pos = body_end + 3 + b[body_end];
+        Py_ssize_t props_pos =
+            wide ? body_end + 4 + (((Py_ssize_t)b[body_end] << 8) | b[body_end + 1])
+                 : body_end + 3 + b[body_end];
         if (props_pos > pos + total ||
             props_pos + (((Py_ssize_t)b[props_pos - 2] << 8) | b[props_pos - 1]) != pos + total) {
             goto fallback;
         }
-        for (Py_ssize_t t = body_end + 1; t < props_pos - 2; t++) {
+        for (Py_ssize_t t = body_end + 1 + wide; t < props_pos - 2; t++) {
             if (b[t] >= 0x80) {
                 goto fallback; /* a topic that is not ASCII: the decode's CorruptRecordError */
             }

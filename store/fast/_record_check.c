@@ -70,6 +70,8 @@ static int check_batch(const unsigned char *buf, Py_ssize_t size, const unsigned
                        unsigned int allowed_sys_flags, PyObject *crc_func, int64_t base,
                        Starts *out, PyObject **bad_result) {
     Py_ssize_t first = out->count, count = 0;
+    /* The topic's record version: a tail over 1 + 127 bytes has a two-byte TOPICLENGTH (V2). */
+    uint32_t magic = tail_len <= 1 + MAX_TOPIC_LENGTH_V1 ? MESSAGE_MAGIC_CODE : MESSAGE_MAGIC_CODE_V2;
 
     /* An empty batch is a bad one (0 bytes left), as check_records refuses empty records:
      * check_many accepted a batch of size 0 with no record, where the per-batch path refuses
@@ -107,7 +109,7 @@ static int check_batch(const unsigned char *buf, Py_ssize_t size, const unsigned
         int64_t body_len = (int32_t)be32(h + OFF_BODY_LENGTH);
         int64_t props_start = starts[i] + RECORD_HEADER_SIZE + body_len + tail_len + 2;
         int code = 0;
-        if (be32(h + OFF_MAGIC) != MESSAGE_MAGIC_CODE) {
+        if (be32(h + OFF_MAGIC) != magic) {
             code = BAD_MAGIC;
         } else if (body_len <= 0 || body_len > max_message_size) {
             code = BAD_BODY_LENGTH;

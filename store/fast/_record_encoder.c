@@ -82,7 +82,9 @@ static PyObject *encode_one(const char *tail, Py_ssize_t tail_len, PyObject *bod
     const unsigned char *body_bytes = (const unsigned char *)PyBytes_AS_STRING(body);
     memset(out, 0, RECORD_HEADER_SIZE);
     put_be32(out + OFF_TOTAL_SIZE, (uint32_t)total);
-    put_be32(out + OFF_MAGIC, MESSAGE_MAGIC_CODE);
+    /* The tail's length says the record version (send_records.tail_magic). */
+    put_be32(out + OFF_MAGIC,
+             tail_len <= 1 + MAX_TOPIC_LENGTH_V1 ? MESSAGE_MAGIC_CODE : MESSAGE_MAGIC_CODE_V2);
     put_be32(out + OFF_BODY_CRC, crc & 0x7FFFFFFFu);
     put_be64(out + OFF_BORN_TIMESTAMP, born_ts);
     put_be32(out + OFF_BODY_LENGTH, (uint32_t)body_len);

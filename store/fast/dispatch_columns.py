@@ -29,7 +29,7 @@ from typing import cast
 import numpy as np
 from wharf.store.codec.dispatch import DispatchRequest, decode_dispatches
 from wharf.store.codec.hashes import index_key_hash, java_string_hash
-from wharf.store.codec.layout import RECORD_FIELDS
+from wharf.store.codec.layout import MESSAGE_MAGIC_CODE, RECORD_FIELDS
 from wharf.store.codec.properties import SCHEDULE_TOPIC
 from wharf.store.codec.records import ReadableBuffer
 from wharf.store.fast import load
@@ -94,7 +94,11 @@ def decode_dispatch_columns(
     if gathered is None:
         return _reference(buf, positions, base_offset)
     header, total, rec_start = gathered.header, gathered.total, gathered.starts
-    topic_ids, topics, prefixes = _topics(gathered.tail, rec_start, gathered.props - rec_start - 3)
+    # ``_topics`` reads a topic one byte after its given start: a V2 record's TOPICLENGTH is
+    # two bytes, so its start is given one byte on (a chunk of V1 records: one compare).
+    wide = header["magic"] != MESSAGE_MAGIC_CODE
+    topic_at = rec_start + wide if wide.any() else rec_start
+    topic_ids, topics, prefixes = _topics(gathered.tail, topic_at, gathered.props - topic_at - 3)
     if topics is None:
         return _reference(buf, positions, base_offset)  # a non-ASCII topic: corrupt
     delay_texts: dict[int, str] = {}

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 import numpy as np
 from wharf.store.codec.layout import (
     MAX_PROPERTIES_LENGTH,
-    MESSAGE_MAGIC_CODE,
     OFFSET_TOTAL_SIZE,
     RECORD_FIELDS,
     RECORD_FIXED_SIZE,
@@ -26,7 +25,7 @@ from wharf.store.codec.layout import (
 )
 from wharf.store.codec.properties import PROPERTY_SEPARATOR
 from wharf.store.codec.records import _crc32
-from wharf.store.codec.send_records import ALLOWED_SYS_FLAGS, topic_tail
+from wharf.store.codec.send_records import ALLOWED_SYS_FLAGS, tail_magic, topic_tail
 from wharf.store.errors import InvalidMessageError
 from wharf.store.fast import load
 from wharf.store.fast.layout_dtypes import columns
@@ -93,7 +92,8 @@ def check_records(data: bytes | memoryview, topic: str, max_message_size: int) -
     Raises InvalidMessageError naming a bad record (nothing may be written then): framing
     (TOTALSIZE, MAGICCODE, lengths adding up), body size limits, the topic, BODYCRC, SYSFLAG,
     RECONSUMETIMES / PREPAREDTRANSACTIONOFFSET not zero, PROPERTIES not ending with a
-    separator. Properties are stored as given: a DELAY property does not delay anything in
+    separator. MAGICCODE must be the topic's record version (V1 up to 127 bytes of topic, V2
+    beyond: ``send_records.tail_magic``). Properties are stored as given: a DELAY property does not delay anything in
     this form (delayed messages are re-addressed, so they travel as messages)."""
     if not data:
         raise InvalidMessageError("records is empty: send at least one record")
@@ -163,7 +163,7 @@ def _check_records_numpy(
     props_start = body_end + len(tail) + 2
     _raise_first(
         (
-            (headers["magic"] != MESSAGE_MAGIC_CODE, "MAGICCODE is not a message's"),
+            (headers["magic"] != tail_magic(tail), "MAGICCODE is not a message's"),
             ((body_len <= 0) | (body_len > max_message_size),
              f"its body is empty or over maxMessageSize ({max_message_size} bytes)"),
             (props_start > ends, "TOTALSIZE is smaller than BODYLENGTH + topic"),

@@ -3,8 +3,8 @@ dispatch, ``wharf.store.fast.dispatch_columns``, and the Spark source's per-repl
 
 One numpy fancy-index gathers each record's header through the caller's structured dtype
 (``wharf.store.fast.layout_dtypes.columns`` over ``wharf.store.codec.layout.RECORD_FIELDS``;
-it must name ``total``, ``magic`` and ``body``); the tails (TOPICLENGTH, TOPIC,
-PROPERTIESLENGTH, PROPERTIES) are joined back to back into one blob, and every length is
+it must name ``total``, ``magic`` and ``body``); the tails (TOPICLENGTH: one byte in a V1
+record, two in V2; TOPIC, PROPERTIESLENGTH, PROPERTIES) are joined back to back into one blob, and every length is
 checked for all records at once. Anything a check refuses (a truncated header, a bad magic,
 lengths that do not add up) gives None: the caller takes its per-record reference path, which
 raises the precise error.
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from wharf.store.codec.layout import MESSAGE_MAGIC_CODE, RECORD_HEADER_SIZE
+from wharf.store.codec.layout import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, RECORD_HEADER_SIZE
 from wharf.store.codec.records import ReadableBuffer
 from wharf.store.fast import load
 from wharf.store.fast.dispatch_properties import PAD
@@ -84,8 +84,10 @@ def _gather_numpy(
     header, total, body_start, body_len = _headers(buf, pos, header_dtype, header_bytes)
     body_end = body_start + body_len
     rec_end = pos + total
-    ok = (header["magic"] == MESSAGE_MAGIC_CODE) & (body_len >= 0)
-    ok &= (rec_end <= len(buf)) & (body_end + 3 <= rec_end)
+    magic = header["magic"]
+    wide = (magic == MESSAGE_MAGIC_CODE_V2).astype(np.int64)  # a two-byte TOPICLENGTH
+    ok = ((magic == MESSAGE_MAGIC_CODE) | (wide == 1)) & (body_len >= 0)
+    ok &= (rec_end <= len(buf)) & (body_end + 3 + wide <= rec_end)
     if np.count_nonzero(ok) != count:
         return None
     tail = b"".join([buf[a:b] for a, b in zip(body_end.tolist(), rec_end.tolist(), strict=True)])
@@ -96,6 +98,9 @@ def _gather_numpy(
     data = np.zeros(len(tail) + PAD, dtype=np.uint8)
     data[: len(tail)] = np.frombuffer(tail, np.uint8)
     props = starts + 3 + data[starts].astype(np.int64)
+    if wide.any():  # V2: the length is two bytes, big-endian
+        long_length = data[starts].astype(np.int64) << 8 | data[starts + 1]
+        props = np.where(wide == 1, starts + 4 + long_length, props)
     if np.count_nonzero(props <= ends) != count:
         return None  # a damaged topic length: its properties would lie past the record
     props_len = data[props - 2].astype(np.int64) << 8 | data[props - 1]

@@ -60,7 +60,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from wharf.store.codec.layout import BLANK_HEADER, BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+from wharf.store.codec.layout import (
+    BLANK_HEADER,
+    BLANK_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+)
 from wharf.store.codec.records import read_total_size
 from wharf.store.config import StoreConfig
 from wharf.store.ha import auth, frames
@@ -442,7 +447,7 @@ class HAMaster:
         if header is None:
             return False
         size, magic = BLANK_HEADER.unpack(header)
-        return size > 0 and magic in (MESSAGE_MAGIC_CODE, BLANK_MAGIC_CODE)
+        return size > 0 and magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, BLANK_MAGIC_CODE)
 
     async def _serve(
         self, replica: Replica, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -37,7 +37,12 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 
-from wharf.store.codec.layout import MESSAGE_MAGIC_CODE, OFFSET_STORE_TIMESTAMP, STORE_TIMESTAMP
+from wharf.store.codec.layout import (
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    OFFSET_STORE_TIMESTAMP,
+    STORE_TIMESTAMP,
+)
 from wharf.store.config import StoreConfig
 from wharf.store.errors import ReplicationError, StoreNotWritableError
 from wharf.store.ha import auth, frames
@@ -334,7 +339,7 @@ def _store_timestamp(data: memoryview) -> int:
     the segment's time for retention; older than the chunk's last record, so never late."""
     if len(data) < OFFSET_STORE_TIMESTAMP + 8:
         return 0
-    if int.from_bytes(data[4:8], "big") != MESSAGE_MAGIC_CODE:
+    if int.from_bytes(data[4:8], "big") not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
         return 0
     return int(STORE_TIMESTAMP.unpack_from(data, OFFSET_STORE_TIMESTAMP)[0])
 

@@ -16,6 +16,7 @@ from wharf.store.codec.layout import (
     BLANK_HEADER,
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
     OFFSET_STORE_TIMESTAMP,
     STORE_TIMESTAMP,
 )
@@ -48,7 +49,11 @@ def _scan_python(
             return positions, pos, _SCAN_END_OF_SEGMENT, magic, total
         if (positions or any_before) and pos - start + total > budget:
             break
-        if magic != MESSAGE_MAGIC_CODE or total <= 0 or pos + total > limit:
+        if (
+            (magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2)
+            or total <= 0
+            or pos + total > limit
+        ):
             return positions, pos, _SCAN_CORRUPT, magic, total
         positions.append(pos)
         pos += total
@@ -179,7 +184,7 @@ class CommitLogReads:
             if header is None:
                 return None
             size, magic = BLANK_HEADER.unpack(header)
-            if magic != MESSAGE_MAGIC_CODE:
+            if magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2:
                 return None
         if size <= 0:
             return None

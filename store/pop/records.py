@@ -4,8 +4,8 @@ The byte layout is defined in ``wharf.store.codec.layout`` (``POP_RECORD_FIELDS`
 its docstring); this module only packs and unpacks it.
 
 Parsing policy: records are read in order from just after the file magic; the first one that
-does not parse whole (LENGTH out of [52, 434] or past the end of the data, GROUPLEN/TOPICLEN not
-adding up to LENGTH, an unknown TYPE, a CRC mismatch) ends the valid data. ``parse_journal``
+does not parse whole (LENGTH out of [52, 556] -- TOPICLEN is one unsigned byte, up to 249 -- or
+past the end of the data, GROUPLEN/TOPICLEN not adding up to LENGTH, an unknown TYPE, a CRC mismatch) ends the valid data. ``parse_journal``
 reports where, so recovery can drop the torn tail. A damaged record in the middle of the file
 also ends it there (the records after it are lost: the CRC cannot tell a torn tail from media
 corruption); that is logged by the caller with the number of bytes dropped.

@@ -23,6 +23,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 
 from wharf.store.codec.layout import (
+    MAX_TOPIC_LENGTH,
     POP_RECORD_ACK,
     POP_RECORD_CHANGE,
     POP_RECORD_DONE,
@@ -756,7 +757,9 @@ def _check_group_topic(group: str, topic: str) -> None:
         or not group
     ):
         raise InvalidMessageError(
-            f"consumer group {group!r} is invalid: use {name_rule(122)}"  # %DLQ%<group> <= 127
+            # %DLQ%<group> is a topic name
+            f"consumer group {group!r} is invalid: use "
+            f"{name_rule(MAX_TOPIC_LENGTH - len(DLQ_GROUP_TOPIC_PREFIX))}"
         )
 
 

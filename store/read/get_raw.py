@@ -29,6 +29,7 @@ from array import array
 from wharf.store import fast
 from wharf.store.codec.layout import (
     MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
     OFFSET_BODY_LENGTH,
     RECORD_FIXED_SIZE,
     partial_struct,
@@ -178,7 +179,11 @@ def check_run_python(chunk: bytes, sizes: bytes, first: int, count: int) -> int:
         if pos > last:
             return -1
         total, magic, body = unpack(chunk, pos)
-        if total != size or magic != MESSAGE_MAGIC_CODE or size < RECORD_FIXED_SIZE:
+        if (
+            total != size
+            or size < RECORD_FIXED_SIZE
+            or (magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2)
+        ):
             return -1
         bodies += body
         pos += size

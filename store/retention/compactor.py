@@ -39,7 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wharf.store.codec.layout import (
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
     OFFSET_BODY_LENGTH,
+    OFFSET_MAGIC,
     OFFSET_QUEUE_OFFSET,
     OFFSET_STORE_TIMESTAMP,
     RECORD_HEADER_SIZE,
@@ -65,6 +68,10 @@ MAP_ENTRY_BYTES = 160
 # loop lands on a produce's latency.
 YIELD_EVERY = 63  # a mask: every 64th record
 DIGEST_BYTES = 16  # Kafka's cleaner hashes keys with MD5 (16 bytes) too: collisions ~2^-64
+# A stored message is V1 or V2 (store/codec/layout.py); their magics differ in the last byte.
+_MAGIC_LAST_BYTE = OFFSET_MAGIC + 3
+_V2_LAST_BYTE = MESSAGE_MAGIC_CODE_V2 & 0xFF
+assert MESSAGE_MAGIC_CODE & 0xFF != _V2_LAST_BYTE
 # Records of the dirty range: (queue offset, store timestamp, record bytes) in offset order.
 Chunk = list[tuple[int, int, bytes]]
 # (from offset, up to offset) -> (the next records, the offset after what was looked at): a
@@ -169,7 +176,10 @@ def key_of(record: bytes, pos: int = 0) -> tuple[bytes | None, bool]:
     record twice). Same answer (tests/store/test_compaction.py, hypothesis)."""
     body = _BODY_LENGTH.unpack_from(record, pos + OFFSET_BODY_LENGTH)[0]
     topic_at = pos + RECORD_HEADER_SIZE + body
-    props_at = topic_at + 1 + record[topic_at]
+    if record[pos + _MAGIC_LAST_BYTE] != _V2_LAST_BYTE:
+        props_at = topic_at + 1 + record[topic_at]
+    else:  # a V2 record (a topic over 127 bytes): a two-byte TOPICLENGTH
+        props_at = topic_at + 2 + (record[topic_at] << 8 | record[topic_at + 1])
     length = record[props_at] << 8 | record[props_at + 1]
     props = record[props_at + 2 : props_at + 2 + length]
     if _KAFKA_PREFIX not in props:  # a RocketMQ record, or a Kafka one with a plain key and value

@@ -76,10 +76,12 @@ def test_topics_table_round_trip_and_rules(tmp_path: Path) -> None:
     topics.create("audit", 2, 2, 6, {"message.type": "NORMAL"})
     with pytest.raises(AlreadyExistsError):
         topics.create("audit", 2, 2, 6, {})
-    with pytest.raises(InvalidArgumentError, match="is invalid: use 1-127 characters"):
+    with pytest.raises(InvalidArgumentError, match="is invalid: use 1-249 characters"):
         topics.create("bad topic", 1, 1, 6, {})
     with pytest.raises(InvalidArgumentError, match="reserved"):
         topics.for_send("SCHEDULE_TOPIC_XXXX")
+    with pytest.raises(InvalidArgumentError, match="limit is 249"):
+        topics.create("t" * 250, 1, 1, 6, {})
     topics.ensure_system("%RETRY%g1", 1)
     assert [t.name for t in topics.listing(include_system=False)] == ["audit", "orders"]
     assert len(topics) == 2

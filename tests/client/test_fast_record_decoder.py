@@ -88,7 +88,7 @@ def _record(draw: st.DrawFn) -> bytes:
     sys_flag = 0
     if draw(st.booleans()):
         body, sys_flag = zlib.compress(body or b"z"), SYSFLAG_COMPRESSED
-    topic = draw(st.sampled_from(["orders", "%RETRY%g", "t"]))
+    topic = draw(st.sampled_from(["orders", "%RETRY%g", "t", "L" * 249]))  # L...: V2
     data = bytearray(
         encode_record(topic_tail(topic), body, draw(_properties()), draw(st.integers(0, 99)),
                       sys_flag, draw(st.integers(0, 1 << 40)))
@@ -147,6 +147,26 @@ def test_every_kind_of_record_decodes_alike() -> None:
     assert messages[0].body == b"a" * 1024 and messages[4].body == b"z" * 9000
     assert (messages[0].tags, messages[0].keys, messages[3].topic) == ("paid", ("k1", "k2"), "orig")
     assert messages[1].properties == {"TIMER_DELIVER_MS": "1700000000000"}
+
+
+def test_v1_and_v2_records_decode_alike() -> None:
+    """The SDK reads RocketMQ 5's second record version (a topic over 127 bytes: magic
+    0xDAA320AB, a two-byte TOPICLENGTH) next to V1 records, on both walks."""
+    long, short = "L" * 249, "S" * 127
+    recs = [
+        encode_record(topic_tail(long), b"v2", b"UNIQ_KEY\x01U1\x02TAGS\x01a\x02KEYS\x01k\x02"),
+        encode_record(topic_tail(short), b"v1", b"UNIQ_KEY\x01U2\x02"),
+        encode_record(topic_tail(long), b"again", b"TAGS\x01t\x02UNIQ_KEY\x01U3\x02"),
+    ]
+    assert [int.from_bytes(r[4:8], "big") for r in recs] == [0xDAA320AB, 0xDAA320A7, 0xDAA320AB]
+    buf = b"".join(recs)
+    compiled, python = _both(buf, 0, len(buf))
+    assert compiled == python and compiled[0] == "ok"
+    messages = parse_records(buf)
+    assert [m.queue_topic for m in messages] == [long, short, long]
+    assert [m.msg_id for m in messages] == ["U1", "U2", "U3"]
+    assert [m.body for m in messages] == [b"v2", b"v1", b"again"]
+    assert (messages[0].tags, messages[0].keys, messages[2].tags) == ("a", ("k",), "t")
 
 
 @pytest.mark.parametrize("start,end", [(-1, 10), (5, 4), (0, 10_000)])

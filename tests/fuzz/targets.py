@@ -227,9 +227,10 @@ class KafkaConvert(_Target):
             assert raw is not None
             yield _frame(bytes([1, 0, raw[1]]), cls.PARAMS, raw[0])
         yield _frame(bytes([1, 0, 2]), cls.PARAMS, _compressed_records())
+        yield _frame(bytes([1, 0, 2]), cls.PARAMS, _compressed_records("L" * 249))  # V2
 
 
-def _compressed_records() -> bytes:
+def _compressed_records(topic: str = "orders") -> bytes:
     import zlib
 
     from wharf.store.codec.layout import SYSFLAG_COMPRESSED
@@ -240,7 +241,7 @@ def _compressed_records() -> bytes:
         MessageInput(zlib.compress(b"compressible " * 40), {"KEYS": "k"}, SYSFLAG_COMPRESSED),
         MessageInput(b"not zlib", {}, sys_flag=SYSFLAG_COMPRESSED, born_timestamp=7),
     ]
-    return store_encode_batch("orders", 1, 40, inputs, 0, 99, "10.0.0.1:5", 1 << 20).data
+    return store_encode_batch(topic, 1, 40, inputs, 0, 99, "10.0.0.1:5", 1 << 20).data
 
 
 # --- wharf.store.fast._record_check ------------------------------------------------------------
@@ -252,7 +253,7 @@ class RecordCheck(_Target):
 
     name = "wharf.store.fast._record_check"
     PARAMS = 4  # selector, size limit, topic, batch count
-    TOPICS = ("orders", "other", "T")
+    TOPICS = ("orders", "other", "T", "L" * 200)  # the last one's records are V2
 
     def __init__(self, module: ModuleType | None = None) -> None:
         import wharf.store.fast.record_check as record_check
@@ -274,7 +275,7 @@ class RecordCheck(_Target):
         given = _Input(data, self.PARAMS)
         selector, limit_byte, topic_byte = given.u8(), given.u8(), given.u8()
         limit = (4096, 4 << 20, 1 + limit_byte % 300)[limit_byte % 3]
-        topic = self.TOPICS[topic_byte % 3]
+        topic = self.TOPICS[topic_byte % len(self.TOPICS)]
         self.rc._compiled = self.module
         if selector % 2 == 0:
             self.check(given.rest, topic, limit)
@@ -319,7 +320,7 @@ class RecordCheck(_Target):
             int.from_bytes(head[i : i + 8], "big", signed=True) for i in range(0, len(head), 8)
         ]
         sizes += [0] * (n - len(sizes))
-        topics = [self.TOPICS[i % 3] for i in range(n)]
+        topics = [self.TOPICS[i % len(self.TOPICS)] for i in range(n)]
         compiled = _outcome(
             lambda: _many(rc.check_records_many(_exact(blob), sizes, topics, limit))
         )
@@ -490,6 +491,7 @@ class LogScan(_Target):
 
         bodies = [b"a", b"b" * 700, b"c" * 64, b"d" * 3]
         log = b"".join(client_batch("T", [MessageInput(body, {})]) for body in bodies)
+        log += client_batch("L" * 200, [MessageInput(b"v2", {})])  # a V2 record
         for blank in (b"", encode_blank(64)):
             buf = log + blank
             params = struct.pack(">BHHBHB", 0, 0, len(buf), 40, 20_000, 0xF1)
@@ -503,6 +505,7 @@ class LogScan(_Target):
         ]
         records = [("T", 0, i, 0, i, p) for i, p in enumerate(props)]
         records += [("TopicB", 1, 0, 4, 9, b"TAGS\x01a\x02TAGS\x01b\x02")]
+        records += [("L" * 200, 2, 0, 5, 10, b"KEYS\x01k\x02")]  # a V2 record
         for lead in (0, 3):
             data, _ = chunk(records, lead)
             yield _frame(bytes([1, lead, 0, 0]), cls.PARAMS, data)
@@ -573,6 +576,8 @@ class RecordDecoder(_Target):
         data = store_encode_batch("orders", 1, 40, inputs, 0, 99, "10.0.0.1:5", 1 << 20).data
         yield _frame(b"", cls.PARAMS, data)
         yield _frame(b"", cls.PARAMS, _compressed_records())
+        long = store_encode_batch("L" * 249, 1, 40, inputs, len(data), 99, "10.0.0.1:5", 1 << 20)
+        yield _frame(b"", cls.PARAMS, data + long.data)  # V1 then V2 records
 
 
 # --- wharf.store.fast._record_encoder ----------------------------------------------------------
@@ -643,7 +648,7 @@ class RecordEncoder(_Target):
         from wharf.store.codec.send_records import topic_tail
 
         stamp = struct.pack(">q", 1_790_000_000_123)
-        for topic in ("t", "orders", "T" * 60):
+        for topic in ("t", "orders", "T" * 60, "L" * 249):  # the last: V2 records
             parts = [topic_tail(topic), b"a" * 100, b"ID1", b"b" * 5000, "é✓".encode()]
             yield _frame(bytes([0, 2]) + stamp, cls.PARAMS, b"\xff".join(parts))
         yield _frame(bytes([1, 5]) + stamp, cls.PARAMS, b"7F000001" + b"0" * 16)

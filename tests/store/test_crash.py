@@ -1,5 +1,5 @@
-"""Crash test: a subprocess appends with SYNC_FLUSH and records every ACKNOWLEDGED record in a
-side file; it is SIGKILLed mid-load. After reopening and recovering, every acknowledged
+"""Crash test: a subprocess appends with SYNC_FLUSH (V1 and V2 records: a short and a
+249-character topic) and records every ACKNOWLEDGED record in a side file; it is SIGKILLed mid-load. After reopening and recovering, every acknowledged
 message must be readable byte for byte, and nothing after a torn record may be served.
 
 Run as ``python -m tests.store.test_crash STORE_DIR ACK_FILE`` for the writer side.
@@ -35,6 +35,11 @@ def crash_config(store_dir: str) -> StoreConfig:
     )
 
 
+def topic_of(writer: int) -> str:
+    """Odd writers write a 249-character topic: the log mixes V1 and V2 records."""
+    return "Crash" if writer % 2 == 0 else "C" * 249
+
+
 def expected_body(writer: int, seq: int, index: int) -> bytes:
     return (b"w%d-s%d-i%d|" % (writer, seq, index)) * (10 + (seq * 7 + index) % 40)
 
@@ -61,7 +66,7 @@ async def _writer_main(store_dir: str, ack_path: str) -> None:
                 MessageInput(expected_body(w, seq, i), {"KEYS": f"w{w}s{seq}"})
                 for i in range(count)
             ]
-            result = log.append("Crash", w, queue_offsets[w], messages)
+            result = log.append(topic_of(w), w, queue_offsets[w], messages)
             queue_offsets[w] += count
             if await log.wait_flushed(result.end_offset):
                 lines = "".join(
@@ -129,13 +134,14 @@ def test_acknowledged_messages_survive_sigkill_and_torn_tail_is_not_served(tmp_p
     acks = read_acks(ack_path)
     assert len(acks) > 500
 
-    # Simulate a torn write at the end of the data: a record header without its body.
+    # Simulate a torn write at the end of the data: a record header without its body (a V2
+    # one: tests/store/test_commit_log_recovery.py tears V1 records).
     data_end = scan_data_end(store_dir / "commitlog")
     tail_room = SEGMENT - data_end % SEGMENT
     if tail_room > fmt.RECORD_HEADER_SIZE + 8:
         torn = fmt.RECORD_HEADER.pack(
             500,
-            fmt.MESSAGE_MAGIC_CODE,
+            fmt.MESSAGE_MAGIC_CODE_V2,
             1,
             0,
             0,
@@ -169,15 +175,18 @@ def test_acknowledged_messages_survive_sigkill_and_torn_tail_is_not_served(tmp_p
             message = log.read_message(offset, size)
             assert message is not None, f"acknowledged record at {offset} lost"
             assert message.body == expected_body(w, seq, index)
-            assert message.topic == "Crash" and message.queue_id == w
+            assert message.topic == topic_of(w) and message.queue_id == w
             assert message.keys == [f"w{w}s{seq}"]
         # every record up to the end is whole (CRC checked), and then the data ends
         valid = log.read_messages(log.min_offset, 1 << 30, 1 << 40)
         last = valid[-1]
         assert last.commit_log_offset + last.store_size == end or end % SEGMENT == 0
+        magics = set()
         for m in valid:
             raw = log.read_bytes(m.commit_log_offset, m.store_size)
             assert fmt.check_record(raw, 0, True, m.commit_log_offset) == m.store_size
+            magics.add(fmt.MAGIC.unpack_from(raw, fmt.OFFSET_MAGIC)[0])
+        assert magics == {fmt.MESSAGE_MAGIC_CODE, fmt.MESSAGE_MAGIC_CODE_V2}
     finally:
         log.close()
 

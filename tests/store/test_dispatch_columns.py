@@ -15,6 +15,7 @@ import wharf.store.index.index_file as index_file_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from wharf.store import codec as fmt
+from wharf.store.codec.layout import record_magic, topic_length_bytes
 from wharf.store.dispatch.dispatcher import QueueRuns
 from wharf.store.dispatch.reput import Dispatcher
 from wharf.store.errors import CorruptRecordError
@@ -45,7 +46,9 @@ properties = st.tuples(st.lists(pairs, max_size=6), st.booleans(), st.booleans()
     lambda p: b"\x02".join(p[0]) + (b"\x02" if p[0] and p[1] else b"") + (b"\x02" if p[2] else b"")
 )
 records = st.tuples(
-    st.sampled_from(["T", "TopicB", "TopicC", fmt.SCHEDULE_TOPIC]),  # B, C: same length
+    # B, C: same length; the long ones are V2 records (two-byte TOPICLENGTH), 128 has its
+    # low length byte 0x80, 258 would not fit one byte
+    st.sampled_from(["T", "TopicB", "TopicC", fmt.SCHEDULE_TOPIC, "L" * 200, "M" * 200, "N" * 128]),
     st.integers(0, 3),  # queue id
     st.integers(0, 6),  # queue offset (gaps and overlaps happen)
     st.sampled_from([0, 2, 4, 8, 12]),  # sys flag: transaction bits included
@@ -61,10 +64,11 @@ def raw_record(
     dicts: no duplicate or bare names)."""
     body = b"body"
     raw_topic = topic.encode()
-    total = fmt.RECORD_HEADER_SIZE + len(body) + 1 + len(raw_topic) + 2 + len(props)
+    topic_length = topic_length_bytes(len(raw_topic))  # V1 up to 127 bytes, else V2
+    total = fmt.RECORD_HEADER_SIZE + len(body) + len(topic_length) + len(raw_topic) + 2 + len(props)
     header = fmt.RECORD_HEADER.pack(
         total,
-        fmt.MESSAGE_MAGIC_CODE,
+        record_magic(len(raw_topic)),
         0,
         queue_id,
         0,
@@ -79,9 +83,7 @@ def raw_record(
         0,
         len(body),
     )
-    return (
-        header + body + bytes([len(raw_topic)]) + raw_topic + len(props).to_bytes(2, "big") + props
-    )
+    return header + body + topic_length + raw_topic + len(props).to_bytes(2, "big") + props
 
 
 def chunk(batch: list[tuple], lead: int = 0) -> tuple[bytes, list[int]]:

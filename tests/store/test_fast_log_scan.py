@@ -38,7 +38,11 @@ def test_compiled_scan_agrees_with_python(
     budget: int,
     any_before: bool,
 ) -> None:
-    records = [client_batch("T", [MessageInput(body, {})]) for body in bodies]
+    # every third record a V2 one (a 200-byte topic): the log mixes both versions
+    records = [
+        client_batch("T" if i % 3 else "L" * 200, [MessageInput(body, {})])
+        for i, body in enumerate(bodies)
+    ]
     log = bytearray(b"".join(records))
     if blank:
         log += encode_blank(64)

@@ -85,7 +85,12 @@ def test_runs_split_at_gaps_and_stop_at_the_limits() -> None:
 
 def _records(count: int) -> bytes:
     inputs = [MessageInput(b"x" * (10 + i % 50), {"UNIQ_KEY": f"U{i}"}) for i in range(count)]
-    return encode_batch("t", 0, 0, inputs, 0, 1_700_000_000_000, "10.0.0.1:1", 1 << 20).data
+    half = (count + 1) // 2  # V1 records, then V2 ones (a 200-byte topic)
+    v1 = encode_batch("t", 0, 0, inputs[:half], 0, 1_700_000_000_000, "10.0.0.1:1", 1 << 20).data
+    if half == count:
+        return v1
+    v2 = encode_batch("L" * 200, 0, 0, inputs[half:], len(v1), 1, "10.0.0.1:1", 1 << 20).data
+    return v1 + v2
 
 
 @settings(max_examples=300, deadline=None)

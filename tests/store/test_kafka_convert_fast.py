@@ -58,6 +58,7 @@ compiled_only = pytest.mark.skipif(
     bool(os.environ.get("WHARF_NO_SPEEDUPS")), reason="WHARF_NO_SPEEDUPS: the Python path only"
 )
 TAIL = topic_tail("orders")
+LONG_TAIL = topic_tail("L" * 249)  # a topic over 127 bytes: V2 records (two-byte TOPICLENGTH)
 
 
 @compiled_only
@@ -116,7 +117,9 @@ def _encodable(name: str) -> bool:
     return True
 
 
-def _python_path(data: bytes, max_size: int) -> tuple[bytes, list[int]] | Exception:
+def _python_path(
+    data: bytes, max_size: int, tail: bytes = TAIL
+) -> tuple[bytes, list[int]] | Exception:
     """produce.py's Python path on ``data`` (one batch): its records and sizes, or its error."""
     ids = iter(range(1 << 30))
     handler = SimpleNamespace(
@@ -131,18 +134,20 @@ def _python_path(data: bytes, max_size: int) -> tuple[bytes, list[int]] | Except
     try:
         (batch,) = decode_batches(data)
         with mock.patch.object(produce_module.time, "time", return_value=NOW_MS / 1000):
-            return ProduceHandler._records(handler, batch, TAIL, max_size)  # type: ignore[arg-type]
+            return ProduceHandler._records(handler, batch, tail, max_size)  # type: ignore[arg-type]
     except (KafkaError, InvalidMessageError) as exc:
         return exc
 
 
-def _compiled_path(data: bytes, max_size: int) -> tuple[bytes, list[int]] | None:
+def _compiled_path(
+    data: bytes, max_size: int, tail: bytes = TAIL
+) -> tuple[bytes, list[int]] | None:
     (batch,) = decode_batches(data, lazy=True)
     assert batch.section is not None
     ids = [f"ID{i:030X}" for i in range(batch.count)]
     mark = producer_mark(batch) if batch.producer_id >= 0 else None
     return fast.send_records(
-        batch.section, batch.count, batch.base_timestamp, TAIL, ids, NOW_MS, max_size, mark
+        batch.section, batch.count, batch.base_timestamp, tail, ids, NOW_MS, max_size, mark
     )
 
 
@@ -164,9 +169,14 @@ def _handled(records: list[Record], max_size: int) -> bool:
     st.sampled_from([None, (7, 1, 40), (0, 0, 2**31 - 2)]),
     st.sampled_from([0, 1]),  # codec: none, gzip
     st.sampled_from([4 << 20, 1000]),  # maxMessageSize
+    st.sampled_from([TAIL, LONG_TAIL]),  # V1 and V2 records
 )
 def test_produce_matches_the_python_path(
-    raw: list[tuple], producer: tuple[int, int, int] | None, codec: int, max_size: int
+    raw: list[tuple],
+    producer: tuple[int, int, int] | None,
+    codec: int,
+    max_size: int,
+    tail: bytes,
 ) -> None:
     records = [
         Record(i, ts, key, value, [(n, v) for n, v in headers if _encodable(n)])
@@ -176,14 +186,37 @@ def test_produce_matches_the_python_path(
     data = encode_batch(
         records, codec=codec, producer_id=pid, producer_epoch=epoch, base_sequence=sequence
     )
-    expected = _python_path(data, max_size)
-    got = _compiled_path(data, max_size)
+    expected = _python_path(data, max_size, tail)
+    got = _compiled_path(data, max_size, tail)
     if got is not None:
         assert got == expected
     else:
         assert isinstance(expected, Exception) or not _handled(records, max_size)
     if not isinstance(expected, Exception) and _handled(records, max_size):
         assert got is not None
+
+
+@compiled_only
+def test_a_long_topic_s_records_are_v2_on_both_paths() -> None:
+    """A 249-character topic's send records are V2 (RocketMQ 5's MessageVersion: magic
+    0xDAA320AB, a two-byte TOPICLENGTH), a 127-character one's stay V1, byte for byte alike
+    on both paths; and Fetch reads V2 stored records compiled, as the Python path does."""
+    records = [
+        Record(0, 1_700, b"k", b"body", [("trace", b"abc")]),
+        Record(1, 1_701, None, b"", []),
+    ]
+    data = encode_batch(records)
+    for topic, magic in (("L" * 249, 0xDAA320AB), ("S" * 127, 0xDAA320A7)):
+        tail = topic_tail(topic)
+        got = _compiled_path(data, 1 << 20, tail)
+        assert got is not None and got == _python_path(data, 1 << 20, tail)
+        stored = _stored(got[0])
+        assert [m.topic for m in stored] == [topic, topic]
+        assert struct.unpack_from(">I", got[0], 4)[0] == magic
+        raw = _raw([(b"v", {"KEYS": "k"}, None, 5), (b"w", {}, None, 0)], 0, topic)
+        assert raw is not None
+        fetched = fast.fetch_batch(*raw)
+        assert fetched is not None and fetched == encode_messages(_stored(raw[0]))
 
 
 @compiled_only
@@ -264,7 +297,7 @@ _MESSAGE = st.tuples(
 )
 
 
-def _raw(messages: list[tuple], gap: int) -> tuple[bytes, int] | None:
+def _raw(messages: list[tuple], gap: int, topic: str = "orders") -> tuple[bytes, int] | None:
     inputs = []
     for body, props, kafka_key, born in messages:
         props = dict(props)
@@ -278,7 +311,7 @@ def _raw(messages: list[tuple], gap: int) -> tuple[bytes, int] | None:
         for start, run, store_ts in runs:
             if run:
                 data += store_encode_batch(
-                    "orders", 1, 40 + start, run, len(data), store_ts, "10.0.0.1:5", 1 << 20
+                    topic, 1, 40 + start, run, len(data), store_ts, "10.0.0.1:5", 1 << 20
                 ).data
     except InvalidMessageError:
         return None
@@ -302,9 +335,13 @@ def _fetch_handled(messages: list[tuple]) -> bool:
 
 @compiled_only
 @settings(max_examples=400, deadline=None)
-@given(st.lists(_MESSAGE, min_size=1, max_size=6), st.sampled_from([0, 3]))
-def test_fetch_matches_the_python_path(messages: list[tuple], gap: int) -> None:
-    raw = _raw(messages, gap)
+@given(
+    st.lists(_MESSAGE, min_size=1, max_size=6),
+    st.sampled_from([0, 3]),
+    st.sampled_from(["orders", "L" * 249]),  # V1 and V2 records
+)
+def test_fetch_matches_the_python_path(messages: list[tuple], gap: int, topic: str) -> None:
+    raw = _raw(messages, gap, topic)
     if raw is None:
         return
     records, count = raw

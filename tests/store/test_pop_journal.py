@@ -39,6 +39,7 @@ RECORDS = [
     PopRecord(POP_RECORD_CHANGE, "g" * 122, "t" * 127, 2**31 - 1, 0, visible_at=9, nonce=7),
     PopRecord(POP_RECORD_DONE, "g", "T", 1, 0, 2**40),
     PopRecord(POP_RECORD_RESET, "g", "T", 1, 0, 0),
+    PopRecord(POP_RECORD_ACK, "g" * 255, "t" * 249, 1, 2, nonce=3),  # Kafka's longest topic
 ]
 
 

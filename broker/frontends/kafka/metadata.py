@@ -9,7 +9,8 @@
   transaction topics). A named topic that does not exist is created as a send would create it
   when ``allow_auto_topic_creation`` (v4+; always before) and autoCreateTopicEnable are both
   on (``defaultTopicQueueNums`` queues), else UNKNOWN_TOPIC_OR_PARTITION; a name Wharf cannot
-  hold (``[%a-zA-Z0-9._-]`` up to 127, not ``.`` or ``..``) is INVALID_TOPIC_EXCEPTION.
+  hold (``[%a-zA-Z0-9._-]`` up to 249, Kafka's limit, not ``.`` or ``..``) is
+  INVALID_TOPIC_EXCEPTION.
 - FindCoordinator: this broker for every group, or in a cluster the one ``cluster.py``
   picks for the group id (key type 0): COORDINATOR_NOT_AVAILABLE while a broker that is no
   master knows of none (a replica never names itself); key type 1 (a transactional id)

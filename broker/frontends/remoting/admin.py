@@ -51,6 +51,7 @@ from wharf.broker.kit.remoting.codes import (
     ResponseCode,
 )
 from wharf.broker.kit.remoting.frame import RemotingCommand, response_to
+from wharf.broker.meta.topics import MAX_ROCKETMQ_TOPIC_LENGTH, validate_topic_name
 from wharf.broker.versions import VERSIONS
 
 if TYPE_CHECKING:
@@ -205,6 +206,8 @@ class RemotingAdmin:
         attributes = _parse_attributes(header.attributes, current is not None)
         read, write, admin = header.read_queue_nums, header.write_queue_nums, self.ctx.port.admin
         if current is None:
+            # RocketMQ 4.x clients cannot read a longer name's records (a V2 record)
+            validate_topic_name(name, MAX_ROCKETMQ_TOPIC_LENGTH)
             await admin.create_topic(name, read, write, perm or PERM_READ_WRITE, attributes)
         else:
             await admin.update_topic(name, read, write, perm, attributes)

@@ -15,7 +15,10 @@ Traps this module handles (the research note remoting.md, section 6):
   first); ``TBW102`` is answered while autoCreateTopicEnable is on.
 - Negative offset commits (ali-ons commits -1) are ignored.
 - PULL_MESSAGE answers the stored records as they are (the same layout as RocketMQ's
-  CommitLog), statuses mapped as RocketMQ's PullMessageProcessor does.
+  CommitLog), statuses mapped as RocketMQ's PullMessageProcessor does. A topic over 127
+  characters (created over Kafka or wharf.v1) is stored in RocketMQ 5's second record version,
+  which 4.x clients cannot decode: its PULL is refused (SYSTEM_ERROR, the remark says why), and
+  UPDATE_AND_CREATE_TOPIC creates no such name.
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ from wharf.broker.kit.remoting.routes import (
 )
 from wharf.broker.kit.remoting.server import Connection, Handler
 from wharf.broker.meta.groups import validate_group_name
-from wharf.broker.meta.topics import validate_topic_name
+from wharf.broker.meta.topics import MAX_ROCKETMQ_TOPIC_LENGTH, validate_topic_name
 from wharf.store.codec.properties import (
     PROPERTY_CLUSTER,
     PROPERTY_UNIQ_KEY,
@@ -580,6 +583,8 @@ class RemotingHandlers:
         ctx = self.ctx
         header = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
         name, queue_id, group = header.topic, header.queue_id, header.consumer_group
+        if len(name) > MAX_ROCKETMQ_TOPIC_LENGTH:
+            return _long_topic_pull(request, name)
         try:
             topic = ctx.port.readable_topic(name)
         except TopicNotFound:
@@ -719,6 +724,20 @@ def _sql92_off(request: RemotingCommand) -> RemotingCommand:
         ResponseCode.SYSTEM_ERROR,
         remark="The broker does not support consumer to filter message by SQL92 "
         "(enablePropertyFilter = false)",
+    )
+
+
+def _long_topic_pull(request: RemotingCommand, name: str) -> RemotingCommand:
+    """A PULL answers the stored records as they are, and a topic over 127 characters is
+    stored in RocketMQ 5's second record version (a two-byte TOPICLENGTH), which RocketMQ 4.x
+    clients cannot decode (re-encoding would have to cut the name): refused, naming why."""
+    return response_to(
+        request,
+        ResponseCode.SYSTEM_ERROR,
+        remark=f"topic[{name[:40]}...] is {len(name)} characters: its records are RocketMQ 5's "
+        f"second record version (topics over {MAX_ROCKETMQ_TOPIC_LENGTH} characters), which "
+        "RocketMQ 4.x remoting clients cannot decode; read it over Kafka, apache.rocketmq.v2 "
+        "gRPC or wharf.v1",
     )
 
 

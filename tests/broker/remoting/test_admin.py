@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import struct
 import time
 from typing import Any
 
@@ -24,7 +25,7 @@ from wharf.broker.kit.remoting.frame import RemotingCommand, encode
 from wharf.store.codec.ids import decode_offset_msg_id
 from wharf.store.codec.records import decode_record
 
-from tests.broker.remoting.test_server import Client, _records, _send_fields
+from tests.broker.remoting.test_server import Client, _pull_fields, _records, _send_fields
 from tests.harness import BrokerProcess, Daemons
 
 
@@ -113,6 +114,28 @@ def _create_fields(topic: str, queues: int, perm: int = 6) -> dict[str, Any]:
         "topicSysFlag": 0,
         "order": "false",
     }
+
+
+async def test_a_topic_over_127_characters_is_not_for_4x_clients(client: Client) -> None:
+    """A topic over 127 characters is stored in RocketMQ 5's second record version, which 4.x
+    clients cannot decode: remoting creates no such name, and a PULL of one (a topic made over
+    another protocol, here by a send) is refused, naming why; the 127-character one works."""
+    long, short = "r" * 200, "s" * 127
+    created = await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, _create_fields(long, 1))
+    assert created.code != ResponseCode.SUCCESS and "limit is 127" in created.remark
+    created = await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, _create_fields(short, 1))
+    assert created.code == ResponseCode.SUCCESS, created.remark
+    for topic in (long, short):
+        sent = await client.call(RequestCode.SEND_MESSAGE, _send_fields(topic, 0), b"x")
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+    await _dispatched(client, short, 0, 1)
+    pulled = await client.call(RequestCode.PULL_MESSAGE, _pull_fields(short, 0, 0, 4))
+    assert pulled.code == ResponseCode.SUCCESS, pulled.remark
+    assert struct.unpack_from(">I", pulled.body, 4)[0] == 0xDAA320A7  # V1, as 4.x reads it
+    assert [r.topic for r in _records(pulled.body)] == [short]
+    refused = await client.call(RequestCode.PULL_MESSAGE, _pull_fields(long, 0, 0, 4))
+    assert refused.code == ResponseCode.SYSTEM_ERROR
+    assert "RocketMQ 4.x remoting clients cannot decode" in refused.remark
 
 
 async def test_topics(client: Client) -> None:
