@@ -326,5 +326,6 @@ def _redispatch_blocking(
         redispatched += plan.record_count
         if plan.record_count:
             last_timestamp = plan.last_timestamp
-        reput_from = next_offset
+        rewind = dispatcher.gaps.rewind(reput_from)  # a queue's gap: back to its records
+        reput_from = next_offset if rewind is None else rewind
     return reput_from, redispatched, last_timestamp

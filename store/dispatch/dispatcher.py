@@ -5,7 +5,9 @@
 packed; ``apply`` appends them and writes the index entries that fit the newest IndexFile.
 A chunk is either numpy columns (``wharf.store.fast.dispatch_columns``, large chunks) or one
 DispatchRequest per record (small chunks, recovery); both give the same runs and entries
-(tests compare the files they write byte for byte). Used by the ReputService
+(tests compare the files they write byte for byte). A run that starts past its queue's end
+is held, never written over blanks while its records may be in the log: the caller goes on
+from ``gaps.rewind()`` (``wharf.store.dispatch.gaps``). Used by the ReputService
 (``wharf.store.dispatch.reput``) on the event loop and by recovery in a thread.
 """
 
@@ -26,6 +28,7 @@ from wharf.store.codec.layout import (
     SYSFLAG_TRANSACTION_ROLLBACK,
 )
 from wharf.store.codec.properties import PROPERTY_DELAY_TIME_LEVEL, SCHEDULE_TOPIC
+from wharf.store.dispatch.gaps import QueueGaps
 from wharf.store.errors import DamagedQueueError
 from wharf.store.fast.dispatch_columns import DispatchColumns
 from wharf.store.fast.index_batch import IndexColumns
@@ -130,6 +133,9 @@ class Dispatcher:
         self.index = index
         self.delay_levels_ms = list(delay_levels_ms)
         self._tag_codes: dict[str, int] = {}  # tag -> Java hash: tags repeat, hashing is slow
+        # Runs past their queue's end, held: after a chunk the caller goes on from
+        # ``gaps.rewind()`` when it is not None (store/dispatch/gaps.py).
+        self.gaps = QueueGaps()
 
     def tags_code(self, req: DispatchRequest) -> int:
         if req.topic == SCHEDULE_TOPIC:
@@ -273,11 +279,15 @@ class Dispatcher:
         return self.apply_queues(plan), self.apply_index(plan)
 
     def apply_queues(self, plan: DispatchPlan) -> QueueAdvance:
-        """The ConsumeQueue half of ``apply``: the queues that advanced."""
+        """The ConsumeQueue half of ``apply``: the queues that advanced. A run past its
+        queue's end is held (``gaps``: the caller re-dispatches from ``gaps.rewind()``)."""
         advanced: QueueAdvance = {}
         find = self.queues.find_or_create
+        hold = self.gaps.hold
         for key, first, _, units, physical_end in plan.runs:
             queue = find(*key)
+            if first > queue.max_offset and hold(queue, key, first):
+                continue
             try:
                 queue.append_packed(first, units, physical_end)
             except DamagedQueueError:
@@ -304,7 +314,7 @@ class Dispatcher:
             table.queues, table.links, (keys, firsts, bounds, ends, data), advanced
         )
         held: set[tuple[str, int]] = set()
-        queues, find = table.queues, table.find_or_create
+        queues, find, hold = table.queues, table.find_or_create, self.gaps.hold
         for i in rest:
             key, first, end = keys[i], firsts[i], ends[i]
             queue = queues.get(key)
@@ -315,6 +325,8 @@ class Dispatcher:
             if (held and key in held) or not queue.within_files(first + count):
                 held.add(key)  # left for new files, with the queue's later runs
                 left.append(QueueRun(key, first, count, units, end))
+                continue
+            if first > queue.max_offset and hold(queue, key, first):
                 continue
             try:
                 queue.append_packed(first, units, end)  # its usual-run path first

@@ -20,6 +20,10 @@ decodes and plans the written records the sync will cover and keeps the plans;
 a plan is pure, the ConsumeQueues are written when it is applied). A kept plan is used only
 if it starts where dispatch stands and ends within what the sync made durable; anything else
 (the task dispatched meanwhile, a partial sync) drops it and reads afresh.
+A run past its queue's end (lost units) sends dispatch back to that queue's last record
+(``wharf.store.dispatch.gaps``): ``reput_from_offset`` then moves back, which is safe for
+what captured it (the checkpoint moves only forward; a positions record with a lower D only
+re-dispatches more).
 ``CommitLogSource`` reads a chunk of one segment and decodes it as numpy columns when it is
 large, one DispatchRequest per record when it is small.
 """
@@ -252,7 +256,8 @@ class ReputService(Service):
         except Exception:  # the task meets it again and records it (health, back-off)
             self.wakeup()
             return False
-        self.reput_from_offset = max(next_offset, start)
+        rewind = self.dispatcher.gaps.rewind(start)  # a queue's gap: back to its records
+        self.reput_from_offset = max(next_offset, start) if rewind is None else rewind
         self.inline_dispatches += 1
         # The arrivals before the index entries: a parked pull is answered in the arrival's
         # call (broker/core/long_poll.py), and nothing it reads needs the index; the progress
@@ -263,7 +268,7 @@ class ReputService(Service):
         except Exception:
             # The task dispatches the chunk again (units already written are skipped,
             # indexed offsets too), counts it and records the failure.
-            self.reput_from_offset = start
+            self.reput_from_offset = start if rewind is None else rewind
             self.wakeup()
             self._signal_progress()
             return False
@@ -274,7 +279,7 @@ class ReputService(Service):
         self._signal_progress()
         # Nothing decodable (the task meets it and records why), or index entries wait for a
         # roll (later entries must not pass them): the task goes on.
-        if next_offset <= start or leftover:
+        if next_offset <= start or leftover or rewind is not None:
             self.wakeup()
             return False
         return True
@@ -328,11 +333,15 @@ class ReputService(Service):
             if leftover and self.dispatcher.index is not None:
                 await self.dispatcher.index.put_entries(leftover)  # rolls a file in a thread
             progressed = next_offset > self.reput_from_offset
-            if progressed:
+            # A queue's gap: back to its records (store/dispatch/gaps.py).
+            rewind = self.dispatcher.gaps.rewind(self.reput_from_offset)
+            if rewind is not None:
+                self.reput_from_offset = rewind
+            elif progressed:
                 self.reput_from_offset = next_offset
             self._disk_ok()  # before the progress signal: a waiter may write next
             self._applied(plan, advanced)
-            if not progressed:
+            if not progressed and rewind is None:
                 break  # nothing decodable yet: wait for the next wakeup
             await asyncio.sleep(0)  # let puts and pulls in between chunks
         self.interval_s = PENDING_POLL_S if self.source.has_pending() else self.idle_interval_s

@@ -553,6 +553,17 @@ class ConsumeQueue(_QueueBase):
         self.max_physical_offset = max(self.max_physical_offset, physical_end)
         return len(data) // CQ_STORE_UNIT_SIZE - max(gap, 0)
 
+    def missing_before(self, first_offset: int) -> int:
+        """Units a dispatch of ``first_offset`` would fill with blanks though their records
+        may be in the commit log: the gap after a queue that indexes records already (it has
+        files, not adopted fresh, and a unit's record). A fresh queue starting above zero
+        (its files removed, the log's start deleted) has none: its blanks lie below its min
+        offset, never read. ``Dispatcher`` re-dispatches a gap instead (its docstring)."""
+        gap = first_offset - self.max_offset
+        if gap <= 0 or not self.files or self._fresh or self.max_physical_offset <= 0:
+            return 0
+        return gap
+
     def _start_at(self, file_start: int) -> None:
         self._drop_tail()
         self._write_pos = self._file_pos = self._min_pos = self._flushed_pos = file_start

@@ -158,6 +158,35 @@ async def test_a_record_takes_the_dirty_queues_appended_to_since_the_last_one_on
     loaded.close()
 
 
+async def test_a_queue_flushed_clean_after_it_moved_is_in_the_next_record(
+    tmp_path: Path,
+) -> None:
+    """A dirty queue's appends add it to no set (``take_changed`` finds it in ``dirty``); a
+    periodic flush that cleans it must hand it to ``changed``, or the next record (another
+    queue moved: a newer D) leaves it at its older state and a restart re-dispatches past
+    its missing units, filling them with blanks (the fault campaign, seed 31337: a replica
+    dispatched the replicated log in 1 MiB chunks, each queue's run written through)."""
+    table, root, journal_file = _table(tmp_path)
+    queue = table.find_or_create("T", 0)
+    queue.append_units(0, _units(0, 2))
+    journal = _journal_on_snapshot(table, journal_file)
+    await journal.record(lambda: 200)  # records T/0 at 2 units
+    # 20 units at once: written through (past one file), no tail made, no set joined.
+    queue.append_units(2, _units(0, 20, base=50_000))
+    queue.spill()
+    queue.flush_blocking()
+    table.flushed([queue])  # the periodic flush: clean, out of ``dirty``
+    table.find_or_create("T", 1).append_units(0, _units(1, 2))
+    await journal.record(lambda: 300)
+    state = _state(table)
+    table.close()
+
+    loaded = _load(root, journal_file, clean=False, survived=True)
+    assert loaded.journal_position == 300
+    assert _state(loaded) == state  # T/0 at 22 units, not 2
+    loaded.close()
+
+
 async def test_what_the_journal_cannot_vouch_for_is_read_or_dropped(tmp_path: Path) -> None:
     table, root, journal_file = _table(tmp_path)
     for queue_id in range(3):
