@@ -20,11 +20,11 @@ from wharf.store import message_store
 from wharf.store.codec import PROPERTY_DELAY_TIME_LEVEL, SCHEDULE_TOPIC
 from wharf.store.config import StoreConfig
 from wharf.store.errors import InvalidMessageError
-from wharf.store.message_store import MessageStore
 from wharf.store.model import GetStatus, MessageInput, PutStatus
 from wharf.store.read.filter import parse_tag_expression
 
 from tests.fakes import FakeStore
+from tests.store.hooked import hooked_store
 
 # Small files: the real store creates its segments in a test's temporary directory.
 SMALL = {
@@ -57,7 +57,7 @@ async def store(
     if request.param == "real":
         # Retention reads the real disk: a nearly full one would delete data mid-test.
         monkeypatch.setattr(message_store, "statvfs_used_ratio", lambda path: 0.5)
-        s: Any = MessageStore(config)
+        s: Any = hooked_store(config)  # as the broker makes it: delays parked by its hook
     else:
         s = FakeStore(config)
     await s.start()

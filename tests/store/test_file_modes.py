@@ -15,6 +15,7 @@ from wharf.store import paths
 from wharf.store.message_store import MessageStore
 
 from tests.store.helpers import msg, small_config
+from tests.store.hooked import hooked_store
 
 T0 = 1_800_000_000_000
 
@@ -32,7 +33,7 @@ def open_umask() -> Iterator[None]:
 async def _fill_and_stop(root: Path, **settings: object) -> None:
     """A store that made one of each of its files: segments, queues, index, checkpoint, pop
     journal, delay and config json, positions journal, abort marker (while it ran)."""
-    store = MessageStore(small_config(root, **settings))
+    store = hooked_store(small_config(root, **settings))  # a DELAY parks: delayOffset.json
     await store.start()
     try:
         for queue_id in range(2):

@@ -524,7 +524,9 @@ def garbage_frames(draw: st.DrawFn) -> bytes:
     )
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
+# 300 examples: ~10 s alone on the 2-core VM; 600 took 73 s under a loaded CI-form run and
+# hit the 60 s timeout.
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(garbage_frames(), min_size=1, max_size=5), st.lists(st.integers(0, 4096)))
 @pytest.mark.timeout(60)
 def test_random_headers_only_raise_frame_error(frames: list[bytes], cuts: list[int]) -> None:
