@@ -11,6 +11,10 @@ $(STAMP): pyproject.toml $(wildcard store/fast/*.c store/fast/*.h)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,spark,bench,console]'
+	# Byte-code beside the sources: the editable install compiles nothing, and under
+	# PYTHONDONTWRITEBYTECODE (set on the CI machines) every broker and CLI process the tests
+	# start compiled ~360 modules again: 2.4 s of CPU an import of the broker, 0.9 s with these.
+	$(PY) -m compileall -q -j 0 broker store client tests
 	touch $(STAMP)
 
 setup: $(STAMP)
