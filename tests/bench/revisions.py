@@ -1,7 +1,7 @@
 """No slower than before: the daemon of two revisions under the same load, in alternating rounds.
 
     .venv/bin/python -m tests.bench.revisions --before REV [--after REV] [--rounds 6]
-        [--messages 100000] [--size 1024] [--partitions 8] [--batch 64]
+        [--messages 100000] [--size 1024] [--partitions 8] [--batch 64] [--phases P1,P2]
 
 A revision other than the working tree is checked out (``git worktree add --detach``) under
 ``$TMPDIR/wharf-revisions/<sha>/src`` and installed, C accelerators built, into a venv beside it
@@ -112,7 +112,8 @@ def phases_of(
             ("remoting x16",
              lambda: remoting_count(remoting, f"rev-r16-{round_no}", few, 16, args)),
         ]  # fmt: skip
-        return [(phase, *measured(broker.pid, work)) for phase, work in works]
+        chosen = [(phase, work) for phase, work in works if phase in args.phases]
+        return [(phase, *measured(broker.pid, work)) for phase, work in chosen]
 
 
 def remoting_count(address: str, topic: str, count: int, batch: int, ns: argparse.Namespace) -> int:
@@ -147,14 +148,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--batch", type=int, default=64, help="SDK send_batch size")
+    parser.add_argument(
+        "--phases", default=",".join(PHASES), help="comma-separated phases (default: all)"
+    )
     args = parser.parse_args(argv)
+    args.phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = set(args.phases) - set(PHASES)
+    if unknown:
+        parser.error(f"unknown phases {sorted(unknown)}; known: {', '.join(PHASES)}")
     pythons = {
         "before": installed(args.before),
         "after": installed(args.after) if args.after else sys.executable,
     }
     rounds = [one_round(pythons, args, n) for n in range(args.rounds)]
     print(f"\nafter / before, {args.before} -> {args.after or 'working tree'}:")
-    for phase in PHASES:
+    for phase in args.phases:
         speed = [r["after", phase][0] / r["before", phase][0] for r in rounds]
         cpu = [r["after", phase][1] / r["before", phase][1] for r in rounds]
         print(f"  {phase:<15} msg/s: {describe(speed, '>=', 1.0)}")
