@@ -241,6 +241,16 @@ class KafkaCluster:
         them while it is one; NO_LEADER when none is known and this broker is none (a
         replica, or a controller-mode master stepping down, never coordinates: a commit it
         answered would be in no master's table)."""
+        masters = await self._masters(fresh)
+        name = coordinator_of(group_id, masters)
+        return masters[name] if name is not None else NO_LEADER
+
+    async def coordinator_group(self, group_id: str, fresh: bool = False) -> str | None:
+        """The brokerName of the group's coordinator (None: no master known)."""
+        return coordinator_of(group_id, await self._masters(fresh))
+
+    async def _masters(self, fresh: bool) -> dict[str, int]:
+        """brokerName -> node id of each live master (this broker while it is one)."""
         masters = {
             m.broker_name: member_node_id(m.broker_name, 0, m.kafka_address)
             for m in await self.members(fresh)
@@ -248,5 +258,11 @@ class KafkaCluster:
         }
         if self.is_master:
             masters[self.broker_name] = self.node_id
-        name = coordinator_of(group_id, masters)
-        return masters[name] if name is not None else NO_LEADER
+        return masters
+
+    async def master(self, broker_name: str) -> Peer | None:
+        """Group ``broker_name``'s master as Kafka clients reach it (None: gone), asked afresh."""
+        for m in await self.members(fresh=True):
+            if m.broker_name == broker_name and m.broker_id == 0:
+                return parse_peer(m.broker_name, 0, m.kafka_address)
+        return None

@@ -177,6 +177,39 @@ class KafkaEnv:
             return "", queue
         return span.master, queue
 
+    async def txn_offset_home(self, topic: str, partition: int) -> tuple[str, int] | None:
+        """A transaction's offset of a partition is kept as (home, queue id): home "" for
+        this broker's group's table, else the brokerName of the group holding the queue (its
+        master found when the offset is applied: it may have failed over by then); None for
+        no such partition."""
+        found = (await self.layout(topic)).locate(partition)
+        if found is None and self.cluster is not None:
+            found = (await self.layout(topic, fresh=True)).locate(partition)
+        if found is None:
+            return None
+        span, queue = found
+        if self.cluster is None or span.broker_name == self.cluster.broker_name:
+            return "", queue
+        return span.broker_name, queue
+
+    async def master_of(self, topic: str, broker_name: str) -> str:
+        """The gRPC address of group ``broker_name``'s master as the topic's routes name it
+        ("": gone)."""
+        for span in (await self.layout(topic, fresh=True)).spans:
+            if span.broker_name == broker_name:
+                return span.master
+        return ""
+
+    async def group_coordinator(self, group_id: str) -> str | None:
+        """The brokerName of another broker group coordinating ``group_id``, "" when this
+        broker does, None when no master is known."""
+        if self.cluster is None:
+            return ""
+        name = await self.cluster.coordinator_group(group_id)
+        if name is None:
+            return None
+        return "" if name == self.cluster.broker_name else name
+
     def peer_offsets(self) -> PeerOffsets | None:
         routes = self.ctx.cluster_routes()
         return routes.offsets if routes is not None else None

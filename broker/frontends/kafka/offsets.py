@@ -34,6 +34,8 @@
   forwarded the commit to itself as to another group's master, whose UpdateConsumerOffset
   answers at once: acknowledged, in no file and on no replica, and gone once it came back as
   a replica (the fault campaign: "committed 1 after 125 was acknowledged").
+- A committed transaction's offsets (``apply_txn_offsets``) go the same ways: another group's
+  queue through ``PeerOffsets.commit``, this group's into its table, waited for durable.
 """
 
 from __future__ import annotations
@@ -65,8 +67,9 @@ class OffsetHandlers:
     def __init__(self, env: KafkaEnv, coordinator: Coordinator) -> None:
         self.env = env
         self.coordinator = coordinator
-        # (group, topic, partition) -> an open transaction holds an offset for it
-        self.pending_txn: Callable[[str, str, int], bool] = lambda group, topic, index: False
+        # (group, topic, queue id, home) -> an open transaction holds an offset for it (home:
+        # the brokerName of the group holding the queue, "" this broker's)
+        self.pending_txn: Callable[[str, str, int, str], bool] = lambda g, t, q, home: False
 
     async def _partition_code(self, conn: KafkaConnection, topic: str, partition: int) -> Code:
         """May ``conn`` use the partition (of any broker) for its group's offsets?"""
@@ -198,13 +201,26 @@ class OffsetHandlers:
             return Code.REQUEST_TIMED_OUT, False
         return Code.NONE, False
 
-    async def apply_txn_offsets(self, offsets: list[tuple[str, str, int, int]]) -> None:
-        """A committed transaction's TxnOffsetCommit offsets (group, topic, this broker's queue,
-        offset) into the groups' table, returning once in its journal (as OffsetCommit)."""
+    async def apply_txn_offsets(self, offsets: list[tuple[str, str, int, int, str]]) -> None:
+        """A committed transaction's offsets (group, topic, queue id, offset, home) into the
+        table of the group holding each queue: this broker's ("" home: returning once in its
+        journal, as OffsetCommit) or another group's master (``PeerOffsets.commit``, as
+        OffsetCommit's). Raises when one is not taken: the caller retries them all (the
+        same values again: harmless)."""
         port = self.env.ctx.port
-        for group, topic, queue, offset in offsets:
+        peers = self.env.peer_offsets()
+        for group, topic, queue, offset, home in offsets:
+            if not home:
+                continue
+            address = await self.env.master_of(topic, home)
+            if not address or peers is None:
+                raise PeerOffsetError(f"the master of {home} is gone")
+            await peers.commit(address, group, topic, queue, offset)
+        local = [o for o in offsets if not o[4]]
+        for group, topic, queue, offset, _ in local:
             port.commit_offset(group, topic, queue, offset)
-        await port.offsets_durable()
+        if local:
+            await port.offsets_durable()
 
     async def offset_fetch(
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
@@ -237,16 +253,19 @@ class OffsetHandlers:
                 *(self._fetch(conn, group_id, name, index) for index in partitions)
             )
             if version >= 7 and body["require_stable"]:
-                self._unstable(group_id, name, rows)
+                await self._unstable(group_id, name, rows)
             topics.append({"name": name, "partitions": rows})
         return {"topics": topics, "error_code": 0}
 
-    def _unstable(self, group_id: str, topic: str, rows: list[dict[str, Any]]) -> None:
+    async def _unstable(self, group_id: str, topic: str, rows: list[dict[str, Any]]) -> None:
         """KIP-447: a partition whose offset an open transaction will commit answers
         UNSTABLE_OFFSET_COMMIT (88) to a consumer that asks for stable offsets (it retries),
-        so a new owner does not resume from the offset before that transaction's."""
+        so a new owner does not resume from the offset before that transaction's. Pending
+        offsets live at the group's coordinator, this broker, whoever coordinates the
+        transaction."""
         for row in rows:
-            pending = self.pending_txn(group_id, topic, row["partition_index"])
+            home = await self.env.txn_offset_home(topic, row["partition_index"])
+            pending = home is not None and self.pending_txn(group_id, topic, home[1], home[0])
             if row["error_code"] == Code.NONE and pending:
                 row["committed_offset"], row["error_code"] = -1, 88
 

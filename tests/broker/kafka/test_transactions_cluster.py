@@ -10,6 +10,12 @@ one broker-a coordinates, so broker-b's partitions get their markers by WriteTxn
   decided (PREPARE_COMMIT, broker-b's markers pending), then broker-a killed -9 in that
   state; both started again: the replayed coordinator sends the markers, the transaction is
   CompleteCommit, read_committed shows it whole on both groups and an aborted one nowhere.
+- read-process-write with send_offsets_to_transaction whose consumer group another broker
+  coordinates than the transactional id (and, for contrast, the same one), offsets of
+  partitions on both groups: pending at the group's coordinator (require_stable OffsetFetch
+  answers UNSTABLE_OFFSET_COMMIT), applied by a commit, dropped by an abort and by the abort
+  that fences the producer; and kept pending across a kill -9 of the group's coordinator,
+  then applied by the commit after its restart.
 """
 
 from __future__ import annotations
@@ -42,15 +48,17 @@ def _master(brokers: dict[str, BrokerProcess], name: str) -> int:
 
 
 TOPIC = "orders"
+OUT = "processed"  # read-process-write's output: 1 queue on each group
 PARTITIONS = 4
+UNSTABLE_OFFSET_COMMIT = 88
 SILENCE_MS = 2000
 
 
-def _tid() -> str:
-    """A transactional id broker-a coordinates while both groups live."""
+def _tid(coordinator: str = "broker-a", prefix: str = "tx") -> str:
+    """An id (transactional or group) ``coordinator`` coordinates while both groups live."""
     while True:
-        tid = f"tx-{uuid.uuid4().hex[:8]}"
-        if coordinator_of(tid, ["broker-a", "broker-b"]) == "broker-a":
+        tid = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        if coordinator_of(tid, ["broker-a", "broker-b"]) == coordinator:
             return tid
 
 
@@ -68,6 +76,7 @@ def groups(daemons: Daemons, tmp_path: Path) -> dict[str, BrokerProcess]:
                 "brokerHeartbeatInterval": 200,
                 "kafkaListen": "127.0.0.1:0",
                 "flushDiskType": "SYNC_FLUSH",
+                "kafkaGroupInitialRebalanceDelayMs": 0,
             },
         )
         for name in ("broker-a", "broker-b")
@@ -77,12 +86,12 @@ def groups(daemons: Daemons, tmp_path: Path) -> dict[str, BrokerProcess]:
     return brokers
 
 
-async def _leaders(broker: BrokerProcess) -> dict[int, int]:
+async def _leaders(broker: BrokerProcess, topic: str = TOPIC) -> dict[int, int]:
     host, _, port = broker.kafka_endpoint.rpartition(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     client = KafkaClient(reader, writer)
     try:
-        meta = await client.call(3, 1, {"topics": [{"name": TOPIC}]})
+        meta = await client.call(3, 1, {"topics": [{"name": topic}]})
     finally:
         await client.close()
     return {p["partition_index"]: p["leader_id"] for p in meta["topics"][0]["partitions"]}
@@ -91,13 +100,17 @@ async def _leaders(broker: BrokerProcess) -> dict[int, int]:
 async def _create_topic(ns: str, brokers: dict[str, BrokerProcess]) -> None:
     async with Admin(namesrv=ns) as admin:
         await admin.create_topic(TOPIC, queue_nums=2)
+        await admin.create_topic(OUT, queue_nums=1)
     a, b = (
         _master(brokers, "broker-a"),
         _master(brokers, "broker-b"),
     )
     want = {0: a, 1: a, 2: b, 3: b}
+    out = {0: a, 1: b}
     deadline = time.monotonic() + 15
-    while [await _leaders(broker) for broker in brokers.values()] != [want, want]:
+    while [await _leaders(broker) for broker in brokers.values()] != [want, want] or [
+        await _leaders(broker, OUT) for broker in brokers.values()
+    ] != [out, out]:
         assert time.monotonic() < deadline, "the two groups' partitions never showed"
         await asyncio.sleep(0.2)
 
@@ -212,3 +225,142 @@ def test_coordinator_killed_between_prepare_and_complete(groups) -> None:  # typ
         assert sorted(got) == sorted(_by_partition(committed)), got
     got = _read(b.kafka_endpoint, "read_uncommitted", len(committed | aborted))
     assert set(got) == _by_partition(committed | aborted)
+
+
+# --- TxnOffsetCommit across broker groups --------------------------------------------------------
+def _offsets(broker: BrokerProcess, group: str) -> dict[int, tuple[int, int]]:
+    """OffsetFetch v7 with require_stable at ``broker`` (the group's coordinator): partition
+    -> (committed offset, error code) of the input's 4 partitions."""
+
+    async def fetch() -> dict:
+        host, _, port = broker.kafka_endpoint.rpartition(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        client = KafkaClient(reader, writer)
+        try:
+            return await client.call(9, 7, {
+                "group_id": group, "require_stable": True,
+                "topics": [{"name": TOPIC, "partition_indexes": list(range(PARTITIONS))}],
+            })  # fmt: skip
+        finally:
+            await client.close()
+
+    reply = asyncio.run(fetch())
+    assert reply["error_code"] == 0, reply
+    rows = reply["topics"][0]["partitions"]
+    return {r["partition_index"]: (r["committed_offset"], r["error_code"]) for r in rows}
+
+
+def _fill(bootstrap: str, per_partition: int, start: int) -> None:
+    plain = Producer({"bootstrap.servers": bootstrap})
+    for i in range(start, start + per_partition):
+        for p in range(PARTITIONS):
+            plain.produce(TOPIC, f"in-{i}-p{p}".encode(), partition=p)
+    plain.flush(15)
+
+
+def _process(consumer: Consumer, producer: Producer, want: int) -> dict[int, int]:
+    """Read ``want`` records from the group's assignment and write them to ``OUT`` in an
+    open transaction, their positions sent to it (send_offsets_to_transaction). The
+    positions."""
+    got = 0
+    deadline = time.monotonic() + 40
+    producer.begin_transaction()
+    while got < want:
+        assert time.monotonic() < deadline, f"read {got} of {want}"
+        for m in consumer.consume(50, 0.5):
+            if m.error() is None:
+                producer.produce(OUT, m.value().replace(b"in-", b"out-"), partition=got % 2)
+                got += 1
+    producer.flush(15)
+    positions = consumer.position(consumer.assignment())
+    producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 15)
+    return {tp.partition: tp.offset for tp in positions}
+
+
+def _consumer(bootstrap: str, group: str) -> Consumer:
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+        "enable.auto.commit": False, "isolation.level": "read_committed",
+    })  # fmt: skip
+    consumer.subscribe([TOPIC])
+    return consumer
+
+
+def _commit(producer: Producer, wait_s: float = 40.0) -> None:
+    """commit_transaction, again while it fails retriably (a marker's group restarting)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            producer.commit_transaction(10)
+            return
+        except KafkaException as exc:
+            if not exc.args[0].retriable() or time.monotonic() > deadline:
+                raise
+
+
+@pytest.mark.parametrize("group_at", ["broker-b", "broker-a"])
+def test_offsets_in_a_transaction_with_the_group_anywhere(groups, group_at: str) -> None:  # type: ignore[no-untyped-def]
+    """The transactional id is broker-a's; the group broker-b's (pending offsets there, ended
+    by broker-a's marker) or broker-a's too. Partitions 0-1 are broker-a's, 2-3 broker-b's."""
+    a = groups["broker-a"]
+    coordinator = groups[group_at]
+    group = _tid(group_at, "rpw")
+    _fill(a.kafka_endpoint, 10, 0)
+    consumer = _consumer(a.kafka_endpoint, group)
+    tid = _tid()
+    producer = _producer(a.kafka_endpoint, tid)
+    try:
+        positions = _process(consumer, producer, 10 * PARTITIONS)
+        assert positions == dict.fromkeys(range(PARTITIONS), 10)
+        # pending at the group's coordinator until the marker
+        assert _offsets(coordinator, group) == dict.fromkeys(
+            range(PARTITIONS), (-1, UNSTABLE_OFFSET_COMMIT)
+        )
+        _commit(producer)
+        assert _offsets(coordinator, group) == dict.fromkeys(range(PARTITIONS), (10, 0))
+        # an aborted round: its offsets never applied
+        _fill(a.kafka_endpoint, 5, 10)
+        assert _process(consumer, producer, 5 * PARTITIONS) == dict.fromkeys(range(4), 15)
+        producer.abort_transaction(15)
+        assert _offsets(coordinator, group) == dict.fromkeys(range(PARTITIONS), (10, 0))
+        # a round left open, then its producer fenced by the next with the same id: the
+        # fencing abort ends the offsets pending at the group's coordinator too
+        for tp in consumer.committed(consumer.assignment(), 15):
+            consumer.seek(tp)
+        assert _process(consumer, producer, 5 * PARTITIONS) == dict.fromkeys(range(4), 15)
+        assert _offsets(coordinator, group) == dict.fromkeys(
+            range(PARTITIONS), (-1, UNSTABLE_OFFSET_COMMIT)
+        )
+        _producer(a.kafka_endpoint, tid)  # InitProducerId: the open transaction aborted
+        assert _offsets(coordinator, group) == dict.fromkeys(range(PARTITIONS), (10, 0))
+    finally:
+        consumer.close()
+
+
+def test_pending_offsets_survive_a_kill_9_of_the_group_coordinator(groups) -> None:  # type: ignore[no-untyped-def]
+    """TxnOffsetCommit answered by broker-b (the group's coordinator; broker-a coordinates the
+    transactional id), broker-b killed -9 and started again before EndTxn: the offsets are
+    still pending there, and the commit applies them (broker-b's partitions to its table,
+    broker-a's to broker-a's)."""
+    a, b = groups["broker-a"], groups["broker-b"]
+    group = _tid("broker-b", "rpw")
+    _fill(a.kafka_endpoint, 10, 0)
+    consumer = _consumer(a.kafka_endpoint, group)
+    producer = _producer(a.kafka_endpoint, _tid())
+    try:
+        assert _process(consumer, producer, 10 * PARTITIONS) == dict.fromkeys(range(4), 10)
+    finally:
+        consumer.close()
+    b.kill()
+    b.start()
+    deadline = time.monotonic() + 30
+    while True:  # broker-b coordinates the group again once the NameServer lists it
+        try:
+            found = _offsets(b, group)
+            break
+        except AssertionError:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+    assert found == dict.fromkeys(range(PARTITIONS), (-1, UNSTABLE_OFFSET_COMMIT))
+    _commit(producer)
+    assert _offsets(b, group) == dict.fromkeys(range(PARTITIONS), (10, 0))

@@ -40,9 +40,11 @@ def test_a_transaction_commits_through_prepare_and_complete() -> None:
     assert (meta.producer_id, meta.producer_epoch, meta.state) == (7, 0, TxnState.EMPTY)
     meta = add_partitions(meta, 7, 0, {("out", 0), ("out", 1)}, 2_000)
     meta = add_groups(meta, 7, 0, "app", 2_100)
-    meta = txn_offsets(meta, 7, 0, "app", {("in", 0): (41, "")}, 2_200)
-    meta = txn_offsets(meta, 7, 0, "app", {("in", 0): (42, "m")}, 2_300)  # replaces 41
-    assert meta.offsets == {("app", "in", 0, 42, "m")}
+    meta = txn_offsets(meta, 7, 0, "app", {("in", 0, ""): (41, "")}, 2_200)
+    meta = txn_offsets(meta, 7, 0, "app", {("in", 0, ""): (42, "m")}, 2_300)  # replaces 41
+    # the same queue number of another group's is another queue
+    meta = txn_offsets(meta, 7, 0, "app", {("in", 0, "broker-b"): (9, "")}, 2_400)
+    assert meta.offsets == {("app", "in", 0, 42, "m", ""), ("app", "in", 0, 9, "", "broker-b")}
     assert (meta.state, meta.start_ms) == (TxnState.ONGOING, 2_000)
     prepared = end_txn(meta, 7, 0, True, 3_000)
     assert prepared is not None and prepared.state is TxnState.PREPARE_COMMIT
@@ -98,7 +100,7 @@ def test_timeouts_abort_with_the_epoch_bumped_and_are_bounded() -> None:
 def test_offsets_need_their_group_added_first() -> None:
     meta = init_producer_id(None, "tx", 60_000, MAX_TIMEOUT, 0, new_producer_id=7)
     meta = add_partitions(meta, 7, 0, {("out", 0)}, 10)
-    assert code(lambda: txn_offsets(meta, 7, 0, "app", {("in", 0): (1, "")}, 20)) == (
+    assert code(lambda: txn_offsets(meta, 7, 0, "app", {("in", 0, ""): (1, "")}, 20)) == (
         INVALID_TXN_STATE
     )
 
@@ -107,13 +109,13 @@ def test_the_log_record_round_trips_and_refuses_what_it_cannot_read() -> None:
     meta = TxnMetadata(
         "tx", 7, 3, 60_000, TxnState.PREPARE_COMMIT,
         frozenset({("out", 0), ("com.acme.orders.v1", 5)}), frozenset({"app"}),
-        frozenset({("app", "in", 0, 42, "m")}), 1_000, 2_000,
+        frozenset({("app", "in", 0, 42, "m", "")}), 1_000, 2_000,
     )  # fmt: skip
     data = layout.encode(meta)
     assert layout.decode("tx", data) == meta
     assert data[:2] == b"\x00\x01"  # no other group's partition: what older brokers read
-    with pytest.raises(ValueError, match="version 3"):
-        layout.decode("tx", b"\x00\x03" + data[2:])
+    with pytest.raises(ValueError, match="version 4"):
+        layout.decode("tx", b"\x00\x04" + data[2:])
     with pytest.raises(ValueError, match="bytes after"):
         layout.decode("tx", data + b"\x00")
     # another group's partitions: version 2, round trip
@@ -121,3 +123,8 @@ def test_the_log_record_round_trips_and_refuses_what_it_cannot_read() -> None:
     data = layout.encode(remote)
     assert data[:2] == b"\x00\x02"
     assert layout.decode("tx", data) == remote
+    # an offset of another group's queue: version 3 (its home kept), round trip
+    homed = replace(remote, offsets=meta.offsets | {("app", "in", 0, 7, "", "broker-b")})
+    data = layout.encode(homed)
+    assert data[:2] == b"\x00\x03"
+    assert layout.decode("tx", data) == homed

@@ -11,7 +11,8 @@ transaction (EndTxn, a fencing InitProducerId, a timeout):
    each), all appended together and waited for durable together;
 3. then the index ends the transaction in each partition (an abort's runs hidden from now on,
    the LSO released), an abort's runs written to the aborted-runs topic, a commit's offsets
-   (TxnOffsetCommit) applied to the groups' table and waited for (its journal);
+   (TxnOffsetCommit) applied to the table of the group holding each queue and waited for
+   (this broker's journal; another group's master through ``PeerOffsets.commit``);
 4. the COMPLETE_* state is written.
 
 A crash between any two steps replays to step 2 again (markers written twice are harmless:
@@ -42,7 +43,10 @@ leader's side: txn/partition_leader.py) after this broker's own; a partition not
 leaves the transaction PREPARE_* (EndTxn answered COORDINATOR_NOT_AVAILABLE, the client
 retries) and ``tick`` sends again every second until every partition acknowledged, then
 COMPLETE_*. What was acknowledged is remembered until then (``_marked``), so a retry writes
-only the missing markers; after a restart all are written again (harmless).
+only the missing markers; after a restart all are written again (harmless). A consumer group
+another master coordinates is one such partition too, (brokerName, ``OFFSETS_TOPIC``):
+AddOffsetsToTxn adds it, the TxnOffsetCommit leaves the offsets pending there and its marker
+applies or drops them (txn/partition_leader.py).
 """
 
 from __future__ import annotations
@@ -59,7 +63,11 @@ from wharf.broker.frontends.kafka.env import KAFKA_REQUEST
 from wharf.broker.frontends.kafka.errors import Code, KafkaError
 from wharf.broker.frontends.kafka.txn import state
 from wharf.broker.frontends.kafka.txn.log import TXN_TOPIC, TxnLog
-from wharf.broker.frontends.kafka.txn.partition_leader import PartitionLeader, write_markers
+from wharf.broker.frontends.kafka.txn.partition_leader import (
+    ApplyOffsets,
+    PartitionLeader,
+    write_markers,
+)
 from wharf.broker.frontends.kafka.txn.state import TxnError, TxnMetadata, TxnState
 
 __all__ = ["TxnCoordinator"]
@@ -75,8 +83,6 @@ LEAD_POLL_S = 0.05  # how often a replica looks whether it leads now
 EXPIRATION_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms
 NOT_COORDINATOR = 16
 
-# (group, topic, queue id, offset): applied to the groups' table, then waited for durable
-ApplyOffsets = Callable[[list[tuple[str, str, int, int]]], Awaitable[None]]
 # (brokerName, producer id, epoch, commit, [(topic, queue id)]) -> the partitions acknowledged
 SendMarkers = Callable[
     [str, int, int, bool, list[tuple[str, int]]], Awaitable[set[tuple[str, int]]]
@@ -91,6 +97,10 @@ async def _no_peers(
 
 def _now() -> int:
     return int(time.time() * 1000)
+
+
+def _holds(meta: TxnMetadata, group: str, key: tuple[str, int, str]) -> bool:
+    return any((o[1], o[2], o[5]) == key for o in meta.offsets if o[0] == group)
 
 
 class TxnCoordinator:
@@ -108,7 +118,8 @@ class TxnCoordinator:
         self.port = port
         self.index = index
         self.log = TxnLog(port)
-        self.leader = PartitionLeader(port, index, self.log)  # other coordinators' here
+        # other coordinators' transactions here: their partitions and pending offsets
+        self.leader = PartitionLeader(port, index, self.log, apply_offsets)
         self._send_markers = send_markers
         # the partitions of a PREPARE_* whose markers are written (cleared at COMPLETE_*)
         self._marked: dict[str, set[tuple[str, str, int]]] = {}
@@ -295,17 +306,20 @@ class TxnCoordinator:
                 await self.log.write(nxt)
             self._take(nxt)
 
-    async def add_offsets(self, tid: str, pid: int, epoch: int, group: str) -> None:
+    async def add_offsets(self, tid: str, pid: int, epoch: int, group: str, home: str = "") -> None:
+        """AddOffsetsToTxn; ``home``: the brokerName of another group coordinating ``group``,
+        whose pending offsets the transaction's end marks (``OFFSETS_TOPIC``)."""
+        remote = frozenset({(home, state.OFFSETS_TOPIC, 0)} if home else ())
         async with self._lock(tid):
             meta = self._meta(tid)
-            nxt = state.add_groups(meta, pid, epoch, group, _now())
-            if (nxt.groups, nxt.state) != (meta.groups, meta.state):
+            nxt = state.add_groups(meta, pid, epoch, group, _now(), remote)
+            if (nxt.groups, nxt.remote, nxt.state) != (meta.groups, meta.remote, meta.state):
                 await self.log.write(nxt)
             self._take(nxt)
 
     async def txn_offsets(
         self, tid: str, pid: int, epoch: int, group: str,
-        offsets: dict[tuple[str, int], tuple[int, str]],
+        offsets: state.Offsets,
     ) -> None:  # fmt: skip
         async with self._lock(tid):
             nxt = state.txn_offsets(self._meta(tid), pid, epoch, group, offsets, _now())
@@ -387,18 +401,16 @@ class TxnCoordinator:
                     if not holders:
                         del self._offset_holders[group]
 
-    def pending_offsets(self, group: str, topic: str, queue_id: int) -> bool:
+    def pending_offsets(self, group: str, topic: str, queue_id: int, home: str) -> bool:
         """Does an open transaction hold an offset of ``group`` for this queue (OffsetFetch
-        with require_stable answers UNSTABLE_OFFSET_COMMIT then)?"""
+        with require_stable answers UNSTABLE_OFFSET_COMMIT then)? Its own transactions' and
+        those other coordinators left pending here (``PartitionLeader``)."""
+        key = (topic, queue_id, home)
         for tid in self._offset_holders.get(group, ()):
             meta = self.metas.get(tid)
-            if (
-                meta is not None
-                and meta.open
-                and any(o[1] == topic and o[2] == queue_id for o in meta.offsets if o[0] == group)
-            ):
+            if meta is not None and meta.open and _holds(meta, group, key):
                 return True
-        return False
+        return any(_holds(meta, group, key) for meta in self.leader.open.values())
 
     def _forget(self, tid: str) -> None:
         meta = self.metas.pop(tid, None)
@@ -430,7 +442,9 @@ class TxnCoordinator:
         await self._finish_remote(prepared, pid, commit, marked)
         if commit and prepared.offsets:
             try:
-                await self._apply_offsets([(g, t, q, o) for g, t, q, o, _ in prepared.offsets])
+                await self._apply_offsets(
+                    [(g, t, q, off, home) for g, t, q, off, _, home in prepared.offsets]
+                )
             except Exception as exc:  # the offsets' journal failed: retried (tick, a retry)
                 raise KafkaError(Code.COORDINATOR_NOT_AVAILABLE, f"offsets: {exc}") from exc
         done = state.complete(prepared, _now())

@@ -3,17 +3,19 @@ InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, Txn
 EndTxn, DescribeTransactions, ListTransactions, and WriteTxnMarkers (another coordinator's
 markers for this broker's partitions: txn/partition_leader.py). Requests name Kafka
 partitions; the coordinator keeps this broker's queues and, for a partition another broker
-group leads, that group's name and queue (``env.txn_home``; its markers go there). A
-TxnOffsetCommit reaching the group's coordinator when another broker coordinates the
-transactional id is refused (INVALID_REQUEST, logged): the pending offsets would have to
-live at the group's coordinator and be ended by a marker, which is not built. The refusals are
+group leads, that group's name and queue (``env.txn_home``; its markers go there).
+TxnOffsetCommit's offsets are kept by (topic, queue id, home: the brokerName of the group
+holding the queue, "" this broker's), so a commit applies each where OffsetCommit keeps it.
+When another broker coordinates the transactional id than the group, AddOffsetsToTxn adds
+the group coordinator's pseudo-partition (brokerName, ``OFFSETS_TOPIC``) to the transaction
+and the offsets wait at the group's coordinator, ended by that marker (Kafka's way: the
+group coordinator holds them by producer id; txn/partition_leader.py). The refusals are
 ``state.TxnError``'s codes (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, CONCURRENT_TRANSACTIONS
 ...), the storage ones ``KafkaError``'s.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from wharf.broker.frontends.kafka.coordinator import Coordinator
@@ -22,12 +24,16 @@ from wharf.broker.frontends.kafka.errors import Code, KafkaError
 from wharf.broker.frontends.kafka.groups import check_group
 from wharf.broker.frontends.kafka.server import KafkaConnection
 from wharf.broker.frontends.kafka.txn.coordinator import TxnCoordinator
-from wharf.broker.frontends.kafka.txn.state import TxnError, TxnMetadata, TxnState
+from wharf.broker.frontends.kafka.txn.state import (
+    OFFSETS_TOPIC,
+    Offsets,
+    TxnError,
+    TxnMetadata,
+    TxnState,
+)
 from wharf.broker.kit.acl.rules import Perm
 
 __all__ = ["STATE_NAMES", "TxnHandlers"]
-
-log = logging.getLogger("broker.kafka")
 
 # Kafka's names of the states (DescribeTransactions, ListTransactions, kafka-transactions.sh)
 STATE_NAMES = {
@@ -108,11 +114,15 @@ class TxnHandlers:
     async def add_offsets(
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
     ) -> dict[str, Any]:
+        group = body["group_id"]
         try:
-            check_group(self.env, conn, body["group_id"])
+            check_group(self.env, conn, group)
+            home = await self.env.group_coordinator(group)
+            if home is None:
+                raise KafkaError(Code.COORDINATOR_NOT_AVAILABLE, f"no coordinator of {group!r}")
             await self.txns.add_offsets(
                 body["transactional_id"], body["producer_id"], body["producer_epoch"],
-                body["group_id"],
+                group, home,
             )  # fmt: skip
         except (TxnError, KafkaError) as exc:
             return {"error_code": _code(exc)}
@@ -129,16 +139,10 @@ class TxnHandlers:
             code = exc.code
         if code == Code.NONE and not await self.env.coordinates(group):
             code = Code.NOT_COORDINATOR
-        tid = body["transactional_id"]
-        if code == Code.NONE and not await self.env.coordinates(tid):
-            log.warning("kafka: TxnOffsetCommit of group %r: transactional id %r is coordinated "
-                        "by another broker; offsets in a transaction need both on one broker "
-                        "(refused)", group, tid)  # fmt: skip
-            code = Code.INVALID_REQUEST
         if code == Code.NONE and version >= 3 and body["generation_id"] >= 0:
             # KIP-447: a zombie of an old generation cannot commit its offsets
             code = self.groups.check_commit(group, body["generation_id"], body["member_id"])
-        offsets: dict[tuple[str, int], tuple[int, str]] = {}
+        offsets: Offsets = {}
         rows: dict[tuple[str, int], int] = {}
         for t in body["topics"]:
             for p in t["partitions"]:
@@ -146,26 +150,36 @@ class TxnHandlers:
                 rows[(t["name"], index)] = code
                 if code != Code.NONE:
                     continue
-                home = await self.env.offsets_home(t["name"], index)
-                if home is None or home[0] is not None:  # unknown, or another broker's queue
+                home = await self.env.txn_offset_home(t["name"], index)
+                if home is None:
                     rows[(t["name"], index)] = Code.UNKNOWN_TOPIC_OR_PARTITION
                     continue
-                offsets[(t["name"], home[1])] = (
+                offsets[(t["name"], home[1], home[0])] = (
                     p["committed_offset"],
                     p["committed_metadata"] or "",
                 )
         if code == Code.NONE and all(c == Code.NONE for c in rows.values()):
             try:
-                await self.txns.txn_offsets(
-                    body["transactional_id"], body["producer_id"], body["producer_epoch"],
-                    group, offsets,
-                )  # fmt: skip
+                await self._pending(body, group, offsets)
             except (TxnError, KafkaError) as exc:
                 rows = dict.fromkeys(rows, _code(exc))
         topics: dict[str, list[dict[str, int]]] = {}
         for (name, index), c in rows.items():
             topics.setdefault(name, []).append({"partition_index": index, "error_code": c})
         return {"topics": [{"name": n, "partitions": p} for n, p in topics.items()]}
+
+    async def _pending(self, body: dict[str, Any], group: str, offsets: Offsets) -> None:
+        """The offsets held until the transaction ends: in its metadata when this broker
+        coordinates the transactional id too, else in the producer's registration here,
+        ended by the coordinator's marker (txn/partition_leader.py)."""
+        tid, pid, epoch = body["transactional_id"], body["producer_id"], body["producer_epoch"]
+        if await self.env.coordinates(tid):
+            await self.txns.txn_offsets(tid, pid, epoch, group, offsets)
+            return
+        await self.txns.ready.wait()
+        if not self.txns.leads():
+            raise KafkaError(Code.NOT_COORDINATOR, "this broker does not lead: ask again")
+        await self.txns.leader.txn_offsets(pid, epoch, group, offsets)
 
     async def end_txn(
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
@@ -191,17 +205,20 @@ class TxnHandlers:
         for marker in body["markers"]:
             rows: dict[tuple[str, int], int] = {}
             queues: set[tuple[str, int]] = set()
+            offsets = False  # the pseudo-partition of the offsets pending here
             for t in marker["topics"]:
                 for index in t["partition_indexes"]:
                     code: int = Code.CLUSTER_AUTHORIZATION_FAILED
-                    if admin:
+                    if admin and t["name"] == OFFSETS_TOPIC:
+                        code, offsets = Code.NONE, True
+                    elif admin:
                         queue, code = await env.queue_of(t["name"], index)
                         if code == Code.NONE:
                             queues.add((t["name"], queue))
                     rows[(t["name"], index)] = code
-            if queues and not self.txns.leads():
+            if (queues or offsets) and not self.txns.leads():
                 rows = dict.fromkeys(rows, Code.NOT_LEADER_OR_FOLLOWER)
-            elif queues:
+            elif queues or offsets:
                 try:
                     await self.txns.leader.end(
                         marker["producer_id"], marker["producer_epoch"],

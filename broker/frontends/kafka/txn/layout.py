@@ -21,8 +21,12 @@ start and on failover (the last record of an id is its state). The layout, defin
     last producer  (version 2 only) int64: the id an open transaction's records carry when
                    an epoch overflow gave its abort a new one (-1: none)
 
-Version 1 is written when neither version-2 field is set (what a broker of before reads), 2
-otherwise; a reader refuses another with ValueError rather than guess.
+    home           (version 3 only) after each offset's metadata: the brokerName of the
+                   group holding the queue, "" for this broker's own
+
+Version 1 is written when neither version-2 field is set (what a broker of before reads), 3
+when an offset is another group's queue, 2 otherwise; a reader refuses another with
+ValueError rather than guess.
 
 The aborted-runs record (``encode_aborted``): one partition's records of one aborted
 transaction, written to the aborted-runs topic once its abort marker is durable, read back at
@@ -63,12 +67,14 @@ __all__ = [
 
 VERSION = 1
 REMOTE_VERSION = 2  # the metadata record with other groups' partitions
+HOME_VERSION = 3  # ... and offsets of other groups' queues
 
 
 def encode(meta: TxnMetadata) -> bytes:
     w = Writer()
-    v2 = bool(meta.remote) or meta.last_producer_id >= 0
-    w.int16(REMOTE_VERSION if v2 else VERSION)
+    v3 = any(o[5] for o in meta.offsets)
+    v2 = v3 or bool(meta.remote) or meta.last_producer_id >= 0
+    w.int16(HOME_VERSION if v3 else REMOTE_VERSION if v2 else VERSION)
     w.int64(meta.producer_id)
     w.int16(meta.producer_epoch)
     w.int32(meta.timeout_ms)
@@ -83,12 +89,14 @@ def encode(meta: TxnMetadata) -> bytes:
     for group in sorted(meta.groups):
         w.nullable_string(group)
     w.int32(len(meta.offsets))
-    for group, topic, queue, offset, metadata in sorted(meta.offsets):
+    for group, topic, queue, offset, metadata, home in sorted(meta.offsets):
         w.nullable_string(group)
         w.nullable_string(topic)
         w.int32(queue)
         w.int64(offset)
         w.nullable_string(metadata)
+        if v3:
+            w.nullable_string(home)
     if v2:
         w.int32(len(meta.remote))
         for broker, topic, queue in sorted(meta.remote):
@@ -102,9 +110,9 @@ def encode(meta: TxnMetadata) -> bytes:
 def decode(transactional_id: str, data: bytes) -> TxnMetadata:
     r = Reader(data)
     version = r.int16()
-    if version not in (VERSION, REMOTE_VERSION):
+    if version not in (VERSION, REMOTE_VERSION, HOME_VERSION):
         raise ValueError(
-            f"transaction log record version {version}; this broker reads 1-{REMOTE_VERSION}"
+            f"transaction log record version {version}; this broker reads 1-{HOME_VERSION}"
         )
     producer_id, epoch, timeout = r.int64(), r.int16(), r.int32()
     state = TxnState(r.int8())
@@ -112,12 +120,13 @@ def decode(transactional_id: str, data: bytes) -> TxnMetadata:
     partitions = frozenset((r.string(), r.int32()) for _ in range(r.int32()))
     groups = frozenset(r.string() for _ in range(r.int32()))
     offsets = frozenset(
-        (r.string(), r.string(), r.int32(), r.int64(), r.nullable_string() or "")
+        (r.string(), r.string(), r.int32(), r.int64(), r.nullable_string() or "",
+         r.string() if version == HOME_VERSION else "")
         for _ in range(r.int32())
-    )
+    )  # fmt: skip
     remote: frozenset[tuple[str, str, int]] = frozenset()
     last_pid = -1
-    if version == REMOTE_VERSION:
+    if version >= REMOTE_VERSION:
         remote = frozenset((r.string(), r.string(), r.int32()) for _ in range(r.int32()))
         last_pid = r.int64()
     if r.remaining:

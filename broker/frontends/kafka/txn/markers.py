@@ -4,7 +4,8 @@ partition leader's code path is Kafka's (``handlers.write_txn_markers`` there).
 
 Where: each partition's group (its brokerName) is looked up afresh in the topic's layout
 (``KafkaEnv.layout``: the NameServers' routes), its master's advertised Kafka address, the
-partition numbered as there. How: one connection per peer address, kept; one request at a time
+partition numbered as there; the pseudo-partition ``OFFSETS_TOPIC`` (a group's offsets
+pending at its coordinator) goes to that group's master as the NameServers list it. How: one connection per peer address, kept; one request at a time
 on it, ``CALL_TIMEOUT_S`` each; any failure closes it and the partitions not acknowledged are
 returned unsent (the coordinator retries every second until all are). With ACL on the
 connection authenticates with SASL PLAIN as the cluster's link account (namesrvAccessKey /
@@ -25,6 +26,7 @@ from wharf.broker.frontends.kafka.apis import APIS
 from wharf.broker.frontends.kafka.cluster import NO_LEADER
 from wharf.broker.frontends.kafka.codec import decode_response, encode_request
 from wharf.broker.frontends.kafka.env import KafkaEnv
+from wharf.broker.frontends.kafka.txn.state import OFFSETS_TOPIC
 
 __all__ = ["MarkerSender"]
 
@@ -111,6 +113,12 @@ class MarkerSender:
         numbered: dict[tuple[str, int], tuple[str, int]] = {}  # (topic, partition) -> part
         address: tuple[str, int] | None = None
         for topic, queue in partitions:
+            if topic == OFFSETS_TOPIC:  # the group's pending offsets at its coordinator
+                master = await cluster.master(broker_name)
+                if master is not None:
+                    address = (master.host, master.port)
+                    numbered[(topic, queue)] = (topic, queue)
+                continue
             spans = [s for s in (await self.env.layout(topic, fresh=True)).spans
                      if s.broker_name == broker_name]  # fmt: skip
             peer = cluster.peers.get(spans[0].leader) if spans else None

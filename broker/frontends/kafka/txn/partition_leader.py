@@ -19,6 +19,22 @@ transactions; the marker's arrival writes it COMPLETE_*. A marker request also e
 partition registered for the producer id, not only those it names (a partition numbered
 differently by the coordinator for a moment still gets its marker).
 
+Pending offsets (this broker the group's coordinator, another the transactional id's): a
+TxnOffsetCommit puts the offsets into the producer's registration (``txn_offsets``: the
+record durable before the answer), where OffsetFetch with require_stable sees them pending;
+the coordinator's marker for the pseudo-partition ``OFFSETS_TOPIC`` (added at
+AddOffsetsToTxn) ends them with the rest: a commit applies them (this group's queues to its
+table, waited for in its journal; another group's through ``PeerOffsets.commit``) before the
+registration is written COMPLETE_COMMIT, an abort drops them. Kafka keeps them the same way,
+at the group coordinator, keyed by producer id, ended by the marker of the group's
+``__consumer_offsets`` partition.
+
+Zombies: the epoch of each producer id's last ended transaction is remembered (``ended``,
+the last ``ENDED_KEPT`` ids; rebuilt at replay from the COMPLETE_* registrations), and a
+batch or TxnOffsetCommit of an older epoch (a producer the marker fenced) is refused
+INVALID_PRODUCER_EPOCH: registered, it would wait for a marker that never comes, holding the
+partition's LSO or the group's offsets unstable for ever.
+
 Not done, as Kafka before KIP-890: a batch the producer sends without AddPartitionsToTxn
 (a client bug) is never ended by any coordinator and holds the partition's LSO.
 """
@@ -28,6 +44,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from wharf.broker.core.port import Port
@@ -35,15 +53,20 @@ from wharf.broker.core.txn_index import ABORT, COMMIT, CONTROL, TxnIndex, marker
 from wharf.broker.frontends.kafka.errors import Code, KafkaError
 from wharf.broker.frontends.kafka.txn import layout
 from wharf.broker.frontends.kafka.txn.log import FOREIGN_PID, TXN_TOPIC, TxnLog
-from wharf.broker.frontends.kafka.txn.state import TxnMetadata, TxnState
+from wharf.broker.frontends.kafka.txn.state import Offsets, TxnMetadata, TxnState, merge_offsets
 from wharf.store import Written
 from wharf.store.model import MessageInput, PutStatus
 
-__all__ = ["MARKER_BODY", "PartitionLeader", "write_markers"]
+__all__ = ["MARKER_BODY", "ApplyOffsets", "PartitionLeader", "write_markers"]
 
 log = logging.getLogger("broker.kafka")
 
 MARKER_BODY = b"\x00"  # the store holds no empty body
+ENDED_KEPT = 100_000  # producer ids whose last ended epoch is remembered: ~100 B each, ~10 MB
+
+# (group, topic, queue id, offset, home brokerName or ""): applied to the table of the group
+# holding each queue, waited for durable (offsets.py ``apply_txn_offsets``)
+ApplyOffsets = Callable[[list[tuple[str, str, int, int, str]]], Awaitable[None]]
 
 
 def _now() -> int:
@@ -81,23 +104,36 @@ async def write_markers(
 class PartitionLeader:
     """Other coordinators' open transactions on this broker's partitions, by producer id."""
 
-    def __init__(self, port: Port, index: TxnIndex, txn_log: TxnLog) -> None:
+    def __init__(
+        self, port: Port, index: TxnIndex, txn_log: TxnLog, apply_offsets: ApplyOffsets
+    ) -> None:
         self.port = port
         self.index = index
         self.log = txn_log
+        self._apply_offsets = apply_offsets
         self.open: dict[int, TxnMetadata] = {}  # producer id -> its registration (ONGOING)
+        self.ended: OrderedDict[int, int] = OrderedDict()  # producer id -> last ended epoch
         self._locks: dict[int, asyncio.Lock] = {}
+
+    def _check_epoch(self, pid: int, epoch: int, meta: TxnMetadata | None) -> None:
+        floor = max(meta.producer_epoch if meta is not None else -1, self.ended.get(pid, -1))
+        if epoch < floor:
+            raise KafkaError(
+                Code.INVALID_PRODUCER_EPOCH,
+                f"producer {pid} epoch {epoch} was fenced by epoch {floor}",
+            )
+
+    def _note_ended(self, pid: int, epoch: int) -> None:
+        self.ended[pid] = max(epoch, self.ended.pop(pid, -1))
+        while len(self.ended) > ENDED_KEPT:
+            self.ended.popitem(last=False)
 
     def admit(self, pid: int, epoch: int, topic: str, queue_id: int) -> Written | None:
         """Before a batch of another group's producer ``pid`` goes into (topic, queue): its
         registration appended when the partition is new to the transaction (the handle to
         wait on with the batch's), None otherwise. Sync: in the produce's append turn."""
         meta = self.open.get(pid)
-        if meta is not None and epoch < meta.producer_epoch:
-            raise KafkaError(
-                Code.INVALID_PRODUCER_EPOCH,
-                f"producer {pid} epoch {epoch} was fenced by epoch {meta.producer_epoch}",
-            )
+        self._check_epoch(pid, epoch, meta)
         if meta is not None and (topic, queue_id) in meta.partitions:
             return None
         now = _now()
@@ -116,9 +152,30 @@ class PartitionLeader:
         message = MessageInput(layout.encode(meta), {FOREIGN_PID: str(meta.producer_id)})
         return self.port.send.append(TXN_TOPIC, 0, [message])
 
+    async def txn_offsets(self, pid: int, epoch: int, group: str, offsets: Offsets) -> None:
+        """TxnOffsetCommit of another coordinator's transaction (this broker coordinates the
+        group): the offsets pending in the producer's registration, durable on return."""
+        async with self._locks.setdefault(pid, asyncio.Lock()):
+            meta = self.open.get(pid)
+            self._check_epoch(pid, epoch, meta)
+            now = _now()
+            if meta is None:
+                meta = TxnMetadata("", pid, epoch, 0, TxnState.ONGOING, start_ms=now)
+            meta = replace(
+                meta, producer_epoch=epoch, groups=meta.groups | {group},
+                offsets=merge_offsets(meta.offsets, group, offsets), update_ms=now,
+            )  # fmt: skip
+            # appended and taken in one turn: a batch's ``admit`` meanwhile builds on it
+            written = self._append(meta)
+            self.open[pid] = meta
+            await self._durable(written)
+
     async def _write(self, meta: TxnMetadata) -> None:
+        await self._durable(self._append(meta))
+
+    async def _durable(self, written: Written) -> None:
         try:
-            result = await self.port.send.durable(self._append(meta))
+            result = await self.port.send.durable(written)
         except Exception as exc:
             raise KafkaError(Code.KAFKA_STORAGE_ERROR, f"transaction log: {exc}") from exc
         if result.status is not PutStatus.PUT_OK:
@@ -142,16 +199,33 @@ class PartitionLeader:
                 marker = markers.get((topic, queue_id))
                 if runs and not commit and marker is not None:
                     await self.log.write_aborted(topic, queue_id, pid, marker, runs)
+            if current and meta is not None and commit and meta.offsets:
+                await self._apply(meta)
+            self._note_ended(pid, epoch)
             if current and meta is not None:
                 done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
                 await self._write(replace(meta, state=done, update_ms=_now()))
                 self.open.pop(pid, None)
                 self._locks.pop(pid, None)
 
+    async def _apply(self, meta: TxnMetadata) -> None:
+        """A committed transaction's pending offsets applied (a failure: the marker is
+        answered an error and sent again, the offsets applied again: the same values)."""
+        offsets = [(g, t, q, off, home) for g, t, q, off, _, home in sorted(meta.offsets)]
+        try:
+            await self._apply_offsets(offsets)
+        except Exception as exc:
+            raise KafkaError(Code.COORDINATOR_NOT_AVAILABLE, f"offsets: {exc}") from exc
+
     async def restore(self, found: dict[int, TxnMetadata], index: TxnIndex) -> None:
-        """At replay: the registrations still open, their runs found again (LSO pinned) into
-        ``index`` (the replay's, adopted once whole)."""
+        """At replay: the registrations still open (pending offsets with them), their runs
+        found again (LSO pinned) into ``index`` (the replay's, adopted once whole)."""
         self.open = {pid: m for pid, m in found.items() if m.state is TxnState.ONGOING}
+        self.ended = OrderedDict(
+            (pid, m.producer_epoch)
+            for pid, m in list(found.items())[-ENDED_KEPT:]
+            if m.state is not TxnState.ONGOING
+        )
         for meta in self.open.values():
             for topic, queue_id in sorted(meta.partitions):
                 for first, last in await self.log.scan_runs(topic, queue_id, meta):

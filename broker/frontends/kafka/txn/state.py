@@ -29,6 +29,9 @@ from dataclasses import dataclass, field, replace
 
 __all__ = [
     "MAX_EPOCH",
+    "OFFSETS_TOPIC",
+    "Offset",
+    "Offsets",
     "TxnError",
     "TxnMetadata",
     "TxnState",
@@ -38,9 +41,19 @@ __all__ = [
     "end_txn",
     "expired",
     "init_producer_id",
+    "merge_offsets",
     "txn_offsets",
 ]
 
+# a pending offset: (group, topic, queue id, offset, metadata, home brokerName or "")
+Offset = tuple[str, str, int, int, str, str]
+# TxnOffsetCommit's offsets by (topic, queue id, home) -> (offset, metadata)
+Offsets = dict[tuple[str, int, str], tuple[int, str]]
+
+# A transaction's pseudo-partition (brokerName, OFFSETS_TOPIC, 0) names the group
+# coordinator holding its pending offsets; the WriteTxnMarkers for it ends them, as Kafka's
+# marker for the group's __consumer_offsets partition does (a reserved name: never a topic).
+OFFSETS_TOPIC = "__consumer_offsets"
 MAX_EPOCH = 32767  # a short; past it the coordinator hands out a new producer id
 
 # Kafka's error codes for the coordinator's answers (errors.py holds the rest of the table).
@@ -85,8 +98,9 @@ class TxnMetadata:
     partitions: frozenset[tuple[str, int]] = field(default_factory=frozenset)
     groups: frozenset[str] = field(default_factory=frozenset)
     # TxnOffsetCommit's offsets, applied to the groups' tables when the transaction commits:
-    # (group, topic, queue id, offset, metadata)
-    offsets: frozenset[tuple[str, str, int, int, str]] = field(default_factory=frozenset)
+    # (group, topic, queue id, offset, metadata, home) where home is the brokerName of the
+    # group holding the queue, "" for this broker's own (its table)
+    offsets: frozenset[Offset] = field(default_factory=frozenset)
     start_ms: int = -1  # when the open transaction began (its first AddPartitions)
     update_ms: int = 0
     # partitions other broker groups lead (brokerName, topic, their queue id): their markers
@@ -170,11 +184,14 @@ def add_partitions(
 
 
 def add_groups(
-    meta: TxnMetadata, producer_id: int, epoch: int, group: str, now_ms: int
-) -> TxnMetadata:
-    """AddOffsetsToTxn: the group's offsets commit or abort with the transaction."""
+    meta: TxnMetadata, producer_id: int, epoch: int, group: str, now_ms: int,
+    remote: frozenset[tuple[str, str, int]] = frozenset(),
+) -> TxnMetadata:  # fmt: skip
+    """AddOffsetsToTxn: the group's offsets commit or abort with the transaction (``remote``:
+    the group's coordinator when another broker group's master, as its pseudo-partition
+    (brokerName, OFFSETS_TOPIC, 0): its marker ends the offsets pending there)."""
     _check_producer(meta, producer_id, epoch)
-    return _ongoing(meta, now_ms, frozenset(), frozenset({group}))
+    return _ongoing(meta, now_ms, frozenset(), frozenset({group}), remote)
 
 
 def txn_offsets(
@@ -182,7 +199,7 @@ def txn_offsets(
     producer_id: int,
     epoch: int,
     group: str,
-    offsets: dict[tuple[str, int], tuple[int, str]],
+    offsets: Offsets,
     now_ms: int,
 ) -> TxnMetadata:
     """TxnOffsetCommit: the group's offsets held until the transaction ends (a later commit
@@ -194,9 +211,14 @@ def txn_offsets(
             f"group {group!r} is not in the open transaction: call sendOffsetsToTransaction "
             "(AddOffsetsToTxn) first",
         )
-    kept = {o for o in meta.offsets if o[0] != group or (o[1], o[2]) not in offsets}
-    new = {(group, t, q, off, md) for (t, q), (off, md) in offsets.items()}
-    return replace(meta, offsets=frozenset(kept | new), update_ms=now_ms)
+    return replace(meta, offsets=merge_offsets(meta.offsets, group, offsets), update_ms=now_ms)
+
+
+def merge_offsets(held: frozenset[Offset], group: str, offsets: Offsets) -> frozenset[Offset]:
+    """``held`` with the group's ``offsets`` replacing its earlier ones of the same queues."""
+    kept = {o for o in held if o[0] != group or (o[1], o[2], o[5]) not in offsets}
+    new = {(group, t, q, off, md, home) for (t, q, home), (off, md) in offsets.items()}
+    return frozenset(kept | new)
 
 
 def _ongoing(
