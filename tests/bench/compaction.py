@@ -19,9 +19,9 @@ In process, on a real store (SYNC_FLUSH) in ``--dir`` (the system temp dir by de
    ``--map-mib``: 160 bytes a key, so 32 MiB holds 209,715 keys and a queue of more keys needs
    several passes), and the kept records (one per key).
 
-The issue asked for 10 million records and 1 million keys; the default here is 1 million and
-100,000 (filling 10 million takes ~3 minutes and compacting them about ten, on the 2-core VM
-shared by six: the figures in tests/bench/README.md say which size each line had).
+The default here is 1 million records and 100,000 keys; 10 million and 1 million (with
+``--map-mib 168``: one pass) take ~3 minutes to fill and ~8 to compact on the 2-core VM
+(tests/bench/README.md has each run's size).
 """
 
 from __future__ import annotations
