@@ -5,6 +5,16 @@ The Kafka group coordinator commits and fetches a group's offsets of every parti
 way, so each group's table holds the offsets of its own queues (``wharf group progress`` and
 the lag metric are right on every broker) and a coordinator that moves loses nothing.
 
+``commit`` sends the durable form (``durable`` set, the default): that master answers once the
+offset is in its offsets file (fsynced under SYNC_FLUSH) and, under SYNC_MASTER, on its in-sync
+replicas, and a replica or a master whose lease ran out refuses it (FAILED_PRECONDITION,
+UNAVAILABLE: ``PeerOffsetError.code``), so a Kafka commit of another group's partition is
+acknowledged on the same terms as one of the coordinator's own. Before, the plain form answered
+once in memory: a kill -9 of that master within flushConsumerOffsetInterval (5 s) took an
+acknowledged commit back, and a replica, or a master stepping down, took one it would lose.
+The wait is bounded by ``DURABLE_TIMEOUT_S`` (slaveTimeout, 3 s by default, plus the write).
+A broker older than the field ignores it and answers as before (in memory).
+
 Calls go over the NameServer dialer (``links.namesrv_dialer_blocking``: TLS with
 namesrvTlsEnable, signed with namesrvAccessKey / namesrvSecretKey under the brokers' ACL).
 """
@@ -19,10 +29,19 @@ from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 __all__ = ["PeerOffsetError", "PeerOffsets"]
 
 CALL_TIMEOUT_S = 2.0
+# A durable commit waits for the file and, under SYNC_MASTER, up to slaveTimeout (3 s by
+# default) for the replicas: 5 s keeps it under librdkafka's 30 s request timeout.
+DURABLE_TIMEOUT_S = 5.0
 
 
 class PeerOffsetError(Exception):
-    """The master did not take or answer the call (its gRPC status name in the message)."""
+    """The master did not take or answer the call (its gRPC status name in the message and in
+    ``code``: FAILED_PRECONDITION no master, UNAVAILABLE not durable or unreachable,
+    DEADLINE_EXCEEDED no answer in time)."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class PeerOffsets:
@@ -36,15 +55,19 @@ class PeerOffsets:
             channel = self._channels[address] = self._open_channel(address)
         return messaging_pb2_grpc.MessagingServiceStub(channel)
 
-    async def commit(self, address: str, group: str, topic: str, queue: int, offset: int) -> None:
-        """Store ``offset`` at the master ``address``; PeerOffsetError when it cannot."""
+    async def commit(
+        self, address: str, group: str, topic: str, queue: int, offset: int, durable: bool = True
+    ) -> None:
+        """Store ``offset`` at the master ``address`` (durable: in its file and on its
+        in-sync replicas when this returns); PeerOffsetError when it cannot."""
         request = messaging_pb2.UpdateConsumerOffsetRequest(
-            consumer_group=group, topic=topic, queue_id=queue, offset=offset
+            consumer_group=group, topic=topic, queue_id=queue, offset=offset, durable=durable
         )
+        timeout = DURABLE_TIMEOUT_S if durable else CALL_TIMEOUT_S
         try:
-            await self._stub(address).UpdateConsumerOffset(request, timeout=CALL_TIMEOUT_S)
+            await self._stub(address).UpdateConsumerOffset(request, timeout=timeout)
         except grpc.aio.AioRpcError as exc:
-            raise PeerOffsetError(f"{exc.code().name}: {exc.details()}") from None
+            raise PeerOffsetError(f"{exc.code().name}: {exc.details()}", exc.code().name) from None
 
     async def query(self, address: str, group: str, topic: str, queue: int) -> int:
         """The committed offset at the master ``address`` (-1: none); PeerOffsetError."""
@@ -54,7 +77,7 @@ class PeerOffsets:
         try:
             reply = await self._stub(address).QueryConsumerOffset(request, timeout=CALL_TIMEOUT_S)
         except grpc.aio.AioRpcError as exc:
-            raise PeerOffsetError(f"{exc.code().name}: {exc.details()}") from None
+            raise PeerOffsetError(f"{exc.code().name}: {exc.details()}", exc.code().name) from None
         return int(reply.offset)
 
     async def close(self) -> None:

@@ -140,6 +140,13 @@ class Messaging(Protocol):
         answered. Raises NotReplicatedError, MasterFencedError or UnavailableError."""
         ...
 
+    def check_offsets_master(self) -> None:
+        """Before a commit that will wait for ``offsets_durable``: raise why this broker may
+        not take it as its group's master (NotMasterError on a replica, MasterFencedError
+        once its lease ran out, InSyncReplicasNotEnoughError): a replica's table is its
+        master's copy, overwritten by the next snapshot, so a durable answer there is void."""
+        ...
+
     # --- read-your-own-writes, queue offsets --------------------------------------------------
     async def wait_own_writes(self, request: RequestContext) -> bool:
         """Read-your-writes: wait (once, within the request's deadline) for the dispatch of

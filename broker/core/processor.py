@@ -145,6 +145,11 @@ class CoreProcessor:
     async def offsets_durable(self) -> None:
         await self._offsets.durable()
 
+    def check_offsets_master(self) -> None:
+        role = getattr(self._store, "role", None)  # a test's stand-in store has none
+        if role is not None:
+            role.refusal()
+
     # --- read-your-own-writes, queue offsets ----------------------------------------------------
     async def wait_own_writes(self, request: RequestContext) -> bool:
         if request.deadline is not None and request.remaining(DISPATCH_WAIT_S) <= 0:

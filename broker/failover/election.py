@@ -32,7 +32,9 @@ Keys, under ``/wharf/<cluster>/<brokerName>/``::
 - **Stepping down.** A master that finds ``master`` gone or someone else's, or its lease lost,
   restarts the process (``restart``): it comes back as a replica, follows the new master,
   truncates what it wrote that the group never acknowledged (crash-safe, before recovery:
-  ``wharf.store.ha.truncation``) and catches up. On SIGTERM a master stops taking writes, waits
+  ``wharf.store.ha.truncation``) and catches up; its shutdown revokes the lease without waiting
+  for its replicas, so its NameServer registration ends at once. On SIGTERM a master stops
+  taking writes, waits
   (at most ``HANDOVER_WAIT_S``) until its in-sync replicas have everything, then revokes its
   lease: a replica takes over within a poll. ``transfer`` (``wharf admin transfer-master``)
   does the same naming the successor, which campaigns first; this broker then restarts as a
@@ -157,6 +159,7 @@ class Failover:
         self._renewed_until = 0.0  # clock(): acknowledge nothing after it
         self._tasks: list[asyncio.Task[None]] = []
         self._stepping_down = False
+        self._term_lost = False  # stepped down: its key or lease is gone, nothing to hand over
         self.elections_won = 0
         self.last_error = ""
         self._said = ""
@@ -165,6 +168,11 @@ class Failover:
     def sync_state_set(self) -> set[int]:
         """The sync-state set as this master last published it (empty on a replica)."""
         return set(self._sss)
+
+    @property
+    def term_lost(self) -> bool:
+        """This master stepped down (its key, lease or sync-state set gone or another's)."""
+        return self._term_lost
 
     @property
     def stepping_down(self) -> bool:
@@ -177,8 +185,14 @@ class Failover:
         self._tasks = [asyncio.create_task(self._run(), name="failover")]
 
     async def stop(self) -> None:
-        """Hand over (a master) and stop."""
-        if self.is_master:
+        """Hand over (a master) and stop. A master that lost its term does not wait for its
+        replicas (up to HANDOVER_WAIT_S for a lagging one): nothing it holds may still be
+        acknowledged; its lease is revoked (a key left standing would delay the election)."""
+        if self.is_master and self._term_lost:
+            with contextlib.suppress(Exception):
+                await self.etcd.revoke(self._lease)
+            self.is_master = False
+        elif self.is_master:
             await self._hand_over()
         for task in self._tasks:
             task.cancel()
@@ -531,7 +545,7 @@ class Failover:
     def _step_down(self, reason: str) -> None:
         if self._stepping_down:
             return
-        self._stepping_down = True
+        self._stepping_down = self._term_lost = True
         log.warning("stepping down as master of term %d: %s; restarting as a replica", self.epoch,
                     reason)  # fmt: skip
         self.restart(f"stepped down: {reason}")

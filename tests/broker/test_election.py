@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -685,3 +686,22 @@ async def test_a_lease_etcd_ended_makes_the_master_step_down_at_its_renewal(
     cluster.etcd.expire(cluster.etcd.lease_of(PREFIX + b"master"))
     assert not await one.failover.renew_once()
     assert one.restarts == ["stepped down: its lease expired"]
+
+
+async def test_a_master_that_lost_its_term_stops_without_the_hand_over_wait(
+    cluster: Cluster,
+) -> None:
+    """Its lease ended: the shutdown that follows (``restart``) must not wait for a lagging
+    replica (HANDOVER_WAIT_S, 2 s here) before the NameServer registration ends."""
+    one, two = cluster.group(1, 2)
+    await _elect(one, two)
+    await _sync(one, {2})
+    one.store.end = 500  # written since: replica 2 lags behind it
+    lease = cluster.etcd.lease_of(PREFIX + b"master")
+    cluster.etcd.expire(lease)
+    assert not await one.failover.renew_once()
+    assert one.failover.term_lost and one.restarts == ["stepped down: its lease expired"]
+    started = time.monotonic()
+    await one.failover.stop()
+    assert time.monotonic() - started < 0.5  # no hand-over wait
+    assert not one.failover.is_master and lease not in cluster.etcd.live_leases()

@@ -26,7 +26,13 @@
   OffsetCommit / OffsetFetch go to the group's coordinator (else NOT_COORDINATOR), which
   keeps each partition's offset where RocketMQ keeps it: in the offset table of the group that
   holds the queue (its own, or another master's over ``cluster_routes.offsets``, by queue id).
-  A partition whose master is gone or does not answer: REQUEST_TIMED_OUT (retriable). A null
+  That master answers the forwarded commit (wharf.v1 UpdateConsumerOffset with ``durable``,
+  ``broker/cluster/peer_offsets.py``) on the same terms as this broker's own: once the offset is
+  in its file (fsynced under SYNC_FLUSH) and, under SYNC_MASTER, on its in-sync replicas.
+  Before, it answered once in memory: a kill -9 of that broker right after the answer took the
+  commit back. Refused there as not durable or fenced (UNAVAILABLE): COORDINATOR_NOT_AVAILABLE;
+  by a replica (FAILED_PRECONDITION: the routes were stale; the partition's layout is looked
+  up again), gone, or not answering in time: REQUEST_TIMED_OUT (retriable). A null
   topic list (all committed) names the partitions of this broker's own queues only. Only a
   master coordinates (``cluster.py``), and a partition of its own group goes to its own table
   or nowhere: one that stepped down after the coordinator check answers REQUEST_TIMED_OUT.
@@ -61,6 +67,11 @@ log = logging.getLogger("broker.kafka")
 
 EARLIEST = -2
 LATEST = -1
+# A durable forwarded commit the partition's master refused (gRPC status name): stored there
+# but not on its replicas, or its file write failed, or its lease ran out (UNAVAILABLE):
+# COORDINATOR_NOT_AVAILABLE, as for the coordinator's own group. Anything else (a replica,
+# FAILED_PRECONDITION; no answer in time; unreachable): REQUEST_TIMED_OUT. All retriable.
+_PEER_REFUSALS = {"UNAVAILABLE": Code.COORDINATOR_NOT_AVAILABLE}
 
 
 class OffsetHandlers:
@@ -194,11 +205,13 @@ class OffsetHandlers:
         if not address or peers is None:
             return Code.REQUEST_TIMED_OUT, False  # its group's master is gone: retriable
         try:
-            await peers.commit(address, group_id, topic, queue, offset)
+            await peers.commit(address, group_id, topic, queue, offset)  # durable there
         except PeerOffsetError as exc:
             log.warning("kafka: commit of %s %s-%d at %s failed: %s", group_id, topic, index,
                         address, exc)  # fmt: skip
-            return Code.REQUEST_TIMED_OUT, False
+            if exc.code == "FAILED_PRECONDITION" and self.env.cluster is not None:
+                self.env.cluster.forget(topic)  # no master there now: the retry looks again
+            return _PEER_REFUSALS.get(exc.code, Code.REQUEST_TIMED_OUT), False
         return Code.NONE, False
 
     async def apply_txn_offsets(self, offsets: list[tuple[str, str, int, int, str]]) -> None:

@@ -1,5 +1,14 @@
 """Consumer processor: heartbeats and membership, committed offsets, and SendMessageBack (the
-core's retry: ``broker/core/retry.py``)."""
+core's retry: ``broker/core/retry.py``).
+
+UpdateConsumerOffset has two forms. Plain (the RocketMQ clients'): answered once the offset is
+in memory, the file written every flushConsumerOffsetInterval, taken by a replica too.
+``durable`` (what a Kafka coordinator sets when it forwards an OffsetCommit of a partition
+this broker group holds, ``broker/cluster/peer_offsets.py``): refused unless this broker is its
+group's master with its lease (FAILED_PRECONDITION on a replica, UNAVAILABLE fenced), and
+answered once the offset is in the file (fsynced under SYNC_FLUSH) and, under SYNC_MASTER,
+applied by the in-sync replicas (UNAVAILABLE when not within slaveTimeout or when the write
+failed); the same port calls the Kafka front end's own commits wait for."""
 
 from __future__ import annotations
 
@@ -86,14 +95,21 @@ class ConsumerProcessor:
         if queue_id < 0 or queue_id >= 1024:
             raise InvalidArgumentError(f"queue_id must be 0..1023, got {queue_id}")
 
-    def update_offset(
+    async def update_offset(
         self, request: messaging_pb2.UpdateConsumerOffsetRequest
     ) -> messaging_pb2.UpdateConsumerOffsetResponse:
+        """Plain: in memory, the file written by the periodic round (RocketMQ's design).
+        ``durable`` (a Kafka coordinator's forwarded OffsetCommit): a master only, answered
+        once the offset is in the file and on the in-sync replicas, as the Kafka path's own
+        commits (the port's ``offsets_durable``)."""
+        port = self.ctx.port
         self._check_queue(request.consumer_group, request.topic, request.queue_id)
-        self.ctx.port.group_for_use(request.consumer_group)
-        self.ctx.port.commit_offset(
-            request.consumer_group, request.topic, request.queue_id, request.offset
-        )
+        if request.durable:
+            port.check_offsets_master()  # NotMasterError, MasterFencedError: nothing taken
+        port.group_for_use(request.consumer_group)
+        port.commit_offset(request.consumer_group, request.topic, request.queue_id, request.offset)
+        if request.durable:
+            await port.offsets_durable()
         return messaging_pb2.UpdateConsumerOffsetResponse()
 
     def query_offset(

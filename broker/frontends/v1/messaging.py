@@ -86,7 +86,7 @@ class MessagingService(messaging_pb2_grpc.MessagingServiceServicer):
 
     @rpc("UpdateConsumerOffset")
     async def UpdateConsumerOffset(self, request, context):  # type: ignore[no-untyped-def]
-        return self.consumers.update_offset(request)
+        return await self.consumers.update_offset(request)
 
     @rpc("QueryConsumerOffset")
     async def QueryConsumerOffset(self, request, context):  # type: ignore[no-untyped-def]

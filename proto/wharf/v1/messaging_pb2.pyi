@@ -425,16 +425,18 @@ class GetConsumerListResponse(_message.Message):
     def __init__(self, client_ids: _Optional[_Iterable[str]] = ..., version: _Optional[int] = ...) -> None: ...
 
 class UpdateConsumerOffsetRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "offset")
+    __slots__ = ("consumer_group", "topic", "queue_id", "offset", "durable")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
     offset: int
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+    durable: bool
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., durable: _Optional[bool] = ...) -> None: ...
 
 class UpdateConsumerOffsetResponse(_message.Message):
     __slots__ = ()

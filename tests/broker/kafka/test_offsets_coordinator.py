@@ -9,7 +9,8 @@ by the master node the NameServer named, and forwarded the OffsetCommit to that 
 gRPC address, its own, as to another group's: UpdateConsumerOffset stores in memory and
 answers at once. The commit of 125 was acknowledged, in no file and on no replica, and gone
 once the broker came back as a replica; the group re-read from offset 0. These tests set up
-that view with the NameServer's two answers (the caches' skew) given by a fake."""
+that view with the NameServer's two answers (the caches' skew) given by a fake; the last one
+has another group's master refuse the forwarded (durable) commit."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+from wharf.broker.cluster.peer_offsets import PeerOffsetError
 from wharf.broker.cluster.routes import GroupQueues, Member
 from wharf.broker.frontends.kafka.cluster import NO_LEADER, KafkaCluster, master_node_id
 from wharf.broker.frontends.kafka.env import KafkaEnv
@@ -162,3 +164,46 @@ def test_own_groups_partition_not_led_here_is_never_forwarded() -> None:
         assert await env.offsets_home(TOPIC, 3) == ("h:2", 1)
 
     asyncio.run(run())
+
+
+def test_a_refused_forwarded_commit_is_answered_with_a_retriable_code() -> None:
+    """Another group's master refuses the durable forwarded commit: not durable or fenced
+    there (UNAVAILABLE) is COORDINATOR_NOT_AVAILABLE, a replica (FAILED_PRECONDITION: stale
+    routes) REQUEST_TIMED_OUT with the partition's layout looked up again; never NONE."""
+
+    async def run() -> None:
+        route = [*_ns_names_it_master(), GroupQueues("broker-b", "h:2", 2, 2, 6, "h:9")]
+        routes = RefusingRoutes([], route)
+        env = _env(routes, [True])
+        handlers = OffsetHandlers(env, AnyMember())  # type: ignore[arg-type]
+        conn: Any = SimpleNamespace(account=None, secure=False)
+        for status, code in (("UNAVAILABLE", Code.COORDINATOR_NOT_AVAILABLE),
+                             ("FAILED_PRECONDITION", Code.REQUEST_TIMED_OUT),
+                             ("DEADLINE_EXCEEDED", Code.REQUEST_TIMED_OUT)):  # fmt: skip
+            routes.refusal, routes.looked_up = status, 0
+            reply = await handlers.offset_commit(conn, 8, _commit_body({3: 40, 1: 41}))
+            codes = {
+                p["partition_index"]: p["error_code"] for p in reply["topics"][0]["partitions"]
+            }
+            assert codes == {3: code, 1: Code.NONE}, status  # its own partition is kept
+            assert routes.forwarded[-1] == ("h:2", GROUP, TOPIC, 1, 40)
+            if status == "FAILED_PRECONDITION":
+                await env.offsets_home(TOPIC, 3)
+                assert routes.looked_up == 1  # forgotten: the next try asks the NameServer
+
+    asyncio.run(run())
+
+
+class RefusingRoutes(Routes):
+    """Another group's master that refuses the forwarded commit with gRPC status ``refusal``."""
+
+    refusal = ""
+    looked_up = 0
+
+    async def groups(self, topic: str) -> list[GroupQueues]:
+        self.looked_up += 1
+        return self.route
+
+    async def commit(self, address: str, group: str, topic: str, queue: int, offset: int) -> None:
+        self.forwarded.append((address, group, topic, queue, offset))
+        raise PeerOffsetError(f"{self.refusal}: refused", self.refusal)
