@@ -453,6 +453,8 @@ async def _unverified(groups: dict[str, BrokerProcess]) -> None:
     await ca.close()
     a.kill()
     assert await _produce(cb, tid, ids, 3, 0) == NOT_ENOUGH_REPLICAS
+    await asyncio.sleep(SILENCE_MS / 1000 + 1.5)  # gone from the NameServer: ids hash to b
+    assert await _produce(cb, tid, ids, 3, 0) == NOT_ENOUGH_REPLICAS
     assert await _held(cb, 3) == 0
     a.start()
     deadline = time.monotonic() + 20

@@ -19,7 +19,8 @@ Answers, as Kafka's leader maps its coordinator's (ReplicaManager, AddPartitions
 not Ongoing or the partition not in it, INVALID_TXN_STATE; another producer id or no such
 transactional id, INVALID_PRODUCER_ID_MAPPING; another epoch, INVALID_PRODUCER_EPOCH
 (PRODUCER_FENCED for old clients); PrepareCommit/PrepareAbort (CONCURRENT_TRANSACTIONS), a
-coordinator unknown, unreachable or loading, NOT_ENOUGH_REPLICAS: retriable, nothing
+coordinator unknown, unreachable (``CALL_TIMEOUT_S``), loading or gone from the NameServers
+(the id then hashes to a master that never knew it), NOT_ENOUGH_REPLICAS: retriable, nothing
 admitted; the link account refused, INVALID_TXN_STATE (as Kafka maps
 CLUSTER_AUTHORIZATION_FAILED). A transactional batch in a Produce without a transactional id
 is TRANSACTIONAL_ID_AUTHORIZATION_FAILED (Kafka refuses such a request so).
@@ -128,13 +129,16 @@ class TxnVerifier:
         return _described(reply["transaction_states"][0], name or "")
 
     def _local(self, tid: str) -> _Described:
-        """This broker coordinates the id (the producer id came from another group before
-        the coordinators moved)."""
+        """The ids now hash to this broker, the producer id came from another group: that
+        group's master left the NameServers (dead past brokerNotActiveTimeoutMillis), or
+        the coordinators moved since."""
         if not self.txns.leads():
             raise _Unverified(Code.NOT_ENOUGH_REPLICAS, "this broker's coordinator is loading")
         meta = self.txns.metas.get(tid)
         if meta is None:
-            raise _Unverified(Code.INVALID_PRODUCER_ID_MAPPING, f"no transactional id {tid!r}")
+            # the producer id is another group's: its coordinator is that group, gone from
+            # the NameServers for now (ids hash over the live masters), not this broker
+            raise _Unverified(Code.NOT_ENOUGH_REPLICAS, f"{tid!r}'s coordinator is not live")
         return _Described(
             STATE_NAMES[meta.state], meta.producer_id, meta.producer_epoch,
             frozenset(meta.partitions), local=True,
