@@ -27,6 +27,7 @@ from wharf.broker.frontends.kafka.server import Handler, KafkaConnection
 from wharf.broker.frontends.kafka.txn.coordinator import TxnCoordinator
 from wharf.broker.frontends.kafka.txn.handlers import TxnHandlers
 from wharf.broker.frontends.kafka.txn.markers import MarkerSender
+from wharf.broker.frontends.kafka.txn.verify import TxnVerifier
 from wharf.store.model import StoredMessage
 
 __all__ = ["KafkaHandlers"]
@@ -72,7 +73,9 @@ class KafkaHandlers:
         self.txns = TxnHandlers(env, self.txn_coordinator, self.coordinator)
         # (partition = queue: a transaction's offsets are of this broker's queues)
         self.offsets.pending_txn = self.txn_coordinator.pending_offsets
-        self.produce = ProduceHandler(env, self.producers, self.txn_coordinator)
+        # (a foreign transaction's first batch in a partition asks its coordinator: verify.py)
+        self.verifier = TxnVerifier(env, self.txn_coordinator)
+        self.produce = ProduceHandler(env, self.producers, self.txn_coordinator, self.verifier)
         self.fetch = FetchHandler(env, self.txn_coordinator.ready)
         self.groups = GroupHandlers(env, self.coordinator)
         self.configs = ConfigHandlers(env)
@@ -100,6 +103,7 @@ class KafkaHandlers:
         self.coordinator.stop()
         self.txn_coordinator.stop_soon()
         self.markers.close()
+        self.verifier.links.close()
 
     def table(self) -> dict[int, Handler]:
         return {

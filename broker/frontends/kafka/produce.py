@@ -36,8 +36,10 @@ offset, dense).
   the transaction coordinator admits them (``TxnCoordinator.check_produce``: the producer's
   open transaction added the partition, its epoch not fenced), and are noted in the core's
   transaction index (hidden below the LSO until their transaction ends). A batch of a
-  producer id another broker group handed out belongs to that group's coordinator: admitted
-  as Kafka's partition leaders do, registered durably first (txn/partition_leader.py). Control batches are
+  producer id another broker group handed out belongs to that group's coordinator: its first
+  batch in a partition verified there first (txn/verify.py, KIP-890: INVALID_TXN_STATE for
+  a partition not in the open transaction, NOT_ENOUGH_REPLICAS while the coordinator cannot
+  answer), then registered durably (txn/partition_leader.py). Control batches are
   the coordinator's to write: INVALID_RECORD from a client.
 """
 
@@ -56,6 +58,7 @@ from wharf.broker.frontends.kafka.records import Batch, iter_batches
 from wharf.broker.frontends.kafka.server import KafkaConnection
 from wharf.broker.frontends.kafka.txn.coordinator import TxnCoordinator
 from wharf.broker.frontends.kafka.txn.state import TxnError
+from wharf.broker.frontends.kafka.txn.verify import TxnVerifier
 from wharf.broker.kit.acl.rules import Perm
 from wharf.store import kafka_compiled, kafka_send_records
 from wharf.store.codec.kafka_records import (
@@ -69,6 +72,9 @@ from wharf.store.model import PutStatus
 
 __all__ = ["ProduceHandler"]
 
+# Kafka's messages for a batch its transaction's coordinator did not verify
+_UNVERIFIED = "Unable to verify the partition has been added to the transaction"
+_NOT_ADDED = {Code.INVALID_TXN_STATE: "Partition was not added to the transaction"}
 _PUT_CODES = {
     PutStatus.PUT_OK: Code.NONE,
     PutStatus.FLUSH_DISK_TIMEOUT: Code.REQUEST_TIMED_OUT,
@@ -147,10 +153,14 @@ class _Turn:
 
 
 class ProduceHandler:
-    def __init__(self, env: KafkaEnv, producers: ProducerTable, txns: TxnCoordinator) -> None:
+    def __init__(
+        self, env: KafkaEnv, producers: ProducerTable, txns: TxnCoordinator,
+        verifier: TxnVerifier,
+    ) -> None:  # fmt: skip
         self.env = env
         self.producers = producers
         self.txns = txns
+        self.verifier = verifier
 
     async def produce(
         self, conn: KafkaConnection, version: int, body: dict[str, Any]
@@ -172,6 +182,7 @@ class ProduceHandler:
                     await self._prepare(conn, part, partition["records"])
                 except Exception as exc:  # a lookup failing (the cluster's layout): answered
                     part.fail(exc)
+        await self._verify(parts)
         async with turn:  # request order per connection
             refusal = await self._room()
             for part in parts:
@@ -185,6 +196,36 @@ class ProduceHandler:
         if acks == 0:
             return None
         return self._response(conn, parts)
+
+    async def _verify(self, parts: list[_Part]) -> None:
+        """The first batch of another group's transaction in a partition, verified with its
+        coordinator before its turn (txn/verify.py): once per producer of the request, the
+        partitions together; refused partitions answer the code. A retriable refusal
+        (NOT_ENOUGH_REPLICAS) is noted as any passing one (``_refuse``): the batches
+        pipelined behind it are not OUT_OF_ORDER_SEQUENCE_NUMBER for its gap."""
+        wanted: dict[tuple[int, int], list[_Part]] = {}
+        for part in parts:
+            if part.code != Code.NONE:
+                continue
+            for batch, _records, _sizes in part.batches:
+                pid, epoch = batch.producer_id, batch.producer_epoch
+                if (
+                    batch.transactional
+                    and not self.producers.own(pid)
+                    and self.verifier.needed(pid, epoch, part.topic, part.queue)
+                ):
+                    wanted.setdefault((pid, epoch), []).append(part)
+                    break
+        for (pid, epoch), group in wanted.items():
+            codes = await self.verifier.verify(
+                group[0].transactional_id, pid, epoch, [(p.topic, p.index, p.queue) for p in group]
+            )
+            for part in group:
+                code = Code(codes[(part.topic, part.index)])
+                if code == Code.NOT_ENOUGH_REPLICAS:
+                    self._refuse(part, KafkaError(code, _UNVERIFIED))
+                elif code != Code.NONE:
+                    part.code, part.message = code, _NOT_ADDED.get(code, "not verified")
 
     async def _room(self) -> Exception | None:
         """The store's dispatch back-pressure wait, once for the request: None when it may

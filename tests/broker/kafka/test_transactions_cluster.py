@@ -16,6 +16,11 @@ one broker-a coordinates, so broker-b's partitions get their markers by WriteTxn
   answers UNSTABLE_OFFSET_COMMIT), applied by a commit, dropped by an abort and by the abort
   that fences the producer; and kept pending across a kill -9 of the group's coordinator,
   then applied by the commit after its restart.
+- KIP-890's verification at the partition leader (raw requests): a transactional batch to
+  broker-b's partition that was never added to the transaction (or comes after it ended) is
+  refused INVALID_TXN_STATE and holds no LSO; one of an unknown transactional id
+  INVALID_PRODUCER_ID_MAPPING; with the coordinator killed, NOT_ENOUGH_REPLICAS (retriable,
+  nothing admitted), then admitted once it is back; an added one held until its commit.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from wharf.broker.frontends.kafka.cluster import coordinator_of, master_node_id
+from wharf.broker.frontends.kafka.records import TRANSACTIONAL, Record, encode_batch
 from wharf.client.admin import Admin
 
 from tests.broker.kafka.kafka_helpers import KafkaClient
@@ -364,3 +370,104 @@ def test_pending_offsets_survive_a_kill_9_of_the_group_coordinator(groups) -> No
     assert found == dict.fromkeys(range(PARTITIONS), (-1, UNSTABLE_OFFSET_COMMIT))
     _commit(producer)
     assert _offsets(b, group) == dict.fromkeys(range(PARTITIONS), (10, 0))
+
+
+# --- KIP-890: the partition leader verifies a foreign transaction's first batch ---------------
+PRODUCE, LIST_OFFSETS, INIT_PID, ADD_PARTITIONS, END_TXN = 0, 2, 22, 24, 26
+NOT_ENOUGH_REPLICAS, INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING = 19, 48, 49
+
+
+async def _client(broker: BrokerProcess) -> KafkaClient:
+    host, _, port = broker.kafka_endpoint.rpartition(":")
+    return KafkaClient(*await asyncio.open_connection(host, int(port)))
+
+
+async def _produce(
+    client: KafkaClient, tid: str, ids: tuple[int, int], partition: int, seq: int
+) -> int:
+    """A transactional batch of one record to ``partition``: its error code."""
+    batch = encode_batch(
+        [Record(0, 5_000, None, f"v{seq}".encode(), [])], producer_id=ids[0],
+        producer_epoch=ids[1], base_sequence=seq, attributes=TRANSACTIONAL,
+    )  # fmt: skip
+    reply = await client.call(PRODUCE, 7, {
+        "transactional_id": tid, "acks": -1, "timeout_ms": 5000,
+        "topic_data": [{"name": TOPIC, "partition_data": [
+            {"index": partition, "records": batch}]}],
+    })  # fmt: skip
+    return int(reply["responses"][0]["partition_responses"][0]["error_code"])
+
+
+async def _held(client: KafkaClient, partition: int) -> int:
+    """How many offsets the partition's LSO holds back: latest (isolation 0) - stable (1)."""
+    ends = []
+    for isolation in (0, 1):
+        reply = await client.call(LIST_OFFSETS, 2, {
+            "replica_id": -1, "isolation_level": isolation,
+            "topics": [{"name": TOPIC, "partitions": [
+                {"partition_index": partition, "timestamp": -1}]}],
+        })  # fmt: skip
+        ends.append(reply["topics"][0]["partitions"][0]["offset"])
+    return int(ends[0] - ends[1])
+
+
+async def _add(client: KafkaClient, tid: str, ids: tuple[int, int], partition: int) -> None:
+    added = await client.call(ADD_PARTITIONS, 1, {
+        "transactional_id": tid, "producer_id": ids[0], "producer_epoch": ids[1],
+        "topics": [{"name": TOPIC, "partitions": [partition]}],
+    })  # fmt: skip
+    assert added["results"][0]["results"][0]["partition_error_code"] == 0, added
+
+
+async def _end(client: KafkaClient, tid: str, ids: tuple[int, int]) -> None:
+    body = {"transactional_id": tid, "producer_id": ids[0], "producer_epoch": ids[1]}
+    deadline = time.monotonic() + 20
+    while code := (await client.call(END_TXN, 1, {**body, "committed": True}))["error_code"]:
+        assert time.monotonic() < deadline, code  # markers pending: retried
+        await asyncio.sleep(0.3)
+
+
+async def _unverified(groups: dict[str, BrokerProcess]) -> None:
+    a, b = groups["broker-a"], groups["broker-b"]
+    tid = _tid()  # broker-a coordinates it; partitions 2 and 3 are broker-b's
+    ca, cb = await _client(a), await _client(b)
+    init = await ca.call(INIT_PID, 1, {"transactional_id": tid, "transaction_timeout_ms": 60_000})
+    ids = (init["producer_id"], init["producer_epoch"])
+    await _add(ca, tid, ids, 0)
+    # never added: refused, nothing written, the LSO not held (it was held for ever before)
+    assert await _produce(cb, tid, ids, 2, 0) == INVALID_TXN_STATE
+    assert await _held(cb, 2) == 0
+    assert await _produce(cb, _tid(), ids, 2, 0) == INVALID_PRODUCER_ID_MAPPING
+    # added: verified, admitted, held below the LSO until the commit's marker
+    await _add(ca, tid, ids, 2)
+    assert await _produce(cb, tid, ids, 2, 0) == 0
+    assert await _produce(cb, tid, ids, 2, 1) == 0  # registered: no question asked
+    assert await _held(cb, 2) == 2
+    await _end(ca, tid, ids)
+    assert await _held(cb, 2) == 0
+    # late, after the transaction ended: refused, not held
+    assert await _produce(cb, tid, ids, 2, 2) == INVALID_TXN_STATE
+    assert await _held(cb, 2) == 0
+    # the coordinator down: retriable, nothing admitted; admitted once it is back
+    await _add(ca, tid, ids, 3)
+    await ca.close()
+    a.kill()
+    assert await _produce(cb, tid, ids, 3, 0) == NOT_ENOUGH_REPLICAS
+    await asyncio.sleep(SILENCE_MS / 1000 + 1.5)  # gone from the NameServer: ids hash to b
+    assert await _produce(cb, tid, ids, 3, 0) == NOT_ENOUGH_REPLICAS
+    assert await _held(cb, 3) == 0
+    a.start()
+    deadline = time.monotonic() + 20
+    while (code := await _produce(cb, tid, ids, 3, 0)) != 0:
+        assert code == NOT_ENOUGH_REPLICAS and time.monotonic() < deadline, code
+        await asyncio.sleep(0.3)
+    assert await _held(cb, 3) == 1
+    ca = await _client(a)
+    await _end(ca, tid, ids)
+    assert await _held(cb, 3) == 0
+    await ca.close()
+    await cb.close()
+
+
+def test_the_partition_leader_verifies_a_foreign_transaction(groups) -> None:  # type: ignore[no-untyped-def]
+    asyncio.run(_unverified(groups))

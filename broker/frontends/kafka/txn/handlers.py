@@ -252,9 +252,17 @@ class TxnHandlers:
         return {"transaction_states": states}
 
     async def _described(self, meta: TxnMetadata) -> dict[str, Any]:
+        """Every partition of the transaction, other groups' too (a partition leader's
+        verification reads them: txn/verify.py)."""
         topics: dict[str, list[int]] = {}
         for topic, queue in sorted(meta.partitions):
             topics.setdefault(topic, []).append(await self._partition(topic, queue))
+        for group, topic, queue in sorted(meta.remote):
+            if topic == OFFSETS_TOPIC:
+                continue  # a group's pending offsets at its coordinator: no partition
+            index = await self._remote_partition(topic, group, queue)
+            if index is not None:
+                topics.setdefault(topic, []).append(index)
         return {
             "error_code": 0,
             "transactional_id": meta.transactional_id,
@@ -271,6 +279,15 @@ class TxnHandlers:
         env = self.env
         own = [s for s in (await env.layout(topic)).spans if s.leader == env.node_id]
         return (own[0].first if own else 0) + queue
+
+    async def _remote_partition(self, topic: str, group: str, queue: int) -> int | None:
+        """The Kafka partition of group ``group``'s queue (None: that group holds the topic
+        no more), numbered as the NameServer routes number it for clients."""
+        spans = [s for s in (await self.env.layout(topic)).spans if s.broker_name == group]
+        if not spans and self.env.cluster is not None:
+            layout = await self.env.layout(topic, fresh=True)
+            spans = [s for s in layout.spans if s.broker_name == group]
+        return spans[0].first + queue if spans and queue < spans[0].count else None
 
     async def list_transactions(
         self, conn: KafkaConnection, version: int, body: dict[str, Any]

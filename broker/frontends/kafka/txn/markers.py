@@ -5,11 +5,10 @@ partition leader's code path is Kafka's (``handlers.write_txn_markers`` there).
 Where: each partition's group (its brokerName) is looked up afresh in the topic's layout
 (``KafkaEnv.layout``: the NameServers' routes), its master's advertised Kafka address, the
 partition numbered as there; the pseudo-partition ``OFFSETS_TOPIC`` (a group's offsets
-pending at its coordinator) goes to that group's master as the NameServers list it. How: one connection per peer address, kept; one request at a time
-on it, ``CALL_TIMEOUT_S`` each; any failure closes it and the partitions not acknowledged are
-returned unsent (the coordinator retries every second until all are). With ACL on the
-connection authenticates with SASL PLAIN as the cluster's link account (namesrvAccessKey /
-namesrvSecretKey, an admin account as every inter-broker link's): WriteTxnMarkers needs it.
+pending at its coordinator) goes to that group's master as the NameServers list it. How:
+``link.py``'s connections (kept per peer, SASL PLAIN as the link account under ACL); a
+failure returns the partitions not acknowledged unsent (the coordinator retries every second
+until all are).
 
 Plaintext only: a peer whose Kafka listener is TLS-only is not reachable (its markers stay
 pending, logged).
@@ -17,89 +16,24 @@ pending, logged).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import struct
-from typing import Any
 
-from wharf.broker.frontends.kafka.apis import APIS
 from wharf.broker.frontends.kafka.cluster import NO_LEADER
-from wharf.broker.frontends.kafka.codec import decode_response, encode_request
 from wharf.broker.frontends.kafka.env import KafkaEnv
+from wharf.broker.frontends.kafka.txn.link import link_pool
 from wharf.broker.frontends.kafka.txn.state import OFFSETS_TOPIC
 
 __all__ = ["MarkerSender"]
 
 log = logging.getLogger("broker.kafka")
 
-CALL_TIMEOUT_S = 5.0
-MAX_RESPONSE = 1 << 20  # a markers answer is a few bytes a partition
-WRITE_TXN_MARKERS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 27, 17, 36
-_SIZE = struct.Struct(">i")
-
-
-class _Peer:
-    """One connection to a peer's Kafka listener, authenticated once."""
-
-    def __init__(self, host: str, port: int, account: tuple[str, str] | None) -> None:
-        self.host, self.port, self.account = host, port, account
-        self.lock = asyncio.Lock()
-        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-        self._correlation = 0
-
-    async def call(self, key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
-        async with self.lock:
-            try:
-                async with asyncio.timeout(CALL_TIMEOUT_S):
-                    return await self._call(key, version, body)
-            except BaseException:
-                self.close()
-                raise
-
-    async def _call(self, key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
-        if self._streams is None:
-            self._streams = await asyncio.open_connection(self.host, self.port)
-            if self.account is not None:
-                await self._authenticate(*self.account)
-        return await self._roundtrip(key, version, body)
-
-    async def _roundtrip(self, key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
-        assert self._streams is not None
-        reader, writer = self._streams
-        self._correlation += 1
-        api = APIS[key]
-        writer.write(encode_request(api, version, self._correlation, body))
-        await writer.drain()
-        (size,) = _SIZE.unpack(await reader.readexactly(4))
-        if not 0 < size <= MAX_RESPONSE:
-            raise ConnectionError(f"a response of {size} bytes")
-        correlation, reply = decode_response(api, version, await reader.readexactly(size))
-        if correlation != self._correlation:
-            raise ConnectionError(f"correlation {correlation}, expected {self._correlation}")
-        return reply
-
-    async def _authenticate(self, user: str, secret: str) -> None:
-        shake = await self._roundtrip(SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
-        if shake["error_code"]:
-            raise ConnectionError(f"SaslHandshake PLAIN: error {shake['error_code']}")
-        token = b"\x00" + user.encode() + b"\x00" + secret.encode()
-        done = await self._roundtrip(SASL_AUTHENTICATE, 0, {"auth_bytes": token})
-        if done["error_code"]:
-            raise ConnectionError(f"SaslAuthenticate as {user!r}: error {done['error_code']}")
-
-    def close(self) -> None:
-        if self._streams is not None:
-            self._streams[1].close()
-            self._streams = None
+WRITE_TXN_MARKERS = 27
 
 
 class MarkerSender:
     def __init__(self, env: KafkaEnv) -> None:
         self.env = env
-        broker = env.ctx.config
-        keys = broker.namesrv_access_key, broker.namesrv_secret_key
-        self.account = keys if env.acl is not None and all(keys) else None
-        self._peers: dict[tuple[str, int], _Peer] = {}
+        self.links = link_pool(env)
 
     async def send(
         self, broker_name: str, pid: int, epoch: int, commit: bool,
@@ -136,11 +70,8 @@ class MarkerSender:
             "coordinator_epoch": 0,
             "topics": [{"name": t, "partition_indexes": p} for t, p in topics.items()],
         }]}  # fmt: skip
-        peer_conn = self._peers.get(address)
-        if peer_conn is None:
-            peer_conn = self._peers[address] = _Peer(*address, self.account)
         try:
-            reply = await peer_conn.call(WRITE_TXN_MARKERS, 0, body)
+            reply = await self.links.get(*address).call(WRITE_TXN_MARKERS, 0, body)
         except (OSError, EOFError, TimeoutError, ValueError) as exc:
             log.warning("kafka: transaction markers to %s (%s:%d): %r",
                         broker_name, *address, exc)  # fmt: skip
@@ -159,6 +90,4 @@ class MarkerSender:
         return done
 
     def close(self) -> None:
-        for peer in self._peers.values():
-            peer.close()
-        self._peers.clear()
+        self.links.close()

@@ -2,10 +2,13 @@
 partition-leader side of WriteTxnMarkers.
 
 In a cluster a transaction's coordinator is one broker group's master (FindCoordinator), its
-partitions may be any group's. A transactional batch of a producer id another group handed
-out (``ProducerTable.own`` is False) is admitted here without asking its coordinator, as
-Kafka's partition leaders do (before KIP-890's verification), and noted in the core's
-transaction index (its records below the LSO); the coordinator ends it with WriteTxnMarkers
+partitions may be any group's. The first transactional batch of a producer id another group
+handed out (``ProducerTable.own`` is False) in a partition is admitted here once its
+coordinator said the transaction is ongoing with that producer, epoch and partition
+(``verify.py``: KIP-890's verification; the verified partition noted in the producer's
+``Guard``, which a marker's arrival drops, as Kafka's verification guard), then registered
+and noted in the core's transaction index (its records below the LSO); its later batches
+there need no asking (``registered``). The coordinator ends it with WriteTxnMarkers
 (``handlers.write_txn_markers``): the marker written, the index told (an abort's runs
 hidden, written to the aborted-runs topic as the coordinator's own), the LSO released.
 
@@ -35,8 +38,9 @@ batch or TxnOffsetCommit of an older epoch (a producer the marker fenced) is ref
 INVALID_PRODUCER_EPOCH: registered, it would wait for a marker that never comes, holding the
 partition's LSO or the group's offsets unstable for ever.
 
-Not done, as Kafka before KIP-890: a batch the producer sends without AddPartitionsToTxn
-(a client bug) is never ended by any coordinator and holds the partition's LSO.
+A batch the producer sends without AddPartitionsToTxn (a client bug), or late after its
+transaction ended, is refused INVALID_TXN_STATE by that verification: registered, no
+coordinator would ever end it, and it would hold the partition's LSO for ever.
 """
 
 from __future__ import annotations
@@ -46,23 +50,34 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from wharf.broker.core.port import Port
 from wharf.broker.core.txn_index import ABORT, COMMIT, CONTROL, TxnIndex, marker_value
 from wharf.broker.frontends.kafka.errors import Code, KafkaError
 from wharf.broker.frontends.kafka.txn import layout
 from wharf.broker.frontends.kafka.txn.log import FOREIGN_PID, TXN_TOPIC, TxnLog
-from wharf.broker.frontends.kafka.txn.state import Offsets, TxnMetadata, TxnState, merge_offsets
+from wharf.broker.frontends.kafka.txn.state import (
+    INVALID_TXN_STATE,
+    Offsets,
+    TxnError,
+    TxnMetadata,
+    TxnState,
+    merge_offsets,
+)
 from wharf.store import Written
 from wharf.store.model import MessageInput, PutStatus
 
-__all__ = ["MARKER_BODY", "ApplyOffsets", "PartitionLeader", "write_markers"]
+__all__ = ["MARKER_BODY", "ApplyOffsets", "Guard", "PartitionLeader", "write_markers"]
 
 log = logging.getLogger("broker.kafka")
 
 MARKER_BODY = b"\x00"  # the store holds no empty body
 ENDED_KEPT = 100_000  # producer ids whose last ended epoch is remembered: ~100 B each, ~10 MB
+# producers with a verification in flight or verified partitions not yet written to: ~300 B
+# each, ~3 MB; one pushed out by 10,000 other producers' questions between its own question
+# and its append refuses that batch INVALID_TXN_STATE (as a marker arriving meanwhile does)
+GUARDS_KEPT = 10_000
 
 # (group, topic, queue id, offset, home brokerName or ""): applied to the table of the group
 # holding each queue, waited for durable (offsets.py ``apply_txn_offsets``)
@@ -101,6 +116,15 @@ async def write_markers(
     }
 
 
+@dataclass(slots=True)
+class Guard:
+    """Kafka's verification guard: taken before the coordinator is asked; a marker arriving
+    meanwhile drops it, so an answer given before the transaction ended admits nothing."""
+
+    epoch: int
+    partitions: set[tuple[str, int]] = field(default_factory=set)  # verified, not yet written
+
+
 class PartitionLeader:
     """Other coordinators' open transactions on this broker's partitions, by producer id."""
 
@@ -113,6 +137,7 @@ class PartitionLeader:
         self._apply_offsets = apply_offsets
         self.open: dict[int, TxnMetadata] = {}  # producer id -> its registration (ONGOING)
         self.ended: OrderedDict[int, int] = OrderedDict()  # producer id -> last ended epoch
+        self.guards: OrderedDict[int, Guard] = OrderedDict()  # producer id -> its guard
         self._locks: dict[int, asyncio.Lock] = {}
 
     def _check_epoch(self, pid: int, epoch: int, meta: TxnMetadata | None) -> None:
@@ -128,14 +153,45 @@ class PartitionLeader:
         while len(self.ended) > ENDED_KEPT:
             self.ended.popitem(last=False)
 
+    def registered(self, pid: int, epoch: int, topic: str, queue_id: int) -> bool:
+        """Is (topic, queue) in producer ``pid``'s open transaction here under ``epoch``? Its
+        batches then need no verification (the cache of Kafka's verified state)."""
+        meta = self.open.get(pid)
+        return (
+            meta is not None
+            and meta.producer_epoch == epoch
+            and ((topic, queue_id) in meta.partitions)
+        )
+
+    def guard(self, pid: int, epoch: int) -> Guard:
+        """The guard to note verified partitions in, taken before asking the coordinator."""
+        guard = self.guards.get(pid)
+        if guard is None or guard.epoch != epoch:
+            guard = self.guards[pid] = Guard(epoch)
+        self.guards.move_to_end(pid)
+        while len(self.guards) > GUARDS_KEPT:
+            self.guards.popitem(last=False)
+        return guard
+
     def admit(self, pid: int, epoch: int, topic: str, queue_id: int) -> Written | None:
         """Before a batch of another group's producer ``pid`` goes into (topic, queue): its
         registration appended when the partition is new to the transaction (the handle to
-        wait on with the batch's), None otherwise. Sync: in the produce's append turn."""
+        wait on with the batch's), None otherwise; a new partition must have been verified
+        with the coordinator under a guard still held (``verify.py``), else INVALID_TXN_STATE.
+        Sync: in the produce's append turn."""
         meta = self.open.get(pid)
         self._check_epoch(pid, epoch, meta)
-        if meta is not None and (topic, queue_id) in meta.partitions:
+        if self.registered(pid, epoch, topic, queue_id):
             return None
+        guard = self.guards.get(pid)
+        if guard is None or guard.epoch != epoch or (topic, queue_id) not in guard.partitions:
+            # its transaction ended while it was verified, or it was never verified
+            raise TxnError(
+                INVALID_TXN_STATE,
+                f"partition {queue_id} of {topic!r} is not in an open transaction of producer "
+                f"{pid} epoch {epoch} at its coordinator",
+            )
+        guard.partitions.discard((topic, queue_id))
         now = _now()
         if meta is None:
             meta = TxnMetadata("", pid, epoch, 0, TxnState.ONGOING, start_ms=now)
@@ -186,6 +242,9 @@ class PartitionLeader:
     ) -> None:
         """WriteTxnMarkers for ``pid`` here: markers in ``partitions`` and every partition
         registered for it, the index ended there, then the registration COMPLETE_*."""
+        guard = self.guards.get(pid)
+        if guard is not None and guard.epoch <= epoch:  # at once: no await before
+            del self.guards[pid]
         lock = self._locks.setdefault(pid, asyncio.Lock())
         async with lock:
             meta = self.open.get(pid)
