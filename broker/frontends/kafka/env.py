@@ -16,6 +16,7 @@ DeleteTopics, DescribeConfigs, DescribeGroups and ListGroups need an admin accou
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -61,6 +62,10 @@ class KafkaEnv:
     fixed_node_id: int = NODE_ID  # without NameServers (else the cluster's, see node_id)
     # The TLS listener beside a plaintext one (kafkaTlsListen): what its clients are told.
     tls_address: tuple[str, int] | None = None
+    # The links to other groups' Kafka listeners (txn/link.py) dial TLS with this when this
+    # broker's own Kafka listener is TLS-only: a cluster's brokers share one TLS setting, as
+    # Kafka's security.inter.broker.protocol, and a registration names no protocol.
+    link_tls: ssl.SSLContext | None = None
     cluster: KafkaCluster | None = None  # with namesrvAddr
     # Controller mode: the front end leads once the store is promoted and this is true too
     # (the transaction coordinator replayed the replicated logs: the partitions' LSO and

@@ -24,6 +24,7 @@ from wharf.broker.frontends.frontend import FrontEnd, PortBook, Serving, TlsSour
 from wharf.broker.frontends.kafka.env import KafkaEnv
 from wharf.broker.frontends.kafka.handlers import KafkaHandlers
 from wharf.broker.frontends.kafka.server import KafkaServer
+from wharf.broker.frontends.kafka.txn.link import link_tls_context
 from wharf.broker.frontends.tcp import TcpListeners, drain
 from wharf.broker.kit.bounds import ListenerLimits
 
@@ -76,6 +77,8 @@ class KafkaPart:
         second = listeners.second
         if second is not None:
             env.tls_address = (listeners.dial_host(second, host), second.port)
+        if listeners.main_tls:
+            env.link_tls = link_tls_context(self.config.broker.namesrv_tls_ca_file)
         self.handlers = KafkaHandlers(env)
         self.server = KafkaServer(
             self.handlers.table(),

@@ -6,11 +6,15 @@ One connection per peer address, kept; one request at a time on it, ``CALL_TIMEO
 each; any failure closes it (the caller retries). With ACL on, it authenticates once with
 SASL PLAIN as the cluster's link account (namesrvAccessKey / namesrvSecretKey, an admin
 account as every inter-broker link's): WriteTxnMarkers and DescribeTransactions need it.
+Over TLS when this broker's Kafka listener is TLS-only (``KafkaEnv.link_tls``: the peers'
+are then too), verifying the peer's certificate and its address against namesrvTlsCaFile
+(the CA the brokers' other links trust; the system's roots when unset).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import struct
 from typing import Any
 
@@ -18,7 +22,7 @@ from wharf.broker.frontends.kafka.apis import APIS
 from wharf.broker.frontends.kafka.codec import decode_response, encode_request
 from wharf.broker.frontends.kafka.env import KafkaEnv
 
-__all__ = ["CALL_TIMEOUT_S", "KafkaLink", "LinkPool", "link_pool"]
+__all__ = ["CALL_TIMEOUT_S", "KafkaLink", "LinkPool", "link_pool", "link_tls_context"]
 
 CALL_TIMEOUT_S = 5.0
 MAX_RESPONSE = 1 << 20  # markers and a transaction's description: a few bytes a partition
@@ -29,8 +33,14 @@ _SIZE = struct.Struct(">i")
 class KafkaLink:
     """One connection to a peer's Kafka listener, authenticated once."""
 
-    def __init__(self, host: str, port: int, account: tuple[str, str] | None) -> None:
-        self.host, self.port, self.account = host, port, account
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        account: tuple[str, str] | None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        self.host, self.port, self.account, self.tls = host, port, account, tls
         self.lock = asyncio.Lock()
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self._correlation = 0
@@ -46,7 +56,10 @@ class KafkaLink:
 
     async def _call(self, key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
         if self._streams is None:
-            self._streams = await asyncio.open_connection(self.host, self.port)
+            self._streams = await asyncio.open_connection(
+                self.host, self.port, ssl=self.tls,
+                server_hostname=self.host if self.tls is not None else None,
+            )  # fmt: skip
             if self.account is not None:
                 await self._authenticate(*self.account)
         return await self._roundtrip(key, version, body)
@@ -85,14 +98,14 @@ class LinkPool:
     """The links of one user (markers, verification), by peer address: each its own pool, so
     a slow marker write never delays a produce's verification behind the same lock."""
 
-    def __init__(self, account: tuple[str, str] | None) -> None:
-        self.account = account
+    def __init__(self, account: tuple[str, str] | None, tls: ssl.SSLContext | None = None) -> None:
+        self.account, self.tls = account, tls
         self._links: dict[tuple[str, int], KafkaLink] = {}
 
     def get(self, host: str, port: int) -> KafkaLink:
         link = self._links.get((host, port))
         if link is None:
-            link = self._links[(host, port)] = KafkaLink(host, port, self.account)
+            link = self._links[(host, port)] = KafkaLink(host, port, self.account, self.tls)
         return link
 
     def close(self) -> None:
@@ -105,4 +118,10 @@ def link_pool(env: KafkaEnv) -> LinkPool:
     """A pool whose links authenticate as the cluster's link account when ACL is on."""
     broker = env.ctx.config
     keys = broker.namesrv_access_key, broker.namesrv_secret_key
-    return LinkPool(keys if env.acl is not None and all(keys) else None)
+    return LinkPool(keys if env.acl is not None and all(keys) else None, env.link_tls)
+
+
+def link_tls_context(ca_file: str) -> ssl.SSLContext:
+    """The links' client context: the peer verified against ``ca_file`` (PEM; "" = the
+    system's roots), its address checked against the certificate. Read once at start."""
+    return ssl.create_default_context(cafile=ca_file or None)

@@ -10,8 +10,7 @@ pending at its coordinator) goes to that group's master as the NameServers list 
 failure returns the partitions not acknowledged unsent (the coordinator retries every second
 until all are).
 
-Plaintext only: a peer whose Kafka listener is TLS-only is not reachable (its markers stay
-pending, logged).
+A cluster whose Kafka listeners are TLS-only is dialled over TLS (``link.py``).
 """
 
 from __future__ import annotations
