@@ -3,7 +3,8 @@ Apache client or benchmark tool (``make bench-peers``).
 
     .venv/bin/python -m tests.bench.peers [--paths kafka,rmq4,rmq5] [--rounds 6]
         [--messages 50000] [--size 1024] [--flush async|sync] [--rate 1000]
-        [--latency-messages 5000] [--smoke] [--output FILE] [--pool FILE...]
+        [--latency-messages 5000] [--wharf-groups 1] [--wharf-only] [--smoke]
+        [--output FILE] [--pool FILE...]
 
 Peers (``make peers``: tests/java/peers/pom.xml fetches them from Maven Central by
 coordinates; each JVM started here with ``java -cp`` on its main class, no Apache script):
@@ -37,6 +38,13 @@ AlwaysPreTouch (the scripts' 8 g heap is a third of this machine, and pre-touchi
 RSS the heap by construction), NameServer -Xms256m -Xmx256m; every client JVM -Xmx512m (the
 perf scripts' KAFKA_HEAP_OPTS). Wharf: its defaults (one process, uvloop), logLevel WARNING.
 
+``--wharf-groups N`` (N > 1): Wharf as a ``wharf-namesrv`` and N broker groups on this host,
+each one process with its own store (``peers_groups.py``): one broker's protocol work is one
+event loop, one core, where the JVMs use both. The same total queues a topic, split over the
+groups; 4.x clients at the NameServer, Kafka's at every broker, 5.x at one broker (its routes
+list every group). Start until every group serves; RSS and broker CPU summed over every
+Wharf process (NameServer included; each in the notes). ``--wharf-only``: no peer broker.
+
 Each round, for each path, who goes first alternating, each broker started afresh (timed from
 spawn until it serves: its metadata / cluster info lists a broker), topics created, then:
 produce, the broker's RSS, consume, latency; then stopped by its pid and its files deleted. One
@@ -45,7 +53,8 @@ broker runs at a time. The program runs itself in a network namespace of its own
 moves it. The targets are judged on per-round ratios (``pooled.py``: the median's
 distribution-free 95% interval; met / missed only when it lies on one side). ``--smoke``: Kafka
 and the RocketMQ broker, a few hundred messages produced and consumed each way, one round,
-nothing judged (tests/bench/test_peers_smoke.py runs it in CI).
+nothing judged (tests/client/test_bench_peers.py runs it in CI, and with ``--wharf-groups 2
+--wharf-only``).
 """
 
 from __future__ import annotations
@@ -539,7 +548,10 @@ def parse_line(line: str) -> Figures:
 def report(figs: list[Figures]) -> None:
     for path in dict.fromkeys(f.path for f in figs):
         mine = [f for f in figs if f.path == path]
-        peer = next((f.broker for f in mine if f.broker != "wharf"), "peer")
+        peer = next((f.broker for f in mine if f.broker != "wharf"), "")
+        if not peer:
+            print(f"\n{path}: Wharf only ({len(mine)} rounds), nothing judged")
+            continue
         print(f"\n{path}: medians over {len(mine) // 2} rounds (wharf / {peer})")
         for name, op, bound in TARGETS:
             w = [getattr(f, name) for f in mine if f.broker == "wharf"]
