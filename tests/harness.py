@@ -282,6 +282,8 @@ class NamesrvProcess(BrokerProcess):
             cmd, self.env, self.log_path, ready, timeout or self.ready_timeout, "namesrv"
         )
         self.endpoint = info["grpc"]
+        # With remotingListen: the address RocketMQ 4.x clients are given as namesrvAddr.
+        self.remoting_endpoint = info.get("remoting") or ""
         return self
 
     def __enter__(self) -> NamesrvProcess:

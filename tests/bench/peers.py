@@ -3,7 +3,8 @@ Apache client or benchmark tool (``make bench-peers``).
 
     .venv/bin/python -m tests.bench.peers [--paths kafka,rmq4,rmq5] [--rounds 6]
         [--messages 50000] [--size 1024] [--flush async|sync] [--rate 1000]
-        [--latency-messages 5000] [--smoke] [--output FILE] [--pool FILE...]
+        [--latency-messages 5000] [--wharf-groups 1] [--wharf-only] [--smoke]
+        [--output FILE] [--pool FILE...]
 
 Peers (``make peers``: tests/java/peers/pom.xml fetches them from Maven Central by
 coordinates; each JVM started here with ``java -cp`` on its main class, no Apache script):
@@ -37,6 +38,13 @@ AlwaysPreTouch (the scripts' 8 g heap is a third of this machine, and pre-touchi
 RSS the heap by construction), NameServer -Xms256m -Xmx256m; every client JVM -Xmx512m (the
 perf scripts' KAFKA_HEAP_OPTS). Wharf: its defaults (one process, uvloop), logLevel WARNING.
 
+``--wharf-groups N`` (N > 1): Wharf as a ``wharf-namesrv`` and N broker groups on this host,
+each one process with its own store (``peers_groups.py``): one broker's protocol work is one
+event loop, one core, where the JVMs use both. The same total queues a topic, split over the
+groups; 4.x clients at the NameServer, Kafka's at every broker, 5.x at one broker (its routes
+list every group). Start until every group serves; RSS and broker CPU summed over every
+Wharf process (NameServer included; each in the notes). ``--wharf-only``: no peer broker.
+
 Each round, for each path, who goes first alternating, each broker started afresh (timed from
 spawn until it serves: its metadata / cluster info lists a broker), topics created, then:
 produce, the broker's RSS, consume, latency; then stopped by its pid and its files deleted. One
@@ -45,22 +53,20 @@ broker runs at a time. The program runs itself in a network namespace of its own
 moves it. The targets are judged on per-round ratios (``pooled.py``: the median's
 distribution-free 95% interval; met / missed only when it lies on one side). ``--smoke``: Kafka
 and the RocketMQ broker, a few hundred messages produced and consumed each way, one round,
-nothing judged (tests/bench/test_peers_smoke.py runs it in CI).
+nothing judged (tests/client/test_bench_peers.py runs it in CI, and with ``--wharf-groups 2
+--wharf-only``).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -72,13 +78,27 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench.broker_send import process_cpu_seconds
+from tests.bench.peers_groups import (
+    Groups,
+    broker_names,
+    create_topics,
+    start_groups,
+    stored_each,
+)
+from tests.bench.peers_probes import (
+    QUEUES,
+    create_kafka_topics,
+    create_rmq_topic,
+    kafka_serving,
+    port_open,
+    remoting_serving,
+    wait_until,
+)
 from tests.bench.pooled import decide, median_interval, round_lines
-from tests.bench.remoting import RemotingPipe
 from tests.harness import REPO_ROOT, bench_broker, free_port
 
 PEERS = REPO_ROOT / "tests" / "java" / "target" / "peers"
 MIB = 1024 * 1024
-QUEUES = 8
 MAX_MESSAGE = 4 * MIB
 # Commit log segment and index sizes: Wharf's and RocketMQ's defaults (Kafka's log.segment.bytes
 # is 1 GiB too); the smoke run's are small, as the test brokers' (harness.TEST_STORE_SIZES).
@@ -119,93 +139,6 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-# --- readiness probes ---------------------------------------------------------------------
-
-
-_METADATA_V1 = struct.pack(">hhih5si", 3, 1, 1, 5, b"probe", 0)  # no topics: brokers only
-
-
-def kafka_serving(bootstrap: str) -> bool:
-    """A Metadata v1 request answers with at least one broker (raw bytes: a librdkafka client
-    made and dropped every 50 ms crashed the process under load)."""
-    host, _, port = bootstrap.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=1.0) as sock:
-            sock.settimeout(2.0)
-            sock.sendall(struct.pack(">i", len(_METADATA_V1)) + _METADATA_V1)
-            head = b""
-            while len(head) < 12:  # size, correlation id, brokers' count
-                chunk = sock.recv(12 - len(head))
-                if not chunk:
-                    return False
-                head += chunk
-    except OSError:
-        return False
-    _size, correlation, brokers = struct.unpack(">iii", head)
-    return correlation == 1 and brokers > 0
-
-
-async def _remoting(address: str, code: int, fields: dict[str, str]) -> tuple[int, bytes, str]:
-    pipe = await asyncio.wait_for(RemotingPipe.open(address), 1.0)
-    try:
-        reply = await asyncio.wait_for(pipe.request(code, fields), 5.0)
-        return reply.code, reply.body or b"", reply.remark or ""
-    finally:
-        pipe.close()
-
-
-def remoting_serving(namesrv: str) -> bool:
-    """GET_BROKER_CLUSTER_INFO (106) at the NameServer clients are given lists a broker."""
-    try:
-        code, body, _ = asyncio.run(_remoting(namesrv, 106, {}))
-    except (OSError, TimeoutError, ConnectionError):
-        return False
-    return code == 0 and b"brokerAddrs" in body
-
-
-def port_open(address: str) -> bool:
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def create_rmq_topic(broker: str, topic: str) -> None:
-    """UPDATE_AND_CREATE_TOPIC (17) at the broker, as mqadmin updateTopic sends it."""
-    fields = {
-        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(QUEUES),
-        "writeQueueNums": str(QUEUES), "perm": "6", "topicFilterType": "SINGLE_TAG",
-        "topicSysFlag": "0", "order": "false",
-    }  # fmt: skip
-    code, _, remark = asyncio.run(_remoting(broker, 17, fields))
-    if code != 0:
-        raise RuntimeError(f"create topic {topic} at {broker}: code {code} {remark}")
-
-
-def create_kafka_topics(bootstrap: str, topics: dict[str, int]) -> None:
-    """Topics by name and partition count, one admin client (CreateTopics)."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    new = [NewTopic(name, partitions, 1) for name, partitions in topics.items()]
-    for future in admin.create_topics(new).values():
-        future.result(30)
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str, alive: Callable[[], bool]
-               ) -> None:  # fmt: skip
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not alive():
-            raise RuntimeError(f"{what} exited before serving")
-        if check():
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"{what} not serving after {timeout} s")
 
 
 # --- processes ------------------------------------------------------------------------------
@@ -252,6 +185,12 @@ class Broker:
     grpc: str = ""  # the 5.x clients' endpoint
     side_pids: dict[str, int] = field(default_factory=dict)  # the NameServer's
     stop: Callable[[], object] = lambda: None
+    groups: Groups | None = None  # Wharf as N broker groups (--wharf-groups N > 1)
+
+    def counted(self) -> dict[str, int]:
+        """The processes whose CPU and RSS are the broker's: with groups, the NameServer and
+        every broker (each group's share of the work is in its own process)."""
+        return self.groups.pids if self.groups else {self.name: self.pid}
 
 
 def start_kafka(root: Path, flush: str, sizes: dict[str, int]) -> Broker:
@@ -345,13 +284,16 @@ def start_rocketmq(root: Path, flush: str, proxy: bool, sizes: dict[str, int]) -
     )  # fmt: skip
 
 
-def start_wharf(root: Path, flush: str, path: str, sizes: dict[str, int]) -> Broker:
+def start_wharf(root: Path, flush: str, path: str, sizes: dict[str, int], groups: int = 1
+                ) -> Broker:  # fmt: skip
     settings = {
         "flushDiskType": flush, "maxMessageSize": MAX_MESSAGE,
         "mappedFileSizeCommitLog": sizes["segment"], "defaultTopicQueueNums": QUEUES,
         "maxHashSlotNum": sizes["maxHashSlotNum"], "maxIndexNum": sizes["maxIndexNum"],
         "remotingListen": "127.0.0.1:0", "kafkaListen": "127.0.0.1:0",
     }  # fmt: skip
+    if groups > 1:
+        return start_wharf_groups(root, settings, path, groups)
     broker = bench_broker(root, settings, ready_timeout=120.0)  # warnings only in its log
     started = time.monotonic()
     broker.start()
@@ -370,6 +312,24 @@ def start_wharf(root: Path, flush: str, path: str, sizes: dict[str, int]) -> Bro
     return Broker(
         "wharf", broker.pid, time.monotonic() - started, kafka=kafka, namesrv=remoting,
         remoting=remoting, grpc=broker.endpoint, stop=lambda: broker.stop(60),
+    )  # fmt: skip
+
+
+def start_wharf_groups(root: Path, settings: dict[str, Any], path: str, n: int) -> Broker:
+    """A ``wharf-namesrv`` and ``n`` broker groups with the single broker's ``settings``
+    (``peers_groups.py``): 4.x clients get the NameServer, Kafka every broker, 5.x the first
+    broker's gRPC port."""
+    g = start_groups(root, n, settings, path)
+    first = next(iter(g.brokers.values()))
+
+    def stop() -> None:
+        g.stop()
+        for error in g.errors:
+            print(f"# wharf groups: {error}", file=sys.stderr, flush=True)
+
+    return Broker(
+        "wharf", first.pid, g.start_seconds, kafka=g.kafka, namesrv=g.namesrv.remoting_endpoint,
+        remoting=first.remoting_endpoint, grpc=first.endpoint, stop=stop, groups=g,
     )  # fmt: skip
 
 
@@ -432,16 +392,37 @@ _E2E_AVG = re.compile(r"Avg latency: ([\d.]+) ms")
 _E2E_PCT = re.compile(r"Percentiles: 50th = (\d+), 99th = (\d+), 99.9th = (\d+)")
 
 
+def cpu_seconds(b: Broker) -> dict[str, float]:
+    return {name: process_cpu_seconds(pid) for name, pid in b.counted().items()}
+
+
+def produce_cost(b: Broker, fig: Figures, before: dict[str, float], n: int) -> None:
+    """The broker's CPU per produced message and its RSS right after produce, summed over its
+    processes (with groups also each process's, in the notes)."""
+    used = {name: cpu - before[name] for name, cpu in cpu_seconds(b).items()}
+    fig.produce_cpu_us = sum(used.values()) / n * 1e6
+    rss = {name: rss_mb(pid) for name, pid in b.counted().items()}
+    fig.rss_mb = sum(rss.values())
+    if b.groups:
+        fig.notes["groups"] = len(b.groups.brokers)
+        fig.notes["rss_mb_each"] = {name: round(mb, 1) for name, mb in rss.items()}
+        fig.notes["cpu_us_each"] = {name: round(s / n * 1e6, 1) for name, s in used.items()}
+        fig.notes["stored_each"] = stored_each(b.groups, "bench", QUEUES)
+
+
 def kafka_phases(b: Broker, fig: Figures, args: argparse.Namespace, home: Path) -> None:
     n = args.messages
-    create_kafka_topics(b.kafka, {"bench": QUEUES, "e2e": 1, "lat": 1})
-    cpu = process_cpu_seconds(b.pid)
+    topics = {"bench": QUEUES, "e2e": 1, "lat": 1}
+    if b.groups:
+        create_topics(b.groups, topics)
+    else:
+        create_kafka_topics(b.kafka, topics)
+    cpu = cpu_seconds(b)
     out = run_java("kafka", "org.apache.kafka.tools.ProducerPerformance", [
         "--topic", "bench", "--num-records", str(n), "--record-size", str(args.size),
         "--throughput", "-1", "--producer-props", f"bootstrap.servers={b.kafka}",
     ], home)  # fmt: skip
-    fig.produce_cpu_us = (process_cpu_seconds(b.pid) - cpu) / n * 1e6
-    fig.rss_mb = rss_mb(b.pid)
+    produce_cost(b, fig, cpu, n)
     sent = _PRODUCER_PERF.findall(out)
     if not sent or int(sent[-1][0]) != n:
         raise RuntimeError(f"ProducerPerformance:\n{out[-2000:]}")
@@ -483,13 +464,15 @@ def paced_latency(fig: Figures, result: dict[str, Any]) -> None:
 def rmq_phases(b: Broker, fig: Figures, args: argparse.Namespace, home: Path, v5: bool) -> None:
     n, kind = args.messages, "rmq5" if v5 else "rmq4"
     target = b.grpc if v5 else b.namesrv
-    for topic in ("bench", "lat"):
-        create_rmq_topic(b.remoting, topic)
-    cpu = process_cpu_seconds(b.pid)
+    if b.groups:
+        create_topics(b.groups, {"bench": QUEUES, "lat": QUEUES})
+    else:
+        for topic in ("bench", "lat"):
+            create_rmq_topic(b.remoting, topic)
+    cpu = cpu_seconds(b)
     sent = peer_bench([f"{kind}-produce", target, "bench", str(n), str(args.size),
                        str(args.threads)], home)  # fmt: skip
-    fig.produce_cpu_us = (process_cpu_seconds(b.pid) - cpu) / n * 1e6
-    fig.rss_mb = rss_mb(b.pid)
+    produce_cost(b, fig, cpu, n)
     fig.side_rss_mb = sum(rss_mb(pid) for pid in b.side_pids.values())
     if fig.side_rss_mb:
         fig.notes["namesrv_rss_mb"] = round(fig.side_rss_mb)
@@ -514,7 +497,7 @@ def one_broker(path: str, who: str, round_no: int, args: argparse.Namespace, scr
     sizes = SMOKE_SIZES if args.smoke else STORE_SIZES
     try:
         if who == "wharf":
-            b = start_wharf(root / "broker", args.flush, path, sizes)
+            b = start_wharf(root / "broker", args.flush, path, sizes, args.wharf_groups)
         elif path == "kafka":
             b = start_kafka(root / "broker", args.flush, sizes)
         else:
@@ -565,7 +548,10 @@ def parse_line(line: str) -> Figures:
 def report(figs: list[Figures]) -> None:
     for path in dict.fromkeys(f.path for f in figs):
         mine = [f for f in figs if f.path == path]
-        peer = next((f.broker for f in mine if f.broker != "wharf"), "peer")
+        peer = next((f.broker for f in mine if f.broker != "wharf"), "")
+        if not peer:
+            print(f"\n{path}: Wharf only ({len(mine)} rounds), nothing judged")
+            continue
         print(f"\n{path}: medians over {len(mine) // 2} rounds (wharf / {peer})")
         for name, op, bound in TARGETS:
             w = [getattr(f, name) for f in mine if f.broker == "wharf"]
@@ -610,6 +596,15 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=1000, help="paced latency: msg/s")
     parser.add_argument("--latency-messages", type=int, default=5000)
     parser.add_argument("--e2e-records", type=int, default=2000, help="EndToEndLatency's")
+    parser.add_argument(
+        "--wharf-groups",
+        type=int,
+        default=1,
+        help="Wharf as a wharf-namesrv and N broker groups (peers_groups.py)",
+    )
+    parser.add_argument(
+        "--wharf-only", action="store_true", help="no peer broker: Wharf's side alone, unjudged"
+    )
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--output", help="append the round lines to this file")
     parser.add_argument("--pool", nargs="*", default=None,
@@ -618,6 +613,7 @@ def main() -> None:
     if args.pool is not None:
         report([parse_line(line) for line in round_lines(args.pool)])
         return
+    broker_names(args.wharf_groups)  # 1 to 26, checked before anything starts
     in_netns()
     # SIGTERM (and SIGINT, ignored in a background job) unwind through the finally blocks:
     # each running broker is stopped by its pid and its files deleted.
@@ -630,13 +626,16 @@ def main() -> None:
         CLIENT_JVM[:] = SMOKE_CLIENT_JVM
         paths = [p for p in paths if p != "rmq5"]
     print(f"# peers {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} flush {args.flush} "
-          f"messages {args.messages} x {args.size} B, rounds {args.rounds}, load "
+          f"messages {args.messages} x {args.size} B, rounds {args.rounds}, wharf groups "
+          f"{args.wharf_groups}, load "
           f"{os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     figs: list[Figures] = []
     with tempfile.TemporaryDirectory(prefix="wharf-peers-") as scratch:
         for round_no in range(1, args.rounds + 1):
             for path in paths:
                 order = ["wharf", "peer"] if round_no % 2 else ["peer", "wharf"]
+                if args.wharf_only:
+                    order = ["wharf"]
                 for who in order:
                     fig = one_broker(path, who, round_no, args, Path(scratch))
                     figs.append(fig)
