@@ -21,9 +21,10 @@ from wharf.broker.frontends.kafka.apis import APIS
 from wharf.broker.frontends.kafka.codec import decode_response, encode_request
 from wharf.broker.frontends.kafka.part import KafkaPart, kafka_part
 
+from tests.harness import BrokerProcess, Daemons
 from tests.inproc import InProcFactory
 
-__all__ = ["KafkaClient", "KafkaUnderTest", "start_kafka"]
+__all__ = ["KafkaClient", "KafkaUnderTest", "kafka_groups", "start_kafka"]
 
 
 @dataclass
@@ -115,3 +116,23 @@ class KafkaClient:
         self.writer.close()
         with contextlib.suppress(ConnectionError, OSError):
             await self.writer.wait_closed()
+
+
+def kafka_groups(
+    daemons: Daemons, root: Any, namesrv: str, **settings: Any
+) -> dict[str, BrokerProcess]:
+    """broker-a and broker-b, masters of cluster C registered with ``namesrv``, each a Kafka
+    leader of its own queues (no auto-created topics, 200 ms heartbeats); ``settings`` add
+    to or override theirs. Started; the caller waits for their registration."""
+    common = {
+        "namesrvAddr": namesrv,
+        "brokerClusterName": "C",
+        "autoCreateTopicEnable": False,
+        "brokerHeartbeatInterval": 200,
+        "kafkaListen": "127.0.0.1:0",
+        **settings,
+    }
+    return {
+        name: daemons.broker(root / name, settings={**common, "brokerName": name})
+        for name in ("broker-a", "broker-b")
+    }

@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from wharf.broker.frontends.kafka.cluster import master_node_id
 from wharf.client.admin import Admin
 
-from tests.broker.kafka.kafka_helpers import KafkaClient
+from tests.broker.kafka.kafka_helpers import KafkaClient, kafka_groups
 from tests.harness import BrokerProcess, Daemons
 
 
@@ -41,20 +41,7 @@ SILENCE_MS = 2000
 @pytest.fixture
 def kafka_cluster(daemons: Daemons, tmp_path: Path) -> tuple[str, dict[str, BrokerProcess]]:
     ns = daemons.namesrv(tmp_path / "ns", settings={"brokerNotActiveTimeoutMillis": SILENCE_MS})
-    brokers = {
-        name: daemons.broker(
-            tmp_path / name,
-            settings={
-                "namesrvAddr": ns.endpoint,
-                "brokerClusterName": "C",
-                "brokerName": name,
-                "autoCreateTopicEnable": False,
-                "brokerHeartbeatInterval": 200,
-                "kafkaListen": "127.0.0.1:0",
-            },
-        )
-        for name in ("broker-a", "broker-b")
-    }
+    brokers = kafka_groups(daemons, tmp_path, ns.endpoint)
     ns.wait_registered(list(brokers.values()))  # create_topic reaches every registered master
     return ns.endpoint, brokers
 

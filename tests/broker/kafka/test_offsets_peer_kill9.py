@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from wharf.v1 import messaging_pb2, messaging_pb2_grpc
 
+from tests.broker.kafka.kafka_helpers import kafka_groups
 from tests.broker.kafka.test_cluster import TOPIC, _client, _create_topic, _master
 from tests.harness import BrokerProcess, Daemons, free_port
 
@@ -32,21 +33,7 @@ ACKED_WITHIN_S = 20.0
 
 def _cluster(daemons: Daemons, tmp_path: Path) -> tuple[str, dict[str, BrokerProcess]]:
     ns = daemons.namesrv(tmp_path / "ns", settings={"brokerNotActiveTimeoutMillis": SILENCE_MS})
-    brokers = {
-        name: daemons.broker(
-            tmp_path / name,
-            settings={
-                "namesrvAddr": ns.endpoint,
-                "brokerClusterName": "C",
-                "brokerName": name,
-                "autoCreateTopicEnable": False,
-                "brokerHeartbeatInterval": 200,
-                "kafkaListen": "127.0.0.1:0",
-                "flushDiskType": "ASYNC_FLUSH",
-            },
-        )
-        for name in ("broker-a", "broker-b")
-    }
+    brokers = kafka_groups(daemons, tmp_path, ns.endpoint, flushDiskType="ASYNC_FLUSH")
     ns.wait_registered(list(brokers.values()))
     return ns.endpoint, brokers
 

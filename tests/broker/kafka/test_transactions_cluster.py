@@ -42,7 +42,7 @@ from wharf.broker.frontends.kafka.cluster import coordinator_of, master_node_id
 from wharf.broker.frontends.kafka.records import TRANSACTIONAL, Record, encode_batch
 from wharf.client.admin import Admin
 
-from tests.broker.kafka.kafka_helpers import KafkaClient
+from tests.broker.kafka.kafka_helpers import KafkaClient, kafka_groups
 from tests.harness import BrokerProcess, Daemons
 
 pytestmark = pytest.mark.slow
@@ -71,22 +71,13 @@ def _tid(coordinator: str = "broker-a", prefix: str = "tx") -> str:
 @pytest.fixture
 def groups(daemons: Daemons, tmp_path: Path) -> dict[str, BrokerProcess]:
     ns = daemons.namesrv(tmp_path / "ns", settings={"brokerNotActiveTimeoutMillis": SILENCE_MS})
-    brokers = {
-        name: daemons.broker(
-            tmp_path / name,
-            settings={
-                "namesrvAddr": ns.endpoint,
-                "brokerClusterName": "C",
-                "brokerName": name,
-                "autoCreateTopicEnable": False,
-                "brokerHeartbeatInterval": 200,
-                "kafkaListen": "127.0.0.1:0",
-                "flushDiskType": "SYNC_FLUSH",
-                "kafkaGroupInitialRebalanceDelayMs": 0,
-            },
-        )
-        for name in ("broker-a", "broker-b")
-    }
+    brokers = kafka_groups(
+        daemons,
+        tmp_path,
+        ns.endpoint,
+        flushDiskType="SYNC_FLUSH",
+        kafkaGroupInitialRebalanceDelayMs=0,
+    )
     ns.wait_registered(list(brokers.values()))
     asyncio.run(_create_topic(ns.endpoint, brokers))
     return brokers

@@ -22,6 +22,7 @@ from wharf.client.admin import Admin
 from wharf.client.channel import TlsConfig
 from wharf.client.namesrv import NameServerClient
 
+from tests.broker.kafka.kafka_helpers import kafka_groups
 from tests.harness import BrokerProcess, Daemons
 
 pytestmark = pytest.mark.slow
@@ -52,26 +53,17 @@ def tls_groups(daemons: Daemons, tmp_path: Path) -> tuple[dict[str, BrokerProces
     ns = daemons.namesrv(
         tmp_path / "ns", {"tlsEnable": True, "tlsCertPath": str(cert), "tlsKeyPath": str(key)}
     )
-    brokers = {
-        name: daemons.broker(
-            tmp_path / name,
-            settings={
-                "namesrvAddr": ns.endpoint,
-                "brokerClusterName": "C",
-                "brokerName": name,
-                "autoCreateTopicEnable": False,
-                "brokerHeartbeatInterval": 200,
-                "kafkaListen": "127.0.0.1:0",
-                "kafkaGroupInitialRebalanceDelayMs": 0,
-                "tlsEnable": True,
-                "tlsCertPath": str(cert),
-                "tlsKeyPath": str(key),
-                "namesrvTlsEnable": True,
-                "namesrvTlsCaFile": str(cert),
-            },
-        )
-        for name in NAMES
-    }
+    brokers = kafka_groups(
+        daemons,
+        tmp_path,
+        ns.endpoint,
+        kafkaGroupInitialRebalanceDelayMs=0,
+        tlsEnable=True,
+        tlsCertPath=str(cert),
+        tlsKeyPath=str(key),
+        namesrvTlsEnable=True,
+        namesrvTlsCaFile=str(cert),
+    )
 
     async def create() -> None:
         tls = TlsConfig(ca_pem=pem)
