@@ -5,7 +5,8 @@ with warmMapedFileEnable) for 1 GiB files; the
 append path must never pay that on the event loop. After every roll (and at start) the queue
 asks for the two following segments; a thread creates them; the next roll takes one that is
 ready. The segment the FIRST append needs is made in the start-up thread
-(``CommitLog.prepare_blocking``, run by recovery) and handed over with ``adopt``.
+(``CommitLog.prepare_blocking``, run by recovery) and handed over with ``adopt``; its read
+prefault is this thread's first job once started, so the broker serves without waiting for it.
 
 Why a roll never waits for an in-flight preallocation: ``append`` is synchronous by contract
 (never awaits, atomic on one loop), so "waiting" there means blocking the loop for the rest of
@@ -41,11 +42,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 
 from wharf.store.errors import DiskFullError
-from wharf.store.log.mapped_file import MappedFile, ZeroFill
+from wharf.store.log.mapped_file import MappedFile, ZeroFill, prefault_segment_blocking
 from wharf.store.log.mapped_file_queue import MappedFileQueue, create_segment_blocking
 from wharf.store.service import Service
 
@@ -84,6 +86,8 @@ class AllocateMappedFileService(Service):
         self._pending: list[int] = []
         self._inflight: dict[int, Future[MappedFile]] = {}
         self._last_ok = True  # the last creation succeeded: a disk-full failure starts an episode
+        self._prefault: list[MappedFile] = []  # adopted, to read once started
+        self._cancel_prefault = threading.Event()  # set at stop: before the files close
         self.created = 0
         self.late_takes = 0  # rolls that found their segment still in flight (not waited for)
         self.disk_full_failures = 0  # preallocations refused by a full disk
@@ -95,9 +99,19 @@ class AllocateMappedFileService(Service):
     def has_ready(self, offset: int) -> bool:
         return offset in self._ready
 
-    def adopt(self, mapped: MappedFile) -> None:
-        """Hand over a segment created ahead elsewhere (``CommitLog.prepare_blocking``)."""
+    def adopt(self, mapped: MappedFile, prefault: bool = False) -> None:
+        """Hand over a segment created ahead elsewhere (``CommitLog.prepare_blocking``);
+        ``prefault``: read it once in this service's thread from ``start`` on, the first job
+        (the writer may append meanwhile: the reads only fill the page cache)."""
         self._ready[mapped.file_from_offset] = mapped
+        if prefault:
+            self._prefault.append(mapped)
+
+    def start(self) -> None:
+        for mapped in self._prefault:
+            self._pool.submit(prefault_segment_blocking, mapped, self._cancel_prefault)
+        self._prefault.clear()
+        super().start()
 
     def _on_roll(self, start_offset: int) -> None:
         now = self.clock()
@@ -209,6 +223,7 @@ class AllocateMappedFileService(Service):
                 self.created += 1
 
     async def stop(self) -> None:
+        self._cancel_prefault.set()
         for fill in self._fills.values():
             fill.cancel.set()  # a fill ends at its next step (~8 ms at 32 MB/s), not in 30 s
         await super().stop()
@@ -224,6 +239,7 @@ class AllocateMappedFileService(Service):
 
     def discard_ready_blocking(self) -> None:
         """Delete segments made ahead but never used (a log closed without ``stop``)."""
+        self._cancel_prefault.set()
         for fill in list(self._fills.values()):
             fill.cancel.set()
         ready, self._ready = self._ready, {}

@@ -261,10 +261,13 @@ class CommitLog(CommitLogReads):
             self.transient_pool.init_blocking()
 
     def prepare_blocking(self) -> None:
-        """Create (prefaulted) the segment the next append will roll to, if it needs one, and
-        hand it to the allocator: the first put after start must not wait for a segment on the
-        event loop (~0.6 s for 1 GiB). Run in a thread before ``start``; ``recover_blocking``
-        does it, so ``MessageStore.start`` (which awaits recovery in a thread) gets it."""
+        """Create the segment the next append will roll to, if it needs one, and hand it to
+        the allocator: the first put after start must not wait for a segment on the event loop.
+        Run in a thread before ``start``; ``recover_blocking`` does it, so
+        ``MessageStore.start`` (which awaits recovery in a thread) gets it. Its read prefault
+        runs in the allocator's thread once the broker serves (``start``): done here it was
+        1.0-2.4 s of every start of a broker with 1 GiB segments (most of its 1.3-3.3 s to
+        serving); fallocate and its fsync take ~7 ms."""
         last = self.queue.last()
         if last is not None and not last.is_full:
             return
@@ -273,13 +276,13 @@ class CommitLog(CommitLogReads):
             return
         try:
             mapped = create_segment_blocking(
-                self.store_path, offset, self.file_size, self.config.warm_mapped_file_enable, True
+                self.store_path, offset, self.file_size, self.config.warm_mapped_file_enable
             )
         except DiskFullError as exc:
             # A broker must start on a full disk (and serve reads); the first append reports it.
             log.warning("not preparing the next commit log segment: %s", exc)
             return
-        self.allocator.adopt(mapped)
+        self.allocator.adopt(mapped, prefault=not self.config.warm_mapped_file_enable)
 
     def start(self) -> None:
         """Start the services on the running loop; preallocate the next segments (call

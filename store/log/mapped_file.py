@@ -406,18 +406,26 @@ def _enough_pages(start: int, end: int, least_pages: int, file_size: int) -> boo
     return (end // OS_PAGE_SIZE) - (start // OS_PAGE_SIZE) >= least_pages
 
 
-def _prefault_blocking(fd: int, file_size: int) -> None:
+def _prefault_blocking(fd: int, file_size: int, cancel: threading.Event | None = None) -> None:
     """Read the fresh segment once (pread releases the GIL): its zero pages land in the page
     cache, so the writer's first touch of each page is a minor fault instead of allocating and
     zeroing a page. Measured here: mmap copies at ~4.5 GB/s instead of ~0.8-1.3 GB/s, for
-    ~0.25 s of a thread per GiB, no disk writes and only clean (reclaimable) page cache."""
+    ~0.25-2.4 s of a thread per GiB, no disk writes and only clean (reclaimable) page cache.
+    ``cancel`` set: stops at the next 1 MiB chunk."""
     chunk = bytearray(len(_ZERO_CHUNK))
     pos = 0
-    while pos < file_size:
+    while pos < file_size and not (cancel is not None and cancel.is_set()):
         n = os.preadv(fd, [chunk], pos)
         if n <= 0:
             break
         pos += n
+
+
+def prefault_segment_blocking(mapped: MappedFile, cancel: threading.Event) -> None:
+    """``_prefault_blocking`` of a segment already in use (the start-up segment, read in the
+    background while the writer appends: reads only; ``cancel`` set before it is closed)."""
+    with contextlib.suppress(OSError, ValueError):  # closed meanwhile: nothing left to warm
+        _prefault_blocking(mapped.fileno(), mapped.file_size, cancel)
 
 
 def _warm_blocking(fd: int, file_size: int) -> None:

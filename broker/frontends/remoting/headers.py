@@ -86,6 +86,8 @@ __all__ = [
 _INTEGER = re.compile(r"[+-]?[0-9]{1,20}")
 _RANGES = {"i32": (-(2**31), 2**31 - 1), "i64": (-(2**63), 2**63 - 1)}
 _TRUE, _FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
+# Unsigned decimal lengths that always fit the kind (9 digits < 2**31, 18 < 2**63).
+_SHORT_DIGITS = {"i32": 9, "i64": 18}
 
 
 class HeaderError(ValueError):
@@ -112,13 +114,18 @@ def _parse_value(header: str, name: str, kind: str, raw: object) -> object:
     if kind == "str":
         return text
     if kind == "bool":
+        if text == "false" or text == "true":  # what Java writes: no strip, no lower
+            return text == "true"
         lowered = text.strip().lower()
         if lowered in _TRUE:
             return True
         if lowered in _FALSE:
             return False
         raise HeaderError(header, name, f"is not a boolean: {text!r:.80}")
-    if _INTEGER.fullmatch(text) is None:
+    # Unsigned ASCII digits (most fields) without the regex; a sign, or anything odd, with it.
+    if not (len(text) <= 20 and text.isascii() and text.isdigit()) and (
+        _INTEGER.fullmatch(text) is None
+    ):
         raise HeaderError(header, name, f"is not an integer: {text!r:.80}")
     number = int(text)
     low, high = _RANGES[kind]
@@ -132,6 +139,21 @@ def _to_text(header: str, name: str, raw: object) -> str:
         return ext_value_to_str(raw)
     except TypeError:
         raise HeaderError(header, name, f"is a {type(raw).__name__}, not a string") from None
+
+
+_SPECS: dict[type, tuple[tuple[str, str, str, bool], ...]] = {}
+
+
+def _specs(cls: type) -> tuple[tuple[str, str, str, bool], ...]:
+    """(name, wire name, kind, required) of a header class's fields, read once: every request
+    parses one header and ``dataclasses.fields`` builds its tuple anew at each call."""
+    found = _SPECS.get(cls)
+    if found is None:
+        found = _SPECS[cls] = tuple(
+            (spec.name, spec.metadata["wire"], spec.metadata["kind"], spec.default is dataclasses.MISSING)
+            for spec in dataclasses.fields(cls)
+        )  # fmt: skip
+    return found
 
 
 class _Header:
@@ -148,14 +170,23 @@ class _Header:
     @classmethod
     def _parse(cls, fields: Mapping[str, str], rename: Mapping[str, str]) -> Self:
         values: dict[str, object] = {}
-        for spec in dataclasses.fields(cls):  # type: ignore[arg-type]
-            wire = rename.get(spec.metadata["wire"], spec.metadata["wire"])
+        for name, wire, kind, required in _specs(cls):
+            wire = rename.get(wire, wire)
             raw = fields.get(wire)
             if raw is None:
-                if spec.default is dataclasses.MISSING:
+                if required:
                     raise HeaderError(cls.__name__, wire, "is missing")
                 continue
-            values[spec.name] = _parse_value(cls.__name__, wire, spec.metadata["kind"], raw)
+            # What Java writes, inline (a send header's 13 fields: ~9 -> ~5 us): a string, or
+            # unsigned digits short enough for the kind's range; the rest via _parse_value.
+            if type(raw) is str:
+                if kind == "str":
+                    values[name] = raw
+                    continue
+                if len(raw) <= _SHORT_DIGITS.get(kind, 0) and raw.isascii() and raw.isdigit():
+                    values[name] = int(raw)
+                    continue
+            values[name] = _parse_value(cls.__name__, wire, kind, raw)
         return cls(**values)
 
     def to_ext_fields(self) -> dict[str, str]:
@@ -165,10 +196,9 @@ class _Header:
 
     def _render(self, rename: Mapping[str, str]) -> dict[str, str]:
         out: dict[str, str] = {}
-        for spec in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, spec.name)
+        for name, wire, _kind, _required in _specs(type(self)):
+            value = getattr(self, name)
             if value is not None:
-                wire = spec.metadata["wire"]
                 out[rename.get(wire, wire)] = ext_value_to_str(value)
         return out
 

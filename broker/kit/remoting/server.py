@@ -4,7 +4,8 @@
 - Bytes go through the sans-IO ``FrameDecoder``; each request becomes a task that runs its
   handler (a table: request code -> coroutine), so several requests are in flight on one
   connection and each is answered as soon as it completes, matched by its ``opaque``
-  (pipelined: replies in completion order, not request order).
+  (pipelined: replies in completion order, not request order). The replies completed in one
+  turn of the event loop go out in one write (``_queue``: a store batch completes many sends).
 - Replies are JSON whatever the request's serialize type (RocketMQ 4.x's default
   ``serializeTypeConfigInThisServer``): the 4.x C++ client and ali-ons parse nothing else.
 - A request flagged oneway gets no reply (the 4.x clients rarely flag them: see
@@ -84,6 +85,7 @@ MAX_IN_FLIGHT = 1024  # requests running per connection before reading pauses
 CALLS_BEFORE_AUTH = 16  # the same before a request passed the ACL (maxCallsBeforeAuth)
 MAX_BUFFERED_BYTES = 8 << 20  # frame bytes of the requests running (maxBufferedBytesPerConnection)
 LARGE_BODY = 64 * 1024  # bodies written after their prefix, not copied into one frame
+OUT_FLUSH_BYTES = 256 * 1024  # queued replies written at once past this (a pull's records: 4 MiB)
 HANDSHAKE_TIMEOUT_S = 10.0  # TLS: a peer that does not finish its handshake is closed
 
 
@@ -114,6 +116,8 @@ class Connection(asyncio.Protocol):
         self.client_ids: set[str] = set()  # the clients that heartbeated on this connection
         # opaque -> the answer awaited of a broker -> client request (``call``)
         self._calls: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._out: list[bytes] = []  # frames to write at the next turn (``_queue``)
+        self._out_bytes = 0
 
     # --- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -258,7 +262,8 @@ class Connection(asyncio.Protocol):
 
     # --- writing -------------------------------------------------------------------------------
     def send(self, cmd: RemotingCommand) -> None:
-        """Write one command (a response, or a broker -> client request) if still connected."""
+        """Queue one command (a response, or a broker -> client request) if still connected;
+        the frames queued in one turn of the event loop go out in one write (``_flush``)."""
         transport = self.transport
         if self.closed or transport is None or transport.is_closing():
             return
@@ -266,9 +271,9 @@ class Connection(asyncio.Protocol):
             # Always JSON, as a RocketMQ 4.x broker answers by default: every client decodes
             # it (the C++ client and ali-ons decode nothing else), whatever the request's type.
             if len(cmd.body) >= LARGE_BODY:
-                transport.writelines((encode_prefix(cmd, SerializeType.JSON), cmd.body))
+                self._queue(encode_prefix(cmd, SerializeType.JSON), cmd.body)
             else:
-                transport.write(encode(cmd, SerializeType.JSON))
+                self._queue(encode(cmd, SerializeType.JSON))
         except (ValueError, TypeError) as exc:  # a value the header cannot carry: a bug
             log.error("remoting: cannot encode %s for %s: %s", request_code_name(cmd.code),
                       self.peer, exc)  # fmt: skip
@@ -281,7 +286,33 @@ class Connection(asyncio.Protocol):
                 remark=f"cannot encode the response: {exc}",
                 serialize_type=cmd.serialize_type,
             )
-            transport.write(encode(fallback, SerializeType.JSON))
+            self._queue(encode(fallback, SerializeType.JSON))
+
+    def _queue(self, *frames: bytes) -> None:
+        # One write a turn, not one a response: a store batch completes its sends' tasks in the
+        # same turn, and a write is a syscall (18% of the broker's CPU under 64 Java senders'
+        # 1 KiB sends on one connection, one write each). The flush runs at the next turn,
+        # without waiting for I/O in between; OUT_FLUSH_BYTES bounds what waits for it.
+        out = self._out
+        if not out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        out.extend(frames)
+        self._out_bytes += sum(len(frame) for frame in frames)
+        if self._out_bytes >= OUT_FLUSH_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        out = self._out
+        if not out:
+            return
+        self._out, self._out_bytes = [], 0
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if len(out) == 1:
+            transport.write(out[0])
+        else:
+            transport.writelines(out)
 
     def request(
         self, code: int, ext_fields: dict[str, str], body: bytes = b"", *, oneway: bool = True
@@ -313,6 +344,7 @@ class Connection(asyncio.Protocol):
             self._calls.pop(opaque, None)
 
     def close(self) -> None:
+        self._flush()  # what was answered before the close still goes out
         self.closed = True
         if self.transport is not None:
             self.transport.close()
