@@ -10,8 +10,8 @@ refuses a config it cannot honour at construction (``StoreConfig.validate``), an
 settings loader checks each store setting as it reads it (``check_setting``) so that its error
 names the setting as the operator wrote it (camelCase, file, environment variable or flag).
 Both use the same bounds and the same parsers (``parse_delete_when``, ``parse_delay_levels``):
-they used to keep two copies that disagreed (disk ratios 1..99 vs (0, 100], a ``deleteWhen``
-with blanks accepted by one and refused by the other).
+two copies drift apart (they did: disk ratios 1..99 vs (0, 100], a ``deleteWhen`` with blanks
+accepted by one and refused by the other).
 """
 
 from __future__ import annotations

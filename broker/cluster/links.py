@@ -219,9 +219,9 @@ class MetadataFanout:
         """What a Kafka OffsetCommit's answer waits for: the offsets in ``table``'s file
         (fsynced with ``sync``) and, under SYNC_MASTER, applied by the replicas every
         acknowledgement needs, both at once; then this master must still hold its term.
-        Before, commits reached the replica with the once-a-second snapshot: a failover
-        right after an answer took the commit back and the group re-read what it had
-        committed (the fault campaign: "committed 1 after 103 was acknowledged"). Raises
+        With the once-a-second snapshot alone, a failover right after an answer would take
+        the commit back and the group re-read what it had committed (the fault campaign:
+        "committed 1 after 103 was acknowledged"). Raises
         MetadataNotDurable, NotReplicatedError (slaveTimeout, 3 s) or MasterFencedError."""
         store = self._store()
         ha = getattr(store, "ha_master", None)  # a test's stand-in store has none

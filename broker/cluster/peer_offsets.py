@@ -9,9 +9,9 @@ the lag metric are right on every broker) and a coordinator that moves loses not
 offset is in its offsets file (fsynced under SYNC_FLUSH) and, under SYNC_MASTER, on its in-sync
 replicas, and a replica or a master whose lease ran out refuses it (FAILED_PRECONDITION,
 UNAVAILABLE: ``PeerOffsetError.code``), so a Kafka commit of another group's partition is
-acknowledged on the same terms as one of the coordinator's own. Before, the plain form answered
-once in memory: a kill -9 of that master within flushConsumerOffsetInterval (5 s) took an
-acknowledged commit back, and a replica, or a master stepping down, took one it would lose.
+acknowledged on the same terms as one of the coordinator's own. The plain form answers once
+in memory: a kill -9 of that master within flushConsumerOffsetInterval (5 s) takes an
+acknowledged commit back, and a replica, or a master stepping down, takes one it would lose.
 The wait is bounded by ``DURABLE_TIMEOUT_S`` (slaveTimeout, 3 s by default, plus the write).
 A broker older than the field ignores it and answers as before (in memory).
 

@@ -104,8 +104,8 @@ class TxnIndex:
         self._queues: dict[tuple[str, int], QueueTxns] = {}
         # Being rebuilt while this broker already serves (a replica just promoted: the
         # coordinator replays the replicated logs, ``adopt``): every read answers "nothing
-        # new" until then (``visible_reads``). Before, the ~1 s to the replay served a
-        # replica's index (its start's), so open transactions' records and markers showed.
+        # new" until then (``visible_reads``): the ~1 s to the replay would otherwise serve
+        # a replica's index (its start's), showing open transactions' records and markers.
         self.loading = False
 
     def __bool__(self) -> bool:  # no queue ever had a transaction: every read as before

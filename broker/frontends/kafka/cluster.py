@@ -16,10 +16,10 @@ as for RocketMQ 5's QueryRoute); this module only numbers them the Kafka way.
   names has probability ~n^2 / 2^21); a group's master (broker id 0, and a controller-mode
   replica once elected) ``2^30 + crc32(brokerName "@" host:port) mod 2^30`` over its
   advertised Kafka address (``master_node_id``), so a failover to another replica is a
-  new node, as in Kafka, where a node id never moves to another address. Before, the
-  master's id was the group's alone and moved with it: librdkafka's transaction (and group)
-  coordinator connection, bound to the id, kept dialling the old master's address for ever
-  (its FindCoordinator answers named the same id, so nothing changed for it). Without
+  new node, as in Kafka, where a node id never moves to another address. An id of the group
+  alone would move with its master: librdkafka's transaction (and group) coordinator
+  connection, bound to the id, would dial the old master's address for ever (its
+  FindCoordinator answers naming the same id, nothing changes for it). Without
   NameServers the single broker is node 0.
 - **Coordinator** of a group id = rendezvous hashing over the live masters with a Kafka
   address: the master with the highest ``crc32(groupId/brokerName)``. Every broker picks the

@@ -35,10 +35,11 @@
   topic list (all committed) names the partitions of this broker's own queues only. Only a
   master coordinates (``cluster.py``), and a partition of its own group goes to its own table
   or nowhere: one that stepped down after the coordinator check answers REQUEST_TIMED_OUT.
-  Before, a master stepping down (its lease lost; the NameServer still naming it for ~0.5 s)
-  forwarded the commit to itself as to another group's master, whose UpdateConsumerOffset
-  answers at once: acknowledged, in no file and on no replica, and gone once it came back as
-  a replica (the fault campaign: "committed 1 after 125 was acknowledged").
+  Otherwise a master stepping down (its lease lost; the NameServer still naming it for
+  ~0.5 s) would forward the commit to itself as to another group's master, whose
+  UpdateConsumerOffset answers at once: acknowledged, in no file and on no replica, and gone
+  once it came back as a replica (the fault campaign: "committed 1 after 125 was
+  acknowledged").
 - A committed transaction's offsets (``apply_txn_offsets``) go the same ways: another group's
   queue through ``PeerOffsets.commit``, this group's into its table, waited for durable.
 """

@@ -127,9 +127,9 @@ class _Part:
 class _Turn:
     """A Produce's turn to append on its connection (``conn.appended`` chains them): taken when
     its handler starts, entered once the connection's previous Produce appended, passed on
-    when this one has (or its handler ended without: failed, cancelled). Before, a FIFO lock
+    when this one has (or its handler ended without: failed, cancelled). Not a FIFO lock
     taken after the admission's awaits: a partition lookup waiting ~1 s on a NameServer cut
-    off let the next request of the connection append first, and librdkafka took the
+    off would let the next request of the connection append first, and librdkafka takes the
     OUT_OF_ORDER_SEQUENCE_NUMBER for a lost sequence (fatal; the fault campaign)."""
 
     def __init__(self, conn: KafkaConnection) -> None:
@@ -230,8 +230,8 @@ class ProduceHandler:
     async def _room(self) -> Exception | None:
         """The store's dispatch back-pressure wait, once for the request: None when it may
         append, else the refusal every partition answers (StoreBusyError: REQUEST_TIMED_OUT,
-        retriable, nothing written). Before, the StoreBusyError escaped the handler: the
-        connection was closed, every request on it lost its answer."""
+        retriable, nothing written), not a StoreBusyError out of the handler, which closes
+        the connection: every request on it would lose its answer."""
         core = self.env.ctx.port.send
         if not core.dispatch_lagging():
             return None

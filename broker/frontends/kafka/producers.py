@@ -21,19 +21,19 @@ lease renewal had answered in between).
 
 A duplicate is answered as its first copy would have been, no sooner: ``Seen.written`` keeps
 the first append's durability handle until its wait came back PUT_OK, and the retry waits on
-it again (disk, in-sync replicas, the master's lease). Before, a retry of a batch whose first
-answer was NOT_ENOUGH_REPLICAS_AFTER_APPEND (its replica cut off) was answered at once with
-that offset by a master about to lose its lease; the next master gave the offset to another
-record (the fault campaign: three acks=all records lost that way in one 2.5-minute run). A
+it again (disk, in-sync replicas, the master's lease). Answered at once instead, a retry of a
+batch whose first answer was NOT_ENOUGH_REPLICAS_AFTER_APPEND (its replica cut off) would get
+that offset from a master about to lose its lease, and the next master would give the offset
+to another record (the fault campaign lost three acks=all records that way in one run). A
 window rebuilt from the log holds dispatched records only: durable (a SYNC_MASTER dispatches
 what its in-sync replicas hold, a SYNC_FLUSH store what is on disk).
 
 Replicas of one group (controller mode: brokerId 1, 2 ..., any of them master after a
 failover) hand out disjoint ids: broker id ``b`` only ids with ``id % SLOTS == b % SLOTS``. Each
-replica keeps its own ``kafkaProducerIds.json`` (not replicated), so before, two replicas both
-started at id 0: a producer given id 0 by one and another given id 0 by the next master were
-one producer to the broker (a batch of one taken for the other's duplicate), and the master
-answered UNKNOWN_PRODUCER_ID, for ever, to a producer whose id a replica had handed out. An id
+replica keeps its own ``kafkaProducerIds.json`` (not replicated): were both to start at id 0,
+a producer given id 0 by one and another given id 0 by the next master would be one producer
+to the broker (a batch of one taken for the other's duplicate), and the master would answer
+UNKNOWN_PRODUCER_ID, for ever, to a producer whose id a replica had handed out. An id
 of another slot is never "unknown": its window is rebuilt from the log as for an id of an
 earlier run (what a new master needs for the producers its predecessor served).
 
@@ -41,15 +41,15 @@ Which windows are rebuilt: every one this process may not have seen whole, i.e. 
 of ids it handed out itself while leading (``leading()``: the partitions' leader, promoted;
 a master that loses its term restarts, so "while leading" means "since"). An id this broker
 handed out as a replica was used at the master of that time: a window of it missing here is
-a window to rebuild, not a fresh producer. Before, such a window was taken as empty after a
-failover and the producer's retry of a batch the old master had replicated was stored twice.
+a window to rebuild, not a fresh producer: taken as empty after a failover, the producer's
+retry of a batch the old master had replicated would be stored twice.
 
 Broker groups of one cluster hand out disjoint ids too: with NameServers (``group_base``) a
 group's ids are ``group_base(brokerName) + n``, the group's name hashed into bits 40-60
-(``crc32 mod 2^20 + 1``: a collision ~n^2 / 2^21, as node ids). Before, every group's master
-handed out 0, 1, 2 ...: a transaction of broker-a's producer 7 writing to broker-b's
-partitions was broker-b's producer 7 too (one index entry, one sequence window), and an id
-past broker-b's own counter was UNKNOWN_PRODUCER_ID there. ``own(pid)``: an id of this group
+(``crc32 mod 2^20 + 1``: a collision ~n^2 / 2^21, as node ids). Were every group's master to
+hand out 0, 1, 2 ..., a transaction of broker-a's producer 7 writing to broker-b's partitions
+would be broker-b's producer 7 too (one index entry, one sequence window), and an id past
+broker-b's own counter UNKNOWN_PRODUCER_ID there. ``own(pid)``: an id of this group
 (a transactional batch of another group's id belongs to a transaction another coordinator
 ends, txn/partition_leader.py).
 
