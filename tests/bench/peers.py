@@ -53,8 +53,8 @@ broker runs at a time. The program runs itself in a network namespace of its own
 moves it. The targets are judged on per-round ratios (``pooled.py``: the median's
 distribution-free 95% interval; met / missed only when it lies on one side). ``--smoke``: Kafka
 and the RocketMQ broker, a few hundred messages produced and consumed each way (the Kafka
-producer without adaptive partitioning), one round, nothing judged (tests/client/test_bench_peers.py runs it in CI, and with ``--wharf-groups 2
---wharf-only``).
+producer without adaptive partitioning), one round, nothing judged
+(tests/client/test_bench_peers.py runs it in CI, and with ``--wharf-groups 2 --wharf-only``).
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@
   That master answers the forwarded commit (wharf.v1 UpdateConsumerOffset with ``durable``,
   ``broker/cluster/peer_offsets.py``) on the same terms as this broker's own: once the offset is
   in its file (fsynced under SYNC_FLUSH) and, under SYNC_MASTER, on its in-sync replicas, so
-  a kill -9 of that broker after the answer cannot take the commit back. Refused there as not durable or fenced (UNAVAILABLE): COORDINATOR_NOT_AVAILABLE;
+  a kill -9 of that broker after the answer cannot take the commit back. Refused there as not
+  durable or fenced (UNAVAILABLE): COORDINATOR_NOT_AVAILABLE;
   by a replica (FAILED_PRECONDITION: the routes were stale; the partition's layout is looked
   up again), gone, or not answering in time: REQUEST_TIMED_OUT (retriable). A null
   topic list (all committed) names the partitions of this broker's own queues only. Only a

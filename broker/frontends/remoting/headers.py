@@ -122,10 +122,7 @@ def _parse_value(header: str, name: str, kind: str, raw: object) -> object:
         if lowered in _FALSE:
             return False
         raise HeaderError(header, name, f"is not a boolean: {text!r:.80}")
-    # Unsigned ASCII digits (most fields) without the regex; a sign, or anything odd, with it.
-    if not (len(text) <= 20 and text.isascii() and text.isdigit()) and (
-        _INTEGER.fullmatch(text) is None
-    ):
+    if _INTEGER.fullmatch(text) is None:
         raise HeaderError(header, name, f"is not an integer: {text!r:.80}")
     number = int(text)
     low, high = _RANGES[kind]
@@ -150,7 +147,8 @@ def _specs(cls: type) -> tuple[tuple[str, str, str, bool], ...]:
     found = _SPECS.get(cls)
     if found is None:
         found = _SPECS[cls] = tuple(
-            (spec.name, spec.metadata["wire"], spec.metadata["kind"], spec.default is dataclasses.MISSING)
+            (spec.name, spec.metadata["wire"], spec.metadata["kind"],
+             spec.default is dataclasses.MISSING)
             for spec in dataclasses.fields(cls)
         )  # fmt: skip
     return found
