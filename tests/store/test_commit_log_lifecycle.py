@@ -44,6 +44,18 @@ class LoopGapMeter:
         self._task.cancel()
 
 
+async def started_small_store(tmp_path) -> MessageStore:
+    """A started store of 64 KiB segments without the index (the tests here watch segments)."""
+    config = StoreConfig(
+        store_path_root_dir=str(tmp_path),
+        mapped_file_size_commit_log=64 * 1024,
+        message_index_enable=False,
+    )
+    store = MessageStore(config)
+    await store.start()
+    return store
+
+
 async def test_first_puts_do_not_block_the_loop_while_preallocation_is_slow(tmp_path, monkeypatch):
     real_create = allocate_service.create_segment_blocking
 
@@ -52,13 +64,7 @@ async def test_first_puts_do_not_block_the_loop_while_preallocation_is_slow(tmp_
         return real_create(*args)
 
     monkeypatch.setattr(allocate_service, "create_segment_blocking", slow_create)
-    config = StoreConfig(
-        store_path_root_dir=str(tmp_path),
-        mapped_file_size_commit_log=64 * 1024,
-        message_index_enable=False,
-    )
-    store = MessageStore(config)
-    await store.start()
+    store = await started_small_store(tmp_path)
     try:
         with LoopGapMeter() as meter:
             await asyncio.sleep(0.02)
@@ -226,13 +232,7 @@ async def test_the_start_up_segment_is_read_ahead_after_start_and_a_stop_cancels
         seen.append((mapped.file_from_offset, cancel.is_set()))
 
     monkeypatch.setattr(allocate_service, "prefault_segment_blocking", slow_prefault)
-    config = StoreConfig(
-        store_path_root_dir=str(tmp_path),
-        mapped_file_size_commit_log=64 * 1024,
-        message_index_enable=False,
-    )
-    store = MessageStore(config)
-    await store.start()
+    store = await started_small_store(tmp_path)
     try:
         await asyncio.wait_for(began.wait(), 10)
         assert seen == [(0, False)]  # the start-up segment, after the store started
