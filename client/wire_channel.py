@@ -3,7 +3,8 @@ the framing and why), so the SDK's stubs and streams run unchanged on an endpoin
 ``wire://host:port`` (the broker's ``wireListen`` port).
 
 One TCP (or TLS) connection per channel, opened on the first call and again on the first call
-after it broke; calls are multiplexed on it by call id. What the SDK uses of grpc.aio is
+after it broke, and used once the broker's preface has arrived (so a port of another protocol
+is named by what it sent); calls are multiplexed on it by call id. What the SDK uses of grpc.aio is
 offered: the four multi-callables (``metadata`` and ``timeout`` keywords), a stream call's
 ``write`` / ``done_writing`` / ``read`` / ``cancel`` / async iteration, ``await`` on a unary
 call, and errors as ``grpc.aio.AioRpcError`` with the broker's status code, so
@@ -33,6 +34,9 @@ from wharf import wire
 
 MAX_QUEUED_BYTES = 16 << 20
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # as the gRPC channel's receive limit (client/channel.py)
+# A broker writes its preface as it accepts; a peer silent this long is not a wire port (an
+# HTTP/1 server waits for the client to speak first).
+PREFACE_WAIT_S = 10.0
 _UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 _END = object()
@@ -60,6 +64,10 @@ class _Connection(wire.FramedProtocol):
         self.target = target
         self.calls: dict[int, _Call] = {}
         self.broken: grpc.aio.AioRpcError | None = None
+        # Done once the peer's preface has arrived or the connection ended: no call is sent
+        # before, so a peer of another protocol is named by what it sent (a gRPC port's
+        # SETTINGS frame), not by the broken pipe our first call would meet as it closes.
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._ids = itertools.count(1)
 
     def open_call(self, deserialize: Callable[[bytes], Any] | None) -> _Call:
@@ -74,7 +82,11 @@ class _Connection(wire.FramedProtocol):
         super().connection_lost(exc)
         if self.broken is None:
             reason = f": {exc}" if exc else ""
+            if not self.reader.preface_seen:
+                reason += " before its Wharf wire preface: is it the broker's wireListen port?"
             self.broken = _error(_UNAVAILABLE, f"connection to wire://{self.target} lost{reason}")
+        if not self.ready.done():
+            self.ready.set_result(None)
         calls, self.calls = self.calls, {}
         for call in calls.values():
             call.ended(self.broken)
@@ -87,6 +99,8 @@ class _Connection(wire.FramedProtocol):
             assert self.transport is not None
             self.transport.close()
             return
+        if not self.ready.done() and self.reader.preface_seen:
+            self.ready.set_result(None)
         calls = self.calls
         for kind, call_id, payload in frames:
             call = calls.get(call_id)
@@ -505,6 +519,19 @@ class WireChannel(grpc.aio.Channel):
             )
         except (OSError, ssl.SSLError) as exc:
             raise _error(_UNAVAILABLE, f"cannot connect to wire://{self._target}: {exc}") from None
+        try:
+            async with asyncio.timeout(PREFACE_WAIT_S):
+                await conn.ready
+        except TimeoutError:
+            conn.broken = _error(
+                _UNAVAILABLE,
+                f"wire://{self._target} accepted the connection but sent no Wharf wire preface "
+                f"in {PREFACE_WAIT_S:g} s: is it the broker's wireListen port?",
+            )
+            assert conn.transport is not None
+            conn.transport.close()
+        if conn.broken is not None:
+            raise conn.broken
         self._conn = conn
         return conn
 

@@ -124,6 +124,11 @@ class FrameReader:
         self._preface_seen = False
 
     @property
+    def preface_seen(self) -> bool:
+        """The peer's preface has arrived: it speaks the wire protocol."""
+        return self._preface_seen
+
+    @property
     def buffered(self) -> int:
         """Bytes received and not yet returned as frames (a frame begun, or the preface)."""
         return len(self._buffer)
