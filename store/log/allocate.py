@@ -6,7 +6,9 @@ append path must never pay that on the event loop. After every roll (and at star
 asks for the two following segments; a thread creates them; the next roll takes one that is
 ready. The segment the FIRST append needs is made in the start-up thread
 (``CommitLog.prepare_blocking``, run by recovery) and handed over with ``adopt``; its read
-prefault is this thread's first job once started, so the broker serves without waiting for it.
+prefault runs once started, in a thread of its own a window ahead of the writer
+(``prefault_segment_blocking``), so the broker serves without waiting for it and the
+preallocations are not queued behind it.
 
 Why a roll never waits for an in-flight preallocation: ``append`` is synchronous by contract
 (never awaits, atomic on one loop), so "waiting" there means blocking the loop for the rest of
@@ -88,6 +90,7 @@ class AllocateMappedFileService(Service):
         self._last_ok = True  # the last creation succeeded: a disk-full failure starts an episode
         self._prefault: list[MappedFile] = []  # adopted, to read once started
         self._cancel_prefault = threading.Event()  # set at stop: before the files close
+        self._read_ahead: list[threading.Thread] = []
         self.created = 0
         self.late_takes = 0  # rolls that found their segment still in flight (not waited for)
         self.disk_full_failures = 0  # preallocations refused by a full disk
@@ -101,15 +104,22 @@ class AllocateMappedFileService(Service):
 
     def adopt(self, mapped: MappedFile, prefault: bool = False) -> None:
         """Hand over a segment created ahead elsewhere (``CommitLog.prepare_blocking``);
-        ``prefault``: read it once in this service's thread from ``start`` on, the first job
-        (the writer may append meanwhile: the reads only fill the page cache)."""
+        ``prefault``: read it ahead of its writer in a thread from ``start`` on (the writer
+        appends meanwhile: the reads only fill the page cache)."""
         self._ready[mapped.file_from_offset] = mapped
         if prefault:
             self._prefault.append(mapped)
 
     def start(self) -> None:
         for mapped in self._prefault:
-            self._pool.submit(prefault_segment_blocking, mapped, self._cancel_prefault)
+            thread = threading.Thread(
+                target=prefault_segment_blocking,
+                args=(mapped, self._cancel_prefault),
+                name="read-ahead",
+                daemon=True,
+            )
+            thread.start()
+            self._read_ahead.append(thread)
         self._prefault.clear()
         super().start()
 
@@ -234,6 +244,9 @@ class AllocateMappedFileService(Service):
         self._pending.clear()
         for mapped in ready.values():
             await asyncio.to_thread(mapped.destroy_blocking)
+        for thread in self._read_ahead:  # cancelled: ends within a 1 MiB read or a poll
+            await asyncio.to_thread(thread.join, LINKED_WAIT_S)
+        self._read_ahead.clear()
         if self._own_executor:
             self._pool.shutdown(wait=True)
 

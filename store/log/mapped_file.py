@@ -406,14 +406,16 @@ def _enough_pages(start: int, end: int, least_pages: int, file_size: int) -> boo
     return (end // OS_PAGE_SIZE) - (start // OS_PAGE_SIZE) >= least_pages
 
 
-def _prefault_blocking(fd: int, file_size: int, cancel: threading.Event | None = None) -> None:
+def _prefault_blocking(
+    fd: int, file_size: int, cancel: threading.Event | None = None, start: int = 0
+) -> None:
     """Read the fresh segment once (pread releases the GIL): its zero pages land in the page
     cache, so the writer's first touch of each page is a minor fault instead of allocating and
     zeroing a page. Measured here: mmap copies at ~4.5 GB/s instead of ~0.8-1.3 GB/s, for
     ~0.25-2.4 s of a thread per GiB, no disk writes and only clean (reclaimable) page cache.
-    ``cancel`` set: stops at the next 1 MiB chunk."""
+    ``cancel`` set: stops at the next 1 MiB chunk. From ``start`` up to ``file_size``."""
     chunk = bytearray(len(_ZERO_CHUNK))
-    pos = 0
+    pos = start
     while pos < file_size and not (cancel is not None and cancel.is_set()):
         n = os.preadv(fd, [chunk], pos)
         if n <= 0:
@@ -421,11 +423,31 @@ def _prefault_blocking(fd: int, file_size: int, cancel: threading.Event | None =
         pos += n
 
 
+# The start-up segment's read-ahead: this far past the writer, checked this often. 64 MiB every
+# 0.1 s keeps ahead of 640 MB/s of appends (1 KiB messages at ~100k msg/s are ~100 MB/s).
+READ_AHEAD_BYTES = 64 << 20
+READ_AHEAD_POLL_S = 0.1
+
+
 def prefault_segment_blocking(mapped: MappedFile, cancel: threading.Event) -> None:
-    """``_prefault_blocking`` of a segment already in use (the start-up segment, read in the
-    background while the writer appends: reads only; ``cancel`` set before it is closed)."""
+    """``_prefault_blocking`` for a segment already in use (the start-up segment): only the
+    pages within ``READ_AHEAD_BYTES`` past its writer, following it until the segment is full
+    or ``cancel`` is set (before it is closed). A whole GiB at once cost 1.0-2.5 s of a core
+    right after every start, beside the first clients, for pages a quiet broker may not
+    reach for days."""
     with contextlib.suppress(OSError, ValueError):  # closed meanwhile: nothing left to warm
-        _prefault_blocking(mapped.fileno(), mapped.file_size, cancel)
+        fd, size, pos = mapped.fileno(), mapped.file_size, 0
+        while not cancel.is_set():
+            wrote = mapped.wrote_position
+            if wrote >= size:
+                return
+            pos = max(pos, wrote)  # pages the writer passed are in the cache already
+            end = min(size, wrote + READ_AHEAD_BYTES)
+            if pos < end:
+                _prefault_blocking(fd, end, cancel, start=pos)
+                pos = end
+            else:
+                cancel.wait(READ_AHEAD_POLL_S)
 
 
 def _warm_blocking(fd: int, file_size: int) -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
+from types import SimpleNamespace
 
 import pytest
 from wharf.store.codec.layout import segment_file_name
@@ -11,6 +14,8 @@ from wharf.store.log.mapped_file import MappedFile
 from wharf.store.log.mapped_file_queue import MappedFileQueue, create_segment_blocking
 
 from tests.store.helpers import mapped_bytes
+
+MIB = 1 << 20
 
 SIZE = 8192
 
@@ -284,3 +289,48 @@ async def test_roll_takes_the_preallocated_segment_when_the_thread_linked_it_fir
         queue.close()
     assert segment_file_name(0) in os.listdir(tmp_path)
     assert not [name for name in os.listdir(tmp_path) if ".alloc" in name]
+
+
+def test_the_start_up_read_ahead_follows_the_writer_a_window_ahead(tmp_path, monkeypatch):
+    """Only the pages within READ_AHEAD_BYTES past the writer are read, as it moves; pages it
+    passed are skipped; a full segment or a cancel ends the thread."""
+    monkeypatch.setattr(mf_module, "READ_AHEAD_BYTES", 2 * MIB)
+    monkeypatch.setattr(mf_module, "READ_AHEAD_POLL_S", 0.01)
+    path = tmp_path / "segment"
+    path.write_bytes(bytes(8 * MIB))
+    read: list[int] = []
+    real_preadv = os.preadv
+
+    def preadv(fd, buffers, pos):
+        read.append(pos)
+        return real_preadv(fd, buffers, pos)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    with open(path, "rb") as f:
+        segment = SimpleNamespace(fileno=f.fileno, file_size=8 * MIB, wrote_position=0)
+        cancel = threading.Event()
+        thread = threading.Thread(
+            target=mf_module.prefault_segment_blocking, args=(segment, cancel)
+        )
+        thread.start()
+
+        def settles_at(chunks: list[int]) -> None:
+            deadline = time.monotonic() + 10
+            while read != chunks:
+                assert time.monotonic() < deadline, read
+                time.sleep(0.01)
+            time.sleep(0.05)  # several polls later: nothing more read
+            assert read == chunks
+
+        settles_at([0, MIB])  # the window ahead of a writer at 0
+        segment.wrote_position = 5 * MIB + 100  # 2-5 MiB passed: never read
+        settles_at([0, MIB, 5 * MIB + 100, 6 * MIB + 100])
+        segment.wrote_position = 8 * MIB  # full: the thread ends
+        thread.join(5)
+        assert not thread.is_alive()
+
+        read.clear()
+        segment.wrote_position = 0
+        cancel.set()  # a stop before it began: nothing read
+        mf_module.prefault_segment_blocking(segment, cancel)
+        assert read == []
