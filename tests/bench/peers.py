@@ -284,9 +284,9 @@ def start_rocketmq(root: Path, flush: str, proxy: bool, sizes: dict[str, int]) -
     )  # fmt: skip
 
 
-def start_wharf(root: Path, flush: str, path: str, sizes: dict[str, int], groups: int = 1
-                ) -> Broker:  # fmt: skip
-    settings = {
+def start_wharf(root: Path, flush: str, path: str, sizes: dict[str, int], groups: int = 1,
+                extra: dict[str, Any] | None = None) -> Broker:  # fmt: skip
+    settings: dict[str, Any] = {**(extra or {}),
         "flushDiskType": flush, "maxMessageSize": MAX_MESSAGE,
         "mappedFileSizeCommitLog": sizes["segment"], "defaultTopicQueueNums": QUEUES,
         "maxHashSlotNum": sizes["maxHashSlotNum"], "maxIndexNum": sizes["maxIndexNum"],
@@ -578,14 +578,15 @@ def report(figs: list[Figures]) -> None:
                   f"{verdict}")  # fmt: skip
 
 
-def in_netns() -> None:
-    """Runs this program again in a network namespace of its own (loopback only), unless it
-    runs in one already; needs root (unshare) and iproute2's ``ip``."""
+def in_netns(module: str = "tests.bench.peers") -> None:
+    """Runs ``module`` (this program, or another of the peers') again in a network namespace
+    of its own (loopback only), unless it runs in one already; needs root (unshare) and
+    iproute2's ``ip``."""
     if os.environ.get(NETNS_MARK) == "1":
         return
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         raise SystemExit("unshare and ip are needed (util-linux, iproute2: make system-deps)")
-    inner = " ".join(["ip link set lo up && exec", sys.executable, "-m", "tests.bench.peers",
+    inner = " ".join(["ip link set lo up && exec", sys.executable, "-m", module,
                       *(f"'{a}'" for a in sys.argv[1:])])  # fmt: skip
     env = {**os.environ, NETNS_MARK: "1"}
     os.execvpe("unshare", ["unshare", "--net", "--", "sh", "-c", inner], env)
