@@ -36,13 +36,13 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import TypedDict
 
 from tests.bench.broker_send import process_cpu_seconds
+from tests.bench.multicore.relay import launch
 from tests.bench.peers import (
     STORE_SIZES,
     Broker,
@@ -52,9 +52,9 @@ from tests.bench.peers import (
     start_wharf,
 )
 from tests.bench.peers_groups import create_topics
-from tests.bench.peers_probes import QUEUES, create_rmq_topic, wait_until
+from tests.bench.peers_probes import QUEUES, create_rmq_topic
 from tests.bench.pooled import describe, round_lines
-from tests.harness import REPO_ROOT, free_port
+from tests.harness import free_port
 
 CONFIGS = ("rocketmq", "wharf", "groups2", "relay", "floor")
 FLUSH = "ASYNC_FLUSH"
@@ -73,14 +73,9 @@ def start_relayed(root: Path, canned: bool) -> tuple[Broker, subprocess.Popen[by
     wire, front = free_port(), free_port()
     extra = {"wireListen": f"127.0.0.1:{wire}", "advertisedAddress": f"127.0.0.1:{front}"}
     broker = start_wharf(root / "broker", FLUSH, "rmq5", STORE_SIZES, extra=extra)
-    ready = root / "relay.ready"
-    command = [sys.executable, "-m", "tests.bench.multicore.relay", "--store",
-               f"127.0.0.1:{wire}", "--listen", f"127.0.0.1:{front}", "--ready", str(ready)]  # fmt: skip
-    relay = subprocess.Popen([*command, *(["--canned-sends"] if canned else [])], cwd=REPO_ROOT)
     try:
-        wait_until(ready.exists, 60, "relay", lambda: relay.poll() is None)
+        relay = launch(f"127.0.0.1:{wire}", f"127.0.0.1:{front}", root / "relay.ready", canned)
     except Exception:
-        relay.kill()
         broker.stop()
         raise
     broker.grpc = f"127.0.0.1:{front}"

@@ -6,15 +6,13 @@ ceiling program's figures are only as good as this: a relay that lost calls woul
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from tests.bench.multicore.relay import launch
 from tests.broker.v2.test_official_client import (
     CONSUMER_SCRIPT,
     MAX_MESSAGE_SIZE,
@@ -23,30 +21,24 @@ from tests.broker.v2.test_official_client import (
     run_client,
     run_script,
 )
-from tests.harness import REPO_ROOT, BrokerProcess, Daemons, free_port
+from tests.harness import BrokerProcess, Daemons, free_port
 
 pytestmark = pytest.mark.slow
 
 
 @contextmanager
-def relayed(daemons: Daemons, root: Path, *flags: str) -> Iterator[tuple[BrokerProcess, str]]:
+def relayed(
+    daemons: Daemons, root: Path, canned_sends: bool = False
+) -> Iterator[tuple[BrokerProcess, str]]:
     front = f"127.0.0.1:{free_port()}"
     settings = {
         "maxMessageSize": MAX_MESSAGE_SIZE, "defaultTopicQueueNums": QUEUES,
         "wireListen": "127.0.0.1:0", "advertisedAddress": front,
     }  # fmt: skip
     with daemons.broker(root / "broker", settings=settings) as broker:
-        ready = root / "relay.ready"
-        relay = subprocess.Popen(
-            [sys.executable, "-m", "tests.bench.multicore.relay", "--listen", front, "--ready",
-             str(ready), "--store", broker.wire_endpoint.removeprefix("wire://"), *flags],
-            cwd=REPO_ROOT,
-        )  # fmt: skip
+        wire = broker.wire_endpoint.removeprefix("wire://")
+        relay = launch(wire, front, root / "relay.ready", canned_sends, timeout=30)
         try:
-            deadline = time.monotonic() + 30
-            while not ready.exists():
-                assert relay.poll() is None and time.monotonic() < deadline, "relay not ready"
-                time.sleep(0.05)
             yield broker, front
         finally:
             relay.terminate()
@@ -74,7 +66,7 @@ def test_the_official_client_sends_and_consumes_through_the_relay(
 
 
 def test_canned_sends_answer_the_client_and_store_nothing(daemons: Daemons, tmp_path: Path) -> None:
-    with relayed(daemons, tmp_path, "--canned-sends") as (broker, front):
+    with relayed(daemons, tmp_path, canned_sends=True) as (broker, front):
         out = run_client(front, tmp_path / "home", "orders", "fifo-orders")
         assert len(out["sent"]) == 10 and all(sent["id"] for sent in out["sent"])
         assert sum(len(q) for q in pull_all(broker.endpoint, "orders").values()) == 0

@@ -21,6 +21,9 @@ import argparse
 import asyncio
 import itertools
 import json
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ from grpc import aio
 from wharf.client.wire_channel import WireChannel
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
 
+REPO_ROOT = Path(__file__).resolve().parents[3]  # where ``-m tests.bench...`` resolves
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
 SEND = f"/{SERVICE.full_name}/SendMessage"
 # HTTP/2 and gRPC transport headers: grpc.aio sets its own on the forwarded call.
@@ -148,6 +152,26 @@ async def serve(store: str, listen: str, ready: Path, canned_sends: bool) -> Non
     await server.start()
     await asyncio.to_thread(ready.write_text, json.dumps({"port": port}))
     await server.wait_for_termination()
+
+
+def launch(store: str, listen: str, ready: Path, canned_sends: bool = False,
+           timeout: float = 60.0) -> subprocess.Popen[bytes]:  # fmt: skip
+    """This program in a process of its own, returned once it serves ``listen`` (its ready
+    file written); RuntimeError, the process killed, if it exits or is not ready in time."""
+    command = [sys.executable, "-m", "tests.bench.multicore.relay", "--store", store,
+               "--listen", listen, "--ready", str(ready),
+               *(["--canned-sends"] if canned_sends else [])]  # fmt: skip
+    relay = subprocess.Popen(command, cwd=REPO_ROOT)
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        code = relay.poll()
+        if code is not None or time.monotonic() > deadline:
+            relay.kill()
+            relay.wait()
+            why = f"exited with {code}" if code is not None else f"not ready in {timeout:g} s"
+            raise RuntimeError(f"relay on {listen}: {why}")
+        time.sleep(0.05)
+    return relay
 
 
 def main() -> None:
