@@ -58,6 +58,9 @@ log = logging.getLogger(__name__)
 PREALLOCATE_AHEAD = 2  # next and next-next, as RocketMQ
 # claim_linked: after the link only an unlink is left; a generous bound, never a prefault.
 LINKED_WAIT_S = 5.0
+# A stop's wait for the cancelled read-ahead thread: it ends within a 1 MiB read or a poll
+# (0.1 s); a bound, so a stuck read (a failing disk) cannot hold the stop.
+READ_AHEAD_STOP_S = 5.0
 # Zero-fill only when a segment lasts this many fills (see __init__): at 10k msg/s the fill's
 # writeback beside the syncs (32 MiB segments lasting 2.7 s, 1 s fills) left the e2e p99
 # undecided at 1.23x (0.45-2.21x), where the syncs it speeds are the 1k path's.
@@ -244,8 +247,8 @@ class AllocateMappedFileService(Service):
         self._pending.clear()
         for mapped in ready.values():
             await asyncio.to_thread(mapped.destroy_blocking)
-        for thread in self._read_ahead:  # cancelled: ends within a 1 MiB read or a poll
-            await asyncio.to_thread(thread.join, LINKED_WAIT_S)
+        for thread in self._read_ahead:
+            await asyncio.to_thread(thread.join, READ_AHEAD_STOP_S)
         self._read_ahead.clear()
         if self._own_executor:
             self._pool.shutdown(wait=True)
