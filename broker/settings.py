@@ -91,6 +91,7 @@ _CHECKS: dict[str, Callable[[Any], None]] = {
     "remoting_listen": lambda v: None if v == "off" else _check_host_port(v),
     "kafka_listen": lambda v: None if v == "off" else _check_host_port(v),
     "wire_tls_listen": lambda v: None if v == "" else _check_host_port(v),
+    "v2_fronts_listen": lambda v: None if v == "" else _check_host_port(v),
     "remoting_tls_listen": lambda v: None if v == "" else _check_host_port(v),
     "kafka_tls_listen": lambda v: None if v == "" else _check_host_port(v),
     "kafka_advertised_address": lambda v: None if v == "" else _check_host_port(v),
@@ -116,6 +117,7 @@ _ZERO_OK = {
     "grpc_max_connection_age_ms",
     "kafka_group_initial_rebalance_delay_ms",
     "max_reconsume_times",
+    "v2_fronts",  # 0 = no front processes
 }
 
 

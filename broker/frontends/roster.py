@@ -9,7 +9,10 @@ from wharf.broker.frontends.grpc.part import grpc_part
 from wharf.broker.frontends.kafka.part import kafka_part
 from wharf.broker.frontends.remoting.part import remoting_part
 from wharf.broker.frontends.wire.part import wire_part
+from wharf.broker.fronts.part import fronts_part
 
 __all__ = ["PARTS"]
 
-PARTS: tuple[Part, ...] = (grpc_part, wire_part, remoting_part, kafka_part)
+# The fronts (broker/fronts/) last: they forward to the wire port (its address is reserved
+# first) and stop first (the root stops parts in reverse), draining before the wire port does.
+PARTS: tuple[Part, ...] = (grpc_part, wire_part, remoting_part, kafka_part, fronts_part)

@@ -24,94 +24,16 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import grpc
 import uvloop
 from grpc import aio
+from wharf.broker.fronts.forward import SEND, MethodTable, forwarders
 from wharf.client.wire_channel import WireChannel
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
 
 REPO_ROOT = Path(__file__).resolve().parents[3]  # where ``-m tests.bench...`` resolves
-SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
-SEND = f"/{SERVICE.full_name}/SendMessage"
-# HTTP/2 and gRPC transport headers: grpc.aio sets its own on the forwarded call.
-_TRANSPORT = frozenset({"user-agent", "te", "content-type", "grpc-accept-encoding", "grpc-timeout"})
-
-
-def _headers(context: aio.ServicerContext) -> tuple[tuple[str, Any], ...]:
-    return tuple(
-        (key, value)
-        for key, value in context.invocation_metadata() or ()
-        if key not in _TRANSPORT and not key.startswith(":")
-    )
-
-
-def _forwarders(channel: WireChannel) -> dict[str, grpc.RpcMethodHandler]:
-    """One raw-bytes handler per method of the service, by its streaming shape."""
-    handlers: dict[str, grpc.RpcMethodHandler] = {}
-    for method in SERVICE.methods:
-        name = f"/{SERVICE.full_name}/{method.name}"
-        if method.client_streaming:
-            handlers[name] = grpc.stream_stream_rpc_method_handler(_bidi(channel, name))
-        elif method.server_streaming:
-            handlers[name] = grpc.unary_stream_rpc_method_handler(_server_stream(channel, name))
-        else:
-            handlers[name] = grpc.unary_unary_rpc_method_handler(_unary(channel, name))
-    return handlers
-
-
-def _unary(channel: WireChannel, name: str) -> Callable[..., Any]:
-    stub = channel.unary_unary(name)
-
-    async def relay(request: bytes, context: aio.ServicerContext) -> bytes:
-        try:
-            return await stub(request, metadata=_headers(context), timeout=context.time_remaining())  # type: ignore[no-any-return]
-        except grpc.aio.AioRpcError as exc:
-            await context.abort(exc.code(), exc.details() or "")
-            raise
-
-    return relay
-
-
-def _server_stream(channel: WireChannel, name: str) -> Callable[..., Any]:
-    stub = channel.unary_stream(name)
-
-    async def relay(request: bytes, context: aio.ServicerContext) -> AsyncIterator[bytes]:
-        call = stub(request, metadata=_headers(context), timeout=context.time_remaining())
-        try:
-            async for reply in call:
-                yield reply
-        except grpc.aio.AioRpcError as exc:
-            await context.abort(exc.code(), exc.details() or "")
-
-    return relay
-
-
-def _bidi(channel: WireChannel, name: str) -> Callable[..., Any]:
-    stub = channel.stream_stream(name)
-
-    async def relay(requests: AsyncIterator[bytes], context: aio.ServicerContext
-                    ) -> AsyncIterator[bytes]:  # fmt: skip
-        call = stub(metadata=_headers(context))
-
-        async def upstream() -> None:
-            async for request in requests:
-                await call.write(request)
-            await call.done_writing()
-
-        pump = asyncio.ensure_future(upstream())
-        try:
-            async for reply in call:
-                yield reply
-        except grpc.aio.AioRpcError as exc:
-            await context.abort(exc.code(), exc.details() or "")
-        finally:
-            pump.cancel()
-
-    return relay
 
 
 def _canned_send() -> grpc.RpcMethodHandler:
@@ -133,21 +55,13 @@ def _canned_send() -> grpc.RpcMethodHandler:
     return grpc.unary_unary_rpc_method_handler(send)
 
 
-class _Table(grpc.GenericRpcHandler):
-    def __init__(self, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
-        self._handlers = handlers
-
-    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
-        return self._handlers.get(details.method)  # type: ignore[attr-defined]
-
-
 async def serve(store: str, listen: str, ready: Path, canned_sends: bool) -> None:
     channel = WireChannel(store)
-    handlers = _forwarders(channel)
+    handlers = forwarders(channel)
     if canned_sends:
         handlers[SEND] = _canned_send()
     server = aio.server(options=[("grpc.so_reuseport", 1)])
-    server.add_generic_rpc_handlers((_Table(handlers),))
+    server.add_generic_rpc_handlers((MethodTable(handlers),))
     port = server.add_insecure_port(listen)
     await server.start()
     await asyncio.to_thread(ready.write_text, json.dumps({"port": port}))

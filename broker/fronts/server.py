@@ -1,0 +1,52 @@
+"""One front process: a grpc.aio server on the fronts' port (SO_REUSEPORT: the kernel hands
+each new connection to one of the fronts) with the forwarders and the SendMessage coalescer
+over one wire channel to the broker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+from pathlib import Path
+
+import grpc
+from grpc import aio
+from wharf.broker.fronts.coalesce import Coalescer
+from wharf.broker.fronts.forward import SEND, MethodTable, forwarders
+from wharf.client.wire_channel import WireChannel
+
+__all__ = ["serve"]
+
+log = logging.getLogger("broker.fronts")
+STOP_GRACE_S = 5.0  # calls in flight at SIGTERM get this long (the broker's own grace is longer)
+
+
+async def serve(store: str, listen: str, ready: Path, max_bytes: int, inflight: int) -> None:
+    """Serve until SIGTERM or SIGINT; ``ready`` gets ``{"port", "pid"}`` once listening."""
+    channel = WireChannel(store)
+    coalescer = Coalescer(channel, max_bytes, inflight)
+    handlers = forwarders(channel)
+    handlers[SEND] = grpc.unary_unary_rpc_method_handler(coalescer.send)
+    server = aio.server(
+        options=[
+            ("grpc.so_reuseport", 1),
+            ("grpc.max_receive_message_length", max_bytes),
+            ("grpc.max_send_message_length", max_bytes),
+        ]
+    )
+    server.add_generic_rpc_handlers((MethodTable(handlers),))
+    port = server.add_insecure_port(listen)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await asyncio.to_thread(ready.write_text, json.dumps({"port": port, "pid": os.getpid()}))
+    log.info("front %d on %s -> wire://%s", os.getpid(), listen, store)
+    await stop.wait()
+    await server.stop(STOP_GRACE_S)
+    await channel.close()
+    log.info("front %d stopped: %d sends in %d requests", os.getpid(), coalescer.merged,
+             coalescer.requests)  # fmt: skip
