@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 import logging
 import os
 import signal
@@ -42,6 +43,9 @@ def main() -> None:
                         help="largest request (the broker's rpcMaxMessageSize)")  # fmt: skip
     parser.add_argument("--inflight", type=int, default=1,
                         help="merged SendMessage requests out at once per topic and client")  # fmt: skip
+    parser.add_argument("--grpc-options", default="[]",
+                        help="the broker's gRPC server options, a JSON list of [name, value]")  # fmt: skip
+    parser.add_argument("--max-concurrent-rpcs", type=int, default=0, help="0 = no bound")
     parser.add_argument("--parent", type=int, default=0, help="stop when this process dies")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args()
@@ -50,7 +54,11 @@ def main() -> None:
     )
     if args.parent:
         die_with_parent(args.parent)
-    uvloop.run(serve(args.store, args.listen, args.ready, args.max_bytes, args.inflight))
+    options = [(name, value) for name, value in json.loads(args.grpc_options)]
+    options = options or [("grpc.so_reuseport", 1), ("grpc.max_receive_message_length",
+                                                      args.max_bytes)]  # fmt: skip
+    uvloop.run(serve(args.store, args.listen, args.ready, args.max_bytes, args.inflight, options,
+                     args.max_concurrent_rpcs or None))  # fmt: skip
 
 
 if __name__ == "__main__":

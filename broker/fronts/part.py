@@ -30,6 +30,7 @@ from pathlib import Path
 
 from wharf.broker.config import Config, parse_host_port
 from wharf.broker.frontends.frontend import FrontEndUnavailable, PortBook, Serving, TlsSource
+from wharf.broker.frontends.grpc.part import server_options
 
 __all__ = ["FrontsPart", "fronts_part"]
 
@@ -51,6 +52,11 @@ class FrontsPart:
         self._watch: list[asyncio.Task[None]] = []
         self._scratch = ""
         self._stopping = False
+        # The gRPC port's options and bounds, SO_REUSEPORT on: the fronts share their port.
+        options = server_options(config.broker, config.rpc_max_message_size)
+        self._options = json.dumps(
+            [o for o in options if o[0] != "grpc.so_reuseport"] + [("grpc.so_reuseport", 1)]
+        )
 
     def reserve(self, ports: PortBook, tls: TlsSource) -> None:
         broker = self.config.broker
@@ -103,6 +109,8 @@ class FrontsPart:
             "--listen", self.address, "--ready", str(ready),
             "--max-bytes", str(self.config.rpc_max_message_size),
             "--parent", str(os.getpid()), "--log-level", self.config.broker.log_level,
+            "--grpc-options", self._options,
+            "--max-concurrent-rpcs", str(self.config.broker.max_concurrent_rpcs or 0),
         )  # fmt: skip
         loop = asyncio.get_running_loop()
         deadline = loop.time() + START_TIMEOUT_S

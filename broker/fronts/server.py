@@ -10,11 +10,12 @@ import logging
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc import aio
-from wharf.broker.fronts.coalesce import Coalescer
-from wharf.broker.fronts.forward import SEND, MethodTable, forwarders
+from wharf.broker.fronts.coalesce import AckMerge, Coalescer, SendMerge
+from wharf.broker.fronts.forward import MethodTable, forwarders
 from wharf.client.wire_channel import WireChannel
 
 __all__ = ["serve"]
@@ -23,19 +24,24 @@ log = logging.getLogger("broker.fronts")
 STOP_GRACE_S = 5.0  # calls in flight at SIGTERM get this long (the broker's own grace is longer)
 
 
-async def serve(store: str, listen: str, ready: Path, max_bytes: int, inflight: int) -> None:
-    """Serve until SIGTERM or SIGINT; ``ready`` gets ``{"port", "pid"}`` once listening."""
+async def serve(
+    store: str,
+    listen: str,
+    ready: Path,
+    max_bytes: int,
+    inflight: int,
+    options: list[tuple[str, Any]],
+    max_concurrent_rpcs: int | None,
+) -> None:
+    """Serve until SIGTERM or SIGINT; ``ready`` gets ``{"port", "pid"}`` once listening.
+    ``options``: the broker's gRPC port's (its bounds: streams, idle, handshake, connections)."""
     channel = WireChannel(store)
-    coalescer = Coalescer(channel, max_bytes, inflight)
+    sends = Coalescer(channel, SendMerge, max_bytes, inflight)
+    acks = Coalescer(channel, AckMerge, max_bytes, inflight)
     handlers = forwarders(channel)
-    handlers[SEND] = grpc.unary_unary_rpc_method_handler(coalescer.send)
-    server = aio.server(
-        options=[
-            ("grpc.so_reuseport", 1),
-            ("grpc.max_receive_message_length", max_bytes),
-            ("grpc.max_send_message_length", max_bytes),
-        ]
-    )
+    for merged in (sends, acks):
+        handlers[merged.method] = grpc.unary_unary_rpc_method_handler(merged.handle)
+    server = aio.server(options=options, maximum_concurrent_rpcs=max_concurrent_rpcs)
     server.add_generic_rpc_handlers((MethodTable(handlers),))
     port = server.add_insecure_port(listen)
     await server.start()
@@ -48,5 +54,5 @@ async def serve(store: str, listen: str, ready: Path, max_bytes: int, inflight: 
     await stop.wait()
     await server.stop(STOP_GRACE_S)
     await channel.close()
-    log.info("front %d stopped: %d sends in %d requests", os.getpid(), coalescer.merged,
-             coalescer.requests)  # fmt: skip
+    log.info("front %d stopped: %d sends in %d requests, %d acks in %d", os.getpid(),
+             sends.calls, sends.requests, acks.calls, acks.requests)  # fmt: skip

@@ -186,11 +186,13 @@ class Broker:
     side_pids: dict[str, int] = field(default_factory=dict)  # the NameServer's
     stop: Callable[[], object] = lambda: None
     groups: Groups | None = None  # Wharf as N broker groups (--wharf-groups N > 1)
+    fronts: dict[str, int] = field(default_factory=dict)  # Wharf's v2Fronts processes
 
     def counted(self) -> dict[str, int]:
         """The processes whose CPU and RSS are the broker's: with groups, the NameServer and
-        every broker (each group's share of the work is in its own process)."""
-        return self.groups.pids if self.groups else {self.name: self.pid}
+        every broker (each group's share of the work is in its own process); with fronts,
+        the broker and its fronts (as the peer's proxy and broker are both counted)."""
+        return self.groups.pids if self.groups else {self.name: self.pid, **self.fronts}
 
 
 def start_kafka(root: Path, flush: str, sizes: dict[str, int]) -> Broker:
@@ -285,7 +287,11 @@ def start_rocketmq(root: Path, flush: str, proxy: bool, sizes: dict[str, int]) -
 
 
 def start_wharf(root: Path, flush: str, path: str, sizes: dict[str, int], groups: int = 1,
-                extra: dict[str, Any] | None = None) -> Broker:  # fmt: skip
+                extra: dict[str, Any] | None = None, fronts: int = 0) -> Broker:  # fmt: skip
+    fronts = fronts if path == "rmq5" else 0  # only the 5.x clients dial the fronts
+    if fronts:
+        extra = {**(extra or {}), "wireListen": "127.0.0.1:0", "v2Fronts": fronts,
+                 "v2FrontsListen": "127.0.0.1:0"}  # fmt: skip
     settings: dict[str, Any] = {**(extra or {}),
         "flushDiskType": flush, "maxMessageSize": MAX_MESSAGE,
         "mappedFileSizeCommitLog": sizes["segment"], "defaultTopicQueueNums": QUEUES,
@@ -297,12 +303,18 @@ def start_wharf(root: Path, flush: str, path: str, sizes: dict[str, int], groups
     broker = bench_broker(root, settings, ready_timeout=120.0)  # warnings only in its log
     started = time.monotonic()
     broker.start()
-    kafka, remoting = broker.kafka_endpoint, broker.remoting_endpoint
+    kafka, remoting, grpc = broker.kafka_endpoint, broker.remoting_endpoint, broker.endpoint
+    front_pids: dict[str, int] = {}
+    if fronts:  # the broker's ready file comes after its fronts serve
+        grpc = json.loads((broker.root / "ready.json").read_text())["v2_fronts"]
+        children = subprocess.run(["pgrep", "-P", str(broker.pid)], capture_output=True,
+                                  text=True, check=False).stdout.split()  # fmt: skip
+        front_pids = {f"front-{i}": int(pid) for i, pid in enumerate(children)}
 
     def serving() -> bool:
         if path == "kafka":
             return kafka_serving(kafka)
-        return remoting_serving(remoting) and (path != "rmq5" or port_open(broker.endpoint))
+        return remoting_serving(remoting) and (path != "rmq5" or port_open(grpc))
 
     try:
         wait_until(serving, 60, "wharf", lambda: broker.running)
@@ -311,7 +323,7 @@ def start_wharf(root: Path, flush: str, path: str, sizes: dict[str, int], groups
         raise
     return Broker(
         "wharf", broker.pid, time.monotonic() - started, kafka=kafka, namesrv=remoting,
-        remoting=remoting, grpc=broker.endpoint, stop=lambda: broker.stop(60),
+        remoting=remoting, grpc=grpc, stop=lambda: broker.stop(60), fronts=front_pids,
     )  # fmt: skip
 
 
@@ -503,7 +515,8 @@ def one_broker(path: str, who: str, round_no: int, args: argparse.Namespace, scr
     sizes = SMOKE_SIZES if args.smoke else STORE_SIZES
     try:
         if who == "wharf":
-            b = start_wharf(root / "broker", args.flush, path, sizes, args.wharf_groups)
+            b = start_wharf(root / "broker", args.flush, path, sizes, args.wharf_groups,
+                            fronts=args.wharf_fronts)  # fmt: skip
         elif path == "kafka":
             b = start_kafka(root / "broker", args.flush, sizes)
         else:
@@ -608,6 +621,12 @@ def main() -> None:
         type=int,
         default=1,
         help="Wharf as a wharf-namesrv and N broker groups (peers_groups.py)",
+    )
+    parser.add_argument(
+        "--wharf-fronts",
+        type=int,
+        default=0,
+        help="the 5.x path: Wharf with N v2Fronts processes, the client at their port",
     )
     parser.add_argument(
         "--wharf-only", action="store_true", help="no peer broker: Wharf's side alone, unjudged"

@@ -2,7 +2,7 @@
 serve Apache's 5.x Java client, beside Apache RocketMQ's proxy.
 
     .venv/bin/python -m tests.bench.v2_ceiling [--rounds 6] [--messages 20000]
-        [--configs rocketmq,wharf,groups2,relay,floor] [--output FILE] [--pool FILE ...]
+        [--configs rocketmq,wharf,fronts,groups2,relay,floor] [--output FILE] [--pool FILE ...]
 
 Each round runs the same ``PeerBench rmq5-produce`` (``peers.py``: rocketmq-client-java 5.0.8,
 64 threads of synchronous sends, 1 KiB; one Producer, so one HTTP/2 connection) against each
@@ -11,6 +11,8 @@ peers program's store sizes):
 
 - ``rocketmq``: Apache's NameServer and proxy in local mode (the broker inside), as in peers;
 - ``wharf``: one Wharf broker, the client at its gRPC port;
+- ``fronts``: one Wharf broker with ``v2Fronts = 1`` (broker/fronts/), the client at the
+  front's port: every call forwarded to the wire port, NORMAL sends merged while one is out;
 - ``groups2``: Wharf as a ``wharf-namesrv`` and two broker groups (``peers.py --wharf-groups
   2``, the topic's 8 queues split 4 + 4): the client's route lists both groups, so it opens two
   connections, one to each broker process;
@@ -56,7 +58,7 @@ from tests.bench.peers_probes import QUEUES, create_rmq_topic
 from tests.bench.pooled import describe, round_lines
 from tests.harness import free_port
 
-CONFIGS = ("rocketmq", "wharf", "groups2", "relay", "floor")
+CONFIGS = ("rocketmq", "wharf", "fronts", "groups2", "relay", "floor")
 FLUSH = "ASYNC_FLUSH"
 
 
@@ -65,7 +67,9 @@ class Run(TypedDict):
     config: str
     msg_s: float
     failed: int
-    cpu_us: list[int]  # per message: the broker's processes (groups2: 3), then the relay's
+    cpu_us: list[
+        int
+    ]  # per message: the broker's processes (groups2: 3), then the relay's or front's
 
 
 def start_relayed(root: Path, canned: bool) -> tuple[Broker, subprocess.Popen[bytes]]:
@@ -88,9 +92,10 @@ def one_run(config: str, round_no: int, messages: int, scratch: Path) -> Run:
     try:
         if config == "rocketmq":
             broker = start_rocketmq(root / "broker", FLUSH, True, STORE_SIZES)
-        elif config in ("wharf", "groups2"):
+        elif config in ("wharf", "groups2", "fronts"):
             groups = 2 if config == "groups2" else 1
-            broker = start_wharf(root / "broker", FLUSH, "rmq5", STORE_SIZES, groups)
+            broker = start_wharf(root / "broker", FLUSH, "rmq5", STORE_SIZES, groups,
+                                 fronts=1 if config == "fronts" else 0)  # fmt: skip
         else:
             broker, relay = start_relayed(root, canned=config == "floor")
         pids = [*broker.counted().values(), *([relay.pid] if relay else [])]

@@ -1,7 +1,8 @@
-"""The fronts' SendMessage coalescer (broker/fronts/coalesce.py) against a fake broker that
-holds its first request until released, so the calls arriving meanwhile park and merge: what
-merges (NORMAL messages, one topic, the same headers but the request id), how the merged
-answer is split back, and the call-by-call retry of a merged request refused as a whole."""
+"""The fronts' coalescer (broker/fronts/coalesce.py) against a fake broker that holds its
+first request until released, so the calls arriving meanwhile park and merge: what merges
+(sends: NORMAL messages, one topic; acks: one group and topic; the same headers but the
+request id), how the merged answer is split back, and the call-by-call retry of a merged
+request refused as a whole."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from typing import Any
 
 import grpc
 import pytest
-from wharf.broker.fronts.coalesce import Coalescer
+from wharf.broker.fronts.coalesce import AckMerge, Coalescer, Merge, SendMerge
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
 
 OK = definition_pb2.OK
 BAD_BODY = definition_pb2.MESSAGE_BODY_EMPTY
 MULTIPLE = definition_pb2.MULTIPLE_RESULTS
+BAD_HANDLE = definition_pb2.INVALID_RECEIPT_HANDLE
+NO_TOPIC = definition_pb2.TOPIC_NOT_FOUND
 
 
 class FakeBroker:
@@ -27,16 +30,36 @@ class FakeBroker:
     def __init__(self) -> None:
         self.requests: list[tuple[service_pb2.SendMessageRequest, Any]] = []
         self.release = asyncio.Event()
+        self.arrived = asyncio.Event()
         self.stored: list[bytes] = []
         self._offsets = itertools.count()
 
     def unary_unary(self, name: str) -> Any:
-        assert name.endswith("/SendMessage")
-        return self.call
+        return self.call if name.endswith("/SendMessage") else self.ack
 
-    async def call(self, raw: bytes, metadata: Any = None, timeout: Any = None) -> bytes:
+    async def ack(self, raw: bytes, metadata: Any = None, **_: Any) -> bytes:
+        """Request-level TOPIC_NOT_FOUND for topic "missing"; handle "bad": its entry fails."""
+        request = service_pb2.AckMessageRequest.FromString(raw)
+        self.requests.append((request, metadata))  # type: ignore[arg-type]
+        self.arrived.set()
+        if len(self.requests) == 1:
+            await self.release.wait()
+        reply = service_pb2.AckMessageResponse()
+        if request.topic.name == "missing":
+            reply.status.code = NO_TOPIC
+            return reply.SerializeToString()
+        for e in request.entries:
+            entry = reply.entries.add(message_id=e.message_id, receipt_handle=e.receipt_handle)
+            entry.status.code = BAD_HANDLE if e.receipt_handle == "bad" else OK
+            if e.receipt_handle != "bad":
+                self.stored.append(e.receipt_handle.encode())
+        reply.status.code = OK
+        return reply.SerializeToString()
+
+    async def call(self, raw: bytes, metadata: Any = None, **_: Any) -> bytes:
         request = service_pb2.SendMessageRequest.FromString(raw)
         self.requests.append((request, metadata))
+        self.arrived.set()
         if len(self.requests) == 1:
             await self.release.wait()
         reply = service_pb2.SendMessageResponse()
@@ -84,22 +107,45 @@ def request(*bodies: bytes, topic: str = "orders", group: str = "") -> bytes:
     return out.SerializeToString()
 
 
-async def sends(
-    broker: FakeBroker, calls: list[tuple[bytes, Context]], max_bytes: int = 1 << 20
-) -> list[service_pb2.SendMessageResponse]:
+async def handled(
+    broker: FakeBroker, merge: Merge, calls: list[tuple[bytes, Context]], max_bytes: int
+) -> list[bytes]:
     """The first call goes out alone and is held; the rest arrive while it is out."""
-    coalescer = Coalescer(broker, max_bytes)  # type: ignore[arg-type]
-    first = asyncio.ensure_future(coalescer.send(*calls[0]))  # type: ignore[arg-type]
-    while not broker.requests:
-        await asyncio.sleep(0)
-    rest = [asyncio.ensure_future(coalescer.send(*c)) for c in calls[1:]]  # type: ignore[arg-type]
+    coalescer = Coalescer(broker, merge, max_bytes)  # type: ignore[arg-type]
+    first = asyncio.ensure_future(coalescer.handle(*calls[0]))  # type: ignore[arg-type]
+    await broker.arrived.wait()
+    rest = [asyncio.ensure_future(coalescer.handle(*c)) for c in calls[1:]]  # type: ignore[arg-type]
     await asyncio.sleep(0.01)
     broker.release.set()
     answers = await asyncio.gather(first, *rest)
+    assert coalescer.calls == len(calls) and coalescer.requests == len(broker.requests)
+    return answers
+
+
+async def sends(
+    broker: FakeBroker, calls: list[tuple[bytes, Context]], max_bytes: int = 1 << 20
+) -> list[service_pb2.SendMessageResponse]:
+    answers = await handled(broker, SendMerge, calls, max_bytes)
     return [service_pb2.SendMessageResponse.FromString(a) for a in answers]
 
 
-async def test_calls_arriving_while_one_is_out_go_in_one_request_and_get_their_own_entries() -> None:
+def ack(*handles: str, topic: str = "orders", group: str = "g") -> bytes:
+    out = service_pb2.AckMessageRequest()
+    out.group.name, out.topic.name = group, topic
+    for handle in handles:
+        out.entries.add(message_id=f"id-{handle}", receipt_handle=handle)
+    return out.SerializeToString()
+
+
+async def acks(broker: FakeBroker, calls: list[tuple[bytes, Context]]
+               ) -> list[service_pb2.AckMessageResponse]:  # fmt: skip
+    answers = await handled(broker, AckMerge, calls, 1 << 20)
+    return [service_pb2.AckMessageResponse.FromString(a) for a in answers]
+
+
+async def test_calls_arriving_while_one_is_out_go_in_one_request_and_get_their_own_entries() -> (
+    None
+):
     broker = FakeBroker()
     calls = [(request(b"a"), Context(request_id="1"))]
     calls += [(request(f"b{i}".encode(), f"c{i}".encode()), Context(request_id=f"r{i}"))
@@ -159,3 +205,25 @@ async def test_a_merged_request_stays_within_the_size_limit(max_bytes: int) -> N
     sizes = [len(r.messages) for r, _ in broker.requests]
     assert sizes[0] == 1 and sum(sizes) == 6 and max(sizes) == 2
     assert all(len(r.SerializeToString()) <= max_bytes for r, _ in broker.requests)
+
+
+async def test_acks_of_one_group_and_topic_share_a_request_and_each_gets_its_entries() -> None:
+    broker = FakeBroker()
+    calls = [(ack("h0"), Context()), (ack("h1"), Context()), (ack("h2", "bad"), Context()),
+             (ack("h3", group="other"), Context()), (ack("h4"), Context())]  # fmt: skip
+    answers = await acks(broker, calls)
+    assert sorted(len(r.entries) for r, _ in broker.requests) == [1, 1, 4]  # type: ignore[attr-defined]
+    assert [a.status.code for a in answers] == [OK, OK, BAD_HANDLE, OK, OK]
+    assert [[e.receipt_handle for e in a.entries] for a in answers] == [
+        ["h0"], ["h1"], ["h2", "bad"], ["h3"], ["h4"]
+    ]  # fmt: skip
+    assert [e.status.code for e in answers[2].entries] == [OK, BAD_HANDLE]
+
+
+async def test_acks_refused_whole_are_sent_again_one_by_one() -> None:
+    broker = FakeBroker()
+    calls = [(ack("h0"), Context()), (ack("h1", topic="missing"), Context()),
+             (ack("h2", topic="missing"), Context())]  # fmt: skip
+    answers = await acks(broker, calls)
+    assert [len(r.entries) for r, _ in broker.requests] == [1, 2, 1, 1]  # type: ignore[attr-defined]
+    assert [a.status.code for a in answers] == [OK, NO_TOPIC, NO_TOPIC]

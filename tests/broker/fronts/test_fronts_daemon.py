@@ -56,7 +56,9 @@ def wait_for(check, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-d
         time.sleep(0.1)
 
 
-async def concurrent_sends(address: str, topic: str, count: int) -> list[service_pb2.SendMessageResponse]:
+async def concurrent_sends(
+    address: str, topic: str, count: int
+) -> list[service_pb2.SendMessageResponse]:
     headers = (("x-mq-client-id", "fronts-test"), ("x-mq-language", "PYTHON"))
     async with grpc.aio.insecure_channel(address) as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
@@ -120,6 +122,6 @@ def test_fronts_with_acl_stop_the_broker_naming_the_settings(
 ) -> None:
     broker = daemons.broker(tmp_path / "broker", start=False,
                             settings={**SETTINGS, "aclEnable": True})  # fmt: skip
-    with pytest.raises(Exception):  # noqa: B017,PT011 - the harness's start failure
+    with pytest.raises(RuntimeError, match="exited with 1"):
         broker.start(timeout=30)
     assert "v2Fronts cannot serve with aclEnable" in broker.log()
