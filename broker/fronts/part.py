@@ -116,16 +116,16 @@ class FrontsPart:
         deadline = loop.time() + START_TIMEOUT_S
         while not await asyncio.to_thread(ready.exists):
             if proc.returncode is not None or loop.time() > deadline:
+                exited = proc.returncode
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
-                code = await proc.wait()
-                why = f"exited with {code}" if proc.returncode else "not ready in time"
+                await proc.wait()
+                why = f"exited with {exited}" if exited is not None else "not ready in time"
                 raise FrontEndUnavailable(
                     f"front {index} on {self.address} (v2FrontsListen): {why}; its log is above",
                     "v2FrontsListen",
                 )
             await asyncio.sleep(0.05)
-        json.loads(await asyncio.to_thread(ready.read_text))  # complete: written last
         return proc
 
     async def _keep(self, index: int) -> None:

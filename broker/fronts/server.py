@@ -49,10 +49,17 @@ async def serve(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    await asyncio.to_thread(ready.write_text, json.dumps({"port": port, "pid": os.getpid()}))
+    await asyncio.to_thread(_write_ready, ready, {"port": port, "pid": os.getpid()})
     log.info("front %d on %s -> wire://%s", os.getpid(), listen, store)
     await stop.wait()
     await server.stop(STOP_GRACE_S)
     await channel.close()
     log.info("front %d stopped: %d sends in %d requests, %d acks in %d", os.getpid(),
              sends.calls, sends.requests, acks.calls, acks.requests)  # fmt: skip
+
+
+def _write_ready(ready: Path, info: dict[str, int]) -> None:
+    """Whole or absent: the broker polls for the file and reads it at once."""
+    partial = ready.with_name(ready.name + ".tmp")
+    partial.write_text(json.dumps(info))
+    os.replace(partial, ready)
