@@ -3,7 +3,7 @@ Apache client or benchmark tool (``make bench-peers``).
 
     .venv/bin/python -m tests.bench.peers [--paths kafka,rmq4,rmq5] [--rounds 6]
         [--messages 50000] [--size 1024] [--flush async|sync] [--rate 1000]
-        [--latency-messages 5000] [--wharf-groups 1] [--wharf-only] [--smoke]
+        [--latency-messages 5000] [--wharf-groups 1] [--wharf-fronts 0] [--wharf-only] [--smoke]
         [--output FILE] [--pool FILE...]
 
 Peers (``make peers``: tests/java/peers/pom.xml fetches them from Maven Central by
@@ -43,7 +43,9 @@ each one process with its own store (``peers_groups.py``): one broker's protocol
 event loop, one core, where the JVMs use both. The same total queues a topic, split over the
 groups; 4.x clients at the NameServer, Kafka's at every broker, 5.x at one broker (its routes
 list every group). Start until every group serves; RSS and broker CPU summed over every
-Wharf process (NameServer included; each in the notes). ``--wharf-only``: no peer broker.
+Wharf process (NameServer included; each in the notes). ``--wharf-fronts N``: the 5.x path
+with ``v2Fronts = N`` (broker/fronts/), the client at the fronts' port, their CPU and RSS
+counted with the broker's. ``--wharf-only``: no peer broker.
 
 Each round, for each path, who goes first alternating, each broker started afresh (timed from
 spawn until it serves: its metadata / cluster info lists a broker), topics created, then:
