@@ -10,6 +10,7 @@ above the line does not.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from pathlib import Path
 
@@ -48,12 +49,29 @@ def describe(values: list[float], op: str, bound: float, unit: str = "x") -> str
             f"target {op} {bound}{unit}: {decide(values, op, bound)}")  # fmt: skip
 
 
+_ROUND = re.compile(r"round (\d+)")
+_JSON_ROUND = re.compile(r'"round": (\d+)')
+
+
 def round_lines(paths: list[str]) -> list[str]:
-    """The "round N: ..." lines of these saved program outputs, in order (what ``--pool``
-    re-reads)."""
-    return [
-        line
-        for path in paths
-        for line in Path(path).read_text().splitlines()
-        if line.startswith("round ")
-    ]
+    """The "round N ..." lines of these saved program outputs, in order (what ``--pool``
+    re-reads), renumbered so each file's rounds follow the previous files' (a second run's
+    round 1 becomes round 5 after a run of 4): the programs pair a round's Wharf and peer
+    figures by its number, and two files both counting from 1 would pair a run's Wharf with
+    another run's peer. A ``"round": N`` in the line's JSON is renumbered alike."""
+    lines: list[str] = []
+    offset = 0
+    for path in paths:
+        last = 0
+        for line in Path(path).read_text().splitlines():
+            match = _ROUND.match(line)
+            if match is None:
+                continue
+            number = int(match.group(1))
+            last = max(last, number)
+            if offset:
+                line = f"round {number + offset}{line[match.end() :]}"
+                line = _JSON_ROUND.sub(f'"round": {number + offset}', line, count=1)
+            lines.append(line)
+        offset += last
+    return lines

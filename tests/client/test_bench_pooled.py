@@ -5,10 +5,11 @@ side of the target."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
-from tests.bench.pooled import decide, median_interval
+from tests.bench.pooled import decide, median_interval, round_lines
 
 
 def test_interval_is_the_sign_tests_order_statistics() -> None:
@@ -135,3 +136,17 @@ def test_consume_pool_reads_back_the_rounds_it_printed(tmp_path, capsys) -> None
     grpc_line = next(line for line in out.splitlines() if "grpc/redis-py" in line)
     assert "median 2.00x, 95% interval 2.00-2.00x" in grpc_line and "over 10 rounds" in grpc_line
     assert grpc_line.endswith("target >= 1.5x: met")
+
+
+def test_pooled_files_are_renumbered_so_each_run_pairs_with_itself(tmp_path: Path) -> None:
+    """Two saved runs both count rounds from 1: pooled, the second's rounds follow the first's
+    (prefix and JSON alike), so a round's Wharf figure meets its own run's peer."""
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text('# header\nround 1: {"round": 1, "x": 1}\nround 2: {"round": 2, "x": 2}\n')
+    second.write_text('round 1: {"round": 1, "x": 3}\nnoise\nround 1 rmq5 wharf start 1 s\n')
+    assert round_lines([str(first), str(second)]) == [
+        'round 1: {"round": 1, "x": 1}',
+        'round 2: {"round": 2, "x": 2}',
+        'round 3: {"round": 3, "x": 3}',
+        "round 3 rmq5 wharf start 1 s",
+    ]
