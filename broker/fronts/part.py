@@ -112,21 +112,28 @@ class FrontsPart:
             "--grpc-options", self._options,
             "--max-concurrent-rpcs", str(self.config.broker.max_concurrent_rpcs or 0),
         )  # fmt: skip
+        try:
+            await self._until_ready(index, proc, ready)
+        except BaseException:  # failed, or cancelled by a stop mid-restart: none left behind
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await asyncio.shield(proc.wait())
+            raise
+        return proc
+
+    async def _until_ready(self, index: int, proc: asyncio.subprocess.Process, ready: Path
+                           ) -> None:  # fmt: skip
         loop = asyncio.get_running_loop()
         deadline = loop.time() + START_TIMEOUT_S
         while not await asyncio.to_thread(ready.exists):
             if proc.returncode is not None or loop.time() > deadline:
-                exited = proc.returncode
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
-                why = f"exited with {exited}" if exited is not None else "not ready in time"
+                why = (f"exited with {proc.returncode}" if proc.returncode is not None
+                       else "not ready in time")  # fmt: skip
                 raise FrontEndUnavailable(
                     f"front {index} on {self.address} (v2FrontsListen): {why}; its log is above",
                     "v2FrontsListen",
                 )
             await asyncio.sleep(0.05)
-        return proc
 
     async def _keep(self, index: int) -> None:
         """Restart front ``index`` whenever it dies, until the broker stops."""
