@@ -160,6 +160,7 @@ class BrokerProcess:
         self.wire_endpoint = ""  # wire://host:port of the wire port ("" when off)
         self.remoting_endpoint = ""  # host:port of --remoting-listen, RocketMQ 4.x ("" when off)
         self.kafka_endpoint = ""  # host:port of --kafka-listen ("" when off)
+        self.fronts_endpoint = ""  # host:port of the v2Fronts processes ("" when off)
         self.log_path = self.root / "broker.log"
 
     def start(self, timeout: float | None = None) -> BrokerProcess:
@@ -204,6 +205,7 @@ class BrokerProcess:
         self.wire_endpoint = f"wire://{info['wire']}" if info.get("wire") else ""
         self.remoting_endpoint = info.get("remoting") or ""
         self.kafka_endpoint = info.get("kafka") or ""
+        self.fronts_endpoint = info.get("v2_fronts") or ""
         return self
 
     def log(self) -> str:
@@ -225,6 +227,12 @@ class BrokerProcess:
             self.proc.kill()
             self.proc.wait()
             raise
+
+    def children(self) -> list[int]:
+        """The process ids of the daemon's children now (its v2Fronts processes)."""
+        found = subprocess.run(["pgrep", "-P", str(self.pid)], capture_output=True, text=True,
+                               check=False)  # fmt: skip
+        return [int(pid) for pid in found.stdout.split()]
 
     def kill(self) -> None:
         """Crash it: SIGKILL, no shutdown hooks run."""

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import grpc
 from grpc import aio
-from wharf.broker.fronts.forward import SERVICE, Headers, headers_of
+from wharf.broker.fronts.forward import SEND, SERVICE, Headers, headers_of
 from wharf.client.wire_channel import WireChannel
 from wharf.rocketmq.v2 import definition_pb2, service_pb2
 
@@ -104,7 +104,7 @@ def _ack_status(entries: list[Any]) -> tuple[int, str]:
 
 
 class SendMerge:
-    method = f"/{SERVICE.full_name}/SendMessage"
+    method = SEND
     parse = staticmethod(service_pb2.SendMessageRequest.FromString)
 
     @staticmethod

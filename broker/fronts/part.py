@@ -145,11 +145,13 @@ class FrontsPart:
                 return
             log.warning("front %d (pid %d) exited with %s; restarting in %g s", index, proc.pid,
                         code, RESTART_DELAY_S)  # fmt: skip
-            await asyncio.sleep(RESTART_DELAY_S)
-            try:
-                self._procs[index] = await self._start(index)
-            except FrontEndUnavailable as exc:
-                log.error("%s", exc)
+            while not self._stopping:  # a failed start is retried, its exit already told
+                await asyncio.sleep(RESTART_DELAY_S)
+                try:
+                    self._procs[index] = await self._start(index)
+                    break
+                except FrontEndUnavailable as exc:
+                    log.error("%s; retrying in %g s", exc, RESTART_DELAY_S)
 
     def ready(self) -> dict[str, str | None]:
         return {"v2_fronts": self.address or None}

@@ -308,10 +308,8 @@ def start_wharf(root: Path, flush: str, path: str, sizes: dict[str, int], groups
     kafka, remoting, grpc = broker.kafka_endpoint, broker.remoting_endpoint, broker.endpoint
     front_pids: dict[str, int] = {}
     if fronts:  # the broker's ready file comes after its fronts serve
-        grpc = json.loads((broker.root / "ready.json").read_text())["v2_fronts"]
-        children = subprocess.run(["pgrep", "-P", str(broker.pid)], capture_output=True,
-                                  text=True, check=False).stdout.split()  # fmt: skip
-        front_pids = {f"front-{i}": int(pid) for i, pid in enumerate(children)}
+        grpc = broker.fronts_endpoint
+        front_pids = {f"front-{i}": pid for i, pid in enumerate(broker.children())}
 
     def serving() -> bool:
         if path == "kafka":

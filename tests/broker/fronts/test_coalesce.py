@@ -227,3 +227,12 @@ async def test_acks_refused_whole_are_sent_again_one_by_one() -> None:
     answers = await acks(broker, calls)
     assert [len(r.entries) for r, _ in broker.requests] == [1, 2, 1, 1]  # type: ignore[attr-defined]
     assert [a.status.code for a in answers] == [OK, NO_TOPIC, NO_TOPIC]
+
+
+def test_a_merged_send_holds_no_more_messages_than_the_broker_takes() -> None:
+    """The front cannot import the broker's v2 layer (an import contract): its copy of the
+    batch limit is held to the broker's here."""
+    from wharf.broker.frontends.v2.send import MAX_BATCH as BROKER_MAX_BATCH
+    from wharf.broker.fronts.coalesce import MAX_BATCH
+
+    assert MAX_BATCH == BROKER_MAX_BATCH

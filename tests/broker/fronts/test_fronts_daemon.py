@@ -7,11 +7,9 @@ message naming it."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -36,9 +34,7 @@ SETTINGS = {"maxMessageSize": MAX_MESSAGE_SIZE, "defaultTopicQueueNums": QUEUES,
 
 def fronts_of(broker: BrokerProcess) -> tuple[str, list[int]]:
     """The fronts' address (the ready file) and their process ids (the broker's children)."""
-    address = json.loads((broker.root / "ready.json").read_text())["v2_fronts"]
-    children = subprocess.run(["pgrep", "-P", str(broker.pid)], capture_output=True, text=True)
-    return address, [int(pid) for pid in children.stdout.split()]
+    return broker.fronts_endpoint, broker.children()
 
 
 def alive(pid: int) -> bool:
