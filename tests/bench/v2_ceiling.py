@@ -24,9 +24,10 @@ peers program's store sizes):
   one OK entry per message id, nothing stored), the other calls still the broker's: the rate
   of grpc.aio's own work for this client, above any broker built on it.
 
-Per configuration and round: msg/s (the tool's count over its time) and the server CPU per
+Per configuration and round: msg/s (the tool's count over its time), the server CPU per
 message (the broker's process, and the relay's, from /proc; the NameServers not counted, as
-in peers; groups2: the NameServer counted, as in peers). Then each Wharf configuration against ``rocketmq``, round by round, decided by
+in peers; groups2: the NameServer counted, as in peers), and the client JVM's, its JIT
+compiler threads apart from the rest (``jvm_threads.py``: warm-up that shares the cores). Then each Wharf configuration against ``rocketmq``, round by round, decided by
 pooled rounds (``pooled.py``) against produce >= 1.0x. ``--pool``: judge saved outputs.
 """
 
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from tests.bench.broker_send import process_cpu_seconds
+from tests.bench.jvm_threads import JvmThreads
 from tests.bench.multicore.relay import launch
 from tests.bench.peers import (
     STORE_SIZES,
@@ -70,6 +72,7 @@ class Run(TypedDict):
     cpu_us: list[
         int
     ]  # per message: the broker's processes (groups2: 3), then the relay's or front's
+    client_us: list[int]  # per message: the client JVM's JIT threads, then its other threads
 
 
 def start_relayed(root: Path, canned: bool) -> tuple[Broker, subprocess.Popen[bytes]]:
@@ -105,8 +108,9 @@ def one_run(config: str, round_no: int, messages: int, scratch: Path) -> Run:
             else:
                 create_rmq_topic(broker.remoting, "bench")
             before = [process_cpu_seconds(pid) for pid in pids]
-            sent = peer_bench(["rmq5-produce", broker.grpc, "bench", str(messages), "1024",
-                               "64"], root / "client")  # fmt: skip
+            with JvmThreads("dev.wharf.peers.PeerBench") as client:
+                sent = peer_bench(["rmq5-produce", broker.grpc, "bench", str(messages), "1024",
+                                   "64"], root / "client")  # fmt: skip
             used = [process_cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True)]
         finally:
             if relay is not None:
@@ -118,6 +122,7 @@ def one_run(config: str, round_no: int, messages: int, scratch: Path) -> Run:
     return {
         "round": round_no, "config": config, "msg_s": round(sent["count"] / sent["seconds"], 1),
         "failed": int(sent["failed"]), "cpu_us": [round(u / messages * 1e6) for u in used],
+        "client_us": [round(s / messages * 1e6) for s in client.seconds().values()],
     }  # fmt: skip
 
 
@@ -126,14 +131,22 @@ def report(runs: list[Run]) -> None:
     for run in runs:
         by_round.setdefault(run["round"], {})[run["config"]] = run
     configs = [c for c in CONFIGS if any(c in r for r in by_round.values())]
-    print("config    msg/s median (range)        server CPU us/msg median (each process)")
+    print("config    msg/s median (range)        server CPU us/msg median (each process)"
+          "   client JVM us/msg median: JIT + rest")  # fmt: skip
     for config in configs:
         rates = [r[config]["msg_s"] for r in by_round.values() if config in r]
         cpus = [r[config]["cpu_us"] for r in by_round.values() if config in r]
         total = statistics.median(sum(c) for c in cpus)
         each = [statistics.median(c[i] for c in cpus) for i in range(len(cpus[0]))]
+        # outputs saved before the client was sampled have no client_us
+        clients = [r[config]["client_us"] for r in by_round.values()
+                   if config in r and "client_us" in r[config]]  # fmt: skip
+        client = "-"
+        if clients:
+            jit, rest = (statistics.median(c[i] for c in clients) for i in (0, 1))
+            client = f"{jit:,.0f} + {rest:,.0f}"
         print(f"{config:<9} {statistics.median(rates):8,.0f} ({min(rates):,.0f}-{max(rates):,.0f})"
-              f"      {total:6,.0f} {each}")  # fmt: skip
+              f"      {total:6,.0f} {each}   {client}")  # fmt: skip
     for config in configs:
         if config == "rocketmq":
             continue
