@@ -27,8 +27,9 @@ peers program's store sizes):
 Per configuration and round: msg/s (the tool's count over its time), the server CPU per
 message (the broker's process, and the relay's, from /proc; the NameServers not counted, as
 in peers; groups2: the NameServer counted, as in peers), and the client JVM's, its JIT
-compiler threads apart from the rest (``jvm_threads.py``: warm-up that shares the cores). Then each Wharf configuration against ``rocketmq``, round by round, decided by
-pooled rounds (``pooled.py``) against produce >= 1.0x. ``--pool``: judge saved outputs.
+compiler threads apart from the rest (``jvm_threads.py``: warm-up that shares the cores).
+Then each Wharf configuration against ``rocketmq``, round by round, decided by pooled rounds
+(``pooled.py``) against produce >= 1.0x. ``--pool``: judge saved outputs.
 """
 
 from __future__ import annotations
