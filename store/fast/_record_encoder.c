@@ -453,7 +453,10 @@ static PyObject *counter_ids(PyObject *module, PyObject *args) {
     static const char hex[] = "0123456789ABCDEF";
     memcpy(text, head_chars, (size_t)head_len);
     for (Py_ssize_t i = 0; i < count; i++) {
-        unsigned int counter = (unsigned int)((start + i) & 0xFFFF);
+        /* Unsigned: start + i may pass LLONG_MAX (signed overflow is undefined); the low 16
+           bits mod 2^64 are Python's (start + i) & 0xFFFF for any start, negative too. */
+        unsigned int counter =
+            (unsigned int)(((unsigned long long)start + (unsigned long long)i) & 0xFFFFu);
         text[head_len] = hex[(counter >> 12) & 0xF];
         text[head_len + 1] = hex[(counter >> 8) & 0xF];
         text[head_len + 2] = hex[(counter >> 4) & 0xF];

@@ -218,3 +218,12 @@ def test_compiled_counter_ids_equal_the_python_ones(head: str, start: int, count
     expected = ["%s%04X" % (head, (start + i) & 0xFFFF) for i in range(count)]  # noqa: UP031
     assert _counter_ids_python(head, start, count) == expected  # the codec's reference
     assert ids_module._counter_ids(head, start, count) == expected
+
+
+@pytest.mark.parametrize("start", [2**63 - 1, 2**63 - 3, -(2**63), -1])
+def test_counter_ids_at_the_ends_of_int64_wrap_as_python(start: int) -> None:
+    # The fuzzer's finding (tests/fuzz/regressions/record_encoder): start + i passed
+    # LLONG_MAX in signed arithmetic, undefined behaviour; the C now counts unsigned.
+    assert ids_module._counter_ids is not None
+    expected = ["AB%04X" % ((start + i) & 0xFFFF) for i in range(5)]
+    assert ids_module._counter_ids("AB", start, 5) == expected
