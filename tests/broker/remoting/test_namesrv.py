@@ -574,6 +574,16 @@ async def test_broadcasting_cpp_consumers_through_the_namesrv_each_get_every_mes
         assert time.monotonic() < deadline, "the two consumers never both joined"
         await asyncio.sleep(0.2)
     await asyncio.sleep(3)  # each has every queue and its starting offsets
+    # The C++ producer fails at once when the NameServer has no route for the topic (seen in
+    # one loaded CI-form run, 2026-11-30; an earlier test kills and restarts broker-a): the
+    # subject here is broadcasting, so wait until both groups route the topic.
+    while True:
+        reply = await _call(cluster.remoting, RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                            {"topic": BROADCAST_TOPIC})  # fmt: skip
+        if reply.code == 0 and len(json.loads(reply.body)["queueDatas"]) == 2:
+            break
+        assert time.monotonic() < deadline + 10, f"{BROADCAST_TOPIC} not routed: {reply}"
+        await asyncio.sleep(0.2)
     out = await asyncio.to_thread(
         _run_cpp, cluster.remoting, tmp_path / "h0", "send", group="PG_BCAST",
         topic=BROADCAST_TOPIC, messages=specs,
