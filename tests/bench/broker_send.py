@@ -102,11 +102,18 @@ def process_cpu_split(pid: int) -> tuple[float, float]:
     system part moves with the host's memory (tests/bench/memory.py), the user part with
     the code."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        user, system = stat_ticks(Path(f"/proc/{pid}/stat").read_text())
     except OSError:
         return 0.0, 0.0
     tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
+    return user / tick, system / tick
+
+
+def stat_ticks(stat: str) -> tuple[int, int]:
+    """(user, system) clock ticks of a /proc ``stat`` line, a process's or a thread's (the
+    fields after the name, which may hold spaces and parentheses)."""
+    fields = stat.rpartition(")")[2].split()
+    return int(fields[11]), int(fields[12])
 
 
 def start_peer(root: Path, batch: int) -> tuple[subprocess.Popen[bytes], str]:

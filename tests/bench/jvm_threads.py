@@ -18,6 +18,8 @@ import threading
 from pathlib import Path
 from types import TracebackType
 
+from tests.bench.broker_send import stat_ticks
+
 __all__ = ["JvmThreads", "thread_ticks"]
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -36,9 +38,7 @@ def thread_ticks(pid: int, proc: Path = Path("/proc")) -> dict[int, tuple[str, i
             stat = (proc / str(pid) / "task" / tid / "stat").read_text()
         except OSError:
             continue  # the thread ended between the listing and the read
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat.rpartition(")")[2].split()
-        found[int(tid)] = (name, int(fields[11]) + int(fields[12]))
+        found[int(tid)] = (stat[stat.index("(") + 1 : stat.rindex(")")], sum(stat_ticks(stat)))
     return found
 
 

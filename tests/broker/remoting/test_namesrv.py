@@ -262,13 +262,19 @@ def cluster(module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory) -
     # Until both groups re-registered with every topic: each creation is answered once on disk,
     # so a group's registrations can carry the first topics before the last ones.
     for topic in (TOPIC, FAILOVER_TOPIC, NODE_TOPIC, MIX_TOPIC, SPLIT_TOPIC, BROADCAST_TOPIC):
-        while True:
-            reply = asyncio.run(_call(remoting, 105, {"topic": topic}))
-            if reply.code == 0 and len(json.loads(reply.body)["queueDatas"]) == 2:
-                break
-            assert time.monotonic() < deadline, f"{topic} not routed: {reply}"
-            time.sleep(0.1)
+        asyncio.run(_until_routed(remoting, topic, deadline))
     return Cluster(namesrv, remoting, brokers)
+
+
+async def _until_routed(remoting: str, topic: str, deadline: float) -> None:
+    """Until the NameServer routes ``topic`` to both groups (a queue data each), polled every
+    0.1 s; fails past ``deadline`` (time.monotonic)."""
+    while True:
+        reply = await _call(remoting, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        if reply.code == 0 and len(json.loads(reply.body)["queueDatas"]) == 2:
+            return
+        assert time.monotonic() < deadline, f"{topic} not routed: {reply}"
+        await asyncio.sleep(0.1)
 
 
 async def test_wipe_write_perm_through_the_namesrv_remoting_port(cluster: Cluster) -> None:
@@ -577,13 +583,7 @@ async def test_broadcasting_cpp_consumers_through_the_namesrv_each_get_every_mes
     # The C++ producer fails at once when the NameServer has no route for the topic (seen in
     # one loaded CI-form run, 2026-11-30; an earlier test kills and restarts broker-a): the
     # subject here is broadcasting, so wait until both groups route the topic.
-    while True:
-        reply = await _call(cluster.remoting, RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                            {"topic": BROADCAST_TOPIC})  # fmt: skip
-        if reply.code == 0 and len(json.loads(reply.body)["queueDatas"]) == 2:
-            break
-        assert time.monotonic() < deadline + 10, f"{BROADCAST_TOPIC} not routed: {reply}"
-        await asyncio.sleep(0.2)
+    await _until_routed(cluster.remoting, BROADCAST_TOPIC, deadline + 10)
     out = await asyncio.to_thread(
         _run_cpp, cluster.remoting, tmp_path / "h0", "send", group="PG_BCAST",
         topic=BROADCAST_TOPIC, messages=specs,
